@@ -1,0 +1,108 @@
+// The fast CPU backend: validation, then the vectorised / multithreaded kernels.
+#include <climits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/validate.h"
+#include "cpu/cast_cpu.h"
+#include "cpu/gemm_cpu.h"
+#include "cpu/host_memory.h"
+#include "cpu/parallel.h"
+
+namespace fp8 {
+namespace {
+
+using detail::Requirements;
+
+// BLAS takes int dimensions.
+absl::Status check_blas_dims(int64_t m, int64_t n, int64_t k, const char* what) {
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": dimension above ", INT_MAX, " (m=", m, " n=", n, " k=", k, ")"));
+  }
+  return absl::OkStatus();
+}
+
+class CpuBackend final : public cpu::HostMemoryBackend {
+ public:
+  std::string name() const override { return absl::StrCat("cpu (", cpu::num_threads(), " threads, OpenBLAS)"); }
+
+  absl::Status amax(const MatrixRef& x, Granularity g, float* out) override {
+    if (auto s = detail::check_amax(x, g, out, req_); !s.ok()) return s;
+    cpu::amax(x, g, out);
+    return absl::OkStatus();
+  }
+
+  absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale) override {
+    if (auto s = detail::check_compute_scales(amax, n, scale); !s.ok()) return s;
+    cpu::compute_scales(amax, n, f, pow2, scale);
+    return absl::OkStatus();
+  }
+
+  absl::Status cast(const CastArgs& a) override {
+    if (auto s = detail::check_cast(a, req_); !s.ok()) return s;
+    cpu::cast(a);
+    return absl::OkStatus();
+  }
+
+  absl::Status quantize(const QuantizeArgs& q) override {
+    if (auto s = detail::check_quantize(q, req_); !s.ok()) return s;
+    const int64_t n = scale_count(q.granularity, q.input.rows, q.input.cols);
+    std::vector<float> local;
+    float* amax = q.amax_out;
+    if (amax == nullptr) {
+      local.resize(static_cast<size_t>(n));
+      amax = local.data();
+    }
+    cpu::amax(q.input, q.granularity, amax);
+    cpu::compute_scales(amax, n, q.format, q.pow2_scale, q.scale_out);
+    CastArgs c;
+    c.input = q.input;
+    c.format = q.format;
+    c.granularity = q.granularity;
+    c.scale = q.scale_out;
+    c.saturate = q.saturate;
+    c.out = q.out;
+    c.out_t = q.out_t;
+    cpu::cast(c);
+    return absl::OkStatus();
+  }
+
+  absl::Status dequantize(const DequantizeArgs& a) override {
+    if (auto s = detail::check_dequantize(a, req_); !s.ok()) return s;
+    cpu::dequantize(a);
+    return absl::OkStatus();
+  }
+
+  absl::Status convert(const void* in, DType in_dtype, void* out, DType out_dtype, int64_t n) override {
+    if (auto s = detail::check_convert(in, in_dtype, out, out_dtype, n, req_); !s.ok()) return s;
+    cpu::convert(in, in_dtype, out, out_dtype, n);
+    return absl::OkStatus();
+  }
+
+  absl::Status scaled_gemm(const ScaledGemmArgs& a) override {
+    if (auto s = detail::check_scaled_gemm(a, req_); !s.ok()) return s;
+    if (auto s = check_blas_dims(a.m, a.n, a.k, "scaled_gemm"); !s.ok()) return s;
+    cpu::scaled_gemm(a);
+    return absl::OkStatus();
+  }
+
+  absl::Status gemm(const GemmArgs& a) override {
+    if (auto s = detail::check_gemm(a, req_); !s.ok()) return s;
+    if (auto s = check_blas_dims(a.m, a.n, a.k, "gemm"); !s.ok()) return s;
+    cpu::gemm(a);
+    return absl::OkStatus();
+  }
+
+ private:
+  // Host memory has no alignment or shape constraints beyond the element size.
+  Requirements req_{};
+};
+
+}  // namespace
+
+Backend& cpu_backend() {
+  static CpuBackend backend;
+  return backend;
+}
+
+}  // namespace fp8

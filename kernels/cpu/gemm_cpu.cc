@@ -1,0 +1,133 @@
+#include "cpu/gemm_cpu.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cpu/cast_cpu.h"
+#include "cpu/parallel.h"
+
+namespace fp8::cpu {
+namespace {
+
+// Scratch budget per operand block. The B panel (reused by every row block) gets twice
+// the A block's share. Together with the accumulator tile the scaled GEMM never holds
+// more than about 40 MiB of widened operands, whatever the shape.
+constexpr int64_t kBlockBytes = 8 << 20;
+constexpr int64_t kMaxTileRows = 1024;
+constexpr int64_t kMaxTileCols = 2048;
+
+int64_t block_rows(int64_t k, int64_t budget_bytes, int64_t cap) {
+  const int64_t rows = budget_bytes / (static_cast<int64_t>(sizeof(float)) * std::max<int64_t>(k, 1));
+  // Multiples of 16 keep sgemm on its full-width micro-kernels.
+  return std::clamp<int64_t>(rows / 16 * 16, 16, cap);
+}
+
+// Thread-local so repeated GEMMs reuse pages instead of faulting fresh ones each call.
+std::vector<float>& scratch(int which) {
+  thread_local std::vector<float> buffers[3];
+  return buffers[which];
+}
+
+float* sized(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+void widen_rows(const uint8_t* src, Format f, int64_t rows, int64_t k, float* dst) {
+  parallel_for(rows * k, 1 << 16, [&](int64_t, int64_t b, int64_t e) { widen_fp8(src + b, f, e - b, dst + b); });
+}
+
+// out tile = acc · inv_a · inv_b (+ bias) (+ out).
+void write_tile(const ScaledGemmArgs& a, const float* acc, int64_t m0, int64_t mb, int64_t n0, int64_t nb) {
+  parallel_for(mb, std::max<int64_t>(1, 4096 / std::max<int64_t>(nb, 1)), [&](int64_t, int64_t r0, int64_t r1) {
+    std::vector<float> row(static_cast<size_t>(nb));
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t m = m0 + r;
+      const float ia = a.a.inv_scale[a.a.granularity == Granularity::kRowwise ? m : 0];
+      const float* src = acc + r * nb;
+      for (int64_t j = 0; j < nb; ++j) {
+        const int64_t n = n0 + j;
+        const float ib = a.b.inv_scale[a.b.granularity == Granularity::kRowwise ? n : 0];
+        float v = src[j] * ia * ib;
+        if (a.bias != nullptr) v += a.bias[n];
+        row[j] = v;
+      }
+      if (a.out_dtype == DType::kFloat32) {
+        float* dst = static_cast<float*>(a.out) + m * a.n + n0;
+        for (int64_t j = 0; j < nb; ++j) dst[j] = a.accumulate ? dst[j] + row[j] : row[j];
+      } else {
+        uint16_t* dst = static_cast<uint16_t*>(a.out) + m * a.n + n0;
+        for (int64_t j = 0; j < nb; ++j) {
+          dst[j] = float_to_bf16(a.accumulate ? bf16_to_float(dst[j]) + row[j] : row[j]);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void scaled_gemm(const ScaledGemmArgs& a) {
+  if (a.m == 0 || a.n == 0) return;
+  const int64_t mb_max = block_rows(a.k, kBlockBytes, kMaxTileRows);
+  const int64_t nb_max = block_rows(a.k, 2 * kBlockBytes, kMaxTileCols);
+  float* b_panel = sized(scratch(0), nb_max * a.k);
+  float* a_block = sized(scratch(1), mb_max * a.k);
+  float* acc = sized(scratch(2), mb_max * nb_max);
+
+  for (int64_t n0 = 0; n0 < a.n; n0 += nb_max) {
+    const int64_t nb = std::min(nb_max, a.n - n0);
+    widen_rows(a.b.data + n0 * a.k, a.b.format, nb, a.k, b_panel);
+    for (int64_t m0 = 0; m0 < a.m; m0 += mb_max) {
+      const int64_t mb = std::min(mb_max, a.m - m0);
+      widen_rows(a.a.data + m0 * a.k, a.a.format, mb, a.k, a_block);
+      if (a.k == 0) {
+        std::fill(acc, acc + mb * nb, 0.0f);
+      } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(mb), static_cast<int>(nb),
+                    static_cast<int>(a.k), 1.0f, a_block, static_cast<int>(a.k), b_panel, static_cast<int>(a.k), 0.0f,
+                    acc, static_cast<int>(nb));
+      }
+      write_tile(a, acc, m0, mb, n0, nb);
+    }
+  }
+}
+
+void gemm(const GemmArgs& a) {
+  if (a.m == 0 || a.n == 0) return;
+  const int64_t a_elems = a.m * a.k, b_elems = a.k * a.n, out_elems = a.m * a.n;
+  // bf16 operands are widened exactly; the CPU has no bf16 GEMM worth using.
+  const float* A = static_cast<const float*>(a.a);
+  const float* B = static_cast<const float*>(a.b);
+  if (a.in_dtype == DType::kBFloat16) {
+    float* wa = sized(scratch(0), a_elems);
+    float* wb = sized(scratch(1), b_elems);
+    convert(a.a, DType::kBFloat16, wa, DType::kFloat32, a_elems);
+    convert(a.b, DType::kBFloat16, wb, DType::kFloat32, b_elems);
+    A = wa;
+    B = wb;
+  }
+  float* C = static_cast<float*>(a.out);
+  if (a.out_dtype == DType::kBFloat16) {
+    C = sized(scratch(2), out_elems);
+    if (a.beta != 0.0f) convert(a.out, DType::kBFloat16, C, DType::kFloat32, out_elems);
+  }
+  if (a.k == 0) {
+    for (int64_t i = 0; i < out_elems; ++i) C[i] = a.beta == 0.0f ? 0.0f : a.beta * C[i];
+  } else {
+    cblas_sgemm(CblasRowMajor, a.trans_a ? CblasTrans : CblasNoTrans, a.trans_b ? CblasTrans : CblasNoTrans,
+                static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), a.alpha, A,
+                static_cast<int>(a.trans_a ? a.m : a.k), B, static_cast<int>(a.trans_b ? a.k : a.n), a.beta, C,
+                static_cast<int>(a.n));
+  }
+  if (a.bias != nullptr) {
+    for (int64_t i = 0; i < a.m; ++i) {
+      for (int64_t j = 0; j < a.n; ++j) C[i * a.n + j] += a.bias[j];
+    }
+  }
+  if (a.out_dtype == DType::kBFloat16) convert(C, DType::kFloat32, a.out, DType::kBFloat16, out_elems);
+}
+
+}  // namespace fp8::cpu

@@ -1,0 +1,79 @@
+// Host entry points for the CUDA backend's elementwise and reduction kernels.
+//
+// The kernels live in cast_kernels.cu; this header is plain C++ so that the backend's .cc
+// files, compiled by the host compiler, can queue them without nvcc. It deliberately does
+// not include fp8.h (and through it absl) so that nvcc never parses absl headers.
+//
+// Every launcher only enqueues work on `stream` (no host synchronisation) and assumes its
+// arguments were validated by the caller (detail::check_*). Each returns the first failed
+// CUDA call, named, or {cudaSuccess, nullptr}.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "fp8/arith.h"
+
+namespace fp8::cuda {
+
+// The kernels' view of fp8::Granularity: which scale / amax entry covers an element.
+enum class Axis : uint8_t { kTensor, kRow, kColumn };
+
+// The high-precision element types (fp8::DType::kFloat32 / kBFloat16).
+enum class HpType : uint8_t { kFloat32, kBFloat16 };
+
+struct LaunchResult {
+  cudaError_t error = cudaSuccess;
+  const char* call = nullptr;  // the CUDA call (or kernel) that failed
+  bool ok() const { return error == cudaSuccess; }
+};
+
+// out[0 .. scale_count) = max |x| over the tensor / each row / each column, NaN-propagating
+// (integer max of the magnitudes' bit patterns). Zeroes `out` first, so an empty matrix
+// gives 0.
+LaunchResult launch_amax(const void* x, HpType type, int64_t rows, int64_t cols, Axis axis, float* out,
+                         cudaStream_t stream);
+
+// scale[i] = scale_from_amax(amax[i], format, pow2).
+LaunchResult launch_compute_scales(const float* amax, int64_t n, Format format, bool pow2, float* scale,
+                                   cudaStream_t stream);
+
+struct CastLaunch {
+  const void* input = nullptr;
+  HpType type = HpType::kFloat32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  Format format = Format::kE4M3;
+  Axis axis = Axis::kTensor;
+  const float* scale = nullptr;
+  bool saturate = true;
+  uint8_t* out = nullptr;    // [rows, cols] or null
+  uint8_t* out_t = nullptr;  // [cols, rows] or null
+  float* amax = nullptr;     // amax at `axis`, or null
+};
+
+// One fused pass: quantize, write out and/or out_t, and reduce the amax.
+LaunchResult launch_cast(const CastLaunch& args, cudaStream_t stream);
+
+// out = fp8_to_float(q) / scale, as fp32 or bf16.
+LaunchResult launch_dequantize(const uint8_t* input, Format format, int64_t rows, int64_t cols, Axis axis,
+                               const float* scale, HpType out_type, void* out, cudaStream_t stream);
+
+// fp32 <-> bf16 of n elements (in_type != out_type).
+LaunchResult launch_convert(const void* in, HpType in_type, void* out, HpType out_type, int64_t n,
+                            cudaStream_t stream);
+
+// out[i] = *scalar for i < n: turns a tensorwise factor into a per-row vector.
+LaunchResult launch_broadcast(const float* scalar, float* out, int64_t n, cudaStream_t stream);
+
+// out[i, j] = (beta != 0 ? beta * out[i, j] : 0) + (bias ? bias[j] : 0) for an [m, n]
+// fp32 or bf16 matrix. The GEMMs' k == 0 case and their exact-fp32 bias.
+LaunchResult launch_bias_fill(void* out, HpType out_type, int64_t m, int64_t n, const float* bias, float beta,
+                              cudaStream_t stream);
+
+// Whether this build's kernel image can run on the current device (e.g. an sm_90-only
+// build on an older GPU cannot): cudaSuccess or the runtime's reason.
+cudaError_t probe_kernel_image();
+
+}  // namespace fp8::cuda

@@ -1,0 +1,455 @@
+#include "cuda/gemm_cublaslt.h"
+
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "cuda/cast_kernels.h"
+#include "cuda/cuda_status.h"
+
+namespace fp8::cuda {
+
+// A cached cublasLtMatmul configuration. The pointer attributes (scales, bias) are set
+// again before every call; everything else is fixed by the key.
+struct CublasLtGemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr;
+  cublasLtMatrixLayout_t b = nullptr;
+  cublasLtMatrixLayout_t d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+namespace {
+
+// "cublasLtMatmul: CUBLAS_STATUS_NOT_SUPPORTED (the functionality requested is not supported)".
+absl::Status cublas_status(cublasStatus_t s, const char* call) {
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(call, ": ", cublasLtGetStatusName(s), " (", cublasLtGetStatusString(s), ")"));
+}
+
+template <typename T>
+absl::Status set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value,
+                      const char* what) {
+  return cublas_status(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), what);
+}
+
+template <typename T>
+absl::Status set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, const T& value,
+                      const char* what) {
+  return cublas_status(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)), what);
+}
+
+// Largest power of two (up to 256) dividing the address; a null pointer counts as 256.
+uint16_t alignment(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint16_t a = 256;
+  while (a > 1 && address % a != 0) a = static_cast<uint16_t>(a / 2);
+  return a;
+}
+
+cudaDataType_t fp8_type(Format f) { return f == Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+cudaDataType_t hp_type(DType t) { return t == DType::kFloat32 ? CUDA_R_32F : CUDA_R_16BF; }
+HpType kernel_type(DType t) { return t == DType::kFloat32 ? HpType::kFloat32 : HpType::kBFloat16; }
+
+// Sets the attributes that change from call to call: the device pointers.
+absl::Status set_pointers(cublasLtMatmulDesc_t desc, const CublasLtGemm::PlanKey& key, const void* a_scale,
+                          const void* b_scale, const void* bias) {
+  if (key.scaled) {
+    if (auto s = set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale,
+                          "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale,
+                          "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (key.bias_type >= 0) {
+    return set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+  }
+  return absl::OkStatus();
+}
+
+// Adds context (which GEMM, which shape and types) to a failure.
+absl::Status with_context(const absl::Status& s, const std::string& what) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+}
+
+std::string describe(const ScaledGemmArgs& a) {
+  return absl::StrCat("scaled_gemm m=", a.m, " n=", a.n, " k=", a.k, " A=", format_name(a.a.format), " ",
+                      granularity_name(a.a.granularity), " B=", format_name(a.b.format), " ",
+                      granularity_name(a.b.granularity), " out=", dtype_name(a.out_dtype),
+                      a.bias != nullptr ? " +bias" : "", a.accumulate ? " +accumulate" : "",
+                      a.fast_accum ? " fast_accum" : "");
+}
+
+std::string describe(const GemmArgs& a) {
+  return absl::StrCat("gemm m=", a.m, " n=", a.n, " k=", a.k, " in=", dtype_name(a.in_dtype),
+                      a.trans_a ? " trans_a" : "", a.trans_b ? " trans_b" : "", " out=", dtype_name(a.out_dtype),
+                      a.bias != nullptr ? " +bias" : "");
+}
+
+}  // namespace
+
+size_t CublasLtGemm::PlanKeyHash::operator()(const PlanKey& k) const {
+  // FNV-1a over the fields; the key is small and hashed once per call.
+  uint64_t h = 1469598103934665603ull;
+  const auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(k.m);
+  mix(k.n);
+  mix(k.k);
+  mix(static_cast<uint64_t>(static_cast<uint32_t>(k.a_type)) | (static_cast<uint64_t>(static_cast<uint32_t>(k.b_type)) << 32));
+  mix(static_cast<uint64_t>(static_cast<uint32_t>(k.d_type)) | (static_cast<uint64_t>(static_cast<uint32_t>(k.bias_type)) << 32));
+  mix(static_cast<uint64_t>(k.trans_a) | static_cast<uint64_t>(k.trans_b) << 1 | static_cast<uint64_t>(k.scaled) << 2 |
+      static_cast<uint64_t>(k.outer_vec) << 3 | static_cast<uint64_t>(k.fast_accum) << 4);
+  mix(static_cast<uint64_t>(k.align_a) | static_cast<uint64_t>(k.align_b) << 16 | static_cast<uint64_t>(k.align_d) << 32 |
+      static_cast<uint64_t>(k.align_bias) << 48);
+  mix(static_cast<uint64_t>(k.align_a_scale) | static_cast<uint64_t>(k.align_b_scale) << 16);
+  return static_cast<size_t>(h);
+}
+
+CublasLtGemm::CublasLtGemm() = default;
+
+CublasLtGemm::~CublasLtGemm() {
+  plans_.clear();
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::create() {
+  std::unique_ptr<CublasLtGemm> g(new CublasLtGemm());
+  if (auto s = cublas_status(cublasLtCreate(&g->handle_), "cublasLtCreate"); !s.ok()) return s;
+  if (auto s = cuda_status(cudaMalloc(&g->workspace_, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)"); !s.ok()) {
+    return s;
+  }
+  return g;
+}
+
+absl::StatusOr<CublasLtGemm::Plan*> CublasLtGemm::plan_for(const Call& call) {
+  const PlanKey& key = call.key;
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
+
+  auto plan = std::make_unique<Plan>();
+  if (auto s = cublas_status(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                             "cublasLtMatmulDescCreate");
+      !s.ok()) {
+    return s;
+  }
+  const int32_t op_a = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int32_t op_b = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (auto s = set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a, "cublasLtMatmulDescSetAttribute(TRANSA)");
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b, "cublasLtMatmulDescSetAttribute(TRANSB)");
+      !s.ok()) {
+    return s;
+  }
+  if (key.scaled) {
+    if (key.outer_vec) {
+      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      if (auto s = set_desc(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode,
+                            "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)");
+          !s.ok()) {
+        return s;
+      }
+      if (auto s = set_desc(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode,
+                            "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
+          !s.ok()) {
+        return s;
+      }
+    }
+    const int8_t fast = key.fast_accum ? 1 : 0;
+    if (auto s = set_desc(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast,
+                          "cublasLtMatmulDescSetAttribute(FAST_ACCUM)");
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (key.bias_type >= 0) {
+    const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    if (auto s = set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue,
+                          "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, key.bias_type,
+                          "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
+        !s.ok()) {
+      return s;
+    }
+  }
+  // The heuristic reads the pointer attributes' values to learn their alignment.
+  if (auto s = set_pointers(plan->desc, key, call.a_scale, call.b_scale, call.bias); !s.ok()) return s;
+
+  // Packed column-major layouts of the stored (pre-op) matrices.
+  const auto a_type = static_cast<cudaDataType_t>(key.a_type);
+  const auto b_type = static_cast<cudaDataType_t>(key.b_type);
+  const auto d_type = static_cast<cudaDataType_t>(key.d_type);
+  const uint64_t a_rows = key.trans_a ? key.k : key.m;
+  const uint64_t a_cols = key.trans_a ? key.m : key.k;
+  const uint64_t b_rows = key.trans_b ? key.n : key.k;
+  const uint64_t b_cols = key.trans_b ? key.k : key.n;
+  if (auto s = cublas_status(
+          cublasLtMatrixLayoutCreate(&plan->a, a_type, a_rows, a_cols, static_cast<int64_t>(a_rows)),
+          "cublasLtMatrixLayoutCreate(A)");
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = cublas_status(
+          cublasLtMatrixLayoutCreate(&plan->b, b_type, b_rows, b_cols, static_cast<int64_t>(b_rows)),
+          "cublasLtMatrixLayoutCreate(B)");
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = cublas_status(cublasLtMatrixLayoutCreate(&plan->d, d_type, key.m, key.n, static_cast<int64_t>(key.m)),
+                             "cublasLtMatrixLayoutCreate(D)");
+      !s.ok()) {
+    return s;
+  }
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  if (auto s = cublas_status(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"); !s.ok()) {
+    return s;
+  }
+  struct PrefGuard {
+    cublasLtMatmulPreference_t p;
+    ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+  } pref_guard{pref};
+  const uint64_t workspace = kWorkspaceBytes;
+  const uint32_t align_a = key.align_a, align_b = key.align_b, align_d = key.align_d;
+  for (auto [attr, value, what] : {
+           std::tuple{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a, "MIN_ALIGNMENT_A_BYTES"},
+           std::tuple{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b, "MIN_ALIGNMENT_B_BYTES"},
+           std::tuple{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d, "MIN_ALIGNMENT_C_BYTES"},
+           std::tuple{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d, "MIN_ALIGNMENT_D_BYTES"},
+       }) {
+    if (auto s = set_pref(pref, attr, value, "cublasLtMatmulPreferenceSetAttribute"); !s.ok()) {
+      return with_context(s, what);
+    }
+  }
+  if (auto s = set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace,
+                        "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+      !s.ok()) {
+    return s;
+  }
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->d, plan->d,
+                                                           pref, 1, &result, &found);
+  if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && found == 0)) {
+    return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for this shape and these types on this GPU (",
+                                                 cublasLtGetStatusName(hs), " from cublasLtMatmulAlgoGetHeuristic)"));
+  }
+  if (auto s = cublas_status(hs, "cublasLtMatmulAlgoGetHeuristic"); !s.ok()) return s;
+  plan->algo = result.algo;
+
+  Plan* raw = plan.get();
+  plans_.emplace(key, std::move(plan));
+  return raw;
+}
+
+absl::Status CublasLtGemm::run(const Call& call, cudaStream_t stream) {
+  auto plan = plan_for(call);
+  if (!plan.ok()) return plan.status();
+  Plan& p = **plan;
+  if (auto s = set_pointers(p.desc, call.key, call.a_scale, call.b_scale, call.bias); !s.ok()) return s;
+  // C aliases D (same pointer, same layout): beta = 1 accumulates into the output.
+  return cublas_status(cublasLtMatmul(handle_, p.desc, &call.alpha, call.a, p.a, call.b, p.b, &call.beta, call.d, p.d,
+                                      call.d, p.d, &p.algo, workspace_, kWorkspaceBytes, stream),
+                       "cublasLtMatmul");
+}
+
+absl::Status CublasLtGemm::scaled_gemm(const ScaledGemmArgs& a, cudaStream_t stream) {
+  if (a.m == 0 || a.n == 0) return absl::OkStatus();
+  const HpType out_type = kernel_type(a.out_dtype);
+  const float beta = a.accumulate ? 1.0f : 0.0f;
+  if (a.k == 0) {
+    // An empty sum: out = bias (+ out).
+    return cuda_status(launch_bias_fill(a.out, out_type, a.m, a.n, a.bias, beta, stream));
+  }
+
+  // Rowwise on either side puts both operands in OUTER_VEC mode (cuBLASLt has no mixed
+  // scalar/vector mode); a tensorwise factor is then broadcast into a vector.
+  const bool rowwise = a.a.granularity == Granularity::kRowwise || a.b.granularity == Granularity::kRowwise;
+  const bool broadcast_a = rowwise && a.a.granularity == Granularity::kTensorwise;
+  const bool broadcast_b = rowwise && a.b.granularity == Granularity::kTensorwise;
+  // cuBLASLt's fp8 bias must be bf16 (or fp16) whatever D's type. For bf16 output that
+  // rounding is below the output's own; for fp32 output the bias is instead added exactly
+  // by writing it into `out` first and accumulating onto it (beta = 1).
+  const bool bias_epilogue = a.bias != nullptr && a.out_dtype == DType::kBFloat16;
+  const bool bias_prefill = a.bias != nullptr && a.out_dtype == DType::kFloat32;
+
+  ScratchLayout layout;
+  const size_t a_vec_at = broadcast_a ? layout.add(static_cast<size_t>(a.m) * sizeof(float)) : 0;
+  const size_t b_vec_at = broadcast_b ? layout.add(static_cast<size_t>(a.n) * sizeof(float)) : 0;
+  const size_t bias_at = bias_epilogue ? layout.add(static_cast<size_t>(a.n) * sizeof(uint16_t)) : 0;
+  char* scratch = nullptr;
+  if (layout.total() > 0) {
+    auto got = scratch_.get(layout.total(), stream);
+    if (!got.ok()) return got.status();
+    scratch = static_cast<char*>(*got);
+  }
+
+  const float* a_factors = a.a.inv_scale;
+  const float* b_factors = a.b.inv_scale;
+  if (broadcast_a) {
+    auto* v = reinterpret_cast<float*>(scratch + a_vec_at);
+    if (auto s = cuda_status(launch_broadcast(a.a.inv_scale, v, a.m, stream)); !s.ok()) return s;
+    a_factors = v;
+  }
+  if (broadcast_b) {
+    auto* v = reinterpret_cast<float*>(scratch + b_vec_at);
+    if (auto s = cuda_status(launch_broadcast(a.b.inv_scale, v, a.n, stream)); !s.ok()) return s;
+    b_factors = v;
+  }
+  const void* bias = nullptr;
+  if (bias_epilogue) {
+    void* converted = scratch + bias_at;
+    if (auto s = cuda_status(launch_convert(a.bias, HpType::kFloat32, converted, HpType::kBFloat16, a.n, stream));
+        !s.ok()) {
+      return s;
+    }
+    bias = converted;
+  }
+  Call call;
+  call.beta = beta;
+  if (bias_prefill) {
+    if (auto s = cuda_status(launch_bias_fill(a.out, HpType::kFloat32, a.m, a.n, a.bias, beta, stream)); !s.ok()) {
+      return s;
+    }
+    call.beta = 1.0f;
+  }
+
+  // cuBLAS A = our B ([n, k] row-major = k x n column-major, op T); cuBLAS B = our A
+  // ([m, k] row-major = k x m column-major, op N); D = out (n x m column-major). cuBLAS
+  // A's scale covers its m = our n, i.e. our B's factors; cuBLAS B's covers our A's.
+  PlanKey& key = call.key;
+  key.m = static_cast<uint64_t>(a.n);
+  key.n = static_cast<uint64_t>(a.m);
+  key.k = static_cast<uint64_t>(a.k);
+  key.a_type = fp8_type(a.b.format);
+  key.b_type = fp8_type(a.a.format);
+  key.d_type = hp_type(a.out_dtype);
+  key.trans_a = true;
+  key.trans_b = false;
+  key.scaled = true;
+  key.outer_vec = rowwise;
+  key.fast_accum = a.fast_accum;
+  key.bias_type = bias_epilogue ? CUDA_R_16BF : -1;
+  call.a = a.b.data;
+  call.b = a.a.data;
+  call.d = a.out;
+  call.a_scale = b_factors;
+  call.b_scale = a_factors;
+  call.bias = bias;
+  key.align_a = alignment(call.a);
+  key.align_b = alignment(call.b);
+  key.align_d = alignment(call.d);
+  key.align_bias = alignment(call.bias);
+  key.align_a_scale = alignment(call.a_scale);
+  key.align_b_scale = alignment(call.b_scale);
+  return with_context(run(call, stream), describe(a));
+}
+
+absl::Status CublasLtGemm::gemm(const GemmArgs& a, cudaStream_t stream) {
+  if (a.m == 0 || a.n == 0) return absl::OkStatus();
+  const HpType out_type = kernel_type(a.out_dtype);
+  if (a.k == 0) {
+    // alpha · (empty sum) = 0: out = beta · out + bias.
+    return cuda_status(launch_bias_fill(a.out, out_type, a.m, a.n, a.bias, a.beta, stream));
+  }
+
+  // cuBLASLt's fp32 x fp32 GEMM (CUBLAS_COMPUTE_32F, no TF32) writes fp32 only, so a bf16
+  // output from fp32 inputs goes through an fp32 temporary: one rounding, as on the CPU.
+  const bool via_fp32 = a.in_dtype == DType::kFloat32 && a.out_dtype == DType::kBFloat16;
+  const DType d_dtype = via_fp32 ? DType::kFloat32 : a.out_dtype;
+  // The bias epilogue's vector has D's type: fp32 is exact; a bf16 D takes a bf16 copy.
+  const bool bias_bf16 = a.bias != nullptr && d_dtype == DType::kBFloat16;
+  const size_t count = static_cast<size_t>(a.m) * static_cast<size_t>(a.n);
+
+  ScratchLayout layout;
+  const size_t tmp_at = via_fp32 ? layout.add(count * sizeof(float)) : 0;
+  const size_t bias_at = bias_bf16 ? layout.add(static_cast<size_t>(a.n) * sizeof(uint16_t)) : 0;
+  char* scratch = nullptr;
+  if (layout.total() > 0) {
+    auto got = scratch_.get(layout.total(), stream);
+    if (!got.ok()) return got.status();
+    scratch = static_cast<char*>(*got);
+  }
+
+  void* d = a.out;
+  if (via_fp32) {
+    d = scratch + tmp_at;
+    if (a.beta != 0.0f) {
+      if (auto s = cuda_status(launch_convert(a.out, HpType::kBFloat16, d, HpType::kFloat32,
+                                              static_cast<int64_t>(count), stream));
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  const void* bias = a.bias;
+  if (bias_bf16) {
+    void* converted = scratch + bias_at;
+    if (auto s = cuda_status(launch_convert(a.bias, HpType::kFloat32, converted, HpType::kBFloat16, a.n, stream));
+        !s.ok()) {
+      return s;
+    }
+    bias = converted;
+  }
+
+  // outᵀ (n x m) = op(B)ᵀ · op(A)ᵀ. Row-major B [k, n] is column-major n x k: op N; with
+  // trans_b it is stored [n, k] = column-major k x n: op T. Likewise for A.
+  Call call;
+  PlanKey& key = call.key;
+  key.m = static_cast<uint64_t>(a.n);
+  key.n = static_cast<uint64_t>(a.m);
+  key.k = static_cast<uint64_t>(a.k);
+  key.a_type = hp_type(a.in_dtype);
+  key.b_type = hp_type(a.in_dtype);
+  key.d_type = hp_type(d_dtype);
+  key.trans_a = a.trans_b;
+  key.trans_b = a.trans_a;
+  key.bias_type = a.bias != nullptr ? hp_type(d_dtype) : -1;
+  call.a = a.b;
+  call.b = a.a;
+  call.d = d;
+  call.bias = bias;
+  call.alpha = a.alpha;
+  call.beta = a.beta;
+  key.align_a = alignment(call.a);
+  key.align_b = alignment(call.b);
+  key.align_d = alignment(call.d);
+  key.align_bias = alignment(call.bias);
+  if (auto s = with_context(run(call, stream), describe(a)); !s.ok()) return s;
+
+  if (via_fp32) {
+    return cuda_status(
+        launch_convert(d, HpType::kFloat32, a.out, HpType::kBFloat16, static_cast<int64_t>(count), stream));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fp8::cuda

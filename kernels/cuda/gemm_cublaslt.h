@@ -1,0 +1,85 @@
+// The CUDA backend's GEMMs through cuBLASLt: the fp8 scaled GEMM and the high-precision
+// baseline. Owns the cuBLASLt handle, the 32 MiB workspace, a small device scratch and a
+// cache of matmul plans (descriptor, layouts and the heuristic's algorithm) keyed by
+// everything the heuristic depends on, so a repeated shape costs no heuristic query.
+//
+// Row-major to column-major: cuBLAS sees a row-major [r, c] matrix as its transpose, so a
+// row-major out[m, n] = X · Y is computed as the column-major outᵀ = Yᵀ · Xᵀ: operands
+// swapped, cuBLAS m = our n and cuBLAS n = our m.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cuda/device_buffer.h"
+#include "fp8/fp8.h"
+
+namespace fp8::cuda {
+
+class CublasLtGemm {
+ public:
+  // cuBLASLt's recommended workspace on Hopper.
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+  // Creates the handle and workspace on the current device.
+  static absl::StatusOr<std::unique_ptr<CublasLtGemm>> create();
+  ~CublasLtGemm();
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+
+  // Arguments are validated by the caller (check_scaled_gemm / check_gemm). Work is queued
+  // on `stream`; not thread-safe (the backend serialises calls).
+  absl::Status scaled_gemm(const ScaledGemmArgs& a, cudaStream_t stream);
+  absl::Status gemm(const GemmArgs& a, cudaStream_t stream);
+
+  // Everything a cached plan depends on, in cuBLAS (column-major) terms.
+  struct PlanKey {
+    uint64_t m = 0, n = 0, k = 0;
+    int32_t a_type = 0, b_type = 0, d_type = 0;  // cudaDataType; C has D's type and layout
+    bool trans_a = false, trans_b = false;
+    bool scaled = false;      // fp8: A/B scale pointers
+    bool outer_vec = false;   // fp8 rowwise: OUTER_VEC_32F scale vectors
+    bool fast_accum = false;  // fp8 only
+    int32_t bias_type = -1;   // cudaDataType of the bias epilogue's vector, -1 without bias
+    // Pointer alignments (bytes, up to 256): the heuristic picks kernels for them.
+    uint16_t align_a = 0, align_b = 0, align_d = 0, align_bias = 0, align_a_scale = 0, align_b_scale = 0;
+    bool operator==(const PlanKey&) const = default;
+  };
+
+ private:
+  struct Plan;
+  struct PlanKeyHash {
+    size_t operator()(const PlanKey& k) const;
+  };
+  // One cublasLtMatmul: D = alpha · op(A) · op(B) [· scales] + beta · D (+ bias), C == D.
+  struct Call {
+    PlanKey key;
+    const void* a = nullptr;
+    const void* b = nullptr;
+    void* d = nullptr;
+    const void* a_scale = nullptr;
+    const void* b_scale = nullptr;
+    const void* bias = nullptr;
+    float alpha = 1.0f;
+    float beta = 0.0f;
+  };
+
+  CublasLtGemm();
+  // The cached plan for call.key, created (with one heuristic query) on first use.
+  absl::StatusOr<Plan*> plan_for(const Call& call);
+  absl::Status run(const Call& call, cudaStream_t stream);
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  DeviceBuffer scratch_;
+  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
+};
+
+}  // namespace fp8::cuda

@@ -1,0 +1,188 @@
+// The public face of the fp8 numerics core: formats, scaling, casts and scaled GEMMs.
+//
+// One interface, `Backend`, with a CPU implementation (vectorised and multithreaded,
+// GEMMs through OpenBLAS), a plain scalar reference, and a CUDA implementation
+// (cuBLASLt). All three keep the same contracts, so one test suite runs against each.
+// Tools outside the engine include this header alone.
+//
+// Conventions
+//  * Matrices are dense and row-major. A vector is a [1, n] matrix.
+//  * Pointers live in the backend's memory: host memory for the CPU backends, device
+//    memory for CUDA (allocate with Backend::allocate). CUDA calls are asynchronous on
+//    the backend's stream; no call synchronises the host unless it says so.
+//  * A scale multiplies on the way into fp8: q = saturate(x * scale); dequantization
+//    divides (x ≈ q / scale). GEMMs take the dequantization factors 1/scale, as
+//    cuBLASLt and torch._scaled_mm do, so no reciprocal is computed per call.
+//  * Bad arguments return InvalidArgument naming the argument and never touch memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fp8/arith.h"
+
+namespace fp8 {
+
+enum class DType : uint8_t { kFloat32, kBFloat16, kE4M3, kE5M2 };
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+const char* format_name(Format f);
+DType fp8_dtype(Format f);
+
+// Which elements one amax or one scale covers, for a [rows, cols] matrix.
+enum class Granularity : uint8_t {
+  kTensorwise,  // one value for the whole matrix
+  kRowwise,     // one value per row: `rows` values
+  kColumnwise,  // one value per column: `cols` values
+};
+const char* granularity_name(Granularity g);
+int64_t scale_count(Granularity g, int64_t rows, int64_t cols);
+
+// A dense row-major matrix in backend memory.
+struct MatrixRef {
+  const void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t size() const { return rows * cols; }
+};
+
+// Cast a fp32/bf16 matrix to fp8 with given scales. Any of the three fused outputs may
+// be requested in the one pass over the input:
+//   out      [rows, cols] fp8
+//   out_t    [cols, rows] fp8, the transpose (Hopper's fp8 GEMM wants K-contiguous
+//            operands, so backward GEMMs need transposed fp8 copies)
+//   amax_out the input's amax at `granularity` (what delayed scaling records)
+// At least one of out / out_t is required.
+struct CastArgs {
+  MatrixRef input;
+  Format format = Format::kE4M3;
+  Granularity granularity = Granularity::kTensorwise;
+  const float* scale = nullptr;  // scale_count(granularity) entries
+  bool saturate = true;
+  uint8_t* out = nullptr;
+  uint8_t* out_t = nullptr;
+  float* amax_out = nullptr;
+};
+
+// Dynamic scaling: amax, then scale = fp8_max / max(amax, 1e-12) (optionally rounded
+// down to a power of two), then the cast. Writes the scales it used to `scale_out` and,
+// if given, the amaxes to `amax_out`.
+struct QuantizeArgs {
+  MatrixRef input;
+  Format format = Format::kE4M3;
+  Granularity granularity = Granularity::kTensorwise;
+  bool pow2_scale = false;
+  bool saturate = true;
+  uint8_t* out = nullptr;
+  uint8_t* out_t = nullptr;
+  float* scale_out = nullptr;  // required, scale_count entries
+  float* amax_out = nullptr;   // optional
+};
+
+// out = q / scale, in fp32 or bf16.
+struct DequantizeArgs {
+  const uint8_t* input = nullptr;
+  Format format = Format::kE4M3;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  Granularity granularity = Granularity::kTensorwise;
+  const float* scale = nullptr;
+  DType out_dtype = DType::kFloat32;
+  void* out = nullptr;
+};
+
+// One fp8 GEMM operand, stored K-contiguous: A as [m, k], B as its transpose [n, k].
+struct ScaledOperand {
+  const uint8_t* data = nullptr;
+  Format format = Format::kE4M3;
+  // kTensorwise: one factor. kRowwise: one per row of this [rows, k] operand, i.e. per
+  // row of A (m) or per column of B (n): the "axiswise" scaling of torchao.
+  Granularity granularity = Granularity::kTensorwise;
+  const float* inv_scale = nullptr;  // dequantization factors, 1/scale
+};
+
+// out[m, n] = (A / sa) · (B / sb) (+ bias) (+ out if accumulate), where B is given as
+// Bᵀ [n, k]. fp8 products are exact in fp32; they are accumulated in fp32 and the
+// scales are applied to the accumulated sums. E5M2 × E5M2 is not supported (cuBLASLt
+// has no such kernel).
+struct ScaledGemmArgs {
+  int64_t m = 0, n = 0, k = 0;
+  ScaledOperand a;
+  ScaledOperand b;
+  DType out_dtype = DType::kFloat32;  // kFloat32 or kBFloat16
+  void* out = nullptr;
+  const float* bias = nullptr;  // optional, n entries
+  bool accumulate = false;      // out += result instead of out = result
+  bool fast_accum = false;      // cuBLASLt FAST_ACCUM (GPU); the CPU always accumulates in fp32
+};
+
+// High-precision GEMM, the baseline every fp8 speedup is measured against, and the
+// GEMM of every layer kept in high precision:
+//   out[m, n] = alpha · op(A) · op(B) + beta · out
+// op(A) is [m, k]: A is stored [m, k], or [k, m] with trans_a. op(B) is [k, n]: B is
+// stored [k, n], or [n, k] with trans_b. Inputs fp32 or bf16 (both the same), output fp32
+// or bf16. The CPU computes in fp32 (bf16 inputs are widened exactly).
+struct GemmArgs {
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  DType in_dtype = DType::kFloat32;
+  bool trans_a = false;
+  bool trans_b = false;
+  DType out_dtype = DType::kFloat32;
+  void* out = nullptr;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  const float* bias = nullptr;  // optional, n entries (alpha does not scale it)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual bool is_cuda() const { return false; }
+
+  // Memory of this backend, aligned to 256 bytes. Host memory for the CPU backends.
+  virtual absl::StatusOr<void*> allocate(size_t bytes) = 0;
+  virtual void deallocate(void* p) = 0;
+  virtual absl::Status copy_from_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual absl::Status copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  // Waits for all work queued on this backend; surfaces asynchronous errors.
+  virtual absl::Status synchronize() = 0;
+
+  virtual absl::Status amax(const MatrixRef& x, Granularity g, float* out) = 0;
+  virtual absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2,
+                                      float* scale) = 0;
+  virtual absl::Status cast(const CastArgs& args) = 0;
+  virtual absl::Status quantize(const QuantizeArgs& args) = 0;
+  virtual absl::Status dequantize(const DequantizeArgs& args) = 0;
+  // Elementwise fp32 <-> bf16 (or a same-type copy) of n elements.
+  virtual absl::Status convert(const void* in, DType in_dtype, void* out, DType out_dtype,
+                               int64_t n) = 0;
+  virtual absl::Status scaled_gemm(const ScaledGemmArgs& args) = 0;
+  virtual absl::Status gemm(const GemmArgs& args) = 0;
+};
+
+// The fast CPU backend: vectorised casts, multithreaded, GEMMs through OpenBLAS with
+// fp8 operands widened in cache-sized blocks (bounded extra memory).
+Backend& cpu_backend();
+
+// Plain scalar loops, one obvious line per formula; what the fast paths are tested
+// against. Its scaled GEMM accumulates in fp64.
+Backend& reference_backend();
+
+// True when this build contains the CUDA backend.
+bool cuda_compiled();
+
+// The CUDA backend on `device`, queuing work on `stream` (a cudaStream_t; null for the
+// default stream). Fails with Unavailable when the build has no CUDA or no GPU is
+// present, saying which.
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device = 0, void* stream = nullptr);
+
+}  // namespace fp8

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages this project builds and runs with. Idempotent: when
+# every package is already installed it touches nothing and takes well under a second.
+# Nothing else is downloaded, ever: the build uses only these packages and the CUDA
+# toolkit already present on the machine (optional).
+set -euo pipefail
+
+packages=(
+  # toolchain
+  cmake ninja-build pkg-config g++
+  # numerics core
+  libopenblas-dev libabsl-dev
+  # control plane and engine
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libyaml-cpp-dev libsqlite3-dev libgloo-dev libcpp-httplib-dev libcli11-dev
+  nlohmann-json3-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "bootstrap: installing ${missing[*]}" >&2
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs the Debian packages, builds the
+# Release tree and runs every test (gpu tests skip, saying why, without a GPU), then
+# builds the Debug tree under AddressSanitizer + UndefinedBehaviorSanitizer and runs the
+# unit tests there, then proves the tree builds without the CUDA toolkit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+echo "== release build + all tests"
+scripts/build.sh release
+ctest --preset release -j "$jobs"
+
+echo "== debug build (ASan + UBSan) + unit tests"
+scripts/build.sh debug
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --preset debug -L unit -j "$jobs"
+
+echo "== build without CUDA"
+scripts/build.sh cpu-only
