@@ -11,7 +11,7 @@ namespace fp8::bench {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: bench_gemm [--device cpu|cuda] [--quick] [--max-size N]\n"
+    "usage: bench_gemm [--device cpu|cuda] [--quick] [--max-size N] [--csv FILE]\n"
     "  Times out = X·Wᵀ in fp8 (tensorwise and rowwise scales) and in the high-precision\n"
     "  baseline (bf16 on cuda, fp32 on cpu), and prints TFLOP/s, the fp8 speedup and the\n"
     "  fraction of the machine's peak.";
@@ -89,6 +89,9 @@ int run(int argc, char** argv) {
                "fp8 tw ms", "fp8 tw TFLOP/s", "tw speedup", "fp8 rw ms", "fp8 rw TFLOP/s", "rw speedup",
                std::string(hp_name) + " %peak", gpu ? "fp8 %peak" : "fp8 %fp32peak"});
   double tw_speedup_8192 = 0, cost_2048 = 0;
+  std::FILE* csv = o.csv.empty() ? nullptr : std::fopen(o.csv.c_str(), "w");
+  if (!o.csv.empty() && csv == nullptr) die("cannot write " + o.csv);
+  if (csv != nullptr) std::fprintf(csv, "shape,m,n,k,hp_ms,fp8_tensorwise_ms,fp8_rowwise_ms\n");
   for (const auto& s : shapes_for(o, gpu)) {
     const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
     DeviceBuffer x(b, static_cast<size_t>(s.m * s.k) * 4), w(b, static_cast<size_t>(s.n * s.k) * 4);
@@ -141,9 +144,14 @@ int run(int argc, char** argv) {
                fmt(t_rw * 1e3, 3), fmt(tf_rw, tf_rw < 1 ? 3 : 1), fmt(t_hp / t_rw, 2) + "x",
                peaks.hp_tflops > 0 ? fmt(100 * tf_hp / peaks.hp_tflops, 0) + "%" : "n/a",
                fp8_peak > 0 ? fmt(100 * tf_tw / fp8_peak, 0) + "%" : "n/a"});
+    if (csv != nullptr) {
+      std::fprintf(csv, "%s,%lld,%lld,%lld,%.6f,%.6f,%.6f\n", s.name.c_str(), static_cast<long long>(s.m),
+                   static_cast<long long>(s.n), static_cast<long long>(s.k), t_hp * 1e3, t_tw * 1e3, t_rw * 1e3);
+    }
     if (s.m == 8192 && s.n == 8192 && s.k == 8192) tw_speedup_8192 = t_hp / t_tw;
     if (s.m == 2048 && s.n == 2048 && s.k == 2048) cost_2048 = t_tw / t_hp;
   }
+  if (csv != nullptr) std::fclose(csv);
   table.print();
   if (gpu && tw_speedup_8192 > 0) {
     std::printf("target: fp8 GEMM at 8192^3 >= 1.80x bf16: measured %.2fx (%s)\n", tw_speedup_8192,

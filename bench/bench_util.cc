@@ -34,6 +34,8 @@ Options parse_options(int argc, char** argv, const char* usage) {
       o.quick = true;
     } else if (a == "--max-size" && i + 1 < argc) {
       o.max_size = std::atoi(argv[++i]);
+    } else if (a == "--csv" && i + 1 < argc) {
+      o.csv = argv[++i];
     } else if (a == "--help" || a == "-h") {
       std::printf("%s\n", usage);
       std::exit(0);

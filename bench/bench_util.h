@@ -17,6 +17,7 @@ struct Options {
   std::string device = "cpu";  // cpu | cuda
   bool quick = false;          // fewer, smaller shapes (what the demo runs)
   int max_size = 0;            // skip shapes with any dimension above this (0 = no limit)
+  std::string csv;             // also write the raw timings here (for side-by-side tools)
 };
 Options parse_options(int argc, char** argv, const char* usage);
 
