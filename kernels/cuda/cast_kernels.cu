@@ -490,11 +490,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 }
 
 // 8 elements per thread: one 16-byte access on the bf16 side, two on the fp32 side.
+// kVec is false when a pointer is not 16-byte aligned (the backend's own conversions of a
+// caller's bias, which validation does not align), and the thread goes element by element.
+template <bool kVec>
 __global__ void __launch_bounds__(kThreads)
     f32_to_bf16_kernel(const float* __restrict__ in, bf16_bits* __restrict__ out, int64_t n) {
   const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * 8;
   if (i0 >= n) return;
-  if (n - i0 >= 8) {
+  if (kVec && n - i0 >= 8) {
     const float4 a = __ldg(reinterpret_cast<const float4*>(in + i0));
     const float4 b = __ldg(reinterpret_cast<const float4*>(in + i0 + 4));
     const auto pack = [](float lo, float hi) {
@@ -502,21 +505,24 @@ __global__ void __launch_bounds__(kThreads)
     };
     *reinterpret_cast<uint4*>(out + i0) = make_uint4(pack(a.x, a.y), pack(a.z, a.w), pack(b.x, b.y), pack(b.z, b.w));
   } else {
-    for (int64_t i = i0; i < n; ++i) out[i] = float_to_bf16(in[i]);
+    const int64_t end = n - i0 < 8 ? n : i0 + 8;
+    for (int64_t i = i0; i < end; ++i) out[i] = float_to_bf16(in[i]);
   }
 }
 
+template <bool kVec>
 __global__ void __launch_bounds__(kThreads)
     bf16_to_f32_kernel(const bf16_bits* __restrict__ in, float* __restrict__ out, int64_t n) {
   const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * 8;
   if (i0 >= n) return;
-  if (n - i0 >= 8) {
+  if (kVec && n - i0 >= 8) {
     float v[8];
     Hp<bf16_bits>::load_vec(in + i0, v);
     reinterpret_cast<float4*>(out + i0)[0] = make_float4(v[0], v[1], v[2], v[3]);
     reinterpret_cast<float4*>(out + i0)[1] = make_float4(v[4], v[5], v[6], v[7]);
   } else {
-    for (int64_t i = i0; i < n; ++i) out[i] = bf16_to_float(in[i]);
+    const int64_t end = n - i0 < 8 ? n : i0 + 8;
+    for (int64_t i = i0; i < end; ++i) out[i] = bf16_to_float(in[i]);
   }
 }
 
@@ -711,12 +717,23 @@ LaunchResult launch_convert(const void* in, HpType in_type, void* out, HpType ou
   if (n == 0 || in_type == out_type) return {};
   const unsigned blocks = blocks_for(ceil_div(n, 8), kThreads);
   if (blocks == 0) return kTooLarge;
+  const bool vec = ((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) & 15u) == 0;
   if (in_type == HpType::kFloat32) {
-    f32_to_bf16_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<bf16_bits*>(out),
-                                                        n);
+    const auto* src = static_cast<const float*>(in);
+    auto* dst = static_cast<bf16_bits*>(out);
+    if (vec) {
+      f32_to_bf16_kernel<true><<<blocks, kThreads, 0, stream>>>(src, dst, n);
+    } else {
+      f32_to_bf16_kernel<false><<<blocks, kThreads, 0, stream>>>(src, dst, n);
+    }
   } else {
-    bf16_to_f32_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const bf16_bits*>(in), static_cast<float*>(out),
-                                                        n);
+    const auto* src = static_cast<const bf16_bits*>(in);
+    auto* dst = static_cast<float*>(out);
+    if (vec) {
+      bf16_to_f32_kernel<true><<<blocks, kThreads, 0, stream>>>(src, dst, n);
+    } else {
+      bf16_to_f32_kernel<false><<<blocks, kThreads, 0, stream>>>(src, dst, n);
+    }
   }
   return after_launch("convert kernel");
 }

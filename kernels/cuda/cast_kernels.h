@@ -60,7 +60,8 @@ LaunchResult launch_cast(const CastLaunch& args, cudaStream_t stream);
 LaunchResult launch_dequantize(const uint8_t* input, Format format, int64_t rows, int64_t cols, Axis axis,
                                const float* scale, HpType out_type, void* out, cudaStream_t stream);
 
-// fp32 <-> bf16 of n elements (in_type != out_type).
+// fp32 <-> bf16 of n elements (in_type != out_type). Pointers of any alignment; 16-byte
+// aligned ones take the vectorised path.
 LaunchResult launch_convert(const void* in, HpType in_type, void* out, HpType out_type, int64_t n,
                             cudaStream_t stream);
 

@@ -86,7 +86,6 @@ absl::Status set_pointers(cublasLtMatmulDesc_t desc, const CublasLtGemm::PlanKey
 
 // Adds context (which GEMM, which shape and types) to a failure.
 absl::Status with_context(const absl::Status& s, const std::string& what) {
-  if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
 }
 
@@ -115,16 +114,10 @@ size_t CublasLtGemm::PlanKeyHash::operator()(const PlanKey& k) const {
       h *= 1099511628211ull;
     }
   };
-  mix(k.m);
-  mix(k.n);
-  mix(k.k);
-  mix(static_cast<uint64_t>(static_cast<uint32_t>(k.a_type)) | (static_cast<uint64_t>(static_cast<uint32_t>(k.b_type)) << 32));
-  mix(static_cast<uint64_t>(static_cast<uint32_t>(k.d_type)) | (static_cast<uint64_t>(static_cast<uint32_t>(k.bias_type)) << 32));
-  mix(static_cast<uint64_t>(k.trans_a) | static_cast<uint64_t>(k.trans_b) << 1 | static_cast<uint64_t>(k.scaled) << 2 |
-      static_cast<uint64_t>(k.outer_vec) << 3 | static_cast<uint64_t>(k.fast_accum) << 4);
-  mix(static_cast<uint64_t>(k.align_a) | static_cast<uint64_t>(k.align_b) << 16 | static_cast<uint64_t>(k.align_d) << 32 |
-      static_cast<uint64_t>(k.align_bias) << 48);
-  mix(static_cast<uint64_t>(k.align_a_scale) | static_cast<uint64_t>(k.align_b_scale) << 16);
+  for (uint64_t v : {k.m, k.n, k.k}) mix(v);
+  for (int32_t v : {k.a_type, k.b_type, k.d_type, k.bias_type}) mix(static_cast<uint32_t>(v));
+  for (bool v : {k.trans_a, k.trans_b, k.scaled, k.outer_vec, k.fast_accum}) mix(v ? 1u : 0u);
+  for (uint16_t v : {k.align_a, k.align_b, k.align_d, k.align_bias, k.align_a_scale, k.align_b_scale}) mix(v);
   return static_cast<size_t>(h);
 }
 
@@ -136,12 +129,14 @@ CublasLtGemm::~CublasLtGemm() {
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
-absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::create() {
+absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::create(cudaStream_t stream) {
   std::unique_ptr<CublasLtGemm> g(new CublasLtGemm());
   if (auto s = cublas_status(cublasLtCreate(&g->handle_), "cublasLtCreate"); !s.ok()) return s;
   if (auto s = cuda_status(cudaMalloc(&g->workspace_, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)"); !s.ok()) {
     return s;
   }
+  // Scale vectors and bf16 biases fit the initial scratch: GEMMs then never allocate.
+  if (auto s = g->scratch_.get(1, stream); !s.ok()) return s.status();
   return g;
 }
 
@@ -259,8 +254,9 @@ absl::StatusOr<CublasLtGemm::Plan*> CublasLtGemm::plan_for(const Call& call) {
   const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->d, plan->d,
                                                            pref, 1, &result, &found);
   if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && found == 0)) {
-    return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for this shape and these types on this GPU (",
-                                                 cublasLtGetStatusName(hs), " from cublasLtMatmulAlgoGetHeuristic)"));
+    return absl::UnimplementedError(
+        absl::StrCat("cuBLASLt has no algorithm for this shape and these types on this GPU (",
+                     cublasLtGetStatusName(hs), " from cublasLtMatmulAlgoGetHeuristic)"));
   }
   if (auto s = cublas_status(hs, "cublasLtMatmulAlgoGetHeuristic"); !s.ok()) return s;
   plan->algo = result.algo;
@@ -370,7 +366,8 @@ absl::Status CublasLtGemm::scaled_gemm(const ScaledGemmArgs& a, cudaStream_t str
   key.align_bias = alignment(call.bias);
   key.align_a_scale = alignment(call.a_scale);
   key.align_b_scale = alignment(call.b_scale);
-  return with_context(run(call, stream), describe(a));
+  if (auto s = run(call, stream); !s.ok()) return with_context(s, describe(a));
+  return absl::OkStatus();
 }
 
 absl::Status CublasLtGemm::gemm(const GemmArgs& a, cudaStream_t stream) {
@@ -443,7 +440,7 @@ absl::Status CublasLtGemm::gemm(const GemmArgs& a, cudaStream_t stream) {
   key.align_b = alignment(call.b);
   key.align_d = alignment(call.d);
   key.align_bias = alignment(call.bias);
-  if (auto s = with_context(run(call, stream), describe(a)); !s.ok()) return s;
+  if (auto s = run(call, stream); !s.ok()) return with_context(s, describe(a));
 
   if (via_fp32) {
     return cuda_status(

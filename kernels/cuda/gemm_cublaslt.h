@@ -28,8 +28,9 @@ class CublasLtGemm {
   // cuBLASLt's recommended workspace on Hopper.
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-  // Creates the handle and workspace on the current device.
-  static absl::StatusOr<std::unique_ptr<CublasLtGemm>> create();
+  // Creates the handle, the workspace and the scratch on the current device, for work
+  // queued on `stream`.
+  static absl::StatusOr<std::unique_ptr<CublasLtGemm>> create(cudaStream_t stream);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;

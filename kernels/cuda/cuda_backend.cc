@@ -1,0 +1,279 @@
+// The CUDA backend: validation (with cuBLASLt's alignment rules), then kernels queued on
+// the backend's stream.
+//
+// Device: every method makes the backend's device current for its duration and restores
+// the caller's (DeviceGuard), so backends on several GPUs can share a thread.
+// Asynchrony: methods only queue work on the stream. The exceptions are synchronize(),
+// copy_from_host()/copy_to_host() (they wait for the copy, so host buffers may be reused
+// at once), allocate()/deallocate() (cudaMalloc/cudaFree), and the rare growth of the
+// backend's scratch buffer (see DeviceBuffer).
+// Threads: methods that use the backend's scratch or GEMM plan cache hold a mutex, which
+// also keeps each call's launches contiguous on the stream; the others are stateless.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/validate.h"
+#include "cuda/cast_kernels.h"
+#include "cuda/cuda_status.h"
+#include "cuda/device_buffer.h"
+#include "cuda/gemm_cublaslt.h"
+#include "fp8/fp8.h"
+
+namespace fp8 {
+namespace {
+
+using cuda::cuda_status;
+using cuda::DeviceGuard;
+using detail::Requirements;
+
+// cuBLASLt's fp8 rules: 16-byte aligned pointers everywhere (which also lets every kernel
+// use 16-byte vector accesses), and k, n multiples of 16 for fp8 GEMMs.
+constexpr Requirements kRequirements{16, 16};
+// The high-precision GEMM has no shape constraints, only the alignment.
+constexpr Requirements kGemmRequirements{16, 1};
+
+cuda::Axis axis_of(Granularity g) {
+  switch (g) {
+    case Granularity::kTensorwise: return cuda::Axis::kTensor;
+    case Granularity::kRowwise: return cuda::Axis::kRow;
+    case Granularity::kColumnwise: break;
+  }
+  return cuda::Axis::kColumn;
+}
+
+cuda::HpType hp_of(DType t) { return t == DType::kFloat32 ? cuda::HpType::kFloat32 : cuda::HpType::kBFloat16; }
+
+class CudaBackend final : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<Backend>> create(int device, cudaStream_t stream);
+
+  ~CudaBackend() override {
+    DeviceGuard guard(device_);
+    // Let queued work finish before its scratch and workspace go away. An error here
+    // belongs to work whose caller never synchronised; nothing is left to report it to.
+    cudaStreamSynchronize(stream_);
+    gemm_.reset();
+    scratch_.release();
+  }
+
+  std::string name() const override { return name_; }
+  bool is_cuda() const override { return true; }
+
+  absl::StatusOr<void*> allocate(size_t bytes) override {
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    void* p = nullptr;
+    // A zero-byte request still gets a distinct, valid pointer, as on the CPU.
+    if (auto s = cuda_status(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(s.message(), " (", bytes, " bytes on ", name_, ")"));
+    }
+    return p;
+  }
+
+  void deallocate(void* p) override {
+    if (p == nullptr) return;
+    DeviceGuard guard(device_);
+    cudaFree(p);  // a sticky error resurfaces at the next synchronising call
+  }
+
+  absl::Status copy_from_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr || src == nullptr) return absl::InvalidArgumentError("copy_from_host: null pointer");
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    if (auto s = cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
+        !s.ok()) {
+      return s;
+    }
+    return cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+  absl::Status copy_to_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr || src == nullptr) return absl::InvalidArgumentError("copy_to_host: null pointer");
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    if (auto s = cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+        !s.ok()) {
+      return s;
+    }
+    return cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+  absl::Status synchronize() override {
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    return cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+  absl::Status amax(const MatrixRef& x, Granularity g, float* out) override {
+    if (auto s = detail::check_amax(x, g, out, kRequirements); !s.ok()) return s;
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    return cuda_status(cuda::launch_amax(x.data, hp_of(x.dtype), x.rows, x.cols, axis_of(g), out, stream_));
+  }
+
+  absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale) override {
+    if (auto s = detail::check_compute_scales(amax, n, scale); !s.ok()) return s;
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    return cuda_status(cuda::launch_compute_scales(amax, n, f, pow2, scale, stream_));
+  }
+
+  absl::Status cast(const CastArgs& a) override {
+    if (auto s = detail::check_cast(a, kRequirements); !s.ok()) return s;
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    cuda::CastLaunch c;
+    c.input = a.input.data;
+    c.type = hp_of(a.input.dtype);
+    c.rows = a.input.rows;
+    c.cols = a.input.cols;
+    c.format = a.format;
+    c.axis = axis_of(a.granularity);
+    c.scale = a.scale;
+    c.saturate = a.saturate;
+    c.out = a.out;
+    c.out_t = a.out_t;
+    c.amax = a.amax_out;
+    return cuda_status(cuda::launch_cast(c, stream_));
+  }
+
+  // amax -> scales -> cast, all queued on the stream: dynamic scaling needs no host sync.
+  // The amax pass and the cast pass each read the input once.
+  absl::Status quantize(const QuantizeArgs& q) override {
+    if (auto s = detail::check_quantize(q, kRequirements); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    const MatrixRef& x = q.input;
+    const cuda::Axis axis = axis_of(q.granularity);
+    const int64_t n = scale_count(q.granularity, x.rows, x.cols);
+    float* amax = q.amax_out;
+    if (amax == nullptr && n > 0) {
+      auto got = scratch_.get(static_cast<size_t>(n) * sizeof(float), stream_);
+      if (!got.ok()) return got.status();
+      amax = static_cast<float*>(*got);
+    }
+    if (auto s = cuda_status(cuda::launch_amax(x.data, hp_of(x.dtype), x.rows, x.cols, axis, amax, stream_)); !s.ok()) {
+      return s;
+    }
+    if (auto s = cuda_status(cuda::launch_compute_scales(amax, n, q.format, q.pow2_scale, q.scale_out, stream_));
+        !s.ok()) {
+      return s;
+    }
+    cuda::CastLaunch c;
+    c.input = x.data;
+    c.type = hp_of(x.dtype);
+    c.rows = x.rows;
+    c.cols = x.cols;
+    c.format = q.format;
+    c.axis = axis;
+    c.scale = q.scale_out;
+    c.saturate = q.saturate;
+    c.out = q.out;
+    c.out_t = q.out_t;
+    return cuda_status(cuda::launch_cast(c, stream_));
+  }
+
+  absl::Status dequantize(const DequantizeArgs& a) override {
+    if (auto s = detail::check_dequantize(a, kRequirements); !s.ok()) return s;
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    return cuda_status(cuda::launch_dequantize(a.input, a.format, a.rows, a.cols, axis_of(a.granularity), a.scale,
+                                               hp_of(a.out_dtype), a.out, stream_));
+  }
+
+  absl::Status convert(const void* in, DType in_dtype, void* out, DType out_dtype, int64_t n) override {
+    if (auto s = detail::check_convert(in, in_dtype, out, out_dtype, n, kRequirements); !s.ok()) return s;
+    if (n == 0) return absl::OkStatus();
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    if (in_dtype == out_dtype) {
+      const size_t bytes = static_cast<size_t>(n) * dtype_size(in_dtype);
+      return cuda_status(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
+    }
+    return cuda_status(cuda::launch_convert(in, hp_of(in_dtype), out, hp_of(out_dtype), n, stream_));
+  }
+
+  absl::Status scaled_gemm(const ScaledGemmArgs& a) override {
+    if (auto s = detail::check_scaled_gemm(a, kRequirements); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    return gemm_->scaled_gemm(a, stream_);
+  }
+
+  absl::Status gemm(const GemmArgs& a) override {
+    if (auto s = detail::check_gemm(a, kGemmRequirements); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    return gemm_->gemm(a, stream_);
+  }
+
+ private:
+  CudaBackend(int device, cudaStream_t stream, std::string name, std::unique_ptr<cuda::CublasLtGemm> gemm)
+      : device_(device), stream_(stream), name_(std::move(name)), gemm_(std::move(gemm)) {}
+
+  const int device_;
+  const cudaStream_t stream_;  // the caller's stream (or the default stream); not owned
+  const std::string name_;
+  std::mutex mu_;  // guards scratch_ and gemm_
+  cuda::DeviceBuffer scratch_;
+  std::unique_ptr<cuda::CublasLtGemm> gemm_;
+};
+
+absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::create(int device, cudaStream_t stream) {
+  int count = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    cudaGetLastError();  // do not leave the failure as the thread's last error
+    return absl::UnavailableError(absl::StrCat(
+        "no CUDA GPU available: cudaGetDeviceCount failed with ", cudaGetErrorName(e), " (", cudaGetErrorString(e),
+        "); this machine has no NVIDIA GPU, or no working NVIDIA driver"));
+  }
+  if (count == 0) return absl::UnavailableError("no CUDA GPU available: cudaGetDeviceCount found 0 devices");
+  if (device < 0 || device >= count) {
+    return absl::UnavailableError(
+        absl::StrCat("CUDA device ", device, " does not exist: this machine has ", count, " CUDA device(s)"));
+  }
+
+  DeviceGuard guard(device);
+  if (!guard.status().ok()) {
+    return absl::UnavailableError(absl::StrCat("CUDA device ", device, " unusable: ", guard.status().message()));
+  }
+  cudaDeviceProp prop{};
+  if (auto s = cuda_status(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"); !s.ok()) return s;
+  // An sm_90 build has no kernel image an older GPU can run; say so up front rather than
+  // at the first launch.
+  if (const cudaError_t e = cuda::probe_kernel_image(); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::UnavailableError(absl::StrCat("CUDA device ", device, " (", prop.name, ", sm_", prop.major,
+                                               prop.minor, ") cannot run this build's kernels: ",
+                                               cudaGetErrorString(e),
+                                               "; rebuild with CMAKE_CUDA_ARCHITECTURES covering this GPU"));
+  }
+  auto gemm = cuda::CublasLtGemm::create(stream);
+  if (!gemm.ok()) return gemm.status();
+  std::unique_ptr<CudaBackend> backend(
+      new CudaBackend(device, stream, absl::StrCat("cuda:", device, " (", prop.name, ")"), std::move(*gemm)));
+  // Allocate the scratch now, so that the first quantize does not call cudaMalloc.
+  if (auto s = backend->scratch_.get(1, stream); !s.ok()) return s.status();
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace
+
+bool cuda_compiled() { return true; }
+
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device, void* stream) {
+  return CudaBackend::create(device, static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace fp8
