@@ -282,7 +282,7 @@ void dequantize(const DequantizeArgs& a) {
           const float s = a.granularity == Granularity::kTensorwise ? a.scale[0]
                           : a.granularity == Granularity::kRowwise  ? a.scale[r]
                                                                     : a.scale[c0 + i];
-          buf[i] = table[q[c0 + i]] / s;
+          buf[i] = canonicalize_nan(table[q[c0 + i]] / s);
         }
         if (a.out_dtype == DType::kFloat32) {
           std::memcpy(static_cast<float*>(a.out) + r * cols + c0, buf, static_cast<size_t>(n) * sizeof(float));

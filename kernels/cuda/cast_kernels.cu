@@ -438,7 +438,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
       const float si = A == Axis::kColumn ? (i < n ? __ldg(scale + pos.col + i) : 1.0f) : s;
-      y[i] = fp8_to_float(q[i], F) / si;
+      y[i] = dequantize_value(q[i], F, si);
     }
   } else {
     int64_t r = pos.row;
@@ -448,7 +448,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       y[i] = 0.0f;
       if (i < n) {
         const float si = __ldg(scale + (A == Axis::kRow ? r : c));
-        y[i] = fp8_to_float(q[i], F) / si;
+        y[i] = dequantize_value(q[i], F, si);
         if (++c == cols) {
           c = 0;
           ++r;

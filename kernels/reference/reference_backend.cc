@@ -93,7 +93,7 @@ class ReferenceBackend final : public cpu::HostMemoryBackend {
     for (int64_t r = 0; r < a.rows; ++r) {
       for (int64_t c = 0; c < a.cols; ++c) {
         const int64_t i = r * a.cols + c;
-        store(a.out, a.out_dtype, i, fp8_to_float(a.input[i], a.format) / a.scale[scale_index(a.granularity, r, c)]);
+        store(a.out, a.out_dtype, i, dequantize_value(a.input[i], a.format, a.scale[scale_index(a.granularity, r, c)]));
       }
     }
     return absl::OkStatus();

@@ -197,6 +197,17 @@ TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::max()), 0x7F80);  // rounds up to Inf
 }
 
+// CPUs keep NaN payloads through arithmetic and GPUs do not, so NaN results are
+// canonicalised to one pattern wherever they can arise.
+TEST(NaN, ResultsAreCanonicalised) {
+  EXPECT_EQ(float_to_bf16(bits_float(0xFFC00000u)), kCanonicalNaNBf16);  // -NaN
+  EXPECT_EQ(float_to_bf16(bits_float(0x7F800001u)), kCanonicalNaNBf16);  // signalling, payload 1
+  EXPECT_EQ(float_bits(dequantize_value(0x7F, Format::kE4M3, 3.0f)), kCanonicalNaN);
+  EXPECT_EQ(float_bits(dequantize_value(0xFF, Format::kE5M2, 3.0f)), kCanonicalNaN);
+  EXPECT_EQ(dequantize_value(0x7C, Format::kE5M2, 2.0f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(dequantize_value(0x7E, Format::kE4M3, 2.0f), 224.0f);
+}
+
 TEST(Scaling, ScaleFromAmax) {
   EXPECT_EQ(scale_from_amax(448.0f, Format::kE4M3, false), 1.0f);
   EXPECT_EQ(scale_from_amax(3.0f, Format::kE4M3, false), static_cast<float>(448.0 / 3.0));
