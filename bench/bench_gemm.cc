@@ -81,7 +81,7 @@ int run(int argc, char** argv) {
   std::printf("# baseline: %s GEMM (%s); fp8: e4m3 x e4m3, fp32 accumulation%s, %s output\n", hp_name,
               gpu ? "cuBLASLt" : "OpenBLAS sgemm", gpu ? " with fast accumulation" : "", gpu ? "bf16" : "fp32");
   if (peaks.hp_tflops > 0) {
-    std::printf("# peaks used for %%peak: %s %.0f TFLOP/s%s\n", hp_name, peaks.hp_tflops,
+    std::printf("# peaks used for %%peak: %s %.*f TFLOP/s%s\n", hp_name, peaks.hp_tflops < 10 ? 3 : 0, peaks.hp_tflops,
                 peaks.fp8_tflops > 0 ? (", fp8 " + fmt(peaks.fp8_tflops, 0) + " TFLOP/s").c_str() : "");
   }
 
@@ -133,9 +133,11 @@ int run(int argc, char** argv) {
     // One untimed call sizes the batches.
     const double estimate = time_it(b, [&] { check(b.gemm(g), "gemm"); }, 1, 1, 1);
     const int iters = iterations_for(estimate);
-    const double t_hp = time_it(b, [&] { check(b.gemm(g), "gemm"); }, iters);
-    const double t_tw = time_it(b, [&] { check(b.scaled_gemm(tw), "scaled_gemm"); }, iters);
-    const double t_rw = time_it(b, [&] { check(b.scaled_gemm(rw), "scaled_gemm"); }, iters);
+    const auto t = time_interleaved(b,
+                                    {[&] { check(b.gemm(g), "gemm"); }, [&] { check(b.scaled_gemm(tw), "scaled_gemm"); },
+                                     [&] { check(b.scaled_gemm(rw), "scaled_gemm"); }},
+                                    iters);
+    const double t_hp = t[0], t_tw = t[1], t_rw = t[2];
 
     const double tf_hp = flops / t_hp / 1e12, tf_tw = flops / t_tw / 1e12, tf_rw = flops / t_rw / 1e12;
     const double fp8_peak = gpu ? peaks.fp8_tflops : peaks.hp_tflops;

@@ -70,6 +70,29 @@ double time_it(Backend& b, const std::function<void()>& fn, int iters, int reps,
   return samples[samples.size() / 2];
 }
 
+std::vector<double> time_interleaved(Backend& b, const std::vector<std::function<void()>>& fns, int iters, int reps,
+                                     int warmup) {
+  for (const auto& fn : fns) {
+    for (int i = 0; i < warmup; ++i) fn();
+  }
+  check(b.synchronize(), "synchronize");
+  std::vector<std::vector<double>> samples(fns.size());
+  for (int r = 0; r < reps; ++r) {
+    for (size_t f = 0; f < fns.size(); ++f) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) fns[f]();
+      check(b.synchronize(), "synchronize");
+      samples[f].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
+    }
+  }
+  std::vector<double> medians;
+  for (auto& s : samples) {
+    std::sort(s.begin(), s.end());
+    medians.push_back(s[s.size() / 2]);
+  }
+  return medians;
+}
+
 int iterations_for(double estimate_s, double target_s) {
   if (estimate_s <= 0) return 10;
   return std::clamp(static_cast<int>(target_s / estimate_s), 1, 1000);

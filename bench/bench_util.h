@@ -28,6 +28,12 @@ Backend& open_backend(const Options& o);
 // is bracketed by synchronize() so asynchronous backends are timed end to end.
 double time_it(Backend& b, const std::function<void()>& fn, int iters, int reps = 5, int warmup = 2);
 
+// Times several functions side by side: each repetition runs one batch of each in turn,
+// so drifts in the machine's speed (other load, clocks) hit all of them alike. Returns
+// each one's median batch-mean time, in seconds.
+std::vector<double> time_interleaved(Backend& b, const std::vector<std::function<void()>>& fns, int iters,
+                                     int reps = 7, int warmup = 2);
+
 // Iterations so one batch takes about `target_s` given one call of ~`estimate_s`.
 int iterations_for(double estimate_s, double target_s = 0.2);
 

@@ -127,6 +127,39 @@ FP8_AVX2 inline int64_t cast_vector_scale(const In* x, int64_t n, const float* s
 
 bool available() { return __builtin_cpu_supports("avx2"); }
 
+bool widen_available() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"); }
+
+__attribute__((target("avx2,f16c"))) int64_t widen_fp8(const uint8_t* in, int64_t n, Format f, float* out) {
+  const bool e4 = f == Format::kE4M3;
+  const int64_t bulk = n / 16 * 16;
+  const __m256i mag_mask = _mm256_set1_epi16(0x7F), sign_mask = _mm256_set1_epi16(static_cast<short>(0x80));
+  const __m256 rebias = _mm256_set1_ps(256.0f);  // 2^(15 - 7): fp16 bias minus e4m3 bias
+  // Codes whose magnitude is above this are NaN (e4m3: 0x7F; e5m2: 0x7D..0x7F).
+  const __m256i last_non_nan = _mm256_set1_epi32(e4 ? 0x7E : 0x7C);
+  const __m256i mag32 = _mm256_set1_epi32(0x7F), sign32 = _mm256_set1_epi32(0x80);
+  const __m256i nan_bits = _mm256_set1_epi32(static_cast<int>(kCanonicalNaN));
+  for (int64_t i = 0; i < bulk; i += 16) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    const __m256i codes = _mm256_cvtepu8_epi16(bytes);
+    const __m256i half =
+        e4 ? _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(codes, mag_mask), 7),
+                             _mm256_slli_epi16(_mm256_and_si256(codes, sign_mask), 8))
+           : _mm256_slli_epi16(codes, 8);
+    for (int h = 0; h < 2; ++h) {
+      __m256 v = _mm256_cvtph_ps(h == 0 ? _mm256_castsi256_si128(half) : _mm256_extracti128_si256(half, 1));
+      if (e4) v = _mm256_mul_ps(v, rebias);
+      // NaN codes become the canonical NaN with their sign, as fp8_to_float gives (as
+      // fp16, e4m3's NaN would read as ±480 and e5m2's keep their payloads).
+      const __m256i c32 = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8 * h));
+      const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c32, sign32), 24);
+      const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(c32, mag32), last_non_nan);
+      v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_or_si256(nan_bits, sign)), _mm256_castsi256_ps(is_nan));
+      _mm256_storeu_ps(out + i + 8 * h, v);
+    }
+  }
+  return bulk;
+}
+
 FP8_AVX2 int64_t cast_f32(const float* x, int64_t n, float scale, Format f, bool sat, uint8_t* out, uint32_t* amax_bits) {
   return sat ? cast_scalar_scale<true>(x, n, scale, f, out, amax_bits)
              : cast_scalar_scale<false>(x, n, scale, f, out, amax_bits);

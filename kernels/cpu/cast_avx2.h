@@ -22,6 +22,13 @@ int64_t cast_bf16(const uint16_t* x, int64_t n, float scale, Format f, bool sat,
 int64_t cast_f32_colscale(const float* x, int64_t n, const float* scale, Format f, bool sat, uint8_t* out);
 int64_t cast_bf16_colscale(const uint16_t* x, int64_t n, const float* scale, Format f, bool sat, uint8_t* out);
 
+// Widens a prefix (multiple of 16) of fp8 codes to their exact fp32 values through the
+// F16C half-precision converter: an e5m2 code is the top byte of the fp16 with the same
+// value, and an e4m3 code shifted into an fp16 is its value times 2^-8 (exact, subnormals
+// included). Needs AVX2 and F16C; see widen_available().
+int64_t widen_fp8(const uint8_t* in, int64_t n, Format f, float* out);
+bool widen_available();
+
 // max |x| over a bf16 prefix (multiple of 16), as an fp32 bit pattern.
 int64_t amax_bf16(const uint16_t* x, int64_t n, uint32_t* amax_bits);
 

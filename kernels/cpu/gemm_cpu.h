@@ -6,7 +6,7 @@
 namespace fp8::cpu {
 
 // fp8 operands are widened to their exact fp32 values in cache-sized blocks (bounded
-// extra memory, at most kScratchBytes) and multiplied with sgemm; products of fp8 values
+// extra memory: at most 48 MiB whatever the shape) and multiplied with sgemm; products of fp8 values
 // are exact in fp32, so the result equals fp8 products accumulated in fp32. The scales
 // are applied to the accumulated sums, as cuBLASLt does.
 void scaled_gemm(const ScaledGemmArgs& a);

@@ -48,8 +48,10 @@ void transpose_scalar(const uint8_t* src, int64_t ld_src, int64_t r0, int64_t r1
 void transpose_bytes(const uint8_t* src, int64_t ld_src, int64_t rows, int64_t cols, uint8_t* dst, int64_t ld_dst) {
 #if defined(__SSE2__)
   const int64_t rows16 = rows / 16 * 16, cols16 = cols / 16 * 16;
-  for (int64_t r = 0; r < rows16; r += 16) {
-    for (int64_t c = 0; c < cols16; c += 16) transpose16(src + r * ld_src + c, ld_src, dst + c * ld_dst + r, ld_dst);
+  // Column blocks outermost: consecutive blocks then fill the same destination rows
+  // left to right, finishing each destination cache line before moving on.
+  for (int64_t c = 0; c < cols16; c += 16) {
+    for (int64_t r = 0; r < rows16; r += 16) transpose16(src + r * ld_src + c, ld_src, dst + c * ld_dst + r, ld_dst);
   }
   transpose_scalar(src, ld_src, 0, rows16, cols16, cols, dst, ld_dst);
   transpose_scalar(src, ld_src, rows16, rows, 0, cols, dst, ld_dst);

@@ -1,0 +1,20 @@
+// CPU mean cross-entropy over rows of logits, and its backward. Arguments are validated
+// by the caller (targets included).
+#pragma once
+
+#include <cstdint>
+
+namespace fp8::ops::cpu {
+
+// *loss = mean over non-ignored rows of (lse_r - logits[r, target_r]), 0 if every row is
+// ignored. Row sums and the loss sum are accumulated in double; per-chunk partial sums are
+// added in chunk order, so the result does not depend on thread timing.
+void cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab, float* loss,
+                           float* lse);
+
+// grad_logits[r, j] = grad_loss / n_counted * (softmax(logits[r])_j - [j == target_r]),
+// and 0 on ignored rows.
+void cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, int64_t rows, int64_t vocab,
+                            float grad_loss, float* grad_logits);
+
+}  // namespace fp8::ops::cpu

@@ -1,0 +1,51 @@
+// Per-element arithmetic of the model ops, compiled for host and device (FP8_HD), so that
+// the CPU unit tests exercise exactly the formulas a CUDA implementation will run. Only the
+// loops and the parallel decomposition differ between the two paths.
+#pragma once
+
+#include <cmath>
+
+#include "fp8/arith.h"
+
+namespace fp8::ops {
+
+// sigmoid(g) = 1 / (1 + e^-g). For g below about -88, e^-g overflows to +inf and the
+// result is the correct limit 0, never NaN.
+FP8_HD float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+FP8_HD float swiglu(float gate, float up) { return gate * sigmoid(gate) * up; }
+
+// d/dg [g * sigmoid(g)] = sigmoid(g) * (1 + g * (1 - sigmoid(g))).
+FP8_HD void swiglu_grad(float gate, float up, float grad_out, float* grad_gate, float* grad_up) {
+  const float s = sigmoid(gate);
+  *grad_gate = grad_out * up * s * (1.0f + gate * (1.0f - s));
+  *grad_up = grad_out * gate * s;
+}
+
+// Rotates (x0, x1) by the angle whose cosine and sine are (c, s); the inverse rotation
+// passes -s.
+FP8_HD void rotate_pair(float x0, float x1, float c, float s, float* y0, float* y1) {
+  *y0 = x0 * c - x1 * s;
+  *y1 = x0 * s + x1 * c;
+}
+
+// One AdamW step's scalars, computed once per call on the host in double.
+struct AdamWCoefficients {
+  float decay;  // 1 - lr * weight_decay
+  float beta1, beta2;
+  float step_size;         // lr / (1 - beta1^step)
+  float sqrt_correction2;  // sqrt(1 - beta2^step)
+  float eps;
+};
+
+// The update of one parameter, in the order and form torch.optim.AdamW (single-tensor,
+// non-foreach) uses, so that results agree to rounding.
+FP8_HD void adamw_update(const AdamWCoefficients& c, float grad, float* param, float* m, float* v) {
+  *param *= c.decay;
+  *m += (grad - *m) * (1.0f - c.beta1);  // torch: exp_avg.lerp_(grad, 1 - beta1)
+  *v = *v * c.beta2 + (1.0f - c.beta2) * grad * grad;
+  const float denom = sqrtf(*v) / c.sqrt_correction2 + c.eps;
+  *param -= c.step_size * (*m / denom);
+}
+
+}  // namespace fp8::ops

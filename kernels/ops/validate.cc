@@ -1,0 +1,235 @@
+#include "ops/validate.h"
+
+#include <climits>
+#include <cmath>
+#include <initializer_list>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace fp8::ops {
+namespace {
+
+struct NamedPointer {
+  const char* name;
+  const void* ptr;
+};
+
+struct NamedDim {
+  const char* name;
+  int64_t value;
+};
+
+template <typename... Parts>
+absl::Status invalid(const char* op, const Parts&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", parts...));
+}
+
+absl::Status check_not_null(const char* op, std::initializer_list<NamedPointer> pointers) {
+  for (const auto& p : pointers) {
+    if (p.ptr == nullptr) return invalid(op, p.name, " is null");
+  }
+  return absl::OkStatus();
+}
+
+// The dims of one tensor: each must be positive, and the tensor's size in bytes must fit
+// in int64 so that no index computation downstream can overflow.
+absl::Status check_tensor_dims(const char* op, std::initializer_list<NamedDim> dims) {
+  int64_t bytes = static_cast<int64_t>(sizeof(float));
+  for (const auto& d : dims) {
+    if (d.value <= 0) return invalid(op, d.name, " must be positive, got ", d.value);
+    if (__builtin_mul_overflow(bytes, d.value, &bytes)) {
+      std::string shape;
+      for (const auto& e : dims) absl::StrAppend(&shape, shape.empty() ? "" : ", ", e.name, "=", e.value);
+      return invalid(op, "shape [", shape, "] is too large");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status check_elementwise(const char* op, int64_t n, std::initializer_list<NamedPointer> pointers) {
+  if (auto s = check_tensor_dims(op, {{"n", n}}); !s.ok()) return s;
+  return check_not_null(op, pointers);
+}
+
+absl::Status check_attention_shape(const char* op, const AttentionShape& s) {
+  if (auto st =
+          check_tensor_dims(op, {{"batch", s.batch}, {"seq", s.seq}, {"n_heads", s.n_heads}, {"head_dim", s.head_dim}});
+      !st.ok()) {
+    return st;
+  }
+  if (s.n_kv_heads <= 0) return invalid(op, "n_kv_heads must be positive, got ", s.n_kv_heads);
+  if (s.n_heads % s.n_kv_heads != 0) {
+    return invalid(op, "n_heads (", s.n_heads, ") is not a multiple of n_kv_heads (", s.n_kv_heads, ")");
+  }
+  // GEMM libraries (OpenBLAS, cuBLAS) take int sizes and leading dimensions.
+  if (s.seq > INT_MAX || s.n_heads * s.head_dim > INT_MAX) {
+    return invalid(op, "seq (", s.seq, ") or n_heads * head_dim (", s.n_heads * s.head_dim, ") exceeds ", INT_MAX);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status check_rope_shape(const char* op, const RopeShape& s, double theta) {
+  if (auto st =
+          check_tensor_dims(op, {{"batch", s.batch}, {"seq", s.seq}, {"heads", s.heads}, {"head_dim", s.head_dim}});
+      !st.ok()) {
+    return st;
+  }
+  if (s.head_dim % 2 != 0) return invalid(op, "head_dim must be even to rotate pairs, got ", s.head_dim);
+  if (!(theta > 0.0) || !std::isfinite(theta)) return invalid(op, "theta must be positive and finite, got ", theta);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status validate_embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t vocab,
+                                        int64_t dim, const float* out) {
+  constexpr const char* op = "embedding_forward";
+  if (auto s = check_tensor_dims(op, {{"n", n}, {"dim", dim}}); !s.ok()) return s;
+  if (auto s = check_tensor_dims(op, {{"vocab", vocab}, {"dim", dim}}); !s.ok()) return s;
+  return check_not_null(op, {{"tokens", tokens}, {"table", table}, {"out", out}});
+}
+
+absl::Status validate_embedding_backward(const int32_t* tokens, int64_t n, const float* grad_out, int64_t vocab,
+                                         int64_t dim, const float* grad_table) {
+  constexpr const char* op = "embedding_backward";
+  if (auto s = check_tensor_dims(op, {{"n", n}, {"dim", dim}}); !s.ok()) return s;
+  if (auto s = check_tensor_dims(op, {{"vocab", vocab}, {"dim", dim}}); !s.ok()) return s;
+  return check_not_null(op, {{"tokens", tokens}, {"grad_out", grad_out}, {"grad_table", grad_table}});
+}
+
+absl::Status validate_rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+                                      const float* out, const float* inv_rms) {
+  constexpr const char* op = "rmsnorm_forward";
+  if (auto s = check_tensor_dims(op, {{"rows", rows}, {"dim", dim}}); !s.ok()) return s;
+  if (!(eps > 0.0f) || !std::isfinite(eps)) return invalid(op, "eps must be positive and finite, got ", eps);
+  return check_not_null(op, {{"x", x}, {"weight", weight}, {"out", out}, {"inv_rms", inv_rms}});
+}
+
+absl::Status validate_rmsnorm_backward(const float* x, const float* weight, const float* inv_rms, const float* grad_out,
+                                       int64_t rows, int64_t dim, const float* grad_x, const float* grad_weight) {
+  constexpr const char* op = "rmsnorm_backward";
+  if (auto s = check_tensor_dims(op, {{"rows", rows}, {"dim", dim}}); !s.ok()) return s;
+  return check_not_null(op, {{"x", x},
+                             {"weight", weight},
+                             {"inv_rms", inv_rms},
+                             {"grad_out", grad_out},
+                             {"grad_x", grad_x},
+                             {"grad_weight", grad_weight}});
+}
+
+absl::Status validate_rope_forward(const RopeShape& shape, double theta, const float* x, const float* out) {
+  constexpr const char* op = "rope_forward";
+  if (auto s = check_rope_shape(op, shape, theta); !s.ok()) return s;
+  return check_not_null(op, {{"x", x}, {"out", out}});
+}
+
+absl::Status validate_rope_backward(const RopeShape& shape, double theta, const float* grad_out, const float* grad_x) {
+  constexpr const char* op = "rope_backward";
+  if (auto s = check_rope_shape(op, shape, theta); !s.ok()) return s;
+  return check_not_null(op, {{"grad_out", grad_out}, {"grad_x", grad_x}});
+}
+
+absl::Status validate_attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                                        const float* out, const float* lse) {
+  constexpr const char* op = "attention_forward";
+  if (auto st = check_attention_shape(op, s); !st.ok()) return st;
+  return check_not_null(op, {{"q", q}, {"k", k}, {"v", v}, {"out", out}, {"lse", lse}});
+}
+
+absl::Status validate_attention_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                                         const float* out, const float* lse, const float* grad_out, const float* grad_q,
+                                         const float* grad_k, const float* grad_v) {
+  constexpr const char* op = "attention_backward";
+  if (auto st = check_attention_shape(op, s); !st.ok()) return st;
+  return check_not_null(op, {{"q", q},
+                             {"k", k},
+                             {"v", v},
+                             {"out", out},
+                             {"lse", lse},
+                             {"grad_out", grad_out},
+                             {"grad_q", grad_q},
+                             {"grad_k", grad_k},
+                             {"grad_v", grad_v}});
+}
+
+absl::Status validate_swiglu_forward(const float* gate, const float* up, int64_t n, const float* out) {
+  return check_elementwise("swiglu_forward", n, {{"gate", gate}, {"up", up}, {"out", out}});
+}
+
+absl::Status validate_swiglu_backward(const float* gate, const float* up, const float* grad_out, int64_t n,
+                                      const float* grad_gate, const float* grad_up) {
+  return check_elementwise(
+      "swiglu_backward", n,
+      {{"gate", gate}, {"up", up}, {"grad_out", grad_out}, {"grad_gate", grad_gate}, {"grad_up", grad_up}});
+}
+
+absl::Status validate_add(const float* a, const float* b, int64_t n, const float* out) {
+  return check_elementwise("add", n, {{"a", a}, {"b", b}, {"out", out}});
+}
+
+absl::Status validate_accumulate(const float* x, int64_t n, const float* y) {
+  return check_elementwise("accumulate", n, {{"x", x}, {"y", y}});
+}
+
+absl::Status validate_cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                            const float* loss, const float* lse) {
+  constexpr const char* op = "cross_entropy_forward";
+  if (auto s = check_tensor_dims(op, {{"rows", rows}, {"vocab", vocab}}); !s.ok()) return s;
+  return check_not_null(op, {{"logits", logits}, {"targets", targets}, {"loss", loss}, {"lse", lse}});
+}
+
+absl::Status validate_cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse,
+                                             int64_t rows, int64_t vocab, float grad_loss, const float* grad_logits) {
+  constexpr const char* op = "cross_entropy_backward";
+  if (auto s = check_tensor_dims(op, {{"rows", rows}, {"vocab", vocab}}); !s.ok()) return s;
+  if (!std::isfinite(grad_loss)) return invalid(op, "grad_loss must be finite, got ", grad_loss);
+  return check_not_null(op, {{"logits", logits}, {"targets", targets}, {"lse", lse}, {"grad_logits", grad_logits}});
+}
+
+absl::Status validate_adamw(const AdamWHyperparams& h, int64_t step, const float* param, const float* grad,
+                            const float* m, const float* v, int64_t n) {
+  constexpr const char* op = "adamw_step";
+  if (auto s = check_tensor_dims(op, {{"n", n}}); !s.ok()) return s;
+  // Written as !(ok) so that NaN fails too. torch.optim.AdamW's ranges, except that eps
+  // must be positive: with eps = 0 a parameter whose gradient is 0 would get 0/0.
+  if (!(h.lr >= 0.0f) || !std::isfinite(h.lr)) return invalid(op, "lr must be finite and >= 0, got ", h.lr);
+  if (!(h.beta1 >= 0.0f && h.beta1 < 1.0f)) return invalid(op, "beta1 must be in [0, 1), got ", h.beta1);
+  if (!(h.beta2 >= 0.0f && h.beta2 < 1.0f)) return invalid(op, "beta2 must be in [0, 1), got ", h.beta2);
+  if (!(h.eps > 0.0f) || !std::isfinite(h.eps)) return invalid(op, "eps must be positive and finite, got ", h.eps);
+  if (!(h.weight_decay >= 0.0f) || !std::isfinite(h.weight_decay)) {
+    return invalid(op, "weight_decay must be finite and >= 0, got ", h.weight_decay);
+  }
+  if (step < 1) return invalid(op, "step counts from 1, got ", step);
+  return check_not_null(op, {{"param", param}, {"grad", grad}, {"m", m}, {"v", v}});
+}
+
+absl::Status validate_sum_of_squares(const float* x, int64_t n) {
+  return check_elementwise("sum_of_squares", n, {{"x", x}});
+}
+
+absl::Status validate_scale_inplace(const float* x, int64_t n, float factor) {
+  if (!std::isfinite(factor)) return invalid("scale_inplace", "factor must be finite, got ", factor);
+  return check_elementwise("scale_inplace", n, {{"x", x}});
+}
+
+absl::Status check_token_ids(const char* op, const int32_t* tokens, int64_t n, int64_t vocab) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab) {
+      return invalid(op, "token ", tokens[i], " at position ", i, " is outside the vocabulary of ", vocab);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status check_targets(const char* op, const int32_t* targets, int64_t rows, int64_t vocab) {
+  for (int64_t i = 0; i < rows; ++i) {
+    if (targets[i] != kIgnoreTarget && (targets[i] < 0 || targets[i] >= vocab)) {
+      return invalid(op, "target ", targets[i], " at row ", i, " is outside the vocabulary of ", vocab, " (use ",
+                     kIgnoreTarget, " to ignore a row)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fp8::ops

@@ -1,0 +1,223 @@
+// Bad job files: each error is one line, `file:line:col: field.path: what`, in file order.
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "common/jobspec/loader.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/common/jobspec_test_util.h"
+
+namespace fp8::jobspec {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::kMinimalJob;
+using testing::Lines;
+using testing::Testdata;
+
+struct BadFile {
+  const char* file;  // under testdata/bad/
+  // The whole error, line by line, after the path of the folder: "name.yaml:3:5: ...".
+  std::vector<std::string> lines;
+};
+
+void PrintTo(const BadFile& b, std::ostream* os) { *os << b.file; }
+
+class LoadBadFile : public ::testing::TestWithParam<BadFile> {};
+
+TEST_P(LoadBadFile, ReportsEveryProblemOnItsLine) {
+  const BadFile& bad = GetParam();
+  std::string folder = Testdata("bad") + "/";
+  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile(folder + bad.file);
+  ASSERT_FALSE(loaded.ok()) << bad.file << " loaded";
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<std::string> lines = Lines(loaded.status().message());
+  ASSERT_EQ(lines.size(), bad.lines.size()) << loaded.status().message();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i], folder + bad.lines[i]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, LoadBadFile,
+    ::testing::Values(
+        BadFile{"unknown_key.yaml",
+                {"unknown_key.yaml:5:3: model.n_head: unknown field (did you mean 'n_heads'?)"}},
+        BadFile{"wrong_type.yaml", {"wrong_type.yaml:10:10: train.steps: expected an integer, got 'lots'"}},
+        BadFile{"quoted_number.yaml",
+                {"quoted_number.yaml:10:10: train.steps: expected an integer, got the quoted text '100'; "
+                 "write it without quotes"}},
+        BadFile{"negative_steps.yaml", {"negative_steps.yaml:10:3: train.steps: must be > 0, got -5"}},
+        BadFile{"heads_do_not_divide_dim.yaml",
+                {"heads_do_not_divide_dim.yaml:5:3: model.n_heads: 6 does not divide model.dim (64)"}},
+        BadFile{"odd_head_dim.yaml",
+                {"odd_head_dim.yaml:5:3: model.n_heads: gives an odd head_dim, model.dim / model.n_heads = "
+                 "48 / 16 = 3; RoPE rotates pairs of channels, so head_dim must be even"}},
+        BadFile{
+            "unknown_recipe.yaml",
+            {"unknown_recipe.yaml:14:11: fp8.recipe: unknown value 'fastest'; expected one of tensorwise, "
+             "rowwise, rowwise_with_gw_hp, delayed, none"}},
+        // No fp8 section: the fp8 default (tensorwise) meets a model of dim 20, so the error
+        // points at model.dim, where the bad sizes come from.
+        BadFile{
+            "fp8_layer_of_dim_20.yaml",
+            {"fp8_layer_of_dim_20.yaml:3:3: fp8: 14 fp8 layers, such as layers.0.attention.wq (20 -> 20), "
+             "layers.0.feed_forward.w1 (20 -> 64), layers.0.feed_forward.w2 (64 -> 20), have dimensions "
+             "(in_features -> out_features) that are not all multiples of 16, as fp8 GEMMs need; set "
+             "fp8.pad_inner_dim: true, or keep such layers in high precision with fp8.exclude"}},
+        BadFile{
+            "exclude_matches_nothing.yaml",
+            {"exclude_matches_nothing.yaml:14:13: fp8.exclude[0]: 'outptu' matches no linear layer (did you "
+             "mean 'output'?); layers are named like layers.0.attention.wq, layers.0.feed_forward.w1, "
+             "output"}},
+        BadFile{
+            "long_form_without_recipe.yaml",
+            {"long_form_without_recipe.yaml:15:3: fp8.gemms: has no effect with fp8.recipe none; name the "
+             "recipe these changes apply to"}},
+        BadFile{
+            "e5m2_times_e5m2.yaml",
+            {"e5m2_times_e5m2.yaml:15:5: fp8.gemms.grad_input: e5m2 x e5m2 has no fp8 GEMM kernel; make one "
+             "operand e4m3"}},
+        BadFile{"yaml_syntax_error.yaml",
+                {"yaml_syntax_error.yaml:9:6: YAML syntax error: end of sequence flow not found"}},
+        BadFile{"empty.yaml",
+                {"empty.yaml:1:1: empty job spec; a job spec needs at least name, model, data and train"}},
+        BadFile{
+            "only_comment.yaml",
+            {"only_comment.yaml:1:1: empty job spec; a job spec needs at least name, model, data and train"}},
+        BadFile{"list_for_map.yaml",
+                {"list_for_map.yaml:2:8: model: expected a mapping of fields, got a list"}},
+        BadFile{
+            "top_level_list.yaml",
+            {"top_level_list.yaml:1:1: expected a mapping of sections at the top (name:, model:, ...), got a "
+             "list; a job spec needs at least name, model, data and train"}},
+        BadFile{"two_documents.yaml",
+                {"two_documents.yaml:14:1: holds 2 YAML documents; a job spec is one (remove the '---' "
+                 "separators)"}},
+        BadFile{"duplicate_key.yaml",
+                {"duplicate_key.yaml:13:3: train.lr: written twice (first on line 12)"}},
+        // A required field left out: the line of its section.
+        BadFile{"missing_lr.yaml", {"missing_lr.yaml:9:1: train.lr: is required"}},
+        // Whole sections left out: no line to point at.
+        BadFile{
+            "missing_sections.yaml",
+            {"missing_sections.yaml: model: required section is missing (it needs dim, n_layers, n_heads and "
+             "max_seq_len)",
+             "missing_sections.yaml: data: required section is missing (it needs path)",
+             "missing_sections.yaml: train: required section is missing (it needs steps, batch_size and "
+             "lr)"}},
+        BadFile{
+            "several_errors.yaml",
+            {"several_errors.yaml:1:1: name: must be a DNS label (lower-case letters, digits and '-', "
+             "starting "
+             "and ending with a letter or digit, at most 63 characters), got 'Several_Errors'",
+             "several_errors.yaml:4:3: model.n_layers: must be > 0, got 0",
+             "several_errors.yaml:5:3: model.n_heads: 6 does not divide model.dim (64)",
+             "several_errors.yaml:7:3: model.colour: unknown field; model has architecture, vocab_size, dim, "
+             "n_layers, n_heads, n_kv_heads, ffn_dim, max_seq_len, rope_theta, norm_eps, tie_embeddings",
+             "several_errors.yaml:10:3: data.val_fraction: must be in [0, 0.5], got 0.7",
+             "several_errors.yaml:14:3: train.grad_accum: 4 does not divide train.batch_size (6)",
+             "several_errors.yaml:16:3: train.warmup_steps: 500 exceeds train.steps (100)",
+             "several_errors.yaml:18:11: resources.device: unknown value 'tpu'; expected one of cpu, cuda "
+             "(did you mean 'cpu'?)"}}),
+    [](const ::testing::TestParamInfo<BadFile>& info) {
+      std::string name = info.param.file;
+      return name.substr(0, name.find('.'));
+    });
+
+// Smaller cases, written inline: one changed line of the minimal job each.
+std::string LoadError(const std::string& yaml) {
+  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecString(yaml, "job.yaml");
+  return loaded.ok() ? "(loaded)" : std::string(loaded.status().message());
+}
+
+std::string MinimalWith(const std::string& from, const std::string& to) {
+  std::string job = kMinimalJob;
+  size_t at = job.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return job.replace(at, from.size(), to);
+}
+
+TEST(LoadErrors, CrossFieldProblemsPointAtAFieldThatWasWritten) {
+  // eval_every needs held-out data, which the val_fraction written above forbids.
+  std::string job =
+      MinimalWith("  path: corpus.txt\n", "  path: corpus.txt\n  val_fraction: 0\n") + "  eval_every: 10\n";
+  EXPECT_EQ(LoadError(job),
+            "job.yaml:14:3: train.eval_every: evaluation needs held-out data, but data.val_fraction is 0");
+  // data.seq_len is left to its default (model.max_seq_len, 20); a micro-batch of 3 x 20
+  // tokens does not suit the fp8 grad_weight GEMM, and train.batch_size is where it shows.
+  job = MinimalWith("  max_seq_len: 64\n", "  max_seq_len: 20\n");
+  job.replace(job.find("batch_size: 4"), 13, "batch_size: 3");
+  EXPECT_EQ(
+      LoadError(job),
+      "job.yaml:11:3: train.batch_size: a micro-batch holds 3 x 20 = 60 tokens, not a multiple of 16, which "
+      "the fp8 grad_weight GEMM contracts over; change train.batch_size, train.grad_accum or data.seq_len, "
+      "or set fp8.pad_inner_dim: true");
+}
+
+TEST(LoadErrors, ARequiredFieldLeftOutPointsAtItsSection) {
+  EXPECT_EQ(LoadError(MinimalWith("  n_layers: 2\n", "")), "job.yaml:2:1: model.n_layers: is required");
+}
+
+TEST(LoadErrors, TypeErrorsDoNotEchoAsMissingFields) {
+  EXPECT_EQ(LoadError(MinimalWith("  dim: 64\n", "  dim: wide\n")),
+            "job.yaml:3:8: model.dim: expected an integer, got 'wide'");
+  EXPECT_EQ(LoadError(MinimalWith("  dim: 64\n", "  dim:\n")),
+            "job.yaml:3:3: model.dim: expected an integer, got nothing");
+}
+
+TEST(LoadErrors, ScalarSpellingsAreStrict) {
+  EXPECT_THAT(LoadError(MinimalWith("  steps: 100\n", "  steps: 1e3\n")),
+              HasSubstr("train.steps: expected an integer, got '1e3'"));
+  EXPECT_THAT(LoadError(MinimalWith("  steps: 100\n", "  steps: 99999999999999999999\n")),
+              HasSubstr("train.steps: '99999999999999999999' is out of range"));
+  EXPECT_THAT(
+      LoadError(MinimalWith("  n_layers: 2\n", "  n_layers: 4294967296\n")),
+      HasSubstr("job.yaml:4:13: model.n_layers: 4294967296 is out of range [-2147483648, 2147483647]"));
+  EXPECT_THAT(LoadError(MinimalWith("  lr: 1e-3\n", "  lr: .inf\n")),
+              HasSubstr("train.lr: expected a number"));
+  EXPECT_THAT(LoadError(MinimalWith("  lr: 1e-3\n", "  lr: nan\n")),
+              HasSubstr("train.lr: expected a finite number, got 'nan'"));
+  EXPECT_THAT(LoadError(kMinimalJob + std::string("  seed: -1\n")),
+              HasSubstr("train.seed: expected a non-negative integer, got '-1'"));
+  EXPECT_THAT(LoadError(MinimalWith("  max_seq_len: 64\n", "  max_seq_len: 64\n  tie_embeddings: yes\n")),
+              HasSubstr("model.tie_embeddings: expected true or false, got 'yes'"));
+  EXPECT_THAT(LoadError(MinimalWith("name: t\n", "name: {first: t}\n")),
+              HasSubstr("job.yaml:1:7: name: expected a string, got a mapping"));
+}
+
+TEST(LoadErrors, ListsAndMapsAreCheckedToo) {
+  EXPECT_THAT(LoadError(kMinimalJob + std::string("fp8:\n  exclude: output\n")),
+              HasSubstr("job.yaml:14:12: fp8.exclude: expected a list, got 'output'"));
+  EXPECT_THAT(LoadError(kMinimalJob + std::string("fp8:\n  exclude:\n")),
+              HasSubstr("fp8.exclude: expected a list, got nothing (write [] for an empty list)"));
+  EXPECT_THAT(LoadError(kMinimalJob + std::string("fp8:\n  include: [[a]]\n")),
+              HasSubstr("fp8.include[0]: expected a string, got a list"));
+  EXPECT_THAT(LoadError("labels: [a]\n" + std::string(kMinimalJob)),
+              HasSubstr("job.yaml:1:9: labels: expected a mapping, got a list"));
+  EXPECT_THAT(LoadError("labels: {'bad key!': x}\n" + std::string(kMinimalJob)),
+              HasSubstr("job.yaml:1:10: labels.bad key!: label keys are letters, digits"));
+}
+
+TEST(LoadErrors, UnknownTopLevelKeyListsTheSections) {
+  EXPECT_EQ(LoadError(kMinimalJob + std::string("trian: {}\n")),
+            "job.yaml:13:1: trian: unknown field (did you mean 'train'?)");
+  EXPECT_THAT(
+      LoadError(kMinimalJob + std::string("zzz: 1\n")),
+      HasSubstr("zzz: unknown field; a job spec has name, owner, priority, labels, description, model"));
+}
+
+TEST(LoadErrors, HostileKeysAreQuotedSafely) {
+  std::string message = LoadError(kMinimalJob + std::string("\"\\x01\\e[31m\": 1\n"));
+  EXPECT_THAT(message, HasSubstr("unknown field"));
+  for (char c : message) EXPECT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f)) << static_cast<int>(c);
+}
+
+TEST(LoadErrors, OversizedInputIsRefusedUnread) {
+  std::string huge(2 << 20, '#');
+  EXPECT_THAT(LoadError(huge), HasSubstr("a job spec is at most 1048576"));
+}
+
+}  // namespace
+}  // namespace fp8::jobspec

@@ -1,0 +1,80 @@
+// AdamW, as torch.optim.AdamW defines it: decoupled weight decay, bias-corrected moments.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "fp8/model_ops.h"
+#include "tests/ops/gradient_check.h"
+
+namespace fp8::ops_test {
+namespace {
+
+// lr 0.1, betas (0.9, 0.99), eps 1e-8, weight_decay 0.1, worked by hand:
+//
+// parameter 0 starts at 1.0, gradients 0.5 then -0.25
+//   step 1: decay      p = 1.0 · (1 − 0.1·0.1)                  = 0.99
+//           moments    m = 0.1·0.5 = 0.05        v = 0.01·0.25 = 0.0025
+//           corrected  m̂ = 0.05 / (1 − 0.9) = 0.5  v̂ = 0.0025 / (1 − 0.99) = 0.25
+//           update     p = 0.99 − 0.1 · 0.5 / (√0.25 + 1e-8)   = 0.890000002
+//   step 2: decay      p = 0.890000002 · 0.99                   = 0.88110000198
+//           moments    m = 0.9·0.05 + 0.1·(−0.25) = 0.02
+//                      v = 0.99·0.0025 + 0.01·0.0625 = 0.0031
+//           corrected  m̂ = 0.02 / (1 − 0.81) = 0.105263158
+//                      v̂ = 0.0031 / (1 − 0.9801) = 0.155778894, √v̂ = 0.394688351
+//           update     p = 0.88110000198 − 0.1 · 0.105263158 / 0.394688361 = 0.854430060
+//
+// parameter 1 starts at 2.0 with gradient 0 both steps: only the decay acts (m = v = 0,
+// and the update 0 / (0 + eps) is 0): 2 · 0.99² = 1.9602.
+TEST(AdamW, MatchesTwoStepsWorkedByHand) {
+  AdamWHyperparams h;
+  h.lr = 0.1f;
+  h.beta1 = 0.9f;
+  h.beta2 = 0.99f;
+  h.eps = 1e-8f;
+  h.weight_decay = 0.1f;
+  std::vector<float> param = {1.0f, 2.0f}, m = {0.0f, 0.0f}, v = {0.0f, 0.0f};
+  const std::vector<float> grad1 = {0.5f, 0.0f}, grad2 = {-0.25f, 0.0f};
+  auto& ops = cpu_model_ops();
+  // Relative tolerance 2e-6: the hyperparameters are fp32, and 1 − 0.99f = 0.0099999905
+  // is already 1e-6 away from 0.01.
+  auto expect_close = [](float got, double want) { EXPECT_NEAR(got, want, 2e-6 * std::abs(want)); };
+  ASSERT_TRUE(ops.adamw_step(h, 1, param.data(), grad1.data(), m.data(), v.data(), 2).ok());
+  expect_close(param[0], 0.890000002);
+  expect_close(m[0], 0.05);
+  expect_close(v[0], 0.0025);
+  ASSERT_TRUE(ops.adamw_step(h, 2, param.data(), grad2.data(), m.data(), v.data(), 2).ok());
+  expect_close(param[0], 0.854430060);
+  expect_close(m[0], 0.02);
+  expect_close(v[0], 0.0031);
+  expect_close(param[1], 1.9602);
+  EXPECT_EQ(m[1], 0.0f);
+  EXPECT_EQ(v[1], 0.0f);
+}
+
+// A buffer split across threads, many steps, against the same formulas in double.
+TEST(AdamW, ManyStepsOverALargeBufferMatchDoublePrecision) {
+  const size_t n = 70001;
+  const AdamWHyperparams h;  // torch defaults
+  auto param = uniform(n, 1);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  Vec p_ref = to_double(param), m_ref(n, 0.0), v_ref(n, 0.0);
+  for (int64_t step = 1; step <= 5; ++step) {
+    const auto grad = uniform(n, 100 + static_cast<uint32_t>(step));
+    ASSERT_TRUE(cpu_model_ops()
+                    .adamw_step(h, step, param.data(), grad.data(), m.data(), v.data(), static_cast<int64_t>(n))
+                    .ok());
+    const double c1 = 1.0 - std::pow(0.9, static_cast<double>(step)),
+                 c2 = 1.0 - std::pow(0.999, static_cast<double>(step));
+    for (size_t i = 0; i < n; ++i) {
+      p_ref[i] *= 1.0 - 1e-3 * 1e-2;
+      m_ref[i] = 0.9 * m_ref[i] + 0.1 * grad[i];
+      v_ref[i] = 0.999 * v_ref[i] + 0.001 * grad[i] * grad[i];
+      p_ref[i] -= 1e-3 * (m_ref[i] / c1) / (std::sqrt(v_ref[i] / c2) + 1e-8);
+    }
+  }
+  // An update is lr · m̂ / (√v̂ + eps) ≤ ~lr, so 1e-6 absolute is ~1e-3 of a step.
+  EXPECT_LT(scaled_max_error(param, p_ref), 1e-6);
+}
+
+}  // namespace
+}  // namespace fp8::ops_test

@@ -1,0 +1,59 @@
+// Residual adds and the gradient-norm pieces (sum of squares, scaling).
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "fp8/model_ops.h"
+#include "tests/ops/gradient_check.h"
+
+namespace fp8::ops_test {
+namespace {
+
+constexpr size_t kN = 100003;  // several chunks, not a multiple of anything
+
+TEST(Elementwise, AddWritesTheSumAndMayWriteOverAnInput) {
+  const auto a = uniform(kN, 1), b = uniform(kN, 2);
+  auto out = nans(kN);
+  ASSERT_TRUE(cpu_model_ops().add(a.data(), b.data(), static_cast<int64_t>(kN), out.data()).ok());
+  for (size_t i = 0; i < kN; ++i) ASSERT_EQ(out[i], a[i] + b[i]) << i;
+  auto in_place = a;
+  ASSERT_TRUE(cpu_model_ops().add(in_place.data(), b.data(), static_cast<int64_t>(kN), in_place.data()).ok());
+  EXPECT_EQ(in_place, out);
+}
+
+TEST(Elementwise, AccumulateAddsIntoY) {
+  const auto x = uniform(kN, 3);
+  auto y = uniform(kN, 4);
+  const auto y0 = y;
+  ASSERT_TRUE(cpu_model_ops().accumulate(x.data(), static_cast<int64_t>(kN), y.data()).ok());
+  for (size_t i = 0; i < kN; ++i) ASSERT_EQ(y[i], y0[i] + x[i]) << i;
+}
+
+TEST(Elementwise, SumOfSquaresIsExactToDoubleRoundingAndRepeatable) {
+  const auto x = uniform(kN, 5, -3.0f, 3.0f);
+  double want = 0.0;
+  for (float v : x) want += static_cast<double>(v) * v;
+  const auto got = cpu_model_ops().sum_of_squares(x.data(), static_cast<int64_t>(kN));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_NEAR(*got, want, 1e-12 * want);
+  EXPECT_EQ(*cpu_model_ops().sum_of_squares(x.data(), static_cast<int64_t>(kN)), *got);
+}
+
+// Global-norm clipping, as a trainer does it over two gradient buffers.
+TEST(Elementwise, ClippingToAGlobalNormScalesEveryBuffer) {
+  auto g1 = uniform(kN, 6), g2 = uniform(1000, 7);
+  auto& ops = cpu_model_ops();
+  const double norm = std::sqrt(*ops.sum_of_squares(g1.data(), static_cast<int64_t>(g1.size())) +
+                                *ops.sum_of_squares(g2.data(), static_cast<int64_t>(g2.size())));
+  const float factor = static_cast<float>(1.0 / norm);
+  const auto g1_before = g1;
+  ASSERT_TRUE(ops.scale_inplace(g1.data(), static_cast<int64_t>(g1.size()), factor).ok());
+  ASSERT_TRUE(ops.scale_inplace(g2.data(), static_cast<int64_t>(g2.size()), factor).ok());
+  EXPECT_EQ(g1[17], g1_before[17] * factor);
+  const double clipped = std::sqrt(*ops.sum_of_squares(g1.data(), static_cast<int64_t>(g1.size())) +
+                                   *ops.sum_of_squares(g2.data(), static_cast<int64_t>(g2.size())));
+  EXPECT_NEAR(clipped, 1.0, 1e-6);
+}
+
+}  // namespace
+}  // namespace fp8::ops_test

@@ -1,0 +1,72 @@
+// RMSNorm and its backward.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "fp8/model_ops.h"
+#include "tests/ops/gradient_check.h"
+#include "tests/ops/reference_ops.h"
+
+namespace fp8::ops_test {
+namespace {
+
+constexpr float kEps = 1e-5f;
+
+struct RmsnormCase {
+  int64_t rows, dim;
+};
+
+void check_rmsnorm(const RmsnormCase& c, size_t fd_samples) {
+  const auto x = uniform(static_cast<size_t>(c.rows * c.dim), 1, -2.0f, 2.0f);
+  const auto weight = uniform(static_cast<size_t>(c.dim), 2, 0.5f, 1.5f);
+  const auto w = uniform(x.size(), 3);
+  auto& ops = cpu_model_ops();
+
+  auto out = nans(x.size());
+  auto inv_rms = nans(static_cast<size_t>(c.rows));
+  ASSERT_TRUE(ops.rmsnorm_forward(x.data(), weight.data(), c.rows, c.dim, kEps, out.data(), inv_rms.data()).ok());
+  Vec want_inv_rms;
+  const Vec want = ref::rmsnorm(to_double(x), to_double(weight), c.rows, c.dim, kEps, &want_inv_rms);
+  EXPECT_LT(scaled_max_error(out, want), 1e-6);
+  EXPECT_LT(scaled_max_error(inv_rms, want_inv_rms), 1e-6);
+
+  auto grad_x = nans(x.size());
+  const float prior = -0.5f;
+  std::vector<float> grad_weight(static_cast<size_t>(c.dim), prior);
+  ASSERT_TRUE(ops.rmsnorm_backward(x.data(), weight.data(), inv_rms.data(), w.data(), c.rows, c.dim, grad_x.data(),
+                                   grad_weight.data())
+                  .ok());
+  for (auto& g : grad_weight) g -= prior;
+
+  const auto x_indices = fd_samples == 0 ? std::vector<size_t>{} : sample_indices(x.size(), fd_samples, 5);
+  const Vec numeric_x = numeric_gradient(
+      [&](const Vec& xd) { return weighted_sum(ref::rmsnorm(xd, to_double(weight), c.rows, c.dim, kEps), w); },
+      to_double(x), x_indices);
+  expect_gradient_near(grad_x, numeric_x, "grad_x", x_indices);
+  const Vec numeric_weight = numeric_gradient(
+      [&](const Vec& wd) { return weighted_sum(ref::rmsnorm(to_double(x), wd, c.rows, c.dim, kEps), w); },
+      to_double(weight));
+  expect_gradient_near(grad_weight, numeric_weight, "grad_weight");
+}
+
+TEST(RmsNorm, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) { check_rmsnorm({6, 10}, 0); }
+
+// 1100 rows of 32 make two chunks of rows (1024 per chunk at most): grad_weight is summed
+// from per-thread partials, which must add up.
+TEST(RmsNorm, ManyRowsSplitAcrossThreads) { check_rmsnorm({1100, 32}, 16); }
+
+// The scale of x cancels (up to eps): 1000·x normalises to the same output.
+TEST(RmsNorm, OutputIsScaleInvariant) {
+  const int64_t rows = 3, dim = 16;
+  const auto x = uniform(static_cast<size_t>(rows * dim), 7);
+  std::vector<float> big(x);
+  for (auto& v : big) v *= 1000.0f;
+  const std::vector<float> weight(static_cast<size_t>(dim), 1.0f);
+  std::vector<float> a(x.size()), b(x.size()), inv(static_cast<size_t>(rows));
+  ASSERT_TRUE(cpu_model_ops().rmsnorm_forward(x.data(), weight.data(), rows, dim, 1e-12f, a.data(), inv.data()).ok());
+  ASSERT_TRUE(cpu_model_ops().rmsnorm_forward(big.data(), weight.data(), rows, dim, 1e-12f, b.data(), inv.data()).ok());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5f) << i;
+}
+
+}  // namespace
+}  // namespace fp8::ops_test

@@ -1,0 +1,89 @@
+// Rotary position embedding: the Llama pairing and frequencies, norm preservation, the
+// backward as the inverse rotation, in-place use, and bad shapes.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "fp8/model_ops.h"
+#include "tests/ops/gradient_check.h"
+#include "tests/ops/reference_ops.h"
+
+namespace fp8::ops_test {
+namespace {
+
+size_t elements(const RopeShape& s) { return static_cast<size_t>(s.batch * s.seq * s.heads * s.head_dim); }
+
+// head_dim 4, theta 100: pair 0 turns by pos rad, pair 1 by pos · 100^(-2/4) = pos / 10.
+TEST(Rope, RotatesAdjacentPairsByPositionTimesFrequency) {
+  const RopeShape s{1, 4, 1, 4};
+  std::vector<float> x;
+  for (int pos = 0; pos < 4; ++pos) x.insert(x.end(), {1.0f, 0.0f, 0.0f, 1.0f});
+  std::vector<float> y(x.size());
+  ASSERT_TRUE(cpu_model_ops().rope_forward(s, 100.0, x.data(), y.data()).ok());
+  for (int pos = 0; pos < 4; ++pos) {
+    const float* v = y.data() + pos * 4;
+    EXPECT_NEAR(v[0], std::cos(pos), 1e-6) << pos;
+    EXPECT_NEAR(v[1], std::sin(pos), 1e-6) << pos;
+    EXPECT_NEAR(v[2], -std::sin(pos / 10.0), 1e-6) << pos;
+    EXPECT_NEAR(v[3], std::cos(pos / 10.0), 1e-6) << pos;
+  }
+  for (int j = 0; j < 4; ++j) EXPECT_EQ(y[j], x[j]) << "position 0 is not rotated";
+}
+
+TEST(Rope, MatchesReferenceForLlamaThetas) {
+  const RopeShape s{2, 37, 3, 16};
+  const auto x = uniform(elements(s), 1);
+  for (double theta : {10000.0, 500000.0}) {
+    std::vector<float> y(x.size());
+    ASSERT_TRUE(cpu_model_ops().rope_forward(s, theta, x.data(), y.data()).ok());
+    EXPECT_LT(scaled_max_error(y, ref::rope(to_double(x), s, theta)), 1e-6) << theta;
+  }
+}
+
+TEST(Rope, PreservesEveryPairsNorm) {
+  const RopeShape s{1, 300, 2, 8};
+  const auto x = uniform(elements(s), 2);
+  std::vector<float> y(x.size());
+  ASSERT_TRUE(cpu_model_ops().rope_forward(s, 500000.0, x.data(), y.data()).ok());
+  for (size_t i = 0; i < x.size(); i += 2) {
+    const double before = std::hypot(x[i], x[i + 1]);
+    const double after = std::hypot(y[i], y[i + 1]);
+    EXPECT_NEAR(after, before, 1e-6 * (1.0 + before)) << i;
+  }
+}
+
+TEST(Rope, BackwardUndoesForward) {
+  const RopeShape s{2, 50, 4, 32};
+  const auto x = uniform(elements(s), 3);
+  std::vector<float> y(x.size()), back(x.size());
+  ASSERT_TRUE(cpu_model_ops().rope_forward(s, 10000.0, x.data(), y.data()).ok());
+  ASSERT_TRUE(cpu_model_ops().rope_backward(s, 10000.0, y.data(), back.data()).ok());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(back[i], x[i], 1e-6) << i;
+}
+
+TEST(Rope, InPlaceEqualsOutOfPlace) {
+  const RopeShape s{2, 9, 3, 6};
+  const auto x = uniform(elements(s), 4);
+  std::vector<float> out(x.size()), in_place(x);
+  ASSERT_TRUE(cpu_model_ops().rope_forward(s, 10000.0, x.data(), out.data()).ok());
+  ASSERT_TRUE(cpu_model_ops().rope_forward(s, 10000.0, in_place.data(), in_place.data()).ok());
+  EXPECT_EQ(in_place, out);
+  ASSERT_TRUE(cpu_model_ops().rope_backward(s, 10000.0, in_place.data(), in_place.data()).ok());
+  ASSERT_TRUE(cpu_model_ops().rope_backward(s, 10000.0, out.data(), out.data()).ok());
+  EXPECT_EQ(in_place, out);
+}
+
+TEST(Rope, BackwardMatchesFiniteDifferences) {
+  const RopeShape s{2, 5, 2, 6};
+  const double theta = 10000.0;
+  const auto x = uniform(elements(s), 5);
+  const auto w = uniform(x.size(), 6);
+  auto grad_x = nans(x.size());
+  ASSERT_TRUE(cpu_model_ops().rope_backward(s, theta, w.data(), grad_x.data()).ok());
+  const Vec numeric =
+      numeric_gradient([&](const Vec& xd) { return weighted_sum(ref::rope(xd, s, theta), w); }, to_double(x));
+  expect_gradient_near(grad_x, numeric, "grad_x");
+}
+
+}  // namespace
+}  // namespace fp8::ops_test
