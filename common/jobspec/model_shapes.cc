@@ -1,0 +1,52 @@
+#include "common/jobspec/model_shapes.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace fp8::jobspec {
+namespace {
+
+bool InRange(int64_t v, int64_t max) { return v > 0 && v <= max; }
+
+}  // namespace
+
+int64_t LlamaFfnDim(int64_t dim) {
+  constexpr int64_t kMultipleOf = 16;
+  int64_t hidden = 2 * (4 * dim) / 3;
+  return (hidden + kMultipleOf - 1) / kMultipleOf * kMultipleOf;
+}
+
+bool ModelShapeIsKnown(const v1::ModelSpec& m) {
+  if (!InRange(m.dim(), kMaxWidth) || !InRange(m.n_layers(), kMaxLayers) || !InRange(m.n_heads(), m.dim()) ||
+      !InRange(m.n_kv_heads(), m.n_heads()) || !InRange(m.ffn_dim(), kMaxWidth) ||
+      !InRange(m.vocab_size(), kMaxWidth)) {
+    return false;
+  }
+  return m.dim() % m.n_heads() == 0 && m.n_heads() % m.n_kv_heads() == 0;
+}
+
+std::vector<LinearLayer> ListLinearLayers(const v1::ModelSpec& m) {
+  std::vector<LinearLayer> layers;
+  if (!ModelShapeIsKnown(m)) return layers;
+  const int64_t dim = m.dim();
+  const int64_t kv_dim = dim / m.n_heads() * m.n_kv_heads();
+  const int64_t ffn = m.ffn_dim();
+  struct Role {
+    const char* name;
+    int64_t in, out;
+  };
+  const Role roles[] = {
+      {"attention.wq", dim, dim},    {"attention.wk", dim, kv_dim}, {"attention.wv", dim, kv_dim},
+      {"attention.wo", dim, dim},    {"feed_forward.w1", dim, ffn}, {"feed_forward.w2", ffn, dim},
+      {"feed_forward.w3", dim, ffn},
+  };
+  layers.reserve(static_cast<size_t>(m.n_layers()) * std::size(roles) + 1);
+  for (int block = 0; block < m.n_layers(); ++block) {
+    for (const Role& role : roles) {
+      layers.push_back({absl::StrCat("layers.", block, ".", role.name), role.name, block, role.in, role.out});
+    }
+  }
+  layers.push_back({"output", "output", -1, dim, m.vocab_size()});
+  return layers;
+}
+
+}  // namespace fp8::jobspec

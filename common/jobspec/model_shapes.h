@@ -1,0 +1,42 @@
+// The shapes a ModelSpec implies: the Llama feed-forward width rule and the list of linear
+// layers, under the names that fp8.include / fp8.exclude globs match. The training engine
+// names its layers the same way, so a filter means the same thing to the validator and to
+// the trainer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fp8/v1/job.pb.h"
+
+namespace fp8::jobspec {
+
+// Byte-level tokens: one per byte value.
+inline constexpr int kByteVocabulary = 256;
+// Bounds that keep every size computed from a spec well inside 64-bit arithmetic and the
+// layer list short enough to check; far above any model this service trains.
+inline constexpr int64_t kMaxLayers = 1024;
+inline constexpr int64_t kMaxWidth = 1 << 20;  // dim, ffn_dim, vocab_size, max_seq_len
+
+// Llama's SwiGLU width: 2/3 of 4*dim, rounded up to a multiple of 16 (Llama rounds to
+// 256; 16 keeps small models small and is what fp8 GEMMs need). 64 -> 176, 4096 -> 10928.
+int64_t LlamaFfnDim(int64_t dim);
+
+struct LinearLayer {
+  std::string name;  // "layers.3.attention.wq", "output"
+  std::string role;  // the name without its block: "attention.wq", "output"
+  int block = -1;    // the transformer block, -1 for layers outside the blocks
+  int64_t in_features = 0;
+  int64_t out_features = 0;
+};
+
+// Whether `model` has every size ListLinearLayers needs, positive, bounded, and with heads
+// dividing evenly (dim by n_heads, n_heads by n_kv_heads).
+bool ModelShapeIsKnown(const v1::ModelSpec& model);
+
+// Every linear layer, block by block, then the output projection. Requires
+// ModelShapeIsKnown(model); returns an empty list otherwise.
+std::vector<LinearLayer> ListLinearLayers(const v1::ModelSpec& model);
+
+}  // namespace fp8::jobspec

@@ -1,0 +1,23 @@
+#include "common/jobspec/paths.h"
+
+#include <string>
+
+namespace fp8::jobspec {
+namespace {
+
+void MakeAbsolute(std::string& path, const std::filesystem::path& base_dir) {
+  if (path.empty()) return;  // validation reports it
+  std::filesystem::path p(path);
+  if (p.is_absolute()) return;
+  path = (base_dir / p).lexically_normal().string();
+}
+
+}  // namespace
+
+void MakePathsAbsolute(v1::JobSpec& spec, const std::filesystem::path& base_dir) {
+  // Every path field of job.proto; a new one must be added here.
+  if (spec.data().has_path()) MakeAbsolute(*spec.mutable_data()->mutable_path(), base_dir);
+  if (spec.checkpoint().has_dir()) MakeAbsolute(*spec.mutable_checkpoint()->mutable_dir(), base_dir);
+}
+
+}  // namespace fp8::jobspec

@@ -1,0 +1,13 @@
+// Semantic validation of a resolved spec (defaults applied): ranges, then consistency
+// between fields. Issues name the field at fault; the loader adds file:line:col.
+#pragma once
+
+#include "common/jobspec/issues.h"
+#include "fp8/v1/job.pb.h"
+
+namespace fp8::jobspec {
+
+// Every problem found, in no particular order (the caller sorts by position).
+Issues FindSpecIssues(const v1::JobSpec& spec);
+
+}  // namespace fp8::jobspec

@@ -1,0 +1,184 @@
+#include "common/jobspec/validate_fp8.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/jobspec/fp8_recipes.h"
+#include "common/jobspec/issues.h"
+#include "common/jobspec/model_shapes.h"
+#include "common/jobspec/module_filter.h"
+#include "common/jobspec/suggest.h"
+
+namespace fp8::jobspec {
+namespace {
+
+using v1::CastConfig;
+
+// fp8 GEMMs (cuBLASLt, and the CPU path that keeps the same contract) need the contracted
+// and output dimensions to be multiples of this.
+constexpr int64_t kFp8GemmMultiple = 16;
+// Filters are short lists of short globs; the bound keeps "every glob against every
+// layer" cheap on any input.
+constexpr int kMaxGlobs = 64;
+constexpr size_t kMaxGlobChars = 128;
+
+// Where a problem with the set of fp8 layers is shown: the filter if the user wrote one,
+// else the recipe, else the model size that produced the bad shapes.
+const std::vector<std::string> kFp8LayerAnchors = {"fp8.include", "fp8.exclude", "fp8.recipe", "model.dim"};
+
+void CheckLongForm(const v1::Fp8Spec& fp8, Checks& c) {
+  if (!fp8.has_gemms()) return;
+  if (fp8.recipe() == v1::Fp8Spec::NONE) {
+    c.Add("fp8.gemms", "has no effect with fp8.recipe none; name the recipe these changes apply to");
+    return;
+  }
+  for (const GemmRef& gemm : ListGemms(fp8.gemms())) {
+    for (const OperandRef* op : {&gemm.lhs, &gemm.rhs}) {
+      if (op->cast->dtype() != CastConfig::HIGH_PRECISION) continue;
+      if (op->cast->granularity() != CastConfig::GRANULARITY_UNSPECIFIED) {
+        c.Add(op->path + ".granularity", "has no effect on a high_precision operand");
+      }
+      if (op->cast->scaling() != CastConfig::SCALING_UNSPECIFIED) {
+        c.Add(op->path + ".scaling", "has no effect on a high_precision operand");
+      }
+    }
+  }
+}
+
+void CheckEffectiveGemms(const v1::Fp8Spec& fp8, const v1::Float8Gemms& effective, Checks& c) {
+  for (const GemmRef& gemm : ListGemms(effective)) {
+    if (gemm.lhs.cast->dtype() == CastConfig::E5M2 && gemm.rhs.cast->dtype() == CastConfig::E5M2) {
+      c.Add(gemm.path, "e5m2 x e5m2 has no fp8 GEMM kernel; make one operand e4m3", {"fp8.recipe"});
+    }
+    for (const OperandRef* op : {&gemm.lhs, &gemm.rhs}) {
+      if (op->cast->scaling() == CastConfig::DELAYED && op->cast->granularity() == CastConfig::AXISWISE) {
+        c.Add(op->path,
+              "delayed scaling keeps one amax history per tensor, so it needs tensorwise granularity",
+              {"fp8.recipe"});
+      }
+    }
+  }
+  const CastConfig& weight = effective.output().weight();
+  bool gatherable = IsFp8(weight) && weight.granularity() == CastConfig::TENSORWISE;
+  if (fp8.all_gather_fp8() && fp8.recipe() != v1::Fp8Spec::NONE && !gatherable) {
+    c.Add("fp8.all_gather_fp8",
+          "needs the output GEMM's weight in fp8 with tensorwise scaling (set it to false for this recipe)");
+  }
+}
+
+// Every glob must name at least one layer: a misspelt exclude would otherwise silently
+// train the layer it meant to protect in fp8.
+void CheckFilterGlobs(const v1::Fp8Spec& fp8, const std::vector<LinearLayer>& layers, Checks& c) {
+  std::vector<std::string> names_for_hints;
+  for (const LinearLayer& l : layers) {
+    if (l.block <= 0) names_for_hints.push_back(l.name);
+  }
+  auto check_list = [&](const std::string& field,
+                        const google::protobuf::RepeatedPtrField<std::string>& globs) {
+    if (globs.size() > kMaxGlobs) {
+      c.Add(field, absl::StrCat("has ", globs.size(), " globs; at most ", kMaxGlobs));
+      return;
+    }
+    for (int i = 0; i < globs.size(); ++i) {
+      std::string at = absl::StrCat(field, "[", i, "]");
+      const std::string& glob = globs.Get(i);
+      if (glob.empty() || glob.size() > kMaxGlobChars) {
+        c.Add(at, absl::StrCat("globs are 1 to ", kMaxGlobChars, " characters"));
+        continue;
+      }
+      if (layers.empty()) continue;  // model sizes are wrong; reported elsewhere
+      bool matched = false;
+      for (const LinearLayer& l : layers) matched = matched || GlobMatches(glob, l.name);
+      if (!matched) {
+        c.Add(at, absl::StrCat(
+                      Quote(glob), " matches no linear layer", DidYouMean(glob, names_for_hints),
+                      "; layers are named like layers.0.attention.wq, layers.0.feed_forward.w1, output"));
+      }
+    }
+  };
+  check_list("fp8.include", fp8.include());
+  check_list("fp8.exclude", fp8.exclude());
+}
+
+void CheckLayerShapes(const v1::JobSpec& spec, const v1::Float8Gemms& effective,
+                      const std::vector<LinearLayer>& layers, Checks& c) {
+  const v1::Fp8Spec& fp8 = spec.fp8();
+  if (fp8.pad_inner_dim()) return;
+  // output = in·wᵀ contracts in_features; grad_input = gout·w contracts out_features;
+  // grad_weight = goutᵀ·in contracts tokens and yields [out, in].
+  const std::array<GemmRef, 3> gemms = ListGemms(effective);
+  const bool output_fp8 = gemms[0].runs_in_fp8();
+  const bool grad_input_fp8 = gemms[1].runs_in_fp8();
+  const bool grad_weight_fp8 = gemms[2].runs_in_fp8();
+  const bool needs_in = output_fp8 || grad_input_fp8 || grad_weight_fp8;
+  const bool needs_out = output_fp8 || grad_input_fp8;
+
+  // One line for all of them: they share one cause (the model's sizes) and one fix. It
+  // names one layer of each distinct shape, which is all there is to see.
+  int offenders = 0;
+  std::vector<const LinearLayer*> examples;  // the first offender of each shape
+  bool any_fp8_layer = false;
+  for (const LinearLayer& layer : layers) {
+    if (!IsFloat8Linear(fp8, layer.name)) continue;
+    any_fp8_layer = true;
+    bool bad_in = needs_in && layer.in_features % kFp8GemmMultiple != 0;
+    bool bad_out = needs_out && layer.out_features % kFp8GemmMultiple != 0;
+    if (!bad_in && !bad_out) continue;
+    ++offenders;
+    bool new_shape = std::none_of(examples.begin(), examples.end(), [&](const LinearLayer* e) {
+      return e->in_features == layer.in_features && e->out_features == layer.out_features;
+    });
+    if (new_shape) examples.push_back(&layer);
+  }
+  if (offenders > 0) {
+    std::vector<std::string> shown;
+    for (const LinearLayer* e : examples) {
+      shown.push_back(absl::StrCat(e->name, " (", e->in_features, " -> ", e->out_features, ")"));
+    }
+    std::string what = offenders == 1 ? absl::StrCat("fp8 layer ", shown[0], " has dimensions")
+                                      : absl::StrCat(offenders, " fp8 layers, such as ",
+                                                     absl::StrJoin(shown, ", "), ", have dimensions");
+    c.Add("fp8",
+          absl::StrCat(what,
+                       " (in_features -> out_features) that are not all multiples of 16, as fp8 GEMMs need; "
+                       "set fp8.pad_inner_dim: true, or keep such layers in high precision with fp8.exclude"),
+          kFp8LayerAnchors);
+  }
+
+  // grad_weight contracts over the tokens of a micro-batch.
+  const v1::TrainSpec& t = spec.train();
+  if (!any_fp8_layer || !grad_weight_fp8 || t.grad_accum() <= 0 || t.batch_size() <= 0 ||
+      t.batch_size() % t.grad_accum() != 0 || spec.data().seq_len() <= 0) {
+    return;
+  }
+  int64_t sequences = t.batch_size() / t.grad_accum();
+  int64_t tokens = sequences * spec.data().seq_len();
+  if (tokens % kFp8GemmMultiple != 0) {
+    c.Add("train.batch_size",
+          absl::StrCat("a micro-batch holds ", sequences, " x ", spec.data().seq_len(), " = ", tokens,
+                       " tokens, not a multiple of 16, which the fp8 grad_weight GEMM contracts over; change "
+                       "train.batch_size, train.grad_accum or data.seq_len, or set fp8.pad_inner_dim: true"),
+          {"data.seq_len", "train.grad_accum"});
+  }
+}
+
+}  // namespace
+
+void CheckFp8(const v1::JobSpec& spec, Checks& c) {
+  const v1::Fp8Spec& fp8 = spec.fp8();
+  c.IntInRange("fp8.amax_history_len", fp8.amax_history_len(), 1, 4096);
+  CheckLongForm(fp8, c);
+  if (fp8.recipe() == v1::Fp8Spec::NONE) return;  // nothing below applies without fp8
+
+  v1::Float8Gemms effective = EffectiveGemms(fp8);
+  CheckEffectiveGemms(fp8, effective, c);
+  std::vector<LinearLayer> layers = ListLinearLayers(spec.model());
+  CheckFilterGlobs(fp8, layers, c);
+  CheckLayerShapes(spec, effective, layers, c);
+}
+
+}  // namespace fp8::jobspec
