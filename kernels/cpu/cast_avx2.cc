@@ -145,12 +145,15 @@ __attribute__((target("avx2,f16c"))) int64_t widen_fp8(const uint8_t* in, int64_
         e4 ? _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(codes, mag_mask), 7),
                              _mm256_slli_epi16(_mm256_and_si256(codes, sign_mask), 8))
            : _mm256_slli_epi16(codes, 8);
+    // Two halves of 8; the byte shift needs an immediate, so the halves are spelled out.
+    const __m128i codes_lo = bytes, codes_hi = _mm_srli_si128(bytes, 8);
+    const __m128i half_lo = _mm256_castsi256_si128(half), half_hi = _mm256_extracti128_si256(half, 1);
     for (int h = 0; h < 2; ++h) {
-      __m256 v = _mm256_cvtph_ps(h == 0 ? _mm256_castsi256_si128(half) : _mm256_extracti128_si256(half, 1));
+      __m256 v = _mm256_cvtph_ps(h == 0 ? half_lo : half_hi);
       if (e4) v = _mm256_mul_ps(v, rebias);
       // NaN codes become the canonical NaN with their sign, as fp8_to_float gives (as
       // fp16, e4m3's NaN would read as ±480 and e5m2's keep their payloads).
-      const __m256i c32 = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8 * h));
+      const __m256i c32 = _mm256_cvtepu8_epi32(h == 0 ? codes_lo : codes_hi);
       const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c32, sign32), 24);
       const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(c32, mag32), last_non_nan);
       v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_or_si256(nan_bits, sign)), _mm256_castsi256_ps(is_nan));
