@@ -12,9 +12,9 @@
 namespace fp8::cpu {
 namespace {
 
-// The hot loops get an AVX2 clone picked at load time where the CPU has it; the
-// arithmetic is the shared per-element code of fp8/arith.h, so both clones give
-// identical bits.
+// The portable loops: the whole cast on CPUs without AVX2, and the tails that the AVX2
+// kernels (cast_avx2.h) leave. They are the shared per-element code of fp8/arith.h,
+// compiled twice (an AVX2 clone is picked at load time where the CPU has it).
 #define FP8_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 
 // Rows shorter than this share a chunk with their neighbours; casts are memory bound,
@@ -42,11 +42,8 @@ template <Format F>
 
 template <Format F>
 [[gnu::always_inline]] inline void cast_span_colscale_impl(const float* x, int64_t n, const float* scale, bool sat,
-                                                           uint8_t* out, uint32_t* col_amax) {
+                                                           uint8_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = float_to_fp8(x[i] * scale[i], F, sat);
-  if (col_amax != nullptr) {
-    for (int64_t i = 0; i < n; ++i) col_amax[i] = amax_bits_update(col_amax[i], x[i]);
-  }
 }
 
 FP8_VECTOR_CLONES uint32_t cast_span_e4m3(const float* x, int64_t n, float s, bool sat, uint8_t* o) {
@@ -55,13 +52,11 @@ FP8_VECTOR_CLONES uint32_t cast_span_e4m3(const float* x, int64_t n, float s, bo
 FP8_VECTOR_CLONES uint32_t cast_span_e5m2(const float* x, int64_t n, float s, bool sat, uint8_t* o) {
   return cast_span_impl<Format::kE5M2>(x, n, s, sat, o);
 }
-FP8_VECTOR_CLONES void cast_span_colscale_e4m3(const float* x, int64_t n, const float* s, bool sat, uint8_t* o,
-                                               uint32_t* a) {
-  cast_span_colscale_impl<Format::kE4M3>(x, n, s, sat, o, a);
+FP8_VECTOR_CLONES void cast_span_colscale_e4m3(const float* x, int64_t n, const float* s, bool sat, uint8_t* o) {
+  cast_span_colscale_impl<Format::kE4M3>(x, n, s, sat, o);
 }
-FP8_VECTOR_CLONES void cast_span_colscale_e5m2(const float* x, int64_t n, const float* s, bool sat, uint8_t* o,
-                                               uint32_t* a) {
-  cast_span_colscale_impl<Format::kE5M2>(x, n, s, sat, o, a);
+FP8_VECTOR_CLONES void cast_span_colscale_e5m2(const float* x, int64_t n, const float* s, bool sat, uint8_t* o) {
+  cast_span_colscale_impl<Format::kE5M2>(x, n, s, sat, o);
 }
 
 FP8_VECTOR_CLONES uint32_t amax_span(const float* x, int64_t n) {
@@ -104,11 +99,11 @@ uint32_t cast_span(Format f, const float* x, int64_t n, float s, bool sat, uint8
   return f == Format::kE4M3 ? cast_span_e4m3(x, n, s, sat, o) : cast_span_e5m2(x, n, s, sat, o);
 }
 
-void cast_span_colscale(Format f, const float* x, int64_t n, const float* s, bool sat, uint8_t* o, uint32_t* a) {
+void cast_span_colscale(Format f, const float* x, int64_t n, const float* s, bool sat, uint8_t* o) {
   if (f == Format::kE4M3) {
-    cast_span_colscale_e4m3(x, n, s, sat, o, a);
+    cast_span_colscale_e4m3(x, n, s, sat, o);
   } else {
-    cast_span_colscale_e5m2(x, n, s, sat, o, a);
+    cast_span_colscale_e5m2(x, n, s, sat, o);
   }
 }
 
@@ -138,7 +133,7 @@ uint32_t cast_row_span(const CastArgs& a, int64_t row, int64_t c0, int64_t n, co
   for_each_piece(x, off + done, n - done, [&](const float* v, int64_t i, int64_t m) {
     uint8_t* o = out + done + i;
     if (per_col) {
-      cast_span_colscale(a.format, v, m, scale + done + i, a.saturate, o, nullptr);
+      cast_span_colscale(a.format, v, m, scale + done + i, a.saturate, o);
     } else {
       acc = std::max(acc, cast_span(a.format, v, m, *scale, a.saturate, o));
     }
