@@ -168,8 +168,9 @@ absl::Status check_scaled_gemm(const ScaledGemmArgs& a, const Requirements& req)
     if (auto s = check_pointer(a.a.data, "scaled_gemm A", req); !s.ok()) return s;
     if (auto s = check_pointer(a.b.data, "scaled_gemm B", req); !s.ok()) return s;
   }
-  if (a.a.inv_scale == nullptr) return invalid("scaled_gemm A inv_scale", "is null");
-  if (a.b.inv_scale == nullptr) return invalid("scaled_gemm B inv_scale", "is null");
+  // cuBLASLt also wants its scale pointers aligned (it answers NOT_SUPPORTED otherwise).
+  if (auto s = check_pointer(a.a.inv_scale, "scaled_gemm A inv_scale", req); !s.ok()) return s;
+  if (auto s = check_pointer(a.b.inv_scale, "scaled_gemm B inv_scale", req); !s.ok()) return s;
   if (auto s = check_pointer(a.out, "scaled_gemm out", req); !s.ok()) return s;
   return absl::OkStatus();
 }

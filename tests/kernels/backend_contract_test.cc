@@ -600,6 +600,10 @@ TEST_P(BackendContract, BadArgumentsAreRejectedWithoutTouchingMemory) {
     auto g = good;
     g.a.data = a.get() + 1;  // misaligned
     expect_invalid(g, "aligned");
+    Buffer<float> scales(b_, std::vector<float>(8, 1.0f));
+    g = good;
+    g.b.inv_scale = scales.get() + 1;  // 4 bytes past a 16-byte boundary
+    expect_invalid(g, "B inv_scale: is not 16-byte aligned");
   }
   // Casts and amaxes with bad arguments.
   Buffer<float> x(b_, static_cast<size_t>(m * k));

@@ -1,0 +1,679 @@
+// Float8Linear against an fp64 reference linear: accuracy (SQNR) per recipe on
+// Llama-FFN-shaped layers scaled down for test time, gradient accumulation, delayed
+// scaling across steps, the long form from a job spec, and the errors a bad config or a
+// bad shape gets.
+//
+// Built twice: on the CPU backend (unit) and, with FP8_ENGINE_TEST_CUDA, on the CUDA
+// backend (gpu; skips where there is none). Tensors reach the layer only through Backend
+// memory and copies, as in the product.
+#include "worker/engine/float8_linear.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "common/jobspec/loader.h"
+#include "fp8/fp8.h"
+#include "gtest/gtest.h"
+#include "worker/engine/cast_config.h"
+
+namespace fp8::engine {
+namespace {
+
+using Recipe = v1::Fp8Spec::Recipe;
+
+// Fails the test with the status's message when `expr` is not OK.
+#define ASSERT_OK(expr)                   \
+  do {                                    \
+    const absl::Status status_ = (expr);  \
+    ASSERT_TRUE(status_.ok()) << status_; \
+  } while (0)
+
+// ---- the backend under test -----------------------------------------------------------------
+
+// The two builds of this file name their suites apart, so that ctest lists both.
+#if defined(FP8_ENGINE_TEST_CUDA)
+#define FLOAT8_LINEAR_TEST Float8LinearCudaTest
+#define RECIPE_ACCURACY RecipeAccuracyCuda
+#else
+#define FLOAT8_LINEAR_TEST Float8LinearTest
+#define RECIPE_ACCURACY RecipeAccuracy
+#endif
+
+Backend* backend_under_test() {
+#if defined(FP8_ENGINE_TEST_CUDA)
+  static std::unique_ptr<Backend> cuda = [] {
+    absl::StatusOr<std::unique_ptr<Backend>> b = make_cuda_backend();
+    return b.ok() ? std::move(*b) : nullptr;
+  }();
+  return cuda.get();
+#else
+  return &cpu_backend();
+#endif
+}
+
+class FLOAT8_LINEAR_TEST : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (backend_under_test() == nullptr) GTEST_SKIP() << "no CUDA backend: " << make_cuda_backend().status();
+  }
+  Backend& backend() { return *backend_under_test(); }
+};
+
+// ---- tensors ----------------------------------------------------------------------------------
+
+// fp32 values in backend memory.
+class Tensor {
+ public:
+  Tensor(Backend& b, const std::vector<float>& host) : backend_(b), size_(host.size()) {
+    data_ = static_cast<float*>(*backend_.allocate(bytes()));
+    upload(host);
+  }
+  Tensor(Backend& b, size_t n, float fill = 0.0f) : Tensor(b, std::vector<float>(n, fill)) {}
+  ~Tensor() { backend_.deallocate(data_); }
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  float* data() const { return data_; }
+  void upload(const std::vector<float>& host) {
+    ASSERT_EQ(host.size(), size_);
+    ASSERT_OK(backend_.copy_from_host(data_, host.data(), bytes()));
+  }
+  std::vector<float> download() const {
+    std::vector<float> host(size_);
+    EXPECT_TRUE(backend_.copy_to_host(host.data(), data_, bytes()).ok());
+    return host;
+  }
+
+ private:
+  size_t bytes() const { return size_ * sizeof(float); }
+  Backend& backend_;
+  size_t size_;
+  float* data_ = nullptr;
+};
+
+std::vector<float> normal(size_t n, float stddev, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<float> scaled(std::vector<float> v, float factor) {
+  for (float& x : v) x *= factor;
+  return v;
+}
+
+float max_abs(const std::vector<float>& v) {
+  float m = 0.0f;
+  for (float x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+// ---- the fp64 reference -----------------------------------------------------------------------
+
+struct Shape {
+  int64_t m, k, n;  // tokens, in_features, out_features
+};
+
+std::string shape_name(const Shape& s) {
+  return std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
+}
+
+struct Reference {
+  std::vector<double> output, grad_input, grad_weight, grad_bias;
+};
+
+std::vector<double> widened(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+// The three GEMMs in fp64 (OpenBLAS dgemm: an independent path from the fp32 and fp8
+// GEMMs under test, and fast in a sanitizer build too).
+Reference reference_linear(const Shape& s, const std::vector<float>& x, const std::vector<float>& w,
+                           const std::vector<float>& bias, const std::vector<float>& g) {
+  const int m = static_cast<int>(s.m), k = static_cast<int>(s.k), n = static_cast<int>(s.n);
+  const std::vector<double> xd = widened(x), wd = widened(w), gd = widened(g);
+  Reference r;
+  r.output.assign(static_cast<size_t>(m) * n, 0.0);  // x [m, k] · w [n, k]ᵀ
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0, xd.data(), k, wd.data(), k, 0.0, r.output.data(),
+              n);
+  for (size_t i = 0; i < r.output.size() && !bias.empty(); ++i) r.output[i] += bias[i % static_cast<size_t>(n)];
+  r.grad_input.assign(static_cast<size_t>(m) * k, 0.0);  // g [m, n] · w [n, k]
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, k, n, 1.0, gd.data(), n, wd.data(), k, 0.0,
+              r.grad_input.data(), k);
+  r.grad_weight.assign(static_cast<size_t>(n) * k, 0.0);  // gᵀ [n, m] · x [m, k]
+  cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, k, m, 1.0, gd.data(), n, xd.data(), k, 0.0,
+              r.grad_weight.data(), k);
+  r.grad_bias.assign(static_cast<size_t>(n), 0.0);
+  for (size_t i = 0; i < gd.size(); ++i) r.grad_bias[i % static_cast<size_t>(n)] += gd[i];
+  return r;
+}
+
+// 20·log10(‖ref‖ / ‖ref − got‖), in dB.
+double sqnr(const std::vector<double>& ref, const std::vector<float>& got) {
+  double signal = 0.0, noise = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    signal += ref[i] * ref[i];
+    noise += (ref[i] - got[i]) * (ref[i] - got[i]);
+  }
+  return noise == 0.0 ? INFINITY : 10.0 * std::log10(signal / noise);
+}
+
+// max |ref − got| relative to max |ref|.
+double max_relative_error(const std::vector<double>& ref, const std::vector<float>& got) {
+  double err = 0.0, top = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    err = std::max(err, std::fabs(ref[i] - got[i]));
+    top = std::max(top, std::fabs(ref[i]));
+  }
+  return err / top;
+}
+
+// One layer's worth of data with its reference, built once per shape (the fp64 reference
+// is the slow part of this test).
+struct Problem {
+  Shape shape;
+  std::vector<float> x, w, bias, g;
+  Reference ref;
+};
+
+Problem make_problem(const Shape& s, uint32_t seed) {
+  Problem p{s, {}, {}, {}, {}, {}};
+  const size_t m = static_cast<size_t>(s.m), k = static_cast<size_t>(s.k), n = static_cast<size_t>(s.n);
+  p.x = normal(m * k, 1.0f, seed);
+  p.w = normal(n * k, 1.0f / std::sqrt(static_cast<float>(s.k)), seed + 1);  // Llama-style init scale
+  p.bias = normal(n, 0.1f, seed + 2);
+  p.g = normal(m * n, 1e-3f, seed + 3);  // gradients are small: scaling must cope
+  p.ref = reference_linear(s, p.x, p.w, p.bias, p.g);
+  return p;
+}
+
+const Problem& cached_problem(const Shape& s) {
+  static std::map<std::tuple<int64_t, int64_t, int64_t>, Problem> cache;
+  auto key = std::tuple{s.m, s.k, s.n};
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, make_problem(s, 1234)).first;
+  return it->second;
+}
+
+// What one forward + backward of a layer produced, downloaded.
+struct Results {
+  std::vector<float> output, grad_input, grad_weight, grad_bias;
+};
+
+// One training step on `layer` (grad_weight and grad_bias start at zero), then finish_step.
+Results run_step(Backend& b, Float8Linear& layer, const Shape& s, const std::vector<float>& x,
+                 const std::vector<float>& w, const std::vector<float>& bias, const std::vector<float>& g) {
+  const size_t m = static_cast<size_t>(s.m), k = static_cast<size_t>(s.k), n = static_cast<size_t>(s.n);
+  Tensor tx(b, x), tw(b, w), tb(b, bias), tg(b, g);
+  Tensor out(b, m * n), gx(b, m * k), gw(b, n * k), gb(b, n);
+  absl::Status st = layer.forward(tx.data(), s.m, tw.data(), tb.data(), out.data());
+  EXPECT_TRUE(st.ok()) << st;
+  st = layer.backward(tg.data(), gx.data(), gw.data(), gb.data());
+  EXPECT_TRUE(st.ok()) << st;
+  st = layer.finish_step();
+  EXPECT_TRUE(st.ok()) << st;
+  return {out.download(), gx.download(), gw.download(), gb.download()};
+}
+
+std::unique_ptr<Float8Linear> make_layer(Backend& b, const Shape& s, const Float8LinearConfig& c) {
+  absl::StatusOr<std::unique_ptr<Float8Linear>> layer = Float8Linear::create(b, s.k, s.n, c);
+  EXPECT_TRUE(layer.ok()) << layer.status();
+  return layer.ok() ? std::move(*layer) : nullptr;
+}
+
+Float8LinearConfig recipe(Recipe r, int history = 16) {
+  absl::StatusOr<Float8LinearConfig> c = recipe_config(r, history);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : Float8LinearConfig{};
+}
+
+// ---- accuracy per recipe ------------------------------------------------------------------------
+
+// Llama FFN projections (w1/w3: dim -> ffn_dim, w2: ffn_dim -> dim) at 1/8 of Llama-7B's
+// 4096 -> 11008, with 256 tokens.
+const Shape kFfnUp{256, 512, 1376};
+const Shape kFfnDown{256, 1376, 512};
+
+struct RecipeCase {
+  Recipe recipe;
+  const char* name;
+  Shape shape;
+};
+
+void PrintTo(const RecipeCase& c, std::ostream* os) { *os << c.name << " " << shape_name(c.shape); }
+
+class RECIPE_ACCURACY : public FLOAT8_LINEAR_TEST, public ::testing::WithParamInterface<RecipeCase> {};
+
+TEST_P(RECIPE_ACCURACY, MatchesTheReferenceLinear) {
+  const RecipeCase& c = GetParam();
+  const Problem& p = cached_problem(c.shape);
+  std::unique_ptr<Float8Linear> layer = make_layer(backend(), c.shape, recipe(c.recipe));
+  ASSERT_NE(layer, nullptr);
+
+  if (c.recipe == v1::Fp8Spec::DELAYED) {
+    // A few steps of history from fresh data of the same distribution first, so the
+    // measured step runs on delayed scales rather than on the first step's dynamic ones.
+    for (uint32_t step = 0; step < 3; ++step) {
+      run_step(backend(), *layer, c.shape, normal(p.x.size(), 1.0f, 100 + step), p.w, p.bias,
+               normal(p.g.size(), 1e-3f, 200 + step));
+    }
+    ASSERT_EQ(layer->delayed_scaling(0).history().size(), 3u);
+  }
+  const Results r = run_step(backend(), *layer, c.shape, p.x, p.w, p.bias, p.g);
+
+  if (c.recipe == v1::Fp8Spec::NONE) {
+    EXPECT_LE(max_relative_error(p.ref.output, r.output), 1e-5);
+    EXPECT_LE(max_relative_error(p.ref.grad_input, r.grad_input), 1e-5);
+    EXPECT_LE(max_relative_error(p.ref.grad_weight, r.grad_weight), 1e-5);
+    EXPECT_LE(max_relative_error(p.ref.grad_bias, r.grad_bias), 1e-5);
+    return;
+  }
+  const double out = sqnr(p.ref.output, r.output);
+  const double gi = sqnr(p.ref.grad_input, r.grad_input);
+  const double gw = sqnr(p.ref.grad_weight, r.grad_weight);
+  std::printf("SQNR %-20s %-13s output %.1f dB, grad_input %.1f dB, grad_weight %.1f dB\n", c.name,
+              shape_name(c.shape).c_str(), out, gi, gw);
+  RecordProperty("sqnr_output_db", std::to_string(out));
+  RecordProperty("sqnr_grad_input_db", std::to_string(gi));
+  RecordProperty("sqnr_grad_weight_db", std::to_string(gw));
+  EXPECT_GE(out, 20.0);
+  EXPECT_GE(gi, 20.0);
+  EXPECT_GE(gw, 20.0);
+  // The bias gradient is a plain fp32 column sum of grad_output.
+  EXPECT_LE(max_relative_error(p.ref.grad_bias, r.grad_bias), 1e-5);
+}
+
+std::vector<RecipeCase> recipe_cases() {
+  std::vector<RecipeCase> cases;
+  for (const Shape& s : {kFfnUp, kFfnDown}) {
+    cases.push_back({v1::Fp8Spec::TENSORWISE, "tensorwise", s});
+    cases.push_back({v1::Fp8Spec::ROWWISE, "rowwise", s});
+    cases.push_back({v1::Fp8Spec::ROWWISE_WITH_GW_HP, "rowwise_with_gw_hp", s});
+    cases.push_back({v1::Fp8Spec::DELAYED, "delayed", s});
+    cases.push_back({v1::Fp8Spec::NONE, "none", s});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, RECIPE_ACCURACY, ::testing::ValuesIn(recipe_cases()),
+                         [](const ::testing::TestParamInfo<RecipeCase>& info) {
+                           return std::string(info.param.name) + "_" + shape_name(info.param.shape);
+                         });
+
+// ---- gradient accumulation ----------------------------------------------------------------------
+
+TEST_F(FLOAT8_LINEAR_TEST, BackwardAccumulatesWeightAndBiasGradientsAndWritesInputGradient) {
+  const Shape s{32, 64, 48};
+  const size_t m = 32, k = 64, n = 48;
+  std::unique_ptr<Float8Linear> layer = make_layer(backend(), s, recipe(v1::Fp8Spec::TENSORWISE));
+  ASSERT_NE(layer, nullptr);
+  const std::vector<float> w = normal(n * k, 0.1f, 1), bias = normal(n, 0.1f, 2);
+  const std::vector<float> x1 = normal(m * k, 1.0f, 3), g1 = normal(m * n, 1.0f, 4);
+  const std::vector<float> x2 = normal(m * k, 2.0f, 5), g2 = normal(m * n, 0.5f, 6);
+  const Results one = run_step(backend(), *layer, s, x1, w, bias, g1);
+  const Results two = run_step(backend(), *layer, s, x2, w, bias, g2);
+
+  // Both micro-batches into the same gradients; grad_input starts as garbage.
+  Tensor tw(backend(), w), tb(backend(), bias), tx1(backend(), x1), tx2(backend(), x2);
+  Tensor tg1(backend(), g1), tg2(backend(), g2);
+  Tensor out(backend(), m * n), gx(backend(), m * k, 123.0f), gw(backend(), n * k), gb(backend(), n);
+  ASSERT_OK(layer->forward(tx1.data(), s.m, tw.data(), tb.data(), out.data()));
+  ASSERT_OK(layer->backward(tg1.data(), gx.data(), gw.data(), gb.data()));
+  ASSERT_OK(layer->forward(tx2.data(), s.m, tw.data(), tb.data(), out.data()));
+  ASSERT_OK(layer->backward(tg2.data(), gx.data(), gw.data(), gb.data()));
+  ASSERT_OK(layer->finish_step());
+
+  const std::vector<float> acc_w = gw.download(), acc_b = gb.download(), last_gx = gx.download();
+  for (size_t i = 0; i < acc_w.size(); ++i) {
+    const float sum = one.grad_weight[i] + two.grad_weight[i];
+    ASSERT_NEAR(acc_w[i], sum, 1e-5f * (1.0f + std::fabs(sum))) << i;
+  }
+  for (size_t i = 0; i < acc_b.size(); ++i) {
+    const float sum = one.grad_bias[i] + two.grad_bias[i];
+    ASSERT_NEAR(acc_b[i], sum, 1e-5f * (1.0f + std::fabs(sum))) << i;
+  }
+  EXPECT_EQ(last_gx, two.grad_input);
+}
+
+// ---- delayed scaling in the layer ------------------------------------------------------------------
+
+TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingUsesThePreviousStepsAmax) {
+  const Shape s{64, 128, 96};
+  const size_t m = 64, k = 128, n = 96;
+  std::unique_ptr<Float8Linear> delayed = make_layer(backend(), s, recipe(v1::Fp8Spec::DELAYED));
+  std::unique_ptr<Float8Linear> dynamic = make_layer(backend(), s, recipe(v1::Fp8Spec::TENSORWISE));
+  ASSERT_NE(delayed, nullptr);
+  ASSERT_NE(dynamic, nullptr);
+  EXPECT_EQ(delayed->delayed_names(), (std::vector<std::string>{"input", "weight", "grad_output"}));
+  EXPECT_EQ(dynamic->delayed_count(), 0);
+
+  const std::vector<float> w = normal(n * k, 0.1f, 1), bias(n, 0.0f), g = normal(m * n, 1.0f, 2);
+  const std::vector<float> x1 = normal(m * k, 1.0f, 3);
+  // Step 1: no history yet, so it scales dynamically, and its amaxes become the history.
+  const Results first = run_step(backend(), *delayed, s, x1, w, bias, g);
+  EXPECT_GE(sqnr(reference_linear(s, x1, w, bias, g).output, first.output), 20.0);
+  EXPECT_EQ(delayed->delayed_scaling(0).history(), (std::vector<float>{max_abs(x1)}));
+  EXPECT_EQ(delayed->delayed_scaling(1).history(), (std::vector<float>{max_abs(w)}));
+  EXPECT_EQ(delayed->delayed_scaling(2).history(), (std::vector<float>{max_abs(g)}));
+  EXPECT_EQ(delayed->delayed_scaling(0).next_scale(), scale_from_amax(max_abs(x1), Format::kE4M3, false));
+  EXPECT_EQ(delayed->delayed_scaling(2).next_scale(), scale_from_amax(max_abs(g), Format::kE5M2, false));
+
+  // Step 2: the input grows 8x. Delayed scaling still uses step 1's amax and clips; the
+  // dynamic recipe rescales.
+  const std::vector<float> x2 = scaled(normal(m * k, 1.0f, 4), 8.0f);
+  const Reference ref2 = reference_linear(s, x2, w, bias, g);
+  Tensor tx(backend(), x2), tw(backend(), w), out(backend(), m * n);
+  ASSERT_OK(delayed->forward(tx.data(), s.m, tw.data(), nullptr, out.data()));
+  const double delayed_sqnr = sqnr(ref2.output, out.download());
+  absl::StatusOr<std::vector<CastNumerics>> stats = delayed->numerics();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ((*stats)[0].tensor, TensorKind::kInput);
+  EXPECT_EQ((*stats)[0].amax, max_abs(x2));
+  EXPECT_EQ((*stats)[0].scale, scale_from_amax(max_abs(x1), Format::kE4M3, false));
+  EXPECT_GT((*stats)[0].range_use, 4.0f) << "the input was clipped by about 8x";
+
+  const double dynamic_sqnr = sqnr(ref2.output, run_step(backend(), *dynamic, s, x2, w, bias, g).output);
+  std::printf("input grown 8x: output SQNR delayed %.1f dB, dynamic %.1f dB\n", delayed_sqnr, dynamic_sqnr);
+  EXPECT_LT(delayed_sqnr, 10.0);
+  EXPECT_GE(dynamic_sqnr, 20.0);
+
+  // Finishing step 2 brings the larger amax into the window.
+  Tensor tg(backend(), g), gw(backend(), n * k);
+  ASSERT_OK(delayed->backward(tg.data(), nullptr, gw.data(), nullptr));
+  ASSERT_OK(delayed->finish_step());
+  EXPECT_EQ(delayed->delayed_scaling(0).history(), (std::vector<float>{max_abs(x1), max_abs(x2)}));
+  EXPECT_EQ(delayed->delayed_scaling(0).next_scale(), scale_from_amax(max_abs(x2), Format::kE4M3, false));
+}
+
+TEST_F(FLOAT8_LINEAR_TEST, DelayedAmaxOfAStepIsTheMaxOverMicroBatches) {
+  const Shape s{32, 64, 48};
+  const size_t m = 32, k = 64, n = 48;
+  std::unique_ptr<Float8Linear> layer = make_layer(backend(), s, recipe(v1::Fp8Spec::DELAYED));
+  ASSERT_NE(layer, nullptr);
+  const std::vector<float> w = normal(n * k, 0.1f, 1);
+  Tensor tw(backend(), w), out(backend(), m * n), gw(backend(), n * k);
+  std::vector<float> x_amax, g_amax;
+  // More micro-batches than the slots first hold, so they grow mid-step.
+  for (uint32_t micro = 0; micro < 11; ++micro) {
+    const std::vector<float> x = normal(m * k, 1.0f + (micro % 4), 10 + micro);
+    const std::vector<float> g = normal(m * n, 1.0f + (micro % 3), 40 + micro);
+    x_amax.push_back(max_abs(x));
+    g_amax.push_back(max_abs(g));
+    Tensor tx(backend(), x), tg(backend(), g);
+    ASSERT_OK(layer->forward(tx.data(), s.m, tw.data(), nullptr, out.data()));
+    ASSERT_OK(layer->backward(tg.data(), nullptr, gw.data(), nullptr));
+  }
+  ASSERT_OK(layer->finish_step());
+  EXPECT_EQ(layer->delayed_scaling(0).history(), (std::vector<float>{*std::max_element(x_amax.begin(), x_amax.end())}));
+  EXPECT_EQ(layer->delayed_scaling(2).history(), (std::vector<float>{*std::max_element(g_amax.begin(), g_amax.end())}));
+}
+
+TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingTakesAmaxesReducedElsewhere) {
+  const Shape s{32, 64, 48};
+  std::unique_ptr<Float8Linear> layer = make_layer(backend(), s, recipe(v1::Fp8Spec::DELAYED, 4));
+  ASSERT_NE(layer, nullptr);
+  // What the distributed engine does: its own all-reduced amaxes, one per delayed cast.
+  ASSERT_OK(layer->finish_step(std::vector<float>{2.0f, 4.0f, 8.0f}));
+  EXPECT_EQ(layer->delayed_scaling(1).next_scale(), 112.0f);
+  EXPECT_EQ(layer->delayed_scaling(2).next_scale(), 57344.0f / 8.0f);
+  EXPECT_EQ(layer->finish_step(std::vector<float>{1.0f}).code(), absl::StatusCode::kInvalidArgument);
+  // Without a forward this step there is nothing to record.
+  EXPECT_EQ(layer->finish_step().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(FLOAT8_LINEAR_TEST, ScalingStateSurvivesACheckpoint) {
+  const Shape s{32, 64, 48};
+  const size_t m = 32, k = 64, n = 48;
+  const Float8LinearConfig config = recipe(v1::Fp8Spec::DELAYED, 4);
+  std::unique_ptr<Float8Linear> layer = make_layer(backend(), s, config);
+  ASSERT_NE(layer, nullptr);
+  const std::vector<float> w = normal(n * k, 0.1f, 1), bias(n, 0.0f), g = normal(m * n, 1.0f, 2);
+  for (uint32_t step = 0; step < 3; ++step)
+    run_step(backend(), *layer, s, normal(m * k, 1.0f + step, 3 + step), w, bias, g);
+  const std::vector<float> saved = layer->save_scaling_state();
+
+  std::unique_ptr<Float8Linear> resumed = make_layer(backend(), s, config);
+  ASSERT_NE(resumed, nullptr);
+  ASSERT_OK(resumed->restore_scaling_state(saved));
+  for (int i = 0; i < layer->delayed_count(); ++i) {
+    EXPECT_EQ(resumed->delayed_scaling(i).history(), layer->delayed_scaling(i).history());
+    EXPECT_EQ(resumed->delayed_scaling(i).next_scale(), layer->delayed_scaling(i).next_scale());
+  }
+  // The next step runs identically on both.
+  const std::vector<float> x = normal(m * k, 1.0f, 9);
+  EXPECT_EQ(run_step(backend(), *resumed, s, x, w, bias, g).output,
+            run_step(backend(), *layer, s, x, w, bias, g).output);
+
+  std::vector<float> short_state(saved.begin(), saved.end() - 1);
+  EXPECT_EQ(resumed->restore_scaling_state(short_state).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ---- numerics ------------------------------------------------------------------------------------
+
+TEST_F(FLOAT8_LINEAR_TEST, NumericsReportEachCast) {
+  const Shape s{32, 64, 48};
+  const size_t m = 32, k = 64, n = 48;
+  const std::vector<float> x = normal(m * k, 1.0f, 1), w = normal(n * k, 0.1f, 2), g = normal(m * n, 1e-3f, 3);
+  const std::vector<float> bias(n, 0.0f);
+
+  std::unique_ptr<Float8Linear> tensorwise = make_layer(backend(), s, recipe(v1::Fp8Spec::TENSORWISE));
+  ASSERT_NE(tensorwise, nullptr);
+  run_step(backend(), *tensorwise, s, x, w, bias, g);
+  absl::StatusOr<std::vector<CastNumerics>> stats = tensorwise->numerics();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  // Tensorwise: one fused cast+transpose per tensor serves both of its GEMMs.
+  ASSERT_EQ(stats->size(), 3u);
+  const struct {
+    TensorKind tensor;
+    const char* gemms;
+    float amax;
+    Format format;
+  } expected[] = {{TensorKind::kInput, "output+grad_weight", max_abs(x), Format::kE4M3},
+                  {TensorKind::kWeight, "output+grad_input", max_abs(w), Format::kE4M3},
+                  {TensorKind::kGradOutput, "grad_input+grad_weight", max_abs(g), Format::kE5M2}};
+  for (size_t i = 0; i < 3; ++i) {
+    const CastNumerics& c = (*stats)[i];
+    EXPECT_EQ(c.tensor, expected[i].tensor);
+    EXPECT_EQ(c.gemms, expected[i].gemms);
+    EXPECT_EQ(c.amax, expected[i].amax);
+    EXPECT_EQ(c.scale, scale_from_amax(expected[i].amax, expected[i].format, false));
+    EXPECT_LE(c.range_use, 1.0f + 1e-6f);
+    EXPECT_GE(c.range_use, 0.999f);
+  }
+
+  // Axiswise: the two orientations scale along different axes, so each tensor is cast twice.
+  std::unique_ptr<Float8Linear> rowwise = make_layer(backend(), s, recipe(v1::Fp8Spec::ROWWISE));
+  ASSERT_NE(rowwise, nullptr);
+  run_step(backend(), *rowwise, s, x, w, bias, g);
+  stats = rowwise->numerics();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->size(), 6u);
+  EXPECT_EQ((*stats)[0].gemms, "output");
+  EXPECT_EQ((*stats)[1].gemms, "grad_weight");
+  for (const CastNumerics& c : *stats) {
+    // Power-of-2 scales round down, so the largest value uses between half and all of the range.
+    EXPECT_GT(c.range_use, 0.5f);
+    EXPECT_LE(c.range_use, 1.0f);
+  }
+}
+
+// ---- configs from a job spec ---------------------------------------------------------------------
+
+constexpr char kLongFormJob[] = R"(
+name: long-form
+model: {dim: 64, n_layers: 1, n_heads: 4, max_seq_len: 64}
+data: {path: corpus.txt}
+train: {steps: 1, batch_size: 4, lr: 1e-3}
+fp8:
+  recipe: tensorwise
+  gemms:
+    output:
+      input: {dtype: e4m3, granularity: tensorwise}
+      weight: {dtype: e4m3, granularity: tensorwise}
+    grad_input:
+      grad_output: {dtype: e5m2}
+      weight: {dtype: e4m3}
+    grad_weight:
+      grad_output: {dtype: high_precision}
+      input: {dtype: high_precision}
+)";
+
+TEST_F(FLOAT8_LINEAR_TEST, LongFormFromAJobSpecBuildsAndRuns) {
+  absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecString(kLongFormJob, "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<Float8LinearConfig> config = config_from_spec(spec->fp8());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(describe(config->output.input), "e4m3 tensorwise dynamic");
+  EXPECT_EQ(describe(config->grad_input.grad_output), "e5m2 tensorwise dynamic");
+  EXPECT_EQ(describe(config->grad_input.weight), "e4m3 tensorwise dynamic");
+  EXPECT_EQ(describe(config->grad_weight.grad_output), "high_precision");
+  EXPECT_EQ(describe(config->grad_weight.input), "high_precision");
+  EXPECT_TRUE(config->output.fast_accum);
+  EXPECT_FALSE(config->grad_input.fast_accum);
+
+  const Shape s{64, 128, 96};
+  const size_t m = 64, k = 128, n = 96;
+  std::unique_ptr<Float8Linear> layer = make_layer(backend(), s, *config);
+  ASSERT_NE(layer, nullptr);
+  const std::vector<float> x = normal(m * k, 1.0f, 1), w = normal(n * k, 0.1f, 2), g = normal(m * n, 1.0f, 3);
+  const std::vector<float> bias = normal(n, 0.1f, 4);
+  const Reference ref = reference_linear(s, x, w, bias, g);
+  const Results r = run_step(backend(), *layer, s, x, w, bias, g);
+  EXPECT_GE(sqnr(ref.output, r.output), 20.0);
+  EXPECT_GE(sqnr(ref.grad_input, r.grad_input), 20.0);
+  EXPECT_LE(max_relative_error(ref.grad_weight, r.grad_weight), 1e-5) << "grad_weight runs in high precision";
+}
+
+TEST_F(FLOAT8_LINEAR_TEST, MixedGemmsRunInHighPrecisionOnTheDequantizedOperand) {
+  // One fp8 operand per backward GEMM, including an axiswise one used transposed.
+  Float8LinearConfig c = recipe(v1::Fp8Spec::TENSORWISE);
+  c.grad_input.weight = CastConfig{};  // high precision
+  c.grad_weight.grad_output = {CastDtype::kE4M3, ScaleGranularity::kAxiswise, ScalingMode::kDynamic, true};
+  c.grad_weight.input = CastConfig{};
+  ASSERT_OK(validate(c));
+  EXPECT_FALSE(c.grad_input_runs_in_fp8());
+  EXPECT_FALSE(c.grad_weight_runs_in_fp8());
+
+  const Shape s{64, 128, 96};
+  const size_t m = 64, k = 128, n = 96;
+  std::unique_ptr<Float8Linear> layer = make_layer(backend(), s, c);
+  ASSERT_NE(layer, nullptr);
+  const std::vector<float> x = normal(m * k, 1.0f, 1), w = normal(n * k, 0.1f, 2), g = normal(m * n, 1.0f, 3);
+  const std::vector<float> bias(n, 0.0f);
+  const Reference ref = reference_linear(s, x, w, bias, g);
+  const Results r = run_step(backend(), *layer, s, x, w, bias, g);
+  EXPECT_GE(sqnr(ref.output, r.output), 20.0);
+  EXPECT_GE(sqnr(ref.grad_input, r.grad_input), 20.0);
+  EXPECT_GE(sqnr(ref.grad_weight, r.grad_weight), 20.0);
+  // Quantized, so not exact.
+  EXPECT_GT(max_relative_error(ref.grad_input, r.grad_input), 1e-5);
+}
+
+// ---- bad configs and bad calls ----------------------------------------------------------------------
+
+void expect_rejected(const absl::Status& s, const std::string& where, const std::string& why) {
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find(where), std::string::npos) << s;
+  EXPECT_NE(s.message().find(why), std::string::npos) << s;
+}
+
+TEST_F(FLOAT8_LINEAR_TEST, BadConfigsAreRejectedWithTheOperandNamed) {
+  v1::Fp8Spec e5m2_twice;
+  e5m2_twice.set_recipe(v1::Fp8Spec::TENSORWISE);
+  e5m2_twice.mutable_gemms()->mutable_grad_input()->mutable_weight()->set_dtype(v1::CastConfig::E5M2);
+  expect_rejected(config_from_spec(e5m2_twice).status(), "fp8.gemms.grad_input", "e5m2 x e5m2");
+
+  v1::Fp8Spec axiswise_delayed;
+  axiswise_delayed.set_recipe(v1::Fp8Spec::DELAYED);
+  axiswise_delayed.mutable_gemms()->mutable_output()->mutable_input()->set_granularity(v1::CastConfig::AXISWISE);
+  expect_rejected(config_from_spec(axiswise_delayed).status(), "fp8.gemms.output.input", "tensorwise");
+
+  v1::Fp8Spec no_history;
+  no_history.set_recipe(v1::Fp8Spec::DELAYED);
+  no_history.set_amax_history_len(0);
+  expect_rejected(config_from_spec(no_history).status(), "fp8.amax_history_len", "[1, 4096]");
+
+  // A config built in code gets the same checks at construction.
+  Float8LinearConfig c = recipe(v1::Fp8Spec::TENSORWISE);
+  c.grad_weight.input.dtype = CastDtype::kE5M2;
+  expect_rejected(Float8Linear::create(backend(), 64, 64, c).status(), "fp8.gemms.grad_weight", "e5m2 x e5m2");
+  expect_rejected(Float8Linear::create(backend(), 0, 64, recipe(v1::Fp8Spec::NONE)).status(), "Float8Linear",
+                  "positive");
+}
+
+TEST_F(FLOAT8_LINEAR_TEST, BadCallsAreRejected) {
+  const Shape s{32, 64, 48};
+  std::unique_ptr<Float8Linear> layer = make_layer(backend(), s, recipe(v1::Fp8Spec::TENSORWISE));
+  ASSERT_NE(layer, nullptr);
+  Tensor g(backend(), 32 * 48), gw(backend(), 48 * 64), x(backend(), 32 * 64), out(backend(), 32 * 48);
+  EXPECT_EQ(layer->backward(g.data(), nullptr, gw.data(), nullptr).code(), absl::StatusCode::kFailedPrecondition);
+  expect_rejected(layer->forward(x.data(), 0, gw.data(), nullptr, out.data()), "forward", "tokens");
+  expect_rejected(layer->forward(nullptr, 32, gw.data(), nullptr, out.data()), "forward", "null");
+}
+
+#if !defined(FP8_ENGINE_TEST_CUDA)
+// (Backend-independent: built into the CPU suite only.)
+// A CPU backend that says it is a GPU, to check the GPU shape rules on any machine.
+class PretendGpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "pretend-gpu"; }
+  bool is_cuda() const override { return true; }
+  absl::StatusOr<void*> allocate(size_t bytes) override { return cpu().allocate(bytes); }
+  void deallocate(void* p) override { cpu().deallocate(p); }
+  absl::Status copy_from_host(void* d, const void* s, size_t n) override { return cpu().copy_from_host(d, s, n); }
+  absl::Status copy_to_host(void* d, const void* s, size_t n) override { return cpu().copy_to_host(d, s, n); }
+  absl::Status synchronize() override { return cpu().synchronize(); }
+  absl::Status amax(const MatrixRef& x, Granularity g, float* out) override { return cpu().amax(x, g, out); }
+  absl::Status compute_scales(const float* a, int64_t n, Format f, bool pow2, float* s) override {
+    return cpu().compute_scales(a, n, f, pow2, s);
+  }
+  absl::Status cast(const CastArgs& a) override { return cpu().cast(a); }
+  absl::Status quantize(const QuantizeArgs& a) override { return cpu().quantize(a); }
+  absl::Status dequantize(const DequantizeArgs& a) override { return cpu().dequantize(a); }
+  absl::Status convert(const void* in, DType it, void* out, DType ot, int64_t n) override {
+    return cpu().convert(in, it, out, ot, n);
+  }
+  absl::Status scaled_gemm(const ScaledGemmArgs& a) override { return cpu().scaled_gemm(a); }
+  absl::Status gemm(const GemmArgs& a) override { return cpu().gemm(a); }
+
+ private:
+  static Backend& cpu() { return cpu_backend(); }
+};
+
+TEST(Float8LinearGpuShapes, DimensionsAnFp8GemmCannotTakeAreRejectedUpFront) {
+  PretendGpuBackend gpu;
+  expect_rejected(Float8Linear::create(gpu, 100, 64, recipe(v1::Fp8Spec::TENSORWISE)).status(), "in_features=100",
+                  "multiples of 16");
+  expect_rejected(Float8Linear::create(gpu, 64, 40, recipe(v1::Fp8Spec::ROWWISE)).status(), "out_features=40",
+                  "multiples of 16");
+  // Without an fp8 GEMM any shape goes.
+  EXPECT_TRUE(Float8Linear::create(gpu, 100, 40, recipe(v1::Fp8Spec::NONE)).ok());
+
+  // grad_weight contracts over tokens.
+  absl::StatusOr<std::unique_ptr<Float8Linear>> layer =
+      Float8Linear::create(gpu, 64, 48, recipe(v1::Fp8Spec::TENSORWISE));
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  Tensor x(gpu, 24 * 64), w(gpu, 48 * 64), out(gpu, 24 * 48);
+  expect_rejected((*layer)->forward(x.data(), 24, w.data(), nullptr, out.data()), "tokens=24", "multiple of 16");
+  // Fine where grad_weight runs in high precision.
+  layer = Float8Linear::create(gpu, 64, 48, recipe(v1::Fp8Spec::ROWWISE_WITH_GW_HP));
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  EXPECT_TRUE((*layer)->forward(x.data(), 24, w.data(), nullptr, out.data()).ok());
+}
+
+#endif  // !FP8_ENGINE_TEST_CUDA
+
+}  // namespace
+}  // namespace fp8::engine

@@ -1,0 +1,82 @@
+// The POSIX file operations durable checkpoints need and iostreams lack: fsync of files
+// and directories, rename, and positioned reads. Every error names the path.
+//
+// Durability recipe used throughout (write-to-temp then rename):
+//   1. write `<name>.tmp` in the destination directory, 2. fsync it, 3. rename it over
+//   `<name>` (atomic within a filesystem), 4. fsync the directory so the rename itself
+//   survives a power cut. A reader therefore sees the old file, or the whole new one,
+//   never a partial one under the final name.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace fp8::checkpoint {
+
+// Suffix of files being written; readers ignore such files.
+inline constexpr std::string_view kTempSuffix = ".tmp";
+std::filesystem::path TempPathFor(const std::filesystem::path& final_path);
+
+// A file opened for writing, truncated. Move-only; the destructor closes it (without
+// fsync: a file that matters is Sync()ed and Close()d explicitly).
+class OutputFile {
+ public:
+  static absl::StatusOr<OutputFile> Create(std::filesystem::path path);
+  OutputFile(OutputFile&& other) noexcept;
+  OutputFile& operator=(OutputFile&& other) noexcept;
+  ~OutputFile();
+
+  // Writes all of `data` straight from the caller's memory (no copy).
+  absl::Status Write(std::span<const std::byte> data);
+  absl::Status Sync();
+  absl::Status Close();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  OutputFile(std::filesystem::path path, int fd) : path_(std::move(path)), fd_(fd) {}
+  std::filesystem::path path_;
+  int fd_ = -1;
+};
+
+// A file opened for positioned reads. Move-only.
+class InputFile {
+ public:
+  static absl::StatusOr<InputFile> Open(std::filesystem::path path);
+  InputFile(InputFile&& other) noexcept;
+  InputFile& operator=(InputFile&& other) noexcept;
+  ~InputFile();
+
+  uint64_t size() const { return size_; }
+  // Fills `out` from `offset`; DataLoss if the file ends first (it shrank after Open).
+  absl::Status ReadAt(uint64_t offset, std::span<std::byte> out) const;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  InputFile(std::filesystem::path path, int fd, uint64_t size) : path_(std::move(path)), fd_(fd), size_(size) {}
+  std::filesystem::path path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+absl::Status SyncDirectory(const std::filesystem::path& dir);
+
+// rename(2) then fsync of the destination's directory.
+absl::Status RenameDurably(const std::filesystem::path& from, const std::filesystem::path& to);
+
+// The whole recipe above for a small file held in memory.
+absl::Status WriteFileDurably(const std::filesystem::path& path, std::string_view contents);
+
+// Reads a small file whole (the commit marker). NotFound if it does not exist.
+absl::StatusOr<std::string> ReadSmallFile(const std::filesystem::path& path, size_t max_bytes);
+
+// Creates `dir` and missing parents, fsyncing each parent whose entries changed so the new
+// directories survive a crash.
+absl::Status CreateDirectoriesDurably(const std::filesystem::path& dir);
+
+}  // namespace fp8::checkpoint

@@ -1,0 +1,717 @@
+#include "worker/engine/float8_linear.h"
+
+#include <algorithm>
+#include <array>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace fp8::engine {
+namespace {
+
+// cuBLASLt's fp8 GEMMs need the contracted and output dimensions to be multiples of this.
+constexpr int64_t kGpuFp8GemmMultiple = 16;
+// cuBLASLt rejects scale pointers that are not 16-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED),
+// so each delayed cast's scale and inverse scale sit 16 bytes apart in their shared buffer.
+constexpr int64_t kFloatsPer16Bytes = 4;
+constexpr int64_t kDelayedScaleStride = 2 * kFloatsPer16Bytes;  // scale, then 1/scale
+
+// Each tensor feeds two GEMMs: one takes it as stored, the other transposed (see the
+// table in float8_linear.h).
+enum Orientation : int { kAsStored = 0, kTransposed = 1 };
+
+// Backend memory owned by one layer. It grows on demand and never shrinks, so steps after
+// the first allocate nothing.
+class BackendBuffer {
+ public:
+  explicit BackendBuffer(Backend& backend) : backend_(&backend) {}
+  ~BackendBuffer() { release(); }
+  BackendBuffer(BackendBuffer&& o) noexcept
+      : backend_(o.backend_), data_(std::exchange(o.data_, nullptr)), capacity_(std::exchange(o.capacity_, 0)) {}
+  BackendBuffer& operator=(BackendBuffer&&) = delete;
+  BackendBuffer(const BackendBuffer&) = delete;
+  BackendBuffer& operator=(const BackendBuffer&) = delete;
+
+  // At least `bytes`; the contents are lost when it grows.
+  absl::Status reserve(size_t bytes) { return grow(bytes, 0); }
+
+  // At least `bytes`, keeping the first `keep_floats` fp32 values when it grows.
+  absl::Status grow(size_t bytes, int64_t keep_floats) {
+    if (bytes <= capacity_) return absl::OkStatus();
+    absl::StatusOr<void*> fresh = backend_->allocate(bytes);
+    if (!fresh.ok()) return fresh.status();
+    if (keep_floats > 0) {
+      // A same-type convert is the backend's device-to-device copy.
+      if (auto s = backend_->convert(data_, DType::kFloat32, *fresh, DType::kFloat32, keep_floats); !s.ok()) {
+        backend_->deallocate(*fresh);
+        return s;
+      }
+    }
+    release();
+    data_ = *fresh;
+    capacity_ = bytes;
+    return absl::OkStatus();
+  }
+
+  size_t capacity() const { return capacity_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void release() {
+    if (data_ != nullptr) backend_->deallocate(data_);
+    data_ = nullptr;
+    capacity_ = 0;
+  }
+
+  Backend* backend_;
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+size_t float_bytes(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
+
+// One fp8 cast of one tensor, serving one or both of the tensor's GEMM uses.
+struct CastPlan {
+  explicit CastPlan(Backend& b) : out(b), out_t(b), dequantized(b), scale(b), inv_scale(b), amax(b) {}
+
+  TensorKind tensor = TensorKind::kInput;
+  CastConfig config;
+  // Scale granularity on the tensor as stored: an axiswise use as stored scales per row,
+  // an axiswise transposed use per column (= per row of the transposed copy).
+  Granularity granularity = Granularity::kTensorwise;
+  std::string gemms;              // the GEMMs it serves, for metrics
+  bool make_out = false;          // fp8 copy as stored
+  bool make_out_t = false;        // fp8 copy transposed
+  bool make_dequantized = false;  // fp32 copy of the fp8 values, for a mixed GEMM
+
+  std::optional<DelayedScaling> delayed;
+  int delayed_index = -1;            // position among the layer's delayed casts
+  int delayed_column = -1;           // column in its direction's amax slots
+  bool delayed_scale_ready = false;  // finish_step() uploaded a scale for the next cast
+
+  BackendBuffer out, out_t, dequantized, scale, inv_scale, amax;
+
+  // What the last cast used, for the GEMMs that follow it and for numerics().
+  const float* inv_scale_in_use = nullptr;
+  const float* scale_in_use = nullptr;     // dynamic casts: the scale the backend computed
+  std::optional<float> host_scale_in_use;  // delayed casts: the scale, known on the host
+  int64_t rows = 0, cols = 0;              // 0 until the first cast
+  int last_amax_row = -1;                  // delayed casts: the slot row it wrote
+};
+
+// Amaxes of one direction's delayed casts (forward: input and weight; backward:
+// grad_output), one row per micro-batch of the current step, one column per cast.
+// Reduced to one value per cast by write_step_amaxes().
+struct AmaxSlots {
+  explicit AmaxSlots(Backend& b) : buffer(b) {}
+  BackendBuffer buffer;
+  int columns = 0;
+  int rows_used = 0;
+
+  // Room for the row the coming micro-batch writes (it is counted once the pass
+  // succeeds). Grows to 8 rows, then doubles, so that only the first steps allocate.
+  absl::Status prepare_row() {
+    if (float_bytes(static_cast<int64_t>(rows_used + 1) * columns) <= buffer.capacity()) return absl::OkStatus();
+    const int64_t rows = std::max<int64_t>(8, 2 * static_cast<int64_t>(rows_used));
+    return buffer.grow(float_bytes(rows * columns), static_cast<int64_t>(rows_used) * columns);
+  }
+  float* at(int row, int column) const { return buffer.as<float>() + static_cast<int64_t>(row) * columns + column; }
+};
+
+}  // namespace
+
+const char* tensor_kind_name(TensorKind t) {
+  switch (t) {
+    case TensorKind::kInput:
+      return "input";
+    case TensorKind::kWeight:
+      return "weight";
+    case TensorKind::kGradOutput:
+      return "grad_output";
+  }
+  return "?";
+}
+
+struct Float8Linear::State {
+  State(Backend& b, int64_t in, int64_t out, const Float8LinearConfig& c)
+      : backend(b),
+        in_features(in),
+        out_features(out),
+        config(c),
+        forward_slots(b),
+        backward_slots(b),
+        delayed_scales(b),
+        step_amaxes(b),
+        fp8_ones(b),
+        f32_ones(b) {}
+
+  Backend& backend;
+  const int64_t in_features;   // K
+  const int64_t out_features;  // N
+  const Float8LinearConfig config;
+
+  std::vector<CastPlan> plans;
+  // use[tensor][orientation]: the plan that casts it for that GEMM, -1 for high precision.
+  std::array<std::array<int, 2>, 3> use{{{-1, -1}, {-1, -1}, {-1, -1}}};
+  std::vector<int> delayed_plans;  // indices into plans, in delayed_index order
+  AmaxSlots forward_slots, backward_slots;
+  // Per delayed cast, kDelayedScaleStride floats: its scale, then 1/scale 16 bytes on.
+  BackendBuffer delayed_scales;
+  BackendBuffer step_amaxes;  // scratch of finish_step()
+  // Constant vectors, grown to the largest size asked for: fp8 ones turn scales into
+  // their inverses through dequantize (1 / scale, exactly as the host would round it);
+  // fp32 ones sum grad_output's rows for grad_bias with one GEMM.
+  BackendBuffer fp8_ones, f32_ones;
+  int64_t fp8_ones_count = 0, f32_ones_count = 0;
+
+  // Saved by forward() for backward().
+  const float* input = nullptr;
+  const float* weight = nullptr;
+  int64_t tokens = 0;
+
+  // ---- construction ----
+  void plan_tensor(TensorKind t, const CastConfig& as_stored, bool as_stored_fp8_gemm, const char* as_stored_gemm,
+                   const CastConfig& transposed, bool transposed_fp8_gemm, const char* transposed_gemm);
+  int add_plan(TensorKind t, const CastConfig& c, Orientation o, const char* gemm);
+  void plan_delayed_scaling();
+
+  // ---- casts ----
+  absl::Status cast_tensor(TensorKind t, const float* data, int64_t rows, int64_t cols, int slot_row);
+  absl::Status run_cast(CastPlan& p, const float* data, int64_t rows, int64_t cols, int slot_row);
+  absl::Status invert_scales(const float* scale, Granularity g, int64_t rows, int64_t cols, float* inv);
+  absl::Status ensure_ones(int64_t fp8_count, int64_t f32_count);
+  AmaxSlots& slots_of(TensorKind t) { return t == TensorKind::kGradOutput ? backward_slots : forward_slots; }
+
+  // ---- GEMM operands ----
+  ScaledOperand scaled(TensorKind t, Orientation o) const;
+  // The fp32 operand of a high-precision GEMM: the tensor itself, or its dequantized fp8
+  // copy when this use is cast.
+  const float* high_precision(TensorKind t, Orientation o, const float* raw) const;
+
+  absl::Status upload_delayed_scales();
+};
+
+// ---- construction -------------------------------------------------------------------------
+
+int Float8Linear::State::add_plan(TensorKind t, const CastConfig& c, Orientation o, const char* gemm) {
+  CastPlan& p = plans.emplace_back(backend);
+  p.tensor = t;
+  p.config = c;
+  if (c.granularity == ScaleGranularity::kTensorwise) {
+    p.granularity = Granularity::kTensorwise;
+  } else {
+    p.granularity = o == kAsStored ? Granularity::kRowwise : Granularity::kColumnwise;
+  }
+  p.gemms = gemm;
+  return static_cast<int>(plans.size()) - 1;
+}
+
+void Float8Linear::State::plan_tensor(TensorKind t, const CastConfig& as_stored, bool as_stored_fp8_gemm,
+                                      const char* as_stored_gemm, const CastConfig& transposed,
+                                      bool transposed_fp8_gemm, const char* transposed_gemm) {
+  auto& u = use[static_cast<int>(t)];
+  if (as_stored.is_fp8()) u[kAsStored] = add_plan(t, as_stored, kAsStored, as_stored_gemm);
+  if (transposed.is_fp8()) {
+    // A tensorwise scale is the same for both orientations, so one fused cast+transpose
+    // pass serves both GEMMs when they cast alike.
+    const bool shared =
+        u[kAsStored] >= 0 && transposed == as_stored && as_stored.granularity == ScaleGranularity::kTensorwise;
+    if (shared) {
+      u[kTransposed] = u[kAsStored];
+      plans[static_cast<size_t>(u[kTransposed])].gemms += std::string("+") + transposed_gemm;
+    } else {
+      u[kTransposed] = add_plan(t, transposed, kTransposed, transposed_gemm);
+    }
+  }
+  // An fp8 GEMM takes the fp8 copy in its orientation; a mixed GEMM takes the dequantized
+  // copy as stored (the high-precision GEMM transposes by itself).
+  if (u[kAsStored] >= 0) {
+    CastPlan& p = plans[static_cast<size_t>(u[kAsStored])];
+    p.make_out = true;
+    p.make_dequantized = p.make_dequantized || !as_stored_fp8_gemm;
+  }
+  if (u[kTransposed] >= 0) {
+    CastPlan& p = plans[static_cast<size_t>(u[kTransposed])];
+    if (transposed_fp8_gemm) {
+      p.make_out_t = true;
+    } else {
+      p.make_out = true;
+      p.make_dequantized = true;
+    }
+  }
+}
+
+void Float8Linear::State::plan_delayed_scaling() {
+  for (size_t i = 0; i < plans.size(); ++i) {
+    CastPlan& p = plans[i];
+    if (p.config.scaling != ScalingMode::kDelayed) continue;
+    p.delayed.emplace(config.amax_history_len, p.config.format(), p.config.pow2_scale);
+    p.delayed_index = static_cast<int>(delayed_plans.size());
+    p.delayed_column = slots_of(p.tensor).columns++;
+    delayed_plans.push_back(static_cast<int>(i));
+  }
+}
+
+// ---- casts ----------------------------------------------------------------------------------
+
+absl::Status Float8Linear::State::ensure_ones(int64_t fp8_count, int64_t f32_count) {
+  if (fp8_count > fp8_ones_count) {
+    if (auto s = fp8_ones.reserve(static_cast<size_t>(fp8_count)); !s.ok()) return s;
+    const std::vector<uint8_t> host(static_cast<size_t>(fp8_count), float_to_fp8(1.0f, Format::kE4M3, true));
+    if (auto s = backend.copy_from_host(fp8_ones.as<void>(), host.data(), host.size()); !s.ok()) return s;
+    fp8_ones_count = fp8_count;
+  }
+  if (f32_count > f32_ones_count) {
+    if (auto s = f32_ones.reserve(float_bytes(f32_count)); !s.ok()) return s;
+    const std::vector<float> host(static_cast<size_t>(f32_count), 1.0f);
+    if (auto s = backend.copy_from_host(f32_ones.as<void>(), host.data(), float_bytes(f32_count)); !s.ok()) return s;
+    f32_ones_count = f32_count;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Float8Linear::State::invert_scales(const float* scale, Granularity g, int64_t rows, int64_t cols,
+                                                float* inv) {
+  // Dequantizing the fp8 code of 1.0 with these scales gives 1/scale, on the device.
+  const int64_t n = scale_count(g, rows, cols);
+  if (auto s = ensure_ones(n, 0); !s.ok()) return s;
+  DequantizeArgs d;
+  d.input = fp8_ones.as<uint8_t>();
+  d.format = Format::kE4M3;
+  d.rows = g == Granularity::kRowwise ? n : 1;
+  d.cols = g == Granularity::kRowwise ? 1 : n;
+  d.granularity = g;
+  d.scale = scale;
+  d.out_dtype = DType::kFloat32;
+  d.out = inv;
+  return backend.dequantize(d);
+}
+
+absl::Status Float8Linear::State::run_cast(CastPlan& p, const float* data, int64_t rows, int64_t cols, int slot_row) {
+  const int64_t n = rows * cols;
+  const int64_t scales = scale_count(p.granularity, rows, cols);
+  absl::Status reserved;  // keeps the first error
+  if (p.make_out) reserved.Update(p.out.reserve(static_cast<size_t>(n)));
+  if (p.make_out_t) reserved.Update(p.out_t.reserve(static_cast<size_t>(n)));
+  if (p.make_dequantized) reserved.Update(p.dequantized.reserve(float_bytes(n)));
+  reserved.Update(p.scale.reserve(float_bytes(scales)));
+  reserved.Update(p.inv_scale.reserve(float_bytes(scales)));
+  reserved.Update(p.amax.reserve(float_bytes(scales)));
+  if (!reserved.ok()) return reserved;
+  const MatrixRef input{data, DType::kFloat32, rows, cols};
+  uint8_t* out = p.make_out ? p.out.as<uint8_t>() : nullptr;
+  uint8_t* out_t = p.make_out_t ? p.out_t.as<uint8_t>() : nullptr;
+  float* delayed_amax = p.delayed ? slots_of(p.tensor).at(slot_row, p.delayed_column) : nullptr;
+
+  if (p.delayed && p.delayed_scale_ready) {
+    // The scale was derived from the history before this cast; the cast measures this
+    // step's amax in the same pass, for finish_step() to record.
+    const float* scale = delayed_scales.as<float>() + p.delayed_index * kDelayedScaleStride;
+    CastArgs c;
+    c.input = input;
+    c.format = p.config.format();
+    c.granularity = Granularity::kTensorwise;
+    c.scale = scale;
+    c.out = out;
+    c.out_t = out_t;
+    c.amax_out = delayed_amax;
+    if (auto s = backend.cast(c); !s.ok()) return s;
+    p.scale_in_use = scale;
+    p.inv_scale_in_use = scale + kFloatsPer16Bytes;
+    p.host_scale_in_use = p.delayed->next_scale();
+  } else {
+    // Dynamic scaling. A delayed cast comes here while its history holds no usable amax
+    // (its first step): TransformerEngine would cast with scale 1 then, which can clip or
+    // flush a whole tensor; measuring costs one amax pass, once.
+    QuantizeArgs q;
+    q.input = input;
+    q.format = p.config.format();
+    q.granularity = p.granularity;
+    q.pow2_scale = p.config.pow2_scale;
+    q.out = out;
+    q.out_t = out_t;
+    q.scale_out = p.scale.as<float>();
+    q.amax_out = delayed_amax != nullptr ? delayed_amax : p.amax.as<float>();
+    if (auto s = backend.quantize(q); !s.ok()) return s;
+    if (auto s = invert_scales(p.scale.as<float>(), p.granularity, rows, cols, p.inv_scale.as<float>()); !s.ok()) {
+      return s;
+    }
+    p.scale_in_use = p.scale.as<float>();
+    p.inv_scale_in_use = p.inv_scale.as<float>();
+    p.host_scale_in_use.reset();
+  }
+
+  if (p.make_dequantized) {
+    DequantizeArgs d;
+    d.input = out;
+    d.format = p.config.format();
+    d.rows = rows;
+    d.cols = cols;
+    d.granularity = p.granularity;
+    d.scale = p.scale_in_use;
+    d.out_dtype = DType::kFloat32;
+    d.out = p.dequantized.as<float>();
+    if (auto s = backend.dequantize(d); !s.ok()) return s;
+  }
+  p.rows = rows;
+  p.cols = cols;
+  p.last_amax_row = p.delayed ? slot_row : -1;
+  return absl::OkStatus();
+}
+
+absl::Status Float8Linear::State::cast_tensor(TensorKind t, const float* data, int64_t rows, int64_t cols,
+                                              int slot_row) {
+  const auto& u = use[static_cast<int>(t)];
+  for (int o : {kAsStored, kTransposed}) {
+    if (u[o] < 0 || (o == kTransposed && u[kTransposed] == u[kAsStored])) continue;
+    if (auto s = run_cast(plans[static_cast<size_t>(u[o])], data, rows, cols, slot_row); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+ScaledOperand Float8Linear::State::scaled(TensorKind t, Orientation o) const {
+  const CastPlan& p = plans[static_cast<size_t>(use[static_cast<int>(t)][o])];
+  ScaledOperand op;
+  op.data = o == kAsStored ? p.out.as<uint8_t>() : p.out_t.as<uint8_t>();
+  op.format = p.config.format();
+  // Either orientation's scales run along the rows of the K-contiguous copy the GEMM reads.
+  op.granularity = p.granularity == Granularity::kTensorwise ? Granularity::kTensorwise : Granularity::kRowwise;
+  op.inv_scale = p.inv_scale_in_use;
+  return op;
+}
+
+const float* Float8Linear::State::high_precision(TensorKind t, Orientation o, const float* raw) const {
+  const int plan = use[static_cast<int>(t)][o];
+  return plan < 0 ? raw : plans[static_cast<size_t>(plan)].dequantized.as<float>();
+}
+
+absl::Status Float8Linear::State::upload_delayed_scales() {
+  const int64_t n = static_cast<int64_t>(delayed_plans.size());
+  if (n == 0) return absl::OkStatus();
+  std::vector<float> host(static_cast<size_t>(n * kDelayedScaleStride), 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    CastPlan& p = plans[static_cast<size_t>(delayed_plans[static_cast<size_t>(i)])];
+    const std::optional<float> scale = p.delayed->next_scale();
+    p.delayed_scale_ready = scale.has_value();
+    float* entry = host.data() + i * kDelayedScaleStride;
+    entry[0] = scale.value_or(1.0f);
+    entry[kFloatsPer16Bytes] = 1.0f / entry[0];
+  }
+  if (auto s = delayed_scales.reserve(float_bytes(n * kDelayedScaleStride)); !s.ok()) return s;
+  return backend.copy_from_host(delayed_scales.as<void>(), host.data(), float_bytes(n * kDelayedScaleStride));
+}
+
+// ---- Float8Linear -------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& backend, int64_t in_features,
+                                                                   int64_t out_features,
+                                                                   const Float8LinearConfig& config) {
+  if (in_features <= 0 || out_features <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Float8Linear: in_features and out_features must be positive, got ",
+                                                   in_features, " and ", out_features));
+  }
+  if (auto s = validate(config); !s.ok()) return s;
+  if (backend.is_cuda() && config.any_fp8_gemm() &&
+      (in_features % kGpuFp8GemmMultiple != 0 || out_features % kGpuFp8GemmMultiple != 0)) {
+    // The job validator rejects such layers first (or pads them); this is defence in depth.
+    return absl::InvalidArgumentError(
+        absl::StrCat("Float8Linear(in_features=", in_features, ", out_features=", out_features, ") on ", backend.name(),
+                     ": fp8 GEMMs on a GPU need both dimensions to be multiples of ", kGpuFp8GemmMultiple,
+                     " (cuBLASLt fp8 needs 16-aligned K-contiguous operands); keep this layer in high precision"));
+  }
+
+  auto state = std::make_unique<State>(backend, in_features, out_features, config);
+  const Float8LinearConfig& c = state->config;
+  state->plans.reserve(6);  // at most two casts per tensor; CastPlan is not copied after this
+  state->plan_tensor(TensorKind::kInput, c.output.input, c.output_runs_in_fp8(), "output", c.grad_weight.input,
+                     c.grad_weight_runs_in_fp8(), "grad_weight");
+  state->plan_tensor(TensorKind::kWeight, c.output.weight, c.output_runs_in_fp8(), "output", c.grad_input.weight,
+                     c.grad_input_runs_in_fp8(), "grad_input");
+  state->plan_tensor(TensorKind::kGradOutput, c.grad_input.grad_output, c.grad_input_runs_in_fp8(), "grad_input",
+                     c.grad_weight.grad_output, c.grad_weight_runs_in_fp8(), "grad_weight");
+  state->plan_delayed_scaling();
+  if (auto s = state->upload_delayed_scales(); !s.ok()) return s;
+  return std::unique_ptr<Float8Linear>(new Float8Linear(std::move(state)));
+}
+
+Float8Linear::Float8Linear(std::unique_ptr<State> state) : s_(std::move(state)) {}
+Float8Linear::~Float8Linear() = default;
+
+int64_t Float8Linear::in_features() const { return s_->in_features; }
+int64_t Float8Linear::out_features() const { return s_->out_features; }
+const Float8LinearConfig& Float8Linear::config() const { return s_->config; }
+
+absl::Status Float8Linear::forward(const float* input, int64_t tokens, const float* weight, const float* bias,
+                                   float* output) {
+  State& s = *s_;
+  if (input == nullptr || weight == nullptr || output == nullptr) {
+    return absl::InvalidArgumentError("Float8Linear::forward: input, weight and output must not be null");
+  }
+  if (tokens <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Float8Linear::forward: tokens must be positive, got ", tokens));
+  }
+  if (s.backend.is_cuda() && s.config.grad_weight_runs_in_fp8() && tokens % kGpuFp8GemmMultiple != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Float8Linear::forward: tokens=", tokens, " is not a multiple of ",
+                                                   kGpuFp8GemmMultiple,
+                                                   ", which the fp8 grad_weight GEMM contracts over on a GPU"));
+  }
+  const int64_t m = tokens, k = s.in_features, n = s.out_features;
+  const int row = s.forward_slots.rows_used;
+  if (s.forward_slots.columns > 0) {
+    if (auto st = s.forward_slots.prepare_row(); !st.ok()) return st;
+  }
+  if (auto st = s.cast_tensor(TensorKind::kInput, input, m, k, row); !st.ok()) return st;
+  if (auto st = s.cast_tensor(TensorKind::kWeight, weight, n, k, row); !st.ok()) return st;
+
+  absl::Status st;
+  if (s.config.output_runs_in_fp8()) {
+    ScaledGemmArgs g;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.a = s.scaled(TensorKind::kInput, kAsStored);
+    g.b = s.scaled(TensorKind::kWeight, kAsStored);
+    g.out = output;
+    g.bias = bias;
+    g.fast_accum = s.config.output.fast_accum;
+    st = s.backend.scaled_gemm(g);
+  } else {
+    GemmArgs g;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.a = s.high_precision(TensorKind::kInput, kAsStored, input);
+    g.b = s.high_precision(TensorKind::kWeight, kAsStored, weight);
+    g.trans_b = true;  // W is stored [N, K]
+    g.out = output;
+    g.bias = bias;
+    st = s.backend.gemm(g);
+  }
+  if (!st.ok()) return st;
+  s.input = input;
+  s.weight = weight;
+  s.tokens = tokens;
+  if (s.forward_slots.columns > 0) ++s.forward_slots.rows_used;
+  return absl::OkStatus();
+}
+
+absl::Status Float8Linear::backward(const float* grad_output, float* grad_input, float* grad_weight, float* grad_bias) {
+  State& s = *s_;
+  if (s.tokens == 0) return absl::FailedPreconditionError("Float8Linear::backward: no forward() to differentiate");
+  if (grad_output == nullptr || grad_weight == nullptr) {
+    return absl::InvalidArgumentError("Float8Linear::backward: grad_output and grad_weight must not be null");
+  }
+  const int64_t m = s.tokens, k = s.in_features, n = s.out_features;
+  const int row = s.backward_slots.rows_used;
+  if (s.backward_slots.columns > 0) {
+    if (auto st = s.backward_slots.prepare_row(); !st.ok()) return st;
+  }
+  if (auto st = s.cast_tensor(TensorKind::kGradOutput, grad_output, m, n, row); !st.ok()) return st;
+
+  if (grad_input != nullptr) {
+    absl::Status st;
+    if (s.config.grad_input_runs_in_fp8()) {
+      ScaledGemmArgs g;  // [M, K] = g [M, N] · (Wᵀ [K, N])ᵀ
+      g.m = m;
+      g.n = k;
+      g.k = n;
+      g.a = s.scaled(TensorKind::kGradOutput, kAsStored);
+      g.b = s.scaled(TensorKind::kWeight, kTransposed);
+      g.out = grad_input;
+      g.fast_accum = s.config.grad_input.fast_accum;
+      st = s.backend.scaled_gemm(g);
+    } else {
+      GemmArgs g;  // [M, K] = g [M, N] · W [N, K]
+      g.m = m;
+      g.n = k;
+      g.k = n;
+      g.a = s.high_precision(TensorKind::kGradOutput, kAsStored, grad_output);
+      g.b = s.high_precision(TensorKind::kWeight, kTransposed, s.weight);
+      g.out = grad_input;
+      st = s.backend.gemm(g);
+    }
+    if (!st.ok()) return st;
+  }
+
+  absl::Status st;
+  if (s.config.grad_weight_runs_in_fp8()) {
+    ScaledGemmArgs g;  // [N, K] += gᵀ [N, M] · (xᵀ [K, M])ᵀ
+    g.m = n;
+    g.n = k;
+    g.k = m;
+    g.a = s.scaled(TensorKind::kGradOutput, kTransposed);
+    g.b = s.scaled(TensorKind::kInput, kTransposed);
+    g.out = grad_weight;
+    g.accumulate = true;
+    g.fast_accum = s.config.grad_weight.fast_accum;
+    st = s.backend.scaled_gemm(g);
+  } else {
+    GemmArgs g;  // [N, K] += g [M, N]ᵀ · x [M, K]
+    g.m = n;
+    g.n = k;
+    g.k = m;
+    g.a = s.high_precision(TensorKind::kGradOutput, kTransposed, grad_output);
+    g.trans_a = true;
+    g.b = s.high_precision(TensorKind::kInput, kTransposed, s.input);
+    g.out = grad_weight;
+    g.beta = 1.0f;
+    st = s.backend.gemm(g);
+  }
+  if (!st.ok()) return st;
+
+  if (grad_bias != nullptr) {
+    // grad_bias [1, N] += ones [1, M] · g [M, N]: the column sums, as one GEMM.
+    if (auto e = s.ensure_ones(0, m); !e.ok()) return e;
+    GemmArgs g;
+    g.m = 1;
+    g.n = n;
+    g.k = m;
+    g.a = s.f32_ones.as<float>();
+    g.b = grad_output;
+    g.out = grad_bias;
+    g.beta = 1.0f;
+    if (auto e = s.backend.gemm(g); !e.ok()) return e;
+  }
+  if (s.backward_slots.columns > 0) ++s.backward_slots.rows_used;
+  return absl::OkStatus();
+}
+
+// ---- delayed scaling -------------------------------------------------------------------------
+
+int Float8Linear::delayed_count() const { return static_cast<int>(s_->delayed_plans.size()); }
+
+std::vector<std::string> Float8Linear::delayed_names() const {
+  std::vector<std::string> names;
+  for (int i : s_->delayed_plans) {
+    const CastPlan& p = s_->plans[static_cast<size_t>(i)];
+    const bool tensor_has_two = std::count_if(s_->delayed_plans.begin(), s_->delayed_plans.end(), [&](int j) {
+                                  return s_->plans[static_cast<size_t>(j)].tensor == p.tensor;
+                                }) > 1;
+    names.push_back(tensor_has_two ? absl::StrCat(tensor_kind_name(p.tensor), ".", cast_dtype_name(p.config.dtype))
+                                   : tensor_kind_name(p.tensor));
+  }
+  return names;
+}
+
+absl::Status Float8Linear::write_step_amaxes(float* dst) {
+  State& s = *s_;
+  if (s.delayed_plans.empty()) return absl::OkStatus();
+  if (dst == nullptr) return absl::InvalidArgumentError("Float8Linear::write_step_amaxes: dst is null");
+  // Forward casts come first in delayed order, then backward ones (plans are built input,
+  // weight, grad_output), so each direction's reduction lands in one contiguous run.
+  float* next = dst;
+  for (AmaxSlots* slots : {&s.forward_slots, &s.backward_slots}) {
+    if (slots->columns == 0) continue;
+    if (slots->rows_used == 0) {
+      return absl::FailedPreconditionError(absl::StrCat("Float8Linear: the step has no ",
+                                                        slots == &s.forward_slots ? "forward()" : "backward()",
+                                                        " whose amaxes delayed scaling could record"));
+    }
+    // Amaxes are non-negative, so the per-column amax of the slot rows is their max.
+    const MatrixRef rows{slots->buffer.as<float>(), DType::kFloat32, slots->rows_used, slots->columns};
+    if (auto st = s.backend.amax(rows, Granularity::kColumnwise, next); !st.ok()) return st;
+    next += slots->columns;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Float8Linear::finish_step(absl::Span<const float> amaxes) {
+  State& s = *s_;
+  if (amaxes.size() != s.delayed_plans.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Float8Linear::finish_step: expected ", s.delayed_plans.size(),
+                                                   " amaxes (one per delayed cast), got ", amaxes.size()));
+  }
+  for (size_t i = 0; i < amaxes.size(); ++i) {
+    s.plans[static_cast<size_t>(s.delayed_plans[i])].delayed->record(amaxes[i]);
+  }
+  s.forward_slots.rows_used = 0;
+  s.backward_slots.rows_used = 0;
+  return s.upload_delayed_scales();
+}
+
+absl::Status Float8Linear::finish_step() {
+  State& s = *s_;
+  const int64_t n = delayed_count();
+  if (n == 0) return finish_step(absl::Span<const float>());
+  if (auto st = s.step_amaxes.reserve(float_bytes(n)); !st.ok()) return st;
+  if (auto st = write_step_amaxes(s.step_amaxes.as<float>()); !st.ok()) return st;
+  std::vector<float> host(static_cast<size_t>(n));
+  if (auto st = s.backend.copy_to_host(host.data(), s.step_amaxes.as<void>(), float_bytes(n)); !st.ok()) return st;
+  return finish_step(host);
+}
+
+const DelayedScaling& Float8Linear::delayed_scaling(int i) const {
+  return *s_->plans[static_cast<size_t>(s_->delayed_plans.at(static_cast<size_t>(i)))].delayed;
+}
+
+std::vector<float> Float8Linear::save_scaling_state() const {
+  std::vector<float> out;
+  for (int i = 0; i < delayed_count(); ++i) {
+    const std::vector<float> one = delayed_scaling(i).serialize();
+    out.insert(out.end(), one.begin(), one.end());
+  }
+  return out;
+}
+
+absl::Status Float8Linear::restore_scaling_state(absl::Span<const float> state) {
+  State& s = *s_;
+  const int64_t each = DelayedScaling::serialized_size(s.config.amax_history_len);
+  const int64_t expected = each * delayed_count();
+  if (static_cast<int64_t>(state.size()) != expected) {
+    return absl::InvalidArgumentError(absl::StrCat("Float8Linear::restore_scaling_state: expected ", expected,
+                                                   " floats (", delayed_count(), " delayed casts), got ",
+                                                   state.size()));
+  }
+  // Restore into copies first so that a bad entry leaves the layer unchanged.
+  std::vector<DelayedScaling> restored;
+  for (int i = 0; i < delayed_count(); ++i) {
+    DelayedScaling copy = delayed_scaling(i);
+    if (auto st = copy.restore(state.subspan(static_cast<size_t>(i * each), static_cast<size_t>(each))); !st.ok()) {
+      return st;
+    }
+    restored.push_back(std::move(copy));
+  }
+  for (int i = 0; i < delayed_count(); ++i) {
+    s.plans[static_cast<size_t>(s.delayed_plans[static_cast<size_t>(i)])].delayed = restored[static_cast<size_t>(i)];
+  }
+  return s.upload_delayed_scales();
+}
+
+// ---- numerics ---------------------------------------------------------------------------------
+
+absl::StatusOr<std::vector<CastNumerics>> Float8Linear::numerics() {
+  State& s = *s_;
+  std::vector<CastNumerics> out;
+  for (const CastPlan& p : s.plans) {
+    if (p.rows == 0) continue;
+    const bool delayed_amax = p.last_amax_row >= 0;
+    const int64_t n = scale_count(p.granularity, p.rows, p.cols);
+    std::vector<float> amax(static_cast<size_t>(n)), scale(static_cast<size_t>(n));
+    const float* amax_src =
+        delayed_amax ? s.slots_of(p.tensor).at(p.last_amax_row, p.delayed_column) : p.amax.as<float>();
+    if (auto st = s.backend.copy_to_host(amax.data(), amax_src, float_bytes(n)); !st.ok()) return st;
+    if (p.host_scale_in_use.has_value()) {
+      // The device copy may already hold the next step's scale.
+      scale.assign(1, *p.host_scale_in_use);
+    } else if (auto st = s.backend.copy_to_host(scale.data(), p.scale_in_use, float_bytes(n)); !st.ok()) {
+      return st;
+    }
+    CastNumerics c;
+    c.tensor = p.tensor;
+    c.gemms = p.gemms;
+    c.config = p.config;
+    c.amax = *std::max_element(amax.begin(), amax.end());
+    c.scale = *std::min_element(scale.begin(), scale.end());
+    float use = 0.0f;
+    for (size_t i = 0; i < amax.size(); ++i) use = std::max(use, amax[i] * scale[i]);
+    c.range_use = use / fp8_max(p.config.format());
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace fp8::engine

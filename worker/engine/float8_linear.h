@@ -1,0 +1,127 @@
+// Float8Linear: y = x·Wᵀ (+ bias) with each of its three GEMMs cast per a
+// Float8LinearConfig (cast_config.h) and run through fp8::Backend alone, so the same code
+// serves the CPU backend (what tests use) and CUDA.
+//
+//   output      [M, N] = x [M, K] · W [N, K]ᵀ      A = x,      B = W     (as [N, K])
+//   grad_input  [M, K] = g [M, N] · W [N, K]       A = g,      B = Wᵀ    (as [K, N])
+//   grad_weight [N, K] = g [M, N]ᵀ · x [M, K]      A = gᵀ,     B = xᵀ    (as [K, M])
+//
+// fp8 GEMMs take both operands K-contiguous, so every tensor is needed once as stored and
+// once transposed. When both uses cast the same way (tensorwise, same format and scaling:
+// the tensorwise and delayed recipes), one fused cast+transpose pass makes both fp8
+// copies and both GEMMs share its scale. Axiswise scales differ between the two
+// orientations (per row of x vs per column of x), so those are two casts.
+//
+// Memory contract (like autograd's saved tensors): forward() keeps pointers to input,
+// weight and bias; they must stay valid and unchanged until backward() returns. Backward
+// reads them only where a GEMM consumes them in high precision; fp8 copies it needs were
+// made by forward().
+//
+// Host synchronisation: forward() and backward() queue backend work only (they read no
+// device value on the host), apart from one-off buffer growth when the token count first
+// grows. finish_step() and numerics() copy small vectors to the host.
+//
+// Delayed scaling, per training step (one optimizer step, any number of micro-batches):
+//   forward/backward × micro-batches   each cast records its amax into its own slot
+//   write_step_amaxes(dst)             per delayed cast: max over the step's micro-batches,
+//                                      into backend memory (the distributed engine packs
+//                                      every layer's into one vector and all-reduces MAX once)
+//   finish_step(reduced host amaxes)   records them into the histories, derives next step's
+//                                      scales and uploads them (one small copy)
+// finish_step() without arguments does the last two for a single process.
+//
+// Not thread-safe: one layer is driven by one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "fp8/fp8.h"
+#include "worker/engine/cast_config.h"
+#include "worker/engine/delayed_scaling.h"
+
+namespace fp8::engine {
+
+// The three tensors a linear layer casts.
+enum class TensorKind : uint8_t { kInput, kWeight, kGradOutput };
+const char* tensor_kind_name(TensorKind t);
+
+// What one fp8 cast did the last time it ran: the numbers the product exports as metrics.
+//
+// The fraction of saturated values is not measured: counting them needs a pass of its
+// own that Backend does not offer. `range_use` is free instead, and answers the question
+// that fraction is usually asked for: it is ≤ 1 when nothing was clipped, and when > 1 the
+// largest value was clipped by that factor. Dynamic scaling keeps it ≤ 1 by construction;
+// delayed scaling exceeds 1 when a tensor grows faster than its history.
+struct CastNumerics {
+  TensorKind tensor = TensorKind::kInput;
+  std::string gemms;  // which GEMMs use this cast: "output", "output+grad_weight", ...
+  CastConfig config;
+  float amax = 0.0f;       // largest |value| of the tensor at the cast
+  float scale = 0.0f;      // the scale (axiswise: the smallest of the row scales)
+  float range_use = 0.0f;  // max over scales of amax·scale / fp8_max
+};
+
+class Float8Linear {
+ public:
+  // A layer with weight [out_features, in_features]. Fails with InvalidArgument for a bad
+  // config (validate()) or, on a GPU backend, for dimensions an fp8 GEMM cannot take
+  // (cuBLASLt needs the contracted and output dimensions to be multiples of 16).
+  static absl::StatusOr<std::unique_ptr<Float8Linear>> create(Backend& backend, int64_t in_features,
+                                                              int64_t out_features, const Float8LinearConfig& config);
+  ~Float8Linear();
+  Float8Linear(const Float8Linear&) = delete;
+  Float8Linear& operator=(const Float8Linear&) = delete;
+
+  int64_t in_features() const;
+  int64_t out_features() const;
+  const Float8LinearConfig& config() const;
+
+  // output [tokens, out] = input [tokens, in] · weightᵀ (+ bias [out], may be null).
+  // All fp32 in backend memory. On a GPU with an fp8 grad_weight GEMM, tokens must be a
+  // multiple of 16 (that GEMM contracts over them).
+  absl::Status forward(const float* input, int64_t tokens, const float* weight, const float* bias, float* output);
+
+  // For the last forward(): WRITES grad_input [tokens, in] (skipped when null) and
+  // ACCUMULATES (+=) grad_weight [out, in] and grad_bias [out] (skipped when null), so
+  // that gradients add up over micro-batches: zero them once per optimizer step.
+  absl::Status backward(const float* grad_output, float* grad_input, float* grad_weight, float* grad_bias);
+
+  // ---- delayed scaling ------------------------------------------------------------------
+  // Casts under delayed scaling, in a fixed order; named "input", "weight", "grad_output"
+  // (with the format appended when one tensor is cast to two formats).
+  int delayed_count() const;
+  std::vector<std::string> delayed_names() const;
+  // This step's amax of each delayed cast (max over micro-batches) into dst, delayed_count()
+  // floats of backend memory. Needs a forward() (and a backward(), when grad_output is
+  // delayed) since the last finish_step().
+  absl::Status write_step_amaxes(float* dst);
+  // Ends the step with amaxes already reduced across ranks (host memory, delayed_count()).
+  absl::Status finish_step(absl::Span<const float> amaxes);
+  // Ends the step with this process's own amaxes. Call once per optimizer step with any
+  // recipe (it is cheap without delayed casts).
+  absl::Status finish_step();
+  // The i-th delayed cast's state (history and scale), for reporting.
+  const DelayedScaling& delayed_scaling(int i) const;
+  // Every delayed cast's state, concatenated, for checkpoints; restore needs a layer built
+  // with the same config.
+  std::vector<float> save_scaling_state() const;
+  absl::Status restore_scaling_state(absl::Span<const float> state);
+
+  // ---- numerics ------------------------------------------------------------------------
+  // One entry per fp8 cast that has run. Synchronises the backend: call it when metrics
+  // are reported, not every step.
+  absl::StatusOr<std::vector<CastNumerics>> numerics();
+
+ private:
+  struct State;
+  explicit Float8Linear(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace fp8::engine
