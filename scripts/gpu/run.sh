@@ -36,6 +36,7 @@ if [[ $what == tests || $what == all ]]; then
   run format_test $bin/fp8_format_test --gtest_brief=1
   run cuda_contract_test $bin/fp8_cuda_contract_test
   run cuda_backend_test $bin/fp8_cuda_backend_test
+  run float8_linear_cuda_test $bin/fp8_float8_linear_cuda_test
 fi
 if [[ $what == bench || $what == all ]]; then
   run bench_cast $bin/bench_cast --device cuda
