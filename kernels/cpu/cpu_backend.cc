@@ -55,15 +55,7 @@ class CpuBackend final : public cpu::HostMemoryBackend {
     }
     cpu::amax(q.input, q.granularity, amax);
     cpu::compute_scales(amax, n, q.format, q.pow2_scale, q.scale_out);
-    CastArgs c;
-    c.input = q.input;
-    c.format = q.format;
-    c.granularity = q.granularity;
-    c.scale = q.scale_out;
-    c.saturate = q.saturate;
-    c.out = q.out;
-    c.out_t = q.out_t;
-    cpu::cast(c);
+    cpu::cast(cast_step_of(q));
     return absl::OkStatus();
   }
 

@@ -77,15 +77,7 @@ class ReferenceBackend final : public cpu::HostMemoryBackend {
       q.scale_out[i] = scale_from_amax(amaxes[i], q.format, q.pow2_scale);
       if (q.amax_out != nullptr) q.amax_out[i] = amaxes[i];
     }
-    CastArgs c;
-    c.input = q.input;
-    c.format = q.format;
-    c.granularity = q.granularity;
-    c.scale = q.scale_out;
-    c.saturate = q.saturate;
-    c.out = q.out;
-    c.out_t = q.out_t;
-    return cast(c);
+    return cast(cast_step_of(q));
   }
 
   absl::Status dequantize(const DequantizeArgs& a) override {

@@ -85,6 +85,20 @@ struct QuantizeArgs {
   float* amax_out = nullptr;   // optional
 };
 
+// The cast step of a quantize: its input, format, granularity and outputs, with the
+// scales it computed (q.scale_out). Every backend's quantize ends with this cast.
+inline CastArgs cast_step_of(const QuantizeArgs& q) {
+  CastArgs c;
+  c.input = q.input;
+  c.format = q.format;
+  c.granularity = q.granularity;
+  c.scale = q.scale_out;
+  c.saturate = q.saturate;
+  c.out = q.out;
+  c.out_t = q.out_t;
+  return c;
+}
+
 // out = q / scale, in fp32 or bf16.
 struct DequantizeArgs {
   const uint8_t* input = nullptr;
