@@ -31,4 +31,18 @@ absl::Status HostMemoryBackend::copy_to_host(void* dst, const void* src, size_t 
   return absl::OkStatus();
 }
 
+absl::Status HostMemoryBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (dst == nullptr || src == nullptr) return absl::InvalidArgumentError("copy: null pointer");
+  std::memcpy(dst, src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status HostMemoryBackend::fill_zero(void* dst, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (dst == nullptr) return absl::InvalidArgumentError("fill_zero: null pointer");
+  std::memset(dst, 0, bytes);
+  return absl::OkStatus();
+}
+
 }  // namespace fp8::cpu

@@ -12,6 +12,8 @@ class HostMemoryBackend : public Backend {
   void deallocate(void* p) override;
   absl::Status copy_from_host(void* dst, const void* src, size_t bytes) override;
   absl::Status copy_to_host(void* dst, const void* src, size_t bytes) override;
+  absl::Status copy(void* dst, const void* src, size_t bytes) override;
+  absl::Status fill_zero(void* dst, size_t bytes) override;
   absl::Status synchronize() override { return absl::OkStatus(); }
 };
 

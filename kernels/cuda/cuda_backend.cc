@@ -106,6 +106,22 @@ class CudaBackend final : public Backend {
     return cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
 
+  absl::Status copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr || src == nullptr) return absl::InvalidArgumentError("copy: null pointer");
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
+  }
+
+  absl::Status fill_zero(void* dst, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr) return absl::InvalidArgumentError("fill_zero: null pointer");
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    return cuda_status(cudaMemsetAsync(dst, 0, bytes, stream_), "cudaMemsetAsync");
+  }
+
   absl::Status synchronize() override {
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();

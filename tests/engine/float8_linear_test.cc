@@ -420,6 +420,33 @@ TEST_F(FLOAT8_LINEAR_TEST, DelayedAmaxOfAStepIsTheMaxOverMicroBatches) {
   EXPECT_EQ(layer->delayed_scaling(2).history(), (std::vector<float>{*std::max_element(g_amax.begin(), g_amax.end())}));
 }
 
+TEST_F(FLOAT8_LINEAR_TEST, EvaluationForwardMatchesAndLeavesDelayedScalingAlone) {
+  const Shape s{32, 64, 48};
+  const size_t m = 32, k = 64, n = 48;
+  std::unique_ptr<Float8Linear> layer = make_layer(backend(), s, recipe(v1::Fp8Spec::DELAYED));
+  ASSERT_NE(layer, nullptr);
+  const std::vector<float> w = normal(n * k, 0.1f, 1), x = normal(m * k, 1.0f, 2), g = normal(m * n, 1.0f, 3);
+  const std::vector<float> huge = scaled(normal(m * k, 1.0f, 4), 100.0f);
+  Tensor tw(backend(), w), tx(backend(), x), tg(backend(), g), th(backend(), huge);
+  Tensor train_out(backend(), m * n), eval_out(backend(), m * n), gw(backend(), n * k);
+
+  ASSERT_OK(layer->forward(tx.data(), s.m, tw.data(), nullptr, train_out.data()));
+  ASSERT_OK(layer->backward(tg.data(), nullptr, gw.data(), nullptr));
+  ASSERT_OK(layer->finish_step());
+  // Step 2: an evaluation pass over a much larger input, between forward and backward.
+  ASSERT_OK(layer->forward(tx.data(), s.m, tw.data(), nullptr, train_out.data()));
+  ASSERT_OK(layer->forward_no_grad(th.data(), s.m, tw.data(), nullptr, eval_out.data()));
+  EXPECT_EQ(layer->backward(tg.data(), nullptr, gw.data(), nullptr).code(), absl::StatusCode::kFailedPrecondition)
+      << "the evaluation pass replaced what backward() would differentiate";
+  ASSERT_OK(layer->forward_no_grad(tx.data(), s.m, tw.data(), nullptr, eval_out.data()));
+  EXPECT_EQ(eval_out.download(), train_out.download());
+  ASSERT_OK(layer->forward(tx.data(), s.m, tw.data(), nullptr, train_out.data()));
+  ASSERT_OK(layer->backward(tg.data(), nullptr, gw.data(), nullptr));
+  ASSERT_OK(layer->finish_step());
+  // The history saw the training input twice and never the evaluation one.
+  EXPECT_EQ(layer->delayed_scaling(0).history(), (std::vector<float>{max_abs(x), max_abs(x)}));
+}
+
 TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingTakesAmaxesReducedElsewhere) {
   const Shape s{32, 64, 48};
   std::unique_ptr<Float8Linear> layer = make_layer(backend(), s, recipe(v1::Fp8Spec::DELAYED, 4));
@@ -634,6 +661,8 @@ class PretendGpuBackend final : public Backend {
   void deallocate(void* p) override { cpu().deallocate(p); }
   absl::Status copy_from_host(void* d, const void* s, size_t n) override { return cpu().copy_from_host(d, s, n); }
   absl::Status copy_to_host(void* d, const void* s, size_t n) override { return cpu().copy_to_host(d, s, n); }
+  absl::Status copy(void* d, const void* s, size_t n) override { return cpu().copy(d, s, n); }
+  absl::Status fill_zero(void* d, size_t n) override { return cpu().fill_zero(d, n); }
   absl::Status synchronize() override { return cpu().synchronize(); }
   absl::Status amax(const MatrixRef& x, Granularity g, float* out) override { return cpu().amax(x, g, out); }
   absl::Status compute_scales(const float* a, int64_t n, Format f, bool pow2, float* s) override {

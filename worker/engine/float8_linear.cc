@@ -447,6 +447,16 @@ const Float8LinearConfig& Float8Linear::config() const { return s_->config; }
 
 absl::Status Float8Linear::forward(const float* input, int64_t tokens, const float* weight, const float* bias,
                                    float* output) {
+  return run_forward(input, tokens, weight, bias, output, /*for_backward=*/true);
+}
+
+absl::Status Float8Linear::forward_no_grad(const float* input, int64_t tokens, const float* weight,
+                                           const float* bias, float* output) {
+  return run_forward(input, tokens, weight, bias, output, /*for_backward=*/false);
+}
+
+absl::Status Float8Linear::run_forward(const float* input, int64_t tokens, const float* weight, const float* bias,
+                                       float* output, bool for_backward) {
   State& s = *s_;
   if (input == nullptr || weight == nullptr || output == nullptr) {
     return absl::InvalidArgumentError("Float8Linear::forward: input, weight and output must not be null");
@@ -492,6 +502,15 @@ absl::Status Float8Linear::forward(const float* input, int64_t tokens, const flo
     st = s.backend.gemm(g);
   }
   if (!st.ok()) return st;
+  if (!for_backward) {
+    // The amax slot row this pass wrote stays uncounted, so the next training forward
+    // overwrites it and delayed scaling never sees evaluation data; and the fp8 copies it
+    // made no longer belong to the last training forward, so backward() must refuse.
+    s.input = nullptr;
+    s.weight = nullptr;
+    s.tokens = 0;
+    return absl::OkStatus();
+  }
   s.input = input;
   s.weight = weight;
   s.tokens = tokens;

@@ -87,6 +87,11 @@ class Float8Linear {
   // multiple of 16 (that GEMM contracts over them).
   absl::Status forward(const float* input, int64_t tokens, const float* weight, const float* bias, float* output);
 
+  // The same output for evaluation: nothing is kept for a backward() (the last forward()
+  // can no longer be differentiated either) and delayed scaling records none of its amaxes.
+  absl::Status forward_no_grad(const float* input, int64_t tokens, const float* weight, const float* bias,
+                               float* output);
+
   // For the last forward(): WRITES grad_input [tokens, in] (skipped when null) and
   // ACCUMULATES (+=) grad_weight [out, in] and grad_bias [out] (skipped when null), so
   // that gradients add up over micro-batches: zero them once per optimizer step.
@@ -121,6 +126,8 @@ class Float8Linear {
  private:
   struct State;
   explicit Float8Linear(std::unique_ptr<State> state);
+  absl::Status run_forward(const float* input, int64_t tokens, const float* weight, const float* bias, float* output,
+                           bool for_backward);
   std::unique_ptr<State> s_;
 };
 

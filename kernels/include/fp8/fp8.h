@@ -167,6 +167,10 @@ class Backend {
   virtual void deallocate(void* p) = 0;
   virtual absl::Status copy_from_host(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  // Within this backend's memory, queued like a kernel (no host wait). Ranges must not overlap.
+  virtual absl::Status copy(void* dst, const void* src, size_t bytes) = 0;
+  // Sets `bytes` bytes to zero, queued like a kernel.
+  virtual absl::Status fill_zero(void* dst, size_t bytes) = 0;
   // Waits for all work queued on this backend; surfaces asynchronous errors.
   virtual absl::Status synchronize() = 0;
 

@@ -1,0 +1,29 @@
+#include "worker/engine/model/linear_unit.h"
+
+#include "worker/engine/status_macros.h"
+
+namespace fp8::engine {
+
+absl::Status LinearUnit::forward(const Tensor& x, int64_t tokens, Tensor& y, bool training) const {
+  const float* w = weight->value.data<float>();
+  return training ? layer->forward(x.data<float>(), tokens, w, nullptr, y.data<float>())
+                  : layer->forward_no_grad(x.data<float>(), tokens, w, nullptr, y.data<float>());
+}
+
+absl::Status LinearUnit::backward(const Tensor& grad_y, Tensor* grad_x) const {
+  return layer->backward(grad_y.data<float>(), grad_x != nullptr ? grad_x->data<float>() : nullptr,
+                         weight->grad.data<float>(), nullptr);
+}
+
+absl::StatusOr<LinearUnit> make_linear_unit(Backend& backend, const v1::Fp8Spec& fp8, std::string name,
+                                            Parameter* weight) {
+  LinearUnit u;
+  const int64_t out_features = weight->value.dim(0), in_features = weight->value.dim(1);
+  FP8_ASSIGN_OR_RETURN(u.selection, select_linear(fp8, name, in_features, out_features));
+  FP8_ASSIGN_OR_RETURN(u.layer, Float8Linear::create(backend, in_features, out_features, u.selection.config));
+  u.name = std::move(name);
+  u.weight = weight;
+  return u;
+}
+
+}  // namespace fp8::engine

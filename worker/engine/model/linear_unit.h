@@ -1,0 +1,33 @@
+// One linear layer of the model: its weight parameter and the Float8Linear that runs its
+// three GEMMs (fp8 or, for layers the module filter keeps in high precision, the `none`
+// recipe), so that model code treats every linear the same way.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/engine/float8_linear.h"
+#include "worker/engine/model/linear_selection.h"
+#include "worker/engine/model/parameters.h"
+
+namespace fp8::engine {
+
+struct LinearUnit {
+  std::string name;  // "layers.0.attention.wq"
+  Parameter* weight = nullptr;  // [out_features, in_features]
+  std::unique_ptr<Float8Linear> layer;
+  LinearSelection selection;
+
+  // y [tokens, out] = x [tokens, in] · weightᵀ. `training` keeps what backward() needs.
+  absl::Status forward(const Tensor& x, int64_t tokens, Tensor& y, bool training) const;
+  // Writes grad_x (skipped when undefined) and accumulates into the weight's gradient.
+  absl::Status backward(const Tensor& grad_y, Tensor* grad_x) const;
+};
+
+// The unit for `name` with weight `weight`, per the module filter of `fp8`.
+absl::StatusOr<LinearUnit> make_linear_unit(Backend& backend, const v1::Fp8Spec& fp8, std::string name,
+                                            Parameter* weight);
+
+}  // namespace fp8::engine

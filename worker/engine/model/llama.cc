@@ -1,0 +1,128 @@
+#include "worker/engine/model/llama.h"
+
+#include "absl/strings/str_cat.h"
+#include "worker/engine/status_macros.h"
+
+namespace fp8::engine {
+
+namespace {
+float* f(const Tensor& t) { return t.data<float>(); }
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::create(const Device& device, const LlamaConfig& config,
+                                                               const v1::Fp8Spec& fp8, uint64_t seed) {
+  FP8_ASSIGN_OR_RETURN(ModelOps * ops, device.model_ops());
+  std::unique_ptr<LlamaModel> model(new LlamaModel(device, *ops, config));
+  FP8_RETURN_IF_ERROR(model->build(fp8, seed));
+  return model;
+}
+
+absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, uint64_t seed) {
+  const LlamaConfig& c = config_;
+  const int64_t q_dim = c.n_heads * c.head_dim(), kv_dim = c.n_kv_heads * c.head_dim();
+  Backend& backend = device_.backend();
+  auto matrix = [&](std::string name, int64_t out, int64_t in, ParameterInit init) {
+    return params_.add(device_, std::move(name), {out, in}, init, /*weight_decay=*/true);
+  };
+  auto gain = [&](std::string name) {
+    return params_.add(device_, std::move(name), {c.dim}, ParameterInit::kOnes, /*weight_decay=*/false);
+  };
+  auto linear = [&](LinearUnit& unit, const std::string& name, int64_t out, int64_t in,
+                    ParameterInit init) -> absl::Status {
+    FP8_ASSIGN_OR_RETURN(Parameter * weight, matrix(name, out, in, init));
+    FP8_ASSIGN_OR_RETURN(unit, make_linear_unit(backend, fp8, name, weight));
+    return absl::OkStatus();
+  };
+
+  FP8_ASSIGN_OR_RETURN(embeddings_, matrix("tok_embeddings", c.vocab_size, c.dim, ParameterInit::kNormal));
+  blocks_.resize(static_cast<size_t>(c.n_layers));
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    TransformerBlock& b = blocks_[static_cast<size_t>(i)];
+    const std::string p = absl::StrCat("layers.", i, ".");
+    FP8_ASSIGN_OR_RETURN(b.attention_norm, gain(p + "attention_norm"));
+    FP8_RETURN_IF_ERROR(linear(b.wq, p + "attention.wq", q_dim, c.dim, ParameterInit::kNormal));
+    FP8_RETURN_IF_ERROR(linear(b.wk, p + "attention.wk", kv_dim, c.dim, ParameterInit::kNormal));
+    FP8_RETURN_IF_ERROR(linear(b.wv, p + "attention.wv", kv_dim, c.dim, ParameterInit::kNormal));
+    FP8_RETURN_IF_ERROR(linear(b.wo, p + "attention.wo", c.dim, q_dim, ParameterInit::kScaledNormal));
+    FP8_ASSIGN_OR_RETURN(b.ffn_norm, gain(p + "ffn_norm"));
+    FP8_RETURN_IF_ERROR(linear(b.w1, p + "feed_forward.w1", c.ffn_dim, c.dim, ParameterInit::kNormal));
+    FP8_RETURN_IF_ERROR(linear(b.w2, p + "feed_forward.w2", c.dim, c.ffn_dim, ParameterInit::kScaledNormal));
+    FP8_RETURN_IF_ERROR(linear(b.w3, p + "feed_forward.w3", c.ffn_dim, c.dim, ParameterInit::kNormal));
+    for (const LinearUnit* u : b.linears()) linears_.push_back(u);
+  }
+  FP8_ASSIGN_OR_RETURN(final_norm_, gain("norm"));
+  if (c.tie_embeddings) {
+    FP8_ASSIGN_OR_RETURN(output_, make_linear_unit(backend, fp8, "output", embeddings_));
+  } else {
+    FP8_RETURN_IF_ERROR(linear(output_, "output", c.vocab_size, c.dim, ParameterInit::kNormal));
+  }
+  linears_.push_back(&output_);
+  return init_parameters(params_, seed, c.n_layers);
+}
+
+absl::StatusOr<Activations*> LlamaModel::activations_for(const data::TokenBatch& batch, bool for_backward) {
+  if (batch.rows <= 0 || batch.seq_len <= 0 ||
+      batch.inputs.size() != static_cast<size_t>(batch.rows * batch.seq_len) ||
+      batch.targets.size() != batch.inputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("model: malformed batch of ", batch.rows, " x ", batch.seq_len));
+  }
+  if (batch.seq_len > config_.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat("model: sequences of ", batch.seq_len,
+                                                   " tokens exceed model.max_seq_len ", config_.max_seq_len));
+  }
+  std::optional<Activations>& acts = for_backward ? train_acts_ : eval_acts_;
+  if (!acts || acts->rows != batch.rows || acts->seq != batch.seq_len) {
+    acts.reset();  // free the old buffers before allocating new ones
+    FP8_ASSIGN_OR_RETURN(acts, Activations::create(device_, config_, batch.rows, batch.seq_len, for_backward));
+  }
+  FP8_RETURN_IF_ERROR(acts->tokens.upload<int32_t>(batch.inputs));
+  FP8_RETURN_IF_ERROR(acts->targets.upload<int32_t>(batch.targets));
+  return &*acts;
+}
+
+absl::StatusOr<float> LlamaModel::forward(const data::TokenBatch& batch, bool training) {
+  FP8_ASSIGN_OR_RETURN(Activations * a, activations_for(batch, training));
+  const LlamaConfig& c = config_;
+  const int64_t m = a->tokens_count();
+  FP8_RETURN_IF_ERROR(ops_.embedding_forward(a->tokens.data<int32_t>(), m, f(embeddings_->value), c.vocab_size,
+                                             c.dim, f(a->hidden[0])));
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    FP8_RETURN_IF_ERROR(blocks_[i].forward(ops_, c, *a, a->blocks[i], a->hidden[i], a->hidden[i + 1], training));
+  }
+  FP8_RETURN_IF_ERROR(ops_.rmsnorm_forward(f(a->hidden.back()), f(final_norm_->value), m, c.dim, c.norm_eps,
+                                           f(a->final_in), f(a->final_inv_rms)));
+  FP8_RETURN_IF_ERROR(output_.forward(a->final_in, m, a->logits, training));
+  FP8_RETURN_IF_ERROR(ops_.cross_entropy_forward(f(a->logits), a->targets.data<int32_t>(), m, c.vocab_size,
+                                                 f(a->loss), f(a->loss_lse)));
+  FP8_ASSIGN_OR_RETURN(std::vector<float> loss, a->loss.download<float>());
+  return loss[0];
+}
+
+absl::StatusOr<float> LlamaModel::forward_backward(const data::TokenBatch& batch, float grad_scale) {
+  FP8_ASSIGN_OR_RETURN(float loss, forward(batch, /*training=*/true));
+  Activations& a = *train_acts_;
+  const LlamaConfig& c = config_;
+  const int64_t m = a.tokens_count();
+  FP8_RETURN_IF_ERROR(ops_.cross_entropy_backward(f(a.logits), a.targets.data<int32_t>(), f(a.loss_lse), m,
+                                                  c.vocab_size, grad_scale, f(a.grad_logits)));
+  FP8_RETURN_IF_ERROR(output_.backward(a.grad_logits, &a.grad_norm_in));
+  FP8_RETURN_IF_ERROR(ops_.rmsnorm_backward(f(a.hidden.back()), f(final_norm_->value), f(a.final_inv_rms),
+                                            f(a.grad_norm_in), m, c.dim, f(a.grad_hidden), f(final_norm_->grad)));
+  for (size_t i = blocks_.size(); i-- > 0;) {
+    FP8_RETURN_IF_ERROR(blocks_[i].backward(ops_, c, a, a.blocks[i], a.hidden[i]));
+  }
+  FP8_RETURN_IF_ERROR(ops_.embedding_backward(a.tokens.data<int32_t>(), m, f(a.grad_hidden), c.vocab_size, c.dim,
+                                              f(embeddings_->grad)));
+  return loss;
+}
+
+absl::StatusOr<float> LlamaModel::evaluate(const data::TokenBatch& batch) { return forward(batch, false); }
+
+absl::Status LlamaModel::finish_step() {
+  for (const LinearUnit* u : linears_) {
+    FP8_RETURN_IF_ERROR(u->layer->finish_step());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fp8::engine

@@ -1,0 +1,67 @@
+// A Llama-style decoder trained with fp8 linear layers:
+//   tokens → embedding → N × TransformerBlock → RMSNorm → output projection → logits
+// fp32 master weights, fp32 compute; the linears' GEMMs run per the job's fp8 section.
+//
+// One object holds the parameters and their gradients, one Float8Linear per linear layer
+// (with its fp8 scaling state), and the activations of the last micro-batch.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fp8/v1/job.pb.h"
+#include "worker/engine/data/token_batch.h"
+#include "worker/engine/model/activations.h"
+#include "worker/engine/model/linear_unit.h"
+#include "worker/engine/model/llama_config.h"
+#include "worker/engine/model/parameters.h"
+#include "worker/engine/model/transformer_block.h"
+
+namespace fp8::engine {
+
+class LlamaModel {
+ public:
+  // Parameters initialised from `seed` (init_parameters). Fails on a device without
+  // model kernels, or for an fp8 config a layer cannot take.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> create(const Device& device, const LlamaConfig& config,
+                                                            const v1::Fp8Spec& fp8, uint64_t seed);
+
+  const LlamaConfig& config() const { return config_; }
+  const Device& device() const { return device_; }
+  ParameterSet& parameters() { return params_; }
+  const ParameterSet& parameters() const { return params_; }
+  // Every linear layer: block by block (wq, wk, wv, wo, w1, w3, w2), then output.
+  const std::vector<const LinearUnit*>& linears() const { return linears_; }
+
+  // Forward and backward of one micro-batch; returns its mean loss. Parameter gradients
+  // ACCUMULATE the gradient of `grad_scale · loss` (1 / grad_accum averages micro-batches).
+  absl::StatusOr<float> forward_backward(const data::TokenBatch& batch, float grad_scale);
+  // The mean loss of a batch without gradients or fp8 scaling updates.
+  absl::StatusOr<float> evaluate(const data::TokenBatch& batch);
+  // Ends an optimizer step for every Float8Linear (delayed scaling records the step's
+  // amaxes and derives next step's scales). Call after the last micro-batch's backward.
+  absl::Status finish_step();
+
+ private:
+  LlamaModel(const Device& device, ModelOps& ops, const LlamaConfig& config)
+      : device_(device), ops_(ops), config_(config) {}
+  absl::Status build(const v1::Fp8Spec& fp8, uint64_t seed);
+  // Activations shaped for `batch` (rebuilt when the shape or the mode changes).
+  absl::StatusOr<Activations*> activations_for(const data::TokenBatch& batch, bool for_backward);
+  absl::StatusOr<float> forward(const data::TokenBatch& batch, bool training);
+
+  const Device& device_;
+  ModelOps& ops_;
+  LlamaConfig config_;
+  ParameterSet params_;
+  Parameter* embeddings_ = nullptr;
+  Parameter* final_norm_ = nullptr;
+  std::vector<TransformerBlock> blocks_;
+  LinearUnit output_;
+  std::vector<const LinearUnit*> linears_;
+  std::optional<Activations> train_acts_, eval_acts_;
+};
+
+}  // namespace fp8::engine

@@ -1,0 +1,36 @@
+// The sizes of a Llama-style decoder, read from the job's model section.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "fp8/v1/job.pb.h"
+
+namespace fp8::engine {
+
+struct LlamaConfig {
+  int64_t vocab_size = 256;
+  int64_t dim = 64;
+  int64_t n_layers = 2;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 4;  // grouped-query attention when fewer than n_heads
+  int64_t ffn_dim = 176;
+  int64_t max_seq_len = 64;
+  double rope_theta = 10000.0;
+  float norm_eps = 1e-5f;
+  bool tie_embeddings = false;  // the output projection reuses the embedding table
+
+  int64_t head_dim() const { return dim / n_heads; }
+  // "dim 64, 2 layers, 4 heads (4 kv), ffn 176, vocab 256": for logs and checkpoint metadata.
+  std::string describe() const;
+  // Every parameter, embedding included.
+  int64_t parameter_count() const;
+};
+
+// The model section of a resolved JobSpec (defaults filled by the job loader). Rejects
+// sizes the engine cannot build, naming the field, for specs that did not come through
+// the loader.
+absl::StatusOr<LlamaConfig> llama_config_from_spec(const v1::ModelSpec& model);
+
+}  // namespace fp8::engine

@@ -1,0 +1,93 @@
+#include "worker/engine/model/parameters.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "worker/engine/data/portable_random.h"
+
+namespace fp8::engine {
+
+absl::StatusOr<Parameter*> ParameterSet::add(const Device& device, std::string name, TensorShape shape,
+                                             ParameterInit init, bool weight_decay) {
+  if (find(name) != nullptr) return absl::AlreadyExistsError(absl::StrCat("parameter ", name, " added twice"));
+  absl::StatusOr<Tensor> value = Tensor::zeros(device, ElementType::kFloat32, shape);
+  if (!value.ok()) return value.status();
+  absl::StatusOr<Tensor> grad = Tensor::zeros(device, ElementType::kFloat32, shape);
+  if (!grad.ok()) return grad.status();
+  params_.push_back(Parameter{std::move(name), std::move(*value), std::move(*grad), init, weight_decay});
+  return &params_.back();
+}
+
+const Parameter* ParameterSet::find(std::string_view name) const {
+  for (const Parameter& p : params_) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+int64_t ParameterSet::element_count() const {
+  int64_t n = 0;
+  for (const Parameter& p : params_) n += p.value.numel();
+  return n;
+}
+
+absl::Status ParameterSet::zero_grads() {
+  for (Parameter& p : params_) {
+    if (absl::Status s = p.grad.zero(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// FNV-1a: a stable 64-bit hash of a parameter's name (std::hash may differ between
+// library versions, and the initialisation must not).
+uint64_t name_hash(std::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : name) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// Uniform in (0, 1) with 53 random bits, never 0 (the logarithm below needs that).
+double open_unit(std::mt19937_64& rng) { return (static_cast<double>(rng() >> 11) + 0.5) * 0x1.0p-53; }
+
+// Box-Muller, written out because std::normal_distribution's algorithm is left to each
+// standard library.
+void fill_normal(std::vector<float>& out, double stddev, std::mt19937_64& rng) {
+  constexpr double kTwoPi = 6.283185307179586;
+  for (size_t i = 0; i < out.size(); i += 2) {
+    const double radius = std::sqrt(-2.0 * std::log(open_unit(rng))) * stddev;
+    const double angle = kTwoPi * open_unit(rng);
+    out[i] = static_cast<float>(radius * std::cos(angle));
+    if (i + 1 < out.size()) out[i + 1] = static_cast<float>(radius * std::sin(angle));
+  }
+}
+
+}  // namespace
+
+absl::Status init_parameters(ParameterSet& params, uint64_t seed, int64_t n_layers) {
+  constexpr double kStd = 0.02;
+  for (Parameter& p : params.all()) {
+    std::vector<float> values(static_cast<size_t>(p.value.numel()));
+    std::mt19937_64 rng(data::MixSeed(seed, name_hash(p.name)));
+    switch (p.init) {
+      case ParameterInit::kNormal:
+        fill_normal(values, kStd, rng);
+        break;
+      case ParameterInit::kScaledNormal:
+        fill_normal(values, kStd / std::sqrt(2.0 * static_cast<double>(n_layers)), rng);
+        break;
+      case ParameterInit::kOnes:
+        values.assign(values.size(), 1.0f);
+        break;
+    }
+    if (absl::Status s = p.value.upload<float>(values); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fp8::engine

@@ -1,0 +1,62 @@
+// The model's trainable tensors: fp32 master values with their gradients, by name, in a
+// fixed order (the order the optimizer, checkpoints and gradient clipping walk them).
+//
+// Names follow the Llama checkpoint convention and match the linear layer names that
+// fp8.include / fp8.exclude globs see (common/jobspec/model_shapes.h):
+//   tok_embeddings, layers.3.attention_norm, layers.3.attention.wq, ...,
+//   layers.3.ffn_norm, layers.3.feed_forward.w1, ..., norm, output
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/engine/tensor/tensor.h"
+
+namespace fp8::engine {
+
+// How a parameter starts out (see init_parameters).
+enum class ParameterInit : uint8_t {
+  kNormal,          // N(0, 0.02²): embeddings and input projections
+  kScaledNormal,    // N(0, (0.02 / sqrt(2 · n_layers))²): projections into the residual stream
+  kOnes,            // norm gains
+};
+
+struct Parameter {
+  std::string name;
+  Tensor value;  // fp32 master weights
+  Tensor grad;   // same shape; accumulates over micro-batches
+  ParameterInit init = ParameterInit::kNormal;
+  // AdamW's decoupled weight decay applies to matrices, not to norm gains (which decay
+  // would pull towards zero rather than towards their neutral value of one).
+  bool weight_decay = true;
+};
+
+class ParameterSet {
+ public:
+  // Adds a zero-initialised parameter and its gradient; the pointer stays valid as more
+  // are added.
+  absl::StatusOr<Parameter*> add(const Device& device, std::string name, TensorShape shape, ParameterInit init,
+                                 bool weight_decay);
+
+  std::deque<Parameter>& all() { return params_; }
+  const std::deque<Parameter>& all() const { return params_; }
+  // nullptr when there is none.
+  const Parameter* find(std::string_view name) const;
+  int64_t element_count() const;
+
+  absl::Status zero_grads();
+
+ private:
+  std::deque<Parameter> params_;
+};
+
+// Deterministic initialisation: each parameter draws from its own stream, seeded by
+// (seed, its name), so adding a layer or reordering never changes the others, and the
+// same seed gives the same bits on every machine that shares the C++ library's math.
+absl::Status init_parameters(ParameterSet& params, uint64_t seed, int64_t n_layers);
+
+}  // namespace fp8::engine

@@ -1,0 +1,32 @@
+// One Llama decoder block:
+//   mid = hidden + wo(attention(rope(wq(n)), rope(wk(n)), wv(n)))   n = rmsnorm(hidden)
+//   out = mid + w2(silu(w1(n')) * w3(n'))                           n' = rmsnorm(mid)
+#pragma once
+
+#include "absl/status/status.h"
+#include "fp8/model_ops.h"
+#include "worker/engine/model/activations.h"
+#include "worker/engine/model/linear_unit.h"
+#include "worker/engine/model/llama_config.h"
+
+namespace fp8::engine {
+
+struct TransformerBlock {
+  Parameter* attention_norm = nullptr;
+  Parameter* ffn_norm = nullptr;
+  LinearUnit wq, wk, wv, wo;  // attention.*
+  LinearUnit w1, w2, w3;      // feed_forward.*
+
+  // out = block(in), saving what backward() needs in `saved` (scratch: a.branch_out).
+  absl::Status forward(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& saved, const Tensor& in,
+                       Tensor& out, bool training) const;
+  // On entry a.grad_hidden holds ∂L/∂out; on return ∂L/∂in. Parameter gradients
+  // accumulate.
+  absl::Status backward(ModelOps& ops, const LlamaConfig& c, Activations& a, const BlockActivations& saved,
+                        const Tensor& in) const;
+
+  // The block's seven linears, in forward order.
+  std::array<const LinearUnit*, 7> linears() const { return {&wq, &wk, &wv, &wo, &w1, &w3, &w2}; }
+};
+
+}  // namespace fp8::engine

@@ -1,0 +1,53 @@
+#include "worker/engine/optim/adamw.h"
+
+#include <cmath>
+
+#include "worker/engine/status_macros.h"
+
+namespace fp8::engine {
+
+absl::StatusOr<AdamW> AdamW::create(ModelOps& ops, ParameterSet& params, const AdamWHyperparams& hyper) {
+  AdamW opt(ops, params, hyper);
+  for (const Parameter& p : params.all()) {
+    FP8_ASSIGN_OR_RETURN(Tensor m, Tensor::zeros(p.value.device(), ElementType::kFloat32, p.value.shape()));
+    FP8_ASSIGN_OR_RETURN(Tensor v, Tensor::zeros(p.value.device(), ElementType::kFloat32, p.value.shape()));
+    opt.m_.push_back(std::move(m));
+    opt.v_.push_back(std::move(v));
+  }
+  return opt;
+}
+
+absl::Status AdamW::step(float lr) {
+  const int64_t step = steps_taken_ + 1;
+  size_t i = 0;
+  for (Parameter& p : params_->all()) {
+    AdamWHyperparams h = hyper_;
+    h.lr = lr;
+    if (!p.weight_decay) h.weight_decay = 0.0f;
+    FP8_RETURN_IF_ERROR(ops_->adamw_step(h, step, p.value.data<float>(), p.grad.data<float>(),
+                                         m_[i].data<float>(), v_[i].data<float>(), p.value.numel()));
+    ++i;
+  }
+  steps_taken_ = step;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> clip_grad_norm(ModelOps& ops, ParameterSet& params, double max_norm) {
+  double sum = 0.0;
+  for (const Parameter& p : params.all()) {
+    FP8_ASSIGN_OR_RETURN(double s, ops.sum_of_squares(p.grad.data<float>(), p.grad.numel()));
+    sum += s;
+  }
+  const double norm = std::sqrt(sum);
+  // A non-finite norm is left for the caller to report: scaling by it would only turn
+  // every gradient into NaN.
+  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
+    const float factor = static_cast<float>(max_norm / norm);
+    for (Parameter& p : params.all()) {
+      FP8_RETURN_IF_ERROR(ops.scale_inplace(p.grad.data<float>(), p.grad.numel(), factor));
+    }
+  }
+  return norm;
+}
+
+}  // namespace fp8::engine

@@ -1,0 +1,48 @@
+// AdamW over a ParameterSet (torch.optim.AdamW's update, ModelOps::adamw_step), with the
+// per-parameter weight-decay choice of Parameter::weight_decay, and global grad-norm
+// clipping.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fp8/model_ops.h"
+#include "worker/engine/model/parameters.h"
+
+namespace fp8::engine {
+
+class AdamW {
+ public:
+  // Moments start at zero. `hyper.lr` is ignored: step() takes the scheduled rate.
+  static absl::StatusOr<AdamW> create(ModelOps& ops, ParameterSet& params, const AdamWHyperparams& hyper);
+
+  // One update of every parameter from its gradient at learning rate `lr`.
+  absl::Status step(float lr);
+
+  // Updates taken so far (the step number the bias correction of the last one used).
+  int64_t steps_taken() const { return steps_taken_; }
+  // For checkpoints: the moments of params.all()[i], and the step count.
+  const Tensor& first_moment(size_t i) const { return m_[i]; }
+  const Tensor& second_moment(size_t i) const { return v_[i]; }
+  Tensor& first_moment(size_t i) { return m_[i]; }
+  Tensor& second_moment(size_t i) { return v_[i]; }
+  void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
+
+ private:
+  AdamW(ModelOps& ops, ParameterSet& params, const AdamWHyperparams& hyper)
+      : ops_(&ops), params_(&params), hyper_(hyper) {}
+
+  ModelOps* ops_;
+  ParameterSet* params_;
+  AdamWHyperparams hyper_;
+  std::vector<Tensor> m_, v_;
+  int64_t steps_taken_ = 0;
+};
+
+// The global L2 norm of every gradient (as if they were one vector), accumulated in
+// double in parameter order; when it exceeds max_norm > 0 every gradient is scaled by
+// max_norm / norm. max_norm <= 0 only measures. Returns the norm before clipping.
+absl::StatusOr<double> clip_grad_norm(ModelOps& ops, ParameterSet& params, double max_norm);
+
+}  // namespace fp8::engine

@@ -1,0 +1,60 @@
+// What the training loop tells the outside world, and how: an interface the executables
+// implement (fp8-train prints lines; the worker daemon will forward reports to the
+// coordinator), so the engine knows nothing of terminals or gRPC.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace fp8::engine {
+
+struct TrainStart {
+  std::string job;
+  std::string model;        // LlamaConfig::describe()
+  std::string device;       // "cpu"
+  std::string fp8;          // "tensorwise: 14 of 15 linears in fp8 (output excluded ...)"
+  int64_t parameters = 0;
+  int64_t first_step = 1;   // > 1 when resumed
+  int64_t total_steps = 0;
+  int64_t tokens_per_step = 0;
+  std::optional<std::filesystem::path> resumed_from;
+};
+
+// One optimizer step, reported at every log interval and at the last step.
+struct StepReport {
+  int64_t step = 0;
+  int64_t total_steps = 0;
+  double loss = 0;         // mean over the step's micro-batches
+  double lr = 0;
+  double grad_norm = 0;    // before clipping
+  double step_ms = 0;      // mean over the steps since the last report
+  double tokens_per_second = 0;  // over the steps since the last report
+  std::optional<double> val_loss;  // when an evaluation ran at this step
+};
+
+struct TrainSummary {
+  int64_t first_step = 1;
+  int64_t last_step = 0;       // the last step completed
+  bool stopped_early = false;  // asked to stop before the job's last step
+  std::optional<double> first_loss, last_loss;
+  std::optional<double> best_val_loss, last_val_loss;
+  int64_t tokens = 0;          // trained in this run
+  double seconds = 0;          // wall time of this run's steps, evaluations and checkpoints
+  std::optional<std::filesystem::path> last_checkpoint;
+};
+
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  virtual void on_start(const TrainStart&) {}
+  virtual void on_step(const StepReport&) {}
+  virtual void on_checkpoint(int64_t /*step*/, const std::filesystem::path& /*dir*/) {}
+  // Something worth a line in the log that does not stop training (a skipped damaged
+  // checkpoint, say).
+  virtual void on_warning(const std::string&) {}
+  virtual void on_finish(const TrainSummary&) {}
+};
+
+}  // namespace fp8::engine

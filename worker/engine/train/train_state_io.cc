@@ -1,0 +1,109 @@
+#include "worker/engine/train/train_state_io.h"
+
+#include <bit>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "fp8/v1/job.pb.h"
+#include "worker/engine/status_macros.h"
+
+namespace fp8::engine {
+
+namespace {
+
+using checkpoint::Shape;
+
+Shape shape_of(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end()); }
+
+// Tensors go through host memory: the checkpoint writer streams from host buffers.
+absl::Status write_tensor(checkpoint::ShardWriter& w, const std::string& name, const Tensor& t) {
+  FP8_ASSIGN_OR_RETURN(std::vector<float> host, t.download<float>());
+  return w.WriteTensor<float>(name, host, shape_of(t));
+}
+
+absl::Status read_tensor(const checkpoint::ShardReader& r, const std::string& name, Tensor& t) {
+  std::vector<float> host(static_cast<size_t>(t.numel()));
+  FP8_RETURN_IF_ERROR(r.ReadTensor<float>(name, host, shape_of(t)));
+  return t.upload<float>(host);
+}
+
+std::string scaling_record(const LinearUnit& u) { return absl::StrCat("fp8/", u.name, "/scaling"); }
+
+int64_t seed_bits(uint64_t seed) { return std::bit_cast<int64_t>(seed); }
+
+absl::Status check_seed(const checkpoint::ShardReader& r, const char* record, uint64_t expected, const char* field) {
+  FP8_ASSIGN_OR_RETURN(int64_t stored, r.ReadScalar<int64_t>(record));
+  if (std::bit_cast<uint64_t>(stored) != expected) {
+    return absl::FailedPreconditionError(absl::StrCat(r.path().string(), ": written with ", field, " ",
+                                                      std::bit_cast<uint64_t>(stored), ", but the job has ",
+                                                      expected, "; resuming would change the run"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status write_train_state(checkpoint::ShardWriter& w, const TrainStateRefs& s) {
+  const v1::JobSpec& spec = *s.spec;
+  FP8_RETURN_IF_ERROR(w.SetMetadata("job", spec.name()));
+  FP8_RETURN_IF_ERROR(w.SetMetadata("model", s.model->config().describe()));
+  FP8_RETURN_IF_ERROR(w.SetMetadata("fp8.recipe", v1::Fp8Spec::Recipe_Name(spec.fp8().recipe())));
+
+  const auto& params = s.model->parameters().all();
+  for (const Parameter& p : params) FP8_RETURN_IF_ERROR(write_tensor(w, "params/" + p.name, p.value));
+  for (size_t i = 0; i < params.size(); ++i) {
+    FP8_RETURN_IF_ERROR(write_tensor(w, "optim/exp_avg/" + params[i].name, s.optimizer->first_moment(i)));
+    FP8_RETURN_IF_ERROR(write_tensor(w, "optim/exp_avg_sq/" + params[i].name, s.optimizer->second_moment(i)));
+  }
+  FP8_RETURN_IF_ERROR(w.WriteScalar<int64_t>("optim/step", s.optimizer->steps_taken()));
+  for (const LinearUnit* u : s.model->linears()) {
+    if (u->layer->delayed_count() == 0) continue;
+    const std::vector<float> state = u->layer->save_scaling_state();
+    FP8_RETURN_IF_ERROR(w.WriteTensor<float>(scaling_record(*u), state, {static_cast<int64_t>(state.size())}));
+  }
+  const data::DataPosition position = s.batcher->position();
+  FP8_RETURN_IF_ERROR(w.WriteScalar<int64_t>("data/epoch", position.epoch));
+  FP8_RETURN_IF_ERROR(w.WriteScalar<int64_t>("data/index", position.index));
+  FP8_RETURN_IF_ERROR(w.WriteScalar<int64_t>("rng/init_seed", seed_bits(spec.train().seed())));
+  return w.WriteScalar<int64_t>("rng/data_seed", seed_bits(spec.data().seed()));
+}
+
+absl::Status read_train_state(const checkpoint::ShardReader& r, const TrainStateRefs& s) {
+  const v1::JobSpec& spec = *s.spec;
+  FP8_RETURN_IF_ERROR(check_seed(r, "rng/data_seed", spec.data().seed(), "data.seed"));
+
+  auto& params = s.model->parameters().all();
+  for (Parameter& p : params) FP8_RETURN_IF_ERROR(read_tensor(r, "params/" + p.name, p.value));
+  for (size_t i = 0; i < params.size(); ++i) {
+    FP8_RETURN_IF_ERROR(read_tensor(r, "optim/exp_avg/" + params[i].name, s.optimizer->first_moment(i)));
+    FP8_RETURN_IF_ERROR(read_tensor(r, "optim/exp_avg_sq/" + params[i].name, s.optimizer->second_moment(i)));
+  }
+  FP8_ASSIGN_OR_RETURN(int64_t optim_step, r.ReadScalar<int64_t>("optim/step"));
+  s.optimizer->set_steps_taken(optim_step);
+  for (const LinearUnit* u : s.model->linears()) {
+    const std::string name = scaling_record(*u);
+    const checkpoint::RecordInfo* info = r.FindRecord(name);
+    if (u->layer->delayed_count() == 0) {
+      if (info != nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(r.path().string(), ": has delayed-scaling state for ",
+                                                          u->name, ", which this job's fp8 config does not delay"));
+      }
+      continue;
+    }
+    if (info == nullptr || info->shape.size() != 1) {
+      return absl::FailedPreconditionError(absl::StrCat(r.path().string(), ": no delayed-scaling state for ",
+                                                        u->name, " (written with another fp8 recipe?)"));
+    }
+    std::vector<float> state(static_cast<size_t>(info->shape[0]));
+    FP8_RETURN_IF_ERROR(r.ReadTensor<float>(name, state, info->shape));
+    if (absl::Status st = u->layer->restore_scaling_state(state); !st.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(r.path().string(), ": ", name, ": ", st.message()));
+    }
+  }
+  data::DataPosition position;
+  FP8_ASSIGN_OR_RETURN(position.epoch, r.ReadScalar<int64_t>("data/epoch"));
+  FP8_ASSIGN_OR_RETURN(position.index, r.ReadScalar<int64_t>("data/index"));
+  return s.batcher->Restore(position);
+}
+
+}  // namespace fp8::engine

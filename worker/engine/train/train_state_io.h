@@ -1,0 +1,44 @@
+// Everything a training run needs to continue exactly where it stopped, as checkpoint
+// records (worker/engine/checkpoint):
+//
+//   params/<name>            f32, the parameter's shape     model weights (fp32 masters)
+//   optim/exp_avg/<name>     f32, same shape                AdamW first moment
+//   optim/exp_avg_sq/<name>  f32, same shape                AdamW second moment
+//   optim/step               i64                            updates taken
+//   fp8/<linear>/scaling     f32 [n]                        delayed-scaling histories and
+//                                                           scales (delayed casts only)
+//   data/epoch, data/index   i64                            where the data stream stands
+//   rng/init_seed, rng/data_seed  i64 (bits of the u64)     the seeds; nothing else in the
+//                                                           loop draws random numbers
+//
+// Metadata records the job name, model shape and fp8 recipe for people reading the file;
+// loading checks shapes and seeds, so a checkpoint of a different model or data order is
+// refused with the record named instead of being half-loaded.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "fp8/v1/job.pb.h"
+#include "worker/engine/checkpoint/shard_reader.h"
+#include "worker/engine/checkpoint/shard_writer.h"
+#include "worker/engine/data/batcher.h"
+#include "worker/engine/model/llama.h"
+#include "worker/engine/optim/adamw.h"
+
+namespace fp8::engine {
+
+struct TrainStateRefs {
+  const v1::JobSpec* spec = nullptr;
+  LlamaModel* model = nullptr;
+  AdamW* optimizer = nullptr;
+  data::Batcher* batcher = nullptr;
+};
+
+absl::Status write_train_state(checkpoint::ShardWriter& w, const TrainStateRefs& state);
+
+// Loads into the model, optimizer and batcher. On error the run must not continue from
+// them: they may hold part of the checkpoint.
+absl::Status read_train_state(const checkpoint::ShardReader& r, const TrainStateRefs& state);
+
+}  // namespace fp8::engine

@@ -1,0 +1,81 @@
+// The training loop of one process: a job spec in, a trained model and checkpoints out.
+//
+//   Trainer::create(spec, device)      load the corpus, build the model, optimizer, data
+//   trainer->resume(observer)          optional: continue from the newest good checkpoint
+//   trainer->run(observer, control)    train to the job's last step (or until stopped)
+//
+// One optimizer step: zero gradients; grad_accum micro-batches of forward + backward
+// (each loss scaled by 1 / grad_accum); finish the fp8 step (delayed scaling); clip the
+// global grad norm; AdamW at the scheduled learning rate. Every eval_every steps the
+// validation loss; every checkpoint.every steps (and at the end) a checkpoint.
+//
+// Deterministic: the same spec and thread count give the same bits, and a run stopped
+// after a checkpoint and resumed gives the bits of a run that never stopped.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "fp8/v1/job.pb.h"
+#include "worker/engine/data/batcher.h"
+#include "worker/engine/data/corpus.h"
+#include "worker/engine/data/validation_set.h"
+#include "worker/engine/lr_schedule.h"
+#include "worker/engine/model/llama.h"
+#include "worker/engine/optim/adamw.h"
+#include "worker/engine/train/train_observer.h"
+
+namespace fp8::engine {
+
+struct RunControl {
+  // Set from another thread or a signal handler: the loop finishes the step in flight,
+  // writes a checkpoint (when the job has a checkpoint dir) and returns.
+  const std::atomic<bool>* stop = nullptr;
+  // Stop after this step (checkpointing as above); 0 runs to train.steps.
+  int64_t stop_after_step = 0;
+};
+
+class Trainer {
+ public:
+  // `spec` must be resolved and valid (jobspec::LoadJobSpecFile does both).
+  static absl::StatusOr<std::unique_ptr<Trainer>> create(const v1::JobSpec& spec, const Device& device);
+
+  // Loads the newest good checkpoint under checkpoint.dir, reporting skipped ones through
+  // observer.on_warning. Returns the step it resumed from; 0 (and nothing loaded) when
+  // there is no checkpoint. A damaged checkpoint is never loaded.
+  absl::StatusOr<int64_t> resume(TrainObserver& observer);
+
+  absl::StatusOr<TrainSummary> run(TrainObserver& observer, const RunControl& control = {});
+
+  // Writes a checkpoint of the current state now; returns its directory.
+  absl::StatusOr<std::filesystem::path> save_checkpoint();
+  // Mean loss over the validation batches; FailedPrecondition without a validation split.
+  absl::StatusOr<double> validation_loss();
+
+  int64_t steps_done() const { return optimizer_->steps_taken(); }
+  LlamaModel& model() { return *model_; }
+  const v1::JobSpec& spec() const { return spec_; }
+  // "tensorwise: 14 of 15 linears in fp8 (high precision: output, excluded by ...)".
+  std::string fp8_summary() const;
+
+ private:
+  Trainer() = default;
+  // One optimizer step; returns its report without timing and validation filled in.
+  absl::StatusOr<StepReport> train_step();
+  absl::Status maybe_checkpoint(int64_t step, bool force, TrainObserver& observer, TrainSummary& summary);
+
+  v1::JobSpec spec_;
+  std::optional<data::Corpus> corpus_;
+  std::optional<data::Batcher> batcher_;
+  std::optional<data::ValidationSet> validation_;
+  std::optional<LrSchedule> schedule_;
+  std::unique_ptr<LlamaModel> model_;
+  std::optional<AdamW> optimizer_;
+  data::TokenBatch batch_;  // reused between micro-batches
+  std::optional<std::filesystem::path> resumed_from_;
+  int64_t last_checkpoint_step_ = -1;
+};
+
+}  // namespace fp8::engine
