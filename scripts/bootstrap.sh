@@ -16,6 +16,8 @@ packages=(
   nlohmann-json3-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # the demo and test corpus: the King James Bible as text (scripts/install_corpus.sh)
+  bible-kjv
 )
 
 missing=()

@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
-# The main job, runnable on a fresh machine: builds the product and runs the fp8
-# numerics benchmarks (fp8 GEMM vs the high-precision baseline, fp8 casts vs a copy) on
-# this machine's CPU, and on its GPU when one is present. Later milestones turn this into
-# the full local service demo (coordinator + workers training an fp8 job).
+# The main job, runnable on a fresh machine: builds the product, installs the demo corpus
+# (the King James Bible) and trains the example job examples/jobs/tiny-cpu.yaml, a small
+# byte-level Llama with fp8 linear layers, on this machine's CPU with fp8-train; then runs
+# the fp8 GEMM and cast benchmarks (on the GPU too, when one is present). Later
+# milestones turn this into the full local service (coordinator + workers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh release
-bin=build/release/bench
+scripts/install_corpus.sh
+build=build/release
 
-"$bin/bench_gemm" --device cpu --quick
+# A fresh run each time: the demo's checkpoints live in the build tree. Stop it with
+# Ctrl-C and continue with the same command plus --resume.
+checkpoints=$build/demo/checkpoints
+rm -rf "$checkpoints"
+"$build/bin/fp8-train" --config examples/jobs/tiny-cpu.yaml --set checkpoint.dir="$PWD/$checkpoints"
+
 echo
-"$bin/bench_cast" --device cpu --quick
+"$build/bench/bench_gemm" --device cpu --quick
+echo
+"$build/bench/bench_cast" --device cpu --quick
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   echo
-  "$bin/bench_gemm" --device cuda --quick
+  "$build/bench/bench_gemm" --device cuda --quick
   echo
-  "$bin/bench_cast" --device cuda
+  "$build/bench/bench_cast" --device cuda
 fi

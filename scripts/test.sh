@@ -7,9 +7,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+# OpenBLAS's idle threads otherwise spin between calls and, with ctest running tests side
+# by side, slow the training tests down severalfold (worker/fp8_train/blas_environment.h).
+export OPENBLAS_THREAD_TIMEOUT=4
 
 echo "== release build + all tests"
 scripts/build.sh release
+scripts/install_corpus.sh  # the loss-parity test trains on it
 ctest --preset release -j "$jobs"
 
 echo "== debug build (ASan + UBSan) + unit tests"

@@ -12,8 +12,11 @@ void ConsoleObserver::on_start(const engine::TrainStart& s) {
                static_cast<double>(s.parameters) / 1e6, s.device.c_str());
   std::fprintf(out_, "fp8 %s\n", s.fp8.c_str());
   if (s.resumed_from) std::fprintf(out_, "resumed from %s\n", s.resumed_from->c_str());
-  std::fprintf(out_, "training steps %lld..%lld, %lld tokens per step\n", static_cast<long long>(s.first_step),
-               static_cast<long long>(s.total_steps), static_cast<long long>(s.tokens_per_step));
+  total_steps_ = s.total_steps;
+  if (s.first_step <= s.total_steps) {  // otherwise on_finish says there is nothing to do
+    std::fprintf(out_, "training steps %lld..%lld, %lld tokens per step\n", static_cast<long long>(s.first_step),
+                 static_cast<long long>(s.total_steps), static_cast<long long>(s.tokens_per_step));
+  }
   std::fflush(out_);
 }
 
@@ -37,8 +40,16 @@ void ConsoleObserver::on_warning(const std::string& w) {
 
 void ConsoleObserver::on_finish(const engine::TrainSummary& s) {
   if (s.last_step < s.first_step) {
-    std::fprintf(out_, "nothing to do: the job's last step (%lld) is already done\n",
-                 static_cast<long long>(s.last_step));
+    // s.last_step is the step the checkpoint left off at, which a job resumed with fewer
+    // train.steps may have passed.
+    if (s.last_step > total_steps_) {
+      std::fprintf(out_, "nothing to do: resumed at step %lld, past the job's last step (%lld)\n",
+                   static_cast<long long>(s.last_step), static_cast<long long>(total_steps_));
+    } else {
+      std::fprintf(out_, "nothing to do: the job's last step (%lld) is already done\n",
+                   static_cast<long long>(s.last_step));
+    }
+    std::fflush(out_);
     return;
   }
   std::fprintf(out_, "%s: steps %lld..%lld in %.1f s, %lld tokens (%.0f tok/s)\n",

@@ -20,6 +20,7 @@ class ConsoleObserver final : public engine::TrainObserver {
  private:
   std::FILE* out_;
   int step_digits_ = 1;
+  int64_t total_steps_ = 0;
 };
 
 }  // namespace fp8::train_cli

@@ -9,6 +9,8 @@
 //
 // Exit status: 0 trained to the last step; 2 bad command line or job file; 130 stopped
 // by a signal (checkpoint written); 1 any other failure.
+#include <cblas.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +21,7 @@
 #include "common/jobspec/loader.h"
 #include "worker/engine/tensor/device.h"
 #include "worker/engine/train/trainer.h"
+#include "worker/fp8_train/blas_environment.h"
 #include "worker/fp8_train/console_observer.h"
 
 namespace {
@@ -34,18 +37,18 @@ int fail(const absl::Status& s, int code = 1) {
   return code;
 }
 
-// The kernels' thread pool and OpenBLAS both read their size from the environment at
-// first use; resources.cpus_per_rank sets it unless the user already did.
+// resources.cpus_per_rank sizes the kernels' thread pool (which reads FP8_NUM_THREADS at
+// first use) and OpenBLAS's, unless the user set FP8_NUM_THREADS already.
 void size_thread_pools(int cpus) {
-  if (cpus <= 0) return;
-  const std::string n = std::to_string(cpus);
-  setenv("FP8_NUM_THREADS", n.c_str(), /*overwrite=*/0);
-  setenv("OPENBLAS_NUM_THREADS", n.c_str(), /*overwrite=*/0);
+  if (cpus <= 0 || std::getenv("FP8_NUM_THREADS") != nullptr) return;
+  setenv("FP8_NUM_THREADS", std::to_string(cpus).c_str(), /*overwrite=*/0);
+  openblas_set_num_threads(cpus);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  fp8::train_cli::ensure_blas_environment(argv);
   CLI::App app{"fp8-train: train one fp8 job on this process"};
   std::string config;
   bool resume = false;

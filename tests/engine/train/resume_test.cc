@@ -1,0 +1,197 @@
+// Checkpoint and resume of the training loop: a run stopped after a checkpoint and resumed
+// reproduces the bits of a run that never stopped, and damaged or mismatched checkpoints
+// are reported, never loaded.
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "tests/engine/train/train_test_util.h"
+#include "worker/engine/checkpoint/committed_checkpoint.h"
+#include "worker/engine/checkpoint/discovery.h"
+#include "worker/engine/checkpoint/layout.h"
+#include "worker/engine/checkpoint/shard_reader.h"
+#include "worker/engine/train/trainer.h"
+
+namespace fp8::engine::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<Trainer> MakeTrainer(const v1::JobSpec& spec) {
+  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(spec, Device::cpu());
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+// Every record of a shard, as raw bytes by name.
+std::map<std::string, std::string> ShardContents(const fs::path& file) {
+  absl::StatusOr<checkpoint::ShardReader> r = checkpoint::ShardReader::Open(file);
+  EXPECT_TRUE(r.ok()) << r.status();
+  std::map<std::string, std::string> out;
+  if (!r.ok()) return out;
+  for (const checkpoint::RecordInfo& info : r->records()) {
+    std::string bytes(info.size_bytes, '\0');
+    absl::Status s = r->ReadRecord(info.name, info.dtype, info.shape, std::as_writable_bytes(std::span(bytes)));
+    EXPECT_TRUE(s.ok()) << s;
+    out[info.name] = bytes;
+  }
+  return out;
+}
+
+fs::path Shard(const fs::path& dir, int64_t step) { return checkpoint::ShardPath(dir, step, 0, 1); }
+
+class ResumeTest : public ::testing::TestWithParam<std::vector<std::string>> {
+ protected:
+  void SetUp() override { WriteSyntheticCorpus(corpus_, 200'000); }
+  TempDir tmp_{"resume"};
+  fs::path corpus_ = tmp_.path() / "corpus.txt";
+};
+
+TEST_P(ResumeTest, StoppedAndResumedRunEqualsStraightRunBitForBit) {
+  constexpr int64_t kHalf = 10;
+  const fs::path straight_dir = tmp_.path() / "straight", split_dir = tmp_.path() / "split";
+
+  std::unique_ptr<Trainer> straight = MakeTrainer(TinyJob(corpus_, straight_dir, GetParam()));
+  ASSERT_NE(straight, nullptr);
+  RecordingObserver straight_log;
+  ASSERT_TRUE(straight->run(straight_log).ok());
+
+  {
+    std::unique_ptr<Trainer> first = MakeTrainer(TinyJob(corpus_, split_dir, GetParam()));
+    ASSERT_NE(first, nullptr);
+    RecordingObserver log;
+    absl::StatusOr<TrainSummary> s = first->run(log, {.stop = nullptr, .stop_after_step = kHalf});
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_TRUE(s->stopped_early);
+    EXPECT_EQ(s->last_step, kHalf);
+  }
+  std::unique_ptr<Trainer> second = MakeTrainer(TinyJob(corpus_, split_dir, GetParam()));
+  ASSERT_NE(second, nullptr);
+  RecordingObserver log;
+  absl::StatusOr<int64_t> from = second->resume(log);
+  ASSERT_TRUE(from.ok()) << from.status();
+  EXPECT_EQ(*from, kHalf);
+  absl::StatusOr<TrainSummary> s = second->run(log);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->first_step, kHalf + 1);
+  EXPECT_EQ(s->last_step, 20);
+
+  // The same losses, step by step, and the same final state in every record.
+  ASSERT_EQ(log.steps.size(), 10u);
+  for (const StepReport& r : log.steps) {
+    const StepReport& ref = straight_log.steps.at(static_cast<size_t>(r.step - 1));
+    EXPECT_EQ(r.loss, ref.loss) << "step " << r.step;
+    EXPECT_EQ(r.grad_norm, ref.grad_norm) << "step " << r.step;
+    EXPECT_EQ(r.val_loss, ref.val_loss) << "step " << r.step;
+  }
+  const std::map<std::string, std::string> a = ShardContents(Shard(straight_dir, 20));
+  const std::map<std::string, std::string> b = ShardContents(Shard(split_dir, 20));
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(a.size(), b.size());
+  for (const auto& [name, bytes] : a) {
+    ASSERT_TRUE(b.contains(name)) << name;
+    EXPECT_TRUE(b.at(name) == bytes) << "record " << name << " differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, ResumeTest,
+                         ::testing::Values(std::vector<std::string>{"fp8.recipe=tensorwise"},
+                                           // Delayed scaling carries amax histories across the stop.
+                                           std::vector<std::string>{"fp8.recipe=delayed"},
+                                           std::vector<std::string>{"fp8.recipe=rowwise", "train.batch_size=8",
+                                                                    "train.grad_accum=2"}),
+                         [](const auto& info) { return std::string(info.param[0].substr(11)); });
+
+// Flips one byte in the middle of a file.
+void Corrupt(const fs::path& file) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(fs::file_size(file) / 2));
+  char c = 0;
+  f.read(&c, 1);
+  f.seekp(static_cast<std::streamoff>(fs::file_size(file) / 2));
+  c = static_cast<char>(c ^ 0x5a);
+  f.write(&c, 1);
+}
+
+class CheckpointProblems : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WriteSyntheticCorpus(corpus_, 200'000);
+    std::unique_ptr<Trainer> t = MakeTrainer(TinyJob(corpus_, dir_));
+    ASSERT_NE(t, nullptr);
+    RecordingObserver log;
+    ASSERT_TRUE(t->run(log).ok());
+    EXPECT_EQ(log.checkpoints, (std::vector<int64_t>{5, 10, 15, 20}));
+  }
+  TempDir tmp_{"ckpt"};
+  fs::path corpus_ = tmp_.path() / "corpus.txt";
+  fs::path dir_ = tmp_.path() / "ckpt";
+};
+
+TEST_F(CheckpointProblems, ACorruptCheckpointIsReportedAndTheNewestGoodOneLoaded) {
+  Corrupt(Shard(dir_, 20));
+  std::unique_ptr<Trainer> t = MakeTrainer(TinyJob(corpus_, dir_));
+  ASSERT_NE(t, nullptr);
+  RecordingObserver log;
+  absl::StatusOr<int64_t> from = t->resume(log);
+  ASSERT_TRUE(from.ok()) << from.status();
+  EXPECT_EQ(*from, 15);
+  ASSERT_EQ(log.warnings.size(), 1u);
+  EXPECT_NE(log.warnings[0].find("step-00000020"), std::string::npos) << log.warnings[0];
+  EXPECT_EQ(t->steps_done(), 15);
+}
+
+TEST_F(CheckpointProblems, AnUncommittedCheckpointIsSkipped) {
+  fs::remove(checkpoint::StepDirectory(dir_, 20) / checkpoint::kCommitMarkerFileName);
+  std::unique_ptr<Trainer> t = MakeTrainer(TinyJob(corpus_, dir_));
+  ASSERT_NE(t, nullptr);
+  RecordingObserver log;
+  absl::StatusOr<int64_t> from = t->resume(log);
+  ASSERT_TRUE(from.ok()) << from.status();
+  EXPECT_EQ(*from, 15);
+  EXPECT_EQ(log.warnings.size(), 1u);
+}
+
+TEST_F(CheckpointProblems, ACorruptRecordFoundWhileLoadingIsAnError) {
+  // Damage that the cheap index check cannot see is still caught by the payload checksum
+  // when the trainer reads the record.
+  Corrupt(Shard(dir_, 20));
+  absl::StatusOr<checkpoint::ShardReader> r = checkpoint::ShardReader::Open(Shard(dir_, 20));
+  if (r.ok()) {
+    EXPECT_FALSE(r->VerifyPayloads().ok());
+  } else {
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  }
+}
+
+TEST_F(CheckpointProblems, ACheckpointOfAnotherModelIsRefusedNamingTheRecord) {
+  std::unique_ptr<Trainer> t = MakeTrainer(TinyJob(corpus_, dir_, {"model.dim=64", "model.ffn_dim=64"}));
+  ASSERT_NE(t, nullptr);
+  RecordingObserver log;
+  absl::StatusOr<int64_t> from = t->resume(log);
+  ASSERT_FALSE(from.ok());
+  EXPECT_EQ(from.status().code(), absl::StatusCode::kFailedPrecondition) << from.status();
+  EXPECT_NE(from.status().message().find("params/tok_embeddings"), std::string::npos) << from.status();
+}
+
+TEST_F(CheckpointProblems, ACheckpointOfAnotherDataOrderIsRefused) {
+  std::unique_ptr<Trainer> t = MakeTrainer(TinyJob(corpus_, dir_, {"data.seed=99"}));
+  ASSERT_NE(t, nullptr);
+  RecordingObserver log;
+  absl::StatusOr<int64_t> from = t->resume(log);
+  ASSERT_FALSE(from.ok());
+  EXPECT_NE(from.status().message().find("data.seed"), std::string::npos) << from.status();
+}
+
+TEST_F(CheckpointProblems, ResumingAFinishedJobHasNothingToDo) {
+  std::unique_ptr<Trainer> t = MakeTrainer(TinyJob(corpus_, dir_));
+  ASSERT_NE(t, nullptr);
+  RecordingObserver log;
+  ASSERT_EQ(*t->resume(log), 20);
+  absl::StatusOr<TrainSummary> s = t->run(log);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(log.steps.empty());
+  EXPECT_EQ(s->last_step, 20);
+}
+
+}  // namespace
+}  // namespace fp8::engine::testing
