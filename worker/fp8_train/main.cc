@@ -82,11 +82,14 @@ int main(int argc, char** argv) {
   if (resume) {
     absl::StatusOr<int64_t> from = (*trainer)->resume(console);
     if (!from.ok()) return fail(from.status());
-    if (*from == 0) std::printf("no checkpoint in %s: starting from step 1\n", spec->checkpoint().dir().c_str());
+    if (*from == 0) std::printf("no good checkpoint in %s: starting from step 1\n", spec->checkpoint().dir().c_str());
   }
 
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  // A signal the parent set to be ignored (a shell's background job ignores SIGINT) stays
+  // ignored.
+  for (int sig : {SIGINT, SIGTERM}) {
+    if (std::signal(sig, on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
+  }
   fp8::engine::RunControl control;
   control.stop = &g_stop;
   absl::StatusOr<fp8::engine::TrainSummary> summary = (*trainer)->run(console, control);

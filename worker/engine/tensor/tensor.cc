@@ -48,6 +48,15 @@ std::vector<int64_t> contiguous_strides(const TensorShape& shape) {
   return strides;
 }
 
+absl::Status check_dimensions(const TensorShape& shape) {
+  for (int64_t d : shape) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor shape ", shape_string(shape), " has a negative dimension"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int64_t element_count(const TensorShape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -57,9 +66,7 @@ int64_t element_count(const TensorShape& shape) {
 }  // namespace
 
 absl::StatusOr<Tensor> Tensor::empty(const Device& device, ElementType type, TensorShape shape) {
-  for (int64_t d : shape) {
-    if (d < 0) return absl::InvalidArgumentError(absl::StrCat("tensor shape ", shape_string(shape), " has a negative dimension"));
-  }
+  if (absl::Status s = check_dimensions(shape); !s.ok()) return s;
   Tensor t;
   t.device_ = &device;
   t.type_ = type;
@@ -91,6 +98,7 @@ std::string Tensor::describe() const {
 
 absl::StatusOr<Tensor> Tensor::view(TensorShape shape) const {
   if (!is_contiguous()) return absl::InvalidArgumentError(absl::StrCat("view of non-contiguous ", describe()));
+  if (absl::Status s = check_dimensions(shape); !s.ok()) return s;
   if (element_count(shape) != numel()) {
     return absl::InvalidArgumentError(absl::StrCat("view of ", describe(), " as ", shape_string(shape),
                                                    ": element counts differ"));
@@ -102,8 +110,8 @@ absl::StatusOr<Tensor> Tensor::view(TensorShape shape) const {
 }
 
 absl::StatusOr<Tensor> Tensor::rows(int64_t begin, int64_t count) const {
-  if (rank() == 0 || begin < 0 || count < 0 || begin + count > shape_[0]) {
-    return absl::InvalidArgumentError(absl::StrCat("rows [", begin, ", ", begin + count, ") of ", describe()));
+  if (rank() == 0 || begin < 0 || count < 0 || begin > shape_[0] || count > shape_[0] - begin) {
+    return absl::InvalidArgumentError(absl::StrCat(count, " rows from row ", begin, " of ", describe()));
   }
   Tensor t = *this;
   t.offset_ += static_cast<size_t>(begin * strides_[0]) * element_size(type_);

@@ -1,0 +1,648 @@
+// fp8-train end to end, as a user runs it: the real binary in a child process, a job.yaml
+// and a small synthetic corpus in a scratch folder, and its exit status, log lines and
+// checkpoint folders checked against main.cc's contract:
+//
+//   exit 0 trained to the last step; 2 bad command line or job file; 130 stopped by
+//   SIGINT/SIGTERM after writing a checkpoint; 1 any other failure.
+//
+// Children run with one thread (FP8_NUM_THREADS / OPENBLAS_NUM_THREADS and
+// resources.cpus_per_rank), the setting under which a resumed run must match an
+// uninterrupted one bit for bit.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/cli/subprocess.h"
+
+#ifndef FP8_TRAIN_BINARY
+#error "FP8_TRAIN_BINARY must name the fp8-train executable"
+#endif
+
+namespace fp8::cli_test {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kRunLimit{120'000};  // per child; a healthy run takes well under a second
+
+const std::map<std::string, std::string>& ChildEnv() {
+  static const std::map<std::string, std::string> env = {{"FP8_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
+  return env;
+}
+
+// ---- inputs --------------------------------------------------------------------------
+
+// splitmix64: the same numbers on every platform (std:: distributions are not).
+struct Rng {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  size_t below(size_t n) { return static_cast<size_t>(next() % n); }
+};
+
+// English-like text: sentences of common words with a little punctuation, deterministic.
+std::string SyntheticText(size_t bytes) {
+  static const char* kWords[] = {
+      "the",   "of",    "and",   "to",    "in",     "a",      "is",     "that",   "for",   "it",
+      "as",    "was",   "with",  "be",    "by",     "on",     "not",    "he",     "this",  "are",
+      "or",    "his",   "from",  "at",    "which",  "but",    "have",   "an",     "they",  "you",
+      "were",  "her",   "she",   "there", "one",    "all",    "we",     "their",  "model", "train",
+      "small", "river", "stone", "light", "morning", "garden", "window", "quietly", "after", "before"};
+  Rng rng{2024};
+  std::string text;
+  text.reserve(bytes + 128);
+  while (text.size() < bytes) {
+    const size_t words = 5 + rng.below(11);
+    for (size_t i = 0; i < words; ++i) {
+      std::string w = kWords[rng.below(std::size(kWords))];
+      if (i == 0) w[0] = static_cast<char>(w[0] - 'a' + 'A');
+      text += w;
+      if (i + 1 < words) text += (rng.below(9) == 0) ? ", " : " ";
+    }
+    text += (rng.below(6) == 0) ? "?" : ".";
+    text += (rng.below(5) == 0) ? "\n\n" : " ";
+  }
+  return text;
+}
+
+void WriteText(const fs::path& file, const std::string& text) {
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out << text;
+  ASSERT_TRUE(out.good()) << "cannot write " << file;
+}
+
+// A tiny job: one block of width 32, a step takes a few milliseconds on one core.
+struct JobOptions {
+  std::string recipe = "tensorwise";
+  int64_t steps = 30;
+  std::string data_path = "corpus.txt";
+  std::string checkpoint_dir = "ckpt";
+  int64_t checkpoint_every = 10;
+  int keep = 3;
+  std::string extra_train_line;  // written as-is at the end of the train section
+};
+
+std::string JobYaml(const JobOptions& o) {
+  std::ostringstream y;
+  y << "name: cli-test\n"
+       "model:\n"
+       "  dim: 32\n"
+       "  n_layers: 1\n"
+       "  n_heads: 2\n"
+       "  max_seq_len: 32\n"
+       "data:\n"
+       "  path: "
+    << o.data_path
+    << "\n"
+       "  seq_len: 32\n"
+       "  val_fraction: 0.05\n"
+       "train:\n"
+       "  steps: "
+    << o.steps
+    << "\n"
+       "  batch_size: 4\n"
+       "  lr: 3e-3\n"
+       "  warmup_steps: 5\n"
+       "  log_every: 5\n"
+       "  eval_every: 10\n"
+       "  eval_batches: 2\n";
+  if (!o.extra_train_line.empty()) y << "  " << o.extra_train_line << "\n";
+  y << "fp8:\n"
+       "  recipe: "
+    << o.recipe
+    << "\n"
+       "checkpoint:\n"
+       "  dir: "
+    << o.checkpoint_dir << "\n  every: " << o.checkpoint_every << "\n  keep: " << o.keep
+    << "\n"
+       "resources:\n"
+       "  device: cpu\n"
+       "  cpus_per_rank: 1\n";
+  return y.str();
+}
+
+// ---- reading the log -----------------------------------------------------------------
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> LinesStartingWith(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const std::string& l : Lines(text)) {
+    if (l.rfind(prefix, 0) == 0) out.push_back(l);
+  }
+  return out;
+}
+
+// "step  5/30  loss 5.2162  lr 3.00e-03  grad_norm 1.702  57130 tok/s  2.2 ms/step", with
+// "  val 4.4441" after the loss on evaluation steps.
+struct StepLine {
+  int64_t step = 0, total = 0;
+  std::string loss, val, lr, grad_norm;  // as printed; val empty when no evaluation ran
+  double tokens_per_second = 0, step_ms = 0;
+  std::string text;
+  // The deterministic part: everything but the timings.
+  std::string numbers() const { return "loss " + loss + " val " + val + " lr " + lr + " grad_norm " + grad_norm; }
+};
+
+std::vector<StepLine> ParseStepLines(const std::string& out) {
+  static const std::regex kStep(
+      R"(^step +(\d+)/(\d+)  loss (\S+)(?:  val (\S+))?  lr (\S+)  grad_norm (\S+)  (\S+) tok/s  (\S+) ms/step$)");
+  std::vector<StepLine> steps;
+  for (const std::string& l : Lines(out)) {
+    if (l.rfind("step ", 0) != 0) continue;
+    std::smatch m;
+    StepLine s;
+    s.text = l;
+    if (!std::regex_match(l, m, kStep)) {
+      ADD_FAILURE() << "malformed step line: " << l;
+      continue;
+    }
+    s.step = std::stoll(m[1]);
+    s.total = std::stoll(m[2]);
+    s.loss = m[3];
+    s.val = m[4].matched ? m[4].str() : "";
+    s.lr = m[5];
+    s.grad_norm = m[6];
+    s.tokens_per_second = std::stod(m[7]);
+    s.step_ms = std::stod(m[8]);
+    steps.push_back(s);
+  }
+  return steps;
+}
+
+const StepLine* FindStep(const std::vector<StepLine>& lines, int64_t step) {
+  for (const StepLine& s : lines) {
+    if (s.step == step) return &s;
+  }
+  return nullptr;
+}
+
+std::string StepDirName(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::vector<std::string> StepDirs(const fs::path& root) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
+    if (e.is_directory()) names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+constexpr char kShard[] = "rank-00000-of-00001.ckpt";
+
+// ---- the fixture ---------------------------------------------------------------------
+
+class Fp8TrainCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static std::atomic<int> counter{0};
+    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string(info->test_suite_name()) + "-" + info->name();
+    for (char& c : name) {
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
+    }
+    dir_ = fs::temp_directory_path() /
+           ("fp8-train-cli-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" + name);
+    fs::remove_all(dir_);
+    ASSERT_TRUE(fs::create_directories(dir_)) << dir_;
+    ASSERT_NO_FATAL_FAILURE(WriteText(dir_ / "corpus.txt", SyntheticText(300 * 1024)));
+  }
+
+  void TearDown() override {
+    if (HasFailure() && std::getenv("FP8_CLI_TEST_KEEP") != nullptr) {
+      std::printf("kept %s\n", dir_.c_str());
+      return;
+    }
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+
+  fs::path WriteJob(const std::string& file, const std::string& yaml) {
+    const fs::path p = dir_ / file;
+    WriteText(p, yaml);
+    return p;
+  }
+
+  // fp8-train with `args`; its stdout and stderr are kept as <tag>.out / <tag>.err.
+  RunResult Train(const std::vector<std::string>& args, const std::string& tag) {
+    std::vector<std::string> argv = {FP8_TRAIN_BINARY};
+    argv.insert(argv.end(), args.begin(), args.end());
+    RunResult r = cli_test::Run(argv, ChildEnv(), dir_ / (tag + ".out"), dir_ / (tag + ".err"), kRunLimit);
+    EXPECT_FALSE(r.exit.timed_out) << tag << ": fp8-train did not finish in " << kRunLimit.count() << " ms";
+    return r;
+  }
+
+  fs::path dir_;
+};
+
+std::string Show(const RunResult& r) {
+  return r.exit.describe() + "\n--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err;
+}
+
+// ---- 1. a whole run ------------------------------------------------------------------
+
+TEST_F(Fp8TrainCliTest, TrainsToTheLastStep) {
+  JobOptions o;
+  o.keep = 2;
+  const fs::path job = WriteJob("job.yaml", JobYaml(o));
+  const RunResult r = Train({"--config", job.string()}, "run");
+  ASSERT_TRUE(r.exit.exited && r.exit.code == 0) << Show(r);
+  EXPECT_EQ(r.err, "") << "a good run writes nothing to stderr";
+
+  // Header.
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_GE(lines.size(), 3u) << r.out;
+  EXPECT_EQ(lines[0].rfind("job cli-test: ", 0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find("on cpu"), std::string::npos) << lines[0];
+  EXPECT_EQ(lines[1].rfind("fp8 tensorwise: ", 0), 0u) << lines[1];
+  EXPECT_EQ(LinesStartingWith(r.out, "training steps 1..30, 128 tokens per step").size(), 1u) << r.out;
+
+  // A line at step 1, every log_every steps and the last; val on eval_every steps.
+  const std::vector<StepLine> steps = ParseStepLines(r.out);
+  std::vector<int64_t> reported;
+  for (const StepLine& s : steps) reported.push_back(s.step);
+  EXPECT_EQ(reported, (std::vector<int64_t>{1, 5, 10, 15, 20, 25, 30})) << r.out;
+  for (const StepLine& s : steps) {
+    EXPECT_EQ(s.total, 30) << s.text;
+    EXPECT_EQ(!s.val.empty(), s.step % 10 == 0) << "val belongs on evaluation steps only: " << s.text;
+    EXPECT_GT(std::stod(s.loss), 0.0) << s.text;
+    EXPECT_GT(std::stod(s.lr), 0.0) << s.text;
+    EXPECT_GT(std::stod(s.grad_norm), 0.0) << s.text;
+    EXPECT_GT(s.tokens_per_second, 0.0) << s.text;
+    EXPECT_GT(s.step_ms, 0.0) << s.text;
+  }
+  ASSERT_EQ(steps.size(), 7u);
+  EXPECT_LT(std::stod(steps.back().loss), std::stod(steps.front().loss)) << "the loss did not fall:\n" << r.out;
+  // A byte-level model starts near ln(256) = 5.55.
+  EXPECT_NEAR(std::stod(steps.front().loss), 5.55, 0.5) << steps.front().text;
+  // Warmup to 3e-3 over 5 steps, cosine down to min_lr = lr / 10 at the last step.
+  EXPECT_EQ(steps[0].lr, "6.00e-04");
+  EXPECT_EQ(steps[1].lr, "3.00e-03");
+  EXPECT_EQ(steps.back().lr, "3.00e-04");
+
+  // Summary.
+  const std::vector<std::string> done = LinesStartingWith(r.out, "done: ");
+  ASSERT_EQ(done.size(), 1u) << r.out;
+  EXPECT_EQ(done[0].rfind("done: steps 1..30 in ", 0), 0u) << done[0];
+  EXPECT_NE(done[0].find(", 3840 tokens ("), std::string::npos) << done[0];
+  const std::vector<std::string> loss = LinesStartingWith(r.out, "loss ");
+  ASSERT_EQ(loss.size(), 1u) << r.out;
+  EXPECT_EQ(loss[0].rfind("loss " + steps.front().loss + " -> " + steps.back().loss + " (", 0), 0u) << loss[0];
+  EXPECT_NE(loss[0].find(", validation " + steps.back().val + " (best "), std::string::npos) << loss[0];
+  EXPECT_TRUE(LinesStartingWith(r.out, "stopped").empty()) << r.out;
+
+  // Checkpoints every 10 steps, the newest 2 kept.
+  const fs::path ckpt = dir_ / "ckpt";
+  for (int64_t s : {10, 20, 30}) {
+    const std::string want = "checkpoint at step " + std::to_string(s) + ": " + (ckpt / StepDirName(s)).string();
+    EXPECT_EQ(LinesStartingWith(r.out, want).size(), 1u) << "no \"" << want << "\" in\n" << r.out;
+  }
+  EXPECT_EQ(StepDirs(ckpt), (std::vector<std::string>{StepDirName(20), StepDirName(30)}));
+  for (int64_t s : {20, 30}) {
+    EXPECT_TRUE(fs::is_regular_file(ckpt / StepDirName(s) / "COMMITTED")) << s;
+    EXPECT_TRUE(fs::is_regular_file(ckpt / StepDirName(s) / kShard)) << s;
+  }
+  EXPECT_EQ(lines.back(), "last checkpoint: " + (ckpt / StepDirName(30)).string());
+}
+
+// ---- 2. stopped by a signal, resumed bit for bit --------------------------------------
+
+class Fp8TrainResumeTest : public Fp8TrainCliTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(Fp8TrainResumeTest, StoppedBySigintThenResumedMatchesAnUninterruptedRun) {
+  JobOptions o;
+  o.recipe = GetParam();
+  o.steps = 150;  // ~1 s: long enough for the signal to land mid-run
+  o.checkpoint_every = 10;
+
+  // Run B: stopped by SIGINT once the step-10 checkpoint is written, so the stopped run
+  // has evaluated and checkpointed on schedule before its own final evaluation and
+  // checkpoint. Should the run finish before the signal lands (a very slow machine), try
+  // again with more steps: the schedule depends on train.steps, so run A below uses the
+  // final count.
+  RunResult b1;
+  int64_t stopped_at = 0;
+  const fs::path ckpt_b = dir_ / "ckpt-b";
+  for (int attempt = 0;; ++attempt) {
+    fs::remove_all(ckpt_b);
+    o.checkpoint_dir = "ckpt-b";
+    const fs::path job_b = WriteJob("job-b.yaml", JobYaml(o));
+    Subprocess child({FP8_TRAIN_BINARY, "--config", job_b.string()}, ChildEnv(), dir_ / "b1.out", dir_ / "b1.err");
+    ASSERT_TRUE(child.started()) << child.start_error();
+    const bool checkpointed = child.WaitForStdout(
+        [](const std::string& out) { return out.find("\ncheckpoint at step 10: ") != std::string::npos; }, kRunLimit);
+    ASSERT_TRUE(checkpointed) << "no step-10 checkpoint:\n" << child.Stdout() << child.Stderr();
+    child.Signal(SIGINT);
+    b1.exit = child.Wait(kRunLimit);
+    b1.out = child.Stdout();
+    b1.err = child.Stderr();
+    if (b1.exit.exited && b1.exit.code == 0 && !LinesStartingWith(b1.out, "done: ").empty() && attempt < 3) {
+      std::printf("run finished before SIGINT landed at %lld steps; retrying with more\n",
+                  static_cast<long long>(o.steps));
+      o.steps *= 4;
+      continue;
+    }
+    break;
+  }
+  ASSERT_TRUE(b1.exit.exited && b1.exit.code == 130) << Show(b1);
+  EXPECT_EQ(b1.err, "");
+  {
+    static const std::regex kStopped(R"(^stopped: steps 1\.\.(\d+) in .*)");
+    const std::vector<std::string> stopped = LinesStartingWith(b1.out, "stopped: ");
+    ASSERT_EQ(stopped.size(), 1u) << b1.out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(stopped[0], m, kStopped)) << stopped[0];
+    stopped_at = std::stoll(m[1]);
+    ASSERT_GT(stopped_at, 10);
+    ASSERT_LT(stopped_at, o.steps);
+    std::printf("stopped at step %lld of %lld\n", static_cast<long long>(stopped_at), static_cast<long long>(o.steps));
+    EXPECT_TRUE(LinesStartingWith(b1.out, "done").empty()) << b1.out;
+  }
+  const fs::path stop_dir = ckpt_b / StepDirName(stopped_at);
+  EXPECT_EQ(LinesStartingWith(b1.out, "checkpoint at step " + std::to_string(stopped_at) + ": " + stop_dir.string())
+                .size(),
+            1u)
+      << b1.out;
+  EXPECT_TRUE(fs::is_regular_file(stop_dir / "COMMITTED")) << stop_dir;
+  EXPECT_EQ(Lines(b1.out).back(), "last checkpoint: " + stop_dir.string()) << b1.out;
+  const std::vector<StepLine> b1_steps = ParseStepLines(b1.out);
+  ASSERT_FALSE(b1_steps.empty());
+  EXPECT_EQ(b1_steps.back().step, stopped_at) << "the step a run stops at is reported";
+
+  // Run B again with --resume: continues after the checkpointed step, to the end.
+  const fs::path job_b = dir_ / "job-b.yaml";
+  const RunResult b2 = Train({"--config", job_b.string(), "--resume"}, "b2");
+  ASSERT_TRUE(b2.exit.exited && b2.exit.code == 0) << Show(b2);
+  EXPECT_EQ(b2.err, "");
+  EXPECT_EQ(LinesStartingWith(b2.out, "resumed from " + stop_dir.string()).size(), 1u) << b2.out;
+  const std::string range = std::to_string(stopped_at + 1) + ".." + std::to_string(o.steps);
+  EXPECT_EQ(LinesStartingWith(b2.out, "training steps " + range + ",").size(), 1u) << b2.out;
+  EXPECT_EQ(LinesStartingWith(b2.out, "done: steps " + range + " in ").size(), 1u) << b2.out;
+  const std::vector<StepLine> b2_steps = ParseStepLines(b2.out);
+  ASSERT_FALSE(b2_steps.empty()) << b2.out;
+  EXPECT_EQ(b2_steps.front().step, stopped_at + 1);
+  EXPECT_EQ(b2_steps.back().step, o.steps);
+
+  // Run A: the same job straight through, in its own checkpoint dir (--resume with
+  // nothing to resume from starts at step 1).
+  o.checkpoint_dir = "ckpt-a";
+  const fs::path job_a = WriteJob("job-a.yaml", JobYaml(o));
+  const RunResult a = Train({"--config", job_a.string(), "--resume"}, "a");
+  ASSERT_TRUE(a.exit.exited && a.exit.code == 0) << Show(a);
+  EXPECT_EQ(LinesStartingWith(a.out, "no good checkpoint in " + (dir_ / "ckpt-a").string() + ": starting from step 1")
+                .size(),
+            1u)
+      << a.out;
+  EXPECT_TRUE(LinesStartingWith(a.out, "resumed from").empty()) << a.out;
+  const std::vector<StepLine> a_steps = ParseStepLines(a.out);
+  ASSERT_FALSE(a_steps.empty());
+  ASSERT_EQ(a_steps.back().step, o.steps);
+
+  // Same numbers at every step both runs reported (val only where both evaluated).
+  EXPECT_EQ(b2_steps.back().numbers(), a_steps.back().numbers()) << "final step differs after resume\nA: "
+                                                                  << a_steps.back().text
+                                                                  << "\nB: " << b2_steps.back().text;
+  int compared = 0;
+  for (const std::vector<StepLine>* b : {&b1_steps, &b2_steps}) {
+    for (const StepLine& s : *b) {
+      const StepLine* t = FindStep(a_steps, s.step);
+      if (t == nullptr) continue;
+      ++compared;
+      EXPECT_EQ(s.loss, t->loss) << "step " << s.step << "\nA: " << t->text << "\nB: " << s.text;
+      EXPECT_EQ(s.lr, t->lr) << "step " << s.step;
+      EXPECT_EQ(s.grad_norm, t->grad_norm) << "step " << s.step << "\nA: " << t->text << "\nB: " << s.text;
+      if (!s.val.empty() && !t->val.empty()) {
+        EXPECT_EQ(s.val, t->val) << "step " << s.step;
+      }
+    }
+  }
+  EXPECT_GE(compared, static_cast<int>(o.steps / 5) - 1);
+  // The loss summary line of the resumed run covers its own steps only; its last loss
+  // and validation match A's.
+  const std::vector<std::string> a_loss = LinesStartingWith(a.out, "loss ");
+  const std::vector<std::string> b_loss = LinesStartingWith(b2.out, "loss ");
+  ASSERT_EQ(a_loss.size(), 1u);
+  ASSERT_EQ(b_loss.size(), 1u);
+  EXPECT_NE(b_loss[0].find("-> " + a_steps.back().loss + " ("), std::string::npos) << b_loss[0];
+
+  // Bit for bit: the final checkpoints (weights, optimizer state, data position, fp8
+  // scaling state) are the same bytes.
+  const fs::path shard_a = dir_ / "ckpt-a" / StepDirName(o.steps) / kShard;
+  const fs::path shard_b = ckpt_b / StepDirName(o.steps) / kShard;
+  ASSERT_TRUE(fs::is_regular_file(shard_a)) << shard_a;
+  ASSERT_TRUE(fs::is_regular_file(shard_b)) << shard_b;
+  EXPECT_TRUE(ReadFile(shard_a) == ReadFile(shard_b)) << "final checkpoints differ: " << shard_a << " vs " << shard_b;
+  EXPECT_EQ(ReadFile(shard_a.parent_path() / "COMMITTED"), ReadFile(shard_b.parent_path() / "COMMITTED"));
+
+  // Resuming a finished job has nothing to do.
+  const RunResult b3 = Train({"--config", job_b.string(), "--resume"}, "b3");
+  ASSERT_TRUE(b3.exit.exited && b3.exit.code == 0) << Show(b3);
+  EXPECT_EQ(LinesStartingWith(b3.out, "resumed from " + shard_b.parent_path().string()).size(), 1u) << b3.out;
+  EXPECT_EQ(LinesStartingWith(b3.out, "nothing to do: the job's last step (" + std::to_string(o.steps) +
+                                          ") is already done")
+                .size(),
+            1u)
+      << b3.out;
+  EXPECT_TRUE(ParseStepLines(b3.out).empty()) << b3.out;
+  EXPECT_TRUE(LinesStartingWith(b3.out, "training steps").empty()) << b3.out;
+
+  // So does resuming with train.steps lowered below the checkpoint's step.
+  const RunResult b4 =
+      Train({"--config", job_b.string(), "--resume", "--set", "train.steps=" + std::to_string(stopped_at)}, "b4");
+  ASSERT_TRUE(b4.exit.exited && b4.exit.code == 0) << Show(b4);
+  EXPECT_EQ(LinesStartingWith(b4.out, "nothing to do: resumed at step " + std::to_string(o.steps) +
+                                          ", past the job's last step (" + std::to_string(stopped_at) + ")")
+                .size(),
+            1u)
+      << b4.out;
+  EXPECT_TRUE(ParseStepLines(b4.out).empty()) << b4.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, Fp8TrainResumeTest, ::testing::Values("tensorwise", "delayed"),
+                         [](const ::testing::TestParamInfo<const char*>& p) { return std::string(p.param); });
+
+TEST_F(Fp8TrainCliTest, SigtermAlsoStopsWithACheckpoint) {
+  JobOptions o;
+  o.steps = 100000;  // minutes: only the signal ends it
+  o.checkpoint_every = 0;
+  const fs::path job = WriteJob("job.yaml", JobYaml(o));
+  Subprocess child({FP8_TRAIN_BINARY, "--config", job.string()}, ChildEnv(), dir_ / "run.out", dir_ / "run.err");
+  ASSERT_TRUE(child.started()) << child.start_error();
+  ASSERT_TRUE(child.WaitForStdout(
+      [](const std::string& out) { return out.find("\nstep ") != std::string::npos; }, kRunLimit))
+      << child.Stdout() << child.Stderr();
+  child.Signal(SIGTERM);
+  const ExitInfo exit = child.Wait(kRunLimit);
+  const std::string out = child.Stdout();
+  ASSERT_TRUE(exit.exited && exit.code == 130) << exit.describe() << "\n" << out << child.Stderr();
+  const std::vector<std::string> stopped = LinesStartingWith(out, "stopped: steps 1..");
+  ASSERT_EQ(stopped.size(), 1u) << out;
+  const std::vector<StepLine> steps = ParseStepLines(out);
+  ASSERT_FALSE(steps.empty());
+  const fs::path dir = dir_ / "ckpt" / StepDirName(steps.back().step);
+  EXPECT_EQ(LinesStartingWith(out, "checkpoint at step " + std::to_string(steps.back().step) + ": " + dir.string())
+                .size(),
+            1u)
+      << out;
+  EXPECT_TRUE(fs::is_regular_file(dir / "COMMITTED")) << dir;
+}
+
+// ---- 3. bad input --------------------------------------------------------------------
+
+TEST_F(Fp8TrainCliTest, BadCommandLinesAndJobFilesExitWithoutTraining) {
+  const fs::path good = WriteJob("job.yaml", JobYaml({}));
+  struct Case {
+    std::string name;
+    std::vector<std::string> args;
+    int code;                           // expected exit status; -1: any failure but 130
+    std::vector<std::string> stderr_has;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"no arguments", {}, 2, {"--config"}});
+  cases.push_back({"--resume without --config", {"--resume"}, 2, {"--config"}});
+  cases.push_back({"unknown option", {"--config", good.string(), "--bogus"}, 2, {"--bogus"}});
+  cases.push_back({"config file missing", {"--config", (dir_ / "nope.yaml").string()}, 2, {"nope.yaml"}});
+  cases.push_back({"unknown --set field", {"--config", good.string(), "--set", "train.stepz=3"}, 2, {"train.stepz"}});
+  cases.push_back({"malformed --set", {"--config", good.string(), "--set", "train.steps"}, 2, {"train.steps"}});
+  cases.push_back({"bad --set value", {"--config", good.string(), "--set", "train.steps=many"}, 2, {"train.steps"}});
+  {
+    JobOptions o;
+    o.extra_train_line = "lerning_rate: 0.1";
+    const std::string yaml = JobYaml(o);
+    const fs::path job = WriteJob("unknown-key.yaml", yaml);
+    const std::string before = yaml.substr(0, yaml.find("lerning_rate"));
+    const int line = 1 + static_cast<int>(std::count(before.begin(), before.end(), '\n'));
+    cases.push_back(
+        {"unknown key",
+         {"--config", job.string()},
+         2,
+         {"unknown-key.yaml:" + std::to_string(line) + ":", "lerning_rate"}});
+  }
+  {
+    std::string yaml = JobYaml({});
+    yaml.replace(yaml.find("n_heads: 2"), 10, "n_heads: 3");  // does not divide dim 32
+    const fs::path job = WriteJob("bad-heads.yaml", yaml);
+    const std::string before = yaml.substr(0, yaml.find("n_heads: 3"));
+    const int line = 1 + static_cast<int>(std::count(before.begin(), before.end(), '\n'));
+    cases.push_back(
+        {"invalid value", {"--config", job.string()}, 2, {"bad-heads.yaml:" + std::to_string(line) + ":", "n_heads"}});
+  }
+  {
+    JobOptions o;
+    o.data_path = "data/missing.txt";
+    const fs::path job = WriteJob("missing-data.yaml", JobYaml(o));
+    cases.push_back({"data.path missing", {"--config", job.string()}, -1, {(dir_ / "data/missing.txt").string()}});
+  }
+
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    SCOPED_TRACE(c.name);
+    const RunResult r = Train(c.args, "case" + std::to_string(i));
+    ASSERT_TRUE(r.exit.exited) << Show(r);
+    if (c.code >= 0) {
+      EXPECT_EQ(r.exit.code, c.code) << Show(r);
+    } else {
+      EXPECT_NE(r.exit.code, 0) << Show(r);
+      EXPECT_NE(r.exit.code, 130) << Show(r);
+    }
+    for (const std::string& want : c.stderr_has) {
+      EXPECT_NE(r.err.find(want), std::string::npos) << "stderr lacks \"" << want << "\"\n" << Show(r);
+    }
+    EXPECT_TRUE(ParseStepLines(r.out).empty()) << r.out;
+    EXPECT_FALSE(fs::exists(dir_ / "ckpt")) << "a failed start made the checkpoint dir";
+    EXPECT_FALSE(fs::exists(dir_ / "checkpoints")) << "a failed start made a checkpoint dir";
+  }
+}
+
+// ---- 4. a damaged checkpoint ---------------------------------------------------------
+
+uint64_t LoadLe64(const std::string& bytes, size_t at) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[at + i])) << (8 * i);
+  return v;
+}
+
+TEST_F(Fp8TrainCliTest, ResumeSkipsADamagedNewestCheckpoint) {
+  const fs::path job = WriteJob("job.yaml", JobYaml({}));  // 30 steps, checkpoint every 10, keep 3
+  const RunResult first = Train({"--config", job.string()}, "first");
+  ASSERT_TRUE(first.exit.exited && first.exit.code == 0) << Show(first);
+  const fs::path ckpt = dir_ / "ckpt";
+  ASSERT_EQ(StepDirs(ckpt), (std::vector<std::string>{StepDirName(10), StepDirName(20), StepDirName(30)}));
+
+  // Flip one byte in the middle of step 30's payloads (between the 16-byte header and the
+  // index, whose offset the 40-byte footer starts with); the file keeps its size, so
+  // only reading the payload finds the damage.
+  const fs::path shard = ckpt / StepDirName(30) / kShard;
+  const std::string original = ReadFile(shard);
+  ASSERT_GT(original.size(), 16u + 40u);
+  const uint64_t index_offset = LoadLe64(original, original.size() - 40);
+  ASSERT_GT(index_offset, 16u);
+  ASSERT_LT(index_offset, original.size());
+  std::string damaged = original;
+  const size_t at = static_cast<size_t>(16 + (index_offset - 16) / 2);
+  damaged[at] = static_cast<char>(damaged[at] ^ 0x5a);
+  WriteText(shard, damaged);
+
+  const RunResult r = Train({"--config", job.string(), "--resume"}, "resume");
+  ASSERT_TRUE(r.exit.exited && r.exit.code == 0) << Show(r);
+  EXPECT_EQ(r.err, "");
+  const std::vector<std::string> warnings = LinesStartingWith(r.out, "warning: ");
+  ASSERT_EQ(warnings.size(), 1u) << r.out;
+  EXPECT_NE(warnings[0].find(StepDirName(30)), std::string::npos) << "the warning names the damaged checkpoint: "
+                                                                  << warnings[0];
+  const std::string good = (ckpt / StepDirName(20)).string();
+  EXPECT_EQ(LinesStartingWith(r.out, "resumed from " + good).size(), 1u) << r.out;
+  EXPECT_EQ(LinesStartingWith(r.out, "training steps 21..30,").size(), 1u) << r.out;
+  EXPECT_EQ(LinesStartingWith(r.out, "done: steps 21..30 in ").size(), 1u) << r.out;
+  // The warning comes before training starts.
+  const std::vector<std::string> lines = Lines(r.out);
+  const auto warning_at = std::find(lines.begin(), lines.end(), warnings[0]);
+  const auto first_step =
+      std::find_if(lines.begin(), lines.end(), [](const std::string& l) { return l.rfind("step ", 0) == 0; });
+  EXPECT_LT(warning_at, first_step);
+
+  // Steps 21..30 again give the same numbers, and a checkpoint at step 30 with the bytes
+  // the damaged one had before.
+  const std::vector<StepLine> before = ParseStepLines(first.out), after = ParseStepLines(r.out);
+  ASSERT_FALSE(before.empty());
+  ASSERT_FALSE(after.empty());
+  EXPECT_EQ(after.back().step, 30);
+  EXPECT_EQ(after.back().numbers(), before.back().numbers())
+      << "A: " << before.back().text << "\nB: " << after.back().text;
+  EXPECT_TRUE(fs::is_regular_file(shard.parent_path() / "COMMITTED"));
+  EXPECT_TRUE(ReadFile(shard) == original) << "the rewritten step-30 checkpoint differs from the first run's";
+  EXPECT_EQ(StepDirs(ckpt), (std::vector<std::string>{StepDirName(10), StepDirName(20), StepDirName(30)}));
+}
+
+}  // namespace
+}  // namespace fp8::cli_test
