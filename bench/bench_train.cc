@@ -42,7 +42,10 @@ struct Contender {
 // backward), plus attention's two [seq, seq] products (causal: half of them), ×3 for the
 // backward. The embedding lookup is free.
 double flops_per_token(const fp8::engine::LlamaConfig& c, int64_t seq) {
-  const double linear_params = static_cast<double>(c.parameter_count() - c.vocab_size * c.dim - c.dim * (2 * c.n_layers + 1));
+  // Everything but the norm gains and the embedding lookup (which, tied, is also the
+  // output projection and stays counted).
+  const int64_t lookup = c.tie_embeddings ? 0 : c.vocab_size * c.dim;
+  const double linear_params = static_cast<double>(c.parameter_count() - lookup - c.dim * (2 * c.n_layers + 1));
   const double attention = 3.0 * 2.0 * 2.0 * static_cast<double>(c.n_layers * seq * c.dim) / 2.0;
   return 6.0 * linear_params + attention;
 }
@@ -73,10 +76,12 @@ int main(int argc, char** argv) {
     o.push_back("fp8.recipe=" + recipe);
     o.push_back(absl::StrCat("train.steps=", total_steps));
     o.push_back("train.eval_every=0");
+    o.push_back("train.warmup_steps=0");  // the schedule does not change a step's cost; short runs need this
     absl::StatusOr<fp8::v1::JobSpec> spec = fp8::jobspec::LoadJobSpecFile(config, o);
     fp8::bench::check(spec.status(), "loading the job");
     spec->mutable_checkpoint()->clear_dir();  // a benchmark writes no checkpoints
-    absl::StatusOr<std::unique_ptr<fp8::engine::Trainer>> t = fp8::engine::Trainer::create(*spec, fp8::engine::Device::cpu());
+    absl::StatusOr<std::unique_ptr<fp8::engine::Trainer>> t =
+        fp8::engine::Trainer::create(*spec, fp8::engine::Device::cpu());
     fp8::bench::check(t.status(), "building the trainer");
     runs.push_back({recipe, std::move(*t)});
   }

@@ -31,8 +31,9 @@ struct RunResult {
 
 RunResult Train(const std::string& recipe, const std::filesystem::path& checkpoints) {
   absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecFile(
-      FP8_EXAMPLE_JOB, {"fp8.recipe=" + recipe, absl::StrCat("train.steps=", kSteps), "train.batch_size=16", "train.log_every=1",
-                        "train.eval_every=300", "checkpoint.dir=" + checkpoints.string(), "checkpoint.every=0"});
+      FP8_EXAMPLE_JOB, {"fp8.recipe=" + recipe, absl::StrCat("train.steps=", kSteps), "train.batch_size=16",
+                        "train.log_every=1", "train.eval_every=300", "checkpoint.dir=" + checkpoints.string(),
+                        "checkpoint.every=0"});
   EXPECT_TRUE(spec.ok()) << spec.status();
   if (!spec.ok()) return {};
   if (!std::filesystem::exists(spec->data().path())) {

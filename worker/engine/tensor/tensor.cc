@@ -51,7 +51,8 @@ std::vector<int64_t> contiguous_strides(const TensorShape& shape) {
 absl::Status check_dimensions(const TensorShape& shape) {
   for (int64_t d : shape) {
     if (d < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor shape ", shape_string(shape), " has a negative dimension"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor shape ", shape_string(shape), " has a negative dimension"));
     }
   }
   return absl::OkStatus();

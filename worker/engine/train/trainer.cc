@@ -49,11 +49,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
   data::BatcherOptions batching{d.seq_len(), tr.batch_size(), tr.grad_accum(), d.seed(), 0, 1};
   FP8_ASSIGN_OR_RETURN(t->batcher_, data::Batcher::Create(*t->corpus_, batching));
   if (tr.eval_every() > 0 && d.val_fraction() > 0) {
-    FP8_ASSIGN_OR_RETURN(t->validation_,
-                         data::ValidationSet::Create(*t->corpus_, {d.seq_len(), tr.batch_size(), tr.eval_batches(), 0, 1}));
+    const data::ValidationOptions eval{d.seq_len(), tr.batch_size(), tr.eval_batches(), 0, 1};
+    FP8_ASSIGN_OR_RETURN(t->validation_, data::ValidationSet::Create(*t->corpus_, eval));
   }
-  FP8_ASSIGN_OR_RETURN(t->schedule_,
-                       LrSchedule::Create({tr.lr(), tr.min_lr(), tr.warmup_steps(), tr.steps(), decay_of(tr.schedule())}));
+  const LrScheduleOptions lr{tr.lr(), tr.min_lr(), tr.warmup_steps(), tr.steps(), decay_of(tr.schedule())};
+  FP8_ASSIGN_OR_RETURN(t->schedule_, LrSchedule::Create(lr));
 
   FP8_ASSIGN_OR_RETURN(LlamaConfig config, llama_config_from_spec(spec.model()));
   FP8_ASSIGN_OR_RETURN(t->model_, LlamaModel::create(device, config, spec.fp8(), tr.seed()));
