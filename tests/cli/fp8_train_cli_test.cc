@@ -333,6 +333,14 @@ TEST_F(Fp8TrainCliTest, TrainsToTheLastStep) {
     EXPECT_TRUE(fs::is_regular_file(ckpt / StepDirName(s) / kShard)) << s;
   }
   EXPECT_EQ(lines.back(), "last checkpoint: " + (ckpt / StepDirName(30)).string());
+
+  // The same job again without --resume would mix two runs in one checkpoint.dir.
+  const RunResult again = Train({"--config", job.string()}, "again");
+  EXPECT_TRUE(again.exit.exited && again.exit.code == 2) << Show(again);
+  EXPECT_NE(again.err.find("already holds checkpoints (newest: step 30)"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("--resume"), std::string::npos) << again.err;
+  EXPECT_TRUE(ParseStepLines(again.out).empty()) << again.out;
+  EXPECT_EQ(StepDirs(ckpt), (std::vector<std::string>{StepDirName(20), StepDirName(30)}));
 }
 
 // ---- 2. stopped by a signal, resumed bit for bit --------------------------------------

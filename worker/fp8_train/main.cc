@@ -7,6 +7,8 @@
 // newest good checkpoint, bit for bit as if the run had never stopped (same machine and
 // thread count). A second Ctrl-C exits at once.
 //
+// Without --resume, a checkpoint.dir that already holds checkpoints is refused (exit 2).
+//
 // Exit status: 0 trained to the last step; 2 bad command line or job file; 130 stopped
 // by a signal (checkpoint written); 1 any other failure.
 #include <cblas.h>
@@ -18,7 +20,9 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "common/jobspec/loader.h"
+#include "worker/engine/checkpoint/discovery.h"
 #include "worker/engine/tensor/device.h"
 #include "worker/engine/train/trainer.h"
 #include "worker/fp8_train/blas_environment.h"
@@ -43,6 +47,22 @@ void size_thread_pools(int cpus) {
   if (cpus <= 0 || std::getenv("FP8_NUM_THREADS") != nullptr) return;
   setenv("FP8_NUM_THREADS", std::to_string(cpus).c_str(), /*overwrite=*/0);
   openblas_set_num_threads(cpus);
+}
+
+// A fresh run in a directory holding another run's checkpoints would interleave the two
+// (retention could even delete the new run's checkpoints as older than the old run's), and
+// a later --resume would pick whichever is newest.
+absl::Status refuse_to_overwrite(const std::string& dir) {
+  if (dir.empty()) return absl::OkStatus();
+  absl::StatusOr<std::vector<fp8::checkpoint::CheckpointEntry>> found = fp8::checkpoint::ListCheckpoints(dir);
+  if (!found.ok()) return found.status();
+  for (const fp8::checkpoint::CheckpointEntry& e : *found) {  // newest first
+    if (e.state != fp8::checkpoint::CheckpointState::kCommitted) continue;
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint.dir ", dir, " already holds checkpoints (newest: step ", e.step,
+                     "); continue that run with --resume, or give this one another checkpoint.dir"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -74,6 +94,10 @@ int main(int argc, char** argv) {
     if (!d.ok()) return fail(d.status());
     cuda = std::move(*d);
     device = cuda.get();
+  }
+
+  if (!resume) {
+    if (absl::Status s = refuse_to_overwrite(spec->checkpoint().dir()); !s.ok()) return fail(s, 2);
   }
 
   absl::StatusOr<std::unique_ptr<fp8::engine::Trainer>> trainer = fp8::engine::Trainer::create(*spec, *device);
