@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "cpu/transpose.h"
 
 namespace fp8::cpu {
 
@@ -42,6 +43,16 @@ absl::Status HostMemoryBackend::fill_zero(void* dst, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   if (dst == nullptr) return absl::InvalidArgumentError("fill_zero: null pointer");
   std::memset(dst, 0, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status HostMemoryBackend::transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
+  if (rows < 0 || cols < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("transpose_bytes: negative shape [", rows, ", ", cols, "]"));
+  }
+  if (rows == 0 || cols == 0) return absl::OkStatus();
+  if (dst == nullptr || src == nullptr) return absl::InvalidArgumentError("transpose_bytes: null pointer");
+  ::fp8::cpu::transpose_bytes(src, /*ld_src=*/cols, rows, cols, dst, /*ld_dst=*/rows);
   return absl::OkStatus();
 }
 

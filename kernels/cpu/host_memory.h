@@ -14,6 +14,7 @@ class HostMemoryBackend : public Backend {
   absl::Status copy_to_host(void* dst, const void* src, size_t bytes) override;
   absl::Status copy(void* dst, const void* src, size_t bytes) override;
   absl::Status fill_zero(void* dst, size_t bytes) override;
+  absl::Status transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) override;
   absl::Status synchronize() override { return absl::OkStatus(); }
 };
 

@@ -526,6 +526,30 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// One 32 x 32 byte tile per block of 32 x 8 threads, each thread moving four bytes; the
+// tile row is padded by one byte so the column reads hit distinct banks. Grid: x over
+// column tiles, y over row tiles (looping past 65535).
+constexpr int kByteTile = 32;
+constexpr int kByteTileRowsPerPass = 8;
+__global__ void transpose_bytes_kernel(const uint8_t* __restrict__ src, int64_t rows, int64_t cols,
+                                       uint8_t* __restrict__ dst) {
+  __shared__ uint8_t tile[kByteTile][kByteTile + 1];
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kByteTile;
+  for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * kByteTile; r0 < rows;
+       r0 += static_cast<int64_t>(gridDim.y) * kByteTile) {
+    for (int i = threadIdx.y; i < kByteTile; i += kByteTileRowsPerPass) {
+      const int64_t r = r0 + i, c = c0 + threadIdx.x;
+      if (r < rows && c < cols) tile[i][threadIdx.x] = src[r * cols + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < kByteTile; i += kByteTileRowsPerPass) {
+      const int64_t c = c0 + i, r = r0 + threadIdx.x;  // dst row c, column r
+      if (c < cols && r < rows) dst[c * rows + r] = tile[threadIdx.x][i];
+    }
+    __syncthreads();
+  }
+}
+
 __global__ void broadcast_kernel(const float* __restrict__ scalar, float* __restrict__ out, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i < n) out[i] = *scalar;
@@ -744,6 +768,17 @@ LaunchResult launch_broadcast(const float* scalar, float* out, int64_t n, cudaSt
   if (blocks == 0) return kTooLarge;
   broadcast_kernel<<<blocks, kThreads, 0, stream>>>(scalar, out, n);
   return after_launch("broadcast kernel");
+}
+
+LaunchResult launch_transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst,
+                                    cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return {};
+  const unsigned gx = blocks_for(cols, kByteTile);
+  if (gx == 0) return kTooLarge;
+  const int64_t row_tiles = (rows + kByteTile - 1) / kByteTile;
+  const dim3 grid(gx, static_cast<unsigned>(row_tiles < kMaxGridY ? row_tiles : kMaxGridY));
+  transpose_bytes_kernel<<<grid, dim3(kByteTile, kByteTileRowsPerPass), 0, stream>>>(src, rows, cols, dst);
+  return after_launch("transpose_bytes kernel");
 }
 
 LaunchResult launch_bias_fill(void* out, HpType out_type, int64_t m, int64_t n, const float* bias, float beta,

@@ -65,6 +65,11 @@ LaunchResult launch_dequantize(const uint8_t* input, Format format, int64_t rows
 LaunchResult launch_convert(const void* in, HpType in_type, void* out, HpType out_type, int64_t n,
                             cudaStream_t stream);
 
+// dst [cols, rows] = src [rows, cols]ᵀ of one-byte elements (fp8 codes), through a
+// shared-memory tile so that both the reads and the writes are coalesced.
+LaunchResult launch_transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst,
+                                    cudaStream_t stream);
+
 // out[i] = *scalar for i < n: turns a tensorwise factor into a per-row vector.
 LaunchResult launch_broadcast(const float* scalar, float* out, int64_t n, cudaStream_t stream);
 

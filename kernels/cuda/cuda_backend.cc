@@ -122,6 +122,15 @@ class CudaBackend final : public Backend {
     return cuda_status(cudaMemsetAsync(dst, 0, bytes, stream_), "cudaMemsetAsync");
   }
 
+  absl::Status transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) override {
+    if (rows < 0 || cols < 0) return absl::InvalidArgumentError("transpose_bytes: negative shape");
+    if (rows == 0 || cols == 0) return absl::OkStatus();
+    if (dst == nullptr || src == nullptr) return absl::InvalidArgumentError("transpose_bytes: null pointer");
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    return cuda_status(cuda::launch_transpose_bytes(src, rows, cols, dst, stream_));
+  }
+
   absl::Status synchronize() override {
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();

@@ -663,6 +663,9 @@ class PretendGpuBackend final : public Backend {
   absl::Status copy_to_host(void* d, const void* s, size_t n) override { return cpu().copy_to_host(d, s, n); }
   absl::Status copy(void* d, const void* s, size_t n) override { return cpu().copy(d, s, n); }
   absl::Status fill_zero(void* d, size_t n) override { return cpu().fill_zero(d, n); }
+  absl::Status transpose_bytes(const uint8_t* s, int64_t r, int64_t c, uint8_t* d) override {
+    return cpu().transpose_bytes(s, r, c, d);
+  }
   absl::Status synchronize() override { return cpu().synchronize(); }
   absl::Status amax(const MatrixRef& x, Granularity g, float* out) override { return cpu().amax(x, g, out); }
   absl::Status compute_scales(const float* a, int64_t n, Format f, bool pow2, float* s) override {

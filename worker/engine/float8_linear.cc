@@ -94,6 +94,10 @@ struct CastPlan {
   bool delayed_scale_ready = false;  // finish_step() uploaded a scale for the next cast
 
   BackendBuffer out, out_t, dequantized, scale, inv_scale, amax;
+  // Codes cast outside the layer (Fp8Weight) in place of out / out_t; null after a cast of
+  // the layer's own.
+  const uint8_t* external_out = nullptr;
+  const uint8_t* external_out_t = nullptr;
 
   // What the last cast used, for the GEMMs that follow it and for numerics().
   const float* inv_scale_in_use = nullptr;
@@ -181,6 +185,10 @@ struct Float8Linear::State {
 
   // ---- casts ----
   absl::Status cast_tensor(TensorKind t, const float* data, int64_t rows, int64_t cols, int slot_row);
+  // The weight plan adopts codes cast elsewhere (takes_fp8_weight()); records their amax.
+  absl::Status adopt_fp8_weight(const Fp8Weight& w, int slot_row);
+  int weight_plan() const { return use[static_cast<int>(TensorKind::kWeight)][kAsStored]; }
+  bool takes_fp8_weight() const;
   absl::Status run_cast(CastPlan& p, const float* data, int64_t rows, int64_t cols, int slot_row);
   absl::Status invert_scales(const float* scale, Granularity g, int64_t rows, int64_t cols, float* inv);
   absl::Status ensure_ones(int64_t fp8_count, int64_t f32_count);
@@ -303,6 +311,8 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const float* data, int64
   reserved.Update(p.amax.reserve(float_bytes(scales)));
   if (!reserved.ok()) return reserved;
   const MatrixRef input{data, DType::kFloat32, rows, cols};
+  p.external_out = nullptr;
+  p.external_out_t = nullptr;
   uint8_t* out = p.make_out ? p.out.as<uint8_t>() : nullptr;
   uint8_t* out_t = p.make_out_t ? p.out_t.as<uint8_t>() : nullptr;
   float* delayed_amax = p.delayed ? slots_of(p.tensor).at(slot_row, p.delayed_column) : nullptr;
@@ -373,10 +383,48 @@ absl::Status Float8Linear::State::cast_tensor(TensorKind t, const float* data, i
   return absl::OkStatus();
 }
 
+bool Float8Linear::State::takes_fp8_weight() const {
+  const auto& u = use[static_cast<int>(TensorKind::kWeight)];
+  if (u[kAsStored] < 0 || u[kTransposed] != u[kAsStored]) return false;
+  const CastPlan& p = plans[static_cast<size_t>(u[kAsStored])];
+  return p.granularity == Granularity::kTensorwise && !p.make_dequantized && config.output_runs_in_fp8() &&
+         config.grad_input_runs_in_fp8();
+}
+
+absl::Status Float8Linear::State::adopt_fp8_weight(const Fp8Weight& w, int slot_row) {
+  if (w.data == nullptr || w.scale == nullptr || w.inv_scale == nullptr || w.amax == nullptr) {
+    return absl::InvalidArgumentError("Float8Linear: an Fp8Weight needs data, scale, inv_scale and amax");
+  }
+  CastPlan& p = plans[static_cast<size_t>(weight_plan())];
+  // The amax goes where the layer's own cast would have written it: numerics() reads it
+  // from there, and delayed scaling records it with the step's other amaxes.
+  float* amax_dst = nullptr;
+  if (p.delayed) {
+    amax_dst = slots_of(p.tensor).at(slot_row, p.delayed_column);
+  } else {
+    if (auto st = p.amax.reserve(sizeof(float)); !st.ok()) return st;
+    amax_dst = p.amax.as<float>();
+  }
+  if (auto st = backend.copy(amax_dst, w.amax, sizeof(float)); !st.ok()) return st;
+  p.external_out = w.data;
+  p.external_out_t = w.data_t;
+  p.scale_in_use = w.scale;
+  p.inv_scale_in_use = w.inv_scale;
+  p.host_scale_in_use.reset();
+  p.rows = out_features;
+  p.cols = in_features;
+  p.last_amax_row = p.delayed ? slot_row : -1;
+  return absl::OkStatus();
+}
+
 ScaledOperand Float8Linear::State::scaled(TensorKind t, Orientation o) const {
   const CastPlan& p = plans[static_cast<size_t>(use[static_cast<int>(t)][o])];
   ScaledOperand op;
-  op.data = o == kAsStored ? p.out.as<uint8_t>() : p.out_t.as<uint8_t>();
+  if (o == kAsStored) {
+    op.data = p.external_out != nullptr ? p.external_out : p.out.as<uint8_t>();
+  } else {
+    op.data = p.external_out_t != nullptr ? p.external_out_t : p.out_t.as<uint8_t>();
+  }
   op.format = p.config.format();
   // Either orientation's scales run along the rows of the K-contiguous copy the GEMM reads.
   op.granularity = p.granularity == Granularity::kTensorwise ? Granularity::kTensorwise : Granularity::kRowwise;
@@ -447,18 +495,73 @@ const Float8LinearConfig& Float8Linear::config() const { return s_->config; }
 
 absl::Status Float8Linear::forward(const float* input, int64_t tokens, const float* weight, const float* bias,
                                    float* output) {
-  return run_forward(input, tokens, weight, bias, output, /*for_backward=*/true);
+  return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/true);
+}
+
+absl::Status Float8Linear::forward(const float* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
+                                   float* output) {
+  if (!s_->takes_fp8_weight()) {
+    return absl::FailedPreconditionError(
+        "Float8Linear::forward: this layer's config cannot take a weight cast elsewhere (it needs one tensorwise "
+        "fp8 cast shared by the output and grad_input GEMMs)");
+  }
+  return run_forward(input, tokens, {nullptr, &weight}, bias, output, /*for_backward=*/true);
 }
 
 absl::Status Float8Linear::forward_no_grad(const float* input, int64_t tokens, const float* weight,
                                            const float* bias, float* output) {
-  return run_forward(input, tokens, weight, bias, output, /*for_backward=*/false);
+  return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/false);
 }
 
-absl::Status Float8Linear::run_forward(const float* input, int64_t tokens, const float* weight, const float* bias,
-                                       float* output, bool for_backward) {
+absl::Status Float8Linear::forward_no_grad(const float* input, int64_t tokens, const Fp8Weight& weight,
+                                           const float* bias, float* output) {
+  if (!s_->takes_fp8_weight()) {
+    return absl::FailedPreconditionError("Float8Linear::forward_no_grad: this layer cannot take a weight cast elsewhere");
+  }
+  return run_forward(input, tokens, {nullptr, &weight}, bias, output, /*for_backward=*/false);
+}
+
+bool Float8Linear::takes_fp8_weight() const { return s_->takes_fp8_weight(); }
+
+Format Float8Linear::weight_format() const { return s_->config.output.weight.format(); }
+
+float Float8Linear::fp8_weight_scale(float amax) const {
+  const State& s = *s_;
+  const int plan = s.weight_plan();
+  if (plan < 0) return 1.0f;
+  const CastPlan& p = s.plans[static_cast<size_t>(plan)];
+  if (p.delayed && p.delayed_scale_ready) return *p.delayed->next_scale();
+  return scale_from_amax(amax, p.config.format(), p.config.pow2_scale);
+}
+
+absl::Status Float8Linear::rebind_weight(const float* weight) {
+  if (s_->tokens == 0) return absl::FailedPreconditionError("Float8Linear::rebind_weight: no forward() to rebind");
+  if (weight == nullptr) return absl::InvalidArgumentError("Float8Linear::rebind_weight: null weight");
+  s_->weight = weight;
+  return absl::OkStatus();
+}
+
+absl::Status Float8Linear::rebind_weight(const Fp8Weight& weight) {
   State& s = *s_;
-  if (input == nullptr || weight == nullptr || output == nullptr) {
+  if (s.tokens == 0) return absl::FailedPreconditionError("Float8Linear::rebind_weight: no forward() to rebind");
+  if (!s.takes_fp8_weight() || weight.data == nullptr || weight.data_t == nullptr || weight.scale == nullptr ||
+      weight.inv_scale == nullptr) {
+    return absl::InvalidArgumentError(
+        "Float8Linear::rebind_weight: needs a layer that takes fp8 weights and an Fp8Weight with data, data_t, "
+        "scale and inv_scale");
+  }
+  CastPlan& p = s.plans[static_cast<size_t>(s.weight_plan())];
+  p.external_out = weight.data;
+  p.external_out_t = weight.data_t;
+  p.scale_in_use = weight.scale;
+  p.inv_scale_in_use = weight.inv_scale;
+  return absl::OkStatus();
+}
+
+absl::Status Float8Linear::run_forward(const float* input, int64_t tokens, const WeightSource& weight,
+                                       const float* bias, float* output, bool for_backward) {
+  State& s = *s_;
+  if (input == nullptr || (weight.f32 == nullptr && weight.fp8 == nullptr) || output == nullptr) {
     return absl::InvalidArgumentError("Float8Linear::forward: input, weight and output must not be null");
   }
   if (tokens <= 0) {
@@ -475,7 +578,11 @@ absl::Status Float8Linear::run_forward(const float* input, int64_t tokens, const
     if (auto st = s.forward_slots.prepare_row(); !st.ok()) return st;
   }
   if (auto st = s.cast_tensor(TensorKind::kInput, input, m, k, row); !st.ok()) return st;
-  if (auto st = s.cast_tensor(TensorKind::kWeight, weight, n, k, row); !st.ok()) return st;
+  if (weight.fp8 != nullptr) {
+    if (auto st = s.adopt_fp8_weight(*weight.fp8, row); !st.ok()) return st;
+  } else if (auto st = s.cast_tensor(TensorKind::kWeight, weight.f32, n, k, row); !st.ok()) {
+    return st;
+  }
 
   absl::Status st;
   if (s.config.output_runs_in_fp8()) {
@@ -495,7 +602,7 @@ absl::Status Float8Linear::run_forward(const float* input, int64_t tokens, const
     g.n = n;
     g.k = k;
     g.a = s.high_precision(TensorKind::kInput, kAsStored, input);
-    g.b = s.high_precision(TensorKind::kWeight, kAsStored, weight);
+    g.b = s.high_precision(TensorKind::kWeight, kAsStored, weight.f32);
     g.trans_b = true;  // W is stored [N, K]
     g.out = output;
     g.bias = bias;
@@ -512,7 +619,7 @@ absl::Status Float8Linear::run_forward(const float* input, int64_t tokens, const
     return absl::OkStatus();
   }
   s.input = input;
-  s.weight = weight;
+  s.weight = weight.f32;
   s.tokens = tokens;
   if (s.forward_slots.columns > 0) ++s.forward_slots.rows_used;
   return absl::OkStatus();

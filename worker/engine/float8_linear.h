@@ -67,6 +67,18 @@ struct CastNumerics {
   float range_use = 0.0f;  // max over scales of amax·scale / fp8_max
 };
 
+// A weight cast to fp8 outside the layer: FSDP casts each rank's shard with one global
+// scale and all-gathers the bytes, so the layer must use them as they arrive. Pointers in
+// backend memory; the layer keeps them (like forward()'s inputs) until backward() returns
+// or the next rebind_weight().
+struct Fp8Weight {
+  const uint8_t* data = nullptr;    // [out, in] codes in the weight's format
+  const uint8_t* data_t = nullptr;  // [in, out], the same codes transposed; backward() needs it
+  const float* scale = nullptr;      // the one scale they were cast with
+  const float* inv_scale = nullptr;  // 1 / scale, as the host rounds it
+  const float* amax = nullptr;       // the weight's amax (numerics; delayed scaling records it)
+};
+
 class Float8Linear {
  public:
   // A layer with weight [out_features, in_features]. Fails with InvalidArgument for a bad
@@ -91,6 +103,28 @@ class Float8Linear {
   // can no longer be differentiated either) and delayed scaling records none of its amaxes.
   absl::Status forward_no_grad(const float* input, int64_t tokens, const float* weight, const float* bias,
                                float* output);
+  absl::Status forward_no_grad(const float* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
+                               float* output);
+
+  // The same with a weight cast elsewhere (takes_fp8_weight() must hold). Its codes are
+  // exactly what forward() would have made from the fp32 weight when they were cast with
+  // fp8_weight_scale(global amax), so the outputs match bit for bit.
+  absl::Status forward(const float* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
+                       float* output);
+
+  // Between forward() and backward(): the weight moved (FSDP frees it after the forward and
+  // gathers it again for the backward). Same values in new memory, in the form forward() got.
+  absl::Status rebind_weight(const float* weight);
+  absl::Status rebind_weight(const Fp8Weight& weight);
+
+  // Whether forward() can take an Fp8Weight: the weight is cast once, tensorwise, to one
+  // format for both GEMMs that read it, and no GEMM reads it in high precision (the
+  // tensorwise and delayed recipes).
+  bool takes_fp8_weight() const;
+  Format weight_format() const;
+  // The scale forward() would cast the weight with, given the whole weight's amax: the
+  // delayed history's scale once it has one, else the dynamic scale of that amax.
+  float fp8_weight_scale(float amax) const;
 
   // For the last forward(): WRITES grad_input [tokens, in] (skipped when null) and
   // ACCUMULATES (+=) grad_weight [out, in] and grad_bias [out] (skipped when null), so
@@ -126,8 +160,13 @@ class Float8Linear {
  private:
   struct State;
   explicit Float8Linear(std::unique_ptr<State> state);
-  absl::Status run_forward(const float* input, int64_t tokens, const float* weight, const float* bias, float* output,
-                           bool for_backward);
+  // Where forward() takes the weight from: fp32 values to cast, or codes cast elsewhere.
+  struct WeightSource {
+    const float* f32 = nullptr;
+    const Fp8Weight* fp8 = nullptr;
+  };
+  absl::Status run_forward(const float* input, int64_t tokens, const WeightSource& weight, const float* bias,
+                           float* output, bool for_backward);
   std::unique_ptr<State> s_;
 };
 

@@ -11,6 +11,7 @@ void ConsoleObserver::on_start(const engine::TrainStart& s) {
   std::fprintf(out_, "job %s: %s, %.2fM parameters, on %s\n", s.job.c_str(), s.model.c_str(),
                static_cast<double>(s.parameters) / 1e6, s.device.c_str());
   std::fprintf(out_, "fp8 %s\n", s.fp8.c_str());
+  if (!s.sharding.empty()) std::fprintf(out_, "%s\n", s.sharding.c_str());
   if (s.resumed_from) std::fprintf(out_, "resumed from %s\n", s.resumed_from->c_str());
   total_steps_ = s.total_steps;
   if (s.first_step <= s.total_steps) {  // otherwise on_finish says there is nothing to do
@@ -25,6 +26,15 @@ void ConsoleObserver::on_step(const engine::StepReport& r) {
   std::fprintf(out_, "step %*lld/%lld  loss %.4f%s  lr %.2e  grad_norm %.3f  %.0f tok/s  %.1f ms/step\n",
                step_digits_, static_cast<long long>(r.step), static_cast<long long>(r.total_steps), r.loss,
                val.c_str(), r.lr, r.grad_norm, r.tokens_per_second, r.step_ms);
+  if (r.comm) {
+    // One rank's traffic: gathered bytes by type, reduce-scattered gradients, all-reduces.
+    const engine::StepComm& c = *r.comm;
+    std::fprintf(out_,
+                 "  comm  all-gather %.2f MB fp8 + %.2f MB fp32  reduce-scatter %.2f MB  all-reduce %.0f  "
+                 "%.1f ms (%.1f ms exposed)\n",
+                 c.all_gather_fp8_bytes / 1e6, c.all_gather_f32_bytes / 1e6, c.reduce_scatter_bytes / 1e6,
+                 c.all_reduces, c.comm_ms, c.exposed_ms);
+  }
   std::fflush(out_);
 }
 

@@ -171,6 +171,11 @@ class Backend {
   virtual absl::Status copy(void* dst, const void* src, size_t bytes) = 0;
   // Sets `bytes` bytes to zero, queued like a kernel.
   virtual absl::Status fill_zero(void* dst, size_t bytes) = 0;
+  // dst [cols, rows] = src [rows, cols]ᵀ for one-byte elements (fp8 codes), queued like a
+  // kernel. FSDP gathers an fp8 weight as [out, in] bytes and the backward GEMM wants it
+  // K-contiguous the other way round: transposing codes is exact, re-casting would not be
+  // free. Ranges must not overlap.
+  virtual absl::Status transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) = 0;
   // Waits for all work queued on this backend; surfaces asynchronous errors.
   virtual absl::Status synchronize() = 0;
 

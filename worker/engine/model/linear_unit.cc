@@ -5,12 +5,22 @@
 namespace fp8::engine {
 
 absl::Status LinearUnit::forward(const Tensor& x, int64_t tokens, Tensor& y, bool training) const {
+  if (gathered_fp8 != nullptr) {
+    return training ? layer->forward(x.data<float>(), tokens, *gathered_fp8, nullptr, y.data<float>())
+                    : layer->forward_no_grad(x.data<float>(), tokens, *gathered_fp8, nullptr, y.data<float>());
+  }
   const float* w = weight->value.data<float>();
   return training ? layer->forward(x.data<float>(), tokens, w, nullptr, y.data<float>())
                   : layer->forward_no_grad(x.data<float>(), tokens, w, nullptr, y.data<float>());
 }
 
 absl::Status LinearUnit::backward(const Tensor& grad_y, Tensor* grad_x) const {
+  // Under FSDP the weight was freed after the forward and gathered again into new memory.
+  if (gathered_fp8 != nullptr) {
+    FP8_RETURN_IF_ERROR(layer->rebind_weight(*gathered_fp8));
+  } else {
+    FP8_RETURN_IF_ERROR(layer->rebind_weight(weight->value.data<float>()));
+  }
   return layer->backward(grad_y.data<float>(), grad_x != nullptr ? grad_x->data<float>() : nullptr,
                          weight->grad.data<float>(), nullptr);
 }

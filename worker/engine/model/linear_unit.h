@@ -19,6 +19,9 @@ struct LinearUnit {
   Parameter* weight = nullptr;  // [out_features, in_features]
   std::unique_ptr<Float8Linear> layer;
   LinearSelection selection;
+  // Set by FSDP when this weight travels as fp8 codes: the layer takes them instead of
+  // weight->value, which is then never gathered.
+  const Fp8Weight* gathered_fp8 = nullptr;
 
   // y [tokens, out] = x [tokens, in] · weightᵀ. `training` keeps what backward() needs.
   absl::Status forward(const Tensor& x, int64_t tokens, Tensor& y, bool training) const;

@@ -48,7 +48,7 @@ absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, uint64_t seed) {
     FP8_RETURN_IF_ERROR(linear(b.w1, p + "feed_forward.w1", c.ffn_dim, c.dim, ParameterInit::kNormal));
     FP8_RETURN_IF_ERROR(linear(b.w2, p + "feed_forward.w2", c.dim, c.ffn_dim, ParameterInit::kScaledNormal));
     FP8_RETURN_IF_ERROR(linear(b.w3, p + "feed_forward.w3", c.ffn_dim, c.dim, ParameterInit::kNormal));
-    for (const LinearUnit* u : b.linears()) linears_.push_back(u);
+    for (LinearUnit* u : {&b.wq, &b.wk, &b.wv, &b.wo, &b.w1, &b.w3, &b.w2}) mutable_linears_.push_back(u);
   }
   FP8_ASSIGN_OR_RETURN(final_norm_, gain("norm"));
   if (c.tie_embeddings) {
@@ -56,7 +56,8 @@ absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, uint64_t seed) {
   } else {
     FP8_RETURN_IF_ERROR(linear(output_, "output", c.vocab_size, c.dim, ParameterInit::kNormal));
   }
-  linears_.push_back(&output_);
+  mutable_linears_.push_back(&output_);
+  linears_.assign(mutable_linears_.begin(), mutable_linears_.end());
   return init_parameters(params_, seed, c.n_layers);
 }
 
@@ -84,16 +85,22 @@ absl::StatusOr<float> LlamaModel::forward(const data::TokenBatch& batch, bool tr
   FP8_ASSIGN_OR_RETURN(Activations * a, activations_for(batch, training));
   const LlamaConfig& c = config_;
   const int64_t m = a->tokens_count();
+  constexpr int kRoot = ParameterHooks::kRootUnit;
+  FP8_RETURN_IF_ERROR(hook_before_forward(kRoot));
   FP8_RETURN_IF_ERROR(ops_.embedding_forward(a->tokens.data<int32_t>(), m, f(embeddings_->value), c.vocab_size,
                                              c.dim, f(a->hidden[0])));
   for (size_t i = 0; i < blocks_.size(); ++i) {
+    const int unit = static_cast<int>(i);
+    FP8_RETURN_IF_ERROR(hook_before_forward(unit));
     FP8_RETURN_IF_ERROR(blocks_[i].forward(ops_, c, *a, a->blocks[i], a->hidden[i], a->hidden[i + 1], training));
+    FP8_RETURN_IF_ERROR(hook_after_forward(unit, training));
   }
   FP8_RETURN_IF_ERROR(ops_.rmsnorm_forward(f(a->hidden.back()), f(final_norm_->value), m, c.dim, c.norm_eps,
                                            f(a->final_in), f(a->final_inv_rms)));
   FP8_RETURN_IF_ERROR(output_.forward(a->final_in, m, a->logits, training));
   FP8_RETURN_IF_ERROR(ops_.cross_entropy_forward(f(a->logits), a->targets.data<int32_t>(), m, c.vocab_size,
                                                  f(a->loss), f(a->loss_lse)));
+  FP8_RETURN_IF_ERROR(hook_after_forward(kRoot, training));
   FP8_ASSIGN_OR_RETURN(std::vector<float> loss, a->loss.download<float>());
   return loss[0];
 }
@@ -103,16 +110,22 @@ absl::StatusOr<float> LlamaModel::forward_backward(const data::TokenBatch& batch
   Activations& a = *train_acts_;
   const LlamaConfig& c = config_;
   const int64_t m = a.tokens_count();
+  constexpr int kRoot = ParameterHooks::kRootUnit;
+  FP8_RETURN_IF_ERROR(hook_before_backward(kRoot));
   FP8_RETURN_IF_ERROR(ops_.cross_entropy_backward(f(a.logits), a.targets.data<int32_t>(), f(a.loss_lse), m,
                                                   c.vocab_size, grad_scale, f(a.grad_logits)));
   FP8_RETURN_IF_ERROR(output_.backward(a.grad_logits, &a.grad_norm_in));
   FP8_RETURN_IF_ERROR(ops_.rmsnorm_backward(f(a.hidden.back()), f(final_norm_->value), f(a.final_inv_rms),
                                             f(a.grad_norm_in), m, c.dim, f(a.grad_hidden), f(final_norm_->grad)));
   for (size_t i = blocks_.size(); i-- > 0;) {
+    const int unit = static_cast<int>(i);
+    FP8_RETURN_IF_ERROR(hook_before_backward(unit));
     FP8_RETURN_IF_ERROR(blocks_[i].backward(ops_, c, a, a.blocks[i], a.hidden[i]));
+    FP8_RETURN_IF_ERROR(hook_after_backward(unit));
   }
   FP8_RETURN_IF_ERROR(ops_.embedding_backward(a.tokens.data<int32_t>(), m, f(a.grad_hidden), c.vocab_size, c.dim,
                                               f(embeddings_->grad)));
+  FP8_RETURN_IF_ERROR(hook_after_backward(kRoot));
   return loss;
 }
 

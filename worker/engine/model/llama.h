@@ -16,6 +16,7 @@
 #include "worker/engine/model/activations.h"
 #include "worker/engine/model/linear_unit.h"
 #include "worker/engine/model/llama_config.h"
+#include "worker/engine/model/parameter_hooks.h"
 #include "worker/engine/model/parameters.h"
 #include "worker/engine/model/transformer_block.h"
 
@@ -34,6 +35,11 @@ class LlamaModel {
   const ParameterSet& parameters() const { return params_; }
   // Every linear layer: block by block (wq, wk, wv, wo, w1, w3, w2), then output.
   const std::vector<const LinearUnit*>& linears() const { return linears_; }
+  // The same, for FSDP to point a linear at its gathered fp8 weight.
+  const std::vector<LinearUnit*>& mutable_linears() { return mutable_linears_; }
+
+  // FSDP's hooks (parameter_hooks.h), or null for a single process; not owned.
+  void set_parameter_hooks(ParameterHooks* hooks) { hooks_ = hooks; }
 
   // Forward and backward of one micro-batch; returns its mean loss. Parameter gradients
   // ACCUMULATE the gradient of `grad_scale · loss` (1 / grad_accum averages micro-batches).
@@ -51,6 +57,13 @@ class LlamaModel {
   // Activations shaped for `batch` (rebuilt when the shape or the mode changes).
   absl::StatusOr<Activations*> activations_for(const data::TokenBatch& batch, bool for_backward);
   absl::StatusOr<float> forward(const data::TokenBatch& batch, bool training);
+  // hooks_ calls that do nothing without hooks.
+  absl::Status hook_before_forward(int unit) { return hooks_ ? hooks_->before_forward(unit) : absl::OkStatus(); }
+  absl::Status hook_after_forward(int unit, bool training) {
+    return hooks_ ? hooks_->after_forward(unit, training) : absl::OkStatus();
+  }
+  absl::Status hook_before_backward(int unit) { return hooks_ ? hooks_->before_backward(unit) : absl::OkStatus(); }
+  absl::Status hook_after_backward(int unit) { return hooks_ ? hooks_->after_backward(unit) : absl::OkStatus(); }
 
   const Device& device_;
   ModelOps& ops_;
@@ -61,6 +74,8 @@ class LlamaModel {
   std::vector<TransformerBlock> blocks_;
   LinearUnit output_;
   std::vector<const LinearUnit*> linears_;
+  std::vector<LinearUnit*> mutable_linears_;
+  ParameterHooks* hooks_ = nullptr;
   std::optional<Activations> train_acts_, eval_acts_;
 };
 

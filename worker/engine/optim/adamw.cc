@@ -32,21 +32,33 @@ absl::Status AdamW::step(float lr) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> clip_grad_norm(ModelOps& ops, ParameterSet& params, double max_norm) {
+absl::StatusOr<double> grad_sum_of_squares(ModelOps& ops, const ParameterSet& params) {
   double sum = 0.0;
   for (const Parameter& p : params.all()) {
     FP8_ASSIGN_OR_RETURN(double s, ops.sum_of_squares(p.grad.data<float>(), p.grad.numel()));
     sum += s;
   }
-  const double norm = std::sqrt(sum);
+  return sum;
+}
+
+std::optional<float> clip_factor(double norm, double max_norm) {
   // A non-finite norm is left for the caller to report: scaling by it would only turn
   // every gradient into NaN.
-  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
-    const float factor = static_cast<float>(max_norm / norm);
-    for (Parameter& p : params.all()) {
-      FP8_RETURN_IF_ERROR(ops.scale_inplace(p.grad.data<float>(), p.grad.numel(), factor));
-    }
+  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) return static_cast<float>(max_norm / norm);
+  return std::nullopt;
+}
+
+absl::Status scale_grads(ModelOps& ops, ParameterSet& params, float factor) {
+  for (Parameter& p : params.all()) {
+    FP8_RETURN_IF_ERROR(ops.scale_inplace(p.grad.data<float>(), p.grad.numel(), factor));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> clip_grad_norm(ModelOps& ops, ParameterSet& params, double max_norm) {
+  FP8_ASSIGN_OR_RETURN(double sum, grad_sum_of_squares(ops, params));
+  const double norm = std::sqrt(sum);
+  if (std::optional<float> factor = clip_factor(norm, max_norm)) FP8_RETURN_IF_ERROR(scale_grads(ops, params, *factor));
   return norm;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -44,5 +45,12 @@ class AdamW {
 // double in parameter order; when it exceeds max_norm > 0 every gradient is scaled by
 // max_norm / norm. max_norm <= 0 only measures. Returns the norm before clipping.
 absl::StatusOr<double> clip_grad_norm(ModelOps& ops, ParameterSet& params, double max_norm);
+
+// The pieces, for FSDP, whose ranks each hold a shard of every gradient: the sum of squares
+// of `params`' gradients (double, parameter order), and the factor clipping applies to a
+// norm (nullopt: leave the gradients alone), and the scaling itself.
+absl::StatusOr<double> grad_sum_of_squares(ModelOps& ops, const ParameterSet& params);
+std::optional<float> clip_factor(double norm, double max_norm);
+absl::Status scale_grads(ModelOps& ops, ParameterSet& params, float factor);
 
 }  // namespace fp8::engine

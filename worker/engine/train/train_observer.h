@@ -18,8 +18,21 @@ struct TrainStart {
   int64_t parameters = 0;
   int64_t first_step = 1;   // > 1 when resumed
   int64_t total_steps = 0;
-  int64_t tokens_per_step = 0;
+  int64_t tokens_per_step = 0;  // over all ranks
+  int world_size = 1;           // ranks training together (FSDP when > 1)
+  std::string sharding;         // "fsdp over 2 gloo ranks; fp8 all-gather: 14 weights", or empty
   std::optional<std::filesystem::path> resumed_from;
+};
+
+// One rank's communication in one step (FSDP).
+struct StepComm {
+  double all_gather_fp8_bytes = 0;
+  double all_gather_f32_bytes = 0;
+  double reduce_scatter_bytes = 0;
+  double all_reduces = 0;
+  double weight_scale_all_reduces = 0;
+  double comm_ms = 0;     // collectives running on the communication thread
+  double exposed_ms = 0;  // the compute thread waiting for them
 };
 
 // One optimizer step, reported at every log interval and at the last step.
@@ -32,6 +45,8 @@ struct StepReport {
   double step_ms = 0;      // mean over the steps since the last report
   double tokens_per_second = 0;  // over the steps since the last report
   std::optional<double> val_loss;  // when an evaluation ran at this step
+  // FSDP only: this rank's communication in this step.
+  std::optional<StepComm> comm;
 };
 
 struct TrainSummary {

@@ -49,7 +49,7 @@ absl::Status write_train_state(checkpoint::ShardWriter& w, const TrainStateRefs&
   FP8_RETURN_IF_ERROR(w.SetMetadata("model", s.model->config().describe()));
   FP8_RETURN_IF_ERROR(w.SetMetadata("fp8.recipe", v1::Fp8Spec::Recipe_Name(spec.fp8().recipe())));
 
-  const auto& params = s.model->parameters().all();
+  const auto& params = s.params->all();
   for (const Parameter& p : params) FP8_RETURN_IF_ERROR(write_tensor(w, "params/" + p.name, p.value));
   for (size_t i = 0; i < params.size(); ++i) {
     FP8_RETURN_IF_ERROR(write_tensor(w, "optim/exp_avg/" + params[i].name, s.optimizer->first_moment(i)));
@@ -72,7 +72,7 @@ absl::Status read_train_state(const checkpoint::ShardReader& r, const TrainState
   const v1::JobSpec& spec = *s.spec;
   FP8_RETURN_IF_ERROR(check_seed(r, "rng/data_seed", spec.data().seed(), "data.seed"));
 
-  auto& params = s.model->parameters().all();
+  auto& params = s.params->all();
   for (Parameter& p : params) FP8_RETURN_IF_ERROR(read_tensor(r, "params/" + p.name, p.value));
   for (size_t i = 0; i < params.size(); ++i) {
     FP8_RETURN_IF_ERROR(read_tensor(r, "optim/exp_avg/" + params[i].name, s.optimizer->first_moment(i)));

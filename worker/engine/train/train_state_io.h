@@ -28,9 +28,13 @@
 
 namespace fp8::engine {
 
+// Under FSDP each rank's shard holds its own slice of every parameter and moment (the
+// `params` the optimizer trains: 1-D shards named as the parameters), and its own copy of
+// the rest, which is the same on every rank.
 struct TrainStateRefs {
   const v1::JobSpec* spec = nullptr;
-  LlamaModel* model = nullptr;
+  LlamaModel* model = nullptr;     // its linears' fp8 scaling state
+  ParameterSet* params = nullptr;  // what the optimizer trains: the model's or FSDP's shards
   AdamW* optimizer = nullptr;
   data::Batcher* batcher = nullptr;
 };

@@ -2,12 +2,16 @@
 
 #include <chrono>
 #include <cmath>
+#include <array>
 #include <map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/engine/checkpoint/commit_marker.h"
 #include "worker/engine/checkpoint/discovery.h"
+#include "worker/engine/checkpoint/layout.h"
+#include "worker/engine/checkpoint/shard_reader.h"
 #include "worker/engine/checkpoint/retention.h"
 #include "worker/engine/checkpoint/save.h"
 #include "worker/engine/status_macros.h"
@@ -39,17 +43,24 @@ std::string recipe_name(v1::Fp8Spec::Recipe r) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec, const Device& device) {
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec, const Device& device,
+                                                         dist::ProcessGroup* group) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->spec_ = spec;
   const v1::DataSpec& d = spec.data();
   const v1::TrainSpec& tr = spec.train();
+  const int rank = group != nullptr ? group->rank() : 0;
+  const int world = group != nullptr ? group->size() : 1;
+  if (world != spec.resources().world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("resources.world_size is ", spec.resources().world_size(),
+                                                   " but this rank's process group has ", world, " ranks"));
+  }
 
   FP8_ASSIGN_OR_RETURN(t->corpus_, data::Corpus::Load(d.path(), {d.seq_len(), d.val_fraction()}));
-  data::BatcherOptions batching{d.seq_len(), tr.batch_size(), tr.grad_accum(), d.seed(), 0, 1};
+  data::BatcherOptions batching{d.seq_len(), tr.batch_size(), tr.grad_accum(), d.seed(), rank, world};
   FP8_ASSIGN_OR_RETURN(t->batcher_, data::Batcher::Create(*t->corpus_, batching));
   if (tr.eval_every() > 0 && d.val_fraction() > 0) {
-    const data::ValidationOptions eval{d.seq_len(), tr.batch_size(), tr.eval_batches(), 0, 1};
+    const data::ValidationOptions eval{d.seq_len(), tr.batch_size(), tr.eval_batches(), rank, world};
     FP8_ASSIGN_OR_RETURN(t->validation_, data::ValidationSet::Create(*t->corpus_, eval));
   }
   const LrScheduleOptions lr{tr.lr(), tr.min_lr(), tr.warmup_steps(), tr.steps(), decay_of(tr.schedule())};
@@ -57,14 +68,43 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
 
   FP8_ASSIGN_OR_RETURN(LlamaConfig config, llama_config_from_spec(spec.model()));
   FP8_ASSIGN_OR_RETURN(t->model_, LlamaModel::create(device, config, spec.fp8(), tr.seed()));
+  t->trained_ = &t->model_->parameters();
+  if (group != nullptr) {
+    fsdp::FsdpOptions options;
+    options.all_gather_fp8 = spec.fp8().all_gather_fp8();
+    FP8_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FsdpModel::create(*t->model_, *group, options));
+    t->trained_ = &t->fsdp_->shards();
+  }
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, device.model_ops());
   AdamWHyperparams hyper;
   hyper.beta1 = static_cast<float>(tr.beta1());
   hyper.beta2 = static_cast<float>(tr.beta2());
   hyper.eps = static_cast<float>(tr.eps());
   hyper.weight_decay = static_cast<float>(tr.weight_decay());
-  FP8_ASSIGN_OR_RETURN(t->optimizer_, AdamW::create(*ops, t->model_->parameters(), hyper));
+  FP8_ASSIGN_OR_RETURN(t->optimizer_, AdamW::create(*ops, *t->trained_, hyper));
   return t;
+}
+
+TrainStateRefs Trainer::state_refs() { return {&spec_, model_.get(), trained_, &*optimizer_, &*batcher_}; }
+
+std::string Trainer::sharding_summary() const {
+  if (!fsdp_) return "";
+  const std::vector<std::string> fp8 = fsdp_->fp8_gathered_linears();
+  return absl::StrCat("fsdp over ", fsdp_->world_size(), " ranks; all-gather of ", fp8.size(),
+                      fp8.size() == 1 ? " weight" : " weights", " in fp8, the rest in fp32");
+}
+
+absl::Status Trainer::agree(bool ok, int64_t step, const char* what) {
+  if (!fsdp_) return absl::OkStatus();
+  // MAX of (failed, step, -step): any failure, and the largest and smallest step.
+  std::array<double, 3> v{ok ? 0.0 : 1.0, static_cast<double>(step), -static_cast<double>(step)};
+  FP8_RETURN_IF_ERROR(fsdp_->all_reduce(v, dist::ReduceOp::kMax));
+  if (v[0] != 0) return absl::AbortedError(absl::StrCat(what, " failed on another rank (see its log)"));
+  if (v[1] != -v[2]) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": ranks disagree on the step (from ", -v[2], " to ",
+                                                      v[1], "); the ranks' checkpoint directories differ"));
+  }
+  return absl::OkStatus();
 }
 
 std::string Trainer::fp8_summary() const {
@@ -89,34 +129,69 @@ std::string Trainer::fp8_summary() const {
 absl::StatusOr<int64_t> Trainer::resume(TrainObserver& observer) {
   const std::string& dir = spec_.checkpoint().dir();
   if (dir.empty()) return 0;
-  FP8_ASSIGN_OR_RETURN(checkpoint::ResumePoint point, checkpoint::FindLatestGood(dir, 1));
-  for (const std::string& w : point.warnings) observer.on_warning(w);
-  if (!point.checkpoint) return 0;
-  FP8_ASSIGN_OR_RETURN(checkpoint::ShardReader reader, checkpoint::OpenCommittedShard(*point.checkpoint, 0));
-  FP8_RETURN_IF_ERROR(read_train_state(reader, {&spec_, model_.get(), &*optimizer_, &*batcher_}));
-  if (optimizer_->steps_taken() != point.checkpoint->step()) {
-    return absl::DataLossError(absl::StrCat(reader.path().string(), ": records step ", optimizer_->steps_taken(),
-                                            " but sits in the directory of step ", point.checkpoint->step()));
+  // Every rank reads its own shard; under FSDP they then agree that all of them loaded the
+  // same step, so no rank trains on while another failed.
+  absl::Status loaded;
+  std::optional<checkpoint::CommittedCheckpoint> found;
+  absl::StatusOr<checkpoint::ResumePoint> point = checkpoint::FindLatestGood(dir, world_size());
+  if (point.ok()) {
+    for (const std::string& w : point->warnings) observer.on_warning(w);
+    found = point->checkpoint;
+  } else {
+    loaded = point.status();
   }
-  resumed_from_ = point.checkpoint->dir;
-  last_checkpoint_step_ = point.checkpoint->step();
-  return point.checkpoint->step();
+  if (loaded.ok() && found) {
+    absl::StatusOr<checkpoint::ShardReader> reader = checkpoint::OpenCommittedShard(*found, rank());
+    loaded = reader.ok() ? read_train_state(*reader, state_refs()) : reader.status();
+    if (loaded.ok() && optimizer_->steps_taken() != found->step()) {
+      loaded = absl::DataLossError(absl::StrCat(reader->path().string(), ": records step ", optimizer_->steps_taken(),
+                                                " but sits in the directory of step ", found->step()));
+    }
+  }
+  if (fsdp_) fsdp_->shards_changed();
+  const int64_t step = found ? found->step() : 0;
+  const absl::Status agreed = agree(loaded.ok(), step, "resuming");
+  FP8_RETURN_IF_ERROR(loaded);
+  FP8_RETURN_IF_ERROR(agreed);
+  if (!found) return 0;
+  resumed_from_ = found->dir;
+  last_checkpoint_step_ = step;
+  return step;
 }
 
-absl::StatusOr<StepReport> Trainer::train_step() {
+absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* stop_everywhere) {
   const int64_t step = optimizer_->steps_taken() + 1;
   const int64_t micro_batches = spec_.train().grad_accum();
-  FP8_RETURN_IF_ERROR(model_->parameters().zero_grads());
+  const fsdp::CommCounters comm_before = fsdp_ ? fsdp_->counters() : fsdp::CommCounters{};
+  FP8_RETURN_IF_ERROR(trained_->zero_grads());
+  // Averages over micro-batches and ranks: reduce-scattered sums are then means.
+  const float grad_scale = 1.0f / static_cast<float>(micro_batches * world_size());
   double loss_sum = 0;
   for (int64_t i = 0; i < micro_batches; ++i) {
     batcher_->NextMicroBatch(batch_);
-    FP8_ASSIGN_OR_RETURN(float loss, model_->forward_backward(batch_, 1.0f / static_cast<float>(micro_batches)));
+    FP8_ASSIGN_OR_RETURN(float loss, model_->forward_backward(batch_, grad_scale));
     loss_sum += loss;
   }
-  FP8_RETURN_IF_ERROR(model_->finish_step());
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, model_->device().model_ops());
-  FP8_ASSIGN_OR_RETURN(double grad_norm, clip_grad_norm(*ops, model_->parameters(), spec_.train().grad_clip()));
-  const double loss = loss_sum / static_cast<double>(micro_batches);
+  const bool stop_here = control.stop != nullptr && control.stop->load();
+  double loss = 0, grad_norm = 0;
+  if (!fsdp_) {
+    FP8_RETURN_IF_ERROR(model_->finish_step());
+    FP8_ASSIGN_OR_RETURN(grad_norm, clip_grad_norm(*ops, *trained_, spec_.train().grad_clip()));
+    loss = loss_sum / static_cast<double>(micro_batches);
+    *stop_everywhere = stop_here;
+  } else {
+    FP8_RETURN_IF_ERROR(fsdp_->finish_step());
+    FP8_ASSIGN_OR_RETURN(double sum_sq, grad_sum_of_squares(*ops, *trained_));
+    std::array<double, 3> stats{loss_sum, sum_sq, stop_here ? 1.0 : 0.0};
+    FP8_RETURN_IF_ERROR(fsdp_->all_reduce(stats, dist::ReduceOp::kSum));
+    loss = stats[0] / static_cast<double>(micro_batches * world_size());
+    grad_norm = std::sqrt(stats[1]);
+    *stop_everywhere = stats[2] > 0;
+    if (std::optional<float> f = clip_factor(grad_norm, spec_.train().grad_clip())) {
+      FP8_RETURN_IF_ERROR(scale_grads(*ops, *trained_, *f));
+    }
+  }
   if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
     return absl::InternalError(absl::StrCat("training diverged at step ", step, ": loss ", loss, ", grad norm ",
                                             grad_norm, " (fp8 recipe ", recipe_name(spec_.fp8().recipe()),
@@ -125,6 +200,19 @@ absl::StatusOr<StepReport> Trainer::train_step() {
   const double lr = schedule_->LrAt(step);
   FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr)));
   StepReport r;
+  if (fsdp_) {
+    fsdp_->shards_changed();
+    const fsdp::CommCounters d = fsdp_->counters() - comm_before;
+    StepComm c;
+    c.all_gather_fp8_bytes = static_cast<double>(d.all_gather_bytes_fp8);
+    c.all_gather_f32_bytes = static_cast<double>(d.all_gather_bytes_f32 + d.all_gather_bytes_bf16);
+    c.reduce_scatter_bytes = static_cast<double>(d.reduce_scatter_bytes);
+    c.all_reduces = static_cast<double>(d.all_reduces);
+    c.weight_scale_all_reduces = static_cast<double>(d.weight_scale_all_reduces);
+    c.comm_ms = 1e3 * d.comm_seconds;
+    c.exposed_ms = 1e3 * d.exposed_seconds;
+    r.comm = c;
+  }
   r.step = step;
   r.total_steps = spec_.train().steps();
   r.loss = loss;
@@ -137,20 +225,24 @@ absl::StatusOr<double> Trainer::validation_loss() {
   if (!validation_) {
     return absl::FailedPreconditionError("no validation split: set data.val_fraction > 0 and train.eval_every > 0");
   }
-  double sum = 0;
+  // Every rank evaluates its share of each batch; shares are equal, so the mean of the
+  // ranks' means is the batch mean.
+  std::array<double, 1> sum{0};
   for (int64_t b = 0; b < validation_->num_batches(); ++b) {
     validation_->Batch(b, batch_);
     FP8_ASSIGN_OR_RETURN(float loss, model_->evaluate(batch_));
-    sum += loss;
+    sum[0] += loss;
   }
-  return sum / static_cast<double>(validation_->num_batches());
+  if (fsdp_) FP8_RETURN_IF_ERROR(fsdp_->all_reduce(sum, dist::ReduceOp::kSum));
+  return sum[0] / static_cast<double>(validation_->num_batches() * world_size());
 }
 
 absl::StatusOr<std::filesystem::path> Trainer::save_checkpoint() {
   const std::string& dir = spec_.checkpoint().dir();
   if (dir.empty()) return absl::FailedPreconditionError("the job has no checkpoint.dir");
+  if (fsdp_) return save_sharded_checkpoint();
   const int64_t step = optimizer_->steps_taken();
-  TrainStateRefs refs{&spec_, model_.get(), &*optimizer_, &*batcher_};
+  TrainStateRefs refs = state_refs();
   FP8_ASSIGN_OR_RETURN(checkpoint::CommittedCheckpoint saved,
                        checkpoint::SaveSingleProcessCheckpoint(
                            dir, step, [&](checkpoint::ShardWriter& w) { return write_train_state(w, refs); }));
@@ -158,6 +250,38 @@ absl::StatusOr<std::filesystem::path> Trainer::save_checkpoint() {
   const int keep = spec_.checkpoint().keep();
   if (keep > 0) FP8_RETURN_IF_ERROR(checkpoint::PruneCheckpoints(dir, keep).status());
   return saved.dir;
+}
+
+absl::StatusOr<std::filesystem::path> Trainer::save_sharded_checkpoint() {
+  const std::string& dir = spec_.checkpoint().dir();
+  const int64_t step = optimizer_->steps_taken();
+  const int world = world_size();
+  TrainStateRefs refs = state_refs();
+  const absl::StatusOr<checkpoint::ShardInfo> mine = checkpoint::WriteRankShard(
+      dir, step, rank(), world, [&](checkpoint::ShardWriter& w) { return write_train_state(w, refs); });
+  // The marker only once every shard is durable; a rank that failed leaves the step
+  // uncommitted, which resume never uses and retention later removes.
+  const absl::Status written = agree(mine.ok(), step, absl::StrCat("writing checkpoint step ", step).c_str());
+  FP8_RETURN_IF_ERROR(mine.status());
+  FP8_RETURN_IF_ERROR(written);
+  absl::Status committed;
+  if (rank() == 0) {
+    std::vector<checkpoint::ShardInfo> shards;
+    for (int r = 0; r < world && committed.ok(); ++r) {
+      absl::StatusOr<checkpoint::ShardInfo> info = checkpoint::ReadShardInfo(checkpoint::ShardPath(dir, step, r, world));
+      if (info.ok()) shards.push_back(*info);
+      committed = info.status();
+    }
+    if (committed.ok()) committed = checkpoint::WriteCommitMarker(checkpoint::StepDirectory(dir, step), step, world, shards);
+    const int keep = spec_.checkpoint().keep();
+    if (committed.ok() && keep > 0) committed = checkpoint::PruneCheckpoints(dir, keep).status();
+  }
+  // Nobody goes on (or reports the checkpoint) before rank 0 committed it.
+  const absl::Status agreed = agree(committed.ok(), step, absl::StrCat("committing checkpoint step ", step).c_str());
+  FP8_RETURN_IF_ERROR(committed);
+  FP8_RETURN_IF_ERROR(agreed);
+  last_checkpoint_step_ = step;
+  return checkpoint::StepDirectory(dir, step);
 }
 
 absl::Status Trainer::maybe_checkpoint(int64_t step, bool force, TrainObserver& observer, TrainSummary& summary) {
@@ -172,7 +296,7 @@ absl::Status Trainer::maybe_checkpoint(int64_t step, bool force, TrainObserver& 
 
 absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunControl& control) {
   const v1::TrainSpec& tr = spec_.train();
-  const int64_t tokens_per_step = tr.batch_size() * spec_.data().seq_len();
+  const int64_t tokens_per_step = tr.batch_size() * spec_.data().seq_len() * world_size();
   TrainSummary summary;
   summary.first_step = optimizer_->steps_taken() + 1;
   summary.last_step = optimizer_->steps_taken();
@@ -182,7 +306,9 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
   start.model = model_->config().describe();
   start.device = model_->device().name();
   start.fp8 = fp8_summary();
-  start.parameters = model_->parameters().element_count();
+  start.parameters = fsdp_ ? fsdp_->parameter_count() : model_->parameters().element_count();
+  start.world_size = world_size();
+  start.sharding = sharding_summary();
   start.first_step = summary.first_step;
   start.total_steps = tr.steps();
   start.tokens_per_step = tokens_per_step;
@@ -194,7 +320,8 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
   int64_t interval_steps = 0;
   for (int64_t step = summary.first_step; step <= tr.steps(); ++step) {
     const Clock::time_point step_start = Clock::now();
-    FP8_ASSIGN_OR_RETURN(StepReport report, train_step());
+    bool stop_everywhere = false;
+    FP8_ASSIGN_OR_RETURN(StepReport report, train_step(control, &stop_everywhere));
     interval_seconds += seconds_since(step_start);
     ++interval_steps;
     summary.last_step = step;
@@ -202,7 +329,7 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
     if (!summary.first_loss) summary.first_loss = report.loss;
     summary.last_loss = report.loss;
 
-    const bool stopping = (control.stop != nullptr && control.stop->load()) || step == control.stop_after_step;
+    const bool stopping = stop_everywhere || step == control.stop_after_step;
     const bool last = step == tr.steps() || stopping;
     if (validation_ && (step % tr.eval_every() == 0 || last)) {
       FP8_ASSIGN_OR_RETURN(double val, validation_loss());

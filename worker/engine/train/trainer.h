@@ -11,6 +11,13 @@
 //
 // Deterministic: the same spec and thread count give the same bits, and a run stopped
 // after a checkpoint and resumed gives the bits of a run that never stopped.
+//
+// Distributed: given a process group, the trainer is one rank of an FSDP job
+// (fsdp/fsdp_model.h). Each rank reads its share of every global batch (batcher.h), the
+// loss is scaled by 1 / (grad_accum x world_size) so that reduce-scattered gradients are
+// means, and one all-reduce per step carries the loss, the squared grad norm and whether
+// any rank was asked to stop (so that all ranks stop after the same step). Checkpoints are
+// sharded: every rank writes its shard, rank 0 commits once all of them are durable.
 #pragma once
 
 #include <atomic>
@@ -22,16 +29,20 @@
 #include "worker/engine/data/batcher.h"
 #include "worker/engine/data/corpus.h"
 #include "worker/engine/data/validation_set.h"
+#include "worker/engine/dist/process_group.h"
+#include "worker/engine/fsdp/fsdp_model.h"
 #include "worker/engine/lr_schedule.h"
 #include "worker/engine/model/llama.h"
 #include "worker/engine/optim/adamw.h"
 #include "worker/engine/train/train_observer.h"
+#include "worker/engine/train/train_state_io.h"
 
 namespace fp8::engine {
 
 struct RunControl {
   // Set from another thread or a signal handler: the loop finishes the step in flight,
-  // writes a checkpoint (when the job has a checkpoint dir) and returns.
+  // writes a checkpoint (when the job has a checkpoint dir) and returns. Under FSDP a stop
+  // on any rank stops every rank after the same step.
   const std::atomic<bool>* stop = nullptr;
   // Stop after this step (checkpointing as above); 0 runs to train.steps.
   int64_t stop_after_step = 0;
@@ -40,7 +51,10 @@ struct RunControl {
 class Trainer {
  public:
   // `spec` must be resolved and valid (jobspec::LoadJobSpecFile does both).
-  static absl::StatusOr<std::unique_ptr<Trainer>> create(const v1::JobSpec& spec, const Device& device);
+  // With `group` (not owned; must outlive the trainer), this process is rank
+  // group->rank() of an FSDP job of group->size() ranks; resources.world_size must match.
+  static absl::StatusOr<std::unique_ptr<Trainer>> create(const v1::JobSpec& spec, const Device& device,
+                                                         dist::ProcessGroup* group = nullptr);
 
   // Loads the newest good checkpoint under checkpoint.dir, reporting skipped ones through
   // observer.on_warning. Returns the step it resumed from; 0 (and nothing loaded) when
@@ -56,6 +70,12 @@ class Trainer {
 
   int64_t steps_done() const { return optimizer_->steps_taken(); }
   LlamaModel& model() { return *model_; }
+  // What the optimizer trains: the model's parameters, or under FSDP this rank's shards.
+  ParameterSet& trained_parameters() { return *trained_; }
+  // Null for a single process.
+  fsdp::FsdpModel* fsdp() { return fsdp_.get(); }
+  int rank() const { return fsdp_ ? fsdp_->rank() : 0; }
+  int world_size() const { return fsdp_ ? fsdp_->world_size() : 1; }
   const v1::JobSpec& spec() const { return spec_; }
   // "tensorwise: 14 of 15 linears in fp8 (high precision: output, excluded by ...)".
   std::string fp8_summary() const;
@@ -63,8 +83,15 @@ class Trainer {
  private:
   Trainer() = default;
   // One optimizer step; returns its report without timing and validation filled in.
-  absl::StatusOr<StepReport> train_step();
+  // Sets *stop_everywhere when a stop was requested (on any rank, under FSDP).
+  absl::StatusOr<StepReport> train_step(const RunControl& control, bool* stop_everywhere);
   absl::Status maybe_checkpoint(int64_t step, bool force, TrainObserver& observer, TrainSummary& summary);
+  absl::StatusOr<std::filesystem::path> save_sharded_checkpoint();
+  // Under FSDP: fails on every rank unless every rank's `ok` holds and all report the same
+  // `step` (what they resumed from, or checkpointed).
+  absl::Status agree(bool ok, int64_t step, const char* what);
+  TrainStateRefs state_refs();
+  std::string sharding_summary() const;
 
   v1::JobSpec spec_;
   std::optional<data::Corpus> corpus_;
@@ -72,6 +99,8 @@ class Trainer {
   std::optional<data::ValidationSet> validation_;
   std::optional<LrSchedule> schedule_;
   std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<fsdp::FsdpModel> fsdp_;  // after model_: unhooks from it first
+  ParameterSet* trained_ = nullptr;
   std::optional<AdamW> optimizer_;
   data::TokenBatch batch_;  // reused between micro-batches
   std::optional<std::filesystem::path> resumed_from_;

@@ -1,0 +1,168 @@
+#include "tests/engine/fsdp/rank_harness.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "worker/engine/dist/file_store.h"
+#include "worker/engine/dist/gloo_process_group.h"
+#include "worker/engine/tensor/device.h"
+#include "worker/engine/train/trainer.h"
+
+namespace fp8::engine::testing {
+
+namespace {
+
+class FileObserver final : public TrainObserver {
+ public:
+  FileObserver(std::FILE* out, int rank, const RunOptions& o) : out_(out), rank_(rank), options_(o) {}
+  void on_step(const StepReport& r) override {
+    StepComm c = r.comm.value_or(StepComm{});
+    std::fprintf(out_, "step %lld %a %a %a %a %a %a %a\n", static_cast<long long>(r.step), r.loss, r.grad_norm,
+                 c.all_gather_fp8_bytes, c.all_gather_f32_bytes, c.reduce_scatter_bytes, c.all_reduces,
+                 c.weight_scale_all_reduces);
+    std::fflush(out_);
+    if (rank_ == options_.kill_rank && r.step == options_.kill_at_step) raise(SIGKILL);
+  }
+
+ private:
+  std::FILE* out_;
+  int rank_;
+  RunOptions options_;
+};
+
+absl::Status TrainRank(const v1::JobSpec& spec, const RunOptions& o, int rank, const std::filesystem::path& rdzv,
+                       std::FILE* out) {
+  std::unique_ptr<dist::ProcessGroup> group;
+  if (o.world_size > 0) {
+    absl::StatusOr<std::unique_ptr<dist::FileStore>> store = dist::FileStore::open(rdzv);
+    if (!store.ok()) return store.status();
+    dist::ProcessGroupOptions po;
+    po.timeout = absl::Seconds(o.timeout_seconds);
+    absl::StatusOr<std::unique_ptr<dist::ProcessGroup>> g = dist::make_gloo_process_group(**store, rank, o.world_size, po);
+    if (!g.ok()) return g.status();
+    group = std::move(*g);
+  }
+  v1::JobSpec s = spec;
+  s.mutable_resources()->set_world_size(o.world_size > 0 ? o.world_size : 1);
+  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(s, Device::cpu(), group.get());
+  if (!t.ok()) return t.status();
+  FileObserver observer(out, rank, o);
+  if (o.resume) {
+    absl::StatusOr<int64_t> from = (*t)->resume(observer);
+    if (!from.ok()) return from.status();
+  }
+  RunControl control;
+  control.stop_after_step = o.stop_after_step;
+  absl::StatusOr<TrainSummary> summary = (*t)->run(observer, control);
+  return summary.status();
+}
+
+[[noreturn]] void RankMain(const v1::JobSpec& spec, const RunOptions& o, int rank, const std::filesystem::path& rdzv,
+                           const std::filesystem::path& result) {
+  setenv("FP8_NUM_THREADS", "1", 1);
+  std::FILE* out = std::fopen(result.c_str(), "w");
+  if (out == nullptr) _exit(3);
+  const absl::Status s = TrainRank(spec, o, rank, rdzv, out);
+  if (s.ok()) {
+    std::fprintf(out, "ok\n");
+  } else {
+    std::string msg(s.message());
+    for (char& c : msg) c = c == '\n' ? ' ' : c;
+    std::fprintf(out, "error %s\n", msg.c_str());
+  }
+  std::fclose(out);
+  _exit(s.ok() ? 0 : 1);
+}
+
+void ReadResult(const std::filesystem::path& file, RankOutcome& r) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("step ", 0) == 0) {
+      StepRecord s;
+      long long step = 0;
+      double v[7] = {};
+      if (std::sscanf(line.c_str(), "step %lld %la %la %la %la %la %la %la", &step, &v[0], &v[1], &v[2], &v[3], &v[4],
+                      &v[5], &v[6]) == 8) {
+        s.step = step;
+        s.loss = v[0];
+        s.grad_norm = v[1];
+        s.all_gather_fp8_bytes = v[2];
+        s.all_gather_f32_bytes = v[3];
+        s.reduce_scatter_bytes = v[4];
+        s.all_reduces = v[5];
+        s.weight_scale_all_reduces = v[6];
+        r.steps.push_back(s);
+      }
+    } else if (line == "ok") {
+      r.ok = true;
+    } else if (line.rfind("error ", 0) == 0) {
+      r.error = line.substr(6);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<RankOutcome> RunRanks(const v1::JobSpec& spec, const RunOptions& options,
+                                  const std::filesystem::path& scratch) {
+  static int run_counter = 0;
+  const std::filesystem::path dir = scratch / absl::StrCat("run-", ++run_counter);
+  const std::filesystem::path rdzv = dir / "rendezvous";
+  std::filesystem::create_directories(rdzv);
+  const int processes = options.world_size > 0 ? options.world_size : 1;
+  std::vector<pid_t> pids(static_cast<size_t>(processes), -1);
+  std::vector<RankOutcome> out(static_cast<size_t>(processes));
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  std::fflush(nullptr);  // nothing buffered is written twice
+  for (int r = 0; r < processes; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) RankMain(spec, options, r, rdzv, dir / absl::StrCat("rank-", r, ".txt"));
+    pids[static_cast<size_t>(r)] = pid;
+  }
+  int left = processes;
+  const auto deadline = start + std::chrono::duration<double>(options.deadline_seconds);
+  while (left > 0) {
+    for (int r = 0; r < processes; ++r) {
+      pid_t& pid = pids[static_cast<size_t>(r)];
+      if (pid <= 0) continue;
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) != pid) continue;
+      RankOutcome& o = out[static_cast<size_t>(r)];
+      o.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      o.exited = WIFEXITED(status);
+      o.exit_code = o.exited ? WEXITSTATUS(status) : -1;
+      o.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+      pid = -1;
+      --left;
+    }
+    if (left == 0) break;
+    if (Clock::now() > deadline) {
+      for (pid_t& pid : pids) {
+        if (pid > 0) {
+          kill(pid, SIGKILL);
+          waitpid(pid, nullptr, 0);
+          pid = -1;
+        }
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (int r = 0; r < processes; ++r) ReadResult(dir / absl::StrCat("rank-", r, ".txt"), out[static_cast<size_t>(r)]);
+  return out;
+}
+
+}  // namespace fp8::engine::testing

@@ -1,0 +1,58 @@
+// Runs training jobs as real ranks for the FSDP tests: each rank is a forked child process
+// that joins a Gloo group over loopback (through a file store) and trains with the real
+// Trainer; the parent only forks, waits and reads what each rank wrote. Single-process
+// references run in a child too, so the parent never starts a thread pool before forking.
+//
+// Each rank writes one line per step (loss and grad norm as exact hex doubles, and its
+// communication counters), then "ok" or "error <message>".
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "fp8/v1/job.pb.h"
+
+namespace fp8::engine::testing {
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0;
+  double grad_norm = 0;
+  double all_gather_fp8_bytes = 0;
+  double all_gather_f32_bytes = 0;
+  double reduce_scatter_bytes = 0;
+  double all_reduces = 0;
+  double weight_scale_all_reduces = 0;
+};
+
+struct RankOutcome {
+  std::vector<StepRecord> steps;
+  bool ok = false;
+  std::string error;       // the rank's error message (its absl::Status), if it failed
+  bool exited = false;     // the process ended on its own (not killed by the harness)
+  int exit_code = -1;
+  int signal = 0;
+  double seconds = 0;      // from start to exit
+};
+
+struct RunOptions {
+  int world_size = 1;         // 0: a single process without a process group
+  bool resume = false;
+  int64_t stop_after_step = 0;
+  double timeout_seconds = 20;  // the process group's
+  // Kill this rank with SIGKILL when it reports this step (-1: nobody).
+  int kill_rank = -1;
+  int64_t kill_at_step = 0;
+  double deadline_seconds = 120;  // the harness kills everything after this
+};
+
+// Trains `spec` (train.log_every should be 1) and returns one outcome per rank (one for a
+// single process).
+std::vector<RankOutcome> RunRanks(const v1::JobSpec& spec, const RunOptions& options,
+                                  const std::filesystem::path& scratch);
+
+}  // namespace fp8::engine::testing

@@ -1,0 +1,555 @@
+#include "worker/engine/dist/nccl/nccl_process_group.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace fp8::engine::dist {
+namespace {
+
+// ---- messages --------------------------------------------------------------------------
+
+std::string duration_text(absl::Duration d) {
+  if (d == absl::InfiniteDuration()) return "an unlimited time";
+  return absl::StrFormat("%g s", absl::ToDoubleSeconds(d));
+}
+
+// "cudaMalloc: out of memory (cudaErrorMemoryAllocation)". Out of memory becomes
+// ResourceExhausted so that callers can tell it from a broken device.
+absl::Status cuda_error(cudaError_t e, absl::string_view context) {
+  std::string message = absl::StrCat(context, ": ", cudaGetErrorString(e), " (", cudaGetErrorName(e), ")");
+  if (e == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(std::move(message));
+  return absl::InternalError(std::move(message));
+}
+
+const char* nccl_result_name(ncclResult_t r) {
+  switch (r) {
+    case ncclSuccess:
+      return "ncclSuccess";
+    case ncclUnhandledCudaError:
+      return "ncclUnhandledCudaError";
+    case ncclSystemError:
+      return "ncclSystemError";
+    case ncclInternalError:
+      return "ncclInternalError";
+    case ncclInvalidArgument:
+      return "ncclInvalidArgument";
+    case ncclInvalidUsage:
+      return "ncclInvalidUsage";
+    case ncclRemoteError:
+      return "ncclRemoteError";
+    case ncclInProgress:
+      return "ncclInProgress";
+    case ncclNumResults:
+      break;
+  }
+  return "unknown ncclResult_t";
+}
+
+// A failed peer process or network shows up as a remote or system error: the peer is gone
+// (Unavailable). The rest are local: misuse, or a CUDA or NCCL failure on this rank.
+absl::StatusCode code_for(ncclResult_t r) {
+  switch (r) {
+    case ncclRemoteError:
+    case ncclSystemError:
+      return absl::StatusCode::kUnavailable;
+    case ncclInvalidArgument:
+      return absl::StatusCode::kInvalidArgument;
+    case ncclInvalidUsage:
+      return absl::StatusCode::kFailedPrecondition;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+// "<what>: ncclRemoteError (remote process exited or there was a network error): <NCCL's
+// last error text>", plus what it means for the group where that is known. `comm` may be
+// null; it must not have been aborted yet.
+absl::Status nccl_error(absl::string_view what, ncclResult_t r, ncclComm_t comm) {
+  std::string message = absl::StrCat(what, ": ", nccl_result_name(r), " (", ncclGetErrorString(r), ")");
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && last[0] != '\0') absl::StrAppend(&message, ": ", last);
+  if (r == ncclRemoteError || r == ncclSystemError) {
+    absl::StrAppend(&message, "; a peer rank died or the network between ranks failed (NCCL does not say which rank)");
+  }
+  return absl::Status(code_for(r), std::move(message));
+}
+
+// The same code with `context: ` in front of the message.
+absl::Status with_context(const absl::Status& s, absl::string_view context) {
+  return absl::Status(s.code(), absl::StrCat(context, ": ", s.message()));
+}
+
+// ---- the unique id on the wire -----------------------------------------------------------
+
+std::string to_hex(const ncclUniqueId& id) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(2 * sizeof(id.internal));
+  for (const char c : id.internal) {
+    const auto byte = static_cast<unsigned char>(c);
+    hex.push_back(kDigits[byte >> 4]);
+    hex.push_back(kDigits[byte & 0xf]);
+  }
+  return hex;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool from_hex(absl::string_view hex, ncclUniqueId& id) {
+  if (hex.size() != 2 * sizeof(id.internal)) return false;
+  for (size_t i = 0; i < sizeof(id.internal); ++i) {
+    const int hi = hex_value(hex[2 * i]);
+    const int lo = hex_value(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    id.internal[i] = static_cast<char>(static_cast<unsigned char>(hi * 16 + lo));
+  }
+  return true;
+}
+
+// ---- waiting -----------------------------------------------------------------------------
+
+// A deadline and the pause between two polls: yield for the first 2 ms (short collectives
+// finish within that, and a blocking wait on the communication thread is cheap), then sleep
+// 50 us, and 1 ms once the wait has lasted 200 ms.
+class Poll {
+ public:
+  explicit Poll(absl::Duration timeout) : start_(absl::Now()), deadline_(start_ + timeout) {}
+  bool expired() const { return absl::Now() >= deadline_; }
+  absl::Duration remaining() const { return deadline_ - absl::Now(); }
+  void pause() const {
+    const absl::Duration waited = absl::Now() - start_;
+    if (waited < absl::Milliseconds(2)) {
+      std::this_thread::yield();
+    } else if (waited < absl::Milliseconds(200)) {
+      absl::SleepFor(absl::Microseconds(50));
+    } else {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
+
+ private:
+  absl::Time start_;
+  absl::Time deadline_;
+};
+
+// Polls a non-blocking communicator until its state leaves ncclInProgress: the state then
+// (ncclSuccess or an error), or ncclInProgress when the deadline passed first.
+ncclResult_t wait_until_ready(ncclComm_t comm, const Poll& poll) {
+  for (;;) {
+    ncclResult_t state = ncclInProgress;
+    if (const ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess) return r;
+    if (state != ncclInProgress) return state;
+    if (poll.expired()) return ncclInProgress;
+    poll.pause();
+  }
+}
+
+// Makes `device` current for the scope's lifetime and restores the caller's device after.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (const cudaError_t e = cudaGetDevice(&previous_); e != cudaSuccess) {
+      status_ = cuda_error(e, "cudaGetDevice");
+      return;
+    }
+    if (previous_ == device) return;
+    if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+      status_ = cuda_error(e, absl::StrCat("cudaSetDevice(", device, ")"));
+      return;
+    }
+    switched_ = true;
+  }
+  ~DeviceScope() {
+    if (switched_) (void)cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+  const absl::Status& status() const { return status_; }
+
+ private:
+  int previous_ = -1;
+  bool switched_ = false;
+  absl::Status status_;
+};
+
+bool valid_op(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kMax; }
+ncclRedOp_t to_nccl(ReduceOp op) { return op == ReduceOp::kMax ? ncclMax : ncclSum; }
+
+// ---- the group ---------------------------------------------------------------------------
+
+class NcclProcessGroup final : public ProcessGroup {
+ public:
+  NcclProcessGroup(int rank, int size, int device, absl::Duration timeout)
+      : rank_(rank), size_(size), device_(device), timeout_(timeout) {}
+  ~NcclProcessGroup() override;
+  NcclProcessGroup(const NcclProcessGroup&) = delete;
+  NcclProcessGroup& operator=(const NcclProcessGroup&) = delete;
+
+  // Creates the stream (unless given one), the completion event and the communicator,
+  // waiting until `poll`'s deadline for every rank to join.
+  absl::Status init(const ncclUniqueId& id, void* stream, const Poll& poll);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend_name() const override { return "nccl"; }
+
+  absl::Status all_gather(const void* send, void* recv, size_t bytes_per_rank) override;
+  absl::Status reduce_scatter(const float* send, float* recv, int64_t count_per_rank, ReduceOp op) override;
+  absl::Status all_reduce(float* data, int64_t count, ReduceOp op) override;
+  absl::Status all_reduce(double* data, int64_t count, ReduceOp op) override;
+  absl::Status broadcast(void* data, size_t bytes, int root) override;
+  absl::Status barrier() override;
+
+ private:
+  // Where "nccl <op>" stands in messages: "nccl all_gather (rank 1 of 4)".
+  std::string where(const char* op) const { return absl::StrCat("nccl ", op, " (rank ", rank_, " of ", size_, ")"); }
+
+  // The error every call after the first failure returns at once.
+  absl::Status broken(const char* op) const {
+    return absl::Status(broken_.code(),
+                        absl::StrCat(where(op), ": the group is broken by an earlier failure: ", broken_.message()));
+  }
+
+  // Aborts the communicator, remembers `status` as the group's first failure, returns it.
+  absl::Status fail(absl::Status status);
+  void abort();
+
+  absl::Status invalid(const char* op, absl::string_view why) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(where(op), ": ", why)));
+  }
+
+  // `p` must be device memory of this group's device (or managed memory).
+  absl::Status check_buffer(const char* op, const char* name, const void* p);
+
+  // Enqueues a collective (`enqueue` returns the NCCL call's result) and waits on the host
+  // until it completed on the device, NCCL reported an error, or the timeout passed.
+  template <typename Enqueue>
+  absl::Status run(const char* op, Enqueue&& enqueue);
+
+  absl::Status all_reduce_impl(const char* op, void* data, int64_t count, ncclDataType_t type, ReduceOp reduce);
+
+  const int rank_;
+  const int size_;
+  const int device_;
+  const absl::Duration timeout_;
+
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  bool own_stream_ = false;
+  cudaEvent_t done_ = nullptr;  // recorded after each collective, polled until complete
+  float* scratch_ = nullptr;    // the barrier's one-element all-reduce
+  absl::Status broken_;
+};
+
+NcclProcessGroup::~NcclProcessGroup() {
+  DeviceScope scope(device_);
+  if (comm_ != nullptr) {
+    // Finalize flushes what NCCL still owes peers (a proxy thread may still be sending after
+    // this rank's kernel finished), then destroy frees the rest. A finalize that cannot
+    // finish in time (a peer gone) falls back to abort, which never waits for peers.
+    const Poll poll(timeout_);
+    ncclResult_t r = ncclCommFinalize(comm_);
+    if (r == ncclSuccess || r == ncclInProgress) r = wait_until_ready(comm_, poll);
+    if (r == ncclSuccess) {
+      (void)ncclCommDestroy(comm_);
+    } else {
+      (void)ncclCommAbort(comm_);
+    }
+    comm_ = nullptr;
+  }
+  // Nothing here can report an error; a sticky CUDA error resurfaces at the next
+  // synchronising call of whoever uses the device next.
+  if (done_ != nullptr) (void)cudaEventDestroy(done_);
+  if (scratch_ != nullptr) (void)cudaFree(scratch_);
+  if (own_stream_ && stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+}
+
+void NcclProcessGroup::abort() {
+  if (comm_ == nullptr) return;
+  // Sets NCCL's abort flag (kernels waiting for a peer quit) and frees the communicator;
+  // for a non-blocking communicator the freeing may finish on NCCL's own thread, and the
+  // handle must not be used again either way.
+  (void)ncclCommAbort(comm_);
+  comm_ = nullptr;
+}
+
+absl::Status NcclProcessGroup::fail(absl::Status status) {
+  abort();
+  broken_ = status;
+  return status;
+}
+
+absl::Status NcclProcessGroup::init(const ncclUniqueId& id, void* stream, const Poll& poll) {
+  const std::string what = absl::StrCat("nccl init (rank ", rank_, " of ", size_, ", CUDA device ", device_, ")");
+  DeviceScope scope(device_);
+  if (!scope.status().ok()) return with_context(scope.status(), what);
+
+  if (stream != nullptr) {
+    stream_ = static_cast<cudaStream_t>(stream);
+    int stream_device = -1;
+    if (const cudaError_t e = cudaStreamGetDevice(stream_, &stream_device); e != cudaSuccess) {
+      return cuda_error(e, absl::StrCat(what, ": cudaStreamGetDevice (the stream given)"));
+    }
+    if (stream_device != device_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the stream given belongs to CUDA device ", stream_device));
+    }
+  } else {
+    if (const cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); e != cudaSuccess) {
+      stream_ = nullptr;
+      return cuda_error(e, absl::StrCat(what, ": cudaStreamCreateWithFlags"));
+    }
+    own_stream_ = true;
+  }
+  if (const cudaError_t e = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming); e != cudaSuccess) {
+    done_ = nullptr;
+    return cuda_error(e, absl::StrCat(what, ": cudaEventCreateWithFlags"));
+  }
+  void* scratch = nullptr;
+  if (const cudaError_t e = cudaMalloc(&scratch, sizeof(float)); e != cudaSuccess) {
+    return cuda_error(e, absl::StrCat(what, ": cudaMalloc"));
+  }
+  scratch_ = static_cast<float*>(scratch);
+  if (const cudaError_t e = cudaMemsetAsync(scratch_, 0, sizeof(float), stream_); e != cudaSuccess) {
+    return cuda_error(e, absl::StrCat(what, ": cudaMemsetAsync"));
+  }
+
+  // Non-blocking: creation runs on NCCL's thread and this one polls, so that a peer that
+  // never joins costs a timeout rather than a hang. NCCL uses the current device.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    absl::Status s = nccl_error(absl::StrCat(what, ": ncclCommInitRankConfig"), r, comm_);
+    abort();
+    return s;
+  }
+  const ncclResult_t state = wait_until_ready(comm_, poll);
+  if (state == ncclInProgress) {
+    abort();
+    return absl::DeadlineExceededError(
+        absl::StrCat(what, ": the communicator did not form within ", duration_text(timeout_),
+                     "; a peer rank did not join, died or hangs (NCCL cannot tell which)"));
+  }
+  if (state != ncclSuccess) {
+    absl::Status s = nccl_error(what, state, comm_);
+    abort();
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NcclProcessGroup::check_buffer(const char* op, const char* name, const void* p) {
+  if (p == nullptr) return invalid(op, absl::StrCat(name, " is null"));
+  cudaPointerAttributes attributes{};
+  if (const cudaError_t e = cudaPointerGetAttributes(&attributes, p); e != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky; keep it from surfacing in an unrelated call
+    return invalid(op, absl::StrCat("cannot tell where ", name, " lives: ", cudaGetErrorString(e), " (",
+                                    cudaGetErrorName(e), ")"));
+  }
+  switch (attributes.type) {
+    case cudaMemoryTypeDevice:
+      if (attributes.device != device_) {
+        return invalid(op, absl::StrCat(name, " is memory of CUDA device ", attributes.device,
+                                        "; this group runs on CUDA device ", device_));
+      }
+      return absl::OkStatus();
+    case cudaMemoryTypeManaged:
+      return absl::OkStatus();
+    case cudaMemoryTypeHost:
+    case cudaMemoryTypeUnregistered:
+      break;
+  }
+  return invalid(op, absl::StrCat(name, " is host memory; the NCCL process group takes device memory (CUDA device ",
+                                  device_, ")"));
+}
+
+template <typename Enqueue>
+absl::Status NcclProcessGroup::run(const char* op, Enqueue&& enqueue) {
+  const Poll poll(timeout_);
+  const auto timed_out = [&] {
+    return absl::DeadlineExceededError(absl::StrCat(where(op), ": no progress within ", duration_text(timeout_),
+                                                    "; a peer rank died or hangs (NCCL cannot tell which)"));
+  };
+
+  if (const ncclResult_t r = enqueue(); r != ncclSuccess && r != ncclInProgress) {
+    return fail(nccl_error(where(op), r, comm_));
+  }
+  // On a non-blocking communicator the collective is on the stream only once NCCL's state
+  // has left ncclInProgress (the first collective also connects peers here).
+  const ncclResult_t state = wait_until_ready(comm_, poll);
+  if (state == ncclInProgress) return fail(timed_out());
+  if (state != ncclSuccess) return fail(nccl_error(where(op), state, comm_));
+
+  if (const cudaError_t e = cudaEventRecord(done_, stream_); e != cudaSuccess) {
+    return fail(cuda_error(e, absl::StrCat(where(op), ": cudaEventRecord")));
+  }
+  for (;;) {
+    const cudaError_t e = cudaEventQuery(done_);
+    if (e == cudaSuccess) return absl::OkStatus();
+    if (e != cudaErrorNotReady) return fail(cuda_error(e, absl::StrCat(where(op), ": waiting for the collective")));
+    ncclResult_t async = ncclSuccess;
+    if (const ncclResult_t r = ncclCommGetAsyncError(comm_, &async); r != ncclSuccess) async = r;
+    if (async != ncclSuccess && async != ncclInProgress) return fail(nccl_error(where(op), async, comm_));
+    if (poll.expired()) return fail(timed_out());
+    poll.pause();
+  }
+}
+
+absl::Status NcclProcessGroup::all_gather(const void* send, void* recv, size_t bytes_per_rank) {
+  constexpr const char* op = "all_gather";
+  if (!broken_.ok()) return broken(op);
+  if (bytes_per_rank == 0) return absl::OkStatus();
+  if (bytes_per_rank > std::numeric_limits<size_t>::max() / static_cast<size_t>(size_)) {
+    return invalid(op, absl::StrCat(bytes_per_rank, " bytes per rank times ", size_, " ranks overflows size_t"));
+  }
+  DeviceScope scope(device_);
+  if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
+  if (absl::Status s = check_buffer(op, "send", send); !s.ok()) return s;
+  if (absl::Status s = check_buffer(op, "recv", recv); !s.ok()) return s;
+  // Bytes travel as bytes: fp8 payloads cost one byte per element on the wire.
+  return run(op, [&] { return ncclAllGather(send, recv, bytes_per_rank, ncclUint8, comm_, stream_); });
+}
+
+absl::Status NcclProcessGroup::reduce_scatter(const float* send, float* recv, int64_t count_per_rank,
+                                              ReduceOp reduce) {
+  constexpr const char* op = "reduce_scatter";
+  if (!broken_.ok()) return broken(op);
+  if (count_per_rank < 0) return invalid(op, absl::StrCat("negative count_per_rank ", count_per_rank));
+  if (!valid_op(reduce)) return invalid(op, absl::StrCat("unknown reduce op ", static_cast<int>(reduce)));
+  if (count_per_rank == 0) return absl::OkStatus();
+  if (static_cast<uint64_t>(count_per_rank) >
+      std::numeric_limits<size_t>::max() / sizeof(float) / static_cast<size_t>(size_)) {
+    return invalid(op, absl::StrCat(count_per_rank, " floats per rank times ", size_, " ranks overflows size_t"));
+  }
+  DeviceScope scope(device_);
+  if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
+  if (absl::Status s = check_buffer(op, "send", send); !s.ok()) return s;
+  if (absl::Status s = check_buffer(op, "recv", recv); !s.ok()) return s;
+  return run(op, [&] {
+    return ncclReduceScatter(send, recv, static_cast<size_t>(count_per_rank), ncclFloat32, to_nccl(reduce), comm_,
+                             stream_);
+  });
+}
+
+absl::Status NcclProcessGroup::all_reduce_impl(const char* op, void* data, int64_t count, ncclDataType_t type,
+                                               ReduceOp reduce) {
+  if (!broken_.ok()) return broken(op);
+  if (count < 0) return invalid(op, absl::StrCat("negative count ", count));
+  if (!valid_op(reduce)) return invalid(op, absl::StrCat("unknown reduce op ", static_cast<int>(reduce)));
+  if (count == 0) return absl::OkStatus();
+  DeviceScope scope(device_);
+  if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
+  if (absl::Status s = check_buffer(op, "data", data); !s.ok()) return s;
+  return run(op, [&] {
+    return ncclAllReduce(data, data, static_cast<size_t>(count), type, to_nccl(reduce), comm_, stream_);
+  });
+}
+
+absl::Status NcclProcessGroup::all_reduce(float* data, int64_t count, ReduceOp op) {
+  return all_reduce_impl("all_reduce", data, count, ncclFloat32, op);
+}
+
+absl::Status NcclProcessGroup::all_reduce(double* data, int64_t count, ReduceOp op) {
+  return all_reduce_impl("all_reduce", data, count, ncclFloat64, op);
+}
+
+absl::Status NcclProcessGroup::broadcast(void* data, size_t bytes, int root) {
+  constexpr const char* op = "broadcast";
+  if (!broken_.ok()) return broken(op);
+  if (root < 0 || root >= size_) {
+    return invalid(op, absl::StrCat("root ", root, " is not a rank of this ", size_, "-rank group"));
+  }
+  if (bytes == 0) return absl::OkStatus();
+  DeviceScope scope(device_);
+  if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
+  if (absl::Status s = check_buffer(op, "data", data); !s.ok()) return s;
+  return run(op, [&] { return ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_); });
+}
+
+absl::Status NcclProcessGroup::barrier() {
+  constexpr const char* op = "barrier";
+  if (!broken_.ok()) return broken(op);
+  DeviceScope scope(device_);
+  if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
+  // A one-element all-reduce completes on a rank only after every rank has joined it.
+  return run(op, [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_); });
+}
+
+}  // namespace
+
+std::string nccl_unique_id_key(const std::string& prefix) { return prefix + "nccl/unique_id"; }
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> make_nccl_process_group(KeyValueStore& store, int rank, int size,
+                                                                      const ProcessGroupOptions& options,
+                                                                      int cuda_device, void* stream) {
+  if (size < 1) return absl::InvalidArgumentError(absl::StrCat("nccl: group size ", size, " is not positive"));
+  if (rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("nccl: rank ", rank, " is not in [0, ", size, ")"));
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl: timeout ", absl::FormatDuration(options.timeout), " is not positive"));
+  }
+  int devices = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat("nccl: no usable CUDA device: cudaGetDeviceCount: ",
+                                                      cudaGetErrorString(e), " (", cudaGetErrorName(e), ")"));
+  }
+  if (devices == 0) return absl::FailedPreconditionError("nccl: no usable CUDA device: cudaGetDeviceCount found 0");
+  if (cuda_device < 0 || cuda_device >= devices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl: CUDA device ", cuda_device, " does not exist (this machine has ", devices, ")"));
+  }
+
+  // One deadline for the whole rendezvous: waiting for the id, then for the communicator.
+  const Poll poll(options.timeout);
+  const std::string key = nccl_unique_id_key(options.prefix);
+  ncclUniqueId id{};
+  if (rank == 0) {
+    if (const ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+      return nccl_error("nccl: ncclGetUniqueId (NCCL_SOCKET_IFNAME chooses the network interface)", r, nullptr);
+    }
+    if (absl::Status s = store.set(key, to_hex(id)); !s.ok()) {
+      return with_context(s, absl::StrCat("nccl: publishing the unique id as '", key, "' in ", store.describe()));
+    }
+  } else {
+    absl::StatusOr<std::string> hex = store.get(key, poll.remaining());
+    if (!hex.ok()) {
+      return with_context(hex.status(), absl::StrCat("nccl: rank ", rank, " of ", size,
+                                                     " waiting for rank 0's unique id '", key, "'"));
+    }
+    if (!from_hex(*hex, id)) {
+      return absl::DataLossError(absl::StrCat("nccl: '", key, "' in ", store.describe(), " holds ", hex->size(),
+                                              " characters, not the ", 2 * sizeof(id.internal),
+                                              " hex digits of an NCCL unique id"));
+    }
+  }
+
+  auto group = std::make_unique<NcclProcessGroup>(rank, size, cuda_device, options.timeout);
+  if (absl::Status s = group->init(id, stream, poll); !s.ok()) return s;
+  return std::unique_ptr<ProcessGroup>(std::move(group));
+}
+
+}  // namespace fp8::engine::dist

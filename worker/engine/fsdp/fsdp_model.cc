@@ -1,0 +1,454 @@
+#include "worker/engine/fsdp/fsdp_model.h"
+
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "worker/engine/status_macros.h"
+
+namespace fp8::engine::fsdp {
+
+namespace {
+
+// Scale, 1/scale and amax of a gathered fp8 weight, each 16 bytes apart: cuBLASLt rejects
+// scale pointers that are not 16-byte aligned.
+constexpr int64_t kScaleSlot = 0, kInvScaleSlot = 4, kAmaxSlot = 8, kScaleFloats = 12;
+
+// The unit of a parameter name: block i for "layers.<i>.…", else the root.
+int unit_of(const std::string& name) {
+  const std::vector<std::string> parts = absl::StrSplit(name, '.');
+  int block = 0;
+  if (parts.size() > 2 && parts[0] == "layers" && absl::SimpleAtoi(parts[1], &block)) return block;
+  return ParameterHooks::kRootUnit;
+}
+
+uint8_t* bytes(const Tensor& t) { return static_cast<uint8_t*>(t.raw()); }
+
+// One all-gather of the job that gathers a unit.
+struct GatherItem {
+  const void* send;
+  void* recv;
+  size_t bytes_per_rank;
+};
+struct ReduceItem {
+  const float* send;
+  float* recv;
+  int64_t count_per_rank;
+};
+
+}  // namespace
+
+struct FsdpModel::Param {
+  Parameter* full = nullptr;   // the model's: value / grad defined only while gathered
+  Parameter* shard = nullptr;  // in shards_
+  ShardLayout layout;
+  TensorShape shape;           // the full shape
+  int unit = ParameterHooks::kRootUnit;
+  int fp8 = -1;                // index into fp8_ when it travels as fp8 codes
+  Tensor gathered;             // padded fp32 values, while gathered in fp32
+  Tensor grad_padded;          // padded fp32 gradient, from before_backward to the reduce-scatter
+  Tensor reduced;              // this rank's slice of the summed gradient (shard-sized)
+};
+
+struct FsdpModel::Fp8State {
+  LinearUnit* linear = nullptr;
+  int param = -1;
+  Tensor scales;        // kScaleFloats: scale, 1/scale, amax
+  Tensor shard_codes;   // this rank's shard cast with the global scale
+  bool shard_cast = false;  // shard_codes match the current shard and scale
+  Tensor gathered;      // [padded rows, in] codes, while gathered
+  Tensor gathered_t;    // [in, out] codes, for the backward
+  Fp8Weight weight;     // what the linear reads (linear->gathered_fp8 points here)
+};
+
+struct FsdpModel::Unit {
+  std::vector<int> params;
+  CommStream::Handle gather;  // queued, not yet waited for
+  bool present = false;
+};
+
+FsdpModel::FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options)
+    : model_(model),
+      device_(model.device()),
+      options_(options),
+      rank_(group.rank()),
+      world_size_(group.size()),
+      comm_(group) {}
+
+FsdpModel::~FsdpModel() {
+  model_.set_parameter_hooks(nullptr);
+  for (Fp8State& f : fp8_) f.linear->gathered_fp8 = nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<FsdpModel>> FsdpModel::create(LlamaModel& model, dist::ProcessGroup& group,
+                                                              const FsdpOptions& options) {
+  std::unique_ptr<FsdpModel> f(new FsdpModel(model, group, options));
+  FP8_RETURN_IF_ERROR(f->shard_parameters());
+  FP8_RETURN_IF_ERROR(f->plan_fp8_gathers());
+  model.set_parameter_hooks(f.get());
+  return f;
+}
+
+absl::Status FsdpModel::shard_parameters() {
+  Backend& backend = device_.backend();
+  units_.resize(static_cast<size_t>(model_.config().n_layers) + 1);
+  auto& all = model_.parameters().all();
+  params_.reserve(all.size());
+  for (Parameter& full : all) {
+    Param p;
+    p.full = &full;
+    p.shape = full.value.shape();
+    p.layout = shard_layout(p.shape, world_size_);
+    p.unit = unit_of(full.name);
+    FP8_ASSIGN_OR_RETURN(p.shard, shards_.add(device_, full.name, {p.layout.shard_elements()}, full.init,
+                                              full.weight_decay));
+    FP8_ASSIGN_OR_RETURN(p.reduced, Tensor::empty(device_, ElementType::kFloat32, {p.layout.shard_elements()}));
+    // This rank's rows of the initialised parameter; padding rows stay zero.
+    const int64_t real = p.layout.real_rows_of(rank_);
+    if (real > 0) {
+      const size_t row_bytes = static_cast<size_t>(p.layout.row_elements) * sizeof(float);
+      const auto* src = static_cast<const uint8_t*>(full.value.raw()) + static_cast<size_t>(rank_ * p.layout.rows_per_rank) * row_bytes;
+      FP8_RETURN_IF_ERROR(backend.copy(p.shard->value.raw(), src, static_cast<size_t>(real) * row_bytes));
+    }
+    full.value = Tensor();  // the full tensors exist only while gathered from now on
+    full.grad = Tensor();
+    unit_state(p.unit).params.push_back(static_cast<int>(params_.size()));
+    params_.push_back(std::move(p));
+  }
+  return backend.synchronize();
+}
+
+absl::Status FsdpModel::plan_fp8_gathers() {
+  if (!options_.all_gather_fp8) return absl::OkStatus();
+  for (LinearUnit* u : model_.mutable_linears()) {
+    // A tied output projection shares its weight with the embedding lookup, which needs fp32.
+    if (!u->selection.fp8 || !u->layer->takes_fp8_weight() || u->weight->name != u->name) continue;
+    Fp8State f;
+    f.linear = u;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (params_[i].full == u->weight) f.param = static_cast<int>(i);
+    }
+    if (f.param < 0) return absl::InternalError(absl::StrCat("FSDP: no parameter behind linear ", u->name));
+    const Param& p = params_[static_cast<size_t>(f.param)];
+    FP8_ASSIGN_OR_RETURN(f.scales, Tensor::zeros(device_, ElementType::kFloat32, {kScaleFloats}));
+    const ElementType codes = u->layer->weight_format() == Format::kE4M3 ? ElementType::kE4M3 : ElementType::kE5M2;
+    FP8_ASSIGN_OR_RETURN(f.shard_codes, Tensor::empty(device_, codes, {p.layout.shard_elements()}));
+    fp8_.push_back(std::move(f));
+  }
+  for (size_t i = 0; i < fp8_.size(); ++i) {
+    Fp8State& f = fp8_[i];
+    params_[static_cast<size_t>(f.param)].fp8 = static_cast<int>(i);
+    float* s = f.scales.data<float>();
+    f.weight.scale = s + kScaleSlot;
+    f.weight.inv_scale = s + kInvScaleSlot;
+    f.weight.amax = s + kAmaxSlot;
+    f.linear->gathered_fp8 = &f.weight;
+  }
+  if (!fp8_.empty()) {
+    FP8_ASSIGN_OR_RETURN(fp8_amaxes_,
+                         Tensor::zeros(device_, ElementType::kFloat32, {static_cast<int64_t>(fp8_.size())}));
+  }
+  return absl::OkStatus();
+}
+
+int64_t FsdpModel::parameter_count() const {
+  int64_t n = 0;
+  for (const Param& p : params_) n += p.layout.rows * p.layout.row_elements;
+  return n;
+}
+
+std::vector<std::string> FsdpModel::fp8_gathered_linears() const {
+  std::vector<std::string> names;
+  for (const Fp8State& f : fp8_) names.push_back(f.linear->name);
+  return names;
+}
+
+FsdpModel::Unit& FsdpModel::unit_state(int unit) { return units_[static_cast<size_t>(unit + 1)]; }
+
+std::string FsdpModel::unit_name(int unit) const {
+  return unit == kRootUnit ? std::string("the root parameters (embeddings, norm, output)")
+                           : absl::StrCat("layers.", unit);
+}
+
+// ---- fp8 weight scales ------------------------------------------------------------------------
+
+absl::Status FsdpModel::refresh_fp8_scales() {
+  scales_stale_ = false;
+  if (fp8_.empty()) return absl::OkStatus();
+  Backend& backend = device_.backend();
+  float* amaxes = fp8_amaxes_.data<float>();
+  for (size_t i = 0; i < fp8_.size(); ++i) {
+    const Param& p = params_[static_cast<size_t>(fp8_[i].param)];
+    const MatrixRef shard{p.shard->value.raw(), DType::kFloat32, p.layout.rows_per_rank, p.layout.row_elements};
+    FP8_RETURN_IF_ERROR(backend.amax(shard, Granularity::kTensorwise, amaxes + i));
+  }
+  FP8_RETURN_IF_ERROR(backend.synchronize());  // the collective reads them from another thread
+  CommCounters counts;
+  counts.all_reduces = 1;
+  counts.weight_scale_all_reduces = 1;
+  const int64_t n = static_cast<int64_t>(fp8_.size());
+  FP8_RETURN_IF_ERROR(comm_.run("all_reduce(max) of the fp8 weight amaxes", counts,
+                                [amaxes, n](dist::ProcessGroup& g) { return g.all_reduce(amaxes, n, dist::ReduceOp::kMax); }));
+  FP8_ASSIGN_OR_RETURN(std::vector<float> global, fp8_amaxes_.download<float>());
+  for (size_t i = 0; i < fp8_.size(); ++i) {
+    Fp8State& f = fp8_[i];
+    // Exactly the scale (and inverse) the layer would have derived from the whole weight.
+    const float scale = f.linear->layer->fp8_weight_scale(global[i]);
+    std::vector<float> host(kScaleFloats, 0.0f);
+    host[kScaleSlot] = scale;
+    host[kInvScaleSlot] = 1.0f / scale;
+    host[kAmaxSlot] = global[i];
+    FP8_RETURN_IF_ERROR(f.scales.upload<float>(host));
+    f.shard_cast = false;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsdpModel::cast_fp8_shard(Fp8State& f, const Param& p) {
+  if (f.shard_cast) return absl::OkStatus();
+  CastArgs c;
+  c.input = MatrixRef{p.shard->value.raw(), DType::kFloat32, p.layout.rows_per_rank, p.layout.row_elements};
+  c.format = f.linear->layer->weight_format();
+  c.granularity = Granularity::kTensorwise;
+  c.scale = f.weight.scale;
+  c.saturate = true;
+  c.out = bytes(f.shard_codes);
+  FP8_RETURN_IF_ERROR(device_.backend().cast(c));
+  f.shard_cast = true;
+  return absl::OkStatus();
+}
+
+// ---- gathers ------------------------------------------------------------------------------------
+
+absl::Status FsdpModel::start_gather(int unit) {
+  Unit& u = unit_state(unit);
+  if (u.present || u.gather.valid()) return absl::OkStatus();
+  std::vector<GatherItem> items;
+  std::vector<Tensor> keep;  // the job holds the buffers it writes
+  CommCounters counts;
+  for (int i : u.params) {
+    Param& p = params_[static_cast<size_t>(i)];
+    const TensorShape padded = padded_shape(p.shape, p.layout);
+    const size_t shard = static_cast<size_t>(p.layout.shard_elements());
+    if (p.fp8 >= 0) {
+      Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
+      FP8_RETURN_IF_ERROR(cast_fp8_shard(f, p));
+      FP8_ASSIGN_OR_RETURN(f.gathered, Tensor::empty(device_, f.shard_codes.type(), padded));
+      items.push_back({f.shard_codes.raw(), f.gathered.raw(), shard});
+      keep.push_back(f.gathered);
+      counts.all_gather_bytes_fp8 += p.layout.padded_elements();
+    } else {
+      FP8_ASSIGN_OR_RETURN(p.gathered, Tensor::empty(device_, ElementType::kFloat32, padded));
+      items.push_back({p.shard->value.raw(), p.gathered.raw(), shard * sizeof(float)});
+      keep.push_back(p.gathered);
+      counts.all_gather_bytes_f32 += p.layout.padded_elements() * static_cast<int64_t>(sizeof(float));
+    }
+  }
+  FP8_RETURN_IF_ERROR(device_.backend().synchronize());  // casts done before another thread sends them
+  u.gather = comm_.enqueue(absl::StrCat("all_gather of ", unit_name(unit)), counts,
+                           [items = std::move(items), keep = std::move(keep)](dist::ProcessGroup& g) {
+                             for (const GatherItem& it : items) {
+                               FP8_RETURN_IF_ERROR(g.all_gather(it.send, it.recv, it.bytes_per_rank));
+                             }
+                             return absl::OkStatus();
+                           });
+  return absl::OkStatus();
+}
+
+absl::Status FsdpModel::finish_gather(int unit, bool for_backward) {
+  Unit& u = unit_state(unit);
+  if (!u.present) {
+    FP8_RETURN_IF_ERROR(start_gather(unit));
+    const absl::Status gathered = comm_.wait(u.gather);
+    u.gather = CommStream::Handle();
+    FP8_RETURN_IF_ERROR(gathered);
+    for (int i : u.params) {
+      Param& p = params_[static_cast<size_t>(i)];
+      if (p.fp8 >= 0) {
+        Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
+        f.weight.data = bytes(f.gathered);
+        f.weight.data_t = nullptr;
+      } else {
+        FP8_ASSIGN_OR_RETURN(p.full->value, p.gathered.rows(0, p.layout.rows));
+      }
+    }
+    u.present = true;
+  }
+  if (!for_backward) return absl::OkStatus();
+  for (int i : u.params) {
+    Param& p = params_[static_cast<size_t>(i)];
+    if (p.fp8 < 0) continue;
+    Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
+    if (f.weight.data_t != nullptr) continue;
+    const int64_t out = p.layout.rows, in = p.layout.row_elements;
+    FP8_ASSIGN_OR_RETURN(f.gathered_t, Tensor::empty(device_, f.gathered.type(), {in, out}));
+    FP8_RETURN_IF_ERROR(device_.backend().transpose_bytes(bytes(f.gathered), out, in, bytes(f.gathered_t)));
+    f.weight.data_t = bytes(f.gathered_t);
+  }
+  return absl::OkStatus();
+}
+
+void FsdpModel::release(int unit) {
+  Unit& u = unit_state(unit);
+  for (int i : u.params) {
+    Param& p = params_[static_cast<size_t>(i)];
+    p.full->value = Tensor();
+    p.gathered = Tensor();
+    if (p.fp8 >= 0) {
+      Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
+      f.gathered = Tensor();
+      f.gathered_t = Tensor();
+      f.weight.data = nullptr;
+      f.weight.data_t = nullptr;
+    }
+  }
+  u.present = false;
+}
+
+// ---- gradients -------------------------------------------------------------------------------
+
+absl::Status FsdpModel::allocate_grads(int unit) {
+  for (int i : unit_state(unit).params) {
+    Param& p = params_[static_cast<size_t>(i)];
+    FP8_ASSIGN_OR_RETURN(p.grad_padded, Tensor::zeros(device_, ElementType::kFloat32, padded_shape(p.shape, p.layout)));
+    FP8_ASSIGN_OR_RETURN(p.full->grad, p.grad_padded.rows(0, p.layout.rows));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsdpModel::start_reduce_scatter(int unit) {
+  std::vector<ReduceItem> items;
+  std::vector<Tensor> keep;
+  CommCounters counts;
+  for (int i : unit_state(unit).params) {
+    Param& p = params_[static_cast<size_t>(i)];
+    items.push_back({p.grad_padded.data<float>(), p.reduced.data<float>(), p.layout.shard_elements()});
+    keep.push_back(p.grad_padded);
+    counts.reduce_scatter_bytes += p.layout.padded_elements() * static_cast<int64_t>(sizeof(float));
+    p.full->grad = Tensor();
+    p.grad_padded = Tensor();
+  }
+  FP8_RETURN_IF_ERROR(device_.backend().synchronize());  // gradients complete before they travel
+  CommStream::Handle h = comm_.enqueue(absl::StrCat("reduce_scatter of the gradients of ", unit_name(unit)), counts,
+                [items = std::move(items), keep = std::move(keep)](dist::ProcessGroup& g) {
+                  for (const ReduceItem& it : items) {
+                    FP8_RETURN_IF_ERROR(g.reduce_scatter(it.send, it.recv, it.count_per_rank, dist::ReduceOp::kSum));
+                  }
+                  return absl::OkStatus();
+                });
+  pending_reductions_.push_back({unit, std::move(h)});
+  return absl::OkStatus();
+}
+
+absl::Status FsdpModel::drain_reduce_scatters() {
+  FP8_ASSIGN_OR_RETURN(ModelOps * ops, device_.model_ops());
+  for (const auto& [unit, handle] : pending_reductions_) {
+    FP8_RETURN_IF_ERROR(comm_.wait(handle));
+    for (int i : unit_state(unit).params) {
+      Param& p = params_[static_cast<size_t>(i)];
+      FP8_RETURN_IF_ERROR(ops->accumulate(p.reduced.data<float>(), p.layout.shard_elements(), p.shard->grad.data<float>()));
+    }
+  }
+  pending_reductions_.clear();
+  return absl::OkStatus();
+}
+
+// ---- hooks ------------------------------------------------------------------------------------
+
+absl::Status FsdpModel::before_forward(int unit) {
+  const int blocks = static_cast<int>(model_.config().n_layers);
+  if (unit == kRootUnit) {
+    if (scales_stale_) FP8_RETURN_IF_ERROR(refresh_fp8_scales());
+    FP8_RETURN_IF_ERROR(start_gather(kRootUnit));
+    if (options_.prefetch && blocks > 0) FP8_RETURN_IF_ERROR(start_gather(0));
+    return finish_gather(kRootUnit, /*for_backward=*/false);
+  }
+  FP8_RETURN_IF_ERROR(finish_gather(unit, /*for_backward=*/false));
+  if (options_.prefetch && unit + 1 < blocks) FP8_RETURN_IF_ERROR(start_gather(unit + 1));
+  return absl::OkStatus();
+}
+
+absl::Status FsdpModel::after_forward(int unit, bool training) {
+  // The root stays for the backward, which starts and ends with it.
+  if (unit != kRootUnit || !training) release(unit);
+  return absl::OkStatus();
+}
+
+absl::Status FsdpModel::before_backward(int unit) {
+  const int blocks = static_cast<int>(model_.config().n_layers);
+  FP8_RETURN_IF_ERROR(finish_gather(unit, /*for_backward=*/true));
+  FP8_RETURN_IF_ERROR(allocate_grads(unit));
+  const int next = unit == kRootUnit ? blocks - 1 : unit - 1;
+  if (options_.prefetch && next >= 0) FP8_RETURN_IF_ERROR(start_gather(next));
+  return absl::OkStatus();
+}
+
+absl::Status FsdpModel::after_backward(int unit) {
+  FP8_RETURN_IF_ERROR(start_reduce_scatter(unit));
+  if (unit != kRootUnit) {
+    release(unit);
+    return absl::OkStatus();
+  }
+  FP8_RETURN_IF_ERROR(drain_reduce_scatters());
+  release(kRootUnit);
+  return absl::OkStatus();
+}
+
+// ---- step-level collectives ---------------------------------------------------------------------
+
+absl::Status FsdpModel::finish_step() {
+  std::vector<LinearUnit*> layers;
+  int64_t total = 0;
+  for (LinearUnit* u : model_.mutable_linears()) {
+    if (u->layer->delayed_count() == 0) continue;
+    layers.push_back(u);
+    total += u->layer->delayed_count();
+  }
+  if (total == 0) return absl::OkStatus();
+  if (!delayed_amaxes_.defined() || delayed_amaxes_.numel() != total) {
+    FP8_ASSIGN_OR_RETURN(delayed_amaxes_, Tensor::zeros(device_, ElementType::kFloat32, {total}));
+  }
+  float* packed = delayed_amaxes_.data<float>();
+  int64_t offset = 0;
+  for (LinearUnit* u : layers) {
+    FP8_RETURN_IF_ERROR(u->layer->write_step_amaxes(packed + offset));
+    offset += u->layer->delayed_count();
+  }
+  FP8_RETURN_IF_ERROR(device_.backend().synchronize());
+  CommCounters counts;
+  counts.all_reduces = 1;
+  counts.amax_all_reduces = 1;
+  FP8_RETURN_IF_ERROR(comm_.run("all_reduce(max) of the delayed-scaling amaxes", counts,
+                                [packed, total](dist::ProcessGroup& g) { return g.all_reduce(packed, total, dist::ReduceOp::kMax); }));
+  FP8_ASSIGN_OR_RETURN(std::vector<float> reduced, delayed_amaxes_.download<float>());
+  offset = 0;
+  for (LinearUnit* u : layers) {
+    const auto count = static_cast<size_t>(u->layer->delayed_count());
+    FP8_RETURN_IF_ERROR(u->layer->finish_step(absl::MakeConstSpan(reduced).subspan(static_cast<size_t>(offset), count)));
+    offset += static_cast<int64_t>(count);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsdpModel::all_reduce(std::span<double> values, dist::ReduceOp op) {
+  if (values.empty()) return absl::OkStatus();
+  // Staged through the device's memory: NCCL reduces device buffers.
+  Backend& backend = device_.backend();
+  const size_t n = values.size_bytes();
+  FP8_ASSIGN_OR_RETURN(void* staging, backend.allocate(n));
+  absl::Status st = backend.copy_from_host(staging, values.data(), n);
+  if (st.ok()) {
+    CommCounters counts;
+    counts.all_reduces = 1;
+    const auto count = static_cast<int64_t>(values.size());
+    auto* data = static_cast<double*>(staging);
+    st = comm_.run(absl::StrCat("all_reduce(", dist::reduce_op_name(op), ") of ", count, " values"), counts,
+                   [data, count, op](dist::ProcessGroup& g) { return g.all_reduce(data, count, op); });
+  }
+  if (st.ok()) st = backend.copy_to_host(values.data(), staging, n);
+  backend.deallocate(staging);
+  return st;
+}
+
+}  // namespace fp8::engine::fsdp

@@ -1,0 +1,128 @@
+// FSDP for the Llama model: every parameter sharded along dim 0 across the ranks of a
+// process group (shard_layout.h), gathered unit by unit just before use and freed right
+// after, with weight gradients reduce-scattered back to the shards. ARCHITECTURE.md, "One
+// training step", is the plan this follows:
+//
+//   - Shards (shards()) hold the fp32 masters; the optimizer and checkpoints work on them.
+//     The model's own Parameter tensors exist only while their unit is gathered.
+//   - Units are the decoder blocks plus the root (embeddings, final norm, output). Forward:
+//     the root, then block by block, each block freed after its forward. Backward: each
+//     block gathered again, its gradients reduce-scattered (summed: the trainer scales the
+//     loss by 1 / (grad_accum x world_size), so the sum is the mean) and added to the
+//     shard gradients. With prefetching the next unit's gather is queued on the
+//     communication thread (comm_stream.h) while the current one computes.
+//   - fp8 all-gather: a linear whose weight is cast once, tensorwise, for both GEMMs that
+//     read it (Float8Linear::takes_fp8_weight: the tensorwise and delayed recipes) sends
+//     e4m3 codes, one byte per element: each rank casts its shard with the global scale
+//     and the layer uses the gathered codes as they are (its backward takes a transposed
+//     copy, exact). The global scales of all such weights cost ONE all-reduce(MAX) of a
+//     packed amax vector per step, after the optimizer changed the shards. Other weights
+//     (axiswise recipes, layers kept in high precision, a tied output projection) gather
+//     in fp32.
+//   - Delayed scaling: finish_step() reduces every amax of the step in ONE
+//     all-reduce(MAX), so histories and scales evolve identically on every rank.
+//
+// Equal to a single process: the weight codes are the bits the layer would have cast from
+// the gathered fp32 weight, so fp8 all-gather on and off train identically.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/engine/dist/process_group.h"
+#include "worker/engine/fsdp/comm_counters.h"
+#include "worker/engine/fsdp/comm_stream.h"
+#include "worker/engine/fsdp/shard_layout.h"
+#include "worker/engine/model/llama.h"
+#include "worker/engine/model/parameter_hooks.h"
+
+namespace fp8::engine::fsdp {
+
+struct FsdpOptions {
+  bool all_gather_fp8 = true;  // fp8.all_gather_fp8
+  bool prefetch = true;        // gather the next unit while this one computes
+};
+
+class FsdpModel final : public ParameterHooks {
+ public:
+  // Shards `model` (its parameters must be initialised identically on every rank, as
+  // LlamaModel::create does from the seed) and installs itself as its hooks. The model and
+  // the group must outlive this object.
+  static absl::StatusOr<std::unique_ptr<FsdpModel>> create(LlamaModel& model, dist::ProcessGroup& group,
+                                                           const FsdpOptions& options);
+  ~FsdpModel() override;
+  FsdpModel(const FsdpModel&) = delete;
+  FsdpModel& operator=(const FsdpModel&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  // This rank's shards, named as the model's parameters, each 1-D of shard_elements().
+  ParameterSet& shards() { return shards_; }
+  const ParameterSet& shards() const { return shards_; }
+  // Elements of the unsharded model.
+  int64_t parameter_count() const;
+  // The linears whose weights travel as fp8 codes.
+  std::vector<std::string> fp8_gathered_linears() const;
+
+  // Ends an optimizer step's fp8 bookkeeping (delayed scaling, across ranks).
+  absl::Status finish_step();
+  // The optimizer changed the shards: the next forward recomputes the fp8 weight scales.
+  void shards_changed() { scales_stale_ = true; }
+  // In place across ranks (host values), through the communication thread.
+  absl::Status all_reduce(std::span<double> values, dist::ReduceOp op);
+
+  CommCounters counters() const { return comm_.counters(); }
+
+  // ParameterHooks.
+  absl::Status before_forward(int unit) override;
+  absl::Status after_forward(int unit, bool training) override;
+  absl::Status before_backward(int unit) override;
+  absl::Status after_backward(int unit) override;
+
+ private:
+  struct Param;
+  struct Fp8State;
+  struct Unit;
+
+  FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options);
+  absl::Status shard_parameters();
+  absl::Status plan_fp8_gathers();
+
+  Unit& unit_state(int unit);
+  std::string unit_name(int unit) const;
+  // Queues the unit's all-gather (no-op when queued or present).
+  absl::Status start_gather(int unit);
+  // Waits for it and points the model at the gathered tensors; `for_backward` also makes
+  // the transposed fp8 copies the backward GEMMs read.
+  absl::Status finish_gather(int unit, bool for_backward);
+  void release(int unit);
+  absl::Status allocate_grads(int unit);
+  absl::Status start_reduce_scatter(int unit);
+  absl::Status drain_reduce_scatters();
+  absl::Status refresh_fp8_scales();
+  absl::Status cast_fp8_shard(Fp8State& f, const Param& p);
+
+  LlamaModel& model_;
+  const Device& device_;
+  FsdpOptions options_;
+  int rank_ = 0;
+  int world_size_ = 1;
+  ParameterSet shards_;
+  std::vector<Param> params_;
+  std::vector<Fp8State> fp8_;
+  std::vector<Unit> units_;  // [0] the root, [1 + i] block i
+  // Units whose gradients' reduce-scatter is queued, in order, summed into the shards' once
+  // the backward is done.
+  std::vector<std::pair<int, CommStream::Handle>> pending_reductions_;
+  Tensor fp8_amaxes_;                    // packed, one per fp8-gathered weight
+  Tensor delayed_amaxes_;                // packed, every delayed cast of every layer
+  bool scales_stale_ = true;
+  CommStream comm_;  // last: its thread stops before the tensors its jobs reference go
+};
+
+}  // namespace fp8::engine::fsdp
