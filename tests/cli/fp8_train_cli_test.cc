@@ -652,5 +652,104 @@ TEST_F(Fp8TrainCliTest, ResumeSkipsADamagedNewestCheckpoint) {
   EXPECT_EQ(StepDirs(ckpt), (std::vector<std::string>{StepDirName(10), StepDirName(20), StepDirName(30)}));
 }
 
+// ---- 5. several ranks (FSDP) -----------------------------------------------------------
+
+// --nproc 2: two local ranks, one log (rank 0's), sharded checkpoints committed once both
+// shards are durable.
+TEST_F(Fp8TrainCliTest, NprocTrainsShardedWithOneLogAndShardedCheckpoints) {
+  JobOptions o;
+  o.steps = 20;
+  const fs::path job = WriteJob("job.yaml", JobYaml(o));
+  const RunResult r = Train({"--nproc", "2", "--config", job.string()}, "run");
+  ASSERT_TRUE(r.exit.exited && r.exit.code == 0) << Show(r);
+  EXPECT_EQ(r.err, "") << "a good run writes nothing to stderr";
+  EXPECT_EQ(LinesStartingWith(r.out, "job cli-test: ").size(), 1u) << "only rank 0 logs:\n" << r.out;
+  EXPECT_EQ(LinesStartingWith(r.out, "fsdp over 2 ranks; all-gather of 7 weights in fp8").size(), 1u) << r.out;
+  // batch_size is per rank: 2 ranks x 4 sequences x 32 tokens.
+  EXPECT_EQ(LinesStartingWith(r.out, "training steps 1..20, 256 tokens per step").size(), 1u) << r.out;
+  const std::vector<StepLine> steps = ParseStepLines(r.out);
+  std::vector<int64_t> reported;
+  for (const StepLine& s : steps) reported.push_back(s.step);
+  EXPECT_EQ(reported, (std::vector<int64_t>{1, 5, 10, 15, 20})) << r.out;
+  EXPECT_EQ(LinesStartingWith(r.out, "  comm  all-gather ").size(), steps.size()) << r.out;
+  ASSERT_FALSE(steps.empty());
+  EXPECT_LT(std::stod(steps.back().loss), std::stod(steps.front().loss)) << r.out;
+  for (int64_t step : {10, 20}) {
+    const fs::path d = dir_ / "ckpt" / StepDirName(step);
+    EXPECT_TRUE(fs::is_regular_file(d / "COMMITTED")) << d;
+    EXPECT_TRUE(fs::is_regular_file(d / "rank-00000-of-00002.ckpt")) << d;
+    EXPECT_TRUE(fs::is_regular_file(d / "rank-00001-of-00002.ckpt")) << d;
+  }
+}
+
+// Ctrl-C reaches the launcher, which forwards it once to every rank: they agree on a step,
+// checkpoint it and exit 130; --resume --nproc 2 then reproduces the uninterrupted run.
+TEST_F(Fp8TrainCliTest, NprocStopsEveryRankAtOneStepAndResumesBitForBit) {
+  JobOptions o;
+  o.steps = 200;
+  o.checkpoint_every = 10;
+  o.checkpoint_dir = "ckpt-b";
+  const fs::path job_b = WriteJob("job-b.yaml", JobYaml(o));
+  Subprocess child({FP8_TRAIN_BINARY, "--nproc", "2", "--config", job_b.string()}, ChildEnv(), dir_ / "b1.out",
+                   dir_ / "b1.err");
+  ASSERT_TRUE(child.started()) << child.start_error();
+  ASSERT_TRUE(child.WaitForStdout(
+      [](const std::string& out) { return out.find("\ncheckpoint at step 10: ") != std::string::npos; }, kRunLimit))
+      << child.Stdout() << child.Stderr();
+  child.Signal(SIGINT);
+  const ExitInfo stopped = child.Wait(kRunLimit);
+  const std::string b1 = child.Stdout();
+  ASSERT_TRUE(stopped.exited && stopped.code == 130) << stopped.describe() << "\n" << b1 << child.Stderr();
+  const std::vector<StepLine> b1_steps = ParseStepLines(b1);
+  ASSERT_FALSE(b1_steps.empty());
+  const int64_t at = b1_steps.back().step;
+  ASSERT_LT(at, o.steps) << "finished before the signal landed";
+  const fs::path stop_dir = dir_ / "ckpt-b" / StepDirName(at);
+  EXPECT_TRUE(fs::is_regular_file(stop_dir / "COMMITTED")) << b1;
+  EXPECT_TRUE(fs::is_regular_file(stop_dir / "rank-00001-of-00002.ckpt")) << b1;
+
+  const RunResult b2 = Train({"--nproc", "2", "--config", job_b.string(), "--resume"}, "b2");
+  ASSERT_TRUE(b2.exit.exited && b2.exit.code == 0) << Show(b2);
+  EXPECT_EQ(LinesStartingWith(b2.out, "resumed from " + stop_dir.string()).size(), 1u) << b2.out;
+
+  o.checkpoint_dir = "ckpt-a";
+  const fs::path job_a = WriteJob("job-a.yaml", JobYaml(o));
+  const RunResult a = Train({"--nproc", "2", "--config", job_a.string()}, "a");
+  ASSERT_TRUE(a.exit.exited && a.exit.code == 0) << Show(a);
+  const std::vector<StepLine> a_steps = ParseStepLines(a.out), b2_steps = ParseStepLines(b2.out);
+  ASSERT_FALSE(b2_steps.empty());
+  EXPECT_EQ(b2_steps.back().numbers(), a_steps.back().numbers()) << "A: " << a_steps.back().text << "\nB: "
+                                                                  << b2_steps.back().text;
+  for (int rank : {0, 1}) {
+    const std::string shard = "rank-0000" + std::to_string(rank) + "-of-00002.ckpt";
+    EXPECT_TRUE(ReadFile(dir_ / "ckpt-a" / StepDirName(o.steps) / shard) ==
+                ReadFile(dir_ / "ckpt-b" / StepDirName(o.steps) / shard))
+        << "rank " << rank << "'s final shards differ";
+  }
+}
+
+// Multi-rank mistakes: exit 2 before any rank starts; a rank whose peer never comes fails
+// within --timeout, naming the peer, instead of waiting forever.
+TEST_F(Fp8TrainCliTest, MultiRankMisuseFailsClearly) {
+  JobOptions o;
+  const fs::path job = WriteJob("job.yaml", JobYaml(o));
+  const RunResult no_launch = Train({"--config", job.string(), "--set", "resources.world_size=2"}, "no-launch");
+  EXPECT_TRUE(no_launch.exit.exited && no_launch.exit.code == 2) << Show(no_launch);
+  EXPECT_NE(no_launch.err.find("--nproc 2"), std::string::npos) << no_launch.err;
+
+  const RunResult bad_rank =
+      Train({"--config", job.string(), "--rank", "2", "--world-size", "2", "--rendezvous", (dir_ / "r").string()},
+            "bad-rank");
+  EXPECT_TRUE(bad_rank.exit.exited && bad_rank.exit.code == 2) << Show(bad_rank);
+
+  const RunResult alone = Train({"--config", job.string(), "--rank", "0", "--world-size", "2", "--rendezvous",
+                                 (dir_ / "rdzv").string(), "--timeout", "2"},
+                                "alone");
+  EXPECT_TRUE(alone.exit.exited && alone.exit.code == 1) << Show(alone);
+  EXPECT_NE(alone.err.find("fp8-train [rank 0]: "), std::string::npos) << alone.err;
+  EXPECT_NE(alone.err.find("rank 1"), std::string::npos) << alone.err;
+  EXPECT_FALSE(fs::exists(dir_ / "ckpt")) << "a failed rendezvous writes no checkpoint";
+}
+
 }  // namespace
 }  // namespace fp8::cli_test
