@@ -9,7 +9,8 @@ cd "$(dirname "$0")/../.."
 scripts/bootstrap.sh
 build=build/gpu-bundle
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-targets=(fp8_format_test fp8_cuda_contract_test fp8_cuda_backend_test fp8_float8_linear_cuda_test bench_gemm bench_cast)
+targets=(fp8_format_test fp8_cuda_contract_test fp8_cuda_backend_test fp8_float8_linear_cuda_test fp8_nccl_process_group_test
+         bench_gemm bench_cast)
 ninja -C "$build" -j "${JOBS:-$(nproc)}" "${targets[@]}"
 
 rm -rf .devbuild

@@ -19,7 +19,12 @@ fi
 if [[ -z $cuda_lib || $cuda_lib == . ]]; then
   cuda_lib=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
 fi
-export LD_LIBRARY_PATH=$PWD/.devbuild/lib:$cuda_lib:${LD_LIBRARY_PATH:-}
+# NCCL (libnccl.so.2, too big to carry): the toolkit's, the system's, else PyTorch's wheel.
+nccl_lib=""
+if ! ldconfig -p | grep -q 'libnccl.so.2' && [[ ! -e $cuda_lib/libnccl.so.2 ]]; then
+  nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
+fi
+export LD_LIBRARY_PATH=$PWD/.devbuild/lib:$cuda_lib${nccl_lib:+:$nccl_lib}:${LD_LIBRARY_PATH:-}
 echo "cuBLASLt from: ${cuda_lib:-not found}"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 
@@ -37,6 +42,7 @@ if [[ $what == tests || $what == all ]]; then
   run cuda_contract_test $bin/fp8_cuda_contract_test
   run cuda_backend_test $bin/fp8_cuda_backend_test
   run float8_linear_cuda_test $bin/fp8_float8_linear_cuda_test
+  run nccl_process_group_test $bin/fp8_nccl_process_group_test
 fi
 if [[ $what == bench || $what == all ]]; then
   run bench_cast $bin/bench_cast --device cuda

@@ -7,6 +7,7 @@
 #include <functional>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -58,6 +59,11 @@ StepResult run_step(ProcessGroup& pg) {
   return {};
 }
 
+// The bound on "came back within the timeout": a hang would exceed it by far, while a
+// loaded CI machine may take a few seconds more than the timeout to schedule the rank.
+// This separates bounded from hanging; it is not a speed assertion.
+constexpr absl::Duration kSlack = absl::Seconds(15);
+
 // Checks on a survivor's failure: the collective it happened in, the status code, the
 // rank named, and that the call came back within the timeout.
 void check_failure(const StepResult& failure, int want_op, absl::StatusCode want_code, const std::string& want_text,
@@ -70,7 +76,7 @@ void check_failure(const StepResult& failure, int want_op, absl::StatusCode want
   if (want_op >= 0) {
     c.expect(absl::StartsWith(failure.status.message(), kOpNames[want_op]), absl::StrCat("op not named: ", got));
   }
-  c.expect(failure.elapsed <= timeout + absl::Seconds(1),
+  c.expect(failure.elapsed <= timeout + kSlack,
            absl::StrCat("took ", absl::FormatDuration(failure.elapsed), " (timeout ", absl::FormatDuration(timeout),
                         "): ", got));
 }
@@ -133,9 +139,6 @@ TEST_F(GlooFailureTest, RankKilledWhileOthersWaitInsideACollective) {
   constexpr int kWorld = 3;
   constexpr int kVictim = 2;
   const absl::Duration timeout = absl::Seconds(5);
-  test::RunOptions run;
-  run.kill_rank = kVictim;
-  run.kill_delay = absl::Milliseconds(800);  // the others are blocked in step 1 by then
   auto outcomes = test::run_ranks(
       kWorld,
       [&](int rank) {
@@ -143,14 +146,21 @@ TEST_F(GlooFailureTest, RankKilledWhileOthersWaitInsideACollective) {
         auto group = test::join_group(store_dir(), rank, kWorld, timeout);
         if (!c.expect_ok(group.status(), "join")) return RankReport{c.text(), ""};
         if (!c.expect_ok(run_step(**group).status, "step 0")) return RankReport{c.text(), ""};
-        if (rank == kVictim) absl::SleepFor(absl::Seconds(60));  // killed in here
+        if (rank == kVictim) {
+          // Dies while the others are already blocked in step 1, waiting for it.
+          std::thread([] {
+            absl::SleepFor(absl::Milliseconds(300));
+            ::raise(SIGKILL);
+          }).detach();
+          absl::SleepFor(absl::Seconds(60));
+        }
         StepResult result = run_step(**group);
         if (!c.expect(!result.status.ok(), "step 1 succeeded without the victim")) return RankReport{c.text(), ""};
         check_failure(result, 0, absl::StatusCode::kUnavailable, absl::StrCat("lost rank ", kVictim), timeout, c);
         check_broken(**group, result.status, c);
         return RankReport{c.text(), result.status.ToString()};
       },
-      report_dir(), run);
+      report_dir());
 
   for (const auto& o : outcomes) {
     if (o.rank == kVictim) {
@@ -165,7 +175,7 @@ TEST_F(GlooFailureTest, RankKilledWhileOthersWaitInsideACollective) {
 TEST_F(GlooFailureTest, SilentRankFailsTheCollectiveAtTheTimeoutNamingIt) {
   constexpr int kWorld = 3;
   constexpr int kSilent = 1;
-  const absl::Duration timeout = absl::Milliseconds(1500);
+  const absl::Duration timeout = absl::Seconds(2);
   test::RunOptions run;
   run.left_behind = {kSilent};
   auto outcomes = test::run_ranks(
@@ -211,7 +221,7 @@ TEST_F(GlooFailureTest, RankThatNeverJoinsFailsTheRendezvousAtTheTimeoutNamingIt
         c.expect(absl::StrContains(group.status().message(), "gloo rendezvous") &&
                      absl::StrContains(group.status().message(), store_dir()),
                  absl::StrCat("does not say where: ", got));
-        c.expect(elapsed <= timeout + absl::Seconds(1), absl::StrCat("took ", absl::FormatDuration(elapsed)));
+        c.expect(elapsed <= timeout + kSlack, absl::StrCat("took ", absl::FormatDuration(elapsed)));
         return RankReport{c.text(), got};
       },
       report_dir());

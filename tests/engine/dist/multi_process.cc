@@ -100,7 +100,6 @@ std::vector<RankOutcome> run_ranks(int world, const std::function<RankReport(int
   };
 
   const absl::Time start = absl::Now();
-  bool kill_done = options.kill_rank < 0;
   for (;;) {
     for (int r = 0; r < world; ++r) {
       if (!running[static_cast<size_t>(r)]) continue;
@@ -109,10 +108,6 @@ std::vector<RankOutcome> run_ranks(int world, const std::function<RankReport(int
         record_end(outcomes[static_cast<size_t>(r)], status);
         running[static_cast<size_t>(r)] = false;
       }
-    }
-    if (!kill_done && absl::Now() - start >= options.kill_delay) {
-      if (running[static_cast<size_t>(options.kill_rank)]) kill_and_reap(options.kill_rank);
-      kill_done = true;
     }
     bool others_done = true;
     for (int r = 0; r < world; ++r) others_done &= !running[static_cast<size_t>(r)] || is_left_behind(r);

@@ -44,9 +44,6 @@ struct RunOptions {
   // Ranks the test stops or strands on purpose: once every other rank has ended, they are
   // killed (SIGKILL, after SIGCONT) without being reported as hung.
   std::vector<int> left_behind;
-  // If set, the parent SIGKILLs this rank `kill_delay` after the start.
-  int kill_rank = -1;
-  absl::Duration kill_delay = absl::ZeroDuration();
 };
 
 // `report_dir` must exist; each child writes its report there.

@@ -117,6 +117,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, OneRank,
 struct WorldCase {
   const char* recipe;
   int world;
+  int grad_accum = 1;
 };
 
 class Ranks : public FsdpTrainingTest, public ::testing::WithParamInterface<WorldCase> {};
@@ -124,10 +125,10 @@ class Ranks : public FsdpTrainingTest, public ::testing::WithParamInterface<Worl
 // W ranks with batch_size 2 train the global batch a single process trains with batch
 // 2 x W: the same losses within the tolerance above; and every rank reports the same ones.
 TEST_P(Ranks, MatchSingleProcessOnTheSameGlobalBatch) {
-  const auto [recipe, world] = GetParam();
-  const std::string r = absl::StrCat("fp8.recipe=", recipe);
-  const auto single = Run(Job({r, absl::StrCat("train.batch_size=", 2 * world)}), 0);
-  const auto fsdp = Run(Job({r, "train.batch_size=2"}), world);
+  const auto [recipe, world, grad_accum] = GetParam();
+  const std::string r = absl::StrCat("fp8.recipe=", recipe), accum = absl::StrCat("train.grad_accum=", grad_accum);
+  const auto single = Run(Job({r, accum, absl::StrCat("train.batch_size=", 2 * world)}), 0);
+  const auto fsdp = Run(Job({r, accum, "train.batch_size=2"}), world);
   ASSERT_TRUE(AllOk(single));
   ASSERT_TRUE(AllOk(fsdp));
   ASSERT_EQ(fsdp[0].steps.size(), static_cast<size_t>(kSteps));
@@ -141,8 +142,12 @@ TEST_P(Ranks, MatchSingleProcessOnTheSameGlobalBatch) {
 INSTANTIATE_TEST_SUITE_P(Recipes, Ranks,
                          ::testing::Values(WorldCase{"tensorwise", 2}, WorldCase{"tensorwise", 4},
                                            WorldCase{"rowwise", 2}, WorldCase{"delayed", 2}, WorldCase{"delayed", 4},
-                                           WorldCase{"none", 2}),
-                         [](const auto& info) { return absl::StrCat(info.param.recipe, "_", info.param.world, "_ranks"); });
+                                           WorldCase{"none", 2}, WorldCase{"tensorwise", 2, 2},
+                                           WorldCase{"delayed", 2, 2}),
+                         [](const auto& info) {
+                           return absl::StrCat(info.param.recipe, "_", info.param.world, "_ranks",
+                                               info.param.grad_accum > 1 ? "_grad_accum" : "");
+                         });
 
 // fp8 all-gather changes the bytes on the wire, never the training: on and off give the
 // same bits; and its counters show one byte per weight element and one all-reduce for all

@@ -67,7 +67,7 @@ class GlooProcessGroup final : public ProcessGroup {
   absl::Status run(const char* op, Body&& body);
   template <typename T>
   absl::Status all_reduce_of(T* data, int64_t count, ReduceOp op);
-  // Staging memory for W-1 slices of `count` elements, reused between calls.
+  // Room for `count` elements (the W-1 peers' slices), kept and reused between calls.
   template <typename T>
   T* staging(size_t count);
 
@@ -76,7 +76,8 @@ class GlooProcessGroup final : public ProcessGroup {
   const absl::Duration timeout_;
   std::shared_ptr<gloo::Context> context_;
   absl::Status broken_;
-  std::vector<std::max_align_t> staging_;
+  std::unique_ptr<std::byte[]> staging_;
+  size_t staging_bytes_ = 0;
   char token_ = 0;  // barrier payload
 };
 
@@ -115,9 +116,15 @@ absl::Status GlooProcessGroup::run(const char* op, Body&& body) {
 template <typename T>
 T* GlooProcessGroup::staging(size_t count) {
   const size_t bytes = count * sizeof(T);
-  const size_t words = (bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t);
-  if (staging_.size() < words) staging_.resize(words);
-  return reinterpret_cast<T*>(staging_.data());
+  if (staging_bytes_ < bytes) {
+    staging_.reset();  // the old block goes first: both at once could double the peak
+    staging_bytes_ = 0;
+    // Not value-initialised: received bytes overwrite it, and zeroing 100 MB costs time.
+    staging_.reset(new std::byte[bytes]);
+    staging_bytes_ = bytes;
+  }
+  // new[] aligns to __STDCPP_DEFAULT_NEW_ALIGNMENT__ (16), enough for float and double.
+  return reinterpret_cast<T*>(staging_.get());
 }
 
 absl::Status GlooProcessGroup::all_gather(const void* send, void* recv, size_t bytes_per_rank) {
@@ -288,14 +295,22 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> make_gloo_process_group(KeyValueSt
     return absl::InvalidArgumentError(absl::StrCat("gloo process group: timeout must be positive, got ",
                                                    absl::FormatDuration(options.timeout)));
   }
-  std::shared_ptr<gloo::Context> context;
-  if (size > 1) {
-    absl::StatusOr<std::shared_ptr<gloo::Context>> connected =
-        connect_gloo_mesh(store, rank, size, options, hostname_or_interface);
-    if (!connected.ok()) return connected.status();
-    context = *std::move(connected);
+  // Everything that can throw (Gloo, allocation) is caught further in; this is the last
+  // line so that nothing escapes to the caller.
+  try {
+    std::shared_ptr<gloo::Context> context;
+    if (size > 1) {
+      absl::StatusOr<std::shared_ptr<gloo::Context>> connected =
+          connect_gloo_mesh(store, rank, size, options, hostname_or_interface);
+      if (!connected.ok()) return connected.status();
+      context = *std::move(connected);
+    }
+    return std::unique_ptr<ProcessGroup>(new GlooProcessGroup(rank, size, options.timeout, std::move(context)));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("gloo process group (rank ", rank, " of ", size, "): ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat("gloo process group (rank ", rank, " of ", size, "): unknown exception"));
   }
-  return std::unique_ptr<ProcessGroup>(new GlooProcessGroup(rank, size, options.timeout, std::move(context)));
 }
 
 }  // namespace fp8::engine::dist

@@ -92,6 +92,8 @@ class FsdpModel final : public ParameterHooks {
   FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options);
   absl::Status shard_parameters();
   absl::Status plan_fp8_gathers();
+  // Lays out each unit's flat buffers (one all-gather and one reduce-scatter per unit).
+  absl::Status pack_units();
 
   Unit& unit_state(int unit);
   std::string unit_name(int unit) const;
