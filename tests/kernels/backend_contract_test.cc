@@ -3,10 +3,14 @@
 // no GPU is present). Casts, amaxes and scales must match the reference bit for bit;
 // GEMMs must match within the tolerance of fp32 accumulation, and reach torchao's
 // accuracy bars against an fp64 product of the unquantised data.
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -530,6 +534,116 @@ TEST_P(BackendContract, HighPrecisionGemmMatchesReferenceForEveryLayout) {
       }
     }
   }
+}
+
+// ---- byte transpose ------------------------------------------------------------------------
+
+// dst [cols, rows] = src [rows, cols]ᵀ, the plain loop every backend must match byte for byte.
+std::vector<uint8_t> naive_transpose(const std::vector<uint8_t>& src, int64_t rows, int64_t cols) {
+  std::vector<uint8_t> dst(src.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[static_cast<size_t>(c * rows + r)] = src[static_cast<size_t>(r * cols + c)];
+  }
+  return dst;
+}
+
+// Every byte value, in an order that differs from row to row and column to column, so a
+// misplaced byte cannot land on an equal one by chance except rarely.
+std::vector<uint8_t> byte_pattern(int64_t rows, int64_t cols, uint32_t seed) {
+  std::vector<uint8_t> v(static_cast<size_t>(rows * cols));
+  uint32_t x = seed * 2654435761u + 1;
+  for (auto& b : v) {
+    x = x * 1664525u + 1013904223u;
+    b = static_cast<uint8_t>(x >> 24);
+  }
+  return v;
+}
+
+TEST_P(BackendContract, TransposeBytesMatchesANaiveLoopForRaggedShapes) {
+  constexpr size_t kGuard = 64;  // bytes past the end of dst that must stay untouched
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 1},   {1, 17},  {17, 1},   {2, 3},    {15, 16}, {16, 16}, {16, 17}, {31, 33}, {32, 32},
+      {33, 47}, {64, 64}, {65, 63},  {300, 129}, {129, 300}, {1, 4099}, {4099, 1}, {7, 1000}};
+  for (const auto& [rows, cols] : shapes) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
+    const auto n = static_cast<size_t>(rows * cols);
+    const auto host = byte_pattern(rows, cols, static_cast<uint32_t>(rows * 1000 + cols));
+    Buffer<uint8_t> src(b_, host);
+    std::vector<uint8_t> init(n + kGuard, 0x5A);
+    Buffer<uint8_t> dst(b_, init);
+    ASSERT_TRUE(b_->transpose_bytes(src.get(), rows, cols, dst.get()).ok());
+    ASSERT_TRUE(b_->synchronize().ok());
+    const auto got = dst.download();
+    const auto want = naive_transpose(host, rows, cols);
+    ASSERT_EQ(std::vector<uint8_t>(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(n)), want);
+    EXPECT_EQ(std::vector<uint8_t>(got.begin() + static_cast<std::ptrdiff_t>(n), got.end()),
+              std::vector<uint8_t>(kGuard, 0x5A))
+        << "wrote past the end of dst";
+    EXPECT_EQ(src.download(), host) << "the source changed";
+
+    // Transposing back gives the original bytes.
+    Buffer<uint8_t> back(b_, n);
+    ASSERT_TRUE(b_->transpose_bytes(dst.get(), cols, rows, back.get()).ok());
+    EXPECT_EQ(back.download(), host);
+  }
+}
+
+TEST_P(BackendContract, TransposeBytesOfEveryCodeIsExact) {
+  // All 256 codes (fp8 NaNs, infinities and negative zero included) as 16 x 16 and 8 x 32:
+  // a transpose moves bytes and never reinterprets them.
+  std::vector<uint8_t> host(256);
+  for (int i = 0; i < 256; ++i) host[static_cast<size_t>(i)] = static_cast<uint8_t>(i);
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{16, 16}, {8, 32}, {32, 8}, {1, 256}, {256, 1}}) {
+    Buffer<uint8_t> src(b_, host), dst(b_, host.size());
+    ASSERT_TRUE(b_->transpose_bytes(src.get(), rows, cols, dst.get()).ok());
+    EXPECT_EQ(dst.download(), naive_transpose(host, rows, cols)) << rows << "x" << cols;
+  }
+}
+
+TEST_P(BackendContract, TransposeBytesOfATallMatrixCoversEveryRow) {
+  // More rows than one launch's grid covers in tiles of 32 (65535 x 32): the GPU kernel
+  // loops over the rest; the host backends see one long run of scalar tails.
+  const int64_t rows = 65535 * 32 + 45, cols = 3;
+  const auto host = byte_pattern(rows, cols, 7);
+  Buffer<uint8_t> src(b_, host), dst(b_, host.size());
+  ASSERT_TRUE(b_->transpose_bytes(src.get(), rows, cols, dst.get()).ok());
+  const auto got = dst.download();
+  const auto want = naive_transpose(host, rows, cols);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want) << "first difference at "
+                           << (std::mismatch(got.begin(), got.end(), want.begin()).first - got.begin());
+}
+
+TEST_P(BackendContract, TransposeBytesOfAnEmptyMatrixIsANoOp) {
+  const std::vector<uint8_t> sentinel(64, 0xC3);
+  Buffer<uint8_t> src(b_, std::vector<uint8_t>(64, 0x11)), dst(b_, sentinel);
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{0, 0}, {0, 17}, {17, 0}}) {
+    EXPECT_TRUE(b_->transpose_bytes(src.get(), rows, cols, dst.get()).ok()) << rows << "x" << cols;
+    // Like copy() of zero bytes, an empty transpose touches no memory, so it needs none.
+    EXPECT_TRUE(b_->transpose_bytes(nullptr, rows, cols, nullptr).ok()) << rows << "x" << cols;
+  }
+  EXPECT_EQ(dst.download(), sentinel);
+}
+
+TEST_P(BackendContract, TransposeBytesRejectsBadArgumentsWithoutTouchingMemory) {
+  const int64_t rows = 5, cols = 7;
+  const std::vector<uint8_t> sentinel(static_cast<size_t>(rows * cols), 0xC3);
+  Buffer<uint8_t> src(b_, byte_pattern(rows, cols, 3)), dst(b_, sentinel);
+  auto expect_invalid = [&](absl::Status s, const char* needle) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(std::string(s.message()).find(needle), std::string::npos) << s.message();
+  };
+  expect_invalid(b_->transpose_bytes(nullptr, rows, cols, dst.get()), "null");
+  expect_invalid(b_->transpose_bytes(src.get(), rows, cols, nullptr), "null");
+  expect_invalid(b_->transpose_bytes(nullptr, rows, cols, nullptr), "null");
+  expect_invalid(b_->transpose_bytes(src.get(), -1, cols, dst.get()), "negative");
+  expect_invalid(b_->transpose_bytes(src.get(), rows, -1, dst.get()), "negative");
+  expect_invalid(b_->transpose_bytes(src.get(), -3, -4, dst.get()), "negative");
+  // A negative dimension is rejected even when the other one is zero (no empty shortcut).
+  expect_invalid(b_->transpose_bytes(src.get(), 0, -1, dst.get()), "negative");
+  expect_invalid(b_->transpose_bytes(src.get(), -1, 0, dst.get()), "negative");
+  ASSERT_TRUE(b_->synchronize().ok());
+  EXPECT_EQ(dst.download(), sentinel) << "a rejected call wrote its output";
 }
 
 // ---- bad arguments ---------------------------------------------------------------------------

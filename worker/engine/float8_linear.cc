@@ -94,8 +94,10 @@ struct CastPlan {
   bool delayed_scale_ready = false;  // finish_step() uploaded a scale for the next cast
 
   BackendBuffer out, out_t, dequantized, scale, inv_scale, amax;
-  // Codes cast outside the layer (Fp8Weight) in place of out / out_t; null after a cast of
-  // the layer's own.
+  // Codes cast outside the layer (Fp8Weight) in place of out / out_t, when `external`
+  // (until the layer casts this tensor itself again). A null one was not provided: the GEMM
+  // that needs it refuses to run rather than read the layer's own, stale codes.
+  bool external = false;
   const uint8_t* external_out = nullptr;
   const uint8_t* external_out_t = nullptr;
 
@@ -311,6 +313,7 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const float* data, int64
   reserved.Update(p.amax.reserve(float_bytes(scales)));
   if (!reserved.ok()) return reserved;
   const MatrixRef input{data, DType::kFloat32, rows, cols};
+  p.external = false;
   p.external_out = nullptr;
   p.external_out_t = nullptr;
   uint8_t* out = p.make_out ? p.out.as<uint8_t>() : nullptr;
@@ -406,10 +409,18 @@ absl::Status Float8Linear::State::adopt_fp8_weight(const Fp8Weight& w, int slot_
     amax_dst = p.amax.as<float>();
   }
   if (auto st = backend.copy(amax_dst, w.amax, sizeof(float)); !st.ok()) return st;
+  // The scales are copied into the layer's own buffers: numerics() reads them after the
+  // caller may have freed its Fp8Weight.
+  absl::Status reserved = p.scale.reserve(sizeof(float));
+  reserved.Update(p.inv_scale.reserve(sizeof(float)));
+  if (!reserved.ok()) return reserved;
+  if (auto st = backend.copy(p.scale.as<float>(), w.scale, sizeof(float)); !st.ok()) return st;
+  if (auto st = backend.copy(p.inv_scale.as<float>(), w.inv_scale, sizeof(float)); !st.ok()) return st;
+  p.external = true;
   p.external_out = w.data;
   p.external_out_t = w.data_t;
-  p.scale_in_use = w.scale;
-  p.inv_scale_in_use = w.inv_scale;
+  p.scale_in_use = p.scale.as<float>();
+  p.inv_scale_in_use = p.inv_scale.as<float>();
   p.host_scale_in_use.reset();
   p.rows = out_features;
   p.cols = in_features;
@@ -421,9 +432,9 @@ ScaledOperand Float8Linear::State::scaled(TensorKind t, Orientation o) const {
   const CastPlan& p = plans[static_cast<size_t>(use[static_cast<int>(t)][o])];
   ScaledOperand op;
   if (o == kAsStored) {
-    op.data = p.external_out != nullptr ? p.external_out : p.out.as<uint8_t>();
+    op.data = p.external ? p.external_out : p.out.as<uint8_t>();
   } else {
-    op.data = p.external_out_t != nullptr ? p.external_out_t : p.out_t.as<uint8_t>();
+    op.data = p.external ? p.external_out_t : p.out_t.as<uint8_t>();
   }
   op.format = p.config.format();
   // Either orientation's scales run along the rows of the K-contiguous copy the GEMM reads.
@@ -551,10 +562,13 @@ absl::Status Float8Linear::rebind_weight(const Fp8Weight& weight) {
         "scale and inv_scale");
   }
   CastPlan& p = s.plans[static_cast<size_t>(s.weight_plan())];
+  if (!p.external) {
+    return absl::FailedPreconditionError(
+        "Float8Linear::rebind_weight: the last forward() cast the weight itself; rebind it with fp32 values");
+  }
+  // Same codes in new memory: the scales the forward copied stay valid.
   p.external_out = weight.data;
   p.external_out_t = weight.data_t;
-  p.scale_in_use = weight.scale;
-  p.inv_scale_in_use = weight.inv_scale;
   return absl::OkStatus();
 }
 
@@ -639,6 +653,13 @@ absl::Status Float8Linear::backward(const float* grad_output, float* grad_input,
   if (auto st = s.cast_tensor(TensorKind::kGradOutput, grad_output, m, n, row); !st.ok()) return st;
 
   if (grad_input != nullptr) {
+    const int wp = s.weight_plan();
+    if (wp >= 0 && s.plans[static_cast<size_t>(wp)].external &&
+        s.plans[static_cast<size_t>(wp)].external_out_t == nullptr) {
+      return absl::FailedPreconditionError(
+          "Float8Linear::backward: the forward's Fp8Weight had no transposed codes (data_t); rebind_weight() with "
+          "them first");
+    }
     absl::Status st;
     if (s.config.grad_input_runs_in_fp8()) {
       ScaledGemmArgs g;  // [M, K] = g [M, N] · (Wᵀ [K, N])ᵀ

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -220,6 +221,181 @@ TEST(EngineClipGradNorm, NonFiniteNormIsReportedNotApplied) {
   ASSERT_TRUE(norm.ok());
   EXPECT_TRUE(std::isinf(*norm));
   EXPECT_EQ(values_of(b->grad), (std::vector<float>{12.0f}));
+}
+
+// ---- the pieces FSDP clips with: sum of squares, factor, scaling ------------------------
+
+TEST(EngineGradSumOfSquares, SumsEveryGradientInDouble) {
+  ParameterSet empty;
+  absl::StatusOr<double> none = grad_sum_of_squares(ops(), empty);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, 0.0);
+
+  ParameterSet set;
+  Parameter* a = add(set, "a", {0.0f, 0.0f}, {3.0f, -4.0f}, true);
+  Parameter* b = add(set, "b", {0.0f}, {12.0f}, false);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  absl::StatusOr<double> sum = grad_sum_of_squares(ops(), set);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(*sum, 169.0);
+  // It only reads: gradients and values are untouched.
+  EXPECT_EQ(values_of(a->grad), (std::vector<float>{3.0f, -4.0f}));
+  EXPECT_EQ(values_of(b->grad), (std::vector<float>{12.0f}));
+  EXPECT_EQ(values_of(a->value), (std::vector<float>{0.0f, 0.0f}));
+  // The same norm clip_grad_norm measures.
+  absl::StatusOr<double> norm = clip_grad_norm(ops(), set, 0.0);
+  ASSERT_TRUE(norm.ok());
+  EXPECT_EQ(*norm, std::sqrt(*sum));
+}
+
+TEST(EngineGradSumOfSquares, SquaresPastTheFloatRangeStayFinite) {
+  // 1e20² = 1e40 overflows fp32; accumulated in double it does not.
+  ParameterSet set;
+  const float big = 1e20f;
+  ASSERT_NE(add(set, "a", {0.0f, 0.0f}, {big, -big}, true), nullptr);
+  ASSERT_NE(add(set, "b", {0.0f}, {1.0f}, true), nullptr);
+  absl::StatusOr<double> sum = grad_sum_of_squares(ops(), set);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  const double want = 2.0 * static_cast<double>(big) * static_cast<double>(big) + 1.0;
+  EXPECT_TRUE(std::isfinite(*sum));
+  EXPECT_DOUBLE_EQ(*sum, want);
+  // And small squares are not lost next to big ones in a fp32 sum: 2^24 + 1.
+  ParameterSet fine;
+  ASSERT_NE(add(fine, "a", {0.0f}, {4096.0f}, true), nullptr);  // 4096² = 2^24
+  ASSERT_NE(add(fine, "b", {0.0f}, {1.0f}, true), nullptr);
+  sum = grad_sum_of_squares(ops(), fine);
+  ASSERT_TRUE(sum.ok());
+  EXPECT_EQ(*sum, 16777217.0);
+}
+
+TEST(EngineGradSumOfSquares, ManyElementsAcrossThreads) {
+  // Enough elements that the CPU ops split the sum into chunks.
+  ParameterSet set;
+  std::vector<float> g(100003);
+  double want = 0.0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    g[i] = static_cast<float>(static_cast<int>(i % 7) - 3);  // small integers: every partial sum is exact
+    want += static_cast<double>(g[i]) * g[i];
+  }
+  ASSERT_NE(add(set, "big", std::vector<float>(g.size(), 0.0f), g, true), nullptr);
+  ASSERT_NE(add(set, "small", {0.0f, 0.0f}, {0.5f, 0.25f}, true), nullptr);
+  absl::StatusOr<double> sum = grad_sum_of_squares(ops(), set);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(*sum, want + 0.3125);
+}
+
+TEST(EngineGradSumOfSquares, NonFiniteGradientsGiveANonFiniteSum) {
+  ParameterSet set;
+  Parameter* a = add(set, "a", {0.0f, 0.0f}, {1.0f, std::numeric_limits<float>::quiet_NaN()}, true);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(add(set, "b", {0.0f}, {2.0f}, true), nullptr);
+  absl::StatusOr<double> sum = grad_sum_of_squares(ops(), set);
+  ASSERT_TRUE(sum.ok());
+  EXPECT_TRUE(std::isnan(*sum));
+  ASSERT_TRUE(a->grad.upload<float>(std::vector<float>{1.0f, -std::numeric_limits<float>::infinity()}).ok());
+  sum = grad_sum_of_squares(ops(), set);
+  ASSERT_TRUE(sum.ok());
+  EXPECT_TRUE(std::isinf(*sum));
+  EXPECT_GT(*sum, 0.0);
+}
+
+TEST(EngineClipFactor, NoneAtOrBelowMax) {
+  EXPECT_EQ(clip_factor(13.0, 13.0), std::nullopt);  // at max: not above it
+  EXPECT_EQ(clip_factor(13.0, 26.0), std::nullopt);
+  EXPECT_EQ(clip_factor(0.0, 1.0), std::nullopt);
+  EXPECT_EQ(clip_factor(1e-30, 1.0), std::nullopt);
+  EXPECT_EQ(clip_factor(13.0, std::numeric_limits<double>::infinity()), std::nullopt);
+}
+
+TEST(EngineClipFactor, NoneWhenOnlyMeasuring) {
+  for (double max_norm : {0.0, -0.0, -1.0, -std::numeric_limits<double>::infinity(),
+                          std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_EQ(clip_factor(13.0, max_norm), std::nullopt) << max_norm;
+    EXPECT_EQ(clip_factor(1e30, max_norm), std::nullopt) << max_norm;
+  }
+}
+
+TEST(EngineClipFactor, NoneForANonFiniteNorm) {
+  for (double norm : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                      -std::numeric_limits<double>::infinity()}) {
+    EXPECT_EQ(clip_factor(norm, 1.0), std::nullopt) << norm;
+    EXPECT_EQ(clip_factor(norm, 0.0), std::nullopt) << norm;
+  }
+}
+
+TEST(EngineClipFactor, MaxOverNormAboveMax) {
+  EXPECT_EQ(clip_factor(13.0, 6.5), 0.5f);
+  EXPECT_EQ(clip_factor(13.0, 1.0), static_cast<float>(1.0 / 13.0));
+  EXPECT_EQ(clip_factor(2.0, 1.0), 0.5f);
+  EXPECT_EQ(clip_factor(1e6, 1.0), static_cast<float>(1e-6));
+  // Computed in double, then rounded once.
+  EXPECT_EQ(clip_factor(3.0, 1.0), static_cast<float>(1.0 / 3.0));
+  const std::optional<float> just_above = clip_factor(1.0 + 1e-9, 1.0);
+  ASSERT_TRUE(just_above.has_value());
+  EXPECT_LE(*just_above, 1.0f);
+  EXPECT_GT(*just_above, 0.999f);
+}
+
+TEST(EngineScaleGrads, ScalesEveryGradientAndNothingElse) {
+  ParameterSet set;
+  Parameter* a = add(set, "a", {1.0f, 2.0f}, {3.0f, -4.0f}, true);
+  Parameter* b = add(set, "b", {5.0f}, {12.0f}, false);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(scale_grads(ops(), set, 0.5f).ok());
+  EXPECT_EQ(values_of(a->grad), (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ(values_of(b->grad), (std::vector<float>{6.0f}));
+  EXPECT_EQ(values_of(a->value), (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(values_of(b->value), (std::vector<float>{5.0f}));
+
+  // One fp32 multiply per element, as clipping in one process does.
+  const float f = 1.0f / 13.0f;
+  ASSERT_TRUE(scale_grads(ops(), set, f).ok());
+  EXPECT_EQ(values_of(a->grad), (std::vector<float>{1.5f * f, -2.0f * f}));
+  EXPECT_EQ(values_of(b->grad), (std::vector<float>{6.0f * f}));
+
+  // Factor 1 leaves the bits alone; factor 0 zeroes.
+  const std::vector<float> before = values_of(a->grad);
+  ASSERT_TRUE(scale_grads(ops(), set, 1.0f).ok());
+  EXPECT_EQ(values_of(a->grad), before);
+  ASSERT_TRUE(scale_grads(ops(), set, 0.0f).ok());
+  for (float x : values_of(a->grad)) EXPECT_EQ(x, 0.0f);
+  EXPECT_EQ(values_of(b->grad), (std::vector<float>{0.0f}));
+
+  ParameterSet empty;
+  EXPECT_TRUE(scale_grads(ops(), empty, 0.5f).ok());
+}
+
+TEST(EngineScaleGrads, ANonFiniteFactorIsRejected) {
+  ParameterSet set;
+  Parameter* a = add(set, "a", {0.0f}, {3.0f}, true);
+  ASSERT_NE(a, nullptr);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    EXPECT_EQ(scale_grads(ops(), set, bad).code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(values_of(a->grad), (std::vector<float>{3.0f})) << bad;
+  }
+}
+
+TEST(EngineClipPieces, ComposeToClipGradNorm) {
+  // FSDP's clipping: sum of squares (per rank, then all-reduced), factor, scaling. With
+  // one rank it must leave the same bits as clip_grad_norm.
+  auto make = [](ParameterSet& set) {
+    return add(set, "w", {0.0f, 0.0f, 0.0f}, {0.3f, -1.7f, 2.9f}, true) != nullptr &&
+           add(set, "g", {0.0f}, {-0.8f}, false) != nullptr;
+  };
+  ParameterSet whole, pieces;
+  ASSERT_TRUE(make(whole));
+  ASSERT_TRUE(make(pieces));
+  absl::StatusOr<double> norm = clip_grad_norm(ops(), whole, 1.0);
+  ASSERT_TRUE(norm.ok());
+  absl::StatusOr<double> sum = grad_sum_of_squares(ops(), pieces);
+  ASSERT_TRUE(sum.ok());
+  EXPECT_EQ(std::sqrt(*sum), *norm);
+  const std::optional<float> factor = clip_factor(std::sqrt(*sum), 1.0);
+  ASSERT_TRUE(factor.has_value());
+  ASSERT_TRUE(scale_grads(ops(), pieces, *factor).ok());
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(values_of(pieces.all()[i].grad), values_of(whole.all()[i].grad)) << i;
 }
 
 TEST(EngineParameterSet, AddFindZeroGrads) {
