@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -40,7 +41,17 @@ struct Rank {
   pid_t pid = -1;
   bool running = false;
   int status = 0;
+  bool killed_by_launcher = false;
 };
+
+// After a rank failed, how long the others get to notice on their own (a lost peer fails
+// their next collective at once) before the launcher kills them: a rank that died before
+// the rendezvous completed would otherwise leave the rest waiting out the whole timeout.
+constexpr std::chrono::seconds kGraceAfterFailure{30};
+
+bool failed(int status) {
+  return !(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 130));
+}
 
 std::string describe(int status) {
   if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
@@ -101,6 +112,7 @@ int run_local_ranks(const LocalLaunch& launch) {
 
   int forwarded = 0;
   int running = 0;
+  std::optional<std::chrono::steady_clock::time_point> first_failure;
   for (const Rank& k : ranks) running += k.running ? 1 : 0;
   while (running > 0) {
     // Forward each signal the launcher received, once, to every rank still running.
@@ -117,6 +129,14 @@ int run_local_ranks(const LocalLaunch& launch) {
         k.running = false;
         k.status = status;
         --running;
+        if (failed(status) && !first_failure) first_failure = std::chrono::steady_clock::now();
+      }
+    }
+    if (first_failure && std::chrono::steady_clock::now() - *first_failure > kGraceAfterFailure) {
+      for (Rank& k : ranks) {
+        if (!k.running || k.killed_by_launcher) continue;
+        kill(k.pid, SIGKILL);
+        k.killed_by_launcher = true;
       }
     }
     if (running > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -125,7 +145,7 @@ int run_local_ranks(const LocalLaunch& launch) {
   std::error_code ec;
   std::filesystem::remove_all(rendezvous, ec);
 
-  bool bad_input = false, failed = spawn_failures > 0, stopped = false;
+  bool bad_input = false, any_failed = spawn_failures > 0, stopped = false;
   for (size_t r = 0; r < ranks.size(); ++r) {
     const Rank& k = ranks[r];
     if (k.pid < 0) continue;
@@ -136,11 +156,12 @@ int run_local_ranks(const LocalLaunch& launch) {
       continue;
     }
     if (WIFEXITED(s) && WEXITSTATUS(s) == 2) bad_input = true;
-    failed = true;
-    std::fprintf(stderr, "fp8-train: rank %zu of %d failed (%s)\n", r, launch.nproc, describe(s).c_str());
+    any_failed = true;
+    std::fprintf(stderr, "fp8-train: rank %zu of %d failed (%s)\n", r, launch.nproc,
+                 k.killed_by_launcher ? "still running after another rank failed; killed" : describe(s).c_str());
   }
   if (bad_input) return 2;
-  if (failed) return 1;
+  if (any_failed) return 1;
   return stopped ? 130 : 0;
 }
 

@@ -6,7 +6,8 @@
 // after the same step and checkpoint (a second signal makes them exit at once, as for a
 // single process). Rank 0 prints the step log; every rank's failure is reported here with
 // its exit status, after all ranks ended (a rank that loses a peer fails within the
-// collective timeout, so none is left hanging).
+// collective timeout; ranks still running 30 s after another failed are killed, so none is
+// left hanging, e.g. in a rendezvous with a rank that died before joining).
 #pragma once
 
 #include <string>
