@@ -1,0 +1,56 @@
+#include "server/scheduler/liveness.h"
+
+#include <algorithm>
+#include <map>
+#include <type_traits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace fp8::scheduler {
+
+std::vector<std::string> LostWorkers(std::span<const WorkerHeartbeat> workers,
+                                     LivenessClock::time_point now,
+                                     LivenessClock::duration lost_after) {
+  std::map<std::string, LivenessClock::time_point> latest;  // sorted by id
+  for (const WorkerHeartbeat& w : workers) {
+    auto [it, inserted] = latest.emplace(w.id, w.last_heartbeat);
+    if (!inserted) it->second = std::max(it->second, w.last_heartbeat);
+  }
+  std::vector<std::string> lost;
+  for (const auto& [id, last] : latest) {
+    // A heartbeat stamped after `now` gives a negative silence: alive.
+    if (now - last > lost_after) lost.push_back(id);
+  }
+  return lost;
+}
+
+std::string DescribeFailure(const AttemptFailure& failure) {
+  return std::visit(
+      [](const auto& f) -> std::string {
+        using T = std::decay_t<decltype(f)>;
+        if constexpr (std::is_same_v<T, WorkerLost>) {
+          return absl::StrCat("worker '", f.worker_id, "' lost (no heartbeat)");
+        } else {
+          if (f.exit_code < 0) {
+            return absl::StrCat("rank ", f.rank, " on worker '", f.worker_id,
+                                "' killed by signal ", -f.exit_code);
+          }
+          return absl::StrCat("rank ", f.rank, " on worker '", f.worker_id,
+                              "' exited with code ", f.exit_code);
+        }
+      },
+      failure);
+}
+
+AttemptDecision DecideAfterFailure(const AttemptFailure& failure, int restarts_used,
+                                   int max_restarts) {
+  const int allowed = std::max(max_restarts, 0);
+  const int used = std::max(restarts_used, 0);
+  std::string cause = DescribeFailure(failure);
+  if (used < allowed) return Restart{used + 1, std::move(cause)};
+  return Fail{absl::StrCat(cause, "; no restarts left (", used, " of ", allowed,
+                           " used)")};
+}
+
+}  // namespace fp8::scheduler

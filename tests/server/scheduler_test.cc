@@ -1,0 +1,195 @@
+#include "server/scheduler/scheduler.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace fp8::scheduler {
+namespace {
+
+constexpr DeviceKind kCpu = DeviceKind::kCpu;
+constexpr DeviceKind kCuda = DeviceKind::kCuda;
+
+WorkerView Worker(std::string id, int64_t seq, DeviceKind kind = kCpu, bool busy = false,
+                  bool alive = true) {
+  return WorkerView{std::move(id), kind, seq, busy, alive};
+}
+
+JobView Job(std::string id, int priority, int64_t seq, int world_size,
+            DeviceKind kind = kCpu) {
+  return JobView{std::move(id), priority, seq, world_size, kind};
+}
+
+// The job ids placed, in placement order.
+std::vector<std::string> Ids(const std::vector<Placement>& ps) {
+  std::vector<std::string> ids;
+  for (const Placement& p : ps) ids.push_back(p.job_id);
+  return ids;
+}
+
+// The worker ids of one placement, by rank.
+std::vector<std::string> Workers(const Placement& p) {
+  std::vector<std::string> ids;
+  for (const RankSlot& s : p.ranks) ids.push_back(s.worker_id);
+  return ids;
+}
+
+using IdList = std::vector<std::string>;
+
+TEST(Schedule, NothingQueuedOrNoWorkers) {
+  std::vector<WorkerView> workers = {Worker("w1", 1)};
+  EXPECT_TRUE(Schedule({}, workers).empty());
+  std::vector<JobView> jobs = {Job("a", 0, 1, 1)};
+  EXPECT_TRUE(Schedule(jobs, {}).empty());
+}
+
+TEST(Schedule, HigherPriorityFirst) {
+  std::vector<JobView> jobs = {Job("low", 0, 1, 1), Job("high", 5, 2, 1)};
+  std::vector<WorkerView> workers = {Worker("w1", 1)};
+  EXPECT_EQ(Ids(Schedule(jobs, workers)), (IdList{"high"}));
+}
+
+TEST(Schedule, SubmissionOrderWithinAPriority) {
+  std::vector<JobView> jobs = {Job("third", 1, 30, 1), Job("first", 1, 10, 1),
+                               Job("second", 1, 20, 1)};
+  std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w2", 2)};
+  const auto ps = Schedule(jobs, workers);
+  EXPECT_EQ(Ids(ps), (IdList{"first", "second"}));
+  EXPECT_EQ(Workers(ps[0]), (IdList{"w1"}));
+  EXPECT_EQ(Workers(ps[1]), (IdList{"w2"}));
+}
+
+TEST(Schedule, NegativePrioritiesOrderToo) {
+  std::vector<JobView> jobs = {Job("neg", -3, 1, 1), Job("zero", 0, 2, 1)};
+  std::vector<WorkerView> workers = {Worker("w1", 1)};
+  EXPECT_EQ(Ids(Schedule(jobs, workers)), (IdList{"zero"}));
+}
+
+TEST(Schedule, GangWaitsForThirdWorkerThenPlaces) {
+  std::vector<JobView> jobs = {Job("gang", 0, 1, 3)};
+  std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w2", 2)};
+  EXPECT_TRUE(Schedule(jobs, workers).empty());
+
+  workers.push_back(Worker("w3", 3));
+  const auto ps = Schedule(jobs, workers);
+  ASSERT_EQ(ps.size(), 1u);
+  EXPECT_EQ(ps[0].job_id, "gang");
+  EXPECT_EQ(Workers(ps[0]), (IdList{"w1", "w2", "w3"}));
+}
+
+TEST(Schedule, NothingHeldPartially) {
+  // The 3-rank job at the head does not fit on cpu; it reserves nothing, and the cuda
+  // job that follows still gets both cuda workers.
+  std::vector<JobView> jobs = {Job("big", 9, 1, 3), Job("gpu", 0, 2, 2, kCuda)};
+  std::vector<WorkerView> workers = {Worker("c1", 1), Worker("c2", 2),
+                                     Worker("g1", 3, kCuda), Worker("g2", 4, kCuda)};
+  const auto ps = Schedule(jobs, workers);
+  ASSERT_EQ(Ids(ps), (IdList{"gpu"}));
+  EXPECT_EQ(Workers(ps[0]), (IdList{"g1", "g2"}));
+  for (const Placement& p : ps) EXPECT_NE(p.job_id, "big");
+}
+
+TEST(Schedule, HeadOfLineBlocksLowerJobsOfTheSameKind) {
+  // "big" cannot fit; "small" would, but must wait behind it so that big is not starved.
+  std::vector<JobView> jobs = {Job("big", 5, 1, 3), Job("small", 0, 2, 1)};
+  std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w2", 2)};
+  EXPECT_TRUE(Schedule(jobs, workers).empty());
+  // Higher-ordered jobs placed before the blocker are unaffected.
+  jobs.push_back(Job("first", 7, 0, 1));
+  EXPECT_EQ(Ids(Schedule(jobs, workers)), (IdList{"first"}));
+}
+
+TEST(Schedule, HeadOfLineDoesNotBlockTheOtherKind) {
+  std::vector<JobView> jobs = {Job("big-gpu", 5, 1, 4, kCuda), Job("small-gpu", 4, 2, 1, kCuda),
+                               Job("cpu-job", 0, 3, 2, kCpu)};
+  std::vector<WorkerView> workers = {Worker("g1", 1, kCuda), Worker("c1", 2),
+                                     Worker("c2", 3)};
+  const auto ps = Schedule(jobs, workers);
+  ASSERT_EQ(Ids(ps), (IdList{"cpu-job"}));
+  EXPECT_EQ(Workers(ps[0]), (IdList{"c1", "c2"}));
+}
+
+TEST(Schedule, KindsDoNotMix) {
+  std::vector<JobView> jobs = {Job("gpu", 0, 1, 2, kCuda)};
+  std::vector<WorkerView> workers = {Worker("c1", 1), Worker("c2", 2),
+                                     Worker("g1", 3, kCuda)};
+  EXPECT_TRUE(Schedule(jobs, workers).empty());
+
+  std::vector<JobView> cpu_jobs = {Job("cpu", 0, 1, 1)};
+  std::vector<WorkerView> gpu_only = {Worker("g1", 1, kCuda), Worker("g2", 2, kCuda)};
+  EXPECT_TRUE(Schedule(cpu_jobs, gpu_only).empty());
+}
+
+TEST(Schedule, BusyAndDeadWorkersAreSkipped) {
+  std::vector<JobView> jobs = {Job("j", 0, 1, 2)};
+  std::vector<WorkerView> workers = {
+      Worker("busy", 1, kCpu, /*busy=*/true), Worker("dead", 2, kCpu, false, /*alive=*/false),
+      Worker("ok1", 3)};
+  EXPECT_TRUE(Schedule(jobs, workers).empty());
+
+  workers.push_back(Worker("ok2", 4));
+  const auto ps = Schedule(jobs, workers);
+  ASSERT_EQ(ps.size(), 1u);
+  EXPECT_EQ(Workers(ps[0]), (IdList{"ok1", "ok2"}));
+}
+
+TEST(Schedule, RanksFollowRegistrationThenId) {
+  std::vector<JobView> jobs = {Job("j", 0, 1, 4)};
+  // Given out of order; "a" and "b" share a registered_seq, so id breaks the tie.
+  std::vector<WorkerView> workers = {Worker("z", 1), Worker("b", 7), Worker("y", 3),
+                                     Worker("a", 7)};
+  const auto ps = Schedule(jobs, workers);
+  ASSERT_EQ(ps.size(), 1u);
+  ASSERT_EQ(ps[0].ranks.size(), 4u);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(ps[0].ranks[r].rank, r);
+  EXPECT_EQ(Workers(ps[0]), (IdList{"z", "y", "a", "b"}));
+}
+
+TEST(Schedule, DeterministicWhateverTheInputOrder) {
+  std::vector<JobView> jobs = {Job("a", 1, 1, 2), Job("b", 1, 2, 1), Job("c", 0, 3, 1, kCuda)};
+  std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w2", 2), Worker("w3", 3),
+                                     Worker("g1", 4, kCuda)};
+  const auto expected = Schedule(jobs, workers);
+  std::vector<JobView> jobs_rev(jobs.rbegin(), jobs.rend());
+  std::vector<WorkerView> workers_rev(workers.rbegin(), workers.rend());
+  EXPECT_EQ(Schedule(jobs_rev, workers_rev), expected);
+  EXPECT_EQ(Schedule(jobs, workers), expected);
+}
+
+TEST(Schedule, SeveralJobsInOneCallUseDisjointWorkers) {
+  std::vector<JobView> jobs = {Job("a", 0, 1, 2), Job("b", 0, 2, 1), Job("c", 0, 3, 2),
+                               Job("g", 0, 4, 1, kCuda)};
+  std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w2", 2), Worker("w3", 3),
+                                     Worker("w4", 4), Worker("w5", 5),
+                                     Worker("g1", 6, kCuda)};
+  const auto ps = Schedule(jobs, workers);
+  ASSERT_EQ(Ids(ps), (IdList{"a", "b", "c", "g"}));
+  EXPECT_EQ(Workers(ps[0]), (IdList{"w1", "w2"}));
+  EXPECT_EQ(Workers(ps[1]), (IdList{"w3"}));
+  EXPECT_EQ(Workers(ps[2]), (IdList{"w4", "w5"}));
+  EXPECT_EQ(Workers(ps[3]), (IdList{"g1"}));
+}
+
+TEST(Schedule, WorkersRunOutMidQueueThenBlock) {
+  // a takes 2 of 3; b (2 ranks) no longer fits and blocks c (1 rank) behind it.
+  std::vector<JobView> jobs = {Job("a", 0, 1, 2), Job("b", 0, 2, 2), Job("c", 0, 3, 1)};
+  std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w2", 2), Worker("w3", 3)};
+  EXPECT_EQ(Ids(Schedule(jobs, workers)), (IdList{"a"}));
+}
+
+TEST(Schedule, MalformedWorldSizeIsSkippedAndBlocksNothing) {
+  std::vector<JobView> jobs = {Job("zero", 9, 1, 0), Job("neg", 8, 2, -1), Job("ok", 0, 3, 1)};
+  std::vector<WorkerView> workers = {Worker("w1", 1)};
+  EXPECT_EQ(Ids(Schedule(jobs, workers)), (IdList{"ok"}));
+}
+
+TEST(Schedule, DuplicateWorkerIdUsedOnce) {
+  std::vector<JobView> jobs = {Job("a", 0, 1, 1), Job("b", 0, 2, 1)};
+  std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w1", 2)};
+  EXPECT_EQ(Ids(Schedule(jobs, workers)), (IdList{"a"}));
+}
+
+}  // namespace
+}  // namespace fp8::scheduler
