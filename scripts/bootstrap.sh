@@ -12,7 +12,7 @@ packages=(
   libopenblas-dev libabsl-dev
   # control plane and engine
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libyaml-cpp-dev libsqlite3-dev libgloo-dev libcpp-httplib-dev libcli11-dev
+  libyaml-cpp-dev libsqlite3-dev libssl-dev libgloo-dev libcpp-httplib-dev libcli11-dev
   nlohmann-json3-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev

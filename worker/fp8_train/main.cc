@@ -4,6 +4,21 @@
 //   fp8-train --nproc 2 --config job.yaml          N local ranks (local_launcher.h)
 //   fp8-train --rank 1 --world-size 2 --rendezvous DIR --config job.yaml
 //                                                  one rank of a group meeting in DIR
+//   fp8-train --config job.yaml --rank R --world-size W --coordinator HOST:PORT
+//             --job-id job-7 --attempt 2 --rendezvous-namespace job-7/attempt-2/
+//             [--coordinator-ca FILE] [--listen HOST] [--timeout S] [--resume]
+//                                                  one rank of a job attempt the worker
+//                                                  daemon started (coordinator mode)
+//
+// Coordinator mode: the ranks meet through the coordinator's RendezvousService (in the
+// attempt's namespace) instead of a directory, and every rank reports its progress (rank 0
+// also its checkpoint commits) to the coordinator's TrainerService from a background
+// thread. The attempt's trainer token comes from the environment variable
+// FP8_TRAINER_TOKEN, never the command line (which any user can read in ps); it is sent as
+// "authorization: Bearer <token>". --coordinator-ca FILE (PEM) makes the channel TLS with
+// that root; without it the channel is plaintext. When the coordinator says the attempt
+// ended, the rank stops as if signalled (checkpoint written) but exits with 1, printing
+// "the coordinator ended this attempt".
 //
 // --nproc and --world-size set resources.world_size. Under FSDP only rank 0 prints the step
 // log; any rank's error is printed with its rank. --timeout bounds the rendezvous and
@@ -16,15 +31,24 @@
 //
 // Without --resume, a checkpoint.dir that already holds checkpoints is refused (exit 2).
 //
-// Exit status: 0 trained to the last step; 2 bad command line or job file; 130 stopped
-// by a signal (checkpoint written); 1 any other failure.
+// Exit status: 0 trained to the last step; 2 bad command line or job file (or no token in
+// coordinator mode); 130 stopped by a signal (checkpoint written); 1 any other failure,
+// the coordinator ending the attempt included.
 #include <cblas.h>
 
+#include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include <grpcpp/grpcpp.h>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -36,6 +60,8 @@
 #include "worker/engine/train/trainer.h"
 #include "worker/fp8_train/blas_environment.h"
 #include "worker/fp8_train/console_observer.h"
+#include "worker/fp8_train/coordinator_reporter.h"
+#include "worker/fp8_train/coordinator_store.h"
 #include "worker/fp8_train/local_launcher.h"
 
 namespace {
@@ -83,6 +109,79 @@ absl::Status refuse_to_overwrite(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// Coordinator mode's flags, and the token from the environment.
+struct CoordinatorFlags {
+  std::string address;  // empty: not in coordinator mode
+  std::string job_id;
+  int attempt = 0;
+  std::string rendezvous_namespace;
+  std::string ca_file;
+  std::string token;
+};
+
+constexpr char kTokenVariable[] = "FP8_TRAINER_TOKEN";
+
+absl::StatusOr<std::string> read_token() {
+  const char* token = std::getenv(kTokenVariable);
+  if (token == nullptr || *token == '\0') {
+    return absl::InvalidArgumentError(absl::StrCat("--coordinator needs the attempt's trainer token in the environment "
+                                                   "variable ", kTokenVariable,
+                                                   " (never on the command line, where ps shows it)"));
+  }
+  return std::string(token);
+}
+
+// The channel every coordinator call of this rank shares: TLS with the CA in
+// --coordinator-ca, plaintext without it.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> connect_coordinator(const CoordinatorFlags& c) {
+  if (c.ca_file.empty()) return grpc::CreateChannel(c.address, grpc::InsecureChannelCredentials());
+  std::ifstream in(c.ca_file, std::ios::binary);
+  std::ostringstream pem;
+  pem << in.rdbuf();
+  if (!in || pem.str().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--coordinator-ca ", c.ca_file, ": cannot read the CA certificate"));
+  }
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem.str();
+  return grpc::CreateChannel(c.address, grpc::SslCredentials(ssl));
+}
+
+// The store the ranks meet through: the coordinator's rendezvous in coordinator mode, a
+// file store in the rendezvous directory otherwise.
+absl::StatusOr<std::unique_ptr<fp8::engine::dist::KeyValueStore>> open_store(
+    const CoordinatorFlags& c, const std::shared_ptr<grpc::Channel>& channel, const std::string& rendezvous_dir,
+    double timeout_s) {
+  if (channel == nullptr) {
+    absl::StatusOr<std::unique_ptr<fp8::engine::dist::FileStore>> store =
+        fp8::engine::dist::FileStore::open(rendezvous_dir);
+    if (!store.ok()) return store.status();
+    return std::unique_ptr<fp8::engine::dist::KeyValueStore>(std::move(*store));
+  }
+  fp8::train_cli::CoordinatorStoreOptions options;
+  options.address = c.address;
+  options.rendezvous_namespace = c.rendezvous_namespace;
+  options.token = c.token;
+  options.retry_window = absl::Seconds(timeout_s);
+  return std::unique_ptr<fp8::engine::dist::KeyValueStore>(
+      std::make_unique<fp8::train_cli::CoordinatorStore>(channel, std::move(options)));
+}
+
+// Reports to the coordinator, wrapping the rank's own observer; raises g_stop when the
+// coordinator ends the attempt.
+std::unique_ptr<fp8::train_cli::CoordinatorReporter> make_reporter(const CoordinatorFlags& c,
+                                                                   const std::shared_ptr<grpc::Channel>& channel,
+                                                                   int rank, int world_size,
+                                                                   fp8::engine::TrainObserver& inner) {
+  fp8::train_cli::CoordinatorReporterOptions options;
+  options.address = c.address;
+  options.token = c.token;
+  options.job_id = c.job_id;
+  options.attempt = c.attempt;
+  options.rank = rank;
+  options.world_size = world_size;
+  return std::make_unique<fp8::train_cli::CoordinatorReporter>(channel, std::move(options), inner, &g_stop);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,6 +193,7 @@ int main(int argc, char** argv) {
   int nproc = 0, rank = -1, world_size = 0;
   std::string rendezvous, listen = "127.0.0.1";
   double timeout_s = 300;
+  CoordinatorFlags coord;
   app.add_option("--config", config, "the job file (job.yaml)")->required();
   app.add_flag("--resume", resume, "continue from the newest good checkpoint in checkpoint.dir");
   app.add_option("--set", overrides, "override a field of the job file, e.g. --set train.steps=500")
@@ -107,10 +207,22 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", timeout_s, "seconds the rendezvous and each collective wait for a peer")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  rank_opt->needs(world_opt, rdzv_opt);
+  auto* coord_opt = app.add_option("--coordinator", coord.address,
+                                   "HOST:PORT of the coordinator: meet and report there (the worker daemon's mode)");
+  auto* job_opt = app.add_option("--job-id", coord.job_id, "coordinator mode: the job (\"job-7\")");
+  auto* attempt_opt =
+      app.add_option("--attempt", coord.attempt, "coordinator mode: the attempt number")->check(CLI::PositiveNumber);
+  auto* ns_opt = app.add_option("--rendezvous-namespace", coord.rendezvous_namespace,
+                                "coordinator mode: the attempt's rendezvous namespace (\"job-7/attempt-2/\")");
+  auto* ca_opt = app.add_option("--coordinator-ca", coord.ca_file,
+                                "coordinator mode: PEM file of the CA to trust; makes the channel TLS");
   world_opt->needs(rank_opt);
   rdzv_opt->needs(rank_opt);
+  rank_opt->needs(world_opt);
   nproc_opt->excludes(rank_opt);
+  coord_opt->needs(rank_opt, world_opt, job_opt, attempt_opt, ns_opt);
+  coord_opt->excludes(rdzv_opt, nproc_opt);
+  for (CLI::Option* o : {job_opt, attempt_opt, ns_opt, ca_opt}) o->needs(coord_opt);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -121,7 +233,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool joining = rank_opt->count() > 0;
+  const bool coordinated = coord_opt->count() > 0;
+  if (joining && !coordinated && rdzv_opt->count() == 0) {
+    std::fprintf(stderr, "fp8-train: --rank needs --rendezvous DIR or --coordinator HOST:PORT\n");
+    return 2;
+  }
   if (joining) g_who = "fp8-train [rank " + std::to_string(rank) + "]";
+  std::shared_ptr<grpc::Channel> channel;  // coordinator mode only
+  if (coordinated) {
+    absl::StatusOr<std::string> token = read_token();
+    if (!token.ok()) return fail(token.status(), 2);
+    coord.token = std::move(*token);
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> connected = connect_coordinator(coord);
+    if (!connected.ok()) return fail(connected.status(), 2);
+    channel = std::move(*connected);
+  }
   std::vector<std::string> all_overrides = overrides;
   if (nproc > 0) all_overrides.push_back("resources.world_size=" + std::to_string(nproc));
   if (joining) all_overrides.push_back("resources.world_size=" + std::to_string(world_size));
@@ -160,15 +286,16 @@ int main(int argc, char** argv) {
     device = cuda.get();
   }
 
-  // Under FSDP, the ranks meet through a file store in the rendezvous directory.
+  // Under FSDP, the ranks meet through a file store in the rendezvous directory, or the
+  // coordinator's rendezvous. A coordinated job of one rank needs no group.
   std::unique_ptr<fp8::engine::dist::ProcessGroup> group;
-  if (joining) {
+  if (joining && (!coordinated || world_size > 1)) {
     if (device->is_cuda()) {
       return fail(absl::UnimplementedError("FSDP on CUDA devices (NCCL) is not wired into fp8-train yet; "
                                            "use resources.device: cpu"));
     }
-    absl::StatusOr<std::unique_ptr<fp8::engine::dist::FileStore>> store =
-        fp8::engine::dist::FileStore::open(rendezvous);
+    absl::StatusOr<std::unique_ptr<fp8::engine::dist::KeyValueStore>> store =
+        open_store(coord, channel, rendezvous, timeout_s);
     if (!store.ok()) return fail(store.status());
     fp8::engine::dist::ProcessGroupOptions options;
     options.timeout = absl::Seconds(timeout_s);
@@ -183,7 +310,10 @@ int main(int argc, char** argv) {
   if (!trainer.ok()) return fail(trainer.status());
   fp8::train_cli::ConsoleObserver console(stdout);
   OtherRankObserver quiet;
-  fp8::engine::TrainObserver& observer = rank <= 0 ? static_cast<fp8::engine::TrainObserver&>(console) : quiet;
+  fp8::engine::TrainObserver& local = rank <= 0 ? static_cast<fp8::engine::TrainObserver&>(console) : quiet;
+  std::unique_ptr<fp8::train_cli::CoordinatorReporter> reporter;
+  if (coordinated) reporter = make_reporter(coord, channel, std::max(rank, 0), job_world, local);
+  fp8::engine::TrainObserver& observer = reporter ? static_cast<fp8::engine::TrainObserver&>(*reporter) : local;
   if (resume) {
     absl::StatusOr<int64_t> from = (*trainer)->resume(observer);
     if (!from.ok()) return fail(from.status());
@@ -192,7 +322,8 @@ int main(int argc, char** argv) {
     }
   }
 
-  // A signal the parent set to be ignored (a shell's background job ignores SIGINT) stays
+  // g_stop is also raised by the reporter when the coordinator ends the attempt. A signal the
+  // parent set to be ignored (a shell's background job ignores SIGINT) stays
   // ignored.
   for (int sig : {SIGINT, SIGTERM}) {
     if (std::signal(sig, on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
@@ -200,6 +331,10 @@ int main(int argc, char** argv) {
   fp8::engine::RunControl control;
   control.stop = &g_stop;
   absl::StatusOr<fp8::engine::TrainSummary> summary = (*trainer)->run(observer, control);
+  if (reporter && reporter->attempt_ended() && (!summary.ok() || summary->stopped_early)) {
+    if (!summary.ok()) fail(summary.status());
+    return fail(absl::AbortedError("the coordinator ended this attempt"));
+  }
   if (!summary.ok()) return fail(summary.status());
   return summary->stopped_early ? 130 : 0;
 }

@@ -1,0 +1,489 @@
+// The coordinator's core: loading state, tokens, the job API and the attempt lifecycle.
+// Worker calls are in coordinator_workers.cc, trainer calls in coordinator_trainers.cc.
+#include "server/coordinator/coordinator.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "server/coordinator/job_events.h"
+#include "server/scheduler/scheduler.h"
+
+namespace fp8::server {
+namespace {
+
+scheduler::DeviceKind KindOf(int device) {
+  return device == v1::ResourceSpec::CUDA ? scheduler::DeviceKind::kCuda : scheduler::DeviceKind::kCpu;
+}
+
+absl::Status Unavailable() { return absl::UnavailableError("the coordinator is shutting down"); }
+
+}  // namespace
+
+std::string RendezvousNamespace(const std::string& job_id, int attempt) {
+  return absl::StrCat(job_id, "/attempt-", attempt, "/");
+}
+
+Coordinator::Coordinator(std::unique_ptr<store::CoordinatorStore> store, RendezvousStore& rendezvous,
+                         CoordinatorOptions options)
+    : store_(std::move(store)), rendezvous_(rendezvous), options_(std::move(options)),
+      advertise_address_(options_.advertise_address) {}
+
+void Coordinator::SetAdvertiseAddress(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  advertise_address_ = address;
+}
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr<store::CoordinatorStore> store,
+                                                                  RendezvousStore& rendezvous,
+                                                                  CoordinatorOptions options) {
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(store), rendezvous, std::move(options)));
+  absl::MutexLock lock(&c->mu_);
+  FP8_RETURN_IF_ERROR(c->Load());
+  return c;
+}
+
+absl::Status Coordinator::Load() {
+  FP8_ASSIGN_OR_RETURN(auto jobs, store_->active_jobs());
+  for (auto& [submitted_seq, job] : jobs) {
+    ActiveJob active;
+    int64_t number = 0;
+    absl::string_view id = job.id();
+    if (!absl::ConsumePrefix(&id, "job-") || !absl::SimpleAtoi(id, &number)) {
+      return absl::DataLossError(absl::StrCat("state database: job id '", job.id(), "' is malformed"));
+    }
+    active.number = number;
+    active.submitted_seq = submitted_seq;
+    // A restarting job waits out its backoff afresh: the moment it was due is not stored.
+    active.restart_at = Clock::now();
+    if (job.state() == v1::Job::RUNNING && job.attempt_history_size() > 0) {
+      const v1::Attempt& last = job.attempt_history(job.attempt_history_size() - 1);
+      AttemptRuntime runtime;
+      runtime.number = last.number();
+      for (const v1::RankPlacement& p : last.ranks()) {
+        // They were started before the restart.
+        runtime.ranks.push_back(RankRuntime{p.worker_id(), p.device_name(), false, true, std::nullopt});
+      }
+      active.attempt = std::move(runtime);
+    }
+    active.job = std::move(job);
+    active_.emplace(active.job.id(), std::move(active));
+  }
+  // Known workers get a full lost_after from now to heartbeat again.
+  FP8_ASSIGN_OR_RETURN(auto workers, store_->workers());
+  for (store::WorkerRecord& record : workers) {
+    Worker w;
+    w.record = std::move(record);
+    w.last_heartbeat = Clock::now();
+    workers_.emplace(w.record.id, std::move(w));
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::StartTicking() {
+  ticker_ = std::thread([this] {
+    const absl::Duration period = std::max(options_.heartbeat_interval / 4, absl::Milliseconds(20));
+    absl::MutexLock lock(&mu_);
+    while (!shutting_down_) {
+      mu_.AwaitWithTimeout(absl::Condition(&shutting_down_), period);
+      if (shutting_down_) break;
+      mu_.Unlock();
+      Tick();
+      mu_.Lock();
+    }
+  });
+}
+
+void Coordinator::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+    events_changed_.SignalAll();
+  }
+  if (ticker_.joinable()) ticker_.join();
+}
+
+// ---- tokens -----------------------------------------------------------------------------
+
+absl::StatusOr<Principal> Coordinator::Authenticate(const std::string& token) {
+  const std::string hash = HashToken(token);
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return Unavailable();
+  FP8_ASSIGN_OR_RETURN(std::optional<store::TokenRecord> record, store_->token(hash));
+  if (record.has_value()) return Principal{record->role, record->name, "", 0};
+  FP8_ASSIGN_OR_RETURN(std::optional<store::TrainerTokenRecord> trainer, store_->trainer_token(hash));
+  if (trainer.has_value()) {
+    return Principal{Role::kTrainer, absl::StrCat(trainer->job_id, "/attempt-", trainer->attempt), trainer->job_id,
+                     trainer->attempt};
+  }
+  return absl::UnauthenticatedError("unknown or revoked token");
+}
+
+absl::StatusOr<std::string> Coordinator::CreateToken(Role role, const std::string& name) {
+  if (role == Role::kTrainer) return absl::InvalidArgumentError("trainer tokens are made per attempt");
+  if (name.empty() || name.size() > 63) return absl::InvalidArgumentError("token name: 1 to 63 characters");
+  std::string token = NewToken(role);
+  absl::MutexLock lock(&mu_);
+  FP8_RETURN_IF_ERROR(store_->add_token(HashToken(token), store::TokenRecord{name, role}));
+  return token;
+}
+
+// ---- the job API ------------------------------------------------------------------------
+
+absl::StatusOr<v1::Job> Coordinator::VisibleJob(const Principal& who, const std::string& job_id) {
+  if (who.role != Role::kAdmin && who.role != Role::kUser) {
+    return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not use the job API"));
+  }
+  auto it = active_.find(job_id);
+  std::optional<v1::Job> job;
+  if (it != active_.end()) {
+    job = it->second.job;
+  } else {
+    FP8_ASSIGN_OR_RETURN(job, store_->job(job_id));
+  }
+  if (!job.has_value() || (!who.is_admin() && job->spec().owner() != who.name)) {
+    return absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'"));
+  }
+  return *job;
+}
+
+absl::StatusOr<v1::Job> Coordinator::Submit(const Principal& who, const v1::SubmitJobRequest& request) {
+  if (who.role != Role::kAdmin && who.role != Role::kUser) {
+    return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not submit jobs"));
+  }
+  if (request.idempotency_key().size() > 128) {
+    return absl::InvalidArgumentError("idempotency_key: longer than 128 characters");
+  }
+  v1::JobSpec spec = request.spec();
+  if (!spec.has_owner() || spec.owner().empty()) spec.set_owner(who.name);
+  if (!who.is_admin() && spec.owner() != who.name) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("spec.owner: user '", who.name, "' may not submit jobs for '", spec.owner(), "'"));
+  }
+  FP8_ASSIGN_OR_RETURN(v1::JobSpec resolved, AdmitJobSpec(spec, options_.roots));
+
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return Unavailable();
+  if (!request.idempotency_key().empty()) {
+    FP8_ASSIGN_OR_RETURN(std::optional<std::string> earlier,
+                         store_->job_by_idempotency_key(resolved.owner(), request.idempotency_key()));
+    if (earlier.has_value()) return VisibleJob(who, *earlier);
+  }
+  ActiveJob active;
+  v1::Job job;
+  absl::Status s = store_->transaction([&]() -> absl::Status {
+    FP8_ASSIGN_OR_RETURN(active.number, store_->next("job"));
+    FP8_ASSIGN_OR_RETURN(active.submitted_seq, store_->next("submission"));
+    job.set_id(absl::StrCat("job-", active.number));
+    *job.mutable_spec() = resolved;
+    job.set_idempotency_key(request.idempotency_key());
+    job.set_state(v1::Job::QUEUED);
+    job.set_restarts_left(resolved.restarts().max_restarts());
+    job.set_created_unix_ms(NowUnixMs());
+    FP8_RETURN_IF_ERROR(store_->put_job(job, active.number, active.submitted_seq));
+    v1::JobEvent queued = StateChangeEvent(job.id(), v1::Job::STATE_UNSPECIFIED, v1::Job::QUEUED, "submitted");
+    return store_->append_event(queued).status();
+  });
+  if (!s.ok()) return s;
+  active.job = job;
+  active_.emplace(job.id(), std::move(active));
+  ++event_generation_;
+  events_changed_.SignalAll();
+  ScheduleLocked();
+  return VisibleJob(who, job.id());
+}
+
+absl::StatusOr<v1::Job> Coordinator::GetJob(const Principal& who, const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return Unavailable();
+  return VisibleJob(who, job_id);
+}
+
+absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const Principal& who, const v1::ListJobsRequest& request) {
+  if (who.role != Role::kAdmin && who.role != Role::kUser) {
+    return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not use the job API"));
+  }
+  if (request.page_size() < 0 || request.page_size() > 1000) {
+    return absl::InvalidArgumentError("page_size: must be in [0, 1000]");
+  }
+  store::ListFilter filter;
+  filter.owner = request.owner();
+  if (!who.is_admin()) {
+    if (!filter.owner.empty() && filter.owner != who.name) {
+      return absl::PermissionDeniedError(absl::StrCat("owner: user '", who.name, "' may list only its own jobs"));
+    }
+    filter.owner = who.name;
+  }
+  for (int s : request.states()) filter.states.push_back(static_cast<v1::Job::State>(s));
+  filter.limit = request.page_size() == 0 ? 100 : request.page_size();
+  if (!request.page_token().empty() && !absl::SimpleAtoi(request.page_token(), &filter.before_number)) {
+    return absl::InvalidArgumentError("page_token: not a token this coordinator handed out");
+  }
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return Unavailable();
+  FP8_ASSIGN_OR_RETURN(auto jobs, store_->list_jobs(filter));
+  v1::ListJobsResponse response;
+  for (auto& [number, job] : jobs) {
+    job.clear_attempt_history();
+    *response.add_jobs() = std::move(job);
+  }
+  if (static_cast<int>(jobs.size()) == filter.limit) response.set_next_page_token(absl::StrCat(jobs.back().first));
+  return response;
+}
+
+absl::StatusOr<v1::Job> Coordinator::CancelJob(const Principal& who, const v1::CancelJobRequest& request) {
+  if (request.reason().size() > 1024) return absl::InvalidArgumentError("reason: longer than 1024 characters");
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return Unavailable();
+  FP8_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, request.job_id()));
+  if (job.state() == v1::Job::CANCELLED) return job;
+  if (IsFinal(job.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job.id(), " already ended ", v1::Job::State_Name(job.state())));
+  }
+  ActiveJob& active = active_.at(job.id());
+  std::string reason = absl::StrCat("cancelled by ", who.name);
+  if (!request.reason().empty()) absl::StrAppend(&reason, ": ", request.reason());
+  if (active.attempt.has_value()) {
+    FP8_RETURN_IF_ERROR(EndAttempt(active, v1::Attempt::CANCELLED, reason, reason));
+  } else {
+    v1::Job next = active.job;
+    next.set_state(v1::Job::CANCELLED);
+    next.set_failure_reason(reason);
+    next.set_finished_unix_ms(NowUnixMs());
+    FP8_RETURN_IF_ERROR(
+        Commit(active, next, {StateChangeEvent(job.id(), active.job.state(), v1::Job::CANCELLED, reason)}));
+  }
+  v1::Job out = active.job;
+  ForgetFinalJob(job.id());
+  return out;
+}
+
+absl::StatusOr<EventBatch> Coordinator::EventsAfter(const Principal& who, const std::string& job_id,
+                                                    int64_t after_sequence, bool include_progress) {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return Unavailable();
+  FP8_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, job_id));
+  EventBatch batch;
+  FP8_ASSIGN_OR_RETURN(batch.events, store_->events_after(job_id, after_sequence, include_progress, 500));
+  batch.job_final = IsFinal(job.state());
+  return batch;
+}
+
+void Coordinator::AwaitEvents(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return;
+  const int64_t seen = event_generation_;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (event_generation_ == seen && !shutting_down_) {
+    if (events_changed_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+}
+
+absl::StatusOr<v1::GetJobLogsResponse> Coordinator::GetJobLogs(const Principal& who,
+                                                               const v1::GetJobLogsRequest& request) {
+  if (request.tail_lines() < 0 || request.tail_lines() > 10000) {
+    return absl::InvalidArgumentError("tail_lines: must be in [0, 10000]");
+  }
+  if (request.attempt() < 0) return absl::InvalidArgumentError("attempt: must be >= 0");
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return Unavailable();
+  FP8_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, request.job_id()));
+  const int attempt = request.attempt() == 0 ? job.attempts() : request.attempt();
+  std::optional<int> rank;
+  if (request.has_rank()) rank = request.rank();
+  FP8_ASSIGN_OR_RETURN(store::LogTail tail,
+                       store_->tail_logs(job.id(), attempt, rank, request.tail_lines() == 0 ? 100 : request.tail_lines()));
+  v1::GetJobLogsResponse response;
+  for (v1::JobLogLine& l : tail.lines) *response.add_lines() = std::move(l);
+  response.set_truncated(tail.truncated);
+  return response;
+}
+
+// ---- the attempt lifecycle ------------------------------------------------------------------
+
+absl::Status Coordinator::Commit(ActiveJob& active, v1::Job next, std::vector<v1::JobEvent> events) {
+  FP8_RETURN_IF_ERROR(store_->transaction([&]() -> absl::Status {
+    FP8_RETURN_IF_ERROR(store_->put_job(next, active.number, active.submitted_seq));
+    for (v1::JobEvent& e : events) FP8_RETURN_IF_ERROR(store_->append_event(e).status());
+    return absl::OkStatus();
+  }));
+  active.job = std::move(next);
+  ++event_generation_;
+  events_changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+void Coordinator::ForgetFinalJob(const std::string& job_id) {
+  auto it = active_.find(job_id);
+  if (it != active_.end() && IsFinal(it->second.job.state())) active_.erase(it);
+}
+
+bool Coordinator::WorkerBusy(const Worker& worker) const {
+  if (!worker.listed.empty()) return true;  // still running (or stopping) some rank
+  for (const auto& [id, active] : active_) {
+    if (!active.attempt.has_value()) continue;
+    for (const RankRuntime& r : active.attempt->ranks) {
+      if (r.worker_id == worker.record.id && !r.exit_code.has_value()) return true;
+    }
+  }
+  return false;
+}
+
+void Coordinator::ScheduleLocked() {
+  if (shutting_down_) return;
+  const Clock::time_point now = Clock::now();
+  std::vector<scheduler::JobView> queued;
+  for (const auto& [id, active] : active_) {
+    const v1::Job::State s = active.job.state();
+    if (s == v1::Job::QUEUED || (s == v1::Job::RESTARTING && now >= active.restart_at)) {
+      queued.push_back(scheduler::JobView{id, active.job.spec().priority(), active.submitted_seq,
+                                          active.job.spec().resources().world_size(),
+                                          KindOf(active.job.spec().resources().device())});
+    }
+  }
+  if (queued.empty()) return;
+  std::vector<scheduler::WorkerView> views;
+  for (const auto& [id, w] : workers_) {
+    views.push_back(scheduler::WorkerView{id, KindOf(w.record.device_kind), w.record.registered_seq, WorkerBusy(w),
+                                          now - w.last_heartbeat <= absl::ToChronoNanoseconds(options_.lost_after)});
+  }
+  for (const scheduler::Placement& p : scheduler::Schedule(queued, views)) {
+    std::vector<std::string> worker_ids;
+    for (const scheduler::RankSlot& slot : p.ranks) worker_ids.push_back(slot.worker_id);
+    if (absl::Status s = StartAttempt(active_.at(p.job_id), worker_ids); !s.ok()) {
+      std::fprintf(stderr, "fp8-coordinator: starting %s failed: %s\n", p.job_id.c_str(),
+                   std::string(s.message()).c_str());
+    }
+  }
+}
+
+absl::Status Coordinator::StartAttempt(ActiveJob& active, const std::vector<std::string>& worker_ids) {
+  v1::Job next = active.job;
+  const int number = next.attempts() + 1;
+  next.set_attempts(number);
+  next.set_state(v1::Job::RUNNING);
+  if (next.started_unix_ms() == 0) next.set_started_unix_ms(NowUnixMs());
+  v1::Attempt* attempt = next.add_attempt_history();
+  attempt->set_number(number);
+  attempt->set_state(v1::Attempt::STARTING);
+  attempt->set_resumed_from_step(next.last_checkpoint_step());
+  attempt->set_started_unix_ms(NowUnixMs());
+  AttemptRuntime runtime;
+  runtime.number = number;
+  runtime.trainer_token = NewToken(Role::kTrainer);
+  for (size_t r = 0; r < worker_ids.size(); ++r) {
+    const Worker& w = workers_.at(worker_ids[r]);
+    v1::RankPlacement* p = attempt->add_ranks();
+    p->set_rank(static_cast<int>(r));
+    p->set_worker_id(w.record.id);
+    p->set_device_name(w.record.device_name);
+    runtime.ranks.push_back(RankRuntime{w.record.id, w.record.device_name, false, false, std::nullopt});
+  }
+  std::vector<v1::JobEvent> events = {
+      StateChangeEvent(next.id(), active.job.state(), v1::Job::RUNNING,
+                       number == 1 ? "placed" : absl::StrCat("restart ", number - 1)),
+      AttemptStartedEvent(next.id(), *attempt)};
+  FP8_RETURN_IF_ERROR(store_->add_trainer_token(HashToken(runtime.trainer_token),
+                                                store::TrainerTokenRecord{next.id(), number}));
+  FP8_RETURN_IF_ERROR(Commit(active, next, std::move(events)));
+  for (size_t r = 0; r < worker_ids.size(); ++r) {
+    v1::StartRank* start = workers_.at(worker_ids[r]).pending.emplace_back().mutable_start_rank();
+    start->set_job_id(next.id());
+    start->set_attempt(number);
+    start->set_rank(static_cast<int>(r));
+    start->set_world_size(static_cast<int>(worker_ids.size()));
+    *start->mutable_spec() = next.spec();
+    start->set_resume_step(next.last_checkpoint_step());
+    start->set_rendezvous_namespace(RendezvousNamespace(next.id(), number));
+    start->set_coordinator_address(advertise_address_);
+    start->set_trainer_token(runtime.trainer_token);
+  }
+  active.attempt = std::move(runtime);
+  return absl::OkStatus();
+}
+
+void Coordinator::QueueStop(Worker& worker, const std::string& job_id, int attempt, const std::string& reason) {
+  const std::string key = absl::StrCat(job_id, "/", attempt);
+  const Clock::time_point now = Clock::now();
+  auto it = worker.stops_sent.find(key);
+  if (it != worker.stops_sent.end() && now - it->second < std::chrono::seconds(5)) return;
+  worker.stops_sent[key] = now;
+  v1::StopRank* stop = worker.pending.emplace_back().mutable_stop_rank();
+  stop->set_job_id(job_id);
+  stop->set_attempt(attempt);
+  stop->set_grace_seconds(options_.stop_grace_seconds);
+  stop->set_reason(reason);
+}
+
+absl::Status Coordinator::EndAttempt(ActiveJob& active, v1::Attempt::State attempt_state, const std::string& reason,
+                                     const std::string& cancelled_by) {
+  AttemptRuntime& runtime = *active.attempt;
+  v1::Job next = active.job;
+  v1::Attempt* attempt = next.mutable_attempt_history(next.attempt_history_size() - 1);
+  attempt->set_state(attempt_state);
+  attempt->set_ended_unix_ms(NowUnixMs());
+  if (attempt_state != v1::Attempt::SUCCEEDED) attempt->set_end_reason(reason);
+  std::vector<v1::JobEvent> events = {AttemptEndedEvent(next.id(), *attempt)};
+
+  v1::Job::State job_state = v1::Job::SUCCEEDED;
+  std::string job_reason;
+  if (attempt_state == v1::Attempt::CANCELLED) {
+    job_state = v1::Job::CANCELLED;
+    job_reason = cancelled_by;
+  } else if (attempt_state == v1::Attempt::FAILED) {
+    const int max_restarts = next.spec().restarts().max_restarts();
+    const int used = max_restarts - next.restarts_left();
+    if (used < max_restarts) {
+      job_state = v1::Job::RESTARTING;
+      job_reason = reason;
+      next.set_restarts_left(next.restarts_left() - 1);
+    } else {
+      job_state = v1::Job::FAILED;
+      job_reason = max_restarts == 0 ? reason : absl::StrCat(reason, " (all ", max_restarts, " restarts used)");
+    }
+  }
+  next.set_state(job_state);
+  if (job_state != v1::Job::SUCCEEDED) next.set_failure_reason(job_state == v1::Job::RESTARTING ? "" : job_reason);
+  if (IsFinal(job_state)) next.set_finished_unix_ms(NowUnixMs());
+  events.push_back(StateChangeEvent(next.id(), active.job.state(), job_state, job_reason));
+  FP8_RETURN_IF_ERROR(store_->transaction([&]() -> absl::Status {
+    return store_->delete_trainer_tokens(next.id(), runtime.number);
+  }));
+  FP8_RETURN_IF_ERROR(Commit(active, next, std::move(events)));
+
+  // Every rank still running stops now, whatever its peers are doing: none may be left
+  // waiting in a collective.
+  std::set<std::string> told;
+  for (const RankRuntime& r : runtime.ranks) {
+    if (r.exit_code.has_value() || told.count(r.worker_id)) continue;
+    auto w = workers_.find(r.worker_id);
+    if (w == workers_.end()) continue;
+    QueueStop(w->second, next.id(), runtime.number, reason.empty() ? "attempt ended" : reason);
+    told.insert(r.worker_id);
+  }
+  rendezvous_.delete_namespace(RendezvousNamespace(next.id(), runtime.number));
+  active.attempt.reset();
+  if (job_state == v1::Job::RESTARTING) {
+    active.restart_at = Clock::now() + std::chrono::seconds(next.spec().restarts().backoff_seconds());
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::Tick() {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return;
+  CheckLiveness();
+  std::vector<std::string> done;
+  for (const auto& [id, active] : active_) {
+    if (IsFinal(active.job.state())) done.push_back(id);
+  }
+  for (const std::string& id : done) ForgetFinalJob(id);
+  ScheduleLocked();
+}
+
+}  // namespace fp8::server

@@ -1,0 +1,197 @@
+// The coordinator's state machine: jobs, their attempts, the workers and what each must
+// do next. The gRPC services are thin adapters over it (services/), so everything here is
+// plain C++ over proto messages, driven directly by tests.
+//
+// One mutex guards it all, the store included: every call is short (no call blocks on
+// the network; rendezvous waits live in RendezvousStore, outside this lock). Each change
+// is committed to the store, together with the events it causes, before it takes effect
+// in memory, so a coordinator killed at any instant restarts into a state it reported.
+//
+// Workers pull: their heartbeats carry their ranks' status and return the commands queued
+// for them (StartRank, StopRank). A job's life:
+//   Submit -> QUEUED -> (gang placed by Tick) RUNNING, StartRank to each worker
+//   -> every rank exits 0 -> SUCCEEDED
+//   -> a rank exits non-zero / its worker is lost -> the attempt ends on every rank
+//      (StopRank, rendezvous closed, trainer token revoked) -> RESTARTING (backoff, then
+//      queued again, resuming from the last committed checkpoint) or FAILED
+//   -> CancelJob -> CANCELLED (ranks stopped).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "fp8/v1/job_service.pb.h"
+#include "fp8/v1/rendezvous_service.pb.h"
+#include "fp8/v1/trainer_service.pb.h"
+#include "fp8/v1/worker_service.pb.h"
+#include "server/auth/token.h"
+#include "server/coordinator/coordinator_options.h"
+#include "server/rendezvous/rendezvous_store.h"
+#include "server/scheduler/liveness.h"
+#include "server/store/coordinator_store.h"
+
+namespace fp8::server {
+
+// A page of events for WatchJob.
+struct EventBatch {
+  std::vector<v1::JobEvent> events;
+  bool job_final = false;  // the job is in a final state (its last event is in the store)
+};
+
+class Coordinator {
+ public:
+  using Clock = scheduler::LivenessClock;
+
+  // Loads the state left by an earlier run: active jobs carry on; the workers it knew get
+  // lost_after to heartbeat again before their attempts fail.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(std::unique_ptr<store::CoordinatorStore> store,
+                                                             RendezvousStore& rendezvous, CoordinatorOptions options);
+  ~Coordinator();
+
+  // The host:port handed to trainers (StartRank.coordinator_address), once the server's
+  // port is known.
+  void SetAdvertiseAddress(const std::string& address);
+
+  // Starts the background thread that runs Tick() every heartbeat_interval / 4.
+  void StartTicking();
+
+  // Who a bearer token belongs to; UNAUTHENTICATED when nobody.
+  absl::StatusOr<Principal> Authenticate(const std::string& token);
+  // Creates a token (admin CLI, first start).
+  absl::StatusOr<std::string> CreateToken(Role role, const std::string& name);
+
+  // ---- JobService -----------------------------------------------------------------------
+  absl::StatusOr<v1::Job> Submit(const Principal& who, const v1::SubmitJobRequest& request);
+  absl::StatusOr<v1::Job> GetJob(const Principal& who, const std::string& job_id);
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const Principal& who, const v1::ListJobsRequest& request);
+  absl::StatusOr<v1::Job> CancelJob(const Principal& who, const v1::CancelJobRequest& request);
+  absl::StatusOr<EventBatch> EventsAfter(const Principal& who, const std::string& job_id, int64_t after_sequence,
+                                         bool include_progress);
+  // Blocks until some job records an event, or `timeout`, or shutdown.
+  void AwaitEvents(absl::Duration timeout);
+  absl::StatusOr<v1::GetJobLogsResponse> GetJobLogs(const Principal& who, const v1::GetJobLogsRequest& request);
+
+  // ---- WorkerService --------------------------------------------------------------------
+  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const Principal& who,
+                                                           const v1::RegisterWorkerRequest& request);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const Principal& who, const v1::HeartbeatRequest& request);
+  absl::Status ReportRankExit(const Principal& who, const v1::ReportRankExitRequest& request);
+
+  // ---- TrainerService -------------------------------------------------------------------
+  absl::Status ReportProgress(const Principal& who, const v1::ReportProgressRequest& request);
+  absl::Status ReportAmaxHistories(const Principal& who, const v1::ReportAmaxHistoriesRequest& request);
+  absl::StatusOr<v1::GetAmaxHistoriesResponse> GetAmaxHistories(const Principal& who,
+                                                                const v1::GetAmaxHistoriesRequest& request);
+  absl::Status CommitCheckpoint(const Principal& who, const v1::CommitCheckpointRequest& request);
+  absl::Status AppendLogs(const Principal& who, const v1::AppendLogsRequest& request);
+
+  // ---- RendezvousService ----------------------------------------------------------------
+  // OK when `who` may use the namespace: the trainer token of that attempt, or a worker
+  // hosting one of its ranks.
+  absl::Status AuthorizeRendezvous(const Principal& who, std::string_view rendezvous_namespace);
+
+  // Liveness (lost workers end their attempts), restarts whose backoff is over, and gang
+  // scheduling. Also run after every call that can free or add capacity.
+  void Tick();
+
+  // Wakes watchers and stops the ticking thread; later calls answer UNAVAILABLE.
+  void Shutdown();
+
+ private:
+  struct RankRuntime {
+    std::string worker_id;
+    std::string device_name;
+    bool seen = false;            // listed by its worker's heartbeat since the start
+    bool start_delivered = false;  // its StartRank went out in a heartbeat reply
+    std::optional<int> exit_code;  // 0: done; set only for exits of the live attempt
+  };
+  // The live attempt of an active job. The trainer token's plain text lives only here:
+  // after a coordinator restart it is unknown, and a rank that must be started again
+  // ends the attempt instead.
+  struct AttemptRuntime {
+    int number = 0;
+    std::string trainer_token;
+    std::vector<RankRuntime> ranks;
+  };
+  struct ActiveJob {
+    v1::Job job;
+    int64_t number = 0;
+    int64_t submitted_seq = 0;
+    std::optional<AttemptRuntime> attempt;  // set while RUNNING
+    Clock::time_point restart_at{};         // RESTARTING: queued again from then on
+    int progress_events = 0;                // since the last thinning
+  };
+  struct Worker {
+    store::WorkerRecord record;
+    std::string token_name;  // name of the token that registered it; empty after a restart (any worker token)
+    Clock::time_point last_heartbeat;
+    std::vector<v1::WorkerCommand> pending;
+    // Ranks its last heartbeat listed, "job/attempt/rank".
+    std::set<std::string> listed;
+    // Attempts a StopRank went out for, and when (not repeated more than every few s).
+    std::map<std::string, Clock::time_point> stops_sent;
+  };
+
+  Coordinator(std::unique_ptr<store::CoordinatorStore> store, RendezvousStore& rendezvous, CoordinatorOptions options);
+  absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Writes `next` (the job after a change) and `events` in one transaction, then makes
+  // `next` the job in memory and wakes watchers.
+  absl::Status Commit(ActiveJob& active, v1::Job next, std::vector<v1::JobEvent> events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job of a request, checked against the caller (NOT_FOUND for another user's job).
+  absl::StatusOr<v1::Job> VisibleJob(const Principal& who, const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status StartAttempt(ActiveJob& active, const std::vector<std::string>& worker_ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the live attempt in `attempt_state` and moves the job on: SUCCEEDED, CANCELLED, or
+  // after a failure RESTARTING / FAILED (max_restarts). Stops every rank still running.
+  absl::Status EndAttempt(ActiveJob& active, v1::Attempt::State attempt_state, const std::string& reason,
+                          const std::string& cancelled_by = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void QueueStop(Worker& worker, const std::string& job_id, int attempt, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ForgetFinalJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckLiveness() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a heartbeat (or a re-registration) says about the worker's ranks: marks them
+  // seen, stops ranks of ended attempts, starts again ranks it should run but does not,
+  // and moves attempts whose ranks all run to RUNNING.
+  absl::Status ObserveRanks(Worker& worker, const google::protobuf::RepeatedPtrField<v1::RankStatus>& ranks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ResendMissingStarts(Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool WorkerBusy(const Worker& worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Worker*> CallingWorker(const Principal& who, const std::string& worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The live attempt a trainer call is about: PERMISSION_DENIED when the caller may not
+  // speak for that rank, FAILED_PRECONDITION when the attempt has ended.
+  absl::StatusOr<ActiveJob*> TrainerTarget(const Principal& who, const v1::RankRef& caller)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordNumerics(ActiveJob& active, v1::NumericsEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  absl::CondVar events_changed_;
+  std::unique_ptr<store::CoordinatorStore> store_ ABSL_GUARDED_BY(mu_);
+  RendezvousStore& rendezvous_;
+  const CoordinatorOptions options_;
+  std::string advertise_address_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, ActiveJob> active_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
+  int64_t event_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread ticker_;
+};
+
+// "job-7/attempt-2/": the rendezvous namespace of an attempt.
+std::string RendezvousNamespace(const std::string& job_id, int attempt);
+
+}  // namespace fp8::server

@@ -1,0 +1,192 @@
+// The trainer API of the coordinator: progress, amax histories, checkpoint commits and log
+// lines from the ranks of live attempts, and who may use a rendezvous namespace.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/coordinator/amax_merge.h"
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/job_events.h"
+
+namespace fp8::server {
+
+absl::StatusOr<Coordinator::ActiveJob*> Coordinator::TrainerTarget(const Principal& who, const v1::RankRef& caller) {
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  if (who.role == Role::kTrainer) {
+    if (who.job_id != caller.job_id() || who.attempt != caller.attempt()) {
+      return absl::PermissionDeniedError(absl::StrCat("caller: this token belongs to ", who.name, ", not ",
+                                                      caller.job_id(), "/attempt-", caller.attempt()));
+    }
+  } else if (who.role != Role::kWorker) {
+    return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not use the trainer API"));
+  }
+  auto it = active_.find(caller.job_id());
+  if (it == active_.end() || !it->second.attempt.has_value() || it->second.attempt->number != caller.attempt()) {
+    if (who.role == Role::kWorker) return absl::PermissionDeniedError("caller: not an attempt this worker hosts");
+    return absl::FailedPreconditionError(
+        absl::StrCat(caller.job_id(), "/attempt-", caller.attempt(), " has ended: stop training"));
+  }
+  const AttemptRuntime& attempt = *it->second.attempt;
+  if (caller.rank() < 0 || caller.rank() >= static_cast<int>(attempt.ranks.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("caller.rank: ", caller.rank(), " is not in [0, ", attempt.ranks.size(), ")"));
+  }
+  if (who.role == Role::kWorker) {
+    // Any worker token may speak only for ranks placed on a worker registered with it.
+    auto w = workers_.find(attempt.ranks[caller.rank()].worker_id);
+    if (w == workers_.end() || (!w->second.token_name.empty() && w->second.token_name != who.name)) {
+      return absl::PermissionDeniedError("caller: not a rank this worker hosts");
+    }
+  }
+  return &it->second;
+}
+
+void Coordinator::RecordNumerics(ActiveJob& active, v1::NumericsEvent event) {
+  event.set_attempt(active.attempt.has_value() ? active.attempt->number : 0);
+  v1::JobEvent e = NumericsJobEvent(active.job.id(), event);
+  if (absl::Status s = store_->append_event(e).status(); !s.ok()) {
+    std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
+    return;
+  }
+  ++event_generation_;
+  events_changed_.SignalAll();
+}
+
+absl::Status Coordinator::ReportProgress(const Principal& who, const v1::ReportProgressRequest& request) {
+  const v1::TrainingProgress& p = request.progress();
+  if (p.step() < 1) return absl::InvalidArgumentError("progress.step: must be >= 1");
+  if (p.window_steps() < 1) return absl::InvalidArgumentError("progress.window_steps: must be >= 1");
+  absl::MutexLock lock(&mu_);
+  FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
+  if (p.step() > active->job.spec().train().steps()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("progress.step: ", p.step(), " is beyond train.steps (", active->job.spec().train().steps(), ")"));
+  }
+  if (request.caller().rank() != 0) return absl::OkStatus();  // the job's progress is rank 0's
+  v1::Job next = active->job;
+  *next.mutable_latest_progress() = p;
+  FP8_RETURN_IF_ERROR(Commit(*active, next, {ProgressJobEvent(next.id(), request.caller().attempt(), p)}));
+  if (!std::isfinite(p.loss()) || !std::isfinite(p.grad_norm())) {
+    v1::NumericsEvent n;
+    n.set_kind(v1::NumericsEvent::NON_FINITE_LOSS);
+    n.set_step(p.step());
+    n.set_value(std::isfinite(p.loss()) ? p.grad_norm() : p.loss());
+    n.set_message(absl::StrCat("step ", p.step(), ": loss ", p.loss(), ", grad norm ", p.grad_norm()));
+    RecordNumerics(*active, n);
+  }
+  if (++active->progress_events >= 100) {
+    active->progress_events = 0;
+    FP8_RETURN_IF_ERROR(store_->thin_progress(next.id(), options_.progress_events_per_job));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ReportAmaxHistories(const Principal& who, const v1::ReportAmaxHistoriesRequest& request) {
+  if (request.histories_size() > 65536) return absl::InvalidArgumentError("histories: more than 65536 entries");
+  if (request.step() < 1) return absl::InvalidArgumentError("step: must be >= 1");
+  absl::MutexLock lock(&mu_);
+  FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
+  const int max_len = std::max(1, active->job.spec().fp8().amax_history_len());
+  for (int i = 0; i < request.histories_size(); ++i) {
+    if (std::string problem = AmaxHistoryProblem(request.histories(i), max_len); !problem.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("histories[", i, "].", problem));
+    }
+  }
+  FP8_ASSIGN_OR_RETURN(store::StoredAmax stored, store_->amax(active->job.id()));
+  std::map<std::pair<std::string, int>, StepHistory> by_key;
+  for (size_t i = 0; i < stored.histories.size(); ++i) {
+    v1::AmaxHistory& h = stored.histories[i];
+    std::pair<std::string, int> key{h.layer(), h.operand()};
+    by_key[std::move(key)] = StepHistory{stored.steps[i], std::move(h)};
+  }
+  std::vector<v1::NumericsEvent> jumps;
+  FP8_RETURN_IF_ERROR(store_->transaction([&]() -> absl::Status {
+    for (const v1::AmaxHistory& h : request.histories()) {
+      auto found = by_key.find({h.layer(), h.operand()});
+      std::optional<StepHistory> before;
+      if (found != by_key.end()) before = found->second;
+      StepHistory merged = MergeAmax(before, request.step(), h);
+      if (std::optional<double> baseline = AmaxJumpBaseline(h, options_.amax_jump_factor)) {
+        v1::NumericsEvent n;
+        n.set_kind(v1::NumericsEvent::AMAX_JUMP);
+        n.set_step(request.step());
+        n.set_layer(h.layer());
+        n.set_operand(h.operand());
+        n.set_value(h.history(h.history_size() - 1));
+        n.set_threshold(options_.amax_jump_factor * *baseline);
+        n.set_message(absl::StrCat(h.layer(), " ", v1::AmaxHistory::Operand_Name(h.operand()), ": amax ",
+                                   n.value(), " is over ", options_.amax_jump_factor, "x its history's max ",
+                                   *baseline, " (rank ", request.caller().rank(), ")"));
+        jumps.push_back(std::move(n));
+      }
+      FP8_RETURN_IF_ERROR(store_->put_amax(active->job.id(), merged.step, merged.history));
+    }
+    return absl::OkStatus();
+  }));
+  for (v1::NumericsEvent& n : jumps) RecordNumerics(*active, std::move(n));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::GetAmaxHistoriesResponse> Coordinator::GetAmaxHistories(const Principal& who,
+                                                                           const v1::GetAmaxHistoriesRequest& request) {
+  absl::MutexLock lock(&mu_);
+  FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
+  FP8_ASSIGN_OR_RETURN(store::StoredAmax stored, store_->amax(active->job.id()));
+  v1::GetAmaxHistoriesResponse response;
+  response.set_step(stored.step);
+  for (v1::AmaxHistory& h : stored.histories) *response.add_histories() = std::move(h);
+  return response;
+}
+
+absl::Status Coordinator::CommitCheckpoint(const Principal& who, const v1::CommitCheckpointRequest& request) {
+  if (request.caller().rank() != 0) return absl::InvalidArgumentError("caller.rank: only rank 0 commits checkpoints");
+  if (request.step() < 1) return absl::InvalidArgumentError("step: must be >= 1");
+  FP8_RETURN_IF_ERROR(CheckConfinedPath(request.dir(), options_.roots.checkpoint, "dir"));
+  absl::MutexLock lock(&mu_);
+  FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
+  if (request.world_size() != static_cast<int>(active->attempt->ranks.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size: ", request.world_size(), " is not the attempt's ",
+                                                   active->attempt->ranks.size()));
+  }
+  if (request.step() <= active->job.last_checkpoint_step()) return absl::OkStatus();  // a retry
+  v1::Job next = active->job;
+  next.set_last_checkpoint_step(request.step());
+  FP8_RETURN_IF_ERROR(store_->add_checkpoint(next.id(), request.caller().attempt(), request.step(), request.dir(),
+                                             request.world_size()));
+  return Commit(*active, next, {});
+}
+
+absl::Status Coordinator::AppendLogs(const Principal& who, const v1::AppendLogsRequest& request) {
+  if (request.lines_size() > 1000) return absl::InvalidArgumentError("lines: more than 1000 in one call");
+  std::vector<v1::LogLine> lines(request.lines().begin(), request.lines().end());
+  for (v1::LogLine& l : lines) {
+    if (l.text().size() > 4096) l.mutable_text()->resize(4096);
+  }
+  absl::MutexLock lock(&mu_);
+  FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
+  return store_->append_logs(active->job.id(), request.caller().attempt(), request.caller().rank(), lines,
+                             options_.log_lines_per_job);
+}
+
+absl::Status Coordinator::AuthorizeRendezvous(const Principal& who, std::string_view rendezvous_namespace) {
+  absl::MutexLock lock(&mu_);
+  if (who.role == Role::kTrainer) {
+    if (RendezvousNamespace(who.job_id, who.attempt) == rendezvous_namespace) return absl::OkStatus();
+  } else if (who.role == Role::kWorker) {
+    for (const auto& [id, active] : active_) {
+      if (!active.attempt.has_value() || RendezvousNamespace(id, active.attempt->number) != rendezvous_namespace) {
+        continue;
+      }
+      for (const RankRuntime& r : active.attempt->ranks) {
+        auto w = workers_.find(r.worker_id);
+        if (w != workers_.end() && (w->second.token_name.empty() || w->second.token_name == who.name)) {
+          return absl::OkStatus();
+        }
+      }
+    }
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat("rendezvous_namespace: '", std::string(rendezvous_namespace), "' is not this token's attempt"));
+}
+
+}  // namespace fp8::server

@@ -1,0 +1,250 @@
+// The worker API of the coordinator: registration, heartbeats (which carry the ranks'
+// status one way and the commands the other), rank exits, and lost workers.
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/job_events.h"
+
+namespace fp8::server {
+namespace {
+
+std::string RankKey(const std::string& job_id, int attempt, int rank) {
+  return absl::StrCat(job_id, "/", attempt, "/", rank);
+}
+
+absl::Status CheckDeviceName(const v1::RegisterWorkerRequest& r) {
+  const std::string& name = r.device_name();
+  if (r.device_kind() == v1::ResourceSpec::CPU) {
+    if (name != "cpu") return absl::InvalidArgumentError("device_name: a cpu worker's device is 'cpu'");
+    return absl::OkStatus();
+  }
+  if (r.device_kind() == v1::ResourceSpec::CUDA) {
+    int index = 0;
+    if (!absl::StartsWith(name, "cuda:") || !absl::SimpleAtoi(name.substr(5), &index) || index < 0) {
+      return absl::InvalidArgumentError("device_name: a cuda worker's device is 'cuda:<N>'");
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError("device_kind: must be CPU or CUDA");
+}
+
+}  // namespace
+
+absl::StatusOr<Coordinator::Worker*> Coordinator::CallingWorker(const Principal& who, const std::string& worker_id) {
+  if (who.role != Role::kWorker) {
+    return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not use the worker API"));
+  }
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker_id: no worker '", worker_id, "' (lost, or unknown): register again"));
+  }
+  // The worker registered with another worker token: nobody may speak for it.
+  if (!it->second.token_name.empty() && who.name != it->second.token_name) {
+    return absl::PermissionDeniedError(absl::StrCat("worker_id: '", worker_id, "' registered with another token"));
+  }
+  return &it->second;
+}
+
+absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const Principal& who,
+                                                                      const v1::RegisterWorkerRequest& request) {
+  if (who.role != Role::kWorker) {
+    return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not register workers"));
+  }
+  FP8_RETURN_IF_ERROR(CheckDeviceName(request));
+  if (request.slots() < 0) return absl::InvalidArgumentError("slots: must be >= 1");
+  if (request.address().size() > 255) return absl::InvalidArgumentError("address: longer than 255 bytes");
+  if (request.running_size() > 1024) return absl::InvalidArgumentError("running: more than 1024 ranks");
+
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  Worker* worker = nullptr;
+  auto known = workers_.find(request.previous_worker_id());
+  if (!request.previous_worker_id().empty() && known != workers_.end() &&
+      (known->second.token_name.empty() || known->second.token_name == who.name)) {
+    worker = &known->second;  // the same worker, back (reconnected, or this coordinator restarted)
+  } else {
+    Worker fresh;
+    absl::Status s = store_->transaction([&]() -> absl::Status {
+      FP8_ASSIGN_OR_RETURN(int64_t n, store_->next("worker"));
+      FP8_ASSIGN_OR_RETURN(fresh.record.registered_seq, store_->next("registration"));
+      fresh.record.id = absl::StrCat("w-", n);
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return s;
+    worker = &workers_.emplace(fresh.record.id, std::move(fresh)).first->second;
+  }
+  worker->record.device_kind = request.device_kind();
+  worker->record.device_name = request.device_name();
+  worker->record.address = request.address();
+  worker->token_name = who.name;
+  worker->last_heartbeat = Clock::now();
+  if (absl::Status s = store_->put_worker(worker->record); !s.ok()) return s;
+
+  // The ranks it still runs are treated like a heartbeat's; the commands that causes wait
+  // for its first heartbeat.
+  if (absl::Status s = ObserveRanks(*worker, request.running()); !s.ok()) return s;
+
+  v1::RegisterWorkerResponse response;
+  response.set_worker_id(worker->record.id);
+  response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  response.set_lost_after_ms(absl::ToInt64Milliseconds(options_.lost_after));
+  ScheduleLocked();
+  return response;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const Principal& who,
+                                                            const v1::HeartbeatRequest& request) {
+  if (request.ranks_size() > 1024) return absl::InvalidArgumentError("ranks: more than 1024");
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  FP8_ASSIGN_OR_RETURN(Worker * worker, CallingWorker(who, request.worker_id()));
+  worker->last_heartbeat = Clock::now();
+  FP8_RETURN_IF_ERROR(ObserveRanks(*worker, request.ranks()));
+
+  v1::HeartbeatResponse response;
+  for (v1::WorkerCommand& c : worker->pending) {
+    if (c.has_start_rank()) {
+      auto it = active_.find(c.start_rank().job_id());
+      if (it != active_.end() && it->second.attempt.has_value() &&
+          it->second.attempt->number == c.start_rank().attempt()) {
+        it->second.attempt->ranks[c.start_rank().rank()].start_delivered = true;
+      } else {
+        continue;  // its attempt ended before the worker heard of it
+      }
+    }
+    *response.add_commands() = std::move(c);
+  }
+  worker->pending.clear();
+  return response;
+}
+
+absl::Status Coordinator::ObserveRanks(Worker& worker,
+                                      const google::protobuf::RepeatedPtrField<v1::RankStatus>& ranks) {
+  worker.listed.clear();
+  for (const v1::RankStatus& status : ranks) {
+    worker.listed.insert(RankKey(status.job_id(), status.attempt(), status.rank()));
+    auto it = active_.find(status.job_id());
+    const bool live = it != active_.end() && it->second.attempt.has_value() &&
+                      it->second.attempt->number == status.attempt() && status.rank() >= 0 &&
+                      status.rank() < static_cast<int>(it->second.attempt->ranks.size()) &&
+                      it->second.attempt->ranks[status.rank()].worker_id == worker.record.id;
+    if (!live) {
+      // A rank of an attempt that ended (or that this worker does not hold): stop it.
+      QueueStop(worker, status.job_id(), status.attempt(), "its attempt has ended");
+      continue;
+    }
+    it->second.attempt->ranks[status.rank()].seen = true;
+  }
+  ResendMissingStarts(worker);
+
+  // An attempt is RUNNING once every rank was seen on its worker.
+  for (auto& [id, active] : active_) {
+    if (!active.attempt.has_value()) continue;
+    const v1::Attempt& last = active.job.attempt_history(active.job.attempt_history_size() - 1);
+    if (last.state() != v1::Attempt::STARTING) continue;
+    const auto& placed = active.attempt->ranks;
+    if (std::all_of(placed.begin(), placed.end(), [](const RankRuntime& r) { return r.seen || r.exit_code; })) {
+      v1::Job next = active.job;
+      next.mutable_attempt_history(next.attempt_history_size() - 1)->set_state(v1::Attempt::RUNNING);
+      FP8_RETURN_IF_ERROR(Commit(active, next, {}));
+    }
+  }
+
+  return absl::OkStatus();
+}
+
+void Coordinator::ResendMissingStarts(Worker& worker) {
+  for (auto& [id, active] : active_) {
+    if (!active.attempt.has_value()) continue;
+    AttemptRuntime& attempt = *active.attempt;
+    for (size_t r = 0; r < attempt.ranks.size(); ++r) {
+      RankRuntime& rank = attempt.ranks[r];
+      if (rank.worker_id != worker.record.id || rank.exit_code.has_value() || !rank.start_delivered) continue;
+      if (worker.listed.count(RankKey(id, attempt.number, static_cast<int>(r)))) continue;
+      // The worker does not run a rank it was told to start: the command was lost, or the
+      // worker restarted. Start it again when the token is known; otherwise (coordinator
+      // restarted since) the attempt cannot be completed and ends.
+      if (attempt.trainer_token.empty()) {
+        const std::string reason = absl::StrCat("rank ", r, " is no longer running on worker ", worker.record.id);
+        if (absl::Status s = EndAttempt(active, v1::Attempt::FAILED, reason); !s.ok()) {
+          std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
+        }
+        break;
+      }
+      rank.start_delivered = false;
+      v1::StartRank* start = worker.pending.emplace_back().mutable_start_rank();
+      start->set_job_id(id);
+      start->set_attempt(attempt.number);
+      start->set_rank(static_cast<int>(r));
+      start->set_world_size(static_cast<int>(attempt.ranks.size()));
+      *start->mutable_spec() = active.job.spec();
+      start->set_resume_step(active.job.attempt_history(active.job.attempt_history_size() - 1).resumed_from_step());
+      start->set_rendezvous_namespace(RendezvousNamespace(id, attempt.number));
+      start->set_coordinator_address(advertise_address_);
+      start->set_trainer_token(attempt.trainer_token);
+    }
+  }
+}
+
+absl::Status Coordinator::ReportRankExit(const Principal& who, const v1::ReportRankExitRequest& request) {
+  if (request.has_exit_code() == request.has_signal()) {
+    return absl::InvalidArgumentError("exactly one of exit_code and signal must be set");
+  }
+  if (request.message().size() > 4096) return absl::InvalidArgumentError("message: longer than 4096 bytes");
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  FP8_ASSIGN_OR_RETURN(Worker * worker, CallingWorker(who, request.worker_id()));
+  worker->listed.erase(RankKey(request.job_id(), request.attempt(), request.rank()));
+  auto it = active_.find(request.job_id());
+  if (it == active_.end() || !it->second.attempt.has_value() || it->second.attempt->number != request.attempt() ||
+      request.rank() < 0 || request.rank() >= static_cast<int>(it->second.attempt->ranks.size()) ||
+      it->second.attempt->ranks[request.rank()].worker_id != worker->record.id) {
+    ScheduleLocked();  // an old attempt's rank: its worker may be free now
+    return absl::OkStatus();
+  }
+  ActiveJob& active = it->second;
+  const int code = request.has_exit_code() ? request.exit_code() : -request.signal();
+  active.attempt->ranks[request.rank()].exit_code = code;
+  if (code != 0) {
+    std::string reason = scheduler::DescribeFailure(scheduler::RankExited{request.rank(), worker->record.id, code});
+    if (!request.message().empty()) absl::StrAppend(&reason, ": ", request.message());
+    FP8_RETURN_IF_ERROR(EndAttempt(active, v1::Attempt::FAILED, reason));
+  } else {
+    const auto& ranks = active.attempt->ranks;
+    if (std::all_of(ranks.begin(), ranks.end(), [](const RankRuntime& r) { return r.exit_code == 0; })) {
+      FP8_RETURN_IF_ERROR(EndAttempt(active, v1::Attempt::SUCCEEDED, ""));
+    }
+  }
+  ForgetFinalJob(request.job_id());
+  ScheduleLocked();
+  return absl::OkStatus();
+}
+
+void Coordinator::CheckLiveness() {
+  std::vector<scheduler::WorkerHeartbeat> beats;
+  for (const auto& [id, w] : workers_) beats.push_back(scheduler::WorkerHeartbeat{id, w.last_heartbeat});
+  for (const std::string& lost :
+       scheduler::LostWorkers(beats, Clock::now(), absl::ToChronoNanoseconds(options_.lost_after))) {
+    const std::string reason = absl::StrCat(scheduler::DescribeFailure(scheduler::WorkerLost{lost}), ": no heartbeat for ",
+                                            absl::FormatDuration(options_.lost_after));
+    std::fprintf(stderr, "fp8-coordinator: %s\n", reason.c_str());
+    for (auto& [id, active] : active_) {
+      if (!active.attempt.has_value()) continue;
+      const auto& ranks = active.attempt->ranks;
+      if (std::none_of(ranks.begin(), ranks.end(), [&](const RankRuntime& r) { return r.worker_id == lost; })) continue;
+      if (absl::Status s = EndAttempt(active, v1::Attempt::FAILED, reason); !s.ok()) {
+        std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
+      }
+    }
+    if (absl::Status s = store_->delete_worker(lost); !s.ok()) {
+      std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
+    }
+    workers_.erase(lost);
+  }
+}
+
+}  // namespace fp8::server

@@ -1,0 +1,23 @@
+// The events a job's life records (JobEvent), built in one place so that every state
+// change is stored the same way. Sequence numbers are assigned by the store.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "fp8/v1/job_service.pb.h"
+
+namespace fp8::server {
+
+int64_t NowUnixMs();
+
+bool IsFinal(v1::Job::State state);
+
+v1::JobEvent StateChangeEvent(const std::string& job_id, v1::Job::State previous, v1::Job::State current,
+                              const std::string& reason);
+v1::JobEvent AttemptStartedEvent(const std::string& job_id, const v1::Attempt& attempt);
+v1::JobEvent AttemptEndedEvent(const std::string& job_id, const v1::Attempt& attempt);
+v1::JobEvent ProgressJobEvent(const std::string& job_id, int attempt, const v1::TrainingProgress& progress);
+v1::JobEvent NumericsJobEvent(const std::string& job_id, const v1::NumericsEvent& numerics);
+
+}  // namespace fp8::server

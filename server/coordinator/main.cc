@@ -1,0 +1,252 @@
+// fp8-coordinator: the control plane. Serves JobService (fp8ctl), WorkerService
+// (fp8-worker), TrainerService and RendezvousService (fp8-train) on one gRPC port and keeps
+// its state in one SQLite file.
+//
+//   fp8-coordinator [--listen 127.0.0.1:7070] [--state-dir .] ...   serve
+//   fp8-coordinator token --role user --name alice [--state-dir .]    print a new token
+//
+// Every flag has an environment variable (the flag wins); the defaults run on one machine
+// with no setup. On its first start (no token in the database) it writes an admin token to
+// <state-dir>/fp8-admin.token and a worker token to <state-dir>/fp8-worker.token (mode
+// 0600), where fp8ctl and fp8-worker look by default.
+//
+// SIGINT / SIGTERM stop it; its state is safe at any instant (kill -9 included): a restart
+// carries on with every job, and workers reconnect.
+//
+// Exit status: 0 stopped by a signal; 2 bad flags; 1 any other failure.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/services.h"
+#include "server/rendezvous/rendezvous_service.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using fp8::server::Role;
+
+struct Flags {
+  std::string listen = "127.0.0.1:7070";
+  std::string advertise;  // default: the listen address (with the bound port)
+  std::string state_dir = ".";
+  std::string db;  // default: <state-dir>/fp8-coordinator.db
+  std::string port_file;
+  int64_t heartbeat_interval_ms = 1000;
+  int64_t lost_after_ms = 10000;
+  int stop_grace_s = 10;
+  std::vector<std::string> data_roots, checkpoint_roots;
+  std::string tls_cert, tls_key;
+  // token subcommand
+  std::string role, name;
+};
+
+int Fail(const std::string& message, int code = 1) {
+  std::fprintf(stderr, "fp8-coordinator: %s\n", message.c_str());
+  return code;
+}
+
+std::string ReadFile(const std::string& path, bool* ok) {
+  std::ifstream in(path, std::ios::binary);
+  *ok = static_cast<bool>(in);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+bool WriteSecret(const fs::path& file, const std::string& text) {
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return false;
+  const std::string line = text + "\n";
+  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  return ::close(fd) == 0 && ok;
+}
+
+std::vector<fs::path> Roots(const std::vector<std::string>& given) {
+  std::vector<fs::path> out;
+  for (const std::string& r : given) out.push_back(fs::absolute(r).lexically_normal());
+  if (out.empty()) out.push_back(fs::current_path());
+  return out;
+}
+
+// A new admin and worker token on the first start, written where the clients look.
+absl::Status BootstrapTokens(fp8::server::Coordinator& c, const fs::path& state_dir, bool first_start) {
+  if (!first_start) return absl::OkStatus();
+  for (auto [role, name, file] : {std::tuple{Role::kAdmin, "admin", "fp8-admin.token"},
+                                  std::tuple{Role::kWorker, "workers", "fp8-worker.token"}}) {
+    absl::StatusOr<std::string> token = c.CreateToken(role, name);
+    if (!token.ok()) return token.status();
+    const fs::path path = state_dir / file;
+    if (!WriteSecret(path, *token)) return absl::InternalError(absl::StrCat("cannot write ", path.string()));
+    std::printf("fp8-coordinator: first start: %s token written to %s\n", name, path.c_str());
+  }
+  return absl::OkStatus();
+}
+
+int Serve(const Flags& f) {
+  const fs::path state_dir = fs::absolute(f.state_dir).lexically_normal();
+  std::error_code ec;
+  fs::create_directories(state_dir, ec);
+  const std::string db_path = f.db.empty() ? (state_dir / "fp8-coordinator.db").string() : f.db;
+  absl::StatusOr<std::unique_ptr<fp8::server::store::CoordinatorStore>> store =
+      fp8::server::store::CoordinatorStore::Open(db_path);
+  if (!store.ok()) return Fail(std::string(store.status().message()));
+  absl::StatusOr<int64_t> tokens = (*store)->count_tokens();
+  if (!tokens.ok()) return Fail(std::string(tokens.status().message()));
+
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!f.tls_cert.empty() || !f.tls_key.empty()) {
+    if (f.tls_cert.empty() || f.tls_key.empty()) return Fail("--tls-cert and --tls-key go together", 2);
+    bool cert_ok = false, key_ok = false;
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({ReadFile(f.tls_key, &key_ok), ReadFile(f.tls_cert, &cert_ok)});
+    if (!cert_ok) return Fail("cannot read --tls-cert " + f.tls_cert, 2);
+    if (!key_ok) return Fail("cannot read --tls-key " + f.tls_key, 2);
+    creds = grpc::SslServerCredentials(ssl);
+  }
+
+  fp8::server::RendezvousStore rendezvous;
+  fp8::server::CoordinatorOptions options;
+  options.heartbeat_interval = absl::Milliseconds(f.heartbeat_interval_ms);
+  options.lost_after = absl::Milliseconds(f.lost_after_ms);
+  options.stop_grace_seconds = f.stop_grace_s;
+  options.roots.data = Roots(f.data_roots);
+  options.roots.checkpoint = Roots(f.checkpoint_roots);
+
+  // Trainers get the advertised address in StartRank. With --listen HOST:0 the port is
+  // known only once the server is bound, so the coordinator learns it then.
+  options.advertise_address = f.advertise.empty() ? f.listen : f.advertise;
+  absl::StatusOr<std::unique_ptr<fp8::server::Coordinator>> made =
+      fp8::server::Coordinator::Create(std::move(*store), rendezvous, options);
+  if (!made.ok()) return Fail(std::string(made.status().message()));
+  fp8::server::Coordinator& c = **made;
+  fp8::server::JobServiceImpl jobs(c);
+  fp8::server::WorkerServiceImpl workers(c);
+  fp8::server::TrainerServiceImpl trainers(c);
+  fp8::server::RendezvousServiceImpl rendezvous_service(
+      rendezvous, [&c](grpc::ServerContext& ctx, std::string_view ns) -> grpc::Status {
+        absl::StatusOr<fp8::server::Principal> who = fp8::server::Caller(c, ctx);
+        if (!who.ok()) return fp8::server::ToGrpc(who.status());
+        return fp8::server::ToGrpc(c.AuthorizeRendezvous(*who, ns));
+      });
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(f.listen, creds, &port);
+  builder.SetMaxReceiveMessageSize(8 << 20);
+  builder.RegisterService(&jobs);
+  builder.RegisterService(&workers);
+  builder.RegisterService(&trainers);
+  builder.RegisterService(&rendezvous_service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) return Fail("cannot listen on " + f.listen + " (in use, or not an address of this host)");
+  if (f.advertise.empty()) {
+    const std::string host = f.listen.substr(0, f.listen.rfind(':'));
+    c.SetAdvertiseAddress(absl::StrCat(host, ":", port));
+  }
+  if (absl::Status s = BootstrapTokens(c, state_dir, *tokens == 0); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  if (!f.port_file.empty()) {
+    const fs::path tmp = f.port_file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    fs::rename(tmp, f.port_file, ec);
+  }
+  std::printf("fp8-coordinator: serving on %s (port %d), state in %s\n", f.listen.c_str(), port, db_path.c_str());
+  std::fflush(stdout);
+  c.StartTicking();
+
+  // Wait for SIGINT / SIGTERM (blocked in every thread, taken here).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::printf("fp8-coordinator: stopping (signal %d)\n", sig);
+  c.Shutdown();
+  rendezvous.shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}
+
+int CreateTokenCommand(const Flags& f) {
+  absl::StatusOr<Role> role = fp8::server::ParseRole(f.role);
+  if (!role.ok()) return Fail(std::string(role.status().message()), 2);
+  const fs::path state_dir = fs::absolute(f.state_dir).lexically_normal();
+  const std::string db_path = f.db.empty() ? (state_dir / "fp8-coordinator.db").string() : f.db;
+  absl::StatusOr<std::unique_ptr<fp8::server::store::CoordinatorStore>> store =
+      fp8::server::store::CoordinatorStore::Open(db_path);
+  if (!store.ok()) return Fail(std::string(store.status().message()));
+  if (f.name.empty() || f.name.size() > 63) return Fail("--name: 1 to 63 characters", 2);
+  const std::string token = fp8::server::NewToken(*role);
+  if (absl::Status s = (*store)->add_token(fp8::server::HashToken(token), {f.name, *role}); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  std::printf("%s\n", token.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Signals go to the waiting main thread only: block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  Flags f;
+  CLI::App app{"fp8-coordinator: schedules fp8 training jobs onto fp8-worker daemons"};
+  app.add_option("--listen", f.listen, "host:port to serve gRPC on")->envname("FP8_COORDINATOR_LISTEN")
+      ->capture_default_str();
+  app.add_option("--advertise", f.advertise, "host:port trainers reach this coordinator at (default: --listen)")
+      ->envname("FP8_COORDINATOR_ADVERTISE");
+  app.add_option("--state-dir", f.state_dir, "folder of the database and first-start tokens")
+      ->envname("FP8_STATE_DIR")->capture_default_str();
+  app.add_option("--db", f.db, "SQLite file (default <state-dir>/fp8-coordinator.db)")->envname("FP8_COORDINATOR_DB");
+  app.add_option("--port-file", f.port_file, "write the bound port here (for --listen ...:0)");
+  app.add_option("--heartbeat-interval-ms", f.heartbeat_interval_ms, "how often workers heartbeat")
+      ->envname("FP8_HEARTBEAT_INTERVAL_MS")->check(CLI::Range(int64_t{10}, int64_t{600000}))->capture_default_str();
+  app.add_option("--lost-after-ms", f.lost_after_ms, "a worker silent this long is lost")
+      ->envname("FP8_LOST_AFTER_MS")->check(CLI::Range(int64_t{20}, int64_t{3600000}))->capture_default_str();
+  app.add_option("--stop-grace-s", f.stop_grace_s, "SIGTERM to SIGKILL for stopped ranks")
+      ->envname("FP8_STOP_GRACE_S")->check(CLI::Range(0, 3600))->capture_default_str();
+  app.add_option("--data-root", f.data_roots, "data.path must be under one of these (default: the working folder)")
+      ->envname("FP8_DATA_ROOTS")->delimiter(':');
+  app.add_option("--checkpoint-root", f.checkpoint_roots,
+                 "checkpoint.dir must be under one of these (default: the working folder)")
+      ->envname("FP8_CHECKPOINT_ROOTS")->delimiter(':');
+  app.add_option("--tls-cert", f.tls_cert, "PEM certificate chain: serve TLS")->envname("FP8_TLS_CERT");
+  app.add_option("--tls-key", f.tls_key, "PEM private key of --tls-cert")->envname("FP8_TLS_KEY");
+  CLI::App* token = app.add_subcommand("token", "create a token (printed once; only its hash is kept)");
+  token->add_option("--role", f.role, "admin, user or worker")->required();
+  token->add_option("--name", f.name, "user name (a user's jobs are those it owns) or worker name")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (f.lost_after_ms <= f.heartbeat_interval_ms) {
+    return Fail("--lost-after-ms must be longer than --heartbeat-interval-ms", 2);
+  }
+  if (token->parsed()) return CreateTokenCommand(f);
+  return Serve(f);
+}

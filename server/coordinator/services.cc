@@ -1,0 +1,129 @@
+#include "server/coordinator/services.h"
+
+#include "server/auth/bearer.h"
+
+namespace fp8::server {
+namespace {
+
+// Runs `call` for an authenticated caller; its StatusOr value goes into *out.
+template <typename Call, typename Out>
+grpc::Status Serve(Coordinator& c, const grpc::ServerContext& ctx, Out* out, Call&& call) {
+  absl::StatusOr<Principal> who = Caller(c, ctx);
+  if (!who.ok()) return ToGrpc(who.status());
+  auto result = call(*who);
+  if (!result.ok()) return ToGrpc(result.status());
+  *out = std::move(*result);
+  return grpc::Status::OK;
+}
+
+// The same for calls that return only a status.
+template <typename Call>
+grpc::Status ServeStatus(Coordinator& c, const grpc::ServerContext& ctx, Call&& call) {
+  absl::StatusOr<Principal> who = Caller(c, ctx);
+  if (!who.ok()) return ToGrpc(who.status());
+  return ToGrpc(call(*who));
+}
+
+}  // namespace
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::StatusOr<Principal> Caller(Coordinator& coordinator, const grpc::ServerContext& ctx) {
+  absl::StatusOr<std::string> token = BearerToken(ctx);
+  if (!token.ok()) return token.status();
+  return coordinator.Authenticate(*token);
+}
+
+// ---- JobService -----------------------------------------------------------------------------
+
+grpc::Status JobServiceImpl::Submit(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req, v1::Job* out) {
+  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.Submit(who, *req); });
+}
+
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* out) {
+  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.GetJob(who, req->job_id()); });
+}
+
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
+                                      v1::ListJobsResponse* out) {
+  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.ListJobs(who, *req); });
+}
+
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req, v1::Job* out) {
+  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.CancelJob(who, *req); });
+}
+
+grpc::Status JobServiceImpl::GetJobLogs(grpc::ServerContext* ctx, const v1::GetJobLogsRequest* req,
+                                        v1::GetJobLogsResponse* out) {
+  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.GetJobLogs(who, *req); });
+}
+
+grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
+                                      grpc::ServerWriter<v1::JobEvent>* writer) {
+  absl::StatusOr<Principal> who = Caller(c_, *ctx);
+  if (!who.ok()) return ToGrpc(who.status());
+  if (req->after_sequence() < 0) return ToGrpc(absl::InvalidArgumentError("after_sequence: must be >= 0"));
+  int64_t after = req->after_sequence();
+  while (!ctx->IsCancelled()) {
+    absl::StatusOr<EventBatch> batch = c_.EventsAfter(*who, req->job_id(), after, req->include_progress());
+    if (!batch.ok()) return ToGrpc(batch.status());
+    for (const v1::JobEvent& e : batch->events) {
+      if (!writer->Write(e)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      after = e.sequence();
+    }
+    // Final and nothing left to send: the final state change was the last event.
+    if (batch->job_final && batch->events.empty()) return grpc::Status::OK;
+    if (batch->events.empty()) c_.AwaitEvents(absl::Milliseconds(500));
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+}
+
+// ---- WorkerService --------------------------------------------------------------------------
+
+grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx, const v1::RegisterWorkerRequest* req,
+                                               v1::RegisterWorkerResponse* out) {
+  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.RegisterWorker(who, *req); });
+}
+
+grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+                                          v1::HeartbeatResponse* out) {
+  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.Heartbeat(who, *req); });
+}
+
+grpc::Status WorkerServiceImpl::ReportRankExit(grpc::ServerContext* ctx, const v1::ReportRankExitRequest* req,
+                                               v1::ReportRankExitResponse*) {
+  return ServeStatus(c_, *ctx, [&](const Principal& who) { return c_.ReportRankExit(who, *req); });
+}
+
+// ---- TrainerService -------------------------------------------------------------------------
+
+grpc::Status TrainerServiceImpl::ReportProgress(grpc::ServerContext* ctx, const v1::ReportProgressRequest* req,
+                                                v1::ReportProgressResponse*) {
+  return ServeStatus(c_, *ctx, [&](const Principal& who) { return c_.ReportProgress(who, *req); });
+}
+
+grpc::Status TrainerServiceImpl::ReportAmaxHistories(grpc::ServerContext* ctx,
+                                                     const v1::ReportAmaxHistoriesRequest* req,
+                                                     v1::ReportAmaxHistoriesResponse*) {
+  return ServeStatus(c_, *ctx, [&](const Principal& who) { return c_.ReportAmaxHistories(who, *req); });
+}
+
+grpc::Status TrainerServiceImpl::GetAmaxHistories(grpc::ServerContext* ctx, const v1::GetAmaxHistoriesRequest* req,
+                                                  v1::GetAmaxHistoriesResponse* out) {
+  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.GetAmaxHistories(who, *req); });
+}
+
+grpc::Status TrainerServiceImpl::CommitCheckpoint(grpc::ServerContext* ctx, const v1::CommitCheckpointRequest* req,
+                                                  v1::CommitCheckpointResponse*) {
+  return ServeStatus(c_, *ctx, [&](const Principal& who) { return c_.CommitCheckpoint(who, *req); });
+}
+
+grpc::Status TrainerServiceImpl::AppendLogs(grpc::ServerContext* ctx, const v1::AppendLogsRequest* req,
+                                            v1::AppendLogsResponse*) {
+  return ServeStatus(c_, *ctx, [&](const Principal& who) { return c_.AppendLogs(who, *req); });
+}
+
+}  // namespace fp8::server

@@ -1,0 +1,125 @@
+// The coordinator's durable state in one SQLite file (WAL): jobs (each a fp8.v1.Job
+// message with its attempt history), their events, log lines, amax histories,
+// checkpoints, workers, and the hashes of the tokens that may call it.
+//
+// A coordinator killed at any instant and restarted finds every committed change: each
+// state change is written in one transaction together with the event that records it.
+// Single writer: the coordinator serialises its calls (one mutex); `fp8-coordinator
+// token` may add tokens from another process meanwhile (SQLite's locking covers that).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fp8/v1/job_service.pb.h"
+#include "fp8/v1/trainer_service.pb.h"
+#include "server/auth/token.h"
+#include "server/store/sqlite.h"
+
+namespace fp8::server::store {
+
+struct TokenRecord {
+  std::string name;
+  Role role = Role::kUser;
+};
+
+struct TrainerTokenRecord {
+  std::string job_id;
+  int attempt = 0;
+};
+
+struct WorkerRecord {
+  std::string id;
+  int device_kind = 0;  // v1::ResourceSpec::Device
+  std::string device_name;
+  std::string address;
+  int64_t registered_seq = 0;
+};
+
+struct LogTail {
+  std::vector<v1::JobLogLine> lines;  // oldest first
+  bool truncated = false;
+};
+
+struct StoredAmax {
+  int64_t step = 0;                       // the newest of `steps`
+  std::vector<int64_t> steps;             // the step each history was reported at
+  std::vector<v1::AmaxHistory> histories;
+};
+
+struct ListFilter {
+  std::string owner;                 // empty: every owner
+  std::vector<v1::Job::State> states;  // empty: every state
+  int64_t before_number = 0;         // only jobs numbered below this (paging); 0: no bound
+  int limit = 100;
+};
+
+class CoordinatorStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<CoordinatorStore>> Open(const std::string& path);
+
+  template <typename Body>
+  absl::Status transaction(Body&& body) { return db_->transaction(std::forward<Body>(body)); }
+
+  // Named counters that only grow ("job", "worker", "submission"): returns the next value
+  // (1 the first time).
+  absl::StatusOr<int64_t> next(const std::string& counter);
+
+  // ---- jobs -------------------------------------------------------------------------------
+  // Inserts or replaces the job; number is its n in "job-<n>", submitted_seq its place in
+  // the queue.
+  absl::Status put_job(const v1::Job& job, int64_t number, int64_t submitted_seq);
+  absl::StatusOr<std::optional<v1::Job>> job(const std::string& id);
+  // Newest first.
+  absl::StatusOr<std::vector<std::pair<int64_t, v1::Job>>> list_jobs(const ListFilter& filter);
+  // Jobs not in a final state, with their submission order, oldest first.
+  absl::StatusOr<std::vector<std::pair<int64_t, v1::Job>>> active_jobs();
+  absl::StatusOr<std::optional<std::string>> job_by_idempotency_key(const std::string& owner, const std::string& key);
+
+  // ---- events --------------------------------------------------------------------------
+  // Stores the event with the job's next sequence number, which it returns (and sets).
+  absl::StatusOr<int64_t> append_event(v1::JobEvent& event);
+  absl::StatusOr<std::vector<v1::JobEvent>> events_after(const std::string& job_id, int64_t after_sequence,
+                                                         bool include_progress, int limit);
+  // Progress events beyond `keep` for a job are thinned: every other one of the older
+  // half goes, so a long job keeps a coarse early history and a fine recent one.
+  absl::Status thin_progress(const std::string& job_id, int keep);
+
+  // ---- logs, bounded per job ------------------------------------------------------------
+  absl::Status append_logs(const std::string& job_id, int attempt, int rank, const std::vector<v1::LogLine>& lines,
+                           int64_t keep_per_job);
+  absl::StatusOr<LogTail> tail_logs(const std::string& job_id, int attempt, std::optional<int> rank, int lines);
+
+  // ---- amax histories (merged), latest per (layer, operand) -------------------------------
+  absl::Status put_amax(const std::string& job_id, int64_t step, const v1::AmaxHistory& history);
+  absl::StatusOr<StoredAmax> amax(const std::string& job_id);
+
+  // ---- checkpoints -----------------------------------------------------------------------
+  absl::Status add_checkpoint(const std::string& job_id, int attempt, int64_t step, const std::string& dir,
+                              int world_size);
+
+  // ---- tokens ---------------------------------------------------------------------------
+  absl::Status add_token(const std::string& hash, const TokenRecord& record);
+  absl::StatusOr<std::optional<TokenRecord>> token(const std::string& hash);
+  absl::StatusOr<int64_t> count_tokens();
+  absl::Status add_trainer_token(const std::string& hash, const TrainerTokenRecord& record);
+  absl::StatusOr<std::optional<TrainerTokenRecord>> trainer_token(const std::string& hash);
+  absl::Status delete_trainer_tokens(const std::string& job_id, int attempt);
+
+  // ---- workers ------------------------------------------------------------------------
+  absl::Status put_worker(const WorkerRecord& worker);
+  absl::Status delete_worker(const std::string& id);
+  absl::StatusOr<std::vector<WorkerRecord>> workers();
+
+ private:
+  explicit CoordinatorStore(std::unique_ptr<Database> db) : db_(std::move(db)) {}
+  absl::Status migrate();
+  std::unique_ptr<Database> db_;
+};
+
+}  // namespace fp8::server::store

@@ -1,0 +1,395 @@
+// The coordinator's state machine driven directly (no gRPC, no processes): workers and
+// trainers are played by the test through the same calls the services make, over a real
+// SQLite file. The system tests (tests/system) run the real daemons.
+#include "server/coordinator/coordinator.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace fp8::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / absl::StrCat("fp8_coordinator_test_", ::getpid(), "_",
+                                                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    Open();
+  }
+  void TearDown() override {
+    c_.reset();
+    fs::remove_all(dir_);
+  }
+
+  void Open() {
+    c_.reset();
+    auto store = store::CoordinatorStore::Open((dir_ / "state.db").string());
+    ASSERT_TRUE(store.ok()) << store.status();
+    CoordinatorOptions options;
+    options.heartbeat_interval = absl::Milliseconds(50);
+    options.lost_after = lost_after_;
+    options.roots.data = {dir_ / "data"};
+    options.roots.checkpoint = {dir_ / "ckpt"};
+    auto made = Coordinator::Create(std::move(*store), rendezvous_, options);
+    ASSERT_TRUE(made.ok()) << made.status();
+    c_ = std::move(*made);
+  }
+
+  v1::JobSpec Spec(int world_size, int priority = 0, int max_restarts = 0) {
+    v1::JobSpec spec;
+    spec.set_name("tiny");
+    spec.set_priority(priority);
+    spec.mutable_model()->set_dim(64);
+    spec.mutable_model()->set_n_layers(1);
+    spec.mutable_model()->set_n_heads(4);
+    spec.mutable_model()->set_max_seq_len(32);
+    spec.mutable_data()->set_path((dir_ / "data" / "corpus.txt").string());
+    spec.mutable_data()->set_seq_len(32);
+    spec.mutable_train()->set_steps(20);
+    spec.mutable_train()->set_batch_size(2);
+    spec.mutable_train()->set_lr(1e-3);
+    spec.mutable_checkpoint()->set_dir((dir_ / "ckpt" / "tiny").string());
+    spec.mutable_resources()->set_world_size(world_size);
+    spec.mutable_restarts()->set_max_restarts(max_restarts);
+    spec.mutable_restarts()->set_backoff_seconds(0);
+    return spec;
+  }
+
+  std::string SubmitAs(const Principal& who, const v1::JobSpec& spec) {
+    v1::SubmitJobRequest r;
+    *r.mutable_spec() = spec;
+    auto job = c_->Submit(who, r);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->id() : "";
+  }
+
+  std::string Register(const std::string& previous = "") {
+    v1::RegisterWorkerRequest r;
+    r.set_device_kind(v1::ResourceSpec::CPU);
+    r.set_device_name("cpu");
+    r.set_slots(1);
+    r.set_previous_worker_id(previous);
+    auto got = c_->RegisterWorker(worker_, r);
+    EXPECT_TRUE(got.ok()) << got.status();
+    return got.ok() ? got->worker_id() : "";
+  }
+
+  // One heartbeat listing `ranks`; returns the commands.
+  std::vector<v1::WorkerCommand> Beat(const std::string& worker_id, const std::vector<v1::RankStatus>& ranks = {}) {
+    v1::HeartbeatRequest r;
+    r.set_worker_id(worker_id);
+    for (const auto& s : ranks) *r.add_ranks() = s;
+    auto got = c_->Heartbeat(worker_, r);
+    EXPECT_TRUE(got.ok()) << got.status();
+    if (!got.ok()) return {};
+    return {got->commands().begin(), got->commands().end()};
+  }
+
+  static v1::RankStatus Running(const v1::StartRank& s) {
+    v1::RankStatus st;
+    st.set_job_id(s.job_id());
+    st.set_attempt(s.attempt());
+    st.set_rank(s.rank());
+    st.set_state(v1::RankStatus::RUNNING);
+    return st;
+  }
+
+  absl::Status Exit(const std::string& worker_id, const v1::StartRank& s, int code) {
+    v1::ReportRankExitRequest r;
+    r.set_worker_id(worker_id);
+    r.set_job_id(s.job_id());
+    r.set_attempt(s.attempt());
+    r.set_rank(s.rank());
+    r.set_exit_code(code);
+    return c_->ReportRankExit(worker_, r);
+  }
+
+  v1::Job Get(const std::string& id) {
+    auto job = c_->GetJob(admin_, id);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : v1::Job();
+  }
+
+  fs::path dir_;
+  absl::Duration lost_after_ = absl::Seconds(30);
+  RendezvousStore rendezvous_;
+  std::unique_ptr<Coordinator> c_;
+  Principal admin_{Role::kAdmin, "root", "", 0};
+  Principal alice_{Role::kUser, "alice", "", 0};
+  Principal bob_{Role::kUser, "bob", "", 0};
+  Principal worker_{Role::kWorker, "workers", "", 0};
+};
+
+TEST_F(CoordinatorTest, TwoRankJobRunsToSuccess) {
+  const std::string w0 = Register(), w1 = Register();
+  const std::string id = SubmitAs(alice_, Spec(2));
+  EXPECT_EQ(Get(id).state(), v1::Job::RUNNING);  // placed at once: two free workers
+  auto c0 = Beat(w0);
+  auto c1 = Beat(w1);
+  ASSERT_EQ(c0.size(), 1u);
+  ASSERT_EQ(c1.size(), 1u);
+  const v1::StartRank s0 = c0[0].start_rank(), s1 = c1[0].start_rank();
+  EXPECT_EQ(s0.rank(), 0);
+  EXPECT_EQ(s1.rank(), 1);
+  EXPECT_EQ(s0.world_size(), 2);
+  EXPECT_EQ(s0.rendezvous_namespace(), id + "/attempt-1/");
+  EXPECT_FALSE(s0.trainer_token().empty());
+  EXPECT_EQ(s0.spec().owner(), "alice");
+
+  Beat(w0, {Running(s0)});
+  Beat(w1, {Running(s1)});
+  EXPECT_EQ(Get(id).attempt_history(0).state(), v1::Attempt::RUNNING);
+
+  // The trainer token speaks for its attempt only.
+  auto trainer = c_->Authenticate(s0.trainer_token());
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  v1::ReportProgressRequest progress;
+  progress.mutable_caller()->set_job_id(id);
+  progress.mutable_caller()->set_attempt(1);
+  progress.mutable_caller()->set_rank(0);
+  progress.mutable_progress()->set_step(10);
+  progress.mutable_progress()->set_window_steps(10);
+  progress.mutable_progress()->set_loss(2.5);
+  progress.mutable_progress()->set_tokens_per_second(1234);
+  ASSERT_TRUE(c_->ReportProgress(*trainer, progress).ok());
+  EXPECT_TRUE(c_->AuthorizeRendezvous(*trainer, id + "/attempt-1/").ok());
+  EXPECT_EQ(c_->AuthorizeRendezvous(*trainer, id + "/attempt-2/").code(), absl::StatusCode::kPermissionDenied);
+
+  ASSERT_TRUE(Exit(w0, s0, 0).ok());
+  EXPECT_EQ(Get(id).state(), v1::Job::RUNNING);
+  ASSERT_TRUE(Exit(w1, s1, 0).ok());
+  const v1::Job done = Get(id);
+  EXPECT_EQ(done.state(), v1::Job::SUCCEEDED);
+  EXPECT_DOUBLE_EQ(done.latest_progress().loss(), 2.5);
+  EXPECT_DOUBLE_EQ(done.latest_progress().tokens_per_second(), 1234);
+  EXPECT_GT(done.finished_unix_ms(), 0);
+  // The attempt's token died with it.
+  EXPECT_EQ(c_->Authenticate(s0.trainer_token()).status().code(), absl::StatusCode::kUnauthenticated);
+}
+
+TEST_F(CoordinatorTest, GangWaitsForEnoughWorkers) {
+  const std::string w0 = Register(), w1 = Register();
+  const std::string id = SubmitAs(alice_, Spec(3));
+  c_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::Job::QUEUED);
+  EXPECT_TRUE(Beat(w0).empty());  // nothing held partially
+  const std::string w2 = Register();
+  EXPECT_EQ(Get(id).state(), v1::Job::RUNNING);
+  EXPECT_EQ(Beat(w0).size(), 1u);
+  EXPECT_EQ(Beat(w1).size(), 1u);
+  EXPECT_EQ(Beat(w2).size(), 1u);
+}
+
+TEST_F(CoordinatorTest, PriorityThenSubmissionOrder) {
+  const std::string low = SubmitAs(alice_, Spec(1, 0));
+  const std::string high = SubmitAs(alice_, Spec(1, 5));
+  const std::string low2 = SubmitAs(alice_, Spec(1, 0));
+  const std::string w0 = Register();
+  EXPECT_EQ(Get(high).state(), v1::Job::RUNNING);
+  EXPECT_EQ(Get(low).state(), v1::Job::QUEUED);
+  const std::string w1 = Register();
+  EXPECT_EQ(Get(low).state(), v1::Job::RUNNING);
+  EXPECT_EQ(Get(low2).state(), v1::Job::QUEUED);
+}
+
+TEST_F(CoordinatorTest, FailedRankStopsTheGangAndRestarts) {
+  const std::string w0 = Register(), w1 = Register();
+  const std::string id = SubmitAs(alice_, Spec(2, 0, /*max_restarts=*/1));
+  const v1::StartRank s0 = Beat(w0)[0].start_rank(), s1 = Beat(w1)[0].start_rank();
+  Beat(w0, {Running(s0)});
+  Beat(w1, {Running(s1)});
+  ASSERT_TRUE(Exit(w1, s1, 3).ok());
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::Job::RESTARTING);
+  EXPECT_EQ(job.attempt_history(0).state(), v1::Attempt::FAILED);
+  EXPECT_NE(job.attempt_history(0).end_reason().find("rank 1"), std::string::npos) << job.attempt_history(0).end_reason();
+  // Rank 0 is told to stop; its worker stays busy until it has.
+  auto stop = Beat(w0, {Running(s0)});
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_TRUE(stop[0].has_stop_rank());
+  EXPECT_EQ(stop[0].stop_rank().attempt(), 1);
+  c_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::Job::RESTARTING);
+  ASSERT_TRUE(Exit(w0, s0, 143).ok());  // stopped: an old attempt's exit changes nothing
+  // Both free again: attempt 2 starts (backoff 0).
+  c_->Tick();
+  job = Get(id);
+  EXPECT_EQ(job.state(), v1::Job::RUNNING);
+  EXPECT_EQ(job.attempts(), 2);
+  EXPECT_EQ(job.restarts_left(), 0);
+  const v1::StartRank t0 = Beat(w0)[0].start_rank(), t1 = Beat(w1)[0].start_rank();
+  EXPECT_EQ(t0.attempt(), 2);
+  ASSERT_TRUE(Exit(w0, t0, 1).ok());
+  job = Get(id);
+  EXPECT_EQ(job.state(), v1::Job::FAILED);
+  EXPECT_NE(job.failure_reason().find("restarts used"), std::string::npos) << job.failure_reason();
+  (void)t1;
+}
+
+TEST_F(CoordinatorTest, LostWorkerEndsTheAttempt) {
+  lost_after_ = absl::Milliseconds(300);
+  Open();
+  const std::string w0 = Register(), w1 = Register();
+  const std::string id = SubmitAs(alice_, Spec(2, 0, 1));
+  const v1::StartRank s0 = Beat(w0)[0].start_rank();
+  Beat(w1);
+  for (int i = 0; i < 10; ++i) {  // w1 goes silent
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Beat(w0, {Running(s0)});
+    c_->Tick();
+  }
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.attempt_history(0).state(), v1::Attempt::FAILED);
+  EXPECT_NE(job.attempt_history(0).end_reason().find(w1), std::string::npos) << job.attempt_history(0).end_reason();
+  EXPECT_EQ(job.state(), v1::Job::RESTARTING);  // one worker left: the gang of 2 waits
+  v1::HeartbeatRequest r;
+  r.set_worker_id(w1);
+  EXPECT_EQ(c_->Heartbeat(worker_, r).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, CancelStopsEveryRank) {
+  const std::string w0 = Register(), w1 = Register();
+  const std::string id = SubmitAs(alice_, Spec(2));
+  const v1::StartRank s0 = Beat(w0)[0].start_rank(), s1 = Beat(w1)[0].start_rank();
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(id);
+  EXPECT_EQ(c_->CancelJob(bob_, cancel).status().code(), absl::StatusCode::kNotFound);  // not bob's
+  auto cancelled = c_->CancelJob(alice_, cancel);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::Job::CANCELLED);
+  EXPECT_EQ(cancelled->failure_reason(), "cancelled by alice");
+  auto c0 = Beat(w0, {Running(s0)});
+  auto c1 = Beat(w1, {Running(s1)});
+  ASSERT_EQ(c0.size(), 1u);
+  ASSERT_EQ(c1.size(), 1u);
+  EXPECT_TRUE(c0[0].has_stop_rank());
+  EXPECT_TRUE(c1[0].has_stop_rank());
+  EXPECT_EQ(c_->CancelJob(alice_, cancel)->state(), v1::Job::CANCELLED);  // again: unchanged
+}
+
+TEST_F(CoordinatorTest, RolesAndOwnership) {
+  const std::string id = SubmitAs(alice_, Spec(1));
+  EXPECT_EQ(c_->GetJob(bob_, id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(c_->GetJob(admin_, id).ok());
+  EXPECT_EQ(c_->GetJob(worker_, id).status().code(), absl::StatusCode::kPermissionDenied);
+  v1::SubmitJobRequest as_bob;
+  *as_bob.mutable_spec() = Spec(1);
+  as_bob.mutable_spec()->set_owner("bob");
+  EXPECT_EQ(c_->Submit(alice_, as_bob).status().code(), absl::StatusCode::kPermissionDenied);
+  v1::RegisterWorkerRequest reg;
+  reg.set_device_kind(v1::ResourceSpec::CPU);
+  reg.set_device_name("cpu");
+  EXPECT_EQ(c_->RegisterWorker(alice_, reg).status().code(), absl::StatusCode::kPermissionDenied);
+  v1::ListJobsRequest list;
+  EXPECT_EQ(c_->ListJobs(bob_, list)->jobs_size(), 0);
+  EXPECT_EQ(c_->ListJobs(alice_, list)->jobs_size(), 1);
+  EXPECT_TRUE(c_->Authenticate("fp8u_nonsense").status().code() == absl::StatusCode::kUnauthenticated);
+  auto token = c_->CreateToken(Role::kUser, "carol");
+  ASSERT_TRUE(token.ok());
+  auto carol = c_->Authenticate(*token);
+  ASSERT_TRUE(carol.ok());
+  EXPECT_EQ(carol->name, "carol");
+  EXPECT_EQ(carol->role, Role::kUser);
+}
+
+TEST_F(CoordinatorTest, InvalidSpecsNameTheField) {
+  v1::JobSpec bad = Spec(1);
+  bad.mutable_model()->set_n_heads(5);
+  v1::SubmitJobRequest r;
+  *r.mutable_spec() = bad;
+  auto got = c_->Submit(alice_, r);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(got.status().message().find("spec.model.n_heads"), std::string::npos) << got.status();
+
+  *r.mutable_spec() = Spec(1);
+  r.mutable_spec()->mutable_data()->set_path((dir_ / "data" / ".." / ".." / "etc" / "passwd").string());
+  got = c_->Submit(alice_, r);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(got.status().message().find("spec.data.path"), std::string::npos) << got.status();
+
+  *r.mutable_spec() = Spec(1);
+  r.mutable_spec()->mutable_checkpoint()->set_dir("/tmp/elsewhere");
+  got = c_->Submit(alice_, r);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(got.status().message().find("spec.checkpoint.dir"), std::string::npos) << got.status();
+  // Nothing was queued.
+  EXPECT_EQ(c_->ListJobs(admin_, v1::ListJobsRequest())->jobs_size(), 0);
+}
+
+TEST_F(CoordinatorTest, IdempotentSubmit) {
+  v1::SubmitJobRequest r;
+  *r.mutable_spec() = Spec(1);
+  r.set_idempotency_key("abc");
+  auto first = c_->Submit(alice_, r);
+  auto second = c_->Submit(alice_, r);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(first->id(), second->id());
+}
+
+TEST_F(CoordinatorTest, StateSurvivesARestart) {
+  const std::string w0 = Register();
+  const std::string running = SubmitAs(alice_, Spec(1));
+  const std::string queued = SubmitAs(alice_, Spec(1));
+  const v1::StartRank s0 = Beat(w0)[0].start_rank();
+  Beat(w0, {Running(s0)});
+  Open();  // a new coordinator on the same database
+  EXPECT_EQ(Get(running).state(), v1::Job::RUNNING);
+  EXPECT_EQ(Get(queued).state(), v1::Job::QUEUED);
+  // The worker is known again and its rank carries on.
+  EXPECT_TRUE(Beat(w0, {Running(s0)}).empty());
+  ASSERT_TRUE(Exit(w0, s0, 0).ok());
+  EXPECT_EQ(Get(running).state(), v1::Job::SUCCEEDED);
+  // The freed worker takes the queued job.
+  c_->Tick();
+  EXPECT_EQ(Get(queued).state(), v1::Job::RUNNING);
+  // Events recorded before and after the restart are in one sequence.
+  auto events = c_->EventsAfter(admin_, running, 0, true);
+  ASSERT_TRUE(events.ok());
+  ASSERT_GE(events->events.size(), 4u);
+  for (size_t i = 0; i < events->events.size(); ++i) EXPECT_EQ(events->events[i].sequence(), int64_t(i) + 1);
+  EXPECT_TRUE(events->job_final);
+}
+
+TEST_F(CoordinatorTest, AmaxHistoriesMergeAcrossRanks) {
+  const std::string w0 = Register(), w1 = Register();
+  const std::string id = SubmitAs(alice_, Spec(2));
+  const v1::StartRank s0 = Beat(w0)[0].start_rank(), s1 = Beat(w1)[0].start_rank();
+  auto trainer = c_->Authenticate(s0.trainer_token());
+  ASSERT_TRUE(trainer.ok());
+  for (int rank : {0, 1}) {
+    v1::ReportAmaxHistoriesRequest r;
+    r.mutable_caller()->set_job_id(id);
+    r.mutable_caller()->set_attempt(1);
+    r.mutable_caller()->set_rank(rank);
+    r.set_step(5);
+    v1::AmaxHistory* h = r.add_histories();
+    h->set_layer("layers.0.attention.wq");
+    h->set_operand(v1::AmaxHistory::INPUT);
+    h->add_history(rank == 0 ? 1.0f : 2.0f);
+    h->add_history(rank == 0 ? 4.0f : 3.0f);
+    h->set_scale(rank == 0 ? 100.0f : 112.0f);
+    ASSERT_TRUE(c_->ReportAmaxHistories(*trainer, r).ok());
+  }
+  v1::GetAmaxHistoriesRequest get;
+  get.mutable_caller()->set_job_id(id);
+  get.mutable_caller()->set_attempt(1);
+  auto got = c_->GetAmaxHistories(*trainer, get);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->step(), 5);
+  ASSERT_EQ(got->histories_size(), 1);
+  EXPECT_FLOAT_EQ(got->histories(0).history(0), 2.0f);
+  EXPECT_FLOAT_EQ(got->histories(0).history(1), 4.0f);
+  EXPECT_FLOAT_EQ(got->histories(0).scale(), 100.0f);
+  (void)s1;
+}
+
+}  // namespace
+}  // namespace fp8::server

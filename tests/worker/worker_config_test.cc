@@ -1,0 +1,179 @@
+#include "worker/fp8_worker/worker_config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "tests/worker/worker_test_util.h"
+
+namespace fp8::worker {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+EnvLookup Lookup(Env env) {
+  return [env = std::move(env)](const std::string& name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+// Every parse needs a trainer that exists and a token.
+absl::StatusOr<ParsedCommandLine> Parse(std::vector<std::string> args, Env env = {}) {
+  if (env.count("FP8_TRAINER") == 0) env["FP8_TRAINER"] = "/bin/sh";
+  if (env.count("FP8_WORKER_TOKEN") == 0) env["FP8_WORKER_TOKEN"] = "tok";
+  return ParseWorkerConfig(args, Lookup(env));
+}
+
+TEST(WorkerConfig, DefaultsWorkOnOneMachine) {
+  absl::StatusOr<ParsedCommandLine> p = Parse({});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const WorkerConfig& c = p->config;
+  EXPECT_EQ(c.coordinator, "127.0.0.1:7070");
+  EXPECT_EQ(c.device_kind, v1::ResourceSpec::CPU);
+  EXPECT_EQ(c.device_name, "cpu");
+  EXPECT_EQ(c.address, "127.0.0.1:0");
+  EXPECT_EQ(c.listen_host, "127.0.0.1");
+  EXPECT_EQ(c.cpus, 0);
+  EXPECT_EQ(c.memory_gb, 0);
+  EXPECT_TRUE(c.coordinator_ca.empty());
+  EXPECT_EQ(c.stop_grace_default_s, 30);
+  EXPECT_EQ(c.trainer, "/bin/sh");
+  EXPECT_TRUE(std::filesystem::path(c.work_dir).is_absolute()) << c.work_dir;
+  EXPECT_EQ(std::filesystem::path(c.work_dir).filename(), "fp8-worker-cpu");
+  EXPECT_EQ(c.token, "tok");
+}
+
+TEST(WorkerConfig, FlagBeatsEnvironmentWhichBeatsDefault) {
+  Env env = {{"FP8_COORDINATOR", "envhost:1"}, {"FP8_DEVICE", "cuda:1"}, {"FP8_WORKER_ADDRESS", "10.0.0.5:9400"},
+             {"FP8_WORKER_CPUS", "8"}, {"FP8_WORKER_MEMORY_GB", "12.5"}, {"FP8_STOP_GRACE_DEFAULT", "7"},
+             {"FP8_WORKER_DIR", "/tmp/wd-env"}};
+  absl::StatusOr<ParsedCommandLine> from_env = Parse({}, env);
+  ASSERT_TRUE(from_env.ok()) << from_env.status();
+  EXPECT_EQ(from_env->config.coordinator, "envhost:1");
+  EXPECT_EQ(from_env->config.device_kind, v1::ResourceSpec::CUDA);
+  EXPECT_EQ(from_env->config.device_name, "cuda:1");
+  EXPECT_EQ(from_env->config.listen_host, "10.0.0.5");
+  EXPECT_EQ(from_env->config.cpus, 8);
+  EXPECT_EQ(from_env->config.memory_gb, 12.5);
+  EXPECT_EQ(from_env->config.stop_grace_default_s, 7);
+  EXPECT_EQ(from_env->config.work_dir, "/tmp/wd-env");
+
+  absl::StatusOr<ParsedCommandLine> from_flags =
+      Parse({"--coordinator", "flaghost:2", "--device", "cpu", "--address", "[::1]:5", "--cpus", "2", "--memory-gb",
+             "3", "--stop-grace-default", "0", "--work-dir", "/tmp/wd-flag"},
+            env);
+  ASSERT_TRUE(from_flags.ok()) << from_flags.status();
+  EXPECT_EQ(from_flags->config.coordinator, "flaghost:2");
+  EXPECT_EQ(from_flags->config.device_name, "cpu");
+  EXPECT_EQ(from_flags->config.address, "[::1]:5");
+  EXPECT_EQ(from_flags->config.listen_host, "::1");
+  EXPECT_EQ(from_flags->config.cpus, 2);
+  EXPECT_EQ(from_flags->config.memory_gb, 3);
+  EXPECT_EQ(from_flags->config.stop_grace_default_s, 0);
+  EXPECT_EQ(from_flags->config.work_dir, "/tmp/wd-flag");
+}
+
+TEST(WorkerConfig, DefaultWorkDirNamesTheDevice) {
+  absl::StatusOr<ParsedCommandLine> p = Parse({"--device", "cuda:3"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(std::filesystem::path(p->config.work_dir).filename(), "fp8-worker-cuda-3");
+}
+
+TEST(WorkerConfig, TokenFromFileIsTrimmedAndTheFlagWins) {
+  testing::TempDir dir;
+  const std::string file = dir.path() + "/token";
+  std::ofstream(file) << "  secret-from-file \n\n";
+  absl::StatusOr<ParsedCommandLine> p = Parse({"--token-file", file}, {{"FP8_WORKER_TOKEN", "from-env"}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.token, "secret-from-file");
+
+  // Without the flag, the token variable beats the file variable.
+  p = Parse({}, {{"FP8_WORKER_TOKEN", " from-env\n"}, {"FP8_WORKER_TOKEN_FILE", file}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.token, "from-env");
+
+  p = ParseWorkerConfig({}, Lookup({{"FP8_TRAINER", "/bin/sh"}, {"FP8_WORKER_TOKEN_FILE", file}}));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.token, "secret-from-file");
+}
+
+TEST(WorkerConfig, NoTokenSaysHowToGetOne) {
+  // ctest runs in the build folder, where no ./fp8-worker.token lies.
+  ASSERT_FALSE(std::filesystem::exists("fp8-worker.token"));
+  absl::StatusOr<ParsedCommandLine> p = ParseWorkerConfig({}, Lookup({{"FP8_TRAINER", "/bin/sh"}}));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(p.status().message().find("FP8_WORKER_TOKEN"), absl::string_view::npos) << p.status();
+  EXPECT_NE(p.status().message().find("--token-file"), absl::string_view::npos) << p.status();
+}
+
+TEST(WorkerConfig, UnreadableOrEmptyTokenFileIsAnError) {
+  testing::TempDir dir;
+  absl::StatusOr<ParsedCommandLine> p = Parse({"--token-file", dir.path() + "/missing"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("--token-file"), absl::string_view::npos) << p.status();
+  const std::string empty = dir.path() + "/empty";
+  std::ofstream(empty) << " \n";
+  p = Parse({"--token-file", empty});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("empty"), absl::string_view::npos) << p.status();
+}
+
+// Each bad value is refused, naming where it came from.
+TEST(WorkerConfig, BadValuesNameTheirSource) {
+  struct Case {
+    std::vector<std::string> args;
+    Env env;
+    std::string names;
+  };
+  const std::vector<Case> cases = {
+      {{"--device", "gpu"}, {}, "--device"},
+      {{}, {{"FP8_DEVICE", "cuda:x"}}, "FP8_DEVICE"},
+      {{"--device", "cuda:-1"}, {}, "--device"},
+      {{"--cpus", "-1"}, {}, "--cpus"},
+      {{}, {{"FP8_WORKER_CPUS", "many"}}, "FP8_WORKER_CPUS"},
+      {{"--memory-gb", "abc"}, {}, "--memory-gb"},
+      {{"--memory-gb", "-2"}, {}, "--memory-gb"},
+      {{"--address", "nohost"}, {}, "--address"},
+      {{"--address", ":80"}, {}, "--address"},
+      {{"--coordinator", "host:99999"}, {}, "--coordinator"},
+      {{"--stop-grace-default", "4000"}, {}, "--stop-grace-default"},
+      {{"--trainer", "/nonexistent/fp8-train"}, {}, "--trainer"},
+      {{}, {{"FP8_TRAINER", "/tmp"}}, "FP8_TRAINER"},
+      {{"--coordinator-ca", "/nonexistent/ca.pem"}, {}, "--coordinator-ca"},
+      {{"--no-such-flag"}, {}, "--no-such-flag"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ParsedCommandLine> p = Parse(c.args, c.env);
+    ASSERT_FALSE(p.ok()) << c.names;
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
+    EXPECT_NE(p.status().message().find(c.names), absl::string_view::npos) << p.status();
+  }
+}
+
+TEST(WorkerConfig, HelpAndVersionPrintAndExit) {
+  absl::StatusOr<ParsedCommandLine> p = Parse({"--help"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(p->print_and_exit.has_value());
+  EXPECT_NE(p->print_and_exit->find("--coordinator"), std::string::npos);
+  p = Parse({"--version"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(p->print_and_exit.has_value());
+  EXPECT_NE(p->print_and_exit->find("0.1.0"), std::string::npos);
+}
+
+TEST(WorkerConfig, HostOfAddress) {
+  EXPECT_EQ(*HostOfAddress("10.1.2.3:7"), "10.1.2.3");
+  EXPECT_EQ(*HostOfAddress("node-3.example:0"), "node-3.example");
+  EXPECT_EQ(*HostOfAddress("[fe80::1]:9400"), "fe80::1");
+  EXPECT_FALSE(HostOfAddress("::1:80").ok());
+  EXPECT_FALSE(HostOfAddress("host:").ok());
+  EXPECT_FALSE(HostOfAddress("[::1]").ok());
+}
+
+}  // namespace
+}  // namespace fp8::worker

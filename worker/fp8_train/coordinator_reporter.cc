@@ -1,0 +1,242 @@
+#include "worker/fp8_train/coordinator_reporter.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace fp8::train_cli {
+namespace {
+
+// Byte counts arrive as doubles (means); the proto carries whole bytes.
+int64_t Round64(double v) {
+  if (!std::isfinite(v) || v <= 0) return 0;
+  if (v >= static_cast<double>(std::numeric_limits<int64_t>::max())) return std::numeric_limits<int64_t>::max();
+  return std::llround(v);
+}
+
+int32_t Round32(double v) {
+  return static_cast<int32_t>(std::min<int64_t>(Round64(v), std::numeric_limits<int32_t>::max()));
+}
+
+bool EndsTheAttempt(grpc::StatusCode code) {
+  return code == grpc::StatusCode::FAILED_PRECONDITION || code == grpc::StatusCode::PERMISSION_DENIED ||
+         code == grpc::StatusCode::UNAUTHENTICATED;
+}
+
+// DEADLINE_EXCEEDED here is our own call deadline: the coordinator is slow or away, which
+// is an outage as much as UNAVAILABLE is.
+bool Transient(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+}  // namespace
+
+CoordinatorReporter::CoordinatorReporter(std::shared_ptr<grpc::Channel> channel, CoordinatorReporterOptions options,
+                                         engine::TrainObserver& inner, std::atomic<bool>* stop, std::FILE* err)
+    : stub_(fp8::v1::TrainerService::NewStub(std::move(channel))),
+      options_(std::move(options)),
+      inner_(inner),
+      stop_(stop),
+      err_(err) {
+  thread_ = std::thread([this] { run(); });
+}
+
+CoordinatorReporter::~CoordinatorReporter() {
+  const bool flushed = drain();
+  {
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+    if (!flushed) {
+      // Whatever is still queued or retrying would outlive the bounded wait: give it up.
+      abandon_ = true;
+      queue_.clear();
+      if (in_flight_ != nullptr) in_flight_->TryCancel();
+    }
+  }
+  thread_.join();
+}
+
+fp8::v1::RankRef CoordinatorReporter::caller() const {
+  fp8::v1::RankRef ref;
+  ref.set_job_id(options_.job_id);
+  ref.set_attempt(options_.attempt);
+  ref.set_rank(options_.rank);
+  return ref;
+}
+
+void CoordinatorReporter::on_start(const engine::TrainStart& s) {
+  last_reported_step_ = s.first_step - 1;
+  inner_.on_start(s);
+}
+
+void CoordinatorReporter::on_step(const engine::StepReport& r) {
+  inner_.on_step(r);
+  fp8::v1::ReportProgressRequest req;
+  *req.mutable_caller() = caller();
+  fp8::v1::TrainingProgress* p = req.mutable_progress();
+  p->set_step(r.step);
+  p->set_window_steps(static_cast<int32_t>(
+      std::clamp<int64_t>(r.step - last_reported_step_, 1, std::numeric_limits<int32_t>::max())));
+  last_reported_step_ = r.step;
+  p->set_time_unix_ms(absl::ToUnixMillis(absl::Now()));
+  p->set_loss(r.loss);
+  if (r.val_loss.has_value()) p->set_val_loss(*r.val_loss);
+  p->set_grad_norm(r.grad_norm);
+  p->set_lr(r.lr);
+  p->set_tokens_per_second(r.tokens_per_second);
+  p->mutable_step_time()->set_step_ms(r.step_ms);
+  if (r.comm.has_value()) {
+    p->mutable_step_time()->set_exposed_comm_ms(r.comm->exposed_ms);
+    fp8::v1::CommunicationBytes* c = p->mutable_communication();
+    c->set_all_gather_fp8_bytes(Round64(r.comm->all_gather_fp8_bytes));
+    c->set_all_gather_fp32_bytes(Round64(r.comm->all_gather_f32_bytes));
+    c->set_reduce_scatter_bytes(Round64(r.comm->reduce_scatter_bytes));
+    c->set_all_reduces(Round32(r.comm->all_reduces));
+  }
+  enqueue(std::move(req));
+}
+
+void CoordinatorReporter::on_checkpoint(int64_t step, const std::filesystem::path& dir) {
+  inner_.on_checkpoint(step, dir);
+  if (options_.rank != 0) return;  // the commit is rank 0's (trainer_service.proto)
+  fp8::v1::CommitCheckpointRequest req;
+  *req.mutable_caller() = caller();
+  req.set_step(step);
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(dir, ec);
+  req.set_dir(ec ? dir.string() : absolute.lexically_normal().string());
+  req.set_world_size(options_.world_size);
+  enqueue(std::move(req));
+}
+
+void CoordinatorReporter::on_warning(const std::string& w) { inner_.on_warning(w); }
+
+void CoordinatorReporter::on_finish(const engine::TrainSummary& s) {
+  inner_.on_finish(s);
+  drain();
+}
+
+void CoordinatorReporter::enqueue(Message m) {
+  if (ended_.load()) return;
+  absl::MutexLock lock(&mu_);
+  if (closing_) return;
+  if (queue_.size() >= options_.queue_limit) {
+    auto oldest = std::find_if(queue_.begin(), queue_.end(), [](const Message& q) {
+      return std::holds_alternative<fp8::v1::ReportProgressRequest>(q);
+    });
+    // Only commits queued: keep them all (they are rare, and the coordinator resumes from them).
+    if (oldest != queue_.end()) queue_.erase(oldest);
+  }
+  queue_.push_back(std::move(m));
+}
+
+bool CoordinatorReporter::flush(absl::Duration limit) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(
+                                  +[](CoordinatorReporter* self) { return self->queue_.empty() && !self->busy_; },
+                                  this),
+                              limit);
+}
+
+bool CoordinatorReporter::drain() {
+  // One deadline for on_finish and the destructor together: the process waits at most
+  // flush_limit for the coordinator, not twice that.
+  if (drain_deadline_ == absl::InfiniteFuture()) drain_deadline_ = absl::Now() + options_.flush_limit;
+  return flush(std::max(drain_deadline_ - absl::Now(), absl::ZeroDuration()));
+}
+
+void CoordinatorReporter::run() {
+  while (true) {
+    Message m;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](CoordinatorReporter* self) { return !self->queue_.empty() || self->closing_; }, this));
+      if (queue_.empty()) return;  // closing, and nothing left to send
+      m = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    send(m);
+    absl::MutexLock lock(&mu_);
+    busy_ = false;
+  }
+}
+
+grpc::Status CoordinatorReporter::call_once(const Message& m) {
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + options_.token);
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_deadline));
+  {
+    absl::MutexLock lock(&mu_);
+    if (abandon_) return grpc::Status(grpc::StatusCode::CANCELLED, "the reporter gave up at exit");
+    in_flight_ = &ctx;
+  }
+  grpc::Status s;
+  if (const auto* progress = std::get_if<fp8::v1::ReportProgressRequest>(&m)) {
+    fp8::v1::ReportProgressResponse resp;
+    s = stub_->ReportProgress(&ctx, *progress, &resp);
+  } else {
+    fp8::v1::CommitCheckpointResponse resp;
+    s = stub_->CommitCheckpoint(&ctx, std::get<fp8::v1::CommitCheckpointRequest>(m), &resp);
+  }
+  absl::MutexLock lock(&mu_);
+  in_flight_ = nullptr;
+  return s;
+}
+
+void CoordinatorReporter::send(const Message& m) {
+  const bool commit = std::holds_alternative<fp8::v1::CommitCheckpointRequest>(m);
+  const std::string what = commit ? absl::StrCat("checkpoint commit of step ",
+                                                 std::get<fp8::v1::CommitCheckpointRequest>(m).step())
+                                  : "progress report";
+  absl::Duration backoff = options_.first_backoff;
+  for (int attempt = 0;; ++attempt) {
+    if (ended_.load()) return;
+    const grpc::Status s = call_once(m);
+    if (s.ok()) {
+      outage_warned_ = false;
+      return;
+    }
+    if (EndsTheAttempt(s.error_code())) {
+      if (!ended_.exchange(true)) {
+        std::fprintf(err_, "fp8-train [rank %d]: coordinator at %s refused a %s: %s\n", options_.rank,
+                     options_.address.c_str(), what.c_str(), s.error_message().c_str());
+        std::fflush(err_);
+      }
+      if (stop_ != nullptr) stop_->store(true);
+      absl::MutexLock lock(&mu_);
+      queue_.clear();
+      return;
+    }
+    if (Transient(s.error_code()) && attempt < options_.unavailable_retries) {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&abandon_), backoff)) return;  // gave up at exit
+      backoff = backoff * 2;
+      continue;
+    }
+    if (Transient(s.error_code())) {
+      if (!outage_warned_) {
+        warn(absl::StrCat("coordinator at ", options_.address, " is unreachable (", s.error_message(),
+                          "): dropping reports until it answers again"));
+        outage_warned_ = true;
+      }
+      return;
+    }
+    warn(absl::StrCat("coordinator at ", options_.address, " rejected a ", what, ": ", s.error_message()));
+    return;
+  }
+}
+
+void CoordinatorReporter::warn(const std::string& text) {
+  std::fprintf(err_, "fp8-train [rank %d]: warning: %s\n", options_.rank, text.c_str());
+  std::fflush(err_);
+}
+
+}  // namespace fp8::train_cli

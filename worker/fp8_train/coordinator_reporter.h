@@ -1,0 +1,108 @@
+// fp8-train's reports to the coordinator (TrainerService, proto/fp8/v1/trainer_service.proto)
+// for a rank the worker daemon started: a TrainObserver that passes every event on to the
+// rank's own observer (rank 0's console log stays as it is) and forwards step reports
+// (ReportProgress) and, on rank 0, checkpoint commits (CommitCheckpoint).
+//
+// Off the critical path: calls go out on a background thread from a bounded queue, so a
+// slow or absent coordinator never stalls a step. When the queue is full the oldest
+// progress report is dropped; a checkpoint commit is never dropped for room. Each call has
+// a deadline; UNAVAILABLE is retried a few times with backoff, then the message is dropped
+// with one warning per outage.
+//
+// FAILED_PRECONDITION (the attempt ended), PERMISSION_DENIED or UNAUTHENTICATED (the token
+// is not, or no longer, good for this attempt) stop all sending and raise attempt_ended();
+// the reporter also sets the `stop` flag it was given, which fp8-train hands the training
+// loop as RunControl::stop, so the rank stops after the step in flight.
+//
+// on_finish() and the destructor flush the queue, waiting at most `flush_limit`, so that
+// the final report and the last commit reach the coordinator before the process exits.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <variant>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "fp8/v1/trainer_service.grpc.pb.h"
+#include "worker/engine/train/train_observer.h"
+
+namespace fp8::train_cli {
+
+struct CoordinatorReporterOptions {
+  std::string address;  // host:port, for messages
+  std::string token;    // the attempt's trainer token
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  int world_size = 1;
+  size_t queue_limit = 256;
+  absl::Duration call_deadline = absl::Seconds(5);
+  int unavailable_retries = 3;  // after the first try
+  absl::Duration first_backoff = absl::Milliseconds(200);
+  absl::Duration flush_limit = absl::Seconds(10);
+};
+
+class CoordinatorReporter final : public engine::TrainObserver {
+ public:
+  // `inner` (the console or quiet observer) must outlive this; so must `stop`, which may be
+  // null. Messages (warnings, the end of the attempt) go to `err`.
+  CoordinatorReporter(std::shared_ptr<grpc::Channel> channel, CoordinatorReporterOptions options,
+                      engine::TrainObserver& inner, std::atomic<bool>* stop, std::FILE* err = stderr);
+  ~CoordinatorReporter() override;  // flushes (bounded), then stops the thread
+  CoordinatorReporter(const CoordinatorReporter&) = delete;
+  CoordinatorReporter& operator=(const CoordinatorReporter&) = delete;
+
+  void on_start(const engine::TrainStart& s) override;
+  void on_step(const engine::StepReport& r) override;
+  void on_checkpoint(int64_t step, const std::filesystem::path& dir) override;
+  void on_warning(const std::string& w) override;
+  void on_finish(const engine::TrainSummary& s) override;
+
+  // True once the coordinator said this attempt ended (or refused the token).
+  bool attempt_ended() const { return ended_.load(); }
+  // Waits until every queued message was sent or dropped, at most `limit`. False on timeout.
+  bool flush(absl::Duration limit);
+
+ private:
+  using Message = std::variant<fp8::v1::ReportProgressRequest, fp8::v1::CommitCheckpointRequest>;
+
+  void enqueue(Message m);
+  // flush() against one deadline shared by on_finish and the destructor.
+  bool drain();
+  void run();  // the sending thread
+  // Sends one message, retrying transient failures; raises ended_ when the coordinator
+  // says the attempt is over.
+  void send(const Message& m);
+  grpc::Status call_once(const Message& m);
+  void warn(const std::string& text);
+  fp8::v1::RankRef caller() const;
+
+  std::unique_ptr<fp8::v1::TrainerService::Stub> stub_;
+  const CoordinatorReporterOptions options_;
+  engine::TrainObserver& inner_;
+  std::atomic<bool>* stop_;
+  std::FILE* err_;
+  std::atomic<bool> ended_{false};
+  int64_t last_reported_step_ = 0;  // the training thread's only
+  absl::Time drain_deadline_ = absl::InfiniteFuture();  // the training thread's only
+
+  absl::Mutex mu_;
+  std::deque<Message> queue_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;      // a message is being sent
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;   // the destructor runs: drain, then exit
+  bool abandon_ ABSL_GUARDED_BY(mu_) = false;   // the flush timed out: stop retrying
+  grpc::ClientContext* in_flight_ ABSL_GUARDED_BY(mu_) = nullptr;  // to cancel on abandon
+  bool outage_warned_ = false;  // the sending thread's only
+  std::thread thread_;
+};
+
+}  // namespace fp8::train_cli

@@ -1,0 +1,62 @@
+#include "worker/fp8_worker/grpc_clients.h"
+
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "fp8/v1/trainer_service.grpc.pb.h"
+
+namespace fp8::worker {
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeCoordinatorChannel(const std::string& address,
+                                                                      const std::string& ca_file) {
+  if (ca_file.empty()) return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  std::ifstream in(ca_file);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("--coordinator-ca ", ca_file, ": cannot read"));
+  std::stringstream pem;
+  pem << in.rdbuf();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem.str();
+  return grpc::CreateChannel(address, grpc::SslCredentials(ssl));
+}
+
+std::unique_ptr<grpc::ClientContext> MakeCallContext(const std::string& token, std::chrono::milliseconds deadline) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + deadline);
+  ctx->AddMetadata("authorization", "Bearer " + token);
+  return ctx;
+}
+
+absl::Status ToAbsl(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+LogForwarder::Sender MakeAppendLogsSender(std::string ca_file, std::chrono::milliseconds deadline) {
+  struct Stubs {
+    std::mutex mu;
+    std::map<std::string, std::unique_ptr<v1::TrainerService::Stub>> by_address;
+  };
+  auto stubs = std::make_shared<Stubs>();
+  return [stubs, ca_file = std::move(ca_file), deadline](const std::string& address, const std::string& token,
+                                                         const v1::AppendLogsRequest& request) -> absl::Status {
+    v1::TrainerService::Stub* stub = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(stubs->mu);
+      std::unique_ptr<v1::TrainerService::Stub>& s = stubs->by_address[address];
+      if (!s) {
+        absl::StatusOr<std::shared_ptr<grpc::Channel>> ch = MakeCoordinatorChannel(address, ca_file);
+        if (!ch.ok()) return ch.status();
+        s = v1::TrainerService::NewStub(*ch);
+      }
+      stub = s.get();
+    }
+    std::unique_ptr<grpc::ClientContext> ctx = MakeCallContext(token, deadline);
+    v1::AppendLogsResponse response;
+    return ToAbsl(stub->AppendLogs(ctx.get(), request, &response));
+  };
+}
+
+}  // namespace fp8::worker

@@ -1,0 +1,176 @@
+#include "worker/fp8_worker/rank_supervisor.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/jobspec/to_yaml.h"
+#include "worker/fp8_worker/line_text.h"
+#include "worker/fp8_worker/trainer_command.h"
+#include "worker/fp8_worker/worker_log.h"
+
+namespace fp8::worker {
+namespace {
+
+constexpr int kSpawnFailedExitCode = 127;  // as a shell reports "command not found"
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+std::string Describe(const RankExit& e) {
+  if (e.signal) return absl::StrCat("killed by signal ", *e.signal);
+  return absl::StrCat("exited with code ", e.exit_code.value_or(-1));
+}
+
+}  // namespace
+
+RankSupervisor::RankSupervisor(WorkerConfig config, LogForwarder* forwarder, std::vector<std::string> base_env)
+    : config_(std::move(config)), forwarder_(forwarder), base_env_(std::move(base_env)) {}
+
+RankSupervisor::~RankSupervisor() = default;
+
+void RankSupervisor::SpawnFailed(const RankKey& key, const std::string& why) {
+  Log(absl::StrCat(key.ToString(), ": cannot start: ", why));
+  RankExit e;
+  e.key = key;
+  e.exit_code = kSpawnFailedExitCode;
+  e.message = CleanLine(why);
+  e.last_status.set_job_id(key.job_id);
+  e.last_status.set_attempt(key.attempt);
+  e.last_status.set_rank(key.rank);
+  e.last_status.set_state(v1::RankStatus::STARTING);
+  exits_.push_back(std::move(e));
+}
+
+void RankSupervisor::Start(const v1::StartRank& start) {
+  RankKey key{start.job_id(), start.attempt(), start.rank()};
+  if (ranks_.count(key) > 0) {
+    Log(absl::StrCat(key.ToString(), ": StartRank for a rank already running; ignored"));
+    return;
+  }
+  absl::StatusOr<TrainerCommand> cmd = BuildTrainerCommand(start, config_, base_env_);
+  if (!cmd.ok()) return SpawnFailed(key, std::string(cmd.status().message()));
+  std::error_code ec;
+  std::filesystem::create_directories(cmd->rank_dir, ec);
+  if (ec) return SpawnFailed(key, absl::StrCat("cannot create ", cmd->rank_dir, ": ", ec.message()));
+  if (absl::Status st = WriteFile(cmd->config_path, jobspec::ToYaml(start.spec())); !st.ok()) {
+    return SpawnFailed(key, std::string(st.message()));
+  }
+
+  LineSink sink;
+  if (forwarder_ != nullptr) {
+    forwarder_->Open(key, start.coordinator_address(), start.trainer_token());
+    sink = [fw = forwarder_, key](absl::string_view line, int64_t ms) { fw->Append(key, line, ms); };
+  }
+  absl::StatusOr<std::unique_ptr<RankProcess>> p = RankProcess::Spawn(cmd->argv, cmd->env, cmd->log_path, sink);
+  if (!p.ok()) {
+    if (forwarder_ != nullptr) forwarder_->Close(key);
+    return SpawnFailed(key, std::string(p.status().message()));
+  }
+  Log(absl::StrCat(key.ToString(), ": started ", config_.trainer, " (pid ", (*p)->pid(), ", world size ",
+                   start.world_size(), "), log ", cmd->log_path));
+  ranks_[key].process = std::move(*p);
+}
+
+void RankSupervisor::StopRank(Rank& r, int grace_seconds) {
+  const Clock::time_point kill_at = Clock::now() + std::chrono::seconds(std::max(grace_seconds, 0));
+  if (r.killed) return;
+  if (grace_seconds <= 0) {
+    r.process->Signal(SIGKILL);
+    r.killed = true;
+    r.kill_at = kill_at;
+    return;
+  }
+  if (!r.kill_at) {
+    r.process->Signal(SIGTERM);
+    r.kill_at = kill_at;
+  } else if (kill_at < *r.kill_at) {
+    r.kill_at = kill_at;
+  }
+}
+
+void RankSupervisor::Stop(const std::string& job_id, int attempt, int grace_seconds, const std::string& reason) {
+  int n = 0;
+  for (auto& [key, r] : ranks_) {
+    if (key.job_id != job_id || key.attempt != attempt) continue;
+    StopRank(r, grace_seconds);
+    ++n;
+  }
+  Log(absl::StrCat("stop ", job_id, " attempt ", attempt, " (", reason.empty() ? "no reason given" : reason, "): ",
+                   n == 0 ? "no rank of it runs here" : absl::StrCat(n, " rank(s), grace ", grace_seconds, " s")));
+}
+
+void RankSupervisor::StopAll(int grace_seconds, const std::string& reason) {
+  if (ranks_.empty()) return;
+  Log(absl::StrCat("stopping all ", ranks_.size(), " rank(s) (", reason, "), grace ", grace_seconds, " s"));
+  for (auto& entry : ranks_) StopRank(entry.second, grace_seconds);
+}
+
+void RankSupervisor::Poll() {
+  const Clock::time_point now = Clock::now();
+  for (auto it = ranks_.begin(); it != ranks_.end();) {
+    const RankKey& key = it->first;
+    Rank& r = it->second;
+    std::optional<ProcessExit> done = r.process->Poll();
+    if (!done) {
+      if (r.kill_at && !r.killed && now >= *r.kill_at) {
+        Log(absl::StrCat(key.ToString(), ": still running after its grace period; SIGKILL"));
+        r.process->Signal(SIGKILL);
+        r.killed = true;
+      }
+      ++it;
+      continue;
+    }
+    RankExit e;
+    e.key = key;
+    e.exit_code = done->exit_code;
+    e.signal = done->signal;
+    e.message = r.process->LastLine();
+    e.last_status = StatusOf(key, r);
+    Log(absl::StrCat(key.ToString(), ": ", Describe(e), e.message.empty() ? "" : ": " + e.message));
+    if (forwarder_ != nullptr) forwarder_->Close(key);
+    exits_.push_back(std::move(e));
+    it = ranks_.erase(it);
+  }
+}
+
+std::vector<RankExit> RankSupervisor::TakeExits() {
+  std::vector<RankExit> out;
+  out.swap(exits_);
+  return out;
+}
+
+v1::RankStatus RankSupervisor::StatusOf(const RankKey& key, const Rank& r) const {
+  v1::RankStatus s;
+  s.set_job_id(key.job_id);
+  s.set_attempt(key.attempt);
+  s.set_rank(key.rank);
+  s.set_pid(r.process->pid());
+  // The daemon cannot see inside fp8-train; its first line of output is the best sign
+  // that it got past start-up.
+  if (r.kill_at) {
+    s.set_state(v1::RankStatus::STOPPING);
+  } else if (r.process->HasOutput()) {
+    s.set_state(v1::RankStatus::RUNNING);
+  } else {
+    s.set_state(v1::RankStatus::STARTING);
+  }
+  return s;
+}
+
+std::vector<v1::RankStatus> RankSupervisor::Statuses() const {
+  std::vector<v1::RankStatus> out;
+  out.reserve(ranks_.size());
+  for (const auto& [key, r] : ranks_) out.push_back(StatusOf(key, r));
+  return out;
+}
+
+}  // namespace fp8::worker

@@ -1,0 +1,85 @@
+#include "worker/fp8_worker/trainer_command.h"
+
+#include <unistd.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+extern char** environ;
+
+namespace fp8::worker {
+namespace {
+
+// The job id becomes a folder name: refuse anything that could climb out of work_dir.
+bool IsPlainName(const std::string& s) {
+  if (s.empty() || s.size() > 200 || s == "." || s == "..") return false;
+  for (char c : s) {
+    if (c == '/' || c == '\0') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string RankDir(const std::string& work_dir, const std::string& job_id, int attempt, int rank) {
+  return absl::StrCat(work_dir, "/", job_id, "/attempt-", attempt, "/rank-", rank);
+}
+
+std::vector<std::string> CurrentEnvironment() {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.emplace_back(*e);
+  return env;
+}
+
+absl::StatusOr<TrainerCommand> BuildTrainerCommand(const v1::StartRank& start, const WorkerConfig& config,
+                                                   const std::vector<std::string>& base_env) {
+  if (!IsPlainName(start.job_id())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("StartRank.job_id '", start.job_id(), "' is not a plain folder name"));
+  }
+  if (start.attempt() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("StartRank.attempt ", start.attempt(), " is < 1"));
+  }
+  if (start.world_size() < 1 || start.rank() < 0 || start.rank() >= start.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("StartRank.rank ", start.rank(), " is outside [0, world_size ",
+                                                   start.world_size(), ")"));
+  }
+  if (start.coordinator_address().empty()) {
+    return absl::InvalidArgumentError("StartRank.coordinator_address is empty");
+  }
+  if (start.trainer_token().empty()) return absl::InvalidArgumentError("StartRank.trainer_token is empty");
+
+  TrainerCommand cmd;
+  cmd.rank_dir = RankDir(config.work_dir, start.job_id(), start.attempt(), start.rank());
+  cmd.config_path = cmd.rank_dir + "/job.yaml";
+  cmd.log_path = cmd.rank_dir + "/output.log";
+  cmd.argv = {config.trainer,
+              "--config", cmd.config_path,
+              "--rank", absl::StrCat(start.rank()),
+              "--world-size", absl::StrCat(start.world_size()),
+              "--coordinator", start.coordinator_address(),
+              "--job-id", start.job_id(),
+              "--attempt", absl::StrCat(start.attempt()),
+              "--rendezvous-namespace", start.rendezvous_namespace(),
+              "--listen", config.listen_host};
+  // Attempt 1 starts from scratch (fp8-train refuses a checkpoint dir that already holds
+  // checkpoints); every restart carries on from the last committed one.
+  if (start.attempt() > 1) cmd.argv.push_back("--resume");
+  if (!config.coordinator_ca.empty()) {
+    cmd.argv.push_back("--coordinator-ca");
+    cmd.argv.push_back(config.coordinator_ca);
+  }
+
+  // The worker's own token is not the rank's business; an inherited FP8_TRAINER_TOKEN
+  // would be a stale one.
+  for (const std::string& e : base_env) {
+    if (absl::StartsWith(e, "FP8_WORKER_TOKEN=") || absl::StartsWith(e, absl::StrCat(kTrainerTokenEnv, "="))) {
+      continue;
+    }
+    cmd.env.push_back(e);
+  }
+  cmd.env.push_back(absl::StrCat(kTrainerTokenEnv, "=", start.trainer_token()));
+  return cmd;
+}
+
+}  // namespace fp8::worker

@@ -1,0 +1,286 @@
+#include "worker/fp8_worker/worker_config.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace fp8::worker {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kDefaultTokenFile[] = "fp8-worker.token";
+
+// One setting: the flag's value when given, else the variable's, else nullopt. `from`
+// names where the value came from, for error messages.
+struct Setting {
+  std::optional<std::string> value;
+  std::string from;
+};
+
+Setting Pick(const CLI::Option* flag, const std::string& flag_value, const EnvLookup& env,
+             const std::string& var) {
+  if (flag->count() > 0) return {flag_value, flag->get_name()};
+  if (std::optional<std::string> v = env(var); v.has_value() && !v->empty()) return {*v, var};
+  return {std::nullopt, ""};
+}
+
+absl::Status Bad(const Setting& s, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(s.from, " '", *s.value, "': ", why));
+}
+
+absl::Status ParseAddress(const Setting& s, std::string* address, std::string* host) {
+  absl::StatusOr<std::string> h = HostOfAddress(*s.value);
+  if (!h.ok()) return Bad(s, h.status().message());
+  *address = *s.value;
+  *host = *h;
+  return absl::OkStatus();
+}
+
+absl::Status ParseDevice(const Setting& s, WorkerConfig* c) {
+  const std::string& v = *s.value;
+  if (v == "cpu") {
+    c->device_kind = v1::ResourceSpec::CPU;
+    c->device_name = v;
+    return absl::OkStatus();
+  }
+  int index = -1;
+  if (absl::StartsWith(v, "cuda:") && v.size() > 5 &&
+      std::all_of(v.begin() + 5, v.end(), [](char ch) { return absl::ascii_isdigit(ch); }) &&
+      absl::SimpleAtoi(v.substr(5), &index) && index >= 0) {
+    c->device_kind = v1::ResourceSpec::CUDA;
+    c->device_name = absl::StrCat("cuda:", index);
+    return absl::OkStatus();
+  }
+  return Bad(s, "expected cpu or cuda:<N> (a GPU index such as cuda:0)");
+}
+
+absl::Status ParseInt(const Setting& s, int lo, int hi, int* out) {
+  int v = 0;
+  if (!absl::SimpleAtoi(*s.value, &v) || v < lo || v > hi) {
+    return Bad(s, absl::StrCat("expected a whole number in [", lo, ", ", hi, "]"));
+  }
+  *out = v;
+  return absl::OkStatus();
+}
+
+absl::Status ParseGb(const Setting& s, double* out) {
+  double v = 0;
+  if (!absl::SimpleAtod(*s.value, &v) || !(v >= 0) || v > 1e9) {
+    return Bad(s, "expected a number of GiB >= 0 (0 = unknown)");
+  }
+  *out = v;
+  return absl::OkStatus();
+}
+
+std::string Absolute(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
+}
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// fp8-train installed next to fp8-worker (build/<preset>/bin holds both).
+std::string TrainerNextToSelf() {
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "fp8-train";
+  return (self.parent_path() / "fp8-train").string();
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path, const std::string& from) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(from, " '", path, "': cannot read the worker token file"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string token(absl::StripAsciiWhitespace(text.str()));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(from, " '", path, "': the worker token file is empty"));
+  }
+  return token;
+}
+
+std::string NoTokenMessage() {
+  return absl::StrCat(
+      "no worker token: fp8-worker needs the coordinator's worker token to register. Ask the "
+      "coordinator's operator for it, then put it in ./", kDefaultTokenFile,
+      ", pass --token-file FILE (or FP8_WORKER_TOKEN_FILE=FILE), or set FP8_WORKER_TOKEN");
+}
+
+// Precedence: --token-file, FP8_WORKER_TOKEN, FP8_WORKER_TOKEN_FILE, ./fp8-worker.token.
+absl::Status ResolveToken(const CLI::Option* flag, const std::string& flag_value, const EnvLookup& env,
+                          WorkerConfig* c) {
+  if (flag->count() > 0) {
+    absl::StatusOr<std::string> t = ReadTokenFile(flag_value, "--token-file");
+    if (!t.ok()) return t.status();
+    c->token = *t;
+    c->token_source = absl::StrCat("--token-file ", flag_value);
+    return absl::OkStatus();
+  }
+  if (std::optional<std::string> v = env("FP8_WORKER_TOKEN"); v.has_value()) {
+    std::string token(absl::StripAsciiWhitespace(*v));
+    if (!token.empty()) {
+      c->token = token;
+      c->token_source = "FP8_WORKER_TOKEN";
+      return absl::OkStatus();
+    }
+  }
+  if (std::optional<std::string> v = env("FP8_WORKER_TOKEN_FILE"); v.has_value() && !v->empty()) {
+    absl::StatusOr<std::string> t = ReadTokenFile(*v, "FP8_WORKER_TOKEN_FILE");
+    if (!t.ok()) return t.status();
+    c->token = *t;
+    c->token_source = absl::StrCat("FP8_WORKER_TOKEN_FILE ", *v);
+    return absl::OkStatus();
+  }
+  std::error_code ec;
+  if (!fs::exists(kDefaultTokenFile, ec)) return absl::NotFoundError(NoTokenMessage());
+  absl::StatusOr<std::string> t = ReadTokenFile(kDefaultTokenFile, "default token file");
+  if (!t.ok()) return absl::NotFoundError(absl::StrCat(t.status().message(), "; ", NoTokenMessage()));
+  c->token = *t;
+  c->token_source = Absolute(kDefaultTokenFile);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+EnvLookup ProcessEnv() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+absl::StatusOr<std::string> HostOfAddress(absl::string_view address) {
+  absl::string_view host;
+  absl::string_view port;
+  if (absl::StartsWith(address, "[")) {
+    const size_t close = address.find(']');
+    if (close == absl::string_view::npos || close + 1 >= address.size() || address[close + 1] != ':') {
+      return absl::InvalidArgumentError("expected [IPv6]:PORT");
+    }
+    host = address.substr(1, close - 1);
+    port = address.substr(close + 2);
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == absl::string_view::npos) return absl::InvalidArgumentError("expected HOST:PORT");
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+    if (host.find(':') != absl::string_view::npos) {
+      return absl::InvalidArgumentError("expected HOST:PORT (write an IPv6 host as [addr]:PORT)");
+    }
+  }
+  int p = -1;
+  if (host.empty()) return absl::InvalidArgumentError("expected HOST:PORT, the host is empty");
+  if (!absl::SimpleAtoi(port, &p) || p < 0 || p > 65535) {
+    return absl::InvalidArgumentError("expected HOST:PORT with a port in [0, 65535]");
+  }
+  return std::string(host);
+}
+
+absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::string>& args,
+                                                    const EnvLookup& env) {
+  CLI::App app("fp8-worker: offers this machine's device to the fp8 coordinator and runs the "
+               "fp8-train ranks it assigns. Every flag can also come from the environment "
+               "variable named in its description; the flag wins.",
+               "fp8-worker");
+  std::string coordinator, token_file, device, address, work_dir, trainer, cpus, memory_gb, ca, grace;
+  CLI::Option* o_coordinator = app.add_option("--coordinator", coordinator,
+      "HOST:PORT of the coordinator (FP8_COORDINATOR; default 127.0.0.1:7070)");
+  CLI::Option* o_token = app.add_option("--token-file", token_file,
+      "file holding the worker bearer token (FP8_WORKER_TOKEN_FILE; FP8_WORKER_TOKEN may hold "
+      "the token itself; default ./fp8-worker.token)");
+  CLI::Option* o_device = app.add_option("--device", device, "cpu or cuda:N (FP8_DEVICE; default cpu)");
+  CLI::Option* o_address = app.add_option("--address", address,
+      "HOST:PORT this worker is reached at; ranks listen on HOST (FP8_WORKER_ADDRESS; default "
+      "127.0.0.1:0, port 0 = no metrics port)");
+  CLI::Option* o_work_dir = app.add_option("--work-dir", work_dir,
+      "folder for each rank's job.yaml and output.log (FP8_WORKER_DIR; default ./fp8-worker-<device>)");
+  CLI::Option* o_trainer = app.add_option("--trainer", trainer,
+      "fp8-train executable (FP8_TRAINER; default: the one next to fp8-worker)");
+  CLI::Option* o_cpus = app.add_option("--cpus", cpus, "CPU cores offered to ranks (FP8_WORKER_CPUS; 0 = unknown)");
+  CLI::Option* o_memory = app.add_option("--memory-gb", memory_gb,
+      "host memory offered to ranks in GiB (FP8_WORKER_MEMORY_GB; 0 = unknown)");
+  CLI::Option* o_ca = app.add_option("--coordinator-ca", ca,
+      "PEM file of TLS root certificates for the coordinator (FP8_COORDINATOR_CA; default: plaintext)");
+  CLI::Option* o_grace = app.add_option("--stop-grace-default", grace,
+      "seconds between SIGTERM and SIGKILL when fp8-worker itself stops (FP8_STOP_GRACE_DEFAULT; default 30)");
+  app.set_version_flag("--version", std::string(kWorkerVersion));
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses from the back
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    return ParsedCommandLine{app.help(), {}};
+  } catch (const CLI::CallForVersion&) {
+    return ParsedCommandLine{absl::StrCat("fp8-worker ", kWorkerVersion, "\n"), {}};
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(absl::StrCat(e.what(), " (see fp8-worker --help)"));
+  }
+
+  ParsedCommandLine out;
+  WorkerConfig& c = out.config;
+  if (Setting s = Pick(o_coordinator, coordinator, env, "FP8_COORDINATOR"); s.value) {
+    std::string host;
+    if (absl::Status st = ParseAddress(s, &c.coordinator, &host); !st.ok()) return st;
+  }
+  if (Setting s = Pick(o_device, device, env, "FP8_DEVICE"); s.value) {
+    if (absl::Status st = ParseDevice(s, &c); !st.ok()) return st;
+  }
+  if (Setting s = Pick(o_address, address, env, "FP8_WORKER_ADDRESS"); s.value) {
+    if (absl::Status st = ParseAddress(s, &c.address, &c.listen_host); !st.ok()) return st;
+  }
+  if (Setting s = Pick(o_cpus, cpus, env, "FP8_WORKER_CPUS"); s.value) {
+    if (absl::Status st = ParseInt(s, 0, 1 << 20, &c.cpus); !st.ok()) return st;
+  }
+  if (Setting s = Pick(o_memory, memory_gb, env, "FP8_WORKER_MEMORY_GB"); s.value) {
+    if (absl::Status st = ParseGb(s, &c.memory_gb); !st.ok()) return st;
+  }
+  if (Setting s = Pick(o_grace, grace, env, "FP8_STOP_GRACE_DEFAULT"); s.value) {
+    if (absl::Status st = ParseInt(s, 0, 3600, &c.stop_grace_default_s); !st.ok()) return st;
+  }
+  if (Setting s = Pick(o_ca, ca, env, "FP8_COORDINATOR_CA"); s.value) {
+    std::ifstream in(*s.value);
+    if (!in) return Bad(s, "cannot read the TLS root certificates file");
+    c.coordinator_ca = Absolute(*s.value);
+  }
+  {
+    Setting s = Pick(o_work_dir, work_dir, env, "FP8_WORKER_DIR");
+    std::string dir = s.value.value_or("");
+    if (dir.empty()) {  // one folder per device, so that two workers on a host stay apart
+      dir = "fp8-worker-" + c.device_name;
+      std::replace(dir.begin(), dir.end(), ':', '-');
+    }
+    c.work_dir = Absolute(dir);
+  }
+  {
+    Setting s = Pick(o_trainer, trainer, env, "FP8_TRAINER");
+    if (!s.value) s = {TrainerNextToSelf(), "default trainer (next to fp8-worker)"};
+    if (!IsExecutableFile(*s.value)) {
+      return Bad(s, "not an executable file; build fp8-train or pass --trainer PATH (FP8_TRAINER)");
+    }
+    c.trainer = Absolute(*s.value);
+  }
+  if (absl::Status st = ResolveToken(o_token, token_file, env, &c); !st.ok()) return st;
+  return out;
+}
+
+}  // namespace fp8::worker

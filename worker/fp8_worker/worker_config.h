@@ -1,0 +1,68 @@
+// fp8-worker's settings: command-line flags, each with an environment variable behind it
+// (the flag wins), and defaults that work on one machine with no setup.
+//
+//   --coordinator HOST:PORT     FP8_COORDINATOR         127.0.0.1:7070
+//   --token-file FILE           FP8_WORKER_TOKEN_FILE   ./fp8-worker.token
+//                               FP8_WORKER_TOKEN        the token itself (beats the file
+//                                                       variable and the default file, not
+//                                                       an explicit --token-file)
+//   --device cpu|cuda:N         FP8_DEVICE              cpu
+//   --address HOST:PORT         FP8_WORKER_ADDRESS      127.0.0.1:0 (port 0: no metrics yet)
+//   --work-dir DIR              FP8_WORKER_DIR          ./fp8-worker-<device>
+//   --trainer PATH              FP8_TRAINER             fp8-train next to this executable
+//   --cpus N                    FP8_WORKER_CPUS         0 (unknown)
+//   --memory-gb X               FP8_WORKER_MEMORY_GB    0 (unknown)
+//   --coordinator-ca FILE       FP8_COORDINATOR_CA      none: plaintext
+//   --stop-grace-default S      FP8_STOP_GRACE_DEFAULT  30
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fp8/v1/job.pb.h"
+
+namespace fp8::worker {
+
+inline constexpr char kWorkerVersion[] = "0.1.0";
+
+struct WorkerConfig {
+  std::string coordinator = "127.0.0.1:7070";
+  // The worker bearer token (a secret: never logged, never passed to ranks).
+  std::string token;
+  // Where the token came from ("--token-file /x", "FP8_WORKER_TOKEN"), for messages.
+  std::string token_source;
+  v1::ResourceSpec::Device device_kind = v1::ResourceSpec::CPU;
+  std::string device_name = "cpu";  // "cpu" or "cuda:<N>"
+  std::string address = "127.0.0.1:0";
+  std::string listen_host = "127.0.0.1";  // the host part of address, given to ranks
+  std::string work_dir;                    // absolute
+  std::string trainer;                     // absolute path of fp8-train
+  int cpus = 0;
+  double memory_gb = 0;
+  std::string coordinator_ca;  // PEM file with TLS roots; empty = insecure channel
+  int stop_grace_default_s = 30;
+};
+
+// Reads an environment variable; nullopt when unset. Injected so tests need no setenv.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+EnvLookup ProcessEnv();
+
+struct ParsedCommandLine {
+  // Set for --help / --version: print it to stdout and exit 0.
+  std::optional<std::string> print_and_exit;
+  WorkerConfig config;
+};
+
+// args excludes the program name. Errors (exit 2): InvalidArgument for a bad flag or
+// variable, naming it; NotFound when no token was found, saying how to get one.
+absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::string>& args,
+                                                    const EnvLookup& env);
+
+// "host:port" or "[v6]:port" -> host (without brackets). InvalidArgument otherwise.
+absl::StatusOr<std::string> HostOfAddress(absl::string_view address);
+
+}  // namespace fp8::worker
