@@ -237,6 +237,7 @@ int main(int argc, char** argv) {
   app.add_option("--tls-cert", f.tls_cert, "PEM certificate chain: serve TLS")->envname("FP8_TLS_CERT");
   app.add_option("--tls-key", f.tls_key, "PEM private key of --tls-cert")->envname("FP8_TLS_KEY");
   CLI::App* token = app.add_subcommand("token", "create a token (printed once; only its hash is kept)");
+  token->fallthrough();  // --state-dir / --db may follow the subcommand
   token->add_option("--role", f.role, "admin, user or worker")->required();
   token->add_option("--name", f.name, "user name (a user's jobs are those it owns) or worker name")->required();
   try {

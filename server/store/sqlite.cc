@@ -13,6 +13,10 @@ absl::Status Error(sqlite3* db, std::string_view what) {
 
 }  // namespace
 
+Statement::~Statement() {
+  if (stmt_ != nullptr) sqlite3_reset(stmt_);
+}
+
 Statement& Statement::bind(int index, int64_t value) {
   sqlite3_bind_int64(stmt_, index, value);
   return *this;

@@ -16,9 +16,16 @@ struct sqlite3_stmt;
 
 namespace fp8::server::store {
 
+// A cached prepared statement in use. Resets it when it goes out of scope: a statement
+// left mid-result would hold its read transaction open, and this connection would go on
+// seeing a snapshot without the writes of other processes (fp8-coordinator token).
 class Statement {
  public:
   Statement(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  Statement(Statement&& other) noexcept : db_(other.db_), stmt_(other.stmt_) { other.stmt_ = nullptr; }
+  Statement& operator=(Statement&&) = delete;
+  Statement(const Statement&) = delete;
+  ~Statement();
 
   // Parameters count from 1, as in SQL's "?1".
   Statement& bind(int index, int64_t value);

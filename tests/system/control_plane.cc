@@ -1,0 +1,214 @@
+#include "tests/system/control_plane.h"
+
+#include <signal.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/jobspec/loader.h"
+#include "gtest/gtest.h"
+#include "tests/cli/synthetic_text.h"
+
+#ifndef FP8_COORDINATOR_BINARY
+#error "FP8_COORDINATOR_BINARY, FP8_WORKER_BINARY and FP8_TRAIN_BINARY must name the executables"
+#endif
+
+namespace fp8::system_test {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+const std::map<std::string, std::string>& ChildEnv() {
+  static const std::map<std::string, std::string> env = {{"FP8_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
+  return env;
+}
+
+}  // namespace
+
+std::unique_ptr<grpc::ClientContext> WithToken(const std::string& token, std::chrono::seconds deadline) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+  ctx->set_deadline(std::chrono::system_clock::now() + deadline);
+  return ctx;
+}
+
+ControlPlane::ControlPlane() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  dir_ = fs::temp_directory_path() / ("fp8_system_" + std::to_string(::getpid()) + "_" + info->name());
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  std::ofstream(dir_ / "corpus.txt", std::ios::binary) << cli_test::SyntheticText(200 * 1024);
+}
+
+ControlPlane::~ControlPlane() {
+  for (auto& w : workers_) {
+    if (w) w->Signal(SIGTERM);
+  }
+  for (auto& w : workers_) {
+    if (w) w->Wait(milliseconds(10'000));
+  }
+  if (coordinator_) {
+    coordinator_->Signal(SIGTERM);
+    coordinator_->Wait(milliseconds(10'000));
+  }
+  if (!::testing::Test::HasFailure()) fs::remove_all(dir_);
+}
+
+void ControlPlane::StartCoordinator() {
+  const fs::path port_file = dir_ / "coordinator.port";
+  fs::remove(port_file);
+  const std::string listen = "127.0.0.1:" + std::to_string(port_);  // 0 the first time
+  const int n = ++coordinator_starts_;
+  const fs::path out = dir_ / ("coordinator-" + std::to_string(n) + ".out");
+  const fs::path err = dir_ / ("coordinator-" + std::to_string(n) + ".err");
+  logs_.push_back(out);
+  logs_.push_back(err);
+  coordinator_ = std::make_unique<cli_test::Subprocess>(
+      std::vector<std::string>{FP8_COORDINATOR_BINARY, "--listen", listen, "--port-file", port_file.string(),
+                               "--state-dir", dir_.string(), "--heartbeat-interval-ms", "200", "--lost-after-ms",
+                               "3000", "--stop-grace-s", "3", "--data-root", dir_.string(), "--checkpoint-root",
+                               dir_.string()},
+      ChildEnv(), out, err);
+  ASSERT_TRUE(coordinator_->started()) << coordinator_->start_error();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!fs::exists(port_file)) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the coordinator did not start\n" << Logs();
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  std::ifstream(port_file) >> port_;
+  ASSERT_GT(port_, 0);
+}
+
+void ControlPlane::KillCoordinator(int sig) {
+  coordinator_->Signal(sig);
+  coordinator_->Wait(milliseconds(10'000));
+}
+
+int ControlPlane::StartWorker() {
+  const int index = static_cast<int>(workers_.size());
+  const fs::path out = dir_ / ("worker-" + std::to_string(index) + ".out");
+  const fs::path err = dir_ / ("worker-" + std::to_string(index) + ".err");
+  logs_.push_back(out);
+  logs_.push_back(err);
+  workers_.push_back(std::make_unique<cli_test::Subprocess>(
+      std::vector<std::string>{FP8_WORKER_BINARY, "--coordinator", "127.0.0.1:" + std::to_string(port_),
+                               "--token-file", (dir_ / "fp8-worker.token").string(), "--work-dir",
+                               (dir_ / ("worker-" + std::to_string(index))).string(), "--trainer", FP8_TRAIN_BINARY,
+                               "--cpus", "1"},
+      ChildEnv(), out, err));
+  EXPECT_TRUE(workers_.back()->started()) << workers_.back()->start_error();
+  return index;
+}
+
+void ControlPlane::KillWorker(int index, int sig) {
+  workers_.at(index)->Signal(sig);
+  workers_.at(index)->Wait(milliseconds(10'000));
+}
+
+pid_t ControlPlane::WorkerPid(int index) const { return workers_.at(index)->pid(); }
+
+v1::JobSpec ControlPlane::Spec(const JobOptions& o) const {
+  std::ostringstream y;
+  y << "name: " << o.name << "\npriority: " << o.priority
+    << "\nmodel: {dim: 32, n_layers: 1, n_heads: 2, max_seq_len: 32}\n"
+       "data: {path: corpus.txt, seq_len: 32, val_fraction: 0.05}\n"
+       "train: {steps: "
+    << o.steps
+    << ", batch_size: 4, lr: 3e-3, warmup_steps: 5, log_every: 5, eval_every: 0}\n"
+       "fp8: {recipe: "
+    << o.recipe << "}\ncheckpoint: {dir: ckpt/" << o.name << ", every: " << o.checkpoint_every
+    << ", keep: 2}\n"
+       "resources: {device: cpu, world_size: "
+    << o.world_size << ", cpus_per_rank: 1}\nrestarts: {max_restarts: " << o.max_restarts
+    << ", backoff_seconds: 0}\n";
+  const fs::path file = dir_ / (o.name + ".yaml");
+  std::ofstream(file) << y.str();
+  absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecFile(file.string());
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : v1::JobSpec();
+}
+
+std::string ControlPlane::AdminToken() const {
+  std::ifstream in(dir_ / "fp8-admin.token");
+  std::stringstream s;
+  s << in.rdbuf();
+  return Trim(s.str());
+}
+
+std::string ControlPlane::WorkerToken() const {
+  std::ifstream in(dir_ / "fp8-worker.token");
+  std::stringstream s;
+  s << in.rdbuf();
+  return Trim(s.str());
+}
+
+std::string ControlPlane::CreateToken(const std::string& role, const std::string& name) const {
+  const cli_test::RunResult r =
+      cli_test::Run({FP8_COORDINATOR_BINARY, "token", "--role", role, "--name", name, "--state-dir", dir_.string()},
+                    {}, dir_ / "token.out", dir_ / "token.err", milliseconds(30'000));
+  EXPECT_TRUE(r.exit.exited && r.exit.code == 0) << r.err;
+  return Trim(r.out);
+}
+
+std::unique_ptr<v1::JobService::Stub> ControlPlane::JobStub() const {
+  return v1::JobService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials()));
+}
+
+grpc::Status ControlPlane::Submit(const v1::JobSpec& spec, v1::Job* job, const std::string& token) const {
+  v1::SubmitJobRequest r;
+  *r.mutable_spec() = spec;
+  auto ctx = WithToken(token.empty() ? AdminToken() : token, std::chrono::seconds(10));
+  return JobStub()->Submit(ctx.get(), r, job);
+}
+
+grpc::Status ControlPlane::Get(const std::string& id, v1::Job* job, const std::string& token) const {
+  v1::GetJobRequest r;
+  r.set_job_id(id);
+  auto ctx = WithToken(token.empty() ? AdminToken() : token, std::chrono::seconds(10));
+  return JobStub()->GetJob(ctx.get(), r, job);
+}
+
+grpc::Status ControlPlane::Cancel(const std::string& id, v1::Job* job, const std::string& token) const {
+  v1::CancelJobRequest r;
+  r.set_job_id(id);
+  auto ctx = WithToken(token.empty() ? AdminToken() : token, std::chrono::seconds(10));
+  return JobStub()->CancelJob(ctx.get(), r, job);
+}
+
+v1::Job ControlPlane::WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,
+                              std::chrono::seconds limit) const {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  v1::Job job;
+  while (std::chrono::steady_clock::now() < deadline) {
+    v1::Job got;
+    // The coordinator may be restarting: keep polling through errors.
+    if (Get(id, &got).ok()) {
+      job = got;
+      if (done(job)) return job;
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  return job;
+}
+
+v1::Job ControlPlane::WaitForState(const std::string& id, v1::Job::State state, std::chrono::seconds limit) const {
+  return WaitFor(id, [state](const v1::Job& j) { return j.state() == state; }, limit);
+}
+
+std::string ControlPlane::Logs() const {
+  std::string out;
+  for (const fs::path& p : logs_) {
+    out += "---- " + p.filename().string() + "\n" + cli_test::ReadFile(p);
+  }
+  return out;
+}
+
+}  // namespace fp8::system_test

@@ -1,0 +1,81 @@
+// The control plane as a user runs it, for the system tests: a real fp8-coordinator and
+// real fp8-worker daemons (which run real fp8-train ranks) as child processes on loopback,
+// a scratch folder for their state, a corpus and checkpoints, and a JobService client
+// holding a token.
+#pragma once
+
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fp8/v1/job_service.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "tests/cli/subprocess.h"
+
+namespace fp8::system_test {
+
+class ControlPlane {
+ public:
+  // A scratch folder named after the running test, with a corpus in it.
+  ControlPlane();
+  ~ControlPlane();
+
+  const std::filesystem::path& dir() const { return dir_; }
+
+  // Starts the coordinator (again, on the same port and state, after a kill).
+  void StartCoordinator();
+  void KillCoordinator(int sig = SIGKILL);
+  // Starts worker number i (its own work folder); returns its index.
+  int StartWorker();
+  void KillWorker(int index, int sig = SIGKILL);
+  pid_t WorkerPid(int index) const;
+
+  // A job in YAML (paths relative to dir()), resolved like fp8ctl would.
+  struct JobOptions {
+    std::string name = "sys";
+    int world_size = 2;
+    int64_t steps = 40;
+    int64_t checkpoint_every = 20;
+    int max_restarts = 0;
+    int priority = 0;
+    std::string recipe = "tensorwise";
+  };
+  v1::JobSpec Spec(const JobOptions& o) const;
+
+  // JobService calls with a token (default: the admin token the coordinator wrote).
+  std::unique_ptr<v1::JobService::Stub> JobStub() const;
+  std::string AdminToken() const;
+  std::string WorkerToken() const;
+  std::string CreateToken(const std::string& role, const std::string& name) const;
+  grpc::Status Submit(const v1::JobSpec& spec, v1::Job* job, const std::string& token = "") const;
+  grpc::Status Get(const std::string& id, v1::Job* job, const std::string& token = "") const;
+  grpc::Status Cancel(const std::string& id, v1::Job* job, const std::string& token = "") const;
+
+  // Polls GetJob until `done(job)` holds or `limit` passes; returns the last job seen.
+  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,
+                  std::chrono::seconds limit) const;
+  v1::Job WaitForState(const std::string& id, v1::Job::State state, std::chrono::seconds limit) const;
+
+  // Every child's output so far, for failure messages.
+  std::string Logs() const;
+
+  int port() const { return port_; }
+
+ private:
+  std::filesystem::path dir_;
+  int port_ = 0;
+  int coordinator_starts_ = 0;
+  std::unique_ptr<cli_test::Subprocess> coordinator_;
+  std::vector<std::unique_ptr<cli_test::Subprocess>> workers_;
+  std::vector<std::filesystem::path> logs_;
+};
+
+std::unique_ptr<grpc::ClientContext> WithToken(const std::string& token, std::chrono::seconds deadline);
+
+}  // namespace fp8::system_test

@@ -1,0 +1,248 @@
+// The control plane end to end: fp8-coordinator, fp8-worker daemons and fp8-train ranks as
+// real processes on loopback, driven through the JobService API as fp8ctl would.
+#include <signal.h>
+
+#include <cmath>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/system/control_plane.h"
+
+namespace fp8::system_test {
+namespace {
+
+using std::chrono::seconds;
+
+constexpr seconds kJobLimit{240};
+
+bool Final(const v1::Job& j) {
+  return j.state() == v1::Job::SUCCEEDED || j.state() == v1::Job::FAILED || j.state() == v1::Job::CANCELLED;
+}
+
+TEST(ControlPlaneTest, TwoRankJobRunsToSuccess) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  cp.StartWorker();
+  v1::Job job;
+  ASSERT_TRUE(cp.Submit(cp.Spec({}), &job).ok());
+  EXPECT_EQ(job.id(), "job-1");
+  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  EXPECT_EQ(done.attempts(), 1);
+  EXPECT_EQ(done.latest_progress().step(), 40);
+  EXPECT_TRUE(std::isfinite(done.latest_progress().loss()));
+  EXPECT_GT(done.latest_progress().loss(), 0);
+  EXPECT_GT(done.latest_progress().tokens_per_second(), 0);
+  EXPECT_EQ(done.last_checkpoint_step(), 40);
+  ASSERT_EQ(done.attempt_history_size(), 1);
+  EXPECT_EQ(done.attempt_history(0).ranks_size(), 2);
+  EXPECT_NE(done.attempt_history(0).ranks(0).worker_id(), done.attempt_history(0).ranks(1).worker_id());
+}
+
+TEST(ControlPlaneTest, GangWaitsForEnoughWorkers) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  cp.StartWorker();
+  ControlPlane::JobOptions o;
+  o.world_size = 3;
+  o.steps = 20;
+  v1::Job job;
+  ASSERT_TRUE(cp.Submit(cp.Spec(o), &job).ok());
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // both workers registered and idle
+  ASSERT_TRUE(cp.Get(job.id(), &job).ok());
+  EXPECT_EQ(job.state(), v1::Job::QUEUED);
+  EXPECT_EQ(job.attempts(), 0);
+  cp.StartWorker();
+  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  EXPECT_EQ(done.attempt_history(0).ranks_size(), 3);
+}
+
+TEST(ControlPlaneTest, KilledWorkerRestartsFromCheckpoint) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  cp.StartWorker();
+  ControlPlane::JobOptions o;
+  o.name = "crash";
+  o.steps = 400;
+  o.checkpoint_every = 50;
+  o.max_restarts = 2;
+  v1::Job job;
+  ASSERT_TRUE(cp.Submit(cp.Spec(o), &job).ok());
+  const v1::Job checkpointed =
+      cp.WaitFor(job.id(), [](const v1::Job& j) { return j.last_checkpoint_step() >= 50 || Final(j); }, kJobLimit);
+  ASSERT_EQ(checkpointed.state(), v1::Job::RUNNING) << checkpointed.DebugString() << cp.Logs();
+  cp.KillWorker(1, SIGKILL);
+  cp.StartWorker();  // a replacement, so that the gang of 2 can form again
+  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  ASSERT_GE(done.attempts(), 2);
+  EXPECT_EQ(done.attempt_history(0).state(), v1::Attempt::FAILED);
+  EXPECT_NE(done.attempt_history(0).end_reason().find("lost"), std::string::npos)
+      << done.attempt_history(0).end_reason();
+  EXPECT_GE(done.attempt_history(1).resumed_from_step(), 50);
+
+  // The same job uninterrupted ends at the same loss: the restart resumed the checkpoint
+  // (model, optimizer, data position) rather than starting over.
+  o.name = "reference";
+  v1::Job reference;
+  ASSERT_TRUE(cp.Submit(cp.Spec(o), &reference).ok());
+  const v1::Job ref = cp.WaitFor(reference.id(), Final, kJobLimit);
+  ASSERT_EQ(ref.state(), v1::Job::SUCCEEDED) << ref.DebugString() << cp.Logs();
+  EXPECT_EQ(ref.attempts(), 1);
+  EXPECT_NEAR(done.latest_progress().loss(), ref.latest_progress().loss(), 1e-3 * ref.latest_progress().loss());
+}
+
+TEST(ControlPlaneTest, KilledCoordinatorLosesNothing) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  cp.StartWorker();
+  ControlPlane::JobOptions o;
+  o.steps = 300;
+  o.checkpoint_every = 50;
+  v1::Job job, queued;
+  ASSERT_TRUE(cp.Submit(cp.Spec(o), &job).ok());
+  o.name = "second";
+  o.steps = 20;
+  ASSERT_TRUE(cp.Submit(cp.Spec(o), &queued).ok());
+  const v1::Job running =
+      cp.WaitFor(job.id(), [](const v1::Job& j) { return j.latest_progress().step() >= 10 || Final(j); }, kJobLimit);
+  ASSERT_EQ(running.state(), v1::Job::RUNNING) << running.DebugString() << cp.Logs();
+  cp.KillCoordinator(SIGKILL);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  EXPECT_EQ(done.latest_progress().step(), 300);
+  const v1::Job second = cp.WaitFor(queued.id(), Final, kJobLimit);
+  EXPECT_EQ(second.state(), v1::Job::SUCCEEDED) << second.DebugString() << cp.Logs();
+
+  // The event history is whole: one sequence across the restart (progress included),
+  // ending in SUCCEEDED.
+  v1::WatchJobRequest watch;
+  watch.set_job_id(job.id());
+  watch.set_include_progress(true);
+  auto ctx = WithToken(cp.AdminToken(), std::chrono::seconds(30));
+  auto stub = cp.JobStub();
+  auto reader = stub->WatchJob(ctx.get(), watch);
+  v1::JobEvent e;
+  int64_t expected = 1;
+  v1::Job::State last = v1::Job::STATE_UNSPECIFIED;
+  while (reader->Read(&e)) {
+    EXPECT_EQ(e.sequence(), expected++);
+    if (e.has_state_change()) last = e.state_change().current();
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(last, v1::Job::SUCCEEDED);
+}
+
+TEST(ControlPlaneTest, CancelStopsTheRanks) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  cp.StartWorker();
+  ControlPlane::JobOptions o;
+  o.steps = 100000;  // would run for a long time
+  v1::Job job;
+  ASSERT_TRUE(cp.Submit(cp.Spec(o), &job).ok());
+  const v1::Job running =
+      cp.WaitFor(job.id(), [](const v1::Job& j) { return j.latest_progress().step() >= 5 || Final(j); }, kJobLimit);
+  ASSERT_EQ(running.state(), v1::Job::RUNNING) << cp.Logs();
+  v1::Job cancelled;
+  ASSERT_TRUE(cp.Cancel(job.id(), &cancelled).ok());
+  EXPECT_EQ(cancelled.state(), v1::Job::CANCELLED);
+  EXPECT_EQ(cancelled.attempt_history(0).state(), v1::Attempt::CANCELLED);
+  // The workers come free again: a next job runs on both.
+  o.name = "after";
+  o.steps = 10;
+  v1::Job next;
+  ASSERT_TRUE(cp.Submit(cp.Spec(o), &next).ok());
+  const v1::Job done = cp.WaitFor(next.id(), Final, kJobLimit);
+  EXPECT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+}
+
+TEST(ControlPlaneTest, PriorityDecidesWhoRunsFirst) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  ControlPlane::JobOptions o;
+  o.world_size = 1;
+  o.steps = 10;
+  v1::Job low, high;
+  o.name = "low";
+  ASSERT_TRUE(cp.Submit(cp.Spec(o), &low).ok());
+  o.name = "high";
+  o.priority = 10;
+  ASSERT_TRUE(cp.Submit(cp.Spec(o), &high).ok());
+  cp.StartWorker();  // one worker: one job at a time
+  const v1::Job h = cp.WaitFor(high.id(), Final, kJobLimit);
+  const v1::Job l = cp.WaitFor(low.id(), Final, kJobLimit);
+  ASSERT_EQ(h.state(), v1::Job::SUCCEEDED) << cp.Logs();
+  ASSERT_EQ(l.state(), v1::Job::SUCCEEDED) << cp.Logs();
+  EXPECT_LE(h.finished_unix_ms(), l.started_unix_ms());
+}
+
+TEST(ControlPlaneTest, TokensAndRoles) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  const std::string alice = cp.CreateToken("user", "alice");
+  const std::string bob = cp.CreateToken("user", "bob");
+  ASSERT_FALSE(alice.empty());
+  ControlPlane::JobOptions o;
+  o.world_size = 1;
+  v1::Job job;
+  const grpc::Status submitted = cp.Submit(cp.Spec(o), &job, alice);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_code() << " " << submitted.error_message() << " token [" << alice << "]";
+  EXPECT_EQ(job.spec().owner(), "alice");
+
+  auto stub = cp.JobStub();
+  v1::GetJobRequest get;
+  get.set_job_id(job.id());
+  v1::Job out;
+  auto none = WithToken("", seconds(10));
+  EXPECT_EQ(stub->GetJob(none.get(), get, &out).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(cp.Get(job.id(), &out, "fp8u_0123").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(cp.Get(job.id(), &out, bob).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(cp.Cancel(job.id(), &out, bob).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(cp.Get(job.id(), &out, alice).ok());
+  EXPECT_EQ(cp.Submit(cp.Spec(o), &out, cp.WorkerToken()).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  v1::JobSpec for_bob = cp.Spec(o);
+  for_bob.set_owner("bob");
+  EXPECT_EQ(cp.Submit(for_bob, &out, alice).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(cp.Cancel(job.id(), &out, alice).ok());
+}
+
+TEST(ControlPlaneTest, InvalidSpecsAreRefusedWithTheField) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  v1::JobSpec bad = cp.Spec({});
+  bad.mutable_train()->set_steps(-3);
+  v1::Job out;
+  grpc::Status s = cp.Submit(bad, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("spec.train.steps"), std::string::npos) << s.error_message();
+
+  v1::JobSpec escape = cp.Spec({});
+  escape.mutable_checkpoint()->set_dir(cp.dir().string() + "/../../etc/ckpt");
+  s = cp.Submit(escape, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("spec.checkpoint.dir"), std::string::npos) << s.error_message();
+
+  v1::JobSpec outside = cp.Spec({});
+  outside.mutable_data()->set_path("/etc/passwd");
+  s = cp.Submit(outside, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("spec.data.path"), std::string::npos) << s.error_message();
+
+  v1::ListJobsRequest list;
+  v1::ListJobsResponse jobs;
+  auto ctx = WithToken(cp.AdminToken(), seconds(10));
+  ASSERT_TRUE(cp.JobStub()->ListJobs(ctx.get(), list, &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 0);  // nothing was queued
+}
+
+}  // namespace
+}  // namespace fp8::system_test
