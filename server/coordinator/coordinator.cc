@@ -73,12 +73,14 @@ absl::Status Coordinator::Load() {
     active.job = std::move(job);
     active_.emplace(active.job.id(), std::move(active));
   }
-  // Known workers get a full lost_after from now to heartbeat again.
+  // Known workers get twice lost_after from now to heartbeat again: they first notice the
+  // outage, back off, reconnect and maybe re-register, and a restart should not cost the
+  // running jobs an attempt.
   FP8_ASSIGN_OR_RETURN(auto workers, store_->workers());
   for (store::WorkerRecord& record : workers) {
     Worker w;
     w.record = std::move(record);
-    w.last_heartbeat = Clock::now();
+    w.last_heartbeat = Clock::now() + absl::ToChronoNanoseconds(options_.lost_after);
     workers_.emplace(w.record.id, std::move(w));
   }
   return absl::OkStatus();

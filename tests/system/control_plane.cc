@@ -73,7 +73,7 @@ void ControlPlane::StartCoordinator() {
   coordinator_ = std::make_unique<cli_test::Subprocess>(
       std::vector<std::string>{FP8_COORDINATOR_BINARY, "--listen", listen, "--port-file", port_file.string(),
                                "--state-dir", dir_.string(), "--heartbeat-interval-ms", "200", "--lost-after-ms",
-                               "3000", "--stop-grace-s", "3", "--data-root", dir_.string(), "--checkpoint-root",
+                               "4000", "--stop-grace-s", "3", "--data-root", dir_.string(), "--checkpoint-root",
                                dir_.string()},
       ChildEnv(), out, err);
   ASSERT_TRUE(coordinator_->started()) << coordinator_->start_error();

@@ -118,6 +118,7 @@ TEST(ControlPlaneTest, KilledCoordinatorLosesNothing) {
   const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
   ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
   EXPECT_EQ(done.latest_progress().step(), 300);
+  EXPECT_EQ(done.attempts(), 1) << "the running attempt should have carried on through the restart";
   const v1::Job second = cp.WaitFor(queued.id(), Final, kJobLimit);
   EXPECT_EQ(second.state(), v1::Job::SUCCEEDED) << second.DebugString() << cp.Logs();
 

@@ -41,10 +41,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -53,6 +51,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/loader.h"
+#include "common/rpc/coordinator_channel.h"
 #include "worker/engine/checkpoint/discovery.h"
 #include "worker/engine/dist/file_store.h"
 #include "worker/engine/dist/gloo_process_group.h"
@@ -134,16 +133,7 @@ absl::StatusOr<std::string> read_token() {
 // The channel every coordinator call of this rank shares: TLS with the CA in
 // --coordinator-ca, plaintext without it.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> connect_coordinator(const CoordinatorFlags& c) {
-  if (c.ca_file.empty()) return grpc::CreateChannel(c.address, grpc::InsecureChannelCredentials());
-  std::ifstream in(c.ca_file, std::ios::binary);
-  std::ostringstream pem;
-  pem << in.rdbuf();
-  if (!in || pem.str().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--coordinator-ca ", c.ca_file, ": cannot read the CA certificate"));
-  }
-  grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = pem.str();
-  return grpc::CreateChannel(c.address, grpc::SslCredentials(ssl));
+  return fp8::rpc::CoordinatorChannel(c.address, c.ca_file);
 }
 
 // The store the ranks meet through: the coordinator's rendezvous in coordinator mode, a

@@ -1,25 +1,17 @@
 #include "worker/fp8_worker/grpc_clients.h"
 
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/coordinator_channel.h"
 #include "fp8/v1/trainer_service.grpc.pb.h"
 
 namespace fp8::worker {
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeCoordinatorChannel(const std::string& address,
                                                                       const std::string& ca_file) {
-  if (ca_file.empty()) return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  std::ifstream in(ca_file);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("--coordinator-ca ", ca_file, ": cannot read"));
-  std::stringstream pem;
-  pem << in.rdbuf();
-  grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = pem.str();
-  return grpc::CreateChannel(address, grpc::SslCredentials(ssl));
+  return rpc::CoordinatorChannel(address, ca_file);
 }
 
 std::unique_ptr<grpc::ClientContext> MakeCallContext(const std::string& token, std::chrono::milliseconds deadline) {
