@@ -83,6 +83,13 @@ absl::Status Coordinator::Load() {
     w.last_heartbeat = Clock::now() + absl::ToChronoNanoseconds(options_.lost_after);
     workers_.emplace(w.record.id, std::move(w));
   }
+  for (const auto& [id, active] : active_) {
+    if (!active.attempt.has_value()) continue;
+    for (size_t r = 0; r < active.attempt->ranks.size(); ++r) {
+      auto w = workers_.find(active.attempt->ranks[r].worker_id);
+      if (w != workers_.end()) w->second.assigned.insert({id, active.attempt->number, static_cast<int>(r)});
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -326,14 +333,13 @@ void Coordinator::ForgetFinalJob(const std::string& job_id) {
 }
 
 bool Coordinator::WorkerBusy(const Worker& worker) const {
-  if (!worker.listed.empty()) return true;  // still running (or stopping) some rank
-  for (const auto& [id, active] : active_) {
-    if (!active.attempt.has_value()) continue;
-    for (const RankRuntime& r : active.attempt->ranks) {
-      if (r.worker_id == worker.record.id && !r.exit_code.has_value()) return true;
-    }
-  }
-  return false;
+  // Still running (or stopping) some rank, or holding one of a live attempt.
+  return !worker.listed.empty() || !worker.assigned.empty();
+}
+
+void Coordinator::Unassign(const std::string& worker_id, const std::string& job_id, int attempt, int rank) {
+  auto w = workers_.find(worker_id);
+  if (w != workers_.end()) w->second.assigned.erase({job_id, attempt, rank});
 }
 
 void Coordinator::ScheduleLocked() {
@@ -394,7 +400,9 @@ absl::Status Coordinator::StartAttempt(ActiveJob& active, const std::vector<std:
                                                 store::TrainerTokenRecord{next.id(), number}));
   FP8_RETURN_IF_ERROR(Commit(active, next, std::move(events)));
   for (size_t r = 0; r < worker_ids.size(); ++r) {
-    v1::StartRank* start = workers_.at(worker_ids[r]).pending.emplace_back().mutable_start_rank();
+    Worker& worker = workers_.at(worker_ids[r]);
+    worker.assigned.insert({next.id(), number, static_cast<int>(r)});
+    v1::StartRank* start = worker.pending.emplace_back().mutable_start_rank();
     start->set_job_id(next.id());
     start->set_attempt(number);
     start->set_rank(static_cast<int>(r));
@@ -467,6 +475,9 @@ absl::Status Coordinator::EndAttempt(ActiveJob& active, v1::Attempt::State attem
     if (w == workers_.end()) continue;
     QueueStop(w->second, next.id(), runtime.number, reason.empty() ? "attempt ended" : reason);
     told.insert(r.worker_id);
+  }
+  for (size_t r = 0; r < runtime.ranks.size(); ++r) {
+    Unassign(runtime.ranks[r].worker_id, next.id(), runtime.number, static_cast<int>(r));
   }
   rendezvous_.delete_namespace(RendezvousNamespace(next.id(), runtime.number));
   active.attempt.reset();

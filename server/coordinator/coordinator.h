@@ -24,6 +24,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -137,6 +138,9 @@ class Coordinator {
     std::vector<v1::WorkerCommand> pending;
     // Ranks its last heartbeat listed, "job/attempt/rank".
     std::set<std::string> listed;
+    // Ranks of live attempts placed on it and not yet exited (job id, attempt, rank): kept
+    // up to date so that heartbeats and scheduling never walk every job.
+    std::set<std::tuple<std::string, int, int>> assigned;
     // Attempts a StopRank went out for, and when (not repeated more than every few s).
     std::map<std::string, Clock::time_point> stops_sent;
   };
@@ -162,6 +166,9 @@ class Coordinator {
   void QueueStop(Worker& worker, const std::string& job_id, int attempt, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForgetFinalJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops a rank from its worker's `assigned` (the worker may be gone).
+  void Unassign(const std::string& worker_id, const std::string& job_id, int attempt, int rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckLiveness() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a heartbeat (or a re-registration) says about the worker's ranks: marks them
   // seen, stops ranks of ended attempts, starts again ranks it should run but does not,

@@ -141,9 +141,14 @@ absl::Status Coordinator::ObserveRanks(Worker& worker,
   }
   ResendMissingStarts(worker);
 
-  // An attempt is RUNNING once every rank was seen on its worker.
-  for (auto& [id, active] : active_) {
-    if (!active.attempt.has_value()) continue;
+  // An attempt is RUNNING once every rank was seen on its worker; only the attempts this
+  // worker holds can have changed.
+  std::set<std::string> jobs;
+  for (const auto& [job_id, attempt, rank] : worker.assigned) jobs.insert(job_id);
+  for (const std::string& id : jobs) {
+    auto it = active_.find(id);
+    if (it == active_.end() || !it->second.attempt.has_value()) continue;
+    ActiveJob& active = it->second;
     const v1::Attempt& last = active.job.attempt_history(active.job.attempt_history_size() - 1);
     if (last.state() != v1::Attempt::STARTING) continue;
     const auto& placed = active.attempt->ranks;
@@ -158,35 +163,37 @@ absl::Status Coordinator::ObserveRanks(Worker& worker,
 }
 
 void Coordinator::ResendMissingStarts(Worker& worker) {
-  for (auto& [id, active] : active_) {
-    if (!active.attempt.has_value()) continue;
+  // A copy: ending an attempt below unassigns its ranks.
+  const auto assigned = worker.assigned;
+  for (const auto& [id, number, r] : assigned) {
+    auto it = active_.find(id);
+    if (it == active_.end() || !it->second.attempt.has_value() || it->second.attempt->number != number) continue;
+    ActiveJob& active = it->second;
     AttemptRuntime& attempt = *active.attempt;
-    for (size_t r = 0; r < attempt.ranks.size(); ++r) {
-      RankRuntime& rank = attempt.ranks[r];
-      if (rank.worker_id != worker.record.id || rank.exit_code.has_value() || !rank.start_delivered) continue;
-      if (worker.listed.count(RankKey(id, attempt.number, static_cast<int>(r)))) continue;
-      // The worker does not run a rank it was told to start: the command was lost, or the
-      // worker restarted. Start it again when the token is known; otherwise (coordinator
-      // restarted since) the attempt cannot be completed and ends.
-      if (attempt.trainer_token.empty()) {
-        const std::string reason = absl::StrCat("rank ", r, " is no longer running on worker ", worker.record.id);
-        if (absl::Status s = EndAttempt(active, v1::Attempt::FAILED, reason); !s.ok()) {
-          std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
-        }
-        break;
+    RankRuntime& rank = attempt.ranks[static_cast<size_t>(r)];
+    if (rank.exit_code.has_value() || !rank.start_delivered) continue;
+    if (worker.listed.count(RankKey(id, number, r))) continue;
+    // The worker does not run a rank it was told to start: the command was lost, or the
+    // worker restarted. Start it again when the token is known; otherwise (coordinator
+    // restarted since) the attempt cannot be completed and ends.
+    if (attempt.trainer_token.empty()) {
+      const std::string reason = absl::StrCat("rank ", r, " is no longer running on worker ", worker.record.id);
+      if (absl::Status s = EndAttempt(active, v1::Attempt::FAILED, reason); !s.ok()) {
+        std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
       }
-      rank.start_delivered = false;
-      v1::StartRank* start = worker.pending.emplace_back().mutable_start_rank();
-      start->set_job_id(id);
-      start->set_attempt(attempt.number);
-      start->set_rank(static_cast<int>(r));
-      start->set_world_size(static_cast<int>(attempt.ranks.size()));
-      *start->mutable_spec() = active.job.spec();
-      start->set_resume_step(active.job.attempt_history(active.job.attempt_history_size() - 1).resumed_from_step());
-      start->set_rendezvous_namespace(RendezvousNamespace(id, attempt.number));
-      start->set_coordinator_address(advertise_address_);
-      start->set_trainer_token(attempt.trainer_token);
+      continue;
     }
+    rank.start_delivered = false;
+    v1::StartRank* start = worker.pending.emplace_back().mutable_start_rank();
+    start->set_job_id(id);
+    start->set_attempt(number);
+    start->set_rank(r);
+    start->set_world_size(static_cast<int>(attempt.ranks.size()));
+    *start->mutable_spec() = active.job.spec();
+    start->set_resume_step(active.job.attempt_history(active.job.attempt_history_size() - 1).resumed_from_step());
+    start->set_rendezvous_namespace(RendezvousNamespace(id, number));
+    start->set_coordinator_address(advertise_address_);
+    start->set_trainer_token(attempt.trainer_token);
   }
 }
 
@@ -209,6 +216,7 @@ absl::Status Coordinator::ReportRankExit(const Principal& who, const v1::ReportR
   ActiveJob& active = it->second;
   const int code = request.has_exit_code() ? request.exit_code() : -request.signal();
   active.attempt->ranks[request.rank()].exit_code = code;
+  worker->assigned.erase({request.job_id(), request.attempt(), request.rank()});
   if (code != 0) {
     std::string reason = scheduler::DescribeFailure(scheduler::RankExited{request.rank(), worker->record.id, code});
     if (!request.message().empty()) absl::StrAppend(&reason, ": ", request.message());

@@ -141,6 +141,45 @@ TEST(ControlPlaneTest, KilledCoordinatorLosesNothing) {
   EXPECT_EQ(last, v1::Job::SUCCEEDED);
 }
 
+TEST(ControlPlaneTest, RestartedDelayedJobResumesAmaxHistories) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  cp.StartWorker();
+  ControlPlane::JobOptions o;
+  o.name = "delayed";
+  o.recipe = "delayed";
+  o.steps = 400;
+  o.checkpoint_every = 0;  // no checkpoint before the crash: the restart starts over
+  o.max_restarts = 1;
+  v1::Job job;
+  ASSERT_TRUE(cp.Submit(cp.Spec(o), &job).ok());
+  const v1::Job running =
+      cp.WaitFor(job.id(), [](const v1::Job& j) { return j.latest_progress().step() >= 30 || Final(j); }, kJobLimit);
+  ASSERT_EQ(running.state(), v1::Job::RUNNING) << running.DebugString() << cp.Logs();
+  cp.KillWorker(0, SIGKILL);
+  cp.StartWorker();
+  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  ASSERT_EQ(done.attempts(), 2);
+  EXPECT_EQ(done.attempt_history(1).resumed_from_step(), 0);
+
+  // Rank 0 of the second attempt says where its delayed scaling started from; its log
+  // reached the coordinator through the worker.
+  v1::GetJobLogsRequest logs;
+  logs.set_job_id(job.id());
+  logs.set_attempt(2);
+  logs.set_rank(0);
+  logs.set_tail_lines(10000);
+  v1::GetJobLogsResponse lines;
+  auto ctx = WithToken(cp.AdminToken(), seconds(10));
+  ASSERT_TRUE(cp.JobStub()->GetJobLogs(ctx.get(), logs, &lines).ok());
+  std::string text;
+  for (const v1::JobLogLine& l : lines.lines()) text += l.line().text() + "\n";
+  EXPECT_NE(text.find("amax histories from the coordinator (step "), std::string::npos) << text << cp.Logs();
+  EXPECT_NE(text.find("done: steps 1..400"), std::string::npos) << text;
+}
+
 TEST(ControlPlaneTest, CancelStopsTheRanks) {
   ControlPlane cp;
   ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());

@@ -1,5 +1,6 @@
 #include "worker/engine/delayed_scaling.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,15 @@ void DelayedScaling::record(float amax) {
     if (a > window_max) window_max = a;
   }
   if (finite && window_max > 0.0f) scale_ = scale_from_amax(window_max, format_, pow2_);
+}
+
+void DelayedScaling::replay(absl::Span<const float> amaxes) {
+  std::fill(ring_.begin(), ring_.end(), 0.0f);
+  next_ = 0;
+  filled_ = 0;
+  scale_.reset();
+  const size_t keep = std::min(amaxes.size(), ring_.size());
+  for (float a : amaxes.subspan(amaxes.size() - keep)) record(a);
 }
 
 std::vector<float> DelayedScaling::history() const {

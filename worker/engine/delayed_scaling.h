@@ -34,6 +34,11 @@ class DelayedScaling {
   // single overflowing step freezes the scale for h steps rather than poisoning it.
   void record(float amax);
 
+  // Starts over from `amaxes` (oldest first; only the newest history_len count), as if a
+  // fresh state had recorded them one by one: how a restarted job resumes the history the
+  // coordinator kept.
+  void replay(absl::Span<const float> amaxes);
+
   // Recorded amaxes, oldest first (at most history_len of them).
   std::vector<float> history() const;
   int history_len() const { return static_cast<int>(ring_.size()); }

@@ -795,6 +795,14 @@ const DelayedScaling& Float8Linear::delayed_scaling(int i) const {
   return *s_->plans[static_cast<size_t>(s_->delayed_plans.at(static_cast<size_t>(i)))].delayed;
 }
 
+absl::Status Float8Linear::replay_delayed_history(int i, absl::Span<const float> amaxes) {
+  if (i < 0 || i >= delayed_count()) {
+    return absl::OutOfRangeError(absl::StrCat("Float8Linear: no delayed cast ", i, " (", delayed_count(), " of them)"));
+  }
+  s_->plans[static_cast<size_t>(s_->delayed_plans[static_cast<size_t>(i)])].delayed->replay(amaxes);
+  return absl::OkStatus();
+}
+
 std::vector<float> Float8Linear::save_scaling_state() const {
   std::vector<float> out;
   for (int i = 0; i < delayed_count(); ++i) {

@@ -147,6 +147,8 @@ class Float8Linear {
   absl::Status finish_step();
   // The i-th delayed cast's state (history and scale), for reporting.
   const DelayedScaling& delayed_scaling(int i) const;
+  // Replaces the i-th delayed cast's history (DelayedScaling::replay).
+  absl::Status replay_delayed_history(int i, absl::Span<const float> amaxes);
   // Every delayed cast's state, concatenated, for checkpoints; restore needs a layer built
   // with the same config.
   std::vector<float> save_scaling_state() const;

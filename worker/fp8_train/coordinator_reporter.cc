@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <system_error>
 #include <utility>
 
@@ -33,6 +34,14 @@ bool EndsTheAttempt(grpc::StatusCode code) {
 // is an outage as much as UNAVAILABLE is.
 bool Transient(grpc::StatusCode code) {
   return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+// The API's operand for a cast name of Float8Linear::delayed_names().
+std::optional<fp8::v1::AmaxHistory::Operand> AmaxOperand(const std::string& cast) {
+  if (cast == "input") return fp8::v1::AmaxHistory::INPUT;
+  if (cast == "weight") return fp8::v1::AmaxHistory::WEIGHT;
+  if (cast == "grad_output") return fp8::v1::AmaxHistory::GRAD_OUTPUT;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -115,6 +124,25 @@ void CoordinatorReporter::on_checkpoint(int64_t step, const std::filesystem::pat
   enqueue(std::move(req));
 }
 
+void CoordinatorReporter::on_amax_histories(int64_t step, const std::vector<engine::AmaxHistoryRecord>& histories) {
+  inner_.on_amax_histories(step, histories);
+  if (options_.rank != 0) return;  // every rank holds the same (all-reduced) histories
+  fp8::v1::ReportAmaxHistoriesRequest req;
+  *req.mutable_caller() = caller();
+  req.set_step(step);
+  for (const engine::AmaxHistoryRecord& r : histories) {
+    // A tensor cast to two formats ("grad_output.e5m2") has no single operand in the API.
+    const std::optional<fp8::v1::AmaxHistory::Operand> operand = AmaxOperand(r.cast);
+    if (!operand.has_value() || r.history.empty() || r.scale <= 0) continue;
+    fp8::v1::AmaxHistory* h = req.add_histories();
+    h->set_layer(r.layer);
+    h->set_operand(*operand);
+    h->mutable_history()->Assign(r.history.begin(), r.history.end());
+    h->set_scale(r.scale);
+  }
+  if (req.histories_size() > 0) enqueue(std::move(req));
+}
+
 void CoordinatorReporter::on_warning(const std::string& w) { inner_.on_warning(w); }
 
 void CoordinatorReporter::on_finish(const engine::TrainSummary& s) {
@@ -128,7 +156,7 @@ void CoordinatorReporter::enqueue(Message m) {
   if (closing_) return;
   if (queue_.size() >= options_.queue_limit) {
     auto oldest = std::find_if(queue_.begin(), queue_.end(), [](const Message& q) {
-      return std::holds_alternative<fp8::v1::ReportProgressRequest>(q);
+      return !std::holds_alternative<fp8::v1::CommitCheckpointRequest>(q);
     });
     // Only commits queued: keep them all (they are rare, and the coordinator resumes from them).
     if (oldest != queue_.end()) queue_.erase(oldest);
@@ -182,6 +210,9 @@ grpc::Status CoordinatorReporter::call_once(const Message& m) {
   if (const auto* progress = std::get_if<fp8::v1::ReportProgressRequest>(&m)) {
     fp8::v1::ReportProgressResponse resp;
     s = stub_->ReportProgress(&ctx, *progress, &resp);
+  } else if (const auto* amax = std::get_if<fp8::v1::ReportAmaxHistoriesRequest>(&m)) {
+    fp8::v1::ReportAmaxHistoriesResponse resp;
+    s = stub_->ReportAmaxHistories(&ctx, *amax, &resp);
   } else {
     fp8::v1::CommitCheckpointResponse resp;
     s = stub_->CommitCheckpoint(&ctx, std::get<fp8::v1::CommitCheckpointRequest>(m), &resp);
@@ -195,7 +226,9 @@ void CoordinatorReporter::send(const Message& m) {
   const bool commit = std::holds_alternative<fp8::v1::CommitCheckpointRequest>(m);
   const std::string what = commit ? absl::StrCat("checkpoint commit of step ",
                                                  std::get<fp8::v1::CommitCheckpointRequest>(m).step())
-                                  : "progress report";
+                                  : std::holds_alternative<fp8::v1::ReportAmaxHistoriesRequest>(m)
+                                        ? "amax history report"
+                                        : "progress report";
   absl::Duration backoff = options_.first_backoff;
   for (int attempt = 0;; ++attempt) {
     if (ended_.load()) return;

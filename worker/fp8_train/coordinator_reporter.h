@@ -1,11 +1,12 @@
 // fp8-train's reports to the coordinator (TrainerService, proto/fp8/v1/trainer_service.proto)
 // for a rank the worker daemon started: a TrainObserver that passes every event on to the
 // rank's own observer (rank 0's console log stays as it is) and forwards step reports
-// (ReportProgress) and, on rank 0, checkpoint commits (CommitCheckpoint).
+// (ReportProgress) and, on rank 0, checkpoint commits (CommitCheckpoint) and delayed
+// scaling's amax histories (ReportAmaxHistories).
 //
 // Off the critical path: calls go out on a background thread from a bounded queue, so a
 // slow or absent coordinator never stalls a step. When the queue is full the oldest
-// progress report is dropped; a checkpoint commit is never dropped for room. Each call has
+// progress or amax report is dropped; a checkpoint commit is never dropped for room. Each call has
 // a deadline; UNAVAILABLE is retried a few times with backoff, then the message is dropped
 // with one warning per outage.
 //
@@ -64,6 +65,7 @@ class CoordinatorReporter final : public engine::TrainObserver {
   void on_start(const engine::TrainStart& s) override;
   void on_step(const engine::StepReport& r) override;
   void on_checkpoint(int64_t step, const std::filesystem::path& dir) override;
+  void on_amax_histories(int64_t step, const std::vector<engine::AmaxHistoryRecord>& histories) override;
   void on_warning(const std::string& w) override;
   void on_finish(const engine::TrainSummary& s) override;
 
@@ -73,7 +75,8 @@ class CoordinatorReporter final : public engine::TrainObserver {
   bool flush(absl::Duration limit);
 
  private:
-  using Message = std::variant<fp8::v1::ReportProgressRequest, fp8::v1::CommitCheckpointRequest>;
+  using Message = std::variant<fp8::v1::ReportProgressRequest, fp8::v1::CommitCheckpointRequest,
+                               fp8::v1::ReportAmaxHistoriesRequest>;
 
   void enqueue(Message m);
   // flush() against one deadline shared by on_finish and the destructor.

@@ -59,6 +59,7 @@
 #include "worker/engine/train/trainer.h"
 #include "worker/fp8_train/blas_environment.h"
 #include "worker/fp8_train/console_observer.h"
+#include "worker/fp8_train/amax_resume.h"
 #include "worker/fp8_train/coordinator_reporter.h"
 #include "worker/fp8_train/coordinator_store.h"
 #include "worker/fp8_train/local_launcher.h"
@@ -304,12 +305,24 @@ int main(int argc, char** argv) {
   std::unique_ptr<fp8::train_cli::CoordinatorReporter> reporter;
   if (coordinated) reporter = make_reporter(coord, channel, std::max(rank, 0), job_world, local);
   fp8::engine::TrainObserver& observer = reporter ? static_cast<fp8::engine::TrainObserver&>(*reporter) : local;
+  int64_t resumed_step = 0;
   if (resume) {
     absl::StatusOr<int64_t> from = (*trainer)->resume(observer);
     if (!from.ok()) return fail(from.status());
+    resumed_step = *from;
     if (*from == 0 && rank <= 0) {
       std::printf("no good checkpoint in %s: starting from step 1\n", spec->checkpoint().dir().c_str());
     }
+  }
+  if (coordinated && coord.attempt > 1) {
+    fp8::train_cli::AmaxResumeRequest amax{coord.token, {}, resumed_step};
+    amax.caller.set_job_id(coord.job_id);
+    amax.caller.set_attempt(coord.attempt);
+    amax.caller.set_rank(std::max(rank, 0));
+    std::unique_ptr<fp8::v1::TrainerService::Stub> stub = fp8::v1::TrainerService::NewStub(channel);
+    absl::StatusOr<std::string> line = fp8::train_cli::ResumeAmaxHistories(*stub, amax, (*trainer)->model());
+    if (!line.ok()) return fail(line.status());
+    if (!line->empty() && rank <= 0) std::printf("%s\n", line->c_str());
   }
 
   // g_stop is also raised by the reporter when the coordinator ends the attempt. A signal the

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace fp8::engine {
 
@@ -49,6 +50,14 @@ struct StepReport {
   std::optional<StepComm> comm;
 };
 
+// The delayed-scaling state of one cast of one fp8 linear (amax_histories.h).
+struct AmaxHistoryRecord {
+  std::string layer;           // "layers.0.attention.wq"
+  std::string cast;            // Float8Linear::delayed_names(): "input", "weight", "grad_output"
+  std::vector<float> history;  // oldest first
+  float scale = 0;             // the scale the next cast uses (0: none yet)
+};
+
 struct TrainSummary {
   int64_t first_step = 1;
   int64_t last_step = 0;       // the last step completed
@@ -66,6 +75,9 @@ class TrainObserver {
   virtual void on_start(const TrainStart&) {}
   virtual void on_step(const StepReport&) {}
   virtual void on_checkpoint(int64_t /*step*/, const std::filesystem::path& /*dir*/) {}
+  // Delayed scaling only: every cast's amax history after `step`, at each log interval
+  // and each checkpoint. Identical on every rank (amaxes are all-reduced each step).
+  virtual void on_amax_histories(int64_t /*step*/, const std::vector<AmaxHistoryRecord>& /*histories*/) {}
   // Something worth a line in the log that does not stop training (a skipped damaged
   // checkpoint, say).
   virtual void on_warning(const std::string&) {}

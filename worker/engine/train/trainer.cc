@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/engine/train/amax_histories.h"
 #include "worker/engine/checkpoint/commit_marker.h"
 #include "worker/engine/checkpoint/discovery.h"
 #include "worker/engine/checkpoint/layout.h"
@@ -291,7 +292,13 @@ absl::Status Trainer::maybe_checkpoint(int64_t step, bool force, TrainObserver& 
   FP8_ASSIGN_OR_RETURN(std::filesystem::path dir, save_checkpoint());
   summary.last_checkpoint = dir;
   observer.on_checkpoint(step, dir);
+  report_amax_histories(step, observer);
   return absl::OkStatus();
+}
+
+void Trainer::report_amax_histories(int64_t step, TrainObserver& observer) {
+  std::vector<AmaxHistoryRecord> histories = CollectAmaxHistories(*model_);
+  if (!histories.empty()) observer.on_amax_histories(step, histories);
 }
 
 absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunControl& control) {
@@ -341,6 +348,7 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
       report.step_ms = 1e3 * interval_seconds / static_cast<double>(interval_steps);
       report.tokens_per_second = static_cast<double>(interval_steps * tokens_per_step) / interval_seconds;
       observer.on_step(report);
+      report_amax_histories(step, observer);
       interval_seconds = 0;
       interval_steps = 0;
     }

@@ -86,6 +86,7 @@ class Trainer {
   // Sets *stop_everywhere when a stop was requested (on any rank, under FSDP).
   absl::StatusOr<StepReport> train_step(const RunControl& control, bool* stop_everywhere);
   absl::Status maybe_checkpoint(int64_t step, bool force, TrainObserver& observer, TrainSummary& summary);
+  void report_amax_histories(int64_t step, TrainObserver& observer);
   absl::StatusOr<std::filesystem::path> save_sharded_checkpoint();
   // Under FSDP: fails on every rank unless every rank's `ok` holds and all report the same
   // `step` (what they resumed from, or checkpointed).
