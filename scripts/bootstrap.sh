@@ -15,7 +15,7 @@ packages=(
   libyaml-cpp-dev libsqlite3-dev libssl-dev libgloo-dev libcpp-httplib-dev libcli11-dev
   nlohmann-json3-dev
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev openssl
   # the demo and test corpus: the King James Bible as text (scripts/install_corpus.sh)
   bible-kjv
 )

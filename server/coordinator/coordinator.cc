@@ -122,14 +122,20 @@ absl::StatusOr<Principal> Coordinator::Authenticate(const std::string& token) {
   const std::string hash = HashToken(token);
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return Unavailable();
+  if (auto cached = principals_.find(hash); cached != principals_.end()) return cached->second;
+  std::optional<Principal> who;
   FP8_ASSIGN_OR_RETURN(std::optional<store::TokenRecord> record, store_->token(hash));
-  if (record.has_value()) return Principal{record->role, record->name, "", 0};
-  FP8_ASSIGN_OR_RETURN(std::optional<store::TrainerTokenRecord> trainer, store_->trainer_token(hash));
-  if (trainer.has_value()) {
-    return Principal{Role::kTrainer, absl::StrCat(trainer->job_id, "/attempt-", trainer->attempt), trainer->job_id,
-                     trainer->attempt};
+  if (record.has_value()) who = Principal{record->role, record->name, "", 0};
+  if (!who.has_value()) {
+    FP8_ASSIGN_OR_RETURN(std::optional<store::TrainerTokenRecord> trainer, store_->trainer_token(hash));
+    if (trainer.has_value()) {
+      who = Principal{Role::kTrainer, absl::StrCat(trainer->job_id, "/attempt-", trainer->attempt), trainer->job_id,
+                      trainer->attempt};
+    }
   }
-  return absl::UnauthenticatedError("unknown or revoked token");
+  if (!who.has_value()) return absl::UnauthenticatedError("unknown or revoked token");
+  principals_.emplace(hash, *who);
+  return *who;
 }
 
 absl::StatusOr<std::string> Coordinator::CreateToken(Role role, const std::string& name) {
@@ -461,9 +467,11 @@ absl::Status Coordinator::EndAttempt(ActiveJob& active, v1::Attempt::State attem
   if (job_state != v1::Job::SUCCEEDED) next.set_failure_reason(job_state == v1::Job::RESTARTING ? "" : job_reason);
   if (IsFinal(job_state)) next.set_finished_unix_ms(NowUnixMs());
   events.push_back(StateChangeEvent(next.id(), active.job.state(), job_state, job_reason));
-  FP8_RETURN_IF_ERROR(store_->transaction([&]() -> absl::Status {
-    return store_->delete_trainer_tokens(next.id(), runtime.number);
-  }));
+  FP8_RETURN_IF_ERROR(store_->delete_trainer_tokens(next.id(), runtime.number));
+  std::erase_if(principals_, [&](const auto& entry) {
+    const Principal& p = entry.second;
+    return p.role == Role::kTrainer && p.job_id == next.id() && p.attempt == runtime.number;
+  });
   FP8_RETURN_IF_ERROR(Commit(active, next, std::move(events)));
 
   // Every rank still running stops now, whatever its peers are doing: none may be left

@@ -193,6 +193,10 @@ class Coordinator {
   std::string advertise_address_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, ActiveJob> active_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
+  // Token hash -> who, for tokens seen before: every call authenticates, and a store read
+  // per call would serialise on the lock. Tokens are never revoked but trainer tokens,
+  // which EndAttempt drops from here and from the store together.
+  std::map<std::string, Principal> principals_ ABSL_GUARDED_BY(mu_);
   int64_t event_generation_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::thread ticker_;

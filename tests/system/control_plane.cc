@@ -61,6 +61,16 @@ ControlPlane::~ControlPlane() {
   if (!::testing::Test::HasFailure()) fs::remove_all(dir_);
 }
 
+void ControlPlane::EnableTls() {
+  const cli_test::RunResult r = cli_test::Run(
+      {"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+       "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", (dir_ / "tls.key").string(), "-out",
+       (dir_ / "tls.crt").string()},
+      {}, dir_ / "openssl.out", dir_ / "openssl.err", milliseconds(60'000));
+  ASSERT_TRUE(r.exit.exited && r.exit.code == 0) << r.err;
+  tls_ = true;
+}
+
 void ControlPlane::StartCoordinator() {
   const fs::path port_file = dir_ / "coordinator.port";
   fs::remove(port_file);
@@ -70,12 +80,12 @@ void ControlPlane::StartCoordinator() {
   const fs::path err = dir_ / ("coordinator-" + std::to_string(n) + ".err");
   logs_.push_back(out);
   logs_.push_back(err);
-  coordinator_ = std::make_unique<cli_test::Subprocess>(
-      std::vector<std::string>{FP8_COORDINATOR_BINARY, "--listen", listen, "--port-file", port_file.string(),
-                               "--state-dir", dir_.string(), "--heartbeat-interval-ms", "200", "--lost-after-ms",
-                               "4000", "--stop-grace-s", "3", "--data-root", dir_.string(), "--checkpoint-root",
-                               dir_.string()},
-      ChildEnv(), out, err);
+  std::vector<std::string> argv = {FP8_COORDINATOR_BINARY, "--listen", listen, "--port-file", port_file.string(),
+                                   "--state-dir", dir_.string(), "--heartbeat-interval-ms", "200", "--lost-after-ms",
+                                   "4000", "--stop-grace-s", "3", "--data-root", dir_.string(), "--checkpoint-root",
+                                   dir_.string()};
+  if (tls_) argv.insert(argv.end(), {"--tls-cert", (dir_ / "tls.crt").string(), "--tls-key", (dir_ / "tls.key").string()});
+  coordinator_ = std::make_unique<cli_test::Subprocess>(argv, ChildEnv(), out, err);
   ASSERT_TRUE(coordinator_->started()) << coordinator_->start_error();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!fs::exists(port_file)) {
@@ -97,12 +107,12 @@ int ControlPlane::StartWorker() {
   const fs::path err = dir_ / ("worker-" + std::to_string(index) + ".err");
   logs_.push_back(out);
   logs_.push_back(err);
-  workers_.push_back(std::make_unique<cli_test::Subprocess>(
-      std::vector<std::string>{FP8_WORKER_BINARY, "--coordinator", "127.0.0.1:" + std::to_string(port_),
-                               "--token-file", (dir_ / "fp8-worker.token").string(), "--work-dir",
-                               (dir_ / ("worker-" + std::to_string(index))).string(), "--trainer", FP8_TRAIN_BINARY,
-                               "--cpus", "1"},
-      ChildEnv(), out, err));
+  std::vector<std::string> argv = {FP8_WORKER_BINARY, "--coordinator", "127.0.0.1:" + std::to_string(port_),
+                                   "--token-file", (dir_ / "fp8-worker.token").string(), "--work-dir",
+                                   (dir_ / ("worker-" + std::to_string(index))).string(), "--trainer",
+                                   FP8_TRAIN_BINARY, "--cpus", "1"};
+  if (tls_) argv.insert(argv.end(), {"--coordinator-ca", (dir_ / "tls.crt").string()});
+  workers_.push_back(std::make_unique<cli_test::Subprocess>(argv, ChildEnv(), out, err));
   EXPECT_TRUE(workers_.back()->started()) << workers_.back()->start_error();
   return index;
 }
@@ -158,8 +168,11 @@ std::string ControlPlane::CreateToken(const std::string& role, const std::string
 }
 
 std::unique_ptr<v1::JobService::Stub> ControlPlane::JobStub() const {
-  return v1::JobService::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials()));
+  const std::string address = "127.0.0.1:" + std::to_string(port_);
+  if (!tls_) return v1::JobService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = cli_test::ReadFile(dir_ / "tls.crt");
+  return v1::JobService::NewStub(grpc::CreateChannel(address, grpc::SslCredentials(ssl)));
 }
 
 grpc::Status ControlPlane::Submit(const v1::JobSpec& spec, v1::Job* job, const std::string& token) const {

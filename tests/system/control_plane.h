@@ -28,6 +28,10 @@ class ControlPlane {
 
   const std::filesystem::path& dir() const { return dir_; }
 
+  // Serves TLS from now on: a self-signed certificate for 127.0.0.1 (openssl CLI), passed
+  // to the coordinator as --tls-cert/--tls-key and to workers and clients as the CA.
+  void EnableTls();
+
   // Starts the coordinator (again, on the same port and state, after a kill).
   void StartCoordinator();
   void KillCoordinator(int sig = SIGKILL);
@@ -69,6 +73,7 @@ class ControlPlane {
 
  private:
   std::filesystem::path dir_;
+  bool tls_ = false;
   int port_ = 0;
   int coordinator_starts_ = 0;
   std::unique_ptr<cli_test::Subprocess> coordinator_;

@@ -225,6 +225,31 @@ TEST(ControlPlaneTest, PriorityDecidesWhoRunsFirst) {
   EXPECT_LE(h.finished_unix_ms(), l.started_unix_ms());
 }
 
+TEST(ControlPlaneTest, ServesTls) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.EnableTls());
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  ControlPlane::JobOptions o;
+  o.world_size = 1;
+  o.steps = 10;
+  v1::Job job;
+  const grpc::Status submitted = cp.Submit(cp.Spec(o), &job);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message() << cp.Logs();
+  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  EXPECT_EQ(done.latest_progress().step(), 10);  // the trainer reached it over TLS too
+
+  // A plaintext client gets nowhere.
+  auto plain = v1::JobService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(cp.port()), grpc::InsecureChannelCredentials()));
+  v1::GetJobRequest get;
+  get.set_job_id(job.id());
+  v1::Job out;
+  auto ctx = WithToken(cp.AdminToken(), seconds(5));
+  EXPECT_FALSE(plain->GetJob(ctx.get(), get, &out).ok());
+}
+
 TEST(ControlPlaneTest, TokensAndRoles) {
   ControlPlane cp;
   ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
