@@ -1,0 +1,136 @@
+#include "client/fp8ctl/follow_printer.h"
+
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/fp8ctl/format.h"
+
+namespace fp8::ctl {
+
+void EtaEstimator::Observe(int32_t attempt, int64_t step, int64_t time_unix_ms) {
+  if (attempt != attempt_ || step < last_step_) {
+    attempt_ = attempt;
+    first_step_ = last_step_ = step;
+    first_ms_ = last_ms_ = time_unix_ms;
+    return;
+  }
+  last_step_ = step;
+  last_ms_ = time_unix_ms;
+}
+
+std::optional<double> EtaEstimator::SecondsLeft(int64_t total_steps) const {
+  if (attempt_ < 0 || total_steps <= 0) return std::nullopt;
+  if (last_step_ >= total_steps) return 0.0;
+  const int64_t steps = last_step_ - first_step_;
+  const int64_t ms = last_ms_ - first_ms_;
+  if (steps <= 0 || ms <= 0) return std::nullopt;
+  return static_cast<double>(total_steps - last_step_) * (static_cast<double>(ms) / 1000.0) /
+         static_cast<double>(steps);
+}
+
+std::string ProgressLine(const ProgressLineInput& in) {
+  std::string line = absl::StrCat("step ", in.step);
+  if (in.total_steps > 0) {
+    const double pct = 100.0 * static_cast<double>(in.step) / static_cast<double>(in.total_steps);
+    absl::StrAppend(&line, "/", in.total_steps, absl::StrFormat(" (%.0f%%)", std::floor(pct)));
+  }
+  absl::StrAppend(&line, absl::StrFormat("  loss %.4f", in.loss));
+  if (in.val_loss.has_value()) absl::StrAppend(&line, absl::StrFormat("  val %.4f", *in.val_loss));
+  absl::StrAppend(&line, "  tok/s ", SiRate(in.tokens_per_second));
+  absl::StrAppend(&line, "  ETA ", in.eta_seconds.has_value() ? ClockDuration(*in.eta_seconds) : "?");
+  return line;
+}
+
+FollowPrinter::FollowPrinter(std::ostream& out, bool terminal, int64_t total_steps, int world_size)
+    : out_(out), terminal_(terminal), total_steps_(total_steps), world_size_(world_size < 1 ? 1 : world_size) {}
+
+void FollowPrinter::Line(int64_t time_unix_ms, const std::string& text) {
+  // Over a live progress line: clear it, print the event, then draw the progress again.
+  if (terminal_ && !live_.empty()) out_ << "\r\x1b[K";
+  out_ << LocalTime(time_unix_ms, /*with_date=*/false) << "  " << text << "\n";
+  if (terminal_ && !live_.empty()) out_ << live_;
+  out_.flush();
+}
+
+void FollowPrinter::Progress(const v1::JobEvent& event) {
+  const v1::ProgressEvent& pe = event.progress();
+  const v1::TrainingProgress& p = pe.progress();
+  eta_.Observe(pe.attempt(), p.step(), p.time_unix_ms());
+  ProgressLineInput in;
+  in.step = p.step();
+  in.total_steps = total_steps_;
+  in.loss = p.loss();
+  if (p.has_val_loss()) in.val_loss = p.val_loss();
+  in.tokens_per_second = p.tokens_per_second() * world_size_;
+  in.eta_seconds = eta_.SecondsLeft(total_steps_);
+  const std::string line = ProgressLine(in);
+  if (terminal_) {
+    live_ = line;
+    out_ << "\r\x1b[K" << live_;
+    out_.flush();
+  } else {
+    Line(event.time_unix_ms(), line);
+  }
+}
+
+void FollowPrinter::OnEvent(const v1::JobEvent& event) {
+  switch (event.event_case()) {
+    case v1::JobEvent::kStateChange: {
+      const v1::JobStateChange& c = event.state_change();
+      // The first event of a job has no previous state: "state QUEUED: submitted".
+      std::string text = c.previous() == v1::Job::STATE_UNSPECIFIED
+                             ? absl::StrCat("state ", JobStateName(c.current()))
+                             : absl::StrCat("state ", JobStateName(c.previous()), " -> ", JobStateName(c.current()));
+      if (!c.reason().empty()) absl::StrAppend(&text, ": ", c.reason());
+      if (IsFinal(c.current())) {
+        final_state_ = c.current();
+        final_reason_ = c.reason();
+      }
+      Line(event.time_unix_ms(), text);
+      break;
+    }
+    case v1::JobEvent::kAttemptStarted: {
+      const v1::AttemptStarted& a = event.attempt_started();
+      std::vector<std::string> ranks;
+      for (const v1::RankPlacement& r : a.ranks()) {
+        ranks.push_back(absl::StrCat("rank ", r.rank(), " on ", r.worker_id(), " (", r.device_name(), ")"));
+      }
+      std::string text = absl::StrCat("attempt ", a.attempt(), " started: ", absl::StrJoin(ranks, ", "));
+      absl::StrAppend(&text, a.resumed_from_step() > 0 ? absl::StrCat("; resuming from step ", a.resumed_from_step())
+                                                         : "; from scratch");
+      Line(event.time_unix_ms(), text);
+      break;
+    }
+    case v1::JobEvent::kAttemptEnded: {
+      const v1::AttemptEnded& a = event.attempt_ended();
+      std::string text = absl::StrCat("attempt ", a.attempt(), " ended ", AttemptStateName(a.state()));
+      if (!a.reason().empty()) absl::StrAppend(&text, ": ", a.reason());
+      Line(event.time_unix_ms(), text);
+      break;
+    }
+    case v1::JobEvent::kNumerics: {
+      const v1::NumericsEvent& n = event.numerics();
+      Line(event.time_unix_ms(),
+           absl::StrCat("numerics: ", n.message().empty() ? v1::NumericsEvent::Kind_Name(n.kind()) : n.message()));
+      break;
+    }
+    case v1::JobEvent::kProgress:
+      Progress(event);
+      break;
+    case v1::JobEvent::EVENT_NOT_SET:
+      break;
+  }
+}
+
+void FollowPrinter::Finish() {
+  if (terminal_ && !live_.empty()) {
+    out_ << "\n";
+    out_.flush();
+    live_.clear();
+  }
+}
+
+}  // namespace fp8::ctl

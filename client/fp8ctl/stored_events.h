@@ -1,0 +1,26 @@
+// The events a job has recorded so far, without progress reports, for `describe`.
+//
+// WatchJob has no "stored only" mode: for a job still running, the stream stays open
+// waiting for live events. So the stream is read until it goes quiet (no event for a short
+// gap once the stored ones have come out, which they do in one burst) and then cancelled;
+// for a final job it ends by itself.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "client/fp8ctl/session.h"
+
+namespace fp8::ctl {
+
+struct StoredEventsResult {
+  std::vector<v1::JobEvent> events;
+  grpc::Status status;  // OK also when the quiet gap ended the read
+};
+
+StoredEventsResult ReadStoredEvents(Session& session, const std::string& job_id,
+                                    std::chrono::milliseconds first_event_wait = std::chrono::seconds(3),
+                                    std::chrono::milliseconds quiet_gap = std::chrono::milliseconds(400));
+
+}  // namespace fp8::ctl

@@ -1,0 +1,54 @@
+// fp8ctl cancel ID: stops the job's ranks and ends it CANCELLED.
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "client/fp8ctl/exit_codes.h"
+#include "client/fp8ctl/format.h"
+#include "client/fp8ctl/output.h"
+#include "client/fp8ctl/verbs/verbs.h"
+
+namespace fp8::ctl {
+
+Verb AddCancelVerb(CLI::App& app) {
+  struct Args {
+    std::string job_id;
+    std::string reason;
+    OutputFormat output = OutputFormat::kTable;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("cancel", "cancel a job: its ranks are stopped and it ends CANCELLED");
+  cmd->fallthrough();
+  cmd->add_option("ID", a->job_id, "job id (job-<n>)")->required();
+  cmd->add_option("--reason", a->reason, "why, shown in the job's failure reason (at most 1024 characters)");
+  AddOutputFlag(cmd, &a->output);
+
+  return {cmd, [a](Session& session) {
+            if (auto e = session.Connect()) return Report(*e);
+            v1::CancelJobRequest req;
+            req.set_job_id(a->job_id);
+            req.set_reason(a->reason);
+            v1::Job job;
+            auto ctx = session.Context();
+            if (grpc::Status s = session.stub().CancelJob(ctx.get(), req, &job); !s.ok()) {
+              CliError e = session.Error(s, absl::StrCat("cancel ", a->job_id));
+              if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+                e.message = absl::StrCat("cancel ", a->job_id, ": ", s.error_message(), " (it has already ended)");
+              }
+              return Report(e);
+            }
+            if (a->output != OutputFormat::kTable) {
+              absl::StatusOr<std::string> out = MessageJson(job);
+              if (out.ok()) out = RenderJson(*out, a->output);
+              if (!out.ok()) return Report({kExitError, std::string(out.status().message())});
+              std::cout << *out;
+              return static_cast<int>(kExitOk);
+            }
+            std::cout << job.id() << " " << JobStateName(job.state());
+            if (!job.failure_reason().empty()) std::cout << ": " << job.failure_reason();
+            std::cout << std::endl;
+            return static_cast<int>(kExitOk);
+          }};
+}
+
+}  // namespace fp8::ctl

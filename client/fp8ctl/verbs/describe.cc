@@ -1,0 +1,176 @@
+// fp8ctl describe ID: everything about one job a person asks first: what it trains, how
+// it is doing, where it ran, why it failed, and what the fp8 numerics did.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/fp8ctl/exit_codes.h"
+#include "client/fp8ctl/format.h"
+#include "client/fp8ctl/output.h"
+#include "client/fp8ctl/stored_events.h"
+#include "client/fp8ctl/table.h"
+#include "client/fp8ctl/verbs/verbs.h"
+
+namespace fp8::ctl {
+namespace {
+
+std::string Field(const std::string& name, const std::string& value) {
+  return absl::StrFormat("%-12s%s\n", name + ":", value);
+}
+
+std::string SpecSummary(const v1::JobSpec& s) {
+  const v1::ModelSpec& m = s.model();
+  std::string out = "Spec:\n";
+  absl::StrAppend(&out, "  model       llama, dim ", m.dim(), ", ", m.n_layers(), " layers, ", m.n_heads(), " heads (",
+                  m.n_kv_heads(), " kv), ffn ", m.ffn_dim(), ", vocab ", m.vocab_size(), ", max_seq_len ",
+                  m.max_seq_len(), "\n");
+  absl::StrAppend(&out, "  recipe      ", RecipeName(s.fp8().recipe()), "\n");
+  absl::StrAppend(&out, "  world       ", s.resources().world_size(), " x ", DeviceName(s.resources().device()), "\n");
+  absl::StrAppend(&out, "  steps       ", s.train().steps(), " (batch ", s.train().batch_size(), ", seq_len ",
+                  s.data().seq_len(), ", lr ", absl::StrFormat("%g", s.train().lr()), ")\n");
+  absl::StrAppend(&out, "  data        ", s.data().path(), "\n");
+  absl::StrAppend(&out, "  checkpoint  ", s.checkpoint().dir(), " every ", s.checkpoint().every(), " steps\n");
+  absl::StrAppend(&out, "  restarts    at most ", s.restarts().max_restarts(), "\n");
+  return out;
+}
+
+std::string Metrics(const v1::TrainingProgress& p, int world_size) {
+  std::string out = absl::StrCat("Metrics (step ", p.step(), ", ", LocalTime(p.time_unix_ms()), "):\n");
+  absl::StrAppend(&out, absl::StrFormat("  loss %.4f", p.loss()));
+  if (p.has_val_loss()) absl::StrAppend(&out, absl::StrFormat("  val loss %.4f", p.val_loss()));
+  // Rank 0 reports its own throughput; the job's is world_size times it.
+  absl::StrAppend(&out, "  tokens/s ", SiRate(p.tokens_per_second() * std::max(1, world_size)), " (",
+                  SiRate(p.tokens_per_second()), " per rank)", absl::StrFormat("  grad norm %.4g", p.grad_norm()),
+                  absl::StrFormat("  lr %.4g", p.lr()), "\n");
+  return out;
+}
+
+std::string Attempts(const v1::Job& job) {
+  if (job.attempt_history().empty()) return "Attempts:   none yet\n";
+  std::string out = "Attempts:\n";
+  for (const v1::Attempt& a : job.attempt_history()) {
+    absl::StrAppend(&out, "  #", a.number(), " ", AttemptStateName(a.state()), "  started ",
+                    LocalTime(a.started_unix_ms()), "  ended ", LocalTime(a.ended_unix_ms()), "  ",
+                    a.resumed_from_step() > 0 ? absl::StrCat("resumed from step ", a.resumed_from_step())
+                                              : std::string("from scratch"),
+                    "\n");
+    Table ranks({"RANK", "WORKER", "DEVICE"});
+    for (const v1::RankPlacement& r : a.ranks()) ranks.AddRow({absl::StrCat(r.rank()), r.worker_id(), r.device_name()});
+    std::istringstream lines(ranks.Render());
+    for (std::string line; std::getline(lines, line);) absl::StrAppend(&out, "      ", line, "\n");
+    if (!a.end_reason().empty()) absl::StrAppend(&out, "      end: ", a.end_reason(), "\n");
+  }
+  return out;
+}
+
+std::string Numerics(const std::vector<v1::JobEvent>& events) {
+  Table t({"ATTEMPT", "STEP", "KIND", "LAYER", "OPERAND", "MESSAGE"});
+  for (const v1::JobEvent& e : events) {
+    if (!e.has_numerics()) continue;
+    const v1::NumericsEvent& n = e.numerics();
+    t.AddRow({absl::StrCat(n.attempt()), absl::StrCat(n.step()), v1::NumericsEvent::Kind_Name(n.kind()),
+              n.layer().empty() ? "-" : n.layer(),
+              n.operand() == v1::AmaxHistory::OPERAND_UNSPECIFIED ? "-" : v1::AmaxHistory::Operand_Name(n.operand()),
+              n.message()});
+  }
+  if (t.rows() == 0) return "Numerics:   no events\n";
+  std::string out = "Numerics:\n";
+  std::istringstream lines(t.Render());
+  for (std::string line; std::getline(lines, line);) absl::StrAppend(&out, "  ", line, "\n");
+  return out;
+}
+
+// A JSON document nested `depth` levels into another (the printer indents by one space),
+// without its trailing newline.
+std::string Indented(std::string json, int depth = 1) {
+  while (!json.empty() && json.back() == '\n') json.pop_back();
+  std::string out;
+  for (char c : json) {
+    out += c;
+    if (c == '\n') out.append(static_cast<size_t>(depth), ' ');
+  }
+  return out;
+}
+
+std::string Describe(const v1::Job& job, const std::vector<v1::JobEvent>& events) {
+  const v1::JobSpec& s = job.spec();
+  std::string out;
+  absl::StrAppend(&out, Field("ID", job.id()), Field("Name", s.name()),
+                  Field("Owner", s.owner().empty() ? "-" : s.owner()), Field("State", JobStateName(job.state())));
+  if (!job.failure_reason().empty()) absl::StrAppend(&out, Field("Reason", job.failure_reason()));
+  absl::StrAppend(&out, Field("Submitted", absl::StrCat(LocalTime(job.created_unix_ms()), " (",
+                                                        Age(NowUnixMs() - job.created_unix_ms()), " ago)")),
+                  Field("Started", LocalTime(job.started_unix_ms())), Field("Finished", LocalTime(job.finished_unix_ms())),
+                  Field("Progress", absl::StrCat(job.latest_progress().step(), "/", s.train().steps())),
+                  Field("Restarts", absl::StrCat(job.restarts_left(), " left")),
+                  Field("Checkpoint", job.last_checkpoint_step() > 0
+                                          ? absl::StrCat("step ", job.last_checkpoint_step())
+                                          : std::string("none yet")));
+  absl::StrAppend(&out, SpecSummary(s));
+  if (job.has_latest_progress()) absl::StrAppend(&out, Metrics(job.latest_progress(), s.resources().world_size()));
+  absl::StrAppend(&out, Attempts(job), Numerics(events));
+  return out;
+}
+
+}  // namespace
+
+Verb AddDescribeVerb(CLI::App& app) {
+  struct Args {
+    std::string job_id;
+    OutputFormat output = OutputFormat::kTable;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("describe", "show a job: spec summary, state, attempts, metrics, numerics events");
+  cmd->fallthrough();
+  cmd->add_option("ID", a->job_id, "job id (job-<n>)")->required();
+  AddOutputFlag(cmd, &a->output);
+
+  return {cmd, [a](Session& session) {
+            if (auto e = session.Connect()) return Report(*e);
+            const std::string what = absl::StrCat("describe ", a->job_id);
+            v1::GetJobRequest req;
+            req.set_job_id(a->job_id);
+            v1::Job job;
+            auto ctx = session.Context();
+            if (grpc::Status s = session.stub().GetJob(ctx.get(), req, &job); !s.ok()) {
+              return Report(session.Error(s, what));
+            }
+            StoredEventsResult events = ReadStoredEvents(session, a->job_id);
+            if (!events.status.ok()) {
+              // The job itself is still worth showing; say what is missing.
+              std::fprintf(stderr, "fp8ctl: %s: numerics events unavailable (%s)\n", what.c_str(),
+                           events.status.error_message().c_str());
+            }
+            std::vector<v1::JobEvent> numerics;
+            for (const v1::JobEvent& e : events.events) {
+              if (e.has_numerics()) numerics.push_back(e);
+            }
+            if (a->output == OutputFormat::kTable) {
+              std::cout << Describe(job, numerics);
+              return static_cast<int>(kExitOk);
+            }
+            // {"job": <Job>, "numerics_events": [<JobEvent>...]}
+            absl::StatusOr<std::string> job_json = MessageJson(job);
+            if (!job_json.ok()) return Report({kExitError, std::string(job_json.status().message())});
+            std::vector<std::string> parts;
+            for (const v1::JobEvent& e : numerics) {
+              absl::StatusOr<std::string> j = MessageJson(e);
+              if (!j.ok()) return Report({kExitError, std::string(j.status().message())});
+              parts.push_back(Indented(*j, 2));
+            }
+            absl::StatusOr<std::string> out = RenderJson(
+                absl::StrCat("{\n \"job\": ", Indented(*job_json), ",\n \"numerics_events\": [",
+                             parts.empty() ? "" : "\n  ", absl::StrJoin(parts, ",\n  "), "]\n}\n"),
+                a->output);
+            if (!out.ok()) return Report({kExitError, std::string(out.status().message())});
+            std::cout << *out;
+            return static_cast<int>(kExitOk);
+          }};
+}
+
+}  // namespace fp8::ctl

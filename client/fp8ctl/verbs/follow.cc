@@ -1,0 +1,116 @@
+// fp8ctl follow ID: the job's events as they happen, until it ends.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "client/fp8ctl/exit_codes.h"
+#include "client/fp8ctl/follow_printer.h"
+#include "client/fp8ctl/format.h"
+#include "client/fp8ctl/verbs/verbs.h"
+
+namespace fp8::ctl {
+namespace {
+
+// A coordinator restart (state survives it) breaks the stream with UNAVAILABLE; keep
+// trying this long from the break before giving up.
+constexpr std::chrono::seconds kReconnectWindow{60};
+constexpr std::chrono::milliseconds kReconnectPause{500};
+
+int ExitCodeForOutcome(v1::Job::State state) {
+  switch (state) {
+    case v1::Job::SUCCEEDED: return kExitOk;
+    case v1::Job::FAILED: return kExitJobFailed;
+    case v1::Job::CANCELLED: return kExitJobCancelled;
+    default: return kExitError;
+  }
+}
+
+}  // namespace
+
+int FollowJob(Session& session, const std::string& job_id) {
+  const std::string what = absl::StrCat("follow ", job_id);
+  // GetJob first: an unknown id or an unreachable coordinator fails at once with its own
+  // exit code (rather than as a stream to retry), and the spec gives the step total.
+  v1::Job job;
+  {
+    v1::GetJobRequest req;
+    req.set_job_id(job_id);
+    auto ctx = session.Context();
+    if (grpc::Status s = session.stub().GetJob(ctx.get(), req, &job); !s.ok()) return Report(session.Error(s, what));
+  }
+  FollowPrinter printer(std::cout, ::isatty(STDOUT_FILENO) == 1, job.spec().train().steps(),
+                        job.spec().resources().world_size());
+
+  int64_t after = 0;
+  // When the stream broke; min() while it is healthy. (Not an optional: GCC 12 warns
+  // maybe-uninitialized on it at -O3.)
+  std::chrono::steady_clock::time_point broken_since = std::chrono::steady_clock::time_point::min();
+  while (true) {
+    v1::WatchJobRequest req;
+    req.set_job_id(job_id);
+    req.set_after_sequence(after);
+    req.set_include_progress(true);
+    auto ctx = session.Context(/*stream=*/true);
+    std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = session.stub().WatchJob(ctx.get(), req);
+    v1::JobEvent event;
+    while (reader->Read(&event)) {
+      after = event.sequence();
+      broken_since = std::chrono::steady_clock::time_point::min();
+      printer.OnEvent(event);
+    }
+    const grpc::Status status = reader->Finish();
+    if (status.ok()) break;
+    printer.Finish();
+    // UNAVAILABLE: the connection broke (a coordinator killed or restarting). CANCELLED:
+    // this client never cancels the stream, so the coordinator did, shutting down.
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE && status.error_code() != grpc::StatusCode::CANCELLED) {
+      return Report(session.Error(status, what));
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (broken_since == std::chrono::steady_clock::time_point::min()) {
+      broken_since = now;
+      std::fprintf(stderr, "fp8ctl: %s: lost the event stream from %s (%s); reconnecting for up to %llds\n",
+                   what.c_str(), session.config().coordinator.c_str(), status.error_message().c_str(),
+                   static_cast<long long>(kReconnectWindow.count()));
+    } else if (now - broken_since > kReconnectWindow) {
+      CliError e = session.Error(status, what);
+      e.message += absl::StrCat("; gave up after ", kReconnectWindow.count(), " s of reconnecting");
+      return Report(e);
+    }
+    std::this_thread::sleep_for(kReconnectPause);
+  }
+  printer.Finish();
+
+  if (printer.final_state().has_value()) return ExitCodeForOutcome(*printer.final_state());
+  // The stream ends only after the final state change, which the printer saw; if an older
+  // coordinator ended it otherwise, ask for the state.
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  auto ctx = session.Context();
+  if (grpc::Status s = session.stub().GetJob(ctx.get(), req, &job); !s.ok()) return Report(session.Error(s, what));
+  if (!IsFinal(job.state())) {
+    return Report({kExitError, absl::StrCat(what, ": the event stream ended while the job is ",
+                                            JobStateName(job.state()))});
+  }
+  return ExitCodeForOutcome(job.state());
+}
+
+Verb AddFollowVerb(CLI::App& app) {
+  auto job_id = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand(
+      "follow", "stream a job's state changes, attempts and progress until it ends; the exit code is its outcome "
+                "(0 SUCCEEDED, 10 FAILED, 11 CANCELLED)");
+  cmd->fallthrough();
+  cmd->add_option("ID", *job_id, "job id (job-<n>)")->required();
+  return {cmd, [job_id](Session& session) {
+            if (auto e = session.Connect()) return Report(*e);
+            return FollowJob(session, *job_id);
+          }};
+}
+
+}  // namespace fp8::ctl

@@ -1,0 +1,97 @@
+// fp8ctl list: the caller's jobs (an admin's: everyone's), newest first.
+#include <cstdio>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "client/fp8ctl/exit_codes.h"
+#include "client/fp8ctl/format.h"
+#include "client/fp8ctl/output.h"
+#include "client/fp8ctl/table.h"
+#include "client/fp8ctl/verbs/verbs.h"
+
+namespace fp8::ctl {
+namespace {
+
+std::string ProgressCell(const v1::Job& job) {
+  const int64_t total = job.spec().train().steps();
+  const int64_t step = job.has_latest_progress() ? job.latest_progress().step() : 0;
+  return total > 0 ? absl::StrCat(step, "/", total) : absl::StrCat(step);
+}
+
+std::string JobsTable(const v1::ListJobsResponse& r) {
+  Table t({"ID", "NAME", "OWNER", "STATE", "PROGRESS", "RECIPE", "WORLD", "SUBMITTED", "AGE"});
+  const int64_t now = NowUnixMs();
+  for (const v1::Job& j : r.jobs()) {
+    t.AddRow({j.id(), j.spec().name(), j.spec().owner().empty() ? "-" : j.spec().owner(), JobStateName(j.state()),
+              ProgressCell(j), RecipeName(j.spec().fp8().recipe()), absl::StrCat(j.spec().resources().world_size()),
+              LocalTime(j.created_unix_ms()), Age(now - j.created_unix_ms())});
+  }
+  return t.Render();
+}
+
+}  // namespace
+
+Verb AddListVerb(CLI::App& app) {
+  struct Args {
+    std::vector<std::string> states;
+    std::string owner;
+    bool all_pages = false;
+    OutputFormat output = OutputFormat::kTable;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("list", "list jobs, newest first (yours; an admin sees everyone's)");
+  cmd->fallthrough();
+  cmd->add_option("--state", a->states,
+                  "only jobs in this state: queued, running, restarting, succeeded, failed, cancelled (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--owner", a->owner, "only jobs of this owner");
+  cmd->add_flag("--all-pages", a->all_pages, "fetch every page, not only the newest 100 jobs");
+  AddOutputFlag(cmd, &a->output);
+
+  return {cmd, [a](Session& session) {
+            v1::ListJobsRequest req;
+            req.set_owner(a->owner);
+            for (const std::string& name : a->states) {
+              v1::Job::State state;
+              if (!v1::Job::State_Parse(absl::AsciiStrToUpper(name), &state) || state == v1::Job::STATE_UNSPECIFIED) {
+                return Report({kExitUsage, absl::StrCat("--state '", name,
+                                                        "': expected queued, running, restarting, succeeded, "
+                                                        "failed or cancelled")});
+              }
+              req.add_states(state);
+            }
+            if (auto e = session.Connect()) return Report(*e);
+            v1::ListJobsResponse all;
+            while (true) {
+              v1::ListJobsResponse page;
+              auto ctx = session.Context();
+              if (grpc::Status s = session.stub().ListJobs(ctx.get(), req, &page); !s.ok()) {
+                return Report(session.Error(s, "list"));
+              }
+              for (v1::Job& j : *page.mutable_jobs()) *all.add_jobs() = std::move(j);
+              all.set_next_page_token(page.next_page_token());
+              if (!a->all_pages || page.next_page_token().empty()) break;
+              req.set_page_token(page.next_page_token());
+            }
+            if (a->output != OutputFormat::kTable) {
+              absl::StatusOr<std::string> json = MessageJson(all);
+              if (json.ok()) json = RenderJson(*json, a->output);
+              if (!json.ok()) return Report({kExitError, std::string(json.status().message())});
+              std::cout << *json;
+              return static_cast<int>(kExitOk);
+            }
+            if (all.jobs().empty()) {
+              std::fprintf(stderr, "no jobs\n");
+              return static_cast<int>(kExitOk);
+            }
+            std::cout << JobsTable(all);
+            if (!all.next_page_token().empty()) {
+              std::fprintf(stderr, "(newest %d jobs shown; --all-pages for the rest)\n", all.jobs_size());
+            }
+            return static_cast<int>(kExitOk);
+          }};
+}
+
+}  // namespace fp8::ctl

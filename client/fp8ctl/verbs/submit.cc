@@ -1,0 +1,57 @@
+// fp8ctl submit job.yaml: validated here first (the same loader as the coordinator), so
+// that mistakes come back with file:line:col before anything is sent.
+#include <cstdio>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "client/fp8ctl/exit_codes.h"
+#include "client/fp8ctl/verbs/verbs.h"
+#include "common/jobspec/loader.h"
+
+namespace fp8::ctl {
+
+Verb AddSubmitVerb(CLI::App& app) {
+  struct Args {
+    std::string file;
+    std::vector<std::string> sets;
+    bool follow = false;
+    std::string idempotency_key;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("submit", "validate job.yaml, submit it and print the job id on stdout");
+  cmd->fallthrough();
+  cmd->add_option("job.yaml", a->file, "the job spec")->required();
+  cmd->add_option("--set", a->sets, "FIELD=VALUE override applied after the file, e.g. --set train.steps=200 "
+                                    "(repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_flag("--follow", a->follow, "then follow the job (as `fp8ctl follow`); the exit code is its outcome");
+  cmd->add_option("--idempotency-key", a->idempotency_key,
+                  "retry-safe key: submitting again with it returns the first job (at most 128 characters)");
+
+  return {cmd, [a](Session& session) {
+            absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecFile(a->file, a->sets);
+            if (!spec.ok()) {
+              if (absl::IsNotFound(spec.status())) {
+                return Report({kExitUsage, std::string(spec.status().message())});
+              }
+              // The loader's lines are file:line:col: message, printed as they are.
+              std::fprintf(stderr, "%s\n", std::string(spec.status().message()).c_str());
+              return Report({kExitInvalidSpec, absl::StrCat(a->file, ": not submitted")});
+            }
+            if (auto e = session.Connect()) return Report(*e);
+            v1::SubmitJobRequest req;
+            *req.mutable_spec() = *std::move(spec);
+            req.set_idempotency_key(a->idempotency_key);
+            v1::Job job;
+            auto ctx = session.Context();
+            if (grpc::Status s = session.stub().Submit(ctx.get(), req, &job); !s.ok()) {
+              return Report(session.Error(s, absl::StrCat("submit ", a->file)));
+            }
+            std::cout << job.id() << std::endl;
+            if (!a->follow) return static_cast<int>(kExitOk);
+            return FollowJob(session, job.id());
+          }};
+}
+
+}  // namespace fp8::ctl

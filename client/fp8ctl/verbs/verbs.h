@@ -1,0 +1,35 @@
+// The verbs of fp8ctl. Each Add*Verb registers its subcommand (flags bound to state the
+// returned `run` owns) and returns what main() calls when that subcommand was chosen.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "client/fp8ctl/session.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace fp8::ctl {
+
+struct Verb {
+  CLI::App* command = nullptr;
+  std::function<int(Session&)> run;
+};
+
+Verb AddSubmitVerb(CLI::App& app);
+Verb AddFollowVerb(CLI::App& app);
+Verb AddListVerb(CLI::App& app);
+Verb AddDescribeVerb(CLI::App& app);
+Verb AddLogsVerb(CLI::App& app);
+Verb AddCancelVerb(CLI::App& app);
+// Verbs the design promises that this version does not have yet (workers, amax, plot,
+// completion): listed in --help, and running one says so.
+Verb AddNotYetVerb(CLI::App& app, const std::string& name, const std::string& what);
+
+// `follow` as a function, for `submit --follow`: streams the job's events and returns the
+// exit code of its outcome (0 SUCCEEDED, 10 FAILED, 11 CANCELLED) or of an error.
+int FollowJob(Session& session, const std::string& job_id);
+
+}  // namespace fp8::ctl

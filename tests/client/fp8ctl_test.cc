@@ -1,0 +1,306 @@
+// fp8ctl end to end: the real binary against a real fp8-coordinator and two fp8-worker
+// daemons on loopback (tests/system/control_plane.h), checking what a user sees: the job
+// id on stdout, tables, JSON and YAML, and the exit codes.
+#include <signal.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "tests/cli/subprocess.h"
+#include "tests/system/control_plane.h"
+
+#ifndef FP8CTL_BINARY
+#error "FP8CTL_BINARY must name the fp8ctl executable"
+#endif
+
+namespace fp8::system_test {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kCommandLimit{60'000};
+
+// A tiny job in the shape of ControlPlane::Spec, written to <dir>/<name>.yaml, with the
+// data path given (relative to the file).
+fs::path WriteJob(const fs::path& dir, const std::string& name, int64_t steps, int world_size,
+                  const std::string& data_path = "corpus.txt") {
+  std::ostringstream y;
+  y << "name: " << name
+    << "\nmodel: {dim: 32, n_layers: 1, n_heads: 2, max_seq_len: 32}\n"
+       "data: {path: "
+    << data_path
+    << ", seq_len: 32, val_fraction: 0.05}\n"
+       "train: {steps: "
+    << steps
+    << ", batch_size: 4, lr: 3e-3, warmup_steps: 2, log_every: 5, eval_every: 0}\n"
+       "fp8: {recipe: tensorwise}\ncheckpoint: {dir: ckpt/"
+    << name << ", every: " << steps
+    << ", keep: 1}\n"
+       "resources: {device: cpu, world_size: "
+    << world_size << ", cpus_per_rank: 1}\nrestarts: {max_restarts: 0, backoff_seconds: 0}\n";
+  const fs::path file = dir / (name + ".yaml");
+  std::ofstream(file) << y.str();
+  return file;
+}
+
+class Fp8ctl {
+ public:
+  Fp8ctl(const fs::path& dir, std::map<std::string, std::string> env) : dir_(dir), env_(std::move(env)) {}
+
+  cli_test::RunResult Run(std::vector<std::string> args) {
+    args.insert(args.begin(), FP8CTL_BINARY);
+    const std::string n = std::to_string(++runs_);
+    return cli_test::Run(args, env_, dir_ / ("fp8ctl-" + n + ".out"), dir_ / ("fp8ctl-" + n + ".err"),
+                         kCommandLimit);
+  }
+  std::unique_ptr<cli_test::Subprocess> Start(std::vector<std::string> args) {
+    args.insert(args.begin(), FP8CTL_BINARY);
+    const std::string n = std::to_string(++runs_);
+    return std::make_unique<cli_test::Subprocess>(args, env_, dir_ / ("fp8ctl-" + n + ".out"),
+                                                  dir_ / ("fp8ctl-" + n + ".err"));
+  }
+
+ private:
+  fs::path dir_;
+  std::map<std::string, std::string> env_;
+  int runs_ = 0;
+};
+
+std::string Show(const cli_test::RunResult& r) {
+  return r.exit.describe() + "\n--- stdout\n" + r.out + "--- stderr\n" + r.err;
+}
+
+bool Exited(const cli_test::RunResult& r, int code) { return r.exit.exited && r.exit.code == code; }
+
+bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The same environment for every run: the test's coordinator and admin token, and nothing
+// inherited from the developer's shell.
+std::map<std::string, std::string> Env(const ControlPlane& cp) {
+  return {{"FP8_COORDINATOR", "127.0.0.1:" + std::to_string(cp.port())},
+          {"FP8_TOKEN", ""},
+          {"FP8_TOKEN_FILE", (cp.dir() / "fp8-admin.token").string()},
+          {"HOME", cp.dir().string()}};
+}
+
+TEST(Fp8ctlTest, JobsEndToEnd) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  cp.StartWorker();
+  Fp8ctl ctl(cp.dir(), Env(cp));
+
+  // submit --follow: the id first, then the events; exit 0 for SUCCEEDED.
+  const fs::path ok = WriteJob(cp.dir(), "ok", 10, 2);
+  cli_test::RunResult r = ctl.Run({"submit", ok.string(), "--follow"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r) << cp.Logs();
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "job-1") << Show(r);
+  EXPECT_TRUE(Contains(r.out, "attempt 1 started")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "step 10/10")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "-> SUCCEEDED")) << Show(r);
+  EXPECT_FALSE(Contains(r.out, "\r")) << "not a terminal: no carriage returns\n" << Show(r);
+
+  // follow on a finished job replays it and exits with its outcome.
+  r = ctl.Run({"follow", "job-1"});
+  EXPECT_TRUE(Exited(r, 0)) << Show(r);
+
+  // list: table, json, yaml, filters.
+  r = ctl.Run({"list"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  for (const char* column : {"ID", "NAME", "OWNER", "STATE", "PROGRESS", "RECIPE", "WORLD", "SUBMITTED", "AGE"}) {
+    EXPECT_TRUE(Contains(r.out, column)) << column << "\n" << Show(r);
+  }
+  EXPECT_TRUE(Contains(r.out, "job-1")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "SUCCEEDED")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "10/10")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "tensorwise")) << Show(r);
+  r = ctl.Run({"list", "--output", "json"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\"id\": \"job-1\"")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\"state\": \"SUCCEEDED\"")) << Show(r);
+  r = ctl.Run({"list", "-o", "yaml", "--all-pages"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "jobs:\n- ")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "  id: job-1\n")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "  state: SUCCEEDED\n")) << Show(r);
+  r = ctl.Run({"list", "--state", "running", "--state", "queued"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_FALSE(Contains(r.out, "job-1")) << Show(r);
+  r = ctl.Run({"list", "--state", "bogus"});
+  EXPECT_TRUE(Exited(r, 2)) << Show(r);
+
+  // describe: spec summary, attempts with their ranks, checkpoint, metrics, numerics.
+  r = ctl.Run({"describe", "job-1"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  for (const char* part : {"State:      SUCCEEDED", "dim 32", "recipe      tensorwise", "world       2 x cpu",
+                           "steps       10", "Checkpoint: step 10", "#1 SUCCEEDED", "Metrics (step 10", "loss ",
+                           "Numerics:"}) {
+    EXPECT_TRUE(Contains(r.out, part)) << part << "\n" << Show(r);
+  }
+  r = ctl.Run({"describe", "job-1", "-o", "json"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\"job\": {")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\"numerics_events\": [")) << Show(r);
+
+  // logs: the workers forward the ranks' output.
+  r = ctl.Run({"logs", "job-1"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "[rank 0] ")) << Show(r);
+  r = ctl.Run({"logs", "job-1", "--rank", "0", "--tail", "3"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_FALSE(Contains(r.out, "[rank")) << Show(r);
+  EXPECT_GE(std::count(r.out.begin(), r.out.end(), '\n'), 1) << Show(r);
+  EXPECT_LE(std::count(r.out.begin(), r.out.end(), '\n'), 3) << Show(r);
+  r = ctl.Run({"logs", "job-1", "-f"});  // the job is final: prints and returns
+  EXPECT_TRUE(Exited(r, 0)) << Show(r);
+  r = ctl.Run({"logs", "job-1", "-o", "yaml"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "lines:\n- ")) << Show(r);
+
+  // A rank that fails (its corpus is missing) with no restarts: follow exits 10.
+  const fs::path broken = WriteJob(cp.dir(), "broken", 10, 1, "missing-corpus.txt");
+  r = ctl.Run({"submit", broken.string(), "--follow"});
+  EXPECT_TRUE(Exited(r, 10)) << Show(r) << cp.Logs();
+  EXPECT_TRUE(Contains(r.out, "-> FAILED")) << Show(r);
+  const std::string broken_id = r.out.substr(0, r.out.find('\n'));
+  r = ctl.Run({"describe", broken_id});
+  EXPECT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "Reason:")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "end: ")) << Show(r);
+
+  // A long job, followed while it runs, then cancelled: follow exits 11.
+  const fs::path slow = WriteJob(cp.dir(), "slow", 100000, 2);
+  r = ctl.Run({"submit", slow.string(), "--idempotency-key", "slow-1"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  const std::string slow_id = r.out.substr(0, r.out.find('\n'));
+  r = ctl.Run({"submit", slow.string(), "--idempotency-key", "slow-1"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), slow_id) << "the same key returns the same job";
+  std::unique_ptr<cli_test::Subprocess> follow = ctl.Start({"follow", slow_id});
+  ASSERT_TRUE(follow->started()) << follow->start_error();
+  EXPECT_TRUE(follow->WaitForStdout([](const std::string& out) { return Contains(out, "step "); }, kCommandLimit))
+      << follow->Stdout() << follow->Stderr() << cp.Logs();
+  r = ctl.Run({"cancel", slow_id, "--reason", "enough"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, slow_id + " CANCELLED")) << Show(r);
+  const cli_test::ExitInfo followed = follow->Wait(kCommandLimit);
+  EXPECT_TRUE(followed.exited && followed.code == 11) << followed.describe() << "\n" << follow->Stdout()
+                                                      << follow->Stderr();
+  EXPECT_TRUE(Contains(follow->Stdout(), "-> CANCELLED")) << follow->Stdout();
+  r = ctl.Run({"cancel", "job-1"});  // already finished
+  EXPECT_TRUE(Exited(r, 1)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "fp8ctl: cancel job-1: ")) << Show(r);
+
+  // Error exits: unknown job 6, refused token 5 (saying how to get one).
+  for (const char* verb : {"describe", "follow", "logs", "cancel"}) {
+    r = ctl.Run({verb, "job-999"});
+    EXPECT_TRUE(Exited(r, 6)) << verb << "\n" << Show(r);
+    EXPECT_TRUE(Contains(r.err, "fp8ctl: ")) << Show(r);
+  }
+  r = ctl.Run({"list", "--token", "not-a-token"});
+  EXPECT_TRUE(Exited(r, 5)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "fp8-coordinator token")) << Show(r);
+  // A user sees only its own jobs; another's job reads as not found.
+  const std::string alice = cp.CreateToken("user", "alice");
+  r = ctl.Run({"describe", "job-1", "--token", alice});
+  EXPECT_TRUE(Exited(r, 6)) << Show(r);
+  // A spec the coordinator refuses (data outside its data root): exit 3.
+  const fs::path outside = WriteJob(cp.dir(), "outside", 10, 1, "/etc/hostname");
+  r = ctl.Run({"submit", outside.string()});
+  EXPECT_TRUE(Exited(r, 3)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "spec.data.path")) << Show(r);
+}
+
+TEST(Fp8ctlTest, FollowResumesAcrossACoordinatorRestart) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  Fp8ctl ctl(cp.dir(), Env(cp));
+  const fs::path slow = WriteJob(cp.dir(), "slow", 100000, 1);
+  cli_test::RunResult r = ctl.Run({"submit", slow.string()});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  const std::string id = r.out.substr(0, r.out.find('\n'));
+  std::unique_ptr<cli_test::Subprocess> follow = ctl.Start({"follow", id});
+  ASSERT_TRUE(follow->WaitForStdout([](const std::string& out) { return Contains(out, "step "); }, kCommandLimit))
+      << follow->Stdout() << follow->Stderr() << cp.Logs();
+
+  cp.KillCoordinator(SIGKILL);
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());  // same port and state
+  r = ctl.Run({"cancel", id});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r) << cp.Logs();
+  const cli_test::ExitInfo followed = follow->Wait(kCommandLimit);
+  EXPECT_TRUE(followed.exited && followed.code == 11) << followed.describe() << "\n" << follow->Stdout()
+                                                      << follow->Stderr();
+  EXPECT_TRUE(Contains(follow->Stderr(), "reconnecting")) << follow->Stderr();
+  // Resumed after the last event seen: the start of the job is not replayed.
+  const std::string out = follow->Stdout();
+  EXPECT_EQ(out.find("attempt 1 started"), out.rfind("attempt 1 started")) << out;
+  EXPECT_TRUE(Contains(out, "-> CANCELLED")) << out;
+}
+
+TEST(Fp8ctlTest, LocalErrors) {
+  const fs::path dir = fs::temp_directory_path() / ("fp8ctl_local_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  Fp8ctl ctl(dir, {{"FP8_COORDINATOR", "127.0.0.1:1"}, {"FP8_TOKEN", "x"}, {"FP8_TOKEN_FILE", ""}});
+
+  // An invalid job.yaml: file:line:col lines and exit 3, before any token or connection.
+  std::ofstream(dir / "bad.yaml") << "name: bad\nmodel: {dim: 32, n_layers: 1, n_heads: 3, max_seq_len: 32}\n"
+                                     "data: {path: corpus.txt}\ntrain: {steps: 10, batch_size: 2, lr: 1e-3}\n";
+  cli_test::RunResult r = ctl.Run({"submit", (dir / "bad.yaml").string()});
+  EXPECT_TRUE(Exited(r, 3)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, (dir / "bad.yaml").string() + ":2:")) << Show(r);
+  EXPECT_TRUE(r.out.empty()) << Show(r);
+  r = ctl.Run({"submit", (dir / "bad.yaml").string(), "--set", "model.n_heads=2", "--set", "train.stepz=3"});
+  EXPECT_TRUE(Exited(r, 3)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "stepz")) << Show(r);
+
+  // No coordinator there: exit 4, naming the address.
+  std::ofstream(dir / "good.yaml") << "name: good\nmodel: {dim: 32, n_layers: 1, n_heads: 2, max_seq_len: 32}\n"
+                                      "data: {path: corpus.txt}\ntrain: {steps: 10, batch_size: 2, lr: 1e-3}\n";
+  r = ctl.Run({"submit", (dir / "good.yaml").string()});
+  EXPECT_TRUE(Exited(r, 4)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "127.0.0.1:1")) << Show(r);
+  r = ctl.Run({"list", "--coordinator", "127.0.0.1:2"});
+  EXPECT_TRUE(Exited(r, 4)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "fp8ctl: list: cannot reach the coordinator at 127.0.0.1:2")) << Show(r);
+
+  // Usage: exit 2.
+  r = ctl.Run({"list", "--no-such-flag"});
+  EXPECT_TRUE(Exited(r, 2)) << Show(r);
+  r = ctl.Run({});
+  EXPECT_TRUE(Exited(r, 2)) << Show(r);
+  r = ctl.Run({"bogus"});
+  EXPECT_TRUE(Exited(r, 2)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "fp8ctl: unknown verb 'bogus'")) << Show(r);
+  r = ctl.Run({"list", "-o", "xml"});
+  EXPECT_TRUE(Exited(r, 2)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "expected table, json or yaml")) << Show(r);
+  r = ctl.Run({"amax", "job-1"});
+  EXPECT_TRUE(Exited(r, 2)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "not available yet")) << Show(r);
+  r = ctl.Run({"submit", (dir / "none.yaml").string()});
+  EXPECT_TRUE(Exited(r, 2)) << Show(r);
+
+  // A named token file that is not there: exit 2. No token anywhere: exit 5, saying how
+  // to get one.
+  Fp8ctl tokenless(dir, {{"FP8_COORDINATOR", "127.0.0.1:1"}, {"FP8_TOKEN", ""}, {"FP8_TOKEN_FILE", ""},
+                         {"HOME", dir.string()}});
+  r = tokenless.Run({"list", "--token-file", (dir / "none.token").string()});
+  EXPECT_TRUE(Exited(r, 2)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "none.token")) << Show(r);
+  r = tokenless.Run({"list"});
+  EXPECT_TRUE(Exited(r, 5)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "fp8-coordinator token --role user")) << Show(r);
+
+  // --help on every verb.
+  for (const char* verb : {"submit", "follow", "list", "describe", "logs", "cancel"}) {
+    r = ctl.Run({verb, "--help"});
+    EXPECT_TRUE(Exited(r, 0)) << verb << "\n" << Show(r);
+  }
+  if (!::testing::Test::HasFailure()) fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace fp8::system_test

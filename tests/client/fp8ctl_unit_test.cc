@@ -1,0 +1,274 @@
+// fp8ctl's pure parts: tables, progress lines and ETA, the status -> exit code mapping, and
+// where the token comes from.
+#include <map>
+#include <sstream>
+
+#include "client/fp8ctl/client_config.h"
+#include "client/fp8ctl/exit_codes.h"
+#include "client/fp8ctl/follow_printer.h"
+#include "client/fp8ctl/format.h"
+#include "client/fp8ctl/output.h"
+#include "client/fp8ctl/rpc_errors.h"
+#include "client/fp8ctl/table.h"
+#include "gtest/gtest.h"
+
+namespace fp8::ctl {
+namespace {
+
+TEST(Fp8ctlTableTest, AlignsColumnsAndTrimsTheLastOne) {
+  Table t({"ID", "NAME", "STATE"});
+  t.AddRow({"job-1", "a", "RUNNING"});
+  t.AddRow({"job-10", "longer-name", "QUEUED"});
+  EXPECT_EQ(t.Render(),
+            "ID       NAME          STATE\n"
+            "job-1    a             RUNNING\n"
+            "job-10   longer-name   QUEUED\n");
+}
+
+TEST(Fp8ctlTableTest, PadsShortRowsAndCountsCharactersNotBytes) {
+  Table t({"A", "B"});
+  t.AddRow({"é"});
+  t.AddRow({"xy", "z"});
+  EXPECT_EQ(t.Render(),
+            "A    B\n"
+            "é\n"
+            "xy   z\n");
+  EXPECT_EQ(DisplayWidth("héllo"), 5u);
+}
+
+TEST(Fp8ctlFormatTest, AgesAndClocks) {
+  EXPECT_EQ(Age(-5), "0s");
+  EXPECT_EQ(Age(45'000), "45s");
+  EXPECT_EQ(Age(12 * 60'000 + 5'000), "12m");
+  EXPECT_EQ(Age(3 * 3'600'000 + 4 * 60'000), "3h04m");
+  EXPECT_EQ(Age(2 * 86'400'000LL + 3 * 3'600'000), "2d03h");
+  EXPECT_EQ(ClockDuration(7), "0:07");
+  EXPECT_EQ(ClockDuration(754), "12:34");
+  EXPECT_EQ(ClockDuration(3723), "1:02:03");
+  EXPECT_EQ(ClockDuration(-1), "?");
+  EXPECT_EQ(SiRate(950), "950");
+  EXPECT_EQ(SiRate(12'345), "12.3k");
+  EXPECT_EQ(SiRate(4'560'000), "4.56M");
+  EXPECT_EQ(LocalTime(0), "-");
+  EXPECT_EQ(JobStateName(v1::Job::RUNNING), "RUNNING");
+  EXPECT_EQ(RecipeName(v1::Fp8Spec::ROWWISE_WITH_GW_HP), "rowwise_with_gw_hp");
+}
+
+TEST(Fp8ctlProgressLineTest, ShowsStepLossRateAndEta) {
+  ProgressLineInput in;
+  in.step = 20;
+  in.total_steps = 40;
+  in.loss = 3.45214;
+  in.tokens_per_second = 12'345;
+  in.eta_seconds = 12;
+  EXPECT_EQ(ProgressLine(in), "step 20/40 (50%)  loss 3.4521  tok/s 12.3k  ETA 0:12");
+  in.val_loss = 3.5;
+  in.eta_seconds.reset();
+  in.total_steps = 0;
+  EXPECT_EQ(ProgressLine(in), "step 20  loss 3.4521  val 3.5000  tok/s 12.3k  ETA ?");
+}
+
+TEST(Fp8ctlEtaEstimatorTest, UsesTheRateOfTheCurrentAttempt) {
+  EtaEstimator eta;
+  EXPECT_FALSE(eta.SecondsLeft(100).has_value());
+  eta.Observe(1, 10, 1'000);
+  EXPECT_FALSE(eta.SecondsLeft(100).has_value());  // one report: no rate yet
+  eta.Observe(1, 20, 3'000);                       // 10 steps in 2 s
+  ASSERT_TRUE(eta.SecondsLeft(100).has_value());
+  EXPECT_DOUBLE_EQ(*eta.SecondsLeft(100), 16.0);   // 80 steps left at 5 steps/s
+  eta.Observe(2, 10, 60'000);                      // a restart from a checkpoint: start over
+  EXPECT_FALSE(eta.SecondsLeft(100).has_value());
+  eta.Observe(2, 100, 61'000);
+  EXPECT_DOUBLE_EQ(*eta.SecondsLeft(100), 0.0);
+}
+
+v1::JobEvent ProgressEvent(int64_t seq, int64_t step, int64_t ms) {
+  v1::JobEvent e;
+  e.set_sequence(seq);
+  e.set_time_unix_ms(ms);
+  e.mutable_progress()->set_attempt(1);
+  v1::TrainingProgress* p = e.mutable_progress()->mutable_progress();
+  p->set_step(step);
+  p->set_time_unix_ms(ms);
+  p->set_loss(2.5);
+  p->set_tokens_per_second(1000);
+  return e;
+}
+
+v1::JobEvent StateEvent(v1::Job::State from, v1::Job::State to, const std::string& reason = "") {
+  v1::JobEvent e;
+  e.set_time_unix_ms(1);
+  e.mutable_state_change()->set_previous(from);
+  e.mutable_state_change()->set_current(to);
+  e.mutable_state_change()->set_reason(reason);
+  return e;
+}
+
+TEST(Fp8ctlFollowPrinterTest, PrintsALinePerEventWhenNotATerminal) {
+  std::ostringstream out;
+  FollowPrinter p(out, /*terminal=*/false, /*total_steps=*/40, /*world_size=*/2);
+  p.OnEvent(StateEvent(v1::Job::STATE_UNSPECIFIED, v1::Job::QUEUED, "submitted"));
+  p.OnEvent(StateEvent(v1::Job::QUEUED, v1::Job::RUNNING));
+  p.OnEvent(ProgressEvent(2, 10, 10'000));
+  p.OnEvent(ProgressEvent(3, 20, 12'000));
+  p.OnEvent(StateEvent(v1::Job::RUNNING, v1::Job::FAILED, "rank 1 exited 1"));
+  p.Finish();
+  const std::string text = out.str();
+  EXPECT_EQ(text.find('\r'), std::string::npos);
+  EXPECT_NE(text.find("  state QUEUED: submitted\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("state QUEUED -> RUNNING\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("step 10/40 (25%)  loss 2.5000  tok/s 2.0k  ETA ?\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("step 20/40 (50%)  loss 2.5000  tok/s 2.0k  ETA 0:04\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("state RUNNING -> FAILED: rank 1 exited 1\n"), std::string::npos) << text;
+  ASSERT_TRUE(p.final_state().has_value());
+  EXPECT_EQ(*p.final_state(), v1::Job::FAILED);
+}
+
+TEST(Fp8ctlFollowPrinterTest, RedrawsOneLineOnATerminal) {
+  std::ostringstream out;
+  FollowPrinter p(out, /*terminal=*/true, 40, 1);
+  p.OnEvent(ProgressEvent(1, 10, 10'000));
+  p.OnEvent(ProgressEvent(2, 20, 12'000));
+  p.OnEvent(StateEvent(v1::Job::RUNNING, v1::Job::SUCCEEDED));
+  p.Finish();
+  const std::string text = out.str();
+  // Each progress report redraws in place; the state line clears it, prints, redraws it.
+  EXPECT_NE(text.find("\r\x1b[Kstep 10/40"), std::string::npos) << text;
+  EXPECT_NE(text.find("\r\x1b[Kstep 20/40"), std::string::npos) << text;
+  EXPECT_NE(text.find("state RUNNING -> SUCCEEDED\nstep 20/40"), std::string::npos) << text;
+  EXPECT_EQ(text.back(), '\n');
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
+}
+
+TEST(Fp8ctlRpcErrorsTest, MapsStatusCodesToExitCodes) {
+  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::OK), kExitOk);
+  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::INVALID_ARGUMENT), kExitInvalidSpec);
+  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::UNAVAILABLE), kExitUnreachable);
+  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::DEADLINE_EXCEEDED), kExitUnreachable);
+  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::UNAUTHENTICATED), kExitAuth);
+  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::PERMISSION_DENIED), kExitAuth);
+  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::NOT_FOUND), kExitNotFound);
+  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::FAILED_PRECONDITION), kExitError);
+  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::INTERNAL), kExitError);
+}
+
+TEST(Fp8ctlRpcErrorsTest, MessagesSayWhereAndHowToFix) {
+  const RpcTarget target{"10.0.0.1:7070", "FP8_TOKEN"};
+  CliError e = FromRpcStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused"), "list", target);
+  EXPECT_EQ(e.exit_code, kExitUnreachable);
+  EXPECT_NE(e.message.find("10.0.0.1:7070"), std::string::npos) << e.message;
+  e = FromRpcStatus(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "unknown token"), "list", target);
+  EXPECT_EQ(e.exit_code, kExitAuth);
+  EXPECT_NE(e.message.find("FP8_TOKEN"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("fp8-coordinator token"), std::string::npos) << e.message;
+  e = FromRpcStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "spec.a: x\nspec.b: y"), "submit j.yaml", target);
+  EXPECT_EQ(e.exit_code, kExitInvalidSpec);
+  EXPECT_EQ(e.message, "submit j.yaml: rejected: spec.a: x\nsubmit j.yaml: rejected: spec.b: y");
+  EXPECT_EQ(e.message.find('\n', e.message.find('\n') + 1), std::string::npos);
+}
+
+// A fake environment and file system for token resolution.
+struct Fakes {
+  std::map<std::string, std::string> env;
+  std::map<std::string, std::string> files;
+  EnvLookup Env() const {
+    return [this](const std::string& n) -> std::optional<std::string> {
+      auto it = env.find(n);
+      if (it == env.end()) return std::nullopt;
+      return it->second;
+    };
+  }
+  FileReader Files() const {
+    return [this](const std::string& p) -> absl::StatusOr<std::string> {
+      auto it = files.find(p);
+      if (it == files.end()) return absl::NotFoundError("no such file");
+      return it->second;
+    };
+  }
+};
+
+TEST(Fp8ctlTokenResolutionTest, FollowsThePrecedence) {
+  Fakes f;
+  f.env = {{"HOME", "/home/u"}, {"FP8_TOKEN", "env-token"}, {"FP8_TOKEN_FILE", "/env.token"}};
+  f.files = {{"/flag.token", "flag-file-token\n"}, {"/env.token", " env-file-token "},
+             {"./fp8-admin.token", "cwd-token\n"}, {"/home/u/.config/fp8ctl/token", "home-token"}};
+  GlobalFlags flags;
+  flags.token = "flag-token";
+  flags.token_file = "/flag.token";
+
+  auto source = [&]() {
+    absl::StatusOr<ResolvedToken> t = ResolveToken(flags, f.Env(), f.Files());
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? t->token + " <- " + t->source : std::string();
+  };
+  EXPECT_EQ(source(), "flag-token <- --token");
+  flags.token.clear();
+  EXPECT_EQ(source(), "env-token <- FP8_TOKEN");
+  f.env.erase("FP8_TOKEN");
+  EXPECT_EQ(source(), "flag-file-token <- --token-file /flag.token");
+  flags.token_file.clear();
+  EXPECT_EQ(source(), "env-file-token <- FP8_TOKEN_FILE /env.token");
+  f.env.erase("FP8_TOKEN_FILE");
+  EXPECT_EQ(source(), "cwd-token <- ./fp8-admin.token");
+  f.files.erase("./fp8-admin.token");
+  EXPECT_EQ(source(), "home-token <- /home/u/.config/fp8ctl/token");
+  f.files.clear();
+  absl::StatusOr<ResolvedToken> none = ResolveToken(flags, f.Env(), f.Files());
+  EXPECT_TRUE(absl::IsNotFound(none.status())) << none.status();
+  EXPECT_NE(none.status().message().find("fp8-coordinator token"), std::string::npos);
+}
+
+TEST(Fp8ctlTokenResolutionTest, ANamedFileMustExistAndHoldAToken) {
+  Fakes f;
+  f.files = {{"/empty.token", "  \n"}, {"./fp8-admin.token", "cwd-token"}};
+  GlobalFlags flags;
+  flags.token_file = "/missing.token";
+  absl::StatusOr<ResolvedToken> t = ResolveToken(flags, f.Env(), f.Files());
+  EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();  // no fallback to ./fp8-admin.token
+  EXPECT_NE(t.status().message().find("--token-file /missing.token"), std::string::npos) << t.status();
+  flags.token_file = "/empty.token";
+  t = ResolveToken(flags, f.Env(), f.Files());
+  EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();
+  EXPECT_NE(t.status().message().find("empty"), std::string::npos) << t.status();
+}
+
+TEST(Fp8ctlClientConfigTest, CoordinatorFromFlagThenEnvThenDefault) {
+  Fakes f;
+  GlobalFlags flags;
+  EXPECT_EQ(ResolveClientConfig(flags, f.Env(), f.Files()).coordinator, "127.0.0.1:7070");
+  f.env["FP8_COORDINATOR"] = "env:1";
+  EXPECT_EQ(ResolveClientConfig(flags, f.Env(), f.Files()).coordinator, "env:1");
+  flags.coordinator = "flag:2";
+  EXPECT_EQ(ResolveClientConfig(flags, f.Env(), f.Files()).coordinator, "flag:2");
+}
+
+TEST(Fp8ctlOutputTest, JsonBecomesBlockYaml) {
+  absl::StatusOr<std::string> y =
+      JsonToYaml(R"({"jobs": [{"id": "job-1", "spec": {"name": "a", "labels": {}}, "state": "RUNNING"}],
+                     "next": "", "count": 3, "n": false, "ok": true, "s": "yes"})");
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(*y,
+            "count: 3\n"
+            "jobs:\n"
+            "- id: job-1\n"
+            "  spec:\n"
+            "    labels: {}\n"
+            "    name: a\n"
+            "  state: RUNNING\n"
+            "\"n\": false\n"
+            "next: \"\"\n"
+            "ok: true\n"
+            "s: \"yes\"\n");
+}
+
+TEST(Fp8ctlOutputTest, MessageJsonKeepsProtoFieldNames) {
+  v1::Job job;
+  job.set_id("job-7");
+  job.set_last_checkpoint_step(20);
+  absl::StatusOr<std::string> j = MessageJson(job);
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_NE(j->find("\"last_checkpoint_step\""), std::string::npos) << *j;
+}
+
+}  // namespace
+}  // namespace fp8::ctl
