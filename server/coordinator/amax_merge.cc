@@ -25,6 +25,7 @@ StepHistory MergeAmax(const std::optional<StepHistory>& stored, int64_t step, co
     *amaxes = longer.history();
   }
   merged.history.set_scale(std::min(merged.history.scale(), reported.scale()));
+  merged.history.set_range_use(std::max(merged.history.range_use(), reported.range_use()));
   return merged;
 }
 
@@ -50,6 +51,9 @@ std::string AmaxHistoryProblem(const v1::AmaxHistory& history, int max_len) {
   }
   if (!std::isfinite(history.scale()) || history.scale() <= 0) {
     return absl::StrCat("scale: ", history.scale(), " is not finite and > 0");
+  }
+  if (!std::isfinite(history.range_use()) || history.range_use() < 0) {
+    return absl::StrCat("range_use: ", history.range_use(), " is not finite and >= 0");
   }
   return "";
 }

@@ -420,6 +420,7 @@ absl::Status Coordinator::StartAttempt(ActiveJob& active, const std::vector<std:
     start->set_trainer_token(runtime.trainer_token);
   }
   active.attempt = std::move(runtime);
+  active.saturated.clear();
   return absl::OkStatus();
 }
 

@@ -130,6 +130,9 @@ class Coordinator {
     std::optional<AttemptRuntime> attempt;  // set while RUNNING
     Clock::time_point restart_at{};         // RESTARTING: queued again from then on
     int progress_events = 0;                // since the last thinning
+    // (layer, operand) casts whose saturation this attempt already reported: one event
+    // each, not one per report.
+    std::set<std::pair<std::string, int>> saturated;
   };
   struct Worker {
     store::WorkerRecord record;

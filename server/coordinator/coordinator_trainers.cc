@@ -99,7 +99,7 @@ absl::Status Coordinator::ReportAmaxHistories(const Principal& who, const v1::Re
     std::pair<std::string, int> key{h.layer(), h.operand()};
     by_key[std::move(key)] = StepHistory{stored.steps[i], std::move(h)};
   }
-  std::vector<v1::NumericsEvent> jumps;
+  std::vector<v1::NumericsEvent> jumps;  // and saturations
   FP8_RETURN_IF_ERROR(store_->transaction([&]() -> absl::Status {
     for (const v1::AmaxHistory& h : request.histories()) {
       auto found = by_key.find({h.layer(), h.operand()});
@@ -117,6 +117,19 @@ absl::Status Coordinator::ReportAmaxHistories(const Principal& who, const v1::Re
         n.set_message(absl::StrCat(h.layer(), " ", v1::AmaxHistory::Operand_Name(h.operand()), ": amax ",
                                    n.value(), " is over ", options_.amax_jump_factor, "x its history's max ",
                                    *baseline, " (rank ", request.caller().rank(), ")"));
+        jumps.push_back(std::move(n));
+      }
+      if (h.range_use() > 1 && active->saturated.insert({h.layer(), h.operand()}).second) {
+        v1::NumericsEvent n;
+        n.set_kind(v1::NumericsEvent::SATURATION);
+        n.set_step(request.step());
+        n.set_layer(h.layer());
+        n.set_operand(h.operand());
+        n.set_value(h.range_use());
+        n.set_threshold(1);
+        n.set_message(absl::StrCat(h.layer(), " ", v1::AmaxHistory::Operand_Name(h.operand()),
+                                   ": the cast saturated, amax x scale = ", h.range_use(),
+                                   " x fp8_max (values beyond the fp8 range clamped; reported once per attempt)"));
         jumps.push_back(std::move(n));
       }
       FP8_RETURN_IF_ERROR(store_->put_amax(active->job.id(), merged.step, merged.history));

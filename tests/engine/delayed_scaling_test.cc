@@ -36,6 +36,27 @@ TEST(DelayedScaling, ScaleComesFromTheMaxOfTheLastHAmaxes) {
   EXPECT_EQ(d.next_scale(), 448.0f / 2.0f);
 }
 
+TEST(DelayedScaling, RangeUseSaysWhenTheCastSaturated) {
+  DelayedScaling d(2, Format::kE4M3, false);
+  d.record(2.0f);  // cast dynamically: no delayed scale yet
+  EXPECT_EQ(d.last_range_use(), 0.0f);
+  d.record(1.0f);  // cast with 448 / 2
+  EXPECT_FLOAT_EQ(d.last_range_use(), 0.5f);
+  d.record(3.0f);  // cast with 448 / 2 again: 3 / 2 of the range, saturated
+  EXPECT_FLOAT_EQ(d.last_range_use(), 1.5f);
+}
+
+TEST(DelayedScaling, ReplayStartsOverFromAHistory) {
+  DelayedScaling d(3, Format::kE4M3, false);
+  d.record(100.0f);
+  d.replay(std::vector<float>{1.0f, 8.0f, 2.0f, 4.0f});  // only the newest 3 count
+  EXPECT_EQ(d.history(), (std::vector<float>{8.0f, 2.0f, 4.0f}));
+  EXPECT_EQ(d.next_scale(), 448.0f / 8.0f);
+  d.replay({});
+  EXPECT_TRUE(d.history().empty());
+  EXPECT_FALSE(d.next_scale().has_value());
+}
+
 TEST(DelayedScaling, UsesTheFormatAndPowerOfTwoRounding) {
   DelayedScaling d(2, Format::kE5M2, true);
   d.record(3.0f);

@@ -17,6 +17,8 @@ DelayedScaling::DelayedScaling(int history_len, Format format, bool pow2_scale)
     : ring_(static_cast<size_t>(history_len > 0 ? history_len : 1), 0.0f), format_(format), pow2_(pow2_scale) {}
 
 void DelayedScaling::record(float amax) {
+  // The cast being recorded used the scale from before this amax.
+  last_range_use_ = scale_.has_value() && std::isfinite(amax) ? amax * *scale_ / fp8_max(format_) : 0.0f;
   ring_[static_cast<size_t>(next_)] = amax;
   next_ = (next_ + 1) % history_len();
   if (filled_ < history_len()) ++filled_;
@@ -38,6 +40,7 @@ void DelayedScaling::replay(absl::Span<const float> amaxes) {
   next_ = 0;
   filled_ = 0;
   scale_.reset();
+  last_range_use_ = 0.0f;
   const size_t keep = std::min(amaxes.size(), ring_.size());
   for (float a : amaxes.subspan(amaxes.size() - keep)) record(a);
 }

@@ -39,6 +39,12 @@ class DelayedScaling {
   // coordinator kept.
   void replay(absl::Span<const float> amaxes);
 
+  // How much of the fp8 range the newest recorded cast used: its amax times the scale it
+  // was cast with, over fp8_max. Above 1 the cast saturated (values beyond the range were
+  // clamped), which delayed scaling allows when a tensor outgrows its history. 0 when
+  // that cast had no delayed scale yet (it scaled dynamically) or nothing was recorded.
+  float last_range_use() const { return last_range_use_; }
+
   // Recorded amaxes, oldest first (at most history_len of them).
   std::vector<float> history() const;
   int history_len() const { return static_cast<int>(ring_.size()); }
@@ -58,6 +64,7 @@ class DelayedScaling {
   int next_ = 0;
   int filled_ = 0;
   std::optional<float> scale_;
+  float last_range_use_ = 0.0f;
   Format format_;
   bool pow2_;
 };

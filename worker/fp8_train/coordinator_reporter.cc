@@ -139,6 +139,7 @@ void CoordinatorReporter::on_amax_histories(int64_t step, const std::vector<engi
     h->set_operand(*operand);
     h->mutable_history()->Assign(r.history.begin(), r.history.end());
     h->set_scale(r.scale);
+    h->set_range_use(r.range_use);
   }
   if (req.histories_size() > 0) enqueue(std::move(req));
 }

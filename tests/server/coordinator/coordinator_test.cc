@@ -376,6 +376,7 @@ TEST_F(CoordinatorTest, AmaxHistoriesMergeAcrossRanks) {
     h->add_history(rank == 0 ? 1.0f : 2.0f);
     h->add_history(rank == 0 ? 4.0f : 3.0f);
     h->set_scale(rank == 0 ? 100.0f : 112.0f);
+    h->set_range_use(rank == 0 ? 0.9f : 1.25f);  // rank 1's cast saturated
     ASSERT_TRUE(c_->ReportAmaxHistories(*trainer, r).ok());
   }
   v1::GetAmaxHistoriesRequest get;
@@ -388,6 +389,30 @@ TEST_F(CoordinatorTest, AmaxHistoriesMergeAcrossRanks) {
   EXPECT_FLOAT_EQ(got->histories(0).history(0), 2.0f);
   EXPECT_FLOAT_EQ(got->histories(0).history(1), 4.0f);
   EXPECT_FLOAT_EQ(got->histories(0).scale(), 100.0f);
+  // The saturation is one numerics event naming the cast.
+  auto events = c_->EventsAfter(admin_, id, 0, false);
+  ASSERT_TRUE(events.ok());
+  int saturations = 0;
+  for (const v1::JobEvent& e : events->events) {
+    if (!e.has_numerics() || e.numerics().kind() != v1::NumericsEvent::SATURATION) continue;
+    ++saturations;
+    EXPECT_EQ(e.numerics().layer(), "layers.0.attention.wq");
+    EXPECT_FLOAT_EQ(static_cast<float>(e.numerics().value()), 1.25f);
+  }
+  EXPECT_EQ(saturations, 1);
+  // A bad report is refused whole, naming the entry.
+  v1::ReportAmaxHistoriesRequest bad;
+  bad.mutable_caller()->set_job_id(id);
+  bad.mutable_caller()->set_attempt(1);
+  bad.set_step(6);
+  v1::AmaxHistory* h = bad.add_histories();
+  h->set_layer("layers.0.attention.wq");
+  h->set_operand(v1::AmaxHistory::INPUT);
+  h->add_history(-1.0f);
+  h->set_scale(1.0f);
+  const absl::Status refused = c_->ReportAmaxHistories(*trainer, bad);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("histories[0].history"), std::string::npos) << refused;
   (void)s1;
 }
 

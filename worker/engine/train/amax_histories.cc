@@ -13,7 +13,7 @@ std::vector<AmaxHistoryRecord> CollectAmaxHistories(const LlamaModel& model) {
     for (int i = 0; i < layer.delayed_count(); ++i) {
       const DelayedScaling& d = layer.delayed_scaling(i);
       out.push_back(AmaxHistoryRecord{unit->name, names[static_cast<size_t>(i)], d.history(),
-                                      d.next_scale().value_or(0.0f)});
+                                      d.next_scale().value_or(0.0f), d.last_range_use()});
     }
   }
   return out;

@@ -56,6 +56,7 @@ struct AmaxHistoryRecord {
   std::string cast;            // Float8Linear::delayed_names(): "input", "weight", "grad_output"
   std::vector<float> history;  // oldest first
   float scale = 0;             // the scale the next cast uses (0: none yet)
+  float range_use = 0;         // DelayedScaling::last_range_use(): > 1 saturated
 };
 
 struct TrainSummary {
