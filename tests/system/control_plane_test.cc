@@ -81,8 +81,10 @@ TEST(ControlPlaneTest, KilledWorkerRestartsFromCheckpoint) {
   ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
   ASSERT_GE(done.attempts(), 2);
   EXPECT_EQ(done.attempt_history(0).state(), v1::Attempt::FAILED);
-  EXPECT_NE(done.attempt_history(0).end_reason().find("lost"), std::string::npos)
-      << done.attempt_history(0).end_reason();
+  // Either the worker was declared lost, or, first, its orphaned rank (stopped by the
+  // kernel when its daemon died) made the gang stop together and exit.
+  const std::string& reason = done.attempt_history(0).end_reason();
+  EXPECT_TRUE(reason.find("lost") != std::string::npos || reason.find("exited") != std::string::npos) << reason;
   EXPECT_GE(done.attempt_history(1).resumed_from_step(), 50);
 
   // The same job uninterrupted ends at the same loss: the restart resumed the checkpoint

@@ -35,6 +35,7 @@
 // coordinator mode); 130 stopped by a signal (checkpoint written); 1 any other failure,
 // the coordinator ending the attempt included.
 #include <cblas.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -232,6 +233,10 @@ int main(int argc, char** argv) {
   if (joining) g_who = "fp8-train [rank " + std::to_string(rank) + "]";
   std::shared_ptr<grpc::Channel> channel;  // coordinator mode only
   if (coordinated) {
+    // A worker daemon killed outright cannot stop its ranks: the kernel does it for it.
+    // SIGTERM stops this rank as a signal would, and its peers, which agree on stopping
+    // in the per-step all-reduce, stop and checkpoint after the same step.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
     absl::StatusOr<std::string> token = read_token();
     if (!token.ok()) return fail(token.status(), 2);
     coord.token = std::move(*token);
