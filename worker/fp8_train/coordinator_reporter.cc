@@ -107,6 +107,7 @@ void CoordinatorReporter::on_step(const engine::StepReport& r) {
     c->set_all_gather_fp32_bytes(Round64(r.comm->all_gather_f32_bytes));
     c->set_reduce_scatter_bytes(Round64(r.comm->reduce_scatter_bytes));
     c->set_all_reduces(Round32(r.comm->all_reduces));
+    c->set_all_reduce_bytes(Round64(r.comm->all_reduce_bytes));
   }
   enqueue(std::move(req));
 }

@@ -16,6 +16,7 @@ struct CommCounters {
   // Every all-reduce, and of those the ones computing fp8 weight scales and the ones
   // synchronising delayed-scaling amaxes.
   int64_t all_reduces = 0;
+  int64_t all_reduce_bytes = 0;  // of the reduced buffers
   int64_t weight_scale_all_reduces = 0;
   int64_t amax_all_reduces = 0;
   // Seconds the communication thread spent in collectives, and seconds the compute thread
@@ -32,6 +33,7 @@ struct CommCounters {
     d.all_gather_bytes_f32 = all_gather_bytes_f32 - o.all_gather_bytes_f32;
     d.reduce_scatter_bytes = reduce_scatter_bytes - o.reduce_scatter_bytes;
     d.all_reduces = all_reduces - o.all_reduces;
+    d.all_reduce_bytes = all_reduce_bytes - o.all_reduce_bytes;
     d.weight_scale_all_reduces = weight_scale_all_reduces - o.weight_scale_all_reduces;
     d.amax_all_reduces = amax_all_reduces - o.amax_all_reduces;
     d.comm_seconds = comm_seconds - o.comm_seconds;

@@ -43,6 +43,7 @@ CommStream::Handle CommStream::enqueue(std::string what, const CommCounters& cou
     counters_.all_gather_bytes_f32 += counts.all_gather_bytes_f32;
     counters_.reduce_scatter_bytes += counts.reduce_scatter_bytes;
     counters_.all_reduces += counts.all_reduces;
+    counters_.all_reduce_bytes += counts.all_reduce_bytes;
     counters_.weight_scale_all_reduces += counts.weight_scale_all_reduces;
     counters_.amax_all_reduces += counts.amax_all_reduces;
     queue_.push_back(p);

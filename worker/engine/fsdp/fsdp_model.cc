@@ -209,9 +209,10 @@ absl::Status FsdpModel::refresh_fp8_scales() {
   }
   FP8_RETURN_IF_ERROR(backend.synchronize());  // the collective reads them from another thread
   CommCounters counts;
-  counts.all_reduces = 1;
-  counts.weight_scale_all_reduces = 1;
   const int64_t n = static_cast<int64_t>(fp8_.size());
+  counts.all_reduces = 1;
+  counts.all_reduce_bytes = n * static_cast<int64_t>(sizeof(float));
+  counts.weight_scale_all_reduces = 1;
   FP8_RETURN_IF_ERROR(comm_.run("all_reduce(max) of the fp8 weight amaxes", counts,
                                 [amaxes, n](dist::ProcessGroup& g) { return g.all_reduce(amaxes, n, dist::ReduceOp::kMax); }));
   FP8_ASSIGN_OR_RETURN(std::vector<float> global, fp8_amaxes_.download<float>());
@@ -460,6 +461,7 @@ absl::Status FsdpModel::finish_step() {
   FP8_RETURN_IF_ERROR(device_.backend().synchronize());
   CommCounters counts;
   counts.all_reduces = 1;
+  counts.all_reduce_bytes = total * static_cast<int64_t>(sizeof(float));
   counts.amax_all_reduces = 1;
   FP8_RETURN_IF_ERROR(comm_.run("all_reduce(max) of the delayed-scaling amaxes", counts,
                                 [packed, total](dist::ProcessGroup& g) { return g.all_reduce(packed, total, dist::ReduceOp::kMax); }));
@@ -483,6 +485,7 @@ absl::Status FsdpModel::all_reduce(std::span<double> values, dist::ReduceOp op) 
   if (st.ok()) {
     CommCounters counts;
     counts.all_reduces = 1;
+    counts.all_reduce_bytes = static_cast<int64_t>(n);
     const auto count = static_cast<int64_t>(values.size());
     auto* data = static_cast<double*>(staging);
     st = comm_.run(absl::StrCat("all_reduce(", dist::reduce_op_name(op), ") of ", count, " values"), counts,

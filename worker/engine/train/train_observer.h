@@ -31,6 +31,7 @@ struct StepComm {
   double all_gather_f32_bytes = 0;
   double reduce_scatter_bytes = 0;
   double all_reduces = 0;
+  double all_reduce_bytes = 0;
   double weight_scale_all_reduces = 0;
   double comm_ms = 0;     // collectives running on the communication thread
   double exposed_ms = 0;  // the compute thread waiting for them

@@ -209,6 +209,7 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
     c.all_gather_f32_bytes = static_cast<double>(d.all_gather_bytes_f32 + d.all_gather_bytes_bf16);
     c.reduce_scatter_bytes = static_cast<double>(d.reduce_scatter_bytes);
     c.all_reduces = static_cast<double>(d.all_reduces);
+    c.all_reduce_bytes = static_cast<double>(d.all_reduce_bytes);
     c.weight_scale_all_reduces = static_cast<double>(d.weight_scale_all_reduces);
     c.comm_ms = 1e3 * d.comm_seconds;
     c.exposed_ms = 1e3 * d.exposed_seconds;
