@@ -100,6 +100,10 @@ void CoordinatorReporter::on_step(const engine::StepReport& r) {
   p->set_lr(r.lr);
   p->set_tokens_per_second(r.tokens_per_second);
   p->mutable_step_time()->set_step_ms(r.step_ms);
+  // Computation is the step less its waits: for data, and for communication that
+  // computation did not hide.
+  const double exposed_ms = r.comm.has_value() ? r.comm->exposed_ms : 0.0;
+  p->mutable_step_time()->set_compute_ms(std::max(0.0, r.step_ms - r.data_ms - exposed_ms));
   if (r.comm.has_value()) {
     p->mutable_step_time()->set_exposed_comm_ms(r.comm->exposed_ms);
     fp8::v1::CommunicationBytes* c = p->mutable_communication();

@@ -202,6 +202,7 @@ TEST_F(CoordinatorModeTest, TwoRanksMeetAndReportThroughTheCoordinator) {
     EXPECT_GT(p.progress().time_unix_ms(), 0) << p.ShortDebugString();
     EXPECT_GT(p.progress().communication().all_gather_fp8_bytes(), 0) << p.ShortDebugString();
     EXPECT_GT(p.progress().communication().all_reduce_bytes(), 0) << p.ShortDebugString();
+    EXPECT_GT(p.progress().step_time().compute_ms(), 0) << p.ShortDebugString();
     steps_by_rank[p.caller().rank()].push_back(p.progress().step());
   }
   ASSERT_EQ(steps_by_rank.size(), 2u) << "progress from both ranks";

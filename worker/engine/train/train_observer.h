@@ -45,6 +45,7 @@ struct StepReport {
   double lr = 0;
   double grad_norm = 0;    // before clipping
   double step_ms = 0;      // mean over the steps since the last report
+  double data_ms = 0;      // of which fetching batches (mean likewise)
   double tokens_per_second = 0;  // over the steps since the last report
   std::optional<double> val_loss;  // when an evaluation ran at this step
   // FSDP only: this rank's communication in this step.

@@ -168,8 +168,11 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   // Averages over micro-batches and ranks: reduce-scattered sums are then means.
   const float grad_scale = 1.0f / static_cast<float>(micro_batches * world_size());
   double loss_sum = 0;
+  double data_seconds = 0;
   for (int64_t i = 0; i < micro_batches; ++i) {
+    const Clock::time_point data_start = Clock::now();
     batcher_->NextMicroBatch(batch_);
+    data_seconds += seconds_since(data_start);
     FP8_ASSIGN_OR_RETURN(float loss, model_->forward_backward(batch_, grad_scale));
     loss_sum += loss;
   }
@@ -216,6 +219,7 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
     r.comm = c;
   }
   r.step = step;
+  r.data_ms = 1e3 * data_seconds;
   r.total_steps = spec_.train().steps();
   r.loss = loss;
   r.lr = lr;
@@ -324,13 +328,14 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
   observer.on_start(start);
 
   const Clock::time_point run_start = Clock::now();
-  double interval_seconds = 0;
+  double interval_seconds = 0, interval_data_ms = 0;
   int64_t interval_steps = 0;
   for (int64_t step = summary.first_step; step <= tr.steps(); ++step) {
     const Clock::time_point step_start = Clock::now();
     bool stop_everywhere = false;
     FP8_ASSIGN_OR_RETURN(StepReport report, train_step(control, &stop_everywhere));
     interval_seconds += seconds_since(step_start);
+    interval_data_ms += report.data_ms;
     ++interval_steps;
     summary.last_step = step;
     summary.tokens += tokens_per_step;
@@ -347,10 +352,12 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
     }
     if (step % tr.log_every() == 0 || step == summary.first_step || last || report.val_loss) {
       report.step_ms = 1e3 * interval_seconds / static_cast<double>(interval_steps);
+      report.data_ms = interval_data_ms / static_cast<double>(interval_steps);
       report.tokens_per_second = static_cast<double>(interval_steps * tokens_per_step) / interval_seconds;
       observer.on_step(report);
       report_amax_histories(step, observer);
       interval_seconds = 0;
+      interval_data_ms = 0;
       interval_steps = 0;
     }
     FP8_RETURN_IF_ERROR(maybe_checkpoint(step, /*force=*/last, observer, summary));
