@@ -319,6 +319,53 @@ absl::StatusOr<v1::GetJobLogsResponse> Coordinator::GetJobLogs(const Principal& 
   return response;
 }
 
+absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkers(const Principal& who) {
+  if (who.role != Role::kAdmin && who.role != Role::kUser) {
+    return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not use the job API"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return Unavailable();
+  std::vector<const Worker*> ordered;
+  for (const auto& [id, w] : workers_) ordered.push_back(&w);
+  std::sort(ordered.begin(), ordered.end(),
+            [](const Worker* a, const Worker* b) { return a->record.registered_seq < b->record.registered_seq; });
+  v1::ListWorkersResponse response;
+  for (const Worker* w : ordered) {
+    v1::WorkerInfo* info = response.add_workers();
+    info->set_worker_id(w->record.id);
+    info->set_device_kind(static_cast<v1::ResourceSpec::Device>(w->record.device_kind));
+    info->set_device_name(w->record.device_name);
+    info->set_address(w->record.address);
+    info->set_last_heartbeat_unix_ms(w->last_heartbeat_unix_ms);
+    info->set_state(w->last_heartbeat_unix_ms == 0 ? v1::WorkerInfo::UNCONFIRMED
+                    : WorkerBusy(*w)               ? v1::WorkerInfo::BUSY
+                                                   : v1::WorkerInfo::IDLE);
+    for (const auto& [job_id, attempt, rank] : w->assigned) {
+      v1::RankStatus* r = info->add_ranks();
+      auto it = active_.find(job_id);
+      const bool visible = who.is_admin() || (it != active_.end() && it->second.job.spec().owner() == who.name);
+      r->set_job_id(visible ? job_id : "");
+      r->set_attempt(attempt);
+      r->set_rank(rank);
+      const bool seen = it != active_.end() && it->second.attempt.has_value() &&
+                        it->second.attempt->ranks[static_cast<size_t>(rank)].seen;
+      r->set_state(seen ? v1::RankStatus::RUNNING : v1::RankStatus::STARTING);
+    }
+  }
+  return response;
+}
+
+absl::StatusOr<v1::GetJobAmaxResponse> Coordinator::GetJobAmax(const Principal& who, const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return Unavailable();
+  FP8_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, job_id));
+  FP8_ASSIGN_OR_RETURN(store::StoredAmax stored, store_->amax(job.id()));
+  v1::GetJobAmaxResponse response;
+  response.set_step(stored.step);
+  for (v1::AmaxHistory& h : stored.histories) *response.add_histories() = std::move(h);
+  return response;
+}
+
 // ---- the attempt lifecycle ------------------------------------------------------------------
 
 absl::Status Coordinator::Commit(ActiveJob& active, v1::Job next, std::vector<v1::JobEvent> events) {

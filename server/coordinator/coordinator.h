@@ -80,6 +80,8 @@ class Coordinator {
   // Blocks until some job records an event, or `timeout`, or shutdown.
   void AwaitEvents(absl::Duration timeout);
   absl::StatusOr<v1::GetJobLogsResponse> GetJobLogs(const Principal& who, const v1::GetJobLogsRequest& request);
+  absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const Principal& who);
+  absl::StatusOr<v1::GetJobAmaxResponse> GetJobAmax(const Principal& who, const std::string& job_id);
 
   // ---- WorkerService --------------------------------------------------------------------
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const Principal& who,
@@ -138,6 +140,7 @@ class Coordinator {
     store::WorkerRecord record;
     std::string token_name;  // name of the token that registered it; empty after a restart (any worker token)
     Clock::time_point last_heartbeat;
+    int64_t last_heartbeat_unix_ms = 0;  // 0: not heard from since this coordinator started
     std::vector<v1::WorkerCommand> pending;
     // Ranks its last heartbeat listed, "job/attempt/rank".
     std::set<std::string> listed;

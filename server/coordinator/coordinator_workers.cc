@@ -82,6 +82,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const Pri
   worker->record.address = request.address();
   worker->token_name = who.name;
   worker->last_heartbeat = Clock::now();
+  worker->last_heartbeat_unix_ms = NowUnixMs();
   if (absl::Status s = store_->put_worker(worker->record); !s.ok()) return s;
 
   // The ranks it still runs are treated like a heartbeat's; the commands that causes wait
@@ -103,6 +104,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const Principal& wh
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
   FP8_ASSIGN_OR_RETURN(Worker * worker, CallingWorker(who, request.worker_id()));
   worker->last_heartbeat = Clock::now();
+  worker->last_heartbeat_unix_ms = NowUnixMs();
   FP8_RETURN_IF_ERROR(ObserveRanks(*worker, request.ranks()));
 
   v1::HeartbeatResponse response;

@@ -61,6 +61,16 @@ grpc::Status JobServiceImpl::GetJobLogs(grpc::ServerContext* ctx, const v1::GetJ
   return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.GetJobLogs(who, *req); });
 }
 
+grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest*,
+                                         v1::ListWorkersResponse* out) {
+  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.ListWorkers(who); });
+}
+
+grpc::Status JobServiceImpl::GetJobAmax(grpc::ServerContext* ctx, const v1::GetJobAmaxRequest* req,
+                                        v1::GetJobAmaxResponse* out) {
+  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.GetJobAmax(who, req->job_id()); });
+}
+
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::JobEvent>* writer) {
   absl::StatusOr<Principal> who = Caller(c_, *ctx);

@@ -25,6 +25,10 @@ class JobServiceImpl final : public v1::JobService::Service {
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
   grpc::Status GetJobLogs(grpc::ServerContext* ctx, const v1::GetJobLogsRequest* req,
                           v1::GetJobLogsResponse* out) override;
+  grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest* req,
+                           v1::ListWorkersResponse* out) override;
+  grpc::Status GetJobAmax(grpc::ServerContext* ctx, const v1::GetJobAmaxRequest* req,
+                          v1::GetJobAmaxResponse* out) override;
 
  private:
   Coordinator& c_;

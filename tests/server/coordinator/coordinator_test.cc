@@ -175,6 +175,26 @@ TEST_F(CoordinatorTest, TwoRankJobRunsToSuccess) {
   EXPECT_EQ(c_->Authenticate(s0.trainer_token()).status().code(), absl::StatusCode::kUnauthenticated);
 }
 
+TEST_F(CoordinatorTest, ListWorkersShowsWhatEachHolds) {
+  const std::string w0 = Register(), w1 = Register();
+  const std::string id = SubmitAs(alice_, Spec(1));
+  auto listed = c_->ListWorkers(alice_);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->workers_size(), 2);
+  EXPECT_EQ(listed->workers(0).worker_id(), w0);
+  EXPECT_EQ(listed->workers(0).state(), v1::WorkerInfo::BUSY);
+  ASSERT_EQ(listed->workers(0).ranks_size(), 1);
+  EXPECT_EQ(listed->workers(0).ranks(0).job_id(), id);
+  EXPECT_EQ(listed->workers(1).state(), v1::WorkerInfo::IDLE);
+  EXPECT_GT(listed->workers(1).last_heartbeat_unix_ms(), 0);
+  // Another user sees that w0 is busy, not with whose job.
+  auto for_bob = c_->ListWorkers(bob_);
+  ASSERT_TRUE(for_bob.ok());
+  EXPECT_EQ(for_bob->workers(0).ranks(0).job_id(), "");
+  EXPECT_EQ(c_->ListWorkers(worker_).status().code(), absl::StatusCode::kPermissionDenied);
+  (void)w1;
+}
+
 TEST_F(CoordinatorTest, GangWaitsForEnoughWorkers) {
   const std::string w0 = Register(), w1 = Register();
   const std::string id = SubmitAs(alice_, Spec(3));
@@ -400,6 +420,13 @@ TEST_F(CoordinatorTest, AmaxHistoriesMergeAcrossRanks) {
     EXPECT_FLOAT_EQ(static_cast<float>(e.numerics().value()), 1.25f);
   }
   EXPECT_EQ(saturations, 1);
+  // The job API shows the merged histories to the job's owner.
+  auto shown = c_->GetJobAmax(alice_, id);
+  ASSERT_TRUE(shown.ok()) << shown.status();
+  EXPECT_EQ(shown->step(), 5);
+  ASSERT_EQ(shown->histories_size(), 1);
+  EXPECT_FLOAT_EQ(shown->histories(0).history(0), 2.0f);
+  EXPECT_EQ(c_->GetJobAmax(bob_, id).status().code(), absl::StatusCode::kNotFound);
   // A bad report is refused whole, naming the entry.
   v1::ReportAmaxHistoriesRequest bad;
   bad.mutable_caller()->set_job_id(id);
