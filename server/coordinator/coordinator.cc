@@ -474,6 +474,8 @@ absl::Status Coordinator::StartAttempt(ActiveJob& active, const std::vector<std:
 void Coordinator::QueueStop(Worker& worker, const std::string& job_id, int attempt, const std::string& reason) {
   const std::string key = absl::StrCat(job_id, "/", attempt);
   const Clock::time_point now = Clock::now();
+  // Entries older than a minute are only history; dropping them keeps the map small.
+  std::erase_if(worker.stops_sent, [&](const auto& e) { return now - e.second > std::chrono::minutes(1); });
   auto it = worker.stops_sent.find(key);
   if (it != worker.stops_sent.end() && now - it->second < std::chrono::seconds(5)) return;
   worker.stops_sent[key] = now;
