@@ -46,17 +46,17 @@ int main(int argc, char** argv) {
       AddDescribeVerb(app),
       AddLogsVerb(app),
       AddCancelVerb(app),
-      AddNotYetVerb(app, "workers", "list the workers and what they run"),
-      AddNotYetVerb(app, "amax", "show a job's amax histories and scales"),
-      AddNotYetVerb(app, "plot", "plot a job's loss and throughput in the terminal"),
-      AddNotYetVerb(app, "completion", "print a bash completion script"),
+      AddWorkersVerb(app),
+      AddAmaxVerb(app),
+      AddPlotVerb(app),
+      AddCompletionVerb(app),
   };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     if (std::optional<std::string> verb = UnknownVerb(app, argc, argv)) {
-      std::fprintf(stderr, "fp8ctl: unknown verb '%s'; the verbs are submit, follow, list, describe, logs, cancel\n",
+      std::fprintf(stderr, "fp8ctl: unknown verb '%s'; the verbs are submit, follow, list, describe, logs, cancel, workers, amax, plot, completion\n",
                    verb->c_str());
       return kExitUsage;
     }

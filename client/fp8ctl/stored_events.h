@@ -1,4 +1,5 @@
-// The events a job has recorded so far, without progress reports, for `describe`.
+// The events a job has recorded so far, for `describe` (without progress reports) and
+// `plot` (with them).
 //
 // WatchJob has no "stored only" mode: for a job still running, the stream stays open
 // waiting for live events. So the stream is read until it goes quiet (no event for a short
@@ -19,7 +20,7 @@ struct StoredEventsResult {
   grpc::Status status;  // OK also when the quiet gap ended the read
 };
 
-StoredEventsResult ReadStoredEvents(Session& session, const std::string& job_id,
+StoredEventsResult ReadStoredEvents(Session& session, const std::string& job_id, bool include_progress = false,
                                     std::chrono::milliseconds first_event_wait = std::chrono::seconds(3),
                                     std::chrono::milliseconds quiet_gap = std::chrono::milliseconds(400));
 

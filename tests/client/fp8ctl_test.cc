@@ -3,7 +3,9 @@
 // id on stdout, tables, JSON and YAML, and the exit codes.
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "gtest/gtest.h"
@@ -25,7 +27,7 @@ constexpr milliseconds kCommandLimit{60'000};
 // A tiny job in the shape of ControlPlane::Spec, written to <dir>/<name>.yaml, with the
 // data path given (relative to the file).
 fs::path WriteJob(const fs::path& dir, const std::string& name, int64_t steps, int world_size,
-                  const std::string& data_path = "corpus.txt") {
+                  const std::string& data_path = "corpus.txt", const std::string& recipe = "tensorwise") {
   std::ostringstream y;
   y << "name: " << name
     << "\nmodel: {dim: 32, n_layers: 1, n_heads: 2, max_seq_len: 32}\n"
@@ -35,8 +37,8 @@ fs::path WriteJob(const fs::path& dir, const std::string& name, int64_t steps, i
        "train: {steps: "
     << steps
     << ", batch_size: 4, lr: 3e-3, warmup_steps: 2, log_every: 5, eval_every: 0}\n"
-       "fp8: {recipe: tensorwise}\ncheckpoint: {dir: ckpt/"
-    << name << ", every: " << steps
+       "fp8: {recipe: "
+    << recipe << "}\ncheckpoint: {dir: ckpt/" << name << ", every: " << steps
     << ", keep: 1}\n"
        "resources: {device: cpu, world_size: "
     << world_size << ", cpus_per_rank: 1}\nrestarts: {max_restarts: 0, backoff_seconds: 0}\n";
@@ -159,6 +161,58 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   ASSERT_TRUE(Exited(r, 0)) << Show(r);
   EXPECT_TRUE(Contains(r.out, "lines:\n- ")) << Show(r);
 
+  // workers: both registered workers, idle now that job-1 has ended.
+  r = ctl.Run({"workers"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  for (const char* column : {"NAME", "DEVICE", "ADDRESS", "STATE", "JOB/RANK", "LAST HEARTBEAT"}) {
+    EXPECT_TRUE(Contains(r.out, column)) << column << "\n" << Show(r);
+  }
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 3) << "a header and two workers\n" << Show(r);
+  EXPECT_TRUE(Contains(r.out, " ago")) << Show(r);
+  r = ctl.Run({"workers", "-o", "json"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  size_t idle = 0;
+  for (size_t at = r.out.find("\"state\": \"IDLE\""); at != std::string::npos;
+       at = r.out.find("\"state\": \"IDLE\"", at + 1)) {
+    ++idle;
+  }
+  EXPECT_EQ(idle, 2u) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\"worker_id\": ")) << Show(r);
+
+  // amax: a delayed-scaling job has histories per layer and operand; job-1 (tensorwise) none.
+  const fs::path delayed = WriteJob(cp.dir(), "delayed", 10, 1, "corpus.txt", "delayed");
+  r = ctl.Run({"submit", delayed.string(), "--follow"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r) << cp.Logs();
+  const std::string delayed_id = r.out.substr(0, r.out.find('\n'));
+  r = ctl.Run({"amax", delayed_id});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  for (const char* part : {"LAYER", "OPERAND", "AMAX", "HISTORY MAX", "SCALE", "LEN", " input ", " weight ",
+                           " grad_output ", "amax histories at step "}) {
+    EXPECT_TRUE(Contains(r.out, part)) << part << "\n" << Show(r);
+  }
+  r = ctl.Run({"amax", "job-1"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "job-1 has no amax histories")) << Show(r);
+
+  // plot: one SVG with both jobs' lines; only .svg is written.
+  const fs::path svg = cp.dir() / "loss.svg";
+  r = ctl.Run({"plot", "job-1", delayed_id, "-o", svg.string()});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, svg.string())) << Show(r);
+  {
+    std::ifstream in(svg);
+    ASSERT_TRUE(in.good()) << svg;
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text.rfind("<svg", 0), 0u) << text.substr(0, 200);
+    EXPECT_TRUE(Contains(text, "<polyline")) << text;
+    EXPECT_TRUE(Contains(text, "job-1 ok (tensorwise)")) << text;
+    EXPECT_TRUE(Contains(text, delayed_id + " delayed (delayed)")) << text;
+  }
+  r = ctl.Run({"completion", "bash"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "submit")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "complete ")) << Show(r);
+
   // A rank that fails (its corpus is missing) with no restarts: follow exits 10.
   const fs::path broken = WriteJob(cp.dir(), "broken", 10, 1, "missing-corpus.txt");
   r = ctl.Run({"submit", broken.string(), "--follow"});
@@ -277,9 +331,14 @@ TEST(Fp8ctlTest, LocalErrors) {
   r = ctl.Run({"list", "-o", "xml"});
   EXPECT_TRUE(Exited(r, 2)) << Show(r);
   EXPECT_TRUE(Contains(r.err, "expected table, json or yaml")) << Show(r);
-  r = ctl.Run({"amax", "job-1"});
+  r = ctl.Run({"plot", "job-1", "-o", (dir / "loss.png").string()});
   EXPECT_TRUE(Exited(r, 2)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "not available yet")) << Show(r);
+  EXPECT_TRUE(Contains(r.err, ".svg")) << Show(r);
+  EXPECT_FALSE(fs::exists(dir / "loss.png"));
+  r = ctl.Run({"plot", "job-1"});  // no -o
+  EXPECT_TRUE(Exited(r, 2)) << Show(r);
+  r = ctl.Run({"completion", "zsh"});
+  EXPECT_TRUE(Exited(r, 2)) << Show(r);
   r = ctl.Run({"submit", (dir / "none.yaml").string()});
   EXPECT_TRUE(Exited(r, 2)) << Show(r);
 
@@ -295,7 +354,8 @@ TEST(Fp8ctlTest, LocalErrors) {
   EXPECT_TRUE(Contains(r.err, "fp8-coordinator token --role user")) << Show(r);
 
   // --help on every verb.
-  for (const char* verb : {"submit", "follow", "list", "describe", "logs", "cancel"}) {
+  for (const char* verb :
+       {"submit", "follow", "list", "describe", "logs", "cancel", "workers", "amax", "plot", "completion"}) {
     r = ctl.Run({verb, "--help"});
     EXPECT_TRUE(Exited(r, 0)) << verb << "\n" << Show(r);
   }

@@ -1,7 +1,17 @@
 // fp8ctl's pure parts: tables, progress lines and ETA, the status -> exit code mapping, and
 // where the token comes from.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
 #include <map>
 #include <sstream>
+
+#include "CLI/CLI.hpp"
+#include "client/fp8ctl/completion.h"
+#include "client/fp8ctl/inspect.h"
+#include "client/fp8ctl/svg_plot.h"
+#include "common/jobspec/loader.h"
 
 #include "client/fp8ctl/client_config.h"
 #include "client/fp8ctl/exit_codes.h"
@@ -11,6 +21,10 @@
 #include "client/fp8ctl/rpc_errors.h"
 #include "client/fp8ctl/table.h"
 #include "gtest/gtest.h"
+
+#ifndef FP8_SOURCE_DIR
+#error "FP8_SOURCE_DIR must name the repository root"
+#endif
 
 namespace fp8::ctl {
 namespace {
@@ -268,6 +282,146 @@ TEST(Fp8ctlOutputTest, MessageJsonKeepsProtoFieldNames) {
   absl::StatusOr<std::string> j = MessageJson(job);
   ASSERT_TRUE(j.ok()) << j.status();
   EXPECT_NE(j->find("\"last_checkpoint_step\""), std::string::npos) << *j;
+}
+
+size_t Count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + part.size())) ++n;
+  return n;
+}
+
+PlotDocument TwoJobsTwoCharts() {
+  PlotDocument doc;
+  doc.legend = {"job-3 tiny-cpu (tensorwise)", "job-4 tiny-cpu-delayed <&> (delayed)"};
+  PlotChart loss{"loss", "step", {}};
+  loss.series.push_back({{{10, 5.5}, {20, 4.0}, {30, 3.1}}});
+  loss.series.push_back({{{10, 5.6}, {20, std::numeric_limits<double>::quiet_NaN()}, {30, 3.0}}});
+  PlotChart tps{"tokens_per_second", "step", {}};
+  tps.series.push_back({{{10, 12000}}});  // a single point
+  tps.series.push_back({});               // nothing reported
+  doc.charts = {loss, tps};
+  return doc;
+}
+
+TEST(Fp8ctlSvgPlotTest, OnePolylinePerSeriesPerChartAndALegend) {
+  const std::string svg = RenderSvg(TwoJobsTwoCharts());
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u) << svg;
+  EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
+  EXPECT_EQ(Count(svg, "<polyline"), 4u) << svg;
+  EXPECT_EQ(Count(svg, "<g class=\"chart\">"), 2u);
+  EXPECT_EQ(Count(svg, "<g"), Count(svg, "</g>"));
+  EXPECT_EQ(Count(svg, "<text"), Count(svg, "</text>"));
+  EXPECT_NE(svg.find(">job-3 tiny-cpu (tensorwise)</text>"), std::string::npos) << svg;
+  EXPECT_NE(svg.find("job-4 tiny-cpu-delayed &lt;&amp;&gt; (delayed)"), std::string::npos) << svg;
+  EXPECT_NE(svg.find(SeriesColour(0)), std::string::npos);
+  EXPECT_NE(svg.find(SeriesColour(1)), std::string::npos);
+  EXPECT_NE(SeriesColour(0), SeriesColour(1));
+  // NaN never reaches the coordinates; it is counted in the title instead.
+  EXPECT_EQ(svg.find("nan"), std::string::npos) << svg;
+  EXPECT_EQ(svg.find("inf"), std::string::npos) << svg;
+  EXPECT_NE(svg.find("loss (1 non-finite value not drawn)"), std::string::npos) << svg;
+  // The single point is drawn as a dot; the empty series still has its (empty) polyline.
+  EXPECT_EQ(Count(svg, "<circle"), 1u) << svg;
+  EXPECT_NE(svg.find("points=\"\""), std::string::npos) << svg;
+  // Tick labels on both axes.
+  EXPECT_NE(svg.find(">30</text>"), std::string::npos) << svg;
+  EXPECT_NE(svg.find(">step</text>"), std::string::npos) << svg;
+}
+
+TEST(Fp8ctlSvgPlotTest, DegenerateInputs) {
+  PlotDocument doc;
+  doc.legend = {"job-1 a (none)"};
+  doc.charts.push_back({"loss", "step", {PlotSeries{{{5, std::nan("")}}}}});
+  const std::string svg = RenderSvg(doc);
+  EXPECT_EQ(Count(svg, "<polyline"), 1u) << svg;
+  EXPECT_EQ(svg.find("nan"), std::string::npos) << svg;
+  EXPECT_EQ(RenderSvg(PlotDocument{}).rfind("<svg", 0), 0u);
+  EXPECT_EQ(NiceTicks(0, 10), (std::vector<double>{0, 2, 4, 6, 8, 10}));
+  EXPECT_EQ(NiceTicks(0, 1, 4), (std::vector<double>{0, 0.5, 1}));
+}
+
+TEST(Fp8ctlWorkersTest, Table) {
+  v1::ListWorkersResponse r;
+  v1::WorkerInfo* w = r.add_workers();
+  w->set_worker_id("w-1");
+  w->set_device_kind(v1::ResourceSpec::CPU);
+  w->set_device_name("cpu");
+  w->set_address("127.0.0.1:7071");
+  w->set_state(v1::WorkerInfo::BUSY);
+  w->set_last_heartbeat_unix_ms(100'000);
+  v1::RankStatus* rank = w->add_ranks();
+  rank->set_job_id("job-3");
+  rank->set_rank(1);
+  w->add_ranks()->set_rank(0);  // another user's job
+  w = r.add_workers();
+  w->set_worker_id("w-2");
+  w->set_device_kind(v1::ResourceSpec::CPU);
+  w->set_address("127.0.0.1:7072");
+  w->set_state(v1::WorkerInfo::UNCONFIRMED);
+  EXPECT_EQ(WorkersTable(r, 100'400),
+            "NAME   DEVICE   ADDRESS          STATE         JOB/RANK                 LAST HEARTBEAT\n"
+            "w-1    cpu      127.0.0.1:7071   BUSY          job-3 r1, (other user)   0.4s ago\n"
+            "w-2    cpu      127.0.0.1:7072   UNCONFIRMED   -                        never\n");
+  EXPECT_EQ(HeartbeatAge(1'000, 181'000), "3m ago");
+  EXPECT_EQ(HeartbeatAge(5'000, 1'000), "0.0s ago");
+}
+
+TEST(Fp8ctlAmaxTest, TableAndNoHistories) {
+  v1::GetJobAmaxResponse r;
+  EXPECT_EQ(AmaxReport("job-3", r),
+            "job-3 has no amax histories: its recipe does not use delayed scaling, or it has not reported yet\n");
+  r.set_step(40);
+  v1::AmaxHistory* h = r.add_histories();
+  h->set_layer("layers.0.attention.wq");
+  h->set_operand(v1::AmaxHistory::GRAD_OUTPUT);
+  for (float v : {0.5f, 2.0f, 1.25f}) h->add_history(v);
+  h->set_scale(224.0f);
+  EXPECT_EQ(AmaxReport("job-3", r),
+            "job-3 amax histories at step 40 (1 casts)\n"
+            "LAYER                   OPERAND       AMAX   HISTORY MAX   SCALE   LEN\n"
+            "layers.0.attention.wq   grad_output   1.25   2             224     3\n");
+  EXPECT_EQ(OperandName(v1::AmaxHistory::INPUT), "input");
+  EXPECT_EQ(OperandName(v1::AmaxHistory::WEIGHT), "weight");
+}
+
+TEST(Fp8ctlCompletionTest, NamesVerbsAndFlags) {
+  CLI::App app("test", "fp8ctl");
+  std::string s;
+  app.add_option("--coordinator", s, "");
+  CLI::App* list = app.add_subcommand("list", "");
+  list->add_option("--state", s, "");
+  bool all_pages = false;
+  list->add_flag("--all-pages", all_pages, "");
+  CLI::App* describe = app.add_subcommand("describe", "");
+  describe->add_option("ID", s, "");
+  const std::string script = BashCompletionScript(app);
+  EXPECT_NE(script.find("local verbs=\"list describe\""), std::string::npos) << script;
+  EXPECT_NE(script.find("--coordinator"), std::string::npos) << script;
+  EXPECT_NE(script.find("list) flags=\"--help -h --state --all-pages\" ;;"), std::string::npos) << script;
+  // Flags that take a value have their value completed (or left alone); plain flags don't.
+  EXPECT_NE(script.find("      --coordinator) ((i++)) ;;"), std::string::npos) << script;
+  EXPECT_EQ(script.find("--all-pages|"), std::string::npos) << script;
+  EXPECT_EQ(script.find("|--all-pages)"), std::string::npos) << script;
+  EXPECT_NE(script.find("describe)\n"), std::string::npos) << script;
+  EXPECT_NE(script.find("complete -o default -F _fp8ctl fp8ctl"), std::string::npos) << script;
+}
+
+// Every example job loads and validates with the loader `fp8ctl submit` and the
+// coordinator use.
+TEST(Fp8ctlExamplesTest, EveryExampleJobLoads) {
+  const std::filesystem::path dir = std::filesystem::path(FP8_SOURCE_DIR) / "examples" / "jobs";
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".yaml") continue;
+    names.push_back(entry.path().filename().string());
+    absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecFile(entry.path().string());
+    EXPECT_TRUE(spec.ok()) << entry.path() << ": " << spec.status();
+  }
+  std::sort(names.begin(), names.end());
+  for (const char* want : {"tiny-cpu.yaml", "tiny-cpu-rowwise.yaml", "tiny-cpu-rowwise-gw-hp.yaml",
+                           "tiny-cpu-delayed.yaml", "tiny-cpu-none.yaml", "tiny-cpu-fsdp.yaml"}) {
+    EXPECT_TRUE(std::find(names.begin(), names.end(), want) != names.end()) << want;
+  }
 }
 
 }  // namespace

@@ -24,9 +24,11 @@ Verb AddListVerb(CLI::App& app);
 Verb AddDescribeVerb(CLI::App& app);
 Verb AddLogsVerb(CLI::App& app);
 Verb AddCancelVerb(CLI::App& app);
-// Verbs the design promises that this version does not have yet (workers, amax, plot,
-// completion): listed in --help, and running one says so.
-Verb AddNotYetVerb(CLI::App& app, const std::string& name, const std::string& what);
+Verb AddWorkersVerb(CLI::App& app);
+Verb AddAmaxVerb(CLI::App& app);
+Verb AddPlotVerb(CLI::App& app);
+// Generates the script from `app`'s verbs and flags: add it last.
+Verb AddCompletionVerb(CLI::App& app);
 
 // `follow` as a function, for `submit --follow`: streams the job's events and returns the
 // exit code of its outcome (0 SUCCEEDED, 10 FAILED, 11 CANCELLED) or of an error.

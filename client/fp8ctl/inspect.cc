@@ -1,0 +1,65 @@
+#include "client/fp8ctl/inspect.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/fp8ctl/format.h"
+#include "client/fp8ctl/table.h"
+
+namespace fp8::ctl {
+
+std::string WorkerRanksCell(const v1::WorkerInfo& worker) {
+  std::vector<std::string> parts;
+  for (const v1::RankStatus& r : worker.ranks()) {
+    parts.push_back(r.job_id().empty() ? std::string("(other user)") : absl::StrCat(r.job_id(), " r", r.rank()));
+  }
+  return parts.empty() ? std::string("-") : absl::StrJoin(parts, ", ");
+}
+
+std::string HeartbeatAge(int64_t last_heartbeat_unix_ms, int64_t now_unix_ms) {
+  if (last_heartbeat_unix_ms <= 0) return "never";
+  const int64_t ms = std::max<int64_t>(0, now_unix_ms - last_heartbeat_unix_ms);
+  if (ms < 60'000) return absl::StrFormat("%.1fs ago", static_cast<double>(ms) / 1000.0);
+  return absl::StrCat(Age(ms), " ago");
+}
+
+std::string WorkersTable(const v1::ListWorkersResponse& response, int64_t now_unix_ms) {
+  Table t({"NAME", "DEVICE", "ADDRESS", "STATE", "JOB/RANK", "LAST HEARTBEAT"});
+  for (const v1::WorkerInfo& w : response.workers()) {
+    const std::string state =
+        w.state() == v1::WorkerInfo::STATE_UNSPECIFIED ? std::string("UNKNOWN") : v1::WorkerInfo::State_Name(w.state());
+    const std::string device = w.device_name().empty() ? DeviceName(w.device_kind()) : w.device_name();
+    t.AddRow({w.worker_id(), device, w.address().empty() ? "-" : w.address(), state, WorkerRanksCell(w),
+              HeartbeatAge(w.last_heartbeat_unix_ms(), now_unix_ms)});
+  }
+  return t.Render();
+}
+
+std::string OperandName(v1::AmaxHistory::Operand operand) {
+  if (operand == v1::AmaxHistory::OPERAND_UNSPECIFIED) return "-";
+  return absl::AsciiStrToLower(v1::AmaxHistory::Operand_Name(operand));
+}
+
+std::string AmaxReport(const std::string& job_id, const v1::GetJobAmaxResponse& response) {
+  if (response.histories().empty()) {
+    return absl::StrCat(job_id,
+                        " has no amax histories: its recipe does not use delayed scaling, or it has not reported yet\n");
+  }
+  Table t({"LAYER", "OPERAND", "AMAX", "HISTORY MAX", "SCALE", "LEN"});
+  for (const v1::AmaxHistory& h : response.histories()) {
+    const bool empty = h.history().empty();
+    const float newest = empty ? 0.0f : h.history(h.history_size() - 1);
+    const float max = empty ? 0.0f : *std::max_element(h.history().begin(), h.history().end());
+    t.AddRow({h.layer(), OperandName(h.operand()), empty ? "-" : absl::StrFormat("%.4g", newest),
+              empty ? "-" : absl::StrFormat("%.4g", max), absl::StrFormat("%.4g", h.scale()),
+              absl::StrCat(h.history_size())});
+  }
+  return absl::StrCat(job_id, " amax histories at step ", response.step(), " (", response.histories_size(),
+                      " casts)\n", t.Render());
+}
+
+}  // namespace fp8::ctl

@@ -1,0 +1,46 @@
+// fp8ctl amax ID: a job's merged amax histories and scales (delayed scaling).
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "client/fp8ctl/exit_codes.h"
+#include "client/fp8ctl/inspect.h"
+#include "client/fp8ctl/output.h"
+#include "client/fp8ctl/verbs/verbs.h"
+
+namespace fp8::ctl {
+
+Verb AddAmaxVerb(CLI::App& app) {
+  struct Args {
+    std::string job_id;
+    OutputFormat output = OutputFormat::kTable;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd =
+      app.add_subcommand("amax", "show a job's amax histories and scales, per layer and operand (delayed scaling)");
+  cmd->fallthrough();
+  cmd->add_option("ID", a->job_id, "job id (job-<n>)")->required();
+  AddOutputFlag(cmd, &a->output);
+
+  return {cmd, [a](Session& session) {
+            if (auto e = session.Connect()) return Report(*e);
+            v1::GetJobAmaxRequest req;
+            req.set_job_id(a->job_id);
+            v1::GetJobAmaxResponse response;
+            auto ctx = session.Context();
+            if (grpc::Status s = session.stub().GetJobAmax(ctx.get(), req, &response); !s.ok()) {
+              return Report(session.Error(s, absl::StrCat("amax ", a->job_id)));
+            }
+            if (a->output != OutputFormat::kTable) {
+              absl::StatusOr<std::string> json = MessageJson(response);
+              if (json.ok()) json = RenderJson(*json, a->output);
+              if (!json.ok()) return Report({kExitError, std::string(json.status().message())});
+              std::cout << *json;
+              return static_cast<int>(kExitOk);
+            }
+            std::cout << AmaxReport(a->job_id, response);
+            return static_cast<int>(kExitOk);
+          }};
+}
+
+}  // namespace fp8::ctl

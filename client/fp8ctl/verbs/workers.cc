@@ -1,0 +1,43 @@
+// fp8ctl workers: every worker the coordinator knows, its state and the ranks it holds.
+#include <cstdio>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "client/fp8ctl/exit_codes.h"
+#include "client/fp8ctl/format.h"
+#include "client/fp8ctl/inspect.h"
+#include "client/fp8ctl/output.h"
+#include "client/fp8ctl/verbs/verbs.h"
+
+namespace fp8::ctl {
+
+Verb AddWorkersVerb(CLI::App& app) {
+  auto output = std::make_shared<OutputFormat>(OutputFormat::kTable);
+  CLI::App* cmd = app.add_subcommand("workers", "list the workers, their state and the ranks they run");
+  cmd->fallthrough();
+  AddOutputFlag(cmd, output.get());
+
+  return {cmd, [output](Session& session) {
+            if (auto e = session.Connect()) return Report(*e);
+            v1::ListWorkersResponse response;
+            auto ctx = session.Context();
+            if (grpc::Status s = session.stub().ListWorkers(ctx.get(), v1::ListWorkersRequest(), &response); !s.ok()) {
+              return Report(session.Error(s, "workers"));
+            }
+            if (*output != OutputFormat::kTable) {
+              absl::StatusOr<std::string> json = MessageJson(response);
+              if (json.ok()) json = RenderJson(*json, *output);
+              if (!json.ok()) return Report({kExitError, std::string(json.status().message())});
+              std::cout << *json;
+              return static_cast<int>(kExitOk);
+            }
+            if (response.workers().empty()) {
+              std::fprintf(stderr, "no workers registered\n");
+              return static_cast<int>(kExitOk);
+            }
+            std::cout << WorkersTable(response, NowUnixMs());
+            return static_cast<int>(kExitOk);
+          }};
+}
+
+}  // namespace fp8::ctl
