@@ -310,6 +310,36 @@ TEST(Fp8ctlTest, LocalErrors) {
   EXPECT_TRUE(Exited(r, 3)) << Show(r);
   EXPECT_TRUE(Contains(r.err, "stepz")) << Show(r);
 
+  // A table of bad job files: each exits 3 with file:line and the offending key, before
+  // any connection.
+  struct BadJob {
+    std::string name, yaml;
+    std::vector<std::string> expected;
+  };
+  const std::string model = "model: {dim: 32, n_layers: 1, n_heads: 2, max_seq_len: 32}\n";
+  const std::string rest = "data: {path: corpus.txt}\ntrain: {steps: 10, batch_size: 2, lr: 1e-3}\n";
+  const std::vector<BadJob> bad_jobs = {
+      {"misspelt-key", "name: k\n" + model + rest + "fp8: {recipie: rowwise}\n", {":5:7:", "recipie", "did you mean 'recipe'"}},
+      {"wrong-type", "name: t\n" + model + "data: {path: corpus.txt}\ntrain: {steps: many, batch_size: 2, lr: 1e-3}\n",
+       {":4:", "train.steps"}},
+      {"unknown-recipe", "name: r\n" + model + rest + "fp8: {recipe: fastest}\n", {":5:", "fp8.recipe", "fastest"}},
+      {"negative-lr", "name: l\n" + model + "data: {path: corpus.txt}\ntrain: {steps: 10, batch_size: 2, lr: -1}\n",
+       {":4:", "train.lr"}},
+      {"zero-world", "name: w\n" + model + rest + "resources: {world_size: 0}\n", {":5:", "resources.world_size"}},
+      {"no-model", "name: m\n" + rest, {"model"}},
+      {"not-yaml", "name: [unclosed\n", {":1:"}},
+  };
+  for (const BadJob& b : bad_jobs) {
+    const fs::path file = dir / (b.name + ".yaml");
+    std::ofstream(file) << b.yaml;
+    const cli_test::RunResult bad = ctl.Run({"submit", file.string()});
+    EXPECT_TRUE(Exited(bad, 3)) << b.name << "\n" << Show(bad);
+    for (const std::string& e : b.expected) {
+      EXPECT_TRUE(Contains(bad.err, file.filename().string())) << b.name << "\n" << Show(bad);
+      EXPECT_TRUE(Contains(bad.err, e)) << b.name << " should mention " << e << "\n" << Show(bad);
+    }
+  }
+
   // No coordinator there: exit 4, naming the address.
   std::ofstream(dir / "good.yaml") << "name: good\nmodel: {dim: 32, n_layers: 1, n_heads: 2, max_seq_len: 32}\n"
                                       "data: {path: corpus.txt}\ntrain: {steps: 10, batch_size: 2, lr: 1e-3}\n";
