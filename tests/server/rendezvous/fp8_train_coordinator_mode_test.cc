@@ -203,6 +203,8 @@ TEST_F(CoordinatorModeTest, TwoRanksMeetAndReportThroughTheCoordinator) {
     EXPECT_GT(p.progress().communication().all_gather_fp8_bytes(), 0) << p.ShortDebugString();
     EXPECT_GT(p.progress().communication().all_reduce_bytes(), 0) << p.ShortDebugString();
     EXPECT_GT(p.progress().step_time().compute_ms(), 0) << p.ShortDebugString();
+    // Means over the same window: waiting for collectives is part of the step.
+    EXPECT_LE(p.progress().step_time().exposed_comm_ms(), p.progress().step_time().step_ms()) << p.ShortDebugString();
     steps_by_rank[p.caller().rank()].push_back(p.progress().step());
   }
   ASSERT_EQ(steps_by_rank.size(), 2u) << "progress from both ranks";

@@ -25,7 +25,7 @@ struct TrainStart {
   std::optional<std::filesystem::path> resumed_from;
 };
 
-// One rank's communication in one step (FSDP).
+// One rank's communication per step (FSDP).
 struct StepComm {
   double all_gather_fp8_bytes = 0;
   double all_gather_f32_bytes = 0;
@@ -35,6 +35,29 @@ struct StepComm {
   double weight_scale_all_reduces = 0;
   double comm_ms = 0;     // collectives running on the communication thread
   double exposed_ms = 0;  // the compute thread waiting for them
+
+  StepComm& operator+=(const StepComm& o) {
+    all_gather_fp8_bytes += o.all_gather_fp8_bytes;
+    all_gather_f32_bytes += o.all_gather_f32_bytes;
+    reduce_scatter_bytes += o.reduce_scatter_bytes;
+    all_reduces += o.all_reduces;
+    all_reduce_bytes += o.all_reduce_bytes;
+    weight_scale_all_reduces += o.weight_scale_all_reduces;
+    comm_ms += o.comm_ms;
+    exposed_ms += o.exposed_ms;
+    return *this;
+  }
+  StepComm& operator/=(double steps) {
+    all_gather_fp8_bytes /= steps;
+    all_gather_f32_bytes /= steps;
+    reduce_scatter_bytes /= steps;
+    all_reduces /= steps;
+    all_reduce_bytes /= steps;
+    weight_scale_all_reduces /= steps;
+    comm_ms /= steps;
+    exposed_ms /= steps;
+    return *this;
+  }
 };
 
 // One optimizer step, reported at every log interval and at the last step.
@@ -48,7 +71,8 @@ struct StepReport {
   double data_ms = 0;      // of which fetching batches (mean likewise)
   double tokens_per_second = 0;  // over the steps since the last report
   std::optional<double> val_loss;  // when an evaluation ran at this step
-  // FSDP only: this rank's communication in this step.
+  // FSDP only: this rank's communication, mean per step over the same steps as step_ms,
+  // so that step_ms - data_ms - comm->exposed_ms is the step's computation.
   std::optional<StepComm> comm;
 };
 

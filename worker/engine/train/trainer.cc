@@ -329,6 +329,7 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
 
   const Clock::time_point run_start = Clock::now();
   double interval_seconds = 0, interval_data_ms = 0;
+  std::optional<StepComm> interval_comm;
   int64_t interval_steps = 0;
   for (int64_t step = summary.first_step; step <= tr.steps(); ++step) {
     const Clock::time_point step_start = Clock::now();
@@ -336,6 +337,10 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
     FP8_ASSIGN_OR_RETURN(StepReport report, train_step(control, &stop_everywhere));
     interval_seconds += seconds_since(step_start);
     interval_data_ms += report.data_ms;
+    if (report.comm) {
+      if (!interval_comm) interval_comm.emplace();
+      *interval_comm += *report.comm;
+    }
     ++interval_steps;
     summary.last_step = step;
     summary.tokens += tokens_per_step;
@@ -353,11 +358,14 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
     if (step % tr.log_every() == 0 || step == summary.first_step || last || report.val_loss) {
       report.step_ms = 1e3 * interval_seconds / static_cast<double>(interval_steps);
       report.data_ms = interval_data_ms / static_cast<double>(interval_steps);
+      report.comm = interval_comm;
+      if (report.comm) *report.comm /= static_cast<double>(interval_steps);
       report.tokens_per_second = static_cast<double>(interval_steps * tokens_per_step) / interval_seconds;
       observer.on_step(report);
       report_amax_histories(step, observer);
       interval_seconds = 0;
       interval_data_ms = 0;
+      interval_comm.reset();
       interval_steps = 0;
     }
     FP8_RETURN_IF_ERROR(maybe_checkpoint(step, /*force=*/last, observer, summary));
