@@ -85,6 +85,19 @@ struct AmaxHistoryRecord {
   float range_use = 0;         // DelayedScaling::last_range_use(): > 1 saturated
 };
 
+// What one fp8 cast of one layer did at a report step: the numbers exported as metrics
+// (deploy/METRICS.md, fp8_cast_*). This rank's view: activations and gradients differ
+// per rank under FSDP; weights are cast with one global scale.
+struct CastNumericsRecord {
+  std::string layer;            // "layers.0.attention.wq"
+  std::string tensor;           // tensor_kind_name(): "input", "weight", "grad_output"
+  float amax = 0;               // largest |value| at the cast
+  float scale = 0;              // the scale it used (axiswise: the smallest row scale)
+  float range_use = 0;          // amax·scale / fp8 max: > 1 clipped
+  float saturated_ratio = 0;    // fraction of values with |x·scale| beyond fp8 max
+  float underflow_ratio = 0;    // fraction of nonzero values that became zero
+};
+
 struct TrainSummary {
   int64_t first_step = 1;
   int64_t last_step = 0;       // the last step completed
@@ -105,6 +118,8 @@ class TrainObserver {
   // Delayed scaling only: every cast's amax history after `step`, at each log interval
   // and each checkpoint. Identical on every rank (amaxes are all-reduced each step).
   virtual void on_amax_histories(int64_t /*step*/, const std::vector<AmaxHistoryRecord>& /*histories*/) {}
+  // Every fp8 recipe: each cast's numerics at a report step, right after on_step.
+  virtual void on_cast_numerics(int64_t /*step*/, const std::vector<CastNumericsRecord>& /*casts*/) {}
   // Something worth a line in the log that does not stop training (a skipped damaged
   // checkpoint, say).
   virtual void on_warning(const std::string&) {}
