@@ -14,6 +14,7 @@ export OPENBLAS_THREAD_TIMEOUT=4
 echo "== release build + all tests"
 scripts/build.sh release
 scripts/install_corpus.sh  # the loss-parity test trains on it
+scripts/install_deploy_tools.sh  # the deploy tests' helm, typescript and schemas
 ctest --preset release -j "$jobs"
 
 echo "== debug build (ASan + UBSan) + unit tests"
