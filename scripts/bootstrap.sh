@@ -18,7 +18,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev openssl
   # metrics checks and the local stack's Prometheus (promtool, prometheus); the helm binary
   # ships zipped inside an npm package (scripts/install_deploy_tools.sh)
-  prometheus unzip
+  prometheus unzip curl
   # the demo and test corpus: the King James Bible as text (scripts/install_corpus.sh)
   bible-kjv
 )

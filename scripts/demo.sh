@@ -1,71 +1,54 @@
 #!/usr/bin/env bash
-# The main job, runnable on a fresh machine: builds the product, installs the demo corpus
-# (the King James Bible), trains the example job examples/jobs/tiny-cpu.yaml (a small
-# byte-level Llama with fp8 linear layers) once with fp8-train on its own, then runs the
-# service on this machine: an fp8-coordinator and two fp8-worker daemons on loopback, the
-# same job submitted with `fp8ctl submit --follow` as a 2-rank FSDP job (fp8 all-gather),
-# then `fp8ctl list` and `describe`. Last, the fp8 GEMM and cast benchmarks (on the GPU
-# too, when one is present) and the coordinator's.
+# The main job, runnable on a fresh machine: installs what it needs, builds the product,
+# installs the demo corpus (the King James Bible), starts the local stack (an
+# fp8-coordinator, two fp8-worker daemons and a real Prometheus, all on loopback),
+# submits examples/jobs/tiny-cpu.yaml (a small byte-level Llama with fp8 linear layers)
+# as a 2-rank FSDP job with fp8 weight all-gathers, follows it to the end with
+# `fp8ctl submit --follow`, prints its summary and what Prometheus recorded of it, and
+# stops the stack.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh release
 scripts/install_corpus.sh
-build=build/release
-bin=$build/bin
+bin=$PWD/build/release/bin
 
-# A fresh run each time: the demo's state and checkpoints live in the build tree.
-demo=$PWD/$build/demo
+# A fresh run each time: the demo's state, logs and checkpoints live in the build tree.
+demo=$PWD/build/release/demo
+scripts/local_stack.sh stop --dir "$demo" >/dev/null 2>&1 || true
 rm -rf "$demo"
 mkdir -p "$demo"
 
-echo "== fp8-train on its own (one process)"
-"$bin/fp8-train" --config examples/jobs/tiny-cpu.yaml --set checkpoint.dir="$demo/checkpoints/standalone" \
-  --set train.log_every=50
+# The first free port from 9090 for Prometheus.
+prometheus_port=9090
+while (exec 3<>"/dev/tcp/127.0.0.1/$prometheus_port") 2>/dev/null; do prometheus_port=$((prometheus_port + 1)); done
+
+echo "== the local stack: fp8-coordinator + 2 fp8-workers + Prometheus on loopback"
+scripts/local_stack.sh start --dir "$demo" --workers 2 --prometheus --prometheus-port "$prometheus_port" \
+  --data-root "$PWD/examples" --checkpoint-root "$demo"
+trap 'scripts/local_stack.sh stop --dir "$demo"' EXIT
+eval "$(scripts/local_stack.sh env --dir "$demo")"
 
 echo
-echo "== the service: fp8-coordinator + 2 fp8-workers on loopback, fp8ctl"
-pids=()
-stop_service() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  wait "${pids[@]}" 2>/dev/null || true
-}
-trap stop_service EXIT
-state=$demo/coordinator
-mkdir -p "$state"
-# Jobs may read data under examples/ and write checkpoints under the demo folder only.
-"$bin/fp8-coordinator" --listen 127.0.0.1:0 --port-file "$state/port" --state-dir "$state" \
-  --data-root "$PWD/examples" --checkpoint-root "$demo" >"$state/coordinator.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [[ -s $state/port ]] && break; sleep 0.1; done
-[[ -s $state/port ]] || { echo "the coordinator did not start:" >&2; cat "$state/coordinator.log" >&2; exit 1; }
-export FP8_COORDINATOR=127.0.0.1:$(cat "$state/port")
-echo "coordinator at $FP8_COORDINATOR (log: $state/coordinator.log)"
-for i in 0 1; do
-  "$bin/fp8-worker" --token-file "$state/fp8-worker.token" --work-dir "$demo/worker-$i" --cpus 1 \
-    >"$demo/worker-$i.log" 2>&1 &
-  pids+=($!)
-done
-
-fp8ctl() { "$bin/fp8ctl" --token-file "$state/fp8-admin.token" "$@"; }
+echo "== fp8ctl submit --follow: the tiny fp8 job as 2 ranks (FSDP, fp8 all-gather)"
+fp8ctl() { "$bin/fp8ctl" "$@"; }
 fp8ctl submit examples/jobs/tiny-cpu.yaml --follow \
   --set resources.world_size=2 --set resources.cpus_per_rank=1 \
-  --set checkpoint.dir="$demo/checkpoints/service" --set train.log_every=25
-echo
-fp8ctl list
+  --set checkpoint.dir="$demo/checkpoints" --set train.log_every=25
 echo
 fp8ctl describe job-1
-stop_service
-trap - EXIT
 
 echo
-"$build/bench/bench_gemm" --device cpu --quick
+echo "== what Prometheus scraped ($FP8_PROMETHEUS)"
+sleep 3  # one more scrape after the last report
+query() {
+  curl -fsS --get "$FP8_PROMETHEUS/api/v1/query" --data-urlencode "query=$1" |
+    sed -n 's/.*"value":\[[^,]*,"\([^"]*\)"\].*/\1/p'
+}
+echo "  tokens/s (max over the run)   $(query 'max_over_time(fp8_job_tokens_per_second{job_id="job-1"}[10m])')"
+echo "  loss (last)                   $(query 'last_over_time(fp8_job_loss{job_id="job-1"}[10m])')"
+echo "  fp8 all-gather bytes          $(query 'max(fp8_job_communication_bytes_total{job_id="job-1",collective="all_gather",dtype="fp8"})')"
+echo "  fp8 casts with metrics        $(query 'count(max_over_time(fp8_cast_amax{job_id="job-1"}[10m]))')"
 echo
-"$build/bench/bench_cast" --device cpu --quick
+echo "metrics: coordinator and workers at $(echo "$FP8_METRICS_TARGETS" | sed 's|\([^,]*\)|http://\1/metrics|g; s|,|  |g')"
+echo "Grafana dashboards to import: deploy/grafana/*.json (deploy/grafana/README.md)"
 echo
-"$build/bench/bench_coordinator" --quick
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  echo
-  "$build/bench/bench_gemm" --device cuda --quick
-  echo
-  "$build/bench/bench_cast" --device cuda
-fi

@@ -95,6 +95,18 @@ absl::Status check_cast(const CastArgs& a, const Requirements& req) {
   return absl::OkStatus();
 }
 
+absl::Status check_cast_range(const CastRangeArgs& a, const Requirements& req) {
+  if (auto s = check_matrix(a.input, "count_cast_range input", req); !s.ok()) return s;
+  if (auto s = check_hp_dtype(a.input.dtype, "count_cast_range input"); !s.ok()) return s;
+  if (auto s = check_format(a.format, "count_cast_range"); !s.ok()) return s;
+  if (auto s = check_granularity(a.granularity, "count_cast_range"); !s.ok()) return s;
+  // The counts are written even for an empty input (zeros).
+  if (auto s = check_pointer(a.counts, "count_cast_range counts", req); !s.ok()) return s;
+  if (a.input.size() == 0) return absl::OkStatus();
+  if (a.scale == nullptr) return invalid("count_cast_range scale", "is null");
+  return absl::OkStatus();
+}
+
 absl::Status check_quantize(const QuantizeArgs& a, const Requirements& req) {
   if (auto s = check_matrix(a.input, "quantize input", req); !s.ok()) return s;
   if (auto s = check_hp_dtype(a.input.dtype, "quantize input"); !s.ok()) return s;

@@ -59,6 +59,53 @@ FP8_VECTOR_CLONES void cast_span_colscale_e5m2(const float* x, int64_t n, const 
   cast_span_colscale_impl<Format::kE5M2>(x, n, s, sat, o);
 }
 
+// Range counts (count_cast_range): plain sums of the arith.h predicates, which are
+// comparisons on bit patterns, so these loops vectorise like the casts.
+struct RangeTally {
+  int64_t saturated = 0;
+  int64_t underflow = 0;
+  RangeTally& operator+=(const RangeTally& o) {
+    saturated += o.saturated;
+    underflow += o.underflow;
+    return *this;
+  }
+};
+
+template <Format F>
+[[gnu::always_inline]] inline RangeTally count_span_impl(const float* x, int64_t n, float scale) {
+  int64_t sat = 0, under = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float y = x[i] * scale;
+    sat += fp8_saturates(y, F);
+    under += fp8_underflows(x[i], y, F);
+  }
+  return {sat, under};
+}
+
+template <Format F>
+[[gnu::always_inline]] inline RangeTally count_span_colscale_impl(const float* x, int64_t n, const float* scale) {
+  int64_t sat = 0, under = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float y = x[i] * scale[i];
+    sat += fp8_saturates(y, F);
+    under += fp8_underflows(x[i], y, F);
+  }
+  return {sat, under};
+}
+
+FP8_VECTOR_CLONES RangeTally count_span_e4m3(const float* x, int64_t n, float s) {
+  return count_span_impl<Format::kE4M3>(x, n, s);
+}
+FP8_VECTOR_CLONES RangeTally count_span_e5m2(const float* x, int64_t n, float s) {
+  return count_span_impl<Format::kE5M2>(x, n, s);
+}
+FP8_VECTOR_CLONES RangeTally count_span_colscale_e4m3(const float* x, int64_t n, const float* s) {
+  return count_span_colscale_impl<Format::kE4M3>(x, n, s);
+}
+FP8_VECTOR_CLONES RangeTally count_span_colscale_e5m2(const float* x, int64_t n, const float* s) {
+  return count_span_colscale_impl<Format::kE5M2>(x, n, s);
+}
+
 FP8_VECTOR_CLONES uint32_t amax_span(const float* x, int64_t n) {
   uint32_t acc = 0;
   for (int64_t i = 0; i < n; ++i) acc = amax_bits_update(acc, x[i]);
@@ -105,6 +152,14 @@ void cast_span_colscale(Format f, const float* x, int64_t n, const float* s, boo
   } else {
     cast_span_colscale_e5m2(x, n, s, sat, o);
   }
+}
+
+RangeTally count_span(Format f, const float* x, int64_t n, float s) {
+  return f == Format::kE4M3 ? count_span_e4m3(x, n, s) : count_span_e5m2(x, n, s);
+}
+
+RangeTally count_span_colscale(Format f, const float* x, int64_t n, const float* s) {
+  return f == Format::kE4M3 ? count_span_colscale_e4m3(x, n, s) : count_span_colscale_e5m2(x, n, s);
 }
 
 const bool kHaveAvx2 = avx2::available();
@@ -262,6 +317,37 @@ void cast(const CastArgs& a) {
       a.amax_out[c] = bits_float(acc);
     }
   }
+}
+
+void count_cast_range(const CastRangeArgs& a) {
+  const MatrixRef& x = a.input;
+  const int64_t rows = x.rows, cols = x.cols, n = rows * cols;
+  RangeTally total;
+  if (n > 0 && a.granularity == Granularity::kTensorwise) {
+    // One scale: split the flat matrix, so that a single long row still uses every thread.
+    std::vector<RangeTally> partial(static_cast<size_t>(std::max<int64_t>(plan_chunks(n, kElementsPerChunk), 1)));
+    parallel_for(n, kElementsPerChunk, [&](int64_t chunk, int64_t b, int64_t e) {
+      for_each_piece(x, b, e - b, [&](const float* v, int64_t, int64_t m) {
+        partial[static_cast<size_t>(chunk)] += count_span(a.format, v, m, a.scale[0]);
+      });
+    });
+    for (const RangeTally& t : partial) total += t;
+  } else if (n > 0) {
+    // Per-row or per-column scales: whole rows per chunk, as the casts split them.
+    const bool per_col = a.granularity == Granularity::kColumnwise;
+    std::vector<RangeTally> partial(static_cast<size_t>(std::max<int64_t>(plan_chunks(rows, rows_grain(cols)), 1)));
+    parallel_for(rows, rows_grain(cols), [&](int64_t chunk, int64_t r0, int64_t r1) {
+      RangeTally& t = partial[static_cast<size_t>(chunk)];
+      for (int64_t r = r0; r < r1; ++r) {
+        for_each_piece(x, r * cols, cols, [&](const float* v, int64_t i, int64_t m) {
+          t += per_col ? count_span_colscale(a.format, v, m, a.scale + i) : count_span(a.format, v, m, a.scale[r]);
+        });
+      }
+    });
+    for (const RangeTally& t : partial) total += t;
+  }
+  a.counts->saturated = static_cast<uint64_t>(total.saturated);
+  a.counts->underflow = static_cast<uint64_t>(total.underflow);
 }
 
 void dequantize(const DequantizeArgs& a) {

@@ -12,6 +12,7 @@ namespace fp8::cpu {
 void amax(const MatrixRef& x, Granularity g, float* out);
 void compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale);
 void cast(const CastArgs& a);
+void count_cast_range(const CastRangeArgs& a);
 void dequantize(const DequantizeArgs& a);
 void convert(const void* in, DType in_dtype, void* out, DType out_dtype, int64_t n);
 

@@ -44,6 +44,12 @@ class CpuBackend final : public cpu::HostMemoryBackend {
     return absl::OkStatus();
   }
 
+  absl::Status count_cast_range(const CastRangeArgs& a) override {
+    if (auto s = detail::check_cast_range(a, req_); !s.ok()) return s;
+    cpu::count_cast_range(a);
+    return absl::OkStatus();
+  }
+
   absl::Status quantize(const QuantizeArgs& q) override {
     if (auto s = detail::check_quantize(q, req_); !s.ok()) return s;
     const int64_t n = scale_count(q.granularity, q.input.rows, q.input.cols);

@@ -403,6 +403,78 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   if constexpr (kAmax && A == Axis::kTensor) block_max_atomic(amax, tensor_max);
 }
 
+// ---- range counts (count_cast_range) ----------------------------------------------------------
+
+// The range count's grid is capped so that per-thread and per-block 32-bit sums cannot
+// wrap: each thread then covers total / (kMaxRangeBlocks * kThreads) elements, and a block
+// sums 256 of those, below 2^32 for any matrix under 2^43 elements. 2048 blocks of 256
+// threads still fill an H100 (132 SMs x 8 resident blocks) twice over.
+constexpr int64_t kMaxRangeBlocks = 2048;
+
+// Block-wide sums of two counters, added to dst[0] and dst[1] with one 64-bit atomic each
+// per block. Every thread of the block must call it.
+__device__ __forceinline__ void block_sum2_atomic(unsigned long long* dst, uint32_t a, uint32_t b) {
+  __shared__ uint32_t warp_a[kThreads / 32];
+  __shared__ uint32_t warp_b[kThreads / 32];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  a = __reduce_add_sync(kFullMask, a);
+  b = __reduce_add_sync(kFullMask, b);
+  if (lane == 0) {
+    warp_a[warp] = a;
+    warp_b[warp] = b;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    a = __reduce_add_sync(kFullMask, lane < kThreads / 32 ? warp_a[lane] : 0u);
+    b = __reduce_add_sync(kFullMask, lane < kThreads / 32 ? warp_b[lane] : 0u);
+    if (lane == 0) {
+      if (a != 0) atomicAdd(dst, static_cast<unsigned long long>(a));
+      if (b != 0) atomicAdd(dst + 1, static_cast<unsigned long long>(b));
+    }
+  }
+}
+
+// Grid-stride over 16-element chunks of the dense matrix, loaded like the flat cast's; the
+// scale of each element follows its row (A = kRow) or column (A = kColumn), walked
+// element by element because a chunk may cross rows when cols % 16 != 0. Measuring is
+// opt-in and off the hot path, so the walk favours plainness over the flat cast's split.
+template <typename T, Format F, Axis A>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    range_count_kernel(const T* __restrict__ in, int64_t total, int64_t cols, const float* __restrict__ scale,
+                       unsigned long long* __restrict__ counts) {
+  uint32_t saturated = 0, underflow = 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads * kChunk;
+#pragma unroll 1
+  for (int64_t e0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kChunk; e0 < total;
+       e0 += stride) {
+    const int n = static_cast<int>(total - e0 < kChunk ? total - e0 : kChunk);
+    float v[kChunk];
+    load_chunk(in + e0, n, v);
+    Pos pos{0, 0};
+    if (A != Axis::kTensor) pos = position(e0, cols);
+    int64_t r = pos.row;
+    int64_t c = pos.col;
+    float s = A == Axis::kColumn ? 0.0f : __ldg(scale + (A == Axis::kTensor ? 0 : r));
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      if (i < n) {
+        const float si = A == Axis::kColumn ? __ldg(scale + c) : s;
+        const float y = v[i] * si;
+        saturated += fp8_saturates(y, F) ? 1u : 0u;
+        underflow += fp8_underflows(v[i], y, F) ? 1u : 0u;
+        if (A != Axis::kTensor && ++c == cols) {
+          c = 0;
+          ++r;
+          // The next row's scale, unless this was the matrix's last element.
+          if (A == Axis::kRow && i + 1 < n) s = __ldg(scale + r);
+        }
+      }
+    }
+  }
+  block_sum2_atomic(counts, saturated, underflow);
+}
+
 // ---- small kernels -----------------------------------------------------------------------------
 
 __global__ void compute_scales_kernel(const float* __restrict__ amax, int64_t n, Format f, bool pow2,
@@ -711,6 +783,30 @@ LaunchResult launch_cast(const CastLaunch& a, cudaStream_t stream) {
         }
         return launch_flat<T, F, A, true, false>(a.input, a.rows, a.cols, a.scale, a.saturate, a.out, nullptr,
                                                  stream);
+      });
+    });
+  });
+}
+
+LaunchResult launch_range_count(const void* input, HpType type, int64_t rows, int64_t cols, Format format, Axis axis,
+                                const float* scale, uint64_t* counts, cudaStream_t stream) {
+  static_assert(sizeof(uint64_t) == sizeof(unsigned long long), "counts are 64-bit atomics");
+  const cudaError_t e = cudaMemsetAsync(counts, 0, 2 * sizeof(uint64_t), stream);
+  if (e != cudaSuccess) return {e, "cudaMemsetAsync"};
+  const int64_t total = rows * cols;
+  if (total == 0) return {};
+  const int64_t needed = ceil_div(ceil_div(total, kChunk), kThreads);
+  const auto blocks = static_cast<unsigned>(needed < kMaxRangeBlocks ? needed : kMaxRangeBlocks);
+  auto* dst = reinterpret_cast<unsigned long long*>(counts);
+  return with_type(type, [&](auto type_tag) {
+    using T = decltype(type_tag);
+    return with_format(format, [&](auto format_tag) {
+      constexpr Format F = decltype(format_tag)::value;
+      return with_axis(axis, [&](auto axis_tag) {
+        constexpr Axis A = decltype(axis_tag)::value;
+        range_count_kernel<T, F, A><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(input), total, cols, scale,
+                                                                     dst);
+        return after_launch("range count kernel");
       });
     });
   });

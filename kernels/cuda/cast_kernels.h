@@ -56,6 +56,13 @@ struct CastLaunch {
 // One fused pass: quantize, write out and/or out_t, and reduce the amax.
 LaunchResult launch_cast(const CastLaunch& args, cudaStream_t stream);
 
+// counts[0] = values whose x·scale saturates, counts[1] = nonzero values whose x·scale
+// underflows to zero (fp8::CastRangeArgs; the predicates are arith.h's fp8_saturates /
+// fp8_underflows). Zeroes the two counters first, then one read of the input: a
+// grid-stride reduction with one 64-bit atomic per counter per block.
+LaunchResult launch_range_count(const void* input, HpType type, int64_t rows, int64_t cols, Format format, Axis axis,
+                                const float* scale, uint64_t* counts, cudaStream_t stream);
+
 // out = fp8_to_float(q) / scale, as fp32 or bf16.
 LaunchResult launch_dequantize(const uint8_t* input, Format format, int64_t rows, int64_t cols, Axis axis,
                                const float* scale, HpType out_type, void* out, cudaStream_t stream);

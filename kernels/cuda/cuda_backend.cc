@@ -170,6 +170,16 @@ class CudaBackend final : public Backend {
     return cuda_status(cuda::launch_cast(c, stream_));
   }
 
+  absl::Status count_cast_range(const CastRangeArgs& a) override {
+    if (auto s = detail::check_cast_range(a, kRequirements); !s.ok()) return s;
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    static_assert(sizeof(CastRangeCounts) == 2 * sizeof(uint64_t), "two packed counters");
+    return cuda_status(cuda::launch_range_count(a.input.data, hp_of(a.input.dtype), a.input.rows, a.input.cols,
+                                                a.format, axis_of(a.granularity), a.scale,
+                                                reinterpret_cast<uint64_t*>(a.counts), stream_));
+  }
+
   // amax -> scales -> cast, all queued on the stream: dynamic scaling needs no host sync.
   // The amax pass and the cast pass each read the input once.
   absl::Status quantize(const QuantizeArgs& q) override {

@@ -1,6 +1,7 @@
 // The reference backend: each formula written once, as plainly as possible, one element
 // at a time. The fast CPU path and the CUDA path are tested against it; it is never on a
 // hot path. Its GEMMs accumulate in fp64.
+#include <cmath>
 #include <vector>
 
 #include "common/validate.h"
@@ -66,6 +67,29 @@ class ReferenceBackend final : public cpu::HostMemoryBackend {
       }
     }
     if (a.amax_out != nullptr) return amax(x, a.granularity, a.amax_out);
+    return absl::OkStatus();
+  }
+
+  // Written from float_to_fp8 itself rather than arith.h's thresholds (which the fast
+  // backends use), so that the contract tests compare the two.
+  absl::Status count_cast_range(const CastRangeArgs& a) override {
+    if (auto s = detail::check_cast_range(a, {}); !s.ok()) return s;
+    const MatrixRef& x = a.input;
+    CastRangeCounts counts;
+    for (int64_t r = 0; r < x.rows; ++r) {
+      for (int64_t c = 0; c < x.cols; ++c) {
+        const float v = load(x, r * x.cols + c);
+        const float y = v * a.scale[scale_index(a.granularity, r, c)];
+        if (std::isnan(y)) continue;  // NaN is neither (fp8.h)
+        // A number the non-saturating cast cannot represent (NaN / Inf code): clipped.
+        if (!std::isfinite(fp8_to_float(float_to_fp8(y, a.format, /*saturate=*/false), a.format))) {
+          ++counts.saturated;
+        } else if (v != 0.0f && fp8_to_float(float_to_fp8(y, a.format, /*saturate=*/true), a.format) == 0.0f) {
+          ++counts.underflow;
+        }
+      }
+    }
+    *a.counts = counts;
     return absl::OkStatus();
   }
 

@@ -93,6 +93,35 @@ absl::Status Coordinator::Load() {
   return absl::OkStatus();
 }
 
+void Coordinator::SetMetrics(CoordinatorMetrics* metrics) {
+  absl::MutexLock lock(&mu_);
+  metrics_ = metrics;
+  if (metrics_ == nullptr) return;
+  for (const auto& [id, active] : active_) metrics_->OnJob(active.job);
+}
+
+ClusterCounts Coordinator::Cluster() {
+  absl::MutexLock lock(&mu_);
+  ClusterCounts counts;
+  for (const auto& [id, w] : workers_) {
+    const char* state = w.last_heartbeat_unix_ms == 0 ? "unconfirmed" : WorkerBusy(w) ? "busy" : "idle";
+    ++counts.workers[{DeviceKindLabel(w.record.device_kind), state}];
+  }
+  for (const auto& [id, active] : active_) {
+    const v1::Job& job = active.job;
+    if (IsFinal(job.state())) continue;
+    ++counts.active_jobs[v1::Job::State_Name(job.state())];
+    if (job.state() == v1::Job::QUEUED) ++counts.queued[DeviceKindLabel(job.spec().resources().device())];
+  }
+  return counts;
+}
+
+absl::Status Coordinator::Health() {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return Unavailable();
+  return store_->count_tokens().status();
+}
+
 void Coordinator::StartTicking() {
   ticker_ = std::thread([this] {
     const absl::Duration period = std::max(options_.heartbeat_interval / 4, absl::Milliseconds(20));
@@ -375,6 +404,7 @@ absl::Status Coordinator::Commit(ActiveJob& active, v1::Job next, std::vector<v1
     return absl::OkStatus();
   }));
   active.job = std::move(next);
+  if (metrics_ != nullptr) metrics_->OnJob(active.job);
   ++event_generation_;
   events_changed_.SignalAll();
   return absl::OkStatus();
@@ -424,6 +454,13 @@ void Coordinator::ScheduleLocked() {
 }
 
 absl::Status Coordinator::StartAttempt(ActiveJob& active, const std::vector<std::string>& worker_ids) {
+  if (metrics_ != nullptr) {
+    // Waiting since the submit, or since the previous attempt ended (backoff included).
+    const int64_t since = active.job.attempt_history().empty()
+                              ? active.job.created_unix_ms()
+                              : active.job.attempt_history(active.job.attempt_history_size() - 1).ended_unix_ms();
+    metrics_->OnAttemptStarted(active.job, static_cast<double>(NowUnixMs() - since) / 1e3);
+  }
   v1::Job next = active.job;
   const int number = next.attempts() + 1;
   next.set_attempts(number);

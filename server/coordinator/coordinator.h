@@ -35,6 +35,7 @@
 #include "fp8/v1/trainer_service.pb.h"
 #include "fp8/v1/worker_service.pb.h"
 #include "server/auth/token.h"
+#include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/coordinator_options.h"
 #include "server/rendezvous/rendezvous_store.h"
 #include "server/scheduler/liveness.h"
@@ -64,6 +65,14 @@ class Coordinator {
 
   // Starts the background thread that runs Tick() every heartbeat_interval / 4.
   void StartTicking();
+
+  // From now on, keeps `metrics` (which must outlive this) up to date; publishes the
+  // active jobs at once.
+  void SetMetrics(CoordinatorMetrics* metrics);
+  // The scheduler's counts, for the metrics collector.
+  ClusterCounts Cluster();
+  // OK while serving (for /healthz): the state lock is free to take and the store answers.
+  absl::Status Health();
 
   // Who a bearer token belongs to; UNAUTHENTICATED when nobody.
   absl::StatusOr<Principal> Authenticate(const std::string& token);
@@ -96,6 +105,7 @@ class Coordinator {
                                                                 const v1::GetAmaxHistoriesRequest& request);
   absl::Status CommitCheckpoint(const Principal& who, const v1::CommitCheckpointRequest& request);
   absl::Status AppendLogs(const Principal& who, const v1::AppendLogsRequest& request);
+  absl::Status ReportCastNumerics(const Principal& who, const v1::ReportCastNumericsRequest& request);
 
   // ---- RendezvousService ----------------------------------------------------------------
   // OK when `who` may use the namespace: the trainer token of that attempt, or a worker
@@ -196,6 +206,7 @@ class Coordinator {
   std::unique_ptr<store::CoordinatorStore> store_ ABSL_GUARDED_BY(mu_);
   RendezvousStore& rendezvous_;
   const CoordinatorOptions options_;
+  CoordinatorMetrics* metrics_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::string advertise_address_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, ActiveJob> active_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);

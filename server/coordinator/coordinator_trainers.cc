@@ -2,6 +2,7 @@
 // lines from the ranks of live attempts, and who may use a rendezvous namespace.
 #include <cmath>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/coordinator/amax_merge.h"
@@ -43,6 +44,9 @@ absl::StatusOr<Coordinator::ActiveJob*> Coordinator::TrainerTarget(const Princip
 
 void Coordinator::RecordNumerics(ActiveJob& active, v1::NumericsEvent event) {
   event.set_attempt(active.attempt.has_value() ? active.attempt->number : 0);
+  if (metrics_ != nullptr) {
+    metrics_->OnNumericsEvent(active.job.id(), absl::AsciiStrToLower(v1::NumericsEvent::Kind_Name(event.kind())));
+  }
   v1::JobEvent e = NumericsJobEvent(active.job.id(), event);
   if (absl::Status s = store_->append_event(e).status(); !s.ok()) {
     std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
@@ -62,6 +66,7 @@ absl::Status Coordinator::ReportProgress(const Principal& who, const v1::ReportP
     return absl::InvalidArgumentError(
         absl::StrCat("progress.step: ", p.step(), " is beyond train.steps (", active->job.spec().train().steps(), ")"));
   }
+  if (metrics_ != nullptr) metrics_->OnRankProgress(active->job, request.caller().rank(), p);
   if (request.caller().rank() != 0) return absl::OkStatus();  // the job's progress is rank 0's
   v1::Job next = active->job;
   *next.mutable_latest_progress() = p;
@@ -179,6 +184,37 @@ absl::Status Coordinator::AppendLogs(const Principal& who, const v1::AppendLogsR
   FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
   return store_->append_logs(active->job.id(), request.caller().attempt(), request.caller().rank(), lines,
                              options_.log_lines_per_job);
+}
+
+namespace {
+
+// What is wrong with one cast's numerics, or "" (field path relative to the entry).
+std::string CastNumericsProblem(const v1::CastNumerics& c) {
+  if (c.layer().empty() || c.layer().size() > 256) return "layer: must have 1 to 256 characters";
+  if (c.operand() == v1::AmaxHistory::OPERAND_UNSPECIFIED || !v1::AmaxHistory::Operand_IsValid(c.operand())) {
+    return "operand: must be INPUT, WEIGHT or GRAD_OUTPUT";
+  }
+  if (!(c.scale() >= 0) || !std::isfinite(c.scale())) return "scale: must be finite and >= 0";
+  if (!(c.saturated_ratio() >= 0 && c.saturated_ratio() <= 1)) return "saturated_ratio: must be in [0, 1]";
+  if (!(c.underflow_ratio() >= 0 && c.underflow_ratio() <= 1)) return "underflow_ratio: must be in [0, 1]";
+  return "";
+}
+
+}  // namespace
+
+absl::Status Coordinator::ReportCastNumerics(const Principal& who, const v1::ReportCastNumericsRequest& request) {
+  if (request.casts_size() > 65536) return absl::InvalidArgumentError("casts: more than 65536 entries");
+  if (request.step() < 1) return absl::InvalidArgumentError("step: must be >= 1");
+  for (int i = 0; i < request.casts_size(); ++i) {
+    if (std::string problem = CastNumericsProblem(request.casts(i)); !problem.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("casts[", i, "].", problem));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
+  // Metrics only: the job's numerics events come from its amax histories and losses.
+  if (metrics_ != nullptr) metrics_->OnCastNumerics(active->job.id(), request);
+  return absl::OkStatus();
 }
 
 absl::Status Coordinator::AuthorizeRendezvous(const Principal& who, std::string_view rendezvous_namespace) {

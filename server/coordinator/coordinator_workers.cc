@@ -105,6 +105,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const Principal& wh
   FP8_ASSIGN_OR_RETURN(Worker * worker, CallingWorker(who, request.worker_id()));
   worker->last_heartbeat = Clock::now();
   worker->last_heartbeat_unix_ms = NowUnixMs();
+  if (metrics_ != nullptr) metrics_->OnHeartbeat();
   FP8_RETURN_IF_ERROR(ObserveRanks(*worker, request.ranks()));
 
   v1::HeartbeatResponse response;
@@ -242,6 +243,7 @@ void Coordinator::CheckLiveness() {
     const std::string reason = absl::StrCat(scheduler::DescribeFailure(scheduler::WorkerLost{lost}), ": no heartbeat for ",
                                             absl::FormatDuration(options_.lost_after));
     std::fprintf(stderr, "fp8-coordinator: %s\n", reason.c_str());
+    if (metrics_ != nullptr) metrics_->OnWorkerLost(workers_.at(lost).record.device_kind);
     for (auto& [id, active] : active_) {
       if (!active.attempt.has_value()) continue;
       const auto& ranks = active.attempt->ranks;

@@ -3,12 +3,17 @@
 // its state in one SQLite file.
 //
 //   fp8-coordinator [--listen 127.0.0.1:7070] [--state-dir .] ...   serve
+//
+// Prometheus metrics and a health check are served over HTTP on --metrics-address
+// (default 127.0.0.1:9400; "off" serves none): /metrics, /healthz (deploy/METRICS.md).
 //   fp8-coordinator token --role user --name alice [--state-dir .]    print a new token
 //
 // Every flag has an environment variable (the flag wins); the defaults run on one machine
 // with no setup. On its first start (no token in the database) it writes an admin token to
 // <state-dir>/fp8-admin.token and a worker token to <state-dir>/fp8-worker.token (mode
-// 0600), where fp8ctl and fp8-worker look by default.
+// 0600), where fp8ctl and fp8-worker look by default. With --admin-token-file and
+// --worker-token-file (a Kubernetes Secret, say) those tokens are accepted instead, and
+// nothing is written.
 //
 // SIGINT / SIGTERM stop it; its state is safe at any instant (kill -9 included): a restart
 // carries on with every job, and workers reconnect.
@@ -24,6 +29,8 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
+#include <tuple>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,7 +41,13 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "common/metrics/build_info.h"
+#include "common/metrics/grpc_server_metrics.h"
+#include "common/metrics/metrics_http_server.h"
+#include "common/metrics/process_metrics.h"
+#include "common/metrics/registry.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/services.h"
 #include "server/rendezvous/rendezvous_service.h"
 
@@ -49,11 +62,14 @@ struct Flags {
   std::string state_dir = ".";
   std::string db;  // default: <state-dir>/fp8-coordinator.db
   std::string port_file;
+  std::string metrics_address = "127.0.0.1:9400";
+  std::string metrics_port_file;
   int64_t heartbeat_interval_ms = 1000;
   int64_t lost_after_ms = 10000;
   int stop_grace_s = 10;
   std::vector<std::string> data_roots, checkpoint_roots;
   std::string tls_cert, tls_key;
+  std::string admin_token_file, worker_token_file;
   // token subcommand
   std::string role, name;
 };
@@ -84,6 +100,37 @@ std::vector<fs::path> Roots(const std::vector<std::string>& given) {
   return out;
 }
 
+// Accepts the tokens in --admin-token-file / --worker-token-file from now on (stored
+// hashed, named "admin" and "workers"); a token already stored must have the same role.
+absl::Status AcceptTokenFiles(fp8::server::store::CoordinatorStore& store, const Flags& f) {
+  for (auto [role, name, file, flag] : {std::tuple{Role::kAdmin, "admin", f.admin_token_file, "--admin-token-file"},
+                                        std::tuple{Role::kWorker, "workers", f.worker_token_file,
+                                                   "--worker-token-file"}}) {
+    if (file.empty()) continue;
+    bool ok = false;
+    std::string token = ReadFile(file, &ok);
+    if (!ok) return absl::InvalidArgumentError(absl::StrCat(flag, " ", file, ": cannot read it"));
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) token.pop_back();
+    if (token.size() < 32 || token.find_first_of(" \t\r\n") != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " ", file, ": not a token (one line of at least 32 characters without spaces; "
+                       "`fp8-coordinator token` prints one)"));
+    }
+    const std::string hash = fp8::server::HashToken(token);
+    absl::StatusOr<std::optional<fp8::server::store::TokenRecord>> known = store.token(hash);
+    if (!known.ok()) return known.status();
+    if (known->has_value()) {
+      if ((*known)->role != role) {
+        return absl::InvalidArgumentError(absl::StrCat(flag, " ", file, ": this token is already a ",
+                                                       fp8::server::RoleName((*known)->role), " token"));
+      }
+      continue;
+    }
+    if (absl::Status s = store.add_token(hash, {name, role}); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 // A new admin and worker token on the first start, written where the clients look.
 absl::Status BootstrapTokens(fp8::server::Coordinator& c, const fs::path& state_dir, bool first_start) {
   if (!first_start) return absl::OkStatus();
@@ -98,6 +145,17 @@ absl::Status BootstrapTokens(fp8::server::Coordinator& c, const fs::path& state_
   return absl::OkStatus();
 }
 
+constexpr char kVersion[] = "0.1.0";
+
+// Writes `port` to `file` atomically (a reader never sees half a number).
+void WritePortFile(const std::string& file, int port) {
+  if (file.empty()) return;
+  const fs::path tmp = file + ".tmp";
+  std::ofstream(tmp) << port << "\n";
+  std::error_code ec;
+  fs::rename(tmp, file, ec);
+}
+
 int Serve(const Flags& f) {
   const fs::path state_dir = fs::absolute(f.state_dir).lexically_normal();
   std::error_code ec;
@@ -106,6 +164,7 @@ int Serve(const Flags& f) {
   absl::StatusOr<std::unique_ptr<fp8::server::store::CoordinatorStore>> store =
       fp8::server::store::CoordinatorStore::Open(db_path);
   if (!store.ok()) return Fail(std::string(store.status().message()));
+  if (absl::Status s = AcceptTokenFiles(**store, f); !s.ok()) return Fail(std::string(s.message()), 2);
   absl::StatusOr<int64_t> tokens = (*store)->count_tokens();
   if (!tokens.ok()) return Fail(std::string(tokens.status().message()));
 
@@ -135,6 +194,20 @@ int Serve(const Flags& f) {
       fp8::server::Coordinator::Create(std::move(*store), rendezvous, options);
   if (!made.ok()) return Fail(std::string(made.status().message()));
   fp8::server::Coordinator& c = **made;
+
+  fp8::metrics::Registry registry;
+  fp8::metrics::RegisterProcessMetrics(registry);
+  fp8::metrics::RegisterBuildInfo(registry, "coordinator", kVersion);
+  fp8::server::CoordinatorMetrics coordinator_metrics(registry);
+  c.SetMetrics(&coordinator_metrics);
+  registry.add_collector([&c, &coordinator_metrics] { coordinator_metrics.SetCluster(c.Cluster()); });
+  std::unique_ptr<fp8::metrics::MetricsHttpServer> metrics_server;
+  if (f.metrics_address != "off") {
+    absl::StatusOr<std::unique_ptr<fp8::metrics::MetricsHttpServer>> started = fp8::metrics::MetricsHttpServer::Start(
+        f.metrics_address, registry, [&c] { return c.Health(); });
+    if (!started.ok()) return Fail(absl::StrCat("--metrics-address: ", started.status().message()), 2);
+    metrics_server = std::move(*started);
+  }
   fp8::server::JobServiceImpl jobs(c);
   fp8::server::WorkerServiceImpl workers(c);
   fp8::server::TrainerServiceImpl trainers(c);
@@ -146,6 +219,9 @@ int Serve(const Flags& f) {
       });
 
   grpc::ServerBuilder builder;
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(fp8::metrics::MakeGrpcServerMetricsInterceptorFactory(registry));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   int port = 0;
   builder.AddListeningPort(f.listen, creds, &port);
   builder.SetMaxReceiveMessageSize(8 << 20);
@@ -162,12 +238,14 @@ int Serve(const Flags& f) {
   if (absl::Status s = BootstrapTokens(c, state_dir, *tokens == 0); !s.ok()) {
     return Fail(std::string(s.message()));
   }
-  if (!f.port_file.empty()) {
-    const fs::path tmp = f.port_file + ".tmp";
-    std::ofstream(tmp) << port << "\n";
-    fs::rename(tmp, f.port_file, ec);
-  }
+  // The metrics port first: a reader of the gRPC port file may expect both.
+  if (metrics_server) WritePortFile(f.metrics_port_file, metrics_server->port());
+  WritePortFile(f.port_file, port);
   std::printf("fp8-coordinator: serving on %s (port %d), state in %s\n", f.listen.c_str(), port, db_path.c_str());
+  if (metrics_server) {
+    const std::string host = f.metrics_address.substr(0, f.metrics_address.rfind(':'));
+    std::printf("fp8-coordinator: metrics at http://%s:%d/metrics\n", host.c_str(), metrics_server->port());
+  }
   std::fflush(stdout);
   c.StartTicking();
 
@@ -182,6 +260,8 @@ int Serve(const Flags& f) {
   c.Shutdown();
   rendezvous.shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (metrics_server) metrics_server->Stop();
+  c.SetMetrics(nullptr);
   return 0;
 }
 
@@ -223,6 +303,10 @@ int main(int argc, char** argv) {
       ->envname("FP8_STATE_DIR")->capture_default_str();
   app.add_option("--db", f.db, "SQLite file (default <state-dir>/fp8-coordinator.db)")->envname("FP8_COORDINATOR_DB");
   app.add_option("--port-file", f.port_file, "write the bound port here (for --listen ...:0)");
+  app.add_option("--metrics-address", f.metrics_address,
+                 "host:port to serve /metrics and /healthz on (port 0: any free port; off: none)")
+      ->envname("FP8_COORDINATOR_METRICS_ADDRESS")->capture_default_str();
+  app.add_option("--metrics-port-file", f.metrics_port_file, "write the bound metrics port here");
   app.add_option("--heartbeat-interval-ms", f.heartbeat_interval_ms, "how often workers heartbeat")
       ->envname("FP8_HEARTBEAT_INTERVAL_MS")->check(CLI::Range(int64_t{10}, int64_t{600000}))->capture_default_str();
   app.add_option("--lost-after-ms", f.lost_after_ms, "a worker silent this long is lost")
@@ -236,6 +320,12 @@ int main(int argc, char** argv) {
       ->envname("FP8_CHECKPOINT_ROOTS")->delimiter(':');
   app.add_option("--tls-cert", f.tls_cert, "PEM certificate chain: serve TLS")->envname("FP8_TLS_CERT");
   app.add_option("--tls-key", f.tls_key, "PEM private key of --tls-cert")->envname("FP8_TLS_KEY");
+  app.add_option("--admin-token-file", f.admin_token_file,
+                 "accept the admin token in this file (instead of writing one on the first start)")
+      ->envname("FP8_COORDINATOR_ADMIN_TOKEN_FILE");
+  app.add_option("--worker-token-file", f.worker_token_file,
+                 "accept the worker token in this file (instead of writing one on the first start)")
+      ->envname("FP8_COORDINATOR_WORKER_TOKEN_FILE");
   CLI::App* token = app.add_subcommand("token", "create a token (printed once; only its hash is kept)");
   token->fallthrough();  // --state-dir / --db may follow the subcommand
   token->add_option("--role", f.role, "admin, user or worker")->required();

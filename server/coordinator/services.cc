@@ -136,4 +136,10 @@ grpc::Status TrainerServiceImpl::AppendLogs(grpc::ServerContext* ctx, const v1::
   return ServeStatus(c_, *ctx, [&](const Principal& who) { return c_.AppendLogs(who, *req); });
 }
 
+grpc::Status TrainerServiceImpl::ReportCastNumerics(grpc::ServerContext* ctx,
+                                                    const v1::ReportCastNumericsRequest* req,
+                                                    v1::ReportCastNumericsResponse*) {
+  return ServeStatus(c_, *ctx, [&](const Principal& who) { return c_.ReportCastNumerics(who, *req); });
+}
+
 }  // namespace fp8::server

@@ -61,6 +61,8 @@ class TrainerServiceImpl final : public v1::TrainerService::Service {
                                 v1::CommitCheckpointResponse* out) override;
   grpc::Status AppendLogs(grpc::ServerContext* ctx, const v1::AppendLogsRequest* req,
                           v1::AppendLogsResponse* out) override;
+  grpc::Status ReportCastNumerics(grpc::ServerContext* ctx, const v1::ReportCastNumericsRequest* req,
+                                  v1::ReportCastNumericsResponse* out) override;
 
  private:
   Coordinator& c_;

@@ -365,6 +365,49 @@ TEST_P(Fp8WeightParity, NumericsAfterTheFp8WeightWasFreed) {
   for (size_t i = 0; i < n_own->size(); ++i) EXPECT_EQ((*n_cast)[i].scale, (*n_own)[i].scale) << i;
 }
 
+// A weight cast outside the layer reaches it as codes only, so its saturation and
+// underflow cannot be counted there: measuring reports it unmeasured, and measures the
+// input and grad_output as usual, with the same counts as a layer casting its own weight.
+TEST_P(Fp8WeightParity, MeasuringLeavesTheFp8WeightUnmeasured) {
+  const Shape s = GetParam().shape;
+  std::unique_ptr<Float8Linear> own = make_layer(s, recipe(GetParam().recipe, 4));
+  std::unique_ptr<Float8Linear> cast = make_layer(s, recipe(GetParam().recipe, 4));
+  ASSERT_NE(own, nullptr);
+  ASSERT_NE(cast, nullptr);
+  own->set_measuring(true);
+  cast->set_measuring(true);
+  Floats tw(normal(s.nk(), 0.1f, 1)), tx(normal(s.mk(), 1.0f, 2)), tg(normal(s.mn(), 1e-3f, 3));
+  Floats out_own(s.mn()), out_cast(s.mn()), gw(s.nk());
+  CastWeight cw(s);
+  cast_weight(*cast, s, tw.data(), cw);
+  if (::testing::Test::HasFatalFailure()) return;
+  ASSERT_OK(own->forward(tx.data(), s.m, tw.data(), nullptr, out_own.data()));
+  ASSERT_OK(cast->forward(tx.data(), s.m, cw.weight(), nullptr, out_cast.data()));
+  EXPECT_TRUE(same_bits(out_cast.download(), out_own.download()));
+  ASSERT_OK(own->backward(tg.data(), nullptr, gw.data(), nullptr));
+  ASSERT_OK(cast->backward(tg.data(), nullptr, gw.data(), nullptr));
+  absl::StatusOr<std::vector<CastNumerics>> n_own = own->numerics();
+  absl::StatusOr<std::vector<CastNumerics>> n_cast = cast->numerics();
+  ASSERT_TRUE(n_own.ok()) << n_own.status();
+  ASSERT_TRUE(n_cast.ok()) << n_cast.status();
+  ASSERT_EQ(n_cast->size(), n_own->size());
+  for (size_t i = 0; i < n_own->size(); ++i) {
+    const CastNumerics &o = (*n_own)[i], &c = (*n_cast)[i];
+    SCOPED_TRACE(tensor_kind_name(c.tensor));
+    EXPECT_TRUE(o.measured);
+    if (c.tensor == TensorKind::kWeight) {
+      EXPECT_FALSE(c.measured);
+      EXPECT_EQ(c.saturated_ratio, 0.0f);
+      EXPECT_EQ(c.underflow_ratio, 0.0f);
+    } else {
+      EXPECT_TRUE(c.measured);
+      EXPECT_EQ(c.saturated, o.saturated);
+      EXPECT_EQ(c.underflow, o.underflow);
+      EXPECT_EQ(c.elements, o.elements);
+    }
+  }
+}
+
 std::vector<ParityCase> parity_cases() {
   std::vector<ParityCase> cases;
   for (const Shape& s : {Shape{32, 64, 48}, Shape{19, 33, 17}}) {

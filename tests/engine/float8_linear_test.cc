@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -536,6 +537,213 @@ TEST_F(FLOAT8_LINEAR_TEST, NumericsReportEachCast) {
   }
 }
 
+// ---- measuring saturation and underflow ----------------------------------------------------------
+
+// Bitwise equality (EXPECT_EQ on floats would call -0 == +0).
+::testing::AssertionResult same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes " << a.size() << " vs " << b.size();
+  if (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0) {
+    return ::testing::AssertionSuccess();
+  }
+  for (size_t i = 0;; ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      return ::testing::AssertionFailure() << "first difference at " << i << ": " << a[i] << " vs " << b[i];
+    }
+  }
+}
+
+// What count_cast_range must find for a tensorwise cast of `x` with `scale`, counted on
+// the host with the same predicates (format_test checks them against float_to_fp8).
+CastRangeCounts host_range_counts(const std::vector<float>& x, float scale, Format f) {
+  CastRangeCounts c;
+  for (float v : x) {
+    c.saturated += fp8_saturates(v * scale, f);
+    c.underflow += fp8_underflows(v, v * scale, f);
+  }
+  return c;
+}
+
+const CastNumerics* find_cast(const std::vector<CastNumerics>& all, TensorKind t) {
+  for (const CastNumerics& c : all) {
+    if (c.tensor == t) return &c;
+  }
+  return nullptr;
+}
+
+TEST_F(FLOAT8_LINEAR_TEST, MeasuringChangesNoResultForAnyRecipe) {
+  const Shape s{64, 128, 96};
+  const size_t m = 64, k = 128, n = 96;
+  for (Recipe r : {v1::Fp8Spec::TENSORWISE, v1::Fp8Spec::ROWWISE, v1::Fp8Spec::ROWWISE_WITH_GW_HP,
+                   v1::Fp8Spec::DELAYED}) {
+    SCOPED_TRACE(v1::Fp8Spec::Recipe_Name(r));
+    std::unique_ptr<Float8Linear> plain = make_layer(backend(), s, recipe(r));
+    std::unique_ptr<Float8Linear> measured = make_layer(backend(), s, recipe(r));
+    ASSERT_NE(plain, nullptr);
+    ASSERT_NE(measured, nullptr);
+    EXPECT_FALSE(plain->measuring());
+    measured->set_measuring(true);
+    EXPECT_TRUE(measured->measuring());
+    const std::vector<float> w = normal(n * k, 0.1f, 1), bias = normal(n, 0.1f, 2);
+    // grad_output stays the same, so that only the input can outgrow its delayed history.
+    const std::vector<float> g = normal(m * n, 1e-3f, 3);
+    for (uint32_t step = 0; step < 3; ++step) {
+      // The input grows 8x in the last step: delayed scaling clips it, and the count sees it.
+      const std::vector<float> x = scaled(normal(m * k, 1.0f, 10 + step), step == 2 ? 8.0f : 1.0f);
+      const Results a = run_step(backend(), *plain, s, x, w, bias, g);
+      const Results b = run_step(backend(), *measured, s, x, w, bias, g);
+      EXPECT_TRUE(same_bits(a.output, b.output)) << "step " << step;
+      EXPECT_TRUE(same_bits(a.grad_input, b.grad_input)) << "step " << step;
+      EXPECT_TRUE(same_bits(a.grad_weight, b.grad_weight)) << "step " << step;
+      EXPECT_TRUE(same_bits(a.grad_bias, b.grad_bias)) << "step " << step;
+    }
+    EXPECT_TRUE(same_bits(plain->save_scaling_state(), measured->save_scaling_state()));
+
+    absl::StatusOr<std::vector<CastNumerics>> off = plain->numerics();
+    absl::StatusOr<std::vector<CastNumerics>> on = measured->numerics();
+    ASSERT_TRUE(off.ok()) << off.status();
+    ASSERT_TRUE(on.ok()) << on.status();
+    ASSERT_EQ(off->size(), on->size());
+    for (size_t i = 0; i < on->size(); ++i) {
+      const CastNumerics &o = (*off)[i], &c = (*on)[i];
+      SCOPED_TRACE(c.gemms);
+      EXPECT_EQ(o.amax, c.amax);
+      EXPECT_EQ(o.scale, c.scale);
+      EXPECT_EQ(o.range_use, c.range_use);
+      EXPECT_FALSE(o.measured);
+      EXPECT_EQ(o.saturated_ratio, 0.0f);
+      EXPECT_EQ(o.underflow_ratio, 0.0f);
+      EXPECT_TRUE(c.measured);
+      EXPECT_EQ(c.elements, c.tensor == TensorKind::kInput    ? s.m * s.k
+                            : c.tensor == TensorKind::kWeight ? s.n * s.k
+                                                              : s.m * s.n);
+      EXPECT_GE(c.saturated_ratio, 0.0f);
+      EXPECT_LE(c.saturated_ratio, 1.0f);
+      EXPECT_GE(c.underflow_ratio, 0.0f);
+      EXPECT_LE(c.underflow_ratio, 1.0f);
+      // Only the delayed input that grew 8x past its history clips; dynamic scales never do.
+      const bool clips = r == v1::Fp8Spec::DELAYED && c.tensor == TensorKind::kInput;
+      EXPECT_EQ(c.saturated > 0, clips) << c.saturated;
+    }
+  }
+}
+
+// An input of |x| in [0.1, 1] with max exactly 1, so that delayed scaling's next input scale
+// is 448 exactly: then x·448 lands where we choose.
+std::vector<float> unit_input(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.1f, 1.0f);
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = (i % 2 == 0 ? 1.0f : -1.0f) * u(rng);
+  x[0] = 1.0f;
+  return x;
+}
+
+TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingCountsExactlyTheValuesItClipsAndFlushes) {
+  const Shape s{64, 128, 96};
+  const size_t m = 64, k = 128, n = 96;
+  std::unique_ptr<Float8Linear> layer = make_layer(backend(), s, recipe(v1::Fp8Spec::DELAYED));
+  ASSERT_NE(layer, nullptr);
+  layer->set_measuring(true);
+  const std::vector<float> w = normal(n * k, 0.1f, 1), bias(n, 0.0f), g = normal(m * n, 1e-3f, 2);
+  const std::vector<float> x1 = unit_input(m * k, 3);
+
+  // Step 1 has no history: it scales dynamically, which never saturates.
+  run_step(backend(), *layer, s, x1, w, bias, g);
+  absl::StatusOr<std::vector<CastNumerics>> stats = layer->numerics();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->size(), 3u);
+  for (const CastNumerics& c : *stats) EXPECT_EQ(c.saturated, 0) << tensor_kind_name(c.tensor);
+
+  // Step 2: the input scale is 448 (from step 1's amax of 1). Plant values on both sides of
+  // each boundary, 1 in 50 elements each.
+  std::vector<float> x2 = x1;
+  int64_t clipped = 0, flushed = 0;
+  for (size_t i = 1; i < x2.size(); i += 50) {
+    x2[i] = -2.0f;  // 896: clipped
+    x2[i + 1] = 1.03f;  // 461.4: below 464 = max + half an ulp, rounds to 448, not clipped
+    x2[i + 2] = 1.04f;  // 465.9: clipped
+    x2[i + 3] = 1e-6f;  // 4.5e-4 <= 2^-10, half the smallest subnormal: flushed
+    x2[i + 4] = -3e-6f;  // 1.3e-3: rounds to the smallest subnormal, 2^-9
+    x2[i + 5] = 0.0f;   // zeros are exact
+    clipped += 2;
+    flushed += 1;
+  }
+  run_step(backend(), *layer, s, x2, w, bias, g);
+  stats = layer->numerics();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  const CastNumerics* input = find_cast(*stats, TensorKind::kInput);
+  ASSERT_NE(input, nullptr);
+  EXPECT_EQ(input->scale, 448.0f);
+  EXPECT_TRUE(input->measured);
+  EXPECT_EQ(input->elements, s.m * s.k);
+  EXPECT_EQ(input->saturated, clipped);
+  EXPECT_EQ(input->underflow, flushed);
+  EXPECT_FLOAT_EQ(input->saturated_ratio, static_cast<float>(clipped) / static_cast<float>(m * k));
+  EXPECT_FLOAT_EQ(input->underflow_ratio, static_cast<float>(flushed) / static_cast<float>(m * k));
+  EXPECT_GT(input->range_use, 1.0f);
+  // The weight and grad_output did not change: nothing clips; what flushes is what the
+  // host counts at the scale they used.
+  for (TensorKind t : {TensorKind::kWeight, TensorKind::kGradOutput}) {
+    const CastNumerics* c = find_cast(*stats, t);
+    ASSERT_NE(c, nullptr);
+    const CastRangeCounts want =
+        host_range_counts(t == TensorKind::kWeight ? w : g, c->scale, c->config.format());
+    EXPECT_EQ(c->saturated, 0) << tensor_kind_name(t);
+    EXPECT_EQ(c->underflow, static_cast<int64_t>(want.underflow)) << tensor_kind_name(t);
+  }
+
+  // Dynamic recipes rescale to the planted outliers: nothing clips, by construction. With
+  // tensorwise scale 448 / 2, both tiny values flush.
+  for (Recipe r : {v1::Fp8Spec::TENSORWISE, v1::Fp8Spec::ROWWISE, v1::Fp8Spec::ROWWISE_WITH_GW_HP}) {
+    SCOPED_TRACE(v1::Fp8Spec::Recipe_Name(r));
+    std::unique_ptr<Float8Linear> dynamic = make_layer(backend(), s, recipe(r));
+    ASSERT_NE(dynamic, nullptr);
+    dynamic->set_measuring(true);
+    run_step(backend(), *dynamic, s, x2, w, bias, g);
+    absl::StatusOr<std::vector<CastNumerics>> d = dynamic->numerics();
+    ASSERT_TRUE(d.ok()) << d.status();
+    for (const CastNumerics& c : *d) {
+      EXPECT_TRUE(c.measured);
+      EXPECT_EQ(c.saturated, 0) << tensor_kind_name(c.tensor) << " " << c.gemms;
+      if (c.tensor == TensorKind::kInput) {
+        EXPECT_GT(c.underflow, 0) << c.gemms;
+      }
+    }
+    if (r == v1::Fp8Spec::TENSORWISE) {
+      const CastNumerics* in = find_cast(*d, TensorKind::kInput);
+      ASSERT_NE(in, nullptr);
+      EXPECT_EQ(in->scale, 224.0f);
+      EXPECT_EQ(in->underflow, 2 * flushed);
+    }
+  }
+}
+
+TEST_F(FLOAT8_LINEAR_TEST, CastsRunWhileNotMeasuringReportUnmeasured) {
+  const Shape s{64, 128, 96};
+  const size_t m = 64, k = 128, n = 96;
+  std::unique_ptr<Float8Linear> layer = make_layer(backend(), s, recipe(v1::Fp8Spec::TENSORWISE));
+  ASSERT_NE(layer, nullptr);
+  const std::vector<float> x = normal(m * k, 1.0f, 1), w = normal(n * k, 0.1f, 2), g = normal(m * n, 1e-3f, 3);
+  const std::vector<float> bias(n, 0.0f);
+  layer->set_measuring(true);
+  Tensor tx(backend(), x), tw(backend(), w), tg(backend(), g), out(backend(), m * n), gw(backend(), n * k);
+  ASSERT_OK(layer->forward(tx.data(), s.m, tw.data(), nullptr, out.data()));
+  layer->set_measuring(false);
+  ASSERT_OK(layer->backward(tg.data(), nullptr, gw.data(), nullptr));
+  ASSERT_OK(layer->finish_step());
+  absl::StatusOr<std::vector<CastNumerics>> stats = layer->numerics();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->size(), 3u);
+  EXPECT_TRUE(find_cast(*stats, TensorKind::kInput)->measured);
+  EXPECT_TRUE(find_cast(*stats, TensorKind::kWeight)->measured);
+  EXPECT_FALSE(find_cast(*stats, TensorKind::kGradOutput)->measured);
+  // The next forward, unmeasured, replaces the input's and weight's counts too.
+  ASSERT_OK(layer->forward_no_grad(tx.data(), s.m, tw.data(), nullptr, out.data()));
+  stats = layer->numerics();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  for (const CastNumerics& c : *stats) EXPECT_FALSE(c.measured) << tensor_kind_name(c.tensor);
+}
+
 // ---- configs from a job spec ---------------------------------------------------------------------
 
 constexpr char kLongFormJob[] = R"(
@@ -672,6 +880,7 @@ class PretendGpuBackend final : public Backend {
     return cpu().compute_scales(a, n, f, pow2, s);
   }
   absl::Status cast(const CastArgs& a) override { return cpu().cast(a); }
+  absl::Status count_cast_range(const CastRangeArgs& a) override { return cpu().count_cast_range(a); }
   absl::Status quantize(const QuantizeArgs& a) override { return cpu().quantize(a); }
   absl::Status dequantize(const DequantizeArgs& a) override { return cpu().dequantize(a); }
   absl::Status convert(const void* in, DType it, void* out, DType ot, int64_t n) override {

@@ -187,6 +187,68 @@ TEST(Fp8Format, SaturationAndOverflow) {
   EXPECT_EQ(float_to_fp8(std::ldexp(1.5f, -10), Format::kE4M3, true), 0x01);
 }
 
+// ---- the range predicates (count_cast_range) against float_to_fp8 -------------------------
+
+// What float_to_fp8 itself says: clipped when the non-saturating cast cannot represent a
+// non-NaN y; flushed when a nonzero x gives a zero code.
+bool saturates_by_cast(float y, Format f) {
+  return !std::isnan(y) && !std::isfinite(fp8_to_float(float_to_fp8(y, f, false), f));
+}
+bool underflows_by_cast(float x, float y, Format f) {
+  return x != 0.0f && fp8_to_float(float_to_fp8(y, f, true), f) == 0.0f;
+}
+
+// x = y (scale 1), and a nonzero x whose product y may be anything (x = 1).
+bool predicates_match_cast(uint32_t bits, Format f) {
+  const float y = bits_float(bits);
+  return fp8_saturates(y, f) == saturates_by_cast(y, f) && fp8_underflows(y, y, f) == underflows_by_cast(y, y, f) &&
+         fp8_underflows(1.0f, y, f) == underflows_by_cast(1.0f, y, f);
+}
+
+TEST(CastRange, PredicatesMatchFloatToFp8AcrossAllFloats) {
+  for (const auto& fi : kFormats) {
+    SCOPED_TRACE(fi.format == Format::kE4M3 ? "e4m3" : "e5m2");
+    // A stride through every bit pattern (both signs, NaNs and Infs included), then every
+    // pattern within 2^16 of each threshold.
+    for (uint64_t b = 0; b <= 0xFFFFFFFFu; b += 251) {
+      ASSERT_TRUE(predicates_match_cast(static_cast<uint32_t>(b), fi.format)) << "bits 0x" << std::hex << b;
+    }
+    for (uint32_t edge : {fp8_saturation_bits(fi.format), fp8_underflow_bits(fi.format), 0x7F800000u, 0u}) {
+      for (uint32_t d = 0; d < (1u << 16); ++d) {
+        for (uint32_t sign : {0u, 0x80000000u}) {
+          for (uint32_t mag : {(edge + d) & 0x7FFFFFFFu, (edge - d) & 0x7FFFFFFFu}) {
+            ASSERT_TRUE(predicates_match_cast(sign | mag, fi.format)) << "bits 0x" << std::hex << (sign | mag);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CastRange, BoundaryValues) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  // E4M3: max 448; 464 (max + half an ulp) ties to 448, so only what lies above it clips.
+  EXPECT_FALSE(fp8_saturates(448.0f, Format::kE4M3));
+  EXPECT_FALSE(fp8_saturates(-464.0f, Format::kE4M3));
+  EXPECT_TRUE(fp8_saturates(std::nextafter(464.0f, 1e9f), Format::kE4M3));
+  EXPECT_TRUE(fp8_saturates(-inf, Format::kE4M3));
+  EXPECT_FALSE(fp8_saturates(nan, Format::kE4M3));
+  // E5M2: max 57344; 61440 ties to 65536, which is Inf: it clips.
+  EXPECT_FALSE(fp8_saturates(std::nextafter(61440.0f, 0.0f), Format::kE5M2));
+  EXPECT_TRUE(fp8_saturates(61440.0f, Format::kE5M2));
+  EXPECT_TRUE(fp8_saturates(inf, Format::kE5M2));
+  // Half the smallest subnormal ties to zero; just above it rounds to the subnormal.
+  EXPECT_TRUE(fp8_underflows(1.0f, std::ldexp(1.0f, -10), Format::kE4M3));
+  EXPECT_FALSE(fp8_underflows(1.0f, std::nextafter(std::ldexp(1.0f, -10), 1.0f), Format::kE4M3));
+  EXPECT_FALSE(fp8_underflows(1.0f, std::ldexp(1.0f, -9), Format::kE4M3));
+  EXPECT_TRUE(fp8_underflows(1.0f, -std::ldexp(1.0f, -17), Format::kE5M2));
+  EXPECT_FALSE(fp8_underflows(1.0f, std::ldexp(1.0f, -16), Format::kE5M2));
+  EXPECT_TRUE(fp8_underflows(1e-45f, 0.0f, Format::kE4M3));  // x·scale underflowed fp32
+  EXPECT_FALSE(fp8_underflows(0.0f, 0.0f, Format::kE4M3));   // zeros are exact
+  EXPECT_FALSE(fp8_underflows(-0.0f, 0.0f, Format::kE5M2));
+  EXPECT_FALSE(fp8_underflows(nan, nan, Format::kE4M3));
+}
+
 TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(float_to_bf16(1.0f), 0x3F80);
   EXPECT_EQ(float_to_bf16(bits_float(0x3F808000u)), 0x3F80);  // tie, even stays

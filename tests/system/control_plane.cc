@@ -73,7 +73,9 @@ void ControlPlane::EnableTls() {
 
 void ControlPlane::StartCoordinator() {
   const fs::path port_file = dir_ / "coordinator.port";
+  const fs::path metrics_port_file = dir_ / "coordinator.metrics-port";
   fs::remove(port_file);
+  fs::remove(metrics_port_file);
   const std::string listen = "127.0.0.1:" + std::to_string(port_);  // 0 the first time
   const int n = ++coordinator_starts_;
   const fs::path out = dir_ / ("coordinator-" + std::to_string(n) + ".out");
@@ -83,7 +85,8 @@ void ControlPlane::StartCoordinator() {
   std::vector<std::string> argv = {FP8_COORDINATOR_BINARY, "--listen", listen, "--port-file", port_file.string(),
                                    "--state-dir", dir_.string(), "--heartbeat-interval-ms", "200", "--lost-after-ms",
                                    "4000", "--stop-grace-s", "3", "--data-root", dir_.string(), "--checkpoint-root",
-                                   dir_.string()};
+                                   dir_.string(), "--metrics-address", "127.0.0.1:0", "--metrics-port-file",
+                                   metrics_port_file.string()};
   if (tls_) argv.insert(argv.end(), {"--tls-cert", (dir_ / "tls.crt").string(), "--tls-key", (dir_ / "tls.key").string()});
   coordinator_ = std::make_unique<cli_test::Subprocess>(argv, ChildEnv(), out, err);
   ASSERT_TRUE(coordinator_->started()) << coordinator_->start_error();
@@ -94,6 +97,8 @@ void ControlPlane::StartCoordinator() {
   }
   std::ifstream(port_file) >> port_;
   ASSERT_GT(port_, 0);
+  std::ifstream(metrics_port_file) >> metrics_port_;  // written before the gRPC port file
+  ASSERT_GT(metrics_port_, 0);
 }
 
 void ControlPlane::KillCoordinator(int sig) {

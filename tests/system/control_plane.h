@@ -70,11 +70,14 @@ class ControlPlane {
   std::string Logs() const;
 
   int port() const { return port_; }
+  // The coordinator's metrics port (--metrics-address 127.0.0.1:0), once started.
+  int metrics_port() const { return metrics_port_; }
 
  private:
   std::filesystem::path dir_;
   bool tls_ = false;
   int port_ = 0;
+  int metrics_port_ = 0;
   int coordinator_starts_ = 0;
   std::unique_ptr<cli_test::Subprocess> coordinator_;
   std::vector<std::unique_ptr<cli_test::Subprocess>> workers_;

@@ -76,7 +76,8 @@ size_t float_bytes(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
 
 // One fp8 cast of one tensor, serving one or both of the tensor's GEMM uses.
 struct CastPlan {
-  explicit CastPlan(Backend& b) : out(b), out_t(b), dequantized(b), scale(b), inv_scale(b), amax(b) {}
+  explicit CastPlan(Backend& b)
+      : out(b), out_t(b), dequantized(b), scale(b), inv_scale(b), amax(b), range_counts(b) {}
 
   TensorKind tensor = TensorKind::kInput;
   CastConfig config;
@@ -107,6 +108,11 @@ struct CastPlan {
   std::optional<float> host_scale_in_use;  // delayed casts: the scale, known on the host
   int64_t rows = 0, cols = 0;              // 0 until the first cast
   int last_amax_row = -1;                  // delayed casts: the slot row it wrote
+
+  // The last cast's saturation / underflow counts (a CastRangeCounts in backend memory),
+  // valid when it ran while the layer was measuring.
+  BackendBuffer range_counts;
+  bool range_counted = false;
 };
 
 // Amaxes of one direction's delayed casts (forward: input and weight; backward:
@@ -159,6 +165,7 @@ struct Float8Linear::State {
   const int64_t in_features;   // K
   const int64_t out_features;  // N
   const Float8LinearConfig config;
+  bool measuring = false;  // set_measuring()
 
   std::vector<CastPlan> plans;
   // use[tensor][orientation]: the plan that casts it for that GEMM, -1 for high precision.
@@ -192,6 +199,9 @@ struct Float8Linear::State {
   int weight_plan() const { return use[static_cast<int>(TensorKind::kWeight)][kAsStored]; }
   bool takes_fp8_weight() const;
   absl::Status run_cast(CastPlan& p, const float* data, int64_t rows, int64_t cols, int slot_row);
+  // After a cast: counts what it saturated and flushed when measuring (else marks the plan
+  // unmeasured). `g` and p.scale_in_use must be what the cast just used.
+  absl::Status count_range(CastPlan& p, const MatrixRef& input, Granularity g);
   absl::Status invert_scales(const float* scale, Granularity g, int64_t rows, int64_t cols, float* inv);
   absl::Status ensure_ones(int64_t fp8_count, int64_t f32_count);
   AmaxSlots& slots_of(TensorKind t) { return t == TensorKind::kGradOutput ? backward_slots : forward_slots; }
@@ -336,6 +346,7 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const float* data, int64
     p.scale_in_use = scale;
     p.inv_scale_in_use = scale + kFloatsPer16Bytes;
     p.host_scale_in_use = p.delayed->next_scale();
+    if (auto s = count_range(p, input, c.granularity); !s.ok()) return s;
   } else {
     // Dynamic scaling. A delayed cast comes here while its history holds no usable amax
     // (its first step): TransformerEngine would cast with scale 1 then, which can clip or
@@ -356,6 +367,7 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const float* data, int64
     p.scale_in_use = p.scale.as<float>();
     p.inv_scale_in_use = p.inv_scale.as<float>();
     p.host_scale_in_use.reset();
+    if (auto s = count_range(p, input, q.granularity); !s.ok()) return s;
   }
 
   if (p.make_dequantized) {
@@ -373,6 +385,21 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const float* data, int64
   p.rows = rows;
   p.cols = cols;
   p.last_amax_row = p.delayed ? slot_row : -1;
+  return absl::OkStatus();
+}
+
+absl::Status Float8Linear::State::count_range(CastPlan& p, const MatrixRef& input, Granularity g) {
+  p.range_counted = false;
+  if (!measuring) return absl::OkStatus();
+  if (auto s = p.range_counts.reserve(sizeof(CastRangeCounts)); !s.ok()) return s;
+  CastRangeArgs r;
+  r.input = input;
+  r.format = p.config.format();
+  r.granularity = g;
+  r.scale = p.scale_in_use;
+  r.counts = p.range_counts.as<CastRangeCounts>();
+  if (auto s = backend.count_cast_range(r); !s.ok()) return s;
+  p.range_counted = true;
   return absl::OkStatus();
 }
 
@@ -419,6 +446,7 @@ absl::Status Float8Linear::State::adopt_fp8_weight(const Fp8Weight& w, int slot_
   p.external = true;
   p.external_out = w.data;
   p.external_out_t = w.data_t;
+  p.range_counted = false;  // the layer never sees these values in high precision
   p.scale_in_use = p.scale.as<float>();
   p.inv_scale_in_use = p.inv_scale.as<float>();
   p.host_scale_in_use.reset();
@@ -864,9 +892,22 @@ absl::StatusOr<std::vector<CastNumerics>> Float8Linear::numerics() {
     float use = 0.0f;
     for (size_t i = 0; i < amax.size(); ++i) use = std::max(use, amax[i] * scale[i]);
     c.range_use = use / fp8_max(p.config.format());
+    if (p.range_counted) {
+      CastRangeCounts counts;
+      if (auto st = s.backend.copy_to_host(&counts, p.range_counts.as<void>(), sizeof counts); !st.ok()) return st;
+      c.measured = true;
+      c.elements = p.rows * p.cols;
+      c.saturated = static_cast<int64_t>(counts.saturated);
+      c.underflow = static_cast<int64_t>(counts.underflow);
+      c.saturated_ratio = static_cast<float>(static_cast<double>(c.saturated) / static_cast<double>(c.elements));
+      c.underflow_ratio = static_cast<float>(static_cast<double>(c.underflow) / static_cast<double>(c.elements));
+    }
     out.push_back(std::move(c));
   }
   return out;
 }
+
+void Float8Linear::set_measuring(bool on) { s_->measuring = on; }
+bool Float8Linear::measuring() const { return s_->measuring; }
 
 }  // namespace fp8::engine

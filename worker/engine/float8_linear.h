@@ -19,7 +19,8 @@
 //
 // Host synchronisation: forward() and backward() queue backend work only (they read no
 // device value on the host), apart from one-off buffer growth when the token count first
-// grows. finish_step() and numerics() copy small vectors to the host.
+// grows. finish_step() and numerics() copy small vectors to the host (numerics() also the
+// range counts of casts run while measuring: set_measuring()).
 //
 // Delayed scaling, per training step (one optimizer step, any number of micro-batches):
 //   forward/backward × micro-batches   each cast records its amax into its own slot
@@ -53,11 +54,16 @@ const char* tensor_kind_name(TensorKind t);
 
 // What one fp8 cast did the last time it ran: the numbers the product exports as metrics.
 //
-// The fraction of saturated values is not measured: counting them needs a pass of its
-// own that Backend does not offer. `range_use` is free instead, and answers the question
-// that fraction is usually asked for: it is ≤ 1 when nothing was clipped, and when > 1 the
-// largest value was clipped by that factor. Dynamic scaling keeps it ≤ 1 by construction;
-// delayed scaling exceeds 1 when a tensor grows faster than its history.
+// `range_use` is free: it is ≤ 1 when nothing was clipped, and when > 1 the largest value
+// was clipped by that factor. Dynamic scaling keeps it ≤ 1 by construction; delayed
+// scaling exceeds 1 when a tensor grows faster than its history.
+//
+// How many values were clipped or flushed to zero takes a pass of its own over the tensor
+// (Backend::count_cast_range), so it is measured only for casts that ran while the layer
+// was measuring (Float8Linear::set_measuring); `measured` says whether this one did. Both
+// counts follow fp8::CastRangeArgs: Inf saturates, NaN counts as neither, a value within
+// half an fp8 ulp of max rounds to max and is not saturated (so dynamic scaling, whose
+// amax·scale is max up to fp32 rounding, counts 0 by construction).
 struct CastNumerics {
   TensorKind tensor = TensorKind::kInput;
   std::string gemms;  // which GEMMs use this cast: "output", "output+grad_weight", ...
@@ -65,6 +71,13 @@ struct CastNumerics {
   float amax = 0.0f;       // largest |value| of the tensor at the cast
   float scale = 0.0f;      // the scale (axiswise: the smallest of the row scales)
   float range_use = 0.0f;  // max over scales of amax·scale / fp8_max
+
+  bool measured = false;         // the cast ran while measuring; the fields below are 0 otherwise
+  int64_t elements = 0;          // values the cast covered (rows·cols)
+  int64_t saturated = 0;         // of which clipped to ±fp8 max (or ±Inf)
+  int64_t underflow = 0;         // of which nonzero values that became zero
+  float saturated_ratio = 0.0f;  // saturated / elements
+  float underflow_ratio = 0.0f;  // underflow / elements
 };
 
 // A weight cast to fp8 outside the layer: FSDP casts each rank's shard with one global
@@ -158,6 +171,19 @@ class Float8Linear {
   // One entry per fp8 cast that has run. Synchronises the backend: call it when metrics
   // are reported, not every step.
   absl::StatusOr<std::vector<CastNumerics>> numerics();
+
+  // While on, every cast the layer runs (forward, forward_no_grad, backward) also counts
+  // the values it saturated or flushed to zero, with the very input, granularity and
+  // scales it used, and numerics() reports them. It costs one more read of each cast
+  // tensor and queues a little work, no host synchronisation; off (the default) it costs
+  // nothing. Outputs, gradients and scaling state are bit-identical either way: the count
+  // only reads. A cast run while off reports measured = false.
+  //
+  // Not measured: a weight taken as an Fp8Weight (FSDP's fp8 all-gather casts it outside
+  // the layer, which sees only its codes, and a clipped code cannot be told from a value
+  // that was max to begin with): its entry reports measured = false.
+  void set_measuring(bool on);
+  bool measuring() const;
 
  private:
   struct State;

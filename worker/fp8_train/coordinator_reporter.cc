@@ -98,7 +98,8 @@ void CoordinatorReporter::on_step(const engine::StepReport& r) {
   if (r.val_loss.has_value()) p->set_val_loss(*r.val_loss);
   p->set_grad_norm(r.grad_norm);
   p->set_lr(r.lr);
-  p->set_tokens_per_second(r.tokens_per_second);
+  // The engine's rate is the whole job's; the API's is this rank's share.
+  p->set_tokens_per_second(r.tokens_per_second / std::max(1, options_.world_size));
   p->mutable_step_time()->set_step_ms(r.step_ms);
   // Computation is the step less its waits: for data, and for communication that
   // computation did not hide.
@@ -147,6 +148,27 @@ void CoordinatorReporter::on_amax_histories(int64_t step, const std::vector<engi
     h->set_range_use(r.range_use);
   }
   if (req.histories_size() > 0) enqueue(std::move(req));
+}
+
+void CoordinatorReporter::on_cast_numerics(int64_t step, const std::vector<engine::CastNumericsRecord>& casts) {
+  inner_.on_cast_numerics(step, casts);
+  if (options_.rank != 0) return;  // the job's numerics are rank 0's view (trainer_service.proto)
+  fp8::v1::ReportCastNumericsRequest req;
+  *req.mutable_caller() = caller();
+  req.set_step(step);
+  for (const engine::CastNumericsRecord& r : casts) {
+    const std::optional<fp8::v1::AmaxHistory::Operand> operand = AmaxOperand(r.tensor);
+    if (!operand.has_value()) continue;
+    fp8::v1::CastNumerics* c = req.add_casts();
+    c->set_layer(r.layer);
+    c->set_operand(*operand);
+    c->set_amax(r.amax);
+    c->set_scale(r.scale);
+    c->set_range_use(r.range_use);
+    c->set_saturated_ratio(r.saturated_ratio);
+    c->set_underflow_ratio(r.underflow_ratio);
+  }
+  if (req.casts_size() > 0) enqueue(std::move(req));
 }
 
 void CoordinatorReporter::on_warning(const std::string& w) { inner_.on_warning(w); }
@@ -219,6 +241,9 @@ grpc::Status CoordinatorReporter::call_once(const Message& m) {
   } else if (const auto* amax = std::get_if<fp8::v1::ReportAmaxHistoriesRequest>(&m)) {
     fp8::v1::ReportAmaxHistoriesResponse resp;
     s = stub_->ReportAmaxHistories(&ctx, *amax, &resp);
+  } else if (const auto* numerics = std::get_if<fp8::v1::ReportCastNumericsRequest>(&m)) {
+    fp8::v1::ReportCastNumericsResponse resp;
+    s = stub_->ReportCastNumerics(&ctx, *numerics, &resp);
   } else {
     fp8::v1::CommitCheckpointResponse resp;
     s = stub_->CommitCheckpoint(&ctx, std::get<fp8::v1::CommitCheckpointRequest>(m), &resp);
@@ -232,9 +257,9 @@ void CoordinatorReporter::send(const Message& m) {
   const bool commit = std::holds_alternative<fp8::v1::CommitCheckpointRequest>(m);
   const std::string what = commit ? absl::StrCat("checkpoint commit of step ",
                                                  std::get<fp8::v1::CommitCheckpointRequest>(m).step())
-                                  : std::holds_alternative<fp8::v1::ReportAmaxHistoriesRequest>(m)
-                                        ? "amax history report"
-                                        : "progress report";
+                                  : std::holds_alternative<fp8::v1::ReportAmaxHistoriesRequest>(m) ? "amax history report"
+                                  : std::holds_alternative<fp8::v1::ReportCastNumericsRequest>(m)  ? "cast numerics report"
+                                                                                                   : "progress report";
   absl::Duration backoff = options_.first_backoff;
   for (int attempt = 0;; ++attempt) {
     if (ended_.load()) return;

@@ -1,8 +1,9 @@
 // fp8-train's reports to the coordinator (TrainerService, proto/fp8/v1/trainer_service.proto)
 // for a rank the worker daemon started: a TrainObserver that passes every event on to the
 // rank's own observer (rank 0's console log stays as it is) and forwards step reports
-// (ReportProgress) and, on rank 0, checkpoint commits (CommitCheckpoint) and delayed
-// scaling's amax histories (ReportAmaxHistories).
+// (ReportProgress) and, on rank 0, checkpoint commits (CommitCheckpoint), delayed
+// scaling's amax histories (ReportAmaxHistories) and every cast's numerics
+// (ReportCastNumerics).
 //
 // Off the critical path: calls go out on a background thread from a bounded queue, so a
 // slow or absent coordinator never stalls a step. When the queue is full the oldest
@@ -66,6 +67,7 @@ class CoordinatorReporter final : public engine::TrainObserver {
   void on_step(const engine::StepReport& r) override;
   void on_checkpoint(int64_t step, const std::filesystem::path& dir) override;
   void on_amax_histories(int64_t step, const std::vector<engine::AmaxHistoryRecord>& histories) override;
+  void on_cast_numerics(int64_t step, const std::vector<engine::CastNumericsRecord>& casts) override;
   void on_warning(const std::string& w) override;
   void on_finish(const engine::TrainSummary& s) override;
 
@@ -76,7 +78,7 @@ class CoordinatorReporter final : public engine::TrainObserver {
 
  private:
   using Message = std::variant<fp8::v1::ReportProgressRequest, fp8::v1::CommitCheckpointRequest,
-                               fp8::v1::ReportAmaxHistoriesRequest>;
+                               fp8::v1::ReportAmaxHistoriesRequest, fp8::v1::ReportCastNumericsRequest>;
 
   void enqueue(Message m);
   // flush() against one deadline shared by on_finish and the destructor.

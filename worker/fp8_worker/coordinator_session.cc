@@ -60,6 +60,7 @@ void CoordinatorSession::Succeeded() {
 }
 
 void CoordinatorSession::Failed(const char* call, const grpc::Status& s) {
+  if (options_.metrics != nullptr) options_.metrics->OnDisconnected();
   if (IsOutage(s)) {
     if (!in_outage_) {
       in_outage_ = true;
@@ -104,6 +105,7 @@ absl::Status CoordinatorSession::Register() {
   }
   worker_id_ = resp.worker_id();
   previous_id_ = worker_id_;
+  if (options_.metrics != nullptr) options_.metrics->OnRegistered(worker_id_);
   registered_ = true;
   heartbeat_interval_ = resp.heartbeat_interval_ms() > 0 ? std::chrono::milliseconds(resp.heartbeat_interval_ms())
                                                          : kDefaultHeartbeat;
@@ -160,8 +162,12 @@ void CoordinatorSession::Heartbeat() {
   for (const PendingExit& p : pending_) *req.add_ranks() = p.exit.last_status;
   v1::HeartbeatResponse resp;
   std::unique_ptr<grpc::ClientContext> ctx = Context();
+  const Clock::time_point sent = Clock::now();
   const grpc::Status s = stub_->Heartbeat(ctx.get(), req, &resp);
   if (s.ok()) {
+    if (options_.metrics != nullptr) {
+      options_.metrics->OnHeartbeat(std::chrono::duration<double>(Clock::now() - sent).count());
+    }
     Succeeded();
     for (const v1::WorkerCommand& c : resp.commands()) Execute(c);
     return;
@@ -172,6 +178,7 @@ void CoordinatorSession::Heartbeat() {
     // Forgotten (coordinator restart) or declared lost: register again, keeping the ranks.
     // A token that stopped working shows up there as a fatal refusal.
     Log(absl::StrCat("heartbeat as ", worker_id_, " refused (", Describe(s), "); registering again"));
+    if (options_.metrics != nullptr) options_.metrics->OnDisconnected();
     registered_ = false;
     next_tick_ = Clock::now();
     return;
@@ -187,8 +194,16 @@ void CoordinatorSession::Execute(const v1::WorkerCommand& command) {
                          command.start_rank().rank(), ": not started, fp8-worker is stopping"));
         return;
       }
+    {
+      const size_t before = ranks_.Size();
       ranks_.Start(command.start_rank());
+      // A repeated command starts nothing; a failed spawn shows up as an exit.
+      if (options_.metrics != nullptr && ranks_.Size() > before) {
+        options_.metrics->OnRankStarted();
+        options_.metrics->SetRanksRunning(ranks_.Size());
+      }
       return;
+    }
     case v1::WorkerCommand::kStopRank: {
       const v1::StopRank& stop = command.stop_rank();
       ranks_.Stop(stop.job_id(), stop.attempt(), std::clamp(stop.grace_seconds(), 0, 3600), stop.reason());
@@ -203,6 +218,10 @@ void CoordinatorSession::Execute(const v1::WorkerCommand& command) {
 void CoordinatorSession::CollectExits() {
   ranks_.Poll();
   std::vector<RankExit> exits = ranks_.TakeExits();
+  if (options_.metrics != nullptr) {
+    options_.metrics->SetRanksRunning(ranks_.Size());
+    for (const RankExit& e : exits) options_.metrics->OnRankExit(e);
+  }
   if (exits.empty()) return;
   for (RankExit& e : exits) pending_.push_back({std::move(e), 0});
   if (registered_ && !in_outage_) next_tick_ = Clock::now();  // tell the coordinator now

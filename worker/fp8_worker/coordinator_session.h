@@ -27,6 +27,7 @@
 #include "fp8/v1/worker_service.grpc.pb.h"
 #include "worker/fp8_worker/rank_supervisor.h"
 #include "worker/fp8_worker/worker_config.h"
+#include "worker/fp8_worker/worker_metrics.h"
 
 namespace fp8::worker {
 
@@ -39,6 +40,8 @@ struct SessionOptions {
   std::chrono::milliseconds shutdown_report_budget{10000};
   // Refusals (not outages) of one exit report before it is given up on.
   int max_report_refusals = 5;
+  // Kept up to date when set (must outlive the session).
+  WorkerMetrics* metrics = nullptr;
 };
 
 class CoordinatorSession {

@@ -202,7 +202,8 @@ absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::strin
                "fp8-train ranks it assigns. Every flag can also come from the environment "
                "variable named in its description; the flag wins.",
                "fp8-worker");
-  std::string coordinator, token_file, device, address, work_dir, trainer, cpus, memory_gb, ca, grace;
+  std::string coordinator, token_file, device, address, metrics_address, work_dir, trainer, cpus, memory_gb, ca,
+      grace;
   CLI::Option* o_coordinator = app.add_option("--coordinator", coordinator,
       "HOST:PORT of the coordinator (FP8_COORDINATOR; default 127.0.0.1:7070)");
   CLI::Option* o_token = app.add_option("--token-file", token_file,
@@ -210,8 +211,11 @@ absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::strin
       "the token itself; default ./fp8-worker.token)");
   CLI::Option* o_device = app.add_option("--device", device, "cpu or cuda:N (FP8_DEVICE; default cpu)");
   CLI::Option* o_address = app.add_option("--address", address,
-      "HOST:PORT this worker is reached at; ranks listen on HOST (FP8_WORKER_ADDRESS; default "
-      "127.0.0.1:0, port 0 = no metrics port)");
+      "HOST:PORT this worker is reached at (its /metrics; port 0: the one --metrics-address binds); "
+      "ranks listen on HOST (FP8_WORKER_ADDRESS; default 127.0.0.1:0)");
+  CLI::Option* o_metrics = app.add_option("--metrics-address", metrics_address,
+      "HOST:PORT to serve /metrics and /healthz on, e.g. 0.0.0.0:9401 in a container "
+      "(FP8_WORKER_METRICS_ADDRESS; default: --address)");
   CLI::Option* o_work_dir = app.add_option("--work-dir", work_dir,
       "folder for each rank's job.yaml and output.log (FP8_WORKER_DIR; default ./fp8-worker-<device>)");
   CLI::Option* o_trainer = app.add_option("--trainer", trainer,
@@ -247,6 +251,11 @@ absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::strin
   }
   if (Setting s = Pick(o_address, address, env, "FP8_WORKER_ADDRESS"); s.value) {
     if (absl::Status st = ParseAddress(s, &c.address, &c.listen_host); !st.ok()) return st;
+  }
+  c.metrics_address = c.address;
+  if (Setting s = Pick(o_metrics, metrics_address, env, "FP8_WORKER_METRICS_ADDRESS"); s.value) {
+    std::string host;
+    if (absl::Status st = ParseAddress(s, &c.metrics_address, &host); !st.ok()) return st;
   }
   if (Setting s = Pick(o_cpus, cpus, env, "FP8_WORKER_CPUS"); s.value) {
     if (absl::Status st = ParseInt(s, 0, 1 << 20, &c.cpus); !st.ok()) return st;

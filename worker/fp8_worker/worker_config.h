@@ -7,7 +7,8 @@
 //                                                       variable and the default file, not
 //                                                       an explicit --token-file)
 //   --device cpu|cuda:N         FP8_DEVICE              cpu
-//   --address HOST:PORT         FP8_WORKER_ADDRESS      127.0.0.1:0 (port 0: no metrics yet)
+//   --address HOST:PORT         FP8_WORKER_ADDRESS      127.0.0.1:0 (port 0: the metrics port bound)
+//   --metrics-address HOST:PORT FP8_WORKER_METRICS_ADDRESS  --address
 //   --work-dir DIR              FP8_WORKER_DIR          ./fp8-worker-<device>
 //   --trainer PATH              FP8_TRAINER             fp8-train next to this executable
 //   --cpus N                    FP8_WORKER_CPUS         0 (unknown)
@@ -39,6 +40,7 @@ struct WorkerConfig {
   std::string device_name = "cpu";  // "cpu" or "cuda:<N>"
   std::string address = "127.0.0.1:0";
   std::string listen_host = "127.0.0.1";  // the host part of address, given to ranks
+  std::string metrics_address = "127.0.0.1:0";  // where /metrics is served (bind)
   std::string work_dir;                    // absolute
   std::string trainer;                     // absolute path of fp8-train
   int cpus = 0;

@@ -185,6 +185,46 @@ FP8_HD float dequantize_value(uint8_t q, Format f, float scale) { return canonic
 
 FP8_HD uint32_t abs_bits(float x) { return float_bits(x) & 0x7FFFFFFFu; }
 
+// ---- what a cast did beyond rounding (numerics metrics) -----------------------------------
+//
+// For y = x * scale, as quantize_value computes it, two outcomes of float_to_fp8 lose
+// more than a rounding error. Both are thresholds on |y|'s bit pattern (branch-free, so
+// the counting loops vectorise), and format_test checks them against float_to_fp8 itself.
+//
+// Saturated: y rounds (to nearest, ties to even) past the largest finite code, so the
+// saturating cast clamps it to ±max (a non-saturating one would make NaN / Inf). ±Inf
+// counts. A |y| within half an ulp of max rounds to max like any other value: that is
+// rounding, not clipping, and keeps dynamic scaling (amax·scale ≈ max, sometimes a fp32
+// ulp above) at zero saturation by construction.
+//  * E4M3: max 448, ulp 32; 464 ties to 448 (even mantissa; the next code, 0x7F, is NaN),
+//    so overflow starts just above 464.
+//  * E5M2: max 57344, ulp 8192; 61440 ties to 65536 (even mantissa), which is Inf, so
+//    overflow starts at 61440.
+FP8_HD uint32_t fp8_saturation_bits(Format f) {
+  return f == Format::kE4M3 ? 0x43E80001u /* next float above 464 */ : 0x47700000u /* 61440 */;
+}
+
+// Underflow: y rounds to ±0. That is |y| ≤ half the smallest subnormal (2^-10 for E4M3,
+// 2^-17 for E5M2; the half-way value ties to the even code, zero), fp32 subnormals
+// (float_to_fp8 flushes them) and y = 0 itself (x·scale underflowed fp32, or scale is 0).
+// Only nonzero x count: zeros are exact.
+FP8_HD uint32_t fp8_underflow_bits(Format f) {
+  const int bias = f == Format::kE4M3 ? 7 : 15;
+  const int mbits = f == Format::kE4M3 ? 3 : 2;
+  return static_cast<uint32_t>(127 - bias - mbits) << 23;  // 2^(-bias-mbits): half a quantum
+}
+
+// NaN (an x that is NaN, or Inf·0) is neither: the cast maps it to NaN, which is neither a
+// clipped nor a flushed value, and amax already reports it (a NaN amax propagates).
+FP8_HD bool fp8_saturates(float y, Format f) {
+  const uint32_t a = abs_bits(y);
+  return (a >= fp8_saturation_bits(f)) & (a <= 0x7F800000u);  // up to Inf; NaN sorts above
+}
+
+FP8_HD bool fp8_underflows(float x, float y, Format f) {
+  return (abs_bits(x) != 0u) & (abs_bits(y) <= fp8_underflow_bits(f));
+}
+
 // amax accumulates on the magnitude's bit pattern: for non-negative floats the integer
 // order is the numeric order, and every NaN sorts above +Inf, so a NaN anywhere in the
 // tensor propagates into its amax (as torch.amax does) without a branch.

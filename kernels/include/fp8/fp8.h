@@ -99,6 +99,40 @@ inline CastArgs cast_step_of(const QuantizeArgs& q) {
   return c;
 }
 
+// How many values of a cast went out of the format's range: the numerics metrics'
+// "saturated" and "underflow" ratios. The same input, format, granularity and scales as
+// the cast it measures; one read of the input, nothing else written. For each element,
+// with y = x · scale in fp32 exactly as the cast computes it (definitions in arith.h,
+// fp8_saturates / fp8_underflows, which match float_to_fp8 bit for bit):
+//   saturated  y rounds past fp8_max: the (saturating) cast clamps it to ±max. ±Inf
+//              counts; a |y| within half an fp8 ulp of max just rounds to max and does not.
+//   underflow  x ≠ 0 and y rounds to ±0 (|y| ≤ half the smallest subnormal).
+//   NaN        neither: it is not clipped or flushed but carried as NaN, and amax reports it.
+// Counts do not depend on CastArgs::saturate: out-of-range values are counted either way.
+struct CastRangeCounts {
+  uint64_t saturated = 0;
+  uint64_t underflow = 0;
+};
+
+struct CastRangeArgs {
+  MatrixRef input;
+  Format format = Format::kE4M3;
+  Granularity granularity = Granularity::kTensorwise;
+  const float* scale = nullptr;       // scale_count(granularity) entries
+  CastRangeCounts* counts = nullptr;  // backend memory; overwritten (zeros for an empty input)
+};
+
+// The range count of exactly what `c` casts.
+inline CastRangeArgs range_args_of(const CastArgs& c, CastRangeCounts* counts) {
+  CastRangeArgs r;
+  r.input = c.input;
+  r.format = c.format;
+  r.granularity = c.granularity;
+  r.scale = c.scale;
+  r.counts = counts;
+  return r;
+}
+
 // out = q / scale, in fp32 or bf16.
 struct DequantizeArgs {
   const uint8_t* input = nullptr;
@@ -183,6 +217,9 @@ class Backend {
   virtual absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2,
                                       float* scale) = 0;
   virtual absl::Status cast(const CastArgs& args) = 0;
+  // Counts the values a cast with these arguments saturates or flushes to zero (see
+  // CastRangeArgs). Queued like a kernel: read the counts with copy_to_host.
+  virtual absl::Status count_cast_range(const CastRangeArgs& args) = 0;
   virtual absl::Status quantize(const QuantizeArgs& args) = 0;
   virtual absl::Status dequantize(const DequantizeArgs& args) = 0;
   // Elementwise fp32 <-> bf16 (or a same-type copy) of n elements.

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -73,9 +74,13 @@ class RecordingObserver final : public TrainObserver {
   void on_checkpoint(int64_t step, const std::filesystem::path&) override { checkpoints.push_back(step); }
   void on_warning(const std::string& w) override { warnings.push_back(w); }
   void on_finish(const TrainSummary& s) override { summaries.push_back(s); }
+  void on_cast_numerics(int64_t step, const std::vector<CastNumericsRecord>& casts) override {
+    cast_numerics.emplace_back(step, casts);
+  }
 
   std::vector<TrainStart> starts;
   std::vector<StepReport> steps;
+  std::vector<std::pair<int64_t, std::vector<CastNumericsRecord>>> cast_numerics;
   std::vector<int64_t> checkpoints;
   std::vector<std::string> warnings;
   std::vector<TrainSummary> summaries;

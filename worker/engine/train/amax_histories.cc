@@ -1,9 +1,58 @@
 #include "worker/engine/train/amax_histories.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
+#include "worker/engine/status_macros.h"
+
 namespace fp8::engine {
+namespace {
+
+// One tensor's casts of one layer, folded into its record.
+struct TensorTally {
+  CastNumericsRecord record;
+  int casts = 0;
+  int64_t elements = 0, saturated = 0, underflow = 0;  // over the measured casts
+
+  void add(const CastNumerics& c) {
+    record.amax = casts == 0 ? c.amax : std::max(record.amax, c.amax);
+    record.scale = casts == 0 ? c.scale : std::min(record.scale, c.scale);
+    record.range_use = casts == 0 ? c.range_use : std::max(record.range_use, c.range_use);
+    ++casts;
+    if (!c.measured) return;
+    elements += c.elements;
+    saturated += c.saturated;
+    underflow += c.underflow;
+  }
+  CastNumericsRecord finish() {
+    if (elements > 0) {
+      record.saturated_ratio = static_cast<float>(static_cast<double>(saturated) / static_cast<double>(elements));
+      record.underflow_ratio = static_cast<float>(static_cast<double>(underflow) / static_cast<double>(elements));
+    }
+    return std::move(record);
+  }
+};
+
+// Appends a layer's records, one per tensor in the order its casts come (input, weight,
+// grad_output).
+void append_layer_records(const std::string& layer, const std::vector<CastNumerics>& casts,
+                          std::vector<CastNumericsRecord>& out) {
+  std::vector<TensorTally> tallies;
+  for (const CastNumerics& c : casts) {
+    const std::string tensor = tensor_kind_name(c.tensor);
+    auto it = std::find_if(tallies.begin(), tallies.end(), [&](const TensorTally& t) { return t.record.tensor == tensor; });
+    if (it == tallies.end()) {
+      it = tallies.insert(tallies.end(), TensorTally{});
+      it->record.layer = layer;
+      it->record.tensor = tensor;
+    }
+    it->add(c);
+  }
+  for (TensorTally& t : tallies) out.push_back(t.finish());
+}
+
+}  // namespace
 
 std::vector<AmaxHistoryRecord> CollectAmaxHistories(const LlamaModel& model) {
   std::vector<AmaxHistoryRecord> out;
@@ -34,6 +83,19 @@ absl::StatusOr<int> LoadAmaxHistories(LlamaModel& model, const std::vector<AmaxH
     }
   }
   return loaded;
+}
+
+void SetCastMeasuring(LlamaModel& model, bool on) {
+  for (LinearUnit* unit : model.mutable_linears()) unit->layer->set_measuring(on);
+}
+
+absl::StatusOr<std::vector<CastNumericsRecord>> CollectCastNumerics(LlamaModel& model) {
+  std::vector<CastNumericsRecord> out;
+  for (LinearUnit* unit : model.mutable_linears()) {
+    FP8_ASSIGN_OR_RETURN(std::vector<CastNumerics> casts, unit->layer->numerics());
+    append_layer_records(unit->name, casts, out);
+  }
+  return out;
 }
 
 }  // namespace fp8::engine

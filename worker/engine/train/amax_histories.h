@@ -1,6 +1,7 @@
-// The delayed-scaling state of a whole model as plain records: what a trainer reports to
-// the coordinator, and what a restarted attempt loads back from it. Names are the
-// layer's ("layers.0.attention.wq") and the cast's ("input", "weight", "grad_output").
+// The fp8 state of a whole model as plain records: the delayed-scaling histories (what a
+// trainer reports to the coordinator, and what a restarted attempt loads back from it)
+// and each cast's numerics (what it reports as metrics). Names are the layer's
+// ("layers.0.attention.wq") and the cast's ("input", "weight", "grad_output").
 #pragma once
 
 #include <cstdint>
@@ -20,5 +21,17 @@ std::vector<AmaxHistoryRecord> CollectAmaxHistories(const LlamaModel& model);
 // matched; records naming no delayed cast of this model are skipped (a spec changed
 // between attempts cannot be, but an old coordinator's records may name other layers).
 absl::StatusOr<int> LoadAmaxHistories(LlamaModel& model, const std::vector<AmaxHistoryRecord>& records);
+
+// Float8Linear::set_measuring on every linear: whether the coming casts also count what
+// they saturate and flush to zero.
+void SetCastMeasuring(LlamaModel& model, bool on);
+
+// Each fp8 linear's cast numerics (Float8Linear::numerics()), in model order, one record
+// per (layer, tensor): the series a metric exports. Axiswise recipes cast a tensor twice
+// (per row for one GEMM, per column for the other); those two merge into one record with
+// the larger amax and range use, the smaller scale, and ratios over both casts' values
+// together (counts summed over elements summed). Casts not measured count as 0. Linears
+// kept in high precision have no casts and no records. Synchronises the backend.
+absl::StatusOr<std::vector<CastNumericsRecord>> CollectCastNumerics(LlamaModel& model);
 
 }  // namespace fp8::engine

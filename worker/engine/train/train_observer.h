@@ -95,7 +95,7 @@ struct CastNumericsRecord {
   float scale = 0;              // the scale it used (axiswise: the smallest row scale)
   float range_use = 0;          // amax·scale / fp8 max: > 1 clipped
   float saturated_ratio = 0;    // fraction of values with |x·scale| beyond fp8 max
-  float underflow_ratio = 0;    // fraction of nonzero values that became zero
+  float underflow_ratio = 0;    // fraction of values that were nonzero and became zero
 };
 
 struct TrainSummary {

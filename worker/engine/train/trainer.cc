@@ -301,6 +301,11 @@ absl::Status Trainer::maybe_checkpoint(int64_t step, bool force, TrainObserver& 
   return absl::OkStatus();
 }
 
+bool Trainer::measures_step(int64_t step, int64_t first_step, const RunControl& control) const {
+  const v1::TrainSpec& tr = spec_.train();
+  return step % tr.log_every() == 0 || step == first_step || step == tr.steps() || step == control.stop_after_step;
+}
+
 void Trainer::report_amax_histories(int64_t step, TrainObserver& observer) {
   std::vector<AmaxHistoryRecord> histories = CollectAmaxHistories(*model_);
   if (!histories.empty()) observer.on_amax_histories(step, histories);
@@ -332,9 +337,16 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
   std::optional<StepComm> interval_comm;
   int64_t interval_steps = 0;
   for (int64_t step = summary.first_step; step <= tr.steps(); ++step) {
+    // Saturation and underflow cost a pass over each cast tensor, so only steps that will
+    // report are measured. Whether a step reports is known only after it ran (an
+    // evaluation or a stop signal can add a report), so this is the foreseeable part:
+    // steps that report only because they evaluate or were stopped by a signal report
+    // their casts as unmeasured (ratios 0). Under FSDP every rank decides alike.
+    SetCastMeasuring(*model_, measures_step(step, summary.first_step, control));
     const Clock::time_point step_start = Clock::now();
     bool stop_everywhere = false;
     FP8_ASSIGN_OR_RETURN(StepReport report, train_step(control, &stop_everywhere));
+    SetCastMeasuring(*model_, false);  // an evaluation after the step need not count
     interval_seconds += seconds_since(step_start);
     interval_data_ms += report.data_ms;
     if (report.comm) {
@@ -349,19 +361,27 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
 
     const bool stopping = stop_everywhere || step == control.stop_after_step;
     const bool last = step == tr.steps() || stopping;
-    if (validation_ && (step % tr.eval_every() == 0 || last)) {
+    const bool evaluates = validation_ && (step % tr.eval_every() == 0 || last);
+    const bool reports = step % tr.log_every() == 0 || step == summary.first_step || last || evaluates;
+    // Read before the evaluation, whose casts would replace the training step's.
+    std::vector<CastNumericsRecord> casts;
+    if (reports) {
+      FP8_ASSIGN_OR_RETURN(casts, CollectCastNumerics(*model_));
+    }
+    if (evaluates) {
       FP8_ASSIGN_OR_RETURN(double val, validation_loss());
       report.val_loss = val;
       summary.last_val_loss = val;
       if (!summary.best_val_loss || val < *summary.best_val_loss) summary.best_val_loss = val;
     }
-    if (step % tr.log_every() == 0 || step == summary.first_step || last || report.val_loss) {
+    if (reports) {
       report.step_ms = 1e3 * interval_seconds / static_cast<double>(interval_steps);
       report.data_ms = interval_data_ms / static_cast<double>(interval_steps);
       report.comm = interval_comm;
       if (report.comm) *report.comm /= static_cast<double>(interval_steps);
       report.tokens_per_second = static_cast<double>(interval_steps * tokens_per_step) / interval_seconds;
       observer.on_step(report);
+      if (!casts.empty()) observer.on_cast_numerics(step, casts);
       report_amax_histories(step, observer);
       interval_seconds = 0;
       interval_data_ms = 0;

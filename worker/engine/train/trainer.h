@@ -9,6 +9,11 @@
 // global grad norm; AdamW at the scheduled learning rate. Every eval_every steps the
 // validation loss; every checkpoint.every steps (and at the end) a checkpoint.
 //
+// Reports (observer.on_step) come every log_every steps, at the first and the last step,
+// and with each evaluation; each is followed by on_cast_numerics: every fp8 cast's amax,
+// scale, range use and saturation / underflow ratios for that step. The ratios take a
+// counting pass per cast, so only steps foreseen to report are measured (run()).
+//
 // Deterministic: the same spec and thread count give the same bits, and a run stopped
 // after a checkpoint and resumed gives the bits of a run that never stopped.
 //
@@ -87,6 +92,9 @@ class Trainer {
   absl::StatusOr<StepReport> train_step(const RunControl& control, bool* stop_everywhere);
   absl::Status maybe_checkpoint(int64_t step, bool force, TrainObserver& observer, TrainSummary& summary);
   void report_amax_histories(int64_t step, TrainObserver& observer);
+  // Whether `step` is sure to report, so that its casts are measured while it runs (the
+  // report is decided after the step; see run()).
+  bool measures_step(int64_t step, int64_t first_step, const RunControl& control) const;
   absl::StatusOr<std::filesystem::path> save_sharded_checkpoint();
   // Under FSDP: fails on every rank unless every rank's `ok` holds and all report the same
   // `step` (what they resumed from, or checkpointed).

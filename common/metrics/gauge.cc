@@ -1,0 +1,12 @@
+#include "common/metrics/gauge.h"
+
+#include "common/metrics/text_format.h"
+
+namespace fp8::metrics {
+
+void Gauge::AppendSamples(std::string_view name, std::string_view labels,
+                          std::string& out) const {
+  AppendSample(out, name, "", labels, "", value());
+}
+
+}  // namespace fp8::metrics

@@ -1,0 +1,162 @@
+{{/*
+Names, labels and shared pieces of the fp8 chart.
+*/}}
+
+{{/* The chart name, or nameOverride. */}}
+{{- define "fp8.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* "<release>-<name>" (just the release when it already contains the name), or fullnameOverride. */}}
+{{- define "fp8.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "fp8-0.1.0" for the helm.sh/chart label. */}}
+{{- define "fp8.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels of every resource. */}}
+{{- define "fp8.labels" -}}
+helm.sh/chart: {{ include "fp8.chart" . }}
+{{ include "fp8.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: fp8
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Labels that select the release's pods (add app.kubernetes.io/component for one kind). */}}
+{{- define "fp8.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "fp8.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The coordinator's Deployment, Service, ConfigMap and claim. */}}
+{{- define "fp8.coordinator.fullname" -}}
+{{- printf "%s-coordinator" (include "fp8.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The workers' StatefulSet and headless Service (52 characters at most: the
+     StatefulSet's controller-revision-hash label adds to it). */}}
+{{- define "fp8.workers.fullname" -}}
+{{- printf "%s-worker" (include "fp8.fullname" .) | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "fp8.coordinator.labels" -}}
+{{ include "fp8.labels" . }}
+app.kubernetes.io/component: coordinator
+{{- end -}}
+
+{{- define "fp8.coordinator.selectorLabels" -}}
+{{ include "fp8.selectorLabels" . }}
+app.kubernetes.io/component: coordinator
+{{- end -}}
+
+{{- define "fp8.workers.labels" -}}
+{{ include "fp8.labels" . }}
+app.kubernetes.io/component: worker
+{{- end -}}
+
+{{- define "fp8.workers.selectorLabels" -}}
+{{ include "fp8.selectorLabels" . }}
+app.kubernetes.io/component: worker
+{{- end -}}
+
+{{/* "repository:tag", the tag defaulting to appVersion. */}}
+{{- define "fp8.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* ".svc" or ".svc.<clusterDomain>": the end of an in-cluster DNS name. */}}
+{{- define "fp8.svcSuffix" -}}
+{{- if .Values.clusterDomain -}}
+{{- printf "svc.%s" .Values.clusterDomain -}}
+{{- else -}}
+svc
+{{- end -}}
+{{- end -}}
+
+{{/* host:port of the coordinator's gRPC port inside the cluster (what workers dial). */}}
+{{- define "fp8.coordinator.address" -}}
+{{- printf "%s.%s.%s:%d" (include "fp8.coordinator.fullname" .) .Release.Namespace (include "fp8.svcSuffix" .) (int .Values.coordinator.grpcPort) -}}
+{{- end -}}
+
+{{/* What trainers dial (--advertise). */}}
+{{- define "fp8.coordinator.advertise" -}}
+{{- default (include "fp8.coordinator.address" .) .Values.coordinator.advertiseAddress -}}
+{{- end -}}
+
+{{/* The Secret holding admin-token and worker-token. */}}
+{{- define "fp8.tokens.secretName" -}}
+{{- if .Values.tokens.existingSecret -}}
+{{- .Values.tokens.existingSecret -}}
+{{- else -}}
+{{- printf "%s-tokens" (include "fp8.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The coordinator's state claim. */}}
+{{- define "fp8.coordinator.claimName" -}}
+{{- default (printf "%s-state" (include "fp8.coordinator.fullname" .) | trunc 63 | trimSuffix "-") .Values.coordinator.persistence.existingClaim -}}
+{{- end -}}
+
+{{/* Mount point of the tokens in the pods. */}}
+{{- define "fp8.tokens.mountPath" -}}/etc/fp8/tokens{{- end -}}
+{{/* Mount point of the TLS Secret in the pods. */}}
+{{- define "fp8.tls.mountPath" -}}/etc/fp8/tls{{- end -}}
+
+{{/*
+Checks of value combinations the schema cannot express. Included by every template that
+depends on them, so that `helm template` fails with a message naming the values.
+*/}}
+{{- define "fp8.validate" -}}
+{{- $w := .Values.workers -}}
+{{- $c := .Values.coordinator -}}
+{{- if lt (int $w.replicas) 1 -}}
+{{- fail (printf "workers.replicas must be at least 1 (got %v): a job needs world_size free workers" $w.replicas) -}}
+{{- end -}}
+{{- if not (regexMatch "^(cpu|cuda:[0-9]+)$" (toString $w.device)) -}}
+{{- fail (printf "workers.device must be \"cpu\" or \"cuda:N\" (got %q)" (toString $w.device)) -}}
+{{- end -}}
+{{- if and (hasPrefix "cuda:" $w.device) (lt (int $w.gpusPerPod) 1) -}}
+{{- fail (printf "workers.device is %s but workers.gpusPerPod is %v: a cuda worker needs a GPU (use values-cpu.yaml for CPU workers)" $w.device $w.gpusPerPod) -}}
+{{- end -}}
+{{- if and (hasPrefix "cuda:" $w.device) (ge (int (trimPrefix "cuda:" $w.device)) (int $w.gpusPerPod)) -}}
+{{- fail (printf "workers.device %s names a GPU the pod does not have: each pod sees workers.gpusPerPod=%v GPU(s), numbered from cuda:0" $w.device $w.gpusPerPod) -}}
+{{- end -}}
+{{- if le (int $c.lostAfterMs) (int $c.heartbeatIntervalMs) -}}
+{{- fail (printf "coordinator.lostAfterMs (%v) must be longer than coordinator.heartbeatIntervalMs (%v)" $c.lostAfterMs $c.heartbeatIntervalMs) -}}
+{{- end -}}
+{{- if le (int $w.terminationGracePeriodSeconds) (int $w.stopGraceSeconds) -}}
+{{- fail (printf "workers.terminationGracePeriodSeconds (%v) must exceed workers.stopGraceSeconds (%v): the worker needs that long to stop its ranks" $w.terminationGracePeriodSeconds $w.stopGraceSeconds) -}}
+{{- end -}}
+{{- if eq (int $c.grpcPort) (int $c.metricsPort) -}}
+{{- fail (printf "coordinator.grpcPort and coordinator.metricsPort are both %v" $c.grpcPort) -}}
+{{- end -}}
+{{- if and .Values.tokens.existingSecret (or .Values.tokens.adminToken .Values.tokens.workerToken) -}}
+{{- fail "tokens.existingSecret is set: leave tokens.adminToken and tokens.workerToken empty (the tokens come from that Secret)" -}}
+{{- end -}}
+{{- if and .Values.tls.enabled (not .Values.tls.secretName) -}}
+{{- fail "tls.enabled is true: set tls.secretName to a Secret with the certificate, its key and the CA (e.g. from cert-manager)" -}}
+{{- end -}}
+{{- range $key := list "dataRoots" "checkpointRoots" -}}
+{{- range $root := index $c $key -}}
+{{- if not (regexMatch "^/[^:]*$" $root) -}}
+{{- fail (printf "coordinator.%s: %q must be an absolute path without ':'" $key $root) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,209 @@
+#!/usr/bin/env node
+// Writes a `promtool test rules` file that evaluates every dashboard query against
+// synthetic series shaped like deploy/METRICS.md, and expects each to return data.
+//
+//   node eval_queries.js --metrics deploy/METRICS.md --out TEST.yml FILE.json...
+//
+// The series: every metric in METRICS.md with every combination of the label values in
+// LABEL_VALUES below (the values METRICS.md names), scraped from a coordinator
+// (sections "Coordinator: ...") and/or two workers ("Worker", "Both daemons") with the
+// target labels job and instance; gauges are constant, counters and histogram buckets
+// grow. Dashboard variables are replaced the way Grafana would: a query variable by the
+// first synthetic value of its label (its "All" value when it has one), $__rate_interval
+// by 1m. Each query becomes
+//   (count(<query>) > bool 0) or on () vector(0)     expected: {} 1
+// so promtool fails on a syntax error and on a query that selects nothing (a wrong label
+// value, a join whose labels do not match, ...), printing the query with a first comment
+// line naming the dashboard, panel and refId.
+'use strict';
+const fs = require('fs');
+const path = require('path');
+
+const args = process.argv.slice(2);
+let metricsPath = null;
+let out = null;
+const files = [];
+for (let i = 0; i < args.length; i++) {
+  if (args[i] === '--metrics') metricsPath = args[++i];
+  else if (args[i] === '--out') out = args[++i];
+  else files.push(args[i]);
+}
+if (!metricsPath || !out || files.length === 0) {
+  console.error('usage: eval_queries.js --metrics METRICS.md --out TEST.yml FILE.json...');
+  process.exit(2);
+}
+
+// Values of each label (from METRICS.md's descriptions). `component` and `worker_id`
+// come from the scrape target instead.
+const LABEL_VALUES = {
+  job_id: ['job-7', 'job-8'],
+  job_name: ['llama-tiny'],
+  user: ['alice'],
+  recipe: ['tensorwise'],
+  device_kind: ['cpu', 'cuda'],
+  world_size: ['2'],
+  state: null, // per metric, below
+  part: ['compute', 'exposed_communication', 'data'],
+  collective: ['all_gather', 'reduce_scatter', 'all_reduce'],
+  dtype: ['fp8', 'fp32'],
+  kind: ['non_finite_loss', 'amax_jump', 'saturation'],
+  layer: ['layers.0.attention.wq', 'layers.1.feed_forward.w2'],
+  tensor: ['input', 'weight', 'grad_output'],
+  version: ['0.1.0'],
+  method: ['fp8.v1.JobService/Submit', 'fp8.v1.WorkerService/Heartbeat'],
+  code: ['OK', 'INVALID_ARGUMENT', 'UNAVAILABLE'],
+  family: ['fp8_cast_amax'],
+  device: ['cpu:0'],
+  outcome: ['success', 'failure', 'signal', 'stopped'],
+};
+const STATE_VALUES = {
+  fp8_job_state: ['QUEUED', 'RUNNING', 'RESTARTING', 'SUCCEEDED', 'FAILED', 'CANCELLED'],
+  fp8_scheduler_jobs: ['QUEUED', 'RUNNING', 'RESTARTING'],
+  fp8_jobs_finished_total: ['SUCCEEDED', 'FAILED', 'CANCELLED'],
+  fp8_workers: ['unconfirmed', 'idle', 'busy'],
+};
+const TARGETS = {
+  coordinator: [{ job: 'fp8', instance: 'fp8-coordinator:9400', component: 'coordinator' }],
+  worker: [
+    { job: 'fp8', instance: 'fp8-worker-0:9401', component: 'worker', worker_id: 'worker-0' },
+    { job: 'fp8', instance: 'fp8-worker-1:9401', component: 'worker', worker_id: 'worker-1' },
+  ],
+};
+// Gauges are 1 unless listed here (labels -> value).
+const GAUGE_VALUES = {
+  // One current state per job, as the coordinator reports it.
+  fp8_job_state: (l) => (l.state === (l.job_id === 'job-7' ? 'RUNNING' : 'QUEUED') ? 1 : 0),
+};
+const BUCKETS = ['0.005', '0.05', '0.5', '5', '60', '+Inf'];
+const STEPS = 60; // samples, 15s apart: 15 minutes
+const EVAL_TIME = '14m';
+
+// ---------------------------------------------------------------------------- series
+
+function parseMetrics(text) {
+  const metrics = [];
+  let section = '';
+  for (const line of text.split('\n')) {
+    const h = /^##\s+(.*)/.exec(line);
+    if (h) section = h[1];
+    const m = /^\|\s*`([a-zA-Z_:][a-zA-Z0-9_:]*)`\s*\|([^|]*)\|([^|]*)\|/.exec(line);
+    if (!m) continue;
+    const type = m[2].trim().split(/\s+/)[0];
+    const labels = m[3].split(',').map((s) => s.trim()).filter(Boolean);
+    const targets = /^Both/i.test(section)
+      ? [...TARGETS.coordinator, ...TARGETS.worker]
+      : /^Worker/i.test(section)
+        ? TARGETS.worker
+        : TARGETS.coordinator;
+    metrics.push({ name: m[1], type, labels, targets });
+  }
+  return metrics;
+}
+
+function product(lists) {
+  return lists.reduce((acc, l) => acc.flatMap((a) => l.map((v) => [...a, v])), [[]]);
+}
+
+function seriesOf(metric) {
+  const out = [];
+  for (const target of metric.targets) {
+    const own = metric.labels.filter((l) => !(l in target));
+    const values = own.map((l) => {
+      const v = l === 'state' ? STATE_VALUES[metric.name] : LABEL_VALUES[l];
+      if (!v) throw new Error(`eval_queries: no synthetic values for label ${l} of ${metric.name}: add them to LABEL_VALUES`);
+      return v;
+    });
+    for (const combo of product(values)) {
+      const labels = { job: target.job, instance: target.instance };
+      own.forEach((l, i) => (labels[l] = combo[i]));
+      for (const l of metric.labels) if (l in target) labels[l] = target[l];
+      out.push(labels);
+    }
+  }
+  return out;
+}
+
+const sel = (name, labels) =>
+  `${name}{${Object.entries(labels).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(',')}}`;
+
+function inputSeries(metrics) {
+  const lines = [];
+  for (const m of metrics) {
+    for (const labels of seriesOf(m)) {
+      if (m.type === 'histogram') {
+        BUCKETS.forEach((le, i) => lines.push([sel(`${m.name}_bucket`, { ...labels, le }), `0+${i + 1}x${STEPS}`]));
+        lines.push([sel(`${m.name}_count`, labels), `0+${BUCKETS.length}x${STEPS}`]);
+        lines.push([sel(`${m.name}_sum`, labels), `0+3x${STEPS}`]);
+      } else if (m.type === 'counter') {
+        lines.push([sel(m.name, labels), `0+2x${STEPS}`]);
+      } else {
+        const v = GAUGE_VALUES[m.name] ? GAUGE_VALUES[m.name](labels) : 1;
+        lines.push([sel(m.name, labels), `${v}+0x${STEPS}`]);
+      }
+    }
+  }
+  return lines;
+}
+
+// ---------------------------------------------------------------------------- queries
+
+const metrics = parseMetrics(fs.readFileSync(metricsPath, 'utf8'));
+const series = inputSeries(metrics);
+
+// The synthetic values of a label (for a variable's value).
+function valuesOfLabel(label) {
+  if (label === 'state') return Object.values(STATE_VALUES).flat();
+  if (LABEL_VALUES[label]) return LABEL_VALUES[label];
+  const fromTargets = [...TARGETS.coordinator, ...TARGETS.worker].map((t) => t[label]).filter(Boolean);
+  return fromTargets;
+}
+
+function substitute(expr, vars) {
+  return expr
+    .replace(/\$__rate_interval\b|\$\{__rate_interval\}/g, '1m')
+    .replace(/\$__interval\b|\$\{__interval\}/g, '15s')
+    .replace(/\$__range\b|\$\{__range\}/g, '10m')
+    .replace(/\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?/g, (all, name) => (name in vars ? vars[name] : all));
+}
+
+const tests = [];
+for (const file of files) {
+  const d = JSON.parse(fs.readFileSync(file, 'utf8'));
+  const base = path.basename(file);
+  const vars = {};
+  const list = d.templating?.list ?? [];
+  for (const v of list) {
+    if (v.type !== 'query') continue;
+    const q = typeof v.query === 'string' ? v.query : v.query?.query ?? '';
+    const lv = /label_values\(\s*(.*?)\s*,\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)/.exec(q);
+    if (!lv) continue;
+    tests.push([`${base} variable ${v.name}`, substitute(lv[1], vars)]);
+    vars[v.name] = v.includeAll ? v.allValue ?? '.*' : valuesOfLabel(lv[2])[0] ?? '';
+  }
+  const panels = (d.panels ?? []).flatMap((p) => [p, ...(p.type === 'row' ? p.panels ?? [] : [])]);
+  for (const p of panels) {
+    for (const t of p.targets ?? []) {
+      if (typeof t.expr !== 'string') continue;
+      tests.push([`${base} panel ${p.id} "${p.title}" ${t.refId}`, substitute(t.expr, vars)]);
+    }
+  }
+}
+
+// JSON is YAML: promtool reads this file as its test file.
+const doc = {
+  rule_files: [],
+  evaluation_interval: '1m',
+  tests: [
+    {
+      interval: '15s',
+      input_series: series.map(([s, values]) => ({ series: s, values })),
+      promql_expr_test: tests.map(([name, expr]) => ({
+        expr: `# ${name.replace(/\n/g, ' ')}\n(count(\n${expr}\n) > bool 0) or on () vector(0)`,
+        eval_time: EVAL_TIME,
+        exp_samples: [{ labels: '{}', value: 1 }],
+      })),
+    },
+  ],
+};
+fs.writeFileSync(out, JSON.stringify(doc, null, 1) + '\n');
+console.log(`eval_queries: ${tests.length} queries over ${series.length} synthetic series`);

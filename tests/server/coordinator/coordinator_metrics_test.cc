@@ -1,0 +1,122 @@
+// CoordinatorMetrics: what a job's life leaves in the exposition, and that finished jobs
+// do not pile up series.
+#include "server/coordinator/coordinator_metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/metrics/registry.h"
+
+namespace fp8::server {
+namespace {
+
+v1::Job MakeJob(const std::string& id, v1::Job::State state) {
+  v1::Job job;
+  job.set_id(id);
+  job.set_state(state);
+  job.set_attempts(state == v1::Job::QUEUED ? 0 : 1);
+  job.mutable_spec()->set_name("tiny");
+  job.mutable_spec()->set_owner("alice");
+  job.mutable_spec()->mutable_fp8()->set_recipe(v1::Fp8Spec::TENSORWISE);
+  job.mutable_spec()->mutable_resources()->set_world_size(2);
+  job.mutable_spec()->mutable_resources()->set_device(v1::ResourceSpec::CPU);
+  job.mutable_spec()->mutable_train()->set_steps(100);
+  job.mutable_spec()->mutable_train()->set_batch_size(4);
+  job.mutable_spec()->mutable_data()->set_seq_len(64);
+  return job;
+}
+
+v1::TrainingProgress Progress() {
+  v1::TrainingProgress p;
+  p.set_step(10);
+  p.set_window_steps(5);
+  p.set_loss(2.5);
+  p.set_tokens_per_second(1000);  // one rank's
+  p.mutable_step_time()->set_step_ms(40);
+  p.mutable_step_time()->set_compute_ms(30);
+  p.mutable_step_time()->set_exposed_comm_ms(8);
+  p.mutable_communication()->set_all_gather_fp8_bytes(100);
+  return p;
+}
+
+v1::ReportCastNumericsRequest Casts() {
+  v1::ReportCastNumericsRequest r;
+  v1::CastNumerics* c = r.add_casts();
+  c->set_layer("layers.0.attention.wq");
+  c->set_operand(v1::AmaxHistory::INPUT);
+  c->set_amax(3.5f);
+  c->set_scale(128);
+  c->set_saturated_ratio(0.25f);
+  return r;
+}
+
+bool Has(const std::string& text, const std::string& line) { return text.find(line + "\n") != std::string::npos; }
+
+TEST(CoordinatorMetrics, RunningJobShowsProgressSplitTrafficAndNumerics) {
+  metrics::Registry registry;
+  CoordinatorMetrics m(registry);
+  v1::Job job = MakeJob("job-1", v1::Job::RUNNING);
+  *job.mutable_latest_progress() = Progress();
+  m.OnJob(job);
+  m.OnRankProgress(job, 0, Progress());
+  m.OnRankProgress(job, 1, Progress());
+  m.OnCastNumerics("job-1", Casts());
+  const std::string text = registry.expose();
+  EXPECT_TRUE(Has(text, R"(fp8_job_state{job_id="job-1",state="RUNNING"} 1)")) << text;
+  EXPECT_TRUE(Has(text, R"(fp8_job_state{job_id="job-1",state="QUEUED"} 0)")) << text;
+  EXPECT_TRUE(Has(text, R"(fp8_job_tokens_per_second{job_id="job-1"} 2000)")) << "world size x rank 0's\n" << text;
+  EXPECT_TRUE(Has(text, R"(fp8_job_step_part_seconds{job_id="job-1",part="data"} 0.002)")) << text;
+  // Both ranks' 5 steps of 100 fp8 bytes; both ranks' 5 steps of 4 x 64 tokens.
+  EXPECT_TRUE(Has(text, R"(fp8_job_communication_bytes_total{job_id="job-1",collective="all_gather",dtype="fp8"} 1000)"))
+      << text;
+  EXPECT_TRUE(Has(text, R"(fp8_job_tokens_total{job_id="job-1"} 2560)")) << text;
+  EXPECT_TRUE(Has(text, R"(fp8_cast_saturated_ratio{job_id="job-1",layer="layers.0.attention.wq",tensor="input"} 0.25)"))
+      << text;
+  EXPECT_TRUE(Has(text,
+                  R"(fp8_job_info{job_id="job-1",job_name="tiny",user="alice",recipe="tensorwise",device_kind="cpu",world_size="2"} 1)"))
+      << text;
+}
+
+TEST(CoordinatorMetrics, EndedJobKeepsItsSummaryButNotItsCasts) {
+  metrics::Registry registry;
+  CoordinatorMetrics m(registry);
+  m.OnJob(MakeJob("job-1", v1::Job::RUNNING));
+  m.OnCastNumerics("job-1", Casts());
+  v1::Job done = MakeJob("job-1", v1::Job::SUCCEEDED);
+  m.OnJob(done);
+  m.OnJob(done);  // a later change of a final job counts once
+  const std::string text = registry.expose();
+  EXPECT_EQ(text.find("fp8_cast_amax{"), std::string::npos) << text;
+  EXPECT_TRUE(Has(text, R"(fp8_job_state{job_id="job-1",state="SUCCEEDED"} 1)")) << text;
+  EXPECT_TRUE(Has(text, R"(fp8_jobs_finished_total{state="SUCCEEDED"} 1)")) << text;
+}
+
+TEST(CoordinatorMetrics, OnlyTheMostRecentFinishedJobsKeepSeries) {
+  metrics::Registry registry;
+  CoordinatorMetrics m(registry, /*keep_finished=*/2);
+  for (const char* id : {"job-1", "job-2", "job-3"}) m.OnJob(MakeJob(id, v1::Job::FAILED));
+  m.OnJob(MakeJob("job-4", v1::Job::QUEUED));
+  const std::string text = registry.expose();
+  EXPECT_EQ(text.find(R"(job_id="job-1")"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"(fp8_job_state{job_id="job-2",state="FAILED"} 1)"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"(fp8_job_state{job_id="job-4",state="QUEUED"} 1)"), std::string::npos) << "active jobs stay";
+}
+
+TEST(CoordinatorMetrics, ClusterCountsWriteZerosForEmptiedStates) {
+  metrics::Registry registry;
+  CoordinatorMetrics m(registry);
+  ClusterCounts busy;
+  busy.workers[{"cpu", "busy"}] = 2;
+  busy.queued["cpu"] = 3;
+  busy.active_jobs["RUNNING"] = 1;
+  m.SetCluster(busy);
+  m.SetCluster(ClusterCounts{});
+  const std::string text = registry.expose();
+  EXPECT_TRUE(Has(text, R"(fp8_workers{device_kind="cpu",state="busy"} 0)")) << text;
+  EXPECT_TRUE(Has(text, R"(fp8_scheduler_queue_depth{device_kind="cpu"} 0)")) << text;
+  EXPECT_TRUE(Has(text, R"(fp8_scheduler_jobs{state="RUNNING"} 0)")) << text;
+}
+
+}  // namespace
+}  // namespace fp8::server
