@@ -1,29 +1,53 @@
-// bench_linear: one training step of a Float8Linear layer per fp8 recipe against the same
-// layer with recipe `none` (every GEMM in fp32), side by side in one run. The GEMM
-// speedups of bench_gemm are an upper bound; what a model gains is that minus the casts,
-// transposes and scale bookkeeping the layer adds around its three GEMMs, and this
-// measures the layer whole.
+// bench_linear: one training step of a linear layer per fp8 recipe against the same layer
+// in high precision, side by side in one run. The GEMM speedups of bench_gemm are an upper
+// bound; what a model gains is that minus the casts, transposes and scale bookkeeping the
+// layer adds around its three GEMMs, and this measures the layer whole.
 //
-// The workload is torchao's "ln -> linear -> sigmoid" microbenchmark at square shapes
-// (tokens = in_features = out_features = D), so the ratios sit next to its published ones
-// (REFERENCE.md, speed anchors). One iteration, the loss being the sum of the outputs:
-//   RMSNorm forward, linear forward, sigmoid forward,
-//   sigmoid backward, linear backward (grad_input and grad_weight), RMSNorm backward,
-//   finish_step() (where delayed scaling updates its histories and scales).
-// On CUDA there are no model ops yet, so there only the linear forward + backward (from a
-// fixed upstream gradient) and finish_step() are timed; the table title says which.
+// Two workloads ("modes"), shapes given as tokens M, in_features K, out_features N:
+//
+//   step    torchao's "ln -> linear -> sigmoid" microbenchmark, so the ratios sit next to
+//           its published ones (REFERENCE.md, speed anchors). One iteration, the loss being
+//           the sum of the outputs: RMSNorm forward (the device's ModelOps), linear
+//           forward, sigmoid forward, sigmoid backward, linear backward (grad_input and
+//           grad_weight), RMSNorm backward, finish_step() (where delayed scaling updates
+//           its histories and scales). The loss's own reduction is left out (the backward
+//           needs only its gradient, ones); torch's sum() costs one read of the output.
+//   linear  the linear layer alone: forward, then backward from a fixed upstream gradient,
+//           and finish_step(). Issue 8's "Float8Linear forward + backward".
+//
+// Contenders (activations are fp32 in this engine today, so every contender reads fp32
+// inputs and writes fp32 outputs unless said otherwise):
+//   none        Float8Linear with recipe none: three fp32 GEMMs (no TF32 on CUDA)
+//   bf16        a bf16 linear inside an fp32 model, as torch.autocast runs one: x, W and
+//               the upstream gradient converted to bf16 each step, three bf16 GEMMs with
+//               fp32 accumulation and fp32 outputs (grad_weight accumulated). Float8Linear
+//               with bf16 in place of fp8: the like-for-like baseline for the fp8 recipes.
+//   bf16_gemms  (linear mode only) the three GEMMs of a bf16 nn.Linear on bf16 tensors made
+//               once, bf16 outputs, no conversions at all: what a model with bf16
+//               activations would pay, a lower bound for any bf16 linear.
+//   tensorwise, rowwise, rowwise_with_gw_hp, delayed: Float8Linear per recipe (casts,
+//               transposes, scales and all).
+//
+// Before timing, every contender runs one step from the same inputs and the linear's
+// output and the step's grad_input are compared with recipe none's (relative L2 error),
+// so a wrongly wired contender shows in the table rather than as a fast wrong number.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
-#include <iterator>
+#include <map>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/bench_cuda.h"
 #include "bench/bench_util.h"
 #include "fp8/model_ops.h"
 #include "worker/engine/cast_config.h"
 #include "worker/engine/float8_linear.h"
+#include "worker/engine/tensor/device.h"
 
 namespace fp8::bench {
 namespace {
@@ -32,137 +56,462 @@ using engine::Float8Linear;
 
 constexpr const char* kUsage =
     "usage: bench_linear [--device cpu|cuda] [--quick] [--max-size N] [--csv FILE]\n"
-    "  Times one forward+backward step of Float8Linear in torchao's ln -> linear -> sigmoid\n"
-    "  microbenchmark at square shapes, per fp8 recipe, against recipe none (fp32 GEMMs),\n"
-    "  and prints the fp8 speedup.";
+    "                    [--modes step,linear] [--shapes MxKxN,...] [--no-check]\n"
+    "  Times one training step of a linear layer per fp8 recipe (Float8Linear) against\n"
+    "  recipe none (fp32 GEMMs) and a bf16 linear, in torchao's ln -> linear -> sigmoid\n"
+    "  step (mode step) and alone (mode linear), and prints the speedups.\n"
+    "  Default shapes: cuda 4096^3, 8192^3, 16384^3 and M=16384 K=N=8192; cpu 512^3 to 2048^3.\n"
+    "  Default modes: step,linear on cuda, step on cpu.";
+
+constexpr float kEps = 1e-5f;
+
+struct Shape {
+  int64_t m, k, n;  // tokens, in_features, out_features
+  std::string label() const {
+    if (m == k && k == n) return std::to_string(m) + "^3";
+    return std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
+  }
+  // Three GEMMs of 2·M·K·N each.
+  double gemm_flops() const { return 6.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n); }
+};
+
+// bench_linear's own flags; the rest go to parse_options.
+struct LinearOptions {
+  std::vector<std::string> modes;
+  std::vector<Shape> shapes;
+  bool check = true;
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, sep)) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+Shape parse_shape(const std::string& s) {
+  const std::vector<std::string> d = split(s, 'x');
+  Shape shape{0, 0, 0};
+  if (d.size() == 1) shape = {std::atoll(d[0].c_str()), std::atoll(d[0].c_str()), std::atoll(d[0].c_str())};
+  if (d.size() == 3) shape = {std::atoll(d[0].c_str()), std::atoll(d[1].c_str()), std::atoll(d[2].c_str())};
+  if (shape.m <= 0 || shape.k <= 0 || shape.n <= 0) die("--shapes: '" + s + "' is not D or MxKxN with positive sizes");
+  return shape;
+}
+
+// Pulls bench_linear's flags out of argv; what remains is parsed by parse_options.
+LinearOptions take_linear_options(int& argc, char** argv) {
+  LinearOptions lo;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--modes" && i + 1 < argc) {
+      lo.modes = split(argv[++i], ',');
+      for (const auto& m : lo.modes) {
+        if (m != "step" && m != "linear") die("--modes: '" + m + "' is neither step nor linear");
+      }
+    } else if (a == "--shapes" && i + 1 < argc) {
+      for (const auto& s : split(argv[++i], ',')) lo.shapes.push_back(parse_shape(s));
+    } else if (a == "--no-check") {
+      lo.check = false;
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  return lo;
+}
+
+std::vector<Shape> shapes_for(const Options& o, const LinearOptions& lo, bool gpu) {
+  std::vector<Shape> s = lo.shapes;
+  if (s.empty()) {
+    const std::vector<int64_t> square = gpu ? (o.quick ? std::vector<int64_t>{4096, 8192}
+                                                       : std::vector<int64_t>{4096, 8192, 16384})
+                                            : (o.quick ? std::vector<int64_t>{256, 512, 1024}
+                                                       : std::vector<int64_t>{512, 1024, 2048});
+    for (int64_t d : square) s.push_back({d, d, d});
+    // Issue 8's target shape: 16384 tokens through an 8192 -> 8192 layer.
+    if (gpu) s.push_back({16384, 8192, 8192});
+  }
+  std::vector<Shape> kept;
+  for (const Shape& x : s) {
+    if (o.max_size == 0 || std::max({x.m, x.k, x.n}) <= o.max_size) kept.push_back(x);
+  }
+  return kept;
+}
 
 struct Recipe {
   const char* name;
   v1::Fp8Spec::Recipe recipe;
 };
-constexpr Recipe kBaseline = {"none", v1::Fp8Spec::NONE};
-constexpr Recipe kRecipes[] = {{"tensorwise", v1::Fp8Spec::TENSORWISE},
-                               {"rowwise", v1::Fp8Spec::ROWWISE},
-                               {"rowwise_with_gw_hp", v1::Fp8Spec::ROWWISE_WITH_GW_HP},
-                               {"delayed", v1::Fp8Spec::DELAYED}};
+constexpr Recipe kFp8Recipes[] = {{"tensorwise", v1::Fp8Spec::TENSORWISE},
+                                  {"rowwise", v1::Fp8Spec::ROWWISE},
+                                  {"rowwise_with_gw_hp", v1::Fp8Spec::ROWWISE_WITH_GW_HP},
+                                  {"delayed", v1::Fp8Spec::DELAYED}};
 
-std::vector<int64_t> sizes_for(const Options& o, bool gpu) {
-  std::vector<int64_t> s = gpu ? std::vector<int64_t>{4096, 8192, 16384} : std::vector<int64_t>{512, 1024, 2048};
-  if (o.quick) s = gpu ? std::vector<int64_t>{4096, 8192} : std::vector<int64_t>{256, 512, 1024};
-  std::vector<int64_t> kept;
-  for (int64_t d : s) {
-    if (o.max_size == 0 || d <= o.max_size) kept.push_back(d);
-  }
-  return kept;
-}
-
-std::unique_ptr<Float8Linear> make_layer(Backend& b, int64_t d, const Recipe& r) {
-  auto config = engine::recipe_config(r.recipe);
-  check(config.status(), r.name);
-  auto layer = Float8Linear::create(b, d, d, *config);
-  check(layer.status(), r.name);
+std::unique_ptr<Float8Linear> make_layer(Backend& b, const Shape& s, v1::Fp8Spec::Recipe recipe, const char* name) {
+  auto config = engine::recipe_config(recipe);
+  check(config.status(), name);
+  auto layer = Float8Linear::create(b, s.k, s.n, *config);
+  check(layer.status(), name);
   return std::move(*layer);
 }
 
-// The activations and gradients of one ln -> linear -> sigmoid step at D x D, shared by
-// every layer under test (each step overwrites what it reads, apart from the parameters'
-// accumulated gradients).
-struct Step {
-  Step(Backend& b, int64_t d)
-      : d(d), x(b, bytes(d * d)), norm_w(b, bytes(d)), inv_rms(b, bytes(d)), normed(b, bytes(d * d)),
-        w(b, bytes(d * d)), y(b, bytes(d * d)), s(b, bytes(d * d)), grad_y(b, bytes(d * d)),
-        grad_normed(b, bytes(d * d)), grad_x(b, bytes(d * d)), grad_w(b, bytes(d * d)), grad_norm_w(b, bytes(d)) {
-    fill_gaussian(x, d * d, 1);
-    fill_gaussian(w, d * d, 2);
-    fill_gaussian(grad_y, d * d, 3);  // the fixed upstream gradient where there is no sigmoid
-    const std::vector<float> ones(static_cast<size_t>(d), 1.0f), zeros(static_cast<size_t>(d * d), 0.0f);
-    norm_w.upload(ones.data(), bytes(d));
-    grad_norm_w.upload(zeros.data(), bytes(d));
-    grad_w.upload(zeros.data(), bytes(d * d));
+// Every buffer of one shape, shared by the contenders (each step overwrites what it reads,
+// apart from the accumulated parameter gradients).
+struct Buffers {
+  Buffers(Backend& b, const Shape& s)
+      : x(b, f32(s.m * s.k)), norm_w(b, f32(s.k)), inv_rms(b, f32(s.m)), normed(b, f32(s.m * s.k)),
+        w(b, f32(s.n * s.k)), y(b, f32(s.m * s.n)), s_out(b, f32(s.m * s.n)), grad_y(b, f32(s.m * s.n)),
+        grad_fixed(b, f32(s.m * s.n)), grad_normed(b, f32(s.m * s.k)), grad_x(b, f32(s.m * s.k)),
+        grad_w(b, f32(s.n * s.k)), grad_norm_w(b, f32(s.k)) {
+    fill_gaussian(x, s.m * s.k, 1);
+    fill_gaussian(w, s.n * s.k, 2);
+    fill_gaussian(grad_fixed, s.m * s.n, 3);  // the linear mode's upstream gradient
+    // The weight at nn.Linear's scale (U(±1/sqrt(K)) has std 1/sqrt(3K)), so that outputs
+    // are O(1) and the sigmoid is not saturated: the gradients it passes back are then
+    // representative of a real layer's.
+    std::vector<float> host(static_cast<size_t>(s.n * s.k));
+    check(b.copy_to_host(host.data(), w.as<float>(), host.size() * sizeof(float)), "download w");
+    const float factor = 1.0f / std::sqrt(3.0f * static_cast<float>(s.k));
+    for (float& v : host) v *= factor;
+    w.upload(host.data(), host.size() * sizeof(float));
+    const std::vector<float> ones(static_cast<size_t>(s.k), 1.0f);
+    norm_w.upload(ones.data(), f32(s.k));
+    check(b.fill_zero(grad_norm_w.as<void>(), f32(s.k)), "zero");
+    check(b.fill_zero(grad_w.as<void>(), f32(s.n * s.k)), "zero");
+    check(b.synchronize(), "synchronize");
   }
-  static size_t bytes(int64_t floats) { return static_cast<size_t>(floats) * sizeof(float); }
+  static size_t f32(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
 
-  // CPU: the whole ln -> linear -> sigmoid step (host memory, model ops on the CPU).
-  void full(Float8Linear& layer) {
-    ModelOps& ops = cpu_model_ops();
-    constexpr float kEps = 1e-5f;
-    check(ops.rmsnorm_forward(x.as<float>(), norm_w.as<float>(), d, d, kEps, normed.as<float>(), inv_rms.as<float>()),
-          "rmsnorm_forward");
-    check(layer.forward(normed.as<float>(), d, w.as<float>(), nullptr, y.as<float>()), "forward");
-    const int64_t n = d * d;
-    float* sp = s.as<float>();
-    const float* yp = y.as<float>();
-    for (int64_t i = 0; i < n; ++i) sp[i] = 1.0f / (1.0f + std::exp(-yp[i]));
-    // d(sum of sigmoid(y))/dy = s (1 - s).
-    float* gp = grad_y.as<float>();
-    for (int64_t i = 0; i < n; ++i) gp[i] = sp[i] * (1.0f - sp[i]);
-    check(layer.backward(grad_y.as<float>(), grad_normed.as<float>(), grad_w.as<float>(), nullptr), "backward");
-    check(ops.rmsnorm_backward(x.as<float>(), norm_w.as<float>(), inv_rms.as<float>(), grad_normed.as<float>(), d, d,
-                               grad_x.as<float>(), grad_norm_w.as<float>()),
-          "rmsnorm_backward");
-    check(layer.finish_step(), "finish_step");
-  }
-
-  // CUDA: the linear layer alone, from a fixed upstream gradient.
-  void linear_only(Float8Linear& layer) {
-    check(layer.forward(x.as<float>(), d, w.as<float>(), nullptr, y.as<float>()), "forward");
-    check(layer.backward(grad_y.as<float>(), grad_x.as<float>(), grad_w.as<float>(), nullptr), "backward");
-    check(layer.finish_step(), "finish_step");
-  }
-
-  int64_t d;
-  DeviceBuffer x, norm_w, inv_rms, normed, w, y, s, grad_y, grad_normed, grad_x, grad_w, grad_norm_w;
+  DeviceBuffer x, norm_w, inv_rms, normed, w, y, s_out, grad_y, grad_fixed, grad_normed, grad_x, grad_w, grad_norm_w;
 };
 
-int run(int argc, char** argv) {
-  const Options o = parse_options(argc, argv, kUsage);
-  Backend& b = open_backend(o);
-  const bool gpu = b.is_cuda();
+size_t bf16_bytes(int64_t n) { return static_cast<size_t>(n) * 2; }
 
-  std::printf("# bench_linear %s on %s (backend %s)\n", today().c_str(), machine_peaks(b).machine.c_str(),
-              b.name().c_str());
-  std::printf("# ms per training step of %s; tokens = in = out = D\n",
-              gpu ? "Float8Linear alone: forward, backward, finish_step (no model ops on CUDA yet: no norm, no sigmoid)"
-                  : "ln -> linear -> sigmoid: RMSNorm, Float8Linear and sigmoid forward and backward, finish_step");
-  std::printf("# baseline: the same step with recipe none (fp32 GEMMs%s), timed interleaved with the fp8 recipes\n",
-              gpu ? ", no TF32: not torchao's bf16 baseline" : "");
+// A bf16 linear inside an fp32 model, as torch.autocast runs nn.Linear: each forward
+// converts the input and the fp32 master weight to bf16 (kept for the backward, as autocast
+// saves its casts), the backward converts the upstream gradient; GEMMs in bf16 with fp32
+// accumulation and fp32 outputs, grad_weight accumulated into the fp32 gradient.
+class Bf16Linear {
+ public:
+  Bf16Linear(Backend& b, const Shape& s)
+      : b_(b), s_(s), xb_(b, bf16_bytes(s.m * s.k)), wb_(b, bf16_bytes(s.n * s.k)), gb_(b, bf16_bytes(s.m * s.n)) {}
+
+  void forward(const float* x, const float* w, float* y) {
+    check(b_.convert(x, DType::kFloat32, xb_.as<void>(), DType::kBFloat16, s_.m * s_.k), "bf16 convert x");
+    check(b_.convert(w, DType::kFloat32, wb_.as<void>(), DType::kBFloat16, s_.n * s_.k), "bf16 convert w");
+    GemmArgs g;  // y [M, N] = x [M, K] · W [N, K]ᵀ
+    g.m = s_.m, g.n = s_.n, g.k = s_.k;
+    g.a = xb_.as<void>(), g.b = wb_.as<void>(), g.in_dtype = DType::kBFloat16, g.trans_b = true;
+    g.out = y, g.out_dtype = DType::kFloat32;
+    check(b_.gemm(g), "bf16 forward gemm");
+  }
+
+  void backward(const float* grad_y, float* grad_x, float* grad_w) {
+    check(b_.convert(grad_y, DType::kFloat32, gb_.as<void>(), DType::kBFloat16, s_.m * s_.n), "bf16 convert grad");
+    GemmArgs gi;  // grad_x [M, K] = g [M, N] · W [N, K]
+    gi.m = s_.m, gi.n = s_.k, gi.k = s_.n;
+    gi.a = gb_.as<void>(), gi.b = wb_.as<void>(), gi.in_dtype = DType::kBFloat16;
+    gi.out = grad_x, gi.out_dtype = DType::kFloat32;
+    check(b_.gemm(gi), "bf16 grad_input gemm");
+    GemmArgs gw;  // grad_w [N, K] += g [M, N]ᵀ · x [M, K]
+    gw.m = s_.n, gw.n = s_.k, gw.k = s_.m;
+    gw.a = gb_.as<void>(), gw.trans_a = true, gw.b = xb_.as<void>(), gw.in_dtype = DType::kBFloat16;
+    gw.out = grad_w, gw.out_dtype = DType::kFloat32, gw.beta = 1.0f;
+    check(b_.gemm(gw), "bf16 grad_weight gemm");
+  }
+
+ private:
+  Backend& b_;
+  Shape s_;
+  DeviceBuffer xb_, wb_, gb_;
+};
+
+// The three GEMMs of a bf16 nn.Linear on bf16 tensors (made once from the fp32 buffers):
+// nothing converted, bf16 outputs, grad_weight written (as torch with grads set to None).
+class Bf16Gemms {
+ public:
+  Bf16Gemms(Backend& b, const Shape& s, const Buffers& f)
+      : b_(b), s_(s), xb_(b, bf16_bytes(s.m * s.k)), wb_(b, bf16_bytes(s.n * s.k)), gb_(b, bf16_bytes(s.m * s.n)),
+        yb_(b, bf16_bytes(s.m * s.n)), gxb_(b, bf16_bytes(s.m * s.k)), gwb_(b, bf16_bytes(s.n * s.k)) {
+    check(b.convert(f.x.as<void>(), DType::kFloat32, xb_.as<void>(), DType::kBFloat16, s.m * s.k), "convert");
+    check(b.convert(f.w.as<void>(), DType::kFloat32, wb_.as<void>(), DType::kBFloat16, s.n * s.k), "convert");
+    check(b.convert(f.grad_fixed.as<void>(), DType::kFloat32, gb_.as<void>(), DType::kBFloat16, s.m * s.n),
+          "convert");
+  }
+
+  void step() {
+    GemmArgs g;
+    g.m = s_.m, g.n = s_.n, g.k = s_.k;
+    g.a = xb_.as<void>(), g.b = wb_.as<void>(), g.in_dtype = DType::kBFloat16, g.trans_b = true;
+    g.out = yb_.as<void>(), g.out_dtype = DType::kBFloat16;
+    check(b_.gemm(g), "bf16 forward gemm");
+    GemmArgs gi;
+    gi.m = s_.m, gi.n = s_.k, gi.k = s_.n;
+    gi.a = gb_.as<void>(), gi.b = wb_.as<void>(), gi.in_dtype = DType::kBFloat16;
+    gi.out = gxb_.as<void>(), gi.out_dtype = DType::kBFloat16;
+    check(b_.gemm(gi), "bf16 grad_input gemm");
+    GemmArgs gw;
+    gw.m = s_.n, gw.n = s_.k, gw.k = s_.m;
+    gw.a = gb_.as<void>(), gw.trans_a = true, gw.b = xb_.as<void>(), gw.in_dtype = DType::kBFloat16;
+    gw.out = gwb_.as<void>(), gw.out_dtype = DType::kBFloat16;
+    check(b_.gemm(gw), "bf16 grad_weight gemm");
+  }
+
+  // fp32 copies of the output and grad_input, for the check.
+  void outputs_to(float* y, float* grad_x) {
+    check(b_.convert(yb_.as<void>(), DType::kBFloat16, y, DType::kFloat32, s_.m * s_.n), "convert");
+    check(b_.convert(gxb_.as<void>(), DType::kBFloat16, grad_x, DType::kFloat32, s_.m * s_.k), "convert");
+  }
+
+ private:
+  Backend& b_;
+  Shape s_;
+  DeviceBuffer xb_, wb_, gb_, yb_, gxb_, gwb_;
+};
+
+// One contender: exactly one of the three layer kinds.
+struct Contender {
+  std::string name;
+  std::unique_ptr<Float8Linear> fp8;  // recipe none and the fp8 recipes
+  std::unique_ptr<Bf16Linear> bf16;
+  std::unique_ptr<Bf16Gemms> gemms;
+};
+
+class Bench {
+ public:
+  Bench(const engine::Device& device, const Shape& s) : dev_(device), b_(device.backend()), s_(s), f_(b_, s) {
+    auto ops = device.model_ops();
+    check(ops.status(), "model ops");
+    ops_ = *ops;
+  }
+
+  std::vector<Contender> contenders(const std::string& mode) {
+    std::vector<Contender> c;
+    c.push_back({"none", make_layer(b_, s_, v1::Fp8Spec::NONE, "none"), nullptr, nullptr});
+    c.push_back({"bf16", nullptr, std::make_unique<Bf16Linear>(b_, s_), nullptr});
+    if (mode == "linear") c.push_back({"bf16_gemms", nullptr, nullptr, std::make_unique<Bf16Gemms>(b_, s_, f_)});
+    for (const Recipe& r : kFp8Recipes) c.push_back({r.name, make_layer(b_, s_, r.recipe, r.name), nullptr, nullptr});
+    return c;
+  }
+
+  // One iteration of `mode` with contender c.
+  void run(const std::string& mode, Contender& c) {
+    if (c.gemms) {
+      c.gemms->step();
+      return;
+    }
+    const int64_t mn = s_.m * s_.n;
+    if (mode == "linear") {
+      forward(c, f_.x.as<float>(), f_.y.as<float>());
+      backward(c, f_.grad_fixed.as<float>(), f_.grad_x.as<float>());
+      finish(c);
+      return;
+    }
+    check(ops_->rmsnorm_forward(f_.x.as<float>(), f_.norm_w.as<float>(), s_.m, s_.k, kEps, f_.normed.as<float>(),
+                                f_.inv_rms.as<float>()),
+          "rmsnorm_forward");
+    forward(c, f_.normed.as<float>(), f_.y.as<float>());
+    sigmoid_forward(f_.y.as<float>(), mn, f_.s_out.as<float>());
+    sigmoid_backward_of_sum(f_.s_out.as<float>(), mn, f_.grad_y.as<float>());
+    backward(c, f_.grad_y.as<float>(), f_.grad_normed.as<float>());
+    check(ops_->rmsnorm_backward(f_.x.as<float>(), f_.norm_w.as<float>(), f_.inv_rms.as<float>(),
+                                 f_.grad_normed.as<float>(), s_.m, s_.k, f_.grad_x.as<float>(),
+                                 f_.grad_norm_w.as<float>()),
+          "rmsnorm_backward");
+    finish(c);
+  }
+
+  // The linear's output (before the sigmoid, whose ~0.5 offset would hide its errors) and
+  // the step's grad_input (of x, through the RMSNorm in mode step), on the host, after one
+  // run().
+  void outputs(Contender& c, std::vector<float>& out, std::vector<float>& grad_in) {
+    if (c.gemms) c.gemms->outputs_to(f_.y.as<float>(), f_.grad_x.as<float>());
+    out.resize(static_cast<size_t>(s_.m * s_.n));
+    grad_in.resize(static_cast<size_t>(s_.m * s_.k));
+    check(b_.copy_to_host(out.data(), f_.y.as<float>(), out.size() * sizeof(float)), "download");
+    check(b_.copy_to_host(grad_in.data(), f_.grad_x.as<float>(), grad_in.size() * sizeof(float)), "download");
+  }
+
+  Backend& backend() { return b_; }
+
+ private:
+  void forward(Contender& c, const float* in, float* out) {
+    if (c.bf16) return c.bf16->forward(in, f_.w.as<float>(), out);
+    check(c.fp8->forward(in, s_.m, f_.w.as<float>(), nullptr, out), "forward");
+  }
+  void backward(Contender& c, const float* grad_out, float* grad_in) {
+    if (c.bf16) return c.bf16->backward(grad_out, grad_in, f_.grad_w.as<float>());
+    check(c.fp8->backward(grad_out, grad_in, f_.grad_w.as<float>(), nullptr), "backward");
+  }
+  void finish(Contender& c) {
+    if (c.fp8) check(c.fp8->finish_step(), "finish_step");
+  }
+
+  void sigmoid_forward(const float* y, int64_t n, float* s) {
+    if (dev_.is_cuda()) return check(cuda_sigmoid_forward(y, n, s, dev_.stream()), "sigmoid");
+    for (int64_t i = 0; i < n; ++i) s[i] = 1.0f / (1.0f + std::exp(-y[i]));
+  }
+  void sigmoid_backward_of_sum(const float* s, int64_t n, float* g) {
+    if (dev_.is_cuda()) return check(cuda_sigmoid_backward_of_sum(s, n, g, dev_.stream()), "sigmoid backward");
+    for (int64_t i = 0; i < n; ++i) g[i] = s[i] * (1.0f - s[i]);  // d(sum of sigmoid(y))/dy = s (1 - s)
+  }
+
+  const engine::Device& dev_;
+  Backend& b_;
+  Shape s_;
+  Buffers f_;
+  ModelOps* ops_ = nullptr;
+};
+
+double rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - static_cast<double>(ref[i]);
+    num += d * d;
+    den += static_cast<double>(ref[i]) * static_cast<double>(ref[i]);
+  }
+  if (!std::isfinite(num)) return num;
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+std::string sci(double v) {
+  if (std::isnan(v)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1e", v);
+  return buf;
+}
+
+int run(int argc, char** argv) {
+  const LinearOptions lo_in = take_linear_options(argc, argv);
+  const Options o = parse_options(argc, argv, kUsage);
+
+  std::unique_ptr<engine::Device> cuda;
+  const engine::Device* dev = &engine::Device::cpu();
+  if (o.device == "cuda") {
+    absl::StatusOr<std::unique_ptr<engine::Device>> d = engine::Device::cuda(0);
+    if (!d.ok()) die("cannot open CUDA device 0: " + std::string(d.status().message()));
+    cuda = std::move(*d);
+    dev = cuda.get();
+  }
+  Backend& b = dev->backend();
+  const bool gpu = dev->is_cuda();
+  LinearOptions lo = lo_in;
+  if (lo.modes.empty()) lo.modes = gpu ? std::vector<std::string>{"step", "linear"} : std::vector<std::string>{"step"};
+  const Peaks peaks = machine_peaks(b);
+
+  std::printf("# bench_linear %s on %s (backend %s)\n", today().c_str(), peaks.machine.c_str(), b.name().c_str());
+  std::printf("# ms per training step; shape: tokens M x in K x out N (D^3: all three D); TFLOP/s counts the three "
+              "GEMMs (6 M K N)\n");
+  std::printf("# step: ln -> linear -> sigmoid: RMSNorm (%s ModelOps), linear, sigmoid (%s), forward and "
+              "backward, finish_step\n",
+              gpu ? "CUDA" : "CPU", gpu ? "bench/bench_cuda_kernels.cu" : "host loop");
+  std::printf("# linear: the layer alone, forward and backward from a fixed upstream gradient, finish_step\n");
+  std::printf("# none: Float8Linear recipe none, fp32 GEMMs%s; bf16: fp32 in, bf16 GEMM operands (converted "
+              "each step, as autocast), fp32 out;\n",
+              gpu ? " (no TF32)" : " (OpenBLAS sgemm)");
+  std::printf("# bf16_gemms: the 3 GEMMs of a bf16 nn.Linear on bf16 tensors, bf16 out (no conversions); fp8 "
+              "recipes: Float8Linear, fp32 in and out\n");
+  if (!gpu) {
+    std::printf("# CPU: bf16 GEMMs run as fp32 sgemm on widened values and fp8 is emulated, so neither is a "
+                "speed baseline here: the CPU run checks the wiring\n");
+  }
+  std::printf("# timing: contenders of a mode take turns, one batch each per round (median of %d); err: relative "
+              "L2 error of the linear's output and of grad_input vs none\n",
+              o.quick ? 5 : 7);
 
   std::FILE* csv = o.csv.empty() ? nullptr : std::fopen(o.csv.c_str(), "w");
   if (!o.csv.empty() && csv == nullptr) die("cannot write " + o.csv);
-  if (csv != nullptr) std::fprintf(csv, "d,recipe,fp8_ms,none_ms\n");
+  if (csv != nullptr) std::fprintf(csv, "mode,m,k,n,contender,ms,err_out,err_grad_input\n");
 
-  Table table({"shape (D^3)", "recipe", "fp8 ms", "none ms", "speedup (none/fp8)"});
-  for (int64_t d : sizes_for(o, gpu)) {
-    Step step(b, d);
-    // The baseline first, then one layer per recipe; all timed interleaved, so machine
-    // noise hits them alike.
-    std::vector<std::unique_ptr<Float8Linear>> layers;
-    layers.push_back(make_layer(b, d, kBaseline));
-    for (const Recipe& r : kRecipes) layers.push_back(make_layer(b, d, r));
-    std::vector<std::function<void()>> fns;
-    for (auto& l : layers) {
-      Float8Linear* layer = l.get();
-      fns.push_back([&step, layer, gpu] { gpu ? step.linear_only(*layer) : step.full(*layer); });
-    }
-    // One untimed step sizes the batches: short ones, as five layers take turns.
-    const double estimate = time_it(b, fns[0], 1, 1, 1);
-    const std::vector<double> t = time_interleaved(b, fns, iterations_for(estimate, 0.05), o.quick ? 5 : 7, 1);
-
-    const std::string shape = std::to_string(d);
-    for (size_t i = 0; i < std::size(kRecipes); ++i) {
-      const double fp8 = t[i + 1], none = t[0];
-      table.add({shape, kRecipes[i].name, fmt(fp8 * 1e3, 2), fmt(none * 1e3, 2), fmt(none / fp8, 2) + "x"});
-      if (csv != nullptr) {
-        std::fprintf(csv, "%lld,%s,%.6f,%.6f\n", static_cast<long long>(d), kRecipes[i].name, fp8 * 1e3, none * 1e3);
+  Table table({"mode", "shape", "contender", "ms", "TFLOP/s", "vs none", "vs bf16", "vs bf16_gemms", "err out",
+               "err grad_in"});
+  // (mode, shape label) -> contender -> ms, for the target lines.
+  std::map<std::pair<std::string, std::string>, std::map<std::string, double>> results;
+  bool suspicious = false;
+  for (const Shape& s : shapes_for(o, lo, gpu)) {
+    Bench bench(*dev, s);
+    for (const std::string& mode : lo.modes) {
+      std::vector<Contender> cs = bench.contenders(mode);
+      std::vector<double> err_out(cs.size(), NAN), err_grad(cs.size(), NAN);
+      if (lo.check) {
+        std::vector<float> ref_out, ref_grad, out, grad;
+        for (size_t i = 0; i < cs.size(); ++i) {
+          bench.run(mode, cs[i]);
+          bench.outputs(cs[i], i == 0 ? ref_out : out, i == 0 ? ref_grad : grad);
+          if (i == 0) {
+            err_out[0] = err_grad[0] = 0;
+            continue;
+          }
+          err_out[i] = rel_err(out, ref_out);
+          err_grad[i] = rel_err(grad, ref_grad);
+          // bf16 keeps 8 significant bits (errors ~0.3%); fp8 e4m3/e5m2 a few percent.
+          const double limit = cs[i].fp8 ? 0.3 : 0.03;
+          if (!(err_out[i] < limit && err_grad[i] < limit)) {
+            suspicious = true;
+            std::printf("WARNING: %s %s %s: error vs none %.3g (output), %.3g (grad_input), above %.2g: check it\n",
+                        mode.c_str(), s.label().c_str(), cs[i].name.c_str(), err_out[i], err_grad[i], limit);
+          }
+        }
+      }
+      std::vector<std::function<void()>> fns;
+      std::vector<int> iters;
+      for (Contender& c : cs) {
+        fns.push_back([&bench, &mode, &c] { bench.run(mode, c); });
+        // One untimed call warms up, one sizes the batches: ~50 ms each, as the
+        // contenders take turns.
+        iters.push_back(iterations_for(time_it(b, fns.back(), 1, 1, 1), 0.05));
+      }
+      const std::vector<double> t = time_interleaved(b, fns, iters, o.quick ? 5 : 7, 0);
+      auto& r = results[{mode, s.label()}];
+      for (size_t i = 0; i < cs.size(); ++i) r[cs[i].name] = t[i];
+      for (size_t i = 0; i < cs.size(); ++i) {
+        const double ms = t[i] * 1e3;
+        table.add({mode, s.label(), cs[i].name, fmt(ms, 3), fmt(s.gemm_flops() / t[i] / 1e12, gpu ? 0 : 3),
+                   fmt(r["none"] / t[i], 2) + "x", fmt(r["bf16"] / t[i], 2) + "x",
+                   mode == "linear" ? fmt(r["bf16_gemms"] / t[i], 2) + "x" : "-",
+                   sci(err_out[i]), sci(err_grad[i])});
+        if (csv != nullptr) {
+          std::fprintf(csv, "%s,%lld,%lld,%lld,%s,%.6f,%.6g,%.6g\n", mode.c_str(), static_cast<long long>(s.m),
+                       static_cast<long long>(s.k), static_cast<long long>(s.n), cs[i].name.c_str(), ms, err_out[i],
+                       err_grad[i]);
+        }
       }
     }
   }
   if (csv != nullptr) std::fclose(csv);
   table.print();
+  std::printf("vs X: X's time / this row's time (> 1: this row is faster)\n");
+
+  // Issue 8's target: Float8Linear forward + backward >= 1.4x bf16 at M=16384, K=N=8192.
+  const std::string target = Shape{16384, 8192, 8192}.label();
+  for (const char* mode : {"step", "linear"}) {
+    auto it = results.find({mode, target});
+    if (it == results.end()) continue;
+    auto& r = it->second;
+    std::string line;
+    for (const Recipe& rc : kFp8Recipes) {
+      line += std::string(" ") + rc.name + " " + fmt(r["bf16"] / r[rc.name], 2) + "x";
+    }
+    std::printf("target (fp8 >= 1.40x bf16 at %s), mode %s, vs our bf16 (autocast-style):%s\n", target.c_str(), mode,
+                line.c_str());
+    if (std::string(mode) == "linear") {
+      line.clear();
+      for (const Recipe& rc : kFp8Recipes) {
+        line += std::string(" ") + rc.name + " " + fmt(r["bf16_gemms"] / r[rc.name], 2) + "x";
+      }
+      std::printf("target (fp8 >= 1.40x bf16 at %s), mode linear, vs the bare bf16 GEMMs:%s\n", target.c_str(),
+                  line.c_str());
+    }
+  }
   if (gpu) {
     std::printf("reference: torchao ln->linear->sigmoid vs bf16 (compiled): 1.43-1.51x at 8192^2, 1.80-1.88x at "
-                "16384^2\n");
+                "16384^2; bench/torch_linear.py --ours <csv> times PyTorch's bf16 side by side\n");
   }
+  if (suspicious) std::printf("WARNING: some contender's result differs from recipe none's more than expected\n");
   return 0;
 }
 

@@ -1,15 +1,43 @@
-// bench_train: training throughput (tokens/s) of a small Llama per fp8 recipe, through
-// the real training loop (Trainer: data, forward, backward, fp8 scaling, grad clipping,
-// AdamW), side by side with the high-precision baseline (recipe none).
-//
-// Every recipe gets its own trainer on the same job; the trainers then take turns, a few
-// steps each per round, so that drifts in the machine's speed hit all of them alike. The
-// first round is warm-up and not counted. Also printed: the model FLOPs each run
-// achieves (6 · parameters + attention, per token) against the machine's fp32 peak.
+// bench_train: training throughput (tokens/s) of a Llama per fp8 recipe, through the real
+// training loop (Trainer: data, forward, backward, fp8 scaling, grad clipping, AdamW),
+// side by side with the high-precision baseline (recipe none).
 //
 //   bench_train [--config examples/jobs/tiny-cpu.yaml] [--set model.dim=256 ...]
 //               [--rounds 6] [--steps 5] [--csv FILE]
-//   bench_train --nproc N [--all-gather-fp8 both|on|off] [--timeout 300] [...as above]
+//   bench_train --device cuda [--config examples/jobs/llama-h100.yaml] [--set ...]
+//               [--recipes none,tensorwise,...] [--warmup 2] [--steps 8] [--budget 420] [--csv FILE]
+//   bench_train --sequential [--recipes ...] [--warmup 2] [--steps 8] [--budget 420] [...]
+//   bench_train --nproc N [--all-gather-fp8 both|on|off] [--timeout 300] [...as the first]
+//
+// CPU (the default): every recipe gets its own trainer on the same job; the trainers then
+// take turns, a few steps each per round, so that drifts in the machine's speed hit all of
+// them alike. The first round is warm-up and not counted. Also printed: the model FLOPs
+// each run achieves (6 · parameters + attention, per token) against the machine's fp32
+// peak.
+//
+// --device cuda: one GPU, one recipe at a time. Two trainers of the llama-h100 job (0.72B
+// parameters: fp32 master weights, grads and AdamW moments ~12 GB, plus the fp32
+// activations of a 16384-token micro-batch) need not fit in 80 GB together, so each
+// recipe's trainer is built, warmed up, timed and destroyed before the next is built, and
+// the device's cached memory goes back to the driver in between (each recipe's peak memory is then its own). The step time
+// is the trainer's own (StepReport::step_ms, every step ends in a host synchronisation
+// when the grad norm comes back), over the timed steps after the first of the timed run:
+// the first and last step of a run also count their fp8 casts' saturation (one extra read
+// of each cast tensor), which makes the figures slightly conservative for fp8. A time
+// budget bounds the whole run: each recipe gets an equal share of what is left, and its
+// warm-up and timed steps stop early (the table says how many ran) when its share is spent.
+// Printed per recipe: tokens/s, ms/step, the ratio to none, model TFLOP/s and MFU against
+// the H100's dense bf16 and fp8 peaks, peak device memory. Recipe none is the engine's
+// high-precision baseline: fp32 activations and fp32 GEMMs (no TF32), NOT bf16: bf16
+// activations are future work, and bench/torch_llama.py times PyTorch's bf16 of the same
+// architecture.
+//
+// --sequential runs the CPU the same way (one recipe at a time), which is how that path is
+// exercised on machines without a GPU.
+//
+// Data: by default (--data auto) the job's corpus when the file exists, else a synthetic
+// text written to a temporary file, so that nothing beyond the binary has to travel to a
+// GPU machine; a step's cost does not depend on which bytes it trains on.
 //
 // With --nproc: FSDP over N local ranks (forked processes, Gloo over 127.0.0.1, meeting
 // through a file store), on the job's recipe (tiny-cpu.yaml: tensorwise), with fp8
@@ -24,21 +52,30 @@
 //
 // On a CPU every fp8 recipe costs more than fp32: fp8 is emulated there (casts in
 // software, GEMMs on widened values), so this measures the emulation's overhead; the
-// speed-up fp8 exists for is on a GPU's tensor cores (bench_gemm --device cuda).
+// speed-up fp8 exists for is on a GPU's tensor cores.
 #include <cblas.h>
+#include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "bench/bench_cuda.h"
 #include "bench/bench_util.h"
 #include "bench/local_ranks.h"
 #include "common/jobspec/loader.h"
@@ -50,13 +87,9 @@
 namespace {
 
 using fp8::bench::fmt;
+using Clock = std::chrono::steady_clock;
 
-struct Contender {
-  std::string recipe;
-  std::unique_ptr<fp8::engine::Trainer> trainer;
-  double seconds = 0;
-  int64_t steps = 0;
-};
+const std::vector<std::string> kAllRecipes = {"none", "tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed"};
 
 // Forward + backward FLOPs per token: 6 per parameter in a linear (2 forward, 4
 // backward), plus attention's two [seq, seq] products (causal: half of them), ×3 for the
@@ -70,23 +103,41 @@ double flops_per_token(const fp8::engine::LlamaConfig& c, int64_t seq) {
   return 6.0 * linear_params + attention;
 }
 
-class Quiet final : public fp8::engine::TrainObserver {};
+// Keeps every step report (train.log_every decides how many there are).
+class Recorder final : public fp8::engine::TrainObserver {
+ public:
+  void on_step(const fp8::engine::StepReport& r) override { reports.push_back(r); }
+  int64_t peak_memory() const {
+    int64_t m = 0;
+    for (const auto& r : reports) m = std::max(m, r.peak_memory_bytes);
+    return m;
+  }
+  int64_t reserved_memory() const {
+    int64_t m = 0;
+    for (const auto& r : reports) m = std::max(m, r.reserved_memory_bytes);
+    return m;
+  }
+  std::vector<fp8::engine::StepReport> reports;
+};
 
 // What both modes take from the command line.
 struct Common {
-  std::string config = FP8_EXAMPLE_JOB;
+  std::string config;
   std::vector<std::string> overrides;
   int rounds = 6;
   int steps_per_round = 5;
   std::string csv;
+  std::string data = "auto";  // auto | synthetic | job
+  std::string data_path;      // set when the run trains on a synthetic corpus
 };
 
 // The job with the benchmark's settings on top of the user's overrides.
 fp8::v1::JobSpec load_job(const Common& c, const std::vector<std::string>& extra, int64_t total_steps) {
   std::vector<std::string> o = c.overrides;
+  if (!c.data_path.empty()) o.push_back("data.path=" + c.data_path);
   o.insert(o.end(), extra.begin(), extra.end());
   o.push_back(absl::StrCat("train.steps=", total_steps));
-  o.push_back("train.eval_every=0");
+  o.push_back("train.eval_every=0");    // no validation set, no evaluation in the timed steps
   o.push_back("train.warmup_steps=0");  // the schedule does not change a step's cost; short runs need this
   absl::StatusOr<fp8::v1::JobSpec> spec = fp8::jobspec::LoadJobSpecFile(c.config, o);
   fp8::bench::check(spec.status(), "loading the job");
@@ -94,58 +145,455 @@ fp8::v1::JobSpec load_job(const Common& c, const std::vector<std::string>& extra
   return *spec;
 }
 
-// One process, every recipe: the original benchmark.
-int single_process(const Common& opts) {
-  const std::vector<std::string> recipes = {"none", "tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed"};
+// ---- data ----------------------------------------------------------------------------------
+
+// English-looking text (words of one to three syllables, sentences, lines), so that the
+// loss falls as it would on prose; deterministic, so every run trains on the same bytes.
+void write_synthetic_text(const std::filesystem::path& path, int64_t bytes) {
+  static const char* kSyllables[] = {"the", "and", "ing", "ion", "ent", "for", "her", "tha", "ere", "ver", "all",
+                                     "wit", "his", "ter", "est", "ers", "con", "pro", "res", "com", "per", "sta",
+                                     "ted", "ble", "men", "lor", "ous", "ght", "ain", "ore", "day", "lig", "pa",
+                                     "to", "in", "is", "it", "of", "on", "an", "be", "he", "we", "me", "so",
+                                     "no", "go", "do", "a", "i", "o", "u", "y", "s", "t", "er"};
+  constexpr int kCount = sizeof(kSyllables) / sizeof(kSyllables[0]);
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&state] {  // splitmix64: fast, and the same on every machine
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  std::string text;
+  text.reserve(static_cast<size_t>(bytes) + 64);
+  int words_in_sentence = 0, sentences_in_line = 0;
+  bool capital = true;
+  while (static_cast<int64_t>(text.size()) < bytes) {
+    const uint64_t r = next();
+    const int syllables = 1 + static_cast<int>(r % 3);
+    for (int s = 0; s < syllables; ++s) {
+      // The smaller of two draws: early syllables are the frequent ones, as in prose.
+      const uint64_t q = next();
+      std::string piece = kSyllables[std::min(q % kCount, (q >> 20) % kCount)];
+      if (capital) piece[0] = static_cast<char>(piece[0] - 'a' + 'A'), capital = false;
+      text += piece;
+    }
+    if (++words_in_sentence >= 6 + static_cast<int>(r >> 40) % 12) {
+      text += (r >> 8) % 5 == 0 ? "?" : ".";
+      words_in_sentence = 0;
+      capital = true;
+      text += ++sentences_in_line >= 3 ? "\n" : " ";
+      if (sentences_in_line >= 3) sentences_in_line = 0;
+    } else {
+      text += (r >> 16) % 9 == 0 ? ", " : " ";
+    }
+  }
+  text.resize(static_cast<size_t>(bytes));
+  std::ofstream out(path, std::ios::binary);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  if (!out) fp8::bench::die("cannot write the synthetic corpus " + path.string());
+}
+
+// A temporary folder removed when the benchmark ends, by returning or through die()
+// (std::exit runs no destructors, hence atexit). One per process.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "fp8-bench-train-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) fp8::bench::die("cannot make a temporary folder");
+    path_ = tmpl;
+    owned() = tmpl;
+    std::atexit(remove_owned);
+  }
+  ~TempDir() { remove_owned(); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  static std::string& owned() {
+    static std::string path;
+    return path;
+  }
+  static void remove_owned() {
+    if (owned().empty()) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(owned(), ignored);
+    owned().clear();
+  }
+  std::filesystem::path path_;
+};
+
+// Decides where the data comes from (--data), writing the synthetic corpus when needed;
+// returns one line saying which, for the header.
+std::string prepare_data(Common& c, std::optional<TempDir>& tmp) {
+  absl::StatusOr<fp8::v1::JobSpec> spec = fp8::jobspec::LoadJobSpecFile(c.config, c.overrides);
+  fp8::bench::check(spec.status(), "loading the job");
+  const std::string job_path = spec->data().path();
+  std::error_code error;
+  const bool job_file = std::filesystem::is_regular_file(job_path, error);
+  if (c.data == "job" || (c.data == "auto" && job_file)) return "data: the job's corpus, " + job_path;
+  // Enough for the validation split (val_fraction of the file) to hold a window, and for
+  // many distinct windows to train on.
+  const int64_t window = spec->data().seq_len() + 1;
+  const double val = spec->data().val_fraction();
+  const int64_t bytes = std::max<int64_t>(8 << 20, val > 0 ? static_cast<int64_t>(4.0 * window / val) : 0);
+  tmp.emplace();
+  c.data_path = (tmp->path() / "synthetic.txt").string();
+  write_synthetic_text(c.data_path, bytes);
+  return absl::StrCat("data: synthetic text, ", bytes, " bytes (",
+                      job_file ? "--data synthetic" : "no file at " + job_path,
+                      ")");
+}
+
+// ---- results -------------------------------------------------------------------------------
+
+struct Result {
+  std::string recipe;
+  std::string error;  // set when the recipe could not be built or trained
+  double ms_per_step = 0;
+  double tokens_per_s = 0;
+  int64_t steps_timed = 0;
+  int64_t peak_memory = 0;
+  int64_t reserved_memory = 0;
+  double loss = NAN;
+  double build_s = 0;
+};
+
+struct RunInfo {
+  std::string device;  // "cpu", "cuda:0 (NVIDIA H100 ...)"
+  fp8::bench::Peaks peaks;
+  fp8::engine::LlamaConfig model;
+  int64_t seq_len = 0;
+  int batch_size = 0;
+};
+
+// The run of recipe none, when it ran and succeeded: what the ratios divide by.
+const Result* baseline_of(const std::vector<Result>& results) {
+  for (const Result& r : results) {
+    if (r.recipe == "none" && r.error.empty()) return &r;
+  }
+  return nullptr;
+}
+
+void write_csv(const std::string& path, const RunInfo& info, const std::vector<Result>& results) {
+  std::ofstream out(path);
+  if (!out) fp8::bench::die("cannot write " + path);
+  const double fpt = flops_per_token(info.model, info.seq_len);
+  const Result* base = baseline_of(results);
+  // The model's shape travels with the figures, so that bench/torch_llama.py builds the same.
+  std::string device = info.device;
+  std::replace(device.begin(), device.end(), ',', ';');
+  out << "recipe,ms_per_step,tokens_per_s,vs_none,model_tflops,peak_memory_bytes,reserved_memory_bytes,steps_timed,"
+         "loss,error,device,dim,n_layers,n_heads,n_kv_heads,ffn_dim,vocab_size,seq_len,batch_size,rope_theta,"
+         "norm_eps,tie_embeddings,flops_per_token\n";
+  for (const Result& r : results) {
+    const bool ok = r.error.empty();
+    std::string error = r.error;
+    std::replace(error.begin(), error.end(), ',', ';');
+    std::replace(error.begin(), error.end(), '\n', ' ');
+    const fp8::engine::LlamaConfig& m = info.model;
+    out << r.recipe << ",";
+    if (ok) {
+      out << r.ms_per_step << "," << r.tokens_per_s << ","
+          << (base != nullptr ? std::to_string(r.tokens_per_s / base->tokens_per_s) : "") << ","
+          << r.tokens_per_s * fpt / 1e12 << "," << (r.peak_memory > 0 ? std::to_string(r.peak_memory) : "") << ","
+          << (r.reserved_memory > 0 ? std::to_string(r.reserved_memory) : "") << "," << r.steps_timed
+          << "," << r.loss;
+    } else {
+      out << ",,,,,,,";
+    }
+    out << "," << error << "," << device << "," << m.dim << "," << m.n_layers << "," << m.n_heads << ","
+        << m.n_kv_heads << "," << m.ffn_dim << "," << m.vocab_size << "," << info.seq_len << "," << info.batch_size
+        << "," << m.rope_theta << "," << m.norm_eps << "," << (m.tie_embeddings ? 1 : 0) << "," << fpt << "\n";
+  }
+}
+
+std::string gb(int64_t bytes) { return fmt(static_cast<double>(bytes) / 1e9, 2); }
+
+// ---- CPU: every recipe in one process, interleaved ----------------------------------------
+
+int single_process_cpu(const Common& opts, const std::vector<std::string>& recipes, const std::string& data_line) {
   const int rounds = opts.rounds, steps_per_round = opts.steps_per_round;
   const int64_t total_steps = static_cast<int64_t>(rounds + 1) * steps_per_round;
-  std::vector<Contender> runs;
-  for (const std::string& recipe : recipes) {
-    const fp8::v1::JobSpec spec = load_job(opts, {"fp8.recipe=" + recipe}, total_steps);
+  struct Contender {
+    Result result;
+    std::unique_ptr<fp8::engine::Trainer> trainer;
+    Recorder recorder;
+    double seconds = 0;
+  };
+  std::vector<Contender> runs(recipes.size());
+  for (size_t i = 0; i < recipes.size(); ++i) {
+    const fp8::v1::JobSpec spec = load_job(opts, {"fp8.recipe=" + recipes[i]}, total_steps);
     absl::StatusOr<std::unique_ptr<fp8::engine::Trainer>> t =
         fp8::engine::Trainer::create(spec, fp8::engine::Device::cpu());
     fp8::bench::check(t.status(), "building the trainer");
-    runs.push_back({recipe, std::move(*t)});
+    runs[i].result.recipe = recipes[i];
+    runs[i].trainer = std::move(*t);
   }
   const fp8::v1::JobSpec& spec = runs[0].trainer->spec();
   const int64_t tokens_per_step = spec.train().batch_size() * spec.data().seq_len();
-  const fp8::engine::LlamaConfig& model = runs[0].trainer->model().config();
+  RunInfo info;
+  info.device = "cpu";
+  info.peaks = fp8::bench::machine_peaks(fp8::cpu_backend());
+  info.model = runs[0].trainer->model().config();
+  info.seq_len = spec.data().seq_len();
+  info.batch_size = spec.train().batch_size();
 
-  Quiet quiet;
   for (int round = 0; round <= rounds; ++round) {
     for (Contender& c : runs) {
       fp8::engine::RunControl control;
       control.stop_after_step = static_cast<int64_t>(round + 1) * steps_per_round;
-      const auto start = std::chrono::steady_clock::now();
-      absl::StatusOr<fp8::engine::TrainSummary> s = c.trainer->run(quiet, control);
+      const auto start = Clock::now();
+      absl::StatusOr<fp8::engine::TrainSummary> s = c.trainer->run(c.recorder, control);
       fp8::bench::check(s.status(), "training");
+      if (s->last_loss) c.result.loss = *s->last_loss;
       if (round == 0) continue;  // warm-up
-      c.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      c.steps += steps_per_round;
+      c.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+      c.result.steps_timed += steps_per_round;
     }
   }
 
-  const fp8::bench::Peaks peaks = fp8::bench::machine_peaks(fp8::cpu_backend());
-  std::printf("# bench_train %s on %s (%s)\n", fp8::bench::today().c_str(), peaks.machine.c_str(),
+  std::printf("# bench_train %s on %s (%s)\n", fp8::bench::today().c_str(), info.peaks.machine.c_str(),
               fp8::cpu_backend().name().c_str());
   std::printf("# model: %s; %lld tokens per step (%d x %lld); %d rounds x %d steps per recipe, interleaved\n",
-              model.describe().c_str(), static_cast<long long>(tokens_per_step), spec.train().batch_size(),
-              static_cast<long long>(spec.data().seq_len()), rounds, steps_per_round);
-  const double fpt = flops_per_token(model, spec.data().seq_len());
-  const double base_tps = static_cast<double>(runs[0].steps * tokens_per_step) / runs[0].seconds;
-  fp8::bench::Table table({"recipe", "ms/step", "tokens/s", "vs none", "GFLOP/s", "% fp32 peak"});
-  std::ofstream out;
-  if (!opts.csv.empty()) out.open(opts.csv), out << "recipe,ms_per_step,tokens_per_s,vs_none\n";
-  for (const Contender& c : runs) {
-    const double ms = 1e3 * c.seconds / static_cast<double>(c.steps);
-    const double tps = static_cast<double>(c.steps * tokens_per_step) / c.seconds;
-    const double gflops = tps * fpt / 1e9;
-    table.add({c.recipe, fmt(ms, 2), fmt(tps, 0), fmt(tps / base_tps, 2) + "x", fmt(gflops, 1),
-               peaks.hp_tflops > 0 ? fmt(100 * gflops / (peaks.hp_tflops * 1e3), 1) : "?"});
-    if (out) out << c.recipe << "," << ms << "," << tps << "," << tps / base_tps << "\n";
+              info.model.describe().c_str(), static_cast<long long>(tokens_per_step), info.batch_size,
+              static_cast<long long>(info.seq_len), rounds, steps_per_round);
+  std::printf("# %s\n", data_line.c_str());
+  const double fpt = flops_per_token(info.model, info.seq_len);
+  std::vector<Result> results;
+  // No memory figures here: the CPU backend is one per process, so its peak counts every
+  // recipe's trainer at once.
+  for (Contender& c : runs) {
+    c.result.ms_per_step = 1e3 * c.seconds / static_cast<double>(c.result.steps_timed);
+    c.result.tokens_per_s = static_cast<double>(c.result.steps_timed * tokens_per_step) / c.seconds;
+    results.push_back(c.result);
+  }
+  // Ratios to none, or to the first recipe when none did not run.
+  const Result& base = baseline_of(results) != nullptr ? *baseline_of(results) : results[0];
+  const double base_tps = base.tokens_per_s;
+  fp8::bench::Table table({"recipe", "ms/step", "tokens/s", "vs " + base.recipe, "GFLOP/s", "% fp32 peak"});
+  for (const Result& r : results) {
+    const double gflops = r.tokens_per_s * fpt / 1e9;
+    table.add({r.recipe, fmt(r.ms_per_step, 2), fmt(r.tokens_per_s, 0), fmt(r.tokens_per_s / base_tps, 2) + "x",
+               fmt(gflops, 1), info.peaks.hp_tflops > 0 ? fmt(100 * gflops / (info.peaks.hp_tflops * 1e3), 1) : "?"});
   }
   table.print();
+  if (!opts.csv.empty()) write_csv(opts.csv, info, results);
   return 0;
+}
+
+// ---- CUDA: one recipe at a time on one GPU -------------------------------------------------
+
+struct GpuOptions {
+  int warmup = 2;
+  int steps = 8;          // timed steps per recipe
+  double budget_s = 420;  // the whole run, all recipes
+};
+
+// Sets `flag` at `deadline` unless destroyed first: the trainer then finishes the step in
+// flight and returns (RunControl::stop).
+class Deadline {
+ public:
+  Deadline(std::atomic<bool>& flag, Clock::time_point deadline)
+      : thread_([this, &flag, deadline] {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (!cv_.wait_until(lock, deadline, [this] { return done_; })) flag.store(true);
+        }) {}
+  ~Deadline() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts once the members it uses exist
+};
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+// Builds, warms up, times and destroys one recipe's trainer on GPU 0 (or, with
+// --sequential, the CPU); errors land in the result.
+Result run_one_recipe(const Common& opts, const GpuOptions& g, const std::string& recipe, Clock::time_point slice_end,
+                      bool cuda, RunInfo& info) {
+  Result r;
+  r.recipe = recipe;
+  const int64_t total = g.warmup + g.steps;
+  // Reports (and the casts' saturation counts, which cost a pass each) only where run()
+  // must: the first and last step of each run.
+  const fp8::v1::JobSpec spec =
+      load_job(opts, {"fp8.recipe=" + recipe, absl::StrCat("train.log_every=", total)}, total);
+  const Clock::time_point build_start = Clock::now();
+  std::unique_ptr<fp8::engine::Device> gpu;  // destroyed after the trainer (declared first)
+  const fp8::engine::Device* device = &fp8::engine::Device::cpu();
+  if (cuda) {
+    absl::StatusOr<std::unique_ptr<fp8::engine::Device>> d = fp8::engine::Device::cuda(0);
+    if (!d.ok()) fp8::bench::die("--device cuda needs a CUDA GPU: " + std::string(d.status().message()));
+    gpu = std::move(*d);
+    device = gpu.get();
+  }
+  if (info.device.empty()) {
+    info.device = device->backend().name();
+    info.peaks = fp8::bench::machine_peaks(device->backend());
+  }
+  absl::StatusOr<std::unique_ptr<fp8::engine::Trainer>> trainer = fp8::engine::Trainer::create(spec, *device);
+  if (!trainer.ok()) {
+    r.error = "building the trainer: " + std::string(trainer.status().message());
+    return r;
+  }
+  if (info.seq_len == 0) {
+    info.model = (*trainer)->model().config();
+    info.seq_len = spec.data().seq_len();
+    info.batch_size = spec.train().batch_size();
+  }
+  r.build_s = seconds_between(build_start, Clock::now());
+
+  // Warm-up: first-use allocations, cuBLASLt plans, delayed scaling's first history. At
+  // most 40% of what is left of the slice (it always finishes its first step).
+  std::atomic<bool> stop{false};
+  Recorder warm;
+  {
+    const Clock::time_point now = Clock::now();
+    Deadline d(stop, now + std::chrono::duration_cast<Clock::duration>((slice_end - now) * 0.4));
+    fp8::engine::RunControl control;
+    control.stop = &stop;
+    control.stop_after_step = g.warmup;
+    absl::StatusOr<fp8::engine::TrainSummary> s = (*trainer)->run(warm, control);
+    if (!s.ok()) {
+      r.error = "warm-up: " + std::string(s.status().message());
+      return r;
+    }
+  }
+  // Timed: at least two steps (one after the first) whatever the slice says.
+  const double step_estimate_s = warm.reports.empty() ? 0 : warm.reports.back().step_ms / 1e3;
+  stop.store(false);
+  Recorder timed;
+  {
+    const Clock::time_point now = Clock::now();
+    const Clock::time_point floor = now + seconds(2.5 * step_estimate_s);
+    Deadline d(stop, std::max(slice_end, floor));
+    fp8::engine::RunControl control;
+    control.stop = &stop;
+    control.stop_after_step = (*trainer)->steps_done() + g.steps;
+    absl::StatusOr<fp8::engine::TrainSummary> s = (*trainer)->run(timed, control);
+    if (!s.ok()) {
+      r.error = "training: " + std::string(s.status().message());
+      return r;
+    }
+    if (s->last_loss) r.loss = *s->last_loss;
+  }
+  // The first report covers the run's first step alone; the last one every step after it.
+  if (timed.reports.empty()) {
+    r.error = "no step report";
+    return r;
+  }
+  const fp8::engine::StepReport& last = timed.reports.back();
+  r.steps_timed = timed.reports.size() >= 2 ? last.step - timed.reports.front().step : 1;
+  r.ms_per_step = last.step_ms;
+  r.tokens_per_s = last.tokens_per_second;
+  r.peak_memory = std::max(warm.peak_memory(), timed.peak_memory());
+  r.reserved_memory = std::max(warm.reserved_memory(), timed.reserved_memory());
+  return r;
+}
+
+int one_at_a_time(const Common& opts, const GpuOptions& g, const std::vector<std::string>& recipes,
+                  const std::string& data_line, bool cuda) {
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = start + seconds(g.budget_s);
+  RunInfo info;
+  std::vector<Result> results;
+  for (size_t i = 0; i < recipes.size(); ++i) {
+    const Clock::time_point now = Clock::now();
+    const Clock::time_point slice_end = now + (deadline - now) / static_cast<int64_t>(recipes.size() - i);
+    Result r = run_one_recipe(opts, g, recipes[i], slice_end, cuda, info);
+    // The trainer and its device are gone; hand their cached memory back before the next.
+    // A failure here (a kernel fault leaves the context unusable) fails what follows too,
+    // and the table still shows what ran before it.
+    if (absl::Status s = cuda ? fp8::bench::cuda_release_cached_memory(0) : absl::OkStatus(); !s.ok()) {
+      std::fprintf(stderr, "bench_train: releasing device memory after %s: %s\n", r.recipe.c_str(),
+                   std::string(s.message()).c_str());
+    }
+    if (r.error.empty()) {
+      std::fprintf(stderr, "bench_train: %s: %.1f ms/step over %lld steps (built in %.1f s), %.0f s elapsed\n",
+                   r.recipe.c_str(), r.ms_per_step, static_cast<long long>(r.steps_timed), r.build_s,
+                   seconds_between(start, Clock::now()));
+    } else {
+      std::fprintf(stderr, "bench_train: %s failed: %s\n", r.recipe.c_str(), r.error.c_str());
+    }
+    results.push_back(std::move(r));
+  }
+
+  const int64_t tokens_per_step = static_cast<int64_t>(info.batch_size) * info.seq_len;
+  std::printf("# bench_train --device %s, one recipe at a time, %s on %s\n", cuda ? "cuda" : "cpu --sequential",
+              fp8::bench::today().c_str(), cuda ? info.device.c_str() : info.peaks.machine.c_str());
+  std::printf("# model: %s, %.2fB parameters; %lld tokens per step (%d x %lld)\n", info.model.describe().c_str(),
+              static_cast<double>(info.model.parameter_count()) / 1e9, static_cast<long long>(tokens_per_step),
+              info.batch_size, static_cast<long long>(info.seq_len));
+  std::printf("# %s\n", data_line.c_str());
+  std::printf("# each recipe in turn: built, %d warm-up steps, %d timed steps (fewer when its share of the %.0f s "
+              "budget ran out: see 'steps'), destroyed\n",
+              g.warmup, g.steps, g.budget_s);
+  std::printf("# ms/step: the trainer's step time over the timed steps after the first; model TFLOP/s: (6 x linear "
+              "parameters + attention) per token x tokens/s\n");
+  std::printf("# none: this engine's high-precision baseline, fp32 activations and fp32 GEMMs%s -- NOT bf16 "
+              "(bf16 activations are future work; PyTorch's bf16: bench/torch_llama.py)\n",
+              cuda ? " (no TF32)" : "");
+  const char* hp = cuda ? "bf16" : "fp32";
+  if (cuda) {
+    std::printf("# MFU against dense peaks: bf16 %.0f, fp8 %.0f TFLOP/s%s\n", info.peaks.hp_tflops,
+                info.peaks.fp8_tflops, info.peaks.hp_tflops > 0 ? "" : " (unknown GPU: no MFU)");
+  } else {
+    std::printf("# MFU against the CPU's fp32 FMA peak, %.3f TFLOP/s\n", info.peaks.hp_tflops);
+  }
+  std::printf("# memory: GB = 1e9 bytes, peak = most in use (StepReport::peak_memory_bytes), reserved = held by the "
+              "allocator\n");
+  const double fpt = flops_per_token(info.model, info.seq_len);
+  const Result* base = baseline_of(results);
+  fp8::bench::Table table({"recipe", "ms/step", "tokens/s", "vs none", "model TFLOP/s",
+                           std::string("% ") + hp + " peak", "% fp8 peak",
+                           "peak mem GB", "reserved GB", "steps", "build s", "loss"});
+  bool failed = false;
+  for (const Result& r : results) {
+    if (!r.error.empty()) {
+      failed = true;
+      table.add({r.recipe, "failed", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"});
+      continue;
+    }
+    const double tflops = r.tokens_per_s * fpt / 1e12;
+    table.add({r.recipe, fmt(r.ms_per_step, 1), fmt(r.tokens_per_s, 0),
+               base != nullptr ? fmt(r.tokens_per_s / base->tokens_per_s, 2) + "x" : "-", fmt(tflops, cuda ? 1 : 4),
+               info.peaks.hp_tflops > 0 ? fmt(100 * tflops / info.peaks.hp_tflops, 1) : "-",
+               info.peaks.fp8_tflops > 0 && r.recipe != "none" ? fmt(100 * tflops / info.peaks.fp8_tflops, 1) : "-",
+               gb(r.peak_memory), gb(r.reserved_memory), std::to_string(r.steps_timed), fmt(r.build_s, 1),
+               fmt(r.loss, 3)});
+  }
+  table.print();
+  for (const Result& r : results) {
+    if (!r.error.empty()) std::printf("%s failed: %s\n", r.recipe.c_str(), r.error.c_str());
+  }
+  if (base != nullptr) {
+    std::string line;
+    for (const Result& r : results) {
+      if (r.recipe == "none" || !r.error.empty()) continue;
+      const double ratio = r.tokens_per_s / base->tokens_per_s;
+      line += " " + r.recipe + " " + fmt(ratio, 2) + "x (" + (ratio >= 1.2 ? "met" : "missed") + ")";
+    }
+    if (cuda) std::printf("target: fp8 tokens/s >= 1.20x the baseline (none, fp32 here):%s\n", line.c_str());
+  }
+  if (cuda) {
+    std::printf("target: fp8 faster than PyTorch bf16: bench/torch_llama.py --ours <this run's --csv> measures it\n");
+  }
+  if (!opts.csv.empty()) write_csv(opts.csv, info, results);
+  return failed ? 1 : 0;
 }
 
 // ---- FSDP over local ranks ---------------------------------------------------------------
@@ -340,20 +788,70 @@ int fsdp_ranks(const Common& c, int nproc, const std::string& all_gather_fp8, do
   return ok ? 0 : 1;
 }
 
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// The compiled-in example job, or the same file under ./examples/jobs when the binary runs
+// from a bundle on another machine (scripts/gpu/run.sh runs in the repository root).
+std::string default_config(bool gpu) {
+  const std::filesystem::path built = gpu ? FP8_GPU_EXAMPLE_JOB : FP8_EXAMPLE_JOB;
+  std::error_code error;
+  if (std::filesystem::is_regular_file(built, error)) return built.string();
+  const std::filesystem::path here = std::filesystem::path("examples/jobs") / built.filename();
+  if (std::filesystem::is_regular_file(here, error)) return here.string();
+  return built.string();  // the loader's error names it
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   fp8::train_cli::ensure_blas_environment(argv);  // as fp8-train runs
   CLI::App app{"bench_train: training tokens/s per fp8 recipe vs the high-precision baseline"};
   Common c;
+  GpuOptions g;
+  std::string device = "cpu";
+  std::string recipes_arg;
   int nproc = 0;
   std::string all_gather_fp8 = "both";
   double timeout_s = 300;
-  app.add_option("--config", c.config, "the job file");
+  app.add_option("--device", device, "cpu: every recipe interleaved in one process; cuda: GPU 0, one recipe at a time")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--config", c.config,
+                 "the job file (default: examples/jobs/tiny-cpu.yaml; with --device cuda, llama-h100.yaml)");
   app.add_option("--set", c.overrides, "override a field of the job, e.g. --set model.dim=256");
-  app.add_option("--rounds", c.rounds, "measured rounds (one more warms up)")->check(CLI::PositiveNumber);
-  app.add_option("--steps", c.steps_per_round, "steps per recipe per round")->check(CLI::PositiveNumber);
-  app.add_option("--csv", c.csv, "also write the results here");
+  auto* rounds_opt =
+      app.add_option("--rounds", c.rounds, "cpu: measured rounds (one more warms up)")->check(CLI::PositiveNumber);
+  auto* steps_opt = app.add_option("--steps", c.steps_per_round,
+                                   "cpu: steps per recipe per round (default 5); cuda: timed steps per recipe "
+                                   "(default 8)")
+                        ->check(CLI::PositiveNumber);
+  auto* warmup_opt = app.add_option("--warmup", g.warmup, "cuda: warm-up steps per recipe before the timed ones")
+                         ->check(CLI::PositiveNumber)
+                         ->capture_default_str();
+  auto* budget_opt = app.add_option("--budget", g.budget_s,
+                                    "cuda: seconds for the whole run; each recipe stops early once its equal share "
+                                    "of what is left is spent")
+                         ->check(CLI::PositiveNumber)
+                         ->capture_default_str();
+  bool sequential = false;
+  app.add_flag("--sequential", sequential,
+               "cpu: one recipe at a time, built, warmed up, timed and destroyed in turn, as --device cuda does");
+  auto* recipes_opt = app.add_option("--recipes", recipes_arg,
+                                     "comma-separated recipes to run (default all: none first, the baseline the "
+                                     "ratios divide by)");
+  app.add_option("--data", c.data,
+                 "auto: the job's corpus if the file exists, else synthetic text; synthetic; job")
+      ->check(CLI::IsMember({"auto", "synthetic", "job"}))
+      ->capture_default_str();
+  app.add_option("--csv", c.csv, "also write the results here (bench/torch_llama.py --ours reads it)");
   auto* nproc_opt = app.add_option("--nproc", nproc,
                                    "FSDP over N local ranks (forked, Gloo over 127.0.0.1) on the job's recipe, "
                                    "fp8 all-gather on vs off")
@@ -367,6 +865,36 @@ int main(int argc, char** argv) {
       ->needs(nproc_opt)
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+
+  const bool gpu = device == "cuda";
+  if (gpu && (nproc_opt->count() > 0 || rounds_opt->count() > 0)) {
+    fp8::bench::die("--device cuda takes neither --nproc nor --rounds (one recipe at a time: --warmup, --steps)");
+  }
+  if (!gpu && !sequential && (warmup_opt->count() > 0 || budget_opt->count() > 0)) {
+    fp8::bench::die("--warmup and --budget are for --device cuda (or --sequential)");
+  }
+  if (sequential && (gpu || nproc_opt->count() > 0 || rounds_opt->count() > 0)) {
+    fp8::bench::die("--sequential is the CPU's version of --device cuda's one recipe at a time: no --nproc, --rounds");
+  }
+  if (nproc_opt->count() > 0 && recipes_opt->count() > 0) {
+    fp8::bench::die("--nproc runs the job's recipe (set it with --set fp8.recipe=...), not --recipes");
+  }
+  if ((gpu || sequential) && steps_opt->count() > 0) g.steps = c.steps_per_round;
+  if ((gpu || sequential) && g.steps < 2) {
+    fp8::bench::die("one recipe at a time needs --steps >= 2 (the first timed step is not counted)");
+  }
+  if (c.config.empty()) c.config = default_config(gpu);
+  std::vector<std::string> recipes = recipes_opt->count() > 0 ? split_list(recipes_arg) : kAllRecipes;
+  for (const std::string& r : recipes) {
+    if (std::find(kAllRecipes.begin(), kAllRecipes.end(), r) == kAllRecipes.end()) {
+      fp8::bench::die("--recipes: unknown recipe '" + r + "'");
+    }
+  }
+  if (recipes.empty()) fp8::bench::die("--recipes: none given");
+
+  std::optional<TempDir> tmp;  // the synthetic corpus, removed on return
+  const std::string data_line = prepare_data(c, tmp);
   if (nproc_opt->count() > 0) return fsdp_ranks(c, nproc, all_gather_fp8, timeout_s);
-  return single_process(c);
+  if (gpu || sequential) return one_at_a_time(c, g, recipes, data_line, gpu);
+  return single_process_cpu(c, recipes, data_line);
 }

@@ -72,6 +72,12 @@ double time_it(Backend& b, const std::function<void()>& fn, int iters, int reps,
 
 std::vector<double> time_interleaved(Backend& b, const std::vector<std::function<void()>>& fns, int iters, int reps,
                                      int warmup) {
+  return time_interleaved(b, fns, std::vector<int>(fns.size(), iters), reps, warmup);
+}
+
+std::vector<double> time_interleaved(Backend& b, const std::vector<std::function<void()>>& fns,
+                                     const std::vector<int>& iters, int reps, int warmup) {
+  if (iters.size() != fns.size()) die("time_interleaved: one iteration count per function");
   for (const auto& fn : fns) {
     for (int i = 0; i < warmup; ++i) fn();
   }
@@ -80,9 +86,9 @@ std::vector<double> time_interleaved(Backend& b, const std::vector<std::function
   for (int r = 0; r < reps; ++r) {
     for (size_t f = 0; f < fns.size(); ++f) {
       const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) fns[f]();
+      for (int i = 0; i < iters[f]; ++i) fns[f]();
       check(b.synchronize(), "synchronize");
-      samples[f].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
+      samples[f].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters[f]);
     }
   }
   std::vector<double> medians;

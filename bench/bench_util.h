@@ -33,6 +33,11 @@ double time_it(Backend& b, const std::function<void()>& fn, int iters, int reps 
 // each one's median batch-mean time, in seconds.
 std::vector<double> time_interleaved(Backend& b, const std::vector<std::function<void()>>& fns, int iters,
                                      int reps = 7, int warmup = 2);
+// The same with a batch length per function (iters[i] calls of fns[i] per batch), for
+// functions whose costs differ tenfold: equal batch lengths keep each batch well above
+// the synchronisation overhead without making the slow ones take seconds.
+std::vector<double> time_interleaved(Backend& b, const std::vector<std::function<void()>>& fns,
+                                     const std::vector<int>& iters, int reps = 7, int warmup = 2);
 
 // Iterations so one batch takes about `target_s` given one call of ~`estimate_s`.
 int iterations_for(double estimate_s, double target_s = 0.2);

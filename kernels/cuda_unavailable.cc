@@ -12,4 +12,8 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int, void*) {
       "toolkit and reconfigure, or leave FP8_ENABLE_CUDA on)");
 }
 
+absl::StatusOr<std::shared_ptr<void>> make_cuda_stream(int) {
+  return absl::UnavailableError("this build has no CUDA backend (nvcc was not found at configure time)");
+}
+
 }  // namespace fp8

@@ -1,5 +1,6 @@
 #include "cpu/host_memory.h"
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -8,15 +9,38 @@
 
 namespace fp8::cpu {
 
+namespace {
+// Each block starts with one aligned header that remembers the size asked for, so that
+// deallocate() can count it without a lookup table.
+constexpr size_t kAlign = 256;
+constexpr size_t kHeader = kAlign;
+}  // namespace
+
 absl::StatusOr<void*> HostMemoryBackend::allocate(size_t bytes) {
-  constexpr size_t kAlign = 256;
   const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-  void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
-  if (p == nullptr) return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", bytes, " bytes failed"));
-  return p;
+  auto* block = static_cast<std::byte*>(std::aligned_alloc(kAlign, kHeader + rounded));
+  if (block == nullptr) return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", bytes, " bytes failed"));
+  std::memcpy(block, &bytes, sizeof(bytes));
+  counter_.on_allocate(static_cast<int64_t>(bytes));
+  return block + kHeader;
 }
 
-void HostMemoryBackend::deallocate(void* p) { std::free(p); }
+void HostMemoryBackend::deallocate(void* p) {
+  if (p == nullptr) return;
+  std::byte* block = static_cast<std::byte*>(p) - kHeader;
+  size_t bytes = 0;
+  std::memcpy(&bytes, block, sizeof(bytes));
+  counter_.on_deallocate(static_cast<int64_t>(bytes));
+  std::free(block);
+}
+
+MemoryStats HostMemoryBackend::memory_stats() const {
+  MemoryStats s;
+  s.allocated = counter_.allocated();
+  s.peak_allocated = counter_.peak();
+  s.reserved = s.allocated;
+  return s;
+}
 
 absl::Status HostMemoryBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();

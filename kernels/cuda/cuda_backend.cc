@@ -5,8 +5,8 @@
 // the caller's (DeviceGuard), so backends on several GPUs can share a thread.
 // Asynchrony: methods only queue work on the stream. The exceptions are synchronize(),
 // copy_from_host()/copy_to_host() (they wait for the copy, so host buffers may be reused
-// at once), allocate()/deallocate() (cudaMalloc/cudaFree), and the rare growth of the
-// backend's scratch buffer (see DeviceBuffer).
+// at once), and the rare growth of the backend's scratch buffer (see DeviceBuffer).
+// allocate()/deallocate() are stream-ordered and do not wait (caching_allocator.h).
 // Threads: methods that use the backend's scratch or GEMM plan cache hold a mutex, which
 // also keeps each call's launches contiguous on the stream; the others are stateless.
 #include <cuda_runtime_api.h>
@@ -19,9 +19,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/validate.h"
+#include "cuda/caching_allocator.h"
 #include "cuda/cast_kernels.h"
 #include "cuda/cuda_status.h"
 #include "cuda/device_buffer.h"
+#include "cuda/event_fence.h"
 #include "cuda/gemm_cublaslt.h"
 #include "fp8/fp8.h"
 
@@ -68,19 +70,19 @@ class CudaBackend final : public Backend {
   absl::StatusOr<void*> allocate(size_t bytes) override {
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
-    void* p = nullptr;
-    // A zero-byte request still gets a distinct, valid pointer, as on the CPU.
-    if (auto s = cuda_status(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(s.message(), " (", bytes, " bytes on ", name_, ")"));
-    }
+    absl::StatusOr<void*> p = allocator_->allocate(bytes);
+    if (!p.ok()) return absl::Status(p.status().code(), absl::StrCat(p.status().message(), " on ", name_));
     return p;
   }
 
   void deallocate(void* p) override {
     if (p == nullptr) return;
     DeviceGuard guard(device_);
-    cudaFree(p);  // a sticky error resurfaces at the next synchronising call
+    allocator_->deallocate(p);
   }
+
+  MemoryStats memory_stats() const override { return allocator_->stats(); }
+  void reset_peak_memory() override { allocator_->reset_peak(); }
 
   absl::Status copy_from_host(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return absl::OkStatus();
@@ -135,6 +137,12 @@ class CudaBackend final : public Backend {
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
     return cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+  absl::StatusOr<std::unique_ptr<Fence>> fence() override {
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    return cuda::EventFence::record(device_, stream_);
   }
 
   absl::Status amax(const MatrixRef& x, Granularity g, float* out) override {
@@ -254,8 +262,13 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  CudaBackend(int device, cudaStream_t stream, std::string name, std::unique_ptr<cuda::CublasLtGemm> gemm)
-      : device_(device), stream_(stream), name_(std::move(name)), gemm_(std::move(gemm)) {}
+  CudaBackend(int device, cudaStream_t stream, std::string name, std::unique_ptr<cuda::CublasLtGemm> gemm,
+              std::unique_ptr<cuda::CachingAllocator> allocator)
+      : device_(device),
+        stream_(stream),
+        name_(std::move(name)),
+        gemm_(std::move(gemm)),
+        allocator_(std::move(allocator)) {}
 
   const int device_;
   const cudaStream_t stream_;  // the caller's stream (or the default stream); not owned
@@ -263,6 +276,7 @@ class CudaBackend final : public Backend {
   std::mutex mu_;  // guards scratch_ and gemm_
   cuda::DeviceBuffer scratch_;
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
+  std::unique_ptr<cuda::CachingAllocator> allocator_;
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::create(int device, cudaStream_t stream) {
@@ -296,8 +310,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::create(int device, cudaStr
   }
   auto gemm = cuda::CublasLtGemm::create(stream);
   if (!gemm.ok()) return gemm.status();
-  std::unique_ptr<CudaBackend> backend(
-      new CudaBackend(device, stream, absl::StrCat("cuda:", device, " (", prop.name, ")"), std::move(*gemm)));
+  auto allocator = cuda::CachingAllocator::create(device, stream);
+  if (!allocator.ok()) return allocator.status();
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(device, stream, absl::StrCat("cuda:", device, " (", prop.name, ")"),
+                                                       std::move(*gemm), std::move(*allocator)));
   // Allocate the scratch now, so that the first quantize does not call cudaMalloc.
   if (auto s = backend->scratch_.get(1, stream); !s.ok()) return s.status();
   return std::unique_ptr<Backend>(std::move(backend));
@@ -309,6 +325,27 @@ bool cuda_compiled() { return true; }
 
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device, void* stream) {
   return CudaBackend::create(device, static_cast<cudaStream_t>(stream));
+}
+
+absl::StatusOr<std::shared_ptr<void>> make_cuda_stream(int device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
+    cudaGetLastError();
+    return absl::UnavailableError(absl::StrCat("CUDA device ", device, " does not exist (", count, " found)"));
+  }
+  DeviceGuard guard(device);
+  if (!guard.status().ok()) return guard.status();
+  cudaStream_t stream = nullptr;
+  if (auto s = cuda_status(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+      !s.ok()) {
+    return s;
+  }
+  return std::shared_ptr<void>(stream, [device](void* p) {
+    DeviceGuard destroy_on(device);
+    // cudaStreamDestroy returns at once; the stream's queued work still completes.
+    cudaStreamSynchronize(static_cast<cudaStream_t>(p));
+    cudaStreamDestroy(static_cast<cudaStream_t>(p));
+  });
 }
 
 }  // namespace fp8

@@ -29,6 +29,28 @@ FP8_HD void rotate_pair(float x0, float x1, float c, float s, float* y0, float* 
   *y1 = x0 * s + x1 * c;
 }
 
+// ---- causal attention's softmax (flash-attention style) ----------------------------------
+// A score row's softmax is built over key tiles from a running max m and a running sum
+// l = Σ exp(s - m); masked scores (the causal future) are -inf.
+
+// exp(s - m) for a score s of a row whose running max (forward) or log-sum-exp (backward)
+// is m. A masked score gives exactly 0, also when m is still -inf (a row that has seen only
+// masked keys), where exp(-inf - -inf) would be NaN.
+FP8_HD float softmax_exp(float s, float m) { return s == -INFINITY ? 0.0f : expf(s - m); }
+
+// exp(m_old - m_new), the factor by which a row's running sum and output shrink when its
+// running max grows from m_old to m_new >= m_old: 0 while the row has seen nothing
+// (m_old = -inf), so that nothing is computed as -inf - -inf.
+FP8_HD float online_softmax_rescale(float m_old, float m_new) { return softmax_exp(m_old, m_new); }
+
+// The row's log-sum-exp from its max and its sum of exp(s - max); the sum is >= 1 once the
+// row has seen its max.
+FP8_HD float log_sum_exp(float max, float sum) { return max + logf(sum); }
+
+// The gradient of a softmax input: dS = P·(dP - delta), where dP is the gradient of the
+// probability P and delta = Σ_j P_j·dP_j over the row (for attention, grad_out · out).
+FP8_HD float softmax_input_grad(float p, float grad_p, float delta) { return p * (grad_p - delta); }
+
 // One AdamW step's scalars, computed once per call on the host in double.
 struct AdamWCoefficients {
   float decay;  // 1 - lr * weight_decay

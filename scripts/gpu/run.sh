@@ -1,12 +1,46 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, in the repository root, after scripts/gpu/bundle.sh packed
-# .devbuild/ here: the gpu tests, then the GPU benchmarks side by side with PyTorch.
-# Logs go to $OUT (or ./gpu-out). Usage: scripts/gpu/run.sh [tests|bench|all]
+# .devbuild/bundle.tar.xz here (carried there: the device tool's carry [".devbuild"]): the
+# gpu tests, then the GPU benchmarks side by side with PyTorch. Logs go to $OUT (or
+# ./gpu-out).
+#
+#   scripts/gpu/run.sh PART...
+#
+# Each part fits the device tool's 10 minutes per command (the benchmarks stop their own
+# work at ~9; a test is killed after 8):
+#   tests-kernels   format, CUDA contract and backend, Float8Linear, NCCL, CUDA model ops
+#   tests-train     CUDA training, and a job through fp8-coordinator / fp8-worker / fp8-train
+#   bench-gemm      bench_cast, bench_gemm, then torch_gemm.py on the same shapes
+#   bench-linear    bench_linear (ln -> linear -> sigmoid, and the linear alone), then torch_linear.py
+#   bench-train     bench_train on llama-h100 per recipe (none first), then torch_llama.py
+# and, for a machine without that limit: tests (both test parts), bench (the three bench
+# parts), all (everything).
+#
+# A benchmark's CSV is also kept in ./gpu-out/csv (a folder that stays on a warm machine
+# between commands), so that a PyTorch peer can be rerun alone against the last run of
+# ours: e.g. `scripts/gpu/run.sh torch-train` (also torch-gemm, torch-linear).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-what=${1:-all}
 out=${OUT:-gpu-out}
-mkdir -p "$out"
+csv_dir=gpu-out/csv
+mkdir -p "$out" "$csv_dir"
+(($# > 0)) || set -- all
+
+# The bundle, unpacked into build/gpu-run/ (ignored by git, so never carried back) unless
+# already unpacked from this very archive. .devbuild/ keeps only the archive: it is what
+# the device tool carries, and unpacked it would exceed the 64 MiB.
+bundle=.devbuild/bundle.tar.xz
+run_dir=build/gpu-run
+# The archive's checksum says which one is unpacked (copies need not keep mtimes).
+if [[ -f $bundle ]] && [[ "$(cksum <"$bundle")" != "$(cat "$run_dir/stamp" 2>/dev/null)" ]]; then
+  rm -rf "$run_dir"
+  mkdir -p "$run_dir"
+  tar -C "$run_dir" -xJf "$bundle" 2>/dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$bundle" "$run_dir" ||
+    { echo "cannot unpack $bundle"; exit 2; }
+  cksum <"$bundle" >"$run_dir/stamp"
+fi
+[[ -d $run_dir/bin ]] || { echo "no $bundle: run scripts/gpu/bundle.sh on the build machine first"; exit 2; }
 
 # The CUDA libraries: the toolkit's, else those PyTorch's wheels carry.
 cuda_lib=""
@@ -24,29 +58,99 @@ nccl_lib=""
 if ! ldconfig -p | grep -q 'libnccl.so.2' && [[ ! -e $cuda_lib/libnccl.so.2 ]]; then
   nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
 fi
-export LD_LIBRARY_PATH=$PWD/.devbuild/lib:$cuda_lib${nccl_lib:+:$nccl_lib}:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$PWD/$run_dir/lib:$cuda_lib${nccl_lib:+:$nccl_lib}:${LD_LIBRARY_PATH:-}
+bin=$PWD/$run_dir/bin
+# fp8_cuda_job_test starts fp8-coordinator, fp8-worker and fp8-train from here.
+export FP8_TEST_BIN_DIR=$bin
 echo "cuBLASLt from: ${cuda_lib:-not found}"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 
 status=0
-run() {  # run NAME CMD...: output to the console and $out/NAME.log
-  local name=$1; shift
-  echo "== $name: $*"
-  timeout 900 "$@" 2>&1 | tee "$out/$name.log"
+part_start=$SECONDS
+part_limit=540  # 9 minutes per part
+left() { echo $((part_limit - (SECONDS - part_start))); }
+run() {  # run NAME SECONDS CMD...: at most SECONDS (and what is left of the part); output to the console and $out/NAME.log
+  local name=$1 limit=$2; shift 2
+  local l; l=$(left)
+  ((l < limit)) && limit=$l
+  if ((limit < 30)); then
+    echo "!! $name skipped: the part's 9 minutes are spent" | tee "$out/$name.log"
+    status=1
+    return
+  fi
+  echo "== $name (at most ${limit}s): $*"
+  timeout "$limit" "$@" 2>&1 | tee "$out/$name.log"
   local rc=${PIPESTATUS[0]}
   [[ $rc -eq 0 ]] || { echo "!! $name exited $rc"; status=1; }
 }
-bin=.devbuild/bin
-if [[ $what == tests || $what == all ]]; then
-  run format_test $bin/fp8_format_test --gtest_brief=1
-  run cuda_contract_test $bin/fp8_cuda_contract_test
-  run cuda_backend_test $bin/fp8_cuda_backend_test
-  run float8_linear_cuda_test $bin/fp8_float8_linear_cuda_test
-  run nccl_process_group_test $bin/fp8_nccl_process_group_test
-fi
-if [[ $what == bench || $what == all ]]; then
-  run bench_cast $bin/bench_cast --device cuda
-  run bench_gemm $bin/bench_gemm --device cuda --csv "$out/ours_gemm.csv"
-  run torch_gemm python3 bench/torch_gemm.py --ours "$out/ours_gemm.csv"
-fi
+keep_csv() { [[ -f $out/$1 ]] && cp "$out/$1" "$csv_dir/$1"; }
+need_csv() {  # the CSV of our last run, into $out if it came from an earlier command
+  [[ -f $out/$1 ]] && return 0
+  [[ -f $csv_dir/$1 ]] && cp "$csv_dir/$1" "$out/$1" && return 0
+  echo "!! no $1 from a run of ours on this machine"; status=1; return 1
+}
+
+# The PyTorch peers stop starting new work (a shape, a precision) when the part's time
+# is nearly spent (--budget), so that what they measured is printed before the timeout.
+torch_gemm() { need_csv ours_gemm.csv && run torch_gemm 240 python3 bench/torch_gemm.py --ours "$out/ours_gemm.csv"; }
+torch_linear() {
+  need_csv ours_linear.csv &&
+    run torch_linear 480 python3 bench/torch_linear.py --ours "$out/ours_linear.csv" --budget $(($(left) - 90))
+}
+torch_train() {
+  need_csv ours_train.csv &&
+    run torch_llama 480 python3 bench/torch_llama.py --ours "$out/ours_train.csv" --budget $(($(left) - 30))
+}
+
+do_part() {
+  part_start=$SECONDS
+  case $1 in
+    tests-kernels)
+      run format_test 120 "$bin/fp8_format_test" --gtest_brief=1
+      run cuda_contract_test 120 "$bin/fp8_cuda_contract_test"
+      run cuda_backend_test 120 "$bin/fp8_cuda_backend_test"
+      run float8_linear_cuda_test 120 "$bin/fp8_float8_linear_cuda_test"
+      run nccl_process_group_test 120 "$bin/fp8_nccl_process_group_test"
+      if [[ -x $bin/fp8_cuda_model_ops_test ]]; then
+        run cuda_model_ops_test 240 "$bin/fp8_cuda_model_ops_test"
+      else
+        echo "!! fp8_cuda_model_ops_test is not in the bundle"; status=1
+      fi
+      ;;
+    tests-train)
+      run cuda_training_test 300 "$bin/fp8_cuda_training_test"
+      run cuda_job_test 300 "$bin/fp8_cuda_job_test"
+      ;;
+    bench-gemm)
+      run bench_cast 120 "$bin/bench_cast" --device cuda
+      run bench_gemm 240 "$bin/bench_gemm" --device cuda --csv "$out/ours_gemm.csv"
+      keep_csv ours_gemm.csv
+      torch_gemm
+      ;;
+    bench-linear)
+      # ~2 minutes of ours; PyTorch compiles once per mode and shape.
+      run bench_linear 240 "$bin/bench_linear" --device cuda --csv "$out/ours_linear.csv"
+      keep_csv ours_linear.csv
+      torch_linear
+      ;;
+    bench-train)
+      # Ours stops itself after --budget seconds (plus the step in flight), leaving
+      # PyTorch ~4 minutes for two compilations and its steps. `run.sh torch-train` reruns
+      # PyTorch alone against this CSV if it runs out of time here.
+      run bench_train 330 "$bin/bench_train" --device cuda --config examples/jobs/llama-h100.yaml \
+        --budget 280 --csv "$out/ours_train.csv"
+      keep_csv ours_train.csv
+      torch_train
+      ;;
+    torch-gemm) torch_gemm ;;
+    torch-linear) torch_linear ;;
+    torch-train) torch_train ;;
+    tests) do_part tests-kernels; do_part tests-train ;;
+    bench) do_part bench-gemm; do_part bench-linear; do_part bench-train ;;
+    all) do_part tests; do_part bench ;;
+    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-gemm, bench-linear, bench-train, torch-gemm," \
+         "torch-linear, torch-train, tests, bench, all)"; status=2 ;;
+  esac
+}
+for p in "$@"; do do_part "$p"; done
 exit $status

@@ -55,6 +55,8 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::Registry& r, size_t keep_finishe
       job_grad_norm_(r.gauge("fp8_job_grad_norm", "Gradient norm before clipping at the last report.", {"job_id"})),
       job_learning_rate_(r.gauge("fp8_job_learning_rate", "Learning rate at the last report.", {"job_id"})),
       job_step_seconds_(r.gauge("fp8_job_step_seconds", "Mean step time over the last report window.", {"job_id"})),
+      job_peak_memory_(r.gauge("fp8_job_peak_memory_bytes",
+                               "Rank 0's peak device memory in a step over the last report window.", {"job_id"})),
       job_step_part_seconds_(r.gauge("fp8_job_step_part_seconds",
                                      "Mean step time split into compute, exposed_communication and data.",
                                      {"job_id", "part"})),
@@ -110,6 +112,7 @@ void CoordinatorMetrics::OnJob(const v1::Job& job) {
     job_learning_rate_.with({id}).set(p.lr());
     const v1::StepTime& t = p.step_time();
     job_step_seconds_.with({id}).set(t.step_ms() / 1e3);
+    if (p.has_memory()) job_peak_memory_.with({id}).set(static_cast<double>(p.memory().peak_bytes()));
     job_step_part_seconds_.with({id, "compute"}).set(t.compute_ms() / 1e3);
     job_step_part_seconds_.with({id, "exposed_communication"}).set(t.exposed_comm_ms() / 1e3);
     // Whatever the step spent neither computing nor waiting on collectives: fetching data
@@ -196,7 +199,7 @@ void CoordinatorMetrics::ForgetJob(const std::string& job_id) {
   ForgetCasts(job_id);
   for (metrics::GaugeFamily* f : {&job_info_, &job_state_, &job_step_, &job_total_steps_, &job_tokens_per_second_,
                                   &job_loss_, &job_validation_loss_, &job_grad_norm_, &job_learning_rate_,
-                                  &job_step_seconds_, &job_step_part_seconds_}) {
+                                  &job_step_seconds_, &job_step_part_seconds_, &job_peak_memory_}) {
     f->remove_if("job_id", job_id);
   }
   for (metrics::CounterFamily* f : {&job_communication_bytes_, &job_tokens_, &job_restarts_, &job_numerics_events_}) {

@@ -68,6 +68,7 @@ class CoordinatorMetrics {
   metrics::GaugeFamily& job_grad_norm_;
   metrics::GaugeFamily& job_learning_rate_;
   metrics::GaugeFamily& job_step_seconds_;
+  metrics::GaugeFamily& job_peak_memory_;
   metrics::GaugeFamily& job_step_part_seconds_;
   metrics::CounterFamily& job_communication_bytes_;
   metrics::CounterFamily& job_tokens_;

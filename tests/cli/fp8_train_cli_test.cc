@@ -122,12 +122,13 @@ std::vector<std::string> LinesStartingWith(const std::string& text, const std::s
   return out;
 }
 
-// "step  5/30  loss 5.2162  lr 3.00e-03  grad_norm 1.702  57130 tok/s  2.2 ms/step", with
-// "  val 4.4441" after the loss on evaluation steps.
+// "step  5/30  loss 5.2162  lr 3.00e-03  grad_norm 1.702  57130 tok/s  2.2 ms/step  peak 3.1 MiB",
+// with "  val 4.4441" after the loss on evaluation steps.
 struct StepLine {
   int64_t step = 0, total = 0;
   std::string loss, val, lr, grad_norm;  // as printed; val empty when no evaluation ran
   double tokens_per_second = 0, step_ms = 0;
+  std::string peak_memory;  // "3.1 MiB"
   std::string text;
   // The deterministic part: everything but the timings.
   std::string numbers() const { return "loss " + loss + " val " + val + " lr " + lr + " grad_norm " + grad_norm; }
@@ -135,7 +136,7 @@ struct StepLine {
 
 std::vector<StepLine> ParseStepLines(const std::string& out) {
   static const std::regex kStep(
-      R"(^step +(\d+)/(\d+)  loss (\S+)(?:  val (\S+))?  lr (\S+)  grad_norm (\S+)  (\S+) tok/s  (\S+) ms/step$)");
+      R"(^step +(\d+)/(\d+)  loss (\S+)(?:  val (\S+))?  lr (\S+)  grad_norm (\S+)  (\S+) tok/s  (\S+) ms/step  peak (\S+ \S+)$)");
   std::vector<StepLine> steps;
   for (const std::string& l : Lines(out)) {
     if (l.rfind("step ", 0) != 0) continue;
@@ -154,6 +155,7 @@ std::vector<StepLine> ParseStepLines(const std::string& out) {
     s.grad_norm = m[6];
     s.tokens_per_second = std::stod(m[7]);
     s.step_ms = std::stod(m[8]);
+    s.peak_memory = m[9];
     steps.push_back(s);
   }
   return steps;
@@ -264,6 +266,9 @@ TEST_F(Fp8TrainCliTest, TrainsToTheLastStep) {
     EXPECT_GT(std::stod(s.grad_norm), 0.0) << s.text;
     EXPECT_GT(s.tokens_per_second, 0.0) << s.text;
     EXPECT_GT(s.step_ms, 0.0) << s.text;
+    // The model's weights, optimizer state and activations are all in use during a step.
+    EXPECT_NE(s.peak_memory.find("iB"), std::string::npos) << s.text;
+    EXPECT_NE(s.peak_memory.rfind("0 KiB", 0), 0u) << s.text;
   }
   ASSERT_EQ(steps.size(), 7u);
   EXPECT_LT(std::stod(steps.back().loss), std::stod(steps.front().loss)) << "the loss did not fall:\n" << r.out;

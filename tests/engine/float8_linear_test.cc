@@ -867,6 +867,8 @@ class PretendGpuBackend final : public Backend {
   bool is_cuda() const override { return true; }
   absl::StatusOr<void*> allocate(size_t bytes) override { return cpu().allocate(bytes); }
   void deallocate(void* p) override { cpu().deallocate(p); }
+  MemoryStats memory_stats() const override { return cpu().memory_stats(); }
+  void reset_peak_memory() override { cpu().reset_peak_memory(); }
   absl::Status copy_from_host(void* d, const void* s, size_t n) override { return cpu().copy_from_host(d, s, n); }
   absl::Status copy_to_host(void* d, const void* s, size_t n) override { return cpu().copy_to_host(d, s, n); }
   absl::Status copy(void* d, const void* s, size_t n) override { return cpu().copy(d, s, n); }

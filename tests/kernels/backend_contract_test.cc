@@ -559,6 +559,45 @@ std::vector<uint8_t> byte_pattern(int64_t rows, int64_t cols, uint32_t seed) {
   return v;
 }
 
+// ---- memory ---------------------------------------------------------------------------------
+
+TEST_P(BackendContract, MemoryStatsCountLiveBytesAndTheirPeak) {
+  const MemoryStats before = b_->memory_stats();
+  b_->reset_peak_memory();
+  EXPECT_EQ(b_->memory_stats().peak_allocated, before.allocated);
+
+  absl::StatusOr<void*> small = b_->allocate(1000);
+  absl::StatusOr<void*> large = b_->allocate(3000);
+  ASSERT_TRUE(small.ok() && large.ok());
+  MemoryStats s = b_->memory_stats();
+  EXPECT_EQ(s.allocated, before.allocated + 4000);
+  EXPECT_EQ(s.peak_allocated, before.allocated + 4000);
+  EXPECT_GE(s.reserved, s.allocated);
+
+  b_->deallocate(*large);
+  s = b_->memory_stats();
+  EXPECT_EQ(s.allocated, before.allocated + 1000);
+  EXPECT_EQ(s.peak_allocated, before.allocated + 4000) << "the peak outlives the block";
+
+  b_->reset_peak_memory();
+  EXPECT_EQ(b_->memory_stats().peak_allocated, before.allocated + 1000);
+  b_->deallocate(*small);
+  b_->deallocate(nullptr);  // a no-op, counted as nothing
+  EXPECT_EQ(b_->memory_stats().allocated, before.allocated);
+  ASSERT_TRUE(b_->synchronize().ok());
+}
+
+TEST_P(BackendContract, ZeroByteAllocationsAreDistinctAndCountNothing) {
+  const int64_t before = b_->memory_stats().allocated;
+  absl::StatusOr<void*> a = b_->allocate(0), c = b_->allocate(0);
+  ASSERT_TRUE(a.ok() && c.ok());
+  EXPECT_NE(*a, *c);
+  EXPECT_EQ(b_->memory_stats().allocated, before);
+  b_->deallocate(*a);
+  b_->deallocate(*c);
+  EXPECT_EQ(b_->memory_stats().allocated, before);
+}
+
 TEST_P(BackendContract, TransposeBytesMatchesANaiveLoopForRaggedShapes) {
   constexpr size_t kGuard = 64;  // bytes past the end of dst that must stay untouched
   const std::vector<std::pair<int64_t, int64_t>> shapes = {

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -23,6 +24,14 @@ using std::chrono::milliseconds;
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
+}
+
+// The executables: where the build put them, or, with FP8_TEST_BIN_DIR set, in that folder
+// (the GPU machine runs these tests from a bundle, scripts/gpu/bundle.sh, somewhere else).
+std::string Binary(const char* built) {
+  const char* dir = std::getenv("FP8_TEST_BIN_DIR");
+  if (dir == nullptr || *dir == '\0') return built;
+  return (fs::path(dir) / fs::path(built).filename()).string();
 }
 
 const std::map<std::string, std::string>& ChildEnv() {
@@ -82,7 +91,7 @@ void ControlPlane::StartCoordinator() {
   const fs::path err = dir_ / ("coordinator-" + std::to_string(n) + ".err");
   logs_.push_back(out);
   logs_.push_back(err);
-  std::vector<std::string> argv = {FP8_COORDINATOR_BINARY, "--listen", listen, "--port-file", port_file.string(),
+  std::vector<std::string> argv = {Binary(FP8_COORDINATOR_BINARY), "--listen", listen, "--port-file", port_file.string(),
                                    "--state-dir", dir_.string(), "--heartbeat-interval-ms", "200", "--lost-after-ms",
                                    "4000", "--stop-grace-s", "3", "--data-root", dir_.string(), "--checkpoint-root",
                                    dir_.string(), "--metrics-address", "127.0.0.1:0", "--metrics-port-file",
@@ -106,16 +115,16 @@ void ControlPlane::KillCoordinator(int sig) {
   coordinator_->Wait(milliseconds(10'000));
 }
 
-int ControlPlane::StartWorker() {
+int ControlPlane::StartWorker(const std::string& device) {
   const int index = static_cast<int>(workers_.size());
   const fs::path out = dir_ / ("worker-" + std::to_string(index) + ".out");
   const fs::path err = dir_ / ("worker-" + std::to_string(index) + ".err");
   logs_.push_back(out);
   logs_.push_back(err);
-  std::vector<std::string> argv = {FP8_WORKER_BINARY, "--coordinator", "127.0.0.1:" + std::to_string(port_),
+  std::vector<std::string> argv = {Binary(FP8_WORKER_BINARY), "--coordinator", "127.0.0.1:" + std::to_string(port_),
                                    "--token-file", (dir_ / "fp8-worker.token").string(), "--work-dir",
                                    (dir_ / ("worker-" + std::to_string(index))).string(), "--trainer",
-                                   FP8_TRAIN_BINARY, "--cpus", "1"};
+                                   Binary(FP8_TRAIN_BINARY), "--cpus", "1", "--device", device};
   if (tls_) argv.insert(argv.end(), {"--coordinator-ca", (dir_ / "tls.crt").string()});
   workers_.push_back(std::make_unique<cli_test::Subprocess>(argv, ChildEnv(), out, err));
   EXPECT_TRUE(workers_.back()->started()) << workers_.back()->start_error();
@@ -140,7 +149,8 @@ v1::JobSpec ControlPlane::Spec(const JobOptions& o) const {
        "fp8: {recipe: "
     << o.recipe << "}\ncheckpoint: {dir: ckpt/" << o.name << ", every: " << o.checkpoint_every
     << ", keep: 2}\n"
-       "resources: {device: cpu, world_size: "
+       "resources: {device: "
+    << o.device << ", world_size: "
     << o.world_size << ", cpus_per_rank: 1}\nrestarts: {max_restarts: " << o.max_restarts
     << ", backoff_seconds: 0}\n";
   const fs::path file = dir_ / (o.name + ".yaml");
@@ -166,7 +176,7 @@ std::string ControlPlane::WorkerToken() const {
 
 std::string ControlPlane::CreateToken(const std::string& role, const std::string& name) const {
   const cli_test::RunResult r =
-      cli_test::Run({FP8_COORDINATOR_BINARY, "token", "--role", role, "--name", name, "--state-dir", dir_.string()},
+      cli_test::Run({Binary(FP8_COORDINATOR_BINARY), "token", "--role", role, "--name", name, "--state-dir", dir_.string()},
                     {}, dir_ / "token.out", dir_ / "token.err", milliseconds(30'000));
   EXPECT_TRUE(r.exit.exited && r.exit.code == 0) << r.err;
   return Trim(r.out);

@@ -35,8 +35,9 @@ class ControlPlane {
   // Starts the coordinator (again, on the same port and state, after a kill).
   void StartCoordinator();
   void KillCoordinator(int sig = SIGKILL);
-  // Starts worker number i (its own work folder); returns its index.
-  int StartWorker();
+  // Starts worker number i (its own work folder) offering `device` ("cpu", "cuda:0");
+  // returns its index.
+  int StartWorker(const std::string& device = "cpu");
   void KillWorker(int index, int sig = SIGKILL);
   pid_t WorkerPid(int index) const;
 
@@ -49,6 +50,7 @@ class ControlPlane {
     int max_restarts = 0;
     int priority = 0;
     std::string recipe = "tensorwise";
+    std::string device = "cpu";  // resources.device
   };
   v1::JobSpec Spec(const JobOptions& o) const;
 

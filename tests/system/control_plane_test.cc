@@ -34,6 +34,8 @@ TEST(ControlPlaneTest, TwoRankJobRunsToSuccess) {
   EXPECT_TRUE(std::isfinite(done.latest_progress().loss()));
   EXPECT_GT(done.latest_progress().loss(), 0);
   EXPECT_GT(done.latest_progress().tokens_per_second(), 0);
+  EXPECT_GT(done.latest_progress().memory().peak_bytes(), 0);
+  EXPECT_GT(done.latest_progress().memory().reserved_bytes(), 0);
   EXPECT_EQ(done.last_checkpoint_step(), 40);
   ASSERT_EQ(done.attempt_history_size(), 1);
   EXPECT_EQ(done.attempt_history(0).ranks_size(), 2);

@@ -64,6 +64,18 @@ TEST(TrainerCommand, CoordinatorCaPassedWhenSet) {
   EXPECT_EQ(*(it + 1), "/etc/fp8/ca.pem");
 }
 
+TEST(TrainerCommand, AGpuWorkerNamesItsGpu) {
+  WorkerConfig c = Config();
+  EXPECT_FALSE(Contains(BuildTrainerCommand(Start(1), c, {})->argv, "--cuda-device"));
+  c.device_kind = v1::ResourceSpec::CUDA;
+  c.device_name = "cuda:3";
+  std::vector<std::string> argv = BuildTrainerCommand(Start(1), c, {})->argv;
+  auto it = std::find(argv.begin(), argv.end(), "--cuda-device");
+  ASSERT_NE(it, argv.end());
+  ASSERT_NE(it + 1, argv.end());
+  EXPECT_EQ(*(it + 1), "3");
+}
+
 TEST(TrainerCommand, TokenOnlyInTheEnvironment) {
   absl::StatusOr<TrainerCommand> cmd = BuildTrainerCommand(
       Start(1), Config(),

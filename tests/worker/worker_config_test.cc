@@ -2,11 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
+#include "fp8/v1/worker_service.pb.h"
 #include "tests/worker/worker_test_util.h"
+#include "worker/fp8_worker/cuda_device_count.h"
+#include "worker/fp8_worker/trainer_command.h"
 
 namespace fp8::worker {
 namespace {
@@ -26,6 +30,24 @@ absl::StatusOr<ParsedCommandLine> Parse(std::vector<std::string> args, Env env =
   if (env.count("FP8_TRAINER") == 0) env["FP8_TRAINER"] = "/bin/sh";
   if (env.count("FP8_WORKER_TOKEN") == 0) env["FP8_WORKER_TOKEN"] = "tok";
   return ParseWorkerConfig(args, Lookup(env));
+}
+
+// The same with a GPU count of our choosing for cuda:all.
+absl::StatusOr<ParsedCommandLine> ParseCounting(std::vector<std::string> args, const CudaDeviceCounter& count,
+                                                Env env = {}) {
+  if (env.count("FP8_TRAINER") == 0) env["FP8_TRAINER"] = "/bin/sh";
+  if (env.count("FP8_WORKER_TOKEN") == 0) env["FP8_WORKER_TOKEN"] = "tok";
+  return ParseWorkerConfig(args, Lookup(env), count);
+}
+
+CudaDeviceCounter Gpus(int n) {
+  return [n]() -> absl::StatusOr<int> { return n; };
+}
+
+std::vector<std::string> Names(const std::vector<WorkerConfig>& slots) {
+  std::vector<std::string> names;
+  for (const WorkerConfig& s : slots) names.push_back(s.device_name);
+  return names;
 }
 
 TEST(WorkerConfig, DefaultsWorkOnOneMachine) {
@@ -83,6 +105,142 @@ TEST(WorkerConfig, DefaultWorkDirNamesTheDevice) {
   EXPECT_EQ(std::filesystem::path(p->config.work_dir).filename(), "fp8-worker-cuda-3");
 }
 
+TEST(WorkerConfig, OneDeviceIsOneSlot) {
+  absl::StatusOr<ParsedCommandLine> p = Parse({"--device", "cuda:2", "--work-dir", "/tmp/wd"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.cuda_devices, std::vector<int>{2});
+  std::vector<WorkerConfig> slots = SlotConfigs(p->config);
+  ASSERT_EQ(slots.size(), 1u);
+  EXPECT_EQ(slots[0].device_name, "cuda:2");
+  EXPECT_EQ(slots[0].work_dir, "/tmp/wd");  // as a single-GPU worker always had it
+
+  p = Parse({"--work-dir", "/tmp/wd"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->config.cuda_devices.empty());
+  slots = SlotConfigs(p->config);
+  ASSERT_EQ(slots.size(), 1u);
+  EXPECT_EQ(slots[0].device_kind, v1::ResourceSpec::CPU);
+  EXPECT_EQ(slots[0].device_name, "cpu");
+  EXPECT_EQ(slots[0].work_dir, "/tmp/wd");
+}
+
+TEST(WorkerConfig, AListOfGpusIsOneSlotEach) {
+  absl::StatusOr<ParsedCommandLine> p =
+      Parse({"--device", "cuda:3,0,1", "--work-dir", "/tmp/wd", "--coordinator", "coord:7", "--address",
+             "10.0.0.5:9401", "--cpus", "4"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const WorkerConfig& c = p->config;
+  EXPECT_EQ(c.device_kind, v1::ResourceSpec::CUDA);
+  EXPECT_EQ(c.cuda_devices, (std::vector<int>{3, 0, 1}));
+  EXPECT_EQ(c.device_name, "cuda:3,0,1");
+
+  const std::vector<WorkerConfig> slots = SlotConfigs(c);
+  EXPECT_EQ(Names(slots), (std::vector<std::string>{"cuda:3", "cuda:0", "cuda:1"}));
+  for (const WorkerConfig& s : slots) {
+    const std::string index = s.device_name.substr(5);
+    EXPECT_EQ(s.device_kind, v1::ResourceSpec::CUDA);
+    EXPECT_EQ(s.cuda_devices, std::vector<int>{std::stoi(index)});
+    EXPECT_EQ(s.work_dir, "/tmp/wd/cuda-" + index);
+    // What identifies and reaches the daemon is every slot's.
+    EXPECT_EQ(s.token, "tok");
+    EXPECT_EQ(s.coordinator, "coord:7");
+    EXPECT_EQ(s.address, "10.0.0.5:9401");
+    EXPECT_EQ(s.listen_host, "10.0.0.5");
+    EXPECT_EQ(s.trainer, "/bin/sh");
+    EXPECT_EQ(s.cpus, 4);
+  }
+
+  // From the environment too; the default work dir is shared, one cuda-N folder per slot.
+  p = Parse({}, {{"FP8_DEVICE", "cuda:0,1"}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(std::filesystem::path(p->config.work_dir).filename(), "fp8-worker-cuda");
+  const std::vector<WorkerConfig> env_slots = SlotConfigs(p->config);
+  ASSERT_EQ(env_slots.size(), 2u);
+  EXPECT_EQ(env_slots[1].work_dir, p->config.work_dir + "/cuda-1");
+}
+
+// The rank a slot starts trains on that slot's GPU, in that slot's folder.
+TEST(WorkerConfig, EachSlotsRanksGetItsGpu) {
+  absl::StatusOr<ParsedCommandLine> p = Parse({"--device", "cuda:0,1", "--work-dir", "/tmp/wd"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  v1::StartRank start;
+  start.set_job_id("job-1");
+  start.set_attempt(1);
+  start.set_rank(0);
+  start.set_world_size(2);
+  start.set_coordinator_address("127.0.0.1:7070");
+  start.set_trainer_token("t");
+  for (const WorkerConfig& slot : SlotConfigs(p->config)) {
+    absl::StatusOr<TrainerCommand> cmd = BuildTrainerCommand(start, slot, {});
+    ASSERT_TRUE(cmd.ok()) << cmd.status();
+    const std::string index = slot.device_name.substr(5);
+    auto flag = std::find(cmd->argv.begin(), cmd->argv.end(), "--cuda-device");
+    ASSERT_NE(flag, cmd->argv.end()) << slot.device_name;
+    ASSERT_NE(flag + 1, cmd->argv.end());
+    EXPECT_EQ(*(flag + 1), index);
+    EXPECT_EQ(cmd->rank_dir, "/tmp/wd/cuda-" + index + "/job-1/attempt-1/rank-0");
+  }
+}
+
+TEST(WorkerConfig, CudaAllOffersEveryGpuTheRuntimeSees) {
+  absl::StatusOr<ParsedCommandLine> p = ParseCounting({"--device", "cuda:all", "--work-dir", "/tmp/wd"}, Gpus(3));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.cuda_devices, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(Names(SlotConfigs(p->config)), (std::vector<std::string>{"cuda:0", "cuda:1", "cuda:2"}));
+
+  // One GPU: a single-GPU worker, exactly as --device cuda:0 would make it.
+  p = ParseCounting({"--device", "cuda:all", "--work-dir", "/tmp/wd"}, Gpus(1));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.device_name, "cuda:0");
+  const std::vector<WorkerConfig> slots = SlotConfigs(p->config);
+  ASSERT_EQ(slots.size(), 1u);
+  EXPECT_EQ(slots[0].work_dir, "/tmp/wd");
+}
+
+TEST(WorkerConfig, CudaAllWithoutGpusIsAnErrorSayingSo) {
+  absl::StatusOr<ParsedCommandLine> p = ParseCounting({"--device", "cuda:all"}, Gpus(0));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("--device 'cuda:all'"), absl::string_view::npos) << p.status();
+  EXPECT_NE(p.status().message().find("no GPU"), absl::string_view::npos) << p.status();
+
+  // A build without CUDA (or a host without a driver): the counter's reason, and where.
+  const CudaDeviceCounter no_runtime = []() -> absl::StatusOr<int> {
+    return absl::FailedPreconditionError("this fp8-worker was built without CUDA");
+  };
+  p = ParseCounting({}, no_runtime, {{"FP8_DEVICE", "cuda:all"}});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("FP8_DEVICE 'cuda:all'"), absl::string_view::npos) << p.status();
+  EXPECT_NE(p.status().message().find("built without CUDA"), absl::string_view::npos) << p.status();
+}
+
+// Only cuda:all asks the runtime (which costs a driver load in the daemon).
+TEST(WorkerConfig, OnlyCudaAllCountsGpus) {
+  int calls = 0;
+  const CudaDeviceCounter counting = [&calls]() -> absl::StatusOr<int> {
+    ++calls;
+    return 2;
+  };
+  for (const char* device : {"cpu", "cuda:1", "cuda:0,1"}) {
+    ASSERT_TRUE(ParseCounting({"--device", device}, counting).ok()) << device;
+  }
+  EXPECT_EQ(calls, 0);
+}
+
+// The counter the daemon uses: here (no GPU) a count of 0 or a reason, never a crash.
+TEST(CountCudaDevices, CountsOrSaysWhyNot) {
+  absl::StatusOr<int> n = CountCudaDevices();
+  if (n.ok()) {
+    EXPECT_GE(*n, 0);
+  } else {
+    EXPECT_TRUE(n.status().code() == absl::StatusCode::kUnavailable ||
+                n.status().code() == absl::StatusCode::kFailedPrecondition)
+        << n.status();
+    EXPECT_FALSE(n.status().message().empty());
+  }
+}
+
 TEST(WorkerConfig, TokenFromFileIsTrimmedAndTheFlagWins) {
   testing::TempDir dir;
   const std::string file = dir.path() + "/token";
@@ -134,6 +292,15 @@ TEST(WorkerConfig, BadValuesNameTheirSource) {
       {{"--device", "gpu"}, {}, "--device"},
       {{}, {{"FP8_DEVICE", "cuda:x"}}, "FP8_DEVICE"},
       {{"--device", "cuda:-1"}, {}, "--device"},
+      {{"--device", "cuda:"}, {}, "--device"},
+      {{"--device", "cuda:0,"}, {}, "--device"},
+      {{"--device", "cuda:,1"}, {}, "--device"},
+      {{"--device", "cuda:0,,1"}, {}, "--device"},
+      {{"--device", "cuda:0;1"}, {}, "--device"},
+      {{"--device", "cuda:0, 1"}, {}, "--device"},
+      {{"--device", "cuda:all,0"}, {}, "--device"},
+      {{"--device", "cpu,cuda:0"}, {}, "--device"},
+      {{}, {{"FP8_DEVICE", "cuda:1,x"}}, "FP8_DEVICE"},
       {{"--cpus", "-1"}, {}, "--cpus"},
       {{}, {{"FP8_WORKER_CPUS", "many"}}, "FP8_WORKER_CPUS"},
       {{"--memory-gb", "abc"}, {}, "--memory-gb"},
@@ -153,6 +320,17 @@ TEST(WorkerConfig, BadValuesNameTheirSource) {
     EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
     EXPECT_NE(p.status().message().find(c.names), absl::string_view::npos) << p.status();
   }
+}
+
+TEST(WorkerConfig, AGpuListedTwiceIsAnError) {
+  absl::StatusOr<ParsedCommandLine> p = Parse({"--device", "cuda:0,1,0"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("--device 'cuda:0,1,0'"), absl::string_view::npos) << p.status();
+  EXPECT_NE(p.status().message().find("cuda:0 is listed twice"), absl::string_view::npos) << p.status();
+  p = Parse({}, {{"FP8_DEVICE", "cuda:2,2"}});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("FP8_DEVICE"), absl::string_view::npos) << p.status();
 }
 
 TEST(WorkerConfig, HelpAndVersionPrintAndExit) {

@@ -21,11 +21,24 @@ void ConsoleObserver::on_start(const engine::TrainStart& s) {
   std::fflush(out_);
 }
 
+namespace {
+
+// "812 KiB", "37.5 MiB", "61.20 GiB".
+std::string memory_text(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b < 1024.0 * 1024.0) return absl::StrFormat("%.0f KiB", b / 1024.0);
+  if (b < 1024.0 * 1024.0 * 1024.0) return absl::StrFormat("%.1f MiB", b / (1024.0 * 1024.0));
+  return absl::StrFormat("%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
+}
+
+}  // namespace
+
 void ConsoleObserver::on_step(const engine::StepReport& r) {
   const std::string val = r.val_loss ? absl::StrFormat("  val %.4f", *r.val_loss) : "";
-  std::fprintf(out_, "step %*lld/%lld  loss %.4f%s  lr %.2e  grad_norm %.3f  %.0f tok/s  %.1f ms/step\n",
+  std::fprintf(out_, "step %*lld/%lld  loss %.4f%s  lr %.2e  grad_norm %.3f  %.0f tok/s  %.1f ms/step  peak %s\n",
                step_digits_, static_cast<long long>(r.step), static_cast<long long>(r.total_steps), r.loss,
-               val.c_str(), r.lr, r.grad_norm, r.tokens_per_second, r.step_ms);
+               val.c_str(), r.lr, r.grad_norm, r.tokens_per_second, r.step_ms,
+               memory_text(r.peak_memory_bytes).c_str());
   if (r.comm) {
     // One rank's traffic: gathered bytes by type, reduce-scattered gradients, all-reduces.
     const engine::StepComm& c = *r.comm;

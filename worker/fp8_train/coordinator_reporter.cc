@@ -114,6 +114,8 @@ void CoordinatorReporter::on_step(const engine::StepReport& r) {
     c->set_all_reduces(Round32(r.comm->all_reduces));
     c->set_all_reduce_bytes(Round64(r.comm->all_reduce_bytes));
   }
+  p->mutable_memory()->set_peak_bytes(r.peak_memory_bytes);
+  p->mutable_memory()->set_reserved_bytes(r.reserved_memory_bytes);
   enqueue(std::move(req));
 }
 

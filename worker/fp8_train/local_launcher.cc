@@ -89,6 +89,10 @@ int run_local_ranks(const LocalLaunch& launch) {
                                  std::to_string(launch.nproc), std::string("--rendezvous"), rendezvous}) {
       args.push_back(a);
     }
+    if (launch.one_gpu_per_rank) {
+      args.push_back("--cuda-device");
+      args.push_back(std::to_string(r));
+    }
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -19,6 +19,8 @@ struct LocalLaunch {
   int nproc = 1;
   // Arguments every rank gets after the executable (--config, --set, --resume, --timeout).
   std::vector<std::string> rank_args;
+  // A job on CUDA: rank r gets `--cuda-device r`, one GPU each.
+  bool one_gpu_per_rank = false;
 };
 
 // Returns fp8-train's exit status for the whole job: 0 when every rank finished; 2 when

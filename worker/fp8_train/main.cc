@@ -24,6 +24,9 @@
 // log; any rank's error is printed with its rank. --timeout bounds the rendezvous and
 // every collective: a rank whose peer died fails within it, naming the peer.
 //
+// resources.device: cuda trains on GPU --cuda-device (default 0; under --nproc, rank r
+// uses GPU r), with NCCL between the ranks instead of Gloo.
+//
 // Prints a line per log interval and a summary. Ctrl-C (SIGINT) or SIGTERM finishes the
 // step in flight, writes a checkpoint and exits with 130; `--resume` continues from the
 // newest good checkpoint, bit for bit as if the run had never stopped (same machine and
@@ -56,6 +59,9 @@
 #include "worker/engine/checkpoint/discovery.h"
 #include "worker/engine/dist/file_store.h"
 #include "worker/engine/dist/gloo_process_group.h"
+#ifdef FP8_HAVE_NCCL
+#include "worker/engine/dist/nccl/nccl_process_group.h"
+#endif
 #include "worker/engine/tensor/device.h"
 #include "worker/engine/train/trainer.h"
 #include "worker/fp8_train/blas_environment.h"
@@ -174,6 +180,25 @@ std::unique_ptr<fp8::train_cli::CoordinatorReporter> make_reporter(const Coordin
   return std::make_unique<fp8::train_cli::CoordinatorReporter>(channel, std::move(options), inner, &g_stop);
 }
 
+// The ranks' process group: NCCL between GPUs, Gloo (TCP) between CPU processes.
+absl::StatusOr<std::unique_ptr<fp8::engine::dist::ProcessGroup>> join_group(
+    fp8::engine::dist::KeyValueStore& store, const fp8::engine::Device& device, int rank, int world_size,
+    double timeout_s, const std::string& listen) {
+  fp8::engine::dist::ProcessGroupOptions options;
+  options.timeout = absl::Seconds(timeout_s);
+  if (!device.is_cuda()) return fp8::engine::dist::make_gloo_process_group(store, rank, world_size, options, listen);
+#ifdef FP8_HAVE_NCCL
+  // NCCL gets a stream of its own: collectives overlap the device's compute stream, and
+  // FSDP hands them buffers only once the compute that produced them is done.
+  return fp8::engine::dist::make_nccl_process_group(store, rank, world_size, options, device.ordinal(),
+                                                    /*stream=*/nullptr);
+#else
+  return absl::UnimplementedError(
+      "resources.device cuda with several ranks needs NCCL, which this build does not have (NCCL was not found "
+      "next to the CUDA toolkit at configure time)");
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -185,6 +210,7 @@ int main(int argc, char** argv) {
   int nproc = 0, rank = -1, world_size = 0;
   std::string rendezvous, listen = "127.0.0.1";
   double timeout_s = 300;
+  int cuda_device = 0;
   CoordinatorFlags coord;
   app.add_option("--config", config, "the job file (job.yaml)")->required();
   app.add_flag("--resume", resume, "continue from the newest good checkpoint in checkpoint.dir");
@@ -198,6 +224,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--timeout", timeout_s, "seconds the rendezvous and each collective wait for a peer")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--cuda-device", cuda_device, "the GPU this rank trains on when resources.device is cuda")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   auto* coord_opt = app.add_option("--coordinator", coord.address,
                                    "HOST:PORT of the coordinator: meet and report there (the worker daemon's mode)");
@@ -264,6 +293,7 @@ int main(int argc, char** argv) {
     fp8::train_cli::LocalLaunch launch;
     launch.nproc = nproc;
     launch.rank_args = {"--config", config, "--timeout", std::to_string(timeout_s)};
+    launch.one_gpu_per_rank = spec->resources().device() == fp8::v1::ResourceSpec::CUDA;
     if (resume) launch.rank_args.push_back("--resume");
     for (const std::string& o : overrides) {
       launch.rank_args.push_back("--set");
@@ -276,7 +306,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<fp8::engine::Device> cuda;
   const fp8::engine::Device* device = &fp8::engine::Device::cpu();
   if (spec->resources().device() == fp8::v1::ResourceSpec::CUDA) {
-    absl::StatusOr<std::unique_ptr<fp8::engine::Device>> d = fp8::engine::Device::cuda(0);
+    absl::StatusOr<std::unique_ptr<fp8::engine::Device>> d = fp8::engine::Device::cuda(cuda_device);
     if (!d.ok()) return fail(d.status());
     cuda = std::move(*d);
     device = cuda.get();
@@ -285,18 +315,14 @@ int main(int argc, char** argv) {
   // Under FSDP, the ranks meet through a file store in the rendezvous directory, or the
   // coordinator's rendezvous. A coordinated job of one rank needs no group.
   std::unique_ptr<fp8::engine::dist::ProcessGroup> group;
+  std::unique_ptr<fp8::engine::dist::KeyValueStore> store;  // outlives the group
   if (joining && (!coordinated || world_size > 1)) {
-    if (device->is_cuda()) {
-      return fail(absl::UnimplementedError("FSDP on CUDA devices (NCCL) is not wired into fp8-train yet; "
-                                           "use resources.device: cpu"));
-    }
-    absl::StatusOr<std::unique_ptr<fp8::engine::dist::KeyValueStore>> store =
+    absl::StatusOr<std::unique_ptr<fp8::engine::dist::KeyValueStore>> opened =
         open_store(coord, channel, rendezvous, timeout_s);
-    if (!store.ok()) return fail(store.status());
-    fp8::engine::dist::ProcessGroupOptions options;
-    options.timeout = absl::Seconds(timeout_s);
+    if (!opened.ok()) return fail(opened.status());
+    store = std::move(*opened);
     absl::StatusOr<std::unique_ptr<fp8::engine::dist::ProcessGroup>> joined =
-        fp8::engine::dist::make_gloo_process_group(**store, rank, world_size, options, listen);
+        join_group(*store, *device, rank, world_size, timeout_s, listen);
     if (!joined.ok()) return fail(joined.status());
     group = std::move(*joined);
   }

@@ -1,24 +1,35 @@
-// fp8-worker: offers this machine's device (one CPU slot group or one GPU) to the fp8
-// coordinator and runs the fp8-train ranks it assigns, each as a child process in its
-// own process group. See worker_config.h for the flags and coordinator_session.h for the
-// protocol.
+// fp8-worker: offers this machine's devices (one CPU slot group, or one or more GPUs) to
+// the fp8 coordinator and runs the fp8-train ranks it assigns, each as a child process in
+// its own process group. See worker_config.h for the flags and coordinator_session.h for
+// the protocol.
 //
 //   fp8-worker                                  cpu, coordinator 127.0.0.1:7070,
 //                                               token in ./fp8-worker.token
 //   fp8-worker --device cuda:0 --coordinator coord:7070 --address 10.0.0.5:9401
+//   fp8-worker --device cuda:all --coordinator coord:7070 --address 10.0.0.5:9401
+//
+// Each GPU is a slot: a CoordinatorSession of its own, on its own thread, registering as
+// a worker of its own (its own worker id, device_name cuda:N; the coordinator places one
+// rank per worker) with its own RankSupervisor and work dir (worker_config.h,
+// SlotConfigs). The slots share the stop counter, the metrics registry and its HTTP
+// server (their series labelled by device), the log forwarder (thread-safe, keyed by
+// job/attempt/rank, which no two ranks share) and the channel to the coordinator.
 //
 // --address is where Prometheus scrapes it (/metrics, /healthz; deploy/METRICS.md) and
-// what it registers with; port 0 binds any free port and registers that one.
-// SIGINT / SIGTERM: stop the ranks (SIGTERM, SIGKILL after --stop-grace-default; a
-// second signal kills them at once), report their exits, exit 0.
-// Exit status: 0 stopped on request; 1 the coordinator refused this worker (bad token,
-// incompatible version) or a setup failure; 2 bad command line or no token.
+// what every slot registers with; port 0 binds any free port and registers that one.
+// SIGINT / SIGTERM: every slot stops its ranks (SIGTERM, SIGKILL after
+// --stop-grace-default; a second signal kills them at once), reports their exits, and
+// the daemon exits 0.
+// Exit status: 0 stopped on request; 1 the coordinator refused a slot (bad token,
+// incompatible version; the other slots are then stopped too) or a setup failure;
+// 2 bad command line or no token (or cuda:all without a GPU).
 #include <signal.h>
 
 #include <atomic>
-#include <memory>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -41,6 +52,26 @@ namespace {
 std::atomic<int> g_stop_requests{0};
 
 void OnStopSignal(int) { g_stop_requests.fetch_add(1); }
+
+// One offered device: its session and the ranks it runs (see the top of this file).
+struct Slot {
+  Slot(const fp8::worker::WorkerConfig& config, std::shared_ptr<grpc::Channel> channel,
+       fp8::worker::LogForwarder& forwarder, std::vector<std::string> environment,
+       fp8::worker::WorkerMetricFamilies& families)
+      : metrics(families, config.device_name),
+        ranks(config, &forwarder, std::move(environment)),
+        session(config, std::move(channel), ranks, Options(&metrics)) {}
+
+  static fp8::worker::SessionOptions Options(fp8::worker::WorkerMetrics* metrics) {
+    fp8::worker::SessionOptions options;
+    options.metrics = metrics;
+    return options;
+  }
+
+  fp8::worker::WorkerMetrics metrics;
+  fp8::worker::RankSupervisor ranks;
+  fp8::worker::CoordinatorSession session;
+};
 
 void InstallSignalHandlers() {
   struct sigaction sa{};
@@ -71,7 +102,7 @@ int main(int argc, char** argv) {
   fp8::metrics::Registry registry;
   fp8::metrics::RegisterProcessMetrics(registry);
   fp8::metrics::RegisterBuildInfo(registry, "worker", kWorkerVersion);
-  WorkerMetrics worker_metrics(registry, config.device_name);
+  WorkerMetricFamilies metric_families(registry);
   absl::StatusOr<std::unique_ptr<fp8::metrics::MetricsHttpServer>> metrics_server =
       fp8::metrics::MetricsHttpServer::Start(config.metrics_address, registry, [] { return absl::OkStatus(); });
   if (!metrics_server.ok()) {
@@ -94,13 +125,30 @@ int main(int argc, char** argv) {
   InstallSignalHandlers();
 
   const std::chrono::milliseconds deadline(5000);
+  // Declared before the slots: their ranks' output readers write into it until the
+  // supervisors are gone.
   LogForwarder forwarder(MakeAppendLogsSender(config.coordinator_ca, deadline), LogForwarder::Options{});
-  RankSupervisor ranks(config, &forwarder, CurrentEnvironment());
-  SessionOptions session_options;
-  session_options.metrics = &worker_metrics;
-  CoordinatorSession session(config, *channel, ranks, session_options);
-  const absl::Status status = session.Run(g_stop_requests);
-  if (!status.ok()) return 1;  // the session logged why
+  const std::vector<std::string> environment = CurrentEnvironment();
+  std::vector<std::unique_ptr<Slot>> slots;
+  for (const WorkerConfig& slot_config : SlotConfigs(config)) {
+    slots.push_back(std::make_unique<Slot>(slot_config, *channel, forwarder, environment, metric_families));
+  }
+  if (slots.size() > 1) Log(absl::StrCat(slots.size(), " slots: ", config.device_name));
+
+  std::atomic<bool> any_failed{false};
+  std::vector<std::thread> threads;
+  for (auto& slot : slots) {
+    threads.emplace_back([&slot, &any_failed] {
+      if (slot->session.Run(g_stop_requests).ok()) return;  // a failure was logged by the session
+      any_failed = true;
+      // Stop the other slots as a first stop request would (a signal after it is then a
+      // second one, which kills the ranks at once).
+      int none = 0;
+      g_stop_requests.compare_exchange_strong(none, 1);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  if (any_failed) return 1;
   Log("stopped");
   return 0;
 }

@@ -69,6 +69,11 @@ absl::StatusOr<TrainerCommand> BuildTrainerCommand(const v1::StartRank& start, c
     cmd.argv.push_back("--coordinator-ca");
     cmd.argv.push_back(config.coordinator_ca);
   }
+  // The rank trains on this worker's GPU (device_name is "cuda:<N>", checked at parse time).
+  if (config.device_kind == v1::ResourceSpec::CUDA && absl::StartsWith(config.device_name, "cuda:")) {
+    cmd.argv.push_back("--cuda-device");
+    cmd.argv.push_back(config.device_name.substr(5));
+  }
 
   // The worker's own token is not the rank's business; an inherited FP8_TRAINER_TOKEN
   // would be a stale one.

@@ -6,6 +6,7 @@
 //             --rendezvous-namespace NS --listen <host of --address>
 //             [--resume]                 attempt > 1: carry on from the last checkpoint
 //             [--coordinator-ca FILE]    when fp8-worker itself was given one
+//             [--cuda-device N]          a worker of GPU cuda:N
 //   env: the daemon's environment, minus FP8_WORKER_TOKEN, plus FP8_TRAINER_TOKEN.
 //
 // The trainer token reaches the child only through its environment: a command line is

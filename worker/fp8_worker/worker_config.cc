@@ -14,7 +14,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "worker/fp8_worker/cuda_device_count.h"
 
 namespace fp8::worker {
 namespace {
@@ -49,22 +52,49 @@ absl::Status ParseAddress(const Setting& s, std::string* address, std::string* h
   return absl::OkStatus();
 }
 
-absl::Status ParseDevice(const Setting& s, WorkerConfig* c) {
+constexpr char kDeviceForms[] = "expected cpu, cuda:<N>, a list cuda:<N>,<M>,... or cuda:all";
+
+// "0,1,3" -> {0, 1, 3}: GPU indices, each written once.
+absl::Status ParseCudaList(const Setting& s, absl::string_view list, std::vector<int>* out) {
+  for (absl::string_view item : absl::StrSplit(list, ',')) {
+    int index = -1;
+    if (item.empty() || !std::all_of(item.begin(), item.end(), [](char ch) { return absl::ascii_isdigit(ch); }) ||
+        !absl::SimpleAtoi(item, &index) || index < 0) {
+      return Bad(s, absl::StrCat(kDeviceForms, "; ", item.empty() ? "the list has an empty item" :
+                                 absl::StrCat("'", item, "' is not a GPU index")));
+    }
+    if (std::find(out->begin(), out->end(), index) != out->end()) {
+      return Bad(s, absl::StrCat("cuda:", index, " is listed twice (each GPU is one slot)"));
+    }
+    out->push_back(index);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseDevice(const Setting& s, const CudaDeviceCounter& count_cuda_devices, WorkerConfig* c) {
   const std::string& v = *s.value;
   if (v == "cpu") {
     c->device_kind = v1::ResourceSpec::CPU;
     c->device_name = v;
+    c->cuda_devices.clear();
     return absl::OkStatus();
   }
-  int index = -1;
-  if (absl::StartsWith(v, "cuda:") && v.size() > 5 &&
-      std::all_of(v.begin() + 5, v.end(), [](char ch) { return absl::ascii_isdigit(ch); }) &&
-      absl::SimpleAtoi(v.substr(5), &index) && index >= 0) {
-    c->device_kind = v1::ResourceSpec::CUDA;
-    c->device_name = absl::StrCat("cuda:", index);
-    return absl::OkStatus();
+  if (!absl::StartsWith(v, "cuda:") || v.size() == 5) return Bad(s, kDeviceForms);
+  std::vector<int> devices;
+  if (v == "cuda:all") {
+    absl::StatusOr<int> count = count_cuda_devices();
+    if (!count.ok()) return Bad(s, absl::StrCat("cannot count the GPUs: ", count.status().message()));
+    if (*count <= 0) {
+      return Bad(s, "the CUDA runtime sees no GPU on this host (check the driver and CUDA_VISIBLE_DEVICES)");
+    }
+    for (int i = 0; i < *count; ++i) devices.push_back(i);
+  } else if (absl::Status st = ParseCudaList(s, absl::string_view(v).substr(5), &devices); !st.ok()) {
+    return st;
   }
-  return Bad(s, "expected cpu or cuda:<N> (a GPU index such as cuda:0)");
+  c->device_kind = v1::ResourceSpec::CUDA;
+  c->cuda_devices = devices;
+  c->device_name = absl::StrCat("cuda:", absl::StrJoin(devices, ","));
+  return absl::OkStatus();
 }
 
 absl::Status ParseInt(const Setting& s, int lo, int hi, int* out) {
@@ -196,8 +226,26 @@ absl::StatusOr<std::string> HostOfAddress(absl::string_view address) {
   return std::string(host);
 }
 
+std::vector<WorkerConfig> SlotConfigs(const WorkerConfig& config) {
+  if (config.cuda_devices.size() <= 1) return {config};
+  std::vector<WorkerConfig> slots;
+  for (int index : config.cuda_devices) {
+    WorkerConfig slot = config;
+    slot.device_name = absl::StrCat("cuda:", index);
+    slot.cuda_devices = {index};
+    slot.work_dir = absl::StrCat(config.work_dir, "/cuda-", index);
+    slots.push_back(std::move(slot));
+  }
+  return slots;
+}
+
 absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::string>& args,
                                                     const EnvLookup& env) {
+  return ParseWorkerConfig(args, env, CountCudaDevices);
+}
+
+absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::string>& args, const EnvLookup& env,
+                                                    const CudaDeviceCounter& count_cuda_devices) {
   CLI::App app("fp8-worker: offers this machine's device to the fp8 coordinator and runs the "
                "fp8-train ranks it assigns. Every flag can also come from the environment "
                "variable named in its description; the flag wins.",
@@ -209,7 +257,9 @@ absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::strin
   CLI::Option* o_token = app.add_option("--token-file", token_file,
       "file holding the worker bearer token (FP8_WORKER_TOKEN_FILE; FP8_WORKER_TOKEN may hold "
       "the token itself; default ./fp8-worker.token)");
-  CLI::Option* o_device = app.add_option("--device", device, "cpu or cuda:N (FP8_DEVICE; default cpu)");
+  CLI::Option* o_device = app.add_option("--device", device,
+      "cpu, cuda:N, cuda:N,M,... or cuda:all (every GPU); each GPU registers as a worker of its "
+      "own (FP8_DEVICE; default cpu)");
   CLI::Option* o_address = app.add_option("--address", address,
       "HOST:PORT this worker is reached at (its /metrics; port 0: the one --metrics-address binds); "
       "ranks listen on HOST (FP8_WORKER_ADDRESS; default 127.0.0.1:0)");
@@ -217,7 +267,8 @@ absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::strin
       "HOST:PORT to serve /metrics and /healthz on, e.g. 0.0.0.0:9401 in a container "
       "(FP8_WORKER_METRICS_ADDRESS; default: --address)");
   CLI::Option* o_work_dir = app.add_option("--work-dir", work_dir,
-      "folder for each rank's job.yaml and output.log (FP8_WORKER_DIR; default ./fp8-worker-<device>)");
+      "folder for each rank's job.yaml and output.log; with several GPUs each has a cuda-N folder in it "
+      "(FP8_WORKER_DIR; default ./fp8-worker-<device>, ./fp8-worker-cuda for several GPUs)");
   CLI::Option* o_trainer = app.add_option("--trainer", trainer,
       "fp8-train executable (FP8_TRAINER; default: the one next to fp8-worker)");
   CLI::Option* o_cpus = app.add_option("--cpus", cpus, "CPU cores offered to ranks (FP8_WORKER_CPUS; 0 = unknown)");
@@ -247,7 +298,7 @@ absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::strin
     if (absl::Status st = ParseAddress(s, &c.coordinator, &host); !st.ok()) return st;
   }
   if (Setting s = Pick(o_device, device, env, "FP8_DEVICE"); s.value) {
-    if (absl::Status st = ParseDevice(s, &c); !st.ok()) return st;
+    if (absl::Status st = ParseDevice(s, count_cuda_devices, &c); !st.ok()) return st;
   }
   if (Setting s = Pick(o_address, address, env, "FP8_WORKER_ADDRESS"); s.value) {
     if (absl::Status st = ParseAddress(s, &c.address, &c.listen_host); !st.ok()) return st;
@@ -275,7 +326,8 @@ absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::strin
     Setting s = Pick(o_work_dir, work_dir, env, "FP8_WORKER_DIR");
     std::string dir = s.value.value_or("");
     if (dir.empty()) {  // one folder per device, so that two workers on a host stay apart
-      dir = "fp8-worker-" + c.device_name;
+      // Several GPUs share one (each slot in a cuda-<N> folder of it, SlotConfigs).
+      dir = "fp8-worker-" + (c.cuda_devices.size() > 1 ? std::string("cuda") : c.device_name);
       std::replace(dir.begin(), dir.end(), ':', '-');
     }
     c.work_dir = Absolute(dir);

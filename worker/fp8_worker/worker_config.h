@@ -6,7 +6,7 @@
 //                               FP8_WORKER_TOKEN        the token itself (beats the file
 //                                                       variable and the default file, not
 //                                                       an explicit --token-file)
-//   --device cpu|cuda:N         FP8_DEVICE              cpu
+//   --device DEVICES            FP8_DEVICE              cpu
 //   --address HOST:PORT         FP8_WORKER_ADDRESS      127.0.0.1:0 (port 0: the metrics port bound)
 //   --metrics-address HOST:PORT FP8_WORKER_METRICS_ADDRESS  --address
 //   --work-dir DIR              FP8_WORKER_DIR          ./fp8-worker-<device>
@@ -15,15 +15,29 @@
 //   --memory-gb X               FP8_WORKER_MEMORY_GB    0 (unknown)
 //   --coordinator-ca FILE       FP8_COORDINATOR_CA      none: plaintext
 //   --stop-grace-default S      FP8_STOP_GRACE_DEFAULT  30
+//
+// DEVICES, what the daemon offers; every GPU is a slot of its own, registered as a worker
+// of its own (the coordinator places one rank per worker), so one daemon can serve a
+// whole multi-GPU host:
+//   cpu          one CPU worker
+//   cuda:N       one GPU worker, GPU index N as the CUDA runtime numbers them (after
+//                CUDA_VISIBLE_DEVICES, which the ranks inherit, so they number them alike)
+//   cuda:N,M,... one worker per listed GPU, in that order; no index twice
+//   cuda:all     one worker per GPU cudaGetDeviceCount reports; an error (exit 2) in a
+//                build without CUDA or on a host where the runtime sees no GPU
+// With several GPUs, each slot works in <work dir>/cuda-N (the default work dir is then
+// ./fp8-worker-cuda), and --cpus and --memory-gb are what EACH slot offers its rank.
+// Every slot registers the same --address (the daemon's one metrics endpoint; its
+// series carry a device label).
 #pragma once
 
 #include <functional>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "fp8/v1/job.pb.h"
 
 namespace fp8::worker {
@@ -37,7 +51,11 @@ struct WorkerConfig {
   // Where the token came from ("--token-file /x", "FP8_WORKER_TOKEN"), for messages.
   std::string token_source;
   v1::ResourceSpec::Device device_kind = v1::ResourceSpec::CPU;
-  std::string device_name = "cpu";  // "cpu" or "cuda:<N>"
+  // "cpu" or "cuda:<N>" for one slot; for several GPUs their list, "cuda:0,1", which
+  // only names the daemon in messages (SlotConfigs gives each slot its "cuda:<N>").
+  std::string device_name = "cpu";
+  // The GPU indices offered, one slot each, in order: {N} for cuda:N, empty for cpu.
+  std::vector<int> cuda_devices;
   std::string address = "127.0.0.1:0";
   std::string listen_host = "127.0.0.1";  // the host part of address, given to ranks
   std::string metrics_address = "127.0.0.1:0";  // where /metrics is served (bind)
@@ -59,10 +77,24 @@ struct ParsedCommandLine {
   WorkerConfig config;
 };
 
+// How many GPUs the CUDA runtime sees (for cuda:all); an error when it cannot tell.
+// Injected so tests need no GPU; the daemon's is CountCudaDevices (cuda_device_count.h).
+using CudaDeviceCounter = std::function<absl::StatusOr<int>()>;
+
 // args excludes the program name. Errors (exit 2): InvalidArgument for a bad flag or
-// variable, naming it; NotFound when no token was found, saying how to get one.
+// variable, naming it (cuda:all without GPUs included); NotFound when no token was
+// found, saying how to get one. count_cuda_devices is called for cuda:all only.
+absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::string>& args, const EnvLookup& env,
+                                                    const CudaDeviceCounter& count_cuda_devices);
+// The same, counting GPUs with the CUDA runtime.
 absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::string>& args,
                                                     const EnvLookup& env);
+
+// One config per slot, each what a single-device worker of that slot would have: for
+// several GPUs, device_name "cuda:<N>", cuda_devices {N} and work_dir <work_dir>/cuda-<N>
+// (so that the slots' rank folders stay apart); the rest (token, coordinator, address,
+// trainer, ...) as given. A single-device config comes back as it is.
+std::vector<WorkerConfig> SlotConfigs(const WorkerConfig& config);
 
 // "host:port" or "[v6]:port" -> host (without brackets). InvalidArgument otherwise.
 absl::StatusOr<std::string> HostOfAddress(absl::string_view address);

@@ -1,6 +1,11 @@
-// fp8-worker's Prometheus metrics (deploy/METRICS.md, "Worker"): whether it is connected,
-// its ranks, and the heartbeat round trip. The session calls these from its one thread;
-// the families are thread-safe, so a scrape may read them at any time.
+// fp8-worker's Prometheus metrics (deploy/METRICS.md, "Worker"): whether each slot is
+// connected, its ranks, and the heartbeat round trip. Every series carries the slot's
+// device ("cpu", "cuda:1"), so that a daemon offering several GPUs exports one set per
+// GPU from its one /metrics.
+//
+// The families are declared once per registry (WorkerMetricFamilies) and shared by the
+// slots; each slot's session updates its own series (WorkerMetrics) from its own thread.
+// The families are thread-safe, so a scrape may read them at any time.
 #pragma once
 
 #include <string>
@@ -10,9 +15,22 @@
 
 namespace fp8::worker {
 
+struct WorkerMetricFamilies {
+  explicit WorkerMetricFamilies(metrics::Registry& registry);
+
+  metrics::GaugeFamily& info;            // {worker_id, device}
+  metrics::GaugeFamily& connected;       // {device}
+  metrics::GaugeFamily& ranks_running;   // {device}
+  metrics::CounterFamily& rank_starts;   // {device}
+  metrics::CounterFamily& rank_exits;    // {device, outcome}
+  metrics::HistogramFamily& heartbeat;   // {device}
+};
+
+// One slot's series. Not thread-safe: the slot's session calls it from one thread.
 class WorkerMetrics {
  public:
-  WorkerMetrics(metrics::Registry& registry, const std::string& device);
+  // families outlives this.
+  WorkerMetrics(WorkerMetricFamilies& families, std::string device);
 
   void OnRegistered(const std::string& worker_id);
   void OnDisconnected();  // an outage, or forgotten by the coordinator
@@ -25,14 +43,9 @@ class WorkerMetrics {
   static const char* Outcome(const RankExit& exit);
 
  private:
+  WorkerMetricFamilies& f_;
   const std::string device_;
   std::string worker_id_;
-  metrics::GaugeFamily& info_;
-  metrics::GaugeFamily& connected_;
-  metrics::GaugeFamily& ranks_running_;
-  metrics::CounterFamily& rank_starts_;
-  metrics::CounterFamily& rank_exits_;
-  metrics::HistogramFamily& heartbeat_;
 };
 
 }  // namespace fp8::worker

@@ -190,6 +190,26 @@ struct GemmArgs {
   const float* bias = nullptr;  // optional, n entries (alpha does not scale it)
 };
 
+// What a backend's allocations hold, in bytes. `allocated` counts the bytes callers asked
+// for and have not given back; `peak_allocated` its highest value since the last
+// reset_peak_memory(); `reserved` what the backend holds from the system, its cache of
+// freed blocks included (equal to `allocated` where nothing is cached).
+struct MemoryStats {
+  int64_t allocated = 0;
+  int64_t peak_allocated = 0;
+  int64_t reserved = 0;
+};
+
+// A point in a backend's queue of work: wait() returns once everything queued before the
+// fence was made has finished (or the first error among it). It lets another thread, one
+// that hands buffers to a collective on another stream, wait for the device without
+// holding up the thread that keeps queuing kernels. May be waited on from any thread.
+class Fence {
+ public:
+  virtual ~Fence() = default;
+  virtual absl::Status wait() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -197,8 +217,15 @@ class Backend {
   virtual bool is_cuda() const { return false; }
 
   // Memory of this backend, aligned to 256 bytes. Host memory for the CPU backends.
+  // The CUDA backend caches freed blocks and hands them out again in stream order: a
+  // block may be deallocated while work queued on the backend's stream still reads it,
+  // and is reused only by work queued after. Memory used on another stream (a collective)
+  // must be done there before it is deallocated.
   virtual absl::StatusOr<void*> allocate(size_t bytes) = 0;
   virtual void deallocate(void* p) = 0;
+  virtual MemoryStats memory_stats() const = 0;
+  // Starts a new peak: peak_allocated becomes the current allocated.
+  virtual void reset_peak_memory() = 0;
   virtual absl::Status copy_from_host(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   // Within this backend's memory, queued like a kernel (no host wait). Ranges must not overlap.
@@ -212,6 +239,9 @@ class Backend {
   virtual absl::Status transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) = 0;
   // Waits for all work queued on this backend; surfaces asynchronous errors.
   virtual absl::Status synchronize() = 0;
+  // A fence after the work queued so far. The host backends finish every call before it
+  // returns, so theirs is passed already.
+  virtual absl::StatusOr<std::unique_ptr<Fence>> fence();
 
   virtual absl::Status amax(const MatrixRef& x, Granularity g, float* out) = 0;
   virtual absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2,
@@ -244,5 +274,12 @@ bool cuda_compiled();
 // default stream). Fails with Unavailable when the build has no CUDA or no GPU is
 // present, saying which.
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device = 0, void* stream = nullptr);
+
+// A new non-blocking stream on CUDA device `device` (it never waits for the legacy
+// default stream), for a backend and the model ops to share: get() is the cudaStream_t.
+// The stream is destroyed, after its queued work, with the last copy of the handle, which
+// must therefore outlive the backend and model ops using it. Unavailable without CUDA or
+// that device.
+absl::StatusOr<std::shared_ptr<void>> make_cuda_stream(int device);
 
 }  // namespace fp8

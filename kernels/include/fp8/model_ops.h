@@ -3,8 +3,8 @@
 // elementwise work.
 //
 // One interface, `ModelOps`, with a CPU implementation (multithreaded, attention GEMMs
-// through OpenBLAS) and, later, a CUDA one keeping the same contracts, so model code
-// never branches on the device.
+// through OpenBLAS) and a CUDA one keeping the same contracts, so model code never
+// branches on the device.
 //
 // Conventions
 //  * fp32 tensors, dense, row-major and contiguous. Shapes are written outermost first:
@@ -18,12 +18,17 @@
 //  * Outputs must not overlap inputs unless the method says otherwise.
 //  * Every dimension must be positive. Bad arguments return InvalidArgument naming the
 //    method and what is wrong (e.g. "embedding_forward: token 300 at position 17 is
-//    outside the vocabulary of 256") and write nothing.
+//    outside the vocabulary of 256") and write nothing. Values that live in device
+//    memory (token ids, targets) cannot be checked before a CUDA kernel runs without
+//    stalling the stream: the CUDA implementation never reads or writes out of bounds
+//    for a bad id (its row is skipped: zeros out, nothing accumulated, an ignored
+//    target), and callers check ids on the host before uploading them (the model does).
 //  * Reductions are deterministic: the same call on the same thread count gives the same
 //    bits (partial sums are combined in a fixed order, never by racing atomics).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -143,6 +148,14 @@ class ModelOps {
   // x *= factor (gradient clipping).
   virtual absl::Status scale_inplace(float* x, int64_t n, float factor) = 0;
 };
+
+// The CUDA implementation on CUDA device `device`, queuing every kernel on `stream` (a
+// cudaStream_t of that device; null for the default stream), which should be the stream
+// of the Backend that shares its memory. Kernels only queue work, except where a method
+// says it returns to the host (sum_of_squares). Fails with Unavailable, saying why, when
+// the build has no CUDA or no GPU is present. Reductions are deterministic here too: a
+// fixed decomposition and a fixed order of partial sums, never floating-point atomics.
+absl::StatusOr<std::unique_ptr<ModelOps>> make_cuda_model_ops(int device = 0, void* stream = nullptr);
 
 // The CPU implementation: threads from the kernels' pool, OpenBLAS for the attention
 // GEMMs. Thread-safe; a process-wide instance. While attention runs its units on several

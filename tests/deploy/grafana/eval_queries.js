@@ -53,7 +53,9 @@ const LABEL_VALUES = {
   method: ['fp8.v1.JobService/Submit', 'fp8.v1.WorkerService/Heartbeat'],
   code: ['OK', 'INVALID_ARGUMENT', 'UNAVAILABLE'],
   family: ['fp8_cast_amax'],
-  device: ['cpu:0'],
+  // Two slots of one worker daemon (--device cuda:0,1): a join of worker series that
+  // leaves device out matches many-to-many and fails.
+  device: ['cuda:0', 'cuda:1'],
   outcome: ['success', 'failure', 'signal', 'stopped'],
 };
 const STATE_VALUES = {

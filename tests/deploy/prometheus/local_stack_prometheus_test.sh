@@ -50,7 +50,7 @@ for t in "${targets[@]}"; do
   [[ -z $out ]] || fail "promtool on $t: $out"
   [[ $(curl -fsS "http://$t/healthz") == ok ]] || fail "GET http://$t/healthz"
 done
-grep -q '^fp8_worker_rank_exits_total{outcome="success"} 1' "$work/metrics.txt" ||
+grep -q '^fp8_worker_rank_exits_total{device="cpu",outcome="success"} 1' "$work/metrics.txt" ||
   fail "the last worker's /metrics does not count its rank's successful exit"
 
 # Prometheus scraped the job while it ran: one more scrape, then ask its query API.

@@ -182,6 +182,31 @@ TEST_F(FsdpTrainingTest, Fp8AllGatherEqualsFp32AllGatherAndMovesOneBytePerElemen
   }
 }
 
+// Gathered weights (fp8 codes, their transposes, fp32 parameters) and unsharded gradients
+// live only while their unit computes: between steps a rank holds its shards, their
+// optimizer state and the activation buffers, the same bytes after every step, fewer than
+// a single process holding the whole model.
+TEST_F(FsdpTrainingTest, GatheredWeightsAreFreedAfterUse) {
+  const v1::JobSpec spec = Job({"fp8.recipe=tensorwise", "fp8.all_gather_fp8=true"});
+  const auto fsdp = Run(spec, 2);
+  RunOptions single_options;
+  single_options.world_size = 0;
+  const auto single = Run(spec, single_options);
+  ASSERT_TRUE(AllOk(fsdp));
+  ASSERT_TRUE(AllOk(single));
+  for (const RankOutcome& rank : fsdp) {
+    ASSERT_EQ(rank.steps.size(), static_cast<size_t>(kSteps));
+    const double steady = rank.steps[1].memory_in_use_after;  // step 1 allocates the activations
+    for (size_t i = 1; i < rank.steps.size(); ++i) {
+      const StepRecord& s = rank.steps[i];
+      EXPECT_EQ(s.memory_in_use_after, steady) << "step " << s.step << " kept memory it allocated";
+      // Each step gathers units on top of what stays, and frees them again.
+      EXPECT_GT(s.peak_memory_bytes, steady) << "step " << s.step;
+    }
+    EXPECT_LT(steady, single[0].steps[1].memory_in_use_after);
+  }
+}
+
 // A rank that dies mid-training takes the others down within the collective timeout, with
 // an error naming it, instead of leaving them hanging.
 TEST_F(FsdpTrainingTest, KilledRankMakesEveryOtherRankFailWithinTheTimeout) {

@@ -28,9 +28,11 @@ class FileObserver final : public TrainObserver {
   FileObserver(std::FILE* out, int rank, const RunOptions& o) : out_(out), rank_(rank), options_(o) {}
   void on_step(const StepReport& r) override {
     StepComm c = r.comm.value_or(StepComm{});
-    std::fprintf(out_, "step %lld %a %a %a %a %a %a %a\n", static_cast<long long>(r.step), r.loss, r.grad_norm,
+    // What stays allocated between steps: read here, right after the step.
+    const double in_use = static_cast<double>(Device::cpu().backend().memory_stats().allocated);
+    std::fprintf(out_, "step %lld %a %a %a %a %a %a %a %a %a\n", static_cast<long long>(r.step), r.loss, r.grad_norm,
                  c.all_gather_fp8_bytes, c.all_gather_f32_bytes, c.reduce_scatter_bytes, c.all_reduces,
-                 c.weight_scale_all_reduces);
+                 c.weight_scale_all_reduces, static_cast<double>(r.peak_memory_bytes), in_use);
     std::fflush(out_);
     if (rank_ == options_.kill_rank && r.step == options_.kill_at_step) raise(SIGKILL);
   }
@@ -92,9 +94,9 @@ void ReadResult(const std::filesystem::path& file, RankOutcome& r) {
     if (line.rfind("step ", 0) == 0) {
       StepRecord s;
       long long step = 0;
-      double v[7] = {};
-      if (std::sscanf(line.c_str(), "step %lld %la %la %la %la %la %la %la", &step, &v[0], &v[1], &v[2], &v[3], &v[4],
-                      &v[5], &v[6]) == 8) {
+      double v[9] = {};
+      if (std::sscanf(line.c_str(), "step %lld %la %la %la %la %la %la %la %la %la", &step, &v[0], &v[1], &v[2], &v[3],
+                      &v[4], &v[5], &v[6], &v[7], &v[8]) == 10) {
         s.step = step;
         s.loss = v[0];
         s.grad_norm = v[1];
@@ -103,6 +105,8 @@ void ReadResult(const std::filesystem::path& file, RankOutcome& r) {
         s.reduce_scatter_bytes = v[4];
         s.all_reduces = v[5];
         s.weight_scale_all_reduces = v[6];
+        s.peak_memory_bytes = v[7];
+        s.memory_in_use_after = v[8];
         r.steps.push_back(s);
       }
     } else if (line == "ok") {

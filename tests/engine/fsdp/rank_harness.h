@@ -27,6 +27,8 @@ struct StepRecord {
   double reduce_scatter_bytes = 0;
   double all_reduces = 0;
   double weight_scale_all_reduces = 0;
+  double peak_memory_bytes = 0;    // StepReport::peak_memory_bytes
+  double memory_in_use_after = 0;  // the device's allocated bytes when the step was reported
 };
 
 struct RankOutcome {

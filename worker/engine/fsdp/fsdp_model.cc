@@ -266,11 +266,14 @@ absl::Status FsdpModel::start_gather(int unit) {
     FP8_RETURN_IF_ERROR(backend.copy(bytes(u.gather_send) + p.gather_offset, shard->raw(), p.shard_bytes()));
   }
   FP8_ASSIGN_OR_RETURN(u.gather_recv, Tensor::empty(device_, ElementType::kE4M3, {u.gather_bytes * world_size_}));
-  FP8_RETURN_IF_ERROR(backend.synchronize());  // packed before another thread sends it
+  // The packing (and the receive buffer's allocation) must be done on the device before
+  // the collective reads it; the communication thread waits for that, not this one.
+  FP8_ASSIGN_OR_RETURN(std::shared_ptr<Fence> packed, backend.fence());
   const void* send = u.gather_send.raw();
   const auto per_rank = static_cast<size_t>(u.gather_bytes);
   u.gather = comm_.enqueue(absl::StrCat("all_gather of ", unit_name(unit)), counts,
-                           [send, recv = u.gather_recv, per_rank](dist::ProcessGroup& g) {
+                           [send, recv = u.gather_recv, per_rank, packed](dist::ProcessGroup& g) -> absl::Status {
+                             FP8_RETURN_IF_ERROR(packed->wait());
                              return g.all_gather(send, recv.raw(), per_rank);
                            });
   return absl::OkStatus();
@@ -371,11 +374,15 @@ absl::Status FsdpModel::start_reduce_scatter(int unit) {
     p.full->grad = Tensor();
     p.grad_padded = Tensor();
   }
-  FP8_RETURN_IF_ERROR(backend.synchronize());  // packed before another thread sends it
+  // As for gathers: the communication thread waits for the packing. The previous step's
+  // accumulation out of reduce_recv was queued before this fence, so the collective
+  // cannot overwrite it early.
+  FP8_ASSIGN_OR_RETURN(std::shared_ptr<Fence> packed, backend.fence());
   float* recv = u.reduce_recv.data<float>();
   const int64_t count = u.reduce_floats;
   CommStream::Handle h = comm_.enqueue(absl::StrCat("reduce_scatter of the gradients of ", unit_name(unit)), counts,
-                                       [send, recv, count](dist::ProcessGroup& g) {
+                                       [send, recv, count, packed](dist::ProcessGroup& g) -> absl::Status {
+                                         FP8_RETURN_IF_ERROR(packed->wait());
                                          return g.reduce_scatter(send.data<float>(), recv, count, dist::ReduceOp::kSum);
                                        });
   pending_reductions_.push_back({unit, std::move(h)});

@@ -7,6 +7,18 @@ namespace fp8::engine {
 
 namespace {
 float* f(const Tensor& t) { return t.data<float>(); }
+
+// Checked here, on the host, for every device: a GPU kernel cannot reject a bad id
+// before it runs without stalling the stream (model_ops.h).
+absl::Status check_ids(const char* what, const std::vector<int32_t>& ids, int64_t vocab, bool allow_ignore) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
+    if ((id >= 0 && id < vocab) || (allow_ignore && id == kIgnoreTarget)) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat("model: ", what, " ", id, " at position ", i, " is outside the vocabulary of ", vocab));
+  }
+  return absl::OkStatus();
+}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::create(const Device& device, const LlamaConfig& config,
@@ -71,6 +83,8 @@ absl::StatusOr<Activations*> LlamaModel::activations_for(const data::TokenBatch&
     return absl::InvalidArgumentError(absl::StrCat("model: sequences of ", batch.seq_len,
                                                    " tokens exceed model.max_seq_len ", config_.max_seq_len));
   }
+  FP8_RETURN_IF_ERROR(check_ids("token", batch.inputs, config_.vocab_size, /*allow_ignore=*/false));
+  FP8_RETURN_IF_ERROR(check_ids("target", batch.targets, config_.vocab_size, /*allow_ignore=*/true));
   std::optional<Activations>& acts = for_backward ? train_acts_ : eval_acts_;
   if (!acts || acts->rows != batch.rows || acts->seq != batch.seq_len) {
     acts.reset();  // free the old buffers before allocating new ones

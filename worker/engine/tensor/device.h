@@ -1,10 +1,10 @@
 // Where tensors live and what computes on them: one fp8::Backend (memory, copies, fp8
-// casts and GEMMs) and, where the device has them, the model's other kernels
-// (fp8::ModelOps). Model code holds a Device and never asks which one it is.
+// casts and GEMMs) and the model's other kernels (fp8::ModelOps). Model code holds a
+// Device and never asks which one it is.
 //
-// The CPU device has both. The CUDA device has the Backend only for now: Float8Linear
-// runs on it, the whole-model CUDA kernels are a later milestone, and asking for them
-// is a clear error rather than a crash.
+// A CUDA device runs everything on one stream of its own (non-blocking): the backend's
+// casts and GEMMs and the model ops are queued there in program order, so they need no
+// events between them. Collectives run on the process group's own stream (dist/).
 #pragma once
 
 #include <memory>
@@ -20,26 +20,35 @@ class Device {
  public:
   // The process-wide CPU device.
   static Device& cpu();
-  // CUDA device `ordinal` on its default stream. Unavailable without CUDA or a GPU.
+  // CUDA device `ordinal` with a compute stream of its own. Unavailable without CUDA or
+  // that GPU.
   static absl::StatusOr<std::unique_ptr<Device>> cuda(int ordinal = 0);
 
   // "cpu", "cuda:0".
   const std::string& name() const { return name_; }
   bool is_cuda() const { return backend_->is_cuda(); }
+  // The CUDA ordinal; -1 on the CPU.
+  int ordinal() const { return ordinal_; }
+  // The cudaStream_t everything of this device is queued on; null on the CPU.
+  void* stream() const { return stream_.get(); }
   Backend& backend() const { return *backend_; }
 
   bool has_model_ops() const { return ops_ != nullptr; }
   // FailedPrecondition naming the device when it has no model kernels.
   absl::StatusOr<ModelOps*> model_ops() const;
 
-  Device(std::string name, Backend* backend, ModelOps* ops, std::unique_ptr<Backend> owned = nullptr)
-      : name_(std::move(name)), backend_(backend), ops_(ops), owned_(std::move(owned)) {}
+  Device(std::string name, Backend* backend, ModelOps* ops) : name_(std::move(name)), backend_(backend), ops_(ops) {}
+  ~Device();
 
  private:
   std::string name_;
+  int ordinal_ = -1;
   Backend* backend_;
   ModelOps* ops_;
-  std::unique_ptr<Backend> owned_;  // set when this device made its backend
+  // Set when this device made its own: destroyed ops and backend first, the stream last.
+  std::shared_ptr<void> stream_;
+  std::unique_ptr<Backend> owned_backend_;
+  std::unique_ptr<ModelOps> owned_ops_;
 };
 
 }  // namespace fp8::engine

@@ -74,6 +74,11 @@ struct StepReport {
   // FSDP only: this rank's communication, mean per step over the same steps as step_ms,
   // so that step_ms - data_ms - comm->exposed_ms is the step's computation.
   std::optional<StepComm> comm;
+  // The device's memory (Backend::memory_stats: GPU memory on CUDA, the tensors' host
+  // memory on the CPU): the most in use at any moment of the steps since the last report,
+  // and what the device's allocator holds at this step's end, its cache included.
+  int64_t peak_memory_bytes = 0;
+  int64_t reserved_memory_bytes = 0;
 };
 
 // The delayed-scaling state of one cast of one fp8 linear (amax_histories.h).

@@ -1,5 +1,6 @@
 #include "worker/engine/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <array>
@@ -164,6 +165,8 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   const int64_t step = optimizer_->steps_taken() + 1;
   const int64_t micro_batches = spec_.train().grad_accum();
   const fsdp::CommCounters comm_before = fsdp_ ? fsdp_->counters() : fsdp::CommCounters{};
+  Backend& backend = model_->device().backend();
+  backend.reset_peak_memory();
   FP8_RETURN_IF_ERROR(trained_->zero_grads());
   // Averages over micro-batches and ranks: reduce-scattered sums are then means.
   const float grad_scale = 1.0f / static_cast<float>(micro_batches * world_size());
@@ -224,6 +227,9 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   r.loss = loss;
   r.lr = lr;
   r.grad_norm = grad_norm;
+  const MemoryStats memory = backend.memory_stats();
+  r.peak_memory_bytes = memory.peak_allocated;
+  r.reserved_memory_bytes = memory.reserved;
   return r;
 }
 
@@ -335,7 +341,7 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
   const Clock::time_point run_start = Clock::now();
   double interval_seconds = 0, interval_data_ms = 0;
   std::optional<StepComm> interval_comm;
-  int64_t interval_steps = 0;
+  int64_t interval_steps = 0, interval_peak_memory = 0;
   for (int64_t step = summary.first_step; step <= tr.steps(); ++step) {
     // Saturation and underflow cost a pass over each cast tensor, so only steps that will
     // report are measured. Whether a step reports is known only after it ran (an
@@ -349,6 +355,7 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
     SetCastMeasuring(*model_, false);  // an evaluation after the step need not count
     interval_seconds += seconds_since(step_start);
     interval_data_ms += report.data_ms;
+    interval_peak_memory = std::max(interval_peak_memory, report.peak_memory_bytes);
     if (report.comm) {
       if (!interval_comm) interval_comm.emplace();
       *interval_comm += *report.comm;
@@ -380,6 +387,7 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
       report.comm = interval_comm;
       if (report.comm) *report.comm /= static_cast<double>(interval_steps);
       report.tokens_per_second = static_cast<double>(interval_steps * tokens_per_step) / interval_seconds;
+      report.peak_memory_bytes = interval_peak_memory;
       observer.on_step(report);
       if (!casts.empty()) observer.on_cast_numerics(step, casts);
       report_amax_histories(step, observer);
@@ -387,6 +395,7 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
       interval_data_ms = 0;
       interval_comm.reset();
       interval_steps = 0;
+      interval_peak_memory = 0;
     }
     FP8_RETURN_IF_ERROR(maybe_checkpoint(step, /*force=*/last, observer, summary));
     if (stopping) {

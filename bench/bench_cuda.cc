@@ -1,0 +1,47 @@
+// bench_cuda.h on a build with CUDA: the kernels are in bench_cuda_kernels.cu.
+#include "bench/bench_cuda.h"
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+namespace fp8::bench {
+namespace kernels {
+cudaError_t sigmoid_forward(const float* y, int64_t n, float* s, cudaStream_t stream);
+cudaError_t sigmoid_backward_of_sum(const float* s, int64_t n, float* grad_y, cudaStream_t stream);
+}  // namespace kernels
+
+namespace {
+absl::Status status_of(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(std::string(what) + ": " + cudaGetErrorString(e));
+}
+}  // namespace
+
+absl::Status cuda_sigmoid_forward(const float* y, int64_t n, float* s, void* stream) {
+  return status_of(kernels::sigmoid_forward(y, n, s, static_cast<cudaStream_t>(stream)), "sigmoid forward kernel");
+}
+
+absl::Status cuda_sigmoid_backward_of_sum(const float* s, int64_t n, float* grad_y, void* stream) {
+  return status_of(kernels::sigmoid_backward_of_sum(s, n, grad_y, static_cast<cudaStream_t>(stream)),
+                   "sigmoid backward kernel");
+}
+
+absl::Status cuda_release_cached_memory(int device) {
+  if (auto s = status_of(cudaSetDevice(device), "cudaSetDevice"); !s.ok()) return s;
+  if (auto s = status_of(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); !s.ok()) return s;
+  cudaMemPool_t pool = nullptr;
+  if (auto s = status_of(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool"); !s.ok()) return s;
+  return status_of(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo");
+}
+
+absl::Status cuda_memory_info(int device, int64_t* free_bytes, int64_t* total_bytes) {
+  if (auto s = status_of(cudaSetDevice(device), "cudaSetDevice"); !s.ok()) return s;
+  size_t f = 0, t = 0;
+  if (auto s = status_of(cudaMemGetInfo(&f, &t), "cudaMemGetInfo"); !s.ok()) return s;
+  *free_bytes = static_cast<int64_t>(f);
+  *total_bytes = static_cast<int64_t>(t);
+  return absl::OkStatus();
+}
+
+}  // namespace fp8::bench

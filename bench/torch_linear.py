@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""PyTorch's bf16 linear at bench_linear's shapes, side by side with ours in one run.
+
+Usage (on a GPU machine with PyTorch):
+    bench_linear --device cuda --csv ours_linear.csv
+    python3 bench/torch_linear.py --ours ours_linear.csv
+
+For every shape and mode in our CSV (tokens M, in_features K, out_features N):
+  step    torchao's ln -> linear -> sigmoid: x [M, K] bf16 (requires grad), RMSNorm with a
+          weight (torch.nn.functional.rms_norm, or the same formula written out on older
+          torch), nn.Linear(K, N, bias=False) in bf16, sigmoid, y.sum().backward()
+  linear  nn.Linear(K, N, bias=False) in bf16 alone: y = linear(x); y.backward(g) with a
+          fixed upstream gradient g
+each eager and under torch.compile (compiled rows fall back to eager, with a printed note,
+when compilation fails). Gradients are set to None after each step, so PyTorch never pays
+for accumulating them (its fastest setting; ours accumulates grad_weight in the GEMM).
+
+Timing as bench_linear and torch_gemm.py: one untimed step sizes batches of ~50 ms of
+back-to-back steps, synchronised around each batch; the median batch mean over 7 batches.
+Printed: PyTorch's times, ours from the CSV, ours/PyTorch speed ratios (> 1: ours is
+faster), and issue 8's target: our fp8 step at M=16384, K=N=8192 against PyTorch's bf16.
+
+What differs from ours: PyTorch's activations are bf16 throughout; ours are fp32 (the
+engine has no bf16 activations yet), so our elementwise work (RMSNorm, sigmoid, casts)
+moves twice the bytes. Ours leaves out the loss's sum() (one read of the output).
+
+--parse-only reads the CSV and prints what would run, without importing torch.
+"""
+import argparse
+import csv
+import math
+import statistics
+import sys
+import time
+
+FP8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed")
+TARGET_SHAPE = (16384, 8192, 8192)
+TARGET_RATIO = 1.4
+
+
+def shape_label(m, k, n):
+    return f"{m}^3" if m == k == n else f"{m}x{k}x{n}"
+
+
+def parse_shape(text):
+    parts = [int(p) for p in text.lower().split("x")]
+    if len(parts) == 1:
+        parts = parts * 3
+    if len(parts) != 3 or min(parts) <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}' is not D or MxKxN")
+    return tuple(parts)
+
+
+def read_ours(path):
+    """bench_linear --csv: mode,m,k,n,contender,ms,err_out,err_grad_input.
+
+    Returns {(mode, (m, k, n)): {contender: ms}} in file order.
+    """
+    ours = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            key = (row["mode"], (int(row["m"]), int(row["k"]), int(row["n"])))
+            ours.setdefault(key, {})[row["contender"]] = float(row["ms"])
+    return ours
+
+
+def plan(args):
+    """The (mode, shape) pairs to time, and ours keyed alike (empty without --ours)."""
+    ours = read_ours(args.ours) if args.ours else {}
+    if ours:
+        pairs = list(ours.keys())
+    else:
+        shapes = args.shapes or [(4096,) * 3, (8192,) * 3, (16384,) * 3, TARGET_SHAPE]
+        pairs = [(mode, s) for s in shapes for mode in args.modes]
+    pairs = [(mode, s) for mode, s in pairs if mode in args.modes and (not args.max_size or max(s) <= args.max_size)]
+    return pairs, ours
+
+
+def ratio(torch_ms, ours_ms):
+    """Speed ratio ours/PyTorch as a string: > 1 means ours is faster."""
+    if not ours_ms or not torch_ms or math.isnan(ours_ms) or math.isnan(torch_ms):
+        return "-"
+    return f"{torch_ms / ours_ms:.2f}x"
+
+
+def print_table(table):
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for i, row in enumerate(table):
+        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths)) + " |")
+        if i == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    sys.stdout.flush()
+
+
+def report(results, ours):
+    """results: {(mode, shape): {"eager": ms, "compiled": ms}}. Prints the tables and targets."""
+    header = ["mode", "shape", "torch eager ms", "torch compiled ms", "ours", "ours ms", "ours/torch compiled",
+              "ours/torch eager"]
+    table = [header]
+    for (mode, shape), t in results.items():
+        mine = ours.get((mode, shape), {})
+        label = shape_label(*shape)
+        if not mine:
+            table.append([mode, label, f"{t['eager']:.3f}", f"{t['compiled']:.3f}", "-", "-", "-", "-"])
+        for name, ms in mine.items():
+            table.append([mode, label, f"{t['eager']:.3f}", f"{t['compiled']:.3f}", name, f"{ms:.3f}",
+                          ratio(t["compiled"], ms), ratio(t["eager"], ms)])
+    print_table(table)
+    print("ours/torch X: PyTorch's time / ours (> 1.00x: ours is faster). PyTorch: bf16 activations and weights; "
+          "ours: fp32 activations (none: fp32 GEMMs; bf16: bf16 GEMM operands converted each step; bf16_gemms: the "
+          "bare bf16 GEMMs; the rest: Float8Linear)")
+    for mode in ("step", "linear"):
+        t = results.get((mode, TARGET_SHAPE))
+        mine = ours.get((mode, TARGET_SHAPE), {})
+        if not t or not mine:
+            continue
+        parts = []
+        for name in FP8_RECIPES:
+            if name in mine:
+                r = t["compiled"] / mine[name]
+                parts.append(f"{name} {r:.2f}x ({'met' if r >= TARGET_RATIO else 'missed'})")
+        print(f"target: our fp8 {mode} at {shape_label(*TARGET_SHAPE)} >= {TARGET_RATIO:.2f}x PyTorch's compiled "
+              f"bf16: " + ", ".join(parts))
+
+
+# ---- PyTorch -----------------------------------------------------------------------------
+
+
+def time_it(torch, fn, iters, reps=7, warmup=0):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) / iters)
+    return statistics.median(samples)
+
+
+def iterations_for(estimate_s, target_s=0.05):
+    return max(1, min(1000, int(target_s / estimate_s))) if estimate_s > 0 else 10
+
+
+def rms_norm_fn(torch):
+    F = torch.nn.functional
+    if hasattr(F, "rms_norm"):
+        return lambda x, w, eps: F.rms_norm(x, (x.shape[-1],), w, eps)
+
+    def manual(x, w, eps):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+    return manual
+
+
+def make_steps(torch, mode, shape):
+    """(eager step, step to compile-wrap) for one mode and shape; tensors live in the closure."""
+    m, k, n = shape
+    dev, bf16 = "cuda", torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(1)
+    x = torch.randn(m, k, device=dev, dtype=bf16, generator=g).requires_grad_(True)
+    lin = torch.nn.Linear(k, n, bias=False, device=dev, dtype=bf16)
+    rms = rms_norm_fn(torch)
+    norm_w = torch.ones(k, device=dev, dtype=bf16, requires_grad=True)
+    upstream = torch.randn(m, n, device=dev, dtype=bf16, generator=g)
+    params = [x, norm_w, lin.weight]
+
+    if mode == "step":
+        def forward(inp):
+            return torch.sigmoid(lin(rms(inp, norm_w, 1e-5)))
+    else:
+        def forward(inp):
+            return lin(inp)
+
+    def runner(fwd):
+        def step():
+            y = fwd(x)
+            if mode == "step":
+                y.sum().backward()
+            else:
+                y.backward(upstream)
+            for p in params:
+                p.grad = None
+        return step
+
+    return runner, forward
+
+
+def time_torch(torch, pairs, reps, compile_ok, budget_s=0):
+    results = {}
+    start = time.perf_counter()
+    for mode, shape in pairs:
+        if budget_s and time.perf_counter() - start > budget_s:
+            print(f"note: {mode} {shape_label(*shape)} skipped: --budget of {budget_s:.0f} s spent", flush=True)
+            continue
+        runner, forward = make_steps(torch, mode, shape)
+        eager = runner(forward)
+        times = {}
+        fns = {"eager": eager}
+        if compile_ok:
+            try:
+                # Static shapes: one specialised graph per shape, as a model would get
+                # (the same function at a new shape would otherwise turn dynamic).
+                compiled = runner(torch.compile(forward, dynamic=False))
+                for _ in range(3):  # compile, then let autotuning caches settle
+                    compiled()
+                torch.cuda.synchronize()
+                fns["compiled"] = compiled
+            except Exception as e:  # noqa: BLE001 - any compiler failure means: time eager instead
+                print(f"note: torch.compile failed for {mode} {shape_label(*shape)} ({type(e).__name__}: {e}); "
+                      f"the compiled column repeats eager")
+        for name, fn in fns.items():
+            est = time_it(torch, fn, 1, 1, warmup=2)
+            times[name] = time_it(torch, fn, iterations_for(est), reps) * 1e3
+        times.setdefault("compiled", times["eager"])
+        results[(mode, shape)] = times
+        print(f"# {mode} {shape_label(*shape)}: eager {times['eager']:.3f} ms, compiled {times['compiled']:.3f} ms",
+              flush=True)
+        del runner, forward, eager, fns
+        torch.cuda.empty_cache()
+    return results
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ours", help="CSV written by bench_linear --csv (its shapes and modes are timed)")
+    ap.add_argument("--shapes", type=parse_shape, nargs="*", help="without --ours: D or MxKxN (default: ours')")
+    ap.add_argument("--modes", type=lambda s: s.split(","), default=["step", "linear"], help="step,linear")
+    ap.add_argument("--max-size", type=int, default=0, help="skip shapes with a dimension above this")
+    ap.add_argument("--reps", type=int, default=7, help="timed batches per variant (the median is kept)")
+    ap.add_argument("--no-compile", action="store_true", help="eager only")
+    ap.add_argument("--budget", type=float, default=0,
+                    help="seconds: the shapes not started by then are skipped (0: no limit)")
+    ap.add_argument("--parse-only", action="store_true", help="print the plan and exit (no torch needed)")
+    args = ap.parse_args(argv)
+    for m in args.modes:
+        if m not in ("step", "linear"):
+            ap.error(f"--modes: '{m}' is neither step nor linear")
+    pairs, ours = plan(args)
+    if args.parse_only:
+        for mode, shape in pairs:
+            mine = ", ".join(f"{k} {v:.3f} ms" for k, v in ours.get((mode, shape), {}).items())
+            print(f"{mode} {shape_label(*shape)}: ours {mine or '-'}")
+        return 0
+
+    import torch  # only here: --parse-only and the helpers above run without it
+
+    print(f"# torch {torch.__version__} on {torch.cuda.get_device_name()}; ours from {args.ours or '-'}")
+    print("# ms per step, bf16; step: rms_norm -> linear -> sigmoid, sum().backward(); linear: linear alone, "
+          "backward from a fixed gradient; grads set to None after each step")
+    results = time_torch(torch, pairs, args.reps, not args.no_compile, args.budget)
+    report(results, ours)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+// Host entry points for the CUDA causal self-attention kernels (grouped-query attention),
+// the GPU side of ModelOps::attention_forward / attention_backward (fp8/model_ops.h).
+//
+// Plain C++ (no absl, no fp8.h) so that host .cc files queue these without nvcc and nvcc
+// never parses absl. Every launcher only enqueues work on `stream` and assumes its
+// arguments were validated by the caller (ops::validate_attention_*), including
+// head_dim <= kMaxAttentionHeadDim. Each returns the first failed CUDA call, named.
+//
+// Layouts (as in model_ops.h): q, out, grad_out, grad_q [batch, seq, n_heads, head_dim];
+// k, v, grad_k, grad_v [batch, seq, n_kv_heads, head_dim]; lse [batch, n_heads, seq].
+// Query head h reads kv head h / (n_heads / n_kv_heads). Any head_dim up to
+// kMaxAttentionHeadDim and any seq work; base pointers must be 16-byte aligned.
+//
+// Flash-attention style: the forward keeps only each row's log-sum-exp; the backward
+// recomputes the probabilities tile by tile. Deterministic: no floating-point atomics;
+// grad_k / grad_v are summed over the query heads of a group and over query tiles in a
+// fixed order by the block that owns the key tile, grad_q by the block that owns the
+// query tile.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda/cast_kernels.h"  // LaunchResult
+
+namespace fp8::cuda {
+
+// The largest head_dim the kernels take (the model ops reject larger ones up front).
+inline constexpr int64_t kMaxAttentionHeadDim = 256;
+
+struct AttentionDims {
+  int64_t batch = 0;
+  int64_t seq = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// out = softmax(q·kᵀ / sqrt(head_dim) + causal mask)·v; lse = each score row's log-sum-exp.
+LaunchResult launch_attention_forward(const AttentionDims& d, const float* q, const float* k, const float* v,
+                                      float* out, float* lse, cudaStream_t stream);
+
+// Bytes of device scratch attention_backward needs for these dimensions: the per-row
+// delta_i = grad_out_i · out_i, [batch, n_heads, seq] floats, rounded up to 256 bytes.
+size_t attention_backward_scratch_bytes(const AttentionDims& d);
+
+// grad_q, grad_k, grad_v are written (=), never accumulated. `scratch` holds at least
+// attention_backward_scratch_bytes(d) bytes, 256-byte aligned.
+LaunchResult launch_attention_backward(const AttentionDims& d, const float* q, const float* k, const float* v,
+                                       const float* out, const float* lse, const float* grad_out, float* grad_q,
+                                       float* grad_k, float* grad_v, void* scratch, cudaStream_t stream);
+
+}  // namespace fp8::cuda

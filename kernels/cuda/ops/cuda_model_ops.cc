@@ -1,0 +1,293 @@
+// The CUDA ModelOps: the CPU's argument checks (ops/validate.h, so the same bad call gets
+// the same message), then kernels queued on the caller's stream.
+//
+// Device: every method makes the ops' device current for its duration and restores the
+// caller's (DeviceGuard). Asynchrony: methods only queue work, except sum_of_squares
+// (which returns a host value), the first use of a RoPE key (its table upload), and the
+// rare growth of the scratch buffer (DeviceBuffer). Threads: methods that use the scratch
+// buffer or the RoPE tables hold a mutex, which also keeps each call's launches
+// contiguous on the stream; the others are stateless.
+//
+// Token ids and targets live in device memory and cannot be checked here without a
+// sync: the kernels skip an out-of-range id (model_kernels.h says how).
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "cuda/cuda_status.h"
+#include "cuda/device_buffer.h"
+#include "cuda/ops/attention_kernels.h"
+#include "cuda/ops/model_kernels.h"
+#include "cuda/ops/rope_device_tables.h"
+#include "fp8/model_ops.h"
+#include "ops/adamw.h"
+#include "ops/validate.h"
+
+namespace fp8 {
+namespace {
+
+using cuda::cuda_status;
+using cuda::DeviceGuard;
+
+#define FP8_RETURN_IF_ERROR(expr)           \
+  if (absl::Status s_ = (expr); !s_.ok()) { \
+    return s_;                              \
+  }
+
+// The limit of the CUDA attention kernels, checked after the shared validation.
+absl::Status check_attention_head_dim(const char* op, const AttentionShape& s) {
+  if (s.head_dim > cuda::kMaxAttentionHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": head_dim ", s.head_dim,
+                                                   " exceeds the CUDA kernels' limit of ", cuda::kMaxAttentionHeadDim));
+  }
+  return absl::OkStatus();
+}
+
+cuda::AttentionDims dims_of(const AttentionShape& s) { return {s.batch, s.seq, s.n_heads, s.n_kv_heads, s.head_dim}; }
+
+cuda::RopeDims dims_of(const RopeShape& s) { return {s.batch, s.seq, s.heads, s.head_dim}; }
+
+class CudaModelOps final : public ModelOps {
+ public:
+  static absl::StatusOr<std::unique_ptr<ModelOps>> create(int device, cudaStream_t stream);
+
+  ~CudaModelOps() override {
+    DeviceGuard guard(device_);
+    // Let queued work finish before its scratch and tables go away. An error here belongs
+    // to work whose caller never synchronised; nothing is left to report it to.
+    cudaStreamSynchronize(stream_);
+    scratch_.release();
+    rope_tables_.release();
+  }
+
+  std::string name() const override { return name_; }
+
+  absl::Status embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t vocab, int64_t dim,
+                                 float* out) override {
+    FP8_RETURN_IF_ERROR(ops::validate_embedding_forward(tokens, n, table, vocab, dim, out));
+    return on_device([&] { return cuda::launch_embedding_forward(tokens, n, table, vocab, dim, out, stream_); });
+  }
+
+  absl::Status embedding_backward(const int32_t* tokens, int64_t n, const float* grad_out, int64_t vocab, int64_t dim,
+                                  float* grad_table) override {
+    FP8_RETURN_IF_ERROR(ops::validate_embedding_backward(tokens, n, grad_out, vocab, dim, grad_table));
+    if (n > cuda::kMaxEmbeddingBackwardTokens) {
+      return absl::InvalidArgumentError(absl::StrCat("embedding_backward: n ", n,
+                                                     " exceeds the CUDA kernels' limit of ",
+                                                     cuda::kMaxEmbeddingBackwardTokens, " tokens"));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    size_t bytes = 0;
+    FP8_RETURN_IF_ERROR(cuda_status(cuda::embedding_backward_scratch_bytes(n, vocab, &bytes)));
+    auto scratch = scratch_.get(bytes, stream_);
+    if (!scratch.ok()) return scratch.status();
+    return cuda_status(
+        cuda::launch_embedding_backward(tokens, n, grad_out, vocab, dim, grad_table, *scratch, bytes, stream_));
+  }
+
+  absl::Status rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* out,
+                               float* inv_rms) override {
+    FP8_RETURN_IF_ERROR(ops::validate_rmsnorm_forward(x, weight, rows, dim, eps, out, inv_rms));
+    return on_device([&] { return cuda::launch_rmsnorm_forward(x, weight, rows, dim, eps, out, inv_rms, stream_); });
+  }
+
+  absl::Status rmsnorm_backward(const float* x, const float* weight, const float* inv_rms, const float* grad_out,
+                                int64_t rows, int64_t dim, float* grad_x, float* grad_weight) override {
+    FP8_RETURN_IF_ERROR(ops::validate_rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x, grad_weight));
+    return with_scratch(cuda::rmsnorm_backward_scratch_bytes(rows, dim), [&](void* scratch) {
+      return cuda::launch_rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x, grad_weight, scratch,
+                                           stream_);
+    });
+  }
+
+  absl::Status rope_forward(const RopeShape& shape, double theta, const float* x, float* out) override {
+    FP8_RETURN_IF_ERROR(ops::validate_rope_forward(shape, theta, x, out));
+    return rope(shape, theta, /*inverse=*/false, x, out);
+  }
+
+  absl::Status rope_backward(const RopeShape& shape, double theta, const float* grad_out, float* grad_x) override {
+    FP8_RETURN_IF_ERROR(ops::validate_rope_backward(shape, theta, grad_out, grad_x));
+    return rope(shape, theta, /*inverse=*/true, grad_out, grad_x);
+  }
+
+  absl::Status attention_forward(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                                 float* out, float* lse) override {
+    FP8_RETURN_IF_ERROR(ops::validate_attention_forward(shape, q, k, v, out, lse));
+    FP8_RETURN_IF_ERROR(check_attention_head_dim("attention_forward", shape));
+    return on_device([&] { return cuda::launch_attention_forward(dims_of(shape), q, k, v, out, lse, stream_); });
+  }
+
+  absl::Status attention_backward(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                                  const float* out, const float* lse, const float* grad_out, float* grad_q,
+                                  float* grad_k, float* grad_v) override {
+    FP8_RETURN_IF_ERROR(ops::validate_attention_backward(shape, q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v));
+    FP8_RETURN_IF_ERROR(check_attention_head_dim("attention_backward", shape));
+    const cuda::AttentionDims d = dims_of(shape);
+    return with_scratch(cuda::attention_backward_scratch_bytes(d), [&](void* scratch) {
+      return cuda::launch_attention_backward(d, q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v, scratch, stream_);
+    });
+  }
+
+  absl::Status swiglu_forward(const float* gate, const float* up, int64_t n, float* out) override {
+    FP8_RETURN_IF_ERROR(ops::validate_swiglu_forward(gate, up, n, out));
+    return on_device([&] { return cuda::launch_swiglu_forward(gate, up, n, out, stream_); });
+  }
+
+  absl::Status swiglu_backward(const float* gate, const float* up, const float* grad_out, int64_t n, float* grad_gate,
+                               float* grad_up) override {
+    FP8_RETURN_IF_ERROR(ops::validate_swiglu_backward(gate, up, grad_out, n, grad_gate, grad_up));
+    return on_device([&] { return cuda::launch_swiglu_backward(gate, up, grad_out, n, grad_gate, grad_up, stream_); });
+  }
+
+  absl::Status add(const float* a, const float* b, int64_t n, float* out) override {
+    FP8_RETURN_IF_ERROR(ops::validate_add(a, b, n, out));
+    return on_device([&] { return cuda::launch_add(a, b, n, out, stream_); });
+  }
+
+  absl::Status accumulate(const float* x, int64_t n, float* y) override {
+    FP8_RETURN_IF_ERROR(ops::validate_accumulate(x, n, y));
+    return on_device([&] { return cuda::launch_accumulate(x, n, y, stream_); });
+  }
+
+  absl::Status cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                     float* loss, float* lse) override {
+    FP8_RETURN_IF_ERROR(ops::validate_cross_entropy_forward(logits, targets, rows, vocab, loss, lse));
+    return with_scratch(cuda::cross_entropy_forward_scratch_bytes(rows), [&](void* scratch) {
+      return cuda::launch_cross_entropy_forward(logits, targets, rows, vocab, loss, lse, scratch, stream_);
+    });
+  }
+
+  absl::Status cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, int64_t rows,
+                                      int64_t vocab, float grad_loss, float* grad_logits) override {
+    FP8_RETURN_IF_ERROR(
+        ops::validate_cross_entropy_backward(logits, targets, lse, rows, vocab, grad_loss, grad_logits));
+    return with_scratch(cuda::cross_entropy_backward_scratch_bytes(), [&](void* scratch) {
+      return cuda::launch_cross_entropy_backward(logits, targets, lse, rows, vocab, grad_loss, grad_logits, scratch,
+                                                 stream_);
+    });
+  }
+
+  absl::Status adamw_step(const AdamWHyperparams& h, int64_t step, float* param, const float* grad, float* m, float* v,
+                          int64_t n) override {
+    FP8_RETURN_IF_ERROR(ops::validate_adamw(h, step, param, grad, m, v, n));
+    // The CPU's coefficients, to the bit: bias corrections in double on the host.
+    const ops::AdamWCoefficients c = ops::adamw_coefficients(h, step);
+    return on_device([&] { return cuda::launch_adamw(c, param, grad, m, v, n, stream_); });
+  }
+
+  absl::StatusOr<double> sum_of_squares(const float* x, int64_t n) override {
+    FP8_RETURN_IF_ERROR(ops::validate_sum_of_squares(x, n));
+    std::lock_guard<std::mutex> lock(mu_);
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    cuda::ScratchLayout layout;
+    const size_t result_offset = layout.add(sizeof(double));
+    const size_t partials_offset = layout.add(cuda::sum_of_squares_scratch_bytes(n));
+    auto scratch = scratch_.get(layout.total(), stream_);
+    if (!scratch.ok()) return scratch.status();
+    auto* base = static_cast<char*>(*scratch);
+    auto* result = reinterpret_cast<double*>(base + result_offset);
+    FP8_RETURN_IF_ERROR(cuda_status(cuda::launch_sum_of_squares(x, n, result, base + partials_offset, stream_)));
+    double sum = 0.0;
+    FP8_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpyAsync(&sum, result, sizeof(double), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync"));
+    FP8_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+    return sum;
+  }
+
+  absl::Status scale_inplace(float* x, int64_t n, float factor) override {
+    FP8_RETURN_IF_ERROR(ops::validate_scale_inplace(x, n, factor));
+    return on_device([&] { return cuda::launch_scale(x, n, factor, stream_); });
+  }
+
+ private:
+  CudaModelOps(int device, cudaStream_t stream, std::string name)
+      : device_(device), stream_(stream), name_(std::move(name)) {}
+
+  // Queues `launch()` with the ops' device current.
+  template <typename Launch>
+  absl::Status on_device(Launch&& launch) {
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    return cuda_status(launch());
+  }
+
+  // Queues `launch(scratch)` with `bytes` of the scratch buffer, holding the lock until the
+  // launches are queued (later users of the buffer queue behind them on the stream).
+  template <typename Launch>
+  absl::Status with_scratch(size_t bytes, Launch&& launch) {
+    std::lock_guard<std::mutex> lock(mu_);
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    auto scratch = scratch_.get(bytes, stream_);
+    if (!scratch.ok()) return scratch.status();
+    return cuda_status(launch(*scratch));
+  }
+
+  absl::Status rope(const RopeShape& shape, double theta, bool inverse, const float* in, float* out) {
+    std::lock_guard<std::mutex> lock(mu_);
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    auto table = rope_tables_.get(shape.seq, shape.head_dim, theta, stream_);
+    if (!table.ok()) return table.status();
+    return cuda_status(cuda::launch_rope(dims_of(shape), table->cos, table->sin, inverse, in, out, stream_));
+  }
+
+  const int device_;
+  const cudaStream_t stream_;  // the caller's stream (or the default stream); not owned
+  const std::string name_;
+  std::mutex mu_;  // guards scratch_ and rope_tables_
+  cuda::DeviceBuffer scratch_;
+  cuda::DeviceRopeTables rope_tables_;
+};
+
+absl::StatusOr<std::unique_ptr<ModelOps>> CudaModelOps::create(int device, cudaStream_t stream) {
+  int count = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    cudaGetLastError();  // do not leave the failure as the thread's last error
+    return absl::UnavailableError(absl::StrCat("no CUDA GPU available: cudaGetDeviceCount failed with ",
+                                               cudaGetErrorName(e), " (", cudaGetErrorString(e),
+                                               "); this machine has no NVIDIA GPU, or no working NVIDIA driver"));
+  }
+  if (count == 0) return absl::UnavailableError("no CUDA GPU available: cudaGetDeviceCount found 0 devices");
+  if (device < 0 || device >= count) {
+    return absl::UnavailableError(
+        absl::StrCat("CUDA device ", device, " does not exist: this machine has ", count, " CUDA device(s)"));
+  }
+
+  DeviceGuard guard(device);
+  if (!guard.status().ok()) {
+    return absl::UnavailableError(absl::StrCat("CUDA device ", device, " unusable: ", guard.status().message()));
+  }
+  cudaDeviceProp prop{};
+  FP8_RETURN_IF_ERROR(cuda_status(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
+  // An sm_90 build has no kernel image an older GPU can run; say so up front rather than
+  // at the first launch.
+  if (const cudaError_t e = cuda::probe_model_kernel_image(); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::UnavailableError(absl::StrCat("CUDA device ", device, " (", prop.name, ", sm_", prop.major, prop.minor,
+                                               ") cannot run this build's model kernels: ", cudaGetErrorString(e),
+                                               "; rebuild with CMAKE_CUDA_ARCHITECTURES covering this GPU"));
+  }
+  std::unique_ptr<CudaModelOps> ops(
+      new CudaModelOps(device, stream, absl::StrCat("cuda:", device, " (", prop.name, ")")));
+  // Allocate the scratch now, so that the first reduction does not call cudaMalloc.
+  if (auto s = ops->scratch_.get(1, stream); !s.ok()) return s.status();
+  return std::unique_ptr<ModelOps>(std::move(ops));
+}
+
+#undef FP8_RETURN_IF_ERROR
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelOps>> make_cuda_model_ops(int device, void* stream) {
+  return CudaModelOps::create(device, static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace fp8

@@ -1,0 +1,172 @@
+// The elementwise model ops: residual add and accumulate, scale, SwiGLU and its backward,
+// the AdamW step. One grid-stride kernel template maps a per-element function of
+// ops/model_arith.h (the CPU's own) over K input and M output streams.
+//
+// Bit-identical to the CPU: this file is compiled with -fmad=false (kernels/ops/
+// CMakeLists.txt), so a * b + c stays two rounded operations as on the host, and the
+// functions are the same; only expf (SwiGLU) differs, CUDA's being within 2 ulp.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/ops/kernel_util.cuh"
+#include "cuda/ops/model_kernels.h"
+#include "ops/model_arith.h"
+
+namespace fp8::cuda {
+namespace {
+
+using model::kThreads;
+
+// Enough blocks to fill any H100/H200 many times over; larger tensors loop (grid-stride).
+constexpr int64_t kMaxBlocks = int64_t{1} << 15;
+
+template <int K, int M>
+struct Streams {
+  const float* in[K];
+  float* out[M];
+};
+
+// Outputs may alias inputs (in-place updates), hence no __restrict__ and no read-only
+// cache loads: each element's inputs are all loaded before its outputs are stored, by the
+// one thread that owns it.
+template <typename Fn, int K, int M>
+__device__ __forceinline__ void map_one(const Fn& fn, const Streams<K, M>& s, int64_t i) {
+  float x[K];
+  float y[M];
+#pragma unroll
+  for (int k = 0; k < K; ++k) x[k] = s.in[k][i];
+  fn(x, y);
+#pragma unroll
+  for (int m = 0; m < M; ++m) s.out[m][i] = y[m];
+}
+
+// kVec: every stream is 16-byte aligned, so groups of 4 move as float4; the n % 4 tail
+// goes element by element.
+template <typename Fn, int K, int M, bool kVec>
+__global__ void __launch_bounds__(kThreads) map_kernel(Fn fn, Streams<K, M> s, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  int64_t tail_begin = 0;
+  if constexpr (kVec) {
+    const int64_t groups = n / 4;
+    for (int64_t g = first; g < groups; g += stride) {
+      float xs[K][4];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const float4 t = reinterpret_cast<const float4*>(s.in[k])[g];
+        xs[k][0] = t.x;
+        xs[k][1] = t.y;
+        xs[k][2] = t.z;
+        xs[k][3] = t.w;
+      }
+      float ys[M][4];
+#pragma unroll
+      for (int lane = 0; lane < 4; ++lane) {
+        float x[K];
+        float y[M];
+#pragma unroll
+        for (int k = 0; k < K; ++k) x[k] = xs[k][lane];
+        fn(x, y);
+#pragma unroll
+        for (int m = 0; m < M; ++m) ys[m][lane] = y[m];
+      }
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        reinterpret_cast<float4*>(s.out[m])[g] = make_float4(ys[m][0], ys[m][1], ys[m][2], ys[m][3]);
+      }
+    }
+    tail_begin = groups * 4;
+  }
+  for (int64_t i = tail_begin + first; i < n; i += stride) map_one(fn, s, i);
+}
+
+template <typename Fn, int K, int M>
+LaunchResult launch_map(const Fn& fn, const Streams<K, M>& s, int64_t n, cudaStream_t stream, const char* name) {
+  if (n <= 0) return {};
+  bool vec = true;
+  for (int k = 0; k < K; ++k) vec = vec && model::aligned16(s.in[k]);
+  for (int m = 0; m < M; ++m) vec = vec && model::aligned16(s.out[m]);
+  const int64_t work = vec ? (n / 4 > 0 ? n / 4 : n) : n;
+  const unsigned blocks = model::clamp_grid(model::ceil_div(work, kThreads), kMaxBlocks);
+  if (vec) {
+    map_kernel<Fn, K, M, true><<<blocks, kThreads, 0, stream>>>(fn, s, n);
+  } else {
+    map_kernel<Fn, K, M, false><<<blocks, kThreads, 0, stream>>>(fn, s, n);
+  }
+  return model::after_launch(name);
+}
+
+// ---- the per-element functions -------------------------------------------------------------
+
+struct AddFn {
+  __device__ void operator()(const float (&x)[2], float (&y)[1]) const { y[0] = x[0] + x[1]; }
+};
+
+// in = {y, x}: y + x, the CPU's y[i] += x[i].
+struct AccumulateFn {
+  __device__ void operator()(const float (&x)[2], float (&y)[1]) const { y[0] = x[0] + x[1]; }
+};
+
+struct ScaleFn {
+  float factor;
+  __device__ void operator()(const float (&x)[1], float (&y)[1]) const { y[0] = x[0] * factor; }
+};
+
+struct SwigluFn {
+  __device__ void operator()(const float (&x)[2], float (&y)[1]) const { y[0] = ops::swiglu(x[0], x[1]); }
+};
+
+struct SwigluGradFn {
+  __device__ void operator()(const float (&x)[3], float (&y)[2]) const {
+    ops::swiglu_grad(x[0], x[1], x[2], &y[0], &y[1]);
+  }
+};
+
+// in = {param, grad, m, v}, out = {param, m, v}.
+struct AdamWFn {
+  ops::AdamWCoefficients c;
+  __device__ void operator()(const float (&x)[4], float (&y)[3]) const {
+    float param = x[0], m = x[2], v = x[3];
+    ops::adamw_update(c, x[1], &param, &m, &v);
+    y[0] = param;
+    y[1] = m;
+    y[2] = v;
+  }
+};
+
+}  // namespace
+
+LaunchResult launch_add(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream) {
+  return launch_map(AddFn{}, Streams<2, 1>{{a, b}, {out}}, n, stream, "add kernel");
+}
+
+LaunchResult launch_accumulate(const float* x, int64_t n, float* y, cudaStream_t stream) {
+  return launch_map(AccumulateFn{}, Streams<2, 1>{{y, x}, {y}}, n, stream, "accumulate kernel");
+}
+
+LaunchResult launch_scale(float* x, int64_t n, float factor, cudaStream_t stream) {
+  return launch_map(ScaleFn{factor}, Streams<1, 1>{{x}, {x}}, n, stream, "scale kernel");
+}
+
+LaunchResult launch_swiglu_forward(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
+  return launch_map(SwigluFn{}, Streams<2, 1>{{gate, up}, {out}}, n, stream, "swiglu forward kernel");
+}
+
+LaunchResult launch_swiglu_backward(const float* gate, const float* up, const float* grad_out, int64_t n,
+                                    float* grad_gate, float* grad_up, cudaStream_t stream) {
+  return launch_map(SwigluGradFn{}, Streams<3, 2>{{gate, up, grad_out}, {grad_gate, grad_up}}, n, stream,
+                    "swiglu backward kernel");
+}
+
+LaunchResult launch_adamw(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,
+                          int64_t n, cudaStream_t stream) {
+  return launch_map(AdamWFn{c}, Streams<4, 3>{{param, grad, m, v}, {param, m, v}}, n, stream, "adamw kernel");
+}
+
+cudaError_t probe_model_kernel_image() {
+  cudaFuncAttributes attributes;
+  return cudaFuncGetAttributes(&attributes, map_kernel<AddFn, 2, 1, false>);
+}
+
+}  // namespace fp8::cuda

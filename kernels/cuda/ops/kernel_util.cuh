@@ -1,0 +1,138 @@
+// Device-side building blocks shared by the model-op kernels (.cu files only): launch
+// bookkeeping, 16-byte group loads, and block reductions whose order is fixed.
+//
+// Determinism rests on two rules kept by every kernel that reduces:
+//  * the decomposition (which thread sums which elements, how many blocks make partials)
+//    depends only on the shape, never on the device, timing or pointer alignment;
+//  * partial results are combined in a fixed order (block_sum below), never by atomics.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/cast_kernels.h"  // LaunchResult
+
+namespace fp8::cuda::model {
+
+constexpr int kThreads = 256;  // threads per block of every 1-D kernel here
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxGridY = 65535;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+inline LaunchResult after_launch(const char* kernel) {
+  const cudaError_t e = cudaGetLastError();
+  return {e, e == cudaSuccess ? nullptr : kernel};
+}
+
+inline const LaunchResult kTooLarge{cudaErrorInvalidConfiguration, "grid size (tensor too large for one launch)"};
+
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+inline unsigned clamp_grid(int64_t blocks, int64_t limit) {
+  return static_cast<unsigned>(blocks < 1 ? 1 : blocks < limit ? blocks : limit);
+}
+
+// Carves 256-byte aligned pieces out of a scratch buffer in the order they are requested;
+// run once with base == nullptr to size the buffer, once with the buffer to place them.
+class ScratchCarver {
+ public:
+  explicit ScratchCarver(void* base) : base_(static_cast<char*>(base)) {}
+  template <typename T>
+  T* take(size_t count) {
+    T* p = base_ != nullptr ? reinterpret_cast<T*>(base_ + used_) : nullptr;
+    used_ += (count * sizeof(T) + kAlign - 1) / kAlign * kAlign;
+    return p;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  static constexpr size_t kAlign = 256;
+  char* base_;
+  size_t used_ = 0;
+};
+
+// ---- loads --------------------------------------------------------------------------------------
+
+// The four elements [4g, 4g + 4) of a vector of n floats; those at or past n read as
+// `fill`. kVec (one 16-byte load) requires p 16-byte aligned and the group whole
+// (4g + 4 <= n). Both paths hand the same values to the caller, so a reduction over
+// groups sums in the same order whichever path the pointers allow.
+template <bool kVec>
+__device__ __forceinline__ void load_group(const float* p, int64_t g, int64_t n, float fill, float (&v)[4]) {
+  const int64_t i = 4 * g;
+  if constexpr (kVec) {
+    const float4 x = *reinterpret_cast<const float4*>(p + i);
+    v[0] = x.x;
+    v[1] = x.y;
+    v[2] = x.z;
+    v[3] = x.w;
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = i + k < n ? p[i + k] : fill;
+  }
+}
+
+template <bool kVec>
+__device__ __forceinline__ void store_group(float* p, int64_t g, int64_t n, const float (&v)[4]) {
+  const int64_t i = 4 * g;
+  if constexpr (kVec) {
+    *reinterpret_cast<float4*>(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (i + k < n) p[i + k] = v[k];
+    }
+  }
+}
+
+// ---- reductions ---------------------------------------------------------------------------------
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(kFullMask, v, offset);
+  return v;  // the full sum in lane 0
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_down_sync(kFullMask, v, offset));
+  return v;
+}
+
+// The sum of v over a block of kThreads threads: a fixed shuffle tree per warp, then the
+// warp totals added in warp order. Every thread gets the same bits. Every thread of the
+// block must call it (it synchronises); calling it again in the same kernel is safe.
+template <typename T>
+__device__ __forceinline__ T block_sum(T v) {
+  __shared__ T warp_total[kWarps];
+  v = warp_sum(v);
+  __syncthreads();  // a previous call's readers are done with warp_total
+  if ((threadIdx.x & 31) == 0) warp_total[threadIdx.x >> 5] = v;
+  __syncthreads();
+  T total = warp_total[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) total += warp_total[w];
+  return total;
+}
+
+// The max over a block (fmaxf: a NaN loses to any number, as with std::max on the CPU,
+// whose running max never takes a NaN). Same calling rules as block_sum.
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float warp_result[kWarps];
+  v = warp_max(v);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) warp_result[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float result = warp_result[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) result = fmaxf(result, warp_result[w]);
+  return result;
+}
+
+}  // namespace fp8::cuda::model

@@ -1,0 +1,120 @@
+// Host entry points for the CUDA model-op kernels: the GPU side of fp8::ModelOps
+// (fp8/model_ops.h) except attention, whose launchers are in attention_kernels.h.
+//
+// Plain C++ (no absl, no fp8.h) so that host .cc files queue these without nvcc and nvcc
+// never parses absl. Every launcher only enqueues work on `stream` and assumes its
+// arguments were validated by the caller (ops::validate_*). Each returns the first failed
+// CUDA call, named, or {cudaSuccess, nullptr}. Layouts and semantics are model_ops.h's;
+// per-element arithmetic is ops/model_arith.h's, the functions the CPU runs.
+//
+// Values in device memory cannot be validated before launch: a token id outside
+// [0, vocab) gives a zero row forward and is skipped backward; a target outside
+// [0, vocab) counts as ignored. Nothing is ever read or written out of bounds for them.
+//
+// Deterministic: no floating-point atomics. Every reduction has a decomposition fixed by
+// the shape alone and combines partial results in a fixed order, so the same call gives
+// the same bits on every run (and whatever the pointers' alignment).
+//
+// `scratch` arguments are device memory of at least the matching *_scratch_bytes, 256-byte
+// aligned, not used by anything else until the launched work completes (stream order).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/cast_kernels.h"  // LaunchResult
+#include "ops/model_arith.h"    // AdamWCoefficients
+
+namespace fp8::cuda {
+
+// ---- embedding -------------------------------------------------------------------------------
+
+LaunchResult launch_embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t vocab, int64_t dim,
+                                      float* out, cudaStream_t stream);
+
+// Token positions travel through the sort as 32-bit values.
+inline constexpr int64_t kMaxEmbeddingBackwardTokens = 0xffffffffLL;
+
+// The scratch of launch_embedding_backward (sort keys and values, CUB's temporary storage),
+// n <= kMaxEmbeddingBackwardTokens. Returns CUB's error if it cannot size its sort.
+LaunchResult embedding_backward_scratch_bytes(int64_t n, int64_t vocab, size_t* bytes);
+
+// grad_table[tokens[i]] += grad_out[i] bit-identically to the CPU: (token, position) pairs
+// are stably radix-sorted by token, then each run of one token adds its rows into the
+// table row in increasing position order, one thread per column.
+LaunchResult launch_embedding_backward(const int32_t* tokens, int64_t n, const float* grad_out, int64_t vocab,
+                                       int64_t dim, float* grad_table, void* scratch, size_t scratch_bytes,
+                                       cudaStream_t stream);
+
+// ---- RMSNorm ---------------------------------------------------------------------------------
+
+LaunchResult launch_rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+                                    float* out, float* inv_rms, cudaStream_t stream);
+
+size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t dim);
+
+// grad_x written; grad_weight += Σ_rows grad_out * x * inv_rms through per-row-chunk
+// partial vectors in scratch, added up in chunk order.
+LaunchResult launch_rmsnorm_backward(const float* x, const float* weight, const float* inv_rms, const float* grad_out,
+                                     int64_t rows, int64_t dim, float* grad_x, float* grad_weight, void* scratch,
+                                     cudaStream_t stream);
+
+// ---- rotary position embedding ---------------------------------------------------------------
+
+struct RopeDims {
+  int64_t batch = 0;
+  int64_t seq = 0;
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+};
+
+// out = rotate(in) (or its inverse) with the tables cos, sin [seq, head_dim / 2] in device
+// memory (ops::RopeTable's layout and values). out may equal in.
+LaunchResult launch_rope(const RopeDims& d, const float* cos, const float* sin, bool inverse, const float* in,
+                         float* out, cudaStream_t stream);
+
+// ---- elementwise -------------------------------------------------------------------------------
+// n elements each; outputs may equal inputs where model_ops.h allows it (add, accumulate,
+// scale, the AdamW state), since each element is read before it is written.
+
+LaunchResult launch_add(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream);
+LaunchResult launch_accumulate(const float* x, int64_t n, float* y, cudaStream_t stream);
+LaunchResult launch_scale(float* x, int64_t n, float factor, cudaStream_t stream);
+LaunchResult launch_swiglu_forward(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
+LaunchResult launch_swiglu_backward(const float* gate, const float* up, const float* grad_out, int64_t n,
+                                    float* grad_gate, float* grad_up, cudaStream_t stream);
+LaunchResult launch_adamw(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,
+                          int64_t n, cudaStream_t stream);
+
+// ---- reductions ---------------------------------------------------------------------------------
+
+size_t sum_of_squares_scratch_bytes(int64_t n);
+
+// *result (device memory) = Σ x² accumulated in double: per-block partials, then one
+// block adds them in block order.
+LaunchResult launch_sum_of_squares(const float* x, int64_t n, double* result, void* scratch, cudaStream_t stream);
+
+// ---- cross-entropy ---------------------------------------------------------------------------------
+
+size_t cross_entropy_forward_scratch_bytes(int64_t rows);
+
+// lse[r] = log Σ exp(logits[r]) (max subtracted, summed in double); *loss (device memory)
+// = the mean of lse[r] - logits[r, target_r] over the counted rows, 0 if none.
+LaunchResult launch_cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                          float* loss, float* lse, void* scratch, cudaStream_t stream);
+
+size_t cross_entropy_backward_scratch_bytes();
+
+// grad_logits = grad_loss / counted * (softmax - onehot(target)), zero rows where ignored.
+// `counted` is counted on the device, never read back.
+LaunchResult launch_cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, int64_t rows,
+                                           int64_t vocab, float grad_loss, float* grad_logits, void* scratch,
+                                           cudaStream_t stream);
+
+// Whether this build's model-op kernel image runs on the current device: cudaSuccess or the
+// runtime's reason.
+cudaError_t probe_model_kernel_image();
+
+}  // namespace fp8::cuda
