@@ -142,6 +142,13 @@ class CpuModelOps final : public ModelOps {
     return ops::cpu::sum_of_squares(x, n);
   }
 
+  absl::StatusOr<double> total_sum_of_squares(const std::vector<FloatSpan>& buffers) override {
+    for (const FloatSpan& b : buffers) FP8_RETURN_IF_ERROR(ops::validate_sum_of_squares(b.data, b.n));
+    double total = 0.0;
+    for (const FloatSpan& b : buffers) total += ops::cpu::sum_of_squares(b.data, b.n);
+    return total;
+  }
+
   absl::Status scale_inplace(float* x, int64_t n, float factor) override {
     FP8_RETURN_IF_ERROR(ops::validate_scale_inplace(x, n, factor));
     ops::cpu::scale_inplace(x, n, factor);

@@ -707,6 +707,29 @@ TEST_F(CudaModelOpsTest, SumOfSquaresMatchesTheCpuAndIsDeterministic) {
   }
 }
 
+// The global grad norm's one host wait: the same doubles as one call per buffer, added in
+// the same order (buffers of every size class, one misaligned).
+TEST_F(CudaModelOpsTest, TotalSumOfSquaresEqualsThePerBufferSums) {
+  std::vector<std::unique_ptr<DeviceFloats>> buffers;
+  std::vector<FloatSpan> spans;
+  double want = 0.0;
+  uint32_t seed = 95;
+  for (int64_t n : kElementwiseSizes) {
+    const auto x = uniform(sz(n), seed++, -2.0f, 2.0f);
+    buffers.push_back(std::make_unique<DeviceFloats>(x, spans.size() % 2));
+    spans.push_back({buffers.back()->get(), n});
+    auto one = gpu().sum_of_squares(buffers.back()->get(), n);
+    ASSERT_TRUE(one.ok()) << one.status();
+    want += *one;
+  }
+  auto got = gpu().total_sum_of_squares(spans);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(std::bit_cast<uint64_t>(*got), std::bit_cast<uint64_t>(want));
+  auto none = gpu().total_sum_of_squares({});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 0.0);
+}
+
 // ---- determinism of the remaining ops -----------------------------------------------------------------
 
 // The ops not already run twice above (the reductions are: embedding and RMSNorm backward,

@@ -39,6 +39,27 @@ TEST(Elementwise, SumOfSquaresIsExactToDoubleRoundingAndRepeatable) {
   EXPECT_EQ(*cpu_model_ops().sum_of_squares(x.data(), static_cast<int64_t>(kN)), *got);
 }
 
+// The global grad norm's one call: every buffer's sum_of_squares added in order, to the bit.
+TEST(Elementwise, TotalSumOfSquaresAddsEachBuffersSumInOrder) {
+  const auto a = uniform(kN, 8), b = uniform(1000, 9), c = uniform(3, 10);
+  auto& ops = cpu_model_ops();
+  const double want = *ops.sum_of_squares(a.data(), static_cast<int64_t>(a.size())) +
+                      *ops.sum_of_squares(b.data(), static_cast<int64_t>(b.size())) +
+                      *ops.sum_of_squares(c.data(), static_cast<int64_t>(c.size()));
+  const auto got = ops.total_sum_of_squares({{a.data(), static_cast<int64_t>(a.size())},
+                                             {b.data(), static_cast<int64_t>(b.size())},
+                                             {c.data(), static_cast<int64_t>(c.size())}});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, want);
+  EXPECT_EQ(*ops.total_sum_of_squares({}), 0.0);
+
+  // One bad buffer fails the call, named like the single-buffer check.
+  const auto bad = ops.total_sum_of_squares({{a.data(), 4}, {nullptr, 4}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(bad.status().message()).find("sum_of_squares"), std::string::npos) << bad.status();
+}
+
 // Global-norm clipping, as a trainer does it over two gradient buffers.
 TEST(Elementwise, ClippingToAGlobalNormScalesEveryBuffer) {
   auto g1 = uniform(kN, 6), g2 = uniform(1000, 7);

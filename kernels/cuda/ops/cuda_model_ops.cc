@@ -12,10 +12,12 @@
 // sync: the kernels skip an out-of-range id (model_kernels.h says how).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cuda/cuda_status.h"
@@ -199,6 +201,37 @@ class CudaModelOps final : public ModelOps {
         cuda_status(cudaMemcpyAsync(&sum, result, sizeof(double), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync"));
     FP8_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
     return sum;
+  }
+
+  absl::StatusOr<double> total_sum_of_squares(const std::vector<FloatSpan>& buffers) override {
+    for (const FloatSpan& b : buffers) FP8_RETURN_IF_ERROR(ops::validate_sum_of_squares(b.data, b.n));
+    if (buffers.empty()) return 0.0;
+    std::lock_guard<std::mutex> lock(mu_);
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    // One result slot per buffer; the partials scratch is shared: each buffer's combine
+    // kernel has consumed it before the next buffer's partial kernel runs (one stream).
+    size_t partial_bytes = 0;
+    for (const FloatSpan& b : buffers) partial_bytes = std::max(partial_bytes, cuda::sum_of_squares_scratch_bytes(b.n));
+    cuda::ScratchLayout layout;
+    const size_t results_offset = layout.add(buffers.size() * sizeof(double));
+    const size_t partials_offset = layout.add(partial_bytes);
+    auto scratch = scratch_.get(layout.total(), stream_);
+    if (!scratch.ok()) return scratch.status();
+    auto* base = static_cast<char*>(*scratch);
+    auto* results = reinterpret_cast<double*>(base + results_offset);
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      FP8_RETURN_IF_ERROR(cuda_status(
+          cuda::launch_sum_of_squares(buffers[i].data, buffers[i].n, results + i, base + partials_offset, stream_)));
+    }
+    std::vector<double> sums(buffers.size());
+    FP8_RETURN_IF_ERROR(cuda_status(
+        cudaMemcpyAsync(sums.data(), results, sums.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_),
+        "cudaMemcpyAsync"));
+    FP8_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+    double total = 0.0;
+    for (double s : sums) total += s;
+    return total;
   }
 
   absl::Status scale_inplace(float* x, int64_t n, float factor) override {

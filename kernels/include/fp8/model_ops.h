@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -59,6 +60,12 @@ struct AttentionShape {
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
+};
+
+// A buffer of n floats in the implementation's memory.
+struct FloatSpan {
+  const float* data = nullptr;
+  int64_t n = 0;
 };
 
 // torch.optim.AdamW's hyperparameters, with its defaults. A struct rather than five
@@ -145,6 +152,10 @@ class ModelOps {
   // Σ x², accumulated in double: summed over every gradient buffer, the global grad norm.
   // Returns to the host (a CUDA implementation synchronises its stream).
   virtual absl::StatusOr<double> sum_of_squares(const float* x, int64_t n) = 0;
+  // Σ over the buffers, in order, of each buffer's sum_of_squares (the same doubles, added
+  // on the host in the same order): the global grad norm with ONE return to the host for
+  // all gradient buffers instead of one per buffer. Every buffer is checked first.
+  virtual absl::StatusOr<double> total_sum_of_squares(const std::vector<FloatSpan>& buffers) = 0;
   // x *= factor (gradient clipping).
   virtual absl::Status scale_inplace(float* x, int64_t n, float factor) = 0;
 };

@@ -1,6 +1,7 @@
 #include "worker/engine/optim/adamw.h"
 
 #include <cmath>
+#include <vector>
 
 #include "worker/engine/status_macros.h"
 
@@ -33,12 +34,11 @@ absl::Status AdamW::step(float lr) {
 }
 
 absl::StatusOr<double> grad_sum_of_squares(ModelOps& ops, const ParameterSet& params) {
-  double sum = 0.0;
-  for (const Parameter& p : params.all()) {
-    FP8_ASSIGN_OR_RETURN(double s, ops.sum_of_squares(p.grad.data<float>(), p.grad.numel()));
-    sum += s;
-  }
-  return sum;
+  // All buffers in one call: on a GPU, one wait for the host per step, not one per parameter.
+  std::vector<FloatSpan> grads;
+  grads.reserve(params.all().size());
+  for (const Parameter& p : params.all()) grads.push_back({p.grad.data<float>(), p.grad.numel()});
+  return ops.total_sum_of_squares(grads);
 }
 
 std::optional<float> clip_factor(double norm, double max_norm) {
