@@ -9,7 +9,7 @@
 # Each part fits the device tool's 10 minutes per command (the benchmarks stop their own
 # work at ~9; a test is killed after 8):
 #   tests-kernels   format, CUDA contract and backend, Float8Linear, NCCL, CUDA model ops
-#   tests-train     CUDA training, and a job through fp8-coordinator / fp8-worker / fp8-train
+#   tests-train     CUDA training, FSDP over NCCL, and a job through fp8-coordinator / fp8-worker / fp8-train
 #   bench-gemm      bench_cast, bench_gemm, then torch_gemm.py on the same shapes
 #   bench-linear    bench_linear (ln -> linear -> sigmoid, and the linear alone), then torch_linear.py
 #   bench-train     bench_train on llama-h100 per recipe (none first), then torch_llama.py
@@ -119,6 +119,7 @@ do_part() {
       ;;
     tests-train)
       run cuda_training_test 300 "$bin/fp8_cuda_training_test"
+      run cuda_fsdp_test 180 "$bin/fp8_cuda_fsdp_test"
       run cuda_job_test 300 "$bin/fp8_cuda_job_test"
       ;;
     bench-gemm)

@@ -16,6 +16,12 @@
 #include "absl/strings/str_cat.h"
 #include "worker/engine/dist/file_store.h"
 #include "worker/engine/dist/gloo_process_group.h"
+#ifdef FP8_HAVE_NCCL
+#include "worker/engine/dist/nccl/nccl_process_group.h"
+#endif
+#ifdef FP8_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 #include "worker/engine/tensor/device.h"
 #include "worker/engine/train/trainer.h"
 
@@ -25,11 +31,12 @@ namespace {
 
 class FileObserver final : public TrainObserver {
  public:
-  FileObserver(std::FILE* out, int rank, const RunOptions& o) : out_(out), rank_(rank), options_(o) {}
+  FileObserver(std::FILE* out, int rank, const RunOptions& o, const Device& device)
+      : out_(out), rank_(rank), options_(o), device_(device) {}
   void on_step(const StepReport& r) override {
     StepComm c = r.comm.value_or(StepComm{});
     // What stays allocated between steps: read here, right after the step.
-    const double in_use = static_cast<double>(Device::cpu().backend().memory_stats().allocated);
+    const double in_use = static_cast<double>(device_.backend().memory_stats().allocated);
     std::fprintf(out_, "step %lld %a %a %a %a %a %a %a %a %a\n", static_cast<long long>(r.step), r.loss, r.grad_norm,
                  c.all_gather_fp8_bytes, c.all_gather_f32_bytes, c.reduce_scatter_bytes, c.all_reduces,
                  c.weight_scale_all_reduces, static_cast<double>(r.peak_memory_bytes), in_use);
@@ -41,25 +48,45 @@ class FileObserver final : public TrainObserver {
   std::FILE* out_;
   int rank_;
   RunOptions options_;
+  const Device& device_;
 };
+
+absl::StatusOr<std::unique_ptr<dist::ProcessGroup>> JoinGroup(dist::KeyValueStore& store, const RunOptions& o,
+                                                              int rank, const Device& device) {
+  dist::ProcessGroupOptions po;
+  po.timeout = absl::Seconds(o.timeout_seconds);
+  if (!o.cuda) return dist::make_gloo_process_group(store, rank, o.world_size, po);
+#ifdef FP8_HAVE_NCCL
+  return dist::make_nccl_process_group(store, rank, o.world_size, po, device.ordinal(), nullptr);
+#else
+  (void)device;
+  return absl::UnavailableError("this build has no NCCL");
+#endif
+}
 
 absl::Status TrainRank(const v1::JobSpec& spec, const RunOptions& o, int rank, const std::filesystem::path& rdzv,
                        std::FILE* out) {
+  std::unique_ptr<Device> gpu;
+  const Device* device = &Device::cpu();
+  if (o.cuda) {
+    absl::StatusOr<std::unique_ptr<Device>> d = Device::cuda(rank);
+    if (!d.ok()) return d.status();
+    gpu = std::move(*d);
+    device = gpu.get();
+  }
   std::unique_ptr<dist::ProcessGroup> group;
   if (o.world_size > 0) {
     absl::StatusOr<std::unique_ptr<dist::FileStore>> store = dist::FileStore::open(rdzv);
     if (!store.ok()) return store.status();
-    dist::ProcessGroupOptions po;
-    po.timeout = absl::Seconds(o.timeout_seconds);
-    absl::StatusOr<std::unique_ptr<dist::ProcessGroup>> g = dist::make_gloo_process_group(**store, rank, o.world_size, po);
+    absl::StatusOr<std::unique_ptr<dist::ProcessGroup>> g = JoinGroup(**store, o, rank, *device);
     if (!g.ok()) return g.status();
     group = std::move(*g);
   }
   v1::JobSpec s = spec;
   s.mutable_resources()->set_world_size(o.world_size > 0 ? o.world_size : 1);
-  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(s, Device::cpu(), group.get());
+  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(s, *device, group.get());
   if (!t.ok()) return t.status();
-  FileObserver observer(out, rank, o);
+  FileObserver observer(out, rank, o, *device);
   if (o.resume) {
     absl::StatusOr<int64_t> from = (*t)->resume(observer);
     if (!from.ok()) return from.status();
@@ -118,6 +145,23 @@ void ReadResult(const std::filesystem::path& file, RankOutcome& r) {
 }
 
 }  // namespace
+
+int CudaDeviceCount() {
+#ifdef FP8_HAVE_CUDA
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+    _exit(n < 0 ? 0 : n > 100 ? 100 : n);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 0;
+  return WEXITSTATUS(status);
+#else
+  return 0;
+#endif
+}
 
 std::vector<RankOutcome> RunRanks(const v1::JobSpec& spec, const RunOptions& options,
                                   const std::filesystem::path& scratch) {

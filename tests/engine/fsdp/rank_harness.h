@@ -1,6 +1,6 @@
 // Runs training jobs as real ranks for the FSDP tests: each rank is a forked child process
-// that joins a Gloo group over loopback (through a file store) and trains with the real
-// Trainer; the parent only forks, waits and reads what each rank wrote. Single-process
+// that joins a Gloo group over loopback (or an NCCL group, on GPUs) through a file store
+// and trains with the real Trainer; the parent only forks, waits and reads what each rank wrote. Single-process
 // references run in a child too, so the parent never starts a thread pool before forking.
 //
 // Each rank writes one line per step (loss and grad norm as exact hex doubles, and its
@@ -50,7 +50,14 @@ struct RunOptions {
   int kill_rank = -1;
   int64_t kill_at_step = 0;
   double deadline_seconds = 120;  // the harness kills everything after this
+  // Train on GPUs: rank r on CUDA device r (a single process on device 0), the ranks over
+  // NCCL instead of Gloo. A rank fails, saying why, where that is not possible.
+  bool cuda = false;
 };
+
+// GPUs the CUDA runtime sees, asked in a child process: a parent that initialised CUDA
+// could not fork ranks that use it. 0 without CUDA in the build, a driver or a GPU.
+int CudaDeviceCount();
 
 // Trains `spec` (train.log_every should be 1) and returns one outcome per rank (one for a
 // single process).

@@ -1,0 +1,132 @@
+// FSDP on GPUs over NCCL against single-process GPU training, on real ranks (forked
+// processes, rank r on GPU r), mirroring fsdp_training_test.cc's CPU cases. Skips, saying
+// why, where the machine has fewer GPUs than a case needs: the one-rank cases need one GPU,
+// the rest two.
+//
+// What must hold, and why (see fsdp_training_test.cc for the CPU's reasons):
+//   - one rank under FSDP (an NCCL group of one) equals one process bit for bit;
+//   - fp8 all-gather on and off train bit for bit identically;
+//   - two ranks on the same global batch as one process agree within the CPU's tolerances
+//     (kFp8StepTolerance, kHighPrecisionStepTolerance): per-rank activation scales and
+//     another summation order, nothing device-specific.
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "tests/engine/fsdp/rank_harness.h"
+#include "tests/engine/train/train_test_util.h"
+
+namespace fp8::engine::testing {
+namespace {
+
+constexpr int kSteps = 10;
+constexpr double kFp8StepTolerance = 5e-4;
+constexpr double kHighPrecisionStepTolerance = 1e-6;
+
+class CudaFsdpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    corpus_ = dir_.path() / "corpus.txt";
+    WriteSyntheticCorpus(corpus_, 200000);
+  }
+  // Empty when the machine has n GPUs, else why the test skips.
+  static std::string MissingGpus(int n) {
+    const int have = CudaDeviceCount();
+    return have >= n ? "" : absl::StrCat("needs ", n, " CUDA GPU(s), this machine has ", have);
+  }
+  v1::JobSpec Job(std::vector<std::string> extra) {
+    extra.push_back(absl::StrCat("train.steps=", kSteps));
+    extra.push_back("train.eval_every=0");
+    v1::JobSpec spec = TinyJob(corpus_, dir_.path() / "unused", extra);
+    spec.mutable_checkpoint()->clear_dir();
+    return spec;
+  }
+  std::vector<RankOutcome> Run(const v1::JobSpec& spec, int world) {
+    RunOptions o;
+    o.world_size = world;
+    o.cuda = true;
+    return RunRanks(spec, o, dir_.path());
+  }
+
+  TempDir dir_{"cuda-fsdp"};
+  std::filesystem::path corpus_;
+};
+
+::testing::AssertionResult AllOk(const std::vector<RankOutcome>& ranks) {
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (!ranks[r].ok) {
+      return ::testing::AssertionFailure() << "rank " << r << " failed: " << ranks[r].error << " (exit "
+                                           << ranks[r].exit_code << ", signal " << ranks[r].signal << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+void ExpectBitEqual(const RankOutcome& a, const RankOutcome& b) {
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << "step " << a.steps[i].step;
+    EXPECT_EQ(a.steps[i].grad_norm, b.steps[i].grad_norm) << "step " << a.steps[i].step;
+  }
+}
+
+TEST_F(CudaFsdpTest, OneRankOverNcclEqualsOneProcessBitForBit) {
+  if (const std::string why = MissingGpus(1); !why.empty()) GTEST_SKIP() << why;
+  for (const char* recipe : {"tensorwise", "rowwise", "delayed"}) {
+    SCOPED_TRACE(recipe);
+    const v1::JobSpec spec = Job({absl::StrCat("fp8.recipe=", recipe)});
+    const auto single = Run(spec, 0);
+    const auto fsdp = Run(spec, 1);
+    ASSERT_TRUE(AllOk(single));
+    ASSERT_TRUE(AllOk(fsdp));
+    ASSERT_EQ(fsdp[0].steps.size(), static_cast<size_t>(kSteps));
+    ExpectBitEqual(single[0], fsdp[0]);
+  }
+}
+
+TEST_F(CudaFsdpTest, GatheredWeightsAreFreedAfterUse) {
+  if (const std::string why = MissingGpus(1); !why.empty()) GTEST_SKIP() << why;
+  const auto fsdp = Run(Job({"fp8.recipe=tensorwise", "fp8.all_gather_fp8=true"}), 1);
+  ASSERT_TRUE(AllOk(fsdp));
+  ASSERT_EQ(fsdp[0].steps.size(), static_cast<size_t>(kSteps));
+  const double steady = fsdp[0].steps[1].memory_in_use_after;
+  for (size_t i = 1; i < fsdp[0].steps.size(); ++i) {
+    EXPECT_EQ(fsdp[0].steps[i].memory_in_use_after, steady) << "step " << fsdp[0].steps[i].step;
+    EXPECT_GT(fsdp[0].steps[i].peak_memory_bytes, steady) << "step " << fsdp[0].steps[i].step;
+  }
+}
+
+TEST_F(CudaFsdpTest, Fp8AllGatherEqualsFp32AllGather) {
+  if (const std::string why = MissingGpus(2); !why.empty()) GTEST_SKIP() << why;
+  for (const char* recipe : {"tensorwise", "delayed"}) {
+    SCOPED_TRACE(recipe);
+    const std::string r = absl::StrCat("fp8.recipe=", recipe);
+    const auto on = Run(Job({r, "fp8.all_gather_fp8=true"}), 2);
+    const auto off = Run(Job({r, "fp8.all_gather_fp8=false"}), 2);
+    ASSERT_TRUE(AllOk(on));
+    ASSERT_TRUE(AllOk(off));
+    ExpectBitEqual(on[0], off[0]);
+    for (const StepRecord& s : on[0].steps) EXPECT_GT(s.all_gather_fp8_bytes, 0) << "step " << s.step;
+  }
+}
+
+TEST_F(CudaFsdpTest, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
+  if (const std::string why = MissingGpus(2); !why.empty()) GTEST_SKIP() << why;
+  for (const char* recipe : {"none", "tensorwise", "rowwise", "delayed"}) {
+    SCOPED_TRACE(recipe);
+    const std::string r = absl::StrCat("fp8.recipe=", recipe);
+    const auto single = Run(Job({r, "train.batch_size=4"}), 0);
+    const auto fsdp = Run(Job({r, "train.batch_size=2"}), 2);
+    ASSERT_TRUE(AllOk(single));
+    ASSERT_TRUE(AllOk(fsdp));
+    ASSERT_EQ(fsdp[0].steps.size(), single[0].steps.size());
+    const double tolerance = std::string(recipe) == "none" ? kHighPrecisionStepTolerance : kFp8StepTolerance;
+    for (size_t i = 0; i < single[0].steps.size(); ++i) {
+      const double rel = std::abs(single[0].steps[i].loss - fsdp[0].steps[i].loss) / single[0].steps[i].loss;
+      EXPECT_LE(rel, tolerance) << "step " << single[0].steps[i].step;
+    }
+    ExpectBitEqual(fsdp[0], fsdp[1]);
+  }
+}
+
+}  // namespace
+}  // namespace fp8::engine::testing
