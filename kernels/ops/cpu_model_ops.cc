@@ -1,5 +1,7 @@
 // The CPU ModelOps: validate every argument (shared checks, so the CUDA path will reject
-// the same calls with the same messages), then run the multithreaded kernel.
+// the same calls with the same messages), then run the multithreaded kernel. The kernels
+// are fp32; bf16 activations reach them through ActivationStaging (ops/bf16_staging.h),
+// which for fp32 hands them the caller's pointers untouched.
 #include <cstdint>
 #include <string>
 
@@ -8,6 +10,7 @@
 #include "fp8/model_ops.h"
 #include "ops/adamw.h"
 #include "ops/attention.h"
+#include "ops/bf16_staging.h"
 #include "ops/cross_entropy.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
@@ -20,6 +23,11 @@
 namespace fp8 {
 namespace {
 
+using Staging = ops::cpu::ActivationStaging;
+
+int64_t query_elements(const AttentionShape& s) { return s.batch * s.seq * s.n_heads * s.head_dim; }
+int64_t kv_elements(const AttentionShape& s) { return s.batch * s.seq * s.n_kv_heads * s.head_dim; }
+
 #define FP8_RETURN_IF_ERROR(expr)           \
   if (absl::Status s_ = (expr); !s_.ok()) { \
     return s_;                              \
@@ -30,103 +38,152 @@ class CpuModelOps final : public ModelOps {
   std::string name() const override { return absl::StrCat("cpu (", cpu::num_threads(), " threads, OpenBLAS)"); }
 
   absl::Status embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t vocab, int64_t dim,
-                                 float* out) override {
-    FP8_RETURN_IF_ERROR(ops::validate_embedding_forward(tokens, n, table, vocab, dim, out));
+                                 void* out, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_embedding_forward(tokens, n, table, vocab, dim, out, act));
     FP8_RETURN_IF_ERROR(ops::check_token_ids("embedding_forward", tokens, n, vocab));
-    ops::cpu::embedding_forward(tokens, n, table, dim, out);
+    Staging st(act);
+    ops::cpu::embedding_forward(tokens, n, table, dim, st.out(out, n * dim));
+    st.finish();
     return absl::OkStatus();
   }
 
-  absl::Status embedding_backward(const int32_t* tokens, int64_t n, const float* grad_out, int64_t vocab, int64_t dim,
-                                  float* grad_table) override {
-    FP8_RETURN_IF_ERROR(ops::validate_embedding_backward(tokens, n, grad_out, vocab, dim, grad_table));
+  absl::Status embedding_backward(const int32_t* tokens, int64_t n, const void* grad_out, int64_t vocab, int64_t dim,
+                                  float* grad_table, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_embedding_backward(tokens, n, grad_out, vocab, dim, grad_table, act));
     FP8_RETURN_IF_ERROR(ops::check_token_ids("embedding_backward", tokens, n, vocab));
-    ops::cpu::embedding_backward(tokens, n, grad_out, vocab, dim, grad_table);
+    Staging st(act);
+    ops::cpu::embedding_backward(tokens, n, st.in(grad_out, n * dim), vocab, dim, grad_table);
     return absl::OkStatus();
   }
 
-  absl::Status rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* out,
-                               float* inv_rms) override {
-    FP8_RETURN_IF_ERROR(ops::validate_rmsnorm_forward(x, weight, rows, dim, eps, out, inv_rms));
-    ops::cpu::rmsnorm_forward(x, weight, rows, dim, eps, out, inv_rms);
+  absl::Status rmsnorm_forward(const void* x, const float* weight, int64_t rows, int64_t dim, float eps, void* out,
+                               float* inv_rms, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_rmsnorm_forward(x, weight, rows, dim, eps, out, inv_rms, act));
+    Staging st(act);
+    const int64_t n = rows * dim;
+    const float* x32 = st.in(x, n);
+    ops::cpu::rmsnorm_forward(x32, weight, rows, dim, eps, st.out(out, n), inv_rms);
+    st.finish();
     return absl::OkStatus();
   }
 
-  absl::Status rmsnorm_backward(const float* x, const float* weight, const float* inv_rms, const float* grad_out,
-                                int64_t rows, int64_t dim, float* grad_x, float* grad_weight) override {
-    FP8_RETURN_IF_ERROR(ops::validate_rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x, grad_weight));
-    ops::cpu::rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x, grad_weight);
-    return absl::OkStatus();
-  }
-
-  absl::Status rope_forward(const RopeShape& shape, double theta, const float* x, float* out) override {
-    FP8_RETURN_IF_ERROR(ops::validate_rope_forward(shape, theta, x, out));
-    const auto table = rope_tables_.get(shape.seq, shape.head_dim, theta);
-    ops::cpu::rope(shape, *table, ops::cpu::RopeDirection::kForward, x, out);
-    return absl::OkStatus();
-  }
-
-  absl::Status rope_backward(const RopeShape& shape, double theta, const float* grad_out, float* grad_x) override {
-    FP8_RETURN_IF_ERROR(ops::validate_rope_backward(shape, theta, grad_out, grad_x));
-    const auto table = rope_tables_.get(shape.seq, shape.head_dim, theta);
-    ops::cpu::rope(shape, *table, ops::cpu::RopeDirection::kInverse, grad_out, grad_x);
-    return absl::OkStatus();
-  }
-
-  absl::Status attention_forward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                                 float* out, float* lse) override {
-    FP8_RETURN_IF_ERROR(ops::validate_attention_forward(shape, q, k, v, out, lse));
-    ops::cpu::attention_forward(shape, q, k, v, out, lse);
-    return absl::OkStatus();
-  }
-
-  absl::Status attention_backward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                                  const float* out, const float* lse, const float* grad_out, float* grad_q,
-                                  float* grad_k, float* grad_v) override {
-    FP8_RETURN_IF_ERROR(ops::validate_attention_backward(shape, q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v));
-    ops::cpu::attention_backward(shape, q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v);
-    return absl::OkStatus();
-  }
-
-  absl::Status swiglu_forward(const float* gate, const float* up, int64_t n, float* out) override {
-    FP8_RETURN_IF_ERROR(ops::validate_swiglu_forward(gate, up, n, out));
-    ops::cpu::swiglu_forward(gate, up, n, out);
-    return absl::OkStatus();
-  }
-
-  absl::Status swiglu_backward(const float* gate, const float* up, const float* grad_out, int64_t n, float* grad_gate,
-                               float* grad_up) override {
-    FP8_RETURN_IF_ERROR(ops::validate_swiglu_backward(gate, up, grad_out, n, grad_gate, grad_up));
-    ops::cpu::swiglu_backward(gate, up, grad_out, n, grad_gate, grad_up);
-    return absl::OkStatus();
-  }
-
-  absl::Status add(const float* a, const float* b, int64_t n, float* out) override {
-    FP8_RETURN_IF_ERROR(ops::validate_add(a, b, n, out));
-    ops::cpu::add(a, b, n, out);
-    return absl::OkStatus();
-  }
-
-  absl::Status accumulate(const float* x, int64_t n, float* y) override {
-    FP8_RETURN_IF_ERROR(ops::validate_accumulate(x, n, y));
-    ops::cpu::accumulate(x, n, y);
-    return absl::OkStatus();
-  }
-
-  absl::Status cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                     float* loss, float* lse) override {
-    FP8_RETURN_IF_ERROR(ops::validate_cross_entropy_forward(logits, targets, rows, vocab, loss, lse));
-    FP8_RETURN_IF_ERROR(ops::check_targets("cross_entropy_forward", targets, rows, vocab));
-    ops::cpu::cross_entropy_forward(logits, targets, rows, vocab, loss, lse);
-    return absl::OkStatus();
-  }
-
-  absl::Status cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, int64_t rows,
-                                      int64_t vocab, float grad_loss, float* grad_logits) override {
+  absl::Status rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
+                                int64_t rows, int64_t dim, void* grad_x, float* grad_weight, DType act) override {
     FP8_RETURN_IF_ERROR(
-        ops::validate_cross_entropy_backward(logits, targets, lse, rows, vocab, grad_loss, grad_logits));
+        ops::validate_rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x, grad_weight, act));
+    Staging st(act);
+    const int64_t n = rows * dim;
+    const float* x32 = st.in(x, n);
+    const float* grad_out32 = st.in(grad_out, n);
+    ops::cpu::rmsnorm_backward(x32, weight, inv_rms, grad_out32, rows, dim, st.out(grad_x, n), grad_weight);
+    st.finish();
+    return absl::OkStatus();
+  }
+
+  absl::Status rope_forward(const RopeShape& shape, double theta, const void* x, void* out, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_rope_forward(shape, theta, x, out, act));
+    return rope(shape, theta, ops::cpu::RopeDirection::kForward, x, out, act);
+  }
+
+  absl::Status rope_backward(const RopeShape& shape, double theta, const void* grad_out, void* grad_x,
+                             DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_rope_backward(shape, theta, grad_out, grad_x, act));
+    return rope(shape, theta, ops::cpu::RopeDirection::kInverse, grad_out, grad_x, act);
+  }
+
+  absl::Status attention_forward(const AttentionShape& shape, const void* q, const void* k, const void* v, void* out,
+                                 float* lse, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_attention_forward(shape, q, k, v, out, lse, act));
+    Staging st(act);
+    const int64_t qn = query_elements(shape), kvn = kv_elements(shape);
+    const float* q32 = st.in(q, qn);
+    const float* k32 = st.in(k, kvn);
+    const float* v32 = st.in(v, kvn);
+    ops::cpu::attention_forward(shape, q32, k32, v32, st.out(out, qn), lse);
+    st.finish();
+    return absl::OkStatus();
+  }
+
+  absl::Status attention_backward(const AttentionShape& shape, const void* q, const void* k, const void* v,
+                                  const void* out, const float* lse, const void* grad_out, void* grad_q, void* grad_k,
+                                  void* grad_v, DType act) override {
+    FP8_RETURN_IF_ERROR(
+        ops::validate_attention_backward(shape, q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v, act));
+    Staging st(act);
+    const int64_t qn = query_elements(shape), kvn = kv_elements(shape);
+    const float* q32 = st.in(q, qn);
+    const float* k32 = st.in(k, kvn);
+    const float* v32 = st.in(v, kvn);
+    const float* out32 = st.in(out, qn);
+    const float* grad_out32 = st.in(grad_out, qn);
+    float* grad_q32 = st.out(grad_q, qn);
+    float* grad_k32 = st.out(grad_k, kvn);
+    float* grad_v32 = st.out(grad_v, kvn);
+    ops::cpu::attention_backward(shape, q32, k32, v32, out32, lse, grad_out32, grad_q32, grad_k32, grad_v32);
+    st.finish();
+    return absl::OkStatus();
+  }
+
+  absl::Status swiglu_forward(const void* gate, const void* up, int64_t n, void* out, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_swiglu_forward(gate, up, n, out, act));
+    Staging st(act);
+    const float* gate32 = st.in(gate, n);
+    const float* up32 = st.in(up, n);
+    ops::cpu::swiglu_forward(gate32, up32, n, st.out(out, n));
+    st.finish();
+    return absl::OkStatus();
+  }
+
+  absl::Status swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n, void* grad_gate,
+                               void* grad_up, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_swiglu_backward(gate, up, grad_out, n, grad_gate, grad_up, act));
+    Staging st(act);
+    const float* gate32 = st.in(gate, n);
+    const float* up32 = st.in(up, n);
+    const float* grad_out32 = st.in(grad_out, n);
+    float* grad_gate32 = st.out(grad_gate, n);
+    ops::cpu::swiglu_backward(gate32, up32, grad_out32, n, grad_gate32, st.out(grad_up, n));
+    st.finish();
+    return absl::OkStatus();
+  }
+
+  absl::Status add(const void* a, const void* b, int64_t n, void* out, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_add(a, b, n, out, act));
+    Staging st(act);
+    const float* a32 = st.in(a, n);
+    const float* b32 = st.in(b, n);
+    ops::cpu::add(a32, b32, n, st.out(out, n));
+    st.finish();
+    return absl::OkStatus();
+  }
+
+  absl::Status accumulate(const void* x, int64_t n, void* y, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_accumulate(x, n, y, act));
+    Staging st(act);
+    const float* x32 = st.in(x, n);
+    ops::cpu::accumulate(x32, n, st.in_out(y, n));
+    st.finish();
+    return absl::OkStatus();
+  }
+
+  absl::Status cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                     float* loss, float* lse, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_cross_entropy_forward(logits, targets, rows, vocab, loss, lse, act));
+    FP8_RETURN_IF_ERROR(ops::check_targets("cross_entropy_forward", targets, rows, vocab));
+    Staging st(act);
+    ops::cpu::cross_entropy_forward(st.in(logits, rows * vocab), targets, rows, vocab, loss, lse);
+    return absl::OkStatus();
+  }
+
+  absl::Status cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse, int64_t rows,
+                                      int64_t vocab, float grad_loss, void* grad_logits, DType act) override {
+    FP8_RETURN_IF_ERROR(
+        ops::validate_cross_entropy_backward(logits, targets, lse, rows, vocab, grad_loss, grad_logits, act));
     FP8_RETURN_IF_ERROR(ops::check_targets("cross_entropy_backward", targets, rows, vocab));
-    ops::cpu::cross_entropy_backward(logits, targets, lse, rows, vocab, grad_loss, grad_logits);
+    Staging st(act);
+    const float* logits32 = st.in(logits, rows * vocab);
+    ops::cpu::cross_entropy_backward(logits32, targets, lse, rows, vocab, grad_loss, st.out(grad_logits, rows * vocab));
+    st.finish();
     return absl::OkStatus();
   }
 
@@ -156,6 +213,17 @@ class CpuModelOps final : public ModelOps {
   }
 
  private:
+  absl::Status rope(const RopeShape& shape, double theta, ops::cpu::RopeDirection direction, const void* in, void* out,
+                    DType act) {
+    const auto table = rope_tables_.get(shape.seq, shape.head_dim, theta);
+    Staging st(act);
+    const int64_t n = shape.batch * shape.seq * shape.heads * shape.head_dim;
+    const float* in32 = st.in(in, n);
+    ops::cpu::rope(shape, *table, direction, in32, st.out(out, n));
+    st.finish();
+    return absl::OkStatus();
+  }
+
   ops::RopeTableCache rope_tables_;
 };
 

@@ -33,7 +33,8 @@ absl::Status check_not_null(const char* op, std::initializer_list<NamedPointer> 
 }
 
 // The dims of one tensor: each must be positive, and the tensor's size in bytes must fit
-// in int64 so that no index computation downstream can overflow.
+// in int64 so that no index computation downstream can overflow. Counted as fp32 bytes
+// whatever the activations' type: the CPU stages bf16 activations through fp32 copies.
 absl::Status check_tensor_dims(const char* op, std::initializer_list<NamedDim> dims) {
   int64_t bytes = static_cast<int64_t>(sizeof(float));
   for (const auto& d : dims) {
@@ -47,9 +48,22 @@ absl::Status check_tensor_dims(const char* op, std::initializer_list<NamedDim> d
   return absl::OkStatus();
 }
 
+// Activations are fp32 or bf16 (model_ops.h); anything else is rejected before any other
+// check, since every other check reads the call as one of those two.
+absl::Status check_activation_type(const char* op, DType act) {
+  if (act == DType::kFloat32 || act == DType::kBFloat16) return absl::OkStatus();
+  return invalid(op, "activations must be float32 or bfloat16, got ", dtype_name(act));
+}
+
 absl::Status check_elementwise(const char* op, int64_t n, std::initializer_list<NamedPointer> pointers) {
   if (auto s = check_tensor_dims(op, {{"n", n}}); !s.ok()) return s;
   return check_not_null(op, pointers);
+}
+
+absl::Status check_activation_elementwise(const char* op, DType act, int64_t n,
+                                          std::initializer_list<NamedPointer> pointers) {
+  if (auto s = check_activation_type(op, act); !s.ok()) return s;
+  return check_elementwise(op, n, pointers);
 }
 
 absl::Status check_attention_shape(const char* op, const AttentionShape& s) {
@@ -83,32 +97,37 @@ absl::Status check_rope_shape(const char* op, const RopeShape& s, double theta) 
 }  // namespace
 
 absl::Status validate_embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t vocab,
-                                        int64_t dim, const float* out) {
+                                        int64_t dim, const void* out, DType act) {
   constexpr const char* op = "embedding_forward";
+  if (auto s = check_activation_type(op, act); !s.ok()) return s;
   if (auto s = check_tensor_dims(op, {{"n", n}, {"dim", dim}}); !s.ok()) return s;
   if (auto s = check_tensor_dims(op, {{"vocab", vocab}, {"dim", dim}}); !s.ok()) return s;
   return check_not_null(op, {{"tokens", tokens}, {"table", table}, {"out", out}});
 }
 
-absl::Status validate_embedding_backward(const int32_t* tokens, int64_t n, const float* grad_out, int64_t vocab,
-                                         int64_t dim, const float* grad_table) {
+absl::Status validate_embedding_backward(const int32_t* tokens, int64_t n, const void* grad_out, int64_t vocab,
+                                         int64_t dim, const float* grad_table, DType act) {
   constexpr const char* op = "embedding_backward";
+  if (auto s = check_activation_type(op, act); !s.ok()) return s;
   if (auto s = check_tensor_dims(op, {{"n", n}, {"dim", dim}}); !s.ok()) return s;
   if (auto s = check_tensor_dims(op, {{"vocab", vocab}, {"dim", dim}}); !s.ok()) return s;
   return check_not_null(op, {{"tokens", tokens}, {"grad_out", grad_out}, {"grad_table", grad_table}});
 }
 
-absl::Status validate_rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
-                                      const float* out, const float* inv_rms) {
+absl::Status validate_rmsnorm_forward(const void* x, const float* weight, int64_t rows, int64_t dim, float eps,
+                                      const void* out, const float* inv_rms, DType act) {
   constexpr const char* op = "rmsnorm_forward";
+  if (auto s = check_activation_type(op, act); !s.ok()) return s;
   if (auto s = check_tensor_dims(op, {{"rows", rows}, {"dim", dim}}); !s.ok()) return s;
   if (!(eps > 0.0f) || !std::isfinite(eps)) return invalid(op, "eps must be positive and finite, got ", eps);
   return check_not_null(op, {{"x", x}, {"weight", weight}, {"out", out}, {"inv_rms", inv_rms}});
 }
 
-absl::Status validate_rmsnorm_backward(const float* x, const float* weight, const float* inv_rms, const float* grad_out,
-                                       int64_t rows, int64_t dim, const float* grad_x, const float* grad_weight) {
+absl::Status validate_rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
+                                       int64_t rows, int64_t dim, const void* grad_x, const float* grad_weight,
+                                       DType act) {
   constexpr const char* op = "rmsnorm_backward";
+  if (auto s = check_activation_type(op, act); !s.ok()) return s;
   if (auto s = check_tensor_dims(op, {{"rows", rows}, {"dim", dim}}); !s.ok()) return s;
   return check_not_null(op, {{"x", x},
                              {"weight", weight},
@@ -118,29 +137,34 @@ absl::Status validate_rmsnorm_backward(const float* x, const float* weight, cons
                              {"grad_weight", grad_weight}});
 }
 
-absl::Status validate_rope_forward(const RopeShape& shape, double theta, const float* x, const float* out) {
+absl::Status validate_rope_forward(const RopeShape& shape, double theta, const void* x, const void* out, DType act) {
   constexpr const char* op = "rope_forward";
+  if (auto s = check_activation_type(op, act); !s.ok()) return s;
   if (auto s = check_rope_shape(op, shape, theta); !s.ok()) return s;
   return check_not_null(op, {{"x", x}, {"out", out}});
 }
 
-absl::Status validate_rope_backward(const RopeShape& shape, double theta, const float* grad_out, const float* grad_x) {
+absl::Status validate_rope_backward(const RopeShape& shape, double theta, const void* grad_out, const void* grad_x,
+                                    DType act) {
   constexpr const char* op = "rope_backward";
+  if (auto s = check_activation_type(op, act); !s.ok()) return s;
   if (auto s = check_rope_shape(op, shape, theta); !s.ok()) return s;
   return check_not_null(op, {{"grad_out", grad_out}, {"grad_x", grad_x}});
 }
 
-absl::Status validate_attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
-                                        const float* out, const float* lse) {
+absl::Status validate_attention_forward(const AttentionShape& s, const void* q, const void* k, const void* v,
+                                        const void* out, const float* lse, DType act) {
   constexpr const char* op = "attention_forward";
+  if (auto st = check_activation_type(op, act); !st.ok()) return st;
   if (auto st = check_attention_shape(op, s); !st.ok()) return st;
   return check_not_null(op, {{"q", q}, {"k", k}, {"v", v}, {"out", out}, {"lse", lse}});
 }
 
-absl::Status validate_attention_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
-                                         const float* out, const float* lse, const float* grad_out, const float* grad_q,
-                                         const float* grad_k, const float* grad_v) {
+absl::Status validate_attention_backward(const AttentionShape& s, const void* q, const void* k, const void* v,
+                                         const void* out, const float* lse, const void* grad_out, const void* grad_q,
+                                         const void* grad_k, const void* grad_v, DType act) {
   constexpr const char* op = "attention_backward";
+  if (auto st = check_activation_type(op, act); !st.ok()) return st;
   if (auto st = check_attention_shape(op, s); !st.ok()) return st;
   return check_not_null(op, {{"q", q},
                              {"k", k},
@@ -153,35 +177,37 @@ absl::Status validate_attention_backward(const AttentionShape& s, const float* q
                              {"grad_v", grad_v}});
 }
 
-absl::Status validate_swiglu_forward(const float* gate, const float* up, int64_t n, const float* out) {
-  return check_elementwise("swiglu_forward", n, {{"gate", gate}, {"up", up}, {"out", out}});
+absl::Status validate_swiglu_forward(const void* gate, const void* up, int64_t n, const void* out, DType act) {
+  return check_activation_elementwise("swiglu_forward", act, n, {{"gate", gate}, {"up", up}, {"out", out}});
 }
 
-absl::Status validate_swiglu_backward(const float* gate, const float* up, const float* grad_out, int64_t n,
-                                      const float* grad_gate, const float* grad_up) {
-  return check_elementwise(
-      "swiglu_backward", n,
+absl::Status validate_swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n,
+                                      const void* grad_gate, const void* grad_up, DType act) {
+  return check_activation_elementwise(
+      "swiglu_backward", act, n,
       {{"gate", gate}, {"up", up}, {"grad_out", grad_out}, {"grad_gate", grad_gate}, {"grad_up", grad_up}});
 }
 
-absl::Status validate_add(const float* a, const float* b, int64_t n, const float* out) {
-  return check_elementwise("add", n, {{"a", a}, {"b", b}, {"out", out}});
+absl::Status validate_add(const void* a, const void* b, int64_t n, const void* out, DType act) {
+  return check_activation_elementwise("add", act, n, {{"a", a}, {"b", b}, {"out", out}});
 }
 
-absl::Status validate_accumulate(const float* x, int64_t n, const float* y) {
-  return check_elementwise("accumulate", n, {{"x", x}, {"y", y}});
+absl::Status validate_accumulate(const void* x, int64_t n, const void* y, DType act) {
+  return check_activation_elementwise("accumulate", act, n, {{"x", x}, {"y", y}});
 }
 
-absl::Status validate_cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                            const float* loss, const float* lse) {
+absl::Status validate_cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                            const float* loss, const float* lse, DType act) {
   constexpr const char* op = "cross_entropy_forward";
+  if (auto s = check_activation_type(op, act); !s.ok()) return s;
   if (auto s = check_tensor_dims(op, {{"rows", rows}, {"vocab", vocab}}); !s.ok()) return s;
   return check_not_null(op, {{"logits", logits}, {"targets", targets}, {"loss", loss}, {"lse", lse}});
 }
 
-absl::Status validate_cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse,
-                                             int64_t rows, int64_t vocab, float grad_loss, const float* grad_logits) {
+absl::Status validate_cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse, int64_t rows,
+                                             int64_t vocab, float grad_loss, const void* grad_logits, DType act) {
   constexpr const char* op = "cross_entropy_backward";
+  if (auto s = check_activation_type(op, act); !s.ok()) return s;
   if (auto s = check_tensor_dims(op, {{"rows", rows}, {"vocab", vocab}}); !s.ok()) return s;
   if (!std::isfinite(grad_loss)) return invalid(op, "grad_loss must be finite, got ", grad_loss);
   return check_not_null(op, {{"logits", logits}, {"targets", targets}, {"lse", lse}, {"grad_logits", grad_logits}});

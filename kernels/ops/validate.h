@@ -2,6 +2,10 @@
 // rejects the same bad call with the same message before touching memory. Messages start
 // with the method's name and say what is wrong and where.
 //
+// Every method taking activations checks `act` first (float32 or bfloat16, model_ops.h).
+// The shape checks bound a tensor's size as fp32 whatever `act`: the CPU stages bf16
+// activations through fp32 copies, and one limit for both types keeps the messages alike.
+//
 // Shape and pointer checks need no memory access. Token ids and targets are values in the
 // implementation's memory: `check_token_ids` and `check_targets` read them and so suit
 // host memory only (a device implementation checks them in its kernels).
@@ -10,34 +14,37 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "fp8/fp8.h"
 #include "fp8/model_ops.h"
 
 namespace fp8::ops {
 
 absl::Status validate_embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t vocab,
-                                        int64_t dim, const float* out);
-absl::Status validate_embedding_backward(const int32_t* tokens, int64_t n, const float* grad_out, int64_t vocab,
-                                         int64_t dim, const float* grad_table);
-absl::Status validate_rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
-                                      const float* out, const float* inv_rms);
-absl::Status validate_rmsnorm_backward(const float* x, const float* weight, const float* inv_rms, const float* grad_out,
-                                       int64_t rows, int64_t dim, const float* grad_x, const float* grad_weight);
-absl::Status validate_rope_forward(const RopeShape& shape, double theta, const float* x, const float* out);
-absl::Status validate_rope_backward(const RopeShape& shape, double theta, const float* grad_out, const float* grad_x);
-absl::Status validate_attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
-                                        const float* out, const float* lse);
-absl::Status validate_attention_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
-                                         const float* out, const float* lse, const float* grad_out, const float* grad_q,
-                                         const float* grad_k, const float* grad_v);
-absl::Status validate_swiglu_forward(const float* gate, const float* up, int64_t n, const float* out);
-absl::Status validate_swiglu_backward(const float* gate, const float* up, const float* grad_out, int64_t n,
-                                      const float* grad_gate, const float* grad_up);
-absl::Status validate_add(const float* a, const float* b, int64_t n, const float* out);
-absl::Status validate_accumulate(const float* x, int64_t n, const float* y);
-absl::Status validate_cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                            const float* loss, const float* lse);
-absl::Status validate_cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse,
-                                             int64_t rows, int64_t vocab, float grad_loss, const float* grad_logits);
+                                        int64_t dim, const void* out, DType act);
+absl::Status validate_embedding_backward(const int32_t* tokens, int64_t n, const void* grad_out, int64_t vocab,
+                                         int64_t dim, const float* grad_table, DType act);
+absl::Status validate_rmsnorm_forward(const void* x, const float* weight, int64_t rows, int64_t dim, float eps,
+                                      const void* out, const float* inv_rms, DType act);
+absl::Status validate_rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
+                                       int64_t rows, int64_t dim, const void* grad_x, const float* grad_weight,
+                                       DType act);
+absl::Status validate_rope_forward(const RopeShape& shape, double theta, const void* x, const void* out, DType act);
+absl::Status validate_rope_backward(const RopeShape& shape, double theta, const void* grad_out, const void* grad_x,
+                                    DType act);
+absl::Status validate_attention_forward(const AttentionShape& s, const void* q, const void* k, const void* v,
+                                        const void* out, const float* lse, DType act);
+absl::Status validate_attention_backward(const AttentionShape& s, const void* q, const void* k, const void* v,
+                                         const void* out, const float* lse, const void* grad_out, const void* grad_q,
+                                         const void* grad_k, const void* grad_v, DType act);
+absl::Status validate_swiglu_forward(const void* gate, const void* up, int64_t n, const void* out, DType act);
+absl::Status validate_swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n,
+                                      const void* grad_gate, const void* grad_up, DType act);
+absl::Status validate_add(const void* a, const void* b, int64_t n, const void* out, DType act);
+absl::Status validate_accumulate(const void* x, int64_t n, const void* y, DType act);
+absl::Status validate_cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                            const float* loss, const float* lse, DType act);
+absl::Status validate_cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse, int64_t rows,
+                                             int64_t vocab, float grad_loss, const void* grad_logits, DType act);
 absl::Status validate_adamw(const AdamWHyperparams& h, int64_t step, const float* param, const float* grad,
                             const float* m, const float* v, int64_t n);
 absl::Status validate_sum_of_squares(const float* x, int64_t n);

@@ -36,6 +36,7 @@ TEST(LoadGood, MinimalFileGetsEveryDefault) {
   EXPECT_TRUE(s.data().has_seed());
 
   EXPECT_EQ(s.train().grad_accum(), 1);
+  EXPECT_EQ(s.train().compute_dtype(), v1::TrainSpec::FP32);
   EXPECT_DOUBLE_EQ(s.train().min_lr(), 1e-4);  // lr / 10
   EXPECT_EQ(s.train().warmup_steps(), 0);
   EXPECT_EQ(s.train().schedule(), v1::TrainSpec::COSINE);
@@ -98,6 +99,7 @@ TEST(LoadGood, EveryFieldWrittenIsKept) {
   EXPECT_EQ(s.data().seed(), 7u);
   EXPECT_DOUBLE_EQ(s.train().min_lr(), 6e-5);
   EXPECT_EQ(s.train().schedule(), v1::TrainSpec::LINEAR);
+  EXPECT_EQ(s.train().compute_dtype(), v1::TrainSpec::BF16);
   EXPECT_EQ(s.train().grad_clip(), 0);  // written 0 (off), not replaced by the default 1.0
   EXPECT_EQ(s.fp8().recipe(), v1::Fp8Spec::ROWWISE_WITH_GW_HP);
   EXPECT_FALSE(s.fp8().power_of_2_scales());  // written; the rowwise default would be true

@@ -110,8 +110,8 @@ struct Shape {
   size_t nk() const { return static_cast<size_t>(n * k); }
 };
 
-std::unique_ptr<Float8Linear> make_layer(const Shape& s, const Float8LinearConfig& c) {
-  absl::StatusOr<std::unique_ptr<Float8Linear>> layer = Float8Linear::create(backend(), s.k, s.n, c);
+std::unique_ptr<Float8Linear> make_layer(const Shape& s, const Float8LinearConfig& c, const LinearActivations& a = {}) {
+  absl::StatusOr<std::unique_ptr<Float8Linear>> layer = Float8Linear::create(backend(), s.k, s.n, c, a);
   EXPECT_TRUE(layer.ok()) << layer.status();
   return layer.ok() ? std::move(*layer) : nullptr;
 }
@@ -408,6 +408,70 @@ TEST_P(Fp8WeightParity, MeasuringLeavesTheFp8WeightUnmeasured) {
   }
 }
 
+// The bytes of `host` as bf16 activations (rounded to nearest even).
+std::vector<uint8_t> bf16_bytes(const std::vector<float>& host) {
+  std::vector<uint8_t> bytes(host.size() * sizeof(uint16_t));
+  for (size_t i = 0; i < host.size(); ++i) {
+    const uint16_t b = float_to_bf16(host[i]);
+    std::memcpy(bytes.data() + i * sizeof b, &b, sizeof b);
+  }
+  return bytes;
+}
+
+// ForwardAndBackwardMatchTheFp32WeightBitForBit with bf16 activations (a bf16 model under
+// FSDP): the casts of input and grad_output read bf16, output and grad_input are written in
+// bf16, and the weight cast outside the layer must still give the layer's own bits.
+TEST_P(Fp8WeightParity, Bf16ActivationsMatchTheFp32WeightBitForBit) {
+  const Shape s = GetParam().shape;
+  const Float8LinearConfig config = recipe(GetParam().recipe, /*history=*/4);
+  const LinearActivations bf16{DType::kBFloat16, DType::kBFloat16};
+  std::unique_ptr<Float8Linear> own = make_layer(s, config, bf16);
+  std::unique_ptr<Float8Linear> cast = make_layer(s, config, bf16);
+  ASSERT_NE(own, nullptr);
+  ASSERT_NE(cast, nullptr);
+  ASSERT_TRUE(cast->takes_fp8_weight());
+  const size_t bf16_size = sizeof(uint16_t);
+  Floats tb(normal(static_cast<size_t>(s.n), 0.1f, 7));
+  for (uint32_t step = 0; step < 3; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    Floats tw(normal(s.nk(), 0.05f * static_cast<float>(step + 1), 100 + step));
+    Floats gw_own(s.nk()), gw_cast(s.nk()), gb_own(static_cast<size_t>(s.n)), gb_cast(static_cast<size_t>(s.n));
+    for (uint32_t micro = 0; micro < 2; ++micro) {
+      SCOPED_TRACE(::testing::Message() << "micro-batch " << micro);
+      const uint32_t seed = 1000 + 10 * step + micro;
+      Bytes tx(bf16_bytes(normal(s.mk(), 1.0f + static_cast<float>(micro), seed)));
+      Bytes tg(bf16_bytes(normal(s.mn(), 1e-3f * static_cast<float>(step + 1), seed + 500)));
+      Bytes out_own(s.mn() * bf16_size), out_cast(s.mn() * bf16_size);
+      Bytes gx_own(s.mk() * bf16_size), gx_cast(s.mk() * bf16_size);
+      CastWeight cw(s);
+      cast_weight(*cast, s, tw.data(), cw);
+      if (::testing::Test::HasFatalFailure()) return;
+
+      ASSERT_OK(own->forward(tx.data(), s.m, tw.data(), tb.data(), out_own.data()));
+      ASSERT_OK(cast->forward(tx.data(), s.m, cw.weight(), tb.data(), out_cast.data()));
+      EXPECT_EQ(out_cast.download(), out_own.download()) << "output";
+      ASSERT_OK(own->backward(tg.data(), gx_own.data(), gw_own.data(), gb_own.data()));
+      ASSERT_OK(cast->backward(tg.data(), gx_cast.data(), gw_cast.data(), gb_cast.data()));
+      EXPECT_EQ(gx_cast.download(), gx_own.download()) << "grad_input";
+      EXPECT_TRUE(same_bits(gw_cast.download(), gw_own.download())) << "grad_weight";
+      EXPECT_TRUE(same_bits(gb_cast.download(), gb_own.download())) << "grad_bias";
+    }
+    ASSERT_OK(own->finish_step());
+    ASSERT_OK(cast->finish_step());
+    expect_same_scaling_state(*cast, *own);
+  }
+
+  // An evaluation forward with codes that have no transpose.
+  Floats tw(normal(s.nk(), 0.1f, 1));
+  Bytes tx(bf16_bytes(normal(s.mk(), 1.0f, 2))), out_own(s.mn() * bf16_size), out_cast(s.mn() * bf16_size);
+  CastWeight cw(s);
+  cast_weight(*cast, s, tw.data(), cw);
+  if (::testing::Test::HasFatalFailure()) return;
+  ASSERT_OK(own->forward_no_grad(tx.data(), s.m, tw.data(), tb.data(), out_own.data()));
+  ASSERT_OK(cast->forward_no_grad(tx.data(), s.m, cw.weight(/*with_transpose=*/false), tb.data(), out_cast.data()));
+  EXPECT_EQ(out_cast.download(), out_own.download()) << "evaluation output";
+}
+
 std::vector<ParityCase> parity_cases() {
   std::vector<ParityCase> cases;
   for (const Shape& s : {Shape{32, 64, 48}, Shape{19, 33, 17}}) {
@@ -537,6 +601,35 @@ TEST(Fp8WeightRebind, BackwardAfterRebindingTheFp32WeightMatches) {
       ASSERT_OK(still->finish_step());
       expect_same_scaling_state(*moved, *still);
     }
+  }
+}
+
+// With bf16 activations a high-precision GEMM reads the weight as the bf16 copy the forward
+// made, so a backward after the weight moved (and its old memory changed) needs nothing
+// from either fp32 copy.
+TEST(Fp8WeightRebind, BackwardAfterRebindingWithBf16ActivationsMatches) {
+  const Shape s{32, 64, 48};
+  const LinearActivations bf16{DType::kBFloat16, DType::kBFloat16};
+  for (Recipe r : {v1::Fp8Spec::NONE, v1::Fp8Spec::ROWWISE_WITH_GW_HP}) {
+    SCOPED_TRACE(v1::Fp8Spec::Recipe_Name(r));
+    std::unique_ptr<Float8Linear> moved = make_layer(s, recipe(r), bf16);
+    std::unique_ptr<Float8Linear> still = make_layer(s, recipe(r), bf16);
+    ASSERT_NE(moved, nullptr);
+    ASSERT_NE(still, nullptr);
+    const std::vector<float> w = normal(s.nk(), 0.1f, 1);
+    Floats w_first(w), w_still(w), gw_m(s.nk()), gw_s(s.nk());
+    Bytes tx(bf16_bytes(normal(s.mk(), 1.0f, 2))), tg(bf16_bytes(normal(s.mn(), 1e-3f, 3)));
+    Bytes out_m(s.mn() * sizeof(uint16_t)), out_s(s.mn() * sizeof(uint16_t));
+    Bytes gx_m(s.mk() * sizeof(uint16_t)), gx_s(s.mk() * sizeof(uint16_t));
+    ASSERT_OK(moved->forward(tx.data(), s.m, w_first.data(), nullptr, out_m.data()));
+    ASSERT_OK(still->forward(tx.data(), s.m, w_still.data(), nullptr, out_s.data()));
+    Floats w_second(w);
+    ASSERT_OK(moved->rebind_weight(w_second.data()));
+    w_first.upload(std::vector<float>(s.nk(), 7.0f));
+    ASSERT_OK(moved->backward(tg.data(), gx_m.data(), gw_m.data(), nullptr));
+    ASSERT_OK(still->backward(tg.data(), gx_s.data(), gw_s.data(), nullptr));
+    EXPECT_EQ(gx_m.download(), gx_s.download()) << "grad_input";
+    EXPECT_TRUE(same_bits(gw_m.download(), gw_s.download())) << "grad_weight";
   }
 }
 

@@ -47,9 +47,11 @@ using Recipe = v1::Fp8Spec::Recipe;
 #if defined(FP8_ENGINE_TEST_CUDA)
 #define FLOAT8_LINEAR_TEST Float8LinearCudaTest
 #define RECIPE_ACCURACY RecipeAccuracyCuda
+#define BF16_ACCURACY Bf16ActivationsCuda
 #else
 #define FLOAT8_LINEAR_TEST Float8LinearTest
 #define RECIPE_ACCURACY RecipeAccuracy
+#define BF16_ACCURACY Bf16Activations
 #endif
 
 Backend* backend_under_test() {
@@ -74,34 +76,55 @@ class FLOAT8_LINEAR_TEST : public ::testing::Test {
 
 // ---- tensors ----------------------------------------------------------------------------------
 
-// fp32 values in backend memory.
+// Values in backend memory, fp32 or bf16 (uploaded from fp32, rounded to nearest even).
 class Tensor {
  public:
-  Tensor(Backend& b, const std::vector<float>& host) : backend_(b), size_(host.size()) {
-    data_ = static_cast<float*>(*backend_.allocate(bytes()));
+  Tensor(Backend& b, const std::vector<float>& host, DType dtype = DType::kFloat32)
+      : backend_(b), size_(host.size()), dtype_(dtype) {
+    data_ = *backend_.allocate(bytes());
     upload(host);
   }
-  Tensor(Backend& b, size_t n, float fill = 0.0f) : Tensor(b, std::vector<float>(n, fill)) {}
+  Tensor(Backend& b, size_t n, float fill = 0.0f, DType dtype = DType::kFloat32)
+      : Tensor(b, std::vector<float>(n, fill), dtype) {}
   ~Tensor() { backend_.deallocate(data_); }
   Tensor(const Tensor&) = delete;
   Tensor& operator=(const Tensor&) = delete;
 
-  float* data() const { return data_; }
+  // fp32 tensors only (weights, biases and their gradients are fp32).
+  float* data() const {
+    EXPECT_EQ(dtype_, DType::kFloat32);
+    return static_cast<float*>(data_);
+  }
+  void* raw() const { return data_; }
   void upload(const std::vector<float>& host) {
     ASSERT_EQ(host.size(), size_);
-    ASSERT_OK(backend_.copy_from_host(data_, host.data(), bytes()));
+    if (dtype_ == DType::kFloat32) {
+      ASSERT_OK(backend_.copy_from_host(data_, host.data(), bytes()));
+      return;
+    }
+    std::vector<uint16_t> bits(size_);
+    for (size_t i = 0; i < size_; ++i) bits[i] = float_to_bf16(host[i]);
+    ASSERT_OK(backend_.copy_from_host(data_, bits.data(), bytes()));
   }
+  // Widened to fp32 (exact).
   std::vector<float> download() const {
     std::vector<float> host(size_);
-    EXPECT_TRUE(backend_.copy_to_host(host.data(), data_, bytes()).ok());
+    if (dtype_ == DType::kFloat32) {
+      EXPECT_TRUE(backend_.copy_to_host(host.data(), data_, bytes()).ok());
+      return host;
+    }
+    std::vector<uint16_t> bits(size_);
+    EXPECT_TRUE(backend_.copy_to_host(bits.data(), data_, bytes()).ok());
+    for (size_t i = 0; i < size_; ++i) host[i] = bf16_to_float(bits[i]);
     return host;
   }
 
  private:
-  size_t bytes() const { return size_ * sizeof(float); }
+  size_t bytes() const { return size_ * dtype_size(dtype_); }
   Backend& backend_;
   size_t size_;
-  float* data_ = nullptr;
+  DType dtype_;
+  void* data_ = nullptr;
 };
 
 std::vector<float> normal(size_t n, float stddev, uint32_t seed) {
@@ -214,22 +237,25 @@ struct Results {
 };
 
 // One training step on `layer` (grad_weight and grad_bias start at zero), then finish_step.
+// Activations travel in the layer's dtypes (x and g are rounded to bf16 where it takes bf16).
 Results run_step(Backend& b, Float8Linear& layer, const Shape& s, const std::vector<float>& x,
                  const std::vector<float>& w, const std::vector<float>& bias, const std::vector<float>& g) {
   const size_t m = static_cast<size_t>(s.m), k = static_cast<size_t>(s.k), n = static_cast<size_t>(s.n);
-  Tensor tx(b, x), tw(b, w), tb(b, bias), tg(b, g);
-  Tensor out(b, m * n), gx(b, m * k), gw(b, n * k), gb(b, n);
-  absl::Status st = layer.forward(tx.data(), s.m, tw.data(), tb.data(), out.data());
+  const LinearActivations a = layer.activations();
+  Tensor tx(b, x, a.input), tw(b, w), tb(b, bias), tg(b, g, a.output);
+  Tensor out(b, m * n, 0.0f, a.output), gx(b, m * k, 0.0f, a.input), gw(b, n * k), gb(b, n);
+  absl::Status st = layer.forward(tx.raw(), s.m, tw.data(), tb.data(), out.raw());
   EXPECT_TRUE(st.ok()) << st;
-  st = layer.backward(tg.data(), gx.data(), gw.data(), gb.data());
+  st = layer.backward(tg.raw(), gx.raw(), gw.data(), gb.data());
   EXPECT_TRUE(st.ok()) << st;
   st = layer.finish_step();
   EXPECT_TRUE(st.ok()) << st;
   return {out.download(), gx.download(), gw.download(), gb.download()};
 }
 
-std::unique_ptr<Float8Linear> make_layer(Backend& b, const Shape& s, const Float8LinearConfig& c) {
-  absl::StatusOr<std::unique_ptr<Float8Linear>> layer = Float8Linear::create(b, s.k, s.n, c);
+std::unique_ptr<Float8Linear> make_layer(Backend& b, const Shape& s, const Float8LinearConfig& c,
+                                         const LinearActivations& a = {}) {
+  absl::StatusOr<std::unique_ptr<Float8Linear>> layer = Float8Linear::create(b, s.k, s.n, c, a);
   EXPECT_TRUE(layer.ok()) << layer.status();
   return layer.ok() ? std::move(*layer) : nullptr;
 }
@@ -309,6 +335,102 @@ std::vector<RecipeCase> recipe_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, RECIPE_ACCURACY, ::testing::ValuesIn(recipe_cases()),
+                         [](const ::testing::TestParamInfo<RecipeCase>& info) {
+                           return std::string(info.param.name) + "_" + shape_name(info.param.shape);
+                         });
+
+// ---- bf16 activations -----------------------------------------------------------------------------
+//
+// A bf16 layer is compared with the fp32 layer fed the same bf16-rounded x and g, so that
+// the two differ only by what bf16 activations change: output and grad_input rounded to
+// bf16, and high-precision GEMMs run in bf16 (the weight rounded to bf16).
+
+constexpr LinearActivations kBf16Activations{DType::kBFloat16, DType::kBFloat16};
+
+std::vector<float> bf16_rounded(std::vector<float> v) {
+  for (float& x : v) x = bf16_to_float(float_to_bf16(x));
+  return v;
+}
+
+// Rounding a value to bf16 moves it by at most 2^-8 of itself; a bf16 GEMM's rounded
+// weight adds noise of the same order. Relative to the largest value of the fp32 layer's
+// result, two such roundings.
+constexpr double kBf16Tolerance = 1.0 / 128;
+// Where the fp32 layer's SQNR is below this, fp8 dominates its error and bf16 activations
+// must cost at most kBf16SqnrCostDb; above it (high-precision results) bf16's own
+// rounding dominates and the bf16 layer must reach kBf16SqnrFloorDb.
+constexpr double kFp8DominatesBelowDb = 40.0;
+constexpr double kBf16SqnrCostDb = 1.0;
+constexpr double kBf16SqnrFloorDb = 40.0;
+
+struct Bf16Problem {
+  std::vector<float> x, g;  // the problem's, rounded to bf16
+  Reference ref;            // of the rounded x and g
+};
+
+const Bf16Problem& cached_bf16_problem(const Shape& s) {
+  static std::map<std::tuple<int64_t, int64_t, int64_t>, Bf16Problem> cache;
+  auto key = std::tuple{s.m, s.k, s.n};
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    const Problem& p = cached_problem(s);
+    Bf16Problem q{bf16_rounded(p.x), bf16_rounded(p.g), {}};
+    q.ref = reference_linear(s, q.x, p.w, p.bias, q.g);
+    it = cache.emplace(key, std::move(q)).first;
+  }
+  return it->second;
+}
+
+// Checks one result of a bf16 layer against the fp32 layer's on the same inputs, and both
+// against the fp64 reference.
+void expect_bf16_close(const char* what, const std::vector<double>& ref, const std::vector<float>& f32,
+                       const std::vector<float>& bf16, const std::string& label) {
+  const double err = max_relative_error(widened(f32), bf16);
+  const double sqnr_f32 = sqnr(ref, f32), sqnr_bf16 = sqnr(ref, bf16);
+  std::printf("bf16 %-32s %-11s SQNR fp32 %6.1f dB, bf16 %6.1f dB; max |bf16 - fp32| / max |fp32| %.2e\n",
+              label.c_str(), what, sqnr_f32, sqnr_bf16, err);
+  EXPECT_LE(err, kBf16Tolerance) << what;
+  if (sqnr_f32 < kFp8DominatesBelowDb) {
+    EXPECT_GE(sqnr_bf16, sqnr_f32 - kBf16SqnrCostDb) << what;
+  } else {
+    EXPECT_GE(sqnr_bf16, kBf16SqnrFloorDb) << what;
+  }
+}
+
+class BF16_ACCURACY : public FLOAT8_LINEAR_TEST, public ::testing::WithParamInterface<RecipeCase> {};
+
+TEST_P(BF16_ACCURACY, MatchesTheFp32LayerOnTheSameInputs) {
+  const RecipeCase& c = GetParam();
+  const Problem& p = cached_problem(c.shape);
+  const Bf16Problem& q = cached_bf16_problem(c.shape);
+  std::unique_ptr<Float8Linear> f32 = make_layer(backend(), c.shape, recipe(c.recipe));
+  std::unique_ptr<Float8Linear> bf16 = make_layer(backend(), c.shape, recipe(c.recipe), kBf16Activations);
+  ASSERT_NE(f32, nullptr);
+  ASSERT_NE(bf16, nullptr);
+  EXPECT_EQ(bf16->activations().input, DType::kBFloat16);
+  EXPECT_EQ(bf16->activations().output, DType::kBFloat16);
+
+  if (c.recipe == v1::Fp8Spec::DELAYED) {
+    // The same history on both, as in MatchesTheReferenceLinear.
+    for (uint32_t step = 0; step < 3; ++step) {
+      const std::vector<float> x = bf16_rounded(normal(p.x.size(), 1.0f, 100 + step));
+      const std::vector<float> g = bf16_rounded(normal(p.g.size(), 1e-3f, 200 + step));
+      run_step(backend(), *f32, c.shape, x, p.w, p.bias, g);
+      run_step(backend(), *bf16, c.shape, x, p.w, p.bias, g);
+    }
+    EXPECT_EQ(bf16->save_scaling_state(), f32->save_scaling_state());
+  }
+  const Results a = run_step(backend(), *f32, c.shape, q.x, p.w, p.bias, q.g);
+  const Results b = run_step(backend(), *bf16, c.shape, q.x, p.w, p.bias, q.g);
+  const std::string label = std::string(c.name) + " " + shape_name(c.shape);
+  expect_bf16_close("output", q.ref.output, a.output, b.output, label);
+  expect_bf16_close("grad_input", q.ref.grad_input, a.grad_input, b.grad_input, label);
+  expect_bf16_close("grad_weight", q.ref.grad_weight, a.grad_weight, b.grad_weight, label);
+  // The bias gradient sums the same grad_output values in fp32 either way.
+  EXPECT_LE(max_relative_error(widened(a.grad_bias), b.grad_bias), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, BF16_ACCURACY, ::testing::ValuesIn(recipe_cases()),
                          [](const ::testing::TestParamInfo<RecipeCase>& info) {
                            return std::string(info.param.name) + "_" + shape_name(info.param.shape);
                          });
@@ -856,6 +978,169 @@ TEST_F(FLOAT8_LINEAR_TEST, BadCallsAreRejected) {
   EXPECT_EQ(layer->backward(g.data(), nullptr, gw.data(), nullptr).code(), absl::StatusCode::kFailedPrecondition);
   expect_rejected(layer->forward(x.data(), 0, gw.data(), nullptr, out.data()), "forward", "tokens");
   expect_rejected(layer->forward(nullptr, 32, gw.data(), nullptr, out.data()), "forward", "null");
+}
+
+// ---- bf16 activations: the output projection, mixed dtypes, scaling state, bad dtypes -------------
+
+// A model's output projection: bf16 hidden states in, fp32 logits out, and an fp32
+// gradient from the loss. With recipe none every GEMM runs in bf16: exactly the fp64 linear
+// of the bf16-rounded input, weight and grad_output, up to fp32 accumulation (grad_output
+// is converted to bf16 for both backward GEMMs, as autocast would).
+TEST_F(FLOAT8_LINEAR_TEST, OutputProjectionWithRecipeNoneRunsEveryGemmInBf16) {
+  const Shape s{64, 128, 96};
+  const size_t m = 64, k = 128, n = 96;
+  const std::vector<float> x = bf16_rounded(normal(m * k, 1.0f, 1)), w = normal(n * k, 0.1f, 2);
+  const std::vector<float> bias = normal(n, 0.1f, 3), g = normal(m * n, 1e-3f, 4);
+  std::unique_ptr<Float8Linear> layer =
+      make_layer(backend(), s, recipe(v1::Fp8Spec::NONE), {DType::kBFloat16, DType::kFloat32});
+  ASSERT_NE(layer, nullptr);
+  const Results r = run_step(backend(), *layer, s, x, w, bias, g);
+
+  const Reference bf16_ref = reference_linear(s, x, bf16_rounded(w), bias, bf16_rounded(g));
+  EXPECT_LE(max_relative_error(bf16_ref.output, r.output), 1e-5);
+  EXPECT_LE(max_relative_error(bf16_ref.grad_input, r.grad_input), 1.0 / 256 + 1e-5) << "written in bf16";
+  EXPECT_LE(max_relative_error(bf16_ref.grad_weight, r.grad_weight), 1e-5);
+  // The bias gradient sums grad_output as it came, in fp32.
+  const Reference f32_ref = reference_linear(s, x, w, bias, g);
+  EXPECT_LE(max_relative_error(f32_ref.grad_bias, r.grad_bias), 1e-5);
+  // bf16 GEMMs really: against the fp32 weight and grad_output the error is bf16-sized.
+  EXPECT_GT(max_relative_error(f32_ref.output, r.output), 1e-4);
+  EXPECT_GT(max_relative_error(f32_ref.grad_weight, r.grad_weight), 1e-4);
+}
+
+// The same with fp8 GEMMs: the casts read bf16 input and fp32 grad_output as they are, so
+// everything but grad_input (written in bf16) equals the fp32 layer's on the same values.
+TEST_F(FLOAT8_LINEAR_TEST, OutputProjectionWithTensorwiseCastsEachActivationInItsDtype) {
+  const Shape s{64, 128, 96};
+  const size_t m = 64, k = 128, n = 96;
+  const std::vector<float> x = bf16_rounded(normal(m * k, 1.0f, 1)), w = normal(n * k, 0.1f, 2);
+  const std::vector<float> bias = normal(n, 0.1f, 3), g = normal(m * n, 1e-3f, 4);
+  std::unique_ptr<Float8Linear> f32 = make_layer(backend(), s, recipe(v1::Fp8Spec::TENSORWISE));
+  std::unique_ptr<Float8Linear> proj =
+      make_layer(backend(), s, recipe(v1::Fp8Spec::TENSORWISE), {DType::kBFloat16, DType::kFloat32});
+  ASSERT_NE(f32, nullptr);
+  ASSERT_NE(proj, nullptr);
+  const Results a = run_step(backend(), *f32, s, x, w, bias, g);
+  const Results b = run_step(backend(), *proj, s, x, w, bias, g);
+  EXPECT_EQ(b.output, a.output);
+  EXPECT_EQ(b.grad_weight, a.grad_weight);
+  EXPECT_EQ(b.grad_bias, a.grad_bias);
+  EXPECT_LE(max_relative_error(widened(a.grad_input), b.grad_input), 1.0 / 256);
+  const Reference ref = reference_linear(s, x, w, bias, g);
+  EXPECT_GE(sqnr(ref.output, b.output), 20.0);
+  EXPECT_GE(sqnr(ref.grad_input, b.grad_input), 20.0);
+  EXPECT_GE(sqnr(ref.grad_weight, b.grad_weight), 20.0);
+}
+
+// The other mixed pair: fp32 input (compute dtype fp32) and bf16 output, so a bf16
+// grad_output is widened for the fp32 GEMMs.
+TEST_F(FLOAT8_LINEAR_TEST, Fp32InputWithBf16OutputWidensGradOutput) {
+  const Shape s{64, 128, 96};
+  const size_t m = 64, k = 128, n = 96;
+  const std::vector<float> x = normal(m * k, 1.0f, 1), w = normal(n * k, 0.1f, 2);
+  const std::vector<float> bias = normal(n, 0.1f, 3), g = bf16_rounded(normal(m * n, 1e-3f, 4));
+  std::unique_ptr<Float8Linear> f32 = make_layer(backend(), s, recipe(v1::Fp8Spec::NONE));
+  std::unique_ptr<Float8Linear> layer =
+      make_layer(backend(), s, recipe(v1::Fp8Spec::NONE), {DType::kFloat32, DType::kBFloat16});
+  ASSERT_NE(f32, nullptr);
+  ASSERT_NE(layer, nullptr);
+  const Results a = run_step(backend(), *f32, s, x, w, bias, g);
+  const Results b = run_step(backend(), *layer, s, x, w, bias, g);
+  EXPECT_LE(max_relative_error(widened(a.output), b.output), 1.0 / 256) << "written in bf16";
+  EXPECT_LE(max_relative_error(widened(a.grad_input), b.grad_input), 1e-6);
+  EXPECT_LE(max_relative_error(widened(a.grad_weight), b.grad_weight), 1e-6);
+  EXPECT_LE(max_relative_error(widened(a.grad_bias), b.grad_bias), 1e-6);
+}
+
+// Mixed GEMMs (one fp8 operand) run in bf16 on a bf16 dequantized copy.
+TEST_F(FLOAT8_LINEAR_TEST, MixedGemmsWithBf16ActivationsRunOnBf16DequantizedCopies) {
+  Float8LinearConfig c = recipe(v1::Fp8Spec::TENSORWISE);
+  c.grad_input.weight = CastConfig{};
+  c.grad_weight.grad_output = {CastDtype::kE4M3, ScaleGranularity::kAxiswise, ScalingMode::kDynamic, true};
+  c.grad_weight.input = CastConfig{};
+  const Shape s{64, 128, 96};
+  const size_t m = 64, k = 128, n = 96;
+  std::unique_ptr<Float8Linear> f32 = make_layer(backend(), s, c);
+  std::unique_ptr<Float8Linear> bf16 = make_layer(backend(), s, c, kBf16Activations);
+  ASSERT_NE(f32, nullptr);
+  ASSERT_NE(bf16, nullptr);
+  const std::vector<float> x = bf16_rounded(normal(m * k, 1.0f, 1)), w = normal(n * k, 0.1f, 2);
+  const std::vector<float> g = bf16_rounded(normal(m * n, 1.0f, 3)), bias(n, 0.0f);
+  const Reference ref = reference_linear(s, x, w, bias, g);
+  const Results a = run_step(backend(), *f32, s, x, w, bias, g);
+  const Results b = run_step(backend(), *bf16, s, x, w, bias, g);
+  expect_bf16_close("output", ref.output, a.output, b.output, "mixed");
+  expect_bf16_close("grad_input", ref.grad_input, a.grad_input, b.grad_input, "mixed");
+  expect_bf16_close("grad_weight", ref.grad_weight, a.grad_weight, b.grad_weight, "mixed");
+}
+
+// Delayed scaling over three steps (the last one's input grows 8x past its history) and
+// measured numerics: a bf16 layer keeps the same histories and counts as the fp32 layer
+// fed the same values, since its casts read the same values from bf16.
+TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingAndNumericsWorkOnBf16Activations) {
+  const Shape s{64, 128, 96};
+  const size_t m = 64, k = 128, n = 96;
+  std::unique_ptr<Float8Linear> f32 = make_layer(backend(), s, recipe(v1::Fp8Spec::DELAYED));
+  std::unique_ptr<Float8Linear> bf16 = make_layer(backend(), s, recipe(v1::Fp8Spec::DELAYED), kBf16Activations);
+  ASSERT_NE(f32, nullptr);
+  ASSERT_NE(bf16, nullptr);
+  f32->set_measuring(true);
+  bf16->set_measuring(true);
+  const std::vector<float> w = normal(n * k, 0.1f, 1), bias = normal(n, 0.1f, 2);
+  const std::vector<float> g = bf16_rounded(normal(m * n, 1e-3f, 3));
+  std::vector<float> input_amaxes;
+  for (uint32_t step = 0; step < 3; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    const std::vector<float> x = bf16_rounded(scaled(normal(m * k, 1.0f, 10 + step), step == 2 ? 8.0f : 1.0f));
+    input_amaxes.push_back(max_abs(x));
+    const Results a = run_step(backend(), *f32, s, x, w, bias, g);
+    const Results b = run_step(backend(), *bf16, s, x, w, bias, g);
+    EXPECT_LE(max_relative_error(widened(a.output), b.output), kBf16Tolerance);
+    EXPECT_LE(max_relative_error(widened(a.grad_input), b.grad_input), kBf16Tolerance);
+    EXPECT_EQ(b.grad_weight, a.grad_weight) << "the same fp8 codes, fp32 output";
+  }
+  EXPECT_EQ(bf16->delayed_scaling(0).history(), input_amaxes);
+  for (int i = 0; i < bf16->delayed_count(); ++i) {
+    EXPECT_EQ(bf16->delayed_scaling(i).history().size(), 3u);
+    EXPECT_EQ(bf16->delayed_scaling(i).history(), f32->delayed_scaling(i).history());
+  }
+  EXPECT_EQ(bf16->save_scaling_state(), f32->save_scaling_state());
+
+  absl::StatusOr<std::vector<CastNumerics>> want = f32->numerics();
+  absl::StatusOr<std::vector<CastNumerics>> got = bf16->numerics();
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t i = 0; i < got->size(); ++i) {
+    const CastNumerics &o = (*want)[i], &c = (*got)[i];
+    SCOPED_TRACE(tensor_kind_name(c.tensor));
+    EXPECT_TRUE(c.measured);
+    EXPECT_EQ(c.amax, o.amax);
+    EXPECT_EQ(c.scale, o.scale);
+    EXPECT_EQ(c.elements, o.elements);
+    EXPECT_EQ(c.saturated, o.saturated);
+    EXPECT_EQ(c.underflow, o.underflow);
+  }
+  const CastNumerics* input = find_cast(*got, TensorKind::kInput);
+  ASSERT_NE(input, nullptr);
+  EXPECT_EQ(input->amax, input_amaxes.back());
+  EXPECT_GT(input->saturated, 0) << "the input grew 8x past its history";
+}
+
+TEST_F(FLOAT8_LINEAR_TEST, ActivationDtypesOtherThanFp32AndBf16AreRejected) {
+  const Float8LinearConfig c = recipe(v1::Fp8Spec::TENSORWISE);
+  expect_rejected(Float8Linear::create(backend(), 64, 64, c, {DType::kE4M3, DType::kFloat32}).status(),
+                  "activations.input", "must be float32 or bfloat16, got float8_e4m3fn");
+  expect_rejected(Float8Linear::create(backend(), 64, 64, c, {DType::kBFloat16, DType::kE5M2}).status(),
+                  "activations.output", "must be float32 or bfloat16, got float8_e5m2");
+  for (DType in : {DType::kFloat32, DType::kBFloat16}) {
+    for (DType out : {DType::kFloat32, DType::kBFloat16}) {
+      absl::StatusOr<std::unique_ptr<Float8Linear>> layer = Float8Linear::create(backend(), 64, 64, c, {in, out});
+      ASSERT_TRUE(layer.ok()) << layer.status();
+      EXPECT_EQ((*layer)->activations().input, in);
+      EXPECT_EQ((*layer)->activations().output, out);
+    }
+  }
 }
 
 #if !defined(FP8_ENGINE_TEST_CUDA)

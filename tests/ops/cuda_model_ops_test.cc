@@ -26,7 +26,8 @@
 //  * attention: 1e-5 scaled max error forward, 2e-5 backward (fp32 tiles accumulate in
 //    another order than OpenBLAS; each side is within ~1e-6 of the exact result).
 // Without a GPU, one test checks that the ops say why they are unavailable, and the
-// others skip, saying so.
+// others skip, saying so. These are the fp32 activations; cuda_bf16_model_ops_test.cc
+// runs the same ops with bf16 ones.
 #include <algorithm>
 #include <bit>
 #include <climits>
@@ -49,6 +50,8 @@
 
 #if defined(FP8_HAVE_CUDA)
 #include <cuda_runtime_api.h>
+
+#include "tests/ops/device_array.h"
 #endif
 
 namespace fp8::ops_test {
@@ -83,42 +86,6 @@ TEST(CudaModelOps, NeedsACudaBuild) { GTEST_SKIP() << "this build has no CUDA (n
 #else
 
 // ---- device memory ----------------------------------------------------------------------------
-
-// A device copy of a host vector, optionally `offset` elements into its allocation so that
-// the kernels see a pointer that is not 16-byte aligned.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n, size_t offset = 0) : n_(n), offset_(offset) {
-    void* p = nullptr;
-    const size_t bytes = (n + offset) * sizeof(T);
-    EXPECT_EQ(cudaMalloc(&p, bytes == 0 ? 1 : bytes), cudaSuccess);
-    base_ = static_cast<T*>(p);
-  }
-  DeviceArray(const std::vector<T>& host, size_t offset = 0) : DeviceArray(host.size(), offset) { upload(host); }
-  ~DeviceArray() { cudaFree(base_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() const { return base_ + offset_; }
-  size_t size() const { return n_; }
-
-  void upload(const std::vector<T>& host) {
-    ASSERT_EQ(host.size(), n_);
-    ASSERT_EQ(cudaMemcpy(get(), host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  // Synchronous: waits for the kernels queued before it on the default stream.
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    EXPECT_EQ(cudaMemcpy(host.data(), get(), n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-
- private:
-  size_t n_;
-  size_t offset_;
-  T* base_ = nullptr;
-};
 
 using DeviceFloats = DeviceArray<float>;
 using DeviceInts = DeviceArray<int32_t>;
@@ -437,18 +404,19 @@ TEST_F(CudaModelOpsTest, RopeTablesSurviveCacheTurnover) {
 
 struct AttentionCase {
   AttentionShape shape;  // batch, seq, n_heads, n_kv_heads, head_dim
+  size_t offset = 0;     // elements; 1 makes q, k, v, grad_out and the outputs misaligned
 };
 
 const AttentionCase kAttentionCases[] = {
     {{1, 1, 1, 1, 16}},   {{2, 37, 4, 4, 16}}, {{1, 130, 4, 2, 64}}, {{2, 67, 8, 2, 128}},
-    {{1, 200, 4, 1, 64}}, {{1, 45, 2, 2, 40}}, {{1, 33, 2, 1, 256}},
+    {{1, 200, 4, 1, 64}}, {{1, 45, 2, 2, 40}}, {{1, 33, 2, 1, 256}}, {{1, 130, 4, 2, 64}, 1},
 };
 
 TEST_F(CudaModelOpsTest, AttentionMatchesTheCpuAndIsDeterministic) {
   for (const auto& c : kAttentionCases) {
     const AttentionShape& s = c.shape;
     SCOPED_TRACE(testing::Message() << "batch " << s.batch << " seq " << s.seq << " heads " << s.n_heads << "/"
-                                    << s.n_kv_heads << " head_dim " << s.head_dim);
+                                    << s.n_kv_heads << " head_dim " << s.head_dim << " offset " << c.offset);
     const size_t qn = sz(s.batch * s.seq * s.n_heads * s.head_dim),
                  kvn = sz(s.batch * s.seq * s.n_kv_heads * s.head_dim);
     const size_t ln = sz(s.batch * s.n_heads * s.seq);
@@ -460,10 +428,11 @@ TEST_F(CudaModelOpsTest, AttentionMatchesTheCpuAndIsDeterministic) {
                     .attention_backward(s, q.data(), k.data(), v.data(), out.data(), lse.data(), go.data(), gq.data(),
                                         gk.data(), gv.data())
                     .ok());
-    DeviceFloats d_q(q), d_k(k), d_v(v), d_go(go);
+    DeviceFloats d_q(q, c.offset), d_k(k, c.offset), d_v(v, c.offset), d_go(go, c.offset);
     std::vector<std::vector<float>> first;
     for (int run = 0; run < 2; ++run) {
-      DeviceFloats d_out(nans(qn)), d_lse(nans(ln)), d_gq(nans(qn)), d_gk(nans(kvn)), d_gv(nans(kvn));
+      DeviceFloats d_out(nans(qn), c.offset), d_lse(nans(ln)), d_gq(nans(qn), c.offset), d_gk(nans(kvn), c.offset),
+          d_gv(nans(kvn), c.offset);
       ASSERT_TRUE(gpu().attention_forward(s, d_q.get(), d_k.get(), d_v.get(), d_out.get(), d_lse.get()).ok());
       ASSERT_TRUE(gpu()
                       .attention_backward(s, d_q.get(), d_k.get(), d_v.get(), d_out.get(), d_lse.get(), d_go.get(),

@@ -73,6 +73,23 @@ class BackendBuffer {
 };
 
 size_t float_bytes(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
+size_t dtype_bytes(DType t, int64_t n) { return static_cast<size_t>(n) * dtype_size(t); }
+
+// The GEMM that uses a tensor in an orientation (the table in float8_linear.h).
+enum class Gemm : uint8_t { kOutput, kGradInput, kGradWeight };
+Gemm gemm_of(TensorKind t, Orientation o) {
+  switch (t) {
+    case TensorKind::kInput:
+      return o == kAsStored ? Gemm::kOutput : Gemm::kGradWeight;
+    case TensorKind::kWeight:
+      return o == kAsStored ? Gemm::kOutput : Gemm::kGradInput;
+    case TensorKind::kGradOutput:
+      return o == kAsStored ? Gemm::kGradInput : Gemm::kGradWeight;
+  }
+  return Gemm::kOutput;
+}
+
+bool is_activation_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; }
 
 // One fp8 cast of one tensor, serving one or both of the tensor's GEMM uses.
 struct CastPlan {
@@ -87,7 +104,7 @@ struct CastPlan {
   std::string gemms;              // the GEMMs it serves, for metrics
   bool make_out = false;          // fp8 copy as stored
   bool make_out_t = false;        // fp8 copy transposed
-  bool make_dequantized = false;  // fp32 copy of the fp8 values, for a mixed GEMM
+  bool make_dequantized = false;  // copy of the fp8 values in the compute dtype, for a mixed GEMM
 
   std::optional<DelayedScaling> delayed;
   int delayed_index = -1;            // position among the layer's delayed casts
@@ -149,23 +166,32 @@ const char* tensor_kind_name(TensorKind t) {
 }
 
 struct Float8Linear::State {
-  State(Backend& b, int64_t in, int64_t out, const Float8LinearConfig& c)
+  State(Backend& b, int64_t in, int64_t out, const Float8LinearConfig& c, const LinearActivations& a)
       : backend(b),
         in_features(in),
         out_features(out),
         config(c),
+        activations(a),
         forward_slots(b),
         backward_slots(b),
         delayed_scales(b),
         step_amaxes(b),
         fp8_ones(b),
-        f32_ones(b) {}
+        f32_ones(b),
+        bf16_ones(b),
+        weight_compute(b),
+        grad_output_compute(b) {}
 
   Backend& backend;
   const int64_t in_features;   // K
   const int64_t out_features;  // N
   const Float8LinearConfig config;
+  const LinearActivations activations;
   bool measuring = false;  // set_measuring()
+
+  // High-precision GEMMs run in the input's dtype, as autocast runs a bf16 linear: both
+  // GEMM operands must share a dtype, and a bf16 input is where bf16 compute pays off.
+  DType compute_dtype() const { return activations.input; }
 
   std::vector<CastPlan> plans;
   // use[tensor][orientation]: the plan that casts it for that GEMM, -1 for high precision.
@@ -177,12 +203,18 @@ struct Float8Linear::State {
   BackendBuffer step_amaxes;  // scratch of finish_step()
   // Constant vectors, grown to the largest size asked for: fp8 ones turn scales into
   // their inverses through dequantize (1 / scale, exactly as the host would round it);
-  // fp32 ones sum grad_output's rows for grad_bias with one GEMM.
-  BackendBuffer fp8_ones, f32_ones;
-  int64_t fp8_ones_count = 0, f32_ones_count = 0;
+  // fp32 or bf16 ones (grad_output's dtype) sum grad_output's rows for grad_bias with one
+  // GEMM.
+  BackendBuffer fp8_ones, f32_ones, bf16_ones;
+  int64_t fp8_ones_count = 0, f32_ones_count = 0, bf16_ones_count = 0;
+
+  // Operands of high-precision GEMMs converted to a bf16 compute dtype (unused in fp32):
+  // the weight, converted by the forward and reused by its backward (the weight cannot
+  // change in between: forward()'s contract), and grad_output when it is fp32.
+  BackendBuffer weight_compute, grad_output_compute;
 
   // Saved by forward() for backward().
-  const float* input = nullptr;
+  const void* input = nullptr;  // activations.input
   const float* weight = nullptr;
   int64_t tokens = 0;
 
@@ -193,24 +225,34 @@ struct Float8Linear::State {
   void plan_delayed_scaling();
 
   // ---- casts ----
-  absl::Status cast_tensor(TensorKind t, const float* data, int64_t rows, int64_t cols, int slot_row);
+  absl::Status cast_tensor(TensorKind t, const MatrixRef& data, int slot_row);
   // The weight plan adopts codes cast elsewhere (takes_fp8_weight()); records their amax.
   absl::Status adopt_fp8_weight(const Fp8Weight& w, int slot_row);
   int weight_plan() const { return use[static_cast<int>(TensorKind::kWeight)][kAsStored]; }
   bool takes_fp8_weight() const;
-  absl::Status run_cast(CastPlan& p, const float* data, int64_t rows, int64_t cols, int slot_row);
+  absl::Status run_cast(CastPlan& p, const MatrixRef& input, int slot_row);
   // After a cast: counts what it saturated and flushed when measuring (else marks the plan
   // unmeasured). `g` and p.scale_in_use must be what the cast just used.
   absl::Status count_range(CastPlan& p, const MatrixRef& input, Granularity g);
   absl::Status invert_scales(const float* scale, Granularity g, int64_t rows, int64_t cols, float* inv);
-  absl::Status ensure_ones(int64_t fp8_count, int64_t f32_count);
+  absl::Status ensure_fp8_ones(int64_t count);
+  // `count` ones of fp32 or bf16.
+  absl::StatusOr<const void*> hp_ones(DType dtype, int64_t count);
   AmaxSlots& slots_of(TensorKind t) { return t == TensorKind::kGradOutput ? backward_slots : forward_slots; }
 
   // ---- GEMM operands ----
   ScaledOperand scaled(TensorKind t, Orientation o) const;
-  // The fp32 operand of a high-precision GEMM: the tensor itself, or its dequantized fp8
-  // copy when this use is cast.
-  const float* high_precision(TensorKind t, Orientation o, const float* raw) const;
+  bool gemm_runs_in_fp8(Gemm g) const;
+  // Whether the high-precision GEMM of this use reads the tensor itself (rather than its
+  // dequantized fp8 copy, or an fp8 copy in an fp8 GEMM).
+  bool reads_raw(TensorKind t, Orientation o) const {
+    return !gemm_runs_in_fp8(gemm_of(t, o)) && use[static_cast<int>(t)][o] < 0;
+  }
+  // `data` (n values of `from`) in the compute dtype: itself, or converted into `scratch`.
+  absl::StatusOr<const void*> in_compute_dtype(const void* data, DType from, int64_t n, BackendBuffer& scratch);
+  // The operand of a high-precision GEMM, in the compute dtype: `raw` (the tensor itself,
+  // already in the compute dtype), or its dequantized fp8 copy when this use is cast.
+  const void* high_precision(TensorKind t, Orientation o, const void* raw) const;
 
   absl::Status upload_delayed_scales();
 };
@@ -278,27 +320,39 @@ void Float8Linear::State::plan_delayed_scaling() {
 
 // ---- casts ----------------------------------------------------------------------------------
 
-absl::Status Float8Linear::State::ensure_ones(int64_t fp8_count, int64_t f32_count) {
-  if (fp8_count > fp8_ones_count) {
-    if (auto s = fp8_ones.reserve(static_cast<size_t>(fp8_count)); !s.ok()) return s;
-    const std::vector<uint8_t> host(static_cast<size_t>(fp8_count), float_to_fp8(1.0f, Format::kE4M3, true));
-    if (auto s = backend.copy_from_host(fp8_ones.as<void>(), host.data(), host.size()); !s.ok()) return s;
-    fp8_ones_count = fp8_count;
-  }
-  if (f32_count > f32_ones_count) {
-    if (auto s = f32_ones.reserve(float_bytes(f32_count)); !s.ok()) return s;
-    const std::vector<float> host(static_cast<size_t>(f32_count), 1.0f);
-    if (auto s = backend.copy_from_host(f32_ones.as<void>(), host.data(), float_bytes(f32_count)); !s.ok()) return s;
-    f32_ones_count = f32_count;
-  }
+namespace {
+
+// Grows `buffer` to hold at least `count` copies of `one` (T's bit pattern of 1.0).
+template <class T>
+absl::Status fill_ones(Backend& backend, BackendBuffer& buffer, int64_t& filled, int64_t count, T one) {
+  if (count <= filled) return absl::OkStatus();
+  if (auto s = buffer.reserve(static_cast<size_t>(count) * sizeof(T)); !s.ok()) return s;
+  const std::vector<T> host(static_cast<size_t>(count), one);
+  if (auto s = backend.copy_from_host(buffer.as<void>(), host.data(), host.size() * sizeof(T)); !s.ok()) return s;
+  filled = count;
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Float8Linear::State::ensure_fp8_ones(int64_t count) {
+  return fill_ones(backend, fp8_ones, fp8_ones_count, count, float_to_fp8(1.0f, Format::kE4M3, true));
+}
+
+absl::StatusOr<const void*> Float8Linear::State::hp_ones(DType dtype, int64_t count) {
+  if (dtype == DType::kBFloat16) {
+    if (auto s = fill_ones(backend, bf16_ones, bf16_ones_count, count, float_to_bf16(1.0f)); !s.ok()) return s;
+    return bf16_ones.as<const void>();
+  }
+  if (auto s = fill_ones(backend, f32_ones, f32_ones_count, count, 1.0f); !s.ok()) return s;
+  return f32_ones.as<const void>();
 }
 
 absl::Status Float8Linear::State::invert_scales(const float* scale, Granularity g, int64_t rows, int64_t cols,
                                                 float* inv) {
   // Dequantizing the fp8 code of 1.0 with these scales gives 1/scale, on the device.
   const int64_t n = scale_count(g, rows, cols);
-  if (auto s = ensure_ones(n, 0); !s.ok()) return s;
+  if (auto s = ensure_fp8_ones(n); !s.ok()) return s;
   DequantizeArgs d;
   d.input = fp8_ones.as<uint8_t>();
   d.format = Format::kE4M3;
@@ -311,18 +365,17 @@ absl::Status Float8Linear::State::invert_scales(const float* scale, Granularity 
   return backend.dequantize(d);
 }
 
-absl::Status Float8Linear::State::run_cast(CastPlan& p, const float* data, int64_t rows, int64_t cols, int slot_row) {
-  const int64_t n = rows * cols;
+absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, int slot_row) {
+  const int64_t rows = input.rows, cols = input.cols, n = input.size();
   const int64_t scales = scale_count(p.granularity, rows, cols);
   absl::Status reserved;  // keeps the first error
   if (p.make_out) reserved.Update(p.out.reserve(static_cast<size_t>(n)));
   if (p.make_out_t) reserved.Update(p.out_t.reserve(static_cast<size_t>(n)));
-  if (p.make_dequantized) reserved.Update(p.dequantized.reserve(float_bytes(n)));
+  if (p.make_dequantized) reserved.Update(p.dequantized.reserve(dtype_bytes(compute_dtype(), n)));
   reserved.Update(p.scale.reserve(float_bytes(scales)));
   reserved.Update(p.inv_scale.reserve(float_bytes(scales)));
   reserved.Update(p.amax.reserve(float_bytes(scales)));
   if (!reserved.ok()) return reserved;
-  const MatrixRef input{data, DType::kFloat32, rows, cols};
   p.external = false;
   p.external_out = nullptr;
   p.external_out_t = nullptr;
@@ -378,8 +431,8 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const float* data, int64
     d.cols = cols;
     d.granularity = p.granularity;
     d.scale = p.scale_in_use;
-    d.out_dtype = DType::kFloat32;
-    d.out = p.dequantized.as<float>();
+    d.out_dtype = compute_dtype();
+    d.out = p.dequantized.as<void>();
     if (auto s = backend.dequantize(d); !s.ok()) return s;
   }
   p.rows = rows;
@@ -403,12 +456,11 @@ absl::Status Float8Linear::State::count_range(CastPlan& p, const MatrixRef& inpu
   return absl::OkStatus();
 }
 
-absl::Status Float8Linear::State::cast_tensor(TensorKind t, const float* data, int64_t rows, int64_t cols,
-                                              int slot_row) {
+absl::Status Float8Linear::State::cast_tensor(TensorKind t, const MatrixRef& data, int slot_row) {
   const auto& u = use[static_cast<int>(t)];
   for (int o : {kAsStored, kTransposed}) {
     if (u[o] < 0 || (o == kTransposed && u[kTransposed] == u[kAsStored])) continue;
-    if (auto s = run_cast(plans[static_cast<size_t>(u[o])], data, rows, cols, slot_row); !s.ok()) return s;
+    if (auto s = run_cast(plans[static_cast<size_t>(u[o])], data, slot_row); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -471,9 +523,30 @@ ScaledOperand Float8Linear::State::scaled(TensorKind t, Orientation o) const {
   return op;
 }
 
-const float* Float8Linear::State::high_precision(TensorKind t, Orientation o, const float* raw) const {
+bool Float8Linear::State::gemm_runs_in_fp8(Gemm g) const {
+  switch (g) {
+    case Gemm::kOutput:
+      return config.output_runs_in_fp8();
+    case Gemm::kGradInput:
+      return config.grad_input_runs_in_fp8();
+    case Gemm::kGradWeight:
+      return config.grad_weight_runs_in_fp8();
+  }
+  return false;
+}
+
+absl::StatusOr<const void*> Float8Linear::State::in_compute_dtype(const void* data, DType from, int64_t n,
+                                                                  BackendBuffer& scratch) {
+  const DType to = compute_dtype();
+  if (from == to) return data;
+  if (auto s = scratch.reserve(dtype_bytes(to, n)); !s.ok()) return s;
+  if (auto s = backend.convert(data, from, scratch.as<void>(), to, n); !s.ok()) return s;
+  return scratch.as<const void>();
+}
+
+const void* Float8Linear::State::high_precision(TensorKind t, Orientation o, const void* raw) const {
   const int plan = use[static_cast<int>(t)][o];
-  return plan < 0 ? raw : plans[static_cast<size_t>(plan)].dequantized.as<float>();
+  return plan < 0 ? raw : plans[static_cast<size_t>(plan)].dequantized.as<const void>();
 }
 
 absl::Status Float8Linear::State::upload_delayed_scales() {
@@ -496,12 +569,19 @@ absl::Status Float8Linear::State::upload_delayed_scales() {
 
 absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& backend, int64_t in_features,
                                                                    int64_t out_features,
-                                                                   const Float8LinearConfig& config) {
+                                                                   const Float8LinearConfig& config,
+                                                                   const LinearActivations& activations) {
   if (in_features <= 0 || out_features <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("Float8Linear: in_features and out_features must be positive, got ",
                                                    in_features, " and ", out_features));
   }
   if (auto s = validate(config); !s.ok()) return s;
+  for (const auto& [what, dtype] : {std::pair{"input", activations.input}, std::pair{"output", activations.output}}) {
+    if (!is_activation_dtype(dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Float8Linear: activations.", what, " must be float32 or bfloat16, got ", dtype_name(dtype)));
+    }
+  }
   if (backend.is_cuda() && config.any_fp8_gemm() &&
       (in_features % kGpuFp8GemmMultiple != 0 || out_features % kGpuFp8GemmMultiple != 0)) {
     // The job validator rejects such layers first (or pads them); this is defence in depth.
@@ -511,7 +591,7 @@ absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& back
                      " (cuBLASLt fp8 needs 16-aligned K-contiguous operands); keep this layer in high precision"));
   }
 
-  auto state = std::make_unique<State>(backend, in_features, out_features, config);
+  auto state = std::make_unique<State>(backend, in_features, out_features, config, activations);
   const Float8LinearConfig& c = state->config;
   state->plans.reserve(6);  // at most two casts per tensor; CastPlan is not copied after this
   state->plan_tensor(TensorKind::kInput, c.output.input, c.output_runs_in_fp8(), "output", c.grad_weight.input,
@@ -531,14 +611,15 @@ Float8Linear::~Float8Linear() = default;
 int64_t Float8Linear::in_features() const { return s_->in_features; }
 int64_t Float8Linear::out_features() const { return s_->out_features; }
 const Float8LinearConfig& Float8Linear::config() const { return s_->config; }
+const LinearActivations& Float8Linear::activations() const { return s_->activations; }
 
-absl::Status Float8Linear::forward(const float* input, int64_t tokens, const float* weight, const float* bias,
-                                   float* output) {
+absl::Status Float8Linear::forward(const void* input, int64_t tokens, const float* weight, const float* bias,
+                                   void* output) {
   return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/true);
 }
 
-absl::Status Float8Linear::forward(const float* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
-                                   float* output) {
+absl::Status Float8Linear::forward(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
+                                   void* output) {
   if (!s_->takes_fp8_weight()) {
     return absl::FailedPreconditionError(
         "Float8Linear::forward: this layer's config cannot take a weight cast elsewhere (it needs one tensorwise "
@@ -547,13 +628,13 @@ absl::Status Float8Linear::forward(const float* input, int64_t tokens, const Fp8
   return run_forward(input, tokens, {nullptr, &weight}, bias, output, /*for_backward=*/true);
 }
 
-absl::Status Float8Linear::forward_no_grad(const float* input, int64_t tokens, const float* weight,
-                                           const float* bias, float* output) {
+absl::Status Float8Linear::forward_no_grad(const void* input, int64_t tokens, const float* weight, const float* bias,
+                                           void* output) {
   return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/false);
 }
 
-absl::Status Float8Linear::forward_no_grad(const float* input, int64_t tokens, const Fp8Weight& weight,
-                                           const float* bias, float* output) {
+absl::Status Float8Linear::forward_no_grad(const void* input, int64_t tokens, const Fp8Weight& weight,
+                                           const float* bias, void* output) {
   if (!s_->takes_fp8_weight()) {
     return absl::FailedPreconditionError("Float8Linear::forward_no_grad: this layer cannot take a weight cast elsewhere");
   }
@@ -600,8 +681,8 @@ absl::Status Float8Linear::rebind_weight(const Fp8Weight& weight) {
   return absl::OkStatus();
 }
 
-absl::Status Float8Linear::run_forward(const float* input, int64_t tokens, const WeightSource& weight,
-                                       const float* bias, float* output, bool for_backward) {
+absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const WeightSource& weight, const float* bias,
+                                       void* output, bool for_backward) {
   State& s = *s_;
   if (input == nullptr || (weight.f32 == nullptr && weight.fp8 == nullptr) || output == nullptr) {
     return absl::InvalidArgumentError("Float8Linear::forward: input, weight and output must not be null");
@@ -619,11 +700,21 @@ absl::Status Float8Linear::run_forward(const float* input, int64_t tokens, const
   if (s.forward_slots.columns > 0) {
     if (auto st = s.forward_slots.prepare_row(); !st.ok()) return st;
   }
-  if (auto st = s.cast_tensor(TensorKind::kInput, input, m, k, row); !st.ok()) return st;
+  if (auto st = s.cast_tensor(TensorKind::kInput, {input, s.activations.input, m, k}, row); !st.ok()) return st;
   if (weight.fp8 != nullptr) {
     if (auto st = s.adopt_fp8_weight(*weight.fp8, row); !st.ok()) return st;
-  } else if (auto st = s.cast_tensor(TensorKind::kWeight, weight.f32, n, k, row); !st.ok()) {
+  } else if (auto st = s.cast_tensor(TensorKind::kWeight, {weight.f32, DType::kFloat32, n, k}, row); !st.ok()) {
     return st;
+  }
+  // The weight in the compute dtype, for the high-precision GEMMs that read it as is: this
+  // forward's, and (converted here once) its backward's. An Fp8Weight has none
+  // (takes_fp8_weight()).
+  const void* weight_raw = weight.f32;
+  if (weight.f32 != nullptr && (s.reads_raw(TensorKind::kWeight, kAsStored) ||
+                                (for_backward && s.reads_raw(TensorKind::kWeight, kTransposed)))) {
+    absl::StatusOr<const void*> w = s.in_compute_dtype(weight.f32, DType::kFloat32, n * k, s.weight_compute);
+    if (!w.ok()) return w.status();
+    weight_raw = *w;
   }
 
   absl::Status st;
@@ -634,6 +725,7 @@ absl::Status Float8Linear::run_forward(const float* input, int64_t tokens, const
     g.k = k;
     g.a = s.scaled(TensorKind::kInput, kAsStored);
     g.b = s.scaled(TensorKind::kWeight, kAsStored);
+    g.out_dtype = s.activations.output;
     g.out = output;
     g.bias = bias;
     g.fast_accum = s.config.output.fast_accum;
@@ -644,8 +736,10 @@ absl::Status Float8Linear::run_forward(const float* input, int64_t tokens, const
     g.n = n;
     g.k = k;
     g.a = s.high_precision(TensorKind::kInput, kAsStored, input);
-    g.b = s.high_precision(TensorKind::kWeight, kAsStored, weight.f32);
+    g.b = s.high_precision(TensorKind::kWeight, kAsStored, weight_raw);
+    g.in_dtype = s.compute_dtype();
     g.trans_b = true;  // W is stored [N, K]
+    g.out_dtype = s.activations.output;
     g.out = output;
     g.bias = bias;
     st = s.backend.gemm(g);
@@ -667,18 +761,30 @@ absl::Status Float8Linear::run_forward(const float* input, int64_t tokens, const
   return absl::OkStatus();
 }
 
-absl::Status Float8Linear::backward(const float* grad_output, float* grad_input, float* grad_weight, float* grad_bias) {
+absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, float* grad_weight, float* grad_bias) {
   State& s = *s_;
   if (s.tokens == 0) return absl::FailedPreconditionError("Float8Linear::backward: no forward() to differentiate");
   if (grad_output == nullptr || grad_weight == nullptr) {
     return absl::InvalidArgumentError("Float8Linear::backward: grad_output and grad_weight must not be null");
   }
   const int64_t m = s.tokens, k = s.in_features, n = s.out_features;
+  const DType compute = s.compute_dtype();
+  const DType grad_dtype = s.activations.output;
   const int row = s.backward_slots.rows_used;
   if (s.backward_slots.columns > 0) {
     if (auto st = s.backward_slots.prepare_row(); !st.ok()) return st;
   }
-  if (auto st = s.cast_tensor(TensorKind::kGradOutput, grad_output, m, n, row); !st.ok()) return st;
+  if (auto st = s.cast_tensor(TensorKind::kGradOutput, {grad_output, grad_dtype, m, n}, row); !st.ok()) return st;
+  // grad_output in the compute dtype, converted once for whichever high-precision GEMMs
+  // read it as is. The weight's was made by the forward.
+  const void* grad_output_raw = grad_output;
+  if ((grad_input != nullptr && s.reads_raw(TensorKind::kGradOutput, kAsStored)) ||
+      s.reads_raw(TensorKind::kGradOutput, kTransposed)) {
+    absl::StatusOr<const void*> g = s.in_compute_dtype(grad_output, grad_dtype, m * n, s.grad_output_compute);
+    if (!g.ok()) return g.status();
+    grad_output_raw = *g;
+  }
+  const void* weight_raw = compute == DType::kFloat32 ? s.weight : s.weight_compute.as<const void>();
 
   if (grad_input != nullptr) {
     const int wp = s.weight_plan();
@@ -696,6 +802,7 @@ absl::Status Float8Linear::backward(const float* grad_output, float* grad_input,
       g.k = n;
       g.a = s.scaled(TensorKind::kGradOutput, kAsStored);
       g.b = s.scaled(TensorKind::kWeight, kTransposed);
+      g.out_dtype = s.activations.input;
       g.out = grad_input;
       g.fast_accum = s.config.grad_input.fast_accum;
       st = s.backend.scaled_gemm(g);
@@ -704,8 +811,10 @@ absl::Status Float8Linear::backward(const float* grad_output, float* grad_input,
       g.m = m;
       g.n = k;
       g.k = n;
-      g.a = s.high_precision(TensorKind::kGradOutput, kAsStored, grad_output);
-      g.b = s.high_precision(TensorKind::kWeight, kTransposed, s.weight);
+      g.a = s.high_precision(TensorKind::kGradOutput, kAsStored, grad_output_raw);
+      g.b = s.high_precision(TensorKind::kWeight, kTransposed, weight_raw);
+      g.in_dtype = compute;
+      g.out_dtype = s.activations.input;
       g.out = grad_input;
       st = s.backend.gemm(g);
     }
@@ -720,7 +829,7 @@ absl::Status Float8Linear::backward(const float* grad_output, float* grad_input,
     g.k = m;
     g.a = s.scaled(TensorKind::kGradOutput, kTransposed);
     g.b = s.scaled(TensorKind::kInput, kTransposed);
-    g.out = grad_weight;
+    g.out = grad_weight;  // fp32
     g.accumulate = true;
     g.fast_accum = s.config.grad_weight.fast_accum;
     st = s.backend.scaled_gemm(g);
@@ -729,24 +838,28 @@ absl::Status Float8Linear::backward(const float* grad_output, float* grad_input,
     g.m = n;
     g.n = k;
     g.k = m;
-    g.a = s.high_precision(TensorKind::kGradOutput, kTransposed, grad_output);
+    g.a = s.high_precision(TensorKind::kGradOutput, kTransposed, grad_output_raw);
     g.trans_a = true;
     g.b = s.high_precision(TensorKind::kInput, kTransposed, s.input);
-    g.out = grad_weight;
+    g.in_dtype = compute;
+    g.out = grad_weight;  // fp32, accumulated in fp32 whatever the compute dtype
     g.beta = 1.0f;
     st = s.backend.gemm(g);
   }
   if (!st.ok()) return st;
 
   if (grad_bias != nullptr) {
-    // grad_bias [1, N] += ones [1, M] · g [M, N]: the column sums, as one GEMM.
-    if (auto e = s.ensure_ones(0, m); !e.ok()) return e;
+    // grad_bias [1, N] += ones [1, M] · g [M, N]: the column sums, as one GEMM on
+    // grad_output as it came (ones are exact in bf16), accumulated in fp32.
+    absl::StatusOr<const void*> ones = s.hp_ones(grad_dtype, m);
+    if (!ones.ok()) return ones.status();
     GemmArgs g;
     g.m = 1;
     g.n = n;
     g.k = m;
-    g.a = s.f32_ones.as<float>();
+    g.a = *ones;
     g.b = grad_output;
+    g.in_dtype = grad_dtype;
     g.out = grad_bias;
     g.beta = 1.0f;
     if (auto e = s.backend.gemm(g); !e.ok()) return e;

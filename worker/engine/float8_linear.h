@@ -12,6 +12,15 @@
 // copies and both GEMMs share its scale. Axiswise scales differ between the two
 // orientations (per row of x vs per column of x), so those are two casts.
 //
+// Activation dtypes (LinearActivations): input and output are fp32 or bf16, fixed when the
+// layer is created; grad_output has the output's dtype, grad_input the input's. The weight
+// (the fp32 master), bias, grad_weight and grad_bias are always fp32. Casts read each
+// activation in its own dtype; fp8 GEMMs write output and grad_input in their activation's
+// dtype and accumulate grad_weight in fp32. GEMMs kept in high precision run in the
+// compute dtype, the input's, as torch.autocast runs a bf16 nn.Linear: with bf16 the layer
+// converts the weight to bf16 once per forward (into memory of its own, which the backward
+// reuses) and converts a grad_output of the other dtype into scratch first.
+//
 // Memory contract (like autograd's saved tensors): forward() keeps pointers to input,
 // weight and bias; they must stay valid and unchanged until backward() returns. Backward
 // reads them only where a GEMM consumes them in high precision; fp8 copies it needs were
@@ -92,13 +101,24 @@ struct Fp8Weight {
   const float* amax = nullptr;       // the weight's amax (numerics; delayed scaling records it)
 };
 
+// The dtypes of a layer's activations: each DType::kFloat32 or DType::kBFloat16.
+// grad_output has the output's dtype and grad_input the input's. Mixed-precision training
+// keeps activations in bf16; a model's output projection takes bf16 input and writes fp32
+// logits for the loss.
+struct LinearActivations {
+  DType input = DType::kFloat32;
+  DType output = DType::kFloat32;
+};
+
 class Float8Linear {
  public:
-  // A layer with weight [out_features, in_features]. Fails with InvalidArgument for a bad
-  // config (validate()) or, on a GPU backend, for dimensions an fp8 GEMM cannot take
+  // A layer with weight [out_features, in_features] and activations of the given dtypes.
+  // Fails with InvalidArgument for a bad config (validate()), an activation dtype other
+  // than fp32 or bf16, or, on a GPU backend, for dimensions an fp8 GEMM cannot take
   // (cuBLASLt needs the contracted and output dimensions to be multiples of 16).
   static absl::StatusOr<std::unique_ptr<Float8Linear>> create(Backend& backend, int64_t in_features,
-                                                              int64_t out_features, const Float8LinearConfig& config);
+                                                              int64_t out_features, const Float8LinearConfig& config,
+                                                              const LinearActivations& activations = {});
   ~Float8Linear();
   Float8Linear(const Float8Linear&) = delete;
   Float8Linear& operator=(const Float8Linear&) = delete;
@@ -106,24 +126,24 @@ class Float8Linear {
   int64_t in_features() const;
   int64_t out_features() const;
   const Float8LinearConfig& config() const;
+  const LinearActivations& activations() const;
 
-  // output [tokens, out] = input [tokens, in] · weightᵀ (+ bias [out], may be null).
-  // All fp32 in backend memory. On a GPU with an fp8 grad_weight GEMM, tokens must be a
-  // multiple of 16 (that GEMM contracts over them).
-  absl::Status forward(const float* input, int64_t tokens, const float* weight, const float* bias, float* output);
+  // output [tokens, out] = input [tokens, in] · weightᵀ (+ bias [out], may be null), in
+  // backend memory: input and output in their activation dtypes, weight and bias fp32. On
+  // a GPU with an fp8 grad_weight GEMM, tokens must be a multiple of 16 (that GEMM
+  // contracts over them).
+  absl::Status forward(const void* input, int64_t tokens, const float* weight, const float* bias, void* output);
 
   // The same output for evaluation: nothing is kept for a backward() (the last forward()
   // can no longer be differentiated either) and delayed scaling records none of its amaxes.
-  absl::Status forward_no_grad(const float* input, int64_t tokens, const float* weight, const float* bias,
-                               float* output);
-  absl::Status forward_no_grad(const float* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
-                               float* output);
+  absl::Status forward_no_grad(const void* input, int64_t tokens, const float* weight, const float* bias, void* output);
+  absl::Status forward_no_grad(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
+                               void* output);
 
   // The same with a weight cast elsewhere (takes_fp8_weight() must hold). Its codes are
   // exactly what forward() would have made from the fp32 weight when they were cast with
   // fp8_weight_scale(global amax), so the outputs match bit for bit.
-  absl::Status forward(const float* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
-                       float* output);
+  absl::Status forward(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias, void* output);
 
   // Between forward() and backward(): the weight moved (FSDP frees it after the forward and
   // gathers it again for the backward). Same values in new memory, in the form forward() got.
@@ -142,7 +162,9 @@ class Float8Linear {
   // For the last forward(): WRITES grad_input [tokens, in] (skipped when null) and
   // ACCUMULATES (+=) grad_weight [out, in] and grad_bias [out] (skipped when null), so
   // that gradients add up over micro-batches: zero them once per optimizer step.
-  absl::Status backward(const float* grad_output, float* grad_input, float* grad_weight, float* grad_bias);
+  // grad_output has the output's dtype, grad_input the input's; grad_weight and grad_bias
+  // are fp32.
+  absl::Status backward(const void* grad_output, void* grad_input, float* grad_weight, float* grad_bias);
 
   // ---- delayed scaling ------------------------------------------------------------------
   // Casts under delayed scaling, in a fixed order; named "input", "weight", "grad_output"
@@ -193,8 +215,8 @@ class Float8Linear {
     const float* f32 = nullptr;
     const Fp8Weight* fp8 = nullptr;
   };
-  absl::Status run_forward(const float* input, int64_t tokens, const WeightSource& weight, const float* bias,
-                           float* output, bool for_backward);
+  absl::Status run_forward(const void* input, int64_t tokens, const WeightSource& weight, const float* bias,
+                           void* output, bool for_backward);
   std::unique_ptr<State> s_;
 };
 

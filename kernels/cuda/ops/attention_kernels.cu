@@ -25,6 +25,11 @@
 // P = exp(s - lse) uses the forward's s. No floating-point atomics: grad_k / grad_v are
 // owned by the block of their key tile, grad_q by the block of its query tile.
 //
+// Activations (q, k, v, out, grad_out, grad_q, grad_k, grad_v) are fp32 or bf16, the
+// kernels' element type A; lse and delta are fp32. Only the global loads and stores see A:
+// load_tile widens into the fp32 shared tiles and store_rows rounds each result once, so
+// every product, softmax and reduction is the fp32 one whatever A is.
+//
 // Work order: blocks are numbered heaviest tile first (the last query tiles see the most
 // keys, the first key tiles the most queries), so the tail of the grid is short work.
 #include "cuda/ops/attention_kernels.h"
@@ -35,8 +40,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
+#include "cuda/ops/activation_access.cuh"
 #include "ops/model_arith.h"
 
 namespace fp8::cuda {
@@ -46,6 +53,8 @@ constexpr int kThreads = 256;
 constexpr int kGrid = 16;  // the thread grid is kGrid x kGrid
 constexpr int kPad = 4;    // floats of padding per shared row
 constexpr unsigned kFullMask = 0xffffffffu;
+
+using model::bf16_bits;
 
 static_assert(kGrid * kGrid == kThreads);
 
@@ -120,7 +129,8 @@ struct Geometry {
   int tiles;       // row tiles per head: the grid's slow index
   int head_dim;
   int d_end;       // head_dim rounded up to 4: where the score products stop
-  bool vec4;       // head_dim % 4 == 0: rows may be read and written as float4
+  bool vec4;       // head_dim % 4 == 0 and every activation aligned for 4 elements: rows
+                   // move as one access per 4 columns (a float4, or 8 bytes of bf16)
   float scale;     // 1 / sqrt(head_dim)
 };
 
@@ -145,18 +155,37 @@ __device__ __forceinline__ float scaled(float s, float scale) { return __fmul_rn
 // padding of a partial tile) see nothing, so they add nothing to grad_k / grad_v.
 __device__ __forceinline__ bool visible(int query, int key, int seq) { return key <= query && query < seq; }
 
-// Copies `rows` rows of head_dim floats (row stride ld) into a ROWS x (D + kPad) tile and
+// Read-only global loads of activations, widened to float (__ldg: no kernel writes what it
+// reads), and the stores of results, rounded once for bf16.
+__device__ __forceinline__ float ldg_act(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float ldg_act(const bf16_bits* p) { return bf16_to_float(__ldg(p)); }
+
+__device__ __forceinline__ float4 ldg_act4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float4 ldg_act4(const bf16_bits* p) {
+  float v[4];
+  model::unpack_bf16x4(__ldg(reinterpret_cast<const uint2*>(p)), v);
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+__device__ __forceinline__ void store_act4(float* p, const float* x) {
+  *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+}
+__device__ __forceinline__ void store_act4(bf16_bits* p, const float* x) {
+  *reinterpret_cast<uint2*>(p) = make_uint2(model::pack_bf16x2(x[0], x[1]), model::pack_bf16x2(x[2], x[3]));
+}
+
+// Copies `rows` rows of head_dim activations (row stride ld) into a ROWS x (D + kPad) fp32 tile and
 // zero-fills the rest of it: the columns past head_dim and the rows past `rows`. A thread
 // always copies the same 4 columns, of every kStep-th row.
-template <int D, int ROWS>
-__device__ __forceinline__ void load_tile(float* tile, const float* __restrict__ src, int64_t ld, int rows,
+template <int D, int ROWS, typename A>
+__device__ __forceinline__ void load_tile(float* tile, const A* __restrict__ src, int64_t ld, int rows,
                                           const Geometry& g) {
   constexpr int kVecs = D / 4;  // float4s per row
   constexpr int kStep = kThreads / kVecs;
   static_assert(kThreads % kVecs == 0 && ROWS % kStep == 0);
   const int d = static_cast<int>(threadIdx.x) % kVecs * 4;
   const int r0 = static_cast<int>(threadIdx.x) / kVecs;
-  const float* p = src + r0 * ld + d;
+  const A* p = src + r0 * ld + d;
   float* t = tile + r0 * HeadDim<D>::kPitch + d;
   // How many of the 4 columns are real: all, some (the last chunk of a head_dim that is not
   // a multiple of 4, whose rows are then only 4-byte aligned) or none.
@@ -166,12 +195,12 @@ __device__ __forceinline__ void load_tile(float* tile, const float* __restrict__
     float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (r0 + it * kStep < rows && cols > 0) {
       if (g.vec4) {
-        x = __ldg(reinterpret_cast<const float4*>(p));
+        x = ldg_act4(p);
       } else {
-        x.x = __ldg(p);
-        if (cols > 1) x.y = __ldg(p + 1);
-        if (cols > 2) x.z = __ldg(p + 2);
-        if (cols > 3) x.w = __ldg(p + 3);
+        x.x = ldg_act(p);
+        if (cols > 1) x.y = ldg_act(p + 1);
+        if (cols > 2) x.z = ldg_act(p + 2);
+        if (cols > 3) x.w = ldg_act(p + 3);
       }
     }
     *reinterpret_cast<float4*>(t) = x;
@@ -250,9 +279,10 @@ __device__ __forceinline__ void accumulate_product(const float* a, const float* 
   }
 }
 
-// Writes the thread's head-dim columns of rows ty + 16i < rows (row stride ld) from acc.
-template <int D, int RI>
-__device__ __forceinline__ void store_rows(float* __restrict__ dst, int64_t ld, int rows, const Geometry& g,
+// Writes the thread's head-dim columns of rows ty + 16i < rows (row stride ld) from acc,
+// each rounded once when A is bf16.
+template <int D, int RI, typename A>
+__device__ __forceinline__ void store_rows(A* __restrict__ dst, int64_t ld, int rows, const Geometry& g,
                                            const float (&acc)[RI][HeadDim<D>::kCols]) {
   using H = HeadDim<D>;
   const int ty = static_cast<int>(threadIdx.x) / kGrid, tx = static_cast<int>(threadIdx.x) % kGrid;
@@ -260,17 +290,17 @@ __device__ __forceinline__ void store_rows(float* __restrict__ dst, int64_t ld, 
   for (int i = 0; i < RI; ++i) {
     const int r = ty + kGrid * i;
     if (r >= rows) continue;
-    float* row = dst + r * ld;
+    A* row = dst + r * ld;
 #pragma unroll
     for (int c = 0; c < H::kChunks; ++c) {
       const int d = c * kGrid * H::kVec + tx * H::kVec;
       const float* x = &acc[i][c * H::kVec];
       if (H::kVec == 4 && g.vec4 && d < g.head_dim) {  // then all 4 columns are real
-        *reinterpret_cast<float4*>(row + d) = make_float4(x[0], x[1], x[2], x[3]);
+        store_act4(row + d, x);
       } else {
 #pragma unroll
         for (int e = 0; e < H::kVec; ++e) {
-          if (d + e < g.head_dim) row[d + e] = x[e];
+          if (d + e < g.head_dim) model::store_act(row + d + e, x[e]);
         }
       }
     }
@@ -295,10 +325,10 @@ __device__ __forceinline__ float row_sum(float x) {
 // One block: query tile `qt` of head h, batch b. Online softmax over the key tiles: each
 // row keeps its running max m and sum l of exp(s - m), and the output accumulator o is
 // rescaled whenever m grows; out = o / l and lse = m + log l at the end.
-template <int D>
+template <int D, typename A>
 __global__ void __launch_bounds__(kThreads, 2)
-    attention_forward_kernel(Geometry g, const float* __restrict__ q, const float* __restrict__ k,
-                             const float* __restrict__ v, float* __restrict__ out, float* __restrict__ lse) {
+    attention_forward_kernel(Geometry g, const A* __restrict__ q, const A* __restrict__ k, const A* __restrict__ v,
+                             A* __restrict__ out, float* __restrict__ lse) {
   using H = HeadDim<D>;
   using T = ForwardTiles<D>;
   constexpr int RI = T::kRows / kGrid, CJ = T::kKeys / kGrid;
@@ -313,8 +343,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int q0 = qt * T::kRows;
   const int q_rows = min(T::kRows, g.seq - q0);
   const int64_t q_at = (b * g.seq + q0) * g.ld_q + h * g.head_dim;
-  const float* const k_head = k + b * g.seq * g.ld_kv + h / g.group * g.head_dim;
-  const float* const v_head = v + b * g.seq * g.ld_kv + h / g.group * g.head_dim;
+  const A* const k_head = k + b * g.seq * g.ld_kv + h / g.group * g.head_dim;
+  const A* const v_head = v + b * g.seq * g.ld_kv + h / g.group * g.head_dim;
 
   load_tile<D, T::kRows>(q_s, q + q_at, g.ld_q, q_rows, g);
 
@@ -388,16 +418,17 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 // delta[b, h, i] = grad_out[b, i, h, :] · out[b, i, h, :], one warp per row (rows in memory
 // order, (b·seq + i)·n_heads + h), summed in double like the CPU and rounded once.
+template <typename A>
 __global__ void __launch_bounds__(kThreads)
-    attention_delta_kernel(int64_t rows, int64_t n_heads, int64_t seq, int head_dim, const float* __restrict__ out,
-                           const float* __restrict__ grad_out, float* __restrict__ delta) {
+    attention_delta_kernel(int64_t rows, int64_t n_heads, int64_t seq, int head_dim, const A* __restrict__ out,
+                           const A* __restrict__ grad_out, float* __restrict__ delta) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (row >= rows) return;  // whole warps leave together, so the shuffles below see full warps
-  const float* o = out + row * head_dim;
-  const float* go = grad_out + row * head_dim;
+  const A* o = out + row * head_dim;
+  const A* go = grad_out + row * head_dim;
   double acc = 0.0;
-  for (int d = lane; d < head_dim; d += 32) acc += static_cast<double>(__ldg(o + d)) * __ldg(go + d);
+  for (int d = lane; d < head_dim; d += 32) acc += static_cast<double>(ldg_act(o + d)) * ldg_act(go + d);
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(kFullMask, acc, offset);
   if (lane == 0) {
@@ -412,12 +443,11 @@ __global__ void __launch_bounds__(kThreads)
 //   Sᵀ = K·Qᵀ, Pᵀ = exp(scale·Sᵀ − lse), dPᵀ = V·dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ − delta),
 //   dV += Pᵀ·dO, dK += dSᵀ·Q;
 // then grad_k = scale·dK and grad_v = dV.
-template <int D>
+template <int D, typename A>
 __global__ void __launch_bounds__(kThreads, 2)
-    attention_grad_kv_kernel(Geometry g, const float* __restrict__ q, const float* __restrict__ k,
-                             const float* __restrict__ v, const float* __restrict__ lse,
-                             const float* __restrict__ delta, const float* __restrict__ grad_out,
-                             float* __restrict__ grad_k, float* __restrict__ grad_v) {
+    attention_grad_kv_kernel(Geometry g, const A* __restrict__ q, const A* __restrict__ k, const A* __restrict__ v,
+                             const float* __restrict__ lse, const float* __restrict__ delta,
+                             const A* __restrict__ grad_out, A* __restrict__ grad_k, A* __restrict__ grad_v) {
   using H = HeadDim<D>;
   using T = GradKvTiles<D>;
   constexpr int RI = T::kKeys / kGrid, CJ = T::kRows / kGrid;
@@ -497,12 +527,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 // One block: query tile `qt` of head h, batch b. Over the visible key tiles in increasing
 // order: dP = dO·Vᵀ, S = Q·Kᵀ, P = exp(scale·S − lse), dS = P ∘ (dP − delta), dQ += dS·K;
 // then grad_q = scale·dQ.
-template <int D>
+template <int D, typename A>
 __global__ void __launch_bounds__(kThreads, 2)
-    attention_grad_q_kernel(Geometry g, const float* __restrict__ q, const float* __restrict__ k,
-                            const float* __restrict__ v, const float* __restrict__ lse,
-                            const float* __restrict__ delta, const float* __restrict__ grad_out,
-                            float* __restrict__ grad_q) {
+    attention_grad_q_kernel(Geometry g, const A* __restrict__ q, const A* __restrict__ k, const A* __restrict__ v,
+                            const float* __restrict__ lse, const float* __restrict__ delta,
+                            const A* __restrict__ grad_out, A* __restrict__ grad_q) {
   using H = HeadDim<D>;
   using T = GradQTiles<D>;
   constexpr int RI = T::kRows / kGrid, CJ = T::kKeys / kGrid;
@@ -518,8 +547,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int q0 = qt * T::kRows;
   const int q_rows = min(T::kRows, g.seq - q0);
   const int64_t q_at = (b * g.seq + q0) * g.ld_q + h * g.head_dim;
-  const float* const k_head = k + b * g.seq * g.ld_kv + h / g.group * g.head_dim;
-  const float* const v_head = v + b * g.seq * g.ld_kv + h / g.group * g.head_dim;
+  const A* const k_head = k + b * g.seq * g.ld_kv + h / g.group * g.head_dim;
+  const A* const v_head = v + b * g.seq * g.ld_kv + h / g.group * g.head_dim;
 
   float row_lse[RI], row_delta[RI];  // of this thread's score rows ty + 16i
 #pragma unroll
@@ -601,7 +630,8 @@ struct Grid {
 };
 
 // False when the blocks would not fit in gridDim.x or a position near seq in int.
-bool make_grid(const AttentionDims& d, int64_t heads, int64_t tile_rows, Grid* grid) {
+// `aligned`: every activation pointer of the call allows 4-element accesses.
+bool make_grid(const AttentionDims& d, int64_t heads, int64_t tile_rows, bool aligned, Grid* grid) {
   if (d.seq > INT_MAX - 256) return false;
   const int64_t tiles = ceil_div(d.seq, tile_rows);
   if (tiles * heads > INT_MAX) return false;
@@ -616,7 +646,9 @@ bool make_grid(const AttentionDims& d, int64_t heads, int64_t tile_rows, Grid* g
   g.tiles = static_cast<int>(tiles);
   g.head_dim = static_cast<int>(d.head_dim);
   g.d_end = static_cast<int>((d.head_dim + 3) / 4 * 4);
-  g.vec4 = d.head_dim % 4 == 0;
+  // Row offsets are multiples of head_dim, so with head_dim % 4 == 0 every 4-column chunk
+  // of a row is as aligned as the tensor's base.
+  g.vec4 = d.head_dim % 4 == 0 && aligned;
   // As the CPU computes it: in double, rounded once.
   g.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
   grid->blocks = static_cast<unsigned>(tiles * heads);
@@ -635,20 +667,33 @@ LaunchResult allow_shared_memory(Kernel* kernel, size_t bytes, const char* call)
 
 int64_t delta_rows(const AttentionDims& d) { return d.batch * d.seq * d.n_heads; }
 
+template <typename A>
+bool all_aligned(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers) {
+    if (!model::aligned_for<A, 4>(p)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
-LaunchResult launch_attention_forward(const AttentionDims& d, const float* q, const float* k, const float* v,
-                                      float* out, float* lse, cudaStream_t stream) {
-  return with_head_dim(d.head_dim, [&](auto bucket) -> LaunchResult {
-    constexpr int D = decltype(bucket)::value;
-    using T = ForwardTiles<D>;
-    Grid p{};
-    if (!make_grid(d, d.batch * d.n_heads, T::kRows, &p)) return kTooLarge;
-    const LaunchResult r = allow_shared_memory(attention_forward_kernel<D>, T::kBytes,
-                                               "cudaFuncSetAttribute (attention forward kernel)");
-    if (!r.ok()) return r;
-    attention_forward_kernel<D><<<p.blocks, kThreads, T::kBytes, stream>>>(p.g, q, k, v, out, lse);
-    return after_launch("attention forward kernel");
+LaunchResult launch_attention_forward(const AttentionDims& d, const void* q, const void* k, const void* v, void* out,
+                                      float* lse, HpType act, cudaStream_t stream) {
+  return model::with_act(act, [&](auto type) {
+    using A = decltype(type);
+    const bool aligned = all_aligned<A>({q, k, v, out});
+    return with_head_dim(d.head_dim, [&](auto bucket) -> LaunchResult {
+      constexpr int D = decltype(bucket)::value;
+      using T = ForwardTiles<D>;
+      Grid p{};
+      if (!make_grid(d, d.batch * d.n_heads, T::kRows, aligned, &p)) return kTooLarge;
+      const LaunchResult r = allow_shared_memory(attention_forward_kernel<D, A>, T::kBytes,
+                                                 "cudaFuncSetAttribute (attention forward kernel)");
+      if (!r.ok()) return r;
+      attention_forward_kernel<D, A><<<p.blocks, kThreads, T::kBytes, stream>>>(
+          p.g, static_cast<const A*>(q), static_cast<const A*>(k), static_cast<const A*>(v), static_cast<A*>(out), lse);
+      return after_launch("attention forward kernel");
+    });
   });
 }
 
@@ -657,35 +702,46 @@ size_t attention_backward_scratch_bytes(const AttentionDims& d) {
   return (bytes + 255) / 256 * 256;
 }
 
-LaunchResult launch_attention_backward(const AttentionDims& d, const float* q, const float* k, const float* v,
-                                       const float* out, const float* lse, const float* grad_out, float* grad_q,
-                                       float* grad_k, float* grad_v, void* scratch, cudaStream_t stream) {
+LaunchResult launch_attention_backward(const AttentionDims& d, const void* q, const void* k, const void* v,
+                                       const void* out, const float* lse, const void* grad_out, void* grad_q,
+                                       void* grad_k, void* grad_v, void* scratch, HpType act, cudaStream_t stream) {
   float* const delta = static_cast<float*>(scratch);
   constexpr int kWarps = kThreads / 32;
   const int64_t delta_blocks = ceil_div(delta_rows(d), kWarps);
   if (delta_blocks > INT_MAX || d.seq > INT_MAX) return kTooLarge;
-  attention_delta_kernel<<<static_cast<unsigned>(delta_blocks), kThreads, 0, stream>>>(
-      delta_rows(d), d.n_heads, d.seq, static_cast<int>(d.head_dim), out, grad_out, delta);
-  if (const LaunchResult r = after_launch("attention delta kernel"); !r.ok()) return r;
+  return model::with_act(act, [&](auto type) {
+    using A = decltype(type);
+    const A* const qa = static_cast<const A*>(q);
+    const A* const ka = static_cast<const A*>(k);
+    const A* const va = static_cast<const A*>(v);
+    const A* const grad_out_a = static_cast<const A*>(grad_out);
+    attention_delta_kernel<A><<<static_cast<unsigned>(delta_blocks), kThreads, 0, stream>>>(
+        delta_rows(d), d.n_heads, d.seq, static_cast<int>(d.head_dim), static_cast<const A*>(out), grad_out_a, delta);
+    if (const LaunchResult r = after_launch("attention delta kernel"); !r.ok()) return r;
 
-  return with_head_dim(d.head_dim, [&](auto bucket) -> LaunchResult {
-    constexpr int D = decltype(bucket)::value;
-    using KvT = GradKvTiles<D>;
-    using QT = GradQTiles<D>;
-    Grid kv{}, qp{};
-    if (!make_grid(d, d.batch * d.n_kv_heads, KvT::kKeys, &kv) || !make_grid(d, d.batch * d.n_heads, QT::kRows, &qp)) {
-      return kTooLarge;
-    }
-    LaunchResult r = allow_shared_memory(attention_grad_kv_kernel<D>, KvT::kBytes,
-                                         "cudaFuncSetAttribute (attention grad_kv kernel)");
-    if (!r.ok()) return r;
-    attention_grad_kv_kernel<D>
-        <<<kv.blocks, kThreads, KvT::kBytes, stream>>>(kv.g, q, k, v, lse, delta, grad_out, grad_k, grad_v);
-    if (r = after_launch("attention grad_kv kernel"); !r.ok()) return r;
-    r = allow_shared_memory(attention_grad_q_kernel<D>, QT::kBytes, "cudaFuncSetAttribute (attention grad_q kernel)");
-    if (!r.ok()) return r;
-    attention_grad_q_kernel<D><<<qp.blocks, kThreads, QT::kBytes, stream>>>(qp.g, q, k, v, lse, delta, grad_out, grad_q);
-    return after_launch("attention grad_q kernel");
+    const bool aligned = all_aligned<A>({q, k, v, grad_out, grad_q, grad_k, grad_v});
+    return with_head_dim(d.head_dim, [&](auto bucket) -> LaunchResult {
+      constexpr int D = decltype(bucket)::value;
+      using KvT = GradKvTiles<D>;
+      using QT = GradQTiles<D>;
+      Grid kv{}, qp{};
+      if (!make_grid(d, d.batch * d.n_kv_heads, KvT::kKeys, aligned, &kv) ||
+          !make_grid(d, d.batch * d.n_heads, QT::kRows, aligned, &qp)) {
+        return kTooLarge;
+      }
+      LaunchResult r = allow_shared_memory(attention_grad_kv_kernel<D, A>, KvT::kBytes,
+                                           "cudaFuncSetAttribute (attention grad_kv kernel)");
+      if (!r.ok()) return r;
+      attention_grad_kv_kernel<D, A><<<kv.blocks, kThreads, KvT::kBytes, stream>>>(
+          kv.g, qa, ka, va, lse, delta, grad_out_a, static_cast<A*>(grad_k), static_cast<A*>(grad_v));
+      if (r = after_launch("attention grad_kv kernel"); !r.ok()) return r;
+      r = allow_shared_memory(attention_grad_q_kernel<D, A>, QT::kBytes,
+                              "cudaFuncSetAttribute (attention grad_q kernel)");
+      if (!r.ok()) return r;
+      attention_grad_q_kernel<D, A><<<qp.blocks, kThreads, QT::kBytes, stream>>>(qp.g, qa, ka, va, lse, delta,
+                                                                                 grad_out_a, static_cast<A*>(grad_q));
+      return after_launch("attention grad_q kernel");
+    });
   });
 }
 

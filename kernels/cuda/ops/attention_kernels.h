@@ -9,7 +9,14 @@
 // Layouts (as in model_ops.h): q, out, grad_out, grad_q [batch, seq, n_heads, head_dim];
 // k, v, grad_k, grad_v [batch, seq, n_kv_heads, head_dim]; lse [batch, n_heads, seq].
 // Query head h reads kv head h / (n_heads / n_kv_heads). Any head_dim up to
-// kMaxAttentionHeadDim and any seq work; base pointers must be 16-byte aligned.
+// kMaxAttentionHeadDim and any seq work. Pointers need only their element's alignment:
+// rows move 4 columns per access (16 bytes of fp32, 8 of bf16) when head_dim % 4 == 0 and
+// every activation pointer of the call allows it, element by element otherwise.
+//
+// Activations (every `void*` / `const void*`) are of element type `act`: fp32, or bf16 as
+// raw bits (HpType, standing for fp8::DType); lse and the scratch are fp32. bf16 is widened
+// on load into the fp32 tiles and each result rounded once on store (arith.h's
+// float_to_bf16), so the arithmetic is the fp32 kernels' whatever `act`.
 //
 // Flash-attention style: the forward keeps only each row's log-sum-exp; the backward
 // recomputes the probabilities tile by tile. Deterministic: no floating-point atomics;
@@ -22,7 +29,7 @@
 
 #include <cstdint>
 
-#include "cuda/cast_kernels.h"  // LaunchResult
+#include "cuda/cast_kernels.h"  // LaunchResult, HpType
 
 namespace fp8::cuda {
 
@@ -38,8 +45,8 @@ struct AttentionDims {
 };
 
 // out = softmax(q·kᵀ / sqrt(head_dim) + causal mask)·v; lse = each score row's log-sum-exp.
-LaunchResult launch_attention_forward(const AttentionDims& d, const float* q, const float* k, const float* v,
-                                      float* out, float* lse, cudaStream_t stream);
+LaunchResult launch_attention_forward(const AttentionDims& d, const void* q, const void* k, const void* v, void* out,
+                                      float* lse, HpType act, cudaStream_t stream);
 
 // Bytes of device scratch attention_backward needs for these dimensions: the per-row
 // delta_i = grad_out_i · out_i, [batch, n_heads, seq] floats, rounded up to 256 bytes.
@@ -47,8 +54,8 @@ size_t attention_backward_scratch_bytes(const AttentionDims& d);
 
 // grad_q, grad_k, grad_v are written (=), never accumulated. `scratch` holds at least
 // attention_backward_scratch_bytes(d) bytes, 256-byte aligned.
-LaunchResult launch_attention_backward(const AttentionDims& d, const float* q, const float* k, const float* v,
-                                       const float* out, const float* lse, const float* grad_out, float* grad_q,
-                                       float* grad_k, float* grad_v, void* scratch, cudaStream_t stream);
+LaunchResult launch_attention_backward(const AttentionDims& d, const void* q, const void* k, const void* v,
+                                       const void* out, const float* lse, const void* grad_out, void* grad_q,
+                                       void* grad_k, void* grad_v, void* scratch, HpType act, cudaStream_t stream);
 
 }  // namespace fp8::cuda

@@ -10,6 +10,9 @@
 //
 // A target counts when it is in [0, vocab): kIgnoreTarget (-1), and any other id the host
 // could not check, contribute nothing and get a zero gradient row.
+//
+// logits and grad_logits are fp32 or bf16 (the element type T), widened on load and each
+// gradient rounded once on store; lse and the loss are fp32.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -28,13 +31,13 @@ constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;  // the row kernel loops pas
 
 __device__ __forceinline__ bool counts(int32_t target, int64_t vocab) { return target >= 0 && target < vocab; }
 
-template <bool kVec>
+template <typename T, bool kVec>
 __global__ void __launch_bounds__(kThreads)
-    cross_entropy_rows_kernel(const float* __restrict__ logits, const int32_t* __restrict__ targets, int64_t rows,
+    cross_entropy_rows_kernel(const T* __restrict__ logits, const int32_t* __restrict__ targets, int64_t rows,
                               int64_t vocab, float* __restrict__ lse, double* __restrict__ row_loss) {
   const int64_t groups = model::ceil_div(vocab, 4);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* row = logits + r * vocab;
+    const T* row = logits + r * vocab;
     float max = -INFINITY;
     for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
       float v[4];
@@ -57,7 +60,7 @@ __global__ void __launch_bounds__(kThreads)
       const double row_lse = static_cast<double>(max) + log(sum);
       lse[r] = static_cast<float>(row_lse);
       const int32_t target = targets[r];
-      row_loss[r] = counts(target, vocab) ? row_lse - static_cast<double>(row[target]) : 0.0;
+      row_loss[r] = counts(target, vocab) ? row_lse - static_cast<double>(model::load_act(row + target)) : 0.0;
     }
   }
 }
@@ -98,12 +101,12 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // grad[r, j] = scale * e^(logits[r, j] - lse[r]) - (j == target ? scale : 0), zero rows
-// where the target does not count. Items are float4 groups (kVec) or single logits.
-template <bool kVec>
+// where the target does not count. Items are groups of 4 logits (kVec) or single logits.
+template <typename T, bool kVec>
 __global__ void __launch_bounds__(kThreads)
-    cross_entropy_grad_kernel(const float* __restrict__ logits, const int32_t* __restrict__ targets,
+    cross_entropy_grad_kernel(const T* __restrict__ logits, const int32_t* __restrict__ targets,
                               const float* __restrict__ lse, int64_t rows, int64_t vocab,
-                              const float* __restrict__ scale_ptr, float* __restrict__ grad) {
+                              const float* __restrict__ scale_ptr, T* __restrict__ grad) {
   const model::SweepPos p = model::sweep_pos();
   constexpr int kItem = kVec ? 4 : 1;
   if (p.item * kItem >= vocab) return;
@@ -119,13 +122,9 @@ __global__ void __launch_bounds__(kThreads)
       const float row_lse = lse[r];
       float v[kItem];
       if constexpr (kVec) {
-        const float4 x = *reinterpret_cast<const float4*>(logits + j0);
-        v[0] = x.x;
-        v[1] = x.y;
-        v[2] = x.z;
-        v[3] = x.w;
+        model::load4(logits + j0, v);
       } else {
-        v[0] = logits[j0];
+        v[0] = model::load_act(logits + j0);
       }
 #pragma unroll
       for (int k = 0; k < kItem; ++k) {
@@ -134,9 +133,9 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     if constexpr (kVec) {
-      *reinterpret_cast<float4*>(grad + j0) = make_float4(g[0], g[1], g[2], g[3]);
+      model::store4(grad + j0, g);
     } else {
-      grad[j0] = g[0];
+      model::store_act(grad + j0, g[0]);
     }
   }
 }
@@ -149,18 +148,23 @@ size_t cross_entropy_forward_scratch_bytes(int64_t rows) {
   return carve.used();
 }
 
-LaunchResult launch_cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                          float* loss, float* lse, void* scratch, cudaStream_t stream) {
+LaunchResult launch_cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                          float* loss, float* lse, void* scratch, HpType act, cudaStream_t stream) {
   if (rows <= 0 || vocab <= 0) return {};
   model::ScratchCarver carve(scratch);
   double* row_loss = carve.take<double>(static_cast<size_t>(rows));
   const unsigned blocks = model::clamp_grid(rows, kMaxRowBlocks);
-  if (vocab % 4 == 0 && model::aligned16(logits)) {
-    cross_entropy_rows_kernel<true><<<blocks, kThreads, 0, stream>>>(logits, targets, rows, vocab, lse, row_loss);
-  } else {
-    cross_entropy_rows_kernel<false><<<blocks, kThreads, 0, stream>>>(logits, targets, rows, vocab, lse, row_loss);
-  }
-  if (auto r = model::after_launch("cross_entropy forward kernel"); !r.ok()) return r;
+  const LaunchResult rows_queued = model::with_act(act, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = static_cast<const T*>(logits);
+    if (vocab % 4 == 0 && model::aligned_for<T, 4>(x)) {
+      cross_entropy_rows_kernel<T, true><<<blocks, kThreads, 0, stream>>>(x, targets, rows, vocab, lse, row_loss);
+    } else {
+      cross_entropy_rows_kernel<T, false><<<blocks, kThreads, 0, stream>>>(x, targets, rows, vocab, lse, row_loss);
+    }
+    return model::after_launch("cross_entropy forward kernel");
+  });
+  if (!rows_queued.ok()) return rows_queued;
   cross_entropy_mean_kernel<<<1, kThreads, 0, stream>>>(row_loss, targets, rows, vocab, loss);
   return model::after_launch("cross_entropy mean kernel");
 }
@@ -171,25 +175,30 @@ size_t cross_entropy_backward_scratch_bytes() {
   return carve.used();
 }
 
-LaunchResult launch_cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, int64_t rows,
-                                           int64_t vocab, float grad_loss, float* grad_logits, void* scratch,
+LaunchResult launch_cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse, int64_t rows,
+                                           int64_t vocab, float grad_loss, void* grad_logits, void* scratch, HpType act,
                                            cudaStream_t stream) {
   if (rows <= 0 || vocab <= 0) return {};
-  const bool vec = vocab % 4 == 0 && model::aligned16(logits) && model::aligned16(grad_logits);
-  const model::RowSweep sweep = model::row_sweep(rows, vec ? vocab / 4 : vocab);
-  if (!sweep.ok) return model::kTooLarge;
-  model::ScratchCarver carve(scratch);
-  float* scale = carve.take<float>(1);
-  cross_entropy_scale_kernel<<<1, kThreads, 0, stream>>>(targets, rows, vocab, grad_loss, scale);
-  if (auto r = model::after_launch("cross_entropy scale kernel"); !r.ok()) return r;
-  if (vec) {
-    cross_entropy_grad_kernel<true>
-        <<<sweep.grid, sweep.block, 0, stream>>>(logits, targets, lse, rows, vocab, scale, grad_logits);
-  } else {
-    cross_entropy_grad_kernel<false>
-        <<<sweep.grid, sweep.block, 0, stream>>>(logits, targets, lse, rows, vocab, scale, grad_logits);
-  }
-  return model::after_launch("cross_entropy backward kernel");
+  return model::with_act(act, [&](auto tag) -> LaunchResult {
+    using T = decltype(tag);
+    const T* x = static_cast<const T*>(logits);
+    T* grad = static_cast<T*>(grad_logits);
+    const bool vec = vocab % 4 == 0 && model::aligned_for<T, 4>(x) && model::aligned_for<T, 4>(grad);
+    const model::RowSweep sweep = model::row_sweep(rows, vec ? vocab / 4 : vocab);
+    if (!sweep.ok) return model::kTooLarge;
+    model::ScratchCarver carve(scratch);
+    float* scale = carve.take<float>(1);
+    cross_entropy_scale_kernel<<<1, kThreads, 0, stream>>>(targets, rows, vocab, grad_loss, scale);
+    if (auto r = model::after_launch("cross_entropy scale kernel"); !r.ok()) return r;
+    if (vec) {
+      cross_entropy_grad_kernel<T, true>
+          <<<sweep.grid, sweep.block, 0, stream>>>(x, targets, lse, rows, vocab, scale, grad);
+    } else {
+      cross_entropy_grad_kernel<T, false>
+          <<<sweep.grid, sweep.block, 0, stream>>>(x, targets, lse, rows, vocab, scale, grad);
+    }
+    return model::after_launch("cross_entropy backward kernel");
+  });
 }
 
 }  // namespace fp8::cuda

@@ -10,6 +10,9 @@
 //
 // Token ids and targets live in device memory and cannot be checked here without a
 // sync: the kernels skip an out-of-range id (model_kernels.h says how).
+//
+// Activations of either type (fp32, bf16) go straight to kernels templated on it: no
+// staging copies, unlike the CPU (model_kernels.h, attention_kernels.h).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -53,6 +56,9 @@ cuda::AttentionDims dims_of(const AttentionShape& s) { return {s.batch, s.seq, s
 
 cuda::RopeDims dims_of(const RopeShape& s) { return {s.batch, s.seq, s.heads, s.head_dim}; }
 
+// The kernels' name for an activation type; `act` was validated (float32 or bfloat16).
+cuda::HpType hp_type(DType act) { return act == DType::kBFloat16 ? cuda::HpType::kBFloat16 : cuda::HpType::kFloat32; }
+
 class CudaModelOps final : public ModelOps {
  public:
   static absl::StatusOr<std::unique_ptr<ModelOps>> create(int device, cudaStream_t stream);
@@ -69,14 +75,15 @@ class CudaModelOps final : public ModelOps {
   std::string name() const override { return name_; }
 
   absl::Status embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t vocab, int64_t dim,
-                                 float* out) override {
-    FP8_RETURN_IF_ERROR(ops::validate_embedding_forward(tokens, n, table, vocab, dim, out));
-    return on_device([&] { return cuda::launch_embedding_forward(tokens, n, table, vocab, dim, out, stream_); });
+                                 void* out, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_embedding_forward(tokens, n, table, vocab, dim, out, act));
+    return on_device(
+        [&] { return cuda::launch_embedding_forward(tokens, n, table, vocab, dim, out, hp_type(act), stream_); });
   }
 
-  absl::Status embedding_backward(const int32_t* tokens, int64_t n, const float* grad_out, int64_t vocab, int64_t dim,
-                                  float* grad_table) override {
-    FP8_RETURN_IF_ERROR(ops::validate_embedding_backward(tokens, n, grad_out, vocab, dim, grad_table));
+  absl::Status embedding_backward(const int32_t* tokens, int64_t n, const void* grad_out, int64_t vocab, int64_t dim,
+                                  float* grad_table, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_embedding_backward(tokens, n, grad_out, vocab, dim, grad_table, act));
     if (n > cuda::kMaxEmbeddingBackwardTokens) {
       return absl::InvalidArgumentError(absl::StrCat("embedding_backward: n ", n,
                                                      " exceeds the CUDA kernels' limit of ",
@@ -89,89 +96,97 @@ class CudaModelOps final : public ModelOps {
     FP8_RETURN_IF_ERROR(cuda_status(cuda::embedding_backward_scratch_bytes(n, vocab, &bytes)));
     auto scratch = scratch_.get(bytes, stream_);
     if (!scratch.ok()) return scratch.status();
-    return cuda_status(
-        cuda::launch_embedding_backward(tokens, n, grad_out, vocab, dim, grad_table, *scratch, bytes, stream_));
+    return cuda_status(cuda::launch_embedding_backward(tokens, n, grad_out, vocab, dim, grad_table, *scratch, bytes,
+                                                       hp_type(act), stream_));
   }
 
-  absl::Status rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* out,
-                               float* inv_rms) override {
-    FP8_RETURN_IF_ERROR(ops::validate_rmsnorm_forward(x, weight, rows, dim, eps, out, inv_rms));
-    return on_device([&] { return cuda::launch_rmsnorm_forward(x, weight, rows, dim, eps, out, inv_rms, stream_); });
+  absl::Status rmsnorm_forward(const void* x, const float* weight, int64_t rows, int64_t dim, float eps, void* out,
+                               float* inv_rms, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_rmsnorm_forward(x, weight, rows, dim, eps, out, inv_rms, act));
+    return on_device(
+        [&] { return cuda::launch_rmsnorm_forward(x, weight, rows, dim, eps, out, inv_rms, hp_type(act), stream_); });
   }
 
-  absl::Status rmsnorm_backward(const float* x, const float* weight, const float* inv_rms, const float* grad_out,
-                                int64_t rows, int64_t dim, float* grad_x, float* grad_weight) override {
-    FP8_RETURN_IF_ERROR(ops::validate_rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x, grad_weight));
+  absl::Status rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
+                                int64_t rows, int64_t dim, void* grad_x, float* grad_weight, DType act) override {
+    FP8_RETURN_IF_ERROR(
+        ops::validate_rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x, grad_weight, act));
     return with_scratch(cuda::rmsnorm_backward_scratch_bytes(rows, dim), [&](void* scratch) {
       return cuda::launch_rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x, grad_weight, scratch,
-                                           stream_);
+                                           hp_type(act), stream_);
     });
   }
 
-  absl::Status rope_forward(const RopeShape& shape, double theta, const float* x, float* out) override {
-    FP8_RETURN_IF_ERROR(ops::validate_rope_forward(shape, theta, x, out));
-    return rope(shape, theta, /*inverse=*/false, x, out);
+  absl::Status rope_forward(const RopeShape& shape, double theta, const void* x, void* out, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_rope_forward(shape, theta, x, out, act));
+    return rope(shape, theta, /*inverse=*/false, x, out, act);
   }
 
-  absl::Status rope_backward(const RopeShape& shape, double theta, const float* grad_out, float* grad_x) override {
-    FP8_RETURN_IF_ERROR(ops::validate_rope_backward(shape, theta, grad_out, grad_x));
-    return rope(shape, theta, /*inverse=*/true, grad_out, grad_x);
+  absl::Status rope_backward(const RopeShape& shape, double theta, const void* grad_out, void* grad_x,
+                             DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_rope_backward(shape, theta, grad_out, grad_x, act));
+    return rope(shape, theta, /*inverse=*/true, grad_out, grad_x, act);
   }
 
-  absl::Status attention_forward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                                 float* out, float* lse) override {
-    FP8_RETURN_IF_ERROR(ops::validate_attention_forward(shape, q, k, v, out, lse));
+  absl::Status attention_forward(const AttentionShape& shape, const void* q, const void* k, const void* v, void* out,
+                                 float* lse, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_attention_forward(shape, q, k, v, out, lse, act));
     FP8_RETURN_IF_ERROR(check_attention_head_dim("attention_forward", shape));
-    return on_device([&] { return cuda::launch_attention_forward(dims_of(shape), q, k, v, out, lse, stream_); });
+    return on_device(
+        [&] { return cuda::launch_attention_forward(dims_of(shape), q, k, v, out, lse, hp_type(act), stream_); });
   }
 
-  absl::Status attention_backward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                                  const float* out, const float* lse, const float* grad_out, float* grad_q,
-                                  float* grad_k, float* grad_v) override {
-    FP8_RETURN_IF_ERROR(ops::validate_attention_backward(shape, q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v));
+  absl::Status attention_backward(const AttentionShape& shape, const void* q, const void* k, const void* v,
+                                  const void* out, const float* lse, const void* grad_out, void* grad_q, void* grad_k,
+                                  void* grad_v, DType act) override {
+    FP8_RETURN_IF_ERROR(
+        ops::validate_attention_backward(shape, q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v, act));
     FP8_RETURN_IF_ERROR(check_attention_head_dim("attention_backward", shape));
     const cuda::AttentionDims d = dims_of(shape);
     return with_scratch(cuda::attention_backward_scratch_bytes(d), [&](void* scratch) {
-      return cuda::launch_attention_backward(d, q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v, scratch, stream_);
+      return cuda::launch_attention_backward(d, q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v, scratch,
+                                             hp_type(act), stream_);
     });
   }
 
-  absl::Status swiglu_forward(const float* gate, const float* up, int64_t n, float* out) override {
-    FP8_RETURN_IF_ERROR(ops::validate_swiglu_forward(gate, up, n, out));
-    return on_device([&] { return cuda::launch_swiglu_forward(gate, up, n, out, stream_); });
+  absl::Status swiglu_forward(const void* gate, const void* up, int64_t n, void* out, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_swiglu_forward(gate, up, n, out, act));
+    return on_device([&] { return cuda::launch_swiglu_forward(gate, up, n, out, hp_type(act), stream_); });
   }
 
-  absl::Status swiglu_backward(const float* gate, const float* up, const float* grad_out, int64_t n, float* grad_gate,
-                               float* grad_up) override {
-    FP8_RETURN_IF_ERROR(ops::validate_swiglu_backward(gate, up, grad_out, n, grad_gate, grad_up));
-    return on_device([&] { return cuda::launch_swiglu_backward(gate, up, grad_out, n, grad_gate, grad_up, stream_); });
+  absl::Status swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n, void* grad_gate,
+                               void* grad_up, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_swiglu_backward(gate, up, grad_out, n, grad_gate, grad_up, act));
+    return on_device(
+        [&] { return cuda::launch_swiglu_backward(gate, up, grad_out, n, grad_gate, grad_up, hp_type(act), stream_); });
   }
 
-  absl::Status add(const float* a, const float* b, int64_t n, float* out) override {
-    FP8_RETURN_IF_ERROR(ops::validate_add(a, b, n, out));
-    return on_device([&] { return cuda::launch_add(a, b, n, out, stream_); });
+  absl::Status add(const void* a, const void* b, int64_t n, void* out, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_add(a, b, n, out, act));
+    return on_device([&] { return cuda::launch_add(a, b, n, out, hp_type(act), stream_); });
   }
 
-  absl::Status accumulate(const float* x, int64_t n, float* y) override {
-    FP8_RETURN_IF_ERROR(ops::validate_accumulate(x, n, y));
-    return on_device([&] { return cuda::launch_accumulate(x, n, y, stream_); });
+  absl::Status accumulate(const void* x, int64_t n, void* y, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_accumulate(x, n, y, act));
+    return on_device([&] { return cuda::launch_accumulate(x, n, y, hp_type(act), stream_); });
   }
 
-  absl::Status cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                     float* loss, float* lse) override {
-    FP8_RETURN_IF_ERROR(ops::validate_cross_entropy_forward(logits, targets, rows, vocab, loss, lse));
+  absl::Status cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                     float* loss, float* lse, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_cross_entropy_forward(logits, targets, rows, vocab, loss, lse, act));
     return with_scratch(cuda::cross_entropy_forward_scratch_bytes(rows), [&](void* scratch) {
-      return cuda::launch_cross_entropy_forward(logits, targets, rows, vocab, loss, lse, scratch, stream_);
+      return cuda::launch_cross_entropy_forward(logits, targets, rows, vocab, loss, lse, scratch, hp_type(act),
+                                                stream_);
     });
   }
 
-  absl::Status cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, int64_t rows,
-                                      int64_t vocab, float grad_loss, float* grad_logits) override {
+  absl::Status cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse, int64_t rows,
+                                      int64_t vocab, float grad_loss, void* grad_logits, DType act) override {
     FP8_RETURN_IF_ERROR(
-        ops::validate_cross_entropy_backward(logits, targets, lse, rows, vocab, grad_loss, grad_logits));
+        ops::validate_cross_entropy_backward(logits, targets, lse, rows, vocab, grad_loss, grad_logits, act));
     return with_scratch(cuda::cross_entropy_backward_scratch_bytes(), [&](void* scratch) {
       return cuda::launch_cross_entropy_backward(logits, targets, lse, rows, vocab, grad_loss, grad_logits, scratch,
-                                                 stream_);
+                                                 hp_type(act), stream_);
     });
   }
 
@@ -263,13 +278,14 @@ class CudaModelOps final : public ModelOps {
     return cuda_status(launch(*scratch));
   }
 
-  absl::Status rope(const RopeShape& shape, double theta, bool inverse, const float* in, float* out) {
+  absl::Status rope(const RopeShape& shape, double theta, bool inverse, const void* in, void* out, DType act) {
     std::lock_guard<std::mutex> lock(mu_);
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
     auto table = rope_tables_.get(shape.seq, shape.head_dim, theta, stream_);
     if (!table.ok()) return table.status();
-    return cuda_status(cuda::launch_rope(dims_of(shape), table->cos, table->sin, inverse, in, out, stream_));
+    return cuda_status(
+        cuda::launch_rope(dims_of(shape), table->cos, table->sin, inverse, in, out, hp_type(act), stream_));
   }
 
   const int device_;

@@ -5,6 +5,11 @@
 // Bit-identical to the CPU: this file is compiled with -fmad=false (kernels/ops/
 // CMakeLists.txt), so a * b + c stays two rounded operations as on the host, and the
 // functions are the same; only expf (SwiGLU) differs, CUDA's being within 2 ulp.
+//
+// The activation ops (add, accumulate, SwiGLU) take fp32 or bf16 streams (the element type
+// T); scale and AdamW are fp32. bf16 elements are widened on load and each output rounded
+// once on store (activation_access.cuh), so add and accumulate in bf16 are bit-identical
+// to the CPU's bf16 path too.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -21,48 +26,43 @@ using model::kThreads;
 // Enough blocks to fill any H100/H200 many times over; larger tensors loop (grid-stride).
 constexpr int64_t kMaxBlocks = int64_t{1} << 15;
 
-template <int K, int M>
+template <typename T, int K, int M>
 struct Streams {
-  const float* in[K];
-  float* out[M];
+  const T* in[K];
+  T* out[M];
 };
 
 // Outputs may alias inputs (in-place updates), hence no __restrict__ and no read-only
 // cache loads: each element's inputs are all loaded before its outputs are stored, by the
 // one thread that owns it.
-template <typename Fn, int K, int M>
-__device__ __forceinline__ void map_one(const Fn& fn, const Streams<K, M>& s, int64_t i) {
+template <typename Fn, typename T, int K, int M>
+__device__ __forceinline__ void map_one(const Fn& fn, const Streams<T, K, M>& s, int64_t i) {
   float x[K];
   float y[M];
 #pragma unroll
-  for (int k = 0; k < K; ++k) x[k] = s.in[k][i];
+  for (int k = 0; k < K; ++k) x[k] = model::load_act(s.in[k] + i);
   fn(x, y);
 #pragma unroll
-  for (int m = 0; m < M; ++m) s.out[m][i] = y[m];
+  for (int m = 0; m < M; ++m) model::store_act(s.out[m] + i, y[m]);
 }
 
-// kVec: every stream is 16-byte aligned, so groups of 4 move as float4; the n % 4 tail
-// goes element by element.
-template <typename Fn, int K, int M, bool kVec>
-__global__ void __launch_bounds__(kThreads) map_kernel(Fn fn, Streams<K, M> s, int64_t n) {
+// kVec: every stream is 16-byte aligned, so groups of 16 bytes (4 fp32 or 8 bf16) move as
+// one access each; the tail past the last whole group goes element by element.
+template <typename Fn, typename T, int K, int M, bool kVec>
+__global__ void __launch_bounds__(kThreads) map_kernel(Fn fn, Streams<T, K, M> s, int64_t n) {
+  constexpr int kGroup = model::kPer16Bytes<T>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   int64_t tail_begin = 0;
   if constexpr (kVec) {
-    const int64_t groups = n / 4;
+    const int64_t groups = n / kGroup;
     for (int64_t g = first; g < groups; g += stride) {
-      float xs[K][4];
+      float xs[K][kGroup];
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const float4 t = reinterpret_cast<const float4*>(s.in[k])[g];
-        xs[k][0] = t.x;
-        xs[k][1] = t.y;
-        xs[k][2] = t.z;
-        xs[k][3] = t.w;
-      }
-      float ys[M][4];
+      for (int k = 0; k < K; ++k) model::load16(s.in[k] + g * kGroup, xs[k]);
+      float ys[M][kGroup];
 #pragma unroll
-      for (int lane = 0; lane < 4; ++lane) {
+      for (int lane = 0; lane < kGroup; ++lane) {
         float x[K];
         float y[M];
 #pragma unroll
@@ -72,29 +72,47 @@ __global__ void __launch_bounds__(kThreads) map_kernel(Fn fn, Streams<K, M> s, i
         for (int m = 0; m < M; ++m) ys[m][lane] = y[m];
       }
 #pragma unroll
-      for (int m = 0; m < M; ++m) {
-        reinterpret_cast<float4*>(s.out[m])[g] = make_float4(ys[m][0], ys[m][1], ys[m][2], ys[m][3]);
-      }
+      for (int m = 0; m < M; ++m) model::store16(s.out[m] + g * kGroup, ys[m]);
     }
-    tail_begin = groups * 4;
+    tail_begin = groups * kGroup;
   }
   for (int64_t i = tail_begin + first; i < n; i += stride) map_one(fn, s, i);
 }
 
-template <typename Fn, int K, int M>
-LaunchResult launch_map(const Fn& fn, const Streams<K, M>& s, int64_t n, cudaStream_t stream, const char* name) {
+template <typename Fn, typename T, int K, int M>
+LaunchResult launch_map(const Fn& fn, const Streams<T, K, M>& s, int64_t n, cudaStream_t stream, const char* name) {
   if (n <= 0) return {};
+  constexpr int kGroup = model::kPer16Bytes<T>;
   bool vec = true;
   for (int k = 0; k < K; ++k) vec = vec && model::aligned16(s.in[k]);
   for (int m = 0; m < M; ++m) vec = vec && model::aligned16(s.out[m]);
-  const int64_t work = vec ? (n / 4 > 0 ? n / 4 : n) : n;
+  const int64_t work = vec ? (n / kGroup > 0 ? n / kGroup : n) : n;
   const unsigned blocks = model::clamp_grid(model::ceil_div(work, kThreads), kMaxBlocks);
   if (vec) {
-    map_kernel<Fn, K, M, true><<<blocks, kThreads, 0, stream>>>(fn, s, n);
+    map_kernel<Fn, T, K, M, true><<<blocks, kThreads, 0, stream>>>(fn, s, n);
   } else {
-    map_kernel<Fn, K, M, false><<<blocks, kThreads, 0, stream>>>(fn, s, n);
+    map_kernel<Fn, T, K, M, false><<<blocks, kThreads, 0, stream>>>(fn, s, n);
   }
   return model::after_launch(name);
+}
+
+// The activation streams of one call, typed: void pointers cast to T's.
+template <typename T, int K, int M>
+Streams<T, K, M> typed(const void* const (&in)[K], void* const (&out)[M]) {
+  Streams<T, K, M> s;
+  for (int k = 0; k < K; ++k) s.in[k] = static_cast<const T*>(in[k]);
+  for (int m = 0; m < M; ++m) s.out[m] = static_cast<T*>(out[m]);
+  return s;
+}
+
+// launch_map over activations of type `act`.
+template <typename Fn, int K, int M>
+LaunchResult launch_act_map(const Fn& fn, HpType act, const void* const (&in)[K], void* const (&out)[M], int64_t n,
+                            cudaStream_t stream, const char* name) {
+  return model::with_act(act, [&](auto tag) {
+    using T = decltype(tag);
+    return launch_map(fn, typed<T>(in, out), n, stream, name);
+  });
 }
 
 // ---- the per-element functions -------------------------------------------------------------
@@ -137,36 +155,37 @@ struct AdamWFn {
 
 }  // namespace
 
-LaunchResult launch_add(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream) {
-  return launch_map(AddFn{}, Streams<2, 1>{{a, b}, {out}}, n, stream, "add kernel");
+LaunchResult launch_add(const void* a, const void* b, int64_t n, void* out, HpType act, cudaStream_t stream) {
+  return launch_act_map(AddFn{}, act, {a, b}, {out}, n, stream, "add kernel");
 }
 
-LaunchResult launch_accumulate(const float* x, int64_t n, float* y, cudaStream_t stream) {
-  return launch_map(AccumulateFn{}, Streams<2, 1>{{y, x}, {y}}, n, stream, "accumulate kernel");
+LaunchResult launch_accumulate(const void* x, int64_t n, void* y, HpType act, cudaStream_t stream) {
+  return launch_act_map(AccumulateFn{}, act, {y, x}, {y}, n, stream, "accumulate kernel");
 }
 
 LaunchResult launch_scale(float* x, int64_t n, float factor, cudaStream_t stream) {
-  return launch_map(ScaleFn{factor}, Streams<1, 1>{{x}, {x}}, n, stream, "scale kernel");
+  return launch_map(ScaleFn{factor}, Streams<float, 1, 1>{{x}, {x}}, n, stream, "scale kernel");
 }
 
-LaunchResult launch_swiglu_forward(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
-  return launch_map(SwigluFn{}, Streams<2, 1>{{gate, up}, {out}}, n, stream, "swiglu forward kernel");
+LaunchResult launch_swiglu_forward(const void* gate, const void* up, int64_t n, void* out, HpType act,
+                                   cudaStream_t stream) {
+  return launch_act_map(SwigluFn{}, act, {gate, up}, {out}, n, stream, "swiglu forward kernel");
 }
 
-LaunchResult launch_swiglu_backward(const float* gate, const float* up, const float* grad_out, int64_t n,
-                                    float* grad_gate, float* grad_up, cudaStream_t stream) {
-  return launch_map(SwigluGradFn{}, Streams<3, 2>{{gate, up, grad_out}, {grad_gate, grad_up}}, n, stream,
-                    "swiglu backward kernel");
+LaunchResult launch_swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n, void* grad_gate,
+                                    void* grad_up, HpType act, cudaStream_t stream) {
+  return launch_act_map(SwigluGradFn{}, act, {gate, up, grad_out}, {grad_gate, grad_up}, n, stream,
+                        "swiglu backward kernel");
 }
 
 LaunchResult launch_adamw(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,
                           int64_t n, cudaStream_t stream) {
-  return launch_map(AdamWFn{c}, Streams<4, 3>{{param, grad, m, v}, {param, m, v}}, n, stream, "adamw kernel");
+  return launch_map(AdamWFn{c}, Streams<float, 4, 3>{{param, grad, m, v}, {param, m, v}}, n, stream, "adamw kernel");
 }
 
 cudaError_t probe_model_kernel_image() {
   cudaFuncAttributes attributes;
-  return cudaFuncGetAttributes(&attributes, map_kernel<AddFn, 2, 1, false>);
+  return cudaFuncGetAttributes(&attributes, map_kernel<AddFn, float, 2, 1, false>);
 }
 
 }  // namespace fp8::cuda

@@ -10,6 +10,11 @@
 //  3. one warp per sorted position; the warps at the start of a run (of one token) add the
 //     run's rows into the table row in sorted order, each lane owning 1 or 4 columns, and
 //     the rest return at once. The number of runs is never needed on the host.
+//
+// Activations (out, grad_out) are fp32 or bf16 (the element type T); the table and its
+// gradient are fp32. Forward rounds each table value once into a bf16 out; backward widens
+// each bf16 grad_out value and adds it in fp32, as the CPU adds its widened rows, so both
+// stay bit-identical to the CPU in bf16 too.
 #include <cuda_runtime.h>
 
 #include <bit>
@@ -29,11 +34,12 @@ using model::kWarps;
 
 // ---- forward -----------------------------------------------------------------------------------
 
-// Items are float4 groups (kVec: dim % 4 == 0, table and out 16-byte aligned) or floats.
-template <bool kVec>
+// Items are groups of 4 columns (kVec: dim % 4 == 0, table 16-byte aligned, out aligned
+// for 4 elements of T) or single columns.
+template <typename T, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     embedding_forward_kernel(const int32_t* __restrict__ tokens, int64_t n, const float* __restrict__ table,
-                             int64_t vocab, int64_t dim, float* __restrict__ out) {
+                             int64_t vocab, int64_t dim, T* __restrict__ out) {
   const model::SweepPos p = model::sweep_pos();
   const int64_t items = kVec ? dim / 4 : dim;
   if (p.item >= items) return;
@@ -41,11 +47,11 @@ __global__ void __launch_bounds__(kThreads)
     const int32_t token = tokens[r];
     const bool valid = token >= 0 && token < vocab;
     if constexpr (kVec) {
-      const float4 v =
-          valid ? reinterpret_cast<const float4*>(table + token * dim)[p.item] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      reinterpret_cast<float4*>(out + r * dim)[p.item] = v;
+      float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (valid) model::load4(table + token * dim + 4 * p.item, v);
+      model::store4(out + r * dim + 4 * p.item, v);
     } else {
-      out[r * dim + p.item] = valid ? table[token * dim + p.item] : 0.0f;
+      model::store_act(out + r * dim + p.item, valid ? table[token * dim + p.item] : 0.0f);
     }
   }
 }
@@ -72,7 +78,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // What one lane owns of a table row: 4 columns as a float4 (kVec: dim % 4 == 0,
-// grad_out and grad_table 16-byte aligned) or a single column.
+// grad_table 16-byte aligned, grad_out aligned for 4 elements of its type) or a single
+// column. `load` reads the fp32 table, or grad_out's fp32 or bf16 (widened) values.
 template <bool kVec>
 struct LaneCols;
 
@@ -81,6 +88,11 @@ struct LaneCols<true> {
   using T = float4;
   static constexpr int kCols = 4;
   __device__ static T load(const float* p) { return *reinterpret_cast<const float4*>(p); }
+  __device__ static T load(const model::bf16_bits* p) {
+    float v[4];
+    model::load4(p, v);
+    return make_float4(v[0], v[1], v[2], v[3]);
+  }
   __device__ static void store(float* p, T v) { *reinterpret_cast<float4*>(p) = v; }
   __device__ static T zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
   __device__ static void add(T& acc, T v) {
@@ -96,6 +108,7 @@ struct LaneCols<false> {
   using T = float;
   static constexpr int kCols = 1;
   __device__ static T load(const float* p) { return *p; }
+  __device__ static T load(const model::bf16_bits* p) { return model::load_act(p); }
   __device__ static void store(float* p, T v) { *p = v; }
   __device__ static T zero() { return 0.0f; }
   __device__ static void add(T& acc, T v) { acc += v; }
@@ -108,10 +121,10 @@ constexpr int kRowsInFlight = 8;
 // Grid: x over sorted positions (kWarps per block, looping), y over column slices of
 // 32 lanes (looping). Control flow around the shuffles is warp-uniform: every lane of a
 // warp reads the same keys, so it agrees on the run start and the run's length.
-template <bool kVec>
+template <typename G, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     embedding_backward_runs_kernel(const uint32_t* __restrict__ keys, const uint32_t* __restrict__ positions, int64_t n,
-                                   uint32_t sentinel, const float* __restrict__ grad_out, int64_t dim,
+                                   uint32_t sentinel, const G* __restrict__ grad_out, int64_t dim,
                                    float* __restrict__ grad_table) {
   using L = LaneCols<kVec>;
   using T = typename L::T;
@@ -159,16 +172,20 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 LaunchResult launch_embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t vocab, int64_t dim,
-                                      float* out, cudaStream_t stream) {
-  const bool vec = dim % 4 == 0 && model::aligned16(table) && model::aligned16(out);
-  const model::RowSweep sweep = model::row_sweep(n, vec ? dim / 4 : dim);
-  if (!sweep.ok) return model::kTooLarge;
-  if (vec) {
-    embedding_forward_kernel<true><<<sweep.grid, sweep.block, 0, stream>>>(tokens, n, table, vocab, dim, out);
-  } else {
-    embedding_forward_kernel<false><<<sweep.grid, sweep.block, 0, stream>>>(tokens, n, table, vocab, dim, out);
-  }
-  return model::after_launch("embedding forward kernel");
+                                      void* out, HpType act, cudaStream_t stream) {
+  return model::with_act(act, [&](auto tag) -> LaunchResult {
+    using T = decltype(tag);
+    T* y = static_cast<T*>(out);
+    const bool vec = dim % 4 == 0 && model::aligned16(table) && model::aligned_for<T, 4>(y);
+    const model::RowSweep sweep = model::row_sweep(n, vec ? dim / 4 : dim);
+    if (!sweep.ok) return model::kTooLarge;
+    if (vec) {
+      embedding_forward_kernel<T, true><<<sweep.grid, sweep.block, 0, stream>>>(tokens, n, table, vocab, dim, y);
+    } else {
+      embedding_forward_kernel<T, false><<<sweep.grid, sweep.block, 0, stream>>>(tokens, n, table, vocab, dim, y);
+    }
+    return model::after_launch("embedding forward kernel");
+  });
 }
 
 namespace {
@@ -211,8 +228,8 @@ LaunchResult embedding_backward_scratch_bytes(int64_t n, int64_t vocab, size_t* 
   return r;
 }
 
-LaunchResult launch_embedding_backward(const int32_t* tokens, int64_t n, const float* grad_out, int64_t vocab,
-                                       int64_t dim, float* grad_table, void* scratch, size_t scratch_bytes,
+LaunchResult launch_embedding_backward(const int32_t* tokens, int64_t n, const void* grad_out, int64_t vocab,
+                                       int64_t dim, float* grad_table, void* scratch, size_t scratch_bytes, HpType act,
                                        cudaStream_t stream) {
   if (n <= 0 || dim <= 0) return {};
   if (n > kMaxEmbeddingBackwardTokens) return model::kTooLarge;
@@ -232,18 +249,22 @@ LaunchResult launch_embedding_backward(const int32_t* tokens, int64_t n, const f
                                       plan.positions_out, n, 0, key_bits(vocab), stream);
   if (e != cudaSuccess) return {e, "cub::DeviceRadixSort::SortPairs"};
 
-  const bool vec = dim % 4 == 0 && model::aligned16(grad_out) && model::aligned16(grad_table);
-  const int64_t warp_cols = vec ? 128 : 32;
-  const dim3 grid(model::clamp_grid(model::ceil_div(n, kWarps), INT_MAX),
-                  model::clamp_grid(model::ceil_div(dim, warp_cols), model::kMaxGridY));
-  if (vec) {
-    embedding_backward_runs_kernel<true>
-        <<<grid, kThreads, 0, stream>>>(plan.keys_out, plan.positions_out, n, sentinel, grad_out, dim, grad_table);
-  } else {
-    embedding_backward_runs_kernel<false>
-        <<<grid, kThreads, 0, stream>>>(plan.keys_out, plan.positions_out, n, sentinel, grad_out, dim, grad_table);
-  }
-  return model::after_launch("embedding backward kernel");
+  return model::with_act(act, [&](auto tag) -> LaunchResult {
+    using G = decltype(tag);
+    const G* g = static_cast<const G*>(grad_out);
+    const bool vec = dim % 4 == 0 && model::aligned_for<G, 4>(g) && model::aligned16(grad_table);
+    const int64_t warp_cols = vec ? 128 : 32;
+    const dim3 grid(model::clamp_grid(model::ceil_div(n, kWarps), INT_MAX),
+                    model::clamp_grid(model::ceil_div(dim, warp_cols), model::kMaxGridY));
+    if (vec) {
+      embedding_backward_runs_kernel<G, true>
+          <<<grid, kThreads, 0, stream>>>(plan.keys_out, plan.positions_out, n, sentinel, g, dim, grad_table);
+    } else {
+      embedding_backward_runs_kernel<G, false>
+          <<<grid, kThreads, 0, stream>>>(plan.keys_out, plan.positions_out, n, sentinel, g, dim, grad_table);
+    }
+    return model::after_launch("embedding backward kernel");
+  });
 }
 
 }  // namespace fp8::cuda

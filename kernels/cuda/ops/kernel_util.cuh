@@ -1,5 +1,6 @@
 // Device-side building blocks shared by the model-op kernels (.cu files only): launch
-// bookkeeping, 16-byte group loads, and block reductions whose order is fixed.
+// bookkeeping, group loads of 4 activations (fp32 or bf16), and block reductions whose
+// order is fixed.
 //
 // Determinism rests on two rules kept by every kernel that reduces:
 //  * the decomposition (which thread sums which elements, how many blocks make partials)
@@ -14,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/cast_kernels.h"  // LaunchResult
+#include "cuda/ops/activation_access.cuh"
 
 namespace fp8::cuda::model {
 
@@ -56,36 +58,34 @@ class ScratchCarver {
   size_t used_ = 0;
 };
 
-// ---- loads --------------------------------------------------------------------------------------
+// ---- loads ----------------------------------------------------------------------------------------
 
-// The four elements [4g, 4g + 4) of a vector of n floats; those at or past n read as
-// `fill`. kVec (one 16-byte load) requires p 16-byte aligned and the group whole
+// The four elements [4g, 4g + 4) of a vector of n activations of type T (float, or bf16
+// bits widened to float); those at or past n read as `fill`. kVec (one 16-byte fp32 or
+// 8-byte bf16 load) requires p aligned for it (aligned_for<T, 4>) and the group whole
 // (4g + 4 <= n). Both paths hand the same values to the caller, so a reduction over
-// groups sums in the same order whichever path the pointers allow.
-template <bool kVec>
-__device__ __forceinline__ void load_group(const float* p, int64_t g, int64_t n, float fill, float (&v)[4]) {
+// groups sums in the same order whichever path the pointers allow, and whatever T.
+template <bool kVec, typename T>
+__device__ __forceinline__ void load_group(const T* p, int64_t g, int64_t n, float fill, float (&v)[4]) {
   const int64_t i = 4 * g;
   if constexpr (kVec) {
-    const float4 x = *reinterpret_cast<const float4*>(p + i);
-    v[0] = x.x;
-    v[1] = x.y;
-    v[2] = x.z;
-    v[3] = x.w;
+    load4(p + i, v);
   } else {
 #pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = i + k < n ? p[i + k] : fill;
+    for (int k = 0; k < 4; ++k) v[k] = i + k < n ? load_act(p + i + k) : fill;
   }
 }
 
-template <bool kVec>
-__device__ __forceinline__ void store_group(float* p, int64_t g, int64_t n, const float (&v)[4]) {
+// Stores the group's elements below n, each rounded once when T is bf16.
+template <bool kVec, typename T>
+__device__ __forceinline__ void store_group(T* p, int64_t g, int64_t n, const float (&v)[4]) {
   const int64_t i = 4 * g;
   if constexpr (kVec) {
-    *reinterpret_cast<float4*>(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+    store4(p + i, v);
   } else {
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      if (i + k < n) p[i + k] = v[k];
+      if (i + k < n) store_act(p + i + k, v[k]);
     }
   }
 }

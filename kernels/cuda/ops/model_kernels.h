@@ -11,6 +11,13 @@
 // [0, vocab) gives a zero row forward and is skipped backward; a target outside
 // [0, vocab) counts as ignored. Nothing is ever read or written out of bounds for them.
 //
+// Activations (every `void*` / `const void*` below) are of element type `act`: fp32, or
+// bf16 as raw bits (HpType, cast_kernels.h, standing for fp8::DType, which nvcc must not
+// see). Parameters, their gradients, inv_rms, lse and the loss are fp32 whatever `act`.
+// Kernels load bf16 widened to float and round each stored bf16 once, to nearest even
+// (arith.h's float_to_bf16, as the CPU), and compute in fp32 in between: the CPU's bf16
+// path (fp32 kernels on widened copies) is what they match.
+//
 // Deterministic: no floating-point atomics. Every reduction has a decomposition fixed by
 // the shape alone and combines partial results in a fixed order, so the same call gives
 // the same bits on every run (and whatever the pointers' alignment).
@@ -24,7 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/cast_kernels.h"  // LaunchResult
+#include "cuda/cast_kernels.h"  // LaunchResult, HpType
 #include "ops/model_arith.h"    // AdamWCoefficients
 
 namespace fp8::cuda {
@@ -32,7 +39,7 @@ namespace fp8::cuda {
 // ---- embedding -------------------------------------------------------------------------------
 
 LaunchResult launch_embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t vocab, int64_t dim,
-                                      float* out, cudaStream_t stream);
+                                      void* out, HpType act, cudaStream_t stream);
 
 // Token positions travel through the sort as 32-bit values.
 inline constexpr int64_t kMaxEmbeddingBackwardTokens = 0xffffffffLL;
@@ -43,23 +50,24 @@ LaunchResult embedding_backward_scratch_bytes(int64_t n, int64_t vocab, size_t* 
 
 // grad_table[tokens[i]] += grad_out[i] bit-identically to the CPU: (token, position) pairs
 // are stably radix-sorted by token, then each run of one token adds its rows into the
-// table row in increasing position order, one thread per column.
-LaunchResult launch_embedding_backward(const int32_t* tokens, int64_t n, const float* grad_out, int64_t vocab,
-                                       int64_t dim, float* grad_table, void* scratch, size_t scratch_bytes,
+// table row in increasing position order, one thread per column (bf16 rows widened
+// first, as the CPU adds them).
+LaunchResult launch_embedding_backward(const int32_t* tokens, int64_t n, const void* grad_out, int64_t vocab,
+                                       int64_t dim, float* grad_table, void* scratch, size_t scratch_bytes, HpType act,
                                        cudaStream_t stream);
 
 // ---- RMSNorm ---------------------------------------------------------------------------------
 
-LaunchResult launch_rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
-                                    float* out, float* inv_rms, cudaStream_t stream);
+LaunchResult launch_rmsnorm_forward(const void* x, const float* weight, int64_t rows, int64_t dim, float eps, void* out,
+                                    float* inv_rms, HpType act, cudaStream_t stream);
 
 size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t dim);
 
 // grad_x written; grad_weight += Σ_rows grad_out * x * inv_rms through per-row-chunk
 // partial vectors in scratch, added up in chunk order.
-LaunchResult launch_rmsnorm_backward(const float* x, const float* weight, const float* inv_rms, const float* grad_out,
-                                     int64_t rows, int64_t dim, float* grad_x, float* grad_weight, void* scratch,
-                                     cudaStream_t stream);
+LaunchResult launch_rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
+                                     int64_t rows, int64_t dim, void* grad_x, float* grad_weight, void* scratch,
+                                     HpType act, cudaStream_t stream);
 
 // ---- rotary position embedding ---------------------------------------------------------------
 
@@ -72,19 +80,22 @@ struct RopeDims {
 
 // out = rotate(in) (or its inverse) with the tables cos, sin [seq, head_dim / 2] in device
 // memory (ops::RopeTable's layout and values). out may equal in.
-LaunchResult launch_rope(const RopeDims& d, const float* cos, const float* sin, bool inverse, const float* in,
-                         float* out, cudaStream_t stream);
+LaunchResult launch_rope(const RopeDims& d, const float* cos, const float* sin, bool inverse, const void* in, void* out,
+                         HpType act, cudaStream_t stream);
 
 // ---- elementwise -------------------------------------------------------------------------------
 // n elements each; outputs may equal inputs where model_ops.h allows it (add, accumulate,
-// scale, the AdamW state), since each element is read before it is written.
+// scale, the AdamW state), since each element is read before it is written. scale and
+// AdamW work on fp32 parameters and gradients only.
 
-LaunchResult launch_add(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream);
-LaunchResult launch_accumulate(const float* x, int64_t n, float* y, cudaStream_t stream);
+LaunchResult launch_add(const void* a, const void* b, int64_t n, void* out, HpType act, cudaStream_t stream);
+// y = y + x, rounded once into y's type: in bf16, y = bf16(float(y) + float(x)).
+LaunchResult launch_accumulate(const void* x, int64_t n, void* y, HpType act, cudaStream_t stream);
 LaunchResult launch_scale(float* x, int64_t n, float factor, cudaStream_t stream);
-LaunchResult launch_swiglu_forward(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
-LaunchResult launch_swiglu_backward(const float* gate, const float* up, const float* grad_out, int64_t n,
-                                    float* grad_gate, float* grad_up, cudaStream_t stream);
+LaunchResult launch_swiglu_forward(const void* gate, const void* up, int64_t n, void* out, HpType act,
+                                   cudaStream_t stream);
+LaunchResult launch_swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n, void* grad_gate,
+                                    void* grad_up, HpType act, cudaStream_t stream);
 LaunchResult launch_adamw(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,
                           int64_t n, cudaStream_t stream);
 
@@ -102,15 +113,15 @@ size_t cross_entropy_forward_scratch_bytes(int64_t rows);
 
 // lse[r] = log Σ exp(logits[r]) (max subtracted, summed in double); *loss (device memory)
 // = the mean of lse[r] - logits[r, target_r] over the counted rows, 0 if none.
-LaunchResult launch_cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                          float* loss, float* lse, void* scratch, cudaStream_t stream);
+LaunchResult launch_cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                          float* loss, float* lse, void* scratch, HpType act, cudaStream_t stream);
 
 size_t cross_entropy_backward_scratch_bytes();
 
 // grad_logits = grad_loss / counted * (softmax - onehot(target)), zero rows where ignored.
 // `counted` is counted on the device, never read back.
-LaunchResult launch_cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, int64_t rows,
-                                           int64_t vocab, float grad_loss, float* grad_logits, void* scratch,
+LaunchResult launch_cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse, int64_t rows,
+                                           int64_t vocab, float grad_loss, void* grad_logits, void* scratch, HpType act,
                                            cudaStream_t stream);
 
 // Whether this build's model-op kernel image runs on the current device: cudaSuccess or the

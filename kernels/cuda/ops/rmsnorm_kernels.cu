@@ -10,6 +10,11 @@
 // alone) each run on one block, which walks its rows in order, writes grad_x and sums
 // g·x·inv_rms per column into its own partial vector (in shared memory when it fits);
 // a second kernel adds the partial vectors to grad_weight in chunk order.
+//
+// x, out, grad_out and grad_x are fp32 or bf16 (the element type T), read and written in
+// the same groups of 4 either way (one 16-byte or 8-byte access where aligned), so the
+// sums run in the same order for both types; weight, inv_rms, grad_weight and the
+// partials are fp32.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -41,13 +46,13 @@ ChunkPlan chunk_plan(int64_t rows) {
   return {per, model::ceil_div(rows, per)};
 }
 
-template <bool kVec>
+template <typename T, bool kVec>
 __global__ void __launch_bounds__(kThreads)
-    rmsnorm_forward_kernel(const float* __restrict__ x, const float* __restrict__ weight, int64_t rows, int64_t dim,
-                           float eps, float* __restrict__ out, float* __restrict__ inv_rms) {
+    rmsnorm_forward_kernel(const T* __restrict__ x, const float* __restrict__ weight, int64_t rows, int64_t dim,
+                           float eps, T* __restrict__ out, float* __restrict__ inv_rms) {
   const int64_t groups = model::ceil_div(dim, 4);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* xr = x + r * dim;
+    const T* xr = x + r * dim;
     double sum_squares = 0.0;
     for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
       float v[4];
@@ -59,7 +64,7 @@ __global__ void __launch_bounds__(kThreads)
     const double mean_square = sum_squares / static_cast<double>(dim);
     const float inv = static_cast<float>(1.0 / sqrt(mean_square + static_cast<double>(eps)));
     if (threadIdx.x == 0) inv_rms[r] = inv;
-    float* yr = out + r * dim;
+    T* yr = out + r * dim;
     for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
       float v[4], w[4], y[4];
       model::load_group<kVec>(xr, g, dim, 0.0f, v);
@@ -73,12 +78,11 @@ __global__ void __launch_bounds__(kThreads)
 
 // One block per row chunk. `partial` is [chunks, dim]; the block's own row of it is where
 // its column sums end, and where they accumulate unless kSharedPartial.
-template <bool kVec, bool kSharedPartial>
+template <typename T, bool kVec, bool kSharedPartial>
 __global__ void __launch_bounds__(kThreads)
-    rmsnorm_backward_kernel(const float* __restrict__ x, const float* __restrict__ weight,
-                            const float* __restrict__ inv_rms, const float* __restrict__ grad_out, int64_t rows,
-                            int64_t dim, int64_t rows_per_chunk, float* __restrict__ grad_x,
-                            float* __restrict__ partial) {
+    rmsnorm_backward_kernel(const T* __restrict__ x, const float* __restrict__ weight,
+                            const float* __restrict__ inv_rms, const T* __restrict__ grad_out, int64_t rows,
+                            int64_t dim, int64_t rows_per_chunk, T* __restrict__ grad_x, float* __restrict__ partial) {
   extern __shared__ float shared_partial[];
   const int64_t groups = model::ceil_div(dim, 4);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
@@ -92,8 +96,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   for (int64_t r = first; r < last; ++r) {
-    const float* xr = x + r * dim;
-    const float* gr = grad_out + r * dim;
+    const T* xr = x + r * dim;
+    const T* gr = grad_out + r * dim;
     const float inv = inv_rms[r];
     double gwx = 0.0;
     for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
@@ -107,7 +111,7 @@ __global__ void __launch_bounds__(kThreads)
     gwx = model::block_sum(gwx);
     // The CPU's expression, operand for operand (inv promoted to double).
     const float coeff = static_cast<float>(gwx * inv * inv * inv / static_cast<double>(dim));
-    float* dxr = grad_x + r * dim;
+    T* dxr = grad_x + r * dim;
     for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
       float v[4], go[4], w[4], dx[4];
       model::load_group<kVec>(xr, g, dim, 0.0f, v);
@@ -156,34 +160,39 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <bool kVec>
-void queue_backward(bool shared_partial, const float* x, const float* weight, const float* inv_rms,
-                    const float* grad_out, int64_t rows, int64_t dim, const ChunkPlan& plan, float* grad_x,
-                    float* partial, cudaStream_t stream) {
+template <typename T, bool kVec>
+void queue_backward(bool shared_partial, const T* x, const float* weight, const float* inv_rms, const T* grad_out,
+                    int64_t rows, int64_t dim, const ChunkPlan& plan, T* grad_x, float* partial, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>(plan.chunks);
   if (shared_partial) {
     const size_t shared_bytes = static_cast<size_t>(dim) * sizeof(float);
-    rmsnorm_backward_kernel<kVec, true><<<blocks, kThreads, shared_bytes, stream>>>(
+    rmsnorm_backward_kernel<T, kVec, true><<<blocks, kThreads, shared_bytes, stream>>>(
         x, weight, inv_rms, grad_out, rows, dim, plan.rows_per_chunk, grad_x, partial);
   } else {
-    rmsnorm_backward_kernel<kVec, false><<<blocks, kThreads, 0, stream>>>(x, weight, inv_rms, grad_out, rows, dim,
-                                                                          plan.rows_per_chunk, grad_x, partial);
+    rmsnorm_backward_kernel<T, kVec, false><<<blocks, kThreads, 0, stream>>>(x, weight, inv_rms, grad_out, rows, dim,
+                                                                             plan.rows_per_chunk, grad_x, partial);
   }
 }
 
 }  // namespace
 
-LaunchResult launch_rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
-                                    float* out, float* inv_rms, cudaStream_t stream) {
+LaunchResult launch_rmsnorm_forward(const void* x, const float* weight, int64_t rows, int64_t dim, float eps, void* out,
+                                    float* inv_rms, HpType act, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return {};
   const unsigned blocks = model::clamp_grid(rows, kMaxRowBlocks);
-  const bool vec = dim % 4 == 0 && model::aligned16(x) && model::aligned16(weight) && model::aligned16(out);
-  if (vec) {
-    rmsnorm_forward_kernel<true><<<blocks, kThreads, 0, stream>>>(x, weight, rows, dim, eps, out, inv_rms);
-  } else {
-    rmsnorm_forward_kernel<false><<<blocks, kThreads, 0, stream>>>(x, weight, rows, dim, eps, out, inv_rms);
-  }
-  return model::after_launch("rmsnorm forward kernel");
+  return model::with_act(act, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xt = static_cast<const T*>(x);
+    T* yt = static_cast<T*>(out);
+    const bool vec =
+        dim % 4 == 0 && model::aligned_for<T, 4>(xt) && model::aligned16(weight) && model::aligned_for<T, 4>(yt);
+    if (vec) {
+      rmsnorm_forward_kernel<T, true><<<blocks, kThreads, 0, stream>>>(xt, weight, rows, dim, eps, yt, inv_rms);
+    } else {
+      rmsnorm_forward_kernel<T, false><<<blocks, kThreads, 0, stream>>>(xt, weight, rows, dim, eps, yt, inv_rms);
+    }
+    return model::after_launch("rmsnorm forward kernel");
+  });
 }
 
 size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t dim) {
@@ -192,24 +201,31 @@ size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t dim) {
   return carve.used();
 }
 
-LaunchResult launch_rmsnorm_backward(const float* x, const float* weight, const float* inv_rms, const float* grad_out,
-                                     int64_t rows, int64_t dim, float* grad_x, float* grad_weight, void* scratch,
-                                     cudaStream_t stream) {
+LaunchResult launch_rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
+                                     int64_t rows, int64_t dim, void* grad_x, float* grad_weight, void* scratch,
+                                     HpType act, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return {};
   const int64_t column_blocks = model::ceil_div(dim, kColumnsPerBlock);
   if (column_blocks > INT_MAX) return model::kTooLarge;
   const ChunkPlan plan = chunk_plan(rows);
   model::ScratchCarver carve(scratch);
   float* partial = carve.take<float>(static_cast<size_t>(plan.chunks * dim));
-  const bool vec = dim % 4 == 0 && model::aligned16(x) && model::aligned16(weight) && model::aligned16(grad_out) &&
-                   model::aligned16(grad_x);
   const bool shared_partial = dim <= kMaxSharedPartialFloats;
-  if (vec) {
-    queue_backward<true>(shared_partial, x, weight, inv_rms, grad_out, rows, dim, plan, grad_x, partial, stream);
-  } else {
-    queue_backward<false>(shared_partial, x, weight, inv_rms, grad_out, rows, dim, plan, grad_x, partial, stream);
-  }
-  if (auto r = model::after_launch("rmsnorm backward kernel"); !r.ok()) return r;
+  const LaunchResult queued = model::with_act(act, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xt = static_cast<const T*>(x);
+    const T* gt = static_cast<const T*>(grad_out);
+    T* dxt = static_cast<T*>(grad_x);
+    const bool vec = dim % 4 == 0 && model::aligned_for<T, 4>(xt) && model::aligned16(weight) &&
+                     model::aligned_for<T, 4>(gt) && model::aligned_for<T, 4>(dxt);
+    if (vec) {
+      queue_backward<T, true>(shared_partial, xt, weight, inv_rms, gt, rows, dim, plan, dxt, partial, stream);
+    } else {
+      queue_backward<T, false>(shared_partial, xt, weight, inv_rms, gt, rows, dim, plan, dxt, partial, stream);
+    }
+    return model::after_launch("rmsnorm backward kernel");
+  });
+  if (!queued.ok()) return queued;
   rmsnorm_weight_grad_kernel<<<static_cast<unsigned>(column_blocks), dim3(kColumnsPerBlock, kChunkLanes), 0, stream>>>(
       partial, plan.chunks, dim, grad_weight);
   return model::after_launch("rmsnorm weight gradient kernel");

@@ -7,8 +7,10 @@
 // branches on the device.
 //
 // Conventions
-//  * fp32 tensors, dense, row-major and contiguous. Shapes are written outermost first:
-//    in [batch, seq, heads, head_dim] head_dim is contiguous.
+//  * Dense, row-major, contiguous tensors of fp32, except activations, which may be bf16
+//    (see "Activations" in ModelOps). Shapes are written outermost first: in
+//    [batch, seq, heads, head_dim] head_dim is contiguous. Pointers need only their
+//    element type's alignment.
 //  * Pointers live in the implementation's memory (host memory for the CPU). Scalars
 //    passed by value are host values.
 //  * Backward functions WRITE (=) the gradients of their inputs (activations) and
@@ -34,6 +36,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "fp8/fp8.h"
 
 namespace fp8 {
 
@@ -83,65 +86,85 @@ class ModelOps {
   virtual ~ModelOps() = default;
   virtual std::string name() const = 0;
 
+  // Activations: every pointer typed `void*` / `const void*` below is an activation (or
+  // its gradient) of element type `act`, the last argument of its method: DType::kFloat32
+  // (the default) or DType::kBFloat16 (bf16 activations with fp32 master weights, as
+  // mixed-precision training runs them). Whatever `act`, every op computes in fp32: bf16
+  // inputs are widened exactly, results are rounded once (to nearest even) when stored as
+  // bf16, and reductions accumulate in fp32 or double as documented for fp32. Parameters
+  // (the embedding table, norm weights), their gradients, inv_rms, lse and the loss are
+  // fp32 whatever `act`. Another `act` is InvalidArgument, whatever else is wrong with the
+  // call ("add: activations must be float32 or bfloat16, got float8_e4m3fn").
+  //
+  // So a bf16 call gives, bit for bit on the CPU, what the fp32 call gives on the widened
+  // inputs with its activation outputs rounded; the CUDA kernels differ from it only as
+  // their fp32 results differ from the CPU's (a bf16 output may land one bf16 ulp away
+  // where the two fp32 results straddle a rounding boundary). accumulate in bf16 is
+  // y = bf16(float(y) + float(x)).
+
   // ---- embedding ------------------------------------------------------------------------
   // out[i, :] = table[tokens[i], :] for tokens [n] in [0, vocab), table [vocab, dim].
   virtual absl::Status embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t vocab,
-                                         int64_t dim, float* out) = 0;
+                                         int64_t dim, void* out, DType act = DType::kFloat32) = 0;
   // grad_table[tokens[i], :] += grad_out[i, :]; a token seen twice gets both rows.
-  virtual absl::Status embedding_backward(const int32_t* tokens, int64_t n, const float* grad_out, int64_t vocab,
-                                          int64_t dim, float* grad_table) = 0;
+  virtual absl::Status embedding_backward(const int32_t* tokens, int64_t n, const void* grad_out, int64_t vocab,
+                                          int64_t dim, float* grad_table, DType act = DType::kFloat32) = 0;
 
   // ---- RMSNorm --------------------------------------------------------------------------
   // out = x * inv_rms * weight per row of x [rows, dim], where
   // inv_rms[r] = 1 / sqrt(mean(x[r, :]^2) + eps) is saved for the backward. eps > 0.
-  virtual absl::Status rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
-                                       float* out, float* inv_rms) = 0;
+  virtual absl::Status rmsnorm_forward(const void* x, const float* weight, int64_t rows, int64_t dim, float eps,
+                                       void* out, float* inv_rms, DType act = DType::kFloat32) = 0;
   // grad_x = ∂L/∂x (written), grad_weight += ∂L/∂weight (summed over rows).
-  virtual absl::Status rmsnorm_backward(const float* x, const float* weight, const float* inv_rms,
-                                        const float* grad_out, int64_t rows, int64_t dim, float* grad_x,
-                                        float* grad_weight) = 0;
+  virtual absl::Status rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
+                                        int64_t rows, int64_t dim, void* grad_x, float* grad_weight,
+                                        DType act = DType::kFloat32) = 0;
 
   // ---- rotary position embedding ----------------------------------------------------------
   // out = rotate(x); out may equal x (in place). theta is the base, e.g. 10000 (Llama 2)
   // or 500000 (Llama 3). Cos/sin tables are computed once per (seq, head_dim, theta).
-  virtual absl::Status rope_forward(const RopeShape& shape, double theta, const float* x, float* out) = 0;
+  virtual absl::Status rope_forward(const RopeShape& shape, double theta, const void* x, void* out,
+                                    DType act = DType::kFloat32) = 0;
   // The inverse rotation (a rotation's transpose is its inverse): grad_x = rotate⁻¹(grad_out).
   // grad_x may equal grad_out.
-  virtual absl::Status rope_backward(const RopeShape& shape, double theta, const float* grad_out, float* grad_x) = 0;
+  virtual absl::Status rope_backward(const RopeShape& shape, double theta, const void* grad_out, void* grad_x,
+                                     DType act = DType::kFloat32) = 0;
 
   // ---- causal self-attention (GQA) ----------------------------------------------------------
   // out = softmax(q·kᵀ / sqrt(head_dim) + causal mask)·v. Saves only the log-sum-exp of
-  // each score row, lse [batch, n_heads, seq], never the [seq, seq] probabilities.
-  virtual absl::Status attention_forward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                                         float* out, float* lse) = 0;
+  // each score row, lse [batch, n_heads, seq] (fp32), never the [seq, seq] probabilities.
+  virtual absl::Status attention_forward(const AttentionShape& shape, const void* q, const void* k, const void* v,
+                                         void* out, float* lse, DType act = DType::kFloat32) = 0;
   // Recomputes the probabilities from q, k and lse (flash-attention style). grad_q, grad_k
   // and grad_v are written; grad_k and grad_v sum over the query heads sharing a kv head.
-  virtual absl::Status attention_backward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                                          const float* out, const float* lse, const float* grad_out, float* grad_q,
-                                          float* grad_k, float* grad_v) = 0;
+  virtual absl::Status attention_backward(const AttentionShape& shape, const void* q, const void* k, const void* v,
+                                          const void* out, const float* lse, const void* grad_out, void* grad_q,
+                                          void* grad_k, void* grad_v, DType act = DType::kFloat32) = 0;
 
   // ---- SwiGLU -------------------------------------------------------------------------------
   // out = silu(gate) * up elementwise over n values, silu(g) = g * sigmoid(g).
-  virtual absl::Status swiglu_forward(const float* gate, const float* up, int64_t n, float* out) = 0;
-  virtual absl::Status swiglu_backward(const float* gate, const float* up, const float* grad_out, int64_t n,
-                                       float* grad_gate, float* grad_up) = 0;
+  virtual absl::Status swiglu_forward(const void* gate, const void* up, int64_t n, void* out,
+                                      DType act = DType::kFloat32) = 0;
+  virtual absl::Status swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n,
+                                       void* grad_gate, void* grad_up, DType act = DType::kFloat32) = 0;
 
   // ---- residual -------------------------------------------------------------------------------
   // out = a + b; out may equal a or b.
-  virtual absl::Status add(const float* a, const float* b, int64_t n, float* out) = 0;
+  virtual absl::Status add(const void* a, const void* b, int64_t n, void* out, DType act = DType::kFloat32) = 0;
   // y += x.
-  virtual absl::Status accumulate(const float* x, int64_t n, float* y) = 0;
+  virtual absl::Status accumulate(const void* x, int64_t n, void* y, DType act = DType::kFloat32) = 0;
 
   // ---- loss ---------------------------------------------------------------------------------
   // Mean cross-entropy of logits [rows, vocab] against targets [rows] in [0, vocab), a
   // target of kIgnoreTarget (-1) marking a row to ignore. *loss (one float in this
   // implementation's memory) is the mean over the rows not ignored, 0 when all are
   // ignored; lse [rows] (every row's log-sum-exp) is saved for the backward.
-  virtual absl::Status cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                             float* loss, float* lse) = 0;
+  virtual absl::Status cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                             float* loss, float* lse, DType act = DType::kFloat32) = 0;
   // grad_logits = grad_loss * ∂loss/∂logits (written; zero on ignored rows).
-  virtual absl::Status cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse,
-                                              int64_t rows, int64_t vocab, float grad_loss, float* grad_logits) = 0;
+  virtual absl::Status cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse,
+                                              int64_t rows, int64_t vocab, float grad_loss, void* grad_logits,
+                                              DType act = DType::kFloat32) = 0;
 
   // ---- optimizer ----------------------------------------------------------------------------
   // One torch.optim.AdamW step over n parameters, step = 1 for the first: decoupled weight

@@ -29,11 +29,12 @@ struct RunResult {
   double val_loss = 0;
 };
 
-RunResult Train(const std::string& recipe, const std::filesystem::path& checkpoints) {
+RunResult Train(const std::string& recipe, const std::filesystem::path& checkpoints,
+                const std::string& compute_dtype = "fp32") {
   absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecFile(
       FP8_EXAMPLE_JOB, {"fp8.recipe=" + recipe, absl::StrCat("train.steps=", kSteps), "train.batch_size=16",
                         "train.log_every=1", "train.eval_every=300", "checkpoint.dir=" + checkpoints.string(),
-                        "checkpoint.every=0"});
+                        "checkpoint.every=0", "train.compute_dtype=" + compute_dtype});
   EXPECT_TRUE(spec.ok()) << spec.status();
   if (!spec.ok()) return {};
   if (!std::filesystem::exists(spec->data().path())) {
@@ -70,6 +71,16 @@ TEST(LossParity, EveryRecipeEndsWithinThreePercentOfTheHighPrecisionBaseline) {
                 100 * relative, r.val_loss);
     EXPECT_LT(std::fabs(relative), 0.03) << recipe << " ends at " << r.final_loss << ", none at " << none.final_loss;
     EXPECT_LT(r.final_loss, 0.5 * r.first_loss) << recipe << ": the loss must fall by more than half";
+  }
+  // Mixed precision: bf16 activations, fp32 master weights, against the fp32 baseline.
+  for (const char* recipe : {"none", "tensorwise", "rowwise"}) {
+    const RunResult r = Train(recipe, tmp.path() / absl::StrCat(recipe, "-bf16"), "bf16");
+    const double relative = (r.final_loss - none.final_loss) / none.final_loss;
+    std::printf("| %-13s bf16 | %10.4f | %28.4f | %+6.2f%% | %8.4f |\n", recipe, r.first_loss, r.final_loss,
+                100 * relative, r.val_loss);
+    EXPECT_LT(std::fabs(relative), 0.03) << recipe << " with bf16 activations ends at " << r.final_loss
+                                         << ", fp32 none at " << none.final_loss;
+    EXPECT_LT(r.final_loss, 0.5 * r.first_loss) << recipe << " bf16: the loss must fall by more than half";
   }
 }
 

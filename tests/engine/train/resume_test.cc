@@ -98,8 +98,14 @@ INSTANTIATE_TEST_SUITE_P(Recipes, ResumeTest,
                                            // Delayed scaling carries amax histories across the stop.
                                            std::vector<std::string>{"fp8.recipe=delayed"},
                                            std::vector<std::string>{"fp8.recipe=rowwise", "train.batch_size=8",
-                                                                    "train.grad_accum=2"}),
-                         [](const auto& info) { return std::string(info.param[0].substr(11)); });
+                                                                    "train.grad_accum=2"},
+                                           // bf16 activations: the state is the same fp32 masters.
+                                           std::vector<std::string>{"fp8.recipe=tensorwise", "train.compute_dtype=bf16"}),
+                         [](const auto& info) {
+                           std::string name = info.param[0].substr(11);
+                           if (info.param.size() > 1 && info.param[1] == "train.compute_dtype=bf16") name += "_bf16";
+                           return name;
+                         });
 
 // Flips one byte in the middle of a file.
 void Corrupt(const fs::path& file) {

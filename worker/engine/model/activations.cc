@@ -9,6 +9,8 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
   const int64_t m = rows * seq, hd = c.head_dim();
   const int64_t q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
   auto f32 = [&](TensorShape shape) { return Tensor::empty(device, ElementType::kFloat32, std::move(shape)); };
+  const ElementType act_type = c.activations == DType::kBFloat16 ? ElementType::kBFloat16 : ElementType::kFloat32;
+  auto act = [&](TensorShape shape) { return Tensor::empty(device, act_type, std::move(shape)); };
   auto i32 = [&](TensorShape shape) { return Tensor::empty(device, ElementType::kInt32, std::move(shape)); };
 
   Activations a;
@@ -19,42 +21,42 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
   FP8_ASSIGN_OR_RETURN(a.targets, i32({m}));
   a.hidden.resize(static_cast<size_t>(c.n_layers + 1));
   for (Tensor& h : a.hidden) {
-    FP8_ASSIGN_OR_RETURN(h, f32({m, c.dim}));
+    FP8_ASSIGN_OR_RETURN(h, act({m, c.dim}));
   }
   a.blocks.resize(static_cast<size_t>(c.n_layers));
   for (BlockActivations& b : a.blocks) {
     FP8_ASSIGN_OR_RETURN(b.attn_inv_rms, f32({m}));
-    FP8_ASSIGN_OR_RETURN(b.attn_in, f32({m, c.dim}));
-    FP8_ASSIGN_OR_RETURN(b.q, f32({m, q_dim}));
-    FP8_ASSIGN_OR_RETURN(b.k, f32({m, kv_dim}));
-    FP8_ASSIGN_OR_RETURN(b.v, f32({m, kv_dim}));
-    FP8_ASSIGN_OR_RETURN(b.attn_out, f32({m, q_dim}));
+    FP8_ASSIGN_OR_RETURN(b.attn_in, act({m, c.dim}));
+    FP8_ASSIGN_OR_RETURN(b.q, act({m, q_dim}));
+    FP8_ASSIGN_OR_RETURN(b.k, act({m, kv_dim}));
+    FP8_ASSIGN_OR_RETURN(b.v, act({m, kv_dim}));
+    FP8_ASSIGN_OR_RETURN(b.attn_out, act({m, q_dim}));
     FP8_ASSIGN_OR_RETURN(b.attn_lse, f32({rows, c.n_heads, seq}));
-    FP8_ASSIGN_OR_RETURN(b.mid, f32({m, c.dim}));
+    FP8_ASSIGN_OR_RETURN(b.mid, act({m, c.dim}));
     FP8_ASSIGN_OR_RETURN(b.ffn_inv_rms, f32({m}));
-    FP8_ASSIGN_OR_RETURN(b.ffn_in, f32({m, c.dim}));
-    FP8_ASSIGN_OR_RETURN(b.gate, f32({m, c.ffn_dim}));
-    FP8_ASSIGN_OR_RETURN(b.up, f32({m, c.ffn_dim}));
-    FP8_ASSIGN_OR_RETURN(b.swiglu_out, f32({m, c.ffn_dim}));
+    FP8_ASSIGN_OR_RETURN(b.ffn_in, act({m, c.dim}));
+    FP8_ASSIGN_OR_RETURN(b.gate, act({m, c.ffn_dim}));
+    FP8_ASSIGN_OR_RETURN(b.up, act({m, c.ffn_dim}));
+    FP8_ASSIGN_OR_RETURN(b.swiglu_out, act({m, c.ffn_dim}));
   }
   FP8_ASSIGN_OR_RETURN(a.final_inv_rms, f32({m}));
-  FP8_ASSIGN_OR_RETURN(a.final_in, f32({m, c.dim}));
+  FP8_ASSIGN_OR_RETURN(a.final_in, act({m, c.dim}));
   FP8_ASSIGN_OR_RETURN(a.logits, f32({m, c.vocab_size}));
   FP8_ASSIGN_OR_RETURN(a.loss_lse, f32({m}));
   FP8_ASSIGN_OR_RETURN(a.loss, f32({1}));
-  FP8_ASSIGN_OR_RETURN(a.branch_out, f32({m, c.dim}));
+  FP8_ASSIGN_OR_RETURN(a.branch_out, act({m, c.dim}));
   if (!for_backward) return a;
 
-  FP8_ASSIGN_OR_RETURN(a.grad_hidden, f32({m, c.dim}));
-  FP8_ASSIGN_OR_RETURN(a.grad_norm_in, f32({m, c.dim}));
-  FP8_ASSIGN_OR_RETURN(a.grad_tmp, f32({m, c.dim}));
-  FP8_ASSIGN_OR_RETURN(a.grad_attn, f32({m, q_dim}));
-  FP8_ASSIGN_OR_RETURN(a.grad_q, f32({m, q_dim}));
-  FP8_ASSIGN_OR_RETURN(a.grad_k, f32({m, kv_dim}));
-  FP8_ASSIGN_OR_RETURN(a.grad_v, f32({m, kv_dim}));
-  FP8_ASSIGN_OR_RETURN(a.grad_ffn, f32({m, c.ffn_dim}));
-  FP8_ASSIGN_OR_RETURN(a.grad_gate, f32({m, c.ffn_dim}));
-  FP8_ASSIGN_OR_RETURN(a.grad_up, f32({m, c.ffn_dim}));
+  FP8_ASSIGN_OR_RETURN(a.grad_hidden, act({m, c.dim}));
+  FP8_ASSIGN_OR_RETURN(a.grad_norm_in, act({m, c.dim}));
+  FP8_ASSIGN_OR_RETURN(a.grad_tmp, act({m, c.dim}));
+  FP8_ASSIGN_OR_RETURN(a.grad_attn, act({m, q_dim}));
+  FP8_ASSIGN_OR_RETURN(a.grad_q, act({m, q_dim}));
+  FP8_ASSIGN_OR_RETURN(a.grad_k, act({m, kv_dim}));
+  FP8_ASSIGN_OR_RETURN(a.grad_v, act({m, kv_dim}));
+  FP8_ASSIGN_OR_RETURN(a.grad_ffn, act({m, c.ffn_dim}));
+  FP8_ASSIGN_OR_RETURN(a.grad_gate, act({m, c.ffn_dim}));
+  FP8_ASSIGN_OR_RETURN(a.grad_up, act({m, c.ffn_dim}));
   FP8_ASSIGN_OR_RETURN(a.grad_logits, f32({m, c.vocab_size}));
   return a;
 }

@@ -4,14 +4,15 @@
 
 namespace fp8::engine {
 
+// Activations are of the layer's types (LinearActivations): raw pointers.
 absl::Status LinearUnit::forward(const Tensor& x, int64_t tokens, Tensor& y, bool training) const {
   if (gathered_fp8 != nullptr) {
-    return training ? layer->forward(x.data<float>(), tokens, *gathered_fp8, nullptr, y.data<float>())
-                    : layer->forward_no_grad(x.data<float>(), tokens, *gathered_fp8, nullptr, y.data<float>());
+    return training ? layer->forward(x.raw(), tokens, *gathered_fp8, nullptr, y.raw())
+                    : layer->forward_no_grad(x.raw(), tokens, *gathered_fp8, nullptr, y.raw());
   }
   const float* w = weight->value.data<float>();
-  return training ? layer->forward(x.data<float>(), tokens, w, nullptr, y.data<float>())
-                  : layer->forward_no_grad(x.data<float>(), tokens, w, nullptr, y.data<float>());
+  return training ? layer->forward(x.raw(), tokens, w, nullptr, y.raw())
+                  : layer->forward_no_grad(x.raw(), tokens, w, nullptr, y.raw());
 }
 
 absl::Status LinearUnit::backward(const Tensor& grad_y, Tensor* grad_x) const {
@@ -21,16 +22,17 @@ absl::Status LinearUnit::backward(const Tensor& grad_y, Tensor* grad_x) const {
   } else {
     FP8_RETURN_IF_ERROR(layer->rebind_weight(weight->value.data<float>()));
   }
-  return layer->backward(grad_y.data<float>(), grad_x != nullptr ? grad_x->data<float>() : nullptr,
-                         weight->grad.data<float>(), nullptr);
+  return layer->backward(grad_y.raw(), grad_x != nullptr ? grad_x->raw() : nullptr, weight->grad.data<float>(),
+                         nullptr);
 }
 
 absl::StatusOr<LinearUnit> make_linear_unit(Backend& backend, const v1::Fp8Spec& fp8, std::string name,
-                                            Parameter* weight) {
+                                            Parameter* weight, const LinearActivations& activations) {
   LinearUnit u;
   const int64_t out_features = weight->value.dim(0), in_features = weight->value.dim(1);
   FP8_ASSIGN_OR_RETURN(u.selection, select_linear(fp8, name, in_features, out_features));
-  FP8_ASSIGN_OR_RETURN(u.layer, Float8Linear::create(backend, in_features, out_features, u.selection.config));
+  FP8_ASSIGN_OR_RETURN(u.layer,
+                       Float8Linear::create(backend, in_features, out_features, u.selection.config, activations));
   u.name = std::move(name);
   u.weight = weight;
   return u;

@@ -29,8 +29,9 @@ struct LinearUnit {
   absl::Status backward(const Tensor& grad_y, Tensor* grad_x) const;
 };
 
-// The unit for `name` with weight `weight`, per the module filter of `fp8`.
+// The unit for `name` with weight `weight`, per the module filter of `fp8`, reading and
+// writing activations of the given types.
 absl::StatusOr<LinearUnit> make_linear_unit(Backend& backend, const v1::Fp8Spec& fp8, std::string name,
-                                            Parameter* weight);
+                                            Parameter* weight, const LinearActivations& activations = {});
 
 }  // namespace fp8::engine

@@ -6,7 +6,9 @@
 namespace fp8::engine {
 
 namespace {
+// fp32 tensors (parameters, inv_rms, logits, loss) and activations (of the config's type).
 float* f(const Tensor& t) { return t.data<float>(); }
+void* act(const Tensor& t) { return t.raw(); }
 
 // Checked here, on the host, for every device: a GPU kernel cannot reject a bad id
 // before it runs without stalling the stream (model_ops.h).
@@ -42,7 +44,7 @@ absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, uint64_t seed) {
   auto linear = [&](LinearUnit& unit, const std::string& name, int64_t out, int64_t in,
                     ParameterInit init) -> absl::Status {
     FP8_ASSIGN_OR_RETURN(Parameter * weight, matrix(name, out, in, init));
-    FP8_ASSIGN_OR_RETURN(unit, make_linear_unit(backend, fp8, name, weight));
+    FP8_ASSIGN_OR_RETURN(unit, make_linear_unit(backend, fp8, name, weight, {c.activations, c.activations}));
     return absl::OkStatus();
   };
 
@@ -63,10 +65,14 @@ absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, uint64_t seed) {
     for (LinearUnit* u : {&b.wq, &b.wk, &b.wv, &b.wo, &b.w1, &b.w3, &b.w2}) mutable_linears_.push_back(u);
   }
   FP8_ASSIGN_OR_RETURN(final_norm_, gain("norm"));
+  // The output projection reads activations and writes fp32 logits: the loss and its
+  // gradient stay fp32 whatever the activations.
+  const LinearActivations to_logits{c.activations, DType::kFloat32};
   if (c.tie_embeddings) {
-    FP8_ASSIGN_OR_RETURN(output_, make_linear_unit(backend, fp8, "output", embeddings_));
+    FP8_ASSIGN_OR_RETURN(output_, make_linear_unit(backend, fp8, "output", embeddings_, to_logits));
   } else {
-    FP8_RETURN_IF_ERROR(linear(output_, "output", c.vocab_size, c.dim, ParameterInit::kNormal));
+    FP8_ASSIGN_OR_RETURN(Parameter * weight, matrix("output", c.vocab_size, c.dim, ParameterInit::kNormal));
+    FP8_ASSIGN_OR_RETURN(output_, make_linear_unit(backend, fp8, "output", weight, to_logits));
   }
   mutable_linears_.push_back(&output_);
   linears_.assign(mutable_linears_.begin(), mutable_linears_.end());
@@ -102,15 +108,15 @@ absl::StatusOr<float> LlamaModel::forward(const data::TokenBatch& batch, bool tr
   constexpr int kRoot = ParameterHooks::kRootUnit;
   FP8_RETURN_IF_ERROR(hook_before_forward(kRoot));
   FP8_RETURN_IF_ERROR(ops_.embedding_forward(a->tokens.data<int32_t>(), m, f(embeddings_->value), c.vocab_size,
-                                             c.dim, f(a->hidden[0])));
+                                             c.dim, act(a->hidden[0]), c.activations));
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const int unit = static_cast<int>(i);
     FP8_RETURN_IF_ERROR(hook_before_forward(unit));
     FP8_RETURN_IF_ERROR(blocks_[i].forward(ops_, c, *a, a->blocks[i], a->hidden[i], a->hidden[i + 1], training));
     FP8_RETURN_IF_ERROR(hook_after_forward(unit, training));
   }
-  FP8_RETURN_IF_ERROR(ops_.rmsnorm_forward(f(a->hidden.back()), f(final_norm_->value), m, c.dim, c.norm_eps,
-                                           f(a->final_in), f(a->final_inv_rms)));
+  FP8_RETURN_IF_ERROR(ops_.rmsnorm_forward(act(a->hidden.back()), f(final_norm_->value), m, c.dim, c.norm_eps,
+                                           act(a->final_in), f(a->final_inv_rms), c.activations));
   FP8_RETURN_IF_ERROR(output_.forward(a->final_in, m, a->logits, training));
   FP8_RETURN_IF_ERROR(ops_.cross_entropy_forward(f(a->logits), a->targets.data<int32_t>(), m, c.vocab_size,
                                                  f(a->loss), f(a->loss_lse)));
@@ -129,16 +135,17 @@ absl::StatusOr<float> LlamaModel::forward_backward(const data::TokenBatch& batch
   FP8_RETURN_IF_ERROR(ops_.cross_entropy_backward(f(a.logits), a.targets.data<int32_t>(), f(a.loss_lse), m,
                                                   c.vocab_size, grad_scale, f(a.grad_logits)));
   FP8_RETURN_IF_ERROR(output_.backward(a.grad_logits, &a.grad_norm_in));
-  FP8_RETURN_IF_ERROR(ops_.rmsnorm_backward(f(a.hidden.back()), f(final_norm_->value), f(a.final_inv_rms),
-                                            f(a.grad_norm_in), m, c.dim, f(a.grad_hidden), f(final_norm_->grad)));
+  FP8_RETURN_IF_ERROR(ops_.rmsnorm_backward(act(a.hidden.back()), f(final_norm_->value), f(a.final_inv_rms),
+                                            act(a.grad_norm_in), m, c.dim, act(a.grad_hidden), f(final_norm_->grad),
+                                            c.activations));
   for (size_t i = blocks_.size(); i-- > 0;) {
     const int unit = static_cast<int>(i);
     FP8_RETURN_IF_ERROR(hook_before_backward(unit));
     FP8_RETURN_IF_ERROR(blocks_[i].backward(ops_, c, a, a.blocks[i], a.hidden[i]));
     FP8_RETURN_IF_ERROR(hook_after_backward(unit));
   }
-  FP8_RETURN_IF_ERROR(ops_.embedding_backward(a.tokens.data<int32_t>(), m, f(a.grad_hidden), c.vocab_size, c.dim,
-                                              f(embeddings_->grad)));
+  FP8_RETURN_IF_ERROR(ops_.embedding_backward(a.tokens.data<int32_t>(), m, act(a.grad_hidden), c.vocab_size, c.dim,
+                                              f(embeddings_->grad), c.activations));
   FP8_RETURN_IF_ERROR(hook_after_backward(kRoot));
   return loss;
 }

@@ -6,7 +6,8 @@ namespace fp8::engine {
 
 std::string LlamaConfig::describe() const {
   return absl::StrCat("dim ", dim, ", ", n_layers, " layers, ", n_heads, " heads (", n_kv_heads, " kv), ffn ",
-                      ffn_dim, ", vocab ", vocab_size, tie_embeddings ? ", tied embeddings" : "");
+                      ffn_dim, ", vocab ", vocab_size, tie_embeddings ? ", tied embeddings" : "",
+                      activations == DType::kBFloat16 ? ", bf16 activations" : "");
 }
 
 int64_t LlamaConfig::parameter_count() const {
@@ -44,6 +45,24 @@ absl::StatusOr<LlamaConfig> llama_config_from_spec(const v1::ModelSpec& m) {
   if (c.max_seq_len <= 0) return bad("max_seq_len", c.max_seq_len, "must be positive");
   if (!(c.rope_theta > 0)) return bad("rope_theta", c.rope_theta, "must be positive");
   if (!(c.norm_eps > 0)) return bad("norm_eps", c.norm_eps, "must be positive");
+  return c;
+}
+
+absl::StatusOr<LlamaConfig> llama_config_from_spec(const v1::ModelSpec& model, const v1::TrainSpec& train) {
+  absl::StatusOr<LlamaConfig> c = llama_config_from_spec(model);
+  if (!c.ok()) return c;
+  switch (train.compute_dtype()) {
+    case v1::TrainSpec::BF16:
+      c->activations = DType::kBFloat16;
+      break;
+    case v1::TrainSpec::FP32:
+    case v1::TrainSpec::COMPUTE_DTYPE_UNSPECIFIED:
+      c->activations = DType::kFloat32;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("train.compute_dtype: unknown value ", static_cast<int>(train.compute_dtype())));
+  }
   return c;
 }
 

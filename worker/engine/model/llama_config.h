@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "fp8/fp8.h"
 #include "fp8/v1/job.pb.h"
 
 namespace fp8::engine {
@@ -20,9 +21,13 @@ struct LlamaConfig {
   double rope_theta = 10000.0;
   float norm_eps = 1e-5f;
   bool tie_embeddings = false;  // the output projection reuses the embedding table
+  // The activations' element type between layers (train.compute_dtype): fp32 or bf16.
+  // Parameters, logits and the loss are fp32 either way.
+  DType activations = DType::kFloat32;
 
   int64_t head_dim() const { return dim / n_heads; }
-  // "dim 64, 2 layers, 4 heads (4 kv), ffn 176, vocab 256": for logs and checkpoint metadata.
+  // "dim 64, 2 layers, 4 heads (4 kv), ffn 176, vocab 256" (", bf16 activations" when so):
+  // for logs and checkpoint metadata.
   std::string describe() const;
   // Every parameter, embedding included.
   int64_t parameter_count() const;
@@ -32,5 +37,7 @@ struct LlamaConfig {
 // sizes the engine cannot build, naming the field, for specs that did not come through
 // the loader.
 absl::StatusOr<LlamaConfig> llama_config_from_spec(const v1::ModelSpec& model);
+// The same, with the activations' type from train.compute_dtype.
+absl::StatusOr<LlamaConfig> llama_config_from_spec(const v1::ModelSpec& model, const v1::TrainSpec& train);
 
 }  // namespace fp8::engine

@@ -68,7 +68,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
   const LrScheduleOptions lr{tr.lr(), tr.min_lr(), tr.warmup_steps(), tr.steps(), decay_of(tr.schedule())};
   FP8_ASSIGN_OR_RETURN(t->schedule_, LrSchedule::Create(lr));
 
-  FP8_ASSIGN_OR_RETURN(LlamaConfig config, llama_config_from_spec(spec.model()));
+  FP8_ASSIGN_OR_RETURN(LlamaConfig config, llama_config_from_spec(spec.model(), spec.train()));
   FP8_ASSIGN_OR_RETURN(t->model_, LlamaModel::create(device, config, spec.fp8(), tr.seed()));
   t->trained_ = &t->model_->parameters();
   if (group != nullptr) {
