@@ -101,7 +101,7 @@ absl::StatusOr<Activations*> LlamaModel::activations_for(const data::TokenBatch&
   return &*acts;
 }
 
-absl::StatusOr<float> LlamaModel::forward(const data::TokenBatch& batch, bool training) {
+absl::StatusOr<Activations*> LlamaModel::forward(const data::TokenBatch& batch, bool training) {
   FP8_ASSIGN_OR_RETURN(Activations * a, activations_for(batch, training));
   const LlamaConfig& c = config_;
   const int64_t m = a->tokens_count();
@@ -121,12 +121,16 @@ absl::StatusOr<float> LlamaModel::forward(const data::TokenBatch& batch, bool tr
   FP8_RETURN_IF_ERROR(ops_.cross_entropy_forward(f(a->logits), a->targets.data<int32_t>(), m, c.vocab_size,
                                                  f(a->loss), f(a->loss_lse)));
   FP8_RETURN_IF_ERROR(hook_after_forward(kRoot, training));
-  FP8_ASSIGN_OR_RETURN(std::vector<float> loss, a->loss.download<float>());
+  return a;
+}
+
+absl::StatusOr<float> LlamaModel::read_loss(const Activations& a) {
+  FP8_ASSIGN_OR_RETURN(std::vector<float> loss, a.loss.download<float>());
   return loss[0];
 }
 
 absl::StatusOr<float> LlamaModel::forward_backward(const data::TokenBatch& batch, float grad_scale) {
-  FP8_ASSIGN_OR_RETURN(float loss, forward(batch, /*training=*/true));
+  FP8_RETURN_IF_ERROR(forward(batch, /*training=*/true).status());
   Activations& a = *train_acts_;
   const LlamaConfig& c = config_;
   const int64_t m = a.tokens_count();
@@ -147,10 +151,14 @@ absl::StatusOr<float> LlamaModel::forward_backward(const data::TokenBatch& batch
   FP8_RETURN_IF_ERROR(ops_.embedding_backward(a.tokens.data<int32_t>(), m, act(a.grad_hidden), c.vocab_size, c.dim,
                                               f(embeddings_->grad), c.activations));
   FP8_RETURN_IF_ERROR(hook_after_backward(kRoot));
-  return loss;
+  // Read only now: the host waited for nothing while it queued the backward.
+  return read_loss(a);
 }
 
-absl::StatusOr<float> LlamaModel::evaluate(const data::TokenBatch& batch) { return forward(batch, false); }
+absl::StatusOr<float> LlamaModel::evaluate(const data::TokenBatch& batch) {
+  FP8_ASSIGN_OR_RETURN(Activations * a, forward(batch, /*training=*/false));
+  return read_loss(*a);
+}
 
 absl::Status LlamaModel::finish_step() {
   for (const LinearUnit* u : linears_) {

@@ -56,7 +56,10 @@ class LlamaModel {
   absl::Status build(const v1::Fp8Spec& fp8, uint64_t seed);
   // Activations shaped for `batch` (rebuilt when the shape or the mode changes).
   absl::StatusOr<Activations*> activations_for(const data::TokenBatch& batch, bool for_backward);
-  absl::StatusOr<float> forward(const data::TokenBatch& batch, bool training);
+  // Queues the forward; the loss stays in device memory (read_loss) so that a training
+  // step queues its backward before the host waits for anything.
+  absl::StatusOr<Activations*> forward(const data::TokenBatch& batch, bool training);
+  static absl::StatusOr<float> read_loss(const Activations& a);
   // hooks_ calls that do nothing without hooks.
   absl::Status hook_before_forward(int unit) { return hooks_ ? hooks_->before_forward(unit) : absl::OkStatus(); }
   absl::Status hook_after_forward(int unit, bool training) {
