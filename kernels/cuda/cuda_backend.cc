@@ -23,6 +23,7 @@
 #include "cuda/cast_kernels.h"
 #include "cuda/cuda_status.h"
 #include "cuda/device_buffer.h"
+#include "cuda/device_check.h"
 #include "cuda/event_fence.h"
 #include "cuda/gemm_cublaslt.h"
 #include "fp8/fp8.h"
@@ -280,39 +281,15 @@ class CudaBackend final : public Backend {
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::create(int device, cudaStream_t stream) {
-  int count = 0;
-  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
-    cudaGetLastError();  // do not leave the failure as the thread's last error
-    return absl::UnavailableError(absl::StrCat(
-        "no CUDA GPU available: cudaGetDeviceCount failed with ", cudaGetErrorName(e), " (", cudaGetErrorString(e),
-        "); this machine has no NVIDIA GPU, or no working NVIDIA driver"));
-  }
-  if (count == 0) return absl::UnavailableError("no CUDA GPU available: cudaGetDeviceCount found 0 devices");
-  if (device < 0 || device >= count) {
-    return absl::UnavailableError(
-        absl::StrCat("CUDA device ", device, " does not exist: this machine has ", count, " CUDA device(s)"));
-  }
-
+  absl::StatusOr<cudaDeviceProp> prop = cuda::check_cuda_device(device, &cuda::probe_kernel_image, "kernels");
+  if (!prop.ok()) return prop.status();
   DeviceGuard guard(device);
-  if (!guard.status().ok()) {
-    return absl::UnavailableError(absl::StrCat("CUDA device ", device, " unusable: ", guard.status().message()));
-  }
-  cudaDeviceProp prop{};
-  if (auto s = cuda_status(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"); !s.ok()) return s;
-  // An sm_90 build has no kernel image an older GPU can run; say so up front rather than
-  // at the first launch.
-  if (const cudaError_t e = cuda::probe_kernel_image(); e != cudaSuccess) {
-    cudaGetLastError();
-    return absl::UnavailableError(absl::StrCat("CUDA device ", device, " (", prop.name, ", sm_", prop.major,
-                                               prop.minor, ") cannot run this build's kernels: ",
-                                               cudaGetErrorString(e),
-                                               "; rebuild with CMAKE_CUDA_ARCHITECTURES covering this GPU"));
-  }
+  if (!guard.status().ok()) return guard.status();
   auto gemm = cuda::CublasLtGemm::create(stream);
   if (!gemm.ok()) return gemm.status();
   auto allocator = cuda::CachingAllocator::create(device, stream);
   if (!allocator.ok()) return allocator.status();
-  std::unique_ptr<CudaBackend> backend(new CudaBackend(device, stream, absl::StrCat("cuda:", device, " (", prop.name, ")"),
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(device, stream, absl::StrCat("cuda:", device, " (", prop->name, ")"),
                                                        std::move(*gemm), std::move(*allocator)));
   // Allocate the scratch now, so that the first quantize does not call cudaMalloc.
   if (auto s = backend->scratch_.get(1, stream); !s.ok()) return s.status();
@@ -328,10 +305,9 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device, void* str
 }
 
 absl::StatusOr<std::shared_ptr<void>> make_cuda_stream(int device) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
-    cudaGetLastError();
-    return absl::UnavailableError(absl::StrCat("CUDA device ", device, " does not exist (", count, " found)"));
+  if (absl::StatusOr<cudaDeviceProp> prop = cuda::check_cuda_device(device, &cuda::probe_kernel_image, "kernels");
+      !prop.ok()) {
+    return prop.status();
   }
   DeviceGuard guard(device);
   if (!guard.status().ok()) return guard.status();

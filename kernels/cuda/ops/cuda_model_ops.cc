@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "cuda/cuda_status.h"
 #include "cuda/device_buffer.h"
+#include "cuda/device_check.h"
 #include "cuda/ops/attention_kernels.h"
 #include "cuda/ops/model_kernels.h"
 #include "cuda/ops/rope_device_tables.h"
@@ -297,35 +298,12 @@ class CudaModelOps final : public ModelOps {
 };
 
 absl::StatusOr<std::unique_ptr<ModelOps>> CudaModelOps::create(int device, cudaStream_t stream) {
-  int count = 0;
-  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
-    cudaGetLastError();  // do not leave the failure as the thread's last error
-    return absl::UnavailableError(absl::StrCat("no CUDA GPU available: cudaGetDeviceCount failed with ",
-                                               cudaGetErrorName(e), " (", cudaGetErrorString(e),
-                                               "); this machine has no NVIDIA GPU, or no working NVIDIA driver"));
-  }
-  if (count == 0) return absl::UnavailableError("no CUDA GPU available: cudaGetDeviceCount found 0 devices");
-  if (device < 0 || device >= count) {
-    return absl::UnavailableError(
-        absl::StrCat("CUDA device ", device, " does not exist: this machine has ", count, " CUDA device(s)"));
-  }
-
+  absl::StatusOr<cudaDeviceProp> prop = cuda::check_cuda_device(device, &cuda::probe_model_kernel_image, "model kernels");
+  if (!prop.ok()) return prop.status();
   DeviceGuard guard(device);
-  if (!guard.status().ok()) {
-    return absl::UnavailableError(absl::StrCat("CUDA device ", device, " unusable: ", guard.status().message()));
-  }
-  cudaDeviceProp prop{};
-  FP8_RETURN_IF_ERROR(cuda_status(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
-  // An sm_90 build has no kernel image an older GPU can run; say so up front rather than
-  // at the first launch.
-  if (const cudaError_t e = cuda::probe_model_kernel_image(); e != cudaSuccess) {
-    cudaGetLastError();
-    return absl::UnavailableError(absl::StrCat("CUDA device ", device, " (", prop.name, ", sm_", prop.major, prop.minor,
-                                               ") cannot run this build's model kernels: ", cudaGetErrorString(e),
-                                               "; rebuild with CMAKE_CUDA_ARCHITECTURES covering this GPU"));
-  }
+  if (!guard.status().ok()) return guard.status();
   std::unique_ptr<CudaModelOps> ops(
-      new CudaModelOps(device, stream, absl::StrCat("cuda:", device, " (", prop.name, ")")));
+      new CudaModelOps(device, stream, absl::StrCat("cuda:", device, " (", prop->name, ")")));
   // Allocate the scratch now, so that the first reduction does not call cudaMalloc.
   if (auto s = ops->scratch_.get(1, stream); !s.ok()) return s.status();
   return std::unique_ptr<ModelOps>(std::move(ops));

@@ -399,12 +399,15 @@ TEST(Device, WithoutModelOpsSaysSo) {
 TEST(Device, CudaIsAnErrorWithoutAGpu) {
   absl::StatusOr<std::unique_ptr<Device>> d = Device::cuda(0);
   if (d.ok()) {
-    // A machine with a GPU: the device exists, with no model kernels yet.
+    // A machine with a GPU: the device, its model kernels and its own stream.
     EXPECT_EQ((*d)->name(), "cuda:0");
     EXPECT_TRUE((*d)->is_cuda());
-    EXPECT_EQ((*d)->model_ops().status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ((*d)->ordinal(), 0);
+    EXPECT_NE((*d)->stream(), nullptr);
+    EXPECT_TRUE((*d)->model_ops().ok()) << (*d)->model_ops().status();
     return;
   }
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kUnavailable) << d.status();
   EXPECT_FALSE(d.status().message().empty());
   EXPECT_NE(d.status().code(), absl::StatusCode::kOk);
   // A bad ordinal is an error too, never a crash.
