@@ -8,7 +8,9 @@
 namespace fp8::bench {
 namespace kernels {
 cudaError_t sigmoid_forward(const float* y, int64_t n, float* s, cudaStream_t stream);
+cudaError_t sigmoid_forward(const uint16_t* y, int64_t n, uint16_t* s, cudaStream_t stream);
 cudaError_t sigmoid_backward_of_sum(const float* s, int64_t n, float* grad_y, cudaStream_t stream);
+cudaError_t sigmoid_backward_of_sum(const uint16_t* s, int64_t n, uint16_t* grad_y, cudaStream_t stream);
 }  // namespace kernels
 
 namespace {
@@ -22,9 +24,19 @@ absl::Status cuda_sigmoid_forward(const float* y, int64_t n, float* s, void* str
   return status_of(kernels::sigmoid_forward(y, n, s, static_cast<cudaStream_t>(stream)), "sigmoid forward kernel");
 }
 
+absl::Status cuda_sigmoid_forward(const uint16_t* y, int64_t n, uint16_t* s, void* stream) {
+  return status_of(kernels::sigmoid_forward(y, n, s, static_cast<cudaStream_t>(stream)),
+                   "sigmoid forward kernel (bf16)");
+}
+
 absl::Status cuda_sigmoid_backward_of_sum(const float* s, int64_t n, float* grad_y, void* stream) {
   return status_of(kernels::sigmoid_backward_of_sum(s, n, grad_y, static_cast<cudaStream_t>(stream)),
                    "sigmoid backward kernel");
+}
+
+absl::Status cuda_sigmoid_backward_of_sum(const uint16_t* s, int64_t n, uint16_t* grad_y, void* stream) {
+  return status_of(kernels::sigmoid_backward_of_sum(s, n, grad_y, static_cast<cudaStream_t>(stream)),
+                   "sigmoid backward kernel (bf16)");
 }
 
 absl::Status cuda_release_cached_memory(int device) {

@@ -14,12 +14,17 @@
 
 namespace fp8::bench {
 
-// s = sigmoid(y) elementwise over n fp32 values, queued on `stream` (a cudaStream_t).
+// s = sigmoid(y) elementwise over n values, queued on `stream` (a cudaStream_t): fp32, or
+// bf16 carried as its raw 16 bits (as fp8/arith.h does), computed in fp32 and rounded once
+// to nearest even.
 absl::Status cuda_sigmoid_forward(const float* y, int64_t n, float* s, void* stream);
+absl::Status cuda_sigmoid_forward(const uint16_t* y, int64_t n, uint16_t* s, void* stream);
 
 // The backward of sum(sigmoid(y)): ∂/∂y = s · (1 - s), read from the saved output s
-// (as torch's sigmoid_backward does), written to grad_y; queued on `stream`.
+// (as torch's sigmoid_backward does), written to grad_y; queued on `stream`. fp32 or bf16
+// as above.
 absl::Status cuda_sigmoid_backward_of_sum(const float* s, int64_t n, float* grad_y, void* stream);
+absl::Status cuda_sigmoid_backward_of_sum(const uint16_t* s, int64_t n, uint16_t* grad_y, void* stream);
 
 // Waits for the device, then gives the memory the default pool of `device` caches back to
 // the driver (cudaMemPoolTrimTo 0). The CUDA backend's allocator keeps every freed block

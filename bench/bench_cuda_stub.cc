@@ -8,7 +8,9 @@ absl::Status no_cuda() { return absl::UnimplementedError("this build has no CUDA
 }  // namespace
 
 absl::Status cuda_sigmoid_forward(const float*, int64_t, float*, void*) { return no_cuda(); }
+absl::Status cuda_sigmoid_forward(const uint16_t*, int64_t, uint16_t*, void*) { return no_cuda(); }
 absl::Status cuda_sigmoid_backward_of_sum(const float*, int64_t, float*, void*) { return no_cuda(); }
+absl::Status cuda_sigmoid_backward_of_sum(const uint16_t*, int64_t, uint16_t*, void*) { return no_cuda(); }
 absl::Status cuda_release_cached_memory(int) { return no_cuda(); }
 absl::Status cuda_memory_info(int, int64_t*, int64_t*) { return no_cuda(); }
 

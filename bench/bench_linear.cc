@@ -15,18 +15,30 @@
 //   linear  the linear layer alone: forward, then backward from a fixed upstream gradient,
 //           and finish_step(). Issue 8's "Float8Linear forward + backward".
 //
-// Contenders (activations are fp32 in this engine today, so every contender reads fp32
-// inputs and writes fp32 outputs unless said otherwise):
-//   none        Float8Linear with recipe none: three fp32 GEMMs (no TF32 on CUDA)
-//   bf16        a bf16 linear inside an fp32 model, as torch.autocast runs one: x, W and
-//               the upstream gradient converted to bf16 each step, three bf16 GEMMs with
-//               fp32 accumulation and fp32 outputs (grad_weight accumulated). Float8Linear
-//               with bf16 in place of fp8: the like-for-like baseline for the fp8 recipes.
+// Activations (--activations; bf16 by default on CUDA, fp32 on the CPU): the dtype of every
+// activation of the step and its gradient: x, the RMSNorm's output, the linear's output,
+// the sigmoid's output, the upstream gradient and every grad_input. Weights (the fp32
+// master), their gradients and the RMSNorm's saved inv_rms are fp32 either way. With bf16
+// the step is what a mixed-precision model runs (train.compute_dtype: bf16) and what
+// torchao's benchmark runs (bf16 throughout): RMSNorm and sigmoid read and write bf16,
+// computing in fp32, and every Float8Linear takes and gives bf16.
+//
+// Contenders:
+//   none        Float8Linear with recipe none. fp32 activations: three fp32 GEMMs (no TF32
+//               on CUDA). bf16 activations: the bf16 linear, as torch.autocast runs one:
+//               the fp32 weight converted to bf16 once per forward (kept for the backward),
+//               three bf16 GEMMs with fp32 accumulation, bf16 outputs, grad_weight
+//               accumulated in fp32. Then the like-for-like baseline for the fp8 recipes.
+//   bf16        (fp32 activations only) a bf16 linear inside an fp32 model, as autocast
+//               runs one there: x, W and the upstream gradient converted to bf16 each step,
+//               three bf16 GEMMs with fp32 accumulation and fp32 outputs (grad_weight
+//               accumulated): the baseline for fp8 recipes with fp32 activations. With bf16
+//               activations recipe none is this linear, without the conversions of x and g.
 //   bf16_gemms  (linear mode only) the three GEMMs of a bf16 nn.Linear on bf16 tensors made
-//               once, bf16 outputs, no conversions at all: what a model with bf16
-//               activations would pay, a lower bound for any bf16 linear.
+//               once, bf16 outputs (grad_weight too), no conversions at all: a lower bound
+//               for any bf16 linear.
 //   tensorwise, rowwise, rowwise_with_gw_hp, delayed: Float8Linear per recipe (casts,
-//               transposes, scales and all).
+//               transposes, scales and all), activations in the run's dtype.
 //
 // Before timing, every contender runs one step from the same inputs and the linear's
 // output and the step's grad_input are compared with recipe none's (relative L2 error),
@@ -44,6 +56,7 @@
 
 #include "bench/bench_cuda.h"
 #include "bench/bench_util.h"
+#include "fp8/arith.h"
 #include "fp8/model_ops.h"
 #include "worker/engine/cast_config.h"
 #include "worker/engine/float8_linear.h"
@@ -56,12 +69,17 @@ using engine::Float8Linear;
 
 constexpr const char* kUsage =
     "usage: bench_linear [--device cpu|cuda] [--quick] [--max-size N] [--csv FILE]\n"
-    "                    [--modes step,linear] [--shapes MxKxN,...] [--no-check]\n"
+    "                    [--modes step,linear] [--shapes MxKxN,...] [--activations fp32|bf16]\n"
+    "                    [--no-check]\n"
     "  Times one training step of a linear layer per fp8 recipe (Float8Linear) against\n"
-    "  recipe none (fp32 GEMMs) and a bf16 linear, in torchao's ln -> linear -> sigmoid\n"
-    "  step (mode step) and alone (mode linear), and prints the speedups.\n"
+    "  recipe none and a bf16 linear, in torchao's ln -> linear -> sigmoid step (mode step)\n"
+    "  and alone (mode linear), and prints the speedups.\n"
+    "  --activations: dtype of the step's activations and their gradients (weights stay\n"
+    "  fp32). bf16: recipe none is the bf16 linear (bf16 GEMMs); fp32: recipe none runs\n"
+    "  fp32 GEMMs and an autocast-style bf16 linear is the bf16 baseline.\n"
     "  Default shapes: cuda 4096^3, 8192^3, 16384^3 and M=16384 K=N=8192; cpu 512^3 to 2048^3.\n"
-    "  Default modes: step,linear on cuda, step on cpu.";
+    "  Default modes: step,linear on cuda, step on cpu. Default activations: bf16 on cuda,\n"
+    "  fp32 on cpu.";
 
 constexpr float kEps = 1e-5f;
 
@@ -79,8 +97,12 @@ struct Shape {
 struct LinearOptions {
   std::vector<std::string> modes;
   std::vector<Shape> shapes;
+  std::string activations;  // fp32 | bf16; empty: the device's default
   bool check = true;
 };
+
+const char* act_name(DType act) { return act == DType::kBFloat16 ? "bf16" : "fp32"; }
+size_t act_bytes(DType act) { return act == DType::kBFloat16 ? 2 : 4; }
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -114,6 +136,11 @@ LinearOptions take_linear_options(int& argc, char** argv) {
       }
     } else if (a == "--shapes" && i + 1 < argc) {
       for (const auto& s : split(argv[++i], ',')) lo.shapes.push_back(parse_shape(s));
+    } else if (a == "--activations" && i + 1 < argc) {
+      lo.activations = argv[++i];
+      if (lo.activations != "fp32" && lo.activations != "bf16") {
+        die("--activations: '" + lo.activations + "' is neither fp32 nor bf16");
+      }
     } else if (a == "--no-check") {
       lo.check = false;
     } else {
@@ -151,25 +178,37 @@ constexpr Recipe kFp8Recipes[] = {{"tensorwise", v1::Fp8Spec::TENSORWISE},
                                   {"rowwise_with_gw_hp", v1::Fp8Spec::ROWWISE_WITH_GW_HP},
                                   {"delayed", v1::Fp8Spec::DELAYED}};
 
-std::unique_ptr<Float8Linear> make_layer(Backend& b, const Shape& s, v1::Fp8Spec::Recipe recipe, const char* name) {
+std::unique_ptr<Float8Linear> make_layer(Backend& b, const Shape& s, v1::Fp8Spec::Recipe recipe, DType act,
+                                         const char* name) {
   auto config = engine::recipe_config(recipe);
   check(config.status(), name);
-  auto layer = Float8Linear::create(b, s.k, s.n, *config);
+  auto layer = Float8Linear::create(b, s.k, s.n, *config, engine::LinearActivations{act, act});
   check(layer.status(), name);
   return std::move(*layer);
 }
 
+// N(0, 1) values (fill_gaussian's) into backend memory as `act`: generated as fp32, then
+// rounded to bf16 where act is bf16.
+void fill_gaussian_act(Backend& b, DeviceBuffer& buf, int64_t n, uint32_t seed, DType act) {
+  if (act == DType::kFloat32) return fill_gaussian(buf, n, seed);
+  DeviceBuffer f32(b, static_cast<size_t>(n) * sizeof(float));
+  fill_gaussian(f32, n, seed);
+  check(b.convert(f32.as<void>(), DType::kFloat32, buf.as<void>(), act, n), "convert to activations");
+  check(b.synchronize(), "synchronize");
+}
+
 // Every buffer of one shape, shared by the contenders (each step overwrites what it reads,
-// apart from the accumulated parameter gradients).
+// apart from the accumulated parameter gradients). Activations and their gradients are of
+// dtype `act`; the weights, their gradients and inv_rms fp32.
 struct Buffers {
-  Buffers(Backend& b, const Shape& s)
-      : x(b, f32(s.m * s.k)), norm_w(b, f32(s.k)), inv_rms(b, f32(s.m)), normed(b, f32(s.m * s.k)),
-        w(b, f32(s.n * s.k)), y(b, f32(s.m * s.n)), s_out(b, f32(s.m * s.n)), grad_y(b, f32(s.m * s.n)),
-        grad_fixed(b, f32(s.m * s.n)), grad_normed(b, f32(s.m * s.k)), grad_x(b, f32(s.m * s.k)),
-        grad_w(b, f32(s.n * s.k)), grad_norm_w(b, f32(s.k)) {
-    fill_gaussian(x, s.m * s.k, 1);
+  Buffers(Backend& b, const Shape& s, DType activations)
+      : act(activations), x(b, a(s.m * s.k)), norm_w(b, f32(s.k)), inv_rms(b, f32(s.m)), normed(b, a(s.m * s.k)),
+        w(b, f32(s.n * s.k)), y(b, a(s.m * s.n)), s_out(b, a(s.m * s.n)), grad_y(b, a(s.m * s.n)),
+        grad_fixed(b, a(s.m * s.n)), grad_normed(b, a(s.m * s.k)), grad_x(b, a(s.m * s.k)), grad_w(b, f32(s.n * s.k)),
+        grad_norm_w(b, f32(s.k)) {
+    fill_gaussian_act(b, x, s.m * s.k, 1, act);
     fill_gaussian(w, s.n * s.k, 2);
-    fill_gaussian(grad_fixed, s.m * s.n, 3);  // the linear mode's upstream gradient
+    fill_gaussian_act(b, grad_fixed, s.m * s.n, 3, act);  // the linear mode's upstream gradient
     // The weight at nn.Linear's scale (U(±1/sqrt(K)) has std 1/sqrt(3K)), so that outputs
     // are O(1) and the sigmoid is not saturated: the gradients it passes back are then
     // representative of a real layer's.
@@ -185,7 +224,9 @@ struct Buffers {
     check(b.synchronize(), "synchronize");
   }
   static size_t f32(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
+  size_t a(int64_t n) const { return static_cast<size_t>(n) * act_bytes(act); }
 
+  DType act;
   DeviceBuffer x, norm_w, inv_rms, normed, w, y, s_out, grad_y, grad_fixed, grad_normed, grad_x, grad_w, grad_norm_w;
 };
 
@@ -230,17 +271,17 @@ class Bf16Linear {
   DeviceBuffer xb_, wb_, gb_;
 };
 
-// The three GEMMs of a bf16 nn.Linear on bf16 tensors (made once from the fp32 buffers):
-// nothing converted, bf16 outputs, grad_weight written (as torch with grads set to None).
+// The three GEMMs of a bf16 nn.Linear on bf16 tensors (bf16 copies of the shared buffers,
+// made once): nothing converted, bf16 outputs, grad_weight written (as torch with grads
+// set to None).
 class Bf16Gemms {
  public:
   Bf16Gemms(Backend& b, const Shape& s, const Buffers& f)
       : b_(b), s_(s), xb_(b, bf16_bytes(s.m * s.k)), wb_(b, bf16_bytes(s.n * s.k)), gb_(b, bf16_bytes(s.m * s.n)),
         yb_(b, bf16_bytes(s.m * s.n)), gxb_(b, bf16_bytes(s.m * s.k)), gwb_(b, bf16_bytes(s.n * s.k)) {
-    check(b.convert(f.x.as<void>(), DType::kFloat32, xb_.as<void>(), DType::kBFloat16, s.m * s.k), "convert");
+    check(b.convert(f.x.as<void>(), f.act, xb_.as<void>(), DType::kBFloat16, s.m * s.k), "convert");
     check(b.convert(f.w.as<void>(), DType::kFloat32, wb_.as<void>(), DType::kBFloat16, s.n * s.k), "convert");
-    check(b.convert(f.grad_fixed.as<void>(), DType::kFloat32, gb_.as<void>(), DType::kBFloat16, s.m * s.n),
-          "convert");
+    check(b.convert(f.grad_fixed.as<void>(), f.act, gb_.as<void>(), DType::kBFloat16, s.m * s.n), "convert");
   }
 
   void step() {
@@ -261,11 +302,9 @@ class Bf16Gemms {
     check(b_.gemm(gw), "bf16 grad_weight gemm");
   }
 
-  // fp32 copies of the output and grad_input, for the check.
-  void outputs_to(float* y, float* grad_x) {
-    check(b_.convert(yb_.as<void>(), DType::kBFloat16, y, DType::kFloat32, s_.m * s_.n), "convert");
-    check(b_.convert(gxb_.as<void>(), DType::kBFloat16, grad_x, DType::kFloat32, s_.m * s_.k), "convert");
-  }
+  // The output and grad_input (bf16), for the check.
+  const void* y() const { return yb_.as<void>(); }
+  const void* grad_x() const { return gxb_.as<void>(); }
 
  private:
   Backend& b_;
@@ -283,7 +322,8 @@ struct Contender {
 
 class Bench {
  public:
-  Bench(const engine::Device& device, const Shape& s) : dev_(device), b_(device.backend()), s_(s), f_(b_, s) {
+  Bench(const engine::Device& device, const Shape& s, DType act)
+      : dev_(device), b_(device.backend()), s_(s), act_(act), f_(b_, s, act) {
     auto ops = device.model_ops();
     check(ops.status(), "model ops");
     ops_ = *ops;
@@ -291,10 +331,12 @@ class Bench {
 
   std::vector<Contender> contenders(const std::string& mode) {
     std::vector<Contender> c;
-    c.push_back({"none", make_layer(b_, s_, v1::Fp8Spec::NONE, "none"), nullptr, nullptr});
-    c.push_back({"bf16", nullptr, std::make_unique<Bf16Linear>(b_, s_), nullptr});
+    c.push_back({"none", make_layer(b_, s_, v1::Fp8Spec::NONE, act_, "none"), nullptr, nullptr});
+    if (act_ == DType::kFloat32) c.push_back({"bf16", nullptr, std::make_unique<Bf16Linear>(b_, s_), nullptr});
     if (mode == "linear") c.push_back({"bf16_gemms", nullptr, nullptr, std::make_unique<Bf16Gemms>(b_, s_, f_)});
-    for (const Recipe& r : kFp8Recipes) c.push_back({r.name, make_layer(b_, s_, r.recipe, r.name), nullptr, nullptr});
+    for (const Recipe& r : kFp8Recipes) {
+      c.push_back({r.name, make_layer(b_, s_, r.recipe, act_, r.name), nullptr, nullptr});
+    }
     return c;
   }
 
@@ -306,63 +348,104 @@ class Bench {
     }
     const int64_t mn = s_.m * s_.n;
     if (mode == "linear") {
-      forward(c, f_.x.as<float>(), f_.y.as<float>());
-      backward(c, f_.grad_fixed.as<float>(), f_.grad_x.as<float>());
+      forward(c, f_.x.as<void>(), f_.y.as<void>());
+      backward(c, f_.grad_fixed.as<void>(), f_.grad_x.as<void>());
       finish(c);
       return;
     }
-    check(ops_->rmsnorm_forward(f_.x.as<float>(), f_.norm_w.as<float>(), s_.m, s_.k, kEps, f_.normed.as<float>(),
-                                f_.inv_rms.as<float>()),
+    check(ops_->rmsnorm_forward(f_.x.as<void>(), f_.norm_w.as<float>(), s_.m, s_.k, kEps, f_.normed.as<void>(),
+                                f_.inv_rms.as<float>(), act_),
           "rmsnorm_forward");
-    forward(c, f_.normed.as<float>(), f_.y.as<float>());
-    sigmoid_forward(f_.y.as<float>(), mn, f_.s_out.as<float>());
-    sigmoid_backward_of_sum(f_.s_out.as<float>(), mn, f_.grad_y.as<float>());
-    backward(c, f_.grad_y.as<float>(), f_.grad_normed.as<float>());
-    check(ops_->rmsnorm_backward(f_.x.as<float>(), f_.norm_w.as<float>(), f_.inv_rms.as<float>(),
-                                 f_.grad_normed.as<float>(), s_.m, s_.k, f_.grad_x.as<float>(),
-                                 f_.grad_norm_w.as<float>()),
+    forward(c, f_.normed.as<void>(), f_.y.as<void>());
+    sigmoid_forward(f_.y.as<void>(), mn, f_.s_out.as<void>());
+    sigmoid_backward_of_sum(f_.s_out.as<void>(), mn, f_.grad_y.as<void>());
+    backward(c, f_.grad_y.as<void>(), f_.grad_normed.as<void>());
+    check(ops_->rmsnorm_backward(f_.x.as<void>(), f_.norm_w.as<float>(), f_.inv_rms.as<float>(),
+                                 f_.grad_normed.as<void>(), s_.m, s_.k, f_.grad_x.as<void>(),
+                                 f_.grad_norm_w.as<float>(), act_),
           "rmsnorm_backward");
     finish(c);
   }
 
   // The linear's output (before the sigmoid, whose ~0.5 offset would hide its errors) and
-  // the step's grad_input (of x, through the RMSNorm in mode step), on the host, after one
-  // run().
+  // the step's grad_input (of x, through the RMSNorm in mode step), on the host as fp32
+  // (bf16 widened), after one run().
   void outputs(Contender& c, std::vector<float>& out, std::vector<float>& grad_in) {
-    if (c.gemms) c.gemms->outputs_to(f_.y.as<float>(), f_.grad_x.as<float>());
-    out.resize(static_cast<size_t>(s_.m * s_.n));
-    grad_in.resize(static_cast<size_t>(s_.m * s_.k));
-    check(b_.copy_to_host(out.data(), f_.y.as<float>(), out.size() * sizeof(float)), "download");
-    check(b_.copy_to_host(grad_in.data(), f_.grad_x.as<float>(), grad_in.size() * sizeof(float)), "download");
+    if (c.gemms) {
+      download(c.gemms->y(), DType::kBFloat16, s_.m * s_.n, out);
+      download(c.gemms->grad_x(), DType::kBFloat16, s_.m * s_.k, grad_in);
+      return;
+    }
+    download(f_.y.as<void>(), act_, s_.m * s_.n, out);
+    download(f_.grad_x.as<void>(), act_, s_.m * s_.k, grad_in);
   }
 
   Backend& backend() { return b_; }
 
  private:
-  void forward(Contender& c, const float* in, float* out) {
-    if (c.bf16) return c.bf16->forward(in, f_.w.as<float>(), out);
+  void download(const void* src, DType dtype, int64_t n, std::vector<float>& dst) {
+    dst.resize(static_cast<size_t>(n));
+    if (dtype == DType::kFloat32) {
+      check(b_.copy_to_host(dst.data(), src, dst.size() * sizeof(float)), "download");
+      return;
+    }
+    std::vector<uint16_t> bits(static_cast<size_t>(n));
+    check(b_.copy_to_host(bits.data(), src, bits.size() * sizeof(uint16_t)), "download");
+    for (size_t i = 0; i < bits.size(); ++i) dst[i] = bf16_to_float(bits[i]);
+  }
+
+  void forward(Contender& c, const void* in, void* out) {
+    if (c.bf16) return c.bf16->forward(static_cast<const float*>(in), f_.w.as<float>(), static_cast<float*>(out));
     check(c.fp8->forward(in, s_.m, f_.w.as<float>(), nullptr, out), "forward");
   }
-  void backward(Contender& c, const float* grad_out, float* grad_in) {
-    if (c.bf16) return c.bf16->backward(grad_out, grad_in, f_.grad_w.as<float>());
+  void backward(Contender& c, const void* grad_out, void* grad_in) {
+    if (c.bf16) {
+      return c.bf16->backward(static_cast<const float*>(grad_out), static_cast<float*>(grad_in),
+                              f_.grad_w.as<float>());
+    }
     check(c.fp8->backward(grad_out, grad_in, f_.grad_w.as<float>(), nullptr), "backward");
   }
   void finish(Contender& c) {
     if (c.fp8) check(c.fp8->finish_step(), "finish_step");
   }
 
-  void sigmoid_forward(const float* y, int64_t n, float* s) {
-    if (dev_.is_cuda()) return check(cuda_sigmoid_forward(y, n, s, dev_.stream()), "sigmoid");
-    for (int64_t i = 0; i < n; ++i) s[i] = 1.0f / (1.0f + std::exp(-y[i]));
+  // The sigmoid and its backward, in the activations' dtype: computed in fp32, bf16 results
+  // rounded once (the CPU loops with fp8/arith.h's conversions, the CUDA kernels alike).
+  void sigmoid_forward(const void* y, int64_t n, void* s) {
+    if (act_ == DType::kBFloat16) {
+      const auto* yb = static_cast<const uint16_t*>(y);
+      auto* sb = static_cast<uint16_t*>(s);
+      if (dev_.is_cuda()) return check(cuda_sigmoid_forward(yb, n, sb, dev_.stream()), "sigmoid");
+      for (int64_t i = 0; i < n; ++i) sb[i] = float_to_bf16(1.0f / (1.0f + std::exp(-bf16_to_float(yb[i]))));
+      return;
+    }
+    const auto* yf = static_cast<const float*>(y);
+    auto* sf = static_cast<float*>(s);
+    if (dev_.is_cuda()) return check(cuda_sigmoid_forward(yf, n, sf, dev_.stream()), "sigmoid");
+    for (int64_t i = 0; i < n; ++i) sf[i] = 1.0f / (1.0f + std::exp(-yf[i]));
   }
-  void sigmoid_backward_of_sum(const float* s, int64_t n, float* g) {
-    if (dev_.is_cuda()) return check(cuda_sigmoid_backward_of_sum(s, n, g, dev_.stream()), "sigmoid backward");
-    for (int64_t i = 0; i < n; ++i) g[i] = s[i] * (1.0f - s[i]);  // d(sum of sigmoid(y))/dy = s (1 - s)
+  // d(sum of sigmoid(y))/dy = s (1 - s), from the saved output s.
+  void sigmoid_backward_of_sum(const void* s, int64_t n, void* g) {
+    if (act_ == DType::kBFloat16) {
+      const auto* sb = static_cast<const uint16_t*>(s);
+      auto* gb = static_cast<uint16_t*>(g);
+      if (dev_.is_cuda()) return check(cuda_sigmoid_backward_of_sum(sb, n, gb, dev_.stream()), "sigmoid backward");
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = bf16_to_float(sb[i]);
+        gb[i] = float_to_bf16(v * (1.0f - v));
+      }
+      return;
+    }
+    const auto* sf = static_cast<const float*>(s);
+    auto* gf = static_cast<float*>(g);
+    if (dev_.is_cuda()) return check(cuda_sigmoid_backward_of_sum(sf, n, gf, dev_.stream()), "sigmoid backward");
+    for (int64_t i = 0; i < n; ++i) gf[i] = sf[i] * (1.0f - sf[i]);
   }
 
   const engine::Device& dev_;
   Backend& b_;
   Shape s_;
+  DType act_;
   Buffers f_;
   ModelOps* ops_ = nullptr;
 };
@@ -401,20 +484,38 @@ int run(int argc, char** argv) {
   const bool gpu = dev->is_cuda();
   LinearOptions lo = lo_in;
   if (lo.modes.empty()) lo.modes = gpu ? std::vector<std::string>{"step", "linear"} : std::vector<std::string>{"step"};
+  if (lo.activations.empty()) lo.activations = gpu ? "bf16" : "fp32";
+  const DType act = lo.activations == "bf16" ? DType::kBFloat16 : DType::kFloat32;
+  const bool bf16_act = act == DType::kBFloat16;
+  // The row of the bf16 baseline: the autocast-style bf16 linear with fp32 activations,
+  // recipe none itself (which then runs bf16 GEMMs) with bf16 activations.
+  const std::string baseline = bf16_act ? "none" : "bf16";
   const Peaks peaks = machine_peaks(b);
 
-  std::printf("# bench_linear %s on %s (backend %s)\n", today().c_str(), peaks.machine.c_str(), b.name().c_str());
+  std::printf("# bench_linear %s on %s (backend %s), activations %s\n", today().c_str(), peaks.machine.c_str(),
+              b.name().c_str(), act_name(act));
   std::printf("# ms per training step; shape: tokens M x in K x out N (D^3: all three D); TFLOP/s counts the three "
               "GEMMs (6 M K N)\n");
-  std::printf("# step: ln -> linear -> sigmoid: RMSNorm (%s ModelOps), linear, sigmoid (%s), forward and "
+  std::printf("# activations %s (--activations): x, the RMSNorm's and the linear's outputs, the sigmoid's, the "
+              "upstream gradient and every grad_input; weights, their gradients and inv_rms fp32\n",
+              act_name(act));
+  std::printf("# step: ln -> linear -> sigmoid: RMSNorm (%s ModelOps, %s), linear, sigmoid (%s, %s), forward and "
               "backward, finish_step\n",
-              gpu ? "CUDA" : "CPU", gpu ? "bench/bench_cuda_kernels.cu" : "host loop");
+              gpu ? "CUDA" : "CPU", act_name(act), gpu ? "bench/bench_cuda_kernels.cu" : "host loop", act_name(act));
   std::printf("# linear: the layer alone, forward and backward from a fixed upstream gradient, finish_step\n");
-  std::printf("# none: Float8Linear recipe none, fp32 GEMMs%s; bf16: fp32 in, bf16 GEMM operands (converted "
-              "each step, as autocast), fp32 out;\n",
-              gpu ? " (no TF32)" : " (OpenBLAS sgemm)");
-  std::printf("# bf16_gemms: the 3 GEMMs of a bf16 nn.Linear on bf16 tensors, bf16 out (no conversions); fp8 "
-              "recipes: Float8Linear, fp32 in and out\n");
+  if (bf16_act) {
+    std::printf("# none = the bf16 linear: Float8Linear recipe none with bf16 activations, as autocast: the fp32 "
+                "weight converted to bf16 each forward, three bf16 GEMMs%s, bf16 in and out, grad_weight fp32;\n",
+                gpu ? "" : " (fp32 sgemm on widened values)");
+    std::printf("# bf16_gemms: the 3 GEMMs of a bf16 nn.Linear on bf16 tensors, bf16 out (no weight conversion); fp8 "
+                "recipes: Float8Linear, bf16 in and out\n");
+  } else {
+    std::printf("# none: Float8Linear recipe none, fp32 GEMMs%s; bf16: fp32 in, bf16 GEMM operands (converted "
+                "each step, as autocast), fp32 out;\n",
+                gpu ? " (no TF32)" : " (OpenBLAS sgemm)");
+    std::printf("# bf16_gemms: the 3 GEMMs of a bf16 nn.Linear on bf16 tensors, bf16 out (no conversions); fp8 "
+                "recipes: Float8Linear, fp32 in and out\n");
+  }
   if (!gpu) {
     std::printf("# CPU: bf16 GEMMs run as fp32 sgemm on widened values and fp8 is emulated, so neither is a "
                 "speed baseline here: the CPU run checks the wiring\n");
@@ -425,15 +526,23 @@ int run(int argc, char** argv) {
 
   std::FILE* csv = o.csv.empty() ? nullptr : std::fopen(o.csv.c_str(), "w");
   if (!o.csv.empty() && csv == nullptr) die("cannot write " + o.csv);
-  if (csv != nullptr) std::fprintf(csv, "mode,m,k,n,contender,ms,err_out,err_grad_input\n");
+  if (csv != nullptr) std::fprintf(csv, "mode,activations,m,k,n,contender,ms,err_out,err_grad_input\n");
 
-  Table table({"mode", "shape", "contender", "ms", "TFLOP/s", "vs none", "vs bf16", "vs bf16_gemms", "err out",
-               "err grad_in"});
+  // With bf16 activations none is the bf16 baseline: one column for both.
+  std::vector<std::string> header = {"mode", "shape", "contender", "ms", "TFLOP/s"};
+  if (bf16_act) {
+    header.push_back("vs none=bf16");
+  } else {
+    header.push_back("vs none");
+    header.push_back("vs bf16");
+  }
+  for (const char* h : {"vs bf16_gemms", "err out", "err grad_in"}) header.push_back(h);
+  Table table(header);
   // (mode, shape label) -> contender -> ms, for the target lines.
   std::map<std::pair<std::string, std::string>, std::map<std::string, double>> results;
   bool suspicious = false;
   for (const Shape& s : shapes_for(o, lo, gpu)) {
-    Bench bench(*dev, s);
+    Bench bench(*dev, s, act);
     for (const std::string& mode : lo.modes) {
       std::vector<Contender> cs = bench.contenders(mode);
       std::vector<double> err_out(cs.size(), NAN), err_grad(cs.size(), NAN);
@@ -448,7 +557,8 @@ int run(int argc, char** argv) {
           }
           err_out[i] = rel_err(out, ref_out);
           err_grad[i] = rel_err(grad, ref_grad);
-          // bf16 keeps 8 significant bits (errors ~0.3%); fp8 e4m3/e5m2 a few percent.
+          // bf16 keeps 8 significant bits (errors ~0.3%); fp8 e4m3/e5m2 a few percent. With
+          // bf16 activations none is itself bf16, so bf16_gemms differs from it by roundings.
           const double limit = cs[i].fp8 ? 0.3 : 0.03;
           if (!(err_out[i] < limit && err_grad[i] < limit)) {
             suspicious = true;
@@ -470,21 +580,25 @@ int run(int argc, char** argv) {
       for (size_t i = 0; i < cs.size(); ++i) r[cs[i].name] = t[i];
       for (size_t i = 0; i < cs.size(); ++i) {
         const double ms = t[i] * 1e3;
-        table.add({mode, s.label(), cs[i].name, fmt(ms, 3), fmt(s.gemm_flops() / t[i] / 1e12, gpu ? 0 : 3),
-                   fmt(r["none"] / t[i], 2) + "x", fmt(r["bf16"] / t[i], 2) + "x",
-                   mode == "linear" ? fmt(r["bf16_gemms"] / t[i], 2) + "x" : "-",
-                   sci(err_out[i]), sci(err_grad[i])});
+        std::vector<std::string> row = {mode, s.label(), cs[i].name, fmt(ms, 3),
+                                        fmt(s.gemm_flops() / t[i] / 1e12, gpu ? 0 : 3), fmt(r["none"] / t[i], 2) + "x"};
+        if (!bf16_act) row.push_back(fmt(r["bf16"] / t[i], 2) + "x");
+        row.push_back(mode == "linear" ? fmt(r["bf16_gemms"] / t[i], 2) + "x" : "-");
+        row.push_back(sci(err_out[i]));
+        row.push_back(sci(err_grad[i]));
+        table.add(row);
         if (csv != nullptr) {
-          std::fprintf(csv, "%s,%lld,%lld,%lld,%s,%.6f,%.6g,%.6g\n", mode.c_str(), static_cast<long long>(s.m),
-                       static_cast<long long>(s.k), static_cast<long long>(s.n), cs[i].name.c_str(), ms, err_out[i],
-                       err_grad[i]);
+          std::fprintf(csv, "%s,%s,%lld,%lld,%lld,%s,%.6f,%.6g,%.6g\n", mode.c_str(), act_name(act),
+                       static_cast<long long>(s.m), static_cast<long long>(s.k), static_cast<long long>(s.n),
+                       cs[i].name.c_str(), ms, err_out[i], err_grad[i]);
         }
       }
     }
   }
   if (csv != nullptr) std::fclose(csv);
   table.print();
-  std::printf("vs X: X's time / this row's time (> 1: this row is faster)\n");
+  std::printf("vs X: X's time / this row's time (> 1: this row is faster)%s\n",
+              bf16_act ? "; activations bf16: none is the bf16 linear (bf16 GEMMs), the baseline of the fp8 rows" : "");
 
   // Issue 8's target: Float8Linear forward + backward >= 1.4x bf16 at M=16384, K=N=8192.
   const std::string target = Shape{16384, 8192, 8192}.label();
@@ -494,17 +608,21 @@ int run(int argc, char** argv) {
     auto& r = it->second;
     std::string line;
     for (const Recipe& rc : kFp8Recipes) {
-      line += std::string(" ") + rc.name + " " + fmt(r["bf16"] / r[rc.name], 2) + "x";
+      const double ratio = r[baseline] / r[rc.name];
+      line += std::string(" ") + rc.name + " " + fmt(ratio, 2) + "x (" + (ratio >= 1.4 ? "met" : "missed") + ")";
     }
-    std::printf("target (fp8 >= 1.40x bf16 at %s), mode %s, vs our bf16 (autocast-style):%s\n", target.c_str(), mode,
+    std::printf("target (fp8 >= 1.40x bf16 at %s), mode %s, activations %s, vs our bf16 linear (%s):%s\n",
+                target.c_str(), mode, act_name(act),
+                bf16_act ? "none: recipe none with bf16 activations" : "bf16: autocast-style, fp32 activations",
                 line.c_str());
     if (std::string(mode) == "linear") {
       line.clear();
       for (const Recipe& rc : kFp8Recipes) {
         line += std::string(" ") + rc.name + " " + fmt(r["bf16_gemms"] / r[rc.name], 2) + "x";
       }
-      std::printf("target (fp8 >= 1.40x bf16 at %s), mode linear, vs the bare bf16 GEMMs:%s\n", target.c_str(),
-                  line.c_str());
+      std::printf("target (fp8 >= 1.40x bf16 at %s), mode linear, activations %s, vs the bare bf16 GEMMs "
+                  "(bf16_gemms, a lower bound):%s\n",
+                  target.c_str(), act_name(act), line.c_str());
     }
   }
   if (gpu) {

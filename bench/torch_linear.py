@@ -20,9 +20,13 @@ back-to-back steps, synchronised around each batch; the median batch mean over 7
 Printed: PyTorch's times, ours from the CSV, ours/PyTorch speed ratios (> 1: ours is
 faster), and issue 8's target: our fp8 step at M=16384, K=N=8192 against PyTorch's bf16.
 
-What differs from ours: PyTorch's activations are bf16 throughout; ours are fp32 (the
-engine has no bf16 activations yet), so our elementwise work (RMSNorm, sigmoid, casts)
-moves twice the bytes. Ours leaves out the loss's sum() (one read of the output).
+Our activations are those of the CSV's `activations` column (bench_linear --activations;
+bf16 by default on a GPU; a CSV without the column is from before it and had fp32). With
+bf16 both sides move bf16 activations and gradients; ours keeps an fp32 master weight (recipe
+none converts it to bf16 each forward, as autocast, where PyTorch's bf16 nn.Linear reads
+its bf16 weight as is) and accumulates an fp32 grad_weight. With fp32 our elementwise work
+(RMSNorm, sigmoid, casts) moves twice PyTorch's bytes. Ours leaves out the loss's sum()
+(one read of the output).
 
 --parse-only reads the CSV and prints what would run, without importing torch.
 """
@@ -52,28 +56,49 @@ def parse_shape(text):
 
 
 def read_ours(path):
-    """bench_linear --csv: mode,m,k,n,contender,ms,err_out,err_grad_input.
+    """bench_linear --csv: mode,activations,m,k,n,contender,ms,err_out,err_grad_input.
 
-    Returns {(mode, (m, k, n)): {contender: ms}} in file order.
+    The older format without `activations` (fp32 activations, the only kind then) is read
+    too. Returns ({(mode, (m, k, n)): {contender: ms}} in file order, the activation dtypes
+    seen in file order); where rows of several activation dtypes share a mode and shape,
+    each contender is named with its dtype ("none (bf16)").
     """
-    ours = {}
+    rows = []
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
+            act = (row.get("activations") or "fp32").strip()
             key = (row["mode"], (int(row["m"]), int(row["k"]), int(row["n"])))
-            ours.setdefault(key, {})[row["contender"]] = float(row["ms"])
-    return ours
+            rows.append((key, act, row["contender"], float(row["ms"])))
+    acts = list(dict.fromkeys(act for _, act, _, _ in rows))
+    ours = {}
+    for key, act, name, ms in rows:
+        ours.setdefault(key, {})[name if len(acts) == 1 else f"{name} ({act})"] = ms
+    return ours, acts
+
+
+def ours_legend(acts):
+    """What our rows are, for the footnote: it depends on the activation dtype of the run."""
+    parts = []
+    if "bf16" in acts:
+        parts.append("bf16 activations: none is the bf16 linear (bf16 GEMMs from the fp32 weight converted each "
+                     "forward), the fp8 recipes take and give bf16")
+    if "fp32" in acts:
+        parts.append("fp32 activations: none runs fp32 GEMMs, bf16 converts x, W and the gradient to bf16 each step "
+                     "(autocast in an fp32 model), the fp8 recipes take and give fp32")
+    parts.append("bf16_gemms: the bare bf16 GEMMs; the rest: Float8Linear")
+    return "; ".join(parts)
 
 
 def plan(args):
     """The (mode, shape) pairs to time, and ours keyed alike (empty without --ours)."""
-    ours = read_ours(args.ours) if args.ours else {}
+    ours, acts = read_ours(args.ours) if args.ours else ({}, [])
     if ours:
         pairs = list(ours.keys())
     else:
         shapes = args.shapes or [(4096,) * 3, (8192,) * 3, (16384,) * 3, TARGET_SHAPE]
         pairs = [(mode, s) for s in shapes for mode in args.modes]
     pairs = [(mode, s) for mode, s in pairs if mode in args.modes and (not args.max_size or max(s) <= args.max_size)]
-    return pairs, ours
+    return pairs, ours, acts
 
 
 def ratio(torch_ms, ours_ms):
@@ -92,7 +117,7 @@ def print_table(table):
     sys.stdout.flush()
 
 
-def report(results, ours):
+def report(results, ours, acts):
     """results: {(mode, shape): {"eager": ms, "compiled": ms}}. Prints the tables and targets."""
     header = ["mode", "shape", "torch eager ms", "torch compiled ms", "ours", "ours ms", "ours/torch compiled",
               "ours/torch eager"]
@@ -107,8 +132,7 @@ def report(results, ours):
                           ratio(t["compiled"], ms), ratio(t["eager"], ms)])
     print_table(table)
     print("ours/torch X: PyTorch's time / ours (> 1.00x: ours is faster). PyTorch: bf16 activations and weights; "
-          "ours: fp32 activations (none: fp32 GEMMs; bf16: bf16 GEMM operands converted each step; bf16_gemms: the "
-          "bare bf16 GEMMs; the rest: Float8Linear)")
+          f"ours: {ours_legend(acts)}")
     for mode in ("step", "linear"):
         t = results.get((mode, TARGET_SHAPE))
         mine = ours.get((mode, TARGET_SHAPE), {})
@@ -116,11 +140,13 @@ def report(results, ours):
             continue
         parts = []
         for name in FP8_RECIPES:
-            if name in mine:
-                r = t["compiled"] / mine[name]
-                parts.append(f"{name} {r:.2f}x ({'met' if r >= TARGET_RATIO else 'missed'})")
-        print(f"target: our fp8 {mode} at {shape_label(*TARGET_SHAPE)} >= {TARGET_RATIO:.2f}x PyTorch's compiled "
-              f"bf16: " + ", ".join(parts))
+            for act in acts:
+                key = name if len(acts) == 1 else f"{name} ({act})"
+                if key in mine:
+                    r = t["compiled"] / mine[key]
+                    parts.append(f"{key} {r:.2f}x ({'met' if r >= TARGET_RATIO else 'missed'})")
+        print(f"target: our fp8 {mode} at {shape_label(*TARGET_SHAPE)} ({'/'.join(acts)} activations) >= "
+              f"{TARGET_RATIO:.2f}x PyTorch's compiled bf16: " + ", ".join(parts))
 
 
 # ---- PyTorch -----------------------------------------------------------------------------
@@ -239,8 +265,10 @@ def main(argv=None):
     for m in args.modes:
         if m not in ("step", "linear"):
             ap.error(f"--modes: '{m}' is neither step nor linear")
-    pairs, ours = plan(args)
+    pairs, ours, acts = plan(args)
     if args.parse_only:
+        if args.ours:
+            print(f"ours: {'/'.join(acts) or '-'} activations")
         for mode, shape in pairs:
             mine = ", ".join(f"{k} {v:.3f} ms" for k, v in ours.get((mode, shape), {}).items())
             print(f"{mode} {shape_label(*shape)}: ours {mine or '-'}")
@@ -248,11 +276,12 @@ def main(argv=None):
 
     import torch  # only here: --parse-only and the helpers above run without it
 
-    print(f"# torch {torch.__version__} on {torch.cuda.get_device_name()}; ours from {args.ours or '-'}")
+    print(f"# torch {torch.__version__} on {torch.cuda.get_device_name()}; ours from {args.ours or '-'}"
+          f"{' (' + '/'.join(acts) + ' activations)' if acts else ''}")
     print("# ms per step, bf16; step: rms_norm -> linear -> sigmoid, sum().backward(); linear: linear alone, "
           "backward from a fixed gradient; grads set to None after each step")
     results = time_torch(torch, pairs, args.reps, not args.no_compile, args.budget)
-    report(results, ours)
+    report(results, ours, acts)
     return 0
 
 
