@@ -6,6 +6,8 @@
 // Asynchrony: methods only queue work on the stream. The exceptions are synchronize(),
 // copy_from_host()/copy_to_host() (they wait for the copy, so host buffers may be reused
 // at once), and the rare growth of the backend's scratch buffer (see DeviceBuffer).
+// queue_copy_from_host() stages the bytes in pinned memory and does not wait
+// (pinned_uploads.h).
 // allocate()/deallocate() are stream-ordered and do not wait (caching_allocator.h).
 // Threads: methods that use the backend's scratch or GEMM plan cache hold a mutex, which
 // also keeps each call's launches contiguous on the stream; the others are stateless.
@@ -26,6 +28,7 @@
 #include "cuda/device_check.h"
 #include "cuda/event_fence.h"
 #include "cuda/gemm_cublaslt.h"
+#include "cuda/pinned_uploads.h"
 #include "fp8/fp8.h"
 
 namespace fp8 {
@@ -95,6 +98,15 @@ class CudaBackend final : public Backend {
       return s;
     }
     return cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+  absl::Status queue_copy_from_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr || src == nullptr) return absl::InvalidArgumentError("queue_copy_from_host: null pointer");
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    std::lock_guard<std::mutex> lock(uploads_mu_);
+    return uploads_.upload(dst, src, bytes);
   }
 
   absl::Status copy_to_host(void* dst, const void* src, size_t bytes) override {
@@ -278,6 +290,8 @@ class CudaBackend final : public Backend {
   cuda::DeviceBuffer scratch_;
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
   std::unique_ptr<cuda::CachingAllocator> allocator_;
+  std::mutex uploads_mu_;  // guards uploads_
+  cuda::PinnedUploads uploads_{device_, stream_};
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::create(int device, cudaStream_t stream) {

@@ -940,6 +940,132 @@ TEST_F(FLOAT8_LINEAR_TEST, MixedGemmsRunInHighPrecisionOnTheDequantizedOperand) 
 
 // ---- bad configs and bad calls ----------------------------------------------------------------------
 
+// ---- sibling layers sharing one input cast ----------------------------------------------------
+
+// A q/k/v-like group: `source` and `sibling` read one input; `sibling` takes source's input
+// casts, `twin` (sibling's config) casts its own. Sibling and twin must agree bit for bit.
+struct SiblingCase {
+  const char* name;
+  Float8LinearConfig config;
+  LinearActivations activations;
+};
+
+std::vector<SiblingCase> sibling_cases() {
+  // A mixed config: grad_weight in high precision on dequantized fp8 copies of the input.
+  Float8LinearConfig mixed = recipe(v1::Fp8Spec::TENSORWISE);
+  mixed.grad_weight.grad_output = CastConfig{};
+  std::vector<SiblingCase> cases;
+  for (const LinearActivations& a : {LinearActivations{}, kBf16Activations}) {
+    const bool bf16 = a.input == DType::kBFloat16;
+    cases.push_back({bf16 ? "tensorwise bf16" : "tensorwise", recipe(v1::Fp8Spec::TENSORWISE), a});
+    cases.push_back({bf16 ? "rowwise bf16" : "rowwise", recipe(v1::Fp8Spec::ROWWISE), a});
+    cases.push_back({bf16 ? "rowwise_with_gw_hp bf16" : "rowwise_with_gw_hp", recipe(v1::Fp8Spec::ROWWISE_WITH_GW_HP), a});
+    cases.push_back({bf16 ? "mixed bf16" : "mixed", mixed, a});
+  }
+  return cases;
+}
+
+TEST_F(FLOAT8_LINEAR_TEST, SiblingsSharingOneInputCastMatchTheirOwnCastsBitForBit) {
+  const size_t m = 64, k = 128, n_source = 96, n = 32;
+  for (const SiblingCase& c : sibling_cases()) {
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<Float8Linear> source = make_layer(backend(), {64, 128, 96}, c.config, c.activations);
+    std::unique_ptr<Float8Linear> sibling = make_layer(backend(), {64, 128, 32}, c.config, c.activations);
+    std::unique_ptr<Float8Linear> twin = make_layer(backend(), {64, 128, 32}, c.config, c.activations);
+    ASSERT_TRUE(source && sibling && twin);
+    ASSERT_TRUE(sibling->can_share_input_casts_with(*source));
+    ASSERT_OK(sibling->share_input_casts_from(*source));
+    for (Float8Linear* l : {source.get(), sibling.get(), twin.get()}) l->set_measuring(true);
+    const DType in = c.activations.input, out = c.activations.output;
+    Tensor x(backend(), scaled(normal(m * k, 1.0f, 1), 3.0f), in), other_x(backend(), normal(m * k, 1.0f, 9), in);
+    Tensor w_source(backend(), normal(n_source * k, 0.1f, 2)), w(backend(), normal(n * k, 0.1f, 3));
+    Tensor g_source(backend(), normal(m * n_source, 1.0f, 4), out), g(backend(), normal(m * n, 1.0f, 5), out);
+    Tensor y_source(backend(), m * n_source, 0.0f, out), y_sibling(backend(), m * n, 0.0f, out),
+        y_twin(backend(), m * n, 0.0f, out);
+    Tensor gx_source(backend(), m * k, 0.0f, in), gx_sibling(backend(), m * k, 0.0f, in),
+        gx_twin(backend(), m * k, 0.0f, in);
+    Tensor gw_source(backend(), n_source * k), gw_sibling(backend(), n * k), gw_twin(backend(), n * k);
+
+    for (int step = 0; step < 2; ++step) {
+      SCOPED_TRACE(step);
+      ASSERT_OK(source->forward(x.raw(), m, w_source.data(), nullptr, y_source.raw()));
+      ASSERT_OK(sibling->forward(x.raw(), m, w.data(), nullptr, y_sibling.raw()));
+      ASSERT_OK(twin->forward(x.raw(), m, w.data(), nullptr, y_twin.raw()));
+      EXPECT_EQ(sibling->shared_input_casts(), step + 1) << "the sibling cast its input itself";
+      EXPECT_EQ(twin->shared_input_casts(), 0);
+      // Backward in the model's order: the sibling's before the source's.
+      ASSERT_OK(sibling->backward(g.raw(), gx_sibling.raw(), gw_sibling.data(), nullptr));
+      ASSERT_OK(twin->backward(g.raw(), gx_twin.raw(), gw_twin.data(), nullptr));
+      ASSERT_OK(source->backward(g_source.raw(), gx_source.raw(), gw_source.data(), nullptr));
+      EXPECT_TRUE(same_bits(y_sibling.download(), y_twin.download()));
+      EXPECT_TRUE(same_bits(gx_sibling.download(), gx_twin.download()));
+      EXPECT_TRUE(same_bits(gw_sibling.download(), gw_twin.download()));
+      for (Float8Linear* l : {source.get(), sibling.get(), twin.get()}) ASSERT_OK(l->finish_step());
+    }
+    // numerics() reports the shared cast for the sibling's input: what the twin measured.
+    absl::StatusOr<std::vector<CastNumerics>> shared = sibling->numerics(), own = twin->numerics();
+    ASSERT_TRUE(shared.ok() && own.ok());
+    ASSERT_EQ(shared->size(), own->size());
+    for (size_t i = 0; i < own->size(); ++i) {
+      SCOPED_TRACE((*own)[i].gemms);
+      EXPECT_EQ((*shared)[i].amax, (*own)[i].amax);
+      EXPECT_EQ((*shared)[i].scale, (*own)[i].scale);
+      EXPECT_EQ((*shared)[i].range_use, (*own)[i].range_use);
+      EXPECT_EQ((*shared)[i].measured, (*own)[i].measured);
+      EXPECT_EQ((*shared)[i].saturated, (*own)[i].saturated);
+      EXPECT_EQ((*shared)[i].underflow, (*own)[i].underflow);
+    }
+
+    // Another input than the source's last: the sibling casts it itself, with the same results.
+    ASSERT_OK(source->forward(x.raw(), m, w_source.data(), nullptr, y_source.raw()));
+    ASSERT_OK(sibling->forward(other_x.raw(), m, w.data(), nullptr, y_sibling.raw()));
+    ASSERT_OK(twin->forward(other_x.raw(), m, w.data(), nullptr, y_twin.raw()));
+    EXPECT_EQ(sibling->shared_input_casts(), 2);
+    EXPECT_TRUE(same_bits(y_sibling.download(), y_twin.download()));
+    ASSERT_OK(sibling->backward(g.raw(), gx_sibling.raw(), gw_sibling.data(), nullptr));
+    ASSERT_OK(twin->backward(g.raw(), gx_twin.raw(), gw_twin.data(), nullptr));
+    EXPECT_TRUE(same_bits(gx_sibling.download(), gx_twin.download()));
+    EXPECT_TRUE(same_bits(gw_sibling.download(), gw_twin.download()));
+
+    // The source casts again (an evaluation forward) before the sibling's backward: the
+    // copies the sibling took are gone, and its backward refuses rather than read others.
+    ASSERT_OK(source->forward(x.raw(), m, w_source.data(), nullptr, y_source.raw()));
+    ASSERT_OK(sibling->forward(x.raw(), m, w.data(), nullptr, y_sibling.raw()));
+    ASSERT_OK(source->forward_no_grad(other_x.raw(), m, w_source.data(), nullptr, y_source.raw()));
+    const absl::Status refused = sibling->backward(g.raw(), gx_sibling.raw(), gw_sibling.data(), nullptr);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  }
+}
+
+TEST_F(FLOAT8_LINEAR_TEST, OnlyLayersThatCastTheirInputAlikeShareIt) {
+  const Float8LinearConfig tensorwise = recipe(v1::Fp8Spec::TENSORWISE);
+  std::unique_ptr<Float8Linear> source = make_layer(backend(), {64, 128, 96}, tensorwise);
+  ASSERT_NE(source, nullptr);
+  struct Case {
+    const char* why;
+    std::unique_ptr<Float8Linear> layer;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"delayed scaling: each layer's scale is its own",
+                   make_layer(backend(), {64, 128, 32}, recipe(v1::Fp8Spec::DELAYED))});
+  cases.push_back({"another input cast", make_layer(backend(), {64, 128, 32}, recipe(v1::Fp8Spec::ROWWISE))});
+  cases.push_back({"another input width", make_layer(backend(), {64, 256, 32}, tensorwise)});
+  cases.push_back({"another input dtype", make_layer(backend(), {64, 128, 32}, tensorwise, kBf16Activations)});
+  cases.push_back({"no fp8 cast of the input", make_layer(backend(), {64, 128, 32}, recipe(v1::Fp8Spec::NONE))});
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.why);
+    ASSERT_NE(c.layer, nullptr);
+    EXPECT_FALSE(c.layer->can_share_input_casts_with(*source));
+    EXPECT_EQ(c.layer->share_input_casts_from(*source).code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_FALSE(source->can_share_input_casts_with(*source)) << "a layer is not its own sibling";
+  std::unique_ptr<Float8Linear> sibling = make_layer(backend(), {64, 128, 32}, tensorwise);
+  std::unique_ptr<Float8Linear> third = make_layer(backend(), {64, 128, 32}, tensorwise);
+  ASSERT_OK(sibling->share_input_casts_from(*source));
+  EXPECT_FALSE(third->can_share_input_casts_with(*sibling)) << "a layer sharing another's casts is no source";
+  EXPECT_TRUE(third->can_share_input_casts_with(*source));
+}
+
 void expect_rejected(const absl::Status& s, const std::string& where, const std::string& why) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find(where), std::string::npos) << s;

@@ -587,6 +587,50 @@ TEST_P(BackendContract, MemoryStatsCountLiveBytesAndTheirPeak) {
   ASSERT_TRUE(b_->synchronize().ok());
 }
 
+// queue_copy_from_host: the host buffer is free on return (each upload below reuses it at
+// once), uploads land in the order queued (the later of two to one place wins), work
+// queued after reads them without a synchronize in between, and several hundred uploads
+// in flight (what a training step queues) plus one large one all arrive.
+TEST_P(BackendContract, QueuedUploadsLandInOrderAndLeaveTheHostBufferFree) {
+  constexpr int kUploads = 300;
+  constexpr int kEach = 64;
+  Buffer<float> dst(b_, static_cast<size_t>(kUploads) * kEach);
+  std::vector<float> staging(kEach);
+  for (int i = 0; i < kUploads; ++i) {
+    std::fill(staging.begin(), staging.end(), static_cast<float>(i));
+    ASSERT_TRUE(b_->queue_copy_from_host(dst.get() + i * kEach, staging.data(), sizeof(float) * kEach).ok());
+    std::fill(staging.begin(), staging.end(), -1.0f);  // free at once: this must not arrive
+  }
+  // Two uploads to one place: the later wins.
+  std::fill(staging.begin(), staging.end(), 1000.0f);
+  ASSERT_TRUE(b_->queue_copy_from_host(dst.get(), staging.data(), sizeof(float) * kEach).ok());
+  std::fill(staging.begin(), staging.end(), 2000.0f);
+  ASSERT_TRUE(b_->queue_copy_from_host(dst.get(), staging.data(), sizeof(float) * kEach).ok());
+  // A kernel queued after an upload reads it.
+  const std::vector<float> x = gaussian(3 << 18, 17);  // 3 MiB: larger than any small block
+  Buffer<float> device_x(b_, x.size());
+  ASSERT_TRUE(b_->queue_copy_from_host(device_x.get(), x.data(), sizeof(float) * x.size()).ok());
+  Buffer<float> amax(b_, 1);
+  ASSERT_TRUE(
+      b_->amax(MatrixRef{device_x.get(), DType::kFloat32, 1, static_cast<int64_t>(x.size())}, Granularity::kTensorwise,
+               amax.get())
+          .ok());
+  ASSERT_TRUE(b_->synchronize().ok());
+
+  const std::vector<float> got = dst.download();
+  for (int i = 0; i < kUploads; ++i) {
+    const float want = i == 0 ? 2000.0f : static_cast<float>(i);
+    for (int j = 0; j < kEach; ++j) ASSERT_EQ(got[static_cast<size_t>(i * kEach + j)], want) << "upload " << i;
+  }
+  EXPECT_EQ(device_x.download(), x);
+  float want_amax = 0;
+  for (float v : x) want_amax = std::max(want_amax, std::fabs(v));
+  EXPECT_EQ(amax.download()[0], want_amax);
+  EXPECT_TRUE(b_->queue_copy_from_host(dst.get(), staging.data(), 0).ok()) << "zero bytes are a no-op";
+  EXPECT_EQ(b_->queue_copy_from_host(nullptr, staging.data(), 4).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b_->queue_copy_from_host(dst.get(), nullptr, 4).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(BackendContract, ZeroByteAllocationsAreDistinctAndCountNothing) {
   const int64_t before = b_->memory_stats().allocated;
   absl::StatusOr<void*> a = b_->allocate(0), c = b_->allocate(0);

@@ -118,6 +118,11 @@ struct CastPlan {
   bool external = false;
   const uint8_t* external_out = nullptr;
   const uint8_t* external_out_t = nullptr;
+  // The same cast made by a sibling layer from the same input (share_input_casts_from):
+  // its copies, scales, amax and range counts serve this layer until it casts again.
+  const CastPlan* shared = nullptr;
+  // Copies and statistics in use: the plan's own, or the sibling's.
+  const CastPlan& holder() const { return shared != nullptr ? *shared : *this; }
 
   // What the last cast used, for the GEMMs that follow it and for numerics().
   const float* inv_scale_in_use = nullptr;
@@ -218,6 +223,19 @@ struct Float8Linear::State {
   const float* weight = nullptr;
   int64_t tokens = 0;
 
+  // What the input plans hold now, for siblings that share them: the input they cast (or
+  // took from input_source) and a count of the layer's own input casts, which a sharing
+  // sibling checks before its backward reads them.
+  const void* input_cast_of = nullptr;
+  int64_t input_cast_tokens = 0;
+  uint64_t input_casts = 0;
+  // share_input_casts_from(): the sibling whose input casts this layer takes, and that
+  // sibling's input_casts when this layer's forward took them.
+  const State* input_source = nullptr;
+  uint64_t adopted_input_cast = 0;
+  bool input_adopted = false;  // the last forward took input_source's casts
+  int64_t shared_input_casts = 0;
+
   // ---- construction ----
   void plan_tensor(TensorKind t, const CastConfig& as_stored, bool as_stored_fp8_gemm, const char* as_stored_gemm,
                    const CastConfig& transposed, bool transposed_fp8_gemm, const char* transposed_gemm);
@@ -226,6 +244,10 @@ struct Float8Linear::State {
 
   // ---- casts ----
   absl::Status cast_tensor(TensorKind t, const MatrixRef& data, int slot_row);
+  // The input's casts for a forward: taken from input_source when it holds this input,
+  // else cast here.
+  absl::Status cast_input(const MatrixRef& data, int slot_row);
+  bool can_share_input_with(const State& source) const;
   // The weight plan adopts codes cast elsewhere (takes_fp8_weight()); records their amax.
   absl::Status adopt_fp8_weight(const Fp8Weight& w, int slot_row);
   int weight_plan() const { return use[static_cast<int>(TensorKind::kWeight)][kAsStored]; }
@@ -379,6 +401,7 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
   p.external = false;
   p.external_out = nullptr;
   p.external_out_t = nullptr;
+  p.shared = nullptr;
   uint8_t* out = p.make_out ? p.out.as<uint8_t>() : nullptr;
   uint8_t* out_t = p.make_out_t ? p.out_t.as<uint8_t>() : nullptr;
   float* delayed_amax = p.delayed ? slots_of(p.tensor).at(slot_row, p.delayed_column) : nullptr;
@@ -465,6 +488,68 @@ absl::Status Float8Linear::State::cast_tensor(TensorKind t, const MatrixRef& dat
   return absl::OkStatus();
 }
 
+bool Float8Linear::State::can_share_input_with(const State& source) const {
+  if (&source == this || &source.backend != &backend || source.input_source != nullptr ||
+      source.in_features != in_features || source.activations.input != activations.input) {
+    return false;
+  }
+  const auto& mine = use[static_cast<int>(TensorKind::kInput)];
+  const auto& theirs = source.use[static_cast<int>(TensorKind::kInput)];
+  if (mine[kAsStored] < 0 && mine[kTransposed] < 0) return false;  // nothing to share
+  for (int o : {kAsStored, kTransposed}) {
+    if ((mine[o] < 0) != (theirs[o] < 0)) return false;
+    if (mine[o] < 0) continue;
+    // One plan for both orientations on either side, or two on both.
+    if ((mine[kTransposed] == mine[kAsStored]) != (theirs[kTransposed] == theirs[kAsStored])) return false;
+    const CastPlan& a = plans[static_cast<size_t>(mine[o])];
+    const CastPlan& b = source.plans[static_cast<size_t>(theirs[o])];
+    // Dynamic scaling on both sides, the same cast, and the source makes every copy this
+    // layer's GEMMs read.
+    if (a.delayed || b.delayed || !(a.config == b.config) || a.granularity != b.granularity ||
+        (a.make_out && !b.make_out) || (a.make_out_t && !b.make_out_t) ||
+        (a.make_dequantized && !b.make_dequantized)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status Float8Linear::State::cast_input(const MatrixRef& data, int slot_row) {
+  const State* src = input_source;
+  if (src == nullptr || src->input_cast_of != data.data || src->input_cast_tokens != data.rows) {
+    if (auto s = cast_tensor(TensorKind::kInput, data, slot_row); !s.ok()) return s;
+    input_adopted = false;
+    input_cast_of = data.data;
+    input_cast_tokens = data.rows;
+    ++input_casts;
+    return absl::OkStatus();
+  }
+  const auto& mine = use[static_cast<int>(TensorKind::kInput)];
+  const auto& theirs = src->use[static_cast<int>(TensorKind::kInput)];
+  for (int o : {kAsStored, kTransposed}) {
+    if (mine[o] < 0) continue;
+    CastPlan& p = plans[static_cast<size_t>(mine[o])];
+    const CastPlan& from = src->plans[static_cast<size_t>(theirs[o])];
+    p.external = false;
+    p.external_out = nullptr;
+    p.external_out_t = nullptr;
+    p.shared = &from;
+    p.scale_in_use = from.scale_in_use;
+    p.inv_scale_in_use = from.inv_scale_in_use;
+    p.host_scale_in_use = from.host_scale_in_use;
+    p.range_counted = from.range_counted;
+    p.rows = from.rows;
+    p.cols = from.cols;
+    p.last_amax_row = -1;
+  }
+  input_adopted = true;
+  adopted_input_cast = src->input_casts;
+  input_cast_of = data.data;
+  input_cast_tokens = data.rows;
+  ++shared_input_casts;
+  return absl::OkStatus();
+}
+
 bool Float8Linear::State::takes_fp8_weight() const {
   const auto& u = use[static_cast<int>(TensorKind::kWeight)];
   if (u[kAsStored] < 0 || u[kTransposed] != u[kAsStored]) return false;
@@ -512,9 +597,9 @@ ScaledOperand Float8Linear::State::scaled(TensorKind t, Orientation o) const {
   const CastPlan& p = plans[static_cast<size_t>(use[static_cast<int>(t)][o])];
   ScaledOperand op;
   if (o == kAsStored) {
-    op.data = p.external ? p.external_out : p.out.as<uint8_t>();
+    op.data = p.external ? p.external_out : p.holder().out.as<uint8_t>();
   } else {
-    op.data = p.external ? p.external_out_t : p.out_t.as<uint8_t>();
+    op.data = p.external ? p.external_out_t : p.holder().out_t.as<uint8_t>();
   }
   op.format = p.config.format();
   // Either orientation's scales run along the rows of the K-contiguous copy the GEMM reads.
@@ -546,7 +631,7 @@ absl::StatusOr<const void*> Float8Linear::State::in_compute_dtype(const void* da
 
 const void* Float8Linear::State::high_precision(TensorKind t, Orientation o, const void* raw) const {
   const int plan = use[static_cast<int>(t)][o];
-  return plan < 0 ? raw : plans[static_cast<size_t>(plan)].dequantized.as<const void>();
+  return plan < 0 ? raw : plans[static_cast<size_t>(plan)].holder().dequantized.as<const void>();
 }
 
 absl::Status Float8Linear::State::upload_delayed_scales() {
@@ -562,7 +647,8 @@ absl::Status Float8Linear::State::upload_delayed_scales() {
     entry[kFloatsPer16Bytes] = 1.0f / entry[0];
   }
   if (auto s = delayed_scales.reserve(float_bytes(n * kDelayedScaleStride)); !s.ok()) return s;
-  return backend.copy_from_host(delayed_scales.as<void>(), host.data(), float_bytes(n * kDelayedScaleStride));
+  // Queued: the step's casts that read the old scales run first; the next step's read these.
+  return backend.queue_copy_from_host(delayed_scales.as<void>(), host.data(), float_bytes(n * kDelayedScaleStride));
 }
 
 // ---- Float8Linear -------------------------------------------------------------------------
@@ -700,7 +786,7 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const 
   if (s.forward_slots.columns > 0) {
     if (auto st = s.forward_slots.prepare_row(); !st.ok()) return st;
   }
-  if (auto st = s.cast_tensor(TensorKind::kInput, {input, s.activations.input, m, k}, row); !st.ok()) return st;
+  if (auto st = s.cast_input({input, s.activations.input, m, k}, row); !st.ok()) return st;
   if (weight.fp8 != nullptr) {
     if (auto st = s.adopt_fp8_weight(*weight.fp8, row); !st.ok()) return st;
   } else if (auto st = s.cast_tensor(TensorKind::kWeight, {weight.f32, DType::kFloat32, n, k}, row); !st.ok()) {
@@ -766,6 +852,11 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
   if (s.tokens == 0) return absl::FailedPreconditionError("Float8Linear::backward: no forward() to differentiate");
   if (grad_output == nullptr || grad_weight == nullptr) {
     return absl::InvalidArgumentError("Float8Linear::backward: grad_output and grad_weight must not be null");
+  }
+  if (s.input_adopted && s.input_source->input_casts != s.adopted_input_cast) {
+    return absl::FailedPreconditionError(
+        "Float8Linear::backward: the layer whose input casts the forward shared has cast again since; the forward "
+        "can no longer be differentiated");
   }
   const int64_t m = s.tokens, k = s.in_features, n = s.out_features;
   const DType compute = s.compute_dtype();
@@ -867,6 +958,24 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
   if (s.backward_slots.columns > 0) ++s.backward_slots.rows_used;
   return absl::OkStatus();
 }
+
+// ---- sibling layers that read one input --------------------------------------------------------
+
+bool Float8Linear::can_share_input_casts_with(const Float8Linear& source) const {
+  return s_->can_share_input_with(*source.s_);
+}
+
+absl::Status Float8Linear::share_input_casts_from(const Float8Linear& source) {
+  if (!can_share_input_casts_with(source)) {
+    return absl::InvalidArgumentError(
+        "Float8Linear::share_input_casts_from: the layers cast their input differently (or with delayed scaling, "
+        "or on different backends, or the source shares another's), so one cannot serve the other");
+  }
+  s_->input_source = source.s_.get();
+  return absl::OkStatus();
+}
+
+int64_t Float8Linear::shared_input_casts() const { return s_->shared_input_casts; }
 
 // ---- delayed scaling -------------------------------------------------------------------------
 
@@ -988,7 +1097,7 @@ absl::StatusOr<std::vector<CastNumerics>> Float8Linear::numerics() {
     const int64_t n = scale_count(p.granularity, p.rows, p.cols);
     std::vector<float> amax(static_cast<size_t>(n)), scale(static_cast<size_t>(n));
     const float* amax_src =
-        delayed_amax ? s.slots_of(p.tensor).at(p.last_amax_row, p.delayed_column) : p.amax.as<float>();
+        delayed_amax ? s.slots_of(p.tensor).at(p.last_amax_row, p.delayed_column) : p.holder().amax.as<float>();
     if (auto st = s.backend.copy_to_host(amax.data(), amax_src, float_bytes(n)); !st.ok()) return st;
     if (p.host_scale_in_use.has_value()) {
       // The device copy may already hold the next step's scale.
@@ -1007,7 +1116,9 @@ absl::StatusOr<std::vector<CastNumerics>> Float8Linear::numerics() {
     c.range_use = use / fp8_max(p.config.format());
     if (p.range_counted) {
       CastRangeCounts counts;
-      if (auto st = s.backend.copy_to_host(&counts, p.range_counts.as<void>(), sizeof counts); !st.ok()) return st;
+      if (auto st = s.backend.copy_to_host(&counts, p.holder().range_counts.as<void>(), sizeof counts); !st.ok()) {
+        return st;
+      }
       c.measured = true;
       c.elements = p.rows * p.cols;
       c.saturated = static_cast<int64_t>(counts.saturated);

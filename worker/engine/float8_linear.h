@@ -28,7 +28,9 @@
 //
 // Host synchronisation: forward() and backward() queue backend work only (they read no
 // device value on the host), apart from one-off buffer growth when the token count first
-// grows. finish_step() and numerics() copy small vectors to the host (numerics() also the
+// grows. finish_step() without arguments reads the layer's amaxes to the host (a model
+// reads every layer's at once instead: model/delayed_step.h); finish_step(amaxes) queues
+// the next scales without waiting. numerics() copies small vectors to the host (also the
 // range counts of casts run while measuring: set_measuring()).
 //
 // Delayed scaling, per training step (one optimizer step, any number of micro-batches):
@@ -37,7 +39,8 @@
 //                                      into backend memory (the distributed engine packs
 //                                      every layer's into one vector and all-reduces MAX once)
 //   finish_step(reduced host amaxes)   records them into the histories, derives next step's
-//                                      scales and uploads them (one small copy)
+//                                      scales and queues their upload (one small copy that
+//                                      the host does not wait for)
 // finish_step() without arguments does the last two for a single process.
 //
 // Not thread-safe: one layer is driven by one thread.
@@ -165,6 +168,23 @@ class Float8Linear {
   // grad_output has the output's dtype, grad_input the input's; grad_weight and grad_bias
   // are fp32.
   absl::Status backward(const void* grad_output, void* grad_input, float* grad_weight, float* grad_bias);
+
+  // ---- sibling layers that read one input --------------------------------------------------
+  // A model's q, k and v projections read the same normed activation, as do the gate and
+  // up projections: casting it once serves all of them. After share_input_casts_from(src),
+  // a forward() (or forward_no_grad()) whose input is the very tensor src's last forward
+  // cast (same pointer and tokens; src's forward runs first) takes src's fp8 copies of it,
+  // their scales and, for mixed GEMMs, their dequantized copy, instead of casting it again.
+  // This needs dynamic scaling of the input (a delayed scale is each layer's own) and the
+  // same input casts (can_share_input_casts_with()); with them the copies are a function
+  // of the input alone, so outputs and gradients are bit for bit what this layer's own
+  // casts give. Any other input is cast as usual. The copies must outlive this layer's
+  // backward(): should src cast again in between (a forward_no_grad), backward() refuses.
+  // numerics() reports the shared cast's values for this layer's input.
+  bool can_share_input_casts_with(const Float8Linear& source) const;
+  absl::Status share_input_casts_from(const Float8Linear& source);
+  // Forward passes that took source's copies rather than casting (for tests and benches).
+  int64_t shared_input_casts() const;
 
   // ---- delayed scaling ------------------------------------------------------------------
   // Casts under delayed scaling, in a fixed order; named "input", "weight", "grad_output"

@@ -226,8 +226,17 @@ class Backend {
   virtual MemoryStats memory_stats() const = 0;
   // Starts a new peak: peak_allocated becomes the current allocated.
   virtual void reset_peak_memory() = 0;
+  // Copies that return once done: the host waits for the device (CUDA: for its stream).
   virtual absl::Status copy_from_host(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  // dst = src (bytes of host memory), queued like a kernel: the host does not wait for the
+  // device, src may be reused as soon as this returns, and work queued after reads the new
+  // bytes. Work on another stream (a collective) must wait on a fence() first. What a
+  // training step uploads (token ids, delayed-scaling scales) goes this way, so the step
+  // never stalls the device. The host backends copy at once.
+  virtual absl::Status queue_copy_from_host(void* dst, const void* src, size_t bytes) {
+    return copy_from_host(dst, src, bytes);
+  }
   // Within this backend's memory, queued like a kernel (no host wait). Ranges must not overlap.
   virtual absl::Status copy(void* dst, const void* src, size_t bytes) = 0;
   // Sets `bytes` bytes to zero, queued like a kernel.

@@ -544,6 +544,67 @@ TEST(LlamaFp8, EvaluateLeavesDelayedScalingAlone) {
   EXPECT_EQ(gradients(*a), gradients(*b));
 }
 
+TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnce) {
+  // wk and wv take wq's casts of the attention's normed input, w3 takes w1's of the
+  // feed-forward's (dynamic scaling), unless the module filter casts them differently;
+  // delayed scaling keeps one scale per layer, so each casts its own.
+  const LlamaConfig c = fp8_friendly_config();
+  const data::TokenBatch batch = make_batch(2, 16, c.vocab_size, 3);
+  struct Case {
+    v1::Fp8Spec fp8;
+    std::vector<std::string> sharing;  // linear names (without "layers.N.") that take casts
+  };
+  const std::vector<Case> cases = {
+      {spec(v1::Fp8Spec::TENSORWISE), {"attention.wk", "attention.wv", "feed_forward.w3"}},
+      {spec(v1::Fp8Spec::ROWWISE), {"attention.wk", "attention.wv", "feed_forward.w3"}},
+      {spec(v1::Fp8Spec::TENSORWISE, {"*.attention.wq"}), {"attention.wv", "feed_forward.w3"}},  // wv takes wk's
+      {spec(v1::Fp8Spec::DELAYED), {}},
+      {spec(v1::Fp8Spec::NONE), {}},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.fp8.ShortDebugString());
+    std::unique_ptr<LlamaModel> m = make_model(c, k.fp8, 5);
+    ASSERT_NE(m, nullptr);
+    ASSERT_TRUE(m->forward_backward(batch, 1.0f).ok());
+    ASSERT_TRUE(m->finish_step().ok());
+    for (const LinearUnit* u : m->linears()) {
+      const std::string name = u->name.substr(u->name.find('.', u->name.find('.') + 1) + 1);
+      const bool shares = std::find(k.sharing.begin(), k.sharing.end(), name) != k.sharing.end();
+      EXPECT_EQ(u->layer->shared_input_casts(), shares ? 1 : 0) << u->name;
+    }
+  }
+}
+
+TEST(LlamaFp8, ModelFinishStepEqualsEachLayerFinishingOnItsOwn) {
+  // finish_step() reads every layer's amaxes in one packed read: the histories, scales and
+  // next steps must be exactly those of each layer reading its own (Float8Linear::finish_step()).
+  const LlamaConfig c = fp8_friendly_config();
+  std::unique_ptr<LlamaModel> packed = make_model(c, spec(v1::Fp8Spec::DELAYED), 5);
+  std::unique_ptr<LlamaModel> own = make_model(c, spec(v1::Fp8Spec::DELAYED), 5);
+  ASSERT_NE(packed, nullptr);
+  ASSERT_NE(own, nullptr);
+  randomize_parameters(*packed, 12);
+  randomize_parameters(*own, 12);
+  for (uint32_t step = 0; step < 3; ++step) {
+    for (uint32_t micro = 0; micro < 2; ++micro) {  // amaxes: max over micro-batches
+      const data::TokenBatch batch = make_batch(2, 16, c.vocab_size, 10 * step + micro);
+      absl::StatusOr<float> lp = packed->forward_backward(batch, 0.5f), lo = own->forward_backward(batch, 0.5f);
+      ASSERT_TRUE(lp.ok() && lo.ok());
+      ASSERT_EQ(*lp, *lo) << "step " << step;
+    }
+    ASSERT_TRUE(packed->finish_step().ok());
+    for (const LinearUnit* u : own->linears()) ASSERT_TRUE(u->layer->finish_step().ok()) << u->name;
+  }
+  int delayed = 0;
+  for (size_t i = 0; i < packed->linears().size(); ++i) {
+    delayed += packed->linears()[i]->layer->delayed_count();
+    EXPECT_EQ(packed->linears()[i]->layer->save_scaling_state(), own->linears()[i]->layer->save_scaling_state())
+        << packed->linears()[i]->name;
+  }
+  EXPECT_GT(delayed, 0);
+  EXPECT_EQ(gradients(*packed), gradients(*own));
+}
+
 // ---- the module filter -----------------------------------------------------------------------
 
 std::vector<std::string> linear_names(const LlamaModel& m) {

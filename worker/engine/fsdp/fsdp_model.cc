@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "worker/engine/model/delayed_step.h"
 #include "worker/engine/status_macros.h"
 
 namespace fp8::engine::fsdp {
@@ -448,38 +449,16 @@ absl::Status FsdpModel::after_backward(int unit) {
 // ---- step-level collectives ---------------------------------------------------------------------
 
 absl::Status FsdpModel::finish_step() {
-  std::vector<LinearUnit*> layers;
-  int64_t total = 0;
-  for (LinearUnit* u : model_.mutable_linears()) {
-    if (u->layer->delayed_count() == 0) continue;
-    layers.push_back(u);
-    total += u->layer->delayed_count();
-  }
-  if (total == 0) return absl::OkStatus();
-  if (!delayed_amaxes_.defined() || delayed_amaxes_.numel() != total) {
-    FP8_ASSIGN_OR_RETURN(delayed_amaxes_, Tensor::zeros(device_, ElementType::kFloat32, {total}));
-  }
-  float* packed = delayed_amaxes_.data<float>();
-  int64_t offset = 0;
-  for (LinearUnit* u : layers) {
-    FP8_RETURN_IF_ERROR(u->layer->write_step_amaxes(packed + offset));
-    offset += u->layer->delayed_count();
-  }
-  FP8_RETURN_IF_ERROR(device_.backend().synchronize());
-  CommCounters counts;
-  counts.all_reduces = 1;
-  counts.all_reduce_bytes = total * static_cast<int64_t>(sizeof(float));
-  counts.amax_all_reduces = 1;
-  FP8_RETURN_IF_ERROR(comm_.run("all_reduce(max) of the delayed-scaling amaxes", counts,
-                                [packed, total](dist::ProcessGroup& g) { return g.all_reduce(packed, total, dist::ReduceOp::kMax); }));
-  FP8_ASSIGN_OR_RETURN(std::vector<float> reduced, delayed_amaxes_.download<float>());
-  offset = 0;
-  for (LinearUnit* u : layers) {
-    const auto count = static_cast<size_t>(u->layer->delayed_count());
-    FP8_RETURN_IF_ERROR(u->layer->finish_step(absl::MakeConstSpan(reduced).subspan(static_cast<size_t>(offset), count)));
-    offset += static_cast<int64_t>(count);
-  }
-  return absl::OkStatus();
+  return finish_delayed_step(model_.mutable_linears(), device_, delayed_amaxes_, [this](float* packed, int64_t total) {
+    // The collective reads the amaxes from the communication thread.
+    FP8_RETURN_IF_ERROR(device_.backend().synchronize());
+    CommCounters counts;
+    counts.all_reduces = 1;
+    counts.all_reduce_bytes = total * static_cast<int64_t>(sizeof(float));
+    counts.amax_all_reduces = 1;
+    return comm_.run("all_reduce(max) of the delayed-scaling amaxes", counts,
+                     [packed, total](dist::ProcessGroup& g) { return g.all_reduce(packed, total, dist::ReduceOp::kMax); });
+  });
 }
 
 absl::Status FsdpModel::all_reduce(std::span<double> values, dist::ReduceOp op) {

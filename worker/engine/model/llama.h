@@ -48,6 +48,7 @@ class LlamaModel {
   absl::StatusOr<float> evaluate(const data::TokenBatch& batch);
   // Ends an optimizer step for every Float8Linear (delayed scaling records the step's
   // amaxes and derives next step's scales). Call after the last micro-batch's backward.
+  // One host read for the whole model (finish_delayed_step).
   absl::Status finish_step();
 
  private:
@@ -80,6 +81,7 @@ class LlamaModel {
   std::vector<LinearUnit*> mutable_linears_;
   ParameterHooks* hooks_ = nullptr;
   std::optional<Activations> train_acts_, eval_acts_;
+  Tensor delayed_amaxes_;  // finish_step()'s packed amaxes, reused step to step
 };
 
 }  // namespace fp8::engine

@@ -134,11 +134,15 @@ absl::Status Tensor::copy_from(const Tensor& src) {
   return device_->backend().copy(raw(), src.raw(), nbytes());
 }
 
-absl::Status Tensor::upload_bytes(std::span<const std::byte> bytes) {
+absl::Status Tensor::upload_bytes(std::span<const std::byte> bytes) { return checked_upload(bytes, /*wait=*/true); }
+
+absl::Status Tensor::checked_upload(std::span<const std::byte> bytes, bool wait) {
   if (!defined() || bytes.size() != nbytes() || !is_contiguous()) {
     return absl::InvalidArgumentError(absl::StrCat("upload of ", bytes.size(), " bytes into ", describe()));
   }
-  return device_->backend().copy_from_host(raw(), bytes.data(), bytes.size());
+  Backend& backend = device_->backend();
+  return wait ? backend.copy_from_host(raw(), bytes.data(), bytes.size())
+              : backend.queue_copy_from_host(raw(), bytes.data(), bytes.size());
 }
 
 absl::Status Tensor::download_bytes(std::span<std::byte> bytes) const {

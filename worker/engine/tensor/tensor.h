@@ -89,8 +89,14 @@ class Tensor {
   absl::StatusOr<std::vector<T>> download() const;
   absl::Status upload_bytes(std::span<const std::byte> bytes);
   absl::Status download_bytes(std::span<std::byte> bytes) const;
+  // An upload queued like a kernel (Backend::queue_copy_from_host): the host does not wait,
+  // `values` may be reused on return, work queued after reads them. A training step's
+  // token ids go this way.
+  template <typename T>
+  absl::Status queue_upload(std::span<const T> values);
 
  private:
+  absl::Status checked_upload(std::span<const std::byte> bytes, bool wait);
   const Device* device_ = nullptr;
   ElementType type_ = ElementType::kFloat32;
   TensorShape shape_;
@@ -124,6 +130,15 @@ absl::Status Tensor::upload(std::span<const T> values) {
                                                    " values into ", describe()));
   }
   return upload_bytes(std::as_bytes(values));
+}
+
+template <typename T>
+absl::Status Tensor::queue_upload(std::span<const T> values) {
+  if (element_type_of<T>() != type_) {
+    return absl::InvalidArgumentError(absl::StrCat("upload: ", element_type_name(element_type_of<T>()),
+                                                   " values into ", describe()));
+  }
+  return checked_upload(std::as_bytes(values), /*wait=*/false);
 }
 
 template <typename T>
