@@ -90,6 +90,19 @@ test('default profile: each worker requests one nvidia.com/gpu and runs --device
          'workers tolerate the nvidia.com/gpu taint');
 });
 
+test('several GPUs per pod: gpusPerPod 4 requests nvidia.com/gpu: 4 and --device names them', () => {
+  const four = ['--set', 'workers.gpusPerPod=4'];
+  let c = workerContainer(render([...four, '--set', 'workers.device=cuda:all']));
+  eq(gpuIn(c.resources), [4, 4], 'cuda:all: worker nvidia.com/gpu limits/requests');
+  eq(flagValue(c.args, '--device'), 'cuda:all', 'cuda:all: --device');
+  c = workerContainer(render([...four, '--set', 'workers.device=cuda:0\\,2']));
+  eq(gpuIn(c.resources), [4, 4], 'cuda:0,2: worker nvidia.com/gpu limits/requests');
+  eq(flagValue(c.args, '--device'), 'cuda:0,2', 'cuda:0,2: --device');
+  c = workerContainer(render([...four, '--set-json', 'workers.device="cuda:3,1,0,2"']));
+  eq(flagValue(c.args, '--device'), 'cuda:3,1,0,2', 'a list in any order: --device');
+  eq(c.args.filter((a) => a === '--device').length, 1, 'one --device flag');
+});
+
 test('default profile: NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE and NCCL_DEBUG come from values', () => {
   let c = workerContainer(render([]));
   eq(envOf(c, 'NCCL_SOCKET_IFNAME'), 'eth0', 'default NCCL_SOCKET_IFNAME');
@@ -365,7 +378,7 @@ function renderNotes(args) {
   }
 }
 
-test('NOTES: port-forward, admin token from the Secret, fp8ctl submit, warnings', () => {
+test('NOTES: port-forward, admin token from the Secret, fp8ctl submit, warnings, GPU workers', () => {
   let notes = renderNotes([]);
   expect(notes.includes(`port-forward service/${RELEASE}-coordinator 7070:7070`), 'NOTES: port-forward');
   expect(notes.includes(`get secret ${RELEASE}-tokens -o jsonpath='{.data.admin-token}' | base64 -d > fp8-admin.token`),
@@ -378,6 +391,13 @@ test('NOTES: port-forward, admin token from the Secret, fp8ctl submit, warnings'
   expect(notes.includes('WARNING: coordinator.persistence.enabled=false'), 'NOTES warns about state in an emptyDir');
   expect(notes.includes('--coordinator-ca ca.crt'), 'NOTES: fp8ctl with TLS');
   expect(notes.includes('get secret mine '), 'NOTES: the existing Secret');
+  notes = renderNotes(['--set', 'workers.gpusPerPod=4', '--set', 'workers.device=cuda:all']);
+  expect(notes.includes('2 x --device cuda:all, 4 nvidia.com/gpu each: 8 workers, 4 GPU slots per pod'),
+         'NOTES: workers of a multi-GPU pod');
+  expect(!notes.includes('GPUs it requests'), 'no unused-GPU note with cuda:all');
+  notes = renderNotes(['--set', 'workers.gpusPerPod=4', '--set', 'workers.device=cuda:0\\,2']);
+  expect(notes.includes('4 workers, 2 GPU slots per pod'), 'NOTES: workers of a GPU list');
+  expect(notes.includes('each worker pod uses 2 of the 4 GPUs it requests'), 'NOTES: GPUs requested but not offered');
 });
 
 let failed = 0;

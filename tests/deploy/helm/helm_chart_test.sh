@@ -3,9 +3,11 @@
 # puts in deploy/tools (helm, and node_modules with kubernetes-models, js-yaml and
 # typescript). One part per ctest test:
 #
-#   helm_chart_test.sh lint        helm lint --strict: default, CPU profile, ServiceMonitor, all options
-#   helm_chart_test.sh manifests   helm template of both profiles and all options; every object
-#                                  validated against the Kubernetes API (validate_manifests.js)
+#   helm_chart_test.sh lint        helm lint --strict: default, CPU profile, ServiceMonitor, all options,
+#                                  several GPUs per pod
+#   helm_chart_test.sh manifests   helm template of both profiles, several GPUs per pod and all
+#                                  options; every object validated against the Kubernetes API
+#                                  (validate_manifests.js)
 #   helm_chart_test.sh behaviour   what the rendered objects say (chart_behaviour.js)
 #   helm_chart_test.sh invalid     every invalid/*.yaml makes helm template fail with its message
 #   helm_chart_test.sh package     helm package carries the dashboards; the package lints and renders
@@ -68,12 +70,14 @@ case $part in
     lint service-monitor "$chart" --set serviceMonitor.enabled=true
     lint cpu+service-monitor "$chart" -f "$chart/values-cpu.yaml" --set serviceMonitor.enabled=true
     lint all-options "$chart" -f "$here/values-all-options.yaml"
+    lint multi-gpu "$chart" --set workers.gpusPerPod=4 --set workers.device=cuda:all
     ;;
 
   manifests)
     render default
     render cpu -f "$chart/values-cpu.yaml"
     render service-monitor --set serviceMonitor.enabled=true
+    render multi-gpu --set workers.gpusPerPod=4 --set workers.device=cuda:all
     render all-options -f "$here/values-all-options.yaml"
     render cpu-all-options -f "$here/values-all-options.yaml" -f "$chart/values-cpu.yaml" \
       --set workers.podAntiAffinity=

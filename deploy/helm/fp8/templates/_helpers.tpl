@@ -119,6 +119,25 @@ svc
 {{- define "fp8.tls.mountPath" -}}/etc/fp8/tls{{- end -}}
 
 {{/*
+The forms of workers.device fp8-worker accepts (values.schema.json has the same pattern):
+cpu, one GPU cuda:N, a list cuda:N,M,... (one worker slot per GPU) or cuda:all (every GPU
+the pod sees: its workers.gpusPerPod).
+*/}}
+{{- define "fp8.workers.devicePattern" -}}^(cpu|cuda:all|cuda:[0-9]+(,[0-9]+)*)${{- end -}}
+
+{{/* How many workers (slots) each worker pod registers: one per GPU, or one for cpu. */}}
+{{- define "fp8.workers.slotsPerPod" -}}
+{{- $device := toString .Values.workers.device -}}
+{{- if eq $device "cuda:all" -}}
+{{- int .Values.workers.gpusPerPod -}}
+{{- else if hasPrefix "cuda:" $device -}}
+{{- len (splitList "," (trimPrefix "cuda:" $device)) -}}
+{{- else -}}
+1
+{{- end -}}
+{{- end -}}
+
+{{/*
 Checks of value combinations the schema cannot express. Included by every template that
 depends on them, so that `helm template` fails with a message naming the values.
 */}}
@@ -128,14 +147,28 @@ depends on them, so that `helm template` fails with a message naming the values.
 {{- if lt (int $w.replicas) 1 -}}
 {{- fail (printf "workers.replicas must be at least 1 (got %v): a job needs world_size free workers" $w.replicas) -}}
 {{- end -}}
-{{- if not (regexMatch "^(cpu|cuda:[0-9]+)$" (toString $w.device)) -}}
-{{- fail (printf "workers.device must be \"cpu\" or \"cuda:N\" (got %q)" (toString $w.device)) -}}
+{{- $device := toString $w.device -}}
+{{- if not (regexMatch (include "fp8.workers.devicePattern" .) $device) -}}
+{{- fail (printf "workers.device must be \"cpu\", \"cuda:N\", a list \"cuda:N,M,...\" or \"cuda:all\" (got %q)" $device) -}}
 {{- end -}}
-{{- if and (hasPrefix "cuda:" $w.device) (lt (int $w.gpusPerPod) 1) -}}
-{{- fail (printf "workers.device is %s but workers.gpusPerPod is %v: a cuda worker needs a GPU (use values-cpu.yaml for CPU workers)" $w.device $w.gpusPerPod) -}}
+{{- if and (hasPrefix "cuda:" $device) (lt (int $w.gpusPerPod) 1) -}}
+{{- fail (printf "workers.device is %s but workers.gpusPerPod is %v: a cuda worker needs a GPU (use values-cpu.yaml for CPU workers)" $device $w.gpusPerPod) -}}
 {{- end -}}
-{{- if and (hasPrefix "cuda:" $w.device) (ge (int (trimPrefix "cuda:" $w.device)) (int $w.gpusPerPod)) -}}
-{{- fail (printf "workers.device %s names a GPU the pod does not have: each pod sees workers.gpusPerPod=%v GPU(s), numbered from cuda:0" $w.device $w.gpusPerPod) -}}
+{{- if and (hasPrefix "cuda:" $device) (ne $device "cuda:all") -}}
+{{- $seen := dict -}}
+{{- range $item := splitList "," (trimPrefix "cuda:" $device) -}}
+{{- /* Decimal, as fp8-worker reads it ("01" is GPU 1); too many digits is too big a GPU. */ -}}
+{{- $digits := regexReplaceAll "^0+([0-9])" $item "${1}" -}}
+{{- $index := atoi $digits -}}
+{{- if or (ne (toString $index) $digits) (ge $index (int $w.gpusPerPod)) -}}
+{{- $which := ternary (printf " (cuda:%s)" $item) "" (contains "," $device) -}}
+{{- fail (printf "workers.device %s names a GPU the pod does not have%s: each pod sees workers.gpusPerPod=%v GPU(s), numbered from cuda:0" $device $which $w.gpusPerPod) -}}
+{{- end -}}
+{{- if hasKey $seen $digits -}}
+{{- fail (printf "workers.device %s lists cuda:%s twice: each GPU is one worker slot, listed once" $device $digits) -}}
+{{- end -}}
+{{- $_ := set $seen $digits true -}}
+{{- end -}}
 {{- end -}}
 {{- if le (int $c.lostAfterMs) (int $c.heartbeatIntervalMs) -}}
 {{- fail (printf "coordinator.lostAfterMs (%v) must be longer than coordinator.heartbeatIntervalMs (%v)" $c.lostAfterMs $c.heartbeatIntervalMs) -}}
