@@ -16,12 +16,18 @@
 //    the loss, grad_weight) keep the fp32 tolerances unchanged.
 // The attention backward gets the CPU's forward outputs (out in bf16, lse), so that it is
 // compared on identical inputs rather than through a forward output one ulp apart.
+// Attention with head_dim 64 or 128 on 16-byte aligned pointers runs on the tensor cores
+// (attention_tc_kernels.h): P and dS enter their products rounded to bf16, as in
+// FlashAttention-2, so those cases are held to relative errors of bf16 products instead;
+// with FP8_CUDA_ATTENTION=simt (ctest runs the attention test that way too) every case
+// takes the SIMT kernels and the tight tolerances.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -311,9 +317,27 @@ const AttentionCase kAttentionCases[] = {
     {{1, 130, 4, 2, 64}, 1}, {{2, 67, 8, 2, 128}, 0}, {{1, 45, 2, 2, 40}, 0}, {{1, 33, 2, 1, 256}, 0},
 };
 
+// ‖got − want‖ / ‖want‖ over bf16 values against an fp32 reference.
+double relative_l2(const Bf16& got, const std::vector<float>& want) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(bf16_to_float(got[i])) - want[i];
+    err += d * d;
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(err / std::max(norm, 1e-30));
+}
+
+bool simt_attention_requested() {
+  const char* e = std::getenv("FP8_CUDA_ATTENTION");
+  return e != nullptr && std::string(e) == "simt";
+}
+
 TEST_F(CudaBf16ModelOpsTest, AttentionMatchesTheCpuAndIsDeterministic) {
   for (const auto& c : kAttentionCases) {
     const AttentionShape& s = c.shape;
+    const bool tensor_cores =
+        (s.head_dim == 64 || s.head_dim == 128) && c.offset == 0 && !simt_attention_requested();
     SCOPED_TRACE(testing::Message() << "batch " << s.batch << " seq " << s.seq << " heads " << s.n_heads << "/"
                                     << s.n_kv_heads << " head_dim " << s.head_dim << " offset " << c.offset);
     const size_t qn = sz(s.batch * s.seq * s.n_heads * s.head_dim);
@@ -362,11 +386,22 @@ TEST_F(CudaBf16ModelOpsTest, AttentionMatchesTheCpuAndIsDeterministic) {
         expect_same_float_bits(got_lse, first_lse, "lse twice");
         continue;
       }
-      expect_rounding_of_near(got[0], out32, 1e-5, std::max(1.0, max_abs(out32)), "out");
-      EXPECT_LT(scaled_max_error(got_lse, to_double(lse)), 1e-5) << "lse";
-      expect_rounding_of_near(got[1], gq32, 2e-5, std::max(1.0, max_abs(gq32)), "grad_q");
-      expect_rounding_of_near(got[2], gk32, 2e-5, std::max(1.0, max_abs(gk32)), "grad_k");
-      expect_rounding_of_near(got[3], gv32, 2e-5, std::max(1.0, max_abs(gv32)), "grad_v");
+      if (tensor_cores) {
+        // bf16 P (and dS) in the products: ~2^-9 relative per term, averaging out over a
+        // row. Measured in CPU emulation of the kernels against an fp64 reference: out
+        // 1.8e-3, grads 2-3e-3, lse 1e-4 relative (max abs 1.2e-3 at |lse| ~8).
+        EXPECT_LT(relative_l2(got[0], out32), 1e-2) << "out (tensor cores)";
+        EXPECT_LT(scaled_max_error(got_lse, to_double(lse)), 3e-3) << "lse (tensor cores)";
+        EXPECT_LT(relative_l2(got[1], gq32), 1.5e-2) << "grad_q (tensor cores)";
+        EXPECT_LT(relative_l2(got[2], gk32), 1.5e-2) << "grad_k (tensor cores)";
+        EXPECT_LT(relative_l2(got[3], gv32), 1.5e-2) << "grad_v (tensor cores)";
+      } else {
+        expect_rounding_of_near(got[0], out32, 1e-5, std::max(1.0, max_abs(out32)), "out");
+        EXPECT_LT(scaled_max_error(got_lse, to_double(lse)), 1e-5) << "lse";
+        expect_rounding_of_near(got[1], gq32, 2e-5, std::max(1.0, max_abs(gq32)), "grad_q");
+        expect_rounding_of_near(got[2], gk32, 2e-5, std::max(1.0, max_abs(gk32)), "grad_k");
+        expect_rounding_of_near(got[3], gv32, 2e-5, std::max(1.0, max_abs(gv32)), "grad_v");
+      }
       first = std::move(got);
       first_lse = got_lse;
     }

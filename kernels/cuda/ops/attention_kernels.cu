@@ -44,6 +44,7 @@
 #include <type_traits>
 
 #include "cuda/ops/activation_access.cuh"
+#include "cuda/ops/attention_tc_kernels.h"
 #include "ops/model_arith.h"
 
 namespace fp8::cuda {
@@ -679,6 +680,9 @@ bool all_aligned(std::initializer_list<const void*> pointers) {
 
 LaunchResult launch_attention_forward(const AttentionDims& d, const void* q, const void* k, const void* v, void* out,
                                       float* lse, HpType act, cudaStream_t stream) {
+  if (tensor_core_attention_applies(d, act, {q, k, v, out})) {
+    return launch_attention_forward_tc(d, q, k, v, out, lse, stream);
+  }
   return model::with_act(act, [&](auto type) {
     using A = decltype(type);
     const bool aligned = all_aligned<A>({q, k, v, out});
@@ -718,6 +722,9 @@ LaunchResult launch_attention_backward(const AttentionDims& d, const void* q, co
     attention_delta_kernel<A><<<static_cast<unsigned>(delta_blocks), kThreads, 0, stream>>>(
         delta_rows(d), d.n_heads, d.seq, static_cast<int>(d.head_dim), static_cast<const A*>(out), grad_out_a, delta);
     if (const LaunchResult r = after_launch("attention delta kernel"); !r.ok()) return r;
+    if (tensor_core_attention_applies(d, act, {q, k, v, out, grad_out, grad_q, grad_k, grad_v})) {
+      return launch_attention_backward_tc(d, q, k, v, lse, delta, grad_out, grad_q, grad_k, grad_v, stream);
+    }
 
     const bool aligned = all_aligned<A>({q, k, v, grad_out, grad_q, grad_k, grad_v});
     return with_head_dim(d.head_dim, [&](auto bucket) -> LaunchResult {

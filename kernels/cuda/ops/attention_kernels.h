@@ -18,6 +18,11 @@
 // on load into the fp32 tiles and each result rounded once on store (arith.h's
 // float_to_bf16), so the arithmetic is the fp32 kernels' whatever `act`.
 //
+// With bf16 activations, head_dim 64 or 128 and 16-byte aligned pointers the launchers
+// run the tensor-core kernels instead (attention_tc_kernels.h: bf16 products with fp32
+// accumulation, FlashAttention-2's precision); everything below describes the SIMT kernels,
+// which take every other call (and all of them with FP8_CUDA_ATTENTION=simt).
+//
 // Flash-attention style: the forward keeps only each row's log-sum-exp; the backward
 // recomputes the probabilities tile by tile. Deterministic: no floating-point atomics;
 // grad_k / grad_v are summed over the query heads of a group and over query tiles in a
