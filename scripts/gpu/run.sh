@@ -13,6 +13,8 @@
 #   bench-gemm      bench_cast, bench_gemm, then torch_gemm.py on the same shapes
 #   bench-linear    bench_linear (ln -> linear -> sigmoid, and the linear alone), then torch_linear.py
 #   bench-train     bench_train on llama-h100 per recipe (none first), then torch_llama.py
+#   bench-attention bench_train on llama-h100 (none, rowwise) with tensor-core attention, then with
+#                   the SIMT attention kernels (FP8_CUDA_ATTENTION=simt)
 # and, for a machine without that limit: tests (both test parts), bench (the three bench
 # parts), all (everything).
 #
@@ -113,6 +115,9 @@ do_part() {
       run nccl_process_group_test 120 "$bin/fp8_nccl_process_group_test"
       if [[ -x $bin/fp8_cuda_model_ops_test ]]; then
         run cuda_model_ops_test 240 "$bin/fp8_cuda_model_ops_test"
+        # The bf16 attention once more on the SIMT kernels (tight tolerances for every head_dim).
+        run cuda_model_ops_simt_attention 120 env FP8_CUDA_ATTENTION=simt "$bin/fp8_cuda_model_ops_test" \
+          --gtest_filter='*Bf16*Attention*'
       else
         echo "!! fp8_cuda_model_ops_test is not in the bundle"; status=1
       fi
@@ -143,13 +148,22 @@ do_part() {
       keep_csv ours_train.csv
       torch_train
       ;;
+    bench-attention)
+      # The llama-h100 step with bf16 attention on the tensor cores, then on the SIMT kernels
+      # (FP8_CUDA_ATTENTION=simt): what the tensor-core attention is worth end to end.
+      run bench_train_tc_attention 250 "$bin/bench_train" --device cuda --config examples/jobs/llama-h100.yaml \
+        --recipes none,rowwise --budget 200 --csv "$out/ours_train_tc_attention.csv"
+      run bench_train_simt_attention 250 env FP8_CUDA_ATTENTION=simt "$bin/bench_train" --device cuda \
+        --config examples/jobs/llama-h100.yaml --recipes none,rowwise --budget 200 \
+        --csv "$out/ours_train_simt_attention.csv"
+      ;;
     torch-gemm) torch_gemm ;;
     torch-linear) torch_linear ;;
     torch-train) torch_train ;;
     tests) do_part tests-kernels; do_part tests-train ;;
     bench) do_part bench-gemm; do_part bench-linear; do_part bench-train ;;
     all) do_part tests; do_part bench ;;
-    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-gemm, bench-linear, bench-train, torch-gemm," \
+    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-gemm, bench-linear, bench-train, bench-attention, torch-gemm," \
          "torch-linear, torch-train, tests, bench, all)"; status=2 ;;
   esac
 }
