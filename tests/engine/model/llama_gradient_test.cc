@@ -544,6 +544,31 @@ TEST(LlamaFp8, EvaluateLeavesDelayedScalingAlone) {
   EXPECT_EQ(gradients(*a), gradients(*b));
 }
 
+TEST(LlamaFp8, QueuedTrainingPassesLeaveTheirLossesOnTheDevice) {
+  // queue_forward_backward copies each micro-batch's loss into device memory of the
+  // caller's instead of reading it: the losses and gradients are forward_backward's.
+  const LlamaConfig c = fp8_friendly_config();
+  std::unique_ptr<LlamaModel> read = make_model(c, spec(v1::Fp8Spec::TENSORWISE), 5);
+  std::unique_ptr<LlamaModel> queued = make_model(c, spec(v1::Fp8Spec::TENSORWISE), 5);
+  ASSERT_TRUE(read && queued);
+  absl::StatusOr<Tensor> losses = Tensor::zeros(Device::cpu(), ElementType::kFloat32, {3});
+  ASSERT_TRUE(losses.ok());
+  std::vector<float> want;
+  for (uint32_t micro = 0; micro < 3; ++micro) {
+    const data::TokenBatch batch = make_batch(2, 16, c.vocab_size, 40 + micro);
+    absl::StatusOr<float> l = read->forward_backward(batch, 1.0f / 3);
+    ASSERT_TRUE(l.ok());
+    want.push_back(*l);
+    ASSERT_TRUE(queued->queue_forward_backward(batch, 1.0f / 3, losses->data<float>() + micro).ok());
+  }
+  absl::StatusOr<std::vector<float>> got = losses->download<float>();
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, want);
+  EXPECT_EQ(gradients(*queued), gradients(*read));
+  EXPECT_EQ(queued->queue_forward_backward(make_batch(2, 16, c.vocab_size, 1), 1.0f, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnce) {
   // wk and wv take wq's casts of the attention's normed input, w3 takes w1's of the
   // feed-forward's (dynamic scaling), unless the module filter casts them differently;

@@ -159,6 +159,18 @@ absl::StatusOr<float> LlamaModel::read_loss(const Activations& a) {
 }
 
 absl::StatusOr<float> LlamaModel::forward_backward(const data::TokenBatch& batch, float grad_scale) {
+  FP8_RETURN_IF_ERROR(queue_training_pass(batch, grad_scale));
+  // Read only now: the host waited for nothing while it queued the backward.
+  return read_loss(*train_acts_);
+}
+
+absl::Status LlamaModel::queue_forward_backward(const data::TokenBatch& batch, float grad_scale, float* loss_out) {
+  if (loss_out == nullptr) return absl::InvalidArgumentError("model: queue_forward_backward needs a loss_out");
+  FP8_RETURN_IF_ERROR(queue_training_pass(batch, grad_scale));
+  return device_.backend().copy(loss_out, train_acts_->loss.data<float>(), sizeof(float));
+}
+
+absl::Status LlamaModel::queue_training_pass(const data::TokenBatch& batch, float grad_scale) {
   FP8_RETURN_IF_ERROR(forward(batch, /*training=*/true).status());
   Activations& a = *train_acts_;
   const LlamaConfig& c = config_;
@@ -179,9 +191,7 @@ absl::StatusOr<float> LlamaModel::forward_backward(const data::TokenBatch& batch
   }
   FP8_RETURN_IF_ERROR(ops_.embedding_backward(a.tokens.data<int32_t>(), m, act(a.grad_hidden), c.vocab_size, c.dim,
                                               f(embeddings_->grad), c.activations));
-  FP8_RETURN_IF_ERROR(hook_after_backward(kRoot));
-  // Read only now: the host waited for nothing while it queued the backward.
-  return read_loss(a);
+  return hook_after_backward(kRoot);
 }
 
 absl::StatusOr<float> LlamaModel::evaluate(const data::TokenBatch& batch) {

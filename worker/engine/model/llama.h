@@ -44,6 +44,10 @@ class LlamaModel {
   // Forward and backward of one micro-batch; returns its mean loss. Parameter gradients
   // ACCUMULATE the gradient of `grad_scale · loss` (1 / grad_accum averages micro-batches).
   absl::StatusOr<float> forward_backward(const data::TokenBatch& batch, float grad_scale);
+  // The same without reading the loss: the micro-batch's mean loss is copied, queued, to
+  // `loss_out` (one float of device memory). A step of several micro-batches reads all of
+  // their losses at its end, so the host never waits for the device between them.
+  absl::Status queue_forward_backward(const data::TokenBatch& batch, float grad_scale, float* loss_out);
   // The mean loss of a batch without gradients or fp8 scaling updates.
   absl::StatusOr<float> evaluate(const data::TokenBatch& batch);
   // Ends an optimizer step for every Float8Linear (delayed scaling records the step's
@@ -61,6 +65,8 @@ class LlamaModel {
   // step queues its backward before the host waits for anything.
   absl::StatusOr<Activations*> forward(const data::TokenBatch& batch, bool training);
   static absl::StatusOr<float> read_loss(const Activations& a);
+  // Queues the forward and backward of one micro-batch (forward_backward without the read).
+  absl::Status queue_training_pass(const data::TokenBatch& batch, float grad_scale);
   // hooks_ calls that do nothing without hooks.
   absl::Status hook_before_forward(int unit) { return hooks_ ? hooks_->before_forward(unit) : absl::OkStatus(); }
   absl::Status hook_after_forward(int unit, bool training) {

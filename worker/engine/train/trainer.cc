@@ -170,15 +170,22 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   FP8_RETURN_IF_ERROR(trained_->zero_grads());
   // Averages over micro-batches and ranks: reduce-scattered sums are then means.
   const float grad_scale = 1.0f / static_cast<float>(micro_batches * world_size());
-  double loss_sum = 0;
+  if (!micro_batch_losses_.defined() || micro_batch_losses_.numel() != micro_batches) {
+    FP8_ASSIGN_OR_RETURN(micro_batch_losses_, Tensor::zeros(model_->device(), ElementType::kFloat32, {micro_batches}));
+  }
   double data_seconds = 0;
   for (int64_t i = 0; i < micro_batches; ++i) {
+    // The host reads the next micro-batch while the device still runs the last one.
     const Clock::time_point data_start = Clock::now();
     batcher_->NextMicroBatch(batch_);
     data_seconds += seconds_since(data_start);
-    FP8_ASSIGN_OR_RETURN(float loss, model_->forward_backward(batch_, grad_scale));
-    loss_sum += loss;
+    FP8_RETURN_IF_ERROR(
+        model_->queue_forward_backward(batch_, grad_scale, micro_batch_losses_.data<float>() + i));
   }
+  // One read for every micro-batch's loss, summed in order.
+  FP8_ASSIGN_OR_RETURN(std::vector<float> losses, micro_batch_losses_.download<float>());
+  double loss_sum = 0;
+  for (float l : losses) loss_sum += l;
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, model_->device().model_ops());
   const bool stop_here = control.stop != nullptr && control.stop->load();
   double loss = 0, grad_norm = 0;

@@ -112,6 +112,7 @@ class Trainer {
   ParameterSet* trained_ = nullptr;
   std::optional<AdamW> optimizer_;
   data::TokenBatch batch_;  // reused between micro-batches
+  Tensor micro_batch_losses_;  // [grad_accum] on the device: the step's losses, read once at its end
   std::optional<std::filesystem::path> resumed_from_;
   int64_t last_checkpoint_step_ = -1;
 };
