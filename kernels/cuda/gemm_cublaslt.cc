@@ -6,9 +6,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuda/cast_kernels.h"
+#include "cuda/cublaslt_library.h"
 #include "cuda/cuda_status.h"
 
 namespace fp8::cuda {
+
+namespace {
+// cuBLASLt's functions, opened by CublasLtGemm::create() (cublaslt_library.h).
+const cublaslt::Api& lt() { return cublaslt::api(); }
+}  // namespace
 
 // A cached cublasLtMatmul configuration. The pointer attributes (scales, bias) are set
 // again before every call; everything else is fixed by the key.
@@ -23,10 +29,10 @@ struct CublasLtGemm::Plan {
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
   ~Plan() {
-    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
-    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
-    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
-    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    if (d != nullptr) lt().cublasLtMatrixLayoutDestroy(d);
+    if (b != nullptr) lt().cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) lt().cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) lt().cublasLtMatmulDescDestroy(desc);
   }
 };
 
@@ -36,19 +42,19 @@ namespace {
 absl::Status cublas_status(cublasStatus_t s, const char* call) {
   if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   return absl::InternalError(
-      absl::StrCat(call, ": ", cublasLtGetStatusName(s), " (", cublasLtGetStatusString(s), ")"));
+      absl::StrCat(call, ": ", lt().cublasLtGetStatusName(s), " (", lt().cublasLtGetStatusString(s), ")"));
 }
 
 template <typename T>
 absl::Status set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value,
                       const char* what) {
-  return cublas_status(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), what);
+  return cublas_status(lt().cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), what);
 }
 
 template <typename T>
 absl::Status set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, const T& value,
                       const char* what) {
-  return cublas_status(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)), what);
+  return cublas_status(lt().cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)), what);
 }
 
 // Largest power of two (up to 256) dividing the address; a null pointer counts as 256.
@@ -126,12 +132,13 @@ CublasLtGemm::CublasLtGemm() = default;
 CublasLtGemm::~CublasLtGemm() {
   plans_.clear();
   if (workspace_ != nullptr) cudaFree(workspace_);
-  if (handle_ != nullptr) cublasLtDestroy(handle_);
+  if (handle_ != nullptr) lt().cublasLtDestroy(handle_);
 }
 
 absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::create(cudaStream_t stream) {
+  if (auto s = cublaslt::load(); !s.ok()) return s;
   std::unique_ptr<CublasLtGemm> g(new CublasLtGemm());
-  if (auto s = cublas_status(cublasLtCreate(&g->handle_), "cublasLtCreate"); !s.ok()) return s;
+  if (auto s = cublas_status(lt().cublasLtCreate(&g->handle_), "cublasLtCreate"); !s.ok()) return s;
   if (auto s = cuda_status(cudaMalloc(&g->workspace_, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)"); !s.ok()) {
     return s;
   }
@@ -145,7 +152,7 @@ absl::StatusOr<CublasLtGemm::Plan*> CublasLtGemm::plan_for(const Call& call) {
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
 
   auto plan = std::make_unique<Plan>();
-  if (auto s = cublas_status(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+  if (auto s = cublas_status(lt().cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                              "cublasLtMatmulDescCreate");
       !s.ok()) {
     return s;
@@ -206,30 +213,30 @@ absl::StatusOr<CublasLtGemm::Plan*> CublasLtGemm::plan_for(const Call& call) {
   const uint64_t b_rows = key.trans_b ? key.n : key.k;
   const uint64_t b_cols = key.trans_b ? key.k : key.n;
   if (auto s = cublas_status(
-          cublasLtMatrixLayoutCreate(&plan->a, a_type, a_rows, a_cols, static_cast<int64_t>(a_rows)),
+          lt().cublasLtMatrixLayoutCreate(&plan->a, a_type, a_rows, a_cols, static_cast<int64_t>(a_rows)),
           "cublasLtMatrixLayoutCreate(A)");
       !s.ok()) {
     return s;
   }
   if (auto s = cublas_status(
-          cublasLtMatrixLayoutCreate(&plan->b, b_type, b_rows, b_cols, static_cast<int64_t>(b_rows)),
+          lt().cublasLtMatrixLayoutCreate(&plan->b, b_type, b_rows, b_cols, static_cast<int64_t>(b_rows)),
           "cublasLtMatrixLayoutCreate(B)");
       !s.ok()) {
     return s;
   }
-  if (auto s = cublas_status(cublasLtMatrixLayoutCreate(&plan->d, d_type, key.m, key.n, static_cast<int64_t>(key.m)),
+  if (auto s = cublas_status(lt().cublasLtMatrixLayoutCreate(&plan->d, d_type, key.m, key.n, static_cast<int64_t>(key.m)),
                              "cublasLtMatrixLayoutCreate(D)");
       !s.ok()) {
     return s;
   }
 
   cublasLtMatmulPreference_t pref = nullptr;
-  if (auto s = cublas_status(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"); !s.ok()) {
+  if (auto s = cublas_status(lt().cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"); !s.ok()) {
     return s;
   }
   struct PrefGuard {
     cublasLtMatmulPreference_t p;
-    ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+    ~PrefGuard() { lt().cublasLtMatmulPreferenceDestroy(p); }
   } pref_guard{pref};
   const uint64_t workspace = kWorkspaceBytes;
   const uint32_t align_a = key.align_a, align_b = key.align_b, align_d = key.align_d;
@@ -251,12 +258,12 @@ absl::StatusOr<CublasLtGemm::Plan*> CublasLtGemm::plan_for(const Call& call) {
 
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->d, plan->d,
+  const cublasStatus_t hs = lt().cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->d, plan->d,
                                                            pref, 1, &result, &found);
   if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && found == 0)) {
     return absl::UnimplementedError(
         absl::StrCat("cuBLASLt has no algorithm for this shape and these types on this GPU (",
-                     cublasLtGetStatusName(hs), " from cublasLtMatmulAlgoGetHeuristic)"));
+                     lt().cublasLtGetStatusName(hs), " from cublasLtMatmulAlgoGetHeuristic)"));
   }
   if (auto s = cublas_status(hs, "cublasLtMatmulAlgoGetHeuristic"); !s.ok()) return s;
   plan->algo = result.algo;
@@ -272,7 +279,7 @@ absl::Status CublasLtGemm::run(const Call& call, cudaStream_t stream) {
   Plan& p = **plan;
   if (auto s = set_pointers(p.desc, call.key, call.a_scale, call.b_scale, call.bias); !s.ok()) return s;
   // C aliases D (same pointer, same layout): beta = 1 accumulates into the output.
-  return cublas_status(cublasLtMatmul(handle_, p.desc, &call.alpha, call.a, p.a, call.b, p.b, &call.beta, call.d, p.d,
+  return cublas_status(lt().cublasLtMatmul(handle_, p.desc, &call.alpha, call.a, p.a, call.b, p.b, &call.beta, call.d, p.d,
                                       call.d, p.d, &p.algo, workspace_, kWorkspaceBytes, stream),
                        "cublasLtMatmul");
 }
