@@ -57,6 +57,22 @@ class CudaTrainingTest : public ::testing::TestWithParam<const char*> {
   double tolerance() const { return std::string(GetParam()) == "none" ? kHighPrecisionTolerance : kFp8Tolerance; }
 
   TempDir tmp_{"cuda-train"};
+  // Every step's loss on the GPU within `tolerance` (relative) of the CPU's; prints the worst.
+  static void ExpectLossesClose(const RecordingObserver& cpu, const RecordingObserver& gpu, double tolerance,
+                                const char* what) {
+    ASSERT_EQ(cpu.steps.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(gpu.steps.size(), static_cast<size_t>(kSteps));
+    double worst = 0;
+    for (size_t i = 0; i < cpu.steps.size(); ++i) {
+      const double rel = std::abs(gpu.steps[i].loss - cpu.steps[i].loss) / cpu.steps[i].loss;
+      worst = std::max(worst, rel);
+      EXPECT_LE(rel, tolerance) << "step " << cpu.steps[i].step << ": cpu " << cpu.steps[i].loss << ", cuda "
+                                << gpu.steps[i].loss;
+    }
+    std::printf("%s %s: worst relative loss difference cuda vs cpu over %lld steps: %.3g\n", GetParam(), what,
+                static_cast<long long>(kSteps), worst);
+  }
+
   fs::path corpus_ = tmp_.path() / "corpus.txt";
   std::unique_ptr<Device> gpu_;
 };
@@ -87,17 +103,7 @@ TEST_P(CudaTrainingTest, FirstFiftyLossesMatchTheCpu) {
 TEST_P(CudaTrainingTest, Bf16ActivationsMatchTheCpu) {
   const RecordingObserver cpu = Train(Job("cpu-bf16", {"train.compute_dtype=bf16"}), Device::cpu());
   const RecordingObserver gpu = Train(Job("gpu-bf16", {"train.compute_dtype=bf16"}), *gpu_);
-  ASSERT_EQ(cpu.steps.size(), static_cast<size_t>(kSteps));
-  ASSERT_EQ(gpu.steps.size(), static_cast<size_t>(kSteps));
-  double worst = 0;
-  for (size_t i = 0; i < cpu.steps.size(); ++i) {
-    const double rel = std::abs(gpu.steps[i].loss - cpu.steps[i].loss) / cpu.steps[i].loss;
-    worst = std::max(worst, rel);
-    EXPECT_LE(rel, kBf16Tolerance) << "step " << cpu.steps[i].step << ": cpu " << cpu.steps[i].loss << ", cuda "
-                                   << gpu.steps[i].loss;
-  }
-  std::printf("%s bf16: worst relative loss difference cuda vs cpu over %lld steps: %.3g\n", GetParam(),
-              static_cast<long long>(kSteps), worst);
+  ExpectLossesClose(cpu, gpu, kBf16Tolerance, "bf16");
 }
 
 // head_dim 64 with bf16 activations: attention runs on the tensor cores (bf16 P and dS in
@@ -109,19 +115,8 @@ TEST_P(CudaTrainingTest, Bf16WithTensorCoreAttentionStaysCloseToTheCpu) {
                                          "model.n_kv_heads=1"};
   const RecordingObserver cpu = Train(Job("cpu-tc", wide), Device::cpu());
   const RecordingObserver gpu = Train(Job("gpu-tc", wide), *gpu_);
-  ASSERT_EQ(cpu.steps.size(), static_cast<size_t>(kSteps));
-  ASSERT_EQ(gpu.steps.size(), static_cast<size_t>(kSteps));
-  double worst = 0;
-  for (size_t i = 0; i < cpu.steps.size(); ++i) {
-    const double rel = std::abs(gpu.steps[i].loss - cpu.steps[i].loss) / cpu.steps[i].loss;
-    worst = std::max(worst, rel);
-    EXPECT_LE(rel, 2 * kBf16Tolerance) << "step " << cpu.steps[i].step << ": cpu " << cpu.steps[i].loss << ", cuda "
-                                       << gpu.steps[i].loss;
-  }
+  ExpectLossesClose(cpu, gpu, 2 * kBf16Tolerance, "bf16, head_dim 64 (tensor-core attention)");
   EXPECT_LT(gpu.steps.back().loss, gpu.steps.front().loss) << "the loss did not fall on the GPU";
-  std::printf("%s bf16, head_dim 64 (tensor-core attention): worst relative loss difference cuda vs cpu over %lld "
-              "steps: %.3g\n",
-              GetParam(), static_cast<long long>(kSteps), worst);
 }
 
 TEST_P(CudaTrainingTest, ReportsPeakDeviceMemory) {
