@@ -203,6 +203,7 @@ void fill_gaussian_act(Backend& b, DeviceBuffer& buf, int64_t n, uint32_t seed, 
 struct Buffers {
   Buffers(Backend& b, const Shape& s, DType activations)
       : act(activations), x(b, a(s.m * s.k)), norm_w(b, f32(s.k)), inv_rms(b, f32(s.m)), normed(b, a(s.m * s.k)),
+        normed_row_amax(b, f32(s.m)),
         w(b, f32(s.n * s.k)), y(b, a(s.m * s.n)), s_out(b, a(s.m * s.n)), grad_y(b, a(s.m * s.n)),
         grad_fixed(b, a(s.m * s.n)), grad_normed(b, a(s.m * s.k)), grad_x(b, a(s.m * s.k)), grad_w(b, f32(s.n * s.k)),
         grad_norm_w(b, f32(s.k)) {
@@ -227,7 +228,8 @@ struct Buffers {
   size_t a(int64_t n) const { return static_cast<size_t>(n) * act_bytes(act); }
 
   DType act;
-  DeviceBuffer x, norm_w, inv_rms, normed, w, y, s_out, grad_y, grad_fixed, grad_normed, grad_x, grad_w, grad_norm_w;
+  DeviceBuffer x, norm_w, inv_rms, normed, normed_row_amax, w, y, s_out, grad_y, grad_fixed, grad_normed, grad_x,
+      grad_w, grad_norm_w;
 };
 
 size_t bf16_bytes(int64_t n) { return static_cast<size_t>(n) * 2; }
@@ -353,10 +355,12 @@ class Bench {
       finish(c);
       return;
     }
+    // As the model runs it: the norm hands its row amaxes to a dynamically scaled fp8 cast.
+    float* row_amax = c.fp8 && c.fp8->reads_input_row_amax() ? f_.normed_row_amax.as<float>() : nullptr;
     check(ops_->rmsnorm_forward(f_.x.as<void>(), f_.norm_w.as<float>(), s_.m, s_.k, kEps, f_.normed.as<void>(),
-                                f_.inv_rms.as<float>(), act_),
+                                f_.inv_rms.as<float>(), act_, row_amax),
           "rmsnorm_forward");
-    forward(c, f_.normed.as<void>(), f_.y.as<void>());
+    forward(c, f_.normed.as<void>(), f_.y.as<void>(), row_amax);
     sigmoid_forward(f_.y.as<void>(), mn, f_.s_out.as<void>());
     sigmoid_backward_of_sum(f_.s_out.as<void>(), mn, f_.grad_y.as<void>());
     backward(c, f_.grad_y.as<void>(), f_.grad_normed.as<void>());
@@ -394,9 +398,9 @@ class Bench {
     for (size_t i = 0; i < bits.size(); ++i) dst[i] = bf16_to_float(bits[i]);
   }
 
-  void forward(Contender& c, const void* in, void* out) {
+  void forward(Contender& c, const void* in, void* out, const float* in_row_amax = nullptr) {
     if (c.bf16) return c.bf16->forward(static_cast<const float*>(in), f_.w.as<float>(), static_cast<float*>(out));
-    check(c.fp8->forward(in, s_.m, f_.w.as<float>(), nullptr, out), "forward");
+    check(c.fp8->forward(in, s_.m, f_.w.as<float>(), nullptr, out, in_row_amax), "forward");
   }
   void backward(Contender& c, const void* grad_out, void* grad_in) {
     if (c.bf16) {

@@ -114,7 +114,13 @@ absl::Status check_quantize(const QuantizeArgs& a, const Requirements& req) {
   if (auto s = check_granularity(a.granularity, "quantize"); !s.ok()) return s;
   if (a.out == nullptr && a.out_t == nullptr) return invalid("quantize", "neither out nor out_t given");
   if (a.scale_out == nullptr) return invalid("quantize scale_out", "is null");
+  if (a.row_amax != nullptr && a.granularity == Granularity::kColumnwise) {
+    return invalid("quantize row_amax", "serves tensorwise and rowwise scaling only, not columnwise");
+  }
   if (a.input.size() == 0) return absl::OkStatus();
+  if (a.row_amax != nullptr) {
+    if (auto s = check_pointer(a.row_amax, "quantize row_amax", req); !s.ok()) return s;
+  }
   if (a.out != nullptr) {
     if (auto s = check_pointer(a.out, "quantize out", req); !s.ok()) return s;
   }

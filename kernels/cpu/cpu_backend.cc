@@ -59,7 +59,7 @@ class CpuBackend final : public cpu::HostMemoryBackend {
       local.resize(static_cast<size_t>(n));
       amax = local.data();
     }
-    cpu::amax(q.input, q.granularity, amax);
+    cpu::amax(amax_source_of(q), q.granularity, amax);
     cpu::compute_scales(amax, n, q.format, q.pow2_scale, q.scale_out);
     cpu::cast(cast_step_of(q));
     return absl::OkStatus();

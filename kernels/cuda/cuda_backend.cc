@@ -217,7 +217,10 @@ class CudaBackend final : public Backend {
       if (!got.ok()) return got.status();
       amax = static_cast<float*>(*got);
     }
-    if (auto s = cuda_status(cuda::launch_amax(x.data, hp_of(x.dtype), x.rows, x.cols, axis, amax, stream_)); !s.ok()) {
+    const MatrixRef source = amax_source_of(q);
+    if (auto s = cuda_status(
+            cuda::launch_amax(source.data, hp_of(source.dtype), source.rows, source.cols, axis, amax, stream_));
+        !s.ok()) {
       return s;
     }
     if (auto s = cuda_status(cuda::launch_compute_scales(amax, n, q.format, q.pow2_scale, q.scale_out, stream_));

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "cpu/cast_cpu.h"
 #include "cpu/parallel.h"
 #include "fp8/model_ops.h"
 #include "ops/adamw.h"
@@ -57,13 +58,15 @@ class CpuModelOps final : public ModelOps {
   }
 
   absl::Status rmsnorm_forward(const void* x, const float* weight, int64_t rows, int64_t dim, float eps, void* out,
-                               float* inv_rms, DType act) override {
+                               float* inv_rms, DType act, float* row_amax) override {
     FP8_RETURN_IF_ERROR(ops::validate_rmsnorm_forward(x, weight, rows, dim, eps, out, inv_rms, act));
     Staging st(act);
     const int64_t n = rows * dim;
     const float* x32 = st.in(x, n);
     ops::cpu::rmsnorm_forward(x32, weight, rows, dim, eps, st.out(out, n), inv_rms);
     st.finish();
+    // From the output as stored, with the cast's own amax: the same bits by construction.
+    if (row_amax != nullptr) fp8::cpu::amax(MatrixRef{out, act, rows, dim}, Granularity::kRowwise, row_amax);
     return absl::OkStatus();
   }
 

@@ -96,7 +96,7 @@ class ReferenceBackend final : public cpu::HostMemoryBackend {
   absl::Status quantize(const QuantizeArgs& q) override {
     if (auto s = detail::check_quantize(q, {}); !s.ok()) return s;
     std::vector<float> amaxes(static_cast<size_t>(scale_count(q.granularity, q.input.rows, q.input.cols)));
-    if (auto s = amax(q.input, q.granularity, amaxes.data()); !s.ok()) return s;
+    if (auto s = amax(amax_source_of(q), q.granularity, amaxes.data()); !s.ok()) return s;
     for (size_t i = 0; i < amaxes.size(); ++i) {
       q.scale_out[i] = scale_from_amax(amaxes[i], q.format, q.pow2_scale);
       if (q.amax_out != nullptr) q.amax_out[i] = amaxes[i];

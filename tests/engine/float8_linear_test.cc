@@ -1037,6 +1037,76 @@ TEST_F(FLOAT8_LINEAR_TEST, SiblingsSharingOneInputCastMatchTheirOwnCastsBitForBi
   }
 }
 
+// ---- input row amaxes (what an RMSNorm hands the linear after it) ----------------------------
+
+// A layer handed its input's row amaxes computes every output, gradient and statistic bit
+// for bit as one that reads the input for them, over steps and in evaluation; the casts
+// that can use them (dynamic scaling at tensorwise or rowwise granularity) do, others
+// ignore them.
+TEST_F(FLOAT8_LINEAR_TEST, InputRowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
+  const size_t m = 64, k = 128, n = 96;
+  struct Case {
+    std::string name;
+    Float8LinearConfig config;
+    LinearActivations activations;
+    bool reads;  // reads_input_row_amax()
+    // Casts that take them per step: with `reads`, the one dynamic row cast every step; a
+    // delayed cast is dynamic (and takes them) only in its first step, before it has a history.
+    int64_t took_after(int step) const {
+      if (reads) return step + 1;
+      return config.output.input.scaling == ScalingMode::kDelayed ? 1 : 0;
+    }
+  };
+  std::vector<Case> cases;
+  for (const LinearActivations& a : {LinearActivations{}, kBf16Activations}) {
+    const std::string suffix = a.input == DType::kBFloat16 ? " bf16" : "";
+    cases.push_back({"tensorwise" + suffix, recipe(v1::Fp8Spec::TENSORWISE), a, true});
+    cases.push_back({"rowwise" + suffix, recipe(v1::Fp8Spec::ROWWISE), a, true});
+    cases.push_back({"rowwise_with_gw_hp" + suffix, recipe(v1::Fp8Spec::ROWWISE_WITH_GW_HP), a, true});
+    cases.push_back({"delayed" + suffix, recipe(v1::Fp8Spec::DELAYED), a, false});
+    cases.push_back({"none" + suffix, recipe(v1::Fp8Spec::NONE), a, false});
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<Float8Linear> hinted = make_layer(backend(), {64, 128, 96}, c.config, c.activations);
+    std::unique_ptr<Float8Linear> plain = make_layer(backend(), {64, 128, 96}, c.config, c.activations);
+    ASSERT_TRUE(hinted && plain);
+    EXPECT_EQ(hinted->reads_input_row_amax(), c.reads);
+    const DType in = c.activations.input, out = c.activations.output;
+    Tensor x(backend(), scaled(normal(m * k, 1.0f, 11), 5.0f), in), w(backend(), normal(n * k, 0.1f, 12));
+    Tensor g(backend(), normal(m * n, 1.0f, 13), out);
+    Tensor y_hinted(backend(), m * n, 0.0f, out), y_plain(backend(), m * n, 0.0f, out);
+    Tensor gx_hinted(backend(), m * k, 0.0f, in), gx_plain(backend(), m * k, 0.0f, in);
+    Tensor gw_hinted(backend(), n * k), gw_plain(backend(), n * k);
+    Tensor row_amax(backend(), m);
+    ASSERT_OK(backend().amax(MatrixRef{x.raw(), in, static_cast<int64_t>(m), static_cast<int64_t>(k)},
+                             Granularity::kRowwise, row_amax.data()));
+    for (int step = 0; step < 3; ++step) {
+      SCOPED_TRACE(step);
+      ASSERT_OK(hinted->forward(x.raw(), m, w.data(), nullptr, y_hinted.raw(), row_amax.data()));
+      ASSERT_OK(plain->forward(x.raw(), m, w.data(), nullptr, y_plain.raw()));
+      ASSERT_OK(hinted->backward(g.raw(), gx_hinted.raw(), gw_hinted.data(), nullptr));
+      ASSERT_OK(plain->backward(g.raw(), gx_plain.raw(), gw_plain.data(), nullptr));
+      EXPECT_TRUE(same_bits(y_hinted.download(), y_plain.download()));
+      EXPECT_TRUE(same_bits(gx_hinted.download(), gx_plain.download()));
+      EXPECT_TRUE(same_bits(gw_hinted.download(), gw_plain.download()));
+      EXPECT_EQ(hinted->row_amax_casts(), c.took_after(step));
+      for (Float8Linear* l : {hinted.get(), plain.get()}) ASSERT_OK(l->finish_step());
+    }
+    ASSERT_OK(hinted->forward_no_grad(x.raw(), m, w.data(), nullptr, y_hinted.raw(), row_amax.data()));
+    ASSERT_OK(plain->forward_no_grad(x.raw(), m, w.data(), nullptr, y_plain.raw()));
+    EXPECT_TRUE(same_bits(y_hinted.download(), y_plain.download())) << "evaluation forward";
+    absl::StatusOr<std::vector<CastNumerics>> a = hinted->numerics(), b = plain->numerics();
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_EQ(a->size(), b->size());
+    for (size_t i = 0; i < a->size(); ++i) {
+      SCOPED_TRACE((*b)[i].gemms);
+      EXPECT_EQ((*a)[i].amax, (*b)[i].amax);
+      EXPECT_EQ((*a)[i].scale, (*b)[i].scale);
+    }
+  }
+}
+
 TEST_F(FLOAT8_LINEAR_TEST, OnlyLayersThatCastTheirInputAlikeShareIt) {
   const Float8LinearConfig tensorwise = recipe(v1::Fp8Spec::TENSORWISE);
   std::unique_ptr<Float8Linear> source = make_layer(backend(), {64, 128, 96}, tensorwise);

@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "fp8/arith.h"
 #include "fp8/fp8.h"
 #include "tests/kernels/backend_test_util.h"
 
@@ -219,6 +220,75 @@ TEST_P(BackendContract, QuantizeIsAmaxThenScaleThenCast) {
       EXPECT_EQ(scale.download(), want_scale);
       EXPECT_EQ(amax.download(), want_amax);
     }
+  }
+}
+
+// QuantizeArgs::row_amax: given the input's row amaxes (what an RMSNorm writes for its
+// output), a quantize computes the very scales, codes and amaxes it would by reading the
+// input, in both activation dtypes, with Inf and a NaN row among the data; columnwise
+// scaling refuses them and writes nothing.
+TEST_P(BackendContract, QuantizeFromRowAmaxesEqualsQuantizeFromTheInput) {
+  const int64_t rows = 72, cols = 136;
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool nan = variant >= 2;
+    const DType dtype = variant % 2 == 0 ? DType::kFloat32 : DType::kBFloat16;
+    auto host = test_matrix(rows, cols, 21, true);
+    if (nan) host[static_cast<size_t>(5 * cols + 7)] = std::numeric_limits<float>::quiet_NaN();
+    Buffer<uint16_t> x16(b_, testing::to_bf16(host));
+    Buffer<float> x32(b_, host);
+    const MatrixRef x{dtype == DType::kFloat32 ? static_cast<const void*>(x32.get()) : x16.get(), dtype, rows, cols};
+    Buffer<float> row_amax(b_, static_cast<size_t>(rows));
+    ASSERT_TRUE(b_->amax(x, Granularity::kRowwise, row_amax.get()).ok());
+    for (Granularity g : {Granularity::kTensorwise, Granularity::kRowwise}) {
+      for (bool pow2 : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " " << granularity_name(g) << " pow2=" << pow2
+                                          << " nan=" << nan);
+        const auto ns = static_cast<size_t>(scale_count(g, rows, cols));
+        const auto n = static_cast<size_t>(rows * cols);
+        Buffer<uint8_t> out(b_, n), out_t(b_, n), want(b_, n), want_t(b_, n);
+        Buffer<float> scale(b_, ns), amax(b_, ns), want_scale(b_, ns), want_amax(b_, ns);
+        QuantizeArgs q;
+        q.input = x;
+        q.format = pow2 ? Format::kE5M2 : Format::kE4M3;
+        q.granularity = g;
+        q.pow2_scale = pow2;
+        q.out = want.get();
+        q.out_t = want_t.get();
+        q.scale_out = want_scale.get();
+        q.amax_out = want_amax.get();
+        ASSERT_TRUE(b_->quantize(q).ok());
+        q.out = out.get();
+        q.out_t = out_t.get();
+        q.scale_out = scale.get();
+        q.amax_out = amax.get();
+        q.row_amax = row_amax.get();
+        ASSERT_TRUE(b_->quantize(q).ok());
+        EXPECT_EQ(out.download(), want.download());
+        EXPECT_EQ(out_t.download(), want_t.download());
+        const auto got_scale = scale.download(), wanted_scale = want_scale.download();
+        const auto got_amax = amax.download(), wanted_amax = want_amax.download();
+        ASSERT_EQ(got_amax.size(), wanted_amax.size());
+        for (size_t i = 0; i < got_amax.size(); ++i) {
+          // NaN != NaN: compare bits.
+          EXPECT_EQ(float_bits(got_amax[i]), float_bits(wanted_amax[i])) << "amax " << i;
+          EXPECT_EQ(float_bits(got_scale[i]), float_bits(wanted_scale[i])) << "scale " << i;
+        }
+      }
+    }
+    // Columnwise: a column's amax is not to be had from the rows'.
+    const std::vector<uint8_t> sentinel(static_cast<size_t>(rows * cols), 0xAB);
+    Buffer<uint8_t> out(b_, sentinel);
+    Buffer<float> scale(b_, static_cast<size_t>(cols));
+    QuantizeArgs q;
+    q.input = x;
+    q.granularity = Granularity::kColumnwise;
+    q.out = out.get();
+    q.scale_out = scale.get();
+    q.row_amax = row_amax.get();
+    const absl::Status s = b_->quantize(q);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(std::string(s.message()).find("row_amax"), std::string::npos) << s.message();
+    EXPECT_EQ(out.download(), sentinel) << "a rejected quantize wrote its output";
   }
 }
 

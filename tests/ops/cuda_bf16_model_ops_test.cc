@@ -279,6 +279,37 @@ const RopeCase kRopeCases[] = {
     {{2, 7, 3, 6}, 10000.0, 4},
 };
 
+
+// row_amax is the rowwise amax of the bf16 output as stored, and asking for it leaves out
+// and inv_rms as they are without it.
+TEST_F(CudaBf16ModelOpsTest, RmsNormRowAmaxIsTheRowwiseAmaxOfItsRoundedOutput) {
+  for (const auto& c : kRmsCases) {
+    SCOPED_TRACE(testing::Message() << "rows " << c.rows << " dim " << c.dim << " offset " << c.offset);
+    const size_t n = sz(c.rows * c.dim);
+    const auto x = bf16_uniform(n, 16, -2.0f, 2.0f);
+    const auto w = uniform(sz(c.dim), 17, -1.5f, 1.5f);
+    DeviceBf16 d_x(x, c.offset), d_out(bf16_nans(n), c.offset), d_plain(bf16_nans(n), c.offset);
+    DeviceFloats d_w(w), d_inv(nans(sz(c.rows))), d_plain_inv(nans(sz(c.rows))), d_amax(nans(sz(c.rows)));
+    ASSERT_TRUE(gpu()
+                    .rmsnorm_forward(d_x.get(), d_w.get(), c.rows, c.dim, 1e-5f, d_plain.get(), d_plain_inv.get(),
+                                     kBf16)
+                    .ok());
+    ASSERT_TRUE(gpu()
+                    .rmsnorm_forward(d_x.get(), d_w.get(), c.rows, c.dim, 1e-5f, d_out.get(), d_inv.get(), kBf16,
+                                     d_amax.get())
+                    .ok());
+    const Bf16 out = d_out.download();
+    expect_same_bits(out, d_plain.download(), "out with and without row_amax");
+    expect_same_float_bits(d_inv.download(), d_plain_inv.download(), "inv_rms with and without row_amax");
+    const auto wide = widen(out);
+    const auto amax = d_amax.download();
+    for (int64_t r = 0; r < c.rows; ++r) {
+      float want = 0.0f;
+      for (int64_t j = 0; j < c.dim; ++j) want = std::max(want, std::fabs(wide[sz(r * c.dim + j)]));
+      ASSERT_EQ(amax[sz(r)], want) << "row " << r;
+    }
+  }
+}
 TEST_F(CudaBf16ModelOpsTest, RopeIsBitIdenticalForwardBackwardAndInPlace) {
   for (const auto& c : kRopeCases) {
     const RopeShape& s = c.shape;

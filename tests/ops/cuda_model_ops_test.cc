@@ -295,6 +295,32 @@ TEST_F(CudaModelOpsTest, RmsNormForwardMatchesTheCpu) {
   }
 }
 
+// row_amax is the rowwise amax of the output the kernel wrote, and asking for it leaves
+// out and inv_rms as they are without it.
+TEST_F(CudaModelOpsTest, RmsNormRowAmaxIsTheRowwiseAmaxOfItsOutput) {
+  for (const auto& c : kRmsCases) {
+    SCOPED_TRACE(testing::Message() << "rows " << c.rows << " dim " << c.dim << " offset " << c.offset);
+    const auto x = uniform(sz(c.rows * c.dim), 16, -2.0f, 2.0f), w = uniform(sz(c.dim), 17, -1.5f, 1.5f);
+    DeviceFloats d_x(x, c.offset), d_w(w, c.offset), d_out(nans(x.size()), c.offset), d_inv(nans(sz(c.rows)));
+    DeviceFloats d_plain(nans(x.size()), c.offset), d_plain_inv(nans(sz(c.rows))), d_amax(nans(sz(c.rows)));
+    ASSERT_TRUE(
+        gpu().rmsnorm_forward(d_x.get(), d_w.get(), c.rows, c.dim, 1e-5f, d_plain.get(), d_plain_inv.get()).ok());
+    ASSERT_TRUE(gpu()
+                    .rmsnorm_forward(d_x.get(), d_w.get(), c.rows, c.dim, 1e-5f, d_out.get(), d_inv.get(),
+                                     DType::kFloat32, d_amax.get())
+                    .ok());
+    const auto out = d_out.download();
+    EXPECT_EQ(out, d_plain.download()) << "out with and without row_amax";
+    EXPECT_EQ(d_inv.download(), d_plain_inv.download()) << "inv_rms with and without row_amax";
+    const auto amax = d_amax.download();
+    for (int64_t r = 0; r < c.rows; ++r) {
+      float want = 0.0f;
+      for (int64_t j = 0; j < c.dim; ++j) want = std::max(want, std::fabs(out[sz(r * c.dim + j)]));
+      ASSERT_EQ(amax[sz(r)], want) << "row " << r;
+    }
+  }
+}
+
 TEST_F(CudaModelOpsTest, RmsNormBackwardMatchesTheCpuAndAccumulatesGradWeight) {
   for (const auto& c : kRmsCases) {
     SCOPED_TRACE(testing::Message() << "rows " << c.rows << " dim " << c.dim << " offset " << c.offset);

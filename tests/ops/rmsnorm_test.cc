@@ -1,8 +1,13 @@
 // RMSNorm and its backward.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "fp8/arith.h"
 #include "fp8/model_ops.h"
 #include "tests/ops/gradient_check.h"
 #include "tests/ops/reference_ops.h"
@@ -66,6 +71,42 @@ TEST(RmsNorm, OutputIsScaleInvariant) {
   ASSERT_TRUE(cpu_model_ops().rmsnorm_forward(x.data(), weight.data(), rows, dim, 1e-12f, a.data(), inv.data()).ok());
   ASSERT_TRUE(cpu_model_ops().rmsnorm_forward(big.data(), weight.data(), rows, dim, 1e-12f, b.data(), inv.data()).ok());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5f) << i;
+}
+
+// row_amax: max |out[r, :]| of each row as stored (bf16-rounded for bf16 output), the
+// rowwise amax an fp8 cast of `out` would compute; asking for it changes nothing else.
+TEST(RmsNorm, RowAmaxIsEachOutputRowsLargestMagnitudeAsStored) {
+  const int64_t rows = 9, dim = 37;
+  const auto x = uniform(static_cast<size_t>(rows * dim), 8, -3.0f, 3.0f);
+  const auto weight = uniform(static_cast<size_t>(dim), 9, -1.5f, 1.5f);
+  const std::vector<uint16_t> x16 = [&] {
+    std::vector<uint16_t> v(x.size());
+    for (size_t i = 0; i < x.size(); ++i) v[i] = float_to_bf16(x[i]);
+    return v;
+  }();
+  auto& ops = cpu_model_ops();
+  for (const DType act : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(dtype_name(act));
+    const bool bf16 = act == DType::kBFloat16;
+    const void* in = bf16 ? static_cast<const void*>(x16.data()) : x.data();
+    std::vector<float> out(x.size()), plain_out(x.size()), inv(static_cast<size_t>(rows));
+    std::vector<float> plain_inv(inv.size()), row_amax = nans(inv.size());
+    ASSERT_TRUE(ops.rmsnorm_forward(in, weight.data(), rows, dim, kEps, plain_out.data(), plain_inv.data(), act).ok());
+    ASSERT_TRUE(ops.rmsnorm_forward(in, weight.data(), rows, dim, kEps, out.data(), inv.data(), act, row_amax.data())
+                    .ok());
+    const size_t bytes = static_cast<size_t>(rows * dim) * dtype_size(act);
+    EXPECT_EQ(std::memcmp(out.data(), plain_out.data(), bytes), 0) << "out changed";
+    EXPECT_EQ(inv, plain_inv);
+    const auto* out16 = reinterpret_cast<const uint16_t*>(out.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      float want = 0.0f;
+      for (int64_t j = 0; j < dim; ++j) {
+        const size_t i = static_cast<size_t>(r * dim + j);
+        want = std::max(want, std::fabs(bf16 ? bf16_to_float(out16[i]) : out[i]));
+      }
+      EXPECT_EQ(row_amax[static_cast<size_t>(r)], want) << "row " << r;
+    }
+  }
 }
 
 }  // namespace

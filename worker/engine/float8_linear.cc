@@ -235,6 +235,7 @@ struct Float8Linear::State {
   uint64_t adopted_input_cast = 0;
   bool input_adopted = false;  // the last forward took input_source's casts
   int64_t shared_input_casts = 0;
+  int64_t row_amax_casts = 0;  // casts that took their amax from the caller's row amaxes
 
   // ---- construction ----
   void plan_tensor(TensorKind t, const CastConfig& as_stored, bool as_stored_fp8_gemm, const char* as_stored_gemm,
@@ -243,16 +244,17 @@ struct Float8Linear::State {
   void plan_delayed_scaling();
 
   // ---- casts ----
-  absl::Status cast_tensor(TensorKind t, const MatrixRef& data, int slot_row);
+  // known_row_amax: the amax of each row of data, when the caller has them (input only).
+  absl::Status cast_tensor(TensorKind t, const MatrixRef& data, int slot_row, const float* known_row_amax = nullptr);
   // The input's casts for a forward: taken from input_source when it holds this input,
   // else cast here.
-  absl::Status cast_input(const MatrixRef& data, int slot_row);
+  absl::Status cast_input(const MatrixRef& data, int slot_row, const float* known_row_amax);
   bool can_share_input_with(const State& source) const;
   // The weight plan adopts codes cast elsewhere (takes_fp8_weight()); records their amax.
   absl::Status adopt_fp8_weight(const Fp8Weight& w, int slot_row);
   int weight_plan() const { return use[static_cast<int>(TensorKind::kWeight)][kAsStored]; }
   bool takes_fp8_weight() const;
-  absl::Status run_cast(CastPlan& p, const MatrixRef& input, int slot_row);
+  absl::Status run_cast(CastPlan& p, const MatrixRef& input, int slot_row, const float* known_row_amax);
   // After a cast: counts what it saturated and flushed when measuring (else marks the plan
   // unmeasured). `g` and p.scale_in_use must be what the cast just used.
   absl::Status count_range(CastPlan& p, const MatrixRef& input, Granularity g);
@@ -387,7 +389,8 @@ absl::Status Float8Linear::State::invert_scales(const float* scale, Granularity 
   return backend.dequantize(d);
 }
 
-absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, int slot_row) {
+absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, int slot_row,
+                                           const float* known_row_amax) {
   const int64_t rows = input.rows, cols = input.cols, n = input.size();
   const int64_t scales = scale_count(p.granularity, rows, cols);
   absl::Status reserved;  // keeps the first error
@@ -436,7 +439,10 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
     q.out_t = out_t;
     q.scale_out = p.scale.as<float>();
     q.amax_out = delayed_amax != nullptr ? delayed_amax : p.amax.as<float>();
+    // The rows' amaxes give the tensor's and each row's, not a column's.
+    if (known_row_amax != nullptr && p.granularity != Granularity::kColumnwise) q.row_amax = known_row_amax;
     if (auto s = backend.quantize(q); !s.ok()) return s;
+    if (q.row_amax != nullptr) ++row_amax_casts;
     if (auto s = invert_scales(p.scale.as<float>(), p.granularity, rows, cols, p.inv_scale.as<float>()); !s.ok()) {
       return s;
     }
@@ -479,11 +485,12 @@ absl::Status Float8Linear::State::count_range(CastPlan& p, const MatrixRef& inpu
   return absl::OkStatus();
 }
 
-absl::Status Float8Linear::State::cast_tensor(TensorKind t, const MatrixRef& data, int slot_row) {
+absl::Status Float8Linear::State::cast_tensor(TensorKind t, const MatrixRef& data, int slot_row,
+                                              const float* known_row_amax) {
   const auto& u = use[static_cast<int>(t)];
   for (int o : {kAsStored, kTransposed}) {
     if (u[o] < 0 || (o == kTransposed && u[kTransposed] == u[kAsStored])) continue;
-    if (auto s = run_cast(plans[static_cast<size_t>(u[o])], data, slot_row); !s.ok()) return s;
+    if (auto s = run_cast(plans[static_cast<size_t>(u[o])], data, slot_row, known_row_amax); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -514,10 +521,10 @@ bool Float8Linear::State::can_share_input_with(const State& source) const {
   return true;
 }
 
-absl::Status Float8Linear::State::cast_input(const MatrixRef& data, int slot_row) {
+absl::Status Float8Linear::State::cast_input(const MatrixRef& data, int slot_row, const float* known_row_amax) {
   const State* src = input_source;
   if (src == nullptr || src->input_cast_of != data.data || src->input_cast_tokens != data.rows) {
-    if (auto s = cast_tensor(TensorKind::kInput, data, slot_row); !s.ok()) return s;
+    if (auto s = cast_tensor(TensorKind::kInput, data, slot_row, known_row_amax); !s.ok()) return s;
     input_adopted = false;
     input_cast_of = data.data;
     input_cast_tokens = data.rows;
@@ -700,31 +707,31 @@ const Float8LinearConfig& Float8Linear::config() const { return s_->config; }
 const LinearActivations& Float8Linear::activations() const { return s_->activations; }
 
 absl::Status Float8Linear::forward(const void* input, int64_t tokens, const float* weight, const float* bias,
-                                   void* output) {
-  return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/true);
+                                   void* output, const float* input_row_amax) {
+  return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/true, input_row_amax);
 }
 
 absl::Status Float8Linear::forward(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
-                                   void* output) {
+                                   void* output, const float* input_row_amax) {
   if (!s_->takes_fp8_weight()) {
     return absl::FailedPreconditionError(
         "Float8Linear::forward: this layer's config cannot take a weight cast elsewhere (it needs one tensorwise "
         "fp8 cast shared by the output and grad_input GEMMs)");
   }
-  return run_forward(input, tokens, {nullptr, &weight}, bias, output, /*for_backward=*/true);
+  return run_forward(input, tokens, {nullptr, &weight}, bias, output, /*for_backward=*/true, input_row_amax);
 }
 
 absl::Status Float8Linear::forward_no_grad(const void* input, int64_t tokens, const float* weight, const float* bias,
-                                           void* output) {
-  return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/false);
+                                           void* output, const float* input_row_amax) {
+  return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/false, input_row_amax);
 }
 
 absl::Status Float8Linear::forward_no_grad(const void* input, int64_t tokens, const Fp8Weight& weight,
-                                           const float* bias, void* output) {
+                                           const float* bias, void* output, const float* input_row_amax) {
   if (!s_->takes_fp8_weight()) {
     return absl::FailedPreconditionError("Float8Linear::forward_no_grad: this layer cannot take a weight cast elsewhere");
   }
-  return run_forward(input, tokens, {nullptr, &weight}, bias, output, /*for_backward=*/false);
+  return run_forward(input, tokens, {nullptr, &weight}, bias, output, /*for_backward=*/false, input_row_amax);
 }
 
 bool Float8Linear::takes_fp8_weight() const { return s_->takes_fp8_weight(); }
@@ -768,7 +775,7 @@ absl::Status Float8Linear::rebind_weight(const Fp8Weight& weight) {
 }
 
 absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const WeightSource& weight, const float* bias,
-                                       void* output, bool for_backward) {
+                                       void* output, bool for_backward, const float* input_row_amax) {
   State& s = *s_;
   if (input == nullptr || (weight.f32 == nullptr && weight.fp8 == nullptr) || output == nullptr) {
     return absl::InvalidArgumentError("Float8Linear::forward: input, weight and output must not be null");
@@ -786,7 +793,7 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const 
   if (s.forward_slots.columns > 0) {
     if (auto st = s.forward_slots.prepare_row(); !st.ok()) return st;
   }
-  if (auto st = s.cast_input({input, s.activations.input, m, k}, row); !st.ok()) return st;
+  if (auto st = s.cast_input({input, s.activations.input, m, k}, row, input_row_amax); !st.ok()) return st;
   if (weight.fp8 != nullptr) {
     if (auto st = s.adopt_fp8_weight(*weight.fp8, row); !st.ok()) return st;
   } else if (auto st = s.cast_tensor(TensorKind::kWeight, {weight.f32, DType::kFloat32, n, k}, row); !st.ok()) {
@@ -976,6 +983,18 @@ absl::Status Float8Linear::share_input_casts_from(const Float8Linear& source) {
 }
 
 int64_t Float8Linear::shared_input_casts() const { return s_->shared_input_casts; }
+
+bool Float8Linear::reads_input_row_amax() const {
+  const State& s = *s_;
+  for (int plan : s.use[static_cast<int>(TensorKind::kInput)]) {
+    if (plan < 0) continue;
+    const CastPlan& p = s.plans[static_cast<size_t>(plan)];
+    if (!p.delayed && p.granularity != Granularity::kColumnwise) return true;
+  }
+  return false;
+}
+
+int64_t Float8Linear::row_amax_casts() const { return s_->row_amax_casts; }
 
 // ---- delayed scaling -------------------------------------------------------------------------
 

@@ -135,18 +135,28 @@ class Float8Linear {
   // backend memory: input and output in their activation dtypes, weight and bias fp32. On
   // a GPU with an fp8 grad_weight GEMM, tokens must be a multiple of 16 (that GEMM
   // contracts over them).
-  absl::Status forward(const void* input, int64_t tokens, const float* weight, const float* bias, void* output);
+  //
+  // input_row_amax (may be null): [tokens] fp32 in backend memory, max |input[r, :]| of
+  // each row as stored, when whoever wrote the input has them (ModelOps::rmsnorm_forward
+  // writes them). Dynamically scaled input casts at tensorwise or rowwise granularity then
+  // take their amax from these instead of reading the input once more
+  // (QuantizeArgs::row_amax); everything computed is bit for bit the same. They must be
+  // exact (a smaller value clips the cast). See reads_input_row_amax().
+  absl::Status forward(const void* input, int64_t tokens, const float* weight, const float* bias, void* output,
+                       const float* input_row_amax = nullptr);
 
   // The same output for evaluation: nothing is kept for a backward() (the last forward()
   // can no longer be differentiated either) and delayed scaling records none of its amaxes.
-  absl::Status forward_no_grad(const void* input, int64_t tokens, const float* weight, const float* bias, void* output);
+  absl::Status forward_no_grad(const void* input, int64_t tokens, const float* weight, const float* bias, void* output,
+                               const float* input_row_amax = nullptr);
   absl::Status forward_no_grad(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
-                               void* output);
+                               void* output, const float* input_row_amax = nullptr);
 
   // The same with a weight cast elsewhere (takes_fp8_weight() must hold). Its codes are
   // exactly what forward() would have made from the fp32 weight when they were cast with
   // fp8_weight_scale(global amax), so the outputs match bit for bit.
-  absl::Status forward(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias, void* output);
+  absl::Status forward(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias, void* output,
+                       const float* input_row_amax = nullptr);
 
   // Between forward() and backward(): the weight moved (FSDP frees it after the forward and
   // gathers it again for the backward). Same values in new memory, in the form forward() got.
@@ -185,6 +195,14 @@ class Float8Linear {
   absl::Status share_input_casts_from(const Float8Linear& source);
   // Forward passes that took source's copies rather than casting (for tests and benches).
   int64_t shared_input_casts() const;
+
+  // ---- input row amaxes (forward()'s input_row_amax) ------------------------------------
+  // Whether forward() has a use for them: some input cast is dynamically scaled at
+  // tensorwise or rowwise granularity. (Columnwise casts, the rowwise recipe's copy for
+  // grad_weight, need column amaxes; delayed casts measure theirs while casting.)
+  bool reads_input_row_amax() const;
+  // Casts that took their amax from input_row_amax (for tests and benches).
+  int64_t row_amax_casts() const;
 
   // ---- delayed scaling ------------------------------------------------------------------
   // Casts under delayed scaling, in a fixed order; named "input", "weight", "grad_output"
@@ -236,7 +254,7 @@ class Float8Linear {
     const Fp8Weight* fp8 = nullptr;
   };
   absl::Status run_forward(const void* input, int64_t tokens, const WeightSource& weight, const float* bias,
-                           void* output, bool for_backward);
+                           void* output, bool for_backward, const float* input_row_amax);
   std::unique_ptr<State> s_;
 };
 

@@ -41,6 +41,12 @@ __device__ __forceinline__ float load_act(const float* p) { return *p; }
 __device__ __forceinline__ float load_act(const bf16_bits* p) { return bf16_to_float(*p); }
 __device__ __forceinline__ void store_act(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_act(bf16_bits* p, float v) { *p = float_to_bf16(v); }
+// The value a store of v as T leaves in memory, widened back to float.
+template <typename T>
+__device__ __forceinline__ float round_act(float v) {
+  if constexpr (sizeof(T) == sizeof(bf16_bits)) return bf16_to_float(float_to_bf16(v));
+  return v;
+}
 
 // ---- two bf16 in one 32-bit word (the lower address in the low half, little-endian) ------------
 

@@ -102,10 +102,11 @@ class CudaModelOps final : public ModelOps {
   }
 
   absl::Status rmsnorm_forward(const void* x, const float* weight, int64_t rows, int64_t dim, float eps, void* out,
-                               float* inv_rms, DType act) override {
+                               float* inv_rms, DType act, float* row_amax) override {
     FP8_RETURN_IF_ERROR(ops::validate_rmsnorm_forward(x, weight, rows, dim, eps, out, inv_rms, act));
-    return on_device(
-        [&] { return cuda::launch_rmsnorm_forward(x, weight, rows, dim, eps, out, inv_rms, hp_type(act), stream_); });
+    return on_device([&] {
+      return cuda::launch_rmsnorm_forward(x, weight, rows, dim, eps, out, inv_rms, row_amax, hp_type(act), stream_);
+    });
   }
 
   absl::Status rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,

@@ -58,8 +58,9 @@ LaunchResult launch_embedding_backward(const int32_t* tokens, int64_t n, const v
 
 // ---- RMSNorm ---------------------------------------------------------------------------------
 
+// row_amax (may be null): max |out[r, :]| per row, as stored.
 LaunchResult launch_rmsnorm_forward(const void* x, const float* weight, int64_t rows, int64_t dim, float eps, void* out,
-                                    float* inv_rms, HpType act, cudaStream_t stream);
+                                    float* inv_rms, float* row_amax, HpType act, cudaStream_t stream);
 
 size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t dim);
 

@@ -46,10 +46,26 @@ ChunkPlan chunk_plan(int64_t rows) {
   return {per, model::ceil_div(rows, per)};
 }
 
+// The row's amax over its threads, on magnitude bit patterns as the cast kernels reduce
+// them (amax_bits_update), so a NaN propagates and the bits equal Backend::amax's.
+__device__ __forceinline__ uint32_t block_max_bits(uint32_t v) {
+  __shared__ uint32_t warp_result[model::kWarps];
+  v = __reduce_max_sync(model::kFullMask, v);
+  __syncthreads();  // a previous row's readers are done with warp_result
+  if ((threadIdx.x & 31) == 0) warp_result[threadIdx.x >> 5] = v;
+  __syncthreads();
+  uint32_t result = warp_result[0];
+#pragma unroll
+  for (int w = 1; w < model::kWarps; ++w) result = result > warp_result[w] ? result : warp_result[w];
+  return result;
+}
+
+// row_amax (may be null): the amax of each output row as stored, i.e. after rounding to
+// T, for a following fp8 cast (QuantizeArgs::row_amax) to skip its own read of `out`.
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_forward_kernel(const T* __restrict__ x, const float* __restrict__ weight, int64_t rows, int64_t dim,
-                           float eps, T* __restrict__ out, float* __restrict__ inv_rms) {
+                           float eps, T* __restrict__ out, float* __restrict__ inv_rms, float* __restrict__ row_amax) {
   const int64_t groups = model::ceil_div(dim, 4);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * dim;
@@ -65,6 +81,7 @@ __global__ void __launch_bounds__(kThreads)
     const float inv = static_cast<float>(1.0 / sqrt(mean_square + static_cast<double>(eps)));
     if (threadIdx.x == 0) inv_rms[r] = inv;
     T* yr = out + r * dim;
+    uint32_t amax_bits = 0;
     for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
       float v[4], w[4], y[4];
       model::load_group<kVec>(xr, g, dim, 0.0f, v);
@@ -72,6 +89,16 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < 4; ++k) y[k] = v[k] * inv * w[k];
       model::store_group<kVec>(yr, g, dim, y);
+      if (row_amax != nullptr) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          if (4 * g + k < dim) amax_bits = amax_bits_update(amax_bits, model::round_act<T>(y[k]));
+        }
+      }
+    }
+    if (row_amax != nullptr) {  // the same for the whole grid: every thread reaches the barrier or none
+      amax_bits = block_max_bits(amax_bits);
+      if (threadIdx.x == 0) row_amax[r] = __uint_as_float(amax_bits);
     }
   }
 }
@@ -177,7 +204,7 @@ void queue_backward(bool shared_partial, const T* x, const float* weight, const 
 }  // namespace
 
 LaunchResult launch_rmsnorm_forward(const void* x, const float* weight, int64_t rows, int64_t dim, float eps, void* out,
-                                    float* inv_rms, HpType act, cudaStream_t stream) {
+                                    float* inv_rms, float* row_amax, HpType act, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return {};
   const unsigned blocks = model::clamp_grid(rows, kMaxRowBlocks);
   return model::with_act(act, [&](auto tag) {
@@ -187,9 +214,11 @@ LaunchResult launch_rmsnorm_forward(const void* x, const float* weight, int64_t 
     const bool vec =
         dim % 4 == 0 && model::aligned_for<T, 4>(xt) && model::aligned16(weight) && model::aligned_for<T, 4>(yt);
     if (vec) {
-      rmsnorm_forward_kernel<T, true><<<blocks, kThreads, 0, stream>>>(xt, weight, rows, dim, eps, yt, inv_rms);
+      rmsnorm_forward_kernel<T, true>
+          <<<blocks, kThreads, 0, stream>>>(xt, weight, rows, dim, eps, yt, inv_rms, row_amax);
     } else {
-      rmsnorm_forward_kernel<T, false><<<blocks, kThreads, 0, stream>>>(xt, weight, rows, dim, eps, yt, inv_rms);
+      rmsnorm_forward_kernel<T, false>
+          <<<blocks, kThreads, 0, stream>>>(xt, weight, rows, dim, eps, yt, inv_rms, row_amax);
     }
     return model::after_launch("rmsnorm forward kernel");
   });

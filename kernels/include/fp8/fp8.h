@@ -73,6 +73,13 @@ struct CastArgs {
 // Dynamic scaling: amax, then scale = fp8_max / max(amax, 1e-12) (optionally rounded
 // down to a power of two), then the cast. Writes the scales it used to `scale_out` and,
 // if given, the amaxes to `amax_out`.
+//
+// `row_amax`, when given, holds the amax of each input row already (ModelOps'
+// rmsnorm_forward writes them for its output): the amax step then reduces those `rows`
+// values instead of reading the whole input, which saves one pass over it. Tensorwise
+// and rowwise granularity only (a column's amax cannot be had from the rows'). They must
+// be the input's exact row amaxes, |value| as stored: the scales, codes and amax_out are
+// then bit for bit those of a quantize without them.
 struct QuantizeArgs {
   MatrixRef input;
   Format format = Format::kE4M3;
@@ -81,9 +88,17 @@ struct QuantizeArgs {
   bool saturate = true;
   uint8_t* out = nullptr;
   uint8_t* out_t = nullptr;
-  float* scale_out = nullptr;  // required, scale_count entries
-  float* amax_out = nullptr;   // optional
+  float* scale_out = nullptr;       // required, scale_count entries
+  float* amax_out = nullptr;        // optional
+  const float* row_amax = nullptr;  // optional, input.rows entries
 };
+
+// What a quantize takes its amaxes from: the input, or the [rows, 1] vector of its row
+// amaxes (whose tensorwise and rowwise amaxes are the input's).
+inline MatrixRef amax_source_of(const QuantizeArgs& q) {
+  if (q.row_amax == nullptr) return q.input;
+  return MatrixRef{q.row_amax, DType::kFloat32, q.input.rows, 1};
+}
 
 // The cast step of a quantize: its input, format, granularity and outputs, with the
 // scales it computed (q.scale_out). Every backend's quantize ends with this cast.

@@ -113,8 +113,13 @@ class ModelOps {
   // ---- RMSNorm --------------------------------------------------------------------------
   // out = x * inv_rms * weight per row of x [rows, dim], where
   // inv_rms[r] = 1 / sqrt(mean(x[r, :]^2) + eps) is saved for the backward. eps > 0.
+  // row_amax [rows], when given, receives max |out[r, :]| of each row as stored (after
+  // rounding to bf16), bit for bit what Backend::amax(out, kRowwise) would write: a
+  // following fp8 cast of `out` takes its amax from them (QuantizeArgs::row_amax) instead
+  // of reading `out` once more.
   virtual absl::Status rmsnorm_forward(const void* x, const float* weight, int64_t rows, int64_t dim, float eps,
-                                       void* out, float* inv_rms, DType act = DType::kFloat32) = 0;
+                                       void* out, float* inv_rms, DType act = DType::kFloat32,
+                                       float* row_amax = nullptr) = 0;
   // grad_x = ∂L/∂x (written), grad_weight += ∂L/∂weight (summed over rows).
   virtual absl::Status rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
                                         int64_t rows, int64_t dim, void* grad_x, float* grad_weight,

@@ -569,22 +569,30 @@ TEST(LlamaFp8, QueuedTrainingPassesLeaveTheirLossesOnTheDevice) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnce) {
+TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnceFromTheNormsRowAmaxes) {
   // wk and wv take wq's casts of the attention's normed input, w3 takes w1's of the
   // feed-forward's (dynamic scaling), unless the module filter casts them differently;
   // delayed scaling keeps one scale per layer, so each casts its own.
   const LlamaConfig c = fp8_friendly_config();
   const data::TokenBatch batch = make_batch(2, 16, c.vocab_size, 3);
+  //
+  // The layer that does cast a normed input takes its amax from the RMSNorm's row amaxes
+  // (Float8Linear::row_amax_casts) instead of reading the input again: wq (or the first
+  // fp8 projection), w1 and the output projection, with dynamic scaling.
   struct Case {
     v1::Fp8Spec fp8;
-    std::vector<std::string> sharing;  // linear names (without "layers.N.") that take casts
+    std::vector<std::string> sharing;   // linear names (without "layers.N.") that take casts
+    std::vector<std::string> row_amax;  // those that cast from the norm's row amaxes
   };
+  const std::vector<std::string> first_readers = {"attention.wq", "feed_forward.w1", "output"};
   const std::vector<Case> cases = {
-      {spec(v1::Fp8Spec::TENSORWISE), {"attention.wk", "attention.wv", "feed_forward.w3"}},
-      {spec(v1::Fp8Spec::ROWWISE), {"attention.wk", "attention.wv", "feed_forward.w3"}},
-      {spec(v1::Fp8Spec::TENSORWISE, {"*.attention.wq"}), {"attention.wv", "feed_forward.w3"}},  // wv takes wk's
-      {spec(v1::Fp8Spec::DELAYED), {}},
-      {spec(v1::Fp8Spec::NONE), {}},
+      {spec(v1::Fp8Spec::TENSORWISE), {"attention.wk", "attention.wv", "feed_forward.w3"}, first_readers},
+      {spec(v1::Fp8Spec::ROWWISE), {"attention.wk", "attention.wv", "feed_forward.w3"}, first_readers},
+      {spec(v1::Fp8Spec::TENSORWISE, {"*.attention.wq"}),
+       {"attention.wv", "feed_forward.w3"},  // wv takes wk's
+       {"attention.wk", "feed_forward.w1", "output"}},
+      {spec(v1::Fp8Spec::DELAYED), {}, {}},
+      {spec(v1::Fp8Spec::NONE), {}, {}},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.fp8.ShortDebugString());
@@ -596,6 +604,8 @@ TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnce) {
       const std::string name = u->name.substr(u->name.find('.', u->name.find('.') + 1) + 1);
       const bool shares = std::find(k.sharing.begin(), k.sharing.end(), name) != k.sharing.end();
       EXPECT_EQ(u->layer->shared_input_casts(), shares ? 1 : 0) << u->name;
+      const bool from_row_amax = std::find(k.row_amax.begin(), k.row_amax.end(), name) != k.row_amax.end();
+      EXPECT_EQ(u->layer->row_amax_casts(), from_row_amax ? 1 : 0) << u->name;
     }
   }
 }

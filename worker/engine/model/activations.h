@@ -36,6 +36,9 @@ struct Activations {
   Tensor loss_lse;                 // [M]
   Tensor loss;                     // [1]
   Tensor branch_out;               // act: wo or w2 output before the residual add [M, dim]
+  // The row amaxes of the last RMSNorm's output [M], for the fp8 casts of the linears that
+  // read it right after (Float8Linear::forward's input_row_amax).
+  Tensor norm_row_amax;
 
   // Backward scratch (allocated only for_backward).
   Tensor grad_hidden, grad_norm_in, grad_tmp;  // act [M, dim]

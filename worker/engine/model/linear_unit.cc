@@ -5,14 +5,15 @@
 namespace fp8::engine {
 
 // Activations are of the layer's types (LinearActivations): raw pointers.
-absl::Status LinearUnit::forward(const Tensor& x, int64_t tokens, Tensor& y, bool training) const {
+absl::Status LinearUnit::forward(const Tensor& x, int64_t tokens, Tensor& y, bool training,
+                                 const float* x_row_amax) const {
   if (gathered_fp8 != nullptr) {
-    return training ? layer->forward(x.raw(), tokens, *gathered_fp8, nullptr, y.raw())
-                    : layer->forward_no_grad(x.raw(), tokens, *gathered_fp8, nullptr, y.raw());
+    return training ? layer->forward(x.raw(), tokens, *gathered_fp8, nullptr, y.raw(), x_row_amax)
+                    : layer->forward_no_grad(x.raw(), tokens, *gathered_fp8, nullptr, y.raw(), x_row_amax);
   }
   const float* w = weight->value.data<float>();
-  return training ? layer->forward(x.raw(), tokens, w, nullptr, y.raw())
-                  : layer->forward_no_grad(x.raw(), tokens, w, nullptr, y.raw());
+  return training ? layer->forward(x.raw(), tokens, w, nullptr, y.raw(), x_row_amax)
+                  : layer->forward_no_grad(x.raw(), tokens, w, nullptr, y.raw(), x_row_amax);
 }
 
 absl::Status LinearUnit::backward(const Tensor& grad_y, Tensor* grad_x) const {

@@ -24,7 +24,12 @@ struct LinearUnit {
   const Fp8Weight* gathered_fp8 = nullptr;
 
   // y [tokens, out] = x [tokens, in] · weightᵀ. `training` keeps what backward() needs.
-  absl::Status forward(const Tensor& x, int64_t tokens, Tensor& y, bool training) const;
+  // x_row_amax (may be null): max |x[r, :]| per row, fp32 [tokens], for the fp8 casts of x
+  // to skip their amax pass (Float8Linear::forward's input_row_amax).
+  absl::Status forward(const Tensor& x, int64_t tokens, Tensor& y, bool training,
+                       const float* x_row_amax = nullptr) const;
+  // Whether forward() has a use for x_row_amax.
+  bool reads_input_row_amax() const { return layer->reads_input_row_amax(); }
   // Writes grad_x (skipped when undefined) and accumulates into the weight's gradient.
   absl::Status backward(const Tensor& grad_y, Tensor* grad_x) const;
 };

@@ -144,9 +144,11 @@ absl::StatusOr<Activations*> LlamaModel::forward(const data::TokenBatch& batch, 
     FP8_RETURN_IF_ERROR(blocks_[i].forward(ops_, c, *a, a->blocks[i], a->hidden[i], a->hidden[i + 1], training));
     FP8_RETURN_IF_ERROR(hook_after_forward(unit, training));
   }
+  // The output projection's fp8 cast takes its amax from the norm's row amaxes.
+  float* row_amax = output_.reads_input_row_amax() ? f(a->norm_row_amax) : nullptr;
   FP8_RETURN_IF_ERROR(ops_.rmsnorm_forward(act(a->hidden.back()), f(final_norm_->value), m, c.dim, c.norm_eps,
-                                           act(a->final_in), f(a->final_inv_rms), c.activations));
-  FP8_RETURN_IF_ERROR(output_.forward(a->final_in, m, a->logits, training));
+                                           act(a->final_in), f(a->final_inv_rms), c.activations, row_amax));
+  FP8_RETURN_IF_ERROR(output_.forward(a->final_in, m, a->logits, training, row_amax));
   FP8_RETURN_IF_ERROR(ops_.cross_entropy_forward(f(a->logits), a->targets.data<int32_t>(), m, c.vocab_size,
                                                  f(a->loss), f(a->loss_lse)));
   FP8_RETURN_IF_ERROR(hook_after_forward(kRoot, training));
