@@ -127,13 +127,18 @@ class CpuModelOps final : public ModelOps {
     return absl::OkStatus();
   }
 
-  absl::Status swiglu_forward(const void* gate, const void* up, int64_t n, void* out, DType act) override {
-    FP8_RETURN_IF_ERROR(ops::validate_swiglu_forward(gate, up, n, out, act));
+  absl::Status swiglu_forward(const void* gate, const void* up, int64_t n, void* out, DType act,
+                              const RowAmaxes& row_amax) override {
+    FP8_RETURN_IF_ERROR(ops::validate_swiglu_forward(gate, up, n, out, act, row_amax));
     Staging st(act);
     const float* gate32 = st.in(gate, n);
     const float* up32 = st.in(up, n);
     ops::cpu::swiglu_forward(gate32, up32, n, st.out(out, n));
     st.finish();
+    if (row_amax.out != nullptr) {
+      const int64_t cols = row_amax.row_length;
+      fp8::cpu::amax(MatrixRef{out, act, n / cols, cols}, Granularity::kRowwise, row_amax.out);
+    }
     return absl::OkStatus();
   }
 

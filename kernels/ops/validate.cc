@@ -177,8 +177,15 @@ absl::Status validate_attention_backward(const AttentionShape& s, const void* q,
                              {"grad_v", grad_v}});
 }
 
-absl::Status validate_swiglu_forward(const void* gate, const void* up, int64_t n, const void* out, DType act) {
-  return check_activation_elementwise("swiglu_forward", act, n, {{"gate", gate}, {"up", up}, {"out", out}});
+absl::Status validate_swiglu_forward(const void* gate, const void* up, int64_t n, const void* out, DType act,
+                                     const RowAmaxes& row_amax) {
+  constexpr const char* op = "swiglu_forward";
+  if (auto s = check_activation_elementwise(op, act, n, {{"gate", gate}, {"up", up}, {"out", out}}); !s.ok()) return s;
+  if (row_amax.out == nullptr) return absl::OkStatus();
+  if (row_amax.row_length <= 0 || n % row_amax.row_length != 0) {
+    return invalid(op, "row_amax needs a row_length that divides n=", n, ", got ", row_amax.row_length);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status validate_swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n,

@@ -479,6 +479,37 @@ TEST_F(CudaBf16ModelOpsTest, SwigluMatchesTheCpu) {
   }
 }
 
+
+// The bf16 SwiGLU by rows (with row amaxes) stores the very bits of the flat kernel, and
+// each row's amax of them.
+TEST_F(CudaBf16ModelOpsTest, SwigluRowAmaxesAreTheRowwiseAmaxOfTheSameRoundedOutput) {
+  struct Shape {
+    int64_t rows, cols;
+    size_t offset;
+  };
+  for (const Shape& s : {Shape{1, 1, 0}, Shape{3, 7, 0}, Shape{17, 256, 0}, Shape{17, 256, 1}, Shape{5, 9001, 0},
+                         Shape{2049, 44, 0}}) {
+    SCOPED_TRACE(testing::Message() << "rows " << s.rows << " cols " << s.cols << " offset " << s.offset);
+    const size_t n = sz(s.rows * s.cols);
+    const auto gate = bf16_uniform(n, 53, -12.0f, 12.0f), up = bf16_uniform(n, 54);
+    DeviceBf16 d_gate(gate, s.offset), d_up(up, s.offset), d_flat(bf16_nans(n), s.offset),
+        d_out(bf16_nans(n), s.offset);
+    DeviceFloats d_amax(nans(sz(s.rows)));
+    const auto total = static_cast<int64_t>(n);
+    ASSERT_TRUE(gpu().swiglu_forward(d_gate.get(), d_up.get(), total, d_flat.get(), kBf16).ok());
+    ASSERT_TRUE(
+        gpu().swiglu_forward(d_gate.get(), d_up.get(), total, d_out.get(), kBf16, RowAmaxes{d_amax.get(), s.cols}).ok());
+    const Bf16 out = d_out.download();
+    expect_same_bits(out, d_flat.download(), "out by rows and flat");
+    const auto wide = widen(out);
+    const auto amax = d_amax.download();
+    for (int64_t r = 0; r < s.rows; ++r) {
+      float want = 0.0f;
+      for (int64_t j = 0; j < s.cols; ++j) want = std::max(want, std::fabs(wide[sz(r * s.cols + j)]));
+      ASSERT_EQ(amax[sz(r)], want) << "row " << r;
+    }
+  }
+}
 TEST_F(CudaBf16ModelOpsTest, AddAndAccumulateAreBitIdenticalAlsoInPlace) {
   for (int64_t n : kElementwiseSizes) {
     for (size_t offset : kOffsets) {

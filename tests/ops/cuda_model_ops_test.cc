@@ -507,6 +507,36 @@ TEST_F(CudaModelOpsTest, SwigluMatchesTheCpu) {
   }
 }
 
+// With row amaxes requested the kernel runs by rows: the same out bit for bit, and each
+// row's amax of it.
+TEST_F(CudaModelOpsTest, SwigluRowAmaxesAreTheRowwiseAmaxOfTheSameOutput) {
+  struct Shape {
+    int64_t rows, cols;
+    size_t offset;
+  };
+  for (const Shape& s : {Shape{1, 1, 0}, Shape{3, 7, 0}, Shape{17, 256, 0}, Shape{17, 256, 1}, Shape{5, 9001, 0},
+                         Shape{2049, 44, 0}}) {
+    SCOPED_TRACE(testing::Message() << "rows " << s.rows << " cols " << s.cols << " offset " << s.offset);
+    const int64_t n = s.rows * s.cols;
+    const auto gate = uniform(sz(n), 53, -12.0f, 12.0f), up = uniform(sz(n), 54);
+    DeviceFloats d_gate(gate, s.offset), d_up(up, s.offset), d_flat(nans(sz(n)), s.offset);
+    DeviceFloats d_out(nans(sz(n)), s.offset), d_amax(nans(sz(s.rows)));
+    ASSERT_TRUE(gpu().swiglu_forward(d_gate.get(), d_up.get(), n, d_flat.get()).ok());
+    ASSERT_TRUE(gpu()
+                    .swiglu_forward(d_gate.get(), d_up.get(), n, d_out.get(), DType::kFloat32,
+                                    RowAmaxes{d_amax.get(), s.cols})
+                    .ok());
+    const auto out = d_out.download();
+    EXPECT_EQ(out, d_flat.download()) << "out by rows and flat";
+    const auto amax = d_amax.download();
+    for (int64_t r = 0; r < s.rows; ++r) {
+      float want = 0.0f;
+      for (int64_t j = 0; j < s.cols; ++j) want = std::max(want, std::fabs(out[sz(r * s.cols + j)]));
+      ASSERT_EQ(amax[sz(r)], want) << "row " << r;
+    }
+  }
+}
+
 TEST_F(CudaModelOpsTest, AddAccumulateScaleAreBitIdenticalAlsoInPlace) {
   for (int64_t n : kElementwiseSizes) {
     for (size_t offset : {size_t{0}, size_t{1}}) {

@@ -151,8 +151,15 @@ class CudaModelOps final : public ModelOps {
     });
   }
 
-  absl::Status swiglu_forward(const void* gate, const void* up, int64_t n, void* out, DType act) override {
-    FP8_RETURN_IF_ERROR(ops::validate_swiglu_forward(gate, up, n, out, act));
+  absl::Status swiglu_forward(const void* gate, const void* up, int64_t n, void* out, DType act,
+                              const RowAmaxes& row_amax) override {
+    FP8_RETURN_IF_ERROR(ops::validate_swiglu_forward(gate, up, n, out, act, row_amax));
+    if (row_amax.out != nullptr) {
+      const int64_t cols = row_amax.row_length;
+      return on_device([&] {
+        return cuda::launch_swiglu_forward_rows(gate, up, n / cols, cols, out, row_amax.out, hp_type(act), stream_);
+      });
+    }
     return on_device([&] { return cuda::launch_swiglu_forward(gate, up, n, out, hp_type(act), stream_); });
   }
 

@@ -115,6 +115,35 @@ LaunchResult launch_act_map(const Fn& fn, HpType act, const void* const (&in)[K]
   });
 }
 
+// ---- SwiGLU by rows, with the rows' amaxes -------------------------------------------------------
+
+// The same values as the flat map (ops::swiglu, one rounding on store), laid out for the
+// amax: one block per row (looping past the grid), its threads owning groups of 4 along
+// it, then one block reduction per row. kVec: cols % 4 == 0 and every stream aligned for
+// 4 elements, so each group is one access. Inputs may alias the output, as in map_kernel.
+constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;
+
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    swiglu_rows_kernel(const T* gate, const T* up, int64_t rows, int64_t cols, T* out, float* __restrict__ row_amax) {
+  const int64_t groups = model::ceil_div(cols, 4);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * cols;
+    uint32_t amax_bits = 0;
+    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
+      float a[4], b[4], y[4];
+      model::load_group<kVec>(gate + base, g, cols, 0.0f, a);
+      model::load_group<kVec>(up + base, g, cols, 0.0f, b);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) y[k] = ops::swiglu(a[k], b[k]);
+      model::store_group<kVec>(out + base, g, cols, y);
+      amax_bits = model::group_amax_bits<T>(amax_bits, g, cols, y);
+    }
+    amax_bits = model::block_max_bits(amax_bits);
+    if (threadIdx.x == 0) row_amax[r] = __uint_as_float(amax_bits);
+  }
+}
+
 // ---- the per-element functions -------------------------------------------------------------
 
 struct AddFn {
@@ -170,6 +199,26 @@ LaunchResult launch_scale(float* x, int64_t n, float factor, cudaStream_t stream
 LaunchResult launch_swiglu_forward(const void* gate, const void* up, int64_t n, void* out, HpType act,
                                    cudaStream_t stream) {
   return launch_act_map(SwigluFn{}, act, {gate, up}, {out}, n, stream, "swiglu forward kernel");
+}
+
+LaunchResult launch_swiglu_forward_rows(const void* gate, const void* up, int64_t rows, int64_t cols, void* out,
+                                        float* row_amax, HpType act, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return {};
+  const unsigned blocks = model::clamp_grid(rows, kMaxRowBlocks);
+  return model::with_act(act, [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = static_cast<const T*>(gate);
+    const T* u = static_cast<const T*>(up);
+    T* y = static_cast<T*>(out);
+    const bool vec = cols % 4 == 0 && model::aligned_for<T, 4>(g) && model::aligned_for<T, 4>(u) &&
+                     model::aligned_for<T, 4>(y);
+    if (vec) {
+      swiglu_rows_kernel<T, true><<<blocks, kThreads, 0, stream>>>(g, u, rows, cols, y, row_amax);
+    } else {
+      swiglu_rows_kernel<T, false><<<blocks, kThreads, 0, stream>>>(g, u, rows, cols, y, row_amax);
+    }
+    return model::after_launch("swiglu rows kernel");
+  });
 }
 
 LaunchResult launch_swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n, void* grad_gate,

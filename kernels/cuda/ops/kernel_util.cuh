@@ -135,4 +135,29 @@ __device__ __forceinline__ float block_max(float v) {
   return result;
 }
 
+// The max over a block of amax bit patterns (amax_bits_update: magnitudes, NaN above
+// Inf), so the result is the bits Backend::amax computes. Same calling rules as block_sum.
+__device__ __forceinline__ uint32_t block_max_bits(uint32_t v) {
+  __shared__ uint32_t warp_result[kWarps];
+  v = __reduce_max_sync(kFullMask, v);
+  __syncthreads();  // a previous call's readers are done with warp_result
+  if ((threadIdx.x & 31) == 0) warp_result[threadIdx.x >> 5] = v;
+  __syncthreads();
+  uint32_t result = warp_result[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) result = result > warp_result[w] ? result : warp_result[w];
+  return result;
+}
+
+// Folds the values of one group of 4 (those below n) into a running amax, as they are
+// stored in T (rounded to bf16 when T is).
+template <typename T>
+__device__ __forceinline__ uint32_t group_amax_bits(uint32_t acc, int64_t g, int64_t n, const float (&v)[4]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (4 * g + k < n) acc = amax_bits_update(acc, round_act<T>(v[k]));
+  }
+  return acc;
+}
+
 }  // namespace fp8::cuda::model

@@ -95,6 +95,9 @@ LaunchResult launch_accumulate(const void* x, int64_t n, void* y, HpType act, cu
 LaunchResult launch_scale(float* x, int64_t n, float factor, cudaStream_t stream);
 LaunchResult launch_swiglu_forward(const void* gate, const void* up, int64_t n, void* out, HpType act,
                                    cudaStream_t stream);
+// The same over [rows, cols], also writing row_amax[r] = max |out[r, :]| as stored.
+LaunchResult launch_swiglu_forward_rows(const void* gate, const void* up, int64_t rows, int64_t cols, void* out,
+                                        float* row_amax, HpType act, cudaStream_t stream);
 LaunchResult launch_swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n, void* grad_gate,
                                     void* grad_up, HpType act, cudaStream_t stream);
 LaunchResult launch_adamw(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,

@@ -46,20 +46,6 @@ ChunkPlan chunk_plan(int64_t rows) {
   return {per, model::ceil_div(rows, per)};
 }
 
-// The row's amax over its threads, on magnitude bit patterns as the cast kernels reduce
-// them (amax_bits_update), so a NaN propagates and the bits equal Backend::amax's.
-__device__ __forceinline__ uint32_t block_max_bits(uint32_t v) {
-  __shared__ uint32_t warp_result[model::kWarps];
-  v = __reduce_max_sync(model::kFullMask, v);
-  __syncthreads();  // a previous row's readers are done with warp_result
-  if ((threadIdx.x & 31) == 0) warp_result[threadIdx.x >> 5] = v;
-  __syncthreads();
-  uint32_t result = warp_result[0];
-#pragma unroll
-  for (int w = 1; w < model::kWarps; ++w) result = result > warp_result[w] ? result : warp_result[w];
-  return result;
-}
-
 // row_amax (may be null): the amax of each output row as stored, i.e. after rounding to
 // T, for a following fp8 cast (QuantizeArgs::row_amax) to skip its own read of `out`.
 template <typename T, bool kVec>
@@ -89,15 +75,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < 4; ++k) y[k] = v[k] * inv * w[k];
       model::store_group<kVec>(yr, g, dim, y);
-      if (row_amax != nullptr) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          if (4 * g + k < dim) amax_bits = amax_bits_update(amax_bits, model::round_act<T>(y[k]));
-        }
-      }
+      if (row_amax != nullptr) amax_bits = model::group_amax_bits<T>(amax_bits, g, dim, y);
     }
     if (row_amax != nullptr) {  // the same for the whole grid: every thread reaches the barrier or none
-      amax_bits = block_max_bits(amax_bits);
+      amax_bits = model::block_max_bits(amax_bits);
       if (threadIdx.x == 0) row_amax[r] = __uint_as_float(amax_bits);
     }
   }

@@ -65,6 +65,17 @@ struct AttentionShape {
   int64_t head_dim = 0;
 };
 
+// Where an elementwise op writes the amax of each row of its output: n / row_length fp32
+// values, max |out| over each run of row_length elements as stored (after rounding to
+// bf16), bit for bit what Backend::amax(out, kRowwise) would write for the output seen as
+// a [n / row_length, row_length] matrix. The fp8 cast that reads the output next takes
+// its amax from them (QuantizeArgs::row_amax) instead of reading the output once more.
+// None when `out` is null; else row_length must be positive and divide n.
+struct RowAmaxes {
+  float* out = nullptr;
+  int64_t row_length = 0;
+};
+
 // A buffer of n floats in the implementation's memory.
 struct FloatSpan {
   const float* data = nullptr;
@@ -147,9 +158,10 @@ class ModelOps {
                                           void* grad_k, void* grad_v, DType act = DType::kFloat32) = 0;
 
   // ---- SwiGLU -------------------------------------------------------------------------------
-  // out = silu(gate) * up elementwise over n values, silu(g) = g * sigmoid(g).
+  // out = silu(gate) * up elementwise over n values, silu(g) = g * sigmoid(g). row_amax:
+  // the rows' amaxes of out (see RowAmaxes), for the fp8 cast of w2's input.
   virtual absl::Status swiglu_forward(const void* gate, const void* up, int64_t n, void* out,
-                                      DType act = DType::kFloat32) = 0;
+                                      DType act = DType::kFloat32, const RowAmaxes& row_amax = {}) = 0;
   virtual absl::Status swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n,
                                        void* grad_gate, void* grad_up, DType act = DType::kFloat32) = 0;
 

@@ -569,7 +569,7 @@ TEST(LlamaFp8, QueuedTrainingPassesLeaveTheirLossesOnTheDevice) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnceFromTheNormsRowAmaxes) {
+TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnceFromRowAmaxesOfTheOpBefore) {
   // wk and wv take wq's casts of the attention's normed input, w3 takes w1's of the
   // feed-forward's (dynamic scaling), unless the module filter casts them differently;
   // delayed scaling keeps one scale per layer, so each casts its own.
@@ -578,19 +578,20 @@ TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnceFromTheNormsRowAmaxes) {
   //
   // The layer that does cast a normed input takes its amax from the RMSNorm's row amaxes
   // (Float8Linear::row_amax_casts) instead of reading the input again: wq (or the first
-  // fp8 projection), w1 and the output projection, with dynamic scaling.
+  // fp8 projection), w1 and the output projection, with dynamic scaling; w2 takes the
+  // SwiGLU's.
   struct Case {
     v1::Fp8Spec fp8;
     std::vector<std::string> sharing;   // linear names (without "layers.N.") that take casts
     std::vector<std::string> row_amax;  // those that cast from the norm's row amaxes
   };
-  const std::vector<std::string> first_readers = {"attention.wq", "feed_forward.w1", "output"};
+  const std::vector<std::string> first_readers = {"attention.wq", "feed_forward.w1", "feed_forward.w2", "output"};
   const std::vector<Case> cases = {
       {spec(v1::Fp8Spec::TENSORWISE), {"attention.wk", "attention.wv", "feed_forward.w3"}, first_readers},
       {spec(v1::Fp8Spec::ROWWISE), {"attention.wk", "attention.wv", "feed_forward.w3"}, first_readers},
       {spec(v1::Fp8Spec::TENSORWISE, {"*.attention.wq"}),
        {"attention.wv", "feed_forward.w3"},  // wv takes wk's
-       {"attention.wk", "feed_forward.w1", "output"}},
+       {"attention.wk", "feed_forward.w1", "feed_forward.w2", "output"}},
       {spec(v1::Fp8Spec::DELAYED), {}, {}},
       {spec(v1::Fp8Spec::NONE), {}, {}},
   };

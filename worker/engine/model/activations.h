@@ -36,9 +36,10 @@ struct Activations {
   Tensor loss_lse;                 // [M]
   Tensor loss;                     // [1]
   Tensor branch_out;               // act: wo or w2 output before the residual add [M, dim]
-  // The row amaxes of the last RMSNorm's output [M], for the fp8 casts of the linears that
-  // read it right after (Float8Linear::forward's input_row_amax).
-  Tensor norm_row_amax;
+  // The row amaxes [M] of the activation the next linears cast to fp8, written by the op
+  // that made it (an RMSNorm, the SwiGLU) and read by those casts right after
+  // (Float8Linear::forward's input_row_amax) instead of the activation itself.
+  Tensor cast_row_amax;
 
   // Backward scratch (allocated only for_backward).
   Tensor grad_hidden, grad_norm_in, grad_tmp;  // act [M, dim]

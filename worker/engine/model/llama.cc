@@ -145,7 +145,7 @@ absl::StatusOr<Activations*> LlamaModel::forward(const data::TokenBatch& batch, 
     FP8_RETURN_IF_ERROR(hook_after_forward(unit, training));
   }
   // The output projection's fp8 cast takes its amax from the norm's row amaxes.
-  float* row_amax = output_.reads_input_row_amax() ? f(a->norm_row_amax) : nullptr;
+  float* row_amax = output_.reads_input_row_amax() ? f(a->cast_row_amax) : nullptr;
   FP8_RETURN_IF_ERROR(ops_.rmsnorm_forward(act(a->hidden.back()), f(final_norm_->value), m, c.dim, c.norm_eps,
                                            act(a->final_in), f(a->final_inv_rms), c.activations, row_amax));
   FP8_RETURN_IF_ERROR(output_.forward(a->final_in, m, a->logits, training, row_amax));

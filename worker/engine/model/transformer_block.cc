@@ -20,11 +20,11 @@ AttentionShape attention_shape(const Activations& a, const LlamaConfig& c) {
 float* f(const Tensor& t) { return t.data<float>(); }
 void* act(const Tensor& t) { return t.raw(); }
 
-// Where an RMSNorm feeding these linears writes its row amaxes: a.norm_row_amax when one
-// of them casts its input dynamically (the cast then skips its amax pass), else nowhere.
-float* norm_row_amax_for(Activations& a, std::initializer_list<const LinearUnit*> readers) {
+// Where the op feeding these linears writes its output's row amaxes: a.cast_row_amax when
+// one of them casts its input dynamically (the cast then skips its amax pass), else nowhere.
+float* row_amax_for(Activations& a, std::initializer_list<const LinearUnit*> readers) {
   for (const LinearUnit* u : readers) {
-    if (u->reads_input_row_amax()) return f(a.norm_row_amax);
+    if (u->reads_input_row_amax()) return f(a.cast_row_amax);
   }
   return nullptr;
 }
@@ -36,7 +36,7 @@ absl::Status TransformerBlock::forward(ModelOps& ops, const LlamaConfig& c, Acti
   const int64_t m = a.tokens_count(), hd = c.head_dim();
   const DType t = c.activations;
   // Attention.
-  float* row_amax = norm_row_amax_for(a, {&wq, &wk, &wv});
+  float* row_amax = row_amax_for(a, {&wq, &wk, &wv});
   FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act(in), f(attention_norm->value), m, c.dim, c.norm_eps, act(s.attn_in),
                                           f(s.attn_inv_rms), t, row_amax));
   FP8_RETURN_IF_ERROR(wq.forward(s.attn_in, m, s.q, training, row_amax));
@@ -49,13 +49,15 @@ absl::Status TransformerBlock::forward(ModelOps& ops, const LlamaConfig& c, Acti
   FP8_RETURN_IF_ERROR(wo.forward(s.attn_out, m, a.branch_out, training));
   FP8_RETURN_IF_ERROR(ops.add(act(in), act(a.branch_out), m * c.dim, act(s.mid), t));
   // Feed-forward.
-  row_amax = norm_row_amax_for(a, {&w1, &w3});
+  row_amax = row_amax_for(a, {&w1, &w3});
   FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act(s.mid), f(ffn_norm->value), m, c.dim, c.norm_eps, act(s.ffn_in),
                                           f(s.ffn_inv_rms), t, row_amax));
   FP8_RETURN_IF_ERROR(w1.forward(s.ffn_in, m, s.gate, training, row_amax));
   FP8_RETURN_IF_ERROR(w3.forward(s.ffn_in, m, s.up, training, row_amax));
-  FP8_RETURN_IF_ERROR(ops.swiglu_forward(act(s.gate), act(s.up), m * c.ffn_dim, act(s.swiglu_out), t));
-  FP8_RETURN_IF_ERROR(w2.forward(s.swiglu_out, m, a.branch_out, training));
+  row_amax = row_amax_for(a, {&w2});
+  FP8_RETURN_IF_ERROR(
+      ops.swiglu_forward(act(s.gate), act(s.up), m * c.ffn_dim, act(s.swiglu_out), t, {row_amax, c.ffn_dim}));
+  FP8_RETURN_IF_ERROR(w2.forward(s.swiglu_out, m, a.branch_out, training, row_amax));
   return ops.add(act(s.mid), act(a.branch_out), m * c.dim, act(out), t);
 }
 
