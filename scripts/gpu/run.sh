@@ -69,17 +69,22 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 
 status=0
 part_start=$SECONDS
-part_limit=540  # 9 minutes per part
+# PART_LIMIT and STEP_LIMIT (seconds) shorten a part and each step in it, for a device
+# lease shorter than a part's 9 minutes; BENCH_TRAIN_BUDGET (seconds, default 280) is
+# bench_train's share of bench-train.
+part_limit=${PART_LIMIT:-540}
+step_limit=${STEP_LIMIT:-540}
 left() { echo $((part_limit - (SECONDS - part_start))); }
 run() {  # run NAME SECONDS CMD...: at most SECONDS (and what is left of the part); output to the console and $out/NAME.log
   local name=$1 limit=$2; shift 2
   local l; l=$(left)
   ((l < limit)) && limit=$l
   if ((limit < 30)); then
-    echo "!! $name skipped: the part's 9 minutes are spent" | tee "$out/$name.log"
+    echo "!! $name skipped: the part's ${part_limit}s are spent" | tee "$out/$name.log"
     status=1
     return
   fi
+  ((step_limit < limit)) && limit=$step_limit
   echo "== $name (at most ${limit}s): $*"
   timeout "$limit" "$@" 2>&1 | tee "$out/$name.log"
   local rc=${PIPESTATUS[0]}
@@ -144,7 +149,7 @@ do_part() {
       # PyTorch ~4 minutes for two compilations and its steps. `run.sh torch-train` reruns
       # PyTorch alone against this CSV if it runs out of time here.
       run bench_train 330 "$bin/bench_train" --device cuda --config examples/jobs/llama-h100.yaml \
-        --budget 280 --csv "$out/ours_train.csv"
+        --budget "${BENCH_TRAIN_BUDGET:-280}" --csv "$out/ours_train.csv"
       keep_csv ours_train.csv
       torch_train
       ;;

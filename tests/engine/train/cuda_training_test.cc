@@ -2,13 +2,17 @@
 // recipe, the reported peak memory, and a checkpoint written on the GPU resumed on the CPU.
 // Skips, saying why, where no GPU is present.
 //
-// Tolerances (relative loss difference per step; NOT yet calibrated on a GPU — see
-// bench/RESULTS.md for what has run): both devices compute in fp32 with the same
-// per-element formulas (kernels/ops/model_arith.h, fp8/arith.h); they differ in summation
-// order (cuBLASLt vs OpenBLAS GEMMs, block reductions vs chunked loops, attention tiles),
-// which moves a loss by ~1e-7 per step and compounds through training. fp8 recipes round
-// activations to 3 mantissa bits: a summation-order difference that moves an input across
-// a rounding boundary changes that element by a whole fp8 step, so they drift faster.
+// Tolerances (relative loss difference per step), calibrated on an H200 (2026-11-26; the
+// measured worst is beside each): both devices compute in fp32 with the same per-element
+// formulas (kernels/ops/model_arith.h, fp8/arith.h); they differ in summation order
+// (cuBLASLt vs OpenBLAS GEMMs, block reductions vs chunked loops, attention tiles), which
+// moves a loss by ~1e-7 per step. fp8 and bf16 round activations and gradients: a
+// summation-order difference that moves a value across a rounding boundary changes it by a
+// whole fp8 or bf16 step, and from there the two trainings take apart like any two runs of
+// a chaotic system (on the GPU, the tiny model's losses leave each other after ~12 steps
+// while both keep falling). So each case states three bounds: a tight one over the first
+// ten steps, where a wrong kernel shows at once; a looser one over all fifty steps; and one
+// on the mean loss of the last ten steps, the level both trainings reach.
 #include <cmath>
 #include <memory>
 
@@ -22,11 +26,26 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int64_t kSteps = 50;
-constexpr double kHighPrecisionTolerance = 1e-4;
-constexpr double kFp8Tolerance = 2e-3;
-// bf16 activations: an fp32 difference that straddles a bf16 rounding boundary moves that
-// activation by a whole bf16 step (2^-8 relative), more often than fp8 inputs flip.
-constexpr double kBf16Tolerance = 5e-3;
+constexpr size_t kEarlySteps = 10;
+constexpr size_t kLastSteps = 10;
+
+struct LossTolerance {
+  double early;      // each of the first kEarlySteps losses
+  double any;        // each of the kSteps losses
+  double last_mean;  // the mean of the last kLastSteps losses
+};
+// fp32, recipe none: measured 8.2e-8 at worst.
+constexpr LossTolerance kHighPrecision = {1e-5, 1e-5, 1e-5};
+// fp32 activations, fp8 recipes: measured 1.9e-3 at worst.
+constexpr LossTolerance kFp8 = {3e-3, 5e-3, 3e-3};
+// bf16 activations (an fp32 difference that straddles a bf16 rounding boundary moves that
+// activation by 2^-8 relative): measured 1.5e-3 at worst, fp8 recipes or none.
+constexpr LossTolerance kBf16 = {5e-3, 5e-3, 5e-3};
+// bf16 activations with head_dim 64, so that attention runs on the tensor cores (bf16 P
+// and dS in its products, one more rounding per product than the CPU's fp32 attention):
+// measured 8.6e-3 at worst for none; with fp8 recipes the losses agree to 1% for the
+// first 12 steps, then move up to 7.7% apart, step by step, both falling.
+constexpr LossTolerance kBf16TensorCoreAttention = {1.5e-2, 0.12, 0.04};
 
 class CudaTrainingTest : public ::testing::TestWithParam<const char*> {
  protected:
@@ -54,68 +73,84 @@ class CudaTrainingTest : public ::testing::TestWithParam<const char*> {
     return log;
   }
 
-  double tolerance() const { return std::string(GetParam()) == "none" ? kHighPrecisionTolerance : kFp8Tolerance; }
+  const LossTolerance& tolerance() const { return std::string(GetParam()) == "none" ? kHighPrecision : kFp8; }
 
   TempDir tmp_{"cuda-train"};
-  // Every step's loss on the GPU within `tolerance` (relative) of the CPU's; prints the worst.
-  static void ExpectLossesClose(const RecordingObserver& cpu, const RecordingObserver& gpu, double tolerance,
+  // The GPU's losses against the CPU's within `tol`; prints the worst of each bound.
+  static void ExpectLossesClose(const RecordingObserver& cpu, const RecordingObserver& gpu, const LossTolerance& tol,
                                 const char* what) {
     ASSERT_EQ(cpu.steps.size(), static_cast<size_t>(kSteps));
     ASSERT_EQ(gpu.steps.size(), static_cast<size_t>(kSteps));
-    double worst = 0;
+    double worst_early = 0, worst = 0, cpu_last = 0, gpu_last = 0;
     for (size_t i = 0; i < cpu.steps.size(); ++i) {
       const double rel = std::abs(gpu.steps[i].loss - cpu.steps[i].loss) / cpu.steps[i].loss;
       worst = std::max(worst, rel);
-      EXPECT_LE(rel, tolerance) << "step " << cpu.steps[i].step << ": cpu " << cpu.steps[i].loss << ", cuda "
-                                << gpu.steps[i].loss;
+      if (i < kEarlySteps) worst_early = std::max(worst_early, rel);
+      EXPECT_LE(rel, i < kEarlySteps ? tol.early : tol.any)
+          << what << ", step " << cpu.steps[i].step << ": cpu " << cpu.steps[i].loss << ", cuda " << gpu.steps[i].loss;
+      if (i >= cpu.steps.size() - kLastSteps) {
+        cpu_last += cpu.steps[i].loss;
+        gpu_last += gpu.steps[i].loss;
+      }
     }
-    std::printf("%s %s: worst relative loss difference cuda vs cpu over %lld steps: %.3g\n", GetParam(), what,
-                static_cast<long long>(kSteps), worst);
+    const double last_rel = std::abs(gpu_last - cpu_last) / cpu_last;
+    EXPECT_LE(last_rel, tol.last_mean) << what << ": mean of the last " << kLastSteps << " losses, cpu "
+                                       << cpu_last / kLastSteps << ", cuda " << gpu_last / kLastSteps;
+    std::printf(
+        "%s %s: relative loss difference cuda vs cpu, worst over the first %zu steps %.3g, over all %lld %.3g; "
+        "mean of the last %zu %.3g\n",
+        GetParam(), what, kEarlySteps, worst_early, static_cast<long long>(kSteps), worst, kLastSteps, last_rel);
   }
 
   fs::path corpus_ = tmp_.path() / "corpus.txt";
   std::unique_ptr<Device> gpu_;
 };
 
+// The gradient norm is the sum of squares of every gradient, fp8-rounded ones among them
+// with fp8 recipes (e5m2: 2 mantissa bits, a boundary flip moves an element by 25%); on
+// the GPU it measured within 2% of the CPU's over the first ten steps and within 12%
+// after, while the losses stayed within 0.2%.
+constexpr double kGradNormEarly = 0.03;
+constexpr double kGradNormAny = 0.2;
+
 TEST_P(CudaTrainingTest, FirstFiftyLossesMatchTheCpu) {
   const RecordingObserver cpu = Train(Job("cpu"), Device::cpu());
   const RecordingObserver gpu = Train(Job("gpu"), *gpu_);
-  ASSERT_EQ(cpu.steps.size(), static_cast<size_t>(kSteps));
-  ASSERT_EQ(gpu.steps.size(), static_cast<size_t>(kSteps));
-  double worst = 0;
+  ExpectLossesClose(cpu, gpu, tolerance(), "fp32");
+  ASSERT_EQ(gpu.steps.size(), cpu.steps.size());
+  const bool fp8 = std::string(GetParam()) != "none";
+  double worst_grad_norm = 0;
   for (size_t i = 0; i < cpu.steps.size(); ++i) {
-    const double rel = std::abs(gpu.steps[i].loss - cpu.steps[i].loss) / cpu.steps[i].loss;
-    worst = std::max(worst, rel);
-    EXPECT_LE(rel, tolerance()) << "step " << cpu.steps[i].step << ": cpu " << cpu.steps[i].loss << ", cuda "
-                                << gpu.steps[i].loss;
-    EXPECT_NEAR(gpu.steps[i].grad_norm, cpu.steps[i].grad_norm, 10 * tolerance() * cpu.steps[i].grad_norm)
-        << "step " << cpu.steps[i].step;
+    const double rel = std::abs(gpu.steps[i].grad_norm - cpu.steps[i].grad_norm) / cpu.steps[i].grad_norm;
+    worst_grad_norm = std::max(worst_grad_norm, rel);
+    const double grad_tol = !fp8 ? 1e-3 : i < kEarlySteps ? kGradNormEarly : kGradNormAny;
+    EXPECT_LE(rel, grad_tol) << "grad norm, step " << cpu.steps[i].step << ": cpu " << cpu.steps[i].grad_norm
+                             << ", cuda " << gpu.steps[i].grad_norm;
     if (cpu.steps[i].val_loss) {
       ASSERT_TRUE(gpu.steps[i].val_loss.has_value()) << "step " << cpu.steps[i].step;
-      EXPECT_NEAR(*gpu.steps[i].val_loss, *cpu.steps[i].val_loss, 10 * tolerance() * *cpu.steps[i].val_loss);
+      EXPECT_NEAR(*gpu.steps[i].val_loss, *cpu.steps[i].val_loss, (fp8 ? 2e-2 : 1e-4) * *cpu.steps[i].val_loss)
+          << "validation loss, step " << cpu.steps[i].step;
     }
   }
-  std::printf("%s: worst relative loss difference cuda vs cpu over %lld steps: %.3g\n", GetParam(),
-              static_cast<long long>(kSteps), worst);
+  std::printf("%s: worst relative grad norm difference cuda vs cpu %.3g\n", GetParam(), worst_grad_norm);
   EXPECT_LT(gpu.steps.back().loss, gpu.steps.front().loss) << "the loss did not fall on the GPU";
 }
 
 TEST_P(CudaTrainingTest, Bf16ActivationsMatchTheCpu) {
   const RecordingObserver cpu = Train(Job("cpu-bf16", {"train.compute_dtype=bf16"}), Device::cpu());
   const RecordingObserver gpu = Train(Job("gpu-bf16", {"train.compute_dtype=bf16"}), *gpu_);
-  ExpectLossesClose(cpu, gpu, kBf16Tolerance, "bf16");
+  ExpectLossesClose(cpu, gpu, kBf16, "bf16");
 }
 
 // head_dim 64 with bf16 activations: attention runs on the tensor cores (bf16 P and dS in
 // its products, attention_tc_kernels.h), one more rounding per product than the CPU's fp32
-// attention; the loss must stay as close as twice the bf16 tolerance (not yet calibrated on
-// a GPU).
+// attention (kBf16TensorCoreAttention).
 TEST_P(CudaTrainingTest, Bf16WithTensorCoreAttentionStaysCloseToTheCpu) {
   const std::vector<std::string> wide = {"train.compute_dtype=bf16", "model.dim=128", "model.n_heads=2",
                                          "model.n_kv_heads=1"};
   const RecordingObserver cpu = Train(Job("cpu-tc", wide), Device::cpu());
   const RecordingObserver gpu = Train(Job("gpu-tc", wide), *gpu_);
-  ExpectLossesClose(cpu, gpu, 2 * kBf16Tolerance, "bf16, head_dim 64 (tensor-core attention)");
+  ExpectLossesClose(cpu, gpu, kBf16TensorCoreAttention, "bf16, head_dim 64 (tensor-core attention)");
   EXPECT_LT(gpu.steps.back().loss, gpu.steps.front().loss) << "the loss did not fall on the GPU";
 }
 
