@@ -25,13 +25,14 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
+#include <string>
 
+#include "cuda/ops/attention_mma_kernels.h"
+#include "cuda/ops/attention_tc_geometry.h"
 #include "fp8/arith.h"
 #include "ops/model_arith.h"
 
@@ -40,10 +41,17 @@ namespace {
 
 namespace wmma = nvcuda::wmma;
 using bf16 = __nv_bfloat16;
+using attention_tc::after_launch;
+using attention_tc::allow_shared_memory;
+using attention_tc::Geometry;
+using attention_tc::kTooLarge;
+using attention_tc::make_geometry;
+using attention_tc::with_head_dim;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kTile = 16 * kWarps;         // rows of a block's own tile, and of each streamed tile
+constexpr int kTile = attention_tc::kTile;  // rows of a block's own tile, and of each streamed tile
+static_assert(kTile == 16 * kWarps, "a warp owns 16 rows of the tile");
 constexpr int kScorePitch = kTile + 4;     // floats per row of a score tile (S, dP)
 constexpr int kProbPitch = kTile + 8;      // bf16 per row of a probability tile (P, dS)
 constexpr unsigned kFullMask = 0xffffffffu;
@@ -106,18 +114,6 @@ struct GradQSmem {
   static constexpr size_t kDelta = kLse + kStatBytes;
   static constexpr size_t kBytes = kDelta + kStatBytes;
   static_assert(2 * kScoreBytes >= sizeof(float) * kTile * Rows<D>::kAccPitch, "staging fits in S and dP");
-};
-
-// What every kernel needs to know about the call.
-struct Geometry {
-  int64_t n_heads;
-  int64_t group;   // n_heads / n_kv_heads
-  int64_t ld_q;    // elements between consecutive positions of q, out, grad_out, grad_q
-  int64_t ld_kv;   // ... of k, v, grad_k, grad_v
-  int64_t heads;   // batch·n_heads or batch·n_kv_heads: the grid's fastest-moving index
-  int seq;
-  int tiles;       // 64-row tiles per sequence
-  float scale;     // 1 / sqrt(head_dim)
 };
 
 template <typename T>
@@ -485,56 +481,20 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- launchers -----------------------------------------------------------------------------------
 
-LaunchResult after_launch(const char* kernel) {
-  const cudaError_t e = cudaGetLastError();
-  return {e, e == cudaSuccess ? nullptr : kernel};
-}
-
-const LaunchResult kTooLarge{cudaErrorInvalidConfiguration,
-                             "tensor-core attention grid (too many heads and tiles for one launch)"};
-
-template <typename Kernel>
-LaunchResult allow_shared_memory(Kernel* kernel, size_t bytes, const char* call) {
-  const cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  return {e, e == cudaSuccess ? nullptr : call};
-}
-
-// False when the blocks would not fit in gridDim.x or a position near seq in int.
-bool make_geometry(const AttentionDims& d, int64_t heads, Geometry* g, unsigned* blocks) {
-  if (d.seq > INT_MAX - 2 * kTile) return false;
-  const int64_t tiles = (d.seq + kTile - 1) / kTile;
-  if (tiles * heads > INT_MAX) return false;
-  g->n_heads = d.n_heads;
-  g->group = d.n_heads / d.n_kv_heads;
-  g->ld_q = d.n_heads * d.head_dim;
-  g->ld_kv = d.n_kv_heads * d.head_dim;
-  g->heads = heads;
-  g->seq = static_cast<int>(d.seq);
-  g->tiles = static_cast<int>(tiles);
-  // As the CPU and the SIMT kernels compute it: in double, rounded once.
-  g->scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
-  *blocks = static_cast<unsigned>(tiles * heads);
-  return true;
-}
-
-template <typename Fn>
-LaunchResult with_head_dim(int64_t head_dim, Fn&& fn) {
-  return head_dim == 64 ? fn(std::integral_constant<int, 64>{}) : fn(std::integral_constant<int, 128>{});
-}
-
-bool simt_requested() {
-  static const bool simt = [] {
-    const char* e = std::getenv("FP8_CUDA_ATTENTION");
-    return e != nullptr && std::strcmp(e, "simt") == 0;
-  }();
-  return simt;
+// FP8_CUDA_ATTENTION: "simt" or "mma" (attention_tc_kernels.h), else empty. Read at every
+// launch (a getenv is nothing beside an attention kernel), so that bench_attention can
+// time the implementations side by side in one process.
+std::string requested_attention() {
+  const char* e = std::getenv("FP8_CUDA_ATTENTION");
+  return e != nullptr && (std::strcmp(e, "simt") == 0 || std::strcmp(e, "mma") == 0) ? e : "";
 }
 
 }  // namespace
 
 bool tensor_core_attention_applies(const AttentionDims& d, HpType act, std::initializer_list<const void*> pointers) {
-  if (act != HpType::kBFloat16 || (d.head_dim != 64 && d.head_dim != 128) || simt_requested()) return false;
+  if (act != HpType::kBFloat16 || (d.head_dim != 64 && d.head_dim != 128) || requested_attention() == "simt") {
+    return false;
+  }
   for (const void* p : pointers) {
     if ((reinterpret_cast<uintptr_t>(p) & 15u) != 0) return false;
   }
@@ -548,6 +508,7 @@ bool tensor_core_attention_applies(const AttentionDims& d, HpType act, std::init
 
 LaunchResult launch_attention_forward_tc(const AttentionDims& d, const void* q, const void* k, const void* v,
                                          void* out, float* lse, cudaStream_t stream) {
+  if (requested_attention() == "mma") return launch_attention_forward_mma(d, q, k, v, out, lse, stream);
   return with_head_dim(d.head_dim, [&](auto bucket) -> LaunchResult {
     constexpr int D = decltype(bucket)::value;
     Geometry g{};
@@ -567,6 +528,9 @@ LaunchResult launch_attention_forward_tc(const AttentionDims& d, const void* q, 
 LaunchResult launch_attention_backward_tc(const AttentionDims& d, const void* q, const void* k, const void* v,
                                           const float* lse, const float* delta, const void* grad_out, void* grad_q,
                                           void* grad_k, void* grad_v, cudaStream_t stream) {
+  if (requested_attention() == "mma") {
+    return launch_attention_backward_mma(d, q, k, v, lse, delta, grad_out, grad_q, grad_k, grad_v, stream);
+  }
   const auto* qa = static_cast<const uint16_t*>(q);
   const auto* ka = static_cast<const uint16_t*>(k);
   const auto* va = static_cast<const uint16_t*>(v);

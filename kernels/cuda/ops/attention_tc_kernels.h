@@ -23,7 +23,8 @@ namespace fp8::cuda {
 
 // bf16 activations, head_dim 64 or 128, every activation pointer 16-byte aligned, a device
 // of compute capability 8.0 or newer (bf16 tensor cores), and FP8_CUDA_ATTENTION not set to
-// "simt" (the SIMT kernels then run, for comparison).
+// "simt" (the SIMT kernels then run, for comparison). FP8_CUDA_ATTENTION=mma runs the
+// mma.sync kernels (attention_mma_kernels.h) in place of the WMMA ones below.
 bool tensor_core_attention_applies(const AttentionDims& d, HpType act, std::initializer_list<const void*> pointers);
 
 // Activations are bf16 bits (uint16_t); lse and delta fp32, [batch, n_heads, seq].

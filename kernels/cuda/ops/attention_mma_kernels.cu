@@ -1,0 +1,63 @@
+// Launchers of the mma.sync attention kernels (attention_mma_kernels.h); the kernels are in
+// attention_mma_device.cuh.
+#include "cuda/ops/attention_mma_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include "cuda/ops/attention_mma_device.cuh"
+#include "cuda/ops/attention_tc_geometry.h"
+
+namespace fp8::cuda {
+
+LaunchResult launch_attention_forward_mma(const AttentionDims& d, const void* q, const void* k, const void* v,
+                                          void* out, float* lse, cudaStream_t stream) {
+  using namespace attention_tc;
+  using namespace attention_mma;
+  return with_head_dim(d.head_dim, [&](auto bucket) -> LaunchResult {
+    constexpr int D = decltype(bucket)::value;
+    Geometry g{};
+    unsigned blocks = 0;
+    if (!make_geometry(d, d.batch * d.n_heads, &g, &blocks)) return kTooLarge;
+    const LaunchResult r = allow_shared_memory(attention_forward_mma_kernel<D>, kForwardBytes<D>,
+                                               "cudaFuncSetAttribute (mma attention forward kernel)");
+    if (!r.ok()) return r;
+    attention_forward_mma_kernel<D><<<blocks, kThreads, kForwardBytes<D>, stream>>>(
+        g, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v),
+        static_cast<uint16_t*>(out), lse);
+    return after_launch("mma attention forward kernel");
+  });
+}
+
+LaunchResult launch_attention_backward_mma(const AttentionDims& d, const void* q, const void* k, const void* v,
+                                           const float* lse, const float* delta, const void* grad_out, void* grad_q,
+                                           void* grad_k, void* grad_v, cudaStream_t stream) {
+  using namespace attention_tc;
+  using namespace attention_mma;
+  const auto* qa = static_cast<const uint16_t*>(q);
+  const auto* ka = static_cast<const uint16_t*>(k);
+  const auto* va = static_cast<const uint16_t*>(v);
+  const auto* go = static_cast<const uint16_t*>(grad_out);
+  return with_head_dim(d.head_dim, [&](auto bucket) -> LaunchResult {
+    constexpr int D = decltype(bucket)::value;
+    Geometry kv{}, qg{};
+    unsigned kv_blocks = 0, q_blocks = 0;
+    if (!make_geometry(d, d.batch * d.n_kv_heads, &kv, &kv_blocks) ||
+        !make_geometry(d, d.batch * d.n_heads, &qg, &q_blocks)) {
+      return kTooLarge;
+    }
+    LaunchResult r = allow_shared_memory(attention_grad_kv_mma_kernel<D>, kGradKvBytes<D>,
+                                         "cudaFuncSetAttribute (mma attention grad_kv kernel)");
+    if (!r.ok()) return r;
+    attention_grad_kv_mma_kernel<D><<<kv_blocks, kThreads, kGradKvBytes<D>, stream>>>(
+        kv, qa, ka, va, lse, delta, go, static_cast<uint16_t*>(grad_k), static_cast<uint16_t*>(grad_v));
+    if (r = after_launch("mma attention grad_kv kernel"); !r.ok()) return r;
+    r = allow_shared_memory(attention_grad_q_mma_kernel<D>, kGradQBytes<D>,
+                            "cudaFuncSetAttribute (mma attention grad_q kernel)");
+    if (!r.ok()) return r;
+    attention_grad_q_mma_kernel<D><<<q_blocks, kThreads, kGradQBytes<D>, stream>>>(qg, qa, ka, va, lse, delta, go,
+                                                                                  static_cast<uint16_t*>(grad_q));
+    return after_launch("mma attention grad_q kernel");
+  });
+}
+
+}  // namespace fp8::cuda

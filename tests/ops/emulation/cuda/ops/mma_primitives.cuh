@@ -1,0 +1,95 @@
+// The instructions of kernels/cuda/ops/mma_primitives.cuh on the CPU, for kernels run under
+// ../../cuda_emulation.h: each is warp-collective (every lane deposits its operands, a
+// barrier, every lane computes its own results from all of them, a barrier), with the
+// fragment layouts as the PTX ISA defines them (restated in the original header). The
+// products accumulate in fp32, in k order.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda_emulation.h"
+#include "fp8/arith.h"
+
+namespace fp8::cuda::mma {
+
+inline float low_half(uint32_t w) { return bf16_to_float(static_cast<uint16_t>(w & 0xffffu)); }
+inline float high_half(uint32_t w) { return bf16_to_float(static_cast<uint16_t>(w >> 16)); }
+
+inline void ldmatrix(uint32_t (&r)[4], const void* row, bool trans) {
+  emulation::Warp& w = fp8_emulated_warp();
+  const unsigned lane = threadIdx.x % 32;
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
+    std::fprintf(stderr, "ldmatrix: row address %p is not 16-byte aligned\n", row);
+    std::abort();
+  }
+  w.rows[lane] = static_cast<const unsigned char*>(row);
+  w.bar.arrive_and_wait();
+  const unsigned g = lane / 4, t = lane % 4;
+  for (unsigned i = 0; i < 4; ++i) {
+    uint16_t lo, hi;
+    if (!trans) {  // row g, columns 2t and 2t + 1 of matrix i
+      std::memcpy(&lo, w.rows[8 * i + g] + 2 * (2 * t), 2);
+      std::memcpy(&hi, w.rows[8 * i + g] + 2 * (2 * t + 1), 2);
+    } else {  // rows 2t and 2t + 1 of column g
+      std::memcpy(&lo, w.rows[8 * i + 2 * t] + 2 * g, 2);
+      std::memcpy(&hi, w.rows[8 * i + 2 * t + 1] + 2 * g, 2);
+    }
+    r[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+  }
+  w.bar.arrive_and_wait();
+}
+
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) { ldmatrix(r, row, false); }
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) { ldmatrix(r, row, true); }
+
+inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  emulation::Warp& w = fp8_emulated_warp();
+  const unsigned lane = threadIdx.x % 32;
+  for (int i = 0; i < 4; ++i) w.a[lane][i] = a[i];
+  w.b[lane][0] = b0;
+  w.b[lane][1] = b1;
+  w.bar.arrive_and_wait();
+  float A[16][16], B[16][8];
+  for (unsigned l = 0; l < 32; ++l) {
+    const unsigned g = l / 4, t = l % 4;
+    for (unsigned i = 0; i < 4; ++i) {
+      const unsigned row = g + 8 * (i % 2), col = 2 * t + 8 * (i / 2);
+      A[row][col] = low_half(w.a[l][i]);
+      A[row][col + 1] = high_half(w.a[l][i]);
+    }
+    for (unsigned i = 0; i < 2; ++i) {
+      B[2 * t + 8 * i][g] = low_half(w.b[l][i]);
+      B[2 * t + 8 * i + 1][g] = high_half(w.b[l][i]);
+    }
+  }
+  w.bar.arrive_and_wait();
+  const unsigned g = lane / 4, t = lane % 4;
+  for (unsigned i = 0; i < 4; ++i) {
+    const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    float s = c[i];
+    for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
+    c[i] = s;
+  }
+}
+
+inline void cp_async_16(void* dst, const void* src, bool valid) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0) {
+    std::fprintf(stderr, "cp.async: %p <- %p is not 16-byte aligned\n", dst, src);
+    std::abort();
+  }
+  if (valid) {
+    std::memcpy(dst, src, 16);
+  } else {
+    std::memset(dst, 0, 16);
+  }
+}
+
+inline void cp_async_commit() {}
+
+template <int kPending>
+inline void cp_async_wait() {}
+
+}  // namespace fp8::cuda::mma

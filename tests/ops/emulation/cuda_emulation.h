@@ -1,0 +1,115 @@
+// Runs CUDA kernel source on the CPU: one std::thread per CUDA thread, a barrier per block
+// for __syncthreads and one per warp for __syncwarp and the warp-collective operations
+// (shuffles here; mma.sync and ldmatrix in cuda/ops/mma_primitives.cuh beside this file),
+// and shared memory filled with garbage at each block's start, as a GPU's is. Blocks run
+// one after another. Include this before the kernels' source, with this folder ahead of
+// kernels/ on the include path.
+//
+// What it can show: wrong indexing, fragment layouts used against the PTX ISA's
+// definitions (as the emulated instructions implement them), missing barriers between
+// warps of a block (as wrong results, not reliably), uninitialised shared memory read.
+// What it cannot: races between blocks, asynchronous copies (cp.async copies at once),
+// the GPU's expf and rounding of fused multiply-adds, speed.
+#pragma once
+
+#include <cuda_runtime_api.h>  // the CUDA types the kernels' host-side headers use
+
+// The host compiler's meaning for CUDA's qualifiers.
+#undef __device__
+#undef __global__
+#undef __host__
+#undef __forceinline__
+#undef __launch_bounds__
+#define __device__
+#define __global__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+#define __restrict__
+
+#define FP8_CUDA_EMULATION 1
+
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+namespace fp8::emulation {
+
+struct Index {
+  unsigned x = 0, y = 0, z = 0;
+};
+
+// The exchange space of one warp's collective operations.
+struct Warp {
+  std::barrier<> bar{32};
+  float floats[32];
+  uint32_t a[32][4];
+  uint32_t b[32][2];
+  const unsigned char* rows[32];
+};
+
+struct Block {
+  Block(int threads, size_t bytes) : bar(threads), warps((threads + 31) / 32), smem(bytes + 256) {
+    base = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem.data()) + 127) / 128 * 128);
+    std::memset(base, 0xcd, bytes);  // garbage, as real shared memory holds
+  }
+  std::barrier<> bar;
+  std::vector<Warp> warps;
+  std::vector<unsigned char> smem;
+  unsigned char* base = nullptr;
+};
+
+inline thread_local Block* current_block = nullptr;
+
+// Runs kernel(args...) over `blocks` blocks of `threads` threads (a multiple of 32) with
+// `smem` bytes of dynamic shared memory.
+template <class Kernel, class... Args>
+void launch(unsigned blocks, int threads, size_t smem, Kernel kernel, Args... args);
+
+}  // namespace fp8::emulation
+
+inline thread_local fp8::emulation::Index threadIdx, blockIdx;
+
+inline unsigned char* fp8_emulated_shared_bytes() { return fp8::emulation::current_block->base; }
+inline fp8::emulation::Warp& fp8_emulated_warp() { return fp8::emulation::current_block->warps[threadIdx.x / 32]; }
+inline void __syncthreads() { fp8::emulation::current_block->bar.arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { fp8_emulated_warp().bar.arrive_and_wait(); }
+inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
+  fp8::emulation::Warp& w = fp8_emulated_warp();
+  w.floats[threadIdx.x % 32] = v;
+  w.bar.arrive_and_wait();
+  const float r = w.floats[(threadIdx.x % 32) ^ static_cast<unsigned>(lane_mask)];
+  w.bar.arrive_and_wait();
+  return r;
+}
+template <class T>
+inline T __ldg(const T* p) {
+  return *p;
+}
+inline float __fmul_rn(float a, float b) { return a * b; }
+[[noreturn]] inline void __trap() { std::abort(); }
+using std::min;
+
+template <class Kernel, class... Args>
+void fp8::emulation::launch(unsigned blocks, int threads, size_t smem, Kernel kernel, Args... args) {
+  for (unsigned b = 0; b < blocks; ++b) {
+    auto block = std::make_unique<Block>(threads, smem);
+    std::vector<std::thread> ts;
+    ts.reserve(static_cast<size_t>(threads));
+    for (int t = 0; t < threads; ++t) {
+      ts.emplace_back([&, t] {
+        threadIdx.x = static_cast<unsigned>(t);
+        blockIdx.x = b;
+        current_block = block.get();
+        kernel(args...);
+      });
+    }
+    for (auto& t : ts) t.join();
+  }
+}
