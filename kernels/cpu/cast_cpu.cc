@@ -272,8 +272,11 @@ void amax(const MatrixRef& x, Granularity g, float* out) {
   }
 }
 
-void compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale) {
+void compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale, float* inv_scale) {
   for (int64_t i = 0; i < n; ++i) scale[i] = scale_from_amax(amax[i], f, pow2);
+  if (inv_scale != nullptr) {
+    for (int64_t i = 0; i < n; ++i) inv_scale[i] = inverse_scale(scale[i]);
+  }
 }
 
 void cast(const CastArgs& a) {

@@ -10,7 +10,8 @@
 namespace fp8::cpu {
 
 void amax(const MatrixRef& x, Granularity g, float* out);
-void compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale);
+// scale[i] = scale_from_amax(amax[i]); inv_scale (optional) = inverse_scale(scale[i]).
+void compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale, float* inv_scale = nullptr);
 void cast(const CastArgs& a);
 void count_cast_range(const CastRangeArgs& a);
 void dequantize(const DequantizeArgs& a);

@@ -60,7 +60,7 @@ class CpuBackend final : public cpu::HostMemoryBackend {
       amax = local.data();
     }
     cpu::amax(amax_source_of(q), q.granularity, amax);
-    cpu::compute_scales(amax, n, q.format, q.pow2_scale, q.scale_out);
+    cpu::compute_scales(amax, n, q.format, q.pow2_scale, q.scale_out, q.inv_scale_out);
     cpu::cast(cast_step_of(q));
     return absl::OkStatus();
   }

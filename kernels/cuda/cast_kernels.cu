@@ -478,9 +478,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // ---- small kernels -----------------------------------------------------------------------------
 
 __global__ void compute_scales_kernel(const float* __restrict__ amax, int64_t n, Format f, bool pow2,
-                                      float* __restrict__ scale) {
+                                      float* __restrict__ scale, float* __restrict__ inv_scale) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (i < n) scale[i] = scale_from_amax(amax[i], f, pow2);
+  if (i >= n) return;
+  const float s = scale_from_amax(amax[i], f, pow2);
+  scale[i] = s;
+  if (inv_scale != nullptr) inv_scale[i] = inverse_scale(s);
 }
 
 template <typename OutT, Format F, Axis A>
@@ -746,11 +749,11 @@ LaunchResult launch_amax(const void* x, HpType type, int64_t rows, int64_t cols,
 }
 
 LaunchResult launch_compute_scales(const float* amax, int64_t n, Format format, bool pow2, float* scale,
-                                   cudaStream_t stream) {
+                                   float* inv_scale, cudaStream_t stream) {
   if (n == 0) return {};
   const unsigned blocks = blocks_for(n, kThreads);
   if (blocks == 0) return kTooLarge;
-  compute_scales_kernel<<<blocks, kThreads, 0, stream>>>(amax, n, format, pow2, scale);
+  compute_scales_kernel<<<blocks, kThreads, 0, stream>>>(amax, n, format, pow2, scale, inv_scale);
   return after_launch("compute_scales kernel");
 }
 

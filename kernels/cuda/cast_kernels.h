@@ -35,9 +35,10 @@ struct LaunchResult {
 LaunchResult launch_amax(const void* x, HpType type, int64_t rows, int64_t cols, Axis axis, float* out,
                          cudaStream_t stream);
 
-// scale[i] = scale_from_amax(amax[i], format, pow2).
+// scale[i] = scale_from_amax(amax[i], format, pow2); inv_scale (optional, null for none)
+// [i] = inverse_scale(scale[i]).
 LaunchResult launch_compute_scales(const float* amax, int64_t n, Format format, bool pow2, float* scale,
-                                   cudaStream_t stream);
+                                   float* inv_scale, cudaStream_t stream);
 
 struct CastLaunch {
   const void* input = nullptr;

@@ -169,7 +169,7 @@ class CudaBackend final : public Backend {
     if (auto s = detail::check_compute_scales(amax, n, scale); !s.ok()) return s;
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
-    return cuda_status(cuda::launch_compute_scales(amax, n, f, pow2, scale, stream_));
+    return cuda_status(cuda::launch_compute_scales(amax, n, f, pow2, scale, nullptr, stream_));
   }
 
   absl::Status cast(const CastArgs& a) override {
@@ -223,7 +223,8 @@ class CudaBackend final : public Backend {
         !s.ok()) {
       return s;
     }
-    if (auto s = cuda_status(cuda::launch_compute_scales(amax, n, q.format, q.pow2_scale, q.scale_out, stream_));
+    if (auto s = cuda_status(
+            cuda::launch_compute_scales(amax, n, q.format, q.pow2_scale, q.scale_out, q.inv_scale_out, stream_));
         !s.ok()) {
       return s;
     }

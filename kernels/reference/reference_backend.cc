@@ -100,6 +100,7 @@ class ReferenceBackend final : public cpu::HostMemoryBackend {
     for (size_t i = 0; i < amaxes.size(); ++i) {
       q.scale_out[i] = scale_from_amax(amaxes[i], q.format, q.pow2_scale);
       if (q.amax_out != nullptr) q.amax_out[i] = amaxes[i];
+      if (q.inv_scale_out != nullptr) q.inv_scale_out[i] = inverse_scale(q.scale_out[i]);
     }
     return cast(cast_step_of(q));
   }

@@ -292,6 +292,48 @@ TEST_P(BackendContract, QuantizeFromRowAmaxesEqualsQuantizeFromTheInput) {
   }
 }
 
+// inv_scale_out holds each scale's dequantization factor, bit for bit what dequantizing
+// the code of 1.0 with that scale gives (what Float8Linear computed with a kernel of its
+// own before), for every granularity, format and scaling, an all-zero row and a NaN.
+TEST_P(BackendContract, QuantizeWritesTheInverseScalesDequantizeWouldGive) {
+  const int64_t rows = 40, cols = 72;
+  auto host = test_matrix(rows, cols, 23, true);
+  for (int64_t c = 0; c < cols; ++c) host[static_cast<size_t>(3 * cols + c)] = 0.0f;
+  host[static_cast<size_t>(9 * cols + 4)] = std::numeric_limits<float>::quiet_NaN();
+  Buffer<float> x(b_, host);
+  Buffer<uint8_t> one(b_, std::vector<uint8_t>{float_to_fp8(1.0f, Format::kE4M3, true)});
+  for (Granularity g : {Granularity::kTensorwise, Granularity::kRowwise, Granularity::kColumnwise}) {
+    for (bool pow2 : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << granularity_name(g) << " pow2=" << pow2);
+      const auto ns = static_cast<size_t>(scale_count(g, rows, cols));
+      Buffer<uint8_t> out(b_, static_cast<size_t>(rows * cols));
+      Buffer<float> scale(b_, ns), inv(b_, ns), by_dequantize(b_, 1);
+      QuantizeArgs q;
+      q.input = {x.get(), DType::kFloat32, rows, cols};
+      q.format = pow2 ? Format::kE5M2 : Format::kE4M3;
+      q.granularity = g;
+      q.pow2_scale = pow2;
+      q.out = out.get();
+      q.scale_out = scale.get();
+      q.inv_scale_out = inv.get();
+      ASSERT_TRUE(b_->quantize(q).ok());
+      const auto scales = scale.download(), inverses = inv.download();
+      for (size_t i = 0; i < ns; ++i) {
+        EXPECT_EQ(float_bits(inverses[i]), float_bits(inverse_scale(scales[i]))) << "scale " << i;
+        DequantizeArgs d;
+        d.input = one.get();
+        d.format = Format::kE4M3;
+        d.rows = 1;
+        d.cols = 1;
+        d.scale = scale.get() + i;
+        d.out = by_dequantize.get();
+        ASSERT_TRUE(b_->dequantize(d).ok());
+        EXPECT_EQ(float_bits(inverses[i]), float_bits(by_dequantize.download()[0])) << "scale " << i;
+      }
+    }
+  }
+}
+
 TEST_P(BackendContract, DequantizeMatchesReferenceBitForBit) {
   const int64_t rows = 33, cols = 70;
   std::vector<uint8_t> codes(static_cast<size_t>(rows * cols));

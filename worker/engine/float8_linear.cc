@@ -181,7 +181,6 @@ struct Float8Linear::State {
         backward_slots(b),
         delayed_scales(b),
         step_amaxes(b),
-        fp8_ones(b),
         f32_ones(b),
         bf16_ones(b),
         weight_compute(b),
@@ -206,12 +205,10 @@ struct Float8Linear::State {
   // Per delayed cast, kDelayedScaleStride floats: its scale, then 1/scale 16 bytes on.
   BackendBuffer delayed_scales;
   BackendBuffer step_amaxes;  // scratch of finish_step()
-  // Constant vectors, grown to the largest size asked for: fp8 ones turn scales into
-  // their inverses through dequantize (1 / scale, exactly as the host would round it);
-  // fp32 or bf16 ones (grad_output's dtype) sum grad_output's rows for grad_bias with one
-  // GEMM.
-  BackendBuffer fp8_ones, f32_ones, bf16_ones;
-  int64_t fp8_ones_count = 0, f32_ones_count = 0, bf16_ones_count = 0;
+  // Constant vectors of fp32 or bf16 ones (grad_output's dtype), grown to the largest size
+  // asked for: they sum grad_output's rows for grad_bias with one GEMM.
+  BackendBuffer f32_ones, bf16_ones;
+  int64_t f32_ones_count = 0, bf16_ones_count = 0;
 
   // Operands of high-precision GEMMs converted to a bf16 compute dtype (unused in fp32):
   // the weight, converted by the forward and reused by its backward (the weight cannot
@@ -258,8 +255,6 @@ struct Float8Linear::State {
   // After a cast: counts what it saturated and flushed when measuring (else marks the plan
   // unmeasured). `g` and p.scale_in_use must be what the cast just used.
   absl::Status count_range(CastPlan& p, const MatrixRef& input, Granularity g);
-  absl::Status invert_scales(const float* scale, Granularity g, int64_t rows, int64_t cols, float* inv);
-  absl::Status ensure_fp8_ones(int64_t count);
   // `count` ones of fp32 or bf16.
   absl::StatusOr<const void*> hp_ones(DType dtype, int64_t count);
   AmaxSlots& slots_of(TensorKind t) { return t == TensorKind::kGradOutput ? backward_slots : forward_slots; }
@@ -359,10 +354,6 @@ absl::Status fill_ones(Backend& backend, BackendBuffer& buffer, int64_t& filled,
 
 }  // namespace
 
-absl::Status Float8Linear::State::ensure_fp8_ones(int64_t count) {
-  return fill_ones(backend, fp8_ones, fp8_ones_count, count, float_to_fp8(1.0f, Format::kE4M3, true));
-}
-
 absl::StatusOr<const void*> Float8Linear::State::hp_ones(DType dtype, int64_t count) {
   if (dtype == DType::kBFloat16) {
     if (auto s = fill_ones(backend, bf16_ones, bf16_ones_count, count, float_to_bf16(1.0f)); !s.ok()) return s;
@@ -370,23 +361,6 @@ absl::StatusOr<const void*> Float8Linear::State::hp_ones(DType dtype, int64_t co
   }
   if (auto s = fill_ones(backend, f32_ones, f32_ones_count, count, 1.0f); !s.ok()) return s;
   return f32_ones.as<const void>();
-}
-
-absl::Status Float8Linear::State::invert_scales(const float* scale, Granularity g, int64_t rows, int64_t cols,
-                                                float* inv) {
-  // Dequantizing the fp8 code of 1.0 with these scales gives 1/scale, on the device.
-  const int64_t n = scale_count(g, rows, cols);
-  if (auto s = ensure_fp8_ones(n); !s.ok()) return s;
-  DequantizeArgs d;
-  d.input = fp8_ones.as<uint8_t>();
-  d.format = Format::kE4M3;
-  d.rows = g == Granularity::kRowwise ? n : 1;
-  d.cols = g == Granularity::kRowwise ? 1 : n;
-  d.granularity = g;
-  d.scale = scale;
-  d.out_dtype = DType::kFloat32;
-  d.out = inv;
-  return backend.dequantize(d);
 }
 
 absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, int slot_row,
@@ -438,14 +412,12 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
     q.out = out;
     q.out_t = out_t;
     q.scale_out = p.scale.as<float>();
+    q.inv_scale_out = p.inv_scale.as<float>();  // the GEMM's factors, in the same kernel as the scales
     q.amax_out = delayed_amax != nullptr ? delayed_amax : p.amax.as<float>();
     // The rows' amaxes give the tensor's and each row's, not a column's.
     if (known_row_amax != nullptr && p.granularity != Granularity::kColumnwise) q.row_amax = known_row_amax;
     if (auto s = backend.quantize(q); !s.ok()) return s;
     if (q.row_amax != nullptr) ++row_amax_casts;
-    if (auto s = invert_scales(p.scale.as<float>(), p.granularity, rows, cols, p.inv_scale.as<float>()); !s.ok()) {
-      return s;
-    }
     p.scale_in_use = p.scale.as<float>();
     p.inv_scale_in_use = p.inv_scale.as<float>();
     p.host_scale_in_use.reset();

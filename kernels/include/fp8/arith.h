@@ -183,6 +183,10 @@ FP8_HD uint8_t quantize_value(float x, float scale, Format f, bool saturate) {
 // Dequantize one code: q / scale, NaN canonicalised.
 FP8_HD float dequantize_value(uint8_t q, Format f, float scale) { return canonicalize_nan(fp8_to_float(q, f) / scale); }
 
+// The dequantization factor of a scale, 1 / scale as dequantize_value computes it for the
+// code of 1.0: what a scaled GEMM multiplies its fp32 accumulators by.
+FP8_HD float inverse_scale(float scale) { return canonicalize_nan(1.0f / scale); }
+
 FP8_HD uint32_t abs_bits(float x) { return float_bits(x) & 0x7FFFFFFFu; }
 
 // ---- what a cast did beyond rounding (numerics metrics) -----------------------------------

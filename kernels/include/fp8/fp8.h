@@ -91,6 +91,9 @@ struct QuantizeArgs {
   float* scale_out = nullptr;       // required, scale_count entries
   float* amax_out = nullptr;        // optional
   const float* row_amax = nullptr;  // optional, input.rows entries
+  // Optional, scale_count entries: inverse_scale(scale_out[i]) (arith.h), the factors a
+  // scaled GEMM dequantizes with, written in the same step as the scales.
+  float* inv_scale_out = nullptr;
 };
 
 // What a quantize takes its amaxes from: the input, or the [rows, 1] vector of its row
