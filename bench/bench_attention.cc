@@ -198,8 +198,6 @@ int run(int argc, char** argv) {
     if (ao.kernels[k] == "simt") reference = k;
   }
   const Peaks peaks = machine_peaks(b);
-  const char* const saved = std::getenv("FP8_CUDA_ATTENTION");
-  const std::string saved_choice = saved != nullptr ? saved : "";
 
   std::printf("# bench_attention %s on %s (backend %s): causal GQA attention, bf16 activations\n", today().c_str(),
               peaks.machine.c_str(), b.name().c_str());
@@ -290,7 +288,6 @@ int run(int argc, char** argv) {
       }
     }
   }
-  select(saved_choice.empty() ? "wmma" : saved_choice);
   table.print();
   std::printf("vs %s: its fwd+bwd time / this row's (> 1: faster)\n", ao.kernels.front().c_str());
   return 0;

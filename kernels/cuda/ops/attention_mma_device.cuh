@@ -129,18 +129,73 @@ __device__ __forceinline__ void load_b_of_columns(uint32_t (&b)[4], const uint16
   mma::ldmatrix_x4_trans(b, tile + r * Tile<D>::kPitch + c);
 }
 
+template <int N>
+__device__ __forceinline__ void zero(float (&acc)[N][4]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+}
+
+// One step of every kernel's double-buffered pipeline, after the caller has queued the
+// next stage's copies into the other buffer (when there is a next stage): commits them and
+// waits until the current stage's copies have landed and the whole block sees them.
+__device__ __forceinline__ void advance_pipeline(bool queued_next) {
+  if (queued_next) {
+    mma::cp_async_commit();
+    mma::cp_async_wait<1>();
+  } else {
+    mma::cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
+// The lane's place: its warp, lane, quad position t, and its first row in the block's tile
+// (strip_row; the second is 8 below).
+struct LanePlace {
+  int warp, lane, t, strip_row;
+  __device__ LanePlace()
+      : warp(static_cast<int>(threadIdx.x) / 32),
+        lane(static_cast<int>(threadIdx.x) % 32),
+        t(lane & 3),
+        strip_row(16 * warp + (lane >> 2)) {}
+};
+
+// A block of the forward or grad_q kernel: it owns query tile qt of head h, batch b
+// (heaviest tiles first), and streams the key and value tiles 0..qt of kv head h / group.
+template <int D>
+struct QueryBlock {
+  int qt, q0, q_rows;
+  int64_t bh;       // batch·n_heads + head: the row of lse and delta
+  int64_t q_at;     // where the block's query rows start in q, out, grad_out and grad_q
+  int64_t kv_base;  // where its kv head starts in k and v
+  __device__ explicit QueryBlock(const Geometry& g)
+      : qt(g.tiles - 1 - static_cast<int>(blockIdx.x / g.heads)),
+        q0(qt * kTile),
+        q_rows(min(kTile, g.seq - q0)),
+        bh(blockIdx.x % g.heads),
+        q_at((bh / g.n_heads * g.seq + q0) * g.ld_q + bh % g.n_heads * D),
+        kv_base(bh / g.n_heads * g.seq * g.ld_kv + bh % g.n_heads / g.group * D) {}
+  // Queues key and value tile kt into buffer kt % 2 of k_s and v_s.
+  __device__ void load_kv(const Geometry& g, const uint16_t* k, const uint16_t* v, uint16_t* k_s, uint16_t* v_s,
+                          int kt) const {
+    const int k0 = kt * kTile;
+    const int rows = min(kTile, g.seq - k0);
+    const int64_t at = kv_base + k0 * g.ld_kv;
+    load_tile_async<D>(k_s + (kt & 1) * Tile<D>::kElems, k + at, g.ld_kv, rows);
+    load_tile_async<D>(v_s + (kt & 1) * Tile<D>::kElems, v + at, g.ld_kv, rows);
+  }
+};
+
 // acc = A·Bᵀ over head_dim: rows a_row0..+15 of tile `a` against the kTile rows of tile
 // `b`, a 16 x kTile strip.
 template <int D>
 __device__ __forceinline__ void strip_product(float (&acc)[kColumnBlocks][4], const uint16_t* a, int a_row0,
                                               const uint16_t* b, int lane) {
-  #pragma unroll
-  for (int j = 0; j < kColumnBlocks; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  #pragma unroll
+  zero(acc);
+#pragma unroll
   for (int kk = 0; kk < Tile<D>::kSteps; ++kk) {
     uint32_t af[4];
     load_a<D>(af, a, a_row0, 16 * kk, lane);
-    #pragma unroll
+#pragma unroll
     for (int j = 0; j < kColumnBlocks / 2; ++j) {
       uint32_t bf[4];
       load_b_of_rows<D>(bf, b, 16 * j, 16 * kk, lane);
@@ -156,9 +211,9 @@ template <int D>
 __device__ __forceinline__ void strip_times_tile(float (&acc)[Tile<D>::kDBlocks][4],
                                                  const uint32_t (&strip)[kStripSteps][4], const uint16_t* tile,
                                                  int lane) {
-  #pragma unroll
+#pragma unroll
   for (int kk = 0; kk < kStripSteps; ++kk) {
-    #pragma unroll
+#pragma unroll
     for (int j = 0; j < Tile<D>::kDBlocks / 2; ++j) {
       uint32_t bf[4];
       load_b_of_columns<D>(bf, tile, 16 * kk, 16 * j, lane);
@@ -182,12 +237,12 @@ __device__ __forceinline__ uint32_t& a_slot(uint32_t (&strip)[kStripSteps][4], i
 template <int D>
 __device__ __forceinline__ void store_strip(const float (&acc)[Tile<D>::kDBlocks][4], float factor,
                                             uint16_t* __restrict__ dst, int64_t ld, int strip_row, int rows, int t) {
-  #pragma unroll
+#pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = strip_row + 8 * r;
     if (row >= rows) continue;
     uint16_t* out = dst + row * ld + 2 * t;
-    #pragma unroll
+#pragma unroll
     for (int j = 0; j < Tile<D>::kDBlocks; ++j) {
       *reinterpret_cast<uint32_t*>(out + 8 * j) =
           pack(float_to_bf16(acc[j][2 * r] * factor), float_to_bf16(acc[j][2 * r + 1] * factor));
@@ -213,42 +268,24 @@ __global__ void __launch_bounds__(kThreads)
   uint16_t* k_s = q_s + T::kElems;      // two buffers
   uint16_t* v_s = k_s + 2 * T::kElems;  // two buffers
 
-  const int qt = g.tiles - 1 - static_cast<int>(blockIdx.x / g.heads);  // heaviest tiles first
-  const int64_t bh = blockIdx.x % g.heads;
-  const int64_t b = bh / g.n_heads, h = bh % g.n_heads, kvh = h / g.group;
-  const int q0 = qt * kTile;
-  const int q_rows = min(kTile, g.seq - q0);
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int t = lane & 3;
-  const int strip_row = 16 * warp + (lane >> 2);  // the lane's first row in the tile; the second is 8 below
-  const int64_t kv_base = b * g.seq * g.ld_kv + kvh * D;
-  auto load_kv = [&](int kt) {
-    const int k0 = kt * kTile;
-    const int rows = min(kTile, g.seq - k0);
-    load_tile_async<D>(k_s + (kt & 1) * T::kElems, k + kv_base + k0 * g.ld_kv, g.ld_kv, rows);
-    load_tile_async<D>(v_s + (kt & 1) * T::kElems, v + kv_base + k0 * g.ld_kv, g.ld_kv, rows);
-  };
+  const QueryBlock<D> blk(g);
+  const int qt = blk.qt, q0 = blk.q0;
+  const LanePlace place;
+  const int warp = place.warp, lane = place.lane, t = place.t, strip_row = place.strip_row;
 
-  load_tile_async<D>(q_s, q + (b * g.seq + q0) * g.ld_q + h * D, g.ld_q, q_rows);
-  load_kv(0);
+  load_tile_async<D>(q_s, q + blk.q_at, g.ld_q, blk.q_rows);
+  blk.load_kv(g, k, v, k_s, v_s, 0);
   mma::cp_async_commit();
 
   float o[T::kDBlocks][4];
-  #pragma unroll
-  for (int j = 0; j < T::kDBlocks; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  zero(o);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   // Only the diagonal tile and a tile holding padding queries need the mask.
   const bool padded = q0 + kTile > g.seq;
 
   for (int kt = 0; kt <= qt; ++kt) {
-    if (kt < qt) {
-      load_kv(kt + 1);
-      mma::cp_async_commit();
-      mma::cp_async_wait<1>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
-    __syncthreads();
+    if (kt < qt) blk.load_kv(g, k, v, k_s, v_s, kt + 1);
+    advance_pipeline(kt < qt);
     const uint16_t* k_tile = k_s + (kt & 1) * T::kElems;
     const uint16_t* v_tile = v_s + (kt & 1) * T::kElems;
     const int k0 = kt * kTile;
@@ -257,9 +294,9 @@ __global__ void __launch_bounds__(kThreads)
     float s[kColumnBlocks][4];
     strip_product<D>(s, q_s, 16 * warp, k_tile, lane);
     float mx[2] = {-INFINITY, -INFINITY};
-    #pragma unroll
+#pragma unroll
     for (int j = 0; j < kColumnBlocks; ++j) {
-      #pragma unroll
+#pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
         float x = scaled(s[j][e], g.scale);
@@ -269,15 +306,15 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     float m_new[2], alpha[2], sum[2] = {0.0f, 0.0f};
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
       m_new[r] = fmaxf(m[r], quad_max(mx[r]));
       alpha[r] = ops::online_softmax_rescale(m[r], m_new[r]);
     }
     uint32_t p[kStripSteps][4];
-    #pragma unroll
+#pragma unroll
     for (int j = 0; j < kColumnBlocks; ++j) {
-      #pragma unroll
+#pragma unroll
       for (int r = 0; r < 2; ++r) {
         const uint16_t p0 = float_to_bf16(ops::softmax_exp(s[j][2 * r], m_new[r]));
         const uint16_t p1 = float_to_bf16(ops::softmax_exp(s[j][2 * r + 1], m_new[r]));
@@ -285,12 +322,12 @@ __global__ void __launch_bounds__(kThreads)
         a_slot(p, j, r) = pack(p0, p1);
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
       m[r] = m_new[r];
       l[r] = l[r] * alpha[r] + sum[r];  // alpha is the quad's, so the partial sums rescale alike
     }
-    #pragma unroll
+#pragma unroll
     for (int j = 0; j < T::kDBlocks; ++j) {
       o[j][0] *= alpha[0];
       o[j][1] *= alpha[0];
@@ -301,19 +338,19 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // every warp is done with this buffer before the next iteration refills it
   }
 
-  #pragma unroll
+#pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] = quad_sum(l[r]);
     const int row = strip_row + 8 * r;
-    if (row >= q_rows) continue;
+    if (row >= blk.q_rows) continue;
     const float inv = 1.0f / l[r];
-    uint16_t* dst = out + (b * g.seq + q0 + row) * g.ld_q + h * D + 2 * t;
-    #pragma unroll
+    uint16_t* dst = out + blk.q_at + row * g.ld_q + 2 * t;
+#pragma unroll
     for (int j = 0; j < T::kDBlocks; ++j) {
       *reinterpret_cast<uint32_t*>(dst + 8 * j) =
           pack(float_to_bf16(o[j][2 * r] * inv), float_to_bf16(o[j][2 * r + 1] * inv));
     }
-    if (t == 0) lse[bh * g.seq + q0 + row] = ops::log_sum_exp(m[r], l[r]);
+    if (t == 0) lse[blk.bh * g.seq + q0 + row] = ops::log_sum_exp(m[r], l[r]);
   }
 #endif
 }
@@ -340,47 +377,29 @@ __global__ void __launch_bounds__(kThreads)
   float* lse_s = reinterpret_cast<float*>(v_s + 2 * T::kElems);
   float* delta_s = lse_s + kTile;
 
-  const int qt = g.tiles - 1 - static_cast<int>(blockIdx.x / g.heads);
-  const int64_t bh = blockIdx.x % g.heads;
-  const int64_t b = bh / g.n_heads, h = bh % g.n_heads, kvh = h / g.group;
-  const int q0 = qt * kTile;
-  const int q_rows = min(kTile, g.seq - q0);
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int t = lane & 3;
-  const int strip_row = 16 * warp + (lane >> 2);
-  const int64_t q_at = (b * g.seq + q0) * g.ld_q + h * D;
-  const int64_t kv_base = b * g.seq * g.ld_kv + kvh * D;
-  auto load_kv = [&](int kt) {
-    const int k0 = kt * kTile;
-    const int rows = min(kTile, g.seq - k0);
-    load_tile_async<D>(k_s + (kt & 1) * T::kElems, k + kv_base + k0 * g.ld_kv, g.ld_kv, rows);
-    load_tile_async<D>(v_s + (kt & 1) * T::kElems, v + kv_base + k0 * g.ld_kv, g.ld_kv, rows);
-  };
+  const QueryBlock<D> blk(g);
+  const int qt = blk.qt, q0 = blk.q0, q_rows = blk.q_rows;
+  const LanePlace place;
+  const int warp = place.warp, lane = place.lane, t = place.t, strip_row = place.strip_row;
+  const int64_t q_at = blk.q_at;
 
   load_tile_async<D>(q_s, q + q_at, g.ld_q, q_rows);
   load_tile_async<D>(do_s, grad_out + q_at, g.ld_q, q_rows);
-  load_kv(0);
+  blk.load_kv(g, k, v, k_s, v_s, 0);
   mma::cp_async_commit();
-  load_stats(lse_s, lse + bh * g.seq + q0, q_rows);
-  load_stats(delta_s, delta + bh * g.seq + q0, q_rows);
+  load_stats(lse_s, lse + blk.bh * g.seq + q0, q_rows);
+  load_stats(delta_s, delta + blk.bh * g.seq + q0, q_rows);
 
   float dq[T::kDBlocks][4];
-  #pragma unroll
-  for (int j = 0; j < T::kDBlocks; ++j) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
+  zero(dq);
   const bool padded = q0 + kTile > g.seq;
   float row_lse[2], row_delta[2];
 
   for (int kt = 0; kt <= qt; ++kt) {
-    if (kt < qt) {
-      load_kv(kt + 1);
-      mma::cp_async_commit();
-      mma::cp_async_wait<1>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
-    __syncthreads();
+    if (kt < qt) blk.load_kv(g, k, v, k_s, v_s, kt + 1);
+    advance_pipeline(kt < qt);
     if (kt == 0) {
-      #pragma unroll
+#pragma unroll
       for (int r = 0; r < 2; ++r) {
         row_lse[r] = lse_s[strip_row + 8 * r];
         row_delta[r] = delta_s[strip_row + 8 * r];
@@ -395,12 +414,12 @@ __global__ void __launch_bounds__(kThreads)
     strip_product<D>(s, q_s, 16 * warp, k_tile, lane);
     strip_product<D>(dp, do_s, 16 * warp, v_tile, lane);
     uint32_t ds[kStripSteps][4];
-    #pragma unroll
+#pragma unroll
     for (int j = 0; j < kColumnBlocks; ++j) {
-      #pragma unroll
+#pragma unroll
       for (int r = 0; r < 2; ++r) {
         uint16_t bits[2];
-        #pragma unroll
+#pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int e = 2 * r + c;
           const bool see = !masked || visible(q0 + strip_row + 8 * r, k0 + strip_column(j, t, e), g.seq);
@@ -445,9 +464,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = bkv / n_kv_heads, kvh = bkv % n_kv_heads;
   const int k0 = kt * kTile;
   const int k_rows = min(kTile, g.seq - k0);
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int t = lane & 3;
-  const int strip_row = 16 * warp + (lane >> 2);
+  const LanePlace place;
+  const int warp = place.warp, lane = place.lane, t = place.t, strip_row = place.strip_row;
   const int64_t kv_at = (b * g.seq + k0) * g.ld_kv + kvh * D;
   // Iteration i: query head kvh·group + i / query_tiles, query tile kt + i % query_tiles.
   const int query_tiles = g.tiles - kt;
@@ -470,21 +488,12 @@ __global__ void __launch_bounds__(kThreads)
   mma::cp_async_commit();
 
   float dk[T::kDBlocks][4], dv[T::kDBlocks][4];
-  #pragma unroll
-  for (int j = 0; j < T::kDBlocks; ++j) {
-    dk[j][0] = dk[j][1] = dk[j][2] = dk[j][3] = 0.0f;
-    dv[j][0] = dv[j][1] = dv[j][2] = dv[j][3] = 0.0f;
-  }
+  zero(dk);
+  zero(dv);
 
   for (int i = 0; i < iterations; ++i) {
-    if (i + 1 < iterations) {
-      load_queries(i + 1);
-      mma::cp_async_commit();
-      mma::cp_async_wait<1>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
-    __syncthreads();
+    if (i + 1 < iterations) load_queries(i + 1);
+    advance_pipeline(i + 1 < iterations);
     const uint16_t* q_tile = q_s + (i & 1) * T::kElems;
     const uint16_t* do_tile = do_s + (i & 1) * T::kElems;
     const float* tile_lse = lse_s + (i & 1) * kTile;
