@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "fp8/arith.h"
 #include "worker/engine/model/delayed_step.h"
 #include "worker/engine/status_macros.h"
 
@@ -223,7 +224,7 @@ absl::Status FsdpModel::refresh_fp8_scales() {
     const float scale = f.linear->layer->fp8_weight_scale(global[i]);
     std::vector<float> host(kScaleFloats, 0.0f);
     host[kScaleSlot] = scale;
-    host[kInvScaleSlot] = 1.0f / scale;
+    host[kInvScaleSlot] = inverse_scale(scale);
     host[kAmaxSlot] = global[i];
     FP8_RETURN_IF_ERROR(f.scales.upload<float>(host));
     f.shard_cast = false;
