@@ -1,13 +1,13 @@
 // bench_attention: causal grouped-query attention, forward and backward, in bf16, per CUDA
-// implementation side by side in one run: the fp32 SIMT kernels (simt), the WMMA
-// tensor-core kernels (wmma, the default), and the mma.sync kernels with every tile in
-// registers (mma, FP8_CUDA_ATTENTION=mma). Prints ms, TFLOP/s and the fraction of the
-// GPU's dense bf16 peak, each implementation's speed against the first's (wmma by
-// default), and how far its results are from simt's (relative L2 difference of out,
+// implementation side by side in one run: the tensor-core kernels (mma: mma.sync with
+// every tile in registers, the default) and the fp32 SIMT kernels (simt,
+// FP8_CUDA_ATTENTION=simt). Prints ms, TFLOP/s and the fraction of the GPU's dense bf16
+// peak, each implementation's speed against the first's (mma by default), and how far its
+// results are from simt's (relative L2 difference of out,
 // grad_q, grad_k, grad_v; simt is fp32 throughout): a kernel that is fast and wrong shows. bench/torch_attention.py times PyTorch's
 // scaled_dot_product_attention on the same shapes.
 //
-//   bench_attention --device cuda [--shapes B:S:H:KV:D,...] [--kernels wmma,mma,simt] [--csv FILE]
+//   bench_attention --device cuda [--shapes B:S:H:KV:D,...] [--kernels mma,simt] [--csv FILE]
 //   bench_attention [--device cpu]      the CPU's attention on a small shape (checks the wiring)
 //
 // The implementation is chosen per call through FP8_CUDA_ATTENTION (the launchers read it
@@ -30,7 +30,7 @@ namespace fp8::bench {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: bench_attention [--device cpu|cuda] [--shapes B:S:H:KV:D,...] [--kernels wmma,mma,simt] [--csv FILE]\n"
+    "usage: bench_attention [--device cpu|cuda] [--shapes B:S:H:KV:D,...] [--kernels mma,simt] [--csv FILE]\n"
     "  Times causal GQA attention forward and backward in bf16 (batch B, sequence S, H query heads, KV kv\n"
     "  heads, head_dim D) per CUDA implementation, side by side. Default shapes on cuda: llama-h100's\n"
     "  4:2048:32:8:64, 1:8192:32:8:64 and 4:2048:16:16:128; on cpu 1:256:4:2:64.";
@@ -97,7 +97,7 @@ AttentionOptions take_attention_options(int& argc, char** argv) {
     } else if (a == "--kernels" && i + 1 < argc) {
       ao.kernels = split(argv[++i], ',');
       for (const auto& k : ao.kernels) {
-        if (k != "simt" && k != "wmma" && k != "mma") die("--kernels: '" + k + "' is none of simt, wmma, mma");
+        if (k != "simt" && k != "mma") die("--kernels: '" + k + "' is neither mma nor simt");
       }
     } else {
       argv[kept++] = argv[i];
@@ -109,7 +109,7 @@ AttentionOptions take_attention_options(int& argc, char** argv) {
 
 // Makes the attention launchers take implementation `kernel` (cuda); nothing on the CPU.
 void select(const std::string& kernel) {
-  if (kernel == "wmma" || kernel == "cpu") {
+  if (kernel == "mma" || kernel == "cpu") {
     unsetenv("FP8_CUDA_ATTENTION");
   } else {
     setenv("FP8_CUDA_ATTENTION", kernel.c_str(), 1);
@@ -192,7 +192,7 @@ int run(int argc, char** argv) {
                     : std::vector<Shape>{parse_shape("1:256:4:2:64")};
   }
   if (!gpu) ao.kernels = {"cpu"};
-  if (ao.kernels.empty()) ao.kernels = {"wmma", "mma", "simt"};
+  if (ao.kernels.empty()) ao.kernels = {"mma", "simt"};
   size_t reference = 0;
   for (size_t k = 0; k < ao.kernels.size(); ++k) {
     if (ao.kernels[k] == "simt") reference = k;
@@ -204,8 +204,8 @@ int run(int argc, char** argv) {
   std::printf("# shape B:S:H:KV:D; TFLOP/s: forward 2·B·H·S²·D (causal half of Q·Kᵀ and P·V), backward 2.5x that; "
               "%% peak against %s %.3g TFLOP/s\n",
               gpu ? "dense bf16" : "the fp32 peak", peaks.hp_tflops);
-  std::printf("# kernels: simt (fp32 SIMT), wmma (WMMA tensor cores, the default), mma (mma.sync, registers; "
-              "FP8_CUDA_ATTENTION=mma); they take turns in each timing round (median of 7)\n");
+  std::printf("# kernels: mma (tensor cores, mma.sync, the default), simt (fp32 SIMT, FP8_CUDA_ATTENTION=simt); "
+              "they take turns in each timing round (median of 7)\n");
   std::printf("# err: worst relative L2 difference of out, grad_q, grad_k, grad_v from %s's\n",
               ao.kernels[reference].c_str());
   Table table({"shape", "kernel", "fwd ms", "fwd TFLOP/s", "bwd ms", "bwd TFLOP/s", "fwd+bwd % peak",

@@ -13,9 +13,8 @@
 #   bench-gemm      bench_cast, bench_gemm, then torch_gemm.py on the same shapes
 #   bench-linear    bench_linear (ln -> linear -> sigmoid, and the linear alone), then torch_linear.py
 #   bench-train     bench_train on llama-h100 per recipe (none first), then torch_llama.py
-#   bench-attention bench_attention (the WMMA, mma.sync and SIMT attention kernels side by side),
-#                   torch_attention.py, then bench_train on llama-h100 (none, rowwise) with the
-#                   WMMA attention and with the mma.sync one (FP8_CUDA_ATTENTION=mma)
+#   bench-attention bench_attention (the tensor-core and SIMT attention kernels side by side),
+#                   then torch_attention.py
 # and, for a machine without that limit: tests (both test parts), bench (the three bench
 # parts), all (everything).
 #
@@ -121,11 +120,8 @@ do_part() {
       run nccl_process_group_test 120 "$bin/fp8_nccl_process_group_test"
       if [[ -x $bin/fp8_cuda_model_ops_test ]]; then
         run cuda_model_ops_test 240 "$bin/fp8_cuda_model_ops_test"
-        # The bf16 attention once more on the SIMT kernels (tight tolerances for every head_dim),
-        # and on the mma.sync kernels (the tensor-core tolerances).
+        # The bf16 attention once more on the SIMT kernels (tight tolerances for every head_dim).
         run cuda_model_ops_simt_attention 120 env FP8_CUDA_ATTENTION=simt "$bin/fp8_cuda_model_ops_test" \
-          --gtest_filter='*Bf16*Attention*'
-        run cuda_model_ops_mma_attention 120 env FP8_CUDA_ATTENTION=mma "$bin/fp8_cuda_model_ops_test" \
           --gtest_filter='*Bf16*Attention*'
       else
         echo "!! fp8_cuda_model_ops_test is not in the bundle"; status=1
@@ -133,8 +129,6 @@ do_part() {
       ;;
     tests-train)
       run cuda_training_test 300 "$bin/fp8_cuda_training_test"
-      run cuda_training_mma_attention 120 env FP8_CUDA_ATTENTION=mma "$bin/fp8_cuda_training_test" \
-        --gtest_filter='*TensorCoreAttention*'
       run cuda_fsdp_test 180 "$bin/fp8_cuda_fsdp_test"
       run cuda_job_test 300 "$bin/fp8_cuda_job_test"
       ;;
@@ -163,13 +157,6 @@ do_part() {
       run bench_attention 150 "$bin/bench_attention" --device cuda --csv "$out/ours_attention.csv"
       keep_csv ours_attention.csv
       need_csv ours_attention.csv && run torch_attention 120 python3 bench/torch_attention.py --ours "$out/ours_attention.csv"
-      # The llama-h100 step with the WMMA attention, then with the mma.sync one: what the
-      # attention is worth end to end.
-      run bench_train_wmma_attention 130 "$bin/bench_train" --device cuda --config examples/jobs/llama-h100.yaml \
-        --recipes none,rowwise --budget 100 --csv "$out/ours_train_wmma_attention.csv"
-      run bench_train_mma_attention 130 env FP8_CUDA_ATTENTION=mma "$bin/bench_train" --device cuda \
-        --config examples/jobs/llama-h100.yaml --recipes none,rowwise --budget 100 \
-        --csv "$out/ours_train_mma_attention.csv"
       ;;
     torch-gemm) torch_gemm ;;
     torch-linear) torch_linear ;;

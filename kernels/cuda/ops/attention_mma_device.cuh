@@ -1,6 +1,6 @@
-// The device code of the mma.sync attention (attention_mma_kernels.h): the kernels, their
-// shared-memory sizes and helpers, in a namespace of their own. attention_mma_kernels.cu
-// launches them; tests/ops/attention_mma_emulation_test.cc runs this same source on the
+// The device code of the tensor-core attention (attention_tc_kernels.h): the mma.sync
+// kernels, their shared-memory sizes and helpers, in a namespace of their own.
+// attention_tc_kernels.cu launches them; tests/ops/attention_mma_emulation_test.cc runs this same source on the
 // CPU, with the instructions of mma_primitives.cuh emulated (its include path finds
 // tests/ops/emulation/cuda/ops/mma_primitives.cuh first) and shared memory given by the
 // emulation (under FP8_CUDA_EMULATION, fp8_emulated_shared_bytes()).
@@ -16,11 +16,13 @@
 // bf16, without a trip through shared memory. The streamed tiles (K and V, or Q and dO)
 // are double-buffered: cp.async fills one buffer while the warps compute on the other.
 //
-// Numerics are the WMMA kernels' (attention_tc_kernels.cu): scale·s rounded on its own,
-// fp32 softmax (ops/model_arith.h), P and dS rounded to bf16 (nearest even) only as product
-// operands, the forward's running sum adding the rounded P; only the order of fp32 sums
-// differs. Shared rows are padded by 16 bytes, so that the 8 rows an ldmatrix reads start
-// on different banks.
+// Numerics: fp32 softmax in base 2, as FlashAttention computes it: exp(scale·s − m) =
+// 2^(s·scale·log2e − m·scale·log2e), one fused multiply-add and one ex2.approx per score
+// (mma_primitives.cuh), the row max m kept on the raw scores; P and dS rounded to bf16
+// (nearest even) only as product operands, the forward's running sum adding the rounded P;
+// lse in natural units, as the CPU's and the SIMT kernels'. Against the CPU's fp32
+// attention the results differ by the bf16 rounding of P and dS. Shared rows are padded by
+// 16 bytes, so that the 8 rows an ldmatrix reads start on different banks.
 #pragma once
 
 #include <cmath>
@@ -42,6 +44,7 @@ static_assert(kTile == 16 * kWarps, "a warp owns 16 rows of the tile");
 constexpr int kColumnBlocks = kTile / 8;  // 8-column blocks of a strip (keys, or queries in grad_kv)
 constexpr int kStripSteps = kTile / 16;   // 16-column k-steps of a strip as an A operand
 constexpr unsigned kFullMask = 0xffffffffu;
+constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D>
 struct Tile {
@@ -68,14 +71,26 @@ __device__ __forceinline__ unsigned char* shared_bytes() {
 __device__ __forceinline__ unsigned char* shared_bytes() { return fp8_emulated_shared_bytes(); }
 #endif
 
-// As the SIMT and WMMA kernels: a key counts for a query iff it is not in the query's
-// future and the query is real.
-__device__ __forceinline__ float scaled(float s, float scale) { return __fmul_rn(s, scale); }
+// As the SIMT kernels: a key counts for a query iff it is not in the query's future and
+// the query is real.
 __device__ __forceinline__ bool visible(int query, int key, int seq) { return key <= query && query < seq; }
 
-__device__ __forceinline__ uint32_t pack(uint16_t lo, uint16_t hi) {
-  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+// exp(scale·s − offset / log2e) for a raw score s: 2^(s·scale_log2 − offset), where
+// scale_log2 = scale·log2e and offset is a row's max or lse times log2e (or scale_log2).
+// A masked score (-inf) gives exactly 0.
+__device__ __forceinline__ float softmax_exp2(float s, float scale_log2, float offset) {
+  return mma::exp2_approx(fmaf(s, scale_log2, -offset));
 }
+
+// The forward's offset for a row whose raw running max is m: m·scale_log2, and 0 while the
+// row has seen only masked keys (m = -inf), so that no -inf − -inf appears.
+__device__ __forceinline__ float max_offset(float m, float scale_log2) {
+  return m == -INFINITY ? 0.0f : m * scale_log2;
+}
+
+// The two bf16 of a packed pair, widened.
+__device__ __forceinline__ float low_bf16(uint32_t w) { return bits_float(w << 16); }
+__device__ __forceinline__ float high_bf16(uint32_t w) { return bits_float(w & 0xffff0000u); }
 
 // The max and the sum over the 4 lanes of a quad (one score row).
 __device__ __forceinline__ float quad_max(float x) {
@@ -100,9 +115,12 @@ __device__ __forceinline__ void load_tile_async(uint16_t* tile, const uint16_t* 
   }
 }
 
-// Per-row statistics (lse, delta) of a tile: `rows` values from src, zeros past them.
-__device__ __forceinline__ void load_stats(float* dst, const float* __restrict__ src, int rows) {
-  for (int i = static_cast<int>(threadIdx.x); i < kTile; i += kThreads) dst[i] = i < rows ? __ldg(src + i) : 0.0f;
+// Per-row statistics (lse, delta) of a tile, times `factor`: `rows` values from src, zeros
+// past them.
+__device__ __forceinline__ void load_stats(float* dst, const float* __restrict__ src, int rows, float factor) {
+  for (int i = static_cast<int>(threadIdx.x); i < kTile; i += kThreads) {
+    dst[i] = i < rows ? __ldg(src + i) * factor : 0.0f;
+  }
 }
 
 // The A operand of rows row0..row0+15, columns k0..k0+15 of a tile.
@@ -185,6 +203,20 @@ struct QueryBlock {
   }
 };
 
+// acc += A·Bᵀ over head_dim columns k0..k0+15: the A fragment of a 16-row strip against
+// the kTile rows of tile `b`.
+template <int D>
+__device__ __forceinline__ void strip_product_step(float (&acc)[kColumnBlocks][4], const uint32_t (&af)[4],
+                                                   const uint16_t* b, int k0, int lane) {
+#pragma unroll
+  for (int j = 0; j < kColumnBlocks / 2; ++j) {
+    uint32_t bf[4];
+    load_b_of_rows<D>(bf, b, 16 * j, k0, lane);
+    mma::mma_bf16(acc[2 * j], af, bf[0], bf[1]);
+    mma::mma_bf16(acc[2 * j + 1], af, bf[2], bf[3]);
+  }
+}
+
 // acc = A·Bᵀ over head_dim: rows a_row0..+15 of tile `a` against the kTile rows of tile
 // `b`, a 16 x kTile strip.
 template <int D>
@@ -195,14 +227,17 @@ __device__ __forceinline__ void strip_product(float (&acc)[kColumnBlocks][4], co
   for (int kk = 0; kk < Tile<D>::kSteps; ++kk) {
     uint32_t af[4];
     load_a<D>(af, a, a_row0, 16 * kk, lane);
-#pragma unroll
-    for (int j = 0; j < kColumnBlocks / 2; ++j) {
-      uint32_t bf[4];
-      load_b_of_rows<D>(bf, b, 16 * j, 16 * kk, lane);
-      mma::mma_bf16(acc[2 * j], af, bf[0], bf[1]);
-      mma::mma_bf16(acc[2 * j + 1], af, bf[2], bf[3]);
-    }
+    strip_product_step<D>(acc, af, b, 16 * kk, lane);
   }
+}
+
+// The same with the strip's A fragments already in registers (the forward's queries).
+template <int D>
+__device__ __forceinline__ void strip_product(float (&acc)[kColumnBlocks][4],
+                                              const uint32_t (&a)[Tile<D>::kSteps][4], const uint16_t* b, int lane) {
+  zero(acc);
+#pragma unroll
+  for (int kk = 0; kk < Tile<D>::kSteps; ++kk) strip_product_step<D>(acc, a[kk], b, 16 * kk, lane);
 }
 
 // acc += strip · tile: a 16 x kTile strip of bf16 A fragments (P or dS) times the kTile x D
@@ -244,8 +279,7 @@ __device__ __forceinline__ void store_strip(const float (&acc)[Tile<D>::kDBlocks
     uint16_t* out = dst + row * ld + 2 * t;
 #pragma unroll
     for (int j = 0; j < Tile<D>::kDBlocks; ++j) {
-      *reinterpret_cast<uint32_t*>(out + 8 * j) =
-          pack(float_to_bf16(acc[j][2 * r] * factor), float_to_bf16(acc[j][2 * r + 1] * factor));
+      *reinterpret_cast<uint32_t*>(out + 8 * j) = mma::pack_bf16x2(acc[j][2 * r] * factor, acc[j][2 * r + 1] * factor);
     }
   }
 }
@@ -253,9 +287,10 @@ __device__ __forceinline__ void store_strip(const float (&acc)[Tile<D>::kDBlocks
 // ---- forward -----------------------------------------------------------------------------------
 
 // One block: query tile qt of head h, batch b; the key tiles 0..qt in increasing order.
-// Online softmax per row: m the running max, l the running sum of the rounded P (a
-// partial sum per lane, summed over the quad at the end), O the running output, all in
-// registers; out = O / l and lse = m + log l at the end.
+// Online softmax per row: m the running max of the raw scores, l the running sum of the
+// rounded P (a partial sum per lane, summed over the quad at the end), O the running
+// output, all in registers, and so are the warp's query fragments, loaded once; out = O / l
+// and lse = scale·m + log l at the end.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_mma_kernel(Geometry g, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
@@ -279,54 +314,57 @@ __global__ void __launch_bounds__(kThreads)
 
   float o[T::kDBlocks][4];
   zero(o);
+  uint32_t qf[T::kSteps][4];
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const float scale_log2 = g.scale * kLog2e;
   // Only the diagonal tile and a tile holding padding queries need the mask.
   const bool padded = q0 + kTile > g.seq;
 
   for (int kt = 0; kt <= qt; ++kt) {
     if (kt < qt) blk.load_kv(g, k, v, k_s, v_s, kt + 1);
     advance_pipeline(kt < qt);
+    if (kt == 0) {
+#pragma unroll
+      for (int kk = 0; kk < T::kSteps; ++kk) load_a<D>(qf[kk], q_s, 16 * warp, 16 * kk, lane);
+    }
     const uint16_t* k_tile = k_s + (kt & 1) * T::kElems;
     const uint16_t* v_tile = v_s + (kt & 1) * T::kElems;
     const int k0 = kt * kTile;
     const bool masked = kt == qt || padded;
 
     float s[kColumnBlocks][4];
-    strip_product<D>(s, q_s, 16 * warp, k_tile, lane);
+    strip_product<D>(s, qf, k_tile, lane);
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < kColumnBlocks; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
-        float x = scaled(s[j][e], g.scale);
-        if (masked && !visible(q0 + strip_row + 8 * r, k0 + strip_column(j, t, e), g.seq)) x = -INFINITY;
-        s[j][e] = x;
-        mx[r] = fmaxf(mx[r], x);
+        if (masked && !visible(q0 + strip_row + 8 * r, k0 + strip_column(j, t, e), g.seq)) s[j][e] = -INFINITY;
+        mx[r] = fmaxf(mx[r], s[j][e]);
       }
     }
-    float m_new[2], alpha[2], sum[2] = {0.0f, 0.0f};
+    float offset[2], alpha[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      m_new[r] = fmaxf(m[r], quad_max(mx[r]));
-      alpha[r] = ops::online_softmax_rescale(m[r], m_new[r]);
+      const float m_new = fmaxf(m[r], quad_max(mx[r]));
+      offset[r] = max_offset(m_new, scale_log2);
+      alpha[r] = softmax_exp2(m[r], scale_log2, offset[r]);  // 0 while m was -inf
+      m[r] = m_new;
     }
     uint32_t p[kStripSteps][4];
 #pragma unroll
     for (int j = 0; j < kColumnBlocks; ++j) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint16_t p0 = float_to_bf16(ops::softmax_exp(s[j][2 * r], m_new[r]));
-        const uint16_t p1 = float_to_bf16(ops::softmax_exp(s[j][2 * r + 1], m_new[r]));
-        sum[r] += bf16_to_float(p0) + bf16_to_float(p1);
-        a_slot(p, j, r) = pack(p0, p1);
+        const uint32_t pair = mma::pack_bf16x2(softmax_exp2(s[j][2 * r], scale_log2, offset[r]),
+                                               softmax_exp2(s[j][2 * r + 1], scale_log2, offset[r]));
+        sum[r] += low_bf16(pair) + high_bf16(pair);
+        a_slot(p, j, r) = pair;
       }
     }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      m[r] = m_new[r];
-      l[r] = l[r] * alpha[r] + sum[r];  // alpha is the quad's, so the partial sums rescale alike
-    }
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];  // alpha is the quad's, so the partial sums rescale alike
 #pragma unroll
     for (int j = 0; j < T::kDBlocks; ++j) {
       o[j][0] *= alpha[0];
@@ -347,10 +385,9 @@ __global__ void __launch_bounds__(kThreads)
     uint16_t* dst = out + blk.q_at + row * g.ld_q + 2 * t;
 #pragma unroll
     for (int j = 0; j < T::kDBlocks; ++j) {
-      *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-          pack(float_to_bf16(o[j][2 * r] * inv), float_to_bf16(o[j][2 * r + 1] * inv));
+      *reinterpret_cast<uint32_t*>(dst + 8 * j) = mma::pack_bf16x2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
     }
-    if (t == 0) lse[blk.bh * g.seq + q0 + row] = ops::log_sum_exp(m[r], l[r]);
+    if (t == 0) lse[blk.bh * g.seq + q0 + row] = ops::log_sum_exp(m[r] * g.scale, l[r]);
   }
 #endif
 }
@@ -387,12 +424,13 @@ __global__ void __launch_bounds__(kThreads)
   load_tile_async<D>(do_s, grad_out + q_at, g.ld_q, q_rows);
   blk.load_kv(g, k, v, k_s, v_s, 0);
   mma::cp_async_commit();
-  load_stats(lse_s, lse + blk.bh * g.seq + q0, q_rows);
-  load_stats(delta_s, delta + blk.bh * g.seq + q0, q_rows);
+  load_stats(lse_s, lse + blk.bh * g.seq + q0, q_rows, kLog2e);  // the exponent's offset
+  load_stats(delta_s, delta + blk.bh * g.seq + q0, q_rows, 1.0f);
 
   float dq[T::kDBlocks][4];
   zero(dq);
   const bool padded = q0 + kTile > g.seq;
+  const float scale_log2 = g.scale * kLog2e;
   float row_lse[2], row_delta[2];
 
   for (int kt = 0; kt <= qt; ++kt) {
@@ -418,15 +456,15 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kColumnBlocks; ++j) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        uint16_t bits[2];
+        float grad[2];
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int e = 2 * r + c;
           const bool see = !masked || visible(q0 + strip_row + 8 * r, k0 + strip_column(j, t, e), g.seq);
-          const float p = ops::softmax_exp(see ? scaled(s[j][e], g.scale) : -INFINITY, row_lse[r]);
-          bits[c] = float_to_bf16(ops::softmax_input_grad(p, dp[j][e], row_delta[r]));
+          const float p = see ? softmax_exp2(s[j][e], scale_log2, row_lse[r]) : 0.0f;
+          grad[c] = ops::softmax_input_grad(p, dp[j][e], row_delta[r]);
         }
-        a_slot(ds, j, r) = pack(bits[0], bits[1]);
+        a_slot(ds, j, r) = mma::pack_bf16x2(grad[0], grad[1]);
       }
     }
     strip_times_tile<D>(dq, ds, k_tile, lane);  // dQ += dS·K
@@ -478,8 +516,8 @@ __global__ void __launch_bounds__(kThreads)
     load_tile_async<D>(q_s + (i & 1) * T::kElems, q + q_at, g.ld_q, rows);
     load_tile_async<D>(do_s + (i & 1) * T::kElems, grad_out + q_at, g.ld_q, rows);
     const int64_t stats = (b * g.n_heads + h) * g.seq + q0;
-    load_stats(lse_s + (i & 1) * kTile, lse + stats, rows);
-    load_stats(delta_s + (i & 1) * kTile, delta + stats, rows);
+    load_stats(lse_s + (i & 1) * kTile, lse + stats, rows, kLog2e);  // the exponent's offsets
+    load_stats(delta_s + (i & 1) * kTile, delta + stats, rows, 1.0f);
   };
 
   load_tile_async<D>(k_s, k + kv_at, g.ld_kv, k_rows);
@@ -490,6 +528,7 @@ __global__ void __launch_bounds__(kThreads)
   float dk[T::kDBlocks][4], dv[T::kDBlocks][4];
   zero(dk);
   zero(dv);
+  const float scale_log2 = g.scale * kLog2e;
 
   for (int i = 0; i < iterations; ++i) {
     if (i + 1 < iterations) load_queries(i + 1);
@@ -502,15 +541,16 @@ __global__ void __launch_bounds__(kThreads)
     const int q0 = qt * kTile;
     const bool masked = qt == kt || q0 + kTile > g.seq;
 
-    // Sᵀ (keys by queries), turned into scale·Sᵀ with the mask applied, in place.
+    // Sᵀ (keys by queries), masked in place.
     float st[kColumnBlocks][4];
     strip_product<D>(st, k_s, 16 * warp, q_tile, lane);
+    if (masked) {
 #pragma unroll
-    for (int j = 0; j < kColumnBlocks; ++j) {
+      for (int j = 0; j < kColumnBlocks; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const bool see = !masked || visible(q0 + strip_column(j, t, e), k0 + strip_row + 8 * (e >> 1), g.seq);
-        st[j][e] = see ? scaled(st[j][e], g.scale) : -INFINITY;
+        for (int e = 0; e < 4; ++e) {
+          if (!visible(q0 + strip_column(j, t, e), k0 + strip_row + 8 * (e >> 1), g.seq)) st[j][e] = -INFINITY;
+        }
       }
     }
     // dV += Pᵀ·dO first, so that Pᵀ's bf16 strip is dead before dPᵀ takes its registers.
@@ -521,13 +561,13 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int c0 = strip_column(j, t, 2 * r);
-          a_slot(pt, j, r) = pack(float_to_bf16(ops::softmax_exp(st[j][2 * r], tile_lse[c0])),
-                                  float_to_bf16(ops::softmax_exp(st[j][2 * r + 1], tile_lse[c0 + 1])));
+          a_slot(pt, j, r) = mma::pack_bf16x2(softmax_exp2(st[j][2 * r], scale_log2, tile_lse[c0]),
+                                              softmax_exp2(st[j][2 * r + 1], scale_log2, tile_lse[c0 + 1]));
         }
       }
       strip_times_tile<D>(dv, pt, do_tile, lane);
     }
-    // dK += dSᵀ·Q, dSᵀ = Pᵀ ∘ (dPᵀ − delta) with Pᵀ recomputed from the scaled scores.
+    // dK += dSᵀ·Q, dSᵀ = Pᵀ ∘ (dPᵀ − delta) with Pᵀ recomputed from the scores.
     float dpt[kColumnBlocks][4];
     strip_product<D>(dpt, v_s, 16 * warp, do_tile, lane);
     uint32_t dst[kStripSteps][4];
@@ -535,14 +575,14 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kColumnBlocks; ++j) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        uint16_t bits[2];
+        float grad[2];
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int e = 2 * r + c, column = strip_column(j, t, e);
-          const float p = ops::softmax_exp(st[j][e], tile_lse[column]);
-          bits[c] = float_to_bf16(ops::softmax_input_grad(p, dpt[j][e], tile_delta[column]));
+          const float p = softmax_exp2(st[j][e], scale_log2, tile_lse[column]);
+          grad[c] = ops::softmax_input_grad(p, dpt[j][e], tile_delta[column]);
         }
-        a_slot(dst, j, r) = pack(bits[0], bits[1]);
+        a_slot(dst, j, r) = mma::pack_bf16x2(grad[0], grad[1]);
       }
     }
     strip_times_tile<D>(dk, dst, q_tile, lane);

@@ -2,6 +2,7 @@
 // attention_kernels.h's launchers take when tensor_core_attention_applies(). Internal to
 // kernels/cuda/ops (plain C++ for the host side, like attention_kernels.h).
 //
+// FlashAttention-2 on mma.sync with every tile in registers (attention_mma_device.cuh).
 // Same contract as the SIMT kernels (layouts, lse, delta, grad_q / grad_k / grad_v written,
 // deterministic: no floating-point atomics, grad_k / grad_v owned by their key tile's
 // block, grad_q by its query tile's), with FlashAttention-2's precision on the tensor
@@ -23,8 +24,7 @@ namespace fp8::cuda {
 
 // bf16 activations, head_dim 64 or 128, every activation pointer 16-byte aligned, a device
 // of compute capability 8.0 or newer (bf16 tensor cores), and FP8_CUDA_ATTENTION not set to
-// "simt" (the SIMT kernels then run, for comparison). FP8_CUDA_ATTENTION=mma runs the
-// mma.sync kernels (attention_mma_kernels.h) in place of the WMMA ones below.
+// "simt" (the SIMT kernels then run, for comparison).
 bool tensor_core_attention_applies(const AttentionDims& d, HpType act, std::initializer_list<const void*> pointers);
 
 // Activations are bf16 bits (uint16_t); lse and delta fp32, [batch, n_heads, seq].

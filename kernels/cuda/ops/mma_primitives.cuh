@@ -1,6 +1,7 @@
-// The warp-level tensor-core instructions the mma.sync attention kernels use, one inline
-// PTX statement each (sm_80 and newer), so that the kernels read as the algorithm and the
-// fragment layouts are written down once:
+// The instructions the mma.sync attention kernels use beyond plain C++, one inline PTX
+// statement each (sm_80 and newer), so that the kernels read as the algorithm, the fragment
+// layouts are written down once, and a CPU emulation can stand in for each
+// (tests/ops/emulation/cuda/ops/mma_primitives.cuh):
 //
 // mma.m16n8k16 with bf16 operands and fp32 accumulators; lane = 4·g + t (g = lane / 4,
 // t = lane % 4) holds
@@ -58,6 +59,22 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// 2^x by the special-function unit: relative error about 2^-22, subnormal results flushed
+// to zero, 2^-inf = 0. The softmax's probabilities are rounded to bf16 before they are
+// used, so its error never shows beyond that rounding.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Two floats rounded to bf16 (nearest even) in one instruction, `lo` in the low half.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
 }
 
 }  // namespace fp8::cuda::mma

@@ -5,6 +5,7 @@
 // products accumulate in fp32, in k order.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -91,5 +92,12 @@ inline void cp_async_commit() {}
 
 template <int kPending>
 inline void cp_async_wait() {}
+
+// ex2.approx.ftz and cvt.rn.bf16x2.f32: the exact 2^x (the instruction's own error, about
+// 2^-22, is below what the tests can see) and two roundings to nearest even.
+inline float exp2_approx(float x) { return std::exp2(x); }
+inline uint32_t pack_bf16x2(float lo, float hi) {
+  return static_cast<uint32_t>(float_to_bf16(lo)) | (static_cast<uint32_t>(float_to_bf16(hi)) << 16);
+}
 
 }  // namespace fp8::cuda::mma
