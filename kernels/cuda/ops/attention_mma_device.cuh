@@ -115,11 +115,12 @@ __device__ __forceinline__ void load_tile_async(uint16_t* tile, const uint16_t* 
   }
 }
 
-// Per-row statistics (lse, delta) of a tile, times `factor`: `rows` values from src, zeros
-// past them.
-__device__ __forceinline__ void load_stats(float* dst, const float* __restrict__ src, int rows, float factor) {
+// Queues the copy of a tile's per-row statistics (lse, delta): `rows` values from src,
+// zeros past them.
+__device__ __forceinline__ void load_stats_async(float* dst, const float* __restrict__ src, int rows) {
   for (int i = static_cast<int>(threadIdx.x); i < kTile; i += kThreads) {
-    dst[i] = i < rows ? __ldg(src + i) * factor : 0.0f;
+    const bool valid = i < rows;
+    mma::cp_async_4(dst + i, valid ? src + i : src, valid);
   }
 }
 
@@ -422,10 +423,10 @@ __global__ void __launch_bounds__(kThreads)
 
   load_tile_async<D>(q_s, q + q_at, g.ld_q, q_rows);
   load_tile_async<D>(do_s, grad_out + q_at, g.ld_q, q_rows);
+  load_stats_async(lse_s, lse + blk.bh * g.seq + q0, q_rows);
+  load_stats_async(delta_s, delta + blk.bh * g.seq + q0, q_rows);
   blk.load_kv(g, k, v, k_s, v_s, 0);
   mma::cp_async_commit();
-  load_stats(lse_s, lse + blk.bh * g.seq + q0, q_rows, kLog2e);  // the exponent's offset
-  load_stats(delta_s, delta + blk.bh * g.seq + q0, q_rows, 1.0f);
 
   float dq[T::kDBlocks][4];
   zero(dq);
@@ -439,7 +440,7 @@ __global__ void __launch_bounds__(kThreads)
     if (kt == 0) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        row_lse[r] = lse_s[strip_row + 8 * r];
+        row_lse[r] = lse_s[strip_row + 8 * r] * kLog2e;  // the exponent's offset
         row_delta[r] = delta_s[strip_row + 8 * r];
       }
     }
@@ -479,8 +480,13 @@ __global__ void __launch_bounds__(kThreads)
 //   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Pᵀ = exp(scale·Sᵀ − lse), dSᵀ = Pᵀ ∘ (dPᵀ − delta),
 //   dV += Pᵀ·dO, dK += dSᵀ·Q;   grad_k = scale·dK, grad_v = dV.
 // The strip's columns are queries, each with its own lse and delta.
+//
+// Its grid is the smallest (one block per key tile of a kv head) and its blocks the most
+// unequal, so at head_dim 64 the registers are capped (168 a thread) for 3 blocks an SM
+// rather than the 2 that its ~172 would allow (ncu on an H200: 2 warps a scheduler, an
+// issue every 2.9 cycles).
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 1)
     attention_grad_kv_mma_kernel(Geometry g, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
                                  const uint16_t* __restrict__ v, const float* __restrict__ lse,
                                  const float* __restrict__ delta, const uint16_t* __restrict__ grad_out,
@@ -493,8 +499,8 @@ __global__ void __launch_bounds__(kThreads)
   uint16_t* v_s = k_s + T::kElems;
   uint16_t* q_s = v_s + T::kElems;       // two buffers
   uint16_t* do_s = q_s + 2 * T::kElems;  // two buffers
-  float* lse_s = reinterpret_cast<float*>(do_s + 2 * T::kElems);  // two buffers
-  float* delta_s = lse_s + 2 * kTile;                               // two buffers
+  // Two buffers of a query tile's statistics: lse·log2e (the exponent's offsets), then delta.
+  float* stats_s = reinterpret_cast<float*>(do_s + 2 * T::kElems);
 
   const int kt = static_cast<int>(blockIdx.x / g.heads);  // the first key tiles see the most queries
   const int64_t bkv = blockIdx.x % g.heads;
@@ -515,15 +521,27 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t q_at = (b * g.seq + q0) * g.ld_q + h * D;
     load_tile_async<D>(q_s + (i & 1) * T::kElems, q + q_at, g.ld_q, rows);
     load_tile_async<D>(do_s + (i & 1) * T::kElems, grad_out + q_at, g.ld_q, rows);
-    const int64_t stats = (b * g.n_heads + h) * g.seq + q0;
-    load_stats(lse_s + (i & 1) * kTile, lse + stats, rows, kLog2e);  // the exponent's offsets
-    load_stats(delta_s + (i & 1) * kTile, delta + stats, rows, 1.0f);
+  };
+  // Thread x's statistic of query tile i: lse·log2e of row x (x < kTile), else delta of row
+  // x - kTile. Fetched into a register an iteration before the tile's buffer is filled
+  // from it, so that the load's latency hides behind a whole iteration's products.
+  static_assert(kThreads == 2 * kTile, "one statistic a thread");
+  const int stat_row = static_cast<int>(threadIdx.x) % kTile;
+  const bool fetches_lse = static_cast<int>(threadIdx.x) < kTile;
+  auto fetch_stat = [&](int i) -> float {
+    const int64_t h = kvh * g.group + i / query_tiles;
+    const int q0 = (kt + i % query_tiles) * kTile;
+    if (q0 + stat_row >= g.seq) return 0.0f;
+    const int64_t at = (b * g.n_heads + h) * g.seq + q0 + stat_row;
+    return fetches_lse ? __ldg(lse + at) * kLog2e : __ldg(delta + at);
   };
 
   load_tile_async<D>(k_s, k + kv_at, g.ld_kv, k_rows);
   load_tile_async<D>(v_s, v + kv_at, g.ld_kv, k_rows);
   load_queries(0);
   mma::cp_async_commit();
+  stats_s[threadIdx.x] = fetch_stat(0);  // the first barrier makes it visible
+  float next_stat = iterations > 1 ? fetch_stat(1) : 0.0f;
 
   float dk[T::kDBlocks][4], dv[T::kDBlocks][4];
   zero(dk);
@@ -535,8 +553,8 @@ __global__ void __launch_bounds__(kThreads)
     advance_pipeline(i + 1 < iterations);
     const uint16_t* q_tile = q_s + (i & 1) * T::kElems;
     const uint16_t* do_tile = do_s + (i & 1) * T::kElems;
-    const float* tile_lse = lse_s + (i & 1) * kTile;
-    const float* tile_delta = delta_s + (i & 1) * kTile;
+    const float* tile_lse = stats_s + (i & 1) * 2 * kTile;
+    const float* tile_delta = tile_lse + kTile;
     const int qt = kt + i % query_tiles;
     const int q0 = qt * kTile;
     const bool masked = qt == kt || q0 + kTile > g.seq;
@@ -586,6 +604,12 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     strip_times_tile<D>(dk, dst, q_tile, lane);
+    // The next tile's statistics into its buffer, last read an iteration ago (the barrier
+    // that ended it keeps that safe; the one below makes them visible).
+    if (i + 1 < iterations) {
+      stats_s[((i + 1) & 1) * 2 * kTile + threadIdx.x] = next_stat;
+      if (i + 2 < iterations) next_stat = fetch_stat(i + 2);
+    }
     __syncthreads();
   }
   store_strip<D>(dk, g.scale, grad_k + kv_at, g.ld_kv, strip_row, k_rows, t);

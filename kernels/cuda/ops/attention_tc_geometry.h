@@ -1,6 +1,5 @@
-// What both tensor-core attention implementations (attention_tc_kernels.cu: WMMA;
-// attention_mma_kernels.cu: mma.sync) share on the host and device side: the call's
-// geometry as the kernels read it, and the launch helpers. Internal to kernels/cuda/ops.
+// The tensor-core attention's geometry as its kernels (attention_mma_device.cuh) read it,
+// and the launch helpers of attention_tc_kernels.cu. Internal to kernels/cuda/ops.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -56,10 +55,16 @@ inline LaunchResult after_launch(const char* kernel) {
   return {e, e == cudaSuccess ? nullptr : kernel};
 }
 
+// Lets the kernel take `bytes` of dynamic shared memory, and asks for the largest shared
+// memory carve-out of L1: the kernels stage their operands in shared memory themselves,
+// and the driver's own choice can leave room for fewer blocks than registers allow (ncu on
+// an H200: 135 KB for grad_kv, 2 blocks an SM).
 template <typename Kernel>
 LaunchResult allow_shared_memory(Kernel* kernel, size_t bytes, const char* call) {
-  const cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e == cudaSuccess) {
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  }
   return {e, e == cudaSuccess ? nullptr : call};
 }
 

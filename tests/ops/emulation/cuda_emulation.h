@@ -24,7 +24,7 @@
 #define __global__
 #define __host__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __restrict__
 
 #define FP8_CUDA_EMULATION 1

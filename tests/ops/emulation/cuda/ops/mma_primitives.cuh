@@ -88,6 +88,18 @@ inline void cp_async_16(void* dst, const void* src, bool valid) {
   }
 }
 
+inline void cp_async_4(void* dst, const void* src, bool valid) {
+  if (reinterpret_cast<uintptr_t>(dst) % 4 != 0 || reinterpret_cast<uintptr_t>(src) % 4 != 0) {
+    std::fprintf(stderr, "cp.async: %p <- %p is not 4-byte aligned\n", dst, src);
+    std::abort();
+  }
+  if (valid) {
+    std::memcpy(dst, src, 4);
+  } else {
+    std::memset(dst, 0, 4);
+  }
+}
+
 inline void cp_async_commit() {}
 
 template <int kPending>
