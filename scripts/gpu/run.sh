@@ -15,6 +15,9 @@
 #   bench-train     bench_train on llama-h100 per recipe (none first), then torch_llama.py
 #   bench-attention bench_attention (the tensor-core and SIMT attention kernels side by side),
 #                   then torch_attention.py
+#   profile-train   where a llama-h100 step's GPU time goes, per kernel: bench_train cut to 4
+#                   layers under nsys (else ncu), per recipe in PROFILE_RECIPES (default
+#                   "none tensorwise")
 # and, for a machine without that limit: tests (both test parts), bench (the three bench
 # parts), all (everything).
 #
@@ -158,13 +161,31 @@ do_part() {
       keep_csv ours_attention.csv
       need_csv ours_attention.csv && run torch_attention 120 python3 bench/torch_attention.py --ours "$out/ours_attention.csv"
       ;;
+    profile-train)
+      local nsys ncu
+      nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+      ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      for r in ${PROFILE_RECIPES:-none tensorwise}; do
+        local job=(--device cuda --config examples/jobs/llama-h100.yaml --set model.n_layers=4 --recipes "$r")
+        if [[ -n $nsys ]]; then
+          # The report itself stays behind (tens of MB); its kernel summary is the log.
+          run "profile_train_$r" 150 "$nsys" profile --stats=true --force-overwrite=true -o "/tmp/profile_train_$r" \
+            "$bin/bench_train" "${job[@]}" --budget 40
+        elif [[ -n $ncu ]]; then
+          run "profile_train_$r" 200 "$ncu" --metrics gpu__time_duration.sum --print-summary per-kernel \
+            "$bin/bench_train" "${job[@]}" --warmup 1 --steps 2 --budget 60
+        else
+          echo "!! neither nsys nor ncu on this machine"; status=1
+        fi
+      done
+      ;;
     torch-gemm) torch_gemm ;;
     torch-linear) torch_linear ;;
     torch-train) torch_train ;;
     tests) do_part tests-kernels; do_part tests-train ;;
     bench) do_part bench-gemm; do_part bench-linear; do_part bench-train ;;
     all) do_part tests; do_part bench ;;
-    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-gemm, bench-linear, bench-train, bench-attention, torch-gemm," \
+    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-gemm, bench-linear, bench-train, bench-attention, profile-train, torch-gemm," \
          "torch-linear, torch-train, tests, bench, all)"; status=2 ;;
   esac
 }
