@@ -18,6 +18,7 @@ AdamWCoefficients adamw_coefficients(const AdamWHyperparams& h, int64_t step) {
   c.step_size = static_cast<float>(lr / correction1);
   c.sqrt_correction2 = static_cast<float>(std::sqrt(correction2));
   c.eps = h.eps;
+  c.grad_scale = h.grad_scale;
   return c;
 }
 

@@ -233,6 +233,9 @@ absl::Status validate_adamw(const AdamWHyperparams& h, int64_t step, const float
   if (!(h.weight_decay >= 0.0f) || !std::isfinite(h.weight_decay)) {
     return invalid(op, "weight_decay must be finite and >= 0, got ", h.weight_decay);
   }
+  if (!(h.grad_scale >= 0.0f) || !std::isfinite(h.grad_scale)) {
+    return invalid(op, "grad_scale must be finite and >= 0, got ", h.grad_scale);
+  }
   if (step < 1) return invalid(op, "step counts from 1, got ", step);
   return check_not_null(op, {{"param", param}, {"grad", grad}, {"m", m}, {"v", v}});
 }

@@ -88,6 +88,12 @@ std::vector<BadCall> bad_calls() {
       // optimizer
       {"adamw_step: step counts from 1, got 0",
        [=](ModelOps& o) { return o.adamw_step(adam, 0, out, buf, out, out, 8); }},
+      {"adamw_step: grad_scale must be finite and >= 0, got inf",
+       [=](ModelOps& o) {
+         AdamWHyperparams h = adam;
+         h.grad_scale = INFINITY;
+         return o.adamw_step(h, 1, out, buf, out, out, 8);
+       }},
       {"adamw_step: beta2 must be in [0, 1), got 1",
        [=](ModelOps& o) {
          AdamWHyperparams h = adam;

@@ -90,6 +90,9 @@ struct AdamWHyperparams {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 1e-2f;
+  // Each gradient's factor before the update (gradient clipping's max_norm / norm): the
+  // same fp32 product a separate scale_inplace would store, without its pass over memory.
+  float grad_scale = 1.0f;
 };
 
 class ModelOps {

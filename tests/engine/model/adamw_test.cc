@@ -164,63 +164,55 @@ TEST(EngineAdamW, ResumesFromSavedMomentsAndStepCount) {
   EXPECT_GT(std::abs(cv[2] - av[2]), 1e-3);
 }
 
-TEST(EngineClipGradNorm, ReturnsTheGlobalNormAndScalesOnlyAboveMax) {
-  ParameterSet set;
-  Parameter* a = add(set, "a", {0.0f, 0.0f}, {3.0f, 4.0f}, true);
-  Parameter* b = add(set, "b", {0.0f}, {12.0f}, false);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
+// ---- gradient clipping: the norm's pieces, and the factor AdamW applies --------------------
 
-  // ‖(3, 4, 12)‖ = 13 over both parameters.
-  for (double max_norm : {0.0, -1.0, 13.0, 26.0}) {
-    absl::StatusOr<double> norm = clip_grad_norm(ops(), set, max_norm);
-    ASSERT_TRUE(norm.ok()) << norm.status();
-    EXPECT_DOUBLE_EQ(*norm, 13.0) << max_norm;
-    // Not above max (or only measuring): untouched, bit for bit.
-    EXPECT_EQ(values_of(a->grad), (std::vector<float>{3.0f, 4.0f})) << max_norm;
-    EXPECT_EQ(values_of(b->grad), (std::vector<float>{12.0f})) << max_norm;
+TEST(EngineAdamWGradScale, AFactorStepsAsIfEveryGradientWereScaledFirst) {
+  // Clipping rides on the update: step(lr, f) must leave the bits that scaling every
+  // gradient by f (one fp32 multiply each) and then step(lr) would, and not touch the
+  // gradients themselves.
+  auto make = [](ParameterSet& set) {
+    return add(set, "w", {0.5f, -1.25f, 2.0f}, {0.3f, -1.7f, 2.9f}, true) != nullptr &&
+           add(set, "g", {1.0f}, {-0.8f}, false) != nullptr;
+  };
+  for (float f : {0.5f, 1.0f / 13.0f, 1.0f, 0.0f}) {
+    ParameterSet fused, scaled;
+    ASSERT_TRUE(make(fused));
+    ASSERT_TRUE(make(scaled));
+    absl::StatusOr<AdamW> fused_opt = AdamW::create(ops(), fused, hyper(0.99f, 0.1f));
+    absl::StatusOr<AdamW> scaled_opt = AdamW::create(ops(), scaled, hyper(0.99f, 0.1f));
+    ASSERT_TRUE(fused_opt.ok() && scaled_opt.ok());
+    for (int step = 0; step < 2; ++step) {
+      const std::vector<float> grads_before = values_of(fused.all()[0].grad);
+      ASSERT_TRUE(fused_opt->step(0.05f, f).ok());
+      EXPECT_EQ(values_of(fused.all()[0].grad), grads_before) << f;
+      for (Parameter& p : scaled.all()) ASSERT_TRUE(ops().scale_inplace(p.grad.data<float>(), p.grad.numel(), f).ok());
+      ASSERT_TRUE(scaled_opt->step(0.05f).ok());
+      for (size_t i = 0; i < 2; ++i) {
+        SCOPED_TRACE(testing::Message() << "factor " << f << " step " << step << " parameter " << i);
+        EXPECT_EQ(values_of(fused.all()[i].value), values_of(scaled.all()[i].value));
+        EXPECT_EQ(values_of(fused_opt->first_moment(i)), values_of(scaled_opt->first_moment(i)));
+        EXPECT_EQ(values_of(fused_opt->second_moment(i)), values_of(scaled_opt->second_moment(i)));
+      }
+      // The next step's gradients: the scaled set's were scaled in place.
+      for (size_t i = 0; i < 2; ++i) {
+        ASSERT_TRUE(scaled.all()[i].grad.upload<float>(values_of(fused.all()[i].grad)).ok());
+      }
+    }
   }
-
-  // Above max: every gradient scaled by max / norm, and the norm before clipping returned.
-  absl::StatusOr<double> norm = clip_grad_norm(ops(), set, 6.5);
-  ASSERT_TRUE(norm.ok());
-  EXPECT_DOUBLE_EQ(*norm, 13.0);
-  EXPECT_EQ(values_of(a->grad), (std::vector<float>{1.5f, 2.0f}));
-  EXPECT_EQ(values_of(b->grad), (std::vector<float>{6.0f}));
-  // The clipped gradients have norm max.
-  norm = clip_grad_norm(ops(), set, 0.0);
-  ASSERT_TRUE(norm.ok());
-  EXPECT_NEAR(*norm, 6.5, 1e-6);
-
-  // A factor that is not a power of two.
-  const std::vector<float> g = {3.0f, 4.0f};
-  ASSERT_TRUE(a->grad.upload<float>(g).ok());
-  ASSERT_TRUE(b->grad.upload<float>(std::vector<float>{12.0f}).ok());
-  norm = clip_grad_norm(ops(), set, 1.0);
-  ASSERT_TRUE(norm.ok());
-  std::vector<float> av = values_of(a->grad), bv = values_of(b->grad);
-  EXPECT_NEAR(av[0], 3.0 / 13.0, 1e-7);
-  EXPECT_NEAR(av[1], 4.0 / 13.0, 1e-7);
-  EXPECT_NEAR(bv[0], 12.0 / 13.0, 1e-7);
 }
 
-TEST(EngineClipGradNorm, NonFiniteNormIsReportedNotApplied) {
+TEST(EngineAdamWGradScale, ANonFiniteOrNegativeFactorIsRejected) {
   ParameterSet set;
-  Parameter* a = add(set, "a", {0.0f, 0.0f}, {3.0f, std::numeric_limits<float>::quiet_NaN()}, true);
-  Parameter* b = add(set, "b", {0.0f}, {12.0f}, true);
+  Parameter* a = add(set, "a", {1.0f}, {3.0f}, true);
   ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  absl::StatusOr<double> norm = clip_grad_norm(ops(), set, 1.0);
-  ASSERT_TRUE(norm.ok());
-  EXPECT_TRUE(std::isnan(*norm));
-  EXPECT_EQ(values_of(b->grad), (std::vector<float>{12.0f}));
-  EXPECT_EQ(values_of(a->grad)[0], 3.0f);
-
-  ASSERT_TRUE(a->grad.upload<float>(std::vector<float>{3.0f, std::numeric_limits<float>::infinity()}).ok());
-  norm = clip_grad_norm(ops(), set, 1.0);
-  ASSERT_TRUE(norm.ok());
-  EXPECT_TRUE(std::isinf(*norm));
-  EXPECT_EQ(values_of(b->grad), (std::vector<float>{12.0f}));
+  absl::StatusOr<AdamW> opt = AdamW::create(ops(), set, hyper(0.99f, 0.1f));
+  ASSERT_TRUE(opt.ok());
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -0.5f}) {
+    const absl::Status s = opt->step(0.05f, bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("grad_scale"), std::string::npos) << s;
+    EXPECT_EQ(values_of(a->value), (std::vector<float>{1.0f})) << bad;
+  }
 }
 
 // ---- the pieces FSDP clips with: sum of squares, factor, scaling ------------------------
@@ -243,10 +235,6 @@ TEST(EngineGradSumOfSquares, SumsEveryGradientInDouble) {
   EXPECT_EQ(values_of(a->grad), (std::vector<float>{3.0f, -4.0f}));
   EXPECT_EQ(values_of(b->grad), (std::vector<float>{12.0f}));
   EXPECT_EQ(values_of(a->value), (std::vector<float>{0.0f, 0.0f}));
-  // The same norm clip_grad_norm measures.
-  absl::StatusOr<double> norm = clip_grad_norm(ops(), set, 0.0);
-  ASSERT_TRUE(norm.ok());
-  EXPECT_EQ(*norm, std::sqrt(*sum));
 }
 
 TEST(EngineGradSumOfSquares, SquaresPastTheFloatRangeStayFinite) {
@@ -337,66 +325,6 @@ TEST(EngineClipFactor, MaxOverNormAboveMax) {
   EXPECT_GT(*just_above, 0.999f);
 }
 
-TEST(EngineScaleGrads, ScalesEveryGradientAndNothingElse) {
-  ParameterSet set;
-  Parameter* a = add(set, "a", {1.0f, 2.0f}, {3.0f, -4.0f}, true);
-  Parameter* b = add(set, "b", {5.0f}, {12.0f}, false);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  ASSERT_TRUE(scale_grads(ops(), set, 0.5f).ok());
-  EXPECT_EQ(values_of(a->grad), (std::vector<float>{1.5f, -2.0f}));
-  EXPECT_EQ(values_of(b->grad), (std::vector<float>{6.0f}));
-  EXPECT_EQ(values_of(a->value), (std::vector<float>{1.0f, 2.0f}));
-  EXPECT_EQ(values_of(b->value), (std::vector<float>{5.0f}));
-
-  // One fp32 multiply per element, as clipping in one process does.
-  const float f = 1.0f / 13.0f;
-  ASSERT_TRUE(scale_grads(ops(), set, f).ok());
-  EXPECT_EQ(values_of(a->grad), (std::vector<float>{1.5f * f, -2.0f * f}));
-  EXPECT_EQ(values_of(b->grad), (std::vector<float>{6.0f * f}));
-
-  // Factor 1 leaves the bits alone; factor 0 zeroes.
-  const std::vector<float> before = values_of(a->grad);
-  ASSERT_TRUE(scale_grads(ops(), set, 1.0f).ok());
-  EXPECT_EQ(values_of(a->grad), before);
-  ASSERT_TRUE(scale_grads(ops(), set, 0.0f).ok());
-  for (float x : values_of(a->grad)) EXPECT_EQ(x, 0.0f);
-  EXPECT_EQ(values_of(b->grad), (std::vector<float>{0.0f}));
-
-  ParameterSet empty;
-  EXPECT_TRUE(scale_grads(ops(), empty, 0.5f).ok());
-}
-
-TEST(EngineScaleGrads, ANonFiniteFactorIsRejected) {
-  ParameterSet set;
-  Parameter* a = add(set, "a", {0.0f}, {3.0f}, true);
-  ASSERT_NE(a, nullptr);
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-    EXPECT_EQ(scale_grads(ops(), set, bad).code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_EQ(values_of(a->grad), (std::vector<float>{3.0f})) << bad;
-  }
-}
-
-TEST(EngineClipPieces, ComposeToClipGradNorm) {
-  // FSDP's clipping: sum of squares (per rank, then all-reduced), factor, scaling. With
-  // one rank it must leave the same bits as clip_grad_norm.
-  auto make = [](ParameterSet& set) {
-    return add(set, "w", {0.0f, 0.0f, 0.0f}, {0.3f, -1.7f, 2.9f}, true) != nullptr &&
-           add(set, "g", {0.0f}, {-0.8f}, false) != nullptr;
-  };
-  ParameterSet whole, pieces;
-  ASSERT_TRUE(make(whole));
-  ASSERT_TRUE(make(pieces));
-  absl::StatusOr<double> norm = clip_grad_norm(ops(), whole, 1.0);
-  ASSERT_TRUE(norm.ok());
-  absl::StatusOr<double> sum = grad_sum_of_squares(ops(), pieces);
-  ASSERT_TRUE(sum.ok());
-  EXPECT_EQ(std::sqrt(*sum), *norm);
-  const std::optional<float> factor = clip_factor(std::sqrt(*sum), 1.0);
-  ASSERT_TRUE(factor.has_value());
-  ASSERT_TRUE(scale_grads(ops(), pieces, *factor).ok());
-  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(values_of(pieces.all()[i].grad), values_of(whole.all()[i].grad)) << i;
-}
 
 TEST(EngineParameterSet, AddFindZeroGrads) {
   ParameterSet set;

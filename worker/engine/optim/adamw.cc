@@ -18,12 +18,13 @@ absl::StatusOr<AdamW> AdamW::create(ModelOps& ops, ParameterSet& params, const A
   return opt;
 }
 
-absl::Status AdamW::step(float lr) {
+absl::Status AdamW::step(float lr, float grad_scale) {
   const int64_t step = steps_taken_ + 1;
   size_t i = 0;
   for (Parameter& p : params_->all()) {
     AdamWHyperparams h = hyper_;
     h.lr = lr;
+    h.grad_scale = grad_scale;
     if (!p.weight_decay) h.weight_decay = 0.0f;
     FP8_RETURN_IF_ERROR(ops_->adamw_step(h, step, p.value.data<float>(), p.grad.data<float>(),
                                          m_[i].data<float>(), v_[i].data<float>(), p.value.numel()));
@@ -46,20 +47,6 @@ std::optional<float> clip_factor(double norm, double max_norm) {
   // every gradient into NaN.
   if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) return static_cast<float>(max_norm / norm);
   return std::nullopt;
-}
-
-absl::Status scale_grads(ModelOps& ops, ParameterSet& params, float factor) {
-  for (Parameter& p : params.all()) {
-    FP8_RETURN_IF_ERROR(ops.scale_inplace(p.grad.data<float>(), p.grad.numel(), factor));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<double> clip_grad_norm(ModelOps& ops, ParameterSet& params, double max_norm) {
-  FP8_ASSIGN_OR_RETURN(double sum, grad_sum_of_squares(ops, params));
-  const double norm = std::sqrt(sum);
-  if (std::optional<float> factor = clip_factor(norm, max_norm)) FP8_RETURN_IF_ERROR(scale_grads(ops, params, *factor));
-  return norm;
 }
 
 }  // namespace fp8::engine

@@ -18,8 +18,10 @@ class AdamW {
   // Moments start at zero. `hyper.lr` is ignored: step() takes the scheduled rate.
   static absl::StatusOr<AdamW> create(ModelOps& ops, ParameterSet& params, const AdamWHyperparams& hyper);
 
-  // One update of every parameter from its gradient at learning rate `lr`.
-  absl::Status step(float lr);
+  // One update of every parameter from its gradient times `grad_scale` (gradient
+  // clipping's factor, clip_factor) at learning rate `lr`. The gradients themselves are
+  // left as they are.
+  absl::Status step(float lr, float grad_scale = 1.0f);
 
   // Updates taken so far (the step number the bias correction of the last one used).
   int64_t steps_taken() const { return steps_taken_; }
@@ -41,16 +43,12 @@ class AdamW {
   int64_t steps_taken_ = 0;
 };
 
-// The global L2 norm of every gradient (as if they were one vector), accumulated in
-// double in parameter order; when it exceeds max_norm > 0 every gradient is scaled by
-// max_norm / norm. max_norm <= 0 only measures. Returns the norm before clipping.
-absl::StatusOr<double> clip_grad_norm(ModelOps& ops, ParameterSet& params, double max_norm);
-
-// The pieces, for FSDP, whose ranks each hold a shard of every gradient: the sum of squares
-// of `params`' gradients (double, parameter order), and the factor clipping applies to a
-// norm (nullopt: leave the gradients alone), and the scaling itself.
+// Gradient clipping: the global L2 norm of every gradient (as if they were one vector) is
+// sqrt(grad_sum_of_squares), accumulated in double in parameter order (FSDP sums its
+// ranks' shards first); when it exceeds max_norm > 0, clip_factor gives max_norm / norm,
+// the factor AdamW::step applies to every gradient (nullopt: leave them alone; max_norm
+// <= 0 only measures).
 absl::StatusOr<double> grad_sum_of_squares(ModelOps& ops, const ParameterSet& params);
 std::optional<float> clip_factor(double norm, double max_norm);
-absl::Status scale_grads(ModelOps& ops, ParameterSet& params, float factor);
 
 }  // namespace fp8::engine

@@ -191,7 +191,8 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   double loss = 0, grad_norm = 0;
   if (!fsdp_) {
     FP8_RETURN_IF_ERROR(model_->finish_step());
-    FP8_ASSIGN_OR_RETURN(grad_norm, clip_grad_norm(*ops, *trained_, spec_.train().grad_clip()));
+    FP8_ASSIGN_OR_RETURN(double sum_sq, grad_sum_of_squares(*ops, *trained_));
+    grad_norm = std::sqrt(sum_sq);
     loss = loss_sum / static_cast<double>(micro_batches);
     *stop_everywhere = stop_here;
   } else {
@@ -202,9 +203,6 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
     loss = stats[0] / static_cast<double>(micro_batches * world_size());
     grad_norm = std::sqrt(stats[1]);
     *stop_everywhere = stats[2] > 0;
-    if (std::optional<float> f = clip_factor(grad_norm, spec_.train().grad_clip())) {
-      FP8_RETURN_IF_ERROR(scale_grads(*ops, *trained_, *f));
-    }
   }
   if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
     return absl::InternalError(absl::StrCat("training diverged at step ", step, ": loss ", loss, ", grad norm ",
@@ -212,7 +210,8 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
                                             "); lower train.lr or resume from an earlier checkpoint"));
   }
   const double lr = schedule_->LrAt(step);
-  FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr)));
+  // Clipping rides on the update: AdamW scales each gradient as it reads it.
+  FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr), clip_factor(grad_norm, spec_.train().grad_clip()).value_or(1.0f)));
   StepReport r;
   if (fsdp_) {
     fsdp_->shards_changed();
