@@ -186,6 +186,49 @@ TEST_P(BackendContract, CastMatchesReferenceBitForBit) {
   }
 }
 
+TEST_P(BackendContract, CastOfATallMatrixWalksEveryRowTile) {
+  // Far more row tiles than the GPU's transposing cast launches blocks for (it sizes the
+  // grid to the GPU, and each block walks several tiles, loading the next while it writes
+  // the current one out); ragged in both directions.
+  const int64_t rows = 1100 * 64 + 37, cols = 72, n = rows * cols;
+  const auto host = test_matrix(rows, cols, 11, true);
+  const auto host_bf16 = testing::to_bf16(host);
+  Buffer<float> x(b_, host);
+  Buffer<uint16_t> xb(b_, host_bf16);
+  for (Granularity g : {Granularity::kTensorwise, Granularity::kRowwise}) {
+    const auto ns = static_cast<size_t>(scale_count(g, rows, cols));
+    std::vector<float> scales(ns);
+    for (size_t i = 0; i < ns; ++i) scales[i] = 0.5f + static_cast<float>(i % 13);
+    Buffer<float> s(b_, scales);
+    for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+      SCOPED_TRACE(::testing::Message() << granularity_name(g) << " " << dtype_name(t));
+      Buffer<uint8_t> out(b_, static_cast<size_t>(n)), out_t(b_, static_cast<size_t>(n));
+      Buffer<float> amax(b_, ns);
+      CastArgs a;
+      a.input = {t == DType::kFloat32 ? static_cast<const void*>(x.get()) : xb.get(), t, rows, cols};
+      a.format = Format::kE4M3;
+      a.granularity = g;
+      a.scale = s.get();
+      a.out = out.get();
+      a.out_t = out_t.get();
+      a.amax_out = amax.get();
+      ASSERT_TRUE(b_->cast(a).ok());
+      std::vector<uint8_t> want(static_cast<size_t>(n)), want_t(static_cast<size_t>(n));
+      std::vector<float> want_amax(ns);
+      CastArgs r = a;
+      r.input.data = t == DType::kFloat32 ? static_cast<const void*>(host.data()) : host_bf16.data();
+      r.scale = scales.data();
+      r.out = want.data();
+      r.out_t = want_t.data();
+      r.amax_out = want_amax.data();
+      ASSERT_TRUE(ref().cast(r).ok());
+      EXPECT_TRUE(out.download() == want);
+      EXPECT_TRUE(out_t.download() == want_t);
+      EXPECT_EQ(amax.download(), want_amax);
+    }
+  }
+}
+
 TEST_P(BackendContract, QuantizeIsAmaxThenScaleThenCast) {
   const int64_t rows = 96, cols = 160;
   const auto host = test_matrix(rows, cols, 4, false);
