@@ -276,10 +276,10 @@ struct RmsCase {
   size_t offset;
 };
 
-// 9001 columns: partial sums in scratch rather than shared memory; 1501 and 601 rows:
-// chunks of 3 and 2 rows (at most 512 chunks), the last one short.
-const RmsCase kRmsCases[] = {{1, 1, 0},    {3, 7, 0},    {257, 64, 0},  {257, 64, 1}, {100, 4096, 0},
-                             {33, 130, 0}, {5, 9001, 0}, {1501, 36, 0}, {601, 256, 1}};
+// 9001 columns: partial sums in scratch rather than shared memory; 4099 and 6001 rows:
+// chunks of 3 rows (at most 2048 chunks), the last one short.
+const RmsCase kRmsCases[] = {{1, 1, 0},    {3, 7, 0},    {257, 64, 0},  {257, 64, 1},  {100, 4096, 0},
+                             {33, 130, 0}, {5, 9001, 0}, {4099, 36, 0}, {6001, 40, 1}, {601, 256, 1}};
 
 TEST_F(CudaModelOpsTest, RmsNormForwardMatchesTheCpu) {
   for (const auto& c : kRmsCases) {

@@ -439,6 +439,41 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The same for bf16 rows of head_dim = 8·kLanes, 16-byte aligned: kLanes lanes a row, 8
+// elements (one 16-byte load of each input) a lane, so that a warp reads whole rows with
+// full-width loads (2-byte loads, a row a warp, ran at ~1/6 of the bandwidth on an H200).
+// Each bf16 product is exact in double and so are sums of 64 or 128 of them unless their
+// magnitudes span more than ~2^37, so the order of the sum does not show in the result.
+template <int kLanes>
+__global__ void __launch_bounds__(kThreads)
+    attention_delta_bf16_kernel(int64_t rows, int64_t n_heads, int64_t seq, const uint16_t* __restrict__ out,
+                                const uint16_t* __restrict__ grad_out, float* __restrict__ delta) {
+  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "a power of two lanes a row");
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t row = t / kLanes;
+  double acc = 0.0;
+  if (row < rows) {
+    const uint4 o = __ldg(reinterpret_cast<const uint4*>(out) + t);
+    const uint4 g = __ldg(reinterpret_cast<const uint4*>(grad_out) + t);
+    const uint32_t ow[4] = {o.x, o.y, o.z, o.w}, gw[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      acc += static_cast<double>(bf16_to_float(static_cast<uint16_t>(ow[i] & 0xffffu))) *
+             bf16_to_float(static_cast<uint16_t>(gw[i] & 0xffffu));
+      acc += static_cast<double>(bf16_to_float(static_cast<uint16_t>(ow[i] >> 16))) *
+             bf16_to_float(static_cast<uint16_t>(gw[i] >> 16));
+    }
+  }
+  // Every lane takes part (rows past the end add zeros), so the warp's shuffles are whole.
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) acc += __shfl_xor_sync(kFullMask, acc, offset);
+  if (row < rows && t % kLanes == 0) {
+    const int64_t h = row % n_heads, pos = row / n_heads;  // pos = b·seq + i
+    const int64_t b = pos / seq, i = pos % seq;
+    delta[(b * n_heads + h) * seq + i] = static_cast<float>(acc);
+  }
+}
+
 // One block: key tile `kt` of kv head kvh, batch b. For every query head of the group in
 // increasing order and every query tile that can see the tile, in increasing order:
 //   Sᵀ = K·Qᵀ, Pᵀ = exp(scale·Sᵀ − lse), dPᵀ = V·dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ − delta),
@@ -668,6 +703,35 @@ LaunchResult allow_shared_memory(Kernel* kernel, size_t bytes, const char* call)
 
 int64_t delta_rows(const AttentionDims& d) { return d.batch * d.seq * d.n_heads; }
 
+// delta for any activation type and head_dim (attention_delta_kernel), or for bf16 rows of
+// 64 or 128 with aligned inputs the vector kernel above.
+template <typename A>
+LaunchResult launch_attention_delta(const AttentionDims& d, const A* out, const A* grad_out, float* delta,
+                                    cudaStream_t stream) {
+  const int64_t rows = delta_rows(d);
+  if constexpr (std::is_same_v<A, uint16_t>) {
+    const bool aligned =
+        (reinterpret_cast<uintptr_t>(out) & 15u) == 0 && (reinterpret_cast<uintptr_t>(grad_out) & 15u) == 0;
+    if (aligned && (d.head_dim == 64 || d.head_dim == 128)) {
+      const int64_t blocks = ceil_div(rows * (d.head_dim / 8), kThreads);
+      if (blocks > INT_MAX) return kTooLarge;
+      if (d.head_dim == 64) {
+        attention_delta_bf16_kernel<8><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(rows, d.n_heads, d.seq,
+                                                                                               out, grad_out, delta);
+      } else {
+        attention_delta_bf16_kernel<16><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+            rows, d.n_heads, d.seq, out, grad_out, delta);
+      }
+      return after_launch("attention delta kernel");
+    }
+  }
+  const int64_t blocks = ceil_div(rows, kThreads / 32);
+  if (blocks > INT_MAX) return kTooLarge;
+  attention_delta_kernel<A><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      rows, d.n_heads, d.seq, static_cast<int>(d.head_dim), out, grad_out, delta);
+  return after_launch("attention delta kernel");
+}
+
 template <typename A>
 bool all_aligned(std::initializer_list<const void*> pointers) {
   for (const void* p : pointers) {
@@ -710,18 +774,17 @@ LaunchResult launch_attention_backward(const AttentionDims& d, const void* q, co
                                        const void* out, const float* lse, const void* grad_out, void* grad_q,
                                        void* grad_k, void* grad_v, void* scratch, HpType act, cudaStream_t stream) {
   float* const delta = static_cast<float*>(scratch);
-  constexpr int kWarps = kThreads / 32;
-  const int64_t delta_blocks = ceil_div(delta_rows(d), kWarps);
-  if (delta_blocks > INT_MAX || d.seq > INT_MAX) return kTooLarge;
+  if (d.seq > INT_MAX) return kTooLarge;
   return model::with_act(act, [&](auto type) {
     using A = decltype(type);
     const A* const qa = static_cast<const A*>(q);
     const A* const ka = static_cast<const A*>(k);
     const A* const va = static_cast<const A*>(v);
     const A* const grad_out_a = static_cast<const A*>(grad_out);
-    attention_delta_kernel<A><<<static_cast<unsigned>(delta_blocks), kThreads, 0, stream>>>(
-        delta_rows(d), d.n_heads, d.seq, static_cast<int>(d.head_dim), static_cast<const A*>(out), grad_out_a, delta);
-    if (const LaunchResult r = after_launch("attention delta kernel"); !r.ok()) return r;
+    if (const LaunchResult r = launch_attention_delta<A>(d, static_cast<const A*>(out), grad_out_a, delta, stream);
+        !r.ok()) {
+      return r;
+    }
     if (tensor_core_attention_applies(d, act, {q, k, v, out, grad_out, grad_q, grad_k, grad_v})) {
       return launch_attention_backward_tc(d, q, k, v, lse, delta, grad_out, grad_q, grad_k, grad_v, stream);
     }

@@ -10,6 +10,7 @@
 
 #include "cuda/ops/attention_mma_device.cuh"
 #include "cuda/ops/attention_tc_geometry.h"
+#include "cuda/ops/side_stream.h"
 
 namespace fp8::cuda {
 namespace {
@@ -56,6 +57,10 @@ LaunchResult launch_attention_forward_tc(const AttentionDims& d, const void* q, 
   });
 }
 
+// grad_kv on the caller's stream, grad_q beside it on a side stream: grad_kv's grid is the
+// smaller and its blocks the more unequal (the first key tiles see every query), so one
+// after the other leaves SMs idle in its last wave; side by side, grad_q's blocks fill
+// them. The two write disjoint outputs, so the results do not depend on the overlap.
 LaunchResult launch_attention_backward_tc(const AttentionDims& d, const void* q, const void* k, const void* v,
                                            const float* lse, const float* delta, const void* grad_out, void* grad_q,
                                            void* grad_k, void* grad_v, cudaStream_t stream) {
@@ -76,15 +81,21 @@ LaunchResult launch_attention_backward_tc(const AttentionDims& d, const void* q,
     LaunchResult r = allow_shared_memory(attention_grad_kv_mma_kernel<D>, kGradKvBytes<D>,
                                          "cudaFuncSetAttribute (mma attention grad_kv kernel)");
     if (!r.ok()) return r;
+    if (r = allow_shared_memory(attention_grad_q_mma_kernel<D>, kGradQBytes<D>,
+                                "cudaFuncSetAttribute (mma attention grad_q kernel)");
+        !r.ok()) {
+      return r;
+    }
+    SideStream* side = nullptr;
+    if (r = side_stream(&side); !r.ok()) return r;
+    if (r = side->fork(stream); !r.ok()) return r;
     attention_grad_kv_mma_kernel<D><<<kv_blocks, kThreads, kGradKvBytes<D>, stream>>>(
         kv, qa, ka, va, lse, delta, go, static_cast<uint16_t*>(grad_k), static_cast<uint16_t*>(grad_v));
     if (r = after_launch("mma attention grad_kv kernel"); !r.ok()) return r;
-    r = allow_shared_memory(attention_grad_q_mma_kernel<D>, kGradQBytes<D>,
-                            "cudaFuncSetAttribute (mma attention grad_q kernel)");
-    if (!r.ok()) return r;
-    attention_grad_q_mma_kernel<D><<<q_blocks, kThreads, kGradQBytes<D>, stream>>>(qg, qa, ka, va, lse, delta, go,
-                                                                                  static_cast<uint16_t*>(grad_q));
-    return after_launch("mma attention grad_q kernel");
+    attention_grad_q_mma_kernel<D><<<q_blocks, kThreads, kGradQBytes<D>, side->stream()>>>(
+        qg, qa, ka, va, lse, delta, go, static_cast<uint16_t*>(grad_q));
+    if (r = after_launch("mma attention grad_q kernel"); !r.ok()) return r;
+    return side->join(stream);
   });
 }
 
