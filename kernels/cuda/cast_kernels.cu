@@ -156,14 +156,39 @@ __device__ __forceinline__ void row_segment_max_atomic(unsigned* amax, bool acti
   if (active && head && v != 0) atomicMax(amax + row, v);
 }
 
+// ---- where a cast's scales come from --------------------------------------------------------------
+
+// `scale` as given (always, for columnwise casts); or, with dynamic scaling fused into the
+// cast (tensorwise and rowwise), scale_from_amax of `amax`, computed where each is needed
+// and written once, with its inverse, to scale_out and inv_scale_out (each optional) by the
+// thread that owns the tensor's or the row's first element: compute_scales_kernel's
+// results, bit for bit, without its launch.
+struct ScaleSource {
+  const float* scale = nullptr;
+  const float* amax = nullptr;
+  bool pow2 = false;
+  float* scale_out = nullptr;
+  float* inv_scale_out = nullptr;
+
+  template <Format F>
+  __device__ float at(int64_t i) const {
+    return amax != nullptr ? scale_from_amax(__ldg(amax + i), F, pow2) : __ldg(scale + i);
+  }
+  __device__ void publish(int64_t i, float s) const {
+    if (amax == nullptr) return;
+    if (scale_out != nullptr) scale_out[i] = s;
+    if (inv_scale_out != nullptr) inv_scale_out[i] = inverse_scale(s);
+  }
+};
+
 // ---- flat cast / amax ----------------------------------------------------------------------------
 
 // One 16-element chunk per thread. kQuantize: write `out`; kAmax: reduce the amax at A
 // (tensor or row; columnwise amax goes to the tiled kernel).
 template <typename T, Format F, Axis A, bool kQuantize, bool kAmax>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
-    flat_cast_kernel(const T* __restrict__ in, int64_t total, int64_t cols, const float* __restrict__ scale,
-                     bool saturate, uint8_t* __restrict__ out, unsigned* __restrict__ amax) {
+    flat_cast_kernel(const T* __restrict__ in, int64_t total, int64_t cols, ScaleSource scale, bool saturate,
+                     uint8_t* __restrict__ out, unsigned* __restrict__ amax) {
   static_assert(!(kAmax && A == Axis::kColumn), "columnwise amax runs in the tiled kernel");
   const int64_t e0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kChunk;
   const int n = e0 < total ? static_cast<int>(total - e0 < kChunk ? total - e0 : kChunk) : 0;
@@ -179,12 +204,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   if (A == Axis::kTensor || pos.col + n <= cols) {
     // The chunk lies in one row: always the case when cols % 16 == 0.
     float s = 0.0f;
-    if (kQuantize && A != Axis::kColumn && n > 0) s = __ldg(scale + (A == Axis::kTensor ? 0 : pos.row));
+    if (kQuantize && A != Axis::kColumn && n > 0) {
+      const int64_t at = A == Axis::kTensor ? 0 : pos.row;
+      s = scale.at<F>(at);
+      if (A == Axis::kTensor ? e0 == 0 : pos.col == 0) scale.publish(at, s);
+    }
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
       if (i < n) {
         if constexpr (kQuantize) {
-          const float si = A == Axis::kColumn ? __ldg(scale + pos.col + i) : s;
+          const float si = A == Axis::kColumn ? __ldg(scale.scale + pos.col + i) : s;
           words[i / 4] |= static_cast<uint32_t>(quantize_value(v[i], si, F, saturate)) << (8 * (i % 4));
         }
         if constexpr (kAmax) run = amax_bits_update(run, v[i]);
@@ -194,12 +223,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // The chunk crosses the end of at least one row: walk the position.
     int64_t r = pos.row;
     int64_t c = pos.col;
-    float s = kQuantize && A == Axis::kRow ? __ldg(scale + r) : 0.0f;
+    float s = 0.0f;
+    if (kQuantize && A == Axis::kRow) {
+      s = scale.at<F>(r);
+      if (c == 0) scale.publish(r, s);
+    }
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
       if (i < n) {
         if constexpr (kQuantize) {
-          const float si = A == Axis::kColumn ? __ldg(scale + c) : s;
+          const float si = A == Axis::kColumn ? __ldg(scale.scale + c) : s;
           words[i / 4] |= static_cast<uint32_t>(quantize_value(v[i], si, F, saturate)) << (8 * (i % 4));
         }
         if constexpr (kAmax) run = amax_bits_update(run, v[i]);
@@ -212,7 +245,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           }
           c = 0;
           ++r;
-          if constexpr (kQuantize && A == Axis::kRow) s = __ldg(scale + r);
+          if constexpr (kQuantize && A == Axis::kRow) {
+            s = scale.at<F>(r);
+            scale.publish(r, s);  // row r starts in this chunk
+          }
         }
       }
     }
@@ -282,9 +318,8 @@ constexpr bool kTiledPrefetch = A != Axis::kColumn;
 
 template <typename T, Format F, Axis A, bool kQuantize, bool kAmax>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
-    tiled_cast_kernel(const T* __restrict__ in, int64_t rows, int64_t cols, const float* __restrict__ scale,
-                      bool saturate, uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
-                      unsigned* __restrict__ amax) {
+    tiled_cast_kernel(const T* __restrict__ in, int64_t rows, int64_t cols, ScaleSource scale, bool saturate,
+                      uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, unsigned* __restrict__ amax) {
   constexpr int V = Hp<T>::kVec;
   __shared__ uint32_t tile[kTile * kPitch];
   __shared__ uint32_t col_max[kTile];
@@ -323,8 +358,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
     if constexpr (kQuantize) {
       float s = 0.0f;
-      if (A == Axis::kTensor) s = __ldg(scale);
-      if (A == Axis::kRow && row_ok) s = __ldg(scale + row);
+      if (A == Axis::kTensor) {
+        s = scale.at<F>(0);
+        if (ty == 0 && blockIdx.x == 0 && t == 0) scale.publish(0, s);
+      }
+      if (A == Axis::kRow && row_ok) {
+        s = scale.at<F>(row);
+        if (blockIdx.x == 0 && quarter == 0) scale.publish(row, s);
+      }
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         uint32_t word = 0;
@@ -334,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           float se = s;
           if (A == Axis::kColumn) {
             const int64_t col = c0 + tile_col<V>(e, quarter);
-            se = col < cols ? __ldg(scale + col) : 0.0f;
+            se = col < cols ? __ldg(scale.scale + col) : 0.0f;  // columnwise: scales as given
           }
           word |= static_cast<uint32_t>(quantize_value(v[e], se, F, saturate)) << (8 * b);
         }
@@ -753,8 +794,8 @@ LaunchResult with_axis(Axis a, Fn&& fn) {
 }
 
 template <typename T, Format F, Axis A, bool kQuantize, bool kAmax>
-LaunchResult launch_flat(const void* in, int64_t rows, int64_t cols, const float* scale, bool saturate, uint8_t* out,
-                         float* amax, cudaStream_t stream) {
+LaunchResult launch_flat(const void* in, int64_t rows, int64_t cols, const ScaleSource& scale, bool saturate,
+                         uint8_t* out, float* amax, cudaStream_t stream) {
   const int64_t total = rows * cols;
   const unsigned blocks = blocks_for(ceil_div(total, kChunk), kThreads);
   if (blocks == 0) return kTooLarge;
@@ -764,8 +805,8 @@ LaunchResult launch_flat(const void* in, int64_t rows, int64_t cols, const float
 }
 
 template <typename T, Format F, Axis A, bool kQuantize, bool kAmax>
-LaunchResult launch_tiled(const void* in, int64_t rows, int64_t cols, const float* scale, bool saturate, uint8_t* out,
-                          uint8_t* out_t, float* amax, cudaStream_t stream) {
+LaunchResult launch_tiled(const void* in, int64_t rows, int64_t cols, const ScaleSource& scale, bool saturate,
+                          uint8_t* out, uint8_t* out_t, float* amax, cudaStream_t stream) {
   const unsigned gx = blocks_for(cols, kTile);
   if (gx == 0) return kTooLarge;
   const int64_t ty = ceil_div(rows, kTile);
@@ -791,14 +832,13 @@ LaunchResult launch_amax(const void* x, HpType type, int64_t rows, int64_t cols,
     using T = decltype(tag);
     constexpr Format kAny = Format::kE4M3;  // no quantization: the format is unused
     switch (axis) {
-      case Axis::kTensor: return launch_flat<T, kAny, Axis::kTensor, false, true>(x, rows, cols, nullptr, true,
-                                                                                 nullptr, out, stream);
-      case Axis::kRow: return launch_flat<T, kAny, Axis::kRow, false, true>(x, rows, cols, nullptr, true, nullptr,
-                                                                           out, stream);
+      case Axis::kTensor: return launch_flat<T, kAny, Axis::kTensor, false, true>(x, rows, cols, {}, true, nullptr,
+                                                                                 out, stream);
+      case Axis::kRow: return launch_flat<T, kAny, Axis::kRow, false, true>(x, rows, cols, {}, true, nullptr, out,
+                                                                           stream);
       case Axis::kColumn: break;
     }
-    return launch_tiled<T, kAny, Axis::kColumn, false, true>(x, rows, cols, nullptr, true, nullptr, nullptr, out,
-                                                             stream);
+    return launch_tiled<T, kAny, Axis::kColumn, false, true>(x, rows, cols, {}, true, nullptr, nullptr, out, stream);
   });
 }
 
@@ -812,6 +852,15 @@ LaunchResult launch_compute_scales(const float* amax, int64_t n, Format format, 
 }
 
 LaunchResult launch_cast(const CastLaunch& a, cudaStream_t stream) {
+  if (a.scale_amax != nullptr && a.axis == Axis::kColumn) {
+    return {cudaErrorInvalidValue, "cast kernel (scales from amaxes are for tensorwise and rowwise casts)"};
+  }
+  ScaleSource scale;
+  scale.scale = a.scale;
+  scale.amax = a.scale_amax;
+  scale.pow2 = a.pow2_scale;
+  scale.scale_out = a.scale_out;
+  scale.inv_scale_out = a.inv_scale_out;
   if (a.amax != nullptr) {
     if (auto r = zero(a.amax, count_for(a.axis, a.rows, a.cols), stream); !r.ok()) return r;
   }
@@ -827,18 +876,18 @@ LaunchResult launch_cast(const CastLaunch& a, cudaStream_t stream) {
         constexpr Axis A = decltype(axis_tag)::value;
         if (tiled) {
           return a.amax != nullptr
-                     ? launch_tiled<T, F, A, true, true>(a.input, a.rows, a.cols, a.scale, a.saturate, a.out,
+                     ? launch_tiled<T, F, A, true, true>(a.input, a.rows, a.cols, scale, a.saturate, a.out,
                                                          a.out_t, a.amax, stream)
-                     : launch_tiled<T, F, A, true, false>(a.input, a.rows, a.cols, a.scale, a.saturate, a.out,
+                     : launch_tiled<T, F, A, true, false>(a.input, a.rows, a.cols, scale, a.saturate, a.out,
                                                           a.out_t, nullptr, stream);
         }
         if constexpr (A != Axis::kColumn) {
           if (a.amax != nullptr) {
-            return launch_flat<T, F, A, true, true>(a.input, a.rows, a.cols, a.scale, a.saturate, a.out, a.amax,
+            return launch_flat<T, F, A, true, true>(a.input, a.rows, a.cols, scale, a.saturate, a.out, a.amax,
                                                     stream);
           }
         }
-        return launch_flat<T, F, A, true, false>(a.input, a.rows, a.cols, a.scale, a.saturate, a.out, nullptr,
+        return launch_flat<T, F, A, true, false>(a.input, a.rows, a.cols, scale, a.saturate, a.out, nullptr,
                                                  stream);
       });
     });

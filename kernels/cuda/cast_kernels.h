@@ -52,6 +52,14 @@ struct CastLaunch {
   uint8_t* out = nullptr;    // [rows, cols] or null
   uint8_t* out_t = nullptr;  // [cols, rows] or null
   float* amax = nullptr;     // amax at `axis`, or null
+  // Dynamic scaling in the same pass (tensorwise and rowwise only): when scale_amax is set,
+  // `scale` is ignored and each tensor's or row's scale is scale_from_amax(scale_amax[i],
+  // format, pow2_scale), also written to scale_out and its inverse_scale to inv_scale_out
+  // (each optional), as launch_compute_scales would, without a launch of its own.
+  const float* scale_amax = nullptr;
+  bool pow2_scale = false;
+  float* scale_out = nullptr;
+  float* inv_scale_out = nullptr;
 };
 
 // One fused pass: quantize, write out and/or out_t, and reduce the amax.

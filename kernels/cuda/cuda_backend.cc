@@ -202,7 +202,9 @@ class CudaBackend final : public Backend {
   }
 
   // amax -> scales -> cast, all queued on the stream: dynamic scaling needs no host sync.
-  // The amax pass and the cast pass each read the input once.
+  // The amax pass and the cast pass each read the input once; tensorwise and rowwise casts
+  // compute their scales themselves (CastLaunch::scale_amax), columnwise ones in a kernel
+  // between the two.
   absl::Status quantize(const QuantizeArgs& q) override {
     if (auto s = detail::check_quantize(q, kRequirements); !s.ok()) return s;
     std::lock_guard<std::mutex> lock(mu_);
@@ -223,11 +225,6 @@ class CudaBackend final : public Backend {
         !s.ok()) {
       return s;
     }
-    if (auto s = cuda_status(
-            cuda::launch_compute_scales(amax, n, q.format, q.pow2_scale, q.scale_out, q.inv_scale_out, stream_));
-        !s.ok()) {
-      return s;
-    }
     cuda::CastLaunch c;
     c.input = x.data;
     c.type = hp_of(x.dtype);
@@ -235,7 +232,21 @@ class CudaBackend final : public Backend {
     c.cols = x.cols;
     c.format = q.format;
     c.axis = axis;
-    c.scale = q.scale_out;
+    if (axis == cuda::Axis::kColumn) {
+      if (auto s = cuda_status(
+              cuda::launch_compute_scales(amax, n, q.format, q.pow2_scale, q.scale_out, q.inv_scale_out, stream_));
+          !s.ok()) {
+        return s;
+      }
+      c.scale = q.scale_out;
+    } else {
+      // The cast derives the scales from the amaxes itself and writes them out: one
+      // launch fewer per cast.
+      c.scale_amax = amax;
+      c.pow2_scale = q.pow2_scale;
+      c.scale_out = q.scale_out;
+      c.inv_scale_out = q.inv_scale_out;
+    }
     c.saturate = q.saturate;
     c.out = q.out;
     c.out_t = q.out_t;

@@ -230,46 +230,55 @@ TEST_P(BackendContract, CastOfATallMatrixWalksEveryRowTile) {
 }
 
 TEST_P(BackendContract, QuantizeIsAmaxThenScaleThenCast) {
-  const int64_t rows = 96, cols = 160;
-  const auto host = test_matrix(rows, cols, 4, false);
-  Buffer<float> x(b_, host);
-  for (Granularity g : {Granularity::kTensorwise, Granularity::kRowwise, Granularity::kColumnwise}) {
-    for (bool pow2 : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << granularity_name(g) << " pow2=" << pow2);
-      const auto ns = static_cast<size_t>(scale_count(g, rows, cols));
-      Buffer<uint8_t> out(b_, static_cast<size_t>(rows * cols)), out_t(b_, static_cast<size_t>(rows * cols));
-      Buffer<float> scale(b_, ns), amax(b_, ns);
-      QuantizeArgs q;
-      q.input = {x.get(), DType::kFloat32, rows, cols};
-      q.granularity = g;
-      q.pow2_scale = pow2;
-      q.out = out.get();
-      q.out_t = out_t.get();
-      q.scale_out = scale.get();
-      q.amax_out = amax.get();
-      ASSERT_TRUE(b_->quantize(q).ok());
+  // With and without the transpose (the GPU's tiled and flat casts, which derive
+  // tensorwise and rowwise scales from the amaxes themselves), on a shape whose rows end
+  // inside the flat cast's 16-element chunks too.
+  for (CastCase shape : {CastCase{96, 160}, CastCase{37, 53}}) {
+    const int64_t rows = shape.rows, cols = shape.cols;
+    const auto host = test_matrix(rows, cols, 4, false);
+    Buffer<float> x(b_, host);
+    for (Granularity g : {Granularity::kTensorwise, Granularity::kRowwise, Granularity::kColumnwise}) {
+      for (bool pow2 : {false, true}) {
+        for (bool transposed : {true, false}) {
+          SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " " << granularity_name(g) << " pow2=" << pow2
+                                            << " transposed=" << transposed);
+          const auto ns = static_cast<size_t>(scale_count(g, rows, cols));
+          Buffer<uint8_t> out(b_, static_cast<size_t>(rows * cols)), out_t(b_, static_cast<size_t>(rows * cols));
+          Buffer<float> scale(b_, ns), inv(b_, ns), amax(b_, ns);
+          QuantizeArgs q;
+          q.input = {x.get(), DType::kFloat32, rows, cols};
+          q.granularity = g;
+          q.pow2_scale = pow2;
+          q.out = out.get();
+          q.out_t = transposed ? out_t.get() : nullptr;
+          q.scale_out = scale.get();
+          q.inv_scale_out = inv.get();
+          q.amax_out = amax.get();
+          ASSERT_TRUE(b_->quantize(q).ok());
 
-      std::vector<uint8_t> want(static_cast<size_t>(rows * cols)), want_t(static_cast<size_t>(rows * cols));
-      std::vector<float> want_scale(ns), want_amax(ns);
-      QuantizeArgs r = q;
-      r.input.data = host.data();
-      r.out = want.data();
-      r.out_t = want_t.data();
-      r.scale_out = want_scale.data();
-      r.amax_out = want_amax.data();
-      ASSERT_TRUE(ref().quantize(r).ok());
-      EXPECT_EQ(out.download(), want);
-      EXPECT_EQ(out_t.download(), want_t);
-      EXPECT_EQ(scale.download(), want_scale);
-      EXPECT_EQ(amax.download(), want_amax);
+          std::vector<uint8_t> want(static_cast<size_t>(rows * cols)), want_t(static_cast<size_t>(rows * cols));
+          std::vector<float> want_scale(ns), want_inv(ns), want_amax(ns);
+          QuantizeArgs r = q;
+          r.input.data = host.data();
+          r.out = want.data();
+          r.out_t = transposed ? want_t.data() : nullptr;
+          r.scale_out = want_scale.data();
+          r.inv_scale_out = want_inv.data();
+          r.amax_out = want_amax.data();
+          ASSERT_TRUE(ref().quantize(r).ok());
+          EXPECT_EQ(out.download(), want);
+          if (transposed) {
+            EXPECT_EQ(out_t.download(), want_t);
+          }
+          EXPECT_EQ(scale.download(), want_scale);
+          EXPECT_EQ(inv.download(), want_inv);
+          EXPECT_EQ(amax.download(), want_amax);
+        }
+      }
     }
   }
 }
 
-// QuantizeArgs::row_amax: given the input's row amaxes (what an RMSNorm writes for its
-// output), a quantize computes the very scales, codes and amaxes it would by reading the
-// input, in both activation dtypes, with Inf and a NaN row among the data; columnwise
-// scaling refuses them and writes nothing.
 TEST_P(BackendContract, QuantizeFromRowAmaxesEqualsQuantizeFromTheInput) {
   const int64_t rows = 72, cols = 136;
   for (int variant = 0; variant < 4; ++variant) {
