@@ -21,8 +21,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <type_traits>
@@ -285,37 +283,9 @@ __device__ __forceinline__ void transpose4x4(const uint32_t (&w)[4], uint32_t (&
   t[3] = __byte_perm(hi01, hi23, 0x7632);
 }
 
-// Thread `quarter` of tile row `row`'s 16 elements of the column tile at c0, widened to
-// fp32; zeros outside the matrix.
-template <typename T>
-__device__ __forceinline__ void load_tile_row(const T* __restrict__ in, int64_t rows, int64_t cols, int64_t row,
-                                              int64_t c0, int quarter, bool vec_in, float (&v)[kChunk]) {
-  constexpr int V = Hp<T>::kVec;
-  const bool row_ok = row < rows;
-  const T* src = in + (row_ok ? row * cols : 0);
-#pragma unroll
-  for (int j = 0; j < kChunk / V; ++j) {
-    const int64_t col = c0 + tile_col<V>(j * V, quarter);
-    if (row_ok && vec_in && col < cols) {
-      Hp<T>::load_vec(src + col, v + j * V);
-    } else {
-#pragma unroll
-      for (int p = 0; p < V; ++p) v[j * V + p] = row_ok && col + p < cols ? Hp<T>::load(src + col + p) : 0.0f;
-    }
-  }
-}
-
-// Grid: x over column tiles, y over a share of the row tiles, each block stepping down its
-// column by gridDim.y tiles (launch_tiled sizes y for a few tiles a block). 256 threads: in
-// the load phase thread t owns tile row t/4, quarter t%4; in the transpose phase it owns a
-// 4x4 block of the tile. A block loads its next tile before it writes out the current one,
-// so that its loads stay in flight through the shared-memory transpose and the stores (one
-// tile a block, loads and stores taking turns, reached ~60% of copy bandwidth on an H200).
-// Columnwise scaling keeps one tile a block: its per-column scales and maxima leave no
-// registers for a second tile (ptxas spills ~100 bytes).
-template <Axis A>
-constexpr bool kTiledPrefetch = A != Axis::kColumn;
-
+// Grid: x over column tiles, y over row tiles (looping when there are more than 65535).
+// 256 threads: in the load phase thread t owns tile row t/4, quarter t%4; in the
+// transpose phase it owns a 4x4 block of the tile.
 template <typename T, Format F, Axis A, bool kQuantize, bool kAmax>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     tiled_cast_kernel(const T* __restrict__ in, int64_t rows, int64_t cols, ScaleSource scale, bool saturate,
@@ -344,17 +314,24 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int64_t tiles_y = (rows + kTile - 1) / kTile;
   uint32_t tensor_max = 0;
 
-  float v[kChunk];
-  if (kTiledPrefetch<A> && blockIdx.y < tiles_y) {
-    load_tile_row(in, rows, cols, static_cast<int64_t>(blockIdx.y) * kTile + tr, c0, quarter, vec_in, v);
-  }
-
 #pragma unroll 1
   for (int64_t ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
     const int64_t r0 = ty * kTile;
     const int64_t row = r0 + tr;
     const bool row_ok = row < rows;
-    if constexpr (!kTiledPrefetch<A>) load_tile_row(in, rows, cols, row, c0, quarter, vec_in, v);
+    const T* src = in + (row_ok ? row * cols : 0);
+
+    float v[kChunk];
+#pragma unroll
+    for (int j = 0; j < kChunk / V; ++j) {
+      const int64_t col = c0 + tile_col<V>(j * V, quarter);
+      if (row_ok && vec_in && col < cols) {
+        Hp<T>::load_vec(src + col, v + j * V);
+      } else {
+#pragma unroll
+        for (int p = 0; p < V; ++p) v[j * V + p] = row_ok && col + p < cols ? Hp<T>::load(src + col + p) : 0.0f;
+      }
+    }
 
     if constexpr (kQuantize) {
       float s = 0.0f;
@@ -411,13 +388,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
     }
 
-    // The next tile's elements, in flight while this one is written out.
-    const int64_t next = ty + gridDim.y;
-    float v_next[kChunk];
-    if (kTiledPrefetch<A> && next < tiles_y) {
-      load_tile_row(in, rows, cols, next * kTile + tr, c0, quarter, vec_in, v_next);
-    }
-
     __syncthreads();
 
     if constexpr (kAmax && A == Axis::kColumn) {
@@ -469,10 +439,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
 
     __syncthreads();  // the tile and col_max are rewritten by the next iteration
-    if (kTiledPrefetch<A> && next < tiles_y) {
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) v[e] = v_next[e];
-    }
   }
 
   if constexpr (kAmax && A == Axis::kTensor) block_max_atomic(amax, tensor_max);
@@ -746,20 +712,6 @@ LaunchResult zero(float* p, int64_t count, cudaStream_t stream) {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Blocks for `items` items of `per_block` each; 0 when the grid would exceed CUDA's limit.
-// The current device's SM count (132 on an H100 SXM or H200), asked once per device.
-int multiprocessors() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> known[kMaxDevices] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 132;
-  int n = known[device].load(std::memory_order_relaxed);
-  if (n == 0) {
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) n = 132;
-    known[device].store(n, std::memory_order_relaxed);
-  }
-  return n;
-}
-
 unsigned blocks_for(int64_t items, int64_t per_block) {
   const int64_t b = ceil_div(items, per_block);
   return b > INT_MAX ? 0u : static_cast<unsigned>(b);
@@ -810,13 +762,7 @@ LaunchResult launch_tiled(const void* in, int64_t rows, int64_t cols, const Scal
   const unsigned gx = blocks_for(cols, kTile);
   if (gx == 0) return kTooLarge;
   const int64_t ty = ceil_div(rows, kTile);
-  // About two blocks for every one the GPU holds at once (kMinBlocks an SM), each walking
-  // several tiles down its column, so that the prefetch pays; never fewer than one tile a
-  // block, never more rows of blocks than a grid takes.
-  const int64_t wanted =
-      kTiledPrefetch<A> ? ceil_div(2 * kMinBlocks * static_cast<int64_t>(multiprocessors()), gx) : ty;
-  const int64_t gy = std::min<int64_t>({ty, std::max<int64_t>(wanted, 1), kMaxGridY});
-  const dim3 grid(gx, static_cast<unsigned>(gy));
+  const dim3 grid(gx, static_cast<unsigned>(ty < kMaxGridY ? ty : kMaxGridY));
   tiled_cast_kernel<T, F, A, kQuantize, kAmax><<<grid, kThreads, 0, stream>>>(
       static_cast<const T*>(in), rows, cols, scale, saturate, out, out_t, reinterpret_cast<unsigned*>(amax));
   return after_launch(kQuantize ? "tiled cast kernel" : "columnwise amax kernel");

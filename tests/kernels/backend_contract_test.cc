@@ -187,9 +187,8 @@ TEST_P(BackendContract, CastMatchesReferenceBitForBit) {
 }
 
 TEST_P(BackendContract, CastOfATallMatrixWalksEveryRowTile) {
-  // Far more row tiles than the GPU's transposing cast launches blocks for (it sizes the
-  // grid to the GPU, and each block walks several tiles, loading the next while it writes
-  // the current one out); ragged in both directions.
+  // Over a thousand row tiles of the GPU's transposing cast (64 x 64), ragged in both
+  // directions, with every output and the amax at once.
   const int64_t rows = 1100 * 64 + 37, cols = 72, n = rows * cols;
   const auto host = test_matrix(rows, cols, 11, true);
   const auto host_bf16 = testing::to_bf16(host);
