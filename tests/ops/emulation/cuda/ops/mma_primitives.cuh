@@ -76,29 +76,22 @@ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
   }
 }
 
-inline void cp_async_16(void* dst, const void* src, bool valid) {
-  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0) {
-    std::fprintf(stderr, "cp.async: %p <- %p is not 16-byte aligned\n", dst, src);
+// cp.async of kBytes (the copy lands at once: the emulation cannot show a missing wait).
+template <size_t kBytes>
+inline void cp_async(void* dst, const void* src, bool valid) {
+  if (reinterpret_cast<uintptr_t>(dst) % kBytes != 0 || reinterpret_cast<uintptr_t>(src) % kBytes != 0) {
+    std::fprintf(stderr, "cp.async: %p <- %p is not %zu-byte aligned\n", dst, src, kBytes);
     std::abort();
   }
   if (valid) {
-    std::memcpy(dst, src, 16);
+    std::memcpy(dst, src, kBytes);
   } else {
-    std::memset(dst, 0, 16);
+    std::memset(dst, 0, kBytes);
   }
 }
 
-inline void cp_async_4(void* dst, const void* src, bool valid) {
-  if (reinterpret_cast<uintptr_t>(dst) % 4 != 0 || reinterpret_cast<uintptr_t>(src) % 4 != 0) {
-    std::fprintf(stderr, "cp.async: %p <- %p is not 4-byte aligned\n", dst, src);
-    std::abort();
-  }
-  if (valid) {
-    std::memcpy(dst, src, 4);
-  } else {
-    std::memset(dst, 0, 4);
-  }
-}
+inline void cp_async_16(void* dst, const void* src, bool valid) { cp_async<16>(dst, src, valid); }
+inline void cp_async_4(void* dst, const void* src, bool valid) { cp_async<4>(dst, src, valid); }
 
 inline void cp_async_commit() {}
 
