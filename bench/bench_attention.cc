@@ -3,9 +3,9 @@
 // every tile in registers, the default) and the fp32 SIMT kernels (simt,
 // FP8_CUDA_ATTENTION=simt). Prints ms, TFLOP/s and the fraction of the GPU's dense bf16
 // peak, each implementation's speed against the first's (mma by default), and how far its
-// results are from simt's (relative L2 difference of out,
-// grad_q, grad_k, grad_v; simt is fp32 throughout): a kernel that is fast and wrong shows. bench/torch_attention.py times PyTorch's
-// scaled_dot_product_attention on the same shapes.
+// results are from simt's (relative L2 difference of out, grad_q, grad_k, grad_v; simt is
+// fp32 throughout): a kernel that is fast and wrong shows. bench/torch_attention.py times
+// PyTorch's scaled_dot_product_attention on the same shapes.
 //
 //   bench_attention --device cuda [--shapes B:S:H:KV:D,...] [--kernels mma,simt] [--csv FILE]
 //   bench_attention [--device cpu]      the CPU's attention on a small shape (checks the wiring)

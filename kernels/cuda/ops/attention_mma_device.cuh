@@ -1,9 +1,9 @@
 // The device code of the tensor-core attention (attention_tc_kernels.h): the mma.sync
 // kernels, their shared-memory sizes and helpers, in a namespace of their own.
-// attention_tc_kernels.cu launches them; tests/ops/attention_mma_emulation_test.cc runs this same source on the
-// CPU, with the instructions of mma_primitives.cuh emulated (its include path finds
-// tests/ops/emulation/cuda/ops/mma_primitives.cuh first) and shared memory given by the
-// emulation (under FP8_CUDA_EMULATION, fp8_emulated_shared_bytes()).
+// attention_tc_kernels.cu launches them; tests/ops/attention_mma_emulation_test.cc runs
+// this same source on the CPU, with the instructions of mma_primitives.cuh emulated (its
+// include path finds tests/ops/emulation/cuda/ops/mma_primitives.cuh first) and shared
+// memory given by the emulation (under FP8_CUDA_EMULATION, fp8_emulated_shared_bytes()).
 //
 // FlashAttention-2's algorithm on mma.sync m16n8k16 bf16 products (mma_primitives.cuh).
 //
@@ -365,7 +365,9 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];  // alpha is the quad's, so the partial sums rescale alike
+    for (int r = 0; r < 2; ++r) {
+      l[r] = l[r] * alpha[r] + sum[r];  // alpha is the quad's, so the partial sums rescale alike
+    }
 #pragma unroll
     for (int j = 0; j < T::kDBlocks; ++j) {
       o[j][0] *= alpha[0];

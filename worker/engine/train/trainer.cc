@@ -211,7 +211,8 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   }
   const double lr = schedule_->LrAt(step);
   // Clipping rides on the update: AdamW scales each gradient as it reads it.
-  FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr), clip_factor(grad_norm, spec_.train().grad_clip()).value_or(1.0f)));
+  const float clip = clip_factor(grad_norm, spec_.train().grad_clip()).value_or(1.0f);
+  FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr), clip));
   StepReport r;
   if (fsdp_) {
     fsdp_->shards_changed();
