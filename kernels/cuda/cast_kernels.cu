@@ -191,22 +191,26 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int64_t e0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kChunk;
   const int n = e0 < total ? static_cast<int>(total - e0 < kChunk ? total - e0 : kChunk) : 0;
 
-  float v[kChunk];
-  load_chunk(in + (n > 0 ? e0 : 0), n, v);
-
   Pos pos{0, 0};
   if (A != Axis::kTensor && n > 0) pos = position(e0, cols);
+
+  // The scale of the chunk's first element, before the chunk is loaded: derived from an
+  // amax, its double-precision arithmetic then runs while few registers are live.
+  float first_scale = 0.0f;
+  if (kQuantize && A != Axis::kColumn && n > 0) {
+    const int64_t at = A == Axis::kTensor ? 0 : pos.row;
+    first_scale = scale.at<F>(at);
+    if (A == Axis::kTensor ? e0 == 0 : pos.col == 0) scale.publish(at, first_scale);
+  }
+
+  float v[kChunk];
+  load_chunk(in + (n > 0 ? e0 : 0), n, v);
 
   uint32_t words[4] = {0u, 0u, 0u, 0u};
   uint32_t run = 0;  // amax bits of this thread's elements not yet flushed
   if (A == Axis::kTensor || pos.col + n <= cols) {
     // The chunk lies in one row: always the case when cols % 16 == 0.
-    float s = 0.0f;
-    if (kQuantize && A != Axis::kColumn && n > 0) {
-      const int64_t at = A == Axis::kTensor ? 0 : pos.row;
-      s = scale.at<F>(at);
-      if (A == Axis::kTensor ? e0 == 0 : pos.col == 0) scale.publish(at, s);
-    }
+    const float s = first_scale;
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
       if (i < n) {
@@ -221,11 +225,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // The chunk crosses the end of at least one row: walk the position.
     int64_t r = pos.row;
     int64_t c = pos.col;
-    float s = 0.0f;
-    if (kQuantize && A == Axis::kRow) {
-      s = scale.at<F>(r);
-      if (c == 0) scale.publish(r, s);
-    }
+    float s = first_scale;
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
       if (i < n) {
@@ -243,10 +243,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           }
           c = 0;
           ++r;
-          if constexpr (kQuantize && A == Axis::kRow) {
-            s = scale.at<F>(r);
-            scale.publish(r, s);  // row r starts in this chunk
-          }
+          // Given, not derived (launch_cast sees to it): deriving a scale here, with the
+          // chunk in registers, would raise every rowwise flat cast's register count.
+          if constexpr (kQuantize && A == Axis::kRow) s = __ldg(scale.scale + r);
         }
       }
     }
@@ -814,6 +813,18 @@ LaunchResult launch_cast(const CastLaunch& a, cudaStream_t stream) {
   // The tiled kernel is needed for the transpose, and for columnwise amax (a reduction
   // down columns); everything else streams through the flat kernel.
   const bool tiled = a.out_t != nullptr || (a.amax != nullptr && a.axis == Axis::kColumn);
+  if (scale.amax != nullptr && a.axis == Axis::kRow && !tiled && a.cols % kChunk != 0) {
+    // Rows that end inside the flat kernel's chunks: the kernel reads those rows' scales
+    // rather than deriving them, so they are derived first.
+    if (a.scale_out == nullptr) return {cudaErrorInvalidValue, "cast kernel (rowwise scales need scale_out)"};
+    if (auto r = launch_compute_scales(a.scale_amax, a.rows, a.format, a.pow2_scale, a.scale_out, a.inv_scale_out,
+                                       stream);
+        !r.ok()) {
+      return r;
+    }
+    scale = ScaleSource{};
+    scale.scale = a.scale_out;
+  }
   return with_type(a.type, [&](auto type_tag) {
     using T = decltype(type_tag);
     return with_format(a.format, [&](auto format_tag) {

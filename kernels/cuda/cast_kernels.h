@@ -55,7 +55,9 @@ struct CastLaunch {
   // Dynamic scaling in the same pass (tensorwise and rowwise only): when scale_amax is set,
   // `scale` is ignored and each tensor's or row's scale is scale_from_amax(scale_amax[i],
   // format, pow2_scale), also written to scale_out and its inverse_scale to inv_scale_out
-  // (each optional), as launch_compute_scales would, without a launch of its own.
+  // (each optional), as launch_compute_scales would, without a launch of its own (except a
+  // rowwise cast without out_t whose rows are not a multiple of 16 long, which still takes
+  // that launch first; it then needs scale_out).
   const float* scale_amax = nullptr;
   bool pow2_scale = false;
   float* scale_out = nullptr;
