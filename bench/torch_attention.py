@@ -16,30 +16,12 @@ count: 2·B·H·S²·D forward, 2.5x that backward) and ours/PyTorch for each of
 """
 import argparse
 import csv
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
-
-def time_it(fn, iters, reps=7, warmup=2):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - t0) / iters)
-    return statistics.median(samples)
-
-
-def iterations_for(estimate_s, target_s=0.1):
-    return max(1, min(1000, int(target_s / estimate_s))) if estimate_s > 0 else 10
+from torch_timing import iterations_for, time_it
 
 
 def backends():
@@ -61,12 +43,12 @@ def time_backend(ctx, q, k, v, go):
         with torch.no_grad():
             fwd()  # raises where this backend cannot run the shape
             est = time_it(fwd, 1, 1, 1)
-            f = time_it(fwd, iterations_for(est))
+            f = time_it(fwd, iterations_for(est, 0.1))
         qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
         out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True, enable_gqa=True)
         bwd = lambda: torch.autograd.grad(out, (qg, kg, vg), go, retain_graph=True)
         est = time_it(bwd, 1, 1, 1)
-        b = time_it(bwd, iterations_for(est))
+        b = time_it(bwd, iterations_for(est, 0.1))
     return f, b
 
 

@@ -12,28 +12,10 @@ batch), and prints ours / PyTorch for each.
 """
 import argparse
 import csv
-import statistics
-import time
 
 import torch
 
-
-def time_it(fn, iters, reps=5, warmup=2):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - t0) / iters)
-    return statistics.median(samples)
-
-
-def iterations_for(estimate_s, target_s=0.2):
-    return max(1, min(1000, int(target_s / estimate_s))) if estimate_s > 0 else 10
+from torch_timing import iterations_for, time_it
 
 
 def quantize_tensorwise(x):
@@ -77,8 +59,8 @@ def main():
             rw()
         except RuntimeError:
             rw = lambda: torch._scaled_mm(xr, wr.t(), scale_a=sxr, scale_b=swr_t, out_dtype=torch.bfloat16)
-        iters = iterations_for(time_it(bf16, 1, 1, 1))
-        t_bf16, t_tw, t_rw = (time_it(f, iters) * 1e3 for f in (bf16, tw, rw))
+        iters = iterations_for(time_it(bf16, 1, 1, 1), 0.2)
+        t_bf16, t_tw, t_rw = (time_it(f, iters, reps=5) * 1e3 for f in (bf16, tw, rw))
         ours_hp, ours_tw, ours_rw = float(r["hp_ms"]), float(r["fp8_tensorwise_ms"]), float(r["fp8_rowwise_ms"])
         # ours/torch is a speed ratio: > 1 means ours is faster.
         table.append([r["shape"], f"{t_bf16:.3f}", f"{ours_hp:.3f}", f"{t_bf16 / ours_hp:.2f}x", f"{t_tw:.3f}",

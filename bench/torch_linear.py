@@ -33,9 +33,10 @@ its bf16 weight as is) and accumulates an fp32 grad_weight. With fp32 our elemen
 import argparse
 import csv
 import math
-import statistics
 import sys
 import time
+
+from torch_timing import iterations_for, time_it
 
 FP8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed")
 TARGET_SHAPE = (16384, 8192, 8192)
@@ -152,24 +153,6 @@ def report(results, ours, acts):
 # ---- PyTorch -----------------------------------------------------------------------------
 
 
-def time_it(torch, fn, iters, reps=7, warmup=0):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - t0) / iters)
-    return statistics.median(samples)
-
-
-def iterations_for(estimate_s, target_s=0.05):
-    return max(1, min(1000, int(target_s / estimate_s))) if estimate_s > 0 else 10
-
-
 def rms_norm_fn(torch):
     F = torch.nn.functional
     if hasattr(F, "rms_norm"):
@@ -239,8 +222,8 @@ def time_torch(torch, pairs, reps, compile_ok, budget_s=0):
                 print(f"note: torch.compile failed for {mode} {shape_label(*shape)} ({type(e).__name__}: {e}); "
                       f"the compiled column repeats eager")
         for name, fn in fns.items():
-            est = time_it(torch, fn, 1, 1, warmup=2)
-            times[name] = time_it(torch, fn, iterations_for(est), reps) * 1e3
+            est = time_it(fn, 1, 1, warmup=2)
+            times[name] = time_it(fn, iterations_for(est, 0.05), reps, warmup=0) * 1e3
         times.setdefault("compiled", times["eager"])
         results[(mode, shape)] = times
         print(f"# {mode} {shape_label(*shape)}: eager {times['eager']:.3f} ms, compiled {times['compiled']:.3f} ms",
