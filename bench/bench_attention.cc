@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_device.h"
 #include "bench/bench_util.h"
 #include "fp8/arith.h"
 #include "fp8/model_ops.h"
@@ -174,13 +175,7 @@ int run(int argc, char** argv) {
   AttentionOptions ao = take_attention_options(argc, argv);
   const Options o = parse_options(argc, argv, kUsage);
   std::unique_ptr<engine::Device> cuda;
-  const engine::Device* dev = &engine::Device::cpu();
-  if (o.device == "cuda") {
-    absl::StatusOr<std::unique_ptr<engine::Device>> d = engine::Device::cuda(0);
-    if (!d.ok()) die("cannot open CUDA device 0: " + std::string(d.status().message()));
-    cuda = std::move(*d);
-    dev = cuda.get();
-  }
+  const engine::Device* dev = &open_engine_device(o.device == "cuda", cuda);
   const bool gpu = dev->is_cuda();
   Backend& b = dev->backend();
   absl::StatusOr<ModelOps*> ops_or = dev->model_ops();

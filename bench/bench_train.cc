@@ -76,6 +76,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "bench/bench_cuda.h"
+#include "bench/bench_device.h"
 #include "bench/bench_util.h"
 #include "bench/local_ranks.h"
 #include "common/jobspec/loader.h"
@@ -434,13 +435,7 @@ Result run_one_recipe(const Common& opts, const GpuOptions& g, const std::string
       load_job(opts, {"fp8.recipe=" + recipe, absl::StrCat("train.log_every=", total)}, total);
   const Clock::time_point build_start = Clock::now();
   std::unique_ptr<fp8::engine::Device> gpu;  // destroyed after the trainer (declared first)
-  const fp8::engine::Device* device = &fp8::engine::Device::cpu();
-  if (cuda) {
-    absl::StatusOr<std::unique_ptr<fp8::engine::Device>> d = fp8::engine::Device::cuda(0);
-    if (!d.ok()) fp8::bench::die("--device cuda needs a CUDA GPU: " + std::string(d.status().message()));
-    gpu = std::move(*d);
-    device = gpu.get();
-  }
+  const fp8::engine::Device* device = &fp8::bench::open_engine_device(cuda, gpu);
   if (info.device.empty()) {
     info.device = device->backend().name();
     info.peaks = fp8::bench::machine_peaks(device->backend());
