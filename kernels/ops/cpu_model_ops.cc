@@ -214,12 +214,6 @@ class CpuModelOps final : public ModelOps {
     return total;
   }
 
-  absl::Status scale_inplace(float* x, int64_t n, float factor) override {
-    FP8_RETURN_IF_ERROR(ops::validate_scale_inplace(x, n, factor));
-    ops::cpu::scale_inplace(x, n, factor);
-    return absl::OkStatus();
-  }
-
  private:
   absl::Status rope(const RopeShape& shape, double theta, ops::cpu::RopeDirection direction, const void* in, void* out,
                     DType act) {

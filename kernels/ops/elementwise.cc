@@ -19,12 +19,6 @@ void accumulate(const float* x, int64_t n, float* y) {
   });
 }
 
-void scale_inplace(float* x, int64_t n, float factor) {
-  fp8::cpu::parallel_for(n, kElementGrain, [&](int64_t, int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) x[i] *= factor;
-  });
-}
-
 double sum_of_squares(const float* x, int64_t n) {
   std::vector<double> partial(static_cast<size_t>(fp8::cpu::plan_chunks(n, kElementGrain)), 0.0);
   fp8::cpu::parallel_for(n, kElementGrain, [&](int64_t chunk, int64_t begin, int64_t end) {

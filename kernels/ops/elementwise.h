@@ -9,7 +9,6 @@ namespace fp8::ops::cpu {
 // out may equal a or b.
 void add(const float* a, const float* b, int64_t n, float* out);
 void accumulate(const float* x, int64_t n, float* y);
-void scale_inplace(float* x, int64_t n, float factor);
 
 // Σ x² in double: per-chunk partial sums added in chunk order, so the result does not
 // depend on thread timing.

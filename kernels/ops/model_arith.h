@@ -64,7 +64,7 @@ struct AdamWCoefficients {
 // The update of one parameter, in the order and form torch.optim.AdamW (single-tensor,
 // non-foreach) uses, so that results agree to rounding.
 FP8_HD void adamw_update(const AdamWCoefficients& c, float grad, float* param, float* m, float* v) {
-  grad *= c.grad_scale;  // exactly what scale_inplace would have stored (x 1 leaves it alone)
+  grad *= c.grad_scale;  // gradient clipping (x 1 leaves it alone)
   *param *= c.decay;
   *m += (grad - *m) * (1.0f - c.beta1);  // torch: exp_avg.lerp_(grad, 1 - beta1)
   *v = *v * c.beta2 + (1.0f - c.beta2) * grad * grad;

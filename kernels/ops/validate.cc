@@ -244,11 +244,6 @@ absl::Status validate_sum_of_squares(const float* x, int64_t n) {
   return check_elementwise("sum_of_squares", n, {{"x", x}});
 }
 
-absl::Status validate_scale_inplace(const float* x, int64_t n, float factor) {
-  if (!std::isfinite(factor)) return invalid("scale_inplace", "factor must be finite, got ", factor);
-  return check_elementwise("scale_inplace", n, {{"x", x}});
-}
-
 absl::Status check_token_ids(const char* op, const int32_t* tokens, int64_t n, int64_t vocab) {
   for (int64_t i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= vocab) {

@@ -49,7 +49,6 @@ absl::Status validate_cross_entropy_backward(const void* logits, const int32_t* 
 absl::Status validate_adamw(const AdamWHyperparams& h, int64_t step, const float* param, const float* grad,
                             const float* m, const float* v, int64_t n);
 absl::Status validate_sum_of_squares(const float* x, int64_t n);
-absl::Status validate_scale_inplace(const float* x, int64_t n, float factor);
 
 // Host-memory value checks (see above).
 absl::Status check_token_ids(const char* op, const int32_t* tokens, int64_t n, int64_t vocab);

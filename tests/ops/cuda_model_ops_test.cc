@@ -537,15 +537,14 @@ TEST_F(CudaModelOpsTest, SwigluRowAmaxesAreTheRowwiseAmaxOfTheSameOutput) {
   }
 }
 
-TEST_F(CudaModelOpsTest, AddAccumulateScaleAreBitIdenticalAlsoInPlace) {
+TEST_F(CudaModelOpsTest, AddAndAccumulateAreBitIdenticalAlsoInPlace) {
   for (int64_t n : kElementwiseSizes) {
     for (size_t offset : {size_t{0}, size_t{1}}) {
       SCOPED_TRACE(testing::Message() << "n " << n << " offset " << offset);
       const auto a = uniform(sz(n), 60), b = uniform(sz(n), 61, -3.0f, 3.0f);
-      std::vector<float> sum(sz(n)), acc = b, scaled = a;
+      std::vector<float> sum(sz(n)), acc = b;
       ASSERT_TRUE(cpu().add(a.data(), b.data(), n, sum.data()).ok());
       ASSERT_TRUE(cpu().accumulate(a.data(), n, acc.data()).ok());
-      ASSERT_TRUE(cpu().scale_inplace(scaled.data(), n, 0.37f).ok());
       DeviceFloats d_a(a, offset), d_b(b, offset), d_out(nans(sz(n)), offset);
       ASSERT_TRUE(gpu().add(d_a.get(), d_b.get(), n, d_out.get()).ok());
       expect_bit_identical(d_out.download(), sum, "add");
@@ -557,8 +556,6 @@ TEST_F(CudaModelOpsTest, AddAccumulateScaleAreBitIdenticalAlsoInPlace) {
       d_b.upload(b);
       ASSERT_TRUE(gpu().accumulate(d_a.get(), n, d_b.get()).ok());
       expect_bit_identical(d_b.download(), acc, "accumulate");
-      ASSERT_TRUE(gpu().scale_inplace(d_a.get(), n, 0.37f).ok());
-      expect_bit_identical(d_a.download(), scaled, "scale_inplace");
     }
   }
 }
@@ -804,14 +801,13 @@ TEST_F(CudaModelOpsTest, EveryOtherOpRunTwiceGivesTheSameBits) {
   for (int run = 0; run < 2; ++run) {
     DeviceFloats param(x), m(y), v(std::vector<float>(sz(n), 0.25f));
     ASSERT_TRUE(gpu().accumulate(d_y.get(), n, param.get()).ok());
-    ASSERT_TRUE(gpu().scale_inplace(param.get(), n, 0.7f).ok());
     ASSERT_TRUE(gpu().adamw_step(h, 5, param.get(), d_x.get(), m.get(), v.get(), n).ok());
     const std::vector<float> got[3] = {param.download(), m.download(), v.download()};
     for (int i = 0; i < 3; ++i) {
       if (run == 0) {
         first[i] = got[i];
       } else {
-        expect_bit_identical(got[i], first[i], "accumulate, scale_inplace, adamw_step: state " + std::to_string(i));
+        expect_bit_identical(got[i], first[i], "accumulate, adamw_step: state " + std::to_string(i));
       }
     }
   }
@@ -883,8 +879,6 @@ std::vector<BadCall> bad_calls() {
        [=](ModelOps& o, float* in, float* out, int32_t*) { return o.adamw_step(bad_beta2, 1, out, in, out, out, 8); }},
       {"sum_of_squares: x is null",
        [](ModelOps& o, float*, float*, int32_t*) { return o.sum_of_squares(nullptr, 8).status(); }},
-      {"scale_inplace: factor must be finite, got inf",
-       [](ModelOps& o, float*, float* out, int32_t*) { return o.scale_inplace(out, 8, INFINITY); }},
       // CUDA-only limits.
       {"attention_forward: head_dim 512 exceeds the CUDA kernels' limit of 256",
        [](ModelOps& o, float* in, float* out, int32_t*) {

@@ -60,21 +60,5 @@ TEST(Elementwise, TotalSumOfSquaresAddsEachBuffersSumInOrder) {
   EXPECT_NE(std::string(bad.status().message()).find("sum_of_squares"), std::string::npos) << bad.status();
 }
 
-// Global-norm clipping, as a trainer does it over two gradient buffers.
-TEST(Elementwise, ClippingToAGlobalNormScalesEveryBuffer) {
-  auto g1 = uniform(kN, 6), g2 = uniform(1000, 7);
-  auto& ops = cpu_model_ops();
-  const double norm = std::sqrt(*ops.sum_of_squares(g1.data(), static_cast<int64_t>(g1.size())) +
-                                *ops.sum_of_squares(g2.data(), static_cast<int64_t>(g2.size())));
-  const float factor = static_cast<float>(1.0 / norm);
-  const auto g1_before = g1;
-  ASSERT_TRUE(ops.scale_inplace(g1.data(), static_cast<int64_t>(g1.size()), factor).ok());
-  ASSERT_TRUE(ops.scale_inplace(g2.data(), static_cast<int64_t>(g2.size()), factor).ok());
-  EXPECT_EQ(g1[17], g1_before[17] * factor);
-  const double clipped = std::sqrt(*ops.sum_of_squares(g1.data(), static_cast<int64_t>(g1.size())) +
-                                   *ops.sum_of_squares(g2.data(), static_cast<int64_t>(g2.size())));
-  EXPECT_NEAR(clipped, 1.0, 1e-6);
-}
-
 }  // namespace
 }  // namespace fp8::ops_test

@@ -258,11 +258,6 @@ class CudaModelOps final : public ModelOps {
     return total;
   }
 
-  absl::Status scale_inplace(float* x, int64_t n, float factor) override {
-    FP8_RETURN_IF_ERROR(ops::validate_scale_inplace(x, n, factor));
-    return on_device([&] { return cuda::launch_scale(x, n, factor, stream_); });
-  }
-
  private:
   CudaModelOps(int device, cudaStream_t stream, std::string name)
       : device_(device), stream_(stream), name_(std::move(name)) {}

@@ -155,11 +155,6 @@ struct AccumulateFn {
   __device__ void operator()(const float (&x)[2], float (&y)[1]) const { y[0] = x[0] + x[1]; }
 };
 
-struct ScaleFn {
-  float factor;
-  __device__ void operator()(const float (&x)[1], float (&y)[1]) const { y[0] = x[0] * factor; }
-};
-
 struct SwigluFn {
   __device__ void operator()(const float (&x)[2], float (&y)[1]) const { y[0] = ops::swiglu(x[0], x[1]); }
 };
@@ -190,10 +185,6 @@ LaunchResult launch_add(const void* a, const void* b, int64_t n, void* out, HpTy
 
 LaunchResult launch_accumulate(const void* x, int64_t n, void* y, HpType act, cudaStream_t stream) {
   return launch_act_map(AccumulateFn{}, act, {y, x}, {y}, n, stream, "accumulate kernel");
-}
-
-LaunchResult launch_scale(float* x, int64_t n, float factor, cudaStream_t stream) {
-  return launch_map(ScaleFn{factor}, Streams<float, 1, 1>{{x}, {x}}, n, stream, "scale kernel");
 }
 
 LaunchResult launch_swiglu_forward(const void* gate, const void* up, int64_t n, void* out, HpType act,

@@ -92,7 +92,6 @@ LaunchResult launch_rope(const RopeDims& d, const float* cos, const float* sin, 
 LaunchResult launch_add(const void* a, const void* b, int64_t n, void* out, HpType act, cudaStream_t stream);
 // y = y + x, rounded once into y's type: in bf16, y = bf16(float(y) + float(x)).
 LaunchResult launch_accumulate(const void* x, int64_t n, void* y, HpType act, cudaStream_t stream);
-LaunchResult launch_scale(float* x, int64_t n, float factor, cudaStream_t stream);
 LaunchResult launch_swiglu_forward(const void* gate, const void* up, int64_t n, void* out, HpType act,
                                    cudaStream_t stream);
 // The same over [rows, cols], also writing row_amax[r] = max |out[r, :]| as stored.

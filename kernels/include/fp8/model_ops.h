@@ -90,8 +90,8 @@ struct AdamWHyperparams {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 1e-2f;
-  // Each gradient's factor before the update (gradient clipping's max_norm / norm): the
-  // same fp32 product a separate scale_inplace would store, without its pass over memory.
+  // Each gradient's factor before the update (gradient clipping's max_norm / norm), one
+  // fp32 multiply as the gradient is read: clipping without a pass of its own.
   float grad_scale = 1.0f;
 };
 
@@ -199,8 +199,6 @@ class ModelOps {
   // on the host in the same order): the global grad norm with ONE return to the host for
   // all gradient buffers instead of one per buffer. Every buffer is checked first.
   virtual absl::StatusOr<double> total_sum_of_squares(const std::vector<FloatSpan>& buffers) = 0;
-  // x *= factor (gradient clipping).
-  virtual absl::Status scale_inplace(float* x, int64_t n, float factor) = 0;
 };
 
 // The CUDA implementation on CUDA device `device`, queuing every kernel on `stream` (a
