@@ -21,7 +21,7 @@ v1::JobSpec LoadMinimal(const std::vector<std::string>& overrides = {}) {
   return loaded.ok() ? *loaded : v1::JobSpec();
 }
 
-std::string LoadError(const std::vector<std::string>& overrides) {
+std::string OverrideError(const std::vector<std::string>& overrides) {
   absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecString(kMinimalJob, "job.yaml", overrides);
   return loaded.ok() ? "(loaded)" : std::string(loaded.status().message());
 }
@@ -64,33 +64,33 @@ TEST(OverridesAtLoad, LaterOverridesWin) {
 }
 
 TEST(OverridesAtLoad, BadOverridesAreReportedAfterTheFile) {
-  EXPECT_EQ(LoadError({"train.stepz=5"}),
+  EXPECT_EQ(OverrideError({"train.stepz=5"}),
             "override 'train.stepz=5': train.stepz: unknown field (did you mean 'steps'?)");
-  EXPECT_EQ(LoadError({"train.steps=abc"}),
+  EXPECT_EQ(OverrideError({"train.steps=abc"}),
             "override 'train.steps=abc': train.steps: expected an integer, got 'abc'");
-  EXPECT_EQ(LoadError({"steps"}), "override 'steps': expected field.path=value, e.g. train.steps=200");
-  EXPECT_EQ(LoadError({"=5"}), "override '=5': expected field.path=value, e.g. train.steps=200");
-  EXPECT_EQ(LoadError({"train..steps=5"}),
+  EXPECT_EQ(OverrideError({"steps"}), "override 'steps': expected field.path=value, e.g. train.steps=200");
+  EXPECT_EQ(OverrideError({"=5"}), "override '=5': expected field.path=value, e.g. train.steps=200");
+  EXPECT_EQ(OverrideError({"train..steps=5"}),
             "override 'train..steps=5': train..steps: is not a field path (an empty "
             "name between dots)");
   EXPECT_EQ(
-      LoadError({"train.steps.x=5"}),
+      OverrideError({"train.steps.x=5"}),
       "override 'train.steps.x=5': train.steps: is a value, not a section; train.steps.x names nothing");
   EXPECT_EQ(
-      LoadError({"fp8.exclude[0]=x"}),
+      OverrideError({"fp8.exclude[0]=x"}),
       "override 'fp8.exclude[0]=x': fp8.exclude[0]: list entries cannot be set one by one; set the whole "
       "list, e.g. fp8.exclude=[output]");
-  EXPECT_THAT(LoadError({"train.steps=[1"}),
+  EXPECT_THAT(OverrideError({"train.steps=[1"}),
               HasSubstr("override 'train.steps=[1': train.steps: the value is not "
                         "valid YAML"));
 }
 
 TEST(OverridesAtLoad, OverriddenValuesAreValidatedWhereTheyCameFrom) {
-  EXPECT_EQ(LoadError({"train.steps=0"}), "override 'train.steps=0': train.steps: must be > 0, got 0");
+  EXPECT_EQ(OverrideError({"train.steps=0"}), "override 'train.steps=0': train.steps: must be > 0, got 0");
   // A problem the override causes in a field it did not touch points at that field.
-  EXPECT_EQ(LoadError({"model.n_heads=6"}),
+  EXPECT_EQ(OverrideError({"model.n_heads=6"}),
             "override 'model.n_heads=6': model.n_heads: 6 does not divide model.dim (64)");
-  EXPECT_EQ(LoadError({"train.warmup_steps=500"}),
+  EXPECT_EQ(OverrideError({"train.warmup_steps=500"}),
             "override 'train.warmup_steps=500': train.warmup_steps: 500 exceeds train.steps (100)");
 }
 

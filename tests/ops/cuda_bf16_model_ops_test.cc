@@ -41,7 +41,7 @@
 #include "tests/ops/device_array.h"
 #endif
 
-namespace fp8::ops_test {
+namespace fp8::ops_test::bf16_ops {
 namespace {
 
 #if !defined(FP8_HAVE_CUDA)
@@ -653,4 +653,4 @@ TEST_F(CudaBf16ModelOpsTest, AnotherActivationTypeIsRejectedWithTheCpuMessageAnd
 #endif  // FP8_HAVE_CUDA
 
 }  // namespace
-}  // namespace fp8::ops_test
+}  // namespace fp8::ops_test::bf16_ops

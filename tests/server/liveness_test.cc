@@ -12,7 +12,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using Ids = std::vector<std::string>;
+using WorkerIds = std::vector<std::string>;
 
 const LivenessClock::time_point kT0 = LivenessClock::time_point{} + seconds(1000);
 
@@ -24,7 +24,7 @@ TEST(LostWorkers, BoundaryIsStrictlyMoreThanLostAfter) {
       {"fresh", kT0},                                     // just now: alive
       {"future", kT0 + seconds(5)},                       // stamped after now: alive
       {"ancient", kT0 - seconds(900)}};
-  EXPECT_EQ(LostWorkers(hb, kT0, seconds(10)), (Ids{"ancient", "over"}));
+  EXPECT_EQ(LostWorkers(hb, kT0, seconds(10)), (WorkerIds{"ancient", "over"}));
 }
 
 TEST(LostWorkers, EmptyAndAllAlive) {
@@ -38,7 +38,7 @@ TEST(LostWorkers, SortedByIdAndEachOnce) {
                                            {"a", kT0 - seconds(60)},
                                            {"b", kT0 - seconds(60)},
                                            {"a", kT0 - seconds(70)}};
-  EXPECT_EQ(LostWorkers(hb, kT0, seconds(10)), (Ids{"a", "b", "c"}));
+  EXPECT_EQ(LostWorkers(hb, kT0, seconds(10)), (WorkerIds{"a", "b", "c"}));
 }
 
 TEST(LostWorkers, LatestHeartbeatOfADuplicateWins) {
@@ -48,7 +48,7 @@ TEST(LostWorkers, LatestHeartbeatOfADuplicateWins) {
 
 TEST(LostWorkers, ZeroWindowLosesAnythingOlderThanNow) {
   const std::vector<WorkerHeartbeat> hb = {{"now", kT0}, {"old", kT0 - milliseconds(1)}};
-  EXPECT_EQ(LostWorkers(hb, kT0, LivenessClock::duration::zero()), (Ids{"old"}));
+  EXPECT_EQ(LostWorkers(hb, kT0, LivenessClock::duration::zero()), (WorkerIds{"old"}));
 }
 
 TEST(DescribeFailure, SaysWhatAndWhere) {

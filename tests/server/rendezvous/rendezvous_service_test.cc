@@ -16,7 +16,7 @@
 namespace fp8::server {
 namespace {
 
-constexpr char kNs[] = "job-7/attempt-2/";
+constexpr char kAttempt[] = "job-7/attempt-2/";
 constexpr char kDenied[] = "job-9/attempt-1/";
 
 class RendezvousServiceTest : public ::testing::Test {
@@ -84,8 +84,8 @@ class RendezvousServiceTest : public ::testing::Test {
 
 TEST_F(RendezvousServiceTest, SetThenGet) {
   const std::string id("\x01\x00\x7f\xff", 4);
-  ASSERT_TRUE(Set(kNs, "nccl_unique_id", id).ok());
-  auto [status, value] = Get(kNs, "nccl_unique_id", 0);
+  ASSERT_TRUE(Set(kAttempt, "nccl_unique_id", id).ok());
+  auto [status, value] = Get(kAttempt, "nccl_unique_id", 0);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(value, id);
 }
@@ -93,11 +93,11 @@ TEST_F(RendezvousServiceTest, SetThenGet) {
 TEST_F(RendezvousServiceTest, GetAndWaitBlockUntilAnotherClientSets) {
   std::pair<grpc::Status, std::string> got;
   grpc::Status waited;
-  std::thread getter([&] { got = Get(kNs, "rank0_addr", 20'000); });
-  std::thread waiter([&] { waited = Wait(kNs, {"rank0_addr", "rank1_addr"}, 20'000); });
+  std::thread getter([&] { got = Get(kAttempt, "rank0_addr", 20'000); });
+  std::thread waiter([&] { waited = Wait(kAttempt, {"rank0_addr", "rank1_addr"}, 20'000); });
   absl::SleepFor(absl::Milliseconds(50));
-  ASSERT_TRUE(Set(kNs, "rank0_addr", "127.0.0.1:29500").ok());
-  ASSERT_TRUE(Set(kNs, "rank1_addr", "127.0.0.1:29501").ok());
+  ASSERT_TRUE(Set(kAttempt, "rank0_addr", "127.0.0.1:29500").ok());
+  ASSERT_TRUE(Set(kAttempt, "rank1_addr", "127.0.0.1:29501").ok());
   getter.join();
   waiter.join();
   ASSERT_TRUE(got.first.ok()) << got.first.error_message();
@@ -106,8 +106,8 @@ TEST_F(RendezvousServiceTest, GetAndWaitBlockUntilAnotherClientSets) {
 }
 
 TEST_F(RendezvousServiceTest, TimeoutNamesTheMissingKeys) {
-  ASSERT_TRUE(Set(kNs, "rank/0", "x").ok());
-  const grpc::Status waited = Wait(kNs, {"rank/0", "rank/1"}, 30);
+  ASSERT_TRUE(Set(kAttempt, "rank/0", "x").ok());
+  const grpc::Status waited = Wait(kAttempt, {"rank/0", "rank/1"}, 30);
   EXPECT_EQ(waited.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_NE(waited.error_message().find("rank/1"), std::string::npos) << waited.error_message();
 }
@@ -115,21 +115,21 @@ TEST_F(RendezvousServiceTest, TimeoutNamesTheMissingKeys) {
 TEST_F(RendezvousServiceTest, CallDeadlineShorterThanTimeoutWins) {
   // timeout_ms asks for ten minutes; the call's deadline of 300 ms must end it, as the
   // server's DEADLINE_EXCEEDED or the client's own.
-  auto [status, value] = Get(kNs, "never_set", 600'000, std::chrono::milliseconds(300));
+  auto [status, value] = Get(kAttempt, "never_set", 600'000, std::chrono::milliseconds(300));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
 }
 
 TEST_F(RendezvousServiceTest, InvalidRequestsNameTheField) {
-  const grpc::Status long_key = Set(kNs, std::string(257, 'k'), "v");
+  const grpc::Status long_key = Set(kAttempt, std::string(257, 'k'), "v");
   EXPECT_EQ(long_key.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(long_key.error_message().rfind("key: longer than 256 bytes", 0), 0u) << long_key.error_message();
   const grpc::Status no_ns = Set("", "k", "v");
   EXPECT_EQ(no_ns.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(no_ns.error_message().find("rendezvous_namespace"), std::string::npos);
-  auto [bad_timeout, v] = Get(kNs, "k", 600'001);
+  auto [bad_timeout, v] = Get(kAttempt, "k", 600'001);
   EXPECT_EQ(bad_timeout.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(bad_timeout.error_message().find("timeout_ms"), std::string::npos);
-  EXPECT_EQ(Wait(kNs, {}, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Wait(kAttempt, {}, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(RendezvousServiceTest, AuthorizerDeniesANamespace) {
@@ -137,18 +137,18 @@ TEST_F(RendezvousServiceTest, AuthorizerDeniesANamespace) {
   EXPECT_EQ(Get(kDenied, "k", 0).first.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(Wait(kDenied, {"k"}, 0).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(store_.key_count(kDenied), 0u);
-  EXPECT_TRUE(Set(kNs, "k", "v").ok());
+  EXPECT_TRUE(Set(kAttempt, "k", "v").ok());
 }
 
 TEST_F(RendezvousServiceTest, DeletedNamespaceAbortsABlockedCall) {
   grpc::Status waited;
-  std::thread waiter([&] { waited = Wait(kNs, {"rank/1"}, 600'000); });
+  std::thread waiter([&] { waited = Wait(kAttempt, {"rank/1"}, 600'000); });
   absl::SleepFor(absl::Milliseconds(100));
-  store_.delete_namespace(kNs);
+  store_.delete_namespace(kAttempt);
   waiter.join();
   EXPECT_EQ(waited.error_code(), grpc::StatusCode::ABORTED) << waited.error_message();
   EXPECT_NE(waited.error_message().find("its attempt ended"), std::string::npos);
-  EXPECT_EQ(Set(kNs, "rank/1", "late").error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_EQ(Set(kAttempt, "rank/1", "late").error_code(), grpc::StatusCode::ABORTED);
 }
 
 }  // namespace
