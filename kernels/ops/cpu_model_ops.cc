@@ -71,14 +71,17 @@ class CpuModelOps final : public ModelOps {
   }
 
   absl::Status rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
-                                int64_t rows, int64_t dim, void* grad_x, float* grad_weight, DType act) override {
+                                int64_t rows, int64_t dim, void* grad_x, float* grad_weight, DType act,
+                                Store grad_x_store) override {
     FP8_RETURN_IF_ERROR(
         ops::validate_rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x, grad_weight, act));
     Staging st(act);
     const int64_t n = rows * dim;
     const float* x32 = st.in(x, n);
     const float* grad_out32 = st.in(grad_out, n);
-    ops::cpu::rmsnorm_backward(x32, weight, inv_rms, grad_out32, rows, dim, st.out(grad_x, n), grad_weight);
+    const bool accumulate = grad_x_store == Store::kAccumulate;
+    float* grad_x32 = accumulate ? st.in_out(grad_x, n) : st.out(grad_x, n);
+    ops::cpu::rmsnorm_backward(x32, weight, inv_rms, grad_out32, rows, dim, grad_x32, grad_weight, accumulate);
     st.finish();
     return absl::OkStatus();
   }

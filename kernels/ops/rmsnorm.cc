@@ -23,7 +23,7 @@ void rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t 
 }
 
 void rmsnorm_backward(const float* x, const float* weight, const float* inv_rms, const float* grad_out, int64_t rows,
-                      int64_t dim, float* grad_x, float* grad_weight) {
+                      int64_t dim, float* grad_x, float* grad_weight, bool accumulate_grad_x) {
   const int64_t grain = row_grain(dim);
   const int64_t chunks = fp8::cpu::plan_chunks(rows, grain);
   std::vector<float> partial_grad_weight(static_cast<size_t>(chunks * dim), 0.0f);
@@ -39,7 +39,8 @@ void rmsnorm_backward(const float* x, const float* weight, const float* inv_rms,
       const double gwx = dot_double(gw.data(), xr, dim);
       const float coeff = static_cast<float>(gwx * inv * inv * inv / static_cast<double>(dim));
       for (int64_t j = 0; j < dim; ++j) {
-        dxr[j] = inv * gw[j] - coeff * xr[j];
+        const float dx = inv * gw[j] - coeff * xr[j];
+        dxr[j] = accumulate_grad_x ? dxr[j] + dx : dx;
         partial[j] += gr[j] * xr[j] * inv;
       }
     }

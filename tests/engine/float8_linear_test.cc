@@ -470,6 +470,41 @@ TEST_F(FLOAT8_LINEAR_TEST, BackwardAccumulatesWeightAndBiasGradientsAndWritesInp
   EXPECT_EQ(last_gx, two.grad_input);
 }
 
+// Store::kAccumulate: grad_input's GEMM adds to what the buffer holds (beta = 1), for
+// sibling layers that sum their input gradients in one buffer; nothing else changes. In
+// fp32 the sum is rounded once; in bf16 the written gradient was rounded to bf16 as well.
+TEST_F(FLOAT8_LINEAR_TEST, BackwardCanAddTheInputGradientToItsBuffer) {
+  const Shape s{32, 64, 48};
+  const size_t m = 32, k = 64, n = 48;
+  const std::vector<float> w = normal(n * k, 0.1f, 11), x = normal(m * k, 1.0f, 12), g = normal(m * n, 1.0f, 13);
+  const std::vector<float> prior = bf16_rounded(normal(m * k, 0.5f, 14));
+  for (const Recipe r : {v1::Fp8Spec::NONE, v1::Fp8Spec::TENSORWISE, v1::Fp8Spec::ROWWISE}) {
+    for (const DType act : {DType::kFloat32, DType::kBFloat16}) {
+      SCOPED_TRACE(::testing::Message() << v1::Fp8Spec::Recipe_Name(r) << " " << dtype_name(act));
+      const LinearActivations a{act, act};
+      std::unique_ptr<Float8Linear> layer = make_layer(backend(), s, recipe(r), a);
+      ASSERT_NE(layer, nullptr);
+      const Results written = run_step(backend(), *layer, s, x, w, std::vector<float>(n, 0.0f), g);
+
+      Tensor tx(backend(), x, act), tw(backend(), w), tg(backend(), g, act);
+      Tensor out(backend(), m * n, 0.0f, act), gx(backend(), prior, act), gw(backend(), n * k);
+      ASSERT_OK(layer->forward(tx.raw(), s.m, tw.data(), nullptr, out.raw()));
+      ASSERT_OK(layer->backward(tg.raw(), gx.raw(), gw.data(), nullptr, Store::kAccumulate));
+      ASSERT_OK(layer->finish_step());
+      EXPECT_EQ(gw.download(), written.grad_weight);
+      const std::vector<float> sum = gx.download();
+      // Two roundings at most (the written gradient's and the sum's), each within 2^-8
+      // (bf16) or 2^-24 (fp32) of the value.
+      const double rounding = act == DType::kFloat32 ? std::ldexp(1.0, -23) : std::ldexp(1.0, -7);
+      for (size_t i = 0; i < sum.size(); ++i) {
+        const double want = static_cast<double>(prior[i]) + written.grad_input[i];
+        const double bound = rounding * (std::fabs(prior[i]) + std::fabs(written.grad_input[i]));
+        ASSERT_LE(std::fabs(sum[i] - want), bound) << i << ": " << sum[i] << " vs " << want;
+      }
+    }
+  }
+}
+
 // ---- delayed scaling in the layer ------------------------------------------------------------------
 
 TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingUsesThePreviousStepsAmax) {

@@ -579,6 +579,9 @@ TEST_P(BackendContract, ScaledGemmMatchesReferenceForEveryOption) {
       {Format::kE5M2, Format::kE4M3, Granularity::kTensorwise, Granularity::kRowwise, DType::kFloat32, false, true},
       {Format::kE4M3, Format::kE5M2, Granularity::kTensorwise, Granularity::kTensorwise, DType::kBFloat16, true, false},
       {Format::kE4M3, Format::kE4M3, Granularity::kTensorwise, Granularity::kTensorwise, DType::kFloat32, true, true},
+      // A backward's grad_input added into a bf16 buffer its sibling layer wrote.
+      {Format::kE5M2, Format::kE4M3, Granularity::kTensorwise, Granularity::kTensorwise, DType::kBFloat16, false, true},
+      {Format::kE4M3, Format::kE4M3, Granularity::kRowwise, Granularity::kRowwise, DType::kBFloat16, false, true},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(::testing::Message() << format_name(c.fa) << "x" << format_name(c.fb) << " " << granularity_name(c.ga)

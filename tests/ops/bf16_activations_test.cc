@@ -96,6 +96,17 @@ TEST(Bf16Activations, RmsNormIsTheFp32OpOnWidenedValues) {
                     .ok());
     expect_same_bits(dx, to_bf16(want_dx), "grad_x");
     expect_same_float_bits(got_dw, want_dw, "grad_weight (fp32, accumulated)");
+
+    // Accumulating: the fp32 gradient added to the widened prior, rounded once.
+    const Bf16Input prior_dx(n, 14, -2.0f, 2.0f);
+    std::vector<float> want_sum(n);
+    for (size_t i = 0; i < n; ++i) want_sum[i] = prior_dx.wide[i] + want_dx[i];
+    auto sum = prior_dx.bf16;
+    ASSERT_TRUE(ops()
+                    .rmsnorm_backward(x.bf16.data(), w.data(), inv.data(), g.bf16.data(), rows, dim, sum.data(),
+                                      got_dw.data(), kBf16, Store::kAccumulate)
+                    .ok());
+    expect_same_bits(sum, to_bf16(want_sum), "grad_x accumulated");
   }
 }
 

@@ -262,6 +262,24 @@ TEST_F(CudaBf16ModelOpsTest, RmsNormMatchesTheCpu) {
       ASSERT_LE(std::abs(first_dw[sz(j)] - exact[sz(j)]), 2e-6 * bound) << "grad_weight " << j << " vs exact";
       ASSERT_LE(std::abs(first_dw[sz(j)] - want_dw[sz(j)]), 1e-4 * bound) << "grad_weight " << j << " vs cpu";
     }
+
+    // Store::kAccumulate: the fp32 gradient added to the widened prior, rounded once.
+    const Bf16 prior_dx = to_bf16(uniform(n, 16, -2.0f, 2.0f));
+    const auto prior_wide = widen(prior_dx);
+    std::vector<float> want_sum32(n);
+    for (size_t i = 0; i < n; ++i) want_sum32[i] = prior_wide[i] + want_dx32[i];
+    DeviceBf16 d_sum(prior_dx, c.offset);
+    DeviceFloats d_dw(prior);
+    ASSERT_TRUE(gpu()
+                    .rmsnorm_backward(d_x.get(), d_w.get(), d_inv.get(), d_g.get(), c.rows, c.dim, d_sum.get(),
+                                      d_dw.get(), kBf16, Store::kAccumulate)
+                    .ok());
+    const Bf16 sum = d_sum.download();
+    for (int64_t r = 0; r < c.rows; ++r) {
+      const auto want_row = slice(want_sum32, r * c.dim, c.dim);
+      expect_rounding_of_near(slice(sum, r * c.dim, c.dim), want_row, 1e-6, std::max(1.0, max_abs(want_row)),
+                              "accumulated grad_x row " + std::to_string(r));
+    }
   }
 }
 

@@ -370,6 +370,17 @@ TEST_F(CudaModelOpsTest, RmsNormBackwardMatchesTheCpuAndAccumulatesGradWeight) {
       ASSERT_LE(std::abs(first_dw[sz(j)] - exact[sz(j)]), 2e-6 * bound) << "grad_weight " << j << " vs exact";
       ASSERT_LE(std::abs(first_dw[sz(j)] - want_dw[sz(j)]), 1e-4 * bound) << "grad_weight " << j << " vs cpu";
     }
+
+    // Store::kAccumulate: the same gradient, added to what grad_x held.
+    const auto prior_dx = uniform(x.size(), 16, -2.0f, 2.0f);
+    DeviceFloats d_sum(prior_dx, c.offset), d_dw(prior, c.offset);
+    ASSERT_TRUE(gpu()
+                    .rmsnorm_backward(d_x.get(), d_w.get(), d_inv.get(), d_g.get(), c.rows, c.dim, d_sum.get(),
+                                      d_dw.get(), DType::kFloat32, Store::kAccumulate)
+                    .ok());
+    const auto sum = d_sum.download();
+    for (size_t i = 0; i < sum.size(); ++i) ASSERT_EQ(sum[i], prior_dx[i] + first_dx[i]) << "accumulated grad_x " << i;
+    expect_bit_identical(d_dw.download(), first_dw, "grad_weight, accumulating grad_x");
   }
 }
 

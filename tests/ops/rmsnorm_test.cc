@@ -109,5 +109,30 @@ TEST(RmsNorm, RowAmaxIsEachOutputRowsLargestMagnitudeAsStored) {
   }
 }
 
+// Store::kAccumulate adds grad_x to what the buffer holds (a residual stream's gradient):
+// in fp32, exactly the written gradient plus the prior value, and grad_weight as before.
+TEST(RmsNorm, BackwardCanAccumulateGradXIntoItsBuffer) {
+  const int64_t rows = 5, dim = 24;
+  const auto x = uniform(static_cast<size_t>(rows * dim), 21, -2.0f, 2.0f);
+  const auto weight = uniform(static_cast<size_t>(dim), 22, 0.5f, 1.5f);
+  const auto g = uniform(x.size(), 23);
+  const auto prior = uniform(x.size(), 24, -3.0f, 3.0f);
+  auto& ops = cpu_model_ops();
+  std::vector<float> out(x.size()), inv(static_cast<size_t>(rows));
+  ASSERT_TRUE(ops.rmsnorm_forward(x.data(), weight.data(), rows, dim, kEps, out.data(), inv.data()).ok());
+
+  auto written = nans(x.size());
+  std::vector<float> written_dw(static_cast<size_t>(dim), 0.0f), added_dw = written_dw;
+  ASSERT_TRUE(ops.rmsnorm_backward(x.data(), weight.data(), inv.data(), g.data(), rows, dim, written.data(),
+                                   written_dw.data())
+                  .ok());
+  std::vector<float> added = prior;
+  ASSERT_TRUE(ops.rmsnorm_backward(x.data(), weight.data(), inv.data(), g.data(), rows, dim, added.data(),
+                                   added_dw.data(), DType::kFloat32, Store::kAccumulate)
+                  .ok());
+  for (size_t i = 0; i < added.size(); ++i) EXPECT_EQ(added[i], prior[i] + written[i]) << i;
+  EXPECT_EQ(added_dw, written_dw);
+}
+
 }  // namespace
 }  // namespace fp8::ops_test

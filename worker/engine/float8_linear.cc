@@ -826,7 +826,8 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const 
   return absl::OkStatus();
 }
 
-absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, float* grad_weight, float* grad_bias) {
+absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, float* grad_weight, float* grad_bias,
+                                    Store grad_input_store) {
   State& s = *s_;
   if (s.tokens == 0) return absl::FailedPreconditionError("Float8Linear::backward: no forward() to differentiate");
   if (grad_output == nullptr || grad_weight == nullptr) {
@@ -874,6 +875,7 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
       g.b = s.scaled(TensorKind::kWeight, kTransposed);
       g.out_dtype = s.activations.input;
       g.out = grad_input;
+      g.accumulate = grad_input_store == Store::kAccumulate;
       g.fast_accum = s.config.grad_input.fast_accum;
       st = s.backend.scaled_gemm(g);
     } else {
@@ -886,6 +888,7 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
       g.in_dtype = compute;
       g.out_dtype = s.activations.input;
       g.out = grad_input;
+      g.beta = grad_input_store == Store::kAccumulate ? 1.0f : 0.0f;
       st = s.backend.gemm(g);
     }
     if (!st.ok()) return st;

@@ -172,12 +172,14 @@ class Float8Linear {
   // delayed history's scale once it has one, else the dynamic scale of that amax.
   float fp8_weight_scale(float amax) const;
 
-  // For the last forward(): WRITES grad_input [tokens, in] (skipped when null) and
-  // ACCUMULATES (+=) grad_weight [out, in] and grad_bias [out] (skipped when null), so
-  // that gradients add up over micro-batches: zero them once per optimizer step.
-  // grad_output has the output's dtype, grad_input the input's; grad_weight and grad_bias
-  // are fp32.
-  absl::Status backward(const void* grad_output, void* grad_input, float* grad_weight, float* grad_bias);
+  // For the last forward(): WRITES grad_input [tokens, in] (skipped when null; with
+  // Store::kAccumulate its GEMM adds to it instead, beta = 1, rounded once: layers that
+  // read one input sum their input gradients in place) and ACCUMULATES (+=) grad_weight
+  // [out, in] and grad_bias [out] (skipped when null), so that gradients add up over
+  // micro-batches: zero them once per optimizer step. grad_output has the output's dtype,
+  // grad_input the input's; grad_weight and grad_bias are fp32.
+  absl::Status backward(const void* grad_output, void* grad_input, float* grad_weight, float* grad_bias,
+                        Store grad_input_store = Store::kOverwrite);
 
   // ---- sibling layers that read one input --------------------------------------------------
   // A model's q, k and v projections read the same normed activation, as do the gate and

@@ -110,12 +110,14 @@ class CudaModelOps final : public ModelOps {
   }
 
   absl::Status rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
-                                int64_t rows, int64_t dim, void* grad_x, float* grad_weight, DType act) override {
+                                int64_t rows, int64_t dim, void* grad_x, float* grad_weight, DType act,
+                                Store grad_x_store) override {
     FP8_RETURN_IF_ERROR(
         ops::validate_rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x, grad_weight, act));
     return with_scratch(cuda::rmsnorm_backward_scratch_bytes(rows, dim), [&](void* scratch) {
-      return cuda::launch_rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x, grad_weight, scratch,
-                                           hp_type(act), stream_);
+      return cuda::launch_rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x,
+                                           grad_x_store == Store::kAccumulate, grad_weight, scratch, hp_type(act),
+                                           stream_);
     });
   }
 

@@ -64,11 +64,11 @@ LaunchResult launch_rmsnorm_forward(const void* x, const float* weight, int64_t 
 
 size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t dim);
 
-// grad_x written; grad_weight += Σ_rows grad_out * x * inv_rms through per-row-chunk
-// partial vectors in scratch, added up in chunk order.
+// grad_x written (added to, with accumulate_grad_x); grad_weight += Σ_rows grad_out * x *
+// inv_rms through per-row-chunk partial vectors in scratch, added up in chunk order.
 LaunchResult launch_rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
-                                     int64_t rows, int64_t dim, void* grad_x, float* grad_weight, void* scratch,
-                                     HpType act, cudaStream_t stream);
+                                     int64_t rows, int64_t dim, void* grad_x, bool accumulate_grad_x,
+                                     float* grad_weight, void* scratch, HpType act, cudaStream_t stream);
 
 // ---- rotary position embedding ---------------------------------------------------------------
 

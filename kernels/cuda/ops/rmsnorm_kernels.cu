@@ -93,7 +93,8 @@ template <typename T, bool kVec, bool kSharedPartial>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_backward_kernel(const T* __restrict__ x, const float* __restrict__ weight,
                             const float* __restrict__ inv_rms, const T* __restrict__ grad_out, int64_t rows,
-                            int64_t dim, int64_t rows_per_chunk, T* __restrict__ grad_x, float* __restrict__ partial) {
+                            int64_t dim, int64_t rows_per_chunk, T* __restrict__ grad_x, bool accumulate_grad_x,
+                            float* __restrict__ partial) {
   extern __shared__ float shared_partial[];
   const int64_t groups = model::ceil_div(dim, 4);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
@@ -132,6 +133,12 @@ __global__ void __launch_bounds__(kThreads)
       for (int k = 0; k < 4; ++k) {
         dx[k] = inv * (go[k] * w[k]) - coeff * v[k];
         if (4 * g + k < dim) acc[4 * g + k] += go[k] * v[k] * inv;
+      }
+      if (accumulate_grad_x) {  // the same for the whole grid: no divergence
+        float held[4];
+        model::load_group<kVec>(static_cast<const T*>(dxr), g, dim, 0.0f, held);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) dx[k] = held[k] + dx[k];
       }
       model::store_group<kVec>(dxr, g, dim, dx);
     }
@@ -173,15 +180,16 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T, bool kVec>
 void queue_backward(bool shared_partial, const T* x, const float* weight, const float* inv_rms, const T* grad_out,
-                    int64_t rows, int64_t dim, const ChunkPlan& plan, T* grad_x, float* partial, cudaStream_t stream) {
+                    int64_t rows, int64_t dim, const ChunkPlan& plan, T* grad_x, bool accumulate_grad_x,
+                    float* partial, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>(plan.chunks);
   if (shared_partial) {
     const size_t shared_bytes = static_cast<size_t>(dim) * sizeof(float);
     rmsnorm_backward_kernel<T, kVec, true><<<blocks, kThreads, shared_bytes, stream>>>(
-        x, weight, inv_rms, grad_out, rows, dim, plan.rows_per_chunk, grad_x, partial);
+        x, weight, inv_rms, grad_out, rows, dim, plan.rows_per_chunk, grad_x, accumulate_grad_x, partial);
   } else {
-    rmsnorm_backward_kernel<T, kVec, false><<<blocks, kThreads, 0, stream>>>(x, weight, inv_rms, grad_out, rows, dim,
-                                                                             plan.rows_per_chunk, grad_x, partial);
+    rmsnorm_backward_kernel<T, kVec, false><<<blocks, kThreads, 0, stream>>>(
+        x, weight, inv_rms, grad_out, rows, dim, plan.rows_per_chunk, grad_x, accumulate_grad_x, partial);
   }
 }
 
@@ -215,8 +223,8 @@ size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t dim) {
 }
 
 LaunchResult launch_rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
-                                     int64_t rows, int64_t dim, void* grad_x, float* grad_weight, void* scratch,
-                                     HpType act, cudaStream_t stream) {
+                                     int64_t rows, int64_t dim, void* grad_x, bool accumulate_grad_x,
+                                     float* grad_weight, void* scratch, HpType act, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return {};
   const int64_t column_blocks = model::ceil_div(dim, kColumnsPerBlock);
   if (column_blocks > INT_MAX) return model::kTooLarge;
@@ -232,9 +240,11 @@ LaunchResult launch_rmsnorm_backward(const void* x, const float* weight, const f
     const bool vec = dim % 4 == 0 && model::aligned_for<T, 4>(xt) && model::aligned16(weight) &&
                      model::aligned_for<T, 4>(gt) && model::aligned_for<T, 4>(dxt);
     if (vec) {
-      queue_backward<T, true>(shared_partial, xt, weight, inv_rms, gt, rows, dim, plan, dxt, partial, stream);
+      queue_backward<T, true>(shared_partial, xt, weight, inv_rms, gt, rows, dim, plan, dxt, accumulate_grad_x,
+                              partial, stream);
     } else {
-      queue_backward<T, false>(shared_partial, xt, weight, inv_rms, gt, rows, dim, plan, dxt, partial, stream);
+      queue_backward<T, false>(shared_partial, xt, weight, inv_rms, gt, rows, dim, plan, dxt, accumulate_grad_x,
+                               partial, stream);
     }
     return model::after_launch("rmsnorm backward kernel");
   });

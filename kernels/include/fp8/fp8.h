@@ -43,6 +43,12 @@ enum class Granularity : uint8_t {
 const char* granularity_name(Granularity g);
 int64_t scale_count(Granularity g, int64_t rows, int64_t cols);
 
+// How an op stores a result: overwriting its buffer, or adding to what the buffer holds,
+// in fp32 and rounded once (out = round(float(out) + result)). Gradients of branches that
+// meet (q, k and v reading one normed input; a residual stream) then sum into one buffer
+// in the op that makes the last of them, instead of in a pass of their own.
+enum class Store : uint8_t { kOverwrite, kAccumulate };
+
 // A dense row-major matrix in backend memory.
 struct MatrixRef {
   const void* data = nullptr;

@@ -134,10 +134,12 @@ class ModelOps {
   virtual absl::Status rmsnorm_forward(const void* x, const float* weight, int64_t rows, int64_t dim, float eps,
                                        void* out, float* inv_rms, DType act = DType::kFloat32,
                                        float* row_amax = nullptr) = 0;
-  // grad_x = ∂L/∂x (written), grad_weight += ∂L/∂weight (summed over rows).
+  // grad_x = ∂L/∂x, written or, with Store::kAccumulate, added to grad_x (a residual
+  // stream's gradient takes the norm's share this way); grad_weight += ∂L/∂weight (summed
+  // over rows). grad_x must not overlap x or grad_out.
   virtual absl::Status rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
                                         int64_t rows, int64_t dim, void* grad_x, float* grad_weight,
-                                        DType act = DType::kFloat32) = 0;
+                                        DType act = DType::kFloat32, Store grad_x_store = Store::kOverwrite) = 0;
 
   // ---- rotary position embedding ----------------------------------------------------------
   // out = rotate(x); out may equal x (in place). theta is the base, e.g. 10000 (Llama 2)

@@ -42,7 +42,7 @@ struct Activations {
   Tensor cast_row_amax;
 
   // Backward scratch (allocated only for_backward).
-  Tensor grad_hidden, grad_norm_in, grad_tmp;  // act [M, dim]
+  Tensor grad_hidden, grad_norm_in;            // act [M, dim]
   Tensor grad_attn;                            // act [M, n_heads · hd]
   Tensor grad_q, grad_k, grad_v;               // act, like q, k, v
   Tensor grad_ffn, grad_gate, grad_up;         // act [M, ffn_dim]

@@ -30,8 +30,9 @@ struct LinearUnit {
                        const float* x_row_amax = nullptr) const;
   // Whether forward() has a use for x_row_amax.
   bool reads_input_row_amax() const { return layer->reads_input_row_amax(); }
-  // Writes grad_x (skipped when undefined) and accumulates into the weight's gradient.
-  absl::Status backward(const Tensor& grad_y, Tensor* grad_x) const;
+  // Writes grad_x (skipped when undefined; adds to it with Store::kAccumulate) and
+  // accumulates into the weight's gradient.
+  absl::Status backward(const Tensor& grad_y, Tensor* grad_x, Store grad_x_store = Store::kOverwrite) const;
 };
 
 // The unit for `name` with weight `weight`, per the module filter of `fp8`, reading and

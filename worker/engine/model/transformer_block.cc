@@ -65,16 +65,18 @@ absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Act
                                         const BlockActivations& s, const Tensor& in) const {
   const int64_t m = a.tokens_count(), hd = c.head_dim();
   const DType t = c.activations;
+  // Where branches meet, their gradients sum in the op that makes the last of them
+  // (Store::kAccumulate): the linears reading one normed input add their input gradients
+  // in the GEMM, and each RMSNorm adds its share into the residual stream's gradient.
+  constexpr Store kAdd = Store::kAccumulate;
   // out = mid + ffn(mid): grad_hidden becomes ∂L/∂mid by adding the branch's share.
   FP8_RETURN_IF_ERROR(w2.backward(a.grad_hidden, &a.grad_ffn));
   FP8_RETURN_IF_ERROR(ops.swiglu_backward(act(s.gate), act(s.up), act(a.grad_ffn), m * c.ffn_dim, act(a.grad_gate),
                                           act(a.grad_up), t));
   FP8_RETURN_IF_ERROR(w1.backward(a.grad_gate, &a.grad_norm_in));
-  FP8_RETURN_IF_ERROR(w3.backward(a.grad_up, &a.grad_tmp));
-  FP8_RETURN_IF_ERROR(ops.accumulate(act(a.grad_tmp), m * c.dim, act(a.grad_norm_in), t));
+  FP8_RETURN_IF_ERROR(w3.backward(a.grad_up, &a.grad_norm_in, kAdd));
   FP8_RETURN_IF_ERROR(ops.rmsnorm_backward(act(s.mid), f(ffn_norm->value), f(s.ffn_inv_rms), act(a.grad_norm_in), m,
-                                           c.dim, act(a.grad_tmp), f(ffn_norm->grad), t));
-  FP8_RETURN_IF_ERROR(ops.accumulate(act(a.grad_tmp), m * c.dim, act(a.grad_hidden), t));
+                                           c.dim, act(a.grad_hidden), f(ffn_norm->grad), t, kAdd));
 
   // mid = in + attention(in): grad_hidden becomes ∂L/∂in the same way.
   FP8_RETURN_IF_ERROR(wo.backward(a.grad_hidden, &a.grad_attn));
@@ -86,13 +88,10 @@ absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Act
   FP8_RETURN_IF_ERROR(
       ops.rope_backward(rope_shape(a, c.n_kv_heads, hd), c.rope_theta, act(a.grad_k), act(a.grad_k), t));
   FP8_RETURN_IF_ERROR(wq.backward(a.grad_q, &a.grad_norm_in));
-  FP8_RETURN_IF_ERROR(wk.backward(a.grad_k, &a.grad_tmp));
-  FP8_RETURN_IF_ERROR(ops.accumulate(act(a.grad_tmp), m * c.dim, act(a.grad_norm_in), t));
-  FP8_RETURN_IF_ERROR(wv.backward(a.grad_v, &a.grad_tmp));
-  FP8_RETURN_IF_ERROR(ops.accumulate(act(a.grad_tmp), m * c.dim, act(a.grad_norm_in), t));
-  FP8_RETURN_IF_ERROR(ops.rmsnorm_backward(act(in), f(attention_norm->value), f(s.attn_inv_rms),
-                                           act(a.grad_norm_in), m, c.dim, act(a.grad_tmp), f(attention_norm->grad), t));
-  return ops.accumulate(act(a.grad_tmp), m * c.dim, act(a.grad_hidden), t);
+  FP8_RETURN_IF_ERROR(wk.backward(a.grad_k, &a.grad_norm_in, kAdd));
+  FP8_RETURN_IF_ERROR(wv.backward(a.grad_v, &a.grad_norm_in, kAdd));
+  return ops.rmsnorm_backward(act(in), f(attention_norm->value), f(s.attn_inv_rms), act(a.grad_norm_in), m, c.dim,
+                              act(a.grad_hidden), f(attention_norm->grad), t, kAdd);
 }
 
 }  // namespace fp8::engine
