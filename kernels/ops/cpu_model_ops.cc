@@ -34,6 +34,14 @@ int64_t kv_elements(const AttentionShape& s) { return s.batch * s.seq * s.n_kv_h
     return s_;                              \
   }
 
+// The rows' amaxes of an op's output of n values, from the output as stored, with the
+// cast's own amax: the same bits as the cast would compute, by construction.
+void write_row_amaxes(const void* stored, DType act, int64_t n, const RowAmaxes& row_amax) {
+  if (row_amax.out == nullptr) return;
+  const int64_t cols = row_amax.row_length;
+  fp8::cpu::amax(MatrixRef{stored, act, n / cols, cols}, Granularity::kRowwise, row_amax.out);
+}
+
 class CpuModelOps final : public ModelOps {
  public:
   std::string name() const override { return absl::StrCat("cpu (", cpu::num_threads(), " threads, OpenBLAS)"); }
@@ -65,14 +73,13 @@ class CpuModelOps final : public ModelOps {
     const float* x32 = st.in(x, n);
     ops::cpu::rmsnorm_forward(x32, weight, rows, dim, eps, st.out(out, n), inv_rms);
     st.finish();
-    // From the output as stored, with the cast's own amax: the same bits by construction.
-    if (row_amax != nullptr) fp8::cpu::amax(MatrixRef{out, act, rows, dim}, Granularity::kRowwise, row_amax);
+    write_row_amaxes(out, act, n, {row_amax, dim});
     return absl::OkStatus();
   }
 
   absl::Status rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
                                 int64_t rows, int64_t dim, void* grad_x, float* grad_weight, DType act,
-                                Store grad_x_store) override {
+                                Store grad_x_store, float* grad_x_row_amax) override {
     FP8_RETURN_IF_ERROR(
         ops::validate_rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x, grad_weight, act));
     Staging st(act);
@@ -83,6 +90,7 @@ class CpuModelOps final : public ModelOps {
     float* grad_x32 = accumulate ? st.in_out(grad_x, n) : st.out(grad_x, n);
     ops::cpu::rmsnorm_backward(x32, weight, inv_rms, grad_out32, rows, dim, grad_x32, grad_weight, accumulate);
     st.finish();
+    write_row_amaxes(grad_x, act, n, {grad_x_row_amax, dim});
     return absl::OkStatus();
   }
 
@@ -138,16 +146,15 @@ class CpuModelOps final : public ModelOps {
     const float* up32 = st.in(up, n);
     ops::cpu::swiglu_forward(gate32, up32, n, st.out(out, n));
     st.finish();
-    if (row_amax.out != nullptr) {
-      const int64_t cols = row_amax.row_length;
-      fp8::cpu::amax(MatrixRef{out, act, n / cols, cols}, Granularity::kRowwise, row_amax.out);
-    }
+    write_row_amaxes(out, act, n, row_amax);
     return absl::OkStatus();
   }
 
   absl::Status swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n, void* grad_gate,
-                               void* grad_up, DType act) override {
-    FP8_RETURN_IF_ERROR(ops::validate_swiglu_backward(gate, up, grad_out, n, grad_gate, grad_up, act));
+                               void* grad_up, DType act, const RowAmaxes& grad_gate_row_amax,
+                               const RowAmaxes& grad_up_row_amax) override {
+    FP8_RETURN_IF_ERROR(ops::validate_swiglu_backward(gate, up, grad_out, n, grad_gate, grad_up, act,
+                                                      grad_gate_row_amax, grad_up_row_amax));
     Staging st(act);
     const float* gate32 = st.in(gate, n);
     const float* up32 = st.in(up, n);
@@ -155,6 +162,8 @@ class CpuModelOps final : public ModelOps {
     float* grad_gate32 = st.out(grad_gate, n);
     ops::cpu::swiglu_backward(gate32, up32, grad_out32, n, grad_gate32, st.out(grad_up, n));
     st.finish();
+    write_row_amaxes(grad_gate, act, n, grad_gate_row_amax);
+    write_row_amaxes(grad_up, act, n, grad_up_row_amax);
     return absl::OkStatus();
   }
 

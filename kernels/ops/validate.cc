@@ -94,6 +94,14 @@ absl::Status check_rope_shape(const char* op, const RopeShape& s, double theta) 
   return absl::OkStatus();
 }
 
+absl::Status check_row_amaxes(const char* op, const char* name, int64_t n, const RowAmaxes& row_amax) {
+  if (row_amax.out == nullptr) return absl::OkStatus();
+  if (row_amax.row_length <= 0 || n % row_amax.row_length != 0) {
+    return invalid(op, name, " needs a row_length that divides n=", n, ", got ", row_amax.row_length);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status validate_embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t vocab,
@@ -181,18 +189,27 @@ absl::Status validate_swiglu_forward(const void* gate, const void* up, int64_t n
                                      const RowAmaxes& row_amax) {
   constexpr const char* op = "swiglu_forward";
   if (auto s = check_activation_elementwise(op, act, n, {{"gate", gate}, {"up", up}, {"out", out}}); !s.ok()) return s;
-  if (row_amax.out == nullptr) return absl::OkStatus();
-  if (row_amax.row_length <= 0 || n % row_amax.row_length != 0) {
-    return invalid(op, "row_amax needs a row_length that divides n=", n, ", got ", row_amax.row_length);
-  }
-  return absl::OkStatus();
+  return check_row_amaxes(op, "row_amax", n, row_amax);
 }
 
 absl::Status validate_swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n,
-                                      const void* grad_gate, const void* grad_up, DType act) {
-  return check_activation_elementwise(
-      "swiglu_backward", act, n,
-      {{"gate", gate}, {"up", up}, {"grad_out", grad_out}, {"grad_gate", grad_gate}, {"grad_up", grad_up}});
+                                      const void* grad_gate, const void* grad_up, DType act,
+                                      const RowAmaxes& grad_gate_row_amax, const RowAmaxes& grad_up_row_amax) {
+  constexpr const char* op = "swiglu_backward";
+  if (auto s = check_activation_elementwise(
+          op, act, n,
+          {{"gate", gate}, {"up", up}, {"grad_out", grad_out}, {"grad_gate", grad_gate}, {"grad_up", grad_up}});
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = check_row_amaxes(op, "grad_gate_row_amax", n, grad_gate_row_amax); !s.ok()) return s;
+  if (auto s = check_row_amaxes(op, "grad_up_row_amax", n, grad_up_row_amax); !s.ok()) return s;
+  if (grad_gate_row_amax.out != nullptr && grad_up_row_amax.out != nullptr &&
+      grad_gate_row_amax.row_length != grad_up_row_amax.row_length) {
+    return invalid(op, "grad_gate_row_amax and grad_up_row_amax need the same row_length, got ",
+                   grad_gate_row_amax.row_length, " and ", grad_up_row_amax.row_length);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status validate_add(const void* a, const void* b, int64_t n, const void* out, DType act) {

@@ -39,7 +39,8 @@ absl::Status validate_attention_backward(const AttentionShape& s, const void* q,
 absl::Status validate_swiglu_forward(const void* gate, const void* up, int64_t n, const void* out, DType act,
                                      const RowAmaxes& row_amax);
 absl::Status validate_swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n,
-                                      const void* grad_gate, const void* grad_up, DType act);
+                                      const void* grad_gate, const void* grad_up, DType act,
+                                      const RowAmaxes& grad_gate_row_amax, const RowAmaxes& grad_up_row_amax);
 absl::Status validate_add(const void* a, const void* b, int64_t n, const void* out, DType act);
 absl::Status validate_accumulate(const void* x, int64_t n, const void* y, DType act);
 absl::Status validate_cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,

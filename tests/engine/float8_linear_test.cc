@@ -1072,24 +1072,25 @@ TEST_F(FLOAT8_LINEAR_TEST, SiblingsSharingOneInputCastMatchTheirOwnCastsBitForBi
   }
 }
 
-// ---- input row amaxes (what an RMSNorm hands the linear after it) ----------------------------
+// ---- row amaxes (what an RMSNorm or a SwiGLU hands the linear after it) -----------------------
 
-// A layer handed its input's row amaxes computes every output, gradient and statistic bit
-// for bit as one that reads the input for them, over steps and in evaluation; the casts
-// that can use them (dynamic scaling at tensorwise or rowwise granularity) do, others
-// ignore them.
-TEST_F(FLOAT8_LINEAR_TEST, InputRowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
+// A layer handed its input's row amaxes (in the forward) and its grad_output's (in the
+// backward) computes every output, gradient and statistic bit for bit as one that reads
+// the tensors for them, over steps and in evaluation; the casts that can use them
+// (dynamic scaling at tensorwise or rowwise granularity) do, others ignore them.
+TEST_F(FLOAT8_LINEAR_TEST, RowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
   const size_t m = 64, k = 128, n = 96;
   struct Case {
     std::string name;
     Float8LinearConfig config;
     LinearActivations activations;
-    bool reads;  // reads_input_row_amax()
-    // Casts that take them per step: with `reads`, the one dynamic row cast every step; a
-    // delayed cast is dynamic (and takes them) only in its first step, before it has a history.
+    bool reads;  // reads_input_row_amax() and reads_grad_output_row_amax()
+    // Casts that take them per step: with `reads`, one dynamic row cast of the input and
+    // one of grad_output every step; a delayed cast is dynamic (and takes them) only in
+    // its first step, before it has a history.
     int64_t took_after(int step) const {
-      if (reads) return step + 1;
-      return config.output.input.scaling == ScalingMode::kDelayed ? 1 : 0;
+      if (reads) return 2 * (step + 1);
+      return config.output.input.scaling == ScalingMode::kDelayed ? 2 : 0;
     }
   };
   std::vector<Case> cases;
@@ -1107,20 +1108,24 @@ TEST_F(FLOAT8_LINEAR_TEST, InputRowAmaxesChangeNoResultAndServeTheDynamicRowCast
     std::unique_ptr<Float8Linear> plain = make_layer(backend(), {64, 128, 96}, c.config, c.activations);
     ASSERT_TRUE(hinted && plain);
     EXPECT_EQ(hinted->reads_input_row_amax(), c.reads);
+    EXPECT_EQ(hinted->reads_grad_output_row_amax(), c.reads);
     const DType in = c.activations.input, out = c.activations.output;
     Tensor x(backend(), scaled(normal(m * k, 1.0f, 11), 5.0f), in), w(backend(), normal(n * k, 0.1f, 12));
     Tensor g(backend(), normal(m * n, 1.0f, 13), out);
     Tensor y_hinted(backend(), m * n, 0.0f, out), y_plain(backend(), m * n, 0.0f, out);
     Tensor gx_hinted(backend(), m * k, 0.0f, in), gx_plain(backend(), m * k, 0.0f, in);
     Tensor gw_hinted(backend(), n * k), gw_plain(backend(), n * k);
-    Tensor row_amax(backend(), m);
+    Tensor row_amax(backend(), m), grad_row_amax(backend(), m);
     ASSERT_OK(backend().amax(MatrixRef{x.raw(), in, static_cast<int64_t>(m), static_cast<int64_t>(k)},
                              Granularity::kRowwise, row_amax.data()));
+    ASSERT_OK(backend().amax(MatrixRef{g.raw(), out, static_cast<int64_t>(m), static_cast<int64_t>(n)},
+                             Granularity::kRowwise, grad_row_amax.data()));
     for (int step = 0; step < 3; ++step) {
       SCOPED_TRACE(step);
       ASSERT_OK(hinted->forward(x.raw(), m, w.data(), nullptr, y_hinted.raw(), row_amax.data()));
       ASSERT_OK(plain->forward(x.raw(), m, w.data(), nullptr, y_plain.raw()));
-      ASSERT_OK(hinted->backward(g.raw(), gx_hinted.raw(), gw_hinted.data(), nullptr));
+      ASSERT_OK(hinted->backward(g.raw(), gx_hinted.raw(), gw_hinted.data(), nullptr, Store::kOverwrite,
+                                 grad_row_amax.data()));
       ASSERT_OK(plain->backward(g.raw(), gx_plain.raw(), gw_plain.data(), nullptr));
       EXPECT_TRUE(same_bits(y_hinted.download(), y_plain.download()));
       EXPECT_TRUE(same_bits(gx_hinted.download(), gx_plain.download()));

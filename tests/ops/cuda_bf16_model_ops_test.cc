@@ -280,6 +280,23 @@ TEST_F(CudaBf16ModelOpsTest, RmsNormMatchesTheCpu) {
       expect_rounding_of_near(slice(sum, r * c.dim, c.dim), want_row, 1e-6, std::max(1.0, max_abs(want_row)),
                               "accumulated grad_x row " + std::to_string(r));
     }
+
+    // grad_x_row_amax: each row's amax of the bf16 grad_x as stored, grad_x as without it.
+    DeviceBf16 d_again(prior_dx, c.offset);
+    DeviceFloats d_dw2(prior), d_amax(nans(sz(c.rows)));
+    ASSERT_TRUE(gpu()
+                    .rmsnorm_backward(d_x.get(), d_w.get(), d_inv.get(), d_g.get(), c.rows, c.dim, d_again.get(),
+                                      d_dw2.get(), kBf16, Store::kAccumulate, d_amax.get())
+                    .ok());
+    const Bf16 again = d_again.download();
+    expect_same_bits(again, sum, "accumulated grad_x with grad_x_row_amax");
+    const auto wide = widen(again);
+    const auto amax = d_amax.download();
+    for (int64_t r = 0; r < c.rows; ++r) {
+      float want = 0.0f;
+      for (int64_t j = 0; j < c.dim; ++j) want = std::max(want, std::fabs(wide[sz(r * c.dim + j)]));
+      ASSERT_EQ(amax[sz(r)], want) << "row " << r;
+    }
   }
 }
 
@@ -528,6 +545,45 @@ TEST_F(CudaBf16ModelOpsTest, SwigluRowAmaxesAreTheRowwiseAmaxOfTheSameRoundedOut
     }
   }
 }
+// The bf16 SwiGLU backward by rows stores the flat kernel's bits, and the rows' amaxes of
+// both gradients as stored.
+TEST_F(CudaBf16ModelOpsTest, SwigluBackwardRowAmaxesAreTheRowwiseAmaxOfTheSameRoundedGradients) {
+  struct Shape {
+    int64_t rows, cols;
+    size_t offset;
+  };
+  for (const Shape& s : {Shape{1, 1, 0}, Shape{3, 7, 0}, Shape{17, 256, 1}, Shape{5, 9001, 0}, Shape{2049, 44, 0}}) {
+    SCOPED_TRACE(testing::Message() << "rows " << s.rows << " cols " << s.cols << " offset " << s.offset);
+    const size_t n = sz(s.rows * s.cols);
+    const auto total = static_cast<int64_t>(n);
+    const auto gate = bf16_uniform(n, 55, -12.0f, 12.0f), up = bf16_uniform(n, 56), go = bf16_uniform(n, 57);
+    DeviceBf16 d_gate(gate, s.offset), d_up(up, s.offset), d_go(go, s.offset);
+    DeviceBf16 d_flat_gg(bf16_nans(n), s.offset), d_flat_gu(bf16_nans(n), s.offset);
+    DeviceBf16 d_gg(bf16_nans(n), s.offset), d_gu(bf16_nans(n), s.offset);
+    DeviceFloats d_gate_amax(nans(sz(s.rows))), d_up_amax(nans(sz(s.rows)));
+    ASSERT_TRUE(
+        gpu().swiglu_backward(d_gate.get(), d_up.get(), d_go.get(), total, d_flat_gg.get(), d_flat_gu.get(), kBf16).ok());
+    ASSERT_TRUE(gpu()
+                    .swiglu_backward(d_gate.get(), d_up.get(), d_go.get(), total, d_gg.get(), d_gu.get(), kBf16,
+                                     RowAmaxes{d_gate_amax.get(), s.cols}, RowAmaxes{d_up_amax.get(), s.cols})
+                    .ok());
+    const Bf16 gg = d_gg.download(), gu = d_gu.download();
+    expect_same_bits(gg, d_flat_gg.download(), "grad_gate by rows and flat");
+    expect_same_bits(gu, d_flat_gu.download(), "grad_up by rows and flat");
+    const auto wide_g = widen(gg), wide_u = widen(gu);
+    const auto gate_amax = d_gate_amax.download(), up_amax = d_up_amax.download();
+    for (int64_t r = 0; r < s.rows; ++r) {
+      float want_g = 0.0f, want_u = 0.0f;
+      for (int64_t j = 0; j < s.cols; ++j) {
+        want_g = std::max(want_g, std::fabs(wide_g[sz(r * s.cols + j)]));
+        want_u = std::max(want_u, std::fabs(wide_u[sz(r * s.cols + j)]));
+      }
+      ASSERT_EQ(gate_amax[sz(r)], want_g) << "grad_gate row " << r;
+      ASSERT_EQ(up_amax[sz(r)], want_u) << "grad_up row " << r;
+    }
+  }
+}
+
 TEST_F(CudaBf16ModelOpsTest, AddAndAccumulateAreBitIdenticalAlsoInPlace) {
   for (int64_t n : kElementwiseSizes) {
     for (size_t offset : kOffsets) {

@@ -381,6 +381,23 @@ TEST_F(CudaModelOpsTest, RmsNormBackwardMatchesTheCpuAndAccumulatesGradWeight) {
     const auto sum = d_sum.download();
     for (size_t i = 0; i < sum.size(); ++i) ASSERT_EQ(sum[i], prior_dx[i] + first_dx[i]) << "accumulated grad_x " << i;
     expect_bit_identical(d_dw.download(), first_dw, "grad_weight, accumulating grad_x");
+
+    // grad_x_row_amax: each row's amax of grad_x as stored, written or accumulated, and
+    // grad_x as without it.
+    for (const Store store : {Store::kOverwrite, Store::kAccumulate}) {
+      DeviceFloats d_dx(prior_dx, c.offset), d_dw2(prior, c.offset), d_amax(nans(sz(c.rows)));
+      ASSERT_TRUE(gpu()
+                      .rmsnorm_backward(d_x.get(), d_w.get(), d_inv.get(), d_g.get(), c.rows, c.dim, d_dx.get(),
+                                        d_dw2.get(), DType::kFloat32, store, d_amax.get())
+                      .ok());
+      const auto dx = d_dx.download(), amax = d_amax.download();
+      expect_bit_identical(dx, store == Store::kAccumulate ? sum : first_dx, "grad_x with grad_x_row_amax");
+      for (int64_t r = 0; r < c.rows; ++r) {
+        float want = 0.0f;
+        for (int64_t j = 0; j < c.dim; ++j) want = std::max(want, std::fabs(dx[sz(r * c.dim + j)]));
+        ASSERT_EQ(amax[sz(r)], want) << "row " << r;
+      }
+    }
   }
 }
 
@@ -544,6 +561,54 @@ TEST_F(CudaModelOpsTest, SwigluRowAmaxesAreTheRowwiseAmaxOfTheSameOutput) {
       float want = 0.0f;
       for (int64_t j = 0; j < s.cols; ++j) want = std::max(want, std::fabs(out[sz(r * s.cols + j)]));
       ASSERT_EQ(amax[sz(r)], want) << "row " << r;
+    }
+  }
+}
+
+// The backward by rows (with row amaxes of either gradient or both): the flat kernel's
+// gradients bit for bit, and each row's amax of them.
+TEST_F(CudaModelOpsTest, SwigluBackwardRowAmaxesAreTheRowwiseAmaxOfTheSameGradients) {
+  struct Shape {
+    int64_t rows, cols;
+    size_t offset;
+  };
+  for (const Shape& s : {Shape{1, 1, 0}, Shape{3, 7, 0}, Shape{17, 256, 1}, Shape{5, 9001, 0}, Shape{2049, 44, 0}}) {
+    SCOPED_TRACE(testing::Message() << "rows " << s.rows << " cols " << s.cols << " offset " << s.offset);
+    const int64_t n = s.rows * s.cols;
+    const auto gate = uniform(sz(n), 55, -12.0f, 12.0f), up = uniform(sz(n), 56), go = uniform(sz(n), 57, -3.0f, 3.0f);
+    DeviceFloats d_gate(gate, s.offset), d_up(up, s.offset), d_go(go, s.offset);
+    DeviceFloats d_flat_gg(nans(sz(n)), s.offset), d_flat_gu(nans(sz(n)), s.offset);
+    ASSERT_TRUE(gpu().swiglu_backward(d_gate.get(), d_up.get(), d_go.get(), n, d_flat_gg.get(), d_flat_gu.get()).ok());
+    const auto flat_gg = d_flat_gg.download(), flat_gu = d_flat_gu.download();
+    for (const bool want_gate : {true, false}) {
+      for (const bool want_up : {true, false}) {
+        if (!want_gate && !want_up) continue;  // the flat kernel
+        SCOPED_TRACE(testing::Message() << "gate " << want_gate << " up " << want_up);
+        DeviceFloats d_gg(nans(sz(n)), s.offset), d_gu(nans(sz(n)), s.offset);
+        DeviceFloats d_gate_amax(nans(sz(s.rows))), d_up_amax(nans(sz(s.rows)));
+        ASSERT_TRUE(gpu()
+                        .swiglu_backward(d_gate.get(), d_up.get(), d_go.get(), n, d_gg.get(), d_gu.get(),
+                                         DType::kFloat32, RowAmaxes{want_gate ? d_gate_amax.get() : nullptr, s.cols},
+                                         RowAmaxes{want_up ? d_up_amax.get() : nullptr, s.cols})
+                        .ok());
+        const auto gg = d_gg.download(), gu = d_gu.download();
+        EXPECT_EQ(gg, flat_gg) << "grad_gate by rows and flat";
+        EXPECT_EQ(gu, flat_gu) << "grad_up by rows and flat";
+        const auto gate_amax = d_gate_amax.download(), up_amax = d_up_amax.download();
+        for (int64_t r = 0; r < s.rows; ++r) {
+          float want_g = 0.0f, want_u = 0.0f;
+          for (int64_t j = 0; j < s.cols; ++j) {
+            want_g = std::max(want_g, std::fabs(gg[sz(r * s.cols + j)]));
+            want_u = std::max(want_u, std::fabs(gu[sz(r * s.cols + j)]));
+          }
+          if (want_gate) {
+            ASSERT_EQ(gate_amax[sz(r)], want_g) << "grad_gate row " << r;
+          }
+          if (want_up) {
+            ASSERT_EQ(up_amax[sz(r)], want_u) << "grad_up row " << r;
+          }
+        }
+      }
     }
   }
 }

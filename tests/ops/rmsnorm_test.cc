@@ -134,5 +134,57 @@ TEST(RmsNorm, BackwardCanAccumulateGradXIntoItsBuffer) {
   EXPECT_EQ(added_dw, written_dw);
 }
 
+// grad_x_row_amax: max |grad_x[r, :]| of each row as stored (the sum when accumulating,
+// bf16-rounded for bf16), for the fp8 cast of the linear that reads grad_x next; asking for
+// it changes nothing else.
+TEST(RmsNorm, BackwardRowAmaxIsEachGradRowsLargestMagnitudeAsStored) {
+  const int64_t rows = 6, dim = 29;
+  const size_t n = static_cast<size_t>(rows * dim);
+  const auto x = uniform(n, 31, -2.0f, 2.0f), weight = uniform(static_cast<size_t>(dim), 32, 0.5f, 1.5f);
+  const auto g = uniform(n, 33, -4.0f, 4.0f), prior = uniform(n, 34, -3.0f, 3.0f);
+  auto bf16_of = [](const std::vector<float>& v) {
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = float_to_bf16(v[i]);
+    return b;
+  };
+  const auto x16 = bf16_of(x), g16 = bf16_of(g), prior16 = bf16_of(prior);
+  auto& ops = cpu_model_ops();
+  std::vector<float> out(n), inv(static_cast<size_t>(rows));
+  ASSERT_TRUE(ops.rmsnorm_forward(x.data(), weight.data(), rows, dim, kEps, out.data(), inv.data()).ok());
+  for (const DType act : {DType::kFloat32, DType::kBFloat16}) {
+    for (const Store store : {Store::kOverwrite, Store::kAccumulate}) {
+      const bool bf16 = act == DType::kBFloat16;
+      SCOPED_TRACE(::testing::Message() << dtype_name(act) << (store == Store::kAccumulate ? " accumulate" : ""));
+      const void* in = bf16 ? static_cast<const void*>(x16.data()) : x.data();
+      const void* grad = bf16 ? static_cast<const void*>(g16.data()) : g.data();
+      // grad_x starts as the prior in act's type (fp32 storage is large enough for both).
+      auto start = [&] {
+        std::vector<float> v(prior);
+        if (bf16) std::memcpy(v.data(), prior16.data(), n * sizeof(uint16_t));
+        return v;
+      };
+      std::vector<float> plain = start(), grad_x = start(), dw(static_cast<size_t>(dim), 0.0f), plain_dw = dw;
+      std::vector<float> row_amax = nans(static_cast<size_t>(rows));
+      ASSERT_TRUE(ops.rmsnorm_backward(in, weight.data(), inv.data(), grad, rows, dim, plain.data(), plain_dw.data(),
+                                       act, store)
+                      .ok());
+      ASSERT_TRUE(ops.rmsnorm_backward(in, weight.data(), inv.data(), grad, rows, dim, grad_x.data(), dw.data(), act,
+                                       store, row_amax.data())
+                      .ok());
+      EXPECT_EQ(std::memcmp(grad_x.data(), plain.data(), n * dtype_size(act)), 0) << "grad_x changed";
+      EXPECT_EQ(dw, plain_dw);
+      const auto* grad_x16 = reinterpret_cast<const uint16_t*>(grad_x.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        float want = 0.0f;
+        for (int64_t j = 0; j < dim; ++j) {
+          const size_t i = static_cast<size_t>(r * dim + j);
+          want = std::max(want, std::fabs(bf16 ? bf16_to_float(grad_x16[i]) : grad_x[i]));
+        }
+        EXPECT_EQ(row_amax[static_cast<size_t>(r)], want) << "row " << r;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fp8::ops_test

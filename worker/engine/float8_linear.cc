@@ -241,8 +241,10 @@ struct Float8Linear::State {
   void plan_delayed_scaling();
 
   // ---- casts ----
-  // known_row_amax: the amax of each row of data, when the caller has them (input only).
+  // known_row_amax: the amax of each row of data, when the caller has them (input and
+  // grad_output). reads_row_amax: whether some cast of t would take them.
   absl::Status cast_tensor(TensorKind t, const MatrixRef& data, int slot_row, const float* known_row_amax = nullptr);
+  bool reads_row_amax(TensorKind t) const;
   // The input's casts for a forward: taken from input_source when it holds this input,
   // else cast here.
   absl::Status cast_input(const MatrixRef& data, int slot_row, const float* known_row_amax);
@@ -827,7 +829,7 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const 
 }
 
 absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, float* grad_weight, float* grad_bias,
-                                    Store grad_input_store) {
+                                    Store grad_input_store, const float* grad_output_row_amax) {
   State& s = *s_;
   if (s.tokens == 0) return absl::FailedPreconditionError("Float8Linear::backward: no forward() to differentiate");
   if (grad_output == nullptr || grad_weight == nullptr) {
@@ -845,7 +847,10 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
   if (s.backward_slots.columns > 0) {
     if (auto st = s.backward_slots.prepare_row(); !st.ok()) return st;
   }
-  if (auto st = s.cast_tensor(TensorKind::kGradOutput, {grad_output, grad_dtype, m, n}, row); !st.ok()) return st;
+  if (auto st = s.cast_tensor(TensorKind::kGradOutput, {grad_output, grad_dtype, m, n}, row, grad_output_row_amax);
+      !st.ok()) {
+    return st;
+  }
   // grad_output in the compute dtype, converted once for whichever high-precision GEMMs
   // read it as is. The weight's was made by the forward.
   const void* grad_output_raw = grad_output;
@@ -959,15 +964,17 @@ absl::Status Float8Linear::share_input_casts_from(const Float8Linear& source) {
 
 int64_t Float8Linear::shared_input_casts() const { return s_->shared_input_casts; }
 
-bool Float8Linear::reads_input_row_amax() const {
-  const State& s = *s_;
-  for (int plan : s.use[static_cast<int>(TensorKind::kInput)]) {
+bool Float8Linear::State::reads_row_amax(TensorKind t) const {
+  for (int plan : use[static_cast<int>(t)]) {
     if (plan < 0) continue;
-    const CastPlan& p = s.plans[static_cast<size_t>(plan)];
+    const CastPlan& p = plans[static_cast<size_t>(plan)];
     if (!p.delayed && p.granularity != Granularity::kColumnwise) return true;
   }
   return false;
 }
+
+bool Float8Linear::reads_input_row_amax() const { return s_->reads_row_amax(TensorKind::kInput); }
+bool Float8Linear::reads_grad_output_row_amax() const { return s_->reads_row_amax(TensorKind::kGradOutput); }
 
 int64_t Float8Linear::row_amax_casts() const { return s_->row_amax_casts; }
 

@@ -178,8 +178,10 @@ class Float8Linear {
   // [out, in] and grad_bias [out] (skipped when null), so that gradients add up over
   // micro-batches: zero them once per optimizer step. grad_output has the output's dtype,
   // grad_input the input's; grad_weight and grad_bias are fp32.
+  // grad_output_row_amax (may be null): max |grad_output[r, :]| per row, like forward()'s
+  // input_row_amax, from the op that made grad_output (see reads_grad_output_row_amax()).
   absl::Status backward(const void* grad_output, void* grad_input, float* grad_weight, float* grad_bias,
-                        Store grad_input_store = Store::kOverwrite);
+                        Store grad_input_store = Store::kOverwrite, const float* grad_output_row_amax = nullptr);
 
   // ---- sibling layers that read one input --------------------------------------------------
   // A model's q, k and v projections read the same normed activation, as do the gate and
@@ -198,12 +200,14 @@ class Float8Linear {
   // Forward passes that took source's copies rather than casting (for tests and benches).
   int64_t shared_input_casts() const;
 
-  // ---- input row amaxes (forward()'s input_row_amax) ------------------------------------
-  // Whether forward() has a use for them: some input cast is dynamically scaled at
-  // tensorwise or rowwise granularity. (Columnwise casts, the rowwise recipe's copy for
-  // grad_weight, need column amaxes; delayed casts measure theirs while casting.)
+  // ---- row amaxes (forward()'s input_row_amax, backward()'s grad_output_row_amax) --------
+  // Whether forward() (backward()) has a use for them: some input (grad_output) cast is
+  // dynamically scaled at tensorwise or rowwise granularity. (Columnwise casts, the
+  // rowwise recipe's copies for grad_weight, need column amaxes; delayed casts measure
+  // theirs while casting.)
   bool reads_input_row_amax() const;
-  // Casts that took their amax from input_row_amax (for tests and benches).
+  bool reads_grad_output_row_amax() const;
+  // Casts that took their amax from the caller's row amaxes (for tests and benches).
   int64_t row_amax_casts() const;
 
   // ---- delayed scaling ------------------------------------------------------------------

@@ -111,13 +111,13 @@ class CudaModelOps final : public ModelOps {
 
   absl::Status rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
                                 int64_t rows, int64_t dim, void* grad_x, float* grad_weight, DType act,
-                                Store grad_x_store) override {
+                                Store grad_x_store, float* grad_x_row_amax) override {
     FP8_RETURN_IF_ERROR(
         ops::validate_rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x, grad_weight, act));
     return with_scratch(cuda::rmsnorm_backward_scratch_bytes(rows, dim), [&](void* scratch) {
       return cuda::launch_rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x,
-                                           grad_x_store == Store::kAccumulate, grad_weight, scratch, hp_type(act),
-                                           stream_);
+                                           grad_x_store == Store::kAccumulate, grad_x_row_amax, grad_weight, scratch,
+                                           hp_type(act), stream_);
     });
   }
 
@@ -166,8 +166,18 @@ class CudaModelOps final : public ModelOps {
   }
 
   absl::Status swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n, void* grad_gate,
-                               void* grad_up, DType act) override {
-    FP8_RETURN_IF_ERROR(ops::validate_swiglu_backward(gate, up, grad_out, n, grad_gate, grad_up, act));
+                               void* grad_up, DType act, const RowAmaxes& grad_gate_row_amax,
+                               const RowAmaxes& grad_up_row_amax) override {
+    FP8_RETURN_IF_ERROR(ops::validate_swiglu_backward(gate, up, grad_out, n, grad_gate, grad_up, act,
+                                                      grad_gate_row_amax, grad_up_row_amax));
+    if (grad_gate_row_amax.out != nullptr || grad_up_row_amax.out != nullptr) {
+      const int64_t cols =
+          grad_gate_row_amax.out != nullptr ? grad_gate_row_amax.row_length : grad_up_row_amax.row_length;
+      return on_device([&] {
+        return cuda::launch_swiglu_backward_rows(gate, up, grad_out, n / cols, cols, grad_gate, grad_up,
+                                                 grad_gate_row_amax.out, grad_up_row_amax.out, hp_type(act), stream_);
+      });
+    }
     return on_device(
         [&] { return cuda::launch_swiglu_backward(gate, up, grad_out, n, grad_gate, grad_up, hp_type(act), stream_); });
   }

@@ -144,6 +144,41 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The backward's counterpart: ops::swiglu_grad per element (the flat map's values), and
+// the rows' amaxes of whichever of grad_gate and grad_up asks for them.
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    swiglu_backward_rows_kernel(const T* gate, const T* up, const T* grad_out, int64_t rows, int64_t cols,
+                                T* grad_gate, T* grad_up, float* __restrict__ grad_gate_row_amax,
+                                float* __restrict__ grad_up_row_amax) {
+  const int64_t groups = model::ceil_div(cols, 4);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * cols;
+    uint32_t gate_bits = 0, up_bits = 0;
+    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
+      float a[4], b[4], d[4], dg[4], du[4];
+      model::load_group<kVec>(gate + base, g, cols, 0.0f, a);
+      model::load_group<kVec>(up + base, g, cols, 0.0f, b);
+      model::load_group<kVec>(grad_out + base, g, cols, 0.0f, d);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) ops::swiglu_grad(a[k], b[k], d[k], &dg[k], &du[k]);
+      model::store_group<kVec>(grad_gate + base, g, cols, dg);
+      model::store_group<kVec>(grad_up + base, g, cols, du);
+      gate_bits = model::group_amax_bits<T>(gate_bits, g, cols, dg);
+      up_bits = model::group_amax_bits<T>(up_bits, g, cols, du);
+    }
+    // Each condition is the same for the whole grid.
+    if (grad_gate_row_amax != nullptr) {
+      gate_bits = model::block_max_bits(gate_bits);
+      if (threadIdx.x == 0) grad_gate_row_amax[r] = __uint_as_float(gate_bits);
+    }
+    if (grad_up_row_amax != nullptr) {
+      up_bits = model::block_max_bits(up_bits);
+      if (threadIdx.x == 0) grad_up_row_amax[r] = __uint_as_float(up_bits);
+    }
+  }
+}
+
 // ---- the per-element functions -------------------------------------------------------------
 
 struct AddFn {
@@ -216,6 +251,31 @@ LaunchResult launch_swiglu_backward(const void* gate, const void* up, const void
                                     void* grad_up, HpType act, cudaStream_t stream) {
   return launch_act_map(SwigluGradFn{}, act, {gate, up, grad_out}, {grad_gate, grad_up}, n, stream,
                         "swiglu backward kernel");
+}
+
+LaunchResult launch_swiglu_backward_rows(const void* gate, const void* up, const void* grad_out, int64_t rows,
+                                         int64_t cols, void* grad_gate, void* grad_up, float* grad_gate_row_amax,
+                                         float* grad_up_row_amax, HpType act, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return {};
+  const unsigned blocks = model::clamp_grid(rows, kMaxRowBlocks);
+  return model::with_act(act, [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = static_cast<const T*>(gate);
+    const T* u = static_cast<const T*>(up);
+    const T* d = static_cast<const T*>(grad_out);
+    T* dg = static_cast<T*>(grad_gate);
+    T* du = static_cast<T*>(grad_up);
+    const bool vec = cols % 4 == 0 && model::aligned_for<T, 4>(g) && model::aligned_for<T, 4>(u) &&
+                     model::aligned_for<T, 4>(d) && model::aligned_for<T, 4>(dg) && model::aligned_for<T, 4>(du);
+    if (vec) {
+      swiglu_backward_rows_kernel<T, true>
+          <<<blocks, kThreads, 0, stream>>>(g, u, d, rows, cols, dg, du, grad_gate_row_amax, grad_up_row_amax);
+    } else {
+      swiglu_backward_rows_kernel<T, false>
+          <<<blocks, kThreads, 0, stream>>>(g, u, d, rows, cols, dg, du, grad_gate_row_amax, grad_up_row_amax);
+    }
+    return model::after_launch("swiglu backward rows kernel");
+  });
 }
 
 LaunchResult launch_adamw(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,

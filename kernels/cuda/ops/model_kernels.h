@@ -64,11 +64,13 @@ LaunchResult launch_rmsnorm_forward(const void* x, const float* weight, int64_t 
 
 size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t dim);
 
-// grad_x written (added to, with accumulate_grad_x); grad_weight += Σ_rows grad_out * x *
-// inv_rms through per-row-chunk partial vectors in scratch, added up in chunk order.
+// grad_x written (added to, with accumulate_grad_x), and grad_x_row_amax[r] (may be null)
+// = max |grad_x[r, :]| as stored; grad_weight += Σ_rows grad_out * x * inv_rms through
+// per-row-chunk partial vectors in scratch, added up in chunk order.
 LaunchResult launch_rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
                                      int64_t rows, int64_t dim, void* grad_x, bool accumulate_grad_x,
-                                     float* grad_weight, void* scratch, HpType act, cudaStream_t stream);
+                                     float* grad_x_row_amax, float* grad_weight, void* scratch, HpType act,
+                                     cudaStream_t stream);
 
 // ---- rotary position embedding ---------------------------------------------------------------
 
@@ -99,6 +101,11 @@ LaunchResult launch_swiglu_forward_rows(const void* gate, const void* up, int64_
                                         float* row_amax, HpType act, cudaStream_t stream);
 LaunchResult launch_swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n, void* grad_gate,
                                     void* grad_up, HpType act, cudaStream_t stream);
+// The same over [rows, cols], also writing grad_gate_row_amax[r] = max |grad_gate[r, :]| and
+// grad_up_row_amax[r] = max |grad_up[r, :]| as stored (either may be null).
+LaunchResult launch_swiglu_backward_rows(const void* gate, const void* up, const void* grad_out, int64_t rows,
+                                         int64_t cols, void* grad_gate, void* grad_up, float* grad_gate_row_amax,
+                                         float* grad_up_row_amax, HpType act, cudaStream_t stream);
 LaunchResult launch_adamw(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,
                           int64_t n, cudaStream_t stream);
 

@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kThreads)
     rmsnorm_backward_kernel(const T* __restrict__ x, const float* __restrict__ weight,
                             const float* __restrict__ inv_rms, const T* __restrict__ grad_out, int64_t rows,
                             int64_t dim, int64_t rows_per_chunk, T* __restrict__ grad_x, bool accumulate_grad_x,
-                            float* __restrict__ partial) {
+                            float* __restrict__ grad_x_row_amax, float* __restrict__ partial) {
   extern __shared__ float shared_partial[];
   const int64_t groups = model::ceil_div(dim, 4);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
@@ -124,6 +124,7 @@ __global__ void __launch_bounds__(kThreads)
     // The CPU's expression, operand for operand (inv promoted to double).
     const float coeff = static_cast<float>(gwx * inv * inv * inv / static_cast<double>(dim));
     T* dxr = grad_x + r * dim;
+    uint32_t amax_bits = 0;
     for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
       float v[4], go[4], w[4], dx[4];
       model::load_group<kVec>(xr, g, dim, 0.0f, v);
@@ -141,6 +142,11 @@ __global__ void __launch_bounds__(kThreads)
         for (int k = 0; k < 4; ++k) dx[k] = held[k] + dx[k];
       }
       model::store_group<kVec>(dxr, g, dim, dx);
+      amax_bits = model::group_amax_bits<T>(amax_bits, g, dim, dx);
+    }
+    if (grad_x_row_amax != nullptr) {  // the same for the whole grid
+      amax_bits = model::block_max_bits(amax_bits);
+      if (threadIdx.x == 0) grad_x_row_amax[r] = __uint_as_float(amax_bits);
     }
   }
   if constexpr (kSharedPartial) {
@@ -181,15 +187,17 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, bool kVec>
 void queue_backward(bool shared_partial, const T* x, const float* weight, const float* inv_rms, const T* grad_out,
                     int64_t rows, int64_t dim, const ChunkPlan& plan, T* grad_x, bool accumulate_grad_x,
-                    float* partial, cudaStream_t stream) {
+                    float* grad_x_row_amax, float* partial, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>(plan.chunks);
   if (shared_partial) {
     const size_t shared_bytes = static_cast<size_t>(dim) * sizeof(float);
     rmsnorm_backward_kernel<T, kVec, true><<<blocks, kThreads, shared_bytes, stream>>>(
-        x, weight, inv_rms, grad_out, rows, dim, plan.rows_per_chunk, grad_x, accumulate_grad_x, partial);
+        x, weight, inv_rms, grad_out, rows, dim, plan.rows_per_chunk, grad_x, accumulate_grad_x, grad_x_row_amax,
+        partial);
   } else {
     rmsnorm_backward_kernel<T, kVec, false><<<blocks, kThreads, 0, stream>>>(
-        x, weight, inv_rms, grad_out, rows, dim, plan.rows_per_chunk, grad_x, accumulate_grad_x, partial);
+        x, weight, inv_rms, grad_out, rows, dim, plan.rows_per_chunk, grad_x, accumulate_grad_x, grad_x_row_amax,
+        partial);
   }
 }
 
@@ -224,7 +232,8 @@ size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t dim) {
 
 LaunchResult launch_rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
                                      int64_t rows, int64_t dim, void* grad_x, bool accumulate_grad_x,
-                                     float* grad_weight, void* scratch, HpType act, cudaStream_t stream) {
+                                     float* grad_x_row_amax, float* grad_weight, void* scratch, HpType act,
+                                     cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return {};
   const int64_t column_blocks = model::ceil_div(dim, kColumnsPerBlock);
   if (column_blocks > INT_MAX) return model::kTooLarge;
@@ -241,10 +250,10 @@ LaunchResult launch_rmsnorm_backward(const void* x, const float* weight, const f
                      model::aligned_for<T, 4>(gt) && model::aligned_for<T, 4>(dxt);
     if (vec) {
       queue_backward<T, true>(shared_partial, xt, weight, inv_rms, gt, rows, dim, plan, dxt, accumulate_grad_x,
-                              partial, stream);
+                              grad_x_row_amax, partial, stream);
     } else {
       queue_backward<T, false>(shared_partial, xt, weight, inv_rms, gt, rows, dim, plan, dxt, accumulate_grad_x,
-                               partial, stream);
+                               grad_x_row_amax, partial, stream);
     }
     return model::after_launch("rmsnorm backward kernel");
   });

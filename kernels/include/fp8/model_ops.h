@@ -136,10 +136,14 @@ class ModelOps {
                                        float* row_amax = nullptr) = 0;
   // grad_x = ∂L/∂x, written or, with Store::kAccumulate, added to grad_x (a residual
   // stream's gradient takes the norm's share this way); grad_weight += ∂L/∂weight (summed
-  // over rows). grad_x must not overlap x or grad_out.
+  // over rows). grad_x must not overlap x or grad_out. grad_x_row_amax [rows], when given,
+  // receives max |grad_x[r, :]| of each row as stored (the sum, when accumulating), as
+  // the forward's row_amax does for out: for the fp8 casts of the linear that reads
+  // grad_x next as its grad_output.
   virtual absl::Status rmsnorm_backward(const void* x, const float* weight, const float* inv_rms, const void* grad_out,
                                         int64_t rows, int64_t dim, void* grad_x, float* grad_weight,
-                                        DType act = DType::kFloat32, Store grad_x_store = Store::kOverwrite) = 0;
+                                        DType act = DType::kFloat32, Store grad_x_store = Store::kOverwrite,
+                                        float* grad_x_row_amax = nullptr) = 0;
 
   // ---- rotary position embedding ----------------------------------------------------------
   // out = rotate(x); out may equal x (in place). theta is the base, e.g. 10000 (Llama 2)
@@ -167,8 +171,13 @@ class ModelOps {
   // the rows' amaxes of out (see RowAmaxes), for the fp8 cast of w2's input.
   virtual absl::Status swiglu_forward(const void* gate, const void* up, int64_t n, void* out,
                                       DType act = DType::kFloat32, const RowAmaxes& row_amax = {}) = 0;
+  // grad_gate_row_amax and grad_up_row_amax: the rows' amaxes of grad_gate and grad_up
+  // (see RowAmaxes), for the fp8 casts of w1's and w3's grad_output. Either may be given
+  // alone; given both, their row_lengths must be equal.
   virtual absl::Status swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n,
-                                       void* grad_gate, void* grad_up, DType act = DType::kFloat32) = 0;
+                                       void* grad_gate, void* grad_up, DType act = DType::kFloat32,
+                                       const RowAmaxes& grad_gate_row_amax = {},
+                                       const RowAmaxes& grad_up_row_amax = {}) = 0;
 
   // ---- residual -------------------------------------------------------------------------------
   // out = a + b; out may equal a or b.

@@ -579,21 +579,29 @@ TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnceFromRowAmaxesOfTheOpBefore) 
   // The layer that does cast a normed input takes its amax from the RMSNorm's row amaxes
   // (Float8Linear::row_amax_casts) instead of reading the input again: wq (or the first
   // fp8 projection), w1 and the output projection, with dynamic scaling; w2 takes the
-  // SwiGLU's.
+  // SwiGLU's. In the backward, the grad_output casts of w2 and wo take the row amaxes of
+  // the RMSNorm backward that made grad_hidden, and w1's and w3's those of the SwiGLU's.
   struct Case {
     v1::Fp8Spec fp8;
-    std::vector<std::string> sharing;   // linear names (without "layers.N.") that take casts
-    std::vector<std::string> row_amax;  // those that cast from the norm's row amaxes
+    std::vector<std::string> sharing;        // linear names (without "layers.N.") that take casts
+    std::vector<std::string> row_amax;       // those that cast from the norm's row amaxes
+    std::vector<std::string> grad_row_amax;  // those whose grad_output casts take row amaxes
   };
   const std::vector<std::string> first_readers = {"attention.wq", "feed_forward.w1", "feed_forward.w2", "output"};
+  const std::vector<std::string> grad_readers = {"feed_forward.w2", "feed_forward.w1", "feed_forward.w3",
+                                                 "attention.wo"};
   const std::vector<Case> cases = {
-      {spec(v1::Fp8Spec::TENSORWISE), {"attention.wk", "attention.wv", "feed_forward.w3"}, first_readers},
-      {spec(v1::Fp8Spec::ROWWISE), {"attention.wk", "attention.wv", "feed_forward.w3"}, first_readers},
+      {spec(v1::Fp8Spec::TENSORWISE), {"attention.wk", "attention.wv", "feed_forward.w3"}, first_readers, grad_readers},
+      {spec(v1::Fp8Spec::ROWWISE), {"attention.wk", "attention.wv", "feed_forward.w3"}, first_readers, grad_readers},
       {spec(v1::Fp8Spec::TENSORWISE, {"*.attention.wq"}),
        {"attention.wv", "feed_forward.w3"},  // wv takes wk's
-       {"attention.wk", "feed_forward.w1", "feed_forward.w2", "output"}},
-      {spec(v1::Fp8Spec::DELAYED), {}, {}},
-      {spec(v1::Fp8Spec::NONE), {}, {}},
+       {"attention.wk", "feed_forward.w1", "feed_forward.w2", "output"},
+       grad_readers},
+      {spec(v1::Fp8Spec::DELAYED), {}, {}, {}},
+      {spec(v1::Fp8Spec::NONE), {}, {}, {}},
+  };
+  auto listed = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end() ? 1 : 0;
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.fp8.ShortDebugString());
@@ -603,10 +611,8 @@ TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnceFromRowAmaxesOfTheOpBefore) 
     ASSERT_TRUE(m->finish_step().ok());
     for (const LinearUnit* u : m->linears()) {
       const std::string name = u->name.substr(u->name.find('.', u->name.find('.') + 1) + 1);
-      const bool shares = std::find(k.sharing.begin(), k.sharing.end(), name) != k.sharing.end();
-      EXPECT_EQ(u->layer->shared_input_casts(), shares ? 1 : 0) << u->name;
-      const bool from_row_amax = std::find(k.row_amax.begin(), k.row_amax.end(), name) != k.row_amax.end();
-      EXPECT_EQ(u->layer->row_amax_casts(), from_row_amax ? 1 : 0) << u->name;
+      EXPECT_EQ(u->layer->shared_input_casts(), listed(k.sharing, name)) << u->name;
+      EXPECT_EQ(u->layer->row_amax_casts(), listed(k.row_amax, name) + listed(k.grad_row_amax, name)) << u->name;
     }
   }
 }

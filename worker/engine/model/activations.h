@@ -43,6 +43,11 @@ struct Activations {
 
   // Backward scratch (allocated only for_backward).
   Tensor grad_hidden, grad_norm_in;            // act [M, dim]
+  // The row amaxes [M] of a gradient that a linear casts to fp8 as its grad_output, written
+  // with the gradient by the op that makes it (an RMSNorm's backward for grad_hidden, the
+  // SwiGLU's for grad_gate and grad_up) when that linear takes them
+  // (LinearUnit::grad_output_row_amax_in).
+  Tensor grad_hidden_row_amax, grad_gate_row_amax, grad_up_row_amax;
   Tensor grad_attn;                            // act [M, n_heads · hd]
   Tensor grad_q, grad_k, grad_v;               // act, like q, k, v
   Tensor grad_ffn, grad_gate, grad_up;         // act [M, ffn_dim]

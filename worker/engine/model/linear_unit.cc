@@ -16,7 +16,8 @@ absl::Status LinearUnit::forward(const Tensor& x, int64_t tokens, Tensor& y, boo
                   : layer->forward_no_grad(x.raw(), tokens, w, nullptr, y.raw(), x_row_amax);
 }
 
-absl::Status LinearUnit::backward(const Tensor& grad_y, Tensor* grad_x, Store grad_x_store) const {
+absl::Status LinearUnit::backward(const Tensor& grad_y, Tensor* grad_x, Store grad_x_store,
+                                  const float* grad_y_row_amax) const {
   // Under FSDP the weight was freed after the forward and gathered again into new memory.
   if (gathered_fp8 != nullptr) {
     FP8_RETURN_IF_ERROR(layer->rebind_weight(*gathered_fp8));
@@ -24,7 +25,7 @@ absl::Status LinearUnit::backward(const Tensor& grad_y, Tensor* grad_x, Store gr
     FP8_RETURN_IF_ERROR(layer->rebind_weight(weight->value.data<float>()));
   }
   return layer->backward(grad_y.raw(), grad_x != nullptr ? grad_x->raw() : nullptr, weight->grad.data<float>(),
-                         nullptr, grad_x_store);
+                         nullptr, grad_x_store, grad_y_row_amax);
 }
 
 absl::StatusOr<LinearUnit> make_linear_unit(Backend& backend, const v1::Fp8Spec& fp8, std::string name,

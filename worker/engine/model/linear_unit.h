@@ -28,11 +28,19 @@ struct LinearUnit {
   // to skip their amax pass (Float8Linear::forward's input_row_amax).
   absl::Status forward(const Tensor& x, int64_t tokens, Tensor& y, bool training,
                        const float* x_row_amax = nullptr) const;
-  // Whether forward() has a use for x_row_amax.
+  // Whether forward() has a use for x_row_amax (backward() for grad_y_row_amax).
   bool reads_input_row_amax() const { return layer->reads_input_row_amax(); }
+  bool reads_grad_output_row_amax() const { return layer->reads_grad_output_row_amax(); }
+  // Where the op that makes this unit's grad_y writes grad_y's row amaxes: `buffer` (fp32
+  // [tokens]) when backward() takes them, else nowhere (null: the op skips them).
+  float* grad_output_row_amax_in(const Tensor& buffer) const {
+    return reads_grad_output_row_amax() ? buffer.data<float>() : nullptr;
+  }
   // Writes grad_x (skipped when undefined; adds to it with Store::kAccumulate) and
-  // accumulates into the weight's gradient.
-  absl::Status backward(const Tensor& grad_y, Tensor* grad_x, Store grad_x_store = Store::kOverwrite) const;
+  // accumulates into the weight's gradient. grad_y_row_amax (may be null): max |grad_y[r, :]|
+  // per row, for the fp8 casts of grad_y (Float8Linear::backward's grad_output_row_amax).
+  absl::Status backward(const Tensor& grad_y, Tensor* grad_x, Store grad_x_store = Store::kOverwrite,
+                        const float* grad_y_row_amax = nullptr) const;
 };
 
 // The unit for `name` with weight `weight`, per the module filter of `fp8`, reading and

@@ -182,13 +182,19 @@ absl::Status LlamaModel::queue_training_pass(const data::TokenBatch& batch, floa
   FP8_RETURN_IF_ERROR(ops_.cross_entropy_backward(f(a.logits), a.targets.data<int32_t>(), f(a.loss_lse), m,
                                                   c.vocab_size, grad_scale, f(a.grad_logits)));
   FP8_RETURN_IF_ERROR(output_.backward(a.grad_logits, &a.grad_norm_in));
+  // Each op making grad_hidden writes its row amaxes too where the next block down's w2
+  // takes them.
+  auto grad_hidden_row_amax_below = [&](size_t block) -> float* {
+    return block == 0 ? nullptr : blocks_[block - 1].w2.grad_output_row_amax_in(a.grad_hidden_row_amax);
+  };
   FP8_RETURN_IF_ERROR(ops_.rmsnorm_backward(act(a.hidden.back()), f(final_norm_->value), f(a.final_inv_rms),
                                             act(a.grad_norm_in), m, c.dim, act(a.grad_hidden), f(final_norm_->grad),
-                                            c.activations));
+                                            c.activations, Store::kOverwrite,
+                                            grad_hidden_row_amax_below(blocks_.size())));
   for (size_t i = blocks_.size(); i-- > 0;) {
     const int unit = static_cast<int>(i);
     FP8_RETURN_IF_ERROR(hook_before_backward(unit));
-    FP8_RETURN_IF_ERROR(blocks_[i].backward(ops_, c, a, a.blocks[i], a.hidden[i]));
+    FP8_RETURN_IF_ERROR(blocks_[i].backward(ops_, c, a, a.blocks[i], a.hidden[i], grad_hidden_row_amax_below(i)));
     FP8_RETURN_IF_ERROR(hook_after_backward(unit));
   }
   FP8_RETURN_IF_ERROR(ops_.embedding_backward(a.tokens.data<int32_t>(), m, act(a.grad_hidden), c.vocab_size, c.dim,

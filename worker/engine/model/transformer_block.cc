@@ -62,24 +62,30 @@ absl::Status TransformerBlock::forward(ModelOps& ops, const LlamaConfig& c, Acti
 }
 
 absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Activations& a,
-                                        const BlockActivations& s, const Tensor& in) const {
+                                        const BlockActivations& s, const Tensor& in, float* grad_in_row_amax) const {
   const int64_t m = a.tokens_count(), hd = c.head_dim();
   const DType t = c.activations;
   // Where branches meet, their gradients sum in the op that makes the last of them
   // (Store::kAccumulate): the linears reading one normed input add their input gradients
   // in the GEMM, and each RMSNorm adds its share into the residual stream's gradient.
-  constexpr Store kAdd = Store::kAccumulate;
+  // The ops making a gradient that a linear casts dynamically also write its row amaxes
+  // (grad_output_row_amax_in), which that cast reads instead of the gradient itself.
+  constexpr Store kAdd = Store::kAccumulate, kWrite = Store::kOverwrite;
   // out = mid + ffn(mid): grad_hidden becomes ∂L/∂mid by adding the branch's share.
-  FP8_RETURN_IF_ERROR(w2.backward(a.grad_hidden, &a.grad_ffn));
+  FP8_RETURN_IF_ERROR(
+      w2.backward(a.grad_hidden, &a.grad_ffn, kWrite, w2.grad_output_row_amax_in(a.grad_hidden_row_amax)));
+  float* gate_row_amax = w1.grad_output_row_amax_in(a.grad_gate_row_amax);
+  float* up_row_amax = w3.grad_output_row_amax_in(a.grad_up_row_amax);
   FP8_RETURN_IF_ERROR(ops.swiglu_backward(act(s.gate), act(s.up), act(a.grad_ffn), m * c.ffn_dim, act(a.grad_gate),
-                                          act(a.grad_up), t));
-  FP8_RETURN_IF_ERROR(w1.backward(a.grad_gate, &a.grad_norm_in));
-  FP8_RETURN_IF_ERROR(w3.backward(a.grad_up, &a.grad_norm_in, kAdd));
+                                          act(a.grad_up), t, {gate_row_amax, c.ffn_dim}, {up_row_amax, c.ffn_dim}));
+  FP8_RETURN_IF_ERROR(w1.backward(a.grad_gate, &a.grad_norm_in, kWrite, gate_row_amax));
+  FP8_RETURN_IF_ERROR(w3.backward(a.grad_up, &a.grad_norm_in, kAdd, up_row_amax));
+  float* wo_row_amax = wo.grad_output_row_amax_in(a.grad_hidden_row_amax);
   FP8_RETURN_IF_ERROR(ops.rmsnorm_backward(act(s.mid), f(ffn_norm->value), f(s.ffn_inv_rms), act(a.grad_norm_in), m,
-                                           c.dim, act(a.grad_hidden), f(ffn_norm->grad), t, kAdd));
+                                           c.dim, act(a.grad_hidden), f(ffn_norm->grad), t, kAdd, wo_row_amax));
 
   // mid = in + attention(in): grad_hidden becomes ∂L/∂in the same way.
-  FP8_RETURN_IF_ERROR(wo.backward(a.grad_hidden, &a.grad_attn));
+  FP8_RETURN_IF_ERROR(wo.backward(a.grad_hidden, &a.grad_attn, kWrite, wo_row_amax));
   FP8_RETURN_IF_ERROR(ops.attention_backward(attention_shape(a, c), act(s.q), act(s.k), act(s.v), act(s.attn_out),
                                              f(s.attn_lse), act(a.grad_attn), act(a.grad_q), act(a.grad_k),
                                              act(a.grad_v), t));
@@ -91,7 +97,7 @@ absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Act
   FP8_RETURN_IF_ERROR(wk.backward(a.grad_k, &a.grad_norm_in, kAdd));
   FP8_RETURN_IF_ERROR(wv.backward(a.grad_v, &a.grad_norm_in, kAdd));
   return ops.rmsnorm_backward(act(in), f(attention_norm->value), f(s.attn_inv_rms), act(a.grad_norm_in), m, c.dim,
-                              act(a.grad_hidden), f(attention_norm->grad), t, kAdd);
+                              act(a.grad_hidden), f(attention_norm->grad), t, kAdd, grad_in_row_amax);
 }
 
 }  // namespace fp8::engine

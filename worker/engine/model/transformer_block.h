@@ -20,10 +20,12 @@ struct TransformerBlock {
   // out = block(in), saving what backward() needs in `saved` (scratch: a.branch_out).
   absl::Status forward(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& saved, const Tensor& in,
                        Tensor& out, bool training) const;
-  // On entry a.grad_hidden holds ∂L/∂out; on return ∂L/∂in. Parameter gradients
+  // On entry a.grad_hidden holds ∂L/∂out (and a.grad_hidden_row_amax its row amaxes, where
+  // w2 takes them); on return ∂L/∂in, its row amaxes written to grad_in_row_amax unless
+  // null (for the block below's w2: w2.grad_output_row_amax_in). Parameter gradients
   // accumulate.
   absl::Status backward(ModelOps& ops, const LlamaConfig& c, Activations& a, const BlockActivations& saved,
-                        const Tensor& in) const;
+                        const Tensor& in, float* grad_in_row_amax) const;
 
   // The block's seven linears, in forward order.
   std::array<const LinearUnit*, 7> linears() const { return {&wq, &wk, &wv, &wo, &w1, &w3, &w2}; }
