@@ -470,10 +470,11 @@ TEST_F(FLOAT8_LINEAR_TEST, BackwardAccumulatesWeightAndBiasGradientsAndWritesInp
   EXPECT_EQ(last_gx, two.grad_input);
 }
 
-// Store::kAccumulate: grad_input's GEMM adds to what the buffer holds (beta = 1), for
-// sibling layers that sum their input gradients in one buffer; nothing else changes. In
-// fp32 the sum is rounded once; in bf16 the written gradient was rounded to bf16 as well.
-TEST_F(FLOAT8_LINEAR_TEST, BackwardCanAddTheInputGradientToItsBuffer) {
+// BackwardOptions: grad_input's GEMM adds to what the buffer holds (beta = 1), for sibling
+// layers that sum their input gradients in one buffer, and grad_weight's overwrites its
+// buffer (NaN here) as the step's first producer of it; nothing else changes. In fp32 the
+// sum is rounded once; in bf16 the written gradient was rounded to bf16 as well.
+TEST_F(FLOAT8_LINEAR_TEST, BackwardStoresEachGradientAsAsked) {
   const Shape s{32, 64, 48};
   const size_t m = 32, k = 64, n = 48;
   const std::vector<float> w = normal(n * k, 0.1f, 11), x = normal(m * k, 1.0f, 12), g = normal(m * n, 1.0f, 13);
@@ -487,9 +488,10 @@ TEST_F(FLOAT8_LINEAR_TEST, BackwardCanAddTheInputGradientToItsBuffer) {
       const Results written = run_step(backend(), *layer, s, x, w, std::vector<float>(n, 0.0f), g);
 
       Tensor tx(backend(), x, act), tw(backend(), w), tg(backend(), g, act);
-      Tensor out(backend(), m * n, 0.0f, act), gx(backend(), prior, act), gw(backend(), n * k);
+      Tensor out(backend(), m * n, 0.0f, act), gx(backend(), prior, act), gw(backend(), n * k, std::nanf(""));
       ASSERT_OK(layer->forward(tx.raw(), s.m, tw.data(), nullptr, out.raw()));
-      ASSERT_OK(layer->backward(tg.raw(), gx.raw(), gw.data(), nullptr, Store::kAccumulate));
+      ASSERT_OK(layer->backward(tg.raw(), gx.raw(), gw.data(), nullptr,
+                                {.grad_input = Store::kAccumulate, .grad_weight = Store::kOverwrite}));
       ASSERT_OK(layer->finish_step());
       EXPECT_EQ(gw.download(), written.grad_weight);
       const std::vector<float> sum = gx.download();
@@ -1124,8 +1126,8 @@ TEST_F(FLOAT8_LINEAR_TEST, RowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
       SCOPED_TRACE(step);
       ASSERT_OK(hinted->forward(x.raw(), m, w.data(), nullptr, y_hinted.raw(), row_amax.data()));
       ASSERT_OK(plain->forward(x.raw(), m, w.data(), nullptr, y_plain.raw()));
-      ASSERT_OK(hinted->backward(g.raw(), gx_hinted.raw(), gw_hinted.data(), nullptr, Store::kOverwrite,
-                                 grad_row_amax.data()));
+      ASSERT_OK(hinted->backward(g.raw(), gx_hinted.raw(), gw_hinted.data(), nullptr,
+                                 {.grad_output_row_amax = grad_row_amax.data()}));
       ASSERT_OK(plain->backward(g.raw(), gx_plain.raw(), gw_plain.data(), nullptr));
       EXPECT_TRUE(same_bits(y_hinted.download(), y_plain.download()));
       EXPECT_TRUE(same_bits(gx_hinted.download(), gx_plain.download()));

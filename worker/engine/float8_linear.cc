@@ -829,7 +829,7 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const 
 }
 
 absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, float* grad_weight, float* grad_bias,
-                                    Store grad_input_store, const float* grad_output_row_amax) {
+                                    const BackwardOptions& options) {
   State& s = *s_;
   if (s.tokens == 0) return absl::FailedPreconditionError("Float8Linear::backward: no forward() to differentiate");
   if (grad_output == nullptr || grad_weight == nullptr) {
@@ -847,7 +847,8 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
   if (s.backward_slots.columns > 0) {
     if (auto st = s.backward_slots.prepare_row(); !st.ok()) return st;
   }
-  if (auto st = s.cast_tensor(TensorKind::kGradOutput, {grad_output, grad_dtype, m, n}, row, grad_output_row_amax);
+  if (auto st =
+          s.cast_tensor(TensorKind::kGradOutput, {grad_output, grad_dtype, m, n}, row, options.grad_output_row_amax);
       !st.ok()) {
     return st;
   }
@@ -880,7 +881,7 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
       g.b = s.scaled(TensorKind::kWeight, kTransposed);
       g.out_dtype = s.activations.input;
       g.out = grad_input;
-      g.accumulate = grad_input_store == Store::kAccumulate;
+      g.accumulate = options.grad_input == Store::kAccumulate;
       g.fast_accum = s.config.grad_input.fast_accum;
       st = s.backend.scaled_gemm(g);
     } else {
@@ -893,12 +894,13 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
       g.in_dtype = compute;
       g.out_dtype = s.activations.input;
       g.out = grad_input;
-      g.beta = grad_input_store == Store::kAccumulate ? 1.0f : 0.0f;
+      g.beta = options.grad_input == Store::kAccumulate ? 1.0f : 0.0f;
       st = s.backend.gemm(g);
     }
     if (!st.ok()) return st;
   }
 
+  const bool add_to_grad_weight = options.grad_weight == Store::kAccumulate;
   absl::Status st;
   if (s.config.grad_weight_runs_in_fp8()) {
     ScaledGemmArgs g;  // [N, K] += gᵀ [N, M] · (xᵀ [K, M])ᵀ
@@ -908,7 +910,7 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
     g.a = s.scaled(TensorKind::kGradOutput, kTransposed);
     g.b = s.scaled(TensorKind::kInput, kTransposed);
     g.out = grad_weight;  // fp32
-    g.accumulate = true;
+    g.accumulate = add_to_grad_weight;
     g.fast_accum = s.config.grad_weight.fast_accum;
     st = s.backend.scaled_gemm(g);
   } else {
@@ -921,7 +923,7 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
     g.b = s.high_precision(TensorKind::kInput, kTransposed, s.input);
     g.in_dtype = compute;
     g.out = grad_weight;  // fp32, accumulated in fp32 whatever the compute dtype
-    g.beta = 1.0f;
+    g.beta = add_to_grad_weight ? 1.0f : 0.0f;
     st = s.backend.gemm(g);
   }
   if (!st.ok()) return st;
@@ -939,7 +941,7 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
     g.b = grad_output;
     g.in_dtype = grad_dtype;
     g.out = grad_bias;
-    g.beta = 1.0f;
+    g.beta = add_to_grad_weight ? 1.0f : 0.0f;
     if (auto e = s.backend.gemm(g); !e.ok()) return e;
   }
   if (s.backward_slots.columns > 0) ++s.backward_slots.rows_used;

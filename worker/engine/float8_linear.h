@@ -113,6 +113,20 @@ struct LinearActivations {
   DType output = DType::kFloat32;
 };
 
+// How backward() stores its gradients, and what it is handed besides grad_output.
+struct BackwardOptions {
+  // grad_input: written, or added to what the buffer holds (the GEMM's beta = 1, rounded
+  // once), so that layers reading one input sum their input gradients in place.
+  Store grad_input = Store::kOverwrite;
+  // grad_weight and grad_bias: added to, so that gradients add up over micro-batches, or
+  // written by the step's first producer of them, which then needs no zeroed buffer (and
+  // its GEMM no read of one).
+  Store grad_weight = Store::kAccumulate;
+  // May be null: max |grad_output[r, :]| per row, like forward()'s input_row_amax, from
+  // the op that made grad_output (see reads_grad_output_row_amax()).
+  const float* grad_output_row_amax = nullptr;
+};
+
 class Float8Linear {
  public:
   // A layer with weight [out_features, in_features] and activations of the given dtypes.
@@ -172,16 +186,12 @@ class Float8Linear {
   // delayed history's scale once it has one, else the dynamic scale of that amax.
   float fp8_weight_scale(float amax) const;
 
-  // For the last forward(): WRITES grad_input [tokens, in] (skipped when null; with
-  // Store::kAccumulate its GEMM adds to it instead, beta = 1, rounded once: layers that
-  // read one input sum their input gradients in place) and ACCUMULATES (+=) grad_weight
-  // [out, in] and grad_bias [out] (skipped when null), so that gradients add up over
-  // micro-batches: zero them once per optimizer step. grad_output has the output's dtype,
-  // grad_input the input's; grad_weight and grad_bias are fp32.
-  // grad_output_row_amax (may be null): max |grad_output[r, :]| per row, like forward()'s
-  // input_row_amax, from the op that made grad_output (see reads_grad_output_row_amax()).
+  // For the last forward(): by default WRITES grad_input [tokens, in] (skipped when null)
+  // and ACCUMULATES (+=) grad_weight [out, in] and grad_bias [out] (skipped when null), so
+  // that gradients add up over micro-batches; BackwardOptions changes either. grad_output
+  // has the output's dtype, grad_input the input's; grad_weight and grad_bias are fp32.
   absl::Status backward(const void* grad_output, void* grad_input, float* grad_weight, float* grad_bias,
-                        Store grad_input_store = Store::kOverwrite, const float* grad_output_row_amax = nullptr);
+                        const BackwardOptions& options = {});
 
   // ---- sibling layers that read one input --------------------------------------------------
   // A model's q, k and v projections read the same normed activation, as do the gate and

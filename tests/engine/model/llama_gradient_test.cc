@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <iostream>
 #include <random>
 #include <string>
@@ -333,6 +334,79 @@ TEST(LlamaModel, GradientsAccumulateOverCallsAndFollowGradScale) {
   }
   expect_gradients_near(gradients(*model), mean, 1e-5, *model, "two micro-batches");
   EXPECT_TRUE(model->finish_step().ok());
+}
+
+// discard_grads() is zero_grads() without the zeroing: whatever the buffers held (NaN
+// here), the step's first producer of each gradient overwrites it, later micro-batches add,
+// and define_grads() leaves gradients equal to those of zero_grads(), for every recipe and
+// with the embedding table tied to the output projection (the projection's GEMM writes
+// its gradient first, the embedding's scatter then adds).
+TEST(LlamaModel, DiscardedGradientsAreOverwrittenByTheirFirstProducer) {
+  const data::TokenBatch first = make_batch(2, 8, 32, 21), second = make_batch(2, 8, 32, 22);
+  for (const bool tie : {false, true}) {
+    for (const auto recipe : {v1::Fp8Spec::NONE, v1::Fp8Spec::TENSORWISE, v1::Fp8Spec::ROWWISE}) {
+      SCOPED_TRACE(testing::Message() << v1::Fp8Spec::Recipe_Name(recipe) << (tie ? " tied" : ""));
+      std::unique_ptr<LlamaModel> eager = make_model(tiny_config(tie), spec(recipe));
+      std::unique_ptr<LlamaModel> lazy = make_model(tiny_config(tie), spec(recipe));
+      ASSERT_TRUE(eager && lazy);
+      randomize_parameters(*eager, 4);
+      randomize_parameters(*lazy, 4);
+      for (int step = 0; step < 2; ++step) {
+        // Each micro-batch's gradient on its own, then both accumulated, from zeroed buffers.
+        std::vector<std::vector<float>> each[2];
+        for (int i = 0; i < 2; ++i) {
+          ASSERT_TRUE(eager->parameters().zero_grads().ok());
+          ASSERT_TRUE(eager->forward_backward(i == 0 ? first : second, 0.5f).ok());
+          each[i] = gradients(*eager);
+        }
+        ASSERT_TRUE(eager->parameters().zero_grads().ok());
+        ASSERT_TRUE(eager->forward_backward(first, 0.5f).ok());
+        ASSERT_TRUE(eager->forward_backward(second, 0.5f).ok());
+        const auto want = gradients(*eager);
+
+        for (Parameter& p : lazy->parameters().all()) {
+          const std::vector<float> garbage(static_cast<size_t>(p.grad.numel()), std::nanf(""));
+          ASSERT_TRUE(p.grad.upload<float>(garbage).ok());
+        }
+        lazy->parameters().discard_grads();
+        ASSERT_TRUE(lazy->forward_backward(first, 0.5f).ok());
+        ASSERT_TRUE(lazy->forward_backward(second, 0.5f).ok());
+        ASSERT_TRUE(lazy->parameters().define_grads().ok());
+        const auto got = gradients(*lazy);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t k = 0; k < got.size(); ++k) {
+          // Equal as numbers: 0 + x and x differ only in the sign of a zero.
+          EXPECT_TRUE(std::equal(got[k].begin(), got[k].end(), want[k].begin()))
+              << lazy->parameters().all()[k].name << " (step " << step << ")";
+        }
+        std::vector<std::vector<float>> sum = each[0];
+        for (size_t k = 0; k < sum.size(); ++k) {
+          for (size_t i = 0; i < sum[k].size(); ++i) sum[k][i] += each[1][k][i];
+        }
+        expect_gradients_near(got, sum, 1e-5, *lazy, "the two micro-batches' sum");
+        for (LlamaModel* m : {eager.get(), lazy.get()}) ASSERT_TRUE(m->finish_step().ok());
+      }
+    }
+  }
+}
+
+// A gradient that no op claims (here: every one, with no backward at all) is zeroed by
+// define_grads(); one that was never discarded keeps what it holds.
+TEST(LlamaModel, DefineGradsZeroesOnlyUnclaimedDiscardedGradients) {
+  std::unique_ptr<LlamaModel> model = make_model(tiny_config(), spec(v1::Fp8Spec::NONE));
+  ASSERT_NE(model, nullptr);
+  std::deque<Parameter>& params = model->parameters().all();
+  for (Parameter& p : params) {
+    const std::vector<float> ones(static_cast<size_t>(p.grad.numel()), 1.0f);
+    ASSERT_TRUE(p.grad.upload<float>(ones).ok());
+  }
+  model->parameters().discard_grads();
+  EXPECT_EQ(params.front().claim_grad(), Store::kOverwrite);
+  EXPECT_EQ(params.front().claim_grad(), Store::kAccumulate);
+  ASSERT_TRUE(model->parameters().define_grads().ok());
+  const auto grads = gradients(*model);
+  EXPECT_EQ(max_abs(grads.front()), 1.0) << "claimed: left to its producer";
+  for (size_t k = 1; k < grads.size(); ++k) EXPECT_EQ(max_abs(grads[k]), 0.0) << params[k].name;
 }
 
 TEST(LlamaModel, EvaluateMatchesForwardBackwardAndLeavesGradientsAlone) {

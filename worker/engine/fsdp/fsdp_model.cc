@@ -353,8 +353,17 @@ void FsdpModel::release(int unit) {
 absl::Status FsdpModel::allocate_grads(int unit) {
   for (int i : unit_state(unit).params) {
     Param& p = params_[static_cast<size_t>(i)];
-    FP8_ASSIGN_OR_RETURN(p.grad_padded, Tensor::zeros(device_, ElementType::kFloat32, padded_shape(p.shape, p.layout)));
+    // Only the padding rows are zeroed: the backward's first producer of the gradient
+    // overwrites the real rows (Parameter::claim_grad), and start_reduce_scatter zeroes
+    // them should nothing have.
+    FP8_ASSIGN_OR_RETURN(p.grad_padded, Tensor::empty(device_, ElementType::kFloat32, padded_shape(p.shape, p.layout)));
     FP8_ASSIGN_OR_RETURN(p.full->grad, p.grad_padded.rows(0, p.layout.rows));
+    p.full->grad_discarded = true;
+    const int64_t padding_rows = p.layout.padded_rows() - p.layout.rows;
+    if (padding_rows > 0) {
+      FP8_ASSIGN_OR_RETURN(Tensor padding, p.grad_padded.rows(p.layout.rows, padding_rows));
+      FP8_RETURN_IF_ERROR(padding.zero());
+    }
   }
   return absl::OkStatus();
 }
@@ -367,6 +376,7 @@ absl::Status FsdpModel::start_reduce_scatter(int unit) {
   FP8_ASSIGN_OR_RETURN(Tensor send, Tensor::zeros(device_, ElementType::kFloat32, {u.reduce_floats * world_size_}));
   for (int i : u.params) {
     Param& p = params_[static_cast<size_t>(i)];
+    FP8_RETURN_IF_ERROR(p.full->claim_grad_for_adding());  // zeroes it if the backward made none
     const int64_t block = p.layout.shard_elements();
     for (int r = 0; r < world_size_; ++r) {
       FP8_RETURN_IF_ERROR(backend.copy(send.data<float>() + r * u.reduce_floats + p.reduce_offset,
@@ -398,8 +408,14 @@ absl::Status FsdpModel::drain_reduce_scatters() {
     const Unit& u = unit_state(unit);
     for (int i : u.params) {
       Param& p = params_[static_cast<size_t>(i)];
-      FP8_RETURN_IF_ERROR(ops->accumulate(u.reduce_recv.data<float>() + p.reduce_offset, p.layout.shard_elements(),
-                                          p.shard->grad.data<float>()));
+      const float* summed = u.reduce_recv.data<float>() + p.reduce_offset;
+      const int64_t n = p.layout.shard_elements();
+      // The step's first micro-batch writes the shard's gradient, later ones add to it.
+      if (p.shard->claim_grad() == Store::kOverwrite) {
+        FP8_RETURN_IF_ERROR(device_.backend().copy(p.shard->grad.data<float>(), summed, n * sizeof(float)));
+      } else {
+        FP8_RETURN_IF_ERROR(ops->accumulate(summed, n, p.shard->grad.data<float>()));
+      }
     }
   }
   pending_reductions_.clear();

@@ -24,8 +24,12 @@ absl::Status LinearUnit::backward(const Tensor& grad_y, Tensor* grad_x, Store gr
   } else {
     FP8_RETURN_IF_ERROR(layer->rebind_weight(weight->value.data<float>()));
   }
+  BackwardOptions options;
+  options.grad_input = grad_x_store;
+  options.grad_weight = weight->claim_grad();
+  options.grad_output_row_amax = grad_y_row_amax;
   return layer->backward(grad_y.raw(), grad_x != nullptr ? grad_x->raw() : nullptr, weight->grad.data<float>(),
-                         nullptr, grad_x_store, grad_y_row_amax);
+                         nullptr, options);
 }
 
 absl::StatusOr<LinearUnit> make_linear_unit(Backend& backend, const v1::Fp8Spec& fp8, std::string name,

@@ -36,9 +36,10 @@ struct LinearUnit {
   float* grad_output_row_amax_in(const Tensor& buffer) const {
     return reads_grad_output_row_amax() ? buffer.data<float>() : nullptr;
   }
-  // Writes grad_x (skipped when undefined; adds to it with Store::kAccumulate) and
-  // accumulates into the weight's gradient. grad_y_row_amax (may be null): max |grad_y[r, :]|
-  // per row, for the fp8 casts of grad_y (Float8Linear::backward's grad_output_row_amax).
+  // Writes grad_x (skipped when undefined; adds to it with Store::kAccumulate) and the
+  // weight's gradient: added to it, or written as the step's first (Parameter::claim_grad).
+  // grad_y_row_amax (may be null): max |grad_y[r, :]| per row, for the fp8 casts of grad_y
+  // (BackwardOptions::grad_output_row_amax).
   absl::Status backward(const Tensor& grad_y, Tensor* grad_x, Store grad_x_store = Store::kOverwrite,
                         const float* grad_y_row_amax = nullptr) const;
 };

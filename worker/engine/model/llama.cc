@@ -187,6 +187,7 @@ absl::Status LlamaModel::queue_training_pass(const data::TokenBatch& batch, floa
   auto grad_hidden_row_amax_below = [&](size_t block) -> float* {
     return block == 0 ? nullptr : blocks_[block - 1].w2.grad_output_row_amax_in(a.grad_hidden_row_amax);
   };
+  FP8_RETURN_IF_ERROR(final_norm_->claim_grad_for_adding());
   FP8_RETURN_IF_ERROR(ops_.rmsnorm_backward(act(a.hidden.back()), f(final_norm_->value), f(a.final_inv_rms),
                                             act(a.grad_norm_in), m, c.dim, act(a.grad_hidden), f(final_norm_->grad),
                                             c.activations, Store::kOverwrite,
@@ -197,6 +198,7 @@ absl::Status LlamaModel::queue_training_pass(const data::TokenBatch& batch, floa
     FP8_RETURN_IF_ERROR(blocks_[i].backward(ops_, c, a, a.blocks[i], a.hidden[i], grad_hidden_row_amax_below(i)));
     FP8_RETURN_IF_ERROR(hook_after_backward(unit));
   }
+  FP8_RETURN_IF_ERROR(embeddings_->claim_grad_for_adding());
   FP8_RETURN_IF_ERROR(ops_.embedding_backward(a.tokens.data<int32_t>(), m, act(a.grad_hidden), c.vocab_size, c.dim,
                                               f(embeddings_->grad), c.activations));
   return hook_after_backward(kRoot);

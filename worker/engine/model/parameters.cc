@@ -40,7 +40,32 @@ int64_t ParameterSet::element_count() const {
 absl::Status ParameterSet::zero_grads() {
   for (Parameter& p : params_) {
     if (absl::Status s = p.grad.zero(); !s.ok()) return s;
+    p.grad_discarded = false;
   }
+  return absl::OkStatus();
+}
+
+void ParameterSet::discard_grads() {
+  for (Parameter& p : params_) p.grad_discarded = true;
+}
+
+absl::Status ParameterSet::define_grads() {
+  for (Parameter& p : params_) {
+    if (absl::Status s = p.claim_grad_for_adding(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+Store Parameter::claim_grad() {
+  const Store store = grad_discarded ? Store::kOverwrite : Store::kAccumulate;
+  grad_discarded = false;
+  return store;
+}
+
+absl::Status Parameter::claim_grad_for_adding() {
+  if (!grad_discarded) return absl::OkStatus();
+  if (absl::Status s = grad.zero(); !s.ok()) return s;
+  grad_discarded = false;
   return absl::OkStatus();
 }
 

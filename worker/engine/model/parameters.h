@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "fp8/fp8.h"
 #include "worker/engine/tensor/tensor.h"
 
 namespace fp8::engine {
@@ -33,6 +34,17 @@ struct Parameter {
   // AdamW's decoupled weight decay applies to matrices, not to norm gains (which decay
   // would pull towards zero rather than towards their neutral value of one).
   bool weight_decay = true;
+  // Set by ParameterSet::discard_grads(): grad's contents are stale and stand for zero
+  // until an op claims it (below).
+  bool grad_discarded = false;
+
+  // The store for an op about to produce (part of) this gradient: kOverwrite for the first
+  // since discard_grads(), which then writes grad (a GEMM with beta = 0) instead of adding
+  // to zeros, kAccumulate otherwise. Either way grad holds a real sum afterwards.
+  Store claim_grad();
+  // For ops that can only add to grad (an embedding's scatter, a norm's column sums): zeroes
+  // a discarded gradient first.
+  absl::Status claim_grad_for_adding();
 };
 
 class ParameterSet {
@@ -49,6 +61,12 @@ class ParameterSet {
   int64_t element_count() const;
 
   absl::Status zero_grads();
+  // zero_grads(), lazily: every gradient stands for zero until an op claims it
+  // (Parameter::claim_grad), so that the step's first producer of each overwrites it and no
+  // pass zeroes what it is about to overwrite. define_grads() then zeroes those that nothing
+  // claimed; gradients are read (norm, reductions, optimizer) only after it.
+  void discard_grads();
+  absl::Status define_grads();
 
  private:
   std::deque<Parameter> params_;

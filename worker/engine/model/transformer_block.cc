@@ -81,6 +81,7 @@ absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Act
   FP8_RETURN_IF_ERROR(w1.backward(a.grad_gate, &a.grad_norm_in, kWrite, gate_row_amax));
   FP8_RETURN_IF_ERROR(w3.backward(a.grad_up, &a.grad_norm_in, kAdd, up_row_amax));
   float* wo_row_amax = wo.grad_output_row_amax_in(a.grad_hidden_row_amax);
+  FP8_RETURN_IF_ERROR(ffn_norm->claim_grad_for_adding());
   FP8_RETURN_IF_ERROR(ops.rmsnorm_backward(act(s.mid), f(ffn_norm->value), f(s.ffn_inv_rms), act(a.grad_norm_in), m,
                                            c.dim, act(a.grad_hidden), f(ffn_norm->grad), t, kAdd, wo_row_amax));
 
@@ -96,6 +97,7 @@ absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Act
   FP8_RETURN_IF_ERROR(wq.backward(a.grad_q, &a.grad_norm_in));
   FP8_RETURN_IF_ERROR(wk.backward(a.grad_k, &a.grad_norm_in, kAdd));
   FP8_RETURN_IF_ERROR(wv.backward(a.grad_v, &a.grad_norm_in, kAdd));
+  FP8_RETURN_IF_ERROR(attention_norm->claim_grad_for_adding());
   return ops.rmsnorm_backward(act(in), f(attention_norm->value), f(s.attn_inv_rms), act(a.grad_norm_in), m, c.dim,
                               act(a.grad_hidden), f(attention_norm->grad), t, kAdd, grad_in_row_amax);
 }

@@ -167,7 +167,8 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   const fsdp::CommCounters comm_before = fsdp_ ? fsdp_->counters() : fsdp::CommCounters{};
   Backend& backend = model_->device().backend();
   backend.reset_peak_memory();
-  FP8_RETURN_IF_ERROR(trained_->zero_grads());
+  // Gradients restart from zero each step, lazily: each one's first producer overwrites it.
+  trained_->discard_grads();
   // Averages over micro-batches and ranks: reduce-scattered sums are then means.
   const float grad_scale = 1.0f / static_cast<float>(micro_batches * world_size());
   if (!micro_batch_losses_.defined() || micro_batch_losses_.numel() != micro_batches) {
@@ -186,6 +187,7 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   FP8_ASSIGN_OR_RETURN(std::vector<float> losses, micro_batch_losses_.download<float>());
   double loss_sum = 0;
   for (float l : losses) loss_sum += l;
+  FP8_RETURN_IF_ERROR(trained_->define_grads());  // zeroes any that no op produced
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, model_->device().model_ops());
   const bool stop_here = control.stop != nullptr && control.stop->load();
   double loss = 0, grad_norm = 0;
