@@ -208,9 +208,10 @@ class CpuModelOps final : public ModelOps {
   }
 
   absl::Status adamw_step(const AdamWHyperparams& h, int64_t step, float* param, const float* grad, float* m, float* v,
-                          int64_t n) override {
-    FP8_RETURN_IF_ERROR(ops::validate_adamw(h, step, param, grad, m, v, n));
+                          int64_t n, const RowAmaxes& param_row_amax) override {
+    FP8_RETURN_IF_ERROR(ops::validate_adamw(h, step, param_row_amax, param, grad, m, v, n));
     ops::cpu::adamw_step(ops::adamw_coefficients(h, step), param, grad, m, v, n);
+    write_row_amaxes(param, DType::kFloat32, n, param_row_amax);
     return absl::OkStatus();
   }
 

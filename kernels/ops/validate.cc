@@ -237,8 +237,8 @@ absl::Status validate_cross_entropy_backward(const void* logits, const int32_t* 
   return check_not_null(op, {{"logits", logits}, {"targets", targets}, {"lse", lse}, {"grad_logits", grad_logits}});
 }
 
-absl::Status validate_adamw(const AdamWHyperparams& h, int64_t step, const float* param, const float* grad,
-                            const float* m, const float* v, int64_t n) {
+absl::Status validate_adamw(const AdamWHyperparams& h, int64_t step, const RowAmaxes& param_row_amax,
+                            const float* param, const float* grad, const float* m, const float* v, int64_t n) {
   constexpr const char* op = "adamw_step";
   if (auto s = check_tensor_dims(op, {{"n", n}}); !s.ok()) return s;
   // Written as !(ok) so that NaN fails too. torch.optim.AdamW's ranges, except that eps
@@ -254,6 +254,7 @@ absl::Status validate_adamw(const AdamWHyperparams& h, int64_t step, const float
     return invalid(op, "grad_scale must be finite and >= 0, got ", h.grad_scale);
   }
   if (step < 1) return invalid(op, "step counts from 1, got ", step);
+  if (auto s = check_row_amaxes(op, "param_row_amax", n, param_row_amax); !s.ok()) return s;
   return check_not_null(op, {{"param", param}, {"grad", grad}, {"m", m}, {"v", v}});
 }
 

@@ -47,7 +47,8 @@ absl::Status validate_cross_entropy_forward(const void* logits, const int32_t* t
                                             const float* loss, const float* lse, DType act);
 absl::Status validate_cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse, int64_t rows,
                                              int64_t vocab, float grad_loss, const void* grad_logits, DType act);
-absl::Status validate_adamw(const AdamWHyperparams& h, int64_t step, const float* param, const float* grad,
+absl::Status validate_adamw(const AdamWHyperparams& h, int64_t step, const RowAmaxes& param_row_amax,
+                            const float* param, const float* grad,
                             const float* m, const float* v, int64_t n);
 absl::Status validate_sum_of_squares(const float* x, int64_t n);
 

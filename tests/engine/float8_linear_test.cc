@@ -1076,33 +1076,32 @@ TEST_F(FLOAT8_LINEAR_TEST, SiblingsSharingOneInputCastMatchTheirOwnCastsBitForBi
 
 // ---- row amaxes (what an RMSNorm or a SwiGLU hands the linear after it) -----------------------
 
-// A layer handed its input's row amaxes (in the forward) and its grad_output's (in the
-// backward) computes every output, gradient and statistic bit for bit as one that reads
-// the tensors for them, over steps and in evaluation; the casts that can use them
-// (dynamic scaling at tensorwise or rowwise granularity) do, others ignore them.
+// A layer handed the row amaxes of its input and weight (in the forward) and of its
+// grad_output (in the backward) computes every output, gradient and statistic bit for bit
+// as one that reads the tensors for them, over steps and in evaluation; the casts that can
+// use them (dynamic scaling at tensorwise or rowwise granularity) do, others ignore them.
 TEST_F(FLOAT8_LINEAR_TEST, RowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
   const size_t m = 64, k = 128, n = 96;
   struct Case {
     std::string name;
     Float8LinearConfig config;
     LinearActivations activations;
-    bool reads;  // reads_input_row_amax() and reads_grad_output_row_amax()
-    // Casts that take them per step: with `reads`, one dynamic row cast of the input and
-    // one of grad_output every step; a delayed cast is dynamic (and takes them) only in
-    // its first step, before it has a history.
-    int64_t took_after(int step) const {
-      if (reads) return 2 * (step + 1);
-      return config.output.input.scaling == ScalingMode::kDelayed ? 2 : 0;
-    }
+    bool reads;  // reads_input_row_amax(), reads_weight_row_amax(), reads_grad_output_row_amax()
+    // Casts that take them per step: with `reads`, every dynamic cast that is not
+    // columnwise (one each of the input, the weight and grad_output; rowwise_with_gw_hp
+    // casts the weight twice, by its rows for each of its fp8 GEMMs); a delayed cast is
+    // dynamic (and takes them) only in its first step, before it has a history.
+    int64_t per_step;
+    int64_t took_after(int step) const { return reads ? per_step * (step + 1) : per_step; }
   };
   std::vector<Case> cases;
   for (const LinearActivations& a : {LinearActivations{}, kBf16Activations}) {
     const std::string suffix = a.input == DType::kBFloat16 ? " bf16" : "";
-    cases.push_back({"tensorwise" + suffix, recipe(v1::Fp8Spec::TENSORWISE), a, true});
-    cases.push_back({"rowwise" + suffix, recipe(v1::Fp8Spec::ROWWISE), a, true});
-    cases.push_back({"rowwise_with_gw_hp" + suffix, recipe(v1::Fp8Spec::ROWWISE_WITH_GW_HP), a, true});
-    cases.push_back({"delayed" + suffix, recipe(v1::Fp8Spec::DELAYED), a, false});
-    cases.push_back({"none" + suffix, recipe(v1::Fp8Spec::NONE), a, false});
+    cases.push_back({"tensorwise" + suffix, recipe(v1::Fp8Spec::TENSORWISE), a, true, 3});
+    cases.push_back({"rowwise" + suffix, recipe(v1::Fp8Spec::ROWWISE), a, true, 3});
+    cases.push_back({"rowwise_with_gw_hp" + suffix, recipe(v1::Fp8Spec::ROWWISE_WITH_GW_HP), a, true, 4});
+    cases.push_back({"delayed" + suffix, recipe(v1::Fp8Spec::DELAYED), a, false, 3});
+    cases.push_back({"none" + suffix, recipe(v1::Fp8Spec::NONE), a, false, 0});
   }
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -1110,6 +1109,7 @@ TEST_F(FLOAT8_LINEAR_TEST, RowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
     std::unique_ptr<Float8Linear> plain = make_layer(backend(), {64, 128, 96}, c.config, c.activations);
     ASSERT_TRUE(hinted && plain);
     EXPECT_EQ(hinted->reads_input_row_amax(), c.reads);
+    EXPECT_EQ(hinted->reads_weight_row_amax(), c.reads);
     EXPECT_EQ(hinted->reads_grad_output_row_amax(), c.reads);
     const DType in = c.activations.input, out = c.activations.output;
     Tensor x(backend(), scaled(normal(m * k, 1.0f, 11), 5.0f), in), w(backend(), normal(n * k, 0.1f, 12));
@@ -1117,14 +1117,17 @@ TEST_F(FLOAT8_LINEAR_TEST, RowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
     Tensor y_hinted(backend(), m * n, 0.0f, out), y_plain(backend(), m * n, 0.0f, out);
     Tensor gx_hinted(backend(), m * k, 0.0f, in), gx_plain(backend(), m * k, 0.0f, in);
     Tensor gw_hinted(backend(), n * k), gw_plain(backend(), n * k);
-    Tensor row_amax(backend(), m), grad_row_amax(backend(), m);
+    Tensor row_amax(backend(), m), grad_row_amax(backend(), m), weight_row_amax(backend(), n);
+    ASSERT_OK(backend().amax(MatrixRef{w.raw(), DType::kFloat32, static_cast<int64_t>(n), static_cast<int64_t>(k)},
+                             Granularity::kRowwise, weight_row_amax.data()));
     ASSERT_OK(backend().amax(MatrixRef{x.raw(), in, static_cast<int64_t>(m), static_cast<int64_t>(k)},
                              Granularity::kRowwise, row_amax.data()));
     ASSERT_OK(backend().amax(MatrixRef{g.raw(), out, static_cast<int64_t>(m), static_cast<int64_t>(n)},
                              Granularity::kRowwise, grad_row_amax.data()));
     for (int step = 0; step < 3; ++step) {
       SCOPED_TRACE(step);
-      ASSERT_OK(hinted->forward(x.raw(), m, w.data(), nullptr, y_hinted.raw(), row_amax.data()));
+      ASSERT_OK(
+          hinted->forward(x.raw(), m, w.data(), nullptr, y_hinted.raw(), row_amax.data(), weight_row_amax.data()));
       ASSERT_OK(plain->forward(x.raw(), m, w.data(), nullptr, y_plain.raw()));
       ASSERT_OK(hinted->backward(g.raw(), gx_hinted.raw(), gw_hinted.data(), nullptr,
                                  {.grad_output_row_amax = grad_row_amax.data()}));
@@ -1135,7 +1138,8 @@ TEST_F(FLOAT8_LINEAR_TEST, RowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
       EXPECT_EQ(hinted->row_amax_casts(), c.took_after(step));
       for (Float8Linear* l : {hinted.get(), plain.get()}) ASSERT_OK(l->finish_step());
     }
-    ASSERT_OK(hinted->forward_no_grad(x.raw(), m, w.data(), nullptr, y_hinted.raw(), row_amax.data()));
+    ASSERT_OK(hinted->forward_no_grad(x.raw(), m, w.data(), nullptr, y_hinted.raw(), row_amax.data(),
+                                      weight_row_amax.data()));
     ASSERT_OK(plain->forward_no_grad(x.raw(), m, w.data(), nullptr, y_plain.raw()));
     EXPECT_TRUE(same_bits(y_hinted.download(), y_plain.download())) << "evaluation forward";
     absl::StatusOr<std::vector<CastNumerics>> a = hinted->numerics(), b = plain->numerics();

@@ -1,5 +1,8 @@
 // AdamW, as torch.optim.AdamW defines it: decoupled weight decay, bias-corrected moments.
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -74,6 +77,41 @@ TEST(AdamW, ManyStepsOverALargeBufferMatchDoublePrecision) {
   }
   // An update is lr · m̂ / (√v̂ + eps) ≤ ~lr, so 1e-6 absolute is ~1e-3 of a step.
   EXPECT_LT(scaled_max_error(param, p_ref), 1e-6);
+}
+
+// param_row_amax: each row's max |param| after the update, for the weight's fp8 casts;
+// asking for it changes no state, and a row length that does not divide n is refused
+// with nothing updated.
+TEST(AdamW, RowAmaxesAreThoseOfTheUpdatedParameter) {
+  const int64_t rows = 5, cols = 23, n = rows * cols;
+  const size_t un = static_cast<size_t>(n);
+  const auto start = uniform(un, 91, -2.0f, 2.0f), grad = uniform(un, 92);
+  AdamWHyperparams h;
+  h.lr = 0.05f;
+  h.weight_decay = 0.1f;
+  auto& ops = cpu_model_ops();
+  std::vector<float> plain = start, pm(un, 0.0f), pv(un, 0.0f);
+  std::vector<float> param = start, m(un, 0.0f), v(un, 0.0f), row_amax = nans(static_cast<size_t>(rows));
+  for (int64_t step = 1; step <= 3; ++step) {
+    ASSERT_TRUE(ops.adamw_step(h, step, plain.data(), grad.data(), pm.data(), pv.data(), n).ok());
+    ASSERT_TRUE(
+        ops.adamw_step(h, step, param.data(), grad.data(), m.data(), v.data(), n, {row_amax.data(), cols}).ok());
+    EXPECT_EQ(param, plain);
+    EXPECT_EQ(m, pm);
+    EXPECT_EQ(v, pv);
+    for (int64_t r = 0; r < rows; ++r) {
+      float want = 0.0f;
+      for (int64_t j = 0; j < cols; ++j) want = std::max(want, std::fabs(param[static_cast<size_t>(r * cols + j)]));
+      EXPECT_EQ(row_amax[static_cast<size_t>(r)], want) << "step " << step << " row " << r;
+    }
+  }
+  const std::vector<float> before = param;
+  const absl::Status s = ops.adamw_step(h, 4, param.data(), grad.data(), m.data(), v.data(), n, {row_amax.data(), 22});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(std::string(s.message()).find("adamw_step: param_row_amax needs a row_length that divides n=115, got 22"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(param, before);
 }
 
 }  // namespace

@@ -783,6 +783,44 @@ TEST_F(CudaModelOpsTest, AdamWIsBitIdenticalOverSeveralSteps) {
   }
 }
 
+// With row amaxes requested AdamW runs by rows: the flat kernel's states bit for bit, and
+// each row's amax of the updated parameter.
+TEST_F(CudaModelOpsTest, AdamWRowAmaxesAreThoseOfTheUpdatedParameter) {
+  struct Shape {
+    int64_t rows, cols;
+    size_t offset;
+  };
+  AdamWHyperparams h;
+  h.lr = 1e-2f;
+  h.weight_decay = 0.1f;
+  for (const Shape& s : {Shape{1, 1, 0}, Shape{3, 7, 0}, Shape{17, 256, 1}, Shape{5, 9001, 0}, Shape{2049, 44, 0}}) {
+    SCOPED_TRACE(testing::Message() << "rows " << s.rows << " cols " << s.cols << " offset " << s.offset);
+    const int64_t n = s.rows * s.cols;
+    const auto param = uniform(sz(n), 83, -2.0f, 2.0f), grad = uniform(sz(n), 84);
+    const std::vector<float> zeros(sz(n), 0.0f);
+    DeviceFloats d_grad(grad, s.offset);
+    DeviceFloats flat_p(param, s.offset), flat_m(zeros, s.offset), flat_v(zeros, s.offset);
+    DeviceFloats rows_p(param, s.offset), rows_m(zeros, s.offset), rows_v(zeros, s.offset), amax(nans(sz(s.rows)));
+    for (int64_t step = 1; step <= 2; ++step) {
+      ASSERT_TRUE(gpu().adamw_step(h, step, flat_p.get(), d_grad.get(), flat_m.get(), flat_v.get(), n).ok());
+      ASSERT_TRUE(gpu()
+                      .adamw_step(h, step, rows_p.get(), d_grad.get(), rows_m.get(), rows_v.get(), n,
+                                  RowAmaxes{amax.get(), s.cols})
+                      .ok());
+    }
+    const auto p = rows_p.download();
+    expect_bit_identical(p, flat_p.download(), "param by rows and flat");
+    expect_bit_identical(rows_m.download(), flat_m.download(), "m by rows and flat");
+    expect_bit_identical(rows_v.download(), flat_v.download(), "v by rows and flat");
+    const auto got = amax.download();
+    for (int64_t r = 0; r < s.rows; ++r) {
+      float want = 0.0f;
+      for (int64_t j = 0; j < s.cols; ++j) want = std::max(want, std::fabs(p[sz(r * s.cols + j)]));
+      ASSERT_EQ(got[sz(r)], want) << "row " << r;
+    }
+  }
+}
+
 // The decomposition depends on n alone: the same bits run twice, and whatever the
 // alignment of x (the vector and scalar loads sum each group in the same order).
 TEST_F(CudaModelOpsTest, SumOfSquaresMatchesTheCpuAndIsDeterministic) {

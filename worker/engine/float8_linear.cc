@@ -241,8 +241,8 @@ struct Float8Linear::State {
   void plan_delayed_scaling();
 
   // ---- casts ----
-  // known_row_amax: the amax of each row of data, when the caller has them (input and
-  // grad_output). reads_row_amax: whether some cast of t would take them.
+  // known_row_amax: the amax of each row of data, when the caller has them (any tensor
+  // kind). reads_row_amax: whether some cast of t would take them.
   absl::Status cast_tensor(TensorKind t, const MatrixRef& data, int slot_row, const float* known_row_amax = nullptr);
   bool reads_row_amax(TensorKind t) const;
   // The input's casts for a forward: taken from input_source when it holds this input,
@@ -681,8 +681,9 @@ const Float8LinearConfig& Float8Linear::config() const { return s_->config; }
 const LinearActivations& Float8Linear::activations() const { return s_->activations; }
 
 absl::Status Float8Linear::forward(const void* input, int64_t tokens, const float* weight, const float* bias,
-                                   void* output, const float* input_row_amax) {
-  return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/true, input_row_amax);
+                                   void* output, const float* input_row_amax, const float* weight_row_amax) {
+  return run_forward(input, tokens, {weight, nullptr, weight_row_amax}, bias, output, /*for_backward=*/true,
+                     input_row_amax);
 }
 
 absl::Status Float8Linear::forward(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
@@ -696,8 +697,9 @@ absl::Status Float8Linear::forward(const void* input, int64_t tokens, const Fp8W
 }
 
 absl::Status Float8Linear::forward_no_grad(const void* input, int64_t tokens, const float* weight, const float* bias,
-                                           void* output, const float* input_row_amax) {
-  return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/false, input_row_amax);
+                                           void* output, const float* input_row_amax, const float* weight_row_amax) {
+  return run_forward(input, tokens, {weight, nullptr, weight_row_amax}, bias, output, /*for_backward=*/false,
+                     input_row_amax);
 }
 
 absl::Status Float8Linear::forward_no_grad(const void* input, int64_t tokens, const Fp8Weight& weight,
@@ -770,7 +772,9 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const 
   if (auto st = s.cast_input({input, s.activations.input, m, k}, row, input_row_amax); !st.ok()) return st;
   if (weight.fp8 != nullptr) {
     if (auto st = s.adopt_fp8_weight(*weight.fp8, row); !st.ok()) return st;
-  } else if (auto st = s.cast_tensor(TensorKind::kWeight, {weight.f32, DType::kFloat32, n, k}, row); !st.ok()) {
+  } else if (auto st =
+                 s.cast_tensor(TensorKind::kWeight, {weight.f32, DType::kFloat32, n, k}, row, weight.f32_row_amax);
+             !st.ok()) {
     return st;
   }
   // The weight in the compute dtype, for the high-precision GEMMs that read it as is: this
@@ -976,6 +980,7 @@ bool Float8Linear::State::reads_row_amax(TensorKind t) const {
 }
 
 bool Float8Linear::reads_input_row_amax() const { return s_->reads_row_amax(TensorKind::kInput); }
+bool Float8Linear::reads_weight_row_amax() const { return s_->reads_row_amax(TensorKind::kWeight); }
 bool Float8Linear::reads_grad_output_row_amax() const { return s_->reads_row_amax(TensorKind::kGradOutput); }
 
 int64_t Float8Linear::row_amax_casts() const { return s_->row_amax_casts; }

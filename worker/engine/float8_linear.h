@@ -156,13 +156,16 @@ class Float8Linear {
   // take their amax from these instead of reading the input once more
   // (QuantizeArgs::row_amax); everything computed is bit for bit the same. They must be
   // exact (a smaller value clips the cast). See reads_input_row_amax().
+  // weight_row_amax (may be null): the same for the weight, [out] fp32, max |weight[o, :]|
+  // (AdamW writes them as it updates the weight: ModelOps::adamw_step's param_row_amax).
+  // See reads_weight_row_amax().
   absl::Status forward(const void* input, int64_t tokens, const float* weight, const float* bias, void* output,
-                       const float* input_row_amax = nullptr);
+                       const float* input_row_amax = nullptr, const float* weight_row_amax = nullptr);
 
   // The same output for evaluation: nothing is kept for a backward() (the last forward()
   // can no longer be differentiated either) and delayed scaling records none of its amaxes.
   absl::Status forward_no_grad(const void* input, int64_t tokens, const float* weight, const float* bias, void* output,
-                               const float* input_row_amax = nullptr);
+                               const float* input_row_amax = nullptr, const float* weight_row_amax = nullptr);
   absl::Status forward_no_grad(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
                                void* output, const float* input_row_amax = nullptr);
 
@@ -210,12 +213,13 @@ class Float8Linear {
   // Forward passes that took source's copies rather than casting (for tests and benches).
   int64_t shared_input_casts() const;
 
-  // ---- row amaxes (forward()'s input_row_amax, backward()'s grad_output_row_amax) --------
-  // Whether forward() (backward()) has a use for them: some input (grad_output) cast is
-  // dynamically scaled at tensorwise or rowwise granularity. (Columnwise casts, the
-  // rowwise recipe's copies for grad_weight, need column amaxes; delayed casts measure
-  // theirs while casting.)
+  // ---- row amaxes (forward()'s input_row_amax and weight_row_amax, backward()'s ----------
+  // grad_output_row_amax). Whether the call has a use for them: some cast of that tensor is
+  // dynamically scaled at tensorwise or rowwise granularity. (Columnwise casts, the rowwise
+  // recipe's copies for the GEMMs that contract over rows, need column amaxes; delayed
+  // casts measure theirs while casting.)
   bool reads_input_row_amax() const;
+  bool reads_weight_row_amax() const;
   bool reads_grad_output_row_amax() const;
   // Casts that took their amax from the caller's row amaxes (for tests and benches).
   int64_t row_amax_casts() const;
@@ -268,6 +272,7 @@ class Float8Linear {
   struct WeightSource {
     const float* f32 = nullptr;
     const Fp8Weight* fp8 = nullptr;
+    const float* f32_row_amax = nullptr;  // may be null
   };
   absl::Status run_forward(const void* input, int64_t tokens, const WeightSource& weight, const float* bias,
                            void* output, bool for_backward, const float* input_row_amax);

@@ -212,10 +212,16 @@ class CudaModelOps final : public ModelOps {
   }
 
   absl::Status adamw_step(const AdamWHyperparams& h, int64_t step, float* param, const float* grad, float* m, float* v,
-                          int64_t n) override {
-    FP8_RETURN_IF_ERROR(ops::validate_adamw(h, step, param, grad, m, v, n));
+                          int64_t n, const RowAmaxes& param_row_amax) override {
+    FP8_RETURN_IF_ERROR(ops::validate_adamw(h, step, param_row_amax, param, grad, m, v, n));
     // The CPU's coefficients, to the bit: bias corrections in double on the host.
     const ops::AdamWCoefficients c = ops::adamw_coefficients(h, step);
+    if (param_row_amax.out != nullptr) {
+      const int64_t cols = param_row_amax.row_length;
+      return on_device([&] {
+        return cuda::launch_adamw_rows(c, param, grad, m, v, n / cols, cols, param_row_amax.out, stream_);
+      });
+    }
     return on_device([&] { return cuda::launch_adamw(c, param, grad, m, v, n, stream_); });
   }
 

@@ -179,6 +179,35 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// AdamW by rows: ops::adamw_update per element (the flat map's values), and each row's
+// amax of the updated parameter. fp32 throughout; kVec: cols % 4 == 0 and every buffer
+// 16-byte aligned.
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    adamw_rows_kernel(ops::AdamWCoefficients c, float* param, const float* grad, float* m, float* v, int64_t rows,
+                      int64_t cols, float* __restrict__ param_row_amax) {
+  const int64_t groups = model::ceil_div(cols, 4);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * cols;
+    uint32_t amax_bits = 0;
+    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
+      float p[4], d[4], mo[4], ve[4];
+      model::load_group<kVec>(param + base, g, cols, 0.0f, p);
+      model::load_group<kVec>(grad + base, g, cols, 0.0f, d);
+      model::load_group<kVec>(m + base, g, cols, 0.0f, mo);
+      model::load_group<kVec>(v + base, g, cols, 0.0f, ve);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) ops::adamw_update(c, d[k], &p[k], &mo[k], &ve[k]);
+      model::store_group<kVec>(param + base, g, cols, p);
+      model::store_group<kVec>(m + base, g, cols, mo);
+      model::store_group<kVec>(v + base, g, cols, ve);
+      amax_bits = model::group_amax_bits<float>(amax_bits, g, cols, p);
+    }
+    amax_bits = model::block_max_bits(amax_bits);
+    if (threadIdx.x == 0) param_row_amax[r] = __uint_as_float(amax_bits);
+  }
+}
+
 // ---- the per-element functions -------------------------------------------------------------
 
 struct AddFn {
@@ -281,6 +310,20 @@ LaunchResult launch_swiglu_backward_rows(const void* gate, const void* up, const
 LaunchResult launch_adamw(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,
                           int64_t n, cudaStream_t stream) {
   return launch_map(AdamWFn{c}, Streams<float, 4, 3>{{param, grad, m, v}, {param, m, v}}, n, stream, "adamw kernel");
+}
+
+LaunchResult launch_adamw_rows(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,
+                               int64_t rows, int64_t cols, float* param_row_amax, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return {};
+  const unsigned blocks = model::clamp_grid(rows, kMaxRowBlocks);
+  const bool vec = cols % 4 == 0 && model::aligned16(param) && model::aligned16(grad) && model::aligned16(m) &&
+                   model::aligned16(v);
+  if (vec) {
+    adamw_rows_kernel<true><<<blocks, kThreads, 0, stream>>>(c, param, grad, m, v, rows, cols, param_row_amax);
+  } else {
+    adamw_rows_kernel<false><<<blocks, kThreads, 0, stream>>>(c, param, grad, m, v, rows, cols, param_row_amax);
+  }
+  return model::after_launch("adamw rows kernel");
 }
 
 cudaError_t probe_model_kernel_image() {

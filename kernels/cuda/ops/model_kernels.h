@@ -108,6 +108,10 @@ LaunchResult launch_swiglu_backward_rows(const void* gate, const void* up, const
                                          float* grad_up_row_amax, HpType act, cudaStream_t stream);
 LaunchResult launch_adamw(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,
                           int64_t n, cudaStream_t stream);
+// The same over [rows, cols], also writing param_row_amax[r] = max |param[r, :]| after the
+// update.
+LaunchResult launch_adamw_rows(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,
+                               int64_t rows, int64_t cols, float* param_row_amax, cudaStream_t stream);
 
 // ---- reductions ---------------------------------------------------------------------------------
 

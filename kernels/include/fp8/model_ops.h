@@ -201,8 +201,10 @@ class ModelOps {
   // One torch.optim.AdamW step over n parameters, step = 1 for the first: decoupled weight
   // decay (param -= lr * weight_decay * param), then the bias-corrected Adam update.
   // m and v are the moment buffers (zero before step 1), updated in place.
+  // param_row_amax: the rows' amaxes of the updated param (see RowAmaxes), for the fp8 casts
+  // of a weight in the next forward to take instead of reading the weight for them.
   virtual absl::Status adamw_step(const AdamWHyperparams& h, int64_t step, float* param, const float* grad, float* m,
-                                  float* v, int64_t n) = 0;
+                                  float* v, int64_t n, const RowAmaxes& param_row_amax = {}) = 0;
   // Σ x², accumulated in double: summed over every gradient buffer, the global grad norm.
   // Returns to the host (a CUDA implementation synchronises its stream).
   virtual absl::StatusOr<double> sum_of_squares(const float* x, int64_t n) = 0;

@@ -4,9 +4,11 @@
 //   p ← p − lr · (m / (1 − β1^t)) / (sqrt(v / (1 − β2^t)) + eps)
 #include "worker/engine/optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -94,6 +96,34 @@ TEST(EngineAdamW, MatchesTorchAdamWAndSkipsDecayWhereAsked) {
   EXPECT_EQ(gv[1], 2.0f);
   expect_close(values_of(opt->first_moment(0))[0], 0.02);
   expect_close(values_of(opt->second_moment(0))[0], 0.0031);
+}
+
+// write_row_amaxes: every step then writes the rows' amaxes of the parameter's new value;
+// a parameter it does not optimize, or rows that do not divide the parameter, are refused.
+TEST(EngineAdamW, WritesTheRowAmaxesOfTheParametersAskedFor) {
+  ParameterSet set, other;
+  Parameter* w = add(set, "w", {1.0f, -2.0f, 0.5f, 3.0f, -0.25f, 0.0f}, {0.5f, 0.5f, -1.0f, 0.1f, 0.2f, 0.3f}, true);
+  Parameter* elsewhere = add(other, "elsewhere", {1.0f}, {1.0f}, true);
+  ASSERT_TRUE(w && elsewhere);
+  absl::StatusOr<AdamW> opt = AdamW::create(ops(), set, hyper(0.99f, 0.1f));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  std::vector<float> amax = {-1.0f, -1.0f, -1.0f};
+  absl::Status s = opt->write_row_amaxes(*elsewhere, {amax.data(), 1});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("elsewhere is not a parameter it optimizes"), std::string::npos) << s.message();
+  s = opt->write_row_amaxes(*w, {amax.data(), 4});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("row amaxes of w need rows that divide its 6 values, got rows of 4"), std::string::npos)
+      << s.message();
+  ASSERT_TRUE(opt->step(0.1f).ok());
+  EXPECT_EQ(amax, std::vector<float>(3, -1.0f)) << "refused: nothing written";
+
+  ASSERT_TRUE(opt->write_row_amaxes(*w, {amax.data(), 2}).ok());
+  ASSERT_TRUE(opt->step(0.1f).ok());
+  const std::vector<float> value = values_of(w->value);
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(amax[r], std::max(std::fabs(value[2 * r]), std::fabs(value[2 * r + 1]))) << "row " << r;
+  }
 }
 
 TEST(EngineAdamW, TorchDefaultsOverThreeSteps) {

@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/engine/data/token_batch.h"
+#include "worker/engine/optim/adamw.h"
 #include "worker/engine/tensor/device.h"
 
 namespace fp8::engine {
@@ -101,6 +102,13 @@ std::vector<std::vector<float>> gradients(const LlamaModel& model) {
   std::vector<std::vector<float>> g;
   for (const Parameter& p : model.parameters().all()) g.push_back(values_of(p.grad));
   return g;
+}
+
+// Every parameter's value, in parameter order.
+std::vector<std::vector<float>> parameter_values(const LlamaModel& model) {
+  std::vector<std::vector<float>> v;
+  for (const Parameter& p : model.parameters().all()) v.push_back(values_of(p.value));
+  return v;
 }
 
 double max_abs(const std::vector<float>& v) {
@@ -688,6 +696,57 @@ TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnceFromRowAmaxesOfTheOpBefore) 
       EXPECT_EQ(u->layer->shared_input_casts(), listed(k.sharing, name)) << u->name;
       EXPECT_EQ(u->layer->row_amax_casts(), listed(k.row_amax, name) + listed(k.grad_row_amax, name)) << u->name;
     }
+  }
+}
+
+// The Trainer's loop with and without the weights' row amaxes from AdamW's update: the
+// same losses and parameters bit for bit, the weight casts of the first taking them from
+// the second step on (the first step's weights come from initialisation, with none); a
+// model told they are stale casts as before.
+TEST(LlamaFp8, WeightRowAmaxesFromTheUpdateChangeNothingAndServeTheWeightCasts) {
+  const LlamaConfig c = fp8_friendly_config();
+  const data::TokenBatch batch = make_batch(2, 16, c.vocab_size, 31);
+  for (const auto recipe : {v1::Fp8Spec::TENSORWISE, v1::Fp8Spec::ROWWISE, v1::Fp8Spec::DELAYED}) {
+    SCOPED_TRACE(v1::Fp8Spec::Recipe_Name(recipe));
+    std::unique_ptr<LlamaModel> hinted = make_model(c, spec(recipe), 7), plain = make_model(c, spec(recipe), 7);
+    ASSERT_TRUE(hinted && plain);
+    absl::StatusOr<ModelOps*> ops = hinted->device().model_ops();
+    ASSERT_TRUE(ops.ok()) << ops.status();
+    absl::StatusOr<AdamW> opt_hinted = AdamW::create(**ops, hinted->parameters(), AdamWHyperparams{});
+    absl::StatusOr<AdamW> opt_plain = AdamW::create(**ops, plain->parameters(), AdamWHyperparams{});
+    ASSERT_TRUE(opt_hinted.ok() && opt_plain.ok());
+    absl::StatusOr<std::vector<LlamaModel::WeightRowAmaxes>> outputs = hinted->weight_row_amax_outputs();
+    ASSERT_TRUE(outputs.ok()) << outputs.status();
+    // Dynamic weight casts take them; delayed ones measure while casting.
+    EXPECT_EQ(outputs->size(), recipe == v1::Fp8Spec::DELAYED ? 0u : hinted->linears().size());
+    for (const auto& o : *outputs) ASSERT_TRUE(opt_hinted->write_row_amaxes(*o.weight, o.out).ok());
+    auto casts_from_row_amaxes = [](const LlamaModel& m) {
+      int64_t n = 0;
+      for (const LinearUnit* u : m.linears()) n += u->layer->row_amax_casts();
+      return n;
+    };
+    const int64_t steps = 3;
+    for (int64_t step = 0; step < steps; ++step) {
+      for (LlamaModel* m : {hinted.get(), plain.get()}) ASSERT_TRUE(m->parameters().zero_grads().ok());
+      absl::StatusOr<float> a = hinted->forward_backward(batch, 1.0f), b = plain->forward_backward(batch, 1.0f);
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_EQ(*a, *b) << "step " << step;
+      for (LlamaModel* m : {hinted.get(), plain.get()}) ASSERT_TRUE(m->finish_step().ok());
+      ASSERT_TRUE(opt_hinted->step(1e-2f).ok());
+      ASSERT_TRUE(opt_plain->step(1e-2f).ok());
+      hinted->set_weight_row_amaxes_current(true);
+    }
+    const auto want = parameter_values(*plain), got = parameter_values(*hinted);
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_EQ(got[k], want[k]) << plain->parameters().all()[k].name;
+    EXPECT_EQ(casts_from_row_amaxes(*hinted) - casts_from_row_amaxes(*plain),
+              static_cast<int64_t>(outputs->size()) * (steps - 1));
+
+    // Told they are stale (weights changed another way), the casts read the weights again.
+    hinted->set_weight_row_amaxes_current(false);
+    const int64_t hinted_before = casts_from_row_amaxes(*hinted), plain_before = casts_from_row_amaxes(*plain);
+    ASSERT_TRUE(hinted->forward_backward(batch, 1.0f).ok());
+    ASSERT_TRUE(plain->forward_backward(batch, 1.0f).ok());
+    EXPECT_EQ(casts_from_row_amaxes(*hinted) - hinted_before, casts_from_row_amaxes(*plain) - plain_before);
   }
 }
 

@@ -1,6 +1,8 @@
 // Checkpoint and resume of the training loop: a run stopped after a checkpoint and resumed
 // reproduces the bits of a run that never stopped, and damaged or mismatched checkpoints
 // are reported, never loaded.
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include "gtest/gtest.h"
@@ -116,6 +118,37 @@ void Corrupt(const fs::path& file) {
   f.seekp(static_cast<std::streamoff>(fs::file_size(file) / 2));
   c = static_cast<char>(c ^ 0x5a);
   f.write(&c, 1);
+}
+
+// The weights' row amaxes that AdamW writes as it updates them are what the next step's
+// casts take (the straight runs above, which take them, equal the resumed ones, whose first
+// step after loading measures its own): after a run every fp8 weight's casts hold them, and
+// they are the row amaxes of the weights as they stand.
+TEST_F(ResumeTest, TheUpdateHandsEachWeightsCastsItsRowAmaxes) {
+  std::unique_ptr<Trainer> t =
+      MakeTrainer(TinyJob(corpus_, tmp_.path() / "ckpt", {"train.steps=3", "train.warmup_steps=1"}));
+  ASSERT_NE(t, nullptr);
+  RecordingObserver log;
+  ASSERT_TRUE(t->run(log).ok());
+  int64_t checked = 0;
+  for (const LinearUnit* u : t->model().linears()) {
+    if (!u->reads_weight_row_amax()) continue;
+    ASSERT_NE(u->weight_row_amax, nullptr) << u->name;
+    const int64_t rows = u->weight->value.shape()[0], cols = u->weight->value.numel() / rows;
+    absl::StatusOr<std::vector<float>> w = u->weight->value.download<float>();
+    ASSERT_TRUE(w.ok()) << w.status();
+    std::vector<float> got(static_cast<size_t>(rows));
+    ASSERT_TRUE(Device::cpu().backend().copy_to_host(got.data(), u->weight_row_amax, got.size() * sizeof(float)).ok());
+    for (int64_t r = 0; r < rows; ++r) {
+      float want = 0.0f;
+      for (int64_t j = 0; j < cols; ++j) want = std::max(want, std::fabs((*w)[static_cast<size_t>(r * cols + j)]));
+      ASSERT_EQ(got[static_cast<size_t>(r)], want) << u->name << " row " << r;
+    }
+    ++checked;
+  }
+  // Tensorwise: every projection of the 2 blocks (the output projection stays in high
+  // precision by default).
+  EXPECT_EQ(checked, 7 * t->model().config().n_layers);
 }
 
 class CheckpointProblems : public ::testing::Test {

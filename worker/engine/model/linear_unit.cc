@@ -12,8 +12,8 @@ absl::Status LinearUnit::forward(const Tensor& x, int64_t tokens, Tensor& y, boo
                     : layer->forward_no_grad(x.raw(), tokens, *gathered_fp8, nullptr, y.raw(), x_row_amax);
   }
   const float* w = weight->value.data<float>();
-  return training ? layer->forward(x.raw(), tokens, w, nullptr, y.raw(), x_row_amax)
-                  : layer->forward_no_grad(x.raw(), tokens, w, nullptr, y.raw(), x_row_amax);
+  return training ? layer->forward(x.raw(), tokens, w, nullptr, y.raw(), x_row_amax, weight_row_amax)
+                  : layer->forward_no_grad(x.raw(), tokens, w, nullptr, y.raw(), x_row_amax, weight_row_amax);
 }
 
 absl::Status LinearUnit::backward(const Tensor& grad_y, Tensor* grad_x, Store grad_x_store,

@@ -22,6 +22,10 @@ struct LinearUnit {
   // Set by FSDP when this weight travels as fp8 codes: the layer takes them instead of
   // weight->value, which is then never gathered.
   const Fp8Weight* gathered_fp8 = nullptr;
+  // Set by LlamaModel::set_weight_row_amaxes_current: max |weight[o, :]| per row, as the
+  // optimizer's last update left the weight, which forward() hands the layer's weight casts
+  // (Float8Linear::forward's weight_row_amax); null while none are known to be current.
+  const float* weight_row_amax = nullptr;
 
   // y [tokens, out] = x [tokens, in] · weightᵀ. `training` keeps what backward() needs.
   // x_row_amax (may be null): max |x[r, :]| per row, fp32 [tokens], for the fp8 casts of x
@@ -30,6 +34,7 @@ struct LinearUnit {
                        const float* x_row_amax = nullptr) const;
   // Whether forward() has a use for x_row_amax (backward() for grad_y_row_amax).
   bool reads_input_row_amax() const { return layer->reads_input_row_amax(); }
+  bool reads_weight_row_amax() const { return gathered_fp8 == nullptr && layer->reads_weight_row_amax(); }
   bool reads_grad_output_row_amax() const { return layer->reads_grad_output_row_amax(); }
   // Where the op that makes this unit's grad_y writes grad_y's row amaxes: `buffer` (fp32
   // [tokens]) when backward() takes them, else nowhere (null: the op skips them).

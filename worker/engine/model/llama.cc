@@ -211,4 +211,24 @@ absl::StatusOr<float> LlamaModel::evaluate(const data::TokenBatch& batch) {
 
 absl::Status LlamaModel::finish_step() { return finish_delayed_step(mutable_linears_, device_, delayed_amaxes_); }
 
+absl::StatusOr<std::vector<LlamaModel::WeightRowAmaxes>> LlamaModel::weight_row_amax_outputs() {
+  if (weight_row_amaxes_.empty()) {
+    for (LinearUnit* u : mutable_linears_) {
+      if (!u->reads_weight_row_amax()) continue;
+      const int64_t out_features = u->weight->value.shape()[0];
+      FP8_ASSIGN_OR_RETURN(Tensor buffer, Tensor::zeros(device_, ElementType::kFloat32, {out_features}));
+      weight_row_amaxes_.emplace_back(u, std::move(buffer));
+    }
+  }
+  std::vector<WeightRowAmaxes> outputs;
+  for (auto& [unit, buffer] : weight_row_amaxes_) {
+    outputs.push_back({unit->weight, RowAmaxes{buffer.data<float>(), unit->weight->value.numel() / buffer.numel()}});
+  }
+  return outputs;
+}
+
+void LlamaModel::set_weight_row_amaxes_current(bool current) {
+  for (auto& [unit, buffer] : weight_row_amaxes_) unit->weight_row_amax = current ? buffer.data<float>() : nullptr;
+}
+
 }  // namespace fp8::engine

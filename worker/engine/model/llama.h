@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -55,6 +56,22 @@ class LlamaModel {
   // One host read for the whole model (finish_delayed_step).
   absl::Status finish_step();
 
+  // ---- weight row amaxes from the optimizer ----------------------------------------------
+  // A weight's dynamic fp8 casts take its row amaxes from the optimizer's update, which
+  // reads every weight anyway, instead of a pass of their own over the fp32 weight.
+  struct WeightRowAmaxes {
+    Parameter* weight;
+    RowAmaxes out;  // [out_features] fp32, owned by the model
+  };
+  // The weights whose casts take them (LinearUnit::reads_weight_row_amax), and where an
+  // update should write each one's (AdamW::write_row_amaxes).
+  absl::StatusOr<std::vector<WeightRowAmaxes>> weight_row_amax_outputs();
+  // Whether those buffers hold the row amaxes of the weights as they are now. Set true
+  // only right after an update that wrote them, false whenever weights change any other
+  // way: a stale amax below the weight's would clip its cast. While true, every forward
+  // hands them to the casts; false (the default) casts read the weights themselves.
+  void set_weight_row_amaxes_current(bool current);
+
  private:
   LlamaModel(const Device& device, ModelOps& ops, const LlamaConfig& config)
       : device_(device), ops_(ops), config_(config) {}
@@ -88,6 +105,8 @@ class LlamaModel {
   ParameterHooks* hooks_ = nullptr;
   std::optional<Activations> train_acts_, eval_acts_;
   Tensor delayed_amaxes_;  // finish_step()'s packed amaxes, reused step to step
+  // weight_row_amax_outputs()'s buffers, one per unit of mutable_linears_ that reads them.
+  std::vector<std::pair<LinearUnit*, Tensor>> weight_row_amaxes_;
 };
 
 }  // namespace fp8::engine

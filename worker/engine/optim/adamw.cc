@@ -1,8 +1,10 @@
 #include "worker/engine/optim/adamw.h"
 
 #include <cmath>
+#include <deque>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "worker/engine/status_macros.h"
 
 namespace fp8::engine {
@@ -15,7 +17,22 @@ absl::StatusOr<AdamW> AdamW::create(ModelOps& ops, ParameterSet& params, const A
     opt.m_.push_back(std::move(m));
     opt.v_.push_back(std::move(v));
   }
+  opt.row_amaxes_.resize(opt.m_.size());
   return opt;
+}
+
+absl::Status AdamW::write_row_amaxes(const Parameter& p, RowAmaxes out) {
+  const std::deque<Parameter>& all = params_->all();
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (&all[i] != &p) continue;
+    if (out.out == nullptr || out.row_length <= 0 || p.value.numel() % out.row_length != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("AdamW: row amaxes of ", p.name, " need rows that divide its ",
+                                                     p.value.numel(), " values, got rows of ", out.row_length));
+    }
+    row_amaxes_[i] = out;
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("AdamW: ", p.name, " is not a parameter it optimizes"));
 }
 
 absl::Status AdamW::step(float lr, float grad_scale) {
@@ -27,7 +44,7 @@ absl::Status AdamW::step(float lr, float grad_scale) {
     h.grad_scale = grad_scale;
     if (!p.weight_decay) h.weight_decay = 0.0f;
     FP8_RETURN_IF_ERROR(ops_->adamw_step(h, step, p.value.data<float>(), p.grad.data<float>(),
-                                         m_[i].data<float>(), v_[i].data<float>(), p.value.numel()));
+                                         m_[i].data<float>(), v_[i].data<float>(), p.value.numel(), row_amaxes_[i]));
     ++i;
   }
   steps_taken_ = step;

@@ -23,6 +23,11 @@ class AdamW {
   // left as they are.
   absl::Status step(float lr, float grad_scale = 1.0f);
 
+  // From now on every step() also writes the rows' amaxes of p's updated value to `out`
+  // (ModelOps::adamw_step's param_row_amax), for its fp8 casts (LlamaModel's weight row
+  // amaxes). p must be one of the optimized parameters and out.row_length divide its size.
+  absl::Status write_row_amaxes(const Parameter& p, RowAmaxes out);
+
   // Updates taken so far (the step number the bias correction of the last one used).
   int64_t steps_taken() const { return steps_taken_; }
   // For checkpoints: the moments of params.all()[i], and the step count.
@@ -40,6 +45,7 @@ class AdamW {
   ParameterSet* params_;
   AdamWHyperparams hyper_;
   std::vector<Tensor> m_, v_;
+  std::vector<RowAmaxes> row_amaxes_;  // per parameter, {} for none
   int64_t steps_taken_ = 0;
 };
 

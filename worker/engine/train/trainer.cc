@@ -84,6 +84,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
   hyper.eps = static_cast<float>(tr.eps());
   hyper.weight_decay = static_cast<float>(tr.weight_decay());
   FP8_ASSIGN_OR_RETURN(t->optimizer_, AdamW::create(*ops, *t->trained_, hyper));
+  if (!t->fsdp_) {
+    // The update writes each fp8 weight's row amaxes, which its casts then take instead of
+    // reading the weight for them (under FSDP the optimizer updates shards instead).
+    FP8_ASSIGN_OR_RETURN(std::vector<LlamaModel::WeightRowAmaxes> outputs, t->model_->weight_row_amax_outputs());
+    for (const LlamaModel::WeightRowAmaxes& o : outputs) {
+      FP8_RETURN_IF_ERROR(t->optimizer_->write_row_amaxes(*o.weight, o.out));
+    }
+  }
   return t;
 }
 
@@ -129,6 +137,8 @@ std::string Trainer::fp8_summary() const {
 }
 
 absl::StatusOr<int64_t> Trainer::resume(TrainObserver& observer) {
+  // A checkpoint's weights come with no row amaxes: the next forward's casts measure them.
+  model_->set_weight_row_amaxes_current(false);
   const std::string& dir = spec_.checkpoint().dir();
   if (dir.empty()) return 0;
   // Every rank reads its own shard; under FSDP they then agree that all of them loaded the
@@ -215,6 +225,9 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   // Clipping rides on the update: AdamW scales each gradient as it reads it.
   const float clip = clip_factor(grad_norm, spec_.train().grad_clip()).value_or(1.0f);
   FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr), clip));
+  // The update wrote the weights' row amaxes (create()); nothing changes the weights
+  // between here and the next step's forwards.
+  if (!fsdp_) model_->set_weight_row_amaxes_current(true);
   StepReport r;
   if (fsdp_) {
     fsdp_->shards_changed();
