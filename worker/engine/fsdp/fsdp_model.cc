@@ -55,6 +55,7 @@ struct FsdpModel::Fp8State {
   Tensor scales;        // kScaleFloats: scale, 1/scale, amax
   Tensor shard_codes;   // this rank's shard cast with the global scale
   bool shard_cast = false;  // shard_codes match the current shard and scale
+  Tensor shard_row_amax;    // [rows_per_rank], written by the optimizer (shard_row_amax_outputs)
   Tensor gathered;      // [padded rows, in] codes, while gathered
   Tensor gathered_t;    // [in, out] codes, for the backward
   Fp8Weight weight;     // what the linear reads (linear->gathered_fp8 points here)
@@ -206,8 +207,13 @@ absl::Status FsdpModel::refresh_fp8_scales() {
   float* amaxes = fp8_amaxes_.data<float>();
   for (size_t i = 0; i < fp8_.size(); ++i) {
     const Param& p = params_[static_cast<size_t>(fp8_[i].param)];
-    const MatrixRef shard{p.shard->value.raw(), DType::kFloat32, p.layout.rows_per_rank, p.layout.row_elements};
-    FP8_RETURN_IF_ERROR(backend.amax(shard, Granularity::kTensorwise, amaxes + i));
+    const Tensor& rows = fp8_[i].shard_row_amax;
+    // The max of the rows' amaxes is the shard's amax, bit for bit.
+    const MatrixRef source = shard_row_amaxes_current_ && rows.defined()
+                                 ? MatrixRef{rows.raw(), DType::kFloat32, p.layout.rows_per_rank, 1}
+                                 : MatrixRef{p.shard->value.raw(), DType::kFloat32, p.layout.rows_per_rank,
+                                             p.layout.row_elements};
+    FP8_RETURN_IF_ERROR(backend.amax(source, Granularity::kTensorwise, amaxes + i));
   }
   FP8_RETURN_IF_ERROR(backend.synchronize());  // the collective reads them from another thread
   CommCounters counts;
@@ -230,6 +236,18 @@ absl::Status FsdpModel::refresh_fp8_scales() {
     f.shard_cast = false;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<LlamaModel::WeightRowAmaxes>> FsdpModel::shard_row_amax_outputs() {
+  std::vector<LlamaModel::WeightRowAmaxes> outputs;
+  for (Fp8State& f : fp8_) {
+    const Param& p = params_[static_cast<size_t>(f.param)];
+    if (!f.shard_row_amax.defined()) {
+      FP8_ASSIGN_OR_RETURN(f.shard_row_amax, Tensor::zeros(device_, ElementType::kFloat32, {p.layout.rows_per_rank}));
+    }
+    outputs.push_back({p.shard, RowAmaxes{f.shard_row_amax.data<float>(), p.layout.row_elements}});
+  }
+  return outputs;
 }
 
 absl::Status FsdpModel::cast_fp8_shard(Fp8State& f, const Param& p) {

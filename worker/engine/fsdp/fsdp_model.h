@@ -72,7 +72,16 @@ class FsdpModel final : public ParameterHooks {
   // Ends an optimizer step's fp8 bookkeeping (delayed scaling, across ranks).
   absl::Status finish_step();
   // The optimizer changed the shards: the next forward recomputes the fp8 weight scales.
-  void shards_changed() { scales_stale_ = true; }
+  // row_amaxes_written: by an update that also wrote the rows' amaxes of every fp8-gathered
+  // shard (shard_row_amax_outputs()), from which the scales then come instead of a pass
+  // over each shard. Anything else that changes shards (a checkpoint load) passes false.
+  void shards_changed(bool row_amaxes_written = false) {
+    scales_stale_ = true;
+    shard_row_amaxes_current_ = row_amaxes_written;
+  }
+  // The shards of the fp8-gathered weights, and where an update should write each one's
+  // row amaxes (AdamW::write_row_amaxes): [rows_per_rank] fp32 buffers owned here.
+  absl::StatusOr<std::vector<LlamaModel::WeightRowAmaxes>> shard_row_amax_outputs();
   // In place across ranks (host values), through the communication thread.
   absl::Status all_reduce(std::span<double> values, dist::ReduceOp op);
 
@@ -122,6 +131,7 @@ class FsdpModel final : public ParameterHooks {
   // the backward is done.
   std::vector<std::pair<int, CommStream::Handle>> pending_reductions_;
   Tensor fp8_amaxes_;                    // packed, one per fp8-gathered weight
+  bool shard_row_amaxes_current_ = false;  // Fp8State::shard_row_amax holds the shards' row amaxes
   Tensor delayed_amaxes_;                // packed, every delayed cast of every layer
   bool scales_stale_ = true;
   CommStream comm_;  // last: its thread stops before the tensors its jobs reference go

@@ -84,13 +84,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
   hyper.eps = static_cast<float>(tr.eps());
   hyper.weight_decay = static_cast<float>(tr.weight_decay());
   FP8_ASSIGN_OR_RETURN(t->optimizer_, AdamW::create(*ops, *t->trained_, hyper));
-  if (!t->fsdp_) {
-    // The update writes each fp8 weight's row amaxes, which its casts then take instead of
-    // reading the weight for them (under FSDP the optimizer updates shards instead).
-    FP8_ASSIGN_OR_RETURN(std::vector<LlamaModel::WeightRowAmaxes> outputs, t->model_->weight_row_amax_outputs());
-    for (const LlamaModel::WeightRowAmaxes& o : outputs) {
-      FP8_RETURN_IF_ERROR(t->optimizer_->write_row_amaxes(*o.weight, o.out));
-    }
+  // The update writes the row amaxes of each fp8 weight (under FSDP: of each fp8-gathered
+  // weight's shard), which its casts (the gathered codes' scale) then take instead of a
+  // pass over the weight.
+  FP8_ASSIGN_OR_RETURN(std::vector<LlamaModel::WeightRowAmaxes> outputs,
+                       t->fsdp_ ? t->fsdp_->shard_row_amax_outputs() : t->model_->weight_row_amax_outputs());
+  for (const LlamaModel::WeightRowAmaxes& o : outputs) {
+    FP8_RETURN_IF_ERROR(t->optimizer_->write_row_amaxes(*o.weight, o.out));
   }
   return t;
 }
@@ -230,7 +230,7 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   if (!fsdp_) model_->set_weight_row_amaxes_current(true);
   StepReport r;
   if (fsdp_) {
-    fsdp_->shards_changed();
+    fsdp_->shards_changed(/*row_amaxes_written=*/true);
     const fsdp::CommCounters d = fsdp_->counters() - comm_before;
     StepComm c;
     c.all_gather_fp8_bytes = static_cast<double>(d.all_gather_bytes_fp8);
