@@ -16,7 +16,8 @@
 //     e4m3 codes, one byte per element: each rank casts its shard with the global scale
 //     and the layer uses the gathered codes as they are (its backward takes a transposed
 //     copy, exact). The global scales of all such weights cost ONE all-reduce(MAX) of a
-//     packed amax vector per step, after the optimizer changed the shards. Other weights
+//     packed amax vector per step, after the optimizer changed the shards (each shard's
+//     amax from the row amaxes the optimizer wrote as it updated it). Other weights
 //     (axiswise recipes, layers kept in high precision, a tied output projection) gather
 //     in fp32.
 //   - Delayed scaling: finish_step() reduces every amax of the step in ONE
