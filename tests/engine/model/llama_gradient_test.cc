@@ -398,8 +398,8 @@ TEST(LlamaModel, DiscardedGradientsAreOverwrittenByTheirFirstProducer) {
   }
 }
 
-// A gradient that no op claims (here: every one, with no backward at all) is zeroed by
-// define_grads(); one that was never discarded keeps what it holds.
+// define_grads() zeroes the discarded gradients that no op claimed (here: all but the
+// first, with no backward at all) and leaves a claimed one to its producer.
 TEST(LlamaModel, DefineGradsZeroesOnlyUnclaimedDiscardedGradients) {
   std::unique_ptr<LlamaModel> model = make_model(tiny_config(), spec(v1::Fp8Spec::NONE));
   ASSERT_NE(model, nullptr);

@@ -390,8 +390,10 @@ absl::Status FsdpModel::start_reduce_scatter(int unit) {
   Unit& u = unit_state(unit);
   Backend& backend = device_.backend();
   CommCounters counts;
-  // Pack: slice r of the send buffer holds every parameter's rows for rank r.
-  FP8_ASSIGN_OR_RETURN(Tensor send, Tensor::zeros(device_, ElementType::kFloat32, {u.reduce_floats * world_size_}));
+  // Pack: slice r of the send buffer holds every parameter's rows for rank r. Not zeroed:
+  // the copies below write every float that drain_reduce_scatters() reads back; the
+  // alignment gaps between parameters sum whatever they hold, and nothing reads them.
+  FP8_ASSIGN_OR_RETURN(Tensor send, Tensor::empty(device_, ElementType::kFloat32, {u.reduce_floats * world_size_}));
   for (int i : u.params) {
     Param& p = params_[static_cast<size_t>(i)];
     FP8_RETURN_IF_ERROR(p.full->claim_grad_for_adding());  // zeroes it if the backward made none
