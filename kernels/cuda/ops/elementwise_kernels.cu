@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/ops/kernel_util.cuh"
 #include "cuda/ops/model_kernels.h"
@@ -256,10 +257,23 @@ LaunchResult launch_swiglu_forward(const void* gate, const void* up, int64_t n, 
   return launch_act_map(SwigluFn{}, act, {gate, up}, {out}, n, stream, "swiglu forward kernel");
 }
 
+// The launch of a by-rows kernel: one block per row (the kernels loop past the grid), the
+// vectorised instantiation when `vec`. queue(kVec, blocks) queues the kernel, kVec as a
+// std::bool_constant.
+template <typename Queue>
+LaunchResult launch_by_rows(int64_t rows, bool vec, const char* kernel, Queue queue) {
+  const unsigned blocks = model::clamp_grid(rows, kMaxRowBlocks);
+  if (vec) {
+    queue(std::true_type{}, blocks);
+  } else {
+    queue(std::false_type{}, blocks);
+  }
+  return model::after_launch(kernel);
+}
+
 LaunchResult launch_swiglu_forward_rows(const void* gate, const void* up, int64_t rows, int64_t cols, void* out,
                                         float* row_amax, HpType act, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return {};
-  const unsigned blocks = model::clamp_grid(rows, kMaxRowBlocks);
   return model::with_act(act, [&](auto tag) {
     using T = decltype(tag);
     const T* g = static_cast<const T*>(gate);
@@ -267,12 +281,9 @@ LaunchResult launch_swiglu_forward_rows(const void* gate, const void* up, int64_
     T* y = static_cast<T*>(out);
     const bool vec = cols % 4 == 0 && model::aligned_for<T, 4>(g) && model::aligned_for<T, 4>(u) &&
                      model::aligned_for<T, 4>(y);
-    if (vec) {
-      swiglu_rows_kernel<T, true><<<blocks, kThreads, 0, stream>>>(g, u, rows, cols, y, row_amax);
-    } else {
-      swiglu_rows_kernel<T, false><<<blocks, kThreads, 0, stream>>>(g, u, rows, cols, y, row_amax);
-    }
-    return model::after_launch("swiglu rows kernel");
+    return launch_by_rows(rows, vec, "swiglu rows kernel", [&](auto kvec, unsigned blocks) {
+      swiglu_rows_kernel<T, decltype(kvec)::value><<<blocks, kThreads, 0, stream>>>(g, u, rows, cols, y, row_amax);
+    });
   });
 }
 
@@ -286,7 +297,6 @@ LaunchResult launch_swiglu_backward_rows(const void* gate, const void* up, const
                                          int64_t cols, void* grad_gate, void* grad_up, float* grad_gate_row_amax,
                                          float* grad_up_row_amax, HpType act, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return {};
-  const unsigned blocks = model::clamp_grid(rows, kMaxRowBlocks);
   return model::with_act(act, [&](auto tag) {
     using T = decltype(tag);
     const T* g = static_cast<const T*>(gate);
@@ -296,14 +306,10 @@ LaunchResult launch_swiglu_backward_rows(const void* gate, const void* up, const
     T* du = static_cast<T*>(grad_up);
     const bool vec = cols % 4 == 0 && model::aligned_for<T, 4>(g) && model::aligned_for<T, 4>(u) &&
                      model::aligned_for<T, 4>(d) && model::aligned_for<T, 4>(dg) && model::aligned_for<T, 4>(du);
-    if (vec) {
-      swiglu_backward_rows_kernel<T, true>
+    return launch_by_rows(rows, vec, "swiglu backward rows kernel", [&](auto kvec, unsigned blocks) {
+      swiglu_backward_rows_kernel<T, decltype(kvec)::value>
           <<<blocks, kThreads, 0, stream>>>(g, u, d, rows, cols, dg, du, grad_gate_row_amax, grad_up_row_amax);
-    } else {
-      swiglu_backward_rows_kernel<T, false>
-          <<<blocks, kThreads, 0, stream>>>(g, u, d, rows, cols, dg, du, grad_gate_row_amax, grad_up_row_amax);
-    }
-    return model::after_launch("swiglu backward rows kernel");
+    });
   });
 }
 
@@ -315,15 +321,12 @@ LaunchResult launch_adamw(const ops::AdamWCoefficients& c, float* param, const f
 LaunchResult launch_adamw_rows(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,
                                int64_t rows, int64_t cols, float* param_row_amax, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return {};
-  const unsigned blocks = model::clamp_grid(rows, kMaxRowBlocks);
   const bool vec = cols % 4 == 0 && model::aligned16(param) && model::aligned16(grad) && model::aligned16(m) &&
                    model::aligned16(v);
-  if (vec) {
-    adamw_rows_kernel<true><<<blocks, kThreads, 0, stream>>>(c, param, grad, m, v, rows, cols, param_row_amax);
-  } else {
-    adamw_rows_kernel<false><<<blocks, kThreads, 0, stream>>>(c, param, grad, m, v, rows, cols, param_row_amax);
-  }
-  return model::after_launch("adamw rows kernel");
+  return launch_by_rows(rows, vec, "adamw rows kernel", [&](auto kvec, unsigned blocks) {
+    adamw_rows_kernel<decltype(kvec)::value>
+        <<<blocks, kThreads, 0, stream>>>(c, param, grad, m, v, rows, cols, param_row_amax);
+  });
 }
 
 cudaError_t probe_model_kernel_image() {
