@@ -401,7 +401,7 @@ class Bench {
 
   void forward(Contender& c, const void* in, void* out, const float* in_row_amax = nullptr) {
     if (c.bf16) return c.bf16->forward(static_cast<const float*>(in), f_.w.as<float>(), static_cast<float*>(out));
-    check(c.fp8->forward(in, s_.m, f_.w.as<float>(), nullptr, out, in_row_amax), "forward");
+    check(c.fp8->forward(in, s_.m, f_.w.as<float>(), nullptr, out, {.input_row_amax = in_row_amax}), "forward");
   }
   void backward(Contender& c, const void* grad_out, void* grad_in) {
     if (c.bf16) {

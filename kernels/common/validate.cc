@@ -181,7 +181,13 @@ absl::Status check_scaled_gemm(const ScaledGemmArgs& a, const Requirements& req)
                                                  " (cuBLASLt fp8 needs 16-aligned leading dimensions)"));
     }
   }
+  if (a.accumulate && a.addend != nullptr) {
+    return invalid("scaled_gemm", "accumulate and addend are both set; an addend equal to out is what accumulate means");
+  }
   if (a.m == 0 || a.n == 0) return absl::OkStatus();
+  if (a.addend != nullptr) {
+    if (auto s = check_pointer(a.addend, "scaled_gemm addend", req); !s.ok()) return s;
+  }
   if (a.k > 0) {
     if (auto s = check_pointer(a.a.data, "scaled_gemm A", req); !s.ok()) return s;
     if (auto s = check_pointer(a.b.data, "scaled_gemm B", req); !s.ok()) return s;
@@ -206,6 +212,9 @@ absl::Status check_gemm(const GemmArgs& a, const Requirements& req) {
   if (a.k > 0) {
     if (auto s = check_pointer(a.a, "gemm A", req); !s.ok()) return s;
     if (auto s = check_pointer(a.b, "gemm B", req); !s.ok()) return s;
+  }
+  if (a.addend != nullptr) {
+    if (auto s = check_pointer(a.addend, "gemm addend", req); !s.ok()) return s;
   }
   return check_pointer(a.out, "gemm out", req);
 }

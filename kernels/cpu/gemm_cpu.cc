@@ -39,8 +39,9 @@ void widen_block(const uint8_t* src, int64_t ld, Format f, int64_t rows, int64_t
   });
 }
 
-// out tile = acc · inv_a · inv_b (+ bias) (+ out).
+// out tile = acc · inv_a · inv_b (+ bias) (+ out or addend), rounded once.
 void write_tile(const ScaledGemmArgs& a, const float* acc, int64_t m0, int64_t mb, int64_t n0, int64_t nb) {
+  const void* added = a.accumulate ? a.out : a.addend;  // null: nothing added
   parallel_for(mb, std::max<int64_t>(1, 4096 / std::max<int64_t>(nb, 1)), [&](int64_t, int64_t r0, int64_t r1) {
     std::vector<float> row(static_cast<size_t>(nb));
     for (int64_t r = r0; r < r1; ++r) {
@@ -54,14 +55,15 @@ void write_tile(const ScaledGemmArgs& a, const float* acc, int64_t m0, int64_t m
         if (a.bias != nullptr) v += a.bias[n];
         row[j] = v;
       }
+      const int64_t at = m * a.n + n0;
       if (a.out_dtype == DType::kFloat32) {
-        float* dst = static_cast<float*>(a.out) + m * a.n + n0;
-        for (int64_t j = 0; j < nb; ++j) dst[j] = a.accumulate ? dst[j] + row[j] : row[j];
+        float* dst = static_cast<float*>(a.out) + at;
+        const float* add = added != nullptr ? static_cast<const float*>(added) + at : nullptr;
+        for (int64_t j = 0; j < nb; ++j) dst[j] = add != nullptr ? add[j] + row[j] : row[j];
       } else {
-        uint16_t* dst = static_cast<uint16_t*>(a.out) + m * a.n + n0;
-        for (int64_t j = 0; j < nb; ++j) {
-          dst[j] = float_to_bf16(a.accumulate ? bf16_to_float(dst[j]) + row[j] : row[j]);
-        }
+        uint16_t* dst = static_cast<uint16_t*>(a.out) + at;
+        const uint16_t* add = added != nullptr ? static_cast<const uint16_t*>(added) + at : nullptr;
+        for (int64_t j = 0; j < nb; ++j) dst[j] = float_to_bf16(add != nullptr ? bf16_to_float(add[j]) + row[j] : row[j]);
       }
     }
   });
@@ -116,10 +118,15 @@ void gemm(const GemmArgs& a) {
     A = wa;
     B = wb;
   }
+  // C enters the sgemm as beta's operand and leaves as the result: out itself for fp32,
+  // else a widened copy; an addend is first copied (widened) into it.
+  const void* addend = a.addend != nullptr ? a.addend : a.out;
   float* C = static_cast<float*>(a.out);
   if (a.out_dtype == DType::kBFloat16) {
     C = sized(scratch(2), out_elems);
-    if (a.beta != 0.0f) convert(a.out, DType::kBFloat16, C, DType::kFloat32, out_elems);
+    if (a.beta != 0.0f) convert(addend, DType::kBFloat16, C, DType::kFloat32, out_elems);
+  } else if (a.beta != 0.0f && addend != a.out) {
+    std::copy_n(static_cast<const float*>(addend), out_elems, C);
   }
   if (a.k == 0) {
     for (int64_t i = 0; i < out_elems; ++i) C[i] = a.beta == 0.0f ? 0.0f : a.beta * C[i];

@@ -100,13 +100,21 @@ std::string describe(const ScaledGemmArgs& a) {
                       granularity_name(a.a.granularity), " B=", format_name(a.b.format), " ",
                       granularity_name(a.b.granularity), " out=", dtype_name(a.out_dtype),
                       a.bias != nullptr ? " +bias" : "", a.accumulate ? " +accumulate" : "",
-                      a.fast_accum ? " fast_accum" : "");
+                      a.addend != nullptr ? " +addend" : "", a.fast_accum ? " fast_accum" : "");
 }
 
 std::string describe(const GemmArgs& a) {
   return absl::StrCat("gemm m=", a.m, " n=", a.n, " k=", a.k, " in=", dtype_name(a.in_dtype),
                       a.trans_a ? " trans_a" : "", a.trans_b ? " trans_b" : "", " out=", dtype_name(a.out_dtype),
-                      a.bias != nullptr ? " +bias" : "");
+                      a.bias != nullptr ? " +bias" : "", a.addend != nullptr ? " +addend" : "");
+}
+
+// out = addend, where an addend distinct from out must be in out before a kernel that
+// only adds onto out in place runs (the bias fill, an empty sum).
+absl::Status copy_addend_to_out(const void* addend, void* out, int64_t m, int64_t n, DType t, cudaStream_t stream) {
+  if (addend == nullptr || addend == out) return absl::OkStatus();
+  const size_t bytes = static_cast<size_t>(m) * static_cast<size_t>(n) * dtype_size(t);
+  return cuda_status(cudaMemcpyAsync(out, addend, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync(addend)");
 }
 
 }  // namespace
@@ -123,7 +131,9 @@ size_t CublasLtGemm::PlanKeyHash::operator()(const PlanKey& k) const {
   for (uint64_t v : {k.m, k.n, k.k}) mix(v);
   for (int32_t v : {k.a_type, k.b_type, k.d_type, k.bias_type}) mix(static_cast<uint32_t>(v));
   for (bool v : {k.trans_a, k.trans_b, k.scaled, k.outer_vec, k.fast_accum}) mix(v ? 1u : 0u);
-  for (uint16_t v : {k.align_a, k.align_b, k.align_d, k.align_bias, k.align_a_scale, k.align_b_scale}) mix(v);
+  for (uint16_t v : {k.align_a, k.align_b, k.align_c, k.align_d, k.align_bias, k.align_a_scale, k.align_b_scale}) {
+    mix(v);
+  }
   return static_cast<size_t>(h);
 }
 
@@ -239,11 +249,11 @@ absl::StatusOr<CublasLtGemm::Plan*> CublasLtGemm::plan_for(const Call& call) {
     ~PrefGuard() { lt().cublasLtMatmulPreferenceDestroy(p); }
   } pref_guard{pref};
   const uint64_t workspace = kWorkspaceBytes;
-  const uint32_t align_a = key.align_a, align_b = key.align_b, align_d = key.align_d;
+  const uint32_t align_a = key.align_a, align_b = key.align_b, align_c = key.align_c, align_d = key.align_d;
   for (auto [attr, value, what] : {
            std::tuple{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a, "MIN_ALIGNMENT_A_BYTES"},
            std::tuple{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b, "MIN_ALIGNMENT_B_BYTES"},
-           std::tuple{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d, "MIN_ALIGNMENT_C_BYTES"},
+           std::tuple{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c, "MIN_ALIGNMENT_C_BYTES"},
            std::tuple{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d, "MIN_ALIGNMENT_D_BYTES"},
        }) {
     if (auto s = set_pref(pref, attr, value, "cublasLtMatmulPreferenceSetAttribute"); !s.ok()) {
@@ -278,8 +288,9 @@ absl::Status CublasLtGemm::run(const Call& call, cudaStream_t stream) {
   if (!plan.ok()) return plan.status();
   Plan& p = **plan;
   if (auto s = set_pointers(p.desc, call.key, call.a_scale, call.b_scale, call.bias); !s.ok()) return s;
-  // C aliases D (same pointer, same layout): beta = 1 accumulates into the output.
-  return cublas_status(lt().cublasLtMatmul(handle_, p.desc, &call.alpha, call.a, p.a, call.b, p.b, &call.beta, call.d, p.d,
+  // C has D's layout: the addend, or D itself (beta = 1 then accumulates into the output).
+  const void* c = call.c != nullptr ? call.c : call.d;
+  return cublas_status(lt().cublasLtMatmul(handle_, p.desc, &call.alpha, call.a, p.a, call.b, p.b, &call.beta, c, p.d,
                                       call.d, p.d, &p.algo, workspace_, kWorkspaceBytes, stream),
                        "cublasLtMatmul");
 }
@@ -287,9 +298,10 @@ absl::Status CublasLtGemm::run(const Call& call, cudaStream_t stream) {
 absl::Status CublasLtGemm::scaled_gemm(const ScaledGemmArgs& a, cudaStream_t stream) {
   if (a.m == 0 || a.n == 0) return absl::OkStatus();
   const HpType out_type = kernel_type(a.out_dtype);
-  const float beta = a.accumulate ? 1.0f : 0.0f;
+  const float beta = a.accumulate || a.addend != nullptr ? 1.0f : 0.0f;
   if (a.k == 0) {
-    // An empty sum: out = bias (+ out).
+    // An empty sum: out = bias (+ out or addend).
+    if (auto s = copy_addend_to_out(a.addend, a.out, a.m, a.n, a.out_dtype, stream); !s.ok()) return s;
     return cuda_status(launch_bias_fill(a.out, out_type, a.m, a.n, a.bias, beta, stream));
   }
 
@@ -338,11 +350,14 @@ absl::Status CublasLtGemm::scaled_gemm(const ScaledGemmArgs& a, cudaStream_t str
   }
   Call call;
   call.beta = beta;
+  call.c = a.addend;
   if (bias_prefill) {
+    if (auto s = copy_addend_to_out(a.addend, a.out, a.m, a.n, a.out_dtype, stream); !s.ok()) return s;
     if (auto s = cuda_status(launch_bias_fill(a.out, HpType::kFloat32, a.m, a.n, a.bias, beta, stream)); !s.ok()) {
       return s;
     }
     call.beta = 1.0f;
+    call.c = nullptr;  // the addend is in out now
   }
 
   // cuBLAS A = our B ([n, k] row-major = k x n column-major, op T); cuBLAS B = our A
@@ -369,6 +384,7 @@ absl::Status CublasLtGemm::scaled_gemm(const ScaledGemmArgs& a, cudaStream_t str
   call.bias = bias;
   key.align_a = alignment(call.a);
   key.align_b = alignment(call.b);
+  key.align_c = alignment(call.c != nullptr ? call.c : call.d);
   key.align_d = alignment(call.d);
   key.align_bias = alignment(call.bias);
   key.align_a_scale = alignment(call.a_scale);
@@ -381,7 +397,10 @@ absl::Status CublasLtGemm::gemm(const GemmArgs& a, cudaStream_t stream) {
   if (a.m == 0 || a.n == 0) return absl::OkStatus();
   const HpType out_type = kernel_type(a.out_dtype);
   if (a.k == 0) {
-    // alpha · (empty sum) = 0: out = beta · out + bias.
+    // alpha · (empty sum) = 0: out = beta · C + bias.
+    if (a.beta != 0.0f) {
+      if (auto s = copy_addend_to_out(a.addend, a.out, a.m, a.n, a.out_dtype, stream); !s.ok()) return s;
+    }
     return cuda_status(launch_bias_fill(a.out, out_type, a.m, a.n, a.bias, a.beta, stream));
   }
 
@@ -404,10 +423,13 @@ absl::Status CublasLtGemm::gemm(const GemmArgs& a, cudaStream_t stream) {
   }
 
   void* d = a.out;
+  const void* c = a.addend;  // null: C is D
   if (via_fp32) {
     d = scratch + tmp_at;
+    c = nullptr;  // beta's operand is widened into the fp32 temporary D
     if (a.beta != 0.0f) {
-      if (auto s = cuda_status(launch_convert(a.out, HpType::kBFloat16, d, HpType::kFloat32,
+      const void* addend = a.addend != nullptr ? a.addend : a.out;
+      if (auto s = cuda_status(launch_convert(addend, HpType::kBFloat16, d, HpType::kFloat32,
                                               static_cast<int64_t>(count), stream));
           !s.ok()) {
         return s;
@@ -440,11 +462,13 @@ absl::Status CublasLtGemm::gemm(const GemmArgs& a, cudaStream_t stream) {
   call.a = a.b;
   call.b = a.a;
   call.d = d;
+  call.c = c;
   call.bias = bias;
   call.alpha = a.alpha;
   call.beta = a.beta;
   key.align_a = alignment(call.a);
   key.align_b = alignment(call.b);
+  key.align_c = alignment(call.c != nullptr ? call.c : call.d);
   key.align_d = alignment(call.d);
   key.align_bias = alignment(call.bias);
   if (auto s = run(call, stream); !s.ok()) return with_context(s, describe(a));

@@ -50,7 +50,7 @@ class CublasLtGemm {
     bool fast_accum = false;  // fp8 only
     int32_t bias_type = -1;   // cudaDataType of the bias epilogue's vector, -1 without bias
     // Pointer alignments (bytes, up to 256): the heuristic picks kernels for them.
-    uint16_t align_a = 0, align_b = 0, align_d = 0, align_bias = 0, align_a_scale = 0, align_b_scale = 0;
+    uint16_t align_a = 0, align_b = 0, align_c = 0, align_d = 0, align_bias = 0, align_a_scale = 0, align_b_scale = 0;
     bool operator==(const PlanKey&) const = default;
   };
 
@@ -59,12 +59,14 @@ class CublasLtGemm {
   struct PlanKeyHash {
     size_t operator()(const PlanKey& k) const;
   };
-  // One cublasLtMatmul: D = alpha · op(A) · op(B) [· scales] + beta · D (+ bias), C == D.
+  // One cublasLtMatmul: D = alpha · op(A) · op(B) [· scales] + beta · C (+ bias), where C
+  // is `c` (an addend, D's type and layout) or, when null, D itself.
   struct Call {
     PlanKey key;
     const void* a = nullptr;
     const void* b = nullptr;
     void* d = nullptr;
+    const void* c = nullptr;
     const void* a_scale = nullptr;
     const void* b_scale = nullptr;
     const void* bias = nullptr;

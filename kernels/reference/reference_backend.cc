@@ -137,6 +137,7 @@ class ReferenceBackend final : public cpu::HostMemoryBackend {
         if (a.bias != nullptr) acc += a.bias[n];
         const int64_t i = m * a.n + n;
         if (a.accumulate) acc += load_out(a.out, a.out_dtype, i);
+        if (a.addend != nullptr) acc += load_out(a.addend, a.out_dtype, i);
         store(a.out, a.out_dtype, i, static_cast<float>(acc));
       }
     }
@@ -157,7 +158,8 @@ class ReferenceBackend final : public cpu::HostMemoryBackend {
         }
         const int64_t i = m * a.n + n;
         double v = static_cast<double>(a.alpha) * acc;
-        if (a.beta != 0.0f) v += static_cast<double>(a.beta) * load_out(a.out, a.out_dtype, i);
+        const void* c = a.addend != nullptr ? a.addend : a.out;
+        if (a.beta != 0.0f) v += static_cast<double>(a.beta) * load_out(c, a.out_dtype, i);
         if (a.bias != nullptr) v += a.bias[n];
         store(a.out, a.out_dtype, i, static_cast<float>(v));
       }

@@ -507,6 +507,50 @@ TEST_F(FLOAT8_LINEAR_TEST, BackwardStoresEachGradientAsAsked) {
   }
 }
 
+// A residual handed to forward() is added in the output GEMM's epilogue: the output is
+// the plain layer's plus the residual, rounded once (so within one rounding of the plain
+// output's and one of the sum's), the residual may be the output buffer itself, and the
+// backward is the plain layer's bit for bit.
+TEST_F(FLOAT8_LINEAR_TEST, ResidualIsAddedInTheOutputGemmAndLeavesTheBackwardAlone) {
+  const Shape s{32, 64, 48};
+  const size_t m = 32, k = 64, n = 48;
+  const std::vector<float> w = normal(n * k, 0.1f, 21), x = normal(m * k, 1.0f, 22), g = normal(m * n, 1.0f, 23);
+  const std::vector<float> residual = bf16_rounded(normal(m * n, 2.0f, 24));
+  for (const Recipe r : {v1::Fp8Spec::NONE, v1::Fp8Spec::TENSORWISE, v1::Fp8Spec::ROWWISE, v1::Fp8Spec::DELAYED}) {
+    for (const DType act : {DType::kFloat32, DType::kBFloat16}) {
+      SCOPED_TRACE(::testing::Message() << v1::Fp8Spec::Recipe_Name(r) << " " << dtype_name(act));
+      const LinearActivations a{act, act};
+      std::unique_ptr<Float8Linear> with = make_layer(backend(), s, recipe(r), a);
+      std::unique_ptr<Float8Linear> plain = make_layer(backend(), s, recipe(r), a);
+      ASSERT_TRUE(with && plain);
+      Tensor tx(backend(), x, act), tw(backend(), w), tg(backend(), g, act), tr(backend(), residual, act);
+      Tensor y(backend(), m * n, std::nanf(""), act), y_plain(backend(), m * n, 0.0f, act);
+      Tensor in_place(backend(), residual, act);
+      Tensor gx(backend(), m * k, 0.0f, act), gx_plain(backend(), m * k, 0.0f, act);
+      Tensor gw(backend(), n * k), gw_plain(backend(), n * k);
+
+      ASSERT_OK(with->forward_no_grad(tx.raw(), s.m, tw.data(), nullptr, in_place.raw(), {.residual = in_place.raw()}));
+      ASSERT_OK(with->forward(tx.raw(), s.m, tw.data(), nullptr, y.raw(), {.residual = tr.raw()}));
+      ASSERT_OK(plain->forward(tx.raw(), s.m, tw.data(), nullptr, y_plain.raw()));
+      const std::vector<float> sum = y.download(), product = y_plain.download();
+      EXPECT_EQ(tr.download(), residual) << "the residual is read, never written";
+      EXPECT_EQ(in_place.download(), sum) << "a residual that is the output buffer itself";
+      const double rounding = act == DType::kFloat32 ? std::ldexp(1.0, -23) : std::ldexp(1.0, -7);
+      for (size_t i = 0; i < sum.size(); ++i) {
+        const double want = static_cast<double>(residual[i]) + product[i];
+        const double bound = rounding * (std::fabs(residual[i]) + 2 * std::fabs(product[i])) + 1e-6;
+        ASSERT_LE(std::fabs(sum[i] - want), bound) << i << ": " << sum[i] << " vs " << want;
+      }
+
+      ASSERT_OK(with->backward(tg.raw(), gx.raw(), gw.data(), nullptr));
+      ASSERT_OK(plain->backward(tg.raw(), gx_plain.raw(), gw_plain.data(), nullptr));
+      EXPECT_EQ(gx.download(), gx_plain.download());
+      EXPECT_EQ(gw.download(), gw_plain.download());
+      for (Float8Linear* l : {with.get(), plain.get()}) ASSERT_OK(l->finish_step());
+    }
+  }
+}
+
 // ---- delayed scaling in the layer ------------------------------------------------------------------
 
 TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingUsesThePreviousStepsAmax) {
@@ -1126,8 +1170,8 @@ TEST_F(FLOAT8_LINEAR_TEST, RowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
                              Granularity::kRowwise, grad_row_amax.data()));
     for (int step = 0; step < 3; ++step) {
       SCOPED_TRACE(step);
-      ASSERT_OK(
-          hinted->forward(x.raw(), m, w.data(), nullptr, y_hinted.raw(), row_amax.data(), weight_row_amax.data()));
+      ASSERT_OK(hinted->forward(x.raw(), m, w.data(), nullptr, y_hinted.raw(),
+                                {.input_row_amax = row_amax.data(), .weight_row_amax = weight_row_amax.data()}));
       ASSERT_OK(plain->forward(x.raw(), m, w.data(), nullptr, y_plain.raw()));
       ASSERT_OK(hinted->backward(g.raw(), gx_hinted.raw(), gw_hinted.data(), nullptr,
                                  {.grad_output_row_amax = grad_row_amax.data()}));
@@ -1138,8 +1182,8 @@ TEST_F(FLOAT8_LINEAR_TEST, RowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
       EXPECT_EQ(hinted->row_amax_casts(), c.took_after(step));
       for (Float8Linear* l : {hinted.get(), plain.get()}) ASSERT_OK(l->finish_step());
     }
-    ASSERT_OK(hinted->forward_no_grad(x.raw(), m, w.data(), nullptr, y_hinted.raw(), row_amax.data(),
-                                      weight_row_amax.data()));
+    ASSERT_OK(hinted->forward_no_grad(x.raw(), m, w.data(), nullptr, y_hinted.raw(),
+                                      {.input_row_amax = row_amax.data(), .weight_row_amax = weight_row_amax.data()}));
     ASSERT_OK(plain->forward_no_grad(x.raw(), m, w.data(), nullptr, y_plain.raw()));
     EXPECT_TRUE(same_bits(y_hinted.download(), y_plain.download())) << "evaluation forward";
     absl::StatusOr<std::vector<CastNumerics>> a = hinted->numerics(), b = plain->numerics();

@@ -652,6 +652,155 @@ TEST_P(BackendContract, ScaledGemmMatchesReferenceForEveryOption) {
   }
 }
 
+// Bytes of `v` stored as dtype t (bf16 rounded to nearest even).
+std::vector<uint8_t> stored_bytes(const std::vector<float>& v, DType t) {
+  std::vector<uint8_t> bytes(v.size() * dtype_size(t));
+  if (t == DType::kFloat32) {
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+  } else {
+    const auto h = testing::to_bf16(v);
+    std::memcpy(bytes.data(), h.data(), bytes.size());
+  }
+  return bytes;
+}
+
+// An addend (cuBLASLt's C apart from D) is added once, in the epilogue: out = result +
+// addend gives what accumulating onto a copy of the addend gives, the addend is left as it
+// was, and whatever out held before is ignored. Both the fp8 and the high-precision GEMM,
+// with and without bias (the GPU adds an fp32 output's bias by filling out first), and an
+// empty sum (k = 0).
+TEST_P(BackendContract, GemmsAddAnAddendOnceInTheirEpilogue) {
+  const int64_t m = 48, n = 80;
+  const auto bias = gaussian(static_cast<size_t>(n), 62);
+  const auto addend = gaussian(static_cast<size_t>(m * n), 63);
+  const auto stale = gaussian(static_cast<size_t>(m * n), 64);
+  struct Case {
+    Granularity g;
+    DType out;
+    bool bias;
+    int64_t k;
+  };
+  const Case cases[] = {
+      {Granularity::kTensorwise, DType::kBFloat16, false, 96}, {Granularity::kRowwise, DType::kBFloat16, false, 96},
+      {Granularity::kTensorwise, DType::kFloat32, true, 96},   {Granularity::kRowwise, DType::kFloat32, true, 96},
+      {Granularity::kTensorwise, DType::kBFloat16, true, 96},  {Granularity::kTensorwise, DType::kFloat32, true, 0},
+  };
+  // Same backend, same GEMM: with an addend, and accumulating onto a copy of it. The CPU
+  // paths run the same epilogue both ways (bit for bit); cuBLASLt may pick another kernel
+  // for a C apart from D, so the GPU is held to the reference's tolerance instead.
+  const auto expect_same = [&](const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, DType t) {
+    if (!b_->is_cuda()) {
+      EXPECT_EQ(got, want);
+      return;
+    }
+    std::vector<float> g(got.size() / dtype_size(t));
+    std::vector<double> w(g.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (t == DType::kFloat32) {
+        float a, b;
+        std::memcpy(&a, got.data() + 4 * i, 4);
+        std::memcpy(&b, want.data() + 4 * i, 4);
+        g[i] = a;
+        w[i] = b;
+      } else {
+        uint16_t a, b;
+        std::memcpy(&a, got.data() + 2 * i, 2);
+        std::memcpy(&b, want.data() + 2 * i, 2);
+        g[i] = bf16_to_float(a);
+        w[i] = bf16_to_float(b);
+      }
+    }
+    EXPECT_LT(testing::relative_error(w, g), t == DType::kFloat32 ? 5e-4 : 8e-3);
+  };
+
+  for (const auto& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "scaled_gemm " << granularity_name(c.g) << " out=" << dtype_name(c.out)
+                                      << " bias=" << c.bias << " k=" << c.k);
+    const int64_t k_data = std::max<int64_t>(c.k, 16);
+    const auto qa = quantize_operand(b_, gaussian(static_cast<size_t>(m * k_data), 60), m, k_data, Format::kE4M3, c.g);
+    const auto qb = quantize_operand(b_, gaussian(static_cast<size_t>(n * k_data), 61), n, k_data, Format::kE4M3, c.g);
+    Buffer<uint8_t> add_dev(b_, stored_bytes(addend, c.out));
+    Buffer<uint8_t> out(b_, stored_bytes(stale, c.out));
+    Buffer<uint8_t> acc(b_, stored_bytes(addend, c.out));
+    Buffer<float> bias_dev(b_, bias);
+    ScaledGemmArgs g;
+    g.m = m;
+    g.n = n;
+    g.k = c.k;
+    g.a = qa.operand();
+    g.b = qb.operand();
+    g.out_dtype = c.out;
+    g.out = out.get();
+    g.bias = c.bias ? bias_dev.get() : nullptr;
+    g.addend = add_dev.get();
+    ASSERT_TRUE(b_->scaled_gemm(g).ok());
+    ScaledGemmArgs accumulated = g;
+    accumulated.addend = nullptr;
+    accumulated.accumulate = true;
+    accumulated.out = acc.get();
+    ASSERT_TRUE(b_->scaled_gemm(accumulated).ok());
+    expect_same(out.download(), acc.download(), c.out);
+    EXPECT_EQ(add_dev.download(), stored_bytes(addend, c.out)) << "the addend is read, never written";
+  }
+
+  const int64_t k = 64;
+  const auto a = gaussian(static_cast<size_t>(m * k), 65);
+  const auto b = gaussian(static_cast<size_t>(k * n), 66);
+  for (DType in : {DType::kFloat32, DType::kBFloat16}) {
+    for (DType out_t : {DType::kFloat32, DType::kBFloat16}) {
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "gemm in=" << dtype_name(in) << " out=" << dtype_name(out_t)
+                                          << " bias=" << with_bias);
+        Buffer<uint8_t> a_dev(b_, stored_bytes(a, in)), b_dev(b_, stored_bytes(b, in));
+        Buffer<uint8_t> add_dev(b_, stored_bytes(addend, out_t));
+        Buffer<uint8_t> out(b_, stored_bytes(stale, out_t));
+        Buffer<uint8_t> acc(b_, stored_bytes(addend, out_t));
+        Buffer<float> bias_dev(b_, bias);
+        GemmArgs g;
+        g.m = m;
+        g.n = n;
+        g.k = k;
+        g.a = a_dev.get();
+        g.b = b_dev.get();
+        g.in_dtype = in;
+        g.out_dtype = out_t;
+        g.out = out.get();
+        g.beta = 1.0f;
+        g.addend = add_dev.get();
+        g.bias = with_bias ? bias_dev.get() : nullptr;
+        ASSERT_TRUE(b_->gemm(g).ok());
+        GemmArgs accumulated = g;
+        accumulated.addend = nullptr;
+        accumulated.out = acc.get();
+        ASSERT_TRUE(b_->gemm(accumulated).ok());
+        expect_same(out.download(), acc.download(), out_t);
+        EXPECT_EQ(add_dev.download(), stored_bytes(addend, out_t)) << "the addend is read, never written";
+      }
+    }
+  }
+}
+
+TEST_P(BackendContract, ScaledGemmRefusesAnAddendWithAccumulate) {
+  const int64_t m = 16, n = 16, k = 16;
+  const auto qa = quantize_operand(b_, gaussian(static_cast<size_t>(m * k), 67), m, k, Format::kE4M3,
+                                   Granularity::kTensorwise);
+  const auto qb = quantize_operand(b_, gaussian(static_cast<size_t>(n * k), 68), n, k, Format::kE4M3,
+                                   Granularity::kTensorwise);
+  Buffer<float> out(b_, static_cast<size_t>(m * n)), addend(b_, static_cast<size_t>(m * n));
+  ScaledGemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.a = qa.operand();
+  g.b = qb.operand();
+  g.out = out.get();
+  g.addend = addend.get();
+  g.accumulate = true;
+  const absl::Status s = b_->scaled_gemm(g);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("addend"), std::string::npos) << s.message();
+}
+
 // ---- high-precision GEMM ---------------------------------------------------------------------
 
 TEST_P(BackendContract, HighPrecisionGemmMatchesReferenceForEveryLayout) {

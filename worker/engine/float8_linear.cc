@@ -681,33 +681,31 @@ const Float8LinearConfig& Float8Linear::config() const { return s_->config; }
 const LinearActivations& Float8Linear::activations() const { return s_->activations; }
 
 absl::Status Float8Linear::forward(const void* input, int64_t tokens, const float* weight, const float* bias,
-                                   void* output, const float* input_row_amax, const float* weight_row_amax) {
-  return run_forward(input, tokens, {weight, nullptr, weight_row_amax}, bias, output, /*for_backward=*/true,
-                     input_row_amax);
+                                   void* output, const ForwardOptions& options) {
+  return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/true, options);
 }
 
 absl::Status Float8Linear::forward(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
-                                   void* output, const float* input_row_amax) {
+                                   void* output, const ForwardOptions& options) {
   if (!s_->takes_fp8_weight()) {
     return absl::FailedPreconditionError(
         "Float8Linear::forward: this layer's config cannot take a weight cast elsewhere (it needs one tensorwise "
         "fp8 cast shared by the output and grad_input GEMMs)");
   }
-  return run_forward(input, tokens, {nullptr, &weight}, bias, output, /*for_backward=*/true, input_row_amax);
+  return run_forward(input, tokens, {nullptr, &weight}, bias, output, /*for_backward=*/true, options);
 }
 
 absl::Status Float8Linear::forward_no_grad(const void* input, int64_t tokens, const float* weight, const float* bias,
-                                           void* output, const float* input_row_amax, const float* weight_row_amax) {
-  return run_forward(input, tokens, {weight, nullptr, weight_row_amax}, bias, output, /*for_backward=*/false,
-                     input_row_amax);
+                                           void* output, const ForwardOptions& options) {
+  return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/false, options);
 }
 
 absl::Status Float8Linear::forward_no_grad(const void* input, int64_t tokens, const Fp8Weight& weight,
-                                           const float* bias, void* output, const float* input_row_amax) {
+                                           const float* bias, void* output, const ForwardOptions& options) {
   if (!s_->takes_fp8_weight()) {
     return absl::FailedPreconditionError("Float8Linear::forward_no_grad: this layer cannot take a weight cast elsewhere");
   }
-  return run_forward(input, tokens, {nullptr, &weight}, bias, output, /*for_backward=*/false, input_row_amax);
+  return run_forward(input, tokens, {nullptr, &weight}, bias, output, /*for_backward=*/false, options);
 }
 
 bool Float8Linear::takes_fp8_weight() const { return s_->takes_fp8_weight(); }
@@ -751,10 +749,14 @@ absl::Status Float8Linear::rebind_weight(const Fp8Weight& weight) {
 }
 
 absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const WeightSource& weight, const float* bias,
-                                       void* output, bool for_backward, const float* input_row_amax) {
+                                       void* output, bool for_backward, const ForwardOptions& options) {
   State& s = *s_;
   if (input == nullptr || (weight.f32 == nullptr && weight.fp8 == nullptr) || output == nullptr) {
     return absl::InvalidArgumentError("Float8Linear::forward: input, weight and output must not be null");
+  }
+  if (weight.fp8 != nullptr && options.weight_row_amax != nullptr) {
+    return absl::InvalidArgumentError(
+        "Float8Linear::forward: weight_row_amax was given with an Fp8Weight, which is cast already");
   }
   if (tokens <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("Float8Linear::forward: tokens must be positive, got ", tokens));
@@ -769,11 +771,11 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const 
   if (s.forward_slots.columns > 0) {
     if (auto st = s.forward_slots.prepare_row(); !st.ok()) return st;
   }
-  if (auto st = s.cast_input({input, s.activations.input, m, k}, row, input_row_amax); !st.ok()) return st;
+  if (auto st = s.cast_input({input, s.activations.input, m, k}, row, options.input_row_amax); !st.ok()) return st;
   if (weight.fp8 != nullptr) {
     if (auto st = s.adopt_fp8_weight(*weight.fp8, row); !st.ok()) return st;
   } else if (auto st =
-                 s.cast_tensor(TensorKind::kWeight, {weight.f32, DType::kFloat32, n, k}, row, weight.f32_row_amax);
+                 s.cast_tensor(TensorKind::kWeight, {weight.f32, DType::kFloat32, n, k}, row, options.weight_row_amax);
              !st.ok()) {
     return st;
   }
@@ -799,6 +801,7 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const 
     g.out_dtype = s.activations.output;
     g.out = output;
     g.bias = bias;
+    g.addend = options.residual;
     g.fast_accum = s.config.output.fast_accum;
     st = s.backend.scaled_gemm(g);
   } else {
@@ -813,6 +816,8 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const 
     g.out_dtype = s.activations.output;
     g.out = output;
     g.bias = bias;
+    g.addend = options.residual;
+    g.beta = options.residual != nullptr ? 1.0f : 0.0f;
     st = s.backend.gemm(g);
   }
   if (!st.ok()) return st;

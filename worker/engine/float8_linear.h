@@ -113,6 +113,27 @@ struct LinearActivations {
   DType output = DType::kFloat32;
 };
 
+// What forward() is handed besides input, weight and bias. All may be null.
+struct ForwardOptions {
+  // [tokens] fp32 in backend memory, max |input[r, :]| of each row as stored, when whoever
+  // wrote the input has them (ModelOps::rmsnorm_forward writes them). Dynamically scaled
+  // input casts at tensorwise or rowwise granularity then take their amax from these
+  // instead of reading the input once more (QuantizeArgs::row_amax); everything computed
+  // is bit for bit the same. They must be exact (a smaller value clips the cast). See
+  // Float8Linear::reads_input_row_amax().
+  const float* input_row_amax = nullptr;
+  // The same for an fp32 weight, [out] fp32, max |weight[o, :]| (AdamW writes them as it
+  // updates the weight: ModelOps::adamw_step's param_row_amax). See
+  // Float8Linear::reads_weight_row_amax(). Not with an Fp8Weight (it is cast already).
+  const float* weight_row_amax = nullptr;
+  // [tokens, out] in the output's dtype, added to the output in the GEMM's epilogue (the
+  // addend of ScaledGemmArgs / GemmArgs): output = input · weightᵀ (+ bias) + residual,
+  // rounded once. A residual connection this way costs no pass of its own. May be output
+  // itself; must not otherwise overlap it. backward() is unchanged: the residual's gradient
+  // is grad_output, which the caller routes.
+  const void* residual = nullptr;
+};
+
 // How backward() stores its gradients, and what it is handed besides grad_output.
 struct BackwardOptions {
   // grad_input: written, or added to what the buffer holds (the GEMM's beta = 1, rounded
@@ -148,32 +169,22 @@ class Float8Linear {
   // output [tokens, out] = input [tokens, in] · weightᵀ (+ bias [out], may be null), in
   // backend memory: input and output in their activation dtypes, weight and bias fp32. On
   // a GPU with an fp8 grad_weight GEMM, tokens must be a multiple of 16 (that GEMM
-  // contracts over them).
-  //
-  // input_row_amax (may be null): [tokens] fp32 in backend memory, max |input[r, :]| of
-  // each row as stored, when whoever wrote the input has them (ModelOps::rmsnorm_forward
-  // writes them). Dynamically scaled input casts at tensorwise or rowwise granularity then
-  // take their amax from these instead of reading the input once more
-  // (QuantizeArgs::row_amax); everything computed is bit for bit the same. They must be
-  // exact (a smaller value clips the cast). See reads_input_row_amax().
-  // weight_row_amax (may be null): the same for the weight, [out] fp32, max |weight[o, :]|
-  // (AdamW writes them as it updates the weight: ModelOps::adamw_step's param_row_amax).
-  // See reads_weight_row_amax().
+  // contracts over them). ForwardOptions: row amaxes the casts may take, a residual to add.
   absl::Status forward(const void* input, int64_t tokens, const float* weight, const float* bias, void* output,
-                       const float* input_row_amax = nullptr, const float* weight_row_amax = nullptr);
+                       const ForwardOptions& options = {});
 
   // The same output for evaluation: nothing is kept for a backward() (the last forward()
   // can no longer be differentiated either) and delayed scaling records none of its amaxes.
   absl::Status forward_no_grad(const void* input, int64_t tokens, const float* weight, const float* bias, void* output,
-                               const float* input_row_amax = nullptr, const float* weight_row_amax = nullptr);
+                               const ForwardOptions& options = {});
   absl::Status forward_no_grad(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
-                               void* output, const float* input_row_amax = nullptr);
+                               void* output, const ForwardOptions& options = {});
 
   // The same with a weight cast elsewhere (takes_fp8_weight() must hold). Its codes are
   // exactly what forward() would have made from the fp32 weight when they were cast with
   // fp8_weight_scale(global amax), so the outputs match bit for bit.
   absl::Status forward(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias, void* output,
-                       const float* input_row_amax = nullptr);
+                       const ForwardOptions& options = {});
 
   // Between forward() and backward(): the weight moved (FSDP frees it after the forward and
   // gathers it again for the backward). Same values in new memory, in the form forward() got.
@@ -272,10 +283,9 @@ class Float8Linear {
   struct WeightSource {
     const float* f32 = nullptr;
     const Fp8Weight* fp8 = nullptr;
-    const float* f32_row_amax = nullptr;  // may be null
   };
   absl::Status run_forward(const void* input, int64_t tokens, const WeightSource& weight, const float* bias,
-                           void* output, bool for_backward, const float* input_row_amax);
+                           void* output, bool for_backward, const ForwardOptions& options);
   std::unique_ptr<State> s_;
 };
 

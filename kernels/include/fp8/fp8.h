@@ -179,9 +179,9 @@ struct ScaledOperand {
   const float* inv_scale = nullptr;  // dequantization factors, 1/scale
 };
 
-// out[m, n] = (A / sa) · (B / sb) (+ bias) (+ out if accumulate), where B is given as
-// Bᵀ [n, k]. fp8 products are exact in fp32; they are accumulated in fp32 and the
-// scales are applied to the accumulated sums. E5M2 × E5M2 is not supported (cuBLASLt
+// out[m, n] = (A / sa) · (B / sb) (+ bias) (+ out if accumulate) (+ addend), where B is
+// given as Bᵀ [n, k]. fp8 products are exact in fp32; they are accumulated in fp32 and
+// the scales are applied to the accumulated sums. E5M2 × E5M2 is not supported (cuBLASLt
 // has no such kernel).
 struct ScaledGemmArgs {
   int64_t m = 0, n = 0, k = 0;
@@ -191,12 +191,17 @@ struct ScaledGemmArgs {
   void* out = nullptr;
   const float* bias = nullptr;  // optional, n entries
   bool accumulate = false;      // out += result instead of out = result
+  // Optional [m, n] of out_dtype, added to the result in the GEMM's epilogue (cuBLASLt's C):
+  // out = result + addend, rounded once. A residual connection rides on the GEMM this
+  // way instead of a pass of its own. May be `out` itself (then it is accumulate, which
+  // must not be set as well); must not otherwise overlap out.
+  const void* addend = nullptr;
   bool fast_accum = false;      // cuBLASLt FAST_ACCUM (GPU); the CPU always accumulates in fp32
 };
 
 // High-precision GEMM, the baseline every fp8 speedup is measured against, and the
 // GEMM of every layer kept in high precision:
-//   out[m, n] = alpha · op(A) · op(B) + beta · out
+//   out[m, n] = alpha · op(A) · op(B) + beta · C      C = addend if given, else out
 // op(A) is [m, k]: A is stored [m, k], or [k, m] with trans_a. op(B) is [k, n]: B is
 // stored [k, n], or [n, k] with trans_b. Inputs fp32 or bf16 (both the same), output fp32
 // or bf16. The CPU computes in fp32 (bf16 inputs are widened exactly).
@@ -211,6 +216,10 @@ struct GemmArgs {
   void* out = nullptr;
   float alpha = 1.0f;
   float beta = 0.0f;
+  // Optional [m, n] of out_dtype that beta scales instead of out (cuBLASLt's C distinct
+  // from D): a residual connection added in the epilogue. May be out; must not otherwise
+  // overlap it.
+  const void* addend = nullptr;
   const float* bias = nullptr;  // optional, n entries (alpha does not scale it)
 };
 

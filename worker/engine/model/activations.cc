@@ -44,7 +44,6 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
   FP8_ASSIGN_OR_RETURN(a.logits, f32({m, c.vocab_size}));
   FP8_ASSIGN_OR_RETURN(a.loss_lse, f32({m}));
   FP8_ASSIGN_OR_RETURN(a.loss, f32({1}));
-  FP8_ASSIGN_OR_RETURN(a.branch_out, act({m, c.dim}));
   FP8_ASSIGN_OR_RETURN(a.cast_row_amax, f32({m}));
   if (!for_backward) return a;
 

@@ -19,7 +19,7 @@ struct BlockActivations {
   Tensor q, k, v;               // act, after RoPE (q, k): [M, n_heads · hd], [M, n_kv_heads · hd]
   Tensor attn_out;              // act [M, n_heads · hd]
   Tensor attn_lse;              // [rows, n_heads, seq]
-  Tensor mid;                   // act: hidden + wo(attn_out) [M, dim]
+  Tensor mid;                   // act: hidden + wo(attn_out), the residual added in wo's GEMM [M, dim]
   Tensor ffn_inv_rms;           // [M]
   Tensor ffn_in;                // act: rmsnorm(mid) [M, dim]
   Tensor gate, up, swiglu_out;  // act [M, ffn_dim]
@@ -35,7 +35,6 @@ struct Activations {
   Tensor logits;                   // fp32 [M, vocab]
   Tensor loss_lse;                 // [M]
   Tensor loss;                     // [1]
-  Tensor branch_out;               // act: wo or w2 output before the residual add [M, dim]
   // The row amaxes [M] of the activation the next linears cast to fp8, written by the op
   // that made it (an RMSNorm, the SwiGLU) and read by those casts right after
   // (Float8Linear::forward's input_row_amax) instead of the activation itself.

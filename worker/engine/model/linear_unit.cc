@@ -5,15 +5,19 @@
 namespace fp8::engine {
 
 // Activations are of the layer's types (LinearActivations): raw pointers.
-absl::Status LinearUnit::forward(const Tensor& x, int64_t tokens, Tensor& y, bool training,
-                                 const float* x_row_amax) const {
+absl::Status LinearUnit::forward(const Tensor& x, int64_t tokens, Tensor& y, bool training, const float* x_row_amax,
+                                 const Tensor* residual) const {
+  ForwardOptions options;
+  options.input_row_amax = x_row_amax;
+  options.residual = residual != nullptr ? residual->raw() : nullptr;
   if (gathered_fp8 != nullptr) {
-    return training ? layer->forward(x.raw(), tokens, *gathered_fp8, nullptr, y.raw(), x_row_amax)
-                    : layer->forward_no_grad(x.raw(), tokens, *gathered_fp8, nullptr, y.raw(), x_row_amax);
+    return training ? layer->forward(x.raw(), tokens, *gathered_fp8, nullptr, y.raw(), options)
+                    : layer->forward_no_grad(x.raw(), tokens, *gathered_fp8, nullptr, y.raw(), options);
   }
+  options.weight_row_amax = weight_row_amax;
   const float* w = weight->value.data<float>();
-  return training ? layer->forward(x.raw(), tokens, w, nullptr, y.raw(), x_row_amax, weight_row_amax)
-                  : layer->forward_no_grad(x.raw(), tokens, w, nullptr, y.raw(), x_row_amax, weight_row_amax);
+  return training ? layer->forward(x.raw(), tokens, w, nullptr, y.raw(), options)
+                  : layer->forward_no_grad(x.raw(), tokens, w, nullptr, y.raw(), options);
 }
 
 absl::Status LinearUnit::backward(const Tensor& grad_y, Tensor* grad_x, Store grad_x_store,

@@ -27,11 +27,12 @@ struct LinearUnit {
   // (Float8Linear::forward's weight_row_amax); null while none are known to be current.
   const float* weight_row_amax = nullptr;
 
-  // y [tokens, out] = x [tokens, in] · weightᵀ. `training` keeps what backward() needs.
-  // x_row_amax (may be null): max |x[r, :]| per row, fp32 [tokens], for the fp8 casts of x
-  // to skip their amax pass (Float8Linear::forward's input_row_amax).
-  absl::Status forward(const Tensor& x, int64_t tokens, Tensor& y, bool training,
-                       const float* x_row_amax = nullptr) const;
+  // y [tokens, out] = x [tokens, in] · weightᵀ (+ residual). `training` keeps what
+  // backward() needs. x_row_amax (may be null): max |x[r, :]| per row, fp32 [tokens], for
+  // the fp8 casts of x to skip their amax pass (ForwardOptions::input_row_amax). residual
+  // (may be null): [tokens, out], added in the GEMM's epilogue (ForwardOptions::residual).
+  absl::Status forward(const Tensor& x, int64_t tokens, Tensor& y, bool training, const float* x_row_amax = nullptr,
+                       const Tensor* residual = nullptr) const;
   // Whether forward() has a use for x_row_amax (backward() for grad_y_row_amax).
   bool reads_input_row_amax() const { return layer->reads_input_row_amax(); }
   bool reads_weight_row_amax() const { return gathered_fp8 == nullptr && layer->reads_weight_row_amax(); }

@@ -46,8 +46,8 @@ absl::Status TransformerBlock::forward(ModelOps& ops, const LlamaConfig& c, Acti
   FP8_RETURN_IF_ERROR(ops.rope_forward(rope_shape(a, c.n_kv_heads, hd), c.rope_theta, act(s.k), act(s.k), t));
   FP8_RETURN_IF_ERROR(ops.attention_forward(attention_shape(a, c), act(s.q), act(s.k), act(s.v), act(s.attn_out),
                                             f(s.attn_lse), t));
-  FP8_RETURN_IF_ERROR(wo.forward(s.attn_out, m, a.branch_out, training));
-  FP8_RETURN_IF_ERROR(ops.add(act(in), act(a.branch_out), m * c.dim, act(s.mid), t));
+  // The residual adds ride on the output GEMMs (their epilogue's addend): no pass of their own.
+  FP8_RETURN_IF_ERROR(wo.forward(s.attn_out, m, s.mid, training, nullptr, &in));
   // Feed-forward.
   row_amax = row_amax_for(a, {&w1, &w3});
   FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act(s.mid), f(ffn_norm->value), m, c.dim, c.norm_eps, act(s.ffn_in),
@@ -57,8 +57,7 @@ absl::Status TransformerBlock::forward(ModelOps& ops, const LlamaConfig& c, Acti
   row_amax = row_amax_for(a, {&w2});
   FP8_RETURN_IF_ERROR(
       ops.swiglu_forward(act(s.gate), act(s.up), m * c.ffn_dim, act(s.swiglu_out), t, {row_amax, c.ffn_dim}));
-  FP8_RETURN_IF_ERROR(w2.forward(s.swiglu_out, m, a.branch_out, training, row_amax));
-  return ops.add(act(s.mid), act(a.branch_out), m * c.dim, act(out), t);
+  return w2.forward(s.swiglu_out, m, out, training, row_amax, &s.mid);
 }
 
 absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Activations& a,

@@ -17,7 +17,7 @@ struct TransformerBlock {
   LinearUnit wq, wk, wv, wo;  // attention.*
   LinearUnit w1, w2, w3;      // feed_forward.*
 
-  // out = block(in), saving what backward() needs in `saved` (scratch: a.branch_out).
+  // out = block(in), saving what backward() needs in `saved`.
   absl::Status forward(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& saved, const Tensor& in,
                        Tensor& out, bool training) const;
   // On entry a.grad_hidden holds ∂L/∂out (and a.grad_hidden_row_amax its row amaxes, where
