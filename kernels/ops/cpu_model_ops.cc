@@ -99,10 +99,13 @@ class CpuModelOps final : public ModelOps {
     return rope(shape, theta, ops::cpu::RopeDirection::kForward, x, out, act);
   }
 
-  absl::Status rope_backward(const RopeShape& shape, double theta, const void* grad_out, void* grad_x,
-                             DType act) override {
+  absl::Status rope_backward(const RopeShape& shape, double theta, const void* grad_out, void* grad_x, DType act,
+                             float* grad_x_row_amax) override {
     FP8_RETURN_IF_ERROR(ops::validate_rope_backward(shape, theta, grad_out, grad_x, act));
-    return rope(shape, theta, ops::cpu::RopeDirection::kInverse, grad_out, grad_x, act);
+    FP8_RETURN_IF_ERROR(rope(shape, theta, ops::cpu::RopeDirection::kInverse, grad_out, grad_x, act));
+    const int64_t row_length = shape.heads * shape.head_dim;
+    write_row_amaxes(grad_x, act, shape.batch * shape.seq * row_length, {grad_x_row_amax, row_length});
+    return absl::OkStatus();
   }
 
   absl::Status attention_forward(const AttentionShape& shape, const void* q, const void* k, const void* v, void* out,

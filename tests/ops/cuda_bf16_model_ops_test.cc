@@ -371,6 +371,35 @@ TEST_F(CudaBf16ModelOpsTest, RopeIsBitIdenticalForwardBackwardAndInPlace) {
   }
 }
 
+// The backward with the rows' amaxes: the CPU's bf16 gradient bit for bit, in place too,
+// and each row's amax of it as stored.
+TEST_F(CudaBf16ModelOpsTest, RopeBackwardRowAmaxesAreTheRowwiseAmaxOfTheRoundedGradient) {
+  for (const auto& c : kRopeCases) {
+    const RopeShape& s = c.shape;
+    SCOPED_TRACE(testing::Message() << "shape [" << s.batch << ", " << s.seq << ", " << s.heads << ", " << s.head_dim
+                                    << "] offset " << c.offset);
+    const int64_t rows = s.batch * s.seq, cols = s.heads * s.head_dim;
+    const size_t n = sz(rows * cols);
+    const auto g = bf16_uniform(n, 22, -3.0f, 3.0f);
+    Bf16 want(n);
+    ASSERT_TRUE(cpu().rope_backward(s, c.theta, g.data(), want.data(), kBf16).ok());
+    const auto wide = widen(want);
+    DeviceBf16 d_g(g, c.offset), d_out(bf16_nans(n), c.offset);
+    DeviceFloats d_amax(nans(sz(rows)));
+    for (const bool in_place : {false, true}) {
+      auto* dst = in_place ? d_g.get() : d_out.get();
+      ASSERT_TRUE(gpu().rope_backward(s, c.theta, d_g.get(), dst, kBf16, d_amax.get()).ok());
+      expect_same_bits(in_place ? d_g.download() : d_out.download(), want, in_place ? "in place" : "out of place");
+      const auto amax = d_amax.download();
+      for (int64_t r = 0; r < rows; ++r) {
+        float m = 0.0f;
+        for (int64_t j = 0; j < cols; ++j) m = std::max(m, std::fabs(wide[sz(r * cols + j)]));
+        ASSERT_EQ(amax[sz(r)], m) << "row " << r;
+      }
+    }
+  }
+}
+
 // ---- attention -----------------------------------------------------------------------------------------
 
 struct AttentionCase {

@@ -439,6 +439,33 @@ TEST_F(CudaModelOpsTest, RopeIsBitIdenticalForwardBackwardAndInPlace) {
   }
 }
 
+// The backward with the rows' amaxes (a block a row): the CPU's gradient bit for bit, in
+// place too, and each row's amax of it.
+TEST_F(CudaModelOpsTest, RopeBackwardRowAmaxesAreTheRowwiseAmaxOfTheSameGradient) {
+  for (const auto& c : kRopeCases) {
+    const RopeShape& s = c.shape;
+    SCOPED_TRACE(testing::Message() << "shape [" << s.batch << ", " << s.seq << ", " << s.heads << ", " << s.head_dim
+                                    << "] offset " << c.offset);
+    const int64_t rows = s.batch * s.seq, cols = s.heads * s.head_dim;
+    const auto g = uniform(rope_size(s), 21);
+    std::vector<float> want(g.size());
+    ASSERT_TRUE(cpu().rope_backward(s, c.theta, g.data(), want.data()).ok());
+    DeviceFloats d_g(g, c.offset), d_out(nans(g.size()), c.offset), d_amax(nans(sz(rows)));
+    for (const bool in_place : {false, true}) {
+      float* dst = in_place ? d_g.get() : d_out.get();
+      ASSERT_TRUE(gpu().rope_backward(s, c.theta, d_g.get(), dst, DType::kFloat32, d_amax.get()).ok());
+      const auto got = in_place ? d_g.download() : d_out.download();
+      expect_bit_identical(got, want, in_place ? "in place" : "out of place");
+      const auto amax = d_amax.download();
+      for (int64_t r = 0; r < rows; ++r) {
+        float m = 0.0f;
+        for (int64_t j = 0; j < cols; ++j) m = std::max(m, std::fabs(want[sz(r * cols + j)]));
+        ASSERT_EQ(amax[sz(r)], m) << "row " << r;
+      }
+    }
+  }
+}
+
 // More keys than the table cache holds: entries are dropped and rebuilt, results unchanged.
 TEST_F(CudaModelOpsTest, RopeTablesSurviveCacheTurnover) {
   for (int round = 0; round < 2; ++round) {

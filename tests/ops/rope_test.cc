@@ -1,9 +1,14 @@
 // Rotary position embedding: the Llama pairing and frequencies, norm preservation, the
 // backward as the inverse rotation, in-place use, and bad shapes.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "fp8/arith.h"
 #include "fp8/model_ops.h"
 #include "tests/ops/gradient_check.h"
 #include "tests/ops/reference_ops.h"
@@ -71,6 +76,45 @@ TEST(Rope, InPlaceEqualsOutOfPlace) {
   ASSERT_TRUE(cpu_model_ops().rope_backward(s, 10000.0, in_place.data(), in_place.data()).ok());
   ASSERT_TRUE(cpu_model_ops().rope_backward(s, 10000.0, out.data(), out.data()).ok());
   EXPECT_EQ(in_place, out);
+}
+
+// grad_x_row_amax: max |grad_x[r, :]| of each row [heads · head_dim] as stored (bf16-rounded
+// for bf16), in place or not; asking for it changes nothing else. head_dim 6 makes groups
+// of four elements straddle heads in the CUDA kernel that must match this.
+TEST(Rope, BackwardRowAmaxIsEachGradientRowsLargestMagnitudeAsStored) {
+  for (const RopeShape& s : {RopeShape{2, 9, 3, 6}, RopeShape{1, 5, 4, 16}, RopeShape{1, 3, 1, 2}}) {
+    const auto g = uniform(elements(s), 7, -3.0f, 3.0f);
+    std::vector<uint16_t> g16(g.size());
+    for (size_t i = 0; i < g.size(); ++i) g16[i] = float_to_bf16(g[i]);
+    const int64_t rows = s.batch * s.seq, cols = s.heads * s.head_dim;
+    for (const DType act : {DType::kFloat32, DType::kBFloat16}) {
+      for (const bool in_place : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(act) << " in_place=" << in_place << " head_dim "
+                                          << s.head_dim);
+        const bool bf16 = act == DType::kBFloat16;
+        std::vector<float> plain(g.size()), out(g);  // fp32 buffers big enough for either type
+        if (bf16) std::memcpy(out.data(), g16.data(), g16.size() * sizeof(uint16_t));
+        const void* in = in_place ? out.data() : bf16 ? static_cast<const void*>(g16.data()) : g.data();
+        std::vector<float> row_amax = nans(static_cast<size_t>(rows));
+        ASSERT_TRUE(cpu_model_ops()
+                        .rope_backward(s, 10000.0, bf16 ? static_cast<const void*>(g16.data()) : g.data(),
+                                       plain.data(), act)
+                        .ok());
+        ASSERT_TRUE(cpu_model_ops().rope_backward(s, 10000.0, in, out.data(), act, row_amax.data()).ok());
+        const size_t bytes = g.size() * dtype_size(act);
+        EXPECT_EQ(std::memcmp(out.data(), plain.data(), bytes), 0) << "grad_x changed";
+        const auto* out16 = reinterpret_cast<const uint16_t*>(out.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          float want = 0.0f;
+          for (int64_t j = 0; j < cols; ++j) {
+            const size_t i = static_cast<size_t>(r * cols + j);
+            want = std::max(want, std::fabs(bf16 ? bf16_to_float(out16[i]) : out[i]));
+          }
+          EXPECT_EQ(row_amax[static_cast<size_t>(r)], want) << "row " << r;
+        }
+      }
+    }
+  }
 }
 
 TEST(Rope, BackwardMatchesFiniteDifferences) {

@@ -123,13 +123,13 @@ class CudaModelOps final : public ModelOps {
 
   absl::Status rope_forward(const RopeShape& shape, double theta, const void* x, void* out, DType act) override {
     FP8_RETURN_IF_ERROR(ops::validate_rope_forward(shape, theta, x, out, act));
-    return rope(shape, theta, /*inverse=*/false, x, out, act);
+    return rope(shape, theta, /*inverse=*/false, x, out, act, nullptr);
   }
 
-  absl::Status rope_backward(const RopeShape& shape, double theta, const void* grad_out, void* grad_x,
-                             DType act) override {
+  absl::Status rope_backward(const RopeShape& shape, double theta, const void* grad_out, void* grad_x, DType act,
+                             float* grad_x_row_amax) override {
     FP8_RETURN_IF_ERROR(ops::validate_rope_backward(shape, theta, grad_out, grad_x, act));
-    return rope(shape, theta, /*inverse=*/true, grad_out, grad_x, act);
+    return rope(shape, theta, /*inverse=*/true, grad_out, grad_x, act, grad_x_row_amax);
   }
 
   absl::Status attention_forward(const AttentionShape& shape, const void* q, const void* k, const void* v, void* out,
@@ -300,14 +300,15 @@ class CudaModelOps final : public ModelOps {
     return cuda_status(launch(*scratch));
   }
 
-  absl::Status rope(const RopeShape& shape, double theta, bool inverse, const void* in, void* out, DType act) {
+  absl::Status rope(const RopeShape& shape, double theta, bool inverse, const void* in, void* out, DType act,
+                    float* row_amax) {
     std::lock_guard<std::mutex> lock(mu_);
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
     auto table = rope_tables_.get(shape.seq, shape.head_dim, theta, stream_);
     if (!table.ok()) return table.status();
     return cuda_status(
-        cuda::launch_rope(dims_of(shape), table->cos, table->sin, inverse, in, out, hp_type(act), stream_));
+        cuda::launch_rope(dims_of(shape), table->cos, table->sin, inverse, in, out, row_amax, hp_type(act), stream_));
   }
 
   const int device_;

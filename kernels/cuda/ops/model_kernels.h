@@ -82,9 +82,10 @@ struct RopeDims {
 };
 
 // out = rotate(in) (or its inverse) with the tables cos, sin [seq, head_dim / 2] in device
-// memory (ops::RopeTable's layout and values). out may equal in.
+// memory (ops::RopeTable's layout and values). out may equal in. row_amax (may be null):
+// [batch · seq], each row's amax of out as stored (a block a row then).
 LaunchResult launch_rope(const RopeDims& d, const float* cos, const float* sin, bool inverse, const void* in, void* out,
-                         HpType act, cudaStream_t stream);
+                         float* row_amax, HpType act, cudaStream_t stream);
 
 // ---- elementwise -------------------------------------------------------------------------------
 // n elements each; outputs may equal inputs where model_ops.h allows it (add, accumulate,

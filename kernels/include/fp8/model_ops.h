@@ -151,9 +151,11 @@ class ModelOps {
   virtual absl::Status rope_forward(const RopeShape& shape, double theta, const void* x, void* out,
                                     DType act = DType::kFloat32) = 0;
   // The inverse rotation (a rotation's transpose is its inverse): grad_x = rotate⁻¹(grad_out).
-  // grad_x may equal grad_out.
+  // grad_x may equal grad_out. grad_x_row_amax [batch · seq], when given, receives the
+  // amax of each row [heads · head_dim] of grad_x as stored (see RowAmaxes): for the fp8
+  // casts of wq's and wk's grad_output, which grad_x is.
   virtual absl::Status rope_backward(const RopeShape& shape, double theta, const void* grad_out, void* grad_x,
-                                     DType act = DType::kFloat32) = 0;
+                                     DType act = DType::kFloat32, float* grad_x_row_amax = nullptr) = 0;
 
   // ---- causal self-attention (GQA) ----------------------------------------------------------
   // out = softmax(q·kᵀ / sqrt(head_dim) + causal mask)·v. Saves only the log-sum-exp of

@@ -52,6 +52,7 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
   FP8_ASSIGN_OR_RETURN(a.grad_hidden_row_amax, f32({m}));
   FP8_ASSIGN_OR_RETURN(a.grad_gate_row_amax, f32({m}));
   FP8_ASSIGN_OR_RETURN(a.grad_up_row_amax, f32({m}));
+  FP8_ASSIGN_OR_RETURN(a.grad_qk_row_amax, f32({m}));
   FP8_ASSIGN_OR_RETURN(a.grad_attn, act({m, q_dim}));
   FP8_ASSIGN_OR_RETURN(a.grad_q, act({m, q_dim}));
   FP8_ASSIGN_OR_RETURN(a.grad_k, act({m, kv_dim}));

@@ -47,6 +47,8 @@ struct Activations {
   // SwiGLU's for grad_gate and grad_up) when that linear takes them
   // (LinearUnit::grad_output_row_amax_in).
   Tensor grad_hidden_row_amax, grad_gate_row_amax, grad_up_row_amax;
+  // The same for grad_q and then grad_k, from RoPE's backward, for wq and then wk.
+  Tensor grad_qk_row_amax;
   Tensor grad_attn;                            // act [M, n_heads · hd]
   Tensor grad_q, grad_k, grad_v;               // act, like q, k, v
   Tensor grad_ffn, grad_gate, grad_up;         // act [M, ffn_dim]

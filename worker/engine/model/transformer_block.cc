@@ -89,12 +89,15 @@ absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Act
   FP8_RETURN_IF_ERROR(ops.attention_backward(attention_shape(a, c), act(s.q), act(s.k), act(s.v), act(s.attn_out),
                                              f(s.attn_lse), act(a.grad_attn), act(a.grad_q), act(a.grad_k),
                                              act(a.grad_v), t));
-  FP8_RETURN_IF_ERROR(
-      ops.rope_backward(rope_shape(a, c.n_heads, hd), c.rope_theta, act(a.grad_q), act(a.grad_q), t));
-  FP8_RETURN_IF_ERROR(
-      ops.rope_backward(rope_shape(a, c.n_kv_heads, hd), c.rope_theta, act(a.grad_k), act(a.grad_k), t));
-  FP8_RETURN_IF_ERROR(wq.backward(a.grad_q, &a.grad_norm_in));
-  FP8_RETURN_IF_ERROR(wk.backward(a.grad_k, &a.grad_norm_in, kAdd));
+  // RoPE's backward makes grad_q and grad_k, each just before the linear that casts it.
+  float* q_row_amax = wq.grad_output_row_amax_in(a.grad_qk_row_amax);
+  FP8_RETURN_IF_ERROR(ops.rope_backward(rope_shape(a, c.n_heads, hd), c.rope_theta, act(a.grad_q), act(a.grad_q), t,
+                                        q_row_amax));
+  FP8_RETURN_IF_ERROR(wq.backward(a.grad_q, &a.grad_norm_in, kWrite, q_row_amax));
+  float* k_row_amax = wk.grad_output_row_amax_in(a.grad_qk_row_amax);
+  FP8_RETURN_IF_ERROR(ops.rope_backward(rope_shape(a, c.n_kv_heads, hd), c.rope_theta, act(a.grad_k), act(a.grad_k),
+                                        t, k_row_amax));
+  FP8_RETURN_IF_ERROR(wk.backward(a.grad_k, &a.grad_norm_in, kAdd, k_row_amax));
   FP8_RETURN_IF_ERROR(wv.backward(a.grad_v, &a.grad_norm_in, kAdd));
   FP8_RETURN_IF_ERROR(attention_norm->claim_grad_for_adding());
   return ops.rmsnorm_backward(act(in), f(attention_norm->value), f(s.attn_inv_rms), act(a.grad_norm_in), m, c.dim,
