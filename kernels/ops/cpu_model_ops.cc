@@ -109,7 +109,7 @@ class CpuModelOps final : public ModelOps {
   }
 
   absl::Status attention_forward(const AttentionShape& shape, const void* q, const void* k, const void* v, void* out,
-                                 float* lse, DType act) override {
+                                 float* lse, DType act, float* out_row_amax) override {
     FP8_RETURN_IF_ERROR(ops::validate_attention_forward(shape, q, k, v, out, lse, act));
     Staging st(act);
     const int64_t qn = query_elements(shape), kvn = kv_elements(shape);
@@ -118,6 +118,7 @@ class CpuModelOps final : public ModelOps {
     const float* v32 = st.in(v, kvn);
     ops::cpu::attention_forward(shape, q32, k32, v32, st.out(out, qn), lse);
     st.finish();
+    write_row_amaxes(out, act, qn, {out_row_amax, shape.n_heads * shape.head_dim});
     return absl::OkStatus();
   }
 

@@ -12,6 +12,7 @@
 // The kernels, after the emulation (the include path finds the emulated instructions).
 #include "cuda/ops/attention_mma_device.cuh"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -118,8 +119,16 @@ void RunCase(const Case& c) {
   std::vector<uint16_t> o(qn, 0xffff), dq(qn, 0xffff), dk(kvn, 0xffff), dv(kvn, 0xffff);
   std::vector<float> l(ln, NAN), delta(ln);
   const Geometry per_head = geometry(int64_t(B) * H), per_kv_head = geometry(int64_t(B) * KV);
+  std::vector<float> row_amax(size_t(B) * T, 0.0f);  // zeros, as the launcher leaves them
   emulation::launch(unsigned(per_head.tiles * per_head.heads), kThreads, kForwardBytes<D>,
-                    attention_forward_mma_kernel<D>, per_head, q.data(), k.data(), v.data(), o.data(), l.data());
+                    attention_forward_mma_kernel<D>, per_head, q.data(), k.data(), v.data(), o.data(), l.data(),
+                    row_amax.data());
+  // Each token's amax of out over every head, as stored, from the blocks of all its heads.
+  for (size_t row = 0; row < row_amax.size(); ++row) {
+    float want = 0.0f;
+    for (size_t i = row * H * D; i < (row + 1) * H * D; ++i) want = std::max(want, std::fabs(bf16_to_float(o[i])));
+    ASSERT_EQ(row_amax[row], want) << "row amax of token " << row;
+  }
   // delta = grad_out · out per row, from the kernel's bf16 out (attention_kernels.cu's pass).
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {

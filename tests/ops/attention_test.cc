@@ -1,5 +1,9 @@
 // Causal grouped-query attention: against a reference that materialises the probability
 // matrix, causality, and the flash-style backward against finite differences.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -7,6 +11,7 @@
 #include <cblas.h>
 #include <gtest/gtest.h>
 
+#include "fp8/arith.h"
 #include "fp8/model_ops.h"
 #include "tests/ops/gradient_check.h"
 #include "tests/ops/reference_ops.h"
@@ -44,6 +49,46 @@ TEST_P(Attention, ForwardMatchesFullProbabilityMatrixReference) {
   const auto want = ref::attention(to_double(q), to_double(k), to_double(v), shape());
   EXPECT_LT(scaled_max_error(out, want.out), 1e-6);
   EXPECT_LT(scaled_max_error(lse, want.lse), 1e-6);
+}
+
+// out_row_amax: each token's amax of out over all its heads as stored (bf16-rounded for
+// bf16), for wo's cast; asking for it changes neither out nor lse.
+TEST_P(Attention, OutRowAmaxIsEachTokensLargestOutputMagnitudeAsStored) {
+  const auto q = uniform(q_size(), 4, -2.0f, 2.0f), k = uniform(kv_size(), 5, -2.0f, 2.0f), v = uniform(kv_size(), 6);
+  const int64_t rows = shape().batch * shape().seq, cols = shape().n_heads * shape().head_dim;
+  for (const DType act : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(dtype_name(act));
+    const bool bf16 = act == DType::kBFloat16;
+    auto narrow = [&](const std::vector<float>& x) {
+      std::vector<float> words(x.size());  // big enough for either type
+      if (!bf16) return x;
+      std::vector<uint16_t> h(x.size());
+      for (size_t i = 0; i < x.size(); ++i) h[i] = float_to_bf16(x[i]);
+      std::memcpy(words.data(), h.data(), h.size() * sizeof(uint16_t));
+      return words;
+    };
+    const auto qa = narrow(q), ka = narrow(k), va = narrow(v);
+    std::vector<float> out(q_size()), plain(q_size()), lse(lse_size()), plain_lse(lse_size());
+    std::vector<float> row_amax = nans(static_cast<size_t>(rows));
+    ASSERT_TRUE(cpu_model_ops()
+                    .attention_forward(shape(), qa.data(), ka.data(), va.data(), plain.data(), plain_lse.data(), act)
+                    .ok());
+    ASSERT_TRUE(cpu_model_ops()
+                    .attention_forward(shape(), qa.data(), ka.data(), va.data(), out.data(), lse.data(), act,
+                                       row_amax.data())
+                    .ok());
+    EXPECT_EQ(std::memcmp(out.data(), plain.data(), q_size() * dtype_size(act)), 0) << "out changed";
+    EXPECT_EQ(lse, plain_lse);
+    const auto* out16 = reinterpret_cast<const uint16_t*>(out.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      float want = 0.0f;
+      for (int64_t j = 0; j < cols; ++j) {
+        const size_t i = static_cast<size_t>(r * cols + j);
+        want = std::max(want, std::fabs(bf16 ? bf16_to_float(out16[i]) : out[i]));
+      }
+      ASSERT_EQ(row_amax[static_cast<size_t>(r)], want) << "row " << r;
+    }
+  }
 }
 
 TEST_P(Attention, BackwardMatchesFiniteDifferences) {

@@ -428,6 +428,41 @@ bool simt_attention_requested() {
   return e != nullptr && std::string(e) == "simt";
 }
 
+// out_row_amax, from the tensor-core kernel's blocks (one per head, combined by atomicMax)
+// or the SIMT kernels and an amax pass: out as without it, and each token's amax of it
+// over all heads as stored. Twice, to see the zeroing of the buffer between calls.
+TEST_F(CudaBf16ModelOpsTest, AttentionOutRowAmaxesAreTheRowwiseAmaxOfTheSameOut) {
+  for (const auto& c : kAttentionCases) {
+    const AttentionShape& s = c.shape;
+    SCOPED_TRACE(testing::Message() << "batch " << s.batch << " seq " << s.seq << " heads " << s.n_heads << "/"
+                                    << s.n_kv_heads << " head_dim " << s.head_dim << " offset " << c.offset);
+    const int64_t rows = s.batch * s.seq, cols = s.n_heads * s.head_dim;
+    const size_t qn = sz(rows * cols), kvn = sz(s.batch * s.seq * s.n_kv_heads * s.head_dim);
+    const size_t ln = sz(s.batch * s.n_heads * s.seq);
+    DeviceFloats d_lse(nans(ln)), d_amax(nans(sz(rows)));
+    for (int run = 0; run < 2; ++run) {
+      const uint32_t seed = 47 + 3 * static_cast<uint32_t>(run);
+      const auto q = bf16_uniform(qn, seed, -2.0f, 2.0f), k = bf16_uniform(kvn, seed + 1, -2.0f, 2.0f);
+      const auto v = bf16_uniform(kvn, seed + 2, -3.0f * static_cast<float>(1 - run), 1.0f);
+      DeviceBf16 d_q(q, c.offset), d_k(k, c.offset), d_v(v, c.offset);
+      DeviceBf16 d_plain(bf16_nans(qn), c.offset), d_out(bf16_nans(qn), c.offset);
+      ASSERT_TRUE(gpu().attention_forward(s, d_q.get(), d_k.get(), d_v.get(), d_plain.get(), d_lse.get(), kBf16).ok());
+      ASSERT_TRUE(
+          gpu().attention_forward(s, d_q.get(), d_k.get(), d_v.get(), d_out.get(), d_lse.get(), kBf16, d_amax.get())
+              .ok());
+      const Bf16 out = d_out.download();
+      expect_same_bits(out, d_plain.download(), "out with and without out_row_amax, run " + std::to_string(run));
+      const auto wide = widen(out);
+      const auto amax = d_amax.download();
+      for (int64_t r = 0; r < rows; ++r) {
+        float want = 0.0f;
+        for (int64_t j = 0; j < cols; ++j) want = std::max(want, std::fabs(wide[sz(r * cols + j)]));
+        ASSERT_EQ(amax[sz(r)], want) << "run " << run << " row " << r;
+      }
+    }
+  }
+}
+
 TEST_F(CudaBf16ModelOpsTest, AttentionMatchesTheCpuAndIsDeterministic) {
   for (const auto& c : kAttentionCases) {
     const AttentionShape& s = c.shape;

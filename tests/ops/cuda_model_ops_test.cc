@@ -493,6 +493,35 @@ const AttentionCase kAttentionCases[] = {
     {{1, 200, 4, 1, 64}}, {{1, 45, 2, 2, 40}}, {{1, 33, 2, 1, 256}}, {{1, 130, 4, 2, 64}, 1},
 };
 
+// out_row_amax (the SIMT kernels and an amax pass): out as without it, and each token's
+// amax of it over all heads.
+TEST_F(CudaModelOpsTest, AttentionOutRowAmaxesAreTheRowwiseAmaxOfTheSameOut) {
+  for (const auto& c : kAttentionCases) {
+    const AttentionShape& s = c.shape;
+    SCOPED_TRACE(testing::Message() << "batch " << s.batch << " seq " << s.seq << " heads " << s.n_heads << "/"
+                                    << s.n_kv_heads << " head_dim " << s.head_dim << " offset " << c.offset);
+    const int64_t rows = s.batch * s.seq, cols = s.n_heads * s.head_dim;
+    const size_t qn = sz(rows * cols), kvn = sz(s.batch * s.seq * s.n_kv_heads * s.head_dim);
+    const size_t ln = sz(s.batch * s.n_heads * s.seq);
+    const auto q = uniform(qn, 44, -2.0f, 2.0f), k = uniform(kvn, 45, -2.0f, 2.0f), v = uniform(kvn, 46);
+    DeviceFloats d_q(q, c.offset), d_k(k, c.offset), d_v(v, c.offset);
+    DeviceFloats d_plain(nans(qn), c.offset), d_out(nans(qn), c.offset), d_lse(nans(ln)), d_amax(nans(sz(rows)));
+    ASSERT_TRUE(gpu().attention_forward(s, d_q.get(), d_k.get(), d_v.get(), d_plain.get(), d_lse.get()).ok());
+    ASSERT_TRUE(gpu()
+                    .attention_forward(s, d_q.get(), d_k.get(), d_v.get(), d_out.get(), d_lse.get(), DType::kFloat32,
+                                       d_amax.get())
+                    .ok());
+    const auto out = d_out.download();
+    expect_bit_identical(out, d_plain.download(), "out with and without out_row_amax");
+    const auto amax = d_amax.download();
+    for (int64_t r = 0; r < rows; ++r) {
+      float want = 0.0f;
+      for (int64_t j = 0; j < cols; ++j) want = std::max(want, std::fabs(out[sz(r * cols + j)]));
+      ASSERT_EQ(amax[sz(r)], want) << "row " << r;
+    }
+  }
+}
+
 TEST_F(CudaModelOpsTest, AttentionMatchesTheCpuAndIsDeterministic) {
   for (const auto& c : kAttentionCases) {
     const AttentionShape& s = c.shape;

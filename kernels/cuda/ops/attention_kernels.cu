@@ -43,6 +43,7 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include "cuda/cast_kernels.h"
 #include "cuda/ops/activation_access.cuh"
 #include "cuda/ops/attention_tc_kernels.h"
 #include "ops/model_arith.h"
@@ -740,13 +741,9 @@ bool all_aligned(std::initializer_list<const void*> pointers) {
   return true;
 }
 
-}  // namespace
-
-LaunchResult launch_attention_forward(const AttentionDims& d, const void* q, const void* k, const void* v, void* out,
-                                      float* lse, HpType act, cudaStream_t stream) {
-  if (tensor_core_attention_applies(d, act, {q, k, v, out})) {
-    return launch_attention_forward_tc(d, q, k, v, out, lse, stream);
-  }
+// The SIMT kernels: every activation type and head size up to kMaxAttentionHeadDim.
+LaunchResult launch_attention_forward_simt(const AttentionDims& d, const void* q, const void* k, const void* v,
+                                           void* out, float* lse, HpType act, cudaStream_t stream) {
   return model::with_act(act, [&](auto type) {
     using A = decltype(type);
     const bool aligned = all_aligned<A>({q, k, v, out});
@@ -763,6 +760,20 @@ LaunchResult launch_attention_forward(const AttentionDims& d, const void* q, con
       return after_launch("attention forward kernel");
     });
   });
+}
+
+}  // namespace
+
+LaunchResult launch_attention_forward(const AttentionDims& d, const void* q, const void* k, const void* v, void* out,
+                                      float* lse, float* row_amax, HpType act, cudaStream_t stream) {
+  if (tensor_core_attention_applies(d, act, {q, k, v, out})) {
+    return launch_attention_forward_tc(d, q, k, v, out, lse, row_amax, stream);
+  }
+  const LaunchResult r = launch_attention_forward_simt(d, q, k, v, out, lse, act, stream);
+  if (!r.ok() || row_amax == nullptr) return r;
+  // The SIMT kernels (fp32, other head sizes) are the slow path; an amax pass beside them
+  // costs little and keeps them as they are.
+  return launch_amax(out, act, d.batch * d.seq, d.n_heads * d.head_dim, Axis::kRow, row_amax, stream);
 }
 
 size_t attention_backward_scratch_bytes(const AttentionDims& d) {

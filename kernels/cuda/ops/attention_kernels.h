@@ -50,8 +50,10 @@ struct AttentionDims {
 };
 
 // out = softmax(q·kᵀ / sqrt(head_dim) + causal mask)·v; lse = each score row's log-sum-exp.
+// row_amax (may be null): [batch · seq], each row's amax of out as stored, reduced by the
+// tensor-core kernel as it stores out, or by an amax pass after the SIMT kernels.
 LaunchResult launch_attention_forward(const AttentionDims& d, const void* q, const void* k, const void* v, void* out,
-                                      float* lse, HpType act, cudaStream_t stream);
+                                      float* lse, float* row_amax, HpType act, cudaStream_t stream);
 
 // Bytes of device scratch attention_backward needs for these dimensions: the per-row
 // delta_i = grad_out_i · out_i, [batch, n_heads, seq] floats, rounded up to 256 bytes.

@@ -101,6 +101,16 @@ __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(kFullMask, x, 1);
   return x + __shfl_xor_sync(kFullMask, x, 2);
 }
+// Integer max over the quad, of amax bit patterns (fp8/arith.h's amax_bits_update).
+__device__ __forceinline__ uint32_t quad_max_bits(uint32_t x) {
+  x = max(x, __shfl_xor_sync(kFullMask, x, 1));
+  return max(x, __shfl_xor_sync(kFullMask, x, 2));
+}
+// acc updated with the magnitudes of the two bf16 values packed in w, as stored.
+__device__ __forceinline__ uint32_t amax_bits_bf16x2(uint32_t acc, uint32_t w) {
+  acc = amax_bits_update(acc, bf16_to_float(static_cast<uint16_t>(w & 0xffffu)));
+  return amax_bits_update(acc, bf16_to_float(static_cast<uint16_t>(w >> 16)));
+}
 
 // Queues the copy of `rows` rows of D bf16 from src (row stride ld, 16-byte aligned) into a
 // tile; the rows past `rows` become zeros. The whole block, 16 bytes per copy.
@@ -291,11 +301,16 @@ __device__ __forceinline__ void store_strip(const float (&acc)[Tile<D>::kDBlocks
 // Online softmax per row: m the running max of the raw scores, l the running sum of the
 // rounded P (a partial sum per lane, summed over the quad at the end), O the running
 // output, all in registers, and so are the warp's query fragments, loaded once; out = O / l
-// and lse = scale·m + log l at the end.
+// and lse = scale·m + log l at the end. row_amax (null, or zeros [batch · seq]): each
+// row's amax of out as stored, over every head: the quad holding a row's D values of this
+// head reduces them, and one lane folds them in with atomicMax on the bit pattern (integer
+// max of non-negative floats is order-independent, so the result does not depend on which
+// head's block comes first).
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_mma_kernel(Geometry g, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
-                                 const uint16_t* __restrict__ v, uint16_t* __restrict__ out, float* __restrict__ lse) {
+                                 const uint16_t* __restrict__ v, uint16_t* __restrict__ out, float* __restrict__ lse,
+                                 float* __restrict__ row_amax) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // bf16 mma.sync needs sm_80; the launcher never sends a kernel to an older device
 #else
@@ -379,6 +394,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // every warp is done with this buffer before the next iteration refills it
   }
 
+  uint32_t out_bits[2] = {0u, 0u};  // this lane's share of its two rows' amaxes
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] = quad_sum(l[r]);
@@ -388,9 +404,22 @@ __global__ void __launch_bounds__(kThreads)
     uint16_t* dst = out + blk.q_at + row * g.ld_q + 2 * t;
 #pragma unroll
     for (int j = 0; j < T::kDBlocks; ++j) {
-      *reinterpret_cast<uint32_t*>(dst + 8 * j) = mma::pack_bf16x2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+      const uint32_t packed = mma::pack_bf16x2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+      *reinterpret_cast<uint32_t*>(dst + 8 * j) = packed;
+      out_bits[r] = amax_bits_bf16x2(out_bits[r], packed);
     }
     if (t == 0) lse[blk.bh * g.seq + q0 + row] = ops::log_sum_exp(m[r] * g.scale, l[r]);
+  }
+  if (row_amax != nullptr) {  // the same for every thread of the grid
+    const int64_t token0 = blk.bh / g.n_heads * g.seq + q0;  // the block's first query row
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t bits = quad_max_bits(out_bits[r]);  // every lane: the shuffles need the whole warp
+      const int row = strip_row + 8 * r;
+      if (t == 0 && row < blk.q_rows && bits != 0u) {
+        atomicMax(reinterpret_cast<unsigned*>(row_amax) + token0 + row, bits);
+      }
+    }
   }
 #endif
 }

@@ -39,7 +39,7 @@ bool tensor_core_attention_applies(const AttentionDims& d, HpType act, std::init
 }
 
 LaunchResult launch_attention_forward_tc(const AttentionDims& d, const void* q, const void* k, const void* v,
-                                          void* out, float* lse, cudaStream_t stream) {
+                                          void* out, float* lse, float* row_amax, cudaStream_t stream) {
   using namespace attention_tc;
   using namespace attention_mma;
   return with_head_dim(d.head_dim, [&](auto bucket) -> LaunchResult {
@@ -50,9 +50,16 @@ LaunchResult launch_attention_forward_tc(const AttentionDims& d, const void* q, 
     const LaunchResult r = allow_shared_memory(attention_forward_mma_kernel<D>, kForwardBytes<D>,
                                                "cudaFuncSetAttribute (mma attention forward kernel)");
     if (!r.ok()) return r;
+    if (row_amax != nullptr) {
+      // The blocks of a row's heads combine their amaxes with atomicMax onto zeros.
+      const size_t bytes = static_cast<size_t>(d.batch * d.seq) * sizeof(float);
+      if (const cudaError_t e = cudaMemsetAsync(row_amax, 0, bytes, stream); e != cudaSuccess) {
+        return {e, "cudaMemsetAsync (attention row amaxes)"};
+      }
+    }
     attention_forward_mma_kernel<D><<<blocks, kThreads, kForwardBytes<D>, stream>>>(
         g, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v),
-        static_cast<uint16_t*>(out), lse);
+        static_cast<uint16_t*>(out), lse, row_amax);
     return after_launch("mma attention forward kernel");
   });
 }

@@ -28,8 +28,9 @@ namespace fp8::cuda {
 bool tensor_core_attention_applies(const AttentionDims& d, HpType act, std::initializer_list<const void*> pointers);
 
 // Activations are bf16 bits (uint16_t); lse and delta fp32, [batch, n_heads, seq].
+// row_amax (may be null): [batch · seq], zeroed here, then each row's amax of out.
 LaunchResult launch_attention_forward_tc(const AttentionDims& d, const void* q, const void* k, const void* v,
-                                         void* out, float* lse, cudaStream_t stream);
+                                         void* out, float* lse, float* row_amax, cudaStream_t stream);
 // `delta` = grad_out · out per row, already computed (attention_kernels.cu's delta pass).
 LaunchResult launch_attention_backward_tc(const AttentionDims& d, const void* q, const void* k, const void* v,
                                           const float* lse, const float* delta, const void* grad_out, void* grad_q,

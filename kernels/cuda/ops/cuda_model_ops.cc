@@ -133,11 +133,12 @@ class CudaModelOps final : public ModelOps {
   }
 
   absl::Status attention_forward(const AttentionShape& shape, const void* q, const void* k, const void* v, void* out,
-                                 float* lse, DType act) override {
+                                 float* lse, DType act, float* out_row_amax) override {
     FP8_RETURN_IF_ERROR(ops::validate_attention_forward(shape, q, k, v, out, lse, act));
     FP8_RETURN_IF_ERROR(check_attention_head_dim("attention_forward", shape));
     return on_device(
-        [&] { return cuda::launch_attention_forward(dims_of(shape), q, k, v, out, lse, hp_type(act), stream_); });
+        [&] { return cuda::launch_attention_forward(dims_of(shape), q, k, v, out, lse, out_row_amax, hp_type(act),
+                                                    stream_); });
   }
 
   absl::Status attention_backward(const AttentionShape& shape, const void* q, const void* k, const void* v,

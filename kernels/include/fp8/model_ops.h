@@ -160,8 +160,11 @@ class ModelOps {
   // ---- causal self-attention (GQA) ----------------------------------------------------------
   // out = softmax(q·kᵀ / sqrt(head_dim) + causal mask)·v. Saves only the log-sum-exp of
   // each score row, lse [batch, n_heads, seq] (fp32), never the [seq, seq] probabilities.
+  // out_row_amax [batch · seq], when given, receives the amax of each row
+  // [n_heads · head_dim] of out as stored (see RowAmaxes): for the fp8 cast of wo's input.
   virtual absl::Status attention_forward(const AttentionShape& shape, const void* q, const void* k, const void* v,
-                                         void* out, float* lse, DType act = DType::kFloat32) = 0;
+                                         void* out, float* lse, DType act = DType::kFloat32,
+                                         float* out_row_amax = nullptr) = 0;
   // Recomputes the probabilities from q, k and lse (flash-attention style). grad_q, grad_k
   // and grad_v are written; grad_k and grad_v sum over the query heads sharing a kv head.
   virtual absl::Status attention_backward(const AttentionShape& shape, const void* q, const void* k, const void* v,

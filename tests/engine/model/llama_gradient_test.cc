@@ -661,16 +661,18 @@ TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnceFromRowAmaxesOfTheOpBefore) 
   // The layer that does cast a normed input takes its amax from the RMSNorm's row amaxes
   // (Float8Linear::row_amax_casts) instead of reading the input again: wq (or the first
   // fp8 projection), w1 and the output projection, with dynamic scaling; w2 takes the
-  // SwiGLU's. In the backward, the grad_output casts of w2 and wo take the row amaxes of
-  // the RMSNorm backward that made grad_hidden, w1's and w3's those of the SwiGLU's, and
-  // wq's and wk's those of RoPE's backward (wv's gradient comes from the attention as is).
+  // SwiGLU's and wo the attention's. In the backward, the grad_output casts of w2 and wo
+  // take the row amaxes of the RMSNorm backward that made grad_hidden, w1's and w3's those
+  // of the SwiGLU's, and wq's and wk's those of RoPE's backward (wv's gradient comes from
+  // the attention as is).
   struct Case {
     v1::Fp8Spec fp8;
     std::vector<std::string> sharing;        // linear names (without "layers.N.") that take casts
     std::vector<std::string> row_amax;       // those that cast from the norm's row amaxes
     std::vector<std::string> grad_row_amax;  // those whose grad_output casts take row amaxes
   };
-  const std::vector<std::string> first_readers = {"attention.wq", "feed_forward.w1", "feed_forward.w2", "output"};
+  const std::vector<std::string> first_readers = {"attention.wq", "attention.wo", "feed_forward.w1", "feed_forward.w2",
+                                                  "output"};
   const std::vector<std::string> grad_readers = {"feed_forward.w2", "feed_forward.w1", "feed_forward.w3",
                                                  "attention.wo",    "attention.wq",    "attention.wk"};
   const std::vector<std::string> grad_readers_but_wq = {"feed_forward.w2", "feed_forward.w1", "feed_forward.w3",
@@ -680,7 +682,7 @@ TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnceFromRowAmaxesOfTheOpBefore) 
       {spec(v1::Fp8Spec::ROWWISE), {"attention.wk", "attention.wv", "feed_forward.w3"}, first_readers, grad_readers},
       {spec(v1::Fp8Spec::TENSORWISE, {"*.attention.wq"}),
        {"attention.wv", "feed_forward.w3"},  // wv takes wk's
-       {"attention.wk", "feed_forward.w1", "feed_forward.w2", "output"},
+       {"attention.wk", "attention.wo", "feed_forward.w1", "feed_forward.w2", "output"},
        grad_readers_but_wq},
       {spec(v1::Fp8Spec::DELAYED), {}, {}, {}},
       {spec(v1::Fp8Spec::NONE), {}, {}, {}},

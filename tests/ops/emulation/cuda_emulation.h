@@ -1,8 +1,8 @@
 // Runs CUDA kernel source on the CPU: one std::thread per CUDA thread, a barrier per block
 // for __syncthreads and one per warp for __syncwarp and the warp-collective operations
 // (shuffles here; mma.sync and ldmatrix in cuda/ops/mma_primitives.cuh beside this file),
-// and shared memory filled with garbage at each block's start, as a GPU's is. Blocks run
-// one after another. Include this before the kernels' source, with this folder ahead of
+// atomics as real atomics, and shared memory filled with garbage at each block's start, as
+// a GPU's is. Blocks run one after another. Include this before the kernels' source, with this folder ahead of
 // kernels/ on the include path.
 //
 // What it can show: wrong indexing, fragment layouts used against the PTX ISA's
@@ -30,6 +30,7 @@
 #define FP8_CUDA_EMULATION 1
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -49,6 +50,7 @@ struct Index {
 struct Warp {
   std::barrier<> bar{32};
   float floats[32];
+  uint32_t words[32];
   uint32_t a[32][4];
   uint32_t b[32][2];
   const unsigned char* rows[32];
@@ -88,12 +90,29 @@ inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
   w.bar.arrive_and_wait();
   return r;
 }
+inline uint32_t __shfl_xor_sync(unsigned, uint32_t v, int lane_mask) {
+  fp8::emulation::Warp& w = fp8_emulated_warp();
+  w.words[threadIdx.x % 32] = v;
+  w.bar.arrive_and_wait();
+  const uint32_t r = w.words[(threadIdx.x % 32) ^ static_cast<unsigned>(lane_mask)];
+  w.bar.arrive_and_wait();
+  return r;
+}
+// The threads of a block run at once: a real atomic.
+inline unsigned atomicMax(unsigned* p, unsigned v) {
+  std::atomic_ref<unsigned> word(*p);
+  unsigned old = word.load();
+  while (old < v && !word.compare_exchange_weak(old, v)) {
+  }
+  return old;
+}
 template <class T>
 inline T __ldg(const T* p) {
   return *p;
 }
 inline float __fmul_rn(float a, float b) { return a * b; }
 [[noreturn]] inline void __trap() { std::abort(); }
+using std::max;
 using std::min;
 
 template <class Kernel, class... Args>

@@ -44,10 +44,11 @@ absl::Status TransformerBlock::forward(ModelOps& ops, const LlamaConfig& c, Acti
   FP8_RETURN_IF_ERROR(wv.forward(s.attn_in, m, s.v, training, row_amax));
   FP8_RETURN_IF_ERROR(ops.rope_forward(rope_shape(a, c.n_heads, hd), c.rope_theta, act(s.q), act(s.q), t));
   FP8_RETURN_IF_ERROR(ops.rope_forward(rope_shape(a, c.n_kv_heads, hd), c.rope_theta, act(s.k), act(s.k), t));
+  row_amax = row_amax_for(a, {&wo});
   FP8_RETURN_IF_ERROR(ops.attention_forward(attention_shape(a, c), act(s.q), act(s.k), act(s.v), act(s.attn_out),
-                                            f(s.attn_lse), t));
+                                            f(s.attn_lse), t, row_amax));
   // The residual adds ride on the output GEMMs (their epilogue's addend): no pass of their own.
-  FP8_RETURN_IF_ERROR(wo.forward(s.attn_out, m, s.mid, training, nullptr, &in));
+  FP8_RETURN_IF_ERROR(wo.forward(s.attn_out, m, s.mid, training, row_amax, &in));
   // Feed-forward.
   row_amax = row_amax_for(a, {&w1, &w3});
   FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act(s.mid), f(ffn_norm->value), m, c.dim, c.norm_eps, act(s.ffn_in),
