@@ -282,11 +282,27 @@ __device__ __forceinline__ void transpose4x4(const uint32_t (&w)[4], uint32_t (&
   t[3] = __byte_perm(hi01, hi23, 0x7632);
 }
 
+// Resident blocks an SM asked of the tiled kernel. A block holds 16 elements a thread in
+// flight while it loads, then none while it quantizes, transposes and stores, so the
+// memory pipe stays full only with enough blocks resident: at 4 blocks (64 registers)
+// the fp32 cast+transpose ran at 97-98% of copy bandwidth but the bf16 one, with half the
+// bytes a thread in flight, at 57-73% (H200, H100), the same ~0.5 G elements a µs either
+// way. bf16 tensorwise casts fit 40 registers (6 blocks) and rowwise ones 48 (5) without
+// spilling (ptxas -v, sm_90); columnwise ones would spill and stay at 4, as does fp32.
+template <typename T, Axis A>
+constexpr int tiled_min_blocks() {
+  if constexpr (std::is_same_v<T, bf16_bits>) {
+    if constexpr (A == Axis::kTensor) return 6;
+    if constexpr (A == Axis::kRow) return 5;
+  }
+  return kMinBlocks;
+}
+
 // Grid: x over column tiles, y over row tiles (looping when there are more than 65535).
 // 256 threads: in the load phase thread t owns tile row t/4, quarter t%4; in the
 // transpose phase it owns a 4x4 block of the tile.
 template <typename T, Format F, Axis A, bool kQuantize, bool kAmax>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+__global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A>())
     tiled_cast_kernel(const T* __restrict__ in, int64_t rows, int64_t cols, ScaleSource scale, bool saturate,
                       uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, unsigned* __restrict__ amax) {
   constexpr int V = Hp<T>::kVec;
