@@ -297,6 +297,12 @@ __device__ __forceinline__ void store_strip(const float (&acc)[Tile<D>::kDBlocks
 
 // ---- forward -----------------------------------------------------------------------------------
 
+// Resident blocks an SM the forward asks for, so that ptxas keeps to the registers it
+// took before the row amaxes' few extra values (128 at head_dim 64: 4 blocks of 128
+// threads; it would otherwise take 131 and drop to 3 blocks; 168 at head_dim 128: 3).
+template <int D>
+inline constexpr int kForwardMinBlocks = D == 64 ? 4 : 3;
+
 // One block: query tile qt of head h, batch b; the key tiles 0..qt in increasing order.
 // Online softmax per row: m the running max of the raw scores, l the running sum of the
 // rounded P (a partial sum per lane, summed over the quad at the end), O the running
@@ -307,7 +313,7 @@ __device__ __forceinline__ void store_strip(const float (&acc)[Tile<D>::kDBlocks
 // max of non-negative floats is order-independent, so the result does not depend on which
 // head's block comes first).
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kForwardMinBlocks<D>)
     attention_forward_mma_kernel(Geometry g, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
                                  const uint16_t* __restrict__ v, uint16_t* __restrict__ out, float* __restrict__ lse,
                                  float* __restrict__ row_amax) {
@@ -394,30 +400,27 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // every warp is done with this buffer before the next iteration refills it
   }
 
-  uint32_t out_bits[2] = {0u, 0u};  // this lane's share of its two rows' amaxes
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] = quad_sum(l[r]);
     const int row = strip_row + 8 * r;
-    if (row >= blk.q_rows) continue;
-    const float inv = 1.0f / l[r];
-    uint16_t* dst = out + blk.q_at + row * g.ld_q + 2 * t;
+    uint32_t out_bits = 0u;  // this lane's share of the row's amax
+    if (row < blk.q_rows) {
+      const float inv = 1.0f / l[r];
+      uint16_t* dst = out + blk.q_at + row * g.ld_q + 2 * t;
 #pragma unroll
-    for (int j = 0; j < T::kDBlocks; ++j) {
-      const uint32_t packed = mma::pack_bf16x2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
-      *reinterpret_cast<uint32_t*>(dst + 8 * j) = packed;
-      out_bits[r] = amax_bits_bf16x2(out_bits[r], packed);
+      for (int j = 0; j < T::kDBlocks; ++j) {
+        const uint32_t packed = mma::pack_bf16x2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+        *reinterpret_cast<uint32_t*>(dst + 8 * j) = packed;
+        out_bits = amax_bits_bf16x2(out_bits, packed);
+      }
+      if (t == 0) lse[blk.bh * g.seq + q0 + row] = ops::log_sum_exp(m[r] * g.scale, l[r]);
     }
-    if (t == 0) lse[blk.bh * g.seq + q0 + row] = ops::log_sum_exp(m[r] * g.scale, l[r]);
-  }
-  if (row_amax != nullptr) {  // the same for every thread of the grid
-    const int64_t token0 = blk.bh / g.n_heads * g.seq + q0;  // the block's first query row
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t bits = quad_max_bits(out_bits[r]);  // every lane: the shuffles need the whole warp
-      const int row = strip_row + 8 * r;
-      if (t == 0 && row < blk.q_rows && bits != 0u) {
-        atomicMax(reinterpret_cast<unsigned*>(row_amax) + token0 + row, bits);
+    if (row_amax != nullptr) {  // the same for every thread of the grid
+      out_bits = quad_max_bits(out_bits);  // every lane: the shuffles need the whole warp
+      if (t == 0 && row < blk.q_rows && out_bits != 0u) {
+        const int64_t token = blk.bh / g.n_heads * g.seq + q0 + row;
+        atomicMax(reinterpret_cast<unsigned*>(row_amax) + token, out_bits);
       }
     }
   }
