@@ -558,6 +558,33 @@ TEST_P(BackendContract, OutliersSaturateInsteadOfOverflowing) {
   for (float v : run_gemm(b_, m, n, k, qa, qb)) ASSERT_TRUE(std::isfinite(v));
 }
 
+// Bytes of `v` stored as dtype t (bf16 rounded to nearest even).
+std::vector<uint8_t> stored_bytes(const std::vector<float>& v, DType t) {
+  std::vector<uint8_t> bytes(v.size() * dtype_size(t));
+  if (t == DType::kFloat32) {
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+  } else {
+    const auto h = testing::to_bf16(v);
+    std::memcpy(bytes.data(), h.data(), bytes.size());
+  }
+  return bytes;
+}
+
+// The values of bytes stored as dtype t, widened to fp32 (exact).
+std::vector<float> widened(const std::vector<uint8_t>& bytes, DType t) {
+  std::vector<float> v(bytes.size() / dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == DType::kFloat32) {
+      std::memcpy(&v[i], bytes.data() + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + 2 * i, 2);
+      v[i] = bf16_to_float(h);
+    }
+  }
+  return v;
+}
+
 // The fast paths accumulate in fp32; the reference accumulates in fp64. Their results
 // agree to fp32 accumulation error, for every option of the GEMM.
 TEST_P(BackendContract, ScaledGemmMatchesReferenceForEveryOption) {
@@ -589,14 +616,7 @@ TEST_P(BackendContract, ScaledGemmMatchesReferenceForEveryOption) {
                                       << " bias=" << c.bias << " acc=" << c.accumulate);
     const auto qa = quantize_operand(b_, a, m, k, c.fa, c.ga);
     const auto qb = quantize_operand(b_, w, n, k, c.fb, c.gb);
-    const size_t out_bytes = static_cast<size_t>(m * n) * dtype_size(c.out);
-    std::vector<uint8_t> init_bytes(out_bytes);
-    if (c.out == DType::kFloat32) {
-      std::memcpy(init_bytes.data(), init.data(), out_bytes);
-    } else {
-      const auto hb = testing::to_bf16(init);
-      std::memcpy(init_bytes.data(), hb.data(), out_bytes);
-    }
+    const std::vector<uint8_t> init_bytes = stored_bytes(init, c.out);
     Buffer<uint8_t> out(b_, init_bytes);
     Buffer<float> bias_dev(b_, bias);
     ScaledGemmArgs g;
@@ -625,23 +645,8 @@ TEST_P(BackendContract, ScaledGemmMatchesReferenceForEveryOption) {
     r.bias = c.bias ? bias.data() : nullptr;
     ASSERT_TRUE(ref().scaled_gemm(r).ok());
 
-    std::vector<float> got(static_cast<size_t>(m * n));
-    std::vector<double> want(static_cast<size_t>(m * n));
-    for (size_t i = 0; i < got.size(); ++i) {
-      if (c.out == DType::kFloat32) {
-        float gv, wv;
-        std::memcpy(&gv, got_bytes.data() + 4 * i, 4);
-        std::memcpy(&wv, want_bytes.data() + 4 * i, 4);
-        got[i] = gv;
-        want[i] = wv;
-      } else {
-        uint16_t gv, wv;
-        std::memcpy(&gv, got_bytes.data() + 2 * i, 2);
-        std::memcpy(&wv, want_bytes.data() + 2 * i, 2);
-        got[i] = bf16_to_float(gv);
-        want[i] = bf16_to_float(wv);
-      }
-    }
+    const std::vector<float> got = widened(got_bytes, c.out), want_values = widened(want_bytes, c.out);
+    const std::vector<double> want(want_values.begin(), want_values.end());
     // bf16 output: both round to bf16 (2^-9 relative), possibly on different sides.
     // Hopper's fp8 tensor cores keep fewer bits than fp32 in their accumulator within
     // each K block (DeepSeek-V3 measured about 14), so the GPU's fp32 result sits ~1e-4
@@ -650,18 +655,6 @@ TEST_P(BackendContract, ScaledGemmMatchesReferenceForEveryOption) {
     const double tol = c.out == DType::kFloat32 ? fp32_tol : 8e-3;
     EXPECT_LT(testing::relative_error(want, got), tol);
   }
-}
-
-// Bytes of `v` stored as dtype t (bf16 rounded to nearest even).
-std::vector<uint8_t> stored_bytes(const std::vector<float>& v, DType t) {
-  std::vector<uint8_t> bytes(v.size() * dtype_size(t));
-  if (t == DType::kFloat32) {
-    std::memcpy(bytes.data(), v.data(), bytes.size());
-  } else {
-    const auto h = testing::to_bf16(v);
-    std::memcpy(bytes.data(), h.data(), bytes.size());
-  }
-  return bytes;
 }
 
 // An addend (cuBLASLt's C apart from D) is added once, in the epilogue: out = result +
@@ -693,24 +686,9 @@ TEST_P(BackendContract, GemmsAddAnAddendOnceInTheirEpilogue) {
       EXPECT_EQ(got, want);
       return;
     }
-    std::vector<float> g(got.size() / dtype_size(t));
-    std::vector<double> w(g.size());
-    for (size_t i = 0; i < g.size(); ++i) {
-      if (t == DType::kFloat32) {
-        float a, b;
-        std::memcpy(&a, got.data() + 4 * i, 4);
-        std::memcpy(&b, want.data() + 4 * i, 4);
-        g[i] = a;
-        w[i] = b;
-      } else {
-        uint16_t a, b;
-        std::memcpy(&a, got.data() + 2 * i, 2);
-        std::memcpy(&b, want.data() + 2 * i, 2);
-        g[i] = bf16_to_float(a);
-        w[i] = bf16_to_float(b);
-      }
-    }
-    EXPECT_LT(testing::relative_error(w, g), t == DType::kFloat32 ? 5e-4 : 8e-3);
+    const std::vector<float> w = widened(want, t);
+    EXPECT_LT(testing::relative_error(std::vector<double>(w.begin(), w.end()), widened(got, t)),
+              t == DType::kFloat32 ? 5e-4 : 8e-3);
   };
 
   for (const auto& c : cases) {

@@ -292,11 +292,7 @@ TEST_F(CudaBf16ModelOpsTest, RmsNormMatchesTheCpu) {
     expect_same_bits(again, sum, "accumulated grad_x with grad_x_row_amax");
     const auto wide = widen(again);
     const auto amax = d_amax.download();
-    for (int64_t r = 0; r < c.rows; ++r) {
-      float want = 0.0f;
-      for (int64_t j = 0; j < c.dim; ++j) want = std::max(want, std::fabs(wide[sz(r * c.dim + j)]));
-      ASSERT_EQ(amax[sz(r)], want) << "row " << r;
-    }
+    ASSERT_EQ(amax, row_amaxes(wide, c.rows, c.dim));
   }
 }
 
@@ -338,11 +334,7 @@ TEST_F(CudaBf16ModelOpsTest, RmsNormRowAmaxIsTheRowwiseAmaxOfItsRoundedOutput) {
     expect_same_float_bits(d_inv.download(), d_plain_inv.download(), "inv_rms with and without row_amax");
     const auto wide = widen(out);
     const auto amax = d_amax.download();
-    for (int64_t r = 0; r < c.rows; ++r) {
-      float want = 0.0f;
-      for (int64_t j = 0; j < c.dim; ++j) want = std::max(want, std::fabs(wide[sz(r * c.dim + j)]));
-      ASSERT_EQ(amax[sz(r)], want) << "row " << r;
-    }
+    ASSERT_EQ(amax, row_amaxes(wide, c.rows, c.dim));
   }
 }
 TEST_F(CudaBf16ModelOpsTest, RopeIsBitIdenticalForwardBackwardAndInPlace) {
@@ -391,11 +383,7 @@ TEST_F(CudaBf16ModelOpsTest, RopeBackwardRowAmaxesAreTheRowwiseAmaxOfTheRoundedG
       ASSERT_TRUE(gpu().rope_backward(s, c.theta, d_g.get(), dst, kBf16, d_amax.get()).ok());
       expect_same_bits(in_place ? d_g.download() : d_out.download(), want, in_place ? "in place" : "out of place");
       const auto amax = d_amax.download();
-      for (int64_t r = 0; r < rows; ++r) {
-        float m = 0.0f;
-        for (int64_t j = 0; j < cols; ++j) m = std::max(m, std::fabs(wide[sz(r * cols + j)]));
-        ASSERT_EQ(amax[sz(r)], m) << "row " << r;
-      }
+      ASSERT_EQ(amax, row_amaxes(wide, rows, cols));
     }
   }
 }
@@ -454,11 +442,7 @@ TEST_F(CudaBf16ModelOpsTest, AttentionOutRowAmaxesAreTheRowwiseAmaxOfTheSameOut)
       expect_same_bits(out, d_plain.download(), "out with and without out_row_amax, run " + std::to_string(run));
       const auto wide = widen(out);
       const auto amax = d_amax.download();
-      for (int64_t r = 0; r < rows; ++r) {
-        float want = 0.0f;
-        for (int64_t j = 0; j < cols; ++j) want = std::max(want, std::fabs(wide[sz(r * cols + j)]));
-        ASSERT_EQ(amax[sz(r)], want) << "run " << run << " row " << r;
-      }
+      ASSERT_EQ(amax, row_amaxes(wide, rows, cols));
     }
   }
 }
@@ -602,11 +586,7 @@ TEST_F(CudaBf16ModelOpsTest, SwigluRowAmaxesAreTheRowwiseAmaxOfTheSameRoundedOut
     expect_same_bits(out, d_flat.download(), "out by rows and flat");
     const auto wide = widen(out);
     const auto amax = d_amax.download();
-    for (int64_t r = 0; r < s.rows; ++r) {
-      float want = 0.0f;
-      for (int64_t j = 0; j < s.cols; ++j) want = std::max(want, std::fabs(wide[sz(r * s.cols + j)]));
-      ASSERT_EQ(amax[sz(r)], want) << "row " << r;
-    }
+    ASSERT_EQ(amax, row_amaxes(wide, s.rows, s.cols));
   }
 }
 // The bf16 SwiGLU backward by rows stores the flat kernel's bits, and the rows' amaxes of

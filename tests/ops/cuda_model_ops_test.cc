@@ -313,11 +313,7 @@ TEST_F(CudaModelOpsTest, RmsNormRowAmaxIsTheRowwiseAmaxOfItsOutput) {
     EXPECT_EQ(out, d_plain.download()) << "out with and without row_amax";
     EXPECT_EQ(d_inv.download(), d_plain_inv.download()) << "inv_rms with and without row_amax";
     const auto amax = d_amax.download();
-    for (int64_t r = 0; r < c.rows; ++r) {
-      float want = 0.0f;
-      for (int64_t j = 0; j < c.dim; ++j) want = std::max(want, std::fabs(out[sz(r * c.dim + j)]));
-      ASSERT_EQ(amax[sz(r)], want) << "row " << r;
-    }
+    ASSERT_EQ(amax, row_amaxes(out, c.rows, c.dim));
   }
 }
 
@@ -392,11 +388,7 @@ TEST_F(CudaModelOpsTest, RmsNormBackwardMatchesTheCpuAndAccumulatesGradWeight) {
                       .ok());
       const auto dx = d_dx.download(), amax = d_amax.download();
       expect_bit_identical(dx, store == Store::kAccumulate ? sum : first_dx, "grad_x with grad_x_row_amax");
-      for (int64_t r = 0; r < c.rows; ++r) {
-        float want = 0.0f;
-        for (int64_t j = 0; j < c.dim; ++j) want = std::max(want, std::fabs(dx[sz(r * c.dim + j)]));
-        ASSERT_EQ(amax[sz(r)], want) << "row " << r;
-      }
+      ASSERT_EQ(amax, row_amaxes(dx, c.rows, c.dim));
     }
   }
 }
@@ -457,11 +449,7 @@ TEST_F(CudaModelOpsTest, RopeBackwardRowAmaxesAreTheRowwiseAmaxOfTheSameGradient
       const auto got = in_place ? d_g.download() : d_out.download();
       expect_bit_identical(got, want, in_place ? "in place" : "out of place");
       const auto amax = d_amax.download();
-      for (int64_t r = 0; r < rows; ++r) {
-        float m = 0.0f;
-        for (int64_t j = 0; j < cols; ++j) m = std::max(m, std::fabs(want[sz(r * cols + j)]));
-        ASSERT_EQ(amax[sz(r)], m) << "row " << r;
-      }
+      ASSERT_EQ(amax, row_amaxes(want, rows, cols));
     }
   }
 }
@@ -514,11 +502,7 @@ TEST_F(CudaModelOpsTest, AttentionOutRowAmaxesAreTheRowwiseAmaxOfTheSameOut) {
     const auto out = d_out.download();
     expect_bit_identical(out, d_plain.download(), "out with and without out_row_amax");
     const auto amax = d_amax.download();
-    for (int64_t r = 0; r < rows; ++r) {
-      float want = 0.0f;
-      for (int64_t j = 0; j < cols; ++j) want = std::max(want, std::fabs(out[sz(r * cols + j)]));
-      ASSERT_EQ(amax[sz(r)], want) << "row " << r;
-    }
+    ASSERT_EQ(amax, row_amaxes(out, rows, cols));
   }
 }
 
@@ -613,11 +597,7 @@ TEST_F(CudaModelOpsTest, SwigluRowAmaxesAreTheRowwiseAmaxOfTheSameOutput) {
     const auto out = d_out.download();
     EXPECT_EQ(out, d_flat.download()) << "out by rows and flat";
     const auto amax = d_amax.download();
-    for (int64_t r = 0; r < s.rows; ++r) {
-      float want = 0.0f;
-      for (int64_t j = 0; j < s.cols; ++j) want = std::max(want, std::fabs(out[sz(r * s.cols + j)]));
-      ASSERT_EQ(amax[sz(r)], want) << "row " << r;
-    }
+    ASSERT_EQ(amax, row_amaxes(out, s.rows, s.cols));
   }
 }
 
@@ -869,11 +849,7 @@ TEST_F(CudaModelOpsTest, AdamWRowAmaxesAreThoseOfTheUpdatedParameter) {
     expect_bit_identical(rows_m.download(), flat_m.download(), "m by rows and flat");
     expect_bit_identical(rows_v.download(), flat_v.download(), "v by rows and flat");
     const auto got = amax.download();
-    for (int64_t r = 0; r < s.rows; ++r) {
-      float want = 0.0f;
-      for (int64_t j = 0; j < s.cols; ++j) want = std::max(want, std::fabs(p[sz(r * s.cols + j)]));
-      ASSERT_EQ(got[sz(r)], want) << "row " << r;
-    }
+    ASSERT_EQ(got, row_amaxes(p, s.rows, s.cols));
   }
 }
 

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "fp8/arith.h"
+
 namespace fp8::ops_test {
 namespace {
 
@@ -97,6 +99,25 @@ double scaled_max_error(const std::vector<float>& a, const Vec& b) {
   double worst = 0.0;
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, abs_error(a[i], b[i]));
   return worst / scale;
+}
+
+std::vector<float> row_amaxes(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  std::vector<float> amax(static_cast<size_t>(rows), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    float& m = amax[static_cast<size_t>(r)];
+    for (int64_t j = 0; j < cols; ++j) m = std::max(m, std::fabs(x[static_cast<size_t>(r * cols + j)]));
+  }
+  return amax;
+}
+
+std::vector<float> stored_row_amaxes(const void* x, DType act, int64_t rows, int64_t cols) {
+  const size_t n = static_cast<size_t>(rows * cols);
+  std::vector<float> values(n);
+  for (size_t i = 0; i < n; ++i) {
+    values[i] =
+        act == DType::kBFloat16 ? bf16_to_float(static_cast<const uint16_t*>(x)[i]) : static_cast<const float*>(x)[i];
+  }
+  return row_amaxes(values, rows, cols);
 }
 
 }  // namespace fp8::ops_test

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "fp8/fp8.h"
+
 namespace fp8::ops_test {
 
 using Vec = std::vector<double>;
@@ -46,5 +48,11 @@ void expect_gradient_near(const std::vector<float>& analytic, const Vec& numeric
 
 // Largest |a_i − b_i| / max(1, max |b|): the comparison of forward outputs.
 double scaled_max_error(const std::vector<float>& a, const Vec& b);
+
+// max |x| over each of `rows` runs of `cols` values: what an op's row-amax output
+// (fp8::RowAmaxes) must equal bit for bit, given the values as stored.
+std::vector<float> row_amaxes(const std::vector<float>& x, int64_t rows, int64_t cols);
+// The same of rows · cols values stored as `act` at x (bf16 widened exactly).
+std::vector<float> stored_row_amaxes(const void* x, DType act, int64_t rows, int64_t cols);
 
 }  // namespace fp8::ops_test
