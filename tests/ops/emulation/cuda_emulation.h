@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -49,7 +50,6 @@ struct Index {
 // The exchange space of one warp's collective operations.
 struct Warp {
   std::barrier<> bar{32};
-  float floats[32];
   uint32_t words[32];
   uint32_t a[32][4];
   uint32_t b[32][2];
@@ -82,14 +82,6 @@ inline unsigned char* fp8_emulated_shared_bytes() { return fp8::emulation::curre
 inline fp8::emulation::Warp& fp8_emulated_warp() { return fp8::emulation::current_block->warps[threadIdx.x / 32]; }
 inline void __syncthreads() { fp8::emulation::current_block->bar.arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { fp8_emulated_warp().bar.arrive_and_wait(); }
-inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
-  fp8::emulation::Warp& w = fp8_emulated_warp();
-  w.floats[threadIdx.x % 32] = v;
-  w.bar.arrive_and_wait();
-  const float r = w.floats[(threadIdx.x % 32) ^ static_cast<unsigned>(lane_mask)];
-  w.bar.arrive_and_wait();
-  return r;
-}
 inline uint32_t __shfl_xor_sync(unsigned, uint32_t v, int lane_mask) {
   fp8::emulation::Warp& w = fp8_emulated_warp();
   w.words[threadIdx.x % 32] = v;
@@ -97,6 +89,10 @@ inline uint32_t __shfl_xor_sync(unsigned, uint32_t v, int lane_mask) {
   const uint32_t r = w.words[(threadIdx.x % 32) ^ static_cast<unsigned>(lane_mask)];
   w.bar.arrive_and_wait();
   return r;
+}
+// A shuffle moves the 32 bits as they are, whatever they mean.
+inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
+  return std::bit_cast<float>(__shfl_xor_sync(mask, std::bit_cast<uint32_t>(v), lane_mask));
 }
 // The threads of a block run at once: a real atomic.
 inline unsigned atomicMax(unsigned* p, unsigned v) {
