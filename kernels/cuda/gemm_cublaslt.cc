@@ -290,9 +290,23 @@ absl::Status CublasLtGemm::run(const Call& call, cudaStream_t stream) {
   if (auto s = set_pointers(p.desc, call.key, call.a_scale, call.b_scale, call.bias); !s.ok()) return s;
   // C has D's layout: the addend, or D itself (beta = 1 then accumulates into the output).
   const void* c = call.c != nullptr ? call.c : call.d;
-  return cublas_status(lt().cublasLtMatmul(handle_, p.desc, &call.alpha, call.a, p.a, call.b, p.b, &call.beta, c, p.d,
-                                      call.d, p.d, &p.algo, workspace_, kWorkspaceBytes, stream),
-                       "cublasLtMatmul");
+  const cublasStatus_t st = lt().cublasLtMatmul(handle_, p.desc, &call.alpha, call.a, p.a, call.b, p.b, &call.beta, c,
+                                                p.d, call.d, p.d, &p.algo, workspace_, kWorkspaceBytes, stream);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED && c != call.d) {
+    // Should a kernel refuse a C apart from D, the addend goes into D first and the GEMM
+    // accumulates onto it in place: one copy more, the same result.
+    const size_t bytes = call.key.m * call.key.n * (call.key.d_type == CUDA_R_32F ? 4 : 2);
+    if (auto s = cuda_status(cudaMemcpyAsync(call.d, c, bytes, cudaMemcpyDeviceToDevice, stream),
+                             "cudaMemcpyAsync(addend into D)");
+        !s.ok()) {
+      return s;
+    }
+    Call in_place = call;
+    in_place.c = nullptr;
+    in_place.key.align_c = in_place.key.align_d;  // C is D now (another plan)
+    return run(in_place, stream);
+  }
+  return cublas_status(st, "cublasLtMatmul");
 }
 
 absl::Status CublasLtGemm::scaled_gemm(const ScaledGemmArgs& a, cudaStream_t stream) {
