@@ -182,7 +182,8 @@ absl::Status check_scaled_gemm(const ScaledGemmArgs& a, const Requirements& req)
     }
   }
   if (a.accumulate && a.addend != nullptr) {
-    return invalid("scaled_gemm", "accumulate and addend are both set; an addend equal to out is what accumulate means");
+    return invalid("scaled_gemm",
+                   "accumulate and addend are both set; an addend equal to out is what accumulate means");
   }
   if (a.m == 0 || a.n == 0) return absl::OkStatus();
   if (a.addend != nullptr) {

@@ -63,7 +63,9 @@ void write_tile(const ScaledGemmArgs& a, const float* acc, int64_t m0, int64_t m
       } else {
         uint16_t* dst = static_cast<uint16_t*>(a.out) + at;
         const uint16_t* add = added != nullptr ? static_cast<const uint16_t*>(added) + at : nullptr;
-        for (int64_t j = 0; j < nb; ++j) dst[j] = float_to_bf16(add != nullptr ? bf16_to_float(add[j]) + row[j] : row[j]);
+        for (int64_t j = 0; j < nb; ++j) {
+          dst[j] = float_to_bf16(add != nullptr ? bf16_to_float(add[j]) + row[j] : row[j]);
+        }
       }
     }
   });

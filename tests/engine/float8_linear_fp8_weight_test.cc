@@ -554,6 +554,12 @@ TEST(Fp8WeightSupport, AnIncompleteFp8WeightIsInvalid) {
     EXPECT_EQ(layer->forward_no_grad(tx.data(), s.m, w, nullptr, out.data()).code(),
               absl::StatusCode::kInvalidArgument);
   }
+  // A weight cast already has no use for the weight's row amaxes: handing them is a mistake.
+  Floats row_amax(std::vector<float>(static_cast<size_t>(s.n), 1.0f));
+  const absl::Status hinted = layer->forward(tx.data(), s.m, cw.weight(), nullptr, out.data(),
+                                             {.weight_row_amax = row_amax.data()});
+  EXPECT_EQ(hinted.code(), absl::StatusCode::kInvalidArgument) << hinted;
+  EXPECT_NE(hinted.message().find("weight_row_amax"), std::string::npos) << hinted;
 }
 
 TEST(Fp8WeightSupport, FixedWeightScaleWithoutAnFp8WeightPlan) {

@@ -59,13 +59,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;
+
 // By rows, when the rows' amaxes are wanted: a block a row (looping), each thread a group
 // of 4 elements of it, i.e. two pairs. head_dim is even, so no pair straddles two groups,
 // though a group may straddle two heads: each pair finds its own table entry. A partial
 // last group's missing pair rotates zeros that are neither stored nor counted. Each
 // thread reads its group before writing it, so out may equal in.
-constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;
-
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     rope_rows_kernel(int64_t rows, int64_t seq, int64_t cols, int64_t head_dim, const float* __restrict__ cos_table,

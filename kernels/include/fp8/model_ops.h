@@ -26,7 +26,8 @@
 //    for a bad id (its row is skipped: zeros out, nothing accumulated, an ignored
 //    target), and callers check ids on the host before uploading them (the model does).
 //  * Reductions are deterministic: the same call on the same thread count gives the same
-//    bits (partial sums are combined in a fixed order, never by racing atomics).
+//    bits (partial sums are combined in a fixed order, never by racing atomics; maxima may
+//    meet in integer atomics, being exact and independent of order).
 #pragma once
 
 #include <cstdint>
