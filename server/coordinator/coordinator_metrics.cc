@@ -125,7 +125,8 @@ void CoordinatorMetrics::OnJob(const v1::Job& job) {
   absl::MutexLock lock(&mu_);
   if (std::find(finished_.begin(), finished_.end(), id) != finished_.end()) return;
   jobs_finished_.with({v1::Job::State_Name(job.state())}).inc();
-  ForgetCasts(id);
+  if (!casts_kept_.empty()) ForgetCasts(casts_kept_);
+  casts_kept_ = id;
   finished_.push_back(id);
   while (finished_.size() > keep_finished_) {
     ForgetJob(finished_.front());

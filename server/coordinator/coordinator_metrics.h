@@ -4,7 +4,9 @@
 // (under its own lock); SetCluster is called by a registry collector at scrape time.
 //
 // Cardinality: a job's series live while it is active and for the `keep_finished` most
-// recently finished jobs after it; its per-cast series go when it ends.
+// recently finished jobs after it; its per-cast series (layers x tensors, the many) only
+// until the next job finishes: a job that ends between two scrapes still leaves its last
+// numerics report to be scraped.
 #pragma once
 
 #include <deque>
@@ -56,6 +58,7 @@ class CoordinatorMetrics {
   const size_t keep_finished_;
   absl::Mutex mu_;
   std::deque<std::string> finished_ ABSL_GUARDED_BY(mu_);  // oldest first
+  std::string casts_kept_ ABSL_GUARDED_BY(mu_);           // the finished job whose casts stay
 
   // ---- jobs
   metrics::GaugeFamily& job_info_;

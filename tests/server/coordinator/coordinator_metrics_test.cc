@@ -78,7 +78,9 @@ TEST(CoordinatorMetrics, RunningJobShowsProgressSplitTrafficAndNumerics) {
       << text;
 }
 
-TEST(CoordinatorMetrics, EndedJobKeepsItsSummaryButNotItsCasts) {
+// A finished job keeps its summary; its casts stay until the next job finishes (a job
+// shorter than a scrape interval still has its last report scraped), then go.
+TEST(CoordinatorMetrics, EndedJobKeepsItsSummaryAndItsCastsUntilTheNextJobEnds) {
   metrics::Registry registry;
   CoordinatorMetrics m(registry);
   m.OnJob(MakeJob("job-1", v1::Job::RUNNING));
@@ -86,10 +88,18 @@ TEST(CoordinatorMetrics, EndedJobKeepsItsSummaryButNotItsCasts) {
   v1::Job done = MakeJob("job-1", v1::Job::SUCCEEDED);
   m.OnJob(done);
   m.OnJob(done);  // a later change of a final job counts once
-  const std::string text = registry.expose();
-  EXPECT_EQ(text.find("fp8_cast_amax{"), std::string::npos) << text;
+  std::string text = registry.expose();
+  EXPECT_NE(text.find(R"(fp8_cast_amax{job_id="job-1")"), std::string::npos) << text;
   EXPECT_TRUE(Has(text, R"(fp8_job_state{job_id="job-1",state="SUCCEEDED"} 1)")) << text;
   EXPECT_TRUE(Has(text, R"(fp8_jobs_finished_total{state="SUCCEEDED"} 1)")) << text;
+
+  m.OnJob(MakeJob("job-2", v1::Job::RUNNING));
+  m.OnCastNumerics("job-2", Casts());
+  m.OnJob(MakeJob("job-2", v1::Job::FAILED));
+  text = registry.expose();
+  EXPECT_EQ(text.find(R"(fp8_cast_amax{job_id="job-1")"), std::string::npos) << "job-1's casts go\n" << text;
+  EXPECT_NE(text.find(R"(fp8_cast_amax{job_id="job-2")"), std::string::npos) << text;
+  EXPECT_TRUE(Has(text, R"(fp8_job_state{job_id="job-1",state="SUCCEEDED"} 1)")) << "its summary stays\n" << text;
 }
 
 TEST(CoordinatorMetrics, OnlyTheMostRecentFinishedJobsKeepSeries) {
