@@ -1,7 +1,5 @@
 // Causal grouped-query attention: against a reference that materialises the probability
 // matrix, causality, and the flash-style backward against finite differences.
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <ostream>

@@ -1,5 +1,4 @@
 // RMSNorm and its backward.
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>

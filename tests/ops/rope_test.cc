@@ -1,6 +1,5 @@
 // Rotary position embedding: the Llama pairing and frequencies, norm preservation, the
 // backward as the inverse rotation, in-place use, and bad shapes.
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
