@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cuda_runtime_api.h>  // the CUDA types the kernels' host-side headers use
+#include <vector_functions.h>  // make_uint4 and the like, host functions too
 
 // The host compiler's meaning for CUDA's qualifiers.
 #undef __device__
@@ -26,6 +27,10 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __restrict__
+// Static shared arrays: one per kernel instantiation, which blocks running one after
+// another share as a GPU's blocks each get theirs (and, like them, find garbage in).
+#undef __shared__
+#define __shared__ static
 
 #define FP8_CUDA_EMULATION 1
 
@@ -69,25 +74,65 @@ struct Block {
 
 inline thread_local Block* current_block = nullptr;
 
-// Runs kernel(args...) over `blocks` blocks of `threads` threads (a multiple of 32) with
-// `smem` bytes of dynamic shared memory.
+// Runs kernel(args...) over a grid of grid_x x grid_y blocks of `threads` threads (a
+// multiple of 32) with `smem` bytes of dynamic shared memory; launch() is the 1-D grid.
 template <class Kernel, class... Args>
-void launch(unsigned blocks, int threads, size_t smem, Kernel kernel, Args... args);
+void launch_grid(unsigned grid_x, unsigned grid_y, int threads, size_t smem, Kernel kernel, Args... args);
+template <class Kernel, class... Args>
+void launch(unsigned blocks, int threads, size_t smem, Kernel kernel, Args... args) {
+  launch_grid(blocks, 1, threads, smem, kernel, args...);
+}
 
 }  // namespace fp8::emulation
 
-inline thread_local fp8::emulation::Index threadIdx, blockIdx;
+inline thread_local fp8::emulation::Index threadIdx, blockIdx, gridDim;
 
 inline unsigned char* fp8_emulated_shared_bytes() { return fp8::emulation::current_block->base; }
 inline fp8::emulation::Warp& fp8_emulated_warp() { return fp8::emulation::current_block->warps[threadIdx.x / 32]; }
 inline void __syncthreads() { fp8::emulation::current_block->bar.arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { fp8_emulated_warp().bar.arrive_and_wait(); }
-inline uint32_t __shfl_xor_sync(unsigned, uint32_t v, int lane_mask) {
+// Shuffles: every lane deposits its value, a barrier, each reads its source lane's.
+inline uint32_t fp8_emulated_lane_value(uint32_t v, unsigned source_lane) {
   fp8::emulation::Warp& w = fp8_emulated_warp();
   w.words[threadIdx.x % 32] = v;
   w.bar.arrive_and_wait();
-  const uint32_t r = w.words[(threadIdx.x % 32) ^ static_cast<unsigned>(lane_mask)];
+  const uint32_t r = w.words[source_lane];
   w.bar.arrive_and_wait();
+  return r;
+}
+inline uint32_t __shfl_xor_sync(unsigned, uint32_t v, int lane_mask) {
+  return fp8_emulated_lane_value(v, (threadIdx.x % 32) ^ static_cast<unsigned>(lane_mask));
+}
+inline uint32_t __shfl_down_sync(unsigned, uint32_t v, unsigned delta) {
+  const unsigned lane = threadIdx.x % 32;
+  return fp8_emulated_lane_value(v, lane + delta < 32 ? lane + delta : lane);
+}
+inline uint32_t __shfl_up_sync(unsigned, uint32_t v, unsigned delta) {
+  const unsigned lane = threadIdx.x % 32;
+  return fp8_emulated_lane_value(v, lane >= delta ? lane - delta : lane);
+}
+// Warp reductions: every lane deposits, then each reads all 32.
+template <class Op>
+inline uint32_t fp8_emulated_warp_reduce(uint32_t v, Op op) {
+  fp8::emulation::Warp& w = fp8_emulated_warp();
+  w.words[threadIdx.x % 32] = v;
+  w.bar.arrive_and_wait();
+  uint32_t r = w.words[0];
+  for (int i = 1; i < 32; ++i) r = op(r, w.words[i]);
+  w.bar.arrive_and_wait();
+  return r;
+}
+inline uint32_t __reduce_max_sync(unsigned, uint32_t v) {
+  return fp8_emulated_warp_reduce(v, [](uint32_t a, uint32_t b) { return a > b ? a : b; });
+}
+inline uint32_t __reduce_add_sync(unsigned, uint32_t v) {
+  return fp8_emulated_warp_reduce(v, [](uint32_t a, uint32_t b) { return a + b; });
+}
+// PTX prmt (default mode): byte i of the result is byte s_i of the 8 bytes {y, x}.
+inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+  const uint64_t bytes = (static_cast<uint64_t>(y) << 32) | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((bytes >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
   return r;
 }
 // A shuffle moves the 32 bits as they are, whatever they mean.
@@ -112,19 +157,25 @@ using std::max;
 using std::min;
 
 template <class Kernel, class... Args>
-void fp8::emulation::launch(unsigned blocks, int threads, size_t smem, Kernel kernel, Args... args) {
-  for (unsigned b = 0; b < blocks; ++b) {
-    auto block = std::make_unique<Block>(threads, smem);
-    std::vector<std::thread> ts;
-    ts.reserve(static_cast<size_t>(threads));
-    for (int t = 0; t < threads; ++t) {
-      ts.emplace_back([&, t] {
-        threadIdx.x = static_cast<unsigned>(t);
-        blockIdx.x = b;
-        current_block = block.get();
-        kernel(args...);
-      });
+void fp8::emulation::launch_grid(unsigned grid_x, unsigned grid_y, int threads, size_t smem, Kernel kernel,
+                                 Args... args) {
+  for (unsigned by = 0; by < grid_y; ++by) {
+    for (unsigned bx = 0; bx < grid_x; ++bx) {
+      auto block = std::make_unique<Block>(threads, smem);
+      std::vector<std::thread> ts;
+      ts.reserve(static_cast<size_t>(threads));
+      for (int t = 0; t < threads; ++t) {
+        ts.emplace_back([&, t] {
+          threadIdx.x = static_cast<unsigned>(t);
+          blockIdx.x = bx;
+          blockIdx.y = by;
+          gridDim.x = grid_x;
+          gridDim.y = grid_y;
+          current_block = block.get();
+          kernel(args...);
+        });
+      }
+      for (auto& t : ts) t.join();
     }
-    for (auto& t : ts) t.join();
   }
 }

@@ -1,0 +1,461 @@
+// The cast kernels of the CUDA backend (cast_kernels.cu launches them), in a header of
+// their own so that tests/kernels/cast_kernels_emulation_test.cc can run them on the CPU
+// under tests/ops/emulation/ (their logic, bit for bit against the reference backend).
+//
+// Every per-element formula comes from fp8/arith.h (the functions the CPU backends run),
+// so casts, scales, amaxes and dequantizations are bit-identical to the CPU. Formats and
+// scale granularities are template parameters: the format constants then fold into the
+// conversion code, which matters because these kernels sit close to the ALU/bandwidth
+// balance point on H100 (about 25 integer ops per element against 5-6 bytes of traffic).
+//
+// Two cast kernels:
+//  * flat:  no transpose. Each thread owns 16 consecutive elements of the dense matrix
+//           (16-byte fp8 store, 4 x 16-byte fp32 or 2 x 16-byte bf16 loads), so rows need
+//           not be 16-byte aligned: only the last chunk of the whole matrix is partial.
+//  * tiled: a 64 x 64 tile per block, staged through shared memory as fp8 so that both
+//           `out` and the transpose `out_t` are written with coalesced stores. Also used
+//           for columnwise amax, whose reduction runs down the tile's columns.
+// amax is accumulated on the magnitudes' bit patterns (amax_bits_update) and combined with
+// atomicMax on the output words themselves: for non-negative floats integer order is
+// numeric order and NaN sorts above Inf, so the final word is the amax with NaN propagated,
+// and integer max is order-independent, so the result is bit-identical to the CPU's.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/cast_kernels.h"
+#include "fp8/arith.h"
+
+namespace fp8::cuda::cast_device {
+
+constexpr int kThreads = 256;          // threads per block, every kernel here
+constexpr int kChunk = 16;             // elements per thread in the flat kernels
+constexpr int kTile = 64;              // the tiled kernel's tile is kTile x kTile elements
+constexpr int kPitch = kTile / 4 + 1;  // 32-bit words per shared tile row; the +1 staggers banks
+constexpr int kMaxGridY = 65535;
+// Streaming kernels ask for 4 resident blocks per SM (at most 64 registers a thread): 1024
+// threads with 32-64 bytes of loads each in flight cover HBM3 latency.
+constexpr int kMinBlocks = 4;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+using bf16_bits = uint16_t;  // bf16 travels as raw bits, as in arith.h
+
+// ---- loads and stores ----------------------------------------------------------------------
+
+template <typename T>
+struct Hp;
+
+template <>
+struct Hp<float> {
+  static constexpr int kVec = 4;  // elements per 16-byte load
+  __device__ static float load(const float* p) { return __ldg(p); }
+  __device__ static void load_vec(const float* p, float* v) {
+    const float4 x = __ldg(reinterpret_cast<const float4*>(p));
+    v[0] = x.x;
+    v[1] = x.y;
+    v[2] = x.z;
+    v[3] = x.w;
+  }
+};
+
+template <>
+struct Hp<bf16_bits> {
+  static constexpr int kVec = 8;
+  __device__ static float load(const bf16_bits* p) { return bf16_to_float(__ldg(p)); }
+  __device__ static void load_vec(const bf16_bits* p, float* v) {
+    const uint4 x = __ldg(reinterpret_cast<const uint4*>(p));
+    const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = bf16_to_float(static_cast<uint16_t>(w[i] & 0xffffu));
+      v[2 * i + 1] = bf16_to_float(static_cast<uint16_t>(w[i] >> 16));
+    }
+  }
+};
+
+// Loads the n <= kChunk elements at p and zero-fills the rest (zeros leave an amax
+// unchanged). A full chunk starts at a multiple of 16 elements of a 16-byte aligned
+// matrix, so its vector loads are aligned.
+template <typename T>
+__device__ __forceinline__ void load_chunk(const T* p, int n, float (&v)[kChunk]) {
+  constexpr int kVec = Hp<T>::kVec;
+  if (n == kChunk) {
+#pragma unroll
+    for (int j = 0; j < kChunk / kVec; ++j) Hp<T>::load_vec(p + j * kVec, v + j * kVec);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) v[i] = i < n ? Hp<T>::load(p + i) : 0.0f;
+  }
+}
+
+__device__ __forceinline__ void store_fp8_chunk(uint8_t* p, int n, const uint32_t (&w)[4]) {
+  if (n == kChunk) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  } else {
+    // Unrolled with guards: a runtime index would push w into local memory.
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      if (i < n) p[i] = static_cast<uint8_t>(w[i / 4] >> (8 * (i % 4)));
+    }
+  }
+}
+
+// ---- positions and reductions ----------------------------------------------------------------
+
+struct Pos {
+  int64_t row;
+  int64_t col;
+};
+
+// Row and column of flat element e; 32-bit division when it fits (one per 16 elements).
+__device__ __forceinline__ Pos position(int64_t e, int64_t cols) {
+  if (((e | cols) >> 32) == 0) {
+    const uint32_t r = static_cast<uint32_t>(e) / static_cast<uint32_t>(cols);
+    return {r, e - static_cast<int64_t>(r) * cols};
+  }
+  const int64_t r = e / cols;
+  return {r, e - r * cols};
+}
+
+// Block-wide max of v, folded into *dst with one atomic per block (a single hot word
+// would serialise one atomic per warp). Every thread of the block must call it.
+__device__ __forceinline__ void block_max_atomic(unsigned* dst, uint32_t v) {
+  __shared__ uint32_t warp_max[kThreads / 32];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  v = __reduce_max_sync(kFullMask, v);
+  if (lane == 0) warp_max[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = __reduce_max_sync(kFullMask, lane < kThreads / 32 ? warp_max[lane] : 0u);
+    if (lane == 0 && v != 0) atomicMax(dst, v);
+  }
+}
+
+// Rowwise amax across a warp whose lanes hold consecutive chunks: lanes with the same
+// row form one contiguous segment (rows never decrease along the lanes), reduced with a
+// segmented shuffle so that each segment issues one atomic. Inactive lanes (past the end
+// of the matrix) hold 0 and never write. Every lane of the warp must call it.
+__device__ __forceinline__ void row_segment_max_atomic(unsigned* amax, bool active, int64_t row, uint32_t v) {
+  const int lane = threadIdx.x & 31;
+  // Truncating the key is safe: a warp spans at most 512 elements, so two of its rows
+  // cannot differ by 2^32.
+  const uint32_t key = active ? static_cast<uint32_t>(row) : 0xffffffffu;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const uint32_t other_key = __shfl_down_sync(kFullMask, key, offset);
+    const uint32_t other = __shfl_down_sync(kFullMask, v, offset);
+    if (lane + offset < 32 && other_key == key) v = v > other ? v : other;
+  }
+  const uint32_t prev_key = __shfl_up_sync(kFullMask, key, 1);
+  const bool head = lane == 0 || prev_key != key;
+  if (active && head && v != 0) atomicMax(amax + row, v);
+}
+
+// ---- where a cast's scales come from --------------------------------------------------------------
+
+// `scale` as given (always, for columnwise casts); or, with dynamic scaling fused into the
+// cast (tensorwise and rowwise), scale_from_amax of `amax`, computed where each is needed
+// and written once, with its inverse, to scale_out and inv_scale_out (each optional) by the
+// thread that owns the tensor's or the row's first element: compute_scales_kernel's
+// results, bit for bit, without its launch.
+struct ScaleSource {
+  const float* scale = nullptr;
+  const float* amax = nullptr;
+  bool pow2 = false;
+  float* scale_out = nullptr;
+  float* inv_scale_out = nullptr;
+
+  template <Format F>
+  __device__ float at(int64_t i) const {
+    return amax != nullptr ? scale_from_amax(__ldg(amax + i), F, pow2) : __ldg(scale + i);
+  }
+  __device__ void publish(int64_t i, float s) const {
+    if (amax == nullptr) return;
+    if (scale_out != nullptr) scale_out[i] = s;
+    if (inv_scale_out != nullptr) inv_scale_out[i] = inverse_scale(s);
+  }
+};
+
+// ---- flat cast / amax ----------------------------------------------------------------------------
+
+// One 16-element chunk per thread. kQuantize: write `out`; kAmax: reduce the amax at A
+// (tensor or row; columnwise amax goes to the tiled kernel).
+template <typename T, Format F, Axis A, bool kQuantize, bool kAmax>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    flat_cast_kernel(const T* __restrict__ in, int64_t total, int64_t cols, ScaleSource scale, bool saturate,
+                     uint8_t* __restrict__ out, unsigned* __restrict__ amax) {
+  static_assert(!(kAmax && A == Axis::kColumn), "columnwise amax runs in the tiled kernel");
+  const int64_t e0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kChunk;
+  const int n = e0 < total ? static_cast<int>(total - e0 < kChunk ? total - e0 : kChunk) : 0;
+
+  Pos pos{0, 0};
+  if (A != Axis::kTensor && n > 0) pos = position(e0, cols);
+
+  // The scale of the chunk's first element, before the chunk is loaded: derived from an
+  // amax, its double-precision arithmetic then runs while few registers are live.
+  float first_scale = 0.0f;
+  if (kQuantize && A != Axis::kColumn && n > 0) {
+    const int64_t at = A == Axis::kTensor ? 0 : pos.row;
+    first_scale = scale.at<F>(at);
+    if (A == Axis::kTensor ? e0 == 0 : pos.col == 0) scale.publish(at, first_scale);
+  }
+
+  float v[kChunk];
+  load_chunk(in + (n > 0 ? e0 : 0), n, v);
+
+  uint32_t words[4] = {0u, 0u, 0u, 0u};
+  uint32_t run = 0;  // amax bits of this thread's elements not yet flushed
+  if (A == Axis::kTensor || pos.col + n <= cols) {
+    // The chunk lies in one row: always the case when cols % 16 == 0.
+    const float s = first_scale;
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      if (i < n) {
+        if constexpr (kQuantize) {
+          const float si = A == Axis::kColumn ? __ldg(scale.scale + pos.col + i) : s;
+          words[i / 4] |= static_cast<uint32_t>(quantize_value(v[i], si, F, saturate)) << (8 * (i % 4));
+        }
+        if constexpr (kAmax) run = amax_bits_update(run, v[i]);
+      }
+    }
+  } else {
+    // The chunk crosses the end of at least one row: walk the position.
+    int64_t r = pos.row;
+    int64_t c = pos.col;
+    float s = first_scale;
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      if (i < n) {
+        if constexpr (kQuantize) {
+          const float si = A == Axis::kColumn ? __ldg(scale.scale + c) : s;
+          words[i / 4] |= static_cast<uint32_t>(quantize_value(v[i], si, F, saturate)) << (8 * (i % 4));
+        }
+        if constexpr (kAmax) run = amax_bits_update(run, v[i]);
+        if (++c == cols && i + 1 < n) {
+          // Row r ends inside this chunk. Its elements in earlier lanes (if any) meet it
+          // in global memory; the chunk's last row is left for the segmented reduction.
+          if constexpr (kAmax && A == Axis::kRow) {
+            if (run != 0) atomicMax(amax + r, run);
+            run = 0;
+          }
+          c = 0;
+          ++r;
+          // Given, not derived (launch_cast sees to it): deriving a scale here, with the
+          // chunk in registers, would raise every rowwise flat cast's register count.
+          if constexpr (kQuantize && A == Axis::kRow) s = __ldg(scale.scale + r);
+        }
+      }
+    }
+    pos.row = r;
+  }
+
+  if constexpr (kQuantize) {
+    if (n > 0) store_fp8_chunk(out + e0, n, words);
+  }
+  if constexpr (kAmax && A == Axis::kTensor) block_max_atomic(amax, run);
+  if constexpr (kAmax && A == Axis::kRow) row_segment_max_atomic(amax, n > 0, pos.row, run);
+}
+
+// ---- tiled cast (transpose) / columnwise amax ------------------------------------------------
+
+// Column within the tile of a thread's element e. A thread owns 16 elements of one tile
+// row, taken as 16/V vectors of V elements interleaved with the 3 other threads of that
+// row, so that each vector load instruction of a warp reads 64 contiguous bytes per row.
+template <int V>
+__device__ __forceinline__ int tile_col(int e, int quarter) {
+  return (e / V) * (4 * V) + quarter * V + (e % V);
+}
+
+// 4x4 byte transpose: word i of `w` holds bytes of tile row i; word j of the result holds
+// byte j of each row, i.e. four consecutive rows of column j.
+__device__ __forceinline__ void transpose4x4(const uint32_t (&w)[4], uint32_t (&t)[4]) {
+  const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140);  // r0.b0 r1.b0 r0.b1 r1.b1
+  const uint32_t hi01 = __byte_perm(w[0], w[1], 0x7362);  // r0.b2 r1.b2 r0.b3 r1.b3
+  const uint32_t lo23 = __byte_perm(w[2], w[3], 0x5140);
+  const uint32_t hi23 = __byte_perm(w[2], w[3], 0x7362);
+  t[0] = __byte_perm(lo01, lo23, 0x5410);
+  t[1] = __byte_perm(lo01, lo23, 0x7632);
+  t[2] = __byte_perm(hi01, hi23, 0x5410);
+  t[3] = __byte_perm(hi01, hi23, 0x7632);
+}
+
+// Resident blocks an SM asked of the tiled kernel. A block holds 16 elements a thread in
+// flight while it loads, then none while it quantizes, transposes and stores, so the
+// memory pipe stays full only with enough blocks resident: at 4 blocks (64 registers)
+// the fp32 cast+transpose ran at 97-98% of copy bandwidth but the bf16 one, with half the
+// bytes a thread in flight, at 57-73% (H200, H100), the same ~0.5 G elements a µs either
+// way. bf16 tensorwise casts fit 40 registers (6 blocks) and rowwise ones 48 (5) without
+// spilling (ptxas -v, sm_90); columnwise ones would spill and stay at 4, as does fp32.
+template <typename T, Axis A>
+constexpr int tiled_min_blocks() {
+  if constexpr (std::is_same_v<T, bf16_bits>) {
+    if constexpr (A == Axis::kTensor) return 6;
+    if constexpr (A == Axis::kRow) return 5;
+  }
+  return kMinBlocks;
+}
+
+// Grid: x over column tiles, y over row tiles (looping when there are more than 65535).
+// 256 threads: in the load phase thread t owns tile row t/4, quarter t%4; in the
+// transpose phase it owns a 4x4 block of the tile.
+template <typename T, Format F, Axis A, bool kQuantize, bool kAmax>
+__global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A>())
+    tiled_cast_kernel(const T* __restrict__ in, int64_t rows, int64_t cols, ScaleSource scale, bool saturate,
+                      uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, unsigned* __restrict__ amax) {
+  constexpr int V = Hp<T>::kVec;
+  __shared__ uint32_t tile[kTile * kPitch];
+  __shared__ uint32_t col_max[kTile];
+
+  const int t = threadIdx.x;
+  const int lane = t & 31;
+  const int warp = t >> 5;
+  const int tr = t >> 2;       // load phase: tile row
+  const int quarter = t & 3;   // load phase: which interleaved quarter of the row
+  // Transpose phase: a 4x4 block at (4 * r4, 4 * c4). Lanes 0-7 take consecutive r4 so
+  // that a warp's stores cover 32 contiguous bytes of four out_t rows, and the shared
+  // reads (rows 4 * r4 + i, word c4, pitch 17) hit 32 distinct banks.
+  const int r4 = (lane & 7) + 8 * (warp & 1);
+  const int c4 = (lane >> 3) + 4 * (warp >> 1);
+
+  // Vector access is possible when every row starts 16-byte aligned (out: 16 bytes;
+  // out_t: 4-byte stores of four consecutive rows).
+  const bool vec_in = cols % V == 0;
+  const bool vec_out = cols % 16 == 0;
+  const bool vec_out_t = rows % 4 == 0;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t tiles_y = (rows + kTile - 1) / kTile;
+  uint32_t tensor_max = 0;
+
+#pragma unroll 1
+  for (int64_t ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
+    const int64_t r0 = ty * kTile;
+    const int64_t row = r0 + tr;
+    const bool row_ok = row < rows;
+    const T* src = in + (row_ok ? row * cols : 0);
+
+    float v[kChunk];
+#pragma unroll
+    for (int j = 0; j < kChunk / V; ++j) {
+      const int64_t col = c0 + tile_col<V>(j * V, quarter);
+      if (row_ok && vec_in && col < cols) {
+        Hp<T>::load_vec(src + col, v + j * V);
+      } else {
+#pragma unroll
+        for (int p = 0; p < V; ++p) v[j * V + p] = row_ok && col + p < cols ? Hp<T>::load(src + col + p) : 0.0f;
+      }
+    }
+
+    if constexpr (kQuantize) {
+      float s = 0.0f;
+      if (A == Axis::kTensor) {
+        s = scale.at<F>(0);
+        if (ty == 0 && blockIdx.x == 0 && t == 0) scale.publish(0, s);
+      }
+      if (A == Axis::kRow && row_ok) {
+        s = scale.at<F>(row);
+        if (blockIdx.x == 0 && quarter == 0) scale.publish(row, s);
+      }
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        uint32_t word = 0;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          const int e = 4 * w + b;
+          float se = s;
+          if (A == Axis::kColumn) {
+            const int64_t col = c0 + tile_col<V>(e, quarter);
+            se = col < cols ? __ldg(scale.scale + col) : 0.0f;  // columnwise: scales as given
+          }
+          word |= static_cast<uint32_t>(quantize_value(v[e], se, F, saturate)) << (8 * b);
+        }
+        // Four consecutive elements of a vector are four consecutive tile columns.
+        tile[tr * kPitch + tile_col<V>(4 * w, quarter) / 4] = word;
+      }
+    }
+
+    if constexpr (kAmax) {
+      if constexpr (A == Axis::kTensor) {
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) tensor_max = amax_bits_update(tensor_max, v[e]);
+      } else if constexpr (A == Axis::kRow) {
+        uint32_t m = 0;
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) m = amax_bits_update(m, v[e]);
+        // The four threads of a tile row are lanes 4k .. 4k+3.
+        m = max(m, __shfl_xor_sync(kFullMask, m, 1));
+        m = max(m, __shfl_xor_sync(kFullMask, m, 2));
+        if (quarter == 0 && row_ok && m != 0) atomicMax(amax + row, m);
+      } else {
+        if (t < kTile) col_max[t] = 0;
+        __syncthreads();
+        // Reduce over the warp's 8 tile rows (lane bits 2-4), then across warps in shared.
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) {
+          uint32_t m = abs_bits(v[e]);
+          m = max(m, __shfl_xor_sync(kFullMask, m, 4));
+          m = max(m, __shfl_xor_sync(kFullMask, m, 8));
+          m = max(m, __shfl_xor_sync(kFullMask, m, 16));
+          if (lane < 4 && m != 0) atomicMax(&col_max[tile_col<V>(e, quarter)], m);
+        }
+      }
+    }
+
+    __syncthreads();
+
+    if constexpr (kAmax && A == Axis::kColumn) {
+      if (t < kTile && c0 + t < cols && col_max[t] != 0) atomicMax(amax + c0 + t, col_max[t]);
+    }
+
+    if constexpr (kQuantize) {
+      if (out != nullptr && row_ok) {
+        // 16 consecutive bytes of tile row tr: columns 16 * quarter ...
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) w[i] = tile[tr * kPitch + 4 * quarter + i];
+        const int64_t col = c0 + 16 * quarter;
+        uint8_t* dst = out + row * cols + col;
+        if (vec_out) {
+          if (col < cols) *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) {
+            if (col + i < cols) dst[i] = static_cast<uint8_t>(w[i / 4] >> (8 * (i % 4)));
+          }
+        }
+      }
+      if (out_t != nullptr) {
+        uint32_t w[4];
+        uint32_t tw[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) w[i] = tile[(4 * r4 + i) * kPitch + c4];
+        transpose4x4(w, tw);
+        const int64_t rr = r0 + 4 * r4;      // first of the four rows: a column of out_t
+        const int64_t cc0 = c0 + 4 * c4;     // first of the four columns: a row of out_t
+        if (rr < rows) {
+          uint8_t* dst = out_t + cc0 * rows + rr;
+#pragma unroll
+          for (int j = 0; j < 4; ++j, dst += rows) {
+            if (cc0 + j < cols) {
+              if (vec_out_t) {
+                *reinterpret_cast<uint32_t*>(dst) = tw[j];
+              } else {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                  if (rr + i < rows) dst[i] = static_cast<uint8_t>(tw[j] >> (8 * i));
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+
+    __syncthreads();  // the tile and col_max are rewritten by the next iteration
+  }
+
+  if constexpr (kAmax && A == Axis::kTensor) block_max_atomic(amax, tensor_max);
+}
+
+}  // namespace fp8::cuda::cast_device

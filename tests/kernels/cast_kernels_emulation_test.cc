@@ -1,0 +1,128 @@
+// The CUDA backend's cast kernels' own source (kernels/cuda/cast_kernels_device.cuh) run on
+// the CPU under the emulation of CUDA threads and warp collectives (tests/ops/emulation/),
+// against the reference backend, bit for bit: codes, their transpose and the amaxes. What
+// can be checked of those kernels without a GPU (the emulation converts with the shared
+// software path, which the format tests prove equal to the GPU's cvt instruction); the
+// same kernels on a GPU: fp8_cuda_contract_test.
+#include "tests/ops/emulation/cuda_emulation.h"
+// The kernels, after the emulation.
+#include "cuda/cast_kernels_device.cuh"
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fp8/fp8.h"
+#include "gtest/gtest.h"
+
+namespace fp8::cuda::cast_device {
+namespace {
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+// Magnitudes across the e4m3 and e5m2 ranges after scaling, some past them (saturation).
+std::vector<float> test_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = normal(rng) * (i % 7 == 0 ? 300.0f : i % 11 == 3 ? 1e-3f : 1.0f);
+  return v;
+}
+
+Granularity granularity_of(Axis a) {
+  return a == Axis::kTensor ? Granularity::kTensorwise : a == Axis::kRow ? Granularity::kRowwise
+                                                                         : Granularity::kColumnwise;
+}
+
+// One cast of x (fp32 values, or their bf16 roundings as T = uint16_t) by the tiled kernel
+// (out and out_t) or the flat one (out), with the amax where that kernel reduces it,
+// against the reference backend's cast of the same input.
+template <typename T, Format F, Axis A, bool kTiled>
+void expect_reference_cast(const Shape& s, uint32_t seed) {
+  constexpr bool kAmax = kTiled || A != Axis::kColumn;
+  const auto values = test_values(static_cast<size_t>(s.rows * s.cols), seed);
+  std::vector<T> in(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      in[i] = values[i];
+    } else {
+      in[i] = float_to_bf16(values[i]);
+    }
+  }
+  const DType dtype = std::is_same_v<T, float> ? DType::kFloat32 : DType::kBFloat16;
+  const Granularity g = granularity_of(A);
+  std::vector<float> scale(static_cast<size_t>(scale_count(g, s.rows, s.cols)));
+  for (size_t i = 0; i < scale.size(); ++i) scale[i] = 0.5f + 0.25f * static_cast<float>(i % 5);
+
+  const size_t n = values.size();
+  std::vector<uint8_t> out(n, 0xAB), out_t(n, 0xAB), want(n), want_t(n);
+  std::vector<float> amax(scale.size(), 0.0f), want_amax(scale.size());
+  CastArgs c;
+  c.input = {in.data(), dtype, s.rows, s.cols};
+  c.format = F;
+  c.granularity = g;
+  c.scale = scale.data();
+  c.out = want.data();
+  c.out_t = kTiled ? want_t.data() : nullptr;
+  c.amax_out = kAmax ? want_amax.data() : nullptr;
+  ASSERT_TRUE(reference_backend().cast(c).ok());
+
+  ScaleSource source;
+  source.scale = scale.data();
+  auto* amax_words = reinterpret_cast<unsigned*>(amax.data());
+  if constexpr (kTiled) {
+    const auto gx = static_cast<unsigned>((s.cols + kTile - 1) / kTile);
+    const auto gy = static_cast<unsigned>((s.rows + kTile - 1) / kTile);
+    emulation::launch_grid(gx, gy, kThreads, 0, tiled_cast_kernel<T, F, A, true, kAmax>, in.data(), s.rows, s.cols,
+                           source, true, out.data(), out_t.data(), kAmax ? amax_words : nullptr);
+  } else {
+    const int64_t total = s.rows * s.cols;
+    const auto blocks = static_cast<unsigned>((total + kChunk * kThreads - 1) / (kChunk * kThreads));
+    emulation::launch(blocks, kThreads, 0, flat_cast_kernel<T, F, A, true, kAmax>, in.data(), total, s.cols, source,
+                      true, out.data(), kAmax ? amax_words : nullptr);
+  }
+  EXPECT_EQ(out, want) << "codes";
+  if (kTiled) {
+    EXPECT_EQ(out_t, want_t) << "transposed codes";
+  }
+  if (kAmax) {
+    EXPECT_EQ(std::memcmp(amax.data(), want_amax.data(), amax.size() * sizeof(float)), 0) << "amax";
+  }
+}
+
+template <typename T, Format F, Axis A>
+void expect_both_kernels(const Shape& s, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << (std::is_same_v<T, float> ? "fp32 " : "bf16 ") << format_name(F) << " "
+                                    << granularity_name(granularity_of(A)) << " [" << s.rows << ", " << s.cols
+                                    << "]");
+  {
+    SCOPED_TRACE("tiled");
+    expect_reference_cast<T, F, A, true>(s, seed);
+  }
+  {
+    SCOPED_TRACE("flat");
+    expect_reference_cast<T, F, A, false>(s, seed);
+  }
+}
+
+// Ragged shapes (a partial tile both ways, rows and columns not multiples of 4, 8 or 16)
+// and an aligned one, every granularity, both formats and input types.
+TEST(CastKernelsEmulation, TiledAndFlatCastsMatchTheReferenceBitForBit) {
+  for (const Shape& s : {Shape{67, 131}, Shape{64, 128}, Shape{5, 3}}) {
+    const auto seed = static_cast<uint32_t>(s.rows * 1000 + s.cols);
+    expect_both_kernels<float, Format::kE4M3, Axis::kTensor>(s, seed);
+    expect_both_kernels<float, Format::kE5M2, Axis::kRow>(s, seed);
+    expect_both_kernels<float, Format::kE4M3, Axis::kColumn>(s, seed);
+    expect_both_kernels<uint16_t, Format::kE4M3, Axis::kTensor>(s, seed);
+    expect_both_kernels<uint16_t, Format::kE4M3, Axis::kRow>(s, seed);
+    expect_both_kernels<uint16_t, Format::kE5M2, Axis::kTensor>(s, seed);
+    expect_both_kernels<uint16_t, Format::kE5M2, Axis::kColumn>(s, seed);
+  }
+}
+
+}  // namespace
+}  // namespace fp8::cuda::cast_device
