@@ -2,6 +2,8 @@
 // one run. Casts are memory bound, so the figure of merit is effective bandwidth (bytes
 // read + bytes written, per second) as a fraction of the copy's.
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -71,16 +73,32 @@ int run(int argc, char** argv) {
     const CastArgs cast_only = cast_args(true, false, false), fused = cast_args(true, false, true);
     const CastArgs transposed = cast_args(false, true, false), both = cast_args(true, true, true);
     const QuantizeArgs q_tw = quantize_args(Granularity::kTensorwise), q_rw = quantize_args(Granularity::kRowwise);
-    const std::vector<Op> ops = {
+    const std::function<void()> cast_transposed = [&] { check(b.cast(transposed), "cast"); };
+    const std::function<void()> cast_both = [&] { check(b.cast(both), "cast"); };
+    std::vector<Op> ops = {
         {"copy (baseline)", 2 * in_bytes, [&] { check(b.convert(in, t, copy_dst.as<void>(), t, n), "copy"); }, false},
         {"amax", in_bytes, [&] { check(b.amax(x, Granularity::kTensorwise, amax.as<float>()), "amax"); }, false},
         {"cast", in_bytes + fp8_bytes, [&] { check(b.cast(cast_only), "cast"); }, false},
         {"fused amax+cast", in_bytes + fp8_bytes, [&] { check(b.cast(fused), "cast"); }, true},
-        {"cast+transpose", in_bytes + fp8_bytes, [&] { check(b.cast(transposed), "cast"); }, false},
-        {"fused amax+cast+transpose (both outputs)", in_bytes + 2 * fp8_bytes, [&] { check(b.cast(both), "cast"); }, false},
+        {"cast+transpose", in_bytes + fp8_bytes, cast_transposed, false},
+        {"fused amax+cast+transpose (both outputs)", in_bytes + 2 * fp8_bytes, cast_both, false},
         {"quantize tensorwise (amax pass + cast pass)", in_bytes + fp8_bytes, [&] { check(b.quantize(q_tw), "quantize"); }, false},
         {"quantize rowwise", in_bytes + fp8_bytes, [&] { check(b.quantize(q_rw), "quantize"); }, false},
     };
+    if (gpu && t == DType::kBFloat16) {
+      // The tiled kernel's alternative for bf16 (cast_kernels.cu, tiled_row_tiles): one row
+      // tile a block with more blocks resident, timed beside the default's two.
+      auto one_row_tile = [](const std::function<void()>& fn) {
+        return [fn] {
+          setenv("FP8_CUDA_CAST_ROW_TILES", "1", 1);
+          fn();
+          unsetenv("FP8_CUDA_CAST_ROW_TILES");
+        };
+      };
+      ops.push_back({"cast+transpose, one row tile a block", in_bytes + fp8_bytes, one_row_tile(cast_transposed), false});
+      ops.push_back({"fused amax+cast+transpose, one row tile a block", in_bytes + 2 * fp8_bytes,
+                     one_row_tile(cast_both), false});
+    }
     // All ops of one input dtype are timed interleaved, so machine noise hits them alike.
     std::vector<std::function<void()>> fns;
     for (const auto& op : ops) fns.push_back(op.fn);

@@ -7,6 +7,8 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "cuda/cast_kernels_device.cuh"
@@ -244,6 +246,20 @@ __global__ void broadcast_kernel(const float* __restrict__ scalar, float* __rest
   if (i < n) out[i] = *scalar;
 }
 
+// A grid-stride pass; out's old value and the product meet in fp32 and round once.
+template <typename OutT>
+__global__ void add_product_kernel(OutT* __restrict__ out, const float* __restrict__ product, float beta,
+                                   int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    if constexpr (std::is_same_v<OutT, float>) {
+      out[i] = beta * out[i] + product[i];
+    } else {
+      out[i] = float_to_bf16(beta * bf16_to_float(out[i]) + product[i]);
+    }
+  }
+}
+
 // Grid: x over column blocks, y over rows (looping past 65535); no per-element division.
 template <typename OutT>
 __global__ void bias_fill_kernel(OutT* __restrict__ out, int64_t m, int64_t n, const float* __restrict__ bias,
@@ -329,16 +345,44 @@ LaunchResult launch_flat(const void* in, int64_t rows, int64_t cols, const Scale
   return after_launch(kQuantize ? "flat cast kernel" : "amax kernel");
 }
 
+// Row tiles a block of the tiled kernel takes at once (tiled_min_blocks says why two):
+// two for bf16 input unless FP8_CUDA_CAST_ROW_TILES=1, which keeps one tile and more
+// resident blocks instead. Read at every launch (a getenv is nothing beside a pass over a
+// matrix), so that bench_cast and bench_train can time both side by side in one process.
+// fp32 input always takes one: its loads already fill the memory pipe.
+template <typename T>
+int tiled_row_tiles() {
+  if constexpr (std::is_same_v<T, float>) {
+    return 1;
+  } else {
+    const char* e = std::getenv("FP8_CUDA_CAST_ROW_TILES");
+    return e != nullptr && std::strcmp(e, "1") == 0 ? 1 : 2;
+  }
+}
+
+template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, int kRowTiles>
+LaunchResult launch_tiled_groups(const void* in, int64_t rows, int64_t cols, const ScaleSource& scale, bool saturate,
+                                 uint8_t* out, uint8_t* out_t, float* amax, cudaStream_t stream) {
+  const unsigned gx = blocks_for(cols, kTile);
+  if (gx == 0) return kTooLarge;
+  const int64_t groups = ceil_div(rows, static_cast<int64_t>(kTile) * kRowTiles);
+  const dim3 grid(gx, static_cast<unsigned>(groups < kMaxGridY ? groups : kMaxGridY));
+  tiled_cast_kernel<T, F, A, kQuantize, kAmax, kRowTiles><<<grid, kThreads, 0, stream>>>(
+      static_cast<const T*>(in), rows, cols, scale, saturate, out, out_t, reinterpret_cast<unsigned*>(amax));
+  return after_launch(kQuantize ? "tiled cast kernel" : "columnwise amax kernel");
+}
+
 template <typename T, Format F, Axis A, bool kQuantize, bool kAmax>
 LaunchResult launch_tiled(const void* in, int64_t rows, int64_t cols, const ScaleSource& scale, bool saturate,
                           uint8_t* out, uint8_t* out_t, float* amax, cudaStream_t stream) {
-  const unsigned gx = blocks_for(cols, kTile);
-  if (gx == 0) return kTooLarge;
-  const int64_t ty = ceil_div(rows, kTile);
-  const dim3 grid(gx, static_cast<unsigned>(ty < kMaxGridY ? ty : kMaxGridY));
-  tiled_cast_kernel<T, F, A, kQuantize, kAmax><<<grid, kThreads, 0, stream>>>(
-      static_cast<const T*>(in), rows, cols, scale, saturate, out, out_t, reinterpret_cast<unsigned*>(amax));
-  return after_launch(kQuantize ? "tiled cast kernel" : "columnwise amax kernel");
+  if constexpr (!std::is_same_v<T, float>) {
+    if (tiled_row_tiles<T>() == 2) {
+      return launch_tiled_groups<T, F, A, kQuantize, kAmax, 2>(in, rows, cols, scale, saturate, out, out_t, amax,
+                                                               stream);
+    }
+  }
+  return launch_tiled_groups<T, F, A, kQuantize, kAmax, 1>(in, rows, cols, scale, saturate, out, out_t, amax,
+                                                           stream);
 }
 
 }  // namespace
@@ -526,6 +570,19 @@ LaunchResult launch_bias_fill(void* out, HpType out_type, int64_t m, int64_t n, 
     bias_fill_kernel<bf16_bits><<<grid, kThreads, 0, stream>>>(static_cast<bf16_bits*>(out), m, n, bias, beta);
   }
   return after_launch("bias fill kernel");
+}
+
+LaunchResult launch_add_product(void* out, HpType out_type, const float* product, float beta, int64_t n,
+                                cudaStream_t stream) {
+  if (n == 0) return {};
+  const int64_t wanted = ceil_div(n, kThreads);
+  const auto blocks = static_cast<unsigned>(wanted < 4096 ? wanted : 4096);  // grid-stride beyond
+  if (out_type == HpType::kFloat32) {
+    add_product_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), product, beta, n);
+  } else {
+    add_product_kernel<bf16_bits><<<blocks, kThreads, 0, stream>>>(static_cast<bf16_bits*>(out), product, beta, n);
+  }
+  return after_launch("add product kernel");
 }
 
 cudaError_t probe_kernel_image() {

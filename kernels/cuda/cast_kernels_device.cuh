@@ -12,9 +12,10 @@
 //  * flat:  no transpose. Each thread owns 16 consecutive elements of the dense matrix
 //           (16-byte fp8 store, 4 x 16-byte fp32 or 2 x 16-byte bf16 loads), so rows need
 //           not be 16-byte aligned: only the last chunk of the whole matrix is partial.
-//  * tiled: a 64 x 64 tile per block, staged through shared memory as fp8 so that both
-//           `out` and the transpose `out_t` are written with coalesced stores. Also used
-//           for columnwise amax, whose reduction runs down the tile's columns.
+//  * tiled: 64 x 64 tiles (one, or a group of two stacked, per block and iteration),
+//           staged through shared memory as fp8 so that both `out` and the transpose
+//           `out_t` are written with coalesced stores. Also used for columnwise amax, whose
+//           reduction runs down the tile's columns.
 // amax is accumulated on the magnitudes' bit patterns (amax_bits_update) and combined with
 // atomicMax on the output words themselves: for non-negative floats integer order is
 // numeric order and NaN sorts above Inf, so the final word is the amax with NaN propagated,
@@ -281,31 +282,86 @@ __device__ __forceinline__ void transpose4x4(const uint32_t (&w)[4], uint32_t (&
   t[3] = __byte_perm(hi01, hi23, 0x7632);
 }
 
-// Resident blocks an SM asked of the tiled kernel. A block holds 16 elements a thread in
-// flight while it loads, then none while it quantizes, transposes and stores, so the
-// memory pipe stays full only with enough blocks resident: at 4 blocks (64 registers)
-// the fp32 cast+transpose ran at 97-98% of copy bandwidth but the bf16 one, with half the
-// bytes a thread in flight, at 57-73% (H200, H100), the same ~0.5 G elements a µs either
-// way. bf16 tensorwise casts fit 40 registers (6 blocks) and rowwise ones 48 (5) without
-// spilling (ptxas -v, sm_90); columnwise ones would spill and stay at 4, as does fp32.
-template <typename T, Axis A>
+// A thread's 16 elements of one tile row as loaded: the input's own bits (16 words of fp32,
+// 8 words of bf16 pairs), widened to float only as each element is used, so that a bf16 row
+// holds half the registers of an fp32 one. Vector j of the row (elements j*V .. j*V+V-1)
+// is words 4j .. 4j+3 either way.
+template <typename T>
+struct RawRow {
+  static constexpr int kWords = kChunk * static_cast<int>(sizeof(T)) / 4;
+  uint32_t w[kWords];
+
+  __device__ __forceinline__ float at(int e) const {
+    if constexpr (std::is_same_v<T, float>) {
+      return bits_float(w[e]);
+    } else {
+      return bits_float(e % 2 == 0 ? w[e / 2] << 16 : w[e / 2] & 0xffff0000u);
+    }
+  }
+  // Element e from its own bits (the word starts at 0 for bf16's first half).
+  __device__ __forceinline__ void set(int e, uint32_t bits) {
+    if constexpr (std::is_same_v<T, float>) {
+      w[e] = bits;
+    } else {
+      w[e / 2] = e % 2 == 0 ? bits : w[e / 2] | bits << 16;
+    }
+  }
+};
+
+__device__ __forceinline__ uint32_t raw_bits(const float* p) { return float_bits(__ldg(p)); }
+__device__ __forceinline__ uint32_t raw_bits(const bf16_bits* p) { return __ldg(p); }
+
+// Row `row` of the input, this thread's quarter of the tile starting at column c0; elements
+// past the matrix (a partial tile, or row_ok false) read as 0, which leaves amaxes as they are.
+template <typename T>
+__device__ __forceinline__ void load_tile_row(const T* __restrict__ in, int64_t row, bool row_ok, int64_t c0,
+                                              int64_t cols, int quarter, bool vec_in, RawRow<T>& r) {
+  constexpr int V = Hp<T>::kVec;
+  const T* src = in + (row_ok ? row * cols : 0);
+#pragma unroll
+  for (int j = 0; j < kChunk / V; ++j) {
+    const int64_t col = c0 + tile_col<V>(j * V, quarter);
+    if (row_ok && vec_in && col < cols) {
+      const uint4 x = __ldg(reinterpret_cast<const uint4*>(src + col));
+      r.w[4 * j] = x.x;
+      r.w[4 * j + 1] = x.y;
+      r.w[4 * j + 2] = x.z;
+      r.w[4 * j + 3] = x.w;
+    } else {
+#pragma unroll
+      for (int p = 0; p < V; ++p) r.set(j * V + p, row_ok && col + p < cols ? raw_bits(src + col + p) : 0u);
+    }
+  }
+}
+
+// Resident blocks an SM asked of the tiled kernel. A block holds its rows' elements in
+// flight while it loads, then none while it quantizes, transposes and stores, so the memory
+// pipe stays full only with enough bytes in flight per SM: at 4 blocks (64 registers) and
+// one row tile a block the fp32 cast+transpose ran at 97-98% of copy bandwidth but the bf16
+// one, with half the bytes a thread in flight, at 57-73% (H200, H100), the same ~0.5 G
+// elements a µs either way. Two remedies for bf16, chosen at launch (tiled_row_tiles):
+// more resident blocks (one row tile: tensorwise casts fit 40 registers, 6 blocks, rowwise
+// ones 48, 5, without spilling per ptxas -v, sm_90), or two row tiles a block, which puts as
+// many bytes a thread in flight as fp32's one tile. Columnwise bf16 casts, and fp32, keep 4.
+template <typename T, Axis A, int kRowTiles>
 constexpr int tiled_min_blocks() {
-  if constexpr (std::is_same_v<T, bf16_bits>) {
+  if constexpr (std::is_same_v<T, bf16_bits> && kRowTiles == 1) {
     if constexpr (A == Axis::kTensor) return 6;
     if constexpr (A == Axis::kRow) return 5;
   }
   return kMinBlocks;
 }
 
-// Grid: x over column tiles, y over row tiles (looping when there are more than 65535).
-// 256 threads: in the load phase thread t owns tile row t/4, quarter t%4; in the
-// transpose phase it owns a 4x4 block of the tile.
-template <typename T, Format F, Axis A, bool kQuantize, bool kAmax>
-__global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A>())
+// Grid: x over column tiles, y over groups of kRowTiles row tiles (looping when there are
+// more than 65535 groups). 256 threads: in the load phase thread t owns row t/4 of each
+// tile of the group, quarter t%4; in the transpose phase it owns a 4x4 block of each tile.
+template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, int kRowTiles = 1>
+__global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles>())
     tiled_cast_kernel(const T* __restrict__ in, int64_t rows, int64_t cols, ScaleSource scale, bool saturate,
                       uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, unsigned* __restrict__ amax) {
   constexpr int V = Hp<T>::kVec;
-  __shared__ uint32_t tile[kTile * kPitch];
+  constexpr int kGroupRows = kTile * kRowTiles;
+  __shared__ uint32_t tile[kRowTiles * kTile * kPitch];
   __shared__ uint32_t col_max[kTile];
 
   const int t = threadIdx.x;
@@ -325,75 +381,82 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A>())
   const bool vec_out = cols % 16 == 0;
   const bool vec_out_t = rows % 4 == 0;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  const int64_t tiles_y = (rows + kTile - 1) / kTile;
+  const int64_t groups = (rows + kGroupRows - 1) / kGroupRows;
   uint32_t tensor_max = 0;
 
 #pragma unroll 1
-  for (int64_t ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
-    const int64_t r0 = ty * kTile;
-    const int64_t row = r0 + tr;
-    const bool row_ok = row < rows;
-    const T* src = in + (row_ok ? row * cols : 0);
+  for (int64_t g = blockIdx.y; g < groups; g += gridDim.y) {
+    const int64_t r0 = g * kGroupRows;
 
-    float v[kChunk];
+    // Every load of the group is issued before any of them is used.
+    RawRow<T> raw[kRowTiles];
 #pragma unroll
-    for (int j = 0; j < kChunk / V; ++j) {
-      const int64_t col = c0 + tile_col<V>(j * V, quarter);
-      if (row_ok && vec_in && col < cols) {
-        Hp<T>::load_vec(src + col, v + j * V);
-      } else {
-#pragma unroll
-        for (int p = 0; p < V; ++p) v[j * V + p] = row_ok && col + p < cols ? Hp<T>::load(src + col + p) : 0.0f;
-      }
+    for (int k = 0; k < kRowTiles; ++k) {
+      const int64_t row = r0 + k * kTile + tr;
+      load_tile_row(in, row, row < rows, c0, cols, quarter, vec_in, raw[k]);
     }
 
     if constexpr (kQuantize) {
-      float s = 0.0f;
-      if (A == Axis::kTensor) {
-        s = scale.at<F>(0);
-        if (ty == 0 && blockIdx.x == 0 && t == 0) scale.publish(0, s);
-      }
-      if (A == Axis::kRow && row_ok) {
-        s = scale.at<F>(row);
-        if (blockIdx.x == 0 && quarter == 0) scale.publish(row, s);
-      }
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        uint32_t word = 0;
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          const int e = 4 * w + b;
-          float se = s;
-          if (A == Axis::kColumn) {
-            const int64_t col = c0 + tile_col<V>(e, quarter);
-            se = col < cols ? __ldg(scale.scale + col) : 0.0f;  // columnwise: scales as given
-          }
-          word |= static_cast<uint32_t>(quantize_value(v[e], se, F, saturate)) << (8 * b);
+      for (int k = 0; k < kRowTiles; ++k) {
+        const int64_t row = r0 + k * kTile + tr;
+        float s = 0.0f;
+        if (A == Axis::kTensor) {
+          s = scale.at<F>(0);
+          if (g == 0 && k == 0 && blockIdx.x == 0 && t == 0) scale.publish(0, s);
         }
-        // Four consecutive elements of a vector are four consecutive tile columns.
-        tile[tr * kPitch + tile_col<V>(4 * w, quarter) / 4] = word;
+        if (A == Axis::kRow && row < rows) {
+          s = scale.at<F>(row);
+          if (blockIdx.x == 0 && quarter == 0) scale.publish(row, s);
+        }
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          uint32_t word = 0;
+#pragma unroll
+          for (int b = 0; b < 4; ++b) {
+            const int e = 4 * w + b;
+            float se = s;
+            if (A == Axis::kColumn) {
+              const int64_t col = c0 + tile_col<V>(e, quarter);
+              se = col < cols ? __ldg(scale.scale + col) : 0.0f;  // columnwise: scales as given
+            }
+            word |= static_cast<uint32_t>(quantize_value(raw[k].at(e), se, F, saturate)) << (8 * b);
+          }
+          // Four consecutive elements of a vector are four consecutive tile columns.
+          tile[(k * kTile + tr) * kPitch + tile_col<V>(4 * w, quarter) / 4] = word;
+        }
       }
     }
 
     if constexpr (kAmax) {
       if constexpr (A == Axis::kTensor) {
 #pragma unroll
-        for (int e = 0; e < kChunk; ++e) tensor_max = amax_bits_update(tensor_max, v[e]);
-      } else if constexpr (A == Axis::kRow) {
-        uint32_t m = 0;
+        for (int k = 0; k < kRowTiles; ++k) {
 #pragma unroll
-        for (int e = 0; e < kChunk; ++e) m = amax_bits_update(m, v[e]);
-        // The four threads of a tile row are lanes 4k .. 4k+3.
-        m = max(m, __shfl_xor_sync(kFullMask, m, 1));
-        m = max(m, __shfl_xor_sync(kFullMask, m, 2));
-        if (quarter == 0 && row_ok && m != 0) atomicMax(amax + row, m);
+          for (int e = 0; e < kChunk; ++e) tensor_max = amax_bits_update(tensor_max, raw[k].at(e));
+        }
+      } else if constexpr (A == Axis::kRow) {
+#pragma unroll
+        for (int k = 0; k < kRowTiles; ++k) {
+          const int64_t row = r0 + k * kTile + tr;
+          uint32_t m = 0;
+#pragma unroll
+          for (int e = 0; e < kChunk; ++e) m = amax_bits_update(m, raw[k].at(e));
+          // The four threads of a tile row are lanes 4k .. 4k+3.
+          m = max(m, __shfl_xor_sync(kFullMask, m, 1));
+          m = max(m, __shfl_xor_sync(kFullMask, m, 2));
+          if (quarter == 0 && row < rows && m != 0) atomicMax(amax + row, m);
+        }
       } else {
         if (t < kTile) col_max[t] = 0;
         __syncthreads();
-        // Reduce over the warp's 8 tile rows (lane bits 2-4), then across warps in shared.
+        // Reduce over the group's tiles in registers, then over the warp's 8 tile rows
+        // (lane bits 2-4), then across warps in shared memory.
 #pragma unroll
         for (int e = 0; e < kChunk; ++e) {
-          uint32_t m = abs_bits(v[e]);
+          uint32_t m = 0;
+#pragma unroll
+          for (int k = 0; k < kRowTiles; ++k) m = max(m, abs_bits(raw[k].at(e)));
           m = max(m, __shfl_xor_sync(kFullMask, m, 4));
           m = max(m, __shfl_xor_sync(kFullMask, m, 8));
           m = max(m, __shfl_xor_sync(kFullMask, m, 16));
@@ -409,41 +472,47 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A>())
     }
 
     if constexpr (kQuantize) {
-      if (out != nullptr && row_ok) {
-        // 16 consecutive bytes of tile row tr: columns 16 * quarter ...
-        uint32_t w[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = tile[tr * kPitch + 4 * quarter + i];
-        const int64_t col = c0 + 16 * quarter;
-        uint8_t* dst = out + row * cols + col;
-        if (vec_out) {
-          if (col < cols) *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-        } else {
+      for (int k = 0; k < kRowTiles; ++k) {
+        const int64_t tile_r0 = r0 + k * kTile;
+        const uint32_t* sub = tile + k * kTile * kPitch;
+        const int64_t row = tile_r0 + tr;
+        if (out != nullptr && row < rows) {
+          // 16 consecutive bytes of tile row tr: columns 16 * quarter ...
+          uint32_t w[4];
 #pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            if (col + i < cols) dst[i] = static_cast<uint8_t>(w[i / 4] >> (8 * (i % 4)));
+          for (int i = 0; i < 4; ++i) w[i] = sub[tr * kPitch + 4 * quarter + i];
+          const int64_t col = c0 + 16 * quarter;
+          uint8_t* dst = out + row * cols + col;
+          if (vec_out) {
+            if (col < cols) *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+              if (col + i < cols) dst[i] = static_cast<uint8_t>(w[i / 4] >> (8 * (i % 4)));
+            }
           }
         }
-      }
-      if (out_t != nullptr) {
-        uint32_t w[4];
-        uint32_t tw[4];
+        if (out_t != nullptr) {
+          uint32_t w[4];
+          uint32_t tw[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = tile[(4 * r4 + i) * kPitch + c4];
-        transpose4x4(w, tw);
-        const int64_t rr = r0 + 4 * r4;      // first of the four rows: a column of out_t
-        const int64_t cc0 = c0 + 4 * c4;     // first of the four columns: a row of out_t
-        if (rr < rows) {
-          uint8_t* dst = out_t + cc0 * rows + rr;
+          for (int i = 0; i < 4; ++i) w[i] = sub[(4 * r4 + i) * kPitch + c4];
+          transpose4x4(w, tw);
+          const int64_t rr = tile_r0 + 4 * r4;  // first of the four rows: a column of out_t
+          const int64_t cc0 = c0 + 4 * c4;      // first of the four columns: a row of out_t
+          if (rr < rows) {
+            uint8_t* dst = out_t + cc0 * rows + rr;
 #pragma unroll
-          for (int j = 0; j < 4; ++j, dst += rows) {
-            if (cc0 + j < cols) {
-              if (vec_out_t) {
-                *reinterpret_cast<uint32_t*>(dst) = tw[j];
-              } else {
+            for (int j = 0; j < 4; ++j, dst += rows) {
+              if (cc0 + j < cols) {
+                if (vec_out_t) {
+                  *reinterpret_cast<uint32_t*>(dst) = tw[j];
+                } else {
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                  if (rr + i < rows) dst[i] = static_cast<uint8_t>(tw[j] >> (8 * i));
+                  for (int i = 0; i < 4; ++i) {
+                    if (rr + i < rows) dst[i] = static_cast<uint8_t>(tw[j] >> (8 * i));
+                  }
                 }
               }
             }

@@ -78,10 +78,17 @@ class CublasLtGemm {
   // The cached plan for call.key, created (with one heuristic query) on first use.
   absl::StatusOr<Plan*> plan_for(const Call& call);
   absl::Status run(const Call& call, cudaStream_t stream);
+  absl::Status run_with_addend_in_d(const Call& call, cudaStream_t stream);
+  absl::Status run_with_fp32_product(const Call& call, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   DeviceBuffer scratch_;
+  DeviceBuffer product_scratch_;  // run_with_fp32_product's; allocated only if that route is taken
+  // FP8_CUBLASLT_REFUSE_C=1 when created: every C is treated as refused (as cublasLtMatmul's
+  // NOT_SUPPORTED), so that a GPU whose kernels accept them still runs the fallback routes
+  // (cuda_backend_test). Off otherwise.
+  bool refuse_c_ = false;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
 };
 

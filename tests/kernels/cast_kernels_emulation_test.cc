@@ -9,6 +9,7 @@
 #include "cuda/cast_kernels_device.cuh"
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -39,10 +40,13 @@ Granularity granularity_of(Axis a) {
 }
 
 // One cast of x (fp32 values, or their bf16 roundings as T = uint16_t) by the tiled kernel
-// (out and out_t) or the flat one (out), with the amax where that kernel reduces it,
-// against the reference backend's cast of the same input.
-template <typename T, Format F, Axis A, bool kTiled>
-void expect_reference_cast(const Shape& s, uint32_t seed) {
+// (out and out_t; kRowTiles row tiles a block, on a grid of at most max_grid_y groups, so
+// that blocks loop) or the flat one (out), with the amax where that kernel reduces it,
+// against the reference backend's cast of the same input. With derive_scales (tensorwise
+// and rowwise, tiled) the kernel derives each scale from a given amax and publishes it and
+// its inverse, as launch_cast asks of it when dynamic scaling rides in the cast.
+template <typename T, Format F, Axis A, bool kTiled, int kRowTiles = 1>
+void expect_reference_cast(const Shape& s, uint32_t seed, unsigned max_grid_y = 65535, bool derive_scales = false) {
   constexpr bool kAmax = kTiled || A != Axis::kColumn;
   const auto values = test_values(static_cast<size_t>(s.rows * s.cols), seed);
   std::vector<T> in(values.size());
@@ -56,7 +60,14 @@ void expect_reference_cast(const Shape& s, uint32_t seed) {
   const DType dtype = std::is_same_v<T, float> ? DType::kFloat32 : DType::kBFloat16;
   const Granularity g = granularity_of(A);
   std::vector<float> scale(static_cast<size_t>(scale_count(g, s.rows, s.cols)));
-  for (size_t i = 0; i < scale.size(); ++i) scale[i] = 0.5f + 0.25f * static_cast<float>(i % 5);
+  std::vector<float> scale_amax(scale.size());
+  for (size_t i = 0; i < scale.size(); ++i) {
+    scale[i] = 0.5f + 0.25f * static_cast<float>(i % 5);
+    if (derive_scales) {
+      scale_amax[i] = 40.0f * static_cast<float>(1 + i % 3);
+      scale[i] = scale_from_amax(scale_amax[i], F, false);
+    }
+  }
 
   const size_t n = values.size();
   std::vector<uint8_t> out(n, 0xAB), out_t(n, 0xAB), want(n), want_t(n);
@@ -72,13 +83,21 @@ void expect_reference_cast(const Shape& s, uint32_t seed) {
   ASSERT_TRUE(reference_backend().cast(c).ok());
 
   ScaleSource source;
-  source.scale = scale.data();
+  std::vector<float> scale_out(scale.size(), -1.0f), inv_scale_out(scale.size(), -1.0f);
+  if (derive_scales) {
+    source.amax = scale_amax.data();
+    source.scale_out = scale_out.data();
+    source.inv_scale_out = inv_scale_out.data();
+  } else {
+    source.scale = scale.data();
+  }
   auto* amax_words = reinterpret_cast<unsigned*>(amax.data());
   if constexpr (kTiled) {
     const auto gx = static_cast<unsigned>((s.cols + kTile - 1) / kTile);
-    const auto gy = static_cast<unsigned>((s.rows + kTile - 1) / kTile);
-    emulation::launch_grid(gx, gy, kThreads, 0, tiled_cast_kernel<T, F, A, true, kAmax>, in.data(), s.rows, s.cols,
-                           source, true, out.data(), out_t.data(), kAmax ? amax_words : nullptr);
+    const auto groups = static_cast<unsigned>((s.rows + kTile * kRowTiles - 1) / (kTile * kRowTiles));
+    emulation::launch_grid(gx, std::min(groups, max_grid_y), kThreads, 0,
+                           tiled_cast_kernel<T, F, A, true, kAmax, kRowTiles>, in.data(), s.rows, s.cols, source,
+                           true, out.data(), out_t.data(), kAmax ? amax_words : nullptr);
   } else {
     const int64_t total = s.rows * s.cols;
     const auto blocks = static_cast<unsigned>((total + kChunk * kThreads - 1) / (kChunk * kThreads));
@@ -92,6 +111,10 @@ void expect_reference_cast(const Shape& s, uint32_t seed) {
   if (kAmax) {
     EXPECT_EQ(std::memcmp(amax.data(), want_amax.data(), amax.size() * sizeof(float)), 0) << "amax";
   }
+  if (derive_scales) {
+    EXPECT_EQ(scale_out, scale) << "published scales";
+    for (size_t i = 0; i < scale.size(); ++i) EXPECT_EQ(inv_scale_out[i], inverse_scale(scale[i])) << i;
+  }
 }
 
 template <typename T, Format F, Axis A>
@@ -102,6 +125,10 @@ void expect_both_kernels(const Shape& s, uint32_t seed) {
   {
     SCOPED_TRACE("tiled");
     expect_reference_cast<T, F, A, true>(s, seed);
+  }
+  {
+    SCOPED_TRACE("tiled, two row tiles a block");
+    expect_reference_cast<T, F, A, true, 2>(s, seed);
   }
   {
     SCOPED_TRACE("flat");
@@ -122,6 +149,25 @@ TEST(CastKernelsEmulation, TiledAndFlatCastsMatchTheReferenceBitForBit) {
     expect_both_kernels<uint16_t, Format::kE5M2, Axis::kTensor>(s, seed);
     expect_both_kernels<uint16_t, Format::kE5M2, Axis::kColumn>(s, seed);
   }
+}
+
+// Blocks that loop over several groups (grid.y below the groups' count): the group index
+// and the rows of each tile in it, for one and two row tiles a block, a partial last group.
+TEST(CastKernelsEmulation, TiledCastsLoopingOverRowGroupsMatchTheReference) {
+  const Shape s{300, 70};
+  expect_reference_cast<uint16_t, Format::kE4M3, Axis::kRow, true, 2>(s, 7, 2);
+  expect_reference_cast<uint16_t, Format::kE4M3, Axis::kTensor, true, 1>(s, 8, 2);
+  expect_reference_cast<uint16_t, Format::kE5M2, Axis::kColumn, true, 2>(s, 9, 1);
+  expect_reference_cast<float, Format::kE4M3, Axis::kRow, true, 2>(s, 10, 2);
+}
+
+// Scales derived in the cast from given amaxes, each published once with its inverse.
+TEST(CastKernelsEmulation, TiledCastsDeriveAndPublishTheirScales) {
+  const Shape s{200, 67};
+  expect_reference_cast<uint16_t, Format::kE4M3, Axis::kRow, true, 2>(s, 11, 1, true);
+  expect_reference_cast<uint16_t, Format::kE5M2, Axis::kTensor, true, 2>(s, 12, 1, true);
+  expect_reference_cast<uint16_t, Format::kE4M3, Axis::kRow, true, 1>(s, 13, 65535, true);
+  expect_reference_cast<float, Format::kE4M3, Axis::kTensor, true, 1>(s, 14, 65535, true);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // GEMM through a temporary, k = 0, launches past the 65535-block grid limit). Tests that
 // need a GPU skip, saying why, where there is none.
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -246,6 +247,126 @@ TEST_F(CudaBackendTest, GemmsWithKZeroWriteBiasPlusOutput) {
   ASSERT_TRUE(b_->gemm(h).ok());
   got = out.download();
   for (int64_t i = 0; i < m * n; ++i) EXPECT_EQ(got[i], 2.0f * init[i] + bias[i % n]) << i;
+}
+
+// e4m3 codes of n gaussian values (scale 1), by the reference backend.
+std::vector<uint8_t> e4m3_codes(int64_t n, uint32_t seed) {
+  const auto v = gaussian(static_cast<size_t>(n), seed);
+  std::vector<uint8_t> codes(static_cast<size_t>(n));
+  const float one = 1.0f;
+  CastArgs c;
+  c.input = {v.data(), DType::kFloat32, 1, n};
+  c.scale = &one;
+  c.out = codes.data();
+  EXPECT_TRUE(reference_backend().cast(c).ok());
+  return codes;
+}
+
+// An output of either type as floats, and back.
+std::vector<float> as_floats(const std::vector<uint8_t>& bytes, DType t) {
+  if (t == DType::kFloat32) {
+    std::vector<float> v(bytes.size() / 4);
+    std::memcpy(v.data(), bytes.data(), bytes.size());
+    return v;
+  }
+  std::vector<uint16_t> h(bytes.size() / 2);
+  std::memcpy(h.data(), bytes.data(), bytes.size());
+  return testing::from_bf16(h);
+}
+std::vector<uint8_t> as_bytes(const std::vector<float>& v, DType t) {
+  std::vector<uint8_t> bytes(v.size() * dtype_size(t));
+  if (t == DType::kFloat32) {
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+  } else {
+    const auto h = testing::to_bf16(v);
+    std::memcpy(bytes.data(), h.data(), bytes.size());
+  }
+  return bytes;
+}
+
+// FP8_CUBLASLT_REFUSE_C=1 makes a backend treat every GEMM's C as refused, as cuBLASLt does
+// where the chosen kernel does not take it: an accumulation then goes through an fp32
+// product and an add pass, an addend into D first. The sums stay those of the reference.
+TEST_F(CudaBackendTest, GemmsWhoseCIsRefusedTakeTheFallbackRoutes) {
+  setenv("FP8_CUBLASLT_REFUSE_C", "1", 1);
+  auto refusing = make_cuda_backend(0, nullptr);
+  unsetenv("FP8_CUBLASLT_REFUSE_C");
+  ASSERT_TRUE(refusing.ok()) << refusing.status();
+  Backend* b = refusing->get();
+
+  const int64_t m = 48, n = 32, k = 64;
+  const auto a_codes = e4m3_codes(m * k, 30), b_codes = e4m3_codes(n * k, 31);
+  std::vector<float> a_inv(static_cast<size_t>(m)), b_inv(static_cast<size_t>(n));
+  for (size_t i = 0; i < a_inv.size(); ++i) a_inv[i] = 0.25f + 0.125f * static_cast<float>(i % 7);
+  for (size_t i = 0; i < b_inv.size(); ++i) b_inv[i] = 0.5f + 0.25f * static_cast<float>(i % 3);
+  const auto bias = gaussian(static_cast<size_t>(n), 32);
+  const auto init = gaussian(static_cast<size_t>(m * n), 33, 4.0f);
+  Buffer<uint8_t> a_dev(b, a_codes), b_dev(b, b_codes);
+  Buffer<float> a_inv_dev(b, a_inv), b_inv_dev(b, b_inv), bias_dev(b, bias);
+
+  for (bool rowwise : {false, true}) {
+    for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+      for (bool addend : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << (rowwise ? "rowwise " : "tensorwise ") << dtype_name(t)
+                                          << (addend ? " +addend" : " +accumulate"));
+        const Granularity g = rowwise ? Granularity::kRowwise : Granularity::kTensorwise;
+        const auto start = as_bytes(init, t);
+        Buffer<uint8_t> out(b, start), addend_dev(b, start);
+        ScaledGemmArgs d;
+        d.m = m;
+        d.n = n;
+        d.k = k;
+        d.a = {a_dev.get(), Format::kE4M3, g, a_inv_dev.get()};
+        d.b = {b_dev.get(), Format::kE4M3, g, b_inv_dev.get()};
+        d.out_dtype = t;
+        d.out = out.get();
+        d.bias = bias_dev.get();
+        d.accumulate = !addend;
+        d.addend = addend ? addend_dev.get() : nullptr;
+        ASSERT_TRUE(b->scaled_gemm(d).ok());
+
+        std::vector<uint8_t> want = start;
+        ScaledGemmArgs r = d;
+        r.a = {a_codes.data(), Format::kE4M3, g, a_inv.data()};
+        r.b = {b_codes.data(), Format::kE4M3, g, b_inv.data()};
+        r.out = want.data();
+        r.bias = bias.data();
+        r.addend = addend ? start.data() : nullptr;
+        ASSERT_TRUE(ref().scaled_gemm(r).ok());
+        const auto w = as_floats(want, t);
+        EXPECT_LT(testing::relative_error(std::vector<double>(w.begin(), w.end()), as_floats(out.download(), t)),
+                  t == DType::kFloat32 ? 5e-4 : 8e-3);
+      }
+    }
+  }
+
+  // The high-precision GEMM's beta goes the same way.
+  const auto x = testing::to_bf16(gaussian(static_cast<size_t>(m * k), 34));
+  const auto y = testing::to_bf16(gaussian(static_cast<size_t>(k * n), 35));
+  const auto start = testing::to_bf16(init);
+  Buffer<uint16_t> x_dev(b, x), y_dev(b, y), out(b, start);
+  GemmArgs h;
+  h.m = m;
+  h.n = n;
+  h.k = k;
+  h.a = x_dev.get();
+  h.b = y_dev.get();
+  h.in_dtype = DType::kBFloat16;
+  h.out_dtype = DType::kBFloat16;
+  h.out = out.get();
+  h.beta = 0.5f;
+  h.bias = bias_dev.get();
+  ASSERT_TRUE(b->gemm(h).ok());
+  std::vector<uint16_t> want = start;
+  GemmArgs r = h;
+  r.a = x.data();
+  r.b = y.data();
+  r.out = want.data();
+  r.bias = bias.data();
+  ASSERT_TRUE(ref().gemm(r).ok());
+  const auto w = testing::from_bf16(want);
+  EXPECT_LT(testing::relative_error(std::vector<double>(w.begin(), w.end()), testing::from_bf16(out.download())),
+            8e-3);
 }
 
 // More than 65535 row tiles: the transpose kernel loops over grid rows.
