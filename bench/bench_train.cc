@@ -22,8 +22,9 @@
 // the device's cached memory goes back to the driver in between (each recipe's peak memory is then its own). The step time
 // is the trainer's own (StepReport::step_ms, every step ends in a host synchronisation
 // when the grad norm comes back), over the timed steps after the first of the timed run:
-// the first and last step of a run also count their fp8 casts' saturation (one extra read
-// of each cast tensor), which makes the figures slightly conservative for fp8. A time
+// the first and last step of a run also count their fp8 casts' saturation (in the casts
+// themselves, plus a read-back of the counts per cast), which makes the figures slightly
+// conservative for fp8. A time
 // budget bounds the whole run: each recipe gets an equal share of what is left, and its
 // warm-up and timed steps stop early (the table says how many ran) when its share is spent.
 // Printed per recipe: tokens/s, ms/step, the ratio to none, model TFLOP/s and MFU against

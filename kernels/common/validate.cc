@@ -84,6 +84,10 @@ absl::Status check_cast(const CastArgs& a, const Requirements& req) {
   if (auto s = check_format(a.format, "cast"); !s.ok()) return s;
   if (auto s = check_granularity(a.granularity, "cast"); !s.ok()) return s;
   if (a.out == nullptr && a.out_t == nullptr) return invalid("cast", "neither out nor out_t given");
+  if (a.range_counts != nullptr) {
+    // Written even for an empty input (zeros).
+    if (auto s = check_pointer(a.range_counts, "cast range_counts", req); !s.ok()) return s;
+  }
   if (a.input.size() == 0) return absl::OkStatus();
   if (a.scale == nullptr) return invalid("cast scale", "is null");
   if (a.out != nullptr) {
@@ -114,6 +118,9 @@ absl::Status check_quantize(const QuantizeArgs& a, const Requirements& req) {
   if (auto s = check_granularity(a.granularity, "quantize"); !s.ok()) return s;
   if (a.out == nullptr && a.out_t == nullptr) return invalid("quantize", "neither out nor out_t given");
   if (a.scale_out == nullptr) return invalid("quantize scale_out", "is null");
+  if (a.range_counts != nullptr) {
+    if (auto s = check_pointer(a.range_counts, "quantize range_counts", req); !s.ok()) return s;
+  }
   if (a.row_amax != nullptr && a.granularity == Granularity::kColumnwise) {
     return invalid("quantize row_amax", "serves tensorwise and rowwise scaling only, not columnwise");
   }

@@ -41,6 +41,9 @@ class CpuBackend final : public cpu::HostMemoryBackend {
   absl::Status cast(const CastArgs& a) override {
     if (auto s = detail::check_cast(a, req_); !s.ok()) return s;
     cpu::cast(a);
+    // A pass of its own here: measuring runs on logged steps only, and a CPU pass over
+    // values just cast is cheap beside the cast's own conversions.
+    if (a.range_counts != nullptr) cpu::count_cast_range(range_args_of(a, a.range_counts));
     return absl::OkStatus();
   }
 
@@ -61,7 +64,9 @@ class CpuBackend final : public cpu::HostMemoryBackend {
     }
     cpu::amax(amax_source_of(q), q.granularity, amax);
     cpu::compute_scales(amax, n, q.format, q.pow2_scale, q.scale_out, q.inv_scale_out);
-    cpu::cast(cast_step_of(q));
+    const CastArgs c = cast_step_of(q);
+    cpu::cast(c);
+    if (c.range_counts != nullptr) cpu::count_cast_range(range_args_of(c, c.range_counts));
     return absl::OkStatus();
   }
 

@@ -27,30 +27,6 @@ using namespace cast_device;
 // threads still fill an H100 (132 SMs x 8 resident blocks) twice over.
 constexpr int64_t kMaxRangeBlocks = 2048;
 
-// Block-wide sums of two counters, added to dst[0] and dst[1] with one 64-bit atomic each
-// per block. Every thread of the block must call it.
-__device__ __forceinline__ void block_sum2_atomic(unsigned long long* dst, uint32_t a, uint32_t b) {
-  __shared__ uint32_t warp_a[kThreads / 32];
-  __shared__ uint32_t warp_b[kThreads / 32];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  a = __reduce_add_sync(kFullMask, a);
-  b = __reduce_add_sync(kFullMask, b);
-  if (lane == 0) {
-    warp_a[warp] = a;
-    warp_b[warp] = b;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    a = __reduce_add_sync(kFullMask, lane < kThreads / 32 ? warp_a[lane] : 0u);
-    b = __reduce_add_sync(kFullMask, lane < kThreads / 32 ? warp_b[lane] : 0u);
-    if (lane == 0) {
-      if (a != 0) atomicAdd(dst, static_cast<unsigned long long>(a));
-      if (b != 0) atomicAdd(dst + 1, static_cast<unsigned long long>(b));
-    }
-  }
-}
-
 // Grid-stride over 16-element chunks of the dense matrix, loaded like the flat cast's; the
 // scale of each element follows its row (A = kRow) or column (A = kColumn), walked
 // element by element because a chunk may cross rows when cols % 16 != 0. Measuring is
@@ -325,6 +301,11 @@ LaunchResult with_format(Format f, Fn&& fn) {
 }
 
 template <typename Fn>
+LaunchResult with_flag(bool b, Fn&& fn) {
+  return b ? fn(std::true_type{}) : fn(std::false_type{});
+}
+
+template <typename Fn>
 LaunchResult with_axis(Axis a, Fn&& fn) {
   switch (a) {
     case Axis::kTensor: return fn(std::integral_constant<Axis, Axis::kTensor>{});
@@ -334,14 +315,15 @@ LaunchResult with_axis(Axis a, Fn&& fn) {
   return fn(std::integral_constant<Axis, Axis::kColumn>{});
 }
 
-template <typename T, Format F, Axis A, bool kQuantize, bool kAmax>
+template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, bool kCount = false>
 LaunchResult launch_flat(const void* in, int64_t rows, int64_t cols, const ScaleSource& scale, bool saturate,
-                         uint8_t* out, float* amax, cudaStream_t stream) {
+                         uint8_t* out, float* amax, uint64_t* counts, cudaStream_t stream) {
   const int64_t total = rows * cols;
   const unsigned blocks = blocks_for(ceil_div(total, kChunk), kThreads);
   if (blocks == 0) return kTooLarge;
-  flat_cast_kernel<T, F, A, kQuantize, kAmax><<<blocks, kThreads, 0, stream>>>(
-      static_cast<const T*>(in), total, cols, scale, saturate, out, reinterpret_cast<unsigned*>(amax));
+  flat_cast_kernel<T, F, A, kQuantize, kAmax, kCount><<<blocks, kThreads, 0, stream>>>(
+      static_cast<const T*>(in), total, cols, scale, saturate, out, reinterpret_cast<unsigned*>(amax),
+      reinterpret_cast<unsigned long long*>(counts));
   return after_launch(kQuantize ? "flat cast kernel" : "amax kernel");
 }
 
@@ -360,29 +342,30 @@ int tiled_row_tiles() {
   }
 }
 
-template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, int kRowTiles>
+template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, bool kCount, int kRowTiles>
 LaunchResult launch_tiled_groups(const void* in, int64_t rows, int64_t cols, const ScaleSource& scale, bool saturate,
-                                 uint8_t* out, uint8_t* out_t, float* amax, cudaStream_t stream) {
+                                 uint8_t* out, uint8_t* out_t, float* amax, uint64_t* counts, cudaStream_t stream) {
   const unsigned gx = blocks_for(cols, kTile);
   if (gx == 0) return kTooLarge;
   const int64_t groups = ceil_div(rows, static_cast<int64_t>(kTile) * kRowTiles);
   const dim3 grid(gx, static_cast<unsigned>(groups < kMaxGridY ? groups : kMaxGridY));
-  tiled_cast_kernel<T, F, A, kQuantize, kAmax, kRowTiles><<<grid, kThreads, 0, stream>>>(
-      static_cast<const T*>(in), rows, cols, scale, saturate, out, out_t, reinterpret_cast<unsigned*>(amax));
+  tiled_cast_kernel<T, F, A, kQuantize, kAmax, kRowTiles, kCount><<<grid, kThreads, 0, stream>>>(
+      static_cast<const T*>(in), rows, cols, scale, saturate, out, out_t, reinterpret_cast<unsigned*>(amax),
+      reinterpret_cast<unsigned long long*>(counts));
   return after_launch(kQuantize ? "tiled cast kernel" : "columnwise amax kernel");
 }
 
-template <typename T, Format F, Axis A, bool kQuantize, bool kAmax>
+template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, bool kCount = false>
 LaunchResult launch_tiled(const void* in, int64_t rows, int64_t cols, const ScaleSource& scale, bool saturate,
-                          uint8_t* out, uint8_t* out_t, float* amax, cudaStream_t stream) {
+                          uint8_t* out, uint8_t* out_t, float* amax, uint64_t* counts, cudaStream_t stream) {
   if constexpr (!std::is_same_v<T, float>) {
     if (tiled_row_tiles<T>() == 2) {
-      return launch_tiled_groups<T, F, A, kQuantize, kAmax, 2>(in, rows, cols, scale, saturate, out, out_t, amax,
-                                                               stream);
+      return launch_tiled_groups<T, F, A, kQuantize, kAmax, kCount, 2>(in, rows, cols, scale, saturate, out, out_t,
+                                                                       amax, counts, stream);
     }
   }
-  return launch_tiled_groups<T, F, A, kQuantize, kAmax, 1>(in, rows, cols, scale, saturate, out, out_t, amax,
-                                                           stream);
+  return launch_tiled_groups<T, F, A, kQuantize, kAmax, kCount, 1>(in, rows, cols, scale, saturate, out, out_t, amax,
+                                                                   counts, stream);
 }
 
 }  // namespace
@@ -396,12 +379,13 @@ LaunchResult launch_amax(const void* x, HpType type, int64_t rows, int64_t cols,
     constexpr Format kAny = Format::kE4M3;  // no quantization: the format is unused
     switch (axis) {
       case Axis::kTensor: return launch_flat<T, kAny, Axis::kTensor, false, true>(x, rows, cols, {}, true, nullptr,
-                                                                                 out, stream);
+                                                                                 out, nullptr, stream);
       case Axis::kRow: return launch_flat<T, kAny, Axis::kRow, false, true>(x, rows, cols, {}, true, nullptr, out,
-                                                                           stream);
+                                                                           nullptr, stream);
       case Axis::kColumn: break;
     }
-    return launch_tiled<T, kAny, Axis::kColumn, false, true>(x, rows, cols, {}, true, nullptr, nullptr, out, stream);
+    return launch_tiled<T, kAny, Axis::kColumn, false, true>(x, rows, cols, {}, true, nullptr, nullptr, out, nullptr,
+                                                             stream);
   });
 }
 
@@ -427,6 +411,10 @@ LaunchResult launch_cast(const CastLaunch& a, cudaStream_t stream) {
   if (a.amax != nullptr) {
     if (auto r = zero(a.amax, count_for(a.axis, a.rows, a.cols), stream); !r.ok()) return r;
   }
+  if (a.range_counts != nullptr) {
+    const cudaError_t e = cudaMemsetAsync(a.range_counts, 0, 2 * sizeof(uint64_t), stream);
+    if (e != cudaSuccess) return {e, "cudaMemsetAsync(range counts)"};
+  }
   if (a.rows == 0 || a.cols == 0) return {};
   // The tiled kernel is needed for the transpose, and for columnwise amax (a reduction
   // down columns); everything else streams through the flat kernel.
@@ -449,21 +437,24 @@ LaunchResult launch_cast(const CastLaunch& a, cudaStream_t stream) {
       constexpr Format F = decltype(format_tag)::value;
       return with_axis(a.axis, [&](auto axis_tag) {
         constexpr Axis A = decltype(axis_tag)::value;
-        if (tiled) {
-          return a.amax != nullptr
-                     ? launch_tiled<T, F, A, true, true>(a.input, a.rows, a.cols, scale, a.saturate, a.out,
-                                                         a.out_t, a.amax, stream)
-                     : launch_tiled<T, F, A, true, false>(a.input, a.rows, a.cols, scale, a.saturate, a.out,
-                                                          a.out_t, nullptr, stream);
-        }
-        if constexpr (A != Axis::kColumn) {
-          if (a.amax != nullptr) {
-            return launch_flat<T, F, A, true, true>(a.input, a.rows, a.cols, scale, a.saturate, a.out, a.amax,
-                                                    stream);
+        return with_flag(a.range_counts != nullptr, [&](auto count_tag) {
+          constexpr bool kCount = decltype(count_tag)::value;
+          if (tiled) {
+            return a.amax != nullptr
+                       ? launch_tiled<T, F, A, true, true, kCount>(a.input, a.rows, a.cols, scale, a.saturate, a.out,
+                                                                   a.out_t, a.amax, a.range_counts, stream)
+                       : launch_tiled<T, F, A, true, false, kCount>(a.input, a.rows, a.cols, scale, a.saturate,
+                                                                    a.out, a.out_t, nullptr, a.range_counts, stream);
           }
-        }
-        return launch_flat<T, F, A, true, false>(a.input, a.rows, a.cols, scale, a.saturate, a.out, nullptr,
-                                                 stream);
+          if constexpr (A != Axis::kColumn) {
+            if (a.amax != nullptr) {
+              return launch_flat<T, F, A, true, true, kCount>(a.input, a.rows, a.cols, scale, a.saturate, a.out,
+                                                              a.amax, a.range_counts, stream);
+            }
+          }
+          return launch_flat<T, F, A, true, false, kCount>(a.input, a.rows, a.cols, scale, a.saturate, a.out,
+                                                           nullptr, a.range_counts, stream);
+        });
       });
     });
   });

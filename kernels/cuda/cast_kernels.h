@@ -62,9 +62,12 @@ struct CastLaunch {
   bool pow2_scale = false;
   float* scale_out = nullptr;
   float* inv_scale_out = nullptr;
+  // Optional: counts[0] / counts[1] = the cast's saturated / underflowed values, as
+  // launch_range_count gives them, taken in the same pass (zeroed first).
+  uint64_t* range_counts = nullptr;
 };
 
-// One fused pass: quantize, write out and/or out_t, and reduce the amax.
+// One fused pass: quantize, write out and/or out_t, reduce the amax and count the range.
 LaunchResult launch_cast(const CastLaunch& args, cudaStream_t stream);
 
 // counts[0] = values whose x·scale saturates, counts[1] = nonzero values whose x·scale

@@ -134,6 +134,30 @@ __device__ __forceinline__ void block_max_atomic(unsigned* dst, uint32_t v) {
   }
 }
 
+// Block-wide sums of two counters, added to dst[0] and dst[1] with one 64-bit atomic each
+// per block. Every thread of the block must call it.
+__device__ __forceinline__ void block_sum2_atomic(unsigned long long* dst, uint32_t a, uint32_t b) {
+  __shared__ uint32_t warp_a[kThreads / 32];
+  __shared__ uint32_t warp_b[kThreads / 32];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  a = __reduce_add_sync(kFullMask, a);
+  b = __reduce_add_sync(kFullMask, b);
+  if (lane == 0) {
+    warp_a[warp] = a;
+    warp_b[warp] = b;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    a = __reduce_add_sync(kFullMask, lane < kThreads / 32 ? warp_a[lane] : 0u);
+    b = __reduce_add_sync(kFullMask, lane < kThreads / 32 ? warp_b[lane] : 0u);
+    if (lane == 0) {
+      if (a != 0) atomicAdd(dst, static_cast<unsigned long long>(a));
+      if (b != 0) atomicAdd(dst + 1, static_cast<unsigned long long>(b));
+    }
+  }
+}
+
 // Rowwise amax across a warp whose lanes hold consecutive chunks: lanes with the same
 // row form one contiguous segment (rows never decrease along the lanes), reduced with a
 // segmented shuffle so that each segment issues one atomic. Inactive lanes (past the end
@@ -179,15 +203,31 @@ struct ScaleSource {
   }
 };
 
+// The range counts (fp8.h's CastRangeCounts: what count_cast_range gives) of the elements a
+// thread casts, on the same y = x · scale as its cast; summed per block at the kernel's end.
+struct RangeTally {
+  uint32_t saturated = 0;
+  uint32_t underflow = 0;
+
+  template <Format F>
+  __device__ __forceinline__ void add(float x, float scale) {
+    const float y = x * scale;
+    saturated += fp8_saturates(y, F) ? 1u : 0u;
+    underflow += fp8_underflows(x, y, F) ? 1u : 0u;
+  }
+};
+
 // ---- flat cast / amax ----------------------------------------------------------------------------
 
 // One 16-element chunk per thread. kQuantize: write `out`; kAmax: reduce the amax at A
-// (tensor or row; columnwise amax goes to the tiled kernel).
-template <typename T, Format F, Axis A, bool kQuantize, bool kAmax>
+// (tensor or row; columnwise amax goes to the tiled kernel); kCount: add the cast's range
+// counts to `counts`.
+template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, bool kCount = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     flat_cast_kernel(const T* __restrict__ in, int64_t total, int64_t cols, ScaleSource scale, bool saturate,
-                     uint8_t* __restrict__ out, unsigned* __restrict__ amax) {
+                     uint8_t* __restrict__ out, unsigned* __restrict__ amax, unsigned long long* __restrict__ counts) {
   static_assert(!(kAmax && A == Axis::kColumn), "columnwise amax runs in the tiled kernel");
+  static_assert(kQuantize || !kCount, "range counts are of a cast");
   const int64_t e0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kChunk;
   const int n = e0 < total ? static_cast<int>(total - e0 < kChunk ? total - e0 : kChunk) : 0;
 
@@ -208,6 +248,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
   uint32_t words[4] = {0u, 0u, 0u, 0u};
   uint32_t run = 0;  // amax bits of this thread's elements not yet flushed
+  RangeTally tally;
   if (A == Axis::kTensor || pos.col + n <= cols) {
     // The chunk lies in one row: always the case when cols % 16 == 0.
     const float s = first_scale;
@@ -217,6 +258,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         if constexpr (kQuantize) {
           const float si = A == Axis::kColumn ? __ldg(scale.scale + pos.col + i) : s;
           words[i / 4] |= static_cast<uint32_t>(quantize_value(v[i], si, F, saturate)) << (8 * (i % 4));
+          if constexpr (kCount) tally.add<F>(v[i], si);
         }
         if constexpr (kAmax) run = amax_bits_update(run, v[i]);
       }
@@ -232,6 +274,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         if constexpr (kQuantize) {
           const float si = A == Axis::kColumn ? __ldg(scale.scale + c) : s;
           words[i / 4] |= static_cast<uint32_t>(quantize_value(v[i], si, F, saturate)) << (8 * (i % 4));
+          if constexpr (kCount) tally.add<F>(v[i], si);
         }
         if constexpr (kAmax) run = amax_bits_update(run, v[i]);
         if (++c == cols && i + 1 < n) {
@@ -257,6 +300,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   if constexpr (kAmax && A == Axis::kTensor) block_max_atomic(amax, run);
   if constexpr (kAmax && A == Axis::kRow) row_segment_max_atomic(amax, n > 0, pos.row, run);
+  if constexpr (kCount) block_sum2_atomic(counts, tally.saturated, tally.underflow);
 }
 
 // ---- tiled cast (transpose) / columnwise amax ------------------------------------------------
@@ -355,10 +399,13 @@ constexpr int tiled_min_blocks() {
 // Grid: x over column tiles, y over groups of kRowTiles row tiles (looping when there are
 // more than 65535 groups). 256 threads: in the load phase thread t owns row t/4 of each
 // tile of the group, quarter t%4; in the transpose phase it owns a 4x4 block of each tile.
-template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, int kRowTiles = 1>
+// kQuantize, kAmax and kCount as in flat_cast_kernel (amax at any axis here).
+template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, int kRowTiles = 1, bool kCount = false>
 __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles>())
     tiled_cast_kernel(const T* __restrict__ in, int64_t rows, int64_t cols, ScaleSource scale, bool saturate,
-                      uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, unsigned* __restrict__ amax) {
+                      uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, unsigned* __restrict__ amax,
+                      unsigned long long* __restrict__ counts) {
+  static_assert(kQuantize || !kCount, "range counts are of a cast");
   constexpr int V = Hp<T>::kVec;
   constexpr int kGroupRows = kTile * kRowTiles;
   __shared__ uint32_t tile[kRowTiles * kTile * kPitch];
@@ -383,6 +430,7 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles>())
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const int64_t groups = (rows + kGroupRows - 1) / kGroupRows;
   uint32_t tensor_max = 0;
+  RangeTally tally;
 
 #pragma unroll 1
   for (int64_t g = blockIdx.y; g < groups; g += gridDim.y) {
@@ -420,7 +468,9 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles>())
               const int64_t col = c0 + tile_col<V>(e, quarter);
               se = col < cols ? __ldg(scale.scale + col) : 0.0f;  // columnwise: scales as given
             }
-            word |= static_cast<uint32_t>(quantize_value(raw[k].at(e), se, F, saturate)) << (8 * b);
+            const float x = raw[k].at(e);
+            word |= static_cast<uint32_t>(quantize_value(x, se, F, saturate)) << (8 * b);
+            if constexpr (kCount) tally.add<F>(x, se);
           }
           // Four consecutive elements of a vector are four consecutive tile columns.
           tile[(k * kTile + tr) * kPitch + tile_col<V>(4 * w, quarter) / 4] = word;
@@ -525,6 +575,7 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles>())
   }
 
   if constexpr (kAmax && A == Axis::kTensor) block_max_atomic(amax, tensor_max);
+  if constexpr (kCount) block_sum2_atomic(counts, tally.saturated, tally.underflow);
 }
 
 }  // namespace fp8::cuda::cast_device

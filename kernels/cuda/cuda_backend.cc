@@ -188,6 +188,7 @@ class CudaBackend final : public Backend {
     c.out = a.out;
     c.out_t = a.out_t;
     c.amax = a.amax_out;
+    c.range_counts = reinterpret_cast<uint64_t*>(a.range_counts);
     return cuda_status(cuda::launch_cast(c, stream_));
   }
 
@@ -250,6 +251,7 @@ class CudaBackend final : public Backend {
     c.saturate = q.saturate;
     c.out = q.out;
     c.out_t = q.out_t;
+    c.range_counts = reinterpret_cast<uint64_t*>(q.range_counts);
     return cuda_status(cuda::launch_cast(c, stream_));
   }
 

@@ -66,7 +66,10 @@ class ReferenceBackend final : public cpu::HostMemoryBackend {
         if (a.out_t != nullptr) a.out_t[c * x.rows + r] = q;
       }
     }
-    if (a.amax_out != nullptr) return amax(x, a.granularity, a.amax_out);
+    if (a.amax_out != nullptr) {
+      if (auto s = amax(x, a.granularity, a.amax_out); !s.ok()) return s;
+    }
+    if (a.range_counts != nullptr) return count_cast_range(range_args_of(a, a.range_counts));
     return absl::OkStatus();
   }
 

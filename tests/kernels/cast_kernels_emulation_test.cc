@@ -25,12 +25,20 @@ struct Shape {
   int64_t rows, cols;
 };
 
-// Magnitudes across the e4m3 and e5m2 ranges after scaling, some past them (saturation).
+// Magnitudes across the e4m3 and e5m2 ranges after scaling, some past them: saturating
+// (~300, and 1e6 for either format) and underflowing (~1e-3 for e4m3, 1e-9 for either).
 std::vector<float> test_values(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = normal(rng) * (i % 7 == 0 ? 300.0f : i % 11 == 3 ? 1e-3f : 1.0f);
+  for (size_t i = 0; i < n; ++i) {
+    const float magnitude = i % 13 == 5   ? 1e6f
+                            : i % 17 == 9 ? 1e-9f
+                            : i % 7 == 0  ? 300.0f
+                            : i % 11 == 3 ? 1e-3f
+                                          : 1.0f;
+    v[i] = normal(rng) * magnitude;
+  }
   return v;
 }
 
@@ -44,9 +52,11 @@ Granularity granularity_of(Axis a) {
 // that blocks loop) or the flat one (out), with the amax where that kernel reduces it,
 // against the reference backend's cast of the same input. With derive_scales (tensorwise
 // and rowwise, tiled) the kernel derives each scale from a given amax and publishes it and
-// its inverse, as launch_cast asks of it when dynamic scaling rides in the cast.
+// its inverse, as launch_cast asks of it when dynamic scaling rides in the cast. With
+// count it also counts the cast's range, against the reference's count_cast_range.
 template <typename T, Format F, Axis A, bool kTiled, int kRowTiles = 1>
-void expect_reference_cast(const Shape& s, uint32_t seed, unsigned max_grid_y = 65535, bool derive_scales = false) {
+void expect_reference_cast(const Shape& s, uint32_t seed, unsigned max_grid_y = 65535, bool derive_scales = false,
+                           bool count = false) {
   constexpr bool kAmax = kTiled || A != Axis::kColumn;
   const auto values = test_values(static_cast<size_t>(s.rows * s.cols), seed);
   std::vector<T> in(values.size());
@@ -92,17 +102,41 @@ void expect_reference_cast(const Shape& s, uint32_t seed, unsigned max_grid_y = 
     source.scale = scale.data();
   }
   auto* amax_words = reinterpret_cast<unsigned*>(amax.data());
+  // The range counts, which the kernels take in the same pass (kCount) when asked.
+  unsigned long long counts[2] = {0, 0};
+  auto* counts_out = count ? counts : nullptr;
   if constexpr (kTiled) {
     const auto gx = static_cast<unsigned>((s.cols + kTile - 1) / kTile);
     const auto groups = static_cast<unsigned>((s.rows + kTile * kRowTiles - 1) / (kTile * kRowTiles));
-    emulation::launch_grid(gx, std::min(groups, max_grid_y), kThreads, 0,
-                           tiled_cast_kernel<T, F, A, true, kAmax, kRowTiles>, in.data(), s.rows, s.cols, source,
-                           true, out.data(), out_t.data(), kAmax ? amax_words : nullptr);
+    const unsigned gy = std::min(groups, max_grid_y);
+    auto launch = [&](auto kernel) {
+      emulation::launch_grid(gx, gy, kThreads, 0, kernel, in.data(), s.rows, s.cols, source, true, out.data(),
+                             out_t.data(), kAmax ? amax_words : nullptr, counts_out);
+    };
+    if (count) {
+      launch(tiled_cast_kernel<T, F, A, true, kAmax, kRowTiles, true>);
+    } else {
+      launch(tiled_cast_kernel<T, F, A, true, kAmax, kRowTiles, false>);
+    }
   } else {
     const int64_t total = s.rows * s.cols;
     const auto blocks = static_cast<unsigned>((total + kChunk * kThreads - 1) / (kChunk * kThreads));
-    emulation::launch(blocks, kThreads, 0, flat_cast_kernel<T, F, A, true, kAmax>, in.data(), total, s.cols, source,
-                      true, out.data(), kAmax ? amax_words : nullptr);
+    auto launch = [&](auto kernel) {
+      emulation::launch(blocks, kThreads, 0, kernel, in.data(), total, s.cols, source, true, out.data(),
+                        kAmax ? amax_words : nullptr, counts_out);
+    };
+    if (count) {
+      launch(flat_cast_kernel<T, F, A, true, kAmax, true>);
+    } else {
+      launch(flat_cast_kernel<T, F, A, true, kAmax, false>);
+    }
+  }
+  if (count) {
+    CastRangeCounts want_counts;
+    ASSERT_TRUE(reference_backend().count_cast_range(range_args_of(c, &want_counts)).ok());
+    EXPECT_EQ(counts[0], want_counts.saturated) << "saturated";
+    EXPECT_EQ(counts[1], want_counts.underflow) << "underflow";
+    EXPECT_GT(want_counts.saturated + want_counts.underflow, 0u) << "the values reach past the format's range";
   }
   EXPECT_EQ(out, want) << "codes";
   if (kTiled) {
@@ -122,17 +156,20 @@ void expect_both_kernels(const Shape& s, uint32_t seed) {
   SCOPED_TRACE(::testing::Message() << (std::is_same_v<T, float> ? "fp32 " : "bf16 ") << format_name(F) << " "
                                     << granularity_name(granularity_of(A)) << " [" << s.rows << ", " << s.cols
                                     << "]");
-  {
-    SCOPED_TRACE("tiled");
-    expect_reference_cast<T, F, A, true>(s, seed);
-  }
-  {
-    SCOPED_TRACE("tiled, two row tiles a block");
-    expect_reference_cast<T, F, A, true, 2>(s, seed);
-  }
-  {
-    SCOPED_TRACE("flat");
-    expect_reference_cast<T, F, A, false>(s, seed);
+  for (bool count : {false, true}) {
+    SCOPED_TRACE(count ? "counting the range" : "");
+    {
+      SCOPED_TRACE("tiled");
+      expect_reference_cast<T, F, A, true>(s, seed, 65535, false, count);
+    }
+    {
+      SCOPED_TRACE("tiled, two row tiles a block");
+      expect_reference_cast<T, F, A, true, 2>(s, seed, 65535, false, count);
+    }
+    {
+      SCOPED_TRACE("flat");
+      expect_reference_cast<T, F, A, false>(s, seed, 65535, false, count);
+    }
   }
 }
 

@@ -1,5 +1,6 @@
-// count_cast_range, the saturation / underflow count behind the numerics metrics, run
-// against every backend like the rest of the contract: the reference and the fast CPU
+// count_cast_range, the saturation / underflow count behind the numerics metrics, and the
+// same counts taken by a cast or quantize as it casts (range_counts), run against every
+// backend like the rest of the contract: the reference and the fast CPU
 // backend (unit tests), and CUDA (gpu tests; skipped, saying why, where no GPU is present).
 //
 // Values sit exactly on the boundaries float_to_fp8 rounds at (fp8 max, max + half an ulp,
@@ -131,22 +132,45 @@ Layout layout(const std::vector<Boundary>& table, Shape s, Granularity g, DType 
   return l;
 }
 
-// Runs count_cast_range on the backend under test; input given as fp32 host values and
+// How the counts are taken: by count_cast_range, or by a cast that counts as it casts
+// (CastArgs::range_counts), writing out (on the GPU, the flat kernel) or only out_t (the
+// tiled one). All three must count alike.
+enum class Route { kCountPass, kCastOut, kCastOutT };
+constexpr Route kRoutes[] = {Route::kCountPass, Route::kCastOut, Route::kCastOutT};
+const char* route_name(Route r) {
+  return r == Route::kCountPass ? "count_cast_range" : r == Route::kCastOut ? "cast to out" : "cast to out_t";
+}
+
+// Counts on the backend under test by `route`; input given as fp32 host values and
 // uploaded as `t` (bf16 values in the layout are exact in bf16).
 CastRangeCounts count(Backend* b, const std::vector<float>& x, Shape s, DType t, Format f, Granularity g,
-                      const std::vector<float>& scales) {
+                      const std::vector<float>& scales, Route route = Route::kCountPass) {
   Buffer<float> xf(b, x);
   Buffer<uint16_t> xb(b, testing::to_bf16(x));
   Buffer<float> sc(b, scales.empty() ? std::vector<float>{1.0f} : scales);
   Buffer<CastRangeCounts> out(b, 1);
   out.upload({CastRangeCounts{12345, 67890}});  // overwritten, not added to
-  CastRangeArgs a;
-  a.input = {t == DType::kFloat32 ? static_cast<const void*>(xf.get()) : xb.get(), t, s.rows, s.cols};
-  a.format = f;
-  a.granularity = g;
-  a.scale = sc.get();
-  a.counts = out.get();
-  const absl::Status st = b->count_cast_range(a);
+  const MatrixRef input{t == DType::kFloat32 ? static_cast<const void*>(xf.get()) : xb.get(), t, s.rows, s.cols};
+  absl::Status st;
+  if (route == Route::kCountPass) {
+    CastRangeArgs a;
+    a.input = input;
+    a.format = f;
+    a.granularity = g;
+    a.scale = sc.get();
+    a.counts = out.get();
+    st = b->count_cast_range(a);
+  } else {
+    Buffer<uint8_t> codes(b, x.size());
+    CastArgs c;
+    c.input = input;
+    c.format = f;
+    c.granularity = g;
+    c.scale = sc.get();
+    (route == Route::kCastOut ? c.out : c.out_t) = codes.get();
+    c.range_counts = out.get();
+    st = b->cast(c);
+  }
   EXPECT_TRUE(st.ok()) << st;
   return out.download()[0];
 }
@@ -159,12 +183,15 @@ TEST_P(CastRangeContract, BoundaryValuesCountExactlyForEveryFormatGranularityAnd
       const std::vector<Boundary> table = boundaries(f);
       for (Granularity g : {Granularity::kTensorwise, Granularity::kRowwise, Granularity::kColumnwise}) {
         for (DType t : {DType::kFloat32, DType::kBFloat16}) {
-          SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.cols << " " << format_name(f) << " "
-                                            << granularity_name(g) << " " << dtype_name(t));
           const Layout l = layout(table, s, g, t);
-          const CastRangeCounts got = count(b_, l.x, s, t, f, g, l.scales);
-          EXPECT_EQ(got.saturated, l.want.saturated);
-          EXPECT_EQ(got.underflow, l.want.underflow);
+          for (Route route : kRoutes) {
+            SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.cols << " " << format_name(f) << " "
+                                              << granularity_name(g) << " " << dtype_name(t) << " "
+                                              << route_name(route));
+            const CastRangeCounts got = count(b_, l.x, s, t, f, g, l.scales, route);
+            EXPECT_EQ(got.saturated, l.want.saturated);
+            EXPECT_EQ(got.underflow, l.want.underflow);
+          }
         }
       }
     }
@@ -176,12 +203,15 @@ TEST_P(CastRangeContract, EachBoundaryValueAlone) {
   for (Format f : {Format::kE4M3, Format::kE5M2}) {
     for (const Boundary& b : boundaries(f)) {
       for (DType t : {DType::kFloat32, DType::kBFloat16}) {
-        SCOPED_TRACE(::testing::Message() << format_name(f) << " " << b.what << " " << dtype_name(t));
-        // Scale 4: x = y / 4 (exact) is what the cast sees.
-        const std::vector<float> x(16, step(b.base, b.ulps, t) / 4.0f);
-        const CastRangeCounts got = count(b_, x, {1, 16}, t, f, Granularity::kTensorwise, {4.0f});
-        EXPECT_EQ(got.saturated, b.saturated ? 16u : 0u);
-        EXPECT_EQ(got.underflow, b.underflow ? 16u : 0u);
+        for (Route route : kRoutes) {
+          SCOPED_TRACE(::testing::Message() << format_name(f) << " " << b.what << " " << dtype_name(t) << " "
+                                            << route_name(route));
+          // Scale 4: x = y / 4 (exact) is what the cast sees.
+          const std::vector<float> x(16, step(b.base, b.ulps, t) / 4.0f);
+          const CastRangeCounts got = count(b_, x, {1, 16}, t, f, Granularity::kTensorwise, {4.0f}, route);
+          EXPECT_EQ(got.saturated, b.saturated ? 16u : 0u);
+          EXPECT_EQ(got.underflow, b.underflow ? 16u : 0u);
+        }
       }
     }
   }
@@ -224,9 +254,50 @@ TEST_P(CastRangeContract, ZeroScaleFlushesEveryNonzeroValue) {
 }
 
 TEST_P(CastRangeContract, EmptyInputWritesZeros) {
-  const CastRangeCounts got = count(b_, {}, {0, 16}, DType::kFloat32, Format::kE4M3, Granularity::kRowwise, {});
-  EXPECT_EQ(got.saturated, 0u);
-  EXPECT_EQ(got.underflow, 0u);
+  for (Route route : kRoutes) {
+    SCOPED_TRACE(route_name(route));
+    const CastRangeCounts got =
+        count(b_, {}, {0, 16}, DType::kFloat32, Format::kE4M3, Granularity::kRowwise, {}, route);
+    EXPECT_EQ(got.saturated, 0u);
+    EXPECT_EQ(got.underflow, 0u);
+  }
+}
+
+// A quantize that counts as it casts counts with the scales it derived: what
+// count_cast_range finds with its scale_out. Outliers set the amaxes and push small
+// values into underflow (dynamic scaling saturates nothing by construction).
+TEST_P(CastRangeContract, QuantizeCountsWithTheScalesItDerives) {
+  const Shape s{70, 96};
+  std::vector<float> x = testing::gaussian(static_cast<size_t>(s.rows * s.cols), 12);
+  for (size_t i = 0; i < x.size(); i += 37) x[i] *= 1e9f;
+  for (size_t i = 11; i < x.size(); i += 41) x[i] *= 1e-9f;
+  for (Format f : {Format::kE4M3, Format::kE5M2}) {
+    for (Granularity g : {Granularity::kTensorwise, Granularity::kRowwise, Granularity::kColumnwise}) {
+      for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+        SCOPED_TRACE(::testing::Message() << format_name(f) << " " << granularity_name(g) << " " << dtype_name(t));
+        const int64_t n = scale_count(g, s.rows, s.cols);
+        Buffer<float> xf(b_, x);
+        Buffer<uint16_t> xb(b_, testing::to_bf16(x));
+        Buffer<float> scales(b_, static_cast<size_t>(n));
+        Buffer<uint8_t> codes(b_, x.size()), codes_t(b_, x.size());
+        Buffer<CastRangeCounts> counted(b_, 1);
+        QuantizeArgs q;
+        q.input = {t == DType::kFloat32 ? static_cast<const void*>(xf.get()) : xb.get(), t, s.rows, s.cols};
+        q.format = f;
+        q.granularity = g;
+        q.out = codes.get();
+        q.out_t = codes_t.get();
+        q.scale_out = scales.get();
+        q.range_counts = counted.get();
+        ASSERT_TRUE(b_->quantize(q).ok());
+        const CastRangeCounts got = counted.download()[0];
+        const CastRangeCounts want = count(b_, x, s, t, f, g, scales.download());
+        EXPECT_EQ(got.saturated, want.saturated);
+        EXPECT_EQ(got.underflow, want.underflow);
+        EXPECT_GT(want.underflow, 0u);
+      }
+    }
+  }
 }
 
 TEST_P(CastRangeContract, BadArgumentsAreRejectedWithoutTouchingMemory) {

@@ -254,9 +254,9 @@ struct Float8Linear::State {
   int weight_plan() const { return use[static_cast<int>(TensorKind::kWeight)][kAsStored]; }
   bool takes_fp8_weight() const;
   absl::Status run_cast(CastPlan& p, const MatrixRef& input, int slot_row, const float* known_row_amax);
-  // After a cast: counts what it saturated and flushed when measuring (else marks the plan
-  // unmeasured). `g` and p.scale_in_use must be what the cast just used.
-  absl::Status count_range(CastPlan& p, const MatrixRef& input, Granularity g);
+  // Where the cast about to run writes what it saturated and flushed (its range_counts):
+  // p.range_counts when measuring, else nowhere (the plan is then unmeasured).
+  absl::StatusOr<CastRangeCounts*> range_counts_for(CastPlan& p);
   // `count` ones of fp32 or bf16.
   absl::StatusOr<const void*> hp_ones(DType dtype, int64_t count);
   AmaxSlots& slots_of(TensorKind t) { return t == TensorKind::kGradOutput ? backward_slots : forward_slots; }
@@ -377,6 +377,8 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
   reserved.Update(p.inv_scale.reserve(float_bytes(scales)));
   reserved.Update(p.amax.reserve(float_bytes(scales)));
   if (!reserved.ok()) return reserved;
+  absl::StatusOr<CastRangeCounts*> range_counts = range_counts_for(p);
+  if (!range_counts.ok()) return range_counts.status();
   p.external = false;
   p.external_out = nullptr;
   p.external_out_t = nullptr;
@@ -397,11 +399,11 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
     c.out = out;
     c.out_t = out_t;
     c.amax_out = delayed_amax;
+    c.range_counts = *range_counts;
     if (auto s = backend.cast(c); !s.ok()) return s;
     p.scale_in_use = scale;
     p.inv_scale_in_use = scale + kFloatsPer16Bytes;
     p.host_scale_in_use = p.delayed->next_scale();
-    if (auto s = count_range(p, input, c.granularity); !s.ok()) return s;
   } else {
     // Dynamic scaling. A delayed cast comes here while its history holds no usable amax
     // (its first step): TransformerEngine would cast with scale 1 then, which can clip or
@@ -418,12 +420,12 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
     q.amax_out = delayed_amax != nullptr ? delayed_amax : p.amax.as<float>();
     // The rows' amaxes give the tensor's and each row's, not a column's.
     if (known_row_amax != nullptr && p.granularity != Granularity::kColumnwise) q.row_amax = known_row_amax;
+    q.range_counts = *range_counts;
     if (auto s = backend.quantize(q); !s.ok()) return s;
     if (q.row_amax != nullptr) ++row_amax_casts;
     p.scale_in_use = p.scale.as<float>();
     p.inv_scale_in_use = p.inv_scale.as<float>();
     p.host_scale_in_use.reset();
-    if (auto s = count_range(p, input, q.granularity); !s.ok()) return s;
   }
 
   if (p.make_dequantized) {
@@ -444,19 +446,11 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
   return absl::OkStatus();
 }
 
-absl::Status Float8Linear::State::count_range(CastPlan& p, const MatrixRef& input, Granularity g) {
-  p.range_counted = false;
-  if (!measuring) return absl::OkStatus();
+absl::StatusOr<CastRangeCounts*> Float8Linear::State::range_counts_for(CastPlan& p) {
+  p.range_counted = measuring;
+  if (!measuring) return nullptr;
   if (auto s = p.range_counts.reserve(sizeof(CastRangeCounts)); !s.ok()) return s;
-  CastRangeArgs r;
-  r.input = input;
-  r.format = p.config.format();
-  r.granularity = g;
-  r.scale = p.scale_in_use;
-  r.counts = p.range_counts.as<CastRangeCounts>();
-  if (auto s = backend.count_cast_range(r); !s.ok()) return s;
-  p.range_counted = true;
-  return absl::OkStatus();
+  return p.range_counts.as<CastRangeCounts>();
 }
 
 absl::Status Float8Linear::State::cast_tensor(TensorKind t, const MatrixRef& data, int slot_row,

@@ -70,9 +70,10 @@ const char* tensor_kind_name(TensorKind t);
 // was clipped by that factor. Dynamic scaling keeps it ≤ 1 by construction; delayed
 // scaling exceeds 1 when a tensor grows faster than its history.
 //
-// How many values were clipped or flushed to zero takes a pass of its own over the tensor
-// (Backend::count_cast_range), so it is measured only for casts that ran while the layer
-// was measuring (Float8Linear::set_measuring); `measured` says whether this one did. Both
+// How many values were clipped or flushed to zero is counted by the cast itself
+// (CastArgs::range_counts: on the GPU in the same pass, on the CPU in one more), only for
+// casts that ran while the layer was measuring (Float8Linear::set_measuring), since
+// reading the counts back costs a copy per cast; `measured` says whether this one did. Both
 // counts follow fp8::CastRangeArgs: Inf saturates, NaN counts as neither, a value within
 // half an fp8 ulp of max rounds to max and is not saturated (so dynamic scaling, whose
 // amax·scale is max up to fp32 rounding, counts 0 by construction).

@@ -64,7 +64,11 @@ struct MatrixRef {
 //   out_t    [cols, rows] fp8, the transpose (Hopper's fp8 GEMM wants K-contiguous
 //            operands, so backward GEMMs need transposed fp8 copies)
 //   amax_out the input's amax at `granularity` (what delayed scaling records)
+//   range_counts  how many values saturated and underflowed: count_cast_range of the
+//            same input, format, granularity and scales (below), without a pass of its
+//            own on the GPU; backend memory, overwritten
 // At least one of out / out_t is required.
+struct CastRangeCounts;
 struct CastArgs {
   MatrixRef input;
   Format format = Format::kE4M3;
@@ -74,6 +78,7 @@ struct CastArgs {
   uint8_t* out = nullptr;
   uint8_t* out_t = nullptr;
   float* amax_out = nullptr;
+  CastRangeCounts* range_counts = nullptr;
 };
 
 // Dynamic scaling: amax, then scale = fp8_max / max(amax, 1e-12) (optionally rounded
@@ -100,6 +105,8 @@ struct QuantizeArgs {
   // Optional, scale_count entries: inverse_scale(scale_out[i]) (arith.h), the factors a
   // scaled GEMM dequantizes with, written in the same step as the scales.
   float* inv_scale_out = nullptr;
+  // Optional: the cast's range counts, as CastArgs::range_counts, with the scales computed.
+  CastRangeCounts* range_counts = nullptr;
 };
 
 // What a quantize takes its amaxes from: the input, or the [rows, 1] vector of its row
@@ -120,6 +127,7 @@ inline CastArgs cast_step_of(const QuantizeArgs& q) {
   c.saturate = q.saturate;
   c.out = q.out;
   c.out_t = q.out_t;
+  c.range_counts = q.range_counts;
   return c;
 }
 

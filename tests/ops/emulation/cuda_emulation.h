@@ -147,6 +147,9 @@ inline unsigned atomicMax(unsigned* p, unsigned v) {
   }
   return old;
 }
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  return std::atomic_ref<unsigned long long>(*p).fetch_add(v);
+}
 template <class T>
 inline T __ldg(const T* p) {
   return *p;
