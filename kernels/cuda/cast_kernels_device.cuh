@@ -386,10 +386,12 @@ __device__ __forceinline__ void load_tile_row(const T* __restrict__ in, int64_t 
 // elements a µs either way. Two remedies for bf16, chosen at launch (tiled_row_tiles):
 // more resident blocks (one row tile: tensorwise casts fit 40 registers, 6 blocks, rowwise
 // ones 48, 5, without spilling per ptxas -v, sm_90), or two row tiles a block, which puts as
-// many bytes a thread in flight as fp32's one tile. Columnwise bf16 casts, and fp32, keep 4.
-template <typename T, Axis A, int kRowTiles>
+// many bytes a thread in flight as fp32's one tile. Columnwise bf16 casts, fp32, and casts
+// that count their range (measured steps only: their tallies would spill at 40 or 48
+// registers; at two row tiles and 64, 8-16 bytes still spill) keep 4.
+template <typename T, Axis A, int kRowTiles, bool kCount>
 constexpr int tiled_min_blocks() {
-  if constexpr (std::is_same_v<T, bf16_bits> && kRowTiles == 1) {
+  if constexpr (std::is_same_v<T, bf16_bits> && kRowTiles == 1 && !kCount) {
     if constexpr (A == Axis::kTensor) return 6;
     if constexpr (A == Axis::kRow) return 5;
   }
@@ -401,7 +403,7 @@ constexpr int tiled_min_blocks() {
 // tile of the group, quarter t%4; in the transpose phase it owns a 4x4 block of each tile.
 // kQuantize, kAmax and kCount as in flat_cast_kernel (amax at any axis here).
 template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, int kRowTiles = 1, bool kCount = false>
-__global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles>())
+__global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles, kCount>())
     tiled_cast_kernel(const T* __restrict__ in, int64_t rows, int64_t cols, ScaleSource scale, bool saturate,
                       uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, unsigned* __restrict__ amax,
                       unsigned long long* __restrict__ counts) {
