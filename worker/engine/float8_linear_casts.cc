@@ -1,0 +1,360 @@
+// Float8Linear's casts: which tensors it casts for which GEMM (planned once, at
+// construction), running them (dynamic or delayed scaling, shared input casts, fp8 weights
+// cast elsewhere), and the operands the GEMMs then take. State is float8_linear_state.h's.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "worker/engine/float8_linear_state.h"
+
+namespace fp8::engine {
+
+// ---- construction -------------------------------------------------------------------------
+
+int Float8Linear::State::add_plan(TensorKind t, const CastConfig& c, Orientation o, const char* gemm) {
+  CastPlan& p = plans.emplace_back(backend);
+  p.tensor = t;
+  p.config = c;
+  if (c.granularity == ScaleGranularity::kTensorwise) {
+    p.granularity = Granularity::kTensorwise;
+  } else {
+    p.granularity = o == kAsStored ? Granularity::kRowwise : Granularity::kColumnwise;
+  }
+  p.gemms = gemm;
+  return static_cast<int>(plans.size()) - 1;
+}
+
+void Float8Linear::State::plan_tensor(TensorKind t, const CastConfig& as_stored, bool as_stored_fp8_gemm,
+                                      const char* as_stored_gemm, const CastConfig& transposed,
+                                      bool transposed_fp8_gemm, const char* transposed_gemm) {
+  auto& u = use[static_cast<int>(t)];
+  if (as_stored.is_fp8()) u[kAsStored] = add_plan(t, as_stored, kAsStored, as_stored_gemm);
+  if (transposed.is_fp8()) {
+    // A tensorwise scale is the same for both orientations, so one fused cast+transpose
+    // pass serves both GEMMs when they cast alike.
+    const bool shared =
+        u[kAsStored] >= 0 && transposed == as_stored && as_stored.granularity == ScaleGranularity::kTensorwise;
+    if (shared) {
+      u[kTransposed] = u[kAsStored];
+      plans[static_cast<size_t>(u[kTransposed])].gemms += std::string("+") + transposed_gemm;
+    } else {
+      u[kTransposed] = add_plan(t, transposed, kTransposed, transposed_gemm);
+    }
+  }
+  // An fp8 GEMM takes the fp8 copy in its orientation; a mixed GEMM takes the dequantized
+  // copy as stored (the high-precision GEMM transposes by itself).
+  if (u[kAsStored] >= 0) {
+    CastPlan& p = plans[static_cast<size_t>(u[kAsStored])];
+    p.make_out = true;
+    p.make_dequantized = p.make_dequantized || !as_stored_fp8_gemm;
+  }
+  if (u[kTransposed] >= 0) {
+    CastPlan& p = plans[static_cast<size_t>(u[kTransposed])];
+    if (transposed_fp8_gemm) {
+      p.make_out_t = true;
+    } else {
+      p.make_out = true;
+      p.make_dequantized = true;
+    }
+  }
+}
+
+void Float8Linear::State::plan_delayed_scaling() {
+  for (size_t i = 0; i < plans.size(); ++i) {
+    CastPlan& p = plans[i];
+    if (p.config.scaling != ScalingMode::kDelayed) continue;
+    p.delayed.emplace(config.amax_history_len, p.config.format(), p.config.pow2_scale);
+    p.delayed_index = static_cast<int>(delayed_plans.size());
+    p.delayed_column = slots_of(p.tensor).columns++;
+    delayed_plans.push_back(static_cast<int>(i));
+  }
+}
+
+// ---- casts ----------------------------------------------------------------------------------
+
+namespace {
+
+// Grows `buffer` to hold at least `count` copies of `one` (T's bit pattern of 1.0).
+template <class T>
+absl::Status fill_ones(Backend& backend, BackendBuffer& buffer, int64_t& filled, int64_t count, T one) {
+  if (count <= filled) return absl::OkStatus();
+  if (auto s = buffer.reserve(static_cast<size_t>(count) * sizeof(T)); !s.ok()) return s;
+  const std::vector<T> host(static_cast<size_t>(count), one);
+  if (auto s = backend.copy_from_host(buffer.as<void>(), host.data(), host.size() * sizeof(T)); !s.ok()) return s;
+  filled = count;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<const void*> Float8Linear::State::hp_ones(DType dtype, int64_t count) {
+  if (dtype == DType::kBFloat16) {
+    if (auto s = fill_ones(backend, bf16_ones, bf16_ones_count, count, float_to_bf16(1.0f)); !s.ok()) return s;
+    return bf16_ones.as<const void>();
+  }
+  if (auto s = fill_ones(backend, f32_ones, f32_ones_count, count, 1.0f); !s.ok()) return s;
+  return f32_ones.as<const void>();
+}
+
+absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, int slot_row,
+                                           const float* known_row_amax) {
+  const int64_t rows = input.rows, cols = input.cols, n = input.size();
+  const int64_t scales = scale_count(p.granularity, rows, cols);
+  absl::Status reserved;  // keeps the first error
+  if (p.make_out) reserved.Update(p.out.reserve(static_cast<size_t>(n)));
+  if (p.make_out_t) reserved.Update(p.out_t.reserve(static_cast<size_t>(n)));
+  if (p.make_dequantized) reserved.Update(p.dequantized.reserve(dtype_bytes(compute_dtype(), n)));
+  reserved.Update(p.scale.reserve(float_bytes(scales)));
+  reserved.Update(p.inv_scale.reserve(float_bytes(scales)));
+  reserved.Update(p.amax.reserve(float_bytes(scales)));
+  if (!reserved.ok()) return reserved;
+  absl::StatusOr<CastRangeCounts*> range_counts = range_counts_for(p);
+  if (!range_counts.ok()) return range_counts.status();
+  p.external = false;
+  p.external_out = nullptr;
+  p.external_out_t = nullptr;
+  p.shared = nullptr;
+  uint8_t* out = p.make_out ? p.out.as<uint8_t>() : nullptr;
+  uint8_t* out_t = p.make_out_t ? p.out_t.as<uint8_t>() : nullptr;
+  float* delayed_amax = p.delayed ? slots_of(p.tensor).at(slot_row, p.delayed_column) : nullptr;
+
+  if (p.delayed && p.delayed_scale_ready) {
+    // The scale was derived from the history before this cast; the cast measures this
+    // step's amax in the same pass, for finish_step() to record.
+    const float* scale = delayed_scales.as<float>() + p.delayed_index * kDelayedScaleStride;
+    CastArgs c;
+    c.input = input;
+    c.format = p.config.format();
+    c.granularity = Granularity::kTensorwise;
+    c.scale = scale;
+    c.out = out;
+    c.out_t = out_t;
+    c.amax_out = delayed_amax;
+    c.range_counts = *range_counts;
+    if (auto s = backend.cast(c); !s.ok()) return s;
+    p.scale_in_use = scale;
+    p.inv_scale_in_use = scale + kFloatsPer16Bytes;
+    p.host_scale_in_use = p.delayed->next_scale();
+  } else {
+    // Dynamic scaling. A delayed cast comes here while its history holds no usable amax
+    // (its first step): TransformerEngine would cast with scale 1 then, which can clip or
+    // flush a whole tensor; measuring costs one amax pass, once.
+    QuantizeArgs q;
+    q.input = input;
+    q.format = p.config.format();
+    q.granularity = p.granularity;
+    q.pow2_scale = p.config.pow2_scale;
+    q.out = out;
+    q.out_t = out_t;
+    q.scale_out = p.scale.as<float>();
+    q.inv_scale_out = p.inv_scale.as<float>();  // the GEMM's factors, in the same kernel as the scales
+    q.amax_out = delayed_amax != nullptr ? delayed_amax : p.amax.as<float>();
+    // The rows' amaxes give the tensor's and each row's, not a column's.
+    if (known_row_amax != nullptr && p.granularity != Granularity::kColumnwise) q.row_amax = known_row_amax;
+    q.range_counts = *range_counts;
+    if (auto s = backend.quantize(q); !s.ok()) return s;
+    if (q.row_amax != nullptr) ++row_amax_casts;
+    p.scale_in_use = p.scale.as<float>();
+    p.inv_scale_in_use = p.inv_scale.as<float>();
+    p.host_scale_in_use.reset();
+  }
+
+  if (p.make_dequantized) {
+    DequantizeArgs d;
+    d.input = out;
+    d.format = p.config.format();
+    d.rows = rows;
+    d.cols = cols;
+    d.granularity = p.granularity;
+    d.scale = p.scale_in_use;
+    d.out_dtype = compute_dtype();
+    d.out = p.dequantized.as<void>();
+    if (auto s = backend.dequantize(d); !s.ok()) return s;
+  }
+  p.rows = rows;
+  p.cols = cols;
+  p.last_amax_row = p.delayed ? slot_row : -1;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CastRangeCounts*> Float8Linear::State::range_counts_for(CastPlan& p) {
+  p.range_counted = measuring;
+  if (!measuring) return nullptr;
+  if (auto s = p.range_counts.reserve(sizeof(CastRangeCounts)); !s.ok()) return s;
+  return p.range_counts.as<CastRangeCounts>();
+}
+
+absl::Status Float8Linear::State::cast_tensor(TensorKind t, const MatrixRef& data, int slot_row,
+                                              const float* known_row_amax) {
+  const auto& u = use[static_cast<int>(t)];
+  for (int o : {kAsStored, kTransposed}) {
+    if (u[o] < 0 || (o == kTransposed && u[kTransposed] == u[kAsStored])) continue;
+    if (auto s = run_cast(plans[static_cast<size_t>(u[o])], data, slot_row, known_row_amax); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+bool Float8Linear::State::can_share_input_with(const State& source) const {
+  if (&source == this || &source.backend != &backend || source.input_source != nullptr ||
+      source.in_features != in_features || source.activations.input != activations.input) {
+    return false;
+  }
+  const auto& mine = use[static_cast<int>(TensorKind::kInput)];
+  const auto& theirs = source.use[static_cast<int>(TensorKind::kInput)];
+  if (mine[kAsStored] < 0 && mine[kTransposed] < 0) return false;  // nothing to share
+  for (int o : {kAsStored, kTransposed}) {
+    if ((mine[o] < 0) != (theirs[o] < 0)) return false;
+    if (mine[o] < 0) continue;
+    // One plan for both orientations on either side, or two on both.
+    if ((mine[kTransposed] == mine[kAsStored]) != (theirs[kTransposed] == theirs[kAsStored])) return false;
+    const CastPlan& a = plans[static_cast<size_t>(mine[o])];
+    const CastPlan& b = source.plans[static_cast<size_t>(theirs[o])];
+    // Dynamic scaling on both sides, the same cast, and the source makes every copy this
+    // layer's GEMMs read.
+    if (a.delayed || b.delayed || !(a.config == b.config) || a.granularity != b.granularity ||
+        (a.make_out && !b.make_out) || (a.make_out_t && !b.make_out_t) ||
+        (a.make_dequantized && !b.make_dequantized)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status Float8Linear::State::cast_input(const MatrixRef& data, int slot_row, const float* known_row_amax) {
+  const State* src = input_source;
+  if (src == nullptr || src->input_cast_of != data.data || src->input_cast_tokens != data.rows) {
+    if (auto s = cast_tensor(TensorKind::kInput, data, slot_row, known_row_amax); !s.ok()) return s;
+    input_adopted = false;
+    input_cast_of = data.data;
+    input_cast_tokens = data.rows;
+    ++input_casts;
+    return absl::OkStatus();
+  }
+  const auto& mine = use[static_cast<int>(TensorKind::kInput)];
+  const auto& theirs = src->use[static_cast<int>(TensorKind::kInput)];
+  for (int o : {kAsStored, kTransposed}) {
+    if (mine[o] < 0) continue;
+    CastPlan& p = plans[static_cast<size_t>(mine[o])];
+    const CastPlan& from = src->plans[static_cast<size_t>(theirs[o])];
+    p.external = false;
+    p.external_out = nullptr;
+    p.external_out_t = nullptr;
+    p.shared = &from;
+    p.scale_in_use = from.scale_in_use;
+    p.inv_scale_in_use = from.inv_scale_in_use;
+    p.host_scale_in_use = from.host_scale_in_use;
+    p.range_counted = from.range_counted;
+    p.rows = from.rows;
+    p.cols = from.cols;
+    p.last_amax_row = -1;
+  }
+  input_adopted = true;
+  adopted_input_cast = src->input_casts;
+  input_cast_of = data.data;
+  input_cast_tokens = data.rows;
+  ++shared_input_casts;
+  return absl::OkStatus();
+}
+
+bool Float8Linear::State::takes_fp8_weight() const {
+  const auto& u = use[static_cast<int>(TensorKind::kWeight)];
+  if (u[kAsStored] < 0 || u[kTransposed] != u[kAsStored]) return false;
+  const CastPlan& p = plans[static_cast<size_t>(u[kAsStored])];
+  return p.granularity == Granularity::kTensorwise && !p.make_dequantized && config.output_runs_in_fp8() &&
+         config.grad_input_runs_in_fp8();
+}
+
+absl::Status Float8Linear::State::adopt_fp8_weight(const Fp8Weight& w, int slot_row) {
+  if (w.data == nullptr || w.scale == nullptr || w.inv_scale == nullptr || w.amax == nullptr) {
+    return absl::InvalidArgumentError("Float8Linear: an Fp8Weight needs data, scale, inv_scale and amax");
+  }
+  CastPlan& p = plans[static_cast<size_t>(weight_plan())];
+  // The amax goes where the layer's own cast would have written it: numerics() reads it
+  // from there, and delayed scaling records it with the step's other amaxes.
+  float* amax_dst = nullptr;
+  if (p.delayed) {
+    amax_dst = slots_of(p.tensor).at(slot_row, p.delayed_column);
+  } else {
+    if (auto st = p.amax.reserve(sizeof(float)); !st.ok()) return st;
+    amax_dst = p.amax.as<float>();
+  }
+  if (auto st = backend.copy(amax_dst, w.amax, sizeof(float)); !st.ok()) return st;
+  // The scales are copied into the layer's own buffers: numerics() reads them after the
+  // caller may have freed its Fp8Weight.
+  absl::Status reserved = p.scale.reserve(sizeof(float));
+  reserved.Update(p.inv_scale.reserve(sizeof(float)));
+  if (!reserved.ok()) return reserved;
+  if (auto st = backend.copy(p.scale.as<float>(), w.scale, sizeof(float)); !st.ok()) return st;
+  if (auto st = backend.copy(p.inv_scale.as<float>(), w.inv_scale, sizeof(float)); !st.ok()) return st;
+  p.external = true;
+  p.external_out = w.data;
+  p.external_out_t = w.data_t;
+  p.range_counted = false;  // the layer never sees these values in high precision
+  p.scale_in_use = p.scale.as<float>();
+  p.inv_scale_in_use = p.inv_scale.as<float>();
+  p.host_scale_in_use.reset();
+  p.rows = out_features;
+  p.cols = in_features;
+  p.last_amax_row = p.delayed ? slot_row : -1;
+  return absl::OkStatus();
+}
+
+ScaledOperand Float8Linear::State::scaled(TensorKind t, Orientation o) const {
+  const CastPlan& p = plans[static_cast<size_t>(use[static_cast<int>(t)][o])];
+  ScaledOperand op;
+  if (o == kAsStored) {
+    op.data = p.external ? p.external_out : p.holder().out.as<uint8_t>();
+  } else {
+    op.data = p.external ? p.external_out_t : p.holder().out_t.as<uint8_t>();
+  }
+  op.format = p.config.format();
+  // Either orientation's scales run along the rows of the K-contiguous copy the GEMM reads.
+  op.granularity = p.granularity == Granularity::kTensorwise ? Granularity::kTensorwise : Granularity::kRowwise;
+  op.inv_scale = p.inv_scale_in_use;
+  return op;
+}
+
+bool Float8Linear::State::gemm_runs_in_fp8(Gemm g) const {
+  switch (g) {
+    case Gemm::kOutput:
+      return config.output_runs_in_fp8();
+    case Gemm::kGradInput:
+      return config.grad_input_runs_in_fp8();
+    case Gemm::kGradWeight:
+      return config.grad_weight_runs_in_fp8();
+  }
+  return false;
+}
+
+absl::StatusOr<const void*> Float8Linear::State::in_compute_dtype(const void* data, DType from, int64_t n,
+                                                                  BackendBuffer& scratch) {
+  const DType to = compute_dtype();
+  if (from == to) return data;
+  if (auto s = scratch.reserve(dtype_bytes(to, n)); !s.ok()) return s;
+  if (auto s = backend.convert(data, from, scratch.as<void>(), to, n); !s.ok()) return s;
+  return scratch.as<const void>();
+}
+
+const void* Float8Linear::State::high_precision(TensorKind t, Orientation o, const void* raw) const {
+  const int plan = use[static_cast<int>(t)][o];
+  return plan < 0 ? raw : plans[static_cast<size_t>(plan)].holder().dequantized.as<const void>();
+}
+
+absl::Status Float8Linear::State::upload_delayed_scales() {
+  const int64_t n = static_cast<int64_t>(delayed_plans.size());
+  if (n == 0) return absl::OkStatus();
+  std::vector<float> host(static_cast<size_t>(n * kDelayedScaleStride), 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    CastPlan& p = plans[static_cast<size_t>(delayed_plans[static_cast<size_t>(i)])];
+    const std::optional<float> scale = p.delayed->next_scale();
+    p.delayed_scale_ready = scale.has_value();
+    float* entry = host.data() + i * kDelayedScaleStride;
+    entry[0] = scale.value_or(1.0f);
+    entry[kFloatsPer16Bytes] = 1.0f / entry[0];
+  }
+  if (auto s = delayed_scales.reserve(float_bytes(n * kDelayedScaleStride)); !s.ok()) return s;
+  // Queued: the step's casts that read the old scales run first; the next step's read these.
+  return backend.queue_copy_from_host(delayed_scales.as<void>(), host.data(), float_bytes(n * kDelayedScaleStride));
+}
+
+}  // namespace fp8::engine

@@ -1,0 +1,277 @@
+// Float8Linear's state (the pimpl behind float8_linear.h) and what its sources share:
+// float8_linear.cc (the public API: forward, backward, sibling layers sharing an input),
+// float8_linear_casts.cc (planning the casts, running them, the GEMMs' operands) and
+// float8_linear_scaling.cc (delayed scaling, the numerics). Internal to those files.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/engine/float8_linear.h"
+
+namespace fp8::engine {
+
+
+// cuBLASLt's fp8 GEMMs need the contracted and output dimensions to be multiples of this.
+constexpr int64_t kGpuFp8GemmMultiple = 16;
+// cuBLASLt rejects scale pointers that are not 16-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED),
+// so each delayed cast's scale and inverse scale sit 16 bytes apart in their shared buffer.
+constexpr int64_t kFloatsPer16Bytes = 4;
+constexpr int64_t kDelayedScaleStride = 2 * kFloatsPer16Bytes;  // scale, then 1/scale
+
+// Each tensor feeds two GEMMs: one takes it as stored, the other transposed (see the
+// table in float8_linear.h).
+enum Orientation : int { kAsStored = 0, kTransposed = 1 };
+
+// Backend memory owned by one layer. It grows on demand and never shrinks, so steps after
+// the first allocate nothing.
+class BackendBuffer {
+ public:
+  explicit BackendBuffer(Backend& backend) : backend_(&backend) {}
+  ~BackendBuffer() { release(); }
+  BackendBuffer(BackendBuffer&& o) noexcept
+      : backend_(o.backend_), data_(std::exchange(o.data_, nullptr)), capacity_(std::exchange(o.capacity_, 0)) {}
+  BackendBuffer& operator=(BackendBuffer&&) = delete;
+  BackendBuffer(const BackendBuffer&) = delete;
+  BackendBuffer& operator=(const BackendBuffer&) = delete;
+
+  // At least `bytes`; the contents are lost when it grows.
+  absl::Status reserve(size_t bytes) { return grow(bytes, 0); }
+
+  // At least `bytes`, keeping the first `keep_floats` fp32 values when it grows.
+  absl::Status grow(size_t bytes, int64_t keep_floats) {
+    if (bytes <= capacity_) return absl::OkStatus();
+    absl::StatusOr<void*> fresh = backend_->allocate(bytes);
+    if (!fresh.ok()) return fresh.status();
+    if (keep_floats > 0) {
+      // A same-type convert is the backend's device-to-device copy.
+      if (auto s = backend_->convert(data_, DType::kFloat32, *fresh, DType::kFloat32, keep_floats); !s.ok()) {
+        backend_->deallocate(*fresh);
+        return s;
+      }
+    }
+    release();
+    data_ = *fresh;
+    capacity_ = bytes;
+    return absl::OkStatus();
+  }
+
+  size_t capacity() const { return capacity_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void release() {
+    if (data_ != nullptr) backend_->deallocate(data_);
+    data_ = nullptr;
+    capacity_ = 0;
+  }
+
+  Backend* backend_;
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+inline size_t float_bytes(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
+inline size_t dtype_bytes(DType t, int64_t n) { return static_cast<size_t>(n) * dtype_size(t); }
+
+// The GEMM that uses a tensor in an orientation (the table in float8_linear.h).
+enum class Gemm : uint8_t { kOutput, kGradInput, kGradWeight };
+inline Gemm gemm_of(TensorKind t, Orientation o) {
+  switch (t) {
+    case TensorKind::kInput:
+      return o == kAsStored ? Gemm::kOutput : Gemm::kGradWeight;
+    case TensorKind::kWeight:
+      return o == kAsStored ? Gemm::kOutput : Gemm::kGradInput;
+    case TensorKind::kGradOutput:
+      return o == kAsStored ? Gemm::kGradInput : Gemm::kGradWeight;
+  }
+  return Gemm::kOutput;
+}
+
+inline bool is_activation_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; }
+
+// One fp8 cast of one tensor, serving one or both of the tensor's GEMM uses.
+struct CastPlan {
+  explicit CastPlan(Backend& b)
+      : out(b), out_t(b), dequantized(b), scale(b), inv_scale(b), amax(b), range_counts(b) {}
+
+  TensorKind tensor = TensorKind::kInput;
+  CastConfig config;
+  // Scale granularity on the tensor as stored: an axiswise use as stored scales per row,
+  // an axiswise transposed use per column (= per row of the transposed copy).
+  Granularity granularity = Granularity::kTensorwise;
+  std::string gemms;              // the GEMMs it serves, for metrics
+  bool make_out = false;          // fp8 copy as stored
+  bool make_out_t = false;        // fp8 copy transposed
+  bool make_dequantized = false;  // copy of the fp8 values in the compute dtype, for a mixed GEMM
+
+  std::optional<DelayedScaling> delayed;
+  int delayed_index = -1;            // position among the layer's delayed casts
+  int delayed_column = -1;           // column in its direction's amax slots
+  bool delayed_scale_ready = false;  // finish_step() uploaded a scale for the next cast
+
+  BackendBuffer out, out_t, dequantized, scale, inv_scale, amax;
+  // Codes cast outside the layer (Fp8Weight) in place of out / out_t, when `external`
+  // (until the layer casts this tensor itself again). A null one was not provided: the GEMM
+  // that needs it refuses to run rather than read the layer's own, stale codes.
+  bool external = false;
+  const uint8_t* external_out = nullptr;
+  const uint8_t* external_out_t = nullptr;
+  // The same cast made by a sibling layer from the same input (share_input_casts_from):
+  // its copies, scales, amax and range counts serve this layer until it casts again.
+  const CastPlan* shared = nullptr;
+  // Copies and statistics in use: the plan's own, or the sibling's.
+  const CastPlan& holder() const { return shared != nullptr ? *shared : *this; }
+
+  // What the last cast used, for the GEMMs that follow it and for numerics().
+  const float* inv_scale_in_use = nullptr;
+  const float* scale_in_use = nullptr;     // dynamic casts: the scale the backend computed
+  std::optional<float> host_scale_in_use;  // delayed casts: the scale, known on the host
+  int64_t rows = 0, cols = 0;              // 0 until the first cast
+  int last_amax_row = -1;                  // delayed casts: the slot row it wrote
+
+  // The last cast's saturation / underflow counts (a CastRangeCounts in backend memory),
+  // valid when it ran while the layer was measuring.
+  BackendBuffer range_counts;
+  bool range_counted = false;
+};
+
+// Amaxes of one direction's delayed casts (forward: input and weight; backward:
+// grad_output), one row per micro-batch of the current step, one column per cast.
+// Reduced to one value per cast by write_step_amaxes().
+struct AmaxSlots {
+  explicit AmaxSlots(Backend& b) : buffer(b) {}
+  BackendBuffer buffer;
+  int columns = 0;
+  int rows_used = 0;
+
+  // Room for the row the coming micro-batch writes (it is counted once the pass
+  // succeeds). Grows to 8 rows, then doubles, so that only the first steps allocate.
+  absl::Status prepare_row() {
+    if (float_bytes(static_cast<int64_t>(rows_used + 1) * columns) <= buffer.capacity()) return absl::OkStatus();
+    const int64_t rows = std::max<int64_t>(8, 2 * static_cast<int64_t>(rows_used));
+    return buffer.grow(float_bytes(rows * columns), static_cast<int64_t>(rows_used) * columns);
+  }
+  float* at(int row, int column) const { return buffer.as<float>() + static_cast<int64_t>(row) * columns + column; }
+};
+
+struct Float8Linear::State {
+  State(Backend& b, int64_t in, int64_t out, const Float8LinearConfig& c, const LinearActivations& a)
+      : backend(b),
+        in_features(in),
+        out_features(out),
+        config(c),
+        activations(a),
+        forward_slots(b),
+        backward_slots(b),
+        delayed_scales(b),
+        step_amaxes(b),
+        f32_ones(b),
+        bf16_ones(b),
+        weight_compute(b),
+        grad_output_compute(b) {}
+
+  Backend& backend;
+  const int64_t in_features;   // K
+  const int64_t out_features;  // N
+  const Float8LinearConfig config;
+  const LinearActivations activations;
+  bool measuring = false;  // set_measuring()
+
+  // High-precision GEMMs run in the input's dtype, as autocast runs a bf16 linear: both
+  // GEMM operands must share a dtype, and a bf16 input is where bf16 compute pays off.
+  DType compute_dtype() const { return activations.input; }
+
+  std::vector<CastPlan> plans;
+  // use[tensor][orientation]: the plan that casts it for that GEMM, -1 for high precision.
+  std::array<std::array<int, 2>, 3> use{{{-1, -1}, {-1, -1}, {-1, -1}}};
+  std::vector<int> delayed_plans;  // indices into plans, in delayed_index order
+  AmaxSlots forward_slots, backward_slots;
+  // Per delayed cast, kDelayedScaleStride floats: its scale, then 1/scale 16 bytes on.
+  BackendBuffer delayed_scales;
+  BackendBuffer step_amaxes;  // scratch of finish_step()
+  // Constant vectors of fp32 or bf16 ones (grad_output's dtype), grown to the largest size
+  // asked for: they sum grad_output's rows for grad_bias with one GEMM.
+  BackendBuffer f32_ones, bf16_ones;
+  int64_t f32_ones_count = 0, bf16_ones_count = 0;
+
+  // Operands of high-precision GEMMs converted to a bf16 compute dtype (unused in fp32):
+  // the weight, converted by the forward and reused by its backward (the weight cannot
+  // change in between: forward()'s contract), and grad_output when it is fp32.
+  BackendBuffer weight_compute, grad_output_compute;
+
+  // Saved by forward() for backward().
+  const void* input = nullptr;  // activations.input
+  const float* weight = nullptr;
+  int64_t tokens = 0;
+
+  // What the input plans hold now, for siblings that share them: the input they cast (or
+  // took from input_source) and a count of the layer's own input casts, which a sharing
+  // sibling checks before its backward reads them.
+  const void* input_cast_of = nullptr;
+  int64_t input_cast_tokens = 0;
+  uint64_t input_casts = 0;
+  // share_input_casts_from(): the sibling whose input casts this layer takes, and that
+  // sibling's input_casts when this layer's forward took them.
+  const State* input_source = nullptr;
+  uint64_t adopted_input_cast = 0;
+  bool input_adopted = false;  // the last forward took input_source's casts
+  int64_t shared_input_casts = 0;
+  int64_t row_amax_casts = 0;  // casts that took their amax from the caller's row amaxes
+
+  // ---- construction ----
+  void plan_tensor(TensorKind t, const CastConfig& as_stored, bool as_stored_fp8_gemm, const char* as_stored_gemm,
+                   const CastConfig& transposed, bool transposed_fp8_gemm, const char* transposed_gemm);
+  int add_plan(TensorKind t, const CastConfig& c, Orientation o, const char* gemm);
+  void plan_delayed_scaling();
+
+  // ---- casts ----
+  // known_row_amax: the amax of each row of data, when the caller has them (any tensor
+  // kind). reads_row_amax: whether some cast of t would take them.
+  absl::Status cast_tensor(TensorKind t, const MatrixRef& data, int slot_row, const float* known_row_amax = nullptr);
+  bool reads_row_amax(TensorKind t) const;
+  // The input's casts for a forward: taken from input_source when it holds this input,
+  // else cast here.
+  absl::Status cast_input(const MatrixRef& data, int slot_row, const float* known_row_amax);
+  bool can_share_input_with(const State& source) const;
+  // The weight plan adopts codes cast elsewhere (takes_fp8_weight()); records their amax.
+  absl::Status adopt_fp8_weight(const Fp8Weight& w, int slot_row);
+  int weight_plan() const { return use[static_cast<int>(TensorKind::kWeight)][kAsStored]; }
+  bool takes_fp8_weight() const;
+  absl::Status run_cast(CastPlan& p, const MatrixRef& input, int slot_row, const float* known_row_amax);
+  // Where the cast about to run writes what it saturated and flushed (its range_counts):
+  // p.range_counts when measuring, else nowhere (the plan is then unmeasured).
+  absl::StatusOr<CastRangeCounts*> range_counts_for(CastPlan& p);
+  // `count` ones of fp32 or bf16.
+  absl::StatusOr<const void*> hp_ones(DType dtype, int64_t count);
+  AmaxSlots& slots_of(TensorKind t) { return t == TensorKind::kGradOutput ? backward_slots : forward_slots; }
+
+  // ---- GEMM operands ----
+  ScaledOperand scaled(TensorKind t, Orientation o) const;
+  bool gemm_runs_in_fp8(Gemm g) const;
+  // Whether the high-precision GEMM of this use reads the tensor itself (rather than its
+  // dequantized fp8 copy, or an fp8 copy in an fp8 GEMM).
+  bool reads_raw(TensorKind t, Orientation o) const {
+    return !gemm_runs_in_fp8(gemm_of(t, o)) && use[static_cast<int>(t)][o] < 0;
+  }
+  // `data` (n values of `from`) in the compute dtype: itself, or converted into `scratch`.
+  absl::StatusOr<const void*> in_compute_dtype(const void* data, DType from, int64_t n, BackendBuffer& scratch);
+  // The operand of a high-precision GEMM, in the compute dtype: `raw` (the tensor itself,
+  // already in the compute dtype), or its dequantized fp8 copy when this use is cast.
+  const void* high_precision(TensorKind t, Orientation o, const void* raw) const;
+
+  absl::Status upload_delayed_scales();
+};
+
+}  // namespace fp8::engine
