@@ -1,6 +1,7 @@
 // The elementwise model ops: residual add and accumulate, scale, SwiGLU and its backward,
 // the AdamW step. One grid-stride kernel template maps a per-element function of
-// ops/model_arith.h (the CPU's own) over K input and M output streams.
+// ops/model_arith.h (the CPU's own) over K input and M output streams; the variants that
+// also write each row's amax run by rows (row_kernels_device.cuh).
 //
 // Bit-identical to the CPU: this file is compiled with -fmad=false (kernels/ops/
 // CMakeLists.txt), so a * b + c stays two rounded operations as on the host, and the
@@ -17,6 +18,7 @@
 
 #include "cuda/ops/kernel_util.cuh"
 #include "cuda/ops/model_kernels.h"
+#include "cuda/ops/row_kernels_device.cuh"
 #include "ops/model_arith.h"
 
 namespace fp8::cuda {
@@ -116,98 +118,8 @@ LaunchResult launch_act_map(const Fn& fn, HpType act, const void* const (&in)[K]
   });
 }
 
-// ---- SwiGLU by rows, with the rows' amaxes -------------------------------------------------------
-
-// The same values as the flat map (ops::swiglu, one rounding on store), laid out for the
-// amax: one block per row (looping past the grid), its threads owning groups of 4 along
-// it, then one block reduction per row. kVec: cols % 4 == 0 and every stream aligned for
-// 4 elements, so each group is one access. Inputs may alias the output, as in map_kernel.
+// The by-rows kernels (with the rows' amaxes) are row_kernels_device.cuh's.
 constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;
-
-template <typename T, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    swiglu_rows_kernel(const T* gate, const T* up, int64_t rows, int64_t cols, T* out, float* __restrict__ row_amax) {
-  const int64_t groups = model::ceil_div(cols, 4);
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t base = r * cols;
-    uint32_t amax_bits = 0;
-    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
-      float a[4], b[4], y[4];
-      model::load_group<kVec>(gate + base, g, cols, 0.0f, a);
-      model::load_group<kVec>(up + base, g, cols, 0.0f, b);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) y[k] = ops::swiglu(a[k], b[k]);
-      model::store_group<kVec>(out + base, g, cols, y);
-      amax_bits = model::group_amax_bits<T>(amax_bits, g, cols, y);
-    }
-    amax_bits = model::block_max_bits(amax_bits);
-    if (threadIdx.x == 0) row_amax[r] = __uint_as_float(amax_bits);
-  }
-}
-
-// The backward's counterpart: ops::swiglu_grad per element (the flat map's values), and
-// the rows' amaxes of whichever of grad_gate and grad_up asks for them.
-template <typename T, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    swiglu_backward_rows_kernel(const T* gate, const T* up, const T* grad_out, int64_t rows, int64_t cols,
-                                T* grad_gate, T* grad_up, float* __restrict__ grad_gate_row_amax,
-                                float* __restrict__ grad_up_row_amax) {
-  const int64_t groups = model::ceil_div(cols, 4);
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t base = r * cols;
-    uint32_t gate_bits = 0, up_bits = 0;
-    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
-      float a[4], b[4], d[4], dg[4], du[4];
-      model::load_group<kVec>(gate + base, g, cols, 0.0f, a);
-      model::load_group<kVec>(up + base, g, cols, 0.0f, b);
-      model::load_group<kVec>(grad_out + base, g, cols, 0.0f, d);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) ops::swiglu_grad(a[k], b[k], d[k], &dg[k], &du[k]);
-      model::store_group<kVec>(grad_gate + base, g, cols, dg);
-      model::store_group<kVec>(grad_up + base, g, cols, du);
-      gate_bits = model::group_amax_bits<T>(gate_bits, g, cols, dg);
-      up_bits = model::group_amax_bits<T>(up_bits, g, cols, du);
-    }
-    // Each condition is the same for the whole grid.
-    if (grad_gate_row_amax != nullptr) {
-      gate_bits = model::block_max_bits(gate_bits);
-      if (threadIdx.x == 0) grad_gate_row_amax[r] = __uint_as_float(gate_bits);
-    }
-    if (grad_up_row_amax != nullptr) {
-      up_bits = model::block_max_bits(up_bits);
-      if (threadIdx.x == 0) grad_up_row_amax[r] = __uint_as_float(up_bits);
-    }
-  }
-}
-
-// AdamW by rows: ops::adamw_update per element (the flat map's values), and each row's
-// amax of the updated parameter. fp32 throughout; kVec: cols % 4 == 0 and every buffer
-// 16-byte aligned.
-template <bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    adamw_rows_kernel(ops::AdamWCoefficients c, float* param, const float* grad, float* m, float* v, int64_t rows,
-                      int64_t cols, float* __restrict__ param_row_amax) {
-  const int64_t groups = model::ceil_div(cols, 4);
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t base = r * cols;
-    uint32_t amax_bits = 0;
-    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
-      float p[4], d[4], mo[4], ve[4];
-      model::load_group<kVec>(param + base, g, cols, 0.0f, p);
-      model::load_group<kVec>(grad + base, g, cols, 0.0f, d);
-      model::load_group<kVec>(m + base, g, cols, 0.0f, mo);
-      model::load_group<kVec>(v + base, g, cols, 0.0f, ve);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) ops::adamw_update(c, d[k], &p[k], &mo[k], &ve[k]);
-      model::store_group<kVec>(param + base, g, cols, p);
-      model::store_group<kVec>(m + base, g, cols, mo);
-      model::store_group<kVec>(v + base, g, cols, ve);
-      amax_bits = model::group_amax_bits<float>(amax_bits, g, cols, p);
-    }
-    amax_bits = model::block_max_bits(amax_bits);
-    if (threadIdx.x == 0) param_row_amax[r] = __uint_as_float(amax_bits);
-  }
-}
 
 // ---- the per-element functions -------------------------------------------------------------
 
@@ -279,10 +191,11 @@ LaunchResult launch_swiglu_forward_rows(const void* gate, const void* up, int64_
     const T* g = static_cast<const T*>(gate);
     const T* u = static_cast<const T*>(up);
     T* y = static_cast<T*>(out);
-    const bool vec = cols % 4 == 0 && model::aligned_for<T, 4>(g) && model::aligned_for<T, 4>(u) &&
-                     model::aligned_for<T, 4>(y);
+    const bool vec = cols % model::kPer16Bytes<T> == 0 && model::aligned16(g) && model::aligned16(u) &&
+                     model::aligned16(y);
     return launch_by_rows(rows, vec, "swiglu rows kernel", [&](auto kvec, unsigned blocks) {
-      swiglu_rows_kernel<T, decltype(kvec)::value><<<blocks, kThreads, 0, stream>>>(g, u, rows, cols, y, row_amax);
+      row_kernels::swiglu_rows_kernel<T, decltype(kvec)::value>
+          <<<blocks, kThreads, 0, stream>>>(g, u, rows, cols, y, row_amax);
     });
   });
 }
@@ -304,10 +217,10 @@ LaunchResult launch_swiglu_backward_rows(const void* gate, const void* up, const
     const T* d = static_cast<const T*>(grad_out);
     T* dg = static_cast<T*>(grad_gate);
     T* du = static_cast<T*>(grad_up);
-    const bool vec = cols % 4 == 0 && model::aligned_for<T, 4>(g) && model::aligned_for<T, 4>(u) &&
-                     model::aligned_for<T, 4>(d) && model::aligned_for<T, 4>(dg) && model::aligned_for<T, 4>(du);
+    const bool vec = cols % model::kPer16Bytes<T> == 0 && model::aligned16(g) && model::aligned16(u) &&
+                     model::aligned16(d) && model::aligned16(dg) && model::aligned16(du);
     return launch_by_rows(rows, vec, "swiglu backward rows kernel", [&](auto kvec, unsigned blocks) {
-      swiglu_backward_rows_kernel<T, decltype(kvec)::value>
+      row_kernels::swiglu_backward_rows_kernel<T, decltype(kvec)::value>
           <<<blocks, kThreads, 0, stream>>>(g, u, d, rows, cols, dg, du, grad_gate_row_amax, grad_up_row_amax);
     });
   });
@@ -324,7 +237,7 @@ LaunchResult launch_adamw_rows(const ops::AdamWCoefficients& c, float* param, co
   const bool vec = cols % 4 == 0 && model::aligned16(param) && model::aligned16(grad) && model::aligned16(m) &&
                    model::aligned16(v);
   return launch_by_rows(rows, vec, "adamw rows kernel", [&](auto kvec, unsigned blocks) {
-    adamw_rows_kernel<decltype(kvec)::value>
+    row_kernels::adamw_rows_kernel<decltype(kvec)::value>
         <<<blocks, kThreads, 0, stream>>>(c, param, grad, m, v, rows, cols, param_row_amax);
   });
 }

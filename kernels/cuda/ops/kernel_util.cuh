@@ -90,6 +90,36 @@ __device__ __forceinline__ void store_group(T* p, int64_t g, int64_t n, const fl
   }
 }
 
+// The group of 16 bytes' worth of elements (kPer16Bytes<T>: 4 fp32 or 8 bf16) g of a vector
+// of n activations; those at or past n read as `fill`. kVec (one 16-byte access) requires
+// p 16-byte aligned and the group whole. For fp32 these are load_group / store_group.
+template <bool kVec, typename T>
+__device__ __forceinline__ void load_group16(const T* p, int64_t g, int64_t n, float fill,
+                                             float (&v)[kPer16Bytes<T>]) {
+  constexpr int kG = kPer16Bytes<T>;
+  const int64_t i = kG * g;
+  if constexpr (kVec) {
+    load16(p + i, v);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kG; ++k) v[k] = i + k < n ? load_act(p + i + k) : fill;
+  }
+}
+
+template <bool kVec, typename T>
+__device__ __forceinline__ void store_group16(T* p, int64_t g, int64_t n, const float (&v)[kPer16Bytes<T>]) {
+  constexpr int kG = kPer16Bytes<T>;
+  const int64_t i = kG * g;
+  if constexpr (kVec) {
+    store16(p + i, v);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kG; ++k) {
+      if (i + k < n) store_act(p + i + k, v[k]);
+    }
+  }
+}
+
 // ---- reductions ---------------------------------------------------------------------------------
 
 template <typename T>
@@ -149,15 +179,27 @@ __device__ __forceinline__ uint32_t block_max_bits(uint32_t v) {
   return result;
 }
 
-// Folds the values of one group of 4 (those below n) into a running amax, as they are
-// stored in T (rounded to bf16 when T is).
-template <typename T>
-__device__ __forceinline__ uint32_t group_amax_bits(uint32_t acc, int64_t g, int64_t n, const float (&v)[4]) {
+// Folds the values of group g of kG elements (those below n) into a running amax, as they
+// are stored in T (rounded to bf16 when T is): groups of 4 (group_amax_bits) or of 16
+// bytes (group16_amax_bits).
+template <typename T, int kG>
+__device__ __forceinline__ uint32_t group_amax_bits_of(uint32_t acc, int64_t g, int64_t n, const float (&v)[kG]) {
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    if (4 * g + k < n) acc = amax_bits_update(acc, round_act<T>(v[k]));
+  for (int k = 0; k < kG; ++k) {
+    if (kG * g + k < n) acc = amax_bits_update(acc, round_act<T>(v[k]));
   }
   return acc;
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t group_amax_bits(uint32_t acc, int64_t g, int64_t n, const float (&v)[4]) {
+  return group_amax_bits_of<T, 4>(acc, g, n, v);
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t group16_amax_bits(uint32_t acc, int64_t g, int64_t n,
+                                                      const float (&v)[kPer16Bytes<T>]) {
+  return group_amax_bits_of<T, kPer16Bytes<T>>(acc, g, n, v);
 }
 
 }  // namespace fp8::cuda::model

@@ -9,13 +9,14 @@
 // A work item is one pair, or two adjacent pairs as one access (a float4, or 8 bytes of
 // bf16) when head_dim % 4 == 0 and both tensors are aligned for it. Each item's values are
 // read before they are written by the one thread that owns it, so out may equal in. With
-// the rows' amaxes asked for, a block takes a row instead (rope_rows_kernel).
+// the rows' amaxes asked for, a block takes a row instead (row_kernels_device.cuh).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "cuda/ops/kernel_util.cuh"
 #include "cuda/ops/model_kernels.h"
+#include "cuda/ops/row_kernels_device.cuh"
 #include "cuda/ops/row_sweep.cuh"
 #include "ops/model_arith.h"
 
@@ -24,10 +25,7 @@ namespace {
 
 using model::kThreads;
 
-__device__ __forceinline__ int64_t mod(int64_t a, int64_t b) {
-  if (((a | b) >> 32) == 0) return static_cast<uint32_t>(a) % static_cast<uint32_t>(b);
-  return a % b;
-}
+using row_kernels::mod;
 
 // Rows are (batch, position) pairs: rows = batch * seq, each of heads * head_dim floats.
 template <typename T, bool kVec>
@@ -61,38 +59,6 @@ __global__ void __launch_bounds__(kThreads)
 
 constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;
 
-// By rows, when the rows' amaxes are wanted: a block a row (looping), each thread a group
-// of 4 elements of it, i.e. two pairs. head_dim is even, so no pair straddles two groups,
-// though a group may straddle two heads: each pair finds its own table entry. A partial
-// last group's missing pair rotates zeros that are neither stored nor counted. Each
-// thread reads its group before writing it, so out may equal in.
-template <typename T, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    rope_rows_kernel(int64_t rows, int64_t seq, int64_t cols, int64_t head_dim, const float* __restrict__ cos_table,
-                     const float* __restrict__ sin_table, float sin_sign, const T* in, T* out,
-                     float* __restrict__ row_amax) {
-  const int64_t pairs = head_dim / 2;
-  const int64_t groups = model::ceil_div(cols, 4);
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t base = r * cols;
-    const int64_t table_row = mod(r, seq) * pairs;
-    uint32_t amax_bits = 0;
-    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
-      float v[4], w[4];
-      model::load_group<kVec>(in + base, g, cols, 0.0f, v);
-#pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        const int64_t t = table_row + mod(4 * g + 2 * p, head_dim) / 2;
-        ops::rotate_pair(v[2 * p], v[2 * p + 1], cos_table[t], sin_sign * sin_table[t], &w[2 * p], &w[2 * p + 1]);
-      }
-      model::store_group<kVec>(out + base, g, cols, w);
-      amax_bits = model::group_amax_bits<T>(amax_bits, g, cols, w);
-    }
-    amax_bits = model::block_max_bits(amax_bits);
-    if (threadIdx.x == 0) row_amax[r] = __uint_as_float(amax_bits);
-  }
-}
-
 }  // namespace
 
 LaunchResult launch_rope(const RopeDims& d, const float* cos, const float* sin, bool inverse, const void* in, void* out,
@@ -109,11 +75,11 @@ LaunchResult launch_rope(const RopeDims& d, const float* cos, const float* sin, 
     T* y = static_cast<T*>(out);
     if (row_amax != nullptr) {
       const unsigned blocks = model::clamp_grid(rows, kMaxRowBlocks);
-      if (row_floats % 4 == 0 && model::aligned_for<T, 4>(x) && model::aligned_for<T, 4>(y)) {
-        rope_rows_kernel<T, true>
+      if (row_floats % model::kPer16Bytes<T> == 0 && model::aligned16(x) && model::aligned16(y)) {
+        row_kernels::rope_rows_kernel<T, true>
             <<<blocks, kThreads, 0, stream>>>(rows, d.seq, row_floats, d.head_dim, cos, sin, sin_sign, x, y, row_amax);
       } else {
-        rope_rows_kernel<T, false>
+        row_kernels::rope_rows_kernel<T, false>
             <<<blocks, kThreads, 0, stream>>>(rows, d.seq, row_floats, d.head_dim, cos, sin, sin_sign, x, y, row_amax);
       }
       return model::after_launch("rope rows kernel");

@@ -139,6 +139,10 @@ inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
   return std::bit_cast<float>(__shfl_xor_sync(mask, std::bit_cast<uint32_t>(v), lane_mask));
 }
+inline float __shfl_down_sync(unsigned mask, float v, unsigned delta) {
+  return std::bit_cast<float>(__shfl_down_sync(mask, std::bit_cast<uint32_t>(v), delta));
+}
+inline float __uint_as_float(uint32_t u) { return std::bit_cast<float>(u); }
 // The threads of a block run at once: a real atomic.
 inline unsigned atomicMax(unsigned* p, unsigned v) {
   std::atomic_ref<unsigned> word(*p);

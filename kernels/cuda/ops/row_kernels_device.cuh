@@ -1,0 +1,149 @@
+// The model-op kernels that also write each row's amax (for the fp8 cast that reads the
+// row, QuantizeArgs::row_amax): SwiGLU and its backward, AdamW, RoPE. Launched by
+// elementwise_kernels.cu and rope_kernels.cu; in a header of their own so that
+// tests/ops/row_kernels_emulation_test.cc runs this same source on the CPU under the CUDA
+// emulation (tests/ops/emulation/), against the CPU ops.
+//
+// One block a row (looping past the grid), its threads owning groups of 16 bytes of it
+// (4 fp32 or 8 bf16: one access each when kVec, i.e. the row length a multiple of the
+// group and every pointer 16-byte aligned), then one block reduction of the amax. The
+// per-element functions are the CPU's (ops/model_arith.h) and an amax is a max, so the
+// values and amaxes do not depend on the grouping. Inputs may alias outputs: a thread
+// reads its group before it writes it.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/ops/kernel_util.cuh"
+#include "ops/model_arith.h"
+
+namespace fp8::cuda::row_kernels {
+
+using model::kThreads;
+
+__device__ __forceinline__ int64_t mod(int64_t a, int64_t b) {
+  if (((a | b) >> 32) == 0) return static_cast<uint32_t>(a) % static_cast<uint32_t>(b);
+  return a % b;
+}
+
+// out = ops::swiglu(gate, up), one rounding on store.
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    swiglu_rows_kernel(const T* gate, const T* up, int64_t rows, int64_t cols, T* out, float* __restrict__ row_amax) {
+  constexpr int kG = model::kPer16Bytes<T>;
+  const int64_t groups = model::ceil_div(cols, kG);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * cols;
+    uint32_t amax_bits = 0;
+    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
+      float a[kG], b[kG], y[kG];
+      model::load_group16<kVec>(gate + base, g, cols, 0.0f, a);
+      model::load_group16<kVec>(up + base, g, cols, 0.0f, b);
+#pragma unroll
+      for (int k = 0; k < kG; ++k) y[k] = ops::swiglu(a[k], b[k]);
+      model::store_group16<kVec>(out + base, g, cols, y);
+      amax_bits = model::group16_amax_bits<T>(amax_bits, g, cols, y);
+    }
+    amax_bits = model::block_max_bits(amax_bits);
+    if (threadIdx.x == 0) row_amax[r] = __uint_as_float(amax_bits);
+  }
+}
+
+// The backward: ops::swiglu_grad per element, and the rows' amaxes of whichever of
+// grad_gate and grad_up asks for them (null: not wanted).
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    swiglu_backward_rows_kernel(const T* gate, const T* up, const T* grad_out, int64_t rows, int64_t cols,
+                                T* grad_gate, T* grad_up, float* __restrict__ grad_gate_row_amax,
+                                float* __restrict__ grad_up_row_amax) {
+  constexpr int kG = model::kPer16Bytes<T>;
+  const int64_t groups = model::ceil_div(cols, kG);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * cols;
+    uint32_t gate_bits = 0, up_bits = 0;
+    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
+      float a[kG], b[kG], d[kG], dg[kG], du[kG];
+      model::load_group16<kVec>(gate + base, g, cols, 0.0f, a);
+      model::load_group16<kVec>(up + base, g, cols, 0.0f, b);
+      model::load_group16<kVec>(grad_out + base, g, cols, 0.0f, d);
+#pragma unroll
+      for (int k = 0; k < kG; ++k) ops::swiglu_grad(a[k], b[k], d[k], &dg[k], &du[k]);
+      model::store_group16<kVec>(grad_gate + base, g, cols, dg);
+      model::store_group16<kVec>(grad_up + base, g, cols, du);
+      gate_bits = model::group16_amax_bits<T>(gate_bits, g, cols, dg);
+      up_bits = model::group16_amax_bits<T>(up_bits, g, cols, du);
+    }
+    // Each condition is the same for the whole grid.
+    if (grad_gate_row_amax != nullptr) {
+      gate_bits = model::block_max_bits(gate_bits);
+      if (threadIdx.x == 0) grad_gate_row_amax[r] = __uint_as_float(gate_bits);
+    }
+    if (grad_up_row_amax != nullptr) {
+      up_bits = model::block_max_bits(up_bits);
+      if (threadIdx.x == 0) grad_up_row_amax[r] = __uint_as_float(up_bits);
+    }
+  }
+}
+
+// ops::adamw_update per element, and each row's amax of the updated parameter. fp32.
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    adamw_rows_kernel(ops::AdamWCoefficients c, float* param, const float* grad, float* m, float* v, int64_t rows,
+                      int64_t cols, float* __restrict__ param_row_amax) {
+  constexpr int kG = model::kPer16Bytes<float>;
+  const int64_t groups = model::ceil_div(cols, kG);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * cols;
+    uint32_t amax_bits = 0;
+    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
+      float p[kG], d[kG], mo[kG], ve[kG];
+      model::load_group16<kVec>(param + base, g, cols, 0.0f, p);
+      model::load_group16<kVec>(grad + base, g, cols, 0.0f, d);
+      model::load_group16<kVec>(m + base, g, cols, 0.0f, mo);
+      model::load_group16<kVec>(v + base, g, cols, 0.0f, ve);
+#pragma unroll
+      for (int k = 0; k < kG; ++k) ops::adamw_update(c, d[k], &p[k], &mo[k], &ve[k]);
+      model::store_group16<kVec>(param + base, g, cols, p);
+      model::store_group16<kVec>(m + base, g, cols, mo);
+      model::store_group16<kVec>(v + base, g, cols, ve);
+      amax_bits = model::group16_amax_bits<float>(amax_bits, g, cols, p);
+    }
+    amax_bits = model::block_max_bits(amax_bits);
+    if (threadIdx.x == 0) param_row_amax[r] = __uint_as_float(amax_bits);
+  }
+}
+
+// RoPE over rows of cols = heads · head_dim elements (rows = batch · seq), forward or
+// inverse (sin_sign -1), each pair by ops::rotate_pair with its position's table entry.
+// head_dim is even, so no pair straddles two groups, though a group may straddle heads:
+// each pair finds its own entry. A partial last group's missing pairs rotate zeros that
+// are neither stored nor counted.
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    rope_rows_kernel(int64_t rows, int64_t seq, int64_t cols, int64_t head_dim, const float* __restrict__ cos_table,
+                     const float* __restrict__ sin_table, float sin_sign, const T* in, T* out,
+                     float* __restrict__ row_amax) {
+  constexpr int kG = model::kPer16Bytes<T>;
+  const int64_t pairs = head_dim / 2;
+  const int64_t groups = model::ceil_div(cols, kG);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * cols;
+    const int64_t table_row = mod(r, seq) * pairs;
+    uint32_t amax_bits = 0;
+    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
+      float v[kG], w[kG];
+      model::load_group16<kVec>(in + base, g, cols, 0.0f, v);
+#pragma unroll
+      for (int p = 0; p < kG / 2; ++p) {
+        const int64_t t = table_row + mod(kG * g + 2 * p, head_dim) / 2;
+        ops::rotate_pair(v[2 * p], v[2 * p + 1], cos_table[t], sin_sign * sin_table[t], &w[2 * p], &w[2 * p + 1]);
+      }
+      model::store_group16<kVec>(out + base, g, cols, w);
+      amax_bits = model::group16_amax_bits<T>(amax_bits, g, cols, w);
+    }
+    amax_bits = model::block_max_bits(amax_bits);
+    if (threadIdx.x == 0) row_amax[r] = __uint_as_float(amax_bits);
+  }
+}
+
+}  // namespace fp8::cuda::row_kernels

@@ -1,0 +1,230 @@
+// The by-rows model kernels (kernels/cuda/ops/row_kernels_device.cuh: SwiGLU and its
+// backward, AdamW and RoPE, each also writing its rows' amaxes) run on the CPU under the
+// emulation of CUDA threads and warp collectives (emulation/), against the CPU's
+// per-element functions applied element by element: every value bit for bit, and each
+// row's amax of the values as stored. Both access paths (16-byte groups, and element by
+// element for ragged rows), rows longer than a block's threads cover in one sweep, and
+// fewer blocks than rows. The same kernels on a GPU: fp8_cuda_model_ops_test.
+#include "tests/ops/emulation/cuda_emulation.h"
+// The kernels, after the emulation.
+#include "cuda/ops/row_kernels_device.cuh"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include "fp8/arith.h"
+#include "gtest/gtest.h"
+#include "ops/model_arith.h"
+
+namespace fp8::cuda::row_kernels {
+namespace {
+
+using model::bf16_bits;
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+// Ragged (element-by-element path) and whole 16-byte groups, one row past 256 groups.
+constexpr Shape kShapes[] = {{3, 37}, {4, 72}, {2, 2056}, {2, 2051}};
+constexpr unsigned kBlocks = 2;  // fewer than the rows: blocks loop
+
+std::vector<float> values(size_t n, uint32_t seed, float scale = 2.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// An activation of type T holding v (rounded to bf16 for T = bf16_bits), a vector of them,
+// and back.
+template <typename T>
+T as_stored(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return float_to_bf16(v);
+  }
+}
+template <typename T>
+std::vector<T> stored(const std::vector<float>& v) {
+  std::vector<T> s(v.size());
+  for (size_t i = 0; i < v.size(); ++i) s[i] = as_stored<T>(v[i]);
+  return s;
+}
+template <typename T>
+float widened(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    return bf16_to_float(x);
+  }
+}
+
+// Each row's amax of `x` as stored, as the kernels' bit patterns give it.
+template <typename T>
+std::vector<float> row_amaxes(const std::vector<T>& x, Shape s) {
+  std::vector<float> a(static_cast<size_t>(s.rows));
+  for (int64_t r = 0; r < s.rows; ++r) {
+    uint32_t bits = 0;
+    for (int64_t c = 0; c < s.cols; ++c) bits = amax_bits_update(bits, widened(x[static_cast<size_t>(r * s.cols + c)]));
+    a[static_cast<size_t>(r)] = bits_float(bits);
+  }
+  return a;
+}
+
+template <typename T>
+void expect_bits_equal(const std::vector<T>& got, const std::vector<T>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)), 0) << what;
+}
+
+// Runs kernel<kVec> on the shape, the vectorised instantiation where the launcher would.
+template <typename T, typename Launch>
+void launch_both_paths(Shape s, Launch launch) {
+  if (s.cols % model::kPer16Bytes<T> == 0) {
+    launch(std::true_type{});
+  } else {
+    launch(std::false_type{});
+  }
+}
+
+template <typename T>
+void check_swiglu(Shape s) {
+  SCOPED_TRACE(::testing::Message() << (std::is_same_v<T, float> ? "fp32 " : "bf16 ") << s.rows << "x" << s.cols);
+  const size_t n = static_cast<size_t>(s.rows * s.cols);
+  const auto gate = stored<T>(values(n, 1)), up = stored<T>(values(n, 2)), grad = stored<T>(values(n, 3));
+
+  // Forward.
+  std::vector<T> out(n), want(n);
+  std::vector<float> amax(static_cast<size_t>(s.rows), -1.0f);
+  for (size_t i = 0; i < n; ++i) want[i] = as_stored<T>(ops::swiglu(widened(gate[i]), widened(up[i])));
+  launch_both_paths<T>(s, [&](auto vec) {
+    emulation::launch(kBlocks, kThreads, 0, swiglu_rows_kernel<T, decltype(vec)::value>, gate.data(), up.data(), s.rows,
+                      s.cols, out.data(), amax.data());
+  });
+  expect_bits_equal(out, want, "swiglu");
+  expect_bits_equal(amax, row_amaxes(want, s), "swiglu row amaxes");
+
+  // Backward, both amaxes, then in place (grad_up over grad_out) with only grad_gate's.
+  std::vector<T> grad_gate(n), grad_up(n), want_gate(n), want_up(n);
+  for (size_t i = 0; i < n; ++i) {
+    float dg, du;
+    ops::swiglu_grad(widened(gate[i]), widened(up[i]), widened(grad[i]), &dg, &du);
+    want_gate[i] = as_stored<T>(dg);
+    want_up[i] = as_stored<T>(du);
+  }
+  std::vector<float> gate_amax(static_cast<size_t>(s.rows), -1.0f), up_amax(gate_amax);
+  launch_both_paths<T>(s, [&](auto vec) {
+    emulation::launch(kBlocks, kThreads, 0, swiglu_backward_rows_kernel<T, decltype(vec)::value>, gate.data(),
+                      up.data(), grad.data(), s.rows, s.cols, grad_gate.data(), grad_up.data(), gate_amax.data(),
+                      up_amax.data());
+  });
+  expect_bits_equal(grad_gate, want_gate, "grad_gate");
+  expect_bits_equal(grad_up, want_up, "grad_up");
+  expect_bits_equal(gate_amax, row_amaxes(want_gate, s), "grad_gate row amaxes");
+  expect_bits_equal(up_amax, row_amaxes(want_up, s), "grad_up row amaxes");
+
+  std::vector<T> in_place = grad;
+  std::fill(grad_gate.begin(), grad_gate.end(), T{});
+  std::fill(gate_amax.begin(), gate_amax.end(), -1.0f);
+  launch_both_paths<T>(s, [&](auto vec) {
+    emulation::launch(kBlocks, kThreads, 0, swiglu_backward_rows_kernel<T, decltype(vec)::value>, gate.data(),
+                      up.data(), in_place.data(), s.rows, s.cols, grad_gate.data(), in_place.data(), gate_amax.data(),
+                      static_cast<float*>(nullptr));
+  });
+  expect_bits_equal(grad_gate, want_gate, "grad_gate, in place");
+  expect_bits_equal(in_place, want_up, "grad_up over grad_out");
+  expect_bits_equal(gate_amax, row_amaxes(want_gate, s), "grad_gate row amaxes, in place");
+}
+
+TEST(RowKernelsEmulation, SwigluAndItsBackwardMatchTheCpuWithTheirRowAmaxes) {
+  for (Shape s : kShapes) {
+    check_swiglu<float>(s);
+    check_swiglu<bf16_bits>(s);
+  }
+}
+
+TEST(RowKernelsEmulation, AdamwMatchesTheCpuWithTheUpdatedRowAmaxes) {
+  ops::AdamWCoefficients c;
+  c.decay = 1.0f - 1e-3f * 0.1f;
+  c.beta1 = 0.9f;
+  c.beta2 = 0.95f;
+  c.step_size = 1e-3f / (1.0f - 0.9f * 0.9f);
+  c.sqrt_correction2 = std::sqrt(1.0f - 0.95f * 0.95f);
+  c.eps = 1e-8f;
+  c.grad_scale = 0.5f;
+  for (Shape s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.cols);
+    const size_t n = static_cast<size_t>(s.rows * s.cols);
+    std::vector<float> param = values(n, 4), grad = values(n, 5), m = values(n, 6, 0.1f), v = values(n, 7, 0.1f);
+    for (float& x : v) x = x * x;
+    std::vector<float> want_param = param, want_m = m, want_v = v;
+    for (size_t i = 0; i < n; ++i) ops::adamw_update(c, grad[i], &want_param[i], &want_m[i], &want_v[i]);
+    std::vector<float> amax(static_cast<size_t>(s.rows), -1.0f);
+    launch_both_paths<float>(s, [&](auto vec) {
+      emulation::launch(kBlocks, kThreads, 0, adamw_rows_kernel<decltype(vec)::value>, c, param.data(), grad.data(),
+                        m.data(), v.data(), s.rows, s.cols, amax.data());
+    });
+    expect_bits_equal(param, want_param, "param");
+    expect_bits_equal(m, want_m, "m");
+    expect_bits_equal(v, want_v, "v");
+    expect_bits_equal(amax, row_amaxes(want_param, s), "param row amaxes");
+  }
+}
+
+// Rows of heads · head_dim (head_dim 4 puts two heads in one bf16 group, 6 makes groups
+// straddle heads, 64 is llama's), forward and inverse, in place.
+template <typename T>
+void check_rope(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, float sin_sign) {
+  SCOPED_TRACE(::testing::Message() << (std::is_same_v<T, float> ? "fp32 " : "bf16 ") << batch << "x" << seq << "x"
+                                    << heads << "x" << head_dim << (sin_sign < 0 ? " inverse" : ""));
+  const Shape s{batch * seq, heads * head_dim};
+  const int64_t pairs = head_dim / 2;
+  std::vector<float> cos_table(static_cast<size_t>(seq * pairs)), sin_table(cos_table.size());
+  for (int64_t p = 0; p < seq; ++p) {
+    for (int64_t i = 0; i < pairs; ++i) {
+      const double angle = static_cast<double>(p) * std::pow(10000.0, -2.0 * static_cast<double>(i) / head_dim);
+      cos_table[static_cast<size_t>(p * pairs + i)] = static_cast<float>(std::cos(angle));
+      sin_table[static_cast<size_t>(p * pairs + i)] = static_cast<float>(std::sin(angle));
+    }
+  }
+  const size_t n = static_cast<size_t>(s.rows * s.cols);
+  std::vector<T> x = stored<T>(values(n, 8)), want(n);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    for (int64_t c = 0; c < s.cols; c += 2) {
+      const size_t i = static_cast<size_t>(r * s.cols + c);
+      const size_t t = static_cast<size_t>(r % seq * pairs + c % head_dim / 2);
+      float y0, y1;
+      ops::rotate_pair(widened(x[i]), widened(x[i + 1]), cos_table[t], sin_sign * sin_table[t], &y0, &y1);
+      want[i] = as_stored<T>(y0);
+      want[i + 1] = as_stored<T>(y1);
+    }
+  }
+  std::vector<float> amax(static_cast<size_t>(s.rows), -1.0f);
+  launch_both_paths<T>(s, [&](auto vec) {
+    emulation::launch(kBlocks, kThreads, 0, rope_rows_kernel<T, decltype(vec)::value>, s.rows, seq, s.cols, head_dim,
+                      cos_table.data(), sin_table.data(), sin_sign, x.data(), x.data(), amax.data());
+  });
+  expect_bits_equal(x, want, "rotated");
+  expect_bits_equal(amax, row_amaxes(want, s), "row amaxes");
+}
+
+TEST(RowKernelsEmulation, RopeMatchesTheCpuWithItsRowAmaxes) {
+  for (float sin_sign : {1.0f, -1.0f}) {
+    check_rope<float>(2, 3, 2, 64, sin_sign);
+    check_rope<bf16_bits>(2, 3, 2, 64, sin_sign);
+    check_rope<bf16_bits>(1, 3, 3, 6, sin_sign);   // 18 a row: ragged, groups straddle heads
+    check_rope<bf16_bits>(1, 3, 4, 4, sin_sign);   // 16 a row: two heads a group
+    check_rope<float>(1, 3, 3, 6, sin_sign);
+    check_rope<bf16_bits>(1, 2, 33, 64, sin_sign);  // 2112 a row: past one sweep of the block
+  }
+}
+
+}  // namespace
+}  // namespace fp8::cuda::row_kernels
