@@ -29,6 +29,9 @@
 #include "fp8/arith.h"
 
 namespace fp8::cuda::cast_device {
+// Internal linkage: each including file (the launchers' .cu, the CPU emulation test) has
+// its own copy, so the emulated host versions never meet the device build's at link time.
+namespace {
 
 constexpr int kThreads = 256;          // threads per block, every kernel here
 constexpr int kChunk = 16;             // elements per thread in the flat kernels
@@ -580,4 +583,5 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles, kC
   if constexpr (kCount) block_sum2_atomic(counts, tally.saturated, tally.underflow);
 }
 
+}  // namespace
 }  // namespace fp8::cuda::cast_device

@@ -120,6 +120,27 @@ __device__ __forceinline__ void store_group16(T* p, int64_t g, int64_t n, const 
   }
 }
 
+// kG fp32 values (a multiple of 4) at [kG g, kG g + kG) of a vector of n, those at or past
+// n as `fill`: the per-column fp32 operand (a weight) beside a group of activations.
+// kVec: kG / 4 16-byte accesses (p 16-byte aligned, the group whole).
+template <bool kVec, int kG>
+__device__ __forceinline__ void load_floats(const float* p, int64_t g, int64_t n, float fill, float (&v)[kG]) {
+  static_assert(kG % 4 == 0);
+  const int64_t i = kG * g;
+  if constexpr (kVec) {
+#pragma unroll
+    for (int j = 0; j < kG / 4; ++j) {
+      float q[4];
+      load4(p + i + 4 * j, q);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[4 * j + k] = q[k];
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kG; ++k) v[k] = i + k < n ? p[i + k] : fill;
+  }
+}
+
 // ---- reductions ---------------------------------------------------------------------------------
 
 template <typename T>

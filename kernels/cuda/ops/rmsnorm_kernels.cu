@@ -1,32 +1,18 @@
-// RMSNorm and its backward over rows of x [rows, dim], with the CPU's arithmetic
-// (kernels/ops/rmsnorm.cc): the mean square and Σ g·w·x in double, everything per element
-// in float in the same order (this file is compiled with -fmad=false, so nothing fuses).
-//
-// A row's threads each own the groups of 4 columns t, t + kThreads, ... of it, for every
-// pass over the row, so a thread only ever touches its own columns and the row's one
-// reduction (block_sum) is the only cross-thread step.
-//
-// Backward: grad_weight sums over rows. A fixed number of row chunks (a function of rows
-// alone) each run on one block, which walks its rows in order, writes grad_x and sums
-// g·x·inv_rms per column into its own partial vector (in shared memory when it fits);
-// a second kernel adds the partial vectors to grad_weight in chunk order.
-//
-// x, out, grad_out and grad_x are fp32 or bf16 (the element type T), read and written in
-// the same groups of 4 either way (one 16-byte or 8-byte access where aligned), so the
-// sums run in the same order for both types; weight, inv_rms, grad_weight and the
-// partials are fp32.
+// The RMSNorm launchers; the kernels, and how they split the work, are rmsnorm_device.cuh's.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
 
 #include "cuda/ops/kernel_util.cuh"
+#include "cuda/ops/rmsnorm_device.cuh"
 #include "cuda/ops/model_kernels.h"
 
 namespace fp8::cuda {
 namespace {
 
 using model::kThreads;
+using namespace rmsnorm_device;
 
 constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;  // the forward loops past this many rows
 // Row chunks of the backward: enough blocks to fill an H100 several times over (each
@@ -47,116 +33,6 @@ struct ChunkPlan {
 ChunkPlan chunk_plan(int64_t rows) {
   const int64_t per = model::ceil_div(rows, kMaxChunks);
   return {per, model::ceil_div(rows, per)};
-}
-
-// row_amax (may be null): the amax of each output row as stored, i.e. after rounding to
-// T, for a following fp8 cast (QuantizeArgs::row_amax) to skip its own read of `out`.
-template <typename T, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    rmsnorm_forward_kernel(const T* __restrict__ x, const float* __restrict__ weight, int64_t rows, int64_t dim,
-                           float eps, T* __restrict__ out, float* __restrict__ inv_rms, float* __restrict__ row_amax) {
-  const int64_t groups = model::ceil_div(dim, 4);
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* xr = x + r * dim;
-    double sum_squares = 0.0;
-    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
-      float v[4];
-      model::load_group<kVec>(xr, g, dim, 0.0f, v);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) sum_squares += static_cast<double>(v[k]) * static_cast<double>(v[k]);
-    }
-    sum_squares = model::block_sum(sum_squares);
-    const double mean_square = sum_squares / static_cast<double>(dim);
-    const float inv = static_cast<float>(1.0 / sqrt(mean_square + static_cast<double>(eps)));
-    if (threadIdx.x == 0) inv_rms[r] = inv;
-    T* yr = out + r * dim;
-    uint32_t amax_bits = 0;
-    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
-      float v[4], w[4], y[4];
-      model::load_group<kVec>(xr, g, dim, 0.0f, v);
-      model::load_group<kVec>(weight, g, dim, 0.0f, w);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) y[k] = v[k] * inv * w[k];
-      model::store_group<kVec>(yr, g, dim, y);
-      if (row_amax != nullptr) amax_bits = model::group_amax_bits<T>(amax_bits, g, dim, y);
-    }
-    if (row_amax != nullptr) {  // the same for the whole grid: every thread reaches the barrier or none
-      amax_bits = model::block_max_bits(amax_bits);
-      if (threadIdx.x == 0) row_amax[r] = __uint_as_float(amax_bits);
-    }
-  }
-}
-
-// One block per row chunk. `partial` is [chunks, dim]; the block's own row of it is where
-// its column sums end, and where they accumulate unless kSharedPartial.
-template <typename T, bool kVec, bool kSharedPartial>
-__global__ void __launch_bounds__(kThreads)
-    rmsnorm_backward_kernel(const T* __restrict__ x, const float* __restrict__ weight,
-                            const float* __restrict__ inv_rms, const T* __restrict__ grad_out, int64_t rows,
-                            int64_t dim, int64_t rows_per_chunk, T* __restrict__ grad_x, bool accumulate_grad_x,
-                            float* __restrict__ grad_x_row_amax, float* __restrict__ partial) {
-  extern __shared__ float shared_partial[];
-  const int64_t groups = model::ceil_div(dim, 4);
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
-  const int64_t last = first + rows_per_chunk < rows ? first + rows_per_chunk : rows;
-  float* const own_partial = partial + static_cast<int64_t>(blockIdx.x) * dim;
-  float* const acc = kSharedPartial ? shared_partial : own_partial;
-  for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if (4 * g + k < dim) acc[4 * g + k] = 0.0f;
-    }
-  }
-  for (int64_t r = first; r < last; ++r) {
-    const T* xr = x + r * dim;
-    const T* gr = grad_out + r * dim;
-    const float inv = inv_rms[r];
-    double gwx = 0.0;
-    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
-      float v[4], go[4], w[4];
-      model::load_group<kVec>(xr, g, dim, 0.0f, v);
-      model::load_group<kVec>(gr, g, dim, 0.0f, go);
-      model::load_group<kVec>(weight, g, dim, 0.0f, w);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) gwx += static_cast<double>(go[k] * w[k]) * static_cast<double>(v[k]);
-    }
-    gwx = model::block_sum(gwx);
-    // The CPU's expression, operand for operand (inv promoted to double).
-    const float coeff = static_cast<float>(gwx * inv * inv * inv / static_cast<double>(dim));
-    T* dxr = grad_x + r * dim;
-    uint32_t amax_bits = 0;
-    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
-      float v[4], go[4], w[4], dx[4];
-      model::load_group<kVec>(xr, g, dim, 0.0f, v);
-      model::load_group<kVec>(gr, g, dim, 0.0f, go);
-      model::load_group<kVec>(weight, g, dim, 0.0f, w);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        dx[k] = inv * (go[k] * w[k]) - coeff * v[k];
-        if (4 * g + k < dim) acc[4 * g + k] += go[k] * v[k] * inv;
-      }
-      if (accumulate_grad_x) {  // the same for the whole grid: no divergence
-        float held[4];
-        model::load_group<kVec>(static_cast<const T*>(dxr), g, dim, 0.0f, held);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) dx[k] = held[k] + dx[k];
-      }
-      model::store_group<kVec>(dxr, g, dim, dx);
-      amax_bits = model::group_amax_bits<T>(amax_bits, g, dim, dx);
-    }
-    if (grad_x_row_amax != nullptr) {  // the same for the whole grid
-      amax_bits = model::block_max_bits(amax_bits);
-      if (threadIdx.x == 0) grad_x_row_amax[r] = __uint_as_float(amax_bits);
-    }
-  }
-  if constexpr (kSharedPartial) {
-    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        if (4 * g + k < dim) own_partial[4 * g + k] = acc[4 * g + k];
-      }
-    }
-  }
 }
 
 // grad_weight[j] += Σ_chunks partial[c, j]. A block is 32 columns x 8 lanes of chunks:
@@ -211,8 +87,8 @@ LaunchResult launch_rmsnorm_forward(const void* x, const float* weight, int64_t 
     using T = decltype(tag);
     const T* xt = static_cast<const T*>(x);
     T* yt = static_cast<T*>(out);
-    const bool vec =
-        dim % 4 == 0 && model::aligned_for<T, 4>(xt) && model::aligned16(weight) && model::aligned_for<T, 4>(yt);
+    const bool vec = dim % model::kPer16Bytes<T> == 0 && model::aligned16(xt) && model::aligned16(weight) &&
+                     model::aligned16(yt);
     if (vec) {
       rmsnorm_forward_kernel<T, true>
           <<<blocks, kThreads, 0, stream>>>(xt, weight, rows, dim, eps, yt, inv_rms, row_amax);
@@ -246,8 +122,8 @@ LaunchResult launch_rmsnorm_backward(const void* x, const float* weight, const f
     const T* xt = static_cast<const T*>(x);
     const T* gt = static_cast<const T*>(grad_out);
     T* dxt = static_cast<T*>(grad_x);
-    const bool vec = dim % 4 == 0 && model::aligned_for<T, 4>(xt) && model::aligned16(weight) &&
-                     model::aligned_for<T, 4>(gt) && model::aligned_for<T, 4>(dxt);
+    const bool vec = dim % model::kPer16Bytes<T> == 0 && model::aligned16(xt) && model::aligned16(weight) &&
+                     model::aligned16(gt) && model::aligned16(dxt);
     if (vec) {
       queue_backward<T, true>(shared_partial, xt, weight, inv_rms, gt, rows, dim, plan, dxt, accumulate_grad_x,
                               grad_x_row_amax, partial, stream);

@@ -18,6 +18,9 @@
 #include "ops/model_arith.h"
 
 namespace fp8::cuda::row_kernels {
+// Internal linkage: each including file (the launchers' .cu, the CPU emulation test) has
+// its own copy, so the emulated host versions never meet the device build's at link time.
+namespace {
 
 using model::kThreads;
 
@@ -146,4 +149,5 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+}  // namespace
 }  // namespace fp8::cuda::row_kernels

@@ -142,6 +142,13 @@ inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
 inline float __shfl_down_sync(unsigned mask, float v, unsigned delta) {
   return std::bit_cast<float>(__shfl_down_sync(mask, std::bit_cast<uint32_t>(v), delta));
 }
+// 64 bits move as two 32-bit shuffles, as the CUDA headers implement it.
+inline double __shfl_down_sync(unsigned mask, double v, unsigned delta) {
+  const auto bits = std::bit_cast<uint64_t>(v);
+  const uint32_t lo = __shfl_down_sync(mask, static_cast<uint32_t>(bits), delta);
+  const uint32_t hi = __shfl_down_sync(mask, static_cast<uint32_t>(bits >> 32), delta);
+  return std::bit_cast<double>(static_cast<uint64_t>(hi) << 32 | lo);
+}
 inline float __uint_as_float(uint32_t u) { return std::bit_cast<float>(u); }
 // The threads of a block run at once: a real atomic.
 inline unsigned atomicMax(unsigned* p, unsigned v) {
