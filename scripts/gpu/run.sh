@@ -10,6 +10,8 @@
 # work at ~9; a test is killed after 8):
 #   tests-kernels   format, CUDA contract and backend, Float8Linear, NCCL, CUDA model ops
 #   tests-train     CUDA training, FSDP over NCCL, and a job through fp8-coordinator / fp8-worker / fp8-train
+#   bench-cast      bench_cast alone (the casts against a copy; bf16 transposing casts with one
+#                   and two row tiles a block side by side)
 #   bench-gemm      bench_cast, bench_gemm, then torch_gemm.py on the same shapes
 #   bench-linear    bench_linear (ln -> linear -> sigmoid, and the linear alone), then torch_linear.py
 #   bench-train     bench_train on llama-h100 per recipe (none first), then torch_llama.py
@@ -135,6 +137,9 @@ do_part() {
       run cuda_fsdp_test 180 "$bin/fp8_cuda_fsdp_test"
       run cuda_job_test 300 "$bin/fp8_cuda_job_test"
       ;;
+    bench-cast)
+      run bench_cast 120 "$bin/bench_cast" --device cuda
+      ;;
     bench-gemm)
       run bench_cast 120 "$bin/bench_cast" --device cuda
       run bench_gemm 240 "$bin/bench_gemm" --device cuda --csv "$out/ours_gemm.csv"
@@ -185,7 +190,7 @@ do_part() {
     tests) do_part tests-kernels; do_part tests-train ;;
     bench) do_part bench-gemm; do_part bench-linear; do_part bench-train ;;
     all) do_part tests; do_part bench ;;
-    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-gemm, bench-linear, bench-train, bench-attention, profile-train, torch-gemm," \
+    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-cast, bench-gemm, bench-linear, bench-train, bench-attention, profile-train, torch-gemm," \
          "torch-linear, torch-train, tests, bench, all)"; status=2 ;;
   esac
 }
