@@ -24,6 +24,8 @@ namespace {
 
 using testing::Buffer;
 using testing::gaussian;
+using testing::stored_bytes;
+using testing::widened;
 
 class BackendContract : public ::testing::TestWithParam<std::string> {
  protected:
@@ -556,33 +558,6 @@ TEST_P(BackendContract, OutliersSaturateInsteadOfOverflowing) {
   const auto w = gaussian(static_cast<size_t>(n * k), 31);
   const auto qb = quantize_operand(b_, w, n, k, Format::kE4M3, Granularity::kTensorwise);
   for (float v : run_gemm(b_, m, n, k, qa, qb)) ASSERT_TRUE(std::isfinite(v));
-}
-
-// Bytes of `v` stored as dtype t (bf16 rounded to nearest even).
-std::vector<uint8_t> stored_bytes(const std::vector<float>& v, DType t) {
-  std::vector<uint8_t> bytes(v.size() * dtype_size(t));
-  if (t == DType::kFloat32) {
-    std::memcpy(bytes.data(), v.data(), bytes.size());
-  } else {
-    const auto h = testing::to_bf16(v);
-    std::memcpy(bytes.data(), h.data(), bytes.size());
-  }
-  return bytes;
-}
-
-// The values of bytes stored as dtype t, widened to fp32 (exact).
-std::vector<float> widened(const std::vector<uint8_t>& bytes, DType t) {
-  std::vector<float> v(bytes.size() / dtype_size(t));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (t == DType::kFloat32) {
-      std::memcpy(&v[i], bytes.data() + 4 * i, 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, bytes.data() + 2 * i, 2);
-      v[i] = bf16_to_float(h);
-    }
-  }
-  return v;
 }
 
 // The fast paths accumulate in fp32; the reference accumulates in fp64. Their results

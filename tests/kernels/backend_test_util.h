@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -81,6 +82,33 @@ inline std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
   std::vector<float> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_float(v[i]);
   return out;
+}
+
+// Bytes of `v` stored as dtype t (bf16 rounded to nearest even).
+inline std::vector<uint8_t> stored_bytes(const std::vector<float>& v, DType t) {
+  std::vector<uint8_t> bytes(v.size() * dtype_size(t));
+  if (t == DType::kFloat32) {
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+  } else {
+    const auto h = to_bf16(v);
+    std::memcpy(bytes.data(), h.data(), bytes.size());
+  }
+  return bytes;
+}
+
+// The values of bytes stored as dtype t, widened to fp32 (exact).
+inline std::vector<float> widened(const std::vector<uint8_t>& bytes, DType t) {
+  std::vector<float> v(bytes.size() / dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == DType::kFloat32) {
+      std::memcpy(&v[i], bytes.data() + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + 2 * i, 2);
+      v[i] = bf16_to_float(h);
+    }
+  }
+  return v;
 }
 
 // 20·log10(‖ref‖ / ‖ref − x‖) in dB, as torchao's tests compute it.

@@ -262,28 +262,6 @@ std::vector<uint8_t> e4m3_codes(int64_t n, uint32_t seed) {
   return codes;
 }
 
-// An output of either type as floats, and back.
-std::vector<float> as_floats(const std::vector<uint8_t>& bytes, DType t) {
-  if (t == DType::kFloat32) {
-    std::vector<float> v(bytes.size() / 4);
-    std::memcpy(v.data(), bytes.data(), bytes.size());
-    return v;
-  }
-  std::vector<uint16_t> h(bytes.size() / 2);
-  std::memcpy(h.data(), bytes.data(), bytes.size());
-  return testing::from_bf16(h);
-}
-std::vector<uint8_t> as_bytes(const std::vector<float>& v, DType t) {
-  std::vector<uint8_t> bytes(v.size() * dtype_size(t));
-  if (t == DType::kFloat32) {
-    std::memcpy(bytes.data(), v.data(), bytes.size());
-  } else {
-    const auto h = testing::to_bf16(v);
-    std::memcpy(bytes.data(), h.data(), bytes.size());
-  }
-  return bytes;
-}
-
 // FP8_CUBLASLT_REFUSE_C=1 makes a backend treat every GEMM's C as refused, as cuBLASLt does
 // where the chosen kernel does not take it: an accumulation then goes through an fp32
 // product and an add pass, an addend into D first. The sums stay those of the reference.
@@ -310,7 +288,7 @@ TEST_F(CudaBackendTest, GemmsWhoseCIsRefusedTakeTheFallbackRoutes) {
         SCOPED_TRACE(::testing::Message() << (rowwise ? "rowwise " : "tensorwise ") << dtype_name(t)
                                           << (addend ? " +addend" : " +accumulate"));
         const Granularity g = rowwise ? Granularity::kRowwise : Granularity::kTensorwise;
-        const auto start = as_bytes(init, t);
+        const auto start = testing::stored_bytes(init, t);
         Buffer<uint8_t> out(b, start), addend_dev(b, start);
         ScaledGemmArgs d;
         d.m = m;
@@ -333,8 +311,8 @@ TEST_F(CudaBackendTest, GemmsWhoseCIsRefusedTakeTheFallbackRoutes) {
         r.bias = bias.data();
         r.addend = addend ? start.data() : nullptr;
         ASSERT_TRUE(ref().scaled_gemm(r).ok());
-        const auto w = as_floats(want, t);
-        EXPECT_LT(testing::relative_error(std::vector<double>(w.begin(), w.end()), as_floats(out.download(), t)),
+        const auto w = testing::widened(want, t);
+        EXPECT_LT(testing::relative_error(std::vector<double>(w.begin(), w.end()), testing::widened(out.download(), t)),
                   t == DType::kFloat32 ? 5e-4 : 8e-3);
       }
     }

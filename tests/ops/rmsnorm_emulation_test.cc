@@ -20,11 +20,13 @@
 
 #include "fp8/arith.h"
 #include "gtest/gtest.h"
+#include "tests/ops/emulated_kernel_checks.h"
 
 namespace fp8::cuda::rmsnorm_device {
 namespace {
 
 using model::bf16_bits;
+using namespace emulation_test;
 
 struct Shape {
   int64_t rows, dim;
@@ -40,29 +42,6 @@ std::vector<float> values(size_t n, uint32_t seed, float lo, float hi) {
   std::vector<float> v(n);
   for (float& x : v) x = u(rng);
   return v;
-}
-
-template <typename T>
-T as_stored(float v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return float_to_bf16(v);
-  }
-}
-template <typename T>
-float widened(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else {
-    return bf16_to_float(x);
-  }
-}
-template <typename T>
-std::vector<T> stored(const std::vector<float>& v) {
-  std::vector<T> s(v.size());
-  for (size_t i = 0; i < v.size(); ++i) s[i] = as_stored<T>(v[i]);
-  return s;
 }
 
 // Σ term(j) over j < dim as the kernels add it: thread t sums the elements of its groups
@@ -84,42 +63,15 @@ double block_order_sum(int64_t dim, Term term) {
     std::vector<double> lane(thread_sum.begin() + 32 * w, thread_sum.begin() + 32 * w + 32);
     for (int offset = 16; offset > 0; offset /= 2) {
       std::vector<double> next = lane;
-      for (int l = 0; l < 32; ++l) next[static_cast<size_t>(l)] += lane[static_cast<size_t>(l + offset < 32 ? l + offset : l)];
+      for (int l = 0; l < 32; ++l) {
+        const int source = l + offset < 32 ? l + offset : l;  // past the warp: the lane's own value
+        next[static_cast<size_t>(l)] += lane[static_cast<size_t>(source)];
+      }
       lane = next;
     }
     total = w == 0 ? lane[0] : total + lane[0];
   }
   return total;
-}
-
-template <typename T>
-std::vector<float> row_amaxes(const std::vector<T>& x, Shape s) {
-  std::vector<float> a(static_cast<size_t>(s.rows));
-  for (int64_t r = 0; r < s.rows; ++r) {
-    uint32_t bits = 0;
-    for (int64_t c = 0; c < s.dim; ++c) bits = amax_bits_update(bits, widened(x[static_cast<size_t>(r * s.dim + c)]));
-    a[static_cast<size_t>(r)] = bits_float(bits);
-  }
-  return a;
-}
-
-template <typename T>
-void expect_bits_equal(const std::vector<T>& got, const std::vector<T>& want, const char* what) {
-  ASSERT_EQ(got.size(), want.size());
-  size_t first = got.size();
-  for (size_t i = 0; i < got.size() && first == got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) first = i;
-  }
-  EXPECT_EQ(first, got.size()) << what << ": first difference at " << first;
-}
-
-template <typename T, typename Launch>
-void on_the_launchers_path(Shape s, Launch launch) {
-  if (s.dim % model::kPer16Bytes<T> == 0) {
-    launch(std::true_type{});
-  } else {
-    launch(std::false_type{});
-  }
 }
 
 template <typename T>
@@ -130,7 +82,9 @@ void check(Shape s) {
   const auto x = stored<T>(values(n, 1, -2.0f, 2.0f)), grad_out = stored<T>(values(n, 2, -1.0f, 1.0f));
   const auto weight = values(static_cast<size_t>(s.dim), 3, 0.5f, 1.5f);
   const float eps = 1e-5f;
-  auto at = [&](const std::vector<T>& v, int64_t r, int64_t j) { return widened(v[static_cast<size_t>(r * s.dim + j)]); };
+  auto at = [&](const std::vector<T>& v, int64_t r, int64_t j) {
+    return widened(v[static_cast<size_t>(r * s.dim + j)]);
+  };
 
   // Forward.
   std::vector<float> want_inv(static_cast<size_t>(s.rows));
@@ -148,13 +102,13 @@ void check(Shape s) {
   }
   std::vector<T> out(n);
   std::vector<float> inv(static_cast<size_t>(s.rows), -1.0f), out_amax(inv);
-  on_the_launchers_path<T>(s, [&](auto vec) {
+  on_the_launchers_path<T>(s.dim, [&](auto vec) {
     emulation::launch(kBlocks, kThreads, 0, rmsnorm_forward_kernel<T, decltype(vec)::value>, x.data(), weight.data(),
                       s.rows, s.dim, eps, out.data(), inv.data(), out_amax.data());
   });
   expect_bits_equal(inv, want_inv, "inv_rms");
   expect_bits_equal(out, want_out, "out");
-  expect_bits_equal(out_amax, row_amaxes(want_out, s), "out row amaxes");
+  expect_bits_equal(out_amax, row_amaxes(want_out, s.rows, s.dim), "out row amaxes");
 
   // Backward: chunks of 2 rows (a last chunk of 1 where rows are odd), each block its
   // chunk's grad_weight partial, in shared memory or in `partial` itself.
@@ -166,7 +120,8 @@ void check(Shape s) {
     for (int64_t r = 0; r < s.rows; ++r) {
       const float inv_r = want_inv[static_cast<size_t>(r)];
       const double gwx = block_order_sum<kG>(s.dim, [&](int64_t j) {
-        return static_cast<double>(at(grad_out, r, j) * weight[static_cast<size_t>(j)]) * static_cast<double>(at(x, r, j));
+        const float go_w = at(grad_out, r, j) * weight[static_cast<size_t>(j)];
+        return static_cast<double>(go_w) * static_cast<double>(at(x, r, j));
       });
       const float coeff = static_cast<float>(gwx * inv_r * inv_r * inv_r / static_cast<double>(s.dim));
       for (int64_t j = 0; j < s.dim; ++j) {
@@ -185,7 +140,7 @@ void check(Shape s) {
       std::vector<float> dx_amax(static_cast<size_t>(s.rows), -1.0f);
       std::vector<float> partial(static_cast<size_t>(chunks * s.dim), -1.0f);
       const size_t smem = shared_partial ? static_cast<size_t>(s.dim) * sizeof(float) : 0;
-      on_the_launchers_path<T>(s, [&](auto vec) {
+      on_the_launchers_path<T>(s.dim, [&](auto vec) {
         constexpr bool kVec = decltype(vec)::value;
         auto launch = [&](auto kernel) {
           emulation::launch(static_cast<unsigned>(chunks), kThreads, smem, kernel, x.data(), weight.data(),
@@ -199,7 +154,7 @@ void check(Shape s) {
         }
       });
       expect_bits_equal(dx, want_dx, "grad_x");
-      expect_bits_equal(dx_amax, row_amaxes(want_dx, s), "grad_x row amaxes");
+      expect_bits_equal(dx_amax, row_amaxes(want_dx, s.rows, s.dim), "grad_x row amaxes");
       expect_bits_equal(partial, want_partial, "grad_weight partials");
     }
   }

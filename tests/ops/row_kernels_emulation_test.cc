@@ -19,11 +19,13 @@
 #include "fp8/arith.h"
 #include "gtest/gtest.h"
 #include "ops/model_arith.h"
+#include "tests/ops/emulated_kernel_checks.h"
 
 namespace fp8::cuda::row_kernels {
 namespace {
 
 using model::bf16_bits;
+using namespace emulation_test;
 
 struct Shape {
   int64_t rows, cols;
@@ -41,59 +43,6 @@ std::vector<float> values(size_t n, uint32_t seed, float scale = 2.0f) {
   return v;
 }
 
-// An activation of type T holding v (rounded to bf16 for T = bf16_bits), a vector of them,
-// and back.
-template <typename T>
-T as_stored(float v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return float_to_bf16(v);
-  }
-}
-template <typename T>
-std::vector<T> stored(const std::vector<float>& v) {
-  std::vector<T> s(v.size());
-  for (size_t i = 0; i < v.size(); ++i) s[i] = as_stored<T>(v[i]);
-  return s;
-}
-template <typename T>
-float widened(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else {
-    return bf16_to_float(x);
-  }
-}
-
-// Each row's amax of `x` as stored, as the kernels' bit patterns give it.
-template <typename T>
-std::vector<float> row_amaxes(const std::vector<T>& x, Shape s) {
-  std::vector<float> a(static_cast<size_t>(s.rows));
-  for (int64_t r = 0; r < s.rows; ++r) {
-    uint32_t bits = 0;
-    for (int64_t c = 0; c < s.cols; ++c) bits = amax_bits_update(bits, widened(x[static_cast<size_t>(r * s.cols + c)]));
-    a[static_cast<size_t>(r)] = bits_float(bits);
-  }
-  return a;
-}
-
-template <typename T>
-void expect_bits_equal(const std::vector<T>& got, const std::vector<T>& want, const char* what) {
-  ASSERT_EQ(got.size(), want.size());
-  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)), 0) << what;
-}
-
-// Runs kernel<kVec> on the shape, the vectorised instantiation where the launcher would.
-template <typename T, typename Launch>
-void launch_both_paths(Shape s, Launch launch) {
-  if (s.cols % model::kPer16Bytes<T> == 0) {
-    launch(std::true_type{});
-  } else {
-    launch(std::false_type{});
-  }
-}
-
 template <typename T>
 void check_swiglu(Shape s) {
   SCOPED_TRACE(::testing::Message() << (std::is_same_v<T, float> ? "fp32 " : "bf16 ") << s.rows << "x" << s.cols);
@@ -104,12 +53,12 @@ void check_swiglu(Shape s) {
   std::vector<T> out(n), want(n);
   std::vector<float> amax(static_cast<size_t>(s.rows), -1.0f);
   for (size_t i = 0; i < n; ++i) want[i] = as_stored<T>(ops::swiglu(widened(gate[i]), widened(up[i])));
-  launch_both_paths<T>(s, [&](auto vec) {
+  on_the_launchers_path<T>(s.cols, [&](auto vec) {
     emulation::launch(kBlocks, kThreads, 0, swiglu_rows_kernel<T, decltype(vec)::value>, gate.data(), up.data(), s.rows,
                       s.cols, out.data(), amax.data());
   });
   expect_bits_equal(out, want, "swiglu");
-  expect_bits_equal(amax, row_amaxes(want, s), "swiglu row amaxes");
+  expect_bits_equal(amax, row_amaxes(want, s.rows, s.cols), "swiglu row amaxes");
 
   // Backward, both amaxes, then in place (grad_up over grad_out) with only grad_gate's.
   std::vector<T> grad_gate(n), grad_up(n), want_gate(n), want_up(n);
@@ -120,27 +69,27 @@ void check_swiglu(Shape s) {
     want_up[i] = as_stored<T>(du);
   }
   std::vector<float> gate_amax(static_cast<size_t>(s.rows), -1.0f), up_amax(gate_amax);
-  launch_both_paths<T>(s, [&](auto vec) {
+  on_the_launchers_path<T>(s.cols, [&](auto vec) {
     emulation::launch(kBlocks, kThreads, 0, swiglu_backward_rows_kernel<T, decltype(vec)::value>, gate.data(),
                       up.data(), grad.data(), s.rows, s.cols, grad_gate.data(), grad_up.data(), gate_amax.data(),
                       up_amax.data());
   });
   expect_bits_equal(grad_gate, want_gate, "grad_gate");
   expect_bits_equal(grad_up, want_up, "grad_up");
-  expect_bits_equal(gate_amax, row_amaxes(want_gate, s), "grad_gate row amaxes");
-  expect_bits_equal(up_amax, row_amaxes(want_up, s), "grad_up row amaxes");
+  expect_bits_equal(gate_amax, row_amaxes(want_gate, s.rows, s.cols), "grad_gate row amaxes");
+  expect_bits_equal(up_amax, row_amaxes(want_up, s.rows, s.cols), "grad_up row amaxes");
 
   std::vector<T> in_place = grad;
   std::fill(grad_gate.begin(), grad_gate.end(), T{});
   std::fill(gate_amax.begin(), gate_amax.end(), -1.0f);
-  launch_both_paths<T>(s, [&](auto vec) {
+  on_the_launchers_path<T>(s.cols, [&](auto vec) {
     emulation::launch(kBlocks, kThreads, 0, swiglu_backward_rows_kernel<T, decltype(vec)::value>, gate.data(),
                       up.data(), in_place.data(), s.rows, s.cols, grad_gate.data(), in_place.data(), gate_amax.data(),
                       static_cast<float*>(nullptr));
   });
   expect_bits_equal(grad_gate, want_gate, "grad_gate, in place");
   expect_bits_equal(in_place, want_up, "grad_up over grad_out");
-  expect_bits_equal(gate_amax, row_amaxes(want_gate, s), "grad_gate row amaxes, in place");
+  expect_bits_equal(gate_amax, row_amaxes(want_gate, s.rows, s.cols), "grad_gate row amaxes, in place");
 }
 
 TEST(RowKernelsEmulation, SwigluAndItsBackwardMatchTheCpuWithTheirRowAmaxes) {
@@ -167,14 +116,14 @@ TEST(RowKernelsEmulation, AdamwMatchesTheCpuWithTheUpdatedRowAmaxes) {
     std::vector<float> want_param = param, want_m = m, want_v = v;
     for (size_t i = 0; i < n; ++i) ops::adamw_update(c, grad[i], &want_param[i], &want_m[i], &want_v[i]);
     std::vector<float> amax(static_cast<size_t>(s.rows), -1.0f);
-    launch_both_paths<float>(s, [&](auto vec) {
+    on_the_launchers_path<float>(s.cols, [&](auto vec) {
       emulation::launch(kBlocks, kThreads, 0, adamw_rows_kernel<decltype(vec)::value>, c, param.data(), grad.data(),
                         m.data(), v.data(), s.rows, s.cols, amax.data());
     });
     expect_bits_equal(param, want_param, "param");
     expect_bits_equal(m, want_m, "m");
     expect_bits_equal(v, want_v, "v");
-    expect_bits_equal(amax, row_amaxes(want_param, s), "param row amaxes");
+    expect_bits_equal(amax, row_amaxes(want_param, s.rows, s.cols), "param row amaxes");
   }
 }
 
@@ -207,12 +156,12 @@ void check_rope(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, flo
     }
   }
   std::vector<float> amax(static_cast<size_t>(s.rows), -1.0f);
-  launch_both_paths<T>(s, [&](auto vec) {
+  on_the_launchers_path<T>(s.cols, [&](auto vec) {
     emulation::launch(kBlocks, kThreads, 0, rope_rows_kernel<T, decltype(vec)::value>, s.rows, seq, s.cols, head_dim,
                       cos_table.data(), sin_table.data(), sin_sign, x.data(), x.data(), amax.data());
   });
   expect_bits_equal(x, want, "rotated");
-  expect_bits_equal(amax, row_amaxes(want, s), "row amaxes");
+  expect_bits_equal(amax, row_amaxes(want, s.rows, s.cols), "row amaxes");
 }
 
 TEST(RowKernelsEmulation, RopeMatchesTheCpuWithItsRowAmaxes) {
