@@ -330,7 +330,8 @@ LaunchResult launch_flat(const void* in, int64_t rows, int64_t cols, const Scale
 // Row tiles a block of the tiled kernel takes at once (tiled_min_blocks says why two):
 // two for bf16 input unless FP8_CUDA_CAST_ROW_TILES=1, which keeps one tile and more
 // resident blocks instead. Read at every launch (a getenv is nothing beside a pass over a
-// matrix), so that bench_cast and bench_train can time both side by side in one process.
+// matrix), so that bench_cast can time both side by side in one process (and bench_train,
+// run with and without it, end to end).
 // fp32 input always takes one: its loads already fill the memory pipe.
 template <typename T>
 int tiled_row_tiles() {

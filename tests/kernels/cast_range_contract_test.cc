@@ -332,6 +332,18 @@ TEST_P(CastRangeContract, BadArgumentsAreRejectedWithoutTouchingMemory) {
     a = good;
     a.input.data = x.get() + 1;  // 4 bytes past a 16-byte boundary
     expect_invalid(a, "not 16-byte aligned");
+    // A cast that counts as it casts checks its counts' pointer the same way, before any
+    // work is queued.
+    Buffer<uint8_t> codes(b_, 64);
+    CastArgs c;
+    c.input = good.input;
+    c.scale = scale.get();
+    c.out = codes.get();
+    c.range_counts = reinterpret_cast<CastRangeCounts*>(reinterpret_cast<char*>(out.get()) + 4);
+    const absl::Status st = b_->cast(c);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(std::string(st.message()).find("cast range_counts"), std::string::npos) << st;
+    EXPECT_EQ(out.download()[0].saturated, 7u);
   }
   ASSERT_TRUE(b_->count_cast_range(good).ok());
   EXPECT_EQ(out.download()[0].saturated, 64u);  // 1000 > 464
