@@ -222,16 +222,21 @@ __global__ void broadcast_kernel(const float* __restrict__ scalar, float* __rest
   if (i < n) out[i] = *scalar;
 }
 
-// A grid-stride pass; out's old value and the product meet in fp32 and round once.
+// A grid-stride pass; out's old value, the product and the bias meet in fp32 and round once.
 template <typename OutT>
-__global__ void add_product_kernel(OutT* __restrict__ out, const float* __restrict__ product, float beta,
-                                   int64_t n) {
+__global__ void add_product_kernel(OutT* __restrict__ out, const float* __restrict__ product, float beta, int64_t n,
+                                   const void* __restrict__ bias, bool bias_bf16, int64_t bias_period) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    float b = 0.0f;
+    if (bias != nullptr) {
+      const int64_t j = i % bias_period;
+      b = bias_bf16 ? bf16_to_float(static_cast<const bf16_bits*>(bias)[j]) : static_cast<const float*>(bias)[j];
+    }
     if constexpr (std::is_same_v<OutT, float>) {
-      out[i] = beta * out[i] + product[i];
+      out[i] = beta * out[i] + product[i] + b;
     } else {
-      out[i] = float_to_bf16(beta * bf16_to_float(out[i]) + product[i]);
+      out[i] = float_to_bf16(beta * bf16_to_float(out[i]) + product[i] + b);
     }
   }
 }
@@ -565,14 +570,17 @@ LaunchResult launch_bias_fill(void* out, HpType out_type, int64_t m, int64_t n, 
 }
 
 LaunchResult launch_add_product(void* out, HpType out_type, const float* product, float beta, int64_t n,
-                                cudaStream_t stream) {
+                                const void* bias, HpType bias_type, int64_t bias_period, cudaStream_t stream) {
   if (n == 0) return {};
   const int64_t wanted = ceil_div(n, kThreads);
   const auto blocks = static_cast<unsigned>(wanted < 4096 ? wanted : 4096);  // grid-stride beyond
+  const bool bias_bf16 = bias_type == HpType::kBFloat16;
   if (out_type == HpType::kFloat32) {
-    add_product_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), product, beta, n);
+    add_product_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), product, beta, n, bias,
+                                                               bias_bf16, bias_period);
   } else {
-    add_product_kernel<bf16_bits><<<blocks, kThreads, 0, stream>>>(static_cast<bf16_bits*>(out), product, beta, n);
+    add_product_kernel<bf16_bits><<<blocks, kThreads, 0, stream>>>(static_cast<bf16_bits*>(out), product, beta, n,
+                                                                   bias, bias_bf16, bias_period);
   }
   return after_launch("add product kernel");
 }

@@ -99,10 +99,11 @@ LaunchResult launch_broadcast(const float* scalar, float* out, int64_t n, cudaSt
 LaunchResult launch_bias_fill(void* out, HpType out_type, int64_t m, int64_t n, const float* bias, float beta,
                               cudaStream_t stream);
 
-// out[i] = beta * out[i] + product[i] for i < n, rounded once to out's type: a GEMM's
-// accumulation onto its output when the GEMM itself wrote its product to fp32 scratch.
+// out[i] = beta * out[i] + product[i] (+ bias[i % bias_period], fp32 or bf16, when bias is
+// given) for i < n, rounded once to out's type: a GEMM's accumulation and bias epilogue
+// when the GEMM itself wrote only its product, to fp32 scratch.
 LaunchResult launch_add_product(void* out, HpType out_type, const float* product, float beta, int64_t n,
-                                cudaStream_t stream);
+                                const void* bias, HpType bias_type, int64_t bias_period, cudaStream_t stream);
 
 // Whether this build's kernel image can run on the current device (e.g. an sm_90-only
 // build on an older GPU cannot): cudaSuccess or the runtime's reason.

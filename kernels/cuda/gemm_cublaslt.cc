@@ -321,9 +321,10 @@ absl::Status CublasLtGemm::run_with_addend_in_d(const Call& call, cudaStream_t s
   return run(in_place, stream);
 }
 
-// D refused as C (accumulating in place): the GEMM writes its product to fp32 scratch without
-// a C, and one pass adds it onto D. Both sum in fp32 and round once to D's type, as the
-// accumulating GEMM would; the price is the scratch and a pass over D.
+// D refused as C (accumulating in place): the GEMM writes its bare product to fp32 scratch
+// (no C, no bias epilogue: the plainest kernel of its types), and one pass adds it and the
+// bias onto D. All meet in fp32 and round once to D's type, as the accumulating GEMM's
+// epilogue would; the price is the scratch and a pass over D.
 absl::Status CublasLtGemm::run_with_fp32_product(const Call& call, cudaStream_t stream) {
   const int64_t count = static_cast<int64_t>(call.key.m * call.key.n);
   auto buffer = product_scratch_.get(static_cast<size_t>(count) * sizeof(float), stream);
@@ -332,12 +333,18 @@ absl::Status CublasLtGemm::run_with_fp32_product(const Call& call, cudaStream_t 
   product.d = *buffer;
   product.c = nullptr;
   product.beta = 0.0f;
+  product.bias = nullptr;
+  product.key.bias_type = -1;
+  product.key.align_bias = alignment(nullptr);
   product.key.d_type = CUDA_R_32F;
   product.key.align_c = product.key.align_d = alignment(product.d);
   if (auto s = run(product, stream); !s.ok()) return s;
+  // D is column-major key.m x key.n: element i's bias entry is its row, i % key.m.
   const HpType d_type = call.key.d_type == CUDA_R_32F ? HpType::kFloat32 : HpType::kBFloat16;
-  return cuda_status(
-      launch_add_product(call.d, d_type, static_cast<const float*>(product.d), call.beta, count, stream));
+  const HpType bias_type = call.key.bias_type == CUDA_R_16BF ? HpType::kBFloat16 : HpType::kFloat32;
+  return cuda_status(launch_add_product(call.d, d_type, static_cast<const float*>(product.d), call.beta, count,
+                                        call.key.bias_type >= 0 ? call.bias : nullptr, bias_type,
+                                        static_cast<int64_t>(call.key.m), stream));
 }
 
 absl::Status CublasLtGemm::scaled_gemm(const ScaledGemmArgs& a, cudaStream_t stream) {

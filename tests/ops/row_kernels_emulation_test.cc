@@ -128,7 +128,7 @@ TEST(RowKernelsEmulation, AdamwMatchesTheCpuWithTheUpdatedRowAmaxes) {
 }
 
 // Rows of heads · head_dim (head_dim 4 puts two heads in one bf16 group, 6 makes groups
-// straddle heads, 64 is llama's), forward and inverse, in place.
+// straddle heads, 64 is llama's), forward and inverse, in place, by both kernels.
 template <typename T>
 void check_rope(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, float sin_sign) {
   SCOPED_TRACE(::testing::Message() << (std::is_same_v<T, float> ? "fp32 " : "bf16 ") << batch << "x" << seq << "x"
@@ -155,13 +155,28 @@ void check_rope(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, flo
       want[i + 1] = as_stored<T>(y1);
     }
   }
+  // By rows, with the amaxes.
+  std::vector<T> y = x;
   std::vector<float> amax(static_cast<size_t>(s.rows), -1.0f);
   on_the_launchers_path<T>(s.cols, [&](auto vec) {
     emulation::launch(kBlocks, kThreads, 0, rope_rows_kernel<T, decltype(vec)::value>, s.rows, seq, s.cols, head_dim,
-                      cos_table.data(), sin_table.data(), sin_sign, x.data(), x.data(), amax.data());
+                      cos_table.data(), sin_table.data(), sin_sign, y.data(), y.data(), amax.data());
   });
-  expect_bits_equal(x, want, "rotated");
+  expect_bits_equal(y, want, "rotated by rows");
   expect_bits_equal(amax, row_amaxes(want, s.rows, s.cols), "row amaxes");
+
+  // Swept over items without them (row_sweep's grid and blocks: several rows a block when
+  // a row has fewer items than a block threads), the launcher's choice of item.
+  y = x;
+  on_the_launchers_path<T>(head_dim, [&](auto vec) {
+    constexpr bool kVec = decltype(vec)::value;
+    const int64_t items = s.cols / (kVec ? model::kPer16Bytes<T> : 2);
+    const model::RowSweep sweep = model::row_sweep(s.rows, items);
+    ASSERT_TRUE(sweep.ok);
+    emulation::launch_blocks(sweep.grid, sweep.block, 0, rope_kernel<T, kVec>, s.rows, seq, s.cols, pairs,
+                             cos_table.data(), sin_table.data(), sin_sign, y.data(), y.data());
+  });
+  expect_bits_equal(y, want, "rotated by items");
 }
 
 TEST(RowKernelsEmulation, RopeMatchesTheCpuWithItsRowAmaxes) {

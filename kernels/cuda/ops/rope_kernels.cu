@@ -6,10 +6,8 @@
 // x is fp32 or bf16 (the element type T): bf16 pairs are widened, rotated in fp32 and each
 // result rounded once, so bf16 is bit-identical to the CPU's bf16 path as well.
 //
-// A work item is one pair, or two adjacent pairs as one access (a float4, or 8 bytes of
-// bf16) when head_dim % 4 == 0 and both tensors are aligned for it. Each item's values are
-// read before they are written by the one thread that owns it, so out may equal in. With
-// the rows' amaxes asked for, a block takes a row instead (row_kernels_device.cuh).
+// The kernels are row_kernels_device.cuh's: a sweep over pairs, or 16-byte groups of them,
+// and, with the rows' amaxes asked for, a block a row.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -25,38 +23,7 @@ namespace {
 
 using model::kThreads;
 
-using row_kernels::mod;
-
-// Rows are (batch, position) pairs: rows = batch * seq, each of heads * head_dim floats.
-template <typename T, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    rope_kernel(int64_t rows, int64_t seq, int64_t row_floats, int64_t pairs, const float* __restrict__ cos_table,
-                const float* __restrict__ sin_table, float sin_sign, const T* in, T* out) {
-  const model::SweepPos p = model::sweep_pos();
-  constexpr int64_t kItemFloats = kVec ? 4 : 2;
-  if (p.item >= row_floats / kItemFloats) return;
-  const int64_t offset = p.item * kItemFloats;                  // within the row
-  const int64_t pair = mod(p.item * (kItemFloats / 2), pairs);  // within the head
-  for (int64_t r = p.row; r < rows; r += p.row_stride) {
-    const int64_t t = mod(r, seq) * pairs + pair;
-    const T* x = in + r * row_floats + offset;
-    T* y = out + r * row_floats + offset;
-    if constexpr (kVec) {
-      float v[4], w[4];
-      model::load4(x, v);
-      ops::rotate_pair(v[0], v[1], cos_table[t], sin_sign * sin_table[t], &w[0], &w[1]);
-      ops::rotate_pair(v[2], v[3], cos_table[t + 1], sin_sign * sin_table[t + 1], &w[2], &w[3]);
-      model::store4(y, w);
-    } else {
-      const float x0 = model::load_act(x), x1 = model::load_act(x + 1);
-      float y0, y1;
-      ops::rotate_pair(x0, x1, cos_table[t], sin_sign * sin_table[t], &y0, &y1);
-      model::store_act(y, y0);
-      model::store_act(y + 1, y1);
-    }
-  }
-}
-
+// The by-rows kernel's grid; it loops past this many rows.
 constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;
 
 }  // namespace
@@ -84,14 +51,14 @@ LaunchResult launch_rope(const RopeDims& d, const float* cos, const float* sin, 
       }
       return model::after_launch("rope rows kernel");
     }
-    const bool vec = d.head_dim % 4 == 0 && model::aligned_for<T, 4>(x) && model::aligned_for<T, 4>(y);
-    const model::RowSweep sweep = model::row_sweep(rows, row_floats / (vec ? 4 : 2));
+    const bool vec = d.head_dim % model::kPer16Bytes<T> == 0 && model::aligned16(x) && model::aligned16(y);
+    const model::RowSweep sweep = model::row_sweep(rows, row_floats / (vec ? model::kPer16Bytes<T> : 2));
     if (!sweep.ok) return model::kTooLarge;
     if (vec) {
-      rope_kernel<T, true>
+      row_kernels::rope_kernel<T, true>
           <<<sweep.grid, sweep.block, 0, stream>>>(rows, d.seq, row_floats, pairs, cos, sin, sin_sign, x, y);
     } else {
-      rope_kernel<T, false>
+      row_kernels::rope_kernel<T, false>
           <<<sweep.grid, sweep.block, 0, stream>>>(rows, d.seq, row_floats, pairs, cos, sin, sin_sign, x, y);
     }
     return model::after_launch("rope kernel");

@@ -1,8 +1,8 @@
 // The model-op kernels that also write each row's amax (for the fp8 cast that reads the
-// row, QuantizeArgs::row_amax): SwiGLU and its backward, AdamW, RoPE. Launched by
-// elementwise_kernels.cu and rope_kernels.cu; in a header of their own so that
-// tests/ops/row_kernels_emulation_test.cc runs this same source on the CPU under the CUDA
-// emulation (tests/ops/emulation/), against the CPU ops.
+// row, QuantizeArgs::row_amax): SwiGLU and its backward, AdamW, RoPE; and RoPE without
+// amaxes. Launched by elementwise_kernels.cu and rope_kernels.cu; in a header of their own
+// so that tests/ops/row_kernels_emulation_test.cc runs this same source on the CPU under
+// the CUDA emulation (tests/ops/emulation/), against the CPU ops.
 //
 // One block a row (looping past the grid), its threads owning groups of 16 bytes of it
 // (4 fp32 or 8 bf16: one access each when kVec, i.e. the row length a multiple of the
@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/ops/kernel_util.cuh"
+#include "cuda/ops/row_sweep.cuh"
 #include "ops/model_arith.h"
 
 namespace fp8::cuda::row_kernels {
@@ -113,6 +114,43 @@ __global__ void __launch_bounds__(kThreads)
     }
     amax_bits = model::block_max_bits(amax_bits);
     if (threadIdx.x == 0) param_row_amax[r] = __uint_as_float(amax_bits);
+  }
+}
+
+// RoPE without amaxes, swept over [rows, items] (row_sweep.cuh): an item is one pair, or
+// when kVec (head_dim a multiple of 16 bytes' worth, both tensors 16-byte aligned) 16
+// bytes of one head (2 fp32 or 4 bf16 pairs) as one access. Rows are (batch, position)
+// pairs, each of heads · head_dim elements. Each item is read before the one thread that
+// owns it writes it, so out may equal in.
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    rope_kernel(int64_t rows, int64_t seq, int64_t row_floats, int64_t pairs, const float* __restrict__ cos_table,
+                const float* __restrict__ sin_table, float sin_sign, const T* in, T* out) {
+  constexpr int kItem = kVec ? model::kPer16Bytes<T> : 2;  // elements an item
+  const model::SweepPos p = model::sweep_pos();
+  if (p.item >= row_floats / kItem) return;
+  const int64_t offset = p.item * kItem;               // within the row
+  const int64_t pair = mod(p.item * (kItem / 2), pairs);  // within the head
+  for (int64_t r = p.row; r < rows; r += p.row_stride) {
+    const int64_t t = mod(r, seq) * pairs + pair;
+    const T* x = in + r * row_floats + offset;
+    T* y = out + r * row_floats + offset;
+    if constexpr (kVec) {
+      float v[kItem], w[kItem];
+      model::load16(x, v);
+#pragma unroll
+      for (int q = 0; q < kItem / 2; ++q) {
+        ops::rotate_pair(v[2 * q], v[2 * q + 1], cos_table[t + q], sin_sign * sin_table[t + q], &w[2 * q],
+                         &w[2 * q + 1]);
+      }
+      model::store16(y, w);
+    } else {
+      const float x0 = model::load_act(x), x1 = model::load_act(x + 1);
+      float y0, y1;
+      ops::rotate_pair(x0, x1, cos_table[t], sin_sign * sin_table[t], &y0, &y1);
+      model::store_act(y, y0);
+      model::store_act(y + 1, y1);
+    }
   }
 }
 

@@ -74,8 +74,11 @@ struct Block {
 
 inline thread_local Block* current_block = nullptr;
 
-// Runs kernel(args...) over a grid of grid_x x grid_y blocks of `threads` threads (a
-// multiple of 32) with `smem` bytes of dynamic shared memory; launch() is the 1-D grid.
+// Runs kernel(args...) over a grid of blocks (x, y) of block.x x block.y threads (a
+// multiple of 32 in all), with `smem` bytes of dynamic shared memory; launch_grid() takes
+// 1-D blocks, launch() also a 1-D grid.
+template <class Kernel, class... Args>
+void launch_blocks(dim3 grid, dim3 block, size_t smem, Kernel kernel, Args... args);
 template <class Kernel, class... Args>
 void launch_grid(unsigned grid_x, unsigned grid_y, int threads, size_t smem, Kernel kernel, Args... args);
 template <class Kernel, class... Args>
@@ -85,37 +88,43 @@ void launch(unsigned blocks, int threads, size_t smem, Kernel kernel, Args... ar
 
 }  // namespace fp8::emulation
 
-inline thread_local fp8::emulation::Index threadIdx, blockIdx, gridDim;
+inline thread_local fp8::emulation::Index threadIdx, blockIdx, gridDim, blockDim;
+
+// The thread's place in its block, x fastest (what decides its warp and lane).
+inline unsigned fp8_emulated_thread() { return threadIdx.y * blockDim.x + threadIdx.x; }
+inline unsigned fp8_emulated_lane() { return fp8_emulated_thread() % 32; }
 
 inline unsigned char* fp8_emulated_shared_bytes() { return fp8::emulation::current_block->base; }
-inline fp8::emulation::Warp& fp8_emulated_warp() { return fp8::emulation::current_block->warps[threadIdx.x / 32]; }
+inline fp8::emulation::Warp& fp8_emulated_warp() {
+  return fp8::emulation::current_block->warps[fp8_emulated_thread() / 32];
+}
 inline void __syncthreads() { fp8::emulation::current_block->bar.arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { fp8_emulated_warp().bar.arrive_and_wait(); }
 // Shuffles: every lane deposits its value, a barrier, each reads its source lane's.
 inline uint32_t fp8_emulated_lane_value(uint32_t v, unsigned source_lane) {
   fp8::emulation::Warp& w = fp8_emulated_warp();
-  w.words[threadIdx.x % 32] = v;
+  w.words[fp8_emulated_lane()] = v;
   w.bar.arrive_and_wait();
   const uint32_t r = w.words[source_lane];
   w.bar.arrive_and_wait();
   return r;
 }
 inline uint32_t __shfl_xor_sync(unsigned, uint32_t v, int lane_mask) {
-  return fp8_emulated_lane_value(v, (threadIdx.x % 32) ^ static_cast<unsigned>(lane_mask));
+  return fp8_emulated_lane_value(v, fp8_emulated_lane() ^ static_cast<unsigned>(lane_mask));
 }
 inline uint32_t __shfl_down_sync(unsigned, uint32_t v, unsigned delta) {
-  const unsigned lane = threadIdx.x % 32;
+  const unsigned lane = fp8_emulated_lane();
   return fp8_emulated_lane_value(v, lane + delta < 32 ? lane + delta : lane);
 }
 inline uint32_t __shfl_up_sync(unsigned, uint32_t v, unsigned delta) {
-  const unsigned lane = threadIdx.x % 32;
+  const unsigned lane = fp8_emulated_lane();
   return fp8_emulated_lane_value(v, lane >= delta ? lane - delta : lane);
 }
 // Warp reductions: every lane deposits, then each reads all 32.
 template <class Op>
 inline uint32_t fp8_emulated_warp_reduce(uint32_t v, Op op) {
   fp8::emulation::Warp& w = fp8_emulated_warp();
-  w.words[threadIdx.x % 32] = v;
+  w.words[fp8_emulated_lane()] = v;
   w.bar.arrive_and_wait();
   uint32_t r = w.words[0];
   for (int i = 1; i < 32; ++i) r = op(r, w.words[i]);
@@ -171,25 +180,34 @@ using std::max;
 using std::min;
 
 template <class Kernel, class... Args>
-void fp8::emulation::launch_grid(unsigned grid_x, unsigned grid_y, int threads, size_t smem, Kernel kernel,
-                                 Args... args) {
-  for (unsigned by = 0; by < grid_y; ++by) {
-    for (unsigned bx = 0; bx < grid_x; ++bx) {
-      auto block = std::make_unique<Block>(threads, smem);
+void fp8::emulation::launch_blocks(dim3 grid, dim3 block, size_t smem, Kernel kernel, Args... args) {
+  const int threads = static_cast<int>(block.x * block.y);
+  for (unsigned by = 0; by < grid.y; ++by) {
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      auto state = std::make_unique<Block>(threads, smem);
       std::vector<std::thread> ts;
       ts.reserve(static_cast<size_t>(threads));
       for (int t = 0; t < threads; ++t) {
         ts.emplace_back([&, t] {
-          threadIdx.x = static_cast<unsigned>(t);
+          threadIdx.x = static_cast<unsigned>(t) % block.x;
+          threadIdx.y = static_cast<unsigned>(t) / block.x;
+          blockDim.x = block.x;
+          blockDim.y = block.y;
           blockIdx.x = bx;
           blockIdx.y = by;
-          gridDim.x = grid_x;
-          gridDim.y = grid_y;
-          current_block = block.get();
+          gridDim.x = grid.x;
+          gridDim.y = grid.y;
+          current_block = state.get();
           kernel(args...);
         });
       }
       for (auto& t : ts) t.join();
     }
   }
+}
+
+template <class Kernel, class... Args>
+void fp8::emulation::launch_grid(unsigned grid_x, unsigned grid_y, int threads, size_t smem, Kernel kernel,
+                                 Args... args) {
+  launch_blocks(dim3(grid_x, grid_y), dim3(static_cast<unsigned>(threads)), smem, kernel, args...);
 }

@@ -21,7 +21,7 @@ inline float high_half(uint32_t w) { return bf16_to_float(static_cast<uint16_t>(
 
 inline void ldmatrix(uint32_t (&r)[4], const void* row, bool trans) {
   emulation::Warp& w = fp8_emulated_warp();
-  const unsigned lane = threadIdx.x % 32;
+  const unsigned lane = fp8_emulated_lane();
   if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
     std::fprintf(stderr, "ldmatrix: row address %p is not 16-byte aligned\n", row);
     std::abort();
@@ -48,7 +48,7 @@ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) { ldmatrix(r, r
 
 inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   emulation::Warp& w = fp8_emulated_warp();
-  const unsigned lane = threadIdx.x % 32;
+  const unsigned lane = fp8_emulated_lane();
   for (int i = 0; i < 4; ++i) w.a[lane][i] = a[i];
   w.b[lane][0] = b0;
   w.b[lane][1] = b1;
