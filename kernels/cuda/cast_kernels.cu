@@ -378,6 +378,15 @@ LaunchResult launch_tiled(const void* in, int64_t rows, int64_t cols, const Scal
 
 LaunchResult launch_amax(const void* x, HpType type, int64_t rows, int64_t cols, Axis axis, float* out,
                          cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (axis == Axis::kTensor && n > 0 && n <= kSmallAmaxElements) {
+    // One block writes the amax: one launch where zeroing and a folding kernel take two.
+    return with_type(type, [&](auto tag) {
+      using T = decltype(tag);
+      small_amax_kernel<T><<<1, kThreads, 0, stream>>>(static_cast<const T*>(x), n, reinterpret_cast<unsigned*>(out));
+      return after_launch("small amax kernel");
+    });
+  }
   if (auto r = zero(out, count_for(axis, rows, cols), stream); !r.ok()) return r;
   if (rows == 0 || cols == 0) return {};
   return with_type(type, [&](auto tag) {

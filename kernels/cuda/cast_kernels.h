@@ -30,8 +30,9 @@ struct LaunchResult {
 };
 
 // out[0 .. scale_count) = max |x| over the tensor / each row / each column, NaN-propagating
-// (integer max of the magnitudes' bit patterns). Zeroes `out` first, so an empty matrix
-// gives 0.
+// (integer max of the magnitudes' bit patterns). A small tensor's amax (up to
+// kSmallAmaxElements, e.g. a cast's row amaxes) is written by one block; otherwise `out` is
+// zeroed first and folded into, so an empty matrix gives 0 either way.
 LaunchResult launch_amax(const void* x, HpType type, int64_t rows, int64_t cols, Axis axis, float* out,
                          cudaStream_t stream);
 

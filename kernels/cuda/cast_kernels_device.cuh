@@ -306,6 +306,29 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   if constexpr (kCount) block_sum2_atomic(counts, tally.saturated, tally.underflow);
 }
 
+// ---- the amax of a small tensor ------------------------------------------------------------
+
+// Up to this many elements, a tensor's amax is one block's work: no atomics, so no zeroing
+// launch before it. What a cast fed by row amaxes reduces (QuantizeArgs::row_amax: one
+// value a row) is this small.
+constexpr int64_t kSmallAmaxElements = int64_t{1} << 16;
+
+// out[0] = the amax of the n values at x, by one block of kThreads threads, written (not
+// folded in): grid-stride over the elements, then a warp and a block max of the bits.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) small_amax_kernel(const T* __restrict__ x, int64_t n, unsigned* out) {
+  __shared__ uint32_t warp_max[kThreads / 32];
+  uint32_t m = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) m = amax_bits_update(m, Hp<T>::load(x + i));
+  m = __reduce_max_sync(kFullMask, m);
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    m = __reduce_max_sync(kFullMask, threadIdx.x < kThreads / 32 ? warp_max[threadIdx.x] : 0u);
+    if (threadIdx.x == 0) *out = m;
+  }
+}
+
 // ---- tiled cast (transpose) / columnwise amax ------------------------------------------------
 
 // Column within the tile of a thread's element e. A thread owns 16 elements of one tile

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -205,6 +206,39 @@ TEST(CastKernelsEmulation, TiledCastsDeriveAndPublishTheirScales) {
   expect_reference_cast<uint16_t, Format::kE5M2, Axis::kTensor, true, 2>(s, 12, 1, true);
   expect_reference_cast<uint16_t, Format::kE4M3, Axis::kRow, true, 1>(s, 13, 65535, true);
   expect_reference_cast<float, Format::kE4M3, Axis::kTensor, true, 1>(s, 14, 65535, true);
+}
+
+// A small tensor's amax by one block, written whatever out held: against the reference
+// backend's, bit for bit, NaN propagated, fp32 and bf16.
+template <typename T>
+void expect_small_amax(int64_t n, uint32_t seed, bool with_nan) {
+  SCOPED_TRACE(::testing::Message() << (std::is_same_v<T, float> ? "fp32 " : "bf16 ") << n
+                                    << (with_nan ? " with a NaN" : ""));
+  auto values = test_values(static_cast<size_t>(n), seed);
+  if (with_nan) values[static_cast<size_t>(n / 2)] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<T> in(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      in[i] = values[i];
+    } else {
+      in[i] = float_to_bf16(values[i]);
+    }
+  }
+  const DType dtype = std::is_same_v<T, float> ? DType::kFloat32 : DType::kBFloat16;
+  float want = 0.0f;
+  ASSERT_TRUE(reference_backend().amax({in.data(), dtype, 1, n}, Granularity::kTensorwise, &want).ok());
+  unsigned out = 0xDEADBEEFu;  // overwritten, not folded into
+  emulation::launch(1, kThreads, 0, small_amax_kernel<T>, in.data(), n, &out);
+  EXPECT_EQ(out, float_bits(want));
+}
+
+TEST(CastKernelsEmulation, SmallAmaxMatchesTheReference) {
+  for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{256}, int64_t{8192}, int64_t{8195}}) {
+    expect_small_amax<float>(n, static_cast<uint32_t>(n), false);
+    expect_small_amax<uint16_t>(n, static_cast<uint32_t>(n) + 1, false);
+  }
+  expect_small_amax<float>(1000, 3, true);
+  expect_small_amax<uint16_t>(1000, 4, true);
 }
 
 }  // namespace
