@@ -76,7 +76,8 @@ status=0
 part_start=$SECONDS
 # PART_LIMIT and STEP_LIMIT (seconds) shorten a part and each step in it, for a device
 # lease shorter than a part's 9 minutes; BENCH_TRAIN_BUDGET (seconds, default 280) is
-# bench_train's share of bench-train.
+# bench_train's share of bench-train, and BENCH_TRAIN_RECIPES its --recipes (default all;
+# e.g. none,tensorwise,tensorwise@FP8_CUDA_CAST_ROW_TILES=1 for a kernel switch's A/B).
 part_limit=${PART_LIMIT:-540}
 step_limit=${STEP_LIMIT:-540}
 left() { echo $((part_limit - (SECONDS - part_start))); }
@@ -157,7 +158,8 @@ do_part() {
       # PyTorch ~4 minutes for two compilations and its steps. `run.sh torch-train` reruns
       # PyTorch alone against this CSV if it runs out of time here.
       run bench_train 330 "$bin/bench_train" --device cuda --config examples/jobs/llama-h100.yaml \
-        --budget "${BENCH_TRAIN_BUDGET:-280}" --csv "$out/ours_train.csv"
+        --budget "${BENCH_TRAIN_BUDGET:-280}" --csv "$out/ours_train.csv" \
+        ${BENCH_TRAIN_RECIPES:+--recipes "$BENCH_TRAIN_RECIPES"}
       keep_csv ours_train.csv
       torch_train
       ;;
