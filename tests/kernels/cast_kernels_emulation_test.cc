@@ -8,8 +8,8 @@
 // The kernels, after the emulation.
 #include "cuda/cast_kernels_device.cuh"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -18,6 +18,7 @@
 
 #include "fp8/fp8.h"
 #include "gtest/gtest.h"
+#include "tests/ops/emulated_kernel_checks.h"
 
 namespace fp8::cuda::cast_device {
 namespace {
@@ -60,14 +61,7 @@ void expect_reference_cast(const Shape& s, uint32_t seed, unsigned max_grid_y = 
                            bool count = false) {
   constexpr bool kAmax = kTiled || A != Axis::kColumn;
   const auto values = test_values(static_cast<size_t>(s.rows * s.cols), seed);
-  std::vector<T> in(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    if constexpr (std::is_same_v<T, float>) {
-      in[i] = values[i];
-    } else {
-      in[i] = float_to_bf16(values[i]);
-    }
-  }
+  const std::vector<T> in = emulation_test::stored<T>(values);
   const DType dtype = std::is_same_v<T, float> ? DType::kFloat32 : DType::kBFloat16;
   const Granularity g = granularity_of(A);
   std::vector<float> scale(static_cast<size_t>(scale_count(g, s.rows, s.cols)));
@@ -216,14 +210,7 @@ void expect_small_amax(int64_t n, uint32_t seed, bool with_nan) {
                                     << (with_nan ? " with a NaN" : ""));
   auto values = test_values(static_cast<size_t>(n), seed);
   if (with_nan) values[static_cast<size_t>(n / 2)] = std::numeric_limits<float>::quiet_NaN();
-  std::vector<T> in(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    if constexpr (std::is_same_v<T, float>) {
-      in[i] = values[i];
-    } else {
-      in[i] = float_to_bf16(values[i]);
-    }
-  }
+  const std::vector<T> in = emulation_test::stored<T>(values);
   const DType dtype = std::is_same_v<T, float> ? DType::kFloat32 : DType::kBFloat16;
   float want = 0.0f;
   ASSERT_TRUE(reference_backend().amax({in.data(), dtype, 1, n}, Granularity::kTensorwise, &want).ok());

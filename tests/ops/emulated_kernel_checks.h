@@ -1,5 +1,5 @@
-// Checks shared by the tests that run model-op kernels on the CPU under the CUDA emulation
-// (row_kernels_emulation_test.cc, rmsnorm_emulation_test.cc): activations of either type
+// Checks shared by the tests that run kernels on the CPU under the CUDA emulation
+// (row_kernels_emulation_test.cc, rmsnorm_emulation_test.cc, cast_kernels_emulation_test.cc): activations of either type
 // (fp32, or bf16 as raw bits), the rows' amaxes of values as stored, bit-for-bit
 // comparison, and the instantiation a launcher would pick.
 #pragma once

@@ -119,7 +119,7 @@ LaunchResult launch_act_map(const Fn& fn, HpType act, const void* const (&in)[K]
 }
 
 // The by-rows kernels (with the rows' amaxes) are row_kernels_device.cuh's.
-constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;
+using row_kernels::kMaxRowBlocks;
 
 // ---- the per-element functions -------------------------------------------------------------
 

@@ -16,15 +16,12 @@
 #include "cuda/ops/model_kernels.h"
 #include "cuda/ops/row_kernels_device.cuh"
 #include "cuda/ops/row_sweep.cuh"
-#include "ops/model_arith.h"
 
 namespace fp8::cuda {
 namespace {
 
 using model::kThreads;
-
-// The by-rows kernel's grid; it loops past this many rows.
-constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;
+using row_kernels::kMaxRowBlocks;
 
 }  // namespace
 

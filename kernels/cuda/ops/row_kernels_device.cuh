@@ -25,6 +25,9 @@ namespace {
 
 using model::kThreads;
 
+// The by-rows kernels' grid (a block a row): they loop past this many rows.
+constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;
+
 __device__ __forceinline__ int64_t mod(int64_t a, int64_t b) {
   if (((a | b) >> 32) == 0) return static_cast<uint32_t>(a) % static_cast<uint32_t>(b);
   return a % b;
