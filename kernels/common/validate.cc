@@ -124,6 +124,21 @@ absl::Status check_quantize(const QuantizeArgs& a, const Requirements& req) {
   if (a.row_amax != nullptr && a.granularity == Granularity::kColumnwise) {
     return invalid("quantize row_amax", "serves tensorwise and rowwise scaling only, not columnwise");
   }
+  if (a.has_columnwise()) {
+    if (a.granularity != Granularity::kRowwise) {
+      return invalid("quantize columnwise", "rides on a rowwise quantize only");
+    }
+    if (a.out_t != nullptr) {
+      return invalid("quantize out_t", "must be null with columnwise outputs (columnwise.out_t is the transposed copy)");
+    }
+    if (a.columnwise.out_t == nullptr) return invalid("quantize columnwise.out_t", "is null");
+    if (a.columnwise.scale_out == nullptr) return invalid("quantize columnwise.scale_out", "is null");
+    if (a.columnwise.range_counts != nullptr) {
+      if (auto s = check_pointer(a.columnwise.range_counts, "quantize columnwise.range_counts", req); !s.ok()) {
+        return s;
+      }
+    }
+  }
   if (a.input.size() == 0) return absl::OkStatus();
   if (a.row_amax != nullptr) {
     if (auto s = check_pointer(a.row_amax, "quantize row_amax", req); !s.ok()) return s;
@@ -133,6 +148,9 @@ absl::Status check_quantize(const QuantizeArgs& a, const Requirements& req) {
   }
   if (a.out_t != nullptr) {
     if (auto s = check_pointer(a.out_t, "quantize out_t", req); !s.ok()) return s;
+  }
+  if (a.columnwise.out_t != nullptr) {
+    if (auto s = check_pointer(a.columnwise.out_t, "quantize columnwise.out_t", req); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

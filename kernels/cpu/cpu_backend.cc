@@ -55,6 +55,11 @@ class CpuBackend final : public cpu::HostMemoryBackend {
 
   absl::Status quantize(const QuantizeArgs& q) override {
     if (auto s = detail::check_quantize(q, req_); !s.ok()) return s;
+    if (q.has_columnwise()) {
+      // One half after the other; passes that serve both at once are the CUDA backend's.
+      if (auto s = quantize(rowwise_half_of(q)); !s.ok()) return s;
+      return quantize(columnwise_half_of(q));
+    }
     const int64_t n = scale_count(q.granularity, q.input.rows, q.input.cols);
     std::vector<float> local;
     float* amax = q.amax_out;

@@ -348,30 +348,77 @@ int tiled_row_tiles() {
   }
 }
 
-template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, bool kCount, int kRowTiles>
+template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, bool kCount, int kRowTiles, bool kDual>
 LaunchResult launch_tiled_groups(const void* in, int64_t rows, int64_t cols, const ScaleSource& scale, bool saturate,
-                                 uint8_t* out, uint8_t* out_t, float* amax, uint64_t* counts, cudaStream_t stream) {
+                                 uint8_t* out, uint8_t* out_t, float* amax, uint64_t* counts,
+                                 const ColumnHalf& column, cudaStream_t stream) {
   const unsigned gx = blocks_for(cols, kTile);
   if (gx == 0) return kTooLarge;
   const int64_t groups = ceil_div(rows, static_cast<int64_t>(kTile) * kRowTiles);
   const dim3 grid(gx, static_cast<unsigned>(groups < kMaxGridY ? groups : kMaxGridY));
-  tiled_cast_kernel<T, F, A, kQuantize, kAmax, kRowTiles, kCount><<<grid, kThreads, 0, stream>>>(
+  tiled_cast_kernel<T, F, A, kQuantize, kAmax, kRowTiles, kCount, kDual><<<grid, kThreads, 0, stream>>>(
       static_cast<const T*>(in), rows, cols, scale, saturate, out, out_t, reinterpret_cast<unsigned*>(amax),
-      reinterpret_cast<unsigned long long*>(counts));
-  return after_launch(kQuantize ? "tiled cast kernel" : "columnwise amax kernel");
+      reinterpret_cast<unsigned long long*>(counts), column);
+  return after_launch(kQuantize ? (kDual ? "dual cast kernel" : "tiled cast kernel")
+                                : (kDual ? "row and column amax kernel" : "columnwise amax kernel"));
 }
 
-template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, bool kCount = false>
+template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, bool kCount = false, bool kDual = false>
 LaunchResult launch_tiled(const void* in, int64_t rows, int64_t cols, const ScaleSource& scale, bool saturate,
-                          uint8_t* out, uint8_t* out_t, float* amax, uint64_t* counts, cudaStream_t stream) {
+                          uint8_t* out, uint8_t* out_t, float* amax, uint64_t* counts, cudaStream_t stream,
+                          const ColumnHalf& column = {}) {
   if constexpr (!std::is_same_v<T, float>) {
     if (tiled_row_tiles<T>() == 2) {
-      return launch_tiled_groups<T, F, A, kQuantize, kAmax, kCount, 2>(in, rows, cols, scale, saturate, out, out_t,
-                                                                       amax, counts, stream);
+      return launch_tiled_groups<T, F, A, kQuantize, kAmax, kCount, 2, kDual>(in, rows, cols, scale, saturate, out,
+                                                                              out_t, amax, counts, column, stream);
     }
   }
-  return launch_tiled_groups<T, F, A, kQuantize, kAmax, kCount, 1>(in, rows, cols, scale, saturate, out, out_t, amax,
-                                                                   counts, stream);
+  return launch_tiled_groups<T, F, A, kQuantize, kAmax, kCount, 1, kDual>(in, rows, cols, scale, saturate, out, out_t,
+                                                                          amax, counts, column, stream);
+}
+
+ScaleSource scale_source_of(const CastLaunch& a) {
+  ScaleSource scale;
+  scale.scale = a.scale;
+  scale.amax = a.scale_amax;
+  scale.pow2 = a.pow2_scale;
+  scale.scale_out = a.scale_out;
+  scale.inv_scale_out = a.inv_scale_out;
+  return scale;
+}
+
+LaunchResult zero_counts(uint64_t* counts, cudaStream_t stream) {
+  if (counts == nullptr) return {};
+  const cudaError_t e = cudaMemsetAsync(counts, 0, 2 * sizeof(uint64_t), stream);
+  return {e, e == cudaSuccess ? nullptr : "cudaMemsetAsync(range counts)"};
+}
+
+// A rowwise cast and its columnwise twin in one tiled pass (CastLaunch::columnwise).
+LaunchResult launch_dual_cast(const CastLaunch& a, cudaStream_t stream) {
+  if (a.axis != Axis::kRow || a.out_t != nullptr || a.amax != nullptr || a.columnwise.scale == nullptr) {
+    return {cudaErrorInvalidValue,
+            "dual cast kernel (a rowwise cast, out_t and amax null, with the columnwise half's scales)"};
+  }
+  if (auto r = zero_counts(a.range_counts, stream); !r.ok()) return r;
+  if (auto r = zero_counts(a.columnwise.range_counts, stream); !r.ok()) return r;
+  if (a.rows == 0 || a.cols == 0) return {};
+  const ScaleSource scale = scale_source_of(a);
+  ColumnHalf column;
+  column.scale = a.columnwise.scale;
+  column.counts = reinterpret_cast<unsigned long long*>(a.columnwise.range_counts);
+  const bool count = a.range_counts != nullptr || a.columnwise.range_counts != nullptr;
+  return with_type(a.type, [&](auto type_tag) {
+    using T = decltype(type_tag);
+    return with_format(a.format, [&](auto format_tag) {
+      constexpr Format F = decltype(format_tag)::value;
+      return with_flag(count, [&](auto count_tag) {
+        constexpr bool kCount = decltype(count_tag)::value;
+        return launch_tiled<T, F, Axis::kRow, true, false, kCount, true>(a.input, a.rows, a.cols, scale, a.saturate,
+                                                                         a.out, a.columnwise.out_t, nullptr,
+                                                                         a.range_counts, stream, column);
+      });
+    });
+  });
 }
 
 }  // namespace
@@ -404,6 +451,21 @@ LaunchResult launch_amax(const void* x, HpType type, int64_t rows, int64_t cols,
   });
 }
 
+LaunchResult launch_row_and_column_amax(const void* x, HpType type, int64_t rows, int64_t cols, float* row_amax,
+                                        float* col_amax, cudaStream_t stream) {
+  if (auto r = zero(row_amax, rows, stream); !r.ok()) return r;
+  if (auto r = zero(col_amax, cols, stream); !r.ok()) return r;
+  if (rows == 0 || cols == 0) return {};
+  ColumnHalf column;
+  column.amax = reinterpret_cast<unsigned*>(col_amax);
+  return with_type(type, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr Format kAny = Format::kE4M3;  // no quantization: the format is unused
+    return launch_tiled<T, kAny, Axis::kRow, false, true, false, true>(x, rows, cols, {}, true, nullptr, nullptr,
+                                                                       row_amax, nullptr, stream, column);
+  });
+}
+
 LaunchResult launch_compute_scales(const float* amax, int64_t n, Format format, bool pow2, float* scale,
                                    float* inv_scale, cudaStream_t stream) {
   if (n == 0) return {};
@@ -417,19 +479,12 @@ LaunchResult launch_cast(const CastLaunch& a, cudaStream_t stream) {
   if (a.scale_amax != nullptr && a.axis == Axis::kColumn) {
     return {cudaErrorInvalidValue, "cast kernel (scales from amaxes are for tensorwise and rowwise casts)"};
   }
-  ScaleSource scale;
-  scale.scale = a.scale;
-  scale.amax = a.scale_amax;
-  scale.pow2 = a.pow2_scale;
-  scale.scale_out = a.scale_out;
-  scale.inv_scale_out = a.inv_scale_out;
+  if (a.columnwise.out_t != nullptr) return launch_dual_cast(a, stream);
+  ScaleSource scale = scale_source_of(a);
   if (a.amax != nullptr) {
     if (auto r = zero(a.amax, count_for(a.axis, a.rows, a.cols), stream); !r.ok()) return r;
   }
-  if (a.range_counts != nullptr) {
-    const cudaError_t e = cudaMemsetAsync(a.range_counts, 0, 2 * sizeof(uint64_t), stream);
-    if (e != cudaSuccess) return {e, "cudaMemsetAsync(range counts)"};
-  }
+  if (auto r = zero_counts(a.range_counts, stream); !r.ok()) return r;
   if (a.rows == 0 || a.cols == 0) return {};
   // The tiled kernel is needed for the transpose, and for columnwise amax (a reduction
   // down columns); everything else streams through the flat kernel.

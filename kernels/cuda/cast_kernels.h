@@ -66,10 +66,23 @@ struct CastLaunch {
   // Optional: counts[0] / counts[1] = the cast's saturated / underflowed values, as
   // launch_range_count gives them, taken in the same pass (zeroed first).
   uint64_t* range_counts = nullptr;
+  // A dual cast (axis kRow, out_t and amax null; set out_t here to ask for one): in the
+  // same pass, the columnwise cast of the same input, scaled per input column with `scale`
+  // as given, to out_t [cols, rows], counting its range (optional, zeroed first) apart.
+  struct Columnwise {
+    uint8_t* out_t = nullptr;
+    const float* scale = nullptr;
+    uint64_t* range_counts = nullptr;
+  } columnwise;
 };
 
 // One fused pass: quantize, write out and/or out_t, reduce the amax and count the range.
 LaunchResult launch_cast(const CastLaunch& args, cudaStream_t stream);
+
+// row_amax[rows] and col_amax[cols] of x in one read (both zeroed first): the amaxes of a
+// dual cast (CastLaunch::columnwise).
+LaunchResult launch_row_and_column_amax(const void* x, HpType type, int64_t rows, int64_t cols, float* row_amax,
+                                        float* col_amax, cudaStream_t stream);
 
 // counts[0] = values whose x·scale saturates, counts[1] = nonzero values whose x·scale
 // underflows to zero (fp8::CastRangeArgs; the predicates are arith.h's fp8_saturates /

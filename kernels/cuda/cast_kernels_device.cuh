@@ -220,6 +220,16 @@ struct RangeTally {
   }
 };
 
+// The columnwise half of a dual cast (the tiled kernel's kDual, a rowwise cast that also
+// makes the columnwise one): out_t is scaled per input column with `scale` as given, and the
+// column amaxes and that half's range counts go here. The kernel takes it always; only kDual
+// reads it.
+struct ColumnHalf {
+  const float* scale = nullptr;
+  unsigned* amax = nullptr;
+  unsigned long long* counts = nullptr;
+};
+
 // ---- flat cast / amax ----------------------------------------------------------------------------
 
 // One 16-element chunk per thread. kQuantize: write `out`; kAmax: reduce the amax at A
@@ -428,15 +438,25 @@ constexpr int tiled_min_blocks() {
 // more than 65535 groups). 256 threads: in the load phase thread t owns row t/4 of each
 // tile of the group, quarter t%4; in the transpose phase it owns a 4x4 block of each tile.
 // kQuantize, kAmax and kCount as in flat_cast_kernel (amax at any axis here).
-template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, int kRowTiles = 1, bool kCount = false>
+//
+// kDual (A = kRow): the rowwise cast writes `out`, and the columnwise cast of the same
+// elements, with `column`'s scales, writes `out_t`: each element is quantized twice, into two
+// shared tiles. With kAmax it reduces the row amaxes into `amax` and the column amaxes into
+// column.amax in one read; with kCount each half counts its own range.
+template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, int kRowTiles = 1, bool kCount = false,
+          bool kDual = false>
 __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles, kCount>())
     tiled_cast_kernel(const T* __restrict__ in, int64_t rows, int64_t cols, ScaleSource scale, bool saturate,
                       uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, unsigned* __restrict__ amax,
-                      unsigned long long* __restrict__ counts) {
+                      unsigned long long* __restrict__ counts, ColumnHalf column = {}) {
   static_assert(kQuantize || !kCount, "range counts are of a cast");
+  static_assert(!kDual || A == Axis::kRow, "a dual cast is a rowwise cast with its columnwise twin");
   constexpr int V = Hp<T>::kVec;
   constexpr int kGroupRows = kTile * kRowTiles;
+  constexpr bool kColumnAmax = kAmax && (A == Axis::kColumn || kDual);
   __shared__ uint32_t tile[kRowTiles * kTile * kPitch];
+  // The dual cast's columnwise codes, which out_t takes (otherwise out_t transposes `tile`).
+  __shared__ uint32_t tile_t[kDual ? kRowTiles * kTile * kPitch : 1];
   __shared__ uint32_t col_max[kTile];
 
   const int t = threadIdx.x;
@@ -459,6 +479,7 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles, kC
   const int64_t groups = (rows + kGroupRows - 1) / kGroupRows;
   uint32_t tensor_max = 0;
   RangeTally tally;
+  RangeTally tally_t;  // the columnwise half's, kDual only
 
 #pragma unroll 1
   for (int64_t g = blockIdx.y; g < groups; g += gridDim.y) {
@@ -488,6 +509,7 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles, kC
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
           uint32_t word = 0;
+          uint32_t word_t = 0;
 #pragma unroll
           for (int b = 0; b < 4; ++b) {
             const int e = 4 * w + b;
@@ -499,9 +521,18 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles, kC
             const float x = raw[k].at(e);
             word |= static_cast<uint32_t>(quantize_value(x, se, F, saturate)) << (8 * b);
             if constexpr (kCount) tally.add<F>(x, se);
+            if constexpr (kDual) {
+              const int64_t col = c0 + tile_col<V>(e, quarter);
+              const float sc = col < cols ? __ldg(column.scale + col) : 0.0f;
+              word_t |= static_cast<uint32_t>(quantize_value(x, sc, F, saturate)) << (8 * b);
+              // Rows past the matrix read as 0, which neither half counts.
+              if constexpr (kCount) tally_t.add<F>(x, sc);
+            }
           }
           // Four consecutive elements of a vector are four consecutive tile columns.
-          tile[(k * kTile + tr) * kPitch + tile_col<V>(4 * w, quarter) / 4] = word;
+          const int at = (k * kTile + tr) * kPitch + tile_col<V>(4 * w, quarter) / 4;
+          tile[at] = word;
+          if constexpr (kDual) tile_t[at] = word_t;
         }
       }
     }
@@ -513,7 +544,8 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles, kC
 #pragma unroll
           for (int e = 0; e < kChunk; ++e) tensor_max = amax_bits_update(tensor_max, raw[k].at(e));
         }
-      } else if constexpr (A == Axis::kRow) {
+      }
+      if constexpr (A == Axis::kRow) {
 #pragma unroll
         for (int k = 0; k < kRowTiles; ++k) {
           const int64_t row = r0 + k * kTile + tr;
@@ -525,7 +557,8 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles, kC
           m = max(m, __shfl_xor_sync(kFullMask, m, 2));
           if (quarter == 0 && row < rows && m != 0) atomicMax(amax + row, m);
         }
-      } else {
+      }
+      if constexpr (kColumnAmax) {
         if (t < kTile) col_max[t] = 0;
         __syncthreads();
         // Reduce over the group's tiles in registers, then over the warp's 8 tile rows
@@ -545,8 +578,9 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles, kC
 
     __syncthreads();
 
-    if constexpr (kAmax && A == Axis::kColumn) {
-      if (t < kTile && c0 + t < cols && col_max[t] != 0) atomicMax(amax + c0 + t, col_max[t]);
+    if constexpr (kColumnAmax) {
+      unsigned* col_amax = kDual ? column.amax : amax;
+      if (t < kTile && c0 + t < cols && col_max[t] != 0) atomicMax(col_amax + c0 + t, col_max[t]);
     }
 
     if constexpr (kQuantize) {
@@ -554,6 +588,7 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles, kC
       for (int k = 0; k < kRowTiles; ++k) {
         const int64_t tile_r0 = r0 + k * kTile;
         const uint32_t* sub = tile + k * kTile * kPitch;
+        const uint32_t* sub_t = (kDual ? tile_t : tile) + k * kTile * kPitch;
         const int64_t row = tile_r0 + tr;
         if (out != nullptr && row < rows) {
           // 16 consecutive bytes of tile row tr: columns 16 * quarter ...
@@ -575,7 +610,7 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles, kC
           uint32_t w[4];
           uint32_t tw[4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) w[i] = sub[(4 * r4 + i) * kPitch + c4];
+          for (int i = 0; i < 4; ++i) w[i] = sub_t[(4 * r4 + i) * kPitch + c4];
           transpose4x4(w, tw);
           const int64_t rr = tile_r0 + 4 * r4;  // first of the four rows: a column of out_t
           const int64_t cc0 = c0 + 4 * c4;      // first of the four columns: a row of out_t
@@ -603,7 +638,16 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles, kC
   }
 
   if constexpr (kAmax && A == Axis::kTensor) block_max_atomic(amax, tensor_max);
-  if constexpr (kCount) block_sum2_atomic(counts, tally.saturated, tally.underflow);
+  // A dual cast may count either half alone (a null destination, the same for the block).
+  if constexpr (kCount) {
+    if (counts != nullptr) block_sum2_atomic(counts, tally.saturated, tally.underflow);
+  }
+  if constexpr (kCount && kDual) {
+    if (column.counts != nullptr) {
+      __syncthreads();  // block_sum2_atomic's shared partials are reused
+      block_sum2_atomic(column.counts, tally_t.saturated, tally_t.underflow);
+    }
+  }
 }
 
 }  // namespace

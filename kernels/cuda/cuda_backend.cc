@@ -211,6 +211,7 @@ class CudaBackend final : public Backend {
     std::lock_guard<std::mutex> lock(mu_);
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
+    if (q.has_columnwise()) return quantize_both_ways(q);
     const MatrixRef& x = q.input;
     const cuda::Axis axis = axis_of(q.granularity);
     const int64_t n = scale_count(q.granularity, x.rows, x.cols);
@@ -252,6 +253,66 @@ class CudaBackend final : public Backend {
     c.out = q.out;
     c.out_t = q.out_t;
     c.range_counts = reinterpret_cast<uint64_t*>(q.range_counts);
+    return cuda_status(cuda::launch_cast(c, stream_));
+  }
+
+  // A rowwise quantize with its columnwise twin (QuantizeArgs::columnwise): the row and
+  // column amaxes in one read (or the column amaxes alone, given the rows'), the column
+  // scales, then both casts in one read; apart, the two would read the input four times.
+  // Called with mu_ held and the device set.
+  absl::Status quantize_both_ways(const QuantizeArgs& q) {
+    const MatrixRef& x = q.input;
+    // Amaxes the caller did not ask for go to scratch: rows first, then columns.
+    const int64_t scratch_floats = (q.amax_out == nullptr ? x.rows : 0) + (q.columnwise.amax_out == nullptr ? x.cols : 0);
+    float* scratch = nullptr;
+    if (scratch_floats > 0) {
+      auto got = scratch_.get(static_cast<size_t>(scratch_floats) * sizeof(float), stream_);
+      if (!got.ok()) return got.status();
+      scratch = static_cast<float*>(*got);
+    }
+    float* row_amax = q.amax_out != nullptr ? q.amax_out : scratch;
+    float* col_amax = q.columnwise.amax_out;
+    if (col_amax == nullptr) col_amax = q.amax_out == nullptr ? scratch + x.rows : scratch;
+    const cuda::HpType type = hp_of(x.dtype);
+    if (q.row_amax != nullptr) {
+      // The rows' amaxes are known: the rows' pass reads those alone, the columns' the input.
+      if (auto s = cuda_status(cuda::launch_amax(q.row_amax, cuda::HpType::kFloat32, x.rows, 1, cuda::Axis::kRow, row_amax,
+                                                 stream_));
+          !s.ok()) {
+        return s;
+      }
+      if (auto s = cuda_status(
+              cuda::launch_amax(x.data, type, x.rows, x.cols, cuda::Axis::kColumn, col_amax, stream_));
+          !s.ok()) {
+        return s;
+      }
+    } else if (auto s = cuda_status(
+                   cuda::launch_row_and_column_amax(x.data, type, x.rows, x.cols, row_amax, col_amax, stream_));
+               !s.ok()) {
+      return s;
+    }
+    if (auto s = cuda_status(cuda::launch_compute_scales(col_amax, x.cols, q.format, q.pow2_scale,
+                                                         q.columnwise.scale_out, q.columnwise.inv_scale_out, stream_));
+        !s.ok()) {
+      return s;
+    }
+    cuda::CastLaunch c;
+    c.input = x.data;
+    c.type = type;
+    c.rows = x.rows;
+    c.cols = x.cols;
+    c.format = q.format;
+    c.axis = cuda::Axis::kRow;
+    c.scale_amax = row_amax;  // the rows' scales derived in the cast, as a rowwise quantize's
+    c.pow2_scale = q.pow2_scale;
+    c.scale_out = q.scale_out;
+    c.inv_scale_out = q.inv_scale_out;
+    c.saturate = q.saturate;
+    c.out = q.out;
+    c.range_counts = reinterpret_cast<uint64_t*>(q.range_counts);
+    c.columnwise.out_t = q.columnwise.out_t;
+    c.columnwise.scale = q.columnwise.scale_out;
+    c.columnwise.range_counts = reinterpret_cast<uint64_t*>(q.columnwise.range_counts);
     return cuda_status(cuda::launch_cast(c, stream_));
   }
 

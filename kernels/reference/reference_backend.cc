@@ -1,6 +1,7 @@
 // The reference backend: each formula written once, as plainly as possible, one element
 // at a time. The fast CPU path and the CUDA path are tested against it; it is never on a
 // hot path. Its GEMMs accumulate in fp64.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -98,9 +99,16 @@ class ReferenceBackend final : public cpu::HostMemoryBackend {
 
   absl::Status quantize(const QuantizeArgs& q) override {
     if (auto s = detail::check_quantize(q, {}); !s.ok()) return s;
-    std::vector<float> amaxes(static_cast<size_t>(scale_count(q.granularity, q.input.rows, q.input.cols)));
+    if (q.has_columnwise()) {
+      // One half after the other; passes that serve both at once are the CUDA backend's.
+      if (auto s = quantize(rowwise_half_of(q)); !s.ok()) return s;
+      return quantize(columnwise_half_of(q));
+    }
+    const auto count = static_cast<size_t>(scale_count(q.granularity, q.input.rows, q.input.cols));
+    // At least one entry: amax() refuses a null output, which an empty vector's data() may be.
+    std::vector<float> amaxes(std::max<size_t>(count, 1));
     if (auto s = amax(amax_source_of(q), q.granularity, amaxes.data()); !s.ok()) return s;
-    for (size_t i = 0; i < amaxes.size(); ++i) {
+    for (size_t i = 0; i < count; ++i) {
       q.scale_out[i] = scale_from_amax(amaxes[i], q.format, q.pow2_scale);
       if (q.amax_out != nullptr) q.amax_out[i] = amaxes[i];
       if (q.inv_scale_out != nullptr) q.inv_scale_out[i] = inverse_scale(q.scale_out[i]);

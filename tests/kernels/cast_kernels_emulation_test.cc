@@ -106,7 +106,7 @@ void expect_reference_cast(const Shape& s, uint32_t seed, unsigned max_grid_y = 
     const unsigned gy = std::min(groups, max_grid_y);
     auto launch = [&](auto kernel) {
       emulation::launch_grid(gx, gy, kThreads, 0, kernel, in.data(), s.rows, s.cols, source, true, out.data(),
-                             out_t.data(), kAmax ? amax_words : nullptr, counts_out);
+                             out_t.data(), kAmax ? amax_words : nullptr, counts_out, ColumnHalf{});
     };
     if (count) {
       launch(tiled_cast_kernel<T, F, A, true, kAmax, kRowTiles, true>);
@@ -200,6 +200,138 @@ TEST(CastKernelsEmulation, TiledCastsDeriveAndPublishTheirScales) {
   expect_reference_cast<uint16_t, Format::kE5M2, Axis::kTensor, true, 2>(s, 12, 1, true);
   expect_reference_cast<uint16_t, Format::kE4M3, Axis::kRow, true, 1>(s, 13, 65535, true);
   expect_reference_cast<float, Format::kE4M3, Axis::kTensor, true, 1>(s, 14, 65535, true);
+}
+
+// What a dual cast (tiled_cast_kernel's kDual) is checked against: the reference backend's
+// rowwise cast (out) and columnwise cast (out_t) of the same input, apart, with their amaxes
+// and range counts.
+struct DualWant {
+  std::vector<uint8_t> out, out_t;
+  std::vector<float> row_amax, col_amax;
+  CastRangeCounts row_counts, col_counts;
+};
+
+DualWant reference_dual(const MatrixRef& x, Format f, const std::vector<float>& row_scale,
+                        const std::vector<float>& col_scale) {
+  DualWant w;
+  const auto n = static_cast<size_t>(x.size());
+  w.out.resize(n);
+  w.out_t.resize(n);
+  w.row_amax.resize(static_cast<size_t>(x.rows));
+  w.col_amax.resize(static_cast<size_t>(x.cols));
+  CastArgs rows;
+  rows.input = x;
+  rows.format = f;
+  rows.granularity = Granularity::kRowwise;
+  rows.scale = row_scale.data();
+  rows.out = w.out.data();
+  rows.amax_out = w.row_amax.data();
+  CastArgs cols = rows;
+  cols.granularity = Granularity::kColumnwise;
+  cols.scale = col_scale.data();
+  cols.out = nullptr;
+  cols.out_t = w.out_t.data();
+  cols.amax_out = w.col_amax.data();
+  EXPECT_TRUE(reference_backend().cast(rows).ok());
+  EXPECT_TRUE(reference_backend().cast(cols).ok());
+  EXPECT_TRUE(reference_backend().count_cast_range(range_args_of(rows, &w.row_counts)).ok());
+  EXPECT_TRUE(reference_backend().count_cast_range(range_args_of(cols, &w.col_counts)).ok());
+  return w;
+}
+
+// A dual cast by the tiled kernel (rows scaled to out, columns to out_t, in one pass) and
+// its amax pass (row and column amaxes in one read), against the reference's casts apart.
+// derive_row_scales: the rows' scales come from given amaxes and are published, as
+// quantize asks of it; the columns' are always given. counts: which halves count their
+// range (bit 0 the rows', bit 1 the columns').
+template <typename T, Format F, int kRowTiles>
+void expect_reference_dual(const Shape& s, uint32_t seed, unsigned max_grid_y, bool derive_row_scales, int counts) {
+  SCOPED_TRACE(::testing::Message() << "dual " << (std::is_same_v<T, float> ? "fp32 " : "bf16 ") << format_name(F)
+                                    << " [" << s.rows << ", " << s.cols << "], " << kRowTiles
+                                    << " row tiles, grid.y <= " << max_grid_y
+                                    << (derive_row_scales ? ", row scales derived" : "") << ", counts " << counts);
+  const std::vector<T> in = emulation_test::stored<T>(test_values(static_cast<size_t>(s.rows * s.cols), seed));
+  const MatrixRef x{in.data(), std::is_same_v<T, float> ? DType::kFloat32 : DType::kBFloat16, s.rows, s.cols};
+  std::vector<float> row_scale(static_cast<size_t>(s.rows)), row_scale_amax(row_scale.size());
+  std::vector<float> col_scale(static_cast<size_t>(s.cols));
+  for (size_t i = 0; i < row_scale.size(); ++i) {
+    row_scale_amax[i] = 40.0f * static_cast<float>(1 + i % 3);
+    row_scale[i] = derive_row_scales ? scale_from_amax(row_scale_amax[i], F, false)
+                                     : 0.5f + 0.25f * static_cast<float>(i % 5);
+  }
+  for (size_t i = 0; i < col_scale.size(); ++i) col_scale[i] = 0.75f + 0.5f * static_cast<float>(i % 7);
+  const DualWant want = reference_dual(x, F, row_scale, col_scale);
+
+  const auto gx = static_cast<unsigned>((s.cols + kTile - 1) / kTile);
+  const auto groups = static_cast<unsigned>((s.rows + kTile * kRowTiles - 1) / (kTile * kRowTiles));
+  const unsigned gy = std::min(groups, max_grid_y);
+  ScaleSource source;
+  std::vector<float> scale_out(row_scale.size(), -1.0f), inv_scale_out(row_scale.size(), -1.0f);
+  if (derive_row_scales) {
+    source.amax = row_scale_amax.data();
+    source.scale_out = scale_out.data();
+    source.inv_scale_out = inv_scale_out.data();
+  } else {
+    source.scale = row_scale.data();
+  }
+  const size_t n = in.size();
+  std::vector<uint8_t> out(n, 0xAB), out_t(n, 0xAB);
+  unsigned long long row_counts[2] = {0, 0}, col_counts[2] = {0, 0};
+  ColumnHalf column;
+  column.scale = col_scale.data();
+  column.counts = (counts & 2) != 0 ? col_counts : nullptr;
+  auto* row_counts_out = (counts & 1) != 0 ? row_counts : nullptr;
+  if (counts != 0) {
+    emulation::launch_grid(gx, gy, kThreads, 0, tiled_cast_kernel<T, F, Axis::kRow, true, false, kRowTiles, true, true>,
+                           in.data(), s.rows, s.cols, source, true, out.data(), out_t.data(), nullptr, row_counts_out,
+                           column);
+  } else {
+    emulation::launch_grid(gx, gy, kThreads, 0,
+                           tiled_cast_kernel<T, F, Axis::kRow, true, false, kRowTiles, false, true>, in.data(), s.rows,
+                           s.cols, source, true, out.data(), out_t.data(), nullptr, nullptr, column);
+  }
+  EXPECT_EQ(out, want.out) << "rowwise codes";
+  EXPECT_EQ(out_t, want.out_t) << "columnwise transposed codes";
+  if ((counts & 1) != 0) {
+    EXPECT_EQ(row_counts[0], want.row_counts.saturated) << "rows' saturated";
+    EXPECT_EQ(row_counts[1], want.row_counts.underflow) << "rows' underflow";
+  }
+  if ((counts & 2) != 0) {
+    EXPECT_EQ(col_counts[0], want.col_counts.saturated) << "columns' saturated";
+    EXPECT_EQ(col_counts[1], want.col_counts.underflow) << "columns' underflow";
+    if (s.rows * s.cols >= 1000) {
+      EXPECT_NE(want.col_counts.saturated, want.row_counts.saturated) << "the halves' counts differ, as their scales";
+    }
+  }
+  if (derive_row_scales) {
+    EXPECT_EQ(scale_out, row_scale) << "published row scales";
+    for (size_t i = 0; i < row_scale.size(); ++i) EXPECT_EQ(inv_scale_out[i], inverse_scale(row_scale[i])) << i;
+  }
+
+  // The amax pass of a dual quantize: both axes in one read.
+  std::vector<float> row_amax(row_scale.size(), 0.0f), col_amax(col_scale.size(), 0.0f);
+  ColumnHalf amaxes;
+  amaxes.amax = reinterpret_cast<unsigned*>(col_amax.data());
+  emulation::launch_grid(gx, gy, kThreads, 0, tiled_cast_kernel<T, F, Axis::kRow, false, true, kRowTiles, false, true>,
+                         in.data(), s.rows, s.cols, ScaleSource{}, true, nullptr, nullptr,
+                         reinterpret_cast<unsigned*>(row_amax.data()), nullptr, amaxes);
+  EXPECT_EQ(std::memcmp(row_amax.data(), want.row_amax.data(), row_amax.size() * sizeof(float)), 0) << "row amaxes";
+  EXPECT_EQ(std::memcmp(col_amax.data(), want.col_amax.data(), col_amax.size() * sizeof(float)), 0)
+      << "column amaxes";
+}
+
+// Ragged and aligned shapes, both formats and input types, one and two row tiles a block,
+// blocks looping over row groups, each half counting alone or both.
+TEST(CastKernelsEmulation, DualCastsMatchTheReferenceRowwiseAndColumnwiseCasts) {
+  for (const Shape& s : {Shape{67, 131}, Shape{64, 128}, Shape{5, 3}}) {
+    const auto seed = static_cast<uint32_t>(s.rows * 1000 + s.cols + 5);
+    expect_reference_dual<uint16_t, Format::kE4M3, 2>(s, seed, 65535, true, 3);
+    expect_reference_dual<uint16_t, Format::kE5M2, 1>(s, seed, 65535, false, 0);
+    expect_reference_dual<float, Format::kE4M3, 1>(s, seed, 65535, true, 1);
+    expect_reference_dual<float, Format::kE5M2, 1>(s, seed, 65535, false, 2);
+  }
+  expect_reference_dual<uint16_t, Format::kE4M3, 2>(Shape{300, 70}, 21, 1, true, 3);
+  expect_reference_dual<uint16_t, Format::kE4M3, 1>(Shape{300, 70}, 22, 2, false, 2);
 }
 
 // A small tensor's amax by one block, written whatever out held: against the reference

@@ -107,7 +107,48 @@ struct QuantizeArgs {
   float* inv_scale_out = nullptr;
   // Optional: the cast's range counts, as CastArgs::range_counts, with the scales computed.
   CastRangeCounts* range_counts = nullptr;
+
+  // Optional, rowwise quantizes only (out_t then null): the columnwise quantize of the same
+  // input in the same passes, bit for bit what a quantize at kColumnwise with these outputs
+  // (and this format, pow2_scale and saturate) makes of it. torchao's rowwise recipe casts
+  // each GEMM operand both ways, scaled along the rows for one GEMM and along the columns,
+  // transposed, for another; together the input is read twice (its row and column amaxes in
+  // one pass, both casts in the next) instead of four times. row_amax, when given, serves
+  // the rowwise half only.
+  struct Columnwise {
+    uint8_t* out_t = nullptr;                 // [cols, rows]; set to ask for this half
+    float* scale_out = nullptr;               // required then, cols entries
+    float* inv_scale_out = nullptr;           // optional
+    float* amax_out = nullptr;                // optional
+    CastRangeCounts* range_counts = nullptr;  // optional
+  } columnwise;
+  bool has_columnwise() const {
+    return columnwise.out_t != nullptr || columnwise.scale_out != nullptr || columnwise.inv_scale_out != nullptr ||
+           columnwise.amax_out != nullptr || columnwise.range_counts != nullptr;
+  }
 };
+
+// The two quantizes a rowwise quantize with columnwise outputs stands for: its rowwise half
+// (without them), and the columnwise quantize of the same input.
+inline QuantizeArgs rowwise_half_of(const QuantizeArgs& q) {
+  QuantizeArgs r = q;
+  r.columnwise = {};
+  return r;
+}
+inline QuantizeArgs columnwise_half_of(const QuantizeArgs& q) {
+  QuantizeArgs c;
+  c.input = q.input;
+  c.format = q.format;
+  c.granularity = Granularity::kColumnwise;
+  c.pow2_scale = q.pow2_scale;
+  c.saturate = q.saturate;
+  c.out_t = q.columnwise.out_t;
+  c.scale_out = q.columnwise.scale_out;
+  c.inv_scale_out = q.columnwise.inv_scale_out;
+  c.amax_out = q.columnwise.amax_out;
+  c.range_counts = q.columnwise.range_counts;
+  return c;
+}
 
 // What a quantize takes its amaxes from: the input, or the [rows, 1] vector of its row
 // amaxes (whose tensorwise and rowwise amaxes are the input's).
