@@ -34,6 +34,7 @@ int run(int argc, char** argv) {
   DeviceBuffer copy_dst(b, static_cast<size_t>(n) * 4);
   DeviceBuffer out(b, static_cast<size_t>(n)), out_t(b, static_cast<size_t>(n));
   DeviceBuffer scale(b, static_cast<size_t>(std::max(rows, cols)) * 4), amax(b, static_cast<size_t>(std::max(rows, cols)) * 4);
+  DeviceBuffer col_scale(b, static_cast<size_t>(cols) * 4);
   {
     std::vector<float> ones(static_cast<size_t>(std::max(rows, cols)), 1.0f);
     scale.upload(ones.data(), ones.size() * 4);
@@ -73,6 +74,14 @@ int run(int argc, char** argv) {
     const CastArgs cast_only = cast_args(true, false, false), fused = cast_args(true, false, true);
     const CastArgs transposed = cast_args(false, true, false), both = cast_args(true, true, true);
     const QuantizeArgs q_tw = quantize_args(Granularity::kTensorwise), q_rw = quantize_args(Granularity::kRowwise);
+    // The rowwise recipe's two casts of one tensor: by rows to out, by columns to out_t.
+    QuantizeArgs q_cw = quantize_args(Granularity::kColumnwise);
+    q_cw.out = nullptr;
+    q_cw.out_t = out_t.as<uint8_t>();
+    q_cw.scale_out = col_scale.as<float>();
+    QuantizeArgs q_both = q_rw;
+    q_both.columnwise.out_t = q_cw.out_t;
+    q_both.columnwise.scale_out = q_cw.scale_out;
     const std::function<void()> cast_transposed = [&] { check(b.cast(transposed), "cast"); };
     const std::function<void()> cast_both = [&] { check(b.cast(both), "cast"); };
     std::vector<Op> ops = {
@@ -84,6 +93,15 @@ int run(int argc, char** argv) {
         {"fused amax+cast+transpose (both outputs)", in_bytes + 2 * fp8_bytes, cast_both, false},
         {"quantize tensorwise (amax pass + cast pass)", in_bytes + fp8_bytes, [&] { check(b.quantize(q_tw), "quantize"); }, false},
         {"quantize rowwise", in_bytes + fp8_bytes, [&] { check(b.quantize(q_rw), "quantize"); }, false},
+        // Bytes as if each read the input once, so that "of copy" compares their times.
+        {"quantize rowwise, then columnwise+transpose", in_bytes + 2 * fp8_bytes,
+         [&] {
+           check(b.quantize(q_rw), "quantize");
+           check(b.quantize(q_cw), "quantize");
+         },
+         false},
+        {"quantize rowwise and columnwise+transpose together", in_bytes + 2 * fp8_bytes,
+         [&] { check(b.quantize(q_both), "quantize"); }, false},
     };
     if (gpu && t == DType::kBFloat16) {
       // The tiled kernel's alternative for bf16 (cast_kernels.cu, tiled_row_tiles): one row

@@ -1197,6 +1197,34 @@ TEST_F(FLOAT8_LINEAR_TEST, RowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
   }
 }
 
+// The rowwise recipe casts each tensor by its rows for one GEMM and by its columns,
+// transposed, for another: one quantize makes both (on a GPU, two reads of the tensor
+// instead of four). Recipes whose second cast differs in granularity (rowwise_with_gw_hp's
+// tensorwise weight for grad_input) or that have none keep their casts apart.
+TEST_F(FLOAT8_LINEAR_TEST, RowwiseCastsOfATensorRunAsOneQuantize) {
+  const size_t m = 64, k = 128, n = 96;
+  const std::pair<Recipe, int64_t> cases[] = {{v1::Fp8Spec::ROWWISE, 3},
+                                              {v1::Fp8Spec::ROWWISE_WITH_GW_HP, 0},
+                                              {v1::Fp8Spec::TENSORWISE, 0},
+                                              {v1::Fp8Spec::DELAYED, 0}};
+  for (const LinearActivations& a : {LinearActivations{}, kBf16Activations}) {
+    for (const auto& [r, per_step] : cases) {
+      SCOPED_TRACE(::testing::Message() << v1::Fp8Spec::Recipe_Name(r) << " " << dtype_name(a.input));
+      std::unique_ptr<Float8Linear> layer = make_layer(backend(), {64, 128, 96}, recipe(r), a);
+      ASSERT_NE(layer, nullptr);
+      Tensor x(backend(), normal(m * k, 1.0f, 21), a.input), w(backend(), normal(n * k, 0.1f, 22));
+      Tensor g(backend(), normal(m * n, 1.0f, 23), a.output), y(backend(), m * n, 0.0f, a.output);
+      Tensor gx(backend(), m * k, 0.0f, a.input), gw(backend(), n * k);
+      for (int64_t step = 1; step <= 2; ++step) {
+        ASSERT_OK(layer->forward(x.raw(), m, w.data(), nullptr, y.raw()));
+        ASSERT_OK(layer->backward(g.raw(), gx.raw(), gw.data(), nullptr));
+        ASSERT_OK(layer->finish_step());
+        EXPECT_EQ(layer->tensors_cast_both_ways(), per_step * step) << "after step " << step;
+      }
+    }
+  }
+}
+
 TEST_F(FLOAT8_LINEAR_TEST, OnlyLayersThatCastTheirInputAlikeShareIt) {
   const Float8LinearConfig tensorwise = recipe(v1::Fp8Spec::TENSORWISE);
   std::unique_ptr<Float8Linear> source = make_layer(backend(), {64, 128, 96}, tensorwise);

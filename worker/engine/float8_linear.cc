@@ -377,5 +377,6 @@ bool Float8Linear::reads_weight_row_amax() const { return s_->reads_row_amax(Ten
 bool Float8Linear::reads_grad_output_row_amax() const { return s_->reads_row_amax(TensorKind::kGradOutput); }
 
 int64_t Float8Linear::row_amax_casts() const { return s_->row_amax_casts; }
+int64_t Float8Linear::tensors_cast_both_ways() const { return s_->tensors_cast_both_ways; }
 
 }  // namespace fp8::engine

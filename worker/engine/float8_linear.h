@@ -235,6 +235,10 @@ class Float8Linear {
   bool reads_grad_output_row_amax() const;
   // Casts that took their amax from the caller's row amaxes (for tests and benches).
   int64_t row_amax_casts() const;
+  // Tensors whose rowwise and columnwise casts (the rowwise recipe's, for the GEMMs that
+  // contract over columns and over rows) ran as one quantize, which reads the tensor twice
+  // instead of four times on a GPU (for tests and benches).
+  int64_t tensors_cast_both_ways() const;
 
   // ---- delayed scaling ------------------------------------------------------------------
   // Casts under delayed scaling, in a fixed order; named "input", "weight", "grad_output"

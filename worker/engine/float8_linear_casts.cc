@@ -96,10 +96,9 @@ absl::StatusOr<const void*> Float8Linear::State::hp_ones(DType dtype, int64_t co
   return f32_ones.as<const void>();
 }
 
-absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, int slot_row,
-                                           const float* known_row_amax) {
-  const int64_t rows = input.rows, cols = input.cols, n = input.size();
-  const int64_t scales = scale_count(p.granularity, rows, cols);
+absl::StatusOr<CastRangeCounts*> Float8Linear::State::prepare_cast(CastPlan& p, const MatrixRef& input) {
+  const int64_t n = input.size();
+  const int64_t scales = scale_count(p.granularity, input.rows, input.cols);
   absl::Status reserved;  // keeps the first error
   if (p.make_out) reserved.Update(p.out.reserve(static_cast<size_t>(n)));
   if (p.make_out_t) reserved.Update(p.out_t.reserve(static_cast<size_t>(n)));
@@ -114,6 +113,23 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
   p.external_out = nullptr;
   p.external_out_t = nullptr;
   p.shared = nullptr;
+  return range_counts;
+}
+
+void Float8Linear::State::finish_dynamic_cast(CastPlan& p, const MatrixRef& input) {
+  p.scale_in_use = p.scale.as<float>();
+  p.inv_scale_in_use = p.inv_scale.as<float>();
+  p.host_scale_in_use.reset();
+  p.rows = input.rows;
+  p.cols = input.cols;
+  p.last_amax_row = -1;
+}
+
+absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, int slot_row,
+                                           const float* known_row_amax) {
+  const int64_t rows = input.rows, cols = input.cols;
+  absl::StatusOr<CastRangeCounts*> range_counts = prepare_cast(p, input);
+  if (!range_counts.ok()) return range_counts.status();
   uint8_t* out = p.make_out ? p.out.as<uint8_t>() : nullptr;
   uint8_t* out_t = p.make_out_t ? p.out_t.as<uint8_t>() : nullptr;
   float* delayed_amax = p.delayed ? slots_of(p.tensor).at(slot_row, p.delayed_column) : nullptr;
@@ -184,9 +200,54 @@ absl::StatusOr<CastRangeCounts*> Float8Linear::State::range_counts_for(CastPlan&
   return p.range_counts.as<CastRangeCounts>();
 }
 
+bool Float8Linear::State::casts_both_ways(TensorKind t) const {
+  const auto& u = use[static_cast<int>(t)];
+  if (u[kAsStored] < 0 || u[kTransposed] < 0 || u[kAsStored] == u[kTransposed]) return false;
+  const CastPlan& rows = plans[static_cast<size_t>(u[kAsStored])];
+  const CastPlan& cols = plans[static_cast<size_t>(u[kTransposed])];
+  return rows.granularity == Granularity::kRowwise && cols.granularity == Granularity::kColumnwise &&
+         !rows.delayed && !cols.delayed && rows.config.format() == cols.config.format() &&
+         rows.config.pow2_scale == cols.config.pow2_scale && rows.make_out && !rows.make_out_t &&
+         !rows.make_dequantized && cols.make_out_t && !cols.make_out && !cols.make_dequantized;
+}
+
+absl::Status Float8Linear::State::run_casts_both_ways(CastPlan& rows, CastPlan& cols, const MatrixRef& input,
+                                                      const float* known_row_amax) {
+  absl::StatusOr<CastRangeCounts*> row_counts = prepare_cast(rows, input);
+  if (!row_counts.ok()) return row_counts.status();
+  absl::StatusOr<CastRangeCounts*> col_counts = prepare_cast(cols, input);
+  if (!col_counts.ok()) return col_counts.status();
+  QuantizeArgs q;
+  q.input = input;
+  q.format = rows.config.format();
+  q.granularity = Granularity::kRowwise;
+  q.pow2_scale = rows.config.pow2_scale;
+  q.out = rows.out.as<uint8_t>();
+  q.scale_out = rows.scale.as<float>();
+  q.inv_scale_out = rows.inv_scale.as<float>();
+  q.amax_out = rows.amax.as<float>();
+  q.row_amax = known_row_amax;  // the rows' half only: a column's amax needs the input
+  q.range_counts = *row_counts;
+  q.columnwise.out_t = cols.out_t.as<uint8_t>();
+  q.columnwise.scale_out = cols.scale.as<float>();
+  q.columnwise.inv_scale_out = cols.inv_scale.as<float>();
+  q.columnwise.amax_out = cols.amax.as<float>();
+  q.columnwise.range_counts = *col_counts;
+  if (auto s = backend.quantize(q); !s.ok()) return s;
+  if (known_row_amax != nullptr) ++row_amax_casts;
+  ++tensors_cast_both_ways;
+  finish_dynamic_cast(rows, input);
+  finish_dynamic_cast(cols, input);
+  return absl::OkStatus();
+}
+
 absl::Status Float8Linear::State::cast_tensor(TensorKind t, const MatrixRef& data, int slot_row,
                                               const float* known_row_amax) {
   const auto& u = use[static_cast<int>(t)];
+  if (casts_both_ways(t)) {
+    return run_casts_both_ways(plans[static_cast<size_t>(u[kAsStored])], plans[static_cast<size_t>(u[kTransposed])],
+                               data, known_row_amax);
+  }
   for (int o : {kAsStored, kTransposed}) {
     if (u[o] < 0 || (o == kTransposed && u[kTransposed] == u[kAsStored])) continue;
     if (auto s = run_cast(plans[static_cast<size_t>(u[o])], data, slot_row, known_row_amax); !s.ok()) return s;

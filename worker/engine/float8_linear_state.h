@@ -229,6 +229,7 @@ struct Float8Linear::State {
   bool input_adopted = false;  // the last forward took input_source's casts
   int64_t shared_input_casts = 0;
   int64_t row_amax_casts = 0;  // casts that took their amax from the caller's row amaxes
+  int64_t tensors_cast_both_ways = 0;  // run_casts_both_ways() calls
 
   // ---- construction ----
   void plan_tensor(TensorKind t, const CastConfig& as_stored, bool as_stored_fp8_gemm, const char* as_stored_gemm,
@@ -250,6 +251,17 @@ struct Float8Linear::State {
   int weight_plan() const { return use[static_cast<int>(TensorKind::kWeight)][kAsStored]; }
   bool takes_fp8_weight() const;
   absl::Status run_cast(CastPlan& p, const MatrixRef& input, int slot_row, const float* known_row_amax);
+  // Whether t's two plans are a rowwise cast as stored and a columnwise one transposed that
+  // one quantize makes together (QuantizeArgs::columnwise; the rowwise recipe's casts):
+  // both dynamic, of one format and scale rounding, each making its fp8 copy alone.
+  bool casts_both_ways(TensorKind t) const;
+  absl::Status run_casts_both_ways(CastPlan& rows, CastPlan& cols, const MatrixRef& input,
+                                   const float* known_row_amax);
+  // Readies p for a cast of `input` (its buffers reserved, codes adopted from elsewhere
+  // dropped); returns where the cast writes its range counts (range_counts_for).
+  absl::StatusOr<CastRangeCounts*> prepare_cast(CastPlan& p, const MatrixRef& input);
+  // Records the scales a dynamic cast of p just wrote as those in use.
+  void finish_dynamic_cast(CastPlan& p, const MatrixRef& input);
   // Where the cast about to run writes what it saturated and flushed (its range_counts):
   // p.range_counts when measuring, else nowhere (the plan is then unmeasured).
   absl::StatusOr<CastRangeCounts*> range_counts_for(CastPlan& p);
