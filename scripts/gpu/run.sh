@@ -8,7 +8,7 @@
 #
 # Each part fits the device tool's 10 minutes per command (the benchmarks stop their own
 # work at ~9; a test is killed after 8):
-#   tests-kernels   format, CUDA contract and backend, Float8Linear, NCCL, CUDA model ops
+#   tests-kernels   format, the wgmma probe, CUDA contract and backend, Float8Linear, NCCL, CUDA model ops
 #   tests-train     CUDA training, FSDP over NCCL, and a job through fp8-coordinator / fp8-worker / fp8-train
 #   bench-cast      bench_cast alone (the casts against a copy; bf16 transposing casts with one
 #                   and two row tiles a block side by side)
@@ -120,6 +120,8 @@ do_part() {
   case $1 in
     tests-kernels)
       run format_test 120 "$bin/fp8_format_test" --gtest_brief=1
+      # Seconds: which readings of wgmma's descriptors and fragments the hardware shares.
+      run wgmma_probe_test 60 "$bin/fp8_wgmma_probe_test"
       run cuda_contract_test 120 "$bin/fp8_cuda_contract_test"
       run cuda_backend_test 120 "$bin/fp8_cuda_backend_test"
       run float8_linear_cuda_test 120 "$bin/fp8_float8_linear_cuda_test"
