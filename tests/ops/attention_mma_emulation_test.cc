@@ -1,5 +1,5 @@
-// The mma.sync attention kernels' own source (kernels/cuda/ops/attention_mma_device.cuh)
-// run on the CPU under an emulation of CUDA threads and of the tensor-core instructions
+// The mma.sync attention kernels' own source (kernels/cuda/ops/attention_mma_device.cuh),
+// and the wgmma forward's (attention_wgmma_device.cuh, against the mma.sync forward) run on the CPU under an emulation of CUDA threads and of the tensor-core instructions
 // (tests/ops/emulation/), against attention computed in double precision: what can be
 // checked of those kernels on a machine without a GPU. The GPU test of the same kernels is
 // fp8_cuda_model_ops_test_mma_attention (label gpu).
@@ -11,9 +11,11 @@
 #include "emulation/cuda_emulation.h"
 // The kernels, after the emulation (the include path finds the emulated instructions).
 #include "cuda/ops/attention_mma_device.cuh"
+#include "cuda/ops/attention_wgmma_device.cuh"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -123,6 +125,19 @@ void RunCase(const Case& c) {
   emulation::launch(unsigned(per_head.tiles * per_head.heads), kThreads, kForwardBytes<D>,
                     attention_forward_mma_kernel<D>, per_head, q.data(), k.data(), v.data(), o.data(), l.data(),
                     row_amax.data());
+  if constexpr (D == attention_wgmma::kD) {
+    // The wgmma forward (emulated as this project reads wgmma's descriptors and fragments)
+    // makes the mma.sync forward's out, lse and row amaxes bit for bit: the same products
+    // in the same order, the same softmax.
+    std::vector<uint16_t> o_wgmma(qn, 0xffff);
+    std::vector<float> l_wgmma(ln, NAN), row_amax_wgmma(size_t(B) * T, 0.0f);
+    emulation::launch(unsigned(per_head.tiles * per_head.heads), kThreads, attention_wgmma::kForwardBytes,
+                      attention_wgmma::attention_forward_wgmma_kernel, per_head, q.data(), k.data(), v.data(),
+                      o_wgmma.data(), l_wgmma.data(), row_amax_wgmma.data());
+    EXPECT_EQ(o_wgmma, o) << "wgmma forward's out";
+    EXPECT_EQ(std::memcmp(l_wgmma.data(), l.data(), ln * sizeof(float)), 0) << "wgmma forward's lse";
+    EXPECT_EQ(row_amax_wgmma, row_amax) << "wgmma forward's row amaxes";
+  }
   // Each token's amax of out over every head, as stored, from the blocks of all its heads.
   for (size_t row = 0; row < row_amax.size(); ++row) {
     float want = 0.0f;

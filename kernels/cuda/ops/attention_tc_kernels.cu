@@ -10,12 +10,14 @@
 
 #include "cuda/ops/attention_mma_device.cuh"
 #include "cuda/ops/attention_tc_geometry.h"
+#include "cuda/ops/attention_wgmma_kernels.h"
 #include "cuda/ops/side_stream.h"
 
 namespace fp8::cuda {
 namespace {
 
-// FP8_CUDA_ATTENTION=simt sends every call to the SIMT kernels. Read at every launch (a
+// FP8_CUDA_ATTENTION=simt sends every call to the SIMT kernels (and =wgmma the head_dim 64
+// forward on an sm_90 device to the wgmma kernel, attention_wgmma_kernels.h). Read at every launch (a
 // getenv is nothing beside an attention kernel), so that bench_attention can time both
 // implementations side by side in one process.
 bool simt_requested() {
@@ -42,6 +44,14 @@ LaunchResult launch_attention_forward_tc(const AttentionDims& d, const void* q, 
                                           void* out, float* lse, float* row_amax, cudaStream_t stream) {
   using namespace attention_tc;
   using namespace attention_mma;
+  if (row_amax != nullptr) {
+    // The blocks of a row's heads combine their amaxes with atomicMax onto zeros.
+    const size_t bytes = static_cast<size_t>(d.batch * d.seq) * sizeof(float);
+    if (const cudaError_t e = cudaMemsetAsync(row_amax, 0, bytes, stream); e != cudaSuccess) {
+      return {e, "cudaMemsetAsync (attention row amaxes)"};
+    }
+  }
+  if (wgmma_attention_forward_applies(d)) return launch_attention_forward_wgmma(d, q, k, v, out, lse, row_amax, stream);
   return with_head_dim(d.head_dim, [&](auto bucket) -> LaunchResult {
     constexpr int D = decltype(bucket)::value;
     Geometry g{};
@@ -50,13 +60,6 @@ LaunchResult launch_attention_forward_tc(const AttentionDims& d, const void* q, 
     const LaunchResult r = allow_shared_memory(attention_forward_mma_kernel<D>, kForwardBytes<D>,
                                                "cudaFuncSetAttribute (mma attention forward kernel)");
     if (!r.ok()) return r;
-    if (row_amax != nullptr) {
-      // The blocks of a row's heads combine their amaxes with atomicMax onto zeros.
-      const size_t bytes = static_cast<size_t>(d.batch * d.seq) * sizeof(float);
-      if (const cudaError_t e = cudaMemsetAsync(row_amax, 0, bytes, stream); e != cudaSuccess) {
-        return {e, "cudaMemsetAsync (attention row amaxes)"};
-      }
-    }
     attention_forward_mma_kernel<D><<<blocks, kThreads, kForwardBytes<D>, stream>>>(
         g, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v),
         static_cast<uint16_t*>(out), lse, row_amax);

@@ -1,0 +1,21 @@
+// The attention forward on Hopper's warpgroup MMA (attention_wgmma_device.cuh): its
+// launcher, in a library of its own built for sm_90a (wgmma exists only there; the rest of
+// the kernels stay sm_90 with PTX for newer GPUs). Internal to kernels/cuda/ops.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/cast_kernels.h"           // LaunchResult
+#include "cuda/ops/attention_kernels.h"  // AttentionDims
+
+namespace fp8::cuda {
+
+// FP8_CUDA_ATTENTION=wgmma asks for it, bf16 head_dim 64 on an sm_90 device
+// (attention_tc_kernels.cu checks the rest of tensor_core_attention_applies first).
+bool wgmma_attention_forward_applies(const AttentionDims& d);
+
+// As launch_attention_forward_tc, with row_amax (when given) already zeroed.
+LaunchResult launch_attention_forward_wgmma(const AttentionDims& d, const void* q, const void* k, const void* v,
+                                            void* out, float* lse, float* row_amax, cudaStream_t stream);
+
+}  // namespace fp8::cuda
