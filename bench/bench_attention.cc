@@ -1,13 +1,14 @@
 // bench_attention: causal grouped-query attention, forward and backward, in bf16, per CUDA
 // implementation side by side in one run: the tensor-core kernels (mma: mma.sync with
-// every tile in registers, the default) and the fp32 SIMT kernels (simt,
-// FP8_CUDA_ATTENTION=simt). Prints ms, TFLOP/s and the fraction of the GPU's dense bf16
+// every tile in registers, the default), the fp32 SIMT kernels (simt,
+// FP8_CUDA_ATTENTION=simt) and the opt-in Hopper forward (wgmma, FP8_CUDA_ATTENTION=wgmma:
+// head_dim 64 on sm_90; its backward and other shapes are mma's). Prints ms, TFLOP/s and the fraction of the GPU's dense bf16
 // peak, each implementation's speed against the first's (mma by default), and how far its
 // results are from simt's (relative L2 difference of out, grad_q, grad_k, grad_v; simt is
 // fp32 throughout): a kernel that is fast and wrong shows. bench/torch_attention.py times
 // PyTorch's scaled_dot_product_attention on the same shapes.
 //
-//   bench_attention --device cuda [--shapes B:S:H:KV:D,...] [--kernels mma,simt] [--csv FILE]
+//   bench_attention --device cuda [--shapes B:S:H:KV:D,...] [--kernels mma,wgmma,simt] [--csv FILE]
 //   bench_attention [--device cpu]      the CPU's attention on a small shape (checks the wiring)
 //
 // The implementation is chosen per call through FP8_CUDA_ATTENTION (the launchers read it
@@ -31,7 +32,7 @@ namespace fp8::bench {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: bench_attention [--device cpu|cuda] [--shapes B:S:H:KV:D,...] [--kernels mma,simt] [--csv FILE]\n"
+    "usage: bench_attention [--device cpu|cuda] [--shapes B:S:H:KV:D,...] [--kernels mma,wgmma,simt] [--csv FILE]\n"
     "  Times causal GQA attention forward and backward in bf16 (batch B, sequence S, H query heads, KV kv\n"
     "  heads, head_dim D) per CUDA implementation, side by side. Default shapes on cuda: llama-h100's\n"
     "  4:2048:32:8:64, 1:8192:32:8:64 and 4:2048:16:16:128; on cpu 1:256:4:2:64.";
@@ -98,7 +99,7 @@ AttentionOptions take_attention_options(int& argc, char** argv) {
     } else if (a == "--kernels" && i + 1 < argc) {
       ao.kernels = split(argv[++i], ',');
       for (const auto& k : ao.kernels) {
-        if (k != "simt" && k != "mma") die("--kernels: '" + k + "' is neither mma nor simt");
+        if (k != "simt" && k != "mma" && k != "wgmma") die("--kernels: '" + k + "' is none of mma, wgmma, simt");
       }
     } else {
       argv[kept++] = argv[i];
@@ -187,7 +188,7 @@ int run(int argc, char** argv) {
                     : std::vector<Shape>{parse_shape("1:256:4:2:64")};
   }
   if (!gpu) ao.kernels = {"cpu"};
-  if (ao.kernels.empty()) ao.kernels = {"mma", "simt"};
+  if (ao.kernels.empty()) ao.kernels = {"mma", "wgmma", "simt"};
   size_t reference = 0;
   for (size_t k = 0; k < ao.kernels.size(); ++k) {
     if (ao.kernels[k] == "simt") reference = k;
@@ -199,7 +200,8 @@ int run(int argc, char** argv) {
   std::printf("# shape B:S:H:KV:D; TFLOP/s: forward 2·B·H·S²·D (causal half of Q·Kᵀ and P·V), backward 2.5x that; "
               "%% peak against %s %.3g TFLOP/s\n",
               gpu ? "dense bf16" : "the fp32 peak", peaks.hp_tflops);
-  std::printf("# kernels: mma (tensor cores, mma.sync, the default), simt (fp32 SIMT, FP8_CUDA_ATTENTION=simt); "
+  std::printf("# kernels: mma (tensor cores, mma.sync, the default), wgmma (its forward on Hopper's wgmma, "
+              "FP8_CUDA_ATTENTION=wgmma), simt (fp32 SIMT, FP8_CUDA_ATTENTION=simt); "
               "they take turns in each timing round (median of 7)\n");
   std::printf("# err: worst relative L2 difference of out, grad_q, grad_k, grad_v from %s's\n",
               ao.kernels[reference].c_str());

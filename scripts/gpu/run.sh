@@ -131,6 +131,9 @@ do_part() {
         # The bf16 attention once more on the SIMT kernels (tight tolerances for every head_dim).
         run cuda_model_ops_simt_attention 120 env FP8_CUDA_ATTENTION=simt "$bin/fp8_cuda_model_ops_test" \
           --gtest_filter='*Bf16*Attention*'
+        # And its head_dim 64 forward on the opt-in wgmma kernel (sm_90 only; elsewhere mma's).
+        run cuda_model_ops_wgmma_attention 120 env FP8_CUDA_ATTENTION=wgmma "$bin/fp8_cuda_model_ops_test" \
+          --gtest_filter='*Bf16*Attention*'
       else
         echo "!! fp8_cuda_model_ops_test is not in the bundle"; status=1
       fi
