@@ -2,6 +2,8 @@
 // product in K / 16 m64n64k16 steps. Compiled for sm_90a (wgmma is an sm_90a feature).
 #include "tests/kernels/wgmma_probe.h"
 
+#include "cuda/ops/wgmma_primitives.cuh"  // the instructions the kernels use, probed as they are
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -11,40 +13,10 @@
 namespace fp8::testing::wgmma_probe {
 namespace {
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define FP8_WGMMA_PROBE_HAS_WGMMA 1
-#endif
+namespace wgmma = fp8::cuda::wgmma;
+using wgmma::descriptor;
 
-// The 64-bit shared-memory matrix descriptor: start address, leading-dimension byte
-// offset and stride-dimension byte offset (each in 16-byte units, 14 bits), swizzle mode in
-// bits 62-63 (0 none, 1 128-byte).
-__device__ uint64_t descriptor(const void* smem, uint32_t lbo_bytes, uint32_t sbo_bytes, uint32_t swizzle) {
-  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  return static_cast<uint64_t>((address >> 4) & 0x3fffu) |
-         static_cast<uint64_t>((lbo_bytes >> 4) & 0x3fffu) << 16 |
-         static_cast<uint64_t>((sbo_bytes >> 4) & 0x3fffu) << 32 | static_cast<uint64_t>(swizzle) << 62;
-}
-
-#if defined(FP8_WGMMA_PROBE_HAS_WGMMA)
-__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-// Shared memory written by ordinary stores, made visible to the async proxy wgmma reads it through.
-__device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Keeps the compiler from moving accesses of v across the point (wgmma writes it asynchronously).
-__device__ __forceinline__ void fence_operand(float& v) { asm volatile("" : "+f"(v)::"memory"); }
-
-// d (+)= A · B, A from registers.
-template <int kTransB>
-__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
-}
-
+#if defined(FP8_HAVE_WGMMA)
 // d (+)= A · B, both from shared memory, K-major.
 __device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   asm volatile(
@@ -80,7 +52,7 @@ __device__ int b_offset(Probe p, int k, int n, int kdim) {
 }
 
 // The descriptor of B's k-step s under probe p.
-__device__ uint64_t b_descriptor(Probe p, const unsigned char* b_s, int s) {
+__device__ wgmma::Descriptor b_descriptor(Probe p, const unsigned char* b_s, int s) {
   switch (p) {
     case Probe::kSharedAKMajor:
     case Probe::kRegisterAKMajor: return descriptor(b_s + 256 * s, 128, 256, 0);
@@ -96,7 +68,7 @@ __device__ uint64_t b_descriptor(Probe p, const unsigned char* b_s, int s) {
 // a [64][kdim], b [kdim][64] bf16 bits; d [64][64].
 __global__ void __launch_bounds__(128) probe_kernel(Probe p, int kdim, const uint16_t* __restrict__ a,
                                                     const uint16_t* __restrict__ b, float* __restrict__ d_out) {
-#if defined(FP8_WGMMA_PROBE_HAS_WGMMA)
+#if defined(FP8_HAVE_WGMMA)
   __shared__ __align__(1024) unsigned char a_s[64 * 64 * 2];
   __shared__ __align__(1024) unsigned char b_s[64 * 64 * 2];
   const int tid = static_cast<int>(threadIdx.x);
@@ -108,7 +80,7 @@ __global__ void __launch_bounds__(128) probe_kernel(Probe p, int kdim, const uin
     const int k = i / 64, n = i % 64;
     *reinterpret_cast<uint16_t*>(b_s + b_offset(p, k, n, kdim)) = b[i];
   }
-  proxy_fence();
+  wgmma::proxy_fence();
   __syncthreads();
 
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -126,20 +98,20 @@ __global__ void __launch_bounds__(128) probe_kernel(Probe p, int kdim, const uin
   }
   float d[32];
   for (float& v : d) v = 0.0f;
-  fence();
+  wgmma::fence();
   for (int s = 0; s < kdim / 16; ++s) {
     const uint64_t desc_b = b_descriptor(p, b_s, s);
     if (p == Probe::kSharedAKMajor) {
       wgmma_ss(d, descriptor(a_s + 256 * s, 128, 256, 0), desc_b, s > 0);
     } else if (transposed_b(p)) {
-      wgmma_rs<1>(d, af[s], desc_b, s > 0);
+      wgmma::mma_m64n64k16<1>(d, af[s], desc_b, s > 0);
     } else {
-      wgmma_rs<0>(d, af[s], desc_b, s > 0);
+      wgmma::mma_m64n64k16<0>(d, af[s], desc_b, s > 0);
     }
   }
-  commit();
-  wait_all();
-  for (float& v : d) fence_operand(v);
+  wgmma::commit();
+  wgmma::wait<0>();
+  for (float& v : d) wgmma::fence_operand(v);
   // The accumulators as this project reads them: d[4j + e] is row g (e < 2) or g + 8, column
   // 8j + 2t + e % 2, of the warp's 16 rows.
   for (int j = 0; j < 8; ++j) {
