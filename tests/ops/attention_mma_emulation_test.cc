@@ -1,5 +1,5 @@
 // The mma.sync attention kernels' own source (kernels/cuda/ops/attention_mma_device.cuh),
-// and the wgmma forward's (attention_wgmma_device.cuh, against the mma.sync forward) run on the CPU under an emulation of CUDA threads and of the tensor-core instructions
+// and the wgmma kernels' (attention_wgmma_device.cuh, against the mma.sync ones) run on the CPU under an emulation of CUDA threads and of the tensor-core instructions
 // (tests/ops/emulation/), against attention computed in double precision: what can be
 // checked of those kernels on a machine without a GPU. The GPU test of the same kernels is
 // fp8_cuda_model_ops_test_mma_attention (label gpu).
@@ -161,6 +161,19 @@ void RunCase(const Case& c) {
                     attention_grad_q_mma_kernel<D>, per_head, q.data(), k.data(), v.data(), l.data(), delta.data(),
                     grad_out.data(), dq.data());
 
+  if constexpr (D == attention_wgmma::kD) {
+    // The wgmma backward kernels make the mma.sync ones' gradients bit for bit.
+    std::vector<uint16_t> dq_wgmma(qn, 0xffff), dk_wgmma(kvn, 0xffff), dv_wgmma(kvn, 0xffff);
+    emulation::launch(unsigned(per_kv_head.tiles * per_kv_head.heads), kThreads, attention_wgmma::kGradKvBytes,
+                      attention_wgmma::attention_grad_kv_wgmma_kernel, per_kv_head, q.data(), k.data(), v.data(),
+                      l.data(), delta.data(), grad_out.data(), dk_wgmma.data(), dv_wgmma.data());
+    emulation::launch(unsigned(per_head.tiles * per_head.heads), kThreads, attention_wgmma::kGradQBytes,
+                      attention_wgmma::attention_grad_q_wgmma_kernel, per_head, q.data(), k.data(), v.data(),
+                      l.data(), delta.data(), grad_out.data(), dq_wgmma.data());
+    EXPECT_EQ(dq_wgmma, dq) << "wgmma grad_q";
+    EXPECT_EQ(dk_wgmma, dk) << "wgmma grad_k";
+    EXPECT_EQ(dv_wgmma, dv) << "wgmma grad_v";
+  }
   EXPECT_LE(relative_l2(out, widen(o)), kTolerance) << "out";
   EXPECT_LE(relative_l2(lse, std::vector<double>(l.begin(), l.end())), kLseTolerance) << "lse";
   EXPECT_LE(relative_l2(gq, widen(dq)), kTolerance) << "grad_q";

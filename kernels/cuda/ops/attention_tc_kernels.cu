@@ -16,8 +16,8 @@
 namespace fp8::cuda {
 namespace {
 
-// FP8_CUDA_ATTENTION=simt sends every call to the SIMT kernels (and =wgmma the head_dim 64
-// forward on an sm_90 device to the wgmma kernel, attention_wgmma_kernels.h). Read at every launch (a
+// FP8_CUDA_ATTENTION=simt sends every call to the SIMT kernels (and =wgmma head_dim 64 on
+// an sm_90 device to the wgmma kernels, attention_wgmma_kernels.h). Read at every launch (a
 // getenv is nothing beside an attention kernel), so that bench_attention can time both
 // implementations side by side in one process.
 bool simt_requested() {
@@ -51,7 +51,7 @@ LaunchResult launch_attention_forward_tc(const AttentionDims& d, const void* q, 
       return {e, "cudaMemsetAsync (attention row amaxes)"};
     }
   }
-  if (wgmma_attention_forward_applies(d)) return launch_attention_forward_wgmma(d, q, k, v, out, lse, row_amax, stream);
+  if (wgmma_attention_applies(d)) return launch_attention_forward_wgmma(d, q, k, v, out, lse, row_amax, stream);
   return with_head_dim(d.head_dim, [&](auto bucket) -> LaunchResult {
     constexpr int D = decltype(bucket)::value;
     Geometry g{};
@@ -99,6 +99,15 @@ LaunchResult launch_attention_backward_tc(const AttentionDims& d, const void* q,
     SideStream* side = nullptr;
     if (r = side_stream(&side); !r.ok()) return r;
     if (r = side->fork(stream); !r.ok()) return r;
+    if (wgmma_attention_applies(d)) {
+      if (r = launch_attention_grad_kv_wgmma(d, q, k, v, lse, delta, grad_out, grad_k, grad_v, stream); !r.ok()) {
+        return r;
+      }
+      if (r = launch_attention_grad_q_wgmma(d, q, k, v, lse, delta, grad_out, grad_q, side->stream()); !r.ok()) {
+        return r;
+      }
+      return side->join(stream);
+    }
     attention_grad_kv_mma_kernel<D><<<kv_blocks, kThreads, kGradKvBytes<D>, stream>>>(
         kv, qa, ka, va, lse, delta, go, static_cast<uint16_t*>(grad_k), static_cast<uint16_t*>(grad_v));
     if (r = after_launch("mma attention grad_kv kernel"); !r.ok()) return r;

@@ -1,15 +1,18 @@
-// The attention forward on Hopper's warpgroup MMA (wgmma_primitives.cuh) for head_dim 64:
-// attention_mma_device.cuh's forward, FlashAttention-2's algorithm and numerics unchanged,
-// with its two products per key tile, S = Q·Kᵀ and O += P·V, each four m64n64k16 wgmmas
-// of the block's warpgroup instead of 64 mma.sync per warp. The accumulators and A
-// fragments of a wgmma are laid out as mma.sync's, so the softmax, the masks and the
-// epilogue are the mma.sync kernel's, element for element; under the CPU emulation
-// (tests/ops/attention_mma_emulation_test.cc) both kernels give the same bits.
+// The attention kernels on Hopper's warpgroup MMA (wgmma_primitives.cuh) for head_dim 64:
+// attention_mma_device.cuh's forward, grad_q and grad_kv, FlashAttention-2's algorithm and
+// numerics unchanged, with each product of a tile pair (S = Q·Kᵀ and O += P·V forward;
+// S, dP, dV, dK, dQ backward) four m64n64k16 wgmmas of the block's warpgroup instead of
+// 64 mma.sync per warp. The accumulators and A fragments of a wgmma are laid out as
+// mma.sync's, so the softmax, the masks and the epilogues are the mma.sync kernels',
+// element for element; under the CPU emulation (tests/ops/attention_mma_emulation_test.cc)
+// both give the same bits.
 //
-// K and V tiles sit in shared memory as swizzled 128-byte rows (one key a row), which
-// wgmma reads through descriptors: K-major for Kᵀ, MN-major (transposed) for V. Q is
-// staged and read into A fragments with ldmatrix, as before, and P stays in registers.
-// Each product waits for its wgmmas before the softmax reads them: no overlap of the
+// The streamed tiles (K and V forward and in grad_q; Q and dO in grad_kv) sit in shared
+// memory as swizzled 128-byte rows (one position a row), which wgmma reads through
+// descriptors: K-major where the tile is Bᵀ (Kᵀ, Vᵀ, Qᵀ, dOᵀ), MN-major where it is B (V,
+// K, dO, Q). The block's own tile (Q, dO; K, V) is staged with padded rows and read into A
+// fragments with ldmatrix, as before; P and dS stay in registers. Each product waits for
+// its wgmmas before anything reads them, one group in flight at a time: no overlap of the
 // softmax with the tensor cores yet (FlashAttention-3's ping-pong would be the next step).
 //
 // Opt-in (FP8_CUDA_ATTENTION=wgmma, attention_tc_kernels.cu), sm_90 only, built for sm_90a.
@@ -193,6 +196,315 @@ __global__ void __launch_bounds__(kThreads, attention_mma::kForwardMinBlocks<kD>
       }
     }
   }
+#endif
+}
+
+// ---- backward ----------------------------------------------------------------------------------
+
+// The descriptors of a swizzled tile's k-step kk, read K-major (its rows are B's columns:
+// k-steps 32 bytes apart along each row) or MN-major (its rows are B's rows: k-steps 16
+// rows apart).
+__device__ __forceinline__ wgmma::Descriptor k_major(const unsigned char* tile, int kk) {
+  return wgmma::descriptor(tile + 32 * kk, wgmma::kKMajorLbo, wgmma::kKMajorSbo, wgmma::kSwizzle128);
+}
+__device__ __forceinline__ wgmma::Descriptor mn_major(const unsigned char* tile, int kk) {
+  return wgmma::descriptor(tile + 2048 * kk, wgmma::kMnMajorLbo, wgmma::kMnMajorSbo, wgmma::kSwizzle128);
+}
+
+#if defined(FP8_HAVE_WGMMA)  // the helpers that issue wgmma exist in the sm_90a device pass only
+// acc = A·Bᵀ over head_dim (A's 16-row strips per warp, loaded with ldmatrix from the padded
+// tile `a`; B the rows of a swizzled tile), four wgmmas, committed as one group: the
+// mma.sync kernels' strip_product.
+__device__ __forceinline__ void issue_strip_product(float (&acc)[32], const uint16_t* a, int warp, int lane,
+                                                    const unsigned char* b) {
+  uint32_t af[attention_mma::Tile<kD>::kSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < attention_mma::Tile<kD>::kSteps; ++kk) {
+    attention_mma::load_a<kD>(af[kk], a, 16 * warp, 16 * kk, lane);
+  }
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < attention_mma::Tile<kD>::kSteps; ++kk) wgmma::mma_m64n64k16<0>(acc, af[kk], k_major(b, kk), kk > 0);
+  wgmma::commit();
+}
+
+// acc += strip · tile: the bf16 A fragments of a 64-column strip (P or dS) times the rows of
+// a swizzled tile, four wgmmas: the mma.sync kernels' strip_times_tile.
+__device__ __forceinline__ void issue_strip_times_tile(float (&acc)[32],
+                                                       const uint32_t (&strip)[attention_mma::kStripSteps][4],
+                                                       const unsigned char* tile) {
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < attention_mma::kStripSteps; ++kk) wgmma::mma_m64n64k16<1>(acc, strip[kk], mn_major(tile, kk), 1);
+  wgmma::commit();
+}
+
+__device__ __forceinline__ void await(float (&acc)[32]) {
+  wgmma::wait<0>();
+  for (float& x : acc) wgmma::fence_operand(x);
+}
+#endif
+
+// Writes a warp's rows of a 64 x kD accumulator (flat, o[4j + e]) times `factor` as bf16:
+// attention_mma::store_strip for the wgmma layout.
+__device__ __forceinline__ void store_rows(const float (&acc)[32], float factor, uint16_t* __restrict__ dst,
+                                           int64_t ld, int strip_row, int rows, int t) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = strip_row + 8 * r;
+    if (row >= rows) continue;
+    uint16_t* out = dst + row * ld + 2 * t;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      *reinterpret_cast<uint32_t*>(out + 8 * j) =
+          mma::pack_bf16x2(acc[4 * j + 2 * r] * factor, acc[4 * j + 2 * r + 1] * factor);
+    }
+  }
+}
+
+// Shared memory of the backward kernels: the tiles they hold as A fragments (padded rows,
+// for ldmatrix), the swizzled tiles they stream, double-buffered, and statistics.
+constexpr size_t kGradQBytes = 1024 + 4 * kSwizzledTileBytes + 2 * attention_mma::Tile<kD>::kBytes +
+                               2 * kTile * sizeof(float);
+constexpr size_t kGradKvBytes = 1024 + 4 * kSwizzledTileBytes + 2 * attention_mma::Tile<kD>::kBytes +
+                                4 * kTile * sizeof(float);
+
+// attention_mma::attention_grad_q_mma_kernel (same grid, block, arguments and results), its
+// products on wgmma: S = Q·Kᵀ and dP = dO·Vᵀ read K and V K-major, dQ += dS·K reads K
+// MN-major.
+__global__ void __launch_bounds__(kThreads)
+    attention_grad_q_wgmma_kernel(Geometry g, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+                                  const uint16_t* __restrict__ v, const float* __restrict__ lse,
+                                  const float* __restrict__ delta, const uint16_t* __restrict__ grad_out,
+                                  uint16_t* __restrict__ grad_q) {
+#if !defined(FP8_HAVE_WGMMA)
+  __trap();
+#else
+  using namespace attention_mma;
+  using T = Tile<kD>;
+  unsigned char* base = shared_bytes();
+  unsigned char* k_s = base + (1024 - reinterpret_cast<uintptr_t>(base) % 1024) % 1024;  // two buffers
+  unsigned char* v_s = k_s + 2 * kSwizzledTileBytes;                                       // two buffers
+  uint16_t* q_s = reinterpret_cast<uint16_t*>(v_s + 2 * kSwizzledTileBytes);
+  uint16_t* do_s = q_s + T::kElems;
+  float* lse_s = reinterpret_cast<float*>(do_s + T::kElems);
+  float* delta_s = lse_s + kTile;
+
+  const QueryBlock<kD> blk(g);
+  const int qt = blk.qt, q0 = blk.q0, q_rows = blk.q_rows;
+  const LanePlace place;
+  const int warp = place.warp, lane = place.lane, t = place.t, strip_row = place.strip_row;
+  const int64_t q_at = blk.q_at;
+  auto load_kv = [&](int kt) {
+    const int k0 = kt * kTile;
+    const int rows = min(kTile, g.seq - k0);
+    const int64_t at = blk.kv_base + k0 * g.ld_kv;
+    load_swizzled_async(k_s + (kt & 1) * kSwizzledTileBytes, k + at, g.ld_kv, rows);
+    load_swizzled_async(v_s + (kt & 1) * kSwizzledTileBytes, v + at, g.ld_kv, rows);
+  };
+
+  load_tile_async<kD>(q_s, q + q_at, g.ld_q, q_rows);
+  load_tile_async<kD>(do_s, grad_out + q_at, g.ld_q, q_rows);
+  load_stats_async(lse_s, lse + blk.bh * g.seq + q0, q_rows);
+  load_stats_async(delta_s, delta + blk.bh * g.seq + q0, q_rows);
+  load_kv(0);
+  mma::cp_async_commit();
+
+  float dq[32];
+  for (float& x : dq) x = 0.0f;
+  const bool padded = q0 + kTile > g.seq;
+  const float scale_log2 = g.scale * kLog2e;
+  float row_lse[2], row_delta[2];
+
+  for (int kt = 0; kt <= qt; ++kt) {
+    if (kt < qt) {
+      load_kv(kt + 1);
+      mma::cp_async_commit();
+      mma::cp_async_wait<1>();
+    } else {
+      mma::cp_async_wait<0>();
+    }
+    wgmma::proxy_fence();
+    __syncthreads();
+    if (kt == 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        row_lse[r] = lse_s[strip_row + 8 * r] * kLog2e;
+        row_delta[r] = delta_s[strip_row + 8 * r];
+      }
+    }
+    const unsigned char* k_tile = k_s + (kt & 1) * kSwizzledTileBytes;
+    const unsigned char* v_tile = v_s + (kt & 1) * kSwizzledTileBytes;
+    const int k0 = kt * kTile;
+    const bool masked = kt == qt || padded;
+
+    // One group in flight at a time: the next group's A fragments never take registers an
+    // unfinished wgmma still reads.
+    float s[32], dp[32];
+    issue_strip_product(s, q_s, warp, lane, k_tile);
+    await(s);
+    issue_strip_product(dp, do_s, warp, lane, v_tile);
+    await(dp);
+    uint32_t ds[kStripSteps][4];
+#pragma unroll
+    for (int j = 0; j < kColumnBlocks; ++j) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float grad[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int e = 2 * r + c;
+          const bool see = !masked || visible(q0 + strip_row + 8 * r, k0 + strip_column(j, t, e), g.seq);
+          const float p = see ? softmax_exp2(s[4 * j + e], scale_log2, row_lse[r]) : 0.0f;
+          grad[c] = ops::softmax_input_grad(p, dp[4 * j + e], row_delta[r]);
+        }
+        a_slot(ds, j, r) = mma::pack_bf16x2(grad[0], grad[1]);
+      }
+    }
+    issue_strip_times_tile(dq, ds, k_tile);  // dQ += dS·K
+    await(dq);
+    __syncthreads();
+  }
+  store_rows(dq, g.scale, grad_q + q_at, g.ld_q, strip_row, q_rows, t);
+#endif
+}
+
+// attention_mma::attention_grad_kv_mma_kernel (same grid, block, arguments and results),
+// its products on wgmma: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ read Q and dO K-major, dV += Pᵀ·dO and
+// dK += dSᵀ·Q read them MN-major. K's and V's A fragments are loaded from shared memory
+// for each product rather than held, which would take 32 more registers a thread. ptxas
+// (sm_90a) gives it 187 registers, 2 blocks an SM; capped at 168 for 3 blocks, as the
+// mma.sync kernel is, it spills 44 bytes. Which is faster is for a GPU to say: unmeasured.
+__global__ void __launch_bounds__(kThreads, 2)
+    attention_grad_kv_wgmma_kernel(Geometry g, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+                                   const uint16_t* __restrict__ v, const float* __restrict__ lse,
+                                   const float* __restrict__ delta, const uint16_t* __restrict__ grad_out,
+                                   uint16_t* __restrict__ grad_k, uint16_t* __restrict__ grad_v) {
+#if !defined(FP8_HAVE_WGMMA)
+  __trap();
+#else
+  using namespace attention_mma;
+  using T = Tile<kD>;
+  unsigned char* base = shared_bytes();
+  unsigned char* q_s = base + (1024 - reinterpret_cast<uintptr_t>(base) % 1024) % 1024;  // two buffers
+  unsigned char* do_s = q_s + 2 * kSwizzledTileBytes;                                     // two buffers
+  uint16_t* k_s = reinterpret_cast<uint16_t*>(do_s + 2 * kSwizzledTileBytes);
+  uint16_t* v_s = k_s + T::kElems;
+  float* stats_s = reinterpret_cast<float*>(v_s + T::kElems);  // two buffers: lse·log2e, then delta
+
+  const int kt = static_cast<int>(blockIdx.x / g.heads);
+  const int64_t bkv = blockIdx.x % g.heads;
+  const int64_t n_kv_heads = g.n_heads / g.group;
+  const int64_t b = bkv / n_kv_heads, kvh = bkv % n_kv_heads;
+  const int k0 = kt * kTile;
+  const int k_rows = min(kTile, g.seq - k0);
+  const LanePlace place;
+  const int warp = place.warp, lane = place.lane, t = place.t, strip_row = place.strip_row;
+  const int64_t kv_at = (b * g.seq + k0) * g.ld_kv + kvh * kD;
+  const int query_tiles = g.tiles - kt;
+  const int iterations = static_cast<int>(g.group) * query_tiles;
+  auto load_queries = [&](int i) {
+    const int64_t h = kvh * g.group + i / query_tiles;
+    const int q0 = (kt + i % query_tiles) * kTile;
+    const int rows = min(kTile, g.seq - q0);
+    const int64_t q_at = (b * g.seq + q0) * g.ld_q + h * kD;
+    load_swizzled_async(q_s + (i & 1) * kSwizzledTileBytes, q + q_at, g.ld_q, rows);
+    load_swizzled_async(do_s + (i & 1) * kSwizzledTileBytes, grad_out + q_at, g.ld_q, rows);
+  };
+  const int stat_row = static_cast<int>(threadIdx.x) % kTile;
+  const bool fetches_lse = static_cast<int>(threadIdx.x) < kTile;
+  auto fetch_stat = [&](int i) -> float {
+    const int64_t h = kvh * g.group + i / query_tiles;
+    const int q0 = (kt + i % query_tiles) * kTile;
+    if (q0 + stat_row >= g.seq) return 0.0f;
+    const int64_t at = (b * g.n_heads + h) * g.seq + q0 + stat_row;
+    return fetches_lse ? __ldg(lse + at) * kLog2e : __ldg(delta + at);
+  };
+
+  load_tile_async<kD>(k_s, k + kv_at, g.ld_kv, k_rows);
+  load_tile_async<kD>(v_s, v + kv_at, g.ld_kv, k_rows);
+  load_queries(0);
+  mma::cp_async_commit();
+  stats_s[threadIdx.x] = fetch_stat(0);
+  float next_stat = iterations > 1 ? fetch_stat(1) : 0.0f;
+
+  float dk[32], dv[32];
+  for (float& x : dk) x = 0.0f;
+  for (float& x : dv) x = 0.0f;
+  const float scale_log2 = g.scale * kLog2e;
+
+  for (int i = 0; i < iterations; ++i) {
+    if (i + 1 < iterations) {
+      load_queries(i + 1);
+      mma::cp_async_commit();
+      mma::cp_async_wait<1>();
+    } else {
+      mma::cp_async_wait<0>();
+    }
+    wgmma::proxy_fence();
+    __syncthreads();
+    const unsigned char* q_tile = q_s + (i & 1) * kSwizzledTileBytes;
+    const unsigned char* do_tile = do_s + (i & 1) * kSwizzledTileBytes;
+    const float* tile_lse = stats_s + (i & 1) * 2 * kTile;
+    const float* tile_delta = tile_lse + kTile;
+    const int qt = kt + i % query_tiles;
+    const int q0 = qt * kTile;
+    const bool masked = qt == kt || q0 + kTile > g.seq;
+
+    float st[32];
+    issue_strip_product(st, k_s, warp, lane, q_tile);
+    await(st);
+    if (masked) {
+#pragma unroll
+      for (int j = 0; j < kColumnBlocks; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (!visible(q0 + strip_column(j, t, e), k0 + strip_row + 8 * (e >> 1), g.seq)) st[4 * j + e] = -INFINITY;
+        }
+      }
+    }
+    {
+      uint32_t pt[kStripSteps][4];
+#pragma unroll
+      for (int j = 0; j < kColumnBlocks; ++j) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int c0 = strip_column(j, t, 2 * r);
+          a_slot(pt, j, r) = mma::pack_bf16x2(softmax_exp2(st[4 * j + 2 * r], scale_log2, tile_lse[c0]),
+                                              softmax_exp2(st[4 * j + 2 * r + 1], scale_log2, tile_lse[c0 + 1]));
+        }
+      }
+      issue_strip_times_tile(dv, pt, do_tile);  // dV += Pᵀ·dO
+      await(dv);
+    }
+    float dpt[32];
+    issue_strip_product(dpt, v_s, warp, lane, do_tile);
+    await(dpt);
+    uint32_t dst[kStripSteps][4];
+#pragma unroll
+    for (int j = 0; j < kColumnBlocks; ++j) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float grad[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int e = 2 * r + c, column = strip_column(j, t, e);
+          const float p = softmax_exp2(st[4 * j + e], scale_log2, tile_lse[column]);
+          grad[c] = ops::softmax_input_grad(p, dpt[4 * j + e], tile_delta[column]);
+        }
+        a_slot(dst, j, r) = mma::pack_bf16x2(grad[0], grad[1]);
+      }
+    }
+    issue_strip_times_tile(dk, dst, q_tile);  // dK += dSᵀ·Q
+    await(dk);
+    if (i + 1 < iterations) {
+      stats_s[((i + 1) & 1) * 2 * kTile + threadIdx.x] = next_stat;
+      if (i + 2 < iterations) next_stat = fetch_stat(i + 2);
+    }
+    __syncthreads();
+  }
+  store_rows(dk, g.scale, grad_k + kv_at, g.ld_kv, strip_row, k_rows, t);
+  store_rows(dv, 1.0f, grad_v + kv_at, g.ld_kv, strip_row, k_rows, t);
 #endif
 }
 

@@ -1,5 +1,5 @@
-// The attention forward on Hopper's warpgroup MMA (attention_wgmma_device.cuh): its
-// launcher, in a library of its own built for sm_90a (wgmma exists only there; the rest of
+// The attention on Hopper's warpgroup MMA (attention_wgmma_device.cuh): its
+// launchers, in a library of its own built for sm_90a (wgmma exists only there; the rest of
 // the kernels stay sm_90 with PTX for newer GPUs). Internal to kernels/cuda/ops.
 #pragma once
 
@@ -12,10 +12,18 @@ namespace fp8::cuda {
 
 // FP8_CUDA_ATTENTION=wgmma asks for it, bf16 head_dim 64 on an sm_90 device
 // (attention_tc_kernels.cu checks the rest of tensor_core_attention_applies first).
-bool wgmma_attention_forward_applies(const AttentionDims& d);
+bool wgmma_attention_applies(const AttentionDims& d);
 
 // As launch_attention_forward_tc, with row_amax (when given) already zeroed.
 LaunchResult launch_attention_forward_wgmma(const AttentionDims& d, const void* q, const void* k, const void* v,
                                             void* out, float* lse, float* row_amax, cudaStream_t stream);
+// The two kernels of launch_attention_backward_tc, each on the stream given (the caller
+// runs them side by side).
+LaunchResult launch_attention_grad_kv_wgmma(const AttentionDims& d, const void* q, const void* k, const void* v,
+                                            const float* lse, const float* delta, const void* grad_out,
+                                            void* grad_k, void* grad_v, cudaStream_t stream);
+LaunchResult launch_attention_grad_q_wgmma(const AttentionDims& d, const void* q, const void* k, const void* v,
+                                           const float* lse, const float* delta, const void* grad_out, void* grad_q,
+                                           cudaStream_t stream);
 
 }  // namespace fp8::cuda
