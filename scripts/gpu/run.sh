@@ -9,7 +9,8 @@
 # Each part fits the device tool's 10 minutes per command (the benchmarks stop their own
 # work at ~9; a test is killed after 8):
 #   tests-kernels   format, the wgmma probe, CUDA contract and backend, Float8Linear, NCCL, CUDA model ops
-#   tests-train     CUDA training, FSDP over NCCL, and a job through fp8-coordinator / fp8-worker / fp8-train
+#   tests-train     CUDA training (head_dim 64 also on the wgmma attention), FSDP over NCCL, and a job
+#                   through fp8-coordinator / fp8-worker / fp8-train
 #   bench-cast      bench_cast alone (the casts against a copy; bf16 transposing casts with one
 #                   and two row tiles a block side by side)
 #   bench-gemm      bench_cast, bench_gemm, then torch_gemm.py on the same shapes
@@ -140,6 +141,9 @@ do_part() {
       ;;
     tests-train)
       run cuda_training_test 300 "$bin/fp8_cuda_training_test"
+      # Training with head_dim 64 once more on the opt-in wgmma attention kernels.
+      run cuda_training_wgmma_attention 120 env FP8_CUDA_ATTENTION=wgmma "$bin/fp8_cuda_training_test" \
+        --gtest_filter='*TensorCoreAttention*'
       run cuda_fsdp_test 180 "$bin/fp8_cuda_fsdp_test"
       run cuda_job_test 300 "$bin/fp8_cuda_job_test"
       ;;
