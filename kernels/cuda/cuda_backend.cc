@@ -263,7 +263,8 @@ class CudaBackend final : public Backend {
   absl::Status quantize_both_ways(const QuantizeArgs& q) {
     const MatrixRef& x = q.input;
     // Amaxes the caller did not ask for go to scratch: rows first, then columns.
-    const int64_t scratch_floats = (q.amax_out == nullptr ? x.rows : 0) + (q.columnwise.amax_out == nullptr ? x.cols : 0);
+    const int64_t scratch_floats =
+        (q.amax_out == nullptr ? x.rows : 0) + (q.columnwise.amax_out == nullptr ? x.cols : 0);
     float* scratch = nullptr;
     if (scratch_floats > 0) {
       auto got = scratch_.get(static_cast<size_t>(scratch_floats) * sizeof(float), stream_);
@@ -276,8 +277,8 @@ class CudaBackend final : public Backend {
     const cuda::HpType type = hp_of(x.dtype);
     if (q.row_amax != nullptr) {
       // The rows' amaxes are known: the rows' pass reads those alone, the columns' the input.
-      if (auto s = cuda_status(cuda::launch_amax(q.row_amax, cuda::HpType::kFloat32, x.rows, 1, cuda::Axis::kRow, row_amax,
-                                                 stream_));
+      if (auto s = cuda_status(
+              cuda::launch_amax(q.row_amax, cuda::HpType::kFloat32, x.rows, 1, cuda::Axis::kRow, row_amax, stream_));
           !s.ok()) {
         return s;
       }

@@ -128,7 +128,8 @@ TEST(WgmmaProbe, EachReadingOfTheDescriptorsAndFragmentsAgainstTheHardware) {
   for (int i = 0; i < kProbes; ++i) {
     const auto p = static_cast<Probe>(i);
     const int k = probe_k(p);
-    const auto a = small_integers(static_cast<size_t>(64 * k), 11 + i), b = small_integers(static_cast<size_t>(k * 64), 29 + i);
+    const auto n = static_cast<size_t>(64 * k);
+    const auto a = small_integers(n, 11 + i), b = small_integers(n, 29 + i);
     const Result r = run_isolated(p, a, b);
     if (r.outcome == Outcome::kNoDevice || r.outcome == Outcome::kNotHopper) GTEST_SKIP() << r.message;
     const std::string verdict = r.outcome == Outcome::kRan ? compare(r.d, product(a, b, k)) : "failed: " + r.message;
@@ -140,7 +141,8 @@ TEST(WgmmaProbe, EachReadingOfTheDescriptorsAndFragmentsAgainstTheHardware) {
   EXPECT_TRUE(matched[static_cast<int>(Probe::kSharedAKMajor)]);
   EXPECT_TRUE(matched[static_cast<int>(Probe::kRegisterAKMajor)]);
   EXPECT_TRUE(matched[static_cast<int>(Probe::kKMajorSwizzle128)]);
-  EXPECT_TRUE(matched[static_cast<int>(Probe::kMnMajorLboAlongN)] || matched[static_cast<int>(Probe::kMnMajorLboAlongK)])
+  EXPECT_TRUE(matched[static_cast<int>(Probe::kMnMajorLboAlongN)] ||
+              matched[static_cast<int>(Probe::kMnMajorLboAlongK)])
       << "neither reading of a transposed B without swizzle";
   EXPECT_TRUE(matched[static_cast<int>(Probe::kMnMajorSwizzle128)] ||
               matched[static_cast<int>(Probe::kMnMajorSwizzle128Exchanged)])

@@ -49,6 +49,54 @@ __device__ __forceinline__ void load_swizzled_async(unsigned char* tile, const u
   }
 }
 
+// The descriptors of a swizzled tile's k-step kk, read K-major (its rows are B's columns:
+// k-steps 32 bytes apart along each row) or MN-major (its rows are B's rows: k-steps 16
+// rows apart).
+__device__ __forceinline__ wgmma::Descriptor k_major(const unsigned char* tile, int kk) {
+  return wgmma::descriptor(tile + 32 * kk, wgmma::kKMajorLbo, wgmma::kKMajorSbo, wgmma::kSwizzle128);
+}
+__device__ __forceinline__ wgmma::Descriptor mn_major(const unsigned char* tile, int kk) {
+  return wgmma::descriptor(tile + 2048 * kk, wgmma::kMnMajorLbo, wgmma::kMnMajorSbo, wgmma::kSwizzle128);
+}
+
+#if defined(FP8_HAVE_WGMMA)  // the helpers that issue wgmma exist in the sm_90a device pass only
+// acc = A·Bᵀ over head_dim (A's 16-row strips per warp, loaded with ldmatrix from the padded
+// tile `a`; B the rows of a swizzled tile), four wgmmas, committed as one group: the
+// mma.sync kernels' strip_product.
+__device__ __forceinline__ void issue_strip_product(float (&acc)[32], const uint16_t* a, int warp, int lane,
+                                                    const unsigned char* b) {
+  uint32_t af[attention_mma::Tile<kD>::kSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < attention_mma::Tile<kD>::kSteps; ++kk) {
+    attention_mma::load_a<kD>(af[kk], a, 16 * warp, 16 * kk, lane);
+  }
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < attention_mma::Tile<kD>::kSteps; ++kk) {
+    wgmma::mma_m64n64k16<0>(acc, af[kk], k_major(b, kk), kk > 0);
+  }
+  wgmma::commit();
+}
+
+// acc += strip · tile: the bf16 A fragments of a 64-column strip (P or dS) times the rows of
+// a swizzled tile, four wgmmas: the mma.sync kernels' strip_times_tile.
+__device__ __forceinline__ void issue_strip_times_tile(float (&acc)[32],
+                                                       const uint32_t (&strip)[attention_mma::kStripSteps][4],
+                                                       const unsigned char* tile) {
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < attention_mma::kStripSteps; ++kk) {
+    wgmma::mma_m64n64k16<1>(acc, strip[kk], mn_major(tile, kk), 1);
+  }
+  wgmma::commit();
+}
+
+__device__ __forceinline__ void await(float (&acc)[32]) {
+  wgmma::wait<0>();
+  for (float& x : acc) wgmma::fence_operand(x);
+}
+#endif
+
 // The forward of attention_mma::attention_forward_mma_kernel (same grid, block, arguments
 // and results), its products on wgmma.
 __global__ void __launch_bounds__(kThreads, attention_mma::kForwardMinBlocks<kD>)
@@ -111,14 +159,9 @@ __global__ void __launch_bounds__(kThreads, attention_mma::kForwardMinBlocks<kD>
     float s[32];
     wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < T::kSteps; ++kk) {
-      wgmma::mma_m64n64k16<0>(
-          s, qf[kk], wgmma::descriptor(k_tile + 32 * kk, wgmma::kKMajorLbo, wgmma::kKMajorSbo, wgmma::kSwizzle128),
-          kk > 0);
-    }
+    for (int kk = 0; kk < T::kSteps; ++kk) wgmma::mma_m64n64k16<0>(s, qf[kk], k_major(k_tile, kk), kk > 0);
     wgmma::commit();
-    wgmma::wait<0>();
-    for (float& x : s) wgmma::fence_operand(x);
+    await(s);
 
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -159,16 +202,8 @@ __global__ void __launch_bounds__(kThreads, attention_mma::kForwardMinBlocks<kD>
     }
 
     // O += P·V: k-steps of 16 keys, 16 rows (2048 bytes) apart, V read transposed.
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kStripSteps; ++kk) {
-      wgmma::mma_m64n64k16<1>(
-          o, p[kk], wgmma::descriptor(v_tile + 2048 * kk, wgmma::kMnMajorLbo, wgmma::kMnMajorSbo, wgmma::kSwizzle128),
-          1);
-    }
-    wgmma::commit();
-    wgmma::wait<0>();
-    for (float& x : o) wgmma::fence_operand(x);
+    issue_strip_times_tile(o, p, v_tile);
+    await(o);
     __syncthreads();  // every warp is done with this buffer before the next iteration refills it
   }
 
@@ -200,50 +235,6 @@ __global__ void __launch_bounds__(kThreads, attention_mma::kForwardMinBlocks<kD>
 }
 
 // ---- backward ----------------------------------------------------------------------------------
-
-// The descriptors of a swizzled tile's k-step kk, read K-major (its rows are B's columns:
-// k-steps 32 bytes apart along each row) or MN-major (its rows are B's rows: k-steps 16
-// rows apart).
-__device__ __forceinline__ wgmma::Descriptor k_major(const unsigned char* tile, int kk) {
-  return wgmma::descriptor(tile + 32 * kk, wgmma::kKMajorLbo, wgmma::kKMajorSbo, wgmma::kSwizzle128);
-}
-__device__ __forceinline__ wgmma::Descriptor mn_major(const unsigned char* tile, int kk) {
-  return wgmma::descriptor(tile + 2048 * kk, wgmma::kMnMajorLbo, wgmma::kMnMajorSbo, wgmma::kSwizzle128);
-}
-
-#if defined(FP8_HAVE_WGMMA)  // the helpers that issue wgmma exist in the sm_90a device pass only
-// acc = A·Bᵀ over head_dim (A's 16-row strips per warp, loaded with ldmatrix from the padded
-// tile `a`; B the rows of a swizzled tile), four wgmmas, committed as one group: the
-// mma.sync kernels' strip_product.
-__device__ __forceinline__ void issue_strip_product(float (&acc)[32], const uint16_t* a, int warp, int lane,
-                                                    const unsigned char* b) {
-  uint32_t af[attention_mma::Tile<kD>::kSteps][4];
-#pragma unroll
-  for (int kk = 0; kk < attention_mma::Tile<kD>::kSteps; ++kk) {
-    attention_mma::load_a<kD>(af[kk], a, 16 * warp, 16 * kk, lane);
-  }
-  wgmma::fence();
-#pragma unroll
-  for (int kk = 0; kk < attention_mma::Tile<kD>::kSteps; ++kk) wgmma::mma_m64n64k16<0>(acc, af[kk], k_major(b, kk), kk > 0);
-  wgmma::commit();
-}
-
-// acc += strip · tile: the bf16 A fragments of a 64-column strip (P or dS) times the rows of
-// a swizzled tile, four wgmmas: the mma.sync kernels' strip_times_tile.
-__device__ __forceinline__ void issue_strip_times_tile(float (&acc)[32],
-                                                       const uint32_t (&strip)[attention_mma::kStripSteps][4],
-                                                       const unsigned char* tile) {
-  wgmma::fence();
-#pragma unroll
-  for (int kk = 0; kk < attention_mma::kStripSteps; ++kk) wgmma::mma_m64n64k16<1>(acc, strip[kk], mn_major(tile, kk), 1);
-  wgmma::commit();
-}
-
-__device__ __forceinline__ void await(float (&acc)[32]) {
-  wgmma::wait<0>();
-  for (float& x : acc) wgmma::fence_operand(x);
-}
-#endif
 
 // Writes a warp's rows of a 64 x kD accumulator (flat, o[4j + e]) times `factor` as bf16:
 // attention_mma::store_strip for the wgmma layout.
