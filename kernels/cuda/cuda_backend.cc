@@ -227,6 +227,12 @@ class CudaBackend final : public Backend {
         !s.ok()) {
       return s;
     }
+    if (x.size() == 0 && axis != cuda::Axis::kColumn) {
+      // Nothing to cast, and so no cast to derive the scales: those of the zero amaxes are
+      // still the quantize's results.
+      return cuda_status(
+          cuda::launch_compute_scales(amax, n, q.format, q.pow2_scale, q.scale_out, q.inv_scale_out, stream_));
+    }
     cuda::CastLaunch c;
     c.input = x.data;
     c.type = hp_of(x.dtype);
@@ -296,6 +302,10 @@ class CudaBackend final : public Backend {
                                                          q.columnwise.scale_out, q.columnwise.inv_scale_out, stream_));
         !s.ok()) {
       return s;
+    }
+    if (x.size() == 0) {  // as in quantize(): the rows' scales without a cast to derive them
+      return cuda_status(cuda::launch_compute_scales(row_amax, x.rows, q.format, q.pow2_scale, q.scale_out,
+                                                     q.inv_scale_out, stream_));
     }
     cuda::CastLaunch c;
     c.input = x.data;

@@ -182,10 +182,35 @@ TEST_P(QuantizeBothWaysContract, EqualsTheRowwiseAndColumnwiseQuantizesApart) {
   }
 }
 
-// An empty input still has its columns' (and rows') scales: those of a zero amax.
+// An empty input still has its scales, those of a zero amax, quantized one way (every
+// granularity) or both.
 TEST_P(QuantizeBothWaysContract, AnEmptyInputGetsTheScalesOfAZeroAmax) {
+  const float zero_amax_scale = scale_from_amax(0.0f, Format::kE4M3, false);
   for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{0, 5}, {4, 0}}) {
-    SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
+    for (Granularity g : {Granularity::kTensorwise, Granularity::kRowwise, Granularity::kColumnwise}) {
+      SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " " << granularity_name(g) << " alone");
+      const auto ns = static_cast<size_t>(scale_count(g, rows, cols));
+      const std::vector<float> unwritten(ns + 1, -1.0f);
+      Buffer<float> x(b_, 1), scale(b_, unwritten), inv(b_, unwritten);
+      Buffer<uint8_t> out(b_, 1);
+      QuantizeArgs q;
+      q.input = {x.get(), DType::kFloat32, rows, cols};
+      q.granularity = g;
+      q.out = out.get();
+      q.scale_out = scale.get();
+      q.inv_scale_out = inv.get();
+      const absl::Status st = b_->quantize(q);
+      ASSERT_TRUE(st.ok()) << st;
+      const auto got = scale.download(), got_inv = inv.download();
+      for (size_t i = 0; i < ns; ++i) {
+        EXPECT_EQ(got[i], zero_amax_scale) << i;
+        EXPECT_EQ(got_inv[i], inverse_scale(zero_amax_scale)) << i;
+      }
+      EXPECT_EQ(got[ns], -1.0f) << "past the scales";
+    }
+  }
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{0, 5}, {4, 0}}) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " both ways");
     Buffer<float> x(b_, 1), scale(b_, std::vector<float>(static_cast<size_t>(rows) + 1, -1.0f));
     Buffer<float> col_scale(b_, std::vector<float>(static_cast<size_t>(cols) + 1, -1.0f));
     Buffer<uint8_t> out(b_, 1), out_t(b_, 1);
@@ -198,7 +223,6 @@ TEST_P(QuantizeBothWaysContract, AnEmptyInputGetsTheScalesOfAZeroAmax) {
     q.columnwise.scale_out = col_scale.get();
     const absl::Status st = b_->quantize(q);
     ASSERT_TRUE(st.ok()) << st;
-    const float zero_amax_scale = scale_from_amax(0.0f, Format::kE4M3, false);
     const auto got_rows = scale.download(), got_cols = col_scale.download();
     for (int64_t i = 0; i < rows; ++i) EXPECT_EQ(got_rows[static_cast<size_t>(i)], zero_amax_scale) << "row " << i;
     for (int64_t i = 0; i < cols; ++i) EXPECT_EQ(got_cols[static_cast<size_t>(i)], zero_amax_scale) << "col " << i;
