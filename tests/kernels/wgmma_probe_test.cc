@@ -123,6 +123,41 @@ std::string compare(const std::vector<float>& got, const std::vector<float>& wan
   return std::to_string(wrong) + " of 4096 differ:" + first + (transposed ? "; it is the product transposed" : "");
 }
 
+// Which element of B the hardware took for each (k, n), where a probe went wrong: A
+// one-hot (row m holds 1 at column m % K, so D[m][n] is the B element that the hardware read
+// for k = m % K, column n), and B holding its own column (then row) index plus one, so that D
+// names the column (row) that was read. Small integers: exact in bf16 and fp32. Prints the
+// map at a few places, so that one GPU run says how a reading differs, not only that it
+// does. Meaningful where the A fragments are right (probe kRegisterAKMajor).
+void print_what_was_read(Probe p) {
+  const int k = probe_k(p);
+  std::vector<uint16_t> a(static_cast<size_t>(64 * k), float_to_bf16(0.0f));
+  for (int m = 0; m < 64; ++m) a[static_cast<size_t>(m * k + m % k)] = float_to_bf16(1.0f);
+  std::vector<uint16_t> by_column(static_cast<size_t>(k * 64)), by_row(by_column.size());
+  for (int r = 0; r < k; ++r) {
+    for (int c = 0; c < 64; ++c) {
+      by_column[static_cast<size_t>(r * 64 + c)] = float_to_bf16(static_cast<float>(c + 1));
+      by_row[static_cast<size_t>(r * 64 + c)] = float_to_bf16(static_cast<float>(r + 1));
+    }
+  }
+  const Result columns = run_isolated(p, a, by_column), rows = run_isolated(p, a, by_row);
+  if (columns.outcome != Outcome::kRan || rows.outcome != Outcome::kRan) {
+    std::printf("  (what was read: the decoding runs failed: %s%s)\n", columns.message.c_str(), rows.message.c_str());
+    return;
+  }
+  std::string map;
+  for (int m : {0, 1, 7, 8, 9, 15, k - 1}) {
+    for (int n : {0, 1, 7, 8, 9, 63}) {
+      const auto at = static_cast<size_t>(m * 64 + n);
+      char buf[64];
+      std::snprintf(buf, sizeof buf, " (%d,%d)->(%g,%g)", m % k, n, static_cast<double>(rows.d[at] - 1),
+                    static_cast<double>(columns.d[at] - 1));
+      map += buf;
+    }
+  }
+  std::printf("  what the hardware read for B(k,n): (k,n) -> (k',n'), -1 for a zero:%s\n", map.c_str());
+}
+
 TEST(WgmmaProbe, EachReadingOfTheDescriptorsAndFragmentsAgainstTheHardware) {
   bool matched[kProbes] = {};
   for (int i = 0; i < kProbes; ++i) {
@@ -135,6 +170,7 @@ TEST(WgmmaProbe, EachReadingOfTheDescriptorsAndFragmentsAgainstTheHardware) {
     const std::string verdict = r.outcome == Outcome::kRan ? compare(r.d, product(a, b, k)) : "failed: " + r.message;
     matched[i] = verdict == "exact";
     std::printf("wgmma probe %d (%s): %s\n", i, probe_name(p), verdict.c_str());
+    if (r.outcome == Outcome::kRan && !matched[i]) print_what_was_read(p);
   }
   // What the attention kernels would build on: A fragments and accumulators as mma.sync's,
   // K-major B without and with the 128-byte swizzle, and one reading of each MN-major pair.
