@@ -125,14 +125,14 @@ void RunCase(const Case& c) {
   emulation::launch(unsigned(per_head.tiles * per_head.heads), kThreads, kForwardBytes<D>,
                     attention_forward_mma_kernel<D>, per_head, q.data(), k.data(), v.data(), o.data(), l.data(),
                     row_amax.data());
-  if constexpr (D == attention_wgmma::kD) {
+  {
     // The wgmma forward (emulated as this project reads wgmma's descriptors and fragments)
     // makes the mma.sync forward's out, lse and row amaxes bit for bit: the same products
     // in the same order, the same softmax.
     std::vector<uint16_t> o_wgmma(qn, 0xffff);
     std::vector<float> l_wgmma(ln, NAN), row_amax_wgmma(size_t(B) * T, 0.0f);
-    emulation::launch(unsigned(per_head.tiles * per_head.heads), kThreads, attention_wgmma::kForwardBytes,
-                      attention_wgmma::attention_forward_wgmma_kernel, per_head, q.data(), k.data(), v.data(),
+    emulation::launch(unsigned(per_head.tiles * per_head.heads), kThreads, attention_wgmma::kForwardBytes<D>,
+                      attention_wgmma::attention_forward_wgmma_kernel<D>, per_head, q.data(), k.data(), v.data(),
                       o_wgmma.data(), l_wgmma.data(), row_amax_wgmma.data());
     EXPECT_EQ(o_wgmma, o) << "wgmma forward's out";
     EXPECT_EQ(std::memcmp(l_wgmma.data(), l.data(), ln * sizeof(float)), 0) << "wgmma forward's lse";
@@ -161,14 +161,14 @@ void RunCase(const Case& c) {
                     attention_grad_q_mma_kernel<D>, per_head, q.data(), k.data(), v.data(), l.data(), delta.data(),
                     grad_out.data(), dq.data());
 
-  if constexpr (D == attention_wgmma::kD) {
+  {
     // The wgmma backward kernels make the mma.sync ones' gradients bit for bit.
     std::vector<uint16_t> dq_wgmma(qn, 0xffff), dk_wgmma(kvn, 0xffff), dv_wgmma(kvn, 0xffff);
-    emulation::launch(unsigned(per_kv_head.tiles * per_kv_head.heads), kThreads, attention_wgmma::kGradKvBytes,
-                      attention_wgmma::attention_grad_kv_wgmma_kernel, per_kv_head, q.data(), k.data(), v.data(),
+    emulation::launch(unsigned(per_kv_head.tiles * per_kv_head.heads), kThreads, attention_wgmma::kGradKvBytes<D>,
+                      attention_wgmma::attention_grad_kv_wgmma_kernel<D>, per_kv_head, q.data(), k.data(), v.data(),
                       l.data(), delta.data(), grad_out.data(), dk_wgmma.data(), dv_wgmma.data());
-    emulation::launch(unsigned(per_head.tiles * per_head.heads), kThreads, attention_wgmma::kGradQBytes,
-                      attention_wgmma::attention_grad_q_wgmma_kernel, per_head, q.data(), k.data(), v.data(),
+    emulation::launch(unsigned(per_head.tiles * per_head.heads), kThreads, attention_wgmma::kGradQBytes<D>,
+                      attention_wgmma::attention_grad_q_wgmma_kernel<D>, per_head, q.data(), k.data(), v.data(),
                       l.data(), delta.data(), grad_out.data(), dq_wgmma.data());
     EXPECT_EQ(dq_wgmma, dq) << "wgmma grad_q";
     EXPECT_EQ(dk_wgmma, dk) << "wgmma grad_k";

@@ -14,7 +14,7 @@ namespace fp8::cuda {
 
 bool wgmma_attention_applies(const AttentionDims& d) {
   const char* e = std::getenv("FP8_CUDA_ATTENTION");  // read per call, as the other switches
-  if (e == nullptr || std::strcmp(e, "wgmma") != 0 || d.head_dim != attention_wgmma::kD) return false;
+  if (e == nullptr || std::strcmp(e, "wgmma") != 0 || (d.head_dim != 64 && d.head_dim != 128)) return false;
   int device = 0, major = 0, minor = 0;
   return cudaGetDevice(&device) == cudaSuccess &&
          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
@@ -25,51 +25,63 @@ bool wgmma_attention_applies(const AttentionDims& d) {
 LaunchResult launch_attention_forward_wgmma(const AttentionDims& d, const void* q, const void* k, const void* v,
                                             void* out, float* lse, float* row_amax, cudaStream_t stream) {
   using namespace attention_tc;
-  using attention_wgmma::attention_forward_wgmma_kernel;
-  Geometry g{};
-  unsigned blocks = 0;
-  if (!make_geometry(d, d.batch * d.n_heads, &g, &blocks)) return kTooLarge;
-  const LaunchResult r = allow_shared_memory(attention_forward_wgmma_kernel, attention_wgmma::kForwardBytes,
-                                             "cudaFuncSetAttribute (wgmma attention forward kernel)");
-  if (!r.ok()) return r;
-  attention_forward_wgmma_kernel<<<blocks, attention_wgmma::kThreads, attention_wgmma::kForwardBytes, stream>>>(
-      g, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v),
-      static_cast<uint16_t*>(out), lse, row_amax);
-  return after_launch("wgmma attention forward kernel");
+  return with_head_dim(d.head_dim, [&](auto bucket) -> LaunchResult {
+    constexpr int D = decltype(bucket)::value;
+    constexpr auto kernel = attention_wgmma::attention_forward_wgmma_kernel<D>;
+    constexpr size_t bytes = attention_wgmma::kForwardBytes<D>;
+    Geometry g{};
+    unsigned blocks = 0;
+    if (!make_geometry(d, d.batch * d.n_heads, &g, &blocks)) return kTooLarge;
+    const LaunchResult r =
+        allow_shared_memory(kernel, bytes, "cudaFuncSetAttribute (wgmma attention forward kernel)");
+    if (!r.ok()) return r;
+    kernel<<<blocks, attention_wgmma::kThreads, bytes, stream>>>(
+        g, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v),
+        static_cast<uint16_t*>(out), lse, row_amax);
+    return after_launch("wgmma attention forward kernel");
+  });
 }
 
 LaunchResult launch_attention_grad_kv_wgmma(const AttentionDims& d, const void* q, const void* k, const void* v,
                                             const float* lse, const float* delta, const void* grad_out,
                                             void* grad_k, void* grad_v, cudaStream_t stream) {
   using namespace attention_tc;
-  using attention_wgmma::attention_grad_kv_wgmma_kernel;
-  Geometry g{};
-  unsigned blocks = 0;
-  if (!make_geometry(d, d.batch * d.n_kv_heads, &g, &blocks)) return kTooLarge;
-  const LaunchResult r = allow_shared_memory(attention_grad_kv_wgmma_kernel, attention_wgmma::kGradKvBytes,
-                                             "cudaFuncSetAttribute (wgmma attention grad_kv kernel)");
-  if (!r.ok()) return r;
-  attention_grad_kv_wgmma_kernel<<<blocks, attention_wgmma::kThreads, attention_wgmma::kGradKvBytes, stream>>>(
-      g, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), lse,
-      delta, static_cast<const uint16_t*>(grad_out), static_cast<uint16_t*>(grad_k), static_cast<uint16_t*>(grad_v));
-  return after_launch("wgmma attention grad_kv kernel");
+  return with_head_dim(d.head_dim, [&](auto bucket) -> LaunchResult {
+    constexpr int D = decltype(bucket)::value;
+    constexpr auto kernel = attention_wgmma::attention_grad_kv_wgmma_kernel<D>;
+    constexpr size_t bytes = attention_wgmma::kGradKvBytes<D>;
+    Geometry g{};
+    unsigned blocks = 0;
+    if (!make_geometry(d, d.batch * d.n_kv_heads, &g, &blocks)) return kTooLarge;
+    const LaunchResult r =
+        allow_shared_memory(kernel, bytes, "cudaFuncSetAttribute (wgmma attention grad_kv kernel)");
+    if (!r.ok()) return r;
+    kernel<<<blocks, attention_wgmma::kThreads, bytes, stream>>>(
+        g, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), lse,
+        delta, static_cast<const uint16_t*>(grad_out), static_cast<uint16_t*>(grad_k),
+        static_cast<uint16_t*>(grad_v));
+    return after_launch("wgmma attention grad_kv kernel");
+  });
 }
 
 LaunchResult launch_attention_grad_q_wgmma(const AttentionDims& d, const void* q, const void* k, const void* v,
                                            const float* lse, const float* delta, const void* grad_out, void* grad_q,
                                            cudaStream_t stream) {
   using namespace attention_tc;
-  using attention_wgmma::attention_grad_q_wgmma_kernel;
-  Geometry g{};
-  unsigned blocks = 0;
-  if (!make_geometry(d, d.batch * d.n_heads, &g, &blocks)) return kTooLarge;
-  const LaunchResult r = allow_shared_memory(attention_grad_q_wgmma_kernel, attention_wgmma::kGradQBytes,
-                                             "cudaFuncSetAttribute (wgmma attention grad_q kernel)");
-  if (!r.ok()) return r;
-  attention_grad_q_wgmma_kernel<<<blocks, attention_wgmma::kThreads, attention_wgmma::kGradQBytes, stream>>>(
-      g, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), lse,
-      delta, static_cast<const uint16_t*>(grad_out), static_cast<uint16_t*>(grad_q));
-  return after_launch("wgmma attention grad_q kernel");
+  return with_head_dim(d.head_dim, [&](auto bucket) -> LaunchResult {
+    constexpr int D = decltype(bucket)::value;
+    constexpr auto kernel = attention_wgmma::attention_grad_q_wgmma_kernel<D>;
+    constexpr size_t bytes = attention_wgmma::kGradQBytes<D>;
+    Geometry g{};
+    unsigned blocks = 0;
+    if (!make_geometry(d, d.batch * d.n_heads, &g, &blocks)) return kTooLarge;
+    const LaunchResult r = allow_shared_memory(kernel, bytes, "cudaFuncSetAttribute (wgmma attention grad_q kernel)");
+    if (!r.ok()) return r;
+    kernel<<<blocks, attention_wgmma::kThreads, bytes, stream>>>(
+        g, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), lse,
+        delta, static_cast<const uint16_t*>(grad_out), static_cast<uint16_t*>(grad_q));
+    return after_launch("wgmma attention grad_q kernel");
+  });
 }
 
 }  // namespace fp8::cuda

@@ -10,7 +10,7 @@
 
 namespace fp8::cuda {
 
-// FP8_CUDA_ATTENTION=wgmma asks for it, bf16 head_dim 64 on an sm_90 device
+// FP8_CUDA_ATTENTION=wgmma asks for it, bf16 head_dim 64 or 128 on an sm_90 device
 // (attention_tc_kernels.cu checks the rest of tensor_core_attention_applies first).
 bool wgmma_attention_applies(const AttentionDims& d);
 
