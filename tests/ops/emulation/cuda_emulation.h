@@ -1,15 +1,18 @@
 // Runs CUDA kernel source on the CPU: one std::thread per CUDA thread, a barrier per block
 // for __syncthreads and one per warp for __syncwarp and the warp-collective operations
-// (shuffles here; mma.sync and ldmatrix in cuda/ops/mma_primitives.cuh beside this file),
-// atomics as real atomics, and shared memory filled with garbage at each block's start, as
-// a GPU's is. Blocks run one after another. Include this before the kernels' source, with this folder ahead of
-// kernels/ on the include path.
+// (shuffles here; mma.sync, ldmatrix and cp.async in cuda/ops/mma_primitives.cuh beside
+// this file, wgmma in cuda/ops/wgmma_primitives.cuh), atomics as real atomics, and shared
+// memory filled with garbage at each block's start, as a GPU's is. Blocks run one after
+// another. Include this before the kernels' source, with this folder ahead of kernels/ on
+// the include path.
 //
 // What it can show: wrong indexing, fragment layouts used against the PTX ISA's
 // definitions (as the emulated instructions implement them), missing barriers between
-// warps of a block (as wrong results, not reliably), uninitialised shared memory read.
-// What it cannot: races between blocks, asynchronous copies (cp.async copies at once),
-// the GPU's expf and rounding of fused multiply-adds, speed.
+// warps of a block (as wrong results, not reliably), uninitialised shared memory read, and
+// asynchronous results (cp.async copies, wgmma accumulators) used before the wait that
+// covers them: they land only at that wait, garbage until then.
+// What it cannot: races between blocks, the GPU's expf and rounding of fused multiply-adds,
+// speed.
 #pragma once
 
 #include <cuda_runtime_api.h>  // the CUDA types the kernels' host-side headers use

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <vector>
 
 #include "cuda_emulation.h"
 #include "fp8/arith.h"
@@ -76,27 +78,52 @@ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
   }
 }
 
-// cp.async of kBytes (the copy lands at once: the emulation cannot show a missing wait).
+// cp.async of kBytes, asynchronous as on a GPU: at the issue the destination fills with
+// garbage (0xcd, as a copy that has not landed may leave it), and the copy lands at the
+// cp.async.wait_group that covers its group. So a read of the destination before that wait
+// sees garbage, and so does a read by another thread of a buffer a copy is refilling: the
+// missing waits and write-after-read races that an immediate copy would hide.
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  size_t bytes;
+  bool valid;
+};
+inline thread_local std::vector<AsyncCopy> uncommitted_copies;
+inline thread_local std::deque<std::vector<AsyncCopy>> committed_copies;  // oldest first
+
 template <size_t kBytes>
 inline void cp_async(void* dst, const void* src, bool valid) {
   if (reinterpret_cast<uintptr_t>(dst) % kBytes != 0 || reinterpret_cast<uintptr_t>(src) % kBytes != 0) {
     std::fprintf(stderr, "cp.async: %p <- %p is not %zu-byte aligned\n", dst, src, kBytes);
     std::abort();
   }
-  if (valid) {
-    std::memcpy(dst, src, kBytes);
-  } else {
-    std::memset(dst, 0, kBytes);
-  }
+  std::memset(dst, 0xcd, kBytes);
+  uncommitted_copies.push_back({dst, src, kBytes, valid});
 }
 
 inline void cp_async_16(void* dst, const void* src, bool valid) { cp_async<16>(dst, src, valid); }
 inline void cp_async_4(void* dst, const void* src, bool valid) { cp_async<4>(dst, src, valid); }
 
-inline void cp_async_commit() {}
+inline void cp_async_commit() {
+  committed_copies.push_back(std::move(uncommitted_copies));
+  uncommitted_copies.clear();
+}
 
+// Lands every committed group but the kPending most recent.
 template <int kPending>
-inline void cp_async_wait() {}
+inline void cp_async_wait() {
+  while (committed_copies.size() > static_cast<size_t>(kPending)) {
+    for (const AsyncCopy& c : committed_copies.front()) {
+      if (c.valid) {
+        std::memcpy(c.dst, c.src, c.bytes);
+      } else {
+        std::memset(c.dst, 0, c.bytes);
+      }
+    }
+    committed_copies.pop_front();
+  }
+}
 
 // ex2.approx.ftz and cvt.rn.bf16x2.f32: the exact 2^x (the instruction's own error, about
 // 2^-22, is below what the tests can see) and two roundings to nearest even.
