@@ -116,6 +116,16 @@ run() {  # run NAME SECONDS CMD...: at most SECONDS (and what is left of the par
 }
 # Set on this machine (gpu-out/ stays while it is warm) when the wgmma attention failed its tests.
 wgmma_failed=gpu-out/wgmma_attention_failed
+# Set on this machine when fp8_wgmma_probe_test found the MN-major reading with LBO and SBO
+# exchanged: every command here then runs the wgmma attention that way.
+mn_major_reading=gpu-out/wgmma_mn_major
+take_mn_major_reading() {
+  if [[ -f $mn_major_reading ]]; then
+    export FP8_WGMMA_MN_MAJOR=$(cat "$mn_major_reading")
+    echo "!! the wgmma probe found the MN-major reading '$FP8_WGMMA_MN_MAJOR': FP8_WGMMA_MN_MAJOR=$FP8_WGMMA_MN_MAJOR"
+  fi
+}
+take_mn_major_reading
 wgmma_untimed() { [[ -f $wgmma_failed ]] && echo "!! the wgmma attention failed its tests here: not timed"; }
 keep_csv() { [[ -f $out/$1 ]] && cp "$out/$1" "$csv_dir/$1"; }
 need_csv() {  # the CSV of our last run, into $out if it came from an earlier command
@@ -143,7 +153,15 @@ do_part() {
       # Each took at most 10 s on an H200 (2026-11-26); the limits only stop a hang.
       run format_test 60 "$bin/fp8_format_test" --gtest_brief=1
       # Seconds: which readings of wgmma's descriptors and fragments the hardware shares.
+      # Where it finds the MN-major descriptors read with LBO and SBO exchanged, what
+      # follows on this machine runs the wgmma attention that way (FP8_WGMMA_MN_MAJOR).
       run wgmma_probe_test 60 "$bin/fp8_wgmma_probe_test"
+      if grep -q '^wgmma MN-major reading: exchanged' "$out/wgmma_probe_test.log"; then
+        echo exchanged >"$mn_major_reading"
+      elif grep -q '^wgmma MN-major reading: default' "$out/wgmma_probe_test.log"; then
+        rm -f "$mn_major_reading"
+      fi
+      take_mn_major_reading
       run cuda_contract_test 60 "$bin/fp8_cuda_contract_test"
       run cuda_backend_test 60 "$bin/fp8_cuda_backend_test"
       run float8_linear_cuda_test 60 "$bin/fp8_float8_linear_cuda_test"

@@ -133,7 +133,7 @@ void RunCase(const Case& c) {
     std::vector<float> l_wgmma(ln, NAN), row_amax_wgmma(size_t(B) * T, 0.0f);
     emulation::launch(unsigned(per_head.tiles * per_head.heads), kThreads, attention_wgmma::kForwardBytes<D>,
                       attention_wgmma::attention_forward_wgmma_kernel<D>, per_head, q.data(), k.data(), v.data(),
-                      o_wgmma.data(), l_wgmma.data(), row_amax_wgmma.data());
+                      o_wgmma.data(), l_wgmma.data(), row_amax_wgmma.data(), wgmma::MnMajorOffsets{});
     EXPECT_EQ(o_wgmma, o) << "wgmma forward's out";
     EXPECT_EQ(std::memcmp(l_wgmma.data(), l.data(), ln * sizeof(float)), 0) << "wgmma forward's lse";
     EXPECT_EQ(row_amax_wgmma, row_amax) << "wgmma forward's row amaxes";
@@ -166,10 +166,10 @@ void RunCase(const Case& c) {
     std::vector<uint16_t> dq_wgmma(qn, 0xffff), dk_wgmma(kvn, 0xffff), dv_wgmma(kvn, 0xffff);
     emulation::launch(unsigned(per_kv_head.tiles * per_kv_head.heads), kThreads, attention_wgmma::kGradKvBytes<D>,
                       attention_wgmma::attention_grad_kv_wgmma_kernel<D>, per_kv_head, q.data(), k.data(), v.data(),
-                      l.data(), delta.data(), grad_out.data(), dk_wgmma.data(), dv_wgmma.data());
+                      l.data(), delta.data(), grad_out.data(), dk_wgmma.data(), dv_wgmma.data(), wgmma::MnMajorOffsets{});
     emulation::launch(unsigned(per_head.tiles * per_head.heads), kThreads, attention_wgmma::kGradQBytes<D>,
                       attention_wgmma::attention_grad_q_wgmma_kernel<D>, per_head, q.data(), k.data(), v.data(),
-                      l.data(), delta.data(), grad_out.data(), dq_wgmma.data());
+                      l.data(), delta.data(), grad_out.data(), dq_wgmma.data(), wgmma::MnMajorOffsets{});
     EXPECT_EQ(dq_wgmma, dq) << "wgmma grad_q";
     EXPECT_EQ(dk_wgmma, dk) << "wgmma grad_k";
     EXPECT_EQ(dv_wgmma, dv) << "wgmma grad_v";

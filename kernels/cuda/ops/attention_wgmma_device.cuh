@@ -11,7 +11,7 @@
 // memory as swizzled 128-byte rows (one position a row; at head_dim 128 in two halves of 64
 // columns, one after the other), which wgmma reads through
 // descriptors: K-major where the tile is Bᵀ (Kᵀ, Vᵀ, Qᵀ, dOᵀ), MN-major where it is B (V,
-// K, dO, Q). The block's own tile (Q, dO; K, V) is staged with padded rows and read into A
+// K, dO, Q). The MN-major descriptors' offsets come as an argument (wgmma::MnMajorOffsets). The block's own tile (Q, dO; K, V) is staged with padded rows and read into A
 // fragments with ldmatrix, as before; P and dS stay in registers. Each product waits for
 // its wgmmas before anything reads them, one group in flight at a time: no overlap of the
 // softmax with the tensor cores yet (FlashAttention-3's ping-pong would be the next step).
@@ -68,8 +68,8 @@ __device__ __forceinline__ wgmma::Descriptor k_major(const unsigned char* tile, 
   return wgmma::descriptor(tile + (kk / 4) * Swizzled<D>::kHalfBytes + 32 * (kk % 4), wgmma::kKMajorLbo,
                            wgmma::kKMajorSbo, wgmma::kSwizzle128);
 }
-__device__ __forceinline__ wgmma::Descriptor mn_major(const unsigned char* tile, int kk) {
-  return wgmma::descriptor(tile + 2048 * kk, wgmma::kMnMajorLbo, wgmma::kMnMajorSbo, wgmma::kSwizzle128);
+__device__ __forceinline__ wgmma::Descriptor mn_major(const unsigned char* tile, int kk, wgmma::MnMajorOffsets mn) {
+  return wgmma::descriptor(tile + 2048 * kk, mn.lbo, mn.sbo, wgmma::kSwizzle128);
 }
 
 #if defined(FP8_HAVE_WGMMA)  // the helpers that issue wgmma exist in the sm_90a device pass only
@@ -98,13 +98,13 @@ __device__ __forceinline__ void issue_strip_product(float (&acc)[32], const uint
 template <int D>
 __device__ __forceinline__ void issue_strip_times_tile(float (&acc)[D / 64][32],
                                                        const uint32_t (&strip)[attention_mma::kStripSteps][4],
-                                                       const unsigned char* tile) {
+                                                       const unsigned char* tile, wgmma::MnMajorOffsets mn) {
   wgmma::fence();
 #pragma unroll
   for (int h = 0; h < D / 64; ++h) {
 #pragma unroll
     for (int kk = 0; kk < attention_mma::kStripSteps; ++kk) {
-      wgmma::mma_m64n64k16<1>(acc[h], strip[kk], mn_major(tile + h * Swizzled<D>::kHalfBytes, kk), 1);
+      wgmma::mma_m64n64k16<1>(acc[h], strip[kk], mn_major(tile + h * Swizzled<D>::kHalfBytes, kk, mn), 1);
     }
   }
   wgmma::commit();
@@ -134,7 +134,7 @@ template <int D>
 __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<D>)
     attention_forward_wgmma_kernel(Geometry g, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
                                    const uint16_t* __restrict__ v, uint16_t* __restrict__ out,
-                                   float* __restrict__ lse, float* __restrict__ row_amax) {
+                                   float* __restrict__ lse, float* __restrict__ row_amax, wgmma::MnMajorOffsets mn) {
 #if !defined(FP8_HAVE_WGMMA)
   __trap();  // not an sm_90a image: the launcher sends no other device here
 #else
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<D>)
     }
 
     // O += P·V: k-steps of 16 keys, 16 rows (2048 bytes) apart, V read transposed.
-    issue_strip_times_tile<D>(o, p, v_tile);
+    issue_strip_times_tile<D>(o, p, v_tile, mn);
     await(o);
     __syncthreads();  // every warp is done with this buffer before the next iteration refills it
   }
@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(kThreads)
     attention_grad_q_wgmma_kernel(Geometry g, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
                                   const uint16_t* __restrict__ v, const float* __restrict__ lse,
                                   const float* __restrict__ delta, const uint16_t* __restrict__ grad_out,
-                                  uint16_t* __restrict__ grad_q) {
+                                  uint16_t* __restrict__ grad_q, wgmma::MnMajorOffsets mn) {
 #if !defined(FP8_HAVE_WGMMA)
   __trap();
 #else
@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(kThreads)
         a_slot(ds, j, r) = mma::pack_bf16x2(grad[0], grad[1]);
       }
     }
-    issue_strip_times_tile<D>(dq, ds, k_tile);  // dQ += dS·K
+    issue_strip_times_tile<D>(dq, ds, k_tile, mn);  // dQ += dS·K
     await(dq);
     __syncthreads();
   }
@@ -415,7 +415,8 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1)
     attention_grad_kv_wgmma_kernel(Geometry g, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
                                    const uint16_t* __restrict__ v, const float* __restrict__ lse,
                                    const float* __restrict__ delta, const uint16_t* __restrict__ grad_out,
-                                   uint16_t* __restrict__ grad_k, uint16_t* __restrict__ grad_v) {
+                                   uint16_t* __restrict__ grad_k, uint16_t* __restrict__ grad_v,
+                                   wgmma::MnMajorOffsets mn) {
 #if !defined(FP8_HAVE_WGMMA)
   __trap();
 #else
@@ -515,7 +516,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1)
                                               softmax_exp2(st[4 * j + 2 * r + 1], scale_log2, tile_lse[c0 + 1]));
         }
       }
-      issue_strip_times_tile<D>(dv, pt, do_tile);  // dV += Pᵀ·dO
+      issue_strip_times_tile<D>(dv, pt, do_tile, mn);  // dV += Pᵀ·dO
       await(dv);
     }
     float dpt[32];
@@ -536,7 +537,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1)
         a_slot(dst, j, r) = mma::pack_bf16x2(grad[0], grad[1]);
       }
     }
-    issue_strip_times_tile<D>(dk, dst, q_tile);  // dK += dSᵀ·Q
+    issue_strip_times_tile<D>(dk, dst, q_tile, mn);  // dK += dSᵀ·Q
     await(dk);
     if (i + 1 < iterations) {
       stats_s[((i + 1) & 1) * 2 * kTile + threadIdx.x] = next_stat;

@@ -22,6 +22,26 @@ bool wgmma_attention_applies(const AttentionDims& d) {
          minor == 0;
 }
 
+namespace {
+
+// The MN-major descriptors' offsets: this project's reading of the PTX ISA, or with
+// FP8_WGMMA_MN_MAJOR=exchanged the other one, LBO and SBO exchanged. fp8_wgmma_probe_test
+// says which the hardware shares; the switch lets a GPU run use the other without a rebuild
+// (false for any other value).
+bool mn_major_offsets(wgmma::MnMajorOffsets* mn) {
+  const char* e = std::getenv("FP8_WGMMA_MN_MAJOR");
+  *mn = {};
+  if (e == nullptr || *e == '\0' || std::strcmp(e, "default") == 0) return true;
+  if (std::strcmp(e, "exchanged") != 0) return false;
+  *mn = {wgmma::kMnMajorSbo, wgmma::kMnMajorLbo};
+  return true;
+}
+
+constexpr LaunchResult kBadMnMajor{cudaErrorInvalidValue,
+                                   "FP8_WGMMA_MN_MAJOR (neither unset, 'default' nor 'exchanged')"};
+
+}  // namespace
+
 LaunchResult launch_attention_forward_wgmma(const AttentionDims& d, const void* q, const void* k, const void* v,
                                             void* out, float* lse, float* row_amax, cudaStream_t stream) {
   using namespace attention_tc;
@@ -29,6 +49,8 @@ LaunchResult launch_attention_forward_wgmma(const AttentionDims& d, const void* 
     constexpr int D = decltype(bucket)::value;
     constexpr auto kernel = attention_wgmma::attention_forward_wgmma_kernel<D>;
     constexpr size_t bytes = attention_wgmma::kForwardBytes<D>;
+    wgmma::MnMajorOffsets mn;
+    if (!mn_major_offsets(&mn)) return kBadMnMajor;
     Geometry g{};
     unsigned blocks = 0;
     if (!make_geometry(d, d.batch * d.n_heads, &g, &blocks)) return kTooLarge;
@@ -37,7 +59,7 @@ LaunchResult launch_attention_forward_wgmma(const AttentionDims& d, const void* 
     if (!r.ok()) return r;
     kernel<<<blocks, attention_wgmma::kThreads, bytes, stream>>>(
         g, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v),
-        static_cast<uint16_t*>(out), lse, row_amax);
+        static_cast<uint16_t*>(out), lse, row_amax, mn);
     return after_launch("wgmma attention forward kernel");
   });
 }
@@ -50,6 +72,8 @@ LaunchResult launch_attention_grad_kv_wgmma(const AttentionDims& d, const void* 
     constexpr int D = decltype(bucket)::value;
     constexpr auto kernel = attention_wgmma::attention_grad_kv_wgmma_kernel<D>;
     constexpr size_t bytes = attention_wgmma::kGradKvBytes<D>;
+    wgmma::MnMajorOffsets mn;
+    if (!mn_major_offsets(&mn)) return kBadMnMajor;
     Geometry g{};
     unsigned blocks = 0;
     if (!make_geometry(d, d.batch * d.n_kv_heads, &g, &blocks)) return kTooLarge;
@@ -59,7 +83,7 @@ LaunchResult launch_attention_grad_kv_wgmma(const AttentionDims& d, const void* 
     kernel<<<blocks, attention_wgmma::kThreads, bytes, stream>>>(
         g, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), lse,
         delta, static_cast<const uint16_t*>(grad_out), static_cast<uint16_t*>(grad_k),
-        static_cast<uint16_t*>(grad_v));
+        static_cast<uint16_t*>(grad_v), mn);
     return after_launch("wgmma attention grad_kv kernel");
   });
 }
@@ -72,6 +96,8 @@ LaunchResult launch_attention_grad_q_wgmma(const AttentionDims& d, const void* q
     constexpr int D = decltype(bucket)::value;
     constexpr auto kernel = attention_wgmma::attention_grad_q_wgmma_kernel<D>;
     constexpr size_t bytes = attention_wgmma::kGradQBytes<D>;
+    wgmma::MnMajorOffsets mn;
+    if (!mn_major_offsets(&mn)) return kBadMnMajor;
     Geometry g{};
     unsigned blocks = 0;
     if (!make_geometry(d, d.batch * d.n_heads, &g, &blocks)) return kTooLarge;
@@ -79,7 +105,7 @@ LaunchResult launch_attention_grad_q_wgmma(const AttentionDims& d, const void* q
     if (!r.ok()) return r;
     kernel<<<blocks, attention_wgmma::kThreads, bytes, stream>>>(
         g, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), lse,
-        delta, static_cast<const uint16_t*>(grad_out), static_cast<uint16_t*>(grad_q));
+        delta, static_cast<const uint16_t*>(grad_out), static_cast<uint16_t*>(grad_q), mn);
     return after_launch("wgmma attention grad_q kernel");
   });
 }

@@ -12,6 +12,9 @@ namespace fp8::cuda {
 
 // FP8_CUDA_ATTENTION=wgmma asks for it, bf16 head_dim 64 or 128 on an sm_90 device
 // (attention_tc_kernels.cu checks the rest of tensor_core_attention_applies first).
+// FP8_WGMMA_MN_MAJOR=exchanged makes the launchers read transposed tiles with the MN-major
+// descriptors' LBO and SBO exchanged, for a GPU whose fp8_wgmma_probe_test finds that
+// reading the hardware's (any value but unset, 'default' or 'exchanged' fails the launch).
 bool wgmma_attention_applies(const AttentionDims& d);
 
 // As launch_attention_forward_tc, with row_amax (when given) already zeroed.

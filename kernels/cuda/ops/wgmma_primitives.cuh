@@ -30,6 +30,11 @@ constexpr uint32_t kSwizzle128 = 1;  // the descriptor's layout type (bits 62-63
 // the LBO (between atoms along n) is unused.
 constexpr uint32_t kKMajorLbo = 16, kKMajorSbo = 1024;
 constexpr uint32_t kMnMajorLbo = 16, kMnMajorSbo = 1024;
+// The MN-major offsets as a kernel argument: a launcher may pass the other reading of the
+// pair (LBO and SBO exchanged, the probe's kMnMajorSwizzle128Exchanged) without a rebuild.
+struct MnMajorOffsets {
+  uint32_t lbo = kMnMajorLbo, sbo = kMnMajorSbo;
+};
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile of 128-byte rows.
 __device__ __forceinline__ int swizzled_offset(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }

@@ -33,6 +33,9 @@ namespace fp8::cuda::wgmma {
 constexpr uint32_t kSwizzle128 = 1;
 constexpr uint32_t kKMajorLbo = 16, kKMajorSbo = 1024;
 constexpr uint32_t kMnMajorLbo = 16, kMnMajorSbo = 1024;
+struct MnMajorOffsets {
+  uint32_t lbo = kMnMajorLbo, sbo = kMnMajorSbo;
+};
 
 inline int swizzled_offset(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
 
