@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <string>
+#include <vector>
 
 namespace fp8::bench {
 namespace kernels {
@@ -54,6 +55,60 @@ absl::Status cuda_memory_info(int device, int64_t* free_bytes, int64_t* total_by
   *free_bytes = static_cast<int64_t>(f);
   *total_bytes = static_cast<int64_t>(t);
   return absl::OkStatus();
+}
+
+namespace {
+
+class CudaOpTimer final : public OpTimer {
+ public:
+  CudaOpTimer(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
+  ~CudaOpTimer() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  CudaOpTimer(const CudaOpTimer&) = delete;
+  CudaOpTimer& operator=(const CudaOpTimer&) = delete;
+
+  absl::Status mark() override {
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      if (auto s = status_of(cudaSetDevice(device_), "cudaSetDevice (op timer)"); !s.ok()) return s;
+      if (auto s = status_of(cudaEventCreate(&e), "cudaEventCreate (op timer)"); !s.ok()) return s;
+      events_.push_back(e);
+    }
+    return status_of(cudaEventRecord(events_[used_++], stream_), "cudaEventRecord (op timer)");
+  }
+
+  absl::StatusOr<std::vector<double>> take() override {
+    std::vector<double> seconds;
+    const size_t used = used_;
+    used_ = 0;
+    if (used == 0) return seconds;
+    if (auto s = status_of(cudaEventSynchronize(events_[used - 1]), "cudaEventSynchronize (op timer)"); !s.ok()) {
+      return s;
+    }
+    seconds.reserve(used);
+    for (size_t i = 0; i < used; ++i) {
+      float ms = 0;
+      if (auto s = status_of(cudaEventElapsedTime(&ms, events_[0], events_[i]), "cudaEventElapsedTime (op timer)");
+          !s.ok()) {
+        return s;
+      }
+      seconds.push_back(ms / 1e3);
+    }
+    return seconds;
+  }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<OpTimer>> cuda_op_timer(int device, void* stream) {
+  return std::make_unique<CudaOpTimer>(device, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace fp8::bench

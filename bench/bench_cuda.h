@@ -1,6 +1,7 @@
 // The few GPU pieces the benchmarks need that no fp8 interface offers: the sigmoid of
 // torchao's ln -> linear -> sigmoid step (ModelOps has no sigmoid; the model never needs
-// one) and handing cached device memory back between benchmark contenders.
+// one), handing cached device memory back between benchmark contenders, and timing marks
+// in a stream (bench_train --breakdown).
 //
 // bench_cuda.cc (with its kernels in bench_cuda_kernels.cu) implements these where the
 // build has CUDA (FP8_HAVE_CUDA); bench_cuda_stub.cc otherwise, returning Unimplemented,
@@ -11,6 +12,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bench/op_timer.h"
 
 namespace fp8::bench {
 
@@ -35,5 +38,9 @@ absl::Status cuda_release_cached_memory(int device);
 
 // Total and free device memory, in bytes (cudaMemGetInfo on `device`).
 absl::Status cuda_memory_info(int device, int64_t* free_bytes, int64_t* total_bytes);
+
+// Marks as CUDA events recorded on `stream` (a cudaStream_t of `device`), timed by the GPU:
+// for bench/op_breakdown.h. Events are made as marks need them and kept for reuse.
+absl::StatusOr<std::unique_ptr<OpTimer>> cuda_op_timer(int device, void* stream);
 
 }  // namespace fp8::bench

@@ -13,5 +13,6 @@ absl::Status cuda_sigmoid_backward_of_sum(const float*, int64_t, float*, void*) 
 absl::Status cuda_sigmoid_backward_of_sum(const uint16_t*, int64_t, uint16_t*, void*) { return no_cuda(); }
 absl::Status cuda_release_cached_memory(int) { return no_cuda(); }
 absl::Status cuda_memory_info(int, int64_t*, int64_t*) { return no_cuda(); }
+absl::StatusOr<std::unique_ptr<OpTimer>> cuda_op_timer(int, void*) { return no_cuda(); }
 
 }  // namespace fp8::bench

@@ -7,6 +7,7 @@
 //   bench_train --device cuda [--config examples/jobs/llama-h100.yaml] [--set ...]
 //               [--recipes none,tensorwise,...] [--warmup 2] [--steps 8] [--budget 420] [--csv FILE]
 //   bench_train --sequential [--recipes ...] [--warmup 2] [--steps 8] [--budget 420] [...]
+//   ... [--breakdown N]       (cuda, --sequential: where a step's time goes, op by op)
 //   bench_train --nproc N [--all-gather-fp8 both|on|off] [--timeout 300] [...as the first]
 //
 // CPU (the default): every recipe gets its own trainer on the same job; the trainers then
@@ -40,6 +41,13 @@
 // the environment for its run alone, RECIPE@NAME=VALUE, e.g.
 // `--recipes none,tensorwise,tensorwise@FP8_CUDA_CAST_ROW_TILES=1`: a kernel switch timed
 // end to end beside the default, in one run.
+//
+// --breakdown N (one recipe at a time): after its timed steps, each recipe trains N + 2
+// more with every op of the device bracketed by marks (bench/op_breakdown.h: CUDA events
+// on the GPU), and a table gives each op's time per step (GEMMs, casts, attention, norms,
+// the optimizer, ...) and the time between ops, recipe beside recipe. The first and last
+// of those steps are left out: they count their casts' saturation, as a run's first and
+// last steps do. The marks cost the GPU a little, so these steps are not the timed ones.
 //
 // Data: by default (--data auto) the job's corpus when the file exists, else a synthetic
 // text written to a temporary file, so that nothing beyond the binary has to travel to a
@@ -85,6 +93,7 @@
 #include "bench/bench_device.h"
 #include "bench/bench_util.h"
 #include "bench/local_ranks.h"
+#include "bench/op_breakdown.h"
 #include "common/jobspec/loader.h"
 #include "worker/engine/dist/file_store.h"
 #include "worker/engine/dist/gloo_process_group.h"
@@ -255,6 +264,7 @@ std::string prepare_data(Common& c, std::optional<TempDir>& tmp) {
 struct Result {
   std::string recipe;
   std::string error;  // set when the recipe could not be built or trained
+  std::optional<fp8::bench::NamedBreakdown> breakdown;  // with --breakdown
   double ms_per_step = 0;
   double tokens_per_s = 0;
   int64_t steps_timed = 0;
@@ -443,6 +453,7 @@ struct GpuOptions {
   int warmup = 2;
   int steps = 8;          // timed steps per recipe
   double budget_s = 420;  // the whole run, all recipes
+  int breakdown = 0;      // steps profiled op by op after the timed ones (two more run unprofiled)
 };
 
 // Sets `flag` at `deadline` unless destroyed first: the trainer then finishes the step in
@@ -478,13 +489,39 @@ Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
+// A device whose backend and model ops run behind the profiling wrappers of
+// bench/op_breakdown.h, for --breakdown: a trainer built on it trains as on `inner`.
+struct ProfiledDevice {
+  ProfiledDevice(const fp8::engine::Device& inner, fp8::ModelOps& inner_ops, std::unique_ptr<fp8::bench::OpTimer> timer)
+      : profiler(std::move(timer)),
+        backend(inner.backend(), profiler),
+        ops(inner_ops, profiler),
+        device(inner.name(), &backend, &ops) {}
+  fp8::bench::OpProfiler profiler;
+  fp8::bench::ProfilingBackend backend;
+  fp8::bench::ProfilingModelOps ops;
+  fp8::engine::Device device;
+};
+
+// Turns the profiler on for the steps strictly between `first` and `last`.
+class ProfileSteps final : public fp8::engine::TrainObserver {
+ public:
+  ProfileSteps(fp8::bench::OpProfiler& p, int64_t first, int64_t last) : p_(p), first_(first), last_(last) {}
+  void on_step_start(int64_t step) override { p_.set_on(step > first_ && step < last_); }
+
+ private:
+  fp8::bench::OpProfiler& p_;
+  int64_t first_, last_;
+};
+
 // Builds, warms up, times and destroys one recipe's trainer on GPU 0 (or, with
 // --sequential, the CPU); errors land in the result.
 Result run_one_recipe(const Common& opts, const GpuOptions& g, const std::string& recipe, Clock::time_point slice_end,
                       bool cuda, RunInfo& info) {
   Result r;
   r.recipe = recipe;
-  const int64_t total = g.warmup + g.steps;
+  const int64_t profiled_steps = g.breakdown > 0 ? g.breakdown + 2 : 0;
+  const int64_t total = g.warmup + g.steps + profiled_steps;
   // Reports (and the casts' saturation counts, which cost a pass each) only where run()
   // must: the first and last step of each run.
   const fp8::v1::JobSpec spec =
@@ -495,6 +532,18 @@ Result run_one_recipe(const Common& opts, const GpuOptions& g, const std::string
   if (info.device.empty()) {
     info.device = device->backend().name();
     info.peaks = fp8::bench::machine_peaks(device->backend());
+  }
+  std::optional<ProfiledDevice> profiled;  // destroyed after the trainer too
+  if (g.breakdown > 0) {
+    absl::StatusOr<fp8::ModelOps*> ops = device->model_ops();
+    absl::StatusOr<std::unique_ptr<fp8::bench::OpTimer>> timer =
+        cuda ? fp8::bench::cuda_op_timer(0, device->stream()) : fp8::bench::host_op_timer();
+    if (!ops.ok() || !timer.ok()) {
+      r.error = "profiling the device: " + std::string((ops.ok() ? timer.status() : ops.status()).message());
+      return r;
+    }
+    profiled.emplace(*device, **ops, std::move(*timer));
+    device = &profiled->device;
   }
   absl::StatusOr<std::unique_ptr<fp8::engine::Trainer>> trainer = fp8::engine::Trainer::create(spec, *device);
   if (!trainer.ok()) {
@@ -553,6 +602,20 @@ Result run_one_recipe(const Common& opts, const GpuOptions& g, const std::string
   r.tokens_per_s = last.tokens_per_second;
   r.peak_memory = std::max(warm.peak_memory(), timed.peak_memory());
   r.reserved_memory = std::max(warm.reserved_memory(), timed.reserved_memory());
+  if (profiled) {
+    const int64_t first = (*trainer)->steps_done() + 1, last = first + profiled_steps - 1;
+    ProfileSteps observer(profiled->profiler, first, last);
+    fp8::engine::RunControl control;
+    control.stop_after_step = last;
+    absl::StatusOr<fp8::engine::TrainSummary> s = (*trainer)->run(observer, control);
+    profiled->profiler.set_on(false);
+    absl::StatusOr<fp8::bench::OpBreakdown> b = profiled->profiler.take();
+    if (!s.ok() || !b.ok()) {
+      r.error = "profiled steps: " + std::string((s.ok() ? b.status() : s.status()).message());
+      return r;
+    }
+    r.breakdown = fp8::bench::NamedBreakdown{recipe, *b, g.breakdown};
+  }
   return r;
 }
 
@@ -586,6 +649,7 @@ int one_at_a_time(const Common& opts, const GpuOptions& g, const std::vector<std
     } else {
       std::fprintf(stderr, "bench_train: %s failed: %s\n", r.recipe.c_str(), r.error.c_str());
     }
+    if (r.breakdown) r.breakdown->name = r.recipe;
     results.push_back(std::move(r));
   }
 
@@ -655,6 +719,16 @@ int one_at_a_time(const Common& opts, const GpuOptions& g, const std::vector<std
   }
   if (cuda) {
     std::printf("target: fp8 faster than PyTorch bf16: bench/torch_llama.py --ours <this run's --csv> measures it\n");
+  }
+  std::vector<fp8::bench::NamedBreakdown> breakdowns;
+  for (const Result& r : results) {
+    if (r.error.empty() && r.breakdown) breakdowns.push_back(*r.breakdown);
+  }
+  if (!breakdowns.empty()) {
+    std::printf("\n# where a step's time goes (--breakdown %d: each op's %s time, per step over that many steps "
+                "after the timed ones; share of the step's span; calls per step)\n",
+                g.breakdown, cuda ? "GPU (CUDA events around it)" : "wall");
+    fp8::bench::print_breakdowns(breakdowns);
   }
   if (!opts.csv.empty()) write_csv(opts.csv, info, results);
   return failed ? 1 : 0;
@@ -905,6 +979,11 @@ int main(int argc, char** argv) {
                                     "of what is left is spent")
                          ->check(CLI::PositiveNumber)
                          ->capture_default_str();
+  auto* breakdown_opt =
+      app.add_option("--breakdown", g.breakdown,
+                     "cuda, --sequential: after the timed steps, N more (and one unprofiled on each side) with "
+                     "each op's device time marked: where a step's time goes, per recipe")
+          ->check(CLI::PositiveNumber);
   bool sequential = false;
   app.add_flag("--sequential", sequential,
                "cpu: one recipe at a time, built, warmed up, timed and destroyed in turn, as --device cuda does");
@@ -935,8 +1014,8 @@ int main(int argc, char** argv) {
   if (gpu && (nproc_opt->count() > 0 || rounds_opt->count() > 0)) {
     fp8::bench::die("--device cuda takes neither --nproc nor --rounds (one recipe at a time: --warmup, --steps)");
   }
-  if (!gpu && !sequential && (warmup_opt->count() > 0 || budget_opt->count() > 0)) {
-    fp8::bench::die("--warmup and --budget are for --device cuda (or --sequential)");
+  if (!gpu && !sequential && (warmup_opt->count() > 0 || budget_opt->count() > 0 || breakdown_opt->count() > 0)) {
+    fp8::bench::die("--warmup, --budget and --breakdown are for --device cuda (or --sequential)");
   }
   if (sequential && (gpu || nproc_opt->count() > 0 || rounds_opt->count() > 0)) {
     fp8::bench::die("--sequential is the CPU's version of --device cuda's one recipe at a time: no --nproc, --rounds");

@@ -15,7 +15,8 @@
 #                   and two row tiles a block side by side)
 #   bench-gemm      bench_cast, bench_gemm, then torch_gemm.py on the same shapes
 #   bench-linear    bench_linear (ln -> linear -> sigmoid, and the linear alone), then torch_linear.py
-#   bench-train     bench_train on llama-h100 per recipe (none first), then torch_llama.py
+#   bench-train     bench_train on llama-h100 per recipe (none first) with a per-op breakdown
+#                   of 2 steps each, then torch_llama.py
 #   bench-attention bench_attention (the tensor-core and SIMT attention kernels side by side),
 #                   then torch_attention.py
 #   profile-train   where a llama-h100 step's GPU time goes, per kernel: bench_train cut to 4
@@ -214,12 +215,15 @@ do_part() {
       if [[ -n $recipes ]] && wgmma_untimed; then
         recipes=$(tr ',' '\n' <<<"$recipes" | grep -v 'FP8_CUDA_ATTENTION=wgmma' | paste -sd, -)
       fi
+      # Each recipe also profiles 2 steps op by op (--breakdown: where a step's GPU time
+      # goes, recipe beside recipe; BENCH_TRAIN_BREAKDOWN=N for another count).
       # And within what is left of the part (or command), ~150 s stay for PyTorch.
       local budget=${BENCH_TRAIN_BUDGET:-280} room=$(($(left) - 150))
       ((room < budget)) && budget=$room
       ((budget < 30)) && budget=30
       run bench_train 330 "$bin/bench_train" --device cuda --config examples/jobs/llama-h100.yaml \
-        --budget "$budget" --csv "$out/ours_train.csv" ${recipes:+--recipes "$recipes"}
+        --budget "$budget" --csv "$out/ours_train.csv" ${recipes:+--recipes "$recipes"} \
+        --breakdown "${BENCH_TRAIN_BREAKDOWN:-2}"
       keep_csv ours_train.csv
       torch_train
       ;;

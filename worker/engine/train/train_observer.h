@@ -118,6 +118,8 @@ class TrainObserver {
  public:
   virtual ~TrainObserver() = default;
   virtual void on_start(const TrainStart&) {}
+  // Before each step queues any work (a profiler marks steps apart with it).
+  virtual void on_step_start(int64_t /*step*/) {}
   virtual void on_step(const StepReport&) {}
   virtual void on_checkpoint(int64_t /*step*/, const std::filesystem::path& /*dir*/) {}
   // Delayed scaling only: every cast's amax history after `step`, at each log interval

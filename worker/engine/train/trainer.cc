@@ -371,6 +371,7 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
     // steps that report only because they evaluate or were stopped by a signal report
     // their casts as unmeasured (ratios 0). Under FSDP every rank decides alike.
     SetCastMeasuring(*model_, measures_step(step, summary.first_step, control));
+    observer.on_step_start(step);
     const Clock::time_point step_start = Clock::now();
     bool stop_everywhere = false;
     FP8_ASSIGN_OR_RETURN(StepReport report, train_step(control, &stop_everywhere));

@@ -1,0 +1,264 @@
+#include "bench/op_breakdown.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "bench/bench_util.h"
+
+namespace fp8::bench {
+
+namespace {
+
+class HostOpTimer final : public OpTimer {
+ public:
+  absl::Status mark() override {
+    marks_.push_back(std::chrono::steady_clock::now());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<double>> take() override {
+    std::vector<double> s;
+    s.reserve(marks_.size());
+    for (const auto& m : marks_) s.push_back(std::chrono::duration<double>(m - marks_.front()).count());
+    marks_.clear();
+    return s;
+  }
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> marks_;
+};
+
+const char* quantize_label(const QuantizeArgs& q) {
+  if (q.has_columnwise()) return "quantize rowwise + columnwise";
+  switch (q.granularity) {
+    case Granularity::kTensorwise:
+      return "quantize tensorwise";
+    case Granularity::kRowwise:
+      return "quantize rowwise";
+    case Granularity::kColumnwise:
+      return "quantize columnwise";
+  }
+  return "quantize";
+}
+
+}  // namespace
+
+std::unique_ptr<OpTimer> host_op_timer() { return std::make_unique<HostOpTimer>(); }
+
+void OpProfiler::mark() {
+  if (!error_.ok()) return;
+  if (absl::Status s = timer_->mark(); !s.ok()) {
+    error_ = s;
+    on_ = false;
+  }
+}
+
+absl::StatusOr<OpBreakdown> OpProfiler::take() {
+  std::vector<const char*> labels = std::move(labels_);
+  labels_.clear();
+  absl::StatusOr<std::vector<double>> marks = timer_->take();
+  if (!error_.ok()) return error_;
+  if (!marks.ok()) return marks.status();
+  if (marks->size() != 2 * labels.size()) {
+    return absl::InternalError("op breakdown: " + std::to_string(marks->size()) + " marks for " +
+                               std::to_string(labels.size()) + " ops");
+  }
+  OpBreakdown b;
+  std::map<std::string, OpTime> by_label;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    OpTime& t = by_label[labels[i]];
+    t.label = labels[i];
+    t.seconds += (*marks)[2 * i + 1] - (*marks)[2 * i];
+    ++t.calls;
+    if (i > 0) b.between_s += (*marks)[2 * i] - (*marks)[2 * i - 1];
+  }
+  if (!labels.empty()) b.span_s = marks->back() - marks->front();
+  for (auto& [label, t] : by_label) b.ops.push_back(t);
+  std::sort(b.ops.begin(), b.ops.end(), [](const OpTime& x, const OpTime& y) { return x.seconds > y.seconds; });
+  return b;
+}
+
+// ---- Backend --------------------------------------------------------------------------------
+
+absl::Status ProfilingBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
+  return p_.run("host copies", [&] { return inner_.copy_from_host(dst, src, bytes); });
+}
+absl::Status ProfilingBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
+  return p_.run("host copies", [&] { return inner_.copy_to_host(dst, src, bytes); });
+}
+absl::Status ProfilingBackend::queue_copy_from_host(void* dst, const void* src, size_t bytes) {
+  return p_.run("host copies", [&] { return inner_.queue_copy_from_host(dst, src, bytes); });
+}
+absl::Status ProfilingBackend::copy(void* dst, const void* src, size_t bytes) {
+  return p_.run("device copies", [&] { return inner_.copy(dst, src, bytes); });
+}
+absl::Status ProfilingBackend::fill_zero(void* dst, size_t bytes) {
+  return p_.run("zero fills", [&] { return inner_.fill_zero(dst, bytes); });
+}
+absl::Status ProfilingBackend::transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
+  return p_.run("fp8 transposes", [&] { return inner_.transpose_bytes(src, rows, cols, dst); });
+}
+absl::Status ProfilingBackend::amax(const MatrixRef& x, Granularity g, float* out) {
+  return p_.run("amax", [&] { return inner_.amax(x, g, out); });
+}
+absl::Status ProfilingBackend::compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale) {
+  return p_.run("compute scales", [&] { return inner_.compute_scales(amax, n, f, pow2, scale); });
+}
+absl::Status ProfilingBackend::cast(const CastArgs& args) {
+  return p_.run("cast", [&] { return inner_.cast(args); });
+}
+absl::Status ProfilingBackend::count_cast_range(const CastRangeArgs& args) {
+  return p_.run("cast range counts", [&] { return inner_.count_cast_range(args); });
+}
+absl::Status ProfilingBackend::quantize(const QuantizeArgs& args) {
+  return p_.run(quantize_label(args), [&] { return inner_.quantize(args); });
+}
+absl::Status ProfilingBackend::dequantize(const DequantizeArgs& args) {
+  return p_.run("dequantize", [&] { return inner_.dequantize(args); });
+}
+absl::Status ProfilingBackend::convert(const void* in, DType in_dtype, void* out, DType out_dtype, int64_t n) {
+  return p_.run("convert", [&] { return inner_.convert(in, in_dtype, out, out_dtype, n); });
+}
+absl::Status ProfilingBackend::scaled_gemm(const ScaledGemmArgs& args) {
+  return p_.run("fp8 GEMM", [&] { return inner_.scaled_gemm(args); });
+}
+absl::Status ProfilingBackend::gemm(const GemmArgs& args) {
+  return p_.run(args.in_dtype == DType::kBFloat16 ? "bf16 GEMM" : "fp32 GEMM", [&] { return inner_.gemm(args); });
+}
+
+// ---- ModelOps -------------------------------------------------------------------------------
+
+absl::Status ProfilingModelOps::embedding_forward(const int32_t* tokens, int64_t n, const float* table, int64_t vocab,
+                                                  int64_t dim, void* out, DType act) {
+  return p_.run("embedding forward", [&] { return inner_.embedding_forward(tokens, n, table, vocab, dim, out, act); });
+}
+absl::Status ProfilingModelOps::embedding_backward(const int32_t* tokens, int64_t n, const void* grad_out,
+                                                   int64_t vocab, int64_t dim, float* grad_table, DType act) {
+  return p_.run("embedding backward",
+                [&] { return inner_.embedding_backward(tokens, n, grad_out, vocab, dim, grad_table, act); });
+}
+absl::Status ProfilingModelOps::rmsnorm_forward(const void* x, const float* weight, int64_t rows, int64_t dim,
+                                                float eps, void* out, float* inv_rms, DType act, float* row_amax) {
+  return p_.run("RMSNorm forward",
+                [&] { return inner_.rmsnorm_forward(x, weight, rows, dim, eps, out, inv_rms, act, row_amax); });
+}
+absl::Status ProfilingModelOps::rmsnorm_backward(const void* x, const float* weight, const float* inv_rms,
+                                                 const void* grad_out, int64_t rows, int64_t dim, void* grad_x,
+                                                 float* grad_weight, DType act, Store grad_x_store,
+                                                 float* grad_x_row_amax) {
+  return p_.run("RMSNorm backward", [&] {
+    return inner_.rmsnorm_backward(x, weight, inv_rms, grad_out, rows, dim, grad_x, grad_weight, act, grad_x_store,
+                                   grad_x_row_amax);
+  });
+}
+absl::Status ProfilingModelOps::rope_forward(const RopeShape& shape, double theta, const void* x, void* out,
+                                             DType act) {
+  return p_.run("RoPE forward", [&] { return inner_.rope_forward(shape, theta, x, out, act); });
+}
+absl::Status ProfilingModelOps::rope_backward(const RopeShape& shape, double theta, const void* grad_out,
+                                              void* grad_x, DType act, float* grad_x_row_amax) {
+  return p_.run("RoPE backward",
+                [&] { return inner_.rope_backward(shape, theta, grad_out, grad_x, act, grad_x_row_amax); });
+}
+absl::Status ProfilingModelOps::attention_forward(const AttentionShape& shape, const void* q, const void* k,
+                                                  const void* v, void* out, float* lse, DType act,
+                                                  float* out_row_amax) {
+  return p_.run("attention forward",
+                [&] { return inner_.attention_forward(shape, q, k, v, out, lse, act, out_row_amax); });
+}
+absl::Status ProfilingModelOps::attention_backward(const AttentionShape& shape, const void* q, const void* k,
+                                                   const void* v, const void* out, const float* lse,
+                                                   const void* grad_out, void* grad_q, void* grad_k, void* grad_v,
+                                                   DType act) {
+  return p_.run("attention backward", [&] {
+    return inner_.attention_backward(shape, q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v, act);
+  });
+}
+absl::Status ProfilingModelOps::swiglu_forward(const void* gate, const void* up, int64_t n, void* out, DType act,
+                                               const RowAmaxes& row_amax) {
+  return p_.run("SwiGLU forward", [&] { return inner_.swiglu_forward(gate, up, n, out, act, row_amax); });
+}
+absl::Status ProfilingModelOps::swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n,
+                                                void* grad_gate, void* grad_up, DType act,
+                                                const RowAmaxes& grad_gate_row_amax,
+                                                const RowAmaxes& grad_up_row_amax) {
+  return p_.run("SwiGLU backward", [&] {
+    return inner_.swiglu_backward(gate, up, grad_out, n, grad_gate, grad_up, act, grad_gate_row_amax,
+                                  grad_up_row_amax);
+  });
+}
+absl::Status ProfilingModelOps::add(const void* a, const void* b, int64_t n, void* out, DType act) {
+  return p_.run("add", [&] { return inner_.add(a, b, n, out, act); });
+}
+absl::Status ProfilingModelOps::accumulate(const void* x, int64_t n, void* y, DType act) {
+  return p_.run("accumulate", [&] { return inner_.accumulate(x, n, y, act); });
+}
+absl::Status ProfilingModelOps::cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows,
+                                                      int64_t vocab, float* loss, float* lse, DType act) {
+  return p_.run("cross-entropy forward",
+                [&] { return inner_.cross_entropy_forward(logits, targets, rows, vocab, loss, lse, act); });
+}
+absl::Status ProfilingModelOps::cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse,
+                                                       int64_t rows, int64_t vocab, float grad_loss,
+                                                       void* grad_logits, DType act) {
+  return p_.run("cross-entropy backward", [&] {
+    return inner_.cross_entropy_backward(logits, targets, lse, rows, vocab, grad_loss, grad_logits, act);
+  });
+}
+absl::Status ProfilingModelOps::adamw_step(const AdamWHyperparams& h, int64_t step, float* param, const float* grad,
+                                           float* m, float* v, int64_t n, const RowAmaxes& param_row_amax) {
+  return p_.run("AdamW", [&] { return inner_.adamw_step(h, step, param, grad, m, v, n, param_row_amax); });
+}
+absl::StatusOr<double> ProfilingModelOps::sum_of_squares(const float* x, int64_t n) {
+  return p_.run("grad norm", [&] { return inner_.sum_of_squares(x, n); });
+}
+absl::StatusOr<double> ProfilingModelOps::total_sum_of_squares(const std::vector<FloatSpan>& buffers) {
+  return p_.run("grad norm", [&] { return inner_.total_sum_of_squares(buffers); });
+}
+
+// ---- the table ------------------------------------------------------------------------------
+
+void print_breakdowns(const std::vector<NamedBreakdown>& runs) {
+  // Rows in order of the most time any run spent on them.
+  std::map<std::string, double> most;
+  for (const NamedBreakdown& r : runs) {
+    for (const OpTime& t : r.breakdown.ops) {
+      most[t.label] = std::max(most[t.label], t.seconds / std::max(r.steps, 1));
+    }
+  }
+  std::vector<std::string> labels;
+  for (const auto& [label, s] : most) labels.push_back(label);
+  std::stable_sort(labels.begin(), labels.end(),
+                   [&](const std::string& x, const std::string& y) { return most[x] > most[y]; });
+
+  std::vector<std::string> header{"ms per step (share, calls)"};
+  for (const NamedBreakdown& r : runs) header.push_back(r.name);
+  Table table(header);
+  // ms per step (share of the span, calls per step)
+  auto cell = [](double seconds, int64_t calls, const NamedBreakdown& r) {
+    const double steps = std::max(r.steps, 1);
+    const double share = r.breakdown.span_s > 0 ? 100.0 * seconds / r.breakdown.span_s : 0.0;
+    std::string s = fmt(1e3 * seconds / steps, 2) + " (" + fmt(share, 1) + "%";
+    if (calls > 0) s += ", " + fmt(static_cast<double>(calls) / steps, 0) + "x";
+    return s + ")";
+  };
+  for (const std::string& label : labels) {
+    std::vector<std::string> row{label};
+    for (const NamedBreakdown& r : runs) {
+      const auto it = std::find_if(r.breakdown.ops.begin(), r.breakdown.ops.end(),
+                                   [&](const OpTime& t) { return t.label == label; });
+      row.push_back(it == r.breakdown.ops.end() ? "-" : cell(it->seconds, it->calls, r));
+    }
+    table.add(row);
+  }
+  std::vector<std::string> between{"between ops (host waits, launches)"}, span{"step (first op's start to last's end)"};
+  for (const NamedBreakdown& r : runs) {
+    between.push_back(cell(r.breakdown.between_s, 0, r));
+    span.push_back(fmt(1e3 * r.breakdown.span_s / std::max(r.steps, 1), 2));
+  }
+  table.add(between);
+  table.add(span);
+  table.print();
+}
+
+}  // namespace fp8::bench

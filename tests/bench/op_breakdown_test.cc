@@ -1,0 +1,175 @@
+// bench/op_breakdown.h: the profiler's arithmetic on a scripted clock, and the profiling
+// wrappers around the CPU device, on which a trainer trains bit for bit as on the device
+// itself while every op of its steps is accounted for.
+#include "bench/op_breakdown.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "gtest/gtest.h"
+#include "tests/engine/train/train_test_util.h"
+#include "worker/engine/train/trainer.h"
+
+namespace fp8::bench {
+namespace {
+
+// Marks that read a scripted clock; the mark numbered fail_at fails.
+class ScriptedTimer final : public OpTimer {
+ public:
+  explicit ScriptedTimer(std::vector<double> clock, int fail_at = -1) : clock_(std::move(clock)), fail_at_(fail_at) {}
+  absl::Status mark() override {
+    if (next_ == fail_at_) return absl::InternalError("no event left");
+    marks_.push_back(clock_.at(static_cast<size_t>(next_++)));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<double>> take() override {
+    std::vector<double> s;
+    for (double m : marks_) s.push_back(m - marks_.front());
+    marks_.clear();
+    return s;
+  }
+
+ private:
+  std::vector<double> clock_, marks_;
+  int next_ = 0, fail_at_;
+};
+
+absl::Status ok() { return absl::OkStatus(); }
+
+const OpTime* find(const OpBreakdown& b, const std::string& label) {
+  const auto it = std::find_if(b.ops.begin(), b.ops.end(), [&](const OpTime& t) { return t.label == label; });
+  return it == b.ops.end() ? nullptr : &*it;
+}
+
+TEST(OpProfiler, SumsEachLabelsOpsAndTheTimeBetweenOps) {
+  // a: 10-12, then 1 s idle, b: 13-17, then 0.5 s, a: 17.5-18.
+  OpProfiler p(std::make_unique<ScriptedTimer>(std::vector<double>{10, 12, 13, 17, 17.5, 18}));
+  p.set_on(true);
+  ASSERT_TRUE(p.run("a", ok).ok());
+  ASSERT_TRUE(p.run("b", ok).ok());
+  ASSERT_TRUE(p.run("a", ok).ok());
+  absl::StatusOr<OpBreakdown> b = p.take();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(b->ops.size(), 2u);
+  EXPECT_EQ(b->ops[0].label, "b");  // most time first
+  EXPECT_DOUBLE_EQ(b->ops[0].seconds, 4.0);
+  EXPECT_EQ(b->ops[0].calls, 1);
+  EXPECT_EQ(b->ops[1].label, "a");
+  EXPECT_DOUBLE_EQ(b->ops[1].seconds, 2.5);
+  EXPECT_EQ(b->ops[1].calls, 2);
+  EXPECT_DOUBLE_EQ(b->between_s, 1.5);
+  EXPECT_DOUBLE_EQ(b->span_s, 8.0);
+  // take() forgets what it returned.
+  absl::StatusOr<OpBreakdown> again = p.take();
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->ops.empty());
+  EXPECT_EQ(again->span_s, 0.0);
+}
+
+TEST(OpProfiler, OpsRunUnmarkedWhileOffAndTheirResultsPassThrough) {
+  OpProfiler p(std::make_unique<ScriptedTimer>(std::vector<double>{0, 1}));
+  absl::StatusOr<double> value = p.run("off", [] { return absl::StatusOr<double>(42.0); });
+  ASSERT_TRUE(value.ok());
+  EXPECT_EQ(*value, 42.0);
+  p.set_on(true);
+  EXPECT_EQ(p.run("on", [] { return absl::InvalidArgumentError("bad shape"); }).message(), "bad shape");
+  absl::StatusOr<OpBreakdown> b = p.take();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(b->ops.size(), 1u);  // only the op run while on
+  EXPECT_EQ(b->ops[0].label, "on");
+}
+
+TEST(OpProfiler, AFailedMarkStopsMarkingButNotTheOpsAndTakeSaysWhy) {
+  OpProfiler p(std::make_unique<ScriptedTimer>(std::vector<double>{0, 1, 2, 3}, /*fail_at=*/1));
+  p.set_on(true);
+  int ran = 0;
+  auto op = [&] {
+    ++ran;
+    return absl::OkStatus();
+  };
+  EXPECT_TRUE(p.run("a", op).ok());
+  EXPECT_TRUE(p.run("a", op).ok());
+  EXPECT_EQ(ran, 2);
+  EXPECT_FALSE(p.on());
+  p.set_on(true);  // stays off after an error
+  EXPECT_FALSE(p.on());
+  absl::StatusOr<OpBreakdown> b = p.take();
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("no event left"), std::string::npos);
+}
+
+// Turns the profiler on for one step alone (TrainObserver::on_step_start).
+class ProfileOneStep final : public engine::TrainObserver {
+ public:
+  ProfileOneStep(OpProfiler& p, int64_t step) : p_(p), step_(step) {}
+  void on_step_start(int64_t step) override {
+    starts.push_back(step);
+    p_.set_on(step == step_);
+  }
+  void on_step(const engine::StepReport& r) override { losses.push_back(r.loss); }
+  std::vector<int64_t> starts;
+  std::vector<double> losses;
+
+ private:
+  OpProfiler& p_;
+  int64_t step_;
+};
+
+class ProfilingDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { engine::testing::WriteSyntheticCorpus(corpus_, 200'000); }
+  v1::JobSpec job(const std::string& dir) {
+    return engine::testing::TinyJob(corpus_, tmp_.path() / dir, {"train.steps=4", "train.eval_every=0"});
+  }
+  engine::testing::TempDir tmp_{"op-breakdown"};
+  std::filesystem::path corpus_ = tmp_.path() / "corpus.txt";
+};
+
+TEST_F(ProfilingDeviceTest, TrainsBitForBitAsTheDeviceItselfAndAccountsForTheProfiledStep) {
+  const engine::Device& cpu = engine::Device::cpu();
+  absl::StatusOr<std::unique_ptr<engine::Trainer>> plain = engine::Trainer::create(job("plain"), cpu);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  engine::testing::RecordingObserver plain_log;
+  ASSERT_TRUE((*plain)->run(plain_log).ok());
+
+  OpProfiler profiler(host_op_timer());
+  absl::StatusOr<ModelOps*> cpu_ops = cpu.model_ops();
+  ASSERT_TRUE(cpu_ops.ok());
+  ProfilingBackend backend(cpu.backend(), profiler);
+  ProfilingModelOps ops(**cpu_ops, profiler);
+  const engine::Device profiled("cpu", &backend, &ops);
+  absl::StatusOr<std::unique_ptr<engine::Trainer>> traced = engine::Trainer::create(job("traced"), profiled);
+  ASSERT_TRUE(traced.ok()) << traced.status();
+  ProfileOneStep log(profiler, 2);
+  ASSERT_TRUE((*traced)->run(log).ok());
+
+  // Every step started once, in order, and trained to the same bits.
+  EXPECT_EQ(log.starts, (std::vector<int64_t>{1, 2, 3, 4}));
+  ASSERT_EQ(log.losses.size(), plain_log.steps.size());
+  for (size_t i = 0; i < log.losses.size(); ++i) EXPECT_EQ(log.losses[i], plain_log.steps[i].loss) << "step " << i + 1;
+
+  // Step 2 alone was marked: each of its ops once per call.
+  absl::StatusOr<OpBreakdown> b = profiler.take();
+  ASSERT_TRUE(b.ok()) << b.status();
+  const engine::LlamaConfig& c = (*traced)->model().config();
+  ASSERT_NE(find(*b, "attention forward"), nullptr);
+  EXPECT_EQ(find(*b, "attention forward")->calls, c.n_layers);
+  EXPECT_EQ(find(*b, "attention backward")->calls, c.n_layers);
+  EXPECT_EQ(find(*b, "embedding forward")->calls, 1);
+  EXPECT_EQ(find(*b, "cross-entropy forward")->calls, 1);
+  // The seven linears of each layer in fp8 (the output projection stays high precision):
+  // three GEMMs each.
+  ASSERT_NE(find(*b, "fp8 GEMM"), nullptr);
+  EXPECT_EQ(find(*b, "fp8 GEMM")->calls, 3 * 7 * c.n_layers);
+  EXPECT_EQ(find(*b, "fp32 GEMM")->calls, 3);
+  ASSERT_NE(find(*b, "AdamW"), nullptr);
+  EXPECT_GT(find(*b, "AdamW")->calls, 0);
+  // The ops and the time between them make up the span.
+  const double ops_s = std::accumulate(b->ops.begin(), b->ops.end(), 0.0,
+                                       [](double s, const OpTime& t) { return s + t.seconds; });
+  EXPECT_GT(b->span_s, 0.0);
+  EXPECT_NEAR(ops_s + b->between_s, b->span_s, 1e-9 * std::max(1.0, b->span_s));
+}
+
+}  // namespace
+}  // namespace fp8::bench
