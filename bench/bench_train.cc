@@ -265,6 +265,7 @@ struct Result {
   std::string recipe;
   std::string error;  // set when the recipe could not be built or trained
   std::optional<fp8::bench::NamedBreakdown> breakdown;  // with --breakdown
+  std::string breakdown_error;  // why the profiled steps failed (the timing still stands)
   double ms_per_step = 0;
   double tokens_per_s = 0;
   int64_t steps_timed = 0;
@@ -611,10 +612,10 @@ Result run_one_recipe(const Common& opts, const GpuOptions& g, const std::string
     profiled->profiler.set_on(false);
     absl::StatusOr<fp8::bench::OpBreakdown> b = profiled->profiler.take();
     if (!s.ok() || !b.ok()) {
-      r.error = "profiled steps: " + std::string((s.ok() ? b.status() : s.status()).message());
-      return r;
+      r.breakdown_error = std::string((s.ok() ? b.status() : s.status()).message());
+    } else {
+      r.breakdown = fp8::bench::NamedBreakdown{recipe, *b, g.breakdown};
     }
-    r.breakdown = fp8::bench::NamedBreakdown{recipe, *b, g.breakdown};
   }
   return r;
 }
@@ -723,6 +724,10 @@ int one_at_a_time(const Common& opts, const GpuOptions& g, const std::vector<std
   std::vector<fp8::bench::NamedBreakdown> breakdowns;
   for (const Result& r : results) {
     if (r.error.empty() && r.breakdown) breakdowns.push_back(*r.breakdown);
+    if (!r.breakdown_error.empty()) {
+      std::printf("%s: the profiled steps failed (its timing above stands): %s\n", r.recipe.c_str(),
+                  r.breakdown_error.c_str());
+    }
   }
   if (!breakdowns.empty()) {
     std::printf("\n# where a step's time goes (--breakdown %d: each op's %s time, per step over that many steps "

@@ -10,7 +10,8 @@
 // definitions (as the emulated instructions implement them), missing barriers between
 // warps of a block (as wrong results, not reliably), uninitialised shared memory read, and
 // asynchronous results (cp.async copies, wgmma accumulators) used before the wait that
-// covers them: they land only at that wait, garbage until then.
+// covers them: they land only at that wait, garbage until then; and copies read by wgmma
+// with no fence.proxy.async after they landed.
 // What it cannot: races between blocks, the GPU's expf and rounding of fused multiply-adds,
 // speed.
 #pragma once
@@ -76,6 +77,10 @@ struct Block {
 };
 
 inline thread_local Block* current_block = nullptr;
+// Set when cp.async copies of this thread landed in shared memory (through the generic
+// proxy) and no fence.proxy.async followed yet: wgmma, which reads shared memory through
+// the async proxy, must not be issued then (cuda/ops/wgmma_primitives.cuh checks).
+inline thread_local bool generic_writes_unfenced = false;
 
 // Runs kernel(args...) over a grid of blocks (x, y) of block.x x block.y threads (a
 // multiple of 32 in all), with `smem` bytes of dynamic shared memory; launch_grid() takes

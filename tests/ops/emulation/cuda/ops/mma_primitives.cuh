@@ -115,6 +115,7 @@ template <int kPending>
 inline void cp_async_wait() {
   while (committed_copies.size() > static_cast<size_t>(kPending)) {
     for (const AsyncCopy& c : committed_copies.front()) {
+      emulation::generic_writes_unfenced = true;
       if (c.valid) {
         std::memcpy(c.dst, c.src, c.bytes);
       } else {

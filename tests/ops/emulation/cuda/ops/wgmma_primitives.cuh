@@ -9,7 +9,9 @@
 //   rewritten before it, gives wrong results here, and an accumulator written meanwhile
 //   aborts;
 // - a wgmma issued with no wgmma.fence since the thread's last wait aborts (registers are
-//   touched after a wait; the fence orders them before the next wgmma).
+//   touched after a wait; the fence orders them before the next wgmma), and so does one
+//   issued after the thread's cp.async copies landed with no fence.proxy.async since
+//   (wgmma reads shared memory through the async proxy).
 // B is read from shared memory as this project reads the descriptors (the canonical
 // layouts, then the 128-byte swizzle on the absolute address: bits 4-6 XOR bits 7-9);
 // what the hardware makes of them is fp8_wgmma_probe_test's business, on a GPU. The
@@ -108,7 +110,7 @@ inline void commit() {
   committed_ops.push_back(std::move(uncommitted_ops));
   uncommitted_ops.clear();
 }
-inline void proxy_fence() {}
+inline void proxy_fence() { emulation::generic_writes_unfenced = false; }
 inline void fence_operand(float&) {}
 
 inline InFlight& in_flight_entry(float* d) {
@@ -178,6 +180,10 @@ inline void mma_m64n64k16(float (&d)[32], const uint32_t (&a)[4], Descriptor b, 
   }
   if (!fenced) {
     std::fprintf(stderr, "wgmma: issued without a wgmma.fence since the thread's last wait\n");
+    std::abort();
+  }
+  if (emulation::generic_writes_unfenced) {
+    std::fprintf(stderr, "wgmma: issued after cp.async copies landed without a fence.proxy.async since\n");
     std::abort();
   }
   size_t ops = uncommitted_ops.size();
