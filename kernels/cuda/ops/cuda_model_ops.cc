@@ -252,21 +252,24 @@ class CudaModelOps final : public ModelOps {
     std::lock_guard<std::mutex> lock(mu_);
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
-    // One result slot per buffer; the partials scratch is shared: each buffer's combine
-    // kernel has consumed it before the next buffer's partial kernel runs (one stream).
-    size_t partial_bytes = 0;
-    for (const FloatSpan& b : buffers) partial_bytes = std::max(partial_bytes, cuda::sum_of_squares_scratch_bytes(b.n));
+    // Every buffer's sum in a few launches (two per 64 buffers), as sum_of_squares would
+    // make it; one result slot per buffer.
+    std::vector<const float*> xs;
+    std::vector<int64_t> ns;
+    for (const FloatSpan& b : buffers) {
+      xs.push_back(b.data);
+      ns.push_back(b.n);
+    }
+    const int count = static_cast<int>(buffers.size());
     cuda::ScratchLayout layout;
     const size_t results_offset = layout.add(buffers.size() * sizeof(double));
-    const size_t partials_offset = layout.add(partial_bytes);
+    const size_t partials_offset = layout.add(cuda::sums_of_squares_scratch_bytes(ns.data(), count));
     auto scratch = scratch_.get(layout.total(), stream_);
     if (!scratch.ok()) return scratch.status();
     auto* base = static_cast<char*>(*scratch);
     auto* results = reinterpret_cast<double*>(base + results_offset);
-    for (size_t i = 0; i < buffers.size(); ++i) {
-      FP8_RETURN_IF_ERROR(cuda_status(
-          cuda::launch_sum_of_squares(buffers[i].data, buffers[i].n, results + i, base + partials_offset, stream_)));
-    }
+    FP8_RETURN_IF_ERROR(cuda_status(
+        cuda::launch_sums_of_squares(xs.data(), ns.data(), count, results, base + partials_offset, stream_)));
     std::vector<double> sums(buffers.size());
     FP8_RETURN_IF_ERROR(cuda_status(
         cudaMemcpyAsync(sums.data(), results, sums.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_),

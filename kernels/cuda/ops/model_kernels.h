@@ -122,6 +122,13 @@ size_t sum_of_squares_scratch_bytes(int64_t n);
 // block adds them in block order.
 LaunchResult launch_sum_of_squares(const float* x, int64_t n, double* result, void* scratch, cudaStream_t stream);
 
+// results[i] (device memory) = Σ xs[i]² for `count` buffers, each the double
+// launch_sum_of_squares gives, in two launches per 64 buffers instead of two per buffer.
+// scratch: sums_of_squares_scratch_bytes() of the same buffers.
+size_t sums_of_squares_scratch_bytes(const int64_t* ns, int count);
+LaunchResult launch_sums_of_squares(const float* const* xs, const int64_t* ns, int count, double* results,
+                                    void* scratch, cudaStream_t stream);
+
 // ---- cross-entropy ---------------------------------------------------------------------------------
 
 size_t cross_entropy_forward_scratch_bytes(int64_t rows);

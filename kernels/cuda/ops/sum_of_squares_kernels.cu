@@ -1,58 +1,16 @@
-// Σ x² in double, deterministically: a fixed number of blocks (a function of n alone) each
-// write one partial sum, then one block adds the partials in block order. Every thread
-// sums whole groups of 4 elements, group t, t + stride, ..., so the order of additions is
-// the same whether the vector path (x 16-byte aligned) or the scalar one loads them.
+// The launchers of the sum-of-squares kernels (sum_of_squares_device.cuh).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
-#include "cuda/ops/kernel_util.cuh"
 #include "cuda/ops/model_kernels.h"
+#include "cuda/ops/sum_of_squares_device.cuh"
 
 namespace fp8::cuda {
-namespace {
 
-using model::kThreads;
-
-// Partials per call: enough blocks to keep every SM of an H100 streaming, few enough that
-// the final block's pass over them is short.
-constexpr int64_t kMaxPartials = 1024;
-
-int64_t partial_count(int64_t n) {
-  const int64_t blocks = model::ceil_div(model::ceil_div(n, 4), kThreads);
-  return blocks < kMaxPartials ? blocks : kMaxPartials;
-}
-
-template <bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    partial_sum_of_squares_kernel(const float* __restrict__ x, int64_t n, double* __restrict__ partial) {
-  const int64_t groups = model::ceil_div(n, 4);
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-  double sum = 0.0;
-  for (int64_t g = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; g < groups; g += stride) {
-    float v[4];
-    // A vector load needs a whole group; the last one may be partial when n % 4 != 0.
-    if (kVec && 4 * g + 4 <= n) {
-      model::load_group<true>(x, g, n, 0.0f, v);
-    } else {
-      model::load_group<false>(x, g, n, 0.0f, v);
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) sum += static_cast<double>(v[k]) * static_cast<double>(v[k]);
-  }
-  sum = model::block_sum(sum);
-  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
-}
-
-__global__ void __launch_bounds__(kThreads)
-    combine_partials_kernel(const double* __restrict__ partial, int64_t count, double* __restrict__ result) {
-  double sum = 0.0;
-  for (int64_t i = threadIdx.x; i < count; i += kThreads) sum += partial[i];
-  sum = model::block_sum(sum);
-  if (threadIdx.x == 0) *result = sum;
-}
-
-}  // namespace
+using squares::partial_count;
+using squares::SquaresTable;
 
 size_t sum_of_squares_scratch_bytes(int64_t n) {
   model::ScratchCarver carve(nullptr);
@@ -69,13 +27,54 @@ LaunchResult launch_sum_of_squares(const float* x, int64_t n, double* result, vo
   double* partial = carve.take<double>(static_cast<size_t>(partial_count(n)));
   const auto blocks = static_cast<unsigned>(partial_count(n));
   if (model::aligned16(x)) {
-    partial_sum_of_squares_kernel<true><<<blocks, kThreads, 0, stream>>>(x, n, partial);
+    squares::partial_sum_of_squares_kernel<true><<<blocks, model::kThreads, 0, stream>>>(x, n, partial);
   } else {
-    partial_sum_of_squares_kernel<false><<<blocks, kThreads, 0, stream>>>(x, n, partial);
+    squares::partial_sum_of_squares_kernel<false><<<blocks, model::kThreads, 0, stream>>>(x, n, partial);
   }
   if (auto r = model::after_launch("sum_of_squares kernel"); !r.ok()) return r;
-  combine_partials_kernel<<<1, kThreads, 0, stream>>>(partial, blocks, result);
+  squares::combine_partials_kernel<<<1, model::kThreads, 0, stream>>>(partial, blocks, result);
   return model::after_launch("sum_of_squares combine kernel");
+}
+
+namespace {
+
+// The partials of the table with the most: the scratch holds one table's at a time.
+size_t most_partials(const int64_t* ns, int count) {
+  int64_t most = 0;
+  for (int first = 0; first < count; first += SquaresTable::kMax) {
+    int64_t blocks = 0;
+    for (int i = first; i < std::min(count, first + SquaresTable::kMax); ++i) blocks += partial_count(ns[i]);
+    most = std::max(most, blocks);
+  }
+  return static_cast<size_t>(most);
+}
+
+}  // namespace
+
+size_t sums_of_squares_scratch_bytes(const int64_t* ns, int count) {
+  model::ScratchCarver carve(nullptr);
+  carve.take<double>(most_partials(ns, count));
+  return carve.used();
+}
+
+LaunchResult launch_sums_of_squares(const float* const* xs, const int64_t* ns, int count, double* results,
+                                    void* scratch, cudaStream_t stream) {
+  model::ScratchCarver carve(scratch);
+  double* partials = carve.take<double>(most_partials(ns, count));
+  // Each table's combine has read the partials before the next table's partial kernel
+  // writes them: one stream.
+  for (int first = 0; first < count; first += SquaresTable::kMax) {
+    const SquaresTable t = squares::make_table(xs, ns, first, count);
+    const int64_t blocks = t.first_block[t.count];
+    if (blocks > 0) {
+      squares::many_partial_sums_kernel<<<static_cast<unsigned>(blocks), model::kThreads, 0, stream>>>(t, partials);
+      if (auto r = model::after_launch("sums_of_squares kernel"); !r.ok()) return r;
+    }
+    squares::many_combine_kernel<<<static_cast<unsigned>(t.count), model::kThreads, 0, stream>>>(t, partials,
+                                                                                               results + first);
+    if (auto r = model::after_launch("sums_of_squares combine kernel"); !r.ok()) return r;
+  }
+  return {};
 }
 
 }  // namespace fp8::cuda
