@@ -215,6 +215,10 @@ absl::StatusOr<double> ProfilingModelOps::sum_of_squares(const float* x, int64_t
 absl::StatusOr<double> ProfilingModelOps::total_sum_of_squares(const std::vector<FloatSpan>& buffers) {
   return p_.run("grad norm", [&] { return inner_.total_sum_of_squares(buffers); });
 }
+absl::Status ProfilingModelOps::queue_grad_norm(const std::vector<FloatSpan>& buffers, double max_norm,
+                                                double* sum_of_squares, float* clip_scale) {
+  return p_.run("grad norm", [&] { return inner_.queue_grad_norm(buffers, max_norm, sum_of_squares, clip_scale); });
+}
 
 // ---- the table ------------------------------------------------------------------------------
 

@@ -137,6 +137,8 @@ class ProfilingModelOps final : public ModelOps {
                           float* v, int64_t n, const RowAmaxes& param_row_amax) override;
   absl::StatusOr<double> sum_of_squares(const float* x, int64_t n) override;
   absl::StatusOr<double> total_sum_of_squares(const std::vector<FloatSpan>& buffers) override;
+  absl::Status queue_grad_norm(const std::vector<FloatSpan>& buffers, double max_norm, double* sum_of_squares,
+                               float* clip_scale) override;
 
  private:
   ModelOps& inner_;

@@ -2,6 +2,7 @@
 // the same calls with the same messages), then run the multithreaded kernel. The kernels
 // are fp32; bf16 activations reach them through ActivationStaging (ops/bf16_staging.h),
 // which for fp32 hands them the caller's pointers untouched.
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -214,7 +215,12 @@ class CpuModelOps final : public ModelOps {
   absl::Status adamw_step(const AdamWHyperparams& h, int64_t step, float* param, const float* grad, float* m, float* v,
                           int64_t n, const RowAmaxes& param_row_amax) override {
     FP8_RETURN_IF_ERROR(ops::validate_adamw(h, step, param_row_amax, param, grad, m, v, n));
-    ops::cpu::adamw_step(ops::adamw_coefficients(h, step), param, grad, m, v, n);
+    ops::AdamWCoefficients c = ops::adamw_coefficients(h, step);
+    if (h.grad_scale_in != nullptr) {
+      c.grad_scale = *h.grad_scale_in;
+      if (std::isnan(c.grad_scale)) return absl::OkStatus();  // a non-finite norm: no update
+    }
+    ops::cpu::adamw_step(c, param, grad, m, v, n);
     write_row_amaxes(param, DType::kFloat32, n, param_row_amax);
     return absl::OkStatus();
   }
@@ -229,6 +235,16 @@ class CpuModelOps final : public ModelOps {
     double total = 0.0;
     for (const FloatSpan& b : buffers) total += ops::cpu::sum_of_squares(b.data, b.n);
     return total;
+  }
+
+  absl::Status queue_grad_norm(const std::vector<FloatSpan>& buffers, double max_norm, double* sum_of_squares,
+                               float* clip_scale) override {
+    FP8_RETURN_IF_ERROR(ops::validate_grad_norm(max_norm, sum_of_squares, clip_scale));
+    absl::StatusOr<double> total = total_sum_of_squares(buffers);
+    if (!total.ok()) return total.status();
+    *sum_of_squares = *total;
+    *clip_scale = ops::clip_scale_from_sum_of_squares(*total, max_norm);
+    return absl::OkStatus();
   }
 
  private:

@@ -51,6 +51,16 @@ FP8_HD float log_sum_exp(float max, float sum) { return max + logf(sum); }
 // probability P and delta = Σ_j P_j·dP_j over the row (for attention, grad_out · out).
 FP8_HD float softmax_input_grad(float p, float grad_p, float delta) { return p * (grad_p - delta); }
 
+// The factor AdamW scales the gradients by from their sum of squares (ModelOps::
+// queue_grad_norm's clip_scale): max_norm / norm where the norm exceeds max_norm > 0, else
+// 1, the arithmetic of the host's clip_factor (worker/engine/optim/adamw.cc) to the bit;
+// NaN for a non-finite sum, which skips the update.
+FP8_HD float clip_scale_from_sum_of_squares(double sum, double max_norm) {
+  if (!(sum - sum == 0.0)) return NAN;  // inf or NaN
+  const double norm = sqrt(sum);
+  return max_norm > 0.0 && norm > max_norm ? static_cast<float>(max_norm / norm) : 1.0f;
+}
+
 // One AdamW step's scalars, computed once per call on the host in double.
 struct AdamWCoefficients {
   float decay;  // 1 - lr * weight_decay

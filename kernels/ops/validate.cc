@@ -253,6 +253,9 @@ absl::Status validate_adamw(const AdamWHyperparams& h, int64_t step, const RowAm
   if (!(h.grad_scale >= 0.0f) || !std::isfinite(h.grad_scale)) {
     return invalid(op, "grad_scale must be finite and >= 0, got ", h.grad_scale);
   }
+  if (h.grad_scale_in != nullptr && h.grad_scale != 1.0f) {
+    return invalid(op, "grad_scale must be 1 with grad_scale_in (the factor comes from there), got ", h.grad_scale);
+  }
   if (step < 1) return invalid(op, "step counts from 1, got ", step);
   if (auto s = check_row_amaxes(op, "param_row_amax", n, param_row_amax); !s.ok()) return s;
   return check_not_null(op, {{"param", param}, {"grad", grad}, {"m", m}, {"v", v}});
@@ -260,6 +263,12 @@ absl::Status validate_adamw(const AdamWHyperparams& h, int64_t step, const RowAm
 
 absl::Status validate_sum_of_squares(const float* x, int64_t n) {
   return check_elementwise("sum_of_squares", n, {{"x", x}});
+}
+
+absl::Status validate_grad_norm(double max_norm, const double* sum_of_squares, const float* clip_scale) {
+  constexpr const char* op = "queue_grad_norm";
+  if (!(max_norm >= 0.0) || !std::isfinite(max_norm)) return invalid(op, "max_norm must be finite and >= 0, got ", max_norm);
+  return check_not_null(op, {{"sum_of_squares", sum_of_squares}, {"clip_scale", clip_scale}});
 }
 
 absl::Status check_token_ids(const char* op, const int32_t* tokens, int64_t n, int64_t vocab) {

@@ -114,5 +114,48 @@ TEST(AdamW, RowAmaxesAreThoseOfTheUpdatedParameter) {
   EXPECT_EQ(param, before);
 }
 
+// Clipping by a factor the implementation's memory holds (queue_grad_norm's clip_scale):
+// the same bits as grad_scale, a NaN factor leaves everything untouched, and grad_scale
+// must then be 1.
+TEST(AdamW, GradScaleInActsAsGradScaleAndNanSkipsTheUpdate) {
+  const int64_t rows = 3, cols = 8, n = rows * cols;
+  const size_t un = static_cast<size_t>(n);
+  const auto start = uniform(un, 93, -2.0f, 2.0f), grad = uniform(un, 94);
+  auto& ops = cpu_model_ops();
+  AdamWHyperparams scaled;
+  scaled.lr = 0.05f;
+  scaled.grad_scale = 0.375f;
+  std::vector<float> want = start, wm(un, 0.0f), wv(un, 0.0f);
+  ASSERT_TRUE(ops.adamw_step(scaled, 1, want.data(), grad.data(), wm.data(), wv.data(), n).ok());
+
+  AdamWHyperparams from_memory = scaled;
+  from_memory.grad_scale = 1.0f;
+  const float factor = 0.375f;
+  from_memory.grad_scale_in = &factor;
+  std::vector<float> param = start, m(un, 0.0f), v(un, 0.0f), row_amax = nans(static_cast<size_t>(rows));
+  ASSERT_TRUE(ops.adamw_step(from_memory, 1, param.data(), grad.data(), m.data(), v.data(), n,
+                             {row_amax.data(), cols})
+                  .ok());
+  EXPECT_EQ(param, want);
+  EXPECT_EQ(m, wm);
+  EXPECT_EQ(v, wv);
+
+  const float skip = NAN;
+  from_memory.grad_scale_in = &skip;
+  const std::vector<float> before = param, before_m = m, before_v = v, before_amax = row_amax;
+  ASSERT_TRUE(ops.adamw_step(from_memory, 2, param.data(), grad.data(), m.data(), v.data(), n,
+                             {row_amax.data(), cols})
+                  .ok());
+  EXPECT_EQ(param, before);
+  EXPECT_EQ(m, before_m);
+  EXPECT_EQ(v, before_v);
+  EXPECT_EQ(row_amax, before_amax);
+
+  from_memory.grad_scale = 0.5f;  // both: which one?
+  const absl::Status s = ops.adamw_step(from_memory, 2, param.data(), grad.data(), m.data(), v.data(), n);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(std::string(s.message()).find("grad_scale must be 1 with grad_scale_in"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace fp8::ops_test

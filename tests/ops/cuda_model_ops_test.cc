@@ -899,6 +899,41 @@ TEST_F(CudaModelOpsTest, TotalSumOfSquaresEqualsThePerBufferSums) {
   EXPECT_EQ(*none, 0.0);
 }
 
+// The grad norm queued without a return to the host: the same double in device memory, and
+// the clipping factor the CPU computes from it; a non-finite gradient makes it NaN, and
+// AdamW reading that factor then leaves its parameter as it was.
+TEST_F(CudaModelOpsTest, QueuedGradNormMatchesTheReturnedOneAndSkipsAdamWWhenNotFinite) {
+  std::vector<std::unique_ptr<DeviceFloats>> buffers;
+  std::vector<FloatSpan> spans;
+  uint32_t seed = 195;
+  for (int64_t n : kElementwiseSizes) {
+    buffers.push_back(std::make_unique<DeviceFloats>(uniform(sz(n), seed++, -2.0f, 2.0f), spans.size() % 2));
+    spans.push_back({buffers.back()->get(), n});
+  }
+  auto total = gpu().total_sum_of_squares(spans);
+  ASSERT_TRUE(total.ok()) << total.status();
+  const double max_norm = std::sqrt(*total) / 3;
+  DeviceFloats out(std::vector<float>(4, 0.0f));  // [0, 2): the double; [2]: the factor
+  auto* sum = reinterpret_cast<double*>(out.get());
+  ASSERT_TRUE(gpu().queue_grad_norm(spans, max_norm, sum, out.get() + 2).ok());
+  const std::vector<float> got = out.download();
+  double got_sum;
+  std::memcpy(&got_sum, got.data(), sizeof got_sum);
+  EXPECT_EQ(std::bit_cast<uint64_t>(got_sum), std::bit_cast<uint64_t>(*total));
+  EXPECT_EQ(got[2], static_cast<float>(max_norm / std::sqrt(*total)));  // the norm is 3x the limit
+
+  // A gradient holding +inf: the factor is NaN, and AdamW reading it changes nothing.
+  DeviceFloats diverged(std::vector<float>{1.0f, INFINITY, 2.0f});
+  ASSERT_TRUE(gpu().queue_grad_norm({{diverged.get(), 3}}, 1.0, sum, out.get() + 2).ok());
+  EXPECT_TRUE(std::isnan(out.download()[2]));
+  const std::vector<float> start = uniform(64, 7, -1.0f, 1.0f);
+  DeviceFloats param(start), grad(uniform(64, 8)), m(std::vector<float>(64, 0.0f)), v(std::vector<float>(64, 0.0f));
+  AdamWHyperparams h;
+  h.grad_scale_in = out.get() + 2;
+  ASSERT_TRUE(gpu().adamw_step(h, 1, param.get(), grad.get(), m.get(), v.get(), 64).ok());
+  EXPECT_EQ(param.download(), start);
+}
+
 // ---- determinism of the remaining ops -----------------------------------------------------------------
 
 // The ops not already run twice above (the reductions are: embedding and RMSNorm backward,

@@ -60,5 +60,40 @@ TEST(Elementwise, TotalSumOfSquaresAddsEachBuffersSumInOrder) {
   EXPECT_NE(std::string(bad.status().message()).find("sum_of_squares"), std::string::npos) << bad.status();
 }
 
+// The grad norm without a return to the host: total_sum_of_squares' double, and the clipping
+// factor max_norm / norm where the norm exceeds max_norm > 0 (else 1; NaN for a non-finite
+// sum, which makes AdamW skip its update).
+TEST(Elementwise, QueueGradNormWritesTheTotalAndTheClippingFactor) {
+  const auto a = uniform(kN, 11), b = uniform(1000, 12);
+  auto& ops = cpu_model_ops();
+  const std::vector<FloatSpan> spans = {{a.data(), static_cast<int64_t>(a.size())},
+                                        {b.data(), static_cast<int64_t>(b.size())}};
+  const double total = *ops.total_sum_of_squares(spans), norm = std::sqrt(total);
+  double sum = NAN;
+  float clip = NAN;
+  ASSERT_TRUE(ops.queue_grad_norm(spans, norm / 4, &sum, &clip).ok());
+  EXPECT_EQ(sum, total);
+  EXPECT_EQ(clip, static_cast<float>((norm / 4) / norm));
+  ASSERT_TRUE(ops.queue_grad_norm(spans, norm * 2, &sum, &clip).ok());
+  EXPECT_EQ(clip, 1.0f);  // within the limit
+  ASSERT_TRUE(ops.queue_grad_norm(spans, 0.0, &sum, &clip).ok());
+  EXPECT_EQ(clip, 1.0f);  // no limit: measured only
+  ASSERT_TRUE(ops.queue_grad_norm({}, 1.0, &sum, &clip).ok());
+  EXPECT_EQ(sum, 0.0);
+  EXPECT_EQ(clip, 1.0f);
+
+  std::vector<float> diverged = b;
+  diverged[17] = INFINITY;
+  ASSERT_TRUE(ops.queue_grad_norm({{diverged.data(), 1000}}, 1.0, &sum, &clip).ok());
+  EXPECT_TRUE(std::isinf(sum));
+  EXPECT_TRUE(std::isnan(clip));
+
+  const absl::Status no_out = ops.queue_grad_norm(spans, 1.0, nullptr, &clip);
+  EXPECT_EQ(no_out.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(no_out.message()).find("queue_grad_norm: sum_of_squares is null"), std::string::npos) << no_out;
+  const absl::Status negative = ops.queue_grad_norm(spans, -1.0, &sum, &clip);
+  EXPECT_NE(std::string(negative.message()).find("max_norm must be finite and >= 0"), std::string::npos) << negative;
+}
+
 }  // namespace
 }  // namespace fp8::ops_test

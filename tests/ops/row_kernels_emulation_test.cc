@@ -99,6 +99,8 @@ TEST(RowKernelsEmulation, SwigluAndItsBackwardMatchTheCpuWithTheirRowAmaxes) {
   }
 }
 
+// The gradients' factor comes from c.grad_scale, or from device memory (scale_in: the grad
+// norm's clip_scale), where NaN leaves everything as it was.
 TEST(RowKernelsEmulation, AdamwMatchesTheCpuWithTheUpdatedRowAmaxes) {
   ops::AdamWCoefficients c;
   c.decay = 1.0f - 1e-3f * 0.1f;
@@ -108,22 +110,37 @@ TEST(RowKernelsEmulation, AdamwMatchesTheCpuWithTheUpdatedRowAmaxes) {
   c.sqrt_correction2 = std::sqrt(1.0f - 0.95f * 0.95f);
   c.eps = 1e-8f;
   c.grad_scale = 0.5f;
-  for (Shape s : kShapes) {
-    SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.cols);
-    const size_t n = static_cast<size_t>(s.rows * s.cols);
-    std::vector<float> param = values(n, 4), grad = values(n, 5), m = values(n, 6, 0.1f), v = values(n, 7, 0.1f);
-    for (float& x : v) x = x * x;
-    std::vector<float> want_param = param, want_m = m, want_v = v;
-    for (size_t i = 0; i < n; ++i) ops::adamw_update(c, grad[i], &want_param[i], &want_m[i], &want_v[i]);
-    std::vector<float> amax(static_cast<size_t>(s.rows), -1.0f);
-    on_the_launchers_path<float>(s.cols, [&](auto vec) {
-      emulation::launch(kBlocks, kThreads, 0, adamw_rows_kernel<decltype(vec)::value>, c, param.data(), grad.data(),
-                        m.data(), v.data(), s.rows, s.cols, amax.data());
-    });
-    expect_bits_equal(param, want_param, "param");
-    expect_bits_equal(m, want_m, "m");
-    expect_bits_equal(v, want_v, "v");
-    expect_bits_equal(amax, row_amaxes(want_param, s.rows, s.cols), "param row amaxes");
+  const float half = 0.5f, not_finite = NAN;
+  struct Variant {
+    const char* name;
+    float c_scale;
+    const float* scale_in;
+  };
+  for (const Variant& variant : {Variant{"grad_scale", 0.5f, nullptr}, Variant{"scale_in", 1.0f, &half},
+                                 Variant{"scale_in NaN", 1.0f, &not_finite}}) {
+    for (Shape s : kShapes) {
+      SCOPED_TRACE(::testing::Message() << variant.name << " " << s.rows << "x" << s.cols);
+      const bool skips = variant.scale_in == &not_finite;
+      const size_t n = static_cast<size_t>(s.rows * s.cols);
+      std::vector<float> param = values(n, 4), grad = values(n, 5), m = values(n, 6, 0.1f), v = values(n, 7, 0.1f);
+      for (float& x : v) x = x * x;
+      std::vector<float> want_param = param, want_m = m, want_v = v;
+      if (!skips) {
+        for (size_t i = 0; i < n; ++i) ops::adamw_update(c, grad[i], &want_param[i], &want_m[i], &want_v[i]);
+      }
+      std::vector<float> amax(static_cast<size_t>(s.rows), -1.0f);
+      ops::AdamWCoefficients k = c;
+      k.grad_scale = variant.c_scale;
+      on_the_launchers_path<float>(s.cols, [&](auto vec) {
+        emulation::launch(kBlocks, kThreads, 0, adamw_rows_kernel<decltype(vec)::value>, k, variant.scale_in,
+                          param.data(), grad.data(), m.data(), v.data(), s.rows, s.cols, amax.data());
+      });
+      expect_bits_equal(param, want_param, "param");
+      expect_bits_equal(m, want_m, "m");
+      expect_bits_equal(v, want_v, "v");
+      expect_bits_equal(amax, skips ? std::vector<float>(amax.size(), -1.0f) : row_amaxes(want_param, s.rows, s.cols),
+                        "param row amaxes");
+    }
   }
 }
 

@@ -220,10 +220,11 @@ class CudaModelOps final : public ModelOps {
     if (param_row_amax.out != nullptr) {
       const int64_t cols = param_row_amax.row_length;
       return on_device([&] {
-        return cuda::launch_adamw_rows(c, param, grad, m, v, n / cols, cols, param_row_amax.out, stream_);
+        return cuda::launch_adamw_rows(c, h.grad_scale_in, param, grad, m, v, n / cols, cols, param_row_amax.out,
+                                       stream_);
       });
     }
-    return on_device([&] { return cuda::launch_adamw(c, param, grad, m, v, n, stream_); });
+    return on_device([&] { return cuda::launch_adamw(c, h.grad_scale_in, param, grad, m, v, n, stream_); });
   }
 
   absl::StatusOr<double> sum_of_squares(const float* x, int64_t n) override {
@@ -278,6 +279,27 @@ class CudaModelOps final : public ModelOps {
     double total = 0.0;
     for (double s : sums) total += s;
     return total;
+  }
+
+  absl::Status queue_grad_norm(const std::vector<FloatSpan>& buffers, double max_norm, double* sum_of_squares,
+                               float* clip_scale) override {
+    for (const FloatSpan& b : buffers) FP8_RETURN_IF_ERROR(ops::validate_sum_of_squares(b.data, b.n));
+    FP8_RETURN_IF_ERROR(ops::validate_grad_norm(max_norm, sum_of_squares, clip_scale));
+    std::lock_guard<std::mutex> lock(mu_);
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    std::vector<const float*> xs;
+    std::vector<int64_t> ns;
+    for (const FloatSpan& b : buffers) {
+      xs.push_back(b.data);
+      ns.push_back(b.n);
+    }
+    const int count = static_cast<int>(buffers.size());
+    // (At least a little: with no buffers the outputs are still written, from no sums.)
+    auto scratch = scratch_.get(std::max<size_t>(cuda::grad_norm_scratch_bytes(ns.data(), count), 256), stream_);
+    if (!scratch.ok()) return scratch.status();
+    return cuda_status(cuda::launch_grad_norm(xs.data(), ns.data(), count, max_norm, sum_of_squares, clip_scale,
+                                              *scratch, stream_));
   }
 
  private:

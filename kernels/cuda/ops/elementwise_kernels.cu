@@ -142,12 +142,16 @@ struct SwigluGradFn {
   }
 };
 
-// in = {param, grad, m, v}, out = {param, m, v}.
+// in = {param, grad, m, v}, out = {param, m, v}. scale_in: the gradients' factor from
+// device memory instead of c.grad_scale (NaN: no update), or null.
 struct AdamWFn {
   ops::AdamWCoefficients c;
+  const float* scale_in;
   __device__ void operator()(const float (&x)[4], float (&y)[3]) const {
     float param = x[0], m = x[2], v = x[3];
-    ops::adamw_update(c, x[1], &param, &m, &v);
+    ops::AdamWCoefficients k = c;
+    if (scale_in != nullptr) k.grad_scale = __ldg(scale_in);
+    if (k.grad_scale == k.grad_scale) ops::adamw_update(k, x[1], &param, &m, &v);  // NaN: no update
     y[0] = param;
     y[1] = m;
     y[2] = v;
@@ -226,19 +230,21 @@ LaunchResult launch_swiglu_backward_rows(const void* gate, const void* up, const
   });
 }
 
-LaunchResult launch_adamw(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,
-                          int64_t n, cudaStream_t stream) {
-  return launch_map(AdamWFn{c}, Streams<float, 4, 3>{{param, grad, m, v}, {param, m, v}}, n, stream, "adamw kernel");
+LaunchResult launch_adamw(const ops::AdamWCoefficients& c, const float* grad_scale_in, float* param, const float* grad,
+                          float* m, float* v, int64_t n, cudaStream_t stream) {
+  return launch_map(AdamWFn{c, grad_scale_in}, Streams<float, 4, 3>{{param, grad, m, v}, {param, m, v}}, n, stream,
+                    "adamw kernel");
 }
 
-LaunchResult launch_adamw_rows(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,
-                               int64_t rows, int64_t cols, float* param_row_amax, cudaStream_t stream) {
+LaunchResult launch_adamw_rows(const ops::AdamWCoefficients& c, const float* grad_scale_in, float* param,
+                               const float* grad, float* m, float* v, int64_t rows, int64_t cols,
+                               float* param_row_amax, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return {};
   const bool vec = cols % 4 == 0 && model::aligned16(param) && model::aligned16(grad) && model::aligned16(m) &&
                    model::aligned16(v);
   return launch_by_rows(rows, vec, "adamw rows kernel", [&](auto kvec, unsigned blocks) {
     row_kernels::adamw_rows_kernel<decltype(kvec)::value>
-        <<<blocks, kThreads, 0, stream>>>(c, param, grad, m, v, rows, cols, param_row_amax);
+        <<<blocks, kThreads, 0, stream>>>(c, grad_scale_in, param, grad, m, v, rows, cols, param_row_amax);
   });
 }
 

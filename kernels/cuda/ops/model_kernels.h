@@ -107,12 +107,15 @@ LaunchResult launch_swiglu_backward(const void* gate, const void* up, const void
 LaunchResult launch_swiglu_backward_rows(const void* gate, const void* up, const void* grad_out, int64_t rows,
                                          int64_t cols, void* grad_gate, void* grad_up, float* grad_gate_row_amax,
                                          float* grad_up_row_amax, HpType act, cudaStream_t stream);
-LaunchResult launch_adamw(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,
-                          int64_t n, cudaStream_t stream);
+// grad_scale_in (device memory, may be null): read instead of c.grad_scale, NaN skipping
+// the update (AdamWHyperparams::grad_scale_in).
+LaunchResult launch_adamw(const ops::AdamWCoefficients& c, const float* grad_scale_in, float* param, const float* grad,
+                          float* m, float* v, int64_t n, cudaStream_t stream);
 // The same over [rows, cols], also writing param_row_amax[r] = max |param[r, :]| after the
 // update.
-LaunchResult launch_adamw_rows(const ops::AdamWCoefficients& c, float* param, const float* grad, float* m, float* v,
-                               int64_t rows, int64_t cols, float* param_row_amax, cudaStream_t stream);
+LaunchResult launch_adamw_rows(const ops::AdamWCoefficients& c, const float* grad_scale_in, float* param,
+                               const float* grad, float* m, float* v, int64_t rows, int64_t cols,
+                               float* param_row_amax, cudaStream_t stream);
 
 // ---- reductions ---------------------------------------------------------------------------------
 
@@ -128,6 +131,12 @@ LaunchResult launch_sum_of_squares(const float* x, int64_t n, double* result, vo
 size_t sums_of_squares_scratch_bytes(const int64_t* ns, int count);
 LaunchResult launch_sums_of_squares(const float* const* xs, const int64_t* ns, int count, double* results,
                                     void* scratch, cudaStream_t stream);
+// ModelOps::queue_grad_norm: the buffers' sums as launch_sums_of_squares makes them, added
+// in order into *sum_of_squares, and the clipping factor into *clip_scale (device memory),
+// with no return to the host. scratch: grad_norm_scratch_bytes() of the same buffers.
+size_t grad_norm_scratch_bytes(const int64_t* ns, int count);
+LaunchResult launch_grad_norm(const float* const* xs, const int64_t* ns, int count, double max_norm,
+                              double* sum_of_squares, float* clip_scale, void* scratch, cudaStream_t stream);
 
 // ---- cross-entropy ---------------------------------------------------------------------------------
 

@@ -93,10 +93,14 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ops::adamw_update per element, and each row's amax of the updated parameter. fp32.
+// scale_in (may be null): the gradients' factor from device memory instead of
+// c.grad_scale; NaN there leaves everything as it was (no update, no amaxes written).
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads)
-    adamw_rows_kernel(ops::AdamWCoefficients c, float* param, const float* grad, float* m, float* v, int64_t rows,
-                      int64_t cols, float* __restrict__ param_row_amax) {
+    adamw_rows_kernel(ops::AdamWCoefficients c, const float* scale_in, float* param, const float* grad, float* m,
+                      float* v, int64_t rows, int64_t cols, float* __restrict__ param_row_amax) {
+  if (scale_in != nullptr) c.grad_scale = __ldg(scale_in);
+  if (c.grad_scale != c.grad_scale) return;  // NaN
   constexpr int kG = model::kPer16Bytes<float>;
   const int64_t groups = model::ceil_div(cols, kG);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {

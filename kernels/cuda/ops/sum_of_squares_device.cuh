@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "cuda/ops/kernel_util.cuh"
+#include "ops/model_arith.h"
 
 namespace fp8::cuda::squares {
 
@@ -114,6 +115,17 @@ __global__ void __launch_bounds__(kThreads)
   const int i = static_cast<int>(blockIdx.x);
   const double sum = block_combine(partials + t.first_block[i], t.first_block[i + 1] - t.first_block[i]);
   if (threadIdx.x == 0) results[i] = sum;
+}
+
+// The grad norm's last step, one thread: the buffers' sums added in order (as the host adds
+// total_sum_of_squares' doubles), and the clipping factor from their total.
+__global__ void grad_norm_finish_kernel(const double* __restrict__ sums, int count, double max_norm,
+                                        double* __restrict__ sum_of_squares, float* __restrict__ clip_scale) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  double total = 0.0;
+  for (int i = 0; i < count; ++i) total += sums[i];
+  *sum_of_squares = total;
+  *clip_scale = ops::clip_scale_from_sum_of_squares(total, max_norm);
 }
 
 }  // namespace fp8::cuda::squares

@@ -77,4 +77,21 @@ LaunchResult launch_sums_of_squares(const float* const* xs, const int64_t* ns, i
   return {};
 }
 
+size_t grad_norm_scratch_bytes(const int64_t* ns, int count) {
+  model::ScratchCarver carve(nullptr);
+  carve.take<double>(static_cast<size_t>(count));
+  carve.take<char>(sums_of_squares_scratch_bytes(ns, count));
+  return carve.used();
+}
+
+LaunchResult launch_grad_norm(const float* const* xs, const int64_t* ns, int count, double max_norm,
+                              double* sum_of_squares, float* clip_scale, void* scratch, cudaStream_t stream) {
+  model::ScratchCarver carve(scratch);
+  double* sums = carve.take<double>(static_cast<size_t>(count));
+  void* rest = carve.take<char>(sums_of_squares_scratch_bytes(ns, count));
+  if (auto r = launch_sums_of_squares(xs, ns, count, sums, rest, stream); !r.ok()) return r;
+  squares::grad_norm_finish_kernel<<<1, 32, 0, stream>>>(sums, count, max_norm, sum_of_squares, clip_scale);
+  return model::after_launch("grad norm finish kernel");
+}
+
 }  // namespace fp8::cuda

@@ -94,6 +94,11 @@ struct AdamWHyperparams {
   // Each gradient's factor before the update (gradient clipping's max_norm / norm), one
   // fp32 multiply as the gradient is read: clipping without a pass of its own.
   float grad_scale = 1.0f;
+  // Or the factor read from the implementation's memory (one float, e.g. queue_grad_norm's
+  // clip_scale), so that the host need not wait for the norm: grad_scale must then be 1.
+  // NaN there skips the update: param, m, v and the row amaxes stay as they were, for the
+  // caller to report the divergence when it reads the norm.
+  const float* grad_scale_in = nullptr;
 };
 
 class ModelOps {
@@ -218,6 +223,13 @@ class ModelOps {
   // on the host in the same order): the global grad norm with ONE return to the host for
   // all gradient buffers instead of one per buffer. Every buffer is checked first.
   virtual absl::StatusOr<double> total_sum_of_squares(const std::vector<FloatSpan>& buffers) = 0;
+  // The gradients' norm for clipping, queued like a kernel, without the return to the
+  // host: total_sum_of_squares' double written to *sum_of_squares, and the factor AdamW
+  // scales the gradients by written to *clip_scale: max_norm / norm where the norm exceeds
+  // max_norm > 0, else 1, and NaN when the sum is not finite (the update is then skipped;
+  // AdamWHyperparams::grad_scale_in). Both are one value in this implementation's memory.
+  virtual absl::Status queue_grad_norm(const std::vector<FloatSpan>& buffers, double max_norm,
+                                       double* sum_of_squares, float* clip_scale) = 0;
 };
 
 // The CUDA implementation on CUDA device `device`, queuing every kernel on `stream` (a
