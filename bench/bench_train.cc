@@ -21,8 +21,8 @@
 // activations of an 8192-token micro-batch) need not fit in 80 GB together, so each
 // recipe's trainer is built, warmed up, timed and destroyed before the next is built, and
 // the device's cached memory goes back to the driver in between (each recipe's peak memory is then its own). The step time
-// is the trainer's own (StepReport::step_ms, every step ends in a host synchronisation
-// when the grad norm comes back), over the timed steps after the first of the timed run:
+// is the trainer's own (StepReport::step_ms: steps do not wait for the device, but the
+// report of a run's last step does), over the timed steps after the first of the timed run:
 // the first and last step of a run also count their fp8 casts' saturation (in the casts
 // themselves, plus a read-back of the counts per cast), which makes the figures slightly
 // conservative for fp8. A time

@@ -35,13 +35,18 @@ absl::Status AdamW::write_row_amaxes(const Parameter& p, RowAmaxes out) {
   return absl::InvalidArgumentError(absl::StrCat("AdamW: ", p.name, " is not a parameter it optimizes"));
 }
 
-absl::Status AdamW::step(float lr, float grad_scale) {
+absl::Status AdamW::step(float lr, float grad_scale) { return update(lr, grad_scale, nullptr); }
+
+absl::Status AdamW::step(float lr, const float* grad_scale_in) { return update(lr, 1.0f, grad_scale_in); }
+
+absl::Status AdamW::update(float lr, float grad_scale, const float* grad_scale_in) {
   const int64_t step = steps_taken_ + 1;
   size_t i = 0;
   for (Parameter& p : params_->all()) {
     AdamWHyperparams h = hyper_;
     h.lr = lr;
     h.grad_scale = grad_scale;
+    h.grad_scale_in = grad_scale_in;
     if (!p.weight_decay) h.weight_decay = 0.0f;
     FP8_RETURN_IF_ERROR(ops_->adamw_step(h, step, p.value.data<float>(), p.grad.data<float>(),
                                          m_[i].data<float>(), v_[i].data<float>(), p.value.numel(), row_amaxes_[i]));
@@ -51,12 +56,24 @@ absl::Status AdamW::step(float lr, float grad_scale) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> grad_sum_of_squares(ModelOps& ops, const ParameterSet& params) {
-  // All buffers in one call: on a GPU, one wait for the host per step, not one per parameter.
+namespace {
+std::vector<FloatSpan> grad_spans(const ParameterSet& params) {
   std::vector<FloatSpan> grads;
   grads.reserve(params.all().size());
   for (const Parameter& p : params.all()) grads.push_back({p.grad.data<float>(), p.grad.numel()});
-  return ops.total_sum_of_squares(grads);
+  return grads;
+}
+}  // namespace
+
+absl::StatusOr<double> grad_sum_of_squares(ModelOps& ops, const ParameterSet& params) {
+  // All buffers in one call: on a GPU, one wait for the host, not one per parameter (FSDP;
+  // one process queues the norm instead: queue_grad_norm).
+  return ops.total_sum_of_squares(grad_spans(params));
+}
+
+absl::Status queue_grad_norm(ModelOps& ops, const ParameterSet& params, double max_norm, double* sum_of_squares,
+                             float* clip_scale) {
+  return ops.queue_grad_norm(grad_spans(params), max_norm > 0 ? max_norm : 0.0, sum_of_squares, clip_scale);
 }
 
 std::optional<float> clip_factor(double norm, double max_norm) {

@@ -22,6 +22,10 @@ class AdamW {
   // clipping's factor, clip_factor) at learning rate `lr`. The gradients themselves are
   // left as they are.
   absl::Status step(float lr, float grad_scale = 1.0f);
+  // The same with the factor read from the device (one float, e.g. ModelOps::
+  // queue_grad_norm's clip_scale), so that the host need not wait for the grad norm; NaN
+  // there leaves every parameter as it was (AdamWHyperparams::grad_scale_in).
+  absl::Status step(float lr, const float* grad_scale_in);
 
   // From now on every step() also writes the rows' amaxes of p's updated value to `out`
   // (ModelOps::adamw_step's param_row_amax), for its fp8 casts (LlamaModel's weight row
@@ -40,6 +44,7 @@ class AdamW {
  private:
   AdamW(ModelOps& ops, ParameterSet& params, const AdamWHyperparams& hyper)
       : ops_(&ops), params_(&params), hyper_(hyper) {}
+  absl::Status update(float lr, float grad_scale, const float* grad_scale_in);
 
   ModelOps* ops_;
   ParameterSet* params_;
@@ -56,5 +61,10 @@ class AdamW {
 // <= 0 only measures).
 absl::StatusOr<double> grad_sum_of_squares(ModelOps& ops, const ParameterSet& params);
 std::optional<float> clip_factor(double norm, double max_norm);
+// The same sum left on the device (*sum_of_squares), with clip_factor's factor beside it
+// (*clip_scale: 1 where it is nullopt, NaN for a non-finite norm), for
+// AdamW::step(lr, clip_scale) to read without the host waiting: ModelOps::queue_grad_norm.
+absl::Status queue_grad_norm(ModelOps& ops, const ParameterSet& params, double max_norm, double* sum_of_squares,
+                             float* clip_scale);
 
 }  // namespace fp8::engine

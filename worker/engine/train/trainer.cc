@@ -181,8 +181,24 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   trained_->discard_grads();
   // Averages over micro-batches and ranks: reduce-scattered sums are then means.
   const float grad_scale = 1.0f / static_cast<float>(micro_batches * world_size());
-  if (!micro_batch_losses_.defined() || micro_batch_losses_.numel() != micro_batches) {
-    FP8_ASSIGN_OR_RETURN(micro_batch_losses_, Tensor::zeros(model_->device(), ElementType::kFloat32, {micro_batches}));
+  // One process: the step's losses and grad norm stay on the device (step_stats_) until a
+  // step reports or checkpoints, so that no step waits for them. Under FSDP the ranks
+  // agree on them (and on stopping) each step.
+  StepStats::Slot slot;
+  float* losses = nullptr;
+  if (!fsdp_) {
+    if (!step_stats_) {
+      FP8_ASSIGN_OR_RETURN(step_stats_, StepStats::create(model_->device(), micro_batches));
+    }
+    if (step_stats_->full()) FP8_RETURN_IF_ERROR(settle_step_stats().status());
+    slot = step_stats_->begin(step);
+    losses = slot.losses;
+  } else {
+    if (!micro_batch_losses_.defined() || micro_batch_losses_.numel() != micro_batches) {
+      FP8_ASSIGN_OR_RETURN(micro_batch_losses_,
+                           Tensor::zeros(model_->device(), ElementType::kFloat32, {micro_batches}));
+    }
+    losses = micro_batch_losses_.data<float>();
   }
   double data_seconds = 0;
   for (int64_t i = 0; i < micro_batches; ++i) {
@@ -190,45 +206,42 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
     const Clock::time_point data_start = Clock::now();
     batcher_->NextMicroBatch(batch_);
     data_seconds += seconds_since(data_start);
-    FP8_RETURN_IF_ERROR(
-        model_->queue_forward_backward(batch_, grad_scale, micro_batch_losses_.data<float>() + i));
+    FP8_RETURN_IF_ERROR(model_->queue_forward_backward(batch_, grad_scale, losses + i));
   }
-  // One read for every micro-batch's loss, summed in order.
-  FP8_ASSIGN_OR_RETURN(std::vector<float> losses, micro_batch_losses_.download<float>());
-  double loss_sum = 0;
-  for (float l : losses) loss_sum += l;
   FP8_RETURN_IF_ERROR(trained_->define_grads());  // zeroes any that no op produced
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, model_->device().model_ops());
   const bool stop_here = control.stop != nullptr && control.stop->load();
-  double loss = 0, grad_norm = 0;
+  const double lr = schedule_->LrAt(step);
+  StepReport r;
   if (!fsdp_) {
     FP8_RETURN_IF_ERROR(model_->finish_step());
-    FP8_ASSIGN_OR_RETURN(double sum_sq, grad_sum_of_squares(*ops, *trained_));
-    grad_norm = std::sqrt(sum_sq);
-    loss = loss_sum / static_cast<double>(micro_batches);
+    // Clipping rides on the update, its factor read on the device: no wait for the norm.
+    // A non-finite norm skips the update there; the host reports it when it reads the
+    // step's values (settle_step_stats).
+    FP8_RETURN_IF_ERROR(queue_grad_norm(*ops, *trained_, spec_.train().grad_clip(), slot.sum_of_squares,
+                                        slot.clip_scale));
+    FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr), slot.clip_scale));
     *stop_everywhere = stop_here;
   } else {
+    // One read for every micro-batch's loss, summed in order.
+    FP8_ASSIGN_OR_RETURN(std::vector<float> host_losses, micro_batch_losses_.download<float>());
+    double loss_sum = 0;
+    for (float l : host_losses) loss_sum += l;
     FP8_RETURN_IF_ERROR(fsdp_->finish_step());
     FP8_ASSIGN_OR_RETURN(double sum_sq, grad_sum_of_squares(*ops, *trained_));
     std::array<double, 3> stats{loss_sum, sum_sq, stop_here ? 1.0 : 0.0};
     FP8_RETURN_IF_ERROR(fsdp_->all_reduce(stats, dist::ReduceOp::kSum));
-    loss = stats[0] / static_cast<double>(micro_batches * world_size());
-    grad_norm = std::sqrt(stats[1]);
+    r.loss = stats[0] / static_cast<double>(micro_batches * world_size());
+    r.grad_norm = std::sqrt(stats[1]);
     *stop_everywhere = stats[2] > 0;
+    FP8_RETURN_IF_ERROR(check_finite({{step, r.loss, r.grad_norm}}));
+    // Clipping rides on the update: AdamW scales each gradient as it reads it.
+    const float clip = clip_factor(r.grad_norm, spec_.train().grad_clip()).value_or(1.0f);
+    FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr), clip));
   }
-  if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
-    return absl::InternalError(absl::StrCat("training diverged at step ", step, ": loss ", loss, ", grad norm ",
-                                            grad_norm, " (fp8 recipe ", recipe_name(spec_.fp8().recipe()),
-                                            "); lower train.lr or resume from an earlier checkpoint"));
-  }
-  const double lr = schedule_->LrAt(step);
-  // Clipping rides on the update: AdamW scales each gradient as it reads it.
-  const float clip = clip_factor(grad_norm, spec_.train().grad_clip()).value_or(1.0f);
-  FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr), clip));
   // The update wrote the weights' row amaxes (create()); nothing changes the weights
   // between here and the next step's forwards.
   if (!fsdp_) model_->set_weight_row_amaxes_current(true);
-  StepReport r;
   if (fsdp_) {
     fsdp_->shards_changed(/*row_amaxes_written=*/true);
     const fsdp::CommCounters d = fsdp_->counters() - comm_before;
@@ -246,13 +259,29 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   r.step = step;
   r.data_ms = 1e3 * data_seconds;
   r.total_steps = spec_.train().steps();
-  r.loss = loss;
   r.lr = lr;
-  r.grad_norm = grad_norm;
   const MemoryStats memory = backend.memory_stats();
   r.peak_memory_bytes = memory.peak_allocated;
   r.reserved_memory_bytes = memory.reserved;
   return r;
+}
+
+absl::Status Trainer::check_finite(const std::vector<StepStats::StepValues>& steps) const {
+  for (const StepStats::StepValues& v : steps) {
+    if (!std::isfinite(v.loss) || !std::isfinite(v.grad_norm)) {
+      return absl::InternalError(absl::StrCat("training diverged at step ", v.step, ": loss ", v.loss, ", grad norm ",
+                                              v.grad_norm, " (fp8 recipe ", recipe_name(spec_.fp8().recipe()),
+                                              "); lower train.lr or resume from an earlier checkpoint"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<StepStats::StepValues>> Trainer::settle_step_stats() {
+  if (!step_stats_ || step_stats_->empty()) return std::optional<StepStats::StepValues>();
+  FP8_ASSIGN_OR_RETURN(std::vector<StepStats::StepValues> steps, step_stats_->read());
+  FP8_RETURN_IF_ERROR(check_finite(steps));
+  return std::optional<StepStats::StepValues>(steps.back());
 }
 
 absl::StatusOr<double> Trainer::validation_loss() {
@@ -275,6 +304,8 @@ absl::StatusOr<std::filesystem::path> Trainer::save_checkpoint() {
   const std::string& dir = spec_.checkpoint().dir();
   if (dir.empty()) return absl::FailedPreconditionError("the job has no checkpoint.dir");
   if (fsdp_) return save_sharded_checkpoint();
+  // Never a checkpoint of a run that diverged since its last read.
+  FP8_RETURN_IF_ERROR(settle_step_stats().status());
   const int64_t step = optimizer_->steps_taken();
   TrainStateRefs refs = state_refs();
   FP8_ASSIGN_OR_RETURN(checkpoint::CommittedCheckpoint saved,
@@ -376,6 +407,22 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
     bool stop_everywhere = false;
     FP8_ASSIGN_OR_RETURN(StepReport report, train_step(control, &stop_everywhere));
     SetCastMeasuring(*model_, false);  // an evaluation after the step need not count
+    const bool stopping = stop_everywhere || step == control.stop_after_step;
+    const bool last = step == tr.steps() || stopping;
+    const bool evaluates = validation_ && (step % tr.eval_every() == 0 || last);
+    const bool reports = step % tr.log_every() == 0 || step == summary.first_step || last || evaluates;
+    // One process: a reporting step reads its loss and grad norm (with those of the steps
+    // since the last read, checked for divergence): the one wait for the device in a
+    // report interval, so the interval's time is the device's too.
+    bool loss_known = fsdp_ != nullptr;
+    if (!fsdp_ && reports) {
+      FP8_ASSIGN_OR_RETURN(std::optional<StepStats::StepValues> values, settle_step_stats());
+      if (values) {
+        report.loss = values->loss;
+        report.grad_norm = values->grad_norm;
+        loss_known = true;
+      }
+    }
     interval_seconds += seconds_since(step_start);
     interval_data_ms += report.data_ms;
     interval_peak_memory = std::max(interval_peak_memory, report.peak_memory_bytes);
@@ -386,13 +433,11 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
     ++interval_steps;
     summary.last_step = step;
     summary.tokens += tokens_per_step;
-    if (!summary.first_loss) summary.first_loss = report.loss;
-    summary.last_loss = report.loss;
+    if (loss_known) {
+      if (!summary.first_loss) summary.first_loss = report.loss;
+      summary.last_loss = report.loss;
+    }
 
-    const bool stopping = stop_everywhere || step == control.stop_after_step;
-    const bool last = step == tr.steps() || stopping;
-    const bool evaluates = validation_ && (step % tr.eval_every() == 0 || last);
-    const bool reports = step % tr.log_every() == 0 || step == summary.first_step || last || evaluates;
     // Read before the evaluation, whose casts would replace the training step's.
     std::vector<CastNumericsRecord> casts;
     if (reports) {

@@ -39,6 +39,7 @@
 #include "worker/engine/lr_schedule.h"
 #include "worker/engine/model/llama.h"
 #include "worker/engine/optim/adamw.h"
+#include "worker/engine/train/step_stats.h"
 #include "worker/engine/train/train_observer.h"
 #include "worker/engine/train/train_state_io.h"
 
@@ -90,6 +91,11 @@ class Trainer {
   // One optimizer step; returns its report without timing and validation filled in.
   // Sets *stop_everywhere when a stop was requested (on any rank, under FSDP).
   absl::StatusOr<StepReport> train_step(const RunControl& control, bool* stop_everywhere);
+  // One process: reads the steps' values kept on the device since the last read (one wait)
+  // and fails naming the first that diverged; the last step's values, none if no step ran.
+  absl::StatusOr<std::optional<StepStats::StepValues>> settle_step_stats();
+  // InternalError naming the first step whose loss or grad norm is not finite.
+  absl::Status check_finite(const std::vector<StepStats::StepValues>& steps) const;
   absl::Status maybe_checkpoint(int64_t step, bool force, TrainObserver& observer, TrainSummary& summary);
   void report_amax_histories(int64_t step, TrainObserver& observer);
   // Whether `step` is sure to report, so that its casts are measured while it runs (the
@@ -112,7 +118,8 @@ class Trainer {
   ParameterSet* trained_ = nullptr;
   std::optional<AdamW> optimizer_;
   data::TokenBatch batch_;  // reused between micro-batches
-  Tensor micro_batch_losses_;  // [grad_accum] on the device: the step's losses, read once at its end
+  Tensor micro_batch_losses_;  // FSDP: [grad_accum] on the device, the step's losses, read at its end
+  std::optional<StepStats> step_stats_;  // one process: the steps' losses and norms, read when reporting
   std::optional<std::filesystem::path> resumed_from_;
   int64_t last_checkpoint_step_ = -1;
 };

@@ -1,0 +1,55 @@
+// What each training step leaves on the device for the host to read later, so that a step
+// never waits for it: its micro-batches' losses and its gradients' sum of squares (the
+// grad norm, which clipping reads on the device: ModelOps::queue_grad_norm). Up to
+// kCapacity steps are kept; the trainer reads them back in one wait when a step reports,
+// checkpoints or the history is full, and checks them for divergence then, step by step.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/engine/tensor/device.h"
+#include "worker/engine/tensor/tensor.h"
+
+namespace fp8::engine {
+
+class StepStats {
+ public:
+  static constexpr int64_t kCapacity = 64;
+
+  static absl::StatusOr<StepStats> create(const Device& device, int64_t micro_batches);
+
+  // Where step `step` (the next one, in order) writes its values: its micro-batch losses
+  // (micro_batches floats) and its gradients' sum of squares (one double), both device
+  // memory; and the clipping factor queue_grad_norm writes for AdamW (one float, reused
+  // each step). Call only while !full().
+  struct Slot {
+    float* losses = nullptr;
+    double* sum_of_squares = nullptr;
+    float* clip_scale = nullptr;
+  };
+  Slot begin(int64_t step);
+  bool full() const { return static_cast<int64_t>(steps_.size()) == kCapacity; }
+  bool empty() const { return steps_.empty(); }
+
+  // The values of the steps begun since the last read, in order (waits for the device).
+  struct StepValues {
+    int64_t step = 0;
+    double loss = 0;       // mean over the step's micro-batches, summed in order in double
+    double grad_norm = 0;  // sqrt of the sum of squares
+  };
+  absl::StatusOr<std::vector<StepValues>> read();
+
+ private:
+  StepStats(int64_t micro_batches, Tensor losses, Tensor sums, Tensor clip)
+      : micro_batches_(micro_batches), losses_(std::move(losses)), sums_(std::move(sums)), clip_(std::move(clip)) {}
+
+  int64_t micro_batches_;
+  Tensor losses_;  // fp32 [kCapacity, micro_batches]
+  Tensor sums_;    // kCapacity doubles, held as fp32 [2 · kCapacity] (device memory is 256-byte aligned)
+  Tensor clip_;    // fp32 [1]
+  std::vector<int64_t> steps_;  // begun since the last read
+};
+
+}  // namespace fp8::engine
