@@ -253,31 +253,24 @@ class CudaModelOps final : public ModelOps {
     std::lock_guard<std::mutex> lock(mu_);
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
-    // Every buffer's sum in a few launches (two per 64 buffers), as sum_of_squares would
-    // make it; one result slot per buffer.
-    std::vector<const float*> xs;
-    std::vector<int64_t> ns;
-    for (const FloatSpan& b : buffers) {
-      xs.push_back(b.data);
-      ns.push_back(b.n);
-    }
-    const int count = static_cast<int>(buffers.size());
+    // queue_grad_norm's launches (the buffers' sums added in order on the device, as the
+    // host would add them), then the one double back.
+    const BufferTable t = table_of(buffers);
     cuda::ScratchLayout layout;
-    const size_t results_offset = layout.add(buffers.size() * sizeof(double));
-    const size_t partials_offset = layout.add(cuda::sums_of_squares_scratch_bytes(ns.data(), count));
+    const size_t sum_offset = layout.add(sizeof(double));
+    const size_t clip_offset = layout.add(sizeof(float));
+    const size_t rest_offset = layout.add(cuda::grad_norm_scratch_bytes(t.ns.data(), t.count()));
     auto scratch = scratch_.get(layout.total(), stream_);
     if (!scratch.ok()) return scratch.status();
     auto* base = static_cast<char*>(*scratch);
-    auto* results = reinterpret_cast<double*>(base + results_offset);
-    FP8_RETURN_IF_ERROR(cuda_status(
-        cuda::launch_sums_of_squares(xs.data(), ns.data(), count, results, base + partials_offset, stream_)));
-    std::vector<double> sums(buffers.size());
-    FP8_RETURN_IF_ERROR(cuda_status(
-        cudaMemcpyAsync(sums.data(), results, sums.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_),
-        "cudaMemcpyAsync"));
-    FP8_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+    auto* result = reinterpret_cast<double*>(base + sum_offset);
+    FP8_RETURN_IF_ERROR(cuda_status(cuda::launch_grad_norm(t.xs.data(), t.ns.data(), t.count(), 0.0, result,
+                                                           reinterpret_cast<float*>(base + clip_offset),
+                                                           base + rest_offset, stream_)));
     double total = 0.0;
-    for (double s : sums) total += s;
+    FP8_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(&total, result, sizeof(double), cudaMemcpyDeviceToHost, stream_),
+                                    "cudaMemcpyAsync"));
+    FP8_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
     return total;
   }
 
@@ -288,21 +281,30 @@ class CudaModelOps final : public ModelOps {
     std::lock_guard<std::mutex> lock(mu_);
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
-    std::vector<const float*> xs;
-    std::vector<int64_t> ns;
-    for (const FloatSpan& b : buffers) {
-      xs.push_back(b.data);
-      ns.push_back(b.n);
-    }
-    const int count = static_cast<int>(buffers.size());
+    const BufferTable t = table_of(buffers);
     // (At least a little: with no buffers the outputs are still written, from no sums.)
-    auto scratch = scratch_.get(std::max<size_t>(cuda::grad_norm_scratch_bytes(ns.data(), count), 256), stream_);
+    auto scratch = scratch_.get(std::max<size_t>(cuda::grad_norm_scratch_bytes(t.ns.data(), t.count()), 256), stream_);
     if (!scratch.ok()) return scratch.status();
-    return cuda_status(cuda::launch_grad_norm(xs.data(), ns.data(), count, max_norm, sum_of_squares, clip_scale,
-                                              *scratch, stream_));
+    return cuda_status(cuda::launch_grad_norm(t.xs.data(), t.ns.data(), t.count(), max_norm, sum_of_squares,
+                                              clip_scale, *scratch, stream_));
   }
 
  private:
+  // The buffers of a grad norm as the launchers take them.
+  struct BufferTable {
+    std::vector<const float*> xs;
+    std::vector<int64_t> ns;
+    int count() const { return static_cast<int>(xs.size()); }
+  };
+  static BufferTable table_of(const std::vector<FloatSpan>& buffers) {
+    BufferTable t;
+    for (const FloatSpan& b : buffers) {
+      t.xs.push_back(b.data);
+      t.ns.push_back(b.n);
+    }
+    return t;
+  }
+
   CudaModelOps(int device, cudaStream_t stream, std::string name)
       : device_(device), stream_(stream), name_(std::move(name)) {}
 
