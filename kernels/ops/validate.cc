@@ -267,7 +267,9 @@ absl::Status validate_sum_of_squares(const float* x, int64_t n) {
 
 absl::Status validate_grad_norm(double max_norm, const double* sum_of_squares, const float* clip_scale) {
   constexpr const char* op = "queue_grad_norm";
-  if (!(max_norm >= 0.0) || !std::isfinite(max_norm)) return invalid(op, "max_norm must be finite and >= 0, got ", max_norm);
+  if (!(max_norm >= 0.0) || !std::isfinite(max_norm)) {
+    return invalid(op, "max_norm must be finite and >= 0, got ", max_norm);
+  }
   return check_not_null(op, {{"sum_of_squares", sum_of_squares}, {"clip_scale", clip_scale}});
 }
 

@@ -166,7 +166,8 @@ void RunCase(const Case& c) {
     std::vector<uint16_t> dq_wgmma(qn, 0xffff), dk_wgmma(kvn, 0xffff), dv_wgmma(kvn, 0xffff);
     emulation::launch(unsigned(per_kv_head.tiles * per_kv_head.heads), kThreads, attention_wgmma::kGradKvBytes<D>,
                       attention_wgmma::attention_grad_kv_wgmma_kernel<D>, per_kv_head, q.data(), k.data(), v.data(),
-                      l.data(), delta.data(), grad_out.data(), dk_wgmma.data(), dv_wgmma.data(), wgmma::MnMajorOffsets{});
+                      l.data(), delta.data(), grad_out.data(), dk_wgmma.data(), dv_wgmma.data(),
+                      wgmma::MnMajorOffsets{});
     emulation::launch(unsigned(per_head.tiles * per_head.heads), kThreads, attention_wgmma::kGradQBytes<D>,
                       attention_wgmma::attention_grad_q_wgmma_kernel<D>, per_head, q.data(), k.data(), v.data(),
                       l.data(), delta.data(), grad_out.data(), dq_wgmma.data(), wgmma::MnMajorOffsets{});

@@ -9,12 +9,13 @@
 //
 // The streamed tiles (K and V forward and in grad_q; Q and dO in grad_kv) sit in shared
 // memory as swizzled 128-byte rows (one position a row; at head_dim 128 in two halves of 64
-// columns, one after the other), which wgmma reads through
-// descriptors: K-major where the tile is Bᵀ (Kᵀ, Vᵀ, Qᵀ, dOᵀ), MN-major where it is B (V,
-// K, dO, Q). The MN-major descriptors' offsets come as an argument (wgmma::MnMajorOffsets). The block's own tile (Q, dO; K, V) is staged with padded rows and read into A
-// fragments with ldmatrix, as before; P and dS stay in registers. Each product waits for
-// its wgmmas before anything reads them, one group in flight at a time: no overlap of the
-// softmax with the tensor cores yet (FlashAttention-3's ping-pong would be the next step).
+// columns, one after the other), which wgmma reads through descriptors: K-major where the
+// tile is Bᵀ (Kᵀ, Vᵀ, Qᵀ, dOᵀ), MN-major where it is B (V, K, dO, Q). The MN-major
+// descriptors' offsets come as an argument (wgmma::MnMajorOffsets). The block's own tile
+// (Q, dO; K, V) is staged with padded rows and read into A fragments with ldmatrix, as
+// before; P and dS stay in registers. Each product waits for its wgmmas before anything
+// reads them, one group in flight at a time: no overlap of the softmax with the tensor
+// cores yet (FlashAttention-3's ping-pong would be the next step).
 //
 // Opt-in (FP8_CUDA_ATTENTION=wgmma, attention_tc_kernels.cu), sm_90 only, built for sm_90a.
 // Not yet run on a GPU.
