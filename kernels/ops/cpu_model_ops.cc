@@ -239,6 +239,8 @@ class CpuModelOps final : public ModelOps {
 
   absl::Status queue_grad_norm(const std::vector<FloatSpan>& buffers, double max_norm, double* sum_of_squares,
                                float* clip_scale) override {
+    // The CUDA implementation's order of checks: the buffers, then the rest.
+    for (const FloatSpan& b : buffers) FP8_RETURN_IF_ERROR(ops::validate_sum_of_squares(b.data, b.n));
     FP8_RETURN_IF_ERROR(ops::validate_grad_norm(max_norm, sum_of_squares, clip_scale));
     absl::StatusOr<double> total = total_sum_of_squares(buffers);
     if (!total.ok()) return total.status();

@@ -125,14 +125,9 @@ size_t sum_of_squares_scratch_bytes(int64_t n);
 // block adds them in block order.
 LaunchResult launch_sum_of_squares(const float* x, int64_t n, double* result, void* scratch, cudaStream_t stream);
 
-// results[i] (device memory) = Σ xs[i]² for `count` buffers, each the double
-// launch_sum_of_squares gives, in two launches per 64 buffers instead of two per buffer.
-// scratch: sums_of_squares_scratch_bytes() of the same buffers.
-size_t sums_of_squares_scratch_bytes(const int64_t* ns, int count);
-LaunchResult launch_sums_of_squares(const float* const* xs, const int64_t* ns, int count, double* results,
-                                    void* scratch, cudaStream_t stream);
-// ModelOps::queue_grad_norm: the buffers' sums as launch_sums_of_squares makes them, added
-// in order into *sum_of_squares, and the clipping factor into *clip_scale (device memory),
+// ModelOps::queue_grad_norm: each buffer's sum, the double launch_sum_of_squares gives
+// (two launches per 64 buffers instead of two per buffer), added in order into
+// *sum_of_squares, and the clipping factor into *clip_scale (device memory),
 // with no return to the host. scratch: grad_norm_scratch_bytes() of the same buffers.
 size_t grad_norm_scratch_bytes(const int64_t* ns, int count);
 LaunchResult launch_grad_norm(const float* const* xs, const int64_t* ns, int count, double max_norm,

@@ -49,14 +49,14 @@ size_t most_partials(const int64_t* ns, int count) {
   return static_cast<size_t>(most);
 }
 
-}  // namespace
-
 size_t sums_of_squares_scratch_bytes(const int64_t* ns, int count) {
   model::ScratchCarver carve(nullptr);
   carve.take<double>(most_partials(ns, count));
   return carve.used();
 }
 
+// results[i] = Σ xs[i]², each the double launch_sum_of_squares gives, in two launches per
+// table of 64 buffers; scratch: sums_of_squares_scratch_bytes() of the same buffers.
 LaunchResult launch_sums_of_squares(const float* const* xs, const int64_t* ns, int count, double* results,
                                     void* scratch, cudaStream_t stream) {
   model::ScratchCarver carve(scratch);
@@ -76,6 +76,8 @@ LaunchResult launch_sums_of_squares(const float* const* xs, const int64_t* ns, i
   }
   return {};
 }
+
+}  // namespace
 
 size_t grad_norm_scratch_bytes(const int64_t* ns, int count) {
   model::ScratchCarver carve(nullptr);
