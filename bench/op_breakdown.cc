@@ -101,6 +101,10 @@ absl::Status ProfilingBackend::transpose_bytes(const uint8_t* src, int64_t rows,
 absl::Status ProfilingBackend::amax(const MatrixRef& x, Granularity g, float* out) {
   return p_.run("amax", [&] { return inner_.amax(x, g, out); });
 }
+absl::Status ProfilingBackend::record_delayed_amaxes(const DelayedRecordArgs& args) {
+  return p_.run("delayed scaling record", [&] { return inner_.record_delayed_amaxes(args); });
+}
+
 absl::Status ProfilingBackend::compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale) {
   return p_.run("compute scales", [&] { return inner_.compute_scales(amax, n, f, pow2, scale); });
 }

@@ -88,6 +88,7 @@ class ProfilingBackend final : public Backend {
   absl::Status amax(const MatrixRef& x, Granularity g, float* out) override;
   absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale) override;
   absl::Status cast(const CastArgs& args) override;
+  absl::Status record_delayed_amaxes(const DelayedRecordArgs& args) override;
   absl::Status count_cast_range(const CastRangeArgs& args) override;
   absl::Status quantize(const QuantizeArgs& args) override;
   absl::Status dequantize(const DequantizeArgs& args) override;

@@ -78,6 +78,20 @@ absl::Status check_compute_scales(const float* amax, int64_t n, const float* sca
   return absl::OkStatus();
 }
 
+absl::Status check_record_delayed(const DelayedRecordArgs& a) {
+  const char* op = "record_delayed_amaxes";
+  if (a.count < 0) return invalid(op, absl::StrCat("negative count ", a.count));
+  if (a.history_len < 1) return invalid(op, absl::StrCat("history_len ", a.history_len, " (must be >= 1)"));
+  if (a.inverse_offset < 1 || a.inverse_offset >= a.scale_stride) {
+    return invalid(op, absl::StrCat("scale_stride ", a.scale_stride, " and inverse_offset ", a.inverse_offset,
+                                    " (need 0 < inverse_offset < scale_stride)"));
+  }
+  if (a.count > 0 && (a.states == nullptr || a.amaxes == nullptr || a.scales == nullptr)) {
+    return invalid(op, "states, amaxes and scales must all be given");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status check_cast(const CastArgs& a, const Requirements& req) {
   if (auto s = check_matrix(a.input, "cast input", req); !s.ok()) return s;
   if (auto s = check_hp_dtype(a.input.dtype, "cast input"); !s.ok()) return s;

@@ -21,6 +21,7 @@ absl::Status check_matrix(const MatrixRef& x, const char* what, const Requiremen
 absl::Status check_amax(const MatrixRef& x, Granularity g, const float* out, const Requirements& req);
 absl::Status check_compute_scales(const float* amax, int64_t n, const float* scale);
 absl::Status check_cast(const CastArgs& a, const Requirements& req);
+absl::Status check_record_delayed(const DelayedRecordArgs& a);
 absl::Status check_cast_range(const CastRangeArgs& a, const Requirements& req);
 absl::Status check_quantize(const QuantizeArgs& a, const Requirements& req);
 absl::Status check_dequantize(const DequantizeArgs& a, const Requirements& req);

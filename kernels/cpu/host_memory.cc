@@ -5,7 +5,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/validate.h"
 #include "cpu/transpose.h"
+#include "fp8/delayed_state.h"
 
 namespace fp8::cpu {
 
@@ -77,6 +79,19 @@ absl::Status HostMemoryBackend::transpose_bytes(const uint8_t* src, int64_t rows
   if (rows == 0 || cols == 0) return absl::OkStatus();
   if (dst == nullptr || src == nullptr) return absl::InvalidArgumentError("transpose_bytes: null pointer");
   ::fp8::cpu::transpose_bytes(src, /*ld_src=*/cols, rows, cols, dst, /*ld_dst=*/rows);
+  return absl::OkStatus();
+}
+
+absl::Status HostMemoryBackend::record_delayed_amaxes(const DelayedRecordArgs& a) {
+  if (auto s = detail::check_record_delayed(a); !s.ok()) return s;
+  const int64_t stride = delayed::state_floats(a.history_len);
+  for (int64_t i = 0; i < a.count; ++i) {
+    float* state = a.states + i * stride;
+    delayed::record(state, a.amaxes[i]);
+    const float scale = state[delayed::kHasScale] != 0.0f ? state[delayed::kScale] : 1.0f;
+    a.scales[i * a.scale_stride] = scale;
+    a.scales[i * a.scale_stride + a.inverse_offset] = inverse_scale(scale);
+  }
   return absl::OkStatus();
 }
 

@@ -1,5 +1,5 @@
-// Memory operations shared by the two host backends (fast CPU and reference): plain
-// aligned host allocations, counted, and memcpy.
+// What the two host backends (fast CPU and reference) share: plain aligned host
+// allocations, counted, memcpy, and the per-cast bookkeeping of delayed scaling.
 #pragma once
 
 #include "common/memory_counter.h"
@@ -19,6 +19,7 @@ class HostMemoryBackend : public Backend {
   absl::Status fill_zero(void* dst, size_t bytes) override;
   absl::Status transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) override;
   absl::Status synchronize() override { return absl::OkStatus(); }
+  absl::Status record_delayed_amaxes(const DelayedRecordArgs& args) override;
 
  private:
   detail::MemoryCounter counter_;

@@ -24,6 +24,7 @@
 #include "cuda/caching_allocator.h"
 #include "cuda/cast_kernels.h"
 #include "cuda/cuda_status.h"
+#include "cuda/delayed_scaling_kernels.h"
 #include "cuda/device_buffer.h"
 #include "cuda/device_check.h"
 #include "cuda/event_fence.h"
@@ -170,6 +171,14 @@ class CudaBackend final : public Backend {
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
     return cuda_status(cuda::launch_compute_scales(amax, n, f, pow2, scale, nullptr, stream_));
+  }
+
+  absl::Status record_delayed_amaxes(const DelayedRecordArgs& a) override {
+    if (auto s = detail::check_record_delayed(a); !s.ok()) return s;
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    return cuda_status(cuda::launch_record_delayed(a.states, a.count, a.history_len, a.amaxes, a.scales,
+                                                   a.scale_stride, a.inverse_offset, stream_));
   }
 
   absl::Status cast(const CastArgs& a) override {

@@ -136,5 +136,33 @@ TEST(DelayedScaling, RestoreRejectsAForeignStateAndChangesNothing) {
   EXPECT_EQ(d.serialize(), before);
 }
 
+// The flat state is what backend memory holds (Float8Linear keeps it there and records
+// into it with Backend::record_delayed_amaxes): read back, it is the same state.
+TEST(DelayedScaling, TheFlatStateRoundTrips) {
+  DelayedScaling d(3, Format::kE5M2, true);
+  for (float a : {2.0f, 0.5f, 7.0f, 1.0f}) d.record(a);
+  absl::StatusOr<DelayedScaling> back = DelayedScaling::from_state(d.state(), 3, Format::kE5M2, true);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->history(), d.history());
+  EXPECT_EQ(back->next_scale(), d.next_scale());
+  EXPECT_EQ(back->last_range_use(), d.last_range_use());
+  back->record(3.0f);
+  d.record(3.0f);
+  EXPECT_EQ(back->state(), d.state());
+}
+
+TEST(DelayedScaling, AFlatStateOfAnotherCastIsRejected) {
+  DelayedScaling d(3, Format::kE4M3, false);
+  d.record(2.0f);
+  // Another history length, format or rounding, or a damaged index.
+  EXPECT_FALSE(DelayedScaling::from_state(d.state(), 4, Format::kE4M3, false).ok());
+  EXPECT_FALSE(DelayedScaling::from_state(d.state(), 3, Format::kE5M2, false).ok());
+  EXPECT_FALSE(DelayedScaling::from_state(d.state(), 3, Format::kE4M3, true).ok());
+  std::vector<float> damaged = d.state();
+  damaged[1] = 3.0f;  // the next slot, one past the ring
+  absl::Status s = DelayedScaling::from_state(damaged, 3, Format::kE4M3, false).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+}
+
 }  // namespace
 }  // namespace fp8::engine

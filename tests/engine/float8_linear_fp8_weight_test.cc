@@ -1,6 +1,6 @@
 // Float8Linear with a weight cast outside the layer (Fp8Weight), as FSDP does: each rank
-// casts its shard with one global scale (fp8_weight_scale of the whole weight's amax) and
-// all-gathers the codes. The layer must then produce exactly what it produces from the
+// casts its shard with one global scale (write_fp8_weight_scale of the whole weight's
+// amax) and all-gathers the codes. The layer must then produce exactly what it produces from the
 // fp32 weight: the same output, grad_input and grad_weight bits and, under delayed
 // scaling, the same history. Also: which recipes take such a weight, the errors the
 // others give, and rebinding a weight that moved between forward() and backward().
@@ -117,8 +117,8 @@ std::unique_ptr<Float8Linear> make_layer(const Shape& s, const Float8LinearConfi
 }
 
 // A weight cast the way FSDP casts it, outside the layer: amax of the whole weight, the
-// layer's fp8_weight_scale of it, one tensorwise cast into [out, in] codes, the codes
-// transposed into [in, out], and 1/scale rounded on the host.
+// scale and inverse the layer's write_fp8_weight_scale gives for it, one tensorwise cast
+// into [out, in] codes, and the codes transposed into [in, out].
 struct CastWeight {
   explicit CastWeight(const Shape& s) : codes(s.nk()), codes_t(s.nk()), scale(1), inv_scale(1), amax(1) {}
   Bytes codes, codes_t;
@@ -139,9 +139,9 @@ struct CastWeight {
 void cast_weight(const Float8Linear& layer, const Shape& s, const float* w, CastWeight& out) {
   ASSERT_OK(backend().amax({w, DType::kFloat32, s.n, s.k}, Granularity::kTensorwise, out.amax.data()));
   out.host_amax = out.amax.download()[0];
-  out.host_scale = layer.fp8_weight_scale(out.host_amax);
-  out.scale.upload({out.host_scale});
-  out.inv_scale.upload({1.0f / out.host_scale});
+  ASSERT_OK(layer.write_fp8_weight_scale(out.host_amax, out.scale.data(), out.inv_scale.data()));
+  out.host_scale = out.scale.download()[0];
+  EXPECT_EQ(out.inv_scale.download()[0], inverse_scale(out.host_scale));
   CastArgs c;
   c.input = {w, DType::kFloat32, s.n, s.k};
   c.format = layer.weight_format();
@@ -150,6 +150,13 @@ void cast_weight(const Float8Linear& layer, const Shape& s, const float* w, Cast
   c.out = out.codes.data();
   ASSERT_OK(backend().cast(c));
   ASSERT_OK(backend().transpose_bytes(out.codes.data(), s.n, s.k, out.codes_t.data()));
+}
+
+// The weight scale write_fp8_weight_scale gives for `amax`, read back.
+float weight_scale_for(const Float8Linear& layer, float amax) {
+  Floats scale(1), inv_scale(1);
+  EXPECT_OK(layer.write_fp8_weight_scale(amax, scale.data(), inv_scale.data()));
+  return scale.download()[0];
 }
 
 int delayed_index_of(const Float8Linear& layer, const std::string& name) {
@@ -164,10 +171,10 @@ void expect_same_scaling_state(const Float8Linear& a, const Float8Linear& b) {
   ASSERT_EQ(a.delayed_count(), b.delayed_count());
   for (int i = 0; i < a.delayed_count(); ++i) {
     SCOPED_TRACE(a.delayed_names()[static_cast<size_t>(i)]);
-    EXPECT_TRUE(same_bits(a.delayed_scaling(i).history(), b.delayed_scaling(i).history()));
-    EXPECT_EQ(a.delayed_scaling(i).next_scale(), b.delayed_scaling(i).next_scale());
+    EXPECT_TRUE(same_bits(a.delayed_scaling(i)->history(), b.delayed_scaling(i)->history()));
+    EXPECT_EQ(a.delayed_scaling(i)->next_scale(), b.delayed_scaling(i)->next_scale());
   }
-  EXPECT_TRUE(same_bits(a.save_scaling_state(), b.save_scaling_state()));
+  EXPECT_TRUE(same_bits(a.save_scaling_state().value(), b.save_scaling_state().value()));
 }
 
 // ---- the same bits as the layer's own cast ---------------------------------------------------
@@ -217,10 +224,10 @@ TEST_P(Fp8WeightParity, ForwardAndBackwardMatchTheFp32WeightBitForBit) {
     gb_cast.upload(std::vector<float>(static_cast<size_t>(s.n), 0.0f));
     if (delayed && step > 0) {
       // After a step, the weight is cast with the history's scale whatever its amax.
-      const std::optional<float> history_scale = cast->delayed_scaling(weight_slot).next_scale();
+      const std::optional<float> history_scale = cast->delayed_scaling(weight_slot)->next_scale();
       ASSERT_TRUE(history_scale.has_value());
-      EXPECT_EQ(cast->fp8_weight_scale(1.0f), *history_scale);
-      EXPECT_EQ(cast->fp8_weight_scale(1e6f), *history_scale);
+      EXPECT_EQ(weight_scale_for(*cast, 1.0f), *history_scale);
+      EXPECT_EQ(weight_scale_for(*cast, 1e6f), *history_scale);
     }
     for (uint32_t micro = 0; micro < 2; ++micro) {
       SCOPED_TRACE(::testing::Message() << "micro-batch " << micro);
@@ -258,8 +265,8 @@ TEST_P(Fp8WeightParity, ForwardAndBackwardMatchTheFp32WeightBitForBit) {
     ASSERT_OK(cast->finish_step());
     expect_same_scaling_state(*cast, *own);
     if (delayed) {
-      EXPECT_EQ(cast->delayed_scaling(weight_slot).history().size(), step + 1);
-      EXPECT_EQ(cast->fp8_weight_scale(123.0f), cast->delayed_scaling(weight_slot).next_scale());
+      EXPECT_EQ(cast->delayed_scaling(weight_slot)->history().size(), step + 1);
+      EXPECT_EQ(weight_scale_for(*cast, 123.0f), cast->delayed_scaling(weight_slot)->next_scale());
     }
   }
 
@@ -331,7 +338,7 @@ TEST(Fp8WeightDelayed, EvaluationWithAnFp8WeightRecordsNoAmax) {
   ASSERT_OK(layer->forward(tx.data(), s.m, real.weight(), nullptr, out.data()));
   ASSERT_OK(layer->backward(tg.data(), nullptr, gw.data(), nullptr));
   ASSERT_OK(layer->finish_step());
-  EXPECT_EQ(layer->delayed_scaling(weight_slot).history(), std::vector<float>{w_amax});
+  EXPECT_EQ(layer->delayed_scaling(weight_slot)->history(), std::vector<float>{w_amax});
 }
 
 // Fp8Weight's contract lets the caller free the weight once backward() returned, so
@@ -566,12 +573,12 @@ TEST(Fp8WeightSupport, FixedWeightScaleWithoutAnFp8WeightPlan) {
   // A layer with no fp8 weight cast has no scale to offer: 1.
   std::unique_ptr<Float8Linear> none = make_layer({32, 64, 48}, recipe(v1::Fp8Spec::NONE));
   ASSERT_NE(none, nullptr);
-  EXPECT_EQ(none->fp8_weight_scale(3.0f), 1.0f);
+  EXPECT_EQ(weight_scale_for(*none, 3.0f), 1.0f);
   // Tensorwise: always the dynamic scale of the amax given.
   std::unique_ptr<Float8Linear> tensorwise = make_layer({32, 64, 48}, recipe(v1::Fp8Spec::TENSORWISE));
   ASSERT_NE(tensorwise, nullptr);
   for (float amax : {0.0f, 1e-3f, 1.0f, 448.0f, 3e4f}) {
-    EXPECT_EQ(tensorwise->fp8_weight_scale(amax), scale_from_amax(amax, Format::kE4M3, false)) << amax;
+    EXPECT_EQ(weight_scale_for(*tensorwise, amax), scale_from_amax(amax, Format::kE4M3, false)) << amax;
   }
 }
 

@@ -296,7 +296,7 @@ TEST_P(RECIPE_ACCURACY, MatchesTheReferenceLinear) {
       run_step(backend(), *layer, c.shape, normal(p.x.size(), 1.0f, 100 + step), p.w, p.bias,
                normal(p.g.size(), 1e-3f, 200 + step));
     }
-    ASSERT_EQ(layer->delayed_scaling(0).history().size(), 3u);
+    ASSERT_EQ(layer->delayed_scaling(0)->history().size(), 3u);
   }
   const Results r = run_step(backend(), *layer, c.shape, p.x, p.w, p.bias, p.g);
 
@@ -418,7 +418,7 @@ TEST_P(BF16_ACCURACY, MatchesTheFp32LayerOnTheSameInputs) {
       run_step(backend(), *f32, c.shape, x, p.w, p.bias, g);
       run_step(backend(), *bf16, c.shape, x, p.w, p.bias, g);
     }
-    EXPECT_EQ(bf16->save_scaling_state(), f32->save_scaling_state());
+    EXPECT_EQ(bf16->save_scaling_state().value(), f32->save_scaling_state().value());
   }
   const Results a = run_step(backend(), *f32, c.shape, q.x, p.w, p.bias, q.g);
   const Results b = run_step(backend(), *bf16, c.shape, q.x, p.w, p.bias, q.g);
@@ -568,11 +568,11 @@ TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingUsesThePreviousStepsAmax) {
   // Step 1: no history yet, so it scales dynamically, and its amaxes become the history.
   const Results first = run_step(backend(), *delayed, s, x1, w, bias, g);
   EXPECT_GE(sqnr(reference_linear(s, x1, w, bias, g).output, first.output), 20.0);
-  EXPECT_EQ(delayed->delayed_scaling(0).history(), (std::vector<float>{max_abs(x1)}));
-  EXPECT_EQ(delayed->delayed_scaling(1).history(), (std::vector<float>{max_abs(w)}));
-  EXPECT_EQ(delayed->delayed_scaling(2).history(), (std::vector<float>{max_abs(g)}));
-  EXPECT_EQ(delayed->delayed_scaling(0).next_scale(), scale_from_amax(max_abs(x1), Format::kE4M3, false));
-  EXPECT_EQ(delayed->delayed_scaling(2).next_scale(), scale_from_amax(max_abs(g), Format::kE5M2, false));
+  EXPECT_EQ(delayed->delayed_scaling(0)->history(), (std::vector<float>{max_abs(x1)}));
+  EXPECT_EQ(delayed->delayed_scaling(1)->history(), (std::vector<float>{max_abs(w)}));
+  EXPECT_EQ(delayed->delayed_scaling(2)->history(), (std::vector<float>{max_abs(g)}));
+  EXPECT_EQ(delayed->delayed_scaling(0)->next_scale(), scale_from_amax(max_abs(x1), Format::kE4M3, false));
+  EXPECT_EQ(delayed->delayed_scaling(2)->next_scale(), scale_from_amax(max_abs(g), Format::kE5M2, false));
 
   // Step 2: the input grows 8x. Delayed scaling still uses step 1's amax and clips; the
   // dynamic recipe rescales.
@@ -597,8 +597,8 @@ TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingUsesThePreviousStepsAmax) {
   Tensor tg(backend(), g), gw(backend(), n * k);
   ASSERT_OK(delayed->backward(tg.data(), nullptr, gw.data(), nullptr));
   ASSERT_OK(delayed->finish_step());
-  EXPECT_EQ(delayed->delayed_scaling(0).history(), (std::vector<float>{max_abs(x1), max_abs(x2)}));
-  EXPECT_EQ(delayed->delayed_scaling(0).next_scale(), scale_from_amax(max_abs(x2), Format::kE4M3, false));
+  EXPECT_EQ(delayed->delayed_scaling(0)->history(), (std::vector<float>{max_abs(x1), max_abs(x2)}));
+  EXPECT_EQ(delayed->delayed_scaling(0)->next_scale(), scale_from_amax(max_abs(x2), Format::kE4M3, false));
 }
 
 TEST_F(FLOAT8_LINEAR_TEST, DelayedAmaxOfAStepIsTheMaxOverMicroBatches) {
@@ -620,8 +620,10 @@ TEST_F(FLOAT8_LINEAR_TEST, DelayedAmaxOfAStepIsTheMaxOverMicroBatches) {
     ASSERT_OK(layer->backward(tg.data(), nullptr, gw.data(), nullptr));
   }
   ASSERT_OK(layer->finish_step());
-  EXPECT_EQ(layer->delayed_scaling(0).history(), (std::vector<float>{*std::max_element(x_amax.begin(), x_amax.end())}));
-  EXPECT_EQ(layer->delayed_scaling(2).history(), (std::vector<float>{*std::max_element(g_amax.begin(), g_amax.end())}));
+  EXPECT_EQ(layer->delayed_scaling(0)->history(),
+            (std::vector<float>{*std::max_element(x_amax.begin(), x_amax.end())}));
+  EXPECT_EQ(layer->delayed_scaling(2)->history(),
+            (std::vector<float>{*std::max_element(g_amax.begin(), g_amax.end())}));
 }
 
 TEST_F(FLOAT8_LINEAR_TEST, EvaluationForwardMatchesAndLeavesDelayedScalingAlone) {
@@ -648,7 +650,7 @@ TEST_F(FLOAT8_LINEAR_TEST, EvaluationForwardMatchesAndLeavesDelayedScalingAlone)
   ASSERT_OK(layer->backward(tg.data(), nullptr, gw.data(), nullptr));
   ASSERT_OK(layer->finish_step());
   // The history saw the training input twice and never the evaluation one.
-  EXPECT_EQ(layer->delayed_scaling(0).history(), (std::vector<float>{max_abs(x), max_abs(x)}));
+  EXPECT_EQ(layer->delayed_scaling(0)->history(), (std::vector<float>{max_abs(x), max_abs(x)}));
 }
 
 TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingTakesAmaxesReducedElsewhere) {
@@ -657,8 +659,8 @@ TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingTakesAmaxesReducedElsewhere) {
   ASSERT_NE(layer, nullptr);
   // What the distributed engine does: its own all-reduced amaxes, one per delayed cast.
   ASSERT_OK(layer->finish_step(std::vector<float>{2.0f, 4.0f, 8.0f}));
-  EXPECT_EQ(layer->delayed_scaling(1).next_scale(), 112.0f);
-  EXPECT_EQ(layer->delayed_scaling(2).next_scale(), 57344.0f / 8.0f);
+  EXPECT_EQ(layer->delayed_scaling(1)->next_scale(), 112.0f);
+  EXPECT_EQ(layer->delayed_scaling(2)->next_scale(), 57344.0f / 8.0f);
   EXPECT_EQ(layer->finish_step(std::vector<float>{1.0f}).code(), absl::StatusCode::kInvalidArgument);
   // Without a forward this step there is nothing to record.
   EXPECT_EQ(layer->finish_step().code(), absl::StatusCode::kFailedPrecondition);
@@ -673,14 +675,14 @@ TEST_F(FLOAT8_LINEAR_TEST, ScalingStateSurvivesACheckpoint) {
   const std::vector<float> w = normal(n * k, 0.1f, 1), bias(n, 0.0f), g = normal(m * n, 1.0f, 2);
   for (uint32_t step = 0; step < 3; ++step)
     run_step(backend(), *layer, s, normal(m * k, 1.0f + step, 3 + step), w, bias, g);
-  const std::vector<float> saved = layer->save_scaling_state();
+  const std::vector<float> saved = layer->save_scaling_state().value();
 
   std::unique_ptr<Float8Linear> resumed = make_layer(backend(), s, config);
   ASSERT_NE(resumed, nullptr);
   ASSERT_OK(resumed->restore_scaling_state(saved));
   for (int i = 0; i < layer->delayed_count(); ++i) {
-    EXPECT_EQ(resumed->delayed_scaling(i).history(), layer->delayed_scaling(i).history());
-    EXPECT_EQ(resumed->delayed_scaling(i).next_scale(), layer->delayed_scaling(i).next_scale());
+    EXPECT_EQ(resumed->delayed_scaling(i)->history(), layer->delayed_scaling(i)->history());
+    EXPECT_EQ(resumed->delayed_scaling(i)->next_scale(), layer->delayed_scaling(i)->next_scale());
   }
   // The next step runs identically on both.
   const std::vector<float> x = normal(m * k, 1.0f, 9);
@@ -799,7 +801,7 @@ TEST_F(FLOAT8_LINEAR_TEST, MeasuringChangesNoResultForAnyRecipe) {
       EXPECT_TRUE(same_bits(a.grad_weight, b.grad_weight)) << "step " << step;
       EXPECT_TRUE(same_bits(a.grad_bias, b.grad_bias)) << "step " << step;
     }
-    EXPECT_TRUE(same_bits(plain->save_scaling_state(), measured->save_scaling_state()));
+    EXPECT_TRUE(same_bits(plain->save_scaling_state().value(), measured->save_scaling_state().value()));
 
     absl::StatusOr<std::vector<CastNumerics>> off = plain->numerics();
     absl::StatusOr<std::vector<CastNumerics>> on = measured->numerics();
@@ -1413,12 +1415,12 @@ TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingAndNumericsWorkOnBf16Activations) {
     EXPECT_LE(max_relative_error(widened(a.grad_input), b.grad_input), kBf16Tolerance);
     EXPECT_EQ(b.grad_weight, a.grad_weight) << "the same fp8 codes, fp32 output";
   }
-  EXPECT_EQ(bf16->delayed_scaling(0).history(), input_amaxes);
+  EXPECT_EQ(bf16->delayed_scaling(0)->history(), input_amaxes);
   for (int i = 0; i < bf16->delayed_count(); ++i) {
-    EXPECT_EQ(bf16->delayed_scaling(i).history().size(), 3u);
-    EXPECT_EQ(bf16->delayed_scaling(i).history(), f32->delayed_scaling(i).history());
+    EXPECT_EQ(bf16->delayed_scaling(i)->history().size(), 3u);
+    EXPECT_EQ(bf16->delayed_scaling(i)->history(), f32->delayed_scaling(i)->history());
   }
-  EXPECT_EQ(bf16->save_scaling_state(), f32->save_scaling_state());
+  EXPECT_EQ(bf16->save_scaling_state().value(), f32->save_scaling_state().value());
 
   absl::StatusOr<std::vector<CastNumerics>> want = f32->numerics();
   absl::StatusOr<std::vector<CastNumerics>> got = bf16->numerics();
@@ -1459,7 +1461,8 @@ TEST_F(FLOAT8_LINEAR_TEST, ActivationDtypesOtherThanFp32AndBf16AreRejected) {
 
 #if !defined(FP8_ENGINE_TEST_CUDA)
 // (Backend-independent: built into the CPU suite only.)
-// A CPU backend that says it is a GPU, to check the GPU shape rules on any machine.
+// A CPU backend that says it is a GPU, to check the GPU shape rules on any machine, and
+// counts the calls at which a GPU's host would wait for the device.
 class PretendGpuBackend final : public Backend {
  public:
   std::string name() const override { return "pretend-gpu"; }
@@ -1469,18 +1472,25 @@ class PretendGpuBackend final : public Backend {
   MemoryStats memory_stats() const override { return cpu().memory_stats(); }
   void reset_peak_memory() override { cpu().reset_peak_memory(); }
   absl::Status copy_from_host(void* d, const void* s, size_t n) override { return cpu().copy_from_host(d, s, n); }
-  absl::Status copy_to_host(void* d, const void* s, size_t n) override { return cpu().copy_to_host(d, s, n); }
+  absl::Status copy_to_host(void* d, const void* s, size_t n) override {
+    ++host_waits;
+    return cpu().copy_to_host(d, s, n);
+  }
   absl::Status copy(void* d, const void* s, size_t n) override { return cpu().copy(d, s, n); }
   absl::Status fill_zero(void* d, size_t n) override { return cpu().fill_zero(d, n); }
   absl::Status transpose_bytes(const uint8_t* s, int64_t r, int64_t c, uint8_t* d) override {
     return cpu().transpose_bytes(s, r, c, d);
   }
-  absl::Status synchronize() override { return cpu().synchronize(); }
+  absl::Status synchronize() override {
+    ++host_waits;
+    return cpu().synchronize();
+  }
   absl::Status amax(const MatrixRef& x, Granularity g, float* out) override { return cpu().amax(x, g, out); }
   absl::Status compute_scales(const float* a, int64_t n, Format f, bool pow2, float* s) override {
     return cpu().compute_scales(a, n, f, pow2, s);
   }
   absl::Status cast(const CastArgs& a) override { return cpu().cast(a); }
+  absl::Status record_delayed_amaxes(const DelayedRecordArgs& a) override { return cpu().record_delayed_amaxes(a); }
   absl::Status count_cast_range(const CastRangeArgs& a) override { return cpu().count_cast_range(a); }
   absl::Status quantize(const QuantizeArgs& a) override { return cpu().quantize(a); }
   absl::Status dequantize(const DequantizeArgs& a) override { return cpu().dequantize(a); }
@@ -1489,6 +1499,8 @@ class PretendGpuBackend final : public Backend {
   }
   absl::Status scaled_gemm(const ScaledGemmArgs& a) override { return cpu().scaled_gemm(a); }
   absl::Status gemm(const GemmArgs& a) override { return cpu().gemm(a); }
+
+  int64_t host_waits = 0;  // copy_to_host and synchronize calls
 
  private:
   static Backend& cpu() { return cpu_backend(); }
@@ -1513,6 +1525,39 @@ TEST(Float8LinearGpuShapes, DimensionsAnFp8GemmCannotTakeAreRejectedUpFront) {
   layer = Float8Linear::create(gpu, 64, 48, recipe(v1::Fp8Spec::ROWWISE_WITH_GW_HP));
   ASSERT_TRUE(layer.ok()) << layer.status();
   EXPECT_TRUE((*layer)->forward(x.data(), 24, w.data(), nullptr, out.data()).ok());
+}
+
+// The rule for a GPU step: no host wait inside it. Delayed scaling records the
+// step's amaxes and derives the next scales in backend memory; the host reads the
+// histories once, after the first step, to learn that each cast has a scale.
+TEST(Float8LinearGpuShapes, DelayedStepsWaitForTheDeviceOnlyAfterTheFirst) {
+  PretendGpuBackend gpu;
+  absl::StatusOr<std::unique_ptr<Float8Linear>> layer =
+      Float8Linear::create(gpu, 64, 48, recipe(v1::Fp8Spec::DELAYED));
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  ASSERT_EQ((*layer)->delayed_count(), 3);
+  const size_t tokens = 32;
+  const std::vector<float> host_x = normal(tokens * 64, 1.0f, 1);
+  Tensor x(gpu, host_x), w(gpu, normal(48 * 64, 0.1f, 2)), out(gpu, tokens * 48),
+      g(gpu, normal(tokens * 48, 1e-3f, 3)), gx(gpu, tokens * 64), gw(gpu, 48 * 64);
+  std::vector<int64_t> waits;
+  for (int step = 0; step < 4; ++step) {
+    const int64_t before = gpu.host_waits;
+    ASSERT_TRUE((*layer)->forward(x.data(), static_cast<int64_t>(tokens), w.data(), nullptr, out.data()).ok());
+    ASSERT_TRUE((*layer)->backward(g.data(), gx.data(), gw.data(), nullptr).ok());
+    ASSERT_TRUE((*layer)->finish_step().ok());
+    waits.push_back(gpu.host_waits - before);
+  }
+  EXPECT_GT(waits[0], 0);
+  EXPECT_EQ(waits[1], 0);
+  EXPECT_EQ(waits[2], 0);
+  EXPECT_EQ(waits[3], 0);
+  // What the device holds is what the host rule gives.
+  absl::StatusOr<DelayedScaling> input = (*layer)->delayed_scaling(0);
+  ASSERT_TRUE(input.ok()) << input.status();
+  const float x_amax = max_abs(host_x);
+  EXPECT_EQ(input->history(), std::vector<float>(static_cast<size_t>(std::min(4, input->history_len())), x_amax));
+  EXPECT_EQ(input->next_scale(), scale_from_amax(x_amax, Format::kE4M3, false));
 }
 
 #endif  // !FP8_ENGINE_TEST_CUDA

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "fp8/arith.h"
+#include "fp8/delayed_state.h"
 #include "fp8/fp8.h"
 #include "tests/kernels/backend_test_util.h"
 
@@ -122,6 +123,88 @@ TEST_P(BackendContract, ComputeScalesMatchesTheFormula) {
       }
     }
   }
+}
+
+// Delayed scaling kept in backend memory: every backend records as the host's
+// delayed::record does, bit for bit, and writes each next scale with its inverse.
+TEST_P(BackendContract, RecordDelayedAmaxesFollowsTheHostRule) {
+  constexpr int kHistory = 3;
+  const int64_t each = delayed::state_floats(kHistory);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  // Four casts (both formats, with and without power-of-two scales), eight steps whose
+  // amaxes include 0, a NaN, an Inf and values that move the window's max both ways.
+  const std::vector<std::vector<float>> steps = {{0.0f, 2.0f, 1e-3f, 3.0f},  {0.0f, 5.0f, nan, 3.5f},
+                                                 {1.5f, 1.0f, 2e-3f, inf},   {0.5f, 1.0f, 4e-3f, 1.0f},
+                                                 {0.25f, 1e-9f, 1e-3f, 1.0f}, {0.0f, 0.0f, 1e-3f, 1.0f},
+                                                 {3e4f, 0.0f, 5e-4f, 2.0f},  {1.0f, 0.0f, 5e-4f, 1e5f}};
+  const Format formats[] = {Format::kE4M3, Format::kE5M2, Format::kE4M3, Format::kE5M2};
+  const bool pow2[] = {false, false, true, true};
+  constexpr int64_t kCasts = 4, kStride = 8, kInverse = 4;
+
+  std::vector<float> host_states(static_cast<size_t>(kCasts * each));
+  for (int64_t i = 0; i < kCasts; ++i) {
+    delayed::init_state(host_states.data() + i * each, kHistory, formats[i], pow2[i]);
+  }
+  Buffer<float> states(b_, host_states), amaxes(b_, kCasts), scales(b_, kCasts * kStride);
+  for (size_t t = 0; t < steps.size(); ++t) {
+    SCOPED_TRACE(::testing::Message() << "step " << t);
+    amaxes.upload(steps[t]);
+    DelayedRecordArgs r;
+    r.states = states.get();
+    r.count = kCasts;
+    r.history_len = kHistory;
+    r.amaxes = amaxes.get();
+    r.scales = scales.get();
+    r.scale_stride = kStride;
+    r.inverse_offset = kInverse;
+    ASSERT_TRUE(b_->record_delayed_amaxes(r).ok());
+    for (int64_t i = 0; i < kCasts; ++i) {
+      delayed::record(host_states.data() + i * each, steps[t][static_cast<size_t>(i)]);
+    }
+
+    const std::vector<float> got = states.download();
+    for (size_t k = 0; k < got.size(); ++k) {
+      EXPECT_EQ(float_bits(got[k]), float_bits(host_states[k])) << "state float " << k;
+    }
+    const std::vector<float> got_scales = scales.download();
+    for (int64_t i = 0; i < kCasts; ++i) {
+      const float* state = host_states.data() + i * each;
+      const float want = state[delayed::kHasScale] != 0.0f ? state[delayed::kScale] : 1.0f;
+      EXPECT_EQ(got_scales[static_cast<size_t>(i * kStride)], want) << "cast " << i;
+      EXPECT_EQ(got_scales[static_cast<size_t>(i * kStride + kInverse)], inverse_scale(want)) << "cast " << i;
+    }
+  }
+  // The rule itself on this sequence: cast 0 found a usable amax at step 2; cast 1 kept
+  // the scale of 1e-9 once its window held only zeros; cast 3's last amax (1e5) was cast
+  // with the scale of 2 and saturated.
+  EXPECT_EQ(host_states[delayed::kHasScale], 1.0f);
+  const float* cast1 = host_states.data() + each;
+  EXPECT_EQ(cast1[delayed::kScale], scale_from_amax(1e-9f, Format::kE5M2, false));
+  const float* cast3 = host_states.data() + 3 * each;
+  EXPECT_EQ(cast3[delayed::kRangeUse], 1e5f * scale_from_amax(2.0f, Format::kE5M2, true) / 57344.0f);
+  EXPECT_GT(cast3[delayed::kRangeUse], 1.0f);
+}
+
+TEST_P(BackendContract, RecordDelayedAmaxesRejectsBadArguments) {
+  Buffer<float> states(b_, 16), amaxes(b_, 1), scales(b_, 8);
+  DelayedRecordArgs r;
+  r.states = states.get();
+  r.count = 1;
+  r.history_len = 2;
+  r.amaxes = amaxes.get();
+  r.scales = scales.get();
+  DelayedRecordArgs bad = r;
+  bad.history_len = 0;
+  EXPECT_EQ(b_->record_delayed_amaxes(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = r;
+  bad.inverse_offset = 2;  // not inside the stride of 2
+  EXPECT_EQ(b_->record_delayed_amaxes(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = r;
+  bad.amaxes = nullptr;
+  EXPECT_EQ(b_->record_delayed_amaxes(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = r;
+  bad.count = -1;
+  EXPECT_EQ(b_->record_delayed_amaxes(bad).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // ---- casts --------------------------------------------------------------------------------

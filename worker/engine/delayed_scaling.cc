@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "fp8/delayed_state.h"
 
 namespace fp8::engine {
 namespace {
@@ -11,46 +12,61 @@ namespace {
 // serialize() layout: a header, then the ring in storage order.
 enum HeaderField : int { kHistoryLen, kNext, kFilled, kHasScale, kScale, kHeaderSize };
 
+bool is_index(float v, int limit) { return v >= 0.0f && v <= static_cast<float>(limit) && v == std::floor(v); }
+
 }  // namespace
 
 DelayedScaling::DelayedScaling(int history_len, Format format, bool pow2_scale)
-    : ring_(static_cast<size_t>(history_len > 0 ? history_len : 1), 0.0f), format_(format), pow2_(pow2_scale) {}
-
-void DelayedScaling::record(float amax) {
-  // The cast being recorded used the scale from before this amax.
-  last_range_use_ = scale_.has_value() && std::isfinite(amax) ? amax * *scale_ / fp8_max(format_) : 0.0f;
-  ring_[static_cast<size_t>(next_)] = amax;
-  next_ = (next_ + 1) % history_len();
-  if (filled_ < history_len()) ++filled_;
-
-  // The window max, with any non-finite entry making the whole window unusable (as
-  // torch.max over TE's history propagates a NaN).
-  float window_max = 0.0f;
-  bool finite = true;
-  for (int i = 0; i < filled_; ++i) {
-    const float a = ring_[static_cast<size_t>(i)];
-    if (!std::isfinite(a)) finite = false;
-    if (a > window_max) window_max = a;
-  }
-  if (finite && window_max > 0.0f) scale_ = scale_from_amax(window_max, format_, pow2_);
+    : state_(static_cast<size_t>(delayed::state_floats(history_len > 0 ? history_len : 1))),
+      format_(format),
+      pow2_(pow2_scale) {
+  delayed::init_state(state_.data(), history_len > 0 ? history_len : 1, format, pow2_scale);
 }
 
+absl::StatusOr<DelayedScaling> DelayedScaling::from_state(absl::Span<const float> state, int history_len,
+                                                          Format format, bool pow2_scale) {
+  DelayedScaling d(history_len, format, pow2_scale);
+  const int h = d.history_len();
+  if (static_cast<int64_t>(state.size()) != delayed::state_floats(h)) {
+    return absl::InvalidArgumentError(absl::StrCat("delayed scaling state: expected ", delayed::state_floats(h),
+                                                   " floats for an amax history of ", h, ", got ", state.size()));
+  }
+  if (state[delayed::kHistoryLen] != static_cast<float>(h) || !is_index(state[delayed::kNext], h - 1) ||
+      !is_index(state[delayed::kFilled], h) ||
+      (state[delayed::kHasScale] != 0.0f && state[delayed::kHasScale] != 1.0f) ||
+      state[delayed::kFp8Max] != fp8_max(format) || state[delayed::kPow2] != (pow2_scale ? 1.0f : 0.0f)) {
+    return absl::DataLossError("delayed scaling state: corrupt (its header does not fit the cast's configuration)");
+  }
+  d.state_.assign(state.begin(), state.end());
+  return d;
+}
+
+std::optional<float> DelayedScaling::next_scale() const {
+  if (state_[delayed::kHasScale] == 0.0f) return std::nullopt;
+  return state_[delayed::kScale];
+}
+
+void DelayedScaling::record(float amax) { delayed::record(state_.data(), amax); }
+
 void DelayedScaling::replay(absl::Span<const float> amaxes) {
-  std::fill(ring_.begin(), ring_.end(), 0.0f);
-  next_ = 0;
-  filled_ = 0;
-  scale_.reset();
-  last_range_use_ = 0.0f;
-  const size_t keep = std::min(amaxes.size(), ring_.size());
+  delayed::init_state(state_.data(), history_len(), format_, pow2_);
+  const size_t keep = std::min(amaxes.size(), static_cast<size_t>(history_len()));
   for (float a : amaxes.subspan(amaxes.size() - keep)) record(a);
 }
 
+float DelayedScaling::last_range_use() const { return state_[delayed::kRangeUse]; }
+
+int DelayedScaling::history_len() const { return static_cast<int>(state_[delayed::kHistoryLen]); }
+
 std::vector<float> DelayedScaling::history() const {
+  const int h = history_len();
+  const int filled = static_cast<int>(state_[delayed::kFilled]);
+  const int next = static_cast<int>(state_[delayed::kNext]);
   std::vector<float> out;
-  out.reserve(static_cast<size_t>(filled_));
-  // The oldest entry sits at next_ once the ring is full, at 0 before.
-  const int oldest = filled_ == history_len() ? next_ : 0;
-  for (int i = 0; i < filled_; ++i) out.push_back(ring_[static_cast<size_t>((oldest + i) % history_len())]);
+  out.reserve(static_cast<size_t>(filled));
+  // The oldest entry sits at next once the ring is full, at 0 before.
+  const int oldest = filled == h ? next : 0;
+  for (int i = 0; i < filled; ++i) out.push_back(state_[static_cast<size_t>(delayed::kRing + (oldest + i) % h)]);
   return out;
 }
 
@@ -58,12 +74,12 @@ int64_t DelayedScaling::serialized_size(int history_len) { return kHeaderSize + 
 
 std::vector<float> DelayedScaling::serialize() const {
   std::vector<float> out(kHeaderSize);
-  out[kHistoryLen] = static_cast<float>(history_len());
-  out[kNext] = static_cast<float>(next_);
-  out[kFilled] = static_cast<float>(filled_);
-  out[kHasScale] = scale_.has_value() ? 1.0f : 0.0f;
-  out[kScale] = scale_.value_or(0.0f);
-  out.insert(out.end(), ring_.begin(), ring_.end());
+  out[kHistoryLen] = state_[delayed::kHistoryLen];
+  out[kNext] = state_[delayed::kNext];
+  out[kFilled] = state_[delayed::kFilled];
+  out[kHasScale] = state_[delayed::kHasScale];
+  out[kScale] = state_[delayed::kHasScale] != 0.0f ? state_[delayed::kScale] : 0.0f;
+  out.insert(out.end(), state_.begin() + delayed::kRing, state_.end());
   return out;
 }
 
@@ -77,16 +93,16 @@ absl::Status DelayedScaling::restore(absl::Span<const float> data) {
     return absl::InvalidArgumentError(
         absl::StrCat("delayed scaling state: saved with amax_history_len ", data[kHistoryLen], ", this run uses ", h));
   }
-  auto is_index = [](float v, int limit) { return v >= 0.0f && v <= static_cast<float>(limit) && v == std::floor(v); };
   if (!is_index(data[kNext], h - 1) || !is_index(data[kFilled], h) ||
       (data[kHasScale] != 0.0f && data[kHasScale] != 1.0f)) {
     return absl::InvalidArgumentError("delayed scaling state: corrupt header");
   }
-  next_ = static_cast<int>(data[kNext]);
-  filled_ = static_cast<int>(data[kFilled]);
-  scale_.reset();
-  if (data[kHasScale] == 1.0f) scale_ = data[kScale];
-  ring_.assign(data.begin() + kHeaderSize, data.end());
+  state_[delayed::kNext] = data[kNext];
+  state_[delayed::kFilled] = data[kFilled];
+  state_[delayed::kHasScale] = data[kHasScale];
+  state_[delayed::kScale] = data[kHasScale] == 1.0f ? data[kScale] : 0.0f;
+  state_[delayed::kRangeUse] = 0.0f;
+  std::copy(data.begin() + kHeaderSize, data.end(), state_.begin() + delayed::kRing);
   return absl::OkStatus();
 }
 

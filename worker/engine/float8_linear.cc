@@ -56,7 +56,12 @@ absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& back
   state->plan_tensor(TensorKind::kGradOutput, c.grad_input.grad_output, c.grad_input_runs_in_fp8(), "grad_input",
                      c.grad_weight.grad_output, c.grad_weight_runs_in_fp8(), "grad_weight");
   state->plan_delayed_scaling();
-  if (auto s = state->upload_delayed_scales(); !s.ok()) return s;
+  std::vector<DelayedScaling> fresh;
+  for (int i : state->delayed_plans) {
+    const CastConfig& cast = state->plans[static_cast<size_t>(i)].config;
+    fresh.emplace_back(c.amax_history_len, cast.format(), cast.pow2_scale);
+  }
+  if (auto s = state->upload_delayed(fresh); !s.ok()) return s;
   return std::unique_ptr<Float8Linear>(new Float8Linear(std::move(state)));
 }
 
@@ -99,15 +104,6 @@ absl::Status Float8Linear::forward_no_grad(const void* input, int64_t tokens, co
 bool Float8Linear::takes_fp8_weight() const { return s_->takes_fp8_weight(); }
 
 Format Float8Linear::weight_format() const { return s_->config.output.weight.format(); }
-
-float Float8Linear::fp8_weight_scale(float amax) const {
-  const State& s = *s_;
-  const int plan = s.weight_plan();
-  if (plan < 0) return 1.0f;
-  const CastPlan& p = s.plans[static_cast<size_t>(plan)];
-  if (p.delayed && p.delayed_scale_ready) return *p.delayed->next_scale();
-  return scale_from_amax(amax, p.config.format(), p.config.pow2_scale);
-}
 
 absl::Status Float8Linear::rebind_weight(const float* weight) {
   if (s_->tokens == 0) return absl::FailedPreconditionError("Float8Linear::rebind_weight: no forward() to rebind");

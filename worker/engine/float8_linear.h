@@ -26,21 +26,21 @@
 // reads them only where a GEMM consumes them in high precision; fp8 copies it needs were
 // made by forward().
 //
-// Host synchronisation: forward() and backward() queue backend work only (they read no
-// device value on the host), apart from one-off buffer growth when the token count first
-// grows. finish_step() without arguments reads the layer's amaxes to the host (a model
-// reads every layer's at once instead: model/delayed_step.h); finish_step(amaxes) queues
-// the next scales without waiting. numerics() copies small vectors to the host (also the
-// range counts of casts run while measuring: set_measuring()).
+// Host synchronisation: forward(), backward() and finish_step() queue backend work only
+// (they read no device value on the host), apart from one-off buffer growth when the token
+// count first grows, and a read of the amax histories at the end of each step until every
+// delayed cast has a scale (normally the first step only). numerics(), delayed_scaling()
+// and save_scaling_state() copy small vectors to the host (numerics() also the range counts
+// of casts run while measuring: set_measuring()).
 //
 // Delayed scaling, per training step (one optimizer step, any number of micro-batches):
 //   forward/backward × micro-batches   each cast records its amax into its own slot
 //   write_step_amaxes(dst)             per delayed cast: max over the step's micro-batches,
 //                                      into backend memory (the distributed engine packs
 //                                      every layer's into one vector and all-reduces MAX once)
-//   finish_step(reduced host amaxes)   records them into the histories, derives next step's
-//                                      scales and queues their upload (one small copy that
-//                                      the host does not wait for)
+//   finish_step_from(reduced amaxes)   records them into the histories and derives the next
+//                                      step's scales, all in backend memory (one small
+//                                      kernel that the host does not wait for)
 // finish_step() without arguments does the last two for a single process.
 //
 // Not thread-safe: one layer is driven by one thread.
@@ -197,9 +197,11 @@ class Float8Linear {
   // tensorwise and delayed recipes).
   bool takes_fp8_weight() const;
   Format weight_format() const;
-  // The scale forward() would cast the weight with, given the whole weight's amax: the
-  // delayed history's scale once it has one, else the dynamic scale of that amax.
-  float fp8_weight_scale(float amax) const;
+  // Writes the scale forward() would cast the weight with, given the whole weight's amax,
+  // and its inverse (inverse_scale) into backend memory, queued: the delayed history's
+  // scale once it has one (copied on the device, never read by the host), else the dynamic
+  // scale of that amax.
+  absl::Status write_fp8_weight_scale(float amax, float* scale, float* inv_scale) const;
 
   // For the last forward(): by default WRITES grad_input [tokens, in] (skipped when null)
   // and ACCUMULATES (+=) grad_weight [out, in] and grad_bias [out] (skipped when null), so
@@ -249,18 +251,23 @@ class Float8Linear {
   // floats of backend memory. Needs a forward() (and a backward(), when grad_output is
   // delayed) since the last finish_step().
   absl::Status write_step_amaxes(float* dst);
-  // Ends the step with amaxes already reduced across ranks (host memory, delayed_count()).
+  // Ends the step with amaxes already reduced across ranks (backend memory,
+  // delayed_count() floats; may be null without delayed casts), queued. `amaxes` may be
+  // reused once this returns: work queued later cannot overtake the record.
+  absl::Status finish_step_from(const float* amaxes);
+  // The same with host amaxes (uploaded, queued).
   absl::Status finish_step(absl::Span<const float> amaxes);
   // Ends the step with this process's own amaxes. Call once per optimizer step with any
   // recipe (it is cheap without delayed casts).
   absl::Status finish_step();
-  // The i-th delayed cast's state (history and scale), for reporting.
-  const DelayedScaling& delayed_scaling(int i) const;
+  // The i-th delayed cast's state (history and scale), read from backend memory: for
+  // reports, not every step.
+  absl::StatusOr<DelayedScaling> delayed_scaling(int i) const;
   // Replaces the i-th delayed cast's history (DelayedScaling::replay).
   absl::Status replay_delayed_history(int i, absl::Span<const float> amaxes);
   // Every delayed cast's state, concatenated, for checkpoints; restore needs a layer built
   // with the same config.
-  std::vector<float> save_scaling_state() const;
+  absl::StatusOr<std::vector<float>> save_scaling_state() const;
   absl::Status restore_scaling_state(absl::Span<const float> state);
 
   // ---- numerics ------------------------------------------------------------------------

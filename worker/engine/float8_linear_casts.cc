@@ -63,7 +63,7 @@ void Float8Linear::State::plan_delayed_scaling() {
   for (size_t i = 0; i < plans.size(); ++i) {
     CastPlan& p = plans[i];
     if (p.config.scaling != ScalingMode::kDelayed) continue;
-    p.delayed.emplace(config.amax_history_len, p.config.format(), p.config.pow2_scale);
+    p.delayed = true;
     p.delayed_index = static_cast<int>(delayed_plans.size());
     p.delayed_column = slots_of(p.tensor).columns++;
     delayed_plans.push_back(static_cast<int>(i));
@@ -119,7 +119,6 @@ absl::StatusOr<CastRangeCounts*> Float8Linear::State::prepare_cast(CastPlan& p, 
 void Float8Linear::State::finish_dynamic_cast(CastPlan& p, const MatrixRef& input) {
   p.scale_in_use = p.scale.as<float>();
   p.inv_scale_in_use = p.inv_scale.as<float>();
-  p.host_scale_in_use.reset();
   p.rows = input.rows;
   p.cols = input.cols;
   p.last_amax_row = -1;
@@ -137,7 +136,7 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
   if (p.delayed && p.delayed_scale_ready) {
     // The scale was derived from the history before this cast; the cast measures this
     // step's amax in the same pass, for finish_step() to record.
-    const float* scale = delayed_scales.as<float>() + p.delayed_index * kDelayedScaleStride;
+    const float* scale = delayed_scale_entry(p.delayed_index);
     CastArgs c;
     c.input = input;
     c.format = p.config.format();
@@ -150,7 +149,6 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
     if (auto s = backend.cast(c); !s.ok()) return s;
     p.scale_in_use = scale;
     p.inv_scale_in_use = scale + kFloatsPer16Bytes;
-    p.host_scale_in_use = p.delayed->next_scale();
   } else {
     // Dynamic scaling. A delayed cast comes here while its history holds no usable amax
     // (its first step): TransformerEngine would cast with scale 1 then, which can clip or
@@ -172,7 +170,6 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
     if (q.row_amax != nullptr) ++row_amax_casts;
     p.scale_in_use = p.scale.as<float>();
     p.inv_scale_in_use = p.inv_scale.as<float>();
-    p.host_scale_in_use.reset();
   }
 
   if (p.make_dequantized) {
@@ -303,7 +300,6 @@ absl::Status Float8Linear::State::cast_input(const MatrixRef& data, int slot_row
     p.shared = &from;
     p.scale_in_use = from.scale_in_use;
     p.inv_scale_in_use = from.inv_scale_in_use;
-    p.host_scale_in_use = from.host_scale_in_use;
     p.range_counted = from.range_counted;
     p.rows = from.rows;
     p.cols = from.cols;
@@ -353,7 +349,6 @@ absl::Status Float8Linear::State::adopt_fp8_weight(const Fp8Weight& w, int slot_
   p.range_counted = false;  // the layer never sees these values in high precision
   p.scale_in_use = p.scale.as<float>();
   p.inv_scale_in_use = p.inv_scale.as<float>();
-  p.host_scale_in_use.reset();
   p.rows = out_features;
   p.cols = in_features;
   p.last_amax_row = p.delayed ? slot_row : -1;
@@ -399,23 +394,6 @@ absl::StatusOr<const void*> Float8Linear::State::in_compute_dtype(const void* da
 const void* Float8Linear::State::high_precision(TensorKind t, Orientation o, const void* raw) const {
   const int plan = use[static_cast<int>(t)][o];
   return plan < 0 ? raw : plans[static_cast<size_t>(plan)].holder().dequantized.as<const void>();
-}
-
-absl::Status Float8Linear::State::upload_delayed_scales() {
-  const int64_t n = static_cast<int64_t>(delayed_plans.size());
-  if (n == 0) return absl::OkStatus();
-  std::vector<float> host(static_cast<size_t>(n * kDelayedScaleStride), 1.0f);
-  for (int64_t i = 0; i < n; ++i) {
-    CastPlan& p = plans[static_cast<size_t>(delayed_plans[static_cast<size_t>(i)])];
-    const std::optional<float> scale = p.delayed->next_scale();
-    p.delayed_scale_ready = scale.has_value();
-    float* entry = host.data() + i * kDelayedScaleStride;
-    entry[0] = scale.value_or(1.0f);
-    entry[kFloatsPer16Bytes] = 1.0f / entry[0];
-  }
-  if (auto s = delayed_scales.reserve(float_bytes(n * kDelayedScaleStride)); !s.ok()) return s;
-  // Queued: the step's casts that read the old scales run first; the next step's read these.
-  return backend.queue_copy_from_host(delayed_scales.as<void>(), host.data(), float_bytes(n * kDelayedScaleStride));
 }
 
 }  // namespace fp8::engine

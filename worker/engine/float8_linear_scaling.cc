@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "fp8/delayed_state.h"
 #include "worker/engine/float8_linear_state.h"
 
 namespace fp8::engine {
@@ -56,41 +57,60 @@ absl::Status Float8Linear::finish_step(absl::Span<const float> amaxes) {
     return absl::InvalidArgumentError(absl::StrCat("Float8Linear::finish_step: expected ", s.delayed_plans.size(),
                                                    " amaxes (one per delayed cast), got ", amaxes.size()));
   }
-  for (size_t i = 0; i < amaxes.size(); ++i) {
-    s.plans[static_cast<size_t>(s.delayed_plans[i])].delayed->record(amaxes[i]);
+  if (amaxes.empty()) return finish_step_from(nullptr);
+  if (auto st = s.step_amaxes.reserve(float_bytes(delayed_count())); !st.ok()) return st;
+  if (auto st = s.backend.queue_copy_from_host(s.step_amaxes.as<void>(), amaxes.data(), float_bytes(delayed_count()));
+      !st.ok()) {
+    return st;
+  }
+  return finish_step_from(s.step_amaxes.as<float>());
+}
+
+absl::Status Float8Linear::finish_step_from(const float* amaxes) {
+  State& s = *s_;
+  if (!s.delayed_plans.empty()) {
+    if (amaxes == nullptr) return absl::InvalidArgumentError("Float8Linear::finish_step_from: amaxes is null");
+    if (auto st = s.record_delayed(amaxes); !st.ok()) return st;
   }
   s.forward_slots.rows_used = 0;
   s.backward_slots.rows_used = 0;
-  return s.upload_delayed_scales();
+  return absl::OkStatus();
 }
 
 absl::Status Float8Linear::finish_step() {
   State& s = *s_;
   const int64_t n = delayed_count();
-  if (n == 0) return finish_step(absl::Span<const float>());
+  if (n == 0) return finish_step_from(nullptr);
   if (auto st = s.step_amaxes.reserve(float_bytes(n)); !st.ok()) return st;
   if (auto st = write_step_amaxes(s.step_amaxes.as<float>()); !st.ok()) return st;
-  std::vector<float> host(static_cast<size_t>(n));
-  if (auto st = s.backend.copy_to_host(host.data(), s.step_amaxes.as<void>(), float_bytes(n)); !st.ok()) return st;
-  return finish_step(host);
+  return finish_step_from(s.step_amaxes.as<float>());
 }
 
-const DelayedScaling& Float8Linear::delayed_scaling(int i) const {
-  return *s_->plans[static_cast<size_t>(s_->delayed_plans.at(static_cast<size_t>(i)))].delayed;
+absl::StatusOr<DelayedScaling> Float8Linear::delayed_scaling(int i) const {
+  if (i < 0 || i >= delayed_count()) {
+    return absl::OutOfRangeError(absl::StrCat("Float8Linear: no delayed cast ", i, " (", delayed_count(), " of them)"));
+  }
+  absl::StatusOr<std::vector<DelayedScaling>> states = s_->read_delayed();
+  if (!states.ok()) return states.status();
+  return std::move((*states)[static_cast<size_t>(i)]);
 }
 
 absl::Status Float8Linear::replay_delayed_history(int i, absl::Span<const float> amaxes) {
   if (i < 0 || i >= delayed_count()) {
     return absl::OutOfRangeError(absl::StrCat("Float8Linear: no delayed cast ", i, " (", delayed_count(), " of them)"));
   }
-  s_->plans[static_cast<size_t>(s_->delayed_plans[static_cast<size_t>(i)])].delayed->replay(amaxes);
-  return absl::OkStatus();
+  absl::StatusOr<std::vector<DelayedScaling>> states = s_->read_delayed();
+  if (!states.ok()) return states.status();
+  (*states)[static_cast<size_t>(i)].replay(amaxes);
+  return s_->upload_delayed(*states);
 }
 
-std::vector<float> Float8Linear::save_scaling_state() const {
+absl::StatusOr<std::vector<float>> Float8Linear::save_scaling_state() const {
+  absl::StatusOr<std::vector<DelayedScaling>> states = s_->read_delayed();
+  if (!states.ok()) return states.status();
   std::vector<float> out;
-  for (int i = 0; i < delayed_count(); ++i) {
-    const std::vector<float> one = delayed_scaling(i).serialize();
+  for (const DelayedScaling& d : *states) {
+    const std::vector<float> one = d.serialize();
     out.insert(out.end(), one.begin(), one.end());
   }
   return out;
@@ -105,19 +125,116 @@ absl::Status Float8Linear::restore_scaling_state(absl::Span<const float> state) 
                                                    " floats (", delayed_count(), " delayed casts), got ",
                                                    state.size()));
   }
-  // Restore into copies first so that a bad entry leaves the layer unchanged.
-  std::vector<DelayedScaling> restored;
+  // Restore into host copies first so that a bad entry leaves the layer unchanged.
+  absl::StatusOr<std::vector<DelayedScaling>> restored = s.read_delayed();
+  if (!restored.ok()) return restored.status();
   for (int i = 0; i < delayed_count(); ++i) {
-    DelayedScaling copy = delayed_scaling(i);
-    if (auto st = copy.restore(state.subspan(static_cast<size_t>(i * each), static_cast<size_t>(each))); !st.ok()) {
-      return st;
+    absl::Span<const float> one = state.subspan(static_cast<size_t>(i * each), static_cast<size_t>(each));
+    if (auto st = (*restored)[static_cast<size_t>(i)].restore(one); !st.ok()) return st;
+  }
+  return s.upload_delayed(*restored);
+}
+
+absl::Status Float8Linear::write_fp8_weight_scale(float amax, float* scale, float* inv_scale) const {
+  const State& s = *s_;
+  if (scale == nullptr || inv_scale == nullptr) {
+    return absl::InvalidArgumentError("Float8Linear::write_fp8_weight_scale: scale and inv_scale must be given");
+  }
+  const int plan = s.weight_plan();
+  const CastPlan* p = plan < 0 ? nullptr : &s.plans[static_cast<size_t>(plan)];
+  if (p != nullptr && p->delayed && p->delayed_scale_ready) {
+    const float* entry = s.delayed_scale_entry(p->delayed_index);
+    if (auto st = s.backend.copy(scale, entry, sizeof(float)); !st.ok()) return st;
+    return s.backend.copy(inv_scale, entry + kFloatsPer16Bytes, sizeof(float));
+  }
+  const float host_scale = p == nullptr ? 1.0f : scale_from_amax(amax, p->config.format(), p->config.pow2_scale);
+  const float host_inverse = inverse_scale(host_scale);
+  if (auto st = s.backend.queue_copy_from_host(scale, &host_scale, sizeof(float)); !st.ok()) return st;
+  return s.backend.queue_copy_from_host(inv_scale, &host_inverse, sizeof(float));
+}
+
+// ---- the states in backend memory --------------------------------------------------------------
+
+int64_t Float8Linear::State::delayed_state_floats() const {
+  return delayed::state_floats(std::max(config.amax_history_len, 1));
+}
+
+absl::StatusOr<std::vector<DelayedScaling>> Float8Linear::State::read_delayed() const {
+  const int64_t n = static_cast<int64_t>(delayed_plans.size());
+  const int64_t each = delayed_state_floats();
+  std::vector<float> host(static_cast<size_t>(n * each));
+  if (n > 0) {
+    if (auto s = backend.copy_to_host(host.data(), delayed_states.as<void>(), float_bytes(n * each)); !s.ok()) {
+      return s;
     }
-    restored.push_back(std::move(copy));
   }
-  for (int i = 0; i < delayed_count(); ++i) {
-    s.plans[static_cast<size_t>(s.delayed_plans[static_cast<size_t>(i)])].delayed = restored[static_cast<size_t>(i)];
+  std::vector<DelayedScaling> out;
+  out.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const CastPlan& p = plans[static_cast<size_t>(delayed_plans[static_cast<size_t>(i)])];
+    absl::StatusOr<DelayedScaling> d =
+        DelayedScaling::from_state(absl::MakeConstSpan(host).subspan(static_cast<size_t>(i * each),
+                                                                     static_cast<size_t>(each)),
+                                   std::max(config.amax_history_len, 1), p.config.format(), p.config.pow2_scale);
+    if (!d.ok()) return d.status();
+    out.push_back(std::move(*d));
   }
-  return s.upload_delayed_scales();
+  return out;
+}
+
+absl::Status Float8Linear::State::upload_delayed(const std::vector<DelayedScaling>& states) {
+  const int64_t n = static_cast<int64_t>(delayed_plans.size());
+  if (n == 0) return absl::OkStatus();
+  const int64_t each = delayed_state_floats();
+  std::vector<float> host_states, host_scales(static_cast<size_t>(n * kDelayedScaleStride), 1.0f);
+  host_states.reserve(static_cast<size_t>(n * each));
+  for (int64_t i = 0; i < n; ++i) {
+    const DelayedScaling& d = states[static_cast<size_t>(i)];
+    host_states.insert(host_states.end(), d.state().begin(), d.state().end());
+    CastPlan& p = plans[static_cast<size_t>(delayed_plans[static_cast<size_t>(i)])];
+    p.delayed_scale_ready = d.next_scale().has_value();
+    float* entry = host_scales.data() + i * kDelayedScaleStride;
+    entry[0] = d.next_scale().value_or(1.0f);
+    entry[kFloatsPer16Bytes] = inverse_scale(entry[0]);
+  }
+  absl::Status reserved = delayed_states.reserve(float_bytes(n * each));
+  reserved.Update(delayed_scales.reserve(float_bytes(2 * n * kDelayedScaleStride)));
+  if (!reserved.ok()) return reserved;
+  // Queued: casts queued before read what they were queued with; the next ones read these.
+  if (auto s = backend.queue_copy_from_host(delayed_states.as<void>(), host_states.data(), float_bytes(n * each));
+      !s.ok()) {
+    return s;
+  }
+  return backend.queue_copy_from_host(delayed_scale_entry(0), host_scales.data(),
+                                      float_bytes(n * kDelayedScaleStride));
+}
+
+absl::Status Float8Linear::State::record_delayed(const float* amaxes) {
+  const int64_t n = static_cast<int64_t>(delayed_plans.size());
+  DelayedRecordArgs r;
+  r.states = delayed_states.as<float>();
+  r.count = n;
+  r.history_len = std::max(config.amax_history_len, 1);
+  r.amaxes = amaxes;
+  // The other half: this step's casts may still be reading theirs.
+  r.scales = delayed_scales.as<float>() + static_cast<int64_t>(1 - scale_half) * n * kDelayedScaleStride;
+  r.scale_stride = kDelayedScaleStride;
+  r.inverse_offset = kFloatsPer16Bytes;
+  if (auto s = backend.record_delayed_amaxes(r); !s.ok()) return s;
+  scale_half = 1 - scale_half;
+  return confirm_delayed_scales();
+}
+
+absl::Status Float8Linear::State::confirm_delayed_scales() {
+  const bool all_ready = std::all_of(delayed_plans.begin(), delayed_plans.end(),
+                                     [&](int i) { return plans[static_cast<size_t>(i)].delayed_scale_ready; });
+  if (all_ready) return absl::OkStatus();
+  absl::StatusOr<std::vector<DelayedScaling>> states = read_delayed();
+  if (!states.ok()) return states.status();
+  for (size_t i = 0; i < delayed_plans.size(); ++i) {
+    plans[static_cast<size_t>(delayed_plans[i])].delayed_scale_ready = (*states)[i].next_scale().has_value();
+  }
+  return absl::OkStatus();
 }
 
 // ---- numerics ---------------------------------------------------------------------------------
@@ -133,12 +250,7 @@ absl::StatusOr<std::vector<CastNumerics>> Float8Linear::numerics() {
     const float* amax_src =
         delayed_amax ? s.slots_of(p.tensor).at(p.last_amax_row, p.delayed_column) : p.holder().amax.as<float>();
     if (auto st = s.backend.copy_to_host(amax.data(), amax_src, float_bytes(n)); !st.ok()) return st;
-    if (p.host_scale_in_use.has_value()) {
-      // The device copy may already hold the next step's scale.
-      scale.assign(1, *p.host_scale_in_use);
-    } else if (auto st = s.backend.copy_to_host(scale.data(), p.scale_in_use, float_bytes(n)); !st.ok()) {
-      return st;
-    }
+    if (auto st = s.backend.copy_to_host(scale.data(), p.scale_in_use, float_bytes(n)); !st.ok()) return st;
     CastNumerics c;
     c.tensor = p.tensor;
     c.gemms = p.gemms;

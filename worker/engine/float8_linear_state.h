@@ -116,10 +116,12 @@ struct CastPlan {
   bool make_out_t = false;        // fp8 copy transposed
   bool make_dequantized = false;  // copy of the fp8 values in the compute dtype, for a mixed GEMM
 
-  std::optional<DelayedScaling> delayed;
+  bool delayed = false;              // scaled from its amax history (State::delayed_states)
   int delayed_index = -1;            // position among the layer's delayed casts
   int delayed_column = -1;           // column in its direction's amax slots
-  bool delayed_scale_ready = false;  // finish_step() uploaded a scale for the next cast
+  // The host knows that the history has a scale. Once it has one it keeps one, so the flag
+  // is learnt once (State::confirm_delayed_scales); until then the cast scales dynamically.
+  bool delayed_scale_ready = false;
 
   BackendBuffer out, out_t, dequantized, scale, inv_scale, amax;
   // Codes cast outside the layer (Fp8Weight) in place of out / out_t, when `external`
@@ -136,10 +138,9 @@ struct CastPlan {
 
   // What the last cast used, for the GEMMs that follow it and for numerics().
   const float* inv_scale_in_use = nullptr;
-  const float* scale_in_use = nullptr;     // dynamic casts: the scale the backend computed
-  std::optional<float> host_scale_in_use;  // delayed casts: the scale, known on the host
-  int64_t rows = 0, cols = 0;              // 0 until the first cast
-  int last_amax_row = -1;                  // delayed casts: the slot row it wrote
+  const float* scale_in_use = nullptr;
+  int64_t rows = 0, cols = 0;  // 0 until the first cast
+  int last_amax_row = -1;      // delayed casts: the slot row it wrote
 
   // The last cast's saturation / underflow counts (a CastRangeCounts in backend memory),
   // valid when it ran while the layer was measuring.
@@ -175,6 +176,7 @@ struct Float8Linear::State {
         activations(a),
         forward_slots(b),
         backward_slots(b),
+        delayed_states(b),
         delayed_scales(b),
         step_amaxes(b),
         f32_ones(b),
@@ -198,8 +200,16 @@ struct Float8Linear::State {
   std::array<std::array<int, 2>, 3> use{{{-1, -1}, {-1, -1}, {-1, -1}}};
   std::vector<int> delayed_plans;  // indices into plans, in delayed_index order
   AmaxSlots forward_slots, backward_slots;
-  // Per delayed cast, kDelayedScaleStride floats: its scale, then 1/scale 16 bytes on.
+  // Each delayed cast's history and scale, fp8/delayed_state.h's layout (delayed_state_floats()
+  // each, in delayed_index order): they live in backend memory and each step records into
+  // them there (Backend::record_delayed_amaxes), so no step waits for its amaxes.
+  BackendBuffer delayed_states;
+  // Two halves, each kDelayedScaleStride floats per delayed cast: its scale, then 1/scale
+  // 16 bytes on. The casts read half scale_half; a step's record writes the other one and
+  // flips, so the scales the step's casts used stay readable (numerics()) until the next
+  // step's record.
   BackendBuffer delayed_scales;
+  int scale_half = 0;
   BackendBuffer step_amaxes;  // scratch of finish_step()
   // Constant vectors of fp32 or bf16 ones (grad_output's dtype), grown to the largest size
   // asked for: they sum grad_output's rows for grad_bias with one GEMM.
@@ -283,7 +293,22 @@ struct Float8Linear::State {
   // already in the compute dtype), or its dequantized fp8 copy when this use is cast.
   const void* high_precision(TensorKind t, Orientation o, const void* raw) const;
 
-  absl::Status upload_delayed_scales();
+  // ---- delayed scaling ----
+  int64_t delayed_state_floats() const;
+  float* delayed_scale_entry(int delayed_index) const {
+    return delayed_scales.as<float>() +
+           (static_cast<int64_t>(scale_half) * static_cast<int64_t>(delayed_plans.size()) + delayed_index) *
+               kDelayedScaleStride;
+  }
+  // The states as the host sees them (one wait for the backend).
+  absl::StatusOr<std::vector<DelayedScaling>> read_delayed() const;
+  // Uploads `states` (one per delayed cast) and the scales they give into the half the next
+  // casts read, queued; notes which have a scale.
+  absl::Status upload_delayed(const std::vector<DelayedScaling>& states);
+  // Records amaxes (backend memory, one per delayed cast) into the states, queued.
+  absl::Status record_delayed(const float* amaxes);
+  // Learns which histories have a scale; reads the states only while some cast has none.
+  absl::Status confirm_delayed_scales();
 };
 
 }  // namespace fp8::engine

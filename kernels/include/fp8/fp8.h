@@ -272,6 +272,23 @@ struct GemmArgs {
   const float* bias = nullptr;  // optional, n entries (alpha does not scale it)
 };
 
+// Delayed scaling's end of a step for `count` casts (fp8/delayed_state.h), queued like a
+// kernel so that the step never waits for its amaxes: state i, the
+// delayed::state_floats(history_len) floats at states + i * that, records amaxes[i]
+// (delayed::record); then scales[i * scale_stride] receives the scale for that cast's next
+// step and scales[i * scale_stride + inverse_offset] its inverse (inverse_scale), both 1
+// while the state has no scale yet. Every backend computes the same bits as the host's
+// delayed::record.
+struct DelayedRecordArgs {
+  float* states = nullptr;
+  int64_t count = 0;
+  int history_len = 0;
+  const float* amaxes = nullptr;
+  float* scales = nullptr;
+  int64_t scale_stride = 2;
+  int64_t inverse_offset = 1;
+};
+
 // What a backend's allocations hold, in bytes. `allocated` counts the bytes callers asked
 // for and have not given back; `peak_allocated` its highest value since the last
 // reset_peak_memory(); `reserved` what the backend holds from the system, its cache of
@@ -338,6 +355,7 @@ class Backend {
   virtual absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2,
                                       float* scale) = 0;
   virtual absl::Status cast(const CastArgs& args) = 0;
+  virtual absl::Status record_delayed_amaxes(const DelayedRecordArgs& args) = 0;
   // Counts the values a cast with these arguments saturates or flushes to zero (see
   // CastRangeArgs). Queued like a kernel: read the counts with copy_to_host.
   virtual absl::Status count_cast_range(const CastRangeArgs& args) = 0;

@@ -616,7 +616,8 @@ TEST(LlamaFp8, EvaluateLeavesDelayedScalingAlone) {
     ASSERT_TRUE(b->finish_step().ok());
   }
   for (size_t i = 0; i < a->linears().size(); ++i) {
-    EXPECT_EQ(a->linears()[i]->layer->save_scaling_state(), b->linears()[i]->layer->save_scaling_state())
+    EXPECT_EQ(a->linears()[i]->layer->save_scaling_state().value(),
+              b->linears()[i]->layer->save_scaling_state().value())
         << a->linears()[i]->name;
   }
   absl::StatusOr<float> la = a->forward_backward(next, 1.0f), lb = b->forward_backward(next, 1.0f);
@@ -778,7 +779,8 @@ TEST(LlamaFp8, ModelFinishStepEqualsEachLayerFinishingOnItsOwn) {
   int delayed = 0;
   for (size_t i = 0; i < packed->linears().size(); ++i) {
     delayed += packed->linears()[i]->layer->delayed_count();
-    EXPECT_EQ(packed->linears()[i]->layer->save_scaling_state(), own->linears()[i]->layer->save_scaling_state())
+    EXPECT_EQ(packed->linears()[i]->layer->save_scaling_state().value(),
+              own->linears()[i]->layer->save_scaling_state().value())
         << packed->linears()[i]->name;
   }
   EXPECT_GT(delayed, 0);

@@ -226,13 +226,10 @@ absl::Status FsdpModel::refresh_fp8_scales() {
   FP8_ASSIGN_OR_RETURN(std::vector<float> global, fp8_amaxes_.download<float>());
   for (size_t i = 0; i < fp8_.size(); ++i) {
     Fp8State& f = fp8_[i];
+    float* slots = f.scales.data<float>();
+    FP8_RETURN_IF_ERROR(backend.copy(slots + kAmaxSlot, amaxes + i, sizeof(float)));
     // Exactly the scale (and inverse) the layer would have derived from the whole weight.
-    const float scale = f.linear->layer->fp8_weight_scale(global[i]);
-    std::vector<float> host(kScaleFloats, 0.0f);
-    host[kScaleSlot] = scale;
-    host[kInvScaleSlot] = inverse_scale(scale);
-    host[kAmaxSlot] = global[i];
-    FP8_RETURN_IF_ERROR(f.scales.upload<float>(host));
+    FP8_RETURN_IF_ERROR(f.linear->layer->write_fp8_weight_scale(global[i], slots + kScaleSlot, slots + kInvScaleSlot));
     f.shard_cast = false;
   }
   return absl::OkStatus();

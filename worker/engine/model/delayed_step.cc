@@ -1,8 +1,5 @@
 #include "worker/engine/model/delayed_step.h"
 
-#include <vector>
-
-#include "absl/types/span.h"
 #include "common/status_macros.h"
 
 namespace fp8::engine {
@@ -13,7 +10,7 @@ absl::Status finish_delayed_step(std::span<LinearUnit* const> linears, const Dev
   for (const LinearUnit* u : linears) total += u->layer->delayed_count();
   if (total == 0) {
     // Nothing delayed: finish_step() only resets per-step state (no device work).
-    for (LinearUnit* u : linears) FP8_RETURN_IF_ERROR(u->layer->finish_step(absl::Span<const float>()));
+    for (LinearUnit* u : linears) FP8_RETURN_IF_ERROR(u->layer->finish_step_from(nullptr));
     return absl::OkStatus();
   }
   if (!packed.defined() || packed.numel() != total) {
@@ -26,12 +23,10 @@ absl::Status finish_delayed_step(std::span<LinearUnit* const> linears, const Dev
     offset += u->layer->delayed_count();
   }
   if (reduce) FP8_RETURN_IF_ERROR(reduce(data, total));
-  FP8_ASSIGN_OR_RETURN(std::vector<float> host, packed.download<float>());
   offset = 0;
   for (LinearUnit* u : linears) {
-    const auto count = static_cast<size_t>(u->layer->delayed_count());
-    FP8_RETURN_IF_ERROR(u->layer->finish_step(absl::MakeConstSpan(host).subspan(static_cast<size_t>(offset), count)));
-    offset += static_cast<int64_t>(count);
+    FP8_RETURN_IF_ERROR(u->layer->finish_step_from(u->layer->delayed_count() > 0 ? data + offset : nullptr));
+    offset += u->layer->delayed_count();
   }
   return absl::OkStatus();
 }

@@ -1,8 +1,7 @@
 // The end of a training step for every layer with delayed scaling, done once for the whole
 // model: each layer writes its step amaxes into one packed device vector, the caller may
-// reduce it (ranks: one all-reduce MAX), it comes to the host in one read, and each layer
-// records its share and queues its next scales. A model of L layers thus costs one host
-// read per step rather than L.
+// reduce it (ranks: one all-reduce MAX), and each layer records its share into its
+// histories and derives its next scales, in backend memory: the host waits for nothing.
 #pragma once
 
 #include <functional>

@@ -54,13 +54,13 @@ void append_layer_records(const std::string& layer, const std::vector<CastNumeri
 
 }  // namespace
 
-std::vector<AmaxHistoryRecord> CollectAmaxHistories(const LlamaModel& model) {
+absl::StatusOr<std::vector<AmaxHistoryRecord>> CollectAmaxHistories(const LlamaModel& model) {
   std::vector<AmaxHistoryRecord> out;
   for (const LinearUnit* unit : model.linears()) {
     const Float8Linear& layer = *unit->layer;
     const std::vector<std::string> names = layer.delayed_names();
     for (int i = 0; i < layer.delayed_count(); ++i) {
-      const DelayedScaling& d = layer.delayed_scaling(i);
+      FP8_ASSIGN_OR_RETURN(const DelayedScaling d, layer.delayed_scaling(i));
       out.push_back(AmaxHistoryRecord{unit->name, names[static_cast<size_t>(i)], d.history(),
                                       d.next_scale().value_or(0.0f), d.last_range_use()});
     }

@@ -15,7 +15,8 @@
 namespace fp8::engine {
 
 // Every delayed cast of every fp8 linear, in model order; empty without delayed scaling.
-std::vector<AmaxHistoryRecord> CollectAmaxHistories(const LlamaModel& model);
+// Reads the histories from backend memory (one wait per layer with delayed casts).
+absl::StatusOr<std::vector<AmaxHistoryRecord>> CollectAmaxHistories(const LlamaModel& model);
 
 // Replays each record into the matching (layer, cast) of `model`. Returns how many
 // matched; records naming no delayed cast of this model are skipped (a spec changed

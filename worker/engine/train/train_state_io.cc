@@ -58,7 +58,7 @@ absl::Status write_train_state(checkpoint::ShardWriter& w, const TrainStateRefs&
   FP8_RETURN_IF_ERROR(w.WriteScalar<int64_t>("optim/step", s.optimizer->steps_taken()));
   for (const LinearUnit* u : s.model->linears()) {
     if (u->layer->delayed_count() == 0) continue;
-    const std::vector<float> state = u->layer->save_scaling_state();
+    FP8_ASSIGN_OR_RETURN(const std::vector<float> state, u->layer->save_scaling_state());
     FP8_RETURN_IF_ERROR(w.WriteTensor<float>(scaling_record(*u), state, {static_cast<int64_t>(state.size())}));
   }
   const data::DataPosition position = s.batcher->position();

@@ -356,8 +356,7 @@ absl::Status Trainer::maybe_checkpoint(int64_t step, bool force, TrainObserver& 
   FP8_ASSIGN_OR_RETURN(std::filesystem::path dir, save_checkpoint());
   summary.last_checkpoint = dir;
   observer.on_checkpoint(step, dir);
-  report_amax_histories(step, observer);
-  return absl::OkStatus();
+  return report_amax_histories(step, observer);
 }
 
 bool Trainer::measures_step(int64_t step, int64_t first_step, const RunControl& control) const {
@@ -365,9 +364,10 @@ bool Trainer::measures_step(int64_t step, int64_t first_step, const RunControl& 
   return step % tr.log_every() == 0 || step == first_step || step == tr.steps() || step == control.stop_after_step;
 }
 
-void Trainer::report_amax_histories(int64_t step, TrainObserver& observer) {
-  std::vector<AmaxHistoryRecord> histories = CollectAmaxHistories(*model_);
+absl::Status Trainer::report_amax_histories(int64_t step, TrainObserver& observer) {
+  FP8_ASSIGN_OR_RETURN(std::vector<AmaxHistoryRecord> histories, CollectAmaxHistories(*model_));
   if (!histories.empty()) observer.on_amax_histories(step, histories);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunControl& control) {
@@ -458,7 +458,7 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
       report.peak_memory_bytes = interval_peak_memory;
       observer.on_step(report);
       if (!casts.empty()) observer.on_cast_numerics(step, casts);
-      report_amax_histories(step, observer);
+      FP8_RETURN_IF_ERROR(report_amax_histories(step, observer));
       interval_seconds = 0;
       interval_data_ms = 0;
       interval_comm.reset();

@@ -97,7 +97,7 @@ class Trainer {
   // InternalError naming the first step whose loss or grad norm is not finite.
   absl::Status check_finite(const std::vector<StepStats::StepValues>& steps) const;
   absl::Status maybe_checkpoint(int64_t step, bool force, TrainObserver& observer, TrainSummary& summary);
-  void report_amax_histories(int64_t step, TrainObserver& observer);
+  absl::Status report_amax_histories(int64_t step, TrainObserver& observer);
   // Whether `step` is sure to report, so that its casts are measured while it runs (the
   // report is decided after the step; see run()).
   bool measures_step(int64_t step, int64_t first_step, const RunControl& control) const;
