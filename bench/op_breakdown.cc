@@ -80,14 +80,18 @@ absl::StatusOr<OpBreakdown> OpProfiler::take() {
 
 // ---- Backend --------------------------------------------------------------------------------
 
+absl::Status ProfilingBackend::synchronize() {
+  return p_.run(kHostWaitSynchronize, [&] { return inner_.synchronize(); });
+}
+
 absl::Status ProfilingBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
-  return p_.run("host copies", [&] { return inner_.copy_from_host(dst, src, bytes); });
+  return p_.run(kHostWaitUpload, [&] { return inner_.copy_from_host(dst, src, bytes); });
 }
 absl::Status ProfilingBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
-  return p_.run("host copies", [&] { return inner_.copy_to_host(dst, src, bytes); });
+  return p_.run(kHostWaitRead, [&] { return inner_.copy_to_host(dst, src, bytes); });
 }
 absl::Status ProfilingBackend::queue_copy_from_host(void* dst, const void* src, size_t bytes) {
-  return p_.run("host copies", [&] { return inner_.queue_copy_from_host(dst, src, bytes); });
+  return p_.run("queued uploads", [&] { return inner_.queue_copy_from_host(dst, src, bytes); });
 }
 absl::Status ProfilingBackend::copy(void* dst, const void* src, size_t bytes) {
   return p_.run("device copies", [&] { return inner_.copy(dst, src, bytes); });
@@ -214,10 +218,10 @@ absl::Status ProfilingModelOps::adamw_step(const AdamWHyperparams& h, int64_t st
   return p_.run("AdamW", [&] { return inner_.adamw_step(h, step, param, grad, m, v, n, param_row_amax); });
 }
 absl::StatusOr<double> ProfilingModelOps::sum_of_squares(const float* x, int64_t n) {
-  return p_.run("grad norm", [&] { return inner_.sum_of_squares(x, n); });
+  return p_.run(kHostWaitGradNorm, [&] { return inner_.sum_of_squares(x, n); });
 }
 absl::StatusOr<double> ProfilingModelOps::total_sum_of_squares(const std::vector<FloatSpan>& buffers) {
-  return p_.run("grad norm", [&] { return inner_.total_sum_of_squares(buffers); });
+  return p_.run(kHostWaitGradNorm, [&] { return inner_.total_sum_of_squares(buffers); });
 }
 absl::Status ProfilingModelOps::queue_grad_norm(const std::vector<FloatSpan>& buffers, double max_norm,
                                                 double* sum_of_squares, float* clip_scale) {

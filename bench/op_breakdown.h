@@ -23,6 +23,14 @@
 
 namespace fp8::bench {
 
+// The labels of the calls at which a GPU's host waits for the device: a step that makes
+// none of them runs ahead of the device (README: none inside a one-process step).
+inline constexpr char kHostWaitPrefix[] = "host waits: ";
+inline constexpr char kHostWaitRead[] = "host waits: reads";
+inline constexpr char kHostWaitUpload[] = "host waits: uploads";
+inline constexpr char kHostWaitSynchronize[] = "host waits: synchronize";
+inline constexpr char kHostWaitGradNorm[] = "host waits: grad norm read";
+
 struct OpTime {
   std::string label;
   double seconds = 0;
@@ -83,7 +91,7 @@ class ProfilingBackend final : public Backend {
   absl::Status copy(void* dst, const void* src, size_t bytes) override;
   absl::Status fill_zero(void* dst, size_t bytes) override;
   absl::Status transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) override;
-  absl::Status synchronize() override { return inner_.synchronize(); }
+  absl::Status synchronize() override;
   absl::StatusOr<std::unique_ptr<Fence>> fence() override { return inner_.fence(); }
   absl::Status amax(const MatrixRef& x, Granularity g, float* out) override;
   absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale) override;

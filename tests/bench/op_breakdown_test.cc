@@ -171,5 +171,43 @@ TEST_F(ProfilingDeviceTest, TrainsBitForBitAsTheDeviceItselfAndAccountsForThePro
   EXPECT_NEAR(ops_s + b->between_s, b->span_s, 1e-9 * std::max(1.0, b->span_s));
 }
 
+// The rule for a one-process step: the host never waits for the device inside it
+// (the losses and norms stay on the device until a step reports; clipping and delayed
+// scaling happen there), so on a GPU it queues the next step while this one runs. Step 3
+// of 4 neither reports nor checkpoints; with every recipe it makes no call at which a GPU's
+// host would wait.
+class OneProcessStep : public ProfilingDeviceTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(OneProcessStep, MakesNoCallThatWaitsForTheDevice) {
+  const v1::JobSpec spec = engine::testing::TinyJob(
+      corpus_, tmp_.path() / GetParam(),
+      {"train.steps=4", "train.eval_every=0", "train.log_every=100", "train.grad_accum=2",
+       "fp8.recipe=" + GetParam()});
+  const engine::Device& cpu = engine::Device::cpu();
+  OpProfiler profiler(host_op_timer());
+  absl::StatusOr<ModelOps*> cpu_ops = cpu.model_ops();
+  ASSERT_TRUE(cpu_ops.ok());
+  ProfilingBackend backend(cpu.backend(), profiler);
+  ProfilingModelOps ops(**cpu_ops, profiler);
+  const engine::Device profiled("cpu", &backend, &ops);
+  absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer = engine::Trainer::create(spec, profiled);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ProfileOneStep log(profiler, 3);
+  ASSERT_TRUE((*trainer)->run(log).ok());
+  EXPECT_EQ(log.losses.size(), 2u) << "steps 1 and 4 report, step 3 does not";
+
+  absl::StatusOr<OpBreakdown> b = profiler.take();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_NE(find(*b, "AdamW"), nullptr) << "step 3 was profiled";
+  EXPECT_NE(find(*b, "queued uploads"), nullptr) << "its token ids went up without a wait";
+  for (const OpTime& t : b->ops) {
+    EXPECT_NE(t.label.rfind(kHostWaitPrefix, 0), 0u) << t.label << ": " << t.calls << " calls";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, OneProcessStep,
+                         ::testing::Values("none", "tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
 }  // namespace
 }  // namespace fp8::bench

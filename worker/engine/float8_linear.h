@@ -183,7 +183,7 @@ class Float8Linear {
 
   // The same with a weight cast elsewhere (takes_fp8_weight() must hold). Its codes are
   // exactly what forward() would have made from the fp32 weight when they were cast with
-  // fp8_weight_scale(global amax), so the outputs match bit for bit.
+  // write_fp8_weight_scale(global amax), so the outputs match bit for bit.
   absl::Status forward(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias, void* output,
                        const ForwardOptions& options = {});
 
