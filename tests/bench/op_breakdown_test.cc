@@ -115,6 +115,20 @@ class ProfileOneStep final : public engine::TrainObserver {
   int64_t step_;
 };
 
+// The CPU device behind the profiling wrappers: a trainer built on `device` trains as on
+// the CPU while `profiler` accounts for its ops.
+struct ProfiledCpu {
+  ProfiledCpu()
+      : profiler(host_op_timer()),
+        backend(engine::Device::cpu().backend(), profiler),
+        ops(*engine::Device::cpu().model_ops().value(), profiler),
+        device("cpu", &backend, &ops) {}
+  OpProfiler profiler;
+  ProfilingBackend backend;
+  ProfilingModelOps ops;
+  const engine::Device device;
+};
+
 class ProfilingDeviceTest : public ::testing::Test {
  protected:
   void SetUp() override { engine::testing::WriteSyntheticCorpus(corpus_, 200'000); }
@@ -132,13 +146,9 @@ TEST_F(ProfilingDeviceTest, TrainsBitForBitAsTheDeviceItselfAndAccountsForThePro
   engine::testing::RecordingObserver plain_log;
   ASSERT_TRUE((*plain)->run(plain_log).ok());
 
-  OpProfiler profiler(host_op_timer());
-  absl::StatusOr<ModelOps*> cpu_ops = cpu.model_ops();
-  ASSERT_TRUE(cpu_ops.ok());
-  ProfilingBackend backend(cpu.backend(), profiler);
-  ProfilingModelOps ops(**cpu_ops, profiler);
-  const engine::Device profiled("cpu", &backend, &ops);
-  absl::StatusOr<std::unique_ptr<engine::Trainer>> traced = engine::Trainer::create(job("traced"), profiled);
+  ProfiledCpu profiled;
+  OpProfiler& profiler = profiled.profiler;
+  absl::StatusOr<std::unique_ptr<engine::Trainer>> traced = engine::Trainer::create(job("traced"), profiled.device);
   ASSERT_TRUE(traced.ok()) << traced.status();
   ProfileOneStep log(profiler, 2);
   ASSERT_TRUE((*traced)->run(log).ok());
@@ -183,14 +193,9 @@ TEST_P(OneProcessStep, MakesNoCallThatWaitsForTheDevice) {
       corpus_, tmp_.path() / GetParam(),
       {"train.steps=4", "train.eval_every=0", "train.log_every=100", "train.grad_accum=2",
        "fp8.recipe=" + GetParam()});
-  const engine::Device& cpu = engine::Device::cpu();
-  OpProfiler profiler(host_op_timer());
-  absl::StatusOr<ModelOps*> cpu_ops = cpu.model_ops();
-  ASSERT_TRUE(cpu_ops.ok());
-  ProfilingBackend backend(cpu.backend(), profiler);
-  ProfilingModelOps ops(**cpu_ops, profiler);
-  const engine::Device profiled("cpu", &backend, &ops);
-  absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer = engine::Trainer::create(spec, profiled);
+  ProfiledCpu profiled;
+  OpProfiler& profiler = profiled.profiler;
+  absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer = engine::Trainer::create(spec, profiled.device);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   ProfileOneStep log(profiler, 3);
   ASSERT_TRUE((*trainer)->run(log).ok());
