@@ -191,8 +191,6 @@ absl::Status Float8Linear::State::upload_delayed(const std::vector<DelayedScalin
   for (int64_t i = 0; i < n; ++i) {
     const DelayedScaling& d = states[static_cast<size_t>(i)];
     host_states.insert(host_states.end(), d.state().begin(), d.state().end());
-    CastPlan& p = plans[static_cast<size_t>(delayed_plans[static_cast<size_t>(i)])];
-    p.delayed_scale_ready = d.next_scale().has_value();
     float* entry = host_scales.data() + i * kDelayedScaleStride;
     entry[0] = d.next_scale().value_or(1.0f);
     entry[kFloatsPer16Bytes] = inverse_scale(entry[0]);
@@ -205,8 +203,16 @@ absl::Status Float8Linear::State::upload_delayed(const std::vector<DelayedScalin
       !s.ok()) {
     return s;
   }
-  return backend.queue_copy_from_host(delayed_scale_entry(0), host_scales.data(),
-                                      float_bytes(n * kDelayedScaleStride));
+  if (auto s = backend.queue_copy_from_host(delayed_scale_entry(0), host_scales.data(),
+                                            float_bytes(n * kDelayedScaleStride));
+      !s.ok()) {
+    return s;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    plans[static_cast<size_t>(delayed_plans[static_cast<size_t>(i)])].delayed_scale_ready =
+        states[static_cast<size_t>(i)].next_scale().has_value();
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Float8Linear::State::record_delayed(const float* amaxes) {
