@@ -86,11 +86,8 @@ absl::Status HostMemoryBackend::record_delayed_amaxes(const DelayedRecordArgs& a
   if (auto s = detail::check_record_delayed(a); !s.ok()) return s;
   const int64_t stride = delayed::state_floats(a.history_len);
   for (int64_t i = 0; i < a.count; ++i) {
-    float* state = a.states + i * stride;
-    delayed::record(state, a.amaxes[i]);
-    const float scale = state[delayed::kHasScale] != 0.0f ? state[delayed::kScale] : 1.0f;
-    a.scales[i * a.scale_stride] = scale;
-    a.scales[i * a.scale_stride + a.inverse_offset] = inverse_scale(scale);
+    float* scale = a.scales + i * a.scale_stride;
+    delayed::record_and_publish(a.states + i * stride, a.amaxes[i], scale, scale + a.inverse_offset);
   }
   return absl::OkStatus();
 }

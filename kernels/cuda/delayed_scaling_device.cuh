@@ -19,11 +19,9 @@ __global__ void __launch_bounds__(kThreads)
                           int64_t scale_stride, int64_t inverse_offset) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= count) return;
-  float* state = states + i * delayed::state_floats(history_len);
-  delayed::record(state, amaxes[i]);
-  const float scale = state[delayed::kHasScale] != 0.0f ? state[delayed::kScale] : 1.0f;
-  scales[i * scale_stride] = scale;
-  scales[i * scale_stride + inverse_offset] = inverse_scale(scale);
+  float* scale = scales + i * scale_stride;
+  delayed::record_and_publish(states + i * delayed::state_floats(history_len), amaxes[i], scale,
+                              scale + inverse_offset);
 }
 
 }  // namespace fp8::cuda::delayed_device

@@ -80,4 +80,14 @@ FP8_HD void record(float* state, float amax) {
   }
 }
 
+// record(), then the scale for the cast's next step and its inverse (inverse_scale) into
+// *scale and *inverse: what Backend::record_delayed_amaxes does for each cast. Both are 1
+// while the state has no scale (the cast then scales dynamically and reads neither).
+FP8_HD void record_and_publish(float* state, float amax, float* scale, float* inverse) {
+  record(state, amax);
+  const float s = state[kHasScale] != 0.0f ? state[kScale] : 1.0f;
+  *scale = s;
+  *inverse = inverse_scale(s);
+}
+
 }  // namespace fp8::delayed
