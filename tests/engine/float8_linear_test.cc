@@ -1560,6 +1560,33 @@ TEST(Float8LinearGpuShapes, DelayedStepsWaitForTheDeviceOnlyAfterTheFirst) {
   EXPECT_EQ(input->next_scale(), scale_from_amax(x_amax, Format::kE4M3, false));
 }
 
+// A report reads what every cast of the layer did in one copy: on a GPU, one wait a layer
+// rather than two or three a cast. The values are those of the casts themselves.
+TEST(Float8LinearGpuShapes, NumericsReadTheLayerOnce) {
+  PretendGpuBackend gpu;
+  for (v1::Fp8Spec::Recipe r : {v1::Fp8Spec::TENSORWISE, v1::Fp8Spec::ROWWISE, v1::Fp8Spec::DELAYED}) {
+    SCOPED_TRACE(v1::Fp8Spec::Recipe_Name(r));
+    absl::StatusOr<std::unique_ptr<Float8Linear>> layer = Float8Linear::create(gpu, 64, 48, recipe(r));
+    ASSERT_TRUE(layer.ok()) << layer.status();
+    (*layer)->set_measuring(true);
+    const size_t tokens = 32;
+    const std::vector<float> host_x = normal(tokens * 64, 1.0f, 1);
+    Tensor x(gpu, host_x), w(gpu, normal(48 * 64, 0.1f, 2)), out(gpu, tokens * 48),
+        g(gpu, normal(tokens * 48, 1e-3f, 3)), gx(gpu, tokens * 64), gw(gpu, 48 * 64);
+    ASSERT_TRUE((*layer)->forward(x.data(), static_cast<int64_t>(tokens), w.data(), nullptr, out.data()).ok());
+    ASSERT_TRUE((*layer)->backward(g.data(), gx.data(), gw.data(), nullptr).ok());
+    const int64_t before = gpu.host_waits;
+    absl::StatusOr<std::vector<CastNumerics>> n = (*layer)->numerics();
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(gpu.host_waits - before, 1);
+    ASSERT_FALSE(n->empty());
+    EXPECT_EQ((*n)[0].tensor, TensorKind::kInput);
+    EXPECT_EQ((*n)[0].amax, max_abs(host_x));
+    EXPECT_TRUE((*n)[0].measured);
+    EXPECT_EQ((*n)[0].elements, static_cast<int64_t>(tokens * 64));
+  }
+}
+
 #endif  // !FP8_ENGINE_TEST_CUDA
 
 }  // namespace

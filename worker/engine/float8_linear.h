@@ -30,8 +30,8 @@
 // (they read no device value on the host), apart from one-off buffer growth when the token
 // count first grows, and a read of the amax histories at the end of each step until every
 // delayed cast has a scale (normally the first step only). numerics(), delayed_scaling()
-// and save_scaling_state() copy small vectors to the host (numerics() also the range counts
-// of casts run while measuring: set_measuring()).
+// and save_scaling_state() each read the layer once (numerics() also the range counts of
+// casts run while measuring: set_measuring()).
 //
 // Delayed scaling, per training step (one optimizer step, any number of micro-batches):
 //   forward/backward × micro-batches   each cast records its amax into its own slot
@@ -271,8 +271,9 @@ class Float8Linear {
   absl::Status restore_scaling_state(absl::Span<const float> state);
 
   // ---- numerics ------------------------------------------------------------------------
-  // One entry per fp8 cast that has run. Synchronises the backend: call it when metrics
-  // are reported, not every step.
+  // One entry per fp8 cast that has run. Synchronises the backend once (what every cast
+  // did is gathered in backend memory and read in one copy): call it when metrics are
+  // reported, not every step.
   absl::StatusOr<std::vector<CastNumerics>> numerics();
 
   // While on, every cast the layer runs (forward, forward_no_grad, backward) also counts

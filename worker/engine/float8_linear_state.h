@@ -179,6 +179,7 @@ struct Float8Linear::State {
         delayed_states(b),
         delayed_scales(b),
         step_amaxes(b),
+        numerics_staging(b),
         f32_ones(b),
         bf16_ones(b),
         weight_compute(b),
@@ -210,7 +211,8 @@ struct Float8Linear::State {
   // step's record.
   BackendBuffer delayed_scales;
   int scale_half = 0;
-  BackendBuffer step_amaxes;  // scratch of finish_step()
+  BackendBuffer step_amaxes;       // scratch of finish_step()
+  BackendBuffer numerics_staging;  // numerics() gathers what it reads here
   // Constant vectors of fp32 or bf16 ones (grad_output's dtype), grown to the largest size
   // asked for: they sum grad_output's rows for grad_bias with one GEMM.
   BackendBuffer f32_ones, bf16_ones;
