@@ -214,5 +214,35 @@ INSTANTIATE_TEST_SUITE_P(Recipes, OneProcessStep,
                          ::testing::Values("none", "tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
+// A step that reports (step 2 of 4, log_every 2) reads what it reports in a few copies:
+// the steps' losses and norms once, each fp8 linear's cast numerics once
+// (Float8Linear::numerics) and, under delayed scaling, each linear's amax histories once.
+TEST_P(OneProcessStep, ThatReportsReadsEachLinearOnceForEachThingItReports) {
+  const v1::JobSpec spec = engine::testing::TinyJob(
+      corpus_, tmp_.path() / GetParam(),
+      {"train.steps=4", "train.eval_every=0", "train.log_every=2", "fp8.recipe=" + GetParam()});
+  ProfiledCpu profiled;
+  absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer = engine::Trainer::create(spec, profiled.device);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ProfileOneStep log(profiled.profiler, 2);
+  ASSERT_TRUE((*trainer)->run(log).ok());
+  absl::StatusOr<OpBreakdown> b = profiled.profiler.take();
+  ASSERT_TRUE(b.ok()) << b.status();
+
+  int64_t fp8_linears = 0, delayed_linears = 0;
+  for (const engine::LinearUnit* u : (*trainer)->model().linears()) {
+    if (u->selection.fp8) ++fp8_linears;
+    if (u->layer->delayed_count() > 0) ++delayed_linears;
+  }
+  const OpTime* reads = find(*b, kHostWaitRead);
+  ASSERT_NE(reads, nullptr);
+  EXPECT_EQ(reads->calls, 1 + fp8_linears + delayed_linears) << "the step's values, numerics, amax histories";
+  for (const OpTime& t : b->ops) {
+    if (t.label != kHostWaitRead) {
+      EXPECT_NE(t.label.rfind(kHostWaitPrefix, 0), 0u) << t.label;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fp8::bench

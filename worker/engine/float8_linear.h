@@ -260,8 +260,10 @@ class Float8Linear {
   // Ends the step with this process's own amaxes. Call once per optimizer step with any
   // recipe (it is cheap without delayed casts).
   absl::Status finish_step();
-  // The i-th delayed cast's state (history and scale), read from backend memory: for
-  // reports, not every step.
+  // Every delayed cast's state (history and scale), in delayed order, read from backend
+  // memory in one copy: for reports, not every step.
+  absl::StatusOr<std::vector<DelayedScaling>> delayed_scalings() const;
+  // The i-th of them alone (the same read).
   absl::StatusOr<DelayedScaling> delayed_scaling(int i) const;
   // Replaces the i-th delayed cast's history (DelayedScaling::replay).
   absl::Status replay_delayed_history(int i, absl::Span<const float> amaxes);

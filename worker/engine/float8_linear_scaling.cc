@@ -88,6 +88,8 @@ absl::Status Float8Linear::finish_step() {
   return finish_step_from(s.step_amaxes.as<float>());
 }
 
+absl::StatusOr<std::vector<DelayedScaling>> Float8Linear::delayed_scalings() const { return s_->read_delayed(); }
+
 absl::StatusOr<DelayedScaling> Float8Linear::delayed_scaling(int i) const {
   if (i < 0 || i >= delayed_count()) {
     return absl::OutOfRangeError(absl::StrCat("Float8Linear: no delayed cast ", i, " (", delayed_count(), " of them)"));

@@ -58,11 +58,13 @@ absl::StatusOr<std::vector<AmaxHistoryRecord>> CollectAmaxHistories(const LlamaM
   std::vector<AmaxHistoryRecord> out;
   for (const LinearUnit* unit : model.linears()) {
     const Float8Linear& layer = *unit->layer;
+    if (layer.delayed_count() == 0) continue;
     const std::vector<std::string> names = layer.delayed_names();
-    for (int i = 0; i < layer.delayed_count(); ++i) {
-      FP8_ASSIGN_OR_RETURN(const DelayedScaling d, layer.delayed_scaling(i));
-      out.push_back(AmaxHistoryRecord{unit->name, names[static_cast<size_t>(i)], d.history(),
-                                      d.next_scale().value_or(0.0f), d.last_range_use()});
+    FP8_ASSIGN_OR_RETURN(const std::vector<DelayedScaling> states, layer.delayed_scalings());
+    for (size_t i = 0; i < states.size(); ++i) {
+      const DelayedScaling& d = states[i];
+      out.push_back(AmaxHistoryRecord{unit->name, names[i], d.history(), d.next_scale().value_or(0.0f),
+                                      d.last_range_use()});
     }
   }
   return out;

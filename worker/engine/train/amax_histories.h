@@ -15,7 +15,7 @@
 namespace fp8::engine {
 
 // Every delayed cast of every fp8 linear, in model order; empty without delayed scaling.
-// Reads the histories from backend memory (one wait per layer with delayed casts).
+// Reads the histories from backend memory (one copy per layer with delayed casts).
 absl::StatusOr<std::vector<AmaxHistoryRecord>> CollectAmaxHistories(const LlamaModel& model);
 
 // Replays each record into the matching (layer, cast) of `model`. Returns how many

@@ -8,29 +8,29 @@
 namespace fp8::engine {
 
 absl::StatusOr<StepStats> StepStats::create(const Device& device, int64_t micro_batches) {
-  FP8_ASSIGN_OR_RETURN(Tensor losses, Tensor::zeros(device, ElementType::kFloat32, {kCapacity, micro_batches}));
-  FP8_ASSIGN_OR_RETURN(Tensor sums, Tensor::zeros(device, ElementType::kFloat32, {2 * kCapacity}));
+  FP8_ASSIGN_OR_RETURN(Tensor values,
+                       Tensor::zeros(device, ElementType::kFloat32, {2 * kCapacity + kCapacity * micro_batches}));
   FP8_ASSIGN_OR_RETURN(Tensor clip, Tensor::zeros(device, ElementType::kFloat32, {1}));
-  return StepStats(micro_batches, std::move(losses), std::move(sums), std::move(clip));
+  return StepStats(micro_batches, std::move(values), std::move(clip));
 }
 
 StepStats::Slot StepStats::begin(int64_t step) {
   const auto i = static_cast<int64_t>(steps_.size());
   steps_.push_back(step);
-  return Slot{losses_.data<float>() + i * micro_batches_, reinterpret_cast<double*>(sums_.data<float>()) + i,
-              clip_.data<float>()};
+  float* words = values_.data<float>();
+  return Slot{words + 2 * kCapacity + i * micro_batches_, reinterpret_cast<double*>(words) + i, clip_.data<float>()};
 }
 
 absl::StatusOr<std::vector<StepStats::StepValues>> StepStats::read() {
   std::vector<StepValues> values;
   if (steps_.empty()) return values;
-  FP8_ASSIGN_OR_RETURN(std::vector<float> losses, losses_.download<float>());
-  FP8_ASSIGN_OR_RETURN(std::vector<float> sum_words, sums_.download<float>());
+  FP8_ASSIGN_OR_RETURN(std::vector<float> words, values_.download<float>());
+  const float* losses = words.data() + 2 * kCapacity;
   for (size_t i = 0; i < steps_.size(); ++i) {
     double loss_sum = 0;  // in order, as the loss of one step always was
     for (int64_t b = 0; b < micro_batches_; ++b) loss_sum += losses[i * static_cast<size_t>(micro_batches_) + b];
     double sum_of_squares;
-    std::memcpy(&sum_of_squares, sum_words.data() + 2 * i, sizeof sum_of_squares);
+    std::memcpy(&sum_of_squares, words.data() + 2 * i, sizeof sum_of_squares);
     values.push_back({steps_[i], loss_sum / static_cast<double>(micro_batches_), std::sqrt(sum_of_squares)});
   }
   steps_.clear();

@@ -33,7 +33,7 @@ class StepStats {
   bool full() const { return static_cast<int64_t>(steps_.size()) == kCapacity; }
   bool empty() const { return steps_.empty(); }
 
-  // The values of the steps begun since the last read, in order (waits for the device).
+  // The values of the steps begun since the last read, in order (one wait for the device).
   struct StepValues {
     int64_t step = 0;
     double loss = 0;       // mean over the step's micro-batches, summed in order in double
@@ -42,13 +42,15 @@ class StepStats {
   absl::StatusOr<std::vector<StepValues>> read();
 
  private:
-  StepStats(int64_t micro_batches, Tensor losses, Tensor sums, Tensor clip)
-      : micro_batches_(micro_batches), losses_(std::move(losses)), sums_(std::move(sums)), clip_(std::move(clip)) {}
+  StepStats(int64_t micro_batches, Tensor values, Tensor clip)
+      : micro_batches_(micro_batches), values_(std::move(values)), clip_(std::move(clip)) {}
 
   int64_t micro_batches_;
-  Tensor losses_;  // fp32 [kCapacity, micro_batches]
-  Tensor sums_;    // kCapacity doubles, held as fp32 [2 · kCapacity] (device memory is 256-byte aligned)
-  Tensor clip_;    // fp32 [1]
+  // What read() reads in one copy: kCapacity doubles of sums (held as 2 · kCapacity fp32
+  // words first, so they are 8-byte aligned: device memory is 256-byte aligned), then the
+  // losses, fp32 [kCapacity, micro_batches].
+  Tensor values_;
+  Tensor clip_;  // fp32 [1]
   std::vector<int64_t> steps_;  // begun since the last read
 };
 
