@@ -1,8 +1,8 @@
 // Float8Linear with a weight cast outside the layer (Fp8Weight), as FSDP does: each rank
 // casts its shard with one global scale (write_fp8_weight_scale of the whole weight's
-// amax) and all-gathers the codes. The layer must then produce exactly what it produces from the
-// fp32 weight: the same output, grad_input and grad_weight bits and, under delayed
-// scaling, the same history. Also: which recipes take such a weight, the errors the
+// amax) and all-gathers the codes. The layer must then produce exactly what it produces
+// from the fp32 weight: the same output, grad_input and grad_weight bits and, under
+// delayed scaling, the same history. Also: which recipes take such a weight, the errors the
 // others give, and rebinding a weight that moved between forward() and backward().
 //
 // CPU backend; tensors reach the layer only through Backend memory, as in the product.
