@@ -59,7 +59,7 @@ absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& back
   std::vector<DelayedScaling> fresh;
   for (int i : state->delayed_plans) {
     const CastConfig& cast = state->plans[static_cast<size_t>(i)].config;
-    fresh.emplace_back(c.amax_history_len, cast.format(), cast.pow2_scale);
+    fresh.emplace_back(state->delayed_history_len(), cast.format(), cast.pow2_scale);
   }
   if (auto s = state->upload_delayed(fresh); !s.ok()) return s;
   return std::unique_ptr<Float8Linear>(new Float8Linear(std::move(state)));

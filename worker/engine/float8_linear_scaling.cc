@@ -91,18 +91,14 @@ absl::Status Float8Linear::finish_step() {
 absl::StatusOr<std::vector<DelayedScaling>> Float8Linear::delayed_scalings() const { return s_->read_delayed(); }
 
 absl::StatusOr<DelayedScaling> Float8Linear::delayed_scaling(int i) const {
-  if (i < 0 || i >= delayed_count()) {
-    return absl::OutOfRangeError(absl::StrCat("Float8Linear: no delayed cast ", i, " (", delayed_count(), " of them)"));
-  }
+  if (auto st = s_->check_delayed_index(i); !st.ok()) return st;
   absl::StatusOr<std::vector<DelayedScaling>> states = s_->read_delayed();
   if (!states.ok()) return states.status();
   return std::move((*states)[static_cast<size_t>(i)]);
 }
 
 absl::Status Float8Linear::replay_delayed_history(int i, absl::Span<const float> amaxes) {
-  if (i < 0 || i >= delayed_count()) {
-    return absl::OutOfRangeError(absl::StrCat("Float8Linear: no delayed cast ", i, " (", delayed_count(), " of them)"));
-  }
+  if (auto st = s_->check_delayed_index(i); !st.ok()) return st;
   absl::StatusOr<std::vector<DelayedScaling>> states = s_->read_delayed();
   if (!states.ok()) return states.status();
   (*states)[static_cast<size_t>(i)].replay(amaxes);
@@ -159,8 +155,14 @@ absl::Status Float8Linear::write_fp8_weight_scale(float amax, float* scale, floa
 
 // ---- the states in backend memory --------------------------------------------------------------
 
-int64_t Float8Linear::State::delayed_state_floats() const {
-  return delayed::state_floats(std::max(config.amax_history_len, 1));
+int Float8Linear::State::delayed_history_len() const { return std::max(config.amax_history_len, 1); }
+
+int64_t Float8Linear::State::delayed_state_floats() const { return delayed::state_floats(delayed_history_len()); }
+
+absl::Status Float8Linear::State::check_delayed_index(int i) const {
+  const auto n = static_cast<int>(delayed_plans.size());
+  if (i >= 0 && i < n) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrCat("Float8Linear: no delayed cast ", i, " (", n, " of them)"));
 }
 
 absl::StatusOr<std::vector<DelayedScaling>> Float8Linear::State::read_delayed() const {
@@ -179,7 +181,7 @@ absl::StatusOr<std::vector<DelayedScaling>> Float8Linear::State::read_delayed() 
     absl::StatusOr<DelayedScaling> d =
         DelayedScaling::from_state(absl::MakeConstSpan(host).subspan(static_cast<size_t>(i * each),
                                                                      static_cast<size_t>(each)),
-                                   std::max(config.amax_history_len, 1), p.config.format(), p.config.pow2_scale);
+                                   delayed_history_len(), p.config.format(), p.config.pow2_scale);
     if (!d.ok()) return d.status();
     out.push_back(std::move(*d));
   }
@@ -224,7 +226,7 @@ absl::Status Float8Linear::State::record_delayed(const float* amaxes) {
   DelayedRecordArgs r;
   r.states = delayed_states.as<float>();
   r.count = n;
-  r.history_len = std::max(config.amax_history_len, 1);
+  r.history_len = delayed_history_len();
   r.amaxes = amaxes;
   // The other half: this step's casts may still be reading theirs.
   r.scales = delayed_scales.as<float>() + static_cast<int64_t>(1 - scale_half) * n * kDelayedScaleStride;

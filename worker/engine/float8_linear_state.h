@@ -296,7 +296,10 @@ struct Float8Linear::State {
   const void* high_precision(TensorKind t, Orientation o, const void* raw) const;
 
   // ---- delayed scaling ----
+  int delayed_history_len() const;
   int64_t delayed_state_floats() const;
+  // OutOfRange unless i names a delayed cast.
+  absl::Status check_delayed_index(int i) const;
   float* delayed_scale_entry(int delayed_index) const {
     return delayed_scales.as<float>() +
            (static_cast<int64_t>(scale_half) * static_cast<int64_t>(delayed_plans.size()) + delayed_index) *
