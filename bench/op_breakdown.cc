@@ -109,8 +109,9 @@ absl::Status ProfilingBackend::record_delayed_amaxes(const DelayedRecordArgs& ar
   return p_.run("delayed scaling record", [&] { return inner_.record_delayed_amaxes(args); });
 }
 
-absl::Status ProfilingBackend::compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale) {
-  return p_.run("compute scales", [&] { return inner_.compute_scales(amax, n, f, pow2, scale); });
+absl::Status ProfilingBackend::compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale,
+                                              float* inv_scale) {
+  return p_.run("compute scales", [&] { return inner_.compute_scales(amax, n, f, pow2, scale, inv_scale); });
 }
 absl::Status ProfilingBackend::cast(const CastArgs& args) {
   return p_.run("cast", [&] { return inner_.cast(args); });
@@ -223,6 +224,10 @@ absl::StatusOr<double> ProfilingModelOps::sum_of_squares(const float* x, int64_t
 absl::StatusOr<double> ProfilingModelOps::total_sum_of_squares(const std::vector<FloatSpan>& buffers) {
   return p_.run(kHostWaitGradNorm, [&] { return inner_.total_sum_of_squares(buffers); });
 }
+absl::Status ProfilingModelOps::queue_clip_scale(const double* sum_of_squares, double max_norm, float* clip_scale) {
+  return p_.run("grad norm", [&] { return inner_.queue_clip_scale(sum_of_squares, max_norm, clip_scale); });
+}
+
 absl::Status ProfilingModelOps::queue_grad_norm(const std::vector<FloatSpan>& buffers, double max_norm,
                                                 double* sum_of_squares, float* clip_scale) {
   return p_.run("grad norm", [&] { return inner_.queue_grad_norm(buffers, max_norm, sum_of_squares, clip_scale); });

@@ -94,7 +94,8 @@ class ProfilingBackend final : public Backend {
   absl::Status synchronize() override;
   absl::StatusOr<std::unique_ptr<Fence>> fence() override { return inner_.fence(); }
   absl::Status amax(const MatrixRef& x, Granularity g, float* out) override;
-  absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale) override;
+  absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale,
+                              float* inv_scale) override;
   absl::Status cast(const CastArgs& args) override;
   absl::Status record_delayed_amaxes(const DelayedRecordArgs& args) override;
   absl::Status count_cast_range(const CastRangeArgs& args) override;
@@ -146,6 +147,7 @@ class ProfilingModelOps final : public ModelOps {
                           float* v, int64_t n, const RowAmaxes& param_row_amax) override;
   absl::StatusOr<double> sum_of_squares(const float* x, int64_t n) override;
   absl::StatusOr<double> total_sum_of_squares(const std::vector<FloatSpan>& buffers) override;
+  absl::Status queue_clip_scale(const double* sum_of_squares, double max_norm, float* clip_scale) override;
   absl::Status queue_grad_norm(const std::vector<FloatSpan>& buffers, double max_norm, double* sum_of_squares,
                                float* clip_scale) override;
 

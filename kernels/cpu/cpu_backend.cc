@@ -32,9 +32,10 @@ class CpuBackend final : public cpu::HostMemoryBackend {
     return absl::OkStatus();
   }
 
-  absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale) override {
+  absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale,
+                              float* inv_scale) override {
     if (auto s = detail::check_compute_scales(amax, n, scale); !s.ok()) return s;
-    cpu::compute_scales(amax, n, f, pow2, scale);
+    cpu::compute_scales(amax, n, f, pow2, scale, inv_scale);
     return absl::OkStatus();
   }
 

@@ -166,11 +166,12 @@ class CudaBackend final : public Backend {
     return cuda_status(cuda::launch_amax(x.data, hp_of(x.dtype), x.rows, x.cols, axis_of(g), out, stream_));
   }
 
-  absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale) override {
+  absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale,
+                              float* inv_scale) override {
     if (auto s = detail::check_compute_scales(amax, n, scale); !s.ok()) return s;
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
-    return cuda_status(cuda::launch_compute_scales(amax, n, f, pow2, scale, nullptr, stream_));
+    return cuda_status(cuda::launch_compute_scales(amax, n, f, pow2, scale, inv_scale, stream_));
   }
 
   absl::Status record_delayed_amaxes(const DelayedRecordArgs& a) override {

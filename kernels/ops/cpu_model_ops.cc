@@ -249,6 +249,12 @@ class CpuModelOps final : public ModelOps {
     return absl::OkStatus();
   }
 
+  absl::Status queue_clip_scale(const double* sum_of_squares, double max_norm, float* clip_scale) override {
+    FP8_RETURN_IF_ERROR(ops::validate_grad_norm(max_norm, sum_of_squares, clip_scale, "queue_clip_scale"));
+    *clip_scale = ops::clip_scale_from_sum_of_squares(*sum_of_squares, max_norm);
+    return absl::OkStatus();
+  }
+
  private:
   absl::Status rope(const RopeShape& shape, double theta, ops::cpu::RopeDirection direction, const void* in, void* out,
                     DType act) {

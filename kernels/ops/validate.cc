@@ -265,8 +265,8 @@ absl::Status validate_sum_of_squares(const float* x, int64_t n) {
   return check_elementwise("sum_of_squares", n, {{"x", x}});
 }
 
-absl::Status validate_grad_norm(double max_norm, const double* sum_of_squares, const float* clip_scale) {
-  constexpr const char* op = "queue_grad_norm";
+absl::Status validate_grad_norm(double max_norm, const double* sum_of_squares, const float* clip_scale,
+                                const char* op) {
   if (!(max_norm >= 0.0) || !std::isfinite(max_norm)) {
     return invalid(op, "max_norm must be finite and >= 0, got ", max_norm);
   }

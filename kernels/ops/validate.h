@@ -52,7 +52,8 @@ absl::Status validate_adamw(const AdamWHyperparams& h, int64_t step, const RowAm
                             const float* m, const float* v, int64_t n);
 absl::Status validate_sum_of_squares(const float* x, int64_t n);
 // queue_grad_norm's own arguments (each buffer: validate_sum_of_squares).
-absl::Status validate_grad_norm(double max_norm, const double* sum_of_squares, const float* clip_scale);
+absl::Status validate_grad_norm(double max_norm, const double* sum_of_squares, const float* clip_scale,
+                                const char* op = "queue_grad_norm");
 
 // Host-memory value checks (see above).
 absl::Status check_token_ids(const char* op, const int32_t* tokens, int64_t n, int64_t vocab);

@@ -50,9 +50,13 @@ class ReferenceBackend final : public cpu::HostMemoryBackend {
     return absl::OkStatus();
   }
 
-  absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale) override {
+  absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale,
+                              float* inv_scale) override {
     if (auto s = detail::check_compute_scales(amax, n, scale); !s.ok()) return s;
-    for (int64_t i = 0; i < n; ++i) scale[i] = scale_from_amax(amax[i], f, pow2);
+    for (int64_t i = 0; i < n; ++i) {
+      scale[i] = scale_from_amax(amax[i], f, pow2);
+      if (inv_scale != nullptr) inv_scale[i] = inverse_scale(scale[i]);
+    }
     return absl::OkStatus();
   }
 

@@ -139,7 +139,7 @@ struct CastWeight {
 void cast_weight(const Float8Linear& layer, const Shape& s, const float* w, CastWeight& out) {
   ASSERT_OK(backend().amax({w, DType::kFloat32, s.n, s.k}, Granularity::kTensorwise, out.amax.data()));
   out.host_amax = out.amax.download()[0];
-  ASSERT_OK(layer.write_fp8_weight_scale(out.host_amax, out.scale.data(), out.inv_scale.data()));
+  ASSERT_OK(layer.write_fp8_weight_scale(out.amax.data(), out.scale.data(), out.inv_scale.data()));
   out.host_scale = out.scale.download()[0];
   EXPECT_EQ(out.inv_scale.download()[0], inverse_scale(out.host_scale));
   CastArgs c;
@@ -154,8 +154,8 @@ void cast_weight(const Float8Linear& layer, const Shape& s, const float* w, Cast
 
 // The weight scale write_fp8_weight_scale gives for `amax`, read back.
 float weight_scale_for(const Float8Linear& layer, float amax) {
-  Floats scale(1), inv_scale(1);
-  EXPECT_OK(layer.write_fp8_weight_scale(amax, scale.data(), inv_scale.data()));
+  Floats scale(1), inv_scale(1), device_amax(std::vector<float>{amax});
+  EXPECT_OK(layer.write_fp8_weight_scale(device_amax.data(), scale.data(), inv_scale.data()));
   return scale.download()[0];
 }
 

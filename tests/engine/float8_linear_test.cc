@@ -1486,8 +1486,8 @@ class PretendGpuBackend final : public Backend {
     return cpu().synchronize();
   }
   absl::Status amax(const MatrixRef& x, Granularity g, float* out) override { return cpu().amax(x, g, out); }
-  absl::Status compute_scales(const float* a, int64_t n, Format f, bool pow2, float* s) override {
-    return cpu().compute_scales(a, n, f, pow2, s);
+  absl::Status compute_scales(const float* a, int64_t n, Format f, bool pow2, float* s, float* inv) override {
+    return cpu().compute_scales(a, n, f, pow2, s, inv);
   }
   absl::Status cast(const CastArgs& a) override { return cpu().cast(a); }
   absl::Status record_delayed_amaxes(const DelayedRecordArgs& a) override { return cpu().record_delayed_amaxes(a); }

@@ -125,6 +125,23 @@ TEST_P(BackendContract, ComputeScalesMatchesTheFormula) {
   }
 }
 
+// FSDP's fp8 all-gather derives a weight's scale and the GEMM's inverse from the ranks'
+// reduced amax without the host reading it.
+TEST_P(BackendContract, ComputeScalesWritesTheInversesWhenAsked) {
+  const std::vector<float> amax = {0.0f, 1e-20f, 0.75f, 3.0f, 448.0f, 1e6f, std::numeric_limits<float>::infinity()};
+  Buffer<float> a(b_, amax), s(b_, amax.size()), inv(b_, amax.size());
+  for (bool pow2 : {false, true}) {
+    ASSERT_TRUE(
+        b_->compute_scales(a.get(), static_cast<int64_t>(amax.size()), Format::kE5M2, pow2, s.get(), inv.get()).ok());
+    const auto scales = s.download();
+    const auto inverses = inv.download();
+    for (size_t i = 0; i < amax.size(); ++i) {
+      EXPECT_EQ(scales[i], scale_from_amax(amax[i], Format::kE5M2, pow2)) << amax[i];
+      EXPECT_EQ(inverses[i], inverse_scale(scales[i])) << amax[i];
+    }
+  }
+}
+
 // Delayed scaling kept in backend memory: every backend records as the host's
 // delayed::record does, bit for bit, and writes each next scale with its inverse.
 TEST_P(BackendContract, RecordDelayedAmaxesFollowsTheHostRule) {

@@ -921,6 +921,10 @@ TEST_F(CudaModelOpsTest, QueuedGradNormMatchesTheReturnedOneAndSkipsAdamWWhenNot
   std::memcpy(&got_sum, got.data(), sizeof got_sum);
   EXPECT_EQ(std::bit_cast<uint64_t>(got_sum), std::bit_cast<uint64_t>(*total));
   EXPECT_EQ(got[2], static_cast<float>(max_norm / std::sqrt(*total)));  // the norm is 3x the limit
+  // FSDP's route: the factor from the (reduced) sum alone, the same bits.
+  DeviceFloats factor(std::vector<float>{0.0f});
+  ASSERT_TRUE(gpu().queue_clip_scale(sum, max_norm, factor.get()).ok());
+  EXPECT_EQ(factor.download()[0], got[2]);
 
   // A gradient holding +inf: the factor is NaN, and AdamW reading it changes nothing.
   DeviceFloats diverged(std::vector<float>{1.0f, INFINITY, 2.0f});

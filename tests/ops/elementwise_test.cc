@@ -95,5 +95,27 @@ TEST(Elementwise, QueueGradNormWritesTheTotalAndTheClippingFactor) {
   EXPECT_NE(std::string(negative.message()).find("max_norm must be finite and >= 0"), std::string::npos) << negative;
 }
 
+// FSDP's factor: from a sum of squares the ranks reduced, the factor queue_grad_norm would
+// have written for that sum.
+TEST(Elementwise, QueueClipScaleGivesQueueGradNormsFactorForTheSum) {
+  const auto a = uniform(kN, 13);
+  auto& ops = cpu_model_ops();
+  const std::vector<FloatSpan> spans = {{a.data(), static_cast<int64_t>(a.size())}};
+  const double norm = std::sqrt(*ops.total_sum_of_squares(spans));
+  for (const double max_norm : {0.0, norm / 3, norm * 2}) {
+    double sum = NAN;
+    float want = NAN, got = NAN;
+    ASSERT_TRUE(ops.queue_grad_norm(spans, max_norm, &sum, &want).ok());
+    ASSERT_TRUE(ops.queue_clip_scale(&sum, max_norm, &got).ok());
+    EXPECT_EQ(got, want) << max_norm;
+  }
+  const double inf = INFINITY;
+  float clip = 0.0f;
+  ASSERT_TRUE(ops.queue_clip_scale(&inf, 1.0, &clip).ok());
+  EXPECT_TRUE(std::isnan(clip));
+  const absl::Status no_out = ops.queue_clip_scale(&inf, 1.0, nullptr);
+  EXPECT_NE(std::string(no_out.message()).find("queue_clip_scale: clip_scale is null"), std::string::npos) << no_out;
+}
+
 }  // namespace
 }  // namespace fp8::ops_test

@@ -197,11 +197,11 @@ class Float8Linear {
   // tensorwise and delayed recipes).
   bool takes_fp8_weight() const;
   Format weight_format() const;
-  // Writes the scale forward() would cast the weight with, given the whole weight's amax,
-  // and its inverse (inverse_scale) into backend memory, queued: the delayed history's
-  // scale once it has one (copied on the device, never read by the host), else the dynamic
-  // scale of that amax.
-  absl::Status write_fp8_weight_scale(float amax, float* scale, float* inv_scale) const;
+  // Writes the scale forward() would cast the weight with, given the whole weight's amax
+  // (one float of backend memory), and its inverse (inverse_scale) into backend memory,
+  // queued: the delayed history's scale once it has one, else the dynamic scale of that
+  // amax. The host reads neither (FSDP's ranks reduce the amax on the device).
+  absl::Status write_fp8_weight_scale(const float* amax, float* scale, float* inv_scale) const;
 
   // For the last forward(): by default WRITES grad_input [tokens, in] (skipped when null)
   // and ACCUMULATES (+=) grad_weight [out, in] and grad_bias [out] (skipped when null), so

@@ -135,10 +135,10 @@ absl::Status Float8Linear::restore_scaling_state(absl::Span<const float> state) 
   return s.upload_delayed(*restored);
 }
 
-absl::Status Float8Linear::write_fp8_weight_scale(float amax, float* scale, float* inv_scale) const {
+absl::Status Float8Linear::write_fp8_weight_scale(const float* amax, float* scale, float* inv_scale) const {
   const State& s = *s_;
-  if (scale == nullptr || inv_scale == nullptr) {
-    return absl::InvalidArgumentError("Float8Linear::write_fp8_weight_scale: scale and inv_scale must be given");
+  if (amax == nullptr || scale == nullptr || inv_scale == nullptr) {
+    return absl::InvalidArgumentError("Float8Linear::write_fp8_weight_scale: amax, scale and inv_scale must be given");
   }
   const int plan = s.weight_plan();
   const CastPlan* p = plan < 0 ? nullptr : &s.plans[static_cast<size_t>(plan)];
@@ -147,10 +147,12 @@ absl::Status Float8Linear::write_fp8_weight_scale(float amax, float* scale, floa
     if (auto st = s.backend.copy(scale, entry, sizeof(float)); !st.ok()) return st;
     return s.backend.copy(inv_scale, entry + kFloatsPer16Bytes, sizeof(float));
   }
-  const float host_scale = p == nullptr ? 1.0f : scale_from_amax(amax, p->config.format(), p->config.pow2_scale);
-  const float host_inverse = inverse_scale(host_scale);
-  if (auto st = s.backend.queue_copy_from_host(scale, &host_scale, sizeof(float)); !st.ok()) return st;
-  return s.backend.queue_copy_from_host(inv_scale, &host_inverse, sizeof(float));
+  if (p == nullptr) {  // no weight cast: scale 1
+    constexpr float kOne[2] = {1.0f, 1.0f};
+    if (auto st = s.backend.queue_copy_from_host(scale, &kOne[0], sizeof(float)); !st.ok()) return st;
+    return s.backend.queue_copy_from_host(inv_scale, &kOne[1], sizeof(float));
+  }
+  return s.backend.compute_scales(amax, 1, p->config.format(), p->config.pow2_scale, scale, inv_scale);
 }
 
 // ---- the states in backend memory --------------------------------------------------------------

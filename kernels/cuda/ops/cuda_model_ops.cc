@@ -289,6 +289,13 @@ class CudaModelOps final : public ModelOps {
                                               clip_scale, *scratch, stream_));
   }
 
+  absl::Status queue_clip_scale(const double* sum_of_squares, double max_norm, float* clip_scale) override {
+    FP8_RETURN_IF_ERROR(ops::validate_grad_norm(max_norm, sum_of_squares, clip_scale, "queue_clip_scale"));
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    return cuda_status(cuda::launch_clip_scale(sum_of_squares, max_norm, clip_scale, stream_));
+  }
+
  private:
   // The buffers of a grad norm as the launchers take them.
   struct BufferTable {

@@ -132,6 +132,9 @@ LaunchResult launch_sum_of_squares(const float* x, int64_t n, double* result, vo
 size_t grad_norm_scratch_bytes(const int64_t* ns, int count);
 LaunchResult launch_grad_norm(const float* const* xs, const int64_t* ns, int count, double max_norm,
                               double* sum_of_squares, float* clip_scale, void* scratch, cudaStream_t stream);
+// ModelOps::queue_clip_scale: *clip_scale from *sum_of_squares, one thread.
+LaunchResult launch_clip_scale(const double* sum_of_squares, double max_norm, float* clip_scale,
+                               cudaStream_t stream);
 
 // ---- cross-entropy ---------------------------------------------------------------------------------
 

@@ -128,4 +128,11 @@ __global__ void grad_norm_finish_kernel(const double* __restrict__ sums, int cou
   *clip_scale = ops::clip_scale_from_sum_of_squares(total, max_norm);
 }
 
+// The clipping factor alone, from a total summed elsewhere (FSDP's ranks), one thread.
+__global__ void clip_scale_kernel(const double* __restrict__ sum_of_squares, double max_norm,
+                                  float* __restrict__ clip_scale) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  *clip_scale = ops::clip_scale_from_sum_of_squares(*sum_of_squares, max_norm);
+}
+
 }  // namespace fp8::cuda::squares

@@ -96,4 +96,10 @@ LaunchResult launch_grad_norm(const float* const* xs, const int64_t* ns, int cou
   return model::after_launch("grad norm finish kernel");
 }
 
+LaunchResult launch_clip_scale(const double* sum_of_squares, double max_norm, float* clip_scale,
+                               cudaStream_t stream) {
+  squares::clip_scale_kernel<<<1, 32, 0, stream>>>(sum_of_squares, max_norm, clip_scale);
+  return model::after_launch("clip scale kernel");
+}
+
 }  // namespace fp8::cuda

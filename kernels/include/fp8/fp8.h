@@ -352,8 +352,10 @@ class Backend {
   virtual absl::StatusOr<std::unique_ptr<Fence>> fence();
 
   virtual absl::Status amax(const MatrixRef& x, Granularity g, float* out) = 0;
-  virtual absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2,
-                                      float* scale) = 0;
+  // scale[i] = scale_from_amax(amax[i]) (arith.h), queued like a kernel; with inv_scale,
+  // also inv_scale[i] = inverse_scale(scale[i]), the factor a scaled GEMM dequantizes with.
+  virtual absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale,
+                                      float* inv_scale = nullptr) = 0;
   virtual absl::Status cast(const CastArgs& args) = 0;
   virtual absl::Status record_delayed_amaxes(const DelayedRecordArgs& args) = 0;
   // Counts the values a cast with these arguments saturates or flushes to zero (see

@@ -230,6 +230,10 @@ class ModelOps {
   // AdamWHyperparams::grad_scale_in). Both are one value in this implementation's memory.
   virtual absl::Status queue_grad_norm(const std::vector<FloatSpan>& buffers, double max_norm,
                                        double* sum_of_squares, float* clip_scale) = 0;
+  // queue_grad_norm's factor alone, from a sum of squares already in this implementation's
+  // memory: FSDP's ranks sum their shards' sums on the device first, then each derives the
+  // same factor from the total. Queued like a kernel; the same arithmetic to the bit.
+  virtual absl::Status queue_clip_scale(const double* sum_of_squares, double max_norm, float* clip_scale) = 0;
 };
 
 // The CUDA implementation on CUDA device `device`, queuing every kernel on `stream` (a

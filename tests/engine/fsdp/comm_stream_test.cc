@@ -72,7 +72,7 @@ class Gate {
 };
 
 TEST_F(CommStreamTest, JobsRunInTheOrderQueuedOnOneOtherThread) {
-  CommStream stream(group());
+  CommStream stream(group(), cpu_backend());
   EXPECT_EQ(&stream.group(), &group());
   Gate gate;
   std::mutex mu;
@@ -104,7 +104,7 @@ TEST_F(CommStreamTest, JobsRunInTheOrderQueuedOnOneOtherThread) {
 }
 
 TEST_F(CommStreamTest, JobsDriveTheGroupsCollectives) {
-  CommStream stream(group());
+  CommStream stream(group(), cpu_backend());
   std::vector<float> data = {1.5f, -2.0f, 3.0f};
   std::vector<uint8_t> shard = {1, 2, 3}, gathered(3, 0);
   const absl::Status st = stream.run("collectives", {}, [&](ProcessGroup& g) {
@@ -120,7 +120,7 @@ TEST_F(CommStreamTest, JobsDriveTheGroupsCollectives) {
 }
 
 TEST_F(CommStreamTest, RunAndWaitReturnTheJobsStatusOnEveryHandleCopy) {
-  CommStream stream(group());
+  CommStream stream(group(), cpu_backend());
   EXPECT_TRUE(stream.run("ok", {}, [](ProcessGroup&) { return absl::OkStatus(); }).ok());
   const CommStream::Handle h = stream.enqueue("ok again", {}, [](ProcessGroup&) { return absl::OkStatus(); });
   const CommStream::Handle copy = h;
@@ -130,7 +130,7 @@ TEST_F(CommStreamTest, RunAndWaitReturnTheJobsStatusOnEveryHandleCopy) {
 }
 
 TEST_F(CommStreamTest, WaitingOnAnEmptyHandleIsAnError) {
-  CommStream stream(group());
+  CommStream stream(group(), cpu_backend());
   const CommStream::Handle empty;
   EXPECT_FALSE(empty.valid());
   EXPECT_EQ(stream.wait(empty).code(), absl::StatusCode::kInternal);
@@ -160,7 +160,7 @@ void expect_counts(const CommCounters& got, int64_t k) {
 }
 
 TEST_F(CommStreamTest, CountsAreAddedWhenQueuedAndAccumulate) {
-  CommStream stream(group());
+  CommStream stream(group(), cpu_backend());
   const CommCounters zero = stream.counters();
   expect_counts(zero, 0);
   EXPECT_EQ(zero.comm_seconds, 0.0);
@@ -192,7 +192,7 @@ TEST_F(CommStreamTest, CountsAreAddedWhenQueuedAndAccumulate) {
 }
 
 TEST_F(CommStreamTest, CommSecondsCountTheJobsRunningTime) {
-  CommStream stream(group());
+  CommStream stream(group(), cpu_backend());
   const CommCounters before = stream.counters();
   ASSERT_TRUE(stream.run("sleep", {}, [](ProcessGroup&) {
                       std::this_thread::sleep_for(milliseconds(60));
@@ -219,7 +219,7 @@ TEST_F(CommStreamTest, CommSecondsCountTheJobsRunningTime) {
 }
 
 TEST_F(CommStreamTest, CommunicationHiddenBehindComputeIsNotExposed) {
-  CommStream stream(group());
+  CommStream stream(group(), cpu_backend());
   std::atomic<bool> ran{false};
   const CommCounters before = stream.counters();
   const CommStream::Handle h = stream.enqueue("short", {}, [&](ProcessGroup&) {
@@ -240,7 +240,7 @@ TEST_F(CommStreamTest, CommunicationHiddenBehindComputeIsNotExposed) {
 }
 
 TEST_F(CommStreamTest, AfterAFailureLaterJobsFailWithTheFirstErrorWithoutRunning) {
-  CommStream stream(group());
+  CommStream stream(group(), cpu_backend());
   Gate gate;
   std::atomic<int> ran_after_failure{0};
   std::atomic<bool> first_ran{false};
@@ -285,7 +285,7 @@ TEST_F(CommStreamTest, AfterAFailureLaterJobsFailWithTheFirstErrorWithoutRunning
 }
 
 TEST_F(CommStreamTest, WhatAJobCapturedIsReleasedBeforeItsWaiterWakes) {
-  CommStream stream(group());
+  CommStream stream(group(), cpu_backend());
   auto tensor = std::make_shared<std::vector<float>>(1000, 1.0f);
   const CommStream::Handle h = stream.enqueue("keeps a tensor alive", {}, [tensor](ProcessGroup&) {
     return tensor->size() == 1000 ? absl::OkStatus() : absl::InternalError("?");
@@ -306,7 +306,7 @@ TEST_F(CommStreamTest, DestructorRunsQueuedJobsBeforeJoining) {
   std::vector<int> order;
   std::mutex mu;
   {
-    CommStream stream(group());
+    CommStream stream(group(), cpu_backend());
     for (int i = 0; i < 10; ++i) {
       stream.enqueue("job " + std::to_string(i), some_counts(1), [&, i](ProcessGroup&) {
         std::this_thread::sleep_for(milliseconds(5));
@@ -325,7 +325,7 @@ TEST_F(CommStreamTest, DestructorRunsQueuedJobsBeforeJoining) {
 TEST_F(CommStreamTest, DestructorAfterAFailureSkipsTheRestAndReturns) {
   std::atomic<int> ran{0};
   {
-    CommStream stream(group());
+    CommStream stream(group(), cpu_backend());
     stream.enqueue("fail", {}, [](ProcessGroup&) { return absl::UnavailableError("peer gone"); });
     for (int i = 0; i < 5; ++i) {
       stream.enqueue("after", {}, [&](ProcessGroup&) {
@@ -339,14 +339,14 @@ TEST_F(CommStreamTest, DestructorAfterAFailureSkipsTheRestAndReturns) {
 
 TEST_F(CommStreamTest, AnIdleStreamIsDestroyedPromptly) {
   const auto start = std::chrono::steady_clock::now();
-  { CommStream stream(group()); }
+  { CommStream stream(group(), cpu_backend()); }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 // Several compute-side threads may wait on the same job (FSDP waits from one, but the
 // handle is copyable): all wake with its status.
 TEST_F(CommStreamTest, SeveralWaitersOnOneJobAllWake) {
-  CommStream stream(group());
+  CommStream stream(group(), cpu_backend());
   Gate gate;
   const CommStream::Handle h = stream.enqueue("slow", {}, [&](ProcessGroup&) {
     gate.pass();

@@ -170,8 +170,9 @@ TEST_F(FsdpTrainingTest, Fp8AllGatherEqualsFp32AllGatherAndMovesOneBytePerElemen
       // Gathered once for the forward and once for the backward: one byte per element.
       EXPECT_EQ(s.all_gather_fp8_bytes, 2 * fp8_weight_elements) << "step " << s.step;
       EXPECT_EQ(s.weight_scale_all_reduces, 1) << "step " << s.step;
-      // The weight scales, the step's statistics, and (delayed) the amaxes.
-      EXPECT_EQ(s.all_reduces, std::string(recipe) == "delayed" ? 3 : 2) << "step " << s.step;
+      // The weight scales, the step's statistics (losses and stop votes in fp32, the sum of
+      // squares in fp64), and (delayed) the amaxes.
+      EXPECT_EQ(s.all_reduces, std::string(recipe) == "delayed" ? 4 : 3) << "step " << s.step;
     }
     for (const StepRecord& s : off[0].steps) {
       EXPECT_EQ(s.all_gather_fp8_bytes, 0);

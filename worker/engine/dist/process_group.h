@@ -15,7 +15,8 @@
 // same inputs and world size (the order of summation is fixed, not arrival-dependent).
 //
 // Not thread-safe: one thread drives a group (FSDP's prefetching runs every collective on
-// its communication thread, see fsdp/comm_stream.h).
+// its communication thread, or queues them on the device from the compute thread, see
+// fsdp/comm_stream.h).
 #pragma once
 
 #include <cstddef>
@@ -24,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "worker/engine/dist/queued_collectives.h"
 
 namespace fp8::engine::dist {
 
@@ -57,6 +59,10 @@ class ProcessGroup {
   virtual absl::Status broadcast(void* data, size_t bytes, int root) = 0;
 
   virtual absl::Status barrier() = 0;
+
+  // Where the group can queue collectives without the host waiting (queued_collectives.h):
+  // NCCL made with the device's compute stream. Null for groups that compute on the host.
+  virtual QueuedCollectives* queued() { return nullptr; }
 };
 
 // Options every backend takes.

@@ -81,7 +81,7 @@ FsdpModel::FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOpt
       options_(options),
       rank_(group.rank()),
       world_size_(group.size()),
-      comm_(group) {}
+      comm_(group, model.device().backend()) {}
 
 FsdpModel::~FsdpModel() {
   model_.set_parameter_hooks(nullptr);
@@ -215,7 +215,6 @@ absl::Status FsdpModel::refresh_fp8_scales() {
                                              p.layout.row_elements};
     FP8_RETURN_IF_ERROR(backend.amax(source, Granularity::kTensorwise, amaxes + i));
   }
-  FP8_RETURN_IF_ERROR(backend.synchronize());  // the collective reads them from another thread
   CommCounters counts;
   const int64_t n = static_cast<int64_t>(fp8_.size());
   counts.all_reduces = 1;
@@ -223,13 +222,14 @@ absl::Status FsdpModel::refresh_fp8_scales() {
   counts.weight_scale_all_reduces = 1;
   FP8_RETURN_IF_ERROR(comm_.run("all_reduce(max) of the fp8 weight amaxes", counts,
                                 [amaxes, n](dist::ProcessGroup& g) { return g.all_reduce(amaxes, n, dist::ReduceOp::kMax); }));
-  FP8_ASSIGN_OR_RETURN(std::vector<float> global, fp8_amaxes_.download<float>());
   for (size_t i = 0; i < fp8_.size(); ++i) {
     Fp8State& f = fp8_[i];
     float* slots = f.scales.data<float>();
     FP8_RETURN_IF_ERROR(backend.copy(slots + kAmaxSlot, amaxes + i, sizeof(float)));
-    // Exactly the scale (and inverse) the layer would have derived from the whole weight.
-    FP8_RETURN_IF_ERROR(f.linear->layer->write_fp8_weight_scale(global[i], slots + kScaleSlot, slots + kInvScaleSlot));
+    // Exactly the scale (and inverse) the layer would have derived from the whole weight,
+    // on the device: the host reads no amax.
+    FP8_RETURN_IF_ERROR(
+        f.linear->layer->write_fp8_weight_scale(slots + kAmaxSlot, slots + kScaleSlot, slots + kInvScaleSlot));
     f.shard_cast = false;
   }
   return absl::OkStatus();
@@ -283,14 +283,11 @@ absl::Status FsdpModel::start_gather(int unit) {
     FP8_RETURN_IF_ERROR(backend.copy(bytes(u.gather_send) + p.gather_offset, shard->raw(), p.shard_bytes()));
   }
   FP8_ASSIGN_OR_RETURN(u.gather_recv, Tensor::empty(device_, ElementType::kE4M3, {u.gather_bytes * world_size_}));
-  // The packing (and the receive buffer's allocation) must be done on the device before
-  // the collective reads it; the communication thread waits for that, not this one.
-  FP8_ASSIGN_OR_RETURN(std::shared_ptr<Fence> packed, backend.fence());
+  // Queued behind the packing (and whatever last used the receive buffer's memory).
   const void* send = u.gather_send.raw();
   const auto per_rank = static_cast<size_t>(u.gather_bytes);
   u.gather = comm_.enqueue(absl::StrCat("all_gather of ", unit_name(unit)), counts,
-                           [send, recv = u.gather_recv, per_rank, packed](dist::ProcessGroup& g) -> absl::Status {
-                             FP8_RETURN_IF_ERROR(packed->wait());
+                           [send, recv = u.gather_recv, per_rank](dist::ProcessGroup& g) {
                              return g.all_gather(send, recv.raw(), per_rank);
                            });
   return absl::OkStatus();
@@ -403,15 +400,12 @@ absl::Status FsdpModel::start_reduce_scatter(int unit) {
     p.full->grad = Tensor();
     p.grad_padded = Tensor();
   }
-  // As for gathers: the communication thread waits for the packing. The previous step's
-  // accumulation out of reduce_recv was queued before this fence, so the collective
-  // cannot overwrite it early.
-  FP8_ASSIGN_OR_RETURN(std::shared_ptr<Fence> packed, backend.fence());
+  // As for gathers, queued behind the packing. The previous step's accumulation out of
+  // reduce_recv was queued before it too, so the collective cannot overwrite it early.
   float* recv = u.reduce_recv.data<float>();
   const int64_t count = u.reduce_floats;
   CommStream::Handle h = comm_.enqueue(absl::StrCat("reduce_scatter of the gradients of ", unit_name(unit)), counts,
-                                       [send, recv, count, packed](dist::ProcessGroup& g) -> absl::Status {
-                                         FP8_RETURN_IF_ERROR(packed->wait());
+                                       [send, recv, count](dist::ProcessGroup& g) {
                                          return g.reduce_scatter(send.data<float>(), recv, count, dist::ReduceOp::kSum);
                                        });
   pending_reductions_.push_back({unit, std::move(h)});
@@ -484,8 +478,6 @@ absl::Status FsdpModel::after_backward(int unit) {
 
 absl::Status FsdpModel::finish_step() {
   return finish_delayed_step(model_.mutable_linears(), device_, delayed_amaxes_, [this](float* packed, int64_t total) {
-    // The collective reads the amaxes from the communication thread.
-    FP8_RETURN_IF_ERROR(device_.backend().synchronize());
     CommCounters counts;
     counts.all_reduces = 1;
     counts.all_reduce_bytes = total * static_cast<int64_t>(sizeof(float));
@@ -513,7 +505,22 @@ absl::Status FsdpModel::all_reduce(std::span<double> values, dist::ReduceOp op) 
   }
   if (st.ok()) st = backend.copy_to_host(values.data(), staging, n);
   backend.deallocate(staging);
+  // A device-queued group that failed leaves garbage behind rather than an error.
+  if (st.ok()) st = comm_.health();
   return st;
+}
+
+absl::Status FsdpModel::reduce_step_values(float* floats, int64_t float_count, double* doubles,
+                                           int64_t double_count) {
+  CommCounters counts;
+  counts.all_reduces = 2;
+  counts.all_reduce_bytes = float_count * static_cast<int64_t>(sizeof(float)) +
+                            double_count * static_cast<int64_t>(sizeof(double));
+  return comm_.run("all_reduce(sum) of the step's losses and grad norm", counts,
+                   [floats, float_count, doubles, double_count](dist::ProcessGroup& g) {
+                     FP8_RETURN_IF_ERROR(g.all_reduce(floats, float_count, dist::ReduceOp::kSum));
+                     return g.all_reduce(doubles, double_count, dist::ReduceOp::kSum);
+                   });
 }
 
 }  // namespace fp8::engine::fsdp

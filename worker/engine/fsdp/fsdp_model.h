@@ -83,8 +83,15 @@ class FsdpModel final : public ParameterHooks {
   // The shards of the fp8-gathered weights, and where an update should write each one's
   // row amaxes (AdamW::write_row_amaxes): [rows_per_rank] fp32 buffers owned here.
   absl::StatusOr<std::vector<LlamaModel::WeightRowAmaxes>> shard_row_amax_outputs();
-  // In place across ranks (host values), through the communication thread.
+  // In place across ranks (host values), through the communication stream; the host waits.
   absl::Status all_reduce(std::span<double> values, dist::ReduceOp op);
+  // A step's values summed across ranks in place, in backend memory, queued like the rest
+  // of the step (the host waits for nothing): `floats` (the micro-batches' losses and the
+  // stop votes) and `doubles` (the gradients' sums of squares).
+  absl::Status reduce_step_values(float* floats, int64_t float_count, double* doubles, int64_t double_count);
+  // OK, or the process group's first failure: check it after reading on the host anything
+  // a collective produced (a device-queued group that failed leaves garbage, not errors).
+  absl::Status health() { return comm_.health(); }
 
   CommCounters counters() const { return comm_.counters(); }
 

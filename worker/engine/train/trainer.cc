@@ -181,64 +181,48 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   trained_->discard_grads();
   // Averages over micro-batches and ranks: reduce-scattered sums are then means.
   const float grad_scale = 1.0f / static_cast<float>(micro_batches * world_size());
-  // One process: the step's losses and grad norm stay on the device (step_stats_) until a
-  // step reports or checkpoints, so that no step waits for them. Under FSDP the ranks
-  // agree on them (and on stopping) each step.
-  StepStats::Slot slot;
-  float* losses = nullptr;
-  if (!fsdp_) {
-    if (!step_stats_) {
-      FP8_ASSIGN_OR_RETURN(step_stats_, StepStats::create(model_->device(), micro_batches));
-    }
-    if (step_stats_->full()) FP8_RETURN_IF_ERROR(settle_step_stats().status());
-    slot = step_stats_->begin(step);
-    losses = slot.losses;
-  } else {
-    if (!micro_batch_losses_.defined() || micro_batch_losses_.numel() != micro_batches) {
-      FP8_ASSIGN_OR_RETURN(micro_batch_losses_,
-                           Tensor::zeros(model_->device(), ElementType::kFloat32, {micro_batches}));
-    }
-    losses = micro_batch_losses_.data<float>();
+  // The step's losses and grad norm stay on the device (step_stats_) until a step reports
+  // or checkpoints, so that no step waits for them; under FSDP the ranks sum them there.
+  if (!step_stats_) {
+    FP8_ASSIGN_OR_RETURN(step_stats_, StepStats::create(model_->device(), micro_batches, world_size()));
   }
+  if (step_stats_->full()) FP8_RETURN_IF_ERROR(settle_step_stats());
+  const StepStats::Slot slot = step_stats_->begin(step);
   double data_seconds = 0;
   for (int64_t i = 0; i < micro_batches; ++i) {
     // The host reads the next micro-batch while the device still runs the last one.
     const Clock::time_point data_start = Clock::now();
     batcher_->NextMicroBatch(batch_);
     data_seconds += seconds_since(data_start);
-    FP8_RETURN_IF_ERROR(model_->queue_forward_backward(batch_, grad_scale, losses + i));
+    FP8_RETURN_IF_ERROR(model_->queue_forward_backward(batch_, grad_scale, slot.losses + i));
   }
   FP8_RETURN_IF_ERROR(trained_->define_grads());  // zeroes any that no op produced
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, model_->device().model_ops());
   const bool stop_here = control.stop != nullptr && control.stop->load();
   const double lr = schedule_->LrAt(step);
   StepReport r;
+  // Clipping rides on the update, its factor read on the device: no wait for the norm. A
+  // non-finite norm skips the update there; the host reports it when it reads the step's
+  // values (settle_step_stats).
+  const double max_norm = spec_.train().grad_clip();
   if (!fsdp_) {
     FP8_RETURN_IF_ERROR(model_->finish_step());
-    // Clipping rides on the update, its factor read on the device: no wait for the norm.
-    // A non-finite norm skips the update there; the host reports it when it reads the
-    // step's values (settle_step_stats).
-    FP8_RETURN_IF_ERROR(queue_grad_norm(*ops, *trained_, spec_.train().grad_clip(), slot.sum_of_squares,
-                                        slot.clip_scale));
-    FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr), slot.clip_scale));
+    FP8_RETURN_IF_ERROR(queue_grad_norm(*ops, *trained_, max_norm, slot.sum_of_squares, slot.clip_scale));
     *stop_everywhere = stop_here;
   } else {
-    // One read for every micro-batch's loss, summed in order.
-    FP8_ASSIGN_OR_RETURN(std::vector<float> host_losses, micro_batch_losses_.download<float>());
-    double loss_sum = 0;
-    for (float l : host_losses) loss_sum += l;
     FP8_RETURN_IF_ERROR(fsdp_->finish_step());
-    FP8_ASSIGN_OR_RETURN(double sum_sq, grad_sum_of_squares(*ops, *trained_));
-    std::array<double, 3> stats{loss_sum, sum_sq, stop_here ? 1.0 : 0.0};
-    FP8_RETURN_IF_ERROR(fsdp_->all_reduce(stats, dist::ReduceOp::kSum));
-    r.loss = stats[0] / static_cast<double>(micro_batches * world_size());
-    r.grad_norm = std::sqrt(stats[1]);
-    *stop_everywhere = stats[2] > 0;
-    FP8_RETURN_IF_ERROR(check_finite({{step, r.loss, r.grad_norm}}));
-    // Clipping rides on the update: AdamW scales each gradient as it reads it.
-    const float clip = clip_factor(r.grad_norm, spec_.train().grad_clip()).value_or(1.0f);
-    FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr), clip));
+    // This rank's shards' sum of squares, then the ranks' total and its factor.
+    FP8_RETURN_IF_ERROR(queue_grad_norm(*ops, *trained_, 0.0, slot.sum_of_squares, slot.clip_scale));
+    const float vote = stop_here ? 1.0f : 0.0f;
+    FP8_RETURN_IF_ERROR(backend.queue_copy_from_host(slot.stop_vote, &vote, sizeof vote));
+    FP8_RETURN_IF_ERROR(fsdp_->reduce_step_values(slot.losses, micro_batches + 1, slot.sum_of_squares, 1));
+    FP8_RETURN_IF_ERROR(ops->queue_clip_scale(slot.sum_of_squares, max_norm, slot.clip_scale));
+    // The ranks stop together after a step whose read saw a vote: they read at the same
+    // steps (reports, checkpoints, a full history, and every kStopReadEvery steps).
+    if (step % kStopReadEvery == 0) FP8_RETURN_IF_ERROR(settle_step_stats());
+    *stop_everywhere = stop_voted_;
   }
+  FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr), slot.clip_scale));
   // The update wrote the weights' row amaxes (create()); nothing changes the weights
   // between here and the next step's forwards.
   if (!fsdp_) model_->set_weight_row_amaxes_current(true);
@@ -277,11 +261,19 @@ absl::Status Trainer::check_finite(const std::vector<StepStats::StepValues>& ste
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<StepStats::StepValues>> Trainer::settle_step_stats() {
-  if (!step_stats_ || step_stats_->empty()) return std::optional<StepStats::StepValues>();
+absl::Status Trainer::settle_step_stats() {
+  if (!step_stats_ || step_stats_->empty()) return absl::OkStatus();
   FP8_ASSIGN_OR_RETURN(std::vector<StepStats::StepValues> steps, step_stats_->read());
-  FP8_RETURN_IF_ERROR(check_finite(steps));
-  return std::optional<StepStats::StepValues>(steps.back());
+  // What a failed collective left behind is not a divergence.
+  if (fsdp_) FP8_RETURN_IF_ERROR(fsdp_->health());
+  last_read_ = steps.back();
+  for (const StepStats::StepValues& v : steps) stop_voted_ = stop_voted_ || v.stop_voted;
+  return check_finite(steps);
+}
+
+std::optional<StepStats::StepValues> Trainer::values_of(int64_t step) const {
+  if (last_read_ && last_read_->step == step) return last_read_;
+  return std::nullopt;
 }
 
 absl::StatusOr<double> Trainer::validation_loss() {
@@ -303,9 +295,9 @@ absl::StatusOr<double> Trainer::validation_loss() {
 absl::StatusOr<std::filesystem::path> Trainer::save_checkpoint() {
   const std::string& dir = spec_.checkpoint().dir();
   if (dir.empty()) return absl::FailedPreconditionError("the job has no checkpoint.dir");
-  if (fsdp_) return save_sharded_checkpoint();
   // Never a checkpoint of a run that diverged since its last read.
-  FP8_RETURN_IF_ERROR(settle_step_stats().status());
+  FP8_RETURN_IF_ERROR(settle_step_stats());
+  if (fsdp_) return save_sharded_checkpoint();
   const int64_t step = optimizer_->steps_taken();
   TrainStateRefs refs = state_refs();
   FP8_ASSIGN_OR_RETURN(checkpoint::CommittedCheckpoint saved,
@@ -411,13 +403,13 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
     const bool last = step == tr.steps() || stopping;
     const bool evaluates = validation_ && (step % tr.eval_every() == 0 || last);
     const bool reports = step % tr.log_every() == 0 || step == summary.first_step || last || evaluates;
-    // One process: a reporting step reads its loss and grad norm (with those of the steps
-    // since the last read, checked for divergence): the one wait for the device in a
-    // report interval, so the interval's time is the device's too.
-    bool loss_known = fsdp_ != nullptr;
-    if (!fsdp_ && reports) {
-      FP8_ASSIGN_OR_RETURN(std::optional<StepStats::StepValues> values, settle_step_stats());
-      if (values) {
+    // A reporting step reads its loss and grad norm (with those of the steps since the last
+    // read, checked for divergence): the one wait for the device in a report interval, so
+    // the interval's time is the device's too.
+    bool loss_known = false;
+    if (reports) {
+      FP8_RETURN_IF_ERROR(settle_step_stats());
+      if (const std::optional<StepStats::StepValues> values = values_of(step)) {
         report.loss = values->loss;
         report.grad_norm = values->grad_norm;
         loss_known = true;

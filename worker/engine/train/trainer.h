@@ -56,6 +56,12 @@ struct RunControl {
 
 class Trainer {
  public:
+  // Under FSDP a stop (a signal, a cancel) reaches the ranks at different steps; each rank
+  // votes with its step's values on the device, and the ranks read the votes at the same
+  // steps, at least every kStopReadEvery: all stop after the same step, at most this many
+  // steps after the first vote, and a step reads (waits for the device) that often.
+  static constexpr int64_t kStopReadEvery = 8;
+
   // `spec` must be resolved and valid (jobspec::LoadJobSpecFile does both).
   // With `group` (not owned; must outlive the trainer), this process is rank
   // group->rank() of an FSDP job of group->size() ranks; resources.world_size must match.
@@ -91,9 +97,12 @@ class Trainer {
   // One optimizer step; returns its report without timing and validation filled in.
   // Sets *stop_everywhere when a stop was requested (on any rank, under FSDP).
   absl::StatusOr<StepReport> train_step(const RunControl& control, bool* stop_everywhere);
-  // One process: reads the steps' values kept on the device since the last read (one wait)
-  // and fails naming the first that diverged; the last step's values, none if no step ran.
-  absl::StatusOr<std::optional<StepStats::StepValues>> settle_step_stats();
+  // Reads the steps' values kept on the device since the last read (one wait; under FSDP
+  // every rank reads at the same steps, so all see the same) and fails naming the first
+  // that diverged. Keeps the last step's values (last_read_) and notes any stop vote.
+  absl::Status settle_step_stats();
+  // The values of `step` if the last read included it (settle first).
+  std::optional<StepStats::StepValues> values_of(int64_t step) const;
   // InternalError naming the first step whose loss or grad norm is not finite.
   absl::Status check_finite(const std::vector<StepStats::StepValues>& steps) const;
   absl::Status maybe_checkpoint(int64_t step, bool force, TrainObserver& observer, TrainSummary& summary);
@@ -118,8 +127,9 @@ class Trainer {
   ParameterSet* trained_ = nullptr;
   std::optional<AdamW> optimizer_;
   data::TokenBatch batch_;  // reused between micro-batches
-  Tensor micro_batch_losses_;  // FSDP: [grad_accum] on the device, the step's losses, read at its end
-  std::optional<StepStats> step_stats_;  // one process: the steps' losses and norms, read when reporting
+  std::optional<StepStats> step_stats_;  // the steps' losses and norms, read when reporting
+  std::optional<StepStats::StepValues> last_read_;
+  bool stop_voted_ = false;  // under FSDP: a rank voted to stop in a step read so far
   std::optional<std::filesystem::path> resumed_from_;
   int64_t last_checkpoint_step_ = -1;
 };
