@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "tests/engine/fsdp/rank_harness.h"
 #include "tests/engine/train/train_test_util.h"
+#include "worker/engine/train/trainer.h"
 
 namespace fp8::engine::testing {
 namespace {
@@ -230,6 +231,30 @@ TEST_F(FsdpTrainingTest, KilledRankMakesEveryOtherRankFailWithinTheTimeout) {
       EXPECT_NE(r.error.find("rank 1"), std::string::npos) << "rank " << k << ": " << r.error;
       EXPECT_LT(r.seconds, o.timeout_seconds + 20) << "rank " << k;
     }
+  }
+}
+
+// A stop (a signal, a cancel) that reaches one rank stops every rank after the same step:
+// the ranks vote with each step's values on the device and read the votes at the same
+// steps, at the latest every Trainer::kStopReadEvery steps (sooner where a step reports).
+TEST_F(FsdpTrainingTest, AStopOnOneRankStopsEveryRankAfterTheSameStep) {
+  static_assert(Trainer::kStopReadEvery < kSteps);
+  for (const int64_t log_every : {int64_t{1}, int64_t{100}}) {
+    SCOPED_TRACE(absl::StrCat("log_every ", log_every));
+    RunOptions o;
+    o.world_size = 2;
+    o.stop_rank = 1;
+    o.stop_at_step = 3;
+    const auto ranks = Run(Job({"fp8.recipe=tensorwise", absl::StrCat("train.log_every=", log_every)}), o);
+    ASSERT_TRUE(AllOk(ranks));
+    // Reporting every step, step 3's report reads the vote and step 4 is the last; else the
+    // read at step 8 does.
+    const int64_t last = log_every == 1 ? 4 : Trainer::kStopReadEvery;
+    for (const RankOutcome& r : ranks) {
+      ASSERT_FALSE(r.steps.empty());
+      EXPECT_EQ(r.steps.back().step, last);
+    }
+    ExpectBitEqual(ranks[0], ranks[1]);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -31,8 +32,11 @@ namespace {
 
 class FileObserver final : public TrainObserver {
  public:
-  FileObserver(std::FILE* out, int rank, const RunOptions& o, const Device& device)
-      : out_(out), rank_(rank), options_(o), device_(device) {}
+  FileObserver(std::FILE* out, int rank, const RunOptions& o, const Device& device, std::atomic<bool>& stop)
+      : out_(out), rank_(rank), options_(o), device_(device), stop_(stop) {}
+  void on_step_start(int64_t step) override {
+    if (rank_ == options_.stop_rank && step == options_.stop_at_step) stop_.store(true);
+  }
   void on_step(const StepReport& r) override {
     StepComm c = r.comm.value_or(StepComm{});
     // What stays allocated between steps: read here, right after the step.
@@ -49,6 +53,7 @@ class FileObserver final : public TrainObserver {
   int rank_;
   RunOptions options_;
   const Device& device_;
+  std::atomic<bool>& stop_;
 };
 
 absl::StatusOr<std::unique_ptr<dist::ProcessGroup>> JoinGroup(dist::KeyValueStore& store, const RunOptions& o,
@@ -86,13 +91,15 @@ absl::Status TrainRank(const v1::JobSpec& spec, const RunOptions& o, int rank, c
   s.mutable_resources()->set_world_size(o.world_size > 0 ? o.world_size : 1);
   absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(s, *device, group.get());
   if (!t.ok()) return t.status();
-  FileObserver observer(out, rank, o, *device);
+  std::atomic<bool> stop{false};
+  FileObserver observer(out, rank, o, *device, stop);
   if (o.resume) {
     absl::StatusOr<int64_t> from = (*t)->resume(observer);
     if (!from.ok()) return from.status();
   }
   RunControl control;
   control.stop_after_step = o.stop_after_step;
+  control.stop = &stop;
   absl::StatusOr<TrainSummary> summary = (*t)->run(observer, control);
   return summary.status();
 }

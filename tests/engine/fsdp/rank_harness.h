@@ -49,6 +49,9 @@ struct RunOptions {
   // Kill this rank with SIGKILL when it reports this step (-1: nobody).
   int kill_rank = -1;
   int64_t kill_at_step = 0;
+  // This rank's stop flag (a signal's, RunControl::stop) rises as this step starts (-1: nobody).
+  int stop_rank = -1;
+  int64_t stop_at_step = 0;
   double deadline_seconds = 120;  // the harness kills everything after this
   // Train on GPUs: rank r on CUDA device r (a single process on device 0), the ranks over
   // NCCL instead of Gloo. A rank fails, saying why, where that is not possible.
