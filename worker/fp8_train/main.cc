@@ -188,10 +188,11 @@ absl::StatusOr<std::unique_ptr<fp8::engine::dist::ProcessGroup>> join_group(
   options.timeout = absl::Seconds(timeout_s);
   if (!device.is_cuda()) return fp8::engine::dist::make_gloo_process_group(store, rank, world_size, options, listen);
 #ifdef FP8_HAVE_NCCL
-  // NCCL gets a stream of its own: collectives overlap the device's compute stream, and
-  // FSDP hands them buffers only once the compute that produced them is done.
+  // NCCL gets a stream of its own, so collectives overlap the device's compute stream; FSDP
+  // queues them behind the compute that produced their inputs and makes the compute stream
+  // wait for them where it reads the results, with events: the host waits for neither.
   return fp8::engine::dist::make_nccl_process_group(store, rank, world_size, options, device.ordinal(),
-                                                    /*stream=*/nullptr);
+                                                    /*stream=*/nullptr, /*compute_stream=*/device.stream());
 #else
   return absl::UnimplementedError(
       "resources.device cuda with several ranks needs NCCL, which this build does not have (NCCL was not found "

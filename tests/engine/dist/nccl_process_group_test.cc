@@ -562,6 +562,114 @@ TEST(NcclProcessGroupTest, DeadPeerFailsTheCollectiveInsteadOfHanging) {
   EXPECT_TRUE(outcomes[0].ok) << "rank 0: " << outcomes[0].text;
 }
 
+// A stream the test owns, destroyed last.
+struct StreamDeleter {
+  void operator()(cudaStream_t s) const { (void)cudaStreamDestroy(s); }
+};
+using StreamPtr = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter>;
+
+absl::StatusOr<StreamPtr> make_stream() {
+  cudaStream_t s = nullptr;
+  FP8_RETURN_IF_ERROR(cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"));
+  return StreamPtr(s);
+}
+
+// Queued mode (FSDP's on GPUs): a batch starts after what the compute stream held when it
+// was opened, the compute stream's later work sees its results once ordered after it, the
+// host waits for neither, and the watchdog times it.
+TEST(NcclProcessGroupTest, QueuedBatchesRunBetweenTheComputeStreamsWork) {
+  FP8_REQUIRE_CUDA_DEVICES(1);
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::vector<ChildOutcome> outcomes = run_children(
+      1,
+      [&](int) -> absl::StatusOr<std::string> {
+        FP8_ASSIGN_OR_RETURN(std::unique_ptr<FileStore> store, FileStore::open(dir.path() / "store"));
+        FP8_RETURN_IF_ERROR(cuda_check(cudaSetDevice(0), "cudaSetDevice"));
+        FP8_ASSIGN_OR_RETURN(StreamPtr compute, make_stream());
+        constexpr size_t kBytes = size_t{64} << 20;
+        FP8_ASSIGN_OR_RETURN(DevicePtr send, device_alloc(kBytes));
+        FP8_ASSIGN_OR_RETURN(DevicePtr recv, device_alloc(kBytes));
+        FP8_ASSIGN_OR_RETURN(DevicePtr out, device_alloc(kBytes));
+        FP8_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> g,
+                             make_nccl_process_group(*store, 0, 1, options_for("queued/", absl::Seconds(60)), 0,
+                                                     nullptr, compute.get()));
+        QueuedCollectives* q = g->queued();
+        if (q == nullptr) return absl::InternalError("a group made with a compute stream offers no queued mode");
+        for (int value : {7, 9}) {
+          FP8_RETURN_IF_ERROR(cuda_check(cudaMemsetAsync(recv.get(), 0, kBytes, compute.get()), "memset"));
+          FP8_RETURN_IF_ERROR(cuda_check(cudaMemsetAsync(send.get(), value, kBytes, compute.get()), "memset"));
+          FP8_RETURN_IF_ERROR(q->open());
+          FP8_RETURN_IF_ERROR(g->all_gather(send.get(), recv.get(), kBytes));
+          FP8_ASSIGN_OR_RETURN(int64_t ticket, q->close("all_gather of the test"));
+          FP8_RETURN_IF_ERROR(q->order_after(ticket));
+          FP8_RETURN_IF_ERROR(
+              cuda_check(cudaMemcpyAsync(out.get(), recv.get(), kBytes, cudaMemcpyDeviceToDevice, compute.get()),
+                         "copy of the result"));
+          FP8_RETURN_IF_ERROR(cuda_check(cudaStreamSynchronize(compute.get()), "cudaStreamSynchronize"));
+          FP8_ASSIGN_OR_RETURN(std::vector<uint8_t> got, to_host<uint8_t>(out.get(), kBytes));
+          for (size_t i = 0; i < kBytes; i += 4099) {
+            if (got[i] != value) {
+              return absl::InternalError(absl::StrCat("byte ", i, " is ", int{got[i]}, ", not ", value,
+                                                      ": the batch did not run between the compute stream's work"));
+            }
+          }
+        }
+        FP8_RETURN_IF_ERROR(q->health());
+        // The watchdog counts a batch once it saw it done: within a few milliseconds.
+        double comm_seconds = 0;
+        for (int i = 0; i < 1000 && comm_seconds == 0; ++i) {
+          comm_seconds += q->take_times().comm_seconds;
+          absl::SleepFor(absl::Milliseconds(1));
+        }
+        if (!(comm_seconds > 0)) return absl::InternalError("the watchdog timed no batch");
+        return absl::StrCat("ok, ", comm_seconds * 1e3, " ms in collectives");
+      },
+      absl::Seconds(300));
+  EXPECT_TRUE(outcomes[0].ok) << outcomes[0].text;
+}
+
+// A queued batch whose peer died: the host never waits on it, so the watchdog must find it,
+// abort the communicator (the compute stream then moves on) and break the group.
+TEST(NcclProcessGroupTest, AQueuedBatchWithADeadPeerBreaksTheGroupWithinTheTimeout) {
+  FP8_REQUIRE_CUDA_DEVICES(2);
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::vector<ChildOutcome> outcomes = run_children(
+      2,
+      [&](int rank) -> absl::StatusOr<std::string> {
+        FP8_ASSIGN_OR_RETURN(std::unique_ptr<FileStore> store, FileStore::open(dir.path() / "store"));
+        FP8_RETURN_IF_ERROR(cuda_check(cudaSetDevice(rank), "cudaSetDevice"));
+        FP8_ASSIGN_OR_RETURN(StreamPtr compute, make_stream());
+        FP8_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> g,
+                             make_nccl_process_group(*store, rank, 2, options_for("queued-dead/", absl::Seconds(10)),
+                                                     rank, nullptr, compute.get()));
+        FP8_RETURN_IF_ERROR(g->barrier());
+        if (rank == 1) _exit(0);
+        constexpr size_t kBytes = size_t{1} << 20;
+        FP8_ASSIGN_OR_RETURN(DevicePtr send, device_alloc(kBytes));
+        FP8_ASSIGN_OR_RETURN(DevicePtr recv, device_alloc(2 * kBytes));
+        QueuedCollectives& q = *g->queued();
+        FP8_RETURN_IF_ERROR(q.open());
+        FP8_RETURN_IF_ERROR(g->all_gather(send.get(), recv.get(), kBytes));
+        FP8_ASSIGN_OR_RETURN(int64_t ticket, q.close("all_gather of layers.0"));
+        (void)q.order_after(ticket);
+        // Returns once the abort ended the collective (the child's deadline guards a hang).
+        (void)cudaStreamSynchronize(compute.get());
+        const absl::Status s = q.health();
+        if (!absl::IsDeadlineExceeded(s) && !absl::IsUnavailable(s)) {
+          return absl::InternalError(absl::StrCat("expected DeadlineExceeded or Unavailable, got ", s.ToString()));
+        }
+        const absl::Status later = g->barrier();
+        if (!absl::StrContains(later.message(), "broken")) {
+          return absl::InternalError(absl::StrCat("after the failure, barrier gave ", later.ToString()));
+        }
+        return s.ToString();
+      },
+      absl::Seconds(180));
+  EXPECT_TRUE(outcomes[0].ok) << "rank 0: " << outcomes[0].text;
+}
+
 // Without a GPU, creating a group fails with CUDA's reason instead of crashing.
 TEST(NcclProcessGroupTest, WithoutADeviceCreationSaysWhy) {
   if (device_probe().count > 0) GTEST_SKIP() << "a CUDA device is present; this test is for machines without one";

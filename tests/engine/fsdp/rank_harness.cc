@@ -62,7 +62,8 @@ absl::StatusOr<std::unique_ptr<dist::ProcessGroup>> JoinGroup(dist::KeyValueStor
   po.timeout = absl::Seconds(o.timeout_seconds);
   if (!o.cuda) return dist::make_gloo_process_group(store, rank, o.world_size, po);
 #ifdef FP8_HAVE_NCCL
-  return dist::make_nccl_process_group(store, rank, o.world_size, po, device.ordinal(), nullptr);
+  // Queued on the device as fp8-train's ranks are (the compute stream given).
+  return dist::make_nccl_process_group(store, rank, o.world_size, po, device.ordinal(), nullptr, device.stream());
 #else
   (void)device;
   return absl::UnavailableError("this build has no NCCL");

@@ -3,9 +3,13 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -197,7 +201,7 @@ ncclRedOp_t to_nccl(ReduceOp op) { return op == ReduceOp::kMax ? ncclMax : ncclS
 
 // ---- the group ---------------------------------------------------------------------------
 
-class NcclProcessGroup final : public ProcessGroup {
+class NcclProcessGroup final : public ProcessGroup, public QueuedCollectives {
  public:
   NcclProcessGroup(int rank, int size, int device, absl::Duration timeout)
       : rank_(rank), size_(size), device_(device), timeout_(timeout) {}
@@ -206,8 +210,9 @@ class NcclProcessGroup final : public ProcessGroup {
   NcclProcessGroup& operator=(const NcclProcessGroup&) = delete;
 
   // Creates the stream (unless given one), the completion event and the communicator,
-  // waiting until `poll`'s deadline for every rank to join.
-  absl::Status init(const ncclUniqueId& id, void* stream, const Poll& poll);
+  // waiting until `poll`'s deadline for every rank to join. With `compute_stream`, also
+  // the queued mode's event and watchdog.
+  absl::Status init(const ncclUniqueId& id, void* stream, void* compute_stream, const Poll& poll);
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -219,13 +224,36 @@ class NcclProcessGroup final : public ProcessGroup {
   absl::Status all_reduce(double* data, int64_t count, ReduceOp op) override;
   absl::Status broadcast(void* data, size_t bytes, int root) override;
   absl::Status barrier() override;
+  QueuedCollectives* queued() override { return compute_ != nullptr ? this : nullptr; }
+
+  // QueuedCollectives.
+  absl::Status open() override;
+  absl::StatusOr<int64_t> close(const char* what) override;
+  absl::Status order_after(int64_t ticket) override;
+  absl::Status health() override;
+  Times take_times() override;
 
  private:
+  // A queued batch of collectives, from close() until the watchdog saw it complete and the
+  // compute stream was ordered after it.
+  struct Batch {
+    int64_t ticket = 0;
+    std::string what;
+    cudaEvent_t start = nullptr;   // on stream_, once the batch's inputs were ready
+    cudaEvent_t done = nullptr;    // on stream_, after its collectives
+    cudaEvent_t waited = nullptr;  // on compute_, where it waits for `done` (order_after)
+    absl::Time deadline;
+    bool completed = false;        // `done` passed (its comm time counted)
+    bool ordered = false;          // order_after() ran
+  };
+
   // Where "nccl <op>" stands in messages: "nccl all_gather (rank 1 of 4)".
   std::string where(const char* op) const { return absl::StrCat("nccl ", op, " (rank ", rank_, " of ", size_, ")"); }
 
-  // The error every call after the first failure returns at once.
-  absl::Status broken(const char* op) const {
+  // The error every call after the first failure returns at once; OK while not broken.
+  absl::Status broken(const char* op) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    if (broken_.ok()) return absl::OkStatus();
     return absl::Status(broken_.code(),
                         absl::StrCat(where(op), ": the group is broken by an earlier failure: ", broken_.message()));
   }
@@ -242,9 +270,17 @@ class NcclProcessGroup final : public ProcessGroup {
   absl::Status check_buffer(const char* op, const char* name, const void* p);
 
   // Enqueues a collective (`enqueue` returns the NCCL call's result) and waits on the host
-  // until it completed on the device, NCCL reported an error, or the timeout passed.
+  // until it completed on the device, NCCL reported an error, or the timeout passed;
+  // inside a queued batch (open() .. close()) it returns once the collective is queued.
   template <typename Enqueue>
   absl::Status run(const char* op, Enqueue&& enqueue);
+
+  // The queued mode's watchdog: checks each batch against its deadline and NCCL's
+  // asynchronous error state, counts the batches' device times, frees their events.
+  void watch();
+  // One pass over the batches (mu_ held); false once the group broke.
+  bool check_batches();
+  void destroy(Batch& b);
 
   absl::Status all_reduce_impl(const char* op, void* data, int64_t count, ncclDataType_t type, ReduceOp reduce);
 
@@ -253,16 +289,42 @@ class NcclProcessGroup final : public ProcessGroup {
   const int device_;
   const absl::Duration timeout_;
 
+  // Guards comm_, broken_ and the queued mode's state: the watchdog aborts the
+  // communicator from its own thread. Recursive: fail() is called with it held and not.
+  std::recursive_mutex mu_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   bool own_stream_ = false;
   cudaEvent_t done_ = nullptr;  // recorded after each collective, polled until complete
   float* scratch_ = nullptr;    // the barrier's one-element all-reduce
   absl::Status broken_;
+
+  // Queued mode (compute_ set).
+  cudaStream_t compute_ = nullptr;
+  cudaEvent_t ready_ = nullptr;       // on compute_ at open(): what the batch waits for
+  cudaEvent_t batch_start_ = nullptr; // the open batch's start event
+  bool batching_ = false;
+  int64_t next_ticket_ = 0;
+  std::deque<Batch> batches_;
+  Times times_;
+  bool stopping_ = false;
+  std::condition_variable_any wake_;
+  std::thread watchdog_;
 };
 
 NcclProcessGroup::~NcclProcessGroup() {
+  if (watchdog_.joinable()) {
+    {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    watchdog_.join();
+  }
   DeviceScope scope(device_);
+  for (Batch& b : batches_) destroy(b);
+  if (batch_start_ != nullptr) (void)cudaEventDestroy(batch_start_);
+  if (ready_ != nullptr) (void)cudaEventDestroy(ready_);
   if (comm_ != nullptr) {
     // Finalize flushes what NCCL still owes peers (a proxy thread may still be sending after
     // this rank's kernel finished), then destroy frees the rest. A finalize that cannot
@@ -285,6 +347,7 @@ NcclProcessGroup::~NcclProcessGroup() {
 }
 
 void NcclProcessGroup::abort() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   if (comm_ == nullptr) return;
   // Sets NCCL's abort flag (kernels waiting for a peer quit) and frees the communicator;
   // for a non-blocking communicator the freeing may finish on NCCL's own thread, and the
@@ -294,12 +357,13 @@ void NcclProcessGroup::abort() {
 }
 
 absl::Status NcclProcessGroup::fail(absl::Status status) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   abort();
-  broken_ = status;
+  if (broken_.ok()) broken_ = status;
   return status;
 }
 
-absl::Status NcclProcessGroup::init(const ncclUniqueId& id, void* stream, const Poll& poll) {
+absl::Status NcclProcessGroup::init(const ncclUniqueId& id, void* stream, void* compute_stream, const Poll& poll) {
   const std::string what = absl::StrCat("nccl init (rank ", rank_, " of ", size_, ", CUDA device ", device_, ")");
   DeviceScope scope(device_);
   if (!scope.status().ok()) return with_context(scope.status(), what);
@@ -324,6 +388,21 @@ absl::Status NcclProcessGroup::init(const ncclUniqueId& id, void* stream, const 
   if (const cudaError_t e = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming); e != cudaSuccess) {
     done_ = nullptr;
     return cuda_error(e, absl::StrCat(what, ": cudaEventCreateWithFlags"));
+  }
+  if (compute_stream != nullptr) {
+    compute_ = static_cast<cudaStream_t>(compute_stream);
+    int compute_device = -1;
+    if (const cudaError_t e = cudaStreamGetDevice(compute_, &compute_device); e != cudaSuccess) {
+      return cuda_error(e, absl::StrCat(what, ": cudaStreamGetDevice (the compute stream given)"));
+    }
+    if (compute_device != device_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the compute stream given belongs to CUDA device ", compute_device));
+    }
+    if (const cudaError_t e = cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming); e != cudaSuccess) {
+      ready_ = nullptr;
+      return cuda_error(e, absl::StrCat(what, ": cudaEventCreateWithFlags"));
+    }
   }
   void* scratch = nullptr;
   if (const cudaError_t e = cudaMalloc(&scratch, sizeof(float)); e != cudaSuccess) {
@@ -356,6 +435,7 @@ absl::Status NcclProcessGroup::init(const ncclUniqueId& id, void* stream, const 
     abort();
     return s;
   }
+  if (compute_ != nullptr) watchdog_ = std::thread([this] { watch(); });
   return absl::OkStatus();
 }
 
@@ -386,6 +466,8 @@ absl::Status NcclProcessGroup::check_buffer(const char* op, const char* name, co
 
 template <typename Enqueue>
 absl::Status NcclProcessGroup::run(const char* op, Enqueue&& enqueue) {
+  std::unique_lock<std::recursive_mutex> lock(mu_);
+  if (comm_ == nullptr) return broken(op);  // the watchdog aborted it since the caller checked
   const Poll poll(timeout_);
   const auto timed_out = [&] {
     return absl::DeadlineExceededError(absl::StrCat(where(op), ": no progress within ", duration_text(timeout_),
@@ -400,6 +482,7 @@ absl::Status NcclProcessGroup::run(const char* op, Enqueue&& enqueue) {
   const ncclResult_t state = wait_until_ready(comm_, poll);
   if (state == ncclInProgress) return fail(timed_out());
   if (state != ncclSuccess) return fail(nccl_error(where(op), state, comm_));
+  if (batching_) return absl::OkStatus();  // the watchdog times the batch
 
   if (const cudaError_t e = cudaEventRecord(done_, stream_); e != cudaSuccess) {
     return fail(cuda_error(e, absl::StrCat(where(op), ": cudaEventRecord")));
@@ -412,13 +495,181 @@ absl::Status NcclProcessGroup::run(const char* op, Enqueue&& enqueue) {
     if (const ncclResult_t r = ncclCommGetAsyncError(comm_, &async); r != ncclSuccess) async = r;
     if (async != ncclSuccess && async != ncclInProgress) return fail(nccl_error(where(op), async, comm_));
     if (poll.expired()) return fail(timed_out());
+    lock.unlock();
     poll.pause();
+    lock.lock();
+    if (comm_ == nullptr) return broken(op);
+  }
+}
+
+// ---- queued mode -------------------------------------------------------------------------
+
+absl::Status NcclProcessGroup::open() {
+  constexpr const char* op = "queued batch";
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (absl::Status b = broken(op); !b.ok()) return b;
+  if (batching_) return fail(absl::FailedPreconditionError(absl::StrCat(where(op), ": open() twice without close()")));
+  DeviceScope scope(device_);
+  if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
+  // The batch's collectives start once the compute stream reached this point.
+  if (const cudaError_t e = cudaEventRecord(ready_, compute_); e != cudaSuccess) {
+    return fail(cuda_error(e, absl::StrCat(where(op), ": cudaEventRecord on the compute stream")));
+  }
+  if (const cudaError_t e = cudaStreamWaitEvent(stream_, ready_, 0); e != cudaSuccess) {
+    return fail(cuda_error(e, absl::StrCat(where(op), ": cudaStreamWaitEvent")));
+  }
+  if (const cudaError_t e = cudaEventCreate(&batch_start_); e != cudaSuccess) {
+    batch_start_ = nullptr;
+    return fail(cuda_error(e, absl::StrCat(where(op), ": cudaEventCreate")));
+  }
+  if (const cudaError_t e = cudaEventRecord(batch_start_, stream_); e != cudaSuccess) {
+    return fail(cuda_error(e, absl::StrCat(where(op), ": cudaEventRecord")));
+  }
+  batching_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> NcclProcessGroup::close(const char* what) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  batching_ = false;
+  Batch b;
+  b.what = what;
+  b.start = batch_start_;
+  batch_start_ = nullptr;
+  if (absl::Status s = broken(what); !s.ok()) {
+    destroy(b);
+    return s;
+  }
+  DeviceScope scope(device_);
+  if (!scope.status().ok()) return fail(with_context(scope.status(), where(what)));
+  cudaError_t e = cudaEventCreate(&b.done);
+  if (e == cudaSuccess) e = cudaEventRecord(b.done, stream_);
+  if (e != cudaSuccess) {
+    destroy(b);
+    return fail(cuda_error(e, absl::StrCat(where(what), ": the batch's completion event")));
+  }
+  b.ticket = next_ticket_++;
+  b.deadline = absl::Now() + timeout_;
+  batches_.push_back(std::move(b));
+  wake_.notify_all();
+  return batches_.back().ticket;
+}
+
+absl::Status NcclProcessGroup::order_after(int64_t ticket) {
+  constexpr const char* op = "order_after";
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  const auto it = std::find_if(batches_.begin(), batches_.end(), [&](const Batch& b) { return b.ticket == ticket; });
+  if (it == batches_.end() || it->ordered) return broken(op);  // waited for already
+  it->ordered = true;
+  if (it->completed) {  // the host saw it done: nothing to wait for
+    destroy(*it);
+    batches_.erase(it);
+    return broken(op);
+  }
+  DeviceScope scope(device_);
+  if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
+  // `waited` marks where the compute stream stands when it starts waiting: the exposed time
+  // is how much later `done` passed.
+  cudaError_t e = cudaEventCreate(&it->waited);
+  if (e == cudaSuccess) e = cudaEventRecord(it->waited, compute_);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(compute_, it->done, 0);
+  if (e != cudaSuccess) return fail(cuda_error(e, absl::StrCat(where(op), ": ordering the compute stream")));
+  return broken(op);
+}
+
+absl::Status NcclProcessGroup::health() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  return broken_;
+}
+
+QueuedCollectives::Times NcclProcessGroup::take_times() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  const Times t = times_;
+  times_ = Times{};
+  return t;
+}
+
+void NcclProcessGroup::destroy(Batch& b) {
+  for (cudaEvent_t* e : {&b.start, &b.done, &b.waited}) {
+    if (*e != nullptr) (void)cudaEventDestroy(*e);
+    *e = nullptr;
+  }
+}
+
+bool NcclProcessGroup::check_batches() {
+  if (!broken_.ok()) return false;
+  for (auto it = batches_.begin(); it != batches_.end();) {
+    Batch& b = *it;
+    if (!b.completed) {
+      const cudaError_t e = cudaEventQuery(b.done);
+      if (e == cudaErrorNotReady) {
+        if (absl::Now() < b.deadline) {
+          ++it;
+          continue;
+        }
+        (void)fail(absl::DeadlineExceededError(absl::StrCat(where(b.what.c_str()), ": not done within ",
+                                                            duration_text(timeout_),
+                                                            "; a peer rank died or hangs (NCCL cannot tell which)")));
+        return false;
+      }
+      if (e != cudaSuccess) {
+        (void)fail(cuda_error(e, absl::StrCat(where(b.what.c_str()), ": waiting for the collectives")));
+        return false;
+      }
+      b.completed = true;
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, b.start, b.done) == cudaSuccess) times_.comm_seconds += ms / 1e3;
+    }
+    if (!b.ordered) {
+      ++it;  // order_after() frees it
+      continue;
+    }
+    if (b.waited != nullptr) {
+      const cudaError_t e = cudaEventQuery(b.waited);
+      if (e == cudaErrorNotReady) {
+        ++it;
+        continue;
+      }
+      float ms = 0;
+      if (e == cudaSuccess && cudaEventElapsedTime(&ms, b.waited, b.done) == cudaSuccess && ms > 0) {
+        times_.exposed_seconds += ms / 1e3;
+      }
+    }
+    destroy(b);
+    it = batches_.erase(it);
+  }
+  ncclResult_t async = ncclSuccess;
+  if (comm_ != nullptr) {
+    if (const ncclResult_t r = ncclCommGetAsyncError(comm_, &async); r != ncclSuccess) async = r;
+  }
+  if (async != ncclSuccess && async != ncclInProgress) {
+    (void)fail(nccl_error(where("queued collectives"), async, comm_));
+    return false;
+  }
+  return true;
+}
+
+void NcclProcessGroup::watch() {
+  std::unique_lock<std::recursive_mutex> lock(mu_);
+  while (!stopping_) {
+    // Idle while nothing is queued; a millisecond between looks while something is.
+    if (batches_.empty()) {
+      wake_.wait(lock, [&] { return stopping_ || !batches_.empty(); });
+      continue;
+    }
+    if (!check_batches()) {
+      // Broken: the aborted communicator ended the kernels; nothing is left to time.
+      for (Batch& b : batches_) destroy(b);
+      batches_.clear();
+      continue;
+    }
+    wake_.wait_for(lock, std::chrono::milliseconds(1), [&] { return stopping_; });
   }
 }
 
 absl::Status NcclProcessGroup::all_gather(const void* send, void* recv, size_t bytes_per_rank) {
   constexpr const char* op = "all_gather";
-  if (!broken_.ok()) return broken(op);
+  if (absl::Status b = broken(op); !b.ok()) return b;
   if (bytes_per_rank == 0) return absl::OkStatus();
   if (bytes_per_rank > std::numeric_limits<size_t>::max() / static_cast<size_t>(size_)) {
     return invalid(op, absl::StrCat(bytes_per_rank, " bytes per rank times ", size_, " ranks overflows size_t"));
@@ -434,7 +685,7 @@ absl::Status NcclProcessGroup::all_gather(const void* send, void* recv, size_t b
 absl::Status NcclProcessGroup::reduce_scatter(const float* send, float* recv, int64_t count_per_rank,
                                               ReduceOp reduce) {
   constexpr const char* op = "reduce_scatter";
-  if (!broken_.ok()) return broken(op);
+  if (absl::Status b = broken(op); !b.ok()) return b;
   if (count_per_rank < 0) return invalid(op, absl::StrCat("negative count_per_rank ", count_per_rank));
   if (!valid_op(reduce)) return invalid(op, absl::StrCat("unknown reduce op ", static_cast<int>(reduce)));
   if (count_per_rank == 0) return absl::OkStatus();
@@ -454,7 +705,7 @@ absl::Status NcclProcessGroup::reduce_scatter(const float* send, float* recv, in
 
 absl::Status NcclProcessGroup::all_reduce_impl(const char* op, void* data, int64_t count, ncclDataType_t type,
                                                ReduceOp reduce) {
-  if (!broken_.ok()) return broken(op);
+  if (absl::Status b = broken(op); !b.ok()) return b;
   if (count < 0) return invalid(op, absl::StrCat("negative count ", count));
   if (!valid_op(reduce)) return invalid(op, absl::StrCat("unknown reduce op ", static_cast<int>(reduce)));
   if (count == 0) return absl::OkStatus();
@@ -476,7 +727,7 @@ absl::Status NcclProcessGroup::all_reduce(double* data, int64_t count, ReduceOp 
 
 absl::Status NcclProcessGroup::broadcast(void* data, size_t bytes, int root) {
   constexpr const char* op = "broadcast";
-  if (!broken_.ok()) return broken(op);
+  if (absl::Status b = broken(op); !b.ok()) return b;
   if (root < 0 || root >= size_) {
     return invalid(op, absl::StrCat("root ", root, " is not a rank of this ", size_, "-rank group"));
   }
@@ -489,7 +740,7 @@ absl::Status NcclProcessGroup::broadcast(void* data, size_t bytes, int root) {
 
 absl::Status NcclProcessGroup::barrier() {
   constexpr const char* op = "barrier";
-  if (!broken_.ok()) return broken(op);
+  if (absl::Status b = broken(op); !b.ok()) return b;
   DeviceScope scope(device_);
   if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
   // A one-element all-reduce completes on a rank only after every rank has joined it.
@@ -502,7 +753,8 @@ std::string nccl_unique_id_key(const std::string& prefix) { return prefix + "ncc
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> make_nccl_process_group(KeyValueStore& store, int rank, int size,
                                                                       const ProcessGroupOptions& options,
-                                                                      int cuda_device, void* stream) {
+                                                                      int cuda_device, void* stream,
+                                                                      void* compute_stream) {
   if (size < 1) return absl::InvalidArgumentError(absl::StrCat("nccl: group size ", size, " is not positive"));
   if (rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("nccl: rank ", rank, " is not in [0, ", size, ")"));
@@ -548,7 +800,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> make_nccl_process_group(KeyValueSt
   }
 
   auto group = std::make_unique<NcclProcessGroup>(rank, size, cuda_device, options.timeout);
-  if (absl::Status s = group->init(id, stream, poll); !s.ok()) return s;
+  if (absl::Status s = group->init(id, stream, compute_stream, poll); !s.ok()) return s;
   return std::unique_ptr<ProcessGroup>(std::move(group));
 }
 

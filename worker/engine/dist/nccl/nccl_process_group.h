@@ -11,9 +11,15 @@
 // completed on the device, so its results are ready for any stream and for the host when
 // the call returns. The group's stream does not wait for other streams: the caller makes
 // the inputs ready before the call (for instance by synchronising the event recorded after
-// the kernel that produced them). Waiting on the host for every collective is what the
-// failure contract needs, and it costs FSDP nothing because FSDP calls collectives from its
-// own communication thread (fsdp/comm_stream.h).
+// the kernel that produced them).
+//
+// Queued mode: a group made with the device's compute stream also offers
+// QueuedCollectives (queued()): between open() and close() its collectives queue on the
+// group's stream behind the compute stream's work and return at once, and order_after()
+// makes the compute stream wait for them with an event. The host then waits for nothing;
+// a watchdog thread holds the failure contract instead, checking each batch against the
+// timeout and NCCL's error state every millisecond and aborting the communicator (which
+// ends kernels still waiting for a peer) when one fails. FSDP runs this way on GPUs.
 //
 // Failure contract (process_group.h): the communicator is created non-blocking, and every
 // wait (communicator creation included) polls the stream and NCCL's asynchronous error
@@ -48,13 +54,16 @@ namespace fp8::engine::dist {
 // `stream` is the cudaStream_t (of `cuda_device`) the collectives run on; the caller keeps
 // it alive for the group's lifetime, and each collective also waits for the work queued on
 // it before. Null: the group creates (and destroys) its own non-blocking stream.
+// `compute_stream` (of the same device, alive as long as the group) enables the queued
+// mode above; null: the group only waits on the host.
 //
 // Errors: InvalidArgument for a bad rank, size, timeout or device index; FailedPrecondition
 // when no CUDA device is usable (the message carries CUDA's reason); the store's error when
 // the unique id does not arrive; DeadlineExceeded / Unavailable / Internal from NCCL.
 absl::StatusOr<std::unique_ptr<ProcessGroup>> make_nccl_process_group(KeyValueStore& store, int rank, int size,
                                                                       const ProcessGroupOptions& options,
-                                                                      int cuda_device, void* stream);
+                                                                      int cuda_device, void* stream,
+                                                                      void* compute_stream = nullptr);
 
 // The store key under which rank 0 publishes NCCL's 128-byte unique id (as 256 lowercase
 // hex digits): prefix + "nccl/unique_id".
