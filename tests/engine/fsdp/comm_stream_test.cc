@@ -2,7 +2,9 @@
 // one rank: jobs run in the order queued, on one thread other than the caller's; the
 // counters add up (bytes when queued, seconds when run or waited for); after a failure
 // every later job fails with the first error without running; the destructor runs what
-// is still queued.
+// is still queued. A job waits for the compute queued before it; on a device-queued group
+// (NCCL's queued mode, here a recording stand-in over Gloo, since no GPU runs in CI) it
+// runs in a batch on the caller's thread and orders the compute at wait().
 #include "worker/engine/fsdp/comm_stream.h"
 
 #include <atomic>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/engine/dist/scratch_dir.h"
@@ -364,6 +367,186 @@ TEST_F(CommStreamTest, SeveralWaitersOnOneJobAllWake) {
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
     EXPECT_EQ(s.message(), "slow: checksum");
   }
+}
+
+// ---- ordering behind the compute ----------------------------------------------------------------
+
+// The CPU backend with a fence that passes only once the test opens its gate: compute
+// "still running" when a job is queued behind it.
+class GatedBackend final : public Backend {
+ public:
+  explicit GatedBackend(Gate& gate) : gate_(gate) {}
+  std::string name() const override { return "gated"; }
+  absl::StatusOr<void*> allocate(size_t bytes) override { return cpu().allocate(bytes); }
+  void deallocate(void* p) override { cpu().deallocate(p); }
+  MemoryStats memory_stats() const override { return cpu().memory_stats(); }
+  void reset_peak_memory() override { cpu().reset_peak_memory(); }
+  absl::Status copy_from_host(void* d, const void* s, size_t n) override { return cpu().copy_from_host(d, s, n); }
+  absl::Status copy_to_host(void* d, const void* s, size_t n) override { return cpu().copy_to_host(d, s, n); }
+  absl::Status copy(void* d, const void* s, size_t n) override { return cpu().copy(d, s, n); }
+  absl::Status fill_zero(void* d, size_t n) override { return cpu().fill_zero(d, n); }
+  absl::Status transpose_bytes(const uint8_t* s, int64_t r, int64_t c, uint8_t* d) override {
+    return cpu().transpose_bytes(s, r, c, d);
+  }
+  absl::Status synchronize() override { return cpu().synchronize(); }
+  absl::StatusOr<std::unique_ptr<Fence>> fence() override { return std::make_unique<GatedFence>(gate_); }
+  absl::Status amax(const MatrixRef& x, Granularity g, float* out) override { return cpu().amax(x, g, out); }
+  absl::Status compute_scales(const float* a, int64_t n, Format f, bool pow2, float* s, float* inv) override {
+    return cpu().compute_scales(a, n, f, pow2, s, inv);
+  }
+  absl::Status cast(const CastArgs& a) override { return cpu().cast(a); }
+  absl::Status record_delayed_amaxes(const DelayedRecordArgs& a) override { return cpu().record_delayed_amaxes(a); }
+  absl::Status count_cast_range(const CastRangeArgs& a) override { return cpu().count_cast_range(a); }
+  absl::Status quantize(const QuantizeArgs& a) override { return cpu().quantize(a); }
+  absl::Status dequantize(const DequantizeArgs& a) override { return cpu().dequantize(a); }
+  absl::Status convert(const void* in, DType a, void* out, DType b, int64_t n) override {
+    return cpu().convert(in, a, out, b, n);
+  }
+  absl::Status scaled_gemm(const ScaledGemmArgs& a) override { return cpu().scaled_gemm(a); }
+  absl::Status gemm(const GemmArgs& a) override { return cpu().gemm(a); }
+
+ private:
+  class GatedFence final : public Fence {
+   public:
+    explicit GatedFence(Gate& gate) : gate_(gate) {}
+    absl::Status wait() override {
+      gate_.pass();
+      return absl::OkStatus();
+    }
+
+   private:
+    Gate& gate_;
+  };
+  static Backend& cpu() { return cpu_backend(); }
+  Gate& gate_;
+};
+
+// On a host group a job runs only once the compute queued before it is done, and the
+// thread that queued it is not held up meanwhile.
+TEST_F(CommStreamTest, AHostJobStartsOnlyAfterTheComputeQueuedBeforeIt) {
+  Gate compute_done;
+  GatedBackend backend(compute_done);
+  CommStream stream(group(), backend);
+  EXPECT_FALSE(stream.queued_on_device());
+  std::atomic<bool> ran{false};
+  const CommStream::Handle h = stream.enqueue("after compute", {}, [&](ProcessGroup&) {
+    ran = true;
+    return absl::OkStatus();
+  });
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_FALSE(ran.load()) << "the job ran before the compute queued before it was done";
+  compute_done.open();
+  ASSERT_TRUE(stream.wait(h).ok());
+  EXPECT_TRUE(ran.load());
+}
+
+// A device-queued group (NCCL's queued mode) as CommStream sees it, over the real Gloo
+// group: its collectives run when called (host memory), and it records the batches.
+class RecordingQueuedGroup final : public ProcessGroup, public dist::QueuedCollectives {
+ public:
+  explicit RecordingQueuedGroup(ProcessGroup& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string backend_name() const override { return "recording"; }
+  absl::Status all_gather(const void* s, void* r, size_t n) override { return call(inner_.all_gather(s, r, n)); }
+  absl::Status reduce_scatter(const float* s, float* r, int64_t n, dist::ReduceOp op) override {
+    return call(inner_.reduce_scatter(s, r, n, op));
+  }
+  absl::Status all_reduce(float* d, int64_t n, dist::ReduceOp op) override { return call(inner_.all_reduce(d, n, op)); }
+  absl::Status all_reduce(double* d, int64_t n, dist::ReduceOp op) override {
+    return call(inner_.all_reduce(d, n, op));
+  }
+  absl::Status broadcast(void* d, size_t n, int root) override { return call(inner_.broadcast(d, n, root)); }
+  absl::Status barrier() override { return call(inner_.barrier()); }
+  QueuedCollectives* queued() override { return this; }
+
+  absl::Status open() override {
+    events.push_back("open");
+    open_ = true;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int64_t> close(const char* what) override {
+    events.push_back(absl::StrCat("close ", what));
+    open_ = false;
+    return next_ticket_++;
+  }
+  absl::Status order_after(int64_t ticket) override {
+    events.push_back(absl::StrCat("order_after ", ticket));
+    return health_;
+  }
+  absl::Status health() override { return health_; }
+  Times take_times() override { return Times{0.5, 0.25}; }
+
+  std::vector<std::string> events;
+  absl::Status health_;  // what the watchdog found
+
+ private:
+  absl::Status call(absl::Status s) {
+    events.push_back(open_ ? "collective" : "collective outside a batch");
+    return s;
+  }
+  ProcessGroup& inner_;
+  bool open_ = false;
+  int64_t next_ticket_ = 0;
+};
+
+// A device-queued group: each job runs at once on the caller's thread inside a batch; the
+// compute is ordered after it only at wait(), and what the job captured (its buffers) is
+// kept until then; the device's times come from the group.
+TEST_F(CommStreamTest, ADeviceQueuedJobRunsInABatchAndOrdersTheComputeAtWait) {
+  RecordingQueuedGroup queued(group());
+  CommStream stream(queued, cpu_backend());
+  EXPECT_TRUE(stream.queued_on_device());
+  const std::thread::id caller = std::this_thread::get_id();
+  std::thread::id ran_on;
+  auto buffer = std::make_shared<std::vector<float>>(4, 2.0f);
+  const CommStream::Handle h = stream.enqueue("all_reduce of a buffer", some_counts(1), [&, buffer](ProcessGroup& g) {
+    ran_on = std::this_thread::get_id();
+    return g.all_reduce(buffer->data(), 4, dist::ReduceOp::kSum);
+  });
+  EXPECT_EQ(ran_on, caller);
+  EXPECT_EQ(queued.events, (std::vector<std::string>{"open", "collective", "close all_reduce of a buffer"}));
+  EXPECT_EQ(buffer.use_count(), 2) << "the job let go of its buffer before the compute was ordered after it";
+  ASSERT_TRUE(stream.wait(h).ok());
+  EXPECT_EQ(queued.events.back(), "order_after 0");
+  EXPECT_EQ(buffer.use_count(), 1);
+  ASSERT_TRUE(stream.wait(h).ok());  // a second wait orders nothing again
+  EXPECT_EQ(queued.events.size(), 4u);
+  const CommCounters c = stream.counters();
+  EXPECT_EQ(c.all_reduces, some_counts(1).all_reduces);  // counted when queued, as on host groups
+  EXPECT_DOUBLE_EQ(c.comm_seconds, 0.5);
+  EXPECT_DOUBLE_EQ(c.exposed_seconds, 0.25);
+}
+
+// What the group's watchdog found reaches the waiter, health() and every later job, which
+// then does not run.
+TEST_F(CommStreamTest, ADeviceQueuedGroupsFailureStopsLaterJobs) {
+  RecordingQueuedGroup queued(group());
+  CommStream stream(queued, cpu_backend());
+  const CommStream::Handle h = stream.enqueue("gather layers.0", {}, [](ProcessGroup&) { return absl::OkStatus(); });
+  queued.health_ = absl::DeadlineExceededError("nccl all_gather of layers.0: not done within 10 s");
+  const absl::Status waited = stream.wait(h);
+  EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded) << waited;
+  EXPECT_EQ(stream.health().code(), absl::StatusCode::kDeadlineExceeded);
+  bool ran = false;
+  const absl::Status later = stream.run("gather layers.1", {}, [&](ProcessGroup&) {
+    ran = true;
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(later.code(), absl::StatusCode::kDeadlineExceeded) << later;
+  EXPECT_FALSE(ran);
+}
+
+// Jobs never waited for are ordered and released when the stream goes.
+TEST_F(CommStreamTest, ADeviceQueuedStreamOrdersWhatIsLeftWhenDestroyed) {
+  RecordingQueuedGroup queued(group());
+  auto buffer = std::make_shared<int>(0);
+  {
+    CommStream stream(queued, cpu_backend());
+    stream.enqueue("never waited for", {}, [buffer](ProcessGroup&) { return absl::OkStatus(); });
+  }
+  EXPECT_EQ(queued.events.back(), "order_after 0");
+  EXPECT_EQ(buffer.use_count(), 1);
 }
 
 }  // namespace

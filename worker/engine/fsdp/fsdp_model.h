@@ -10,7 +10,10 @@
 //     block gathered again, its gradients reduce-scattered (summed: the trainer scales the
 //     loss by 1 / (grad_accum x world_size), so the sum is the mean) and added to the
 //     shard gradients. With prefetching the next unit's gather is queued on the
-//     communication thread (comm_stream.h) while the current one computes.
+//     communication stream (comm_stream.h) while the current one computes: on GPUs NCCL's
+//     stream, ordered with the compute stream by events, so the host waits for nothing.
+//   - A step's losses, stop votes and gradient sum of squares are summed across ranks on
+//     the device (reduce_step_values); the trainer reads them when it reports.
 //   - fp8 all-gather: a linear whose weight is cast once, tensorwise, for both GEMMs that
 //     read it (Float8Linear::takes_fp8_weight: the tensorwise and delayed recipes) sends
 //     e4m3 codes, one byte per element: each rank casts its shard with the global scale
