@@ -217,12 +217,15 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
     FP8_RETURN_IF_ERROR(backend.queue_copy_from_host(slot.stop_vote, &vote, sizeof vote));
     FP8_RETURN_IF_ERROR(fsdp_->reduce_step_values(slot.losses, micro_batches + 1, slot.sum_of_squares, 1));
     FP8_RETURN_IF_ERROR(ops->queue_clip_scale(slot.sum_of_squares, max_norm, slot.clip_scale));
+  }
+  FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr), slot.clip_scale));
+  if (fsdp_) {
     // The ranks stop together after a step whose read saw a vote: they read at the same
-    // steps (reports, checkpoints, a full history, and every kStopReadEvery steps).
+    // steps (reports, checkpoints, a full history, and every kStopReadEvery steps, here,
+    // with the update already queued).
     if (step % kStopReadEvery == 0) FP8_RETURN_IF_ERROR(settle_step_stats());
     *stop_everywhere = stop_voted_;
   }
-  FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr), slot.clip_scale));
   // The update wrote the weights' row amaxes (create()); nothing changes the weights
   // between here and the next step's forwards.
   if (!fsdp_) model_->set_weight_row_amaxes_current(true);
