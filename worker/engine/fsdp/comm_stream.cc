@@ -43,7 +43,8 @@ CommStream::~CommStream() {
   work_.notify_all();
   if (thread_.joinable()) thread_.join();
   // Whatever a device-queued job still holds is released behind its collective.
-  for (const std::shared_ptr<Pending>& p : unordered_) (void)wait_on_device(*p);
+  const std::vector<std::shared_ptr<Pending>> left = unordered_;  // wait_on_device erases
+  for (const std::shared_ptr<Pending>& p : left) (void)wait_on_device(*p);
 }
 
 void CommStream::add_counts(const CommCounters& counts) {

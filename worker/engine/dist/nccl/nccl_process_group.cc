@@ -242,7 +242,7 @@ class NcclProcessGroup final : public ProcessGroup, public QueuedCollectives {
     cudaEvent_t start = nullptr;   // on stream_, once the batch's inputs were ready
     cudaEvent_t done = nullptr;    // on stream_, after its collectives
     cudaEvent_t waited = nullptr;  // on compute_, where it waits for `done` (order_after)
-    absl::Time deadline;
+    absl::Time deadline;           // timeout_ after `start` passed
     bool completed = false;        // `done` passed (its comm time counted)
     bool ordered = false;          // order_after() ran
   };
@@ -603,6 +603,9 @@ bool NcclProcessGroup::check_batches() {
     if (!b.completed) {
       const cudaError_t e = cudaEventQuery(b.done);
       if (e == cudaErrorNotReady) {
+        // The clock runs from the batch's start: until then it waits for compute (the host
+        // may be a step ahead of the device), not for a peer.
+        if (cudaEventQuery(b.start) == cudaErrorNotReady) b.deadline = absl::Now() + timeout_;
         if (absl::Now() < b.deadline) {
           ++it;
           continue;
