@@ -4,10 +4,13 @@
 #include "bench/op_breakdown.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "gtest/gtest.h"
 #include "tests/engine/train/train_test_util.h"
+#include "worker/engine/dist/file_store.h"
+#include "worker/engine/dist/gloo_process_group.h"
 #include "worker/engine/train/trainer.h"
 
 namespace fp8::bench {
@@ -243,6 +246,48 @@ TEST_P(OneProcessStep, ThatReportsReadsEachLinearOnceForEachThingItReports) {
     }
   }
 }
+
+// The same rule under FSDP (one rank over a real Gloo group): the fp8 weight scales come
+// from the reduced amaxes on the device, the step's losses, norm and stop vote are summed
+// there, and the clipping factor derived there, so step 3 (which neither reports nor reads
+// the stop votes) makes no call at which a GPU's host would wait. Its collectives do not
+// show here: on a GPU they are queued like kernels (dist/queued_collectives.h).
+class FsdpStep : public ProfilingDeviceTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(FsdpStep, MakesNoCallThatWaitsForTheDevice) {
+  static_assert(engine::Trainer::kStopReadEvery > 3);
+  v1::JobSpec spec = engine::testing::TinyJob(
+      corpus_, tmp_.path() / GetParam(),
+      {"train.steps=4", "train.eval_every=0", "train.log_every=100", "fp8.recipe=" + GetParam()});
+  spec.mutable_resources()->set_world_size(1);
+  absl::StatusOr<std::unique_ptr<engine::dist::FileStore>> store =
+      engine::dist::FileStore::open(tmp_.path() / (GetParam() + "-store"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  engine::dist::ProcessGroupOptions options;
+  options.prefix = "fsdp-step/";
+  absl::StatusOr<std::unique_ptr<engine::dist::ProcessGroup>> group =
+      engine::dist::make_gloo_process_group(**store, 0, 1, options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  ProfiledCpu profiled;
+  absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer =
+      engine::Trainer::create(spec, profiled.device, group->get());
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_NE((*trainer)->fsdp(), nullptr);
+  ProfileOneStep log(profiled.profiler, 3);
+  ASSERT_TRUE((*trainer)->run(log).ok());
+  ASSERT_EQ(log.losses.size(), 2u) << "steps 1 and 4 report, step 3 does not";
+  EXPECT_TRUE(std::isfinite(log.losses[1]));
+
+  absl::StatusOr<OpBreakdown> b = profiled.profiler.take();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_NE(find(*b, "AdamW"), nullptr) << "step 3 was profiled";
+  for (const OpTime& t : b->ops) {
+    EXPECT_NE(t.label.rfind(kHostWaitPrefix, 0), 0u) << t.label << ": " << t.calls << " calls";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, FsdpStep, ::testing::Values("none", "tensorwise", "delayed"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
 }  // namespace fp8::bench
