@@ -53,8 +53,8 @@ FP8_HD float softmax_input_grad(float p, float grad_p, float delta) { return p *
 
 // The factor AdamW scales the gradients by from their sum of squares (ModelOps::
 // queue_grad_norm's clip_scale): max_norm / norm where the norm exceeds max_norm > 0, else
-// 1, the arithmetic of the host's clip_factor (worker/engine/optim/adamw.cc) to the bit;
-// NaN for a non-finite sum, which skips the update.
+// 1, in double and then rounded once; NaN for a non-finite sum, which skips the update.
+// The one rule for clipping: every device's grad norm and queue_clip_scale run it.
 FP8_HD float clip_scale_from_sum_of_squares(double sum, double max_norm) {
   if (!(sum - sum == 0.0)) return NAN;  // inf or NaN
   const double norm = sqrt(sum);

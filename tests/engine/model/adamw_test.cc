@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernels/ops/model_arith.h"
 #include "worker/engine/model/parameters.h"
 #include "worker/engine/tensor/device.h"
 
@@ -249,11 +250,20 @@ TEST(EngineAdamWGradScale, ANonFiniteOrNegativeFactorIsRejected) {
   }
 }
 
-// ---- the pieces FSDP clips with: sum of squares, factor, scaling ------------------------
+// ---- the pieces clipping is made of: sum of squares, factor, scaling ----------------------
+
+// The gradients' sum of squares as the trainer has it computed (queue_grad_norm, here into
+// host memory: the CPU ops').
+absl::StatusOr<double> grad_sum_of_squares(const ParameterSet& set) {
+  double sum = 0;
+  float clip = 0;
+  if (absl::Status s = queue_grad_norm(ops(), set, 0.0, &sum, &clip); !s.ok()) return s;
+  return sum;
+}
 
 TEST(EngineGradSumOfSquares, SumsEveryGradientInDouble) {
   ParameterSet empty;
-  absl::StatusOr<double> none = grad_sum_of_squares(ops(), empty);
+  absl::StatusOr<double> none = grad_sum_of_squares(empty);
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_EQ(*none, 0.0);
 
@@ -262,7 +272,7 @@ TEST(EngineGradSumOfSquares, SumsEveryGradientInDouble) {
   Parameter* b = add(set, "b", {0.0f}, {12.0f}, false);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
-  absl::StatusOr<double> sum = grad_sum_of_squares(ops(), set);
+  absl::StatusOr<double> sum = grad_sum_of_squares(set);
   ASSERT_TRUE(sum.ok()) << sum.status();
   EXPECT_EQ(*sum, 169.0);
   // It only reads: gradients and values are untouched.
@@ -277,7 +287,7 @@ TEST(EngineGradSumOfSquares, SquaresPastTheFloatRangeStayFinite) {
   const float big = 1e20f;
   ASSERT_NE(add(set, "a", {0.0f, 0.0f}, {big, -big}, true), nullptr);
   ASSERT_NE(add(set, "b", {0.0f}, {1.0f}, true), nullptr);
-  absl::StatusOr<double> sum = grad_sum_of_squares(ops(), set);
+  absl::StatusOr<double> sum = grad_sum_of_squares(set);
   ASSERT_TRUE(sum.ok()) << sum.status();
   const double want = 2.0 * static_cast<double>(big) * static_cast<double>(big) + 1.0;
   EXPECT_TRUE(std::isfinite(*sum));
@@ -286,7 +296,7 @@ TEST(EngineGradSumOfSquares, SquaresPastTheFloatRangeStayFinite) {
   ParameterSet fine;
   ASSERT_NE(add(fine, "a", {0.0f}, {4096.0f}, true), nullptr);  // 4096² = 2^24
   ASSERT_NE(add(fine, "b", {0.0f}, {1.0f}, true), nullptr);
-  sum = grad_sum_of_squares(ops(), fine);
+  sum = grad_sum_of_squares(fine);
   ASSERT_TRUE(sum.ok());
   EXPECT_EQ(*sum, 16777217.0);
 }
@@ -302,7 +312,7 @@ TEST(EngineGradSumOfSquares, ManyElementsAcrossThreads) {
   }
   ASSERT_NE(add(set, "big", std::vector<float>(g.size(), 0.0f), g, true), nullptr);
   ASSERT_NE(add(set, "small", {0.0f, 0.0f}, {0.5f, 0.25f}, true), nullptr);
-  absl::StatusOr<double> sum = grad_sum_of_squares(ops(), set);
+  absl::StatusOr<double> sum = grad_sum_of_squares(set);
   ASSERT_TRUE(sum.ok()) << sum.status();
   EXPECT_EQ(*sum, want + 0.3125);
 }
@@ -312,53 +322,56 @@ TEST(EngineGradSumOfSquares, NonFiniteGradientsGiveANonFiniteSum) {
   Parameter* a = add(set, "a", {0.0f, 0.0f}, {1.0f, std::numeric_limits<float>::quiet_NaN()}, true);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(add(set, "b", {0.0f}, {2.0f}, true), nullptr);
-  absl::StatusOr<double> sum = grad_sum_of_squares(ops(), set);
+  absl::StatusOr<double> sum = grad_sum_of_squares(set);
   ASSERT_TRUE(sum.ok());
   EXPECT_TRUE(std::isnan(*sum));
   ASSERT_TRUE(a->grad.upload<float>(std::vector<float>{1.0f, -std::numeric_limits<float>::infinity()}).ok());
-  sum = grad_sum_of_squares(ops(), set);
+  sum = grad_sum_of_squares(set);
   ASSERT_TRUE(sum.ok());
   EXPECT_TRUE(std::isinf(*sum));
   EXPECT_GT(*sum, 0.0);
 }
 
-TEST(EngineClipFactor, NoneAtOrBelowMax) {
-  EXPECT_EQ(clip_factor(13.0, 13.0), std::nullopt);  // at max: not above it
-  EXPECT_EQ(clip_factor(13.0, 26.0), std::nullopt);
-  EXPECT_EQ(clip_factor(0.0, 1.0), std::nullopt);
-  EXPECT_EQ(clip_factor(1e-30, 1.0), std::nullopt);
-  EXPECT_EQ(clip_factor(13.0, std::numeric_limits<double>::infinity()), std::nullopt);
+// The factor AdamW scales gradients by, from their sum of squares (what queue_grad_norm
+// and queue_clip_scale write on every device): 1 at or below max_norm, and when only
+// measuring; max_norm / norm above it, in double then rounded once; NaN for a non-finite
+// sum, which makes AdamW skip the update.
+float clip_scale(double norm, double max_norm) { return ops::clip_scale_from_sum_of_squares(norm * norm, max_norm); }
+
+TEST(EngineClipScale, OneAtOrBelowMax) {
+  EXPECT_EQ(clip_scale(13.0, 13.0), 1.0f);  // at max: not above it
+  EXPECT_EQ(clip_scale(13.0, 26.0), 1.0f);
+  EXPECT_EQ(clip_scale(0.0, 1.0), 1.0f);
+  EXPECT_EQ(clip_scale(1e-30, 1.0), 1.0f);
+  EXPECT_EQ(clip_scale(13.0, std::numeric_limits<double>::infinity()), 1.0f);
 }
 
-TEST(EngineClipFactor, NoneWhenOnlyMeasuring) {
+TEST(EngineClipScale, OneWhenOnlyMeasuring) {
   for (double max_norm : {0.0, -0.0, -1.0, -std::numeric_limits<double>::infinity(),
                           std::numeric_limits<double>::quiet_NaN()}) {
-    EXPECT_EQ(clip_factor(13.0, max_norm), std::nullopt) << max_norm;
-    EXPECT_EQ(clip_factor(1e30, max_norm), std::nullopt) << max_norm;
+    EXPECT_EQ(clip_scale(13.0, max_norm), 1.0f) << max_norm;
+    EXPECT_EQ(clip_scale(1e30, max_norm), 1.0f) << max_norm;
   }
 }
 
-TEST(EngineClipFactor, NoneForANonFiniteNorm) {
-  for (double norm : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
-                      -std::numeric_limits<double>::infinity()}) {
-    EXPECT_EQ(clip_factor(norm, 1.0), std::nullopt) << norm;
-    EXPECT_EQ(clip_factor(norm, 0.0), std::nullopt) << norm;
+TEST(EngineClipScale, NaNForANonFiniteSum) {
+  for (double sum : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    EXPECT_TRUE(std::isnan(ops::clip_scale_from_sum_of_squares(sum, 1.0))) << sum;
+    EXPECT_TRUE(std::isnan(ops::clip_scale_from_sum_of_squares(sum, 0.0))) << sum;
   }
 }
 
-TEST(EngineClipFactor, MaxOverNormAboveMax) {
-  EXPECT_EQ(clip_factor(13.0, 6.5), 0.5f);
-  EXPECT_EQ(clip_factor(13.0, 1.0), static_cast<float>(1.0 / 13.0));
-  EXPECT_EQ(clip_factor(2.0, 1.0), 0.5f);
-  EXPECT_EQ(clip_factor(1e6, 1.0), static_cast<float>(1e-6));
+TEST(EngineClipScale, MaxOverNormAboveMax) {
+  EXPECT_EQ(clip_scale(13.0, 6.5), 0.5f);
+  EXPECT_EQ(clip_scale(13.0, 1.0), static_cast<float>(1.0 / 13.0));
+  EXPECT_EQ(clip_scale(2.0, 1.0), 0.5f);
+  EXPECT_EQ(clip_scale(1e6, 1.0), static_cast<float>(1e-6));
   // Computed in double, then rounded once.
-  EXPECT_EQ(clip_factor(3.0, 1.0), static_cast<float>(1.0 / 3.0));
-  const std::optional<float> just_above = clip_factor(1.0 + 1e-9, 1.0);
-  ASSERT_TRUE(just_above.has_value());
-  EXPECT_LE(*just_above, 1.0f);
-  EXPECT_GT(*just_above, 0.999f);
+  EXPECT_EQ(clip_scale(3.0, 1.0), static_cast<float>(1.0 / 3.0));
+  const float just_above = clip_scale(1.0 + 1e-9, 1.0);
+  EXPECT_LE(just_above, 1.0f);
+  EXPECT_GT(just_above, 0.999f);
 }
-
 
 TEST(EngineParameterSet, AddFindZeroGrads) {
   ParameterSet set;

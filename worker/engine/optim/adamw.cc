@@ -65,22 +65,9 @@ std::vector<FloatSpan> grad_spans(const ParameterSet& params) {
 }
 }  // namespace
 
-absl::StatusOr<double> grad_sum_of_squares(ModelOps& ops, const ParameterSet& params) {
-  // All buffers in one call: on a GPU, one wait for the host, not one per parameter (FSDP;
-  // one process queues the norm instead: queue_grad_norm).
-  return ops.total_sum_of_squares(grad_spans(params));
-}
-
 absl::Status queue_grad_norm(ModelOps& ops, const ParameterSet& params, double max_norm, double* sum_of_squares,
                              float* clip_scale) {
   return ops.queue_grad_norm(grad_spans(params), max_norm > 0 ? max_norm : 0.0, sum_of_squares, clip_scale);
-}
-
-std::optional<float> clip_factor(double norm, double max_norm) {
-  // A non-finite norm is left for the caller to report: scaling by it would only turn
-  // every gradient into NaN.
-  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) return static_cast<float>(max_norm / norm);
-  return std::nullopt;
 }
 
 }  // namespace fp8::engine

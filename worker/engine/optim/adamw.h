@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -18,8 +17,8 @@ class AdamW {
   // Moments start at zero. `hyper.lr` is ignored: step() takes the scheduled rate.
   static absl::StatusOr<AdamW> create(ModelOps& ops, ParameterSet& params, const AdamWHyperparams& hyper);
 
-  // One update of every parameter from its gradient times `grad_scale` (gradient
-  // clipping's factor, clip_factor) at learning rate `lr`. The gradients themselves are
+  // One update of every parameter from its gradient times `grad_scale` (e.g. a clipping
+  // factor) at learning rate `lr`. The gradients themselves are
   // left as they are.
   absl::Status step(float lr, float grad_scale = 1.0f);
   // The same with the factor read from the device (one float, e.g. ModelOps::
@@ -54,16 +53,13 @@ class AdamW {
   int64_t steps_taken_ = 0;
 };
 
-// Gradient clipping: the global L2 norm of every gradient (as if they were one vector) is
-// sqrt(grad_sum_of_squares), accumulated in double in parameter order (FSDP sums its
-// ranks' shards first); when it exceeds max_norm > 0, clip_factor gives max_norm / norm,
-// the factor AdamW::step applies to every gradient (nullopt: leave them alone; max_norm
-// <= 0 only measures).
-absl::StatusOr<double> grad_sum_of_squares(ModelOps& ops, const ParameterSet& params);
-std::optional<float> clip_factor(double norm, double max_norm);
-// The same sum left on the device (*sum_of_squares), with clip_factor's factor beside it
-// (*clip_scale: 1 where it is nullopt, NaN for a non-finite norm), for
-// AdamW::step(lr, clip_scale) to read without the host waiting: ModelOps::queue_grad_norm.
+// Gradient clipping, queued on the device (ModelOps::queue_grad_norm): the global L2 norm
+// of every gradient (as if they were one vector) is the square root of *sum_of_squares,
+// accumulated in double in parameter order; *clip_scale gets the factor AdamW::step(lr,
+// clip_scale) applies to every gradient as it reads it: max_norm / norm where the norm
+// exceeds max_norm > 0, else 1 (max_norm <= 0 only measures), NaN for a non-finite norm
+// (the update is skipped). The host waits for neither. FSDP passes max_norm 0 for its
+// shards' sum, sums the ranks' sums and derives the factor with ModelOps::queue_clip_scale.
 absl::Status queue_grad_norm(ModelOps& ops, const ParameterSet& params, double max_norm, double* sum_of_squares,
                              float* clip_scale);
 
