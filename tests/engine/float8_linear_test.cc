@@ -27,6 +27,7 @@
 #include "common/jobspec/loader.h"
 #include "fp8/fp8.h"
 #include "gtest/gtest.h"
+#include "tests/kernels/forwarding_backend.h"
 #include "worker/engine/cast_config.h"
 
 namespace fp8::engine {
@@ -1463,47 +1464,21 @@ TEST_F(FLOAT8_LINEAR_TEST, ActivationDtypesOtherThanFp32AndBf16AreRejected) {
 // (Backend-independent: built into the CPU suite only.)
 // A CPU backend that says it is a GPU, to check the GPU shape rules on any machine, and
 // counts the calls at which a GPU's host would wait for the device.
-class PretendGpuBackend final : public Backend {
+class PretendGpuBackend final : public fp8::testing::ForwardingBackend {
  public:
+  PretendGpuBackend() : ForwardingBackend(cpu_backend()) {}
   std::string name() const override { return "pretend-gpu"; }
   bool is_cuda() const override { return true; }
-  absl::StatusOr<void*> allocate(size_t bytes) override { return cpu().allocate(bytes); }
-  void deallocate(void* p) override { cpu().deallocate(p); }
-  MemoryStats memory_stats() const override { return cpu().memory_stats(); }
-  void reset_peak_memory() override { cpu().reset_peak_memory(); }
-  absl::Status copy_from_host(void* d, const void* s, size_t n) override { return cpu().copy_from_host(d, s, n); }
   absl::Status copy_to_host(void* d, const void* s, size_t n) override {
     ++host_waits;
-    return cpu().copy_to_host(d, s, n);
-  }
-  absl::Status copy(void* d, const void* s, size_t n) override { return cpu().copy(d, s, n); }
-  absl::Status fill_zero(void* d, size_t n) override { return cpu().fill_zero(d, n); }
-  absl::Status transpose_bytes(const uint8_t* s, int64_t r, int64_t c, uint8_t* d) override {
-    return cpu().transpose_bytes(s, r, c, d);
+    return ForwardingBackend::copy_to_host(d, s, n);
   }
   absl::Status synchronize() override {
     ++host_waits;
-    return cpu().synchronize();
+    return ForwardingBackend::synchronize();
   }
-  absl::Status amax(const MatrixRef& x, Granularity g, float* out) override { return cpu().amax(x, g, out); }
-  absl::Status compute_scales(const float* a, int64_t n, Format f, bool pow2, float* s, float* inv) override {
-    return cpu().compute_scales(a, n, f, pow2, s, inv);
-  }
-  absl::Status cast(const CastArgs& a) override { return cpu().cast(a); }
-  absl::Status record_delayed_amaxes(const DelayedRecordArgs& a) override { return cpu().record_delayed_amaxes(a); }
-  absl::Status count_cast_range(const CastRangeArgs& a) override { return cpu().count_cast_range(a); }
-  absl::Status quantize(const QuantizeArgs& a) override { return cpu().quantize(a); }
-  absl::Status dequantize(const DequantizeArgs& a) override { return cpu().dequantize(a); }
-  absl::Status convert(const void* in, DType it, void* out, DType ot, int64_t n) override {
-    return cpu().convert(in, it, out, ot, n);
-  }
-  absl::Status scaled_gemm(const ScaledGemmArgs& a) override { return cpu().scaled_gemm(a); }
-  absl::Status gemm(const GemmArgs& a) override { return cpu().gemm(a); }
 
   int64_t host_waits = 0;  // copy_to_host and synchronize calls
-
- private:
-  static Backend& cpu() { return cpu_backend(); }
 };
 
 TEST(Float8LinearGpuShapes, DimensionsAnFp8GemmCannotTakeAreRejectedUpFront) {

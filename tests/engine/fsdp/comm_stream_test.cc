@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/engine/dist/scratch_dir.h"
+#include "tests/kernels/forwarding_backend.h"
 #include "worker/engine/dist/file_store.h"
 #include "worker/engine/dist/gloo_process_group.h"
 
@@ -373,37 +374,10 @@ TEST_F(CommStreamTest, SeveralWaitersOnOneJobAllWake) {
 
 // The CPU backend with a fence that passes only once the test opens its gate: compute
 // "still running" when a job is queued behind it.
-class GatedBackend final : public Backend {
+class GatedBackend final : public fp8::testing::ForwardingBackend {
  public:
-  explicit GatedBackend(Gate& gate) : gate_(gate) {}
-  std::string name() const override { return "gated"; }
-  absl::StatusOr<void*> allocate(size_t bytes) override { return cpu().allocate(bytes); }
-  void deallocate(void* p) override { cpu().deallocate(p); }
-  MemoryStats memory_stats() const override { return cpu().memory_stats(); }
-  void reset_peak_memory() override { cpu().reset_peak_memory(); }
-  absl::Status copy_from_host(void* d, const void* s, size_t n) override { return cpu().copy_from_host(d, s, n); }
-  absl::Status copy_to_host(void* d, const void* s, size_t n) override { return cpu().copy_to_host(d, s, n); }
-  absl::Status copy(void* d, const void* s, size_t n) override { return cpu().copy(d, s, n); }
-  absl::Status fill_zero(void* d, size_t n) override { return cpu().fill_zero(d, n); }
-  absl::Status transpose_bytes(const uint8_t* s, int64_t r, int64_t c, uint8_t* d) override {
-    return cpu().transpose_bytes(s, r, c, d);
-  }
-  absl::Status synchronize() override { return cpu().synchronize(); }
+  explicit GatedBackend(Gate& gate) : ForwardingBackend(cpu_backend()), gate_(gate) {}
   absl::StatusOr<std::unique_ptr<Fence>> fence() override { return std::make_unique<GatedFence>(gate_); }
-  absl::Status amax(const MatrixRef& x, Granularity g, float* out) override { return cpu().amax(x, g, out); }
-  absl::Status compute_scales(const float* a, int64_t n, Format f, bool pow2, float* s, float* inv) override {
-    return cpu().compute_scales(a, n, f, pow2, s, inv);
-  }
-  absl::Status cast(const CastArgs& a) override { return cpu().cast(a); }
-  absl::Status record_delayed_amaxes(const DelayedRecordArgs& a) override { return cpu().record_delayed_amaxes(a); }
-  absl::Status count_cast_range(const CastRangeArgs& a) override { return cpu().count_cast_range(a); }
-  absl::Status quantize(const QuantizeArgs& a) override { return cpu().quantize(a); }
-  absl::Status dequantize(const DequantizeArgs& a) override { return cpu().dequantize(a); }
-  absl::Status convert(const void* in, DType a, void* out, DType b, int64_t n) override {
-    return cpu().convert(in, a, out, b, n);
-  }
-  absl::Status scaled_gemm(const ScaledGemmArgs& a) override { return cpu().scaled_gemm(a); }
-  absl::Status gemm(const GemmArgs& a) override { return cpu().gemm(a); }
 
  private:
   class GatedFence final : public Fence {
@@ -417,7 +391,6 @@ class GatedBackend final : public Backend {
    private:
     Gate& gate_;
   };
-  static Backend& cpu() { return cpu_backend(); }
   Gate& gate_;
 };
 
