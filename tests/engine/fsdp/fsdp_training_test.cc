@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "tests/engine/fsdp/rank_harness.h"
 #include "tests/engine/train/train_test_util.h"
+#include "worker/engine/checkpoint/layout.h"
 #include "worker/engine/train/trainer.h"
 
 namespace fp8::engine::testing {
@@ -256,6 +257,28 @@ TEST_F(FsdpTrainingTest, AStopOnOneRankStopsEveryRankAfterTheSameStep) {
     }
     ExpectBitEqual(ranks[0], ranks[1]);
   }
+}
+
+// A diverging run under FSDP fails as one process does, on every rank alike: the ranks'
+// summed values are read at the same step (here the checkpoint at step 4, before anything
+// is written), and the error names the first step whose loss or norm is not finite.
+TEST_F(FsdpTrainingTest, ADivergingRunFailsOnEveryRankAtTheSameReadBeforeItsCheckpoint) {
+  const auto ranks = Run(Job({"fp8.recipe=tensorwise", "train.lr=1e30", "train.warmup_steps=0", "train.log_every=10",
+                              "checkpoint.every=4"},
+                             "diverging"),
+                         2);
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const RankOutcome& r : ranks) {
+    EXPECT_TRUE(r.exited);
+    EXPECT_FALSE(r.ok);
+    EXPECT_TRUE(r.error.find("training diverged at step 2:") != std::string::npos ||
+                r.error.find("training diverged at step 3:") != std::string::npos)
+        << r.error;
+    ASSERT_EQ(r.steps.size(), 1u) << "only step 1 reported";
+    EXPECT_TRUE(std::isfinite(r.steps[0].loss));
+  }
+  EXPECT_EQ(ranks[0].error, ranks[1].error);
+  EXPECT_FALSE(std::filesystem::exists(checkpoint::StepDirectory((dir_.path() / "diverging").string(), 4)));
 }
 
 // Each rank writes its shard; resuming the sharded checkpoint continues exactly as the run
