@@ -9,6 +9,7 @@
 //   bench_train --sequential [--recipes ...] [--warmup 2] [--steps 8] [--budget 420] [...]
 //   ... [--breakdown N]       (cuda, --sequential: where a step's time goes, op by op)
 //   bench_train --nproc N [--all-gather-fp8 both|on|off] [--timeout 300] [...as the first]
+//   bench_train --device cuda --nproc N --all-gather-fp8 on|off [...]   (rank r on GPU r, NCCL)
 //
 // CPU (the default): every recipe gets its own trainer on the same job; the trainers then
 // take turns, a few steps each per round, so that drifts in the machine's speed hit all of
@@ -62,7 +63,11 @@
 // FSDP counts it (collectives' time on the communication thread, and the part of it the
 // compute thread waited for: "exposed"; both the mean over ranks) and the all-gather
 // bytes by the type that travelled. Each rank's kernels and OpenBLAS get max(1, cores / N)
-// threads (FP8_NUM_THREADS, unless it is set already).
+// threads (FP8_NUM_THREADS, unless it is set already). With --device cuda, rank r trains
+// on GPU r and the trainers' groups are NCCL in its queued mode (collectives ordered with
+// the compute stream by events, as fp8-train's ranks run; comm and exposed time then come
+// from those events); the benchmark's own barriers stay on Gloo. A GPU holds one setting's
+// trainer at a time comfortably, so pick one with --all-gather-fp8.
 //
 // On a CPU every fp8 recipe costs more than fp32: fp8 is emulated there (casts in
 // software, GEMMs on widened values), so this measures the emulation's overhead; the
@@ -97,6 +102,9 @@
 #include "common/jobspec/loader.h"
 #include "worker/engine/dist/file_store.h"
 #include "worker/engine/dist/gloo_process_group.h"
+#ifdef FP8_HAVE_NCCL
+#include "worker/engine/dist/nccl/nccl_process_group.h"
+#endif
 #include "worker/engine/train/trainer.h"
 #include "worker/fp8_train/blas_environment.h"
 
@@ -771,6 +779,7 @@ struct FsdpContender {
 
 struct FsdpSetup {
   Common common;
+  bool cuda = false;  // rank r on GPU r, the trainers' groups over NCCL
   int nproc = 2;
   int threads = 1;  // per rank
   double timeout_s = 300;
@@ -786,12 +795,34 @@ absl::StatusOr<std::unique_ptr<fp8::engine::dist::ProcessGroup>> join(fp8::engin
   return fp8::engine::dist::make_gloo_process_group(store, rank, setup.nproc, options);
 }
 
+// A trainer's group: Gloo on the CPU; on a GPU, NCCL queued on the device's compute stream.
+absl::StatusOr<std::unique_ptr<fp8::engine::dist::ProcessGroup>> join_trainers(
+    fp8::engine::dist::KeyValueStore& store, int rank, const FsdpSetup& setup, const std::string& prefix,
+    const fp8::engine::Device& device) {
+  if (!setup.cuda) return join(store, rank, setup, prefix);
+#ifdef FP8_HAVE_NCCL
+  fp8::engine::dist::ProcessGroupOptions options;
+  options.prefix = prefix;
+  options.timeout = absl::Seconds(setup.timeout_s);
+  return fp8::engine::dist::make_nccl_process_group(store, rank, setup.nproc, options, device.ordinal(), nullptr,
+                                                    device.stream());
+#else
+  (void)device;
+  return absl::UnimplementedError("--device cuda --nproc needs NCCL, which this build does not have");
+#endif
+}
+
 void print_fsdp_results(const FsdpSetup& setup, const std::vector<FsdpContender>& runs) {
   const fp8::v1::JobSpec& spec = runs[0].trainer->spec();
   const int64_t tokens_per_step = spec.train().batch_size() * spec.data().seq_len() * setup.nproc;
-  const fp8::bench::Peaks peaks = fp8::bench::machine_peaks(fp8::cpu_backend());
-  std::printf("# bench_train --nproc %d, %s on %s: %d ranks x %d threads, Gloo over 127.0.0.1\n", setup.nproc,
-              fp8::bench::today().c_str(), peaks.machine.c_str(), setup.nproc, setup.threads);
+  const fp8::bench::Peaks peaks = fp8::bench::machine_peaks(runs[0].trainer->model().device().backend());
+  if (setup.cuda) {
+    std::printf("# bench_train --device cuda --nproc %d, %s on %s: rank r on GPU r, NCCL queued on the device\n",
+                setup.nproc, fp8::bench::today().c_str(), peaks.machine.c_str());
+  } else {
+    std::printf("# bench_train --nproc %d, %s on %s: %d ranks x %d threads, Gloo over 127.0.0.1\n", setup.nproc,
+                fp8::bench::today().c_str(), peaks.machine.c_str(), setup.nproc, setup.threads);
+  }
   std::printf("# model: %s; %s\n", runs[0].trainer->model().config().describe().c_str(),
               runs[0].trainer->fp8_summary().c_str());
   std::printf("# %lld tokens per step over all ranks (%d per rank x %lld x %d ranks); %d rounds x %d steps per "
@@ -799,8 +830,10 @@ void print_fsdp_results(const FsdpSetup& setup, const std::vector<FsdpContender>
               static_cast<long long>(tokens_per_step), spec.train().batch_size(),
               static_cast<long long>(spec.data().seq_len()), setup.nproc, setup.common.rounds,
               setup.common.steps_per_round);
-  std::printf("# comm: collectives' time on the communication thread; exposed: the compute thread waiting for "
-              "them (per step, mean over ranks)\n");
+  std::printf(setup.cuda ? "# comm: collectives' device time; exposed: the compute stream waiting for them (per "
+                          "step, mean over ranks; from events, as the watchdog saw them complete)\n"
+                        : "# comm: collectives' time on the communication thread; exposed: the compute thread "
+                          "waiting for them (per step, mean over ranks)\n");
   std::printf("# all-gather MB: gathered bytes per rank and step (1 MB = 1e6 B), by the type that travelled\n");
   // The baseline is fp8 all-gather off when it ran, else the only setting.
   const FsdpContender& base = runs[0];
@@ -845,6 +878,14 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
   setenv("FP8_NUM_THREADS", std::to_string(setup.threads).c_str(), /*overwrite=*/0);
   openblas_set_num_threads(setup.threads);
 
+  std::unique_ptr<fp8::engine::Device> gpu;
+  const fp8::engine::Device* device = &fp8::engine::Device::cpu();
+  if (setup.cuda) {
+    absl::StatusOr<std::unique_ptr<fp8::engine::Device>> d = fp8::engine::Device::cuda(rank);
+    if (!d.ok()) return d.status();
+    gpu = std::move(*d);
+    device = gpu.get();
+  }
   absl::StatusOr<std::unique_ptr<fp8::engine::dist::FileStore>> store =
       fp8::engine::dist::FileStore::open(dir / "rendezvous");
   if (!store.ok()) return store.status();
@@ -858,11 +899,11 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
     FsdpContender& r = runs.emplace_back();
     r.all_gather_fp8 = c.all_gather_fp8;
     absl::StatusOr<std::unique_ptr<fp8::engine::dist::ProcessGroup>> g =
-        join(**store, rank, setup, c.all_gather_fp8 ? "ag-fp8-on/" : "ag-fp8-off/");
+        join_trainers(**store, rank, setup, c.all_gather_fp8 ? "ag-fp8-on/" : "ag-fp8-off/", *device);
     if (!g.ok()) return g.status();
     r.group = std::move(*g);
     absl::StatusOr<std::unique_ptr<fp8::engine::Trainer>> t =
-        fp8::engine::Trainer::create(c.spec, fp8::engine::Device::cpu(), r.group.get());
+        fp8::engine::Trainer::create(c.spec, *device, r.group.get());
     if (!t.ok()) return t.status();
     r.trainer = std::move(*t);
   }
@@ -897,9 +938,10 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
   return absl::OkStatus();
 }
 
-int fsdp_ranks(const Common& c, int nproc, const std::string& all_gather_fp8, double timeout_s) {
+int fsdp_ranks(const Common& c, bool cuda, int nproc, const std::string& all_gather_fp8, double timeout_s) {
   FsdpSetup setup;
   setup.common = c;
+  setup.cuda = cuda;
   setup.nproc = nproc;
   setup.timeout_s = timeout_s;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -1002,8 +1044,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--csv", c.csv, "also write the results here (bench/torch_llama.py --ours reads it)");
   auto* nproc_opt = app.add_option("--nproc", nproc,
-                                   "FSDP over N local ranks (forked, Gloo over 127.0.0.1) on the job's recipe, "
-                                   "fp8 all-gather on vs off")
+                                   "FSDP over N local ranks (forked; Gloo over 127.0.0.1, with --device cuda NCCL "
+                                   "on GPUs 0..N-1) on the job's recipe, fp8 all-gather on vs off")
                         ->check(CLI::Range(1, 64));
   app.add_option("--all-gather-fp8", all_gather_fp8, "with --nproc: which settings of fp8.all_gather_fp8 to run")
       ->check(CLI::IsMember({"both", "on", "off"}))
@@ -1016,8 +1058,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const bool gpu = device == "cuda";
-  if (gpu && (nproc_opt->count() > 0 || rounds_opt->count() > 0)) {
-    fp8::bench::die("--device cuda takes neither --nproc nor --rounds (one recipe at a time: --warmup, --steps)");
+  if (gpu && nproc_opt->count() == 0 && rounds_opt->count() > 0) {
+    fp8::bench::die("--device cuda without --nproc takes no --rounds (one recipe at a time: --warmup, --steps)");
+  }
+  if (gpu && nproc_opt->count() > 0 && all_gather_fp8 == "both") {
+    fp8::bench::die("--device cuda --nproc: pick --all-gather-fp8 on or off (one trainer per GPU at a time)");
   }
   if (!gpu && !sequential && (warmup_opt->count() > 0 || budget_opt->count() > 0 || breakdown_opt->count() > 0)) {
     fp8::bench::die("--warmup, --budget and --breakdown are for --device cuda (or --sequential)");
@@ -1028,8 +1073,9 @@ int main(int argc, char** argv) {
   if (nproc_opt->count() > 0 && recipes_opt->count() > 0) {
     fp8::bench::die("--nproc runs the job's recipe (set it with --set fp8.recipe=...), not --recipes");
   }
-  if ((gpu || sequential) && steps_opt->count() > 0) g.steps = c.steps_per_round;
-  if ((gpu || sequential) && g.steps < 2) {
+  const bool recipe_by_recipe = (gpu || sequential) && nproc_opt->count() == 0;
+  if (recipe_by_recipe && steps_opt->count() > 0) g.steps = c.steps_per_round;
+  if (recipe_by_recipe && g.steps < 2) {
     fp8::bench::die("one recipe at a time needs --steps >= 2 (the first timed step is not counted)");
   }
   if (c.config.empty()) c.config = default_config(gpu);
@@ -1048,7 +1094,7 @@ int main(int argc, char** argv) {
 
   std::optional<TempDir> tmp;  // the synthetic corpus, removed on return
   const std::string data_line = prepare_data(c, tmp);
-  if (nproc_opt->count() > 0) return fsdp_ranks(c, nproc, all_gather_fp8, timeout_s);
+  if (nproc_opt->count() > 0) return fsdp_ranks(c, gpu, nproc, all_gather_fp8, timeout_s);
   if (gpu || sequential) return one_at_a_time(c, g, recipes, data_line, gpu);
   return single_process_cpu(c, recipes, data_line);
 }

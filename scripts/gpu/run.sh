@@ -19,6 +19,10 @@
 #                   of 2 steps each, then torch_llama.py
 #   bench-attention bench_attention (the tensor-core and SIMT attention kernels side by side),
 #                   then torch_attention.py
+#   bench-fsdp      bench_train --device cuda --nproc (every GPU of the machine) on llama-h100,
+#                   tensorwise, fp8 all-gather on: FSDP over NCCL in its queued mode, with the
+#                   exposed communication from its events (on one GPU: FSDP's own cost beside
+#                   bench-train's one process)
 #   profile-train   where a llama-h100 step's GPU time goes, per kernel: bench_train cut to 4
 #                   layers under nsys (else ncu), per recipe in PROFILE_RECIPES (default
 #                   "none tensorwise")
@@ -234,6 +238,13 @@ do_part() {
       keep_csv ours_attention.csv
       need_csv ours_attention.csv && run torch_attention 120 python3 bench/torch_attention.py --ours "$out/ours_attention.csv"
       ;;
+    bench-fsdp)
+      local gpus
+      gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+      ((gpus > 0)) || gpus=1
+      run bench_fsdp 300 "$bin/bench_train" --device cuda --nproc "$gpus" --all-gather-fp8 on \
+        --config examples/jobs/llama-h100.yaml --set fp8.recipe=tensorwise --rounds 2 --steps 4 --timeout 120
+      ;;
     profile-train)
       local nsys ncu
       nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
@@ -265,7 +276,7 @@ do_part() {
       : "${BENCH_TRAIN_RECIPES:=none,tensorwise,rowwise,rowwise_with_gw_hp,delayed,none@FP8_CUDA_ATTENTION=wgmma,tensorwise@FP8_CUDA_ATTENTION=wgmma}"
       do_part tests-kernels; do_part tests-train; do_part bench-cast; do_part bench-attention; do_part bench-train
       ;;
-    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-cast, bench-gemm, bench-linear, bench-train, bench-attention, profile-train, torch-gemm," \
+    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-cast, bench-gemm, bench-linear, bench-train, bench-attention, bench-fsdp, profile-train, torch-gemm," \
          "torch-linear, torch-train, tests, bench, all, first)"; status=2 ;;
   esac
 }
