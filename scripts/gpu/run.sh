@@ -194,6 +194,9 @@ do_part() {
       run cuda_training_wgmma_attention 60 env FP8_CUDA_ATTENTION=wgmma "$bin/fp8_cuda_training_test" \
         --gtest_filter='*TensorCoreAttention*' || touch "$wgmma_failed"
       run cuda_fsdp_test 90 "$bin/fp8_cuda_fsdp_test"
+      # The same with NCCL waiting on the host (its queued mode off): which side a failure
+      # above is on.
+      run cuda_fsdp_host_wait 90 env FP8_NCCL_HOST_WAIT=1 "$bin/fp8_cuda_fsdp_test"
       run cuda_job_test 150 "$bin/fp8_cuda_job_test"
       ;;
     bench-cast)
