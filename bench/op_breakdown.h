@@ -93,6 +93,10 @@ class ProfilingBackend final : public Backend {
   absl::Status transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) override;
   absl::Status synchronize() override;
   absl::StatusOr<std::unique_ptr<Fence>> fence() override { return inner_.fence(); }
+  // Queued like a kernel: the wait comes later, on the read (a trainer's is a step behind).
+  absl::StatusOr<std::unique_ptr<QueuedRead>> queue_read(const void* src, size_t bytes) override {
+    return p_.run("queued reads", [&] { return inner_.queue_read(src, bytes); });
+  }
   absl::Status amax(const MatrixRef& x, Granularity g, float* out) override;
   absl::Status compute_scales(const float* amax, int64_t n, Format f, bool pow2, float* scale,
                               float* inv_scale) override;

@@ -7,7 +7,8 @@
 // copy_from_host()/copy_to_host() (they wait for the copy, so host buffers may be reused
 // at once), and the rare growth of the backend's scratch buffer (see DeviceBuffer).
 // queue_copy_from_host() stages the bytes in pinned memory and does not wait
-// (pinned_uploads.h).
+// (pinned_uploads.h); queue_read() copies into pinned memory and waits only when the
+// read's value is asked for (pinned_reads.h).
 // allocate()/deallocate() are stream-ordered and do not wait (caching_allocator.h).
 // Threads: methods that use the backend's scratch or GEMM plan cache hold a mutex, which
 // also keeps each call's launches contiguous on the stream; the others are stateless.
@@ -29,6 +30,7 @@
 #include "cuda/device_check.h"
 #include "cuda/event_fence.h"
 #include "cuda/gemm_cublaslt.h"
+#include "cuda/pinned_reads.h"
 #include "cuda/pinned_uploads.h"
 #include "fp8/fp8.h"
 
@@ -157,6 +159,14 @@ class CudaBackend final : public Backend {
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
     return cuda::EventFence::record(device_, stream_);
+  }
+
+  absl::StatusOr<std::unique_ptr<QueuedRead>> queue_read(const void* src, size_t bytes) override {
+    if (bytes > kMaxQueuedReadBytes) return Backend::queue_read(src, bytes);  // its error
+    if (src == nullptr && bytes > 0) return absl::InvalidArgumentError("queue_read: src is null");
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    return reads_.read(src, bytes);
   }
 
   absl::Status amax(const MatrixRef& x, Granularity g, float* out) override {
@@ -391,6 +401,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::CachingAllocator> allocator_;
   std::mutex uploads_mu_;  // guards uploads_
   cuda::PinnedUploads uploads_{device_, stream_};
+  cuda::PinnedReads reads_{device_, stream_};  // guards itself
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::create(int device, cudaStream_t stream) {

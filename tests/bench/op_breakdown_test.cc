@@ -249,13 +249,13 @@ TEST_P(OneProcessStep, ThatReportsReadsEachLinearOnceForEachThingItReports) {
 
 // The same rule under FSDP (one rank over a real Gloo group): the fp8 weight scales come
 // from the reduced amaxes on the device, the step's losses, norm and stop vote are summed
-// there, and the clipping factor derived there, so step 3 (which neither reports nor reads
-// the stop votes) makes no call at which a GPU's host would wait. Its collectives do not
-// show here: on a GPU they are queued like kernels (dist/queued_collectives.h).
+// there, the clipping factor derived there, and the votes read back a step later
+// (Backend::queue_read), so step 3 (which does not report) makes no call at which a GPU's
+// host would wait. Its collectives do not show here: on a GPU they are queued like
+// kernels (dist/queued_collectives.h).
 class FsdpStep : public ProfilingDeviceTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(FsdpStep, MakesNoCallThatWaitsForTheDevice) {
-  static_assert(engine::Trainer::kStopReadEvery > 3);
   v1::JobSpec spec = engine::testing::TinyJob(
       corpus_, tmp_.path() / GetParam(),
       {"train.steps=4", "train.eval_every=0", "train.log_every=100", "fp8.recipe=" + GetParam()});
@@ -281,6 +281,8 @@ TEST_P(FsdpStep, MakesNoCallThatWaitsForTheDevice) {
   absl::StatusOr<OpBreakdown> b = profiled.profiler.take();
   ASSERT_TRUE(b.ok()) << b.status();
   ASSERT_NE(find(*b, "AdamW"), nullptr) << "step 3 was profiled";
+  ASSERT_NE(find(*b, "queued reads"), nullptr) << "the step's stop votes went back without a wait";
+  EXPECT_EQ(find(*b, "queued reads")->calls, 1);
   for (const OpTime& t : b->ops) {
     EXPECT_NE(t.label.rfind(kHostWaitPrefix, 0), 0u) << t.label << ": " << t.calls << " calls";
   }

@@ -125,6 +125,32 @@ TEST_P(BackendContract, ComputeScalesMatchesTheFormula) {
   }
 }
 
+// A queued read holds the bytes as they were when it was queued, even when work queued
+// after it overwrites them (FSDP's ranks read a step's stop votes a step later), and only
+// values go this way.
+TEST_P(BackendContract, AQueuedReadHoldsTheBytesAsOfWhenItWasQueued) {
+  Buffer<float> x(b_, std::vector<float>{1.5f, -2.0f, 3.25f});
+  Buffer<float> later(b_, std::vector<float>{7.0f, 8.0f, 9.0f});
+  absl::StatusOr<std::unique_ptr<QueuedRead>> first = b_->queue_read(x.get(), 3 * sizeof(float));
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::unique_ptr<QueuedRead>> second = b_->queue_read(x.get() + 1, sizeof(float));
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(b_->copy(x.get(), later.get(), 3 * sizeof(float)).ok());  // queued after both
+  std::vector<float> got(3, 0.0f);
+  ASSERT_TRUE((*first)->wait(got.data()).ok());
+  EXPECT_EQ(got, (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  float one = 0.0f;
+  ASSERT_TRUE((*second)->wait(&one).ok());
+  EXPECT_EQ(one, -2.0f);
+  EXPECT_EQ(x.download(), (std::vector<float>{7.0f, 8.0f, 9.0f}));
+
+  Buffer<float> big(b_, Backend::kMaxQueuedReadBytes / sizeof(float) + 1);
+  const absl::StatusOr<std::unique_ptr<QueuedRead>> too_big =
+      b_->queue_read(big.get(), Backend::kMaxQueuedReadBytes + sizeof(float));
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_big.status().message().find("at most 256"), std::string::npos) << too_big.status();
+}
+
 // FSDP's fp8 all-gather derives a weight's scale and the GEMM's inverse from the ranks'
 // reduced amax without the host reading it.
 TEST_P(BackendContract, ComputeScalesWritesTheInversesWhenAsked) {

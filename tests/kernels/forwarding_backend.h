@@ -32,6 +32,9 @@ class ForwardingBackend : public Backend {
   }
   absl::Status synchronize() override { return inner_.synchronize(); }
   absl::StatusOr<std::unique_ptr<Fence>> fence() override { return inner_.fence(); }
+  absl::StatusOr<std::unique_ptr<QueuedRead>> queue_read(const void* src, size_t bytes) override {
+    return inner_.queue_read(src, bytes);
+  }
   absl::Status amax(const MatrixRef& x, Granularity g, float* out) override { return inner_.amax(x, g, out); }
   absl::Status compute_scales(const float* a, int64_t n, Format f, bool pow2, float* s, float* inv) override {
     return inner_.compute_scales(a, n, f, pow2, s, inv);

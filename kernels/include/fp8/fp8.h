@@ -309,6 +309,16 @@ class Fence {
   virtual absl::Status wait() = 0;
 };
 
+// A few bytes of backend memory on their way to the host (Backend::queue_read): queued
+// like a kernel, so that the host can ask for a value now and collect it a step later
+// without the device ever standing idle. wait() blocks until the bytes arrived and copies
+// them to dst (`bytes` of host memory). Must not outlive its backend.
+class QueuedRead {
+ public:
+  virtual ~QueuedRead() = default;
+  virtual absl::Status wait(void* dst) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -350,6 +360,11 @@ class Backend {
   // A fence after the work queued so far. The host backends finish every call before it
   // returns, so theirs is passed already.
   virtual absl::StatusOr<std::unique_ptr<Fence>> fence();
+  // src[0, bytes) as of the work queued so far, read back without waiting now (QueuedRead);
+  // at most kMaxQueuedReadBytes. The host backends read at once; CUDA copies into pinned
+  // memory behind the queued work and waits for an event when asked.
+  static constexpr size_t kMaxQueuedReadBytes = 256;
+  virtual absl::StatusOr<std::unique_ptr<QueuedRead>> queue_read(const void* src, size_t bytes);
 
   virtual absl::Status amax(const MatrixRef& x, Granularity g, float* out) = 0;
   // scale[i] = scale_from_amax(amax[i]) (arith.h), queued like a kernel; with inv_scale,

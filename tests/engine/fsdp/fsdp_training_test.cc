@@ -236,10 +236,10 @@ TEST_F(FsdpTrainingTest, KilledRankMakesEveryOtherRankFailWithinTheTimeout) {
 }
 
 // A stop (a signal, a cancel) that reaches one rank stops every rank after the same step:
-// the ranks vote with each step's values on the device and read the votes at the same
-// steps, at the latest every Trainer::kStopReadEvery steps (sooner where a step reports).
+// the ranks sum their votes with each step's values on the device, and each reads the sum
+// of a step once the next one is queued, so all stop one step after the first vote,
+// whether steps report or not.
 TEST_F(FsdpTrainingTest, AStopOnOneRankStopsEveryRankAfterTheSameStep) {
-  static_assert(Trainer::kStopReadEvery < kSteps);
   for (const int64_t log_every : {int64_t{1}, int64_t{100}}) {
     SCOPED_TRACE(absl::StrCat("log_every ", log_every));
     RunOptions o;
@@ -248,12 +248,9 @@ TEST_F(FsdpTrainingTest, AStopOnOneRankStopsEveryRankAfterTheSameStep) {
     o.stop_at_step = 3;
     const auto ranks = Run(Job({"fp8.recipe=tensorwise", absl::StrCat("train.log_every=", log_every)}), o);
     ASSERT_TRUE(AllOk(ranks));
-    // Reporting every step, step 3's report reads the vote and step 4 is the last; else the
-    // read at step 8 does.
-    const int64_t last = log_every == 1 ? 4 : Trainer::kStopReadEvery;
     for (const RankOutcome& r : ranks) {
       ASSERT_FALSE(r.steps.empty());
-      EXPECT_EQ(r.steps.back().step, last);
+      EXPECT_EQ(r.steps.back().step, 4);  // step 3's vote, read in step 4
     }
     ExpectBitEqual(ranks[0], ranks[1]);
   }

@@ -33,9 +33,7 @@ absl::StatusOr<std::vector<StepStats::StepValues>> StepStats::read() {
     for (int64_t b = 0; b < micro_batches_; ++b) loss_sum += losses[i * row + static_cast<size_t>(b)];
     double sum_of_squares;
     std::memcpy(&sum_of_squares, words.data() + 2 * i, sizeof sum_of_squares);
-    const bool voted = losses[i * row + static_cast<size_t>(micro_batches_)] > 0;
-    values.push_back({steps_[i], loss_sum / static_cast<double>(micro_batches_ * ranks_), std::sqrt(sum_of_squares),
-                      voted});
+    values.push_back({steps_[i], loss_sum / static_cast<double>(micro_batches_ * ranks_), std::sqrt(sum_of_squares)});
   }
   steps_.clear();
   return values;

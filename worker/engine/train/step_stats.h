@@ -2,10 +2,10 @@
 // never waits for it: its micro-batches' losses and its gradients' sum of squares (the
 // grad norm, which clipping reads on the device: ModelOps::queue_grad_norm), and under
 // FSDP the ranks' stop votes. Up to kCapacity steps are kept; the trainer reads them back
-// in one wait when a step reports, checkpoints or the history is full (under FSDP also
-// every few steps, to agree on stopping), and checks them for divergence then, step by
-// step. Under FSDP the ranks sum each step's values on the device first
-// (FsdpModel::reduce_step_values), so every rank reads the same.
+// in one wait when a step reports, checkpoints or the history is full, and checks them for
+// divergence then, step by step. Under FSDP the ranks sum each step's values on the
+// device first (FsdpModel::reduce_step_values), so every rank reads the same; the trainer
+// reads each step's summed votes apart, a step later (Backend::queue_read).
 #pragma once
 
 #include <cstdint>
@@ -44,7 +44,6 @@ class StepStats {
     int64_t step = 0;
     double loss = 0;       // mean over the step's micro-batches (and ranks), summed in order in double
     double grad_norm = 0;  // sqrt of the sum of squares
-    bool stop_voted = false;  // some rank voted to stop at this step
   };
   absl::StatusOr<std::vector<StepValues>> read();
 

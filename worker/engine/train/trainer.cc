@@ -220,11 +220,18 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   }
   FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr), slot.clip_scale));
   if (fsdp_) {
-    // The ranks stop together after a step whose read saw a vote: they read at the same
-    // steps (reports, checkpoints, a full history, and every kStopReadEvery steps, here,
-    // with the update already queued).
-    if (step % kStopReadEvery == 0) FP8_RETURN_IF_ERROR(settle_step_stats());
-    *stop_everywhere = stop_voted_;
+    // The ranks stop together: each reads the summed votes of the step before, which the
+    // device finishes ahead of this one, queued behind it, so the read never leaves the
+    // device idle. A stop that reached any rank in step s stops every rank after s + 1.
+    bool stop = false;
+    if (pending_votes_) {
+      float votes = 0;
+      FP8_RETURN_IF_ERROR(pending_votes_->wait(&votes));
+      FP8_RETURN_IF_ERROR(fsdp_->health());  // what a failed collective left is no vote
+      stop = votes > 0;
+    }
+    FP8_ASSIGN_OR_RETURN(pending_votes_, backend.queue_read(slot.stop_vote, sizeof(float)));
+    *stop_everywhere = stop;
   }
   // The update wrote the weights' row amaxes (create()); nothing changes the weights
   // between here and the next step's forwards.
@@ -270,7 +277,6 @@ absl::Status Trainer::settle_step_stats() {
   // What a failed collective left behind is not a divergence.
   if (fsdp_) FP8_RETURN_IF_ERROR(fsdp_->health());
   last_read_ = steps.back();
-  for (const StepStats::StepValues& v : steps) stop_voted_ = stop_voted_ || v.stop_voted;
   return check_finite(steps);
 }
 

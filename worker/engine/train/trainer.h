@@ -56,12 +56,6 @@ struct RunControl {
 
 class Trainer {
  public:
-  // Under FSDP a stop (a signal, a cancel) reaches the ranks at different steps; each rank
-  // votes with its step's values on the device, and the ranks read the votes at the same
-  // steps, at least every kStopReadEvery: all stop after the same step, at most this many
-  // steps after the first vote, and a step reads (waits for the device) that often.
-  static constexpr int64_t kStopReadEvery = 8;
-
   // `spec` must be resolved and valid (jobspec::LoadJobSpecFile does both).
   // With `group` (not owned; must outlive the trainer), this process is rank
   // group->rank() of an FSDP job of group->size() ranks; resources.world_size must match.
@@ -99,7 +93,7 @@ class Trainer {
   absl::StatusOr<StepReport> train_step(const RunControl& control, bool* stop_everywhere);
   // Reads the steps' values kept on the device since the last read (one wait; under FSDP
   // every rank reads at the same steps, so all see the same) and fails naming the first
-  // that diverged. Keeps the last step's values (last_read_) and notes any stop vote.
+  // that diverged. Keeps the last step's values (last_read_).
   absl::Status settle_step_stats();
   // The values of `step` if the last read included it (settle first).
   std::optional<StepStats::StepValues> values_of(int64_t step) const;
@@ -129,7 +123,10 @@ class Trainer {
   data::TokenBatch batch_;  // reused between micro-batches
   std::optional<StepStats> step_stats_;  // the steps' losses and norms, read when reporting
   std::optional<StepStats::StepValues> last_read_;
-  bool stop_voted_ = false;  // under FSDP: a rank voted to stop in a step read so far
+  // Under FSDP a stop (a signal, a cancel) reaches the ranks at different steps: each rank
+  // votes with its step's values, the ranks sum the votes on the device, and each reads
+  // the sum of the step before (this read, queued then) once the next step is queued.
+  std::unique_ptr<QueuedRead> pending_votes_;
   std::optional<std::filesystem::path> resumed_from_;
   int64_t last_checkpoint_step_ = -1;
 };
