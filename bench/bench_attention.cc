@@ -1,9 +1,10 @@
 // bench_attention: causal grouped-query attention, forward and backward, in bf16, per CUDA
-// implementation side by side in one run: the tensor-core kernels (mma: mma.sync with
-// every tile in registers, the default), the fp32 SIMT kernels (simt,
-// FP8_CUDA_ATTENTION=simt) and the opt-in Hopper forward (wgmma, FP8_CUDA_ATTENTION=wgmma:
-// head_dim 64 on sm_90; its backward and other shapes are mma's). Prints ms, TFLOP/s and the fraction of the GPU's dense bf16
-// peak, each implementation's speed against the first's (mma by default), and how far its
+// implementation side by side in one run: the tensor-core kernels on mma.sync with every
+// tile in registers (mma, FP8_CUDA_ATTENTION=mma; the default before sm_90), the same on
+// Hopper's warpgroup MMA (wgmma, the default on sm_90 for head_dim 64 and 128; elsewhere
+// it is mma), and the fp32 SIMT kernels (simt, FP8_CUDA_ATTENTION=simt). Prints ms,
+// TFLOP/s and the fraction of the GPU's dense bf16 peak, each implementation's speed
+// against the first's (mma by default), and how far its
 // results are from simt's (relative L2 difference of out, grad_q, grad_k, grad_v; simt is
 // fp32 throughout): a kernel that is fast and wrong shows. bench/torch_attention.py times
 // PyTorch's scaled_dot_product_attention on the same shapes.
@@ -111,7 +112,7 @@ AttentionOptions take_attention_options(int& argc, char** argv) {
 
 // Makes the attention launchers take implementation `kernel` (cuda); nothing on the CPU.
 void select(const std::string& kernel) {
-  if (kernel == "mma" || kernel == "cpu") {
+  if (kernel == "cpu") {
     unsetenv("FP8_CUDA_ATTENTION");
   } else {
     setenv("FP8_CUDA_ATTENTION", kernel.c_str(), 1);
@@ -200,8 +201,8 @@ int run(int argc, char** argv) {
   std::printf("# shape B:S:H:KV:D; TFLOP/s: forward 2·B·H·S²·D (causal half of Q·Kᵀ and P·V), backward 2.5x that; "
               "%% peak against %s %.3g TFLOP/s\n",
               gpu ? "dense bf16" : "the fp32 peak", peaks.hp_tflops);
-  std::printf("# kernels: mma (tensor cores, mma.sync, the default), wgmma (its forward on Hopper's wgmma, "
-              "FP8_CUDA_ATTENTION=wgmma), simt (fp32 SIMT, FP8_CUDA_ATTENTION=simt); "
+  std::printf("# kernels: mma (tensor cores, mma.sync, FP8_CUDA_ATTENTION=mma), wgmma (the same on Hopper's "
+              "wgmma, the default on sm_90), simt (fp32 SIMT, FP8_CUDA_ATTENTION=simt); "
               "they take turns in each timing round (median of 7)\n");
   std::printf("# err: worst relative L2 difference of out, grad_q, grad_k, grad_v from %s's\n",
               ao.kernels[reference].c_str());

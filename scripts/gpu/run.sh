@@ -9,7 +9,8 @@
 # Each part fits the device tool's 10 minutes per command (the benchmarks stop their own
 # work at ~9; a test is killed after 8):
 #   tests-kernels   format, the wgmma probe, CUDA contract and backend, Float8Linear, NCCL, CUDA model ops
-#   tests-train     CUDA training (head_dim 64 also on the wgmma attention), FSDP over NCCL, and a job
+#                   (the bf16 attention also on the mma.sync and SIMT kernels)
+#   tests-train     CUDA training (head_dim 64 also on the mma.sync attention), FSDP over NCCL, and a job
 #                   through fp8-coordinator / fp8-worker / fp8-train
 #   bench-cast      bench_cast alone (the casts against a copy; bf16 transposing casts with one
 #                   and two row tiles a block side by side)
@@ -17,7 +18,7 @@
 #   bench-linear    bench_linear (ln -> linear -> sigmoid, and the linear alone), then torch_linear.py
 #   bench-train     bench_train on llama-h100 per recipe (none first) with a per-op breakdown
 #                   of 2 steps each, then torch_llama.py
-#   bench-attention bench_attention (the tensor-core and SIMT attention kernels side by side),
+#   bench-attention bench_attention (the wgmma, mma.sync and SIMT attention kernels side by side),
 #                   then torch_attention.py
 #   bench-fsdp      bench_train --device cuda --nproc (every GPU of the machine) on llama-h100,
 #                   tensorwise, fp8 all-gather on: FSDP over NCCL in its queued mode, with the
@@ -31,10 +32,10 @@
 # what matters most: both test parts, bench-cast, bench-attention and bench-train, about 6
 # minutes, each under a TOTAL_LIMIT (default 540 s) for the command as a whole.
 #
-# Code that has not yet passed its tests on a GPU is timed only once it has: where the
-# wgmma attention tests failed on this machine (tests-kernels), bench-attention leaves the
-# wgmma kernels out and bench-train the recipes that ask for them, so that a fault there
-# cannot take the other figures of the same run with it.
+# The wgmma attention (the default on sm_90) is used only where it passed its tests: where
+# they failed on this machine (tests-kernels), every later command here runs with
+# FP8_CUDA_ATTENTION=mma and bench-attention leaves the wgmma kernels out, so that a fault
+# there cannot take the other figures of the same run with it.
 #
 # A benchmark's CSV is also kept in ./gpu-out/csv (a folder that stays on a warm machine
 # between commands), so that a PyTorch peer can be rerun alone against the last run of
@@ -121,6 +122,12 @@ run() {  # run NAME SECONDS CMD...: at most SECONDS (and what is left of the par
 }
 # Set on this machine (gpu-out/ stays while it is warm) when the wgmma attention failed its tests.
 wgmma_failed=gpu-out/wgmma_attention_failed
+avoid_failed_wgmma() {
+  if [[ -f $wgmma_failed ]]; then
+    export FP8_CUDA_ATTENTION=mma
+    echo "!! the wgmma attention failed its tests here: FP8_CUDA_ATTENTION=mma"
+  fi
+}
 # Set on this machine when fp8_wgmma_probe_test found the MN-major reading with LBO and SBO
 # exchanged: every command here then runs the wgmma attention that way.
 mn_major_reading=gpu-out/wgmma_mn_major
@@ -131,6 +138,7 @@ take_mn_major_reading() {
   fi
 }
 take_mn_major_reading
+avoid_failed_wgmma
 wgmma_untimed() { [[ -f $wgmma_failed ]] && echo "!! the wgmma attention failed its tests here: not timed"; }
 keep_csv() { [[ -f $out/$1 ]] && cp "$out/$1" "$csv_dir/$1"; }
 need_csv() {  # the CSV of our last run, into $out if it came from an earlier command
@@ -173,16 +181,21 @@ do_part() {
       run nccl_process_group_test 60 "$bin/fp8_nccl_process_group_test"
       if [[ -x $bin/fp8_cuda_model_ops_test ]]; then
         run cuda_model_ops_test 120 "$bin/fp8_cuda_model_ops_test"
-        # The bf16 attention once more on the SIMT kernels (tight tolerances for every head_dim).
+        # The bf16 attention once more on the SIMT kernels (tight tolerances for every head_dim)
+        # and on the mma.sync ones (the default before sm_90).
         run cuda_model_ops_simt_attention 60 env FP8_CUDA_ATTENTION=simt "$bin/fp8_cuda_model_ops_test" \
           --gtest_filter='*Bf16*Attention*'
-        # And on the opt-in wgmma kernels (head_dim 64 and 128; sm_90 only, elsewhere mma's).
+        run cuda_model_ops_mma_attention 60 env FP8_CUDA_ATTENTION=mma "$bin/fp8_cuda_model_ops_test" \
+          --gtest_filter='*Bf16*Attention*'
+        # And on the wgmma kernels by name (the default on sm_90, elsewhere mma's), whatever
+        # this command's environment: on failure the rest runs on mma.sync.
         if run cuda_model_ops_wgmma_attention 60 env FP8_CUDA_ATTENTION=wgmma "$bin/fp8_cuda_model_ops_test" \
           --gtest_filter='*Bf16*Attention*'; then
           rm -f "$wgmma_failed"
         else
           touch "$wgmma_failed"
         fi
+        avoid_failed_wgmma
       else
         echo "!! fp8_cuda_model_ops_test is not in the bundle"; status=1
       fi
@@ -190,9 +203,9 @@ do_part() {
     tests-train)
       # Each took at most 10 s on an H200 (2026-11-26); the limits only stop a hang.
       run cuda_training_test 150 "$bin/fp8_cuda_training_test"
-      # Training with head_dim 64 once more on the opt-in wgmma attention kernels.
-      run cuda_training_wgmma_attention 60 env FP8_CUDA_ATTENTION=wgmma "$bin/fp8_cuda_training_test" \
-        --gtest_filter='*TensorCoreAttention*' || touch "$wgmma_failed"
+      # Training with head_dim 64 once more on the mma.sync attention kernels.
+      run cuda_training_mma_attention 60 env FP8_CUDA_ATTENTION=mma "$bin/fp8_cuda_training_test" \
+        --gtest_filter='*TensorCoreAttention*'
       run cuda_fsdp_test 90 "$bin/fp8_cuda_fsdp_test"
       # The same with NCCL waiting on the host (its queued mode off): which side a failure
       # above is on.
@@ -219,9 +232,6 @@ do_part() {
       # PyTorch ~4 minutes for two compilations and its steps. `run.sh torch-train` reruns
       # PyTorch alone against this CSV if it runs out of time here.
       local recipes=${BENCH_TRAIN_RECIPES:-}
-      if [[ -n $recipes ]] && wgmma_untimed; then
-        recipes=$(tr ',' '\n' <<<"$recipes" | grep -v 'FP8_CUDA_ATTENTION=wgmma' | paste -sd, -)
-      fi
       # Each recipe also profiles 2 steps op by op (--breakdown: where a step's GPU time
       # goes, recipe beside recipe; BENCH_TRAIN_BREAKDOWN=N for another count).
       # And within what is left of the part (or command), ~150 s stay for PyTorch.
@@ -275,8 +285,8 @@ do_part() {
     first)
       : "${TOTAL_LIMIT:=540}"
       total_limit=$TOTAL_LIMIT
-      # Every recipe (a few seconds each), and attention on the wgmma kernels beside them.
-      : "${BENCH_TRAIN_RECIPES:=none,tensorwise,rowwise,rowwise_with_gw_hp,delayed,none@FP8_CUDA_ATTENTION=wgmma,tensorwise@FP8_CUDA_ATTENTION=wgmma}"
+      # Every recipe (a few seconds each), and attention on the mma.sync kernels beside them.
+      : "${BENCH_TRAIN_RECIPES:=none,tensorwise,rowwise,rowwise_with_gw_hp,delayed,none@FP8_CUDA_ATTENTION=mma,tensorwise@FP8_CUDA_ATTENTION=mma}"
       do_part tests-kernels; do_part tests-train; do_part bench-cast; do_part bench-attention; do_part bench-train
       ;;
     *) echo "unknown part '$1' (tests-kernels, tests-train, bench-cast, bench-gemm, bench-linear, bench-train, bench-attention, bench-fsdp, profile-train, torch-gemm," \

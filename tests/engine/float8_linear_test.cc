@@ -511,7 +511,10 @@ TEST_F(FLOAT8_LINEAR_TEST, BackwardStoresEachGradientAsAsked) {
 // A residual handed to forward() is added in the output GEMM's epilogue: the output is
 // the plain layer's plus the residual, rounded once (so within one rounding of the plain
 // output's and one of the sum's), the residual may be the output buffer itself, and the
-// backward is the plain layer's bit for bit.
+// backward is the plain layer's bit for bit. In place the host backends give the same bits;
+// cuBLASLt runs another kernel when C is D (an H100 gave some bf16 outputs one ulp apart,
+// and fp32 ones in the last bits, with the plan unchanged), so there both sums are held to
+// the rounding bound instead, as in BackendContract.GemmsAddAnAddendOnceInTheirEpilogue.
 TEST_F(FLOAT8_LINEAR_TEST, ResidualIsAddedInTheOutputGemmAndLeavesTheBackwardAlone) {
   const Shape s{32, 64, 48};
   const size_t m = 32, k = 64, n = 48;
@@ -534,13 +537,18 @@ TEST_F(FLOAT8_LINEAR_TEST, ResidualIsAddedInTheOutputGemmAndLeavesTheBackwardAlo
       ASSERT_OK(with->forward(tx.raw(), s.m, tw.data(), nullptr, y.raw(), {.residual = tr.raw()}));
       ASSERT_OK(plain->forward(tx.raw(), s.m, tw.data(), nullptr, y_plain.raw()));
       const std::vector<float> sum = y.download(), product = y_plain.download();
+      const std::vector<float> summed_in_place = in_place.download();
       EXPECT_EQ(tr.download(), residual) << "the residual is read, never written";
-      EXPECT_EQ(in_place.download(), sum) << "a residual that is the output buffer itself";
+      if (!backend().is_cuda()) {
+        EXPECT_EQ(summed_in_place, sum) << "a residual that is the output buffer itself";
+      }
       const double rounding = act == DType::kFloat32 ? std::ldexp(1.0, -23) : std::ldexp(1.0, -7);
       for (size_t i = 0; i < sum.size(); ++i) {
         const double want = static_cast<double>(residual[i]) + product[i];
         const double bound = rounding * (std::fabs(residual[i]) + 2 * std::fabs(product[i])) + 1e-6;
         ASSERT_LE(std::fabs(sum[i] - want), bound) << i << ": " << sum[i] << " vs " << want;
+        ASSERT_LE(std::fabs(summed_in_place[i] - want), bound) << i << " in place: " << summed_in_place[i] << " vs "
+                                                              << want;
       }
 
       ASSERT_OK(with->backward(tg.raw(), gx.raw(), gw.data(), nullptr));

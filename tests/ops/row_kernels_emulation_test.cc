@@ -1,6 +1,6 @@
 // The by-rows model kernels (kernels/cuda/ops/row_kernels_device.cuh: SwiGLU and its
-// backward, AdamW and RoPE, each also writing its rows' amaxes) run on the CPU under the
-// emulation of CUDA threads and warp collectives (emulation/), against the CPU's
+// backward, AdamW and RoPE, each also writing its rows' amaxes, and a bare row amax) run on
+// the CPU under the emulation of CUDA threads and warp collectives (emulation/), against the CPU's
 // per-element functions applied element by element: every value bit for bit, and each
 // row's amax of the values as stored. Both access paths (16-byte groups, and element by
 // element for ragged rows), rows longer than a block's threads cover in one sweep, and
@@ -96,6 +96,26 @@ TEST(RowKernelsEmulation, SwigluAndItsBackwardMatchTheCpuWithTheirRowAmaxes) {
   for (Shape s : kShapes) {
     check_swiglu<float>(s);
     check_swiglu<bf16_bits>(s);
+  }
+}
+
+// The bare row amax (the SIMT attention's): each row's amax of x as stored, on both paths.
+template <typename T>
+void check_row_amax(Shape s) {
+  SCOPED_TRACE(::testing::Message() << (std::is_same_v<T, float> ? "fp32 " : "bf16 ") << s.rows << "x" << s.cols);
+  const auto x = stored<T>(values(static_cast<size_t>(s.rows * s.cols), 4));
+  std::vector<float> amax(static_cast<size_t>(s.rows), -1.0f);
+  on_the_launchers_path<T>(s.cols, [&](auto vec) {
+    emulation::launch(kBlocks, kThreads, 0, row_amax_kernel<T, decltype(vec)::value>, x.data(), s.rows, s.cols,
+                      amax.data());
+  });
+  expect_bits_equal(amax, row_amaxes(x, s.rows, s.cols), "row amaxes");
+}
+
+TEST(RowKernelsEmulation, RowAmaxIsEachRowsAmaxAsStored) {
+  for (Shape s : kShapes) {
+    check_row_amax<float>(s);
+    check_row_amax<bf16_bits>(s);
   }
 }
 

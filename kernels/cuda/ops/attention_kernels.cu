@@ -43,9 +43,9 @@
 #include <initializer_list>
 #include <type_traits>
 
-#include "cuda/cast_kernels.h"
 #include "cuda/ops/activation_access.cuh"
 #include "cuda/ops/attention_tc_kernels.h"
+#include "cuda/ops/model_kernels.h"
 #include "ops/model_arith.h"
 
 namespace fp8::cuda {
@@ -772,8 +772,9 @@ LaunchResult launch_attention_forward(const AttentionDims& d, const void* q, con
   const LaunchResult r = launch_attention_forward_simt(d, q, k, v, out, lse, act, stream);
   if (!r.ok() || row_amax == nullptr) return r;
   // The SIMT kernels (fp32, other head sizes) are the slow path; an amax pass beside them
-  // costs little and keeps them as they are.
-  return launch_amax(out, act, d.batch * d.seq, d.n_heads * d.head_dim, Axis::kRow, row_amax, stream);
+  // costs little and keeps them as they are. Not the cast kernels' pass: out may be
+  // misaligned here, which their vector loads do not allow.
+  return launch_row_amax(out, d.batch * d.seq, d.n_heads * d.head_dim, row_amax, act, stream);
 }
 
 size_t attention_backward_scratch_bytes(const AttentionDims& d) {

@@ -16,10 +16,10 @@
 namespace fp8::cuda {
 namespace {
 
-// FP8_CUDA_ATTENTION=simt sends every call to the SIMT kernels (and =wgmma head_dim 64 on
-// an sm_90 device to the wgmma kernels, attention_wgmma_kernels.h). Read at every launch (a
-// getenv is nothing beside an attention kernel), so that bench_attention can time both
-// implementations side by side in one process.
+// FP8_CUDA_ATTENTION=simt sends every call to the SIMT kernels (and =mma keeps an sm_90
+// device on the mma.sync kernels instead of the wgmma ones, attention_wgmma_kernels.h).
+// Read at every launch (a getenv is nothing beside an attention kernel), so that
+// bench_attention can time the implementations side by side in one process.
 bool simt_requested() {
   const char* e = std::getenv("FP8_CUDA_ATTENTION");
   return e != nullptr && std::strcmp(e, "simt") == 0;

@@ -17,8 +17,9 @@
 // reads them, one group in flight at a time: no overlap of the softmax with the tensor
 // cores yet (FlashAttention-3's ping-pong would be the next step).
 //
-// Opt-in (FP8_CUDA_ATTENTION=wgmma, attention_tc_kernels.cu), sm_90 only, built for sm_90a.
-// Not yet run on a GPU.
+// The default on sm_90 (FP8_CUDA_ATTENTION=mma opts out, attention_tc_kernels.cu), built
+// for sm_90a. On an H100 (2026-11-27) it passed the mma kernels' tests, gave the same
+// errors against the SIMT kernels, and ran 1.08-1.21x faster than them forward+backward.
 #pragma once
 
 #include <cstdint>

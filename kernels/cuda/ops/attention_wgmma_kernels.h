@@ -10,7 +10,8 @@
 
 namespace fp8::cuda {
 
-// FP8_CUDA_ATTENTION=wgmma asks for it, bf16 head_dim 64 or 128 on an sm_90 device
+// The tensor-core attention's kernels on an sm_90 device (H100, H200) for bf16 head_dim 64
+// or 128, unless FP8_CUDA_ATTENTION=mma asks for the mma.sync kernels
 // (attention_tc_kernels.cu checks the rest of tensor_core_attention_applies first).
 // FP8_WGMMA_MN_MAJOR=exchanged makes the launchers read transposed tiles with the MN-major
 // descriptors' LBO and SBO exchanged, for a GPU whose fp8_wgmma_probe_test finds that

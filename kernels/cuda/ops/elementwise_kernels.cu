@@ -187,6 +187,19 @@ LaunchResult launch_by_rows(int64_t rows, bool vec, const char* kernel, Queue qu
   return model::after_launch(kernel);
 }
 
+LaunchResult launch_row_amax(const void* x, int64_t rows, int64_t cols, float* row_amax, HpType act,
+                             cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return {};
+  return model::with_act(act, [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = static_cast<const T*>(x);
+    const bool vec = cols % model::kPer16Bytes<T> == 0 && model::aligned16(in);
+    return launch_by_rows(rows, vec, "row amax kernel", [&](auto kvec, unsigned blocks) {
+      row_kernels::row_amax_kernel<T, decltype(kvec)::value><<<blocks, kThreads, 0, stream>>>(in, rows, cols, row_amax);
+    });
+  });
+}
+
 LaunchResult launch_swiglu_forward_rows(const void* gate, const void* up, int64_t rows, int64_t cols, void* out,
                                         float* row_amax, HpType act, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return {};

@@ -97,6 +97,9 @@ LaunchResult launch_add(const void* a, const void* b, int64_t n, void* out, HpTy
 LaunchResult launch_accumulate(const void* x, int64_t n, void* y, HpType act, cudaStream_t stream);
 LaunchResult launch_swiglu_forward(const void* gate, const void* up, int64_t n, void* out, HpType act,
                                    cudaStream_t stream);
+// row_amax[r] = max |x[r, :]| for x [rows, cols] of the activation type, at any alignment.
+LaunchResult launch_row_amax(const void* x, int64_t rows, int64_t cols, float* row_amax, HpType act,
+                             cudaStream_t stream);
 // The same over [rows, cols], also writing row_amax[r] = max |out[r, :]| as stored.
 LaunchResult launch_swiglu_forward_rows(const void* gate, const void* up, int64_t rows, int64_t cols, void* out,
                                         float* row_amax, HpType act, cudaStream_t stream);

@@ -1,6 +1,6 @@
 // The model-op kernels that also write each row's amax (for the fp8 cast that reads the
-// row, QuantizeArgs::row_amax): SwiGLU and its backward, AdamW, RoPE; and RoPE without
-// amaxes. Launched by elementwise_kernels.cu and rope_kernels.cu; in a header of their own
+// row, QuantizeArgs::row_amax): SwiGLU and its backward, AdamW, RoPE, a bare row amax; and
+// RoPE without amaxes. Launched by elementwise_kernels.cu and rope_kernels.cu; in a header of their own
 // so that tests/ops/row_kernels_emulation_test.cc runs this same source on the CPU under
 // the CUDA emulation (tests/ops/emulation/), against the CPU ops.
 //
@@ -50,6 +50,26 @@ __global__ void __launch_bounds__(kThreads)
       for (int k = 0; k < kG; ++k) y[k] = ops::swiglu(a[k], b[k]);
       model::store_group16<kVec>(out + base, g, cols, y);
       amax_bits = model::group16_amax_bits<T>(amax_bits, g, cols, y);
+    }
+    amax_bits = model::block_max_bits(amax_bits);
+    if (threadIdx.x == 0) row_amax[r] = __uint_as_float(amax_bits);
+  }
+}
+
+// Each row's amax of x alone, for an op whose own kernel does not make it (the SIMT
+// attention). Unlike the cast kernels' amax pass, it takes any alignment.
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    row_amax_kernel(const T* x, int64_t rows, int64_t cols, float* __restrict__ row_amax) {
+  constexpr int kG = model::kPer16Bytes<T>;
+  const int64_t groups = model::ceil_div(cols, kG);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * cols;
+    uint32_t amax_bits = 0;
+    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
+      float a[kG];
+      model::load_group16<kVec>(x + base, g, cols, 0.0f, a);
+      amax_bits = model::group16_amax_bits<T>(amax_bits, g, cols, a);
     }
     amax_bits = model::block_max_bits(amax_bits);
     if (threadIdx.x == 0) row_amax[r] = __uint_as_float(amax_bits);
