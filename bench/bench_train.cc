@@ -58,7 +58,11 @@
 // through a file store), on the job's recipe (tiny-cpu.yaml: tensorwise), with fp8
 // all-gather of the weights on and off side by side. Every rank builds one trainer per
 // setting, each on its own process group, and the trainers take turns as above; a round's
-// time is the slowest rank's. Printed per setting: global tokens/s (batch_size is per rank,
+// time is the slowest rank's, over every step of the round but its first (the round
+// reports after its first step and its last, as one recipe at a time does, so a step
+// waits for the device only there). --steps is then at least 2. With --breakdown N, after
+// the rounds each setting trains N + 2 more steps and rank 0's ops are timed as above
+// (every rank trains them). Printed per setting: global tokens/s (batch_size is per rank,
 // so N x batch_size x seq_len tokens per step), ms/step, the communication per step as
 // FSDP counts it (collectives' time on the communication thread, and the part of it the
 // compute thread waited for: "exposed"; both the mean over ranks) and the all-gather
@@ -749,22 +753,50 @@ int one_at_a_time(const Common& opts, const GpuOptions& g, const std::vector<std
 
 // ---- FSDP over local ranks ---------------------------------------------------------------
 
-// Sums one rank's per-step communication over the measured steps (train.log_every is 1, so
-// every step reports).
-class CommTally final : public fp8::engine::TrainObserver {
+// One rank's measured rounds of a setting. train.log_every is a round's length, so a round
+// reports after its first step (covering that step) and after its last (covering the rest,
+// as a mean): the communication sums each report's means times the steps it covers, and
+// the round's time runs from the first report to the last, every step but the first, as
+// the one-process table's ms/step. Reports (a wait for the device, and the casts' range
+// counts) stay as rare as there.
+class RoundTally final : public fp8::engine::TrainObserver {
  public:
-  void on_step(const fp8::engine::StepReport& r) override {
-    if (!counting || !r.comm) return;
-    sum.all_gather_fp8_bytes += r.comm->all_gather_fp8_bytes;
-    sum.all_gather_f32_bytes += r.comm->all_gather_f32_bytes;
-    sum.reduce_scatter_bytes += r.comm->reduce_scatter_bytes;
-    sum.comm_ms += r.comm->comm_ms;
-    sum.exposed_ms += r.comm->exposed_ms;
-    ++steps;
+  // Before each round's run(): `first_step` is the round's first.
+  void begin_round(int64_t first_step, bool count) {
+    counting_ = count;
+    reported_through_ = first_step - 1;
+    first_report_.reset();
+    round_seconds = 0;
   }
-  bool counting = false;  // off during the warm-up round
-  fp8::engine::StepComm sum;
-  int64_t steps = 0;
+  void on_step(const fp8::engine::StepReport& r) override {
+    const Clock::time_point now = Clock::now();
+    const int64_t covered = r.step - reported_through_;
+    reported_through_ = r.step;
+    if (!counting_) return;
+    if (r.comm) {
+      sum.all_gather_fp8_bytes += covered * r.comm->all_gather_fp8_bytes;
+      sum.all_gather_f32_bytes += covered * r.comm->all_gather_f32_bytes;
+      sum.reduce_scatter_bytes += covered * r.comm->reduce_scatter_bytes;
+      sum.comm_ms += covered * r.comm->comm_ms;
+      sum.exposed_ms += covered * r.comm->exposed_ms;
+      comm_steps += covered;
+    }
+    if (!first_report_) {
+      first_report_ = now;
+    } else {
+      round_seconds = std::chrono::duration<double>(now - *first_report_).count();
+      timed_steps += covered;
+    }
+  }
+  fp8::engine::StepComm sum;  // over comm_steps steps
+  int64_t comm_steps = 0;
+  int64_t timed_steps = 0;    // every measured round's steps but its first
+  double round_seconds = 0;   // this round's, from its first report to its last
+
+ private:
+  bool counting_ = false;  // off during the warm-up round
+  int64_t reported_through_ = 0;
+  std::optional<Clock::time_point> first_report_;
 };
 
 struct FsdpContender {
@@ -772,9 +804,10 @@ struct FsdpContender {
   fp8::v1::JobSpec spec;
   std::unique_ptr<fp8::engine::dist::ProcessGroup> group;  // before the trainer: outlives it
   std::unique_ptr<fp8::engine::Trainer> trainer;
-  CommTally tally;
-  double seconds = 0;  // sum over measured rounds of the slowest rank's time
-  int64_t steps = 0;
+  RoundTally tally;
+  double seconds = 0;  // sum over measured rounds of the slowest rank's time (all steps but the first)
+  int64_t steps = 0;   // the steps `seconds` covers
+  std::optional<fp8::bench::NamedBreakdown> breakdown;  // rank 0's, with --breakdown
 };
 
 struct FsdpSetup {
@@ -783,6 +816,7 @@ struct FsdpSetup {
   int nproc = 2;
   int threads = 1;  // per rank
   double timeout_s = 300;
+  int breakdown = 0;  // steps profiled op by op after the measured rounds (two more run unprofiled)
   std::vector<FsdpContender> contenders;  // specs only; each rank builds the rest
 };
 
@@ -826,7 +860,7 @@ void print_fsdp_results(const FsdpSetup& setup, const std::vector<FsdpContender>
   std::printf("# model: %s; %s\n", runs[0].trainer->model().config().describe().c_str(),
               runs[0].trainer->fp8_summary().c_str());
   std::printf("# %lld tokens per step over all ranks (%d per rank x %lld x %d ranks); %d rounds x %d steps per "
-              "setting, interleaved\n",
+              "setting, interleaved, each round timed after its first step\n",
               static_cast<long long>(tokens_per_step), spec.train().batch_size(),
               static_cast<long long>(spec.data().seq_len()), setup.nproc, setup.common.rounds,
               setup.common.steps_per_round);
@@ -837,7 +871,7 @@ void print_fsdp_results(const FsdpSetup& setup, const std::vector<FsdpContender>
   std::printf("# all-gather MB: gathered bytes per rank and step (1 MB = 1e6 B), by the type that travelled\n");
   // The baseline is fp8 all-gather off when it ran, else the only setting.
   const FsdpContender& base = runs[0];
-  auto per_step = [](const FsdpContender& c, double v) { return v / static_cast<double>(c.tally.steps); };
+  auto per_step = [](const FsdpContender& c, double v) { return v / static_cast<double>(c.tally.comm_steps); };
   auto tokens_per_s = [&](const FsdpContender& c) {
     return static_cast<double>(c.steps * tokens_per_step) / c.seconds;
   };
@@ -870,6 +904,35 @@ void print_fsdp_results(const FsdpSetup& setup, const std::vector<FsdpContender>
     }
   }
   table.print();
+  std::vector<fp8::bench::NamedBreakdown> breakdowns;
+  for (const FsdpContender& c : runs) {
+    if (c.breakdown) breakdowns.push_back(*c.breakdown);
+  }
+  if (!breakdowns.empty()) {
+    std::printf("\n# where rank 0's step time goes (--breakdown %d: each op's %s time, per step over that many "
+                "steps after the measured rounds; share of the step's span; calls per step)\n",
+                setup.breakdown, setup.cuda ? "GPU (CUDA events around it)" : "wall");
+    fp8::bench::print_breakdowns(breakdowns);
+  }
+}
+
+// Rank 0's per-op breakdown of `c`'s next setup.breakdown steps (every rank trains them;
+// one unprofiled on each side, as one recipe at a time does).
+absl::Status profile_fsdp_steps(const FsdpSetup& setup, int rank, fp8::bench::OpProfiler& profiler, FsdpContender& c) {
+  const int64_t first = c.trainer->steps_done() + 1, last = first + setup.breakdown + 1;
+  ProfileSteps observer(profiler, first, last);
+  fp8::engine::RunControl control;
+  control.stop_after_step = last;
+  absl::StatusOr<fp8::engine::TrainSummary> s = c.trainer->run(observer, control);
+  profiler.set_on(false);
+  absl::StatusOr<fp8::bench::OpBreakdown> b = profiler.take();
+  if (!s.ok()) return s.status();
+  if (!b.ok()) return b.status();
+  if (rank == 0) {
+    c.breakdown = fp8::bench::NamedBreakdown{c.all_gather_fp8 ? "fp8 all-gather on" : "fp8 all-gather off", *b,
+                                             setup.breakdown};
+  }
+  return absl::OkStatus();
 }
 
 // One rank: join, build a trainer per setting, take turns, and (rank 0) print.
@@ -886,6 +949,18 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
     gpu = std::move(*d);
     device = gpu.get();
   }
+  // With --breakdown the trainers run behind the profiling wrappers (off until the profiled
+  // steps: a forwarded call costs nothing measurable); their groups take the device itself.
+  std::optional<ProfiledDevice> profiled;
+  if (setup.breakdown > 0) {
+    absl::StatusOr<fp8::ModelOps*> ops = device->model_ops();
+    if (!ops.ok()) return ops.status();
+    absl::StatusOr<std::unique_ptr<fp8::bench::OpTimer>> timer =
+        setup.cuda ? fp8::bench::cuda_op_timer(rank, device->stream()) : fp8::bench::host_op_timer();
+    if (!timer.ok()) return timer.status();
+    profiled.emplace(*device, **ops, std::move(*timer));
+  }
+  const fp8::engine::Device& trained_on = profiled ? profiled->device : *device;
   absl::StatusOr<std::unique_ptr<fp8::engine::dist::FileStore>> store =
       fp8::engine::dist::FileStore::open(dir / "rendezvous");
   if (!store.ok()) return store.status();
@@ -903,7 +978,7 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
     if (!g.ok()) return g.status();
     r.group = std::move(*g);
     absl::StatusOr<std::unique_ptr<fp8::engine::Trainer>> t =
-        fp8::engine::Trainer::create(c.spec, *device, r.group.get());
+        fp8::engine::Trainer::create(c.spec, trained_on, r.group.get());
     if (!t.ok()) return t.status();
     r.trainer = std::move(*t);
   }
@@ -911,21 +986,26 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
   const int steps_per_round = setup.common.steps_per_round;
   for (int round = 0; round <= setup.common.rounds; ++round) {
     for (FsdpContender& c : runs) {
-      c.tally.counting = round > 0;  // the first round warms up
       fp8::engine::RunControl rc;
       rc.stop_after_step = static_cast<int64_t>(round + 1) * steps_per_round;
+      c.tally.begin_round(c.trainer->steps_done() + 1, /*count=*/round > 0);  // the first round warms up
       if (absl::Status s = (*control)->barrier(); !s.ok()) return s;
-      const auto start = std::chrono::steady_clock::now();
       absl::StatusOr<fp8::engine::TrainSummary> s = c.trainer->run(c.tally, rc);
       if (!s.ok()) return s.status();
-      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      double seconds = c.tally.round_seconds;
       if (absl::Status m = (*control)->all_reduce(&seconds, 1, fp8::engine::dist::ReduceOp::kMax); !m.ok()) return m;
       if (round == 0) continue;
       c.seconds += seconds;
-      c.steps += steps_per_round;
+      c.steps += steps_per_round - 1;
     }
   }
-  // Every rank's communication, averaged (the bytes are the same on every rank).
+  if (profiled) {
+    for (FsdpContender& c : runs) {
+      if (absl::Status s = (*control)->barrier(); !s.ok()) return s;
+      if (absl::Status s = profile_fsdp_steps(setup, rank, profiled->profiler, c); !s.ok()) return s;
+    }
+  }
+  // Every rank's communication, averaged (the bytes and steps are the same on every rank).
   for (FsdpContender& c : runs) {
     fp8::engine::StepComm& m = c.tally.sum;
     double v[5] = {m.all_gather_fp8_bytes, m.all_gather_f32_bytes, m.reduce_scatter_bytes, m.comm_ms, m.exposed_ms};
@@ -938,12 +1018,14 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
   return absl::OkStatus();
 }
 
-int fsdp_ranks(const Common& c, bool cuda, int nproc, const std::string& all_gather_fp8, double timeout_s) {
+int fsdp_ranks(const Common& c, bool cuda, int nproc, const std::string& all_gather_fp8, double timeout_s,
+               int breakdown) {
   FsdpSetup setup;
   setup.common = c;
   setup.cuda = cuda;
   setup.nproc = nproc;
   setup.timeout_s = timeout_s;
+  setup.breakdown = breakdown;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   setup.threads = std::max(1, static_cast<int>(cores) / nproc);
   if (const char* env = std::getenv("FP8_NUM_THREADS"); env != nullptr && std::atoi(env) > 0) {
@@ -953,7 +1035,7 @@ int fsdp_ranks(const Common& c, bool cuda, int nproc, const std::string& all_gat
   std::vector<bool> settings;
   if (all_gather_fp8 != "on") settings.push_back(false);
   if (all_gather_fp8 != "off") settings.push_back(true);
-  const int64_t total_steps = static_cast<int64_t>(c.rounds + 1) * c.steps_per_round;
+  const int64_t total_steps = static_cast<int64_t>(c.rounds + 1) * c.steps_per_round + (breakdown > 0 ? breakdown + 2 : 0);
   // Loaded (and validated) here, before the forks: a bad job fails once, not once per rank.
   for (bool on : settings) {
     FsdpContender& k = setup.contenders.emplace_back();
@@ -961,7 +1043,7 @@ int fsdp_ranks(const Common& c, bool cuda, int nproc, const std::string& all_gat
     k.spec = load_job(c,
                       {absl::StrCat("resources.world_size=", nproc),
                        absl::StrCat("fp8.all_gather_fp8=", on ? "true" : "false"),
-                       "train.log_every=1"},
+                       absl::StrCat("train.log_every=", c.steps_per_round)},
                       total_steps);
   }
   const bool ok = fp8::bench::run_local_ranks(nproc, [&](int rank, const std::filesystem::path& dir) {
@@ -1028,8 +1110,9 @@ int main(int argc, char** argv) {
                          ->capture_default_str();
   auto* breakdown_opt =
       app.add_option("--breakdown", g.breakdown,
-                     "cuda, --sequential: after the timed steps, N more (and one unprofiled on each side) with "
-                     "each op's device time marked: where a step's time goes, per recipe")
+                     "cuda, --sequential, --nproc: after the timed steps, N more (and one unprofiled on each side) "
+                     "with each op's device time marked: where a step's time goes, per recipe (rank 0's, per "
+                     "setting with --nproc)")
           ->check(CLI::PositiveNumber);
   bool sequential = false;
   app.add_flag("--sequential", sequential,
@@ -1064,8 +1147,14 @@ int main(int argc, char** argv) {
   if (gpu && nproc_opt->count() > 0 && all_gather_fp8 == "both") {
     fp8::bench::die("--device cuda --nproc: pick --all-gather-fp8 on or off (one trainer per GPU at a time)");
   }
-  if (!gpu && !sequential && (warmup_opt->count() > 0 || budget_opt->count() > 0 || breakdown_opt->count() > 0)) {
-    fp8::bench::die("--warmup, --budget and --breakdown are for --device cuda (or --sequential)");
+  if (!gpu && !sequential && (warmup_opt->count() > 0 || budget_opt->count() > 0)) {
+    fp8::bench::die("--warmup and --budget are for --device cuda (or --sequential)");
+  }
+  if (!gpu && !sequential && nproc_opt->count() == 0 && breakdown_opt->count() > 0) {
+    fp8::bench::die("--breakdown is for one recipe at a time (--device cuda or --sequential) or --nproc");
+  }
+  if (nproc_opt->count() > 0 && c.steps_per_round < 2) {
+    fp8::bench::die("--nproc needs --steps >= 2 (a round's first step is not timed)");
   }
   if (sequential && (gpu || nproc_opt->count() > 0 || rounds_opt->count() > 0)) {
     fp8::bench::die("--sequential is the CPU's version of --device cuda's one recipe at a time: no --nproc, --rounds");
@@ -1094,7 +1183,7 @@ int main(int argc, char** argv) {
 
   std::optional<TempDir> tmp;  // the synthetic corpus, removed on return
   const std::string data_line = prepare_data(c, tmp);
-  if (nproc_opt->count() > 0) return fsdp_ranks(c, gpu, nproc, all_gather_fp8, timeout_s);
+  if (nproc_opt->count() > 0) return fsdp_ranks(c, gpu, nproc, all_gather_fp8, timeout_s, g.breakdown);
   if (gpu || sequential) return one_at_a_time(c, g, recipes, data_line, gpu);
   return single_process_cpu(c, recipes, data_line);
 }
