@@ -96,6 +96,10 @@ absl::Status ProfilingBackend::queue_copy_from_host(void* dst, const void* src, 
 absl::Status ProfilingBackend::copy(void* dst, const void* src, size_t bytes) {
   return p_.run("device copies", [&] { return inner_.copy(dst, src, bytes); });
 }
+absl::Status ProfilingBackend::copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                                         size_t row_bytes, size_t rows) {
+  return p_.run("device copies", [&] { return inner_.copy_rows(dst, dst_pitch, src, src_pitch, row_bytes, rows); });
+}
 absl::Status ProfilingBackend::fill_zero(void* dst, size_t bytes) {
   return p_.run("zero fills", [&] { return inner_.fill_zero(dst, bytes); });
 }

@@ -89,6 +89,8 @@ class ProfilingBackend final : public Backend {
   absl::Status copy_to_host(void* dst, const void* src, size_t bytes) override;
   absl::Status queue_copy_from_host(void* dst, const void* src, size_t bytes) override;
   absl::Status copy(void* dst, const void* src, size_t bytes) override;
+  absl::Status copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                         size_t rows) override;
   absl::Status fill_zero(void* dst, size_t bytes) override;
   absl::Status transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) override;
   absl::Status synchronize() override;

@@ -1,5 +1,6 @@
 #include "common/validate.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -257,6 +258,24 @@ absl::Status check_gemm(const GemmArgs& a, const Requirements& req) {
     if (auto s = check_pointer(a.addend, "gemm addend", req); !s.ok()) return s;
   }
   return check_pointer(a.out, "gemm out", req);
+}
+
+absl::Status check_copy_rows(const void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                             size_t rows) {
+  if (dst_pitch < row_bytes || src_pitch < row_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("copy_rows: rows of ", row_bytes, " bytes at pitches of ",
+                                                   dst_pitch, " (dst) and ", src_pitch,
+                                                   " (src) bytes; a pitch must be at least the row"));
+  }
+  if (rows == 0 || row_bytes == 0) return absl::OkStatus();
+  if (dst == nullptr || src == nullptr) return absl::InvalidArgumentError("copy_rows: null pointer");
+  size_t span = 0;
+  if (__builtin_mul_overflow(rows - 1, std::max(dst_pitch, src_pitch), &span) ||
+      __builtin_add_overflow(span, row_bytes, &span)) {
+    return absl::InvalidArgumentError(absl::StrCat("copy_rows: ", rows, " rows at a pitch of ",
+                                                   std::max(dst_pitch, src_pitch), " bytes overflow"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace fp8::detail

@@ -28,6 +28,9 @@ absl::Status check_dequantize(const DequantizeArgs& a, const Requirements& req);
 absl::Status check_convert(const void* in, DType in_dtype, const void* out, DType out_dtype,
                            int64_t n, const Requirements& req);
 absl::Status check_scaled_gemm(const ScaledGemmArgs& a, const Requirements& req);
+// Backend::copy_rows: pitches at least the row, no null pointer where bytes move.
+absl::Status check_copy_rows(const void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                             size_t rows);
 absl::Status check_gemm(const GemmArgs& a, const Requirements& req);
 
 }  // namespace fp8::detail

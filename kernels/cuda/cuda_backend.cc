@@ -132,6 +132,23 @@ class CudaBackend final : public Backend {
     return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
   }
 
+  absl::Status copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                         size_t rows) override {
+    if (auto s = detail::check_copy_rows(dst, dst_pitch, src, src_pitch, row_bytes, rows); !s.ok()) return s;
+    if (rows == 0 || row_bytes == 0) return absl::OkStatus();
+    DeviceGuard guard(device_);
+    if (!guard.status().ok()) return guard.status();
+    const cudaError_t e = cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
+                                            cudaMemcpyDeviceToDevice, stream_);
+    // A pitch beyond the device's limit (cudaDevAttrMaxPitch) is refused before anything
+    // is queued, and the error is not sticky: the rows then go one copy each.
+    if (e == cudaErrorInvalidPitchValue) {
+      (void)cudaGetLastError();
+      return Backend::copy_rows(dst, dst_pitch, src, src_pitch, row_bytes, rows);
+    }
+    return cuda_status(e, "cudaMemcpy2DAsync");
+  }
+
   absl::Status fill_zero(void* dst, size_t bytes) override {
     if (bytes == 0) return absl::OkStatus();
     if (dst == nullptr) return absl::InvalidArgumentError("fill_zero: null pointer");

@@ -1036,6 +1036,48 @@ TEST_P(BackendContract, ZeroByteAllocationsAreDistinctAndCountNothing) {
   EXPECT_EQ(b_->memory_stats().allocated, before);
 }
 
+// copy_rows moves each row to its pitch and nothing else: the gaps between rows in dst keep
+// their bytes, as does everything past the last row.
+TEST_P(BackendContract, CopyRowsMovesEachRowToItsPitchAndNothingElse) {
+  struct Case {
+    size_t dst_pitch, src_pitch, row_bytes, rows;
+  };
+  // Gaps on either side, none (one contiguous run), a single row, and rows of odd lengths.
+  const Case cases[] = {{96, 40, 40, 5}, {40, 96, 40, 5}, {64, 64, 64, 4}, {100, 33, 33, 1}, {257, 129, 7, 9}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.rows << " rows of " << c.row_bytes << " at pitches " << c.dst_pitch
+                                      << " / " << c.src_pitch);
+    const size_t src_n = c.src_pitch * c.rows, dst_n = c.dst_pitch * c.rows + 64;
+    std::vector<uint8_t> host_src(src_n);
+    for (size_t i = 0; i < src_n; ++i) host_src[i] = static_cast<uint8_t>(i * 7 + 3);
+    const std::vector<uint8_t> before(dst_n, 0xA5);
+    Buffer<uint8_t> src(b_, host_src), dst(b_, before);
+    ASSERT_TRUE(b_->copy_rows(dst.get(), c.dst_pitch, src.get(), c.src_pitch, c.row_bytes, c.rows).ok());
+    std::vector<uint8_t> want = before;
+    for (size_t r = 0; r < c.rows; ++r) {
+      std::copy_n(host_src.begin() + static_cast<std::ptrdiff_t>(r * c.src_pitch), c.row_bytes,
+                  want.begin() + static_cast<std::ptrdiff_t>(r * c.dst_pitch));
+    }
+    EXPECT_EQ(dst.download(), want);
+    EXPECT_EQ(src.download(), host_src) << "the source changed";
+  }
+}
+
+TEST_P(BackendContract, CopyRowsRejectsAPitchShorterThanTheRowAndCopiesNothing) {
+  const std::vector<uint8_t> before(256, 0x3C);
+  Buffer<uint8_t> src(b_, std::vector<uint8_t>(256, 0x11)), dst(b_, before);
+  for (const auto& [dst_pitch, src_pitch] : {std::pair<size_t, size_t>{31, 64}, {64, 31}}) {
+    const absl::Status s = b_->copy_rows(dst.get(), dst_pitch, src.get(), src_pitch, 32, 4);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("pitch"), std::string::npos) << s;
+  }
+  EXPECT_EQ(b_->copy_rows(nullptr, 64, src.get(), 64, 32, 2).code(), absl::StatusCode::kInvalidArgument);
+  // Nothing to move needs no memory, as copy() of zero bytes.
+  EXPECT_TRUE(b_->copy_rows(nullptr, 64, nullptr, 64, 32, 0).ok());
+  EXPECT_TRUE(b_->copy_rows(nullptr, 64, nullptr, 64, 0, 3).ok());
+  EXPECT_EQ(dst.download(), before);
+}
+
 TEST_P(BackendContract, TransposeBytesMatchesANaiveLoopForRaggedShapes) {
   constexpr size_t kGuard = 64;  // bytes past the end of dst that must stay untouched
   const std::vector<std::pair<int64_t, int64_t>> shapes = {

@@ -26,6 +26,9 @@ class ForwardingBackend : public Backend {
     return inner_.queue_copy_from_host(d, s, n);
   }
   absl::Status copy(void* d, const void* s, size_t n) override { return inner_.copy(d, s, n); }
+  absl::Status copy_rows(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t rows) override {
+    return inner_.copy_rows(d, dp, s, sp, w, rows);
+  }
   absl::Status fill_zero(void* d, size_t n) override { return inner_.fill_zero(d, n); }
   absl::Status transpose_bytes(const uint8_t* s, int64_t r, int64_t c, uint8_t* d) override {
     return inner_.transpose_bytes(s, r, c, d);

@@ -348,6 +348,13 @@ class Backend {
   }
   // Within this backend's memory, queued like a kernel (no host wait). Ranges must not overlap.
   virtual absl::Status copy(void* dst, const void* src, size_t bytes) = 0;
+  // `rows` runs of `row_bytes` bytes, run i from src + i·src_pitch to dst + i·dst_pitch,
+  // queued like one copy (CUDA: one cudaMemcpy2DAsync where a row-by-row copy would queue
+  // `rows`). FSDP moves a parameter's block of every rank this way in and out of its
+  // collectives' buffers. Pitches at least row_bytes; ranges must not overlap. The default
+  // copies row by row.
+  virtual absl::Status copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                                 size_t rows);
   // Sets `bytes` bytes to zero, queued like a kernel.
   virtual absl::Status fill_zero(void* dst, size_t bytes) = 0;
   // dst [cols, rows] = src [rows, cols]ᵀ for one-byte elements (fp8 codes), queued like a

@@ -313,11 +313,12 @@ absl::Status FsdpModel::finish_gather(int unit, bool for_backward) {
       } else {
         FP8_ASSIGN_OR_RETURN(p.gathered, Tensor::empty(device_, ElementType::kFloat32, padded));
       }
+      // Every rank's block in one queued copy: block after block into the parameter, each
+      // from its rank's slice of the receive buffer.
       const size_t block = p.shard_bytes();
-      for (int r = 0; r < world_size_; ++r) {
-        FP8_RETURN_IF_ERROR(backend.copy(bytes(*full) + static_cast<size_t>(r) * block,
-                                         bytes(u.gather_recv) + r * u.gather_bytes + p.gather_offset, block));
-      }
+      FP8_RETURN_IF_ERROR(backend.copy_rows(bytes(*full), block, bytes(u.gather_recv) + p.gather_offset,
+                                            static_cast<size_t>(u.gather_bytes), block,
+                                            static_cast<size_t>(world_size_)));
       if (p.fp8 >= 0) {
         Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
         f.weight.data = bytes(f.gathered);
@@ -391,11 +392,12 @@ absl::Status FsdpModel::start_reduce_scatter(int unit) {
   for (int i : u.params) {
     Param& p = params_[static_cast<size_t>(i)];
     FP8_RETURN_IF_ERROR(p.full->claim_grad_for_adding());  // zeroes it if the backward made none
-    const int64_t block = p.layout.shard_elements();
-    for (int r = 0; r < world_size_; ++r) {
-      FP8_RETURN_IF_ERROR(backend.copy(send.data<float>() + r * u.reduce_floats + p.reduce_offset,
-                                       p.grad_padded.data<float>() + r * block, static_cast<size_t>(block) * sizeof(float)));
-    }
+    // Every rank's block of the gradient in one queued copy, each into that rank's slice.
+    const size_t block_bytes = static_cast<size_t>(p.layout.shard_elements()) * sizeof(float);
+    FP8_RETURN_IF_ERROR(backend.copy_rows(send.data<float>() + p.reduce_offset,
+                                          static_cast<size_t>(u.reduce_floats) * sizeof(float),
+                                          p.grad_padded.data<float>(), block_bytes, block_bytes,
+                                          static_cast<size_t>(world_size_)));
     counts.reduce_scatter_bytes += p.layout.padded_elements() * static_cast<int64_t>(sizeof(float));
     p.full->grad = Tensor();
     p.grad_padded = Tensor();
