@@ -53,7 +53,7 @@ struct FsdpModel::Fp8State {
   LinearUnit* linear = nullptr;
   int param = -1;
   Tensor scales;        // kScaleFloats: scale, 1/scale, amax
-  Tensor shard_codes;   // this rank's shard cast with the global scale
+  Tensor shard_codes;   // this rank's shard cast with the global scale: a view of its unit's gather_send
   bool shard_cast = false;  // shard_codes match the current shard and scale
   Tensor shard_row_amax;    // [rows_per_rank], written by the optimizer (shard_row_amax_outputs)
   Tensor gathered;      // [padded rows, in] codes, while gathered
@@ -137,10 +137,7 @@ absl::Status FsdpModel::plan_fp8_gathers() {
       if (params_[i].full == u->weight) f.param = static_cast<int>(i);
     }
     if (f.param < 0) return absl::InternalError(absl::StrCat("FSDP: no parameter behind linear ", u->name));
-    const Param& p = params_[static_cast<size_t>(f.param)];
     FP8_ASSIGN_OR_RETURN(f.scales, Tensor::zeros(device_, ElementType::kFloat32, {kScaleFloats}));
-    const ElementType codes = u->layer->weight_format() == Format::kE4M3 ? ElementType::kE4M3 : ElementType::kE5M2;
-    FP8_ASSIGN_OR_RETURN(f.shard_codes, Tensor::empty(device_, codes, {p.layout.shard_elements()}));
     fp8_.push_back(std::move(f));
   }
   for (size_t i = 0; i < fp8_.size(); ++i) {
@@ -175,6 +172,15 @@ absl::Status FsdpModel::pack_units() {
     // Bytes travel in an fp8-typed tensor: Tensor has no plain byte type.
     FP8_ASSIGN_OR_RETURN(u.gather_send, Tensor::zeros(device_, ElementType::kE4M3, {u.gather_bytes}));
     FP8_ASSIGN_OR_RETURN(u.reduce_recv, Tensor::zeros(device_, ElementType::kFloat32, {u.reduce_floats}));
+    // An fp8 weight's shard is cast straight into its place in the send buffer (aligned:
+    // offsets are multiples of kAlignBytes), so nothing packs it. Nothing else writes
+    // there, and the next step's cast is queued after this step's gathers read it.
+    for (int i : u.params) {
+      const Param& p = params_[static_cast<size_t>(i)];
+      if (p.fp8 < 0) continue;
+      FP8_ASSIGN_OR_RETURN(fp8_[static_cast<size_t>(p.fp8)].shard_codes,
+                           u.gather_send.rows(p.gather_offset, p.layout.shard_elements()));
+    }
   }
   return absl::OkStatus();
 }
@@ -271,16 +277,14 @@ absl::Status FsdpModel::start_gather(int unit) {
   // Pack this rank's shards (fp8 codes cast with the global scale, or fp32 values).
   for (int i : u.params) {
     Param& p = params_[static_cast<size_t>(i)];
-    const Tensor* shard = &p.shard->value;
     if (p.fp8 >= 0) {
-      Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
-      FP8_RETURN_IF_ERROR(cast_fp8_shard(f, p));
-      shard = &f.shard_codes;
+      // Cast in place in the send buffer (once a step: the backward's gather reuses it).
+      FP8_RETURN_IF_ERROR(cast_fp8_shard(fp8_[static_cast<size_t>(p.fp8)], p));
       counts.all_gather_bytes_fp8 += p.layout.padded_elements();
     } else {
       counts.all_gather_bytes_f32 += p.layout.padded_elements() * static_cast<int64_t>(sizeof(float));
+      FP8_RETURN_IF_ERROR(backend.copy(bytes(u.gather_send) + p.gather_offset, p.shard->value.raw(), p.shard_bytes()));
     }
-    FP8_RETURN_IF_ERROR(backend.copy(bytes(u.gather_send) + p.gather_offset, shard->raw(), p.shard_bytes()));
   }
   FP8_ASSIGN_OR_RETURN(u.gather_recv, Tensor::empty(device_, ElementType::kE4M3, {u.gather_bytes * world_size_}));
   // Queued behind the packing (and whatever last used the receive buffer's memory).
@@ -308,7 +312,9 @@ absl::Status FsdpModel::finish_gather(int unit, bool for_backward) {
       Tensor* full = &p.gathered;
       if (p.fp8 >= 0) {
         Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
-        FP8_ASSIGN_OR_RETURN(f.gathered, Tensor::empty(device_, f.shard_codes.type(), padded));
+        const ElementType codes =
+            f.linear->layer->weight_format() == Format::kE4M3 ? ElementType::kE4M3 : ElementType::kE5M2;
+        FP8_ASSIGN_OR_RETURN(f.gathered, Tensor::empty(device_, codes, padded));
         full = &f.gathered;
       } else {
         FP8_ASSIGN_OR_RETURN(p.gathered, Tensor::empty(device_, ElementType::kFloat32, padded));
