@@ -70,7 +70,8 @@ struct FsdpModel::Unit {
   int64_t reduce_floats = 0;  // flat gradient slice, per rank
   Tensor gather_send;         // this rank's shards, packed (bytes)
   Tensor gather_recv;         // every rank's, while a gather is in flight or unpacked
-  Tensor reduce_recv;         // this rank's slice of the summed gradients
+  Tensor reduce_recv;         // this rank's slice of the summed gradients, when added to the shards'
+  Tensor shard_grads;         // the shards' gradients themselves, laid out as reduce_recv
   CommStream::Handle gather;  // queued, not yet waited for
   bool present = false;
 };
@@ -172,6 +173,13 @@ absl::Status FsdpModel::pack_units() {
     // Bytes travel in an fp8-typed tensor: Tensor has no plain byte type.
     FP8_ASSIGN_OR_RETURN(u.gather_send, Tensor::zeros(device_, ElementType::kE4M3, {u.gather_bytes}));
     FP8_ASSIGN_OR_RETURN(u.reduce_recv, Tensor::zeros(device_, ElementType::kFloat32, {u.reduce_floats}));
+    // The shards' gradients live in one buffer laid out as the reduce-scatter's output, so
+    // that a step's first reduction lands in them with nothing to copy.
+    FP8_ASSIGN_OR_RETURN(u.shard_grads, Tensor::zeros(device_, ElementType::kFloat32, {u.reduce_floats}));
+    for (int i : u.params) {
+      Param& p = params_[static_cast<size_t>(i)];
+      FP8_ASSIGN_OR_RETURN(p.shard->grad, u.shard_grads.rows(p.reduce_offset, p.layout.shard_elements()));
+    }
     // An fp8 weight's shard is cast straight into its place in the send buffer (aligned:
     // offsets are multiples of kAlignBytes), so nothing packs it. Nothing else writes
     // there, and the next step's cast is queued after this step's gathers read it.
@@ -408,23 +416,31 @@ absl::Status FsdpModel::start_reduce_scatter(int unit) {
     p.full->grad = Tensor();
     p.grad_padded = Tensor();
   }
-  // As for gathers, queued behind the packing. The previous step's accumulation out of
-  // reduce_recv was queued before it too, so the collective cannot overwrite it early.
-  float* recv = u.reduce_recv.data<float>();
+  // The step's first reduction (every shard's gradient stands for zero) writes the
+  // gradients themselves; a later micro-batch's lands in reduce_recv, to be added to them.
+  // As for gathers, queued behind the packing: whatever read the gradients or reduce_recv
+  // last (the previous step's optimizer, or accumulation) was queued before it too.
+  bool into_shard_grads = true;
+  for (int i : u.params) into_shard_grads = into_shard_grads && params_[static_cast<size_t>(i)].shard->grad_discarded;
+  if (into_shard_grads) {
+    for (int i : u.params) (void)params_[static_cast<size_t>(i)].shard->claim_grad();
+  }
+  float* recv = (into_shard_grads ? u.shard_grads : u.reduce_recv).data<float>();
   const int64_t count = u.reduce_floats;
   CommStream::Handle h = comm_.enqueue(absl::StrCat("reduce_scatter of the gradients of ", unit_name(unit)), counts,
                                        [send, recv, count](dist::ProcessGroup& g) {
                                          return g.reduce_scatter(send.data<float>(), recv, count, dist::ReduceOp::kSum);
                                        });
-  pending_reductions_.push_back({unit, std::move(h)});
+  pending_reductions_.push_back({unit, std::move(h), into_shard_grads});
   return absl::OkStatus();
 }
 
 absl::Status FsdpModel::drain_reduce_scatters() {
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, device_.model_ops());
-  for (const auto& [unit, handle] : pending_reductions_) {
-    FP8_RETURN_IF_ERROR(comm_.wait(handle));
-    const Unit& u = unit_state(unit);
+  for (const PendingReduction& r : pending_reductions_) {
+    FP8_RETURN_IF_ERROR(comm_.wait(r.handle));
+    if (r.into_shard_grads) continue;
+    const Unit& u = unit_state(r.unit);
     for (int i : u.params) {
       Param& p = params_[static_cast<size_t>(i)];
       const float* summed = u.reduce_recv.data<float>() + p.reduce_offset;

@@ -139,8 +139,13 @@ class FsdpModel final : public ParameterHooks {
   std::vector<Fp8State> fp8_;
   std::vector<Unit> units_;  // [0] the root, [1 + i] block i
   // Units whose gradients' reduce-scatter is queued, in order, summed into the shards' once
-  // the backward is done.
-  std::vector<std::pair<int, CommStream::Handle>> pending_reductions_;
+  // the backward is done (unless it reduced into them directly).
+  struct PendingReduction {
+    int unit;
+    CommStream::Handle handle;
+    bool into_shard_grads;  // the step's first: the collective wrote the shards' gradients
+  };
+  std::vector<PendingReduction> pending_reductions_;
   Tensor fp8_amaxes_;                    // packed, one per fp8-gathered weight
   bool shard_row_amaxes_current_ = false;  // Fp8State::shard_row_amax holds the shards' row amaxes
   Tensor delayed_amaxes_;                // packed, every delayed cast of every layer
