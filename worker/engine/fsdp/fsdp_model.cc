@@ -13,9 +13,9 @@ namespace fp8::engine::fsdp {
 
 namespace {
 
-// Scale, 1/scale and amax of a gathered fp8 weight, each 16 bytes apart: cuBLASLt rejects
-// scale pointers that are not 16-byte aligned.
-constexpr int64_t kScaleSlot = 0, kInvScaleSlot = 4, kAmaxSlot = 8, kScaleFloats = 12;
+// Scale and 1/scale of a gathered fp8 weight, 16 bytes apart: cuBLASLt rejects scale
+// pointers that are not 16-byte aligned. (Its amax stays where the all-reduce leaves it.)
+constexpr int64_t kScaleSlot = 0, kInvScaleSlot = 4, kScaleFloats = 8;
 
 // The unit of a parameter name: block i for "layers.<i>.…", else the root.
 int unit_of(const std::string& name) {
@@ -52,7 +52,7 @@ struct FsdpModel::Param {
 struct FsdpModel::Fp8State {
   LinearUnit* linear = nullptr;
   int param = -1;
-  Tensor scales;        // kScaleFloats: scale, 1/scale, amax
+  Tensor scales;        // kScaleFloats: scale, 1/scale
   Tensor shard_codes;   // this rank's shard cast with the global scale: a view of its unit's gather_send
   bool shard_cast = false;  // shard_codes match the current shard and scale
   Tensor shard_row_amax;    // [rows_per_rank], written by the optimizer (shard_row_amax_outputs)
@@ -147,12 +147,13 @@ absl::Status FsdpModel::plan_fp8_gathers() {
     float* s = f.scales.data<float>();
     f.weight.scale = s + kScaleSlot;
     f.weight.inv_scale = s + kInvScaleSlot;
-    f.weight.amax = s + kAmaxSlot;
     f.linear->gathered_fp8 = &f.weight;
   }
   if (!fp8_.empty()) {
     FP8_ASSIGN_OR_RETURN(fp8_amaxes_,
                          Tensor::zeros(device_, ElementType::kFloat32, {static_cast<int64_t>(fp8_.size())}));
+    // Each weight's global amax is read where the all-reduce leaves it, until the next one.
+    for (size_t i = 0; i < fp8_.size(); ++i) fp8_[i].weight.amax = fp8_amaxes_.data<float>() + i;
   }
   return absl::OkStatus();
 }
@@ -239,11 +240,10 @@ absl::Status FsdpModel::refresh_fp8_scales() {
   for (size_t i = 0; i < fp8_.size(); ++i) {
     Fp8State& f = fp8_[i];
     float* slots = f.scales.data<float>();
-    FP8_RETURN_IF_ERROR(backend.copy(slots + kAmaxSlot, amaxes + i, sizeof(float)));
     // Exactly the scale (and inverse) the layer would have derived from the whole weight,
     // on the device: the host reads no amax.
     FP8_RETURN_IF_ERROR(
-        f.linear->layer->write_fp8_weight_scale(slots + kAmaxSlot, slots + kScaleSlot, slots + kInvScaleSlot));
+        f.linear->layer->write_fp8_weight_scale(amaxes + i, slots + kScaleSlot, slots + kInvScaleSlot));
     f.shard_cast = false;
   }
   return absl::OkStatus();
