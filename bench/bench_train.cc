@@ -785,12 +785,10 @@ class RoundTally final : public fp8::engine::TrainObserver {
       first_report_ = now;
     } else {
       round_seconds = std::chrono::duration<double>(now - *first_report_).count();
-      timed_steps += covered;
     }
   }
   fp8::engine::StepComm sum;  // over comm_steps steps
   int64_t comm_steps = 0;
-  int64_t timed_steps = 0;    // every measured round's steps but its first
   double round_seconds = 0;   // this round's, from its first report to its last
 
  private:
@@ -1035,7 +1033,8 @@ int fsdp_ranks(const Common& c, bool cuda, int nproc, const std::string& all_gat
   std::vector<bool> settings;
   if (all_gather_fp8 != "on") settings.push_back(false);
   if (all_gather_fp8 != "off") settings.push_back(true);
-  const int64_t total_steps = static_cast<int64_t>(c.rounds + 1) * c.steps_per_round + (breakdown > 0 ? breakdown + 2 : 0);
+  const int64_t profiled_steps = breakdown > 0 ? breakdown + 2 : 0;
+  const int64_t total_steps = static_cast<int64_t>(c.rounds + 1) * c.steps_per_round + profiled_steps;
   // Loaded (and validated) here, before the forks: a bad job fails once, not once per rank.
   for (bool on : settings) {
     FsdpContender& k = setup.contenders.emplace_back();

@@ -1,8 +1,8 @@
 // The model-op kernels that also write each row's amax (for the fp8 cast that reads the
 // row, QuantizeArgs::row_amax): SwiGLU and its backward, AdamW, RoPE, a bare row amax; and
-// RoPE without amaxes. Launched by elementwise_kernels.cu and rope_kernels.cu; in a header of their own
-// so that tests/ops/row_kernels_emulation_test.cc runs this same source on the CPU under
-// the CUDA emulation (tests/ops/emulation/), against the CPU ops.
+// RoPE without amaxes. Launched by elementwise_kernels.cu and rope_kernels.cu; in a header
+// of their own so that tests/ops/row_kernels_emulation_test.cc runs this same source on
+// the CPU under the CUDA emulation (tests/ops/emulation/), against the CPU ops.
 //
 // One block a row (looping past the grid), its threads owning groups of 16 bytes of it
 // (4 fp32 or 8 bf16: one access each when kVec, i.e. the row length a multiple of the

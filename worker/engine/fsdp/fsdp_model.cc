@@ -53,7 +53,7 @@ struct FsdpModel::Fp8State {
   LinearUnit* linear = nullptr;
   int param = -1;
   Tensor scales;        // kScaleFloats: scale, 1/scale
-  Tensor shard_codes;   // this rank's shard cast with the global scale: a view of its unit's gather_send
+  Tensor shard_codes;   // this rank's shard cast with the global scale (in its unit's gather_send)
   bool shard_cast = false;  // shard_codes match the current shard and scale
   Tensor shard_row_amax;    // [rows_per_rank], written by the optimizer (shard_row_amax_outputs)
   Tensor gathered;      // [padded rows, in] codes, while gathered
