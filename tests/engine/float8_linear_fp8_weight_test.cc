@@ -372,6 +372,45 @@ TEST_P(Fp8WeightParity, NumericsAfterTheFp8WeightWasFreed) {
   for (size_t i = 0; i < n_own->size(); ++i) EXPECT_EQ((*n_cast)[i].scale, (*n_own)[i].scale) << i;
 }
 
+// FSDP writes the weight's scale and inverse into the layer's own slots
+// (fp8_weight_scale_slots), which forward() then takes as they are: the same bits as the
+// layer's own cast, and numerics report that scale.
+TEST_P(Fp8WeightParity, ScalesWrittenIntoTheLayersSlotsAreTakenAsTheyAre) {
+  const Shape s = GetParam().shape;
+  std::unique_ptr<Float8Linear> own = make_layer(s, recipe(GetParam().recipe, 4));
+  std::unique_ptr<Float8Linear> cast = make_layer(s, recipe(GetParam().recipe, 4));
+  ASSERT_NE(own, nullptr);
+  ASSERT_NE(cast, nullptr);
+  Floats tw(normal(s.nk(), 0.1f, 1)), tx(normal(s.mk(), 1.0f, 2)), tg(normal(s.mn(), 1e-3f, 3));
+  Floats out_own(s.mn()), out_cast(s.mn()), gw_own(s.nk()), gw_cast(s.nk());
+  absl::StatusOr<Float8Linear::Fp8WeightScaleSlots> slots = cast->fp8_weight_scale_slots();
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  CastWeight cw(s);
+  cast_weight(*cast, s, tw.data(), cw);
+  if (::testing::Test::HasFatalFailure()) return;
+  ASSERT_OK(cast->write_fp8_weight_scale(cw.amax.data(), slots->scale, slots->inv_scale));
+  Fp8Weight w = cw.weight();
+  w.scale = slots->scale;
+  w.inv_scale = slots->inv_scale;
+  cw.scale.upload({-1.0f});  // nothing may read the caller's copy now
+  cw.inv_scale.upload({-1.0f});
+  ASSERT_OK(cast->forward(tx.data(), s.m, w, nullptr, out_cast.data()));
+  ASSERT_OK(cast->backward(tg.data(), nullptr, gw_cast.data(), nullptr));
+  ASSERT_OK(own->forward(tx.data(), s.m, tw.data(), nullptr, out_own.data()));
+  ASSERT_OK(own->backward(tg.data(), nullptr, gw_own.data(), nullptr));
+  EXPECT_TRUE(same_bits(out_cast.download(), out_own.download()));
+  EXPECT_TRUE(same_bits(gw_cast.download(), gw_own.download()));
+  absl::StatusOr<std::vector<CastNumerics>> n_own = own->numerics(), n_cast = cast->numerics();
+  ASSERT_TRUE(n_own.ok() && n_cast.ok());
+  ASSERT_EQ(n_cast->size(), n_own->size());
+  for (size_t i = 0; i < n_own->size(); ++i) EXPECT_EQ((*n_cast)[i].scale, (*n_own)[i].scale) << i;
+  // The slots stay where they are.
+  absl::StatusOr<Float8Linear::Fp8WeightScaleSlots> again = cast->fp8_weight_scale_slots();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->scale, slots->scale);
+  EXPECT_EQ(again->inv_scale, slots->inv_scale);
+}
+
 // A weight cast outside the layer reaches it as codes only, so its saturation and
 // underflow cannot be counted there: measuring reports it unmeasured, and measures the
 // input and grad_output as usual, with the same counts as a layer casting its own weight.
@@ -539,6 +578,8 @@ TEST(Fp8WeightSupport, LayersThatCannotTakeOneRefuseIt) {
     // Nor can a forward with the fp32 weight be rebound to codes.
     ASSERT_OK(layer->forward(tx.data(), s.m, tw.data(), nullptr, out.data()));
     EXPECT_EQ(layer->rebind_weight(cw.weight()).code(), absl::StatusCode::kInvalidArgument);
+    // It has no slots for such a weight's scales either.
+    EXPECT_EQ(layer->fp8_weight_scale_slots().status().code(), absl::StatusCode::kFailedPrecondition);
   }
 }
 

@@ -105,6 +105,19 @@ bool Float8Linear::takes_fp8_weight() const { return s_->takes_fp8_weight(); }
 
 Format Float8Linear::weight_format() const { return s_->config.output.weight.format(); }
 
+absl::StatusOr<Float8Linear::Fp8WeightScaleSlots> Float8Linear::fp8_weight_scale_slots() {
+  State& s = *s_;
+  if (!s.takes_fp8_weight()) {
+    return absl::FailedPreconditionError("Float8Linear::fp8_weight_scale_slots: this layer takes no Fp8Weight");
+  }
+  CastPlan& p = s.plans[static_cast<size_t>(s.weight_plan())];
+  // A tensorwise weight cast: one scale, so the buffers never grow (and never move).
+  absl::Status reserved = p.scale.reserve(sizeof(float));
+  reserved.Update(p.inv_scale.reserve(sizeof(float)));
+  if (!reserved.ok()) return reserved;
+  return Fp8WeightScaleSlots{p.scale.as<float>(), p.inv_scale.as<float>()};
+}
+
 absl::Status Float8Linear::rebind_weight(const float* weight) {
   if (s_->tokens == 0) return absl::FailedPreconditionError("Float8Linear::rebind_weight: no forward() to rebind");
   if (weight == nullptr) return absl::InvalidArgumentError("Float8Linear::rebind_weight: null weight");

@@ -202,6 +202,14 @@ class Float8Linear {
   // queued: the delayed history's scale once it has one, else the dynamic scale of that
   // amax. The host reads neither (FSDP's ranks reduce the amax on the device).
   absl::Status write_fp8_weight_scale(const float* amax, float* scale, float* inv_scale) const;
+  // The layer's own scale and inverse for an Fp8Weight (one float each of backend memory;
+  // takes_fp8_weight() layers): written there (write_fp8_weight_scale), they are what
+  // forward() uses, with nothing to copy in. They stay where they are for the layer's life.
+  struct Fp8WeightScaleSlots {
+    float* scale = nullptr;
+    float* inv_scale = nullptr;
+  };
+  absl::StatusOr<Fp8WeightScaleSlots> fp8_weight_scale_slots();
 
   // For the last forward(): by default WRITES grad_input [tokens, in] (skipped when null)
   // and ACCUMULATES (+=) grad_weight [out, in] and grad_bias [out] (skipped when null), so

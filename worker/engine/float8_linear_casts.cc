@@ -336,13 +336,18 @@ absl::Status Float8Linear::State::adopt_fp8_weight(const Fp8Weight& w, int slot_
     amax_dst = p.amax.as<float>();
   }
   if (auto st = backend.copy(amax_dst, w.amax, sizeof(float)); !st.ok()) return st;
-  // The scales are copied into the layer's own buffers: numerics() reads them after the
-  // caller may have freed its Fp8Weight.
+  // The scales are copied into the layer's own buffers (numerics() reads them after the
+  // caller may have freed its Fp8Weight), unless they were written there
+  // (fp8_weight_scale_slots).
   absl::Status reserved = p.scale.reserve(sizeof(float));
   reserved.Update(p.inv_scale.reserve(sizeof(float)));
   if (!reserved.ok()) return reserved;
-  if (auto st = backend.copy(p.scale.as<float>(), w.scale, sizeof(float)); !st.ok()) return st;
-  if (auto st = backend.copy(p.inv_scale.as<float>(), w.inv_scale, sizeof(float)); !st.ok()) return st;
+  if (w.scale != p.scale.as<float>()) {
+    if (auto st = backend.copy(p.scale.as<float>(), w.scale, sizeof(float)); !st.ok()) return st;
+  }
+  if (w.inv_scale != p.inv_scale.as<float>()) {
+    if (auto st = backend.copy(p.inv_scale.as<float>(), w.inv_scale, sizeof(float)); !st.ok()) return st;
+  }
   p.external = true;
   p.external_out = w.data;
   p.external_out_t = w.data_t;

@@ -13,10 +13,6 @@ namespace fp8::engine::fsdp {
 
 namespace {
 
-// Scale and 1/scale of a gathered fp8 weight, 16 bytes apart: cuBLASLt rejects scale
-// pointers that are not 16-byte aligned. (Its amax stays where the all-reduce leaves it.)
-constexpr int64_t kScaleSlot = 0, kInvScaleSlot = 4, kScaleFloats = 8;
-
 // The unit of a parameter name: block i for "layers.<i>.…", else the root.
 int unit_of(const std::string& name) {
   const std::vector<std::string> parts = absl::StrSplit(name, '.');
@@ -52,7 +48,10 @@ struct FsdpModel::Param {
 struct FsdpModel::Fp8State {
   LinearUnit* linear = nullptr;
   int param = -1;
-  Tensor scales;        // kScaleFloats: scale, 1/scale
+  // The layer's own scale and 1/scale (Float8Linear::fp8_weight_scale_slots), written here
+  // once a step: the layer then copies nothing in. The amax stays where the all-reduce
+  // leaves it.
+  Float8Linear::Fp8WeightScaleSlots scales;
   Tensor shard_codes;   // this rank's shard cast with the global scale (in its unit's gather_send)
   bool shard_cast = false;  // shard_codes match the current shard and scale
   Tensor shard_row_amax;    // [rows_per_rank], written by the optimizer (shard_row_amax_outputs)
@@ -138,15 +137,14 @@ absl::Status FsdpModel::plan_fp8_gathers() {
       if (params_[i].full == u->weight) f.param = static_cast<int>(i);
     }
     if (f.param < 0) return absl::InternalError(absl::StrCat("FSDP: no parameter behind linear ", u->name));
-    FP8_ASSIGN_OR_RETURN(f.scales, Tensor::zeros(device_, ElementType::kFloat32, {kScaleFloats}));
+    FP8_ASSIGN_OR_RETURN(f.scales, u->layer->fp8_weight_scale_slots());
     fp8_.push_back(std::move(f));
   }
   for (size_t i = 0; i < fp8_.size(); ++i) {
     Fp8State& f = fp8_[i];
     params_[static_cast<size_t>(f.param)].fp8 = static_cast<int>(i);
-    float* s = f.scales.data<float>();
-    f.weight.scale = s + kScaleSlot;
-    f.weight.inv_scale = s + kInvScaleSlot;
+    f.weight.scale = f.scales.scale;
+    f.weight.inv_scale = f.scales.inv_scale;
     f.linear->gathered_fp8 = &f.weight;
   }
   if (!fp8_.empty()) {
@@ -239,11 +237,9 @@ absl::Status FsdpModel::refresh_fp8_scales() {
                                 [amaxes, n](dist::ProcessGroup& g) { return g.all_reduce(amaxes, n, dist::ReduceOp::kMax); }));
   for (size_t i = 0; i < fp8_.size(); ++i) {
     Fp8State& f = fp8_[i];
-    float* slots = f.scales.data<float>();
     // Exactly the scale (and inverse) the layer would have derived from the whole weight,
     // on the device: the host reads no amax.
-    FP8_RETURN_IF_ERROR(
-        f.linear->layer->write_fp8_weight_scale(amaxes + i, slots + kScaleSlot, slots + kInvScaleSlot));
+    FP8_RETURN_IF_ERROR(f.linear->layer->write_fp8_weight_scale(amaxes + i, f.scales.scale, f.scales.inv_scale));
     f.shard_cast = false;
   }
   return absl::OkStatus();
