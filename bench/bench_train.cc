@@ -58,9 +58,9 @@
 // through a file store), on the job's recipe (tiny-cpu.yaml: tensorwise), with fp8
 // all-gather of the weights on and off side by side. Every rank builds one trainer per
 // setting, each on its own process group, and the trainers take turns as above; a round's
-// time is the slowest rank's, over every step of the round but its first (the round
-// reports after its first step and its last, as one recipe at a time does, so a step
-// waits for the device only there). --steps is then at least 2. With --breakdown N, after
+// time is the slowest rank's step time (as the trainer reports it) over every step of the
+// round but its first (the round reports after its first step and its last, as one recipe
+// at a time does, so a step waits for the device only there). --steps is then at least 2. With --breakdown N, after
 // the rounds each setting trains N + 2 more steps and rank 0's ops are timed as above
 // (every rank trains them). Printed per setting: global tokens/s (batch_size is per rank,
 // so N x batch_size x seq_len tokens per step), ms/step, the communication per step as
@@ -756,20 +756,20 @@ int one_at_a_time(const Common& opts, const GpuOptions& g, const std::vector<std
 // One rank's measured rounds of a setting. train.log_every is a round's length, so a round
 // reports after its first step (covering that step) and after its last (covering the rest,
 // as a mean): the communication sums each report's means times the steps it covers, and
-// the round's time runs from the first report to the last, every step but the first, as
-// the one-process table's ms/step. Reports (a wait for the device, and the casts' range
-// counts) stay as rare as there.
+// the round's time is the later reports' step time (StepReport::step_ms) times the steps
+// they cover, every step but the first: the one-process table's ms/step, which leaves out
+// the report's own reading of the casts' numerics as well. Reports (a wait for the device,
+// and the casts' range counts) stay as rare as there.
 class RoundTally final : public fp8::engine::TrainObserver {
  public:
   // Before each round's run(): `first_step` is the round's first.
   void begin_round(int64_t first_step, bool count) {
     counting_ = count;
     reported_through_ = first_step - 1;
-    first_report_.reset();
+    first_reported_ = false;
     round_seconds = 0;
   }
   void on_step(const fp8::engine::StepReport& r) override {
-    const Clock::time_point now = Clock::now();
     const int64_t covered = r.step - reported_through_;
     reported_through_ = r.step;
     if (!counting_) return;
@@ -781,20 +781,20 @@ class RoundTally final : public fp8::engine::TrainObserver {
       sum.exposed_ms += covered * r.comm->exposed_ms;
       comm_steps += covered;
     }
-    if (!first_report_) {
-      first_report_ = now;
+    if (!first_reported_) {
+      first_reported_ = true;
     } else {
-      round_seconds = std::chrono::duration<double>(now - *first_report_).count();
+      round_seconds += r.step_ms * static_cast<double>(covered) / 1e3;
     }
   }
   fp8::engine::StepComm sum;  // over comm_steps steps
   int64_t comm_steps = 0;
-  double round_seconds = 0;   // this round's, from its first report to its last
+  double round_seconds = 0;   // this round's, every step but its first
 
  private:
   bool counting_ = false;  // off during the warm-up round
   int64_t reported_through_ = 0;
-  std::optional<Clock::time_point> first_report_;
+  bool first_reported_ = false;
 };
 
 struct FsdpContender {
