@@ -159,6 +159,16 @@ float weight_scale_for(const Float8Linear& layer, float amax) {
   return scale.download()[0];
 }
 
+// Both layers report the same scale for every cast (numerics()).
+void expect_same_cast_scales(Float8Linear& own, Float8Linear& cast) {
+  absl::StatusOr<std::vector<CastNumerics>> n_own = own.numerics();
+  absl::StatusOr<std::vector<CastNumerics>> n_cast = cast.numerics();
+  ASSERT_TRUE(n_own.ok()) << n_own.status();
+  ASSERT_TRUE(n_cast.ok()) << n_cast.status();
+  ASSERT_EQ(n_cast->size(), n_own->size());
+  for (size_t i = 0; i < n_own->size(); ++i) EXPECT_EQ((*n_cast)[i].scale, (*n_own)[i].scale) << i;
+}
+
 int delayed_index_of(const Float8Linear& layer, const std::string& name) {
   const std::vector<std::string> names = layer.delayed_names();
   for (size_t i = 0; i < names.size(); ++i) {
@@ -364,12 +374,7 @@ TEST_P(Fp8WeightParity, NumericsAfterTheFp8WeightWasFreed) {
   }  // backward() returned: the caller may free the weight
   ASSERT_OK(own->forward(tx.data(), s.m, tw.data(), nullptr, out.data()));
   ASSERT_OK(own->backward(tg.data(), nullptr, gw.data(), nullptr));
-  absl::StatusOr<std::vector<CastNumerics>> n_own = own->numerics();
-  absl::StatusOr<std::vector<CastNumerics>> n_cast = cast->numerics();
-  ASSERT_TRUE(n_own.ok()) << n_own.status();
-  ASSERT_TRUE(n_cast.ok()) << n_cast.status();
-  ASSERT_EQ(n_cast->size(), n_own->size());
-  for (size_t i = 0; i < n_own->size(); ++i) EXPECT_EQ((*n_cast)[i].scale, (*n_own)[i].scale) << i;
+  expect_same_cast_scales(*own, *cast);
 }
 
 // FSDP writes the weight's scale and inverse into the layer's own slots
@@ -400,10 +405,7 @@ TEST_P(Fp8WeightParity, ScalesWrittenIntoTheLayersSlotsAreTakenAsTheyAre) {
   ASSERT_OK(own->backward(tg.data(), nullptr, gw_own.data(), nullptr));
   EXPECT_TRUE(same_bits(out_cast.download(), out_own.download()));
   EXPECT_TRUE(same_bits(gw_cast.download(), gw_own.download()));
-  absl::StatusOr<std::vector<CastNumerics>> n_own = own->numerics(), n_cast = cast->numerics();
-  ASSERT_TRUE(n_own.ok() && n_cast.ok());
-  ASSERT_EQ(n_cast->size(), n_own->size());
-  for (size_t i = 0; i < n_own->size(); ++i) EXPECT_EQ((*n_cast)[i].scale, (*n_own)[i].scale) << i;
+  expect_same_cast_scales(*own, *cast);
   // The slots stay where they are.
   absl::StatusOr<Float8Linear::Fp8WeightScaleSlots> again = cast->fp8_weight_scale_slots();
   ASSERT_TRUE(again.ok());
