@@ -123,10 +123,15 @@ run() {  # run NAME SECONDS CMD...: at most SECONDS (and what is left of the par
 }
 # Set on this machine (gpu-out/ stays while it is warm) when the wgmma attention failed its tests.
 wgmma_failed=gpu-out/wgmma_attention_failed
+wgmma_avoided=0
 avoid_failed_wgmma() {
   if [[ -f $wgmma_failed ]]; then
     export FP8_CUDA_ATTENTION=mma
+    wgmma_avoided=1
     echo "!! the wgmma attention failed its tests here: FP8_CUDA_ATTENTION=mma"
+  elif ((wgmma_avoided)); then  # they failed in an earlier command and pass now
+    unset FP8_CUDA_ATTENTION
+    wgmma_avoided=0
   fi
 }
 # Set on this machine when fp8_wgmma_probe_test found the MN-major reading with LBO and SBO
