@@ -78,6 +78,8 @@ class CudaOpTimer final : public OpTimer {
     return status_of(cudaEventRecord(events_[used_++], stream_), "cudaEventRecord (op timer)");
   }
 
+  bool passed_last_mark() override { return used_ > 0 && cudaEventQuery(events_[used_ - 1]) == cudaSuccess; }
+
   absl::StatusOr<std::vector<double>> take() override {
     std::vector<double> seconds;
     const size_t used = used_;

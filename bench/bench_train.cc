@@ -7,7 +7,7 @@
 //   bench_train --device cuda [--config examples/jobs/llama-h100.yaml] [--set ...]
 //               [--recipes none,tensorwise,...] [--warmup 2] [--steps 8] [--budget 420] [--csv FILE]
 //   bench_train --sequential [--recipes ...] [--warmup 2] [--steps 8] [--budget 420] [...]
-//   ... [--breakdown N]       (cuda, --sequential: where a step's time goes, op by op)
+//   ... [--breakdown N [--breakdown-by-shape]]   (cuda, --sequential: where a step's time goes, op by op)
 //   bench_train --nproc N [--all-gather-fp8 both|on|off] [--timeout 300] [...as the first]
 //   bench_train --device cuda --nproc N --all-gather-fp8 on|off [...]   (rank r on GPU r, NCCL)
 //
@@ -467,6 +467,7 @@ struct GpuOptions {
   int steps = 8;          // timed steps per recipe
   double budget_s = 420;  // the whole run, all recipes
   int breakdown = 0;      // steps profiled op by op after the timed ones (two more run unprofiled)
+  bool by_shape = false;  // --breakdown-by-shape: a row per GEMM and cast shape
 };
 
 // Sets `flag` at `deadline` unless destroyed first: the trainer then finishes the step in
@@ -556,6 +557,7 @@ Result run_one_recipe(const Common& opts, const GpuOptions& g, const std::string
       return r;
     }
     profiled.emplace(*device, **ops, std::move(*timer));
+    profiled->profiler.set_by_shape(g.by_shape);
     device = &profiled->device;
   }
   absl::StatusOr<std::unique_ptr<fp8::engine::Trainer>> trainer = fp8::engine::Trainer::create(spec, *device);
@@ -1113,6 +1115,9 @@ int main(int argc, char** argv) {
                      "with each op's device time marked: where a step's time goes, per recipe (rank 0's, per "
                      "setting with --nproc)")
           ->check(CLI::PositiveNumber);
+  app.add_flag("--breakdown-by-shape", g.by_shape,
+               "with --breakdown, one recipe at a time: a row per GEMM shape (MxKxN) and per cast shape")
+      ->needs(breakdown_opt);
   bool sequential = false;
   app.add_flag("--sequential", sequential,
                "cpu: one recipe at a time, built, warmed up, timed and destroyed in turn, as --device cuda does");
@@ -1157,6 +1162,9 @@ int main(int argc, char** argv) {
   }
   if (sequential && (gpu || nproc_opt->count() > 0 || rounds_opt->count() > 0)) {
     fp8::bench::die("--sequential is the CPU's version of --device cuda's one recipe at a time: no --nproc, --rounds");
+  }
+  if (nproc_opt->count() > 0 && g.by_shape) {
+    fp8::bench::die("--breakdown-by-shape is for one recipe at a time (--device cuda or --sequential), not --nproc");
   }
   if (nproc_opt->count() > 0 && recipes_opt->count() > 0) {
     fp8::bench::die("--nproc runs the job's recipe (set it with --set fp8.recipe=...), not --recipes");

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 
 namespace fp8::bench {
@@ -41,6 +42,22 @@ const char* quantize_label(const QuantizeArgs& q) {
   return "quantize";
 }
 
+// With OpProfiler::by_shape: "<label> MxKxN <dtype>" for a GEMM (its out dtype; "+C" where
+// the epilogue adds a tensor), "<label> RxC <dtype>" for a cast (its input; "T" where it
+// also writes the transpose, "known row amaxes" where it skips its amax pass).
+std::string gemm_label(const OpProfiler& p, const char* label, int64_t m, int64_t k, int64_t n, DType out,
+                       bool adds) {
+  if (!p.by_shape()) return label;
+  return absl::StrCat(label, " ", m, "x", k, "x", n, " ", dtype_name(out), adds ? " +C" : "");
+}
+
+std::string cast_label(const OpProfiler& p, const char* label, const MatrixRef& x, bool transposed,
+                       bool known_row_amax) {
+  if (!p.by_shape()) return label;
+  return absl::StrCat(label, " ", x.rows, "x", x.cols, " ", dtype_name(x.dtype), transposed ? " T" : "",
+                      known_row_amax ? " (known row amaxes)" : "");
+}
+
 }  // namespace
 
 std::unique_ptr<OpTimer> host_op_timer() { return std::make_unique<HostOpTimer>(); }
@@ -54,8 +71,10 @@ void OpProfiler::mark() {
 }
 
 absl::StatusOr<OpBreakdown> OpProfiler::take() {
-  std::vector<const char*> labels = std::move(labels_);
+  std::vector<std::string> labels = std::move(labels_);
+  std::vector<bool> issued_to_idle = std::move(issued_to_idle_);
   labels_.clear();
+  issued_to_idle_.clear();
   absl::StatusOr<std::vector<double>> marks = timer_->take();
   if (!error_.ok()) return error_;
   if (!marks.ok()) return marks.status();
@@ -70,6 +89,7 @@ absl::StatusOr<OpBreakdown> OpProfiler::take() {
     t.label = labels[i];
     t.seconds += (*marks)[2 * i + 1] - (*marks)[2 * i];
     ++t.calls;
+    if (issued_to_idle[i]) ++t.issued_to_idle_device;
     if (i > 0) b.between_s += (*marks)[2 * i] - (*marks)[2 * i - 1];
   }
   if (!labels.empty()) b.span_s = marks->back() - marks->front();
@@ -118,13 +138,15 @@ absl::Status ProfilingBackend::compute_scales(const float* amax, int64_t n, Form
   return p_.run("compute scales", [&] { return inner_.compute_scales(amax, n, f, pow2, scale, inv_scale); });
 }
 absl::Status ProfilingBackend::cast(const CastArgs& args) {
-  return p_.run("cast", [&] { return inner_.cast(args); });
+  return p_.run(cast_label(p_, "cast", args.input, args.out_t != nullptr, false),
+                [&] { return inner_.cast(args); });
 }
 absl::Status ProfilingBackend::count_cast_range(const CastRangeArgs& args) {
   return p_.run("cast range counts", [&] { return inner_.count_cast_range(args); });
 }
 absl::Status ProfilingBackend::quantize(const QuantizeArgs& args) {
-  return p_.run(quantize_label(args), [&] { return inner_.quantize(args); });
+  return p_.run(cast_label(p_, quantize_label(args), args.input, args.out_t != nullptr, args.row_amax != nullptr),
+                [&] { return inner_.quantize(args); });
 }
 absl::Status ProfilingBackend::dequantize(const DequantizeArgs& args) {
   return p_.run("dequantize", [&] { return inner_.dequantize(args); });
@@ -133,10 +155,15 @@ absl::Status ProfilingBackend::convert(const void* in, DType in_dtype, void* out
   return p_.run("convert", [&] { return inner_.convert(in, in_dtype, out, out_dtype, n); });
 }
 absl::Status ProfilingBackend::scaled_gemm(const ScaledGemmArgs& args) {
-  return p_.run("fp8 GEMM", [&] { return inner_.scaled_gemm(args); });
+  const bool adds = args.accumulate || args.addend != nullptr;
+  return p_.run(gemm_label(p_, "fp8 GEMM", args.m, args.k, args.n, args.out_dtype, adds),
+                [&] { return inner_.scaled_gemm(args); });
 }
 absl::Status ProfilingBackend::gemm(const GemmArgs& args) {
-  return p_.run(args.in_dtype == DType::kBFloat16 ? "bf16 GEMM" : "fp32 GEMM", [&] { return inner_.gemm(args); });
+  const char* label = args.in_dtype == DType::kBFloat16 ? "bf16 GEMM" : "fp32 GEMM";
+  const bool adds = args.beta != 0.0f || args.addend != nullptr;
+  return p_.run(gemm_label(p_, label, args.m, args.k, args.n, args.out_dtype, adds),
+                [&] { return inner_.gemm(args); });
 }
 
 // ---- ModelOps -------------------------------------------------------------------------------
@@ -252,15 +279,16 @@ void print_breakdowns(const std::vector<NamedBreakdown>& runs) {
   std::stable_sort(labels.begin(), labels.end(),
                    [&](const std::string& x, const std::string& y) { return most[x] > most[y]; });
 
-  std::vector<std::string> header{"ms per step (share, calls)"};
+  std::vector<std::string> header{"ms per step (share, calls[, issued to an idle GPU])"};
   for (const NamedBreakdown& r : runs) header.push_back(r.name);
   Table table(header);
   // ms per step (share of the span, calls per step)
-  auto cell = [](double seconds, int64_t calls, const NamedBreakdown& r) {
+  auto cell = [](double seconds, int64_t calls, const NamedBreakdown& r, int64_t idle = 0) {
     const double steps = std::max(r.steps, 1);
     const double share = r.breakdown.span_s > 0 ? 100.0 * seconds / r.breakdown.span_s : 0.0;
     std::string s = fmt(1e3 * seconds / steps, 2) + " (" + fmt(share, 1) + "%";
     if (calls > 0) s += ", " + fmt(static_cast<double>(calls) / steps, 0) + "x";
+    if (idle > 0) s += ", " + fmt(static_cast<double>(idle) / steps, 0) + " idle";
     return s + ")";
   };
   for (const std::string& label : labels) {
@@ -268,7 +296,7 @@ void print_breakdowns(const std::vector<NamedBreakdown>& runs) {
     for (const NamedBreakdown& r : runs) {
       const auto it = std::find_if(r.breakdown.ops.begin(), r.breakdown.ops.end(),
                                    [&](const OpTime& t) { return t.label == label; });
-      row.push_back(it == r.breakdown.ops.end() ? "-" : cell(it->seconds, it->calls, r));
+      row.push_back(it == r.breakdown.ops.end() ? "-" : cell(it->seconds, it->calls, r, it->issued_to_idle_device));
     }
     table.add(row);
   }

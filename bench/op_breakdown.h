@@ -35,6 +35,9 @@ struct OpTime {
   std::string label;
   double seconds = 0;
   int64_t calls = 0;
+  // Calls issued when the device had finished all work queued before (OpTimer::
+  // passed_last_mark): it then waited for the host, a wait counted in the op's time.
+  int64_t issued_to_idle_device = 0;
 };
 
 struct OpBreakdown {
@@ -51,14 +54,20 @@ class OpProfiler {
   void set_on(bool on) { on_ = on && error_.ok(); }
   bool on() const { return on_; }
 
+  // Whether GEMMs and casts are labelled with their shapes too ("fp8 GEMM 8192x2048x256"),
+  // one row per shape: which of a step's many GEMMs and casts fall short of the device.
+  void set_by_shape(bool by_shape) { by_shape_ = by_shape; }
+  bool by_shape() const { return by_shape_; }
+
   // Runs op() (a call returning absl::Status or StatusOr), bracketed by marks while on.
   template <class Op>
-  auto run(const char* label, Op&& op) -> decltype(op()) {
+  auto run(std::string label, Op&& op) -> decltype(op()) {
     if (!on_) return op();
+    issued_to_idle_.push_back(timer_->passed_last_mark());
     mark();
     auto result = op();
     mark();
-    labels_.push_back(label);
+    labels_.push_back(std::move(label));
     return result;
   }
 
@@ -71,8 +80,10 @@ class OpProfiler {
 
   std::unique_ptr<OpTimer> timer_;
   bool on_ = false;
+  bool by_shape_ = false;
   absl::Status error_;
-  std::vector<const char*> labels_;  // op i: marks 2i and 2i + 1
+  std::vector<std::string> labels_;  // op i: marks 2i and 2i + 1
+  std::vector<bool> issued_to_idle_;  // op i: OpTime::issued_to_idle_device
 };
 
 class ProfilingBackend final : public Backend {

@@ -17,6 +17,9 @@ class OpTimer {
   virtual ~OpTimer() = default;
   // A mark after the work queued so far.
   virtual absl::Status mark() = 0;
+  // Whether the device has already passed the last mark (false before the first, and where
+  // the device cannot say): work queued now finds it idle, waiting for the host.
+  virtual bool passed_last_mark() { return false; }
   // Waits for the device to pass the last mark, then returns the seconds from the first
   // mark to each mark, in order, and forgets them all.
   virtual absl::StatusOr<std::vector<double>> take() = 0;

@@ -273,6 +273,41 @@ LaunchResult after_launch(const char* kernel) {
   return {e, e == cudaSuccess ? nullptr : kernel};
 }
 
+// Whether casts whose scales come from the launch just before them start early
+// (wait_for_prerequisite_grid): on unless FP8_CUDA_EARLY_CASTS=0, read at every launch
+// like FP8_CUDA_CAST_ROW_TILES, so that bench_train times both side by side.
+bool early_casts() {
+  const char* e = std::getenv("FP8_CUDA_EARLY_CASTS");
+  return e == nullptr || std::strcmp(e, "0") != 0;
+}
+
+// kernel<<<grid, kThreads, 0, stream>>>(args...), with programmatic stream serialization
+// when `early`: the kernel may then start before the launch ahead of it has finished.
+template <typename... Params, typename... Args>
+LaunchResult launch_kernel(const char* name, void (*kernel)(Params...), dim3 grid, cudaStream_t stream, bool early,
+                           Args... args) {
+  if (!early) {
+    kernel<<<grid, kThreads, 0, stream>>>(args...);
+    return after_launch(name);
+  }
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // the error is returned here; do not leave it for the next check
+    return {e, name};
+  }
+  return after_launch(name);
+}
+
 LaunchResult zero(float* p, int64_t count, cudaStream_t stream) {
   if (count == 0) return {};
   const cudaError_t e = cudaMemsetAsync(p, 0, static_cast<size_t>(count) * sizeof(float), stream);
@@ -326,10 +361,10 @@ LaunchResult launch_flat(const void* in, int64_t rows, int64_t cols, const Scale
   const int64_t total = rows * cols;
   const unsigned blocks = blocks_for(ceil_div(total, kChunk), kThreads);
   if (blocks == 0) return kTooLarge;
-  flat_cast_kernel<T, F, A, kQuantize, kAmax, kCount><<<blocks, kThreads, 0, stream>>>(
-      static_cast<const T*>(in), total, cols, scale, saturate, out, reinterpret_cast<unsigned*>(amax),
-      reinterpret_cast<unsigned long long*>(counts));
-  return after_launch(kQuantize ? "flat cast kernel" : "amax kernel");
+  return launch_kernel(kQuantize ? "flat cast kernel" : "amax kernel", flat_cast_kernel<T, F, A, kQuantize, kAmax, kCount>,
+                       dim3(blocks), stream, kQuantize && scale.amax != nullptr && early_casts(),
+                       static_cast<const T*>(in), total, cols, scale, saturate, out, reinterpret_cast<unsigned*>(amax),
+                       reinterpret_cast<unsigned long long*>(counts));
 }
 
 // Row tiles a block of the tiled kernel takes at once (tiled_min_blocks says why two):
@@ -356,11 +391,12 @@ LaunchResult launch_tiled_groups(const void* in, int64_t rows, int64_t cols, con
   if (gx == 0) return kTooLarge;
   const int64_t groups = ceil_div(rows, static_cast<int64_t>(kTile) * kRowTiles);
   const dim3 grid(gx, static_cast<unsigned>(groups < kMaxGridY ? groups : kMaxGridY));
-  tiled_cast_kernel<T, F, A, kQuantize, kAmax, kRowTiles, kCount, kDual><<<grid, kThreads, 0, stream>>>(
-      static_cast<const T*>(in), rows, cols, scale, saturate, out, out_t, reinterpret_cast<unsigned*>(amax),
-      reinterpret_cast<unsigned long long*>(counts), column);
-  return after_launch(kQuantize ? (kDual ? "dual cast kernel" : "tiled cast kernel")
-                                : (kDual ? "row and column amax kernel" : "columnwise amax kernel"));
+  return launch_kernel(kQuantize ? (kDual ? "dual cast kernel" : "tiled cast kernel")
+                                 : (kDual ? "row and column amax kernel" : "columnwise amax kernel"),
+                       tiled_cast_kernel<T, F, A, kQuantize, kAmax, kRowTiles, kCount, kDual>, grid, stream,
+                       kQuantize && scale.amax != nullptr && early_casts(), static_cast<const T*>(in), rows, cols,
+                       scale, saturate, out, out_t, reinterpret_cast<unsigned*>(amax),
+                       reinterpret_cast<unsigned long long*>(counts), column);
 }
 
 template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, bool kCount = false, bool kDual = false>

@@ -181,6 +181,28 @@ __device__ __forceinline__ void row_segment_max_atomic(unsigned* amax, bool acti
   if (active && head && v != 0) atomicMax(amax + row, v);
 }
 
+// ---- programmatic dependent launch (sm_90) ---------------------------------------------------
+
+// A cast whose scales come from amaxes reduced by the launch just before it is launched
+// with programmatic stream serialization (launch_cast): its blocks may start while that
+// launch (small_amax_kernel, which allows it at its start) still runs, load their first
+// input tiles, and wait here before reading the amaxes. Only the input is read before the
+// wait; the launch before never writes it (it writes the amaxes alone), and whatever wrote
+// the input finished before that launch began. Without such a launch the wait returns at
+// once; the CPU emulation runs kernels in order, so it is nothing there.
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if !defined(FP8_CUDA_EMULATION) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next launch on the stream, if it asked for programmatic serialization, start.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if !defined(FP8_CUDA_EMULATION) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---- where a cast's scales come from --------------------------------------------------------------
 
 // `scale` as given (always, for columnwise casts); or, with dynamic scaling fused into the
@@ -250,6 +272,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   // The scale of the chunk's first element, before the chunk is loaded: derived from an
   // amax, its double-precision arithmetic then runs while few registers are live.
   float first_scale = 0.0f;
+  if constexpr (kQuantize) wait_for_prerequisite_grid();
   if (kQuantize && A != Axis::kColumn && n > 0) {
     const int64_t at = A == Axis::kTensor ? 0 : pos.row;
     first_scale = scale.at<F>(at);
@@ -327,6 +350,8 @@ constexpr int64_t kSmallAmaxElements = int64_t{1} << 16;
 // folded in): grid-stride over the elements, then a warp and a block max of the bits.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) small_amax_kernel(const T* __restrict__ x, int64_t n, unsigned* out) {
+  // A cast that scales from this amax may start now (see wait_for_prerequisite_grid).
+  allow_dependent_launch();
   __shared__ uint32_t warp_max[kThreads / 32];
   uint32_t m = 0;
   for (int64_t i = threadIdx.x; i < n; i += kThreads) m = amax_bits_update(m, Hp<T>::load(x + i));
@@ -493,6 +518,8 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles, kC
       load_tile_row(in, row, row < rows, c0, cols, quarter, vec_in, raw[k]);
     }
 
+    // The first group's loads are in flight while an early start waits for the amaxes.
+    if constexpr (kQuantize) wait_for_prerequisite_grid();
     if constexpr (kQuantize) {
 #pragma unroll
       for (int k = 0; k < kRowTiles; ++k) {

@@ -24,6 +24,8 @@
 #                   tensorwise, fp8 all-gather on: FSDP over NCCL in its queued mode, with the
 #                   exposed communication from its events and rank 0's per-op breakdown (on one
 #                   GPU: FSDP's own cost beside bench-train's one process)
+#   breakdown-shapes bench_train's per-op breakdown of none and tensorwise (BENCH_TRAIN_RECIPES) with a
+#                   row per GEMM and cast shape
 #   profile-train   where a llama-h100 step's GPU time goes, per kernel: bench_train cut to 4
 #                   layers under nsys (else ncu), per recipe in PROFILE_RECIPES (default
 #                   "none tensorwise")
@@ -265,6 +267,12 @@ do_part() {
         --config examples/jobs/llama-h100.yaml --set fp8.recipe=tensorwise --rounds 2 --steps 4 --timeout 120 \
         --breakdown 2
       ;;
+    breakdown-shapes)
+      # A step's GEMMs and casts one row per shape (bench_train --breakdown-by-shape): which
+      # of them fall short of the device's peak, recipe beside recipe.
+      run bench_train_shapes 240 "$bin/bench_train" --device cuda --config examples/jobs/llama-h100.yaml \
+        --recipes "${BENCH_TRAIN_RECIPES:-none,tensorwise}" --warmup 2 --steps 3 --breakdown 2 --breakdown-by-shape
+      ;;
     profile-train)
       local nsys ncu
       nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
@@ -297,7 +305,7 @@ do_part() {
       do_part tests-kernels; do_part tests-train; do_part bench-cast; do_part bench-attention; do_part bench-train
       do_part bench-fsdp
       ;;
-    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-cast, bench-gemm, bench-linear, bench-train, bench-attention, bench-fsdp, profile-train, torch-gemm," \
+    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-cast, bench-gemm, bench-linear, bench-train, bench-attention, bench-fsdp, breakdown-shapes, profile-train, torch-gemm," \
          "torch-linear, torch-train, tests, bench, all, first)"; status=2 ;;
   esac
 }
