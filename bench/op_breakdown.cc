@@ -288,7 +288,10 @@ void print_breakdowns(const std::vector<NamedBreakdown>& runs) {
     const double share = r.breakdown.span_s > 0 ? 100.0 * seconds / r.breakdown.span_s : 0.0;
     std::string s = fmt(1e3 * seconds / steps, 2) + " (" + fmt(share, 1) + "%";
     if (calls > 0) s += ", " + fmt(static_cast<double>(calls) / steps, 0) + "x";
-    if (idle > 0) s += ", " + fmt(static_cast<double>(idle) / steps, 0) + " idle";
+    if (idle > 0) {
+      const double per_step = static_cast<double>(idle) / steps;
+      s += ", " + fmt(per_step, per_step < 10 ? 1 : 0) + " idle";
+    }
     return s + ")";
   };
   for (const std::string& label : labels) {

@@ -31,10 +31,14 @@ class ScriptedTimer final : public OpTimer {
     marks_.clear();
     return s;
   }
+  // Scripted too: the answers to passed_last_mark(), in order (false once they run out).
+  std::vector<bool> idle;
+  bool passed_last_mark() override { return asked_ < idle.size() && idle[asked_++]; }
 
  private:
   std::vector<double> clock_, marks_;
   int next_ = 0, fail_at_;
+  size_t asked_ = 0;
 };
 
 absl::Status ok() { return absl::OkStatus(); }
@@ -99,6 +103,59 @@ TEST(OpProfiler, AFailedMarkStopsMarkingButNotTheOpsAndTakeSaysWhy) {
   absl::StatusOr<OpBreakdown> b = p.take();
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("no event left"), std::string::npos);
+}
+
+TEST(OpProfiler, CountsTheCallsIssuedWhenTheDeviceHadCaughtUp) {
+  auto timer = std::make_unique<ScriptedTimer>(std::vector<double>{0, 1, 2, 3, 4, 5});
+  timer->idle = {false, true, true};  // asked before each op's first mark
+  OpProfiler p(std::move(timer));
+  p.set_on(true);
+  ASSERT_TRUE(p.run("a", ok).ok());
+  ASSERT_TRUE(p.run("a", ok).ok());
+  ASSERT_TRUE(p.run("b", ok).ok());
+  absl::StatusOr<OpBreakdown> b = p.take();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(find(*b, "a")->issued_to_idle_device, 1);
+  EXPECT_EQ(find(*b, "b")->issued_to_idle_device, 1);
+}
+
+TEST(OpProfiler, LabelsGemmsAndCastsWithTheirShapesWhenAskedTo) {
+  OpProfiler p(host_op_timer());
+  ProfilingBackend backend(cpu_backend(), p);
+  const std::vector<float> x(6 * 4, 1.0f), w(2 * 4, 1.0f);
+  std::vector<float> out(6 * 2);
+  GemmArgs g;
+  g.m = 6;
+  g.n = 2;
+  g.k = 4;
+  g.a = x.data();
+  g.b = w.data();
+  g.trans_b = true;
+  g.out = out.data();
+  std::vector<uint8_t> codes(6 * 4), codes_t(6 * 4);
+  std::vector<float> scale(1), row_amax(6, 1.0f);
+  QuantizeArgs q;
+  q.input = {x.data(), DType::kFloat32, 6, 4};
+  q.out = codes.data();
+  q.out_t = codes_t.data();
+  q.scale_out = scale.data();
+  q.row_amax = row_amax.data();
+  p.set_on(true);
+  ASSERT_TRUE(backend.gemm(g).ok());
+  ASSERT_TRUE(backend.quantize(q).ok());
+  p.set_by_shape(true);
+  ASSERT_TRUE(backend.gemm(g).ok());
+  g.beta = 1.0f;
+  ASSERT_TRUE(backend.gemm(g).ok());
+  ASSERT_TRUE(backend.quantize(q).ok());
+  absl::StatusOr<OpBreakdown> b = p.take();
+  ASSERT_TRUE(b.ok()) << b.status();
+  std::vector<std::string> labels;
+  for (const OpTime& t : b->ops) labels.push_back(t.label);
+  std::sort(labels.begin(), labels.end());
+  EXPECT_EQ(labels, (std::vector<std::string>{"fp32 GEMM", "fp32 GEMM 6x4x2 float32", "fp32 GEMM 6x4x2 float32 +C",
+                                              "quantize tensorwise",
+                                              "quantize tensorwise 6x4 float32 T (known row amaxes)"}));
 }
 
 // Turns the profiler on for one step alone (TrainObserver::on_step_start).
