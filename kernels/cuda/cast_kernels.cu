@@ -361,8 +361,9 @@ LaunchResult launch_flat(const void* in, int64_t rows, int64_t cols, const Scale
   const int64_t total = rows * cols;
   const unsigned blocks = blocks_for(ceil_div(total, kChunk), kThreads);
   if (blocks == 0) return kTooLarge;
-  return launch_kernel(kQuantize ? "flat cast kernel" : "amax kernel", flat_cast_kernel<T, F, A, kQuantize, kAmax, kCount>,
-                       dim3(blocks), stream, kQuantize && scale.amax != nullptr && early_casts(),
+  return launch_kernel(kQuantize ? "flat cast kernel" : "amax kernel",
+                       flat_cast_kernel<T, F, A, kQuantize, kAmax, kCount>, dim3(blocks), stream,
+                       kQuantize && scale.amax != nullptr && early_casts(),
                        static_cast<const T*>(in), total, cols, scale, saturate, out, reinterpret_cast<unsigned*>(amax),
                        reinterpret_cast<unsigned long long*>(counts));
 }
