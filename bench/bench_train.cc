@@ -7,7 +7,7 @@
 //   bench_train --device cuda [--config examples/jobs/llama-h100.yaml] [--set ...]
 //               [--recipes none,tensorwise,...] [--warmup 2] [--steps 8] [--budget 420] [--csv FILE]
 //   bench_train --sequential [--recipes ...] [--warmup 2] [--steps 8] [--budget 420] [...]
-//   ... [--breakdown N [--breakdown-by-shape]]   (cuda, --sequential: where a step's time goes, op by op)
+//   ... [--breakdown N [--breakdown-by-shape]]   (cuda, --sequential, --nproc: where a step's time goes)
 //   bench_train --nproc N [--all-gather-fp8 both|on|off] [--timeout 300] [...as the first]
 //   bench_train --device cuda --nproc N --all-gather-fp8 on|off [...]   (rank r on GPU r, NCCL)
 //
@@ -467,7 +467,7 @@ struct GpuOptions {
   int steps = 8;          // timed steps per recipe
   double budget_s = 420;  // the whole run, all recipes
   int breakdown = 0;      // steps profiled op by op after the timed ones (two more run unprofiled)
-  bool by_shape = false;  // --breakdown-by-shape: a row per GEMM and cast shape
+  bool by_shape = false;  // --breakdown-by-shape: a row per GEMM, cast and copy shape
 };
 
 // Sets `flag` at `deadline` unless destroyed first: the trainer then finishes the step in
@@ -817,6 +817,7 @@ struct FsdpSetup {
   int threads = 1;  // per rank
   double timeout_s = 300;
   int breakdown = 0;  // steps profiled op by op after the measured rounds (two more run unprofiled)
+  bool by_shape = false;  // --breakdown-by-shape
   std::vector<FsdpContender> contenders;  // specs only; each rank builds the rest
 };
 
@@ -959,6 +960,7 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
         setup.cuda ? fp8::bench::cuda_op_timer(rank, device->stream()) : fp8::bench::host_op_timer();
     if (!timer.ok()) return timer.status();
     profiled.emplace(*device, **ops, std::move(*timer));
+    profiled->profiler.set_by_shape(setup.by_shape);
   }
   const fp8::engine::Device& trained_on = profiled ? profiled->device : *device;
   absl::StatusOr<std::unique_ptr<fp8::engine::dist::FileStore>> store =
@@ -1019,13 +1021,14 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
 }
 
 int fsdp_ranks(const Common& c, bool cuda, int nproc, const std::string& all_gather_fp8, double timeout_s,
-               int breakdown) {
+               int breakdown, bool by_shape) {
   FsdpSetup setup;
   setup.common = c;
   setup.cuda = cuda;
   setup.nproc = nproc;
   setup.timeout_s = timeout_s;
   setup.breakdown = breakdown;
+  setup.by_shape = by_shape;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   setup.threads = std::max(1, static_cast<int>(cores) / nproc);
   if (const char* env = std::getenv("FP8_NUM_THREADS"); env != nullptr && std::atoi(env) > 0) {
@@ -1116,7 +1119,7 @@ int main(int argc, char** argv) {
                      "setting with --nproc)")
           ->check(CLI::PositiveNumber);
   app.add_flag("--breakdown-by-shape", g.by_shape,
-               "with --breakdown, one recipe at a time: a row per GEMM shape (MxKxN) and per cast shape")
+               "with --breakdown: a row per GEMM shape (MxKxN), per cast shape and per device copy size")
       ->needs(breakdown_opt);
   bool sequential = false;
   app.add_flag("--sequential", sequential,
@@ -1163,9 +1166,6 @@ int main(int argc, char** argv) {
   if (sequential && (gpu || nproc_opt->count() > 0 || rounds_opt->count() > 0)) {
     fp8::bench::die("--sequential is the CPU's version of --device cuda's one recipe at a time: no --nproc, --rounds");
   }
-  if (nproc_opt->count() > 0 && g.by_shape) {
-    fp8::bench::die("--breakdown-by-shape is for one recipe at a time (--device cuda or --sequential), not --nproc");
-  }
   if (nproc_opt->count() > 0 && recipes_opt->count() > 0) {
     fp8::bench::die("--nproc runs the job's recipe (set it with --set fp8.recipe=...), not --recipes");
   }
@@ -1190,7 +1190,7 @@ int main(int argc, char** argv) {
 
   std::optional<TempDir> tmp;  // the synthetic corpus, removed on return
   const std::string data_line = prepare_data(c, tmp);
-  if (nproc_opt->count() > 0) return fsdp_ranks(c, gpu, nproc, all_gather_fp8, timeout_s, g.breakdown);
+  if (nproc_opt->count() > 0) return fsdp_ranks(c, gpu, nproc, all_gather_fp8, timeout_s, g.breakdown, g.by_shape);
   if (gpu || sequential) return one_at_a_time(c, g, recipes, data_line, gpu);
   return single_process_cpu(c, recipes, data_line);
 }

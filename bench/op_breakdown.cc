@@ -58,6 +58,12 @@ std::string cast_label(const OpProfiler& p, const char* label, const MatrixRef& 
                       known_row_amax ? " (known row amaxes)" : "");
 }
 
+// With OpProfiler::by_shape: "<label> <bytes> B" (a copy of rows: "<rows> x <bytes> B").
+std::string copy_label(const OpProfiler& p, const char* label, size_t rows, size_t row_bytes) {
+  if (!p.by_shape()) return label;
+  return rows == 1 ? absl::StrCat(label, " ", row_bytes, " B") : absl::StrCat(label, " ", rows, " x ", row_bytes, " B");
+}
+
 }  // namespace
 
 std::unique_ptr<OpTimer> host_op_timer() { return std::make_unique<HostOpTimer>(); }
@@ -114,11 +120,12 @@ absl::Status ProfilingBackend::queue_copy_from_host(void* dst, const void* src, 
   return p_.run("queued uploads", [&] { return inner_.queue_copy_from_host(dst, src, bytes); });
 }
 absl::Status ProfilingBackend::copy(void* dst, const void* src, size_t bytes) {
-  return p_.run("device copies", [&] { return inner_.copy(dst, src, bytes); });
+  return p_.run(copy_label(p_, "device copies", 1, bytes), [&] { return inner_.copy(dst, src, bytes); });
 }
 absl::Status ProfilingBackend::copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
                                          size_t row_bytes, size_t rows) {
-  return p_.run("device copies", [&] { return inner_.copy_rows(dst, dst_pitch, src, src_pitch, row_bytes, rows); });
+  return p_.run(copy_label(p_, "device copies", rows, row_bytes),
+                [&] { return inner_.copy_rows(dst, dst_pitch, src, src_pitch, row_bytes, rows); });
 }
 absl::Status ProfilingBackend::fill_zero(void* dst, size_t bytes) {
   return p_.run("zero fills", [&] { return inner_.fill_zero(dst, bytes); });

@@ -54,8 +54,9 @@ class OpProfiler {
   void set_on(bool on) { on_ = on && error_.ok(); }
   bool on() const { return on_; }
 
-  // Whether GEMMs and casts are labelled with their shapes too ("fp8 GEMM 8192x2048x256"),
-  // one row per shape: which of a step's many GEMMs and casts fall short of the device.
+  // Whether GEMMs, casts and device copies are labelled with their shapes too ("fp8 GEMM
+  // 8192x2048x256", "device copies 4 B"), one row per shape: which of a step's many GEMMs
+  // and casts fall short of the device, and which copies a step makes.
   void set_by_shape(bool by_shape) { by_shape_ = by_shape; }
   bool by_shape() const { return by_shape_; }
 

@@ -22,10 +22,10 @@
 #                   then torch_attention.py
 #   bench-fsdp      bench_train --device cuda --nproc (every GPU of the machine) on llama-h100,
 #                   tensorwise, fp8 all-gather on: FSDP over NCCL in its queued mode, with the
-#                   exposed communication from its events and rank 0's per-op breakdown (on one
-#                   GPU: FSDP's own cost beside bench-train's one process)
-#   breakdown-shapes bench_train's per-op breakdown of none and tensorwise (BENCH_TRAIN_RECIPES) with a
-#                   row per GEMM and cast shape
+#                   exposed communication from its events and rank 0's per-op breakdown by
+#                   shape (on one GPU: FSDP's own cost beside bench-train's one process)
+#   breakdown-shapes bench_train's per-op breakdown of none and tensorwise (BENCH_TRAIN_RECIPES),
+#                   a row per GEMM, cast and copy shape
 #   profile-train   where a llama-h100 step's GPU time goes, per kernel: bench_train cut to 4
 #                   layers under nsys (else ncu), per recipe in PROFILE_RECIPES (default
 #                   "none tensorwise")
@@ -265,7 +265,7 @@ do_part() {
       ((gpus > 0)) || gpus=1
       run bench_fsdp 300 "$bin/bench_train" --device cuda --nproc "$gpus" --all-gather-fp8 on \
         --config examples/jobs/llama-h100.yaml --set fp8.recipe=tensorwise --rounds 2 --steps 4 --timeout 120 \
-        --breakdown 2
+        --breakdown 2 --breakdown-by-shape
       ;;
     breakdown-shapes)
       # A step's GEMMs and casts one row per shape (bench_train --breakdown-by-shape): which

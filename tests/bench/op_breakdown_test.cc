@@ -119,7 +119,7 @@ TEST(OpProfiler, CountsTheCallsIssuedWhenTheDeviceHadCaughtUp) {
   EXPECT_EQ(find(*b, "b")->issued_to_idle_device, 1);
 }
 
-TEST(OpProfiler, LabelsGemmsAndCastsWithTheirShapesWhenAskedTo) {
+TEST(OpProfiler, LabelsGemmsCastsAndCopiesWithTheirShapesWhenAskedTo) {
   OpProfiler p(host_op_timer());
   ProfilingBackend backend(cpu_backend(), p);
   const std::vector<float> x(6 * 4, 1.0f), w(2 * 4, 1.0f);
@@ -148,12 +148,15 @@ TEST(OpProfiler, LabelsGemmsAndCastsWithTheirShapesWhenAskedTo) {
   g.beta = 1.0f;
   ASSERT_TRUE(backend.gemm(g).ok());
   ASSERT_TRUE(backend.quantize(q).ok());
+  ASSERT_TRUE(backend.copy(out.data(), x.data(), 8).ok());
+  ASSERT_TRUE(backend.copy_rows(out.data(), 8, x.data(), 16, 8, 3).ok());
   absl::StatusOr<OpBreakdown> b = p.take();
   ASSERT_TRUE(b.ok()) << b.status();
   std::vector<std::string> labels;
   for (const OpTime& t : b->ops) labels.push_back(t.label);
   std::sort(labels.begin(), labels.end());
-  EXPECT_EQ(labels, (std::vector<std::string>{"fp32 GEMM", "fp32 GEMM 6x4x2 float32", "fp32 GEMM 6x4x2 float32 +C",
+  EXPECT_EQ(labels, (std::vector<std::string>{"device copies 3 x 8 B", "device copies 8 B", "fp32 GEMM",
+                                              "fp32 GEMM 6x4x2 float32", "fp32 GEMM 6x4x2 float32 +C",
                                               "quantize tensorwise",
                                               "quantize tensorwise 6x4 float32 T (known row amaxes)"}));
 }
