@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 #include <span>
+#include <cstring>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -296,6 +297,35 @@ TEST(Tensor, RowsShareMemory) {
   absl::StatusOr<Tensor> none = t.rows(4, 0);
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->numel(), 0);
+}
+
+TEST(Tensor, ReinterpretSharesTheBytesAsAnotherType) {
+  absl::StatusOr<Tensor> bytes = Tensor::zeros(Device::cpu(), ElementType::kE4M3, {24});
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<Tensor> floats = bytes->reinterpret(ElementType::kFloat32, 8, {2, 2});
+  ASSERT_TRUE(floats.ok()) << floats.status();
+  EXPECT_EQ(floats->type(), ElementType::kFloat32);
+  EXPECT_EQ(floats->shape(), (TensorShape{2, 2}));
+  EXPECT_EQ(floats->strides(), (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(floats->raw(), static_cast<void*>(static_cast<std::byte*>(bytes->raw()) + 8));
+  const std::vector<float> values = {1, 2, 3, 4};
+  ASSERT_TRUE(floats->upload<float>(values).ok());
+  // The parent's bytes changed, and only bytes [8, 24).
+  float third = 0;
+  std::memcpy(&third, static_cast<const std::byte*>(bytes->raw()) + 16, sizeof third);
+  EXPECT_EQ(third, 3.0f);
+  EXPECT_EQ(static_cast<const uint8_t*>(bytes->raw())[7], 0);
+}
+
+TEST(Tensor, ReinterpretOutOfBoundsOrMisalignedRejected) {
+  absl::StatusOr<Tensor> bytes = Tensor::zeros(Device::cpu(), ElementType::kE4M3, {24});
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_FALSE(bytes->reinterpret(ElementType::kFloat32, 12, {4}).ok());  // past the end
+  EXPECT_FALSE(bytes->reinterpret(ElementType::kFloat32, 2, {2}).ok());   // misaligned
+  EXPECT_FALSE(bytes->reinterpret(ElementType::kFloat32, -4, {1}).ok());
+  EXPECT_FALSE(Tensor().reinterpret(ElementType::kFloat32, 0, {1}).ok());
+  absl::StatusOr<Tensor> last = bytes->reinterpret(ElementType::kFloat32, 20, {1});
+  EXPECT_TRUE(last.ok()) << last.status();
 }
 
 TEST(Tensor, RowsOutOfBoundsRejected) {

@@ -179,14 +179,21 @@ absl::Status FsdpModel::pack_units() {
       Param& p = params_[static_cast<size_t>(i)];
       FP8_ASSIGN_OR_RETURN(p.shard->grad, u.shard_grads.rows(p.reduce_offset, p.layout.shard_elements()));
     }
-    // An fp8 weight's shard is cast straight into its place in the send buffer (aligned:
-    // offsets are multiples of kAlignBytes), so nothing packs it. Nothing else writes
-    // there, and the next step's cast is queued after this step's gathers read it.
+    // Nothing packs the send buffer: an fp8 weight's shard is cast straight into its place
+    // (aligned: offsets are multiples of kAlignBytes), and every other shard lives there,
+    // the optimizer updating it in place. Gathers read it only between a step's start and
+    // its optimizer (the next step's cast and updates are queued after this step's gathers).
     for (int i : u.params) {
       const Param& p = params_[static_cast<size_t>(i)];
-      if (p.fp8 < 0) continue;
-      FP8_ASSIGN_OR_RETURN(fp8_[static_cast<size_t>(p.fp8)].shard_codes,
-                           u.gather_send.rows(p.gather_offset, p.layout.shard_elements()));
+      if (p.fp8 >= 0) {
+        FP8_ASSIGN_OR_RETURN(fp8_[static_cast<size_t>(p.fp8)].shard_codes,
+                             u.gather_send.rows(p.gather_offset, p.layout.shard_elements()));
+        continue;
+      }
+      FP8_ASSIGN_OR_RETURN(Tensor in_send, u.gather_send.reinterpret(ElementType::kFloat32, p.gather_offset,
+                                                                     p.shard->value.shape()));
+      FP8_RETURN_IF_ERROR(in_send.copy_from(p.shard->value));
+      p.shard->value = std::move(in_send);
     }
   }
   return absl::OkStatus();
@@ -276,9 +283,9 @@ absl::Status FsdpModel::cast_fp8_shard(Fp8State& f, const Param& p) {
 absl::Status FsdpModel::start_gather(int unit) {
   Unit& u = unit_state(unit);
   if (u.present || u.gather.valid()) return absl::OkStatus();
-  Backend& backend = device_.backend();
   CommCounters counts;
-  // Pack this rank's shards (fp8 codes cast with the global scale, or fp32 values).
+  // This rank's shards are in the send buffer already (fp32 values), or cast there now
+  // (fp8 codes with the global scale).
   for (int i : u.params) {
     Param& p = params_[static_cast<size_t>(i)];
     if (p.fp8 >= 0) {
@@ -287,7 +294,6 @@ absl::Status FsdpModel::start_gather(int unit) {
       counts.all_gather_bytes_fp8 += p.layout.padded_elements();
     } else {
       counts.all_gather_bytes_f32 += p.layout.padded_elements() * static_cast<int64_t>(sizeof(float));
-      FP8_RETURN_IF_ERROR(backend.copy(bytes(u.gather_send) + p.gather_offset, p.shard->value.raw(), p.shard_bytes()));
     }
   }
   FP8_ASSIGN_OR_RETURN(u.gather_recv, Tensor::empty(device_, ElementType::kE4M3, {u.gather_bytes * world_size_}));

@@ -120,6 +120,27 @@ absl::StatusOr<Tensor> Tensor::rows(int64_t begin, int64_t count) const {
   return t;
 }
 
+absl::StatusOr<Tensor> Tensor::reinterpret(ElementType type, int64_t byte_offset, TensorShape shape) const {
+  if (!defined()) return absl::FailedPreconditionError("reinterpret() of an undefined tensor");
+  if (!is_contiguous()) return absl::InvalidArgumentError(absl::StrCat("reinterpret of non-contiguous ", describe()));
+  if (absl::Status s = check_dimensions(shape); !s.ok()) return s;
+  const auto size = static_cast<int64_t>(element_size(type));
+  const int64_t bytes = element_count(shape) * size;
+  const bool aligned = (reinterpret_cast<uintptr_t>(raw()) + static_cast<uintptr_t>(byte_offset)) % size == 0;
+  if (byte_offset < 0 || !aligned || byte_offset > static_cast<int64_t>(nbytes()) ||
+      bytes > static_cast<int64_t>(nbytes()) - byte_offset) {
+    return absl::InvalidArgumentError(absl::StrCat("bytes [", byte_offset, ", ", byte_offset + bytes, ") of ",
+                                                   describe(), " as ", element_type_name(type), shape_string(shape),
+                                                   ": out of bounds or misaligned"));
+  }
+  Tensor t = *this;
+  t.type_ = type;
+  t.offset_ += static_cast<size_t>(byte_offset);
+  t.strides_ = contiguous_strides(shape);
+  t.shape_ = std::move(shape);
+  return t;
+}
+
 absl::Status Tensor::zero() {
   if (!defined()) return absl::FailedPreconditionError("zero() of an undefined tensor");
   if (!is_contiguous()) return absl::InvalidArgumentError(absl::StrCat("zero() of non-contiguous ", describe()));

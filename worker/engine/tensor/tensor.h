@@ -76,6 +76,10 @@ class Tensor {
   absl::StatusOr<Tensor> view(TensorShape shape) const;
   // Rows [begin, begin + count) of dimension 0, sharing memory.
   absl::StatusOr<Tensor> rows(int64_t begin, int64_t count) const;
+  // The bytes from `byte_offset` on, sharing memory, as a contiguous tensor of `type` and
+  // `shape`: e.g. fp32 values kept inside a buffer of bytes. Needs a contiguous tensor
+  // holding them all, and an address aligned to `type`'s size.
+  absl::StatusOr<Tensor> reinterpret(ElementType type, int64_t byte_offset, TensorShape shape) const;
 
   // Sets every element to zero (queued on the device).
   absl::Status zero();
