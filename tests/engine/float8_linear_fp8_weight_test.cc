@@ -413,6 +413,35 @@ TEST_P(Fp8WeightParity, ScalesWrittenIntoTheLayersSlotsAreTakenAsTheyAre) {
   EXPECT_EQ(again->inv_scale, slots->inv_scale);
 }
 
+// An amax that stays where it is (Fp8Weight::amax_stays: a FSDP model's) is read there by
+// numerics() rather than copied in: a later change of it shows in the report. Delayed
+// scaling copies it into its history regardless.
+TEST_P(Fp8WeightParity, AnAmaxThatStaysIsReadWhereItIs) {
+  const Shape s = GetParam().shape;
+  const bool delayed = GetParam().recipe == v1::Fp8Spec::DELAYED;
+  std::unique_ptr<Float8Linear> layer = make_layer(s, recipe(GetParam().recipe, 4));
+  ASSERT_NE(layer, nullptr);
+  Floats tw(normal(s.nk(), 0.1f, 1)), tx(normal(s.mk(), 1.0f, 2)), out(s.mn());
+  CastWeight cw(s);
+  cast_weight(*layer, s, tw.data(), cw);
+  if (::testing::Test::HasFatalFailure()) return;
+  Fp8Weight w = cw.weight();
+  w.amax_stays = true;
+  ASSERT_OK(layer->forward(tx.data(), s.m, w, nullptr, out.data()));
+  auto weight_amax = [&]() -> float {
+    absl::StatusOr<std::vector<CastNumerics>> n = layer->numerics();
+    EXPECT_TRUE(n.ok()) << n.status();
+    for (const CastNumerics& c : *n) {
+      if (c.tensor == TensorKind::kWeight) return c.amax;
+    }
+    ADD_FAILURE() << "no weight cast reported";
+    return -1.0f;
+  };
+  EXPECT_EQ(weight_amax(), cw.host_amax);
+  cw.amax.upload({42.0f});
+  EXPECT_EQ(weight_amax(), delayed ? cw.host_amax : 42.0f);
+}
+
 // A weight cast outside the layer reaches it as codes only, so its saturation and
 // underflow cannot be counted there: measuring reports it unmeasured, and measures the
 // input and grad_output as usual, with the same counts as a layer casting its own weight.

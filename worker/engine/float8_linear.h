@@ -103,6 +103,10 @@ struct Fp8Weight {
   const float* scale = nullptr;      // the one scale they were cast with
   const float* inv_scale = nullptr;  // 1 / scale, as the host rounds it
   const float* amax = nullptr;       // the weight's amax (numerics; delayed scaling records it)
+  // Whether `amax` stays where it is, unchanged, until this layer's next forward (and any
+  // numerics() before it), as a FSDP model's all-reduced amaxes do: the layer then reads it
+  // there instead of copying it in. Delayed scaling copies it into its history regardless.
+  bool amax_stays = false;
 };
 
 // The dtypes of a layer's activations: each DType::kFloat32 or DType::kBFloat16.

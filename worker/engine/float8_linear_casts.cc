@@ -113,6 +113,7 @@ absl::StatusOr<CastRangeCounts*> Float8Linear::State::prepare_cast(CastPlan& p, 
   p.external_out = nullptr;
   p.external_out_t = nullptr;
   p.shared = nullptr;
+  p.amax_in_use = nullptr;
   return range_counts;
 }
 
@@ -297,6 +298,7 @@ absl::Status Float8Linear::State::cast_input(const MatrixRef& data, int slot_row
     p.external = false;
     p.external_out = nullptr;
     p.external_out_t = nullptr;
+    p.amax_in_use = nullptr;
     p.shared = &from;
     p.scale_in_use = from.scale_in_use;
     p.inv_scale_in_use = from.inv_scale_in_use;
@@ -327,15 +329,22 @@ absl::Status Float8Linear::State::adopt_fp8_weight(const Fp8Weight& w, int slot_
   }
   CastPlan& p = plans[static_cast<size_t>(weight_plan())];
   // The amax goes where the layer's own cast would have written it: numerics() reads it
-  // from there, and delayed scaling records it with the step's other amaxes.
-  float* amax_dst = nullptr;
-  if (p.delayed) {
-    amax_dst = slots_of(p.tensor).at(slot_row, p.delayed_column);
+  // from there, and delayed scaling records it with the step's other amaxes. One that
+  // stays where it is is read there instead (not by delayed scaling: its history records
+  // from the layer's slots).
+  p.amax_in_use = nullptr;
+  if (w.amax_stays && !p.delayed) {
+    p.amax_in_use = w.amax;
   } else {
-    if (auto st = p.amax.reserve(sizeof(float)); !st.ok()) return st;
-    amax_dst = p.amax.as<float>();
+    float* amax_dst = nullptr;
+    if (p.delayed) {
+      amax_dst = slots_of(p.tensor).at(slot_row, p.delayed_column);
+    } else {
+      if (auto st = p.amax.reserve(sizeof(float)); !st.ok()) return st;
+      amax_dst = p.amax.as<float>();
+    }
+    if (auto st = backend.copy(amax_dst, w.amax, sizeof(float)); !st.ok()) return st;
   }
-  if (auto st = backend.copy(amax_dst, w.amax, sizeof(float)); !st.ok()) return st;
   // The scales are copied into the layer's own buffers (numerics() reads them after the
   // caller may have freed its Fp8Weight), unless they were written there
   // (fp8_weight_scale_slots).

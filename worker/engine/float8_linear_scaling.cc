@@ -281,8 +281,9 @@ absl::StatusOr<std::vector<CastNumerics>> Float8Linear::numerics() {
   auto* staging = s.numerics_staging.as<std::byte>();
   for (const Piece& piece : pieces) {
     const CastPlan& p = *piece.plan;
-    const float* amax_src = p.last_amax_row >= 0 ? s.slots_of(p.tensor).at(p.last_amax_row, p.delayed_column)
-                                                 : p.holder().amax.as<float>();
+    const float* amax_src = p.last_amax_row >= 0      ? s.slots_of(p.tensor).at(p.last_amax_row, p.delayed_column)
+                            : p.amax_in_use != nullptr ? p.amax_in_use
+                                                       : p.holder().amax.as<float>();
     absl::Status queued = s.backend.copy(staging + piece.amax_at, amax_src, float_bytes(piece.n));
     if (queued.ok()) queued = s.backend.copy(staging + piece.scale_at, p.scale_in_use, float_bytes(piece.n));
     if (queued.ok() && p.range_counted) {

@@ -141,6 +141,9 @@ struct CastPlan {
   const float* scale_in_use = nullptr;
   int64_t rows = 0, cols = 0;  // 0 until the first cast
   int last_amax_row = -1;      // delayed casts: the slot row it wrote
+  // An adopted weight's amax where its owner keeps it (Fp8Weight::amax_stays), read there
+  // by numerics() instead of `amax`; null otherwise.
+  const float* amax_in_use = nullptr;
 
   // The last cast's saturation / underflow counts (a CastRangeCounts in backend memory),
   // valid when it ran while the layer was measuring.

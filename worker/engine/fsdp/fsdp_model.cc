@@ -150,8 +150,12 @@ absl::Status FsdpModel::plan_fp8_gathers() {
   if (!fp8_.empty()) {
     FP8_ASSIGN_OR_RETURN(fp8_amaxes_,
                          Tensor::zeros(device_, ElementType::kFloat32, {static_cast<int64_t>(fp8_.size())}));
-    // Each weight's global amax is read where the all-reduce leaves it, until the next one.
-    for (size_t i = 0; i < fp8_.size(); ++i) fp8_[i].weight.amax = fp8_amaxes_.data<float>() + i;
+    // Each weight's global amax is read where the all-reduce leaves it, until the next one
+    // (the next step's first forward): by the layer too, which then copies none in.
+    for (size_t i = 0; i < fp8_.size(); ++i) {
+      fp8_[i].weight.amax = fp8_amaxes_.data<float>() + i;
+      fp8_[i].weight.amax_stays = true;
+    }
   }
   return absl::OkStatus();
 }
