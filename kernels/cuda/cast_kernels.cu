@@ -193,9 +193,17 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One 32 x 32 byte tile per block of 32 x 8 threads, each thread moving four bytes; the
-// tile row is padded by one byte so the column reads hit distinct banks. Grid: x over
-// column tiles, y over row tiles (looping past 65535).
+// Whether transpose_bytes moves aligned tensors as words (transpose_words_kernel): on
+// unless FP8_CUDA_BYTE_TRANSPOSE=bytes, read at every launch like the casts' switches.
+bool byte_transpose_by_words() {
+  const char* e = std::getenv("FP8_CUDA_BYTE_TRANSPOSE");
+  return e == nullptr || std::strcmp(e, "bytes") != 0;
+}
+
+// Any shape and alignment (else transpose_words_kernel): one 32 x 32 byte tile per block of
+// 32 x 8 threads, each thread moving four bytes; the tile row is padded by one byte so the
+// column reads hit distinct banks. Grid: x over column tiles, y over row tiles (looping
+// past 65535).
 constexpr int kByteTile = 32;
 constexpr int kByteTileRowsPerPass = 8;
 __global__ void transpose_bytes_kernel(const uint8_t* __restrict__ src, int64_t rows, int64_t cols,
@@ -648,6 +656,16 @@ LaunchResult launch_broadcast(const float* scalar, float* out, int64_t n, cudaSt
 LaunchResult launch_transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst,
                                     cudaStream_t stream) {
   if (rows == 0 || cols == 0) return {};
+  const bool words = rows % 4 == 0 && cols % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 4 == 0 &&
+                     reinterpret_cast<uintptr_t>(dst) % 4 == 0;
+  if (words && byte_transpose_by_words()) {
+    const unsigned wx = blocks_for(cols, kWordTile);
+    if (wx == 0) return kTooLarge;
+    const int64_t tiles = ceil_div(rows, static_cast<int64_t>(kWordTile));
+    const dim3 grid(wx, static_cast<unsigned>(tiles < kMaxGridY ? tiles : kMaxGridY));
+    transpose_words_kernel<<<grid, kThreads, 0, stream>>>(src, rows, cols, dst);
+    return after_launch("transpose_words kernel");
+  }
   const unsigned gx = blocks_for(cols, kByteTile);
   if (gx == 0) return kTooLarge;
   const int64_t row_tiles = (rows + kByteTile - 1) / kByteTile;

@@ -181,6 +181,62 @@ __device__ __forceinline__ void row_segment_max_atomic(unsigned* amax, bool acti
   if (active && head && v != 0) atomicMax(amax + row, v);
 }
 
+// ---- byte transpose --------------------------------------------------------------------------
+
+// dst [cols, rows] = src [rows, cols]ᵀ, bytes (fp8 codes), in 64 x 64 byte tiles moved as
+// 32-bit words: when rows and cols are multiples of 4 and both pointers 4-byte aligned
+// (the launcher checks; otherwise a kernel of single bytes runs). A block of kThreads
+// loads a tile row by row (16 threads a 64-byte row: 128 bytes a warp instruction), then
+// each thread turns one 4 x 4 byte block around with __byte_perm and stores four words,
+// one into each of four dst rows (16 threads a 64-byte dst row). Grid: x over column
+// tiles, y over row tiles (looping past 65535). A FSDP rank transposes each gathered fp8
+// weight once a step this way (the backward's grad_input GEMM reads it).
+constexpr int kWordTile = 64;                 // bytes a side
+constexpr int kWordTileWords = kWordTile / 4;  // words a tile row
+static_assert(kThreads == kWordTileWords * kWordTileWords, "a thread per 4 x 4 byte block");
+
+__global__ void __launch_bounds__(kThreads)
+    transpose_words_kernel(const uint8_t* __restrict__ src, int64_t rows, int64_t cols, uint8_t* __restrict__ dst) {
+  // One word of padding a row: the load phase's writes and the transpose phase's reads
+  // meet at most two to a bank.
+  __shared__ uint32_t tile[kWordTile][kWordTileWords + 1];
+  const int t = threadIdx.x;
+  const int load_row = t / kWordTileWords, load_word = t % kWordTileWords;
+  // Transpose phase: source rows 4 bi .. 4 bi + 3, source word bj (dst rows 4 bj .. +3);
+  // consecutive threads take consecutive bi, i.e. consecutive words of one dst row.
+  const int bi = t % kWordTileWords, bj = t / kWordTileWords;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kWordTile;
+  const int64_t col = c0 + 4 * load_word;
+#pragma unroll 1
+  for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * kWordTile; r0 < rows;
+       r0 += static_cast<int64_t>(gridDim.y) * kWordTile) {
+#pragma unroll
+    for (int k = 0; k < kWordTile / 16; ++k) {
+      const int row = 16 * k + load_row;
+      const int64_t r = r0 + row;
+      uint32_t w = 0;
+      if (r < rows && col < cols) w = *reinterpret_cast<const uint32_t*>(src + r * cols + col);
+      tile[row][load_word] = w;
+    }
+    __syncthreads();
+    const int64_t r = r0 + 4 * bi;      // dst column (a multiple of 4: rows % 4 == 0)
+    const int64_t c = c0 + 4 * bj;      // dst row of byte 0
+    if (r < rows && c < cols) {
+      const uint32_t w0 = tile[4 * bi][bj], w1 = tile[4 * bi + 1][bj];
+      const uint32_t w2 = tile[4 * bi + 2][bj], w3 = tile[4 * bi + 3][bj];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        // Dst row c + j: byte j of each source row's word, in source-row order (selector
+        // 0x00(4+j)j picks byte j of the first word, then of the second).
+        const uint32_t select = 0x0040u + 0x11u * static_cast<uint32_t>(j);
+        const uint32_t rows01 = __byte_perm(w0, w1, select), rows23 = __byte_perm(w2, w3, select);
+        *reinterpret_cast<uint32_t*>(dst + (c + j) * rows + r) = __byte_perm(rows01, rows23, 0x5410);
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // ---- programmatic dependent launch (sm_90) ---------------------------------------------------
 
 // A cast whose scales come from amaxes reduced by the launch just before it is launched

@@ -1082,7 +1082,9 @@ TEST_P(BackendContract, TransposeBytesMatchesANaiveLoopForRaggedShapes) {
   constexpr size_t kGuard = 64;  // bytes past the end of dst that must stay untouched
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
       {1, 1},   {1, 17},  {17, 1},   {2, 3},    {15, 16}, {16, 16}, {16, 17}, {31, 33}, {32, 32},
-      {33, 47}, {64, 64}, {65, 63},  {300, 129}, {129, 300}, {1, 4099}, {4099, 1}, {7, 1000}};
+      {33, 47}, {64, 64}, {65, 63},  {300, 129}, {129, 300}, {1, 4099}, {4099, 1}, {7, 1000},
+      // Multiples of 4 (the GPU moves them as words), whole and partial 64-byte tiles.
+      {4, 4},   {68, 36}, {196, 132}, {8, 200}};
   for (const auto& [rows, cols] : shapes) {
     SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
     const auto n = static_cast<size_t>(rows * cols);
@@ -1120,17 +1122,20 @@ TEST_P(BackendContract, TransposeBytesOfEveryCodeIsExact) {
 }
 
 TEST_P(BackendContract, TransposeBytesOfATallMatrixCoversEveryRow) {
-  // More rows than one launch's grid covers in tiles of 32 (65535 x 32): the GPU kernel
-  // loops over the rest; the host backends see one long run of scalar tails.
-  const int64_t rows = 65535 * 32 + 45, cols = 3;
-  const auto host = byte_pattern(rows, cols, 7);
-  Buffer<uint8_t> src(b_, host), dst(b_, host.size());
-  ASSERT_TRUE(b_->transpose_bytes(src.get(), rows, cols, dst.get()).ok());
-  const auto got = dst.download();
-  const auto want = naive_transpose(host, rows, cols);
-  ASSERT_EQ(got.size(), want.size());
-  EXPECT_TRUE(got == want) << "first difference at "
-                           << (std::mismatch(got.begin(), got.end(), want.begin()).first - got.begin());
+  // More rows than one launch's grid covers: in tiles of 32 (65535 x 32) a byte at a time,
+  // and, with rows and columns multiples of 4, in tiles of 64 moved as words (65535 x 64).
+  // The GPU kernels loop over the rest; the host backends see long runs of scalar tails.
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{65535 * 32 + 45, 3}, {65535 * 64 + 68, 4}}) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
+    const auto host = byte_pattern(rows, cols, 7);
+    Buffer<uint8_t> src(b_, host), dst(b_, host.size());
+    ASSERT_TRUE(b_->transpose_bytes(src.get(), rows, cols, dst.get()).ok());
+    const auto got = dst.download();
+    const auto want = naive_transpose(host, rows, cols);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_TRUE(got == want) << "first difference at "
+                             << (std::mismatch(got.begin(), got.end(), want.begin()).first - got.begin());
+  }
 }
 
 TEST_P(BackendContract, TransposeBytesOfAnEmptyMatrixIsANoOp) {

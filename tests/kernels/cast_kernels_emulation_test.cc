@@ -351,6 +351,32 @@ void expect_small_amax(int64_t n, uint32_t seed, bool with_nan) {
   EXPECT_EQ(out, float_bits(want));
 }
 
+// transpose_words_kernel against the transpose by definition: whole and partial tiles,
+// rows of one word, and fewer row-tile blocks than row tiles (the blocks loop).
+TEST(CastKernelsEmulation, WordTransposeIsTheTranspose) {
+  struct Case {
+    int64_t rows, cols;
+    unsigned grid_y;  // 0: one block per row tile
+  };
+  for (const Case c : {Case{64, 64, 0}, Case{4, 4, 0}, Case{128, 192, 0}, Case{68, 36, 0}, Case{200, 8, 1},
+                       Case{8, 200, 0}, Case{196, 132, 2}}) {
+    SCOPED_TRACE(::testing::Message() << c.rows << " x " << c.cols << " grid_y " << c.grid_y);
+    std::mt19937 rng(static_cast<uint32_t>(c.rows * 1000 + c.cols));
+    std::vector<uint8_t> src(static_cast<size_t>(c.rows * c.cols));
+    for (uint8_t& b : src) b = static_cast<uint8_t>(rng());
+    std::vector<uint8_t> want(src.size()), dst(src.size(), 0xAB);
+    for (int64_t r = 0; r < c.rows; ++r) {
+      for (int64_t k = 0; k < c.cols; ++k) {
+        want[static_cast<size_t>(k * c.rows + r)] = src[static_cast<size_t>(r * c.cols + k)];
+      }
+    }
+    const auto gx = static_cast<unsigned>((c.cols + kWordTile - 1) / kWordTile);
+    const unsigned gy = c.grid_y > 0 ? c.grid_y : static_cast<unsigned>((c.rows + kWordTile - 1) / kWordTile);
+    emulation::launch_grid(gx, gy, kThreads, 0, transpose_words_kernel, src.data(), c.rows, c.cols, dst.data());
+    EXPECT_EQ(dst, want);
+  }
+}
+
 TEST(CastKernelsEmulation, SmallAmaxMatchesTheReference) {
   for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{256}, int64_t{8192}, int64_t{8195}}) {
     expect_small_amax<float>(n, static_cast<uint32_t>(n), false);
