@@ -62,6 +62,25 @@ __device__ __forceinline__ int64_t mod(int64_t a, int64_t b) {
   return a % b;
 }
 
+// A team member's groups of one row, Team::kBatch at a time: load(i, g) for each group g
+// of a batch (i its slot in the batch), then use(i, g) for each, so that a batch's loads
+// are in flight before any is used, and a thread reads its groups before it writes them.
+template <typename Team, typename Load, typename Use>
+__device__ __forceinline__ void sweep_row_groups(int64_t groups, Load&& load, Use&& use) {
+  for (int64_t g0 = Team::member(); g0 < groups; g0 += Team::kBatch * Team::kSize) {
+#pragma unroll
+    for (int i = 0; i < Team::kBatch; ++i) {
+      const int64_t g = g0 + i * Team::kSize;
+      if (g < groups) load(i, g);
+    }
+#pragma unroll
+    for (int i = 0; i < Team::kBatch; ++i) {
+      const int64_t g = g0 + i * Team::kSize;
+      if (g < groups) use(i, g);
+    }
+  }
+}
+
 // out = ops::swiglu(gate, up), one rounding on store.
 template <typename T, bool kVec, typename Team = BlockRows>
 __global__ void __launch_bounds__(kThreads)
@@ -72,26 +91,20 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t r = Team::first_row(); r < rows; r += Team::row_stride()) {
     const int64_t base = r * cols;
     uint32_t amax_bits = 0;
-    for (int64_t g0 = Team::member(); g0 < groups; g0 += kB * Team::kSize) {
-      float a[kB][kG], b[kB][kG];
+    float a[kB][kG], b[kB][kG];
+    sweep_row_groups<Team>(
+        groups,
+        [&](int i, int64_t g) {
+          model::load_group16<kVec>(gate + base, g, cols, 0.0f, a[i]);
+          model::load_group16<kVec>(up + base, g, cols, 0.0f, b[i]);
+        },
+        [&](int i, int64_t g) {
+          float y[kG];
 #pragma unroll
-      for (int i = 0; i < kB; ++i) {
-        const int64_t g = g0 + i * Team::kSize;
-        if (g >= groups) continue;
-        model::load_group16<kVec>(gate + base, g, cols, 0.0f, a[i]);
-        model::load_group16<kVec>(up + base, g, cols, 0.0f, b[i]);
-      }
-#pragma unroll
-      for (int i = 0; i < kB; ++i) {
-        const int64_t g = g0 + i * Team::kSize;
-        if (g >= groups) continue;
-        float y[kG];
-#pragma unroll
-        for (int k = 0; k < kG; ++k) y[k] = ops::swiglu(a[i][k], b[i][k]);
-        model::store_group16<kVec>(out + base, g, cols, y);
-        amax_bits = model::group16_amax_bits<T>(amax_bits, g, cols, y);
-      }
-    }
+          for (int k = 0; k < kG; ++k) y[k] = ops::swiglu(a[i][k], b[i][k]);
+          model::store_group16<kVec>(out + base, g, cols, y);
+          amax_bits = model::group16_amax_bits<T>(amax_bits, g, cols, y);
+        });
     amax_bits = Team::max_bits(amax_bits);
     if (Team::member() == 0) row_amax[r] = __uint_as_float(amax_bits);
   }
@@ -108,19 +121,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t r = Team::first_row(); r < rows; r += Team::row_stride()) {
     const int64_t base = r * cols;
     uint32_t amax_bits = 0;
-    for (int64_t g0 = Team::member(); g0 < groups; g0 += kB * Team::kSize) {
-      float a[kB][kG];
-#pragma unroll
-      for (int i = 0; i < kB; ++i) {
-        const int64_t g = g0 + i * Team::kSize;
-        if (g < groups) model::load_group16<kVec>(x + base, g, cols, 0.0f, a[i]);
-      }
-#pragma unroll
-      for (int i = 0; i < kB; ++i) {
-        const int64_t g = g0 + i * Team::kSize;
-        if (g < groups) amax_bits = model::group16_amax_bits<T>(amax_bits, g, cols, a[i]);
-      }
-    }
+    float a[kB][kG];
+    sweep_row_groups<Team>(
+        groups, [&](int i, int64_t g) { model::load_group16<kVec>(x + base, g, cols, 0.0f, a[i]); },
+        [&](int i, int64_t g) { amax_bits = model::group16_amax_bits<T>(amax_bits, g, cols, a[i]); });
     amax_bits = Team::max_bits(amax_bits);
     if (Team::member() == 0) row_amax[r] = __uint_as_float(amax_bits);
   }
@@ -139,29 +143,23 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t r = Team::first_row(); r < rows; r += Team::row_stride()) {
     const int64_t base = r * cols;
     uint32_t gate_bits = 0, up_bits = 0;
-    for (int64_t g0 = Team::member(); g0 < groups; g0 += kB * Team::kSize) {
-      float a[kB][kG], b[kB][kG], d[kB][kG];
+    float a[kB][kG], b[kB][kG], d[kB][kG];
+    sweep_row_groups<Team>(
+        groups,
+        [&](int i, int64_t g) {
+          model::load_group16<kVec>(gate + base, g, cols, 0.0f, a[i]);
+          model::load_group16<kVec>(up + base, g, cols, 0.0f, b[i]);
+          model::load_group16<kVec>(grad_out + base, g, cols, 0.0f, d[i]);
+        },
+        [&](int i, int64_t g) {
+          float dg[kG], du[kG];
 #pragma unroll
-      for (int i = 0; i < kB; ++i) {
-        const int64_t g = g0 + i * Team::kSize;
-        if (g >= groups) continue;
-        model::load_group16<kVec>(gate + base, g, cols, 0.0f, a[i]);
-        model::load_group16<kVec>(up + base, g, cols, 0.0f, b[i]);
-        model::load_group16<kVec>(grad_out + base, g, cols, 0.0f, d[i]);
-      }
-#pragma unroll
-      for (int i = 0; i < kB; ++i) {
-        const int64_t g = g0 + i * Team::kSize;
-        if (g >= groups) continue;
-        float dg[kG], du[kG];
-#pragma unroll
-        for (int k = 0; k < kG; ++k) ops::swiglu_grad(a[i][k], b[i][k], d[i][k], &dg[k], &du[k]);
-        model::store_group16<kVec>(grad_gate + base, g, cols, dg);
-        model::store_group16<kVec>(grad_up + base, g, cols, du);
-        gate_bits = model::group16_amax_bits<T>(gate_bits, g, cols, dg);
-        up_bits = model::group16_amax_bits<T>(up_bits, g, cols, du);
-      }
-    }
+          for (int k = 0; k < kG; ++k) ops::swiglu_grad(a[i][k], b[i][k], d[i][k], &dg[k], &du[k]);
+          model::store_group16<kVec>(grad_gate + base, g, cols, dg);
+          model::store_group16<kVec>(grad_up + base, g, cols, du);
+          gate_bits = model::group16_amax_bits<T>(gate_bits, g, cols, dg);
+          up_bits = model::group16_amax_bits<T>(up_bits, g, cols, du);
+        });
     // Each condition is the same for the whole grid.
     if (grad_gate_row_amax != nullptr) {
       gate_bits = Team::max_bits(gate_bits);
@@ -189,29 +187,23 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t r = Team::first_row(); r < rows; r += Team::row_stride()) {
     const int64_t base = r * cols;
     uint32_t amax_bits = 0;
-    for (int64_t g0 = Team::member(); g0 < groups; g0 += kB * Team::kSize) {
-      float p[kB][kG], d[kB][kG], mo[kB][kG], ve[kB][kG];
+    float p[kB][kG], d[kB][kG], mo[kB][kG], ve[kB][kG];
+    sweep_row_groups<Team>(
+        groups,
+        [&](int i, int64_t g) {
+          model::load_group16<kVec>(param + base, g, cols, 0.0f, p[i]);
+          model::load_group16<kVec>(grad + base, g, cols, 0.0f, d[i]);
+          model::load_group16<kVec>(m + base, g, cols, 0.0f, mo[i]);
+          model::load_group16<kVec>(v + base, g, cols, 0.0f, ve[i]);
+        },
+        [&](int i, int64_t g) {
 #pragma unroll
-      for (int i = 0; i < kB; ++i) {
-        const int64_t g = g0 + i * Team::kSize;
-        if (g >= groups) continue;
-        model::load_group16<kVec>(param + base, g, cols, 0.0f, p[i]);
-        model::load_group16<kVec>(grad + base, g, cols, 0.0f, d[i]);
-        model::load_group16<kVec>(m + base, g, cols, 0.0f, mo[i]);
-        model::load_group16<kVec>(v + base, g, cols, 0.0f, ve[i]);
-      }
-#pragma unroll
-      for (int i = 0; i < kB; ++i) {
-        const int64_t g = g0 + i * Team::kSize;
-        if (g >= groups) continue;
-#pragma unroll
-        for (int k = 0; k < kG; ++k) ops::adamw_update(c, d[i][k], &p[i][k], &mo[i][k], &ve[i][k]);
-        model::store_group16<kVec>(param + base, g, cols, p[i]);
-        model::store_group16<kVec>(m + base, g, cols, mo[i]);
-        model::store_group16<kVec>(v + base, g, cols, ve[i]);
-        amax_bits = model::group16_amax_bits<float>(amax_bits, g, cols, p[i]);
-      }
-    }
+          for (int k = 0; k < kG; ++k) ops::adamw_update(c, d[i][k], &p[i][k], &mo[i][k], &ve[i][k]);
+          model::store_group16<kVec>(param + base, g, cols, p[i]);
+          model::store_group16<kVec>(m + base, g, cols, mo[i]);
+          model::store_group16<kVec>(v + base, g, cols, ve[i]);
+          amax_bits = model::group16_amax_bits<float>(amax_bits, g, cols, p[i]);
+        });
     amax_bits = Team::max_bits(amax_bits);
     if (Team::member() == 0) param_row_amax[r] = __uint_as_float(amax_bits);
   }
@@ -272,29 +264,20 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t base = r * cols;
     const int64_t table_row = mod(r, seq) * pairs;
     uint32_t amax_bits = 0;
-    // A lane reads all of its groups of a batch before it writes any (out may be in).
-    for (int64_t g0 = Team::member(); g0 < groups; g0 += kB * Team::kSize) {
-      float v[kB][kG];
+    float v[kB][kG];
+    sweep_row_groups<Team>(
+        groups, [&](int i, int64_t g) { model::load_group16<kVec>(in + base, g, cols, 0.0f, v[i]); },
+        [&](int i, int64_t g) {
+          float w[kG];
 #pragma unroll
-      for (int i = 0; i < kB; ++i) {
-        const int64_t g = g0 + i * Team::kSize;
-        if (g < groups) model::load_group16<kVec>(in + base, g, cols, 0.0f, v[i]);
-      }
-#pragma unroll
-      for (int i = 0; i < kB; ++i) {
-        const int64_t g = g0 + i * Team::kSize;
-        if (g >= groups) continue;
-        float w[kG];
-#pragma unroll
-        for (int p = 0; p < kG / 2; ++p) {
-          const int64_t t = table_row + mod(kG * g + 2 * p, head_dim) / 2;
-          ops::rotate_pair(v[i][2 * p], v[i][2 * p + 1], cos_table[t], sin_sign * sin_table[t], &w[2 * p],
-                           &w[2 * p + 1]);
-        }
-        model::store_group16<kVec>(out + base, g, cols, w);
-        amax_bits = model::group16_amax_bits<T>(amax_bits, g, cols, w);
-      }
-    }
+          for (int q = 0; q < kG / 2; ++q) {
+            const int64_t t = table_row + mod(kG * g + 2 * q, head_dim) / 2;
+            ops::rotate_pair(v[i][2 * q], v[i][2 * q + 1], cos_table[t], sin_sign * sin_table[t], &w[2 * q],
+                             &w[2 * q + 1]);
+          }
+          model::store_group16<kVec>(out + base, g, cols, w);
+          amax_bits = model::group16_amax_bits<T>(amax_bits, g, cols, w);
+        });
     amax_bits = Team::max_bits(amax_bits);
     if (Team::member() == 0) row_amax[r] = __uint_as_float(amax_bits);
   }
