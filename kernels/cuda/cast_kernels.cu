@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "cuda/cast_kernels_device.cuh"
+#include "cuda/env_switch.h"
 #include "fp8/arith.h"
 
 namespace fp8::cuda {
@@ -195,10 +196,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // Whether transpose_bytes moves aligned tensors as words (transpose_words_kernel): on
 // unless FP8_CUDA_BYTE_TRANSPOSE=bytes, read at every launch like the casts' switches.
-bool byte_transpose_by_words() {
-  const char* e = std::getenv("FP8_CUDA_BYTE_TRANSPOSE");
-  return e == nullptr || std::strcmp(e, "bytes") != 0;
-}
+bool byte_transpose_by_words() { return !env_is("FP8_CUDA_BYTE_TRANSPOSE", "bytes"); }
 
 // Any shape and alignment (else transpose_words_kernel): one 32 x 32 byte tile per block of
 // 32 x 8 threads, each thread moving four bytes; the tile row is padded by one byte so the
@@ -284,10 +282,7 @@ LaunchResult after_launch(const char* kernel) {
 // Whether casts whose scales come from the launch just before them start early
 // (wait_for_prerequisite_grid): on unless FP8_CUDA_EARLY_CASTS=0, read at every launch
 // like FP8_CUDA_CAST_ROW_TILES, so that bench_train times both side by side.
-bool early_casts() {
-  const char* e = std::getenv("FP8_CUDA_EARLY_CASTS");
-  return e == nullptr || std::strcmp(e, "0") != 0;
-}
+bool early_casts() { return !env_is("FP8_CUDA_EARLY_CASTS", "0"); }
 
 // kernel<<<grid, kThreads, 0, stream>>>(args...), with programmatic stream serialization
 // when `early`: the kernel may then start before the launch ahead of it has finished.
@@ -387,8 +382,7 @@ int tiled_row_tiles() {
   if constexpr (std::is_same_v<T, float>) {
     return 1;
   } else {
-    const char* e = std::getenv("FP8_CUDA_CAST_ROW_TILES");
-    return e != nullptr && std::strcmp(e, "1") == 0 ? 1 : 2;
+    return env_is("FP8_CUDA_CAST_ROW_TILES", "1") ? 1 : 2;
   }
 }
 

@@ -1,7 +1,5 @@
 #include "cuda/gemm_cublaslt.h"
 
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -10,6 +8,7 @@
 #include "cuda/cast_kernels.h"
 #include "cuda/cublaslt_library.h"
 #include "cuda/cuda_status.h"
+#include "cuda/env_switch.h"
 
 namespace fp8::cuda {
 
@@ -150,8 +149,7 @@ CublasLtGemm::~CublasLtGemm() {
 absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::create(cudaStream_t stream) {
   if (auto s = cublaslt::load(); !s.ok()) return s;
   std::unique_ptr<CublasLtGemm> g(new CublasLtGemm());
-  const char* refuse = std::getenv("FP8_CUBLASLT_REFUSE_C");
-  g->refuse_c_ = refuse != nullptr && std::strcmp(refuse, "1") == 0;
+  g->refuse_c_ = env_is("FP8_CUBLASLT_REFUSE_C", "1");
   if (auto s = cublas_status(lt().cublasLtCreate(&g->handle_), "cublasLtCreate"); !s.ok()) return s;
   if (auto s = cuda_status(cudaMalloc(&g->workspace_, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)"); !s.ok()) {
     return s;

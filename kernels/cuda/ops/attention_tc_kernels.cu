@@ -5,9 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
+#include "cuda/env_switch.h"
 #include "cuda/ops/attention_mma_device.cuh"
 #include "cuda/ops/attention_tc_geometry.h"
 #include "cuda/ops/attention_wgmma_kernels.h"
@@ -20,10 +19,7 @@ namespace {
 // device on the mma.sync kernels instead of the wgmma ones, attention_wgmma_kernels.h).
 // Read at every launch (a getenv is nothing beside an attention kernel), so that
 // bench_attention can time the implementations side by side in one process.
-bool simt_requested() {
-  const char* e = std::getenv("FP8_CUDA_ATTENTION");
-  return e != nullptr && std::strcmp(e, "simt") == 0;
-}
+bool simt_requested() { return env_is("FP8_CUDA_ATTENTION", "simt"); }
 
 }  // namespace
 

@@ -7,14 +7,15 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda/env_switch.h"
 #include "cuda/ops/attention_tc_geometry.h"
 #include "cuda/ops/attention_wgmma_device.cuh"
 
 namespace fp8::cuda {
 
 bool wgmma_attention_applies(const AttentionDims& d) {
-  const char* e = std::getenv("FP8_CUDA_ATTENTION");  // read per call, as the other switches
-  if ((e != nullptr && std::strcmp(e, "mma") == 0) || (d.head_dim != 64 && d.head_dim != 128)) return false;
+  // Read per call, as the other switches.
+  if (env_is("FP8_CUDA_ATTENTION", "mma") || (d.head_dim != 64 && d.head_dim != 128)) return false;
   int device = 0, major = 0, minor = 0;
   return cudaGetDevice(&device) == cudaSuccess &&
          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&

@@ -2,10 +2,9 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
+#include "cuda/env_switch.h"
 #include "cuda/ops/kernel_util.cuh"
 #include "cuda/ops/row_kernels_device.cuh"
 
@@ -15,10 +14,7 @@ namespace {
 // FP8_CUDA_WARP_ROWS=1: the kernels' WarpRows team, else BlockRows. Read at every launch
 // (a getenv is nothing beside a pass over a tensor), so that bench_train times both side
 // by side in one process, a recipe with it set beside one without.
-inline bool warp_rows() {
-  const char* e = std::getenv("FP8_CUDA_WARP_ROWS");
-  return e != nullptr && std::strcmp(e, "1") == 0;
-}
+inline bool warp_rows() { return env_is("FP8_CUDA_WARP_ROWS", "1"); }
 
 // Queues a by-rows kernel over `rows`: queue(kVec, team, blocks), kVec a std::bool_constant
 // (the vectorised instantiation when `vec`), team a BlockRows or WarpRows, and blocks the
