@@ -308,7 +308,8 @@ do_part() {
       total_limit=$TOTAL_LIMIT
       # Every recipe (a few seconds each), and beside none and tensorwise the switches still
       # to be decided on a GPU: the by-rows kernels a warp a row.
-      : "${BENCH_TRAIN_RECIPES:=none,tensorwise,rowwise,rowwise_with_gw_hp,delayed,none@FP8_CUDA_WARP_ROWS=1,tensorwise@FP8_CUDA_WARP_ROWS=1}"
+      : "${BENCH_TRAIN_RECIPES:=none,tensorwise,rowwise,rowwise_with_gw_hp,delayed,\
+none@FP8_CUDA_WARP_ROWS=1,tensorwise@FP8_CUDA_WARP_ROWS=1}"
       do_part tests-kernels; do_part tests-train; do_part bench-cast; do_part bench-attention; do_part bench-train
       do_part bench-fsdp
       ;;
