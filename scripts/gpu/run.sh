@@ -9,11 +9,9 @@
 # Each part fits the device tool's 10 minutes per command (the benchmarks stop their own
 # work at ~9; a test is killed after 8):
 #   tests-kernels   format, the wgmma probe, CUDA contract and backend, Float8Linear, NCCL, CUDA model ops
-#                   (the bf16 attention also on the mma.sync and SIMT kernels; every op also with
-#                   FP8_CUDA_WARP_ROWS=1)
-#   tests-train     CUDA training (head_dim 64 also on the mma.sync attention; all of it also with
-#                   FP8_CUDA_WARP_ROWS=1), FSDP over NCCL, and a job through fp8-coordinator /
-#                   fp8-worker / fp8-train
+#                   (the bf16 attention also on the mma.sync and SIMT kernels)
+#   tests-train     CUDA training (head_dim 64 also on the mma.sync attention), FSDP over NCCL, and a job
+#                   through fp8-coordinator / fp8-worker / fp8-train
 #   bench-cast      bench_cast alone (the casts against a copy; bf16 transposing casts with one
 #                   and two row tiles a block side by side)
 #   bench-gemm      bench_cast, bench_gemm, then torch_gemm.py on the same shapes
@@ -197,8 +195,6 @@ do_part() {
           --gtest_filter='*Bf16*Attention*'
         run cuda_model_ops_mma_attention 60 env FP8_CUDA_ATTENTION=mma "$bin/fp8_cuda_model_ops_test" \
           --gtest_filter='*Bf16*Attention*'
-        # Every op once more with the by-rows kernels a warp a row (FP8_CUDA_WARP_ROWS=1).
-        run cuda_model_ops_warp_rows 120 env FP8_CUDA_WARP_ROWS=1 "$bin/fp8_cuda_model_ops_test"
         # And on the wgmma kernels by name (the default on sm_90, elsewhere mma's), whatever
         # this command's environment: on failure the rest runs on mma.sync.
         if run cuda_model_ops_wgmma_attention 60 env FP8_CUDA_ATTENTION=wgmma "$bin/fp8_cuda_model_ops_test" \
@@ -218,8 +214,6 @@ do_part() {
       # Training with head_dim 64 once more on the mma.sync attention kernels.
       run cuda_training_mma_attention 60 env FP8_CUDA_ATTENTION=mma "$bin/fp8_cuda_training_test" \
         --gtest_filter='*TensorCoreAttention*'
-      # And every case with the by-rows kernels a warp a row.
-      run cuda_training_warp_rows 150 env FP8_CUDA_WARP_ROWS=1 "$bin/fp8_cuda_training_test"
       run cuda_fsdp_test 90 "$bin/fp8_cuda_fsdp_test"
       # The same with NCCL waiting on the host (its queued mode off): which side a failure
       # above is on.
@@ -306,10 +300,9 @@ do_part() {
     first)
       : "${TOTAL_LIMIT:=540}"
       total_limit=$TOTAL_LIMIT
-      # Every recipe (a few seconds each), and beside none and tensorwise the switches still
-      # to be decided on a GPU: the by-rows kernels a warp a row.
-      : "${BENCH_TRAIN_RECIPES:=none,tensorwise,rowwise,rowwise_with_gw_hp,delayed,\
-none@FP8_CUDA_WARP_ROWS=1,tensorwise@FP8_CUDA_WARP_ROWS=1}"
+      # Every recipe (a few seconds each); a switch still to be decided on a GPU goes here as
+      # e.g. tensorwise@FP8_CUDA_EARLY_CASTS=0 beside the defaults.
+      : "${BENCH_TRAIN_RECIPES:=none,tensorwise,rowwise,rowwise_with_gw_hp,delayed}"
       do_part tests-kernels; do_part tests-train; do_part bench-cast; do_part bench-attention; do_part bench-train
       do_part bench-fsdp
       ;;

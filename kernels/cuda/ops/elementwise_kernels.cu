@@ -19,7 +19,6 @@
 #include "cuda/ops/kernel_util.cuh"
 #include "cuda/ops/model_kernels.h"
 #include "cuda/ops/row_kernels_device.cuh"
-#include "cuda/ops/row_launch.cuh"
 #include "ops/model_arith.h"
 
 namespace fp8::cuda {
@@ -174,6 +173,19 @@ LaunchResult launch_swiglu_forward(const void* gate, const void* up, int64_t n, 
   return launch_act_map(SwigluFn{}, act, {gate, up}, {out}, n, stream, "swiglu forward kernel");
 }
 
+// The launch of a by-rows kernel: one block per row (the kernels loop past the grid), the
+// vectorised instantiation when `vec`. queue(kVec, blocks) queues the kernel, kVec as a
+// std::bool_constant.
+template <typename Queue>
+LaunchResult launch_by_rows(int64_t rows, bool vec, const char* kernel, Queue queue) {
+  const unsigned blocks = model::clamp_grid(rows, kMaxRowBlocks);
+  if (vec) {
+    queue(std::true_type{}, blocks);
+  } else {
+    queue(std::false_type{}, blocks);
+  }
+  return model::after_launch(kernel);
+}
 
 LaunchResult launch_row_amax(const void* x, int64_t rows, int64_t cols, float* row_amax, HpType act,
                              cudaStream_t stream) {
@@ -182,9 +194,8 @@ LaunchResult launch_row_amax(const void* x, int64_t rows, int64_t cols, float* r
     using T = decltype(tag);
     const T* in = static_cast<const T*>(x);
     const bool vec = cols % model::kPer16Bytes<T> == 0 && model::aligned16(in);
-    return launch_by_rows(rows, vec, "row amax kernel", [&](auto kvec, auto team, unsigned blocks) {
-      row_kernels::row_amax_kernel<T, decltype(kvec)::value, decltype(team)>
-          <<<blocks, kThreads, 0, stream>>>(in, rows, cols, row_amax);
+    return launch_by_rows(rows, vec, "row amax kernel", [&](auto kvec, unsigned blocks) {
+      row_kernels::row_amax_kernel<T, decltype(kvec)::value><<<blocks, kThreads, 0, stream>>>(in, rows, cols, row_amax);
     });
   });
 }
@@ -199,8 +210,8 @@ LaunchResult launch_swiglu_forward_rows(const void* gate, const void* up, int64_
     T* y = static_cast<T*>(out);
     const bool vec = cols % model::kPer16Bytes<T> == 0 && model::aligned16(g) && model::aligned16(u) &&
                      model::aligned16(y);
-    return launch_by_rows(rows, vec, "swiglu rows kernel", [&](auto kvec, auto team, unsigned blocks) {
-      row_kernels::swiglu_rows_kernel<T, decltype(kvec)::value, decltype(team)>
+    return launch_by_rows(rows, vec, "swiglu rows kernel", [&](auto kvec, unsigned blocks) {
+      row_kernels::swiglu_rows_kernel<T, decltype(kvec)::value>
           <<<blocks, kThreads, 0, stream>>>(g, u, rows, cols, y, row_amax);
     });
   });
@@ -225,8 +236,8 @@ LaunchResult launch_swiglu_backward_rows(const void* gate, const void* up, const
     T* du = static_cast<T*>(grad_up);
     const bool vec = cols % model::kPer16Bytes<T> == 0 && model::aligned16(g) && model::aligned16(u) &&
                      model::aligned16(d) && model::aligned16(dg) && model::aligned16(du);
-    return launch_by_rows(rows, vec, "swiglu backward rows kernel", [&](auto kvec, auto team, unsigned blocks) {
-      row_kernels::swiglu_backward_rows_kernel<T, decltype(kvec)::value, decltype(team)>
+    return launch_by_rows(rows, vec, "swiglu backward rows kernel", [&](auto kvec, unsigned blocks) {
+      row_kernels::swiglu_backward_rows_kernel<T, decltype(kvec)::value>
           <<<blocks, kThreads, 0, stream>>>(g, u, d, rows, cols, dg, du, grad_gate_row_amax, grad_up_row_amax);
     });
   });
@@ -244,8 +255,8 @@ LaunchResult launch_adamw_rows(const ops::AdamWCoefficients& c, const float* gra
   if (rows <= 0 || cols <= 0) return {};
   const bool vec = cols % 4 == 0 && model::aligned16(param) && model::aligned16(grad) && model::aligned16(m) &&
                    model::aligned16(v);
-  return launch_by_rows(rows, vec, "adamw rows kernel", [&](auto kvec, auto team, unsigned blocks) {
-    row_kernels::adamw_rows_kernel<decltype(kvec)::value, decltype(team)>
+  return launch_by_rows(rows, vec, "adamw rows kernel", [&](auto kvec, unsigned blocks) {
+    row_kernels::adamw_rows_kernel<decltype(kvec)::value>
         <<<blocks, kThreads, 0, stream>>>(c, grad_scale_in, param, grad, m, v, rows, cols, param_row_amax);
   });
 }

@@ -7,7 +7,7 @@
 // result rounded once, so bf16 is bit-identical to the CPU's bf16 path as well.
 //
 // The kernels are row_kernels_device.cuh's: a sweep over pairs, or 16-byte groups of them,
-// and, with the rows' amaxes asked for, a block (or a warp: row_launch.cuh) a row.
+// and, with the rows' amaxes asked for, a block a row.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -15,13 +15,13 @@
 #include "cuda/ops/kernel_util.cuh"
 #include "cuda/ops/model_kernels.h"
 #include "cuda/ops/row_kernels_device.cuh"
-#include "cuda/ops/row_launch.cuh"
 #include "cuda/ops/row_sweep.cuh"
 
 namespace fp8::cuda {
 namespace {
 
 using model::kThreads;
+using row_kernels::kMaxRowBlocks;
 
 }  // namespace
 
@@ -38,11 +38,15 @@ LaunchResult launch_rope(const RopeDims& d, const float* cos, const float* sin, 
     const T* x = static_cast<const T*>(in);
     T* y = static_cast<T*>(out);
     if (row_amax != nullptr) {
-      const bool vec = row_floats % model::kPer16Bytes<T> == 0 && model::aligned16(x) && model::aligned16(y);
-      return launch_by_rows(rows, vec, "rope rows kernel", [&](auto kvec, auto team, unsigned blocks) {
-        row_kernels::rope_rows_kernel<T, decltype(kvec)::value, decltype(team)>
+      const unsigned blocks = model::clamp_grid(rows, kMaxRowBlocks);
+      if (row_floats % model::kPer16Bytes<T> == 0 && model::aligned16(x) && model::aligned16(y)) {
+        row_kernels::rope_rows_kernel<T, true>
             <<<blocks, kThreads, 0, stream>>>(rows, d.seq, row_floats, d.head_dim, cos, sin, sin_sign, x, y, row_amax);
-      });
+      } else {
+        row_kernels::rope_rows_kernel<T, false>
+            <<<blocks, kThreads, 0, stream>>>(rows, d.seq, row_floats, d.head_dim, cos, sin, sin_sign, x, y, row_amax);
+      }
+      return model::after_launch("rope rows kernel");
     }
     const bool vec = d.head_dim % model::kPer16Bytes<T> == 0 && model::aligned16(x) && model::aligned16(y);
     const model::RowSweep sweep = model::row_sweep(rows, row_floats / (vec ? model::kPer16Bytes<T> : 2));
