@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -135,6 +136,55 @@ void check_reduce_scatter(ProcessGroup& pg, RankChecks& c) {
   }
 }
 
+// Several all-gathers and reduce-scatters in one call each (Gloo: one after another), an
+// empty part among them: every part what its own call gives.
+void check_parts(ProcessGroup& pg, RankChecks& c) {
+  const int r = pg.rank();
+  const int w = pg.size();
+  c.expect(!pg.launches_parts_together(), "Gloo says it launches parts together");
+  auto byte_of = [](size_t part, int rank, size_t i) { return static_cast<uint8_t>(part * 59 + rank * 31 + i * 3); };
+  const size_t sizes[] = {5, 0, 9};
+  std::vector<std::vector<uint8_t>> sends, recvs;
+  std::vector<AllGatherPart> gathers;
+  for (size_t k = 0; k < std::size(sizes); ++k) {
+    sends.emplace_back(sizes[k]);
+    for (size_t i = 0; i < sizes[k]; ++i) sends[k][i] = byte_of(k, r, i);
+    recvs.emplace_back(sizes[k] * w, 0xEE);
+  }
+  for (size_t k = 0; k < std::size(sizes); ++k) gathers.push_back({sends[k].data(), recvs[k].data(), sizes[k]});
+  if (c.expect_ok(pg.all_gather_parts(gathers), "all_gather_parts")) {
+    for (size_t k = 0; k < std::size(sizes); ++k) {
+      for (int q = 0; q < w; ++q) {
+        for (size_t i = 0; i < sizes[k]; ++i) {
+          c.expect(recvs[k][q * sizes[k] + i] == byte_of(k, q, i),
+                   absl::StrCat("all_gather_parts: part ", k, ", byte ", i, " of rank ", q));
+        }
+      }
+    }
+  }
+
+  // Part k: rank q sends (k + 1) * 100 + q * 10 + j at index j (exact sums).
+  const int64_t counts[] = {3, 0, 4};
+  std::vector<std::vector<float>> in, out;
+  std::vector<ReduceScatterPart> scatters;
+  for (size_t k = 0; k < std::size(counts); ++k) {
+    in.emplace_back(counts[k] * w);
+    for (int64_t j = 0; j < counts[k] * w; ++j) in[k][j] = static_cast<float>((k + 1) * 100 + r * 10 + j);
+    out.emplace_back(counts[k], -1.0f);
+  }
+  for (size_t k = 0; k < std::size(counts); ++k) scatters.push_back({in[k].data(), out[k].data(), counts[k]});
+  if (c.expect_ok(pg.reduce_scatter_parts(scatters, ReduceOp::kSum), "reduce_scatter_parts")) {
+    for (size_t k = 0; k < std::size(counts); ++k) {
+      for (int64_t i = 0; i < counts[k]; ++i) {
+        float want = 0;
+        for (int q = 0; q < w; ++q) want += static_cast<float>((k + 1) * 100 + q * 10 + r * counts[k] + i);
+        c.expect(out[k][i] == want, absl::StrCat("reduce_scatter_parts: part ", k, " [", i, "] = ", out[k][i],
+                                                 ", want ", want));
+      }
+    }
+  }
+}
+
 // Returns fingerprints of the inexact results, which must agree across ranks.
 std::string check_all_reduce(ProcessGroup& pg, RankChecks& c) {
   const int r = pg.rank();
@@ -253,6 +303,7 @@ TEST_P(GlooCollectivesTest, EveryCollectiveGivesTheExpectedValuesOnEveryRank) {
         c.expect(pg.rank() == rank && pg.size() == world && pg.backend_name() == "gloo", "rank/size/backend");
         check_all_gather(pg, c);
         check_reduce_scatter(pg, c);
+        check_parts(pg, c);
         report.output = check_all_reduce(pg, c);
         check_broadcast_and_barrier(pg, c);
         report.errors = c.text();

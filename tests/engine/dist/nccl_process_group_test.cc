@@ -361,6 +361,74 @@ absl::Status check_reduce_scatter(ProcessGroup& g, int64_t count, ReduceOp op, b
   return expect_equal(what, got, want);
 }
 
+// Several all-gathers and reduce-scatters in one call each (one NCCL group): every part
+// what its own call gives, an empty part among them.
+absl::Status check_parts(ProcessGroup& g) {
+  const int rank = g.rank();
+  const int world = g.size();
+  // Part k's bytes come from "rank" 10 * k + r, so that parts differ.
+  const size_t gather_bytes[] = {1001, 0, 64, (size_t{1} << 20) + 5};
+  std::vector<DevicePtr> keep;
+  std::vector<AllGatherPart> gathers;
+  for (size_t k = 0; k < std::size(gather_bytes); ++k) {
+    const size_t n = gather_bytes[k];
+    if (n == 0) {
+      gathers.push_back({nullptr, nullptr, 0});
+      continue;
+    }
+    FP8_ASSIGN_OR_RETURN(DevicePtr send, to_device(bytes_of(static_cast<int>(10 * k) + rank, n)));
+    FP8_ASSIGN_OR_RETURN(DevicePtr recv, device_alloc(n * world));
+    gathers.push_back({send.get(), recv.get(), n});
+    keep.push_back(std::move(send));
+    keep.push_back(std::move(recv));
+  }
+  FP8_RETURN_IF_ERROR(g.all_gather_parts(gathers));
+  for (size_t k = 0; k < gathers.size(); ++k) {
+    const size_t n = gathers[k].bytes_per_rank;
+    if (n == 0) continue;
+    std::vector<uint8_t> want;
+    for (int r = 0; r < world; ++r) {
+      const std::vector<uint8_t> b = bytes_of(static_cast<int>(10 * k) + r, n);
+      want.insert(want.end(), b.begin(), b.end());
+    }
+    FP8_ASSIGN_OR_RETURN(std::vector<uint8_t> got, to_host<uint8_t>(gathers[k].recv, n * world));
+    FP8_RETURN_IF_ERROR(expect_equal(absl::StrCat("all_gather_parts: part ", k, " of ", n, " bytes"), got, want));
+  }
+
+  // Part k's inputs are those of "rank" 3 * k + r.
+  const int64_t counts[] = {1000, 0, 333};
+  std::vector<ReduceScatterPart> scatters;
+  for (size_t k = 0; k < std::size(counts); ++k) {
+    const size_t n = static_cast<size_t>(counts[k]);
+    if (n == 0) {
+      scatters.push_back({nullptr, nullptr, 0});
+      continue;
+    }
+    std::vector<float> send(n * world);
+    for (size_t j = 0; j < send.size(); ++j) send[j] = scatter_input(static_cast<int>(3 * k) + rank, j, ReduceOp::kSum);
+    FP8_ASSIGN_OR_RETURN(DevicePtr sendbuf, to_device(send));
+    FP8_ASSIGN_OR_RETURN(DevicePtr recv, device_alloc(n * sizeof(float)));
+    scatters.push_back({static_cast<float*>(sendbuf.get()), static_cast<float*>(recv.get()), counts[k]});
+    keep.push_back(std::move(sendbuf));
+    keep.push_back(std::move(recv));
+  }
+  FP8_RETURN_IF_ERROR(g.reduce_scatter_parts(scatters, ReduceOp::kSum));
+  for (size_t k = 0; k < scatters.size(); ++k) {
+    const size_t n = static_cast<size_t>(scatters[k].count_per_rank);
+    if (n == 0) continue;
+    std::vector<float> want(n);
+    for (size_t i = 0; i < n; ++i) {
+      float acc = scatter_input(static_cast<int>(3 * k), rank * n + i, ReduceOp::kSum);
+      for (int r = 1; r < world; ++r) acc += scatter_input(static_cast<int>(3 * k) + r, rank * n + i, ReduceOp::kSum);
+      want[i] = acc;
+    }
+    FP8_ASSIGN_OR_RETURN(std::vector<float> got, to_host<float>(scatters[k].recv, n));
+    FP8_RETURN_IF_ERROR(expect_equal(absl::StrCat("reduce_scatter_parts: part ", k, " of ", n, " floats"), got, want));
+  }
+  if (!g.launches_parts_together()) return absl::InternalError("the NCCL group says it does not group its parts");
+  return absl::OkStatus();
+}
+
 template <typename T>
 absl::Status check_all_reduce(ProcessGroup& g, int64_t count, ReduceOp op, T (*input)(int rank, size_t i)) {
   const int world = g.size();
@@ -418,6 +486,7 @@ absl::StatusOr<std::string> collectives_rank(const fs::path& store_dir, int rank
   FP8_RETURN_IF_ERROR(check_reduce_scatter(g, 1000, ReduceOp::kSum, /*in_place=*/false));
   FP8_RETURN_IF_ERROR(check_reduce_scatter(g, 1000, ReduceOp::kMax, /*in_place=*/false));
   FP8_RETURN_IF_ERROR(check_reduce_scatter(g, 777, ReduceOp::kSum, /*in_place=*/true));
+  FP8_RETURN_IF_ERROR(check_parts(g));
   FP8_RETURN_IF_ERROR(check_all_reduce<float>(g, 1000, ReduceOp::kSum, float_sum_input));
   FP8_RETURN_IF_ERROR(check_all_reduce<float>(g, 1000, ReduceOp::kMax, float_max_input));
   FP8_RETURN_IF_ERROR(check_all_reduce<double>(g, 1000, ReduceOp::kSum, double_sum_input));

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "absl/status/status.h"
@@ -31,6 +32,19 @@ namespace fp8::engine::dist {
 
 enum class ReduceOp : uint8_t { kSum, kMax };
 const char* reduce_op_name(ReduceOp op);
+
+// One all-gather of several in one call (ProcessGroup::all_gather_parts).
+struct AllGatherPart {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t bytes_per_rank = 0;
+};
+// One reduce-scatter of several in one call (ProcessGroup::reduce_scatter_parts).
+struct ReduceScatterPart {
+  const float* send = nullptr;
+  float* recv = nullptr;
+  int64_t count_per_rank = 0;
+};
 
 class ProcessGroup {
  public:
@@ -50,6 +64,16 @@ class ProcessGroup {
   // each rank gets its slice of the reduction of everyone's `send` (size * count_per_rank
   // floats). A mean is a sum of inputs the caller scaled by 1 / size.
   virtual absl::Status reduce_scatter(const float* send, float* recv, int64_t count_per_rank, ReduceOp op) = 0;
+
+  // Several all-gathers (reduce-scatters) in one call: each part exactly as all_gather
+  // (reduce_scatter) with its arguments, in order. NCCL issues the parts as one group,
+  // which it launches together; the default, one collective after another.
+  virtual absl::Status all_gather_parts(std::span<const AllGatherPart> parts);
+  virtual absl::Status reduce_scatter_parts(std::span<const ReduceScatterPart> parts, ReduceOp op);
+  // Whether a call's parts cost about one collective (NCCL's group: one launch) rather
+  // than one each (Gloo: a round trip each). FSDP gathers a unit's parameters straight
+  // into place where they do, and packs them into one flat collective where they do not.
+  virtual bool launches_parts_together() const { return false; }
 
   // In place, on every rank.
   virtual absl::Status all_reduce(float* data, int64_t count, ReduceOp op) = 0;

@@ -1,5 +1,6 @@
 #include "worker/engine/fsdp/fsdp_model.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
@@ -60,20 +61,29 @@ struct FsdpModel::Fp8State {
   Fp8Weight weight;     // what the linear reads (linear->gathered_fp8 points here)
 };
 
-// A unit's parameters travel together: ONE all-gather of their shards packed in a flat
-// buffer, ONE reduce-scatter of their gradients, so a block costs two collectives per
-// pass instead of two per parameter (on Gloo each collective is a round trip).
+// A unit's parameters travel together: ONE call of the group gathers their shards, ONE
+// reduce-scatters their gradients (UnitCollectives: packed, or a collective a parameter
+// grouped), so a block costs two calls per pass instead of two per parameter (on Gloo
+// each collective is a round trip).
 struct FsdpModel::Unit {
   std::vector<int> params;
   int64_t gather_bytes = 0;   // flat shard size, per rank
   int64_t reduce_floats = 0;  // flat gradient slice, per rank
   Tensor gather_send;         // this rank's shards, packed (bytes)
-  Tensor gather_recv;         // every rank's, while a gather is in flight or unpacked
+  Tensor gather_recv;         // packed: every rank's, while a gather is in flight or unpacked
   Tensor reduce_recv;         // this rank's slice of the summed gradients, when added to the shards'
   Tensor shard_grads;         // the shards' gradients themselves, laid out as reduce_recv
   CommStream::Handle gather;  // queued, not yet waited for
   bool present = false;
 };
+
+UnitCollectives unit_collectives_for(const dist::ProcessGroup& group) {
+  if (const char* e = std::getenv("FP8_FSDP_COLLECTIVES"); e != nullptr) {
+    if (std::strcmp(e, "packed") == 0) return UnitCollectives::kPacked;
+    if (std::strcmp(e, "per_parameter") == 0) return UnitCollectives::kPerParameter;
+  }
+  return group.launches_parts_together() ? UnitCollectives::kPerParameter : UnitCollectives::kPacked;
+}
 
 FsdpModel::FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options)
     : model_(model),
@@ -81,6 +91,7 @@ FsdpModel::FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOpt
       options_(options),
       rank_(group.rank()),
       world_size_(group.size()),
+      collectives_(unit_collectives_for(group)),
       comm_(group, model.device().backend()) {}
 
 FsdpModel::~FsdpModel() {
@@ -300,14 +311,55 @@ absl::Status FsdpModel::start_gather(int unit) {
       counts.all_gather_bytes_f32 += p.layout.padded_elements() * static_cast<int64_t>(sizeof(float));
     }
   }
+  const std::string what = absl::StrCat("all_gather of ", unit_name(unit));
+  if (collectives_ == UnitCollectives::kPerParameter) {
+    // Each parameter's all-gather lands in its gathered tensor: rank r's shard is rows
+    // [r * rows_per_rank, ...) of it. The job keeps the tensors until it ran.
+    std::vector<dist::AllGatherPart> parts;
+    std::vector<Tensor> gathered;
+    for (int i : u.params) {
+      Param& p = params_[static_cast<size_t>(i)];
+      FP8_ASSIGN_OR_RETURN(Tensor * full, allocate_gathered(p));
+      parts.push_back({bytes(u.gather_send) + p.gather_offset, bytes(*full), p.shard_bytes()});
+      gathered.push_back(*full);
+    }
+    u.gather = comm_.enqueue(what, counts,
+                             [parts = std::move(parts), gathered = std::move(gathered)](dist::ProcessGroup& g) {
+                               return g.all_gather_parts(parts);
+                             });
+    return absl::OkStatus();
+  }
   FP8_ASSIGN_OR_RETURN(u.gather_recv, Tensor::empty(device_, ElementType::kE4M3, {u.gather_bytes * world_size_}));
   // Queued behind the packing (and whatever last used the receive buffer's memory).
   const void* send = u.gather_send.raw();
   const auto per_rank = static_cast<size_t>(u.gather_bytes);
-  u.gather = comm_.enqueue(absl::StrCat("all_gather of ", unit_name(unit)), counts,
-                           [send, recv = u.gather_recv, per_rank](dist::ProcessGroup& g) {
-                             return g.all_gather(send, recv.raw(), per_rank);
-                           });
+  u.gather = comm_.enqueue(what, counts, [send, recv = u.gather_recv, per_rank](dist::ProcessGroup& g) {
+    return g.all_gather(send, recv.raw(), per_rank);
+  });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor*> FsdpModel::allocate_gathered(Param& p) {
+  const TensorShape padded = padded_shape(p.shape, p.layout);
+  if (p.fp8 >= 0) {
+    Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
+    const ElementType codes =
+        f.linear->layer->weight_format() == Format::kE4M3 ? ElementType::kE4M3 : ElementType::kE5M2;
+    FP8_ASSIGN_OR_RETURN(f.gathered, Tensor::empty(device_, codes, padded));
+    return &f.gathered;
+  }
+  FP8_ASSIGN_OR_RETURN(p.gathered, Tensor::empty(device_, ElementType::kFloat32, padded));
+  return &p.gathered;
+}
+
+absl::Status FsdpModel::expose_gathered(Param& p) {
+  if (p.fp8 >= 0) {
+    Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
+    f.weight.data = bytes(f.gathered);
+    f.weight.data_t = nullptr;
+    return absl::OkStatus();
+  }
+  FP8_ASSIGN_OR_RETURN(p.full->value, p.gathered.rows(0, p.layout.rows));
   return absl::OkStatus();
 }
 
@@ -319,33 +371,18 @@ absl::Status FsdpModel::finish_gather(int unit, bool for_backward) {
     const absl::Status gathered = comm_.wait(u.gather);
     u.gather = CommStream::Handle();
     FP8_RETURN_IF_ERROR(gathered);
-    // Unpack: rank r's block of each parameter is rows [r * rows_per_rank, ...) of it.
     for (int i : u.params) {
       Param& p = params_[static_cast<size_t>(i)];
-      const TensorShape padded = padded_shape(p.shape, p.layout);
-      Tensor* full = &p.gathered;
-      if (p.fp8 >= 0) {
-        Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
-        const ElementType codes =
-            f.linear->layer->weight_format() == Format::kE4M3 ? ElementType::kE4M3 : ElementType::kE5M2;
-        FP8_ASSIGN_OR_RETURN(f.gathered, Tensor::empty(device_, codes, padded));
-        full = &f.gathered;
-      } else {
-        FP8_ASSIGN_OR_RETURN(p.gathered, Tensor::empty(device_, ElementType::kFloat32, padded));
+      if (collectives_ == UnitCollectives::kPacked) {
+        // Unpack: rank r's block of each parameter is rows [r * rows_per_rank, ...) of it,
+        // every rank's block in one queued copy, each from its rank's slice of the buffer.
+        FP8_ASSIGN_OR_RETURN(Tensor * full, allocate_gathered(p));
+        const size_t block = p.shard_bytes();
+        FP8_RETURN_IF_ERROR(backend.copy_rows(bytes(*full), block, bytes(u.gather_recv) + p.gather_offset,
+                                              static_cast<size_t>(u.gather_bytes), block,
+                                              static_cast<size_t>(world_size_)));
       }
-      // Every rank's block in one queued copy: block after block into the parameter, each
-      // from its rank's slice of the receive buffer.
-      const size_t block = p.shard_bytes();
-      FP8_RETURN_IF_ERROR(backend.copy_rows(bytes(*full), block, bytes(u.gather_recv) + p.gather_offset,
-                                            static_cast<size_t>(u.gather_bytes), block,
-                                            static_cast<size_t>(world_size_)));
-      if (p.fp8 >= 0) {
-        Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
-        f.weight.data = bytes(f.gathered);
-        f.weight.data_t = nullptr;
-      } else {
-        FP8_ASSIGN_OR_RETURN(p.full->value, p.gathered.rows(0, p.layout.rows));
-      }
+      FP8_RETURN_IF_ERROR(expose_gathered(p));
     }
     u.gather_recv = Tensor();
     u.present = true;
@@ -403,42 +440,72 @@ absl::Status FsdpModel::allocate_grads(int unit) {
 
 absl::Status FsdpModel::start_reduce_scatter(int unit) {
   Unit& u = unit_state(unit);
-  Backend& backend = device_.backend();
   CommCounters counts;
-  // Pack: slice r of the send buffer holds every parameter's rows for rank r. Not zeroed:
-  // the copies below write every float that drain_reduce_scatters() reads back; the
-  // alignment gaps between parameters sum whatever they hold, and nothing reads them.
-  FP8_ASSIGN_OR_RETURN(Tensor send, Tensor::empty(device_, ElementType::kFloat32, {u.reduce_floats * world_size_}));
   for (int i : u.params) {
     Param& p = params_[static_cast<size_t>(i)];
     FP8_RETURN_IF_ERROR(p.full->claim_grad_for_adding());  // zeroes it if the backward made none
-    // Every rank's block of the gradient in one queued copy, each into that rank's slice.
-    const size_t block_bytes = static_cast<size_t>(p.layout.shard_elements()) * sizeof(float);
-    FP8_RETURN_IF_ERROR(backend.copy_rows(send.data<float>() + p.reduce_offset,
-                                          static_cast<size_t>(u.reduce_floats) * sizeof(float),
-                                          p.grad_padded.data<float>(), block_bytes, block_bytes,
-                                          static_cast<size_t>(world_size_)));
     counts.reduce_scatter_bytes += p.layout.padded_elements() * static_cast<int64_t>(sizeof(float));
-    p.full->grad = Tensor();
-    p.grad_padded = Tensor();
   }
   // The step's first reduction (every shard's gradient stands for zero) writes the
   // gradients themselves; a later micro-batch's lands in reduce_recv, to be added to them.
-  // As for gathers, queued behind the packing: whatever read the gradients or reduce_recv
-  // last (the previous step's optimizer, or accumulation) was queued before it too.
+  // Queued behind the gradients' last writes (and any packing): whatever read the shards'
+  // gradients or reduce_recv last (the previous step's optimizer, or accumulation) was
+  // queued before it too.
   bool into_shard_grads = true;
   for (int i : u.params) into_shard_grads = into_shard_grads && params_[static_cast<size_t>(i)].shard->grad_discarded;
   if (into_shard_grads) {
     for (int i : u.params) (void)params_[static_cast<size_t>(i)].shard->claim_grad();
   }
   float* recv = (into_shard_grads ? u.shard_grads : u.reduce_recv).data<float>();
-  const int64_t count = u.reduce_floats;
-  CommStream::Handle h = comm_.enqueue(absl::StrCat("reduce_scatter of the gradients of ", unit_name(unit)), counts,
-                                       [send, recv, count](dist::ProcessGroup& g) {
-                                         return g.reduce_scatter(send.data<float>(), recv, count, dist::ReduceOp::kSum);
-                                       });
+  CommStream::Job job;
+  if (collectives_ == UnitCollectives::kPerParameter) {
+    // Each parameter's reduce-scatter reads its gradient where the backward left it (rank
+    // r's slice is rows [r * rows_per_rank, ...)) and lands at its place in recv. The job
+    // keeps the gradients until it ran.
+    std::vector<dist::ReduceScatterPart> parts;
+    std::vector<Tensor> grads;
+    for (int i : u.params) {
+      const Param& p = params_[static_cast<size_t>(i)];
+      parts.push_back({p.grad_padded.data<float>(), recv + p.reduce_offset, p.layout.shard_elements()});
+      grads.push_back(p.grad_padded);
+    }
+    job = [parts = std::move(parts), grads = std::move(grads)](dist::ProcessGroup& g) {
+      return g.reduce_scatter_parts(parts, dist::ReduceOp::kSum);
+    };
+  } else {
+    FP8_ASSIGN_OR_RETURN(Tensor send, pack_gradients(u));
+    const int64_t count = u.reduce_floats;
+    job = [send, recv, count](dist::ProcessGroup& g) {
+      return g.reduce_scatter(send.data<float>(), recv, count, dist::ReduceOp::kSum);
+    };
+  }
+  for (int i : u.params) {
+    Param& p = params_[static_cast<size_t>(i)];
+    p.full->grad = Tensor();
+    p.grad_padded = Tensor();
+  }
+  CommStream::Handle h =
+      comm_.enqueue(absl::StrCat("reduce_scatter of the gradients of ", unit_name(unit)), counts, std::move(job));
   pending_reductions_.push_back({unit, std::move(h), into_shard_grads});
   return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> FsdpModel::pack_gradients(const Unit& u) {
+  Backend& backend = device_.backend();
+  // Slice r of the send buffer holds every parameter's rows for rank r. Not zeroed: the
+  // copies below write every float that drain_reduce_scatters() reads back; the alignment
+  // gaps between parameters sum whatever they hold, and nothing reads them.
+  FP8_ASSIGN_OR_RETURN(Tensor send, Tensor::empty(device_, ElementType::kFloat32, {u.reduce_floats * world_size_}));
+  for (int i : u.params) {
+    const Param& p = params_[static_cast<size_t>(i)];
+    // Every rank's block of the gradient in one queued copy, each into that rank's slice.
+    const size_t block_bytes = static_cast<size_t>(p.layout.shard_elements()) * sizeof(float);
+    FP8_RETURN_IF_ERROR(backend.copy_rows(send.data<float>() + p.reduce_offset,
+                                          static_cast<size_t>(u.reduce_floats) * sizeof(float),
+                                          p.grad_padded.data<float>(), block_bytes, block_bytes,
+                                          static_cast<size_t>(world_size_)));
+  }
+  return send;
 }
 
 absl::Status FsdpModel::drain_reduce_scatters() {

@@ -12,6 +12,8 @@
 //     shard gradients. With prefetching the next unit's gather is queued on the
 //     communication stream (comm_stream.h) while the current one computes: on GPUs NCCL's
 //     stream, ordered with the compute stream by events, so the host waits for nothing.
+//   - A unit's parameters travel in one call of the group each way: packed into one flat
+//     collective, or one collective a parameter grouped (UnitCollectives, below).
 //   - A step's losses, stop votes and gradient sum of squares are summed across ranks on
 //     the device (reduce_step_values); the trainer reads them when it reports.
 //   - fp8 all-gather: a linear whose weight is cast once, tensorwise, for both GEMMs that
@@ -51,6 +53,19 @@ struct FsdpOptions {
   bool all_gather_fp8 = true;  // fp8.all_gather_fp8
   bool prefetch = true;        // gather the next unit while this one computes
 };
+
+// How a unit's parameters travel (FsdpModel):
+//   kPacked        one flat all-gather (reduce-scatter) a unit, whose buffer holds every
+//                  rank's shards one after another, so that each parameter is copied out
+//                  of it after a gather (its gradient into it before a reduce-scatter);
+//   kPerParameter  one all-gather (reduce-scatter) a parameter, all of a unit's in one call
+//                  of the group (ProcessGroup::all_gather_parts), straight into the gathered
+//                  parameter (out of its gradient), with nothing to copy.
+// The group decides (ProcessGroup::launches_parts_together: NCCL groups the parts into one
+// launch, Gloo would pay a round trip each); FP8_FSDP_COLLECTIVES=packed or per_parameter
+// in the environment overrides it, which the tests use to run both over Gloo.
+enum class UnitCollectives { kPacked, kPerParameter };
+UnitCollectives unit_collectives_for(const dist::ProcessGroup& group);
 
 class FsdpModel final : public ParameterHooks {
  public:
@@ -119,12 +134,19 @@ class FsdpModel final : public ParameterHooks {
   std::string unit_name(int unit) const;
   // Queues the unit's all-gather (no-op when queued or present).
   absl::Status start_gather(int unit);
+  // The parameter's gathered (padded) tensor, allocated: fp8 codes or fp32.
+  absl::StatusOr<Tensor*> allocate_gathered(Param& p);
+  // Points the model (or the linear's fp8 weight) at the gathered tensor.
+  absl::Status expose_gathered(Param& p);
   // Waits for it and points the model at the gathered tensors; `for_backward` also makes
   // the transposed fp8 copies the backward GEMMs read.
   absl::Status finish_gather(int unit, bool for_backward);
   void release(int unit);
   absl::Status allocate_grads(int unit);
   absl::Status start_reduce_scatter(int unit);
+  // kPacked: the unit's gradients in one buffer, slice r holding every parameter's rows
+  // for rank r.
+  absl::StatusOr<Tensor> pack_gradients(const Unit& u);
   absl::Status drain_reduce_scatters();
   absl::Status refresh_fp8_scales();
   absl::Status cast_fp8_shard(Fp8State& f, const Param& p);
@@ -134,6 +156,7 @@ class FsdpModel final : public ParameterHooks {
   FsdpOptions options_;
   int rank_ = 0;
   int world_size_ = 1;
+  UnitCollectives collectives_ = UnitCollectives::kPacked;
   ParameterSet shards_;
   std::vector<Param> params_;
   std::vector<Fp8State> fp8_;

@@ -11,6 +11,7 @@
 #include <deque>
 #include <limits>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -221,6 +222,9 @@ class NcclProcessGroup final : public ProcessGroup, public QueuedCollectives {
 
   absl::Status all_gather(const void* send, void* recv, size_t bytes_per_rank) override;
   absl::Status reduce_scatter(const float* send, float* recv, int64_t count_per_rank, ReduceOp op) override;
+  absl::Status all_gather_parts(std::span<const AllGatherPart> parts) override;
+  absl::Status reduce_scatter_parts(std::span<const ReduceScatterPart> parts, ReduceOp op) override;
+  bool launches_parts_together() const override { return true; }
   absl::Status all_reduce(float* data, int64_t count, ReduceOp op) override;
   absl::Status all_reduce(double* data, int64_t count, ReduceOp op) override;
   absl::Status broadcast(void* data, size_t bytes, int root) override;
@@ -672,38 +676,90 @@ void NcclProcessGroup::watch() {
 }
 
 absl::Status NcclProcessGroup::all_gather(const void* send, void* recv, size_t bytes_per_rank) {
-  constexpr const char* op = "all_gather";
-  if (absl::Status b = broken(op); !b.ok()) return b;
-  if (bytes_per_rank == 0) return absl::OkStatus();
-  if (bytes_per_rank > std::numeric_limits<size_t>::max() / static_cast<size_t>(size_)) {
-    return invalid(op, absl::StrCat(bytes_per_rank, " bytes per rank times ", size_, " ranks overflows size_t"));
-  }
-  DeviceScope scope(device_);
-  if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
-  if (absl::Status s = check_buffer(op, "send", send); !s.ok()) return s;
-  if (absl::Status s = check_buffer(op, "recv", recv); !s.ok()) return s;
-  // Bytes travel as bytes: fp8 payloads cost one byte per element on the wire.
-  return run(op, [&] { return ncclAllGather(send, recv, bytes_per_rank, ncclUint8, comm_, stream_); });
+  const AllGatherPart part{send, recv, bytes_per_rank};
+  return all_gather_parts({&part, 1});
 }
 
 absl::Status NcclProcessGroup::reduce_scatter(const float* send, float* recv, int64_t count_per_rank,
                                               ReduceOp reduce) {
-  constexpr const char* op = "reduce_scatter";
-  if (absl::Status b = broken(op); !b.ok()) return b;
-  if (count_per_rank < 0) return invalid(op, absl::StrCat("negative count_per_rank ", count_per_rank));
-  if (!valid_op(reduce)) return invalid(op, absl::StrCat("unknown reduce op ", static_cast<int>(reduce)));
-  if (count_per_rank == 0) return absl::OkStatus();
-  if (static_cast<uint64_t>(count_per_rank) >
-      std::numeric_limits<size_t>::max() / sizeof(float) / static_cast<size_t>(size_)) {
-    return invalid(op, absl::StrCat(count_per_rank, " floats per rank times ", size_, " ranks overflows size_t"));
+  const ReduceScatterPart part{send, recv, count_per_rank};
+  return reduce_scatter_parts({&part, 1}, reduce);
+}
+
+namespace {
+
+// A call's parts, issued as one NCCL group (one launch). Inside a group NCCL only records
+// each call, so a failing one still ends the group with ncclGroupEnd.
+template <typename Part, typename Issue>
+ncclResult_t issue_as_group(std::span<const Part> parts, Issue issue) {
+  if (const ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return r;
+  ncclResult_t first = ncclSuccess;
+  for (const Part& p : parts) {
+    if (first != ncclSuccess && first != ncclInProgress) break;
+    first = issue(p);
   }
+  const ncclResult_t end = ncclGroupEnd();
+  return first != ncclSuccess && first != ncclInProgress ? first : end;
+}
+
+}  // namespace
+
+absl::Status NcclProcessGroup::all_gather_parts(std::span<const AllGatherPart> parts) {
+  constexpr const char* op = "all_gather";
+  if (absl::Status b = broken(op); !b.ok()) return b;
+  bool any = false;
+  for (const AllGatherPart& p : parts) {
+    if (p.bytes_per_rank == 0) continue;
+    if (p.bytes_per_rank > std::numeric_limits<size_t>::max() / static_cast<size_t>(size_)) {
+      return invalid(op, absl::StrCat(p.bytes_per_rank, " bytes per rank times ", size_, " ranks overflows size_t"));
+    }
+    any = true;
+  }
+  if (!any) return absl::OkStatus();
   DeviceScope scope(device_);
   if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
-  if (absl::Status s = check_buffer(op, "send", send); !s.ok()) return s;
-  if (absl::Status s = check_buffer(op, "recv", recv); !s.ok()) return s;
+  for (const AllGatherPart& p : parts) {
+    if (p.bytes_per_rank == 0) continue;
+    if (absl::Status s = check_buffer(op, "send", p.send); !s.ok()) return s;
+    if (absl::Status s = check_buffer(op, "recv", p.recv); !s.ok()) return s;
+  }
+  // Bytes travel as bytes: fp8 payloads cost one byte per element on the wire.
   return run(op, [&] {
-    return ncclReduceScatter(send, recv, static_cast<size_t>(count_per_rank), ncclFloat32, to_nccl(reduce), comm_,
-                             stream_);
+    return issue_as_group(parts, [&](const AllGatherPart& p) {
+      if (p.bytes_per_rank == 0) return ncclSuccess;
+      return ncclAllGather(p.send, p.recv, p.bytes_per_rank, ncclUint8, comm_, stream_);
+    });
+  });
+}
+
+absl::Status NcclProcessGroup::reduce_scatter_parts(std::span<const ReduceScatterPart> parts, ReduceOp reduce) {
+  constexpr const char* op = "reduce_scatter";
+  if (absl::Status b = broken(op); !b.ok()) return b;
+  if (!valid_op(reduce)) return invalid(op, absl::StrCat("unknown reduce op ", static_cast<int>(reduce)));
+  bool any = false;
+  for (const ReduceScatterPart& p : parts) {
+    if (p.count_per_rank < 0) return invalid(op, absl::StrCat("negative count_per_rank ", p.count_per_rank));
+    if (p.count_per_rank == 0) continue;
+    if (static_cast<uint64_t>(p.count_per_rank) >
+        std::numeric_limits<size_t>::max() / sizeof(float) / static_cast<size_t>(size_)) {
+      return invalid(op, absl::StrCat(p.count_per_rank, " floats per rank times ", size_, " ranks overflows size_t"));
+    }
+    any = true;
+  }
+  if (!any) return absl::OkStatus();
+  DeviceScope scope(device_);
+  if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
+  for (const ReduceScatterPart& p : parts) {
+    if (p.count_per_rank == 0) continue;
+    if (absl::Status s = check_buffer(op, "send", p.send); !s.ok()) return s;
+    if (absl::Status s = check_buffer(op, "recv", p.recv); !s.ok()) return s;
+  }
+  return run(op, [&] {
+    return issue_as_group(parts, [&](const ReduceScatterPart& p) {
+      if (p.count_per_rank == 0) return ncclSuccess;
+      return ncclReduceScatter(p.send, p.recv, static_cast<size_t>(p.count_per_rank), ncclFloat32, to_nccl(reduce),
+                               comm_, stream_);
+    });
   });
 }
 
