@@ -23,7 +23,8 @@
 #   bench-fsdp      bench_train --device cuda --nproc (every GPU of the machine) on llama-h100,
 #                   tensorwise, fp8 all-gather on: FSDP over NCCL in its queued mode, with the
 #                   exposed communication from its events and rank 0's per-op breakdown by
-#                   shape (on one GPU: FSDP's own cost beside bench-train's one process)
+#                   shape (on one GPU: FSDP's own cost beside bench-train's one process);
+#                   then packed collectives and a collective a parameter, one after the other
 #   breakdown-shapes bench_train's per-op breakdown of none and tensorwise (BENCH_TRAIN_RECIPES),
 #                   a row per GEMM, cast and copy shape
 #   profile-train   where a llama-h100 step's GPU time goes, per kernel: bench_train cut to 4
@@ -32,8 +33,8 @@
 # and, for a machine without that limit: tests (both test parts), bench (the three bench
 # parts), all (everything). For a lease of 15 minutes in all, `first` runs in one command
 # what matters most: both test parts, bench-cast, bench-attention, bench-train and
-# bench-fsdp, about 5.5 minutes on an H100 (2026-11-27, without bench-fsdp: 293 s), each
-# under a TOTAL_LIMIT (default 540 s) for the command as a whole.
+# bench-fsdp, about 5 minutes (an H200, 2026-11-27: 305 s; an H100 the same day, without
+# bench-fsdp: 293 s), each under a TOTAL_LIMIT (default 540 s) for the command as a whole.
 #
 # The wgmma attention (the default on sm_90) is used only where it passed its tests: where
 # they failed on this machine (tests-kernels), every later command here runs with
@@ -218,6 +219,9 @@ do_part() {
       # The same with NCCL waiting on the host (its queued mode off): which side a failure
       # above is on.
       run cuda_fsdp_host_wait 90 env FP8_NCCL_HOST_WAIT=1 "$bin/fp8_cuda_fsdp_test"
+      # And with a unit's parameters in one packed collective (NCCL's default: a collective
+      # a parameter, grouped).
+      run cuda_fsdp_packed 90 env FP8_FSDP_COLLECTIVES=packed "$bin/fp8_cuda_fsdp_test"
       run cuda_job_test 150 "$bin/fp8_cuda_job_test"
       ;;
     bench-cast)
@@ -263,9 +267,13 @@ do_part() {
       local gpus
       gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
       ((gpus > 0)) || gpus=1
-      run bench_fsdp 300 "$bin/bench_train" --device cuda --nproc "$gpus" --all-gather-fp8 on \
-        --config examples/jobs/llama-h100.yaml --set fp8.recipe=tensorwise --rounds 2 --steps 4 --timeout 120 \
-        --breakdown 2 --breakdown-by-shape
+      local fsdp=("$bin/bench_train" --device cuda --nproc "$gpus" --all-gather-fp8 on
+        --config examples/jobs/llama-h100.yaml --set fp8.recipe=tensorwise --rounds 2 --steps 4 --timeout 120)
+      run bench_fsdp 300 "${fsdp[@]}" --breakdown 2 --breakdown-by-shape
+      # The same without the breakdown, a unit's parameters packed into one collective
+      # (FP8_FSDP_COLLECTIVES=packed) and then a collective a parameter (NCCL's default).
+      run bench_fsdp_packed 120 env FP8_FSDP_COLLECTIVES=packed "${fsdp[@]}"
+      run bench_fsdp_per_parameter 120 env FP8_FSDP_COLLECTIVES=per_parameter "${fsdp[@]}"
       ;;
     breakdown-shapes)
       # A step's GEMMs and casts one row per shape (bench_train --breakdown-by-shape): which

@@ -688,10 +688,12 @@ absl::Status NcclProcessGroup::reduce_scatter(const float* send, float* recv, in
 
 namespace {
 
-// A call's parts, issued as one NCCL group (one launch). Inside a group NCCL only records
-// each call, so a failing one still ends the group with ncclGroupEnd.
+// A call's parts, issued as one NCCL group (one launch); a call of one part (every plain
+// all_gather and reduce_scatter) as that collective alone. Inside a group NCCL only
+// records each call, so a failing one still ends the group with ncclGroupEnd.
 template <typename Part, typename Issue>
 ncclResult_t issue_as_group(std::span<const Part> parts, Issue issue) {
+  if (parts.size() == 1) return issue(parts[0]);
   if (const ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return r;
   ncclResult_t first = ncclSuccess;
   for (const Part& p : parts) {
