@@ -219,9 +219,9 @@ do_part() {
       # The same with NCCL waiting on the host (its queued mode off): which side a failure
       # above is on.
       run cuda_fsdp_host_wait 90 env FP8_NCCL_HOST_WAIT=1 "$bin/fp8_cuda_fsdp_test"
-      # And with a unit's parameters in one packed collective (NCCL's default: a collective
-      # a parameter, grouped).
-      run cuda_fsdp_packed 90 env FP8_FSDP_COLLECTIVES=packed "$bin/fp8_cuda_fsdp_test"
+      # And with a collective a parameter, a unit's grouped in one NCCL launch (the default
+      # packs a unit's parameters into one collective).
+      run cuda_fsdp_per_parameter 90 env FP8_FSDP_COLLECTIVES=per_parameter "$bin/fp8_cuda_fsdp_test"
       run cuda_job_test 150 "$bin/fp8_cuda_job_test"
       ;;
     bench-cast)
@@ -270,8 +270,8 @@ do_part() {
       local fsdp=("$bin/bench_train" --device cuda --nproc "$gpus" --all-gather-fp8 on
         --config examples/jobs/llama-h100.yaml --set fp8.recipe=tensorwise --rounds 2 --steps 4 --timeout 120)
       run bench_fsdp 300 "${fsdp[@]}" --breakdown 2 --breakdown-by-shape
-      # The same without the breakdown, a unit's parameters packed into one collective
-      # (FP8_FSDP_COLLECTIVES=packed) and then a collective a parameter (NCCL's default).
+      # The same without the breakdown, a unit's parameters packed into one collective (the
+      # default) and then a collective a parameter, grouped (FP8_FSDP_COLLECTIVES=per_parameter).
       run bench_fsdp_packed 120 env FP8_FSDP_COLLECTIVES=packed "${fsdp[@]}"
       run bench_fsdp_per_parameter 120 env FP8_FSDP_COLLECTIVES=per_parameter "${fsdp[@]}"
       ;;

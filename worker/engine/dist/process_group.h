@@ -67,13 +67,10 @@ class ProcessGroup {
 
   // Several all-gathers (reduce-scatters) in one call: each part exactly as all_gather
   // (reduce_scatter) with its arguments, in order. NCCL issues the parts as one group,
-  // which it launches together; the default, one collective after another.
+  // which it launches together (about the cost of one collective); the default, one
+  // collective after another (on Gloo a round trip each).
   virtual absl::Status all_gather_parts(std::span<const AllGatherPart> parts);
   virtual absl::Status reduce_scatter_parts(std::span<const ReduceScatterPart> parts, ReduceOp op);
-  // Whether a call's parts cost about one collective (NCCL's group: one launch) rather
-  // than one each (Gloo: a round trip each). FSDP gathers a unit's parameters straight
-  // into place where they do, and packs them into one flat collective where they do not.
-  virtual bool launches_parts_together() const { return false; }
 
   // In place, on every rank.
   virtual absl::Status all_reduce(float* data, int64_t count, ReduceOp op) = 0;

@@ -77,12 +77,10 @@ struct FsdpModel::Unit {
   bool present = false;
 };
 
-UnitCollectives unit_collectives_for(const dist::ProcessGroup& group) {
-  if (const char* e = std::getenv("FP8_FSDP_COLLECTIVES"); e != nullptr) {
-    if (std::strcmp(e, "packed") == 0) return UnitCollectives::kPacked;
-    if (std::strcmp(e, "per_parameter") == 0) return UnitCollectives::kPerParameter;
-  }
-  return group.launches_parts_together() ? UnitCollectives::kPerParameter : UnitCollectives::kPacked;
+UnitCollectives unit_collectives_from_environment() {
+  const char* e = std::getenv("FP8_FSDP_COLLECTIVES");
+  return e != nullptr && std::strcmp(e, "per_parameter") == 0 ? UnitCollectives::kPerParameter
+                                                               : UnitCollectives::kPacked;
 }
 
 FsdpModel::FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options)
@@ -91,7 +89,7 @@ FsdpModel::FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOpt
       options_(options),
       rank_(group.rank()),
       world_size_(group.size()),
-      collectives_(unit_collectives_for(group)),
+      collectives_(unit_collectives_from_environment()),
       comm_(group, model.device().backend()) {}
 
 FsdpModel::~FsdpModel() {

@@ -224,7 +224,6 @@ class NcclProcessGroup final : public ProcessGroup, public QueuedCollectives {
   absl::Status reduce_scatter(const float* send, float* recv, int64_t count_per_rank, ReduceOp op) override;
   absl::Status all_gather_parts(std::span<const AllGatherPart> parts) override;
   absl::Status reduce_scatter_parts(std::span<const ReduceScatterPart> parts, ReduceOp op) override;
-  bool launches_parts_together() const override { return true; }
   absl::Status all_reduce(float* data, int64_t count, ReduceOp op) override;
   absl::Status all_reduce(double* data, int64_t count, ReduceOp op) override;
   absl::Status broadcast(void* data, size_t bytes, int root) override;
