@@ -77,10 +77,12 @@ struct FsdpModel::Unit {
   bool present = false;
 };
 
-UnitCollectives unit_collectives_from_environment() {
+absl::StatusOr<UnitCollectives> unit_collectives_from_environment() {
   const char* e = std::getenv("FP8_FSDP_COLLECTIVES");
-  return e != nullptr && std::strcmp(e, "per_parameter") == 0 ? UnitCollectives::kPerParameter
-                                                               : UnitCollectives::kPacked;
+  if (e == nullptr || std::strcmp(e, "packed") == 0) return UnitCollectives::kPacked;
+  if (std::strcmp(e, "per_parameter") == 0) return UnitCollectives::kPerParameter;
+  return absl::InvalidArgumentError(
+      absl::StrCat("FP8_FSDP_COLLECTIVES=", e, " in the environment: expected packed or per_parameter"));
 }
 
 FsdpModel::FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options)
@@ -89,7 +91,6 @@ FsdpModel::FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOpt
       options_(options),
       rank_(group.rank()),
       world_size_(group.size()),
-      collectives_(unit_collectives_from_environment()),
       comm_(group, model.device().backend()) {}
 
 FsdpModel::~FsdpModel() {
@@ -99,7 +100,9 @@ FsdpModel::~FsdpModel() {
 
 absl::StatusOr<std::unique_ptr<FsdpModel>> FsdpModel::create(LlamaModel& model, dist::ProcessGroup& group,
                                                               const FsdpOptions& options) {
+  FP8_ASSIGN_OR_RETURN(const UnitCollectives collectives, unit_collectives_from_environment());
   std::unique_ptr<FsdpModel> f(new FsdpModel(model, group, options));
+  f->collectives_ = collectives;
   FP8_RETURN_IF_ERROR(f->shard_parameters());
   FP8_RETURN_IF_ERROR(f->plan_fp8_gathers());
   FP8_RETURN_IF_ERROR(f->pack_units());

@@ -61,12 +61,13 @@ struct FsdpOptions {
 //   kPerParameter  one all-gather (reduce-scatter) a parameter, all of a unit's in one call
 //                  of the group (ProcessGroup::all_gather_parts), straight into the gathered
 //                  parameter (out of its gradient), with nothing to copy.
-// kPacked unless FP8_FSDP_COLLECTIVES=per_parameter is in the environment. kPerParameter
+// kPacked unless FP8_FSDP_COLLECTIVES=per_parameter is in the environment (another value
+// than those two is an error: FsdpModel::create fails saying so). kPerParameter
 // is meant for NCCL, which launches a call's parts as one group (Gloo pays a round trip a
 // collective); it becomes NCCL's default once it has run and been timed on GPUs (it has
 // run over Gloo only: the tests run every FSDP case both ways).
 enum class UnitCollectives { kPacked, kPerParameter };
-UnitCollectives unit_collectives_from_environment();
+absl::StatusOr<UnitCollectives> unit_collectives_from_environment();
 
 class FsdpModel final : public ParameterHooks {
  public:
