@@ -442,6 +442,59 @@ TEST_P(Fp8WeightParity, AnAmaxThatStaysIsReadWhereItIs) {
   EXPECT_EQ(weight_amax(), delayed ? cw.host_amax : 42.0f);
 }
 
+// Scales that stay (a FSDP model computes every weight's at once, in its own buffers) are
+// read where they are: the output is the one copied scales give, and numerics() reports
+// what the buffer holds when it is asked, not a copy from the forward.
+TEST_P(Fp8WeightParity, ScalesThatStayAreReadWhereTheyAre) {
+  const Shape s = GetParam().shape;
+  std::unique_ptr<Float8Linear> copied = make_layer(s, recipe(GetParam().recipe, 4));
+  std::unique_ptr<Float8Linear> staying = make_layer(s, recipe(GetParam().recipe, 4));
+  ASSERT_NE(copied, nullptr);
+  ASSERT_NE(staying, nullptr);
+  Floats tw(normal(s.nk(), 0.1f, 1)), tx(normal(s.mk(), 1.0f, 2)), out_copied(s.mn()), out_staying(s.mn());
+  CastWeight cw(s);
+  cast_weight(*copied, s, tw.data(), cw);
+  if (::testing::Test::HasFatalFailure()) return;
+  ASSERT_OK(copied->forward(tx.data(), s.m, cw.weight(), nullptr, out_copied.data()));
+  Fp8Weight w = cw.weight();
+  w.scales_stay = true;
+  ASSERT_OK(staying->forward(tx.data(), s.m, w, nullptr, out_staying.data()));
+  EXPECT_TRUE(same_bits(out_staying.download(), out_copied.download()));
+  auto weight_scale = [&](Float8Linear& layer) -> float {
+    absl::StatusOr<std::vector<CastNumerics>> n = layer.numerics();
+    EXPECT_TRUE(n.ok()) << n.status();
+    for (const CastNumerics& c : *n) {
+      if (c.tensor == TensorKind::kWeight) return c.scale;
+    }
+    ADD_FAILURE() << "no weight cast reported";
+    return -1.0f;
+  };
+  EXPECT_EQ(weight_scale(*staying), cw.host_scale);
+  cw.scale.upload({0.5f});
+  EXPECT_EQ(weight_scale(*staying), 0.5f);
+  EXPECT_EQ(weight_scale(*copied), cw.host_scale);
+}
+
+// The rule a caller may apply to many layers' amaxes at once: write_fp8_weight_scale's
+// dynamic scale (compute_scales with this format and pow2), and none under delayed scaling.
+TEST_P(Fp8WeightParity, TheDynamicWeightScaleRuleIsWhatWriteFp8WeightScaleApplies) {
+  const Shape s = GetParam().shape;
+  std::unique_ptr<Float8Linear> layer = make_layer(s, recipe(GetParam().recipe, 4));
+  ASSERT_NE(layer, nullptr);
+  const std::optional<Float8Linear::WeightScaleRule> rule = layer->dynamic_weight_scale_rule();
+  if (GetParam().recipe == v1::Fp8Spec::DELAYED) {
+    EXPECT_FALSE(rule.has_value());
+    return;
+  }
+  ASSERT_TRUE(rule.has_value());
+  EXPECT_EQ(rule->format, layer->weight_format());
+  Floats amax(std::vector<float>{3.7f}), scale(1), inv_scale(1), want_scale(1), want_inv(1);
+  ASSERT_OK(layer->write_fp8_weight_scale(amax.data(), want_scale.data(), want_inv.data()));
+  ASSERT_OK(backend().compute_scales(amax.data(), 1, rule->format, rule->pow2, scale.data(), inv_scale.data()));
+  EXPECT_TRUE(same_bits(scale.download(), want_scale.download()));
+  EXPECT_TRUE(same_bits(inv_scale.download(), want_inv.download()));
+}
+
 // A weight cast outside the layer reaches it as codes only, so its saturation and
 // underflow cannot be counted there: measuring reports it unmeasured, and measures the
 // input and grad_output as usual, with the same counts as a layer casting its own weight.

@@ -48,6 +48,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,9 @@ struct Fp8Weight {
   // numerics() before it), as a FSDP model's all-reduced amaxes do: the layer then reads it
   // there instead of copying it in. Delayed scaling copies it into its history regardless.
   bool amax_stays = false;
+  // The same for `scale` and `inv_scale` (a FSDP model computes every weight's in one
+  // launch, into its own buffers): the layer reads them there instead of copying them in.
+  bool scales_stay = false;
 };
 
 // The dtypes of a layer's activations: each DType::kFloat32 or DType::kBFloat16.
@@ -214,6 +218,15 @@ class Float8Linear {
     float* inv_scale = nullptr;
   };
   absl::StatusOr<Fp8WeightScaleSlots> fp8_weight_scale_slots();
+  // How write_fp8_weight_scale derives the scale when it is the dynamic scale of the amax
+  // (Backend::compute_scales with this format and pow2), so that a caller can compute many
+  // layers' at once; nullopt when it is not (delayed scaling, or no weight cast).
+  struct WeightScaleRule {
+    Format format = Format::kE4M3;
+    bool pow2 = false;
+    bool operator==(const WeightScaleRule&) const = default;
+  };
+  std::optional<WeightScaleRule> dynamic_weight_scale_rule() const;
 
   // For the last forward(): by default WRITES grad_input [tokens, in] (skipped when null)
   // and ACCUMULATES (+=) grad_weight [out, in] and grad_bias [out] (skipped when null), so

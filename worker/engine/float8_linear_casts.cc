@@ -345,24 +345,29 @@ absl::Status Float8Linear::State::adopt_fp8_weight(const Fp8Weight& w, int slot_
     }
     if (auto st = backend.copy(amax_dst, w.amax, sizeof(float)); !st.ok()) return st;
   }
-  // The scales are copied into the layer's own buffers (numerics() reads them after the
-  // caller may have freed its Fp8Weight), unless they were written there
-  // (fp8_weight_scale_slots).
-  absl::Status reserved = p.scale.reserve(sizeof(float));
-  reserved.Update(p.inv_scale.reserve(sizeof(float)));
-  if (!reserved.ok()) return reserved;
-  if (w.scale != p.scale.as<float>()) {
-    if (auto st = backend.copy(p.scale.as<float>(), w.scale, sizeof(float)); !st.ok()) return st;
-  }
-  if (w.inv_scale != p.inv_scale.as<float>()) {
-    if (auto st = backend.copy(p.inv_scale.as<float>(), w.inv_scale, sizeof(float)); !st.ok()) return st;
+  // The scales are read where they stay, or else copied into the layer's own buffers
+  // (numerics() reads them after the caller may have freed its Fp8Weight) unless they were
+  // written there (fp8_weight_scale_slots).
+  if (w.scales_stay) {
+    p.scale_in_use = w.scale;
+    p.inv_scale_in_use = w.inv_scale;
+  } else {
+    absl::Status reserved = p.scale.reserve(sizeof(float));
+    reserved.Update(p.inv_scale.reserve(sizeof(float)));
+    if (!reserved.ok()) return reserved;
+    if (w.scale != p.scale.as<float>()) {
+      if (auto st = backend.copy(p.scale.as<float>(), w.scale, sizeof(float)); !st.ok()) return st;
+    }
+    if (w.inv_scale != p.inv_scale.as<float>()) {
+      if (auto st = backend.copy(p.inv_scale.as<float>(), w.inv_scale, sizeof(float)); !st.ok()) return st;
+    }
+    p.scale_in_use = p.scale.as<float>();
+    p.inv_scale_in_use = p.inv_scale.as<float>();
   }
   p.external = true;
   p.external_out = w.data;
   p.external_out_t = w.data_t;
   p.range_counted = false;  // the layer never sees these values in high precision
-  p.scale_in_use = p.scale.as<float>();
-  p.inv_scale_in_use = p.inv_scale.as<float>();
   p.rows = out_features;
   p.cols = in_features;
   p.last_amax_row = p.delayed ? slot_row : -1;

@@ -135,6 +135,15 @@ absl::Status Float8Linear::restore_scaling_state(absl::Span<const float> state) 
   return s.upload_delayed(*restored);
 }
 
+std::optional<Float8Linear::WeightScaleRule> Float8Linear::dynamic_weight_scale_rule() const {
+  const State& s = *s_;
+  const int plan = s.weight_plan();
+  if (plan < 0) return std::nullopt;
+  const CastPlan& p = s.plans[static_cast<size_t>(plan)];
+  if (p.delayed) return std::nullopt;
+  return WeightScaleRule{p.config.format(), p.config.pow2_scale};
+}
+
 absl::Status Float8Linear::write_fp8_weight_scale(const float* amax, float* scale, float* inv_scale) const {
   const State& s = *s_;
   if (amax == nullptr || scale == nullptr || inv_scale == nullptr) {

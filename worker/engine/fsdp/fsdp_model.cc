@@ -1,5 +1,6 @@
 #include "worker/engine/fsdp/fsdp_model.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -55,7 +56,7 @@ struct FsdpModel::Fp8State {
   Float8Linear::Fp8WeightScaleSlots scales;
   Tensor shard_codes;   // this rank's shard cast with the global scale (in its unit's gather_send)
   bool shard_cast = false;  // shard_codes match the current shard and scale
-  Tensor shard_row_amax;    // [rows_per_rank], written by the optimizer (shard_row_amax_outputs)
+  Tensor shard_row_amax;    // [rows_per_rank] in row_amaxes_, written by the optimizer (shard_row_amax_outputs)
   Tensor gathered;      // [padded rows, in] codes, while gathered
   Tensor gathered_t;    // [in, out] codes, for the backward
   Fp8Weight weight;     // what the linear reads (linear->gathered_fp8 points here)
@@ -152,22 +153,37 @@ absl::Status FsdpModel::plan_fp8_gathers() {
     FP8_ASSIGN_OR_RETURN(f.scales, u->layer->fp8_weight_scale_slots());
     fp8_.push_back(std::move(f));
   }
+  if (fp8_.empty()) return absl::OkStatus();
+  // One rule for every weight's scale (the tensorwise recipe's, not delayed scaling's):
+  // the scales are computed together, and each layer reads its own where it is.
+  shared_scale_rule_ = fp8_[0].linear->layer->dynamic_weight_scale_rule();
+  for (const Fp8State& f : fp8_) {
+    if (f.linear->layer->dynamic_weight_scale_rule() != shared_scale_rule_) shared_scale_rule_.reset();
+  }
+  const auto n = static_cast<int64_t>(fp8_.size());
+  if (shared_scale_rule_.has_value()) {
+    FP8_ASSIGN_OR_RETURN(fp8_scales_, Tensor::zeros(device_, ElementType::kFloat32, {n}));
+    FP8_ASSIGN_OR_RETURN(fp8_inv_scales_, Tensor::zeros(device_, ElementType::kFloat32, {n}));
+  }
   for (size_t i = 0; i < fp8_.size(); ++i) {
     Fp8State& f = fp8_[i];
     params_[static_cast<size_t>(f.param)].fp8 = static_cast<int>(i);
-    f.weight.scale = f.scales.scale;
-    f.weight.inv_scale = f.scales.inv_scale;
+    if (shared_scale_rule_.has_value()) {
+      f.weight.scale = fp8_scales_.data<float>() + i;
+      f.weight.inv_scale = fp8_inv_scales_.data<float>() + i;
+      f.weight.scales_stay = true;
+    } else {
+      f.weight.scale = f.scales.scale;
+      f.weight.inv_scale = f.scales.inv_scale;
+    }
     f.linear->gathered_fp8 = &f.weight;
   }
-  if (!fp8_.empty()) {
-    FP8_ASSIGN_OR_RETURN(fp8_amaxes_,
-                         Tensor::zeros(device_, ElementType::kFloat32, {static_cast<int64_t>(fp8_.size())}));
-    // Each weight's global amax is read where the all-reduce leaves it, until the next one
-    // (the next step's first forward): by the layer too, which then copies none in.
-    for (size_t i = 0; i < fp8_.size(); ++i) {
-      fp8_[i].weight.amax = fp8_amaxes_.data<float>() + i;
-      fp8_[i].weight.amax_stays = true;
-    }
+  FP8_ASSIGN_OR_RETURN(fp8_amaxes_, Tensor::zeros(device_, ElementType::kFloat32, {n}));
+  // Each weight's global amax is read where the all-reduce leaves it, until the next one
+  // (the next step's first forward): by the layer too, which then copies none in.
+  for (size_t i = 0; i < fp8_.size(); ++i) {
+    fp8_[i].weight.amax = fp8_amaxes_.data<float>() + i;
+    fp8_[i].weight.amax_stays = true;
   }
   return absl::OkStatus();
 }
@@ -241,15 +257,17 @@ absl::Status FsdpModel::refresh_fp8_scales() {
   if (fp8_.empty()) return absl::OkStatus();
   Backend& backend = device_.backend();
   float* amaxes = fp8_amaxes_.data<float>();
-  for (size_t i = 0; i < fp8_.size(); ++i) {
-    const Param& p = params_[static_cast<size_t>(fp8_[i].param)];
-    const Tensor& rows = fp8_[i].shard_row_amax;
-    // The max of the rows' amaxes is the shard's amax, bit for bit.
-    const MatrixRef source = shard_row_amaxes_current_ && rows.defined()
-                                 ? MatrixRef{rows.raw(), DType::kFloat32, p.layout.rows_per_rank, 1}
-                                 : MatrixRef{p.shard->value.raw(), DType::kFloat32, p.layout.rows_per_rank,
-                                             p.layout.row_elements};
-    FP8_RETURN_IF_ERROR(backend.amax(source, Granularity::kTensorwise, amaxes + i));
+  if (shard_row_amaxes_current_ && row_amaxes_.defined()) {
+    // The max of a shard's row amaxes is its amax, bit for bit; row i of row_amaxes_ holds
+    // weight i's, zeros after them (an amax is never below zero): one launch for all.
+    const MatrixRef rows{row_amaxes_.raw(), DType::kFloat32, static_cast<int64_t>(fp8_.size()), row_amaxes_width_};
+    FP8_RETURN_IF_ERROR(backend.amax(rows, Granularity::kRowwise, amaxes));
+  } else {
+    for (size_t i = 0; i < fp8_.size(); ++i) {
+      const Param& p = params_[static_cast<size_t>(fp8_[i].param)];
+      const MatrixRef shard{p.shard->value.raw(), DType::kFloat32, p.layout.rows_per_rank, p.layout.row_elements};
+      FP8_RETURN_IF_ERROR(backend.amax(shard, Granularity::kTensorwise, amaxes + i));
+    }
   }
   CommCounters counts;
   const int64_t n = static_cast<int64_t>(fp8_.size());
@@ -258,11 +276,19 @@ absl::Status FsdpModel::refresh_fp8_scales() {
   counts.weight_scale_all_reduces = 1;
   FP8_RETURN_IF_ERROR(comm_.run("all_reduce(max) of the fp8 weight amaxes", counts,
                                 [amaxes, n](dist::ProcessGroup& g) { return g.all_reduce(amaxes, n, dist::ReduceOp::kMax); }));
+  // Exactly the scales (and inverses) the layers would have derived from the whole
+  // weights, on the device: the host reads no amax. All at once where every layer takes the
+  // same dynamic rule, into the scales the layers read where they are.
+  if (shared_scale_rule_.has_value()) {
+    FP8_RETURN_IF_ERROR(backend.compute_scales(amaxes, static_cast<int64_t>(fp8_.size()), shared_scale_rule_->format,
+                                               shared_scale_rule_->pow2, fp8_scales_.data<float>(),
+                                               fp8_inv_scales_.data<float>()));
+  }
   for (size_t i = 0; i < fp8_.size(); ++i) {
     Fp8State& f = fp8_[i];
-    // Exactly the scale (and inverse) the layer would have derived from the whole weight,
-    // on the device: the host reads no amax.
-    FP8_RETURN_IF_ERROR(f.linear->layer->write_fp8_weight_scale(amaxes + i, f.scales.scale, f.scales.inv_scale));
+    if (!shared_scale_rule_.has_value()) {
+      FP8_RETURN_IF_ERROR(f.linear->layer->write_fp8_weight_scale(amaxes + i, f.scales.scale, f.scales.inv_scale));
+    }
     f.shard_cast = false;
   }
   return absl::OkStatus();
@@ -270,11 +296,22 @@ absl::Status FsdpModel::refresh_fp8_scales() {
 
 absl::StatusOr<std::vector<LlamaModel::WeightRowAmaxes>> FsdpModel::shard_row_amax_outputs() {
   std::vector<LlamaModel::WeightRowAmaxes> outputs;
+  if (!fp8_.empty() && !row_amaxes_.defined()) {
+    // Row i for weight i, as wide as the most rows a shard has; zeros past a shard's own,
+    // which nothing writes.
+    for (const Fp8State& f : fp8_) {
+      row_amaxes_width_ = std::max(row_amaxes_width_, params_[static_cast<size_t>(f.param)].layout.rows_per_rank);
+    }
+    const auto n = static_cast<int64_t>(fp8_.size());
+    FP8_ASSIGN_OR_RETURN(row_amaxes_, Tensor::zeros(device_, ElementType::kFloat32, {n * row_amaxes_width_}));
+    for (size_t i = 0; i < fp8_.size(); ++i) {
+      const Param& p = params_[static_cast<size_t>(fp8_[i].param)];
+      FP8_ASSIGN_OR_RETURN(fp8_[i].shard_row_amax,
+                           row_amaxes_.rows(static_cast<int64_t>(i) * row_amaxes_width_, p.layout.rows_per_rank));
+    }
+  }
   for (Fp8State& f : fp8_) {
     const Param& p = params_[static_cast<size_t>(f.param)];
-    if (!f.shard_row_amax.defined()) {
-      FP8_ASSIGN_OR_RETURN(f.shard_row_amax, Tensor::zeros(device_, ElementType::kFloat32, {p.layout.rows_per_rank}));
-    }
     outputs.push_back({p.shard, RowAmaxes{f.shard_row_amax.data<float>(), p.layout.row_elements}});
   }
   return outputs;

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -172,6 +173,16 @@ class FsdpModel final : public ParameterHooks {
   };
   std::vector<PendingReduction> pending_reductions_;
   Tensor fp8_amaxes_;                    // packed, one per fp8-gathered weight
+  // [fp8 weights, row_amaxes_width_]: row i holds weight i's shard row amaxes (written by
+  // the optimizer), zeros after them; allocated by shard_row_amax_outputs().
+  Tensor row_amaxes_;
+  int64_t row_amaxes_width_ = 0;
+  // Where every fp8-gathered weight's scale is the dynamic scale of its amax by one rule
+  // (Float8Linear::dynamic_weight_scale_rule): the scales and inverses, packed, computed in
+  // one launch and read by the layers where they are. Otherwise each layer writes its own.
+  std::optional<Float8Linear::WeightScaleRule> shared_scale_rule_;
+  Tensor fp8_scales_;
+  Tensor fp8_inv_scales_;
   bool shard_row_amaxes_current_ = false;  // Fp8State::shard_row_amax holds the shards' row amaxes
   Tensor delayed_amaxes_;                // packed, every delayed cast of every layer
   bool scales_stale_ = true;
