@@ -51,8 +51,9 @@ struct FsdpModel::Fp8State {
   LinearUnit* linear = nullptr;
   int param = -1;
   // The layer's own scale and 1/scale (Float8Linear::fp8_weight_scale_slots), written here
-  // once a step: the layer then copies nothing in. The amax stays where the all-reduce
-  // leaves it.
+  // once a step where the weights share no scale rule (delayed scaling; else the scales
+  // live in fp8_scales_): the layer then copies nothing in. The amax stays where the
+  // all-reduce leaves it.
   Float8Linear::Fp8WeightScaleSlots scales;
   Tensor shard_codes;   // this rank's shard cast with the global scale (in its unit's gather_send)
   bool shard_cast = false;  // shard_codes match the current shard and scale
