@@ -116,6 +116,19 @@ std::unique_ptr<Float8Linear> make_layer(const Shape& s, const Float8LinearConfi
   return layer.ok() ? std::move(*layer) : nullptr;
 }
 
+// What numerics() reports now for the layer's weight cast (a failure, and zeros, if none).
+CastNumerics weight_numerics(Float8Linear& layer) {
+  absl::StatusOr<std::vector<CastNumerics>> n = layer.numerics();
+  EXPECT_TRUE(n.ok()) << n.status();
+  if (n.ok()) {
+    for (const CastNumerics& c : *n) {
+      if (c.tensor == TensorKind::kWeight) return c;
+    }
+  }
+  ADD_FAILURE() << "no weight cast reported";
+  return {};
+}
+
 // A weight cast the way FSDP casts it, outside the layer: amax of the whole weight, the
 // scale and inverse the layer's write_fp8_weight_scale gives for it, one tensorwise cast
 // into [out, in] codes, and the codes transposed into [in, out].
@@ -428,18 +441,9 @@ TEST_P(Fp8WeightParity, AnAmaxThatStaysIsReadWhereItIs) {
   Fp8Weight w = cw.weight();
   w.amax_stays = true;
   ASSERT_OK(layer->forward(tx.data(), s.m, w, nullptr, out.data()));
-  auto weight_amax = [&]() -> float {
-    absl::StatusOr<std::vector<CastNumerics>> n = layer->numerics();
-    EXPECT_TRUE(n.ok()) << n.status();
-    for (const CastNumerics& c : *n) {
-      if (c.tensor == TensorKind::kWeight) return c.amax;
-    }
-    ADD_FAILURE() << "no weight cast reported";
-    return -1.0f;
-  };
-  EXPECT_EQ(weight_amax(), cw.host_amax);
+  EXPECT_EQ(weight_numerics(*layer).amax, cw.host_amax);
   cw.amax.upload({42.0f});
-  EXPECT_EQ(weight_amax(), delayed ? cw.host_amax : 42.0f);
+  EXPECT_EQ(weight_numerics(*layer).amax, delayed ? cw.host_amax : 42.0f);
 }
 
 // Scales that stay (a FSDP model computes every weight's at once, in its own buffers) are
@@ -460,19 +464,10 @@ TEST_P(Fp8WeightParity, ScalesThatStayAreReadWhereTheyAre) {
   w.scales_stay = true;
   ASSERT_OK(staying->forward(tx.data(), s.m, w, nullptr, out_staying.data()));
   EXPECT_TRUE(same_bits(out_staying.download(), out_copied.download()));
-  auto weight_scale = [&](Float8Linear& layer) -> float {
-    absl::StatusOr<std::vector<CastNumerics>> n = layer.numerics();
-    EXPECT_TRUE(n.ok()) << n.status();
-    for (const CastNumerics& c : *n) {
-      if (c.tensor == TensorKind::kWeight) return c.scale;
-    }
-    ADD_FAILURE() << "no weight cast reported";
-    return -1.0f;
-  };
-  EXPECT_EQ(weight_scale(*staying), cw.host_scale);
+  EXPECT_EQ(weight_numerics(*staying).scale, cw.host_scale);
   cw.scale.upload({0.5f});
-  EXPECT_EQ(weight_scale(*staying), 0.5f);
-  EXPECT_EQ(weight_scale(*copied), cw.host_scale);
+  EXPECT_EQ(weight_numerics(*staying).scale, 0.5f);
+  EXPECT_EQ(weight_numerics(*copied).scale, cw.host_scale);
 }
 
 // The rule a caller may apply to many layers' amaxes at once: write_fp8_weight_scale's

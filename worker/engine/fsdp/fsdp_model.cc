@@ -87,12 +87,14 @@ absl::StatusOr<UnitCollectives> unit_collectives_from_environment() {
       absl::StrCat("FP8_FSDP_COLLECTIVES=", e, " in the environment: expected packed or per_parameter"));
 }
 
-FsdpModel::FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options)
+FsdpModel::FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options,
+                     UnitCollectives collectives)
     : model_(model),
       device_(model.device()),
       options_(options),
       rank_(group.rank()),
       world_size_(group.size()),
+      collectives_(collectives),
       comm_(group, model.device().backend()) {}
 
 FsdpModel::~FsdpModel() {
@@ -103,8 +105,7 @@ FsdpModel::~FsdpModel() {
 absl::StatusOr<std::unique_ptr<FsdpModel>> FsdpModel::create(LlamaModel& model, dist::ProcessGroup& group,
                                                               const FsdpOptions& options) {
   FP8_ASSIGN_OR_RETURN(const UnitCollectives collectives, unit_collectives_from_environment());
-  std::unique_ptr<FsdpModel> f(new FsdpModel(model, group, options));
-  f->collectives_ = collectives;
+  std::unique_ptr<FsdpModel> f(new FsdpModel(model, group, options, collectives));
   FP8_RETURN_IF_ERROR(f->shard_parameters());
   FP8_RETURN_IF_ERROR(f->plan_fp8_gathers());
   FP8_RETURN_IF_ERROR(f->pack_units());

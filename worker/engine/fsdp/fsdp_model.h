@@ -127,7 +127,7 @@ class FsdpModel final : public ParameterHooks {
   struct Fp8State;
   struct Unit;
 
-  FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options);
+  FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options, UnitCollectives collectives);
   absl::Status shard_parameters();
   absl::Status plan_fp8_gathers();
   // Lays out each unit's flat buffers (one all-gather and one reduce-scatter per unit).
@@ -159,7 +159,7 @@ class FsdpModel final : public ParameterHooks {
   FsdpOptions options_;
   int rank_ = 0;
   int world_size_ = 1;
-  UnitCollectives collectives_ = UnitCollectives::kPacked;
+  UnitCollectives collectives_;
   ParameterSet shards_;
   std::vector<Param> params_;
   std::vector<Fp8State> fp8_;
