@@ -3,10 +3,14 @@
 #include "server/coordinator/coordinator.h"
 
 #include <algorithm>
+#include <filesystem>
+
+#include "google/protobuf/util/message_differencer.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/rpc/request_limits.h"
 #include "common/status_macros.h"
 #include "server/coordinator/job_events.h"
 #include "server/scheduler/scheduler.h"
@@ -18,7 +22,18 @@ scheduler::DeviceKind KindOf(int device) {
   return device == v1::ResourceSpec::CUDA ? scheduler::DeviceKind::kCuda : scheduler::DeviceKind::kCpu;
 }
 
+// The most bytes of jobs one ListJobs page holds (a spec is at most 64 KiB).
+constexpr size_t kListPageBytes = size_t{1} << 20;
+
 absl::Status Unavailable() { return absl::UnavailableError("the coordinator is shutting down"); }
+
+// Whether `admitted` (a spec as AdmitJobSpec returns it) is what `first` was submitted
+// with: the stored spec differs only by the job folder the coordinator added.
+bool SameSubmission(const v1::Job& first, const v1::JobSpec& admitted) {
+  v1::JobSpec stored = first.spec();
+  stored.mutable_checkpoint()->set_dir(std::filesystem::path(stored.checkpoint().dir()).parent_path().string());
+  return google::protobuf::util::MessageDifferencer::Equivalent(stored, admitted);
+}
 
 }  // namespace
 
@@ -41,6 +56,9 @@ Coordinator::~Coordinator() { Shutdown(); }
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr<store::CoordinatorStore> store,
                                                                   RendezvousStore& rendezvous,
                                                                   CoordinatorOptions options) {
+  // Paths are admitted with their links resolved: the roots must be too to compare.
+  options.roots.data = ResolveRoots(options.roots.data);
+  options.roots.checkpoint = ResolveRoots(options.roots.checkpoint);
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(store), rendezvous, std::move(options)));
   absl::MutexLock lock(&c->mu_);
   FP8_RETURN_IF_ERROR(c->Load());
@@ -169,7 +187,8 @@ absl::StatusOr<Principal> Coordinator::Authenticate(const std::string& token) {
 
 absl::StatusOr<std::string> Coordinator::CreateToken(Role role, const std::string& name) {
   if (role == Role::kTrainer) return absl::InvalidArgumentError("trainer tokens are made per attempt");
-  if (name.empty() || name.size() > 63) return absl::InvalidArgumentError("token name: 1 to 63 characters");
+  // A user's name is the owner of its jobs, and names its folders (spec_admission.h).
+  FP8_RETURN_IF_ERROR(CheckOwnerName(name, "token name"));
   std::string token = NewToken(role);
   absl::MutexLock lock(&mu_);
   FP8_RETURN_IF_ERROR(store_->add_token(HashToken(token), store::TokenRecord{name, role}));
@@ -190,7 +209,7 @@ absl::StatusOr<v1::Job> Coordinator::VisibleJob(const Principal& who, const std:
     FP8_ASSIGN_OR_RETURN(job, store_->job(job_id));
   }
   if (!job.has_value() || (!who.is_admin() && job->spec().owner() != who.name)) {
-    return absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'"));
+    return absl::NotFoundError(absl::StrCat("job_id: no job '", rpc::QuoteForError(job_id), "'"));
   }
   return *job;
 }
@@ -199,23 +218,27 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const Principal& who, const v1::Subm
   if (who.role != Role::kAdmin && who.role != Role::kUser) {
     return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not submit jobs"));
   }
-  if (request.idempotency_key().size() > 128) {
-    return absl::InvalidArgumentError("idempotency_key: longer than 128 characters");
-  }
   v1::JobSpec spec = request.spec();
   if (!spec.has_owner() || spec.owner().empty()) spec.set_owner(who.name);
   if (!who.is_admin() && spec.owner() != who.name) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("spec.owner: user '", who.name, "' may not submit jobs for '", spec.owner(), "'"));
+    return absl::PermissionDeniedError(absl::StrCat("spec.owner: user '", who.name, "' may not submit jobs for '",
+                                                    rpc::QuoteForError(spec.owner()), "'"));
   }
-  FP8_ASSIGN_OR_RETURN(v1::JobSpec resolved, AdmitJobSpec(spec, options_.roots));
+  FP8_ASSIGN_OR_RETURN(v1::JobSpec resolved, AdmitJobSpec(spec, options_.roots, who.is_admin()));
 
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return Unavailable();
   if (!request.idempotency_key().empty()) {
     FP8_ASSIGN_OR_RETURN(std::optional<std::string> earlier,
                          store_->job_by_idempotency_key(resolved.owner(), request.idempotency_key()));
-    if (earlier.has_value()) return VisibleJob(who, *earlier);
+    if (earlier.has_value()) {
+      FP8_ASSIGN_OR_RETURN(v1::Job first, VisibleJob(who, *earlier));
+      if (!SameSubmission(first, resolved)) {
+        return absl::AlreadyExistsError(absl::StrCat("idempotency_key: already used by ", first.id(),
+                                                     " with another spec; use a new key for a new job"));
+      }
+      return first;
+    }
   }
   ActiveJob active;
   v1::Job job;
@@ -224,6 +247,9 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const Principal& who, const v1::Subm
     FP8_ASSIGN_OR_RETURN(active.submitted_seq, store_->next("submission"));
     job.set_id(absl::StrCat("job-", active.number));
     *job.mutable_spec() = resolved;
+    const std::string folder = JobFolder(resolved.checkpoint().dir(), job.id());
+    FP8_RETURN_IF_ERROR(ClaimJobFolder(folder, job.id()));
+    job.mutable_spec()->mutable_checkpoint()->set_dir(folder);
     job.set_idempotency_key(request.idempotency_key());
     job.set_state(v1::Job::QUEUED);
     job.set_restarts_left(resolved.restarts().max_restarts());
@@ -239,6 +265,21 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const Principal& who, const v1::Subm
   events_changed_.SignalAll();
   ScheduleLocked();
   return VisibleJob(who, job.id());
+}
+
+absl::Status Coordinator::ClaimJobFolder(const std::string& folder, const std::string& job_id) {
+  // Inside another job's folder, this job's files would mix with that job's checkpoints
+  // (and that job's retention could delete them): every folder above it must be no job's.
+  for (std::filesystem::path p = std::filesystem::path(folder).parent_path(); p.has_relative_path();
+       p = p.parent_path()) {
+    FP8_ASSIGN_OR_RETURN(std::optional<std::string> owner, store_->job_of_folder(p.string()));
+    if (owner.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.checkpoint.dir: '", rpc::QuoteForError(p.string(), 256),
+                                                     "' is the checkpoint folder of ", *owner,
+                                                     "; name a folder outside it"));
+    }
+  }
+  return store_->add_job_folder(folder, job_id);
 }
 
 absl::StatusOr<v1::Job> Coordinator::GetJob(const Principal& who, const std::string& job_id) {
@@ -271,8 +312,18 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const Principal& who,
   if (shutting_down_) return Unavailable();
   FP8_ASSIGN_OR_RETURN(auto jobs, store_->list_jobs(filter));
   v1::ListJobsResponse response;
-  for (auto& [number, job] : jobs) {
+  size_t bytes = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    auto& [number, job] = jobs[i];
     job.clear_attempt_history();
+    // The page ends before a job that would take it past kListPageBytes, so that no set of
+    // stored jobs can make a response too large for a client to receive.
+    const size_t size = job.ByteSizeLong() + 8;
+    if (i > 0 && bytes + size > kListPageBytes) {
+      response.set_next_page_token(absl::StrCat(jobs[i - 1].first));
+      return response;
+    }
+    bytes += size;
     *response.add_jobs() = std::move(job);
   }
   if (static_cast<int>(jobs.size()) == filter.limit) response.set_next_page_token(absl::StrCat(jobs.back().first));
@@ -280,7 +331,6 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const Principal& who,
 }
 
 absl::StatusOr<v1::Job> Coordinator::CancelJob(const Principal& who, const v1::CancelJobRequest& request) {
-  if (request.reason().size() > 1024) return absl::InvalidArgumentError("reason: longer than 1024 characters");
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return Unavailable();
   FP8_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, request.job_id()));
@@ -432,16 +482,18 @@ void Coordinator::ScheduleLocked() {
   for (const auto& [id, active] : active_) {
     const v1::Job::State s = active.job.state();
     if (s == v1::Job::QUEUED || (s == v1::Job::RESTARTING && now >= active.restart_at)) {
+      const v1::ResourceSpec& resources = active.job.spec().resources();
       queued.push_back(scheduler::JobView{id, active.job.spec().priority(), active.submitted_seq,
-                                          active.job.spec().resources().world_size(),
-                                          KindOf(active.job.spec().resources().device())});
+                                          resources.world_size(), KindOf(resources.device()),
+                                          resources.cpus_per_rank(), resources.memory_gb()});
     }
   }
   if (queued.empty()) return;
   std::vector<scheduler::WorkerView> views;
   for (const auto& [id, w] : workers_) {
     views.push_back(scheduler::WorkerView{id, KindOf(w.record.device_kind), w.record.registered_seq, WorkerBusy(w),
-                                          now - w.last_heartbeat <= absl::ToChronoNanoseconds(options_.lost_after)});
+                                          now - w.last_heartbeat <= absl::ToChronoNanoseconds(options_.lost_after),
+                                          w.record.cpus, w.record.memory_gb});
   }
   for (const scheduler::Placement& p : scheduler::Schedule(queued, views)) {
     std::vector<std::string> worker_ids;
@@ -492,20 +544,30 @@ absl::Status Coordinator::StartAttempt(ActiveJob& active, const std::vector<std:
   for (size_t r = 0; r < worker_ids.size(); ++r) {
     Worker& worker = workers_.at(worker_ids[r]);
     worker.assigned.insert({next.id(), number, static_cast<int>(r)});
-    v1::StartRank* start = worker.pending.emplace_back().mutable_start_rank();
-    start->set_job_id(next.id());
-    start->set_attempt(number);
-    start->set_rank(static_cast<int>(r));
-    start->set_world_size(static_cast<int>(worker_ids.size()));
-    *start->mutable_spec() = next.spec();
-    start->set_resume_step(next.last_checkpoint_step());
-    start->set_rendezvous_namespace(RendezvousNamespace(next.id(), number));
-    start->set_coordinator_address(advertise_address_);
-    start->set_trainer_token(runtime.trainer_token);
+    *worker.pending.emplace_back().mutable_start_rank() =
+        MakeStartRank(active.job, number, static_cast<int>(r), static_cast<int>(worker_ids.size()),
+                      next.last_checkpoint_step(), runtime.trainer_token);
   }
   active.attempt = std::move(runtime);
   active.saturated.clear();
   return absl::OkStatus();
+}
+
+v1::StartRank Coordinator::MakeStartRank(const v1::Job& job, int attempt, int rank, int world_size,
+                                         int64_t resume_step, const std::string& trainer_token) const {
+  v1::StartRank start;
+  start.set_job_id(job.id());
+  start.set_attempt(attempt);
+  start.set_rank(rank);
+  start.set_world_size(world_size);
+  *start.mutable_spec() = job.spec();
+  start.set_resume_step(resume_step);
+  start.set_data_root(RootOf(job.spec().data().path(), options_.roots.data));
+  start.set_checkpoint_root(RootOf(job.spec().checkpoint().dir(), options_.roots.checkpoint));
+  start.set_rendezvous_namespace(RendezvousNamespace(job.id(), attempt));
+  start.set_coordinator_address(advertise_address_);
+  start.set_trainer_token(trainer_token);
+  return start;
 }
 
 void Coordinator::QueueStop(Worker& worker, const std::string& job_id, int attempt, const std::string& reason) {
@@ -586,6 +648,7 @@ void Coordinator::Tick() {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return;
   CheckLiveness();
+  CheckProgress();
   std::vector<std::string> done;
   for (const auto& [id, active] : active_) {
     if (IsFinal(active.job.state())) done.push_back(id);

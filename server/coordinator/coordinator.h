@@ -126,6 +126,11 @@ class Coordinator {
     bool seen = false;            // listed by its worker's heartbeat since the start
     bool start_delivered = false;  // its StartRank went out in a heartbeat reply
     std::optional<int> exit_code;  // 0: done; set only for exits of the live attempt
+    // Progress watchdog: when the attempt started (or this coordinator did), the rank's
+    // last progress report, and the longest gap between its reports so far.
+    Clock::time_point since = Clock::now();
+    std::optional<Clock::time_point> last_progress;
+    Clock::duration longest_gap{};
   };
   // The live attempt of an active job. The trainer token's plain text lives only here:
   // after a coordinator restart it is unknown, and a rank that must be started again
@@ -142,6 +147,7 @@ class Coordinator {
     std::optional<AttemptRuntime> attempt;  // set while RUNNING
     Clock::time_point restart_at{};         // RESTARTING: queued again from then on
     int progress_events = 0;                // since the last thinning
+    int progress_attempt = 0;               // the attempt latest_progress came from (0: unknown)
     // (layer, operand) casts whose saturation this attempt already reported: one event
     // each, not one per report.
     std::set<std::pair<std::string, int>> saturated;
@@ -172,6 +178,9 @@ class Coordinator {
   absl::StatusOr<v1::Job> VisibleJob(const Principal& who, const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Records `folder` as job_id's checkpoint folder, unless it lies inside another job's.
+  absl::Status ClaimJobFolder(const std::string& folder, const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status StartAttempt(ActiveJob& active, const std::vector<std::string>& worker_ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -179,6 +188,9 @@ class Coordinator {
   // after a failure RESTARTING / FAILED (max_restarts). Stops every rank still running.
   absl::Status EndAttempt(ActiveJob& active, v1::Attempt::State attempt_state, const std::string& reason,
                           const std::string& cancelled_by = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // StartRank for one rank of the job's attempt `attempt` (advertise_address_ read).
+  v1::StartRank MakeStartRank(const v1::Job& job, int attempt, int rank, int world_size, int64_t resume_step,
+                              const std::string& trainer_token) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void QueueStop(Worker& worker, const std::string& job_id, int attempt, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForgetFinalJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -186,6 +198,8 @@ class Coordinator {
   void Unassign(const std::string& worker_id, const std::string& job_id, int attempt, int rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckLiveness() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the attempts with a rank that reported no progress within its timeout (hung).
+  void CheckProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a heartbeat (or a re-registration) says about the worker's ranks: marks them
   // seen, stops ranks of ended attempts, starts again ranks it should run but does not,
   // and moves attempts whose ranks all run to RUNNING.

@@ -1,9 +1,12 @@
 // The trainer API of the coordinator: progress, amax histories, checkpoint commits and log
 // lines from the ranks of live attempts, and who may use a rendezvous namespace.
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/rpc/request_limits.h"
 #include "common/status_macros.h"
 #include "server/coordinator/amax_merge.h"
 #include "server/coordinator/coordinator.h"
@@ -16,7 +19,7 @@ absl::StatusOr<Coordinator::ActiveJob*> Coordinator::TrainerTarget(const Princip
   if (who.role == Role::kTrainer) {
     if (who.job_id != caller.job_id() || who.attempt != caller.attempt()) {
       return absl::PermissionDeniedError(absl::StrCat("caller: this token belongs to ", who.name, ", not ",
-                                                      caller.job_id(), "/attempt-", caller.attempt()));
+                                                      rpc::QuoteForError(caller.job_id()), "/attempt-", caller.attempt()));
     }
   } else if (who.role != Role::kWorker) {
     return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not use the trainer API"));
@@ -25,7 +28,7 @@ absl::StatusOr<Coordinator::ActiveJob*> Coordinator::TrainerTarget(const Princip
   if (it == active_.end() || !it->second.attempt.has_value() || it->second.attempt->number != caller.attempt()) {
     if (who.role == Role::kWorker) return absl::PermissionDeniedError("caller: not an attempt this worker hosts");
     return absl::FailedPreconditionError(
-        absl::StrCat(caller.job_id(), "/attempt-", caller.attempt(), " has ended: stop training"));
+        absl::StrCat(rpc::QuoteForError(caller.job_id()), "/attempt-", caller.attempt(), " has ended: stop training"));
   }
   const AttemptRuntime& attempt = *it->second.attempt;
   if (caller.rank() < 0 || caller.rank() >= static_cast<int>(attempt.ranks.size())) {
@@ -60,17 +63,35 @@ absl::Status Coordinator::ReportProgress(const Principal& who, const v1::ReportP
   const v1::TrainingProgress& p = request.progress();
   if (p.step() < 1) return absl::InvalidArgumentError("progress.step: must be >= 1");
   if (p.window_steps() < 1) return absl::InvalidArgumentError("progress.window_steps: must be >= 1");
+  if (p.window_steps() > p.step()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("progress.window_steps: ", p.window_steps(), " is more than the steps done (", p.step(), ")"));
+  }
+  if (request.has_resumed_from_step() && (request.resumed_from_step() < 0 || request.resumed_from_step() >= p.step())) {
+    return absl::InvalidArgumentError(absl::StrCat("resumed_from_step: ", request.resumed_from_step(),
+                                                   " is not in [0, progress.step ", p.step(), ")"));
+  }
   absl::MutexLock lock(&mu_);
   FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
   if (p.step() > active->job.spec().train().steps()) {
     return absl::InvalidArgumentError(
         absl::StrCat("progress.step: ", p.step(), " is beyond train.steps (", active->job.spec().train().steps(), ")"));
   }
+  RankRuntime& rank = active->attempt->ranks[static_cast<size_t>(request.caller().rank())];
+  const Clock::time_point now = Clock::now();
+  if (rank.last_progress.has_value()) rank.longest_gap = std::max(rank.longest_gap, now - *rank.last_progress);
+  rank.last_progress = now;
   if (metrics_ != nullptr) metrics_->OnRankProgress(active->job, request.caller().rank(), p);
   if (request.caller().rank() != 0) return absl::OkStatus();  // the job's progress is rank 0's
   v1::Job next = active->job;
-  *next.mutable_latest_progress() = p;
+  // Reports held back by an outage arrive late and in order; a step behind the newest
+  // recorded one of this attempt adds to the history but does not move the job back.
+  const bool newest = active->progress_attempt != request.caller().attempt() || next.latest_progress().step() <= p.step();
+  if (newest) *next.mutable_latest_progress() = p;
+  v1::Attempt* attempt = next.mutable_attempt_history(next.attempt_history_size() - 1);
+  if (request.has_resumed_from_step()) attempt->set_resumed_from_step(request.resumed_from_step());
   FP8_RETURN_IF_ERROR(Commit(*active, next, {ProgressJobEvent(next.id(), request.caller().attempt(), p)}));
+  active->progress_attempt = request.caller().attempt();
   if (!std::isfinite(p.loss()) || !std::isfinite(p.grad_norm())) {
     v1::NumericsEvent n;
     n.set_kind(v1::NumericsEvent::NON_FINITE_LOSS);
@@ -87,7 +108,6 @@ absl::Status Coordinator::ReportProgress(const Principal& who, const v1::ReportP
 }
 
 absl::Status Coordinator::ReportAmaxHistories(const Principal& who, const v1::ReportAmaxHistoriesRequest& request) {
-  if (request.histories_size() > 65536) return absl::InvalidArgumentError("histories: more than 65536 entries");
   if (request.step() < 1) return absl::InvalidArgumentError("step: must be >= 1");
   absl::MutexLock lock(&mu_);
   FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
@@ -159,9 +179,15 @@ absl::StatusOr<v1::GetAmaxHistoriesResponse> Coordinator::GetAmaxHistories(const
 absl::Status Coordinator::CommitCheckpoint(const Principal& who, const v1::CommitCheckpointRequest& request) {
   if (request.caller().rank() != 0) return absl::InvalidArgumentError("caller.rank: only rank 0 commits checkpoints");
   if (request.step() < 1) return absl::InvalidArgumentError("step: must be >= 1");
-  FP8_RETURN_IF_ERROR(CheckConfinedPath(request.dir(), options_.roots.checkpoint, "dir"));
   absl::MutexLock lock(&mu_);
   FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
+  const v1::JobSpec& spec = active->job.spec();
+  if (request.step() > spec.train().steps()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: ", request.step(), " is beyond train.steps (", spec.train().steps(), ")"));
+  }
+  // A checkpoint of this job lies in the job's own folder.
+  FP8_RETURN_IF_ERROR(CheckConfinedPath(request.dir(), {std::filesystem::path(spec.checkpoint().dir())}, "dir"));
   if (request.world_size() != static_cast<int>(active->attempt->ranks.size())) {
     return absl::InvalidArgumentError(absl::StrCat("world_size: ", request.world_size(), " is not the attempt's ",
                                                    active->attempt->ranks.size()));
@@ -175,11 +201,7 @@ absl::Status Coordinator::CommitCheckpoint(const Principal& who, const v1::Commi
 }
 
 absl::Status Coordinator::AppendLogs(const Principal& who, const v1::AppendLogsRequest& request) {
-  if (request.lines_size() > 1000) return absl::InvalidArgumentError("lines: more than 1000 in one call");
   std::vector<v1::LogLine> lines(request.lines().begin(), request.lines().end());
-  for (v1::LogLine& l : lines) {
-    if (l.text().size() > 4096) l.mutable_text()->resize(4096);
-  }
   absl::MutexLock lock(&mu_);
   FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
   return store_->append_logs(active->job.id(), request.caller().attempt(), request.caller().rank(), lines,
@@ -203,7 +225,6 @@ std::string CastNumericsProblem(const v1::CastNumerics& c) {
 }  // namespace
 
 absl::Status Coordinator::ReportCastNumerics(const Principal& who, const v1::ReportCastNumericsRequest& request) {
-  if (request.casts_size() > 65536) return absl::InvalidArgumentError("casts: more than 65536 entries");
   if (request.step() < 1) return absl::InvalidArgumentError("step: must be >= 1");
   for (int i = 0; i < request.casts_size(); ++i) {
     if (std::string problem = CastNumericsProblem(request.casts(i)); !problem.empty()) {
@@ -235,7 +256,7 @@ absl::Status Coordinator::AuthorizeRendezvous(const Principal& who, std::string_
     }
   }
   return absl::PermissionDeniedError(
-      absl::StrCat("rendezvous_namespace: '", std::string(rendezvous_namespace), "' is not this token's attempt"));
+      absl::StrCat("rendezvous_namespace: '", rpc::QuoteForError(rendezvous_namespace), "' is not this token's attempt"));
 }
 
 }  // namespace fp8::server

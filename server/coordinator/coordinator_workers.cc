@@ -1,10 +1,12 @@
 // The worker API of the coordinator: registration, heartbeats (which carry the ranks'
 // status one way and the commands the other), rank exits, and lost workers.
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/rpc/request_limits.h"
 #include "common/status_macros.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/job_events.h"
@@ -40,11 +42,11 @@ absl::StatusOr<Coordinator::Worker*> Coordinator::CallingWorker(const Principal&
   }
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) {
-    return absl::NotFoundError(absl::StrCat("worker_id: no worker '", worker_id, "' (lost, or unknown): register again"));
+    return absl::NotFoundError(absl::StrCat("worker_id: no worker '", rpc::QuoteForError(worker_id), "' (lost, or unknown): register again"));
   }
   // The worker registered with another worker token: nobody may speak for it.
   if (!it->second.token_name.empty() && who.name != it->second.token_name) {
-    return absl::PermissionDeniedError(absl::StrCat("worker_id: '", worker_id, "' registered with another token"));
+    return absl::PermissionDeniedError(absl::StrCat("worker_id: '", rpc::QuoteForError(worker_id), "' registered with another token"));
   }
   return &it->second;
 }
@@ -55,9 +57,11 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const Pri
     return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not register workers"));
   }
   FP8_RETURN_IF_ERROR(CheckDeviceName(request));
-  if (request.slots() < 0) return absl::InvalidArgumentError("slots: must be >= 1");
-  if (request.address().size() > 255) return absl::InvalidArgumentError("address: longer than 255 bytes");
-  if (request.running_size() > 1024) return absl::InvalidArgumentError("running: more than 1024 ranks");
+  if (request.slots() < 1) return absl::InvalidArgumentError(absl::StrCat("slots: ", request.slots(), " is not >= 1"));
+  if (request.cpus() < 0) return absl::InvalidArgumentError(absl::StrCat("cpus: ", request.cpus(), " is negative"));
+  if (!(request.memory_gb() >= 0) || !std::isfinite(request.memory_gb())) {
+    return absl::InvalidArgumentError("memory_gb: must be finite and >= 0");
+  }
 
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
@@ -80,6 +84,8 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const Pri
   worker->record.device_kind = request.device_kind();
   worker->record.device_name = request.device_name();
   worker->record.address = request.address();
+  worker->record.cpus = request.cpus();
+  worker->record.memory_gb = request.memory_gb();
   worker->token_name = who.name;
   worker->last_heartbeat = Clock::now();
   worker->last_heartbeat_unix_ms = NowUnixMs();
@@ -99,7 +105,6 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const Pri
 
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const Principal& who,
                                                             const v1::HeartbeatRequest& request) {
-  if (request.ranks_size() > 1024) return absl::InvalidArgumentError("ranks: more than 1024");
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
   FP8_ASSIGN_OR_RETURN(Worker * worker, CallingWorker(who, request.worker_id()));
@@ -187,16 +192,10 @@ void Coordinator::ResendMissingStarts(Worker& worker) {
       continue;
     }
     rank.start_delivered = false;
-    v1::StartRank* start = worker.pending.emplace_back().mutable_start_rank();
-    start->set_job_id(id);
-    start->set_attempt(number);
-    start->set_rank(r);
-    start->set_world_size(static_cast<int>(attempt.ranks.size()));
-    *start->mutable_spec() = active.job.spec();
-    start->set_resume_step(active.job.attempt_history(active.job.attempt_history_size() - 1).resumed_from_step());
-    start->set_rendezvous_namespace(RendezvousNamespace(id, number));
-    start->set_coordinator_address(advertise_address_);
-    start->set_trainer_token(attempt.trainer_token);
+    *worker.pending.emplace_back().mutable_start_rank() =
+        MakeStartRank(active.job, number, r, static_cast<int>(attempt.ranks.size()),
+                      active.job.attempt_history(active.job.attempt_history_size() - 1).resumed_from_step(),
+                      attempt.trainer_token);
   }
 }
 
@@ -204,7 +203,6 @@ absl::Status Coordinator::ReportRankExit(const Principal& who, const v1::ReportR
   if (request.has_exit_code() == request.has_signal()) {
     return absl::InvalidArgumentError("exactly one of exit_code and signal must be set");
   }
-  if (request.message().size() > 4096) return absl::InvalidArgumentError("message: longer than 4096 bytes");
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
   FP8_ASSIGN_OR_RETURN(Worker * worker, CallingWorker(who, request.worker_id()));
@@ -256,6 +254,34 @@ void Coordinator::CheckLiveness() {
       std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
     }
     workers_.erase(lost);
+  }
+}
+
+void Coordinator::CheckProgress() {
+  const Clock::time_point now = Clock::now();
+  std::vector<std::pair<ActiveJob*, scheduler::RankHung>> hung;
+  for (auto& [id, active] : active_) {
+    if (!active.attempt.has_value()) continue;
+    const v1::Attempt& last = active.job.attempt_history(active.job.attempt_history_size() - 1);
+    if (last.state() != v1::Attempt::RUNNING) continue;  // still starting: the workers' liveness covers it
+    const int64_t configured = active.job.spec().train().progress_timeout_seconds();
+    const auto& ranks = active.attempt->ranks;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      const RankRuntime& rank = ranks[r];
+      if (rank.exit_code.has_value()) continue;
+      const Clock::time_point since = rank.last_progress.value_or(rank.since);
+      if (now - since > scheduler::ProgressTimeout(configured, rank.last_progress.has_value(), rank.longest_gap)) {
+        hung.emplace_back(&active, scheduler::RankHung{static_cast<int>(r), rank.worker_id, now - since});
+        break;  // one hung rank ends the attempt
+      }
+    }
+  }
+  for (auto& [active, rank] : hung) {
+    const std::string reason = scheduler::DescribeFailure(rank);
+    std::fprintf(stderr, "fp8-coordinator: %s: %s\n", active->job.id().c_str(), reason.c_str());
+    if (absl::Status s = EndAttempt(*active, v1::Attempt::FAILED, reason); !s.ok()) {
+      std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
+    }
   }
 }
 

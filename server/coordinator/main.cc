@@ -38,6 +38,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -49,6 +50,7 @@
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/services.h"
+#include "server/coordinator/state_guard.h"
 #include "server/rendezvous/rendezvous_service.h"
 
 namespace {
@@ -146,6 +148,8 @@ absl::Status BootstrapTokens(fp8::server::Coordinator& c, const fs::path& state_
 }
 
 constexpr char kVersion[] = "0.1.0";
+constexpr int kMaxRequestBytes = 4 << 20;
+constexpr size_t kRequestMemoryQuota = size_t{512} << 20;
 
 // Writes `port` to `file` atomically (a reader never sees half a number).
 void WritePortFile(const std::string& file, int port) {
@@ -161,9 +165,20 @@ int Serve(const Flags& f) {
   std::error_code ec;
   fs::create_directories(state_dir, ec);
   const std::string db_path = f.db.empty() ? (state_dir / "fp8-coordinator.db").string() : f.db;
+  // Held until the process exits: one state, one coordinator.
+  absl::StatusOr<fp8::server::StateLock> state_lock = fp8::server::StateLock::Acquire(db_path);
+  if (!state_lock.ok()) return Fail(std::string(state_lock.status().message()));
+  if (absl::Status s = fp8::server::CheckDatabaseBeforeOpen(state_dir, db_path); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
   absl::StatusOr<std::unique_ptr<fp8::server::store::CoordinatorStore>> store =
       fp8::server::store::CoordinatorStore::Open(db_path);
   if (!store.ok()) return Fail(std::string(store.status().message()));
+  absl::StatusOr<int64_t> stored_tokens = (*store)->count_tokens();
+  if (!stored_tokens.ok()) return Fail(std::string(stored_tokens.status().message()));
+  if (absl::Status s = fp8::server::CheckDatabaseTokens(state_dir, db_path, *stored_tokens); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
   if (absl::Status s = AcceptTokenFiles(**store, f); !s.ok()) return Fail(std::string(s.message()), 2);
   absl::StatusOr<int64_t> tokens = (*store)->count_tokens();
   if (!tokens.ok()) return Fail(std::string(tokens.status().message()));
@@ -224,7 +239,13 @@ int Serve(const Flags& f) {
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   int port = 0;
   builder.AddListeningPort(f.listen, creds, &port);
-  builder.SetMaxReceiveMessageSize(8 << 20);
+  // Every request's fields are bounded (limits.proto) well inside this, and a body is
+  // received and parsed before its token can be checked: the limit and the quota bound
+  // what unauthenticated callers can make the coordinator hold.
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+  grpc::ResourceQuota quota("fp8-coordinator");
+  quota.Resize(kRequestMemoryQuota);
+  builder.SetResourceQuota(quota);
   builder.RegisterService(&jobs);
   builder.RegisterService(&workers);
   builder.RegisterService(&trainers);
@@ -273,7 +294,7 @@ int CreateTokenCommand(const Flags& f) {
   absl::StatusOr<std::unique_ptr<fp8::server::store::CoordinatorStore>> store =
       fp8::server::store::CoordinatorStore::Open(db_path);
   if (!store.ok()) return Fail(std::string(store.status().message()));
-  if (f.name.empty() || f.name.size() > 63) return Fail("--name: 1 to 63 characters", 2);
+  if (absl::Status s = fp8::server::CheckOwnerName(f.name, "--name"); !s.ok()) return Fail(std::string(s.message()), 2);
   const std::string token = fp8::server::NewToken(*role);
   if (absl::Status s = (*store)->add_token(fp8::server::HashToken(token), {f.name, *role}); !s.ok()) {
     return Fail(std::string(s.message()));

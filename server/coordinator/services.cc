@@ -1,15 +1,19 @@
 #include "server/coordinator/services.h"
 
+#include "common/rpc/request_limits.h"
 #include "server/auth/bearer.h"
 
 namespace fp8::server {
 namespace {
 
-// Runs `call` for an authenticated caller; its StatusOr value goes into *out.
+// Runs `call` for an authenticated caller whose request keeps within the API's declared
+// limits (limits.proto); its StatusOr value goes into *out.
 template <typename Call, typename Out>
-grpc::Status Serve(Coordinator& c, const grpc::ServerContext& ctx, Out* out, Call&& call) {
+grpc::Status Serve(Coordinator& c, const grpc::ServerContext& ctx, const google::protobuf::Message& request, Out* out,
+                   Call&& call) {
   absl::StatusOr<Principal> who = Caller(c, ctx);
   if (!who.ok()) return ToGrpc(who.status());
+  if (absl::Status s = rpc::CheckRequestLimits(request); !s.ok()) return ToGrpc(s);
   auto result = call(*who);
   if (!result.ok()) return ToGrpc(result.status());
   *out = std::move(*result);
@@ -18,9 +22,11 @@ grpc::Status Serve(Coordinator& c, const grpc::ServerContext& ctx, Out* out, Cal
 
 // The same for calls that return only a status.
 template <typename Call>
-grpc::Status ServeStatus(Coordinator& c, const grpc::ServerContext& ctx, Call&& call) {
+grpc::Status ServeStatus(Coordinator& c, const grpc::ServerContext& ctx, const google::protobuf::Message& request,
+                         Call&& call) {
   absl::StatusOr<Principal> who = Caller(c, ctx);
   if (!who.ok()) return ToGrpc(who.status());
+  if (absl::Status s = rpc::CheckRequestLimits(request); !s.ok()) return ToGrpc(s);
   return ToGrpc(call(*who));
 }
 
@@ -40,41 +46,42 @@ absl::StatusOr<Principal> Caller(Coordinator& coordinator, const grpc::ServerCon
 // ---- JobService -----------------------------------------------------------------------------
 
 grpc::Status JobServiceImpl::Submit(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req, v1::Job* out) {
-  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.Submit(who, *req); });
+  return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.Submit(who, *req); });
 }
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* out) {
-  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.GetJob(who, req->job_id()); });
+  return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.GetJob(who, req->job_id()); });
 }
 
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                                       v1::ListJobsResponse* out) {
-  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.ListJobs(who, *req); });
+  return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.ListJobs(who, *req); });
 }
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req, v1::Job* out) {
-  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.CancelJob(who, *req); });
+  return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.CancelJob(who, *req); });
 }
 
 grpc::Status JobServiceImpl::GetJobLogs(grpc::ServerContext* ctx, const v1::GetJobLogsRequest* req,
                                         v1::GetJobLogsResponse* out) {
-  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.GetJobLogs(who, *req); });
+  return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.GetJobLogs(who, *req); });
 }
 
-grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest*,
+grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest* req,
                                          v1::ListWorkersResponse* out) {
-  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.ListWorkers(who); });
+  return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.ListWorkers(who); });
 }
 
 grpc::Status JobServiceImpl::GetJobAmax(grpc::ServerContext* ctx, const v1::GetJobAmaxRequest* req,
                                         v1::GetJobAmaxResponse* out) {
-  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.GetJobAmax(who, req->job_id()); });
+  return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.GetJobAmax(who, req->job_id()); });
 }
 
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::JobEvent>* writer) {
   absl::StatusOr<Principal> who = Caller(c_, *ctx);
   if (!who.ok()) return ToGrpc(who.status());
+  if (absl::Status s = rpc::CheckRequestLimits(*req); !s.ok()) return ToGrpc(s);
   if (req->after_sequence() < 0) return ToGrpc(absl::InvalidArgumentError("after_sequence: must be >= 0"));
   int64_t after = req->after_sequence();
   while (!ctx->IsCancelled()) {
@@ -95,51 +102,51 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
 
 grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx, const v1::RegisterWorkerRequest* req,
                                                v1::RegisterWorkerResponse* out) {
-  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.RegisterWorker(who, *req); });
+  return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.RegisterWorker(who, *req); });
 }
 
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                           v1::HeartbeatResponse* out) {
-  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.Heartbeat(who, *req); });
+  return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.Heartbeat(who, *req); });
 }
 
 grpc::Status WorkerServiceImpl::ReportRankExit(grpc::ServerContext* ctx, const v1::ReportRankExitRequest* req,
                                                v1::ReportRankExitResponse*) {
-  return ServeStatus(c_, *ctx, [&](const Principal& who) { return c_.ReportRankExit(who, *req); });
+  return ServeStatus(c_, *ctx, *req, [&](const Principal& who) { return c_.ReportRankExit(who, *req); });
 }
 
 // ---- TrainerService -------------------------------------------------------------------------
 
 grpc::Status TrainerServiceImpl::ReportProgress(grpc::ServerContext* ctx, const v1::ReportProgressRequest* req,
                                                 v1::ReportProgressResponse*) {
-  return ServeStatus(c_, *ctx, [&](const Principal& who) { return c_.ReportProgress(who, *req); });
+  return ServeStatus(c_, *ctx, *req, [&](const Principal& who) { return c_.ReportProgress(who, *req); });
 }
 
 grpc::Status TrainerServiceImpl::ReportAmaxHistories(grpc::ServerContext* ctx,
                                                      const v1::ReportAmaxHistoriesRequest* req,
                                                      v1::ReportAmaxHistoriesResponse*) {
-  return ServeStatus(c_, *ctx, [&](const Principal& who) { return c_.ReportAmaxHistories(who, *req); });
+  return ServeStatus(c_, *ctx, *req, [&](const Principal& who) { return c_.ReportAmaxHistories(who, *req); });
 }
 
 grpc::Status TrainerServiceImpl::GetAmaxHistories(grpc::ServerContext* ctx, const v1::GetAmaxHistoriesRequest* req,
                                                   v1::GetAmaxHistoriesResponse* out) {
-  return Serve(c_, *ctx, out, [&](const Principal& who) { return c_.GetAmaxHistories(who, *req); });
+  return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.GetAmaxHistories(who, *req); });
 }
 
 grpc::Status TrainerServiceImpl::CommitCheckpoint(grpc::ServerContext* ctx, const v1::CommitCheckpointRequest* req,
                                                   v1::CommitCheckpointResponse*) {
-  return ServeStatus(c_, *ctx, [&](const Principal& who) { return c_.CommitCheckpoint(who, *req); });
+  return ServeStatus(c_, *ctx, *req, [&](const Principal& who) { return c_.CommitCheckpoint(who, *req); });
 }
 
 grpc::Status TrainerServiceImpl::AppendLogs(grpc::ServerContext* ctx, const v1::AppendLogsRequest* req,
                                             v1::AppendLogsResponse*) {
-  return ServeStatus(c_, *ctx, [&](const Principal& who) { return c_.AppendLogs(who, *req); });
+  return ServeStatus(c_, *ctx, *req, [&](const Principal& who) { return c_.AppendLogs(who, *req); });
 }
 
 grpc::Status TrainerServiceImpl::ReportCastNumerics(grpc::ServerContext* ctx,
                                                     const v1::ReportCastNumericsRequest* req,
                                                     v1::ReportCastNumericsResponse*) {
-  return ServeStatus(c_, *ctx, [&](const Principal& who) { return c_.ReportCastNumerics(who, *req); });
+  return ServeStatus(c_, *ctx, *req, [&](const Principal& who) { return c_.ReportCastNumerics(who, *req); });
 }
 
 }  // namespace fp8::server

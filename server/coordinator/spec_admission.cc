@@ -1,16 +1,21 @@
 #include "server/coordinator/spec_admission.h"
 
 #include <algorithm>
+#include <system_error>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/jobspec/loader.h"
+#include "common/rpc/request_limits.h"
 
 namespace fp8::server {
 namespace {
 
-bool IsUnder(const std::filesystem::path& path, const std::filesystem::path& root) {
+namespace fs = std::filesystem;
+
+bool IsUnder(const fs::path& path, const fs::path& root) {
   auto r = root.begin(), p = path.begin();
   for (; r != root.end(); ++r, ++p) {
     if (r->empty()) continue;  // a trailing '/' on the root
@@ -19,29 +24,116 @@ bool IsUnder(const std::filesystem::path& path, const std::filesystem::path& roo
   return true;
 }
 
-}  // namespace
+std::string Quote(const std::string& path) { return rpc::QuoteForError(path, 256); }
 
-absl::Status CheckConfinedPath(const std::string& path, const std::vector<std::filesystem::path>& roots,
-                               const std::string& field) {
-  const std::filesystem::path p(path);
+std::string RootList(const std::vector<fs::path>& roots) {
+  std::vector<std::string> names;
+  for (const auto& root : roots) names.push_back(root.string());
+  return names.empty() ? "none configured" : absl::StrJoin(names, ", ");
+}
+
+// Absolute, and free of "." and ".." components.
+absl::Status CheckPathSyntax(const std::string& path, const std::string& field) {
+  const fs::path p(path);
   if (path.empty() || !p.is_absolute()) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": '", path, "' is not an absolute path"));
+    return absl::InvalidArgumentError(absl::StrCat(field, ": '", Quote(path), "' is not an absolute path"));
   }
   for (const auto& part : p) {
     if (part == ".." || part == ".") {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": '", path, "' contains '", part.string(), "'"));
+      return absl::InvalidArgumentError(absl::StrCat(field, ": '", Quote(path), "' contains '", part.string(), "'"));
     }
   }
-  if (std::any_of(roots.begin(), roots.end(), [&](const std::filesystem::path& root) { return IsUnder(p, root); })) {
-    return absl::OkStatus();
-  }
-  std::vector<std::string> names;
-  for (const auto& root : roots) names.push_back(root.string());
-  return absl::InvalidArgumentError(absl::StrCat(field, ": '", path, "' is outside the allowed roots (",
-                                                 names.empty() ? "none configured" : absl::StrJoin(names, ", "), ")"));
+  return absl::OkStatus();
 }
 
-absl::StatusOr<v1::JobSpec> AdmitJobSpec(const v1::JobSpec& spec, const PathRoots& roots) {
+// `path` with every symbolic link of the part that exists resolved (the rest as written).
+absl::StatusOr<fs::path> Resolve(const std::string& path, const std::string& field) {
+  std::error_code ec;
+  fs::path resolved = fs::weakly_canonical(fs::path(path), ec);
+  if (ec) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": '", Quote(path), "' cannot be resolved: ", ec.message()));
+  }
+  return resolved;
+}
+
+// The path with its links resolved must lie under a root (the roots are resolved too,
+// ResolveRoots): a link inside a root that leads out of every root is refused, naming
+// where it leads.
+absl::StatusOr<fs::path> ConfineResolved(const std::string& path, const std::vector<fs::path>& roots,
+                                         const std::string& field) {
+  if (absl::Status s = CheckPathSyntax(path, field); !s.ok()) return s;
+  absl::StatusOr<fs::path> resolved = Resolve(path, field);
+  if (!resolved.ok()) return resolved.status();
+  if (std::any_of(roots.begin(), roots.end(), [&](const fs::path& root) { return IsUnder(*resolved, root); })) {
+    return resolved;
+  }
+  if (*resolved != fs::path(path).lexically_normal()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": '", Quote(path), "' leads to '",
+                                                   Quote(resolved->string()),
+                                                   "' through a symbolic link, outside the allowed roots (",
+                                                   RootList(roots), ")"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": '", Quote(path), "' is outside the allowed roots (", RootList(roots), ")"));
+}
+
+// A user's checkpoint folders are `<root>/<owner>/...`.
+absl::Status CheckInOwnersSubtree(const fs::path& dir, const std::vector<fs::path>& roots, const std::string& owner,
+                                  const std::string& field) {
+  std::vector<std::string> subtrees;
+  for (const fs::path& root : roots) {
+    const fs::path mine = root / owner;
+    if (IsUnder(dir, mine) && dir != mine) return absl::OkStatus();
+    subtrees.push_back((mine / "").string());
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, ": '", Quote(dir.string()), "' is outside the folders of owner '", owner, "' (",
+      absl::StrJoin(subtrees, ", "), "): name a folder there; each job gets a folder of its own inside it"));
+}
+
+}  // namespace
+
+absl::Status CheckConfinedPath(const std::string& path, const std::vector<fs::path>& roots, const std::string& field) {
+  if (absl::Status s = CheckPathSyntax(path, field); !s.ok()) return s;
+  if (std::any_of(roots.begin(), roots.end(), [&](const fs::path& root) { return IsUnder(fs::path(path), root); })) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": '", Quote(path), "' is outside the allowed roots (", RootList(roots), ")"));
+}
+
+std::string RootOf(const std::string& path, const std::vector<fs::path>& roots) {
+  for (const fs::path& root : roots) {
+    if (IsUnder(fs::path(path), root)) return root.string();
+  }
+  return "";
+}
+
+std::vector<fs::path> ResolveRoots(const std::vector<fs::path>& roots) {
+  std::vector<fs::path> out;
+  for (const fs::path& root : roots) {
+    std::error_code ec;
+    fs::path resolved = fs::weakly_canonical(fs::absolute(root), ec);
+    out.push_back(ec ? fs::absolute(root).lexically_normal() : resolved);
+  }
+  return out;
+}
+
+absl::Status CheckOwnerName(const std::string& owner, const std::string& field) {
+  const bool ok = !owner.empty() && owner.size() <= 63 && absl::ascii_isalnum(owner[0]) &&
+                  std::all_of(owner.begin(), owner.end(),
+                              [](char c) { return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-'; });
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": '", rpc::QuoteForError(owner), "' cannot name a folder (1 to 63 letters, digits, '.', '_' "
+                   "or '-', starting with a letter or digit)"));
+}
+
+std::string JobFolder(const std::string& checkpoint_dir, const std::string& job_id) {
+  return (fs::path(checkpoint_dir) / job_id).string();
+}
+
+absl::StatusOr<v1::JobSpec> AdmitJobSpec(const v1::JobSpec& spec, const PathRoots& roots, bool admin) {
   absl::StatusOr<v1::JobSpec> resolved = jobspec::ResolveJobSpec(spec);
   if (!resolved.ok()) {
     // The loader's lines name fields from the spec's root; the request holds it as "spec".
@@ -50,12 +142,24 @@ absl::StatusOr<v1::JobSpec> AdmitJobSpec(const v1::JobSpec& spec, const PathRoot
     return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
   }
   std::vector<std::string> problems;
-  if (absl::Status s = CheckConfinedPath(resolved->data().path(), roots.data, "spec.data.path"); !s.ok()) {
-    problems.emplace_back(s.message());
+  if (absl::Status s = CheckOwnerName(resolved->owner(), "spec.owner"); !s.ok()) problems.emplace_back(s.message());
+  absl::StatusOr<fs::path> data = ConfineResolved(resolved->data().path(), roots.data, "spec.data.path");
+  if (data.ok()) {
+    resolved->mutable_data()->set_path(data->string());
+  } else {
+    problems.emplace_back(data.status().message());
   }
-  if (absl::Status s = CheckConfinedPath(resolved->checkpoint().dir(), roots.checkpoint, "spec.checkpoint.dir");
-      !s.ok()) {
-    problems.emplace_back(s.message());
+  absl::StatusOr<fs::path> dir = ConfineResolved(resolved->checkpoint().dir(), roots.checkpoint, "spec.checkpoint.dir");
+  if (dir.ok() && !admin && problems.empty()) {
+    if (absl::Status s = CheckInOwnersSubtree(*dir, roots.checkpoint, resolved->owner(), "spec.checkpoint.dir");
+        !s.ok()) {
+      dir = s;
+    }
+  }
+  if (dir.ok()) {
+    resolved->mutable_checkpoint()->set_dir(dir->string());
+  } else {
+    problems.emplace_back(dir.status().message());
   }
   if (!problems.empty()) return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
   return resolved;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/request_limits.h"
 
 namespace fp8::server {
 namespace {
@@ -49,12 +50,14 @@ grpc::Status RendezvousServiceImpl::admit(grpc::ServerContext& ctx, std::string_
 grpc::Status RendezvousServiceImpl::Set(grpc::ServerContext* ctx, const fp8::v1::RendezvousSetRequest* req,
                                         fp8::v1::RendezvousSetResponse*) {
   if (grpc::Status s = admit(*ctx, req->rendezvous_namespace()); !s.ok()) return s;
+  if (absl::Status s = rpc::CheckRequestLimits(*req); !s.ok()) return ToGrpc(s);
   return ToGrpc(store_.set(req->rendezvous_namespace(), req->key(), req->value()));
 }
 
 grpc::Status RendezvousServiceImpl::Get(grpc::ServerContext* ctx, const fp8::v1::RendezvousGetRequest* req,
                                         fp8::v1::RendezvousGetResponse* resp) {
   if (grpc::Status s = admit(*ctx, req->rendezvous_namespace()); !s.ok()) return s;
+  if (absl::Status s = rpc::CheckRequestLimits(*req); !s.ok()) return ToGrpc(s);
   if (grpc::Status s = ValidateTimeoutMs(req->timeout_ms()); !s.ok()) return s;
   absl::StatusOr<std::string> value =
       store_.get(req->rendezvous_namespace(), req->key(), EffectiveTimeout(*ctx, req->timeout_ms()),
@@ -67,6 +70,7 @@ grpc::Status RendezvousServiceImpl::Get(grpc::ServerContext* ctx, const fp8::v1:
 grpc::Status RendezvousServiceImpl::Wait(grpc::ServerContext* ctx, const fp8::v1::RendezvousWaitRequest* req,
                                          fp8::v1::RendezvousWaitResponse*) {
   if (grpc::Status s = admit(*ctx, req->rendezvous_namespace()); !s.ok()) return s;
+  if (absl::Status s = rpc::CheckRequestLimits(*req); !s.ok()) return ToGrpc(s);
   if (grpc::Status s = ValidateTimeoutMs(req->timeout_ms()); !s.ok()) return s;
   const std::vector<std::string> keys(req->keys().begin(), req->keys().end());
   return ToGrpc(store_.wait(req->rendezvous_namespace(), keys, EffectiveTimeout(*ctx, req->timeout_ms()),

@@ -25,12 +25,23 @@ std::vector<std::string> LostWorkers(std::span<const WorkerHeartbeat> workers,
   return lost;
 }
 
+LivenessClock::duration ProgressTimeout(int64_t configured_seconds, bool reported,
+                                        LivenessClock::duration longest_gap) {
+  if (configured_seconds > 0) return std::chrono::seconds(configured_seconds);
+  if (!reported) return kFirstReportTimeout;
+  return std::clamp<LivenessClock::duration>(4 * longest_gap, kMinProgressTimeout, kMaxProgressTimeout);
+}
+
 std::string DescribeFailure(const AttemptFailure& failure) {
   return std::visit(
       [](const auto& f) -> std::string {
         using T = std::decay_t<decltype(f)>;
         if constexpr (std::is_same_v<T, WorkerLost>) {
           return absl::StrCat("worker '", f.worker_id, "' lost (no heartbeat)");
+        } else if constexpr (std::is_same_v<T, RankHung>) {
+          return absl::StrCat("rank ", f.rank, " on worker '", f.worker_id, "' hung: no progress for ",
+                              std::chrono::duration_cast<std::chrono::seconds>(f.silent_for).count(),
+                              " s (stopped, deadlocked, or waiting on a lost peer)");
         } else {
           if (f.exit_code < 0) {
             return absl::StrCat("rank ", f.rank, " on worker '", f.worker_id,

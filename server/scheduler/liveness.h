@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <variant>
@@ -26,6 +27,16 @@ std::vector<std::string> LostWorkers(std::span<const WorkerHeartbeat> workers,
                                      LivenessClock::time_point now,
                                      LivenessClock::duration lost_after);
 
+// How long a rank may go without a progress report before it counts as hung
+// (train.progress_timeout_seconds, job.proto): `configured_seconds` when > 0; otherwise
+// derived from the job's pace: kFirstReportTimeout before its first report, then 4x the
+// longest gap between its reports so far, within [kMinProgressTimeout, kMaxProgressTimeout].
+inline constexpr std::chrono::seconds kFirstReportTimeout{900};
+inline constexpr std::chrono::seconds kMinProgressTimeout{120};
+inline constexpr std::chrono::seconds kMaxProgressTimeout{900};
+LivenessClock::duration ProgressTimeout(int64_t configured_seconds, bool reported,
+                                        LivenessClock::duration longest_gap);
+
 // Why an attempt ended early. Either way the whole attempt ends on every rank.
 struct WorkerLost {
   std::string worker_id;
@@ -35,10 +46,16 @@ struct RankExited {
   std::string worker_id;
   int exit_code = 0;  // non-zero; a negative value -N means killed by signal N
 };
-using AttemptFailure = std::variant<WorkerLost, RankExited>;
+struct RankHung {
+  int rank = 0;
+  std::string worker_id;
+  LivenessClock::duration silent_for{};
+};
+using AttemptFailure = std::variant<WorkerLost, RankExited, RankHung>;
 
 // One line for events and for the job's failure reason, e.g.
-// "worker 'w2' lost (no heartbeat)" or "rank 1 on worker 'w2' exited with code 3".
+// "worker 'w2' lost (no heartbeat)", "rank 1 on worker 'w2' exited with code 3" or
+// "rank 0 on worker 'w1' hung: no progress for 30 s".
 std::string DescribeFailure(const AttemptFailure& failure);
 
 struct Restart {

@@ -17,6 +17,12 @@ std::size_t KindIndex(DeviceKind kind) { return kind == DeviceKind::kCuda ? 1 : 
 
 }  // namespace
 
+bool Fits(const JobView& job, const WorkerView& worker) {
+  const bool cpus_ok = worker.cpus <= 0 || job.cpus_per_rank <= worker.cpus;
+  const bool memory_ok = worker.memory_gb <= 0 || job.memory_gb <= worker.memory_gb;
+  return cpus_ok && memory_ok;
+}
+
 const char* DeviceKindName(DeviceKind kind) {
   return kind == DeviceKind::kCuda ? "cuda" : "cpu";
 }
@@ -39,7 +45,8 @@ std::vector<Placement> Schedule(std::span<const JobView> queued,
       if (seen.insert(w->id).second) pools[KindIndex(w->kind)].push_back(w);
     }
   }
-  std::array<std::size_t, kKinds> next{};  // first unused worker of each pool
+  std::array<std::vector<bool>, kKinds> used;  // per pool: placed in this call
+  for (std::size_t k = 0; k < kKinds; ++k) used[k].assign(pools[k].size(), false);
 
   std::vector<const JobView*> order;
   order.reserve(queued.size());
@@ -70,7 +77,11 @@ std::vector<Placement> Schedule(std::span<const JobView> queued,
     if (blocked[k]) continue;
     const std::vector<const WorkerView*>& pool = pools[k];
     const std::size_t want = static_cast<std::size_t>(job->world_size);
-    if (pool.size() - next[k] < want) {
+    std::vector<std::size_t> picked;  // the first unused workers that can hold a rank
+    for (std::size_t i = 0; i < pool.size() && picked.size() < want; ++i) {
+      if (!used[k][i] && Fits(*job, *pool[i])) picked.push_back(i);
+    }
+    if (picked.size() < want) {
       blocked[k] = true;  // gang: nothing is reserved for it
       continue;
     }
@@ -78,9 +89,9 @@ std::vector<Placement> Schedule(std::span<const JobView> queued,
     p.job_id = job->id;
     p.ranks.reserve(want);
     for (std::size_t r = 0; r < want; ++r) {
-      p.ranks.push_back(RankSlot{static_cast<int>(r), pool[next[k] + r]->id});
+      used[k][picked[r]] = true;
+      p.ranks.push_back(RankSlot{static_cast<int>(r), pool[picked[r]]->id});
     }
-    next[k] += want;
     placements.push_back(std::move(p));
   }
   return placements;

@@ -21,6 +21,8 @@ struct WorkerView {
   int64_t registered_seq = 0;  // order of (re-)registration; ties broken by id
   bool busy = false;           // already holds a rank of a running attempt
   bool alive = false;          // heartbeating within the liveness window
+  int cpus = 0;                // cores offered to a rank; 0: unknown (any job fits)
+  double memory_gb = 0;        // host memory offered to a rank, GiB; 0: unknown
 };
 
 struct JobView {
@@ -29,7 +31,13 @@ struct JobView {
   int64_t submitted_seq = 0;  // lower runs first within a priority; ties broken by id
   int world_size = 1;
   DeviceKind kind = DeviceKind::kCpu;
+  int cpus_per_rank = 1;  // resources.cpus_per_rank
+  double memory_gb = 0;   // resources.memory_gb; 0: not asked
 };
+
+// Whether `worker` can hold one rank of `job`: its offered cores and memory (where it
+// said what it offers) cover the rank's.
+bool Fits(const JobView& job, const WorkerView& worker);
 
 struct RankSlot {
   int rank = 0;
@@ -49,9 +57,10 @@ struct Placement {
 //
 // Order: priority (higher first), then submitted_seq (lower first), then id.
 // Gang: a job is placed only when world_size free (alive and not busy) workers of its
-//   kind exist, all of them at once; otherwise nothing is reserved for it.
+//   kind that fit its ranks (Fits) exist, all of them at once; otherwise nothing is
+//   reserved for it.
 // Each worker appears in at most one placement of a call.
-// Ranks: the free workers of the kind still unused in this call, sorted by
+// Ranks: the free workers of the kind still unused in this call that fit, sorted by
 //   registered_seq then id; rank r gets the r-th. Same inputs, same output.
 // Head of line, per device kind: a job that does not fit blocks every job after it of
 //   the SAME kind in this call (see scheduler.cc for why); jobs of the other kind are

@@ -8,7 +8,8 @@
 namespace fp8::server::store {
 namespace {
 
-// Schema version 1. Jobs are stored whole as fp8.v1.Job messages (the API's own shape,
+// Schema version 1 (tables added later are created by IF NOT EXISTS on an older file).
+// Jobs are stored whole as fp8.v1.Job messages (the API's own shape,
 // additive-only by the proto's evolution rules), beside the columns queries filter on.
 constexpr char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -29,11 +30,12 @@ CREATE TABLE IF NOT EXISTS amax (
 CREATE TABLE IF NOT EXISTS checkpoints (
   job_id TEXT NOT NULL, step INTEGER NOT NULL, attempt INTEGER NOT NULL, dir TEXT NOT NULL, world_size INTEGER NOT NULL,
   PRIMARY KEY (job_id, step));
+CREATE TABLE IF NOT EXISTS job_folders (dir TEXT PRIMARY KEY, job_id TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tokens (hash TEXT PRIMARY KEY, name TEXT NOT NULL, role TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS trainer_tokens (hash TEXT PRIMARY KEY, job_id TEXT NOT NULL, attempt INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS workers (
   id TEXT PRIMARY KEY, device_kind INTEGER NOT NULL, device_name TEXT NOT NULL, address TEXT NOT NULL,
-  registered_seq INTEGER NOT NULL);
+  registered_seq INTEGER NOT NULL, cpus INTEGER NOT NULL DEFAULT 0, memory_gb REAL NOT NULL DEFAULT 0);
 )sql";
 
 bool IsFinal(v1::Job::State s) {
@@ -64,7 +66,20 @@ absl::Status CoordinatorStore::migrate() {
     return absl::FailedPreconditionError(absl::StrCat("state database ", db_->path(), " has schema version ",
                                                       version.column_int(0), "; this coordinator reads version 1"));
   }
+  FP8_RETURN_IF_ERROR(AddMissingColumns());
   return db_->exec("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 1)");
+}
+
+absl::Status CoordinatorStore::AddMissingColumns() {
+  // Columns added to version 1 since its first release: a file from before gets them.
+  FP8_ASSIGN_OR_RETURN(Statement columns, db_->query("SELECT COUNT(*) FROM pragma_table_info('workers') "
+                                                     "WHERE name = 'cpus'"));
+  FP8_ASSIGN_OR_RETURN(bool row, columns.step());
+  const bool has_cpus = row && columns.column_int(0) > 0;
+  FP8_RETURN_IF_ERROR(columns.run());
+  if (has_cpus) return absl::OkStatus();
+  return db_->exec("ALTER TABLE workers ADD COLUMN cpus INTEGER NOT NULL DEFAULT 0; "
+                   "ALTER TABLE workers ADD COLUMN memory_gb REAL NOT NULL DEFAULT 0;");
 }
 
 absl::StatusOr<int64_t> CoordinatorStore::next(const std::string& counter) {
@@ -256,6 +271,19 @@ absl::Status CoordinatorStore::add_checkpoint(const std::string& job_id, int att
   return put.bind(1, job_id).bind(2, step).bind(3, int64_t{attempt}).bind(4, dir).bind(5, int64_t{world_size}).run();
 }
 
+absl::Status CoordinatorStore::add_job_folder(const std::string& dir, const std::string& job_id) {
+  FP8_ASSIGN_OR_RETURN(Statement put, db_->query("INSERT INTO job_folders (dir, job_id) VALUES (?1, ?2)"));
+  return put.bind(1, dir).bind(2, job_id).run();
+}
+
+absl::StatusOr<std::optional<std::string>> CoordinatorStore::job_of_folder(const std::string& dir) {
+  FP8_ASSIGN_OR_RETURN(Statement get, db_->query("SELECT job_id FROM job_folders WHERE dir = ?1"));
+  get.bind(1, dir);
+  FP8_ASSIGN_OR_RETURN(bool row, get.step());
+  if (!row) return std::optional<std::string>();
+  return std::optional<std::string>(get.column_text(0));
+}
+
 absl::Status CoordinatorStore::add_token(const std::string& hash, const TokenRecord& record) {
   FP8_ASSIGN_OR_RETURN(Statement put, db_->query("INSERT INTO tokens (hash, name, role) VALUES (?1, ?2, ?3)"));
   return put.bind(1, hash).bind(2, record.name).bind(3, std::string_view(RoleName(record.role))).run();
@@ -298,10 +326,10 @@ absl::Status CoordinatorStore::delete_trainer_tokens(const std::string& job_id, 
 
 absl::Status CoordinatorStore::put_worker(const WorkerRecord& w) {
   FP8_ASSIGN_OR_RETURN(Statement put, db_->query(
-      "INSERT OR REPLACE INTO workers (id, device_kind, device_name, address, registered_seq) "
-      "VALUES (?1, ?2, ?3, ?4, ?5)"));
+      "INSERT OR REPLACE INTO workers (id, device_kind, device_name, address, registered_seq, cpus, memory_gb) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
   return put.bind(1, w.id).bind(2, int64_t{w.device_kind}).bind(3, w.device_name).bind(4, w.address)
-      .bind(5, w.registered_seq).run();
+      .bind(5, w.registered_seq).bind(6, int64_t{w.cpus}).bind_double(7, w.memory_gb).run();
 }
 
 absl::Status CoordinatorStore::delete_worker(const std::string& id) {
@@ -311,13 +339,15 @@ absl::Status CoordinatorStore::delete_worker(const std::string& id) {
 
 absl::StatusOr<std::vector<WorkerRecord>> CoordinatorStore::workers() {
   FP8_ASSIGN_OR_RETURN(Statement list, db_->query(
-      "SELECT id, device_kind, device_name, address, registered_seq FROM workers ORDER BY registered_seq"));
+      "SELECT id, device_kind, device_name, address, registered_seq, cpus, memory_gb FROM workers "
+      "ORDER BY registered_seq"));
   std::vector<WorkerRecord> out;
   for (;;) {
     FP8_ASSIGN_OR_RETURN(bool row, list.step());
     if (!row) break;
     out.push_back(WorkerRecord{list.column_text(0), static_cast<int>(list.column_int(1)), list.column_text(2),
-                               list.column_text(3), list.column_int(4)});
+                               list.column_text(3), list.column_int(4), static_cast<int>(list.column_int(5)),
+                               list.column_double(6)});
   }
   return out;
 }

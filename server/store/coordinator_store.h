@@ -1,6 +1,6 @@
 // The coordinator's durable state in one SQLite file (WAL): jobs (each a fp8.v1.Job
 // message with its attempt history), their events, log lines, amax histories,
-// checkpoints, workers, and the hashes of the tokens that may call it.
+// checkpoints, job folders, workers, and the hashes of the tokens that may call it.
 //
 // A coordinator killed at any instant and restarted finds every committed change: each
 // state change is written in one transaction together with the event that records it.
@@ -39,6 +39,8 @@ struct WorkerRecord {
   std::string device_name;
   std::string address;
   int64_t registered_seq = 0;
+  int cpus = 0;           // offered to a rank; 0: unknown
+  double memory_gb = 0;   // offered to a rank; 0: unknown
 };
 
 struct LogTail {
@@ -103,6 +105,11 @@ class CoordinatorStore {
   absl::Status add_checkpoint(const std::string& job_id, int attempt, int64_t step, const std::string& dir,
                               int world_size);
 
+  // ---- job folders: each job's own checkpoint folder, by path ---------------------------
+  absl::Status add_job_folder(const std::string& dir, const std::string& job_id);
+  // The job whose folder `dir` is, if any.
+  absl::StatusOr<std::optional<std::string>> job_of_folder(const std::string& dir);
+
   // ---- tokens ---------------------------------------------------------------------------
   absl::Status add_token(const std::string& hash, const TokenRecord& record);
   absl::StatusOr<std::optional<TokenRecord>> token(const std::string& hash);
@@ -119,6 +126,7 @@ class CoordinatorStore {
  private:
   explicit CoordinatorStore(std::unique_ptr<Database> db) : db_(std::move(db)) {}
   absl::Status migrate();
+  absl::Status AddMissingColumns();
   std::unique_ptr<Database> db_;
 };
 

@@ -22,6 +22,11 @@ Statement& Statement::bind(int index, int64_t value) {
   return *this;
 }
 
+Statement& Statement::bind_double(int index, double value) {
+  sqlite3_bind_double(stmt_, index, value);
+  return *this;
+}
+
 Statement& Statement::bind(int index, std::string_view text) {
   sqlite3_bind_text(stmt_, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
   return *this;
@@ -48,6 +53,8 @@ absl::Status Statement::run() {
 }
 
 int64_t Statement::column_int(int column) const { return sqlite3_column_int64(stmt_, column); }
+
+double Statement::column_double(int column) const { return sqlite3_column_double(stmt_, column); }
 
 std::string Statement::column_text(int column) const {
   const unsigned char* text = sqlite3_column_text(stmt_, column);

@@ -29,6 +29,7 @@ class Statement {
 
   // Parameters count from 1, as in SQL's "?1".
   Statement& bind(int index, int64_t value);
+  Statement& bind_double(int index, double value);
   Statement& bind(int index, std::string_view text);
   Statement& bind_blob(int index, std::string_view bytes);
 
@@ -38,6 +39,7 @@ class Statement {
   absl::Status run();
 
   int64_t column_int(int column) const;
+  double column_double(int column) const;
   std::string column_text(int column) const;
   std::string column_blob(int column) const;
   bool column_is_null(int column) const;

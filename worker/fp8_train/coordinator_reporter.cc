@@ -8,6 +8,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -116,10 +117,16 @@ void CoordinatorReporter::on_step(const engine::StepReport& r) {
   }
   p->mutable_memory()->set_peak_bytes(r.peak_memory_bytes);
   p->mutable_memory()->set_reserved_bytes(r.reserved_memory_bytes);
+  req.set_resumed_from_step(resumed_from_step_);
   enqueue(std::move(req));
 }
 
-void CoordinatorReporter::on_checkpoint(int64_t step, const std::filesystem::path& dir) {
+void CoordinatorReporter::on_checkpoint(int64_t step, const std::filesystem::path& written) {
+  std::filesystem::path dir = written;
+  const std::string& alias = options_.checkpoint_alias;
+  if (!alias.empty() && absl::StartsWith(written.string(), alias)) {
+    dir = options_.checkpoint_dir + written.string().substr(alias.size());
+  }
   inner_.on_checkpoint(step, dir);
   if (options_.rank != 0) return;  // the commit is rank 0's (trainer_service.proto)
   fp8::v1::CommitCheckpointRequest req;
@@ -263,7 +270,7 @@ void CoordinatorReporter::send(const Message& m) {
                                   : std::holds_alternative<fp8::v1::ReportCastNumericsRequest>(m)  ? "cast numerics report"
                                                                                                    : "progress report";
   absl::Duration backoff = options_.first_backoff;
-  for (int attempt = 0;; ++attempt) {
+  for (;;) {
     if (ended_.load()) return;
     const grpc::Status s = call_once(m);
     if (s.ok()) {
@@ -281,19 +288,19 @@ void CoordinatorReporter::send(const Message& m) {
       queue_.clear();
       return;
     }
-    if (Transient(s.error_code()) && attempt < options_.unavailable_retries) {
-      absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&abandon_), backoff)) return;  // gave up at exit
-      backoff = backoff * 2;
-      continue;
-    }
     if (Transient(s.error_code())) {
+      // The coordinator is away (restarting, say): hold this report and those queued
+      // behind it, in order, until it answers; the queue's bound drops the oldest
+      // progress if the outage outlasts it, and the flush at exit gives up on the rest.
       if (!outage_warned_) {
         warn(absl::StrCat("coordinator at ", options_.address, " is unreachable (", s.error_message(),
-                          "): dropping reports until it answers again"));
+                          "): holding reports (at most ", options_.queue_limit, ") until it answers again"));
         outage_warned_ = true;
       }
-      return;
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&abandon_), backoff)) return;  // gave up at exit
+      backoff = std::min(backoff * 2, options_.max_backoff);
+      continue;
     }
     warn(absl::StrCat("coordinator at ", options_.address, " rejected a ", what, ": ", s.error_message()));
     return;

@@ -8,8 +8,10 @@
 // Off the critical path: calls go out on a background thread from a bounded queue, so a
 // slow or absent coordinator never stalls a step. When the queue is full the oldest
 // progress or amax report is dropped; a checkpoint commit is never dropped for room. Each call has
-// a deadline; UNAVAILABLE is retried a few times with backoff, then the message is dropped
-// with one warning per outage.
+// a deadline; while the coordinator does not answer (UNAVAILABLE, the deadline), the
+// message is retried with backoff and the later ones wait behind it, so that what the
+// rank reported during an outage reaches the coordinator, in order, when it is back (one
+// warning per outage).
 //
 // FAILED_PRECONDITION (the attempt ended), PERMISSION_DENIED or UNAUTHENTICATED (the token
 // is not, or no longer, good for this attempt) stop all sending and raise attempt_ended();
@@ -48,8 +50,14 @@ struct CoordinatorReporterOptions {
   int world_size = 1;
   size_t queue_limit = 256;
   absl::Duration call_deadline = absl::Seconds(5);
-  int unavailable_retries = 3;  // after the first try
+  // Retries of a call the coordinator did not answer (UNAVAILABLE, deadline): from
+  // first_backoff, doubling up to max_backoff, for as long as the process runs.
   absl::Duration first_backoff = absl::Milliseconds(200);
+  absl::Duration max_backoff = absl::Seconds(2);
+  // The checkpoint folder as the job named it, and the path the rank writes it through
+  // (confined_paths.h); reports and messages show the first. Empty: the same.
+  std::string checkpoint_dir;
+  std::string checkpoint_alias;
   absl::Duration flush_limit = absl::Seconds(10);
 };
 
@@ -70,6 +78,10 @@ class CoordinatorReporter final : public engine::TrainObserver {
   void on_cast_numerics(int64_t step, const std::vector<engine::CastNumericsRecord>& casts) override;
   void on_warning(const std::string& w) override;
   void on_finish(const engine::TrainSummary& s) override;
+
+  // The committed step this attempt resumed from (0: from scratch), sent with every
+  // progress report. Call before the first step.
+  void set_resumed_from_step(int64_t step) { resumed_from_step_ = step; }
 
   // True once the coordinator said this attempt ended (or refused the token).
   bool attempt_ended() const { return ended_.load(); }
@@ -98,6 +110,7 @@ class CoordinatorReporter final : public engine::TrainObserver {
   std::FILE* err_;
   std::atomic<bool> ended_{false};
   int64_t last_reported_step_ = 0;  // the training thread's only
+  int64_t resumed_from_step_ = 0;   // the training thread's only
   absl::Time drain_deadline_ = absl::InfiniteFuture();  // the training thread's only
 
   absl::Mutex mu_;

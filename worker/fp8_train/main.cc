@@ -67,6 +67,7 @@
 #include "worker/fp8_train/blas_environment.h"
 #include "worker/fp8_train/console_observer.h"
 #include "worker/fp8_train/amax_resume.h"
+#include "worker/fp8_train/confined_paths.h"
 #include "worker/fp8_train/coordinator_reporter.h"
 #include "worker/fp8_train/coordinator_store.h"
 #include "worker/fp8_train/local_launcher.h"
@@ -93,11 +94,16 @@ class OtherRankObserver final : public fp8::engine::TrainObserver {
 };
 
 // resources.cpus_per_rank sizes the kernels' thread pool (which reads FP8_NUM_THREADS at
-// first use) and OpenBLAS's, unless the user set FP8_NUM_THREADS already.
+// first use) and OpenBLAS's. An FP8_NUM_THREADS already set may only make them smaller:
+// a rank never runs more compute threads than the cores the job reserved for it.
 void size_thread_pools(int cpus) {
-  if (cpus <= 0 || std::getenv("FP8_NUM_THREADS") != nullptr) return;
-  setenv("FP8_NUM_THREADS", std::to_string(cpus).c_str(), /*overwrite=*/0);
-  openblas_set_num_threads(cpus);
+  if (cpus <= 0) return;
+  int threads = cpus;
+  if (const char* env = std::getenv("FP8_NUM_THREADS"); env != nullptr && std::atoi(env) > 0) {
+    threads = std::min(threads, std::atoi(env));
+  }
+  setenv("FP8_NUM_THREADS", std::to_string(threads).c_str(), /*overwrite=*/1);
+  openblas_set_num_threads(threads);
 }
 
 // A fresh run in a directory holding another run's checkpoints would interleave the two
@@ -124,6 +130,9 @@ struct CoordinatorFlags {
   std::string rendezvous_namespace;
   std::string ca_file;
   std::string token;
+  // The roots the job's paths were admitted under (confined_paths.h); empty: none.
+  std::string data_root;
+  std::string checkpoint_root;
 };
 
 constexpr char kTokenVariable[] = "FP8_TRAINER_TOKEN";
@@ -169,6 +178,7 @@ absl::StatusOr<std::unique_ptr<fp8::engine::dist::KeyValueStore>> open_store(
 std::unique_ptr<fp8::train_cli::CoordinatorReporter> make_reporter(const CoordinatorFlags& c,
                                                                    const std::shared_ptr<grpc::Channel>& channel,
                                                                    int rank, int world_size,
+                                                                   const fp8::train_cli::ConfinedJobPaths& paths,
                                                                    fp8::engine::TrainObserver& inner) {
   fp8::train_cli::CoordinatorReporterOptions options;
   options.address = c.address;
@@ -177,6 +187,8 @@ std::unique_ptr<fp8::train_cli::CoordinatorReporter> make_reporter(const Coordin
   options.attempt = c.attempt;
   options.rank = rank;
   options.world_size = world_size;
+  options.checkpoint_dir = paths.checkpoint_dir;
+  options.checkpoint_alias = paths.checkpoint_alias;
   return std::make_unique<fp8::train_cli::CoordinatorReporter>(channel, std::move(options), inner, &g_stop);
 }
 
@@ -238,13 +250,18 @@ int main(int argc, char** argv) {
                                 "coordinator mode: the attempt's rendezvous namespace (\"job-7/attempt-2/\")");
   auto* ca_opt = app.add_option("--coordinator-ca", coord.ca_file,
                                 "coordinator mode: PEM file of the CA to trust; makes the channel TLS");
+  auto* data_root_opt = app.add_option("--data-root", coord.data_root,
+                                       "coordinator mode: open data.path beneath this folder, following no link");
+  auto* checkpoint_root_opt =
+      app.add_option("--checkpoint-root", coord.checkpoint_root,
+                     "coordinator mode: write checkpoint.dir beneath this folder, following no link");
   world_opt->needs(rank_opt);
   rdzv_opt->needs(rank_opt);
   rank_opt->needs(world_opt);
   nproc_opt->excludes(rank_opt);
   coord_opt->needs(rank_opt, world_opt, job_opt, attempt_opt, ns_opt);
   coord_opt->excludes(rdzv_opt, nproc_opt);
-  for (CLI::Option* o : {job_opt, attempt_opt, ns_opt, ca_opt}) o->needs(coord_opt);
+  for (CLI::Option* o : {job_opt, attempt_opt, ns_opt, ca_opt, data_root_opt, checkpoint_root_opt}) o->needs(coord_opt);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -290,6 +307,10 @@ int main(int argc, char** argv) {
   if (!resume && (!joining || rank == 0)) {
     if (absl::Status s = refuse_to_overwrite(spec->checkpoint().dir()); !s.ok()) return fail(s, 2);
   }
+  const std::string checkpoint_dir = spec->checkpoint().dir();  // as the job names it, for messages
+  absl::StatusOr<fp8::train_cli::ConfinedJobPaths> paths =
+      fp8::train_cli::ConfineJobPaths(*spec, coord.data_root, coord.checkpoint_root);
+  if (!paths.ok()) return fail(paths.status(), 2);
   if (nproc > 1) {
     fp8::train_cli::LocalLaunch launch;
     launch.nproc = nproc;
@@ -335,7 +356,7 @@ int main(int argc, char** argv) {
   OtherRankObserver quiet;
   fp8::engine::TrainObserver& local = rank <= 0 ? static_cast<fp8::engine::TrainObserver&>(console) : quiet;
   std::unique_ptr<fp8::train_cli::CoordinatorReporter> reporter;
-  if (coordinated) reporter = make_reporter(coord, channel, std::max(rank, 0), job_world, local);
+  if (coordinated) reporter = make_reporter(coord, channel, std::max(rank, 0), job_world, *paths, local);
   fp8::engine::TrainObserver& observer = reporter ? static_cast<fp8::engine::TrainObserver&>(*reporter) : local;
   int64_t resumed_step = 0;
   if (resume) {
@@ -343,9 +364,10 @@ int main(int argc, char** argv) {
     if (!from.ok()) return fail(from.status());
     resumed_step = *from;
     if (*from == 0 && rank <= 0) {
-      std::printf("no good checkpoint in %s: starting from step 1\n", spec->checkpoint().dir().c_str());
+      std::printf("no good checkpoint in %s: starting from step 1\n", checkpoint_dir.c_str());
     }
   }
+  if (reporter) reporter->set_resumed_from_step(resumed_step);
   if (coordinated && coord.attempt > 1) {
     fp8::train_cli::AmaxResumeRequest amax{coord.token, {}, resumed_step};
     amax.caller.set_job_id(coord.job_id);

@@ -24,7 +24,7 @@
 
 namespace fp8::worker {
 
-inline constexpr int kMaxLinesPerAppend = 1000;  // trainer_service.proto
+inline constexpr int kMaxLinesPerAppend = 500;  // trainer_service.proto
 
 class LogForwarder {
  public:
@@ -53,7 +53,7 @@ class LogForwarder {
   // The rank has ended: its remaining lines go out with the next pass, then it is forgotten.
   void Close(const RankKey& key);
 
-  // One pass over every rank: at most one call of <= 1000 lines per rank, so that one
+  // One pass over every rank: at most one call of <= 500 lines per rank, so that one
   // chatty rank cannot starve the others.
   void FlushOnce();
 

@@ -91,6 +91,9 @@ void RankSupervisor::StopRank(Rank& r, int grace_seconds) {
   }
   if (!r.kill_at) {
     r.process->Signal(SIGTERM);
+    // A stopped rank (SIGSTOP, a debugger) would hold SIGTERM pending until the SIGKILL:
+    // continued, it checkpoints and exits within the grace like any other.
+    r.process->Signal(SIGCONT);
     r.kill_at = kill_at;
   } else if (kill_at < *r.kill_at) {
     r.kill_at = kill_at;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/fs/open_beneath.h"
 
 extern char** environ;
 
@@ -48,6 +49,19 @@ absl::StatusOr<TrainerCommand> BuildTrainerCommand(const v1::StartRank& start, c
     return absl::InvalidArgumentError("StartRank.coordinator_address is empty");
   }
   if (start.trainer_token().empty()) return absl::InvalidArgumentError("StartRank.trainer_token is empty");
+  // The coordinator admitted the job's paths under these roots; they are checked again here,
+  // on the host that will open them (a link may have appeared since), and the trainer
+  // opens them beneath the roots itself.
+  if (!start.data_root().empty()) {
+    absl::StatusOr<fs_confined::UniqueFd> data =
+        fs_confined::OpenFileBeneath(start.data_root(), start.spec().data().path(), "spec.data.path");
+    if (!data.ok()) return data.status();
+  }
+  if (!start.checkpoint_root().empty() &&
+      !fs_confined::IsBeneath(start.checkpoint_root(), start.spec().checkpoint().dir())) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.checkpoint.dir '", start.spec().checkpoint().dir(),
+                                                   "' is not beneath ", start.checkpoint_root()));
+  }
 
   TrainerCommand cmd;
   cmd.rank_dir = RankDir(config.work_dir, start.job_id(), start.attempt(), start.rank());
@@ -65,6 +79,14 @@ absl::StatusOr<TrainerCommand> BuildTrainerCommand(const v1::StartRank& start, c
   // Attempt 1 starts from scratch (fp8-train refuses a checkpoint dir that already holds
   // checkpoints); every restart carries on from the last committed one.
   if (start.attempt() > 1) cmd.argv.push_back("--resume");
+  if (!start.data_root().empty()) {
+    cmd.argv.push_back("--data-root");
+    cmd.argv.push_back(start.data_root());
+  }
+  if (!start.checkpoint_root().empty()) {
+    cmd.argv.push_back("--checkpoint-root");
+    cmd.argv.push_back(start.checkpoint_root());
+  }
   if (!config.coordinator_ca.empty()) {
     cmd.argv.push_back("--coordinator-ca");
     cmd.argv.push_back(config.coordinator_ca);

@@ -1,0 +1,125 @@
+#include "common/fs/open_beneath.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace fp8::fs_confined {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The components of `path` below `root`, or INVALID_ARGUMENT.
+absl::StatusOr<std::vector<std::string>> PartsBelow(const fs::path& root, const fs::path& path, const char* field) {
+  if (!path.is_absolute()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": '", path.string(), "' is not an absolute path"));
+  }
+  auto r = root.begin(), p = path.begin();
+  for (; r != root.end(); ++r) {
+    if (r->empty()) continue;  // a trailing '/' on the root
+    if (p == path.end() || *p != *r) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": '", path.string(), "' is not under its root ", root.string()));
+    }
+    ++p;
+  }
+  std::vector<std::string> parts;
+  for (; p != path.end(); ++p) {
+    if (p->empty()) continue;
+    if (*p == "." || *p == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": '", path.string(), "' contains '", p->string(), "'"));
+    }
+    parts.push_back(p->string());
+  }
+  return parts;
+}
+
+absl::Status OpenError(const char* field, const fs::path& path, const fs::path& at, int error) {
+  std::string why = error == ELOOP ? "is a symbolic link (not followed beneath the root)"
+                    : error == ENOTDIR ? "is not a folder"
+                    : error == ENOENT  ? "does not exist"
+                                       : std::strerror(error);
+  return absl::InvalidArgumentError(absl::StrCat(field, ": '", path.string(), "': ", at.string(), " ", why));
+}
+
+absl::StatusOr<UniqueFd> OpenRoot(const fs::path& root, const char* field) {
+  UniqueFd fd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": its root ", root.string(), ": ", std::strerror(errno)));
+  }
+  return fd;
+}
+
+// Opens (creating when `create`) each folder of parts[0..n) beneath `dir`.
+absl::StatusOr<UniqueFd> WalkFolders(UniqueFd dir, const fs::path& root, const std::vector<std::string>& parts,
+                                     size_t n, bool create, const fs::path& path, const char* field) {
+  fs::path at = root;
+  for (size_t i = 0; i < n; ++i) {
+    at /= parts[i];
+    if (create && ::mkdirat(dir.get(), parts[i].c_str(), 0755) != 0 && errno != EEXIST) {
+      return OpenError(field, path, at, errno);
+    }
+    UniqueFd next(::openat(dir.get(), parts[i].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (next.get() < 0) return OpenError(field, path, at, errno);
+    dir = std::move(next);
+  }
+  return dir;
+}
+
+}  // namespace
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+UniqueFd::~UniqueFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int UniqueFd::release() {
+  const int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
+absl::StatusOr<UniqueFd> OpenFileBeneath(const fs::path& root, const fs::path& path, const char* field) {
+  absl::StatusOr<std::vector<std::string>> parts = PartsBelow(root, path, field);
+  if (!parts.ok()) return parts.status();
+  if (parts->empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": '", path.string(), "' is its root"));
+  absl::StatusOr<UniqueFd> dir = OpenRoot(root, field);
+  if (!dir.ok()) return dir.status();
+  dir = WalkFolders(std::move(*dir), root, *parts, parts->size() - 1, /*create=*/false, path, field);
+  if (!dir.ok()) return dir.status();
+  UniqueFd file(::openat(dir->get(), parts->back().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (file.get() < 0) return OpenError(field, path, path, errno);
+  struct stat st {};
+  if (::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": '", path.string(), "' is not a regular file"));
+  }
+  return file;
+}
+
+absl::StatusOr<UniqueFd> MakeDirsBeneath(const fs::path& root, const fs::path& path, const char* field) {
+  absl::StatusOr<std::vector<std::string>> parts = PartsBelow(root, path, field);
+  if (!parts.ok()) return parts.status();
+  absl::StatusOr<UniqueFd> dir = OpenRoot(root, field);
+  if (!dir.ok()) return dir.status();
+  return WalkFolders(std::move(*dir), root, *parts, parts->size(), /*create=*/true, path, field);
+}
+
+bool IsBeneath(const fs::path& root, const fs::path& path) { return PartsBelow(root, path, "").ok(); }
+
+fs::path FdPath(int fd) { return fs::path("/proc/self/fd") / std::to_string(fd); }
+
+}  // namespace fp8::fs_confined

@@ -1,0 +1,233 @@
+// The coordinator against a hostile tenant, driven directly (no gRPC): paths that escape
+// their roots through links, checkpoint folders of other jobs and users, reused
+// idempotency keys, reports that do not match the job, placement against what workers
+// offer, hung ranks, and what the attempt records of its resume. The daemons' side of the
+// same is in tests/system/hostile_input_test.cc.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "tests/server/coordinator/coordinator_fixture.h"
+
+namespace fp8::server {
+namespace {
+
+absl::StatusCode SubmitCode(Coordinator& c, const Principal& who, const v1::JobSpec& spec, std::string* message) {
+  v1::SubmitJobRequest r;
+  *r.mutable_spec() = spec;
+  auto got = c.Submit(who, r);
+  if (message != nullptr) *message = std::string(got.status().message());
+  return got.status().code();
+}
+
+TEST_F(CoordinatorTest, EachSubmissionGetsAFolderOfItsOwn) {
+  const std::string first = SubmitAs(alice_, Spec(1));
+  const std::string second = SubmitAs(alice_, Spec(1));  // the same spec again
+  const std::string a = Get(first).spec().checkpoint().dir(), b = Get(second).spec().checkpoint().dir();
+  EXPECT_EQ(a, (dir_ / "ckpt" / "alice" / "tiny" / first).string());
+  EXPECT_EQ(b, (dir_ / "ckpt" / "alice" / "tiny" / second).string());
+}
+
+TEST_F(CoordinatorTest, UsersStayInTheirOwnFolders) {
+  v1::JobSpec into_alices = Spec(1);  // its folder is under ckpt/alice/
+  std::string message;
+  EXPECT_EQ(SubmitCode(*c_, bob_, into_alices, &message), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message.find("spec.checkpoint.dir"), std::string::npos) << message;
+  EXPECT_NE(message.find((dir_ / "ckpt" / "bob" / "").string()), std::string::npos) << message;
+  // The root itself, or the user's own folder as a whole, is not a job's either.
+  v1::JobSpec at_root = Spec(1);
+  at_root.mutable_checkpoint()->set_dir((dir_ / "ckpt" / "alice").string());
+  EXPECT_EQ(SubmitCode(*c_, alice_, at_root, nullptr), absl::StatusCode::kInvalidArgument);
+  // An admin runs jobs for anyone, anywhere under the roots.
+  EXPECT_EQ(SubmitCode(*c_, admin_, into_alices, nullptr), absl::StatusCode::kOk);
+  // An owner that cannot name a folder is refused.
+  v1::JobSpec sneaky = Spec(1);
+  sneaky.set_owner("../bob");
+  EXPECT_EQ(SubmitCode(*c_, admin_, sneaky, &message), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message.find("spec.owner"), std::string::npos) << message;
+  EXPECT_FALSE(c_->CreateToken(Role::kUser, "a/b").ok());
+}
+
+TEST_F(CoordinatorTest, NoJobFolderInsideAnother) {
+  const std::string first = SubmitAs(alice_, Spec(1));
+  v1::JobSpec inside = Spec(1);
+  inside.mutable_checkpoint()->set_dir(Get(first).spec().checkpoint().dir() + "/nested");
+  std::string message;
+  EXPECT_EQ(SubmitCode(*c_, alice_, inside, &message), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message.find(first), std::string::npos) << message;
+}
+
+TEST_F(CoordinatorTest, LinksOutOfTheRootsAreRefused) {
+  fs::create_directories(dir_ / "data");
+  fs::create_directories(dir_ / "ckpt" / "alice");
+  fs::create_directories(dir_ / "outside");
+  fs::create_symlink("/etc", dir_ / "data" / "etc");
+  fs::create_symlink(dir_ / "outside", dir_ / "ckpt" / "alice" / "escape");
+  v1::JobSpec data = Spec(1);
+  data.mutable_data()->set_path((dir_ / "data" / "etc" / "passwd").string());
+  std::string message;
+  EXPECT_EQ(SubmitCode(*c_, alice_, data, &message), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message.find("spec.data.path"), std::string::npos) << message;
+  EXPECT_NE(message.find("/etc/passwd"), std::string::npos) << message;  // where it leads
+  v1::JobSpec checkpoints = Spec(1);
+  checkpoints.mutable_checkpoint()->set_dir((dir_ / "ckpt" / "alice" / "escape" / "run").string());
+  EXPECT_EQ(SubmitCode(*c_, alice_, checkpoints, &message), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message.find("spec.checkpoint.dir"), std::string::npos) << message;
+  // A link that stays inside the roots is resolved: the job names the real file.
+  std::ofstream(dir_ / "data" / "real.txt") << "text";
+  fs::create_symlink(dir_ / "data" / "real.txt", dir_ / "data" / "alias.txt");
+  v1::JobSpec inside = Spec(1);
+  inside.mutable_data()->set_path((dir_ / "data" / "alias.txt").string());
+  const std::string id = SubmitAs(alice_, inside);
+  EXPECT_EQ(Get(id).spec().data().path(), (dir_ / "data" / "real.txt").string());
+  EXPECT_EQ(c_->ListJobs(admin_, v1::ListJobsRequest())->jobs_size(), 1);  // the refused ones left nothing
+}
+
+TEST_F(CoordinatorTest, AnIdempotencyKeyNamesOneSpec) {
+  v1::SubmitJobRequest r;
+  *r.mutable_spec() = Spec(1);
+  r.set_idempotency_key("k1");
+  auto first = c_->Submit(alice_, r);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto again = c_->Submit(alice_, r);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->id(), first->id());
+  r.mutable_spec()->mutable_train()->set_steps(21);
+  auto other = c_->Submit(alice_, r);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kAlreadyExists) << other.status();
+  EXPECT_NE(other.status().message().find(first->id()), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, ReportsAreCheckedAgainstTheJob) {
+  const std::string w0 = Register();
+  const std::string id = SubmitAs(alice_, Spec(1));
+  const v1::StartRank s0 = Beat(w0)[0].start_rank();
+  Beat(w0, {Running(s0)});
+  auto trainer = c_->Authenticate(s0.trainer_token());
+  ASSERT_TRUE(trainer.ok());
+  const std::string folder = Get(id).spec().checkpoint().dir();
+  EXPECT_EQ(s0.spec().checkpoint().dir(), folder);
+  EXPECT_EQ(s0.checkpoint_root(), (dir_ / "ckpt").string());
+  EXPECT_EQ(s0.data_root(), (dir_ / "data").string());
+  v1::CommitCheckpointRequest commit;
+  commit.mutable_caller()->set_job_id(id);
+  commit.mutable_caller()->set_attempt(1);
+  commit.set_world_size(1);
+  commit.set_step(21);  // train.steps is 20
+  commit.set_dir(folder + "/step-00000021");
+  EXPECT_EQ(c_->CommitCheckpoint(*trainer, commit).code(), absl::StatusCode::kInvalidArgument);
+  commit.set_step(10);
+  commit.set_dir((dir_ / "ckpt" / "alice" / "other" / "step-00000010").string());  // not the job's folder
+  EXPECT_EQ(c_->CommitCheckpoint(*trainer, commit).code(), absl::StatusCode::kInvalidArgument);
+  commit.set_dir(folder + "/step-00000010");
+  EXPECT_TRUE(c_->CommitCheckpoint(*trainer, commit).ok());
+  EXPECT_EQ(Get(id).last_checkpoint_step(), 10);
+}
+
+TEST_F(CoordinatorTest, PlacementHonoursWhatWorkersOffer) {
+  v1::RegisterWorkerRequest small;
+  small.set_device_kind(v1::ResourceSpec::CPU);
+  small.set_device_name("cpu");
+  small.set_slots(1);
+  small.set_cpus(1);
+  small.set_memory_gb(1);
+  auto registered = c_->RegisterWorker(worker_, small);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  v1::JobSpec big = Spec(1);
+  big.mutable_resources()->set_cpus_per_rank(64);
+  big.mutable_resources()->set_memory_gb(1000);
+  const std::string id = SubmitAs(alice_, big);
+  c_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::Job::QUEUED);
+  v1::RegisterWorkerRequest large = small;
+  large.set_cpus(64);
+  large.set_memory_gb(2000);
+  ASSERT_TRUE(c_->RegisterWorker(worker_, large).ok());
+  c_->Tick();
+  const v1::Job placed = Get(id);
+  ASSERT_EQ(placed.state(), v1::Job::RUNNING);
+  EXPECT_NE(placed.attempt_history(0).ranks(0).worker_id(), registered->worker_id());
+  // A worker must offer a slot.
+  small.set_slots(0);
+  EXPECT_EQ(c_->RegisterWorker(worker_, small).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorTest, AHungRankEndsItsAttempt) {
+  const std::string w0 = Register();
+  v1::JobSpec spec = Spec(1, 0, /*max_restarts=*/1);
+  spec.mutable_train()->set_progress_timeout_seconds(1);
+  const std::string id = SubmitAs(alice_, spec);
+  const v1::StartRank s0 = Beat(w0)[0].start_rank();
+  Beat(w0, {Running(s0)});
+  auto trainer = c_->Authenticate(s0.trainer_token());
+  ASSERT_TRUE(trainer.ok());
+  v1::ReportProgressRequest progress;
+  progress.mutable_caller()->set_job_id(id);
+  progress.mutable_caller()->set_attempt(1);
+  progress.mutable_progress()->set_step(5);
+  progress.mutable_progress()->set_window_steps(5);
+  ASSERT_TRUE(c_->ReportProgress(*trainer, progress).ok());
+  c_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::Job::RUNNING);  // it just reported
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  c_->Tick();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::Job::RESTARTING);
+  EXPECT_NE(job.attempt_history(0).end_reason().find("hung"), std::string::npos) << job.attempt_history(0).end_reason();
+  // The rank is told to stop.
+  bool stopped = false;
+  for (const v1::WorkerCommand& c : Beat(w0, {Running(s0)})) stopped = stopped || c.has_stop_rank();
+  EXPECT_TRUE(stopped);
+}
+
+TEST_F(CoordinatorTest, TheAttemptRecordsTheStepItResumedFrom) {
+  const std::string w0 = Register();
+  const std::string id = SubmitAs(alice_, Spec(1));
+  const v1::StartRank s0 = Beat(w0)[0].start_rank();
+  Beat(w0, {Running(s0)});
+  auto trainer = c_->Authenticate(s0.trainer_token());
+  ASSERT_TRUE(trainer.ok());
+  v1::ReportProgressRequest progress;
+  progress.mutable_caller()->set_job_id(id);
+  progress.mutable_caller()->set_attempt(1);
+  progress.mutable_progress()->set_step(12);
+  progress.mutable_progress()->set_window_steps(2);
+  progress.set_resumed_from_step(10);
+  ASSERT_TRUE(c_->ReportProgress(*trainer, progress).ok());
+  EXPECT_EQ(Get(id).attempt_history(0).resumed_from_step(), 10);
+  // Held-back reports arrive late: an older step does not move the job back.
+  progress.mutable_progress()->set_step(11);
+  progress.mutable_progress()->set_window_steps(1);
+  ASSERT_TRUE(c_->ReportProgress(*trainer, progress).ok());
+  EXPECT_EQ(Get(id).latest_progress().step(), 12);
+  progress.set_resumed_from_step(12);  // not below the step it reports
+  EXPECT_EQ(c_->ReportProgress(*trainer, progress).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorTest, JobListsArePagedByBytes) {
+  v1::JobSpec heavy = Spec(1);
+  for (int i = 0; i < 64; ++i) (*heavy.mutable_labels())[absl::StrCat("key-", i)] = std::string(250, 'v');
+  const int jobs = 80;  // ~20 KB each: more than a page of 1 MiB
+  for (int i = 0; i < jobs; ++i) ASSERT_FALSE(SubmitAs(alice_, heavy).empty());
+  v1::ListJobsRequest list;
+  list.set_page_size(1000);
+  int seen = 0, pages = 0;
+  for (;;) {
+    auto page = c_->ListJobs(alice_, list);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_LE(page->ByteSizeLong(), size_t{1} << 20);
+    seen += page->jobs_size();
+    ++pages;
+    if (page->next_page_token().empty()) break;
+    list.set_page_token(page->next_page_token());
+  }
+  EXPECT_EQ(seen, jobs);
+  EXPECT_GE(pages, 2);
+}
+
+}  // namespace
+}  // namespace fp8::server
