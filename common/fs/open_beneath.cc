@@ -41,8 +41,13 @@ absl::StatusOr<std::vector<std::string>> PartsBelow(const fs::path& root, const 
   return parts;
 }
 
-absl::Status OpenError(const char* field, const fs::path& path, const fs::path& at, int error) {
-  std::string why = error == ELOOP ? "is a symbolic link (not followed beneath the root)"
+// Why opening `name` in `dir` failed with `error`. A link opened with O_NOFOLLOW fails
+// with ELOOP, or with ENOTDIR where a folder was asked for: lstat tells which it was.
+absl::Status OpenError(const char* field, const fs::path& path, const fs::path& at, int dir, const std::string& name,
+                       int error) {
+  struct stat st {};
+  const bool link = ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+  std::string why = link                ? "is a symbolic link (not followed beneath the root)"
                     : error == ENOTDIR ? "is not a folder"
                     : error == ENOENT  ? "does not exist"
                                        : std::strerror(error);
@@ -64,10 +69,10 @@ absl::StatusOr<UniqueFd> WalkFolders(UniqueFd dir, const fs::path& root, const s
   for (size_t i = 0; i < n; ++i) {
     at /= parts[i];
     if (create && ::mkdirat(dir.get(), parts[i].c_str(), 0755) != 0 && errno != EEXIST) {
-      return OpenError(field, path, at, errno);
+      return OpenError(field, path, at, dir.get(), parts[i], errno);
     }
     UniqueFd next(::openat(dir.get(), parts[i].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (next.get() < 0) return OpenError(field, path, at, errno);
+    if (next.get() < 0) return OpenError(field, path, at, dir.get(), parts[i], errno);
     dir = std::move(next);
   }
   return dir;
@@ -102,7 +107,7 @@ absl::StatusOr<UniqueFd> OpenFileBeneath(const fs::path& root, const fs::path& p
   dir = WalkFolders(std::move(*dir), root, *parts, parts->size() - 1, /*create=*/false, path, field);
   if (!dir.ok()) return dir.status();
   UniqueFd file(::openat(dir->get(), parts->back().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (file.get() < 0) return OpenError(field, path, path, errno);
+  if (file.get() < 0) return OpenError(field, path, path, dir->get(), parts->back(), errno);
   struct stat st {};
   if (::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": '", path.string(), "' is not a regular file"));

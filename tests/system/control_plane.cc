@@ -110,6 +110,12 @@ void ControlPlane::StartCoordinator() {
   ASSERT_GT(metrics_port_, 0);
 }
 
+cli_test::RunResult ControlPlane::RunAnotherCoordinator(std::chrono::milliseconds limit) const {
+  return cli_test::Run({Binary(FP8_COORDINATOR_BINARY), "--listen", "127.0.0.1:0", "--state-dir", dir_.string(),
+                        "--metrics-address", "off", "--data-root", dir_.string(), "--checkpoint-root", dir_.string()},
+                       ChildEnv(), dir_ / "another-coordinator.out", dir_ / "another-coordinator.err", limit);
+}
+
 void ControlPlane::KillCoordinator(int sig) {
   coordinator_->Signal(sig);
   coordinator_->Wait(milliseconds(10'000));

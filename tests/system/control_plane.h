@@ -68,6 +68,10 @@ class ControlPlane {
                   std::chrono::seconds limit) const;
   v1::Job WaitForState(const std::string& id, v1::Job::State state, std::chrono::seconds limit) const;
 
+  // Runs another fp8-coordinator on this state folder (any free port, no metrics) until it
+  // exits or `limit` passes.
+  cli_test::RunResult RunAnotherCoordinator(std::chrono::milliseconds limit) const;
+
   // Every child's output so far, for failure messages.
   std::string Logs() const;
 

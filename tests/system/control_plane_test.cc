@@ -263,7 +263,9 @@ TEST(ControlPlaneTest, TokensAndRoles) {
   ControlPlane::JobOptions o;
   o.world_size = 1;
   v1::Job job;
-  const grpc::Status submitted = cp.Submit(cp.Spec(o), &job, alice);
+  v1::JobSpec mine = cp.Spec(o);
+  mine.mutable_checkpoint()->set_dir((cp.dir() / "alice" / "sys").string());  // a user's folders are its own
+  const grpc::Status submitted = cp.Submit(mine, &job, alice);
   ASSERT_TRUE(submitted.ok()) << submitted.error_code() << " " << submitted.error_message() << " token [" << alice << "]";
   EXPECT_EQ(job.spec().owner(), "alice");
 

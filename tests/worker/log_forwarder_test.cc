@@ -16,7 +16,7 @@ LogForwarder::Options Manual() {
   return o;
 }
 
-TEST(LogForwarder, BatchesOfAtMostAThousandLinesInOrder) {
+TEST(LogForwarder, BatchesOfAtMostFiveHundredLinesInOrder) {
   std::vector<v1::AppendLogsRequest> sent;
   LogForwarder fw(
       [&](const std::string&, const std::string&, const v1::AppendLogsRequest& r) {
@@ -26,17 +26,17 @@ TEST(LogForwarder, BatchesOfAtMostAThousandLinesInOrder) {
       Manual());
   const RankKey key{"job-1", 1, 0};
   fw.Open(key, "c:1", "tok");
-  for (int i = 0; i < 2500; ++i) fw.Append(key, absl::StrCat("line ", i), i);
+  for (int i = 0; i < 1250; ++i) fw.Append(key, absl::StrCat("line ", i), i);
   fw.FlushOnce();
   fw.FlushOnce();
   fw.FlushOnce();
   ASSERT_EQ(sent.size(), 3u);
-  EXPECT_EQ(sent[0].lines_size(), 1000);
-  EXPECT_EQ(sent[1].lines_size(), 1000);
-  EXPECT_EQ(sent[2].lines_size(), 500);
+  EXPECT_EQ(sent[0].lines_size(), kMaxLinesPerAppend);
+  EXPECT_EQ(sent[1].lines_size(), kMaxLinesPerAppend);
+  EXPECT_EQ(sent[2].lines_size(), 250);
   EXPECT_EQ(sent[0].lines(0).text(), "line 0");
-  EXPECT_EQ(sent[1].lines(0).text(), "line 1000");
-  EXPECT_EQ(sent[2].lines(499).text(), "line 2499");
+  EXPECT_EQ(sent[1].lines(0).text(), "line 500");
+  EXPECT_EQ(sent[2].lines(249).text(), "line 1249");
   fw.FlushOnce();
   EXPECT_EQ(sent.size(), 3u);  // nothing new, no empty call
 }

@@ -8,7 +8,7 @@
 #include <system_error>
 #include <utility>
 
-#include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -82,7 +82,9 @@ fp8::v1::RankRef CoordinatorReporter::caller() const {
 
 void CoordinatorReporter::on_start(const engine::TrainStart& s) {
   last_reported_step_ = s.first_step - 1;
-  inner_.on_start(s);
+  engine::TrainStart shown = s;
+  if (shown.resumed_from) shown.resumed_from = logical(shown.resumed_from->string());
+  inner_.on_start(shown);
 }
 
 void CoordinatorReporter::on_step(const engine::StepReport& r) {
@@ -121,12 +123,13 @@ void CoordinatorReporter::on_step(const engine::StepReport& r) {
   enqueue(std::move(req));
 }
 
+std::string CoordinatorReporter::logical(const std::string& text) const {
+  if (options_.checkpoint_alias.empty()) return text;
+  return absl::StrReplaceAll(text, {{options_.checkpoint_alias, options_.checkpoint_dir}});
+}
+
 void CoordinatorReporter::on_checkpoint(int64_t step, const std::filesystem::path& written) {
-  std::filesystem::path dir = written;
-  const std::string& alias = options_.checkpoint_alias;
-  if (!alias.empty() && absl::StartsWith(written.string(), alias)) {
-    dir = options_.checkpoint_dir + written.string().substr(alias.size());
-  }
+  const std::filesystem::path dir = logical(written.string());
   inner_.on_checkpoint(step, dir);
   if (options_.rank != 0) return;  // the commit is rank 0's (trainer_service.proto)
   fp8::v1::CommitCheckpointRequest req;
@@ -180,10 +183,12 @@ void CoordinatorReporter::on_cast_numerics(int64_t step, const std::vector<engin
   if (req.casts_size() > 0) enqueue(std::move(req));
 }
 
-void CoordinatorReporter::on_warning(const std::string& w) { inner_.on_warning(w); }
+void CoordinatorReporter::on_warning(const std::string& w) { inner_.on_warning(logical(w)); }
 
 void CoordinatorReporter::on_finish(const engine::TrainSummary& s) {
-  inner_.on_finish(s);
+  engine::TrainSummary shown = s;
+  if (shown.last_checkpoint) shown.last_checkpoint = logical(shown.last_checkpoint->string());
+  inner_.on_finish(shown);
   drain();
 }
 

@@ -102,6 +102,8 @@ class CoordinatorReporter final : public engine::TrainObserver {
   grpc::Status call_once(const Message& m);
   void warn(const std::string& text);
   fp8::v1::RankRef caller() const;
+  // `text` with the checkpoint folder's alias put back to its name (options_).
+  std::string logical(const std::string& text) const;
 
   std::unique_ptr<fp8::v1::TrainerService::Stub> stub_;
   const CoordinatorReporterOptions options_;

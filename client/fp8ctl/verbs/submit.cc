@@ -8,6 +8,7 @@
 #include "client/fp8ctl/exit_codes.h"
 #include "client/fp8ctl/verbs/verbs.h"
 #include "common/jobspec/loader.h"
+#include "common/rpc/request_limits.h"
 
 namespace fp8::ctl {
 
@@ -39,10 +40,16 @@ Verb AddSubmitVerb(CLI::App& app) {
               std::fprintf(stderr, "%s\n", std::string(spec.status().message()).c_str());
               return Report({kExitInvalidSpec, absl::StrCat(a->file, ": not submitted")});
             }
-            if (auto e = session.Connect()) return Report(*e);
             v1::SubmitJobRequest req;
             *req.mutable_spec() = *std::move(spec);
             req.set_idempotency_key(a->idempotency_key);
+            // The coordinator's limits (limits.proto), checked here too: a spec too large to
+            // send at all gets the same message as one the coordinator refuses.
+            if (absl::Status s = rpc::CheckRequestLimits(req); !s.ok()) {
+              std::fprintf(stderr, "%s: %s\n", a->file.c_str(), std::string(s.message()).c_str());
+              return Report({kExitInvalidSpec, absl::StrCat(a->file, ": not submitted")});
+            }
+            if (auto e = session.Connect()) return Report(*e);
             v1::Job job;
             auto ctx = session.Context();
             if (grpc::Status s = session.stub().Submit(ctx.get(), req, &job); !s.ok()) {

@@ -1,0 +1,78 @@
+// Opening job paths beneath their roots: no symbolic link below the root is followed,
+// wherever it sits, and folders are created the same way.
+#include "common/fs/open_beneath.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace fp8::fs_confined {
+namespace {
+
+namespace fs = std::filesystem;
+
+class OpenBeneathTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("fp8_open_beneath_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_ / "data");
+    std::ofstream(root_ / "data" / "corpus.txt") << "text";
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  fs::path root_;
+};
+
+TEST_F(OpenBeneathTest, OpensAPlainFileAndReadsIt) {
+  absl::StatusOr<UniqueFd> fd = OpenFileBeneath(root_, root_ / "data" / "corpus.txt", "data.path");
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  std::ifstream via_fd(FdPath(fd->get()));
+  std::string text;
+  via_fd >> text;
+  EXPECT_EQ(text, "text");
+}
+
+TEST_F(OpenBeneathTest, LinksBelowTheRootAreNotFollowed) {
+  fs::create_symlink("/etc/passwd", root_ / "data" / "passwd");
+  fs::create_symlink("/etc", root_ / "etc");
+  for (const fs::path& p : {root_ / "data" / "passwd", root_ / "etc" / "passwd"}) {
+    absl::StatusOr<UniqueFd> fd = OpenFileBeneath(root_, p, "data.path");
+    ASSERT_FALSE(fd.ok()) << p;
+    EXPECT_NE(fd.status().message().find("is a symbolic link"), std::string::npos) << fd.status();
+    EXPECT_EQ(fd.status().message().rfind("data.path: ", 0), 0u) << fd.status();
+  }
+  EXPECT_FALSE(OpenFileBeneath(root_, root_ / "data" / ".." / "data" / "corpus.txt", "data.path").ok());
+  EXPECT_FALSE(OpenFileBeneath(root_, "/etc/passwd", "data.path").ok());
+  EXPECT_FALSE(OpenFileBeneath(root_, root_ / "data", "data.path").ok());  // a folder
+}
+
+TEST_F(OpenBeneathTest, MakesFoldersBeneathTheRootAndNowhereElse) {
+  absl::StatusOr<UniqueFd> dir = MakeDirsBeneath(root_, root_ / "ckpt" / "alice" / "job-1", "checkpoint.dir");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  EXPECT_TRUE(fs::is_directory(root_ / "ckpt" / "alice" / "job-1"));
+  std::ofstream(FdPath(dir->get()) / "written") << "x";  // writes through the opened folder
+  EXPECT_TRUE(fs::exists(root_ / "ckpt" / "alice" / "job-1" / "written"));
+  EXPECT_TRUE(MakeDirsBeneath(root_, root_ / "ckpt" / "alice" / "job-1", "checkpoint.dir").ok());  // again
+
+  fs::create_directories(root_ / "outside");
+  fs::create_symlink(root_ / "outside", root_ / "ckpt" / "bob");
+  absl::StatusOr<UniqueFd> escaped = MakeDirsBeneath(root_, root_ / "ckpt" / "bob" / "job-2", "checkpoint.dir");
+  ASSERT_FALSE(escaped.ok());
+  EXPECT_NE(escaped.status().message().find("is a symbolic link"), std::string::npos) << escaped.status();
+  EXPECT_FALSE(fs::exists(root_ / "outside" / "job-2"));
+}
+
+TEST(IsBeneathTest, LexicalCheck) {
+  EXPECT_TRUE(IsBeneath("/data", "/data/a/b"));
+  EXPECT_TRUE(IsBeneath("/data/", "/data/a"));
+  EXPECT_FALSE(IsBeneath("/data", "/database/a"));
+  EXPECT_FALSE(IsBeneath("/data", "/data/../etc"));
+  EXPECT_FALSE(IsBeneath("/data", "relative"));
+}
+
+}  // namespace
+}  // namespace fp8::fs_confined

@@ -1,0 +1,271 @@
+// The control plane against a hostile tenant and a careless operator, over the real
+// daemons on loopback: oversize specs and fields, links out of the roots (also one swapped
+// in after the job was admitted), another user's folders, a stopped (hung) rank, a second
+// coordinator on the same state, a lost database, and reports held back by an outage.
+#include <dirent.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "fp8/v1/worker_service.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "tests/system/control_plane.h"
+
+namespace fp8::system_test {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+
+constexpr seconds kJobLimit{240};
+
+bool Final(const v1::Job& j) {
+  return j.state() == v1::Job::SUCCEEDED || j.state() == v1::Job::FAILED || j.state() == v1::Job::CANCELLED;
+}
+
+// The pid of the fp8-train process of `job_id` (its command line names the job), or 0.
+pid_t TrainerPid(const std::string& job_id) {
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return 0;
+  pid_t found = 0;
+  while (dirent* e = readdir(proc)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream in(fs::path("/proc") / e->d_name / "cmdline", std::ios::binary);
+    std::stringstream cmdline;
+    cmdline << in.rdbuf();
+    const std::string args = cmdline.str();
+    if (args.find("fp8-train") != std::string::npos && args.find(std::string("--job-id\0", 9) + job_id + '\0') !=
+                                                           std::string::npos) {
+      found = pid;
+      break;
+    }
+  }
+  closedir(proc);
+  return found;
+}
+
+grpc::Status ListJobs(const ControlPlane& cp, v1::ListJobsResponse* out) {
+  auto ctx = WithToken(cp.AdminToken(), seconds(10));
+  return cp.JobStub()->ListJobs(ctx.get(), v1::ListJobsRequest(), out);
+}
+
+TEST(HostileInputTest, OversizeSpecsAndFieldsAreRefusedAndTheFleetWorksOn) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  ControlPlane::JobOptions o;
+  o.world_size = 1;
+  o.steps = 10;
+  const v1::JobSpec good = cp.Spec(o);
+
+  v1::Job job;
+  v1::JobSpec many_labels = good;
+  for (int i = 0; i < 400'000; ++i) (*many_labels.mutable_labels())["l" + std::to_string(i)] = "v";
+  grpc::Status s = cp.Submit(many_labels, &job);  // ~5 MB: more than a request may be
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  v1::JobSpec long_path = good;
+  long_path.mutable_data()->set_path(cp.dir().string() + "/" + std::string(1 << 20, 'p'));
+  s = cp.Submit(long_path, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("more than the limit of 65536"), std::string::npos) << s.error_message();
+  v1::JobSpec some_labels = good;
+  for (int i = 0; i < 65; ++i) (*some_labels.mutable_labels())["l" + std::to_string(i)] = "v";
+  s = cp.Submit(some_labels, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "spec.labels: 65 entries, more than the limit of 64");
+
+  // A worker offering a megabyte of version, or no slot, does not register.
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(cp.port()), grpc::InsecureChannelCredentials());
+  auto workers = v1::WorkerService::NewStub(channel);
+  v1::RegisterWorkerRequest reg;
+  reg.set_device_kind(v1::ResourceSpec::CPU);
+  reg.set_device_name("cpu");
+  reg.set_slots(1);
+  reg.set_version(std::string(1 << 20, '1'));
+  v1::RegisterWorkerResponse registered;
+  auto ctx = WithToken(cp.WorkerToken(), seconds(10));
+  s = workers->RegisterWorker(ctx.get(), reg, &registered);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("version"), std::string::npos) << s.error_message();
+  reg.set_version("0.1.0");
+  reg.set_slots(0);
+  ctx = WithToken(cp.WorkerToken(), seconds(10));
+  EXPECT_EQ(workers->RegisterWorker(ctx.get(), reg, &registered).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // An id longer than ids are is refused as such, not looked up.
+  v1::Job missing;
+  s = cp.Get(std::string(65, 'j'), &missing);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "job_id: 65 bytes, more than the limit of 64");
+  s = cp.Get("job-404", &missing);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // Nothing was stored, listing works, and the worker still takes work.
+  v1::ListJobsResponse listed;
+  ASSERT_TRUE(ListJobs(cp, &listed).ok());
+  EXPECT_EQ(listed.jobs_size(), 0);
+  ASSERT_TRUE(cp.Submit(good, &job).ok());
+  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
+  EXPECT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+}
+
+TEST(HostileInputTest, PathsCannotLeaveTheirRoots) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  ControlPlane::JobOptions o;
+  o.world_size = 1;
+  o.steps = 10;
+  v1::Job job;
+
+  // A link inside the data root that leads to /etc.
+  fs::create_symlink("/etc", cp.dir() / "etc-link");
+  v1::JobSpec passwd = cp.Spec(o);
+  passwd.mutable_data()->set_path((cp.dir() / "etc-link" / "passwd").string());
+  grpc::Status s = cp.Submit(passwd, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("symbolic link"), std::string::npos) << s.error_message();
+
+  // Another user's folder: refused; each user's jobs get folders of their own.
+  const std::string alice = cp.CreateToken("user", "alice"), bob = cp.CreateToken("user", "bob");
+  v1::JobSpec mine = cp.Spec(o);
+  mine.clear_owner();
+  mine.mutable_checkpoint()->set_dir((cp.dir() / "alice" / "run").string());  // the root is cp.dir()
+  s = cp.Submit(mine, &job, bob);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("owner 'bob'"), std::string::npos) << s.error_message();
+  v1::Job first, second;
+  ASSERT_TRUE(cp.Submit(mine, &first, alice).ok());
+  ASSERT_TRUE(cp.Submit(mine, &second, alice).ok());  // the same spec again
+  EXPECT_NE(first.spec().checkpoint().dir(), second.spec().checkpoint().dir());
+  for (const v1::Job* j : {&first, &second}) {
+    const v1::Job done = cp.WaitFor(j->id(), Final, kJobLimit);
+    EXPECT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+    EXPECT_TRUE(fs::exists(fs::path(done.spec().checkpoint().dir()) / "step-00000010" / "COMMITTED"))
+        << done.spec().checkpoint().dir();
+  }
+
+  // A link swapped in after the job was admitted (it waits for a second worker): the
+  // worker opens the corpus beneath the root without following it, and the attempt fails
+  // saying why.
+  fs::create_directories(cp.dir() / "data");
+  fs::copy_file(cp.dir() / "corpus.txt", cp.dir() / "data" / "corpus.txt");
+  o.world_size = 2;
+  v1::JobSpec swapped = cp.Spec(o);
+  swapped.mutable_data()->set_path((cp.dir() / "data" / "corpus.txt").string());
+  ASSERT_TRUE(cp.Submit(swapped, &job).ok());
+  EXPECT_EQ(cp.WaitForState(job.id(), v1::Job::QUEUED, seconds(5)).state(), v1::Job::QUEUED);
+  fs::rename(cp.dir() / "data", cp.dir() / "data-real");
+  fs::create_directories(cp.dir() / "elsewhere");
+  fs::copy_file(cp.dir() / "corpus.txt", cp.dir() / "elsewhere" / "corpus.txt");
+  fs::create_symlink(cp.dir() / "elsewhere", cp.dir() / "data");
+  cp.StartWorker();
+  const v1::Job failed = cp.WaitFor(job.id(), Final, kJobLimit);
+  ASSERT_EQ(failed.state(), v1::Job::FAILED) << failed.DebugString() << cp.Logs();
+  EXPECT_NE(failed.failure_reason().find("symbolic link"), std::string::npos) << failed.failure_reason();
+}
+
+TEST(HostileInputTest, AStoppedRankIsCaughtAndTheJobRestarts) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  ControlPlane::JobOptions o;
+  o.world_size = 1;
+  o.steps = 4000;
+  o.checkpoint_every = 1000;
+  o.max_restarts = 1;
+  v1::JobSpec spec = cp.Spec(o);
+  spec.mutable_train()->set_log_every(50);
+  spec.mutable_train()->set_progress_timeout_seconds(3);
+  spec.mutable_checkpoint()->set_keep(10);  // the checkpoint of the stop stays to be looked at
+  v1::Job job;
+  ASSERT_TRUE(cp.Submit(spec, &job).ok());
+  const v1::Job running =
+      cp.WaitFor(job.id(), [](const v1::Job& j) { return j.latest_progress().step() >= 50 || Final(j); }, kJobLimit);
+  ASSERT_EQ(running.state(), v1::Job::RUNNING) << running.DebugString() << cp.Logs();
+  const pid_t trainer = TrainerPid(job.id());
+  ASSERT_GT(trainer, 0);
+  ASSERT_EQ(::kill(trainer, SIGSTOP), 0);
+  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  ASSERT_EQ(done.attempts(), 2);
+  EXPECT_NE(done.attempt_history(0).end_reason().find("hung"), std::string::npos) << done.DebugString();
+  // The stopped rank, continued and told to stop, checkpointed on its way out (too late to
+  // commit it at the coordinator: its attempt had ended); the restart resumed from that
+  // checkpoint, and the attempt records the step its rank reported loading.
+  const int64_t resumed = done.attempt_history(1).resumed_from_step();
+  EXPECT_GT(resumed, 0) << done.DebugString();
+  char step_dir[32];
+  std::snprintf(step_dir, sizeof(step_dir), "step-%08lld", static_cast<long long>(resumed));
+  EXPECT_TRUE(fs::exists(fs::path(done.spec().checkpoint().dir()) / step_dir / "COMMITTED")) << step_dir;
+}
+
+TEST(HostileInputTest, OneStateHasOneCoordinator) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cli_test::RunResult second = cp.RunAnotherCoordinator(std::chrono::milliseconds(30'000));
+  EXPECT_TRUE(second.exit.exited && second.exit.code == 1) << second.err;
+  EXPECT_NE(second.err.find("another fp8-coordinator (pid"), std::string::npos) << second.err;
+
+  // A lost database (truncated to nothing) with the tokens of the first start beside it:
+  // refused, and the tokens every worker and user holds are left as they were.
+  const std::string admin = cp.AdminToken();
+  cp.KillCoordinator(SIGTERM);
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    const fs::path f = cp.dir() / (std::string("fp8-coordinator.db") + suffix);
+    if (fs::exists(f)) fs::resize_file(f, 0);
+  }
+  cli_test::RunResult empty = cp.RunAnotherCoordinator(std::chrono::milliseconds(30'000));
+  EXPECT_TRUE(empty.exit.exited && empty.exit.code == 1) << empty.err;
+  EXPECT_NE(empty.err.find("the state was lost or replaced"), std::string::npos) << empty.err;
+  EXPECT_EQ(cp.AdminToken(), admin);
+  EXPECT_EQ(fs::file_size(cp.dir() / "fp8-coordinator.db"), 0u);
+}
+
+TEST(HostileInputTest, ProgressDuringAnOutageArrivesAfterIt) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  ControlPlane::JobOptions o;
+  o.world_size = 1;
+  o.steps = 3000;
+  o.checkpoint_every = 0;
+  v1::JobSpec spec = cp.Spec(o);
+  spec.mutable_train()->set_log_every(25);
+  v1::Job job;
+  ASSERT_TRUE(cp.Submit(spec, &job).ok());
+  const v1::Job running =
+      cp.WaitFor(job.id(), [](const v1::Job& j) { return j.latest_progress().step() >= 25 || Final(j); }, kJobLimit);
+  ASSERT_EQ(running.state(), v1::Job::RUNNING) << running.DebugString() << cp.Logs();
+  cp.KillCoordinator(SIGKILL);
+  std::this_thread::sleep_for(seconds(3));
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  ASSERT_EQ(done.attempts(), 1);
+  // Every report of the run is in the history, those sent while the coordinator was away
+  // included.
+  v1::WatchJobRequest watch;
+  watch.set_job_id(job.id());
+  watch.set_include_progress(true);
+  auto ctx = WithToken(cp.AdminToken(), seconds(30));
+  auto stub = cp.JobStub();
+  auto reader = stub->WatchJob(ctx.get(), watch);
+  std::set<int64_t> steps;
+  v1::JobEvent e;
+  while (reader->Read(&e)) {
+    if (e.has_progress()) steps.insert(e.progress().progress().step());
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  std::set<int64_t> want = {1};  // the first step always reports
+  for (int64_t s = 25; s <= 3000; s += 25) want.insert(s);
+  EXPECT_EQ(steps, want);
+}
+
+}  // namespace
+}  // namespace fp8::system_test
