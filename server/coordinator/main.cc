@@ -49,6 +49,7 @@
 #include "common/metrics/registry.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_metrics.h"
+#include "server/coordinator/malformed_requests.h"
 #include "server/coordinator/services.h"
 #include "server/coordinator/state_guard.h"
 #include "server/rendezvous/rendezvous_service.h"
@@ -235,6 +236,8 @@ int Serve(const Flags& f) {
 
   grpc::ServerBuilder builder;
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  // First: the metrics interceptor then counts a malformed request by the code it gets.
+  interceptors.push_back(fp8::server::MakeMalformedRequestInterceptorFactory());
   interceptors.push_back(fp8::metrics::MakeGrpcServerMetricsInterceptorFactory(registry));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   int port = 0;
@@ -313,6 +316,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  fp8::server::QuietRequestParseErrors(stderr);
 
   Flags f;
   CLI::App app{"fp8-coordinator: schedules fp8 training jobs onto fp8-worker daemons"};

@@ -114,6 +114,34 @@ TEST(HostileInputTest, OversizeSpecsAndFieldsAreRefusedAndTheFleetWorksOn) {
   EXPECT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
 }
 
+TEST(HostileInputTest, InvalidUtf8IsRefusedWithoutFillingTheLog) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  ControlPlane::JobOptions o;
+  o.world_size = 1;
+  v1::JobSpec spec = cp.Spec(o);
+  spec.set_name("\xff\xfe");  // this client sends it as it is (protobuf only warns here)
+  v1::Job job;
+  grpc::Status s = cp.Submit(spec, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "request: fp8.v1.JobSpec.name is not valid UTF-8");
+  // Without a token, many times: each refused, and the coordinator's log barely grows.
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  for (int i = 0; i < 50; ++i) {
+    auto ctx = WithToken("", seconds(10));
+    EXPECT_EQ(cp.JobStub()->Submit(ctx.get(), request, &job).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  const std::string logs = cp.Logs();
+  EXPECT_EQ(logs.find("invalid UTF-8"), std::string::npos) << logs;
+  size_t lines = 0;
+  for (size_t at = logs.find("did not parse"); at != std::string::npos; at = logs.find("did not parse", at + 1)) ++lines;
+  EXPECT_EQ(lines, 1u) << logs;
+  v1::ListJobsResponse listed;
+  ASSERT_TRUE(ListJobs(cp, &listed).ok());
+  EXPECT_EQ(listed.jobs_size(), 0);
+}
+
 TEST(HostileInputTest, PathsCannotLeaveTheirRoots) {
   ControlPlane cp;
   ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
