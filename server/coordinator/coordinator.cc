@@ -142,11 +142,17 @@ absl::Status Coordinator::Health() {
 
 void Coordinator::StartTicking() {
   ticker_ = std::thread([this] {
-    const absl::Duration period = std::max(options_.heartbeat_interval / 4, absl::Milliseconds(20));
+    const absl::Duration tick_period = std::max(options_.heartbeat_interval / 4, absl::Milliseconds(20));
+    absl::Time next_tick = absl::Now() + tick_period;
     absl::MutexLock lock(&mu_);
     while (!shutting_down_) {
-      mu_.AwaitWithTimeout(absl::Condition(&shutting_down_), period);
+      mu_.AwaitWithTimeout(absl::Condition(&shutting_down_), std::min(tick_period, kProgressFlushInterval));
       if (shutting_down_) break;
+      if (absl::Status s = FlushProgress(); !s.ok()) {
+        std::fprintf(stderr, "fp8-coordinator: writing progress: %s\n", std::string(s.message()).c_str());
+      }
+      if (absl::Now() < next_tick) continue;
+      next_tick = absl::Now() + tick_period;
       mu_.Unlock();
       Tick();
       mu_.Lock();
@@ -157,6 +163,7 @@ void Coordinator::StartTicking() {
 void Coordinator::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
+    if (!shutting_down_) FlushProgress().IgnoreError();  // best effort: a kill loses at most a flush interval
     shutting_down_ = true;
     events_changed_.SignalAll();
   }
@@ -310,6 +317,7 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const Principal& who,
   }
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return Unavailable();
+  FP8_RETURN_IF_ERROR(FlushProgress());  // the listed rows carry the latest progress
   FP8_ASSIGN_OR_RETURN(auto jobs, store_->list_jobs(filter));
   v1::ListJobsResponse response;
   size_t bytes = 0;
@@ -362,6 +370,7 @@ absl::StatusOr<EventBatch> Coordinator::EventsAfter(const Principal& who, const 
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return Unavailable();
   FP8_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, job_id));
+  FP8_RETURN_IF_ERROR(FlushProgress());  // a reader sees every report acknowledged so far
   EventBatch batch;
   FP8_ASSIGN_OR_RETURN(batch.events, store_->events_after(job_id, after_sequence, include_progress, 500));
   batch.job_final = IsFinal(job.state());
@@ -447,7 +456,34 @@ absl::StatusOr<v1::GetJobAmaxResponse> Coordinator::GetJobAmax(const Principal& 
 
 // ---- the attempt lifecycle ------------------------------------------------------------------
 
+absl::Status Coordinator::FlushProgress() {
+  if (pending_progress_.empty()) return absl::OkStatus();
+  FP8_RETURN_IF_ERROR(store_->transaction([&]() -> absl::Status {
+    for (const std::string& id : progress_dirty_) {
+      auto it = active_.find(id);
+      if (it == active_.end()) continue;  // its final Commit wrote it
+      FP8_RETURN_IF_ERROR(store_->put_job(it->second.job, it->second.number, it->second.submitted_seq));
+    }
+    for (v1::JobEvent& e : pending_progress_) {
+      FP8_RETURN_IF_ERROR(store_->append_event(e).status());
+      // A long job keeps a bounded, thinned history of its progress events.
+      auto it = active_.find(e.job_id());
+      if (it == active_.end() || ++it->second.progress_events < 100) continue;
+      it->second.progress_events = 0;
+      FP8_RETURN_IF_ERROR(store_->thin_progress(e.job_id(), options_.progress_events_per_job));
+    }
+    return absl::OkStatus();
+  }));
+  pending_progress_.clear();
+  progress_dirty_.clear();
+  ++event_generation_;
+  events_changed_.SignalAll();
+  return absl::OkStatus();
+}
+
 absl::Status Coordinator::Commit(ActiveJob& active, v1::Job next, std::vector<v1::JobEvent> events) {
+  // The progress reported before this change comes before it in the store too.
+  FP8_RETURN_IF_ERROR(FlushProgress());
   FP8_RETURN_IF_ERROR(store_->transaction([&]() -> absl::Status {
     FP8_RETURN_IF_ERROR(store_->put_job(next, active.number, active.submitted_seq));
     for (v1::JobEvent& e : events) FP8_RETURN_IF_ERROR(store_->append_event(e).status());

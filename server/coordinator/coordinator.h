@@ -170,8 +170,14 @@ class Coordinator {
   Coordinator(std::unique_ptr<store::CoordinatorStore> store, RendezvousStore& rendezvous, CoordinatorOptions options);
   absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Writes `next` (the job after a change) and `events` in one transaction, then makes
-  // `next` the job in memory and wakes watchers.
+  // Writes the progress reported since the last flush (the jobs' rows and their events)
+  // in one transaction. Progress is acknowledged before it is written: a coordinator
+  // killed outright loses at most kProgressFlushInterval of it, and the trainers' next
+  // reports carry on; submits, cancels, state changes and checkpoint commits are written
+  // before they are acknowledged.
+  absl::Status FlushProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes `next` (the job after a change) and `events` in one transaction (after the
+  // progress pending), then makes `next` the job in memory and wakes watchers.
   absl::Status Commit(ActiveJob& active, v1::Job next, std::vector<v1::JobEvent> events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job of a request, checked against the caller (NOT_FOUND for another user's job).
@@ -229,9 +235,16 @@ class Coordinator {
   // which EndAttempt drops from here and from the store together.
   std::map<std::string, Principal> principals_ ABSL_GUARDED_BY(mu_);
   int64_t event_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // Progress acknowledged and not yet written (FlushProgress): the events in order, and
+  // the jobs whose rows changed.
+  std::vector<v1::JobEvent> pending_progress_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> progress_dirty_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::thread ticker_;
 };
+
+// How often the progress acknowledged meanwhile is written (Coordinator::FlushProgress).
+inline constexpr absl::Duration kProgressFlushInterval = absl::Milliseconds(50);
 
 // "job-7/attempt-2/": the rendezvous namespace of an attempt.
 std::string RendezvousNamespace(const std::string& job_id, int attempt);

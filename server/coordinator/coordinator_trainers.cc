@@ -51,7 +51,8 @@ void Coordinator::RecordNumerics(ActiveJob& active, v1::NumericsEvent event) {
     metrics_->OnNumericsEvent(active.job.id(), absl::AsciiStrToLower(v1::NumericsEvent::Kind_Name(event.kind())));
   }
   v1::JobEvent e = NumericsJobEvent(active.job.id(), event);
-  if (absl::Status s = store_->append_event(e).status(); !s.ok()) {
+  absl::Status flushed = FlushProgress();
+  if (absl::Status s = flushed.ok() ? store_->append_event(e).status() : flushed; !s.ok()) {
     std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
     return;
   }
@@ -83,15 +84,20 @@ absl::Status Coordinator::ReportProgress(const Principal& who, const v1::ReportP
   rank.last_progress = now;
   if (metrics_ != nullptr) metrics_->OnRankProgress(active->job, request.caller().rank(), p);
   if (request.caller().rank() != 0) return absl::OkStatus();  // the job's progress is rank 0's
-  v1::Job next = active->job;
+  // Progress is written in group commits (FlushProgress), not one transaction a report:
+  // the job changes in memory now, and its row and event reach the store within
+  // kProgressFlushInterval, or before any other change of the job.
+  v1::Job& job = active->job;
   // Reports held back by an outage arrive late and in order; a step behind the newest
   // recorded one of this attempt adds to the history but does not move the job back.
-  const bool newest = active->progress_attempt != request.caller().attempt() || next.latest_progress().step() <= p.step();
-  if (newest) *next.mutable_latest_progress() = p;
-  v1::Attempt* attempt = next.mutable_attempt_history(next.attempt_history_size() - 1);
+  const bool newest = active->progress_attempt != request.caller().attempt() || job.latest_progress().step() <= p.step();
+  if (newest) *job.mutable_latest_progress() = p;
+  v1::Attempt* attempt = job.mutable_attempt_history(job.attempt_history_size() - 1);
   if (request.has_resumed_from_step()) attempt->set_resumed_from_step(request.resumed_from_step());
-  FP8_RETURN_IF_ERROR(Commit(*active, next, {ProgressJobEvent(next.id(), request.caller().attempt(), p)}));
   active->progress_attempt = request.caller().attempt();
+  pending_progress_.push_back(ProgressJobEvent(job.id(), request.caller().attempt(), p));
+  progress_dirty_.insert(job.id());
+  if (metrics_ != nullptr) metrics_->OnJob(job);
   if (!std::isfinite(p.loss()) || !std::isfinite(p.grad_norm())) {
     v1::NumericsEvent n;
     n.set_kind(v1::NumericsEvent::NON_FINITE_LOSS);
@@ -99,10 +105,6 @@ absl::Status Coordinator::ReportProgress(const Principal& who, const v1::ReportP
     n.set_value(std::isfinite(p.loss()) ? p.grad_norm() : p.loss());
     n.set_message(absl::StrCat("step ", p.step(), ": loss ", p.loss(), ", grad norm ", p.grad_norm()));
     RecordNumerics(*active, n);
-  }
-  if (++active->progress_events >= 100) {
-    active->progress_events = 0;
-    FP8_RETURN_IF_ERROR(store_->thin_progress(next.id(), options_.progress_events_per_job));
   }
   return absl::OkStatus();
 }

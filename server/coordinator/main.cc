@@ -5,7 +5,8 @@
 //   fp8-coordinator [--listen 127.0.0.1:7070] [--state-dir .] ...   serve
 //
 // Prometheus metrics and a health check are served over HTTP on --metrics-address
-// (default 127.0.0.1:9400; "off" serves none): /metrics, /healthz (deploy/METRICS.md).
+// (default 127.0.0.1:9400; "off" serves none): /metrics, /healthz (liveness), /readyz
+// (readiness: gRPC serving, tokens in place, database open; deploy/METRICS.md).
 //   fp8-coordinator token --role user --name alice [--state-dir .]    print a new token
 //
 // Every flag has an environment variable (the flag wins); the defaults run on one machine
@@ -24,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -217,10 +219,17 @@ int Serve(const Flags& f) {
   fp8::server::CoordinatorMetrics coordinator_metrics(registry);
   c.SetMetrics(&coordinator_metrics);
   registry.add_collector([&c, &coordinator_metrics] { coordinator_metrics.SetCluster(c.Cluster()); });
+  // /readyz: 503 until the gRPC server is serving and the first-start tokens exist (set
+  // below), and again once stopping; while serving, as /healthz (the store answers).
+  std::atomic<bool> serving{false};
+  auto ready = [&c, &serving]() -> absl::Status {
+    if (!serving.load()) return absl::UnavailableError("not serving gRPC (starting or stopping)");
+    return c.Health();
+  };
   std::unique_ptr<fp8::metrics::MetricsHttpServer> metrics_server;
   if (f.metrics_address != "off") {
     absl::StatusOr<std::unique_ptr<fp8::metrics::MetricsHttpServer>> started = fp8::metrics::MetricsHttpServer::Start(
-        f.metrics_address, registry, [&c] { return c.Health(); });
+        f.metrics_address, registry, [&c] { return c.Health(); }, ready);
     if (!started.ok()) return Fail(absl::StrCat("--metrics-address: ", started.status().message()), 2);
     metrics_server = std::move(*started);
   }
@@ -262,6 +271,7 @@ int Serve(const Flags& f) {
   if (absl::Status s = BootstrapTokens(c, state_dir, *tokens == 0); !s.ok()) {
     return Fail(std::string(s.message()));
   }
+  serving = true;
   // The metrics port first: a reader of the gRPC port file may expect both.
   if (metrics_server) WritePortFile(f.metrics_port_file, metrics_server->port());
   WritePortFile(f.port_file, port);
@@ -280,6 +290,7 @@ int Serve(const Flags& f) {
   sigaddset(&signals, SIGTERM);
   int sig = 0;
   sigwait(&signals, &sig);
+  serving = false;
   std::printf("fp8-coordinator: stopping (signal %d)\n", sig);
   c.Shutdown();
   rendezvous.shutdown();
@@ -329,7 +340,7 @@ int main(int argc, char** argv) {
   app.add_option("--db", f.db, "SQLite file (default <state-dir>/fp8-coordinator.db)")->envname("FP8_COORDINATOR_DB");
   app.add_option("--port-file", f.port_file, "write the bound port here (for --listen ...:0)");
   app.add_option("--metrics-address", f.metrics_address,
-                 "host:port to serve /metrics and /healthz on (port 0: any free port; off: none)")
+                 "host:port to serve /metrics, /healthz and /readyz on (port 0: any free port; off: none)")
       ->envname("FP8_COORDINATOR_METRICS_ADDRESS")->capture_default_str();
   app.add_option("--metrics-port-file", f.metrics_port_file, "write the bound metrics port here");
   app.add_option("--heartbeat-interval-ms", f.heartbeat_interval_ms, "how often workers heartbeat")

@@ -27,8 +27,9 @@ bool Final(const v1::Job& j) {
   return j.state() == v1::Job::SUCCEEDED || j.state() == v1::Job::FAILED || j.state() == v1::Job::CANCELLED;
 }
 
-// The pid of the fp8-train process of `job_id` (its command line names the job), or 0.
-pid_t TrainerPid(const std::string& job_id) {
+// The pid of the fp8-train process of `job_id` under this test's folder (its command line
+// names both: other tests running beside this one have their own job-1), or 0.
+pid_t TrainerPid(const fs::path& test_dir, const std::string& job_id) {
   DIR* proc = opendir("/proc");
   if (proc == nullptr) return 0;
   pid_t found = 0;
@@ -39,8 +40,8 @@ pid_t TrainerPid(const std::string& job_id) {
     std::stringstream cmdline;
     cmdline << in.rdbuf();
     const std::string args = cmdline.str();
-    if (args.find("fp8-train") != std::string::npos && args.find(std::string("--job-id\0", 9) + job_id + '\0') !=
-                                                           std::string::npos) {
+    if (args.find("fp8-train") != std::string::npos && args.find(test_dir.string()) != std::string::npos &&
+        args.find(std::string("--job-id\0", 9) + job_id + '\0') != std::string::npos) {
       found = pid;
       break;
     }
@@ -208,15 +209,16 @@ TEST(HostileInputTest, AStoppedRankIsCaughtAndTheJobRestarts) {
   o.checkpoint_every = 1000;
   o.max_restarts = 1;
   v1::JobSpec spec = cp.Spec(o);
-  spec.mutable_train()->set_log_every(50);
-  spec.mutable_train()->set_progress_timeout_seconds(3);
+  spec.mutable_train()->set_log_every(10);
+  // Generous enough for a rank's start on a loaded machine, which it also bounds.
+  spec.mutable_train()->set_progress_timeout_seconds(8);
   spec.mutable_checkpoint()->set_keep(10);  // the checkpoint of the stop stays to be looked at
   v1::Job job;
   ASSERT_TRUE(cp.Submit(spec, &job).ok());
   const v1::Job running =
-      cp.WaitFor(job.id(), [](const v1::Job& j) { return j.latest_progress().step() >= 50 || Final(j); }, kJobLimit);
+      cp.WaitFor(job.id(), [](const v1::Job& j) { return j.latest_progress().step() >= 10 || Final(j); }, kJobLimit);
   ASSERT_EQ(running.state(), v1::Job::RUNNING) << running.DebugString() << cp.Logs();
-  const pid_t trainer = TrainerPid(job.id());
+  const pid_t trainer = TrainerPid(cp.dir(), job.id());
   ASSERT_GT(trainer, 0);
   ASSERT_EQ(::kill(trainer, SIGSTOP), 0);
   const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
@@ -255,6 +257,32 @@ TEST(HostileInputTest, OneStateHasOneCoordinator) {
   EXPECT_EQ(fs::file_size(cp.dir() / "fp8-coordinator.db"), 0u);
 }
 
+TEST(HostileInputTest, AKillLosesNoAcknowledgedSubmitOrCancel) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  ControlPlane::JobOptions o;
+  o.world_size = 1;
+  const v1::JobSpec spec = cp.Spec(o);  // no worker: they stay queued
+  std::vector<std::string> ids;
+  std::set<std::string> cancelled;
+  for (int i = 0; i < 20; ++i) {
+    v1::Job job;
+    ASSERT_TRUE(cp.Submit(spec, &job).ok());
+    ids.push_back(job.id());
+    if (i % 4 == 0) {
+      ASSERT_TRUE(cp.Cancel(job.id(), &job).ok());
+      cancelled.insert(job.id());
+    }
+  }
+  cp.KillCoordinator(SIGKILL);  // right after the last acknowledgement
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  for (const std::string& id : ids) {
+    v1::Job job;
+    ASSERT_TRUE(cp.Get(id, &job).ok()) << id;
+    EXPECT_EQ(job.state(), cancelled.count(id) ? v1::Job::CANCELLED : v1::Job::QUEUED) << id;
+  }
+}
+
 TEST(HostileInputTest, ProgressDuringAnOutageArrivesAfterIt) {
   ControlPlane cp;
   ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
@@ -270,6 +298,11 @@ TEST(HostileInputTest, ProgressDuringAnOutageArrivesAfterIt) {
   const v1::Job running =
       cp.WaitFor(job.id(), [](const v1::Job& j) { return j.latest_progress().step() >= 25 || Final(j); }, kJobLimit);
   ASSERT_EQ(running.state(), v1::Job::RUNNING) << running.DebugString() << cp.Logs();
+  // Progress is written in group commits; listing writes what is pending, so that the
+  // kill below loses nothing acknowledged before it.
+  v1::ListJobsResponse listed;
+  ASSERT_TRUE(ListJobs(cp, &listed).ok());
+  const int64_t written = listed.jobs(0).latest_progress().step();
   cp.KillCoordinator(SIGKILL);
   std::this_thread::sleep_for(seconds(3));
   ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
@@ -292,7 +325,13 @@ TEST(HostileInputTest, ProgressDuringAnOutageArrivesAfterIt) {
   EXPECT_TRUE(reader->Finish().ok());
   std::set<int64_t> want = {1};  // the first step always reports
   for (int64_t s = 25; s <= 3000; s += 25) want.insert(s);
-  EXPECT_EQ(steps, want);
+  // What was reported after the listing was acknowledged or held back by the trainer;
+  // what the kill may have lost is only what was acknowledged after the listing.
+  for (int64_t s : want) {
+    if (s <= written || s > written + 25 * 4) {
+      EXPECT_TRUE(steps.count(s)) << "step " << s << " missing";
+    }
+  }
 }
 
 }  // namespace

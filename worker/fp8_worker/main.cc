@@ -15,7 +15,8 @@
 // server (their series labelled by device), the log forwarder (thread-safe, keyed by
 // job/attempt/rank, which no two ranks share) and the channel to the coordinator.
 //
-// --address is where Prometheus scrapes it (/metrics, /healthz; deploy/METRICS.md) and
+// --address is where Prometheus scrapes it (/metrics, /healthz, and /readyz: 200 once
+// every slot is registered with the coordinator; deploy/METRICS.md) and
 // what every slot registers with; port 0 binds any free port and registers that one.
 // SIGINT / SIGTERM: every slot stops its ranks (SIGTERM, SIGKILL after
 // --stop-grace-default; a second signal kills them at once), reports their exits, and
@@ -103,8 +104,20 @@ int main(int argc, char** argv) {
   fp8::metrics::RegisterProcessMetrics(registry);
   fp8::metrics::RegisterBuildInfo(registry, "worker", kWorkerVersion);
   WorkerMetricFamilies metric_families(registry);
+  // Ready once every slot is registered and heartbeating, read from fp8_worker_connected:
+  // the gauge is thread-safe, a session's own state is its thread's alone.
+  std::vector<std::string> devices;
+  for (const WorkerConfig& slot_config : SlotConfigs(config)) devices.push_back(slot_config.device_name);
+  auto ready = [&metric_families, devices]() -> absl::Status {
+    for (const std::string& device : devices) {
+      if (metric_families.connected.with({device}).value() != 1) {
+        return absl::UnavailableError(absl::StrCat(device, ": not registered with (or not reaching) the coordinator"));
+      }
+    }
+    return absl::OkStatus();
+  };
   absl::StatusOr<std::unique_ptr<fp8::metrics::MetricsHttpServer>> metrics_server =
-      fp8::metrics::MetricsHttpServer::Start(config.metrics_address, registry, [] { return absl::OkStatus(); });
+      fp8::metrics::MetricsHttpServer::Start(config.metrics_address, registry, [] { return absl::OkStatus(); }, ready);
   if (!metrics_server.ok()) {
     std::fprintf(stderr, "fp8-worker: --metrics-address: %s\n",
                  std::string(metrics_server.status().message()).c_str());

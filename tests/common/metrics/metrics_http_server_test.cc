@@ -1,15 +1,31 @@
 // The metrics HTTP server over real loopback sockets.
 #include "common/metrics/metrics_http_server.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include <httplib.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/metrics/http_wire.h"
+#include "tests/common/metrics/loopback_client.h"
+
 namespace fp8::metrics {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using testing::ConnectLoopback;
+using testing::ReadToEof;
+using testing::SendAll;
 
 std::unique_ptr<MetricsHttpServer> StartOrDie(Registry& registry,
                                               MetricsHttpServer::HealthCheck health = nullptr) {
@@ -68,6 +84,118 @@ TEST(MetricsHttpServer, NullHealthCheckIsHealthy) {
   auto res = httplib::Client("127.0.0.1", server->port()).Get("/healthz");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
+}
+
+TEST(MetricsHttpServer, ReadyzFollowsItsOwnCheck) {
+  Registry registry;
+  std::atomic<bool> ready{false};
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", registry, nullptr, [&]() -> absl::Status {
+    if (ready) return absl::OkStatus();
+    return absl::UnavailableError("gRPC not serving yet");
+  });
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client("127.0.0.1", (*server)->port());
+  auto res = client.Get("/readyz");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503);
+  EXPECT_EQ(res->body, "gRPC not serving yet\n");
+  res = client.Get("/healthz");  // liveness does not wait for readiness
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "ok\n");
+
+  ready = true;
+  res = client.Get("/readyz");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "ok\n");
+  res = client.Get("/healthz");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+}
+
+TEST(MetricsHttpServer, HealthzFailingLeavesReadyzToItsCheck) {
+  Registry registry;
+  auto server = MetricsHttpServer::Start(
+      "127.0.0.1:0", registry, [] { return absl::UnavailableError("stuck"); }, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client("127.0.0.1", (*server)->port());
+  auto res = client.Get("/healthz");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503);
+  res = client.Get("/readyz");  // null: ready
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+}
+
+TEST(MetricsHttpServer, OnlyGet) {
+  Registry registry;
+  auto server = StartOrDie(registry);
+  ASSERT_NE(server, nullptr);
+  httplib::Client client("127.0.0.1", server->port());
+  auto res = client.Post("/metrics", "x", "text/plain");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 405);
+  EXPECT_EQ(res->get_header_value("Allow"), "GET");
+  res = client.Get("/metrics?debug=1");  // a query string is ignored
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+}
+
+TEST(MetricsHttpServer, RequestHeadInPieces) {
+  Registry registry;
+  auto server = StartOrDie(registry);
+  ASSERT_NE(server, nullptr);
+  const int fd = ConnectLoopback(server->port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(SendAll(fd, "GET /heal"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(SendAll(fd, "thz HTTP/1.0\r\nHost: x\r\n"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(SendAll(fd, "\r\n"));
+  shutdown(fd, SHUT_WR);  // a half-closed client still gets its answer
+  const std::string response = ReadToEof(fd, std::chrono::seconds(5));
+  close(fd);
+  EXPECT_THAT(response, StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(response, HasSubstr("\r\nConnection: close\r\n"));
+  EXPECT_THAT(response, HasSubstr("\r\n\r\nok\n"));
+}
+
+TEST(MetricsHttpServer, BadAndOversizedRequests) {
+  Registry registry;
+  auto server = StartOrDie(registry);
+  ASSERT_NE(server, nullptr);
+  struct Case {
+    std::string request;
+    std::string status_line;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"nonsense\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n"},
+           {"GET metrics HTTP/1.1\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n"},
+           {"GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'a') + "\r\n\r\n",
+            "HTTP/1.1 431 Request Header Fields Too Large\r\n"},
+       }) {
+    const int fd = ConnectLoopback(server->port());
+    ASSERT_GE(fd, 0);
+    SendAll(fd, c.request);  // the server may answer (and close) before taking it all
+    EXPECT_THAT(ReadToEof(fd, std::chrono::seconds(5)), StartsWith(c.status_line))
+        << c.request.substr(0, 40);
+    close(fd);
+  }
+}
+
+TEST(HttpWire, RequestHeadAndLine) {
+  EXPECT_EQ(RequestHeadLength("GET / HTTP/1.1\r\nHost: x\r\n"), 0u);
+  EXPECT_EQ(RequestHeadLength("GET / HTTP/1.1\r\n\r\n"), 18u);
+  EXPECT_EQ(RequestHeadLength("GET / HTTP/1.1\n\nrest"), 16u);
+  auto line = ParseRequestLine("GET /readyz?verbose HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_TRUE(line);
+  EXPECT_EQ(line->method, "GET");
+  EXPECT_EQ(line->path, "/readyz");
+  EXPECT_FALSE(ParseRequestLine("GET /x\r\n\r\n"));
+  EXPECT_FALSE(ParseRequestLine("GET  /x HTTP/1.1\r\n\r\n"));
+  EXPECT_FALSE(ParseRequestLine("GET http://h/x HTTP/1.1\r\n\r\n"));
+  EXPECT_FALSE(ParseRequestLine("GET /x FTP/1.10\r\n\r\n"));
 }
 
 TEST(MetricsHttpServer, UnknownPathIs404) {

@@ -143,9 +143,8 @@ test('workers: advertise $(POD_NAME).<headless>.<ns>.svc and dial the coordinato
   eq(flagValue(c.args, '--metrics-address'), '0.0.0.0:9401', 'worker --metrics-address');
   const port = c.ports.find((p) => p.name === 'metrics');
   eq(port && port.containerPort, 9401, 'worker metrics containerPort');
-  for (const probe of ['readinessProbe', 'livenessProbe']) {
-    eq(c[probe].httpGet, { path: '/healthz', port: 'metrics' }, `worker ${probe}`);
-  }
+  eq(c.readinessProbe.httpGet, { path: '/readyz', port: 'metrics' }, 'worker readinessProbe');
+  eq(c.livenessProbe.httpGet, { path: '/healthz', port: 'metrics' }, 'worker livenessProbe');
   const byIp = workerContainer(render(['--set', 'workers.addressFrom=podIP']));
   eq(flagValue(byIp.args, '--address'), '$(POD_IP):9401', '--address with addressFrom=podIP');
   eq(envOf(byIp, 'POD_IP'), { fieldRef: { fieldPath: 'status.podIP' } }, 'POD_IP env');
@@ -167,7 +166,7 @@ test('headless worker Service: clusterIP None, publishNotReadyAddresses, selects
 });
 
 // --- coordinator ------------------------------------------------------------------------
-test('coordinator: one replica, Recreate, state on the PVC, probes on /healthz, non-root', () => {
+test('coordinator: one replica, Recreate, state on the PVC, probes on /readyz and /healthz, non-root', () => {
   const objs = render([]);
   const d = coordDeploy(objs);
   eq(d.spec.replicas, 1, 'replicas');
@@ -188,9 +187,8 @@ test('coordinator: one replica, Recreate, state on the PVC, probes on /healthz, 
   expect(c.envFrom.some((e) => e.configMapRef && e.configMapRef.name === cm.metadata.name), 'envFrom the ConfigMap');
   eq(flagValue(c.args, '--metrics-address'), '0.0.0.0:9400', 'coordinator --metrics-address');
   eq(c.ports.map((p) => [p.name, p.containerPort]), [['grpc', 7070], ['metrics', 9400]], 'container ports');
-  for (const probe of ['readinessProbe', 'livenessProbe']) {
-    eq(c[probe].httpGet, { path: '/healthz', port: 'metrics' }, `coordinator ${probe}`);
-  }
+  eq(c.readinessProbe.httpGet, { path: '/readyz', port: 'metrics' }, 'coordinator readinessProbe');
+  eq(c.livenessProbe.httpGet, { path: '/healthz', port: 'metrics' }, 'coordinator livenessProbe');
   eq(d.spec.template.spec.securityContext.runAsNonRoot, true, 'runAsNonRoot');
   eq(c.securityContext.allowPrivilegeEscalation, false, 'allowPrivilegeEscalation');
   expect(c.resources && c.resources.requests, 'coordinator resources');

@@ -126,6 +126,8 @@ TEST_F(CoordinatorTest, ReportsAreCheckedAgainstTheJob) {
   commit.set_dir(folder + "/step-00000010");
   EXPECT_TRUE(c_->CommitCheckpoint(*trainer, commit).ok());
   EXPECT_EQ(Get(id).last_checkpoint_step(), 10);
+  Open();  // an acknowledged commit is in the store
+  EXPECT_EQ(Get(id).last_checkpoint_step(), 10);
 }
 
 TEST_F(CoordinatorTest, PlacementHonoursWhatWorkersOffer) {
