@@ -5,13 +5,12 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "google/protobuf/util/message_differencer.h"
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/rpc/request_limits.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "server/coordinator/job_events.h"
 #include "server/scheduler/scheduler.h"
 
