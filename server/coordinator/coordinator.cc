@@ -21,7 +21,8 @@ scheduler::DeviceKind KindOf(int device) {
   return device == v1::ResourceSpec::CUDA ? scheduler::DeviceKind::kCuda : scheduler::DeviceKind::kCpu;
 }
 
-// The most bytes of jobs one ListJobs page holds (a spec is at most 64 KiB).
+// The most bytes of jobs one ListJobs page holds (a spec is at most 64 KiB), or of log
+// lines one GetJobLogs answer does.
 constexpr size_t kListPageBytes = size_t{1} << 20;
 
 absl::Status Unavailable() { return absl::UnavailableError("the coordinator is shutting down"); }
@@ -400,9 +401,15 @@ absl::StatusOr<v1::GetJobLogsResponse> Coordinator::GetJobLogs(const Principal& 
   if (request.has_rank()) rank = request.rank();
   FP8_ASSIGN_OR_RETURN(store::LogTail tail,
                        store_->tail_logs(job.id(), attempt, rank, request.tail_lines() == 0 ? 100 : request.tail_lines()));
+  // The newest lines that fit in kListPageBytes (10000 lines of 4 KiB would not fit in a
+  // response a client can receive); the rest count as truncated.
+  size_t first = tail.lines.size(), bytes = 0;
+  while (first > 0 && bytes + tail.lines[first - 1].ByteSizeLong() + 8 <= kListPageBytes) {
+    bytes += tail.lines[--first].ByteSizeLong() + 8;
+  }
   v1::GetJobLogsResponse response;
-  for (v1::JobLogLine& l : tail.lines) *response.add_lines() = std::move(l);
-  response.set_truncated(tail.truncated);
+  for (size_t i = first; i < tail.lines.size(); ++i) *response.add_lines() = std::move(tail.lines[i]);
+  response.set_truncated(tail.truncated || first > 0);
   return response;
 }
 

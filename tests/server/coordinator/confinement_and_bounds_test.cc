@@ -231,5 +231,28 @@ TEST_F(CoordinatorTest, JobListsArePagedByBytes) {
   EXPECT_GE(pages, 2);
 }
 
+TEST_F(CoordinatorTest, LogAnswersStayWithinAPage) {
+  const std::string w0 = Register();
+  const std::string id = SubmitAs(alice_, Spec(1));
+  const v1::StartRank s0 = Beat(w0)[0].start_rank();
+  Beat(w0, {Running(s0)});
+  auto trainer = c_->Authenticate(s0.trainer_token());
+  ASSERT_TRUE(trainer.ok());
+  v1::AppendLogsRequest append;
+  append.mutable_caller()->set_job_id(id);
+  append.mutable_caller()->set_attempt(1);
+  for (int i = 0; i < 500; ++i) append.add_lines()->set_text(absl::StrCat(i, std::string(4000, 'x')));
+  for (int call = 0; call < 2; ++call) ASSERT_TRUE(c_->AppendLogs(*trainer, append).ok());
+  v1::GetJobLogsRequest logs;
+  logs.set_job_id(id);
+  logs.set_tail_lines(10000);
+  auto got = c_->GetJobLogs(alice_, logs);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_LE(got->ByteSizeLong(), size_t{1} << 20);
+  EXPECT_TRUE(got->truncated());
+  ASSERT_GT(got->lines_size(), 0);
+  EXPECT_EQ(got->lines(got->lines_size() - 1).line().text().substr(0, 3), "499");  // the newest
+}
+
 }  // namespace
 }  // namespace fp8::server
