@@ -88,6 +88,8 @@ absl::Status Coordinator::Load() {
       }
       active.attempt = std::move(runtime);
     }
+    // Jobs from before job folders were recorded keep theirs from being nested into.
+    FP8_RETURN_IF_ERROR(store_->add_job_folder(job.spec().checkpoint().dir(), job.id()));
     active.job = std::move(job);
     active_.emplace(active.job.id(), std::move(active));
   }

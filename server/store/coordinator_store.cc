@@ -272,7 +272,7 @@ absl::Status CoordinatorStore::add_checkpoint(const std::string& job_id, int att
 }
 
 absl::Status CoordinatorStore::add_job_folder(const std::string& dir, const std::string& job_id) {
-  FP8_ASSIGN_OR_RETURN(Statement put, db_->query("INSERT INTO job_folders (dir, job_id) VALUES (?1, ?2)"));
+  FP8_ASSIGN_OR_RETURN(Statement put, db_->query("INSERT OR IGNORE INTO job_folders (dir, job_id) VALUES (?1, ?2)"));
   return put.bind(1, dir).bind(2, job_id).run();
 }
 

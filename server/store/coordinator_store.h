@@ -106,6 +106,7 @@ class CoordinatorStore {
                               int world_size);
 
   // ---- job folders: each job's own checkpoint folder, by path ---------------------------
+  // Records `dir` as job_id's folder; a folder already recorded keeps its job.
   absl::Status add_job_folder(const std::string& dir, const std::string& job_id);
   // The job whose folder `dir` is, if any.
   absl::StatusOr<std::optional<std::string>> job_of_folder(const std::string& dir);
