@@ -96,12 +96,10 @@ class OtherRankObserver final : public fp8::engine::TrainObserver {
 // resources.cpus_per_rank sizes the kernels' thread pool (which reads FP8_NUM_THREADS at
 // first use) and OpenBLAS's. An FP8_NUM_THREADS already set may only make them smaller:
 // a rank never runs more compute threads than the cores the job reserved for it.
-void size_thread_pools(int cpus) {
+// `preset`: FP8_NUM_THREADS as main() found it (0: not set).
+void size_thread_pools(int cpus, int preset) {
   if (cpus <= 0) return;
-  int threads = cpus;
-  if (const char* env = std::getenv("FP8_NUM_THREADS"); env != nullptr && std::atoi(env) > 0) {
-    threads = std::min(threads, std::atoi(env));
-  }
+  const int threads = preset > 0 ? std::min(cpus, preset) : cpus;
   setenv("FP8_NUM_THREADS", std::to_string(threads).c_str(), /*overwrite=*/1);
   openblas_set_num_threads(threads);
 }
@@ -323,7 +321,8 @@ int main(int argc, char** argv) {
     }
     return fp8::train_cli::run_local_ranks(launch);
   }
-  size_thread_pools(spec->resources().cpus_per_rank());
+  const char* preset_threads = std::getenv("FP8_NUM_THREADS");
+  size_thread_pools(spec->resources().cpus_per_rank(), preset_threads != nullptr ? std::atoi(preset_threads) : 0);
 
   std::unique_ptr<fp8::engine::Device> cuda;
   const fp8::engine::Device* device = &fp8::engine::Device::cpu();
