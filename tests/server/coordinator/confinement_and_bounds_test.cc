@@ -103,12 +103,10 @@ TEST_F(CoordinatorTest, AnIdempotencyKeyNamesOneSpec) {
 }
 
 TEST_F(CoordinatorTest, ReportsAreCheckedAgainstTheJob) {
-  const std::string w0 = Register();
-  const std::string id = SubmitAs(alice_, Spec(1));
-  const v1::StartRank s0 = Beat(w0)[0].start_rank();
-  Beat(w0, {Running(s0)});
-  auto trainer = c_->Authenticate(s0.trainer_token());
-  ASSERT_TRUE(trainer.ok());
+  const RunningJob job = StartRunning(Spec(1));
+  const std::string& id = job.id;
+  const v1::StartRank& s0 = job.start;
+  const Principal* trainer = &job.trainer;
   const std::string folder = Get(id).spec().checkpoint().dir();
   EXPECT_EQ(s0.spec().checkpoint().dir(), folder);
   EXPECT_EQ(s0.checkpoint_root(), (dir_ / "ckpt").string());
@@ -187,12 +185,9 @@ TEST_F(CoordinatorTest, AHungRankEndsItsAttempt) {
 }
 
 TEST_F(CoordinatorTest, TheAttemptRecordsTheStepItResumedFrom) {
-  const std::string w0 = Register();
-  const std::string id = SubmitAs(alice_, Spec(1));
-  const v1::StartRank s0 = Beat(w0)[0].start_rank();
-  Beat(w0, {Running(s0)});
-  auto trainer = c_->Authenticate(s0.trainer_token());
-  ASSERT_TRUE(trainer.ok());
+  const RunningJob job = StartRunning(Spec(1));
+  const std::string& id = job.id;
+  const Principal* trainer = &job.trainer;
   v1::ReportProgressRequest progress;
   progress.mutable_caller()->set_job_id(id);
   progress.mutable_caller()->set_attempt(1);
@@ -232,12 +227,9 @@ TEST_F(CoordinatorTest, JobListsArePagedByBytes) {
 }
 
 TEST_F(CoordinatorTest, LogAnswersStayWithinAPage) {
-  const std::string w0 = Register();
-  const std::string id = SubmitAs(alice_, Spec(1));
-  const v1::StartRank s0 = Beat(w0)[0].start_rank();
-  Beat(w0, {Running(s0)});
-  auto trainer = c_->Authenticate(s0.trainer_token());
-  ASSERT_TRUE(trainer.ok());
+  const RunningJob job = StartRunning(Spec(1));
+  const std::string& id = job.id;
+  const Principal* trainer = &job.trainer;
   v1::AppendLogsRequest append;
   append.mutable_caller()->set_job_id(id);
   append.mutable_caller()->set_attempt(1);

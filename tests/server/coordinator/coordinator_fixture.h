@@ -121,6 +121,24 @@ class CoordinatorTest : public ::testing::Test {
     return job.ok() ? *job : v1::Job();
   }
 
+  // A job of alice's with `spec` running on a fresh worker, and its trainer's principal.
+  struct RunningJob {
+    std::string worker, id;
+    v1::StartRank start;
+    Principal trainer;
+  };
+  RunningJob StartRunning(const v1::JobSpec& spec) {
+    RunningJob job;
+    job.worker = Register();
+    job.id = SubmitAs(alice_, spec);
+    job.start = Beat(job.worker)[0].start_rank();
+    Beat(job.worker, {Running(job.start)});
+    auto trainer = c_->Authenticate(job.start.trainer_token());
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    if (trainer.ok()) job.trainer = *trainer;
+    return job;
+  }
+
   fs::path dir_;
   absl::Duration lost_after_ = absl::Seconds(30);
   RendezvousStore rendezvous_;
