@@ -33,6 +33,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "fp8/v1/job_service.grpc.pb.h"
 #include "fp8/v1/trainer_service.grpc.pb.h"
 #include "fp8/v1/worker_service.grpc.pb.h"
@@ -499,6 +500,8 @@ int main(int argc, char** argv) {
   std::vector<int> workers;
   double seconds = 0;
   std::string mode = "both";
+  // As fp8-coordinator's main does (server/coordinator/main.cc).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"bench_coordinator: control-plane load on one fp8-coordinator vs a bare gRPC echo server"};
   app.add_flag("--quick", quick, "100 workers, 1.5 s per run");
   app.add_option("--workers", workers, "simulated workers (each with one world_size-1 job)")->delimiter(',');
