@@ -149,6 +149,7 @@ void FillTrain(v1::TrainSpec& t) {
   if (!t.has_eval_every()) t.set_eval_every(0);
   if (!t.has_eval_batches()) t.set_eval_batches(8);
   if (!t.has_progress_timeout_seconds()) t.set_progress_timeout_seconds(0);
+  if (!t.has_collective_timeout_seconds()) t.set_collective_timeout_seconds(0);
 }
 
 void FillFp8(v1::Fp8Spec& f) {

@@ -190,6 +190,7 @@ void CheckTrain(const v1::JobSpec& s, Checks& c) {
   }
   c.IntInRange("train.eval_batches", t.eval_batches(), 1, kMaxBatch);
   c.IntInRange("train.progress_timeout_seconds", t.progress_timeout_seconds(), 0, 86400);
+  c.IntInRange("train.collective_timeout_seconds", t.collective_timeout_seconds(), 0, 86400);
 }
 
 void CheckOperations(const v1::JobSpec& s, Checks& c) {

@@ -48,6 +48,8 @@ TEST(LoadGood, MinimalFileGetsEveryDefault) {
   EXPECT_EQ(s.train().log_every(), 10);
   EXPECT_EQ(s.train().eval_every(), 0);
   EXPECT_EQ(s.train().eval_batches(), 8);
+  EXPECT_EQ(s.train().progress_timeout_seconds(), 0);    // derived from the job's pace
+  EXPECT_EQ(s.train().collective_timeout_seconds(), 0);  // the same
 
   EXPECT_EQ(s.fp8().recipe(), v1::Fp8Spec::TENSORWISE);
   EXPECT_EQ(s.fp8().amax_history_len(), 16);
@@ -101,6 +103,7 @@ TEST(LoadGood, EveryFieldWrittenIsKept) {
   EXPECT_EQ(s.train().schedule(), v1::TrainSpec::LINEAR);
   EXPECT_EQ(s.train().compute_dtype(), v1::TrainSpec::BF16);
   EXPECT_EQ(s.train().grad_clip(), 0);  // written 0 (off), not replaced by the default 1.0
+  EXPECT_EQ(s.train().collective_timeout_seconds(), 90);
   EXPECT_EQ(s.fp8().recipe(), v1::Fp8Spec::ROWWISE_WITH_GW_HP);
   EXPECT_FALSE(s.fp8().power_of_2_scales());  // written; the rowwise default would be true
   ASSERT_EQ(s.fp8().exclude_size(), 2);

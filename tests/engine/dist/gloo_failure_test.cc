@@ -202,6 +202,39 @@ TEST_F(GlooFailureTest, SilentRankFailsTheCollectiveAtTheTimeoutNamingIt) {
   }
 }
 
+// The trainer shortens the group's timeout once it knows a step's pace
+// (train/collective_timeout.h): the next collective waits the new one, not the old.
+TEST_F(GlooFailureTest, ATimeoutSetAfterJoiningBoundsTheNextCollective) {
+  constexpr int kWorld = 2;
+  constexpr int kSilent = 1;
+  const absl::Duration joined_with = absl::Seconds(120);
+  const absl::Duration shortened = absl::Seconds(1);
+  test::RunOptions run;
+  run.left_behind = {kSilent};
+  auto outcomes = test::run_ranks(
+      kWorld,
+      [&](int rank) {
+        RankChecks c;
+        auto group = test::join_group(store_dir(), rank, kWorld, joined_with);
+        if (!c.expect_ok(group.status(), "join")) return RankReport{c.text(), ""};
+        if (!c.expect_ok(run_step(**group).status, "step 0")) return RankReport{c.text(), ""};
+        if (rank == kSilent) ::raise(SIGSTOP);
+        (*group)->set_timeout(shortened);
+        c.expect((*group)->timeout() == shortened, "timeout() does not return what was set");
+        StepResult result = run_step(**group);
+        if (!c.expect(!result.status.ok(), "step 1 succeeded without the silent rank")) return RankReport{c.text(), ""};
+        check_failure(result, 0, absl::StatusCode::kDeadlineExceeded,
+                      absl::StrCat("rank ", kSilent, " did not answer within 1s"), shortened, c);
+        return RankReport{c.text(), result.status.ToString()};
+      },
+      report_dir(), run);
+
+  for (const auto& o : outcomes) {
+    if (o.rank == kSilent) continue;
+    EXPECT_EQ(o.problems(), "");
+  }
+}
+
 TEST_F(GlooFailureTest, RankThatNeverJoinsFailsTheRendezvousAtTheTimeoutNamingIt) {
   constexpr int kWorld = 3;
   constexpr int kAbsent = 2;

@@ -235,6 +235,26 @@ TEST_F(FsdpTrainingTest, KilledRankMakesEveryOtherRankFailWithinTheTimeout) {
   }
 }
 
+// A rank that stops answering (SIGSTOP) fails its peers' next collective within
+// train.collective_timeout_seconds, however long the group's own timeout is.
+TEST_F(FsdpTrainingTest, AStalledRankFailsItsPeersWithinTheJobsCollectiveTimeout) {
+  RunOptions o;
+  o.world_size = 2;
+  o.timeout_seconds = 120;  // the group's (fp8-train --timeout): far longer than the job's
+  o.stall_rank = 1;
+  o.stall_at_step = 4;
+  o.deadline_seconds = 200;
+  const auto ranks = Run(Job({"fp8.recipe=tensorwise", "train.collective_timeout_seconds=2"}), o);
+  ASSERT_EQ(ranks.size(), 2u);
+  const RankOutcome& survivor = ranks[0];
+  EXPECT_TRUE(survivor.exited) << "rank 0 did not exit on its own";
+  EXPECT_EQ(survivor.exit_code, 1);
+  EXPECT_NE(survivor.error.find("rank 1 did not answer within 2s"), std::string::npos) << survivor.error;
+  // Start-up included; a hang would last the group's 120 s.
+  EXPECT_LT(survivor.seconds, 60) << survivor.error;
+  EXPECT_FALSE(ranks[1].exited);  // still stopped when the harness ended it
+}
+
 // A stop (a signal, a cancel) that reaches one rank stops every rank after the same step:
 // the ranks sum their votes with each step's values on the device, and each reads the sum
 // of a step once the next one is queued, so all stop one step after the first vote,

@@ -46,6 +46,7 @@ class FileObserver final : public TrainObserver {
                  c.weight_scale_all_reduces, static_cast<double>(r.peak_memory_bytes), in_use);
     std::fflush(out_);
     if (rank_ == options_.kill_rank && r.step == options_.kill_at_step) raise(SIGKILL);
+    if (rank_ == options_.stall_rank && r.step == options_.stall_at_step) raise(SIGSTOP);
   }
 
  private:
@@ -205,7 +206,9 @@ std::vector<RankOutcome> RunRanks(const v1::JobSpec& spec, const RunOptions& opt
       --left;
     }
     if (left == 0) break;
-    if (Clock::now() > deadline) {
+    const bool only_stalled_left = options.stall_rank >= 0 && options.stall_rank < processes && left == 1 &&
+                                   pids[static_cast<size_t>(options.stall_rank)] > 0;
+    if (only_stalled_left || Clock::now() > deadline) {
       for (pid_t& pid : pids) {
         if (pid > 0) {
           kill(pid, SIGKILL);

@@ -49,6 +49,10 @@ struct RunOptions {
   // Kill this rank with SIGKILL when it reports this step (-1: nobody).
   int kill_rank = -1;
   int64_t kill_at_step = 0;
+  // This rank stops (SIGSTOP: alive, its connections open, never answering) when it
+  // reports this step (-1: nobody); the harness kills it once every other rank has exited.
+  int stall_rank = -1;
+  int64_t stall_at_step = 0;
   // This rank's stop flag (a signal's, RunControl::stop) rises as this step starts (-1: nobody).
   int stop_rank = -1;
   int64_t stop_at_step = 0;

@@ -45,7 +45,9 @@ class GlooProcessGroup final : public ProcessGroup {
  public:
   // `context` is null for a group of one, which never communicates.
   GlooProcessGroup(int rank, int size, absl::Duration timeout, std::shared_ptr<gloo::Context> context)
-      : rank_(rank), size_(size), timeout_(timeout), context_(std::move(context)) {}
+      : rank_(rank), size_(size), context_(std::move(context)) {
+    set_timeout(timeout);
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -62,7 +64,8 @@ class GlooProcessGroup final : public ProcessGroup {
   // The first error, repeated, once the group is broken.
   absl::Status check_usable(const char* op) const;
   // Runs the rounds of one collective under one deadline; any failure (or exception) breaks
-  // the group. `body` takes the deadline and returns the collective's status.
+  // the group. `body` takes the deadline and the timeout it came from, and returns the
+  // collective's status.
   template <typename Body>
   absl::Status run(const char* op, Body&& body);
   template <typename T>
@@ -73,7 +76,6 @@ class GlooProcessGroup final : public ProcessGroup {
 
   const int rank_;
   const int size_;
-  const absl::Duration timeout_;
   std::shared_ptr<gloo::Context> context_;
   absl::Status broken_;
   std::unique_ptr<std::byte[]> staging_;
@@ -92,7 +94,8 @@ absl::Status GlooProcessGroup::run(const char* op, Body&& body) {
   {
     ScopedSigpipeBlock no_sigpipe;
     try {
-      status = body(absl::Now() + timeout_);
+      const absl::Duration waits_for = timeout();  // read once: set_timeout may run meanwhile
+      status = body(absl::Now() + waits_for, waits_for);
     } catch (const std::bad_alloc&) {
       status = absl::ResourceExhaustedError(absl::StrCat(op, ": out of memory on rank ", rank_));
     } catch (const std::exception& e) {
@@ -138,8 +141,8 @@ absl::Status GlooProcessGroup::all_gather(const void* send, void* recv, size_t b
   char* mine = out + rank_ * bytes_per_rank;
   if (send != mine) std::memmove(mine, send, bytes_per_rank);
   if (size_ == 1) return absl::OkStatus();
-  return run("all_gather", [&](absl::Time deadline) {
-    PeerExchange round(*context_, "all_gather", deadline, timeout_);
+  return run("all_gather", [&](absl::Time deadline, absl::Duration waits_for) {
+    PeerExchange round(*context_, "all_gather", deadline, waits_for);
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
       round.send(peer, mine, bytes_per_rank);
@@ -161,11 +164,11 @@ absl::Status GlooProcessGroup::reduce_scatter(const float* send, float* recv, in
     if (recv != send) std::memmove(recv, send, n * sizeof(float));
     return absl::OkStatus();
   }
-  return run("reduce_scatter", [&](absl::Time deadline) {
+  return run("reduce_scatter", [&](absl::Time deadline, absl::Duration waits_for) {
     // Rank r's copy of my slice lands in staging slot r (r > rank_ shifts down by one).
     float* others = staging<float>(n * static_cast<size_t>(size_ - 1));
     std::vector<const float*> inputs(static_cast<size_t>(size_));
-    PeerExchange round(*context_, "reduce_scatter", deadline, timeout_);
+    PeerExchange round(*context_, "reduce_scatter", deadline, waits_for);
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) {
         inputs[static_cast<size_t>(peer)] = send + rank_ * n;
@@ -192,10 +195,10 @@ absl::Status GlooProcessGroup::all_reduce_of(T* data, int64_t count, ReduceOp op
 
   if (n * sizeof(T) <= kDirectAllReduceBytes) {
     // One round: everyone's whole buffer to everyone; each rank folds all of them.
-    return run("all_reduce", [&](absl::Time deadline) {
+    return run("all_reduce", [&](absl::Time deadline, absl::Duration waits_for) {
       T* others = staging<T>(n * static_cast<size_t>(size_ - 1));
       std::vector<const T*> inputs(static_cast<size_t>(size_));
-      PeerExchange round(*context_, "all_reduce", deadline, timeout_);
+      PeerExchange round(*context_, "all_reduce", deadline, waits_for);
       for (int peer = 0; peer < size_; ++peer) {
         if (peer == rank_) {
           inputs[static_cast<size_t>(peer)] = data;
@@ -214,13 +217,13 @@ absl::Status GlooProcessGroup::all_reduce_of(T* data, int64_t count, ReduceOp op
 
   // Two rounds: rank r folds chunk r of everyone's buffer, then hands it to everyone. Each
   // element is folded by one rank in rank order, so every rank ends with the same bits.
-  return run("all_reduce", [&](absl::Time deadline) {
+  return run("all_reduce", [&](absl::Time deadline, absl::Duration waits_for) {
     const Chunk own = chunk_of(count, size_, rank_);
     const auto own_n = static_cast<size_t>(own.count);
     T* others = staging<T>(own_n * static_cast<size_t>(size_ - 1));
     std::vector<const T*> inputs(static_cast<size_t>(size_));
     {
-      PeerExchange scatter(*context_, "all_reduce", deadline, timeout_);
+      PeerExchange scatter(*context_, "all_reduce", deadline, waits_for);
       for (int peer = 0; peer < size_; ++peer) {
         if (peer == rank_) {
           inputs[static_cast<size_t>(peer)] = data + own.offset;
@@ -236,7 +239,7 @@ absl::Status GlooProcessGroup::all_reduce_of(T* data, int64_t count, ReduceOp op
     }
     reduce_in_rank_order<T>(op, inputs, data + own.offset, own.count);
 
-    PeerExchange gather(*context_, "all_reduce", deadline, timeout_);
+    PeerExchange gather(*context_, "all_reduce", deadline, waits_for);
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
       const Chunk theirs = chunk_of(count, size_, peer);
@@ -254,8 +257,8 @@ absl::Status GlooProcessGroup::broadcast(void* data, size_t bytes, int root) {
   }
   if (bytes == 0 || size_ == 1) return absl::OkStatus();
   if (data == nullptr) return absl::InvalidArgumentError("broadcast: null buffer");
-  return run("broadcast", [&](absl::Time deadline) {
-    PeerExchange round(*context_, "broadcast", deadline, timeout_);
+  return run("broadcast", [&](absl::Time deadline, absl::Duration waits_for) {
+    PeerExchange round(*context_, "broadcast", deadline, waits_for);
     if (rank_ == root) {
       for (int peer = 0; peer < size_; ++peer) {
         if (peer != root) round.send(peer, data, bytes);
@@ -270,10 +273,10 @@ absl::Status GlooProcessGroup::broadcast(void* data, size_t bytes, int root) {
 absl::Status GlooProcessGroup::barrier() {
   if (absl::Status s = check_usable("barrier"); !s.ok()) return s;
   if (size_ == 1) return absl::OkStatus();
-  return run("barrier", [&](absl::Time deadline) {
+  return run("barrier", [&](absl::Time deadline, absl::Duration waits_for) {
     // Every rank hears from every other: no rank leaves before all have arrived.
     std::vector<char> tokens(static_cast<size_t>(size_));
-    PeerExchange round(*context_, "barrier", deadline, timeout_);
+    PeerExchange round(*context_, "barrier", deadline, waits_for);
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
       round.send(peer, &token_, 1);

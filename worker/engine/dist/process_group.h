@@ -19,6 +19,7 @@
 // fsdp/comm_stream.h).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -84,6 +85,17 @@ class ProcessGroup {
   // Where the group can queue collectives without the host waiting (queued_collectives.h):
   // NCCL made with the device's compute stream. Null for groups that compute on the host.
   virtual QueuedCollectives* queued() { return nullptr; }
+
+  // How long a collective waits for a peer before failing. A new value holds for the
+  // collectives that start after it, so the trainer can tighten it once it knows the pace of
+  // a step (train/collective_timeout.h). Safe to call from any thread.
+  absl::Duration timeout() const { return absl::Nanoseconds(timeout_ns_.load(std::memory_order_relaxed)); }
+  void set_timeout(absl::Duration timeout) {
+    timeout_ns_.store(absl::ToInt64Nanoseconds(timeout), std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<int64_t> timeout_ns_{absl::ToInt64Nanoseconds(absl::Seconds(300))};
 };
 
 // Options every backend takes.

@@ -77,6 +77,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
     FP8_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FsdpModel::create(*t->model_, *group, options));
     t->trained_ = &t->fsdp_->shards();
   }
+  t->collective_timeout_.emplace(group, tr.collective_timeout_seconds());
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, device.model_ops());
   AdamWHyperparams hyper;
   hyper.beta1 = static_cast<float>(tr.beta1());
@@ -306,7 +307,11 @@ absl::StatusOr<std::filesystem::path> Trainer::save_checkpoint() {
   if (dir.empty()) return absl::FailedPreconditionError("the job has no checkpoint.dir");
   // Never a checkpoint of a run that diverged since its last read.
   FP8_RETURN_IF_ERROR(settle_step_stats());
-  if (fsdp_) return save_sharded_checkpoint();
+  if (fsdp_) {
+    // A rank writing to slow storage keeps its peers waiting; the group's full timeout.
+    const CollectiveTimeout::Relaxed relaxed = collective_timeout_->relaxed();
+    return save_sharded_checkpoint();
+  }
   const int64_t step = optimizer_->steps_taken();
   TrainStateRefs refs = state_refs();
   FP8_ASSIGN_OR_RETURN(checkpoint::CommittedCheckpoint saved,
@@ -405,6 +410,7 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
     SetCastMeasuring(*model_, measures_step(step, summary.first_step, control));
     observer.on_step_start(step);
     const Clock::time_point step_start = Clock::now();
+    collective_timeout_->BeginStep();
     bool stop_everywhere = false;
     FP8_ASSIGN_OR_RETURN(StepReport report, train_step(control, &stop_everywhere));
     SetCastMeasuring(*model_, false);  // an evaluation after the step need not count
@@ -424,7 +430,9 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
         loss_known = true;
       }
     }
-    interval_seconds += seconds_since(step_start);
+    const double step_seconds = seconds_since(step_start);
+    collective_timeout_->EndStep(absl::Seconds(step_seconds));
+    interval_seconds += step_seconds;
     interval_data_ms += report.data_ms;
     interval_peak_memory = std::max(interval_peak_memory, report.peak_memory_bytes);
     if (report.comm) {
@@ -445,6 +453,7 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
       FP8_ASSIGN_OR_RETURN(casts, CollectCastNumerics(*model_));
     }
     if (evaluates) {
+      const CollectiveTimeout::Relaxed relaxed = collective_timeout_->relaxed();
       FP8_ASSIGN_OR_RETURN(double val, validation_loss());
       report.val_loss = val;
       summary.last_val_loss = val;

@@ -22,7 +22,9 @@
 // loss is scaled by 1 / (grad_accum x world_size) so that reduce-scattered gradients are
 // means, and one all-reduce per step carries the loss, the squared grad norm and whether
 // any rank was asked to stop (so that all ranks stop after the same step). Checkpoints are
-// sharded: every rank writes its shard, rank 0 commits once all of them are durable.
+// sharded: every rank writes its shard, rank 0 commits once all of them are durable. A
+// step's collectives wait for a peer as long as train.collective_timeout_seconds says
+// (collective_timeout.h).
 #pragma once
 
 #include <atomic>
@@ -39,6 +41,7 @@
 #include "worker/engine/lr_schedule.h"
 #include "worker/engine/model/llama.h"
 #include "worker/engine/optim/adamw.h"
+#include "worker/engine/train/collective_timeout.h"
 #include "worker/engine/train/step_stats.h"
 #include "worker/engine/train/train_observer.h"
 #include "worker/engine/train/train_state_io.h"
@@ -129,6 +132,7 @@ class Trainer {
   std::unique_ptr<QueuedRead> pending_votes_;
   std::optional<std::filesystem::path> resumed_from_;
   int64_t last_checkpoint_step_ = -1;
+  std::optional<CollectiveTimeout> collective_timeout_;  // set by create()
 };
 
 }  // namespace fp8::engine

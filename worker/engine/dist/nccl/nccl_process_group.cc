@@ -206,7 +206,9 @@ ncclRedOp_t to_nccl(ReduceOp op) { return op == ReduceOp::kMax ? ncclMax : ncclS
 class NcclProcessGroup final : public ProcessGroup, public QueuedCollectives {
  public:
   NcclProcessGroup(int rank, int size, int device, absl::Duration timeout)
-      : rank_(rank), size_(size), device_(device), timeout_(timeout) {}
+      : rank_(rank), size_(size), device_(device) {
+    set_timeout(timeout);
+  }
   ~NcclProcessGroup() override;
   NcclProcessGroup(const NcclProcessGroup&) = delete;
   NcclProcessGroup& operator=(const NcclProcessGroup&) = delete;
@@ -246,7 +248,8 @@ class NcclProcessGroup final : public ProcessGroup, public QueuedCollectives {
     cudaEvent_t start = nullptr;   // on stream_, once the batch's inputs were ready
     cudaEvent_t done = nullptr;    // on stream_, after its collectives
     cudaEvent_t waited = nullptr;  // on compute_, where it waits for `done` (order_after)
-    absl::Time deadline;           // timeout_ after `start` passed
+    absl::Duration waits_for;      // the group's timeout when the batch was queued
+    absl::Time deadline;           // waits_for after `start` passed
     bool completed = false;        // `done` passed (its comm time counted)
     bool ordered = false;          // order_after() ran
   };
@@ -291,7 +294,6 @@ class NcclProcessGroup final : public ProcessGroup, public QueuedCollectives {
   const int rank_;
   const int size_;
   const int device_;
-  const absl::Duration timeout_;
 
   // Guards comm_, broken_ and the queued mode's state: the watchdog aborts the
   // communicator from its own thread. Recursive: fail() is called with it held and not.
@@ -333,7 +335,7 @@ NcclProcessGroup::~NcclProcessGroup() {
     // Finalize flushes what NCCL still owes peers (a proxy thread may still be sending after
     // this rank's kernel finished), then destroy frees the rest. A finalize that cannot
     // finish in time (a peer gone) falls back to abort, which never waits for peers.
-    const Poll poll(timeout_);
+    const Poll poll(timeout());
     ncclResult_t r = ncclCommFinalize(comm_);
     if (r == ncclSuccess || r == ncclInProgress) r = wait_until_ready(comm_, poll);
     if (r == ncclSuccess) {
@@ -431,7 +433,7 @@ absl::Status NcclProcessGroup::init(const ncclUniqueId& id, void* stream, void* 
   if (state == ncclInProgress) {
     abort();
     return absl::DeadlineExceededError(
-        absl::StrCat(what, ": the communicator did not form within ", duration_text(timeout_),
+        absl::StrCat(what, ": the communicator did not form within ", duration_text(timeout()),
                      "; a peer rank did not join, died or hangs (NCCL cannot tell which)"));
   }
   if (state != ncclSuccess) {
@@ -472,9 +474,10 @@ template <typename Enqueue>
 absl::Status NcclProcessGroup::run(const char* op, Enqueue&& enqueue) {
   std::unique_lock<std::recursive_mutex> lock(mu_);
   if (comm_ == nullptr) return broken(op);  // the watchdog aborted it since the caller checked
-  const Poll poll(timeout_);
+  const absl::Duration waits_for = timeout();
+  const Poll poll(waits_for);
   const auto timed_out = [&] {
-    return absl::DeadlineExceededError(absl::StrCat(where(op), ": no progress within ", duration_text(timeout_),
+    return absl::DeadlineExceededError(absl::StrCat(where(op), ": no progress within ", duration_text(waits_for),
                                                     "; a peer rank died or hangs (NCCL cannot tell which)"));
   };
 
@@ -553,7 +556,8 @@ absl::StatusOr<int64_t> NcclProcessGroup::close(const char* what) {
     return fail(cuda_error(e, absl::StrCat(where(what), ": the batch's completion event")));
   }
   b.ticket = next_ticket_++;
-  b.deadline = absl::Now() + timeout_;
+  b.waits_for = timeout();
+  b.deadline = absl::Now() + b.waits_for;
   batches_.push_back(std::move(b));
   wake_.notify_all();
   return batches_.back().ticket;
@@ -609,13 +613,13 @@ bool NcclProcessGroup::check_batches() {
       if (e == cudaErrorNotReady) {
         // The clock runs from the batch's start: until then it waits for compute (the host
         // may be a step ahead of the device), not for a peer.
-        if (cudaEventQuery(b.start) == cudaErrorNotReady) b.deadline = absl::Now() + timeout_;
+        if (cudaEventQuery(b.start) == cudaErrorNotReady) b.deadline = absl::Now() + b.waits_for;
         if (absl::Now() < b.deadline) {
           ++it;
           continue;
         }
         (void)fail(absl::DeadlineExceededError(absl::StrCat(where(b.what.c_str()), ": not done within ",
-                                                            duration_text(timeout_),
+                                                            duration_text(b.waits_for),
                                                             "; a peer rank died or hangs (NCCL cannot tell which)")));
         return false;
       }
