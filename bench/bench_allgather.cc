@@ -327,6 +327,7 @@ void print_target(const Config& cfg, const Results& results) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fp8::bench::apply_threads_from_environment();
   CLI::App app{
       "bench_allgather: fp8 vs bf16 vs fp32 all-gather of Llama-sized weights across local ranks.\n"
       "--backend nccl exists only in builds where the CUDA toolkit with NCCL was found, and runs only\n"

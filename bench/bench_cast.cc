@@ -152,4 +152,7 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace fp8::bench
 
-int main(int argc, char** argv) { return fp8::bench::run(argc, argv); }
+int main(int argc, char** argv) {
+  fp8::bench::apply_threads_from_environment();
+  return fp8::bench::run(argc, argv);
+}

@@ -6,7 +6,7 @@
 // Two workloads ("modes"), shapes given as tokens M, in_features K, out_features N:
 //
 //   step    torchao's "ln -> linear -> sigmoid" microbenchmark, so the ratios sit next to
-//           its published ones (REFERENCE.md, speed anchors). One iteration, the loss being
+//           the ones torchao publishes for it. One iteration, the loss being
 //           the sum of the outputs: RMSNorm forward (the device's ModelOps), linear
 //           forward, sigmoid forward, sigmoid backward, linear backward (grad_input and
 //           grad_weight), RMSNorm backward, finish_step() (where delayed scaling updates
@@ -635,4 +635,7 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace fp8::bench
 
-int main(int argc, char** argv) { return fp8::bench::run(argc, argv); }
+int main(int argc, char** argv) {
+  fp8::bench::apply_threads_from_environment();
+  return fp8::bench::run(argc, argv);
+}

@@ -104,6 +104,7 @@
 #include "bench/local_ranks.h"
 #include "bench/op_breakdown.h"
 #include "common/jobspec/loader.h"
+#include "kernels/cpu/parallel.h"
 #include "worker/engine/dist/file_store.h"
 #include "worker/engine/dist/gloo_process_group.h"
 #ifdef FP8_HAVE_NCCL
@@ -818,6 +819,7 @@ struct FsdpSetup {
   double timeout_s = 300;
   int breakdown = 0;  // steps profiled op by op after the measured rounds (two more run unprofiled)
   bool by_shape = false;  // --breakdown-by-shape
+  fp8::engine::TrainerOptions trainer;  // FP8_FSDP_COLLECTIVES, as fp8-train reads it
   std::vector<FsdpContender> contenders;  // specs only; each rank builds the rest
 };
 
@@ -938,8 +940,8 @@ absl::Status profile_fsdp_steps(const FsdpSetup& setup, int rank, fp8::bench::Op
 
 // One rank: join, build a trainer per setting, take turns, and (rank 0) print.
 absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::path& dir) {
-  // Before any engine call: the kernels' pool reads FP8_NUM_THREADS when first used.
-  setenv("FP8_NUM_THREADS", std::to_string(setup.threads).c_str(), /*overwrite=*/0);
+  // Before any engine call: the kernels' pool is sized at its first use.
+  fp8::cpu::set_num_threads(setup.threads);
   openblas_set_num_threads(setup.threads);
 
   std::unique_ptr<fp8::engine::Device> gpu;
@@ -980,7 +982,7 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
     if (!g.ok()) return g.status();
     r.group = std::move(*g);
     absl::StatusOr<std::unique_ptr<fp8::engine::Trainer>> t =
-        fp8::engine::Trainer::create(c.spec, trained_on, r.group.get());
+        fp8::engine::Trainer::create(c.spec, trained_on, r.group.get(), setup.trainer);
     if (!t.ok()) return t.status();
     r.trainer = std::move(*t);
   }
@@ -1034,6 +1036,12 @@ int fsdp_ranks(const Common& c, bool cuda, int nproc, const std::string& all_gat
   if (const char* env = std::getenv("FP8_NUM_THREADS"); env != nullptr && std::atoi(env) > 0) {
     setup.threads = std::atoi(env);  // the user's choice stands
   }
+  if (const char* env = std::getenv("FP8_FSDP_COLLECTIVES"); env != nullptr) {
+    absl::StatusOr<fp8::engine::fsdp::UnitCollectives> collectives =
+        fp8::engine::fsdp::ParseUnitCollectives(env, "FP8_FSDP_COLLECTIVES in the environment");
+    fp8::bench::check(collectives.status(), "FP8_FSDP_COLLECTIVES");
+    setup.trainer.collectives = *collectives;
+  }
   // Off first: it is the baseline the ratios divide by.
   std::vector<bool> settings;
   if (all_gather_fp8 != "on") settings.push_back(false);
@@ -1084,6 +1092,7 @@ std::string default_config(bool gpu) {
 
 int main(int argc, char** argv) {
   fp8::train_cli::ensure_blas_environment(argv);  // as fp8-train runs
+  fp8::bench::apply_threads_from_environment();
   CLI::App app{"bench_train: training tokens/s per fp8 recipe vs the high-precision baseline"};
   Common c;
   GpuOptions g;

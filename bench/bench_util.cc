@@ -11,6 +11,8 @@
 #include <sstream>
 #include <thread>
 
+#include "kernels/cpu/parallel.h"
+
 namespace fp8::bench {
 
 void die(const std::string& what) {
@@ -178,7 +180,7 @@ Peaks machine_peaks(Backend& b) {
     return p;
   }
   p.machine = b.name();
-  // Dense tensor-core peaks from NVIDIA's datasheets (SXM parts; REFERENCE.md).
+  // Dense tensor-core peaks (without sparsity) from NVIDIA's datasheets for the SXM parts.
   if (p.machine.find("H100") != std::string::npos || p.machine.find("H200") != std::string::npos) {
     p.hp_tflops = 989;
     p.fp8_tflops = 1979;
@@ -223,6 +225,12 @@ std::string today() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
   return buf;
+}
+
+void apply_threads_from_environment() {
+  if (const char* env = std::getenv("FP8_NUM_THREADS"); env != nullptr && std::atoi(env) > 0) {
+    fp8::cpu::set_num_threads(std::atoi(env));
+  }
 }
 
 }  // namespace fp8::bench

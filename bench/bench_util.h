@@ -88,4 +88,8 @@ std::string today();  // YYYY-MM-DD, for the header RESULTS.md quotes
 [[noreturn]] void die(const std::string& what);
 void check(const absl::Status& s, const char* what);
 
+// FP8_NUM_THREADS, where set (> 0), sizes the CPU kernels' thread pool, as in fp8-train.
+// Call at the top of main, before any kernel runs.
+void apply_threads_from_environment();
+
 }  // namespace fp8::bench

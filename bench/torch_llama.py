@@ -47,7 +47,7 @@ import statistics
 import sys
 import time
 
-BF16_PEAK_TFLOPS = 989.0  # H100/H200 SXM dense bf16 (REFERENCE.md), as bench_train uses
+BF16_PEAK_TFLOPS = 989.0  # H100/H200 SXM dense bf16 (NVIDIA's datasheets), as bench_train uses
 
 # examples/jobs/llama-h100.yaml with the job.proto defaults it leaves out.
 DEFAULTS = dict(dim=2048, n_layers=22, n_heads=32, n_kv_heads=8, ffn_dim=5632, vocab_size=256, seq_len=2048,

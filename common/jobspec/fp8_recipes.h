@@ -1,6 +1,7 @@
-// What an fp8 section means GEMM by GEMM: the named recipes of REFERENCE.md ("Recipes",
-// names as in torchao.float8) as per-operand cast configs, with the long form
-// (fp8.gemms) laid over them. Validation and the training engine both read the result.
+// What an fp8 section means GEMM by GEMM: the named recipes (Fp8Spec.Recipe in
+// proto/fp8/v1/job.proto; names as in torchao.float8) as per-operand cast configs, with
+// the long form (fp8.gemms) laid over them. Validation and the training engine both
+// read the result.
 #pragma once
 
 #include <array>

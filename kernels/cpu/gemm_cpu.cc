@@ -15,7 +15,7 @@ namespace {
 // [kTileCols, kDepth] panel of B are widened to fp32 and multiplied into an fp32
 // accumulator tile, depth block after depth block. Whatever the shape, the widened
 // operands and the tile take at most 48 MiB. Large blocks matter: splitting a 2048^3
-// product into two sgemm calls costs OpenBLAS ~8%.
+// product into two sgemm calls measured slower in OpenBLAS (bench/RESULTS.md).
 constexpr int64_t kTileRows = 2048;
 constexpr int64_t kTileCols = 2048;
 constexpr int64_t kDepth = 2048;

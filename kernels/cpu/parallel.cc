@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -98,20 +97,31 @@ class Pool {
   bool stopping_ = false;
 };
 
-int configured_threads() {
-  if (const char* env = std::getenv("FP8_NUM_THREADS")) {
-    const int n = std::atoi(env);
-    if (n > 0) return n;
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
+std::atomic<int> g_requested_threads{0};  // set_num_threads(); 0: the machine's
+std::atomic<bool> g_pool_made{false};
+
+int size_on_first_use() {
+  g_pool_made.store(true);
+  return configured_num_threads();
 }
 
 Pool& pool() {
-  static Pool p(configured_threads());
+  static Pool p(size_on_first_use());
   return p;
 }
 
 }  // namespace
+
+bool set_num_threads(int n) {
+  if (n < 1 || g_pool_made.load()) return false;
+  g_requested_threads.store(n);
+  return !g_pool_made.load();
+}
+
+int configured_num_threads() {
+  const int requested = g_requested_threads.load();
+  return requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 int num_threads() { return pool().size(); }
 

@@ -2,8 +2,8 @@
 //
 // Casts and reductions are memory-bound loops that need a few threads to saturate
 // bandwidth; spawning threads per call would cost more than the work for mid-sized
-// tensors. The pool is created on first use with one worker per hardware thread
-// (FP8_NUM_THREADS overrides) and the calling thread always takes part.
+// tensors. The pool is created on first use with set_num_threads()'s count (one per
+// hardware thread when never set), and the calling thread always takes part.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,13 @@
 
 namespace fp8::cpu {
 
+// Sizes the pool (n >= 1) before its first use. The chunking of every kernel follows the
+// count, so results are bit-identical for a given count; once the pool exists its size is
+// fixed, and this returns false (as for n < 1) without changing anything.
+bool set_num_threads(int n);
+// The count the pool has, or will have when first used.
+int configured_num_threads();
+// The pool's size (creates the pool).
 int num_threads();
 
 // Number of chunks parallel_for will split [0, n) into for this grain: at most

@@ -25,7 +25,7 @@ using namespace cast_device;
 // The range count's grid is capped so that per-thread and per-block 32-bit sums cannot
 // wrap: each thread then covers total / (kMaxRangeBlocks * kThreads) elements, and a block
 // sums 256 of those, below 2^32 for any matrix under 2^43 elements. 2048 blocks of 256
-// threads still fill an H100 (132 SMs x 8 resident blocks) twice over.
+// threads still fill a 132-SM GPU at 8 resident blocks an SM twice over.
 constexpr int64_t kMaxRangeBlocks = 2048;
 
 // Grid-stride over 16-element chunks of the dense matrix, loaded like the flat cast's; the

@@ -6,7 +6,7 @@
 // so casts, scales, amaxes and dequantizations are bit-identical to the CPU. Formats and
 // scale granularities are template parameters: the format constants then fold into the
 // conversion code, which matters because these kernels sit close to the ALU/bandwidth
-// balance point on H100 (about 25 integer ops per element against 5-6 bytes of traffic).
+// balance point on Hopper (about 25 integer ops per element against 5-6 bytes of traffic).
 //
 // Two cast kernels:
 //  * flat:  no transpose. Each thread owns 16 consecutive elements of the dense matrix
@@ -496,16 +496,17 @@ __device__ __forceinline__ void load_tile_row(const T* __restrict__ in, int64_t 
 }
 
 // Resident blocks an SM asked of the tiled kernel. A block holds its rows' elements in
-// flight while it loads, then none while it quantizes, transposes and stores, so the memory
-// pipe stays full only with enough bytes in flight per SM: at 4 blocks (64 registers) and
-// one row tile a block the fp32 cast+transpose ran at 97-98% of copy bandwidth but the bf16
-// one, with half the bytes a thread in flight, at 57-73% (H200, H100), the same ~0.5 G
-// elements a µs either way. Two remedies for bf16, chosen at launch (tiled_row_tiles):
-// more resident blocks (one row tile: tensorwise casts fit 40 registers, 6 blocks, rowwise
-// ones 48, 5, without spilling per ptxas -v, sm_90), or two row tiles a block, which puts as
-// many bytes a thread in flight as fp32's one tile. Columnwise bf16 casts, fp32, and casts
-// that count their range (measured steps only: their tallies would spill at 40 or 48
-// registers; at two row tiles and 64, 8-16 bytes still spill) keep 4.
+// flight while it loads, then none while it quantizes, transposes and stores, so the
+// memory pipe stays full only with enough bytes in flight per SM: at 4 blocks (64
+// registers) and one row tile a block the fp32 cast+transpose ran near copy bandwidth but
+// the bf16 one, with half the bytes a thread in flight, well below it, at about the same
+// elements per second either way (bench/RESULTS.md). Two remedies for bf16, chosen at
+// launch (tiled_row_tiles): more resident blocks (one row tile: tensorwise casts fit 40
+// registers, 6 blocks, rowwise ones 48, 5, without spilling per ptxas -v, sm_90), or two
+// row tiles a block, which puts as many bytes a thread in flight as fp32's one tile.
+// Columnwise bf16 casts, fp32, and casts that count their range (measured steps only:
+// their tallies would spill at 40 or 48 registers; at two row tiles and 64, 8-16 bytes
+// still spill) keep 4.
 template <typename T, Axis A, int kRowTiles, bool kCount>
 constexpr int tiled_min_blocks() {
   if constexpr (std::is_same_v<T, bf16_bits> && kRowTiles == 1 && !kCount) {

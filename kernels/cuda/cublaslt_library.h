@@ -1,6 +1,6 @@
 // cuBLASLt, opened when the first CUDA backend is made rather than linked into every
-// program: libcublasLt is ~540 MB, and loading it at startup cost each process that links
-// the kernels ~0.5 s, GPU or not (every CLI start, every test case on a CPU machine).
+// program: libcublasLt is ~540 MB, and loading it at startup slowed each process that
+// links the kernels, GPU or not (every CLI start, every test case on a CPU machine).
 //
 // cublaslt::load() dlopens libcublasLt.so.13 once per process: from the loader's search
 // path (LD_LIBRARY_PATH, ldconfig), else from the CUDA toolkit this build was configured

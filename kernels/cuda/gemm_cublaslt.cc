@@ -269,9 +269,8 @@ absl::StatusOr<CublasLtGemm::Plan*> CublasLtGemm::plan_for(const Call& call) {
   }
   // Split-K partial sums meet in fp32 (in the workspace), never in D's type (cuBLASLt's
   // INPLACE and OUTPUT_TYPE schemes reduce in D's type, a bf16 rounding per part): the
-  // output is rounded once, as the Backend contract says. llama-h100 steps on an H100 were
-  // no slower with it (2026-11-27: 129.0 and 111.5 ms/step for none and tensorwise, against
-  // 130.4 and 113.0 without it, an hour apart).
+  // output is rounded once, as the Backend contract says. Training steps measured no slower
+  // with it (bench/RESULTS.md, bench_train before and after).
   const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
   if (auto s = set_pref(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reduction,
                         "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)");

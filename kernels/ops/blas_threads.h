@@ -3,13 +3,13 @@
 //
 // Attention splits its work into (batch, head, query block) units across the thread pool
 // and calls sgemm inside each unit. OpenBLAS's pthreads build would also spread every one
-// of those sgemms over all cores, and it serves one threaded call at a time: on 2 cores
-// (batch 2, seq 1024, 8 heads, head_dim 64) forward + backward took 4.5-6.5 s that way,
-// against 0.3-0.5 s with either level of threading alone. The OpenBLAS of
-// Debian 12 (0.3.21) has no per-thread setting, so the setting is process-wide for the
-// guard's lifetime: an sgemm issued meanwhile from another thread (fp8::Backend::gemm)
-// runs single-threaded, slower but correct. Guards overlap safely across threads: the
-// first one in sets one thread, the last one out restores the previous count.
+// of those sgemms over all cores, and it serves one threaded call at a time: both levels
+// of threading together measured many times slower than either alone (bench/RESULTS.md).
+// The OpenBLAS of Debian 12 (0.3.21) has no per-thread setting, so the setting is
+// process-wide for the guard's lifetime: an sgemm issued meanwhile from another thread
+// (fp8::Backend::gemm) runs single-threaded, slower but correct. Guards overlap safely
+// across threads: the first one in sets one thread, the last one out restores the previous
+// count.
 #pragma once
 
 namespace fp8::ops::cpu {

@@ -1,5 +1,5 @@
-// The recipes as per-operand casts (REFERENCE.md "Recipes"), the long form over them, the
-// model's layers and the layer filter.
+// The recipes as per-operand casts (Fp8Spec.Recipe in proto/fp8/v1/job.proto), the long
+// form over them, the model's layers and the layer filter.
 #include <string>
 #include <vector>
 

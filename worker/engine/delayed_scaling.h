@@ -1,7 +1,7 @@
-// Delayed scaling of one fp8 cast (TransformerEngine's DelayedScaling; REFERENCE.md
-// "Scaling"): the scale used in step t comes from the largest amax recorded in the last
-// h steps, so the cast needs no amax pass of its own and the amaxes of a whole model can
-// be reduced across ranks once per step.
+// Delayed scaling of one fp8 cast (TransformerEngine's DelayedScaling): the scale used in
+// step t comes from the largest amax recorded in the last h steps, so the cast needs no
+// amax pass of its own and the amaxes of a whole model can be reduced across ranks once
+// per step.
 //
 // Plain host state, cheap to copy: a ring of the last h amaxes and the scale they give,
 // held in the flat layout of fp8/delayed_state.h. A training step keeps the same layout in

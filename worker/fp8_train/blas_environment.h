@@ -1,12 +1,13 @@
 // OpenBLAS settings that must be in the environment before the process starts.
 //
 // OpenBLAS's idle worker threads spin (calling sched_yield) for about 2^28 cycles after
-// each call before they sleep. A training step makes hundreds of small GEMM calls, so
-// with the defaults those threads never sleep: they compete with the kernels' own thread
-// pool and, on a loaded 2-core machine, doubled fp8-train's step time (54 ms against 25 ms,
-// most of it system time). OPENBLAS_THREAD_TIMEOUT=4 (2^4 cycles) lets them sleep at once
-// and changes no result bit. OpenBLAS reads it in its library constructor, before main(),
-// so the only way to set it from inside is to run the program again with it set.
+// each call before they sleep. A training step makes hundreds of small GEMM calls, so with
+// the defaults those threads never sleep: they compete with the kernels' own thread pool
+// and, on a loaded machine with few cores, made fp8-train's steps much slower (most of it
+// system time; see bench/RESULTS.md). OPENBLAS_THREAD_TIMEOUT=4 (2^4 cycles) lets them
+// sleep at once and changes no result bit. OpenBLAS reads it in its library constructor,
+// before main(), so the only way to set it from inside is to run the program again with it
+// set.
 #pragma once
 
 #include <unistd.h>

@@ -1,7 +1,7 @@
 // The rendezvous KeyValueStore of a rank the worker daemon started: the coordinator's
 // RendezvousService (proto/fp8/v1/rendezvous_service.proto), one namespace per attempt.
 // It lives here, beside fp8-train's main, and not in worker/engine/, because the engine
-// knows nothing of gRPC (ARCHITECTURE.md); the engine sees only KeyValueStore.
+// knows nothing of gRPC (docs/architecture.md); the engine sees only KeyValueStore.
 //
 // Every call carries "authorization: Bearer <trainer token>". UNAVAILABLE is retried with
 // short backoff until the call's time runs out, since a coordinator restarting keeps its

@@ -21,8 +21,13 @@
 // "the coordinator ended this attempt".
 //
 // --nproc and --world-size set resources.world_size. Under FSDP only rank 0 prints the step
-// log; any rank's error is printed with its rank. --timeout bounds the rendezvous and
-// every collective: a rank whose peer died fails within it, naming the peer.
+// log; any rank's error is printed with its rank. --timeout bounds the rendezvous, and the
+// collectives until train.collective_timeout_seconds takes over: a rank whose peer died
+// fails within it, naming the peer.
+//
+// Environment: FP8_NUM_THREADS caps the CPU kernels' threads (below
+// resources.cpus_per_rank); FP8_FSDP_COLLECTIVES=packed|per_parameter picks how FSDP moves a
+// unit's parameters (fsdp_model.h; packed by default).
 //
 // resources.device: cuda trains on GPU --cuda-device (default 0; under --nproc, rank r
 // uses GPU r), with NCCL between the ranks instead of Gloo.
@@ -56,6 +61,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/loader.h"
 #include "common/rpc/coordinator_channel.h"
+#include "kernels/cpu/parallel.h"
 #include "worker/engine/checkpoint/discovery.h"
 #include "worker/engine/dist/file_store.h"
 #include "worker/engine/dist/gloo_process_group.h"
@@ -93,14 +99,17 @@ class OtherRankObserver final : public fp8::engine::TrainObserver {
   void on_warning(const std::string& w) override { std::fprintf(stderr, "%s: warning: %s\n", g_who.c_str(), w.c_str()); }
 };
 
-// resources.cpus_per_rank sizes the kernels' thread pool (which reads FP8_NUM_THREADS at
-// first use) and OpenBLAS's. An FP8_NUM_THREADS already set may only make them smaller:
-// a rank never runs more compute threads than the cores the job reserved for it.
-// `preset`: FP8_NUM_THREADS as main() found it (0: not set).
+// resources.cpus_per_rank sizes the kernels' thread pool and OpenBLAS's. An
+// FP8_NUM_THREADS in the environment may only make them smaller: a rank never runs more
+// compute threads than the cores the job reserved for it. `preset`: FP8_NUM_THREADS as
+// main() found it (0: not set). Before the first kernel runs.
 void size_thread_pools(int cpus, int preset) {
-  if (cpus <= 0) return;
+  if (cpus <= 0) {
+    if (preset > 0) fp8::cpu::set_num_threads(preset);
+    return;
+  }
   const int threads = preset > 0 ? std::min(cpus, preset) : cpus;
-  setenv("FP8_NUM_THREADS", std::to_string(threads).c_str(), /*overwrite=*/1);
+  fp8::cpu::set_num_threads(threads);
   openblas_set_num_threads(threads);
 }
 
@@ -305,6 +314,13 @@ int main(int argc, char** argv) {
   if (!resume && (!joining || rank == 0)) {
     if (absl::Status s = refuse_to_overwrite(spec->checkpoint().dir()); !s.ok()) return fail(s, 2);
   }
+  fp8::engine::TrainerOptions trainer_options;
+  if (const char* e = std::getenv("FP8_FSDP_COLLECTIVES"); e != nullptr) {
+    absl::StatusOr<fp8::engine::fsdp::UnitCollectives> collectives =
+        fp8::engine::fsdp::ParseUnitCollectives(e, "FP8_FSDP_COLLECTIVES in the environment");
+    if (!collectives.ok()) return fail(collectives.status(), 2);
+    trainer_options.collectives = *collectives;
+  }
   const std::string checkpoint_dir = spec->checkpoint().dir();  // as the job names it, for messages
   absl::StatusOr<fp8::train_cli::ConfinedJobPaths> paths =
       fp8::train_cli::ConfineJobPaths(*spec, coord.data_root, coord.checkpoint_root);
@@ -349,7 +365,7 @@ int main(int argc, char** argv) {
   }
 
   absl::StatusOr<std::unique_ptr<fp8::engine::Trainer>> trainer =
-      fp8::engine::Trainer::create(*spec, *device, group.get());
+      fp8::engine::Trainer::create(*spec, *device, group.get(), trainer_options);
   if (!trainer.ok()) return fail(trainer.status());
   fp8::train_cli::ConsoleObserver console(stdout);
   OtherRankObserver quiet;

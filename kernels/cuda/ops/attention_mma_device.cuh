@@ -517,8 +517,8 @@ __global__ void __launch_bounds__(kThreads)
 //
 // Its grid is the smallest (one block per key tile of a kv head) and its blocks the most
 // unequal, so at head_dim 64 the registers are capped (168 a thread) for 3 blocks an SM
-// rather than the 2 that its ~172 would allow (ncu on an H200: 2 warps a scheduler, an
-// issue every 2.9 cycles).
+// rather than the 2 that its ~172 would allow (at 2, ncu showed too few warps a scheduler
+// to keep issuing; see bench/RESULTS.md).
 template <int D>
 __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 1)
     attention_grad_kv_mma_kernel(Geometry g, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,

@@ -57,8 +57,8 @@ inline LaunchResult after_launch(const char* kernel) {
 
 // Lets the kernel take `bytes` of dynamic shared memory, and asks for the largest shared
 // memory carve-out of L1: the kernels stage their operands in shared memory themselves,
-// and the driver's own choice can leave room for fewer blocks than registers allow (ncu on
-// an H200: 135 KB for grad_kv, 2 blocks an SM).
+// and the driver's own choice can leave room for fewer blocks than registers allow (as ncu
+// showed for grad_kv; see bench/RESULTS.md).
 template <typename Kernel>
 LaunchResult allow_shared_memory(Kernel* kernel, size_t bytes, const char* call) {
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));

@@ -10,7 +10,7 @@
 
 namespace fp8::cuda {
 
-// The tensor-core attention's kernels on an sm_90 device (H100, H200) for bf16 head_dim 64
+// The tensor-core attention's kernels on an sm_90 (Hopper) device for bf16 head_dim 64
 // or 128, unless FP8_CUDA_ATTENTION=mma asks for the mma.sync kernels
 // (attention_tc_kernels.cu checks the rest of tensor_core_attention_applies first).
 // FP8_WGMMA_MN_MAJOR=exchanged makes the launchers read transposed tiles with the MN-major

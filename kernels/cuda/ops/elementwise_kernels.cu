@@ -26,7 +26,7 @@ namespace {
 
 using model::kThreads;
 
-// Enough blocks to fill any H100/H200 many times over; larger tensors loop (grid-stride).
+// Enough blocks to fill any current GPU many times over; larger tensors loop (grid-stride).
 constexpr int64_t kMaxBlocks = int64_t{1} << 15;
 
 template <typename T, int K, int M>

@@ -15,11 +15,10 @@ using model::kThreads;
 using namespace rmsnorm_device;
 
 constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;  // the forward loops past this many rows
-// Row chunks of the backward: enough blocks to fill an H100 several times over (each
-// walks its rows one after another, a block reduction per row, so the blocks in flight
-// are what keeps memory busy: 512 chunks ran at ~40% of the bandwidth on an H200), few
-// enough that the partial vectors stay small next to x (2048 x dim floats; 16 MB at dim
-// 2048 against x's 32 MB in bf16 at 8192 rows).
+// Row chunks of the backward: enough blocks to keep memory busy (each walks its rows one
+// after another, a block reduction per row; 512 chunks left much of the bandwidth idle),
+// few enough that the partial vectors stay small next to x (2048 x dim floats; 16 MB at
+// dim 2048 against x's 32 MB in bf16 at 8192 rows).
 constexpr int64_t kMaxChunks = 2048;
 // Partial vectors up to this size live in shared memory (below the 48 KiB that needs no
 // opt-in, leaving room for several blocks per SM); longer ones accumulate in scratch.

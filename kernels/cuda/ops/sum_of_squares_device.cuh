@@ -22,7 +22,7 @@ namespace fp8::cuda::squares {
 
 using model::kThreads;
 
-// Partials per buffer: enough blocks to keep every SM of an H100 streaming, few enough that
+// Partials per buffer: enough blocks to keep every SM of a large GPU streaming, few enough that
 // the final block's pass over them is short.
 constexpr int64_t kMaxPartials = 1024;
 

@@ -22,7 +22,9 @@ constexpr int kSteps = 10;
 constexpr double kFp8StepTolerance = 5e-4;
 constexpr double kHighPrecisionStepTolerance = 1e-6;
 
-class CudaFsdpTest : public ::testing::Test {
+// Every case with both layouts of FSDP's collectives (fsdp_model.h): one packed collective
+// a unit, and a collective a parameter grouped in one NCCL launch.
+class CudaFsdpTest : public ::testing::TestWithParam<fsdp::UnitCollectives> {
  protected:
   void SetUp() override {
     corpus_ = dir_.path() / "corpus.txt";
@@ -44,12 +46,18 @@ class CudaFsdpTest : public ::testing::Test {
     RunOptions o;
     o.world_size = world;
     o.cuda = true;
+    o.collectives = GetParam();
     return RunRanks(spec, o, dir_.path());
   }
 
   TempDir dir_{"cuda-fsdp"};
   std::filesystem::path corpus_;
 };
+INSTANTIATE_TEST_SUITE_P(Collectives, CudaFsdpTest,
+                         ::testing::Values(fsdp::UnitCollectives::kPacked, fsdp::UnitCollectives::kPerParameter),
+                         [](const auto& info) {
+                           return info.param == fsdp::UnitCollectives::kPacked ? "packed" : "per_parameter";
+                         });
 
 ::testing::AssertionResult AllOk(const std::vector<RankOutcome>& ranks) {
   for (size_t r = 0; r < ranks.size(); ++r) {
@@ -69,7 +77,7 @@ void ExpectBitEqual(const RankOutcome& a, const RankOutcome& b) {
   }
 }
 
-TEST_F(CudaFsdpTest, OneRankOverNcclEqualsOneProcessBitForBit) {
+TEST_P(CudaFsdpTest, OneRankOverNcclEqualsOneProcessBitForBit) {
   if (const std::string why = MissingGpus(1); !why.empty()) GTEST_SKIP() << why;
   for (const char* recipe : {"tensorwise", "rowwise", "delayed"}) {
     SCOPED_TRACE(recipe);
@@ -83,7 +91,7 @@ TEST_F(CudaFsdpTest, OneRankOverNcclEqualsOneProcessBitForBit) {
   }
 }
 
-TEST_F(CudaFsdpTest, GatheredWeightsAreFreedAfterUse) {
+TEST_P(CudaFsdpTest, GatheredWeightsAreFreedAfterUse) {
   if (const std::string why = MissingGpus(1); !why.empty()) GTEST_SKIP() << why;
   const auto fsdp = Run(Job({"fp8.recipe=tensorwise", "fp8.all_gather_fp8=true"}), 1);
   ASSERT_TRUE(AllOk(fsdp));
@@ -95,7 +103,7 @@ TEST_F(CudaFsdpTest, GatheredWeightsAreFreedAfterUse) {
   }
 }
 
-TEST_F(CudaFsdpTest, Fp8AllGatherEqualsFp32AllGather) {
+TEST_P(CudaFsdpTest, Fp8AllGatherEqualsFp32AllGather) {
   if (const std::string why = MissingGpus(2); !why.empty()) GTEST_SKIP() << why;
   for (const char* recipe : {"tensorwise", "delayed"}) {
     SCOPED_TRACE(recipe);
@@ -109,7 +117,7 @@ TEST_F(CudaFsdpTest, Fp8AllGatherEqualsFp32AllGather) {
   }
 }
 
-TEST_F(CudaFsdpTest, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
+TEST_P(CudaFsdpTest, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
   if (const std::string why = MissingGpus(2); !why.empty()) GTEST_SKIP() << why;
   for (const char* recipe : {"none", "tensorwise", "rowwise", "delayed"}) {
     SCOPED_TRACE(recipe);

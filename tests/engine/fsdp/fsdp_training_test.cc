@@ -17,6 +17,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <string>
+#include <tuple>
 
 #include "gtest/gtest.h"
 #include "tests/engine/fsdp/rank_harness.h"
@@ -29,8 +31,16 @@ namespace {
 
 constexpr int kSteps = 10;
 
-class FsdpTrainingTest : public ::testing::Test {
+// Every case runs with both layouts of FSDP's collectives (fsdp_model.h).
+std::string CollectivesName(fsdp::UnitCollectives c) {
+  return c == fsdp::UnitCollectives::kPacked ? "packed" : "per_parameter";
+}
+const auto kBothCollectives =
+    ::testing::Values(fsdp::UnitCollectives::kPacked, fsdp::UnitCollectives::kPerParameter);
+
+class FsdpTrainingBase : public ::testing::Test {
  protected:
+  virtual fsdp::UnitCollectives collectives() const = 0;
   void SetUp() override {
     corpus_ = dir_.path() / "corpus.txt";
     WriteSyntheticCorpus(corpus_, 200000);
@@ -42,7 +52,10 @@ class FsdpTrainingTest : public ::testing::Test {
     if (checkpoints.empty()) spec.mutable_checkpoint()->clear_dir();
     return spec;
   }
-  std::vector<RankOutcome> Run(const v1::JobSpec& spec, RunOptions o) { return RunRanks(spec, o, dir_.path()); }
+  std::vector<RankOutcome> Run(const v1::JobSpec& spec, RunOptions o) {
+    o.collectives = collectives();
+    return RunRanks(spec, o, dir_.path());
+  }
   std::vector<RankOutcome> Run(const v1::JobSpec& spec, int world) {
     RunOptions o;
     o.world_size = world;
@@ -52,6 +65,13 @@ class FsdpTrainingTest : public ::testing::Test {
   TempDir dir_{"fsdp-train"};
   std::filesystem::path corpus_;
 };
+
+class FsdpTrainingTest : public FsdpTrainingBase, public ::testing::WithParamInterface<fsdp::UnitCollectives> {
+ protected:
+  fsdp::UnitCollectives collectives() const override { return GetParam(); }
+};
+INSTANTIATE_TEST_SUITE_P(Collectives, FsdpTrainingTest, kBothCollectives,
+                         [](const auto& info) { return CollectivesName(info.param); });
 
 ::testing::AssertionResult AllOk(const std::vector<RankOutcome>& ranks) {
   for (size_t r = 0; r < ranks.size(); ++r) {
@@ -92,12 +112,17 @@ struct RecipeCase {
   const char* all_gather_fp8;  // "true", "false", or null for the recipe's default
 };
 
-class OneRank : public FsdpTrainingTest, public ::testing::WithParamInterface<RecipeCase> {};
+class OneRank : public FsdpTrainingBase,
+                public ::testing::WithParamInterface<std::tuple<RecipeCase, fsdp::UnitCollectives>> {
+ protected:
+  fsdp::UnitCollectives collectives() const override { return std::get<1>(GetParam()); }
+  const RecipeCase& recipe() const { return std::get<0>(GetParam()); }
+};
 
 // One rank under FSDP (a real Gloo group of one) is the single process, bit for bit.
 TEST_P(OneRank, EqualsSingleProcessBitForBit) {
-  std::vector<std::string> extra{absl::StrCat("fp8.recipe=", GetParam().recipe)};
-  if (GetParam().all_gather_fp8) extra.push_back(absl::StrCat("fp8.all_gather_fp8=", GetParam().all_gather_fp8));
+  std::vector<std::string> extra{absl::StrCat("fp8.recipe=", recipe().recipe)};
+  if (recipe().all_gather_fp8) extra.push_back(absl::StrCat("fp8.all_gather_fp8=", recipe().all_gather_fp8));
   const auto single = Run(Job(extra), 0);
   const auto fsdp = Run(Job(extra), 1);
   ASSERT_TRUE(AllOk(single));
@@ -107,13 +132,18 @@ TEST_P(OneRank, EqualsSingleProcessBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, OneRank,
-                         ::testing::Values(RecipeCase{"tensorwise", "true"}, RecipeCase{"tensorwise", "false"},
-                                           RecipeCase{"rowwise", nullptr}, RecipeCase{"delayed", "true"}),
+                         ::testing::Combine(::testing::Values(RecipeCase{"tensorwise", "true"},
+                                                              RecipeCase{"tensorwise", "false"},
+                                                              RecipeCase{"rowwise", nullptr},
+                                                              RecipeCase{"delayed", "true"}),
+                                            kBothCollectives),
                          [](const auto& info) {
-                           return absl::StrCat(info.param.recipe, info.param.all_gather_fp8 == nullptr ? ""
-                                                                  : std::string(info.param.all_gather_fp8) == "true"
-                                                                      ? "_fp8_gather"
-                                                                      : "_fp32_gather");
+                           const RecipeCase& c = std::get<0>(info.param);
+                           return absl::StrCat(c.recipe,
+                                               c.all_gather_fp8 == nullptr                   ? ""
+                                               : std::string(c.all_gather_fp8) == "true" ? "_fp8_gather"
+                                                                                         : "_fp32_gather",
+                                               "_", CollectivesName(std::get<1>(info.param)));
                          });
 
 struct WorldCase {
@@ -122,12 +152,16 @@ struct WorldCase {
   int grad_accum = 1;
 };
 
-class Ranks : public FsdpTrainingTest, public ::testing::WithParamInterface<WorldCase> {};
+class Ranks : public FsdpTrainingBase,
+              public ::testing::WithParamInterface<std::tuple<WorldCase, fsdp::UnitCollectives>> {
+ protected:
+  fsdp::UnitCollectives collectives() const override { return std::get<1>(GetParam()); }
+};
 
 // W ranks with batch_size 2 train the global batch a single process trains with batch
 // 2 x W: the same losses within the tolerance above; and every rank reports the same ones.
 TEST_P(Ranks, MatchSingleProcessOnTheSameGlobalBatch) {
-  const auto [recipe, world, grad_accum] = GetParam();
+  const auto [recipe, world, grad_accum] = std::get<0>(GetParam());
   const std::string r = absl::StrCat("fp8.recipe=", recipe), accum = absl::StrCat("train.grad_accum=", grad_accum);
   const auto single = Run(Job({r, accum, absl::StrCat("train.batch_size=", 2 * world)}), 0);
   const auto fsdp = Run(Job({r, accum, "train.batch_size=2"}), world);
@@ -142,19 +176,22 @@ TEST_P(Ranks, MatchSingleProcessOnTheSameGlobalBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, Ranks,
-                         ::testing::Values(WorldCase{"tensorwise", 2}, WorldCase{"tensorwise", 4},
-                                           WorldCase{"rowwise", 2}, WorldCase{"delayed", 2}, WorldCase{"delayed", 4},
-                                           WorldCase{"none", 2}, WorldCase{"tensorwise", 2, 2},
-                                           WorldCase{"delayed", 2, 2}),
+                         ::testing::Combine(::testing::Values(WorldCase{"tensorwise", 2}, WorldCase{"tensorwise", 4},
+                                                              WorldCase{"rowwise", 2}, WorldCase{"delayed", 2},
+                                                              WorldCase{"delayed", 4}, WorldCase{"none", 2},
+                                                              WorldCase{"tensorwise", 2, 2},
+                                                              WorldCase{"delayed", 2, 2}),
+                                            kBothCollectives),
                          [](const auto& info) {
-                           return absl::StrCat(info.param.recipe, "_", info.param.world, "_ranks",
-                                               info.param.grad_accum > 1 ? "_grad_accum" : "");
+                           const WorldCase& c = std::get<0>(info.param);
+                           return absl::StrCat(c.recipe, "_", c.world, "_ranks", c.grad_accum > 1 ? "_grad_accum" : "",
+                                               "_", CollectivesName(std::get<1>(info.param)));
                          });
 
 // fp8 all-gather changes the bytes on the wire, never the training: on and off give the
 // same bits; and its counters show one byte per weight element and one all-reduce for all
 // the weight scales per step.
-TEST_F(FsdpTrainingTest, Fp8AllGatherEqualsFp32AllGatherAndMovesOneBytePerElement) {
+TEST_P(FsdpTrainingTest, Fp8AllGatherEqualsFp32AllGatherAndMovesOneBytePerElement) {
   for (const char* recipe : {"tensorwise", "delayed"}) {
     SCOPED_TRACE(recipe);
     const std::string r = absl::StrCat("fp8.recipe=", recipe);
@@ -189,7 +226,7 @@ TEST_F(FsdpTrainingTest, Fp8AllGatherEqualsFp32AllGatherAndMovesOneBytePerElemen
 // live only while their unit computes: between steps a rank holds its shards, their
 // optimizer state and the activation buffers, the same bytes after every step, fewer than
 // a single process holding the whole model.
-TEST_F(FsdpTrainingTest, GatheredWeightsAreFreedAfterUse) {
+TEST_P(FsdpTrainingTest, GatheredWeightsAreFreedAfterUse) {
   const v1::JobSpec spec = Job({"fp8.recipe=tensorwise", "fp8.all_gather_fp8=true"});
   const auto fsdp = Run(spec, 2);
   RunOptions single_options;
@@ -212,7 +249,7 @@ TEST_F(FsdpTrainingTest, GatheredWeightsAreFreedAfterUse) {
 
 // A rank that dies mid-training takes the others down within the collective timeout, with
 // an error naming it, instead of leaving them hanging.
-TEST_F(FsdpTrainingTest, KilledRankMakesEveryOtherRankFailWithinTheTimeout) {
+TEST_P(FsdpTrainingTest, KilledRankMakesEveryOtherRankFailWithinTheTimeout) {
   for (int world : {2, 4}) {
     SCOPED_TRACE(absl::StrCat(world, " ranks"));
     RunOptions o;
@@ -237,7 +274,7 @@ TEST_F(FsdpTrainingTest, KilledRankMakesEveryOtherRankFailWithinTheTimeout) {
 
 // A rank that stops answering (SIGSTOP) fails its peers' next collective within
 // train.collective_timeout_seconds, however long the group's own timeout is.
-TEST_F(FsdpTrainingTest, AStalledRankFailsItsPeersWithinTheJobsCollectiveTimeout) {
+TEST_P(FsdpTrainingTest, AStalledRankFailsItsPeersWithinTheJobsCollectiveTimeout) {
   RunOptions o;
   o.world_size = 2;
   o.timeout_seconds = 120;  // the group's (fp8-train --timeout): far longer than the job's
@@ -259,7 +296,7 @@ TEST_F(FsdpTrainingTest, AStalledRankFailsItsPeersWithinTheJobsCollectiveTimeout
 // the ranks sum their votes with each step's values on the device, and each reads the sum
 // of a step once the next one is queued, so all stop one step after the first vote,
 // whether steps report or not.
-TEST_F(FsdpTrainingTest, AStopOnOneRankStopsEveryRankAfterTheSameStep) {
+TEST_P(FsdpTrainingTest, AStopOnOneRankStopsEveryRankAfterTheSameStep) {
   for (const int64_t log_every : {int64_t{1}, int64_t{100}}) {
     SCOPED_TRACE(absl::StrCat("log_every ", log_every));
     RunOptions o;
@@ -279,7 +316,7 @@ TEST_F(FsdpTrainingTest, AStopOnOneRankStopsEveryRankAfterTheSameStep) {
 // A diverging run under FSDP fails as one process does, on every rank alike: the ranks'
 // summed values are read at the same step (here the checkpoint at step 4, before anything
 // is written), and the error names the first step whose loss or norm is not finite.
-TEST_F(FsdpTrainingTest, ADivergingRunFailsOnEveryRankAtTheSameReadBeforeItsCheckpoint) {
+TEST_P(FsdpTrainingTest, ADivergingRunFailsOnEveryRankAtTheSameReadBeforeItsCheckpoint) {
   const auto ranks = Run(Job({"fp8.recipe=tensorwise", "train.lr=1e30", "train.warmup_steps=0", "train.log_every=10",
                               "checkpoint.every=4"},
                              "diverging"),
@@ -301,7 +338,7 @@ TEST_F(FsdpTrainingTest, ADivergingRunFailsOnEveryRankAtTheSameReadBeforeItsChec
 // Each rank writes its shard; resuming the sharded checkpoint continues exactly as the run
 // that never stopped; a checkpoint without its commit marker is never used; and another
 // world size is refused.
-TEST_F(FsdpTrainingTest, ShardedCheckpointResumesBitForBit) {
+TEST_P(FsdpTrainingTest, ShardedCheckpointResumesBitForBit) {
   const std::vector<std::string> extra{"fp8.recipe=delayed", "checkpoint.every=4"};
   RunOptions straight;
   straight.world_size = 2;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/parallel.h"
 #include "worker/engine/dist/file_store.h"
 #include "worker/engine/dist/gloo_process_group.h"
 #ifdef FP8_HAVE_NCCL
@@ -91,7 +92,9 @@ absl::Status TrainRank(const v1::JobSpec& spec, const RunOptions& o, int rank, c
   }
   v1::JobSpec s = spec;
   s.mutable_resources()->set_world_size(o.world_size > 0 ? o.world_size : 1);
-  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(s, *device, group.get());
+  TrainerOptions trainer_options;
+  trainer_options.collectives = o.collectives;
+  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(s, *device, group.get(), trainer_options);
   if (!t.ok()) return t.status();
   std::atomic<bool> stop{false};
   FileObserver observer(out, rank, o, *device, stop);
@@ -108,7 +111,7 @@ absl::Status TrainRank(const v1::JobSpec& spec, const RunOptions& o, int rank, c
 
 [[noreturn]] void RankMain(const v1::JobSpec& spec, const RunOptions& o, int rank, const std::filesystem::path& rdzv,
                            const std::filesystem::path& result) {
-  setenv("FP8_NUM_THREADS", "1", 1);
+  fp8::cpu::set_num_threads(1);  // each of the forked ranks computes on one thread
   std::FILE* out = std::fopen(result.c_str(), "w");
   if (out == nullptr) _exit(3);
   const absl::Status s = TrainRank(spec, o, rank, rdzv, out);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fp8/v1/job.pb.h"
+#include "worker/engine/fsdp/fsdp_model.h"
 
 namespace fp8::engine::testing {
 
@@ -57,6 +58,8 @@ struct RunOptions {
   int stop_rank = -1;
   int64_t stop_at_step = 0;
   double deadline_seconds = 120;  // the harness kills everything after this
+  // How FSDP moves a unit's parameters (fsdp_model.h).
+  fsdp::UnitCollectives collectives = fsdp::UnitCollectives::kPacked;
   // Train on GPUs: rank r on CUDA device r (a single process on device 0), the ranks over
   // NCCL instead of Gloo. A rank fails, saying why, where that is not possible.
   bool cuda = false;

@@ -2,8 +2,9 @@
 // need (Gloo's addresses, NCCL's unique id), every rank blocks until it appears.
 //
 // Implementations: FileStore (file_store.h) for standalone runs on one machine or a
-// shared file system; the coordinator's store arrives with the control plane. The engine
-// only sees this interface (ARCHITECTURE.md: the engine knows nothing of gRPC).
+// shared file system; CoordinatorStore (worker/fp8_train/coordinator_store.h), the
+// coordinator's RendezvousService, outside the engine. The engine only sees this
+// interface: it knows nothing of gRPC (docs/architecture.md).
 //
 // Keys are plain strings ("job-7/attempt-2/gloo/rank-1"); a job attempt namespaces its keys
 // with a prefix so that a restarted attempt never reads the last one's values.

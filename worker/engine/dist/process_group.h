@@ -4,12 +4,12 @@
 // (nccl/nccl_process_group.h; device memory, queued on the group's stream). Every call is
 // collective: all ranks call it in the same order with the same sizes.
 //
-// Failure contract (REFERENCE.md: the users' most common failure is surviving ranks
-// hanging in a collective after one rank died): a collective whose peer died or stopped
-// answering returns an error within the group's timeout, never hangs. The error is
-// Unavailable (peer gone) or DeadlineExceeded (peer silent) and names the peer rank where
-// it is known ("all_gather: lost rank 2 (connection closed)"). After one failure the group
-// is broken: every later call fails at once with the first error.
+// Failure contract (the failure users of distributed training meet most often is
+// surviving ranks hanging in a collective after one rank died): a collective whose peer
+// died or stopped answering returns an error within the group's timeout, never hangs.
+// The error is Unavailable (peer gone) or DeadlineExceeded (peer silent) and names the
+// peer rank where it is known ("all_gather: lost rank 2 (connection closed)"). After one
+// failure the group is broken: every later call fails at once with the first error.
 //
 // Determinism: a reduction gives the same bits on every rank and in every run with the
 // same inputs and world size (the order of summation is fixed, not arrival-dependent).

@@ -1,8 +1,6 @@
 #include "worker/engine/fsdp/fsdp_model.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -79,22 +77,20 @@ struct FsdpModel::Unit {
   bool present = false;
 };
 
-absl::StatusOr<UnitCollectives> unit_collectives_from_environment() {
-  const char* e = std::getenv("FP8_FSDP_COLLECTIVES");
-  if (e == nullptr || std::strcmp(e, "packed") == 0) return UnitCollectives::kPacked;
-  if (std::strcmp(e, "per_parameter") == 0) return UnitCollectives::kPerParameter;
+absl::StatusOr<UnitCollectives> ParseUnitCollectives(std::string_view text, std::string_view where) {
+  if (text == "packed") return UnitCollectives::kPacked;
+  if (text == "per_parameter") return UnitCollectives::kPerParameter;
   return absl::InvalidArgumentError(
-      absl::StrCat("FP8_FSDP_COLLECTIVES=", e, " in the environment: expected packed or per_parameter"));
+      absl::StrCat(std::string(where), ": '", std::string(text), "' is not packed or per_parameter"));
 }
 
-FsdpModel::FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options,
-                     UnitCollectives collectives)
+FsdpModel::FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options)
     : model_(model),
       device_(model.device()),
       options_(options),
       rank_(group.rank()),
       world_size_(group.size()),
-      collectives_(collectives),
+      collectives_(options.collectives),
       comm_(group, model.device().backend()) {}
 
 FsdpModel::~FsdpModel() {
@@ -104,8 +100,7 @@ FsdpModel::~FsdpModel() {
 
 absl::StatusOr<std::unique_ptr<FsdpModel>> FsdpModel::create(LlamaModel& model, dist::ProcessGroup& group,
                                                               const FsdpOptions& options) {
-  FP8_ASSIGN_OR_RETURN(const UnitCollectives collectives, unit_collectives_from_environment());
-  std::unique_ptr<FsdpModel> f(new FsdpModel(model, group, options, collectives));
+  std::unique_ptr<FsdpModel> f(new FsdpModel(model, group, options));
   FP8_RETURN_IF_ERROR(f->shard_parameters());
   FP8_RETURN_IF_ERROR(f->plan_fp8_gathers());
   FP8_RETURN_IF_ERROR(f->pack_units());

@@ -1,7 +1,7 @@
 // FSDP for the Llama model: every parameter sharded along dim 0 across the ranks of a
 // process group (shard_layout.h), gathered unit by unit just before use and freed right
-// after, with weight gradients reduce-scattered back to the shards. ARCHITECTURE.md, "One
-// training step", is the plan this follows:
+// after, with weight gradients reduce-scattered back to the shards. docs/architecture.md,
+// "One training step", describes the step this takes part in:
 //
 //   - Shards (shards()) hold the fp32 masters; the optimizer and checkpoints work on them.
 //     The model's own Parameter tensors exist only while their unit is gathered.
@@ -37,6 +37,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -50,11 +51,6 @@
 
 namespace fp8::engine::fsdp {
 
-struct FsdpOptions {
-  bool all_gather_fp8 = true;  // fp8.all_gather_fp8
-  bool prefetch = true;        // gather the next unit while this one computes
-};
-
 // How a unit's parameters travel (FsdpModel):
 //   kPacked        one flat all-gather (reduce-scatter) a unit, whose buffer holds every
 //                  rank's shards one after another, so that each parameter is copied out
@@ -62,13 +58,18 @@ struct FsdpOptions {
 //   kPerParameter  one all-gather (reduce-scatter) a parameter, all of a unit's in one call
 //                  of the group (ProcessGroup::all_gather_parts), straight into the gathered
 //                  parameter (out of its gradient), with nothing to copy.
-// kPacked unless FP8_FSDP_COLLECTIVES=per_parameter is in the environment (another value
-// than those two is an error: FsdpModel::create fails saying so). kPerParameter
-// is meant for NCCL, which launches a call's parts as one group (Gloo pays a round trip a
-// collective); it becomes NCCL's default once it has run and been timed on GPUs (it has
-// run over Gloo only: the tests run every FSDP case both ways).
+// kPerParameter is meant for NCCL, which launches a call's parts as one group (Gloo pays a
+// round trip a collective); it becomes NCCL's default once it has run and been timed on
+// GPUs (the tests run every FSDP case both ways).
 enum class UnitCollectives { kPacked, kPerParameter };
-absl::StatusOr<UnitCollectives> unit_collectives_from_environment();
+// "packed" or "per_parameter"; InvalidArgument naming `where` and the value otherwise.
+absl::StatusOr<UnitCollectives> ParseUnitCollectives(std::string_view text, std::string_view where);
+
+struct FsdpOptions {
+  bool all_gather_fp8 = true;  // fp8.all_gather_fp8
+  bool prefetch = true;        // gather the next unit while this one computes
+  UnitCollectives collectives = UnitCollectives::kPacked;
+};
 
 class FsdpModel final : public ParameterHooks {
  public:
@@ -127,7 +128,7 @@ class FsdpModel final : public ParameterHooks {
   struct Fp8State;
   struct Unit;
 
-  FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options, UnitCollectives collectives);
+  FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options);
   absl::Status shard_parameters();
   absl::Status plan_fp8_gathers();
   // Lays out each unit's flat buffers (one all-gather and one reduce-scatter per unit).

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/parallel.h"
 #include "worker/engine/data/portable_random.h"
 
 namespace fp8::engine {
@@ -115,20 +116,16 @@ absl::Status init_one(Parameter& p, uint64_t seed, int64_t n_layers) {
   return p.value.upload<float>(values);
 }
 
-// Threads for the initialisation: the machine's, or FP8_NUM_THREADS where set (a rank's
-// share of the cores, as the CPU kernels take it).
+// Threads for the initialisation: as many as the CPU kernels are given (a rank's share of
+// the cores).
 size_t init_threads(size_t params) {
-  size_t n = std::max(1u, std::thread::hardware_concurrency());
-  if (const char* env = std::getenv("FP8_NUM_THREADS"); env != nullptr && std::atoi(env) > 0) {
-    n = static_cast<size_t>(std::atoi(env));
-  }
-  return std::min(n, params);
+  return std::min(static_cast<size_t>(fp8::cpu::configured_num_threads()), params);
 }
 
 }  // namespace
 
-// The normal draws (a logarithm, a square root, a cosine and a sine per pair) cost ~25 ns
-// per value: 25 s for a 1B model on one thread. Each parameter's values depend only on the
+// The normal draws (a logarithm, a square root, a cosine and a sine per pair) make a 1B
+// model slow to initialise on one thread. Each parameter's values depend only on the
 // seed and its name, so the parameters are drawn on several threads, largest first, with
 // the same bits whatever the thread count.
 absl::Status init_parameters(ParameterSet& params, uint64_t seed, int64_t n_layers) {

@@ -46,7 +46,8 @@ std::string recipe_name(v1::Fp8Spec::Recipe r) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec, const Device& device,
-                                                         dist::ProcessGroup* group) {
+                                                         dist::ProcessGroup* group,
+                                                         const TrainerOptions& trainer_options) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->spec_ = spec;
   const v1::DataSpec& d = spec.data();
@@ -74,6 +75,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
   if (group != nullptr) {
     fsdp::FsdpOptions options;
     options.all_gather_fp8 = spec.fp8().all_gather_fp8();
+    options.collectives = trainer_options.collectives;
     FP8_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FsdpModel::create(*t->model_, *group, options));
     t->trained_ = &t->fsdp_->shards();
   }

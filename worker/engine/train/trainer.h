@@ -57,13 +57,20 @@ struct RunControl {
   int64_t stop_after_step = 0;
 };
 
+// How the engine trains, where the job spec leaves it open (same results either way).
+struct TrainerOptions {
+  // Under FSDP: how a unit's parameters travel (fsdp_model.h).
+  fsdp::UnitCollectives collectives = fsdp::UnitCollectives::kPacked;
+};
+
 class Trainer {
  public:
   // `spec` must be resolved and valid (jobspec::LoadJobSpecFile does both).
   // With `group` (not owned; must outlive the trainer), this process is rank
   // group->rank() of an FSDP job of group->size() ranks; resources.world_size must match.
   static absl::StatusOr<std::unique_ptr<Trainer>> create(const v1::JobSpec& spec, const Device& device,
-                                                         dist::ProcessGroup* group = nullptr);
+                                                         dist::ProcessGroup* group = nullptr,
+                                                         const TrainerOptions& options = {});
 
   // Loads the newest good checkpoint under checkpoint.dir, reporting skipped ones through
   // observer.on_warning. Returns the step it resumed from; 0 (and nothing loaded) when
