@@ -39,18 +39,18 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/local_ranks.h"
-#include "worker/engine/dist/file_store.h"
-#include "worker/engine/dist/gloo_process_group.h"
+#include "worker/engine/collectives/file_store.h"
+#include "worker/engine/collectives/gloo_process_group.h"
 
 #ifdef FP8_BENCH_NCCL
 #include <cuda_runtime.h>
 
-#include "worker/engine/dist/nccl/nccl_process_group.h"
+#include "worker/engine/collectives/nccl/nccl_process_group.h"
 #endif
 
 namespace {
 
-namespace dist = fp8::engine::dist;
+namespace collectives = fp8::engine::collectives;
 using fp8::bench::fmt;
 
 struct Shape {
@@ -170,14 +170,14 @@ absl::Status check_gathered(const Buffer& recv, size_t per_rank, int world, int 
 
 // One timed all-gather: all ranks start together after a barrier, and the time is the
 // slowest rank's.
-absl::StatusOr<double> timed_gather(dist::ProcessGroup& g, const Buffer& send, Buffer& recv, size_t per_rank,
+absl::StatusOr<double> timed_gather(collectives::ProcessGroup& g, const Buffer& send, Buffer& recv, size_t per_rank,
                                     Buffer& scalar) {
   if (absl::Status s = g.barrier(); !s.ok()) return s;
   const auto t0 = std::chrono::steady_clock::now();
   if (absl::Status s = g.all_gather(send.data(), recv.data(), per_rank); !s.ok()) return s;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   scalar.write(&seconds, sizeof seconds);  // NCCL reduces device memory only
-  if (absl::Status s = g.all_reduce(static_cast<double*>(scalar.data()), 1, dist::ReduceOp::kMax); !s.ok()) return s;
+  if (absl::Status s = g.all_reduce(static_cast<double*>(scalar.data()), 1, collectives::ReduceOp::kMax); !s.ok()) return s;
   scalar.read(0, &seconds, sizeof seconds);
   return seconds;
 }
@@ -187,14 +187,14 @@ Timing summarize(std::vector<double> samples) {
   return {samples[samples.size() / 2], samples.front()};
 }
 
-absl::StatusOr<std::unique_ptr<dist::ProcessGroup>> join(const Config& cfg, int rank, int world,
+absl::StatusOr<std::unique_ptr<collectives::ProcessGroup>> join(const Config& cfg, int rank, int world,
                                                          const std::filesystem::path& dir) {
-  absl::StatusOr<std::unique_ptr<dist::FileStore>> store = dist::FileStore::open(dir / "rendezvous");
+  absl::StatusOr<std::unique_ptr<collectives::FileStore>> store = collectives::FileStore::open(dir / "rendezvous");
   if (!store.ok()) return store.status();
-  dist::ProcessGroupOptions options;
+  collectives::ProcessGroupOptions options;
   options.prefix = "bench_allgather/";
   options.timeout = absl::Seconds(120);
-  if (!cfg.nccl) return dist::make_gloo_process_group(**store, rank, world, options);
+  if (!cfg.nccl) return collectives::make_gloo_process_group(**store, rank, world, options);
 #ifdef FP8_BENCH_NCCL
   int devices = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0) {
@@ -203,7 +203,7 @@ absl::StatusOr<std::unique_ptr<dist::ProcessGroup>> join(const Config& cfg, int 
                      e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", ")"));
   }
   if (cudaSetDevice(rank % devices) != cudaSuccess) return absl::InternalError("cudaSetDevice");
-  return dist::make_nccl_process_group(**store, rank, world, options, rank % devices, nullptr);
+  return collectives::make_nccl_process_group(**store, rank, world, options, rank % devices, nullptr);
 #else
   return absl::UnimplementedError("this build has no NCCL");  // main() refuses earlier
 #endif
@@ -212,9 +212,9 @@ absl::StatusOr<std::unique_ptr<dist::ProcessGroup>> join(const Config& cfg, int 
 // One rank at one world size: every shape and dtype, repeats interleaved by dtype. Rank 0
 // writes "shape dtype median_s min_s" lines to `dir`/results.txt.
 absl::Status rank_main(const Config& cfg, int rank, int world, const std::filesystem::path& dir) {
-  absl::StatusOr<std::unique_ptr<dist::ProcessGroup>> group = join(cfg, rank, world, dir);
+  absl::StatusOr<std::unique_ptr<collectives::ProcessGroup>> group = join(cfg, rank, world, dir);
   if (!group.ok()) return group.status();
-  dist::ProcessGroup& g = **group;
+  collectives::ProcessGroup& g = **group;
   Buffer scalar(cfg.nccl, sizeof(double));
   std::ofstream out;
   if (rank == 0) out.open(dir / "results.txt");

@@ -105,10 +105,10 @@
 #include "bench/op_breakdown.h"
 #include "common/jobspec/loader.h"
 #include "kernels/cpu/parallel.h"
-#include "worker/engine/dist/file_store.h"
-#include "worker/engine/dist/gloo_process_group.h"
+#include "worker/engine/collectives/file_store.h"
+#include "worker/engine/collectives/gloo_process_group.h"
 #ifdef FP8_HAVE_NCCL
-#include "worker/engine/dist/nccl/nccl_process_group.h"
+#include "worker/engine/collectives/nccl/nccl_process_group.h"
 #endif
 #include "worker/engine/train/trainer.h"
 #include "worker/fp8_train/blas_environment.h"
@@ -803,7 +803,7 @@ class RoundTally final : public fp8::engine::TrainObserver {
 struct FsdpContender {
   bool all_gather_fp8 = false;
   fp8::v1::JobSpec spec;
-  std::unique_ptr<fp8::engine::dist::ProcessGroup> group;  // before the trainer: outlives it
+  std::unique_ptr<fp8::engine::collectives::ProcessGroup> group;  // before the trainer: outlives it
   std::unique_ptr<fp8::engine::Trainer> trainer;
   RoundTally tally;
   double seconds = 0;  // sum over measured rounds of the slowest rank's time (all steps but the first)
@@ -823,25 +823,25 @@ struct FsdpSetup {
   std::vector<FsdpContender> contenders;  // specs only; each rank builds the rest
 };
 
-absl::StatusOr<std::unique_ptr<fp8::engine::dist::ProcessGroup>> join(fp8::engine::dist::KeyValueStore& store,
+absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> join(fp8::engine::collectives::KeyValueStore& store,
                                                                       int rank, const FsdpSetup& setup,
                                                                       const std::string& prefix) {
-  fp8::engine::dist::ProcessGroupOptions options;
+  fp8::engine::collectives::ProcessGroupOptions options;
   options.prefix = prefix;
   options.timeout = absl::Seconds(setup.timeout_s);
-  return fp8::engine::dist::make_gloo_process_group(store, rank, setup.nproc, options);
+  return fp8::engine::collectives::make_gloo_process_group(store, rank, setup.nproc, options);
 }
 
 // A trainer's group: Gloo on the CPU; on a GPU, NCCL queued on the device's compute stream.
-absl::StatusOr<std::unique_ptr<fp8::engine::dist::ProcessGroup>> join_trainers(
-    fp8::engine::dist::KeyValueStore& store, int rank, const FsdpSetup& setup, const std::string& prefix,
+absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> join_trainers(
+    fp8::engine::collectives::KeyValueStore& store, int rank, const FsdpSetup& setup, const std::string& prefix,
     const fp8::engine::Device& device) {
   if (!setup.cuda) return join(store, rank, setup, prefix);
 #ifdef FP8_HAVE_NCCL
-  fp8::engine::dist::ProcessGroupOptions options;
+  fp8::engine::collectives::ProcessGroupOptions options;
   options.prefix = prefix;
   options.timeout = absl::Seconds(setup.timeout_s);
-  return fp8::engine::dist::make_nccl_process_group(store, rank, setup.nproc, options, device.ordinal(), nullptr,
+  return fp8::engine::collectives::make_nccl_process_group(store, rank, setup.nproc, options, device.ordinal(), nullptr,
                                                     device.stream());
 #else
   (void)device;
@@ -965,19 +965,19 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
     profiled->profiler.set_by_shape(setup.by_shape);
   }
   const fp8::engine::Device& trained_on = profiled ? profiled->device : *device;
-  absl::StatusOr<std::unique_ptr<fp8::engine::dist::FileStore>> store =
-      fp8::engine::dist::FileStore::open(dir / "rendezvous");
+  absl::StatusOr<std::unique_ptr<fp8::engine::collectives::FileStore>> store =
+      fp8::engine::collectives::FileStore::open(dir / "rendezvous");
   if (!store.ok()) return store.status();
   // The benchmark's own group (barriers, timings), apart from the trainers' groups so that
   // it does not show in their communication counters.
-  absl::StatusOr<std::unique_ptr<fp8::engine::dist::ProcessGroup>> control = join(**store, rank, setup, "bench/");
+  absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> control = join(**store, rank, setup, "bench/");
   if (!control.ok()) return control.status();
   std::vector<FsdpContender> runs;
   runs.reserve(setup.contenders.size());
   for (const FsdpContender& c : setup.contenders) {
     FsdpContender& r = runs.emplace_back();
     r.all_gather_fp8 = c.all_gather_fp8;
-    absl::StatusOr<std::unique_ptr<fp8::engine::dist::ProcessGroup>> g =
+    absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> g =
         join_trainers(**store, rank, setup, c.all_gather_fp8 ? "ag-fp8-on/" : "ag-fp8-off/", *device);
     if (!g.ok()) return g.status();
     r.group = std::move(*g);
@@ -997,7 +997,7 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
       absl::StatusOr<fp8::engine::TrainSummary> s = c.trainer->run(c.tally, rc);
       if (!s.ok()) return s.status();
       double seconds = c.tally.round_seconds;
-      if (absl::Status m = (*control)->all_reduce(&seconds, 1, fp8::engine::dist::ReduceOp::kMax); !m.ok()) return m;
+      if (absl::Status m = (*control)->all_reduce(&seconds, 1, fp8::engine::collectives::ReduceOp::kMax); !m.ok()) return m;
       if (round == 0) continue;
       c.seconds += seconds;
       c.steps += steps_per_round - 1;
@@ -1013,7 +1013,7 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
   for (FsdpContender& c : runs) {
     fp8::engine::StepComm& m = c.tally.sum;
     double v[5] = {m.all_gather_fp8_bytes, m.all_gather_f32_bytes, m.reduce_scatter_bytes, m.comm_ms, m.exposed_ms};
-    if (absl::Status s = (*control)->all_reduce(v, 5, fp8::engine::dist::ReduceOp::kSum); !s.ok()) return s;
+    if (absl::Status s = (*control)->all_reduce(v, 5, fp8::engine::collectives::ReduceOp::kSum); !s.ok()) return s;
     for (double& x : v) x /= setup.nproc;
     m.all_gather_fp8_bytes = v[0], m.all_gather_f32_bytes = v[1], m.reduce_scatter_bytes = v[2];
     m.comm_ms = v[3], m.exposed_ms = v[4];

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/validate.h"
+#include "backend/validate.h"
 #include "cpu/cast_cpu.h"
 #include "cpu/gemm_cpu.h"
 #include "cpu/host_memory.h"

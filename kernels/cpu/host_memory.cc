@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/validate.h"
+#include "backend/validate.h"
 #include "cpu/transpose.h"
 #include "fp8/delayed_state.h"
 

@@ -2,7 +2,7 @@
 // allocations, counted, memcpy, and the per-cast bookkeeping of delayed scaling.
 #pragma once
 
-#include "common/memory_counter.h"
+#include "backend/memory_counter.h"
 #include "fp8/fp8.h"
 
 namespace fp8::cpu {

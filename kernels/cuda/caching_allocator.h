@@ -23,7 +23,7 @@
 #include <unordered_map>
 
 #include "absl/status/statusor.h"
-#include "common/memory_counter.h"
+#include "backend/memory_counter.h"
 #include "fp8/fp8.h"
 
 namespace fp8::cuda {

@@ -21,7 +21,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/validate.h"
+#include "backend/validate.h"
 #include "cuda/caching_allocator.h"
 #include "cuda/cast_kernels.h"
 #include "cuda/cuda_status.h"

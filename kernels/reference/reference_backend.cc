@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "common/validate.h"
+#include "backend/validate.h"
 #include "cpu/host_memory.h"
 
 namespace fp8 {

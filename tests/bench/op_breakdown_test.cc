@@ -9,8 +9,8 @@
 
 #include "gtest/gtest.h"
 #include "tests/engine/train/train_test_util.h"
-#include "worker/engine/dist/file_store.h"
-#include "worker/engine/dist/gloo_process_group.h"
+#include "worker/engine/collectives/file_store.h"
+#include "worker/engine/collectives/gloo_process_group.h"
 #include "worker/engine/train/trainer.h"
 
 namespace fp8::bench {
@@ -312,7 +312,7 @@ TEST_P(OneProcessStep, ThatReportsReadsEachLinearOnceForEachThingItReports) {
 // there, the clipping factor derived there, and the votes read back a step later
 // (Backend::queue_read), so step 3 (which does not report) makes no call at which a GPU's
 // host would wait. Its collectives do not show here: on a GPU they are queued like
-// kernels (dist/queued_collectives.h).
+// kernels (collectives/queued_collectives.h).
 class FsdpStep : public ProfilingDeviceTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(FsdpStep, MakesNoCallThatWaitsForTheDevice) {
@@ -320,13 +320,13 @@ TEST_P(FsdpStep, MakesNoCallThatWaitsForTheDevice) {
       corpus_, tmp_.path() / GetParam(),
       {"train.steps=4", "train.eval_every=0", "train.log_every=100", "fp8.recipe=" + GetParam()});
   spec.mutable_resources()->set_world_size(1);
-  absl::StatusOr<std::unique_ptr<engine::dist::FileStore>> store =
-      engine::dist::FileStore::open(tmp_.path() / (GetParam() + "-store"));
+  absl::StatusOr<std::unique_ptr<engine::collectives::FileStore>> store =
+      engine::collectives::FileStore::open(tmp_.path() / (GetParam() + "-store"));
   ASSERT_TRUE(store.ok()) << store.status();
-  engine::dist::ProcessGroupOptions options;
+  engine::collectives::ProcessGroupOptions options;
   options.prefix = "fsdp-step/";
-  absl::StatusOr<std::unique_ptr<engine::dist::ProcessGroup>> group =
-      engine::dist::make_gloo_process_group(**store, 0, 1, options);
+  absl::StatusOr<std::unique_ptr<engine::collectives::ProcessGroup>> group =
+      engine::collectives::make_gloo_process_group(**store, 0, 1, options);
   ASSERT_TRUE(group.ok()) << group.status();
   ProfiledCpu profiled;
   absl::StatusOr<std::unique_ptr<engine::Trainer>> trainer =

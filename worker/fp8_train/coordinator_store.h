@@ -23,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "fp8/v1/rendezvous_service.grpc.pb.h"
-#include "worker/engine/dist/kv_store.h"
+#include "worker/engine/collectives/kv_store.h"
 
 namespace fp8::train_cli {
 
@@ -35,7 +35,7 @@ struct CoordinatorStoreOptions {
   absl::Duration retry_window = absl::Minutes(5);
 };
 
-class CoordinatorStore final : public engine::dist::KeyValueStore {
+class CoordinatorStore final : public engine::collectives::KeyValueStore {
  public:
   CoordinatorStore(std::shared_ptr<grpc::Channel> channel, CoordinatorStoreOptions options);
 

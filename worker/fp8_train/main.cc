@@ -63,10 +63,10 @@
 #include "common/rpc/coordinator_channel.h"
 #include "kernels/cpu/parallel.h"
 #include "worker/engine/checkpoint/discovery.h"
-#include "worker/engine/dist/file_store.h"
-#include "worker/engine/dist/gloo_process_group.h"
+#include "worker/engine/collectives/file_store.h"
+#include "worker/engine/collectives/gloo_process_group.h"
 #ifdef FP8_HAVE_NCCL
-#include "worker/engine/dist/nccl/nccl_process_group.h"
+#include "worker/engine/collectives/nccl/nccl_process_group.h"
 #endif
 #include "worker/engine/tensor/device.h"
 #include "worker/engine/train/trainer.h"
@@ -162,21 +162,21 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> connect_coordinator(const Coordin
 
 // The store the ranks meet through: the coordinator's rendezvous in coordinator mode, a
 // file store in the rendezvous directory otherwise.
-absl::StatusOr<std::unique_ptr<fp8::engine::dist::KeyValueStore>> open_store(
+absl::StatusOr<std::unique_ptr<fp8::engine::collectives::KeyValueStore>> open_store(
     const CoordinatorFlags& c, const std::shared_ptr<grpc::Channel>& channel, const std::string& rendezvous_dir,
     double timeout_s) {
   if (channel == nullptr) {
-    absl::StatusOr<std::unique_ptr<fp8::engine::dist::FileStore>> store =
-        fp8::engine::dist::FileStore::open(rendezvous_dir);
+    absl::StatusOr<std::unique_ptr<fp8::engine::collectives::FileStore>> store =
+        fp8::engine::collectives::FileStore::open(rendezvous_dir);
     if (!store.ok()) return store.status();
-    return std::unique_ptr<fp8::engine::dist::KeyValueStore>(std::move(*store));
+    return std::unique_ptr<fp8::engine::collectives::KeyValueStore>(std::move(*store));
   }
   fp8::train_cli::CoordinatorStoreOptions options;
   options.address = c.address;
   options.rendezvous_namespace = c.rendezvous_namespace;
   options.token = c.token;
   options.retry_window = absl::Seconds(timeout_s);
-  return std::unique_ptr<fp8::engine::dist::KeyValueStore>(
+  return std::unique_ptr<fp8::engine::collectives::KeyValueStore>(
       std::make_unique<fp8::train_cli::CoordinatorStore>(channel, std::move(options)));
 }
 
@@ -200,17 +200,17 @@ std::unique_ptr<fp8::train_cli::CoordinatorReporter> make_reporter(const Coordin
 }
 
 // The ranks' process group: NCCL between GPUs, Gloo (TCP) between CPU processes.
-absl::StatusOr<std::unique_ptr<fp8::engine::dist::ProcessGroup>> join_group(
-    fp8::engine::dist::KeyValueStore& store, const fp8::engine::Device& device, int rank, int world_size,
+absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> join_group(
+    fp8::engine::collectives::KeyValueStore& store, const fp8::engine::Device& device, int rank, int world_size,
     double timeout_s, const std::string& listen) {
-  fp8::engine::dist::ProcessGroupOptions options;
+  fp8::engine::collectives::ProcessGroupOptions options;
   options.timeout = absl::Seconds(timeout_s);
-  if (!device.is_cuda()) return fp8::engine::dist::make_gloo_process_group(store, rank, world_size, options, listen);
+  if (!device.is_cuda()) return fp8::engine::collectives::make_gloo_process_group(store, rank, world_size, options, listen);
 #ifdef FP8_HAVE_NCCL
   // NCCL gets a stream of its own, so collectives overlap the device's compute stream; FSDP
   // queues them behind the compute that produced their inputs and makes the compute stream
   // wait for them where it reads the results, with events: the host waits for neither.
-  return fp8::engine::dist::make_nccl_process_group(store, rank, world_size, options, device.ordinal(),
+  return fp8::engine::collectives::make_nccl_process_group(store, rank, world_size, options, device.ordinal(),
                                                     /*stream=*/nullptr, /*compute_stream=*/device.stream());
 #else
   return absl::UnimplementedError(
@@ -351,14 +351,14 @@ int main(int argc, char** argv) {
 
   // Under FSDP, the ranks meet through a file store in the rendezvous directory, or the
   // coordinator's rendezvous. A coordinated job of one rank needs no group.
-  std::unique_ptr<fp8::engine::dist::ProcessGroup> group;
-  std::unique_ptr<fp8::engine::dist::KeyValueStore> store;  // outlives the group
+  std::unique_ptr<fp8::engine::collectives::ProcessGroup> group;
+  std::unique_ptr<fp8::engine::collectives::KeyValueStore> store;  // outlives the group
   if (joining && (!coordinated || world_size > 1)) {
-    absl::StatusOr<std::unique_ptr<fp8::engine::dist::KeyValueStore>> opened =
+    absl::StatusOr<std::unique_ptr<fp8::engine::collectives::KeyValueStore>> opened =
         open_store(coord, channel, rendezvous, timeout_s);
     if (!opened.ok()) return fail(opened.status());
     store = std::move(*opened);
-    absl::StatusOr<std::unique_ptr<fp8::engine::dist::ProcessGroup>> joined =
+    absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> joined =
         join_group(*store, *device, rank, world_size, timeout_s, listen);
     if (!joined.ok()) return fail(joined.status());
     group = std::move(*joined);

@@ -21,36 +21,36 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "tests/engine/dist/scratch_dir.h"
+#include "tests/engine/collectives/scratch_dir.h"
 #include "tests/kernels/forwarding_backend.h"
-#include "worker/engine/dist/file_store.h"
-#include "worker/engine/dist/gloo_process_group.h"
+#include "worker/engine/collectives/file_store.h"
+#include "worker/engine/collectives/gloo_process_group.h"
 
 namespace fp8::engine::fsdp {
 namespace {
 
-using dist::ProcessGroup;
+using collectives::ProcessGroup;
 using std::chrono::milliseconds;
 
 class CommStreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(dir_.ok());
-    absl::StatusOr<std::unique_ptr<dist::FileStore>> store = dist::FileStore::open(dir_.path());
+    absl::StatusOr<std::unique_ptr<collectives::FileStore>> store = collectives::FileStore::open(dir_.path());
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
-    dist::ProcessGroupOptions options;
+    collectives::ProcessGroupOptions options;
     options.prefix = "comm-stream-test/";
     options.timeout = absl::Seconds(30);
-    absl::StatusOr<std::unique_ptr<ProcessGroup>> group = dist::make_gloo_process_group(*store_, 0, 1, options);
+    absl::StatusOr<std::unique_ptr<ProcessGroup>> group = collectives::make_gloo_process_group(*store_, 0, 1, options);
     ASSERT_TRUE(group.ok()) << group.status();
     group_ = std::move(*group);
   }
 
   ProcessGroup& group() { return *group_; }
 
-  dist::test::ScratchDir dir_;
-  std::unique_ptr<dist::FileStore> store_;
+  collectives::test::ScratchDir dir_;
+  std::unique_ptr<collectives::FileStore> store_;
   std::unique_ptr<ProcessGroup> group_;
 };
 
@@ -114,7 +114,7 @@ TEST_F(CommStreamTest, JobsDriveTheGroupsCollectives) {
   const absl::Status st = stream.run("collectives", {}, [&](ProcessGroup& g) {
     EXPECT_EQ(g.rank(), 0);
     EXPECT_EQ(g.size(), 1);
-    if (absl::Status s = g.all_reduce(data.data(), 3, dist::ReduceOp::kSum); !s.ok()) return s;
+    if (absl::Status s = g.all_reduce(data.data(), 3, collectives::ReduceOp::kSum); !s.ok()) return s;
     if (absl::Status s = g.all_gather(shard.data(), gathered.data(), shard.size()); !s.ok()) return s;
     return g.barrier();
   });
@@ -415,18 +415,18 @@ TEST_F(CommStreamTest, AHostJobStartsOnlyAfterTheComputeQueuedBeforeIt) {
 
 // A device-queued group (NCCL's queued mode) as CommStream sees it, over the real Gloo
 // group: its collectives run when called (host memory), and it records the batches.
-class RecordingQueuedGroup final : public ProcessGroup, public dist::QueuedCollectives {
+class RecordingQueuedGroup final : public ProcessGroup, public collectives::QueuedCollectives {
  public:
   explicit RecordingQueuedGroup(ProcessGroup& inner) : inner_(inner) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   std::string backend_name() const override { return "recording"; }
   absl::Status all_gather(const void* s, void* r, size_t n) override { return call(inner_.all_gather(s, r, n)); }
-  absl::Status reduce_scatter(const float* s, float* r, int64_t n, dist::ReduceOp op) override {
+  absl::Status reduce_scatter(const float* s, float* r, int64_t n, collectives::ReduceOp op) override {
     return call(inner_.reduce_scatter(s, r, n, op));
   }
-  absl::Status all_reduce(float* d, int64_t n, dist::ReduceOp op) override { return call(inner_.all_reduce(d, n, op)); }
-  absl::Status all_reduce(double* d, int64_t n, dist::ReduceOp op) override {
+  absl::Status all_reduce(float* d, int64_t n, collectives::ReduceOp op) override { return call(inner_.all_reduce(d, n, op)); }
+  absl::Status all_reduce(double* d, int64_t n, collectives::ReduceOp op) override {
     return call(inner_.all_reduce(d, n, op));
   }
   absl::Status broadcast(void* d, size_t n, int root) override { return call(inner_.broadcast(d, n, root)); }
@@ -475,7 +475,7 @@ TEST_F(CommStreamTest, ADeviceQueuedJobRunsInABatchAndOrdersTheComputeAtWait) {
   auto buffer = std::make_shared<std::vector<float>>(4, 2.0f);
   const CommStream::Handle h = stream.enqueue("all_reduce of a buffer", some_counts(1), [&, buffer](ProcessGroup& g) {
     ran_on = std::this_thread::get_id();
-    return g.all_reduce(buffer->data(), 4, dist::ReduceOp::kSum);
+    return g.all_reduce(buffer->data(), 4, collectives::ReduceOp::kSum);
   });
   EXPECT_EQ(ran_on, caller);
   EXPECT_EQ(queued.events, (std::vector<std::string>{"open", "collective", "close all_reduce of a buffer"}));

@@ -16,10 +16,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/parallel.h"
-#include "worker/engine/dist/file_store.h"
-#include "worker/engine/dist/gloo_process_group.h"
+#include "worker/engine/collectives/file_store.h"
+#include "worker/engine/collectives/gloo_process_group.h"
 #ifdef FP8_HAVE_NCCL
-#include "worker/engine/dist/nccl/nccl_process_group.h"
+#include "worker/engine/collectives/nccl/nccl_process_group.h"
 #endif
 #ifdef FP8_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -58,14 +58,14 @@ class FileObserver final : public TrainObserver {
   std::atomic<bool>& stop_;
 };
 
-absl::StatusOr<std::unique_ptr<dist::ProcessGroup>> JoinGroup(dist::KeyValueStore& store, const RunOptions& o,
+absl::StatusOr<std::unique_ptr<collectives::ProcessGroup>> JoinGroup(collectives::KeyValueStore& store, const RunOptions& o,
                                                               int rank, const Device& device) {
-  dist::ProcessGroupOptions po;
+  collectives::ProcessGroupOptions po;
   po.timeout = absl::Seconds(o.timeout_seconds);
-  if (!o.cuda) return dist::make_gloo_process_group(store, rank, o.world_size, po);
+  if (!o.cuda) return collectives::make_gloo_process_group(store, rank, o.world_size, po);
 #ifdef FP8_HAVE_NCCL
   // Queued on the device as fp8-train's ranks are (the compute stream given).
-  return dist::make_nccl_process_group(store, rank, o.world_size, po, device.ordinal(), nullptr, device.stream());
+  return collectives::make_nccl_process_group(store, rank, o.world_size, po, device.ordinal(), nullptr, device.stream());
 #else
   (void)device;
   return absl::UnavailableError("this build has no NCCL");
@@ -82,11 +82,11 @@ absl::Status TrainRank(const v1::JobSpec& spec, const RunOptions& o, int rank, c
     gpu = std::move(*d);
     device = gpu.get();
   }
-  std::unique_ptr<dist::ProcessGroup> group;
+  std::unique_ptr<collectives::ProcessGroup> group;
   if (o.world_size > 0) {
-    absl::StatusOr<std::unique_ptr<dist::FileStore>> store = dist::FileStore::open(rdzv);
+    absl::StatusOr<std::unique_ptr<collectives::FileStore>> store = collectives::FileStore::open(rdzv);
     if (!store.ok()) return store.status();
-    absl::StatusOr<std::unique_ptr<dist::ProcessGroup>> g = JoinGroup(**store, o, rank, *device);
+    absl::StatusOr<std::unique_ptr<collectives::ProcessGroup>> g = JoinGroup(**store, o, rank, *device);
     if (!g.ok()) return g.status();
     group = std::move(*g);
   }

@@ -7,8 +7,8 @@
 
 #include "gtest/gtest.h"
 #include "tests/engine/train/train_test_util.h"
-#include "worker/engine/dist/file_store.h"
-#include "worker/engine/dist/gloo_process_group.h"
+#include "worker/engine/collectives/file_store.h"
+#include "worker/engine/collectives/gloo_process_group.h"
 
 namespace fp8::engine {
 namespace {
@@ -16,19 +16,19 @@ namespace {
 class CollectiveTimeoutTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto store = dist::FileStore::open(dir_.path() / "rendezvous");
+    auto store = collectives::FileStore::open(dir_.path() / "rendezvous");
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
-    dist::ProcessGroupOptions options;
+    collectives::ProcessGroupOptions options;
     options.timeout = absl::Seconds(300);
-    auto group = dist::make_gloo_process_group(*store_, 0, 1, options);
+    auto group = collectives::make_gloo_process_group(*store_, 0, 1, options);
     ASSERT_TRUE(group.ok()) << group.status();
     group_ = std::move(*group);
   }
 
   testing::TempDir dir_{"collective-timeout"};
-  std::unique_ptr<dist::FileStore> store_;
-  std::unique_ptr<dist::ProcessGroup> group_;
+  std::unique_ptr<collectives::FileStore> store_;
+  std::unique_ptr<collectives::ProcessGroup> group_;
 };
 
 TEST(DerivedCollectiveTimeoutTest, IsAMultipleOfTheSlowestStepWithinItsBounds) {

@@ -30,7 +30,7 @@ struct CommStream::Pending {
   std::condition_variable finished;
 };
 
-CommStream::CommStream(dist::ProcessGroup& group, Backend& backend)
+CommStream::CommStream(collectives::ProcessGroup& group, Backend& backend)
     : group_(group), backend_(backend), queued_(group.queued()) {
   if (queued_ == nullptr) thread_ = std::thread([this] { loop(); });
 }
@@ -146,7 +146,7 @@ CommCounters CommStream::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (queued_ != nullptr) {
     // Measured on the device, as the batches complete.
-    const dist::QueuedCollectives::Times t = queued_->take_times();
+    const collectives::QueuedCollectives::Times t = queued_->take_times();
     counters_.comm_seconds += t.comm_seconds;
     counters_.exposed_seconds += t.exposed_seconds;
   }

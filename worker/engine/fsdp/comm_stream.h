@@ -12,7 +12,7 @@
 //     thread of this stream, which first waits for a fence after the compute queued before
 //     the job (so the thread that queues kernels never waits for the device), and wait()
 //     blocks the caller until the job ran. Time blocked there counts as exposed.
-//   - Device-queued groups (NCCL made with the device's stream, dist/queued_collectives.h):
+//   - Device-queued groups (NCCL made with the device's stream, collectives/queued_collectives.h):
 //     jobs run at once on the caller's thread and only queue their collectives on the
 //     group's stream behind the compute stream's work; wait() makes the compute stream
 //     wait for them, and the host waits for nothing. A job's captures (its buffers) are
@@ -33,14 +33,14 @@
 
 #include "absl/status/status.h"
 #include "fp8/fp8.h"
-#include "worker/engine/dist/process_group.h"
+#include "worker/engine/collectives/process_group.h"
 #include "worker/engine/fsdp/comm_counters.h"
 
 namespace fp8::engine::fsdp {
 
 class CommStream {
  public:
-  using Job = std::function<absl::Status(dist::ProcessGroup&)>;
+  using Job = std::function<absl::Status(collectives::ProcessGroup&)>;
   struct Pending;
   // A queued job; copyable, wait on any copy.
   class Handle {
@@ -55,12 +55,12 @@ class CommStream {
   };
 
   // `backend` is the device whose compute the collectives are ordered with (its fences).
-  CommStream(dist::ProcessGroup& group, Backend& backend);
+  CommStream(collectives::ProcessGroup& group, Backend& backend);
   ~CommStream();  // finishes the queued jobs, then joins the thread
   CommStream(const CommStream&) = delete;
   CommStream& operator=(const CommStream&) = delete;
 
-  dist::ProcessGroup& group() { return group_; }
+  collectives::ProcessGroup& group() { return group_; }
   // The group queues its collectives on the device (the host never waits for them).
   bool queued_on_device() const { return queued_ != nullptr; }
 
@@ -86,9 +86,9 @@ class CommStream {
   Handle enqueue_on_device(std::shared_ptr<Pending> p);
   absl::Status wait_on_device(Pending& p);
 
-  dist::ProcessGroup& group_;
+  collectives::ProcessGroup& group_;
   Backend& backend_;
-  dist::QueuedCollectives* queued_;  // null: jobs run on thread_
+  collectives::QueuedCollectives* queued_;  // null: jobs run on thread_
   mutable std::mutex mu_;
   std::condition_variable work_;
   std::deque<std::shared_ptr<Pending>> queue_;

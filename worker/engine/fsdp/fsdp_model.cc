@@ -84,7 +84,7 @@ absl::StatusOr<UnitCollectives> ParseUnitCollectives(std::string_view text, std:
       absl::StrCat(std::string(where), ": '", std::string(text), "' is not packed or per_parameter"));
 }
 
-FsdpModel::FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options)
+FsdpModel::FsdpModel(LlamaModel& model, collectives::ProcessGroup& group, const FsdpOptions& options)
     : model_(model),
       device_(model.device()),
       options_(options),
@@ -98,7 +98,7 @@ FsdpModel::~FsdpModel() {
   for (Fp8State& f : fp8_) f.linear->gathered_fp8 = nullptr;
 }
 
-absl::StatusOr<std::unique_ptr<FsdpModel>> FsdpModel::create(LlamaModel& model, dist::ProcessGroup& group,
+absl::StatusOr<std::unique_ptr<FsdpModel>> FsdpModel::create(LlamaModel& model, collectives::ProcessGroup& group,
                                                               const FsdpOptions& options) {
   std::unique_ptr<FsdpModel> f(new FsdpModel(model, group, options));
   FP8_RETURN_IF_ERROR(f->shard_parameters());
@@ -272,7 +272,7 @@ absl::Status FsdpModel::refresh_fp8_scales() {
   counts.all_reduce_bytes = n * static_cast<int64_t>(sizeof(float));
   counts.weight_scale_all_reduces = 1;
   FP8_RETURN_IF_ERROR(comm_.run("all_reduce(max) of the fp8 weight amaxes", counts,
-                                [amaxes, n](dist::ProcessGroup& g) { return g.all_reduce(amaxes, n, dist::ReduceOp::kMax); }));
+                                [amaxes, n](collectives::ProcessGroup& g) { return g.all_reduce(amaxes, n, collectives::ReduceOp::kMax); }));
   // Exactly the scales (and inverses) the layers would have derived from the whole
   // weights, on the device: the host reads no amax. All at once where every layer takes the
   // same dynamic rule, into the scales the layers read where they are.
@@ -350,7 +350,7 @@ absl::Status FsdpModel::start_gather(int unit) {
   if (collectives_ == UnitCollectives::kPerParameter) {
     // Each parameter's all-gather lands in its gathered tensor: rank r's shard is rows
     // [r * rows_per_rank, ...) of it. The job keeps the tensors until it ran.
-    std::vector<dist::AllGatherPart> parts;
+    std::vector<collectives::AllGatherPart> parts;
     std::vector<Tensor> gathered;
     for (int i : u.params) {
       Param& p = params_[static_cast<size_t>(i)];
@@ -359,7 +359,7 @@ absl::Status FsdpModel::start_gather(int unit) {
       gathered.push_back(*full);
     }
     u.gather = comm_.enqueue(what, counts,
-                             [parts = std::move(parts), gathered = std::move(gathered)](dist::ProcessGroup& g) {
+                             [parts = std::move(parts), gathered = std::move(gathered)](collectives::ProcessGroup& g) {
                                return g.all_gather_parts(parts);
                              });
     return absl::OkStatus();
@@ -368,7 +368,7 @@ absl::Status FsdpModel::start_gather(int unit) {
   // Queued behind the packing (and whatever last used the receive buffer's memory).
   const void* send = u.gather_send.raw();
   const auto per_rank = static_cast<size_t>(u.gather_bytes);
-  u.gather = comm_.enqueue(what, counts, [send, recv = u.gather_recv, per_rank](dist::ProcessGroup& g) {
+  u.gather = comm_.enqueue(what, counts, [send, recv = u.gather_recv, per_rank](collectives::ProcessGroup& g) {
     return g.all_gather(send, recv.raw(), per_rank);
   });
   return absl::OkStatus();
@@ -497,21 +497,21 @@ absl::Status FsdpModel::start_reduce_scatter(int unit) {
     // Each parameter's reduce-scatter reads its gradient where the backward left it (rank
     // r's slice is rows [r * rows_per_rank, ...)) and lands at its place in recv. The job
     // keeps the gradients until it ran.
-    std::vector<dist::ReduceScatterPart> parts;
+    std::vector<collectives::ReduceScatterPart> parts;
     std::vector<Tensor> grads;
     for (int i : u.params) {
       const Param& p = params_[static_cast<size_t>(i)];
       parts.push_back({p.grad_padded.data<float>(), recv + p.reduce_offset, p.layout.shard_elements()});
       grads.push_back(p.grad_padded);
     }
-    job = [parts = std::move(parts), grads = std::move(grads)](dist::ProcessGroup& g) {
-      return g.reduce_scatter_parts(parts, dist::ReduceOp::kSum);
+    job = [parts = std::move(parts), grads = std::move(grads)](collectives::ProcessGroup& g) {
+      return g.reduce_scatter_parts(parts, collectives::ReduceOp::kSum);
     };
   } else {
     FP8_ASSIGN_OR_RETURN(Tensor send, pack_gradients(u));
     const int64_t count = u.reduce_floats;
-    job = [send, recv, count](dist::ProcessGroup& g) {
-      return g.reduce_scatter(send.data<float>(), recv, count, dist::ReduceOp::kSum);
+    job = [send, recv, count](collectives::ProcessGroup& g) {
+      return g.reduce_scatter(send.data<float>(), recv, count, collectives::ReduceOp::kSum);
     };
   }
   for (int i : u.params) {
@@ -615,11 +615,11 @@ absl::Status FsdpModel::finish_step() {
     counts.all_reduce_bytes = total * static_cast<int64_t>(sizeof(float));
     counts.amax_all_reduces = 1;
     return comm_.run("all_reduce(max) of the delayed-scaling amaxes", counts,
-                     [packed, total](dist::ProcessGroup& g) { return g.all_reduce(packed, total, dist::ReduceOp::kMax); });
+                     [packed, total](collectives::ProcessGroup& g) { return g.all_reduce(packed, total, collectives::ReduceOp::kMax); });
   });
 }
 
-absl::Status FsdpModel::all_reduce(std::span<double> values, dist::ReduceOp op) {
+absl::Status FsdpModel::all_reduce(std::span<double> values, collectives::ReduceOp op) {
   if (values.empty()) return absl::OkStatus();
   // Staged through the device's memory: NCCL reduces device buffers.
   Backend& backend = device_.backend();
@@ -632,8 +632,8 @@ absl::Status FsdpModel::all_reduce(std::span<double> values, dist::ReduceOp op) 
     counts.all_reduce_bytes = static_cast<int64_t>(n);
     const auto count = static_cast<int64_t>(values.size());
     auto* data = static_cast<double*>(staging);
-    st = comm_.run(absl::StrCat("all_reduce(", dist::reduce_op_name(op), ") of ", count, " values"), counts,
-                   [data, count, op](dist::ProcessGroup& g) { return g.all_reduce(data, count, op); });
+    st = comm_.run(absl::StrCat("all_reduce(", collectives::reduce_op_name(op), ") of ", count, " values"), counts,
+                   [data, count, op](collectives::ProcessGroup& g) { return g.all_reduce(data, count, op); });
   }
   if (st.ok()) st = backend.copy_to_host(values.data(), staging, n);
   backend.deallocate(staging);
@@ -649,9 +649,9 @@ absl::Status FsdpModel::reduce_step_values(float* floats, int64_t float_count, d
   counts.all_reduce_bytes = float_count * static_cast<int64_t>(sizeof(float)) +
                             double_count * static_cast<int64_t>(sizeof(double));
   return comm_.run("all_reduce(sum) of the step's losses and grad norm", counts,
-                   [floats, float_count, doubles, double_count](dist::ProcessGroup& g) {
-                     FP8_RETURN_IF_ERROR(g.all_reduce(floats, float_count, dist::ReduceOp::kSum));
-                     return g.all_reduce(doubles, double_count, dist::ReduceOp::kSum);
+                   [floats, float_count, doubles, double_count](collectives::ProcessGroup& g) {
+                     FP8_RETURN_IF_ERROR(g.all_reduce(floats, float_count, collectives::ReduceOp::kSum));
+                     return g.all_reduce(doubles, double_count, collectives::ReduceOp::kSum);
                    });
 }
 

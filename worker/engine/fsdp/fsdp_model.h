@@ -42,7 +42,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/engine/dist/process_group.h"
+#include "worker/engine/collectives/process_group.h"
 #include "worker/engine/fsdp/comm_counters.h"
 #include "worker/engine/fsdp/comm_stream.h"
 #include "worker/engine/fsdp/shard_layout.h"
@@ -76,7 +76,7 @@ class FsdpModel final : public ParameterHooks {
   // Shards `model` (its parameters must be initialised identically on every rank, as
   // LlamaModel::create does from the seed) and installs itself as its hooks. The model and
   // the group must outlive this object.
-  static absl::StatusOr<std::unique_ptr<FsdpModel>> create(LlamaModel& model, dist::ProcessGroup& group,
+  static absl::StatusOr<std::unique_ptr<FsdpModel>> create(LlamaModel& model, collectives::ProcessGroup& group,
                                                            const FsdpOptions& options);
   ~FsdpModel() override;
   FsdpModel(const FsdpModel&) = delete;
@@ -106,7 +106,7 @@ class FsdpModel final : public ParameterHooks {
   // row amaxes (AdamW::write_row_amaxes): [rows_per_rank] fp32 buffers owned here.
   absl::StatusOr<std::vector<LlamaModel::WeightRowAmaxes>> shard_row_amax_outputs();
   // In place across ranks (host values), through the communication stream; the host waits.
-  absl::Status all_reduce(std::span<double> values, dist::ReduceOp op);
+  absl::Status all_reduce(std::span<double> values, collectives::ReduceOp op);
   // A step's values summed across ranks in place, in backend memory, queued like the rest
   // of the step (the host waits for nothing): `floats` (the micro-batches' losses and the
   // stop votes) and `doubles` (the gradients' sums of squares).
@@ -128,7 +128,7 @@ class FsdpModel final : public ParameterHooks {
   struct Fp8State;
   struct Unit;
 
-  FsdpModel(LlamaModel& model, dist::ProcessGroup& group, const FsdpOptions& options);
+  FsdpModel(LlamaModel& model, collectives::ProcessGroup& group, const FsdpOptions& options);
   absl::Status shard_parameters();
   absl::Status plan_fp8_gathers();
   // Lays out each unit's flat buffers (one all-gather and one reduce-scatter per unit).

@@ -4,7 +4,7 @@
 //
 // A CUDA device runs everything on one stream of its own (non-blocking): the backend's
 // casts and GEMMs and the model ops are queued there in program order, so they need no
-// events between them. Collectives run on the process group's own stream (dist/).
+// events between them. Collectives run on the process group's own stream (collectives/).
 #pragma once
 
 #include <memory>

@@ -9,7 +9,7 @@ absl::Duration DerivedCollectiveTimeout(absl::Duration slowest_step, absl::Durat
   return std::min(derived, group_timeout);
 }
 
-CollectiveTimeout::CollectiveTimeout(dist::ProcessGroup* group, int64_t configured_seconds)
+CollectiveTimeout::CollectiveTimeout(collectives::ProcessGroup* group, int64_t configured_seconds)
     : group_(group),
       group_timeout_(group != nullptr ? group->timeout() : absl::ZeroDuration()),
       configured_(absl::Seconds(std::max<int64_t>(configured_seconds, 0))) {}

@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "absl/time/time.h"
-#include "worker/engine/dist/process_group.h"
+#include "worker/engine/collectives/process_group.h"
 
 namespace fp8::engine {
 
@@ -32,7 +32,7 @@ class CollectiveTimeout {
  public:
   // `group` (not owned, may be null: nothing to do) keeps its timeout until the steps'
   // applies. `configured_seconds` is train.collective_timeout_seconds.
-  CollectiveTimeout(dist::ProcessGroup* group, int64_t configured_seconds);
+  CollectiveTimeout(collectives::ProcessGroup* group, int64_t configured_seconds);
 
   // Before a training step: the group waits what steps wait, once that is known.
   void BeginStep();
@@ -51,13 +51,13 @@ class CollectiveTimeout {
     Relaxed& operator=(const Relaxed&) = delete;
 
    private:
-    dist::ProcessGroup* group_;
+    collectives::ProcessGroup* group_;
     absl::Duration restore_;
   };
   Relaxed relaxed() const { return Relaxed(*this); }
 
  private:
-  dist::ProcessGroup* group_;
+  collectives::ProcessGroup* group_;
   absl::Duration group_timeout_;
   absl::Duration configured_;  // zero: derived
   int steps_ = 0;

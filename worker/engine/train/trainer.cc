@@ -46,7 +46,7 @@ std::string recipe_name(v1::Fp8Spec::Recipe r) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec, const Device& device,
-                                                         dist::ProcessGroup* group,
+                                                         collectives::ProcessGroup* group,
                                                          const TrainerOptions& trainer_options) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->spec_ = spec;
@@ -111,7 +111,7 @@ absl::Status Trainer::agree(bool ok, int64_t step, const char* what) {
   if (!fsdp_) return absl::OkStatus();
   // MAX of (failed, step, -step): any failure, and the largest and smallest step.
   std::array<double, 3> v{ok ? 0.0 : 1.0, static_cast<double>(step), -static_cast<double>(step)};
-  FP8_RETURN_IF_ERROR(fsdp_->all_reduce(v, dist::ReduceOp::kMax));
+  FP8_RETURN_IF_ERROR(fsdp_->all_reduce(v, collectives::ReduceOp::kMax));
   if (v[0] != 0) return absl::AbortedError(absl::StrCat(what, " failed on another rank (see its log)"));
   if (v[1] != -v[2]) {
     return absl::FailedPreconditionError(absl::StrCat(what, ": ranks disagree on the step (from ", -v[2], " to ",
@@ -300,7 +300,7 @@ absl::StatusOr<double> Trainer::validation_loss() {
     FP8_ASSIGN_OR_RETURN(float loss, model_->evaluate(batch_));
     sum[0] += loss;
   }
-  if (fsdp_) FP8_RETURN_IF_ERROR(fsdp_->all_reduce(sum, dist::ReduceOp::kSum));
+  if (fsdp_) FP8_RETURN_IF_ERROR(fsdp_->all_reduce(sum, collectives::ReduceOp::kSum));
   return sum[0] / static_cast<double>(validation_->num_batches() * world_size());
 }
 

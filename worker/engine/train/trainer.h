@@ -36,7 +36,7 @@
 #include "worker/engine/data/batcher.h"
 #include "worker/engine/data/corpus.h"
 #include "worker/engine/data/validation_set.h"
-#include "worker/engine/dist/process_group.h"
+#include "worker/engine/collectives/process_group.h"
 #include "worker/engine/fsdp/fsdp_model.h"
 #include "worker/engine/lr_schedule.h"
 #include "worker/engine/model/llama.h"
@@ -69,7 +69,7 @@ class Trainer {
   // With `group` (not owned; must outlive the trainer), this process is rank
   // group->rank() of an FSDP job of group->size() ranks; resources.world_size must match.
   static absl::StatusOr<std::unique_ptr<Trainer>> create(const v1::JobSpec& spec, const Device& device,
-                                                         dist::ProcessGroup* group = nullptr,
+                                                         collectives::ProcessGroup* group = nullptr,
                                                          const TrainerOptions& options = {});
 
   // Loads the newest good checkpoint under checkpoint.dir, reporting skipped ones through
