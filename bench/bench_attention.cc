@@ -1,8 +1,8 @@
 // bench_attention: causal grouped-query attention, forward and backward, in bf16, per CUDA
 // implementation side by side in one run: the tensor-core kernels on mma.sync with every
-// tile in registers (mma, FP8_CUDA_ATTENTION=mma; the default before sm_90), the same on
-// Hopper's warpgroup MMA (wgmma, the default on sm_90 for head_dim 64 and 128; elsewhere
-// it is mma), and the fp32 SIMT kernels (simt, FP8_CUDA_ATTENTION=simt). Prints ms,
+// tile in registers (mma; the default before sm_90), the same on Hopper's warpgroup MMA
+// (wgmma, the default on sm_90 for head_dim 64 and 128; elsewhere it is mma), and the
+// fp32 SIMT kernels (simt). Prints ms,
 // TFLOP/s and the fraction of the GPU's dense bf16 peak, each implementation's speed
 // against the first's (mma by default), and how far its
 // results are from simt's (relative L2 difference of out, grad_q, grad_k, grad_v; simt is
@@ -12,8 +12,8 @@
 //   bench_attention --device cuda [--shapes B:S:H:KV:D,...] [--kernels mma,wgmma,simt] [--csv FILE]
 //   bench_attention [--device cpu]      the CPU's attention on a small shape (checks the wiring)
 //
-// The implementation is chosen per call through FP8_CUDA_ATTENTION (the launchers read it
-// at every launch), so the contenders take turns within each timing round.
+// Each implementation has model ops of its own (CudaModelOpsOptions::attention) on one
+// stream, so the contenders take turns within each timing round.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -110,13 +110,22 @@ AttentionOptions take_attention_options(int& argc, char** argv) {
   return ao;
 }
 
-// Makes the attention launchers take implementation `kernel` (cuda); nothing on the CPU.
-void select(const std::string& kernel) {
-  if (kernel == "cpu") {
-    unsetenv("FP8_CUDA_ATTENTION");
-  } else {
-    setenv("FP8_CUDA_ATTENTION", kernel.c_str(), 1);
+// Model ops whose attention runs on `kernel`'s kernels, sharing the device's stream; on
+// the CPU, the device's own.
+ModelOps& ops_for(const engine::Device& dev, const std::string& kernel, std::vector<std::unique_ptr<ModelOps>>& owned) {
+  if (!dev.is_cuda()) {
+    absl::StatusOr<ModelOps*> ops = dev.model_ops();
+    check(ops.status(), "model ops");
+    return **ops;
   }
+  absl::StatusOr<CudaModelOpsOptions::Attention> attention = parse_cuda_attention_kernels(kernel);
+  check(attention.status(), "--kernels");
+  CudaModelOpsOptions options;
+  options.attention = *attention;
+  absl::StatusOr<std::unique_ptr<ModelOps>> ops = make_cuda_model_ops(dev.ordinal(), dev.stream(), options);
+  check(ops.status(), "CUDA model ops");
+  owned.push_back(std::move(*ops));
+  return *owned.back();
 }
 
 // Uniform values in [-scale, scale] as bf16 bits, into backend memory.
@@ -180,9 +189,6 @@ int run(int argc, char** argv) {
   const engine::Device* dev = &open_engine_device(o.device == "cuda", cuda);
   const bool gpu = dev->is_cuda();
   Backend& b = dev->backend();
-  absl::StatusOr<ModelOps*> ops_or = dev->model_ops();
-  check(ops_or.status(), "model ops");
-  ModelOps& ops = **ops_or;
   if (ao.shapes.empty()) {
     ao.shapes = gpu ? std::vector<Shape>{parse_shape("4:2048:32:8:64"), parse_shape("1:8192:32:8:64"),
                                          parse_shape("4:2048:16:16:128")}
@@ -191,8 +197,11 @@ int run(int argc, char** argv) {
   if (!gpu) ao.kernels = {"cpu"};
   if (ao.kernels.empty()) ao.kernels = {"mma", "wgmma", "simt"};
   size_t reference = 0;
+  std::vector<std::unique_ptr<ModelOps>> owned_ops;
+  std::vector<ModelOps*> kernel_ops;  // one per kernel, in ao.kernels' order
   for (size_t k = 0; k < ao.kernels.size(); ++k) {
     if (ao.kernels[k] == "simt") reference = k;
+    kernel_ops.push_back(&ops_for(*dev, ao.kernels[k], owned_ops));
   }
   const Peaks peaks = machine_peaks(b);
 
@@ -201,8 +210,8 @@ int run(int argc, char** argv) {
   std::printf("# shape B:S:H:KV:D; TFLOP/s: forward 2·B·H·S²·D (causal half of Q·Kᵀ and P·V), backward 2.5x that; "
               "%% peak against %s %.3g TFLOP/s\n",
               gpu ? "dense bf16" : "the fp32 peak", peaks.hp_tflops);
-  std::printf("# kernels: mma (tensor cores, mma.sync, FP8_CUDA_ATTENTION=mma), wgmma (the same on Hopper's "
-              "wgmma, the default on sm_90), simt (fp32 SIMT, FP8_CUDA_ATTENTION=simt); "
+  std::printf("# kernels: mma (tensor cores, mma.sync), wgmma (the same on Hopper's wgmma, the default on "
+              "sm_90), simt (fp32 SIMT); "
               "they take turns in each timing round (median of 7)\n");
   std::printf("# err: worst relative L2 difference of out, grad_q, grad_k, grad_v from %s's\n",
               ao.kernels[reference].c_str());
@@ -218,12 +227,12 @@ int run(int argc, char** argv) {
   for (const Shape& shape : ao.shapes) {
     const AttentionShape& s = shape.s;
     Buffers buf(b, s);
-    auto forward = [&] {
+    auto forward = [&](ModelOps& ops) {
       check(ops.attention_forward(s, buf.q.as<void>(), buf.k.as<void>(), buf.v.as<void>(), buf.out.as<void>(),
                                   buf.lse.as<float>(), DType::kBFloat16),
             "attention forward");
     };
-    auto backward = [&] {
+    auto backward = [&](ModelOps& ops) {
       check(ops.attention_backward(s, buf.q.as<void>(), buf.k.as<void>(), buf.v.as<void>(), buf.out.as<void>(),
                                    buf.lse.as<float>(), buf.grad_out.as<void>(), buf.grad_q.as<void>(),
                                    buf.grad_k.as<void>(), buf.grad_v.as<void>(), DType::kBFloat16),
@@ -233,14 +242,13 @@ int run(int argc, char** argv) {
     // throughout, bf16 only on store), else the first.
     std::vector<Result> results;
     std::vector<std::vector<std::vector<float>>> outputs;
-    for (const std::string& kernel : ao.kernels) {
-      select(kernel);
-      forward();
-      backward();
+    for (size_t k = 0; k < ao.kernels.size(); ++k) {
+      forward(*kernel_ops[k]);
+      backward(*kernel_ops[k]);
       check(b.synchronize(), "synchronize");
       outputs.push_back({download_bf16(b, buf.out, buf.qn), download_bf16(b, buf.grad_q, buf.qn),
                          download_bf16(b, buf.grad_k, buf.kvn), download_bf16(b, buf.grad_v, buf.kvn)});
-      results.push_back({kernel});
+      results.push_back({ao.kernels[k]});
     }
     for (size_t k = 0; k < results.size(); ++k) {
       if (k == reference) continue;
@@ -254,15 +262,9 @@ int run(int argc, char** argv) {
     const double estimate = gpu ? 5e-3 : 0.5;
     const int iters = std::max(1, iterations_for(estimate, gpu ? 0.1 : 0.5));
     std::vector<std::function<void()>> fns;
-    for (const Result& r : results) {
-      fns.push_back([&, kernel = r.kernel] {
-        select(kernel);
-        forward();
-      });
-      fns.push_back([&, kernel = r.kernel] {
-        select(kernel);
-        backward();
-      });
+    for (ModelOps* ops : kernel_ops) {
+      fns.push_back([&, ops] { forward(*ops); });
+      fns.push_back([&, ops] { backward(*ops); });
     }
     const std::vector<double> t = time_interleaved(b, fns, iters, o.quick ? 3 : 7, 1);
     for (size_t i = 0; i < results.size(); ++i) {

@@ -104,31 +104,11 @@ int run(int argc, char** argv) {
          [&] { check(b.quantize(q_both), "quantize"); }, false},
     };
     if (gpu && t == DType::kBFloat16) {
-      // The tiled kernel's alternative for bf16 (cast_kernels.cu, tiled_row_tiles): one row
-      // tile a block with more blocks resident, timed beside the default's two.
-      auto one_row_tile = [](const std::function<void()>& fn) {
-        return [fn] {
-          setenv("FP8_CUDA_CAST_ROW_TILES", "1", 1);
-          fn();
-          unsetenv("FP8_CUDA_CAST_ROW_TILES");
-        };
-      };
-      ops.push_back({"cast+transpose, one row tile a block", in_bytes + fp8_bytes, one_row_tile(cast_transposed), false});
-      ops.push_back({"fused amax+cast+transpose, one row tile a block", in_bytes + 2 * fp8_bytes,
-                     one_row_tile(cast_both), false});
-      // Backend::transpose_bytes on fp8 codes (a FSDP rank's gathered weights), in words
-      // (the default for aligned tensors) and a byte at a time.
+      // Backend::transpose_bytes on fp8 codes (a FSDP rank's gathered weights).
       const std::function<void()> transpose_codes = [&] {
         check(b.transpose_bytes(out.as<uint8_t>(), rows, cols, out_t.as<uint8_t>()), "transpose_bytes");
       };
       ops.push_back({"fp8 codes transpose (input: fp8)", 2 * fp8_bytes, transpose_codes, false});
-      ops.push_back({"fp8 codes transpose, a byte at a time (input: fp8)", 2 * fp8_bytes,
-                     [transpose_codes] {
-                       setenv("FP8_CUDA_BYTE_TRANSPOSE", "bytes", 1);
-                       transpose_codes();
-                       unsetenv("FP8_CUDA_BYTE_TRANSPOSE");
-                     },
-                     false});
     }
     // All ops of one input dtype are timed interleaved, so machine noise hits them alike.
     std::vector<std::function<void()>> fns;

@@ -38,11 +38,6 @@
 // --sequential runs the CPU the same way (one recipe at a time), which is how that path is
 // exercised on machines without a GPU.
 //
-// One recipe at a time (cuda, --sequential), a --recipes entry may also set one variable of
-// the environment for its run alone, RECIPE@NAME=VALUE, e.g.
-// `--recipes none,tensorwise,tensorwise@FP8_CUDA_CAST_ROW_TILES=1`: a kernel switch timed
-// end to end beside the default, in one run.
-//
 // --breakdown N (one recipe at a time): after its timed steps, each recipe trains N + 2
 // more with every op of the device bracketed by marks (bench/op_breakdown.h: CUDA events
 // on the GPU), and a table gives each op's time per step (GEMMs, casts, attention, norms,
@@ -297,54 +292,6 @@ struct RunInfo {
 };
 
 // A --recipes entry: the recipe, and the one environment variable its run sets, if any.
-struct RecipeRun {
-  std::string label;  // as given: the table's and the CSV's recipe column
-  std::string recipe;
-  std::string env_name, env_value;
-};
-
-RecipeRun parse_recipe_run(const std::string& entry) {
-  RecipeRun r;
-  r.label = entry;
-  const size_t at = entry.find('@');
-  r.recipe = entry.substr(0, at);
-  if (at == std::string::npos) return r;
-  const std::string setting = entry.substr(at + 1);
-  const size_t eq = setting.find('=');
-  if (eq == std::string::npos || eq == 0) {
-    fp8::bench::die("--recipes: '" + entry + "': after '@' comes NAME=VALUE, an environment variable for that run");
-  }
-  r.env_name = setting.substr(0, eq);
-  r.env_value = setting.substr(eq + 1);
-  return r;
-}
-
-// The recipe of a result's label (RECIPE or RECIPE@NAME=VALUE).
-std::string recipe_of(const std::string& label) { return label.substr(0, label.find('@')); }
-
-// Sets one environment variable for a scope and puts back what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const std::string& name, const std::string& value) : name_(name) {
-    if (name_.empty()) return;
-    if (const char* old = std::getenv(name_.c_str())) old_ = old;
-    setenv(name_.c_str(), value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (name_.empty()) return;
-    if (old_) {
-      setenv(name_.c_str(), old_->c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
 
 // The run of recipe none, when it ran and succeeded: what the ratios divide by.
 const Result* baseline_of(const std::vector<Result>& results) {
@@ -644,13 +591,8 @@ int one_at_a_time(const Common& opts, const GpuOptions& g, const std::vector<std
   for (size_t i = 0; i < recipes.size(); ++i) {
     const Clock::time_point now = Clock::now();
     const Clock::time_point slice_end = now + (deadline - now) / static_cast<int64_t>(recipes.size() - i);
-    const RecipeRun run = parse_recipe_run(recipes[i]);
-    Result r;
-    {
-      const ScopedEnv env(run.env_name, run.env_value);
-      r = run_one_recipe(opts, g, run.recipe, slice_end, cuda, info);
-    }
-    r.recipe = run.label;
+    Result r = run_one_recipe(opts, g, recipes[i], slice_end, cuda, info);
+    r.recipe = recipes[i];
     // The trainer and its device are gone; hand their cached memory back before the next.
     // A failure here (a kernel fault leaves the context unusable) fails what follows too,
     // and the table still shows what ran before it.
@@ -712,7 +654,7 @@ int one_at_a_time(const Common& opts, const GpuOptions& g, const std::vector<std
     table.add({r.recipe, fmt(r.ms_per_step, 1), fmt(r.tokens_per_s, 0),
                base != nullptr ? fmt(r.tokens_per_s / base->tokens_per_s, 2) + "x" : "-", fmt(tflops, cuda ? 1 : 4),
                info.peaks.hp_tflops > 0 ? fmt(100 * tflops / info.peaks.hp_tflops, 1) : "-",
-               info.peaks.fp8_tflops > 0 && recipe_of(r.recipe) != "none" ? fmt(100 * tflops / info.peaks.fp8_tflops, 1)
+               info.peaks.fp8_tflops > 0 && r.recipe != "none" ? fmt(100 * tflops / info.peaks.fp8_tflops, 1)
                                                                           : "-",
                gb(r.peak_memory), gb(r.reserved_memory), std::to_string(r.steps_timed), fmt(r.build_s, 1),
                fmt(r.loss, 3)});
@@ -724,7 +666,7 @@ int one_at_a_time(const Common& opts, const GpuOptions& g, const std::vector<std
   if (base != nullptr) {
     std::string line;
     for (const Result& r : results) {
-      if (recipe_of(r.recipe) == "none" || !r.error.empty()) continue;
+      if (r.recipe == "none" || !r.error.empty()) continue;
       const double ratio = r.tokens_per_s / base->tokens_per_s;
       line += " " + r.recipe + " " + fmt(ratio, 2) + "x (" + (ratio >= 1.2 ? "met" : "missed") + ")";
     }
@@ -841,8 +783,11 @@ absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> join_tra
   fp8::engine::collectives::ProcessGroupOptions options;
   options.prefix = prefix;
   options.timeout = absl::Seconds(setup.timeout_s);
+  // FP8_NCCL_HOST_WAIT=1: every collective waits on the host, as fp8-train runs them then.
+  const char* host_wait = std::getenv("FP8_NCCL_HOST_WAIT");
+  const bool queued = host_wait == nullptr || std::string(host_wait) != "1";
   return fp8::engine::collectives::make_nccl_process_group(store, rank, setup.nproc, options, device.ordinal(), nullptr,
-                                                    device.stream());
+                                                           queued ? device.stream() : nullptr);
 #else
   (void)device;
   return absl::UnimplementedError("--device cuda --nproc needs NCCL, which this build does not have");
@@ -947,7 +892,7 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
   std::unique_ptr<fp8::engine::Device> gpu;
   const fp8::engine::Device* device = &fp8::engine::Device::cpu();
   if (setup.cuda) {
-    absl::StatusOr<std::unique_ptr<fp8::engine::Device>> d = fp8::engine::Device::cuda(rank);
+    absl::StatusOr<std::unique_ptr<fp8::engine::Device>> d = fp8::engine::Device::cuda(rank, fp8::bench::cuda_model_ops_options_from_environment());
     if (!d.ok()) return d.status();
     gpu = std::move(*d);
     device = gpu.get();
@@ -1135,8 +1080,7 @@ int main(int argc, char** argv) {
                "cpu: one recipe at a time, built, warmed up, timed and destroyed in turn, as --device cuda does");
   auto* recipes_opt = app.add_option("--recipes", recipes_arg,
                                      "comma-separated recipes to run (default all: none first, the baseline the "
-                                     "ratios divide by); one at a time, RECIPE@NAME=VALUE also sets that "
-                                     "environment variable for that recipe's run");
+                                     "ratios divide by)");
   app.add_option("--data", c.data,
                  "auto: the job's corpus if the file exists, else synthetic text; synthetic; job")
       ->check(CLI::IsMember({"auto", "synthetic", "job"}))
@@ -1186,13 +1130,8 @@ int main(int argc, char** argv) {
   if (c.config.empty()) c.config = default_config(gpu);
   std::vector<std::string> recipes = recipes_opt->count() > 0 ? split_list(recipes_arg) : kAllRecipes;
   for (const std::string& entry : recipes) {
-    const RecipeRun r = parse_recipe_run(entry);
-    if (std::find(kAllRecipes.begin(), kAllRecipes.end(), r.recipe) == kAllRecipes.end()) {
-      fp8::bench::die("--recipes: unknown recipe '" + r.recipe + "'");
-    }
-    if (!r.env_name.empty() && !gpu && !sequential) {
-      fp8::bench::die("--recipes: '" + entry + "' sets the environment for one recipe's run, which needs one recipe "
-                      "at a time (--device cuda or --sequential)");
+    if (std::find(kAllRecipes.begin(), kAllRecipes.end(), entry) == kAllRecipes.end()) {
+      fp8::bench::die("--recipes: unknown recipe '" + entry + "'");
     }
   }
   if (recipes.empty()) fp8::bench::die("--recipes: none given");

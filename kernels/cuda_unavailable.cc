@@ -6,7 +6,7 @@ namespace fp8 {
 
 bool cuda_compiled() { return false; }
 
-absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int, void*) {
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int, void*, const CudaBackendOptions&) {
   return absl::UnavailableError(
       "this build has no CUDA backend (nvcc was not found at configure time; install the CUDA "
       "toolkit and reconfigure, or leave FP8_ENABLE_CUDA on)");

@@ -12,7 +12,6 @@
 #include <type_traits>
 
 #include "cuda/cast_kernels_device.cuh"
-#include "cuda/env_switch.h"
 #include "fp8/arith.h"
 
 namespace fp8::cuda {
@@ -194,10 +193,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Whether transpose_bytes moves aligned tensors as words (transpose_words_kernel): on
-// unless FP8_CUDA_BYTE_TRANSPOSE=bytes, read at every launch like the casts' switches.
-bool byte_transpose_by_words() { return !env_is("FP8_CUDA_BYTE_TRANSPOSE", "bytes"); }
-
 // Any shape and alignment (else transpose_words_kernel): one 32 x 32 byte tile per block of
 // 32 x 8 threads, each thread moving four bytes; the tile row is padded by one byte so the
 // column reads hit distinct banks. Grid: x over column tiles, y over row tiles (looping
@@ -279,13 +274,10 @@ LaunchResult after_launch(const char* kernel) {
   return {e, e == cudaSuccess ? nullptr : kernel};
 }
 
-// Whether casts whose scales come from the launch just before them start early
-// (wait_for_prerequisite_grid): on unless FP8_CUDA_EARLY_CASTS=0, read at every launch
-// like FP8_CUDA_CAST_ROW_TILES, so that bench_train times both side by side.
-bool early_casts() { return !env_is("FP8_CUDA_EARLY_CASTS", "0"); }
-
 // kernel<<<grid, kThreads, 0, stream>>>(args...), with programmatic stream serialization
 // when `early`: the kernel may then start before the launch ahead of it has finished.
+// Casts whose scales come from the launch just before them start early: their blocks load
+// their first tiles before wait_for_prerequisite_grid.
 template <typename... Params, typename... Args>
 LaunchResult launch_kernel(const char* name, void (*kernel)(Params...), dim3 grid, cudaStream_t stream, bool early,
                            Args... args) {
@@ -366,25 +358,15 @@ LaunchResult launch_flat(const void* in, int64_t rows, int64_t cols, const Scale
   if (blocks == 0) return kTooLarge;
   return launch_kernel(kQuantize ? "flat cast kernel" : "amax kernel",
                        flat_cast_kernel<T, F, A, kQuantize, kAmax, kCount>, dim3(blocks), stream,
-                       kQuantize && scale.amax != nullptr && early_casts(),
+                       kQuantize && scale.amax != nullptr,
                        static_cast<const T*>(in), total, cols, scale, saturate, out, reinterpret_cast<unsigned*>(amax),
                        reinterpret_cast<unsigned long long*>(counts));
 }
 
-// Row tiles a block of the tiled kernel takes at once (tiled_min_blocks says why two):
-// two for bf16 input unless FP8_CUDA_CAST_ROW_TILES=1, which keeps one tile and more
-// resident blocks instead. Read at every launch (a getenv is nothing beside a pass over a
-// matrix), so that bench_cast can time both side by side in one process (and bench_train,
-// run with and without it, end to end).
-// fp32 input always takes one: its loads already fill the memory pipe.
+// Row tiles a block of the tiled kernel takes at once (tiled_min_blocks says why): two for
+// bf16 input, one for fp32, whose loads already fill the memory pipe.
 template <typename T>
-int tiled_row_tiles() {
-  if constexpr (std::is_same_v<T, float>) {
-    return 1;
-  } else {
-    return env_is("FP8_CUDA_CAST_ROW_TILES", "1") ? 1 : 2;
-  }
-}
+constexpr int kTiledRowTiles = std::is_same_v<T, float> ? 1 : 2;
 
 template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, bool kCount, int kRowTiles, bool kDual>
 LaunchResult launch_tiled_groups(const void* in, int64_t rows, int64_t cols, const ScaleSource& scale, bool saturate,
@@ -397,7 +379,7 @@ LaunchResult launch_tiled_groups(const void* in, int64_t rows, int64_t cols, con
   return launch_kernel(kQuantize ? (kDual ? "dual cast kernel" : "tiled cast kernel")
                                  : (kDual ? "row and column amax kernel" : "columnwise amax kernel"),
                        tiled_cast_kernel<T, F, A, kQuantize, kAmax, kRowTiles, kCount, kDual>, grid, stream,
-                       kQuantize && scale.amax != nullptr && early_casts(), static_cast<const T*>(in), rows, cols,
+                       kQuantize && scale.amax != nullptr, static_cast<const T*>(in), rows, cols,
                        scale, saturate, out, out_t, reinterpret_cast<unsigned*>(amax),
                        reinterpret_cast<unsigned long long*>(counts), column);
 }
@@ -406,14 +388,8 @@ template <typename T, Format F, Axis A, bool kQuantize, bool kAmax, bool kCount 
 LaunchResult launch_tiled(const void* in, int64_t rows, int64_t cols, const ScaleSource& scale, bool saturate,
                           uint8_t* out, uint8_t* out_t, float* amax, uint64_t* counts, cudaStream_t stream,
                           const ColumnHalf& column = {}) {
-  if constexpr (!std::is_same_v<T, float>) {
-    if (tiled_row_tiles<T>() == 2) {
-      return launch_tiled_groups<T, F, A, kQuantize, kAmax, kCount, 2, kDual>(in, rows, cols, scale, saturate, out,
-                                                                              out_t, amax, counts, column, stream);
-    }
-  }
-  return launch_tiled_groups<T, F, A, kQuantize, kAmax, kCount, 1, kDual>(in, rows, cols, scale, saturate, out, out_t,
-                                                                          amax, counts, column, stream);
+  return launch_tiled_groups<T, F, A, kQuantize, kAmax, kCount, kTiledRowTiles<T>, kDual>(
+      in, rows, cols, scale, saturate, out, out_t, amax, counts, column, stream);
 }
 
 ScaleSource scale_source_of(const CastLaunch& a) {
@@ -652,7 +628,7 @@ LaunchResult launch_transpose_bytes(const uint8_t* src, int64_t rows, int64_t co
   if (rows == 0 || cols == 0) return {};
   const bool words = rows % 4 == 0 && cols % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 4 == 0 &&
                      reinterpret_cast<uintptr_t>(dst) % 4 == 0;
-  if (words && byte_transpose_by_words()) {
+  if (words) {
     const unsigned wx = blocks_for(cols, kWordTile);
     if (wx == 0) return kTooLarge;
     const int64_t tiles = ceil_div(rows, static_cast<int64_t>(kWordTile));

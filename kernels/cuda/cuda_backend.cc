@@ -60,7 +60,8 @@ cuda::HpType hp_of(DType t) { return t == DType::kFloat32 ? cuda::HpType::kFloat
 
 class CudaBackend final : public Backend {
  public:
-  static absl::StatusOr<std::unique_ptr<Backend>> create(int device, cudaStream_t stream);
+  static absl::StatusOr<std::unique_ptr<Backend>> create(int device, cudaStream_t stream,
+                                                       const CudaBackendOptions& options);
 
   ~CudaBackend() override {
     DeviceGuard guard(device_);
@@ -421,12 +422,13 @@ class CudaBackend final : public Backend {
   cuda::PinnedReads reads_{device_, stream_};  // guards itself
 };
 
-absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::create(int device, cudaStream_t stream) {
+absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::create(int device, cudaStream_t stream,
+                                                             const CudaBackendOptions& options) {
   absl::StatusOr<cudaDeviceProp> prop = cuda::check_cuda_device(device, &cuda::probe_kernel_image, "kernels");
   if (!prop.ok()) return prop.status();
   DeviceGuard guard(device);
   if (!guard.status().ok()) return guard.status();
-  auto gemm = cuda::CublasLtGemm::create(stream);
+  auto gemm = cuda::CublasLtGemm::create(stream, options.refuse_gemm_c);
   if (!gemm.ok()) return gemm.status();
   auto allocator = cuda::CachingAllocator::create(device, stream);
   if (!allocator.ok()) return allocator.status();
@@ -441,8 +443,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::create(int device, cudaStr
 
 bool cuda_compiled() { return true; }
 
-absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device, void* stream) {
-  return CudaBackend::create(device, static_cast<cudaStream_t>(stream));
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device, void* stream,
+                                                           const CudaBackendOptions& options) {
+  return CudaBackend::create(device, static_cast<cudaStream_t>(stream), options);
 }
 
 absl::StatusOr<std::shared_ptr<void>> make_cuda_stream(int device) {

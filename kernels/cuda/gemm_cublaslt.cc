@@ -8,7 +8,6 @@
 #include "cuda/cast_kernels.h"
 #include "cuda/cublaslt_library.h"
 #include "cuda/cuda_status.h"
-#include "cuda/env_switch.h"
 
 namespace fp8::cuda {
 
@@ -146,10 +145,10 @@ CublasLtGemm::~CublasLtGemm() {
   if (handle_ != nullptr) lt().cublasLtDestroy(handle_);
 }
 
-absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::create(cudaStream_t stream) {
+absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::create(cudaStream_t stream, bool refuse_c) {
   if (auto s = cublaslt::load(); !s.ok()) return s;
   std::unique_ptr<CublasLtGemm> g(new CublasLtGemm());
-  g->refuse_c_ = env_is("FP8_CUBLASLT_REFUSE_C", "1");
+  g->refuse_c_ = refuse_c;
   if (auto s = cublas_status(lt().cublasLtCreate(&g->handle_), "cublasLtCreate"); !s.ok()) return s;
   if (auto s = cuda_status(cudaMalloc(&g->workspace_, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)"); !s.ok()) {
     return s;

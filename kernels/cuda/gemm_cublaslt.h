@@ -30,7 +30,7 @@ class CublasLtGemm {
 
   // Creates the handle, the workspace and the scratch on the current device, for work
   // queued on `stream`.
-  static absl::StatusOr<std::unique_ptr<CublasLtGemm>> create(cudaStream_t stream);
+  static absl::StatusOr<std::unique_ptr<CublasLtGemm>> create(cudaStream_t stream, bool refuse_c);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
@@ -85,9 +85,8 @@ class CublasLtGemm {
   void* workspace_ = nullptr;
   DeviceBuffer scratch_;
   DeviceBuffer product_scratch_;  // run_with_fp32_product's; allocated only if that route is taken
-  // FP8_CUBLASLT_REFUSE_C=1 when created: every C is treated as refused (as cublasLtMatmul's
-  // NOT_SUPPORTED), so that a GPU whose kernels accept them still runs the fallback routes
-  // (cuda_backend_test). Off otherwise.
+  // Every C treated as refused (as cublasLtMatmul's NOT_SUPPORTED), so that a GPU whose
+  // kernels accept them still runs the fallback routes (CudaBackendOptions::refuse_gemm_c).
   bool refuse_c_ = false;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
 };

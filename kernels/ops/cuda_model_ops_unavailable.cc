@@ -4,7 +4,7 @@
 
 namespace fp8 {
 
-absl::StatusOr<std::unique_ptr<ModelOps>> make_cuda_model_ops(int, void*) {
+absl::StatusOr<std::unique_ptr<ModelOps>> make_cuda_model_ops(int, void*, const CudaModelOpsOptions&) {
   return absl::UnavailableError(
       "this build has no CUDA model ops (nvcc was not found at configure time; install the CUDA "
       "toolkit and reconfigure, or leave FP8_ENABLE_CUDA on)");

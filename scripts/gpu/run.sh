@@ -95,8 +95,7 @@ failures=()
 part_start=$SECONDS
 # PART_LIMIT and STEP_LIMIT (seconds) shorten a part and each step in it, for a device
 # lease shorter than a part's 9 minutes; BENCH_TRAIN_BUDGET (seconds, default 280) is
-# bench_train's share of bench-train, and BENCH_TRAIN_RECIPES its --recipes (default all;
-# e.g. none,tensorwise,tensorwise@FP8_CUDA_CAST_ROW_TILES=1 for a kernel switch's A/B).
+# bench_train's share of bench-train, and BENCH_TRAIN_RECIPES its --recipes (default all).
 # TOTAL_LIMIT (seconds, default none) bounds the command as a whole: a part or step that
 # would run past it is cut short or skipped.
 part_limit=${PART_LIMIT:-540}
@@ -137,16 +136,6 @@ avoid_failed_wgmma() {
     wgmma_avoided=0
   fi
 }
-# Set on this machine when fp8_wgmma_probe_test found the MN-major reading with LBO and SBO
-# exchanged: every command here then runs the wgmma attention that way.
-mn_major_reading=gpu-out/wgmma_mn_major
-take_mn_major_reading() {
-  if [[ -f $mn_major_reading ]]; then
-    export FP8_WGMMA_MN_MAJOR=$(cat "$mn_major_reading")
-    echo "!! the wgmma probe found the MN-major reading '$FP8_WGMMA_MN_MAJOR': FP8_WGMMA_MN_MAJOR=$FP8_WGMMA_MN_MAJOR"
-  fi
-}
-take_mn_major_reading
 avoid_failed_wgmma
 wgmma_untimed() { [[ -f $wgmma_failed ]] && echo "!! the wgmma attention failed its tests here: not timed"; }
 keep_csv() { [[ -f $out/$1 ]] && cp "$out/$1" "$csv_dir/$1"; }
@@ -175,31 +164,18 @@ do_part() {
       # Each took at most 10 s on an H200 (2026-11-26); the limits only stop a hang.
       run format_test 60 "$bin/fp8_format_test" --gtest_brief=1
       # Seconds: which readings of wgmma's descriptors and fragments the hardware shares.
-      # Where it finds the MN-major descriptors read with LBO and SBO exchanged, what
-      # follows on this machine runs the wgmma attention that way (FP8_WGMMA_MN_MAJOR).
       run wgmma_probe_test 60 "$bin/fp8_wgmma_probe_test"
-      if grep -q '^wgmma MN-major reading: exchanged' "$out/wgmma_probe_test.log"; then
-        echo exchanged >"$mn_major_reading"
-      elif grep -q '^wgmma MN-major reading: default' "$out/wgmma_probe_test.log"; then
-        rm -f "$mn_major_reading"
-      fi
-      take_mn_major_reading
       run cuda_contract_test 60 "$bin/fp8_cuda_contract_test"
       run cuda_backend_test 60 "$bin/fp8_cuda_backend_test"
       run float8_linear_cuda_test 60 "$bin/fp8_float8_linear_cuda_test"
       run nccl_process_group_test 60 "$bin/fp8_nccl_process_group_test"
       if [[ -x $bin/fp8_cuda_model_ops_test ]]; then
+        # Its bf16 attention tests run on each choice of kernels (tensor_cores, mma, simt).
         run cuda_model_ops_test 120 "$bin/fp8_cuda_model_ops_test"
-        # The bf16 attention once more on the SIMT kernels (tight tolerances for every head_dim)
-        # and on the mma.sync ones (the default before sm_90).
-        run cuda_model_ops_simt_attention 60 env FP8_CUDA_ATTENTION=simt "$bin/fp8_cuda_model_ops_test" \
-          --gtest_filter='*Bf16*Attention*'
-        run cuda_model_ops_mma_attention 60 env FP8_CUDA_ATTENTION=mma "$bin/fp8_cuda_model_ops_test" \
-          --gtest_filter='*Bf16*Attention*'
-        # And on the wgmma kernels by name (the default on sm_90, elsewhere mma's), whatever
-        # this command's environment: on failure the rest runs on mma.sync.
-        if run cuda_model_ops_wgmma_attention 60 env FP8_CUDA_ATTENTION=wgmma "$bin/fp8_cuda_model_ops_test" \
-          --gtest_filter='*Bf16*Attention*'; then
+        # The default kernels' attention tests alone (wgmma on sm_90, elsewhere mma.sync): on
+        # failure fp8-train and the benchmarks that follow run on mma.sync (FP8_CUDA_ATTENTION).
+        if run cuda_model_ops_wgmma_attention 60 "$bin/fp8_cuda_model_ops_test" \
+          --gtest_filter='*CudaBf16AttentionTest*/tensor_cores'; then
           rm -f "$wgmma_failed"
         else
           touch "$wgmma_failed"
@@ -211,14 +187,9 @@ do_part() {
       ;;
     tests-train)
       # Each took at most 10 s on an H200 (2026-11-26); the limits only stop a hang.
-      run cuda_training_test 150 "$bin/fp8_cuda_training_test"
-      # Training with head_dim 64 once more on the mma.sync attention kernels.
-      run cuda_training_mma_attention 60 env FP8_CUDA_ATTENTION=mma "$bin/fp8_cuda_training_test" \
-        --gtest_filter='*TensorCoreAttention*'
-      run cuda_fsdp_test 180 "$bin/fp8_cuda_fsdp_test"  # both collective layouts
-      # The same with NCCL waiting on the host (its queued mode off): which side a failure
-      # above is on.
-      run cuda_fsdp_host_wait 90 env FP8_NCCL_HOST_WAIT=1 "$bin/fp8_cuda_fsdp_test"
+      run cuda_training_test 180 "$bin/fp8_cuda_training_test"  # attention on the default kernels and mma.sync
+      # Both collective layouts, NCCL queued on the device and waiting on the host.
+      run cuda_fsdp_test 210 "$bin/fp8_cuda_fsdp_test"
       run cuda_job_test 150 "$bin/fp8_cuda_job_test"
       ;;
     bench-cast)
@@ -305,8 +276,7 @@ do_part() {
     first)
       : "${TOTAL_LIMIT:=540}"
       total_limit=$TOTAL_LIMIT
-      # Every recipe (a few seconds each); a switch still to be decided on a GPU goes here as
-      # e.g. tensorwise@FP8_CUDA_EARLY_CASTS=0 beside the defaults.
+      # Every recipe (a few seconds each).
       : "${BENCH_TRAIN_RECIPES:=none,tensorwise,rowwise,rowwise_with_gw_hp,delayed}"
       do_part tests-kernels; do_part tests-train; do_part bench-cast; do_part bench-attention; do_part bench-train
       do_part bench-fsdp

@@ -220,10 +220,14 @@ class Fp8TrainCliTest : public ::testing::Test {
   }
 
   // fp8-train with `args`; its stdout and stderr are kept as <tag>.out / <tag>.err.
-  RunResult Train(const std::vector<std::string>& args, const std::string& tag) {
+  // `env` adds to (or replaces) ChildEnv()'s variables.
+  RunResult Train(const std::vector<std::string>& args, const std::string& tag,
+                  const std::map<std::string, std::string>& env = {}) {
     std::vector<std::string> argv = {FP8_TRAIN_BINARY};
     argv.insert(argv.end(), args.begin(), args.end());
-    RunResult r = cli_test::Run(argv, ChildEnv(), dir_ / (tag + ".out"), dir_ / (tag + ".err"), kRunLimit);
+    std::map<std::string, std::string> child_env = env;
+    child_env.insert(ChildEnv().begin(), ChildEnv().end());
+    RunResult r = cli_test::Run(argv, child_env, dir_ / (tag + ".out"), dir_ / (tag + ".err"), kRunLimit);
     EXPECT_FALSE(r.exit.timed_out) << tag << ": fp8-train did not finish in " << kRunLimit.count() << " ms";
     return r;
   }
@@ -503,6 +507,7 @@ TEST_F(Fp8TrainCliTest, BadCommandLinesAndJobFilesExitWithoutTraining) {
     std::vector<std::string> args;
     int code;                           // expected exit status; -1: any failure but 130
     std::vector<std::string> stderr_has;
+    std::map<std::string, std::string> env = {};  // fp8-train's environment beside ChildEnv()
   };
   std::vector<Case> cases;
   cases.push_back({"no arguments", {}, 2, {"--config"}});
@@ -534,6 +539,13 @@ TEST_F(Fp8TrainCliTest, BadCommandLinesAndJobFilesExitWithoutTraining) {
     cases.push_back(
         {"invalid value", {"--config", job.string()}, 2, {"bad-heads.yaml:" + std::to_string(line) + ":", "n_heads"}});
   }
+  cases.push_back({"bad FP8_CUDA_ATTENTION",
+                   {"--config", good.string()},
+                   2,
+                   {"FP8_CUDA_ATTENTION", "'tensor'", "mma or simt"},
+                   {{"FP8_CUDA_ATTENTION", "tensor"}}});
+  cases.push_back({"bad FP8_NCCL_HOST_WAIT", {"--config", good.string()}, 2, {"FP8_NCCL_HOST_WAIT"},
+                   {{"FP8_NCCL_HOST_WAIT", "yes"}}});
   {
     JobOptions o;
     o.data_path = "data/missing.txt";
@@ -544,7 +556,7 @@ TEST_F(Fp8TrainCliTest, BadCommandLinesAndJobFilesExitWithoutTraining) {
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     SCOPED_TRACE(c.name);
-    const RunResult r = Train(c.args, "case" + std::to_string(i));
+    const RunResult r = Train(c.args, "case" + std::to_string(i), c.env);
     ASSERT_TRUE(r.exit.exited) << Show(r);
     if (c.code >= 0) {
       EXPECT_EQ(r.exit.code, c.code) << Show(r);

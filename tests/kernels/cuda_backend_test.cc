@@ -262,13 +262,13 @@ std::vector<uint8_t> e4m3_codes(int64_t n, uint32_t seed) {
   return codes;
 }
 
-// FP8_CUBLASLT_REFUSE_C=1 makes a backend treat every GEMM's C as refused, as cuBLASLt does
+// CudaBackendOptions::refuse_gemm_c makes a backend treat every GEMM's C as refused, as cuBLASLt does
 // where the chosen kernel does not take it: an accumulation then goes through an fp32
 // product and an add pass, an addend into D first. The sums stay those of the reference.
 TEST_F(CudaBackendTest, GemmsWhoseCIsRefusedTakeTheFallbackRoutes) {
-  setenv("FP8_CUBLASLT_REFUSE_C", "1", 1);
-  auto refusing = make_cuda_backend(0, nullptr);
-  unsetenv("FP8_CUBLASLT_REFUSE_C");
+  CudaBackendOptions options;
+  options.refuse_gemm_c = true;
+  auto refusing = make_cuda_backend(0, nullptr, options);
   ASSERT_TRUE(refusing.ok()) << refusing.status();
   Backend* b = refusing->get();
 

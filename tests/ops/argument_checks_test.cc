@@ -122,5 +122,18 @@ TEST(ModelOpsArguments, BadCallsAreRejectedWithAMessageNamingTheProblem) {
   }
 }
 
+// The CUDA attention kernels by the names fp8-train and the benchmarks take (parsed on
+// every build, CUDA or not).
+TEST(CudaAttentionKernelNames, ParseToTheirKernelsAndABadNameIsRefused) {
+  EXPECT_EQ(*parse_cuda_attention_kernels(""), CudaModelOpsOptions::Attention::kTensorCores);
+  EXPECT_EQ(*parse_cuda_attention_kernels("wgmma"), CudaModelOpsOptions::Attention::kTensorCores);
+  EXPECT_EQ(*parse_cuda_attention_kernels("mma"), CudaModelOpsOptions::Attention::kMma);
+  EXPECT_EQ(*parse_cuda_attention_kernels("simt"), CudaModelOpsOptions::Attention::kSimt);
+  const absl::StatusOr<CudaModelOpsOptions::Attention> bad = parse_cuda_attention_kernels("Simt");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("'Simt'"), std::string_view::npos) << bad.status();
+}
+
 }  // namespace
 }  // namespace fp8

@@ -19,8 +19,8 @@
 // Attention with head_dim 64 or 128 on 16-byte aligned pointers runs on the tensor cores
 // (attention_tc_kernels.h): P and dS enter their products rounded to bf16, as in
 // FlashAttention-2, so those cases are held to relative errors of bf16 products instead;
-// with FP8_CUDA_ATTENTION=simt (ctest runs the attention test that way too) every case
-// takes the SIMT kernels and the tight tolerances.
+// on the SIMT kernels (one of the attention tests' parameters) every case takes the tight
+// tolerances.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -411,15 +411,42 @@ double relative_l2(const Bf16& got, const std::vector<float>& want) {
   return std::sqrt(err / std::max(norm, 1e-30));
 }
 
-bool simt_attention_requested() {
-  const char* e = std::getenv("FP8_CUDA_ATTENTION");
-  return e != nullptr && std::string(e) == "simt";
-}
+// The attention tests run on every choice of kernels: the default (wgmma on sm_90, else
+// mma.sync), mma.sync everywhere, and the SIMT kernels for every call (tight tolerances
+// for every head_dim).
+class CudaBf16AttentionTest : public CudaBf16ModelOpsTest,
+                              public ::testing::WithParamInterface<CudaModelOpsOptions::Attention> {
+ protected:
+  void SetUp() override {
+    CudaModelOpsOptions options;
+    options.attention = GetParam();
+    auto ops = make_cuda_model_ops(0, nullptr, options);
+    if (!ops.ok()) GTEST_SKIP() << "no CUDA GPU, nothing to run the CUDA model ops on: " << ops.status().message();
+    ops_ = std::move(*ops);
+  }
+  bool simt() const { return GetParam() == CudaModelOpsOptions::Attention::kSimt; }
+};
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaBf16AttentionTest,
+                         ::testing::Values(CudaModelOpsOptions::Attention::kTensorCores,
+                                           CudaModelOpsOptions::Attention::kMma,
+                                           CudaModelOpsOptions::Attention::kSimt),
+                         [](const ::testing::TestParamInfo<CudaModelOpsOptions::Attention>& info) {
+                           switch (info.param) {
+                             case CudaModelOpsOptions::Attention::kMma:
+                               return std::string("mma");
+                             case CudaModelOpsOptions::Attention::kSimt:
+                               return std::string("simt");
+                             case CudaModelOpsOptions::Attention::kTensorCores:
+                               break;
+                           }
+                           return std::string("tensor_cores");
+                         });
 
 // out_row_amax, from the tensor-core kernel's blocks (one per head, combined by atomicMax)
 // or the SIMT kernels and an amax pass: out as without it, and each token's amax of it
 // over all heads as stored. Twice, to see the zeroing of the buffer between calls.
-TEST_F(CudaBf16ModelOpsTest, AttentionOutRowAmaxesAreTheRowwiseAmaxOfTheSameOut) {
+TEST_P(CudaBf16AttentionTest, OutRowAmaxesAreTheRowwiseAmaxOfTheSameOut) {
   for (const auto& c : kAttentionCases) {
     const AttentionShape& s = c.shape;
     SCOPED_TRACE(testing::Message() << "batch " << s.batch << " seq " << s.seq << " heads " << s.n_heads << "/"
@@ -447,11 +474,11 @@ TEST_F(CudaBf16ModelOpsTest, AttentionOutRowAmaxesAreTheRowwiseAmaxOfTheSameOut)
   }
 }
 
-TEST_F(CudaBf16ModelOpsTest, AttentionMatchesTheCpuAndIsDeterministic) {
+TEST_P(CudaBf16AttentionTest, MatchesTheCpuAndIsDeterministic) {
   for (const auto& c : kAttentionCases) {
     const AttentionShape& s = c.shape;
     const bool tensor_cores =
-        (s.head_dim == 64 || s.head_dim == 128) && c.offset == 0 && !simt_attention_requested();
+        (s.head_dim == 64 || s.head_dim == 128) && c.offset == 0 && !simt();
     SCOPED_TRACE(testing::Message() << "batch " << s.batch << " seq " << s.seq << " heads " << s.n_heads << "/"
                                     << s.n_kv_heads << " head_dim " << s.head_dim << " offset " << c.offset);
     const size_t qn = sz(s.batch * s.seq * s.n_heads * s.head_dim);

@@ -27,7 +27,8 @@
 //
 // Environment: FP8_NUM_THREADS caps the CPU kernels' threads (below
 // resources.cpus_per_rank); FP8_FSDP_COLLECTIVES=packed|per_parameter picks how FSDP moves a
-// unit's parameters (fsdp_model.h; packed by default).
+// unit's parameters (fsdp_model.h; packed by default); FP8_CUDA_ATTENTION and
+// FP8_NCCL_HOST_WAIT switch GPU kernels (read_cuda_switches).
 //
 // resources.device: cuda trains on GPU --cuda-device (default 0; under --nproc, rank r
 // uses GPU r), with NCCL between the ranks instead of Gloo.
@@ -53,6 +54,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -111,6 +113,35 @@ void size_thread_pools(int cpus, int preset) {
   const int threads = preset > 0 ? std::min(cpus, preset) : cpus;
   fp8::cpu::set_num_threads(threads);
   openblas_set_num_threads(threads);
+}
+
+// The GPU switches in the environment: FP8_CUDA_ATTENTION picks the attention kernels
+// (scripts/gpu/run.sh sets it where a machine's wgmma tests failed); FP8_NCCL_HOST_WAIT=1
+// makes every NCCL collective wait on the host instead of being queued on the device.
+struct CudaSwitches {
+  fp8::CudaModelOpsOptions model_ops;
+  bool nccl_host_wait = false;
+};
+
+absl::StatusOr<CudaSwitches> read_cuda_switches() {
+  auto env = [](const char* name) -> std::string_view {
+    const char* e = std::getenv(name);
+    return e != nullptr ? e : "";
+  };
+  CudaSwitches switches;
+  absl::StatusOr<fp8::CudaModelOpsOptions::Attention> attention =
+      fp8::parse_cuda_attention_kernels(env("FP8_CUDA_ATTENTION"));
+  if (!attention.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FP8_CUDA_ATTENTION in the environment: ", attention.status().message()));
+  }
+  switches.model_ops.attention = *attention;
+  const std::string_view host_wait = env("FP8_NCCL_HOST_WAIT");
+  if (!host_wait.empty() && host_wait != "0" && host_wait != "1") {
+    return absl::InvalidArgumentError("FP8_NCCL_HOST_WAIT in the environment: expected 0 or 1");
+  }
+  switches.nccl_host_wait = host_wait == "1";
+  return switches;
 }
 
 // A fresh run in a directory holding another run's checkpoints would interleave the two
@@ -202,7 +233,7 @@ std::unique_ptr<fp8::train_cli::CoordinatorReporter> make_reporter(const Coordin
 // The ranks' process group: NCCL between GPUs, Gloo (TCP) between CPU processes.
 absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> join_group(
     fp8::engine::collectives::KeyValueStore& store, const fp8::engine::Device& device, int rank, int world_size,
-    double timeout_s, const std::string& listen) {
+    double timeout_s, const std::string& listen, bool nccl_host_wait) {
   fp8::engine::collectives::ProcessGroupOptions options;
   options.timeout = absl::Seconds(timeout_s);
   if (!device.is_cuda()) return fp8::engine::collectives::make_gloo_process_group(store, rank, world_size, options, listen);
@@ -210,8 +241,10 @@ absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> join_gro
   // NCCL gets a stream of its own, so collectives overlap the device's compute stream; FSDP
   // queues them behind the compute that produced their inputs and makes the compute stream
   // wait for them where it reads the results, with events: the host waits for neither.
-  return fp8::engine::collectives::make_nccl_process_group(store, rank, world_size, options, device.ordinal(),
-                                                    /*stream=*/nullptr, /*compute_stream=*/device.stream());
+  // Without the compute stream every collective waits on the host.
+  return fp8::engine::collectives::make_nccl_process_group(
+      store, rank, world_size, options, device.ordinal(),
+      /*stream=*/nullptr, /*compute_stream=*/nccl_host_wait ? nullptr : device.stream());
 #else
   return absl::UnimplementedError(
       "resources.device cuda with several ranks needs NCCL, which this build does not have (NCCL was not found "
@@ -321,6 +354,8 @@ int main(int argc, char** argv) {
     if (!collectives.ok()) return fail(collectives.status(), 2);
     trainer_options.collectives = *collectives;
   }
+  absl::StatusOr<CudaSwitches> cuda_switches = read_cuda_switches();
+  if (!cuda_switches.ok()) return fail(cuda_switches.status(), 2);
   const std::string checkpoint_dir = spec->checkpoint().dir();  // as the job names it, for messages
   absl::StatusOr<fp8::train_cli::ConfinedJobPaths> paths =
       fp8::train_cli::ConfineJobPaths(*spec, coord.data_root, coord.checkpoint_root);
@@ -343,7 +378,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<fp8::engine::Device> cuda;
   const fp8::engine::Device* device = &fp8::engine::Device::cpu();
   if (spec->resources().device() == fp8::v1::ResourceSpec::CUDA) {
-    absl::StatusOr<std::unique_ptr<fp8::engine::Device>> d = fp8::engine::Device::cuda(cuda_device);
+    absl::StatusOr<std::unique_ptr<fp8::engine::Device>> d = fp8::engine::Device::cuda(cuda_device, cuda_switches->model_ops);
     if (!d.ok()) return fail(d.status());
     cuda = std::move(*d);
     device = cuda.get();
@@ -359,7 +394,7 @@ int main(int argc, char** argv) {
     if (!opened.ok()) return fail(opened.status());
     store = std::move(*opened);
     absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> joined =
-        join_group(*store, *device, rank, world_size, timeout_s, listen);
+        join_group(*store, *device, rank, world_size, timeout_s, listen, cuda_switches->nccl_host_wait);
     if (!joined.ok()) return fail(joined.status());
     group = std::move(*joined);
   }

@@ -668,7 +668,7 @@ struct Grid {
 
 // False when the blocks would not fit in gridDim.x or a position near seq in int.
 // `aligned`: every activation pointer of the call allows 4-element accesses.
-bool make_grid(const AttentionDims& d, int64_t heads, int64_t tile_rows, bool aligned, Grid* grid) {
+bool make_grid(const AttentionLaunch& d, int64_t heads, int64_t tile_rows, bool aligned, Grid* grid) {
   if (d.seq > INT_MAX - 256) return false;
   const int64_t tiles = ceil_div(d.seq, tile_rows);
   if (tiles * heads > INT_MAX) return false;
@@ -702,12 +702,12 @@ LaunchResult allow_shared_memory(Kernel* kernel, size_t bytes, const char* call)
   return {e, e == cudaSuccess ? nullptr : call};
 }
 
-int64_t delta_rows(const AttentionDims& d) { return d.batch * d.seq * d.n_heads; }
+int64_t delta_rows(const AttentionLaunch& d) { return d.batch * d.seq * d.n_heads; }
 
 // delta for any activation type and head_dim (attention_delta_kernel), or for bf16 rows of
 // 64 or 128 with aligned inputs the vector kernel above.
 template <typename A>
-LaunchResult launch_attention_delta(const AttentionDims& d, const A* out, const A* grad_out, float* delta,
+LaunchResult launch_attention_delta(const AttentionLaunch& d, const A* out, const A* grad_out, float* delta,
                                     cudaStream_t stream) {
   const int64_t rows = delta_rows(d);
   if constexpr (std::is_same_v<A, uint16_t>) {
@@ -742,7 +742,7 @@ bool all_aligned(std::initializer_list<const void*> pointers) {
 }
 
 // The SIMT kernels: every activation type and head size up to kMaxAttentionHeadDim.
-LaunchResult launch_attention_forward_simt(const AttentionDims& d, const void* q, const void* k, const void* v,
+LaunchResult launch_attention_forward_simt(const AttentionLaunch& d, const void* q, const void* k, const void* v,
                                            void* out, float* lse, HpType act, cudaStream_t stream) {
   return model::with_act(act, [&](auto type) {
     using A = decltype(type);
@@ -764,7 +764,7 @@ LaunchResult launch_attention_forward_simt(const AttentionDims& d, const void* q
 
 }  // namespace
 
-LaunchResult launch_attention_forward(const AttentionDims& d, const void* q, const void* k, const void* v, void* out,
+LaunchResult launch_attention_forward(const AttentionLaunch& d, const void* q, const void* k, const void* v, void* out,
                                       float* lse, float* row_amax, HpType act, cudaStream_t stream) {
   if (tensor_core_attention_applies(d, act, {q, k, v, out})) {
     return launch_attention_forward_tc(d, q, k, v, out, lse, row_amax, stream);
@@ -777,12 +777,12 @@ LaunchResult launch_attention_forward(const AttentionDims& d, const void* q, con
   return launch_row_amax(out, d.batch * d.seq, d.n_heads * d.head_dim, row_amax, act, stream);
 }
 
-size_t attention_backward_scratch_bytes(const AttentionDims& d) {
+size_t attention_backward_scratch_bytes(const AttentionLaunch& d) {
   const size_t bytes = static_cast<size_t>(delta_rows(d)) * sizeof(float);
   return (bytes + 255) / 256 * 256;
 }
 
-LaunchResult launch_attention_backward(const AttentionDims& d, const void* q, const void* k, const void* v,
+LaunchResult launch_attention_backward(const AttentionLaunch& d, const void* q, const void* k, const void* v,
                                        const void* out, const float* lse, const void* grad_out, void* grad_q,
                                        void* grad_k, void* grad_v, void* scratch, HpType act, cudaStream_t stream) {
   float* const delta = static_cast<float*>(scratch);

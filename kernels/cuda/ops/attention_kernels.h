@@ -21,7 +21,7 @@
 // With bf16 activations, head_dim 64 or 128 and 16-byte aligned pointers the launchers
 // run the tensor-core kernels instead (attention_tc_kernels.h: bf16 products with fp32
 // accumulation, FlashAttention-2's precision); everything below describes the SIMT kernels,
-// which take every other call (and all of them with FP8_CUDA_ATTENTION=simt).
+// which take every other call (and all of them under AttentionKernels::kSimt).
 //
 // Flash-attention style: the forward keeps only each row's log-sum-exp; the backward
 // recomputes the probabilities tile by tile. Deterministic: no floating-point atomics;
@@ -41,27 +41,32 @@ namespace fp8::cuda {
 // The largest head_dim the kernels take (the model ops reject larger ones up front).
 inline constexpr int64_t kMaxAttentionHeadDim = 256;
 
-struct AttentionDims {
+// Which kernels take the calls the tensor cores can run (CudaModelOpsOptions::Attention).
+enum class AttentionKernels { kTensorCores, kMma, kSimt };
+
+// One attention call: its dimensions and the kernels chosen for it.
+struct AttentionLaunch {
   int64_t batch = 0;
   int64_t seq = 0;
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
+  AttentionKernels kernels = AttentionKernels::kTensorCores;
 };
 
 // out = softmax(q·kᵀ / sqrt(head_dim) + causal mask)·v; lse = each score row's log-sum-exp.
 // row_amax (may be null): [batch · seq], each row's amax of out as stored, reduced by the
 // tensor-core kernel as it stores out, or by an amax pass after the SIMT kernels.
-LaunchResult launch_attention_forward(const AttentionDims& d, const void* q, const void* k, const void* v, void* out,
+LaunchResult launch_attention_forward(const AttentionLaunch& d, const void* q, const void* k, const void* v, void* out,
                                       float* lse, float* row_amax, HpType act, cudaStream_t stream);
 
 // Bytes of device scratch attention_backward needs for these dimensions: the per-row
 // delta_i = grad_out_i · out_i, [batch, n_heads, seq] floats, rounded up to 256 bytes.
-size_t attention_backward_scratch_bytes(const AttentionDims& d);
+size_t attention_backward_scratch_bytes(const AttentionLaunch& d);
 
 // grad_q, grad_k, grad_v are written (=), never accumulated. `scratch` holds at least
 // attention_backward_scratch_bytes(d) bytes, 256-byte aligned.
-LaunchResult launch_attention_backward(const AttentionDims& d, const void* q, const void* k, const void* v,
+LaunchResult launch_attention_backward(const AttentionLaunch& d, const void* q, const void* k, const void* v,
                                        const void* out, const float* lse, const void* grad_out, void* grad_q,
                                        void* grad_k, void* grad_v, void* scratch, HpType act, cudaStream_t stream);
 

@@ -10,7 +10,7 @@
 #include <type_traits>
 
 #include "cuda/cast_kernels.h"           // LaunchResult
-#include "cuda/ops/attention_kernels.h"  // AttentionDims
+#include "cuda/ops/attention_kernels.h"  // AttentionLaunch
 
 namespace fp8::cuda::attention_tc {
 
@@ -30,7 +30,7 @@ struct Geometry {
 };
 
 // False when the blocks would not fit in gridDim.x or a position near seq in int.
-inline bool make_geometry(const AttentionDims& d, int64_t heads, Geometry* g, unsigned* blocks) {
+inline bool make_geometry(const AttentionLaunch& d, int64_t heads, Geometry* g, unsigned* blocks) {
   if (d.seq > INT_MAX - 2 * kTile) return false;
   const int64_t tiles = (d.seq + kTile - 1) / kTile;
   if (tiles * heads > INT_MAX) return false;

@@ -6,25 +6,18 @@
 
 #include <cstdint>
 
-#include "cuda/env_switch.h"
 #include "cuda/ops/attention_mma_device.cuh"
 #include "cuda/ops/attention_tc_geometry.h"
 #include "cuda/ops/attention_wgmma_kernels.h"
 #include "cuda/ops/side_stream.h"
 
 namespace fp8::cuda {
-namespace {
 
-// FP8_CUDA_ATTENTION=simt sends every call to the SIMT kernels (and =mma keeps an sm_90
-// device on the mma.sync kernels instead of the wgmma ones, attention_wgmma_kernels.h).
-// Read at every launch (a getenv is nothing beside an attention kernel), so that
-// bench_attention can time the implementations side by side in one process.
-bool simt_requested() { return env_is("FP8_CUDA_ATTENTION", "simt"); }
-
-}  // namespace
-
-bool tensor_core_attention_applies(const AttentionDims& d, HpType act, std::initializer_list<const void*> pointers) {
-  if (act != HpType::kBFloat16 || (d.head_dim != 64 && d.head_dim != 128) || simt_requested()) return false;
+bool tensor_core_attention_applies(const AttentionLaunch& d, HpType act, std::initializer_list<const void*> pointers) {
+  if (act != HpType::kBFloat16 || (d.head_dim != 64 && d.head_dim != 128) ||
+      d.kernels == AttentionKernels::kSimt) {
+    return false;
+  }
   for (const void* p : pointers) {
     if ((reinterpret_cast<uintptr_t>(p) & 15u) != 0) return false;
   }
@@ -36,7 +29,7 @@ bool tensor_core_attention_applies(const AttentionDims& d, HpType act, std::init
   return major >= 8;  // bf16 mma.sync and cp.async
 }
 
-LaunchResult launch_attention_forward_tc(const AttentionDims& d, const void* q, const void* k, const void* v,
+LaunchResult launch_attention_forward_tc(const AttentionLaunch& d, const void* q, const void* k, const void* v,
                                           void* out, float* lse, float* row_amax, cudaStream_t stream) {
   using namespace attention_tc;
   using namespace attention_mma;
@@ -67,7 +60,7 @@ LaunchResult launch_attention_forward_tc(const AttentionDims& d, const void* q, 
 // smaller and its blocks the more unequal (the first key tiles see every query), so one
 // after the other leaves SMs idle in its last wave; side by side, grad_q's blocks fill
 // them. The two write disjoint outputs, so the results do not depend on the overlap.
-LaunchResult launch_attention_backward_tc(const AttentionDims& d, const void* q, const void* k, const void* v,
+LaunchResult launch_attention_backward_tc(const AttentionLaunch& d, const void* q, const void* k, const void* v,
                                            const float* lse, const float* delta, const void* grad_out, void* grad_q,
                                            void* grad_k, void* grad_v, cudaStream_t stream) {
   using namespace attention_tc;

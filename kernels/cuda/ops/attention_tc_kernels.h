@@ -18,21 +18,21 @@
 #include <initializer_list>
 
 #include "cuda/cast_kernels.h"               // LaunchResult, HpType
-#include "cuda/ops/attention_kernels.h"      // AttentionDims
+#include "cuda/ops/attention_kernels.h"      // AttentionLaunch
 
 namespace fp8::cuda {
 
 // bf16 activations, head_dim 64 or 128, every activation pointer 16-byte aligned, a device
-// of compute capability 8.0 or newer (bf16 tensor cores), and FP8_CUDA_ATTENTION not set to
-// "simt" (the SIMT kernels then run, for comparison).
-bool tensor_core_attention_applies(const AttentionDims& d, HpType act, std::initializer_list<const void*> pointers);
+// of compute capability 8.0 or newer (bf16 tensor cores), and d.kernels not kSimt (the SIMT
+// kernels then run, for comparison).
+bool tensor_core_attention_applies(const AttentionLaunch& d, HpType act, std::initializer_list<const void*> pointers);
 
 // Activations are bf16 bits (uint16_t); lse and delta fp32, [batch, n_heads, seq].
 // row_amax (may be null): [batch · seq], zeroed here, then each row's amax of out.
-LaunchResult launch_attention_forward_tc(const AttentionDims& d, const void* q, const void* k, const void* v,
+LaunchResult launch_attention_forward_tc(const AttentionLaunch& d, const void* q, const void* k, const void* v,
                                          void* out, float* lse, float* row_amax, cudaStream_t stream);
 // `delta` = grad_out · out per row, already computed (attention_kernels.cu's delta pass).
-LaunchResult launch_attention_backward_tc(const AttentionDims& d, const void* q, const void* k, const void* v,
+LaunchResult launch_attention_backward_tc(const AttentionLaunch& d, const void* q, const void* k, const void* v,
                                           const float* lse, const float* delta, const void* grad_out, void* grad_q,
                                           void* grad_k, void* grad_v, cudaStream_t stream);
 

@@ -17,7 +17,7 @@
 // reads them, one group in flight at a time: no overlap of the softmax with the tensor
 // cores yet (FlashAttention-3's ping-pong would be the next step).
 //
-// The default on sm_90 (FP8_CUDA_ATTENTION=mma opts out, attention_tc_kernels.cu), built
+// The default on sm_90 (AttentionKernels::kMma opts out, attention_tc_kernels.cu), built
 // for sm_90a. It passes the mma kernels' tests with the same errors against the SIMT
 // kernels and measured faster than the mma kernels forward+backward (bench/RESULTS.md).
 #pragma once

@@ -4,18 +4,14 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
-#include "cuda/env_switch.h"
 #include "cuda/ops/attention_tc_geometry.h"
 #include "cuda/ops/attention_wgmma_device.cuh"
 
 namespace fp8::cuda {
 
-bool wgmma_attention_applies(const AttentionDims& d) {
-  // Read per call, as the other switches.
-  if (env_is("FP8_CUDA_ATTENTION", "mma") || (d.head_dim != 64 && d.head_dim != 128)) return false;
+bool wgmma_attention_applies(const AttentionLaunch& d) {
+  if (d.kernels != AttentionKernels::kTensorCores || (d.head_dim != 64 && d.head_dim != 128)) return false;
   int device = 0, major = 0, minor = 0;
   return cudaGetDevice(&device) == cudaSuccess &&
          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
@@ -23,35 +19,15 @@ bool wgmma_attention_applies(const AttentionDims& d) {
          minor == 0;
 }
 
-namespace {
 
-// The MN-major descriptors' offsets: this project's reading of the PTX ISA, or with
-// FP8_WGMMA_MN_MAJOR=exchanged the other one, LBO and SBO exchanged. fp8_wgmma_probe_test
-// says which the hardware shares; the switch lets a GPU run use the other without a rebuild
-// (false for any other value).
-bool mn_major_offsets(wgmma::MnMajorOffsets* mn) {
-  const char* e = std::getenv("FP8_WGMMA_MN_MAJOR");
-  *mn = {};
-  if (e == nullptr || *e == '\0' || std::strcmp(e, "default") == 0) return true;
-  if (std::strcmp(e, "exchanged") != 0) return false;
-  *mn = {wgmma::kMnMajorSbo, wgmma::kMnMajorLbo};
-  return true;
-}
-
-constexpr LaunchResult kBadMnMajor{cudaErrorInvalidValue,
-                                   "FP8_WGMMA_MN_MAJOR (neither unset, 'default' nor 'exchanged')"};
-
-}  // namespace
-
-LaunchResult launch_attention_forward_wgmma(const AttentionDims& d, const void* q, const void* k, const void* v,
+LaunchResult launch_attention_forward_wgmma(const AttentionLaunch& d, const void* q, const void* k, const void* v,
                                             void* out, float* lse, float* row_amax, cudaStream_t stream) {
   using namespace attention_tc;
   return with_head_dim(d.head_dim, [&](auto bucket) -> LaunchResult {
     constexpr int D = decltype(bucket)::value;
     constexpr auto kernel = attention_wgmma::attention_forward_wgmma_kernel<D>;
     constexpr size_t bytes = attention_wgmma::kForwardBytes<D>;
-    wgmma::MnMajorOffsets mn;
-    if (!mn_major_offsets(&mn)) return kBadMnMajor;
+    const wgmma::MnMajorOffsets mn{};  // the reading fp8_wgmma_probe_test checks
     Geometry g{};
     unsigned blocks = 0;
     if (!make_geometry(d, d.batch * d.n_heads, &g, &blocks)) return kTooLarge;
@@ -65,7 +41,7 @@ LaunchResult launch_attention_forward_wgmma(const AttentionDims& d, const void* 
   });
 }
 
-LaunchResult launch_attention_grad_kv_wgmma(const AttentionDims& d, const void* q, const void* k, const void* v,
+LaunchResult launch_attention_grad_kv_wgmma(const AttentionLaunch& d, const void* q, const void* k, const void* v,
                                             const float* lse, const float* delta, const void* grad_out,
                                             void* grad_k, void* grad_v, cudaStream_t stream) {
   using namespace attention_tc;
@@ -73,8 +49,7 @@ LaunchResult launch_attention_grad_kv_wgmma(const AttentionDims& d, const void* 
     constexpr int D = decltype(bucket)::value;
     constexpr auto kernel = attention_wgmma::attention_grad_kv_wgmma_kernel<D>;
     constexpr size_t bytes = attention_wgmma::kGradKvBytes<D>;
-    wgmma::MnMajorOffsets mn;
-    if (!mn_major_offsets(&mn)) return kBadMnMajor;
+    const wgmma::MnMajorOffsets mn{};  // the reading fp8_wgmma_probe_test checks
     Geometry g{};
     unsigned blocks = 0;
     if (!make_geometry(d, d.batch * d.n_kv_heads, &g, &blocks)) return kTooLarge;
@@ -89,7 +64,7 @@ LaunchResult launch_attention_grad_kv_wgmma(const AttentionDims& d, const void* 
   });
 }
 
-LaunchResult launch_attention_grad_q_wgmma(const AttentionDims& d, const void* q, const void* k, const void* v,
+LaunchResult launch_attention_grad_q_wgmma(const AttentionLaunch& d, const void* q, const void* k, const void* v,
                                            const float* lse, const float* delta, const void* grad_out, void* grad_q,
                                            cudaStream_t stream) {
   using namespace attention_tc;
@@ -97,8 +72,7 @@ LaunchResult launch_attention_grad_q_wgmma(const AttentionDims& d, const void* q
     constexpr int D = decltype(bucket)::value;
     constexpr auto kernel = attention_wgmma::attention_grad_q_wgmma_kernel<D>;
     constexpr size_t bytes = attention_wgmma::kGradQBytes<D>;
-    wgmma::MnMajorOffsets mn;
-    if (!mn_major_offsets(&mn)) return kBadMnMajor;
+    const wgmma::MnMajorOffsets mn{};  // the reading fp8_wgmma_probe_test checks
     Geometry g{};
     unsigned blocks = 0;
     if (!make_geometry(d, d.batch * d.n_heads, &g, &blocks)) return kTooLarge;

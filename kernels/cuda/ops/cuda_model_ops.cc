@@ -53,7 +53,21 @@ absl::Status check_attention_head_dim(const char* op, const AttentionShape& s) {
   return absl::OkStatus();
 }
 
-cuda::AttentionDims dims_of(const AttentionShape& s) { return {s.batch, s.seq, s.n_heads, s.n_kv_heads, s.head_dim}; }
+cuda::AttentionKernels kernels_of(CudaModelOpsOptions::Attention a) {
+  switch (a) {
+    case CudaModelOpsOptions::Attention::kMma:
+      return cuda::AttentionKernels::kMma;
+    case CudaModelOpsOptions::Attention::kSimt:
+      return cuda::AttentionKernels::kSimt;
+    case CudaModelOpsOptions::Attention::kTensorCores:
+      break;
+  }
+  return cuda::AttentionKernels::kTensorCores;
+}
+
+cuda::AttentionLaunch launch_of(const AttentionShape& s, const CudaModelOpsOptions& options) {
+  return {s.batch, s.seq, s.n_heads, s.n_kv_heads, s.head_dim, kernels_of(options.attention)};
+}
 
 cuda::RopeDims dims_of(const RopeShape& s) { return {s.batch, s.seq, s.heads, s.head_dim}; }
 
@@ -62,7 +76,8 @@ cuda::HpType hp_type(DType act) { return act == DType::kBFloat16 ? cuda::HpType:
 
 class CudaModelOps final : public ModelOps {
  public:
-  static absl::StatusOr<std::unique_ptr<ModelOps>> create(int device, cudaStream_t stream);
+  static absl::StatusOr<std::unique_ptr<ModelOps>> create(int device, cudaStream_t stream,
+                                                        const CudaModelOpsOptions& options);
 
   ~CudaModelOps() override {
     DeviceGuard guard(device_);
@@ -137,7 +152,7 @@ class CudaModelOps final : public ModelOps {
     FP8_RETURN_IF_ERROR(ops::validate_attention_forward(shape, q, k, v, out, lse, act));
     FP8_RETURN_IF_ERROR(check_attention_head_dim("attention_forward", shape));
     return on_device(
-        [&] { return cuda::launch_attention_forward(dims_of(shape), q, k, v, out, lse, out_row_amax, hp_type(act),
+        [&] { return cuda::launch_attention_forward(launch_of(shape, options_), q, k, v, out, lse, out_row_amax, hp_type(act),
                                                     stream_); });
   }
 
@@ -147,7 +162,7 @@ class CudaModelOps final : public ModelOps {
     FP8_RETURN_IF_ERROR(
         ops::validate_attention_backward(shape, q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v, act));
     FP8_RETURN_IF_ERROR(check_attention_head_dim("attention_backward", shape));
-    const cuda::AttentionDims d = dims_of(shape);
+    const cuda::AttentionLaunch d = launch_of(shape, options_);
     return with_scratch(cuda::attention_backward_scratch_bytes(d), [&](void* scratch) {
       return cuda::launch_attention_backward(d, q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v, scratch,
                                              hp_type(act), stream_);
@@ -312,8 +327,8 @@ class CudaModelOps final : public ModelOps {
     return t;
   }
 
-  CudaModelOps(int device, cudaStream_t stream, std::string name)
-      : device_(device), stream_(stream), name_(std::move(name)) {}
+  CudaModelOps(int device, cudaStream_t stream, std::string name, const CudaModelOpsOptions& options)
+      : device_(device), stream_(stream), name_(std::move(name)), options_(options) {}
 
   // Queues `launch()` with the ops' device current.
   template <typename Launch>
@@ -349,18 +364,20 @@ class CudaModelOps final : public ModelOps {
   const int device_;
   const cudaStream_t stream_;  // the caller's stream (or the default stream); not owned
   const std::string name_;
+  const CudaModelOpsOptions options_;
   std::mutex mu_;  // guards scratch_ and rope_tables_
   cuda::DeviceBuffer scratch_;
   cuda::DeviceRopeTables rope_tables_;
 };
 
-absl::StatusOr<std::unique_ptr<ModelOps>> CudaModelOps::create(int device, cudaStream_t stream) {
+absl::StatusOr<std::unique_ptr<ModelOps>> CudaModelOps::create(int device, cudaStream_t stream,
+                                                              const CudaModelOpsOptions& options) {
   absl::StatusOr<cudaDeviceProp> prop = cuda::check_cuda_device(device, &cuda::probe_model_kernel_image, "model kernels");
   if (!prop.ok()) return prop.status();
   DeviceGuard guard(device);
   if (!guard.status().ok()) return guard.status();
   std::unique_ptr<CudaModelOps> ops(
-      new CudaModelOps(device, stream, absl::StrCat("cuda:", device, " (", prop->name, ")")));
+      new CudaModelOps(device, stream, absl::StrCat("cuda:", device, " (", prop->name, ")"), options));
   // Allocate the scratch now, so that the first reduction does not call cudaMalloc.
   if (auto s = ops->scratch_.get(1, stream); !s.ok()) return s.status();
   return std::unique_ptr<ModelOps>(std::move(ops));
@@ -370,8 +387,9 @@ absl::StatusOr<std::unique_ptr<ModelOps>> CudaModelOps::create(int device, cudaS
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ModelOps>> make_cuda_model_ops(int device, void* stream) {
-  return CudaModelOps::create(device, static_cast<cudaStream_t>(stream));
+absl::StatusOr<std::unique_ptr<ModelOps>> make_cuda_model_ops(int device, void* stream,
+                                                              const CudaModelOpsOptions& options) {
+  return CudaModelOps::create(device, static_cast<cudaStream_t>(stream), options);
 }
 
 }  // namespace fp8

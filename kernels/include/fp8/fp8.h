@@ -406,7 +406,13 @@ bool cuda_compiled();
 // The CUDA backend on `device`, queuing work on `stream` (a cudaStream_t; null for the
 // default stream). Fails with Unavailable when the build has no CUDA or no GPU is
 // present, saying which.
-absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device = 0, void* stream = nullptr);
+struct CudaBackendOptions {
+  // Treat every GEMM's C as one cuBLASLt refuses, so that tests reach the fallback (the
+  // product into scratch, then one pass adding it onto D) on GPUs whose cuBLASLt takes C.
+  bool refuse_gemm_c = false;
+};
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device = 0, void* stream = nullptr,
+                                                           const CudaBackendOptions& options = {});
 
 // A new non-blocking stream on CUDA device `device` (it never waits for the legacy
 // default stream), for a backend and the model ops to share: get() is the cudaStream_t.

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -242,7 +243,25 @@ class ModelOps {
 // says it returns to the host (sum_of_squares). Fails with Unavailable, saying why, when
 // the build has no CUDA or no GPU is present. Reductions are deterministic here too: a
 // fixed decomposition and a fixed order of partial sums, never floating-point atomics.
-absl::StatusOr<std::unique_ptr<ModelOps>> make_cuda_model_ops(int device = 0, void* stream = nullptr);
+//
+// `options` picks among the attention kernels (the defaults are the fastest measured).
+struct CudaModelOpsOptions {
+  // Which kernels take attention with bf16 activations and head_dim 64 or 128 (every other
+  // call takes the fp32 SIMT kernels).
+  enum class Attention {
+    kTensorCores,  // Hopper's wgmma on sm_90, mma.sync on other GPUs of compute capability 8+
+    kMma,          // mma.sync on every GPU, sm_90 too
+    kSimt,         // the fp32 SIMT kernels for every call
+  };
+  Attention attention = Attention::kTensorCores;
+};
+absl::StatusOr<std::unique_ptr<ModelOps>> make_cuda_model_ops(int device = 0, void* stream = nullptr,
+                                                              const CudaModelOpsOptions& options = {});
+
+// The attention kernels by name, as fp8-train and the benchmarks take them from
+// FP8_CUDA_ATTENTION: "wgmma" (or empty: the default, kTensorCores), "mma" or "simt".
+// InvalidArgument names a bad value.
+absl::StatusOr<CudaModelOpsOptions::Attention> parse_cuda_attention_kernels(std::string_view name);
 
 // The CPU implementation: threads from the kernels' pool, OpenBLAS for the attention
 // GEMMs. Thread-safe; a process-wide instance. While attention runs its units on several

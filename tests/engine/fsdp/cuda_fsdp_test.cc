@@ -42,11 +42,12 @@ class CudaFsdpTest : public ::testing::TestWithParam<fsdp::UnitCollectives> {
     spec.mutable_checkpoint()->clear_dir();
     return spec;
   }
-  std::vector<RankOutcome> Run(const v1::JobSpec& spec, int world) {
+  std::vector<RankOutcome> Run(const v1::JobSpec& spec, int world, bool nccl_host_wait = false) {
     RunOptions o;
     o.world_size = world;
     o.cuda = true;
     o.collectives = GetParam();
+    o.nccl_host_wait = nccl_host_wait;
     return RunRanks(spec, o, dir_.path());
   }
 
@@ -89,6 +90,19 @@ TEST_P(CudaFsdpTest, OneRankOverNcclEqualsOneProcessBitForBit) {
     ASSERT_EQ(fsdp[0].steps.size(), static_cast<size_t>(kSteps));
     ExpectBitEqual(single[0], fsdp[0]);
   }
+}
+
+// The same with NCCL waiting on the host (its queued mode off): which side a failure of the
+// test above is on.
+TEST_P(CudaFsdpTest, OneRankOverNcclWaitingOnTheHostEqualsOneProcessBitForBit) {
+  if (const std::string why = MissingGpus(1); !why.empty()) GTEST_SKIP() << why;
+  const v1::JobSpec spec = Job({"fp8.recipe=tensorwise"});
+  const auto single = Run(spec, 0);
+  const auto fsdp = Run(spec, 1, /*nccl_host_wait=*/true);
+  ASSERT_TRUE(AllOk(single));
+  ASSERT_TRUE(AllOk(fsdp));
+  ASSERT_EQ(fsdp[0].steps.size(), static_cast<size_t>(kSteps));
+  ExpectBitEqual(single[0], fsdp[0]);
 }
 
 TEST_P(CudaFsdpTest, GatheredWeightsAreFreedAfterUse) {

@@ -64,8 +64,10 @@ absl::StatusOr<std::unique_ptr<collectives::ProcessGroup>> JoinGroup(collectives
   po.timeout = absl::Seconds(o.timeout_seconds);
   if (!o.cuda) return collectives::make_gloo_process_group(store, rank, o.world_size, po);
 #ifdef FP8_HAVE_NCCL
-  // Queued on the device as fp8-train's ranks are (the compute stream given).
-  return collectives::make_nccl_process_group(store, rank, o.world_size, po, device.ordinal(), nullptr, device.stream());
+  // Queued on the device as fp8-train's ranks are (the compute stream given), unless the
+  // options ask for host waits.
+  return collectives::make_nccl_process_group(store, rank, o.world_size, po, device.ordinal(), nullptr,
+                                              o.nccl_host_wait ? nullptr : device.stream());
 #else
   (void)device;
   return absl::UnavailableError("this build has no NCCL");

@@ -63,6 +63,9 @@ struct RunOptions {
   // Train on GPUs: rank r on CUDA device r (a single process on device 0), the ranks over
   // NCCL instead of Gloo. A rank fails, saying why, where that is not possible.
   bool cuda = false;
+  // With cuda: NCCL's collectives wait on the host instead of being queued on the device
+  // (the group gets no compute stream).
+  bool nccl_host_wait = false;
 };
 
 // GPUs the CUDA runtime sees, asked in a child process: a parent that initialised CUDA

@@ -154,6 +154,20 @@ TEST_P(CudaTrainingTest, Bf16WithTensorCoreAttentionStaysCloseToTheCpu) {
   EXPECT_LT(gpu.steps.back().loss, gpu.steps.front().loss) << "the loss did not fall on the GPU";
 }
 
+// The same on the mma.sync attention kernels, which an sm_90 GPU otherwise does not run.
+TEST_P(CudaTrainingTest, Bf16WithMmaAttentionStaysCloseToTheCpu) {
+  CudaModelOpsOptions mma;
+  mma.attention = CudaModelOpsOptions::Attention::kMma;
+  absl::StatusOr<std::unique_ptr<Device>> device = Device::cuda(0, mma);
+  ASSERT_TRUE(device.ok()) << device.status();
+  const std::vector<std::string> wide = {"train.compute_dtype=bf16", "model.dim=128", "model.n_heads=2",
+                                         "model.n_kv_heads=1"};
+  const RecordingObserver cpu = Train(Job("cpu-mma", wide), Device::cpu());
+  const RecordingObserver gpu = Train(Job("gpu-mma", wide), **device);
+  ExpectLossesClose(cpu, gpu, kBf16TensorCoreAttention, "bf16, head_dim 64 (mma.sync attention)");
+  EXPECT_LT(gpu.steps.back().loss, gpu.steps.front().loss) << "the loss did not fall on the GPU";
+}
+
 TEST_P(CudaTrainingTest, ReportsPeakDeviceMemory) {
   const RecordingObserver gpu = Train(Job("gpu"), *gpu_);
   ASSERT_FALSE(gpu.steps.empty());

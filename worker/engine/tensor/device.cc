@@ -9,12 +9,12 @@ Device& Device::cpu() {
   return device;
 }
 
-absl::StatusOr<std::unique_ptr<Device>> Device::cuda(int ordinal) {
+absl::StatusOr<std::unique_ptr<Device>> Device::cuda(int ordinal, const CudaModelOpsOptions& options) {
   absl::StatusOr<std::shared_ptr<void>> stream = make_cuda_stream(ordinal);
   if (!stream.ok()) return stream.status();
   absl::StatusOr<std::unique_ptr<Backend>> backend = make_cuda_backend(ordinal, stream->get());
   if (!backend.ok()) return backend.status();
-  absl::StatusOr<std::unique_ptr<ModelOps>> ops = make_cuda_model_ops(ordinal, stream->get());
+  absl::StatusOr<std::unique_ptr<ModelOps>> ops = make_cuda_model_ops(ordinal, stream->get(), options);
   if (!ops.ok()) return ops.status();
   auto device = std::make_unique<Device>(absl::StrCat("cuda:", ordinal), backend->get(), ops->get());
   device->ordinal_ = ordinal;

@@ -20,9 +20,9 @@ class Device {
  public:
   // The process-wide CPU device.
   static Device& cpu();
-  // CUDA device `ordinal` with a compute stream of its own. Unavailable without CUDA or
-  // that GPU.
-  static absl::StatusOr<std::unique_ptr<Device>> cuda(int ordinal = 0);
+  // CUDA device `ordinal` with a compute stream of its own, its model ops built with
+  // `options`. Unavailable without CUDA or that GPU.
+  static absl::StatusOr<std::unique_ptr<Device>> cuda(int ordinal = 0, const CudaModelOpsOptions& options = {});
 
   // "cpu", "cuda:0".
   const std::string& name() const { return name_; }

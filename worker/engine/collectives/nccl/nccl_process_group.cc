@@ -864,11 +864,6 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> make_nccl_process_group(KeyValueSt
     }
   }
 
-  // FP8_NCCL_HOST_WAIT=1 turns the queued mode off: every collective waits on the host, as
-  // before it existed (a fallback while the queued mode is new on a machine).
-  if (const char* host_wait = std::getenv("FP8_NCCL_HOST_WAIT"); host_wait != nullptr && host_wait[0] == '1') {
-    compute_stream = nullptr;
-  }
   auto group = std::make_unique<NcclProcessGroup>(rank, size, cuda_device, options.timeout);
   if (absl::Status s = group->init(id, stream, compute_stream, poll); !s.ok()) return s;
   return std::unique_ptr<ProcessGroup>(std::move(group));

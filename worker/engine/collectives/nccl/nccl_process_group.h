@@ -55,8 +55,8 @@ namespace fp8::engine::collectives {
 // it alive for the group's lifetime, and each collective also waits for the work queued on
 // it before. Null: the group creates (and destroys) its own non-blocking stream.
 // `compute_stream` (of the same device, alive as long as the group) enables the queued
-// mode above; null, or FP8_NCCL_HOST_WAIT=1 in the environment: the group only waits on
-// the host (FSDP then runs its collectives on a communication thread).
+// mode above; null: the group only waits on the host (FSDP then runs its collectives on a
+// communication thread).
 //
 // Errors: InvalidArgument for a bad rank, size, timeout or device index; FailedPrecondition
 // when no CUDA device is usable (the message carries CUDA's reason); the store's error when
