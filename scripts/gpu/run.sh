@@ -33,8 +33,8 @@
 # and, for a machine without that limit: tests (both test parts), bench (the three bench
 # parts), all (everything). For a lease of 15 minutes in all, `first` runs in one command
 # what matters most: both test parts, bench-cast, bench-attention, bench-train and
-# bench-fsdp, about 5 minutes (an H200, 2026-11-27: 305 s; an H100 the same day, without
-# bench-fsdp: 293 s), each under a TOTAL_LIMIT (default 540 s) for the command as a whole.
+# bench-fsdp, about 5 minutes (bench/RESULTS.md), each under a TOTAL_LIMIT (default 540 s)
+# for the command as a whole.
 #
 # The wgmma attention (the default on sm_90) is used only where it passed its tests: where
 # they failed on this machine (tests-kernels), every later command here runs with
@@ -161,7 +161,7 @@ do_part() {
   part_start=$SECONDS
   case $1 in
     tests-kernels)
-      # Each took at most 10 s on an H200 (2026-11-26); the limits only stop a hang.
+      # Each takes seconds; the limits only stop a hang.
       run format_test 60 "$bin/fp8_format_test" --gtest_brief=1
       # Seconds: which readings of wgmma's descriptors and fragments the hardware shares.
       run wgmma_probe_test 60 "$bin/fp8_wgmma_probe_test"
@@ -186,7 +186,7 @@ do_part() {
       fi
       ;;
     tests-train)
-      # Each took at most 10 s on an H200 (2026-11-26); the limits only stop a hang.
+      # Each takes seconds; the limits only stop a hang.
       run cuda_training_test 180 "$bin/fp8_cuda_training_test"  # attention on the default kernels and mma.sync
       # Both collective layouts, NCCL queued on the device and waiting on the host.
       run cuda_fsdp_test 210 "$bin/fp8_cuda_fsdp_test"

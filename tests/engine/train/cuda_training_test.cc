@@ -2,8 +2,8 @@
 // recipe, the reported peak memory, and a checkpoint written on the GPU resumed on the CPU.
 // Skips, saying why, where no GPU is present.
 //
-// Tolerances (relative loss difference per step), calibrated on an H200 (2026-11-26; the
-// measured worst is beside each): both devices compute in fp32 with the same per-element
+// Tolerances (relative loss difference per step), calibrated on a GPU with the measured
+// worst beside each: both devices compute in fp32 with the same per-element
 // formulas (kernels/ops/model_arith.h, fp8/arith.h); they differ in summation order
 // (cuBLASLt vs OpenBLAS GEMMs, block reductions vs chunked loops, attention tiles), which
 // moves a loss by ~1e-7 per step. fp8 and bf16 round activations and gradients: a
