@@ -130,7 +130,7 @@ void FillModel(v1::ModelSpec& m) {
 
 void FillData(v1::DataSpec& d) {
   if (d.tokenizer() == v1::DataSpec::TOKENIZER_UNSPECIFIED) d.set_tokenizer(v1::DataSpec::BYTES);
-  if (!d.has_val_fraction()) d.set_val_fraction(0.05);
+  if (!d.has_val_fraction()) d.set_val_fraction(d.has_val_path() ? 0 : 0.05);
   if (!d.has_seed()) d.set_seed(0);
 }
 

@@ -151,6 +151,12 @@ void CheckData(const v1::JobSpec& s, Checks& c) {
           absl::StrCat(d.seq_len(), " exceeds model.max_seq_len (", s.model().max_seq_len(), ")"));
   }
   c.RealInRange("data.val_fraction", d.val_fraction(), 0, 0.5);
+  if (d.has_val_path()) {
+    if (d.val_path().empty()) c.Add("data.val_path", "must not be empty (leave it out for none)");
+    if (d.val_fraction() != 0) {
+      c.Add("data.val_fraction", "give data.val_path or data.val_fraction, not both", {"data.val_path"});
+    }
+  }
 }
 
 void CheckTrain(const v1::JobSpec& s, Checks& c) {
@@ -184,8 +190,8 @@ void CheckTrain(const v1::JobSpec& s, Checks& c) {
   c.NonNegative("train.grad_clip", t.grad_clip());
   c.IntInRange("train.log_every", t.log_every(), 1, kMaxSteps);
   if (c.IntInRange("train.eval_every", t.eval_every(), 0, kMaxSteps) && t.eval_every() > 0 &&
-      s.data().val_fraction() == 0) {
-    c.Add("train.eval_every", "evaluation needs held-out data, but data.val_fraction is 0",
+      s.data().val_fraction() == 0 && !s.data().has_val_path()) {
+    c.Add("train.eval_every", "evaluation needs held-out data, but data.val_fraction is 0 and there is no data.val_path",
           {"data.val_fraction"});
   }
   c.IntInRange("train.eval_batches", t.eval_batches(), 1, kMaxBatch);

@@ -149,6 +149,19 @@ absl::StatusOr<v1::JobSpec> AdmitJobSpec(const v1::JobSpec& spec, const PathRoot
   } else {
     problems.emplace_back(data.status().message());
   }
+  if (data.ok() && resolved->data().has_val_path()) {
+    // Under data.path's own root: the worker is handed that one root to open both beneath.
+    std::vector<fs::path> data_root;
+    for (const fs::path& root : roots.data) {
+      if (IsUnder(*data, root)) data_root = {root};
+    }
+    absl::StatusOr<fs::path> val = ConfineResolved(resolved->data().val_path(), data_root, "spec.data.val_path");
+    if (val.ok()) {
+      resolved->mutable_data()->set_val_path(val->string());
+    } else {
+      problems.emplace_back(val.status().message());
+    }
+  }
   absl::StatusOr<fs::path> dir = ConfineResolved(resolved->checkpoint().dir(), roots.checkpoint, "spec.checkpoint.dir");
   if (dir.ok() && !admin && problems.empty()) {
     if (absl::Status s = CheckInOwnersSubtree(*dir, roots.checkpoint, resolved->owner(), "spec.checkpoint.dir");

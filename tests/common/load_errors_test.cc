@@ -144,7 +144,8 @@ TEST(LoadErrors, CrossFieldProblemsPointAtAFieldThatWasWritten) {
   std::string job =
       MinimalWith("  path: corpus.txt\n", "  path: corpus.txt\n  val_fraction: 0\n") + "  eval_every: 10\n";
   EXPECT_EQ(LoadError(job),
-            "job.yaml:14:3: train.eval_every: evaluation needs held-out data, but data.val_fraction is 0");
+            "job.yaml:14:3: train.eval_every: evaluation needs held-out data, but data.val_fraction is 0 and there "
+            "is no data.val_path");
   // data.seq_len is left to its default (model.max_seq_len, 20); a micro-batch of 3 x 20
   // tokens does not suit the fp8 grad_weight GEMM, and train.batch_size is where it shows.
   job = MinimalWith("  max_seq_len: 64\n", "  max_seq_len: 20\n");
@@ -154,6 +155,20 @@ TEST(LoadErrors, CrossFieldProblemsPointAtAFieldThatWasWritten) {
       "job.yaml:11:3: train.batch_size: a micro-batch holds 3 x 20 = 60 tokens, not a multiple of 16, which "
       "the fp8 grad_weight GEMM contracts over; change train.batch_size, train.grad_accum or data.seq_len, "
       "or set fp8.pad_inner_dim: true");
+}
+
+// data.val_path is validation data of its own: with it, val_fraction defaults to 0 and
+// evaluation needs nothing more; both at once is refused.
+TEST(LoadErrors, ValPathAndValFractionAreOneOrTheOther) {
+  std::string job = MinimalWith("  path: corpus.txt\n", "  path: corpus.txt\n  val_path: val.txt\n") +
+                    "  eval_every: 10\n";
+  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecString(job, "job.yaml");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->data().val_fraction(), 0);
+  job = MinimalWith("  path: corpus.txt\n", "  path: corpus.txt\n  val_path: val.txt\n  val_fraction: 0.1\n");
+  EXPECT_THAT(LoadError(job), HasSubstr("data.val_fraction: give data.val_path or data.val_fraction, not both"));
+  job = MinimalWith("  path: corpus.txt\n", "  path: corpus.txt\n  val_path: ''\n");
+  EXPECT_THAT(LoadError(job), HasSubstr("data.val_path: must not be empty"));
 }
 
 TEST(LoadErrors, ARequiredFieldLeftOutPointsAtItsSection) {

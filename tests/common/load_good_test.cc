@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "common/jobspec/loader.h"
+#include "common/jobspec/paths.h"
 #include "gtest/gtest.h"
 #include "tests/common/jobspec_test_util.h"
 
@@ -77,6 +78,15 @@ TEST(LoadGood, RelativePathsAreResolvedAgainstTheJobFilesFolder) {
   std::filesystem::path folder = std::filesystem::path(Testdata("good")).lexically_normal();
   EXPECT_EQ(loaded->data().path(), (folder / "corpus.txt").string());
   EXPECT_EQ(loaded->checkpoint().dir(), (folder / "checkpoints" / "minimal").string());
+}
+
+TEST(LoadGood, ValPathIsResolvedAsDataPathIs) {
+  v1::JobSpec spec;
+  spec.mutable_data()->set_path("shards/train.tokens");
+  spec.mutable_data()->set_val_path("../held-out/val.tokens");
+  MakePathsAbsolute(spec, "/jobs/run");
+  EXPECT_EQ(spec.data().path(), "/jobs/run/shards/train.tokens");
+  EXPECT_EQ(spec.data().val_path(), "/jobs/held-out/val.tokens");
 }
 
 TEST(LoadGood, TextKeepsPathsAsWritten) {

@@ -11,6 +11,13 @@ absl::StatusOr<ConfinedJobPaths> ConfineJobPaths(v1::JobSpec& spec, const std::s
     if (!data.ok()) return data.status();
     out.data = std::move(*data);
     spec.mutable_data()->set_path(fs_confined::FdPath(out.data.get()).string());
+    if (spec.data().has_val_path()) {
+      absl::StatusOr<fs_confined::UniqueFd> val =
+          fs_confined::OpenFileBeneath(data_root, spec.data().val_path(), "data.val_path");
+      if (!val.ok()) return val.status();
+      out.validation_data = std::move(*val);
+      spec.mutable_data()->set_val_path(fs_confined::FdPath(out.validation_data.get()).string());
+    }
   }
   if (!checkpoint_root.empty()) {
     absl::StatusOr<fs_confined::UniqueFd> dir =

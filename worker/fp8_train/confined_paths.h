@@ -16,6 +16,7 @@ namespace fp8::train_cli {
 
 struct ConfinedJobPaths {
   fs_confined::UniqueFd data;         // the corpus; held open for the whole run
+  fs_confined::UniqueFd validation_data;  // data.val_path, when the job has one
   fs_confined::UniqueFd checkpoints;  // the checkpoint folder; held open for the whole run
   // What the spec named, and the path that now stands for it ("" when not confined):
   // messages and reports show the first.

@@ -56,6 +56,11 @@ absl::StatusOr<TrainerCommand> BuildTrainerCommand(const v1::StartRank& start, c
     absl::StatusOr<fs_confined::UniqueFd> data =
         fs_confined::OpenFileBeneath(start.data_root(), start.spec().data().path(), "spec.data.path");
     if (!data.ok()) return data.status();
+    if (start.spec().data().has_val_path()) {
+      absl::StatusOr<fs_confined::UniqueFd> val =
+          fs_confined::OpenFileBeneath(start.data_root(), start.spec().data().val_path(), "spec.data.val_path");
+      if (!val.ok()) return val.status();
+    }
   }
   if (!start.checkpoint_root().empty() &&
       !fs_confined::IsBeneath(start.checkpoint_root(), start.spec().checkpoint().dir())) {

@@ -34,6 +34,7 @@ std::string SpecSummary(const v1::JobSpec& s) {
   absl::StrAppend(&out, "  steps       ", s.train().steps(), " (batch ", s.train().batch_size(), ", seq_len ",
                   s.data().seq_len(), ", lr ", absl::StrFormat("%g", s.train().lr()), ")\n");
   absl::StrAppend(&out, "  data        ", s.data().path(), "\n");
+  if (s.data().has_val_path()) absl::StrAppend(&out, "  validation  ", s.data().val_path(), "\n");
   absl::StrAppend(&out, "  checkpoint  ", s.checkpoint().dir(), " every ", s.checkpoint().every(), " steps\n");
   absl::StrAppend(&out, "  restarts    at most ", s.restarts().max_restarts(), "\n");
   return out;

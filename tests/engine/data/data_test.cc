@@ -44,6 +44,13 @@ std::string SyntheticText(int64_t bytes, int64_t line_length) {
   return text;
 }
 
+// A byte-token stream as the text it came from.
+std::string Text(const TokenStream& tokens) {
+  std::string text;
+  for (int64_t i = 0; i < tokens.size(); ++i) text += static_cast<char>(tokens.At(i));
+  return text;
+}
+
 std::vector<int64_t> Sorted(std::vector<int64_t> values) {
   std::sort(values.begin(), values.end());
   return values;
@@ -88,21 +95,21 @@ TEST_F(DataTest, ValidationIsTheTailStartingAtTheNearestLineStart) {
   // and 28 before the one at 9028.
   const std::string text = SyntheticText(10000, 37);
   const Corpus corpus = Load(text, 16, 0.1);
-  EXPECT_EQ(corpus.split_offset(), 8991);
+  EXPECT_EQ(corpus.train_tokens().size(), 8991);
   EXPECT_EQ(text[8990], '\n');
-  EXPECT_EQ(corpus.train_tokens().size(), 8991u);
-  EXPECT_EQ(corpus.validation_tokens().size(), 10000u - 8991u);
+  EXPECT_EQ(corpus.train_tokens().size(), 8991);
+  EXPECT_EQ(corpus.validation_tokens().size(), 10000 - 8991);
   // Together the splits are the file, byte for byte.
-  const std::string train(corpus.train_tokens().begin(), corpus.train_tokens().end());
-  const std::string validation(corpus.validation_tokens().begin(), corpus.validation_tokens().end());
+  const std::string train = Text(corpus.train_tokens());
+  const std::string validation = Text(corpus.validation_tokens());
   EXPECT_EQ(train + validation, text);
 }
 
 TEST_F(DataTest, SplitIsExactWithoutANewlineWithin1KiB) {
   // Lines of 5000 bytes: line starts at 5000, 10000 and 15000.
   const std::string text = SyntheticText(20000, 5000);
-  EXPECT_EQ(Load(text, 16, 0.15).split_offset(), 17000);  // the nearest line start is 2000 away
-  EXPECT_EQ(Load(text, 16, 0.2).split_offset(), 15000);   // 1000 away: within reach
+  EXPECT_EQ(Load(text, 16, 0.15).train_tokens().size(), 17000);  // the nearest line start is 2000 away
+  EXPECT_EQ(Load(text, 16, 0.2).train_tokens().size(), 15000);   // 1000 away: within reach
 }
 
 TEST(CorpusSplitTest, SnapsWithin1KiBToTheNearestLineStartEarlierOnATie) {
@@ -128,7 +135,7 @@ TEST(CorpusSplitTest, SnapsWithin1KiBToTheNearestLineStartEarlierOnATie) {
 
 TEST_F(DataTest, ZeroValFractionKeepsTheWholeFileForTraining) {
   const Corpus corpus = Load(SyntheticText(1000, 37), 16, 0.0);
-  EXPECT_EQ(corpus.train_tokens().size(), 1000u);
+  EXPECT_EQ(corpus.train_tokens().size(), 1000);
   EXPECT_TRUE(corpus.validation_tokens().empty());
 }
 
@@ -189,8 +196,8 @@ TEST_F(DataTest, TokensAreTheFileBytesIncludingHighBytes) {
     for (int b = 0; b < 256; ++b) text += static_cast<char>(b);
   }
   const Corpus corpus = Load(text, 8, 0.0);
-  ASSERT_EQ(corpus.train_tokens().size(), 1024u);
-  for (size_t i = 0; i < 1024; ++i) EXPECT_EQ(corpus.train_tokens()[i], i % 256) << i;
+  ASSERT_EQ(corpus.train_tokens().size(), 1024);
+  for (int64_t i = 0; i < 1024; ++i) EXPECT_EQ(corpus.train_tokens().At(i), i % 256) << i;
 }
 
 // ---- platform-independent randomness ---------------------------------------------------
@@ -256,7 +263,7 @@ TEST_F(DataTest, WindowsAreTheFileBytesWithTargetsShiftedByOne) {
     ASSERT_EQ(batch.targets.size(), 64u);
     for (int64_t row = 0; row < batch.rows; ++row) {
       const int64_t start = batch.window_starts[row];
-      ASSERT_LE(start + 33, corpus.split_offset());  // never reads into validation
+      ASSERT_LE(start + 33, corpus.train_tokens().size());  // never reads into validation
       for (int64_t t = 0; t < 32; ++t) {
         ASSERT_EQ(batch.inputs[row * 32 + t], static_cast<uint8_t>(text[start + t]));
         ASSERT_EQ(batch.targets[row * 32 + t], static_cast<uint8_t>(text[start + t + 1]));
@@ -440,7 +447,7 @@ TEST_F(DataTest, BatcherRejectsInconsistentOptions) {
   EXPECT_EQ(message({.seq_len = 16, .batch_size = 0}), "train.batch_size: must be at least 1, got 0");
   EXPECT_EQ(message({.seq_len = 16, .batch_size = 2, .rank = 2, .world_size = 2}),
             "rank 2 is not in a world of size 2");
-  ASSERT_EQ(corpus.train_tokens().size(), 1887u);  // the split moved to a line start
+  ASSERT_EQ(corpus.train_tokens().size(), 1887);  // the split moved to a line start
   EXPECT_EQ(message({.seq_len = 4000, .batch_size = 2}),
             "data.seq_len: training split has 1887 tokens, fewer than seq_len+1 = 4001");
 }
@@ -461,7 +468,7 @@ TEST_F(DataTest, TinyCorpusStreamsAcrossManyEpochsInOneMicroBatch) {
 TEST_F(DataTest, ValidationBatchesAreTheFirstWindowsAtStrideAndNeverChange) {
   const std::string text = SyntheticText(20000, 37);
   const Corpus corpus = Load(text, 16, 0.25);
-  const auto offset = corpus.split_offset();
+  const auto offset = corpus.train_tokens().size();
   const ValidationOptions options{.seq_len = 16, .batch_size = 4, .eval_batches = 3};
   absl::StatusOr<ValidationSet> set = ValidationSet::Create(corpus, options);
   ASSERT_TRUE(set.ok()) << set.status();
@@ -509,7 +516,7 @@ TEST_F(DataTest, ValidationShardsMakeTheSameGlobalBatches) {
 TEST_F(DataTest, ValidationWrapsAroundAShortSplit) {
   // Validation of 100 tokens holds 6 windows of 16 (+1); 2 batches of 4 need 8.
   const Corpus corpus = Load(std::string(1900, 'a') + std::string(100, 'b'), 16, 0.05);
-  ASSERT_EQ(corpus.validation_tokens().size(), 100u);
+  ASSERT_EQ(corpus.validation_tokens().size(), 100);
   absl::StatusOr<ValidationSet> set =
       ValidationSet::Create(corpus, {.seq_len = 16, .batch_size = 4, .eval_batches = 2});
   ASSERT_TRUE(set.ok());
@@ -523,7 +530,8 @@ TEST_F(DataTest, ValidationNeedsAValidationSplit) {
       ValidationSet::Create(corpus, {.seq_len = 16, .batch_size = 4, .eval_batches = 2});
   ASSERT_FALSE(set.ok());
   EXPECT_EQ(set.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(set.status().message(), "evaluation needs held-out data, but data.val_fraction is 0");
+  EXPECT_EQ(set.status().message(),
+            "evaluation needs held-out data, but data.val_fraction is 0 and there is no data.val_path");
 }
 
 }  // namespace

@@ -87,6 +87,23 @@ TEST_F(CoordinatorTest, LinksOutOfTheRootsAreRefused) {
   EXPECT_EQ(c_->ListJobs(admin_, v1::ListJobsRequest())->jobs_size(), 1);  // the refused ones left nothing
 }
 
+// data.val_path is confined as data.path is, under the same root (the worker opens both
+// beneath the one root it is handed).
+TEST_F(CoordinatorTest, AValidationPathIsConfinedAsTheDataPathIs) {
+  fs::create_directories(dir_ / "data");
+  fs::create_symlink("/etc", dir_ / "data" / "etc");
+  std::ofstream(dir_ / "data" / "val.txt") << "text";
+  v1::JobSpec escaping = Spec(1);
+  escaping.mutable_data()->set_val_path((dir_ / "data" / "etc" / "passwd").string());
+  std::string message;
+  EXPECT_EQ(SubmitCode(*c_, alice_, escaping, &message), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message.find("spec.data.val_path"), std::string::npos) << message;
+  v1::JobSpec inside = Spec(1);
+  inside.mutable_data()->set_val_path((dir_ / "data" / "val.txt").string());
+  const std::string id = SubmitAs(alice_, inside);
+  EXPECT_EQ(Get(id).spec().data().val_path(), (dir_ / "data" / "val.txt").string());
+}
+
 TEST_F(CoordinatorTest, AnIdempotencyKeyNamesOneSpec) {
   v1::SubmitJobRequest r;
   *r.mutable_spec() = Spec(1);

@@ -32,12 +32,12 @@ absl::Status CheckOptions(const BatcherOptions& o, int64_t train_tokens) {
 }  // namespace
 
 absl::StatusOr<Batcher> Batcher::Create(const Corpus& corpus, const BatcherOptions& options) {
-  const auto train_tokens = static_cast<int64_t>(corpus.train_tokens().size());
+  const int64_t train_tokens = corpus.train_tokens().size();
   if (absl::Status status = CheckOptions(options, train_tokens); !status.ok()) return status;
   return Batcher(corpus.train_tokens(), options);
 }
 
-Batcher::Batcher(std::span<const uint8_t> train_tokens, const BatcherOptions& options)
+Batcher::Batcher(const TokenStream& train_tokens, const BatcherOptions& options)
     : train_tokens_(train_tokens), options_(options), micro_batch_size_(options.batch_size / options.grad_accum) {}
 
 TokenBatch Batcher::NextMicroBatch() {
@@ -81,7 +81,7 @@ const EpochOrder& Batcher::Order(int64_t epoch) {
   // Fill an empty slot, or else replace the earlier epoch: the stream only moves forward.
   std::optional<EpochOrder>* slot = &orders_[0];
   if (orders_[0] && (!orders_[1] || orders_[1]->epoch() < orders_[0]->epoch())) slot = &orders_[1];
-  slot->emplace(static_cast<int64_t>(train_tokens_.size()), options_.seq_len, options_.seed, epoch);
+  slot->emplace(train_tokens_.size(), options_.seq_len, options_.seed, epoch);
   return **slot;
 }
 

@@ -68,7 +68,7 @@ class Batcher {
   absl::Status Restore(const DataPosition& position);
 
  private:
-  Batcher(std::span<const uint8_t> train_tokens, const BatcherOptions& options);
+  Batcher(const TokenStream& train_tokens, const BatcherOptions& options);
 
   // The order of `epoch`, built on first use. Two are kept: a micro-batch needs at most
   // the current epoch and the next one (unless an epoch is smaller than a micro-batch,
@@ -76,7 +76,7 @@ class Batcher {
   const EpochOrder& Order(int64_t epoch);
   void Advance(DataPosition& position);
 
-  std::span<const uint8_t> train_tokens_;
+  TokenStream train_tokens_;
   BatcherOptions options_;
   int64_t micro_batch_size_;
   DataPosition position_;

@@ -18,38 +18,97 @@ absl::Status CheckOptions(const CorpusOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.val_fraction: must be in [0, 0.5], got ", options.val_fraction));
   }
+  if (!options.val_path.empty() && options.val_fraction != 0) {
+    return absl::InvalidArgumentError("data.val_path and data.val_fraction: give one of them, not both");
+  }
   return absl::OkStatus();
+}
+
+TokenShardHeader BytesTokenizer() {
+  TokenShardHeader h;
+  h.width = 1;
+  h.vocab_size = kBytesVocabSize;
+  h.end_of_text = kBytesEndOfText;
+  h.tokenizer = TokenizerFingerprint(kBytesTokenizerName);
+  return h;
+}
+
+// One file's tokens, mapped into `texts` or `shards`: a shard's, or a text file's bytes.
+absl::StatusOr<TokenStream> MapTokens(const std::string& field, const std::string& path, bool* is_shard,
+                                      TokenShardHeader* tokenizer, std::vector<MappedFile>& texts,
+                                      std::vector<TokenShard>& shards) {
+  absl::StatusOr<MappedFile> file = MappedFile::Open(path);
+  if (!file.ok()) return absl::Status(file.status().code(), absl::StrCat(field, ": ", file.status().message()));
+  if (file->bytes().empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", path, " is empty"));
+  *is_shard = LooksLikeTokenShard(file->bytes());
+  if (!*is_shard) {
+    *tokenizer = BytesTokenizer();
+    const std::span<const uint8_t> bytes = file->bytes();
+    texts.push_back(*std::move(file));
+    return TokenStream({{bytes.data(), static_cast<int64_t>(bytes.size()), 1}});
+  }
+  absl::StatusOr<TokenShard> shard = TokenShard::Open(path);
+  if (!shard.ok()) return absl::Status(shard.status().code(), absl::StrCat(field, ": ", shard.status().message()));
+  if (shard->header().tokens == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": token shard ", path, " holds no tokens"));
+  }
+  *tokenizer = shard->header();
+  const TokenRun run = shard->tokens();
+  shards.push_back(*std::move(shard));
+  return TokenStream({run});
 }
 
 }  // namespace
 
 absl::StatusOr<Corpus> Corpus::Load(const std::string& path, const CorpusOptions& options) {
   if (absl::Status status = CheckOptions(options); !status.ok()) return status;
+  Corpus corpus;
+  corpus.path_ = path;
+  bool is_shard = false;
+  absl::StatusOr<TokenStream> all =
+      MapTokens("data.path", path, &is_shard, &corpus.tokenizer_, corpus.texts_, corpus.shards_);
+  if (!all.ok()) return all.status();
 
-  absl::StatusOr<MappedFile> file = MappedFile::Open(path);
-  if (!file.ok()) {
-    return absl::Status(file.status().code(), absl::StrCat("data.path: ", file.status().message()));
-  }
-  const std::span<const uint8_t> bytes = file->bytes();
-  if (bytes.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("data.path: ", path, " is empty"));
+  if (options.val_path.empty()) {
+    // A text file splits at a line start, a shard at a document's.
+    const int64_t split = is_shard ? ValidationSplitIndex(*all, options.val_fraction,
+                                                          static_cast<int32_t>(corpus.tokenizer_.end_of_text))
+                                   : ValidationSplitIndex(*all, options.val_fraction, '\n');
+    corpus.train_ = all->Slice(0, split);
+    corpus.validation_ = all->Slice(split, all->size() - split);
+  } else {
+    corpus.train_ = *all;
+    bool val_is_shard = false;
+    TokenShardHeader val_tokenizer;
+    absl::StatusOr<TokenStream> validation = MapTokens("data.val_path", options.val_path, &val_is_shard,
+                                                       &val_tokenizer, corpus.texts_, corpus.shards_);
+    if (!validation.ok()) return validation.status();
+    if (val_tokenizer.tokenizer != corpus.tokenizer_.tokenizer || val_is_shard != is_shard) {
+      return absl::InvalidArgumentError(absl::StrCat("data.val_path: ", options.val_path,
+                                                     " was tokenized otherwise than data.path ", path,
+                                                     " (another tokenizer, or text beside a token shard)"));
+    }
+    corpus.validation_ = *std::move(validation);
   }
 
-  const int64_t split = ValidationSplitOffset(bytes, options.val_fraction);
   const int64_t window = options.seq_len + 1;
-  const auto train_size = split;
-  const auto validation_size = static_cast<int64_t>(bytes.size()) - split;
+  const int64_t train_size = corpus.train_.size();
+  const int64_t validation_size = corpus.validation_.size();
   if (train_size < window) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data.path: training split of ", path, " has ", train_size, " tokens, fewer than seq_len+1 = ", window,
         "; use a larger file, or lower data.seq_len or data.val_fraction"));
   }
-  if (options.val_fraction > 0 && validation_size < window) {
+  const bool wants_validation = options.val_fraction > 0 || !options.val_path.empty();
+  if (wants_validation && validation_size < window) {
+    const std::string& where = options.val_path.empty() ? path : options.val_path;
     return absl::InvalidArgumentError(absl::StrCat(
-        "data.path: validation split of ", path, " has ", validation_size, " tokens, fewer than seq_len+1 = ",
-        window, "; raise data.val_fraction, lower data.seq_len or use a larger file"));
+        options.val_path.empty() ? "data.path" : "data.val_path", ": validation split of ", where, " has ",
+        validation_size, " tokens, fewer than seq_len+1 = ", window,
+        options.val_path.empty() ? "; raise data.val_fraction, lower data.seq_len or use a larger file"
+                                 : "; lower data.seq_len or give more validation data"));
   }
-  return Corpus(path, *std::move(file), split);
+  return corpus;
 }
 
 }  // namespace fp8::engine::data

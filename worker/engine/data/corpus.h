@@ -1,47 +1,58 @@
-// A text file as a stream of byte tokens (vocabulary 256: a token is the byte's value),
-// divided into a training split (the head) and a validation split (the tail; see
-// corpus_split.h).
+// The training data as a stream of tokens, divided into a training split and a validation
+// split. data.path is a token shard (token_shard.h: tokens made by `fp8-data prepare`) or
+// a text file read by the bytes tokenizer (vocabulary 256: a token is the byte's value).
+// Validation is the tail of that data (corpus_split.h), or data.val_path of its own.
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <string>
-#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/engine/data/mapped_file.h"
+#include "worker/engine/data/token_shard.h"
+#include "worker/engine/data/token_stream.h"
 
 namespace fp8::engine::data {
+
+// The bytes tokenizer's vocabulary, end-of-text id (ASCII ETX) and fingerprint name.
+inline constexpr uint32_t kBytesVocabSize = 256;
+inline constexpr uint32_t kBytesEndOfText = 3;
+inline constexpr char kBytesTokenizerName[] = "bytes";
 
 struct CorpusOptions {
   // Tokens per training sequence (data.seq_len). Each split must hold at least one
   // window of seq_len + 1 tokens: the inputs plus the one extra target.
   int64_t seq_len = 0;
-  // Share of the file held out as validation, in [0, 0.5] (data.val_fraction). With 0
+  // Share of data.path held out as validation, in [0, 0.5] (data.val_fraction). With 0
   // there is no validation split and no check on its size.
   double val_fraction = 0.05;
+  // data.val_path: validation data of its own, the same kind as data.path (val_fraction
+  // must then be 0).
+  std::string val_path;
 };
 
 class Corpus {
  public:
-  // Maps the file at `path` (data.path). Errors, each naming the field and the file:
-  // a missing or unreadable file, an empty file, options out of range, and a split too
-  // short for one window (what to change is part of the message).
+  // Maps the data. Errors name the field and the file: a missing or unreadable file, an
+  // empty one, a damaged shard, shards of different tokenizers, options out of range, and
+  // a split too short for one window (what to change is part of the message).
   static absl::StatusOr<Corpus> Load(const std::string& path, const CorpusOptions& options);
 
   const std::string& path() const { return path_; }
-  // Byte offset in the file where validation begins (== file size without validation).
-  int64_t split_offset() const { return split_offset_; }
-  std::span<const uint8_t> train_tokens() const { return file_.bytes().first(split_offset_); }
-  std::span<const uint8_t> validation_tokens() const { return file_.bytes().subspan(split_offset_); }
+  // The tokenizer's facts (for a text file, the bytes tokenizer's); `tokens` is unused.
+  const TokenShardHeader& tokenizer() const { return tokenizer_; }
+  const TokenStream& train_tokens() const { return train_; }
+  const TokenStream& validation_tokens() const { return validation_; }
 
  private:
-  Corpus(std::string path, MappedFile file, int64_t split_offset)
-      : path_(std::move(path)), file_(std::move(file)), split_offset_(split_offset) {}
+  Corpus() = default;
 
   std::string path_;
-  MappedFile file_;
-  int64_t split_offset_ = 0;
+  TokenShardHeader tokenizer_;
+  std::vector<MappedFile> texts_;   // what the streams point into: text files
+  std::vector<TokenShard> shards_;  // or shards
+  TokenStream train_, validation_;
 };
 
 }  // namespace fp8::engine::data

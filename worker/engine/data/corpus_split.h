@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <span>
 
+#include "worker/engine/data/token_stream.h"
+
 namespace fp8::engine::data {
 
 // How far from the exact fraction the split may move to land on a line start.
@@ -16,5 +18,9 @@ inline constexpr int64_t kSplitSnapBytes = 1024;
 // so that no line is cut in two. With several equally near, the earlier one wins.
 // val_fraction 0 gives bytes.size() (no validation); val_fraction must be in [0, 1].
 int64_t ValidationSplitOffset(std::span<const uint8_t> bytes, double val_fraction);
+
+// The same over tokens: the index at which validation begins, moved to just after the
+// nearest `boundary` token (a token shard's end-of-text id) within kSplitSnapBytes tokens.
+int64_t ValidationSplitIndex(const TokenStream& tokens, double val_fraction, int32_t boundary);
 
 }  // namespace fp8::engine::data

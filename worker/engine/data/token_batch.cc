@@ -11,15 +11,12 @@ void TokenBatch::Resize(int64_t new_rows, int64_t new_seq_len) {
   window_starts.resize(static_cast<size_t>(rows));
 }
 
-void TokenBatch::FillRow(int64_t row, std::span<const uint8_t> split, int64_t start) {
+void TokenBatch::FillRow(int64_t row, const TokenStream& split, int64_t start) {
   window_starts[static_cast<size_t>(row)] = start;
-  const uint8_t* window = split.data() + start;
   int32_t* input_row = inputs.data() + row * seq_len;
   int32_t* target_row = targets.data() + row * seq_len;
-  for (int64_t t = 0; t < seq_len; ++t) {
-    input_row[t] = window[t];
-    target_row[t] = window[t + 1];
-  }
+  split.Copy(start, seq_len, input_row);
+  split.Copy(start + 1, seq_len, target_row);
 }
 
 }  // namespace fp8::engine::data

@@ -3,8 +3,9 @@
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <vector>
+
+#include "worker/engine/data/token_stream.h"
 
 namespace fp8::engine::data {
 
@@ -24,7 +25,7 @@ struct TokenBatch {
   void Resize(int64_t rows, int64_t seq_len);
   // Fills row `row` from the window of seq_len + 1 tokens starting at `start` in
   // `split`; the caller guarantees the window lies inside it.
-  void FillRow(int64_t row, std::span<const uint8_t> split, int64_t start);
+  void FillRow(int64_t row, const TokenStream& split, int64_t start);
 };
 
 }  // namespace fp8::engine::data

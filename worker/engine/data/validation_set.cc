@@ -24,11 +24,12 @@ absl::Status CheckOptions(const ValidationOptions& o) {
 
 absl::StatusOr<ValidationSet> ValidationSet::Create(const Corpus& corpus, const ValidationOptions& options) {
   if (absl::Status status = CheckOptions(options); !status.ok()) return status;
-  const std::span<const uint8_t> tokens = corpus.validation_tokens();
+  const TokenStream& tokens = corpus.validation_tokens();
   if (tokens.empty()) {
-    return absl::FailedPreconditionError("evaluation needs held-out data, but data.val_fraction is 0");
+    return absl::FailedPreconditionError(
+        "evaluation needs held-out data, but data.val_fraction is 0 and there is no data.val_path");
   }
-  const auto size = static_cast<int64_t>(tokens.size());
+  const int64_t size = tokens.size();
   if (size < options.seq_len + 1) {
     return absl::FailedPreconditionError(absl::StrCat("data.path: validation split has ", size,
                                                       " tokens, fewer than seq_len+1 = ", options.seq_len + 1));

@@ -45,10 +45,10 @@ class ValidationSet {
   void Batch(int64_t index, TokenBatch& batch) const;
 
  private:
-  ValidationSet(std::span<const uint8_t> tokens, const ValidationOptions& options, int64_t windows_in_split)
+  ValidationSet(const TokenStream& tokens, const ValidationOptions& options, int64_t windows_in_split)
       : tokens_(tokens), options_(options), windows_in_split_(windows_in_split) {}
 
-  std::span<const uint8_t> tokens_;
+  TokenStream tokens_;
   ValidationOptions options_;
   int64_t windows_in_split_;
 };

@@ -43,6 +43,22 @@ std::string recipe_name(v1::Fp8Spec::Recipe r) {
   return absl::AsciiStrToLower(v1::Fp8Spec::Recipe_Name(r));
 }
 
+// The data's tokens must come from the job's tokenizer and fit the model's vocabulary (a
+// token outside it would be refused at its first batch, long after start).
+absl::Status check_tokenizer(const data::Corpus& corpus, const v1::JobSpec& spec) {
+  const data::TokenShardHeader& t = corpus.tokenizer();
+  if (t.tokenizer != data::TokenizerFingerprint(data::kBytesTokenizerName)) {
+    return absl::InvalidArgumentError(absl::StrCat("data.path: the tokens of ", corpus.path(),
+                                                   " were made by another tokenizer than data.tokenizer (bytes)"));
+  }
+  if (t.vocab_size > static_cast<uint64_t>(spec.model().vocab_size())) {
+    return absl::InvalidArgumentError(absl::StrCat("model.vocab_size: ", spec.model().vocab_size(),
+                                                   " is smaller than the vocabulary of data.path's tokenizer (",
+                                                   t.vocab_size, ")"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec, const Device& device,
@@ -59,10 +75,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
                                                    " but this rank's process group has ", world, " ranks"));
   }
 
-  FP8_ASSIGN_OR_RETURN(t->corpus_, data::Corpus::Load(d.path(), {d.seq_len(), d.val_fraction()}));
+  FP8_ASSIGN_OR_RETURN(t->corpus_, data::Corpus::Load(d.path(), {d.seq_len(), d.val_fraction(), d.val_path()}));
+  FP8_RETURN_IF_ERROR(check_tokenizer(*t->corpus_, spec));
   data::BatcherOptions batching{d.seq_len(), tr.batch_size(), tr.grad_accum(), d.seed(), rank, world};
   FP8_ASSIGN_OR_RETURN(t->batcher_, data::Batcher::Create(*t->corpus_, batching));
-  if (tr.eval_every() > 0 && d.val_fraction() > 0) {
+  if (tr.eval_every() > 0 && (d.val_fraction() > 0 || d.has_val_path())) {
     const data::ValidationOptions eval{d.seq_len(), tr.batch_size(), tr.eval_batches(), rank, world};
     FP8_ASSIGN_OR_RETURN(t->validation_, data::ValidationSet::Create(*t->corpus_, eval));
   }

@@ -1,0 +1,177 @@
+// fp8-data end to end, the real binary as a child process: text and JSON Lines into token
+// shards, what inspect reports, bad input refused with the file and where (exit 2, nothing
+// left behind), and fp8-train training on the shards it made.
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/cli/subprocess.h"
+#include "tests/cli/synthetic_text.h"
+#include "worker/engine/data/token_shard.h"
+#include "worker/engine/data/token_stream.h"
+
+#ifndef FP8_DATA_BINARY
+#error "FP8_DATA_BINARY must name the fp8-data executable"
+#endif
+#ifndef FP8_TRAIN_BINARY
+#error "FP8_TRAIN_BINARY must name the fp8-train executable"
+#endif
+
+namespace fp8::cli_test {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr std::chrono::milliseconds kLimit{120'000};
+
+class Fp8DataCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("fp8-data-cli-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Write(const std::string& name, const std::string& bytes) {
+    std::ofstream(dir_ / name, std::ios::binary) << bytes;
+    return (dir_ / name).string();
+  }
+
+  RunResult Run(const std::string& binary, std::vector<std::string> args, const std::string& tag) {
+    args.insert(args.begin(), binary);
+    return cli_test::Run(args, {{"FP8_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}}, dir_ / (tag + ".out"),
+                         dir_ / (tag + ".err"), kLimit);
+  }
+  RunResult Data(std::vector<std::string> args, const std::string& tag) { return Run(FP8_DATA_BINARY, args, tag); }
+
+  // Every token of the shards in `names` (in order), as ints.
+  static std::vector<int32_t> Tokens(const std::vector<std::string>& paths) {
+    std::vector<int32_t> all;
+    for (const std::string& p : paths) {
+      absl::StatusOr<engine::data::TokenShard> shard = engine::data::TokenShard::Open(p);
+      EXPECT_TRUE(shard.ok()) << shard.status();
+      if (!shard.ok()) return all;
+      const engine::data::TokenStream s({shard->tokens()});
+      for (int64_t i = 0; i < s.size(); ++i) all.push_back(s.At(i));
+    }
+    return all;
+  }
+
+  // Files in `folder`, hidden ones included.
+  static std::vector<std::string> Listing(const fs::path& folder) {
+    std::vector<std::string> names;
+    if (!fs::exists(folder)) return names;
+    for (const auto& e : fs::directory_iterator(folder)) names.push_back(e.path().filename().string());
+    return names;
+  }
+
+  fs::path dir_;
+};
+
+std::string Show(const RunResult& r) { return r.exit.describe() + "\n" + r.out + r.err; }
+
+std::vector<int32_t> Bytes(const std::string& text) { return {text.begin(), text.end()}; }
+
+TEST_F(Fp8DataCliTest, TextAndJsonLinesBecomeShardsOfTheirBytesWithEndOfTextBetweenDocuments) {
+  const std::string a = "first document\n", b = "second, ünïcode\n";
+  Write("a.txt", a);
+  Write("b.txt", b);
+  Write("docs.jsonl", "{\"text\": \"one\"}\n\n{\"text\": \"two\", \"id\": 2}\n");
+  const RunResult r = Data({"prepare", "--out", (dir_ / "out").string(), "--shard-tokens", "20",
+                            (dir_ / "*.txt").string(), (dir_ / "docs.jsonl").string()},
+                           "prepare");
+  ASSERT_EQ(r.exit.code, 0) << Show(r);
+  EXPECT_NE(r.out.find("4 documents"), std::string::npos) << r.out;
+  std::vector<int32_t> want = Bytes(a);
+  want.push_back(3);
+  for (const std::string& doc : {b, std::string("one"), std::string("two")}) {
+    const std::vector<int32_t> bytes = Bytes(doc);
+    want.insert(want.end(), bytes.begin(), bytes.end());
+    want.push_back(3);
+  }
+  std::vector<std::string> shards;
+  for (size_t i = 0; i * 20 < want.size(); ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "shard-%05zu.tokens", i);
+    shards.push_back((dir_ / "out" / name).string());
+  }
+  for (int32_t& t : want) t &= 0xff;
+  EXPECT_EQ(Tokens(shards), want);
+  EXPECT_EQ(Listing(dir_ / "out").size(), shards.size()) << "staging left behind";
+
+  const RunResult inspected = Data({"inspect", shards[0], "--tokens", "14"}, "inspect");
+  ASSERT_EQ(inspected.exit.code, 0) << Show(inspected);
+  EXPECT_NE(inspected.out.find("tokens      20"), std::string::npos) << inspected.out;
+  EXPECT_NE(inspected.out.find("tokenizer   bytes"), std::string::npos) << inspected.out;
+  EXPECT_NE(inspected.out.find("first document"), std::string::npos) << inspected.out;
+}
+
+TEST_F(Fp8DataCliTest, BadInputIsRefusedWithTheFileAndWhereAndLeavesNothing) {
+  struct Case {
+    std::string name;
+    std::vector<std::string> inputs;
+    std::vector<std::string> stderr_has;
+  };
+  const std::string bad_utf8 = Write("latin1.txt", "caf\xe9 au lait\n");
+  const std::string empty = Write("empty.txt", "");
+  const std::string no_text = Write("no-text.jsonl", "{\"text\": \"ok\"}\n{\"body\": \"x\"}\n");
+  const std::string not_json = Write("not-json.jsonl", "{\"text\": \"ok\"}\n{text\n");
+  const std::string etx = Write("etx.txt", "ab\x03" "cd");
+  const std::vector<Case> cases = {
+      {"not UTF-8", {bad_utf8}, {bad_utf8, "byte 3", "not UTF-8"}},
+      {"empty", {empty}, {empty, "empty file"}},
+      {"no text field", {no_text}, {no_text + ":2", "\"text\""}},
+      {"not JSON", {not_json}, {not_json + ":2", "not a JSON value"}},
+      {"end-of-text byte", {etx}, {etx, "byte 2", "0x03"}},
+      {"missing", {(dir_ / "nope.txt").string()}, {"nope.txt"}},
+      {"pattern without match", {(dir_ / "*.md").string()}, {"*.md", "no file matches"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path out = dir_ / ("out-" + std::to_string(&c - cases.data()));
+    std::vector<std::string> args = {"prepare", "--out", out.string()};
+    args.insert(args.end(), c.inputs.begin(), c.inputs.end());
+    const RunResult r = Data(args, "case");
+    EXPECT_EQ(r.exit.code, 2) << Show(r);
+    for (const std::string& want : c.stderr_has) EXPECT_NE(r.err.find(want), std::string::npos) << Show(r);
+    EXPECT_TRUE(Listing(out).empty()) << "left behind: " << Listing(out).size() << " files";
+  }
+  // Shards of that name already there: refused, the existing ones untouched.
+  const std::string good = Write("good.txt", "some text\n");
+  ASSERT_EQ(Data({"prepare", "--out", (dir_ / "twice").string(), good}, "first").exit.code, 0);
+  const RunResult again = Data({"prepare", "--out", (dir_ / "twice").string(), good}, "again");
+  EXPECT_EQ(again.exit.code, 2) << Show(again);
+  EXPECT_NE(again.err.find("already holds shards"), std::string::npos) << Show(again);
+  EXPECT_EQ(Listing(dir_ / "twice"), std::vector<std::string>{"shard-00000.tokens"});
+  const RunResult damaged = Data({"inspect", Write("x.tokens", "FP8TOKNS")}, "damaged");
+  EXPECT_EQ(damaged.exit.code, 2) << Show(damaged);
+  EXPECT_NE(damaged.err.find("x.tokens"), std::string::npos) << Show(damaged);
+}
+
+TEST_F(Fp8DataCliTest, Fp8TrainTrainsOnTheShardsWithValidationShardsOfTheirOwn) {
+  Write("train.txt", SyntheticText(120 * 1024));
+  Write("val.txt", SyntheticText(8 * 1024).substr(1000));
+  ASSERT_EQ(Data({"prepare", "--out", (dir_ / "train").string(), (dir_ / "train.txt").string()}, "p1").exit.code, 0);
+  ASSERT_EQ(Data({"prepare", "--out", (dir_ / "val").string(), (dir_ / "val.txt").string()}, "p2").exit.code, 0);
+  Write("job.yaml",
+        "name: shards\n"
+        "model: {dim: 32, n_layers: 1, n_heads: 2, max_seq_len: 32}\n"
+        "data: {path: train/shard-00000.tokens, val_path: val/shard-00000.tokens, seq_len: 32}\n"
+        "train: {steps: 12, batch_size: 4, lr: 3e-3, log_every: 4, eval_every: 6, eval_batches: 2}\n"
+        "checkpoint: {dir: ckpt, every: 6}\n"
+        "resources: {device: cpu, cpus_per_rank: 1}\n");
+  const RunResult r = Run(FP8_TRAIN_BINARY, {"--config", (dir_ / "job.yaml").string()}, "train");
+  ASSERT_EQ(r.exit.code, 0) << Show(r);
+  EXPECT_NE(r.out.find("12/12  loss"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("val "), std::string::npos) << "no evaluation on the validation shard\n" << r.out;
+}
+
+}  // namespace
+}  // namespace fp8::cli_test

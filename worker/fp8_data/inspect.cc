@@ -1,0 +1,53 @@
+#include "worker/fp8_data/inspect.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "worker/engine/data/corpus.h"
+#include "worker/engine/data/token_shard.h"
+#include "worker/engine/data/token_stream.h"
+
+namespace fp8::data_cli {
+namespace {
+
+std::string Decode(const engine::data::TokenStream& stream, int64_t count, bool bytes, uint32_t end_of_text) {
+  std::string out;
+  for (int64_t i = 0; i < count; ++i) {
+    const int32_t t = stream.At(i);
+    if (!bytes) {
+      absl::StrAppend(&out, i == 0 ? "" : " ", t);
+    } else if (static_cast<uint32_t>(t) == end_of_text) {
+      out += "<|end of text|>";
+    } else if (t == '\n' || t == '\t' || t >= 0x20) {
+      out += static_cast<char>(t);
+    } else {
+      absl::StrAppendFormat(&out, "\\x%02x", t);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Inspect(const std::string& path, int64_t tokens) {
+  absl::StatusOr<engine::data::TokenShard> shard = engine::data::TokenShard::Open(path);
+  if (!shard.ok()) return shard.status();
+  const engine::data::TokenShardHeader& h = shard->header();
+  const engine::data::TokenStream stream({shard->tokens()});
+  int64_t documents = 0;
+  for (int64_t i = 0; i < stream.size(); ++i) documents += static_cast<uint32_t>(stream.At(i)) == h.end_of_text;
+  const bool bytes = h.tokenizer == engine::data::TokenizerFingerprint(engine::data::kBytesTokenizerName);
+  std::string out;
+  absl::StrAppend(&out, "shard       ", path, "\n");
+  absl::StrAppendFormat(&out, "format      version %d, %d-byte tokens\n", engine::data::kTokenShardVersion, h.width);
+  absl::StrAppendFormat(&out, "tokenizer   %s (fingerprint %016x), vocabulary %d, end of text %d\n",
+                        bytes ? "bytes" : "unknown", h.tokenizer, h.vocab_size, h.end_of_text);
+  absl::StrAppendFormat(&out, "tokens      %d\n", h.tokens);
+  absl::StrAppendFormat(&out, "documents   %d (end-of-text ids)\n", documents);
+  const int64_t shown = std::min(tokens, stream.size());
+  absl::StrAppendFormat(&out, "first %d tokens:\n%s\n", shown, Decode(stream, shown, bytes, h.end_of_text));
+  return out;
+}
+
+}  // namespace fp8::data_cli

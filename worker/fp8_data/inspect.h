@@ -1,0 +1,17 @@
+// `fp8-data inspect`: what a token shard holds, for a person to read: its header, how many
+// documents, and its first tokens decoded.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace fp8::data_cli {
+
+// The report for the shard at `path`, decoding its first `tokens` tokens (the bytes
+// tokenizer's as text, control bytes escaped; another tokenizer's as ids). Errors are the
+// shard reader's (token_shard.h): the file and what is wrong with it.
+absl::StatusOr<std::string> Inspect(const std::string& path, int64_t tokens);
+
+}  // namespace fp8::data_cli

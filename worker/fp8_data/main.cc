@@ -1,0 +1,89 @@
+// fp8-data: the job's data, made ready before training.
+//
+//   fp8-data prepare --out DIR [--name NAME] [--shard-tokens N] INPUT...
+//       text files, glob patterns or JSON Lines (*.jsonl, a "text" field per line) into
+//       token shards of the bytes tokenizer, DIR/NAME-00000.tokens, ...; prints a summary.
+//   fp8-data inspect SHARD [--tokens N]
+//       a shard's header, its documents and its first N tokens decoded.
+//
+// Exit status: 0 done, 2 bad command line or bad input (the message names the file and
+// where in it), 1 other failures.
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "worker/fp8_data/inspect.h"
+#include "worker/fp8_data/prepare.h"
+
+namespace {
+
+int ExitCodeOf(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kAlreadyExists:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "fp8-data: %s\n", std::string(s.message()).c_str());
+  return ExitCodeOf(s);
+}
+
+int RunPrepare(const fp8::data_cli::PrepareOptions& options) {
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  auto progress = [tty](double share) {
+    if (!tty) return;
+    const int width = 40, filled = static_cast<int>(share * width);
+    std::fprintf(stderr, "\r[%s%s] %3d%%", std::string(static_cast<size_t>(filled), '#').c_str(),
+                 std::string(static_cast<size_t>(width - filled), ' ').c_str(), static_cast<int>(share * 100));
+  };
+  absl::StatusOr<fp8::data_cli::PrepareSummary> summary = fp8::data_cli::Prepare(options, progress);
+  if (tty) std::fprintf(stderr, "\n");
+  if (!summary.ok()) return Fail(summary.status());
+  std::printf("%lld documents, %lld tokens (end-of-text ids included), %.3f bytes per token, %zu shard%s:\n",
+              static_cast<long long>(summary->documents), static_cast<long long>(summary->tokens),
+              summary->tokens > 0 ? static_cast<double>(summary->bytes) / static_cast<double>(summary->tokens) : 0.0,
+              summary->shards.size(), summary->shards.size() == 1 ? "" : "s");
+  for (const std::string& shard : summary->shards) std::printf("  %s\n", shard.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fp8-data: text into token shards for fp8-train, and what a shard holds"};
+  app.require_subcommand(1);
+
+  fp8::data_cli::PrepareOptions prepare;
+  CLI::App* prepare_cmd = app.add_subcommand("prepare", "text files, patterns or JSON Lines into token shards");
+  prepare_cmd->add_option("inputs", prepare.inputs, "files, glob patterns, or *.jsonl (a \"text\" field per line)")
+      ->required();
+  prepare_cmd->add_option("--out", prepare.out_dir, "folder for the shards (created if missing)")->required();
+  prepare_cmd->add_option("--name", prepare.name, "shard name prefix")->capture_default_str();
+  prepare_cmd->add_option("--shard-tokens", prepare.shard_tokens, "tokens per shard at most")->capture_default_str();
+
+  std::string shard;
+  int64_t tokens = 200;
+  CLI::App* inspect_cmd = app.add_subcommand("inspect", "a token shard's header, documents and first tokens");
+  inspect_cmd->add_option("shard", shard, "the shard")->required();
+  inspect_cmd->add_option("--tokens", tokens, "tokens to decode")->capture_default_str()->check(CLI::NonNegativeNumber);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (prepare_cmd->parsed()) return RunPrepare(prepare);
+  absl::StatusOr<std::string> report = fp8::data_cli::Inspect(shard, tokens);
+  if (!report.ok()) return Fail(report.status());
+  std::fputs(report->c_str(), stdout);
+  return 0;
+}

@@ -1,0 +1,208 @@
+#include "worker/fp8_data/prepare.h"
+
+#include <glob.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string_view>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "worker/engine/data/corpus.h"
+#include "worker/engine/data/token_shard.h"
+#include "worker/fp8_data/utf8.h"
+
+namespace fp8::data_cli {
+namespace {
+
+namespace fs = std::filesystem;
+using engine::data::TokenShardHeader;
+using engine::data::TokenShardWriter;
+
+bool IsPattern(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+// Every input file, patterns expanded (sorted, as glob(3) returns them).
+absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs) {
+  std::vector<std::string> files;
+  for (const std::string& input : inputs) {
+    if (!IsPattern(input)) {
+      if (!fs::is_regular_file(input)) return absl::NotFoundError(absl::StrCat(input, ": no such file"));
+      files.push_back(input);
+      continue;
+    }
+    glob_t matches{};
+    const int rc = ::glob(input.c_str(), 0, nullptr, &matches);
+    if (rc == GLOB_NOMATCH) return absl::NotFoundError(absl::StrCat(input, ": no file matches this pattern"));
+    if (rc != 0) {
+      ::globfree(&matches);
+      return absl::InvalidArgumentError(absl::StrCat(input, ": cannot expand this pattern"));
+    }
+    for (size_t i = 0; i < matches.gl_pathc; ++i) {
+      if (fs::is_regular_file(matches.gl_pathv[i])) files.emplace_back(matches.gl_pathv[i]);
+    }
+    ::globfree(&matches);
+  }
+  if (files.empty()) return absl::InvalidArgumentError("no input files");
+  return files;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  return text.str();
+}
+
+// Writes documents into shards of at most options.shard_tokens tokens, in a staging folder.
+class ShardSink {
+ public:
+  ShardSink(const PrepareOptions& options, fs::path staging) : options_(options), staging_(std::move(staging)) {}
+
+  absl::Status AddDocument(std::string_view text, const std::string& where) {
+    if (std::optional<size_t> bad = FirstInvalidUtf8(text)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ", byte ", *bad, ": not UTF-8"));
+    }
+    if (const size_t eot = text.find(static_cast<char>(engine::data::kBytesEndOfText)); eot != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ", byte ", eot,
+                                                     ": the end-of-text byte 0x03, which separates documents"));
+    }
+    std::vector<uint32_t> tokens(text.begin(), text.end());
+    for (uint32_t& t : tokens) t &= 0xff;
+    tokens.push_back(engine::data::kBytesEndOfText);
+    std::span<const uint32_t> rest(tokens);
+    while (!rest.empty()) {
+      if (!writer_ || writer_->tokens() == options_.shard_tokens) {
+        if (absl::Status s = NextShard(); !s.ok()) return s;
+      }
+      const auto room = static_cast<size_t>(options_.shard_tokens - writer_->tokens());
+      const size_t n = std::min(room, rest.size());
+      if (absl::Status s = writer_->Append(rest.first(n)); !s.ok()) return s;
+      rest = rest.subspan(n);
+    }
+    ++summary_.documents;
+    summary_.tokens += static_cast<int64_t>(tokens.size());
+    summary_.bytes += static_cast<int64_t>(text.size());
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<PrepareSummary> Finish() {
+    if (writer_) {
+      if (absl::Status s = writer_->Finish(); !s.ok()) return s;
+    }
+    return summary_;
+  }
+
+ private:
+  absl::Status NextShard() {
+    if (writer_) {
+      if (absl::Status s = writer_->Finish(); !s.ok()) return s;
+    }
+    const std::string name = absl::StrFormat("%s-%05d.tokens", options_.name, summary_.shards.size());
+    TokenShardHeader header;
+    header.width = 2;
+    header.vocab_size = engine::data::kBytesVocabSize;
+    header.end_of_text = engine::data::kBytesEndOfText;
+    header.tokenizer = engine::data::TokenizerFingerprint(engine::data::kBytesTokenizerName);
+    absl::StatusOr<TokenShardWriter> writer = TokenShardWriter::Create((staging_ / name).string(), header);
+    if (!writer.ok()) return writer.status();
+    writer_.emplace(*std::move(writer));
+    summary_.shards.push_back(name);
+    return absl::OkStatus();
+  }
+
+  const PrepareOptions& options_;
+  fs::path staging_;
+  std::optional<TokenShardWriter> writer_;
+  PrepareSummary summary_;
+};
+
+absl::Status AddJsonLines(ShardSink& sink, const std::string& path, const std::string& text) {
+  size_t start = 0;
+  for (int64_t line = 1; start < text.size(); ++line) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view row(text.data() + start, end - start);
+    start = end + 1;
+    if (row.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const std::string where = absl::StrCat(path, ":", line);
+    const nlohmann::json value = nlohmann::json::parse(row, nullptr, /*allow_exceptions=*/false);
+    if (value.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(where, ": not a JSON value"));
+    if (!value.is_object() || !value.contains("text") || !value["text"].is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": expected an object with a string \"text\""));
+    }
+    if (absl::Status s = sink.AddDocument(value["text"].get_ref<const std::string&>(), where); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PrepareSummary> PrepareInto(const PrepareOptions& options, const std::vector<std::string>& files,
+                                           const fs::path& staging, const PrepareProgress& progress) {
+  int64_t total = 0, done = 0;
+  for (const std::string& f : files) total += static_cast<int64_t>(fs::file_size(f));
+  ShardSink sink(options, staging);
+  for (const std::string& file : files) {
+    absl::StatusOr<std::string> text = ReadFile(file);
+    if (!text.ok()) return text.status();
+    if (text->empty()) return absl::InvalidArgumentError(absl::StrCat(file, ": empty file"));
+    absl::Status added = file.ends_with(".jsonl") ? AddJsonLines(sink, file, *text) : sink.AddDocument(*text, file);
+    if (!added.ok()) return added;
+    done += static_cast<int64_t>(text->size());
+    if (progress) progress(total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0);
+  }
+  return sink.Finish();
+}
+
+}  // namespace
+
+absl::StatusOr<PrepareSummary> Prepare(const PrepareOptions& options, const PrepareProgress& progress) {
+  if (options.out_dir.empty()) return absl::InvalidArgumentError("--out: required");
+  if (options.shard_tokens < 2) return absl::InvalidArgumentError("--shard-tokens: must be at least 2");
+  if (options.name.empty() || options.name.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("--name '", options.name, "': must be a plain file name prefix"));
+  }
+  absl::StatusOr<std::vector<std::string>> files = ExpandInputs(options.inputs);
+  if (!files.ok()) return files.status();
+
+  const fs::path out(options.out_dir);
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("--out ", out.string(), ": ", ec.message()));
+  if (fs::exists(out / absl::StrFormat("%s-00000.tokens", options.name))) {
+    return absl::AlreadyExistsError(absl::StrCat("--out ", out.string(), " already holds shards named ",
+                                                 options.name, "-*.tokens; choose another --name or folder"));
+  }
+  const fs::path staging = out / absl::StrCat(".", options.name, ".partial-", ::getpid());
+  fs::create_directories(staging, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat(staging.string(), ": ", ec.message()));
+
+  absl::StatusOr<PrepareSummary> summary = PrepareInto(options, *files, staging, progress);
+  if (summary.ok()) {
+    // Into place one by one; a failure takes back the ones already moved.
+    std::vector<fs::path> moved;
+    absl::Status status;
+    for (std::string& shard : summary->shards) {
+      fs::rename(staging / shard, out / shard, ec);
+      if (ec) {
+        status = absl::InternalError(absl::StrCat("moving ", shard, " into ", out.string(), ": ", ec.message()));
+        break;
+      }
+      moved.push_back(out / shard);
+      shard = moved.back().string();
+    }
+    if (!status.ok()) {
+      for (const fs::path& m : moved) fs::remove(m, ec);
+      summary = status;
+    }
+  }
+  fs::remove_all(staging, ec);
+  return summary;
+}
+
+}  // namespace fp8::data_cli
