@@ -155,15 +155,20 @@ TEST_F(Fp8DataCliTest, BadInputIsRefusedWithTheFileAndWhereAndLeavesNothing) {
   EXPECT_NE(damaged.err.find("x.tokens"), std::string::npos) << Show(damaged);
 }
 
-TEST_F(Fp8DataCliTest, Fp8TrainTrainsOnTheShardsWithValidationShardsOfTheirOwn) {
+TEST_F(Fp8DataCliTest, Fp8TrainTrainsOnAPatternOfShardsWithAValidationShardOfItsOwn) {
   Write("train.txt", SyntheticText(120 * 1024));
   Write("val.txt", SyntheticText(8 * 1024).substr(1000));
-  ASSERT_EQ(Data({"prepare", "--out", (dir_ / "train").string(), (dir_ / "train.txt").string()}, "p1").exit.code, 0);
+  ASSERT_EQ(Data({"prepare", "--out", (dir_ / "train").string(), "--shard-tokens", "40000",
+                  (dir_ / "train.txt").string()},
+                 "p1")
+                .exit.code,
+            0);
+  ASSERT_TRUE(fs::exists(dir_ / "train" / "shard-00003.tokens"));
   ASSERT_EQ(Data({"prepare", "--out", (dir_ / "val").string(), (dir_ / "val.txt").string()}, "p2").exit.code, 0);
   Write("job.yaml",
         "name: shards\n"
         "model: {dim: 32, n_layers: 1, n_heads: 2, max_seq_len: 32}\n"
-        "data: {path: train/shard-00000.tokens, val_path: val/shard-00000.tokens, seq_len: 32}\n"
+        "data: {path: train/shard-*.tokens, val_path: val/shard-00000.tokens, seq_len: 32}\n"
         "train: {steps: 12, batch_size: 4, lr: 3e-3, log_every: 4, eval_every: 6, eval_batches: 2}\n"
         "checkpoint: {dir: ckpt, every: 6}\n"
         "resources: {device: cpu, cpus_per_rank: 1}\n");

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/fs/open_beneath.h"
@@ -16,6 +17,10 @@ namespace fp8::train_cli {
 
 struct ConfinedJobPaths {
   fs_confined::UniqueFd data;         // the corpus; held open for the whole run
+  // A pattern's matches instead (data.path names token shards by a glob), held open too,
+  // and the paths that stand for them (TrainerOptions::data_files).
+  std::vector<fs_confined::UniqueFd> data_shards;
+  std::vector<std::string> data_files;
   fs_confined::UniqueFd validation_data;  // data.val_path, when the job has one
   fs_confined::UniqueFd checkpoints;  // the checkpoint folder; held open for the whole run
   // What the spec named, and the path that now stands for it ("" when not confined):

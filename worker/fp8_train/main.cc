@@ -360,6 +360,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<fp8::train_cli::ConfinedJobPaths> paths =
       fp8::train_cli::ConfineJobPaths(*spec, coord.data_root, coord.checkpoint_root);
   if (!paths.ok()) return fail(paths.status(), 2);
+  trainer_options.data_files = paths->data_files;
   if (nproc > 1) {
     fp8::train_cli::LocalLaunch launch;
     launch.nproc = nproc;

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/fs/open_beneath.h"
+#include "common/fs/open_matches_beneath.h"
 
 extern char** environ;
 
@@ -53,9 +54,15 @@ absl::StatusOr<TrainerCommand> BuildTrainerCommand(const v1::StartRank& start, c
   // on the host that will open them (a link may have appeared since), and the trainer
   // opens them beneath the roots itself.
   if (!start.data_root().empty()) {
-    absl::StatusOr<fs_confined::UniqueFd> data =
-        fs_confined::OpenFileBeneath(start.data_root(), start.spec().data().path(), "spec.data.path");
-    if (!data.ok()) return data.status();
+    if (fs_confined::IsGlobPattern(start.spec().data().path())) {
+      absl::StatusOr<fs_confined::OpenMatches> shards =
+          fs_confined::OpenMatchesBeneath(start.data_root(), start.spec().data().path(), "spec.data.path");
+      if (!shards.ok()) return shards.status();
+    } else {
+      absl::StatusOr<fs_confined::UniqueFd> data =
+          fs_confined::OpenFileBeneath(start.data_root(), start.spec().data().path(), "spec.data.path");
+      if (!data.ok()) return data.status();
+    }
     if (start.spec().data().has_val_path()) {
       absl::StatusOr<fs_confined::UniqueFd> val =
           fs_confined::OpenFileBeneath(start.data_root(), start.spec().data().val_path(), "spec.data.val_path");

@@ -3,7 +3,9 @@
 // are reported, never loaded.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <string_view>
 
 #include "gtest/gtest.h"
 #include "tests/engine/train/train_test_util.h"
@@ -11,6 +13,7 @@
 #include "worker/engine/checkpoint/discovery.h"
 #include "worker/engine/checkpoint/layout.h"
 #include "worker/engine/checkpoint/shard_reader.h"
+#include "worker/engine/data/token_shard.h"
 #include "worker/engine/train/trainer.h"
 
 namespace fp8::engine::testing {
@@ -108,6 +111,74 @@ INSTANTIATE_TEST_SUITE_P(Recipes, ResumeTest,
                            if (info.param.size() > 1 && info.param[1] == "train.compute_dtype=bf16") name += "_bf16";
                            return name;
                          });
+
+// Token shards holding a text's bytes train exactly as the text does, and a run on a
+// pattern of shards stopped and resumed (its windows straddle shard boundaries, its data
+// position points into the joined stream) equals the straight run, bit for bit.
+TEST_F(ResumeTest, ShardsTrainAsTheirTextAndResumeAcrossShardBoundariesBitForBit) {
+  std::ifstream in(corpus_, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t split = text.size() * 9 / 10;
+  const fs::path train_text = tmp_.path() / "train.txt", val_text = tmp_.path() / "val.txt";
+  std::ofstream(train_text, std::ios::binary) << text.substr(0, split);
+  std::ofstream(val_text, std::ios::binary) << text.substr(split);
+  auto write_shard = [&](const fs::path& path, std::string_view bytes) {
+    data::TokenShardHeader h{2, 0, data::kBytesVocabSize, data::kBytesEndOfText,
+                             data::TokenizerFingerprint(data::kBytesTokenizerName)};
+    absl::StatusOr<data::TokenShardWriter> w = data::TokenShardWriter::Create(path.string(), h);
+    ASSERT_TRUE(w.ok()) << w.status();
+    const std::vector<uint32_t> tokens(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                       reinterpret_cast<const uint8_t*>(bytes.data()) + bytes.size());
+    ASSERT_TRUE(w->Append(tokens).ok());
+    ASSERT_TRUE(w->Finish().ok());
+  };
+  constexpr size_t kShardTokens = 9000;
+  int shards = 0;
+  for (size_t at = 0; at < split; at += kShardTokens, ++shards) {
+    char name[32];
+    std::snprintf(name, sizeof name, "train-%05d.tokens", shards);
+    write_shard(tmp_.path() / name, std::string_view(text).substr(at, std::min(kShardTokens, split - at)));
+  }
+  ASSERT_GT(shards, 10);
+  write_shard(tmp_.path() / "val.tokens", std::string_view(text).substr(split));
+  const std::string pattern = (tmp_.path() / "train-*.tokens").string();
+  auto job = [&](const fs::path& data, const fs::path& val, const fs::path& dir) {
+    return TinyJob(data, dir, {"data.val_fraction=0", "data.val_path=" + val.string()});
+  };
+
+  std::unique_ptr<Trainer> on_text = MakeTrainer(job(train_text, val_text, tmp_.path() / "text"));
+  std::unique_ptr<Trainer> on_shards = MakeTrainer(job(pattern, tmp_.path() / "val.tokens", tmp_.path() / "a"));
+  ASSERT_TRUE(on_text && on_shards);
+  RecordingObserver text_log, shards_log;
+  ASSERT_TRUE(on_text->run(text_log).ok());
+  ASSERT_TRUE(on_shards->run(shards_log).ok());
+  ASSERT_EQ(shards_log.steps.size(), 20u);
+  for (size_t i = 0; i < text_log.steps.size(); ++i) {
+    EXPECT_EQ(shards_log.steps[i].loss, text_log.steps[i].loss) << "step " << i + 1;
+    EXPECT_EQ(shards_log.steps[i].val_loss, text_log.steps[i].val_loss) << "step " << i + 1;
+  }
+
+  const fs::path split_dir = tmp_.path() / "b";
+  {
+    std::unique_ptr<Trainer> first = MakeTrainer(job(pattern, tmp_.path() / "val.tokens", split_dir));
+    ASSERT_NE(first, nullptr);
+    RecordingObserver log;
+    ASSERT_TRUE(first->run(log, {.stop = nullptr, .stop_after_step = 10}).ok());
+  }
+  std::unique_ptr<Trainer> second = MakeTrainer(job(pattern, tmp_.path() / "val.tokens", split_dir));
+  ASSERT_NE(second, nullptr);
+  RecordingObserver log;
+  absl::StatusOr<int64_t> from = second->resume(log);
+  ASSERT_TRUE(from.ok()) << from.status();
+  ASSERT_TRUE(second->run(log).ok());
+  ASSERT_EQ(log.steps.size(), 10u);
+  for (const StepReport& r : log.steps) {
+    const StepReport& ref = shards_log.steps.at(static_cast<size_t>(r.step - 1));
+    EXPECT_EQ(r.loss, ref.loss) << "step " << r.step;
+    EXPECT_EQ(r.grad_norm, ref.grad_norm) << "step " << r.step;
+    EXPECT_EQ(r.val_loss, ref.val_loss) << "step " << r.step;
+  }
+}
 
 // Flips one byte in the middle of a file.
 void Corrupt(const fs::path& file) {

@@ -1,5 +1,7 @@
 #include "worker/engine/data/corpus.h"
 
+#include <glob.h>
+
 #include <utility>
 
 #include "absl/status/status.h"
@@ -61,23 +63,57 @@ absl::StatusOr<TokenStream> MapTokens(const std::string& field, const std::strin
 }  // namespace
 
 absl::StatusOr<Corpus> Corpus::Load(const std::string& path, const CorpusOptions& options) {
+  if (path.find_first_of("*?[") == std::string::npos) return LoadFiles(path, {path}, options);
+  glob_t matches{};
+  const int rc = ::glob(path.c_str(), 0, nullptr, &matches);
+  std::vector<std::string> files;
+  for (size_t i = 0; rc == 0 && i < matches.gl_pathc; ++i) files.emplace_back(matches.gl_pathv[i]);
+  ::globfree(&matches);
+  if (rc == GLOB_NOMATCH) return absl::NotFoundError(absl::StrCat("data.path: no file matches '", path, "'"));
+  if (rc != 0) return absl::InvalidArgumentError(absl::StrCat("data.path: cannot expand '", path, "'"));
+  return LoadFiles(path, files, options);
+}
+
+absl::StatusOr<Corpus> Corpus::LoadFiles(const std::string& path, const std::vector<std::string>& files,
+                                         const CorpusOptions& options) {
   if (absl::Status status = CheckOptions(options); !status.ok()) return status;
+  if (files.empty()) return absl::InvalidArgumentError(absl::StrCat("data.path: '", path, "' names no file"));
   Corpus corpus;
   corpus.path_ = path;
   bool is_shard = false;
-  absl::StatusOr<TokenStream> all =
-      MapTokens("data.path", path, &is_shard, &corpus.tokenizer_, corpus.texts_, corpus.shards_);
-  if (!all.ok()) return all.status();
+  // Several files must all be shards of one tokenizer: they are read as one stream.
+  std::vector<TokenRun> runs;
+  for (const std::string& file : files) {
+    bool file_is_shard = false;
+    TokenShardHeader tokenizer;
+    absl::StatusOr<TokenStream> tokens =
+        MapTokens("data.path", file, &file_is_shard, &tokenizer, corpus.texts_, corpus.shards_);
+    if (!tokens.ok()) return tokens.status();
+    if (files.size() > 1 && !file_is_shard) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.path: ", file, " (matching '", path, "') is not a token shard; a pattern names shards"));
+    }
+    if (&file != &files.front() && tokenizer.tokenizer != corpus.tokenizer_.tokenizer) {
+      return absl::InvalidArgumentError(absl::StrCat("data.path: ", file, " was made by another tokenizer than ",
+                                                     files.front()));
+    }
+    is_shard = file_is_shard;
+    corpus.tokenizer_ = tokenizer;
+    runs.push_back(file_is_shard ? corpus.shards_.back().tokens()
+                                 : TokenRun{corpus.texts_.back().bytes().data(),
+                                            static_cast<int64_t>(corpus.texts_.back().bytes().size()), 1});
+  }
+  const TokenStream all(std::move(runs));
 
   if (options.val_path.empty()) {
     // A text file splits at a line start, a shard at a document's.
-    const int64_t split = is_shard ? ValidationSplitIndex(*all, options.val_fraction,
+    const int64_t split = is_shard ? ValidationSplitIndex(all, options.val_fraction,
                                                           static_cast<int32_t>(corpus.tokenizer_.end_of_text))
-                                   : ValidationSplitIndex(*all, options.val_fraction, '\n');
-    corpus.train_ = all->Slice(0, split);
-    corpus.validation_ = all->Slice(split, all->size() - split);
+                                   : ValidationSplitIndex(all, options.val_fraction, '\n');
+    corpus.train_ = all.Slice(0, split);
+    corpus.validation_ = all.Slice(split, all.size() - split);
   } else {
-    corpus.train_ = *all;
+    corpus.train_ = all;
     bool val_is_shard = false;
     TokenShardHeader val_tokenizer;
     absl::StatusOr<TokenStream> validation = MapTokens("data.val_path", options.val_path, &val_is_shard,

@@ -1,6 +1,7 @@
 // The training data as a stream of tokens, divided into a training split and a validation
-// split. data.path is a token shard (token_shard.h: tokens made by `fp8-data prepare`) or
-// a text file read by the bytes tokenizer (vocabulary 256: a token is the byte's value).
+// split. data.path is a token shard (token_shard.h: tokens made by `fp8-data prepare`), a
+// glob pattern of shards (read in name order as one stream: a window may span two), or a
+// text file read by the bytes tokenizer (vocabulary 256: a token is the byte's value).
 // Validation is the tail of that data (corpus_split.h), or data.val_path of its own.
 #pragma once
 
@@ -38,6 +39,10 @@ class Corpus {
   // empty one, a damaged shard, shards of different tokenizers, options out of range, and
   // a split too short for one window (what to change is part of the message).
   static absl::StatusOr<Corpus> Load(const std::string& path, const CorpusOptions& options);
+  // The same with data.path's files already found (a pattern's matches, opened beneath
+  // the data root by the caller): `files` in order, `path` for messages.
+  static absl::StatusOr<Corpus> LoadFiles(const std::string& path, const std::vector<std::string>& files,
+                                          const CorpusOptions& options);
 
   const std::string& path() const { return path_; }
   // The tokenizer's facts (for a text file, the bytes tokenizer's); `tokens` is unused.

@@ -75,7 +75,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
                                                    " but this rank's process group has ", world, " ranks"));
   }
 
-  FP8_ASSIGN_OR_RETURN(t->corpus_, data::Corpus::Load(d.path(), {d.seq_len(), d.val_fraction(), d.val_path()}));
+  const data::CorpusOptions corpus_options{d.seq_len(), d.val_fraction(), d.val_path()};
+  FP8_ASSIGN_OR_RETURN(t->corpus_, trainer_options.data_files.empty()
+                                       ? data::Corpus::Load(d.path(), corpus_options)
+                                       : data::Corpus::LoadFiles(d.path(), trainer_options.data_files, corpus_options));
   FP8_RETURN_IF_ERROR(check_tokenizer(*t->corpus_, spec));
   data::BatcherOptions batching{d.seq_len(), tr.batch_size(), tr.grad_accum(), d.seed(), rank, world};
   FP8_ASSIGN_OR_RETURN(t->batcher_, data::Batcher::Create(*t->corpus_, batching));

@@ -30,6 +30,8 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "fp8/v1/job.pb.h"
@@ -61,6 +63,9 @@ struct RunControl {
 struct TrainerOptions {
   // Under FSDP: how a unit's parameters travel (fsdp_model.h).
   fsdp::UnitCollectives collectives = fsdp::UnitCollectives::kPacked;
+  // data.path's files when the caller found them (a pattern's matches, opened beneath the
+  // data root); empty: the trainer reads data.path itself.
+  std::vector<std::string> data_files;
 };
 
 class Trainer {
