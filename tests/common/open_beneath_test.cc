@@ -1,6 +1,7 @@
 // Opening job paths beneath their roots: no symbolic link below the root is followed,
 // wherever it sits, and folders are created the same way.
 #include "common/fs/open_beneath.h"
+#include "common/fs/open_matches_beneath.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -48,6 +49,30 @@ TEST_F(OpenBeneathTest, LinksBelowTheRootAreNotFollowed) {
   EXPECT_FALSE(OpenFileBeneath(root_, root_ / "data" / ".." / "data" / "corpus.txt", "data.path").ok());
   EXPECT_FALSE(OpenFileBeneath(root_, "/etc/passwd", "data.path").ok());
   EXPECT_FALSE(OpenFileBeneath(root_, root_ / "data", "data.path").ok());  // a folder
+}
+
+// A pattern's matches, in name order, each opened as one file is: a link among them fails
+// the whole pattern.
+TEST_F(OpenBeneathTest, EveryMatchOfAPatternIsOpenedBeneathTheRoot) {
+  EXPECT_TRUE(IsGlobPattern("/data/train-*.tokens"));
+  EXPECT_FALSE(IsGlobPattern("/data/train.tokens"));
+  std::ofstream(root_ / "data" / "b.tokens") << "b";
+  std::ofstream(root_ / "data" / "a.tokens") << "a";
+  absl::StatusOr<OpenMatches> m = OpenMatchesBeneath(root_, (root_ / "data" / "*.tokens").string(), "data.path");
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->files.size(), 2u);
+  EXPECT_EQ(m->paths[0], (root_ / "data" / "a.tokens").string());
+  std::ifstream first(FdPath(m->files[0].get()));
+  std::string text;
+  first >> text;
+  EXPECT_EQ(text, "a");
+  EXPECT_EQ(OpenMatchesBeneath(root_, (root_ / "data" / "*.md").string(), "data.path").status().code(),
+            absl::StatusCode::kNotFound);
+  fs::create_symlink("/etc/passwd", root_ / "data" / "c.tokens");
+  absl::StatusOr<OpenMatches> linked = OpenMatchesBeneath(root_, (root_ / "data" / "*.tokens").string(), "data.path");
+  ASSERT_FALSE(linked.ok());
+  EXPECT_NE(linked.status().message().find("is a symbolic link"), std::string::npos) << linked.status();
+  EXPECT_FALSE(OpenMatchesBeneath(root_, "/etc/*", "data.path").ok());
 }
 
 TEST_F(OpenBeneathTest, MakesFoldersBeneathTheRootAndNowhereElse) {

@@ -104,6 +104,23 @@ TEST_F(CoordinatorTest, AValidationPathIsConfinedAsTheDataPathIs) {
   EXPECT_EQ(Get(id).spec().data().val_path(), (dir_ / "data" / "val.txt").string());
 }
 
+// A pattern of shards is confined by its folder: one under the root is admitted, one whose
+// folder leads out through a link is refused (the worker and the trainer then open every
+// match beneath the root themselves).
+TEST_F(CoordinatorTest, APatternOfShardsIsConfinedByItsFolder) {
+  fs::create_directories(dir_ / "data" / "shards");
+  fs::create_symlink("/etc", dir_ / "data" / "etc");
+  v1::JobSpec shards = Spec(1);
+  shards.mutable_data()->set_path((dir_ / "data" / "shards" / "train-*.tokens").string());
+  const std::string id = SubmitAs(alice_, shards);
+  EXPECT_EQ(Get(id).spec().data().path(), (dir_ / "data" / "shards" / "train-*.tokens").string());
+  v1::JobSpec escaping = Spec(1);
+  escaping.mutable_data()->set_path((dir_ / "data" / "etc" / "*").string());
+  std::string message;
+  EXPECT_EQ(SubmitCode(*c_, alice_, escaping, &message), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message.find("spec.data.path"), std::string::npos) << message;
+}
+
 TEST_F(CoordinatorTest, AnIdempotencyKeyNamesOneSpec) {
   v1::SubmitJobRequest r;
   *r.mutable_spec() = Spec(1);
