@@ -28,7 +28,7 @@ enum class ScaleGranularity : uint8_t {
 
 enum class ScalingMode : uint8_t {
   kDynamic,  // scale from this cast's own amax
-  kDelayed,  // scale from the max of an amax history (see delayed_scaling.h); tensorwise only
+  kDelayed,  // scale from the max of an amax history (see scaling.h); tensorwise only
 };
 
 const char* cast_dtype_name(CastDtype d);

@@ -6,7 +6,7 @@
 // Built twice: on the CPU backend (unit) and, with FP8_ENGINE_TEST_CUDA, on the CUDA
 // backend (gpu; skips where there is none). Tensors reach the layer only through Backend
 // memory and copies, as in the product.
-#include "worker/engine/float8_linear.h"
+#include "worker/engine/float8/linear.h"
 
 #include <cblas.h>
 
@@ -28,7 +28,7 @@
 #include "fp8/fp8.h"
 #include "gtest/gtest.h"
 #include "tests/kernels/forwarding_backend.h"
-#include "worker/engine/cast_config.h"
+#include "worker/engine/float8/config.h"
 
 namespace fp8::engine {
 namespace {

@@ -24,7 +24,7 @@ namespace fp8::engine {
 
 class DelayedScaling {
  public:
-  // history_len >= 1 (the caller validates it; see cast_config.h).
+  // history_len >= 1 (the caller validates it; see config.h).
   DelayedScaling(int history_len, Format format, bool pow2_scale);
 
   // A state in fp8/delayed_state.h's layout (as backend memory holds it), checked: the

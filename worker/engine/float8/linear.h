@@ -1,5 +1,5 @@
 // Float8Linear: y = x·Wᵀ (+ bias) with each of its three GEMMs cast per a
-// Float8LinearConfig (cast_config.h) and run through fp8::Backend alone, so the same code
+// Float8LinearConfig (config.h) and run through fp8::Backend alone, so the same code
 // serves the CPU backend (what tests use) and CUDA.
 //
 //   output      [M, N] = x [M, K] · W [N, K]ᵀ      A = x,      B = W     (as [N, K])
@@ -56,8 +56,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "fp8/fp8.h"
-#include "worker/engine/cast_config.h"
-#include "worker/engine/delayed_scaling.h"
+#include "worker/engine/float8/config.h"
+#include "worker/engine/float8/scaling.h"
 
 namespace fp8::engine {
 

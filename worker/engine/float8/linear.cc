@@ -1,10 +1,10 @@
-#include "worker/engine/float8_linear.h"
+#include "worker/engine/float8/linear.h"
 
 #include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "worker/engine/float8_linear_state.h"
+#include "worker/engine/float8/linear_state.h"
 
 namespace fp8::engine {
 

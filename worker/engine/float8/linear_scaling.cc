@@ -1,5 +1,5 @@
 // Float8Linear's delayed scaling (amax histories, the step's amaxes, checkpointed state)
-// and its numerics (what each cast did, for the metrics). State is float8_linear_state.h's.
+// and its numerics (what each cast did, for the metrics). State is linear_state.h's.
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "fp8/delayed_state.h"
-#include "worker/engine/float8_linear_state.h"
+#include "worker/engine/float8/linear_state.h"
 
 namespace fp8::engine {
 

@@ -1,7 +1,7 @@
-// Float8Linear's state (the pimpl behind float8_linear.h) and what its sources share:
-// float8_linear.cc (the public API: forward, backward, sibling layers sharing an input),
-// float8_linear_casts.cc (planning the casts, running them, the GEMMs' operands) and
-// float8_linear_scaling.cc (delayed scaling, the numerics). Internal to those files.
+// Float8Linear's state (the pimpl behind linear.h) and what its sources share:
+// linear.cc (the public API: forward, backward, sibling layers sharing an input),
+// casts.cc (planning the casts, running them, the GEMMs' operands) and
+// linear_scaling.cc (delayed scaling, the numerics). Internal to those files.
 #pragma once
 
 #include <algorithm>
@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/engine/float8_linear.h"
+#include "worker/engine/float8/linear.h"
 
 namespace fp8::engine {
 
@@ -28,7 +28,7 @@ constexpr int64_t kFloatsPer16Bytes = 4;
 constexpr int64_t kDelayedScaleStride = 2 * kFloatsPer16Bytes;  // scale, then 1/scale
 
 // Each tensor feeds two GEMMs: one takes it as stored, the other transposed (see the
-// table in float8_linear.h).
+// table in linear.h).
 enum Orientation : int { kAsStored = 0, kTransposed = 1 };
 
 // Backend memory owned by one layer. It grows on demand and never shrinks, so steps after
@@ -85,7 +85,7 @@ class BackendBuffer {
 inline size_t float_bytes(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
 inline size_t dtype_bytes(DType t, int64_t n) { return static_cast<size_t>(n) * dtype_size(t); }
 
-// The GEMM that uses a tensor in an orientation (the table in float8_linear.h).
+// The GEMM that uses a tensor in an orientation (the table in linear.h).
 enum class Gemm : uint8_t { kOutput, kGradInput, kGradWeight };
 inline Gemm gemm_of(TensorKind t, Orientation o) {
   switch (t) {

@@ -1,4 +1,4 @@
-#include "worker/engine/delayed_scaling.h"
+#include "worker/engine/float8/scaling.h"
 
 #include <algorithm>
 #include <cmath>

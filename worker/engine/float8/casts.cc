@@ -1,11 +1,11 @@
 // Float8Linear's casts: which tensors it casts for which GEMM (planned once, at
 // construction), running them (dynamic or delayed scaling, shared input casts, fp8 weights
-// cast elsewhere), and the operands the GEMMs then take. State is float8_linear_state.h's.
+// cast elsewhere), and the operands the GEMMs then take. State is linear_state.h's.
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "worker/engine/float8_linear_state.h"
+#include "worker/engine/float8/linear_state.h"
 
 namespace fp8::engine {
 
