@@ -5,8 +5,9 @@
 //   grad_input  = grad_output · weight      [M, K] = [M, N] · [N, K]
 //   grad_weight = grad_outputᵀ · input      [N, K] = [M, N]ᵀ · [M, K]
 //
-// The recipe tables live in common/jobspec/fp8_recipes.h (the validator reads them too);
-// this file only translates their result, so a recipe is defined in exactly one place.
+// The recipe tables live in common/jobspec/fp8_recipes.* (common/'s job validator reads them
+// and common/ must not depend on worker/); config.cc is the one engine file that reads them
+// and only translates their result, so a recipe is defined in exactly one place.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,8 @@
 // Float8Linear's state (the pimpl behind linear.h) and what its sources share:
 // linear.cc (the public API: forward, backward, sibling layers sharing an input),
-// casts.cc (planning the casts, running them, the GEMMs' operands) and
-// linear_scaling.cc (delayed scaling, the numerics). Internal to those files.
+// casts.cc (planning the casts, running them, the GEMMs' operands), scaling.cc (delayed
+// scaling, the weight's scale for a cast made elsewhere) and numerics.cc (what each cast
+// did). Internal to those files.
 #pragma once
 
 #include <algorithm>
