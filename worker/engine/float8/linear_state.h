@@ -192,9 +192,7 @@ struct Float8Linear::State {
   const State* input_source = nullptr;
   uint64_t adopted_input_cast = 0;
   bool input_adopted = false;  // the last forward took input_source's casts
-  int64_t shared_input_casts = 0;
-  int64_t row_amax_casts = 0;  // casts that took their amax from the caller's row amaxes
-  int64_t tensors_cast_both_ways = 0;  // run_casts_both_ways() calls
+  Float8LinearCounters counters;  // Float8Linear::counters()
 
   // ---- construction ----
   void plan_tensor(TensorKind t, const CastConfig& as_stored, bool as_stored_fp8_gemm, const char* as_stored_gemm,
