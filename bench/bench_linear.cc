@@ -59,8 +59,8 @@
 #include "bench/bench_util.h"
 #include "fp8/arith.h"
 #include "fp8/model_ops.h"
-#include "worker/engine/cast_config.h"
-#include "worker/engine/float8_linear.h"
+#include "worker/engine/float8/config.h"
+#include "worker/engine/float8/linear.h"
 #include "worker/engine/tensor/device.h"
 
 namespace fp8::bench {

@@ -1,7 +1,7 @@
 // Delayed scaling's state of one fp8 cast as a flat array of floats, and the rule that
 // records a step's amax into it (TransformerEngine's DelayedScaling). One array layout
 // and one record() serve the host class that reports and checkpoints the state
-// (worker/engine/delayed_scaling.h) and every backend's Backend::record_delayed_amaxes,
+// (worker/engine/float8/scaling.h) and every backend's Backend::record_delayed_amaxes,
 // which keeps the state in backend memory so that a training step never waits for its
 // amaxes: all of them compute the same bits.
 //

@@ -660,7 +660,7 @@ TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnceFromRowAmaxesOfTheOpBefore) 
   const data::TokenBatch batch = make_batch(2, 16, c.vocab_size, 3);
   //
   // The layer that does cast a normed input takes its amax from the RMSNorm's row amaxes
-  // (Float8Linear::row_amax_casts) instead of reading the input again: wq (or the first
+  // (Float8Linear::counters().row_amax_casts) instead of reading the input again: wq (or the first
   // fp8 projection), w1 and the output projection, with dynamic scaling; w2 takes the
   // SwiGLU's and wo the attention's. In the backward, the grad_output casts of w2 and wo
   // take the row amaxes of the RMSNorm backward that made grad_hidden, w1's and w3's those
@@ -699,8 +699,8 @@ TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnceFromRowAmaxesOfTheOpBefore) 
     ASSERT_TRUE(m->finish_step().ok());
     for (const LinearUnit* u : m->linears()) {
       const std::string name = u->name.substr(u->name.find('.', u->name.find('.') + 1) + 1);
-      EXPECT_EQ(u->layer->shared_input_casts(), listed(k.sharing, name)) << u->name;
-      EXPECT_EQ(u->layer->row_amax_casts(), listed(k.row_amax, name) + listed(k.grad_row_amax, name)) << u->name;
+      EXPECT_EQ(u->layer->counters().shared_input_casts, listed(k.sharing, name)) << u->name;
+      EXPECT_EQ(u->layer->counters().row_amax_casts, listed(k.row_amax, name) + listed(k.grad_row_amax, name)) << u->name;
     }
   }
 }
@@ -728,7 +728,7 @@ TEST(LlamaFp8, WeightRowAmaxesFromTheUpdateChangeNothingAndServeTheWeightCasts) 
     for (const auto& o : *outputs) ASSERT_TRUE(opt_hinted->write_row_amaxes(*o.weight, o.out).ok());
     auto casts_from_row_amaxes = [](const LlamaModel& m) {
       int64_t n = 0;
-      for (const LinearUnit* u : m.linears()) n += u->layer->row_amax_casts();
+      for (const LinearUnit* u : m.linears()) n += u->layer->counters().row_amax_casts;
       return n;
     };
     const int64_t steps = 3;

@@ -1,7 +1,5 @@
 #include "worker/engine/fsdp/fsdp_model.h"
 
-#include <algorithm>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -48,17 +46,13 @@ struct FsdpModel::Param {
 struct FsdpModel::Fp8State {
   LinearUnit* linear = nullptr;
   int param = -1;
-  // The layer's own scale and 1/scale (Float8Linear::fp8_weight_scale_slots), written here
-  // once a step where the weights share no scale rule (delayed scaling; else the scales
-  // live in fp8_scales_): the layer then copies nothing in. The amax stays where the
-  // all-reduce leaves it.
-  Float8Linear::Fp8WeightScaleSlots scales;
   Tensor shard_codes;   // this rank's shard cast with the global scale (in its unit's gather_send)
   bool shard_cast = false;  // shard_codes match the current shard and scale
-  Tensor shard_row_amax;    // [rows_per_rank] in row_amaxes_, written by the optimizer (shard_row_amax_outputs)
   Tensor gathered;      // [padded rows, in] codes, while gathered
   Tensor gathered_t;    // [in, out] codes, for the backward
-  Fp8Weight weight;     // what the linear reads (linear->gathered_fp8 points here)
+  // What the linear reads (linear->gathered_fp8 points here): the gathered codes, and the
+  // scale and amax weight_scales_ computes (Fp8WeightScales::bind).
+  Fp8Weight weight;
 };
 
 // A unit's parameters travel together: ONE call of the group gathers their shards, ONE
@@ -147,40 +141,21 @@ absl::Status FsdpModel::plan_fp8_gathers() {
       if (params_[i].full == u->weight) f.param = static_cast<int>(i);
     }
     if (f.param < 0) return absl::InternalError(absl::StrCat("FSDP: no parameter behind linear ", u->name));
-    FP8_ASSIGN_OR_RETURN(f.scales, u->layer->fp8_weight_scale_slots());
     fp8_.push_back(std::move(f));
   }
   if (fp8_.empty()) return absl::OkStatus();
-  // One rule for every weight's scale (the tensorwise recipe's, not delayed scaling's):
-  // the scales are computed together, and each layer reads its own where it is.
-  shared_scale_rule_ = fp8_[0].linear->layer->dynamic_weight_scale_rule();
+  // Their amaxes and scales: float8/weight_scales.h.
+  std::vector<Fp8WeightScales::Shard> shards;
   for (const Fp8State& f : fp8_) {
-    if (f.linear->layer->dynamic_weight_scale_rule() != shared_scale_rule_) shared_scale_rule_.reset();
+    const Param& p = params_[static_cast<size_t>(f.param)];
+    shards.push_back({f.linear->layer.get(), p.layout.rows_per_rank, p.layout.row_elements});
   }
-  const auto n = static_cast<int64_t>(fp8_.size());
-  if (shared_scale_rule_.has_value()) {
-    FP8_ASSIGN_OR_RETURN(fp8_scales_, Tensor::zeros(device_, ElementType::kFloat32, {n}));
-    FP8_ASSIGN_OR_RETURN(fp8_inv_scales_, Tensor::zeros(device_, ElementType::kFloat32, {n}));
-  }
+  FP8_ASSIGN_OR_RETURN(weight_scales_, Fp8WeightScales::create(device_.backend(), std::move(shards)));
   for (size_t i = 0; i < fp8_.size(); ++i) {
     Fp8State& f = fp8_[i];
     params_[static_cast<size_t>(f.param)].fp8 = static_cast<int>(i);
-    if (shared_scale_rule_.has_value()) {
-      f.weight.scale = fp8_scales_.data<float>() + i;
-      f.weight.inv_scale = fp8_inv_scales_.data<float>() + i;
-      f.weight.scales_stay = true;
-    } else {
-      f.weight.scale = f.scales.scale;
-      f.weight.inv_scale = f.scales.inv_scale;
-    }
+    weight_scales_->bind(static_cast<int64_t>(i), f.weight);
     f.linear->gathered_fp8 = &f.weight;
-  }
-  FP8_ASSIGN_OR_RETURN(fp8_amaxes_, Tensor::zeros(device_, ElementType::kFloat32, {n}));
-  // Each weight's global amax is read where the all-reduce leaves it, until the next one
-  // (the next step's first forward): by the layer too, which then copies none in.
-  for (size_t i = 0; i < fp8_.size(); ++i) {
-    fp8_[i].weight.amax = fp8_amaxes_.data<float>() + i;
-    fp8_[i].weight.amax_stays = true;
   }
   return absl::OkStatus();
 }
@@ -252,78 +227,37 @@ std::string FsdpModel::unit_name(int unit) const {
 absl::Status FsdpModel::refresh_fp8_scales() {
   scales_stale_ = false;
   if (fp8_.empty()) return absl::OkStatus();
-  Backend& backend = device_.backend();
-  float* amaxes = fp8_amaxes_.data<float>();
-  if (shard_row_amaxes_current_ && row_amaxes_.defined()) {
-    // The max of a shard's row amaxes is its amax, bit for bit; row i of row_amaxes_ holds
-    // weight i's, zeros after them (an amax is never below zero): one launch for all.
-    const MatrixRef rows{row_amaxes_.raw(), DType::kFloat32, static_cast<int64_t>(fp8_.size()), row_amaxes_width_};
-    FP8_RETURN_IF_ERROR(backend.amax(rows, Granularity::kRowwise, amaxes));
-  } else {
-    for (size_t i = 0; i < fp8_.size(); ++i) {
-      const Param& p = params_[static_cast<size_t>(fp8_[i].param)];
-      const MatrixRef shard{p.shard->value.raw(), DType::kFloat32, p.layout.rows_per_rank, p.layout.row_elements};
-      FP8_RETURN_IF_ERROR(backend.amax(shard, Granularity::kTensorwise, amaxes + i));
-    }
-  }
-  CommCounters counts;
-  const int64_t n = static_cast<int64_t>(fp8_.size());
-  counts.all_reduces = 1;
-  counts.all_reduce_bytes = n * static_cast<int64_t>(sizeof(float));
-  counts.weight_scale_all_reduces = 1;
-  FP8_RETURN_IF_ERROR(comm_.run("all_reduce(max) of the fp8 weight amaxes", counts,
-                                [amaxes, n](collectives::ProcessGroup& g) { return g.all_reduce(amaxes, n, collectives::ReduceOp::kMax); }));
-  // Exactly the scales (and inverses) the layers would have derived from the whole
-  // weights, on the device: the host reads no amax. All at once where every layer takes the
-  // same dynamic rule, into the scales the layers read where they are.
-  if (shared_scale_rule_.has_value()) {
-    FP8_RETURN_IF_ERROR(backend.compute_scales(amaxes, static_cast<int64_t>(fp8_.size()), shared_scale_rule_->format,
-                                               shared_scale_rule_->pow2, fp8_scales_.data<float>(),
-                                               fp8_inv_scales_.data<float>()));
-  }
-  for (size_t i = 0; i < fp8_.size(); ++i) {
-    Fp8State& f = fp8_[i];
-    if (!shared_scale_rule_.has_value()) {
-      FP8_RETURN_IF_ERROR(f.linear->layer->write_fp8_weight_scale(amaxes + i, f.scales.scale, f.scales.inv_scale));
-    }
-    f.shard_cast = false;
-  }
+  std::vector<const float*> shards;
+  for (const Fp8State& f : fp8_) shards.push_back(params_[static_cast<size_t>(f.param)].shard->value.data<float>());
+  FP8_RETURN_IF_ERROR(weight_scales_->refresh(shards, shard_row_amaxes_current_, [this](float* amaxes, int64_t n) {
+    CommCounters counts;
+    counts.all_reduces = 1;
+    counts.all_reduce_bytes = n * static_cast<int64_t>(sizeof(float));
+    counts.weight_scale_all_reduces = 1;
+    return comm_.run("all_reduce(max) of the fp8 weight amaxes", counts, [amaxes, n](collectives::ProcessGroup& g) {
+      return g.all_reduce(amaxes, n, collectives::ReduceOp::kMax);
+    });
+  }));
+  for (Fp8State& f : fp8_) f.shard_cast = false;
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<LlamaModel::WeightRowAmaxes>> FsdpModel::shard_row_amax_outputs() {
   std::vector<LlamaModel::WeightRowAmaxes> outputs;
-  if (!fp8_.empty() && !row_amaxes_.defined()) {
-    // Row i for weight i, as wide as the most rows a shard has; zeros past a shard's own,
-    // which nothing writes.
-    for (const Fp8State& f : fp8_) {
-      row_amaxes_width_ = std::max(row_amaxes_width_, params_[static_cast<size_t>(f.param)].layout.rows_per_rank);
-    }
-    const auto n = static_cast<int64_t>(fp8_.size());
-    FP8_ASSIGN_OR_RETURN(row_amaxes_, Tensor::zeros(device_, ElementType::kFloat32, {n * row_amaxes_width_}));
-    for (size_t i = 0; i < fp8_.size(); ++i) {
-      const Param& p = params_[static_cast<size_t>(fp8_[i].param)];
-      FP8_ASSIGN_OR_RETURN(fp8_[i].shard_row_amax,
-                           row_amaxes_.rows(static_cast<int64_t>(i) * row_amaxes_width_, p.layout.rows_per_rank));
-    }
-  }
-  for (Fp8State& f : fp8_) {
-    const Param& p = params_[static_cast<size_t>(f.param)];
-    outputs.push_back({p.shard, RowAmaxes{f.shard_row_amax.data<float>(), p.layout.row_elements}});
+  if (fp8_.empty()) return outputs;
+  FP8_ASSIGN_OR_RETURN(const std::vector<float*> rows, weight_scales_->row_amax_outputs());
+  for (size_t i = 0; i < fp8_.size(); ++i) {
+    const Param& p = params_[static_cast<size_t>(fp8_[i].param)];
+    outputs.push_back({p.shard, RowAmaxes{rows[i], p.layout.row_elements}});
   }
   return outputs;
 }
 
-absl::Status FsdpModel::cast_fp8_shard(Fp8State& f, const Param& p) {
+absl::Status FsdpModel::cast_fp8_shard(int index) {
+  Fp8State& f = fp8_[static_cast<size_t>(index)];
   if (f.shard_cast) return absl::OkStatus();
-  CastArgs c;
-  c.input = MatrixRef{p.shard->value.raw(), DType::kFloat32, p.layout.rows_per_rank, p.layout.row_elements};
-  c.format = f.linear->layer->weight_format();
-  c.granularity = Granularity::kTensorwise;
-  c.scale = f.weight.scale;
-  c.saturate = true;
-  c.out = bytes(f.shard_codes);
-  FP8_RETURN_IF_ERROR(device_.backend().cast(c));
+  const Param& p = params_[static_cast<size_t>(f.param)];
+  FP8_RETURN_IF_ERROR(weight_scales_->cast_shard(index, p.shard->value.data<float>(), bytes(f.shard_codes)));
   f.shard_cast = true;
   return absl::OkStatus();
 }
@@ -340,7 +274,7 @@ absl::Status FsdpModel::start_gather(int unit) {
     Param& p = params_[static_cast<size_t>(i)];
     if (p.fp8 >= 0) {
       // Cast in place in the send buffer (once a step: the backward's gather reuses it).
-      FP8_RETURN_IF_ERROR(cast_fp8_shard(fp8_[static_cast<size_t>(p.fp8)], p));
+      FP8_RETURN_IF_ERROR(cast_fp8_shard(p.fp8));
       counts.all_gather_bytes_fp8 += p.layout.padded_elements();
     } else {
       counts.all_gather_bytes_f32 += p.layout.padded_elements() * static_cast<int64_t>(sizeof(float));

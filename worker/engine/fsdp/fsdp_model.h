@@ -22,7 +22,8 @@
 //     and the layer uses the gathered codes as they are (its backward takes a transposed
 //     copy, exact). The global scales of all such weights cost ONE all-reduce(MAX) of a
 //     packed amax vector per step, after the optimizer changed the shards (each shard's
-//     amax from the row amaxes the optimizer wrote as it updated it). Other weights
+//     amax from the row amaxes the optimizer wrote as it updated it): Fp8WeightScales
+//     (float8/weight_scales.h) computes amaxes and scales; this class gathers. Other weights
 //     (axiswise recipes, layers kept in high precision, a tied output projection) gather
 //     in fp32.
 //   - Delayed scaling: finish_step() reduces every amax of the step in ONE
@@ -33,7 +34,6 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -43,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/engine/collectives/process_group.h"
+#include "worker/engine/float8/weight_scales.h"
 #include "worker/engine/fsdp/comm_counters.h"
 #include "worker/engine/fsdp/comm_stream.h"
 #include "worker/engine/fsdp/shard_layout.h"
@@ -153,7 +154,8 @@ class FsdpModel final : public ParameterHooks {
   absl::StatusOr<Tensor> pack_gradients(const Unit& u);
   absl::Status drain_reduce_scatters();
   absl::Status refresh_fp8_scales();
-  absl::Status cast_fp8_shard(Fp8State& f, const Param& p);
+  // Casts fp8_[index]'s shard into its place in the send buffer, once per scale.
+  absl::Status cast_fp8_shard(int index);
 
   LlamaModel& model_;
   const Device& device_;
@@ -173,18 +175,10 @@ class FsdpModel final : public ParameterHooks {
     bool into_shard_grads;  // the step's first: the collective wrote the shards' gradients
   };
   std::vector<PendingReduction> pending_reductions_;
-  Tensor fp8_amaxes_;                    // packed, one per fp8-gathered weight
-  // [fp8 weights, row_amaxes_width_]: row i holds weight i's shard row amaxes (written by
-  // the optimizer), zeros after them; allocated by shard_row_amax_outputs().
-  Tensor row_amaxes_;
-  int64_t row_amaxes_width_ = 0;
-  // Where every fp8-gathered weight's scale is the dynamic scale of its amax by one rule
-  // (Float8Linear::dynamic_weight_scale_rule): the scales and inverses, packed, computed in
-  // one launch and read by the layers where they are. Otherwise each layer writes its own.
-  std::optional<Float8Linear::WeightScaleRule> shared_scale_rule_;
-  Tensor fp8_scales_;
-  Tensor fp8_inv_scales_;
-  bool shard_row_amaxes_current_ = false;  // Fp8State::shard_row_amax holds the shards' row amaxes
+  // The fp8-gathered weights' amaxes and scales, fp8_[i]'s at i (float8/weight_scales.h);
+  // null without fp8-gathered weights.
+  std::unique_ptr<Fp8WeightScales> weight_scales_;
+  bool shard_row_amaxes_current_ = false;  // weight_scales_'s row amaxes are the shards' own
   Tensor delayed_amaxes_;                // packed, every delayed cast of every layer
   bool scales_stale_ = true;
   CommStream comm_;  // last: its thread stops before the tensors its jobs reference go

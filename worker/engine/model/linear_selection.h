@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "fp8/v1/job.pb.h"
-#include "worker/engine/cast_config.h"
+#include "worker/engine/float8/config.h"
 
 namespace fp8::engine {
 

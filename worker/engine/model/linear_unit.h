@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/engine/float8_linear.h"
+#include "worker/engine/float8/linear.h"
 #include "worker/engine/model/linear_selection.h"
 #include "worker/engine/model/parameters.h"
 

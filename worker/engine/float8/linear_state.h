@@ -1,7 +1,8 @@
-// Float8Linear's state (the pimpl behind float8_linear.h) and what its sources share:
-// float8_linear.cc (the public API: forward, backward, sibling layers sharing an input),
-// float8_linear_casts.cc (planning the casts, running them, the GEMMs' operands) and
-// float8_linear_scaling.cc (delayed scaling, the numerics). Internal to those files.
+// Float8Linear's state (the pimpl behind linear.h) and what its sources share:
+// linear.cc (the public API: forward, backward, sibling layers sharing an input),
+// casts.cc (planning the casts, running them, the GEMMs' operands), scaling.cc (delayed
+// scaling, the weight's scale for a cast made elsewhere) and numerics.cc (what each cast
+// did). Internal to those files.
 #pragma once
 
 #include <algorithm>
@@ -15,7 +16,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/engine/float8_linear.h"
+#include "worker/engine/float8/backend_buffer.h"
+#include "worker/engine/float8/linear.h"
 
 namespace fp8::engine {
 
@@ -28,64 +30,12 @@ constexpr int64_t kFloatsPer16Bytes = 4;
 constexpr int64_t kDelayedScaleStride = 2 * kFloatsPer16Bytes;  // scale, then 1/scale
 
 // Each tensor feeds two GEMMs: one takes it as stored, the other transposed (see the
-// table in float8_linear.h).
+// table in linear.h).
 enum Orientation : int { kAsStored = 0, kTransposed = 1 };
 
-// Backend memory owned by one layer. It grows on demand and never shrinks, so steps after
-// the first allocate nothing.
-class BackendBuffer {
- public:
-  explicit BackendBuffer(Backend& backend) : backend_(&backend) {}
-  ~BackendBuffer() { release(); }
-  BackendBuffer(BackendBuffer&& o) noexcept
-      : backend_(o.backend_), data_(std::exchange(o.data_, nullptr)), capacity_(std::exchange(o.capacity_, 0)) {}
-  BackendBuffer& operator=(BackendBuffer&&) = delete;
-  BackendBuffer(const BackendBuffer&) = delete;
-  BackendBuffer& operator=(const BackendBuffer&) = delete;
-
-  // At least `bytes`; the contents are lost when it grows.
-  absl::Status reserve(size_t bytes) { return grow(bytes, 0); }
-
-  // At least `bytes`, keeping the first `keep_floats` fp32 values when it grows.
-  absl::Status grow(size_t bytes, int64_t keep_floats) {
-    if (bytes <= capacity_) return absl::OkStatus();
-    absl::StatusOr<void*> fresh = backend_->allocate(bytes);
-    if (!fresh.ok()) return fresh.status();
-    if (keep_floats > 0) {
-      // A same-type convert is the backend's device-to-device copy.
-      if (auto s = backend_->convert(data_, DType::kFloat32, *fresh, DType::kFloat32, keep_floats); !s.ok()) {
-        backend_->deallocate(*fresh);
-        return s;
-      }
-    }
-    release();
-    data_ = *fresh;
-    capacity_ = bytes;
-    return absl::OkStatus();
-  }
-
-  size_t capacity() const { return capacity_; }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-
- private:
-  void release() {
-    if (data_ != nullptr) backend_->deallocate(data_);
-    data_ = nullptr;
-    capacity_ = 0;
-  }
-
-  Backend* backend_;
-  void* data_ = nullptr;
-  size_t capacity_ = 0;
-};
-
-inline size_t float_bytes(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
 inline size_t dtype_bytes(DType t, int64_t n) { return static_cast<size_t>(n) * dtype_size(t); }
 
-// The GEMM that uses a tensor in an orientation (the table in float8_linear.h).
+// The GEMM that uses a tensor in an orientation (the table in linear.h).
 enum class Gemm : uint8_t { kOutput, kGradInput, kGradWeight };
 inline Gemm gemm_of(TensorKind t, Orientation o) {
   switch (t) {
@@ -242,9 +192,7 @@ struct Float8Linear::State {
   const State* input_source = nullptr;
   uint64_t adopted_input_cast = 0;
   bool input_adopted = false;  // the last forward took input_source's casts
-  int64_t shared_input_casts = 0;
-  int64_t row_amax_casts = 0;  // casts that took their amax from the caller's row amaxes
-  int64_t tensors_cast_both_ways = 0;  // run_casts_both_ways() calls
+  Float8LinearCounters counters;  // Float8Linear::counters()
 
   // ---- construction ----
   void plan_tensor(TensorKind t, const CastConfig& as_stored, bool as_stored_fp8_gemm, const char* as_stored_gemm,

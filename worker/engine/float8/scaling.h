@@ -10,6 +10,9 @@
 // checkpoints) or is about to upload (a restore, a history replayed from the coordinator).
 // It knows nothing of backends or ranks: the owner records amaxes that were already
 // reduced (all-reduce MAX) across ranks, so every rank's state evolves identically.
+//
+// scaling.cc also holds Float8Linear's side of scaling (its histories in backend memory,
+// the step's amaxes, checkpointed state, the weight's scale for a cast made elsewhere).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +27,7 @@ namespace fp8::engine {
 
 class DelayedScaling {
  public:
-  // history_len >= 1 (the caller validates it; see cast_config.h).
+  // history_len >= 1 (the caller validates it; see config.h).
   DelayedScaling(int history_len, Format format, bool pow2_scale);
 
   // A state in fp8/delayed_state.h's layout (as backend memory holds it), checked: the

@@ -1,5 +1,5 @@
 // Float8Linear: y = x·Wᵀ (+ bias) with each of its three GEMMs cast per a
-// Float8LinearConfig (cast_config.h) and run through fp8::Backend alone, so the same code
+// Float8LinearConfig (config.h) and run through fp8::Backend alone, so the same code
 // serves the CPU backend (what tests use) and CUDA.
 //
 //   output      [M, N] = x [M, K] · W [N, K]ᵀ      A = x,      B = W     (as [N, K])
@@ -56,8 +56,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "fp8/fp8.h"
-#include "worker/engine/cast_config.h"
-#include "worker/engine/delayed_scaling.h"
+#include "worker/engine/float8/config.h"
+#include "worker/engine/float8/scaling.h"
 
 namespace fp8::engine {
 
@@ -157,6 +157,21 @@ struct BackwardOptions {
   const float* grad_output_row_amax = nullptr;
 };
 
+// Counts of how a layer's casts ran (Float8Linear::counters()): tests and benches check
+// them; nothing the layer computes depends on them.
+struct Float8LinearCounters {
+  // Forward passes that took a sibling's input casts rather than casting
+  // (Float8Linear::share_input_casts_from).
+  int64_t shared_input_casts = 0;
+  // Casts that took their amax from the caller's row amaxes (ForwardOptions'
+  // input_row_amax and weight_row_amax, BackwardOptions' grad_output_row_amax).
+  int64_t row_amax_casts = 0;
+  // Tensors whose rowwise and columnwise casts (the rowwise recipe's, for the GEMMs that
+  // contract over columns and over rows) ran as one quantize, which reads the tensor twice
+  // instead of four times on a GPU.
+  int64_t tensors_cast_both_ways = 0;
+};
+
 class Float8Linear {
  public:
   // A layer with weight [out_features, in_features] and activations of the given dtypes.
@@ -249,8 +264,6 @@ class Float8Linear {
   // numerics() reports the shared cast's values for this layer's input.
   bool can_share_input_casts_with(const Float8Linear& source) const;
   absl::Status share_input_casts_from(const Float8Linear& source);
-  // Forward passes that took source's copies rather than casting (for tests and benches).
-  int64_t shared_input_casts() const;
 
   // ---- row amaxes (forward()'s input_row_amax and weight_row_amax, backward()'s ----------
   // grad_output_row_amax). Whether the call has a use for them: some cast of that tensor is
@@ -260,12 +273,9 @@ class Float8Linear {
   bool reads_input_row_amax() const;
   bool reads_weight_row_amax() const;
   bool reads_grad_output_row_amax() const;
-  // Casts that took their amax from the caller's row amaxes (for tests and benches).
-  int64_t row_amax_casts() const;
-  // Tensors whose rowwise and columnwise casts (the rowwise recipe's, for the GEMMs that
-  // contract over columns and over rows) ran as one quantize, which reads the tensor twice
-  // instead of four times on a GPU (for tests and benches).
-  int64_t tensors_cast_both_ways() const;
+
+  // What the layer's casts did since it was created, for tests and benches to check.
+  const Float8LinearCounters& counters() const;
 
   // ---- delayed scaling ------------------------------------------------------------------
   // Casts under delayed scaling, in a fixed order; named "input", "weight", "grad_output"

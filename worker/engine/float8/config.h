@@ -5,8 +5,9 @@
 //   grad_input  = grad_output · weight      [M, K] = [M, N] · [N, K]
 //   grad_weight = grad_outputᵀ · input      [N, K] = [M, N]ᵀ · [M, K]
 //
-// The recipe tables live in common/jobspec/fp8_recipes.h (the validator reads them too);
-// this file only translates their result, so a recipe is defined in exactly one place.
+// The recipe tables live in common/jobspec/fp8_recipes.* (common/'s job validator reads them
+// and common/ must not depend on worker/); config.cc is the one engine file that reads them
+// and only translates their result, so a recipe is defined in exactly one place.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,7 @@ enum class ScaleGranularity : uint8_t {
 
 enum class ScalingMode : uint8_t {
   kDynamic,  // scale from this cast's own amax
-  kDelayed,  // scale from the max of an amax history (see delayed_scaling.h); tensorwise only
+  kDelayed,  // scale from the max of an amax history (see scaling.h); tensorwise only
 };
 
 const char* cast_dtype_name(CastDtype d);

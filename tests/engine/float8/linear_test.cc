@@ -6,7 +6,7 @@
 // Built twice: on the CPU backend (unit) and, with FP8_ENGINE_TEST_CUDA, on the CUDA
 // backend (gpu; skips where there is none). Tensors reach the layer only through Backend
 // memory and copies, as in the product.
-#include "worker/engine/float8_linear.h"
+#include "worker/engine/float8/linear.h"
 
 #include <cblas.h>
 
@@ -28,7 +28,7 @@
 #include "fp8/fp8.h"
 #include "gtest/gtest.h"
 #include "tests/kernels/forwarding_backend.h"
-#include "worker/engine/cast_config.h"
+#include "worker/engine/float8/config.h"
 
 namespace fp8::engine {
 namespace {
@@ -1083,8 +1083,8 @@ TEST_F(FLOAT8_LINEAR_TEST, SiblingsSharingOneInputCastMatchTheirOwnCastsBitForBi
       ASSERT_OK(source->forward(x.raw(), m, w_source.data(), nullptr, y_source.raw()));
       ASSERT_OK(sibling->forward(x.raw(), m, w.data(), nullptr, y_sibling.raw()));
       ASSERT_OK(twin->forward(x.raw(), m, w.data(), nullptr, y_twin.raw()));
-      EXPECT_EQ(sibling->shared_input_casts(), step + 1) << "the sibling cast its input itself";
-      EXPECT_EQ(twin->shared_input_casts(), 0);
+      EXPECT_EQ(sibling->counters().shared_input_casts, step + 1) << "the sibling cast its input itself";
+      EXPECT_EQ(twin->counters().shared_input_casts, 0);
       // Backward in the model's order: the sibling's before the source's.
       ASSERT_OK(sibling->backward(g.raw(), gx_sibling.raw(), gw_sibling.data(), nullptr));
       ASSERT_OK(twin->backward(g.raw(), gx_twin.raw(), gw_twin.data(), nullptr));
@@ -1112,7 +1112,7 @@ TEST_F(FLOAT8_LINEAR_TEST, SiblingsSharingOneInputCastMatchTheirOwnCastsBitForBi
     ASSERT_OK(source->forward(x.raw(), m, w_source.data(), nullptr, y_source.raw()));
     ASSERT_OK(sibling->forward(other_x.raw(), m, w.data(), nullptr, y_sibling.raw()));
     ASSERT_OK(twin->forward(other_x.raw(), m, w.data(), nullptr, y_twin.raw()));
-    EXPECT_EQ(sibling->shared_input_casts(), 2);
+    EXPECT_EQ(sibling->counters().shared_input_casts, 2);
     EXPECT_TRUE(same_bits(y_sibling.download(), y_twin.download()));
     ASSERT_OK(sibling->backward(g.raw(), gx_sibling.raw(), gw_sibling.data(), nullptr));
     ASSERT_OK(twin->backward(g.raw(), gx_twin.raw(), gw_twin.data(), nullptr));
@@ -1190,7 +1190,7 @@ TEST_F(FLOAT8_LINEAR_TEST, RowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
       EXPECT_TRUE(same_bits(y_hinted.download(), y_plain.download()));
       EXPECT_TRUE(same_bits(gx_hinted.download(), gx_plain.download()));
       EXPECT_TRUE(same_bits(gw_hinted.download(), gw_plain.download()));
-      EXPECT_EQ(hinted->row_amax_casts(), c.took_after(step));
+      EXPECT_EQ(hinted->counters().row_amax_casts, c.took_after(step));
       for (Float8Linear* l : {hinted.get(), plain.get()}) ASSERT_OK(l->finish_step());
     }
     ASSERT_OK(hinted->forward_no_grad(x.raw(), m, w.data(), nullptr, y_hinted.raw(),
@@ -1230,7 +1230,7 @@ TEST_F(FLOAT8_LINEAR_TEST, RowwiseCastsOfATensorRunAsOneQuantize) {
         ASSERT_OK(layer->forward(x.raw(), m, w.data(), nullptr, y.raw()));
         ASSERT_OK(layer->backward(g.raw(), gx.raw(), gw.data(), nullptr));
         ASSERT_OK(layer->finish_step());
-        EXPECT_EQ(layer->tensors_cast_both_ways(), per_step * step) << "after step " << step;
+        EXPECT_EQ(layer->counters().tensors_cast_both_ways, per_step * step) << "after step " << step;
       }
     }
   }

@@ -1,8 +1,13 @@
-// Float8Linear's delayed scaling (amax histories, the step's amaxes, checkpointed state)
-// and its numerics (what each cast did, for the metrics). State is float8_linear_state.h's.
+// Scaling: the rules that turn an amax into an fp8 scale, dynamic (this cast's own amax)
+// and delayed (the max of an amax history). DelayedScaling is one history on the host;
+// Float8Linear's histories live in backend memory (linear_state.h's State), recorded each
+// step there, and the layer hands out its weight's scale rule for a cast made elsewhere
+// (FSDP's fp8 all-gather).
+#include "worker/engine/float8/scaling.h"
+
 #include <algorithm>
-#include <cstddef>
-#include <cstring>
+#include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,11 +15,109 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "fp8/delayed_state.h"
-#include "worker/engine/float8_linear_state.h"
+#include "worker/engine/float8/linear_state.h"
 
 namespace fp8::engine {
+namespace {
 
-// ---- delayed scaling -------------------------------------------------------------------------
+// serialize() layout: a header, then the ring in storage order.
+enum HeaderField : int { kHistoryLen, kNext, kFilled, kHasScale, kScale, kHeaderSize };
+
+bool is_index(float v, int limit) { return v >= 0.0f && v <= static_cast<float>(limit) && v == std::floor(v); }
+
+}  // namespace
+
+DelayedScaling::DelayedScaling(int history_len, Format format, bool pow2_scale)
+    : state_(static_cast<size_t>(delayed::state_floats(history_len > 0 ? history_len : 1))),
+      format_(format),
+      pow2_(pow2_scale) {
+  delayed::init_state(state_.data(), history_len > 0 ? history_len : 1, format, pow2_scale);
+}
+
+absl::StatusOr<DelayedScaling> DelayedScaling::from_state(absl::Span<const float> state, int history_len,
+                                                          Format format, bool pow2_scale) {
+  DelayedScaling d(history_len, format, pow2_scale);
+  const int h = d.history_len();
+  if (static_cast<int64_t>(state.size()) != delayed::state_floats(h)) {
+    return absl::InvalidArgumentError(absl::StrCat("delayed scaling state: expected ", delayed::state_floats(h),
+                                                   " floats for an amax history of ", h, ", got ", state.size()));
+  }
+  if (state[delayed::kHistoryLen] != static_cast<float>(h) || !is_index(state[delayed::kNext], h - 1) ||
+      !is_index(state[delayed::kFilled], h) ||
+      (state[delayed::kHasScale] != 0.0f && state[delayed::kHasScale] != 1.0f) ||
+      state[delayed::kFp8Max] != fp8_max(format) || state[delayed::kPow2] != (pow2_scale ? 1.0f : 0.0f)) {
+    return absl::DataLossError("delayed scaling state: corrupt (its header does not fit the cast's configuration)");
+  }
+  d.state_.assign(state.begin(), state.end());
+  return d;
+}
+
+std::optional<float> DelayedScaling::next_scale() const {
+  if (state_[delayed::kHasScale] == 0.0f) return std::nullopt;
+  return state_[delayed::kScale];
+}
+
+void DelayedScaling::record(float amax) { delayed::record(state_.data(), amax); }
+
+void DelayedScaling::replay(absl::Span<const float> amaxes) {
+  delayed::init_state(state_.data(), history_len(), format_, pow2_);
+  const size_t keep = std::min(amaxes.size(), static_cast<size_t>(history_len()));
+  for (float a : amaxes.subspan(amaxes.size() - keep)) record(a);
+}
+
+float DelayedScaling::last_range_use() const { return state_[delayed::kRangeUse]; }
+
+int DelayedScaling::history_len() const { return static_cast<int>(state_[delayed::kHistoryLen]); }
+
+std::vector<float> DelayedScaling::history() const {
+  const int h = history_len();
+  const int filled = static_cast<int>(state_[delayed::kFilled]);
+  const int next = static_cast<int>(state_[delayed::kNext]);
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(filled));
+  // The oldest entry sits at next once the ring is full, at 0 before.
+  const int oldest = filled == h ? next : 0;
+  for (int i = 0; i < filled; ++i) out.push_back(state_[static_cast<size_t>(delayed::kRing + (oldest + i) % h)]);
+  return out;
+}
+
+int64_t DelayedScaling::serialized_size(int history_len) { return kHeaderSize + history_len; }
+
+std::vector<float> DelayedScaling::serialize() const {
+  std::vector<float> out(kHeaderSize);
+  out[kHistoryLen] = state_[delayed::kHistoryLen];
+  out[kNext] = state_[delayed::kNext];
+  out[kFilled] = state_[delayed::kFilled];
+  out[kHasScale] = state_[delayed::kHasScale];
+  out[kScale] = state_[delayed::kHasScale] != 0.0f ? state_[delayed::kScale] : 0.0f;
+  out.insert(out.end(), state_.begin() + delayed::kRing, state_.end());
+  return out;
+}
+
+absl::Status DelayedScaling::restore(absl::Span<const float> data) {
+  const int h = history_len();
+  if (static_cast<int64_t>(data.size()) != serialized_size(h)) {
+    return absl::InvalidArgumentError(absl::StrCat("delayed scaling state: expected ", serialized_size(h),
+                                                   " floats for an amax history of ", h, ", got ", data.size()));
+  }
+  if (data[kHistoryLen] != static_cast<float>(h)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("delayed scaling state: saved with amax_history_len ", data[kHistoryLen], ", this run uses ", h));
+  }
+  if (!is_index(data[kNext], h - 1) || !is_index(data[kFilled], h) ||
+      (data[kHasScale] != 0.0f && data[kHasScale] != 1.0f)) {
+    return absl::InvalidArgumentError("delayed scaling state: corrupt header");
+  }
+  state_[delayed::kNext] = data[kNext];
+  state_[delayed::kFilled] = data[kFilled];
+  state_[delayed::kHasScale] = data[kHasScale];
+  state_[delayed::kScale] = data[kHasScale] == 1.0f ? data[kScale] : 0.0f;
+  state_[delayed::kRangeUse] = 0.0f;
+  std::copy(data.begin() + kHeaderSize, data.end(), state_.begin() + delayed::kRing);
+  return absl::OkStatus();
+}
+
+// ---- Float8Linear: delayed scaling ----------------------------------------------------------
 
 int Float8Linear::delayed_count() const { return static_cast<int>(s_->delayed_plans.size()); }
 
@@ -134,6 +237,8 @@ absl::Status Float8Linear::restore_scaling_state(absl::Span<const float> state) 
   }
   return s.upload_delayed(*restored);
 }
+
+// ---- Float8Linear: the weight's scale for a cast made elsewhere (an Fp8Weight) -------------------
 
 std::optional<Float8Linear::WeightScaleRule> Float8Linear::dynamic_weight_scale_rule() const {
   const State& s = *s_;
@@ -259,81 +364,5 @@ absl::Status Float8Linear::State::confirm_delayed_scales() {
   }
   return absl::OkStatus();
 }
-
-// ---- numerics ---------------------------------------------------------------------------------
-
-absl::StatusOr<std::vector<CastNumerics>> Float8Linear::numerics() {
-  State& s = *s_;
-  // What each cast's report needs (its amaxes, the scales it used, its range counts) is
-  // gathered in backend memory first and read in one copy: on a GPU one wait for the
-  // layer rather than two or three for each of its casts.
-  struct Piece {
-    const CastPlan* plan;
-    int64_t n;  // amaxes and scales
-    size_t amax_at, scale_at, counts_at;
-  };
-  std::vector<Piece> pieces;
-  size_t bytes = 0;
-  for (const CastPlan& p : s.plans) {
-    if (p.rows == 0) continue;
-    Piece piece{&p, scale_count(p.granularity, p.rows, p.cols), 0, 0, 0};
-    piece.amax_at = bytes;
-    bytes += float_bytes(piece.n);
-    piece.scale_at = bytes;
-    bytes += float_bytes(piece.n);
-    piece.counts_at = bytes;
-    if (p.range_counted) bytes += sizeof(CastRangeCounts);
-    pieces.push_back(piece);
-  }
-  if (pieces.empty()) return std::vector<CastNumerics>();
-  if (auto st = s.numerics_staging.reserve(bytes); !st.ok()) return st;
-  auto* staging = s.numerics_staging.as<std::byte>();
-  for (const Piece& piece : pieces) {
-    const CastPlan& p = *piece.plan;
-    const float* amax_src = p.last_amax_row >= 0      ? s.slots_of(p.tensor).at(p.last_amax_row, p.delayed_column)
-                            : p.amax_in_use != nullptr ? p.amax_in_use
-                                                       : p.holder().amax.as<float>();
-    absl::Status queued = s.backend.copy(staging + piece.amax_at, amax_src, float_bytes(piece.n));
-    if (queued.ok()) queued = s.backend.copy(staging + piece.scale_at, p.scale_in_use, float_bytes(piece.n));
-    if (queued.ok() && p.range_counted) {
-      queued = s.backend.copy(staging + piece.counts_at, p.holder().range_counts.as<void>(), sizeof(CastRangeCounts));
-    }
-    if (!queued.ok()) return queued;
-  }
-  std::vector<std::byte> host(bytes);
-  if (auto st = s.backend.copy_to_host(host.data(), staging, bytes); !st.ok()) return st;
-
-  std::vector<CastNumerics> out;
-  for (const Piece& piece : pieces) {
-    const CastPlan& p = *piece.plan;
-    std::vector<float> amax(static_cast<size_t>(piece.n)), scale(static_cast<size_t>(piece.n));
-    std::memcpy(amax.data(), host.data() + piece.amax_at, float_bytes(piece.n));
-    std::memcpy(scale.data(), host.data() + piece.scale_at, float_bytes(piece.n));
-    CastNumerics c;
-    c.tensor = p.tensor;
-    c.gemms = p.gemms;
-    c.config = p.config;
-    c.amax = *std::max_element(amax.begin(), amax.end());
-    c.scale = *std::min_element(scale.begin(), scale.end());
-    float use = 0.0f;
-    for (size_t i = 0; i < amax.size(); ++i) use = std::max(use, amax[i] * scale[i]);
-    c.range_use = use / fp8_max(p.config.format());
-    if (p.range_counted) {
-      CastRangeCounts counts;
-      std::memcpy(&counts, host.data() + piece.counts_at, sizeof counts);
-      c.measured = true;
-      c.elements = p.rows * p.cols;
-      c.saturated = static_cast<int64_t>(counts.saturated);
-      c.underflow = static_cast<int64_t>(counts.underflow);
-      c.saturated_ratio = static_cast<float>(static_cast<double>(c.saturated) / static_cast<double>(c.elements));
-      c.underflow_ratio = static_cast<float>(static_cast<double>(c.underflow) / static_cast<double>(c.elements));
-    }
-    out.push_back(std::move(c));
-  }
-  return out;
-}
-
-void Float8Linear::set_measuring(bool on) { s_->measuring = on; }
-bool Float8Linear::measuring() const { return s_->measuring; }
 
 }  // namespace fp8::engine

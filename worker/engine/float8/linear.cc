@@ -1,10 +1,10 @@
-#include "worker/engine/float8_linear.h"
+#include "worker/engine/float8/linear.h"
 
 #include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "worker/engine/float8_linear_state.h"
+#include "worker/engine/float8/linear_state.h"
 
 namespace fp8::engine {
 
@@ -370,7 +370,6 @@ absl::Status Float8Linear::share_input_casts_from(const Float8Linear& source) {
   return absl::OkStatus();
 }
 
-int64_t Float8Linear::shared_input_casts() const { return s_->shared_input_casts; }
 
 bool Float8Linear::State::reads_row_amax(TensorKind t) const {
   for (int plan : use[static_cast<int>(t)]) {
@@ -385,7 +384,6 @@ bool Float8Linear::reads_input_row_amax() const { return s_->reads_row_amax(Tens
 bool Float8Linear::reads_weight_row_amax() const { return s_->reads_row_amax(TensorKind::kWeight); }
 bool Float8Linear::reads_grad_output_row_amax() const { return s_->reads_row_amax(TensorKind::kGradOutput); }
 
-int64_t Float8Linear::row_amax_casts() const { return s_->row_amax_casts; }
-int64_t Float8Linear::tensors_cast_both_ways() const { return s_->tensors_cast_both_ways; }
+const Float8LinearCounters& Float8Linear::counters() const { return s_->counters; }
 
 }  // namespace fp8::engine

@@ -1,6 +1,6 @@
 // DelayedScaling: the window max picks the scale, the history rolls, amaxes of 0 or
 // non-finite ones keep the previous scale, and the state survives a checkpoint.
-#include "worker/engine/delayed_scaling.h"
+#include "worker/engine/float8/scaling.h"
 
 #include <cmath>
 #include <limits>

@@ -1,4 +1,4 @@
-#include "worker/engine/cast_config.h"
+#include "worker/engine/float8/config.h"
 
 #include <array>
 

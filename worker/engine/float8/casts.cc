@@ -1,11 +1,11 @@
 // Float8Linear's casts: which tensors it casts for which GEMM (planned once, at
 // construction), running them (dynamic or delayed scaling, shared input casts, fp8 weights
-// cast elsewhere), and the operands the GEMMs then take. State is float8_linear_state.h's.
+// cast elsewhere), and the operands the GEMMs then take. State is linear_state.h's.
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "worker/engine/float8_linear_state.h"
+#include "worker/engine/float8/linear_state.h"
 
 namespace fp8::engine {
 
@@ -168,7 +168,7 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
     if (known_row_amax != nullptr && p.granularity != Granularity::kColumnwise) q.row_amax = known_row_amax;
     q.range_counts = *range_counts;
     if (auto s = backend.quantize(q); !s.ok()) return s;
-    if (q.row_amax != nullptr) ++row_amax_casts;
+    if (q.row_amax != nullptr) ++counters.row_amax_casts;
     p.scale_in_use = p.scale.as<float>();
     p.inv_scale_in_use = p.inv_scale.as<float>();
   }
@@ -232,8 +232,8 @@ absl::Status Float8Linear::State::run_casts_both_ways(CastPlan& rows, CastPlan& 
   q.columnwise.amax_out = cols.amax.as<float>();
   q.columnwise.range_counts = *col_counts;
   if (auto s = backend.quantize(q); !s.ok()) return s;
-  if (known_row_amax != nullptr) ++row_amax_casts;
-  ++tensors_cast_both_ways;
+  if (known_row_amax != nullptr) ++counters.row_amax_casts;
+  ++counters.tensors_cast_both_ways;
   finish_dynamic_cast(rows, input);
   finish_dynamic_cast(cols, input);
   return absl::OkStatus();
@@ -311,7 +311,7 @@ absl::Status Float8Linear::State::cast_input(const MatrixRef& data, int slot_row
   adopted_input_cast = src->input_casts;
   input_cast_of = data.data;
   input_cast_tokens = data.rows;
-  ++shared_input_casts;
+  ++counters.shared_input_casts;
   return absl::OkStatus();
 }
 

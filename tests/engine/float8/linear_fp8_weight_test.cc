@@ -19,8 +19,8 @@
 
 #include "fp8/fp8.h"
 #include "gtest/gtest.h"
-#include "worker/engine/cast_config.h"
-#include "worker/engine/float8_linear.h"
+#include "worker/engine/float8/config.h"
+#include "worker/engine/float8/linear.h"
 
 namespace fp8::engine {
 namespace {

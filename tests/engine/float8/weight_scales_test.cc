@@ -1,0 +1,201 @@
+// Fp8WeightScales (worker/engine/float8/weight_scales.h) on its own, one rank: the amaxes
+// and scales it computes for shards are the whole weights' amaxes and the scales each
+// layer's write_fp8_weight_scale gives for them; the optimizer's row amaxes give the same
+// amaxes as a pass over each shard; a cast shard holds the codes of one tensorwise cast
+// with that scale. FSDP's bit-for-bit tests (tests/engine/fsdp/) cover it across ranks.
+//
+// CPU backend; tensors reach it only through Backend memory, as in the product.
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "fp8/fp8.h"
+#include "gtest/gtest.h"
+#include "worker/engine/float8/config.h"
+#include "worker/engine/float8/linear.h"
+#include "worker/engine/float8/weight_scales.h"
+
+namespace fp8::engine {
+namespace {
+
+using Recipe = v1::Fp8Spec::Recipe;
+
+#define ASSERT_OK(expr)                   \
+  do {                                    \
+    const absl::Status status_ = (expr);  \
+    ASSERT_TRUE(status_.ok()) << status_; \
+  } while (0)
+
+Backend& backend() { return cpu_backend(); }
+
+// n values of T in backend memory, zeroed.
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    absl::StatusOr<void*> p = backend().allocate(n * sizeof(T));
+    EXPECT_TRUE(p.ok()) << p.status();
+    data_ = p.ok() ? static_cast<T*>(*p) : nullptr;
+    if (data_ != nullptr) {
+      EXPECT_TRUE(backend().fill_zero(data_, n * sizeof(T)).ok());
+    }
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
+    EXPECT_TRUE(backend().copy_from_host(data_, host.data(), n_ * sizeof(T)).ok());
+  }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) backend().deallocate(data_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* data() const { return data_; }
+  std::vector<T> download() const { return download(data_, n_); }
+  static std::vector<T> download(const T* at, size_t n) {
+    std::vector<T> host(n);
+    EXPECT_TRUE(backend().copy_to_host(host.data(), at, n * sizeof(T)).ok());
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* data_ = nullptr;
+};
+using Floats = DeviceBuffer<float>;
+using Bytes = DeviceBuffer<uint8_t>;
+
+uint32_t bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+std::unique_ptr<Float8Linear> make_layer(int64_t in, int64_t out, Recipe r) {
+  absl::StatusOr<Float8LinearConfig> c = recipe_config(r, 4);
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return nullptr;
+  absl::StatusOr<std::unique_ptr<Float8Linear>> layer = Float8Linear::create(backend(), in, out, *c);
+  EXPECT_TRUE(layer.ok()) << layer.status();
+  return layer.ok() ? std::move(*layer) : nullptr;
+}
+
+// Two weights of different shapes and magnitudes, each one rank's whole shard.
+struct Weights {
+  explicit Weights(Recipe r) {
+    const int64_t shapes[2][2] = {{6, 8}, {5, 12}};  // rows, row_elements
+    std::mt19937 rng(7);
+    for (int i = 0; i < 2; ++i) {
+      const int64_t rows = shapes[i][0], cols = shapes[i][1];
+      layers.push_back(make_layer(cols, rows, r));
+      std::normal_distribution<float> dist(0.0f, i == 0 ? 0.5f : 40.0f);
+      std::vector<float> v(static_cast<size_t>(rows * cols));
+      for (float& x : v) x = dist(rng);
+      values.push_back(std::make_unique<Floats>(v));
+      shards.push_back({layers.back().get(), rows, cols});
+    }
+  }
+  std::vector<const float*> shard_values() const {
+    std::vector<const float*> out;
+    for (const auto& v : values) out.push_back(v->data());
+    return out;
+  }
+
+  std::vector<std::unique_ptr<Float8Linear>> layers;
+  std::vector<std::unique_ptr<Floats>> values;
+  std::vector<Fp8WeightScales::Shard> shards;
+};
+
+// One rank: the all-reduce leaves the amaxes as they are, and is called once.
+Fp8WeightScales::AllReduceMax counting_identity(int& calls) {
+  return [&calls](float*, int64_t) {
+    ++calls;
+    return absl::OkStatus();
+  };
+}
+
+class WeightScalesTest : public ::testing::TestWithParam<Recipe> {};
+
+TEST_P(WeightScalesTest, GivesTheWholeWeightsAmaxAndTheLayersOwnScale) {
+  Weights w(GetParam());
+  absl::StatusOr<std::unique_ptr<Fp8WeightScales>> scales = Fp8WeightScales::create(backend(), w.shards);
+  ASSERT_TRUE(scales.ok()) << scales.status();
+  int calls = 0;
+  ASSERT_OK((*scales)->refresh(w.shard_values(), /*row_amaxes_current=*/false, counting_identity(calls)));
+  EXPECT_EQ(calls, 1);
+  for (int64_t i = 0; i < (*scales)->size(); ++i) {
+    SCOPED_TRACE(i);
+    const Fp8WeightScales::Shard& s = w.shards[static_cast<size_t>(i)];
+    Fp8Weight bound;
+    (*scales)->bind(i, bound);
+    // Only one dynamic rule shared by every layer puts the scales in buffers of their own.
+    EXPECT_EQ(bound.scales_stay, GetParam() == v1::Fp8Spec::TENSORWISE);
+    EXPECT_TRUE(bound.amax_stays);
+    Floats amax(1), scale(1), inv_scale(1);
+    ASSERT_OK(backend().amax({w.values[static_cast<size_t>(i)]->data(), DType::kFloat32, s.rows, s.row_elements},
+                             Granularity::kTensorwise, amax.data()));
+    ASSERT_OK(s.layer->write_fp8_weight_scale(amax.data(), scale.data(), inv_scale.data()));
+    EXPECT_EQ(bits(Floats::download(bound.amax, 1)[0]), bits(amax.download()[0]));
+    EXPECT_EQ(bits(Floats::download(bound.scale, 1)[0]), bits(scale.download()[0]));
+    EXPECT_EQ(bits(Floats::download(bound.inv_scale, 1)[0]), bits(inv_scale.download()[0]));
+
+    // The cast shard: one tensorwise, saturating cast with that scale.
+    const auto n = static_cast<size_t>(s.rows * s.row_elements);
+    Bytes codes(n), want(n);
+    ASSERT_OK((*scales)->cast_shard(i, w.values[static_cast<size_t>(i)]->data(), codes.data()));
+    CastArgs c;
+    c.input = {w.values[static_cast<size_t>(i)]->data(), DType::kFloat32, s.rows, s.row_elements};
+    c.format = s.layer->weight_format();
+    c.granularity = Granularity::kTensorwise;
+    c.scale = scale.data();
+    c.saturate = true;
+    c.out = want.data();
+    ASSERT_OK(backend().cast(c));
+    EXPECT_EQ(codes.download(), want.download());
+    EXPECT_EQ((*scales)->format(i), s.layer->weight_format());
+  }
+}
+
+TEST_P(WeightScalesTest, RowAmaxesGiveTheSameAmaxesAsAPassOverEachShard) {
+  Weights w(GetParam());
+  absl::StatusOr<std::unique_ptr<Fp8WeightScales>> from_rows = Fp8WeightScales::create(backend(), w.shards);
+  absl::StatusOr<std::unique_ptr<Fp8WeightScales>> from_pass = Fp8WeightScales::create(backend(), w.shards);
+  ASSERT_TRUE(from_rows.ok() && from_pass.ok());
+  // What an optimizer writes as it updates the shards.
+  absl::StatusOr<std::vector<float*>> outputs = (*from_rows)->row_amax_outputs();
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  ASSERT_EQ(outputs->size(), w.shards.size());
+  for (size_t i = 0; i < w.shards.size(); ++i) {
+    const Fp8WeightScales::Shard& s = w.shards[i];
+    ASSERT_OK(backend().amax({w.values[i]->data(), DType::kFloat32, s.rows, s.row_elements}, Granularity::kRowwise,
+                             (*outputs)[i]));
+  }
+  int calls = 0;
+  ASSERT_OK((*from_rows)->refresh(w.shard_values(), /*row_amaxes_current=*/true, counting_identity(calls)));
+  ASSERT_OK((*from_pass)->refresh(w.shard_values(), /*row_amaxes_current=*/false, counting_identity(calls)));
+  for (int64_t i = 0; i < (*from_rows)->size(); ++i) {
+    Fp8Weight a, b;
+    (*from_rows)->bind(i, a);
+    (*from_pass)->bind(i, b);
+    EXPECT_EQ(bits(Floats::download(a.amax, 1)[0]), bits(Floats::download(b.amax, 1)[0])) << i;
+    EXPECT_EQ(bits(Floats::download(a.scale, 1)[0]), bits(Floats::download(b.scale, 1)[0])) << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, WeightScalesTest, ::testing::Values(v1::Fp8Spec::TENSORWISE, v1::Fp8Spec::DELAYED),
+                         [](const ::testing::TestParamInfo<Recipe>& info) {
+                           return info.param == v1::Fp8Spec::TENSORWISE ? "tensorwise" : "delayed";
+                         });
+
+TEST(WeightScales, NeedsWeightsWhoseLayersTakeAnFp8Weight) {
+  EXPECT_EQ(Fp8WeightScales::create(backend(), {}).status().code(), absl::StatusCode::kInvalidArgument);
+  std::unique_ptr<Float8Linear> rowwise = make_layer(8, 8, v1::Fp8Spec::ROWWISE);
+  ASSERT_NE(rowwise, nullptr);
+  EXPECT_EQ(Fp8WeightScales::create(backend(), {{rowwise.get(), 8, 8}}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace fp8::engine
