@@ -56,7 +56,9 @@ absl::StatusOr<v1::ModelSpec> model_spec_of(const checkpoint::ShardReader& shard
 absl::Status read_rows(const checkpoint::ShardReader& shard, const ParameterShape& p, int rank, int world,
                        std::vector<float>& out) {
   const std::string record = "params/" + p.name;
-  if (world == 1) return shard.ReadTensor<float>(record, out, p.shape);
+  // A single process saves full tensors; FSDP, even of one rank, flat slices.
+  const checkpoint::RecordInfo* info = shard.FindRecord(record);
+  if (world == 1 && info != nullptr && info->shape == p.shape) return shard.ReadTensor<float>(record, out, p.shape);
   const engine::fsdp::ShardLayout layout = engine::fsdp::shard_layout(p.shape, world);
   std::vector<float> slice(static_cast<size_t>(layout.shard_elements()));
   FP8_RETURN_IF_ERROR(shard.ReadTensor<float>(record, slice, {layout.shard_elements()}));
