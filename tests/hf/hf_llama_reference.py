@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Hugging Face's Llama forward, written from its published equations, against this project.
 
-Trains a tiny job with fp8-train, exports it with `fp8-model export`, computes logits for a
-few token ids with the reference below (reading model.safetensors and config.json by hand,
-no Hugging Face library) and compares them with `fp8-model logits` (this project's forward,
-fp32, no fp8 casts): the norm of the difference over the norm must stay below 1e-4.
+Trains tiny jobs with fp8-train (grouped-query attention; tied embeddings), exports each
+with `fp8-model export` (fp32 and bf16), computes logits for a few token ids with the
+reference below (reading model.safetensors and config.json by hand, no Hugging Face
+library) and compares them with `fp8-model logits` (this project's forward, fp32, no fp8
+casts): the norm of the difference over the norm must stay below 1e-4 (3e-2 for bf16).
 
 The reference (LlamaForCausalLM):
   h = embed_tokens[ids]
@@ -127,6 +128,62 @@ def relative_error(ours, ref):
     return float((ours - ref).norm() / ref.norm())
 
 
+JOB = """name: hf-parity-{name}
+model: {{dim: 32, n_layers: 2, ffn_dim: 64, max_seq_len: 32, {model}}}
+data: {{path: {corpus}, seq_len: 32, val_fraction: 0.1}}
+train: {{steps: 30, batch_size: 4, lr: 1e-2, warmup_steps: 2, log_every: 30, eval_every: 0}}
+fp8: {{recipe: tensorwise}}
+checkpoint: {{dir: {ckpt}, every: 30}}
+resources: {{world_size: 1, device: cpu, cpus_per_rank: 1}}
+"""
+
+
+def check_model(args, tmp, name, model, control=False):
+    """Trains, exports and compares one model; returns whether it failed. `control`: also
+    show that the comparison tells RoPE orders apart on this model."""
+    ckpt, out = os.path.join(tmp, name + "-ckpt"), os.path.join(tmp, name + "-hf")
+    job = os.path.join(tmp, name + ".yaml")
+    with open(job, "w") as f:
+        f.write(JOB.format(name=name, model=model, corpus=os.path.join(tmp, "corpus.txt"), ckpt=ckpt))
+    run([args.fp8_train, "--config", job])
+    run([args.fp8_model, "export", "--checkpoint", ckpt, "--out", out])
+    ids = list(b"the model trains on bytes.")
+    logits_file = os.path.join(tmp, name + "-logits.bin")
+    run([args.fp8_model, "logits", "--checkpoint", ckpt, "--tokens", ",".join(map(str, ids)), "--out", logits_file])
+
+    with open(os.path.join(out, "config.json")) as f:
+        config = json.load(f)
+    with open(logits_file, "rb") as f:
+        ours = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).to(torch.float64)
+    ours = ours.reshape(len(ids), config["vocab_size"])
+    weights = load_safetensors(os.path.join(out, "model.safetensors"))
+    err = relative_error(ours, llama_logits(config, weights, ids))
+    print(f"{name}: fp32 export: relative difference {err:.3e} (limit 1e-4)")
+    failed = err >= 1e-4
+    if control:
+        # Without the export's row permutation the logits must differ well beyond the limit.
+        head_dim = config["hidden_size"] // config["num_attention_heads"]
+        wrong = relative_error(ours, llama_logits(config, undo_rope_order(weights, head_dim), ids))
+        print(f"{name}: control, wq and wk rows left in this project's order: relative difference {wrong:.3e} "
+              "(must exceed 1e-3)")
+        failed |= wrong <= 1e-3
+
+    # bf16 weights: the same function within bf16's rounding.
+    out_bf16 = out + "-bf16"
+    run([args.fp8_model, "export", "--checkpoint", ckpt, "--out", out_bf16, "--dtype", "bf16"])
+    err16 = relative_error(ours, llama_logits(config, load_safetensors(os.path.join(out_bf16, "model.safetensors")), ids))
+    print(f"{name}: bf16 export: relative difference {err16:.3e} (limit 3e-2)")
+    failed |= err16 >= 3e-2
+
+    # Bad input: exit 2 with the path named, nothing written.
+    r = run([args.fp8_model, "export", "--checkpoint", ckpt, "--out", out], expect=2)
+    failed |= out not in r.stderr
+    missing, nowhere = os.path.join(tmp, "no-such-checkpoint"), os.path.join(tmp, "nowhere")
+    r = run([args.fp8_model, "export", "--checkpoint", missing, "--out", nowhere], expect=2)
+    failed |= missing not in r.stderr or os.path.exists(nowhere)
+    return failed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fp8-train", required=True)
@@ -137,54 +194,10 @@ def main():
         words = "the fp8 model trains on bytes and its loss falls while scales follow".split()
         with open(os.path.join(tmp, "corpus.txt"), "w") as f:
             f.write("\n".join(" ".join(rng.choice(words) for _ in range(8)) + "." for _ in range(3000)))
-        # Grouped-query attention (4 heads, 2 kv heads) and an fp8 recipe in training.
-        with open(os.path.join(tmp, "job.yaml"), "w") as f:
-            f.write("""name: hf-parity
-model: {dim: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 64, max_seq_len: 32, rope_theta: 500.0}
-data: {path: corpus.txt, seq_len: 32, val_fraction: 0.1}
-train: {steps: 30, batch_size: 4, lr: 1e-2, warmup_steps: 2, log_every: 30, eval_every: 0}
-fp8: {recipe: tensorwise}
-checkpoint: {dir: ckpt, every: 30}
-resources: {world_size: 1, device: cpu, cpus_per_rank: 1}
-""")
-        ckpt, out = os.path.join(tmp, "ckpt"), os.path.join(tmp, "hf")
-        run([args.fp8_train, "--config", os.path.join(tmp, "job.yaml")])
-        run([args.fp8_model, "export", "--checkpoint", ckpt, "--out", out])
-        ids = list(b"the model trains on bytes.")
-        logits_file = os.path.join(tmp, "logits.bin")
-        run([args.fp8_model, "logits", "--checkpoint", ckpt, "--tokens", ",".join(map(str, ids)), "--out", logits_file])
-
-        with open(os.path.join(out, "config.json")) as f:
-            config = json.load(f)
-        with open(logits_file, "rb") as f:
-            ours = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).to(torch.float64)
-        ours = ours.reshape(len(ids), config["vocab_size"])
-        weights = load_safetensors(os.path.join(out, "model.safetensors"))
-        ref = llama_logits(config, weights, ids)
-        err = relative_error(ours, ref)
-        print(f"fp32 export: relative difference {err:.3e} (limit 1e-4)")
-        failed = err >= 1e-4
-        # The comparison can tell RoPE orders apart: without the export's row permutation
-        # the logits must differ well beyond the limit.
-        head_dim = config["hidden_size"] // config["num_attention_heads"]
-        control = relative_error(ours, llama_logits(config, undo_rope_order(weights, head_dim), ids))
-        print(f"control, wq and wk rows left in this project's order: relative difference {control:.3e} (must exceed 1e-3)")
-        failed |= control <= 1e-3
-
-        # bf16 weights: the same function within bf16's rounding.
-        out_bf16 = os.path.join(tmp, "hf-bf16")
-        run([args.fp8_model, "export", "--checkpoint", ckpt, "--out", out_bf16, "--dtype", "bf16"])
-        ref16 = llama_logits(config, load_safetensors(os.path.join(out_bf16, "model.safetensors")), ids)
-        err16 = relative_error(ours, ref16)
-        print(f"bf16 export: relative difference {err16:.3e} (limit 3e-2)")
-        failed |= err16 >= 3e-2
-
-        # Bad input: exit 2 with the path named, nothing written.
-        r = run([args.fp8_model, "export", "--checkpoint", ckpt, "--out", out], expect=2)
-        failed |= out not in r.stderr
-        missing = os.path.join(tmp, "no-such-checkpoint")
-        r = run([args.fp8_model, "export", "--checkpoint", missing, "--out", os.path.join(tmp, "x")], expect=2)
-        failed |= missing not in r.stderr or os.path.exists(os.path.join(tmp, "x"))
+        # Grouped-query attention with another RoPE base; then tied embeddings (lm_head
+        # written out from the embedding table).
+        failed = check_model(args, tmp, "gqa", "n_heads: 4, n_kv_heads: 2, rope_theta: 500.0", control=True)
+        failed |= check_model(args, tmp, "tied", "n_heads: 2, tie_embeddings: true")
         print("FAIL" if failed else "PASS")
         return 1 if failed else 0
 
