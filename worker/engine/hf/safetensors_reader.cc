@@ -139,7 +139,7 @@ absl::StatusOr<std::vector<float>> SafetensorsReader::ReadF32(std::string_view n
   const SafetensorsTensorInfo& t = *Find(name);
   std::vector<float> out(static_cast<size_t>(t.numel()));
   if (t.dtype == SafetensorsDType::kF32) {
-    std::memcpy(out.data(), bytes.data(), bytes.size());
+    if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());  // null for an empty tensor
   } else {
     for (size_t i = 0; i < out.size(); ++i) {
       uint16_t h;
