@@ -16,6 +16,8 @@ packages=(
   nlohmann-json3-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev openssl
+  # the exported model's parity test against Hugging Face's Llama equations (tests/hf)
+  python3-torch
   # metrics checks and the local stack's Prometheus (promtool, prometheus); the helm binary
   # ships zipped inside an npm package (scripts/install_deploy_tools.sh)
   prometheus unzip curl

@@ -209,6 +209,11 @@ absl::StatusOr<float> LlamaModel::evaluate(const data::TokenBatch& batch) {
   return read_loss(*a);
 }
 
+absl::StatusOr<std::vector<float>> LlamaModel::logits(const data::TokenBatch& batch) {
+  FP8_ASSIGN_OR_RETURN(Activations * a, forward(batch, /*training=*/false));
+  return a->logits.download<float>();
+}
+
 absl::Status LlamaModel::finish_step() { return finish_delayed_step(mutable_linears_, device_, delayed_amaxes_); }
 
 absl::StatusOr<std::vector<LlamaModel::WeightRowAmaxes>> LlamaModel::weight_row_amax_outputs() {

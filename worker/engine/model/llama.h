@@ -51,6 +51,9 @@ class LlamaModel {
   absl::Status queue_forward_backward(const data::TokenBatch& batch, float grad_scale, float* loss_out);
   // The mean loss of a batch without gradients or fp8 scaling updates.
   absl::StatusOr<float> evaluate(const data::TokenBatch& batch);
+  // The batch's logits, [rows * seq_len, vocab_size] row-major, the same way (targets are
+  // read only for the loss, which is computed but not returned).
+  absl::StatusOr<std::vector<float>> logits(const data::TokenBatch& batch);
   // Ends an optimizer step for every Float8Linear (delayed scaling records the step's
   // amaxes and derives next step's scales). Call after the last micro-batch's backward.
   // One host read for the whole model (finish_delayed_step).

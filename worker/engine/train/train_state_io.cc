@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "fp8/v1/job.pb.h"
+#include "google/protobuf/text_format.h"
 #include "worker/engine/status_macros.h"
 
 namespace fp8::engine {
@@ -48,6 +49,11 @@ absl::Status write_train_state(checkpoint::ShardWriter& w, const TrainStateRefs&
   FP8_RETURN_IF_ERROR(w.SetMetadata("job", spec.name()));
   FP8_RETURN_IF_ERROR(w.SetMetadata("model", s.model->config().describe()));
   FP8_RETURN_IF_ERROR(w.SetMetadata("fp8.recipe", v1::Fp8Spec::Recipe_Name(spec.fp8().recipe())));
+  google::protobuf::TextFormat::Printer printer;
+  printer.SetSingleLineMode(true);
+  std::string model_spec;
+  if (!printer.PrintToString(spec.model(), &model_spec)) return absl::InternalError("checkpoint: cannot print model spec");
+  FP8_RETURN_IF_ERROR(w.SetMetadata(kModelSpecMetadata, model_spec));
 
   const auto& params = s.params->all();
   for (const Parameter& p : params) FP8_RETURN_IF_ERROR(write_tensor(w, "params/" + p.name, p.value));

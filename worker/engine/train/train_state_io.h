@@ -11,12 +11,14 @@
 //   rng/init_seed, rng/data_seed  i64 (bits of the u64)     the seeds; nothing else in the
 //                                                           loop draws random numbers
 //
-// Metadata records the job name, model shape and fp8 recipe for people reading the file;
-// loading checks shapes and seeds, so a checkpoint of a different model or data order is
+// Metadata records the job name, model shape and fp8 recipe for people reading the file,
+// and the job's model section (kModelSpecMetadata) for tools that rebuild the model from
+// the checkpoint alone (fp8-model export); loading checks shapes and seeds, so a checkpoint of a different model or data order is
 // refused with the record named instead of being half-loaded.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "fp8/v1/job.pb.h"
@@ -27,6 +29,9 @@
 #include "worker/engine/optim/adamw.h"
 
 namespace fp8::engine {
+
+// The job's model section (v1::ModelSpec, resolved) in protobuf text format.
+inline constexpr std::string_view kModelSpecMetadata = "model.spec";
 
 // Under FSDP each rank's shard holds its own slice of every parameter and moment (the
 // `params` the optimizer trains: 1-D shards named as the parameters), and its own copy of

@@ -1,0 +1,222 @@
+// Export of real checkpoints: a tiny job trained for a few steps by a single process and
+// by FSDP ranks (forked processes over Gloo), exported to Hugging Face's layout; every
+// tensor must equal the checkpoint's parameter bit for bit (wq and wk once their RoPE row
+// order is undone), whatever the world size. Bad input leaves nothing behind.
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "fp8/arith.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/engine/fsdp/rank_harness.h"
+#include "tests/engine/train/train_test_util.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/hf/llama_export.h"
+#include "worker/engine/hf/llama_names.h"
+#include "worker/engine/hf/rope_permutation.h"
+#include "worker/engine/hf/safetensors_reader.h"
+#include "worker/engine/model/llama_config.h"
+
+namespace fp8::hf {
+namespace {
+
+using engine::testing::RankOutcome;
+using engine::testing::RunOptions;
+using engine::testing::TempDir;
+
+constexpr int64_t kSteps = 3;
+
+// The parameter as the shards hold it, put together without the export's code: each
+// rank's record in rank order, the padding (trailing rows) cut off.
+std::vector<float> CheckpointParameter(const std::filesystem::path& step_dir, int world, const std::string& name,
+                                       int64_t numel) {
+  std::vector<float> all;
+  for (int r = 0; r < world; ++r) {
+    absl::StatusOr<checkpoint::ShardReader> shard =
+        checkpoint::ShardReader::Open(step_dir / checkpoint::ShardFileName(r, world));
+    EXPECT_TRUE(shard.ok()) << shard.status();
+    if (!shard.ok()) return {};
+    const checkpoint::RecordInfo* info = shard->FindRecord("params/" + name);
+    EXPECT_NE(info, nullptr) << name;
+    if (info == nullptr) return {};
+    std::vector<float> part(info->size_bytes / sizeof(float));
+    EXPECT_TRUE(shard->ReadTensor<float>(info->name, part, info->shape).ok());
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  EXPECT_GE(static_cast<int64_t>(all.size()), numel) << name;
+  all.resize(static_cast<size_t>(numel));
+  return all;
+}
+
+// Entries of `dir` whose names start with `prefix`.
+int CountEntries(const std::filesystem::path& dir, const std::string& prefix) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) n += e.path().filename().string().starts_with(prefix);
+  return n;
+}
+
+// Trains the tiny job with checkpoints in ckpt/ at world size `world` (0: a single process
+// without FSDP).
+class ExportFixture : public ::testing::Test {
+ protected:
+  void Train(int world) {
+    world_ = world > 0 ? world : 1;
+    const std::filesystem::path corpus = dir_.path() / "corpus.txt";
+    engine::testing::WriteSyntheticCorpus(corpus, 40000);
+    // vocab 257: the embedding's rows do not split evenly, so FSDP pads them.
+    spec_ = engine::testing::TinyJob(
+        corpus, checkpoints(),
+        {absl::StrCat("train.steps=", kSteps), "train.warmup_steps=1", "train.eval_every=0",
+         absl::StrCat("checkpoint.every=", kSteps), "model.vocab_size=257", "model.n_heads=4", "model.n_kv_heads=2"});
+    RunOptions o;
+    o.world_size = world;
+    const std::vector<RankOutcome> ranks = engine::testing::RunRanks(spec_, o, dir_.path());
+    for (size_t r = 0; r < ranks.size(); ++r) ASSERT_TRUE(ranks[r].ok) << "rank " << r << ": " << ranks[r].error;
+  }
+  std::filesystem::path checkpoints() const { return dir_.path() / "ckpt"; }
+  int world() const { return world_; }
+
+  TempDir dir_{"hf-export"};
+  v1::JobSpec spec_;
+  int world_ = 1;
+};
+
+class LlamaExportTest : public ExportFixture, public ::testing::WithParamInterface<int> {
+ protected:
+  void SetUp() override { Train(GetParam()); }
+};
+INSTANTIATE_TEST_SUITE_P(WorldSizes, LlamaExportTest, ::testing::Values(0, 1, 2),
+                         [](const auto& info) { return info.param == 0 ? std::string("single") : absl::StrCat("fsdp", info.param); });
+
+TEST_P(LlamaExportTest, EveryTensorIsTheCheckpointsParameterBitForBit) {
+  ExportOptions o;
+  o.checkpoint = checkpoints();
+  o.out = dir_.path() / "hf";
+  absl::StatusOr<ExportSummary> done = export_llama(o);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->step, kSteps);
+  EXPECT_EQ(done->world_size, world());
+  EXPECT_EQ(CountEntries(dir_.path(), ".hf"), 0);  // no temporary folder left
+
+  const absl::StatusOr<engine::LlamaConfig> c = engine::llama_config_from_spec(spec_.model());
+  ASSERT_TRUE(c.ok());
+  const std::vector<ParameterShape> params = llama_parameter_shapes(*c);
+  absl::StatusOr<SafetensorsReader> st = SafetensorsReader::Open(o.out / "model.safetensors");
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->tensors().size(), params.size());
+  EXPECT_EQ(st->metadata().at("format"), "pt");
+  const std::filesystem::path step_dir = checkpoint::StepDirectory(checkpoints(), kSteps);
+  for (const ParameterShape& p : params) {
+    SCOPED_TRACE(p.name);
+    const SafetensorsTensorInfo* t = st->Find(hf_tensor_name(p.name));
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->dtype, SafetensorsDType::kF32);
+    EXPECT_EQ(t->shape, p.shape);
+    absl::StatusOr<std::vector<float>> got = st->ReadF32(t->name);
+    ASSERT_TRUE(got.ok());
+    if (is_rope_projection(p.name)) *got = half_to_interleaved_rows(*got, p.shape[0] / c->head_dim(), c->head_dim(), p.shape[1]);
+    const std::vector<float> want = CheckpointParameter(step_dir, world(), p.name, t->numel());
+    ASSERT_EQ(got->size(), want.size());
+    EXPECT_EQ(std::memcmp(got->data(), want.data(), want.size() * sizeof(float)), 0);
+  }
+
+  std::ifstream config_file(o.out / "config.json");
+  const nlohmann::json config = nlohmann::json::parse(config_file);
+  EXPECT_EQ(config["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(config["model_type"], "llama");
+  EXPECT_EQ(config["hidden_size"], 32);
+  EXPECT_EQ(config["num_hidden_layers"], 2);
+  EXPECT_EQ(config["num_attention_heads"], 4);
+  EXPECT_EQ(config["num_key_value_heads"], 2);
+  EXPECT_EQ(config["intermediate_size"], 64);
+  EXPECT_EQ(config["vocab_size"], 257);
+  EXPECT_EQ(config["max_position_embeddings"], 32);
+  EXPECT_EQ(config["rms_norm_eps"], 1e-5);
+  EXPECT_EQ(config["rope_theta"], 10000.0);
+  EXPECT_EQ(config["tie_word_embeddings"], false);
+  EXPECT_EQ(config["torch_dtype"], "float32");
+
+  // bf16: each element the fp32 export's, rounded to nearest even.
+  o.out = dir_.path() / "hf-bf16";
+  o.dtype = SafetensorsDType::kBF16;
+  ASSERT_TRUE(export_llama(o).ok());
+  absl::StatusOr<SafetensorsReader> bf = SafetensorsReader::Open(o.out / "model.safetensors");
+  ASSERT_TRUE(bf.ok()) << bf.status();
+  for (const SafetensorsTensorInfo& t : st->tensors()) {
+    SCOPED_TRACE(t.name);
+    ASSERT_EQ(bf->Find(t.name)->dtype, SafetensorsDType::kBF16);
+    const std::vector<float> f32 = *st->ReadF32(t.name);
+    const std::vector<std::byte> raw = *bf->ReadBytes(t.name);
+    ASSERT_EQ(raw.size(), 2 * f32.size());
+    for (size_t i = 0; i < f32.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, raw.data() + 2 * i, 2);
+      ASSERT_EQ(h, float_to_bf16(f32[i])) << i;
+    }
+  }
+}
+
+// On a checkpoint of two ranks, the most shards to get wrong.
+class LlamaExportBadInputTest : public ExportFixture {
+ protected:
+  void SetUp() override { Train(2); }
+};
+
+TEST_F(LlamaExportBadInputTest, IsRefusedNamingThePathAndLeavesNothing) {
+  const std::filesystem::path out = dir_.path() / "out";
+  auto refused = [&](const std::filesystem::path& checkpoint, const std::filesystem::path& named) {
+    ExportOptions o;
+    o.checkpoint = checkpoint;
+    o.out = out;
+    absl::StatusOr<ExportSummary> done = export_llama(o);
+    EXPECT_EQ(done.status().code(), absl::StatusCode::kInvalidArgument) << done.status();
+    EXPECT_NE(done.status().message().find(named.string()), std::string::npos) << done.status();
+    EXPECT_EQ(CountEntries(dir_.path(), ".out"), 0);
+  };
+  // No checkpoint at all; a folder without a committed one.
+  refused(dir_.path() / "missing", dir_.path() / "missing");
+  std::filesystem::create_directories(dir_.path() / "empty");
+  refused(dir_.path() / "empty", dir_.path() / "empty");
+  EXPECT_FALSE(std::filesystem::exists(out));
+
+  // A damaged payload in rank 1's shard: found as the export reads it.
+  const std::filesystem::path copy = dir_.path() / "damaged";
+  std::filesystem::copy(checkpoints(), copy, std::filesystem::copy_options::recursive);
+  const std::filesystem::path shard = checkpoint::ShardPath(copy, kSteps, 1, 2);
+  uint64_t offset = 0;
+  {
+    absl::StatusOr<checkpoint::ShardReader> r = checkpoint::ShardReader::Open(shard);
+    ASSERT_TRUE(r.ok());
+    offset = r->FindRecord("params/norm")->offset;
+  }
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(offset));
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x10);
+    f.seekp(static_cast<std::streamoff>(offset));
+    f.write(&byte, 1);
+  }
+  refused(copy, shard);
+  EXPECT_FALSE(std::filesystem::exists(out));
+
+  // An --out that exists and is not empty is left as it was; an empty one is filled.
+  std::filesystem::create_directories(out);
+  std::ofstream(out / "keep.txt") << "mine";
+  refused(checkpoints(), out);
+  EXPECT_TRUE(std::filesystem::exists(out / "keep.txt"));
+  EXPECT_FALSE(std::filesystem::exists(out / "model.safetensors"));
+  std::filesystem::remove(out / "keep.txt");
+  ExportOptions o;
+  o.checkpoint = checkpoint::StepDirectory(checkpoints(), kSteps);  // one step's folder
+  o.out = out;
+  absl::StatusOr<ExportSummary> done = export_llama(o);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_TRUE(std::filesystem::exists(out / "model.safetensors"));
+}
+
+}  // namespace
+}  // namespace fp8::hf

@@ -1,0 +1,117 @@
+#include "worker/engine/hf/checkpoint_model.h"
+
+#include <algorithm>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/text_format.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/fsdp/shard_layout.h"
+#include "worker/engine/hf/llama_names.h"
+#include "worker/engine/status_macros.h"
+#include "worker/engine/train/train_state_io.h"
+
+namespace fp8::hf {
+
+namespace {
+
+absl::Status bad_input(const absl::Status& s) { return absl::InvalidArgumentError(s.message()); }
+
+// The newest committed checkpoint under a root, or the step directory named.
+absl::StatusOr<checkpoint::CommittedCheckpoint> find_committed(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(dir.string(), ": no such checkpoint directory"));
+  }
+  const bool one_step = checkpoint::ParseStepDirectoryName(dir.filename().string()).has_value();
+  const std::filesystem::path root = one_step ? dir.parent_path() : dir;
+  absl::StatusOr<std::vector<checkpoint::CheckpointEntry>> entries = checkpoint::ListCheckpoints(root);
+  if (!entries.ok()) return bad_input(entries.status());
+  for (const checkpoint::CheckpointEntry& e : *entries) {
+    if (one_step && e.dir.filename() != dir.filename()) continue;
+    if (e.state == checkpoint::CheckpointState::kCommitted) return checkpoint::CommittedCheckpoint{e.dir, *e.marker};
+    if (one_step) {
+      return absl::InvalidArgumentError(absl::StrCat(dir.string(), ": not a committed checkpoint (",
+                                                     std::string(checkpoint::CheckpointStateName(e.state)), ": ", e.problem, ")"));
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(dir.string(), ": holds no committed checkpoint"));
+}
+
+absl::StatusOr<v1::ModelSpec> model_spec_of(const checkpoint::ShardReader& shard) {
+  const auto it = shard.metadata().find(std::string(engine::kModelSpecMetadata));
+  if (it == shard.metadata().end()) {
+    return absl::InvalidArgumentError(absl::StrCat(shard.path().string(),
+                                                   ": records no model spec (written by an older version); "
+                                                   "give the job file that trained it"));
+  }
+  v1::ModelSpec spec;
+  if (!google::protobuf::TextFormat::ParseFromString(it->second, &spec)) {
+    return absl::InvalidArgumentError(absl::StrCat(shard.path().string(), ": its model spec does not parse"));
+  }
+  return spec;
+}
+
+// Rank `rank`'s rows of `p`, written into the full tensor `out`.
+absl::Status read_rows(const checkpoint::ShardReader& shard, const ParameterShape& p, int rank, int world,
+                       std::vector<float>& out) {
+  const std::string record = "params/" + p.name;
+  // A single process saves full tensors; FSDP, even of one rank, flat slices.
+  const checkpoint::RecordInfo* info = shard.FindRecord(record);
+  if (world == 1 && info != nullptr && info->shape == p.shape) return shard.ReadTensor<float>(record, out, p.shape);
+  const engine::fsdp::ShardLayout layout = engine::fsdp::shard_layout(p.shape, world);
+  std::vector<float> slice(static_cast<size_t>(layout.shard_elements()));
+  FP8_RETURN_IF_ERROR(shard.ReadTensor<float>(record, slice, {layout.shard_elements()}));
+  const int64_t real = layout.real_rows_of(rank) * layout.row_elements;
+  const int64_t at = static_cast<int64_t>(rank) * layout.rows_per_rank * layout.row_elements;
+  std::copy(slice.begin(), slice.begin() + real, out.begin() + at);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const NamedTensor* CheckpointModel::find(std::string_view name) const {
+  for (const NamedTensor& t : parameters) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<CheckpointModel> read_checkpoint_model(const std::filesystem::path& dir,
+                                                      const std::optional<v1::ModelSpec>& model) {
+  FP8_ASSIGN_OR_RETURN(const checkpoint::CommittedCheckpoint committed, find_committed(dir));
+  CheckpointModel out;
+  out.step_dir = committed.dir;
+  out.step = committed.step();
+  out.world_size = committed.world_size();
+  std::vector<checkpoint::ShardReader> shards;
+  for (int r = 0; r < out.world_size; ++r) {
+    absl::StatusOr<checkpoint::ShardReader> shard = checkpoint::OpenCommittedShard(committed, r);
+    if (!shard.ok()) return bad_input(shard.status());
+    shards.push_back(std::move(*shard));
+  }
+  if (model) {
+    out.spec = *model;
+  } else {
+    FP8_ASSIGN_OR_RETURN(out.spec, model_spec_of(shards[0]));
+  }
+  absl::StatusOr<engine::LlamaConfig> config = engine::llama_config_from_spec(out.spec);
+  if (!config.ok()) return absl::InvalidArgumentError(absl::StrCat(shards[0].path().string(), ": ", config.status().message()));
+  out.config = *config;
+  for (const ParameterShape& p : llama_parameter_shapes(out.config)) {
+    NamedTensor t{p.name, p.shape, {}};
+    int64_t numel = 1;
+    for (int64_t d : p.shape) numel *= d;
+    t.values.assign(static_cast<size_t>(numel), 0.0f);
+    for (int r = 0; r < out.world_size; ++r) {
+      // Payload checksums are checked here, as each record is read.
+      if (absl::Status s = read_rows(shards[static_cast<size_t>(r)], p, r, out.world_size, t.values); !s.ok()) {
+        return bad_input(s);
+      }
+    }
+    out.parameters.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace fp8::hf

@@ -1,0 +1,123 @@
+// fp8-model: a trained model out of its checkpoint.
+//
+//   fp8-model export --checkpoint DIR --out DIR [--dtype fp32|bf16] [--config job.yaml]
+//       writes DIR with config.json and model.safetensors in Hugging Face's Llama layout
+//       (worker/engine/hf/llama_export.h), from the newest committed checkpoint under
+//       --checkpoint (or that step, given a step-N directory), of any world size.
+//   fp8-model logits --checkpoint DIR --tokens 1,2,3 --out FILE [--config job.yaml]
+//       writes the logits this project computes for those token ids (fp32, no fp8 casts)
+//       to FILE as raw little-endian fp32, [tokens, vocab_size] row-major.
+//
+// --config: the job file that trained the checkpoint, for checkpoints that do not record
+// their model section (written before they did).
+//
+// Exit status: 0 done; 2 bad command line or input (no committed checkpoint, a damaged
+// shard, an --out of export that exists and is not empty); 1 any other failure.
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/jobspec/loader.h"
+#include "worker/engine/checkpoint/file_io.h"
+#include "worker/engine/hf/checkpoint_logits.h"
+#include "worker/engine/hf/checkpoint_model.h"
+#include "worker/engine/hf/llama_export.h"
+
+namespace {
+
+int fail(const absl::Status& s) {
+  std::fprintf(stderr, "fp8-model: %s\n", std::string(s.message()).c_str());
+  return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+absl::StatusOr<std::optional<fp8::v1::ModelSpec>> model_from(const std::string& config) {
+  if (config.empty()) return std::optional<fp8::v1::ModelSpec>();
+  absl::StatusOr<fp8::v1::JobSpec> spec = fp8::jobspec::LoadJobSpecFile(config, {});
+  if (!spec.ok()) return absl::InvalidArgumentError(spec.status().message());
+  return std::optional<fp8::v1::ModelSpec>(spec->model());
+}
+
+absl::StatusOr<std::vector<int32_t>> parse_tokens(const std::string& text) {
+  std::vector<int32_t> out;
+  for (absl::string_view piece : absl::StrSplit(text, ',')) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(piece, &id)) {
+      return absl::InvalidArgumentError(absl::StrCat("--tokens: '", piece, "' is not a token id"));
+    }
+    out.push_back(id);
+  }
+  return out;
+}
+
+int run_export(const std::string& checkpoint, const std::string& out, const std::string& dtype,
+               const std::string& config) {
+  absl::StatusOr<std::optional<fp8::v1::ModelSpec>> model = model_from(config);
+  if (!model.ok()) return fail(model.status());
+  fp8::hf::ExportOptions options;
+  options.checkpoint = checkpoint;
+  options.out = out;
+  options.dtype = dtype == "bf16" ? fp8::hf::SafetensorsDType::kBF16 : fp8::hf::SafetensorsDType::kF32;
+  options.model = *model;
+  absl::StatusOr<fp8::hf::ExportSummary> done = fp8::hf::export_llama(options);
+  if (!done.ok()) return fail(done.status());
+  std::printf("exported step %lld (%d rank%s) to %s: %lld tensors, %lld parameters, %s\n",
+              static_cast<long long>(done->step), done->world_size, done->world_size == 1 ? "" : "s", out.c_str(),
+              static_cast<long long>(done->tensors), static_cast<long long>(done->parameters), dtype.c_str());
+  return 0;
+}
+
+int run_logits(const std::string& checkpoint, const std::string& tokens_text, const std::string& out,
+               const std::string& config) {
+  absl::StatusOr<std::optional<fp8::v1::ModelSpec>> model = model_from(config);
+  if (!model.ok()) return fail(model.status());
+  absl::StatusOr<std::vector<int32_t>> tokens = parse_tokens(tokens_text);
+  if (!tokens.ok()) return fail(tokens.status());
+  absl::StatusOr<fp8::hf::CheckpointModel> loaded = fp8::hf::read_checkpoint_model(checkpoint, *model);
+  if (!loaded.ok()) return fail(loaded.status());
+  absl::StatusOr<std::vector<float>> logits = fp8::hf::checkpoint_logits(*loaded, *tokens);
+  if (!logits.ok()) return fail(logits.status());
+  absl::StatusOr<fp8::checkpoint::OutputFile> file = fp8::checkpoint::OutputFile::Create(out);
+  absl::Status written = file.status();
+  if (written.ok()) written = file->Write(std::as_bytes(std::span(*logits)));
+  if (written.ok()) written = file->Close();
+  if (!written.ok()) return fail(written);
+  std::printf("logits of %zu tokens (step %lld) to %s: [%zu, %lld] fp32\n", tokens->size(),
+              static_cast<long long>(loaded->step), out.c_str(), tokens->size(),
+              static_cast<long long>(loaded->config.vocab_size));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fp8-model: a trained model out of its checkpoint"};
+  app.require_subcommand(1);
+  std::string checkpoint, out, dtype = "fp32", config, tokens;
+
+  CLI::App* exp = app.add_subcommand("export", "write the model in Hugging Face's Llama layout");
+  exp->add_option("--checkpoint", checkpoint, "checkpoint.dir of the job, or one step-N folder in it")->required();
+  exp->add_option("--out", out, "the folder to create (config.json, model.safetensors)")->required();
+  exp->add_option("--dtype", dtype, "element type of the tensors")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  exp->add_option("--config", config, "the job file, for checkpoints that do not record their model");
+
+  CLI::App* lg = app.add_subcommand("logits", "write this project's logits for token ids (fp32, no fp8)");
+  lg->add_option("--checkpoint", checkpoint, "checkpoint.dir of the job, or one step-N folder in it")->required();
+  lg->add_option("--tokens", tokens, "comma-separated token ids, e.g. 72,101,108")->required();
+  lg->add_option("--out", out, "the file to write: raw little-endian fp32, [tokens, vocab]")->required();
+  lg->add_option("--config", config, "the job file, for checkpoints that do not record their model");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (exp->parsed()) return run_export(checkpoint, out, dtype, config);
+  return run_logits(checkpoint, tokens, out, config);
+}
