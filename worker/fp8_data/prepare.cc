@@ -1,6 +1,5 @@
 #include "worker/fp8_data/prepare.h"
 
-#include <glob.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine/data/corpus.h"
+#include "worker/engine/data/file_pattern.h"
 #include "worker/engine/data/token_shard.h"
 #include "worker/fp8_data/utf8.h"
 
@@ -24,28 +24,18 @@ namespace fs = std::filesystem;
 using engine::data::TokenShardHeader;
 using engine::data::TokenShardWriter;
 
-bool IsPattern(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
-
 // Every input file, patterns expanded (sorted, as glob(3) returns them).
 absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
   for (const std::string& input : inputs) {
-    if (!IsPattern(input)) {
+    if (!engine::data::IsFilePattern(input)) {
       if (!fs::is_regular_file(input)) return absl::NotFoundError(absl::StrCat(input, ": no such file"));
       files.push_back(input);
       continue;
     }
-    glob_t matches{};
-    const int rc = ::glob(input.c_str(), 0, nullptr, &matches);
-    if (rc == GLOB_NOMATCH) return absl::NotFoundError(absl::StrCat(input, ": no file matches this pattern"));
-    if (rc != 0) {
-      ::globfree(&matches);
-      return absl::InvalidArgumentError(absl::StrCat(input, ": cannot expand this pattern"));
-    }
-    for (size_t i = 0; i < matches.gl_pathc; ++i) {
-      if (fs::is_regular_file(matches.gl_pathv[i])) files.emplace_back(matches.gl_pathv[i]);
-    }
-    ::globfree(&matches);
+    absl::StatusOr<std::vector<std::string>> matches = engine::data::ExpandFilePattern(input, "input");
+    if (!matches.ok()) return matches.status();
+    files.insert(files.end(), matches->begin(), matches->end());
   }
   if (files.empty()) return absl::InvalidArgumentError("no input files");
   return files;

@@ -1,12 +1,11 @@
 #include "worker/engine/data/corpus.h"
 
-#include <glob.h>
-
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "worker/engine/data/corpus_split.h"
+#include "worker/engine/data/file_pattern.h"
 
 namespace fp8::engine::data {
 namespace {
@@ -63,15 +62,10 @@ absl::StatusOr<TokenStream> MapTokens(const std::string& field, const std::strin
 }  // namespace
 
 absl::StatusOr<Corpus> Corpus::Load(const std::string& path, const CorpusOptions& options) {
-  if (path.find_first_of("*?[") == std::string::npos) return LoadFiles(path, {path}, options);
-  glob_t matches{};
-  const int rc = ::glob(path.c_str(), 0, nullptr, &matches);
-  std::vector<std::string> files;
-  for (size_t i = 0; rc == 0 && i < matches.gl_pathc; ++i) files.emplace_back(matches.gl_pathv[i]);
-  ::globfree(&matches);
-  if (rc == GLOB_NOMATCH) return absl::NotFoundError(absl::StrCat("data.path: no file matches '", path, "'"));
-  if (rc != 0) return absl::InvalidArgumentError(absl::StrCat("data.path: cannot expand '", path, "'"));
-  return LoadFiles(path, files, options);
+  if (!IsFilePattern(path)) return LoadFiles(path, {path}, options);
+  absl::StatusOr<std::vector<std::string>> files = ExpandFilePattern(path, "data.path");
+  if (!files.ok()) return files.status();
+  return LoadFiles(path, *files, options);
 }
 
 absl::StatusOr<Corpus> Corpus::LoadFiles(const std::string& path, const std::vector<std::string>& files,

@@ -3,6 +3,7 @@
 // shard), seen as one sequence. A window may straddle two runs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
