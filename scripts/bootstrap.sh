@@ -14,6 +14,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libsqlite3-dev libssl-dev libgloo-dev libcpp-httplib-dev libcli11-dev
   nlohmann-json3-dev
+  # tokenizers: SentencePiece's library (and its spm_* tools for users)
+  libsentencepiece-dev sentencepiece
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev openssl
   # the exported model's parity test against Hugging Face's Llama equations (tests/hf)

@@ -120,9 +120,10 @@ bool IsPathOrParent(std::string_view prefix, std::string_view path) {
 
 // ---- constants, section by section --------------------------------------------------------
 
-void FillModel(v1::ModelSpec& m) {
+// A SentencePiece job's vocabulary comes from its tokenizer model (tokenizer_vocab.h).
+void FillModel(v1::ModelSpec& m, v1::DataSpec::Tokenizer tokenizer) {
   if (m.architecture() == v1::ModelSpec::ARCHITECTURE_UNSPECIFIED) m.set_architecture(v1::ModelSpec::LLAMA);
-  if (!m.has_vocab_size()) m.set_vocab_size(kByteVocabulary);
+  if (!m.has_vocab_size() && tokenizer != v1::DataSpec::SENTENCEPIECE) m.set_vocab_size(kByteVocabulary);
   if (!m.has_rope_theta()) m.set_rope_theta(10000);
   if (!m.has_norm_eps()) m.set_norm_eps(1e-5);
   if (!m.has_tie_embeddings()) m.set_tie_embeddings(false);
@@ -201,7 +202,7 @@ void FillDerived(JobSpec& s) {
 
 void ApplyDefaults(JobSpec& spec) {
   if (!spec.has_priority()) spec.set_priority(0);
-  if (spec.has_model()) FillModel(*spec.mutable_model());
+  if (spec.has_model()) FillModel(*spec.mutable_model(), spec.data().tokenizer());
   if (spec.has_data()) FillData(*spec.mutable_data());
   if (spec.has_train()) FillTrain(*spec.mutable_train());
   FillFp8(*spec.mutable_fp8());

@@ -11,6 +11,7 @@
 #include "common/jobspec/issues.h"
 #include "common/jobspec/overrides.h"
 #include "common/jobspec/paths.h"
+#include "common/jobspec/tokenizer_vocab.h"
 #include "common/jobspec/source_map.h"
 #include "common/jobspec/validate.h"
 #include "common/jobspec/yaml_document.h"
@@ -60,6 +61,7 @@ absl::StatusOr<v1::JobSpec> Load(std::string_view text, const std::string& sourc
   if (where.Find("fp8.exclude") == nullptr) ApplyDefaultExclude(spec);
   ApplyDefaults(spec);
   if (base_dir) MakePathsAbsolute(spec, *base_dir);
+  FillVocabFromTokenizer(spec);  // what it could not read shows as model.vocab_size required
 
   Issues semantic = FindSpecIssues(spec);
   DropEchoesOfParseErrors(issues, semantic);

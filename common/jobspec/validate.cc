@@ -110,7 +110,11 @@ void CheckModel(const v1::JobSpec& s, Checks& c) {
   }
   bool kv_ok = m.has_n_kv_heads() && c.IntInRange("model.n_kv_heads", m.n_kv_heads(), 1, kMaxWidth);
   if (m.has_ffn_dim()) c.IntInRange("model.ffn_dim", m.ffn_dim(), 1, kMaxWidth);
-  if (m.vocab_size() < kByteVocabulary && s.data().tokenizer() == v1::DataSpec::BYTES) {
+  if (s.data().tokenizer() == v1::DataSpec::SENTENCEPIECE && !m.has_vocab_size()) {
+    c.Add("model.vocab_size",
+          "required here: data.tokenizer_model could not be read to take the vocabulary from",
+          {"data.tokenizer_model"});
+  } else if (m.vocab_size() < kByteVocabulary && s.data().tokenizer() == v1::DataSpec::BYTES) {
     c.Add("model.vocab_size", absl::StrCat("must be at least 256, the byte values data.tokenizer bytes "
                                            "produces, got ",
                                            m.vocab_size()));
@@ -151,6 +155,14 @@ void CheckData(const v1::JobSpec& s, Checks& c) {
           absl::StrCat(d.seq_len(), " exceeds model.max_seq_len (", s.model().max_seq_len(), ")"));
   }
   c.RealInRange("data.val_fraction", d.val_fraction(), 0, 0.5);
+  if (d.tokenizer() == v1::DataSpec::SENTENCEPIECE) {
+    if (c.Required(d.has_tokenizer_model(), "data.tokenizer_model") && d.tokenizer_model().empty()) {
+      c.Add("data.tokenizer_model", "must not be empty");
+    }
+  } else if (d.has_tokenizer_model()) {
+    c.Add("data.tokenizer_model", "is for data.tokenizer sentencepiece; the bytes tokenizer has no model",
+          {"data.tokenizer"});
+  }
   if (d.has_val_path()) {
     if (d.val_path().empty()) c.Add("data.val_path", "must not be empty (leave it out for none)");
     if (d.val_fraction() != 0) {

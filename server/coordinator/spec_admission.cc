@@ -1,6 +1,7 @@
 #include "server/coordinator/spec_admission.h"
 
 #include <algorithm>
+#include <optional>
 #include <system_error>
 
 #include "absl/strings/ascii.h"
@@ -149,17 +150,26 @@ absl::StatusOr<v1::JobSpec> AdmitJobSpec(const v1::JobSpec& spec, const PathRoot
   } else {
     problems.emplace_back(data.status().message());
   }
-  if (data.ok() && resolved->data().has_val_path()) {
-    // Under data.path's own root: the worker is handed that one root to open both beneath.
-    std::vector<fs::path> data_root;
-    for (const fs::path& root : roots.data) {
-      if (IsUnder(*data, root)) data_root = {root};
-    }
-    absl::StatusOr<fs::path> val = ConfineResolved(resolved->data().val_path(), data_root, "spec.data.val_path");
-    if (val.ok()) {
-      resolved->mutable_data()->set_val_path(val->string());
-    } else {
-      problems.emplace_back(val.status().message());
+  // data.val_path and data.tokenizer_model under data.path's own root: the worker is handed
+  // that one root to open them all beneath.
+  std::vector<fs::path> data_root;
+  for (const fs::path& root : roots.data) {
+    if (data.ok() && IsUnder(*data, root)) data_root = {root};
+  }
+  v1::DataSpec& d = *resolved->mutable_data();
+  // (mutable_* would mark an absent field present: each is reached only when it is.)
+  auto confine = [&](const std::string& path, const char* field) -> std::optional<std::string> {
+    absl::StatusOr<fs::path> confined = ConfineResolved(path, data_root, field);
+    if (confined.ok()) return confined->string();
+    problems.emplace_back(confined.status().message());
+    return std::nullopt;
+  };
+  if (data.ok() && d.has_val_path()) {
+    if (std::optional<std::string> p = confine(d.val_path(), "spec.data.val_path")) d.set_val_path(*p);
+  }
+  if (data.ok() && d.has_tokenizer_model()) {
+    if (std::optional<std::string> p = confine(d.tokenizer_model(), "spec.data.tokenizer_model")) {
+      d.set_tokenizer_model(*p);
     }
   }
   absl::StatusOr<fs::path> dir = ConfineResolved(resolved->checkpoint().dir(), roots.checkpoint, "spec.checkpoint.dir");

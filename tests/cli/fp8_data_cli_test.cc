@@ -178,5 +178,63 @@ TEST_F(Fp8DataCliTest, Fp8TrainTrainsOnAPatternOfShardsWithAValidationShardOfIts
   EXPECT_NE(r.out.find("val "), std::string::npos) << "no evaluation on the validation shard\n" << r.out;
 }
 
+// A SentencePiece tokenizer from the job's text, shards made with it, what inspect decodes,
+// and fp8-train training on them with the vocabulary taken from the model; text, or
+// shards of another tokenizer, are refused with what to do.
+TEST_F(Fp8DataCliTest, ASentencePieceTokenizerMakesShardsThatFp8TrainTrainsOn) {
+  Write("train.txt", SyntheticText(120 * 1024));
+  Write("val.txt", SyntheticText(8 * 1024).substr(2000));
+  const RunResult trained =
+      Data({"train-tokenizer", "--out", (dir_ / "tok").string(), "--vocab-size", "300", (dir_ / "train.txt").string()},
+           "train-tokenizer");
+  ASSERT_EQ(trained.exit.code, 0) << Show(trained);
+  ASSERT_TRUE(fs::exists(dir_ / "tok.model") && fs::exists(dir_ / "tok.vocab"));
+  EXPECT_EQ(Data({"train-tokenizer", "--out", (dir_ / "tok").string(), (dir_ / "train.txt").string()}, "again")
+                .exit.code,
+            2)
+      << "an existing model was overwritten";
+  for (const char* part : {"train", "val"}) {
+    const RunResult r = Data({"prepare", "--out", (dir_ / part).string(), "--tokenizer-model",
+                              (dir_ / "tok.model").string(), (dir_ / (std::string(part) + ".txt")).string()},
+                             std::string("prepare-") + part);
+    ASSERT_EQ(r.exit.code, 0) << Show(r);
+  }
+  const RunResult inspected = Data({"inspect", (dir_ / "val" / "shard-00000.tokens").string(), "--tokens", "8",
+                                    "--tokenizer-model", (dir_ / "tok.model").string()},
+                                   "inspect");
+  ASSERT_EQ(inspected.exit.code, 0) << Show(inspected);
+  EXPECT_NE(inspected.out.find("vocabulary 300"), std::string::npos) << inspected.out;
+  EXPECT_NE(inspected.out.find("sentencepiece"), std::string::npos) << inspected.out;
+
+  const std::string job_head = "name: spm\nmodel: {dim: 32, n_layers: 1, n_heads: 2, max_seq_len: 32}\n";
+  const std::string job_tail =
+      "train: {steps: 8, batch_size: 4, lr: 3e-3, log_every: 4, eval_every: 4, eval_batches: 1}\n"
+      "checkpoint: {dir: ckpt, every: 4}\nresources: {device: cpu, cpus_per_rank: 1}\n";
+  Write("job.yaml", job_head +
+                        "data: {path: train/shard-*.tokens, val_path: val/shard-00000.tokens, tokenizer: "
+                        "sentencepiece, tokenizer_model: tok.model, seq_len: 32}\n" +
+                        job_tail);
+  const RunResult r = Run(FP8_TRAIN_BINARY, {"--config", (dir_ / "job.yaml").string()}, "train");
+  ASSERT_EQ(r.exit.code, 0) << Show(r);
+  EXPECT_NE(r.out.find("vocab 300"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("8/8  loss"), std::string::npos) << r.out;
+
+  auto other_checkpoints = [](std::string job, const std::string& dir) {
+    return job.replace(job.find("dir: ckpt"), 9, "dir: " + dir);
+  };
+  Write("text.yaml", job_head +
+                         "data: {path: train.txt, tokenizer: sentencepiece, tokenizer_model: tok.model, "
+                         "seq_len: 32}\n" +
+                         other_checkpoints(job_tail, "ckpt-text"));
+  const RunResult text = Run(FP8_TRAIN_BINARY, {"--config", (dir_ / "text.yaml").string()}, "text");
+  EXPECT_NE(text.exit.code, 0) << Show(text);
+  EXPECT_NE(text.err.find("fp8-data prepare --tokenizer-model"), std::string::npos) << Show(text);
+  Write("bytes.yaml", job_head + "data: {path: train/shard-00000.tokens, seq_len: 32}\n" +
+                         other_checkpoints(job_tail, "ckpt-bytes"));
+  const RunResult bytes = Run(FP8_TRAIN_BINARY, {"--config", (dir_ / "bytes.yaml").string()}, "bytes");
+  EXPECT_NE(bytes.exit.code, 0) << Show(bytes);
+  EXPECT_NE(bytes.err.find("another tokenizer"), std::string::npos) << Show(bytes);
+}
+
 }  // namespace
 }  // namespace fp8::cli_test

@@ -1,5 +1,6 @@
 // Valid job files load, with every default the schema documents filled in.
 #include <filesystem>
+#include <fstream>
 
 #include "common/jobspec/loader.h"
 #include "common/jobspec/paths.h"
@@ -87,6 +88,31 @@ TEST(LoadGood, ValPathIsResolvedAsDataPathIs) {
   MakePathsAbsolute(spec, "/jobs/run");
   EXPECT_EQ(spec.data().path(), "/jobs/run/shards/train.tokens");
   EXPECT_EQ(spec.data().val_path(), "/jobs/held-out/val.tokens");
+}
+
+// With data.tokenizer sentencepiece and no model.vocab_size, the vocabulary is the
+// tokenizer model's, read when the job file is loaded; an unreadable model leaves it
+// required.
+TEST(LoadGood, ASentencePieceJobTakesItsVocabularyFromTheModel) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "fp8_load_good_spm";
+  std::filesystem::create_directories(dir);
+  // A ModelProto of three pieces (field 1) and a trainer spec (field 2) with eos_id 1.
+  const std::string model = std::string("\x0a\x02\x0a\x00", 4) + std::string("\x0a\x02\x0a\x00", 4) +
+                            std::string("\x0a\x02\x0a\x00", 4) + std::string("\x12\x03\xd0\x02\x01", 5);
+  std::ofstream(dir / "tok.model", std::ios::binary) << model;
+  std::string job = std::string(kMinimalJob);
+  job.replace(job.find("  path: corpus.txt\n"), 18,
+              "  path: corpus.txt\n  tokenizer: sentencepiece\n  tokenizer_model: tok.model\n");
+  std::ofstream(dir / "job.yaml") << job;
+  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile((dir / "job.yaml").string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->model().vocab_size(), 3);
+  EXPECT_EQ(loaded->data().tokenizer_model(), (dir / "tok.model").string());
+  std::filesystem::remove(dir / "tok.model");
+  loaded = LoadJobSpecFile((dir / "job.yaml").string());
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("model.vocab_size: required here"), std::string::npos) << loaded.status();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(LoadGood, TextKeepsPathsAsWritten) {

@@ -1,12 +1,16 @@
 #include "worker/fp8_data/inspect.h"
 
 #include <algorithm>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "worker/engine/data/corpus.h"
 #include "worker/engine/data/token_shard.h"
 #include "worker/engine/data/token_stream.h"
+#include "worker/engine/data/tokenizer.h"
+#include "worker/fp8_data/sentencepiece_tokenizer.h"
 
 namespace fp8::data_cli {
 namespace {
@@ -30,23 +34,43 @@ std::string Decode(const engine::data::TokenStream& stream, int64_t count, bool 
 
 }  // namespace
 
-absl::StatusOr<std::string> Inspect(const std::string& path, int64_t tokens) {
+absl::StatusOr<std::string> Inspect(const std::string& path, int64_t tokens, const std::string& tokenizer_model) {
   absl::StatusOr<engine::data::TokenShard> shard = engine::data::TokenShard::Open(path);
   if (!shard.ok()) return shard.status();
   const engine::data::TokenShardHeader& h = shard->header();
+  std::unique_ptr<engine::data::Tokenizer> tokenizer;
+  if (!tokenizer_model.empty()) {
+    absl::StatusOr<std::unique_ptr<engine::data::Tokenizer>> spm =
+        LoadSentencePiece(tokenizer_model, "--tokenizer-model");
+    if (!spm.ok()) return spm.status();
+    if ((*spm)->fingerprint() != h.tokenizer) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tokenizer-model ", tokenizer_model, " did not make the tokens of ", path));
+    }
+    tokenizer = *std::move(spm);
+  }
   const engine::data::TokenStream stream({shard->tokens()});
   int64_t documents = 0;
   for (int64_t i = 0; i < stream.size(); ++i) documents += static_cast<uint32_t>(stream.At(i)) == h.end_of_text;
   const bool bytes = h.tokenizer == engine::data::TokenizerFingerprint(engine::data::kBytesTokenizerName);
+  const std::string name = bytes ? "bytes" : tokenizer != nullptr ? tokenizer->name() : "unknown (give --tokenizer-model)";
   std::string out;
   absl::StrAppend(&out, "shard       ", path, "\n");
   absl::StrAppendFormat(&out, "format      version %d, %d-byte tokens\n", engine::data::kTokenShardVersion, h.width);
-  absl::StrAppendFormat(&out, "tokenizer   %s (fingerprint %016x), vocabulary %d, end of text %d\n",
-                        bytes ? "bytes" : "unknown", h.tokenizer, h.vocab_size, h.end_of_text);
+  absl::StrAppendFormat(&out, "tokenizer   %s (fingerprint %016x), vocabulary %d, end of text %d\n", name,
+                        h.tokenizer, h.vocab_size, h.end_of_text);
   absl::StrAppendFormat(&out, "tokens      %d\n", h.tokens);
   absl::StrAppendFormat(&out, "documents   %d (end-of-text ids)\n", documents);
   const int64_t shown = std::min(tokens, stream.size());
-  absl::StrAppendFormat(&out, "first %d tokens:\n%s\n", shown, Decode(stream, shown, bytes, h.end_of_text));
+  std::string text;
+  if (tokenizer != nullptr) {
+    std::vector<int32_t> ids(static_cast<size_t>(shown));
+    stream.Copy(0, shown, ids.data());
+    text = tokenizer->Decode(ids);
+  } else {
+    text = Decode(stream, shown, bytes, h.end_of_text);
+  }
+  absl::StrAppendFormat(&out, "first %d tokens:\n%s\n", shown, text);
   return out;
 }
 

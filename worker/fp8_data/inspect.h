@@ -9,9 +9,10 @@
 
 namespace fp8::data_cli {
 
-// The report for the shard at `path`, decoding its first `tokens` tokens (the bytes
-// tokenizer's as text, control bytes escaped; another tokenizer's as ids). Errors are the
-// shard reader's (token_shard.h): the file and what is wrong with it.
-absl::StatusOr<std::string> Inspect(const std::string& path, int64_t tokens);
+// The report for the shard at `path`, decoding its first `tokens` tokens: as text with the
+// bytes tokenizer (control bytes escaped) or the SentencePiece model `tokenizer_model`
+// (which must be the one that made the shard), else as ids. Errors are the shard
+// reader's (token_shard.h): the file and what is wrong with it; or the model's.
+absl::StatusOr<std::string> Inspect(const std::string& path, int64_t tokens, const std::string& tokenizer_model = "");
 
 }  // namespace fp8::data_cli

@@ -1,9 +1,12 @@
 // fp8-data: the job's data, made ready before training.
 //
-//   fp8-data prepare --out DIR [--name NAME] [--shard-tokens N] INPUT...
+//   fp8-data train-tokenizer --out PREFIX --vocab-size N [--model-type bpe|unigram] INPUT...
+//       a SentencePiece model of the inputs' text: PREFIX.model and PREFIX.vocab.
+//   fp8-data prepare --out DIR [--name NAME] [--shard-tokens N] [--tokenizer-model M] INPUT...
 //       text files, glob patterns or JSON Lines (*.jsonl, a "text" field per line) into
-//       token shards of the bytes tokenizer, DIR/NAME-00000.tokens, ...; prints a summary.
-//   fp8-data inspect SHARD [--tokens N]
+//       token shards (the bytes tokenizer, or the SentencePiece model M),
+//       DIR/NAME-00000.tokens, ...; prints a summary.
+//   fp8-data inspect SHARD [--tokens N] [--tokenizer-model M]
 //       a shard's header, its documents and its first N tokens decoded.
 //
 // Exit status: 0 done, 2 bad command line or bad input (the message names the file and
@@ -18,6 +21,7 @@
 #include "absl/status/status.h"
 #include "worker/fp8_data/inspect.h"
 #include "worker/fp8_data/prepare.h"
+#include "worker/fp8_data/train_tokenizer.h"
 
 namespace {
 
@@ -69,12 +73,24 @@ int main(int argc, char** argv) {
   prepare_cmd->add_option("--out", prepare.out_dir, "folder for the shards (created if missing)")->required();
   prepare_cmd->add_option("--name", prepare.name, "shard name prefix")->capture_default_str();
   prepare_cmd->add_option("--shard-tokens", prepare.shard_tokens, "tokens per shard at most")->capture_default_str();
+  prepare_cmd->add_option("--tokenizer-model", prepare.tokenizer_model,
+                          "a SentencePiece model (fp8-data train-tokenizer); default: the bytes tokenizer");
+
+  fp8::data_cli::TrainTokenizerOptions train;
+  CLI::App* train_cmd = app.add_subcommand("train-tokenizer", "a SentencePiece model of the inputs' text");
+  train_cmd->add_option("inputs", train.inputs, "files, glob patterns, or *.jsonl (a \"text\" field per line)")
+      ->required();
+  train_cmd->add_option("--out", train.out_prefix, "writes OUT.model and OUT.vocab")->required();
+  train_cmd->add_option("--vocab-size", train.vocab_size, "vocabulary size")->capture_default_str();
+  train_cmd->add_option("--model-type", train.model_type, "bpe or unigram")->capture_default_str();
 
   std::string shard;
   int64_t tokens = 200;
   CLI::App* inspect_cmd = app.add_subcommand("inspect", "a token shard's header, documents and first tokens");
   inspect_cmd->add_option("shard", shard, "the shard")->required();
   inspect_cmd->add_option("--tokens", tokens, "tokens to decode")->capture_default_str()->check(CLI::NonNegativeNumber);
+  std::string inspect_model;
+  inspect_cmd->add_option("--tokenizer-model", inspect_model, "the SentencePiece model that made the shard");
 
   try {
     app.parse(argc, argv);
@@ -82,7 +98,13 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (prepare_cmd->parsed()) return RunPrepare(prepare);
-  absl::StatusOr<std::string> report = fp8::data_cli::Inspect(shard, tokens);
+  if (train_cmd->parsed()) {
+    if (absl::Status s = fp8::data_cli::TrainTokenizer(train); !s.ok()) return Fail(s);
+    std::printf("%s.model, %s.vocab: %d pieces (%s)\n", train.out_prefix.c_str(), train.out_prefix.c_str(),
+                train.vocab_size, train.model_type.c_str());
+    return 0;
+  }
+  absl::StatusOr<std::string> report = fp8::data_cli::Inspect(shard, tokens, inspect_model);
   if (!report.ok()) return Fail(report.status());
   std::fputs(report->c_str(), stdout);
   return 0;

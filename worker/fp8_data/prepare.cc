@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -13,8 +14,10 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine/data/corpus.h"
-#include "worker/engine/data/file_pattern.h"
 #include "worker/engine/data/token_shard.h"
+#include "worker/engine/data/tokenizer.h"
+#include "worker/fp8_data/sentencepiece_tokenizer.h"
+#include "worker/fp8_data/inputs.h"
 #include "worker/fp8_data/utf8.h"
 
 namespace fp8::data_cli {
@@ -24,48 +27,26 @@ namespace fs = std::filesystem;
 using engine::data::TokenShardHeader;
 using engine::data::TokenShardWriter;
 
-// Every input file, patterns expanded (sorted, as glob(3) returns them).
-absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs) {
-  std::vector<std::string> files;
-  for (const std::string& input : inputs) {
-    if (!engine::data::IsFilePattern(input)) {
-      if (!fs::is_regular_file(input)) return absl::NotFoundError(absl::StrCat(input, ": no such file"));
-      files.push_back(input);
-      continue;
-    }
-    absl::StatusOr<std::vector<std::string>> matches = engine::data::ExpandFilePattern(input, "input");
-    if (!matches.ok()) return matches.status();
-    files.insert(files.end(), matches->begin(), matches->end());
-  }
-  if (files.empty()) return absl::InvalidArgumentError("no input files");
-  return files;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return text.str();
-}
-
 // Writes documents into shards of at most options.shard_tokens tokens, in a staging folder.
 class ShardSink {
  public:
-  ShardSink(const PrepareOptions& options, fs::path staging) : options_(options), staging_(std::move(staging)) {}
+  ShardSink(const PrepareOptions& options, const engine::data::Tokenizer& tokenizer, fs::path staging)
+      : options_(options), tokenizer_(tokenizer), staging_(std::move(staging)) {}
 
   absl::Status AddDocument(std::string_view text, const std::string& where) {
     if (std::optional<size_t> bad = FirstInvalidUtf8(text)) {
       return absl::InvalidArgumentError(absl::StrCat(where, ", byte ", *bad, ": not UTF-8"));
     }
-    if (const size_t eot = text.find(static_cast<char>(engine::data::kBytesEndOfText)); eot != std::string::npos) {
+    const bool bytes =
+        tokenizer_.fingerprint() == engine::data::TokenizerFingerprint(engine::data::kBytesTokenizerName);
+    if (const size_t eot = text.find(static_cast<char>(engine::data::kBytesEndOfText));
+        bytes && eot != std::string::npos) {
       return absl::InvalidArgumentError(absl::StrCat(where, ", byte ", eot,
                                                      ": the end-of-text byte 0x03, which separates documents"));
     }
-    std::vector<uint32_t> tokens(text.begin(), text.end());
-    for (uint32_t& t : tokens) t &= 0xff;
-    tokens.push_back(engine::data::kBytesEndOfText);
+    std::vector<uint32_t> tokens;
+    if (absl::Status s = tokenizer_.Encode(text, tokens); !s.ok()) return s;
+    tokens.push_back(tokenizer_.end_of_text());
     std::span<const uint32_t> rest(tokens);
     while (!rest.empty()) {
       if (!writer_ || writer_->tokens() == options_.shard_tokens) {
@@ -96,10 +77,10 @@ class ShardSink {
     }
     const std::string name = absl::StrFormat("%s-%05d.tokens", options_.name, summary_.shards.size());
     TokenShardHeader header;
-    header.width = 2;
-    header.vocab_size = engine::data::kBytesVocabSize;
-    header.end_of_text = engine::data::kBytesEndOfText;
-    header.tokenizer = engine::data::TokenizerFingerprint(engine::data::kBytesTokenizerName);
+    header.width = tokenizer_.vocab_size() <= (1u << 16) ? 2 : 4;
+    header.vocab_size = tokenizer_.vocab_size();
+    header.end_of_text = tokenizer_.end_of_text();
+    header.tokenizer = tokenizer_.fingerprint();
     absl::StatusOr<TokenShardWriter> writer = TokenShardWriter::Create((staging_ / name).string(), header);
     if (!writer.ok()) return writer.status();
     writer_.emplace(*std::move(writer));
@@ -108,6 +89,7 @@ class ShardSink {
   }
 
   const PrepareOptions& options_;
+  const engine::data::Tokenizer& tokenizer_;
   fs::path staging_;
   std::optional<TokenShardWriter> writer_;
   PrepareSummary summary_;
@@ -132,11 +114,12 @@ absl::Status AddJsonLines(ShardSink& sink, const std::string& path, const std::s
   return absl::OkStatus();
 }
 
-absl::StatusOr<PrepareSummary> PrepareInto(const PrepareOptions& options, const std::vector<std::string>& files,
-                                           const fs::path& staging, const PrepareProgress& progress) {
+absl::StatusOr<PrepareSummary> PrepareInto(const PrepareOptions& options, const engine::data::Tokenizer& tokenizer,
+                                           const std::vector<std::string>& files, const fs::path& staging,
+                                           const PrepareProgress& progress) {
   int64_t total = 0, done = 0;
   for (const std::string& f : files) total += static_cast<int64_t>(fs::file_size(f));
-  ShardSink sink(options, staging);
+  ShardSink sink(options, tokenizer, staging);
   for (const std::string& file : files) {
     absl::StatusOr<std::string> text = ReadFile(file);
     if (!text.ok()) return text.status();
@@ -159,6 +142,13 @@ absl::StatusOr<PrepareSummary> Prepare(const PrepareOptions& options, const Prep
   }
   absl::StatusOr<std::vector<std::string>> files = ExpandInputs(options.inputs);
   if (!files.ok()) return files.status();
+  std::unique_ptr<engine::data::Tokenizer> tokenizer = engine::data::Tokenizer::Bytes();
+  if (!options.tokenizer_model.empty()) {
+    absl::StatusOr<std::unique_ptr<engine::data::Tokenizer>> spm =
+        LoadSentencePiece(options.tokenizer_model, "--tokenizer-model");
+    if (!spm.ok()) return spm.status();
+    tokenizer = *std::move(spm);
+  }
 
   const fs::path out(options.out_dir);
   std::error_code ec;
@@ -172,7 +162,7 @@ absl::StatusOr<PrepareSummary> Prepare(const PrepareOptions& options, const Prep
   fs::create_directories(staging, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat(staging.string(), ": ", ec.message()));
 
-  absl::StatusOr<PrepareSummary> summary = PrepareInto(options, *files, staging, progress);
+  absl::StatusOr<PrepareSummary> summary = PrepareInto(options, *tokenizer, *files, staging, progress);
   if (summary.ok()) {
     // Into place one by one; a failure takes back the ones already moved.
     std::vector<fs::path> moved;

@@ -1,5 +1,6 @@
 #include "worker/fp8_train/confined_paths.h"
 
+
 #include "common/fs/open_matches_beneath.h"
 
 namespace fp8::train_cli {
@@ -21,12 +22,25 @@ absl::StatusOr<ConfinedJobPaths> ConfineJobPaths(v1::JobSpec& spec, const std::s
       out.data = std::move(*data);
       spec.mutable_data()->set_path(fs_confined::FdPath(out.data.get()).string());
     }
-    if (spec.data().has_val_path()) {
-      absl::StatusOr<fs_confined::UniqueFd> val =
-          fs_confined::OpenFileBeneath(data_root, spec.data().val_path(), "data.val_path");
-      if (!val.ok()) return val.status();
-      out.validation_data = std::move(*val);
-      spec.mutable_data()->set_val_path(fs_confined::FdPath(out.validation_data.get()).string());
+    v1::DataSpec& d = *spec.mutable_data();
+    // Opened beneath the root; the spec then names what was opened. (mutable_* would mark
+    // an absent field present: each is reached only when it is.)
+    auto confine = [&](const std::string& path, const char* field) -> absl::StatusOr<std::string> {
+      absl::StatusOr<fs_confined::UniqueFd> file = fs_confined::OpenFileBeneath(data_root, path, field);
+      if (!file.ok()) return file.status();
+      const std::string alias = fs_confined::FdPath(file->get()).string();
+      out.data_files_held.push_back(std::move(*file));
+      return alias;
+    };
+    if (d.has_val_path()) {
+      absl::StatusOr<std::string> alias = confine(d.val_path(), "data.val_path");
+      if (!alias.ok()) return alias.status();
+      d.set_val_path(*alias);
+    }
+    if (d.has_tokenizer_model()) {
+      absl::StatusOr<std::string> alias = confine(d.tokenizer_model(), "data.tokenizer_model");
+      if (!alias.ok()) return alias.status();
+      d.set_tokenizer_model(*alias);
     }
   }
   if (!checkpoint_root.empty()) {

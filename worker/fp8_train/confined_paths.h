@@ -21,7 +21,8 @@ struct ConfinedJobPaths {
   // and the paths that stand for them (TrainerOptions::data_files).
   std::vector<fs_confined::UniqueFd> data_shards;
   std::vector<std::string> data_files;
-  fs_confined::UniqueFd validation_data;  // data.val_path, when the job has one
+  // data.val_path and data.tokenizer_model, when the job has them.
+  std::vector<fs_confined::UniqueFd> data_files_held;
   fs_confined::UniqueFd checkpoints;  // the checkpoint folder; held open for the whole run
   // What the spec named, and the path that now stands for it ("" when not confined):
   // messages and reports show the first.

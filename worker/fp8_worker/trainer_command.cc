@@ -1,6 +1,7 @@
 #include "worker/fp8_worker/trainer_command.h"
 
 #include <unistd.h>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -63,10 +64,13 @@ absl::StatusOr<TrainerCommand> BuildTrainerCommand(const v1::StartRank& start, c
           fs_confined::OpenFileBeneath(start.data_root(), start.spec().data().path(), "spec.data.path");
       if (!data.ok()) return data.status();
     }
-    if (start.spec().data().has_val_path()) {
-      absl::StatusOr<fs_confined::UniqueFd> val =
-          fs_confined::OpenFileBeneath(start.data_root(), start.spec().data().val_path(), "spec.data.val_path");
-      if (!val.ok()) return val.status();
+    const v1::DataSpec& d = start.spec().data();
+    for (auto [has, path, field] : {std::tuple{d.has_val_path(), d.val_path(), "spec.data.val_path"},
+                                    std::tuple{d.has_tokenizer_model(), d.tokenizer_model(),
+                                               "spec.data.tokenizer_model"}}) {
+      if (!has) continue;
+      absl::StatusOr<fs_confined::UniqueFd> file = fs_confined::OpenFileBeneath(start.data_root(), path, field);
+      if (!file.ok()) return file.status();
     }
   }
   if (!start.checkpoint_root().empty() &&

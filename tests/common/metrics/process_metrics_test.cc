@@ -41,10 +41,17 @@ TEST(ProcessMetrics, ExposedAndCpuGrowsWithWork) {
     const double floor = std::string(name) == "process_cpu_seconds_total" ? -0.5 : 0;
     EXPECT_GT(Sample(before, name), floor) << name << " in\n" << before;
   }
-  // Burn ~300 ms of CPU (clock ticks are 10 ms).
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  // Burn 300 ms of this process's CPU time (clock ticks are 10 ms), however long a loaded
+  // machine takes to give it, up to a minute.
+  auto cpu_seconds = [] {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  };
+  const double start = cpu_seconds();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
   volatile double sink = 0;
-  while (std::chrono::steady_clock::now() < until) {
+  while (cpu_seconds() < start + 0.3 && std::chrono::steady_clock::now() < deadline) {
     for (int i = 0; i < 10000; ++i) sink = sink + i * 0.5;
   }
   const std::string after = r.expose();

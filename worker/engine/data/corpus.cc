@@ -1,11 +1,13 @@
 #include "worker/engine/data/corpus.h"
 
+#include <memory>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "worker/engine/data/corpus_split.h"
 #include "worker/engine/data/file_pattern.h"
+#include "worker/engine/data/tokenizer.h"
 
 namespace fp8::engine::data {
 namespace {
@@ -25,7 +27,7 @@ absl::Status CheckOptions(const CorpusOptions& options) {
   return absl::OkStatus();
 }
 
-TokenShardHeader BytesTokenizer() {
+TokenShardHeader BytesTokenizerFacts() {
   TokenShardHeader h;
   h.width = 1;
   h.vocab_size = kBytesVocabSize;
@@ -43,7 +45,7 @@ absl::StatusOr<TokenStream> MapTokens(const std::string& field, const std::strin
   if (file->bytes().empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", path, " is empty"));
   *is_shard = LooksLikeTokenShard(file->bytes());
   if (!*is_shard) {
-    *tokenizer = BytesTokenizer();
+    *tokenizer = BytesTokenizerFacts();
     const std::span<const uint8_t> bytes = file->bytes();
     texts.push_back(*std::move(file));
     return TokenStream({{bytes.data(), static_cast<int64_t>(bytes.size()), 1}});
@@ -72,6 +74,8 @@ absl::StatusOr<Corpus> Corpus::LoadFiles(const std::string& path, const std::vec
                                          const CorpusOptions& options) {
   if (absl::Status status = CheckOptions(options); !status.ok()) return status;
   if (files.empty()) return absl::InvalidArgumentError(absl::StrCat("data.path: '", path, "' names no file"));
+  const std::unique_ptr<Tokenizer> bytes = Tokenizer::Bytes();
+  const Tokenizer& options_tokenizer = options.tokenizer != nullptr ? *options.tokenizer : *bytes;
   Corpus corpus;
   corpus.path_ = path;
   bool is_shard = false;
@@ -90,6 +94,16 @@ absl::StatusOr<Corpus> Corpus::LoadFiles(const std::string& path, const std::vec
     if (&file != &files.front() && tokenizer.tokenizer != corpus.tokenizer_.tokenizer) {
       return absl::InvalidArgumentError(absl::StrCat("data.path: ", file, " was made by another tokenizer than ",
                                                      files.front()));
+    }
+    if (!file_is_shard && options_tokenizer.fingerprint() != TokenizerFingerprint(kBytesTokenizerName)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.path: ", file, " is text; with data.tokenizer ", options_tokenizer.name(),
+          " the data are token shards: make them with fp8-data prepare --tokenizer-model"));
+    }
+    if (file_is_shard && tokenizer.tokenizer != options_tokenizer.fingerprint()) {
+      return absl::InvalidArgumentError(absl::StrCat("data.path: the tokens of ", file,
+                                                     " were made by another tokenizer than data.tokenizer (",
+                                                     options_tokenizer.name(), ")"));
     }
     is_shard = file_is_shard;
     corpus.tokenizer_ = tokenizer;
@@ -120,7 +134,6 @@ absl::StatusOr<Corpus> Corpus::LoadFiles(const std::string& path, const std::vec
     }
     corpus.validation_ = *std::move(validation);
   }
-
   const int64_t window = options.seq_len + 1;
   const int64_t train_size = corpus.train_.size();
   const int64_t validation_size = corpus.validation_.size();

@@ -13,6 +13,7 @@
 #include "worker/engine/data/mapped_file.h"
 #include "worker/engine/data/token_shard.h"
 #include "worker/engine/data/token_stream.h"
+#include "worker/engine/data/tokenizer.h"
 
 namespace fp8::engine::data {
 
@@ -31,6 +32,9 @@ struct CorpusOptions {
   // data.val_path: validation data of its own, the same kind as data.path (val_fraction
   // must then be 0).
   std::string val_path;
+  // data.tokenizer: shards must have been made by it; text is read only by the bytes
+  // tokenizer. Null: the bytes tokenizer. Not owned; used only while loading.
+  const Tokenizer* tokenizer = nullptr;
 };
 
 class Corpus {

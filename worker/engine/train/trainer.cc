@@ -43,20 +43,24 @@ std::string recipe_name(v1::Fp8Spec::Recipe r) {
   return absl::AsciiStrToLower(v1::Fp8Spec::Recipe_Name(r));
 }
 
-// The data's tokens must come from the job's tokenizer and fit the model's vocabulary (a
-// token outside it would be refused at its first batch, long after start).
-absl::Status check_tokenizer(const data::Corpus& corpus, const v1::JobSpec& spec) {
-  const data::TokenShardHeader& t = corpus.tokenizer();
-  if (t.tokenizer != data::TokenizerFingerprint(data::kBytesTokenizerName)) {
-    return absl::InvalidArgumentError(absl::StrCat("data.path: the tokens of ", corpus.path(),
-                                                   " were made by another tokenizer than data.tokenizer (bytes)"));
+// The job's tokenizer (data.tokenizer, data.tokenizer_model), whose vocabulary must fit
+// the model's (a token outside it would be refused at its first batch, long after start).
+absl::StatusOr<std::unique_ptr<data::Tokenizer>> make_tokenizer(const v1::JobSpec& spec) {
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  if (spec.data().tokenizer() == v1::DataSpec::SENTENCEPIECE) {
+    absl::StatusOr<std::unique_ptr<data::Tokenizer>> spm =
+        data::Tokenizer::SentencePieceFacts(spec.data().tokenizer_model(), "data.tokenizer_model");
+    if (!spm.ok()) return spm.status();
+    tokenizer = *std::move(spm);
+  } else {
+    tokenizer = data::Tokenizer::Bytes();
   }
-  if (t.vocab_size > static_cast<uint64_t>(spec.model().vocab_size())) {
+  if (tokenizer->vocab_size() > static_cast<uint64_t>(spec.model().vocab_size())) {
     return absl::InvalidArgumentError(absl::StrCat("model.vocab_size: ", spec.model().vocab_size(),
-                                                   " is smaller than the vocabulary of data.path's tokenizer (",
-                                                   t.vocab_size, ")"));
+                                                   " is smaller than the vocabulary of data.tokenizer ",
+                                                   tokenizer->name(), " (", tokenizer->vocab_size(), ")"));
   }
-  return absl::OkStatus();
+  return tokenizer;
 }
 
 }  // namespace
@@ -75,11 +79,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
                                                    " but this rank's process group has ", world, " ranks"));
   }
 
-  const data::CorpusOptions corpus_options{d.seq_len(), d.val_fraction(), d.val_path()};
+  FP8_ASSIGN_OR_RETURN(const std::unique_ptr<data::Tokenizer> tokenizer, make_tokenizer(spec));
+  const data::CorpusOptions corpus_options{d.seq_len(), d.val_fraction(), d.val_path(), tokenizer.get()};
   FP8_ASSIGN_OR_RETURN(t->corpus_, trainer_options.data_files.empty()
                                        ? data::Corpus::Load(d.path(), corpus_options)
                                        : data::Corpus::LoadFiles(d.path(), trainer_options.data_files, corpus_options));
-  FP8_RETURN_IF_ERROR(check_tokenizer(*t->corpus_, spec));
   data::BatcherOptions batching{d.seq_len(), tr.batch_size(), tr.grad_accum(), d.seed(), rank, world};
   FP8_ASSIGN_OR_RETURN(t->batcher_, data::Batcher::Create(*t->corpus_, batching));
   if (tr.eval_every() > 0 && (d.val_fraction() > 0 || d.has_val_path())) {
