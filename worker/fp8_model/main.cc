@@ -1,6 +1,7 @@
 // fp8-model: a trained model out of its checkpoint.
 //
 //   fp8-model export --checkpoint DIR --out DIR [--dtype fp32|bf16] [--config job.yaml]
+//                    [--tokenizer-model M]   (a SentencePiece job's model, as tokenizer.model)
 //       writes DIR with config.json and model.safetensors in Hugging Face's Llama layout
 //       (worker/engine/hf/llama_export.h), from the newest committed checkpoint under
 //       --checkpoint (or that step, given a step-N directory), of any world size.
@@ -56,7 +57,7 @@ absl::StatusOr<std::vector<int32_t>> parse_tokens(const std::string& text) {
 }
 
 int run_export(const std::string& checkpoint, const std::string& out, const std::string& dtype,
-               const std::string& config) {
+               const std::string& config, const std::string& tokenizer_model) {
   absl::StatusOr<std::optional<fp8::v1::ModelSpec>> model = model_from(config);
   if (!model.ok()) return fail(model.status());
   fp8::hf::ExportOptions options;
@@ -64,6 +65,7 @@ int run_export(const std::string& checkpoint, const std::string& out, const std:
   options.out = out;
   options.dtype = dtype == "bf16" ? fp8::hf::SafetensorsDType::kBF16 : fp8::hf::SafetensorsDType::kF32;
   options.model = *model;
+  options.tokenizer_model = tokenizer_model;
   absl::StatusOr<fp8::hf::ExportSummary> done = fp8::hf::export_llama(options);
   if (!done.ok()) return fail(done.status());
   std::printf("exported step %lld (%d rank%s) to %s: %lld tensors, %lld parameters, %s\n",
@@ -98,7 +100,7 @@ int run_logits(const std::string& checkpoint, const std::string& tokens_text, co
 int main(int argc, char** argv) {
   CLI::App app{"fp8-model: a trained model out of its checkpoint"};
   app.require_subcommand(1);
-  std::string checkpoint, out, dtype = "fp32", config, tokens;
+  std::string checkpoint, out, dtype = "fp32", config, tokens, tokenizer_model;
 
   CLI::App* exp = app.add_subcommand("export", "write the model in Hugging Face's Llama layout");
   exp->add_option("--checkpoint", checkpoint, "checkpoint.dir of the job, or one step-N folder in it")->required();
@@ -107,6 +109,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   exp->add_option("--config", config, "the job file, for checkpoints that do not record their model");
+  exp->add_option("--tokenizer-model", tokenizer_model,
+                  "the job's data.tokenizer_model (SentencePiece), written as tokenizer.model");
 
   CLI::App* lg = app.add_subcommand("logits", "write this project's logits for token ids (fp32, no fp8)");
   lg->add_option("--checkpoint", checkpoint, "checkpoint.dir of the job, or one step-N folder in it")->required();
@@ -118,6 +122,6 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (exp->parsed()) return run_export(checkpoint, out, dtype, config);
+  if (exp->parsed()) return run_export(checkpoint, out, dtype, config, tokenizer_model);
   return run_logits(checkpoint, tokens, out, config);
 }

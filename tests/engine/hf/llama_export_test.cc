@@ -218,5 +218,33 @@ TEST_F(LlamaExportBadInputTest, IsRefusedNamingThePathAndLeavesNothing) {
   EXPECT_TRUE(std::filesystem::exists(out / "model.safetensors"));
 }
 
+// A SentencePiece job's tokenizer model goes along as tokenizer.model, byte for byte; one
+// whose vocabulary is not the model's is refused and nothing is written.
+TEST_F(LlamaExportBadInputTest, TheTokenizerModelGoesAlongWhenItsVocabularyIsTheModels) {
+  // ModelProtos of 257 and of 256 pieces (field 1), no trainer spec.
+  auto model_of = [&](int pieces, const std::string& name) {
+    std::string bytes;
+    for (int i = 0; i < pieces; ++i) bytes += std::string("\x0a\x02\x0a\x00", 4);
+    std::ofstream(dir_.path() / name, std::ios::binary) << bytes;
+    return std::make_pair(dir_.path() / name, bytes);
+  };
+  const auto [good, good_bytes] = model_of(257, "tok.model");
+  const auto [bad, bad_bytes] = model_of(256, "other.model");
+  ExportOptions o;
+  o.checkpoint = checkpoints();
+  o.out = dir_.path() / "with-tokenizer";
+  o.tokenizer_model = bad;
+  absl::StatusOr<ExportSummary> done = export_llama(o);
+  EXPECT_EQ(done.status().code(), absl::StatusCode::kInvalidArgument) << done.status();
+  EXPECT_NE(done.status().message().find("256 pieces"), std::string::npos) << done.status();
+  EXPECT_FALSE(std::filesystem::exists(o.out));
+  o.tokenizer_model = good;
+  done = export_llama(o);
+  ASSERT_TRUE(done.ok()) << done.status();
+  std::ifstream in(o.out / "tokenizer.model", std::ios::binary);
+  const std::string copied((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(copied, good_bytes);
+}
+
 }  // namespace
 }  // namespace fp8::hf

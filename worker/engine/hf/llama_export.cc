@@ -2,10 +2,13 @@
 
 #include <deque>
 #include <fstream>
+#include <optional>
+#include <sstream>
 #include <system_error>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/tokenizer/sentencepiece_model_info.h"
 #include "fp8/arith.h"
 #include "worker/engine/checkpoint/file_io.h"
 #include "worker/engine/hf/checkpoint_model.h"
@@ -67,12 +70,32 @@ absl::Status write_folder(const std::filesystem::path& dir, CheckpointModel& m, 
 
 }  // namespace
 
+// The tokenizer model's bytes, checked against the exported model's vocabulary.
+absl::StatusOr<std::string> read_tokenizer_model(const std::filesystem::path& path, int64_t vocab_size) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("--tokenizer-model ", path.string(), ": cannot open"));
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  std::string error;
+  const std::optional<tokenizer::SentencePieceModelInfo> info = tokenizer::ReadSentencePieceModelInfo(bytes.str(), &error);
+  if (!info) return absl::InvalidArgumentError(absl::StrCat("--tokenizer-model ", path.string(), ": ", error));
+  if (info->pieces != vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("--tokenizer-model ", path.string(), " has ", info->pieces,
+                                                   " pieces, but the checkpoint's vocabulary is ", vocab_size));
+  }
+  return bytes.str();
+}
+
 absl::StatusOr<ExportSummary> export_llama(const ExportOptions& options) {
   std::filesystem::path out = options.out;
   if (!out.has_filename()) out = out.parent_path();  // "dir/"
   if (out.empty()) return absl::InvalidArgumentError("export: no output directory given");
   FP8_RETURN_IF_ERROR(check_out(out));
   FP8_ASSIGN_OR_RETURN(CheckpointModel model, read_checkpoint_model(options.checkpoint, options.model));
+  std::string tokenizer_bytes;
+  if (!options.tokenizer_model.empty()) {
+    FP8_ASSIGN_OR_RETURN(tokenizer_bytes, read_tokenizer_model(options.tokenizer_model, model.config.vocab_size));
+  }
   ExportSummary summary;
   summary.step_dir = model.step_dir;
   summary.step = model.step;
@@ -87,6 +110,7 @@ absl::StatusOr<ExportSummary> export_llama(const ExportOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(tmp.string(), ": cannot create: ", ec.message()));
   }
   absl::Status written = write_folder(tmp, model, options.dtype, summary);
+  if (written.ok() && !tokenizer_bytes.empty()) written = write_text(tmp / "tokenizer.model", tokenizer_bytes);
   // rename(2) replaces an empty directory; the check above allowed only that.
   if (written.ok()) written = checkpoint::RenameDurably(tmp, out);
   if (!written.ok()) {

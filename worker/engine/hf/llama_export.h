@@ -1,5 +1,6 @@
 // Export of a committed checkpoint to Hugging Face's Llama layout: a folder with
-// config.json (hf_config.h) and model.safetensors (llama_names.h for the tensor names).
+// config.json (hf_config.h), model.safetensors (llama_names.h for the tensor names) and,
+// for a job trained on SentencePiece tokens, its model as tokenizer.model.
 //
 // The folder appears whole or not at all: it is written as a hidden temporary folder
 // beside `out` and renamed at the end; on any error the temporary folder is removed.
@@ -21,6 +22,9 @@ struct ExportOptions {
   SafetensorsDType dtype = SafetensorsDType::kF32;  // bf16 rounds to nearest even
   // The model section, for checkpoints that do not record theirs.
   std::optional<v1::ModelSpec> model;
+  // The job's data.tokenizer_model (empty: none), copied as tokenizer.model; its
+  // vocabulary must be the model's.
+  std::filesystem::path tokenizer_model;
 };
 
 struct ExportSummary {
