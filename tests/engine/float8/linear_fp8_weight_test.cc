@@ -19,6 +19,7 @@
 
 #include "fp8/fp8.h"
 #include "gtest/gtest.h"
+#include "tests/engine/float8/cpu_buffers.h"
 #include "worker/engine/float8/config.h"
 #include "worker/engine/float8/linear.h"
 
@@ -26,56 +27,9 @@ namespace fp8::engine {
 namespace {
 
 using Recipe = v1::Fp8Spec::Recipe;
-
-#define ASSERT_OK(expr)                   \
-  do {                                    \
-    const absl::Status status_ = (expr);  \
-    ASSERT_TRUE(status_.ok()) << status_; \
-  } while (0)
-
-#define EXPECT_OK(expr)                   \
-  do {                                    \
-    const absl::Status status_ = (expr);  \
-    EXPECT_TRUE(status_.ok()) << status_; \
-  } while (0)
-
-Backend& backend() { return cpu_backend(); }
-
-// n values of T in backend memory, zeroed (gradients accumulate into them).
-template <class T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t n) : n_(n) {
-    absl::StatusOr<void*> p = backend().allocate(std::max<size_t>(n, 1) * sizeof(T));
-    EXPECT_TRUE(p.ok()) << p.status();
-    data_ = p.ok() ? static_cast<T*>(*p) : nullptr;
-    if (data_ != nullptr) EXPECT_OK(backend().fill_zero(data_, n * sizeof(T)));
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
-  ~DeviceBuffer() {
-    if (data_ != nullptr) backend().deallocate(data_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* data() const { return data_; }
-  size_t size() const { return n_; }
-  void upload(const std::vector<T>& host) {
-    ASSERT_EQ(host.size(), n_);
-    ASSERT_OK(backend().copy_from_host(data_, host.data(), n_ * sizeof(T)));
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    EXPECT_OK(backend().copy_to_host(host.data(), data_, n_ * sizeof(T)));
-    return host;
-  }
-
- private:
-  size_t n_;
-  T* data_ = nullptr;
-};
-using Floats = DeviceBuffer<float>;
-using Bytes = DeviceBuffer<uint8_t>;
+using float8_test::backend;
+using float8_test::Bytes;
+using float8_test::Floats;
 
 std::vector<float> normal(size_t n, float stddev, uint32_t seed) {
   std::mt19937 rng(seed);

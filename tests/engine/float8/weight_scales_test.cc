@@ -14,6 +14,7 @@
 
 #include "fp8/fp8.h"
 #include "gtest/gtest.h"
+#include "tests/engine/float8/cpu_buffers.h"
 #include "worker/engine/float8/config.h"
 #include "worker/engine/float8/linear.h"
 #include "worker/engine/float8/weight_scales.h"
@@ -22,50 +23,9 @@ namespace fp8::engine {
 namespace {
 
 using Recipe = v1::Fp8Spec::Recipe;
-
-#define ASSERT_OK(expr)                   \
-  do {                                    \
-    const absl::Status status_ = (expr);  \
-    ASSERT_TRUE(status_.ok()) << status_; \
-  } while (0)
-
-Backend& backend() { return cpu_backend(); }
-
-// n values of T in backend memory, zeroed.
-template <class T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t n) : n_(n) {
-    absl::StatusOr<void*> p = backend().allocate(n * sizeof(T));
-    EXPECT_TRUE(p.ok()) << p.status();
-    data_ = p.ok() ? static_cast<T*>(*p) : nullptr;
-    if (data_ != nullptr) {
-      EXPECT_TRUE(backend().fill_zero(data_, n * sizeof(T)).ok());
-    }
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
-    EXPECT_TRUE(backend().copy_from_host(data_, host.data(), n_ * sizeof(T)).ok());
-  }
-  ~DeviceBuffer() {
-    if (data_ != nullptr) backend().deallocate(data_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* data() const { return data_; }
-  std::vector<T> download() const { return download(data_, n_); }
-  static std::vector<T> download(const T* at, size_t n) {
-    std::vector<T> host(n);
-    EXPECT_TRUE(backend().copy_to_host(host.data(), at, n * sizeof(T)).ok());
-    return host;
-  }
-
- private:
-  size_t n_;
-  T* data_ = nullptr;
-};
-using Floats = DeviceBuffer<float>;
-using Bytes = DeviceBuffer<uint8_t>;
+using float8_test::backend;
+using float8_test::Bytes;
+using float8_test::Floats;
 
 uint32_t bits(float f) {
   uint32_t b;

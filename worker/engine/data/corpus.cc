@@ -27,38 +27,31 @@ absl::Status CheckOptions(const CorpusOptions& options) {
   return absl::OkStatus();
 }
 
-TokenShardHeader BytesTokenizerFacts() {
-  TokenShardHeader h;
-  h.width = 1;
-  h.vocab_size = kBytesVocabSize;
-  h.end_of_text = kBytesEndOfText;
-  h.tokenizer = TokenizerFingerprint(kBytesTokenizerName);
-  return h;
-}
-
-// One file's tokens, mapped into `texts` or `shards`: a shard's, or a text file's bytes.
-absl::StatusOr<TokenStream> MapTokens(const std::string& field, const std::string& path, bool* is_shard,
-                                      TokenShardHeader* tokenizer, std::vector<MappedFile>& texts,
-                                      std::vector<TokenShard>& shards) {
+// One file's tokens and its tokenizer's facts, mapped into `texts` or `shards`: a shard's,
+// or a text file's bytes (the bytes tokenizer's).
+absl::StatusOr<TokenRun> MapTokens(const std::string& field, const std::string& path, bool* is_shard,
+                                   TokenShardHeader* tokenizer, std::vector<MappedFile>& texts,
+                                   std::vector<TokenShard>& shards) {
   absl::StatusOr<MappedFile> file = MappedFile::Open(path);
   if (!file.ok()) return absl::Status(file.status().code(), absl::StrCat(field, ": ", file.status().message()));
   if (file->bytes().empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", path, " is empty"));
   *is_shard = LooksLikeTokenShard(file->bytes());
   if (!*is_shard) {
-    *tokenizer = BytesTokenizerFacts();
+    const std::unique_ptr<Tokenizer> bytes_tokenizer = Tokenizer::Bytes();
+    *tokenizer = {1, 0, bytes_tokenizer->vocab_size(), bytes_tokenizer->end_of_text(),
+                  bytes_tokenizer->fingerprint()};
     const std::span<const uint8_t> bytes = file->bytes();
     texts.push_back(*std::move(file));
-    return TokenStream({{bytes.data(), static_cast<int64_t>(bytes.size()), 1}});
+    return TokenRun{bytes.data(), static_cast<int64_t>(bytes.size()), 1};
   }
-  absl::StatusOr<TokenShard> shard = TokenShard::Open(path);
+  absl::StatusOr<TokenShard> shard = TokenShard::FromMapped(path, *std::move(file));
   if (!shard.ok()) return absl::Status(shard.status().code(), absl::StrCat(field, ": ", shard.status().message()));
   if (shard->header().tokens == 0) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": token shard ", path, " holds no tokens"));
   }
   *tokenizer = shard->header();
-  const TokenRun run = shard->tokens();
   shards.push_back(*std::move(shard));
-  return TokenStream({run});
+  return shards.back().tokens();
 }
 
 }  // namespace
@@ -84,9 +77,9 @@ absl::StatusOr<Corpus> Corpus::LoadFiles(const std::string& path, const std::vec
   for (const std::string& file : files) {
     bool file_is_shard = false;
     TokenShardHeader tokenizer;
-    absl::StatusOr<TokenStream> tokens =
+    absl::StatusOr<TokenRun> run =
         MapTokens("data.path", file, &file_is_shard, &tokenizer, corpus.texts_, corpus.shards_);
-    if (!tokens.ok()) return tokens.status();
+    if (!run.ok()) return run.status();
     if (files.size() > 1 && !file_is_shard) {
       return absl::InvalidArgumentError(
           absl::StrCat("data.path: ", file, " (matching '", path, "') is not a token shard; a pattern names shards"));
@@ -107,9 +100,7 @@ absl::StatusOr<Corpus> Corpus::LoadFiles(const std::string& path, const std::vec
     }
     is_shard = file_is_shard;
     corpus.tokenizer_ = tokenizer;
-    runs.push_back(file_is_shard ? corpus.shards_.back().tokens()
-                                 : TokenRun{corpus.texts_.back().bytes().data(),
-                                            static_cast<int64_t>(corpus.texts_.back().bytes().size()), 1});
+    runs.push_back(*run);
   }
   const TokenStream all(std::move(runs));
 
@@ -124,15 +115,15 @@ absl::StatusOr<Corpus> Corpus::LoadFiles(const std::string& path, const std::vec
     corpus.train_ = all;
     bool val_is_shard = false;
     TokenShardHeader val_tokenizer;
-    absl::StatusOr<TokenStream> validation = MapTokens("data.val_path", options.val_path, &val_is_shard,
-                                                       &val_tokenizer, corpus.texts_, corpus.shards_);
+    absl::StatusOr<TokenRun> validation = MapTokens("data.val_path", options.val_path, &val_is_shard,
+                                                    &val_tokenizer, corpus.texts_, corpus.shards_);
     if (!validation.ok()) return validation.status();
     if (val_tokenizer.tokenizer != corpus.tokenizer_.tokenizer || val_is_shard != is_shard) {
       return absl::InvalidArgumentError(absl::StrCat("data.val_path: ", options.val_path,
                                                      " was tokenized otherwise than data.path ", path,
                                                      " (another tokenizer, or text beside a token shard)"));
     }
-    corpus.validation_ = *std::move(validation);
+    corpus.validation_ = TokenStream({*validation});
   }
   const int64_t window = options.seq_len + 1;
   const int64_t train_size = corpus.train_.size();

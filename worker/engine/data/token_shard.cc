@@ -58,7 +58,11 @@ bool LooksLikeTokenShard(std::span<const uint8_t> bytes) {
 absl::StatusOr<TokenShard> TokenShard::Open(const std::string& path) {
   absl::StatusOr<MappedFile> file = MappedFile::Open(path);
   if (!file.ok()) return file.status();
-  const std::span<const uint8_t> bytes = file->bytes();
+  return FromMapped(path, *std::move(file));
+}
+
+absl::StatusOr<TokenShard> TokenShard::FromMapped(const std::string& path, MappedFile file) {
+  const std::span<const uint8_t> bytes = file.bytes();
   auto bad = [&](auto&&... what) {
     return absl::InvalidArgumentError(absl::StrCat("token shard ", path, ": ", what...));
   };
@@ -85,7 +89,7 @@ absl::StatusOr<TokenShard> TokenShard::Open(const std::string& path) {
   }
   if (h.vocab_size == 0) return bad("vocabulary size 0 at offset 24");
   h.tokens = static_cast<int64_t>(count);
-  return TokenShard(path, *std::move(file), h);
+  return TokenShard(path, std::move(file), h);
 }
 
 TokenRun TokenShard::tokens() const {

@@ -48,6 +48,8 @@ class TokenShard {
   // Maps and checks the shard at `path`. Errors name the file and what is wrong (magic,
   // version, width, a size that disagrees with the count: truncated or padded).
   static absl::StatusOr<TokenShard> Open(const std::string& path);
+  // The same over `file`, already mapped from `path`.
+  static absl::StatusOr<TokenShard> FromMapped(const std::string& path, MappedFile file);
 
   const std::string& path() const { return path_; }
   const TokenShardHeader& header() const { return header_; }
