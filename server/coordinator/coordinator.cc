@@ -59,7 +59,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr
   // Paths are admitted with their links resolved: the roots must be too to compare.
   options.roots.data = ResolveRoots(options.roots.data);
   options.roots.checkpoint = ResolveRoots(options.roots.checkpoint);
+  FP8_ASSIGN_OR_RETURN(std::unique_ptr<store::CoordinatorStore> progress_store, store->Connect());
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(store), rendezvous, std::move(options)));
+  {
+    absl::MutexLock flush_lock(&c->flush_mu_);
+    c->progress_store_ = std::move(progress_store);
+  }
   absl::MutexLock lock(&c->mu_);
   FP8_RETURN_IF_ERROR(c->Load());
   return c;
@@ -150,9 +155,7 @@ void Coordinator::StartTicking() {
     while (!shutting_down_) {
       mu_.AwaitWithTimeout(absl::Condition(&shutting_down_), std::min(tick_period, kProgressFlushInterval));
       if (shutting_down_) break;
-      if (absl::Status s = FlushProgress(); !s.ok()) {
-        std::fprintf(stderr, "fp8-coordinator: writing progress: %s\n", std::string(s.message()).c_str());
-      }
+      FlushProgressInBackground();
       if (absl::Now() < next_tick) continue;
       next_tick = absl::Now() + tick_period;
       mu_.Unlock();
@@ -463,31 +466,6 @@ absl::StatusOr<v1::GetJobAmaxResponse> Coordinator::GetJobAmax(const Principal& 
 }
 
 // ---- the attempt lifecycle ------------------------------------------------------------------
-
-absl::Status Coordinator::FlushProgress() {
-  if (pending_progress_.empty()) return absl::OkStatus();
-  FP8_RETURN_IF_ERROR(store_->transaction([&]() -> absl::Status {
-    for (const std::string& id : progress_dirty_) {
-      auto it = active_.find(id);
-      if (it == active_.end()) continue;  // its final Commit wrote it
-      FP8_RETURN_IF_ERROR(store_->put_job(it->second.job, it->second.number, it->second.submitted_seq));
-    }
-    for (v1::JobEvent& e : pending_progress_) {
-      FP8_RETURN_IF_ERROR(store_->append_event(e).status());
-      // A long job keeps a bounded, thinned history of its progress events.
-      auto it = active_.find(e.job_id());
-      if (it == active_.end() || ++it->second.progress_events < 100) continue;
-      it->second.progress_events = 0;
-      FP8_RETURN_IF_ERROR(store_->thin_progress(e.job_id(), options_.progress_events_per_job));
-    }
-    return absl::OkStatus();
-  }));
-  pending_progress_.clear();
-  progress_dirty_.clear();
-  ++event_generation_;
-  events_changed_.SignalAll();
-  return absl::OkStatus();
-}
 
 absl::Status Coordinator::Commit(ActiveJob& active, v1::Job next, std::vector<v1::JobEvent> events) {
   // The progress reported before this change comes before it in the store too.

@@ -170,12 +170,32 @@ class Coordinator {
   Coordinator(std::unique_ptr<store::CoordinatorStore> store, RendezvousStore& rendezvous, CoordinatorOptions options);
   absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Progress reported and not yet written: the rows of the jobs it changed (copies), its
+  // events in order, and the jobs whose progress history is due for thinning.
+  struct ProgressBatch {
+    struct Row {
+      v1::Job job;
+      int64_t number = 0;
+      int64_t submitted_seq = 0;
+    };
+    std::vector<Row> rows;
+    std::vector<v1::JobEvent> events;
+    std::vector<std::string> thin;
+  };
   // Writes the progress reported since the last flush (the jobs' rows and their events)
   // in one transaction. Progress is acknowledged before it is written: a coordinator
   // killed outright loses at most kProgressFlushInterval of it, and the trainers' next
   // reports carry on; submits, cancels, state changes and checkpoint commits are written
-  // before they are acknowledged.
+  // before they are acknowledged. Called before any other write of a job or its events,
+  // it also waits for a flush the ticker is writing, so the store keeps their order.
   absl::Status FlushProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ticker's flush: takes the batch under mu_ and writes it without mu_, so calls
+  // are not held up by the group commit.
+  void FlushProgressInBackground() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ProgressBatch TakeProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteProgress(const ProgressBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
+  // A batch that could not be written is pending again (its events ahead of newer ones).
+  void ReturnProgress(ProgressBatch batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes `next` (the job after a change) and `events` in one transaction (after the
   // progress pending), then makes `next` the job in memory and wakes watchers.
   absl::Status Commit(ActiveJob& active, v1::Job next, std::vector<v1::JobEvent> events)
@@ -239,6 +259,10 @@ class Coordinator {
   // the jobs whose rows changed.
   std::vector<v1::JobEvent> pending_progress_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> progress_dirty_ ABSL_GUARDED_BY(mu_);
+  // Held while progress is written, on a connection of its own: the ticker writes
+  // without mu_, and a flush under mu_ waits here for the ticker's to end first.
+  absl::Mutex flush_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::unique_ptr<store::CoordinatorStore> progress_store_ ABSL_GUARDED_BY(flush_mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::thread ticker_;
 };

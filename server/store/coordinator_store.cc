@@ -58,6 +58,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Open(const s
   return store;
 }
 
+absl::StatusOr<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Connect() const {
+  FP8_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, Database::Open(db_->path()));
+  return std::unique_ptr<CoordinatorStore>(new CoordinatorStore(std::move(db)));
+}
+
 absl::Status CoordinatorStore::migrate() {
   FP8_RETURN_IF_ERROR(db_->exec(kSchema));
   FP8_ASSIGN_OR_RETURN(Statement version, db_->query("SELECT value FROM meta WHERE key = 'schema'"));

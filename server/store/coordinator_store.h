@@ -4,8 +4,9 @@
 //
 // A coordinator killed at any instant and restarted finds every committed change: each
 // state change is written in one transaction together with the event that records it.
-// Single writer: the coordinator serialises its calls (one mutex); `fp8-coordinator
-// token` may add tokens from another process meanwhile (SQLite's locking covers that).
+// Each connection has one caller at a time: the coordinator serialises its calls on each
+// (a mutex per connection); `fp8-coordinator token` may add tokens from another process
+// meanwhile (SQLite's locking covers that, as it does between connections).
 #pragma once
 
 #include <cstdint>
@@ -64,6 +65,10 @@ struct ListFilter {
 class CoordinatorStore {
  public:
   static absl::StatusOr<std::unique_ptr<CoordinatorStore>> Open(const std::string& path);
+  // Another connection to this store's database (its schema already in place): a writer
+  // that must not wait for this connection's caller, such as the coordinator's progress
+  // flushes. SQLite serialises the two connections' transactions.
+  absl::StatusOr<std::unique_ptr<CoordinatorStore>> Connect() const;
 
   template <typename Body>
   absl::Status transaction(Body&& body) { return db_->transaction(std::forward<Body>(body)); }

@@ -1,0 +1,85 @@
+// Progress reports in group commits: acknowledged in memory (ReportProgress), written
+// every kProgressFlushInterval by the ticker without the coordinator's lock, or at once
+// before anything else about a job is written or read back.
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "common/status_macros.h"
+#include "server/coordinator/coordinator.h"
+
+namespace fp8::server {
+
+Coordinator::ProgressBatch Coordinator::TakeProgress() {
+  ProgressBatch batch;
+  for (const std::string& id : progress_dirty_) {
+    auto it = active_.find(id);
+    if (it == active_.end()) continue;  // its final Commit wrote it
+    batch.rows.push_back(ProgressBatch::Row{it->second.job, it->second.number, it->second.submitted_seq});
+  }
+  for (const v1::JobEvent& e : pending_progress_) {
+    // A long job keeps a bounded, thinned history of its progress events.
+    auto it = active_.find(e.job_id());
+    if (it == active_.end() || ++it->second.progress_events < 100) continue;
+    it->second.progress_events = 0;
+    batch.thin.push_back(e.job_id());
+  }
+  batch.events = std::move(pending_progress_);
+  pending_progress_.clear();
+  progress_dirty_.clear();
+  return batch;
+}
+
+absl::Status Coordinator::WriteProgress(const ProgressBatch& batch) {
+  return progress_store_->transaction([&]() -> absl::Status {
+    for (const ProgressBatch::Row& row : batch.rows) {
+      FP8_RETURN_IF_ERROR(progress_store_->put_job(row.job, row.number, row.submitted_seq));
+    }
+    for (v1::JobEvent e : batch.events) FP8_RETURN_IF_ERROR(progress_store_->append_event(e).status());
+    for (const std::string& id : batch.thin) {
+      FP8_RETURN_IF_ERROR(progress_store_->thin_progress(id, options_.progress_events_per_job));
+    }
+    return absl::OkStatus();
+  });
+}
+
+void Coordinator::ReturnProgress(ProgressBatch batch) {
+  for (ProgressBatch::Row& row : batch.rows) progress_dirty_.insert(row.job.id());
+  batch.events.insert(batch.events.end(), std::make_move_iterator(pending_progress_.begin()),
+                      std::make_move_iterator(pending_progress_.end()));
+  pending_progress_ = std::move(batch.events);
+}
+
+absl::Status Coordinator::FlushProgress() {
+  absl::MutexLock flush_lock(&flush_mu_);  // after the ticker's flush, if one is being written
+  if (pending_progress_.empty()) return absl::OkStatus();
+  ProgressBatch batch = TakeProgress();
+  if (absl::Status s = WriteProgress(batch); !s.ok()) {
+    ReturnProgress(std::move(batch));
+    return s;
+  }
+  ++event_generation_;
+  events_changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+void Coordinator::FlushProgressInBackground() {
+  if (pending_progress_.empty()) return;
+  ProgressBatch batch = TakeProgress();
+  // flush_mu_ is taken before mu_ is let go: a flush under mu_ from now on waits for
+  // this one, so a job's rows and events reach the store in the order they happened.
+  flush_mu_.Lock();
+  mu_.Unlock();
+  absl::Status written = WriteProgress(batch);
+  flush_mu_.Unlock();
+  mu_.Lock();
+  if (!written.ok()) {
+    std::fprintf(stderr, "fp8-coordinator: writing progress: %s\n", std::string(written.message()).c_str());
+    ReturnProgress(std::move(batch));
+    return;
+  }
+  ++event_generation_;
+  events_changed_.SignalAll();
+}
+
+}  // namespace fp8::server
