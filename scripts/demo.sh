@@ -4,8 +4,8 @@
 # fp8-coordinator, two fp8-worker daemons and a real Prometheus, all on loopback),
 # submits examples/jobs/tiny-cpu.yaml (a small byte-level Llama with fp8 linear layers)
 # as a 2-rank FSDP job with fp8 weight all-gathers, follows it to the end with
-# `fp8ctl submit --follow`, prints its summary and what Prometheus recorded of it, and
-# stops the stack.
+# `fp8ctl submit --follow`, prints its summary and what Prometheus recorded of it, stops
+# the stack, and lets the trained model continue a prompt (`fp8-model generate`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh release
@@ -52,3 +52,7 @@ echo
 echo "metrics: coordinator and workers at $(echo "$FP8_METRICS_TARGETS" | sed 's|\([^,]*\)|http://\1/metrics|g; s|,|  |g')"
 echo "Grafana dashboards to import: deploy/grafana/*.json (deploy/grafana/README.md)"
 echo
+
+echo "== fp8-model generate: the model just trained continues a prompt (fp32 on the CPU, KV cache)"
+"$bin/fp8-model" generate --checkpoint "$demo/checkpoints/job-1" --prompt "And God said, " \
+  --max-new-tokens 50 --temperature 0.6 --top-k 20 --seed 1

@@ -6,6 +6,8 @@ with `fp8-model export` (fp32 and bf16), computes logits for a few token ids wit
 reference below (reading model.safetensors and config.json by hand, no Hugging Face
 library) and compares them with `fp8-model logits` (this project's forward, fp32, no fp8
 casts): the norm of the difference over the norm must stay below 1e-4 (3e-2 for bf16).
+Greedy `fp8-model generate` (KV cache), from the export and from the checkpoint, must
+pick the reference's argmax at every token, the reference recomputing the whole prefix.
 
 The reference (LlamaForCausalLM):
   h = embed_tokens[ids]
@@ -174,6 +176,19 @@ def check_model(args, tmp, name, model, control=False):
     err16 = relative_error(ours, llama_logits(config, load_safetensors(os.path.join(out_bf16, "model.safetensors")), ids))
     print(f"{name}: bf16 export: relative difference {err16:.3e} (limit 3e-2)")
     failed |= err16 >= 3e-2
+
+    # Greedy generation here (KV cache, from the export and from the checkpoint) is argmax
+    # decoding of Hugging Face's equations, the whole prefix recomputed each token.
+    prompt = ids[:8]
+    expected = list(prompt)
+    for _ in range(12):
+        expected.append(int(llama_logits(config, weights, expected)[-1].argmax()))
+    for source in (["--hf", out], ["--checkpoint", ckpt]):
+        r = run([args.fp8_model, "generate", *source, "--prompt-tokens", ",".join(map(str, prompt)),
+                 "--max-new-tokens", "12", "--temperature", "0"])
+        got = [int(t) for t in r.stdout.strip().split(",")]
+        print(f"{name}: generate {source[0]}: {got} (reference {expected[len(prompt):]})")
+        failed |= got != expected[len(prompt):]
 
     # Bad input: exit 2 with the path named, nothing written.
     r = run([args.fp8_model, "export", "--checkpoint", ckpt, "--out", out], expect=2)

@@ -1,4 +1,4 @@
-// fp8-model: a trained model out of its checkpoint.
+// fp8-model: a trained model out of its checkpoint, and text from it.
 //
 //   fp8-model export --checkpoint DIR --out DIR [--dtype fp32|bf16] [--config job.yaml]
 //                    [--tokenizer-model M]   (a SentencePiece job's model, as tokenizer.model)
@@ -8,6 +8,14 @@
 //   fp8-model logits --checkpoint DIR --tokens 1,2,3 --out FILE [--config job.yaml]
 //       writes the logits this project computes for those token ids (fp32, no fp8 casts)
 //       to FILE as raw little-endian fp32, [tokens, vocab_size] row-major.
+//
+//   fp8-model generate (--checkpoint DIR | --hf DIR) (--prompt TEXT | --prompt-tokens 1,2,3)
+//                      [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
+//       continues the prompt with the model (fp32 on the CPU, a KV cache: hf/generate.h).
+//       --prompt is byte-level text (a model trained with data.tokenizer bytes): its
+//       bytes are the token ids, the continuation is printed after it as text, and a token
+//       beyond the bytes (end of text) stops it. --prompt-tokens takes any model's ids
+//       and prints the new ids, comma-separated.
 //
 // --config: the job file that trained the checkpoint, for checkpoints that do not record
 // their model section (written before they did).
@@ -23,11 +31,14 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/jobspec/loader.h"
 #include "worker/engine/checkpoint/file_io.h"
 #include "worker/engine/hf/checkpoint_logits.h"
 #include "worker/engine/hf/checkpoint_model.h"
+#include "worker/engine/hf/generate.h"
+#include "worker/engine/hf/hf_model_reader.h"
 #include "worker/engine/hf/llama_export.h"
 
 namespace {
@@ -44,12 +55,12 @@ absl::StatusOr<std::optional<fp8::v1::ModelSpec>> model_from(const std::string& 
   return std::optional<fp8::v1::ModelSpec>(spec->model());
 }
 
-absl::StatusOr<std::vector<int32_t>> parse_tokens(const std::string& text) {
+absl::StatusOr<std::vector<int32_t>> parse_tokens(const std::string& text, const char* flag) {
   std::vector<int32_t> out;
   for (absl::string_view piece : absl::StrSplit(text, ',')) {
     int32_t id = 0;
     if (!absl::SimpleAtoi(piece, &id)) {
-      return absl::InvalidArgumentError(absl::StrCat("--tokens: '", piece, "' is not a token id"));
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": '", piece, "' is not a token id"));
     }
     out.push_back(id);
   }
@@ -78,7 +89,7 @@ int run_logits(const std::string& checkpoint, const std::string& tokens_text, co
                const std::string& config) {
   absl::StatusOr<std::optional<fp8::v1::ModelSpec>> model = model_from(config);
   if (!model.ok()) return fail(model.status());
-  absl::StatusOr<std::vector<int32_t>> tokens = parse_tokens(tokens_text);
+  absl::StatusOr<std::vector<int32_t>> tokens = parse_tokens(tokens_text, "--tokens");
   if (!tokens.ok()) return fail(tokens.status());
   absl::StatusOr<fp8::hf::CheckpointModel> loaded = fp8::hf::read_checkpoint_model(checkpoint, *model);
   if (!loaded.ok()) return fail(loaded.status());
@@ -92,6 +103,57 @@ int run_logits(const std::string& checkpoint, const std::string& tokens_text, co
   std::printf("logits of %zu tokens (step %lld) to %s: [%zu, %lld] fp32\n", tokens->size(),
               static_cast<long long>(loaded->step), out.c_str(), tokens->size(),
               static_cast<long long>(loaded->config.vocab_size));
+  return 0;
+}
+
+struct GenerateArgs {
+  std::string checkpoint, hf, config, prompt, prompt_tokens;
+  int64_t max_new_tokens = 64;
+  fp8::hf::SamplingOptions sampling;
+};
+
+int run_generate(const GenerateArgs& a) {
+  absl::StatusOr<fp8::hf::CheckpointModel> loaded;
+  if (!a.hf.empty()) {
+    loaded = fp8::hf::read_hf_model(a.hf);
+  } else {
+    absl::StatusOr<std::optional<fp8::v1::ModelSpec>> model = model_from(a.config);
+    if (!model.ok()) return fail(model.status());
+    loaded = fp8::hf::read_checkpoint_model(a.checkpoint, *model);
+  }
+  if (!loaded.ok()) return fail(loaded.status());
+  const bool text = !a.prompt.empty();
+  std::vector<int32_t> prompt;
+  if (text) {
+    if (loaded->config.vocab_size < 256) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("--prompt: the model's vocabulary (", loaded->config.vocab_size,
+                                                          ") does not hold the bytes; give --prompt-tokens")));
+    }
+    for (unsigned char byte : a.prompt) prompt.push_back(byte);
+  } else {
+    absl::StatusOr<std::vector<int32_t>> ids = parse_tokens(a.prompt_tokens, "--prompt-tokens");
+    if (!ids.ok()) return fail(ids.status());
+    prompt = *ids;
+  }
+  absl::StatusOr<fp8::hf::LlamaDecoder> decoder = fp8::hf::LlamaDecoder::Create(*loaded);
+  if (!decoder.ok()) return fail(decoder.status());
+  fp8::hf::Sampler sampler(a.sampling);
+  const auto end_of_text = [&](int32_t t) { return text && t >= 256; };
+  absl::StatusOr<fp8::hf::Generation> g = fp8::hf::generate(*decoder, prompt, a.max_new_tokens, sampler, end_of_text);
+  if (!g.ok()) return fail(g.status());
+  if (text) {
+    std::string out = a.prompt;
+    for (int32_t t : g->tokens) {
+      if (t < 256) out.push_back(static_cast<char>(t));
+    }
+    std::printf("%s\n", out.c_str());
+  } else {
+    std::printf("%s\n", absl::StrJoin(g->tokens, ",").c_str());
+  }
+  if (g->context_full) {
+    std::fprintf(stderr, "fp8-model: stopped at the model's max_seq_len (%lld tokens)\n",
+                 static_cast<long long>(loaded->config.max_seq_len));
+  }
   return 0;
 }
 
@@ -117,11 +179,39 @@ int main(int argc, char** argv) {
   lg->add_option("--tokens", tokens, "comma-separated token ids, e.g. 72,101,108")->required();
   lg->add_option("--out", out, "the file to write: raw little-endian fp32, [tokens, vocab]")->required();
   lg->add_option("--config", config, "the job file, for checkpoints that do not record their model");
+  GenerateArgs gen;
+  CLI::App* ge = app.add_subcommand("generate", "continue a prompt with the model (fp32, CPU, KV cache)");
+  auto* from_checkpoint =
+      ge->add_option("--checkpoint", gen.checkpoint, "checkpoint.dir of the job, or one step-N folder in it");
+  auto* from_hf = ge->add_option("--hf", gen.hf, "a folder in Hugging Face's Llama layout (config.json, *.safetensors)");
+  from_checkpoint->excludes(from_hf);
+  ge->add_option("--config", gen.config, "the job file, for checkpoints that do not record their model")
+      ->excludes(from_hf);
+  auto* prompt = ge->add_option("--prompt", gen.prompt, "byte-level text to continue");
+  auto* prompt_tokens = ge->add_option("--prompt-tokens", gen.prompt_tokens, "comma-separated token ids to continue");
+  prompt->excludes(prompt_tokens);
+  ge->add_option("--max-new-tokens", gen.max_new_tokens, "tokens to add at most")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
+  ge->add_option("--temperature", gen.sampling.temperature, "0: always the most likely token")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  ge->add_option("--top-k", gen.sampling.top_k, "draw among the k most likely tokens; 0: all")
+      ->check(CLI::Range(0, 1 << 30))
+      ->capture_default_str();
+  ge->add_option("--seed", gen.sampling.seed, "the draws' seed")->capture_default_str();
   try {
     app.parse(argc, argv);
+    if (ge->parsed() && gen.checkpoint.empty() == gen.hf.empty()) {
+      throw CLI::ValidationError("generate", "give --checkpoint DIR or --hf DIR");
+    }
+    if (ge->parsed() && gen.prompt.empty() == gen.prompt_tokens.empty()) {
+      throw CLI::ValidationError("generate", "give --prompt TEXT or --prompt-tokens IDS");
+    }
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (exp->parsed()) return run_export(checkpoint, out, dtype, config, tokenizer_model);
+  if (ge->parsed()) return run_generate(gen);
   return run_logits(checkpoint, tokens, out, config);
 }

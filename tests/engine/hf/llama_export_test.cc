@@ -3,6 +3,7 @@
 // tensor must equal the checkpoint's parameter bit for bit (wq and wk once their RoPE row
 // order is undone), whatever the world size. Bad input leaves nothing behind.
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -13,10 +14,13 @@
 #include "tests/engine/fsdp/rank_harness.h"
 #include "tests/engine/train/train_test_util.h"
 #include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/hf/checkpoint_model.h"
+#include "worker/engine/hf/hf_model_reader.h"
 #include "worker/engine/hf/llama_export.h"
 #include "worker/engine/hf/llama_names.h"
 #include "worker/engine/hf/rope_permutation.h"
 #include "worker/engine/hf/safetensors_reader.h"
+#include "worker/engine/hf/safetensors_writer.h"
 #include "worker/engine/model/llama_config.h"
 
 namespace fp8::hf {
@@ -138,6 +142,23 @@ TEST_P(LlamaExportTest, EveryTensorIsTheCheckpointsParameterBitForBit) {
   EXPECT_EQ(config["tie_word_embeddings"], false);
   EXPECT_EQ(config["torch_dtype"], "float32");
 
+  // Imported back: the checkpoint's model, every tensor bit for bit, wq and wk included.
+  absl::StatusOr<CheckpointModel> from_checkpoint = read_checkpoint_model(checkpoints());
+  ASSERT_TRUE(from_checkpoint.ok()) << from_checkpoint.status();
+  absl::StatusOr<CheckpointModel> imported = read_hf_model(o.out);
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_EQ(imported->spec.SerializeAsString(), from_checkpoint->spec.SerializeAsString())
+      << imported->spec.DebugString() << " vs " << from_checkpoint->spec.DebugString();
+  ASSERT_EQ(imported->parameters.size(), from_checkpoint->parameters.size());
+  for (const NamedTensor& want : from_checkpoint->parameters) {
+    SCOPED_TRACE(want.name);
+    const NamedTensor* got = imported->find(want.name);
+    ASSERT_NE(got, nullptr);
+    EXPECT_EQ(got->shape, want.shape);
+    ASSERT_EQ(got->values.size(), want.values.size());
+    EXPECT_EQ(std::memcmp(got->values.data(), want.values.data(), want.values.size() * sizeof(float)), 0);
+  }
+
   // bf16: each element the fp32 export's, rounded to nearest even.
   o.out = dir_.path() / "hf-bf16";
   o.dtype = SafetensorsDType::kBF16;
@@ -156,6 +177,73 @@ TEST_P(LlamaExportTest, EveryTensorIsTheCheckpointsParameterBitForBit) {
       ASSERT_EQ(h, float_to_bf16(f32[i])) << i;
     }
   }
+}
+
+// A Hugging Face folder this project's Llama cannot compute, or that does not hold the
+// model its config.json describes, is refused naming the file and what is wrong.
+class HfImportBadInputTest : public ExportFixture {
+ protected:
+  void SetUp() override {
+    Train(0);
+    ExportOptions o;
+    o.checkpoint = checkpoints();
+    o.out = good();
+    ASSERT_TRUE(export_llama(o).ok());
+  }
+  std::filesystem::path good() const { return dir_.path() / "hf"; }
+  // A copy of the export with config.json's `key` set to `value`.
+  std::filesystem::path WithConfig(const std::string& name, const std::string& key, const nlohmann::json& value) {
+    const std::filesystem::path out = dir_.path() / name;
+    std::filesystem::copy(good(), out);
+    std::ifstream in(out / "config.json");
+    nlohmann::json config = nlohmann::json::parse(in);
+    in.close();
+    config[key] = value;
+    std::ofstream(out / "config.json") << config.dump();
+    return out;
+  }
+  // A copy of the export whose model.safetensors holds `tensors` instead.
+  std::filesystem::path WithTensors(const std::string& name, std::vector<SafetensorsTensor> tensors) {
+    const std::filesystem::path out = dir_.path() / name;
+    std::filesystem::create_directory(out);
+    std::filesystem::copy(good() / "config.json", out / "config.json");
+    EXPECT_TRUE(write_safetensors(out / "model.safetensors", tensors, {}).ok());
+    return out;
+  }
+};
+
+TEST_F(HfImportBadInputTest, IsRefusedNamingTheFileAndWhat) {
+  auto refused = [](const std::filesystem::path& dir, const std::string& says) {
+    absl::StatusOr<CheckpointModel> m = read_hf_model(dir);
+    ASSERT_FALSE(m.ok()) << dir;
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(m.status().message().find(says), std::string::npos) << m.status();
+  };
+  refused(dir_.path() / "nowhere", "no such directory");
+  refused(WithConfig("scaled", "rope_scaling", {{"type", "linear"}, {"factor", 2.0}}), "rope_scaling is set");
+  refused(WithConfig("gelu", "hidden_act", "gelu"), "hidden_act \"gelu\" is not silu");
+  refused(WithConfig("headdim", "head_dim", 16), "head_dim 16 is not hidden_size / num_attention_heads");
+  refused(WithConfig("novocab", "vocab_size", nullptr), "config.json: has no vocab_size");
+  refused(WithConfig("mistral", "model_type", "mistral"), "model_type \"mistral\" is not llama");
+
+  absl::StatusOr<SafetensorsReader> st = SafetensorsReader::Open(good() / "model.safetensors");
+  ASSERT_TRUE(st.ok());
+  std::deque<std::vector<std::byte>> storage;
+  std::vector<SafetensorsTensor> all;
+  for (const SafetensorsTensorInfo& t : st->tensors()) {
+    all.push_back({t.name, t.dtype, t.shape, storage.emplace_back(*st->ReadBytes(t.name))});
+  }
+  std::vector<SafetensorsTensor> missing = all;
+  std::erase_if(missing, [](const SafetensorsTensor& t) { return t.name == "model.layers.1.mlp.up_proj.weight"; });
+  refused(WithTensors("missing", missing), "has no tensor model.layers.1.mlp.up_proj.weight");
+  std::vector<SafetensorsTensor> extra = all;
+  extra.push_back({"model.layers.2.mlp.up_proj.weight", all.back().dtype, all.back().shape, all.back().bytes});
+  refused(WithTensors("extra", extra), "tensor model.layers.2.mlp.up_proj.weight has no place");
+  std::vector<SafetensorsTensor> reshaped = all;
+  for (SafetensorsTensor& t : reshaped) {
+    if (t.name == "model.norm.weight") t.shape = {t.shape[0] / 2, 2};
+  }
+  refused(WithTensors("reshaped", reshaped), "model.norm.weight is shaped [16, 2]; config.json's model needs [32]");
 }
 
 // On a checkpoint of two ranks, the most shards to get wrong.

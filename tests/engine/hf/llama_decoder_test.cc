@@ -1,0 +1,159 @@
+// Generation: the KV-cache decoder against the training engine's forward (LlamaModel,
+// recipe none, fp32) on a randomly initialised model, greedy decoding with the cache
+// against argmax decoding that recomputes the whole prefix without it, and the sampler.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/engine/hf/checkpoint_logits.h"
+#include "worker/engine/hf/generate.h"
+#include "worker/engine/hf/llama_decoder.h"
+#include "worker/engine/hf/sampler.h"
+#include "worker/engine/model/llama.h"
+#include "worker/engine/tensor/device.h"
+
+namespace fp8::hf {
+namespace {
+
+// A model as a checkpoint would hold it: LlamaModel's initial parameters, by name.
+CheckpointModel RandomModel(bool tied, uint64_t seed) {
+  CheckpointModel m;
+  m.config.vocab_size = 260;
+  m.config.dim = 32;
+  m.config.n_layers = 2;
+  m.config.n_heads = 4;
+  m.config.n_kv_heads = 2;
+  m.config.ffn_dim = 48;
+  m.config.max_seq_len = 24;
+  m.config.tie_embeddings = tied;
+  v1::Fp8Spec fp8;
+  fp8.set_recipe(v1::Fp8Spec::NONE);
+  absl::StatusOr<std::unique_ptr<engine::LlamaModel>> model =
+      engine::LlamaModel::create(engine::Device::cpu(), m.config, fp8, seed);
+  EXPECT_TRUE(model.ok()) << model.status();
+  for (const engine::Parameter& p : (*model)->parameters().all()) {
+    absl::StatusOr<std::vector<float>> values = p.value.download<float>();
+    EXPECT_TRUE(values.ok());
+    m.parameters.push_back({p.name, p.value.shape(), *values});
+  }
+  return m;
+}
+
+std::vector<int32_t> Tokens(int n, int32_t vocab) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) out.push_back((i * 37 + 11) % vocab);
+  return out;
+}
+
+class LlamaDecoderLogitsTest : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Tied, LlamaDecoderLogitsTest, ::testing::Bool());
+
+TEST_P(LlamaDecoderLogitsTest, LogitsAtEveryPositionAreTheEnginesForward) {
+  const CheckpointModel m = RandomModel(GetParam(), 7);
+  const std::vector<int32_t> tokens = Tokens(static_cast<int>(m.config.max_seq_len), 260);
+  absl::StatusOr<std::vector<float>> engine = checkpoint_logits(m, tokens);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::Create(m);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  const int64_t vocab = m.config.vocab_size;
+  for (size_t pos = 0; pos < tokens.size(); ++pos) {
+    absl::StatusOr<std::span<const float>> got = decoder->feed(tokens[pos]);
+    ASSERT_TRUE(got.ok()) << got.status();
+    double err = 0, norm = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      const double want = (*engine)[pos * vocab + v];
+      err = std::max(err, std::abs((*got)[v] - want));
+      norm = std::max(norm, std::abs(want));
+    }
+    EXPECT_LT(err, 1e-4 * norm) << "position " << pos;
+  }
+  // The context is full now.
+  EXPECT_EQ(decoder->feed(0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LlamaDecoderTest, GreedyWithTheCacheIsArgmaxOfTheWholePrefixRecomputed) {
+  const CheckpointModel m = RandomModel(false, 11);
+  const std::vector<int32_t> prompt = {72, 101, 108, 108, 111};
+  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::Create(m);
+  ASSERT_TRUE(decoder.ok());
+  Sampler greedy(SamplingOptions{.temperature = 0});
+  absl::StatusOr<Generation> g = generate(*decoder, prompt, 100, greedy);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(g->context_full);
+  ASSERT_EQ(static_cast<int64_t>(prompt.size() + g->tokens.size()), m.config.max_seq_len + 1);
+
+  // Without a cache: the engine's forward over the whole sequence so far, every step.
+  std::vector<int32_t> sequence = prompt;
+  const int64_t vocab = m.config.vocab_size;
+  for (int32_t generated : g->tokens) {
+    absl::StatusOr<std::vector<float>> logits = checkpoint_logits(m, sequence);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    const auto last = logits->begin() + static_cast<int64_t>(sequence.size() - 1) * vocab;
+    const auto argmax = static_cast<int32_t>(std::max_element(last, last + vocab) - last);
+    ASSERT_EQ(generated, argmax) << "after " << sequence.size() << " tokens";
+    sequence.push_back(generated);
+  }
+
+  // The same again from the same decoder (generate starts it over).
+  absl::StatusOr<Generation> again = generate(*decoder, prompt, 100, greedy);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->tokens, g->tokens);
+}
+
+TEST(LlamaDecoderTest, BadPromptsAreRefused) {
+  const CheckpointModel m = RandomModel(false, 3);
+  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::Create(m);
+  ASSERT_TRUE(decoder.ok());
+  Sampler s(SamplingOptions{});
+  EXPECT_EQ(generate(*decoder, {}, 4, s).status().code(), absl::StatusCode::kInvalidArgument);
+  const std::vector<int32_t> outside = {1, 260};
+  absl::Status status = generate(*decoder, outside, 4, s).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("token 260 is outside the vocabulary of 260"), std::string::npos) << status;
+  const std::vector<int32_t> too_long(static_cast<size_t>(m.config.max_seq_len + 1), 5);
+  EXPECT_EQ(generate(*decoder, too_long, 4, s).status().code(), absl::StatusCode::kInvalidArgument);
+
+  CheckpointModel missing = m;
+  missing.parameters.pop_back();  // "output"
+  status = LlamaDecoder::Create(missing).status();
+  EXPECT_NE(status.message().find("no parameter output"), std::string::npos) << status;
+}
+
+TEST(SamplerTest, GreedyTopKAndSeeds) {
+  const std::vector<float> logits = {0.5f, 2.0f, 1.5f, 2.0f, -1.0f, 1.9f};
+  Sampler greedy(SamplingOptions{.temperature = 0});
+  EXPECT_EQ(greedy.next(logits), 1);  // the lowest id among equal maxima
+
+  // top_k 1 is greedy at any temperature; top_k 3 draws only among ids 1, 3 and 5.
+  Sampler one(SamplingOptions{.temperature = 5, .top_k = 1, .seed = 9});
+  Sampler three(SamplingOptions{.temperature = 5, .top_k = 3, .seed = 9});
+  Sampler all(SamplingOptions{.temperature = 5, .top_k = 0, .seed = 9});
+  std::vector<int> seen_three(6), seen_all(6);
+  for (int i = 0; i < 2000; ++i) {
+    EXPECT_EQ(one.next(logits), 1);
+    ++seen_three[three.next(logits)];
+    ++seen_all[all.next(logits)];
+  }
+  EXPECT_EQ(seen_three[0] + seen_three[2] + seen_three[4], 0);
+  EXPECT_GT(seen_three[1], 0);
+  EXPECT_GT(seen_three[3], 0);
+  EXPECT_GT(seen_three[5], 0);
+  for (int id = 0; id < 6; ++id) EXPECT_GT(seen_all[id], 0) << id;  // temperature 5 flattens
+
+  // A seed repeats its draws; another seed draws otherwise.
+  Sampler a(SamplingOptions{.temperature = 1, .seed = 42}), b(SamplingOptions{.temperature = 1, .seed = 42}),
+      c(SamplingOptions{.temperature = 1, .seed = 43});
+  std::vector<int32_t> da, db, dc;
+  for (int i = 0; i < 64; ++i) {
+    da.push_back(a.next(logits));
+    db.push_back(b.next(logits));
+    dc.push_back(c.next(logits));
+  }
+  EXPECT_EQ(da, db);
+  EXPECT_NE(da, dc);
+}
+
+}  // namespace
+}  // namespace fp8::hf
