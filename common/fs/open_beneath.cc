@@ -115,6 +115,14 @@ absl::StatusOr<UniqueFd> OpenFileBeneath(const fs::path& root, const fs::path& p
   return file;
 }
 
+absl::StatusOr<UniqueFd> OpenDirBeneath(const fs::path& root, const fs::path& path, const char* field) {
+  absl::StatusOr<std::vector<std::string>> parts = PartsBelow(root, path, field);
+  if (!parts.ok()) return parts.status();
+  absl::StatusOr<UniqueFd> dir = OpenRoot(root, field);
+  if (!dir.ok()) return dir.status();
+  return WalkFolders(std::move(*dir), root, *parts, parts->size(), /*create=*/false, path, field);
+}
+
 absl::StatusOr<UniqueFd> MakeDirsBeneath(const fs::path& root, const fs::path& path, const char* field) {
   absl::StatusOr<std::vector<std::string>> parts = PartsBelow(root, path, field);
   if (!parts.ok()) return parts.status();

@@ -38,6 +38,10 @@ class UniqueFd {
 absl::StatusOr<UniqueFd> OpenFileBeneath(const std::filesystem::path& root, const std::filesystem::path& path,
                                          const char* field);
 
+// Opens the existing folder `path` beneath `root` the same way (O_DIRECTORY).
+absl::StatusOr<UniqueFd> OpenDirBeneath(const std::filesystem::path& root, const std::filesystem::path& path,
+                                        const char* field);
+
 // Opens the folder `path` beneath `root` the same way, creating the folders that do not
 // exist yet (mode 0755), and returns it opened (O_DIRECTORY).
 absl::StatusOr<UniqueFd> MakeDirsBeneath(const std::filesystem::path& root, const std::filesystem::path& path,

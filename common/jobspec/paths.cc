@@ -19,6 +19,7 @@ void MakePathsAbsolute(v1::JobSpec& spec, const std::filesystem::path& base_dir)
   if (spec.data().has_path()) MakeAbsolute(*spec.mutable_data()->mutable_path(), base_dir);
   if (spec.data().has_val_path()) MakeAbsolute(*spec.mutable_data()->mutable_val_path(), base_dir);
   if (spec.data().has_tokenizer_model()) MakeAbsolute(*spec.mutable_data()->mutable_tokenizer_model(), base_dir);
+  if (spec.model().has_init_from()) MakeAbsolute(*spec.mutable_model()->mutable_init_from(), base_dir);
   if (spec.checkpoint().has_dir()) MakeAbsolute(*spec.mutable_checkpoint()->mutable_dir(), base_dir);
 }
 

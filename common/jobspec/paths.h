@@ -1,4 +1,5 @@
-// Paths in a job spec (data.path, data.val_path, data.tokenizer_model, checkpoint.dir) are relative to the job file's folder,
+// Paths in a job spec (data.path, data.val_path, data.tokenizer_model, model.init_from,
+// checkpoint.dir) are relative to the job file's folder,
 // so a job folder can be moved or shared as a whole. The file loader makes them absolute:
 // the spec then means the same to every process it is handed to.
 #pragma once

@@ -122,6 +122,7 @@ void CheckModel(const v1::JobSpec& s, Checks& c) {
     c.IntInRange("model.vocab_size", m.vocab_size(), 1, kMaxWidth);
   }
   c.Positive("model.rope_theta", m.rope_theta());
+  if (m.has_init_from() && m.init_from().empty()) c.Add("model.init_from", "must not be empty (leave it out for none)");
   if (!(m.norm_eps() > 0 && m.norm_eps() < 1)) {
     c.Add("model.norm_eps", absl::StrCat("must be in (0, 1), got ", FormatNumber(m.norm_eps())));
   }

@@ -150,7 +150,7 @@ absl::StatusOr<v1::JobSpec> AdmitJobSpec(const v1::JobSpec& spec, const PathRoot
   } else {
     problems.emplace_back(data.status().message());
   }
-  // data.val_path and data.tokenizer_model under data.path's own root: the worker is handed
+  // data.val_path, data.tokenizer_model and model.init_from under data.path's own root: the worker is handed
   // that one root to open them all beneath.
   std::vector<fs::path> data_root;
   for (const fs::path& root : roots.data) {
@@ -170,6 +170,11 @@ absl::StatusOr<v1::JobSpec> AdmitJobSpec(const v1::JobSpec& spec, const PathRoot
   if (data.ok() && d.has_tokenizer_model()) {
     if (std::optional<std::string> p = confine(d.tokenizer_model(), "spec.data.tokenizer_model")) {
       d.set_tokenizer_model(*p);
+    }
+  }
+  if (data.ok() && resolved->model().has_init_from()) {
+    if (std::optional<std::string> p = confine(resolved->model().init_from(), "spec.model.init_from")) {
+      resolved->mutable_model()->set_init_from(*p);
     }
   }
   absl::StatusOr<fs::path> dir = ConfineResolved(resolved->checkpoint().dir(), roots.checkpoint, "spec.checkpoint.dir");

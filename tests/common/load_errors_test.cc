@@ -115,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(
              "several_errors.yaml:4:3: model.n_layers: must be > 0, got 0",
              "several_errors.yaml:5:3: model.n_heads: 6 does not divide model.dim (64)",
              "several_errors.yaml:7:3: model.colour: unknown field; model has architecture, vocab_size, dim, "
-             "n_layers, n_heads, n_kv_heads, ffn_dim, max_seq_len, rope_theta, norm_eps, tie_embeddings",
+             "n_layers, n_heads, n_kv_heads, ffn_dim, max_seq_len, rope_theta, norm_eps, tie_embeddings, init_from",
              "several_errors.yaml:10:3: data.val_fraction: must be in [0, 0.5], got 0.7",
              "several_errors.yaml:14:3: train.grad_accum: 4 does not divide train.batch_size (6)",
              "several_errors.yaml:16:3: train.warmup_steps: 500 exceeds train.steps (100)",

@@ -134,7 +134,7 @@ TEST(ApplyOverride, InvalidResultLeavesTheSpecUnchanged) {
   EXPECT_EQ(status.message(),
             "override 'model.colour=blue': model.colour: unknown field; model has architecture, "
             "vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_dim, max_seq_len, rope_theta, "
-            "norm_eps, tie_embeddings");
+            "norm_eps, tie_embeddings, init_from");
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(s, before));
 }
 

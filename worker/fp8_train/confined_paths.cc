@@ -42,6 +42,15 @@ absl::StatusOr<ConfinedJobPaths> ConfineJobPaths(v1::JobSpec& spec, const std::s
       if (!alias.ok()) return alias.status();
       d.set_tokenizer_model(*alias);
     }
+    if (spec.model().has_init_from()) {
+      // A folder: its files are then opened without following links (init_from.h).
+      absl::StatusOr<fs_confined::UniqueFd> dir =
+          fs_confined::OpenDirBeneath(data_root, spec.model().init_from(), "model.init_from");
+      if (!dir.ok()) return dir.status();
+      spec.mutable_model()->set_init_from(fs_confined::FdPath(dir->get()).string());
+      out.data_files_held.push_back(std::move(*dir));
+      out.init_from_confined = true;
+    }
   }
   if (!checkpoint_root.empty()) {
     absl::StatusOr<fs_confined::UniqueFd> dir =

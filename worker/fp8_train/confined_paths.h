@@ -21,8 +21,10 @@ struct ConfinedJobPaths {
   // and the paths that stand for them (TrainerOptions::data_files).
   std::vector<fs_confined::UniqueFd> data_shards;
   std::vector<std::string> data_files;
-  // data.val_path and data.tokenizer_model, when the job has them.
+  // data.val_path and data.tokenizer_model, when the job has them, and model.init_from.
   std::vector<fs_confined::UniqueFd> data_files_held;
+  // model.init_from now names the folder opened beneath the data root.
+  bool init_from_confined = false;
   fs_confined::UniqueFd checkpoints;  // the checkpoint folder; held open for the whole run
   // What the spec named, and the path that now stands for it ("" when not confined):
   // messages and reports show the first.

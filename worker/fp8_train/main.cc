@@ -361,6 +361,7 @@ int main(int argc, char** argv) {
       fp8::train_cli::ConfineJobPaths(*spec, coord.data_root, coord.checkpoint_root);
   if (!paths.ok()) return fail(paths.status(), 2);
   trainer_options.data_files = paths->data_files;
+  trainer_options.init_from_follow_links = !paths->init_from_confined;
   if (nproc > 1) {
     fp8::train_cli::LocalLaunch launch;
     launch.nproc = nproc;

@@ -72,6 +72,11 @@ absl::StatusOr<TrainerCommand> BuildTrainerCommand(const v1::StartRank& start, c
       absl::StatusOr<fs_confined::UniqueFd> file = fs_confined::OpenFileBeneath(start.data_root(), path, field);
       if (!file.ok()) return file.status();
     }
+    if (start.spec().model().has_init_from()) {
+      absl::StatusOr<fs_confined::UniqueFd> dir =
+          fs_confined::OpenDirBeneath(start.data_root(), start.spec().model().init_from(), "spec.model.init_from");
+      if (!dir.ok()) return dir.status();
+    }
   }
   if (!start.checkpoint_root().empty() &&
       !fs_confined::IsBeneath(start.checkpoint_root(), start.spec().checkpoint().dir())) {

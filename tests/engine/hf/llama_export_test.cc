@@ -2,8 +2,10 @@
 // by FSDP ranks (forked processes over Gloo), exported to Hugging Face's layout; every
 // tensor must equal the checkpoint's parameter bit for bit (wq and wk once their RoPE row
 // order is undone), whatever the world size. Bad input leaves nothing behind.
+#include <cmath>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -22,6 +24,8 @@
 #include "worker/engine/hf/safetensors_reader.h"
 #include "worker/engine/hf/safetensors_writer.h"
 #include "worker/engine/model/llama_config.h"
+#include "worker/engine/tensor/device.h"
+#include "worker/engine/train/trainer.h"
 
 namespace fp8::hf {
 namespace {
@@ -244,6 +248,102 @@ TEST_F(HfImportBadInputTest, IsRefusedNamingTheFileAndWhat) {
     if (t.name == "model.norm.weight") t.shape = {t.shape[0] / 2, 2};
   }
   refused(WithTensors("reshaped", reshaped), "model.norm.weight is shaped [16, 2]; config.json's model needs [32]");
+}
+
+// model.init_from: a job started from an exported model holds its parameters bit for bit,
+// a single process and FSDP ranks (each reading its own rows) alike; a folder of another
+// model is refused naming each difference.
+class InitFromTest : public ExportFixture {
+ protected:
+  void SetUp() override {
+    Train(0);
+    ExportOptions o;
+    o.checkpoint = checkpoints();
+    o.out = dir_.path() / "hf";
+    ASSERT_TRUE(export_llama(o).ok());
+  }
+  // The trained job's model, started from the export, recipe none so that FSDP's losses
+  // match the single process's to rounding.
+  v1::JobSpec Continued(const std::string& name, int batch_size) const {
+    v1::JobSpec spec = spec_;
+    spec.mutable_model()->set_init_from((dir_.path() / "hf").string());
+    spec.mutable_fp8()->set_recipe(v1::Fp8Spec::NONE);
+    spec.mutable_fp8()->clear_all_gather_fp8();
+    spec.mutable_train()->set_steps(2);
+    spec.mutable_train()->set_batch_size(batch_size);
+    spec.mutable_train()->set_log_every(1);
+    spec.mutable_checkpoint()->set_dir((dir_.path() / name).string());
+    return spec;
+  }
+};
+
+TEST_F(InitFromTest, StartsFromTheModelsParametersOnEveryRank) {
+  RunOptions single;
+  single.world_size = 0;
+  RunOptions two;
+  two.world_size = 2;
+  const std::vector<RankOutcome> one_process = engine::testing::RunRanks(Continued("single", 4), single, dir_.path());
+  const std::vector<RankOutcome> ranks = engine::testing::RunRanks(Continued("fsdp", 2), two, dir_.path());
+  v1::JobSpec fresh_spec = Continued("fresh", 4);
+  fresh_spec.mutable_model()->clear_init_from();
+  const std::vector<RankOutcome> fresh = engine::testing::RunRanks(fresh_spec, single, dir_.path());
+  for (const auto* run : {&one_process, &ranks, &fresh}) {
+    for (const RankOutcome& r : *run) ASSERT_TRUE(r.ok) << r.error;
+  }
+  ASSERT_EQ(one_process[0].steps.size(), 2u);
+  ASSERT_EQ(ranks[0].steps.size(), 2u);
+  // The first loss comes from the initial parameters alone: each rank's rows of every
+  // tensor, put together, are the single process's whole tensors.
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NEAR(ranks[0].steps[i].loss, one_process[0].steps[i].loss, 1e-6 * one_process[0].steps[i].loss) << i;
+  }
+  EXPECT_GT(std::abs(fresh[0].steps[0].loss - one_process[0].steps[0].loss), 1e-3);  // not the random start
+
+  // In this process (after the forks): the trainer's parameters are the checkpoint's.
+  absl::StatusOr<CheckpointModel> trained = read_checkpoint_model(checkpoints());
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  absl::StatusOr<std::unique_ptr<engine::Trainer>> t =
+      engine::Trainer::create(Continued("in-process", 4), engine::Device::cpu());
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (const engine::Parameter& p : (*t)->trained_parameters().all()) {
+    SCOPED_TRACE(p.name);
+    const NamedTensor* want = trained->find(p.name);
+    ASSERT_NE(want, nullptr);
+    const std::vector<float> got = *p.value.download<float>();
+    ASSERT_EQ(got.size(), want->values.size());
+    EXPECT_EQ(std::memcmp(got.data(), want->values.data(), got.size() * sizeof(float)), 0);
+  }
+
+  // Opened beneath a root, the folder's files are not followed through links.
+  const std::filesystem::path linked = dir_.path() / "linked";
+  std::filesystem::create_directory(linked);
+  std::filesystem::copy(dir_.path() / "hf" / "config.json", linked / "config.json");
+  std::filesystem::create_symlink(dir_.path() / "hf" / "model.safetensors", linked / "model.safetensors");
+  v1::JobSpec through_link = Continued("linked", 4);
+  through_link.mutable_model()->set_init_from(linked.string());
+  engine::TrainerOptions confined;
+  confined.init_from_follow_links = false;
+  absl::Status refused = engine::Trainer::create(through_link, engine::Device::cpu(), nullptr, confined).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find((linked / "model.safetensors").string()), std::string::npos) << refused;
+  EXPECT_TRUE(engine::Trainer::create(through_link, engine::Device::cpu()).ok());
+
+  // Another model's folder: every difference named, field against config.json's key.
+  v1::JobSpec other = Continued("other", 4);
+  other.mutable_model()->set_n_kv_heads(4);
+  other.mutable_model()->set_ffn_dim(96);
+  refused = engine::Trainer::create(other, engine::Device::cpu()).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("model.n_kv_heads is 4, config.json's num_key_value_heads 2; "
+                                   "model.ffn_dim is 96, config.json's intermediate_size 64"),
+            std::string::npos)
+      << refused;
+  other = Continued("missing", 4);
+  other.mutable_model()->set_init_from((dir_.path() / "nowhere").string());
+  refused = engine::Trainer::create(other, engine::Device::cpu()).status();
+  EXPECT_NE(refused.message().find("model.init_from: " + (dir_.path() / "nowhere").string() + ": no such directory"),
+            std::string::npos)
+      << refused;
 }
 
 // On a checkpoint of two ranks, the most shards to get wrong.

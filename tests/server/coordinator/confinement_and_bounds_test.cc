@@ -104,6 +104,21 @@ TEST_F(CoordinatorTest, AValidationPathIsConfinedAsTheDataPathIs) {
   EXPECT_EQ(Get(id).spec().data().val_path(), (dir_ / "data" / "val.txt").string());
 }
 
+// model.init_from (a folder) is confined as data.path is, under the same root.
+TEST_F(CoordinatorTest, AModelToStartFromIsConfinedAsTheDataPathIs) {
+  fs::create_directories(dir_ / "data" / "my-model");
+  fs::create_symlink("/etc", dir_ / "data" / "etc");
+  v1::JobSpec escaping = Spec(1);
+  escaping.mutable_model()->set_init_from((dir_ / "data" / "etc").string());
+  std::string message;
+  EXPECT_EQ(SubmitCode(*c_, alice_, escaping, &message), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message.find("spec.model.init_from"), std::string::npos) << message;
+  v1::JobSpec inside = Spec(1);
+  inside.mutable_model()->set_init_from((dir_ / "data" / "my-model").string());
+  const std::string id = SubmitAs(alice_, inside);
+  EXPECT_EQ(Get(id).spec().model().init_from(), (dir_ / "data" / "my-model").string());
+}
+
 // A pattern of shards is confined by its folder: one under the root is admitted, one whose
 // folder leads out through a link is refused (the worker and the trainer then open every
 // match beneath the root themselves).

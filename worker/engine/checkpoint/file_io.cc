@@ -93,8 +93,8 @@ absl::Status OutputFile::Close() {
 
 // ---- InputFile -----------------------------------------------------------------------------
 
-absl::StatusOr<InputFile> InputFile::Open(std::filesystem::path path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+absl::StatusOr<InputFile> InputFile::Open(std::filesystem::path path, bool follow_links) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (follow_links ? 0 : O_NOFOLLOW));
   if (fd < 0) return ErrnoError(errno, path, "cannot open");
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

@@ -47,7 +47,9 @@ class OutputFile {
 // A file opened for positioned reads. Move-only.
 class InputFile {
  public:
-  static absl::StatusOr<InputFile> Open(std::filesystem::path path);
+  // A symbolic link as the file itself is refused unless `follow_links` (O_NOFOLLOW): a
+  // folder opened beneath a root (/proc/self/fd/N) then cannot lead out of it.
+  static absl::StatusOr<InputFile> Open(std::filesystem::path path, bool follow_links = true);
   InputFile(InputFile&& other) noexcept;
   InputFile& operator=(InputFile&& other) noexcept;
   ~InputFile();

@@ -35,8 +35,8 @@ bool as_size(const nlohmann::json& v, uint64_t& out) {
 
 }  // namespace
 
-absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(const std::filesystem::path& path) {
-  FP8_ASSIGN_OR_RETURN(checkpoint::InputFile file, checkpoint::InputFile::Open(path));
+absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(const std::filesystem::path& path, bool follow_links) {
+  FP8_ASSIGN_OR_RETURN(checkpoint::InputFile file, checkpoint::InputFile::Open(path, follow_links));
   SafetensorsReader r(std::move(file));
   const uint64_t size = r.file_.size();
   if (size < 8) return bad(path, absl::StrCat("the file has ", size, " bytes, fewer than the 8 of the header length"));
@@ -135,9 +135,26 @@ absl::StatusOr<std::vector<std::byte>> SafetensorsReader::ReadBytes(std::string_
 }
 
 absl::StatusOr<std::vector<float>> SafetensorsReader::ReadF32(std::string_view name) const {
-  FP8_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadBytes(name));
-  const SafetensorsTensorInfo& t = *Find(name);
-  std::vector<float> out(static_cast<size_t>(t.numel()));
+  const SafetensorsTensorInfo* t = Find(name);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat(path().string(), ": no tensor '", std::string(name), "'"));
+  return ReadF32Rows(name, 0, t->shape.empty() ? 1 : t->shape[0]);
+}
+
+absl::StatusOr<std::vector<float>> SafetensorsReader::ReadF32Rows(std::string_view name, int64_t begin,
+                                                                  int64_t end) const {
+  const SafetensorsTensorInfo* found = Find(name);
+  if (found == nullptr) return absl::NotFoundError(absl::StrCat(path().string(), ": no tensor '", std::string(name), "'"));
+  const SafetensorsTensorInfo& t = *found;
+  const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+  if (begin < 0 || begin > end || end > rows) {
+    return absl::InvalidArgumentError(absl::StrCat(path().string(), ": rows [", begin, ", ", end, ") of ",
+                                                   std::string(name), ", which has ", rows));
+  }
+  const int64_t row_elements = rows == 0 ? 0 : t.numel() / rows;
+  const uint64_t width = element_bytes(t.dtype);
+  std::vector<std::byte> bytes(static_cast<size_t>((end - begin) * row_elements) * width);
+  FP8_RETURN_IF_ERROR(file_.ReadAt(data_start_ + t.begin + static_cast<uint64_t>(begin * row_elements) * width, bytes));
+  std::vector<float> out(static_cast<size_t>((end - begin) * row_elements));
   if (t.dtype == SafetensorsDType::kF32) {
     if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());  // null for an empty tensor
   } else {

@@ -26,7 +26,8 @@ namespace fp8::hf {
 
 class SafetensorsReader {
  public:
-  static absl::StatusOr<SafetensorsReader> Open(const std::filesystem::path& path);
+  // follow_links false: a symbolic link as the file is refused (checkpoint::InputFile).
+  static absl::StatusOr<SafetensorsReader> Open(const std::filesystem::path& path, bool follow_links = true);
 
   const std::filesystem::path& path() const { return file_.path(); }
   // In the order of their bytes in the file.
@@ -41,6 +42,8 @@ class SafetensorsReader {
   absl::StatusOr<std::vector<std::byte>> ReadBytes(std::string_view name) const;
   // The tensor as fp32 (F32 as stored, BF16 widened).
   absl::StatusOr<std::vector<float>> ReadF32(std::string_view name) const;
+  // Rows [begin, end) of dimension 0 as fp32 (the bytes of those rows only).
+  absl::StatusOr<std::vector<float>> ReadF32Rows(std::string_view name, int64_t begin, int64_t end) const;
 
  private:
   explicit SafetensorsReader(checkpoint::InputFile file) : file_(std::move(file)) {}

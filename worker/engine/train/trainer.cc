@@ -14,6 +14,7 @@
 #include "worker/engine/checkpoint/discovery.h"
 #include "worker/engine/checkpoint/layout.h"
 #include "worker/engine/checkpoint/shard_reader.h"
+#include "worker/engine/train/init_from.h"
 #include "worker/engine/checkpoint/retention.h"
 #include "worker/engine/checkpoint/save.h"
 #include "worker/engine/status_macros.h"
@@ -102,6 +103,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
     options.collectives = trainer_options.collectives;
     FP8_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FsdpModel::create(*t->model_, *group, options));
     t->trained_ = &t->fsdp_->shards();
+  }
+  if (spec.model().has_init_from()) {
+    // Before any checkpoint: resume() then replaces these with the job's own, if any.
+    const InitFromOptions init{spec.model().init_from(), trainer_options.init_from_follow_links, rank, world};
+    FP8_RETURN_IF_ERROR(init_from_hf(spec.model(), init, *t->trained_));
+    if (t->fsdp_) t->fsdp_->shards_changed();
   }
   t->collective_timeout_.emplace(group, tr.collective_timeout_seconds());
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, device.model_ops());

@@ -1,6 +1,7 @@
 // The training loop of one process: a job spec in, a trained model and checkpoints out.
 //
-//   Trainer::create(spec, device)      load the corpus, build the model, optimizer, data
+//   Trainer::create(spec, device)      load the corpus, build the model (model.init_from's
+//                                      weights when given: init_from.h), optimizer, data
 //   trainer->resume(observer)          optional: continue from the newest good checkpoint
 //   trainer->run(observer, control)    train to the job's last step (or until stopped)
 //
@@ -66,6 +67,9 @@ struct TrainerOptions {
   // data.path's files when the caller found them (a pattern's matches, opened beneath the
   // data root); empty: the trainer reads data.path itself.
   std::vector<std::string> data_files;
+  // model.init_from was opened beneath a root: a symbolic link among its files is refused
+  // (init_from.h).
+  bool init_from_follow_links = true;
 };
 
 class Trainer {
