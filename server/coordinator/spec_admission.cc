@@ -150,8 +150,8 @@ absl::StatusOr<v1::JobSpec> AdmitJobSpec(const v1::JobSpec& spec, const PathRoot
   } else {
     problems.emplace_back(data.status().message());
   }
-  // data.val_path, data.tokenizer_model and model.init_from under data.path's own root: the worker is handed
-  // that one root to open them all beneath.
+  // data.val_path, data.tokenizer_model and model.init_from under data.path's own root:
+  // the worker is handed that one root to open them all beneath.
   std::vector<fs::path> data_root;
   for (const fs::path& root : roots.data) {
     if (data.ok() && IsUnder(*data, root)) data_root = {root};

@@ -3,6 +3,7 @@
 // left behind), and fp8-train training on the shards it made.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -234,6 +235,43 @@ TEST_F(Fp8DataCliTest, ASentencePieceTokenizerMakesShardsThatFp8TrainTrainsOn) {
   const RunResult bytes = Run(FP8_TRAIN_BINARY, {"--config", (dir_ / "bytes.yaml").string()}, "bytes");
   EXPECT_NE(bytes.exit.code, 0) << Show(bytes);
   EXPECT_NE(bytes.err.find("another tokenizer"), std::string::npos) << Show(bytes);
+
+  // The trained model out and on: exported with its tokenizer, a prompt encoded, continued
+  // greedily from the export and from the checkpoint alike, and the new ids decoded.
+  const std::string model = (dir_ / "tok.model").string();
+  const RunResult exported = Run(FP8_MODEL_BINARY, {"export", "--checkpoint", (dir_ / "ckpt").string(), "--out",
+                                                    (dir_ / "hf").string(), "--tokenizer-model", model},
+                                 "export");
+  ASSERT_EQ(exported.exit.code, 0) << Show(exported);
+  const std::string prompt = "the small river in the morning";
+  const RunResult encoded = Data({"encode", "--tokenizer-model", model, prompt}, "encode");
+  ASSERT_EQ(encoded.exit.code, 0) << Show(encoded);
+  const std::string ids = encoded.out.substr(0, encoded.out.find('\n'));
+  EXPECT_EQ(Data({"decode", "--tokenizer-model", model, ids}, "decode-prompt").out, prompt + "\n");
+  std::vector<std::string> continued;
+  for (const char* source : {"--hf", "--checkpoint"}) {
+    const fs::path from = dir_ / (std::string(source) == "--hf" ? "hf" : "ckpt");
+    const RunResult g = Run(FP8_MODEL_BINARY,
+                            {"generate", source, from.string(), "--prompt-tokens", ids, "--max-new-tokens", "8",
+                             "--temperature", "0"},
+                            std::string("generate") + source);
+    ASSERT_EQ(g.exit.code, 0) << Show(g);
+    continued.push_back(g.out.substr(0, g.out.find('\n')));
+  }
+  EXPECT_EQ(continued[0], continued[1]);
+  EXPECT_EQ(std::count(continued[0].begin(), continued[0].end(), ','), 7) << continued[0];
+  const RunResult decoded = Data({"decode", "--tokenizer-model", model, continued[0]}, "decode");
+  EXPECT_EQ(decoded.exit.code, 0) << Show(decoded);
+  // As the README pipes it: the ids on standard input.
+  const RunResult piped = Run("/bin/sh",
+                              {"-c", std::string("echo ") + continued[0] + " | " + FP8_DATA_BINARY +
+                                         " decode --tokenizer-model " + model},
+                              "decode-stdin");
+  EXPECT_EQ(piped.exit.code, 0) << Show(piped);
+  EXPECT_EQ(piped.out, decoded.out);
+  const RunResult outside = Data({"decode", "--tokenizer-model", model, "1,300"}, "decode-outside");
+  EXPECT_EQ(outside.exit.code, 2) << Show(outside);
+  EXPECT_NE(outside.err.find("'300' is not a token id"), std::string::npos) << Show(outside);
 }
 
 }  // namespace

@@ -8,19 +8,32 @@
 //       DIR/NAME-00000.tokens, ...; prints a summary.
 //   fp8-data inspect SHARD [--tokens N] [--tokenizer-model M]
 //       a shard's header, its documents and its first N tokens decoded.
+//   fp8-data encode [--tokenizer-model M] TEXT
+//       TEXT's token ids, comma-separated (for `fp8-model generate --prompt-tokens`).
+//   fp8-data decode [--tokenizer-model M] [IDS]
+//       the text of comma-separated token ids (what `fp8-model generate` printed), from
+//       standard input when IDS is not given.
 //
 // Exit status: 0 done, 2 bad command line or bad input (the message names the file and
 // where in it), 1 other failures.
 #include <unistd.h>
 
 #include <cstdio>
+#include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "worker/engine/data/tokenizer.h"
 #include "worker/fp8_data/inspect.h"
 #include "worker/fp8_data/prepare.h"
+#include "worker/fp8_data/sentencepiece_tokenizer.h"
 #include "worker/fp8_data/train_tokenizer.h"
 
 namespace {
@@ -60,10 +73,41 @@ int RunPrepare(const fp8::data_cli::PrepareOptions& options) {
   return 0;
 }
 
+absl::StatusOr<std::unique_ptr<fp8::engine::data::Tokenizer>> TokenizerOf(const std::string& model) {
+  if (model.empty()) return fp8::engine::data::Tokenizer::Bytes();
+  return fp8::data_cli::LoadSentencePiece(model, "--tokenizer-model");
+}
+
+int RunEncode(const std::string& model, const std::string& text) {
+  absl::StatusOr<std::unique_ptr<fp8::engine::data::Tokenizer>> tokenizer = TokenizerOf(model);
+  if (!tokenizer.ok()) return Fail(tokenizer.status());
+  std::vector<uint32_t> ids;
+  if (absl::Status s = (*tokenizer)->Encode(text, ids); !s.ok()) return Fail(s);
+  std::printf("%s\n", absl::StrJoin(ids, ",").c_str());
+  return 0;
+}
+
+int RunDecode(const std::string& model, const std::string& text) {
+  absl::StatusOr<std::unique_ptr<fp8::engine::data::Tokenizer>> tokenizer = TokenizerOf(model);
+  if (!tokenizer.ok()) return Fail(tokenizer.status());
+  std::vector<int32_t> ids;
+  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(piece, &id) || id < 0 || static_cast<uint32_t>(id) >= (*tokenizer)->vocab_size()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("decode: '", piece, "' is not a token id of ",
+                                                          (*tokenizer)->name(), " (vocabulary ",
+                                                          (*tokenizer)->vocab_size(), ")")));
+    }
+    ids.push_back(id);
+  }
+  std::printf("%s\n", (*tokenizer)->Decode(ids).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"fp8-data: text into token shards for fp8-train, and what a shard holds"};
+  CLI::App app{"fp8-data: text into token shards for fp8-train, what a shard holds, text to token ids and back"};
   app.require_subcommand(1);
 
   fp8::data_cli::PrepareOptions prepare;
@@ -92,12 +136,27 @@ int main(int argc, char** argv) {
   std::string inspect_model;
   inspect_cmd->add_option("--tokenizer-model", inspect_model, "the SentencePiece model that made the shard");
 
+  std::string codec_model, codec_input;
+  CLI::App* encode_cmd = app.add_subcommand("encode", "text into token ids, comma-separated");
+  encode_cmd->add_option("text", codec_input, "the text")->required();
+  encode_cmd->add_option("--tokenizer-model", codec_model, "a SentencePiece model; default: the bytes tokenizer");
+  CLI::App* decode_cmd = app.add_subcommand("decode", "comma-separated token ids into text");
+  decode_cmd->add_option("ids", codec_input, "the ids, e.g. 72,105; default: a line of standard input");
+  decode_cmd->add_option("--tokenizer-model", codec_model, "a SentencePiece model; default: the bytes tokenizer");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (prepare_cmd->parsed()) return RunPrepare(prepare);
+  if (encode_cmd->parsed()) return RunEncode(codec_model, codec_input);
+  if (decode_cmd->parsed()) {
+    if (decode_cmd->count("ids") == 0 && !std::getline(std::cin, codec_input)) {
+      return Fail(absl::InvalidArgumentError("decode: no ids given and none on standard input"));
+    }
+    return RunDecode(codec_model, codec_input);
+  }
   if (train_cmd->parsed()) {
     if (absl::Status s = fp8::data_cli::TrainTokenizer(train); !s.ok()) return Fail(s);
     std::printf("%s.model, %s.vocab: %d pieces (%s)\n", train.out_prefix.c_str(), train.out_prefix.c_str(),

@@ -1,6 +1,8 @@
 // Generation: the KV-cache decoder against the training engine's forward (LlamaModel,
 // recipe none, fp32) on a randomly initialised model, greedy decoding with the cache
 // against argmax decoding that recomputes the whole prefix without it, and the sampler.
+#include "worker/engine/hf/llama_decoder.h"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -9,7 +11,6 @@
 #include "gtest/gtest.h"
 #include "worker/engine/hf/checkpoint_logits.h"
 #include "worker/engine/hf/generate.h"
-#include "worker/engine/hf/llama_decoder.h"
 #include "worker/engine/hf/sampler.h"
 #include "worker/engine/model/llama.h"
 #include "worker/engine/tensor/device.h"

@@ -52,7 +52,9 @@ absl::StatusOr<double> positive_number(const json& j, const std::filesystem::pat
                                        double fallback) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number() || !(it->get<double>() > 0)) return bad(file, absl::StrCat(key, ": ", it->dump(), " is not positive"));
+  if (!it->is_number() || !(it->get<double>() > 0)) {
+    return bad(file, absl::StrCat(key, ": ", it->dump(), " is not positive"));
+  }
   return it->get<double>();
 }
 
@@ -65,7 +67,9 @@ absl::Status refuse_unsupported(const json& j, const std::filesystem::path& file
     return bad(file, "rope_scaling is set; only plain RoPE (rope_scaling null) is supported");
   }
   for (const char* key : {"attention_bias", "mlp_bias"}) {
-    if (const auto it = j.find(key); it != j.end() && *it != false) return bad(file, absl::StrCat(key, " must be false"));
+    if (const auto it = j.find(key); it != j.end() && *it != false) {
+      return bad(file, absl::StrCat(key, " must be false"));
+    }
   }
   if (const auto it = j.find("hidden_act"); it != j.end() && *it != "silu") {
     return bad(file, absl::StrCat("hidden_act ", it->dump(), " is not silu"));
@@ -86,7 +90,9 @@ absl::StatusOr<std::map<std::string, std::filesystem::path>> tensor_files(const 
     for (const SafetensorsTensorInfo& t : r->tensors()) out[t.name] = single;
     return out;
   }
-  if (!std::filesystem::exists(index, ec)) return bad(dir, "has neither model.safetensors nor model.safetensors.index.json");
+  if (!std::filesystem::exists(index, ec)) {
+    return bad(dir, "has neither model.safetensors nor model.safetensors.index.json");
+  }
   FP8_ASSIGN_OR_RETURN(json j, read_json(index, follow_links));
   const auto map = j.find("weight_map");
   if (map == j.end() || !map->is_object()) return bad(index, "has no weight_map object");
@@ -184,8 +190,7 @@ absl::StatusOr<HfModelSource> HfModelSource::Open(const std::filesystem::path& d
   return out;
 }
 
-absl::StatusOr<std::vector<float>> HfModelSource::read_rows(const ParameterShape& p, int64_t begin,
-                                                            int64_t end) const {
+absl::StatusOr<std::vector<float>> HfModelSource::read_rows(const ParameterShape& p, int64_t begin, int64_t end) const {
   const std::string name = hf_tensor_name(p.name);
   const auto it = tensors_.find(name);
   if (it == tensors_.end()) return absl::InvalidArgumentError(absl::StrCat(dir_.string(), ": no parameter ", p.name));

@@ -56,7 +56,8 @@ absl::StatusOr<LlamaDecoder> LlamaDecoder::Create(const CheckpointModel& model) 
   auto tensor = [&](const std::string& name, std::vector<int64_t> shape) -> absl::StatusOr<const float*> {
     const NamedTensor* t = model.find(name);
     if (t == nullptr || t->shape != shape) {
-      return absl::InvalidArgumentError(absl::StrCat("the model has no parameter ", name, " shaped as its config says"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the model has no parameter ", name, " shaped as its config says"));
     }
     return t->values.data();
   };
@@ -148,7 +149,9 @@ absl::StatusOr<std::span<const float>> LlamaDecoder::feed(int32_t token) {
       float* out = attn_.data() + h * hd;
       for (int64_t j = 0; j < hd; ++j) {
         double acc = 0;
-        for (int64_t t = 0; t <= pos; ++t) acc += static_cast<double>(scores_[t]) * values_[l][t * kv_dim + kv_offset + j];
+        for (int64_t t = 0; t <= pos; ++t) {
+          acc += static_cast<double>(scores_[t]) * values_[l][t * kv_dim + kv_offset + j];
+        }
         out[j] = static_cast<float>(acc / sum);
       }
     }

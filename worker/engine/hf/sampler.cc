@@ -15,9 +15,8 @@ int32_t Sampler::next(std::span<const float> logits) {
   std::iota(order_.begin(), order_.end(), 0);
   const int32_t keep = options_.top_k > 0 ? std::min(options_.top_k, vocab) : vocab;
   // Most likely first; equal logits by id, so the candidates do not depend on the sort.
-  std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+  std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   const double max = logits[order_[0]];
   std::vector<double> weights(static_cast<size_t>(keep));
   double total = 0;

@@ -23,7 +23,9 @@ absl::Status bad(const InitFromOptions& o, absl::string_view what) {
 std::vector<std::string> differences(const v1::ModelSpec& job, const v1::ModelSpec& hf) {
   std::vector<std::string> out;
   auto compare = [&](const char* field, const char* key, auto ours, auto theirs) {
-    if (ours != theirs) out.push_back(absl::StrCat("model.", field, " is ", ours, ", config.json's ", key, " ", theirs));
+    if (ours != theirs) {
+      out.push_back(absl::StrCat("model.", field, " is ", ours, ", config.json's ", key, " ", theirs));
+    }
   };
   compare("dim", "hidden_size", job.dim(), hf.dim());
   compare("n_layers", "num_hidden_layers", job.n_layers(), hf.n_layers());
@@ -46,7 +48,8 @@ absl::Status init_from_hf(const v1::ModelSpec& model, const InitFromOptions& o, 
     return bad(o, absl::StrCat("holds another model: ", absl::StrJoin(diff, "; ")));
   }
   for (const hf::ParameterShape& p : hf::llama_parameter_shapes(source->config())) {
-    auto it = std::find_if(trained.all().begin(), trained.all().end(), [&](const Parameter& t) { return t.name == p.name; });
+    auto it =
+        std::find_if(trained.all().begin(), trained.all().end(), [&](const Parameter& t) { return t.name == p.name; });
     if (it == trained.all().end()) return bad(o, absl::StrCat("the job's model has no parameter ", p.name));
     std::vector<float> values;
     if (o.world_size == 1) {
