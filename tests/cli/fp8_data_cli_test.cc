@@ -114,6 +114,46 @@ TEST_F(Fp8DataCliTest, TextAndJsonLinesBecomeShardsOfTheirBytesWithEndOfTextBetw
   EXPECT_NE(inspected.out.find("first document"), std::string::npos) << inspected.out;
 }
 
+// Documents are encoded on several threads and written in input order: the shards are the
+// same bytes for any thread count, and the first bad document in input order is the error.
+TEST_F(Fp8DataCliTest, ThreadsChangeNothingButTheTime) {
+  const std::string text = SyntheticText(64 * 1024);
+  std::string lines;
+  for (size_t at = 0; at + 100 <= text.size(); at += 100) {
+    std::string piece = text.substr(at, 100);
+    std::replace(piece.begin(), piece.end(), '\n', ' ');
+    lines += "{\"text\": \"" + piece + "\"}\n";
+  }
+  Write("docs.jsonl", lines);
+  Write("a.txt", text.substr(0, 5000));
+  Write("b.txt", text.substr(5000, 7000));
+  std::vector<std::vector<int32_t>> made;
+  for (const char* threads : {"1", "3", "0"}) {
+    const fs::path out = dir_ / (std::string("out-") + threads);
+    const RunResult r = Data({"prepare", "--out", out.string(), "--threads", threads, "--shard-tokens", "9000",
+                              (dir_ / "*.txt").string(), (dir_ / "docs.jsonl").string()},
+                             std::string("prepare-") + threads);
+    ASSERT_EQ(r.exit.code, 0) << Show(r);
+    std::vector<std::string> shards;
+    for (const std::string& name : Listing(out)) shards.push_back((out / name).string());
+    std::sort(shards.begin(), shards.end());
+    ASSERT_GT(shards.size(), 1u);
+    made.push_back(Tokens(shards));
+  }
+  EXPECT_EQ(made[0], made[1]);
+  EXPECT_EQ(made[0], made[2]);
+
+  lines.insert(lines.find('\n', lines.size() / 2) + 1, "{\"body\": 1}\n{\"text\": 2}\n");
+  Write("bad.jsonl", lines);
+  const int first_bad = static_cast<int>(std::count(lines.begin(), lines.begin() + lines.find("{\"body"), '\n')) + 1;
+  const RunResult bad = Data({"prepare", "--out", (dir_ / "bad").string(), "--threads", "4",
+                              (dir_ / "bad.jsonl").string()},
+                             "bad");
+  EXPECT_EQ(bad.exit.code, 2) << Show(bad);
+  EXPECT_NE(bad.err.find("bad.jsonl:" + std::to_string(first_bad) + ":"), std::string::npos) << Show(bad);
+  EXPECT_TRUE(Listing(dir_ / "bad").empty());
+}
+
 TEST_F(Fp8DataCliTest, BadInputIsRefusedWithTheFileAndWhereAndLeavesNothing) {
   struct Case {
     std::string name;

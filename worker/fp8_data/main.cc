@@ -2,7 +2,7 @@
 //
 //   fp8-data train-tokenizer --out PREFIX --vocab-size N [--model-type bpe|unigram] INPUT...
 //       a SentencePiece model of the inputs' text: PREFIX.model and PREFIX.vocab.
-//   fp8-data prepare --out DIR [--name NAME] [--shard-tokens N] [--tokenizer-model M] INPUT...
+//   fp8-data prepare --out DIR [--name NAME] [--shard-tokens N] [--tokenizer-model M] [--threads T] INPUT...
 //       text files, glob patterns or JSON Lines (*.jsonl, a "text" field per line) into
 //       token shards (the bytes tokenizer, or the SentencePiece model M),
 //       DIR/NAME-00000.tokens, ...; prints a summary.
@@ -117,6 +117,9 @@ int main(int argc, char** argv) {
   prepare_cmd->add_option("--out", prepare.out_dir, "folder for the shards (created if missing)")->required();
   prepare_cmd->add_option("--name", prepare.name, "shard name prefix")->capture_default_str();
   prepare_cmd->add_option("--shard-tokens", prepare.shard_tokens, "tokens per shard at most")->capture_default_str();
+  prepare_cmd->add_option("--threads", prepare.threads, "threads that encode documents; 0: one per core")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
   prepare_cmd->add_option("--tokenizer-model", prepare.tokenizer_model,
                           "a SentencePiece model (fp8-data train-tokenizer); default: the bytes tokenizer");
 

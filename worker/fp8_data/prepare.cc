@@ -2,13 +2,17 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
-#include <memory>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
+#include <span>
 #include <string_view>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -27,27 +31,52 @@ namespace fs = std::filesystem;
 using engine::data::TokenShardHeader;
 using engine::data::TokenShardWriter;
 
-// Writes documents into shards of at most options.shard_tokens tokens, in a staging folder.
+// One document's tokens, its end-of-text id included; thread-safe (the tokenizers' Encode
+// is). Errors name `where`.
+absl::StatusOr<std::vector<uint32_t>> EncodeDocument(const engine::data::Tokenizer& tokenizer, std::string_view text,
+                                                     const std::string& where) {
+  if (std::optional<size_t> bad = FirstInvalidUtf8(text)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ", byte ", *bad, ": not UTF-8"));
+  }
+  const bool bytes = tokenizer.fingerprint() == engine::data::TokenizerFingerprint(engine::data::kBytesTokenizerName);
+  if (const size_t eot = text.find(static_cast<char>(engine::data::kBytesEndOfText));
+      bytes && eot != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ", byte ", eot, ": the end-of-text byte 0x03, which separates documents"));
+  }
+  std::vector<uint32_t> tokens;
+  if (absl::Status s = tokenizer.Encode(text, tokens); !s.ok()) return s;
+  tokens.push_back(tokenizer.end_of_text());
+  return tokens;
+}
+
+// A document as found in the input: a whole text file, or one line of a JSON Lines file
+// (parsed with the encoding, on the worker threads).
+struct RawDocument {
+  std::string_view text;
+  std::string where;  // "file" or "file:line"
+  bool json_line = false;
+};
+
+absl::StatusOr<std::vector<uint32_t>> EncodeRaw(const engine::data::Tokenizer& tokenizer, const RawDocument& doc) {
+  if (!doc.json_line) return EncodeDocument(tokenizer, doc.text, doc.where);
+  const nlohmann::json value = nlohmann::json::parse(doc.text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(doc.where, ": not a JSON value"));
+  if (!value.is_object() || !value.contains("text") || !value["text"].is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(doc.where, ": expected an object with a string \"text\""));
+  }
+  return EncodeDocument(tokenizer, value["text"].get_ref<const std::string&>(), doc.where);
+}
+
+// Writes documents' tokens into shards of at most options.shard_tokens tokens, in a
+// staging folder, in the order they are added.
 class ShardSink {
  public:
   ShardSink(const PrepareOptions& options, const engine::data::Tokenizer& tokenizer, fs::path staging)
       : options_(options), tokenizer_(tokenizer), staging_(std::move(staging)) {}
 
-  absl::Status AddDocument(std::string_view text, const std::string& where) {
-    if (std::optional<size_t> bad = FirstInvalidUtf8(text)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ", byte ", *bad, ": not UTF-8"));
-    }
-    const bool bytes =
-        tokenizer_.fingerprint() == engine::data::TokenizerFingerprint(engine::data::kBytesTokenizerName);
-    if (const size_t eot = text.find(static_cast<char>(engine::data::kBytesEndOfText));
-        bytes && eot != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ", byte ", eot,
-                                                     ": the end-of-text byte 0x03, which separates documents"));
-    }
-    std::vector<uint32_t> tokens;
-    if (absl::Status s = tokenizer_.Encode(text, tokens); !s.ok()) return s;
-    tokens.push_back(tokenizer_.end_of_text());
-    std::span<const uint32_t> rest(tokens);
+  absl::Status AddDocument(std::span<const uint32_t> tokens, int64_t text_bytes) {
+    std::span<const uint32_t> rest = tokens;
     while (!rest.empty()) {
       if (!writer_ || writer_->tokens() == options_.shard_tokens) {
         if (absl::Status s = NextShard(); !s.ok()) return s;
@@ -59,7 +88,7 @@ class ShardSink {
     }
     ++summary_.documents;
     summary_.tokens += static_cast<int64_t>(tokens.size());
-    summary_.bytes += static_cast<int64_t>(text.size());
+    summary_.bytes += text_bytes;
     return absl::OkStatus();
   }
 
@@ -95,7 +124,10 @@ class ShardSink {
   PrepareSummary summary_;
 };
 
-absl::Status AddJsonLines(ShardSink& sink, const std::string& path, const std::string& text) {
+// A file's documents: the file itself, or its non-blank JSON lines.
+std::vector<RawDocument> DocumentsOf(const std::string& path, const std::string& text) {
+  if (!path.ends_with(".jsonl")) return {RawDocument{text, path, false}};
+  std::vector<RawDocument> out;
   size_t start = 0;
   for (int64_t line = 1; start < text.size(); ++line) {
     size_t end = text.find('\n', start);
@@ -103,13 +135,27 @@ absl::Status AddJsonLines(ShardSink& sink, const std::string& path, const std::s
     const std::string_view row(text.data() + start, end - start);
     start = end + 1;
     if (row.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    const std::string where = absl::StrCat(path, ":", line);
-    const nlohmann::json value = nlohmann::json::parse(row, nullptr, /*allow_exceptions=*/false);
-    if (value.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(where, ": not a JSON value"));
-    if (!value.is_object() || !value.contains("text") || !value["text"].is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": expected an object with a string \"text\""));
-    }
-    if (absl::Status s = sink.AddDocument(value["text"].get_ref<const std::string&>(), where); !s.ok()) return s;
+    out.push_back(RawDocument{row, absl::StrCat(path, ":", line), true});
+  }
+  return out;
+}
+
+// Encodes `docs` on `threads` threads (each takes every threads-th document) and adds them
+// to the sink in their order; the first bad document in that order is the error.
+absl::Status EncodeAndAdd(const engine::data::Tokenizer& tokenizer, const std::vector<RawDocument>& docs,
+                          int threads, ShardSink& sink) {
+  std::vector<absl::StatusOr<std::vector<uint32_t>>> encoded(docs.size());
+  auto work = [&](size_t first) {
+    for (size_t i = first; i < docs.size(); i += static_cast<size_t>(threads)) encoded[i] = EncodeRaw(tokenizer, docs[i]);
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads && static_cast<size_t>(t) < docs.size(); ++t) pool.emplace_back(work, t);
+  work(0);
+  for (std::thread& t : pool) t.join();
+  for (size_t i = 0; i < docs.size(); ++i) {
+    if (!encoded[i].ok()) return encoded[i].status();
+    if (absl::Status s = sink.AddDocument(*encoded[i], static_cast<int64_t>(docs[i].text.size())); !s.ok()) return s;
+    encoded[i] = std::vector<uint32_t>();  // free as we go
   }
   return absl::OkStatus();
 }
@@ -117,18 +163,39 @@ absl::Status AddJsonLines(ShardSink& sink, const std::string& path, const std::s
 absl::StatusOr<PrepareSummary> PrepareInto(const PrepareOptions& options, const engine::data::Tokenizer& tokenizer,
                                            const std::vector<std::string>& files, const fs::path& staging,
                                            const PrepareProgress& progress) {
+  const int threads = options.threads > 0 ? options.threads
+                                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   int64_t total = 0, done = 0;
   for (const std::string& f : files) total += static_cast<int64_t>(fs::file_size(f));
   ShardSink sink(options, tokenizer, staging);
+  // Files are read a batch at a time, so that many small files also spread over the threads
+  // while memory stays bounded by the batch.
+  constexpr int64_t kBatchBytes = int64_t{64} << 20;
+  std::vector<std::string> texts;
+  std::vector<RawDocument> docs;
+  int64_t batch_bytes = 0;
+  auto flush = [&]() -> absl::Status {
+    if (absl::Status s = EncodeAndAdd(tokenizer, docs, threads, sink); !s.ok()) return s;
+    done += batch_bytes;
+    if (progress) progress(total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0);
+    docs.clear();
+    texts.clear();
+    batch_bytes = 0;
+    return absl::OkStatus();
+  };
+  texts.reserve(files.size());  // the documents point into these strings: never reallocated
   for (const std::string& file : files) {
     absl::StatusOr<std::string> text = ReadFile(file);
     if (!text.ok()) return text.status();
     if (text->empty()) return absl::InvalidArgumentError(absl::StrCat(file, ": empty file"));
-    absl::Status added = file.ends_with(".jsonl") ? AddJsonLines(sink, file, *text) : sink.AddDocument(*text, file);
-    if (!added.ok()) return added;
-    done += static_cast<int64_t>(text->size());
-    if (progress) progress(total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0);
+    texts.push_back(*std::move(text));
+    batch_bytes += static_cast<int64_t>(texts.back().size());
+    for (RawDocument& d : DocumentsOf(file, texts.back())) docs.push_back(std::move(d));
+    if (batch_bytes >= kBatchBytes) {
+      if (absl::Status s = flush(); !s.ok()) return s;
+    }
   }
+  if (absl::Status s = flush(); !s.ok()) return s;
   return sink.Finish();
 }
 

@@ -1,7 +1,7 @@
 // `fp8-data prepare`: text files, globs of them, or JSON Lines with a "text" field, into
 // token shards (worker/engine/data/token_shard.h) of the bytes tokenizer or a SentencePiece
 // model. Each text file is one document, each JSON line another; every document ends with
-// the end-of-text id.
+// the end-of-text id. Documents are encoded on every core.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,9 @@ struct PrepareOptions {
   std::string name = "shard";        // shards are <out_dir>/<name>-00000.tokens, ...
   int64_t shard_tokens = int64_t{1} << 28;  // tokens per shard at most (the last may hold fewer)
   std::string tokenizer_model;       // a SentencePiece .model; empty: the bytes tokenizer
+  // Threads that parse and encode documents (0: one per core). Documents are written in
+  // input order whatever the count: the shards are the same bytes.
+  int threads = 0;
 };
 
 struct PrepareSummary {

@@ -1,7 +1,9 @@
 #include "worker/engine/hf/hf_model_source.h"
 
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
