@@ -13,9 +13,10 @@
 //                      [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
 //       continues the prompt with the model (fp32 on the CPU, a KV cache: hf/generate.h).
 //       --prompt is byte-level text (a model trained with data.tokenizer bytes): its
-//       bytes are the token ids, the continuation is printed after it as text, and a token
-//       beyond the bytes (end of text) stops it. --prompt-tokens takes any model's ids
-//       and prints the new ids, comma-separated.
+//       bytes are the token ids, the continuation is printed after it as text, and the
+//       end-of-text byte (0x03, which ends each document of a shard) or a token beyond the
+//       bytes stops it. --prompt-tokens takes any model's ids and prints the new ids,
+//       comma-separated.
 //
 // --config: the job file that trained the checkpoint, for checkpoints that do not record
 // their model section (written before they did).
@@ -35,6 +36,7 @@
 #include "absl/strings/str_split.h"
 #include "common/jobspec/loader.h"
 #include "worker/engine/checkpoint/file_io.h"
+#include "worker/engine/data/corpus.h"
 #include "worker/engine/hf/checkpoint_logits.h"
 #include "worker/engine/hf/checkpoint_model.h"
 #include "worker/engine/hf/generate.h"
@@ -138,13 +140,15 @@ int run_generate(const GenerateArgs& a) {
   absl::StatusOr<fp8::hf::LlamaDecoder> decoder = fp8::hf::LlamaDecoder::Create(*loaded);
   if (!decoder.ok()) return fail(decoder.status());
   fp8::hf::Sampler sampler(a.sampling);
-  const auto end_of_text = [&](int32_t t) { return text && t >= 256; };
+  const auto end_of_text = [&](int32_t t) {
+    return text && (t == static_cast<int32_t>(fp8::engine::data::kBytesEndOfText) || t >= 256);
+  };
   absl::StatusOr<fp8::hf::Generation> g = fp8::hf::generate(*decoder, prompt, a.max_new_tokens, sampler, end_of_text);
   if (!g.ok()) return fail(g.status());
   if (text) {
     std::string out = a.prompt;
     for (int32_t t : g->tokens) {
-      if (t < 256) out.push_back(static_cast<char>(t));
+      if (!end_of_text(t)) out.push_back(static_cast<char>(t));
     }
     std::printf("%s\n", out.c_str());
   } else {

@@ -101,6 +101,17 @@ TEST(LlamaDecoderTest, GreedyWithTheCacheIsArgmaxOfTheWholePrefixRecomputed) {
   absl::StatusOr<Generation> again = generate(*decoder, prompt, 100, greedy);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->tokens, g->tokens);
+
+  // A stop token ends it, kept as the last; max_new_tokens bounds it.
+  const int32_t third = g->tokens[2];
+  absl::StatusOr<Generation> stopped = generate(*decoder, prompt, 100, greedy, [&](int32_t t) { return t == third; });
+  ASSERT_TRUE(stopped.ok());
+  const auto first_stop = std::find(g->tokens.begin(), g->tokens.end(), third);
+  EXPECT_EQ(stopped->tokens, std::vector<int32_t>(g->tokens.begin(), first_stop + 1));
+  EXPECT_FALSE(stopped->context_full);
+  absl::StatusOr<Generation> two = generate(*decoder, prompt, 2, greedy);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->tokens, std::vector<int32_t>(g->tokens.begin(), g->tokens.begin() + 2));
 }
 
 TEST(LlamaDecoderTest, BadPromptsAreRefused) {
