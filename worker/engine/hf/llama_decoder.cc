@@ -92,9 +92,9 @@ absl::StatusOr<LlamaDecoder> LlamaDecoder::Create(const CheckpointModel& model) 
       *slot = *p;
     }
     d.blocks_.push_back(block);
-    d.keys_.emplace_back(static_cast<size_t>(c.max_seq_len * kv_dim));
-    d.values_.emplace_back(static_cast<size_t>(c.max_seq_len * kv_dim));
   }
+  d.keys_.resize(static_cast<size_t>(c.n_layers));
+  d.values_.resize(static_cast<size_t>(c.n_layers));
   d.rope_ = std::make_shared<const ops::RopeTable>(c.max_seq_len, c.head_dim(), c.rope_theta);
   d.x_.resize(c.dim);
   d.h_.resize(c.dim);
@@ -121,6 +121,16 @@ absl::StatusOr<std::span<const float>> LlamaDecoder::feed(int32_t token) {
   const int64_t kv_dim = c_.n_kv_heads * hd;
   const int64_t group = c_.n_heads / c_.n_kv_heads;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  // The cache grows with the context, not to max_seq_len at once: an imported model may
+  // allow a context far longer than any prompt given to it.
+  const auto needed = static_cast<size_t>((pos + 1) * kv_dim);
+  if (keys_[0].size() < needed) {
+    const size_t grown = std::min(static_cast<size_t>(c_.max_seq_len * kv_dim), std::max(needed, 2 * keys_[0].size()));
+    for (size_t l = 0; l < blocks_.size(); ++l) {
+      keys_[l].resize(grown);
+      values_[l].resize(grown);
+    }
+  }
   std::copy_n(embeddings_ + token * c_.dim, c_.dim, x_.begin());
   for (size_t l = 0; l < blocks_.size(); ++l) {
     const Block& b = blocks_[l];

@@ -51,7 +51,7 @@ class LlamaDecoder {
   const float* output_ = nullptr;  // the embeddings when tied
   std::vector<Block> blocks_;
   std::shared_ptr<const ops::RopeTable> rope_;
-  // Per block, [max_seq_len, n_kv_heads * head_dim] each.
+  // Per block, [positions so far (or more), n_kv_heads * head_dim] each.
   std::vector<std::vector<float>> keys_, values_;
   int64_t position_ = 0;
   // Scratch of one position.

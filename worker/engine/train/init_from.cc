@@ -16,7 +16,7 @@ namespace fp8::engine {
 namespace {
 
 absl::Status bad(const InitFromOptions& o, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("model.init_from ", o.dir.string(), ": ", what));
+  return absl::InvalidArgumentError(absl::StrCat("model.init_from: ", o.dir.string(), ": ", what));
 }
 
 // Each field of the job's model section that differs from the folder's config.json.
