@@ -115,20 +115,26 @@ absl::StatusOr<UniqueFd> OpenFileBeneath(const fs::path& root, const fs::path& p
   return file;
 }
 
-absl::StatusOr<UniqueFd> OpenDirBeneath(const fs::path& root, const fs::path& path, const char* field) {
+namespace {
+
+// The folder `path` itself, walked to from the root (each folder created first if `create`).
+absl::StatusOr<UniqueFd> OpenFolderBeneath(const fs::path& root, const fs::path& path, bool create,
+                                           const char* field) {
   absl::StatusOr<std::vector<std::string>> parts = PartsBelow(root, path, field);
   if (!parts.ok()) return parts.status();
   absl::StatusOr<UniqueFd> dir = OpenRoot(root, field);
   if (!dir.ok()) return dir.status();
-  return WalkFolders(std::move(*dir), root, *parts, parts->size(), /*create=*/false, path, field);
+  return WalkFolders(std::move(*dir), root, *parts, parts->size(), create, path, field);
+}
+
+}  // namespace
+
+absl::StatusOr<UniqueFd> OpenDirBeneath(const fs::path& root, const fs::path& path, const char* field) {
+  return OpenFolderBeneath(root, path, /*create=*/false, field);
 }
 
 absl::StatusOr<UniqueFd> MakeDirsBeneath(const fs::path& root, const fs::path& path, const char* field) {
-  absl::StatusOr<std::vector<std::string>> parts = PartsBelow(root, path, field);
-  if (!parts.ok()) return parts.status();
-  absl::StatusOr<UniqueFd> dir = OpenRoot(root, field);
-  if (!dir.ok()) return dir.status();
-  return WalkFolders(std::move(*dir), root, *parts, parts->size(), /*create=*/true, path, field);
+  return OpenFolderBeneath(root, path, /*create=*/true, field);
 }
 
 bool IsBeneath(const fs::path& root, const fs::path& path) { return PartsBelow(root, path, "").ok(); }

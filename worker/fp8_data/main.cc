@@ -73,13 +73,8 @@ int RunPrepare(const fp8::data_cli::PrepareOptions& options) {
   return 0;
 }
 
-absl::StatusOr<std::unique_ptr<fp8::engine::data::Tokenizer>> TokenizerOf(const std::string& model) {
-  if (model.empty()) return fp8::engine::data::Tokenizer::Bytes();
-  return fp8::data_cli::LoadSentencePiece(model, "--tokenizer-model");
-}
-
 int RunEncode(const std::string& model, const std::string& text) {
-  absl::StatusOr<std::unique_ptr<fp8::engine::data::Tokenizer>> tokenizer = TokenizerOf(model);
+  absl::StatusOr<std::unique_ptr<fp8::engine::data::Tokenizer>> tokenizer = fp8::data_cli::LoadTokenizer(model, "--tokenizer-model");
   if (!tokenizer.ok()) return Fail(tokenizer.status());
   std::vector<uint32_t> ids;
   if (absl::Status s = (*tokenizer)->Encode(text, ids); !s.ok()) return Fail(s);
@@ -88,7 +83,7 @@ int RunEncode(const std::string& model, const std::string& text) {
 }
 
 int RunDecode(const std::string& model, const std::string& text) {
-  absl::StatusOr<std::unique_ptr<fp8::engine::data::Tokenizer>> tokenizer = TokenizerOf(model);
+  absl::StatusOr<std::unique_ptr<fp8::engine::data::Tokenizer>> tokenizer = fp8::data_cli::LoadTokenizer(model, "--tokenizer-model");
   if (!tokenizer.ok()) return Fail(tokenizer.status());
   std::vector<int32_t> ids;
   for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {

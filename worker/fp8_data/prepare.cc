@@ -209,13 +209,9 @@ absl::StatusOr<PrepareSummary> Prepare(const PrepareOptions& options, const Prep
   }
   absl::StatusOr<std::vector<std::string>> files = ExpandInputs(options.inputs);
   if (!files.ok()) return files.status();
-  std::unique_ptr<engine::data::Tokenizer> tokenizer = engine::data::Tokenizer::Bytes();
-  if (!options.tokenizer_model.empty()) {
-    absl::StatusOr<std::unique_ptr<engine::data::Tokenizer>> spm =
-        LoadSentencePiece(options.tokenizer_model, "--tokenizer-model");
-    if (!spm.ok()) return spm.status();
-    tokenizer = *std::move(spm);
-  }
+  absl::StatusOr<std::unique_ptr<engine::data::Tokenizer>> tokenizer =
+      LoadTokenizer(options.tokenizer_model, "--tokenizer-model");
+  if (!tokenizer.ok()) return tokenizer.status();
 
   const fs::path out(options.out_dir);
   std::error_code ec;
@@ -229,7 +225,7 @@ absl::StatusOr<PrepareSummary> Prepare(const PrepareOptions& options, const Prep
   fs::create_directories(staging, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat(staging.string(), ": ", ec.message()));
 
-  absl::StatusOr<PrepareSummary> summary = PrepareInto(options, *tokenizer, *files, staging, progress);
+  absl::StatusOr<PrepareSummary> summary = PrepareInto(options, **tokenizer, *files, staging, progress);
   if (summary.ok()) {
     // Into place one by one; a failure takes back the ones already moved.
     std::vector<fs::path> moved;

@@ -61,4 +61,10 @@ absl::StatusOr<std::unique_ptr<engine::data::Tokenizer>> LoadSentencePiece(const
       model_path, engine::data::TokenizerFingerprint(bytes.str()), std::move(model)));
 }
 
+absl::StatusOr<std::unique_ptr<engine::data::Tokenizer>> LoadTokenizer(const std::string& model_path,
+                                                                        const std::string& field) {
+  if (model_path.empty()) return engine::data::Tokenizer::Bytes();
+  return LoadSentencePiece(model_path, field);
+}
+
 }  // namespace fp8::data_cli

@@ -15,4 +15,8 @@ namespace fp8::data_cli {
 absl::StatusOr<std::unique_ptr<engine::data::Tokenizer>> LoadSentencePiece(const std::string& model_path,
                                                                             const std::string& field);
 
+// The bytes tokenizer when `model_path` is empty, else LoadSentencePiece.
+absl::StatusOr<std::unique_ptr<engine::data::Tokenizer>> LoadTokenizer(const std::string& model_path,
+                                                                        const std::string& field);
+
 }  // namespace fp8::data_cli

@@ -79,9 +79,10 @@ absl::Status refuse_unsupported(const json& j, const std::filesystem::path& file
   return absl::OkStatus();
 }
 
-// Tensor name -> the file holding it: one model.safetensors, or an index's weight_map.
-absl::StatusOr<std::map<std::string, std::filesystem::path>> tensor_files(const std::filesystem::path& dir,
-                                                                          bool follow_links) {
+// Tensor name -> the file holding it: one model.safetensors, or an index's weight_map. A
+// file opened to list its tensors is kept in `opened`, so that it is not read again.
+absl::StatusOr<std::map<std::string, std::filesystem::path>> tensor_files(
+    const std::filesystem::path& dir, bool follow_links, std::vector<std::unique_ptr<SafetensorsReader>>& opened) {
   std::map<std::string, std::filesystem::path> out;
   const std::filesystem::path single = dir / "model.safetensors";
   const std::filesystem::path index = dir / "model.safetensors.index.json";
@@ -90,6 +91,7 @@ absl::StatusOr<std::map<std::string, std::filesystem::path>> tensor_files(const 
     absl::StatusOr<SafetensorsReader> r = SafetensorsReader::Open(single, follow_links);
     if (!r.ok()) return absl::InvalidArgumentError(r.status().message());
     for (const SafetensorsTensorInfo& t : r->tensors()) out[t.name] = single;
+    opened.push_back(std::make_unique<SafetensorsReader>(std::move(*r)));
     return out;
   }
   if (!std::filesystem::exists(index, ec)) {
@@ -160,8 +162,9 @@ absl::StatusOr<HfModelSource> HfModelSource::Open(const std::filesystem::path& d
   out.config_ = *config;
   const engine::LlamaConfig& c = out.config_;
 
-  FP8_ASSIGN_OR_RETURN(const auto files, tensor_files(dir, follow_links));
+  FP8_ASSIGN_OR_RETURN(const auto files, tensor_files(dir, follow_links, out.files_));
   std::map<std::filesystem::path, const SafetensorsReader*> opened;
+  for (const auto& reader : out.files_) opened[reader->path()] = reader.get();
   for (const ParameterShape& p : llama_parameter_shapes(c)) {
     const std::string name = hf_tensor_name(p.name);
     const auto file = files.find(name);
