@@ -1,6 +1,6 @@
-// Float8Linear with a weight cast outside the layer (Fp8Weight), as FSDP does: each rank
-// casts its shard with one global scale (write_fp8_weight_scale of the whole weight's
-// amax) and all-gathers the codes. The layer must then produce exactly what it produces
+// Float8Linear with a weight cast outside the layer (an Fp8Tensor), as FSDP does: each rank
+// casts its shard with one global scale (Fp8WeightScales, from the whole weight's amax) and
+// all-gathers the codes. The layer must then produce exactly what it produces
 // from the fp32 weight: the same output, grad_input and grad_weight bits and, under
 // delayed scaling, the same history. Also: which recipes take such a weight, the errors the
 // others give, and rebinding a weight that moved between forward() and backward().
@@ -22,6 +22,7 @@
 #include "tests/engine/float8/cpu_buffers.h"
 #include "worker/engine/float8/config.h"
 #include "worker/engine/float8/linear.h"
+#include "worker/engine/float8/weight_scales.h"
 
 namespace fp8::engine {
 namespace {
@@ -83,47 +84,77 @@ CastNumerics weight_numerics(Float8Linear& layer) {
   return {};
 }
 
-// A weight cast the way FSDP casts it, outside the layer: amax of the whole weight, the
-// scale and inverse the layer's write_fp8_weight_scale gives for it, one tensorwise cast
-// into [out, in] codes, and the codes transposed into [in, out].
+// A weight cast the way FSDP casts it, outside the layer: Fp8WeightScales with the whole
+// weight as its one shard (the weight's amax, the scale the layer's recipe gives it, one
+// tensorwise cast into [out, in] codes), and the codes transposed into [in, out]. The
+// scale, inverse and amax are copied into buffers of the test's own, which tests then
+// change. A layer that takes no fp8 weight gets a cast with the dynamic e4m3 scale, for the
+// tests of its refusals.
 struct CastWeight {
-  explicit CastWeight(const Shape& s) : codes(s.nk()), codes_t(s.nk()), scale(1), inv_scale(1), amax(1) {}
+  explicit CastWeight(const Shape& s) : shape(s), codes(s.nk()), codes_t(s.nk()), scale(1), inv_scale(1), amax(1) {}
+  Shape shape;
   Bytes codes, codes_t;
   Floats scale, inv_scale, amax;
   float host_scale = 0.0f, host_amax = 0.0f;
+  Format format = Format::kE4M3;
 
-  Fp8Weight weight(bool with_transpose = true) const {
-    Fp8Weight w;
-    w.data = codes.data();
-    w.data_t = with_transpose ? codes_t.data() : nullptr;
+  Fp8Tensor weight(bool with_transpose = true) const {
+    Fp8Tensor w;
+    w.codes = codes.data();
+    w.codes_t = with_transpose ? codes_t.data() : nullptr;
     w.scale = scale.data();
     w.inv_scale = inv_scale.data();
     w.amax = amax.data();
+    w.format = format;
+    w.rows = shape.n;
+    w.cols = shape.k;
     return w;
   }
 };
 
-void cast_weight(const Float8Linear& layer, const Shape& s, const float* w, CastWeight& out) {
-  ASSERT_OK(backend().amax({w, DType::kFloat32, s.n, s.k}, Granularity::kTensorwise, out.amax.data()));
+absl::Status no_other_ranks(float*, int64_t) { return absl::OkStatus(); }
+
+void cast_weight(Float8Linear& layer, const Shape& s, const float* w, CastWeight& out) {
+  if (layer.takes_fp8_weight()) {
+    absl::StatusOr<std::unique_ptr<Fp8WeightScales>> scales =
+        Fp8WeightScales::create(backend(), {{&layer, s.n, s.k}});
+    ASSERT_TRUE(scales.ok()) << scales.status();
+    ASSERT_OK((*scales)->refresh({w}, /*row_amaxes_current=*/false, no_other_ranks));
+    const Fp8Tensor bound = (*scales)->bind(0);
+    ASSERT_EQ(bound.rows, s.n);
+    ASSERT_EQ(bound.cols, s.k);
+    ASSERT_OK(backend().copy(out.scale.data(), bound.scale, sizeof(float)));
+    ASSERT_OK(backend().copy(out.inv_scale.data(), bound.inv_scale, sizeof(float)));
+    ASSERT_OK(backend().copy(out.amax.data(), bound.amax, sizeof(float)));
+    ASSERT_OK((*scales)->cast_shard(0, w, out.codes.data()));
+    out.format = bound.format;
+  } else {
+    ASSERT_OK(backend().amax({w, DType::kFloat32, s.n, s.k}, Granularity::kTensorwise, out.amax.data()));
+    ASSERT_OK(backend().compute_scales(out.amax.data(), 1, Format::kE4M3, false, out.scale.data(),
+                                       out.inv_scale.data()));
+    CastArgs c;
+    c.input = {w, DType::kFloat32, s.n, s.k};
+    c.format = Format::kE4M3;
+    c.granularity = Granularity::kTensorwise;
+    c.scale = out.scale.data();
+    c.out = out.codes.data();
+    ASSERT_OK(backend().cast(c));
+  }
   out.host_amax = out.amax.download()[0];
-  ASSERT_OK(layer.write_fp8_weight_scale(out.amax.data(), out.scale.data(), out.inv_scale.data()));
   out.host_scale = out.scale.download()[0];
   EXPECT_EQ(out.inv_scale.download()[0], inverse_scale(out.host_scale));
-  CastArgs c;
-  c.input = {w, DType::kFloat32, s.n, s.k};
-  c.format = layer.weight_format();
-  c.granularity = Granularity::kTensorwise;
-  c.scale = out.scale.data();
-  c.out = out.codes.data();
-  ASSERT_OK(backend().cast(c));
   ASSERT_OK(backend().transpose_bytes(out.codes.data(), s.n, s.k, out.codes_t.data()));
 }
 
-// The weight scale write_fp8_weight_scale gives for `amax`, read back.
-float weight_scale_for(const Float8Linear& layer, float amax) {
-  Floats scale(1), inv_scale(1), device_amax(std::vector<float>{amax});
-  EXPECT_OK(layer.write_fp8_weight_scale(device_amax.data(), scale.data(), inv_scale.data()));
-  return scale.download()[0];
+// The weight scale FSDP's cast gives the layer's weight when its amax is `amax`.
+float weight_scale_for(Float8Linear& layer, float amax) {
+  const Shape s{16, layer.in_features(), layer.out_features()};
+  std::vector<float> w(s.nk(), 0.0f);
+  w[0] = amax;
+  Floats tw(w);
+  CastWeight cw(s);
+  cast_weight(layer, s, tw.data(), cw);
+  return cw.host_scale;
 }
 
 // Both layers report the same scale for every cast (numerics()).
@@ -188,8 +219,7 @@ TEST_P(Fp8WeightParity, ForwardAndBackwardMatchTheFp32WeightBitForBit) {
   const std::vector<float> bias = normal(static_cast<size_t>(s.n), 0.1f, 7);
   Floats tb(bias);
   Floats gw_own(s.nk()), gw_cast(s.nk()), gb_own(static_cast<size_t>(s.n)), gb_cast(static_cast<size_t>(s.n));
-  // The last cast weight stays alive for numerics() at the end (NumericsAfterTheFp8Weight-
-  // WasFreed checks that it need not).
+  // The last cast weight stays alive for numerics() at the end, which reads its scale.
   std::unique_ptr<CastWeight> cw;
   for (uint32_t step = 0; step < 3; ++step) {
     SCOPED_TRACE(::testing::Message() << "step " << step);
@@ -318,36 +348,10 @@ TEST(Fp8WeightDelayed, EvaluationWithAnFp8WeightRecordsNoAmax) {
   EXPECT_EQ(layer->delayed_scaling(weight_slot)->history(), std::vector<float>{w_amax});
 }
 
-// Fp8Weight's contract lets the caller free the weight once backward() returned, so
-// numerics() must not read the scale through the caller's pointer (the layer copies it).
-// Under ASan a read through it would be a heap-use-after-free.
-TEST_P(Fp8WeightParity, NumericsAfterTheFp8WeightWasFreed) {
-  const Shape s = GetParam().shape;
-  std::unique_ptr<Float8Linear> own = make_layer(s, recipe(GetParam().recipe, 4));
-  std::unique_ptr<Float8Linear> cast = make_layer(s, recipe(GetParam().recipe, 4));
-  ASSERT_NE(own, nullptr);
-  ASSERT_NE(cast, nullptr);
-  Floats tw(normal(s.nk(), 0.1f, 1)), tx(normal(s.mk(), 1.0f, 2)), tg(normal(s.mn(), 1e-3f, 3));
-  Floats out(s.mn()), gw(s.nk());
-  {
-    CastWeight cw(s);
-    cast_weight(*cast, s, tw.data(), cw);
-    if (::testing::Test::HasFatalFailure()) return;
-    ASSERT_OK(cast->forward(tx.data(), s.m, cw.weight(), nullptr, out.data()));
-    ASSERT_OK(cast->backward(tg.data(), nullptr, gw.data(), nullptr));
-    // Overwrite the scale before freeing it, so that a read after the free cannot pass by
-    // luck where the allocator leaves the bytes in place.
-    cw.scale.upload({-1.0f});
-  }  // backward() returned: the caller may free the weight
-  ASSERT_OK(own->forward(tx.data(), s.m, tw.data(), nullptr, out.data()));
-  ASSERT_OK(own->backward(tg.data(), nullptr, gw.data(), nullptr));
-  expect_same_cast_scales(*own, *cast);
-}
-
-// FSDP writes the weight's scale and inverse into the layer's own slots
-// (fp8_weight_scale_slots), which forward() then takes as they are: the same bits as the
-// layer's own cast, and numerics report that scale.
-TEST_P(Fp8WeightParity, ScalesWrittenIntoTheLayersSlotsAreTakenAsTheyAre) {
+// The layer takes the tensor's scale as given and reads it where it is, through its next
+// forward(): the output is the own cast's, and numerics() reports what the buffer holds
+// when asked, not a copy taken by the forward.
+TEST_P(Fp8WeightParity, TheScaleIsReadWhereTheTensorKeepsIt) {
   const Shape s = GetParam().shape;
   std::unique_ptr<Float8Linear> own = make_layer(s, recipe(GetParam().recipe, 4));
   std::unique_ptr<Float8Linear> cast = make_layer(s, recipe(GetParam().recipe, 4));
@@ -355,35 +359,24 @@ TEST_P(Fp8WeightParity, ScalesWrittenIntoTheLayersSlotsAreTakenAsTheyAre) {
   ASSERT_NE(cast, nullptr);
   Floats tw(normal(s.nk(), 0.1f, 1)), tx(normal(s.mk(), 1.0f, 2)), tg(normal(s.mn(), 1e-3f, 3));
   Floats out_own(s.mn()), out_cast(s.mn()), gw_own(s.nk()), gw_cast(s.nk());
-  absl::StatusOr<Float8Linear::Fp8WeightScaleSlots> slots = cast->fp8_weight_scale_slots();
-  ASSERT_TRUE(slots.ok()) << slots.status();
   CastWeight cw(s);
   cast_weight(*cast, s, tw.data(), cw);
   if (::testing::Test::HasFatalFailure()) return;
-  ASSERT_OK(cast->write_fp8_weight_scale(cw.amax.data(), slots->scale, slots->inv_scale));
-  Fp8Weight w = cw.weight();
-  w.scale = slots->scale;
-  w.inv_scale = slots->inv_scale;
-  cw.scale.upload({-1.0f});  // nothing may read the caller's copy now
-  cw.inv_scale.upload({-1.0f});
-  ASSERT_OK(cast->forward(tx.data(), s.m, w, nullptr, out_cast.data()));
+  ASSERT_OK(cast->forward(tx.data(), s.m, cw.weight(), nullptr, out_cast.data()));
   ASSERT_OK(cast->backward(tg.data(), nullptr, gw_cast.data(), nullptr));
   ASSERT_OK(own->forward(tx.data(), s.m, tw.data(), nullptr, out_own.data()));
   ASSERT_OK(own->backward(tg.data(), nullptr, gw_own.data(), nullptr));
   EXPECT_TRUE(same_bits(out_cast.download(), out_own.download()));
   EXPECT_TRUE(same_bits(gw_cast.download(), gw_own.download()));
   expect_same_cast_scales(*own, *cast);
-  // The slots stay where they are.
-  absl::StatusOr<Float8Linear::Fp8WeightScaleSlots> again = cast->fp8_weight_scale_slots();
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(again->scale, slots->scale);
-  EXPECT_EQ(again->inv_scale, slots->inv_scale);
+  EXPECT_EQ(weight_numerics(*cast).scale, cw.host_scale);
+  cw.scale.upload({0.5f});
+  EXPECT_EQ(weight_numerics(*cast).scale, 0.5f);
 }
 
-// An amax that stays where it is (Fp8Weight::amax_stays: a FSDP model's) is read there by
-// numerics() rather than copied in: a later change of it shows in the report. Delayed
-// scaling copies it into its history regardless.
-TEST_P(Fp8WeightParity, AnAmaxThatStaysIsReadWhereItIs) {
+// The amax is read where the tensor keeps it too, except that delayed scaling records it
+// into its history when the forward runs.
+TEST_P(Fp8WeightParity, TheAmaxIsReadWhereTheTensorKeepsItUnlessDelayedScalingRecordsIt) {
   const Shape s = GetParam().shape;
   const bool delayed = GetParam().recipe == v1::Fp8Spec::DELAYED;
   std::unique_ptr<Float8Linear> layer = make_layer(s, recipe(GetParam().recipe, 4));
@@ -392,56 +385,34 @@ TEST_P(Fp8WeightParity, AnAmaxThatStaysIsReadWhereItIs) {
   CastWeight cw(s);
   cast_weight(*layer, s, tw.data(), cw);
   if (::testing::Test::HasFatalFailure()) return;
-  Fp8Weight w = cw.weight();
-  w.amax_stays = true;
-  ASSERT_OK(layer->forward(tx.data(), s.m, w, nullptr, out.data()));
+  ASSERT_OK(layer->forward(tx.data(), s.m, cw.weight(), nullptr, out.data()));
   EXPECT_EQ(weight_numerics(*layer).amax, cw.host_amax);
   cw.amax.upload({42.0f});
   EXPECT_EQ(weight_numerics(*layer).amax, delayed ? cw.host_amax : 42.0f);
 }
 
-// Scales that stay (a FSDP model computes every weight's at once, in its own buffers) are
-// read where they are: the output is the one copied scales give, and numerics() reports
-// what the buffer holds when it is asked, not a copy from the forward.
-TEST_P(Fp8WeightParity, ScalesThatStayAreReadWhereTheyAre) {
-  const Shape s = GetParam().shape;
-  std::unique_ptr<Float8Linear> copied = make_layer(s, recipe(GetParam().recipe, 4));
-  std::unique_ptr<Float8Linear> staying = make_layer(s, recipe(GetParam().recipe, 4));
-  ASSERT_NE(copied, nullptr);
-  ASSERT_NE(staying, nullptr);
-  Floats tw(normal(s.nk(), 0.1f, 1)), tx(normal(s.mk(), 1.0f, 2)), out_copied(s.mn()), out_staying(s.mn());
-  CastWeight cw(s);
-  cast_weight(*copied, s, tw.data(), cw);
-  if (::testing::Test::HasFatalFailure()) return;
-  ASSERT_OK(copied->forward(tx.data(), s.m, cw.weight(), nullptr, out_copied.data()));
-  Fp8Weight w = cw.weight();
-  w.scales_stay = true;
-  ASSERT_OK(staying->forward(tx.data(), s.m, w, nullptr, out_staying.data()));
-  EXPECT_TRUE(same_bits(out_staying.download(), out_copied.download()));
-  EXPECT_EQ(weight_numerics(*staying).scale, cw.host_scale);
-  cw.scale.upload({0.5f});
-  EXPECT_EQ(weight_numerics(*staying).scale, 0.5f);
-  EXPECT_EQ(weight_numerics(*copied).scale, cw.host_scale);
-}
-
-// The rule a caller may apply to many layers' amaxes at once: write_fp8_weight_scale's
-// dynamic scale (compute_scales with this format and pow2), and none under delayed scaling.
-TEST_P(Fp8WeightParity, TheDynamicWeightScaleRuleIsWhatWriteFp8WeightScaleApplies) {
+// The scale a weight's delayed history offers a cast made elsewhere: none without delayed
+// scaling or before the history holds an amax, then the history's scale and its inverse.
+TEST_P(Fp8WeightParity, DelayedWeightScaleIsTheHistorysOnceItHasOne) {
   const Shape s = GetParam().shape;
   std::unique_ptr<Float8Linear> layer = make_layer(s, recipe(GetParam().recipe, 4));
   ASSERT_NE(layer, nullptr);
-  const std::optional<Float8Linear::WeightScaleRule> rule = layer->dynamic_weight_scale_rule();
-  if (GetParam().recipe == v1::Fp8Spec::DELAYED) {
-    EXPECT_FALSE(rule.has_value());
+  EXPECT_FALSE(layer->delayed_weight_scale().has_value());
+  Floats tw(normal(s.nk(), 0.1f, 1)), tx(normal(s.mk(), 1.0f, 2)), tg(normal(s.mn(), 1e-3f, 3));
+  Floats out(s.mn()), gw(s.nk());
+  ASSERT_OK(layer->forward(tx.data(), s.m, tw.data(), nullptr, out.data()));
+  ASSERT_OK(layer->backward(tg.data(), nullptr, gw.data(), nullptr));
+  ASSERT_OK(layer->finish_step());
+  const std::optional<Float8Linear::ScaleRef> scale = layer->delayed_weight_scale();
+  if (GetParam().recipe != v1::Fp8Spec::DELAYED) {
+    EXPECT_FALSE(scale.has_value());
     return;
   }
-  ASSERT_TRUE(rule.has_value());
-  EXPECT_EQ(rule->format, layer->weight_format());
-  Floats amax(std::vector<float>{3.7f}), scale(1), inv_scale(1), want_scale(1), want_inv(1);
-  ASSERT_OK(layer->write_fp8_weight_scale(amax.data(), want_scale.data(), want_inv.data()));
-  ASSERT_OK(backend().compute_scales(amax.data(), 1, rule->format, rule->pow2, scale.data(), inv_scale.data()));
-  EXPECT_TRUE(same_bits(scale.download(), want_scale.download()));
-  EXPECT_TRUE(same_bits(inv_scale.download(), want_inv.download()));
+  ASSERT_TRUE(scale.has_value());
+  const std::optional<float> history = layer->delayed_scaling(delayed_index_of(*layer, "weight"))->next_scale();
+  ASSERT_TRUE(history.has_value());
+  EXPECT_EQ(Floats::download(scale->scale, 1)[0], *history);
+  EXPECT_EQ(Floats::download(scale->inv_scale, 1)[0], inverse_scale(*history));
 }
 
 // A weight cast outside the layer reaches it as codes only, so its saturation and
@@ -597,7 +568,7 @@ TEST(Fp8WeightSupport, LayersThatCannotTakeOneRefuseIt) {
     Floats tw(normal(s.nk(), 0.1f, 1)), tx(normal(s.mk(), 1.0f, 2)), tg(normal(s.mn(), 1e-3f, 3));
     const std::vector<float> sentinel(s.mn(), 12345.0f);
     Floats out(sentinel), gw(s.nk());
-    // A well-formed Fp8Weight, cast with a tensorwise e4m3 scale.
+    // A well-formed Fp8Tensor, cast with a tensorwise e4m3 scale.
     CastWeight cw(s);
     cast_weight(*layer, s, tw.data(), cw);
     if (::testing::Test::HasFatalFailure()) return;
@@ -611,12 +582,10 @@ TEST(Fp8WeightSupport, LayersThatCannotTakeOneRefuseIt) {
     // Nor can a forward with the fp32 weight be rebound to codes.
     ASSERT_OK(layer->forward(tx.data(), s.m, tw.data(), nullptr, out.data()));
     EXPECT_EQ(layer->rebind_weight(cw.weight()).code(), absl::StatusCode::kInvalidArgument);
-    // It has no slots for such a weight's scales either.
-    EXPECT_EQ(layer->fp8_weight_scale_slots().status().code(), absl::StatusCode::kFailedPrecondition);
   }
 }
 
-TEST(Fp8WeightSupport, AnIncompleteFp8WeightIsInvalid) {
+TEST(Fp8WeightSupport, AnIncompleteOrMisshapenFp8TensorIsInvalid) {
   const Shape s{32, 64, 48};
   std::unique_ptr<Float8Linear> layer = make_layer(s, recipe(v1::Fp8Spec::TENSORWISE));
   ASSERT_NE(layer, nullptr);
@@ -624,13 +593,17 @@ TEST(Fp8WeightSupport, AnIncompleteFp8WeightIsInvalid) {
   CastWeight cw(s);
   cast_weight(*layer, s, tw.data(), cw);
   if (::testing::Test::HasFatalFailure()) return;
-  for (int missing = 0; missing < 4; ++missing) {
-    SCOPED_TRACE(missing);
-    Fp8Weight w = cw.weight();
-    if (missing == 0) w.data = nullptr;
-    if (missing == 1) w.scale = nullptr;
-    if (missing == 2) w.inv_scale = nullptr;
-    if (missing == 3) w.amax = nullptr;
+  for (int wrong = 0; wrong < 8; ++wrong) {
+    SCOPED_TRACE(wrong);
+    Fp8Tensor w = cw.weight();
+    if (wrong == 0) w.codes = nullptr;
+    if (wrong == 1) w.scale = nullptr;
+    if (wrong == 2) w.inv_scale = nullptr;
+    if (wrong == 3) w.amax = nullptr;
+    if (wrong == 4) w.format = Format::kE5M2;
+    if (wrong == 5) w.granularity = Granularity::kRowwise;
+    if (wrong == 6) w.rows = s.n - 1;
+    if (wrong == 7) w.cols = s.k + 16;
     EXPECT_EQ(layer->forward(tx.data(), s.m, w, nullptr, out.data()).code(), absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(layer->forward_no_grad(tx.data(), s.m, w, nullptr, out.data()).code(),
               absl::StatusCode::kInvalidArgument);
@@ -643,12 +616,7 @@ TEST(Fp8WeightSupport, AnIncompleteFp8WeightIsInvalid) {
   EXPECT_NE(hinted.message().find("weight_row_amax"), std::string::npos) << hinted;
 }
 
-TEST(Fp8WeightSupport, FixedWeightScaleWithoutAnFp8WeightPlan) {
-  // A layer with no fp8 weight cast has no scale to offer: 1.
-  std::unique_ptr<Float8Linear> none = make_layer({32, 64, 48}, recipe(v1::Fp8Spec::NONE));
-  ASSERT_NE(none, nullptr);
-  EXPECT_EQ(weight_scale_for(*none, 3.0f), 1.0f);
-  // Tensorwise: always the dynamic scale of the amax given.
+TEST(Fp8WeightSupport, TensorwiseWeightScaleIsTheDynamicScaleOfTheAmax) {
   std::unique_ptr<Float8Linear> tensorwise = make_layer({32, 64, 48}, recipe(v1::Fp8Spec::TENSORWISE));
   ASSERT_NE(tensorwise, nullptr);
   for (float amax : {0.0f, 1e-3f, 1.0f, 448.0f, 3e4f}) {
@@ -732,11 +700,10 @@ TEST(Fp8WeightRebind, RebindNeedsAForwardAndAWeight) {
   EXPECT_EQ(layer->rebind_weight(cw.weight()).code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_OK(layer->forward(tx.data(), s.m, cw.weight(), nullptr, out.data()));
   EXPECT_EQ(layer->rebind_weight(static_cast<const float*>(nullptr)).code(), absl::StatusCode::kInvalidArgument);
-  Fp8Weight no_t = cw.weight(/*with_transpose=*/false);
-  EXPECT_EQ(layer->rebind_weight(no_t).code(), absl::StatusCode::kInvalidArgument);
-  Fp8Weight no_scale = cw.weight();
-  no_scale.inv_scale = nullptr;
-  EXPECT_EQ(layer->rebind_weight(no_scale).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(layer->rebind_weight(cw.weight(/*with_transpose=*/false)).code(), absl::StatusCode::kInvalidArgument);
+  Fp8Tensor no_codes = cw.weight();
+  no_codes.codes = nullptr;
+  EXPECT_EQ(layer->rebind_weight(no_codes).code(), absl::StatusCode::kInvalidArgument);
   // After an evaluation forward there is nothing to rebind.
   ASSERT_OK(layer->forward_no_grad(tx.data(), s.m, cw.weight(), nullptr, out.data()));
   EXPECT_EQ(layer->rebind_weight(cw.weight()).code(), absl::StatusCode::kFailedPrecondition);
@@ -817,7 +784,7 @@ TEST(Fp8WeightRebind, BackwardWithoutTransposedCodesIsRefused) {
   expect_backward_without_transposed_codes_refused(/*earlier_fp32_forward=*/false);
 }
 
-// After the layer once cast a weight of its own, a forward with an Fp8Weight lacking data_t
+// After the layer once cast a weight of its own, a forward with an Fp8Tensor lacking codes_t
 // must not let the backward fall back to the layer's own (stale) transposed codes.
 TEST(Fp8WeightRebind, BackwardWithoutTransposedCodesIsRefusedAfterAnFp32Forward) {
   expect_backward_without_transposed_codes_refused(/*earlier_fp32_forward=*/true);

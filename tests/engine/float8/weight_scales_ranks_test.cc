@@ -1,7 +1,7 @@
 // Fp8WeightScales across real ranks (forked processes, Gloo over loopback): each rank holds
-// a shard of every weight, and the scale it casts its shard with is, on every rank, the
-// scale the layer derives from the whole weight; the codes all-gathered from the ranks'
-// cast shards are, bit for bit, the whole weight cast by one process with that scale.
+// a shard of every weight, and the Fp8Tensor it binds carries, on every rank, the scale its
+// shard was cast with, which is the scale of the whole weight; the codes all-gathered from
+// the ranks' cast shards are, bit for bit, the whole weight cast by one process with it.
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -100,14 +100,15 @@ RankReport check_rank(int rank, v1::Fp8Spec::Recipe recipe, const std::string& s
   std::string output;
   for (int w = 0; w < 2; ++w) {
     const int64_t rows = kShapes[w][0], cols = kShapes[w][1], shard_rows = shards[static_cast<size_t>(w)].rows;
-    Fp8Weight bound;
-    (*scales)->bind(w, bound);
+    const Fp8Tensor bound = (*scales)->bind(w);
     const float scale = download(bound.scale, 1).at(0);
-    // One process's way: the whole weight's amax, the layer's scale for it, one cast.
+    // One process's way: the whole weight's amax, its dynamic scale (no history has a
+    // scale yet under delayed scaling), one cast.
     float* whole = upload(whole_weight(w));
     float* want_scale = upload(std::vector<float>(3, 0.0f));  // scale, inverse, amax
     c.expect_ok(backend().amax({whole, DType::kFloat32, rows, cols}, Granularity::kTensorwise, want_scale + 2), "amax");
-    c.expect_ok(layers[static_cast<size_t>(w)]->write_fp8_weight_scale(want_scale + 2, want_scale, want_scale + 1),
+    c.expect_ok(backend().compute_scales(want_scale + 2, 1, (*scales)->format(w), /*pow2=*/false, want_scale,
+                                         want_scale + 1),
                 "scale");
     c.expect(bits(scale) == bits(download(want_scale, 1).at(0)),
              absl::StrCat("weight ", w, ": the shard's scale ", scale, " is not the whole weight's"));

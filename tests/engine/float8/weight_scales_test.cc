@@ -1,14 +1,18 @@
-// Fp8WeightScales (worker/engine/float8/weight_scales.h) on its own, one rank: the amaxes
-// and scales it computes for shards are the whole weights' amaxes and the scales each
-// layer's write_fp8_weight_scale gives for them; the optimizer's row amaxes give the same
-// amaxes as a pass over each shard; a cast shard holds the codes of one tensorwise cast
-// with that scale. FSDP's bit-for-bit tests (tests/engine/fsdp/) cover it across ranks.
+// Fp8WeightScales (worker/engine/float8/weight_scales.h) on its own, one rank: the
+// Fp8Tensor it binds carries the whole weight's amax and the scale the layer's recipe
+// gives it (the dynamic scale of that amax, or a delayed history's scale once it has one);
+// the optimizer's row amaxes give the same amaxes as a pass over each shard; a cast shard
+// holds the codes of one tensorwise cast with that scale. FSDP's bit-for-bit tests
+// (tests/engine/fsdp/) cover it across ranks.
 //
 // CPU backend; tensors reach it only through Backend memory, as in the product.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -78,7 +82,7 @@ Fp8WeightScales::AllReduceMax counting_identity(int& calls) {
 
 class WeightScalesTest : public ::testing::TestWithParam<Recipe> {};
 
-TEST_P(WeightScalesTest, GivesTheWholeWeightsAmaxAndTheLayersOwnScale) {
+TEST_P(WeightScalesTest, BindsTheWholeWeightsAmaxAndTheDynamicScaleOfIt) {
   Weights w(GetParam());
   absl::StatusOr<std::unique_ptr<Fp8WeightScales>> scales = Fp8WeightScales::create(backend(), w.shards);
   ASSERT_TRUE(scales.ok()) << scales.status();
@@ -88,15 +92,18 @@ TEST_P(WeightScalesTest, GivesTheWholeWeightsAmaxAndTheLayersOwnScale) {
   for (int64_t i = 0; i < (*scales)->size(); ++i) {
     SCOPED_TRACE(i);
     const Fp8WeightScales::Shard& s = w.shards[static_cast<size_t>(i)];
-    Fp8Weight bound;
-    (*scales)->bind(i, bound);
-    // Only one dynamic rule shared by every layer puts the scales in buffers of their own.
-    EXPECT_EQ(bound.scales_stay, GetParam() == v1::Fp8Spec::TENSORWISE);
-    EXPECT_TRUE(bound.amax_stays);
+    const Fp8Tensor bound = (*scales)->bind(i);
+    EXPECT_EQ(bound.rows, s.layer->out_features());
+    EXPECT_EQ(bound.cols, s.layer->in_features());
+    EXPECT_EQ(bound.format, s.layer->weight_format());
+    EXPECT_EQ(bound.granularity, Granularity::kTensorwise);
+    EXPECT_EQ(bound.codes, nullptr);  // the caller's to point at what it gathers
+    // No history yet under delayed scaling either: the dynamic scale of the amax.
     Floats amax(1), scale(1), inv_scale(1);
     ASSERT_OK(backend().amax({w.values[static_cast<size_t>(i)]->data(), DType::kFloat32, s.rows, s.row_elements},
                              Granularity::kTensorwise, amax.data()));
-    ASSERT_OK(s.layer->write_fp8_weight_scale(amax.data(), scale.data(), inv_scale.data()));
+    ASSERT_OK(backend().compute_scales(amax.data(), 1, s.layer->weight_format(), /*pow2=*/false, scale.data(),
+                                       inv_scale.data()));
     EXPECT_EQ(bits(Floats::download(bound.amax, 1)[0]), bits(amax.download()[0]));
     EXPECT_EQ(bits(Floats::download(bound.scale, 1)[0]), bits(scale.download()[0]));
     EXPECT_EQ(bits(Floats::download(bound.inv_scale, 1)[0]), bits(inv_scale.download()[0]));
@@ -136,9 +143,7 @@ TEST_P(WeightScalesTest, RowAmaxesGiveTheSameAmaxesAsAPassOverEachShard) {
   ASSERT_OK((*from_rows)->refresh(w.shard_values(), /*row_amaxes_current=*/true, counting_identity(calls)));
   ASSERT_OK((*from_pass)->refresh(w.shard_values(), /*row_amaxes_current=*/false, counting_identity(calls)));
   for (int64_t i = 0; i < (*from_rows)->size(); ++i) {
-    Fp8Weight a, b;
-    (*from_rows)->bind(i, a);
-    (*from_pass)->bind(i, b);
+    const Fp8Tensor a = (*from_rows)->bind(i), b = (*from_pass)->bind(i);
     EXPECT_EQ(bits(Floats::download(a.amax, 1)[0]), bits(Floats::download(b.amax, 1)[0])) << i;
     EXPECT_EQ(bits(Floats::download(a.scale, 1)[0]), bits(Floats::download(b.scale, 1)[0])) << i;
   }
@@ -148,6 +153,54 @@ INSTANTIATE_TEST_SUITE_P(Recipes, WeightScalesTest, ::testing::Values(v1::Fp8Spe
                          [](const ::testing::TestParamInfo<Recipe>& info) {
                            return info.param == v1::Fp8Spec::TENSORWISE ? "tensorwise" : "delayed";
                          });
+
+// Under delayed scaling, once a layer's history has a scale, that is the weight's scale
+// whatever this step's amax; the amax is still the whole weight's (the layer records it).
+TEST(WeightScales, DelayedWeightsTakeTheirHistorysScale) {
+  Weights w(v1::Fp8Spec::DELAYED);
+  for (size_t i = 0; i < w.layers.size(); ++i) {  // one training step with each fp32 weight
+    Float8Linear& layer = *w.layers[i];
+    const int64_t tokens = 16;
+    Floats x(std::vector<float>(static_cast<size_t>(tokens * layer.in_features()), 0.25f));
+    Floats g(std::vector<float>(static_cast<size_t>(tokens * layer.out_features()), 1e-3f));
+    Floats out(static_cast<size_t>(tokens * layer.out_features()));
+    Floats gw(static_cast<size_t>(layer.out_features() * layer.in_features()));
+    ASSERT_OK(layer.forward(x.data(), tokens, w.values[i]->data(), nullptr, out.data()));
+    ASSERT_OK(layer.backward(g.data(), nullptr, gw.data(), nullptr));
+    ASSERT_OK(layer.finish_step());
+  }
+  // Weights ten times larger now: a dynamic scale would differ from the history's.
+  std::vector<std::unique_ptr<Floats>> grown;
+  std::vector<const float*> grown_values;
+  for (size_t i = 0; i < w.values.size(); ++i) {
+    std::vector<float> v = w.values[i]->download();
+    for (float& x : v) x *= 10.0f;
+    grown.push_back(std::make_unique<Floats>(v));
+    grown_values.push_back(grown.back()->data());
+  }
+  absl::StatusOr<std::unique_ptr<Fp8WeightScales>> scales = Fp8WeightScales::create(backend(), w.shards);
+  ASSERT_TRUE(scales.ok()) << scales.status();
+  int calls = 0;
+  ASSERT_OK((*scales)->refresh(grown_values, /*row_amaxes_current=*/false, counting_identity(calls)));
+  for (int64_t i = 0; i < (*scales)->size(); ++i) {
+    SCOPED_TRACE(i);
+    Float8Linear& layer = *w.layers[static_cast<size_t>(i)];
+    const std::vector<std::string> names = layer.delayed_names();
+    const auto weight = std::find(names.begin(), names.end(), "weight");
+    ASSERT_NE(weight, names.end());
+    const std::optional<float> history =
+        layer.delayed_scaling(static_cast<int>(weight - names.begin()))->next_scale();
+    ASSERT_TRUE(history.has_value());
+    const Fp8Tensor bound = (*scales)->bind(i);
+    EXPECT_EQ(bits(Floats::download(bound.scale, 1)[0]), bits(*history));
+    EXPECT_EQ(bits(Floats::download(bound.inv_scale, 1)[0]), bits(inverse_scale(*history)));
+    const Fp8WeightScales::Shard& s = w.shards[static_cast<size_t>(i)];
+    Floats amax(1);
+    ASSERT_OK(backend().amax({grown_values[static_cast<size_t>(i)], DType::kFloat32, s.rows, s.row_elements},
+                             Granularity::kTensorwise, amax.data()));
+    EXPECT_EQ(bits(Floats::download(bound.amax, 1)[0]), bits(amax.download()[0]));
+  }
+}
 
 TEST(WeightScales, NeedsWeightsWhoseLayersTakeAnFp8Weight) {
   EXPECT_EQ(Fp8WeightScales::create(backend(), {}).status().code(), absl::StatusCode::kInvalidArgument);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "worker/engine/float8/linear_state.h"
 
 namespace fp8::engine {
@@ -110,24 +111,26 @@ absl::StatusOr<CastRangeCounts*> Float8Linear::State::prepare_cast(CastPlan& p, 
   absl::StatusOr<CastRangeCounts*> range_counts = range_counts_for(p);
   if (!range_counts.ok()) return range_counts.status();
   p.external = false;
-  p.external_out = nullptr;
-  p.external_out_t = nullptr;
   p.shared = nullptr;
-  p.amax_in_use = nullptr;
   return range_counts;
 }
 
-void Float8Linear::State::finish_dynamic_cast(CastPlan& p, const MatrixRef& input) {
-  p.scale_in_use = p.scale.as<float>();
-  p.inv_scale_in_use = p.inv_scale.as<float>();
-  p.rows = input.rows;
-  p.cols = input.cols;
-  p.last_amax_row = -1;
+void Float8Linear::State::finish_cast(CastPlan& p, const MatrixRef& input, const float* scale,
+                                      const float* inv_scale) {
+  Fp8Tensor& t = p.in_use;
+  t.codes = p.make_out ? p.out.as<uint8_t>() : nullptr;
+  t.codes_t = p.make_out_t ? p.out_t.as<uint8_t>() : nullptr;
+  t.scale = scale;
+  t.inv_scale = inv_scale;
+  t.amax = p.delayed ? nullptr : p.amax.as<float>();
+  t.format = p.config.format();
+  t.granularity = p.granularity;
+  t.rows = input.rows;
+  t.cols = input.cols;
 }
 
 absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, int slot_row,
                                            const float* known_row_amax) {
-  const int64_t rows = input.rows, cols = input.cols;
   absl::StatusOr<CastRangeCounts*> range_counts = prepare_cast(p, input);
   if (!range_counts.ok()) return range_counts.status();
   uint8_t* out = p.make_out ? p.out.as<uint8_t>() : nullptr;
@@ -148,8 +151,7 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
     c.amax_out = delayed_amax;
     c.range_counts = *range_counts;
     if (auto s = backend.cast(c); !s.ok()) return s;
-    p.scale_in_use = scale;
-    p.inv_scale_in_use = scale + kFloatsPer16Bytes;
+    finish_cast(p, input, scale, scale + kFloatsPer16Bytes);
   } else {
     // Dynamic scaling. A delayed cast comes here while its history holds no usable amax
     // (its first step): TransformerEngine would cast with scale 1 then, which can clip or
@@ -169,24 +171,21 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
     q.range_counts = *range_counts;
     if (auto s = backend.quantize(q); !s.ok()) return s;
     if (q.row_amax != nullptr) ++counters.row_amax_casts;
-    p.scale_in_use = p.scale.as<float>();
-    p.inv_scale_in_use = p.inv_scale.as<float>();
+    finish_cast(p, input, p.scale.as<float>(), p.inv_scale.as<float>());
   }
 
   if (p.make_dequantized) {
     DequantizeArgs d;
     d.input = out;
     d.format = p.config.format();
-    d.rows = rows;
-    d.cols = cols;
+    d.rows = input.rows;
+    d.cols = input.cols;
     d.granularity = p.granularity;
-    d.scale = p.scale_in_use;
+    d.scale = p.in_use.scale;
     d.out_dtype = compute_dtype();
     d.out = p.dequantized.as<void>();
     if (auto s = backend.dequantize(d); !s.ok()) return s;
   }
-  p.rows = rows;
-  p.cols = cols;
   p.last_amax_row = p.delayed ? slot_row : -1;
   return absl::OkStatus();
 }
@@ -234,8 +233,10 @@ absl::Status Float8Linear::State::run_casts_both_ways(CastPlan& rows, CastPlan& 
   if (auto s = backend.quantize(q); !s.ok()) return s;
   if (known_row_amax != nullptr) ++counters.row_amax_casts;
   ++counters.tensors_cast_both_ways;
-  finish_dynamic_cast(rows, input);
-  finish_dynamic_cast(cols, input);
+  for (CastPlan* p : {&rows, &cols}) {
+    finish_cast(*p, input, p->scale.as<float>(), p->inv_scale.as<float>());
+    p->last_amax_row = -1;
+  }
   return absl::OkStatus();
 }
 
@@ -296,15 +297,9 @@ absl::Status Float8Linear::State::cast_input(const MatrixRef& data, int slot_row
     CastPlan& p = plans[static_cast<size_t>(mine[o])];
     const CastPlan& from = src->plans[static_cast<size_t>(theirs[o])];
     p.external = false;
-    p.external_out = nullptr;
-    p.external_out_t = nullptr;
-    p.amax_in_use = nullptr;
     p.shared = &from;
-    p.scale_in_use = from.scale_in_use;
-    p.inv_scale_in_use = from.inv_scale_in_use;
+    p.in_use = from.in_use;
     p.range_counted = from.range_counted;
-    p.rows = from.rows;
-    p.cols = from.cols;
     p.last_amax_row = -1;
   }
   input_adopted = true;
@@ -323,53 +318,36 @@ bool Float8Linear::State::takes_fp8_weight() const {
          config.grad_input_runs_in_fp8();
 }
 
-absl::Status Float8Linear::State::adopt_fp8_weight(const Fp8Weight& w, int slot_row) {
-  if (w.data == nullptr || w.scale == nullptr || w.inv_scale == nullptr || w.amax == nullptr) {
-    return absl::InvalidArgumentError("Float8Linear: an Fp8Weight needs data, scale, inv_scale and amax");
+absl::Status Float8Linear::State::check_fp8_weight(const Fp8Tensor& w) const {
+  if (w.codes == nullptr || w.scale == nullptr || w.inv_scale == nullptr || w.amax == nullptr) {
+    return absl::InvalidArgumentError("Float8Linear: an Fp8Tensor weight needs codes, scale, inv_scale and amax");
   }
+  const Format format = plans[static_cast<size_t>(weight_plan())].config.format();
+  if (w.format != format || w.granularity != Granularity::kTensorwise || w.rows != out_features ||
+      w.cols != in_features) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Float8Linear: the weight must be [", out_features, ", ", in_features, "] cast tensorwise to ",
+        format_name(format), ", got [", w.rows, ", ", w.cols, "] ", format_name(w.format),
+        w.granularity == Granularity::kTensorwise ? " tensorwise" : " not tensorwise"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Float8Linear::State::adopt_fp8_weight(const Fp8Tensor& w, int slot_row) {
+  if (auto st = check_fp8_weight(w); !st.ok()) return st;
   CastPlan& p = plans[static_cast<size_t>(weight_plan())];
-  // The amax goes where the layer's own cast would have written it: numerics() reads it
-  // from there, and delayed scaling records it with the step's other amaxes. One that
-  // stays where it is is read there instead (not by delayed scaling: its history records
-  // from the layer's slots).
-  p.amax_in_use = nullptr;
-  if (w.amax_stays && !p.delayed) {
-    p.amax_in_use = w.amax;
-  } else {
-    float* amax_dst = nullptr;
-    if (p.delayed) {
-      amax_dst = slots_of(p.tensor).at(slot_row, p.delayed_column);
-    } else {
-      if (auto st = p.amax.reserve(sizeof(float)); !st.ok()) return st;
-      amax_dst = p.amax.as<float>();
+  // Delayed scaling records the amax with the step's other amaxes, from the slot the
+  // layer's own cast would have written.
+  if (p.delayed) {
+    if (auto st = backend.copy(slots_of(p.tensor).at(slot_row, p.delayed_column), w.amax, sizeof(float)); !st.ok()) {
+      return st;
     }
-    if (auto st = backend.copy(amax_dst, w.amax, sizeof(float)); !st.ok()) return st;
   }
-  // The scales are read where they stay, or else copied into the layer's own buffers
-  // (numerics() reads them after the caller may have freed its Fp8Weight) unless they were
-  // written there (fp8_weight_scale_slots).
-  if (w.scales_stay) {
-    p.scale_in_use = w.scale;
-    p.inv_scale_in_use = w.inv_scale;
-  } else {
-    absl::Status reserved = p.scale.reserve(sizeof(float));
-    reserved.Update(p.inv_scale.reserve(sizeof(float)));
-    if (!reserved.ok()) return reserved;
-    if (w.scale != p.scale.as<float>()) {
-      if (auto st = backend.copy(p.scale.as<float>(), w.scale, sizeof(float)); !st.ok()) return st;
-    }
-    if (w.inv_scale != p.inv_scale.as<float>()) {
-      if (auto st = backend.copy(p.inv_scale.as<float>(), w.inv_scale, sizeof(float)); !st.ok()) return st;
-    }
-    p.scale_in_use = p.scale.as<float>();
-    p.inv_scale_in_use = p.inv_scale.as<float>();
-  }
+  p.in_use = w;
+  if (p.delayed) p.in_use.amax = nullptr;
   p.external = true;
-  p.external_out = w.data;
-  p.external_out_t = w.data_t;
+  p.shared = nullptr;
   p.range_counted = false;  // the layer never sees these values in high precision
-  p.rows = out_features;
-  p.cols = in_features;
   p.last_amax_row = p.delayed ? slot_row : -1;
   return absl::OkStatus();
 }
@@ -377,15 +355,11 @@ absl::Status Float8Linear::State::adopt_fp8_weight(const Fp8Weight& w, int slot_
 ScaledOperand Float8Linear::State::scaled(TensorKind t, Orientation o) const {
   const CastPlan& p = plans[static_cast<size_t>(use[static_cast<int>(t)][o])];
   ScaledOperand op;
-  if (o == kAsStored) {
-    op.data = p.external ? p.external_out : p.holder().out.as<uint8_t>();
-  } else {
-    op.data = p.external ? p.external_out_t : p.holder().out_t.as<uint8_t>();
-  }
+  op.data = o == kAsStored ? p.in_use.codes : p.in_use.codes_t;
   op.format = p.config.format();
   // Either orientation's scales run along the rows of the K-contiguous copy the GEMM reads.
   op.granularity = p.granularity == Granularity::kTensorwise ? Granularity::kTensorwise : Granularity::kRowwise;
-  op.inv_scale = p.inv_scale_in_use;
+  op.inv_scale = p.in_use.inv_scale;
   return op;
 }
 

@@ -78,7 +78,7 @@ absl::Status Float8Linear::forward(const void* input, int64_t tokens, const floa
   return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/true, options);
 }
 
-absl::Status Float8Linear::forward(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
+absl::Status Float8Linear::forward(const void* input, int64_t tokens, const Fp8Tensor& weight, const float* bias,
                                    void* output, const ForwardOptions& options) {
   if (!s_->takes_fp8_weight()) {
     return absl::FailedPreconditionError(
@@ -93,7 +93,7 @@ absl::Status Float8Linear::forward_no_grad(const void* input, int64_t tokens, co
   return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/false, options);
 }
 
-absl::Status Float8Linear::forward_no_grad(const void* input, int64_t tokens, const Fp8Weight& weight,
+absl::Status Float8Linear::forward_no_grad(const void* input, int64_t tokens, const Fp8Tensor& weight,
                                            const float* bias, void* output, const ForwardOptions& options) {
   if (!s_->takes_fp8_weight()) {
     return absl::FailedPreconditionError("Float8Linear::forward_no_grad: this layer cannot take a weight cast elsewhere");
@@ -105,19 +105,6 @@ bool Float8Linear::takes_fp8_weight() const { return s_->takes_fp8_weight(); }
 
 Format Float8Linear::weight_format() const { return s_->config.output.weight.format(); }
 
-absl::StatusOr<Float8Linear::Fp8WeightScaleSlots> Float8Linear::fp8_weight_scale_slots() {
-  State& s = *s_;
-  if (!s.takes_fp8_weight()) {
-    return absl::FailedPreconditionError("Float8Linear::fp8_weight_scale_slots: this layer takes no Fp8Weight");
-  }
-  CastPlan& p = s.plans[static_cast<size_t>(s.weight_plan())];
-  // A tensorwise weight cast: one scale, so the buffers never grow (and never move).
-  absl::Status reserved = p.scale.reserve(sizeof(float));
-  reserved.Update(p.inv_scale.reserve(sizeof(float)));
-  if (!reserved.ok()) return reserved;
-  return Fp8WeightScaleSlots{p.scale.as<float>(), p.inv_scale.as<float>()};
-}
-
 absl::Status Float8Linear::rebind_weight(const float* weight) {
   if (s_->tokens == 0) return absl::FailedPreconditionError("Float8Linear::rebind_weight: no forward() to rebind");
   if (weight == nullptr) return absl::InvalidArgumentError("Float8Linear::rebind_weight: null weight");
@@ -125,23 +112,22 @@ absl::Status Float8Linear::rebind_weight(const float* weight) {
   return absl::OkStatus();
 }
 
-absl::Status Float8Linear::rebind_weight(const Fp8Weight& weight) {
+absl::Status Float8Linear::rebind_weight(const Fp8Tensor& weight) {
   State& s = *s_;
   if (s.tokens == 0) return absl::FailedPreconditionError("Float8Linear::rebind_weight: no forward() to rebind");
-  if (!s.takes_fp8_weight() || weight.data == nullptr || weight.data_t == nullptr || weight.scale == nullptr ||
-      weight.inv_scale == nullptr) {
+  if (!s.takes_fp8_weight() || weight.codes_t == nullptr) {
     return absl::InvalidArgumentError(
-        "Float8Linear::rebind_weight: needs a layer that takes fp8 weights and an Fp8Weight with data, data_t, "
-        "scale and inv_scale");
+        "Float8Linear::rebind_weight: needs a layer that takes fp8 weights and an Fp8Tensor with codes_t");
   }
+  if (auto st = s.check_fp8_weight(weight); !st.ok()) return st;
   CastPlan& p = s.plans[static_cast<size_t>(s.weight_plan())];
   if (!p.external) {
     return absl::FailedPreconditionError(
         "Float8Linear::rebind_weight: the last forward() cast the weight itself; rebind it with fp32 values");
   }
-  // Same codes in new memory: the scales the forward copied stay valid.
-  p.external_out = weight.data;
-  p.external_out_t = weight.data_t;
+  // The same values in new memory (a delayed amax was recorded by the forward).
+  p.in_use = weight;
+  if (p.delayed) p.in_use.amax = nullptr;
   return absl::OkStatus();
 }
 
@@ -153,7 +139,7 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const 
   }
   if (weight.fp8 != nullptr && options.weight_row_amax != nullptr) {
     return absl::InvalidArgumentError(
-        "Float8Linear::forward: weight_row_amax was given with an Fp8Weight, which is cast already");
+        "Float8Linear::forward: weight_row_amax was given with an Fp8Tensor weight, which is cast already");
   }
   if (tokens <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("Float8Linear::forward: tokens must be positive, got ", tokens));
@@ -177,7 +163,7 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const 
     return st;
   }
   // The weight in the compute dtype, for the high-precision GEMMs that read it as is: this
-  // forward's, and (converted here once) its backward's. An Fp8Weight has none
+  // forward's, and (converted here once) its backward's. An Fp8Tensor weight has none
   // (takes_fp8_weight()).
   const void* weight_raw = weight.f32;
   if (weight.f32 != nullptr && (s.reads_raw(TensorKind::kWeight, kAsStored) ||
@@ -272,10 +258,10 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
   if (grad_input != nullptr) {
     const int wp = s.weight_plan();
     if (wp >= 0 && s.plans[static_cast<size_t>(wp)].external &&
-        s.plans[static_cast<size_t>(wp)].external_out_t == nullptr) {
+        s.plans[static_cast<size_t>(wp)].in_use.codes_t == nullptr) {
       return absl::FailedPreconditionError(
-          "Float8Linear::backward: the forward's Fp8Weight had no transposed codes (data_t); rebind_weight() with "
-          "them first");
+          "Float8Linear::backward: the forward's Fp8Tensor weight had no transposed codes (codes_t); "
+          "rebind_weight() with them first");
     }
     absl::Status st;
     if (s.config.grad_input_runs_in_fp8()) {

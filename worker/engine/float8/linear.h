@@ -57,6 +57,7 @@
 #include "absl/types/span.h"
 #include "fp8/fp8.h"
 #include "worker/engine/float8/config.h"
+#include "worker/engine/float8/fp8_tensor.h"
 #include "worker/engine/float8/scaling.h"
 
 namespace fp8::engine {
@@ -94,25 +95,6 @@ struct CastNumerics {
   float underflow_ratio = 0.0f;  // underflow / elements
 };
 
-// A weight cast to fp8 outside the layer: FSDP casts each rank's shard with one global
-// scale and all-gathers the bytes, so the layer must use them as they arrive. Pointers in
-// backend memory; the layer keeps them (like forward()'s inputs) until backward() returns
-// or the next rebind_weight().
-struct Fp8Weight {
-  const uint8_t* data = nullptr;    // [out, in] codes in the weight's format
-  const uint8_t* data_t = nullptr;  // [in, out], the same codes transposed; backward() needs it
-  const float* scale = nullptr;      // the one scale they were cast with
-  const float* inv_scale = nullptr;  // 1 / scale, as the host rounds it
-  const float* amax = nullptr;       // the weight's amax (numerics; delayed scaling records it)
-  // Whether `amax` stays where it is, unchanged, until this layer's next forward (and any
-  // numerics() before it), as a FSDP model's all-reduced amaxes do: the layer then reads it
-  // there instead of copying it in. Delayed scaling copies it into its history regardless.
-  bool amax_stays = false;
-  // The same for `scale` and `inv_scale` (a FSDP model computes every weight's in one
-  // launch, into its own buffers): the layer reads them there instead of copying them in.
-  bool scales_stay = false;
-};
-
 // The dtypes of a layer's activations: each DType::kFloat32 or DType::kBFloat16.
 // grad_output has the output's dtype and grad_input the input's. Mixed-precision training
 // keeps activations in bf16; a model's output projection takes bf16 input and writes fp32
@@ -133,7 +115,7 @@ struct ForwardOptions {
   const float* input_row_amax = nullptr;
   // The same for an fp32 weight, [out] fp32, max |weight[o, :]| (AdamW writes them as it
   // updates the weight: ModelOps::adamw_step's param_row_amax). See
-  // Float8Linear::reads_weight_row_amax(). Not with an Fp8Weight (it is cast already).
+  // Float8Linear::reads_weight_row_amax(). Not with an Fp8Tensor weight (it is cast already).
   const float* weight_row_amax = nullptr;
   // [tokens, out] in the output's dtype, added to the output in the GEMM's epilogue (the
   // addend of ScaledGemmArgs / GemmArgs): output = input · weightᵀ (+ bias) + residual,
@@ -201,47 +183,36 @@ class Float8Linear {
   // can no longer be differentiated either) and delayed scaling records none of its amaxes.
   absl::Status forward_no_grad(const void* input, int64_t tokens, const float* weight, const float* bias, void* output,
                                const ForwardOptions& options = {});
-  absl::Status forward_no_grad(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias,
+  absl::Status forward_no_grad(const void* input, int64_t tokens, const Fp8Tensor& weight, const float* bias,
                                void* output, const ForwardOptions& options = {});
 
-  // The same with a weight cast elsewhere (takes_fp8_weight() must hold). Its codes are
-  // exactly what forward() would have made from the fp32 weight when they were cast with
-  // write_fp8_weight_scale(global amax), so the outputs match bit for bit.
-  absl::Status forward(const void* input, int64_t tokens, const Fp8Weight& weight, const float* bias, void* output,
+  // The same with a weight cast elsewhere (takes_fp8_weight() must hold): [out, in] codes
+  // of the weight's format, cast tensorwise; codes_t is needed by backward() (it may come
+  // with rebind_weight()). The layer takes the tensor's scale as given and reads its scale,
+  // inverse and amax where they are until its next forward() (numerics() included); under
+  // delayed scaling it records the amax into its history. Cast with the scale a caller
+  // derives as weight_scales.h does, the outputs match the fp32 weight's bit for bit.
+  absl::Status forward(const void* input, int64_t tokens, const Fp8Tensor& weight, const float* bias, void* output,
                        const ForwardOptions& options = {});
 
   // Between forward() and backward(): the weight moved (FSDP frees it after the forward and
   // gathers it again for the backward). Same values in new memory, in the form forward() got.
   absl::Status rebind_weight(const float* weight);
-  absl::Status rebind_weight(const Fp8Weight& weight);
+  absl::Status rebind_weight(const Fp8Tensor& weight);
 
-  // Whether forward() can take an Fp8Weight: the weight is cast once, tensorwise, to one
-  // format for both GEMMs that read it, and no GEMM reads it in high precision (the
+  // Whether forward() can take an Fp8Tensor weight: the weight is cast once, tensorwise, to
+  // one format for both GEMMs that read it, and no GEMM reads it in high precision (the
   // tensorwise and delayed recipes).
   bool takes_fp8_weight() const;
   Format weight_format() const;
-  // Writes the scale forward() would cast the weight with, given the whole weight's amax
-  // (one float of backend memory), and its inverse (inverse_scale) into backend memory,
-  // queued: the delayed history's scale once it has one, else the dynamic scale of that
-  // amax. The host reads neither (FSDP's ranks reduce the amax on the device).
-  absl::Status write_fp8_weight_scale(const float* amax, float* scale, float* inv_scale) const;
-  // The layer's own scale and inverse for an Fp8Weight (one float each of backend memory;
-  // takes_fp8_weight() layers): written there (write_fp8_weight_scale), they are what
-  // forward() uses, with nothing to copy in. They stay where they are for the layer's life.
-  struct Fp8WeightScaleSlots {
-    float* scale = nullptr;
-    float* inv_scale = nullptr;
+  // The scale (and inverse) the weight's delayed-scaling history gives its next cast, in
+  // backend memory, valid until the next finish_step(); nullopt unless the weight is
+  // delayed and its history holds a usable amax (until then its cast scales dynamically).
+  struct ScaleRef {
+    const float* scale = nullptr;
+    const float* inv_scale = nullptr;
   };
-  absl::StatusOr<Fp8WeightScaleSlots> fp8_weight_scale_slots();
-  // How write_fp8_weight_scale derives the scale when it is the dynamic scale of the amax
-  // (Backend::compute_scales with this format and pow2), so that a caller can compute many
-  // layers' at once; nullopt when it is not (delayed scaling, or no weight cast).
-  struct WeightScaleRule {
-    Format format = Format::kE4M3;
-    bool pow2 = false;
-    bool operator==(const WeightScaleRule&) const = default;
-  };
-  std::optional<WeightScaleRule> dynamic_weight_scale_rule() const;
+  std::optional<ScaleRef> delayed_weight_scale() const;
 
   // For the last forward(): by default WRITES grad_input [tokens, in] (skipped when null)
   // and ACCUMULATES (+=) grad_weight [out, in] and grad_bias [out] (skipped when null), so
@@ -320,7 +291,7 @@ class Float8Linear {
   // nothing. Outputs, gradients and scaling state are bit-identical either way: the count
   // only reads. A cast run while off reports measured = false.
   //
-  // Not measured: a weight taken as an Fp8Weight (FSDP's fp8 all-gather casts it outside
+  // Not measured: a weight taken as an Fp8Tensor (FSDP's fp8 all-gather casts it outside
   // the layer, which sees only its codes, and a clipped code cannot be told from a value
   // that was max to begin with): its entry reports measured = false.
   void set_measuring(bool on);
@@ -332,7 +303,7 @@ class Float8Linear {
   // Where forward() takes the weight from: fp32 values to cast, or codes cast elsewhere.
   struct WeightSource {
     const float* f32 = nullptr;
-    const Fp8Weight* fp8 = nullptr;
+    const Fp8Tensor* fp8 = nullptr;
   };
   absl::Status run_forward(const void* input, int64_t tokens, const WeightSource& weight, const float* bias,
                            void* output, bool for_backward, const ForwardOptions& options);

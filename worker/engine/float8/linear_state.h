@@ -74,26 +74,19 @@ struct CastPlan {
   bool delayed_scale_ready = false;
 
   BackendBuffer out, out_t, dequantized, scale, inv_scale, amax;
-  // Codes cast outside the layer (Fp8Weight) in place of out / out_t, when `external`
-  // (until the layer casts this tensor itself again). A null one was not provided: the GEMM
-  // that needs it refuses to run rather than read the layer's own, stale codes.
+  // What the GEMMs after the last cast read: the plan's own copies and scales, a sibling's
+  // (`shared`), or, when `external`, a weight cast outside the layer (an Fp8Tensor it was
+  // handed, until it casts this tensor itself again). rows is 0 until the first cast. A null
+  // code pointer was not made or not provided: the GEMM that needs it refuses to run. The
+  // amax of a delayed cast is not here but in its step's slots (last_amax_row).
+  Fp8Tensor in_use;
   bool external = false;
-  const uint8_t* external_out = nullptr;
-  const uint8_t* external_out_t = nullptr;
   // The same cast made by a sibling layer from the same input (share_input_casts_from):
-  // its copies, scales, amax and range counts serve this layer until it casts again.
+  // its dequantized copy and range counts serve this layer until it casts again.
   const CastPlan* shared = nullptr;
   // Copies and statistics in use: the plan's own, or the sibling's.
   const CastPlan& holder() const { return shared != nullptr ? *shared : *this; }
-
-  // What the last cast used, for the GEMMs that follow it and for numerics().
-  const float* inv_scale_in_use = nullptr;
-  const float* scale_in_use = nullptr;
-  int64_t rows = 0, cols = 0;  // 0 until the first cast
-  int last_amax_row = -1;      // delayed casts: the slot row it wrote
-  // An adopted weight's amax where its owner keeps it (Fp8Weight::amax_stays), read there
-  // by numerics() instead of `amax`; null otherwise.
-  const float* amax_in_use = nullptr;
+  int last_amax_row = -1;  // delayed casts: the slot row it wrote
 
   // The last cast's saturation / underflow counts (a CastRangeCounts in backend memory),
   // valid when it ran while the layer was measuring.
@@ -209,8 +202,11 @@ struct Float8Linear::State {
   // else cast here.
   absl::Status cast_input(const MatrixRef& data, int slot_row, const float* known_row_amax);
   bool can_share_input_with(const State& source) const;
-  // The weight plan adopts codes cast elsewhere (takes_fp8_weight()); records their amax.
-  absl::Status adopt_fp8_weight(const Fp8Weight& w, int slot_row);
+  // The weight plan adopts a weight cast elsewhere (takes_fp8_weight()); a delayed one
+  // records its amax.
+  absl::Status adopt_fp8_weight(const Fp8Tensor& w, int slot_row);
+  // InvalidArgument unless w is complete and is this layer's weight, cast tensorwise.
+  absl::Status check_fp8_weight(const Fp8Tensor& w) const;
   int weight_plan() const { return use[static_cast<int>(TensorKind::kWeight)][kAsStored]; }
   bool takes_fp8_weight() const;
   absl::Status run_cast(CastPlan& p, const MatrixRef& input, int slot_row, const float* known_row_amax);
@@ -223,8 +219,9 @@ struct Float8Linear::State {
   // Readies p for a cast of `input` (its buffers reserved, codes adopted from elsewhere
   // dropped); returns where the cast writes its range counts (range_counts_for).
   absl::StatusOr<CastRangeCounts*> prepare_cast(CastPlan& p, const MatrixRef& input);
-  // Records the scales a dynamic cast of p just wrote as those in use.
-  void finish_dynamic_cast(CastPlan& p, const MatrixRef& input);
+  // Records what a cast of p just made as in use: its own copies, the scales at `scale`
+  // (inverses at `inv_scale`) and, unless delayed, its own amax.
+  void finish_cast(CastPlan& p, const MatrixRef& input, const float* scale, const float* inv_scale);
   // Where the cast about to run writes what it saturated and flushed (its range_counts):
   // p.range_counts when measuring, else nowhere (the plan is then unmeasured).
   absl::StatusOr<CastRangeCounts*> range_counts_for(CastPlan& p);

@@ -25,8 +25,8 @@ absl::StatusOr<std::vector<CastNumerics>> Float8Linear::numerics() {
   std::vector<Piece> pieces;
   size_t bytes = 0;
   for (const CastPlan& p : s.plans) {
-    if (p.rows == 0) continue;
-    Piece piece{&p, scale_count(p.granularity, p.rows, p.cols), 0, 0, 0};
+    if (p.in_use.rows == 0) continue;
+    Piece piece{&p, scale_count(p.granularity, p.in_use.rows, p.in_use.cols), 0, 0, 0};
     piece.amax_at = bytes;
     bytes += float_bytes(piece.n);
     piece.scale_at = bytes;
@@ -40,11 +40,10 @@ absl::StatusOr<std::vector<CastNumerics>> Float8Linear::numerics() {
   auto* staging = s.numerics_staging.as<std::byte>();
   for (const Piece& piece : pieces) {
     const CastPlan& p = *piece.plan;
-    const float* amax_src = p.last_amax_row >= 0      ? s.slots_of(p.tensor).at(p.last_amax_row, p.delayed_column)
-                            : p.amax_in_use != nullptr ? p.amax_in_use
-                                                       : p.holder().amax.as<float>();
+    const float* amax_src =
+        p.last_amax_row >= 0 ? s.slots_of(p.tensor).at(p.last_amax_row, p.delayed_column) : p.in_use.amax;
     absl::Status queued = s.backend.copy(staging + piece.amax_at, amax_src, float_bytes(piece.n));
-    if (queued.ok()) queued = s.backend.copy(staging + piece.scale_at, p.scale_in_use, float_bytes(piece.n));
+    if (queued.ok()) queued = s.backend.copy(staging + piece.scale_at, p.in_use.scale, float_bytes(piece.n));
     if (queued.ok() && p.range_counted) {
       queued = s.backend.copy(staging + piece.counts_at, p.holder().range_counts.as<void>(), sizeof(CastRangeCounts));
     }
@@ -72,7 +71,7 @@ absl::StatusOr<std::vector<CastNumerics>> Float8Linear::numerics() {
       CastRangeCounts counts;
       std::memcpy(&counts, host.data() + piece.counts_at, sizeof counts);
       c.measured = true;
-      c.elements = p.rows * p.cols;
+      c.elements = p.in_use.rows * p.in_use.cols;
       c.saturated = static_cast<int64_t>(counts.saturated);
       c.underflow = static_cast<int64_t>(counts.underflow);
       c.saturated_ratio = static_cast<float>(static_cast<double>(c.saturated) / static_cast<double>(c.elements));

@@ -1,8 +1,7 @@
 // Scaling: the rules that turn an amax into an fp8 scale, dynamic (this cast's own amax)
 // and delayed (the max of an amax history). DelayedScaling is one history on the host;
 // Float8Linear's histories live in backend memory (linear_state.h's State), recorded each
-// step there, and the layer hands out its weight's scale rule for a cast made elsewhere
-// (FSDP's fp8 all-gather).
+// step there; the weight's history scale is what FSDP's fp8 all-gather casts shards with.
 #include "worker/engine/float8/scaling.h"
 
 #include <algorithm>
@@ -238,35 +237,16 @@ absl::Status Float8Linear::restore_scaling_state(absl::Span<const float> state) 
   return s.upload_delayed(*restored);
 }
 
-// ---- Float8Linear: the weight's scale for a cast made elsewhere (an Fp8Weight) -------------------
+// ---- Float8Linear: the weight's delayed scale, for a cast made elsewhere (an Fp8Tensor) -----------
 
-std::optional<Float8Linear::WeightScaleRule> Float8Linear::dynamic_weight_scale_rule() const {
+std::optional<Float8Linear::ScaleRef> Float8Linear::delayed_weight_scale() const {
   const State& s = *s_;
   const int plan = s.weight_plan();
   if (plan < 0) return std::nullopt;
   const CastPlan& p = s.plans[static_cast<size_t>(plan)];
-  if (p.delayed) return std::nullopt;
-  return WeightScaleRule{p.config.format(), p.config.pow2_scale};
-}
-
-absl::Status Float8Linear::write_fp8_weight_scale(const float* amax, float* scale, float* inv_scale) const {
-  const State& s = *s_;
-  if (amax == nullptr || scale == nullptr || inv_scale == nullptr) {
-    return absl::InvalidArgumentError("Float8Linear::write_fp8_weight_scale: amax, scale and inv_scale must be given");
-  }
-  const int plan = s.weight_plan();
-  const CastPlan* p = plan < 0 ? nullptr : &s.plans[static_cast<size_t>(plan)];
-  if (p != nullptr && p->delayed && p->delayed_scale_ready) {
-    const float* entry = s.delayed_scale_entry(p->delayed_index);
-    if (auto st = s.backend.copy(scale, entry, sizeof(float)); !st.ok()) return st;
-    return s.backend.copy(inv_scale, entry + kFloatsPer16Bytes, sizeof(float));
-  }
-  if (p == nullptr) {  // no weight cast: scale 1
-    constexpr float kOne[2] = {1.0f, 1.0f};
-    if (auto st = s.backend.queue_copy_from_host(scale, &kOne[0], sizeof(float)); !st.ok()) return st;
-    return s.backend.queue_copy_from_host(inv_scale, &kOne[1], sizeof(float));
-  }
-  return s.backend.compute_scales(amax, 1, p->config.format(), p->config.pow2_scale, scale, inv_scale);
+  if (!p.delayed || !p.delayed_scale_ready) return std::nullopt;
+  const float* entry = s.delayed_scale_entry(p.delayed_index);
+  return ScaleRef{entry, entry + kFloatsPer16Bytes};
 }
 
 // ---- the states in backend memory --------------------------------------------------------------

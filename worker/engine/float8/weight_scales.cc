@@ -1,6 +1,7 @@
 #include "worker/engine/float8/weight_scales.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -28,46 +29,40 @@ absl::StatusOr<std::unique_ptr<Fp8WeightScales>> Fp8WeightScales::create(Backend
   return w;
 }
 
-// Takes each layer's own scale slots, finds whether every layer scales its weight by one
-// dynamic rule (then the scales are computed together, here), and allocates the zeroed
-// amaxes and, with a shared rule, the scales.
+// Finds whether every layer scales its weight by one dynamic rule and allocates the
+// zeroed amaxes and scales.
 absl::Status Fp8WeightScales::allocate() {
+  const CastConfig& first = shards_[0].layer->config().output.weight;
   for (const Shard& s : shards_) {
-    absl::StatusOr<Float8Linear::Fp8WeightScaleSlots> slots = s.layer->fp8_weight_scale_slots();
-    if (!slots.ok()) return slots.status();
-    slots_.push_back(*slots);
-  }
-  // One rule for every weight's scale (the tensorwise recipe's, not delayed scaling's).
-  shared_rule_ = shards_[0].layer->dynamic_weight_scale_rule();
-  for (const Shard& s : shards_) {
-    if (s.layer->dynamic_weight_scale_rule() != shared_rule_) shared_rule_.reset();
+    if (!s.layer->takes_fp8_weight()) {
+      return absl::FailedPreconditionError(
+          "Fp8WeightScales: a layer takes no fp8 weight (Float8Linear::takes_fp8_weight)");
+    }
+    const CastConfig& c = s.layer->config().output.weight;
+    if (c.format() != first.format() || c.pow2_scale != first.pow2_scale) one_rule_ = false;
   }
   const size_t bytes = float_bytes(size());
-  if (shared_rule_.has_value()) {
-    for (BackendBuffer* b : {&scales_, &inv_scales_}) {
-      if (auto st = b->reserve(bytes); !st.ok()) return st;
-      if (auto st = backend_.fill_zero(b->as<void>(), bytes); !st.ok()) return st;
-    }
+  for (BackendBuffer* b : {&amaxes_, &scales_, &inv_scales_}) {
+    if (auto st = b->reserve(bytes); !st.ok()) return st;
+    if (auto st = backend_.fill_zero(b->as<void>(), bytes); !st.ok()) return st;
   }
-  if (auto st = amaxes_.reserve(bytes); !st.ok()) return st;
-  return backend_.fill_zero(amaxes_.as<void>(), bytes);
+  return absl::OkStatus();
 }
 
 Format Fp8WeightScales::format(int64_t i) const { return shards_[static_cast<size_t>(i)].layer->weight_format(); }
 
-void Fp8WeightScales::bind(int64_t i, Fp8Weight& w) const {
-  if (shared_rule_.has_value()) {
-    w.scale = scales_.as<float>() + i;
-    w.inv_scale = inv_scales_.as<float>() + i;
-    w.scales_stay = true;
-  } else {
-    w.scale = slots_[static_cast<size_t>(i)].scale;
-    w.inv_scale = slots_[static_cast<size_t>(i)].inv_scale;
-  }
-  // Each weight's global amax is read where the all-reduce leaves it, until the next one
-  // (the next step's first forward): by the layer too, which then copies none in.
+Fp8Tensor Fp8WeightScales::bind(int64_t i) const {
+  const Float8Linear& layer = *shards_[static_cast<size_t>(i)].layer;
+  Fp8Tensor w;
+  w.scale = scales_.as<float>() + i;
+  w.inv_scale = inv_scales_.as<float>() + i;
+  // Each weight's global amax is where the all-reduce leaves it, until the next one.
   w.amax = amaxes_.as<float>() + i;
-  w.amax_stays = true;
+  w.format = layer.weight_format();
+  w.granularity = Granularity::kTensorwise;
+  w.rows = layer.out_features();
+  w.cols = layer.in_features();
+  return w;
 }
 
 absl::StatusOr<std::vector<float*>> Fp8WeightScales::row_amax_outputs() {
@@ -113,19 +108,23 @@ absl::Status Fp8WeightScales::refresh(absl::Span<const float* const> shard_value
   float* amaxes = amaxes_.as<float>();
   if (auto st = all_reduce_max(amaxes, size()); !st.ok()) return st;
   // Exactly the scales (and inverses) the layers would have derived from the whole
-  // weights, on the device: the host reads no amax. All at once where every layer takes the
-  // same dynamic rule, into the scales the layers read where they are.
-  if (shared_rule_.has_value()) {
-    return backend_.compute_scales(amaxes, size(), shared_rule_->format, shared_rule_->pow2, scales_.as<float>(),
-                                   inv_scales_.as<float>());
-  }
-  for (int64_t i = 0; i < size(); ++i) {
-    const Float8Linear::Fp8WeightScaleSlots& slots = slots_[static_cast<size_t>(i)];
-    if (auto st = shards_[static_cast<size_t>(i)].layer->write_fp8_weight_scale(amaxes + i, slots.scale,
-                                                                                  slots.inv_scale);
+  // weights, on the device: the host reads no amax.
+  float* scales = scales_.as<float>();
+  float* inv_scales = inv_scales_.as<float>();
+  for (int64_t i = 0; i < size(); i += one_rule_ ? size() : 1) {
+    const CastConfig& rule = shards_[static_cast<size_t>(i)].layer->config().output.weight;
+    if (auto st = backend_.compute_scales(amaxes + i, one_rule_ ? size() : 1, rule.format(), rule.pow2_scale,
+                                          scales + i, inv_scales + i);
         !st.ok()) {
       return st;
     }
+  }
+  // Delayed scaling: the history's scale, once it has one, in place of the dynamic one.
+  for (int64_t i = 0; i < size(); ++i) {
+    const std::optional<Float8Linear::ScaleRef> delayed = shards_[static_cast<size_t>(i)].layer->delayed_weight_scale();
+    if (!delayed.has_value()) continue;
+    if (auto st = backend_.copy(scales + i, delayed->scale, sizeof(float)); !st.ok()) return st;
+    if (auto st = backend_.copy(inv_scales + i, delayed->inv_scale, sizeof(float)); !st.ok()) return st;
   }
   return absl::OkStatus();
 }
@@ -136,7 +135,7 @@ absl::Status Fp8WeightScales::cast_shard(int64_t i, const float* shard_values, u
   c.input = MatrixRef{shard_values, DType::kFloat32, s.rows, s.row_elements};
   c.format = s.layer->weight_format();
   c.granularity = Granularity::kTensorwise;
-  c.scale = shared_rule_.has_value() ? scales_.as<float>() + i : slots_[static_cast<size_t>(i)].scale;
+  c.scale = scales_.as<float>() + i;
   c.saturate = true;
   c.out = codes;
   return backend_.cast(c);

@@ -1,23 +1,21 @@
 // Where a gathered weight's fp8 scale is computed. FSDP's fp8 all-gather
 // (fp8.all_gather_fp8) casts each rank's shard of a weight with ONE global scale and
-// gathers the codes, which the layer then takes as an Fp8Weight. For training to be bit for
-// bit that of one process, that scale must be the one the layer would have derived from the
-// whole fp32 weight. Once per step, after the optimizer changed the shards (refresh()):
+// gathers the codes; bind() makes them, that scale and the amax it came from one Fp8Tensor,
+// which the layer takes as given. For training to be bit for bit that of one process, the
+// scale must be the one the layer would have derived from the whole fp32 weight. Once per
+// step, after the optimizer changed the shards (refresh()):
 //
 //   1. amax     each shard's amax: one rowwise Backend::amax over the row amaxes the
 //               optimizer wrote (row_amax_outputs()), or a pass over each shard when those
 //               are not current (the first step, after a checkpoint load);
 //   2. reduce   one all-reduce (MAX) of the packed amaxes across ranks (the caller's
-//               collective), which each layer then reads in place (Fp8Weight::amax_stays);
-//   3. scale    when every layer takes one dynamic rule (Float8Linear::
-//               dynamic_weight_scale_rule: the tensorwise recipe), one
-//               Backend::compute_scales for all weights into buffers of this class, which
-//               the layers read in place (Fp8Weight::scales_stay); otherwise (delayed
-//               scaling) Float8Linear::write_fp8_weight_scale per layer into the layer's own
-//               slots (Float8Linear::fp8_weight_scale_slots): the history's scale once it
-//               has one, else the dynamic scale of the reduced amax.
+//               collective);
+//   3. scale    the dynamic scale of each reduced amax (one Backend::compute_scales for all
+//               weights whose layers cast to one format and scale rounding), then, for a
+//               weight under delayed scaling whose history has a scale, that scale instead
+//               (Float8Linear::delayed_weight_scale).
 //
-// cast_shard() casts a shard with that scale. The layer consumes scale and amax in
+// cast_shard() casts a shard with that scale. The layer consumes the tensor in
 // Float8Linear::State::adopt_fp8_weight (casts.cc). FsdpModel (fsdp/fsdp_model.cc) owns the
 // shards and the all-gather itself.
 #pragma once
@@ -25,7 +23,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,6 +30,7 @@
 #include "absl/types/span.h"
 #include "fp8/fp8.h"
 #include "worker/engine/float8/backend_buffer.h"
+#include "worker/engine/float8/fp8_tensor.h"
 #include "worker/engine/float8/linear.h"
 
 namespace fp8::engine {
@@ -60,9 +58,10 @@ class Fp8WeightScales {
   // The fp8 format of weight i's codes (its layer's weight_format()).
   Format format(int64_t i) const;
 
-  // Points w's scale, inverse scale and amax at weight i's, saying which stay where they
-  // are (Fp8Weight::scales_stay, amax_stays). They do not move for this object's life.
-  void bind(int64_t i, Fp8Weight& w) const;
+  // Weight i, whole, as an Fp8Tensor: its shape, format, scale, inverse scale and amax;
+  // the caller points codes and codes_t at the gathered codes. The scale buffers do not move
+  // for this object's life, and refresh() rewrites them.
+  Fp8Tensor bind(int64_t i) const;
 
   // Where an update writes shard i's row amaxes ([rows] fp32, backend memory; AdamW's
   // param_row_amax), one per weight in order. Allocated zeroed by the first call.
@@ -87,14 +86,12 @@ class Fp8WeightScales {
 
   Backend& backend_;
   std::vector<Shard> shards_;
-  // Each layer's own scale and 1/scale (Float8Linear::fp8_weight_scale_slots), written by
-  // refresh() where the weights share no scale rule; else the scales live in scales_.
-  std::vector<Float8Linear::Fp8WeightScaleSlots> slots_;
-  // The one dynamic rule of every layer's weight scale, when they share one.
-  std::optional<Float8Linear::WeightScaleRule> shared_rule_;
+  // Whether every layer derives a dynamic weight scale by one rule (format, pow2), so that
+  // one launch computes all of them.
+  bool one_rule_ = true;
   BackendBuffer amaxes_;      // [size()], one per weight, reduced in place
-  BackendBuffer scales_;      // [size()], with shared_rule_ only
-  BackendBuffer inv_scales_;  // [size()], with shared_rule_ only
+  BackendBuffer scales_;      // [size()]
+  BackendBuffer inv_scales_;  // [size()]
   // [size(), row_amaxes_width_]: row i holds shard i's row amaxes, zeros after them (an
   // amax is never below zero), so one rowwise amax gives every shard's amax.
   BackendBuffer row_amaxes_;

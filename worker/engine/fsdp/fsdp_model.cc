@@ -52,7 +52,7 @@ struct FsdpModel::Fp8State {
   Tensor gathered_t;    // [in, out] codes, for the backward
   // What the linear reads (linear->gathered_fp8 points here): the gathered codes, and the
   // scale and amax weight_scales_ computes (Fp8WeightScales::bind).
-  Fp8Weight weight;
+  Fp8Tensor weight;
 };
 
 // A unit's parameters travel together: ONE call of the group gathers their shards, ONE
@@ -154,7 +154,7 @@ absl::Status FsdpModel::plan_fp8_gathers() {
   for (size_t i = 0; i < fp8_.size(); ++i) {
     Fp8State& f = fp8_[i];
     params_[static_cast<size_t>(f.param)].fp8 = static_cast<int>(i);
-    weight_scales_->bind(static_cast<int64_t>(i), f.weight);
+    f.weight = weight_scales_->bind(static_cast<int64_t>(i));
     f.linear->gathered_fp8 = &f.weight;
   }
   return absl::OkStatus();
@@ -324,8 +324,8 @@ absl::StatusOr<Tensor*> FsdpModel::allocate_gathered(Param& p) {
 absl::Status FsdpModel::expose_gathered(Param& p) {
   if (p.fp8 >= 0) {
     Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
-    f.weight.data = bytes(f.gathered);
-    f.weight.data_t = nullptr;
+    f.weight.codes = bytes(f.gathered);
+    f.weight.codes_t = nullptr;
     return absl::OkStatus();
   }
   FP8_ASSIGN_OR_RETURN(p.full->value, p.gathered.rows(0, p.layout.rows));
@@ -361,11 +361,11 @@ absl::Status FsdpModel::finish_gather(int unit, bool for_backward) {
     Param& p = params_[static_cast<size_t>(i)];
     if (p.fp8 < 0) continue;
     Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
-    if (f.weight.data_t != nullptr) continue;
+    if (f.weight.codes_t != nullptr) continue;
     const int64_t out = p.layout.rows, in = p.layout.row_elements;
     FP8_ASSIGN_OR_RETURN(f.gathered_t, Tensor::empty(device_, f.gathered.type(), {in, out}));
     FP8_RETURN_IF_ERROR(backend.transpose_bytes(bytes(f.gathered), out, in, bytes(f.gathered_t)));
-    f.weight.data_t = bytes(f.gathered_t);
+    f.weight.codes_t = bytes(f.gathered_t);
   }
   return absl::OkStatus();
 }
@@ -380,8 +380,8 @@ void FsdpModel::release(int unit) {
       Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
       f.gathered = Tensor();
       f.gathered_t = Tensor();
-      f.weight.data = nullptr;
-      f.weight.data_t = nullptr;
+      f.weight.codes = nullptr;
+      f.weight.codes_t = nullptr;
     }
   }
   u.present = false;
