@@ -295,7 +295,7 @@ TEST_P(OneProcessStep, ThatReportsReadsEachLinearOnceForEachThingItReports) {
   int64_t fp8_linears = 0, delayed_linears = 0;
   for (const engine::LinearUnit* u : (*trainer)->model().linears()) {
     if (u->selection.fp8) ++fp8_linears;
-    if (u->layer->delayed_count() > 0) ++delayed_linears;
+    if (u->layer->delayed().count() > 0) ++delayed_linears;
   }
   const OpTime* reads = find(*b, kHostWaitRead);
   ASSERT_NE(reads, nullptr);

@@ -24,7 +24,7 @@ const char* CastName(fp8::v1::AmaxHistory::Operand operand) {
 absl::StatusOr<std::string> ResumeAmaxHistories(fp8::v1::TrainerService::StubInterface& stub,
                                                 const AmaxResumeRequest& request, engine::LlamaModel& model) {
   bool delayed = false;
-  for (const engine::LinearUnit* u : model.linears()) delayed = delayed || u->layer->delayed_count() > 0;
+  for (const engine::LinearUnit* u : model.linears()) delayed = delayed || u->layer->delayed().count() > 0;
   if (!delayed) return std::string();  // no delayed scaling
   fp8::v1::GetAmaxHistoriesRequest get;
   *get.mutable_caller() = request.caller;

@@ -37,7 +37,7 @@ bool Transient(grpc::StatusCode code) {
   return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
-// The API's operand for a cast name of Float8Linear::delayed_names().
+// The API's operand for a cast name of Float8Linear::DelayedCasts::names().
 std::optional<fp8::v1::AmaxHistory::Operand> AmaxOperand(const std::string& cast) {
   if (cast == "input") return fp8::v1::AmaxHistory::INPUT;
   if (cast == "weight") return fp8::v1::AmaxHistory::WEIGHT;

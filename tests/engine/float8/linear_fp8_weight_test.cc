@@ -168,7 +168,7 @@ void expect_same_cast_scales(Float8Linear& own, Float8Linear& cast) {
 }
 
 int delayed_index_of(const Float8Linear& layer, const std::string& name) {
-  const std::vector<std::string> names = layer.delayed_names();
+  const std::vector<std::string> names = layer.delayed().names();
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] == name) return static_cast<int>(i);
   }
@@ -176,11 +176,11 @@ int delayed_index_of(const Float8Linear& layer, const std::string& name) {
 }
 
 void expect_same_scaling_state(const Float8Linear& a, const Float8Linear& b) {
-  ASSERT_EQ(a.delayed_count(), b.delayed_count());
-  for (int i = 0; i < a.delayed_count(); ++i) {
-    SCOPED_TRACE(a.delayed_names()[static_cast<size_t>(i)]);
-    EXPECT_TRUE(same_bits(a.delayed_scaling(i)->history(), b.delayed_scaling(i)->history()));
-    EXPECT_EQ(a.delayed_scaling(i)->next_scale(), b.delayed_scaling(i)->next_scale());
+  ASSERT_EQ(a.delayed().count(), b.delayed().count());
+  for (int i = 0; i < a.delayed().count(); ++i) {
+    SCOPED_TRACE(a.delayed().names()[static_cast<size_t>(i)]);
+    EXPECT_TRUE(same_bits(a.delayed().state(i)->history(), b.delayed().state(i)->history()));
+    EXPECT_EQ(a.delayed().state(i)->next_scale(), b.delayed().state(i)->next_scale());
   }
   EXPECT_TRUE(same_bits(a.save_scaling_state().value(), b.save_scaling_state().value()));
 }
@@ -231,7 +231,7 @@ TEST_P(Fp8WeightParity, ForwardAndBackwardMatchTheFp32WeightBitForBit) {
     gb_cast.upload(std::vector<float>(static_cast<size_t>(s.n), 0.0f));
     if (delayed && step > 0) {
       // After a step, the weight is cast with the history's scale whatever its amax.
-      const std::optional<float> history_scale = cast->delayed_scaling(weight_slot)->next_scale();
+      const std::optional<float> history_scale = cast->delayed().state(weight_slot)->next_scale();
       ASSERT_TRUE(history_scale.has_value());
       EXPECT_EQ(weight_scale_for(*cast, 1.0f), *history_scale);
       EXPECT_EQ(weight_scale_for(*cast, 1e6f), *history_scale);
@@ -263,17 +263,18 @@ TEST_P(Fp8WeightParity, ForwardAndBackwardMatchTheFp32WeightBitForBit) {
       EXPECT_TRUE(same_bits(gb_cast.download(), gb_own.download())) << "grad_bias";
     }
     if (delayed) {
-      Floats amax_own(static_cast<size_t>(own->delayed_count())), amax_cast(static_cast<size_t>(cast->delayed_count()));
-      ASSERT_OK(own->write_step_amaxes(amax_own.data()));
-      ASSERT_OK(cast->write_step_amaxes(amax_cast.data()));
+      Floats amax_own(static_cast<size_t>(own->delayed().count()));
+      Floats amax_cast(static_cast<size_t>(cast->delayed().count()));
+      ASSERT_OK(own->delayed().write_step_amaxes(amax_own.data()));
+      ASSERT_OK(cast->delayed().write_step_amaxes(amax_cast.data()));
       EXPECT_TRUE(same_bits(amax_cast.download(), amax_own.download())) << "step amaxes";
     }
     ASSERT_OK(own->finish_step());
     ASSERT_OK(cast->finish_step());
     expect_same_scaling_state(*cast, *own);
     if (delayed) {
-      EXPECT_EQ(cast->delayed_scaling(weight_slot)->history().size(), step + 1);
-      EXPECT_EQ(weight_scale_for(*cast, 123.0f), cast->delayed_scaling(weight_slot)->next_scale());
+      EXPECT_EQ(cast->delayed().state(weight_slot)->history().size(), step + 1);
+      EXPECT_EQ(weight_scale_for(*cast, 123.0f), cast->delayed().state(weight_slot)->next_scale());
     }
   }
 
@@ -345,7 +346,7 @@ TEST(Fp8WeightDelayed, EvaluationWithAnFp8WeightRecordsNoAmax) {
   ASSERT_OK(layer->forward(tx.data(), s.m, real.weight(), nullptr, out.data()));
   ASSERT_OK(layer->backward(tg.data(), nullptr, gw.data(), nullptr));
   ASSERT_OK(layer->finish_step());
-  EXPECT_EQ(layer->delayed_scaling(weight_slot)->history(), std::vector<float>{w_amax});
+  EXPECT_EQ(layer->delayed().state(weight_slot)->history(), std::vector<float>{w_amax});
 }
 
 // The layer takes the tensor's scale as given and reads it where it is, through its next
@@ -397,19 +398,19 @@ TEST_P(Fp8WeightParity, DelayedWeightScaleIsTheHistorysOnceItHasOne) {
   const Shape s = GetParam().shape;
   std::unique_ptr<Float8Linear> layer = make_layer(s, recipe(GetParam().recipe, 4));
   ASSERT_NE(layer, nullptr);
-  EXPECT_FALSE(layer->delayed_weight_scale().has_value());
+  EXPECT_FALSE(layer->delayed().weight_scale().has_value());
   Floats tw(normal(s.nk(), 0.1f, 1)), tx(normal(s.mk(), 1.0f, 2)), tg(normal(s.mn(), 1e-3f, 3));
   Floats out(s.mn()), gw(s.nk());
   ASSERT_OK(layer->forward(tx.data(), s.m, tw.data(), nullptr, out.data()));
   ASSERT_OK(layer->backward(tg.data(), nullptr, gw.data(), nullptr));
   ASSERT_OK(layer->finish_step());
-  const std::optional<Float8Linear::ScaleRef> scale = layer->delayed_weight_scale();
+  const std::optional<Float8Linear::DelayedCasts::ScaleRef> scale = layer->delayed().weight_scale();
   if (GetParam().recipe != v1::Fp8Spec::DELAYED) {
     EXPECT_FALSE(scale.has_value());
     return;
   }
   ASSERT_TRUE(scale.has_value());
-  const std::optional<float> history = layer->delayed_scaling(delayed_index_of(*layer, "weight"))->next_scale();
+  const std::optional<float> history = layer->delayed().state(delayed_index_of(*layer, "weight"))->next_scale();
   ASSERT_TRUE(history.has_value());
   EXPECT_EQ(Floats::download(scale->scale, 1)[0], *history);
   EXPECT_EQ(Floats::download(scale->inv_scale, 1)[0], inverse_scale(*history));

@@ -27,6 +27,7 @@
 #include "common/jobspec/loader.h"
 #include "fp8/fp8.h"
 #include "gtest/gtest.h"
+#include "tests/engine/float8/cast_counts.h"
 #include "tests/kernels/forwarding_backend.h"
 #include "worker/engine/float8/config.h"
 
@@ -297,7 +298,7 @@ TEST_P(RECIPE_ACCURACY, MatchesTheReferenceLinear) {
       run_step(backend(), *layer, c.shape, normal(p.x.size(), 1.0f, 100 + step), p.w, p.bias,
                normal(p.g.size(), 1e-3f, 200 + step));
     }
-    ASSERT_EQ(layer->delayed_scaling(0)->history().size(), 3u);
+    ASSERT_EQ(layer->delayed().state(0)->history().size(), 3u);
   }
   const Results r = run_step(backend(), *layer, c.shape, p.x, p.w, p.bias, p.g);
 
@@ -569,19 +570,19 @@ TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingUsesThePreviousStepsAmax) {
   std::unique_ptr<Float8Linear> dynamic = make_layer(backend(), s, recipe(v1::Fp8Spec::TENSORWISE));
   ASSERT_NE(delayed, nullptr);
   ASSERT_NE(dynamic, nullptr);
-  EXPECT_EQ(delayed->delayed_names(), (std::vector<std::string>{"input", "weight", "grad_output"}));
-  EXPECT_EQ(dynamic->delayed_count(), 0);
+  EXPECT_EQ(delayed->delayed().names(), (std::vector<std::string>{"input", "weight", "grad_output"}));
+  EXPECT_EQ(dynamic->delayed().count(), 0);
 
   const std::vector<float> w = normal(n * k, 0.1f, 1), bias(n, 0.0f), g = normal(m * n, 1.0f, 2);
   const std::vector<float> x1 = normal(m * k, 1.0f, 3);
   // Step 1: no history yet, so it scales dynamically, and its amaxes become the history.
   const Results first = run_step(backend(), *delayed, s, x1, w, bias, g);
   EXPECT_GE(sqnr(reference_linear(s, x1, w, bias, g).output, first.output), 20.0);
-  EXPECT_EQ(delayed->delayed_scaling(0)->history(), (std::vector<float>{max_abs(x1)}));
-  EXPECT_EQ(delayed->delayed_scaling(1)->history(), (std::vector<float>{max_abs(w)}));
-  EXPECT_EQ(delayed->delayed_scaling(2)->history(), (std::vector<float>{max_abs(g)}));
-  EXPECT_EQ(delayed->delayed_scaling(0)->next_scale(), scale_from_amax(max_abs(x1), Format::kE4M3, false));
-  EXPECT_EQ(delayed->delayed_scaling(2)->next_scale(), scale_from_amax(max_abs(g), Format::kE5M2, false));
+  EXPECT_EQ(delayed->delayed().state(0)->history(), (std::vector<float>{max_abs(x1)}));
+  EXPECT_EQ(delayed->delayed().state(1)->history(), (std::vector<float>{max_abs(w)}));
+  EXPECT_EQ(delayed->delayed().state(2)->history(), (std::vector<float>{max_abs(g)}));
+  EXPECT_EQ(delayed->delayed().state(0)->next_scale(), scale_from_amax(max_abs(x1), Format::kE4M3, false));
+  EXPECT_EQ(delayed->delayed().state(2)->next_scale(), scale_from_amax(max_abs(g), Format::kE5M2, false));
 
   // Step 2: the input grows 8x. Delayed scaling still uses step 1's amax and clips; the
   // dynamic recipe rescales.
@@ -606,8 +607,8 @@ TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingUsesThePreviousStepsAmax) {
   Tensor tg(backend(), g), gw(backend(), n * k);
   ASSERT_OK(delayed->backward(tg.data(), nullptr, gw.data(), nullptr));
   ASSERT_OK(delayed->finish_step());
-  EXPECT_EQ(delayed->delayed_scaling(0)->history(), (std::vector<float>{max_abs(x1), max_abs(x2)}));
-  EXPECT_EQ(delayed->delayed_scaling(0)->next_scale(), scale_from_amax(max_abs(x2), Format::kE4M3, false));
+  EXPECT_EQ(delayed->delayed().state(0)->history(), (std::vector<float>{max_abs(x1), max_abs(x2)}));
+  EXPECT_EQ(delayed->delayed().state(0)->next_scale(), scale_from_amax(max_abs(x2), Format::kE4M3, false));
 }
 
 TEST_F(FLOAT8_LINEAR_TEST, DelayedAmaxOfAStepIsTheMaxOverMicroBatches) {
@@ -629,9 +630,9 @@ TEST_F(FLOAT8_LINEAR_TEST, DelayedAmaxOfAStepIsTheMaxOverMicroBatches) {
     ASSERT_OK(layer->backward(tg.data(), nullptr, gw.data(), nullptr));
   }
   ASSERT_OK(layer->finish_step());
-  EXPECT_EQ(layer->delayed_scaling(0)->history(),
+  EXPECT_EQ(layer->delayed().state(0)->history(),
             (std::vector<float>{*std::max_element(x_amax.begin(), x_amax.end())}));
-  EXPECT_EQ(layer->delayed_scaling(2)->history(),
+  EXPECT_EQ(layer->delayed().state(2)->history(),
             (std::vector<float>{*std::max_element(g_amax.begin(), g_amax.end())}));
 }
 
@@ -659,7 +660,7 @@ TEST_F(FLOAT8_LINEAR_TEST, EvaluationForwardMatchesAndLeavesDelayedScalingAlone)
   ASSERT_OK(layer->backward(tg.data(), nullptr, gw.data(), nullptr));
   ASSERT_OK(layer->finish_step());
   // The history saw the training input twice and never the evaluation one.
-  EXPECT_EQ(layer->delayed_scaling(0)->history(), (std::vector<float>{max_abs(x), max_abs(x)}));
+  EXPECT_EQ(layer->delayed().state(0)->history(), (std::vector<float>{max_abs(x), max_abs(x)}));
 }
 
 TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingTakesAmaxesReducedElsewhere) {
@@ -668,8 +669,8 @@ TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingTakesAmaxesReducedElsewhere) {
   ASSERT_NE(layer, nullptr);
   // What the distributed engine does: its own all-reduced amaxes, one per delayed cast.
   ASSERT_OK(layer->finish_step(std::vector<float>{2.0f, 4.0f, 8.0f}));
-  EXPECT_EQ(layer->delayed_scaling(1)->next_scale(), 112.0f);
-  EXPECT_EQ(layer->delayed_scaling(2)->next_scale(), 57344.0f / 8.0f);
+  EXPECT_EQ(layer->delayed().state(1)->next_scale(), 112.0f);
+  EXPECT_EQ(layer->delayed().state(2)->next_scale(), 57344.0f / 8.0f);
   EXPECT_EQ(layer->finish_step(std::vector<float>{1.0f}).code(), absl::StatusCode::kInvalidArgument);
   // Without a forward this step there is nothing to record.
   EXPECT_EQ(layer->finish_step().code(), absl::StatusCode::kFailedPrecondition);
@@ -689,9 +690,9 @@ TEST_F(FLOAT8_LINEAR_TEST, ScalingStateSurvivesACheckpoint) {
   std::unique_ptr<Float8Linear> resumed = make_layer(backend(), s, config);
   ASSERT_NE(resumed, nullptr);
   ASSERT_OK(resumed->restore_scaling_state(saved));
-  for (int i = 0; i < layer->delayed_count(); ++i) {
-    EXPECT_EQ(resumed->delayed_scaling(i)->history(), layer->delayed_scaling(i)->history());
-    EXPECT_EQ(resumed->delayed_scaling(i)->next_scale(), layer->delayed_scaling(i)->next_scale());
+  for (int i = 0; i < layer->delayed().count(); ++i) {
+    EXPECT_EQ(resumed->delayed().state(i)->history(), layer->delayed().state(i)->history());
+    EXPECT_EQ(resumed->delayed().state(i)->next_scale(), layer->delayed().state(i)->next_scale());
   }
   // The next step runs identically on both.
   const std::vector<float> x = normal(m * k, 1.0f, 9);
@@ -1068,6 +1069,9 @@ TEST_F(FLOAT8_LINEAR_TEST, SiblingsSharingOneInputCastMatchTheirOwnCastsBitForBi
     ASSERT_TRUE(sibling->can_share_input_casts_with(*source));
     ASSERT_OK(sibling->share_input_casts_from(*source));
     for (Float8Linear* l : {source.get(), sibling.get(), twin.get()}) l->set_measuring(true);
+    float8_test::CastCounts sibling_counts, twin_counts;
+    sibling->set_observer(&sibling_counts);
+    twin->set_observer(&twin_counts);
     const DType in = c.activations.input, out = c.activations.output;
     Tensor x(backend(), scaled(normal(m * k, 1.0f, 1), 3.0f), in), other_x(backend(), normal(m * k, 1.0f, 9), in);
     Tensor w_source(backend(), normal(n_source * k, 0.1f, 2)), w(backend(), normal(n * k, 0.1f, 3));
@@ -1083,8 +1087,8 @@ TEST_F(FLOAT8_LINEAR_TEST, SiblingsSharingOneInputCastMatchTheirOwnCastsBitForBi
       ASSERT_OK(source->forward(x.raw(), m, w_source.data(), nullptr, y_source.raw()));
       ASSERT_OK(sibling->forward(x.raw(), m, w.data(), nullptr, y_sibling.raw()));
       ASSERT_OK(twin->forward(x.raw(), m, w.data(), nullptr, y_twin.raw()));
-      EXPECT_EQ(sibling->counters().shared_input_casts, step + 1) << "the sibling cast its input itself";
-      EXPECT_EQ(twin->counters().shared_input_casts, 0);
+      EXPECT_EQ(sibling_counts.shared_input_casts, step + 1) << "the sibling cast its input itself";
+      EXPECT_EQ(twin_counts.shared_input_casts, 0);
       // Backward in the model's order: the sibling's before the source's.
       ASSERT_OK(sibling->backward(g.raw(), gx_sibling.raw(), gw_sibling.data(), nullptr));
       ASSERT_OK(twin->backward(g.raw(), gx_twin.raw(), gw_twin.data(), nullptr));
@@ -1112,7 +1116,7 @@ TEST_F(FLOAT8_LINEAR_TEST, SiblingsSharingOneInputCastMatchTheirOwnCastsBitForBi
     ASSERT_OK(source->forward(x.raw(), m, w_source.data(), nullptr, y_source.raw()));
     ASSERT_OK(sibling->forward(other_x.raw(), m, w.data(), nullptr, y_sibling.raw()));
     ASSERT_OK(twin->forward(other_x.raw(), m, w.data(), nullptr, y_twin.raw()));
-    EXPECT_EQ(sibling->counters().shared_input_casts, 2);
+    EXPECT_EQ(sibling_counts.shared_input_casts, 2);
     EXPECT_TRUE(same_bits(y_sibling.download(), y_twin.download()));
     ASSERT_OK(sibling->backward(g.raw(), gx_sibling.raw(), gw_sibling.data(), nullptr));
     ASSERT_OK(twin->backward(g.raw(), gx_twin.raw(), gw_twin.data(), nullptr));
@@ -1141,7 +1145,7 @@ TEST_F(FLOAT8_LINEAR_TEST, RowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
     std::string name;
     Float8LinearConfig config;
     LinearActivations activations;
-    bool reads;  // reads_input_row_amax(), reads_weight_row_amax(), reads_grad_output_row_amax()
+    bool reads;  // reads_row_amax() of each tensor
     // Casts that take them per step: with `reads`, every dynamic cast that is not
     // columnwise (one each of the input, the weight and grad_output; rowwise_with_gw_hp
     // casts the weight twice, by its rows for each of its fp8 GEMMs); a delayed cast is
@@ -1163,9 +1167,11 @@ TEST_F(FLOAT8_LINEAR_TEST, RowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
     std::unique_ptr<Float8Linear> hinted = make_layer(backend(), {64, 128, 96}, c.config, c.activations);
     std::unique_ptr<Float8Linear> plain = make_layer(backend(), {64, 128, 96}, c.config, c.activations);
     ASSERT_TRUE(hinted && plain);
-    EXPECT_EQ(hinted->reads_input_row_amax(), c.reads);
-    EXPECT_EQ(hinted->reads_weight_row_amax(), c.reads);
-    EXPECT_EQ(hinted->reads_grad_output_row_amax(), c.reads);
+    float8_test::CastCounts hinted_counts;
+    hinted->set_observer(&hinted_counts);
+    EXPECT_EQ(hinted->reads_row_amax(TensorKind::kInput), c.reads);
+    EXPECT_EQ(hinted->reads_row_amax(TensorKind::kWeight), c.reads);
+    EXPECT_EQ(hinted->reads_row_amax(TensorKind::kGradOutput), c.reads);
     const DType in = c.activations.input, out = c.activations.output;
     Tensor x(backend(), scaled(normal(m * k, 1.0f, 11), 5.0f), in), w(backend(), normal(n * k, 0.1f, 12));
     Tensor g(backend(), normal(m * n, 1.0f, 13), out);
@@ -1190,7 +1196,7 @@ TEST_F(FLOAT8_LINEAR_TEST, RowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
       EXPECT_TRUE(same_bits(y_hinted.download(), y_plain.download()));
       EXPECT_TRUE(same_bits(gx_hinted.download(), gx_plain.download()));
       EXPECT_TRUE(same_bits(gw_hinted.download(), gw_plain.download()));
-      EXPECT_EQ(hinted->counters().row_amax_casts, c.took_after(step));
+      EXPECT_EQ(hinted_counts.row_amax_casts, c.took_after(step));
       for (Float8Linear* l : {hinted.get(), plain.get()}) ASSERT_OK(l->finish_step());
     }
     ASSERT_OK(hinted->forward_no_grad(x.raw(), m, w.data(), nullptr, y_hinted.raw(),
@@ -1223,6 +1229,8 @@ TEST_F(FLOAT8_LINEAR_TEST, RowwiseCastsOfATensorRunAsOneQuantize) {
       SCOPED_TRACE(::testing::Message() << v1::Fp8Spec::Recipe_Name(r) << " " << dtype_name(a.input));
       std::unique_ptr<Float8Linear> layer = make_layer(backend(), {64, 128, 96}, recipe(r), a);
       ASSERT_NE(layer, nullptr);
+      float8_test::CastCounts counts;
+      layer->set_observer(&counts);
       Tensor x(backend(), normal(m * k, 1.0f, 21), a.input), w(backend(), normal(n * k, 0.1f, 22));
       Tensor g(backend(), normal(m * n, 1.0f, 23), a.output), y(backend(), m * n, 0.0f, a.output);
       Tensor gx(backend(), m * k, 0.0f, a.input), gw(backend(), n * k);
@@ -1230,7 +1238,7 @@ TEST_F(FLOAT8_LINEAR_TEST, RowwiseCastsOfATensorRunAsOneQuantize) {
         ASSERT_OK(layer->forward(x.raw(), m, w.data(), nullptr, y.raw()));
         ASSERT_OK(layer->backward(g.raw(), gx.raw(), gw.data(), nullptr));
         ASSERT_OK(layer->finish_step());
-        EXPECT_EQ(layer->counters().tensors_cast_both_ways, per_step * step) << "after step " << step;
+        EXPECT_EQ(counts.tensors_cast_both_ways, per_step * step) << "after step " << step;
       }
     }
   }
@@ -1424,10 +1432,10 @@ TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingAndNumericsWorkOnBf16Activations) {
     EXPECT_LE(max_relative_error(widened(a.grad_input), b.grad_input), kBf16Tolerance);
     EXPECT_EQ(b.grad_weight, a.grad_weight) << "the same fp8 codes, fp32 output";
   }
-  EXPECT_EQ(bf16->delayed_scaling(0)->history(), input_amaxes);
-  for (int i = 0; i < bf16->delayed_count(); ++i) {
-    EXPECT_EQ(bf16->delayed_scaling(i)->history().size(), 3u);
-    EXPECT_EQ(bf16->delayed_scaling(i)->history(), f32->delayed_scaling(i)->history());
+  EXPECT_EQ(bf16->delayed().state(0)->history(), input_amaxes);
+  for (int i = 0; i < bf16->delayed().count(); ++i) {
+    EXPECT_EQ(bf16->delayed().state(i)->history().size(), 3u);
+    EXPECT_EQ(bf16->delayed().state(i)->history(), f32->delayed().state(i)->history());
   }
   EXPECT_EQ(bf16->save_scaling_state().value(), f32->save_scaling_state().value());
 
@@ -1518,7 +1526,7 @@ TEST(Float8LinearGpuShapes, DelayedStepsWaitForTheDeviceOnlyAfterTheFirst) {
   absl::StatusOr<std::unique_ptr<Float8Linear>> layer =
       Float8Linear::create(gpu, 64, 48, recipe(v1::Fp8Spec::DELAYED));
   ASSERT_TRUE(layer.ok()) << layer.status();
-  ASSERT_EQ((*layer)->delayed_count(), 3);
+  ASSERT_EQ((*layer)->delayed().count(), 3);
   const size_t tokens = 32;
   const std::vector<float> host_x = normal(tokens * 64, 1.0f, 1);
   Tensor x(gpu, host_x), w(gpu, normal(48 * 64, 0.1f, 2)), out(gpu, tokens * 48),
@@ -1536,7 +1544,7 @@ TEST(Float8LinearGpuShapes, DelayedStepsWaitForTheDeviceOnlyAfterTheFirst) {
   EXPECT_EQ(waits[2], 0);
   EXPECT_EQ(waits[3], 0);
   // What the device holds is what the host rule gives.
-  absl::StatusOr<DelayedScaling> input = (*layer)->delayed_scaling(0);
+  absl::StatusOr<DelayedScaling> input = (*layer)->delayed().state(0);
   ASSERT_TRUE(input.ok()) << input.status();
   const float x_amax = max_abs(host_x);
   EXPECT_EQ(input->history(), std::vector<float>(static_cast<size_t>(std::min(4, input->history_len())), x_amax));

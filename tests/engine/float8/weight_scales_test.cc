@@ -185,11 +185,11 @@ TEST(WeightScales, DelayedWeightsTakeTheirHistorysScale) {
   for (int64_t i = 0; i < (*scales)->size(); ++i) {
     SCOPED_TRACE(i);
     Float8Linear& layer = *w.layers[static_cast<size_t>(i)];
-    const std::vector<std::string> names = layer.delayed_names();
+    const std::vector<std::string> names = layer.delayed().names();
     const auto weight = std::find(names.begin(), names.end(), "weight");
     ASSERT_NE(weight, names.end());
     const std::optional<float> history =
-        layer.delayed_scaling(static_cast<int>(weight - names.begin()))->next_scale();
+        layer.delayed().state(static_cast<int>(weight - names.begin()))->next_scale();
     ASSERT_TRUE(history.has_value());
     const Fp8Tensor bound = (*scales)->bind(i);
     EXPECT_EQ(bits(Floats::download(bound.scale, 1)[0]), bits(*history));

@@ -21,6 +21,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/engine/float8/cast_counts.h"
 #include "worker/engine/data/token_batch.h"
 #include "worker/engine/optim/adamw.h"
 #include "worker/engine/tensor/device.h"
@@ -660,7 +661,7 @@ TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnceFromRowAmaxesOfTheOpBefore) 
   const data::TokenBatch batch = make_batch(2, 16, c.vocab_size, 3);
   //
   // The layer that does cast a normed input takes its amax from the RMSNorm's row amaxes
-  // (Float8Linear::counters().row_amax_casts) instead of reading the input again: wq (or the first
+  // (its observer's row_amax_casts) instead of reading the input again: wq (or the first
   // fp8 projection), w1 and the output projection, with dynamic scaling; w2 takes the
   // SwiGLU's and wo the attention's. In the backward, the grad_output casts of w2 and wo
   // take the row amaxes of the RMSNorm backward that made grad_hidden, w1's and w3's those
@@ -695,12 +696,15 @@ TEST(LlamaFp8, ProjectionsOfOneNormedInputCastItOnceFromRowAmaxesOfTheOpBefore) 
     SCOPED_TRACE(k.fp8.ShortDebugString());
     std::unique_ptr<LlamaModel> m = make_model(c, k.fp8, 5);
     ASSERT_NE(m, nullptr);
+    std::vector<float8_test::CastCounts> counts(m->linears().size());
+    for (size_t i = 0; i < counts.size(); ++i) m->mutable_linears()[i]->layer->set_observer(&counts[i]);
     ASSERT_TRUE(m->forward_backward(batch, 1.0f).ok());
     ASSERT_TRUE(m->finish_step().ok());
-    for (const LinearUnit* u : m->linears()) {
+    for (size_t i = 0; i < counts.size(); ++i) {
+      const LinearUnit* u = m->linears()[i];
       const std::string name = u->name.substr(u->name.find('.', u->name.find('.') + 1) + 1);
-      EXPECT_EQ(u->layer->counters().shared_input_casts, listed(k.sharing, name)) << u->name;
-      EXPECT_EQ(u->layer->counters().row_amax_casts, listed(k.row_amax, name) + listed(k.grad_row_amax, name)) << u->name;
+      EXPECT_EQ(counts[i].shared_input_casts, listed(k.sharing, name)) << u->name;
+      EXPECT_EQ(counts[i].row_amax_casts, listed(k.row_amax, name) + listed(k.grad_row_amax, name)) << u->name;
     }
   }
 }
@@ -716,6 +720,10 @@ TEST(LlamaFp8, WeightRowAmaxesFromTheUpdateChangeNothingAndServeTheWeightCasts) 
     SCOPED_TRACE(v1::Fp8Spec::Recipe_Name(recipe));
     std::unique_ptr<LlamaModel> hinted = make_model(c, spec(recipe), 7), plain = make_model(c, spec(recipe), 7);
     ASSERT_TRUE(hinted && plain);
+    // Each model's layers all report to one counter.
+    float8_test::CastCounts hinted_counts, plain_counts;
+    for (LinearUnit* u : hinted->mutable_linears()) u->layer->set_observer(&hinted_counts);
+    for (LinearUnit* u : plain->mutable_linears()) u->layer->set_observer(&plain_counts);
     absl::StatusOr<ModelOps*> ops = hinted->device().model_ops();
     ASSERT_TRUE(ops.ok()) << ops.status();
     absl::StatusOr<AdamW> opt_hinted = AdamW::create(**ops, hinted->parameters(), AdamWHyperparams{});
@@ -726,10 +734,8 @@ TEST(LlamaFp8, WeightRowAmaxesFromTheUpdateChangeNothingAndServeTheWeightCasts) 
     // Dynamic weight casts take them; delayed ones measure while casting.
     EXPECT_EQ(outputs->size(), recipe == v1::Fp8Spec::DELAYED ? 0u : hinted->linears().size());
     for (const auto& o : *outputs) ASSERT_TRUE(opt_hinted->write_row_amaxes(*o.weight, o.out).ok());
-    auto casts_from_row_amaxes = [](const LlamaModel& m) {
-      int64_t n = 0;
-      for (const LinearUnit* u : m.linears()) n += u->layer->counters().row_amax_casts;
-      return n;
+    auto casts_from_row_amaxes = [&](const LlamaModel& m) {
+      return &m == hinted.get() ? hinted_counts.row_amax_casts : plain_counts.row_amax_casts;
     };
     const int64_t steps = 3;
     for (int64_t step = 0; step < steps; ++step) {
@@ -778,7 +784,7 @@ TEST(LlamaFp8, ModelFinishStepEqualsEachLayerFinishingOnItsOwn) {
   }
   int delayed = 0;
   for (size_t i = 0; i < packed->linears().size(); ++i) {
-    delayed += packed->linears()[i]->layer->delayed_count();
+    delayed += packed->linears()[i]->layer->delayed().count();
     EXPECT_EQ(packed->linears()[i]->layer->save_scaling_state().value(),
               own->linears()[i]->layer->save_scaling_state().value())
         << packed->linears()[i]->name;

@@ -170,7 +170,7 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
     if (known_row_amax != nullptr && p.granularity != Granularity::kColumnwise) q.row_amax = known_row_amax;
     q.range_counts = *range_counts;
     if (auto s = backend.quantize(q); !s.ok()) return s;
-    if (q.row_amax != nullptr) ++counters.row_amax_casts;
+    if (q.row_amax != nullptr && observer != nullptr) observer->on_row_amax_cast();
     finish_cast(p, input, p.scale.as<float>(), p.inv_scale.as<float>());
   }
 
@@ -231,8 +231,10 @@ absl::Status Float8Linear::State::run_casts_both_ways(CastPlan& rows, CastPlan& 
   q.columnwise.amax_out = cols.amax.as<float>();
   q.columnwise.range_counts = *col_counts;
   if (auto s = backend.quantize(q); !s.ok()) return s;
-  if (known_row_amax != nullptr) ++counters.row_amax_casts;
-  ++counters.tensors_cast_both_ways;
+  if (observer != nullptr) {
+    if (known_row_amax != nullptr) observer->on_row_amax_cast();
+    observer->on_cast_both_ways();
+  }
   for (CastPlan* p : {&rows, &cols}) {
     finish_cast(*p, input, p->scale.as<float>(), p->inv_scale.as<float>());
     p->last_amax_row = -1;
@@ -306,7 +308,7 @@ absl::Status Float8Linear::State::cast_input(const MatrixRef& data, int slot_row
   adopted_input_cast = src->input_casts;
   input_cast_of = data.data;
   input_cast_tokens = data.rows;
-  ++counters.shared_input_casts;
+  if (observer != nullptr) observer->on_shared_input_cast();
   return absl::OkStatus();
 }
 

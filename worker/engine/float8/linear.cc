@@ -65,7 +65,7 @@ absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& back
   return std::unique_ptr<Float8Linear>(new Float8Linear(std::move(state)));
 }
 
-Float8Linear::Float8Linear(std::unique_ptr<State> state) : s_(std::move(state)) {}
+Float8Linear::Float8Linear(std::unique_ptr<State> state) : s_(std::move(state)), delayed_(s_.get()) {}
 Float8Linear::~Float8Linear() = default;
 
 int64_t Float8Linear::in_features() const { return s_->in_features; }
@@ -366,10 +366,8 @@ bool Float8Linear::State::reads_row_amax(TensorKind t) const {
   return false;
 }
 
-bool Float8Linear::reads_input_row_amax() const { return s_->reads_row_amax(TensorKind::kInput); }
-bool Float8Linear::reads_weight_row_amax() const { return s_->reads_row_amax(TensorKind::kWeight); }
-bool Float8Linear::reads_grad_output_row_amax() const { return s_->reads_row_amax(TensorKind::kGradOutput); }
+bool Float8Linear::reads_row_amax(TensorKind t) const { return s_->reads_row_amax(t); }
 
-const Float8LinearCounters& Float8Linear::counters() const { return s_->counters; }
+void Float8Linear::set_observer(Float8LinearObserver* observer) { s_->observer = observer; }
 
 }  // namespace fp8::engine

@@ -29,13 +29,13 @@
 // Host synchronisation: forward(), backward() and finish_step() queue backend work only
 // (they read no device value on the host), apart from one-off buffer growth when the token
 // count first grows, and a read of the amax histories at the end of each step until every
-// delayed cast has a scale (normally the first step only). numerics(), delayed_scaling()
+// delayed cast has a scale (normally the first step only). numerics(), delayed().states()
 // and save_scaling_state() each read the layer once (numerics() also the range counts of
 // casts run while measuring: set_measuring()).
 //
 // Delayed scaling, per training step (one optimizer step, any number of micro-batches):
 //   forward/backward × micro-batches   each cast records its amax into its own slot
-//   write_step_amaxes(dst)             per delayed cast: max over the step's micro-batches,
+//   delayed().write_step_amaxes(dst)   per delayed cast: max over the step's micro-batches,
 //                                      into backend memory (the distributed engine packs
 //                                      every layer's into one vector and all-reduces MAX once)
 //   finish_step_from(reduced amaxes)   records them into the histories and derives the next
@@ -111,11 +111,11 @@ struct ForwardOptions {
   // input casts at tensorwise or rowwise granularity then take their amax from these
   // instead of reading the input once more (QuantizeArgs::row_amax); everything computed
   // is bit for bit the same. They must be exact (a smaller value clips the cast). See
-  // Float8Linear::reads_input_row_amax().
+  // Float8Linear::reads_row_amax().
   const float* input_row_amax = nullptr;
   // The same for an fp32 weight, [out] fp32, max |weight[o, :]| (AdamW writes them as it
   // updates the weight: ModelOps::adamw_step's param_row_amax). See
-  // Float8Linear::reads_weight_row_amax(). Not with an Fp8Tensor weight (it is cast already).
+  // Float8Linear::reads_row_amax(). Not with an Fp8Tensor weight (it is cast already).
   const float* weight_row_amax = nullptr;
   // [tokens, out] in the output's dtype, added to the output in the GEMM's epilogue (the
   // addend of ScaledGemmArgs / GemmArgs): output = input · weightᵀ (+ bias) + residual,
@@ -135,26 +135,30 @@ struct BackwardOptions {
   // its GEMM no read of one).
   Store grad_weight = Store::kAccumulate;
   // May be null: max |grad_output[r, :]| per row, like forward()'s input_row_amax, from
-  // the op that made grad_output (see reads_grad_output_row_amax()).
+  // the op that made grad_output (see reads_row_amax()).
   const float* grad_output_row_amax = nullptr;
 };
 
-// Counts of how a layer's casts ran (Float8Linear::counters()): tests and benches check
-// them; nothing the layer computes depends on them.
-struct Float8LinearCounters {
-  // Forward passes that took a sibling's input casts rather than casting
-  // (Float8Linear::share_input_casts_from).
-  int64_t shared_input_casts = 0;
-  // Casts that took their amax from the caller's row amaxes (ForwardOptions'
-  // input_row_amax and weight_row_amax, BackwardOptions' grad_output_row_amax).
-  int64_t row_amax_casts = 0;
-  // Tensors whose rowwise and columnwise casts (the rowwise recipe's, for the GEMMs that
+// Told how a layer's casts ran, for tests and benches to count (Float8Linear::
+// set_observer); nothing the layer computes depends on it. Each call is one cast.
+class Float8LinearObserver {
+ public:
+  virtual ~Float8LinearObserver() = default;
+  // A forward took a sibling's input casts rather than casting (share_input_casts_from).
+  virtual void on_shared_input_cast() {}
+  // A cast took its amax from the caller's row amaxes (ForwardOptions' input_row_amax and
+  // weight_row_amax, BackwardOptions' grad_output_row_amax).
+  virtual void on_row_amax_cast() {}
+  // A tensor's rowwise and columnwise casts (the rowwise recipe's, for the GEMMs that
   // contract over columns and over rows) ran as one quantize, which reads the tensor twice
   // instead of four times on a GPU.
-  int64_t tensors_cast_both_ways = 0;
+  virtual void on_cast_both_ways() {}
 };
 
 class Float8Linear {
+ private:
+  struct State;
+
  public:
   // A layer with weight [out_features, in_features] and activations of the given dtypes.
   // Fails with InvalidArgument for a bad config (validate()), an activation dtype other
@@ -205,14 +209,6 @@ class Float8Linear {
   // tensorwise and delayed recipes).
   bool takes_fp8_weight() const;
   Format weight_format() const;
-  // The scale (and inverse) the weight's delayed-scaling history gives its next cast, in
-  // backend memory, valid until the next finish_step(); nullopt unless the weight is
-  // delayed and its history holds a usable amax (until then its cast scales dynamically).
-  struct ScaleRef {
-    const float* scale = nullptr;
-    const float* inv_scale = nullptr;
-  };
-  std::optional<ScaleRef> delayed_weight_scale() const;
 
   // For the last forward(): by default WRITES grad_input [tokens, in] (skipped when null)
   // and ACCUMULATES (+=) grad_weight [out, in] and grad_bias [out] (skipped when null), so
@@ -237,46 +233,70 @@ class Float8Linear {
   absl::Status share_input_casts_from(const Float8Linear& source);
 
   // ---- row amaxes (forward()'s input_row_amax and weight_row_amax, backward()'s ----------
-  // grad_output_row_amax). Whether the call has a use for them: some cast of that tensor is
+  // grad_output_row_amax). Whether the call has a use for tensor t's: some cast of it is
   // dynamically scaled at tensorwise or rowwise granularity. (Columnwise casts, the rowwise
   // recipe's copies for the GEMMs that contract over rows, need column amaxes; delayed
   // casts measure theirs while casting.)
-  bool reads_input_row_amax() const;
-  bool reads_weight_row_amax() const;
-  bool reads_grad_output_row_amax() const;
+  bool reads_row_amax(TensorKind t) const;
 
-  // What the layer's casts did since it was created, for tests and benches to check.
-  const Float8LinearCounters& counters() const;
+  // Tells `observer` (may be null: none) how the casts run from now on; it must outlive
+  // the layer or be replaced first.
+  void set_observer(Float8LinearObserver* observer);
 
-  // ---- delayed scaling ------------------------------------------------------------------
-  // Casts under delayed scaling, in a fixed order; named "input", "weight", "grad_output"
-  // (with the format appended when one tensor is cast to two formats).
-  int delayed_count() const;
-  std::vector<std::string> delayed_names() const;
-  // This step's amax of each delayed cast (max over micro-batches) into dst, delayed_count()
-  // floats of backend memory. Needs a forward() (and a backward(), when grad_output is
-  // delayed) since the last finish_step().
-  absl::Status write_step_amaxes(float* dst);
-  // Ends the step with amaxes already reduced across ranks (backend memory,
-  // delayed_count() floats; may be null without delayed casts), queued. `amaxes` may be
-  // reused once this returns: work queued later cannot overtake the record.
-  absl::Status finish_step_from(const float* amaxes);
-  // The same with host amaxes (uploaded, queued).
-  absl::Status finish_step(absl::Span<const float> amaxes);
+  // ---- finishing a step --------------------------------------------------------------------
   // Ends the step with this process's own amaxes. Call once per optimizer step with any
   // recipe (it is cheap without delayed casts).
   absl::Status finish_step();
-  // Every delayed cast's state (history and scale), in delayed order, read from backend
-  // memory in one copy: for reports, not every step.
-  absl::StatusOr<std::vector<DelayedScaling>> delayed_scalings() const;
-  // The i-th of them alone (the same read).
-  absl::StatusOr<DelayedScaling> delayed_scaling(int i) const;
-  // Replaces the i-th delayed cast's history (DelayedScaling::replay).
-  absl::Status replay_delayed_history(int i, absl::Span<const float> amaxes);
+  // Ends the step with amaxes already reduced across ranks (backend memory,
+  // delayed().count() floats, from delayed().write_step_amaxes(); may be null without
+  // delayed casts), queued. `amaxes` may be reused once this returns: work queued later
+  // cannot overtake the record.
+  absl::Status finish_step_from(const float* amaxes);
+  // The same with host amaxes (uploaded, queued).
+  absl::Status finish_step(absl::Span<const float> amaxes);
+
   // Every delayed cast's state, concatenated, for checkpoints; restore needs a layer built
   // with the same config.
   absl::StatusOr<std::vector<float>> save_scaling_state() const;
   absl::Status restore_scaling_state(absl::Span<const float> state);
+
+  // ---- delayed scaling ------------------------------------------------------------------
+  // The layer's casts under delayed scaling (scaling.h: each a history in backend memory),
+  // in a fixed order; named "input", "weight", "grad_output" (with the format appended
+  // when one tensor is cast to two formats).
+  class DelayedCasts {
+   public:
+    int count() const;
+    std::vector<std::string> names() const;
+    // This step's amax of each (max over micro-batches) into dst, count() floats of
+    // backend memory, for a caller that reduces them across ranks and hands them to
+    // finish_step_from(). Needs a forward() (and a backward(), when grad_output is delayed)
+    // since the last finish_step().
+    absl::Status write_step_amaxes(float* dst);
+    // Every state (history and scale), read from backend memory in one copy: for reports,
+    // not every step.
+    absl::StatusOr<std::vector<DelayedScaling>> states() const;
+    // The i-th of them alone (the same read).
+    absl::StatusOr<DelayedScaling> state(int i) const;
+    // Replaces the i-th history (DelayedScaling::replay).
+    absl::Status replay(int i, absl::Span<const float> amaxes);
+    // The scale (and inverse) the weight's history gives its next cast, in backend memory,
+    // valid until the next finish_step(); nullopt unless the weight is delayed and its
+    // history holds a usable amax (until then its cast scales dynamically). What FSDP casts
+    // the weight's shards with (weight_scales.h).
+    struct ScaleRef {
+      const float* scale = nullptr;
+      const float* inv_scale = nullptr;
+    };
+    std::optional<ScaleRef> weight_scale() const;
+
+   private:
+    friend class Float8Linear;
+    explicit DelayedCasts(State* s) : s_(s) {}
+    State* s_;
+  };
+  DelayedCasts& delayed() { return delayed_; }
+  const DelayedCasts& delayed() const { return delayed_; }
 
   // ---- numerics ------------------------------------------------------------------------
   // One entry per fp8 cast that has run. Synchronises the backend once (what every cast
@@ -298,7 +318,6 @@ class Float8Linear {
   bool measuring() const;
 
  private:
-  struct State;
   explicit Float8Linear(std::unique_ptr<State> state);
   // Where forward() takes the weight from: fp32 values to cast, or codes cast elsewhere.
   struct WeightSource {
@@ -308,6 +327,7 @@ class Float8Linear {
   absl::Status run_forward(const void* input, int64_t tokens, const WeightSource& weight, const float* bias,
                            void* output, bool for_backward, const ForwardOptions& options);
   std::unique_ptr<State> s_;
+  DelayedCasts delayed_;
 };
 
 }  // namespace fp8::engine

@@ -96,7 +96,7 @@ struct CastPlan {
 
 // Amaxes of one direction's delayed casts (forward: input and weight; backward:
 // grad_output), one row per micro-batch of the current step, one column per cast.
-// Reduced to one value per cast by write_step_amaxes().
+// Reduced to one value per cast by DelayedCasts::write_step_amaxes().
 struct AmaxSlots {
   explicit AmaxSlots(Backend& b) : buffer(b) {}
   BackendBuffer buffer;
@@ -185,7 +185,7 @@ struct Float8Linear::State {
   const State* input_source = nullptr;
   uint64_t adopted_input_cast = 0;
   bool input_adopted = false;  // the last forward took input_source's casts
-  Float8LinearCounters counters;  // Float8Linear::counters()
+  Float8LinearObserver* observer = nullptr;  // Float8Linear::set_observer()
 
   // ---- construction ----
   void plan_tensor(TensorKind t, const CastConfig& as_stored, bool as_stored_fp8_gemm, const char* as_stored_gemm,

@@ -118,9 +118,9 @@ absl::Status DelayedScaling::restore(absl::Span<const float> data) {
 
 // ---- Float8Linear: delayed scaling ----------------------------------------------------------
 
-int Float8Linear::delayed_count() const { return static_cast<int>(s_->delayed_plans.size()); }
+int Float8Linear::DelayedCasts::count() const { return static_cast<int>(s_->delayed_plans.size()); }
 
-std::vector<std::string> Float8Linear::delayed_names() const {
+std::vector<std::string> Float8Linear::DelayedCasts::names() const {
   std::vector<std::string> names;
   for (int i : s_->delayed_plans) {
     const CastPlan& p = s_->plans[static_cast<size_t>(i)];
@@ -133,10 +133,10 @@ std::vector<std::string> Float8Linear::delayed_names() const {
   return names;
 }
 
-absl::Status Float8Linear::write_step_amaxes(float* dst) {
+absl::Status Float8Linear::DelayedCasts::write_step_amaxes(float* dst) {
   State& s = *s_;
   if (s.delayed_plans.empty()) return absl::OkStatus();
-  if (dst == nullptr) return absl::InvalidArgumentError("Float8Linear::write_step_amaxes: dst is null");
+  if (dst == nullptr) return absl::InvalidArgumentError("Float8Linear: write_step_amaxes: dst is null");
   // Forward casts come first in delayed order, then backward ones (plans are built input,
   // weight, grad_output), so each direction's reduction lands in one contiguous run.
   float* next = dst;
@@ -162,8 +162,9 @@ absl::Status Float8Linear::finish_step(absl::Span<const float> amaxes) {
                                                    " amaxes (one per delayed cast), got ", amaxes.size()));
   }
   if (amaxes.empty()) return finish_step_from(nullptr);
-  if (auto st = s.step_amaxes.reserve(float_bytes(delayed_count())); !st.ok()) return st;
-  if (auto st = s.backend.queue_copy_from_host(s.step_amaxes.as<void>(), amaxes.data(), float_bytes(delayed_count()));
+  const auto n = static_cast<int64_t>(amaxes.size());
+  if (auto st = s.step_amaxes.reserve(float_bytes(n)); !st.ok()) return st;
+  if (auto st = s.backend.queue_copy_from_host(s.step_amaxes.as<void>(), amaxes.data(), float_bytes(n));
       !st.ok()) {
     return st;
   }
@@ -183,23 +184,23 @@ absl::Status Float8Linear::finish_step_from(const float* amaxes) {
 
 absl::Status Float8Linear::finish_step() {
   State& s = *s_;
-  const int64_t n = delayed_count();
+  const int64_t n = delayed_.count();
   if (n == 0) return finish_step_from(nullptr);
   if (auto st = s.step_amaxes.reserve(float_bytes(n)); !st.ok()) return st;
-  if (auto st = write_step_amaxes(s.step_amaxes.as<float>()); !st.ok()) return st;
+  if (auto st = delayed_.write_step_amaxes(s.step_amaxes.as<float>()); !st.ok()) return st;
   return finish_step_from(s.step_amaxes.as<float>());
 }
 
-absl::StatusOr<std::vector<DelayedScaling>> Float8Linear::delayed_scalings() const { return s_->read_delayed(); }
+absl::StatusOr<std::vector<DelayedScaling>> Float8Linear::DelayedCasts::states() const { return s_->read_delayed(); }
 
-absl::StatusOr<DelayedScaling> Float8Linear::delayed_scaling(int i) const {
+absl::StatusOr<DelayedScaling> Float8Linear::DelayedCasts::state(int i) const {
   if (auto st = s_->check_delayed_index(i); !st.ok()) return st;
   absl::StatusOr<std::vector<DelayedScaling>> states = s_->read_delayed();
   if (!states.ok()) return states.status();
   return std::move((*states)[static_cast<size_t>(i)]);
 }
 
-absl::Status Float8Linear::replay_delayed_history(int i, absl::Span<const float> amaxes) {
+absl::Status Float8Linear::DelayedCasts::replay(int i, absl::Span<const float> amaxes) {
   if (auto st = s_->check_delayed_index(i); !st.ok()) return st;
   absl::StatusOr<std::vector<DelayedScaling>> states = s_->read_delayed();
   if (!states.ok()) return states.status();
@@ -221,16 +222,16 @@ absl::StatusOr<std::vector<float>> Float8Linear::save_scaling_state() const {
 absl::Status Float8Linear::restore_scaling_state(absl::Span<const float> state) {
   State& s = *s_;
   const int64_t each = DelayedScaling::serialized_size(s.config.amax_history_len);
-  const int64_t expected = each * delayed_count();
+  const int64_t expected = each * delayed_.count();
   if (static_cast<int64_t>(state.size()) != expected) {
     return absl::InvalidArgumentError(absl::StrCat("Float8Linear::restore_scaling_state: expected ", expected,
-                                                   " floats (", delayed_count(), " delayed casts), got ",
+                                                   " floats (", delayed_.count(), " delayed casts), got ",
                                                    state.size()));
   }
   // Restore into host copies first so that a bad entry leaves the layer unchanged.
   absl::StatusOr<std::vector<DelayedScaling>> restored = s.read_delayed();
   if (!restored.ok()) return restored.status();
-  for (int i = 0; i < delayed_count(); ++i) {
+  for (int i = 0; i < delayed_.count(); ++i) {
     absl::Span<const float> one = state.subspan(static_cast<size_t>(i * each), static_cast<size_t>(each));
     if (auto st = (*restored)[static_cast<size_t>(i)].restore(one); !st.ok()) return st;
   }
@@ -239,7 +240,7 @@ absl::Status Float8Linear::restore_scaling_state(absl::Span<const float> state) 
 
 // ---- Float8Linear: the weight's delayed scale, for a cast made elsewhere (an Fp8Tensor) -----------
 
-std::optional<Float8Linear::ScaleRef> Float8Linear::delayed_weight_scale() const {
+std::optional<Float8Linear::DelayedCasts::ScaleRef> Float8Linear::DelayedCasts::weight_scale() const {
   const State& s = *s_;
   const int plan = s.weight_plan();
   if (plan < 0) return std::nullopt;

@@ -121,7 +121,8 @@ absl::Status Fp8WeightScales::refresh(absl::Span<const float* const> shard_value
   }
   // Delayed scaling: the history's scale, once it has one, in place of the dynamic one.
   for (int64_t i = 0; i < size(); ++i) {
-    const std::optional<Float8Linear::ScaleRef> delayed = shards_[static_cast<size_t>(i)].layer->delayed_weight_scale();
+    const std::optional<Float8Linear::DelayedCasts::ScaleRef> delayed =
+        shards_[static_cast<size_t>(i)].layer->delayed().weight_scale();
     if (!delayed.has_value()) continue;
     if (auto st = backend_.copy(scales + i, delayed->scale, sizeof(float)); !st.ok()) return st;
     if (auto st = backend_.copy(inv_scales + i, delayed->inv_scale, sizeof(float)); !st.ok()) return st;

@@ -13,7 +13,7 @@
 //   3. scale    the dynamic scale of each reduced amax (one Backend::compute_scales for all
 //               weights whose layers cast to one format and scale rounding), then, for a
 //               weight under delayed scaling whose history has a scale, that scale instead
-//               (Float8Linear::delayed_weight_scale).
+//               (Float8Linear::DelayedCasts::weight_scale).
 //
 // cast_shard() casts a shard with that scale. The layer consumes the tensor in
 // Float8Linear::State::adopt_fp8_weight (casts.cc). FsdpModel (fsdp/fsdp_model.cc) owns the

@@ -58,9 +58,9 @@ absl::StatusOr<std::vector<AmaxHistoryRecord>> CollectAmaxHistories(const LlamaM
   std::vector<AmaxHistoryRecord> out;
   for (const LinearUnit* unit : model.linears()) {
     const Float8Linear& layer = *unit->layer;
-    if (layer.delayed_count() == 0) continue;
-    const std::vector<std::string> names = layer.delayed_names();
-    FP8_ASSIGN_OR_RETURN(const std::vector<DelayedScaling> states, layer.delayed_scalings());
+    if (layer.delayed().count() == 0) continue;
+    const std::vector<std::string> names = layer.delayed().names();
+    FP8_ASSIGN_OR_RETURN(const std::vector<DelayedScaling> states, layer.delayed().states());
     for (size_t i = 0; i < states.size(); ++i) {
       const DelayedScaling& d = states[i];
       out.push_back(AmaxHistoryRecord{unit->name, names[i], d.history(), d.next_scale().value_or(0.0f),
@@ -76,11 +76,11 @@ absl::StatusOr<int> LoadAmaxHistories(LlamaModel& model, const std::vector<AmaxH
   int loaded = 0;
   for (LinearUnit* unit : model.mutable_linears()) {
     Float8Linear& layer = *unit->layer;
-    const std::vector<std::string> names = layer.delayed_names();
-    for (int i = 0; i < layer.delayed_count(); ++i) {
+    const std::vector<std::string> names = layer.delayed().names();
+    for (int i = 0; i < layer.delayed().count(); ++i) {
       auto it = by_name.find({unit->name, names[static_cast<size_t>(i)]});
       if (it == by_name.end()) continue;
-      if (absl::Status s = layer.replay_delayed_history(i, it->second->history); !s.ok()) return s;
+      if (absl::Status s = layer.delayed().replay(i, it->second->history); !s.ok()) return s;
       ++loaded;
     }
   }

@@ -84,7 +84,7 @@ struct StepReport {
 // The delayed-scaling state of one cast of one fp8 linear (amax_histories.h).
 struct AmaxHistoryRecord {
   std::string layer;           // "layers.0.attention.wq"
-  std::string cast;            // Float8Linear::delayed_names(): "input", "weight", "grad_output"
+  std::string cast;            // Float8Linear::DelayedCasts::names(): "input", "weight", "grad_output"
   std::vector<float> history;  // oldest first
   float scale = 0;             // the scale the next cast uses (0: none yet)
   float range_use = 0;         // DelayedScaling::last_range_use(): > 1 saturated

@@ -63,7 +63,7 @@ absl::Status write_train_state(checkpoint::ShardWriter& w, const TrainStateRefs&
   }
   FP8_RETURN_IF_ERROR(w.WriteScalar<int64_t>("optim/step", s.optimizer->steps_taken()));
   for (const LinearUnit* u : s.model->linears()) {
-    if (u->layer->delayed_count() == 0) continue;
+    if (u->layer->delayed().count() == 0) continue;
     FP8_ASSIGN_OR_RETURN(const std::vector<float> state, u->layer->save_scaling_state());
     FP8_RETURN_IF_ERROR(w.WriteTensor<float>(scaling_record(*u), state, {static_cast<int64_t>(state.size())}));
   }
@@ -89,7 +89,7 @@ absl::Status read_train_state(const checkpoint::ShardReader& r, const TrainState
   for (const LinearUnit* u : s.model->linears()) {
     const std::string name = scaling_record(*u);
     const checkpoint::RecordInfo* info = r.FindRecord(name);
-    if (u->layer->delayed_count() == 0) {
+    if (u->layer->delayed().count() == 0) {
       if (info != nullptr) {
         return absl::FailedPreconditionError(absl::StrCat(r.path().string(), ": has delayed-scaling state for ",
                                                           u->name, ", which this job's fp8 config does not delay"));
