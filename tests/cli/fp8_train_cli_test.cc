@@ -709,6 +709,43 @@ TEST_F(Fp8TrainCliTest, NprocStopsEveryRankAtOneStepAndResumesBitForBit) {
   }
 }
 
+// A checkpoint of 2 ranks resumes on 4, and theirs in one process: each says so, trains
+// on from the step it loaded, and writes its checkpoints at its own world size.
+TEST_F(Fp8TrainCliTest, ResumesAtAnotherWorldSize) {
+  JobOptions o;
+  o.steps = 10;
+  o.checkpoint_every = 5;
+  const fs::path job = WriteJob("job.yaml", JobYaml(o));
+  const RunResult two = Train({"--nproc", "2", "--config", job.string()}, "two");
+  ASSERT_TRUE(two.exit.exited && two.exit.code == 0) << Show(two);
+
+  const RunResult four = Train({"--nproc", "4", "--config", job.string(), "--resume", "--set", "train.steps=15",
+                                "--set", "train.batch_size=2"},
+                               "four");
+  ASSERT_TRUE(four.exit.exited && four.exit.code == 0) << Show(four);
+  EXPECT_EQ(LinesStartingWith(four.out, "resumed from " + (dir_ / "ckpt" / StepDirName(10)).string()).size(), 1u)
+      << four.out;
+  EXPECT_EQ(LinesStartingWith(four.out, "warning: checkpoint step 10 was written by 2 ranks; its parameters and "
+                                        "optimizer state are split anew over this job's 4")
+                .size(),
+            1u)
+      << four.out;
+  const std::vector<StepLine> four_steps = ParseStepLines(four.out);
+  ASSERT_FALSE(four_steps.empty());
+  EXPECT_EQ(four_steps.front().step, 11) << four.out;
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "ckpt" / StepDirName(15) / "rank-00003-of-00004.ckpt"));
+
+  const RunResult one = Train(
+      {"--config", job.string(), "--resume", "--set", "train.steps=20", "--set", "train.batch_size=8"}, "one");
+  ASSERT_TRUE(one.exit.exited && one.exit.code == 0) << Show(one);
+  EXPECT_EQ(LinesStartingWith(one.out, "warning: checkpoint step 15 was written by 4 ranks").size(), 1u) << one.out;
+  const std::vector<StepLine> one_steps = ParseStepLines(one.out);
+  ASSERT_FALSE(one_steps.empty());
+  EXPECT_EQ(one_steps.back().step, 20) << one.out;
+  EXPECT_LT(std::stod(one_steps.back().loss), std::stod(ParseStepLines(two.out).front().loss)) << one.out;
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "ckpt" / StepDirName(20) / kShard));
+}
+
 // Multi-rank mistakes: exit 2 before any rank starts; a rank whose peer never comes fails
 // within --timeout, naming the peer, instead of waiting forever.
 TEST_F(Fp8TrainCliTest, MultiRankMisuseFailsClearly) {

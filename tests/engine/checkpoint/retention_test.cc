@@ -34,7 +34,7 @@ TEST_F(CheckpointRetentionTest, KeepsTheNewestN) {
   EXPECT_THAT(pruned->kept, ElementsAre(500, 400));
   EXPECT_THAT(pruned->deleted, ElementsAre(300, 200, 100));
   EXPECT_THAT(StepsOnDisk(), ElementsAre(500, 400));
-  EXPECT_EQ(FindLatestGood(root_, 1).value().checkpoint->step(), 500);
+  EXPECT_EQ(FindLatestGood(root_).value().checkpoint->step(), 500);
 
   // Pruning again changes nothing.
   pruned = PruneCheckpoints(root_, 2);

@@ -8,8 +8,9 @@
 //   - Checked: every byte on disk is covered by a CRC-32C (shard header, each payload,
 //     shard index, footer, marker); a damaged, truncated or incomplete checkpoint is
 //     reported with the file and the problem, and never loaded silently.
-//   - Resume takes the newest good checkpoint (FindLatestGood), listing what it skipped;
-//     a different world size is an error, not a silent fallback.
+//   - Resume takes the newest good checkpoint (FindLatestGood), listing what it skipped,
+//     whatever world size wrote it (a job of another size cuts the parameters anew:
+//     worker/engine/train/checkpoint_rows.h).
 //
 // Where to look:
 //   layout.h                on-disk names: <root>/step-00000200/rank-00000-of-00002.ckpt
@@ -23,9 +24,9 @@
 //   retention.h             delete old checkpoints
 //
 // Typical resume:
-//   ResumePoint resume = *FindLatestGood(dir, world_size);
+//   ResumePoint resume = *FindLatestGood(dir);
 //   for (const std::string& w : resume.warnings) LOG(WARNING) << w;
-//   if (resume.checkpoint) {
+//   if (resume.checkpoint) {  // written by as many ranks as this job has
 //     ShardReader shard = *OpenCommittedShard(*resume.checkpoint, rank);
 //     absl::Status s = shard.ReadTensor<float>("params/tok_embeddings", embeddings, {vocab / world, dim});
 //     absl::StatusOr<int64_t> position = shard.ReadScalar<int64_t>("data/position");

@@ -100,9 +100,7 @@ absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::filesyst
   return entries;
 }
 
-absl::StatusOr<ResumePoint> FindLatestGood(const std::filesystem::path& root, int32_t world_size,
-                                           Verification verification) {
-  if (world_size < 1) return absl::InvalidArgumentError(Cat("world size ", world_size, " is not positive"));
+absl::StatusOr<ResumePoint> FindLatestGood(const std::filesystem::path& root, Verification verification) {
   absl::StatusOr<std::vector<CheckpointEntry>> entries = ListCheckpoints(root);
   if (!entries.ok()) return entries.status();
 
@@ -111,11 +109,6 @@ absl::StatusOr<ResumePoint> FindLatestGood(const std::filesystem::path& root, in
     if (entry.state != CheckpointState::kCommitted) {
       result.warnings.push_back(Cat("skipped checkpoint step ", entry.step, ": ", entry.problem));
       continue;
-    }
-    if (entry.marker->world_size != world_size) {
-      return absl::FailedPreconditionError(Cat("checkpoint step ", entry.step, " (", entry.dir.string(),
-                                               ") was written by ", entry.marker->world_size, " ranks; this job has ",
-                                               world_size, ": resuming at a different world size is not supported"));
     }
     CommittedCheckpoint checkpoint{.dir = std::move(entry.dir), .marker = *std::move(entry.marker)};
     if (absl::Status s = VerifyCheckpoint(checkpoint, verification); !s.ok()) {

@@ -44,20 +44,17 @@ struct ResumePoint {
   std::vector<std::string> warnings;
 };
 
-// The newest checkpoint under `root` that passes `verification` for a job of `world_size`
-// ranks. The default reads every byte: a few seconds per GB on resume buys the guarantee
+// The newest checkpoint under `root` that passes `verification`, written by any number of
+// ranks (a job may resume at another world size: train/checkpoint_rows.h). The default
+// reads every byte: a few seconds per GB on resume buys the guarantee
 // that a damaged checkpoint is never chosen while an older good one exists (payloads are
 // checked again as they are loaded, which also catches damage after this check). Large
 // jobs where every rank calls this may prefer kIndex, or have one rank choose and tell
 // the others the step.
 //
-// If the newest committed checkpoint was written by a different number of ranks, that is
-// FailedPrecondition naming both sizes, not a reason to fall back to an older one:
-// resuming at a different world size is not supported, and silently skipping back would
-// throw away progress. Likewise, only damage (a missing or corrupt file) makes a
-// checkpoint one to skip; other failures (permissions, I/O errors, a newer format
-// version) are returned as errors.
-absl::StatusOr<ResumePoint> FindLatestGood(const std::filesystem::path& root, int32_t world_size,
+// Only damage (a missing or corrupt file) makes a checkpoint one to skip; other failures
+// (permissions, I/O errors, a newer format version) are returned as errors.
+absl::StatusOr<ResumePoint> FindLatestGood(const std::filesystem::path& root,
                                            Verification verification = Verification::kPayloads);
 
 }  // namespace fp8::checkpoint

@@ -160,6 +160,12 @@ absl::Status FsdpModel::plan_fp8_gathers() {
   return absl::OkStatus();
 }
 
+std::vector<TensorShape> FsdpModel::full_shapes() const {
+  std::vector<TensorShape> shapes;
+  for (const Param& p : params_) shapes.push_back(p.shape);
+  return shapes;
+}
+
 size_t FsdpModel::Param::shard_bytes() const {
   return static_cast<size_t>(layout.shard_elements()) * (fp8 >= 0 ? 1 : sizeof(float));
 }

@@ -88,6 +88,8 @@ class FsdpModel final : public ParameterHooks {
   // This rank's shards, named as the model's parameters, each 1-D of shard_elements().
   ParameterSet& shards() { return shards_; }
   const ParameterSet& shards() const { return shards_; }
+  // The whole shape of each shard's parameter, in shards() order.
+  std::vector<TensorShape> full_shapes() const;
   // Elements of the unsharded model.
   int64_t parameter_count() const;
   // The linears whose weights travel as fp8 codes.

@@ -6,9 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
 #include "worker/engine/checkpoint/checkpoint.h"
-#include "worker/engine/fsdp/shard_layout.h"
 #include "worker/engine/hf/llama_names.h"
 #include "worker/engine/status_macros.h"
+#include "worker/engine/train/checkpoint_rows.h"
 #include "worker/engine/train/train_state_io.h"
 
 namespace fp8::hf {
@@ -52,22 +52,6 @@ absl::StatusOr<v1::ModelSpec> model_spec_of(const checkpoint::ShardReader& shard
   return spec;
 }
 
-// Rank `rank`'s rows of `p`, written into the full tensor `out`.
-absl::Status read_rows(const checkpoint::ShardReader& shard, const ParameterShape& p, int rank, int world,
-                       std::vector<float>& out) {
-  const std::string record = "params/" + p.name;
-  // A single process saves full tensors; FSDP, even of one rank, flat slices.
-  const checkpoint::RecordInfo* info = shard.FindRecord(record);
-  if (world == 1 && info != nullptr && info->shape == p.shape) return shard.ReadTensor<float>(record, out, p.shape);
-  const engine::fsdp::ShardLayout layout = engine::fsdp::shard_layout(p.shape, world);
-  std::vector<float> slice(static_cast<size_t>(layout.shard_elements()));
-  FP8_RETURN_IF_ERROR(shard.ReadTensor<float>(record, slice, {layout.shard_elements()}));
-  const int64_t real = layout.real_rows_of(rank) * layout.row_elements;
-  const int64_t at = static_cast<int64_t>(rank) * layout.rows_per_rank * layout.row_elements;
-  std::copy(slice.begin(), slice.begin() + real, out.begin() + at);
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 const NamedTensor* CheckpointModel::find(std::string_view name) const {
@@ -84,31 +68,23 @@ absl::StatusOr<CheckpointModel> read_checkpoint_model(const std::filesystem::pat
   out.step_dir = committed.dir;
   out.step = committed.step();
   out.world_size = committed.world_size();
-  std::vector<checkpoint::ShardReader> shards;
-  for (int r = 0; r < out.world_size; ++r) {
-    absl::StatusOr<checkpoint::ShardReader> shard = checkpoint::OpenCommittedShard(committed, r);
-    if (!shard.ok()) return bad_input(shard.status());
-    shards.push_back(std::move(*shard));
-  }
+  absl::StatusOr<engine::CheckpointRows> rows = engine::CheckpointRows::Open(committed);
+  if (!rows.ok()) return bad_input(rows.status());
   if (model) {
     out.spec = *model;
   } else {
-    FP8_ASSIGN_OR_RETURN(out.spec, model_spec_of(shards[0]));
+    FP8_ASSIGN_OR_RETURN(out.spec, model_spec_of(rows->first()));
   }
   absl::StatusOr<engine::LlamaConfig> config = engine::llama_config_from_spec(out.spec);
-  if (!config.ok()) return absl::InvalidArgumentError(absl::StrCat(shards[0].path().string(), ": ", config.status().message()));
+  if (!config.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(rows->first().path().string(), ": ", config.status().message()));
+  }
   out.config = *config;
   for (const ParameterShape& p : llama_parameter_shapes(out.config)) {
-    NamedTensor t{p.name, p.shape, {}};
-    int64_t numel = 1;
-    for (int64_t d : p.shape) numel *= d;
-    t.values.assign(static_cast<size_t>(numel), 0.0f);
-    for (int r = 0; r < out.world_size; ++r) {
-      // Payload checksums are checked here, as each record is read.
-      if (absl::Status s = read_rows(shards[static_cast<size_t>(r)], p, r, out.world_size, t.values); !s.ok()) {
-        return bad_input(s);
-      }
-    }
+    // Payload checksums are checked here, as each record is read.
+    absl::StatusOr<std::vector<float>> values = rows->rows("params/" + p.name, p.shape, 0, p.shape[0]);
+    if (!values.ok()) return bad_input(values.status());
+    NamedTensor t{p.name, p.shape, *std::move(values)};
     out.parameters.push_back(std::move(t));
   }
   return out;

@@ -1,11 +1,15 @@
 #include "worker/engine/train/train_state_io.h"
 
+#include <algorithm>
 #include <bit>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "fp8/v1/job.pb.h"
 #include "google/protobuf/text_format.h"
+#include "worker/engine/fsdp/shard_layout.h"
 #include "worker/engine/status_macros.h"
 
 namespace fp8::engine {
@@ -74,15 +78,25 @@ absl::Status write_train_state(checkpoint::ShardWriter& w, const TrainStateRefs&
   return w.WriteScalar<int64_t>("rng/data_seed", seed_bits(spec.data().seed()));
 }
 
-absl::Status read_train_state(const checkpoint::ShardReader& r, const TrainStateRefs& s) {
+namespace {
+
+// Fills `t`, trained parameter i's tensor or one of its moments, from `record`.
+using ReadParamRecord = std::function<absl::Status(const std::string& record, size_t i, Tensor& t)>;
+
+// read_train_state's two forms: parameter-shaped records through `read_param`, the rest
+// from `r`.
+absl::Status read_state(const checkpoint::ShardReader& r, const ReadParamRecord& read_param,
+                        const TrainStateRefs& s) {
   const v1::JobSpec& spec = *s.spec;
   FP8_RETURN_IF_ERROR(check_seed(r, "rng/data_seed", spec.data().seed(), "data.seed"));
 
   auto& params = s.params->all();
-  for (Parameter& p : params) FP8_RETURN_IF_ERROR(read_tensor(r, "params/" + p.name, p.value));
   for (size_t i = 0; i < params.size(); ++i) {
-    FP8_RETURN_IF_ERROR(read_tensor(r, "optim/exp_avg/" + params[i].name, s.optimizer->first_moment(i)));
-    FP8_RETURN_IF_ERROR(read_tensor(r, "optim/exp_avg_sq/" + params[i].name, s.optimizer->second_moment(i)));
+    FP8_RETURN_IF_ERROR(read_param("params/" + params[i].name, i, params[i].value));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    FP8_RETURN_IF_ERROR(read_param("optim/exp_avg/" + params[i].name, i, s.optimizer->first_moment(i)));
+    FP8_RETURN_IF_ERROR(read_param("optim/exp_avg_sq/" + params[i].name, i, s.optimizer->second_moment(i)));
   }
   FP8_ASSIGN_OR_RETURN(int64_t optim_step, r.ReadScalar<int64_t>("optim/step"));
   s.optimizer->set_steps_taken(optim_step);
@@ -110,6 +124,34 @@ absl::Status read_train_state(const checkpoint::ShardReader& r, const TrainState
   FP8_ASSIGN_OR_RETURN(position.epoch, r.ReadScalar<int64_t>("data/epoch"));
   FP8_ASSIGN_OR_RETURN(position.index, r.ReadScalar<int64_t>("data/index"));
   return s.batcher->Restore(position);
+}
+
+}  // namespace
+
+absl::Status read_train_state(const checkpoint::ShardReader& r, const TrainStateRefs& s) {
+  return read_state(
+      r, [&r](const std::string& record, size_t, Tensor& t) { return read_tensor(r, record, t); }, s);
+}
+
+absl::Status read_train_state(const CheckpointRows& checkpoint, const TrainStateRefs& s, const RankPart& part) {
+  if (part.full_shapes.size() != s.params->all().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("read_train_state: ", part.full_shapes.size(), " shapes for ",
+                                                   s.params->all().size(), " parameters"));
+  }
+  auto read_part = [&](const std::string& record, size_t i, Tensor& t) -> absl::Status {
+    const TensorShape& whole = part.full_shapes[i];
+    if (!part.sharded) {
+      FP8_ASSIGN_OR_RETURN(std::vector<float> values, checkpoint.rows(record, whole, 0, whole.at(0)));
+      return t.upload<float>(values);
+    }
+    const fsdp::ShardLayout layout = fsdp::shard_layout(whole, part.world_size);
+    const int64_t begin = std::min(static_cast<int64_t>(part.rank) * layout.rows_per_rank, layout.rows);
+    FP8_ASSIGN_OR_RETURN(std::vector<float> values,
+                         checkpoint.rows(record, whole, begin, begin + layout.real_rows_of(part.rank)));
+    values.resize(static_cast<size_t>(layout.shard_elements()), 0.0f);  // padding rows stay zero
+    return t.upload<float>(values);
+  };
+  return read_state(checkpoint.first(), read_part, s);
 }
 
 }  // namespace fp8::engine

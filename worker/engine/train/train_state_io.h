@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "fp8/v1/job.pb.h"
@@ -27,6 +28,7 @@
 #include "worker/engine/data/batcher.h"
 #include "worker/engine/model/llama.h"
 #include "worker/engine/optim/adamw.h"
+#include "worker/engine/train/checkpoint_rows.h"
 
 namespace fp8::engine {
 
@@ -49,5 +51,22 @@ absl::Status write_train_state(checkpoint::ShardWriter& w, const TrainStateRefs&
 // Loads into the model, optimizer and batcher. On error the run must not continue from
 // them: they may hold part of the checkpoint.
 absl::Status read_train_state(const checkpoint::ShardReader& r, const TrainStateRefs& state);
+
+// What one rank trains, to read a checkpoint of another world size into: under FSDP
+// (`sharded`), its rows of each parameter over world_size ranks (fsdp/shard_layout.h),
+// flattened and padded; else the whole parameters. full_shapes: each trained parameter's
+// whole shape, in TrainStateRefs::params order.
+struct RankPart {
+  bool sharded = false;
+  int rank = 0;
+  int world_size = 1;
+  std::vector<TensorShape> full_shapes;
+};
+
+// The same from a checkpoint written at any world size: parameters and AdamW's moments are
+// cut anew by rows for `part`, the rest (the same on every rank) comes from its first shard.
+// The data position is the global stream's, so the windows continue with none repeated or
+// skipped.
+absl::Status read_train_state(const CheckpointRows& checkpoint, const TrainStateRefs& state, const RankPart& part);
 
 }  // namespace fp8::engine

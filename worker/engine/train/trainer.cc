@@ -170,16 +170,44 @@ std::string Trainer::fp8_summary() const {
   return out;
 }
 
+absl::Status Trainer::load_checkpoint(const checkpoint::CommittedCheckpoint& found) {
+  std::string read_from;
+  if (found.world_size() == world_size() && world_size() > 1) {
+    // Every rank reads its own shard, as written.
+    FP8_ASSIGN_OR_RETURN(checkpoint::ShardReader reader, checkpoint::OpenCommittedShard(found, rank()));
+    read_from = reader.path().string();
+    FP8_RETURN_IF_ERROR(read_train_state(reader, state_refs()));
+  } else {
+    // Another world size, or one rank whose checkpoint may hold whole tensors (a single
+    // process's) or flat ones (FSDP's): each rank reads its rows from the shards that
+    // hold them.
+    FP8_ASSIGN_OR_RETURN(CheckpointRows rows, CheckpointRows::Open(found));
+    read_from = rows.first().path().string();
+    RankPart part{.sharded = fsdp_ != nullptr, .rank = rank(), .world_size = world_size(), .full_shapes = {}};
+    if (fsdp_) {
+      part.full_shapes = fsdp_->full_shapes();
+    } else {
+      for (const Parameter& p : trained_->all()) part.full_shapes.push_back(p.value.shape());
+    }
+    FP8_RETURN_IF_ERROR(read_train_state(rows, state_refs(), part));
+  }
+  if (optimizer_->steps_taken() != found.step()) {
+    return absl::DataLossError(absl::StrCat(read_from, ": records step ", optimizer_->steps_taken(),
+                                            " but sits in the directory of step ", found.step()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> Trainer::resume(TrainObserver& observer) {
   // A checkpoint's weights come with no row amaxes: the next forward's casts measure them.
   model_->set_weight_row_amaxes_current(false);
   const std::string& dir = spec_.checkpoint().dir();
   if (dir.empty()) return 0;
-  // Every rank reads its own shard; under FSDP they then agree that all of them loaded the
-  // same step, so no rank trains on while another failed.
+  // Every rank loads the newest good checkpoint (load_checkpoint); under FSDP they then
+  // agree that all of them loaded the same step, so no rank trains on while another failed.
   absl::Status loaded;
   std::optional<checkpoint::CommittedCheckpoint> found;
-  absl::StatusOr<checkpoint::ResumePoint> point = checkpoint::FindLatestGood(dir, world_size());
+  absl::StatusOr<checkpoint::ResumePoint> point = checkpoint::FindLatestGood(dir);
   if (point.ok()) {
     for (const std::string& w : point->warnings) observer.on_warning(w);
     found = point->checkpoint;
@@ -187,11 +215,11 @@ absl::StatusOr<int64_t> Trainer::resume(TrainObserver& observer) {
     loaded = point.status();
   }
   if (loaded.ok() && found) {
-    absl::StatusOr<checkpoint::ShardReader> reader = checkpoint::OpenCommittedShard(*found, rank());
-    loaded = reader.ok() ? read_train_state(*reader, state_refs()) : reader.status();
-    if (loaded.ok() && optimizer_->steps_taken() != found->step()) {
-      loaded = absl::DataLossError(absl::StrCat(reader->path().string(), ": records step ", optimizer_->steps_taken(),
-                                                " but sits in the directory of step ", found->step()));
+    loaded = load_checkpoint(*found);
+    if (loaded.ok() && found->world_size() != world_size()) {
+      observer.on_warning(absl::StrCat("checkpoint step ", found->step(), " was written by ", found->world_size(),
+                                       found->world_size() == 1 ? " rank" : " ranks", "; its parameters and optimizer "
+                                       "state are split anew over this job's ", world_size()));
     }
   }
   if (fsdp_) fsdp_->shards_changed();

@@ -83,7 +83,9 @@ class Trainer {
 
   // Loads the newest good checkpoint under checkpoint.dir, reporting skipped ones through
   // observer.on_warning. Returns the step it resumed from; 0 (and nothing loaded) when
-  // there is no checkpoint. A damaged checkpoint is never loaded.
+  // there is no checkpoint. A damaged checkpoint is never loaded. One written by another
+  // number of ranks (or by one process) is cut anew for this job's ranks, which
+  // observer.on_warning also says.
   absl::StatusOr<int64_t> resume(TrainObserver& observer);
 
   absl::StatusOr<TrainSummary> run(TrainObserver& observer, const RunControl& control = {});
@@ -124,6 +126,8 @@ class Trainer {
   // report is decided after the step; see run()).
   bool measures_step(int64_t step, int64_t first_step, const RunControl& control) const;
   absl::StatusOr<std::filesystem::path> save_sharded_checkpoint();
+  // This rank's part of `found` into the model, optimizer and batcher.
+  absl::Status load_checkpoint(const checkpoint::CommittedCheckpoint& found);
   // Under FSDP: fails on every rank unless every rank's `ok` holds and all report the same
   // `step` (what they resumed from, or checkpointed).
   absl::Status agree(bool ok, int64_t step, const char* what);
