@@ -248,6 +248,31 @@ TEST_P(FsdpTrainingTest, GatheredWeightsAreFreedAfterUse) {
   }
 }
 
+// No rank holds the whole model at start-up: each draws its own rows of every parameter
+// (the bits one process draws: OneRank and Ranks above train alike), so what creating the
+// trainer holds at most falls with the world size; at 4 ranks well under half of one
+// process's (whose whole parameters, gradients and moments are four copies of the model).
+TEST_P(FsdpTrainingTest, StartUpHoldsOneRanksShardsNotTheWholeModel) {
+  const v1::JobSpec spec = Job({"fp8.recipe=tensorwise", "train.steps=1"});
+  RunOptions single_options;
+  single_options.world_size = 0;
+  const auto single = Run(spec, single_options);
+  ASSERT_TRUE(AllOk(single));
+  const double whole = single[0].startup_peak_bytes;
+  ASSERT_GT(whole, 0);
+  for (int world : {2, 4}) {
+    SCOPED_TRACE(absl::StrCat(world, " ranks"));
+    const auto ranks = Run(spec, world);
+    ASSERT_TRUE(AllOk(ranks));
+    for (const RankOutcome& r : ranks) {
+      EXPECT_GT(r.startup_peak_bytes, 0);
+      // Shards, their gradients and moments, and the packed send buffer: 5 / (4 * world)
+      // of one process's, with room for the per-weight fp8 buffers.
+      EXPECT_LT(r.startup_peak_bytes, whole * (5.0 / (4.0 * world) + 0.1)) << r.startup_peak_bytes << " of " << whole;
+    }
+  }
+}
+
 // A rank that dies mid-training takes the others down within the collective timeout, with
 // an error naming it, instead of leaving them hanging.
 TEST_P(FsdpTrainingTest, KilledRankMakesEveryOtherRankFailWithinTheTimeout) {

@@ -96,8 +96,14 @@ absl::Status TrainRank(const v1::JobSpec& spec, const RunOptions& o, int rank, c
   s.mutable_resources()->set_world_size(o.world_size > 0 ? o.world_size : 1);
   TrainerOptions trainer_options;
   trainer_options.collectives = o.collectives;
+  // What creating the trainer (model, shards, optimizer) holds at most, beyond what the
+  // process held before.
+  Backend& backend = device->backend();
+  const int64_t held_before = backend.memory_stats().allocated;
+  backend.reset_peak_memory();
   absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(s, *device, group.get(), trainer_options);
   if (!t.ok()) return t.status();
+  std::fprintf(out, "startup %lld\n", static_cast<long long>(backend.memory_stats().peak_allocated - held_before));
   std::atomic<bool> stop{false};
   FileObserver observer(out, rank, o, *device, stop);
   if (o.resume) {
@@ -150,6 +156,8 @@ void ReadResult(const std::filesystem::path& file, RankOutcome& r) {
         s.memory_in_use_after = v[8];
         r.steps.push_back(s);
       }
+    } else if (line.rfind("startup ", 0) == 0) {
+      r.startup_peak_bytes = std::stod(line.substr(8));
     } else if (line == "ok") {
       r.ok = true;
     } else if (line.rfind("error ", 0) == 0) {

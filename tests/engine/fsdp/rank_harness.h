@@ -40,6 +40,8 @@ struct RankOutcome {
   int exit_code = -1;
   int signal = 0;
   double seconds = 0;      // from start to exit
+  // The most device memory creating the trainer (model, shards, optimizer) had in use.
+  double startup_peak_bytes = 0;
 };
 
 struct RunOptions {

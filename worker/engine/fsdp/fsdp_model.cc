@@ -1,5 +1,8 @@
 #include "worker/engine/fsdp/fsdp_model.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -107,27 +110,61 @@ absl::Status FsdpModel::shard_parameters() {
   units_.resize(static_cast<size_t>(model_.config().n_layers) + 1);
   auto& all = model_.parameters().all();
   params_.reserve(all.size());
+  // Those of a model created with ParameterStorage::kDeferred, which holds no values: each
+  // rank draws its rows instead (draw_initial_shards).
+  std::vector<size_t> deferred;
   for (Parameter& full : all) {
     Param p;
     p.full = &full;
-    p.shape = full.value.shape();
+    p.shape = full.shape;
     p.layout = shard_layout(p.shape, world_size_);
     p.unit = unit_of(full.name);
     FP8_ASSIGN_OR_RETURN(p.shard, shards_.add(device_, full.name, {p.layout.shard_elements()}, full.init,
                                               full.weight_decay));
-    // This rank's rows of the initialised parameter; padding rows stay zero.
+    // This rank's rows of an initialised parameter; padding rows stay zero.
     const int64_t real = p.layout.real_rows_of(rank_);
-    if (real > 0) {
+    if (!full.value.defined()) {
+      deferred.push_back(params_.size());
+    } else if (real > 0) {
       const size_t row_bytes = static_cast<size_t>(p.layout.row_elements) * sizeof(float);
-      const auto* src = static_cast<const uint8_t*>(full.value.raw()) + static_cast<size_t>(rank_ * p.layout.rows_per_rank) * row_bytes;
-      FP8_RETURN_IF_ERROR(backend.copy(p.shard->value.raw(), src, static_cast<size_t>(real) * row_bytes));
+      const size_t first = static_cast<size_t>(rank_ * p.layout.rows_per_rank) * row_bytes;
+      FP8_RETURN_IF_ERROR(backend.copy(p.shard->value.raw(), static_cast<const uint8_t*>(full.value.raw()) + first,
+                                       static_cast<size_t>(real) * row_bytes));
     }
     full.value = Tensor();  // the full tensors exist only while gathered from now on
     full.grad = Tensor();
     unit_state(p.unit).params.push_back(static_cast<int>(params_.size()));
     params_.push_back(std::move(p));
   }
+  FP8_RETURN_IF_ERROR(draw_initial_shards(deferred));
   return backend.synchronize();
+}
+
+// Each parameter is drawn whole, as one process draws it (initial_values), so the shards
+// hold the bits of the single process's; a few at a time, one a thread, so that only those
+// few are ever whole (on the host) at once.
+absl::Status FsdpModel::draw_initial_shards(const std::vector<size_t>& which) {
+  const size_t threads = std::max<size_t>(init_threads(which.size()), 1);
+  for (size_t start = 0; start < which.size(); start += threads) {
+    const size_t count = std::min(threads, which.size() - start);
+    std::vector<std::vector<float>> values(count);
+    auto draw = [&](size_t k) {
+      values[k] = initial_values(*params_[which[start + k]].full, model_.seed(), model_.config().n_layers);
+    };
+    std::vector<std::thread> helpers;
+    for (size_t k = 1; k < count; ++k) helpers.emplace_back(draw, k);
+    draw(0);
+    for (std::thread& t : helpers) t.join();
+    for (size_t k = 0; k < count; ++k) {
+      Param& p = params_[which[start + k]];
+      const ShardLayout& l = p.layout;
+      std::vector<float> shard(static_cast<size_t>(l.shard_elements()), 0.0f);  // padding rows stay zero
+      const auto first = values[k].begin() + rank_ * l.rows_per_rank * l.row_elements;
+      std::copy(first, first + l.real_rows_of(rank_) * l.row_elements, shard.begin());
+      FP8_RETURN_IF_ERROR(p.shard->value.upload<float>(shard));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status FsdpModel::plan_fp8_gathers() {

@@ -133,6 +133,9 @@ class FsdpModel final : public ParameterHooks {
 
   FsdpModel(LlamaModel& model, collectives::ProcessGroup& group, const FsdpOptions& options);
   absl::Status shard_parameters();
+  // Draws the shards of params_[i] for each i in `which`, whose model parameters have no
+  // values (ParameterStorage::kDeferred), from their initial values.
+  absl::Status draw_initial_shards(const std::vector<size_t>& which);
   absl::Status plan_fp8_gathers();
   // Lays out each unit's flat buffers (one all-gather and one reduce-scatter per unit).
   absl::Status pack_units();

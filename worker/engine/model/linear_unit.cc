@@ -39,7 +39,7 @@ absl::Status LinearUnit::backward(const Tensor& grad_y, Tensor* grad_x, Store gr
 absl::StatusOr<LinearUnit> make_linear_unit(Backend& backend, const v1::Fp8Spec& fp8, std::string name,
                                             Parameter* weight, const LinearActivations& activations) {
   LinearUnit u;
-  const int64_t out_features = weight->value.dim(0), in_features = weight->value.dim(1);
+  const int64_t out_features = weight->shape.at(0), in_features = weight->shape.at(1);
   FP8_ASSIGN_OR_RETURN(u.selection, select_linear(fp8, name, in_features, out_features));
   FP8_ASSIGN_OR_RETURN(u.layer,
                        Float8Linear::create(backend, in_features, out_features, u.selection.config, activations));

@@ -49,22 +49,23 @@ absl::Status check_ids(const char* what, const std::vector<int32_t>& ids, int64_
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::create(const Device& device, const LlamaConfig& config,
-                                                               const v1::Fp8Spec& fp8, uint64_t seed) {
+                                                               const v1::Fp8Spec& fp8, uint64_t seed,
+                                                               ParameterStorage storage) {
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, device.model_ops());
-  std::unique_ptr<LlamaModel> model(new LlamaModel(device, *ops, config));
-  FP8_RETURN_IF_ERROR(model->build(fp8, seed));
+  std::unique_ptr<LlamaModel> model(new LlamaModel(device, *ops, config, seed));
+  FP8_RETURN_IF_ERROR(model->build(fp8, storage));
   return model;
 }
 
-absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, uint64_t seed) {
+absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, ParameterStorage storage) {
   const LlamaConfig& c = config_;
   const int64_t q_dim = c.n_heads * c.head_dim(), kv_dim = c.n_kv_heads * c.head_dim();
   Backend& backend = device_.backend();
   auto matrix = [&](std::string name, int64_t out, int64_t in, ParameterInit init) {
-    return params_.add(device_, std::move(name), {out, in}, init, /*weight_decay=*/true);
+    return params_.add(device_, std::move(name), {out, in}, init, /*weight_decay=*/true, storage);
   };
   auto gain = [&](std::string name) {
-    return params_.add(device_, std::move(name), {c.dim}, ParameterInit::kOnes, /*weight_decay=*/false);
+    return params_.add(device_, std::move(name), {c.dim}, ParameterInit::kOnes, /*weight_decay=*/false, storage);
   };
   auto linear = [&](LinearUnit& unit, const std::string& name, int64_t out, int64_t in,
                     ParameterInit init) -> absl::Status {
@@ -103,7 +104,8 @@ absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, uint64_t seed) {
   }
   mutable_linears_.push_back(&output_);
   linears_.assign(mutable_linears_.begin(), mutable_linears_.end());
-  return init_parameters(params_, seed, c.n_layers);
+  if (storage == ParameterStorage::kDeferred) return absl::OkStatus();
+  return init_parameters(params_, seed_, c.n_layers);
 }
 
 absl::StatusOr<Activations*> LlamaModel::activations_for(const data::TokenBatch& batch, bool for_backward) {
@@ -220,14 +222,14 @@ absl::StatusOr<std::vector<LlamaModel::WeightRowAmaxes>> LlamaModel::weight_row_
   if (weight_row_amaxes_.empty()) {
     for (LinearUnit* u : mutable_linears_) {
       if (!u->reads_weight_row_amax()) continue;
-      const int64_t out_features = u->weight->value.shape()[0];
+      const int64_t out_features = u->weight->shape.at(0);
       FP8_ASSIGN_OR_RETURN(Tensor buffer, Tensor::zeros(device_, ElementType::kFloat32, {out_features}));
       weight_row_amaxes_.emplace_back(u, std::move(buffer));
     }
   }
   std::vector<WeightRowAmaxes> outputs;
   for (auto& [unit, buffer] : weight_row_amaxes_) {
-    outputs.push_back({unit->weight, RowAmaxes{buffer.data<float>(), unit->weight->value.numel() / buffer.numel()}});
+    outputs.push_back({unit->weight, RowAmaxes{buffer.data<float>(), unit->weight->shape.at(1)}});
   }
   return outputs;
 }

@@ -25,12 +25,16 @@ namespace fp8::engine {
 
 class LlamaModel {
  public:
-  // Parameters initialised from `seed` (init_parameters). Fails on a device without
-  // model kernels, or for an fp8 config a layer cannot take.
+  // Parameters initialised from `seed` (init_parameters), or, with kDeferred, shaped but
+  // neither allocated nor initialised (FSDP makes each rank's rows: fsdp_model.h). Fails on
+  // a device without model kernels, or for an fp8 config a layer cannot take.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> create(const Device& device, const LlamaConfig& config,
-                                                            const v1::Fp8Spec& fp8, uint64_t seed);
+                                                            const v1::Fp8Spec& fp8, uint64_t seed,
+                                                            ParameterStorage storage = ParameterStorage::kAllocated);
 
   const LlamaConfig& config() const { return config_; }
+  // The seed of the parameters' initial values (initial_values).
+  uint64_t seed() const { return seed_; }
   const Device& device() const { return device_; }
   ParameterSet& parameters() { return params_; }
   const ParameterSet& parameters() const { return params_; }
@@ -76,9 +80,9 @@ class LlamaModel {
   void set_weight_row_amaxes_current(bool current);
 
  private:
-  LlamaModel(const Device& device, ModelOps& ops, const LlamaConfig& config)
-      : device_(device), ops_(ops), config_(config) {}
-  absl::Status build(const v1::Fp8Spec& fp8, uint64_t seed);
+  LlamaModel(const Device& device, ModelOps& ops, const LlamaConfig& config, uint64_t seed)
+      : device_(device), ops_(ops), config_(config), seed_(seed) {}
+  absl::Status build(const v1::Fp8Spec& fp8, ParameterStorage storage);
   // Activations shaped for `batch` (rebuilt when the shape or the mode changes).
   absl::StatusOr<Activations*> activations_for(const data::TokenBatch& batch, bool for_backward);
   // Queues the forward; the loss stays in device memory (read_loss) so that a training
@@ -98,6 +102,7 @@ class LlamaModel {
   const Device& device_;
   ModelOps& ops_;
   LlamaConfig config_;
+  uint64_t seed_;
   ParameterSet params_;
   Parameter* embeddings_ = nullptr;
   Parameter* final_norm_ = nullptr;

@@ -15,13 +15,18 @@
 namespace fp8::engine {
 
 absl::StatusOr<Parameter*> ParameterSet::add(const Device& device, std::string name, TensorShape shape,
-                                             ParameterInit init, bool weight_decay) {
+                                             ParameterInit init, bool weight_decay, ParameterStorage storage) {
   if (find(name) != nullptr) return absl::AlreadyExistsError(absl::StrCat("parameter ", name, " added twice"));
-  absl::StatusOr<Tensor> value = Tensor::zeros(device, ElementType::kFloat32, shape);
-  if (!value.ok()) return value.status();
-  absl::StatusOr<Tensor> grad = Tensor::zeros(device, ElementType::kFloat32, shape);
-  if (!grad.ok()) return grad.status();
-  params_.push_back(Parameter{std::move(name), std::move(*value), std::move(*grad), init, weight_decay});
+  Parameter p{.name = std::move(name), .init = init, .weight_decay = weight_decay, .shape = shape};
+  if (storage == ParameterStorage::kAllocated) {
+    absl::StatusOr<Tensor> value = Tensor::zeros(device, ElementType::kFloat32, shape);
+    if (!value.ok()) return value.status();
+    absl::StatusOr<Tensor> grad = Tensor::zeros(device, ElementType::kFloat32, shape);
+    if (!grad.ok()) return grad.status();
+    p.value = *std::move(value);
+    p.grad = *std::move(grad);
+  }
+  params_.push_back(std::move(p));
   return &params_.back();
 }
 
@@ -34,7 +39,11 @@ const Parameter* ParameterSet::find(std::string_view name) const {
 
 int64_t ParameterSet::element_count() const {
   int64_t n = 0;
-  for (const Parameter& p : params_) n += p.value.numel();
+  for (const Parameter& p : params_) {
+    int64_t numel = 1;
+    for (int64_t d : p.shape) numel *= d;
+    n += numel;
+  }
   return n;
 }
 
@@ -98,9 +107,13 @@ void fill_normal(std::vector<float>& out, double stddev, std::mt19937_64& rng) {
   }
 }
 
-absl::Status init_one(Parameter& p, uint64_t seed, int64_t n_layers) {
+}  // namespace
+
+std::vector<float> initial_values(const Parameter& p, uint64_t seed, int64_t n_layers) {
   constexpr double kStd = 0.02;
-  std::vector<float> values(static_cast<size_t>(p.value.numel()));
+  int64_t numel = 1;
+  for (int64_t d : p.shape) numel *= d;
+  std::vector<float> values(static_cast<size_t>(numel));
   std::mt19937_64 rng(data::MixSeed(seed, name_hash(p.name)));
   switch (p.init) {
     case ParameterInit::kNormal:
@@ -113,16 +126,12 @@ absl::Status init_one(Parameter& p, uint64_t seed, int64_t n_layers) {
       values.assign(values.size(), 1.0f);
       break;
   }
-  return p.value.upload<float>(values);
+  return values;
 }
 
-// Threads for the initialisation: as many as the CPU kernels are given (a rank's share of
-// the cores).
-size_t init_threads(size_t params) {
-  return std::min(static_cast<size_t>(fp8::cpu::configured_num_threads()), params);
+size_t init_threads(size_t parameters) {
+  return std::min(static_cast<size_t>(fp8::cpu::configured_num_threads()), parameters);
 }
-
-}  // namespace
 
 // The normal draws (a logarithm, a square root, a cosine and a sine per pair) make a 1B
 // model slow to initialise on one thread. Each parameter's values depend only on the
@@ -136,7 +145,9 @@ absl::Status init_parameters(ParameterSet& params, uint64_t seed, int64_t n_laye
   std::vector<absl::Status> status(order.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i = next++; i < order.size(); i = next++) status[i] = init_one(*order[i], seed, n_layers);
+    for (size_t i = next++; i < order.size(); i = next++) {
+      status[i] = order[i]->value.upload<float>(initial_values(*order[i], seed, n_layers));
+    }
   };
   std::vector<std::thread> helpers;
   for (size_t t = 1; t < init_threads(order.size()); ++t) helpers.emplace_back(work);

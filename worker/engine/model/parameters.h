@@ -28,12 +28,13 @@ enum class ParameterInit : uint8_t {
 
 struct Parameter {
   std::string name;
-  Tensor value;  // fp32 master weights
+  Tensor value;  // fp32 master weights; empty while not allocated (ParameterStorage::kDeferred)
   Tensor grad;   // same shape; accumulates over micro-batches
   ParameterInit init = ParameterInit::kNormal;
   // AdamW's decoupled weight decay applies to matrices, not to norm gains (which decay
   // would pull towards zero rather than towards their neutral value of one).
   bool weight_decay = true;
+  TensorShape shape;  // the whole parameter's, allocated or not
   // Set by ParameterSet::discard_grads(): grad's contents are stale and stand for zero
   // until an op claims it (below).
   bool grad_discarded = false;
@@ -47,17 +48,23 @@ struct Parameter {
   absl::Status claim_grad_for_adding();
 };
 
+// Whether parameters get memory when they are added: kDeferred leaves value and grad
+// empty, for FSDP to allocate and initialise each rank's rows alone (fsdp_model.h), so
+// that no rank ever holds the whole model.
+enum class ParameterStorage : uint8_t { kAllocated, kDeferred };
+
 class ParameterSet {
  public:
-  // Adds a zero-initialised parameter and its gradient; the pointer stays valid as more
-  // are added.
+  // Adds a parameter and its gradient, zeroed (kAllocated) or without memory (kDeferred);
+  // the pointer stays valid as more are added.
   absl::StatusOr<Parameter*> add(const Device& device, std::string name, TensorShape shape, ParameterInit init,
-                                 bool weight_decay);
+                                 bool weight_decay, ParameterStorage storage = ParameterStorage::kAllocated);
 
   std::deque<Parameter>& all() { return params_; }
   const std::deque<Parameter>& all() const { return params_; }
   // nullptr when there is none.
   const Parameter* find(std::string_view name) const;
+  // Elements of every parameter, allocated or not.
   int64_t element_count() const;
 
   absl::Status zero_grads();
@@ -75,6 +82,14 @@ class ParameterSet {
 // Deterministic initialisation: each parameter draws from its own stream, seeded by
 // (seed, its name), so adding a layer or reordering never changes the others, and the
 // same seed gives the same bits on every machine that shares the C++ library's math.
+// Every parameter must be allocated.
 absl::Status init_parameters(ParameterSet& params, uint64_t seed, int64_t n_layers);
+
+// The values init_parameters gives `p` (by its name, shape and init), on the host.
+std::vector<float> initial_values(const Parameter& p, uint64_t seed, int64_t n_layers);
+
+// Threads for drawing initial values: as many as the CPU kernels are given (a rank's share
+// of the cores), at most `parameters`.
+size_t init_threads(size_t parameters);
 
 }  // namespace fp8::engine

@@ -95,7 +95,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
   FP8_ASSIGN_OR_RETURN(t->schedule_, LrSchedule::Create(lr));
 
   FP8_ASSIGN_OR_RETURN(LlamaConfig config, llama_config_from_spec(spec.model(), spec.train()));
-  FP8_ASSIGN_OR_RETURN(t->model_, LlamaModel::create(device, config, spec.fp8(), tr.seed()));
+  // Under FSDP no rank holds the whole model, not even at start: each draws its own rows.
+  FP8_ASSIGN_OR_RETURN(t->model_, LlamaModel::create(device, config, spec.fp8(), tr.seed(),
+                                                     group != nullptr ? ParameterStorage::kDeferred
+                                                                      : ParameterStorage::kAllocated));
   t->trained_ = &t->model_->parameters();
   if (group != nullptr) {
     fsdp::FsdpOptions options;
