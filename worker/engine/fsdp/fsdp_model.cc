@@ -159,7 +159,7 @@ absl::Status FsdpModel::draw_initial_shards(const std::vector<size_t>& which) {
       Param& p = params_[which[start + k]];
       const ShardLayout& l = p.layout;
       std::vector<float> shard(static_cast<size_t>(l.shard_elements()), 0.0f);  // padding rows stay zero
-      const auto first = values[k].begin() + rank_ * l.rows_per_rank * l.row_elements;
+      const auto first = values[k].begin() + std::min(rank_ * l.rows_per_rank, l.rows) * l.row_elements;
       std::copy(first, first + l.real_rows_of(rank_) * l.row_elements, shard.begin());
       FP8_RETURN_IF_ERROR(p.shard->value.upload<float>(shard));
     }

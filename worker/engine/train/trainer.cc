@@ -190,7 +190,7 @@ absl::Status Trainer::load_checkpoint(const checkpoint::CommittedCheckpoint& fou
     if (fsdp_) {
       part.full_shapes = fsdp_->full_shapes();
     } else {
-      for (const Parameter& p : trained_->all()) part.full_shapes.push_back(p.value.shape());
+      for (const Parameter& p : trained_->all()) part.full_shapes.push_back(p.shape);
     }
     FP8_RETURN_IF_ERROR(read_train_state(rows, state_refs(), part));
   }
