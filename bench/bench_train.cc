@@ -8,6 +8,7 @@
 //               [--recipes none,tensorwise,...] [--warmup 2] [--steps 8] [--budget 420] [--csv FILE]
 //   bench_train --sequential [--recipes ...] [--warmup 2] [--steps 8] [--budget 420] [...]
 //   ... [--breakdown N [--breakdown-by-shape]]   (cuda, --sequential, --nproc: where a step's time goes)
+//   ... [--activation-checkpointing none,full,selective]   (cuda, --sequential: each recipe in each mode)
 //   bench_train --nproc N [--all-gather-fp8 both|on|off] [--timeout 300] [...as the first]
 //   bench_train --device cuda --nproc N --all-gather-fp8 on|off [...]   (rank r on GPU r, NCCL)
 //
@@ -37,6 +38,10 @@
 //
 // --sequential runs the CPU the same way (one recipe at a time), which is how that path is
 // exercised on machines without a GPU.
+//
+// --activation-checkpointing (one recipe at a time): each recipe runs under each listed
+// mode, and two more columns give its tokens/s and peak memory against the same recipe
+// keeping every activation (list none among the modes for them).
 //
 // --breakdown N (one recipe at a time): after its timed steps, each recipe trains N + 2
 // more with every op of the device bracketed by marks (bench/op_breakdown.h: CUDA events
@@ -271,6 +276,7 @@ std::string prepare_data(Common& c, std::optional<TempDir>& tmp) {
 
 struct Result {
   std::string recipe;
+  std::string checkpointing = "none";  // train.activation_checkpointing
   std::string error;  // set when the recipe could not be built or trained
   std::optional<fp8::bench::NamedBreakdown> breakdown;  // with --breakdown
   std::string breakdown_error;  // why the profiled steps failed (the timing still stands)
@@ -296,10 +302,22 @@ struct RunInfo {
 // The run of recipe none, when it ran and succeeded: what the ratios divide by.
 const Result* baseline_of(const std::vector<Result>& results) {
   for (const Result& r : results) {
-    if (r.recipe == "none" && r.error.empty()) return &r;
+    if (r.recipe == "none" && r.checkpointing == "none" && r.error.empty()) return &r;
   }
   return nullptr;
 }
+
+// The run of r's recipe that keeps every activation, when --activation-checkpointing ran
+// another mode beside it: what r's time and memory compare with.
+const Result* keep_all_of(const std::vector<Result>& results, const Result& r) {
+  for (const Result& k : results) {
+    if (k.recipe == r.recipe && k.checkpointing == "none" && k.error.empty()) return &k;
+  }
+  return nullptr;
+}
+
+// "tensorwise", or "tensorwise, full" under activation checkpointing.
+std::string label(const Result& r) { return r.checkpointing == "none" ? r.recipe : r.recipe + ", " + r.checkpointing; }
 
 void write_csv(const std::string& path, const RunInfo& info, const std::vector<Result>& results) {
   std::ofstream out(path);
@@ -318,7 +336,7 @@ void write_csv(const std::string& path, const RunInfo& info, const std::vector<R
     std::replace(error.begin(), error.end(), ',', ';');
     std::replace(error.begin(), error.end(), '\n', ' ');
     const fp8::engine::LlamaConfig& m = info.model;
-    out << r.recipe << ",";
+    out << label(r) << ",";
     if (ok) {
       out << r.ms_per_step << "," << r.tokens_per_s << ","
           << (base != nullptr ? std::to_string(r.tokens_per_s / base->tokens_per_s) : "") << ","
@@ -478,16 +496,20 @@ class ProfileSteps final : public fp8::engine::TrainObserver {
 
 // Builds, warms up, times and destroys one recipe's trainer on GPU 0 (or, with
 // --sequential, the CPU); errors land in the result.
-Result run_one_recipe(const Common& opts, const GpuOptions& g, const std::string& recipe, Clock::time_point slice_end,
-                      bool cuda, RunInfo& info) {
+Result run_one_recipe(const Common& opts, const GpuOptions& g, const std::string& recipe,
+                      const std::string& checkpointing, Clock::time_point slice_end, bool cuda, RunInfo& info) {
   Result r;
   r.recipe = recipe;
+  r.checkpointing = checkpointing;
   const int64_t profiled_steps = g.breakdown > 0 ? g.breakdown + 2 : 0;
   const int64_t total = g.warmup + g.steps + profiled_steps;
   // Reports (and the casts' saturation counts, which cost a pass each) only where run()
   // must: the first and last step of each run.
   const fp8::v1::JobSpec spec =
-      load_job(opts, {"fp8.recipe=" + recipe, absl::StrCat("train.log_every=", total)}, total);
+      load_job(opts,
+               {"fp8.recipe=" + recipe, "train.activation_checkpointing=" + checkpointing,
+                absl::StrCat("train.log_every=", total)},
+               total);
   const Clock::time_point build_start = Clock::now();
   std::unique_ptr<fp8::engine::Device> gpu;  // destroyed after the trainer (declared first)
   const fp8::engine::Device* device = &fp8::bench::open_engine_device(cuda, gpu);
@@ -583,31 +605,34 @@ Result run_one_recipe(const Common& opts, const GpuOptions& g, const std::string
 }
 
 int one_at_a_time(const Common& opts, const GpuOptions& g, const std::vector<std::string>& recipes,
-                  const std::string& data_line, bool cuda) {
+                  const std::vector<std::string>& checkpointing, const std::string& data_line, bool cuda) {
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + seconds(g.budget_s);
   RunInfo info;
   std::vector<Result> results;
-  for (size_t i = 0; i < recipes.size(); ++i) {
+  std::vector<std::pair<std::string, std::string>> runs;  // recipe, activation checkpointing
+  for (const std::string& recipe : recipes) {
+    for (const std::string& mode : checkpointing) runs.emplace_back(recipe, mode);
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
     const Clock::time_point now = Clock::now();
-    const Clock::time_point slice_end = now + (deadline - now) / static_cast<int64_t>(recipes.size() - i);
-    Result r = run_one_recipe(opts, g, recipes[i], slice_end, cuda, info);
-    r.recipe = recipes[i];
+    const Clock::time_point slice_end = now + (deadline - now) / static_cast<int64_t>(runs.size() - i);
+    Result r = run_one_recipe(opts, g, runs[i].first, runs[i].second, slice_end, cuda, info);
     // The trainer and its device are gone; hand their cached memory back before the next.
     // A failure here (a kernel fault leaves the context unusable) fails what follows too,
     // and the table still shows what ran before it.
     if (absl::Status s = cuda ? fp8::bench::cuda_release_cached_memory(0) : absl::OkStatus(); !s.ok()) {
-      std::fprintf(stderr, "bench_train: releasing device memory after %s: %s\n", r.recipe.c_str(),
+      std::fprintf(stderr, "bench_train: releasing device memory after %s: %s\n", label(r).c_str(),
                    std::string(s.message()).c_str());
     }
     if (r.error.empty()) {
       std::fprintf(stderr, "bench_train: %s: %.1f ms/step over %lld steps (built in %.1f s), %.0f s elapsed\n",
-                   r.recipe.c_str(), r.ms_per_step, static_cast<long long>(r.steps_timed), r.build_s,
+                   label(r).c_str(), r.ms_per_step, static_cast<long long>(r.steps_timed), r.build_s,
                    seconds_between(start, Clock::now()));
     } else {
-      std::fprintf(stderr, "bench_train: %s failed: %s\n", r.recipe.c_str(), r.error.c_str());
+      std::fprintf(stderr, "bench_train: %s failed: %s\n", label(r).c_str(), r.error.c_str());
     }
-    if (r.breakdown) r.breakdown->name = r.recipe;
+    if (r.breakdown) r.breakdown->name = label(r);
     results.push_back(std::move(r));
   }
 
@@ -638,35 +663,57 @@ int one_at_a_time(const Common& opts, const GpuOptions& g, const std::vector<std
   }
   std::printf("# memory: GB = 1e9 bytes, peak = most in use (StepReport::peak_memory_bytes), reserved = held by the "
               "allocator\n");
+  const bool modes = checkpointing.size() > 1 || checkpointing.front() != "none";
+  if (modes) {
+    std::printf("# recipe, mode: train.activation_checkpointing (model TFLOP/s counts no recomputation); "
+                "'mem vs keep' and 'tokens/s vs keep': against the same recipe keeping every activation\n");
+  }
   const double fpt = flops_per_token(info.model, info.seq_len);
   const Result* base = baseline_of(results);
-  fp8::bench::Table table({"recipe", "ms/step", "tokens/s", "vs none", "model TFLOP/s",
-                           std::string("% ") + hp + " peak", "% fp8 peak",
-                           "peak mem GB", "reserved GB", "steps", "build s", "loss"});
+  std::vector<std::string> columns{"recipe", "ms/step", "tokens/s", "vs none", "model TFLOP/s",
+                                   std::string("% ") + hp + " peak", "% fp8 peak",
+                                   "peak mem GB", "reserved GB", "steps", "build s", "loss"};
+  if (modes) {
+    columns.push_back("tokens/s vs keep");
+    columns.push_back("mem vs keep");
+  }
+  fp8::bench::Table table(columns);
   bool failed = false;
   for (const Result& r : results) {
     if (!r.error.empty()) {
       failed = true;
-      table.add({r.recipe, "failed", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"});
+      std::vector<std::string> row(columns.size(), "-");
+      row[0] = label(r);
+      row[1] = "failed";
+      table.add(row);
       continue;
     }
     const double tflops = r.tokens_per_s * fpt / 1e12;
-    table.add({r.recipe, fmt(r.ms_per_step, 1), fmt(r.tokens_per_s, 0),
+    std::vector<std::string> keep;
+    if (modes) {
+      const Result* k = keep_all_of(results, r);
+      keep = {k != nullptr ? fmt(r.tokens_per_s / k->tokens_per_s, 2) + "x" : "-",
+              k != nullptr && k->peak_memory > 0 ? fmt(static_cast<double>(r.peak_memory) / k->peak_memory, 2) + "x"
+                                                 : "-"};
+    }
+    std::vector<std::string> row{label(r), fmt(r.ms_per_step, 1), fmt(r.tokens_per_s, 0),
                base != nullptr ? fmt(r.tokens_per_s / base->tokens_per_s, 2) + "x" : "-", fmt(tflops, cuda ? 1 : 4),
                info.peaks.hp_tflops > 0 ? fmt(100 * tflops / info.peaks.hp_tflops, 1) : "-",
                info.peaks.fp8_tflops > 0 && r.recipe != "none" ? fmt(100 * tflops / info.peaks.fp8_tflops, 1)
                                                                           : "-",
                gb(r.peak_memory), gb(r.reserved_memory), std::to_string(r.steps_timed), fmt(r.build_s, 1),
-               fmt(r.loss, 3)});
+               fmt(r.loss, 3)};
+    row.insert(row.end(), keep.begin(), keep.end());
+    table.add(row);
   }
   table.print();
   for (const Result& r : results) {
-    if (!r.error.empty()) std::printf("%s failed: %s\n", r.recipe.c_str(), r.error.c_str());
+    if (!r.error.empty()) std::printf("%s failed: %s\n", label(r).c_str(), r.error.c_str());
   }
   if (base != nullptr) {
     std::string line;
     for (const Result& r : results) {
-      if (r.recipe == "none" || !r.error.empty()) continue;
+      if (r.recipe == "none" || r.checkpointing != "none" || !r.error.empty()) continue;
       const double ratio = r.tokens_per_s / base->tokens_per_s;
       line += " " + r.recipe + " " + fmt(ratio, 2) + "x (" + (ratio >= 1.2 ? "met" : "missed") + ")";
     }
@@ -682,7 +729,7 @@ int one_at_a_time(const Common& opts, const GpuOptions& g, const std::vector<std
   for (const Result& r : results) {
     if (r.error.empty() && r.breakdown) breakdowns.push_back(*r.breakdown);
     if (!r.breakdown_error.empty()) {
-      std::printf("%s: the profiled steps failed (its timing above stands): %s\n", r.recipe.c_str(),
+      std::printf("%s: the profiled steps failed (its timing above stands): %s\n", label(r).c_str(),
                   r.breakdown_error.c_str());
     }
   }
@@ -1081,6 +1128,12 @@ int main(int argc, char** argv) {
   auto* recipes_opt = app.add_option("--recipes", recipes_arg,
                                      "comma-separated recipes to run (default all: none first, the baseline the "
                                      "ratios divide by)");
+  std::string checkpointing_arg = "none";
+  auto* checkpointing_opt =
+      app.add_option("--activation-checkpointing", checkpointing_arg,
+                     "one recipe at a time: comma-separated train.activation_checkpointing modes to run each recipe "
+                     "under (none, full, selective), compared with none")
+          ->capture_default_str();
   app.add_option("--data", c.data,
                  "auto: the job's corpus if the file exists, else synthetic text; synthetic; job")
       ->check(CLI::IsMember({"auto", "synthetic", "job"}))
@@ -1135,10 +1188,20 @@ int main(int argc, char** argv) {
     }
   }
   if (recipes.empty()) fp8::bench::die("--recipes: none given");
+  std::vector<std::string> checkpointing = split_list(checkpointing_arg);
+  for (const std::string& mode : checkpointing) {
+    if (mode != "none" && mode != "full" && mode != "selective") {
+      fp8::bench::die("--activation-checkpointing: unknown mode '" + mode + "' (none, full, selective)");
+    }
+  }
+  if (checkpointing.empty()) fp8::bench::die("--activation-checkpointing: none given");
+  if (checkpointing_opt->count() > 0 && !recipe_by_recipe) {
+    fp8::bench::die("--activation-checkpointing is for one recipe at a time (--device cuda or --sequential)");
+  }
 
   std::optional<TempDir> tmp;  // the synthetic corpus, removed on return
   const std::string data_line = prepare_data(c, tmp);
   if (nproc_opt->count() > 0) return fsdp_ranks(c, gpu, nproc, all_gather_fp8, timeout_s, g.breakdown, g.by_shape);
-  if (gpu || sequential) return one_at_a_time(c, g, recipes, data_line, gpu);
+  if (gpu || sequential) return one_at_a_time(c, g, recipes, checkpointing, data_line, gpu);
   return single_process_cpu(c, recipes, data_line);
 }

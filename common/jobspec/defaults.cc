@@ -138,6 +138,9 @@ void FillData(v1::DataSpec& d) {
 void FillTrain(v1::TrainSpec& t) {
   if (!t.has_grad_accum()) t.set_grad_accum(1);
   if (t.compute_dtype() == v1::TrainSpec::COMPUTE_DTYPE_UNSPECIFIED) t.set_compute_dtype(v1::TrainSpec::FP32);
+  if (t.activation_checkpointing() == v1::TrainSpec::ACTIVATION_CHECKPOINTING_UNSPECIFIED) {
+    t.set_activation_checkpointing(v1::TrainSpec::NONE);
+  }
   if (!t.has_warmup_steps()) t.set_warmup_steps(0);
   if (t.schedule() == v1::TrainSpec::SCHEDULE_UNSPECIFIED) t.set_schedule(v1::TrainSpec::COSINE);
   if (!t.has_weight_decay()) t.set_weight_decay(0.1);

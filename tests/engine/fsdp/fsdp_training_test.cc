@@ -17,7 +17,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <optional>
+#include <span>
 #include <csignal>
 #include <cstdlib>
 #include <string>
@@ -28,6 +30,7 @@
 #include "tests/engine/train/train_test_util.h"
 #include "worker/engine/checkpoint/discovery.h"
 #include "worker/engine/checkpoint/layout.h"
+#include "worker/engine/checkpoint/shard_reader.h"
 #include "worker/engine/train/checkpoint_rows.h"
 #include "worker/engine/train/trainer.h"
 
@@ -402,6 +405,55 @@ TEST_P(FsdpTrainingTest, ADivergingRunFailsOnEveryRankAtTheSameReadBeforeItsChec
   }
   EXPECT_EQ(ranks[0].error, ranks[1].error);
   EXPECT_FALSE(std::filesystem::exists(checkpoint::StepDirectory((dir_.path() / "diverging").string(), 4)));
+}
+
+// Every record of one rank's checkpoint shard, as raw bytes by name.
+std::map<std::string, std::string> ShardRecords(const std::filesystem::path& file) {
+  absl::StatusOr<checkpoint::ShardReader> r = checkpoint::ShardReader::Open(file);
+  EXPECT_TRUE(r.ok()) << r.status();
+  std::map<std::string, std::string> out;
+  if (!r.ok()) return out;
+  for (const checkpoint::RecordInfo& info : r->records()) {
+    std::string bytes(info.size_bytes, '\0');
+    absl::Status s = r->ReadRecord(info.name, info.dtype, info.shape, std::as_writable_bytes(std::span(bytes)));
+    EXPECT_TRUE(s.ok()) << s;
+    out[info.name] = bytes;
+  }
+  return out;
+}
+
+// Activation checkpointing under FSDP trains as keeping everything does, bit for bit, on
+// every rank (each rank's checkpoint shard included), and gathers no more: a block's
+// forward runs again after its weights were gathered for its backward, and reads them there.
+TEST_P(FsdpTrainingTest, ActivationCheckpointingTrainsBitForBitWithoutMoreGathers) {
+  for (const char* recipe : {"tensorwise", "delayed", "rowwise"}) {
+    SCOPED_TRACE(recipe);
+    const std::string r = absl::StrCat("fp8.recipe=", recipe);
+    const std::string keep_name = absl::StrCat(recipe, "-none");
+    const auto kept = Run(Job({r, "train.activation_checkpointing=none"}, keep_name), 2);
+    ASSERT_TRUE(AllOk(kept));
+    ASSERT_EQ(kept[0].steps.size(), static_cast<size_t>(kSteps));
+    for (const char* mode : {"full", "selective"}) {
+      SCOPED_TRACE(mode);
+      const std::string name = absl::StrCat(recipe, "-", mode);
+      const auto recomputed = Run(Job({r, absl::StrCat("train.activation_checkpointing=", mode)}, name), 2);
+      ASSERT_TRUE(AllOk(recomputed));
+      for (int rank = 0; rank < 2; ++rank) {
+        const size_t k = static_cast<size_t>(rank);
+        ExpectBitEqual(kept[k], recomputed[k]);
+        for (size_t i = 0; i < kept[k].steps.size(); ++i) {
+          EXPECT_EQ(recomputed[k].steps[i].all_gather_fp8_bytes, kept[k].steps[i].all_gather_fp8_bytes);
+          EXPECT_EQ(recomputed[k].steps[i].all_gather_f32_bytes, kept[k].steps[i].all_gather_f32_bytes);
+        }
+        const auto shard = [&](const std::string& run) {
+          return ShardRecords(checkpoint::ShardPath(dir_.path() / run, kSteps, rank, 2));
+        };
+        const auto want = shard(keep_name), got = shard(name);
+        ASSERT_FALSE(want.empty());
+        EXPECT_TRUE(want == got) << "rank " << rank << "'s last checkpoint differs";
+      }
+    }
+  }
 }
 
 // Each rank writes its shard; resuming the sharded checkpoint continues exactly as the run

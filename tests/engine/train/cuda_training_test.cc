@@ -168,6 +168,30 @@ TEST_P(CudaTrainingTest, Bf16WithMmaAttentionStaysCloseToTheCpu) {
   EXPECT_LT(gpu.steps.back().loss, gpu.steps.front().loss) << "the loss did not fall on the GPU";
 }
 
+// Activation checkpointing on the GPU trains the same bits as keeping everything: the
+// recomputed forward queues the same kernels on the same inputs (bf16 with head_dim 64, so
+// that the tensor-core attention is among them), and the peak falls.
+TEST_P(CudaTrainingTest, ActivationCheckpointingTrainsAsKeepingEverything) {
+  const std::vector<std::string> wide = {"train.compute_dtype=bf16", "model.dim=128", "model.n_heads=2",
+                                         "model.n_kv_heads=1", "model.n_layers=4"};
+  auto with = [&](const char* mode) {
+    std::vector<std::string> extra = wide;
+    extra.push_back(absl::StrCat("train.activation_checkpointing=", mode));
+    return Train(Job(absl::StrCat("gpu-", mode), extra), *gpu_);
+  };
+  const RecordingObserver kept = with("none");
+  ASSERT_EQ(kept.steps.size(), static_cast<size_t>(kSteps));
+  for (const char* mode : {"full", "selective"}) {
+    const RecordingObserver recomputed = with(mode);
+    ASSERT_EQ(recomputed.steps.size(), kept.steps.size()) << mode;
+    for (size_t i = 0; i < kept.steps.size(); ++i) {
+      EXPECT_EQ(recomputed.steps[i].loss, kept.steps[i].loss) << mode << ", step " << kept.steps[i].step;
+      EXPECT_EQ(recomputed.steps[i].grad_norm, kept.steps[i].grad_norm) << mode << ", step " << kept.steps[i].step;
+    }
+    EXPECT_LT(recomputed.steps.back().peak_memory_bytes, kept.steps.back().peak_memory_bytes) << mode;
+  }
+}
+
 TEST_P(CudaTrainingTest, ReportsPeakDeviceMemory) {
   const RecordingObserver gpu = Train(Job("gpu"), *gpu_);
   ASSERT_FALSE(gpu.steps.empty());

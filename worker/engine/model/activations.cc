@@ -1,5 +1,7 @@
 #include "worker/engine/model/activations.h"
 
+#include <algorithm>
+
 #include "worker/engine/status_macros.h"
 
 namespace fp8::engine {
@@ -23,8 +25,9 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
   for (Tensor& h : a.hidden) {
     FP8_ASSIGN_OR_RETURN(h, act({m, c.dim}));
   }
-  a.blocks.resize(static_cast<size_t>(c.n_layers));
-  for (BlockActivations& b : a.blocks) {
+  // Every tensor of a block once, for the blocks to share what they do not keep.
+  auto make_block = [&]() -> absl::StatusOr<BlockActivations> {
+    BlockActivations b;
     FP8_ASSIGN_OR_RETURN(b.attn_inv_rms, f32({m}));
     FP8_ASSIGN_OR_RETURN(b.attn_in, act({m, c.dim}));
     FP8_ASSIGN_OR_RETURN(b.q, act({m, q_dim}));
@@ -38,6 +41,31 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
     FP8_ASSIGN_OR_RETURN(b.gate, act({m, c.ffn_dim}));
     FP8_ASSIGN_OR_RETURN(b.up, act({m, c.ffn_dim}));
     FP8_ASSIGN_OR_RETURN(b.swiglu_out, act({m, c.ffn_dim}));
+    return b;
+  };
+  const ActivationCheckpointing keep = for_backward ? c.checkpointing : ActivationCheckpointing::kFull;
+  a.blocks.resize(static_cast<size_t>(c.n_layers));
+  if (keep == ActivationCheckpointing::kNone) {
+    for (BlockActivations& b : a.blocks) {
+      FP8_ASSIGN_OR_RETURN(b, make_block());
+    }
+  } else {
+    FP8_ASSIGN_OR_RETURN(const BlockActivations shared, make_block());
+    std::fill(a.blocks.begin(), a.blocks.end(), shared);
+  }
+  for (BlockActivations& b : a.blocks) {
+    if (keep == ActivationCheckpointing::kSelective) {
+      // Kept: what the GEMMs and the attention wrote. Shared: the norms' outputs and
+      // statistics and SwiGLU's product (TransformerBlock::recompute_selective).
+      FP8_ASSIGN_OR_RETURN(b.q, act({m, q_dim}));
+      FP8_ASSIGN_OR_RETURN(b.k, act({m, kv_dim}));
+      FP8_ASSIGN_OR_RETURN(b.v, act({m, kv_dim}));
+      FP8_ASSIGN_OR_RETURN(b.attn_out, act({m, q_dim}));
+      FP8_ASSIGN_OR_RETURN(b.attn_lse, f32({rows, c.n_heads, seq}));
+      FP8_ASSIGN_OR_RETURN(b.mid, act({m, c.dim}));
+      FP8_ASSIGN_OR_RETURN(b.gate, act({m, c.ffn_dim}));
+      FP8_ASSIGN_OR_RETURN(b.up, act({m, c.ffn_dim}));
+    }
   }
   FP8_ASSIGN_OR_RETURN(a.final_inv_rms, f32({m}));
   FP8_ASSIGN_OR_RETURN(a.final_in, act({m, c.dim}));

@@ -13,6 +13,9 @@
 
 namespace fp8::engine {
 
+// One block's tensors. Those a block does not keep (config.checkpointing, or everything
+// in evaluation) are shared by every block: the same memory, written by whichever block
+// ran last, and written again for a block just before its backward reads them.
 struct BlockActivations {
   Tensor attn_inv_rms;          // [M]
   Tensor attn_in;               // act: rmsnorm(hidden) [M, dim]
@@ -30,7 +33,7 @@ struct Activations {
   bool for_backward = false;
   Tensor tokens, targets;       // int32 [M]
   std::vector<Tensor> hidden;   // act, the residual stream: n_layers + 1 of [M, dim]
-  std::vector<BlockActivations> blocks;
+  std::vector<BlockActivations> blocks;  // n_layers, sharing memory as described above
   Tensor final_inv_rms, final_in;  // final norm: [M], act [M, dim]
   Tensor logits;                   // fp32 [M, vocab]
   Tensor loss_lse;                 // [M]

@@ -143,7 +143,8 @@ absl::StatusOr<Activations*> LlamaModel::forward(const data::TokenBatch& batch, 
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const int unit = static_cast<int>(i);
     FP8_RETURN_IF_ERROR(hook_before_forward(unit));
-    FP8_RETURN_IF_ERROR(blocks_[i].forward(ops_, c, *a, a->blocks[i], a->hidden[i], a->hidden[i + 1], training));
+    FP8_RETURN_IF_ERROR(blocks_[i].forward(ops_, c, *a, a->blocks[i], a->hidden[i], a->hidden[i + 1],
+                                           training && TransformerBlock::forward_keeps_casts(c)));
     FP8_RETURN_IF_ERROR(hook_after_forward(unit, training));
   }
   // The output projection's fp8 cast takes its amax from the norm's row amaxes.
@@ -197,6 +198,9 @@ absl::Status LlamaModel::queue_training_pass(const data::TokenBatch& batch, floa
   for (size_t i = blocks_.size(); i-- > 0;) {
     const int unit = static_cast<int>(i);
     FP8_RETURN_IF_ERROR(hook_before_backward(unit));
+    // Under FSDP the block's weights are gathered for its backward already; the
+    // recomputation reads them there, so checkpointing costs no gather of its own.
+    FP8_RETURN_IF_ERROR(blocks_[i].recompute(ops_, c, a, a.blocks[i], a.hidden[i], a.hidden[i + 1]));
     FP8_RETURN_IF_ERROR(blocks_[i].backward(ops_, c, a, a.blocks[i], a.hidden[i], grad_hidden_row_amax_below(i)));
     FP8_RETURN_IF_ERROR(hook_after_backward(unit));
   }

@@ -7,7 +7,11 @@ namespace fp8::engine {
 std::string LlamaConfig::describe() const {
   return absl::StrCat("dim ", dim, ", ", n_layers, " layers, ", n_heads, " heads (", n_kv_heads, " kv), ffn ",
                       ffn_dim, ", vocab ", vocab_size, tie_embeddings ? ", tied embeddings" : "",
-                      activations == DType::kBFloat16 ? ", bf16 activations" : "");
+                      activations == DType::kBFloat16 ? ", bf16 activations" : "",
+                      checkpointing == ActivationCheckpointing::kNone
+                          ? ""
+                          : absl::StrCat(", ", activation_checkpointing_name(checkpointing),
+                                         " activation checkpointing"));
 }
 
 int64_t LlamaConfig::parameter_count() const {
@@ -63,7 +67,34 @@ absl::StatusOr<LlamaConfig> llama_config_from_spec(const v1::ModelSpec& model, c
       return absl::InvalidArgumentError(
           absl::StrCat("train.compute_dtype: unknown value ", static_cast<int>(train.compute_dtype())));
   }
+  switch (train.activation_checkpointing()) {
+    case v1::TrainSpec::FULL:
+      c->checkpointing = ActivationCheckpointing::kFull;
+      break;
+    case v1::TrainSpec::SELECTIVE:
+      c->checkpointing = ActivationCheckpointing::kSelective;
+      break;
+    case v1::TrainSpec::NONE:
+    case v1::TrainSpec::ACTIVATION_CHECKPOINTING_UNSPECIFIED:
+      c->checkpointing = ActivationCheckpointing::kNone;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("train.activation_checkpointing: unknown value ",
+                                                     static_cast<int>(train.activation_checkpointing())));
+  }
   return c;
+}
+
+const char* activation_checkpointing_name(ActivationCheckpointing a) {
+  switch (a) {
+    case ActivationCheckpointing::kNone:
+      return "none";
+    case ActivationCheckpointing::kFull:
+      return "full";
+    case ActivationCheckpointing::kSelective:
+      return "selective";
+  }
+  return "?";
 }
 
 }  // namespace fp8::engine

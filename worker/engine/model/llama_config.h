@@ -10,6 +10,16 @@
 
 namespace fp8::engine {
 
+// What a decoder block keeps from its forward for its backward (train.activation_checkpointing).
+// What is not kept runs again just before the block's backward, with the same inputs and
+// the same fp8 scales, so every mode computes the same bits.
+enum class ActivationCheckpointing : uint8_t {
+  kNone,       // everything the backward reads
+  kFull,       // the block's input only: the whole block runs again
+  kSelective,  // the GEMMs' and the attention's outputs: the norms and SwiGLU's product run again
+};
+const char* activation_checkpointing_name(ActivationCheckpointing a);
+
 struct LlamaConfig {
   int64_t vocab_size = 256;
   int64_t dim = 64;
@@ -24,9 +34,11 @@ struct LlamaConfig {
   // The activations' element type between layers (train.compute_dtype): fp32 or bf16.
   // Parameters, logits and the loss are fp32 either way.
   DType activations = DType::kFloat32;
+  ActivationCheckpointing checkpointing = ActivationCheckpointing::kNone;
 
   int64_t head_dim() const { return dim / n_heads; }
-  // "dim 64, 2 layers, 4 heads (4 kv), ffn 176, vocab 256" (", bf16 activations" when so):
+  // "dim 64, 2 layers, 4 heads (4 kv), ffn 176, vocab 256" (", bf16 activations", ", full
+  // activation checkpointing" when so):
   // for logs and checkpoint metadata.
   std::string describe() const;
   // Every parameter, embedding included.
@@ -37,7 +49,8 @@ struct LlamaConfig {
 // sizes the engine cannot build, naming the field, for specs that did not come through
 // the loader.
 absl::StatusOr<LlamaConfig> llama_config_from_spec(const v1::ModelSpec& model);
-// The same, with the activations' type from train.compute_dtype.
+// The same, with the activations' type from train.compute_dtype and what blocks keep from
+// train.activation_checkpointing.
 absl::StatusOr<LlamaConfig> llama_config_from_spec(const v1::ModelSpec& model, const v1::TrainSpec& train);
 
 }  // namespace fp8::engine

@@ -61,6 +61,29 @@ absl::Status TransformerBlock::forward(ModelOps& ops, const LlamaConfig& c, Acti
   return w2.forward(s.swiglu_out, m, out, training, row_amax, &s.mid);
 }
 
+absl::Status TransformerBlock::recompute(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& s,
+                                         const Tensor& in, Tensor& out) const {
+  switch (c.checkpointing) {
+    case ActivationCheckpointing::kNone:
+      return absl::OkStatus();
+    case ActivationCheckpointing::kFull:
+      // `out` is written again with the values the block above already read.
+      return forward(ops, c, a, s, in, out, /*training=*/true);
+    case ActivationCheckpointing::kSelective:
+      break;
+  }
+  // The fp8 layers cast in the forward and kept their copies; they read these tensors
+  // only in high precision (and the norms' backward reads the statistics). No row amaxes:
+  // nothing is cast from them now.
+  const int64_t m = a.tokens_count();
+  const DType t = c.activations;
+  FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act(in), f(attention_norm->value), m, c.dim, c.norm_eps, act(s.attn_in),
+                                          f(s.attn_inv_rms), t, nullptr));
+  FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act(s.mid), f(ffn_norm->value), m, c.dim, c.norm_eps, act(s.ffn_in),
+                                          f(s.ffn_inv_rms), t, nullptr));
+  return ops.swiglu_forward(act(s.gate), act(s.up), m * c.ffn_dim, act(s.swiglu_out), t);
+}
+
 absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Activations& a,
                                         const BlockActivations& s, const Tensor& in, float* grad_in_row_amax) const {
   const int64_t m = a.tokens_count(), hd = c.head_dim();

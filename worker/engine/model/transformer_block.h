@@ -20,6 +20,17 @@ struct TransformerBlock {
   // out = block(in), saving what backward() needs in `saved`.
   absl::Status forward(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& saved, const Tensor& in,
                        Tensor& out, bool training) const;
+  // What activation checkpointing drops, made again just before backward() reads it, the
+  // same bits as the forward made: kFull runs forward() once more (with `training`, so the
+  // fp8 layers keep their casts and delayed scaling records this micro-batch's amaxes
+  // then, and only then: the first forward ran without); kSelective runs the norms and
+  // SwiGLU's product on the kept GEMM outputs. Nothing for kNone.
+  absl::Status recompute(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& saved,
+                         const Tensor& in, Tensor& out) const;
+  // The first forward of a training pass keeps what the block's backward would read, unless
+  // kFull drops it all (recompute then runs the training forward).
+  static bool forward_keeps_casts(const LlamaConfig& c) { return c.checkpointing != ActivationCheckpointing::kFull; }
+
   // On entry a.grad_hidden holds ∂L/∂out (and a.grad_hidden_row_amax its row amaxes, where
   // w2 takes them); on return ∂L/∂in, its row amaxes written to grad_in_row_amax unless
   // null (for the block below's w2: w2.grad_output_row_amax_in). Parameter gradients

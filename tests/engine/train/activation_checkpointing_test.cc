@@ -1,0 +1,146 @@
+// Activation checkpointing (train.activation_checkpointing): a block that keeps less of its
+// forward and makes the rest again before its backward trains exactly as one that keeps
+// everything (losses, gradient norms, and every checkpoint record, parameters, moments and
+// delayed-scaling histories included), and holds less memory by what it no longer keeps.
+#include <map>
+#include <span>
+#include <string>
+#include <tuple>
+
+#include "gtest/gtest.h"
+#include "tests/engine/train/train_test_util.h"
+#include "worker/engine/checkpoint/layout.h"
+#include "worker/engine/checkpoint/shard_reader.h"
+#include "worker/engine/train/trainer.h"
+
+namespace fp8::engine::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kSteps = 12;
+
+// Every record of a checkpoint shard, as raw bytes by name.
+std::map<std::string, std::string> ShardContents(const fs::path& file) {
+  absl::StatusOr<checkpoint::ShardReader> r = checkpoint::ShardReader::Open(file);
+  EXPECT_TRUE(r.ok()) << r.status();
+  std::map<std::string, std::string> out;
+  if (!r.ok()) return out;
+  for (const checkpoint::RecordInfo& info : r->records()) {
+    std::string bytes(info.size_bytes, '\0');
+    absl::Status s = r->ReadRecord(info.name, info.dtype, info.shape, std::as_writable_bytes(std::span(bytes)));
+    EXPECT_TRUE(s.ok()) << s;
+    out[info.name] = bytes;
+  }
+  return out;
+}
+
+class ActivationCheckpointingTest : public ::testing::Test {
+ public:
+  struct Run {
+    RecordingObserver log;
+    std::map<std::string, std::string> last_checkpoint;
+  };
+
+ protected:
+  void SetUp() override { WriteSyntheticCorpus(corpus_, 200'000); }
+  Run Train(const std::string& mode, std::vector<std::string> extra) {
+    extra.push_back("train.activation_checkpointing=" + mode);
+    extra.push_back(absl::StrCat("train.steps=", kSteps));
+    const fs::path dir = tmp_.path() / absl::StrCat("run", runs_++);
+    const v1::JobSpec spec = TinyJob(corpus_, dir, extra);
+    Run run;
+    absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(spec, Device::cpu());
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (!t.ok()) return run;
+    const absl::StatusOr<TrainSummary> summary = (*t)->run(run.log);
+    EXPECT_TRUE(summary.ok()) << summary.status();
+    run.last_checkpoint = ShardContents(checkpoint::ShardPath(dir, kSteps, 0, 1));
+    return run;
+  }
+
+  TempDir tmp_{"activation-checkpointing"};
+  fs::path corpus_ = tmp_.path() / "corpus.txt";
+  int runs_ = 0;
+};
+
+void ExpectSameTraining(const char* mode, const ActivationCheckpointingTest::Run& kept,
+                        const ActivationCheckpointingTest::Run& recomputed) {
+  ASSERT_EQ(kept.log.steps.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(recomputed.log.steps.size(), kept.log.steps.size());
+  for (size_t i = 0; i < kept.log.steps.size(); ++i) {
+    const StepReport &a = kept.log.steps[i], &b = recomputed.log.steps[i];
+    EXPECT_EQ(a.loss, b.loss) << mode << ", step " << a.step;
+    EXPECT_EQ(a.grad_norm, b.grad_norm) << mode << ", step " << a.step;
+    EXPECT_EQ(a.val_loss, b.val_loss) << mode << ", step " << a.step;
+  }
+  ASSERT_FALSE(kept.last_checkpoint.empty());
+  ASSERT_EQ(kept.last_checkpoint.size(), recomputed.last_checkpoint.size());
+  for (const auto& [name, bytes] : kept.last_checkpoint) {
+    const auto it = recomputed.last_checkpoint.find(name);
+    ASSERT_NE(it, recomputed.last_checkpoint.end()) << mode << ": no record " << name;
+    EXPECT_TRUE(it->second == bytes) << mode << ": record " << name << " differs";
+  }
+}
+
+// Recipe, compute dtype and micro-batches per step.
+using Case = std::tuple<const char*, const char*, int>;
+
+class BitForBit : public ActivationCheckpointingTest, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(BitForBit, FullAndSelectiveTrainAsKeepingEverything) {
+  const auto [recipe, dtype, grad_accum] = GetParam();
+  const std::vector<std::string> extra{absl::StrCat("fp8.recipe=", recipe), absl::StrCat("train.compute_dtype=", dtype),
+                                       absl::StrCat("train.grad_accum=", grad_accum)};
+  const Run kept = Train("none", extra);
+  ExpectSameTraining("full", kept, Train("full", extra));
+  ExpectSameTraining("selective", kept, Train("selective", extra));
+  // The runs train: a comparison of runs that learned nothing would prove little.
+  EXPECT_LT(kept.log.steps.back().loss, kept.log.steps.front().loss - 0.3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, BitForBit,
+                         ::testing::Values(Case{"none", "fp32", 1}, Case{"tensorwise", "fp32", 1},
+                                           Case{"rowwise", "fp32", 1}, Case{"rowwise_with_gw_hp", "fp32", 1},
+                                           Case{"delayed", "fp32", 1}, Case{"delayed", "fp32", 2},
+                                           Case{"tensorwise", "bf16", 2}, Case{"rowwise", "bf16", 1}),
+                         [](const ::testing::TestParamInfo<Case>& p) {
+                           return absl::StrCat(std::get<0>(p.param), "_", std::get<1>(p.param),
+                                               std::get<2>(p.param) > 1 ? "_grad_accum" : "");
+                         });
+
+// The bytes of one block's activations a mode no longer keeps per block, for the tiny
+// job's shapes at fp32: what the peak should fall by, (n_layers - 1) times over, since
+// every block but one shares them.
+int64_t DroppedPerBlock(const std::string& mode, int64_t m, int64_t dim, int64_t ffn, int64_t heads, int64_t rows,
+                        int64_t seq) {
+  const int64_t f = sizeof(float);
+  const int64_t norms = 2 * (m + m * dim) * f;  // inv_rms and the normed input, twice
+  const int64_t swiglu_out = m * ffn * f;
+  if (mode == "selective") return norms + swiglu_out;
+  const int64_t qkv_out = 4 * m * dim * f, lse = rows * heads * seq * f, mid = m * dim * f, gate_up = 2 * m * ffn * f;
+  return norms + swiglu_out + qkv_out + lse + mid + gate_up;
+}
+
+TEST_F(ActivationCheckpointingTest, PeakMemoryFallsByWhatTheBlocksNoLongerKeep) {
+  constexpr int64_t kLayers = 6, kDim = 32, kFfn = 64, kHeads = 2, kRows = 4, kSeq = 32;
+  const std::vector<std::string> extra{"model.n_layers=6", "train.eval_every=0", "fp8.recipe=tensorwise"};
+  const Run none = Train("none", extra), full = Train("full", extra), selective = Train("selective", extra);
+  ASSERT_EQ(none.log.steps.size(), static_cast<size_t>(kSteps));
+  const auto peak = [](const Run& r) { return r.log.steps.back().peak_memory_bytes; };
+  const int64_t m = kRows * kSeq;
+  EXPECT_EQ(peak(none) - peak(full),
+            (kLayers - 1) * DroppedPerBlock("full", m, kDim, kFfn, kHeads, kRows, kSeq));
+  EXPECT_EQ(peak(none) - peak(selective),
+            (kLayers - 1) * DroppedPerBlock("selective", m, kDim, kFfn, kHeads, kRows, kSeq));
+}
+
+TEST_F(ActivationCheckpointingTest, AnUnknownModeIsRefusedNamingTheField) {
+  absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecString(
+      "name: x\nmodel: {dim: 32}\ntrain: {steps: 1, batch_size: 1, lr: 1, activation_checkpointing: some}\n", "job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("train.activation_checkpointing"), std::string::npos) << spec.status();
+}
+
+}  // namespace
+}  // namespace fp8::engine::testing
