@@ -472,6 +472,30 @@ TEST_P(Fp8TrainResumeTest, StoppedBySigintThenResumedMatchesAnUninterruptedRun) 
 INSTANTIATE_TEST_SUITE_P(Recipes, Fp8TrainResumeTest, ::testing::Values("tensorwise", "delayed"),
                          [](const ::testing::TestParamInfo<const char*>& p) { return std::string(p.param); });
 
+// --estimate prints a rank's memory by part and trains nothing: no checkpoint folder.
+TEST_F(Fp8TrainCliTest, EstimatePrintsTheMemoryOfARankAndTrainsNothing) {
+  JobOptions o;
+  const fs::path job = WriteJob("job.yaml", JobYaml(o));
+  const RunResult one = Train({"--config", job.string(), "--estimate"}, "estimate");
+  ASSERT_TRUE(one.exit.exited && one.exit.code == 0) << Show(one);
+  EXPECT_EQ(one.out.rfind("memory per rank (estimate, 1 rank): ", 0), 0u) << one.out;
+  for (const char* part : {"parameters", "gradients", "optimizer", "activations", "fp8 casts"}) {
+    EXPECT_NE(one.out.find(std::string("  ") + part), std::string::npos) << part << "\n" << one.out;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / o.checkpoint_dir)) << "--estimate made the checkpoint folder";
+  const RunResult four = Train({"--config", job.string(), "--estimate", "--nproc", "4", "--set",
+                                "train.activation_checkpointing=full"},
+                               "estimate4");
+  ASSERT_TRUE(four.exit.exited && four.exit.code == 0) << Show(four);
+  EXPECT_EQ(four.out.rfind("memory per rank (estimate, 4 ranks): ", 0), 0u) << four.out;
+  EXPECT_NE(four.out.find("FSDP gathers"), std::string::npos) << four.out;
+  EXPECT_NE(four.out.find("activation checkpointing full"), std::string::npos) << four.out;
+  const RunResult bad = Train({"--config", job.string(), "--estimate", "--set", "train.activation_checkpointing=most"},
+                              "estimate-bad");
+  EXPECT_TRUE(bad.exit.exited && bad.exit.code == 2) << Show(bad);
+  EXPECT_NE(bad.err.find("train.activation_checkpointing"), std::string::npos) << bad.err;
+}
+
 TEST_F(Fp8TrainCliTest, SigtermAlsoStopsWithACheckpoint) {
   JobOptions o;
   o.steps = 100000;  // minutes: only the signal ends it

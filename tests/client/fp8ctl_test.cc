@@ -346,6 +346,15 @@ TEST(Fp8ctlTest, LocalErrors) {
   r = ctl.Run({"submit", (dir / "good.yaml").string()});
   EXPECT_TRUE(Exited(r, 4)) << Show(r);
   EXPECT_TRUE(Contains(r.err, "127.0.0.1:1")) << Show(r);
+  // --dry-run validates and prints a rank's memory without connecting (no coordinator
+  // listens there): exit 0.
+  r = ctl.Run({"submit", (dir / "good.yaml").string(), "--dry-run", "--set", "resources.world_size=2"});
+  EXPECT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "valid, not submitted (--dry-run)")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "memory per rank (estimate, 2 ranks): ")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "FSDP gathers")) << Show(r);
+  r = ctl.Run({"submit", (dir / "bad.yaml").string(), "--dry-run"});
+  EXPECT_TRUE(Exited(r, 3)) << Show(r);
   r = ctl.Run({"list", "--coordinator", "127.0.0.1:2"});
   EXPECT_TRUE(Exited(r, 4)) << Show(r);
   EXPECT_TRUE(Contains(r.err, "fp8ctl: list: cannot reach the coordinator at 127.0.0.1:2")) << Show(r);

@@ -62,6 +62,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/loader.h"
+#include "common/jobspec/memory_estimate.h"
 #include "common/rpc/coordinator_channel.h"
 #include "kernels/cpu/parallel.h"
 #include "worker/engine/checkpoint/discovery.h"
@@ -267,6 +268,9 @@ int main(int argc, char** argv) {
   CoordinatorFlags coord;
   app.add_option("--config", config, "the job file (job.yaml)")->required();
   app.add_flag("--resume", resume, "continue from the newest good checkpoint in checkpoint.dir");
+  bool estimate = false;
+  app.add_flag("--estimate", estimate,
+               "print the memory a rank of this job needs, by part, and exit without training");
   app.add_option("--set", overrides, "override a field of the job file, e.g. --set train.steps=500")
       ->type_name("FIELD=VALUE");
   auto* nproc_opt = app.add_option("--nproc", nproc, "train with FSDP on N local processes")->check(CLI::Range(1, 1024));
@@ -337,6 +341,12 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<fp8::v1::JobSpec> spec = fp8::jobspec::LoadJobSpecFile(config, all_overrides);
   if (!spec.ok()) return fail(spec.status(), 2);
+  if (estimate) {
+    absl::StatusOr<fp8::jobspec::MemoryEstimate> e = fp8::jobspec::EstimateRankMemory(*spec);
+    if (!e.ok()) return fail(e.status(), 2);
+    std::fputs(fp8::jobspec::FormatMemoryEstimate(*e).c_str(), stdout);
+    return 0;
+  }
   const int job_world = spec->resources().world_size();
   if (job_world > 1 && !joining && nproc == 0) {
     return fail(absl::InvalidArgumentError(absl::StrCat(

@@ -1,5 +1,6 @@
 // fp8ctl submit job.yaml: validated here first (the same loader as the coordinator), so
-// that mistakes come back with file:line:col before anything is sent.
+// that mistakes come back with file:line:col before anything is sent. --dry-run stops
+// there and prints the memory a rank of the job needs.
 #include <cstdio>
 #include <iostream>
 
@@ -8,6 +9,7 @@
 #include "client/fp8ctl/exit_codes.h"
 #include "client/fp8ctl/verbs/verbs.h"
 #include "common/jobspec/loader.h"
+#include "common/jobspec/memory_estimate.h"
 #include "common/rpc/request_limits.h"
 
 namespace fp8::ctl {
@@ -18,6 +20,7 @@ Verb AddSubmitVerb(CLI::App& app) {
     std::vector<std::string> sets;
     bool follow = false;
     std::string idempotency_key;
+    bool dry_run = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("submit", "validate job.yaml, submit it and print the job id on stdout");
@@ -27,6 +30,8 @@ Verb AddSubmitVerb(CLI::App& app) {
                                     "(repeatable)")
       ->allow_extra_args(false);
   cmd->add_flag("--follow", a->follow, "then follow the job (as `fp8ctl follow`); the exit code is its outcome");
+  cmd->add_flag("--dry-run", a->dry_run,
+                "validate job.yaml and print the memory a rank needs, by part, without submitting it");
   cmd->add_option("--idempotency-key", a->idempotency_key,
                   "retry-safe key: submitting again with it returns the first job (at most 128 characters)");
 
@@ -48,6 +53,13 @@ Verb AddSubmitVerb(CLI::App& app) {
             if (absl::Status s = rpc::CheckRequestLimits(req); !s.ok()) {
               std::fprintf(stderr, "%s: %s\n", a->file.c_str(), std::string(s.message()).c_str());
               return Report({kExitInvalidSpec, absl::StrCat(a->file, ": not submitted")});
+            }
+            if (a->dry_run) {
+              absl::StatusOr<jobspec::MemoryEstimate> e = jobspec::EstimateRankMemory(req.spec());
+              if (!e.ok()) return Report({kExitInvalidSpec, absl::StrCat(a->file, ": ", e.status().message())});
+              std::printf("%s: valid, not submitted (--dry-run)\n%s", a->file.c_str(),
+                          jobspec::FormatMemoryEstimate(*e).c_str());
+              return static_cast<int>(kExitOk);
             }
             if (auto e = session.Connect()) return Report(*e);
             v1::Job job;
