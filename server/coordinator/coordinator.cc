@@ -7,11 +7,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/rpc/request_limits.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/coordinator/job_events.h"
+#include "server/coordinator/rank_memory.h"
 #include "server/scheduler/scheduler.h"
 
 namespace fp8::server {
@@ -95,6 +97,7 @@ absl::Status Coordinator::Load() {
     }
     // Jobs from before job folders were recorded keep theirs from being nested into.
     FP8_RETURN_IF_ERROR(store_->add_job_folder(job.spec().checkpoint().dir(), job.id()));
+    active.rank_memory_gb = RankMemoryNeedGb(job.spec());
     active.job = std::move(job);
     active_.emplace(active.job.id(), std::move(active));
   }
@@ -238,8 +241,10 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const Principal& who, const v1::Subm
   }
   FP8_ASSIGN_OR_RETURN(v1::JobSpec resolved, AdmitJobSpec(spec, options_.roots, who.is_admin()));
 
+  const double rank_memory_gb = RankMemoryNeedGb(resolved);
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return Unavailable();
+  if (!request.queue_anyway()) FP8_RETURN_IF_ERROR(CheckSomeWorkerHolds(resolved, rank_memory_gb));
   if (!request.idempotency_key().empty()) {
     FP8_ASSIGN_OR_RETURN(std::optional<std::string> earlier,
                          store_->job_by_idempotency_key(resolved.owner(), request.idempotency_key()));
@@ -272,11 +277,36 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const Principal& who, const v1::Subm
   });
   if (!s.ok()) return s;
   active.job = job;
+  active.rank_memory_gb = rank_memory_gb;
   active_.emplace(job.id(), std::move(active));
   ++event_generation_;
   events_changed_.SignalAll();
   ScheduleLocked();
   return VisibleJob(who, job.id());
+}
+
+absl::Status Coordinator::CheckSomeWorkerHolds(const v1::JobSpec& spec, double rank_memory_gb) const {
+  if (rank_memory_gb <= 0) return absl::OkStatus();
+  const scheduler::DeviceKind kind = KindOf(spec.resources().device());
+  double largest = 0;
+  bool any = false;
+  for (const auto& [id, w] : workers_) {
+    if (KindOf(w.record.device_kind) != kind) continue;
+    // A worker that did not say what it offers may hold anything.
+    if (w.record.memory_gb <= 0 || w.record.memory_gb >= rank_memory_gb) return absl::OkStatus();
+    any = true;
+    largest = std::max(largest, w.record.memory_gb);
+  }
+  // With no worker of the kind registered yet, nothing is known: the job waits for one.
+  if (!any) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "resources: a rank of this job needs %.2f GiB (%s), and the largest %s worker offers %.2f GiB "
+      "(fp8-worker --memory-gb): no registered worker could hold it. Lower the job's memory (a smaller "
+      "train.batch_size, train.activation_checkpointing: full, more ranks), or submit with --queue-anyway to "
+      "wait for a larger worker",
+      rank_memory_gb,
+      spec.resources().has_memory_gb() ? "resources.memory_gb" : "its memory estimate: fp8ctl submit --dry-run",
+      scheduler::DeviceKindName(kind), largest));
 }
 
 absl::Status Coordinator::ClaimJobFolder(const std::string& folder, const std::string& job_id) {
@@ -507,7 +537,7 @@ void Coordinator::ScheduleLocked() {
       const v1::ResourceSpec& resources = active.job.spec().resources();
       queued.push_back(scheduler::JobView{id, active.job.spec().priority(), active.submitted_seq,
                                           resources.world_size(), KindOf(resources.device()),
-                                          resources.cpus_per_rank(), resources.memory_gb()});
+                                          resources.cpus_per_rank(), active.rank_memory_gb});
     }
   }
   if (queued.empty()) return;

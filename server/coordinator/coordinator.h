@@ -144,6 +144,7 @@ class Coordinator {
     v1::Job job;
     int64_t number = 0;
     int64_t submitted_seq = 0;
+    double rank_memory_gb = 0;              // RankMemoryNeedGb of the spec (rank_memory.h)
     std::optional<AttemptRuntime> attempt;  // set while RUNNING
     Clock::time_point restart_at{};         // RESTARTING: queued again from then on
     int progress_events = 0;                // since the last thinning
@@ -205,6 +206,10 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Records `folder` as job_id's checkpoint folder, unless it lies inside another job's.
+  // Refuses a job whose ranks need more memory than any registered worker of its kind
+  // offers, with the numbers (SubmitJobRequest.queue_anyway skips this).
+  absl::Status CheckSomeWorkerHolds(const v1::JobSpec& spec, double rank_memory_gb) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ClaimJobFolder(const std::string& folder, const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

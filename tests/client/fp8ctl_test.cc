@@ -138,7 +138,7 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   ASSERT_TRUE(Exited(r, 0)) << Show(r);
   for (const char* part : {"State:      SUCCEEDED", "dim 32", "recipe      tensorwise", "world       2 x cpu",
                            "steps       10", "Checkpoint: step 10", "#1 SUCCEEDED", "Metrics (step 10", "loss ",
-                           "Numerics:"}) {
+                           "Numerics:", "memory      per rank: estimate ", ", measured peak ", "(rank 0, step 10)"}) {
     EXPECT_TRUE(Contains(r.out, part)) << part << "\n" << Show(r);
   }
   r = ctl.Run({"describe", "job-1", "-o", "json"});

@@ -15,6 +15,7 @@
 #include "client/fp8ctl/stored_events.h"
 #include "client/fp8ctl/table.h"
 #include "client/fp8ctl/verbs/verbs.h"
+#include "common/jobspec/memory_estimate.h"
 
 namespace fp8::ctl {
 namespace {
@@ -38,6 +39,23 @@ std::string SpecSummary(const v1::JobSpec& s) {
   absl::StrAppend(&out, "  checkpoint  ", s.checkpoint().dir(), " every ", s.checkpoint().every(), " steps\n");
   absl::StrAppend(&out, "  restarts    at most ", s.restarts().max_restarts(), "\n");
   return out;
+}
+
+// A rank's memory: the job's estimate (what the scheduler places by, unless
+// resources.memory_gb states it), beside what rank 0 last measured.
+std::string Memory(const v1::Job& job) {
+  const v1::JobSpec& s = job.spec();
+  std::string out = "  memory      per rank: ";
+  const absl::StatusOr<jobspec::MemoryEstimate> e = jobspec::EstimateRankMemory(s);
+  absl::StrAppend(&out, e.ok() ? absl::StrCat("estimate ", jobspec::FormatBytes(e->total_bytes())) : "no estimate");
+  if (s.resources().has_memory_gb()) {
+    absl::StrAppend(&out, absl::StrFormat(", resources.memory_gb %g GiB", s.resources().memory_gb()));
+  }
+  if (job.latest_progress().has_memory()) {
+    absl::StrAppend(&out, ", measured peak ", jobspec::FormatBytes(job.latest_progress().memory().peak_bytes()),
+                    " (rank 0, step ", job.latest_progress().step(), ")");
+  }
+  return out + "\n";
 }
 
 std::string Metrics(const v1::TrainingProgress& p, int world_size) {
@@ -112,7 +130,7 @@ std::string Describe(const v1::Job& job, const std::vector<v1::JobEvent>& events
                   Field("Checkpoint", job.last_checkpoint_step() > 0
                                           ? absl::StrCat("step ", job.last_checkpoint_step())
                                           : std::string("none yet")));
-  absl::StrAppend(&out, SpecSummary(s));
+  absl::StrAppend(&out, SpecSummary(s), Memory(job));
   if (job.has_latest_progress()) absl::StrAppend(&out, Metrics(job.latest_progress(), s.resources().world_size()));
   absl::StrAppend(&out, Attempts(job), Numerics(events));
   return out;

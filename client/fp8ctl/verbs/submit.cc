@@ -21,6 +21,7 @@ Verb AddSubmitVerb(CLI::App& app) {
     bool follow = false;
     std::string idempotency_key;
     bool dry_run = false;
+    bool queue_anyway = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("submit", "validate job.yaml, submit it and print the job id on stdout");
@@ -32,6 +33,8 @@ Verb AddSubmitVerb(CLI::App& app) {
   cmd->add_flag("--follow", a->follow, "then follow the job (as `fp8ctl follow`); the exit code is its outcome");
   cmd->add_flag("--dry-run", a->dry_run,
                 "validate job.yaml and print the memory a rank needs, by part, without submitting it");
+  cmd->add_flag("--queue-anyway", a->queue_anyway,
+                "queue the job even when no registered worker offers the memory a rank of it needs");
   cmd->add_option("--idempotency-key", a->idempotency_key,
                   "retry-safe key: submitting again with it returns the first job (at most 128 characters)");
 
@@ -48,6 +51,7 @@ Verb AddSubmitVerb(CLI::App& app) {
             v1::SubmitJobRequest req;
             *req.mutable_spec() = *std::move(spec);
             req.set_idempotency_key(a->idempotency_key);
+            req.set_queue_anyway(a->queue_anyway);
             // The coordinator's limits (limits.proto), checked here too: a spec too large to
             // send at all gets the same message as one the coordinator refuses.
             if (absl::Status s = rpc::CheckRequestLimits(req); !s.ok()) {

@@ -189,7 +189,22 @@ TEST_F(CoordinatorTest, PlacementHonoursWhatWorkersOffer) {
   v1::JobSpec big = Spec(1);
   big.mutable_resources()->set_cpus_per_rank(64);
   big.mutable_resources()->set_memory_gb(1000);
-  const std::string id = SubmitAs(alice_, big);
+  // No registered worker offers 1000 GiB: refused at submit with the numbers, unless the
+  // user queues it anyway for a worker yet to come.
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = big;
+  request.mutable_spec()->mutable_checkpoint()->set_dir((dir_ / "ckpt" / "alice" / "tiny").string());
+  const absl::StatusOr<v1::Job> refused = c_->Submit(alice_, request);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find("needs 1000.00 GiB (resources.memory_gb), and the largest cpu worker "
+                                            "offers 1.00 GiB"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("--queue-anyway"), std::string::npos) << refused.status();
+  request.set_queue_anyway(true);
+  const absl::StatusOr<v1::Job> queued = c_->Submit(alice_, request);
+  ASSERT_TRUE(queued.ok()) << queued.status();
+  const std::string id = queued->id();
   c_->Tick();
   EXPECT_EQ(Get(id).state(), v1::Job::QUEUED);
   v1::RegisterWorkerRequest large = small;
@@ -203,6 +218,36 @@ TEST_F(CoordinatorTest, PlacementHonoursWhatWorkersOffer) {
   // A worker must offer a slot.
   small.set_slots(0);
   EXPECT_EQ(c_->RegisterWorker(worker_, small).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A CPU job that states no resources.memory_gb is placed by its memory estimate: refused
+// where every registered worker offers less, accepted where one does not say, and queued
+// for the worker that offers enough.
+TEST_F(CoordinatorTest, ACpuJobIsPlacedByItsMemoryEstimate) {
+  v1::RegisterWorkerRequest tiny;
+  tiny.set_device_kind(v1::ResourceSpec::CPU);
+  tiny.set_device_name("cpu");
+  tiny.set_slots(1);
+  tiny.set_memory_gb(0.001);  // about 1 MiB: less than any model's estimate here
+  ASSERT_TRUE(c_->RegisterWorker(worker_, tiny).ok());
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = Spec(1);
+  request.mutable_spec()->mutable_checkpoint()->set_dir((dir_ / "ckpt" / "alice" / "tiny").string());
+  const absl::StatusOr<v1::Job> refused = c_->Submit(alice_, request);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find("its memory estimate: fp8ctl submit --dry-run"), std::string::npos)
+      << refused.status();
+  // A worker that does not say what it offers may hold it: accepted, and placed there.
+  v1::RegisterWorkerRequest unknown = tiny;
+  unknown.set_memory_gb(0);
+  const auto open = c_->RegisterWorker(worker_, unknown);
+  ASSERT_TRUE(open.ok()) << open.status();
+  const absl::StatusOr<v1::Job> accepted = c_->Submit(alice_, request);
+  ASSERT_TRUE(accepted.ok()) << accepted.status();
+  c_->Tick();
+  const v1::Job placed = Get(accepted->id());
+  ASSERT_EQ(placed.state(), v1::Job::RUNNING);
+  EXPECT_EQ(placed.attempt_history(0).ranks(0).worker_id(), open->worker_id());
 }
 
 TEST_F(CoordinatorTest, AHungRankEndsItsAttempt) {

@@ -1,0 +1,16 @@
+#include "server/coordinator/rank_memory.h"
+
+#include "common/jobspec/memory_estimate.h"
+
+namespace fp8::server {
+
+double RankMemoryNeedGb(const v1::JobSpec& spec) {
+  const v1::ResourceSpec& r = spec.resources();
+  if (r.has_memory_gb()) return r.memory_gb();
+  if (r.device() == v1::ResourceSpec::CUDA) return 0;
+  const absl::StatusOr<jobspec::MemoryEstimate> e = jobspec::EstimateRankMemory(spec);
+  if (!e.ok()) return 0;
+  return static_cast<double>(e->total_bytes()) / (1024.0 * 1024.0 * 1024.0);
+}
+
+}  // namespace fp8::server
