@@ -270,10 +270,14 @@ absl::StatusOr<MemoryEstimate> EstimateRankMemory(const v1::JobSpec& spec) {
     const int64_t root_bytes = gathered(root, output_fp8, true) + full_grads(root);
     const int64_t block_bytes =
         gathered(block, true, true) + gathered(block, true, false) + 2 * full_grads(block);
+    // Each unit's reduce-scatter lands in a shard-sized buffer of its own, added into the
+    // shard gradients once the micro-batch's backward is done: a second set of gradient
+    // shards (FSDP's packed collectives, the default; a parameter at a time the step's first
+    // micro-batch reduces into the gradients directly).
     e.parts.push_back({"FSDP gathers",
                        "the root unit (embeddings, final norm, output) and its full gradients; two blocks in flight "
-                       "with one block's full gradients and reduce-scatter buffer",
-                       root_bytes + block_bytes});
+                       "with one block's full gradients and reduce-scatter buffer; every unit's reduced gradient shard",
+                       root_bytes + block_bytes + held * kF32});
   }
   return e;
 }
