@@ -220,15 +220,13 @@ absl::StatusOr<MemoryEstimate> EstimateRankMemory(const v1::JobSpec& spec) {
   const bool dynamic_input = gemms.output().input().scaling() != v1::CastConfig::DELAYED &&
                              gemms.grad_weight().input().scaling() != v1::CastConfig::DELAYED;
   int64_t cast_bytes = 0, converted_bytes = 0, fp8_layers = 0;
-  std::vector<LinearLayer> layers = ListLinearLayers(spec.model());
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const LinearLayer& l = layers[i];
+  const v1::Float8Gemms high_precision = RecipeGemms(v1::Fp8Spec::NONE);
+  for (const LinearLayer& l : ListLinearLayers(spec.model())) {
     const bool is_fp8 = fp8.recipe() != v1::Fp8Spec::NONE && IsFloat8Linear(fp8, l.name) &&
                         (fp8.pad_inner_dim() || (l.in_features % kFp8GemmMultiple == 0 &&
                                                  l.out_features % kFp8GemmMultiple == 0));
     const int64_t out_act = l.role == "output" ? kF32 : act;
-    const v1::Float8Gemms none = RecipeGemms(v1::Fp8Spec::NONE);
-    const LayerCasts c = LinearCastBytes(is_fp8 ? gemms : none, tokens, evaluates ? eval_tokens : tokens,
+    const LayerCasts c = LinearCastBytes(is_fp8 ? gemms : high_precision, tokens, evaluates ? eval_tokens : tokens,
                                          l.in_features, l.out_features, act, out_act, is_fp8 && fp8_gather);
     // wk and wv take wq's input casts, w3 takes w1's (same input, same casts).
     const bool shares_input = is_fp8 && dynamic_input &&

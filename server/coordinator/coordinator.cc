@@ -244,7 +244,6 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const Principal& who, const v1::Subm
   const double rank_memory_gb = RankMemoryNeedGb(resolved);
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return Unavailable();
-  if (!request.queue_anyway()) FP8_RETURN_IF_ERROR(CheckSomeWorkerHolds(resolved, rank_memory_gb));
   if (!request.idempotency_key().empty()) {
     FP8_ASSIGN_OR_RETURN(std::optional<std::string> earlier,
                          store_->job_by_idempotency_key(resolved.owner(), request.idempotency_key()));
@@ -257,6 +256,8 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const Principal& who, const v1::Subm
       return first;
     }
   }
+  // After the idempotency check: a retry of an accepted job returns it whatever the fleet.
+  if (!request.queue_anyway()) FP8_RETURN_IF_ERROR(CheckSomeWorkerHolds(resolved, rank_memory_gb));
   ActiveJob active;
   v1::Job job;
   absl::Status s = store_->transaction([&]() -> absl::Status {

@@ -32,7 +32,7 @@ struct JobView {
   int world_size = 1;
   DeviceKind kind = DeviceKind::kCpu;
   int cpus_per_rank = 1;  // resources.cpus_per_rank
-  double memory_gb = 0;   // resources.memory_gb; 0: not asked
+  double memory_gb = 0;   // a rank's need, GiB (the coordinator's RankMemoryNeedGb); 0: nothing to check
 };
 
 // Whether `worker` can hold one rank of `job`: its offered cores and memory (where it

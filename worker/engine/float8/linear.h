@@ -22,9 +22,10 @@
 // reuses) and converts a grad_output of the other dtype into scratch first.
 //
 // Memory contract (like autograd's saved tensors): forward() keeps pointers to input,
-// weight and bias; they must stay valid and unchanged until backward() returns. Backward
-// reads them only where a GEMM consumes them in high precision; fp8 copies it needs were
-// made by forward().
+// weight and bias; they must stay valid until backward() returns and hold forward()'s
+// values while it runs (activation checkpointing writes an input over in between, and
+// writes it again before the backward). Backward reads them only where a GEMM consumes
+// them in high precision; fp8 copies it needs were made by forward().
 //
 // Host synchronisation: forward(), backward() and finish_step() queue backend work only
 // (they read no device value on the host), apart from one-off buffer growth when the token

@@ -56,7 +56,7 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
   for (BlockActivations& b : a.blocks) {
     if (keep == ActivationCheckpointing::kSelective) {
       // Kept: what the GEMMs and the attention wrote. Shared: the norms' outputs and
-      // statistics and SwiGLU's product (TransformerBlock::recompute_selective).
+      // statistics and SwiGLU's product (TransformerBlock::recompute).
       FP8_ASSIGN_OR_RETURN(b.q, act({m, q_dim}));
       FP8_ASSIGN_OR_RETURN(b.k, act({m, kv_dim}));
       FP8_ASSIGN_OR_RETURN(b.v, act({m, kv_dim}));
