@@ -241,15 +241,18 @@ absl::Status ProfilingModelOps::accumulate(const void* x, int64_t n, void* y, DT
   return p_.run("accumulate", [&] { return inner_.accumulate(x, n, y, act); });
 }
 absl::Status ProfilingModelOps::cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows,
-                                                      int64_t vocab, float* loss, float* lse, DType act) {
-  return p_.run("cross-entropy forward",
-                [&] { return inner_.cross_entropy_forward(logits, targets, rows, vocab, loss, lse, act); });
+                                                      int64_t vocab, float* loss, float* lse, DType act,
+                                                      int64_t padded_vocab) {
+  return p_.run("cross-entropy forward", [&] {
+    return inner_.cross_entropy_forward(logits, targets, rows, vocab, loss, lse, act, padded_vocab);
+  });
 }
 absl::Status ProfilingModelOps::cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse,
                                                        int64_t rows, int64_t vocab, float grad_loss,
-                                                       void* grad_logits, DType act) {
+                                                       void* grad_logits, DType act, int64_t padded_vocab) {
   return p_.run("cross-entropy backward", [&] {
-    return inner_.cross_entropy_backward(logits, targets, lse, rows, vocab, grad_loss, grad_logits, act);
+    return inner_.cross_entropy_backward(logits, targets, lse, rows, vocab, grad_loss, grad_logits, act,
+                                         padded_vocab);
   });
 }
 absl::Status ProfilingModelOps::adamw_step(const AdamWHyperparams& h, int64_t step, float* param, const float* grad,

@@ -158,9 +158,10 @@ class ProfilingModelOps final : public ModelOps {
   absl::Status add(const void* a, const void* b, int64_t n, void* out, DType act) override;
   absl::Status accumulate(const void* x, int64_t n, void* y, DType act) override;
   absl::Status cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                     float* loss, float* lse, DType act) override;
+                                     float* loss, float* lse, DType act, int64_t padded_vocab) override;
   absl::Status cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse, int64_t rows,
-                                      int64_t vocab, float grad_loss, void* grad_logits, DType act) override;
+                                      int64_t vocab, float grad_loss, void* grad_logits, DType act,
+                                      int64_t padded_vocab) override;
   absl::Status adamw_step(const AdamWHyperparams& h, int64_t step, float* param, const float* grad, float* m,
                           float* v, int64_t n, const RowAmaxes& param_row_amax) override;
   absl::StatusOr<double> sum_of_squares(const float* x, int64_t n) override;

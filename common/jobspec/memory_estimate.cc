@@ -21,7 +21,7 @@ struct Shape {
   int64_t elements() const { return rows * cols; }
 };
 
-// The model's sizes, as the engine's LlamaConfig has them.
+// The model's sizes, as the engine's LlamaConfig has them (the vocabulary padded).
 struct Sizes {
   int64_t vocab, dim, layers, heads, kv_heads, ffn, head_dim;
   bool tied;
@@ -30,7 +30,8 @@ struct Sizes {
 };
 
 Sizes SizesOf(const v1::ModelSpec& m) {
-  Sizes s{m.vocab_size(), m.dim(), m.n_layers(), m.n_heads(), m.n_kv_heads(), m.ffn_dim(), 0, m.tie_embeddings()};
+  Sizes s{PaddedVocabulary(m.vocab_size()), m.dim(), m.n_layers(), m.n_heads(), m.n_kv_heads(), m.ffn_dim(), 0,
+          m.tie_embeddings()};
   s.head_dim = s.dim / s.heads;
   return s;
 }

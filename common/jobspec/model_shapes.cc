@@ -45,7 +45,7 @@ std::vector<LinearLayer> ListLinearLayers(const v1::ModelSpec& m) {
       layers.push_back({absl::StrCat("layers.", block, ".", role.name), role.name, block, role.in, role.out});
     }
   }
-  layers.push_back({"output", "output", -1, dim, m.vocab_size()});
+  layers.push_back({"output", "output", -1, dim, PaddedVocabulary(m.vocab_size())});
   return layers;
 }
 

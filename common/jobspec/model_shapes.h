@@ -19,6 +19,15 @@ inline constexpr int kByteVocabulary = 256;
 inline constexpr int64_t kMaxLayers = 1024;
 inline constexpr int64_t kMaxWidth = 1 << 20;  // dim, ffn_dim, vocab_size, max_seq_len
 
+// The embedding table and the output projection have a multiple of this many rows, the
+// vocabulary padded as Megatron and torchtitan pad it: GEMM shapes stay aligned for the
+// tensor cores and shard evenly. The padding rows stay zero and their logits are outside
+// the loss.
+inline constexpr int64_t kVocabPadMultiple = 64;
+inline int64_t PaddedVocabulary(int64_t vocab) {
+  return (vocab + kVocabPadMultiple - 1) / kVocabPadMultiple * kVocabPadMultiple;
+}
+
 // Llama's SwiGLU width: 2/3 of 4*dim, rounded up to a multiple of 16 (Llama rounds to
 // 256; 16 keeps small models small and is what fp8 GEMMs need). 64 -> 176, 4096 -> 10928.
 int64_t LlamaFfnDim(int64_t dim);
@@ -35,7 +44,8 @@ struct LinearLayer {
 // dividing evenly (dim by n_heads, n_heads by n_kv_heads).
 bool ModelShapeIsKnown(const v1::ModelSpec& model);
 
-// Every linear layer, block by block, then the output projection. Requires
+// Every linear layer, block by block, then the output projection (its out_features the
+// padded vocabulary). Requires
 // ModelShapeIsKnown(model); returns an empty list otherwise.
 std::vector<LinearLayer> ListLinearLayers(const v1::ModelSpec& model);
 

@@ -192,22 +192,26 @@ class CpuModelOps final : public ModelOps {
   }
 
   absl::Status cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                     float* loss, float* lse, DType act) override {
-    FP8_RETURN_IF_ERROR(ops::validate_cross_entropy_forward(logits, targets, rows, vocab, loss, lse, act));
+                                     float* loss, float* lse, DType act, int64_t padded_vocab) override {
+    FP8_RETURN_IF_ERROR(
+        ops::validate_cross_entropy_forward(logits, targets, rows, vocab, padded_vocab, loss, lse, act));
     FP8_RETURN_IF_ERROR(ops::check_targets("cross_entropy_forward", targets, rows, vocab));
+    const int64_t ld = padded_vocab == 0 ? vocab : padded_vocab;
     Staging st(act);
-    ops::cpu::cross_entropy_forward(st.in(logits, rows * vocab), targets, rows, vocab, loss, lse);
+    ops::cpu::cross_entropy_forward(st.in(logits, rows * ld), targets, rows, vocab, ld, loss, lse);
     return absl::OkStatus();
   }
 
   absl::Status cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse, int64_t rows,
-                                      int64_t vocab, float grad_loss, void* grad_logits, DType act) override {
-    FP8_RETURN_IF_ERROR(
-        ops::validate_cross_entropy_backward(logits, targets, lse, rows, vocab, grad_loss, grad_logits, act));
+                                      int64_t vocab, float grad_loss, void* grad_logits, DType act,
+                                      int64_t padded_vocab) override {
+    FP8_RETURN_IF_ERROR(ops::validate_cross_entropy_backward(logits, targets, lse, rows, vocab, padded_vocab,
+                                                             grad_loss, grad_logits, act));
     FP8_RETURN_IF_ERROR(ops::check_targets("cross_entropy_backward", targets, rows, vocab));
+    const int64_t ld = padded_vocab == 0 ? vocab : padded_vocab;
     Staging st(act);
-    const float* logits32 = st.in(logits, rows * vocab);
-    ops::cpu::cross_entropy_backward(logits32, targets, lse, rows, vocab, grad_loss, st.out(grad_logits, rows * vocab));
+    const float* logits32 = st.in(logits, rows * ld);
+    ops::cpu::cross_entropy_backward(logits32, targets, lse, rows, vocab, ld, grad_loss, st.out(grad_logits, rows * ld));
     st.finish();
     return absl::OkStatus();
   }

@@ -27,14 +27,14 @@ int64_t counted_rows(const int32_t* targets, int64_t rows) {
 
 }  // namespace
 
-void cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab, float* loss,
-                           float* lse) {
+void cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab, int64_t ld,
+                           float* loss, float* lse) {
   const int64_t grain = row_grain(vocab);
   std::vector<double> partial_loss(static_cast<size_t>(fp8::cpu::plan_chunks(rows, grain)), 0.0);
   fp8::cpu::parallel_for(rows, grain, [&](int64_t chunk, int64_t begin, int64_t end) {
     double sum = 0.0;
     for (int64_t r = begin; r < end; ++r) {
-      const float* row = logits + r * vocab;
+      const float* row = logits + r * ld;
       const double row_lse = log_sum_exp(row, vocab);
       lse[r] = static_cast<float>(row_lse);
       if (targets[r] != kIgnoreTarget) sum += row_lse - static_cast<double>(row[targets[r]]);
@@ -48,18 +48,19 @@ void cross_entropy_forward(const float* logits, const int32_t* targets, int64_t 
 }
 
 void cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, int64_t rows, int64_t vocab,
-                            float grad_loss, float* grad_logits) {
+                            int64_t ld, float grad_loss, float* grad_logits) {
   const int64_t counted = counted_rows(targets, rows);
   const float scale =
       counted == 0 ? 0.0f : static_cast<float>(static_cast<double>(grad_loss) / static_cast<double>(counted));
   fp8::cpu::parallel_for(rows, row_grain(vocab), [&](int64_t, int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      float* grad = grad_logits + r * vocab;
+      float* grad = grad_logits + r * ld;
+      std::fill(grad + vocab, grad + ld, 0.0f);
       if (targets[r] == kIgnoreTarget) {
         std::fill_n(grad, vocab, 0.0f);
         continue;
       }
-      const float* row = logits + r * vocab;
+      const float* row = logits + r * ld;
       const float row_lse = lse[r];
       for (int64_t j = 0; j < vocab; ++j) grad[j] = scale * std::exp(row[j] - row_lse);
       grad[targets[r]] -= scale;

@@ -220,19 +220,31 @@ absl::Status validate_accumulate(const void* x, int64_t n, const void* y, DType 
   return check_activation_elementwise("accumulate", act, n, {{"x", x}, {"y", y}});
 }
 
+namespace {
+
+absl::Status check_padded_vocab(const char* op, int64_t vocab, int64_t padded_vocab) {
+  if (padded_vocab == 0 || padded_vocab >= vocab) return absl::OkStatus();
+  return invalid(op, "padded_vocab ", padded_vocab, " is smaller than vocab ", vocab, " (0 for no padding)");
+}
+
+}  // namespace
+
 absl::Status validate_cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                            const float* loss, const float* lse, DType act) {
+                                            int64_t padded_vocab, const float* loss, const float* lse, DType act) {
   constexpr const char* op = "cross_entropy_forward";
   if (auto s = check_activation_type(op, act); !s.ok()) return s;
   if (auto s = check_tensor_dims(op, {{"rows", rows}, {"vocab", vocab}}); !s.ok()) return s;
+  if (auto s = check_padded_vocab(op, vocab, padded_vocab); !s.ok()) return s;
   return check_not_null(op, {{"logits", logits}, {"targets", targets}, {"loss", loss}, {"lse", lse}});
 }
 
 absl::Status validate_cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse, int64_t rows,
-                                             int64_t vocab, float grad_loss, const void* grad_logits, DType act) {
+                                             int64_t vocab, int64_t padded_vocab, float grad_loss,
+                                             const void* grad_logits, DType act) {
   constexpr const char* op = "cross_entropy_backward";
   if (auto s = check_activation_type(op, act); !s.ok()) return s;
   if (auto s = check_tensor_dims(op, {{"rows", rows}, {"vocab", vocab}}); !s.ok()) return s;
+  if (auto s = check_padded_vocab(op, vocab, padded_vocab); !s.ok()) return s;
   if (!std::isfinite(grad_loss)) return invalid(op, "grad_loss must be finite, got ", grad_loss);
   return check_not_null(op, {{"logits", logits}, {"targets", targets}, {"lse", lse}, {"grad_logits", grad_logits}});
 }

@@ -44,9 +44,10 @@ absl::Status validate_swiglu_backward(const void* gate, const void* up, const vo
 absl::Status validate_add(const void* a, const void* b, int64_t n, const void* out, DType act);
 absl::Status validate_accumulate(const void* x, int64_t n, const void* y, DType act);
 absl::Status validate_cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                            const float* loss, const float* lse, DType act);
+                                            int64_t padded_vocab, const float* loss, const float* lse, DType act);
 absl::Status validate_cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse, int64_t rows,
-                                             int64_t vocab, float grad_loss, const void* grad_logits, DType act);
+                                             int64_t vocab, int64_t padded_vocab, float grad_loss,
+                                             const void* grad_logits, DType act);
 absl::Status validate_adamw(const AdamWHyperparams& h, int64_t step, const RowAmaxes& param_row_amax,
                             const float* param, const float* grad,
                             const float* m, const float* v, int64_t n);

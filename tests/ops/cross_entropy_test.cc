@@ -1,4 +1,5 @@
 // Mean cross-entropy with ignored rows, and its backward.
+#include <algorithm>
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -91,6 +92,42 @@ TEST(CrossEntropy, AllRowsIgnoredGivesZeroLossAndGradient) {
                   .ok());
   EXPECT_EQ(loss, 0.0f);
   for (float g : grad) EXPECT_EQ(g, 0.0f);
+}
+
+// A vocabulary padded to a wider row (the model's embedding padding): the padding columns,
+// whatever they hold, are outside the softmax, and their gradient is zero. The real
+// columns give the bits of the unpadded rows.
+TEST(CrossEntropy, PaddingColumnsNeverWinAndGetNoGradient) {
+  const int64_t rows = 5, vocab = 13, padded = 16;
+  const std::vector<int32_t> targets = {3, kIgnoreTarget, 0, 12, 5};
+  const auto logits = uniform(static_cast<size_t>(rows * vocab), 6, -4.0f, 4.0f);
+  std::vector<float> wide(static_cast<size_t>(rows * padded), 1e4f);  // would win every softmax
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(logits.begin() + r * vocab, vocab, wide.begin() + r * padded);
+  auto& ops = cpu_model_ops();
+  float loss = NAN, wide_loss = NAN;
+  std::vector<float> lse(rows), wide_lse(rows);
+  ASSERT_TRUE(ops.cross_entropy_forward(logits.data(), targets.data(), rows, vocab, &loss, lse.data()).ok());
+  ASSERT_TRUE(ops.cross_entropy_forward(wide.data(), targets.data(), rows, vocab, &wide_loss, wide_lse.data(),
+                                        DType::kFloat32, padded)
+                  .ok());
+  EXPECT_EQ(wide_loss, loss);
+  EXPECT_EQ(wide_lse, lse);
+  auto grad = nans(logits.size()), wide_grad = nans(wide.size());
+  ASSERT_TRUE(ops.cross_entropy_backward(logits.data(), targets.data(), lse.data(), rows, vocab, 0.5f, grad.data()).ok());
+  ASSERT_TRUE(ops.cross_entropy_backward(wide.data(), targets.data(), lse.data(), rows, vocab, 0.5f, wide_grad.data(),
+                                         DType::kFloat32, padded)
+                  .ok());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < padded; ++j) {
+      const float want = j < vocab ? grad[r * vocab + j] : 0.0f;
+      ASSERT_EQ(wide_grad[r * padded + j], want) << "row " << r << " column " << j;
+    }
+  }
+  // A row narrower than the vocabulary is refused.
+  const absl::Status narrow =
+      ops.cross_entropy_forward(wide.data(), targets.data(), rows, vocab, &loss, lse.data(), DType::kFloat32, 8);
+  EXPECT_EQ(narrow.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(narrow.message().find("padded_vocab 8 is smaller than vocab 13"), std::string::npos) << narrow;
 }
 
 }  // namespace

@@ -789,6 +789,48 @@ TEST_F(CudaModelOpsTest, CrossEntropyOutOfRangeTargetsCountAsIgnored) {
   check_cross_entropy(gpu(), c, logits, bad, as_ignored);
 }
 
+// Logits rows padded past the vocabulary (the model's vocabulary padding): the padding,
+// however large, stays outside the softmax and gets a zero gradient, as on the CPU.
+TEST_F(CudaModelOpsTest, CrossEntropyIgnoresThePaddingColumnsAsTheCpuDoes) {
+  struct Padded {
+    int64_t rows, vocab, padded;
+  };
+  for (const Padded& c : {Padded{7, 13, 16}, Padded{33, 1000, 1024}, Padded{9, 1001, 1024}}) {
+    SCOPED_TRACE(testing::Message() << "vocab " << c.vocab << " padded " << c.padded);
+    std::vector<float> logits = uniform(sz(c.rows * c.padded), 72, -5.0f, 5.0f);
+    for (int64_t r = 0; r < c.rows; ++r) {
+      for (int64_t j = c.vocab; j < c.padded; ++j) logits[sz(r * c.padded + j)] = 1e4f;
+    }
+    std::vector<int32_t> targets = random_ids(sz(c.rows), c.vocab, 73);
+    targets[1] = kIgnoreTarget;
+    float want_loss = NAN;
+    std::vector<float> want_lse(sz(c.rows)), want_grad(logits.size());
+    auto& cpu = cpu_model_ops();
+    ASSERT_TRUE(cpu.cross_entropy_forward(logits.data(), targets.data(), c.rows, c.vocab, &want_loss, want_lse.data(),
+                                          DType::kFloat32, c.padded)
+                    .ok());
+    ASSERT_TRUE(cpu.cross_entropy_backward(logits.data(), targets.data(), want_lse.data(), c.rows, c.vocab, 0.5f,
+                                           want_grad.data(), DType::kFloat32, c.padded)
+                    .ok());
+    DeviceFloats d_logits(logits, 0), d_loss(nans(1)), d_lse(nans(sz(c.rows))), d_grad(nans(logits.size()), 0);
+    DeviceInts d_targets(targets);
+    ASSERT_TRUE(gpu().cross_entropy_forward(d_logits.get(), d_targets.get(), c.rows, c.vocab, d_loss.get(),
+                                            d_lse.get(), DType::kFloat32, c.padded)
+                    .ok());
+    ASSERT_TRUE(gpu().cross_entropy_backward(d_logits.get(), d_targets.get(), d_lse.get(), c.rows, c.vocab, 0.5f,
+                                             d_grad.get(), DType::kFloat32, c.padded)
+                    .ok());
+    const float loss = d_loss.download()[0];
+    EXPECT_LE(std::abs(static_cast<double>(loss) - want_loss), 1e-6 * std::abs(static_cast<double>(want_loss)));
+    expect_relative(d_lse.download(), want_lse, 1e-6, 1.0, "lse");
+    const std::vector<float> grad = d_grad.download();
+    for (int64_t r = 0; r < c.rows; ++r) {
+      for (int64_t j = c.vocab; j < c.padded; ++j) ASSERT_EQ(bits(grad[sz(r * c.padded + j)]), bits(0.0f));
+    }
+    expect_relative(grad, want_grad, 1e-6, 0.5 / static_cast<double>(c.rows), "grad_logits");
+  }
+}
+
 // ---- optimizer ---------------------------------------------------------------------------------------
 
 TEST_F(CudaModelOpsTest, AdamWIsBitIdenticalOverSeveralSteps) {

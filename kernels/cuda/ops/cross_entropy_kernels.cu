@@ -9,7 +9,8 @@
 // the gradient kernel reads it there. Nothing returns to the host.
 //
 // A target counts when it is in [0, vocab): kIgnoreTarget (-1), and any other id the host
-// could not check, contribute nothing and get a zero gradient row.
+// could not check, contribute nothing and get a zero gradient row. Rows are `ld` elements
+// apart; the columns from vocab to ld pad them, outside the softmax, with a zero gradient.
 //
 // logits and grad_logits are fp32 or bf16 (the element type T), widened on load and each
 // gradient rounded once on store; lse and the loss are fp32.
@@ -34,10 +35,10 @@ __device__ __forceinline__ bool counts(int32_t target, int64_t vocab) { return t
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_rows_kernel(const T* __restrict__ logits, const int32_t* __restrict__ targets, int64_t rows,
-                              int64_t vocab, float* __restrict__ lse, double* __restrict__ row_loss) {
+                              int64_t vocab, int64_t ld, float* __restrict__ lse, double* __restrict__ row_loss) {
   const int64_t groups = model::ceil_div(vocab, 4);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* row = logits + r * vocab;
+    const T* row = logits + r * ld;
     float max = -INFINITY;
     for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
       float v[4];
@@ -101,21 +102,23 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // grad[r, j] = scale * e^(logits[r, j] - lse[r]) - (j == target ? scale : 0), zero rows
-// where the target does not count. Items are groups of 4 logits (kVec) or single logits.
+// where the target does not count and zero padding. Items are groups of 4 logits (kVec:
+// vocab and ld multiples of 4, so that no group straddles the padding) or single logits.
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_grad_kernel(const T* __restrict__ logits, const int32_t* __restrict__ targets,
-                              const float* __restrict__ lse, int64_t rows, int64_t vocab,
+                              const float* __restrict__ lse, int64_t rows, int64_t vocab, int64_t ld,
                               const float* __restrict__ scale_ptr, T* __restrict__ grad) {
   const model::SweepPos p = model::sweep_pos();
   constexpr int kItem = kVec ? 4 : 1;
-  if (p.item * kItem >= vocab) return;
+  if (p.item * kItem >= ld) return;
+  const bool padding = p.item * kItem >= vocab;
   const float scale = *scale_ptr;
   for (int64_t r = p.row; r < rows; r += p.row_stride) {
     const int32_t target = targets[r];
-    const int64_t j0 = r * vocab + p.item * kItem;
+    const int64_t j0 = r * ld + p.item * kItem;
     float g[kItem];
-    if (!counts(target, vocab)) {
+    if (padding || !counts(target, vocab)) {
 #pragma unroll
       for (int k = 0; k < kItem; ++k) g[k] = 0.0f;
     } else {
@@ -149,7 +152,8 @@ size_t cross_entropy_forward_scratch_bytes(int64_t rows) {
 }
 
 LaunchResult launch_cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                          float* loss, float* lse, void* scratch, HpType act, cudaStream_t stream) {
+                                          int64_t ld, float* loss, float* lse, void* scratch, HpType act,
+                                          cudaStream_t stream) {
   if (rows <= 0 || vocab <= 0) return {};
   model::ScratchCarver carve(scratch);
   double* row_loss = carve.take<double>(static_cast<size_t>(rows));
@@ -157,10 +161,11 @@ LaunchResult launch_cross_entropy_forward(const void* logits, const int32_t* tar
   const LaunchResult rows_queued = model::with_act(act, [&](auto tag) {
     using T = decltype(tag);
     const T* x = static_cast<const T*>(logits);
-    if (vocab % 4 == 0 && model::aligned_for<T, 4>(x)) {
-      cross_entropy_rows_kernel<T, true><<<blocks, kThreads, 0, stream>>>(x, targets, rows, vocab, lse, row_loss);
+    if (vocab % 4 == 0 && ld % 4 == 0 && model::aligned_for<T, 4>(x)) {
+      cross_entropy_rows_kernel<T, true><<<blocks, kThreads, 0, stream>>>(x, targets, rows, vocab, ld, lse, row_loss);
     } else {
-      cross_entropy_rows_kernel<T, false><<<blocks, kThreads, 0, stream>>>(x, targets, rows, vocab, lse, row_loss);
+      cross_entropy_rows_kernel<T, false>
+          <<<blocks, kThreads, 0, stream>>>(x, targets, rows, vocab, ld, lse, row_loss);
     }
     return model::after_launch("cross_entropy forward kernel");
   });
@@ -176,15 +181,16 @@ size_t cross_entropy_backward_scratch_bytes() {
 }
 
 LaunchResult launch_cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse, int64_t rows,
-                                           int64_t vocab, float grad_loss, void* grad_logits, void* scratch, HpType act,
-                                           cudaStream_t stream) {
+                                           int64_t vocab, int64_t ld, float grad_loss, void* grad_logits,
+                                           void* scratch, HpType act, cudaStream_t stream) {
   if (rows <= 0 || vocab <= 0) return {};
   return model::with_act(act, [&](auto tag) -> LaunchResult {
     using T = decltype(tag);
     const T* x = static_cast<const T*>(logits);
     T* grad = static_cast<T*>(grad_logits);
-    const bool vec = vocab % 4 == 0 && model::aligned_for<T, 4>(x) && model::aligned_for<T, 4>(grad);
-    const model::RowSweep sweep = model::row_sweep(rows, vec ? vocab / 4 : vocab);
+    const bool vec =
+        vocab % 4 == 0 && ld % 4 == 0 && model::aligned_for<T, 4>(x) && model::aligned_for<T, 4>(grad);
+    const model::RowSweep sweep = model::row_sweep(rows, vec ? ld / 4 : ld);
     if (!sweep.ok) return model::kTooLarge;
     model::ScratchCarver carve(scratch);
     float* scale = carve.take<float>(1);
@@ -192,10 +198,10 @@ LaunchResult launch_cross_entropy_backward(const void* logits, const int32_t* ta
     if (auto r = model::after_launch("cross_entropy scale kernel"); !r.ok()) return r;
     if (vec) {
       cross_entropy_grad_kernel<T, true>
-          <<<sweep.grid, sweep.block, 0, stream>>>(x, targets, lse, rows, vocab, scale, grad);
+          <<<sweep.grid, sweep.block, 0, stream>>>(x, targets, lse, rows, vocab, ld, scale, grad);
     } else {
       cross_entropy_grad_kernel<T, false>
-          <<<sweep.grid, sweep.block, 0, stream>>>(x, targets, lse, rows, vocab, scale, grad);
+          <<<sweep.grid, sweep.block, 0, stream>>>(x, targets, lse, rows, vocab, ld, scale, grad);
     }
     return model::after_launch("cross_entropy backward kernel");
   });

@@ -209,21 +209,25 @@ class CudaModelOps final : public ModelOps {
   }
 
   absl::Status cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                     float* loss, float* lse, DType act) override {
-    FP8_RETURN_IF_ERROR(ops::validate_cross_entropy_forward(logits, targets, rows, vocab, loss, lse, act));
+                                     float* loss, float* lse, DType act, int64_t padded_vocab) override {
+    FP8_RETURN_IF_ERROR(
+        ops::validate_cross_entropy_forward(logits, targets, rows, vocab, padded_vocab, loss, lse, act));
+    const int64_t ld = padded_vocab == 0 ? vocab : padded_vocab;
     return with_scratch(cuda::cross_entropy_forward_scratch_bytes(rows), [&](void* scratch) {
-      return cuda::launch_cross_entropy_forward(logits, targets, rows, vocab, loss, lse, scratch, hp_type(act),
+      return cuda::launch_cross_entropy_forward(logits, targets, rows, vocab, ld, loss, lse, scratch, hp_type(act),
                                                 stream_);
     });
   }
 
   absl::Status cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse, int64_t rows,
-                                      int64_t vocab, float grad_loss, void* grad_logits, DType act) override {
-    FP8_RETURN_IF_ERROR(
-        ops::validate_cross_entropy_backward(logits, targets, lse, rows, vocab, grad_loss, grad_logits, act));
+                                      int64_t vocab, float grad_loss, void* grad_logits, DType act,
+                                      int64_t padded_vocab) override {
+    FP8_RETURN_IF_ERROR(ops::validate_cross_entropy_backward(logits, targets, lse, rows, vocab, padded_vocab,
+                                                             grad_loss, grad_logits, act));
+    const int64_t ld = padded_vocab == 0 ? vocab : padded_vocab;
     return with_scratch(cuda::cross_entropy_backward_scratch_bytes(), [&](void* scratch) {
-      return cuda::launch_cross_entropy_backward(logits, targets, lse, rows, vocab, grad_loss, grad_logits, scratch,
-                                                 hp_type(act), stream_);
+      return cuda::launch_cross_entropy_backward(logits, targets, lse, rows, vocab, ld, grad_loss, grad_logits,
+                                                 scratch, hp_type(act), stream_);
     });
   }
 

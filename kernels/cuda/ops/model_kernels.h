@@ -143,18 +143,22 @@ LaunchResult launch_clip_scale(const double* sum_of_squares, double max_norm, fl
 
 size_t cross_entropy_forward_scratch_bytes(int64_t rows);
 
+// Rows of logits (and grad_logits) are `ld` elements apart, their first `vocab` the
+// vocabulary's; the rest is padding outside the softmax.
+//
 // lse[r] = log Σ exp(logits[r]) (max subtracted, summed in double); *loss (device memory)
 // = the mean of lse[r] - logits[r, target_r] over the counted rows, 0 if none.
 LaunchResult launch_cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                          float* loss, float* lse, void* scratch, HpType act, cudaStream_t stream);
+                                          int64_t ld, float* loss, float* lse, void* scratch, HpType act,
+                                          cudaStream_t stream);
 
 size_t cross_entropy_backward_scratch_bytes();
 
-// grad_logits = grad_loss / counted * (softmax - onehot(target)), zero rows where ignored.
-// `counted` is counted on the device, never read back.
+// grad_logits = grad_loss / counted * (softmax - onehot(target)), zero rows where ignored
+// and zero padding. `counted` is counted on the device, never read back.
 LaunchResult launch_cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse, int64_t rows,
-                                           int64_t vocab, float grad_loss, void* grad_logits, void* scratch, HpType act,
-                                           cudaStream_t stream);
+                                           int64_t vocab, int64_t ld, float grad_loss, void* grad_logits,
+                                           void* scratch, HpType act, cudaStream_t stream);
 
 // Whether this build's model-op kernel image runs on the current device: cudaSuccess or the
 // runtime's reason.

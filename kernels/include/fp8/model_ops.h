@@ -198,16 +198,19 @@ class ModelOps {
   virtual absl::Status accumulate(const void* x, int64_t n, void* y, DType act = DType::kFloat32) = 0;
 
   // ---- loss ---------------------------------------------------------------------------------
-  // Mean cross-entropy of logits [rows, vocab] against targets [rows] in [0, vocab), a
-  // target of kIgnoreTarget (-1) marking a row to ignore. *loss (one float in this
-  // implementation's memory) is the mean over the rows not ignored, 0 when all are
-  // ignored; lse [rows] (every row's log-sum-exp) is saved for the backward.
+  // Mean cross-entropy of logits [rows, padded_vocab] against targets [rows] in [0, vocab),
+  // a target of kIgnoreTarget (-1) marking a row to ignore. Columns from vocab on pad the
+  // rows to padded_vocab (0: no padding) and are not part of the softmax. *loss (one float
+  // in this implementation's memory) is the mean over the rows not ignored, 0 when all
+  // are ignored; lse [rows] (every row's log-sum-exp) is saved for the backward.
   virtual absl::Status cross_entropy_forward(const void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                             float* loss, float* lse, DType act = DType::kFloat32) = 0;
-  // grad_logits = grad_loss * ∂loss/∂logits (written; zero on ignored rows).
+                                             float* loss, float* lse, DType act = DType::kFloat32,
+                                             int64_t padded_vocab = 0) = 0;
+  // grad_logits = grad_loss * ∂loss/∂logits (written; zero on ignored rows and in the
+  // padding columns).
   virtual absl::Status cross_entropy_backward(const void* logits, const int32_t* targets, const float* lse,
                                               int64_t rows, int64_t vocab, float grad_loss, void* grad_logits,
-                                              DType act = DType::kFloat32) = 0;
+                                              DType act = DType::kFloat32, int64_t padded_vocab = 0) = 0;
 
   // ---- optimizer ----------------------------------------------------------------------------
   // One torch.optim.AdamW step over n parameters, step = 1 for the first: decoupled weight

@@ -18,7 +18,8 @@
 namespace fp8::hf {
 namespace {
 
-// A model as a checkpoint would hold it: LlamaModel's initial parameters, by name.
+// A model as a checkpoint would hold it: LlamaModel's initial parameters, by name, without
+// the vocabulary's padding rows (260 pads to 320).
 CheckpointModel RandomModel(bool tied, uint64_t seed) {
   CheckpointModel m;
   m.config.vocab_size = 260;
@@ -37,7 +38,11 @@ CheckpointModel RandomModel(bool tied, uint64_t seed) {
   for (const engine::Parameter& p : (*model)->parameters().all()) {
     absl::StatusOr<std::vector<float>> values = p.value.download<float>();
     EXPECT_TRUE(values.ok());
-    m.parameters.push_back({p.name, p.value.shape(), *values});
+    std::vector<int64_t> shape = p.value.shape();
+    const int64_t row = p.value.numel() / shape[0];
+    shape[0] -= p.padding_rows;
+    values->resize(static_cast<size_t>(shape[0] * row));
+    m.parameters.push_back({p.name, shape, *values});
   }
   return m;
 }

@@ -40,7 +40,9 @@ TEST(LlamaNamesTest, ShapesMatchTheModelAndEveryNameMaps) {
     std::set<std::string> hf_names;
     for (size_t i = 0; i < shapes.size(); ++i) {
       EXPECT_EQ(shapes[i].name, params[i].name);
-      EXPECT_EQ(shapes[i].shape, params[i].value.shape()) << shapes[i].name;
+      EXPECT_EQ(shapes[i].engine_shape(), params[i].value.shape()) << shapes[i].name;
+      // Hugging Face's tensor is the engine's without the vocabulary's padding rows.
+      EXPECT_EQ(shapes[i].shape[0], shapes[i].engine_rows - params[i].padding_rows) << shapes[i].name;
       const std::string hf = hf_tensor_name(shapes[i].name);
       EXPECT_FALSE(hf.empty()) << shapes[i].name;
       EXPECT_TRUE(hf_names.insert(hf).second) << hf;

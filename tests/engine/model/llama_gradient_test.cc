@@ -947,6 +947,46 @@ TEST(LlamaInit, ParametersNamesShapesAndDecay) {
   }
 }
 
+// tiny_config's vocabulary of 32 is padded to 64 rows of tok_embeddings and output. The
+// padding's logits never win and never receive loss: filling the output's padding rows
+// (so that their logits would dominate every softmax) changes no loss and no gradient
+// bit, and the padding rows' own gradients are zero, so the optimizer leaves them at zero.
+TEST(LlamaVocabularyPadding, PaddingLogitsNeverWinAndGetNoGradient) {
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied embeddings" : "untied");
+    const LlamaConfig c = tiny_config(tied);
+    ASSERT_EQ(c.padded_vocab(), 64);
+    std::unique_ptr<LlamaModel> zero = make_model(c, spec(v1::Fp8Spec::NONE), 5);
+    std::unique_ptr<LlamaModel> filled = make_model(c, spec(v1::Fp8Spec::NONE), 5);
+    ASSERT_NE(zero, nullptr);
+    ASSERT_NE(filled, nullptr);
+    Parameter* output = const_cast<Parameter*>(filled->parameters().find(tied ? "tok_embeddings" : "output"));
+    ASSERT_EQ(output->padding_rows, 32);
+    std::vector<float> values = values_of(output->value);
+    std::fill(values.begin() + 32 * c.dim, values.end(), 3.0f);
+    ASSERT_TRUE(output->value.upload<float>(values).ok());
+
+    const data::TokenBatch batch = make_batch(2, c.max_seq_len, c.vocab_size, 9);
+    absl::StatusOr<std::vector<float>> logits = zero->logits(batch);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    EXPECT_EQ(logits->size(), static_cast<size_t>(2 * c.max_seq_len * c.vocab_size));
+    ASSERT_TRUE(zero->parameters().zero_grads().ok());
+    ASSERT_TRUE(filled->parameters().zero_grads().ok());
+    absl::StatusOr<float> zero_loss = zero->forward_backward(batch, 1.0f);
+    absl::StatusOr<float> filled_loss = filled->forward_backward(batch, 1.0f);
+    ASSERT_TRUE(zero_loss.ok() && filled_loss.ok());
+    EXPECT_EQ(*filled_loss, *zero_loss);
+    const auto& params = zero->parameters().all();
+    const std::vector<std::vector<float>> gz = gradients(*zero), gf = gradients(*filled);
+    for (size_t k = 0; k < params.size(); ++k) {
+      EXPECT_EQ(std::memcmp(gz[k].data(), gf[k].data(), gz[k].size() * sizeof(float)), 0) << params[k].name;
+      const size_t row = gz[k].size() / static_cast<size_t>(params[k].shape.at(0));
+      const size_t real = row * static_cast<size_t>(params[k].shape.at(0) - params[k].padding_rows);
+      for (size_t i = real; i < gz[k].size(); ++i) ASSERT_EQ(gz[k][i], 0.0f) << params[k].name << " padding grad";
+    }
+  }
+}
+
 TEST(LlamaInit, DeterministicFromTheSeed) {
   const LlamaConfig c = tiny_config();
   std::unique_ptr<LlamaModel> a = make_model(c, spec(v1::Fp8Spec::NONE), 42);
@@ -970,10 +1010,14 @@ TEST(LlamaInit, DeterministicFromTheSeed) {
       for (float x : va) ASSERT_EQ(x, 1.0f) << pa[k].name;
       EXPECT_EQ(va, vd) << pa[k].name;
     } else {
-      // Another seed: other values (all but a vanishing few entries differ).
+      // Another seed: other values (all but a vanishing few entries differ), but for the
+      // vocabulary's padding rows (32 pads to 64), zero whatever the seed.
+      const size_t real = va.size() / static_cast<size_t>(pa[k].shape.at(0)) *
+                          static_cast<size_t>(pa[k].shape.at(0) - pa[k].padding_rows);
       size_t same = 0;
-      for (size_t i = 0; i < va.size(); ++i) same += va[i] == vd[i];
-      EXPECT_LT(same, va.size() / 100 + 1) << pa[k].name;
+      for (size_t i = 0; i < real; ++i) same += va[i] == vd[i];
+      EXPECT_LT(same, real / 100 + 1) << pa[k].name;
+      for (size_t i = real; i < va.size(); ++i) ASSERT_EQ(va[i], 0.0f) << pa[k].name << " padding";
     }
   }
   // Parameters of one model draw from different streams.

@@ -1,5 +1,6 @@
 #include "worker/engine/hf/checkpoint_logits.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -30,11 +31,16 @@ absl::StatusOr<std::vector<float>> checkpoint_logits(const CheckpointModel& m, s
                        engine::LlamaModel::create(engine::Device::cpu(), config, fp8, /*seed=*/0));
   for (engine::Parameter& p : model->parameters().all()) {
     const NamedTensor* t = m.find(p.name);
-    if (t == nullptr || t->shape != p.value.shape()) {
+    // The engine's tensor may have more rows (the vocabulary's padding, zero).
+    const int64_t rows = p.value.shape().at(0);
+    if (t == nullptr || t->shape.size() != p.value.shape().size() || t->shape[0] > rows ||
+        !std::equal(t->shape.begin() + 1, t->shape.end(), p.value.shape().begin() + 1)) {
       return absl::InternalError(absl::StrCat("logits: the checkpoint's model has no parameter ", p.name,
                                               " shaped as the engine builds it"));
     }
-    FP8_RETURN_IF_ERROR(p.value.upload<float>(t->values));
+    std::vector<float> values = t->values;
+    values.resize(static_cast<size_t>(p.value.numel()), 0.0f);
+    FP8_RETURN_IF_ERROR(p.value.upload<float>(values));
   }
   engine::data::TokenBatch batch;
   batch.rows = 1;

@@ -82,7 +82,8 @@ absl::StatusOr<CheckpointModel> read_checkpoint_model(const std::filesystem::pat
   out.config = *config;
   for (const ParameterShape& p : llama_parameter_shapes(out.config)) {
     // Payload checksums are checked here, as each record is read.
-    absl::StatusOr<std::vector<float>> values = rows->rows("params/" + p.name, p.shape, 0, p.shape[0]);
+    // The vocabulary's padding rows are left behind.
+    absl::StatusOr<std::vector<float>> values = rows->rows("params/" + p.name, p.engine_shape(), 0, p.shape[0]);
     if (!values.ok()) return bad_input(values.status());
     NamedTensor t{p.name, p.shape, *std::move(values)};
     out.parameters.push_back(std::move(t));

@@ -11,22 +11,28 @@ namespace fp8::hf {
 std::vector<ParameterShape> llama_parameter_shapes(const engine::LlamaConfig& c) {
   const int64_t q_dim = c.n_heads * c.head_dim(), kv_dim = c.n_kv_heads * c.head_dim();
   std::vector<ParameterShape> out;
-  out.push_back({"tok_embeddings", {c.vocab_size, c.dim}});
+  out.push_back({"tok_embeddings", {c.vocab_size, c.dim}, c.padded_vocab()});
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string p = absl::StrCat("layers.", i, ".");
-    out.push_back({p + "attention_norm", {c.dim}});
-    out.push_back({p + "attention.wq", {q_dim, c.dim}});
-    out.push_back({p + "attention.wk", {kv_dim, c.dim}});
-    out.push_back({p + "attention.wv", {kv_dim, c.dim}});
-    out.push_back({p + "attention.wo", {c.dim, q_dim}});
-    out.push_back({p + "ffn_norm", {c.dim}});
-    out.push_back({p + "feed_forward.w1", {c.ffn_dim, c.dim}});
-    out.push_back({p + "feed_forward.w2", {c.dim, c.ffn_dim}});
-    out.push_back({p + "feed_forward.w3", {c.ffn_dim, c.dim}});
+    out.push_back({p + "attention_norm", {c.dim}, c.dim});
+    out.push_back({p + "attention.wq", {q_dim, c.dim}, q_dim});
+    out.push_back({p + "attention.wk", {kv_dim, c.dim}, kv_dim});
+    out.push_back({p + "attention.wv", {kv_dim, c.dim}, kv_dim});
+    out.push_back({p + "attention.wo", {c.dim, q_dim}, c.dim});
+    out.push_back({p + "ffn_norm", {c.dim}, c.dim});
+    out.push_back({p + "feed_forward.w1", {c.ffn_dim, c.dim}, c.ffn_dim});
+    out.push_back({p + "feed_forward.w2", {c.dim, c.ffn_dim}, c.dim});
+    out.push_back({p + "feed_forward.w3", {c.ffn_dim, c.dim}, c.ffn_dim});
   }
-  out.push_back({"norm", {c.dim}});
-  if (!c.tie_embeddings) out.push_back({"output", {c.vocab_size, c.dim}});
+  out.push_back({"norm", {c.dim}, c.dim});
+  if (!c.tie_embeddings) out.push_back({"output", {c.vocab_size, c.dim}, c.padded_vocab()});
   return out;
+}
+
+std::vector<int64_t> ParameterShape::engine_shape() const {
+  std::vector<int64_t> s = shape;
+  s[0] = engine_rows;
+  return s;
 }
 
 std::string hf_tensor_name(std::string_view name) {

@@ -24,7 +24,13 @@ namespace fp8::hf {
 
 struct ParameterShape {
   std::string name;            // this project's
-  std::vector<int64_t> shape;  // full, unsharded
+  std::vector<int64_t> shape;  // full, unsharded, as Hugging Face holds it
+  // Rows of the engine's tensor: more than shape[0] where the vocabulary is padded
+  // (LlamaConfig::padded_vocab); the padding rows are zero and no other tool sees them.
+  int64_t engine_rows = 0;
+
+  // The engine's shape: `shape` with engine_rows rows.
+  std::vector<int64_t> engine_shape() const;
 };
 
 // Every parameter LlamaModel builds for `config`, in its order (no "output" when the

@@ -69,7 +69,7 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
   }
   FP8_ASSIGN_OR_RETURN(a.final_inv_rms, f32({m}));
   FP8_ASSIGN_OR_RETURN(a.final_in, act({m, c.dim}));
-  FP8_ASSIGN_OR_RETURN(a.logits, f32({m, c.vocab_size}));
+  FP8_ASSIGN_OR_RETURN(a.logits, f32({m, c.padded_vocab()}));
   FP8_ASSIGN_OR_RETURN(a.loss_lse, f32({m}));
   FP8_ASSIGN_OR_RETURN(a.loss, f32({1}));
   FP8_ASSIGN_OR_RETURN(a.cast_row_amax, f32({m}));
@@ -88,7 +88,7 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
   FP8_ASSIGN_OR_RETURN(a.grad_ffn, act({m, c.ffn_dim}));
   FP8_ASSIGN_OR_RETURN(a.grad_gate, act({m, c.ffn_dim}));
   FP8_ASSIGN_OR_RETURN(a.grad_up, act({m, c.ffn_dim}));
-  FP8_ASSIGN_OR_RETURN(a.grad_logits, f32({m, c.vocab_size}));
+  FP8_ASSIGN_OR_RETURN(a.grad_logits, f32({m, c.padded_vocab()}));
   return a;
 }
 

@@ -35,7 +35,7 @@ struct Activations {
   std::vector<Tensor> hidden;   // act, the residual stream: n_layers + 1 of [M, dim]
   std::vector<BlockActivations> blocks;  // n_layers, sharing memory as described above
   Tensor final_inv_rms, final_in;  // final norm: [M], act [M, dim]
-  Tensor logits;                   // fp32 [M, vocab]
+  Tensor logits;                   // fp32 [M, padded vocab]
   Tensor loss_lse;                 // [M]
   Tensor loss;                     // [1]
   // The row amaxes [M] of the activation the next linears cast to fp8, written by the op
@@ -55,7 +55,7 @@ struct Activations {
   Tensor grad_attn;                            // act [M, n_heads · hd]
   Tensor grad_q, grad_k, grad_v;               // act, like q, k, v
   Tensor grad_ffn, grad_gate, grad_up;         // act [M, ffn_dim]
-  Tensor grad_logits;                          // fp32 [M, vocab]
+  Tensor grad_logits;                          // fp32 [M, padded vocab]
 
   int64_t tokens_count() const { return rows * seq; }
   static absl::StatusOr<Activations> create(const Device& device, const LlamaConfig& config, int64_t rows,

@@ -74,7 +74,9 @@ absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, ParameterStorage storage)
     return absl::OkStatus();
   };
 
-  FP8_ASSIGN_OR_RETURN(embeddings_, matrix("tok_embeddings", c.vocab_size, c.dim, ParameterInit::kNormal));
+  const int64_t padding_rows = c.padded_vocab() - c.vocab_size;
+  FP8_ASSIGN_OR_RETURN(embeddings_, matrix("tok_embeddings", c.padded_vocab(), c.dim, ParameterInit::kNormal));
+  embeddings_->padding_rows = padding_rows;
   blocks_.resize(static_cast<size_t>(c.n_layers));
   for (int64_t i = 0; i < c.n_layers; ++i) {
     TransformerBlock& b = blocks_[static_cast<size_t>(i)];
@@ -99,7 +101,8 @@ absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, ParameterStorage storage)
   if (c.tie_embeddings) {
     FP8_ASSIGN_OR_RETURN(output_, make_linear_unit(backend, fp8, "output", embeddings_, to_logits));
   } else {
-    FP8_ASSIGN_OR_RETURN(Parameter * weight, matrix("output", c.vocab_size, c.dim, ParameterInit::kNormal));
+    FP8_ASSIGN_OR_RETURN(Parameter * weight, matrix("output", c.padded_vocab(), c.dim, ParameterInit::kNormal));
+    weight->padding_rows = padding_rows;
     FP8_ASSIGN_OR_RETURN(output_, make_linear_unit(backend, fp8, "output", weight, to_logits));
   }
   mutable_linears_.push_back(&output_);
@@ -153,7 +156,7 @@ absl::StatusOr<Activations*> LlamaModel::forward(const data::TokenBatch& batch, 
                                            act(a->final_in), f(a->final_inv_rms), c.activations, row_amax));
   FP8_RETURN_IF_ERROR(output_.forward(a->final_in, m, a->logits, training, row_amax));
   FP8_RETURN_IF_ERROR(ops_.cross_entropy_forward(f(a->logits), a->targets.data<int32_t>(), m, c.vocab_size,
-                                                 f(a->loss), f(a->loss_lse)));
+                                                 f(a->loss), f(a->loss_lse), DType::kFloat32, c.padded_vocab()));
   FP8_RETURN_IF_ERROR(hook_after_forward(kRoot, training));
   return a;
 }
@@ -183,7 +186,8 @@ absl::Status LlamaModel::queue_training_pass(const data::TokenBatch& batch, floa
   constexpr int kRoot = ParameterHooks::kRootUnit;
   FP8_RETURN_IF_ERROR(hook_before_backward(kRoot));
   FP8_RETURN_IF_ERROR(ops_.cross_entropy_backward(f(a.logits), a.targets.data<int32_t>(), f(a.loss_lse), m,
-                                                  c.vocab_size, grad_scale, f(a.grad_logits)));
+                                                  c.vocab_size, grad_scale, f(a.grad_logits), DType::kFloat32,
+                                                  c.padded_vocab()));
   FP8_RETURN_IF_ERROR(output_.backward(a.grad_logits, &a.grad_norm_in));
   // Each op making grad_hidden writes its row amaxes too where the next block down's w2
   // takes them.
@@ -217,7 +221,14 @@ absl::StatusOr<float> LlamaModel::evaluate(const data::TokenBatch& batch) {
 
 absl::StatusOr<std::vector<float>> LlamaModel::logits(const data::TokenBatch& batch) {
   FP8_ASSIGN_OR_RETURN(Activations * a, forward(batch, /*training=*/false));
-  return a->logits.download<float>();
+  FP8_ASSIGN_OR_RETURN(std::vector<float> padded, a->logits.download<float>());
+  const int64_t vocab = config_.vocab_size, ld = config_.padded_vocab();
+  if (vocab == ld) return padded;
+  std::vector<float> logits(static_cast<size_t>(a->tokens_count() * vocab));
+  for (int64_t r = 0; r < a->tokens_count(); ++r) {
+    std::copy_n(padded.begin() + r * ld, vocab, logits.begin() + r * vocab);
+  }
+  return logits;
 }
 
 absl::Status LlamaModel::finish_step() { return finish_delayed_step(mutable_linears_, device_, delayed_amaxes_); }

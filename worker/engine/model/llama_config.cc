@@ -6,7 +6,9 @@ namespace fp8::engine {
 
 std::string LlamaConfig::describe() const {
   return absl::StrCat("dim ", dim, ", ", n_layers, " layers, ", n_heads, " heads (", n_kv_heads, " kv), ffn ",
-                      ffn_dim, ", vocab ", vocab_size, tie_embeddings ? ", tied embeddings" : "",
+                      ffn_dim, ", vocab ", vocab_size,
+                      padded_vocab() == vocab_size ? "" : absl::StrCat(" (padded to ", padded_vocab(), ")"),
+                      tie_embeddings ? ", tied embeddings" : "",
                       activations == DType::kBFloat16 ? ", bf16 activations" : "",
                       checkpointing == ActivationCheckpointing::kNone
                           ? ""
@@ -19,7 +21,7 @@ int64_t LlamaConfig::parameter_count() const {
   const int64_t per_block = 2 * dim                          // two norms
                             + dim * dim * 2 + dim * kv_dim * 2  // wq, wo, wk, wv
                             + 3 * dim * ffn_dim;               // w1, w2, w3
-  return vocab_size * dim * (tie_embeddings ? 1 : 2) + n_layers * per_block + dim;
+  return padded_vocab() * dim * (tie_embeddings ? 1 : 2) + n_layers * per_block + dim;
 }
 
 absl::StatusOr<LlamaConfig> llama_config_from_spec(const v1::ModelSpec& m) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/jobspec/model_shapes.h"
 #include "fp8/fp8.h"
 #include "fp8/v1/job.pb.h"
 
@@ -37,11 +38,13 @@ struct LlamaConfig {
   ActivationCheckpointing checkpointing = ActivationCheckpointing::kNone;
 
   int64_t head_dim() const { return dim / n_heads; }
+  // Rows of the embedding table and the output projection (jobspec::PaddedVocabulary).
+  int64_t padded_vocab() const { return jobspec::PaddedVocabulary(vocab_size); }
   // "dim 64, 2 layers, 4 heads (4 kv), ffn 176, vocab 256" (", bf16 activations", ", full
   // activation checkpointing" when so):
   // for logs and checkpoint metadata.
   std::string describe() const;
-  // Every parameter, embedding included.
+  // Every parameter's elements, embedding and its padding included.
   int64_t parameter_count() const;
 };
 

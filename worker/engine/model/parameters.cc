@@ -126,6 +126,11 @@ std::vector<float> initial_values(const Parameter& p, uint64_t seed, int64_t n_l
       values.assign(values.size(), 1.0f);
       break;
   }
+  // The real rows draw what they would without the padding: the stream runs row by row.
+  if (p.padding_rows > 0) {
+    const int64_t row = numel / p.shape.at(0);
+    std::fill(values.end() - p.padding_rows * row, values.end(), 0.0f);
+  }
   return values;
 }
 

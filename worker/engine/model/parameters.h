@@ -35,6 +35,9 @@ struct Parameter {
   // would pull towards zero rather than towards their neutral value of one).
   bool weight_decay = true;
   TensorShape shape;  // the whole parameter's, allocated or not
+  // Trailing rows that only pad a matrix (LlamaConfig::padded_vocab): initialised to zero,
+  // and nothing gives them a gradient, so they stay zero.
+  int64_t padding_rows = 0;
   // Set by ParameterSet::discard_grads(): grad's contents are stale and stand for zero
   // until an op claims it (below).
   bool grad_discarded = false;

@@ -51,16 +51,14 @@ absl::Status init_from_hf(const v1::ModelSpec& model, const InitFromOptions& o, 
     auto it =
         std::find_if(trained.all().begin(), trained.all().end(), [&](const Parameter& t) { return t.name == p.name; });
     if (it == trained.all().end()) return bad(o, absl::StrCat("the job's model has no parameter ", p.name));
+    // This rank's rows of the engine's tensor, whose rows past the folder's (the
+    // vocabulary's padding, FSDP's) are zero.
+    const fsdp::ShardLayout layout = fsdp::shard_layout(p.engine_shape(), o.world_size);
+    const int64_t begin = static_cast<int64_t>(o.rank) * layout.rows_per_rank;
+    const int64_t end = begin + layout.real_rows_of(o.rank);
     std::vector<float> values;
-    if (o.world_size == 1) {
-      FP8_ASSIGN_OR_RETURN(values, source->read_rows(p, 0, p.shape[0]));
-    } else {
-      const fsdp::ShardLayout layout = fsdp::shard_layout(p.shape, o.world_size);
-      const int64_t begin = static_cast<int64_t>(o.rank) * layout.rows_per_rank;
-      FP8_ASSIGN_OR_RETURN(values, source->read_rows(p, std::min(begin, p.shape[0]),
-                                                     std::min(begin, p.shape[0]) + layout.real_rows_of(o.rank)));
-      values.resize(static_cast<size_t>(layout.shard_elements()), 0.0f);  // padding rows stay zero
-    }
+    FP8_ASSIGN_OR_RETURN(values, source->read_rows(p, std::min(begin, p.shape[0]), std::min(end, p.shape[0])));
+    values.resize(static_cast<size_t>(layout.shard_elements()), 0.0f);
     if (absl::Status s = it->value.upload<float>(values); !s.ok()) {
       return bad(o, absl::StrCat(p.name, ": ", s.message()));
     }
