@@ -176,6 +176,12 @@ void FillResources(v1::ResourceSpec& r) {
 void FillRestarts(v1::RestartPolicy& r) {
   if (!r.has_max_restarts()) r.set_max_restarts(5);
   if (!r.has_backoff_seconds()) r.set_backoff_seconds(10);
+  if (r.on().empty()) {
+    for (auto c : {v1::RestartPolicy::WORKER_LOST, v1::RestartPolicy::PEER_LOST, v1::RestartPolicy::SIGNAL,
+                   v1::RestartPolicy::HUNG, v1::RestartPolicy::UNKNOWN}) {
+      r.add_on(c);
+    }
+  }
 }
 
 void FillDerived(JobSpec& s) {

@@ -638,31 +638,78 @@ void Coordinator::QueueStop(Worker& worker, const std::string& job_id, int attem
   stop->set_reason(reason);
 }
 
+namespace {
+
+v1::RestartPolicy::FailureClass ToProto(scheduler::FailureClass c) {
+  switch (c) {
+    case scheduler::FailureClass::kWorkerLost:
+      return v1::RestartPolicy::WORKER_LOST;
+    case scheduler::FailureClass::kPeerLost:
+      return v1::RestartPolicy::PEER_LOST;
+    case scheduler::FailureClass::kSignal:
+      return v1::RestartPolicy::SIGNAL;
+    case scheduler::FailureClass::kHung:
+      return v1::RestartPolicy::HUNG;
+    case scheduler::FailureClass::kConfiguration:
+      return v1::RestartPolicy::CONFIGURATION;
+    case scheduler::FailureClass::kDivergence:
+      return v1::RestartPolicy::DIVERGENCE;
+    case scheduler::FailureClass::kOutOfMemory:
+      return v1::RestartPolicy::OUT_OF_MEMORY;
+    case scheduler::FailureClass::kUnknown:
+      break;
+  }
+  return v1::RestartPolicy::UNKNOWN;
+}
+
+// restarts.on; the loader fills its default, a spec stored before the field existed has it
+// empty and restarts everything, as it did.
+std::vector<scheduler::FailureClass> RestartOn(const v1::RestartPolicy& policy) {
+  constexpr scheduler::FailureClass kAll[] = {
+      scheduler::FailureClass::kWorkerLost,    scheduler::FailureClass::kPeerLost,
+      scheduler::FailureClass::kSignal,        scheduler::FailureClass::kHung,
+      scheduler::FailureClass::kConfiguration, scheduler::FailureClass::kDivergence,
+      scheduler::FailureClass::kOutOfMemory,   scheduler::FailureClass::kUnknown};
+  std::vector<scheduler::FailureClass> on;
+  for (scheduler::FailureClass c : kAll) {
+    const bool listed = std::find(policy.on().begin(), policy.on().end(), ToProto(c)) != policy.on().end();
+    if (listed || policy.on().empty()) on.push_back(c);
+  }
+  return on;
+}
+
+}  // namespace
+
 absl::Status Coordinator::EndAttempt(ActiveJob& active, v1::Attempt::State attempt_state, const std::string& reason,
-                                     const std::string& cancelled_by) {
+                                     const std::string& cancelled_by, scheduler::FailureClass failure) {
   AttemptRuntime& runtime = *active.attempt;
   v1::Job next = active.job;
   v1::Attempt* attempt = next.mutable_attempt_history(next.attempt_history_size() - 1);
   attempt->set_state(attempt_state);
   attempt->set_ended_unix_ms(NowUnixMs());
   if (attempt_state != v1::Attempt::SUCCEEDED) attempt->set_end_reason(reason);
+  if (attempt_state == v1::Attempt::FAILED) attempt->set_failure_class(ToProto(failure));
   std::vector<v1::JobEvent> events = {AttemptEndedEvent(next.id(), *attempt)};
 
   v1::Job::State job_state = v1::Job::SUCCEEDED;
   std::string job_reason;
+  int restart_number = 0;
   if (attempt_state == v1::Attempt::CANCELLED) {
     job_state = v1::Job::CANCELLED;
     job_reason = cancelled_by;
   } else if (attempt_state == v1::Attempt::FAILED) {
     const int max_restarts = next.spec().restarts().max_restarts();
-    const int used = max_restarts - next.restarts_left();
-    if (used < max_restarts) {
+    const scheduler::AttemptDecision decision =
+        scheduler::DecideAfterFailure(reason, failure, max_restarts - next.restarts_left(), max_restarts,
+                                      RestartOn(next.spec().restarts()));
+    if (const auto* restart = std::get_if<scheduler::Restart>(&decision)) {
       job_state = v1::Job::RESTARTING;
-      job_reason = reason;
+      job_reason = restart->reason;
       next.set_restarts_left(next.restarts_left() - 1);
+      restart_number = restart->restart_number;
     } else {
       job_state = v1::Job::FAILED;
-      job_reason = max_restarts == 0 ? reason : absl::StrCat(reason, " (all ", max_restarts, " restarts used)");
+      job_reason = std::get<scheduler::Fail>(decision).reason;
     }
   }
   next.set_state(job_state);
@@ -692,7 +739,7 @@ absl::Status Coordinator::EndAttempt(ActiveJob& active, v1::Attempt::State attem
   rendezvous_.delete_namespace(RendezvousNamespace(next.id(), runtime.number));
   active.attempt.reset();
   if (job_state == v1::Job::RESTARTING) {
-    active.restart_at = Clock::now() + std::chrono::seconds(next.spec().restarts().backoff_seconds());
+    active.restart_at = Clock::now() + scheduler::RestartBackoff(next.spec().restarts().backoff_seconds(), restart_number);
   }
   return absl::OkStatus();
 }

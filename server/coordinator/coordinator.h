@@ -216,9 +216,16 @@ class Coordinator {
   absl::Status StartAttempt(ActiveJob& active, const std::vector<std::string>& worker_ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the live attempt in `attempt_state` and moves the job on: SUCCEEDED, CANCELLED, or
-  // after a failure RESTARTING / FAILED (max_restarts). Stops every rank still running.
+  // after a failure of class `failure` RESTARTING / FAILED (restarts.on, max_restarts).
+  // Stops every rank still running.
   absl::Status EndAttempt(ActiveJob& active, v1::Attempt::State attempt_state, const std::string& reason,
-                          const std::string& cancelled_by = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                          const std::string& cancelled_by = "",
+                          scheduler::FailureClass failure = scheduler::FailureClass::kUnknown)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status FailAttempt(ActiveJob& active, const std::string& reason, scheduler::FailureClass failure)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return EndAttempt(active, v1::Attempt::FAILED, reason, "", failure);
+  }
   // StartRank for one rank of the job's attempt `attempt` (advertise_address_ read).
   v1::StartRank MakeStartRank(const v1::Job& job, int attempt, int rank, int world_size, int64_t resume_step,
                               const std::string& trainer_token) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

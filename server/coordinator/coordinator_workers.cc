@@ -186,7 +186,7 @@ void Coordinator::ResendMissingStarts(Worker& worker) {
     // restarted since) the attempt cannot be completed and ends.
     if (attempt.trainer_token.empty()) {
       const std::string reason = absl::StrCat("rank ", r, " is no longer running on worker ", worker.record.id);
-      if (absl::Status s = EndAttempt(active, v1::Attempt::FAILED, reason); !s.ok()) {
+      if (absl::Status s = FailAttempt(active, reason, scheduler::FailureClass::kWorkerLost); !s.ok()) {
         std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
       }
       continue;
@@ -221,7 +221,7 @@ absl::Status Coordinator::ReportRankExit(const Principal& who, const v1::ReportR
   if (code != 0) {
     std::string reason = scheduler::DescribeFailure(scheduler::RankExited{request.rank(), worker->record.id, code});
     if (!request.message().empty()) absl::StrAppend(&reason, ": ", request.message());
-    FP8_RETURN_IF_ERROR(EndAttempt(active, v1::Attempt::FAILED, reason));
+    FP8_RETURN_IF_ERROR(FailAttempt(active, reason, scheduler::ClassifyExitCode(code)));
   } else {
     const auto& ranks = active.attempt->ranks;
     if (std::all_of(ranks.begin(), ranks.end(), [](const RankRuntime& r) { return r.exit_code == 0; })) {
@@ -246,7 +246,7 @@ void Coordinator::CheckLiveness() {
       if (!active.attempt.has_value()) continue;
       const auto& ranks = active.attempt->ranks;
       if (std::none_of(ranks.begin(), ranks.end(), [&](const RankRuntime& r) { return r.worker_id == lost; })) continue;
-      if (absl::Status s = EndAttempt(active, v1::Attempt::FAILED, reason); !s.ok()) {
+      if (absl::Status s = FailAttempt(active, reason, scheduler::FailureClass::kWorkerLost); !s.ok()) {
         std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
       }
     }
@@ -279,7 +279,7 @@ void Coordinator::CheckProgress() {
   for (auto& [active, rank] : hung) {
     const std::string reason = scheduler::DescribeFailure(rank);
     std::fprintf(stderr, "fp8-coordinator: %s: %s\n", active->job.id().c_str(), reason.c_str());
-    if (absl::Status s = EndAttempt(*active, v1::Attempt::FAILED, reason); !s.ok()) {
+    if (absl::Status s = FailAttempt(*active, reason, scheduler::FailureClass::kHung); !s.ok()) {
       std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
     }
   }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/trainer_exit_codes.h"
 
 namespace fp8::scheduler {
 
@@ -54,14 +55,79 @@ std::string DescribeFailure(const AttemptFailure& failure) {
       failure);
 }
 
-AttemptDecision DecideAfterFailure(const AttemptFailure& failure, int restarts_used,
-                                   int max_restarts) {
+FailureClass ClassifyExitCode(int exit_code) {
+  if (exit_code < 0) return FailureClass::kSignal;
+  switch (exit_code) {
+    case rpc::kExitConfiguration:
+      return FailureClass::kConfiguration;
+    case rpc::kExitDivergence:
+      return FailureClass::kDivergence;
+    case rpc::kExitOutOfMemory:
+      return FailureClass::kOutOfMemory;
+    case rpc::kExitPeerLost:
+      return FailureClass::kPeerLost;
+    case rpc::kExitStopped:
+    case 128 + 15:  // SIGTERM's conventional code
+      return FailureClass::kSignal;
+    default:
+      return FailureClass::kUnknown;
+  }
+}
+
+FailureClass ClassifyFailure(const AttemptFailure& failure) {
+  return std::visit(
+      [](const auto& f) {
+        using T = std::decay_t<decltype(f)>;
+        if constexpr (std::is_same_v<T, WorkerLost>) {
+          return FailureClass::kWorkerLost;
+        } else if constexpr (std::is_same_v<T, RankHung>) {
+          return FailureClass::kHung;
+        } else {
+          return ClassifyExitCode(f.exit_code);
+        }
+      },
+      failure);
+}
+
+const char* FailureClassName(FailureClass c) {
+  switch (c) {
+    case FailureClass::kWorkerLost:
+      return "worker_lost";
+    case FailureClass::kPeerLost:
+      return "peer_lost";
+    case FailureClass::kSignal:
+      return "signal";
+    case FailureClass::kHung:
+      return "hung";
+    case FailureClass::kConfiguration:
+      return "configuration";
+    case FailureClass::kDivergence:
+      return "divergence";
+    case FailureClass::kOutOfMemory:
+      return "out_of_memory";
+    case FailureClass::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+AttemptDecision DecideAfterFailure(std::string cause, FailureClass failure, int restarts_used, int max_restarts,
+                                   std::span<const FailureClass> restart_on) {
   const int allowed = std::max(max_restarts, 0);
   const int used = std::max(restarts_used, 0);
-  std::string cause = DescribeFailure(failure);
+  if (std::find(restart_on.begin(), restart_on.end(), failure) == restart_on.end()) {
+    return Fail{absl::StrCat(cause, "; not restarted: a ", FailureClassName(failure),
+                             " failure, not in restarts.on")};
+  }
   if (used < allowed) return Restart{used + 1, std::move(cause)};
-  return Fail{absl::StrCat(cause, "; no restarts left (", used, " of ", allowed,
-                           " used)")};
+  if (allowed == 0) return Fail{std::move(cause)};
+  return Fail{absl::StrCat(cause, " (all ", allowed, " restarts used)")};
+}
+
+std::chrono::seconds RestartBackoff(int backoff_seconds, int restart_number) {
+  std::chrono::seconds delay{std::max(backoff_seconds, 0)};
+  for (int i = 1; i < restart_number && delay < kMaxRestartBackoff; ++i) delay *= 2;
+  return std::min(delay, kMaxRestartBackoff);
 }
 
 }  // namespace fp8::scheduler

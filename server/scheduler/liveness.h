@@ -53,6 +53,23 @@ struct RankHung {
 };
 using AttemptFailure = std::variant<WorkerLost, RankExited, RankHung>;
 
+// What kind of failure it was (job.proto, RestartPolicy.FailureClass): whether trying again
+// can help. A rank's exit code says (common/rpc/trainer_exit_codes.h).
+enum class FailureClass {
+  kWorkerLost,
+  kPeerLost,
+  kSignal,
+  kHung,
+  kConfiguration,
+  kDivergence,
+  kOutOfMemory,
+  kUnknown,
+};
+FailureClass ClassifyFailure(const AttemptFailure& failure);
+FailureClass ClassifyExitCode(int exit_code);  // a negative code -N: killed by signal N
+// As job.yaml writes it: "worker_lost", "divergence", ...
+const char* FailureClassName(FailureClass c);
+
 // One line for events and for the job's failure reason, e.g.
 // "worker 'w2' lost (no heartbeat)", "rank 1 on worker 'w2' exited with code 3" or
 // "rank 0 on worker 'w1' hung: no progress for 30 s".
@@ -63,14 +80,20 @@ struct Restart {
   std::string reason;      // the failure that caused it
 };
 struct Fail {
-  std::string reason;  // the failure, and that the restarts are used up
+  std::string reason;  // the failure, and why it is not restarted
 };
 using AttemptDecision = std::variant<Restart, Fail>;
 
-// After a failed attempt: restart from the last committed checkpoint while
+// After a failed attempt described by `cause`, of class `failure`: restart from the last
+// committed checkpoint while the class is one of `restart_on` (restarts.on) and
 // restarts_used < max_restarts, otherwise fail the job. max_restarts = 0 means the first
 // failure is final; negative values count as 0.
-AttemptDecision DecideAfterFailure(const AttemptFailure& failure, int restarts_used,
-                                   int max_restarts);
+AttemptDecision DecideAfterFailure(std::string cause, FailureClass failure, int restarts_used, int max_restarts,
+                                   std::span<const FailureClass> restart_on);
+
+// Seconds before restart number `restart_number` (1 for the first): backoff_seconds,
+// doubling for each later restart, at most kMaxRestartBackoff.
+inline constexpr std::chrono::seconds kMaxRestartBackoff{3600};
+std::chrono::seconds RestartBackoff(int backoff_seconds, int restart_number);
 
 }  // namespace fp8::scheduler

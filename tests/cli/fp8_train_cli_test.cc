@@ -522,6 +522,19 @@ TEST_F(Fp8TrainCliTest, SigtermAlsoStopsWithACheckpoint) {
   EXPECT_TRUE(fs::is_regular_file(dir / "COMMITTED")) << dir;
 }
 
+// A run whose loss stops being finite exits with the divergence code (3), which the
+// coordinator does not restart by default: the same checkpoint would diverge again.
+TEST_F(Fp8TrainCliTest, ADivergedRunExitsWithTheDivergenceCode) {
+  JobOptions o;
+  o.checkpoint_every = 0;
+  const fs::path job = WriteJob("job.yaml", JobYaml(o));
+  const RunResult r = Train({"--config", job.string(), "--set", "train.lr=1e30", "--set", "train.grad_clip=0", "--set",
+                             "train.warmup_steps=0"},
+                            "diverged");
+  EXPECT_TRUE(r.exit.exited && r.exit.code == 3) << Show(r);
+  EXPECT_NE(r.err.find("training diverged at step"), std::string::npos) << r.err;
+}
+
 // ---- 3. bad input --------------------------------------------------------------------
 
 TEST_F(Fp8TrainCliTest, BadCommandLinesAndJobFilesExitWithoutTraining) {
@@ -787,7 +800,7 @@ TEST_F(Fp8TrainCliTest, MultiRankMisuseFailsClearly) {
   const RunResult alone = Train({"--config", job.string(), "--rank", "0", "--world-size", "2", "--rendezvous",
                                  (dir_ / "rdzv").string(), "--timeout", "2"},
                                 "alone");
-  EXPECT_TRUE(alone.exit.exited && alone.exit.code == 1) << Show(alone);
+  EXPECT_TRUE(alone.exit.exited && alone.exit.code == 5) << "the lost-peer code\n" << Show(alone);
   EXPECT_NE(alone.err.find("fp8-train [rank 0]: "), std::string::npos) << alone.err;
   EXPECT_NE(alone.err.find("rank 1"), std::string::npos) << alone.err;
   EXPECT_FALSE(fs::exists(dir_ / "ckpt")) << "a failed rendezvous writes no checkpoint";

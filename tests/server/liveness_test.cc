@@ -57,33 +57,73 @@ TEST(DescribeFailure, SaysWhatAndWhere) {
   EXPECT_EQ(DescribeFailure(RankExited{0, "w1", -9}), "rank 0 on worker 'w1' killed by signal 9");
 }
 
+// restarts.on's default.
+constexpr FailureClass kDefaultOn[] = {FailureClass::kWorkerLost, FailureClass::kPeerLost, FailureClass::kSignal,
+                                       FailureClass::kHung, FailureClass::kUnknown};
+
 TEST(DecideAfterFailure, RestartsWhileBelowMaxRestarts) {
   const AttemptFailure lost = WorkerLost{"w2"};
-  const AttemptDecision first = DecideAfterFailure(lost, 0, 2);
+  const AttemptDecision first = DecideAfterFailure(DescribeFailure(lost), ClassifyFailure(lost), 0, 2, kDefaultOn);
   ASSERT_TRUE(std::holds_alternative<Restart>(first));
   EXPECT_EQ(std::get<Restart>(first).restart_number, 1);
   EXPECT_EQ(std::get<Restart>(first).reason, "worker 'w2' lost (no heartbeat)");
 
-  const AttemptDecision last = DecideAfterFailure(lost, 1, 2);
+  const AttemptDecision last = DecideAfterFailure(DescribeFailure(lost), ClassifyFailure(lost), 1, 2, kDefaultOn);
   ASSERT_TRUE(std::holds_alternative<Restart>(last));
   EXPECT_EQ(std::get<Restart>(last).restart_number, 2);
 }
 
 TEST(DecideAfterFailure, FailsAtTheBoundary) {
-  const AttemptFailure exited = RankExited{1, "w2", 3};
-  const AttemptDecision d = DecideAfterFailure(exited, 2, 2);
+  const AttemptFailure exited = RankExited{1, "w2", 1};
+  const AttemptDecision d = DecideAfterFailure(DescribeFailure(exited), ClassifyFailure(exited), 2, 2, kDefaultOn);
   ASSERT_TRUE(std::holds_alternative<Fail>(d));
-  EXPECT_EQ(std::get<Fail>(d).reason,
-            "rank 1 on worker 'w2' exited with code 3; no restarts left (2 of 2 used)");
-  EXPECT_TRUE(std::holds_alternative<Fail>(DecideAfterFailure(exited, 5, 2)));
+  EXPECT_EQ(std::get<Fail>(d).reason, "rank 1 on worker 'w2' exited with code 1 (all 2 restarts used)");
+  EXPECT_TRUE(std::holds_alternative<Fail>(DecideAfterFailure("x", FailureClass::kUnknown, 5, 2, kDefaultOn)));
 }
 
 TEST(DecideAfterFailure, ZeroOrNegativeMaxRestartsFailsAtOnce) {
   const AttemptFailure lost = WorkerLost{"w1"};
-  EXPECT_TRUE(std::holds_alternative<Fail>(DecideAfterFailure(lost, 0, 0)));
-  const AttemptDecision d = DecideAfterFailure(lost, 0, -1);
+  EXPECT_TRUE(std::holds_alternative<Fail>(DecideAfterFailure("lost", FailureClass::kWorkerLost, 0, 0, kDefaultOn)));
+  const AttemptDecision d = DecideAfterFailure(DescribeFailure(lost), FailureClass::kWorkerLost, 0, -1, kDefaultOn);
   ASSERT_TRUE(std::holds_alternative<Fail>(d));
-  EXPECT_EQ(std::get<Fail>(d).reason, "worker 'w1' lost (no heartbeat); no restarts left (0 of 0 used)");
+  EXPECT_EQ(std::get<Fail>(d).reason, "worker 'w1' lost (no heartbeat)");
+}
+
+// A failure that repeats as is (a configuration error, a divergence) fails the job at
+// once, restarts left or not, unless restarts.on lists it.
+TEST(DecideAfterFailure, AClassNotInRestartsOnFailsAtOnce) {
+  const AttemptFailure diverged = RankExited{0, "w1", 3};
+  ASSERT_EQ(ClassifyFailure(diverged), FailureClass::kDivergence);
+  const AttemptDecision d = DecideAfterFailure(DescribeFailure(diverged), FailureClass::kDivergence, 0, 5, kDefaultOn);
+  ASSERT_TRUE(std::holds_alternative<Fail>(d));
+  EXPECT_EQ(std::get<Fail>(d).reason,
+            "rank 0 on worker 'w1' exited with code 3; not restarted: a divergence failure, not in restarts.on");
+  const FailureClass also[] = {FailureClass::kDivergence};
+  EXPECT_TRUE(std::holds_alternative<Restart>(DecideAfterFailure("x", FailureClass::kDivergence, 0, 5, also)));
+  EXPECT_TRUE(std::holds_alternative<Fail>(DecideAfterFailure("x", FailureClass::kWorkerLost, 0, 5, also)));
+}
+
+TEST(ClassifyFailure, ExitCodesSignalsLostWorkersAndHangs) {
+  EXPECT_EQ(ClassifyExitCode(2), FailureClass::kConfiguration);
+  EXPECT_EQ(ClassifyExitCode(3), FailureClass::kDivergence);
+  EXPECT_EQ(ClassifyExitCode(4), FailureClass::kOutOfMemory);
+  EXPECT_EQ(ClassifyExitCode(5), FailureClass::kPeerLost);
+  EXPECT_EQ(ClassifyExitCode(130), FailureClass::kSignal);
+  EXPECT_EQ(ClassifyExitCode(143), FailureClass::kSignal);
+  EXPECT_EQ(ClassifyExitCode(-9), FailureClass::kSignal);
+  EXPECT_EQ(ClassifyExitCode(1), FailureClass::kUnknown);
+  EXPECT_EQ(ClassifyExitCode(77), FailureClass::kUnknown);
+  EXPECT_EQ(ClassifyFailure(WorkerLost{"w"}), FailureClass::kWorkerLost);
+  EXPECT_EQ(ClassifyFailure(RankHung{0, "w", std::chrono::seconds(5)}), FailureClass::kHung);
+  EXPECT_STREQ(FailureClassName(FailureClass::kOutOfMemory), "out_of_memory");
+}
+
+TEST(RestartBackoff, DoublesForEachRestartUpToAnHour) {
+  EXPECT_EQ(RestartBackoff(10, 1), std::chrono::seconds(10));
+  EXPECT_EQ(RestartBackoff(10, 2), std::chrono::seconds(20));
+  EXPECT_EQ(RestartBackoff(10, 4), std::chrono::seconds(80));
+  EXPECT_EQ(RestartBackoff(10, 100), std::chrono::seconds(3600));
+  EXPECT_EQ(RestartBackoff(0, 7), std::chrono::seconds(0));
 }
 
 }  // namespace

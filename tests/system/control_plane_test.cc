@@ -100,6 +100,31 @@ TEST(ControlPlaneTest, KilledWorkerRestartsFromCheckpoint) {
   EXPECT_NEAR(done.latest_progress().loss(), ref.latest_progress().loss(), 1e-3 * ref.latest_progress().loss());
 }
 
+// A job whose loss diverges fails at its first attempt although restarts are left: the
+// same checkpoint would diverge again (fp8-train's exit code 3; restarts.on's default).
+TEST(ControlPlaneTest, ADivergedJobIsNotRestarted) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  cp.StartWorker();
+  ControlPlane::JobOptions o;
+  o.name = "diverges";
+  o.max_restarts = 3;
+  v1::JobSpec spec = cp.Spec(o);
+  spec.mutable_train()->set_lr(1e30);
+  spec.mutable_train()->set_grad_clip(0);
+  spec.mutable_train()->set_warmup_steps(0);
+  v1::Job job;
+  ASSERT_TRUE(cp.Submit(spec, &job).ok());
+  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::FAILED) << done.DebugString() << cp.Logs();
+  EXPECT_EQ(done.attempts(), 1);
+  EXPECT_EQ(done.restarts_left(), 3);
+  EXPECT_EQ(done.attempt_history(0).failure_class(), v1::RestartPolicy::DIVERGENCE);
+  EXPECT_NE(done.failure_reason().find("training diverged at step"), std::string::npos) << done.failure_reason();
+  EXPECT_NE(done.failure_reason().find("not restarted"), std::string::npos) << done.failure_reason();
+}
+
 TEST(ControlPlaneTest, KilledCoordinatorLosesNothing) {
   ControlPlane cp;
   ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());

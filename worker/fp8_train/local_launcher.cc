@@ -17,6 +17,8 @@
 #include <system_error>
 #include <thread>
 
+#include "common/rpc/trainer_exit_codes.h"
+
 extern char** environ;
 
 namespace fp8::train_cli {
@@ -150,23 +152,28 @@ int run_local_ranks(const LocalLaunch& launch) {
   std::filesystem::remove_all(rendezvous, ec);
 
   bool bad_input = false, any_failed = spawn_failures > 0, stopped = false;
+  int classified = 0;  // the lowest rank's exit code that names a failure class
   for (size_t r = 0; r < ranks.size(); ++r) {
     const Rank& k = ranks[r];
     if (k.pid < 0) continue;
     const int s = k.status;
     if (WIFEXITED(s) && WEXITSTATUS(s) == 0) continue;
-    if (WIFEXITED(s) && WEXITSTATUS(s) == 130) {
+    if (WIFEXITED(s) && WEXITSTATUS(s) == fp8::rpc::kExitStopped) {
       stopped = true;
       continue;
     }
-    if (WIFEXITED(s) && WEXITSTATUS(s) == 2) bad_input = true;
+    if (WIFEXITED(s) && WEXITSTATUS(s) == fp8::rpc::kExitConfiguration) bad_input = true;
+    const bool names_class = WIFEXITED(s) && (WEXITSTATUS(s) == fp8::rpc::kExitDivergence ||
+                                              WEXITSTATUS(s) == fp8::rpc::kExitOutOfMemory ||
+                                              WEXITSTATUS(s) == fp8::rpc::kExitPeerLost);
+    if (names_class && classified == 0) classified = WEXITSTATUS(s);
     any_failed = true;
     std::fprintf(stderr, "fp8-train: rank %zu of %d failed (%s)\n", r, launch.nproc,
                  k.killed_by_launcher ? "still running after another rank failed; killed" : describe(s).c_str());
   }
-  if (bad_input) return 2;
-  if (any_failed) return 1;
-  return stopped ? 130 : 0;
+  if (bad_input) return fp8::rpc::kExitConfiguration;
+  if (any_failed) return classified != 0 ? classified : 1;
+  return stopped ? fp8::rpc::kExitStopped : 0;
 }
 
 }  // namespace fp8::train_cli

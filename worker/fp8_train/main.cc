@@ -64,6 +64,7 @@
 #include "common/jobspec/loader.h"
 #include "common/jobspec/memory_estimate.h"
 #include "common/rpc/coordinator_channel.h"
+#include "common/rpc/trainer_exit_codes.h"
 #include "kernels/cpu/parallel.h"
 #include "worker/engine/checkpoint/discovery.h"
 #include "worker/engine/collectives/file_store.h"
@@ -91,10 +92,28 @@ void on_signal(int) {
 
 std::string g_who = "fp8-train";  // "fp8-train [rank 1]" under FSDP
 
-int fail(const absl::Status& s, int code = 1) {
+// A failed run's exit code names its class for the coordinator's restart policy
+// (common/rpc/trainer_exit_codes.h): a divergence or an exhausted allocation repeats on
+// restart, a peer that died or went silent (process_group.h's Unavailable and
+// DeadlineExceeded) may not.
+int exit_code_for(const absl::Status& s) {
+  if (fp8::engine::IsDivergence(s)) return fp8::rpc::kExitDivergence;
+  switch (s.code()) {
+    case absl::StatusCode::kResourceExhausted:
+      return fp8::rpc::kExitOutOfMemory;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      return fp8::rpc::kExitPeerLost;
+    default:
+      return 1;
+  }
+}
+
+int fail(const absl::Status& s, int code) {
   std::fprintf(stderr, "%s: %s\n", g_who.c_str(), std::string(s.message()).c_str());
   return code;
 }
+int fail(const absl::Status& s) { return fail(s, exit_code_for(s)); }
 
 // Ranks other than 0 keep quiet but for warnings, which name the rank.
 class OtherRankObserver final : public fp8::engine::TrainObserver {

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -82,7 +83,15 @@ std::string Attempts(const v1::Job& job) {
     for (const v1::RankPlacement& r : a.ranks()) ranks.AddRow({absl::StrCat(r.rank()), r.worker_id(), r.device_name()});
     std::istringstream lines(ranks.Render());
     for (std::string line; std::getline(lines, line);) absl::StrAppend(&out, "      ", line, "\n");
-    if (!a.end_reason().empty()) absl::StrAppend(&out, "      end: ", a.end_reason(), "\n");
+    if (!a.end_reason().empty()) {
+      const bool classed = a.failure_class() != v1::RestartPolicy::FAILURE_CLASS_UNSPECIFIED;
+      absl::StrAppend(&out, "      end: ",
+                      classed ? absl::StrCat("(", absl::AsciiStrToLower(v1::RestartPolicy::FailureClass_Name(
+                                                      a.failure_class())),
+                                             ") ")
+                              : "",
+                      a.end_reason(), "\n");
+    }
   }
   return out;
 }

@@ -112,10 +112,11 @@ TEST_F(CoordinatorTest, FailedRankStopsTheGangAndRestarts) {
   const v1::StartRank s0 = Beat(w0)[0].start_rank(), s1 = Beat(w1)[0].start_rank();
   Beat(w0, {Running(s0)});
   Beat(w1, {Running(s1)});
-  ASSERT_TRUE(Exit(w1, s1, 3).ok());
+  ASSERT_TRUE(Exit(w1, s1, 1).ok());  // a failure of unknown class
   v1::Job job = Get(id);
   EXPECT_EQ(job.state(), v1::Job::RESTARTING);
   EXPECT_EQ(job.attempt_history(0).state(), v1::Attempt::FAILED);
+  EXPECT_EQ(job.attempt_history(0).failure_class(), v1::RestartPolicy::UNKNOWN);
   EXPECT_NE(job.attempt_history(0).end_reason().find("rank 1"), std::string::npos) << job.attempt_history(0).end_reason();
   // Rank 0 is told to stop; its worker stays busy until it has.
   auto stop = Beat(w0, {Running(s0)});
@@ -138,6 +139,33 @@ TEST_F(CoordinatorTest, FailedRankStopsTheGangAndRestarts) {
   EXPECT_EQ(job.state(), v1::Job::FAILED);
   EXPECT_NE(job.failure_reason().find("restarts used"), std::string::npos) << job.failure_reason();
   (void)t1;
+}
+
+// A failure that a restart would repeat (fp8-train's exit code 3: the loss diverged) fails
+// the job at once, restarts left or not; restarts.on can ask for it to restart anyway.
+TEST_F(CoordinatorTest, ADivergenceIsNotRestartedUnlessRestartsOnListsIt) {
+  const std::string w0 = Register();
+  const std::string id = SubmitAs(alice_, Spec(1, 0, /*max_restarts=*/3));
+  const v1::StartRank s0 = Beat(w0)[0].start_rank();
+  Beat(w0, {Running(s0)});
+  ASSERT_TRUE(Exit(w0, s0, 3).ok());
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::Job::FAILED);
+  EXPECT_EQ(job.attempts(), 1);
+  EXPECT_EQ(job.attempt_history(0).failure_class(), v1::RestartPolicy::DIVERGENCE);
+  EXPECT_NE(job.failure_reason().find("not restarted: a divergence failure, not in restarts.on"), std::string::npos)
+      << job.failure_reason();
+
+  v1::JobSpec spec = Spec(1, 0, 3);
+  spec.set_name("diverges-again");
+  spec.mutable_restarts()->add_on(v1::RestartPolicy::DIVERGENCE);
+  const std::string again = SubmitAs(alice_, spec);
+  const v1::StartRank t0 = Beat(w0)[0].start_rank();
+  Beat(w0, {Running(t0)});
+  ASSERT_TRUE(Exit(w0, t0, 3).ok());
+  job = Get(again);
+  EXPECT_EQ(job.attempts(), 2) << "restarted (backoff 0: at once)";
+  EXPECT_NE(job.state(), v1::Job::FAILED);
 }
 
 TEST_F(CoordinatorTest, LostWorkerEndsTheAttempt) {

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "worker/engine/train/amax_histories.h"
@@ -325,12 +326,22 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   return r;
 }
 
+namespace {
+// The status payload marking a divergence (kept by whoever passes the status on).
+constexpr char kDivergencePayload[] = "fp8train/divergence";
+}  // namespace
+
+bool IsDivergence(const absl::Status& s) { return s.GetPayload(kDivergencePayload).has_value(); }
+
 absl::Status Trainer::check_finite(const std::vector<StepStats::StepValues>& steps) const {
   for (const StepStats::StepValues& v : steps) {
     if (!std::isfinite(v.loss) || !std::isfinite(v.grad_norm)) {
-      return absl::InternalError(absl::StrCat("training diverged at step ", v.step, ": loss ", v.loss, ", grad norm ",
-                                              v.grad_norm, " (fp8 recipe ", recipe_name(spec_.fp8().recipe()),
-                                              "); lower train.lr or resume from an earlier checkpoint"));
+      absl::Status diverged = absl::InternalError(
+          absl::StrCat("training diverged at step ", v.step, ": loss ", v.loss, ", grad norm ", v.grad_norm,
+                       " (fp8 recipe ", recipe_name(spec_.fp8().recipe()),
+                       "); lower train.lr or resume from an earlier checkpoint"));
+      diverged.SetPayload(kDivergencePayload, absl::Cord(absl::StrCat(v.step)));
+      return diverged;
     }
   }
   return absl::OkStatus();

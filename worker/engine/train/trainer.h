@@ -72,6 +72,10 @@ struct TrainerOptions {
   bool init_from_follow_links = true;
 };
 
+// Whether a run failed because its loss or grad norm stopped being finite: a bit-exact
+// trainer repeats that from the same checkpoint, so it is not worth a restart.
+bool IsDivergence(const absl::Status& s);
+
 class Trainer {
  public:
   // `spec` must be resolved and valid (jobspec::LoadJobSpecFile does both).
