@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/fp8ctl/exit_codes.h"
@@ -44,8 +45,12 @@ CliError FromRpcStatus(const grpc::Status& status, absl::string_view what, const
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       return {code, absl::StrCat(what, ": the coordinator at ", target.address,
                                  " did not answer in time (", detail, ")")};
-    case grpc::StatusCode::UNAUTHENTICATED:
     case grpc::StatusCode::PERMISSION_DENIED:
+      // A field of the job the token may not ask for (spec.owner): the job is what to
+      // change, not the token.
+      if (absl::StartsWith(detail, "spec.")) return {code, absl::StrCat(what, ": refused: ", detail)};
+      [[fallthrough]];
+    case grpc::StatusCode::UNAUTHENTICATED:
       return {code, absl::StrCat(what, ": the coordinator at ", target.address, " refused the token from ",
                                  target.token_source.empty() ? "nowhere" : target.token_source, " (", detail,
                                  "); ", HowToGetToken())};

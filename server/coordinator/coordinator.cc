@@ -236,8 +236,10 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const Principal& who, const v1::Subm
   v1::JobSpec spec = request.spec();
   if (!spec.has_owner() || spec.owner().empty()) spec.set_owner(who.name);
   if (!who.is_admin() && spec.owner() != who.name) {
-    return absl::PermissionDeniedError(absl::StrCat("spec.owner: user '", who.name, "' may not submit jobs for '",
-                                                    rpc::QuoteForError(spec.owner()), "'"));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "spec.owner: user '", who.name, "' may not submit jobs for '", rpc::QuoteForError(spec.owner()),
+        "'; leave owner out of the job (it defaults to the token's user) or set it to '", who.name, "' (--set owner=",
+        who.name, ")"));
   }
   FP8_ASSIGN_OR_RETURN(v1::JobSpec resolved, AdmitJobSpec(spec, options_.roots, who.is_admin()));
 

@@ -260,6 +260,13 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   const std::string alice = cp.CreateToken("user", "alice");
   r = ctl.Run({"describe", "job-1", "--token", alice});
   EXPECT_TRUE(Exited(r, 6)) << Show(r);
+  // A job owned by someone else (the examples' `owner: examples`): the fix is the owner,
+  // not the token.
+  r = ctl.Run({"submit", ok.string(), "--set", "owner=examples", "--token", alice});
+  EXPECT_TRUE(Exited(r, 5)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "leave owner out of the job")) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "--set owner=alice")) << Show(r);
+  EXPECT_FALSE(Contains(r.err, "fp8-coordinator token")) << Show(r);
   // A spec the coordinator refuses (data outside its data root): exit 3.
   const fs::path outside = WriteJob(cp.dir(), "outside", 10, 1, "/etc/hostname");
   r = ctl.Run({"submit", outside.string()});
