@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
       AddDescribeVerb(app),
       AddLogsVerb(app),
       AddCancelVerb(app),
+      AddResumeVerb(app),
       AddWorkersVerb(app),
       AddAmaxVerb(app),
       AddPlotVerb(app),
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     if (std::optional<std::string> verb = UnknownVerb(app, argc, argv)) {
-      std::fprintf(stderr, "fp8ctl: unknown verb '%s'; the verbs are submit, follow, list, describe, logs, cancel, workers, amax, plot, completion\n",
+      std::fprintf(stderr, "fp8ctl: unknown verb '%s'; the verbs are submit, follow, list, describe, logs, cancel, resume, workers, amax, plot, completion\n",
                    verb->c_str());
       return kExitUsage;
     }

@@ -403,6 +403,42 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const Principal& who, const v1::C
   return out;
 }
 
+absl::StatusOr<v1::Job> Coordinator::ResumeJob(const Principal& who, const v1::ResumeJobRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return Unavailable();
+  FP8_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, request.job_id()));
+  if (job.state() != v1::Job::FAILED && job.state() != v1::Job::CANCELLED) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job.id(), " is ", v1::Job::State_Name(job.state()),
+                                                      ": only a FAILED or CANCELLED job resumes"));
+  }
+  constexpr int kMaxRanks = 1 << 16;  // resources.world_size's bound (common/jobspec/validate.cc)
+  if (request.has_world_size() && (request.world_size() < 1 || request.world_size() > kMaxRanks)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("world_size: ", request.world_size(), " is outside [1, ", kMaxRanks, "]"));
+  }
+  ActiveJob active;
+  absl::string_view number = job.id();
+  if (!absl::ConsumePrefix(&number, "job-") || !absl::SimpleAtoi(number, &active.number)) {
+    return absl::InternalError(absl::StrCat("job id '", job.id(), "' is malformed"));
+  }
+  v1::Job next = job;
+  if (request.has_world_size()) next.mutable_spec()->mutable_resources()->set_world_size(request.world_size());
+  next.set_state(v1::Job::QUEUED);
+  next.set_restarts_left(next.spec().restarts().max_restarts());
+  next.clear_failure_reason();
+  next.clear_finished_unix_ms();
+  const std::string why = absl::StrCat(
+      "resumed by ", who.name, " from step ", job.last_checkpoint_step(),
+      request.has_world_size() ? absl::StrCat(" on ", request.world_size(), " ranks") : std::string());
+  FP8_ASSIGN_OR_RETURN(active.submitted_seq, store_->next("submission"));  // behind the jobs waiting now
+  active.rank_memory_gb = RankMemoryNeedGb(next.spec());
+  active.job = job;
+  FP8_RETURN_IF_ERROR(Commit(active, next, {StateChangeEvent(job.id(), job.state(), v1::Job::QUEUED, why)}));
+  active_.emplace(job.id(), std::move(active));
+  ScheduleLocked();
+  return VisibleJob(who, job.id());
+}
+
 absl::StatusOr<EventBatch> Coordinator::EventsAfter(const Principal& who, const std::string& job_id,
                                                     int64_t after_sequence, bool include_progress) {
   absl::MutexLock lock(&mu_);

@@ -84,6 +84,7 @@ class Coordinator {
   absl::StatusOr<v1::Job> GetJob(const Principal& who, const std::string& job_id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const Principal& who, const v1::ListJobsRequest& request);
   absl::StatusOr<v1::Job> CancelJob(const Principal& who, const v1::CancelJobRequest& request);
+  absl::StatusOr<v1::Job> ResumeJob(const Principal& who, const v1::ResumeJobRequest& request);
   absl::StatusOr<EventBatch> EventsAfter(const Principal& who, const std::string& job_id, int64_t after_sequence,
                                          bool include_progress);
   // Blocks until some job records an event, or `timeout`, or shutdown.

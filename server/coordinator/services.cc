@@ -62,6 +62,10 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::Cance
   return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.CancelJob(who, *req); });
 }
 
+grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::ResumeJobRequest* req, v1::Job* out) {
+  return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.ResumeJob(who, *req); });
+}
+
 grpc::Status JobServiceImpl::GetJobLogs(grpc::ServerContext* ctx, const v1::GetJobLogsRequest* req,
                                         v1::GetJobLogsResponse* out) {
   return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.GetJobLogs(who, *req); });

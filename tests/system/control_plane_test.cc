@@ -125,6 +125,46 @@ TEST(ControlPlaneTest, ADivergedJobIsNotRestarted) {
   EXPECT_NE(done.failure_reason().find("not restarted"), std::string::npos) << done.failure_reason();
 }
 
+// A cancelled job continues from its checkpoint when resumed (the same job, a second
+// attempt) and ends where the same job run straight through ends.
+TEST(ControlPlaneTest, ACancelledJobResumesAndEndsWhereAStraightRunEnds) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  cp.StartWorker();
+  ControlPlane::JobOptions o;
+  o.name = "paused";
+  o.steps = 300;
+  o.checkpoint_every = 50;
+  v1::Job job;
+  ASSERT_TRUE(cp.Submit(cp.Spec(o), &job).ok());
+  const v1::Job checkpointed =
+      cp.WaitFor(job.id(), [](const v1::Job& j) { return j.last_checkpoint_step() >= 50 || Final(j); }, kJobLimit);
+  ASSERT_EQ(checkpointed.state(), v1::Job::RUNNING) << checkpointed.DebugString() << cp.Logs();
+  v1::Job out;
+  ASSERT_TRUE(cp.Cancel(job.id(), &out).ok());
+  ASSERT_EQ(out.state(), v1::Job::CANCELLED);
+
+  v1::ResumeJobRequest resume;
+  resume.set_job_id(job.id());
+  auto ctx = WithToken(cp.AdminToken(), std::chrono::seconds(30));
+  const grpc::Status resumed = cp.JobStub()->ResumeJob(ctx.get(), resume, &out);
+  ASSERT_TRUE(resumed.ok()) << resumed.error_message();
+  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  ASSERT_EQ(done.attempts(), 2);
+  EXPECT_EQ(done.attempt_history(0).state(), v1::Attempt::CANCELLED);
+  EXPECT_GE(done.attempt_history(1).resumed_from_step(), 50);
+  EXPECT_EQ(done.latest_progress().step(), 300);
+
+  o.name = "straight";
+  v1::Job reference;
+  ASSERT_TRUE(cp.Submit(cp.Spec(o), &reference).ok());
+  const v1::Job ref = cp.WaitFor(reference.id(), Final, kJobLimit);
+  ASSERT_EQ(ref.state(), v1::Job::SUCCEEDED) << ref.DebugString() << cp.Logs();
+  EXPECT_NEAR(done.latest_progress().loss(), ref.latest_progress().loss(), 1e-3 * ref.latest_progress().loss());
+}
+
 TEST(ControlPlaneTest, KilledCoordinatorLosesNothing) {
   ControlPlane cp;
   ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());

@@ -24,6 +24,7 @@ Verb AddListVerb(CLI::App& app);
 Verb AddDescribeVerb(CLI::App& app);
 Verb AddLogsVerb(CLI::App& app);
 Verb AddCancelVerb(CLI::App& app);
+Verb AddResumeVerb(CLI::App& app);
 Verb AddWorkersVerb(CLI::App& app);
 Verb AddAmaxVerb(CLI::App& app);
 Verb AddPlotVerb(CLI::App& app);

@@ -168,6 +168,57 @@ TEST_F(CoordinatorTest, ADivergenceIsNotRestartedUnlessRestartsOnListsIt) {
   EXPECT_NE(job.state(), v1::Job::FAILED);
 }
 
+// A cancelled job continues from its last committed checkpoint: the same job, a new
+// attempt told to resume from that step, on another number of ranks when asked.
+TEST_F(CoordinatorTest, ACancelledJobResumesFromItsLastCheckpoint) {
+  RunningJob run = StartRunning(Spec(1, 0, /*max_restarts=*/2));
+  const std::string folder = run.start.spec().checkpoint().dir();
+  v1::CommitCheckpointRequest commit;
+  commit.mutable_caller()->set_job_id(run.id);
+  commit.mutable_caller()->set_attempt(1);
+  commit.set_world_size(1);
+  commit.set_step(10);
+  commit.set_dir(folder + "/step-00000010");
+  ASSERT_TRUE(c_->CommitCheckpoint(run.trainer, commit).ok());
+
+  v1::ResumeJobRequest resume;
+  resume.set_job_id(run.id);
+  EXPECT_EQ(c_->ResumeJob(alice_, resume).status().code(), absl::StatusCode::kFailedPrecondition) << "still running";
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(run.id);
+  ASSERT_TRUE(c_->CancelJob(alice_, cancel).ok());
+  ASSERT_TRUE(Exit(run.worker, run.start, 143).ok());
+  EXPECT_EQ(c_->ResumeJob(bob_, resume).status().code(), absl::StatusCode::kNotFound) << "another user's job";
+  resume.set_world_size(0);
+  EXPECT_EQ(c_->ResumeJob(alice_, resume).status().code(), absl::StatusCode::kInvalidArgument);
+
+  const std::string second = Register();
+  resume.set_world_size(2);
+  absl::StatusOr<v1::Job> resumed = c_->ResumeJob(alice_, resume);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->id(), run.id);
+  EXPECT_EQ(resumed->spec().resources().world_size(), 2);
+  EXPECT_EQ(resumed->restarts_left(), 2);
+  EXPECT_TRUE(resumed->failure_reason().empty());
+  auto start_of = [](const std::vector<v1::WorkerCommand>& commands) {
+    for (const v1::WorkerCommand& c : commands) {
+      if (c.has_start_rank()) return c.start_rank();
+    }
+    return v1::StartRank();
+  };
+  const v1::StartRank s0 = start_of(Beat(run.worker));
+  const v1::StartRank s1 = start_of(Beat(second));
+  EXPECT_EQ(s0.attempt(), 2);
+  EXPECT_EQ(s0.resume_step(), 10);
+  EXPECT_EQ(s0.world_size(), 2);
+  EXPECT_EQ(s1.rank(), 1);
+  const v1::Job job = Get(run.id);
+  EXPECT_EQ(job.state(), v1::Job::RUNNING);
+  ASSERT_EQ(job.attempt_history_size(), 2);
+  EXPECT_EQ(job.attempt_history(0).state(), v1::Attempt::CANCELLED);
+  EXPECT_EQ(job.attempt_history(1).resumed_from_step(), 10);
+}
+
 TEST_F(CoordinatorTest, LostWorkerEndsTheAttempt) {
   lost_after_ = absl::Milliseconds(300);
   Open();

@@ -192,6 +192,10 @@ TEST_F(RequestFuzzTest, MutatedRequestsGetAnAnswerAndNeverBreakTheCoordinator) {
   cancel.set_job_id("job-999");
   cancel.set_reason("fuzz");
   seeds["/fp8.v1.JobService/CancelJob"] = {admin_, cancel.SerializeAsString()};
+  v1::ResumeJobRequest resume;
+  resume.set_job_id(job_id_);
+  resume.set_world_size(3);
+  seeds["/fp8.v1.JobService/ResumeJob"] = {admin_, resume.SerializeAsString()};
   v1::GetJobLogsRequest logs;
   logs.set_job_id(job_id_);
   logs.set_tail_lines(5);

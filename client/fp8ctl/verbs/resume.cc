@@ -1,0 +1,58 @@
+// fp8ctl resume ID [--world-size N]: a new attempt of a FAILED or CANCELLED job from its
+// last committed checkpoint.
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "client/fp8ctl/exit_codes.h"
+#include "client/fp8ctl/format.h"
+#include "client/fp8ctl/output.h"
+#include "client/fp8ctl/verbs/verbs.h"
+
+namespace fp8::ctl {
+
+Verb AddResumeVerb(CLI::App& app) {
+  struct Args {
+    std::string job_id;
+    int world_size = 0;
+    OutputFormat output = OutputFormat::kTable;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "resume", "continue a FAILED or CANCELLED job from its last committed checkpoint (the same job, a new attempt)");
+  cmd->fallthrough();
+  cmd->add_option("ID", a->job_id, "job id (job-<n>)")->required();
+  cmd->add_option("--world-size", a->world_size,
+                  "continue on this many ranks (train.batch_size is per rank: the global batch changes with it)")
+      ->check(CLI::Range(1, 1 << 16));
+  AddOutputFlag(cmd, &a->output);
+
+  return {cmd, [a](Session& session) {
+            if (auto e = session.Connect()) return Report(*e);
+            v1::ResumeJobRequest req;
+            req.set_job_id(a->job_id);
+            if (a->world_size > 0) req.set_world_size(a->world_size);
+            v1::Job job;
+            auto ctx = session.Context();
+            if (grpc::Status s = session.stub().ResumeJob(ctx.get(), req, &job); !s.ok()) {
+              CliError e = session.Error(s, absl::StrCat("resume ", a->job_id));
+              if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+                e.message = absl::StrCat("resume ", a->job_id, ": ", s.error_message());
+              }
+              return Report(e);
+            }
+            if (a->output != OutputFormat::kTable) {
+              absl::StatusOr<std::string> out = MessageJson(job);
+              if (out.ok()) out = RenderJson(*out, a->output);
+              if (!out.ok()) return Report({kExitError, std::string(out.status().message())});
+              std::cout << *out;
+              return static_cast<int>(kExitOk);
+            }
+            std::cout << job.id() << " " << JobStateName(job.state()) << ": resumes from step "
+                      << job.last_checkpoint_step() << " on " << job.spec().resources().world_size() << " rank(s)"
+                      << std::endl;
+            return static_cast<int>(kExitOk);
+          }};
+}
+
+}  // namespace fp8::ctl
