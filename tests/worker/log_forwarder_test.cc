@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "tests/worker/worker_test_util.h"
@@ -95,6 +98,42 @@ TEST(LogForwarder, BackgroundThreadSends) {
   fw.Append(key, "x", 1);
   fw.Append(key, "y", 2);
   EXPECT_TRUE(testing::WaitFor([&] { return lines.load() == 2; }));
+}
+
+// A closed rank's lines go out at once, not at the next interval, and the rank counts as
+// delivered only once the call carrying them has returned (its exit report waits for that).
+TEST(LogForwarder, ClosingSendsAtOnceAndDeliveredWaitsForTheCall) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false, release = false;
+  LogForwarder::Options o;
+  o.interval = absl::Hours(1);
+  LogForwarder fw(
+      [&](const std::string&, const std::string&, const v1::AppendLogsRequest&) {
+        std::unique_lock<std::mutex> lock(mu);
+        entered = true;
+        cv.notify_all();
+        cv.wait(lock, [&] { return release; });
+        return absl::OkStatus();
+      },
+      o);
+  const RankKey key{"job-1", 1, 0};
+  fw.Open(key, "c:1", "tok");
+  fw.Append(key, "last words", 1);
+  EXPECT_FALSE(fw.Delivered(key));
+  fw.Close(key);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return entered; })) << "not sent on Close";
+  }
+  EXPECT_FALSE(fw.Delivered(key)) << "the call is still in flight";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  EXPECT_TRUE(testing::WaitFor([&] { return fw.Delivered(key); }));
+  EXPECT_TRUE(fw.Delivered(RankKey{"job-2", 1, 0})) << "a rank never opened has nothing to deliver";
 }
 
 }  // namespace

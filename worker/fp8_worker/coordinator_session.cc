@@ -120,6 +120,10 @@ absl::Status CoordinatorSession::Register() {
 bool CoordinatorSession::ReportPendingExits() {
   for (auto it = pending_.begin(); it != pending_.end();) {
     const RankExit& e = it->exit;
+    if (!ranks_.LogsDelivered(e.key) && Clock::now() < it->report_by) {
+      ++it;  // its last lines are still on their way; heartbeats go on meanwhile
+      continue;
+    }
     v1::ReportRankExitRequest req;
     req.set_worker_id(worker_id_);
     req.set_job_id(e.key.job_id);
@@ -223,7 +227,7 @@ void CoordinatorSession::CollectExits() {
     for (const RankExit& e : exits) options_.metrics->OnRankExit(e);
   }
   if (exits.empty()) return;
-  for (RankExit& e : exits) pending_.push_back({std::move(e), 0});
+  for (RankExit& e : exits) pending_.push_back({std::move(e), 0, Clock::now() + options_.logs_before_exit});
   if (registered_ && !in_outage_) next_tick_ = Clock::now();  // tell the coordinator now
 }
 

@@ -38,6 +38,9 @@ struct SessionOptions {
   std::chrono::milliseconds poll_interval{50};
   // On the way out: how long to keep trying to report the ranks' exits.
   std::chrono::milliseconds shutdown_report_budget{10000};
+  // How long a rank's exit report waits for its last output lines to reach the
+  // coordinator (RankSupervisor::LogsDelivered) before it goes without them.
+  std::chrono::milliseconds logs_before_exit{3000};
   // Refusals (not outages) of one exit report before it is given up on.
   int max_report_refusals = 5;
   // Kept up to date when set (must outlive the session).
@@ -63,6 +66,9 @@ class CoordinatorSession {
   struct PendingExit {
     RankExit exit;
     int refusals = 0;
+    // Reported once the rank's output has reached the coordinator, or from this time on
+    // whatever it has.
+    Clock::time_point report_by;
   };
 
   // One round of calls; returns a fatal status only.

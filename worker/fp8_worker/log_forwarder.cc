@@ -46,9 +46,19 @@ void LogForwarder::Append(const RankKey& key, absl::string_view line, int64_t ti
 }
 
 void LogForwarder::Close(const RankKey& key) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = streams_.find(key);
+    if (it != streams_.end()) it->second.closed = true;
+    flush_now_ = true;
+  }
+  wake_.notify_all();
+}
+
+bool LogForwarder::Delivered(const RankKey& key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = streams_.find(key);
-  if (it != streams_.end()) it->second.closed = true;
+  return it == streams_.end() || (it->second.lines.empty() && it->second.sending == 0);
 }
 
 void LogForwarder::FlushOnce() {
@@ -79,15 +89,17 @@ void LogForwarder::FlushOnce() {
         *b.request.add_lines() = std::move(s.lines.front());
         s.lines.pop_front();
       }
+      ++s.sending;
       ++it;
     }
   }
   // The calls go out without the lock: readers keep appending meanwhile.
   for (Batch& b : batches) {
     absl::Status st = sender_(b.address, b.token, b.request);
-    if (st.ok()) continue;
     std::lock_guard<std::mutex> lock(mu_);
     auto it = streams_.find(b.key);
+    if (it != streams_.end()) --it->second.sending;
+    if (st.ok()) continue;
     if (it != streams_.end() && !it->second.warned) {
       it->second.warned = true;
       Log("warning: " + b.key.ToString() + ": AppendLogs to " + b.address + " failed (" + st.ToString() +
@@ -99,7 +111,8 @@ void LogForwarder::FlushOnce() {
 void LogForwarder::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    wake_.wait_for(lock, absl::ToChronoMilliseconds(options_.interval), [this] { return stopping_; });
+    wake_.wait_for(lock, absl::ToChronoMilliseconds(options_.interval), [this] { return stopping_ || flush_now_; });
+    flush_now_ = false;
     const bool last = stopping_;
     lock.unlock();
     FlushOnce();

@@ -50,8 +50,13 @@ class LogForwarder {
   void Open(const RankKey& key, const std::string& coordinator_address, const std::string& trainer_token);
   // Thread-safe; lines of a rank not opened are dropped.
   void Append(const RankKey& key, absl::string_view line, int64_t time_unix_ms);
-  // The rank has ended: its remaining lines go out with the next pass, then it is forgotten.
+  // The rank has ended: its remaining lines go out with a pass started now (with the
+  // background thread), then it is forgotten.
   void Close(const RankKey& key);
+  // Whether every line of the rank has been sent (or dropped): nothing buffered, no call
+  // in flight. The rank's exit report waits for this, so that its last lines reach the
+  // coordinator before the attempt, and the token they use, can end.
+  bool Delivered(const RankKey& key);
 
   // One pass over every rank: at most one call of <= 500 lines per rank, so that one
   // chatty rank cannot starve the others.
@@ -64,6 +69,7 @@ class LogForwarder {
     std::deque<v1::LogLine> lines;
     bool closed = false;
     bool warned = false;  // a failed call or an overflow was reported once
+    int sending = 0;      // calls in flight with its lines
   };
 
   void Run();
@@ -73,6 +79,7 @@ class LogForwarder {
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;
+  bool flush_now_ = false;  // a stream was closed: pass at once rather than at the interval
   std::map<RankKey, Stream> streams_;
   std::mutex flush_mu_;  // one pass at a time
   std::thread thread_;

@@ -139,16 +139,16 @@ void RankSupervisor::Poll() {
     e.message = r.process->LastLine();
     e.last_status = StatusOf(key, r);
     Log(absl::StrCat(key.ToString(), ": ", Describe(e), e.message.empty() ? "" : ": " + e.message));
-    if (forwarder_ != nullptr) {
-      // Its last lines reach the coordinator before its exit does: once every rank has
-      // exited the attempt ends and its token, which AppendLogs uses, is revoked. A few
-      // passes (1000 lines each) cover a normal end; more waits for the next pass.
-      forwarder_->Close(key);
-      for (int pass = 0; pass < 3; ++pass) forwarder_->FlushOnce();
-    }
+    // Its last lines go out now, from the forwarder's thread; the session holds the exit
+    // report until they have (LogsDelivered).
+    if (forwarder_ != nullptr) forwarder_->Close(key);
     exits_.push_back(std::move(e));
     it = ranks_.erase(it);
   }
+}
+
+bool RankSupervisor::LogsDelivered(const RankKey& key) const {
+  return forwarder_ == nullptr || forwarder_->Delivered(key);
 }
 
 std::vector<RankExit> RankSupervisor::TakeExits() {

@@ -54,6 +54,10 @@ class RankSupervisor {
   void Poll();
   // The exits found since the last call, in the order found.
   std::vector<RankExit> TakeExits();
+  // Whether an exited rank's output has all gone to the coordinator (or been dropped):
+  // once every rank has exited the attempt ends and its token, which the log calls use,
+  // is revoked, so its exit is reported after them.
+  bool LogsDelivered(const RankKey& key) const;
 
   // Ranks not yet exited (as heartbeats and re-registration carry them).
   std::vector<v1::RankStatus> Statuses() const;
