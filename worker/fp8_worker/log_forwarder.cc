@@ -118,6 +118,8 @@ void LogForwarder::Run() {
     FlushOnce();
     lock.lock();
     if (last) return;
+    // A closed rank with more than a call's worth of lines left: the next pass at once.
+    for (const auto& [key, stream] : streams_) flush_now_ = flush_now_ || (stream.closed && !stream.lines.empty());
   }
 }
 
