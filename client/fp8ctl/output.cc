@@ -1,5 +1,6 @@
 #include "client/fp8ctl/output.h"
 
+#include <iostream>
 #include <map>
 
 #include "CLI/CLI.hpp"
@@ -9,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "google/protobuf/struct.pb.h"
+#include "client/fp8ctl/exit_codes.h"
+#include "client/fp8ctl/rpc_errors.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace fp8::ctl {
@@ -166,6 +169,14 @@ absl::StatusOr<std::string> JsonToYaml(const std::string& json) {
 absl::StatusOr<std::string> RenderJson(const std::string& json, OutputFormat format) {
   if (format == OutputFormat::kYaml) return JsonToYaml(json);
   return json.empty() || json.back() != '\n' ? json + "\n" : json;
+}
+
+int PrintMessage(const google::protobuf::Message& message, OutputFormat format) {
+  absl::StatusOr<std::string> out = MessageJson(message);
+  if (out.ok()) out = RenderJson(*out, format);
+  if (!out.ok()) return Report({kExitError, std::string(out.status().message())});
+  std::cout << *out;
+  return static_cast<int>(kExitOk);
 }
 
 }  // namespace fp8::ctl

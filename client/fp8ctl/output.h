@@ -28,4 +28,8 @@ absl::StatusOr<std::string> JsonToYaml(const std::string& json);
 // `json` in the chosen format (json or yaml).
 absl::StatusOr<std::string> RenderJson(const std::string& json, OutputFormat format);
 
+// A verb's -o json|yaml output: `message` on stdout in `format`. Returns the verb's exit
+// code (an error, reported, when it cannot be rendered).
+int PrintMessage(const google::protobuf::Message& message, OutputFormat format);
+
 }  // namespace fp8::ctl

@@ -23,7 +23,6 @@ constexpr size_t kMaxLabelValueChars = 256;
 constexpr size_t kMaxFreeTextChars = 1024;
 constexpr int64_t kMaxSteps = int64_t{1} << 40;
 constexpr int64_t kMaxBatch = 1 << 20;
-constexpr int64_t kMaxWorldSize = 1 << 16;
 
 bool IsDnsLabel(std::string_view s) {
   if (s.empty() || s.size() > kMaxNameChars) return false;

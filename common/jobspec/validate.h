@@ -5,7 +5,12 @@
 #include "common/jobspec/issues.h"
 #include "fp8/v1/job.pb.h"
 
+#include <cstdint>
+
 namespace fp8::jobspec {
+
+// resources.world_size's bound.
+inline constexpr int64_t kMaxWorldSize = 1 << 16;
 
 // Every problem found, in no particular order (the caller sorts by position).
 Issues FindSpecIssues(const v1::JobSpec& spec);

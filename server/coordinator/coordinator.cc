@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/jobspec/validate.h"
 #include "common/rpc/request_limits.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -411,10 +413,9 @@ absl::StatusOr<v1::Job> Coordinator::ResumeJob(const Principal& who, const v1::R
     return absl::FailedPreconditionError(absl::StrCat("job ", job.id(), " is ", v1::Job::State_Name(job.state()),
                                                       ": only a FAILED or CANCELLED job resumes"));
   }
-  constexpr int kMaxRanks = 1 << 16;  // resources.world_size's bound (common/jobspec/validate.cc)
-  if (request.has_world_size() && (request.world_size() < 1 || request.world_size() > kMaxRanks)) {
+  if (request.has_world_size() && (request.world_size() < 1 || request.world_size() > jobspec::kMaxWorldSize)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("world_size: ", request.world_size(), " is outside [1, ", kMaxRanks, "]"));
+        absl::StrCat("world_size: ", request.world_size(), " is outside [1, ", jobspec::kMaxWorldSize, "]"));
   }
   ActiveJob active;
   absl::string_view number = job.id();
@@ -678,26 +679,11 @@ void Coordinator::QueueStop(Worker& worker, const std::string& job_id, int attem
 
 namespace {
 
+// The proto names the classes as the scheduler does, in capitals.
 v1::RestartPolicy::FailureClass ToProto(scheduler::FailureClass c) {
-  switch (c) {
-    case scheduler::FailureClass::kWorkerLost:
-      return v1::RestartPolicy::WORKER_LOST;
-    case scheduler::FailureClass::kPeerLost:
-      return v1::RestartPolicy::PEER_LOST;
-    case scheduler::FailureClass::kSignal:
-      return v1::RestartPolicy::SIGNAL;
-    case scheduler::FailureClass::kHung:
-      return v1::RestartPolicy::HUNG;
-    case scheduler::FailureClass::kConfiguration:
-      return v1::RestartPolicy::CONFIGURATION;
-    case scheduler::FailureClass::kDivergence:
-      return v1::RestartPolicy::DIVERGENCE;
-    case scheduler::FailureClass::kOutOfMemory:
-      return v1::RestartPolicy::OUT_OF_MEMORY;
-    case scheduler::FailureClass::kUnknown:
-      break;
-  }
-  return v1::RestartPolicy::UNKNOWN;
+  v1::RestartPolicy::FailureClass out = v1::RestartPolicy::UNKNOWN;
+  v1::RestartPolicy::FailureClass_Parse(absl::AsciiStrToUpper(scheduler::FailureClassName(c)), &out);
+  return out;
 }
 
 // restarts.on; the loader fills its default, a spec stored before the field existed has it

@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/ascii.h"
+#include "fp8/v1/job.pb.h"
+
 namespace fp8::scheduler {
 namespace {
 
@@ -116,6 +119,18 @@ TEST(ClassifyFailure, ExitCodesSignalsLostWorkersAndHangs) {
   EXPECT_EQ(ClassifyFailure(WorkerLost{"w"}), FailureClass::kWorkerLost);
   EXPECT_EQ(ClassifyFailure(RankHung{0, "w", std::chrono::seconds(5)}), FailureClass::kHung);
   EXPECT_STREQ(FailureClassName(FailureClass::kOutOfMemory), "out_of_memory");
+}
+
+// job.proto's RestartPolicy.FailureClass names every class as the scheduler does, in
+// capitals (the coordinator converts by name).
+TEST(ClassifyFailure, EveryClassIsARestartPolicyValueOfTheSameName) {
+  for (FailureClass c : {FailureClass::kWorkerLost, FailureClass::kPeerLost, FailureClass::kSignal, FailureClass::kHung,
+                         FailureClass::kConfiguration, FailureClass::kDivergence, FailureClass::kOutOfMemory,
+                         FailureClass::kUnknown}) {
+    v1::RestartPolicy::FailureClass parsed = v1::RestartPolicy::FAILURE_CLASS_UNSPECIFIED;
+    EXPECT_TRUE(v1::RestartPolicy::FailureClass_Parse(absl::AsciiStrToUpper(FailureClassName(c)), &parsed))
+        << FailureClassName(c);
+  }
 }
 
 TEST(RestartBackoff, DoublesForEachRestartUpToAnHour) {

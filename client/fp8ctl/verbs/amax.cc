@@ -31,13 +31,7 @@ Verb AddAmaxVerb(CLI::App& app) {
             if (grpc::Status s = session.stub().GetJobAmax(ctx.get(), req, &response); !s.ok()) {
               return Report(session.Error(s, absl::StrCat("amax ", a->job_id)));
             }
-            if (a->output != OutputFormat::kTable) {
-              absl::StatusOr<std::string> json = MessageJson(response);
-              if (json.ok()) json = RenderJson(*json, a->output);
-              if (!json.ok()) return Report({kExitError, std::string(json.status().message())});
-              std::cout << *json;
-              return static_cast<int>(kExitOk);
-            }
+            if (a->output != OutputFormat::kTable) return PrintMessage(response, a->output);
             std::cout << AmaxReport(a->job_id, response);
             return static_cast<int>(kExitOk);
           }};

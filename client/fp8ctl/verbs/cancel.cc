@@ -37,13 +37,7 @@ Verb AddCancelVerb(CLI::App& app) {
               }
               return Report(e);
             }
-            if (a->output != OutputFormat::kTable) {
-              absl::StatusOr<std::string> out = MessageJson(job);
-              if (out.ok()) out = RenderJson(*out, a->output);
-              if (!out.ok()) return Report({kExitError, std::string(out.status().message())});
-              std::cout << *out;
-              return static_cast<int>(kExitOk);
-            }
+            if (a->output != OutputFormat::kTable) return PrintMessage(job, a->output);
             std::cout << job.id() << " " << JobStateName(job.state());
             if (!job.failure_reason().empty()) std::cout << ": " << job.failure_reason();
             std::cout << std::endl;

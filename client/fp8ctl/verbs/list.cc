@@ -75,13 +75,7 @@ Verb AddListVerb(CLI::App& app) {
               if (!a->all_pages || page.next_page_token().empty()) break;
               req.set_page_token(page.next_page_token());
             }
-            if (a->output != OutputFormat::kTable) {
-              absl::StatusOr<std::string> json = MessageJson(all);
-              if (json.ok()) json = RenderJson(*json, a->output);
-              if (!json.ok()) return Report({kExitError, std::string(json.status().message())});
-              std::cout << *json;
-              return static_cast<int>(kExitOk);
-            }
+            if (a->output != OutputFormat::kTable) return PrintMessage(all, a->output);
             if (all.jobs().empty()) {
               std::fprintf(stderr, "no jobs\n");
               return static_cast<int>(kExitOk);

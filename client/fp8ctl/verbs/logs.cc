@@ -106,13 +106,7 @@ Verb AddLogsVerb(CLI::App& app) {
             };
             v1::GetJobLogsResponse first;
             if (grpc::Status s = fetch(&first); !s.ok()) return Report(session.Error(s, what));
-            if (a->output != OutputFormat::kTable) {
-              absl::StatusOr<std::string> out = MessageJson(first);
-              if (out.ok()) out = RenderJson(*out, a->output);
-              if (!out.ok()) return Report({kExitError, std::string(out.status().message())});
-              std::cout << *out;
-              return static_cast<int>(kExitOk);
-            }
+            if (a->output != OutputFormat::kTable) return PrintMessage(first, a->output);
             SeenLines seen;
             for (const v1::JobLogLine* l : seen.Select(first)) PrintLine(*l, one_rank);
             std::cout.flush();

@@ -41,13 +41,7 @@ Verb AddResumeVerb(CLI::App& app) {
               }
               return Report(e);
             }
-            if (a->output != OutputFormat::kTable) {
-              absl::StatusOr<std::string> out = MessageJson(job);
-              if (out.ok()) out = RenderJson(*out, a->output);
-              if (!out.ok()) return Report({kExitError, std::string(out.status().message())});
-              std::cout << *out;
-              return static_cast<int>(kExitOk);
-            }
+            if (a->output != OutputFormat::kTable) return PrintMessage(job, a->output);
             std::cout << job.id() << " " << JobStateName(job.state()) << ": resumes from step "
                       << job.last_checkpoint_step() << " on " << job.spec().resources().world_size() << " rank(s)"
                       << std::endl;

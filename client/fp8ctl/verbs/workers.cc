@@ -24,13 +24,7 @@ Verb AddWorkersVerb(CLI::App& app) {
             if (grpc::Status s = session.stub().ListWorkers(ctx.get(), v1::ListWorkersRequest(), &response); !s.ok()) {
               return Report(session.Error(s, "workers"));
             }
-            if (*output != OutputFormat::kTable) {
-              absl::StatusOr<std::string> json = MessageJson(response);
-              if (json.ok()) json = RenderJson(*json, *output);
-              if (!json.ok()) return Report({kExitError, std::string(json.status().message())});
-              std::cout << *json;
-              return static_cast<int>(kExitOk);
-            }
+            if (*output != OutputFormat::kTable) return PrintMessage(response, *output);
             if (response.workers().empty()) {
               std::fprintf(stderr, "no workers registered\n");
               return static_cast<int>(kExitOk);
