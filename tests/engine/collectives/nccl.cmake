@@ -9,3 +9,11 @@ if(TARGET fp8_engine_collectives_nccl)
     LIBS fp8_engine_collectives_nccl fp8_engine_collectives CUDA::cudart_static absl::status absl::statusor absl::strings
          absl::str_format absl::time)
 endif()
+
+# NCCL is opened at run time; that it opens and resolves needs NCCL, not a GPU.
+if(TARGET fp8_engine_collectives_nccl)
+  fp8_add_test(fp8_nccl_library_test unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_library_test.cc
+    LIBS fp8_engine_collectives_nccl absl::status)
+  target_include_directories(fp8_nccl_library_test SYSTEM PRIVATE ${NCCL_INCLUDE_DIR})
+endif()

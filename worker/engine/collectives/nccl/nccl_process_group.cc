@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "worker/engine/collectives/nccl/nccl_library.h"
 
 namespace fp8::engine::collectives {
 namespace {
@@ -85,8 +86,8 @@ absl::StatusCode code_for(ncclResult_t r) {
 // last error text>", plus what it means for the group where that is known. `comm` may be
 // null; it must not have been aborted yet.
 absl::Status nccl_error(absl::string_view what, ncclResult_t r, ncclComm_t comm) {
-  std::string message = absl::StrCat(what, ": ", nccl_result_name(r), " (", ncclGetErrorString(r), ")");
-  const char* last = ncclGetLastError(comm);
+  std::string message = absl::StrCat(what, ": ", nccl_result_name(r), " (", nccl::api().ncclGetErrorString(r), ")");
+  const char* last = nccl::api().ncclGetLastError(comm);
   if (last != nullptr && last[0] != '\0') absl::StrAppend(&message, ": ", last);
   if (r == ncclRemoteError || r == ncclSystemError) {
     absl::StrAppend(&message, "; a peer rank died or the network between ranks failed (NCCL does not say which rank)");
@@ -162,7 +163,7 @@ class Poll {
 ncclResult_t wait_until_ready(ncclComm_t comm, const Poll& poll) {
   for (;;) {
     ncclResult_t state = ncclInProgress;
-    if (const ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess) return r;
+    if (const ncclResult_t r = nccl::api().ncclCommGetAsyncError(comm, &state); r != ncclSuccess) return r;
     if (state != ncclInProgress) return state;
     if (poll.expired()) return ncclInProgress;
     poll.pause();
@@ -336,12 +337,12 @@ NcclProcessGroup::~NcclProcessGroup() {
     // this rank's kernel finished), then destroy frees the rest. A finalize that cannot
     // finish in time (a peer gone) falls back to abort, which never waits for peers.
     const Poll poll(timeout());
-    ncclResult_t r = ncclCommFinalize(comm_);
+    ncclResult_t r = nccl::api().ncclCommFinalize(comm_);
     if (r == ncclSuccess || r == ncclInProgress) r = wait_until_ready(comm_, poll);
     if (r == ncclSuccess) {
-      (void)ncclCommDestroy(comm_);
+      (void)nccl::api().ncclCommDestroy(comm_);
     } else {
-      (void)ncclCommAbort(comm_);
+      (void)nccl::api().ncclCommAbort(comm_);
     }
     comm_ = nullptr;
   }
@@ -358,7 +359,7 @@ void NcclProcessGroup::abort() {
   // Sets NCCL's abort flag (kernels waiting for a peer quit) and frees the communicator;
   // for a non-blocking communicator the freeing may finish on NCCL's own thread, and the
   // handle must not be used again either way.
-  (void)ncclCommAbort(comm_);
+  (void)nccl::api().ncclCommAbort(comm_);
   comm_ = nullptr;
 }
 
@@ -423,7 +424,7 @@ absl::Status NcclProcessGroup::init(const ncclUniqueId& id, void* stream, void* 
   // never joins costs a timeout rather than a hang. NCCL uses the current device.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  const ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
+  const ncclResult_t r = nccl::api().ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
     absl::Status s = nccl_error(absl::StrCat(what, ": ncclCommInitRankConfig"), r, comm_);
     abort();
@@ -499,7 +500,7 @@ absl::Status NcclProcessGroup::run(const char* op, Enqueue&& enqueue) {
     if (e == cudaSuccess) return absl::OkStatus();
     if (e != cudaErrorNotReady) return fail(cuda_error(e, absl::StrCat(where(op), ": waiting for the collective")));
     ncclResult_t async = ncclSuccess;
-    if (const ncclResult_t r = ncclCommGetAsyncError(comm_, &async); r != ncclSuccess) async = r;
+    if (const ncclResult_t r = nccl::api().ncclCommGetAsyncError(comm_, &async); r != ncclSuccess) async = r;
     if (async != ncclSuccess && async != ncclInProgress) return fail(nccl_error(where(op), async, comm_));
     if (poll.expired()) return fail(timed_out());
     lock.unlock();
@@ -651,7 +652,7 @@ bool NcclProcessGroup::check_batches() {
   }
   ncclResult_t async = ncclSuccess;
   if (comm_ != nullptr) {
-    if (const ncclResult_t r = ncclCommGetAsyncError(comm_, &async); r != ncclSuccess) async = r;
+    if (const ncclResult_t r = nccl::api().ncclCommGetAsyncError(comm_, &async); r != ncclSuccess) async = r;
   }
   if (async != ncclSuccess && async != ncclInProgress) {
     (void)fail(nccl_error(where("queued collectives"), async, comm_));
@@ -697,13 +698,13 @@ namespace {
 template <typename Part, typename Issue>
 ncclResult_t issue_as_group(std::span<const Part> parts, Issue issue) {
   if (parts.size() == 1) return issue(parts[0]);
-  if (const ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return r;
+  if (const ncclResult_t r = nccl::api().ncclGroupStart(); r != ncclSuccess) return r;
   ncclResult_t first = ncclSuccess;
   for (const Part& p : parts) {
     if (first != ncclSuccess && first != ncclInProgress) break;
     first = issue(p);
   }
-  const ncclResult_t end = ncclGroupEnd();
+  const ncclResult_t end = nccl::api().ncclGroupEnd();
   return first != ncclSuccess && first != ncclInProgress ? first : end;
 }
 
@@ -732,7 +733,7 @@ absl::Status NcclProcessGroup::all_gather_parts(std::span<const AllGatherPart> p
   return run(op, [&] {
     return issue_as_group(parts, [&](const AllGatherPart& p) {
       if (p.bytes_per_rank == 0) return ncclSuccess;
-      return ncclAllGather(p.send, p.recv, p.bytes_per_rank, ncclUint8, comm_, stream_);
+      return nccl::api().ncclAllGather(p.send, p.recv, p.bytes_per_rank, ncclUint8, comm_, stream_);
     });
   });
 }
@@ -762,7 +763,7 @@ absl::Status NcclProcessGroup::reduce_scatter_parts(std::span<const ReduceScatte
   return run(op, [&] {
     return issue_as_group(parts, [&](const ReduceScatterPart& p) {
       if (p.count_per_rank == 0) return ncclSuccess;
-      return ncclReduceScatter(p.send, p.recv, static_cast<size_t>(p.count_per_rank), ncclFloat32, to_nccl(reduce),
+      return nccl::api().ncclReduceScatter(p.send, p.recv, static_cast<size_t>(p.count_per_rank), ncclFloat32, to_nccl(reduce),
                                comm_, stream_);
     });
   });
@@ -778,7 +779,7 @@ absl::Status NcclProcessGroup::all_reduce_impl(const char* op, void* data, int64
   if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
   if (absl::Status s = check_buffer(op, "data", data); !s.ok()) return s;
   return run(op, [&] {
-    return ncclAllReduce(data, data, static_cast<size_t>(count), type, to_nccl(reduce), comm_, stream_);
+    return nccl::api().ncclAllReduce(data, data, static_cast<size_t>(count), type, to_nccl(reduce), comm_, stream_);
   });
 }
 
@@ -800,7 +801,7 @@ absl::Status NcclProcessGroup::broadcast(void* data, size_t bytes, int root) {
   DeviceScope scope(device_);
   if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
   if (absl::Status s = check_buffer(op, "data", data); !s.ok()) return s;
-  return run(op, [&] { return ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_); });
+  return run(op, [&] { return nccl::api().ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_); });
 }
 
 absl::Status NcclProcessGroup::barrier() {
@@ -809,7 +810,7 @@ absl::Status NcclProcessGroup::barrier() {
   DeviceScope scope(device_);
   if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
   // A one-element all-reduce completes on a rank only after every rank has joined it.
-  return run(op, [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_); });
+  return run(op, [&] { return nccl::api().ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_); });
 }
 
 }  // namespace
@@ -840,12 +841,14 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> make_nccl_process_group(KeyValueSt
         absl::StrCat("nccl: CUDA device ", cuda_device, " does not exist (this machine has ", devices, ")"));
   }
 
+  if (absl::Status s = nccl::load(); !s.ok()) return s;
+
   // One deadline for the whole rendezvous: waiting for the id, then for the communicator.
   const Poll poll(options.timeout);
   const std::string key = nccl_unique_id_key(options.prefix);
   ncclUniqueId id{};
   if (rank == 0) {
-    if (const ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+    if (const ncclResult_t r = nccl::api().ncclGetUniqueId(&id); r != ncclSuccess) {
       return nccl_error("nccl: ncclGetUniqueId (NCCL_SOCKET_IFNAME chooses the network interface)", r, nullptr);
     }
     if (absl::Status s = store.set(key, to_hex(id)); !s.ok()) {
