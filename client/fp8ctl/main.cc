@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
       AddWorkersVerb(app),
       AddAmaxVerb(app),
       AddPlotVerb(app),
+      AddVersionVerb(app),
       AddCompletionVerb(app),
   };
   try {
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     if (std::optional<std::string> verb = UnknownVerb(app, argc, argv)) {
-      std::fprintf(stderr, "fp8ctl: unknown verb '%s'; the verbs are submit, follow, list, describe, logs, cancel, resume, workers, amax, plot, completion\n",
+      std::fprintf(stderr, "fp8ctl: unknown verb '%s'; the verbs are submit, follow, list, describe, logs, cancel, resume, workers, amax, plot, version, completion\n",
                    verb->c_str());
       return kExitUsage;
     }

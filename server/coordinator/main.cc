@@ -46,6 +46,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "common/metrics/build_info.h"
+#include "common/version/version.h"
 #include "common/metrics/grpc_server_metrics.h"
 #include "common/metrics/metrics_http_server.h"
 #include "common/metrics/process_metrics.h"
@@ -151,7 +152,6 @@ absl::Status BootstrapTokens(fp8::server::Coordinator& c, const fs::path& state_
   return absl::OkStatus();
 }
 
-constexpr char kVersion[] = "0.1.0";
 constexpr int kMaxRequestBytes = 4 << 20;
 constexpr size_t kRequestMemoryQuota = size_t{512} << 20;
 
@@ -216,7 +216,7 @@ int Serve(const Flags& f) {
 
   fp8::metrics::Registry registry;
   fp8::metrics::RegisterProcessMetrics(registry);
-  fp8::metrics::RegisterBuildInfo(registry, "coordinator", kVersion);
+  fp8::metrics::RegisterBuildInfo(registry, "coordinator", fp8::kVersion);
   fp8::server::CoordinatorMetrics coordinator_metrics(registry);
   c.SetMetrics(&coordinator_metrics);
   registry.add_collector([&c, &coordinator_metrics] { coordinator_metrics.SetCluster(c.Cluster()); });

@@ -1,6 +1,7 @@
 #include "server/coordinator/services.h"
 
 #include "common/rpc/request_limits.h"
+#include "common/version/version.h"
 #include "server/auth/bearer.h"
 
 namespace fp8::server {
@@ -79,6 +80,17 @@ grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* ctx, const v1::Lis
 grpc::Status JobServiceImpl::GetJobAmax(grpc::ServerContext* ctx, const v1::GetJobAmaxRequest* req,
                                         v1::GetJobAmaxResponse* out) {
   return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.GetJobAmax(who, req->job_id()); });
+}
+
+grpc::Status JobServiceImpl::GetVersion(grpc::ServerContext* ctx, const v1::GetVersionRequest* req,
+                                        v1::GetVersionResponse* out) {
+  // Any valid token: which build answers is no secret from a worker either.
+  return Serve(c_, *ctx, *req, out, [](const Principal&) -> absl::StatusOr<v1::GetVersionResponse> {
+    v1::GetVersionResponse version;
+    version.set_version(kVersion);
+    version.set_protocol(v1::GetVersionResponse::descriptor()->file()->package());
+    return version;
+  });
 }
 
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,

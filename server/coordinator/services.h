@@ -30,6 +30,8 @@ class JobServiceImpl final : public v1::JobService::Service {
                            v1::ListWorkersResponse* out) override;
   grpc::Status GetJobAmax(grpc::ServerContext* ctx, const v1::GetJobAmaxRequest* req,
                           v1::GetJobAmaxResponse* out) override;
+  grpc::Status GetVersion(grpc::ServerContext* ctx, const v1::GetVersionRequest* req,
+                          v1::GetVersionResponse* out) override;
 
  private:
   Coordinator& c_;

@@ -179,6 +179,18 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   EXPECT_EQ(idle, 2u) << Show(r);
   EXPECT_TRUE(Contains(r.out, "\"worker_id\": ")) << Show(r);
 
+  // version: this fp8ctl's and the running coordinator's build, and the protocol.
+  r = ctl.Run({"version"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "client  0.")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "server  0.")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "protocol fp8.v1")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "(127.0.0.1:" + std::to_string(cp.port()) + ")")) << Show(r);
+  r = ctl.Run({"version", "-o", "json"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\"server\": {")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\"protocol\": \"fp8.v1\"")) << Show(r);
+
   // amax: a delayed-scaling job has histories per layer and operand; job-1 (tensorwise) none.
   const fs::path delayed = WriteJob(cp.dir(), "delayed", 10, 1, "corpus.txt", "delayed");
   r = ctl.Run({"submit", delayed.string(), "--follow"});
@@ -365,6 +377,16 @@ TEST(Fp8ctlTest, LocalErrors) {
   r = ctl.Run({"list", "--coordinator", "127.0.0.1:2"});
   EXPECT_TRUE(Exited(r, 4)) << Show(r);
   EXPECT_TRUE(Contains(r.err, "fp8ctl: list: cannot reach the coordinator at 127.0.0.1:2")) << Show(r);
+  // version: the client's part still prints; the server's needs the coordinator.
+  r = ctl.Run({"version"});
+  EXPECT_TRUE(Exited(r, 4)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "client  ")) << Show(r);
+  EXPECT_FALSE(Contains(r.out, "server")) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "fp8ctl: version: cannot reach the coordinator at 127.0.0.1:1")) << Show(r);
+  r = ctl.Run({"version", "--client", "-o", "yaml"});
+  EXPECT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "client:\n")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "  protocol: fp8.v1\n")) << Show(r);
 
   // Usage: exit 2.
   r = ctl.Run({"list", "--no-such-flag"});
@@ -401,7 +423,8 @@ TEST(Fp8ctlTest, LocalErrors) {
 
   // --help on every verb.
   for (const char* verb :
-       {"submit", "follow", "list", "describe", "logs", "cancel", "workers", "amax", "plot", "completion"}) {
+       {"submit", "follow", "list", "describe", "logs", "cancel", "resume", "workers", "amax", "plot", "version",
+        "completion"}) {
     r = ctl.Run({verb, "--help"});
     EXPECT_TRUE(Exited(r, 0)) << verb << "\n" << Show(r);
   }

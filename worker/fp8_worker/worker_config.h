@@ -38,11 +38,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/version/version.h"
 #include "fp8/v1/job.pb.h"
 
 namespace fp8::worker {
 
-inline constexpr char kWorkerVersion[] = "0.1.0";
+inline constexpr const char* kWorkerVersion = fp8::kVersion;
 
 struct WorkerConfig {
   std::string coordinator = "127.0.0.1:7070";

@@ -28,6 +28,7 @@ Verb AddResumeVerb(CLI::App& app);
 Verb AddWorkersVerb(CLI::App& app);
 Verb AddAmaxVerb(CLI::App& app);
 Verb AddPlotVerb(CLI::App& app);
+Verb AddVersionVerb(CLI::App& app);
 // Generates the script from `app`'s verbs and flags: add it last.
 Verb AddCompletionVerb(CLI::App& app);
 

@@ -202,6 +202,7 @@ TEST_F(RequestFuzzTest, MutatedRequestsGetAnAnswerAndNeverBreakTheCoordinator) {
   seeds["/fp8.v1.JobService/GetJobLogs"] = {admin_, logs.SerializeAsString()};
   seeds["/fp8.v1.JobService/ListWorkers"] = {admin_, ""};
   seeds["/fp8.v1.JobService/GetJobAmax"] = {admin_, get.SerializeAsString()};
+  seeds["/fp8.v1.JobService/GetVersion"] = {admin_, ""};
   v1::RegisterWorkerRequest reg;
   reg.set_device_kind(v1::ResourceSpec::CPU);
   reg.set_device_name("cpu");
