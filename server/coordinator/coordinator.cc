@@ -468,6 +468,9 @@ absl::StatusOr<v1::GetJobLogsResponse> Coordinator::GetJobLogs(const Principal& 
     return absl::InvalidArgumentError("tail_lines: must be in [0, 10000]");
   }
   if (request.attempt() < 0) return absl::InvalidArgumentError("attempt: must be >= 0");
+  if (request.has_after_sequence() && request.after_sequence() < 0) {
+    return absl::InvalidArgumentError("after_sequence: must be >= 0");
+  }
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return Unavailable();
   FP8_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, request.job_id()));
@@ -475,16 +478,28 @@ absl::StatusOr<v1::GetJobLogsResponse> Coordinator::GetJobLogs(const Principal& 
   std::optional<int> rank;
   if (request.has_rank()) rank = request.rank();
   FP8_ASSIGN_OR_RETURN(store::LogTail tail,
-                       store_->tail_logs(job.id(), attempt, rank, request.tail_lines() == 0 ? 100 : request.tail_lines()));
-  // The newest lines that fit in kListPageBytes (10000 lines of 4 KiB would not fit in a
-  // response a client can receive); the rest count as truncated.
-  size_t first = tail.lines.size(), bytes = 0;
-  while (first > 0 && bytes + tail.lines[first - 1].ByteSizeLong() + 8 <= kListPageBytes) {
-    bytes += tail.lines[--first].ByteSizeLong() + 8;
+                       store_->tail_logs(job.id(), attempt, rank, request.tail_lines() == 0 ? 100 : request.tail_lines(),
+                                         request.has_after_sequence() ? std::optional<int64_t>(request.after_sequence())
+                                                                      : std::nullopt));
+  // What fits in kListPageBytes (10000 lines of 4 KiB would not fit in a response a client
+  // can receive): the newest lines of a tail, the oldest after a sequence (the client asks
+  // again from the last); the rest count as truncated.
+  const bool after = request.has_after_sequence();
+  size_t first = 0, end = tail.lines.size(), bytes = 0;
+  if (after) {
+    end = 0;
+    while (end < tail.lines.size() && bytes + tail.lines[end].ByteSizeLong() + 8 <= kListPageBytes) {
+      bytes += tail.lines[end++].ByteSizeLong() + 8;
+    }
+  } else {
+    first = end;
+    while (first > 0 && bytes + tail.lines[first - 1].ByteSizeLong() + 8 <= kListPageBytes) {
+      bytes += tail.lines[--first].ByteSizeLong() + 8;
+    }
   }
   v1::GetJobLogsResponse response;
-  for (size_t i = first; i < tail.lines.size(); ++i) *response.add_lines() = std::move(tail.lines[i]);
-  response.set_truncated(tail.truncated || first > 0);
+  for (size_t i = first; i < end; ++i) *response.add_lines() = std::move(tail.lines[i]);
+  response.set_truncated(tail.truncated || first > 0 || end < tail.lines.size());
   return response;
 }
 

@@ -221,11 +221,15 @@ absl::Status CoordinatorStore::append_logs(const std::string& job_id, int attemp
 }
 
 absl::StatusOr<LogTail> CoordinatorStore::tail_logs(const std::string& job_id, int attempt, std::optional<int> rank,
-                                                    int lines) {
+                                                    int lines, std::optional<int64_t> after_sequence) {
+  const bool after = after_sequence.has_value();
   FP8_ASSIGN_OR_RETURN(Statement tail, db_->query(
-      "SELECT rank, time_ms, text FROM logs WHERE job_id = ?1 AND attempt = ?2 AND (?3 < 0 OR rank = ?3) "
-      "ORDER BY id DESC LIMIT ?4"));
+      after ? "SELECT id, rank, time_ms, text FROM logs WHERE job_id = ?1 AND attempt = ?2 AND (?3 < 0 OR rank = ?3) "
+              "AND id > ?5 ORDER BY id ASC LIMIT ?4"
+            : "SELECT id, rank, time_ms, text FROM logs WHERE job_id = ?1 AND attempt = ?2 AND (?3 < 0 OR rank = ?3) "
+              "ORDER BY id DESC LIMIT ?4"));
   tail.bind(1, job_id).bind(2, int64_t{attempt}).bind(3, int64_t{rank.value_or(-1)}).bind(4, int64_t{lines} + 1);
+  if (after) tail.bind(5, *after_sequence);
   LogTail out;
   for (;;) {
     FP8_ASSIGN_OR_RETURN(bool row, tail.step());
@@ -236,12 +240,13 @@ absl::StatusOr<LogTail> CoordinatorStore::tail_logs(const std::string& job_id, i
     }
     v1::JobLogLine& l = out.lines.emplace_back();
     l.set_attempt(attempt);
-    l.set_rank(static_cast<int32_t>(tail.column_int(0)));
-    l.mutable_line()->set_time_unix_ms(tail.column_int(1));
-    l.mutable_line()->set_text(tail.column_text(2));
+    l.set_sequence(tail.column_int(0));
+    l.set_rank(static_cast<int32_t>(tail.column_int(1)));
+    l.mutable_line()->set_time_unix_ms(tail.column_int(2));
+    l.mutable_line()->set_text(tail.column_text(3));
   }
   FP8_RETURN_IF_ERROR(tail.run());
-  std::reverse(out.lines.begin(), out.lines.end());
+  if (!after) std::reverse(out.lines.begin(), out.lines.end());
   return out;
 }
 

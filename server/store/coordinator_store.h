@@ -45,7 +45,7 @@ struct WorkerRecord {
 };
 
 struct LogTail {
-  std::vector<v1::JobLogLine> lines;  // oldest first
+  std::vector<v1::JobLogLine> lines;  // oldest first, each with its sequence
   bool truncated = false;
 };
 
@@ -100,7 +100,10 @@ class CoordinatorStore {
   // ---- logs, bounded per job ------------------------------------------------------------
   absl::Status append_logs(const std::string& job_id, int attempt, int rank, const std::vector<v1::LogLine>& lines,
                            int64_t keep_per_job);
-  absl::StatusOr<LogTail> tail_logs(const std::string& job_id, int attempt, std::optional<int> rank, int lines);
+  // The newest `lines` lines; with after_sequence instead the oldest `lines` lines whose
+  // sequence (the row id: it only grows) is greater, truncated meaning more follow.
+  absl::StatusOr<LogTail> tail_logs(const std::string& job_id, int attempt, std::optional<int> rank, int lines,
+                                    std::optional<int64_t> after_sequence = std::nullopt);
 
   // ---- amax histories (merged), latest per (layer, operand) -------------------------------
   absl::Status put_amax(const std::string& job_id, int64_t step, const v1::AmaxHistory& history);

@@ -155,8 +155,17 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   EXPECT_FALSE(Contains(r.out, "[rank")) << Show(r);
   EXPECT_GE(std::count(r.out.begin(), r.out.end(), '\n'), 1) << Show(r);
   EXPECT_LE(std::count(r.out.begin(), r.out.end(), '\n'), 3) << Show(r);
-  r = ctl.Run({"logs", "job-1", "-f"});  // the job is final: prints and returns
+  // -f on a final job prints every line once, in the stored order, and returns; from
+  // --tail 1 only the last line (no older line after it, no line twice).
+  const cli_test::RunResult every = ctl.Run({"logs", "job-1", "--tail", "10000"});
+  ASSERT_TRUE(Exited(every, 0)) << Show(every);
+  r = ctl.Run({"logs", "job-1", "-f", "--tail", "10000"});
   EXPECT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_EQ(r.out, every.out);
+  r = ctl.Run({"logs", "job-1", "-f", "--tail", "1"});
+  EXPECT_TRUE(Exited(r, 0)) << Show(r);
+  const std::string last_line = every.out.substr(every.out.rfind('\n', every.out.size() - 2) + 1);
+  EXPECT_EQ(r.out, last_line) << Show(r);
   r = ctl.Run({"logs", "job-1", "-o", "yaml"});
   ASSERT_TRUE(Exited(r, 0)) << Show(r);
   EXPECT_TRUE(Contains(r.out, "lines:\n- ")) << Show(r);

@@ -1,11 +1,10 @@
 // fp8ctl logs ID: what the ranks printed (the workers forward it to the coordinator).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <map>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -20,42 +19,6 @@ namespace {
 
 constexpr std::chrono::seconds kPollEvery{1};
 constexpr int kMaxTail = 10000;
-
-// -f asks for the newest lines every second; this remembers, per (attempt, rank), the time
-// of the newest line printed and how often each text was printed at that time, so that a
-// line is printed once however the windows overlap (and a line repeated within one
-// millisecond still prints as often as it was written). A rank's lines arrive in order.
-class SeenLines {
- public:
-  // The lines of `r` not printed before, oldest first.
-  std::vector<const v1::JobLogLine*> Select(const v1::GetJobLogsResponse& r) {
-    for (auto& [key, n] : newest_) n.in_response.clear();
-    std::vector<const v1::JobLogLine*> fresh;
-    for (const v1::JobLogLine& l : r.lines()) {
-      Newest& n = newest_[{l.attempt(), l.rank()}];
-      const int64_t t = l.line().time_unix_ms();
-      if (t < n.time) continue;
-      if (t > n.time) {
-        n.time = t;
-        n.printed.clear();
-        n.in_response.clear();
-      }
-      if (++n.in_response[l.line().text()] > n.printed[l.line().text()]) {
-        ++n.printed[l.line().text()];
-        fresh.push_back(&l);
-      }
-    }
-    return fresh;
-  }
-
- private:
-  struct Newest {
-    int64_t time = -1;
-    std::map<std::string, int> printed;      // texts printed at `time`
-    std::map<std::string, int> in_response;  // texts at `time` in the response being read
-  };
-  std::map<std::pair<int32_t, int32_t>, Newest> newest_;
-};
 
 void PrintLine(const v1::JobLogLine& l, bool one_rank) {
   if (one_rank) {
@@ -81,7 +44,7 @@ Verb AddLogsVerb(CLI::App& app) {
   cmd->fallthrough();
   cmd->add_option("ID", a->job_id, "job id (job-<n>)")->required();
   cmd->add_option("--attempt", a->attempt, "attempt number (default: the newest)")->check(CLI::NonNegativeNumber);
-  CLI::Option* rank = cmd->add_option("--rank", a->rank, "only this rank (default: every rank, merged by time)")
+  CLI::Option* rank = cmd->add_option("--rank", a->rank, "only this rank (default: every rank, in the order they were stored)")
                           ->check(CLI::NonNegativeNumber);
   cmd->add_option("--tail", a->tail, "newest lines to print, 1-10000 (default 100)")->check(CLI::Range(1, kMaxTail));
   cmd->add_flag("-f,--follow", a->follow, "keep printing new lines every second until the job ends");
@@ -107,12 +70,20 @@ Verb AddLogsVerb(CLI::App& app) {
             v1::GetJobLogsResponse first;
             if (grpc::Status s = fetch(&first); !s.ok()) return Report(session.Error(s, what));
             if (a->output != OutputFormat::kTable) return PrintMessage(first, a->output);
-            SeenLines seen;
-            for (const v1::JobLogLine* l : seen.Select(first)) PrintLine(*l, one_rank);
-            std::cout.flush();
+            // Every line carries a sequence that orders the job's lines; -f asks for the
+            // lines after the last one printed (never by time: a rank writes many lines in
+            // one millisecond, and ranks' clocks differ).
+            int64_t cursor = 0;
+            auto print = [&](const v1::GetJobLogsResponse& r) {
+              for (const v1::JobLogLine& l : r.lines()) {
+                PrintLine(l, one_rank);
+                cursor = std::max(cursor, l.sequence());
+              }
+              std::cout.flush();
+            };
+            print(first);
             if (!a->follow) return static_cast<int>(kExitOk);
 
-            // Later polls take the widest window so that a busy second loses nothing.
             req.set_tail_lines(kMaxTail);
             while (true) {
               // Whether the job had ended is read before the logs, so that the lines written
@@ -124,10 +95,14 @@ Verb AddLogsVerb(CLI::App& app) {
               if (grpc::Status s = session.stub().GetJob(ctx.get(), get, &job); !s.ok()) {
                 return Report(session.Error(s, what));
               }
-              v1::GetJobLogsResponse r;
-              if (grpc::Status s = fetch(&r); !s.ok()) return Report(session.Error(s, what));
-              for (const v1::JobLogLine* l : seen.Select(r)) PrintLine(*l, one_rank);
-              std::cout.flush();
+              // A page at a time until none is left (a busy second may fill several).
+              for (bool more = true; more;) {
+                req.set_after_sequence(cursor);
+                v1::GetJobLogsResponse r;
+                if (grpc::Status s = fetch(&r); !s.ok()) return Report(session.Error(s, what));
+                print(r);
+                more = r.truncated() && !r.lines().empty();
+              }
               if (IsFinal(job.state())) return static_cast<int>(kExitOk);
               std::this_thread::sleep_for(kPollEvery);
             }

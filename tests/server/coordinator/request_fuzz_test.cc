@@ -199,6 +199,7 @@ TEST_F(RequestFuzzTest, MutatedRequestsGetAnAnswerAndNeverBreakTheCoordinator) {
   v1::GetJobLogsRequest logs;
   logs.set_job_id(job_id_);
   logs.set_tail_lines(5);
+  logs.set_after_sequence(1);
   seeds["/fp8.v1.JobService/GetJobLogs"] = {admin_, logs.SerializeAsString()};
   seeds["/fp8.v1.JobService/ListWorkers"] = {admin_, ""};
   seeds["/fp8.v1.JobService/GetJobAmax"] = {admin_, get.SerializeAsString()};
