@@ -27,14 +27,27 @@ std::string HeartbeatAge(int64_t last_heartbeat_unix_ms, int64_t now_unix_ms) {
   return absl::StrCat(Age(ms), " ago");
 }
 
-std::string WorkersTable(const v1::ListWorkersResponse& response, int64_t now_unix_ms) {
-  Table t({"NAME", "DEVICE", "ADDRESS", "STATE", "JOB/RANK", "LAST HEARTBEAT"});
+std::string WorkersTable(const v1::ListWorkersResponse& response, int64_t now_unix_ms, bool wide) {
+  std::vector<std::string> headers = {"NAME", "DEVICE", "ADDRESS", "STATE", "JOB/RANK", "LAST HEARTBEAT"};
+  if (wide) headers.insert(headers.end(), {"KIND", "RANK STATES", "HEARTBEAT AT"});
+  Table t(headers);
   for (const v1::WorkerInfo& w : response.workers()) {
     const std::string state =
         w.state() == v1::WorkerInfo::STATE_UNSPECIFIED ? std::string("UNKNOWN") : v1::WorkerInfo::State_Name(w.state());
     const std::string device = w.device_name().empty() ? DeviceName(w.device_kind()) : w.device_name();
-    t.AddRow({w.worker_id(), device, w.address().empty() ? "-" : w.address(), state, WorkerRanksCell(w),
-              HeartbeatAge(w.last_heartbeat_unix_ms(), now_unix_ms)});
+    std::vector<std::string> row = {w.worker_id(), device, w.address().empty() ? "-" : w.address(), state,
+                                    WorkerRanksCell(w), HeartbeatAge(w.last_heartbeat_unix_ms(), now_unix_ms)};
+    if (wide) {
+      std::vector<std::string> rank_states;
+      for (const v1::RankStatus& r : w.ranks()) {
+        rank_states.push_back(r.state() == v1::RankStatus::STATE_UNSPECIFIED ? std::string("UNKNOWN")
+                                                                             : v1::RankStatus::State_Name(r.state()));
+      }
+      row.push_back(DeviceName(w.device_kind()));
+      row.push_back(rank_states.empty() ? std::string("-") : absl::StrJoin(rank_states, ", "));
+      row.push_back(LocalTime(w.last_heartbeat_unix_ms()));
+    }
+    t.AddRow(std::move(row));
   }
   return t.Render();
 }

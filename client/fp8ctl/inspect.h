@@ -16,8 +16,9 @@ std::string WorkerRanksCell(const v1::WorkerInfo& worker);
 // "never" for 0.
 std::string HeartbeatAge(int64_t last_heartbeat_unix_ms, int64_t now_unix_ms);
 
-// NAME, DEVICE, ADDRESS, STATE, JOB/RANK, LAST HEARTBEAT.
-std::string WorkersTable(const v1::ListWorkersResponse& response, int64_t now_unix_ms);
+// NAME, DEVICE, ADDRESS, STATE, JOB/RANK, LAST HEARTBEAT; `wide` adds KIND, RANK STATES
+// (each rank's, in JOB/RANK's order) and HEARTBEAT AT (local time).
+std::string WorkersTable(const v1::ListWorkersResponse& response, int64_t now_unix_ms, bool wide = false);
 
 // "input", "weight", "grad_output" ("-" when unspecified).
 std::string OperandName(v1::AmaxHistory::Operand operand);

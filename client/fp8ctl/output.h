@@ -1,11 +1,12 @@
-// --output table|json|yaml for the verbs that print a response. json is the response
-// message as protobuf's JSON mapping (field names as in the .proto, so they match
-// job.yaml); yaml is the same document rendered as block YAML.
+// --output for the verbs that print a response: table (the default), wide (the table with
+// more columns), name (one `kind/ID` line per object, kubectl style, for scripts), and
+// json or yaml: the response as a Document (message_document.h: the .proto field names,
+// int64s as numbers, times as RFC 3339), JSON or block YAML of the same content.
 #pragma once
 
-#include <string>
+#include <vector>
 
-#include "absl/status/statusor.h"
+#include "client/fp8ctl/document.h"
 #include "google/protobuf/message.h"
 
 namespace CLI {
@@ -14,22 +15,22 @@ class App;
 
 namespace fp8::ctl {
 
-enum class OutputFormat { kTable, kJson, kYaml };
+enum class OutputFormat { kTable, kWide, kName, kJson, kYaml };
 
-// Adds --output/-o (default table) to a verb.
-void AddOutputFlag(CLI::App* verb, OutputFormat* format);
+// Adds --output/-o to a verb, accepting the formats in `offered` (the default: table);
+// another is a usage error listing them.
+void AddOutputFlag(CLI::App* verb, OutputFormat* format,
+                   std::vector<OutputFormat> offered = {OutputFormat::kTable, OutputFormat::kJson,
+                                                        OutputFormat::kYaml});
 
-// Pretty-printed JSON of a message, ending with a newline.
-absl::StatusOr<std::string> MessageJson(const google::protobuf::Message& message);
+// json or yaml: the formats that print a Document.
+bool IsDocument(OutputFormat format);
 
-// Block YAML of a JSON document (any JSON, not only messages).
-absl::StatusOr<std::string> JsonToYaml(const std::string& json);
+// `doc` as JSON or YAML (`format` must be one of them).
+std::string RenderDocument(const Document& doc, OutputFormat format);
 
-// `json` in the chosen format (json or yaml).
-absl::StatusOr<std::string> RenderJson(const std::string& json, OutputFormat format);
-
-// A verb's -o json|yaml output: `message` on stdout in `format`. Returns the verb's exit
-// code (an error, reported, when it cannot be rendered).
+// A verb's -o json|yaml output on stdout; returns the verb's exit code.
+int PrintDocument(const Document& doc, OutputFormat format);
 int PrintMessage(const google::protobuf::Message& message, OutputFormat format);
 
 }  // namespace fp8::ctl

@@ -122,10 +122,26 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   ASSERT_TRUE(Exited(r, 0)) << Show(r);
   EXPECT_TRUE(Contains(r.out, "\"id\": \"job-1\"")) << Show(r);
   EXPECT_TRUE(Contains(r.out, "\"state\": \"SUCCEEDED\"")) << Show(r);
+  // Real numbers for int64s, times as RFC 3339 UTC strings, nothing \u-escaped.
+  EXPECT_TRUE(Contains(r.out, "\"last_checkpoint_step\": 10,")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\"step\": 10,")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\"created_time\": \"20")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "Z\",\n")) << Show(r);
+  EXPECT_FALSE(Contains(r.out, "_unix_ms")) << Show(r);
+  EXPECT_FALSE(Contains(r.out, "\\u")) << Show(r);
+  r = ctl.Run({"list", "-o", "wide"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  for (const char* column : {"ID", "PROGRESS", "DEVICE", "PRIORITY", "LOSS", "ATTEMPTS", "RESTARTS LEFT", "CHECKPOINT",
+                             "FINISHED", "REASON"}) {
+    EXPECT_TRUE(Contains(r.out, column)) << column << "\n" << Show(r);
+  }
+  EXPECT_TRUE(Contains(r.out, "step 10")) << Show(r);
+  r = ctl.Run({"list", "-o", "name"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_EQ(r.out, "job/job-1\n") << Show(r);
   r = ctl.Run({"list", "-o", "yaml", "--all-pages"});
   ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "jobs:\n- ")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "  id: job-1\n")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "jobs:\n- id: job-1\n")) << Show(r);  // fields in .proto order
   EXPECT_TRUE(Contains(r.out, "  state: SUCCEEDED\n")) << Show(r);
   r = ctl.Run({"list", "--state", "running", "--state", "queued"});
   ASSERT_TRUE(Exited(r, 0)) << Show(r);
@@ -145,6 +161,14 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   ASSERT_TRUE(Exited(r, 0)) << Show(r);
   EXPECT_TRUE(Contains(r.out, "\"job\": {")) << Show(r);
   EXPECT_TRUE(Contains(r.out, "\"numerics_events\": [")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\"resumed_from_step\": 0,")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\"finished_time\": \"20")) << Show(r);
+  r = ctl.Run({"describe", "job-1", "-o", "name"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_EQ(r.out, "job/job-1\n") << Show(r);
+  r = ctl.Run({"describe", "job-1", "-o", "wide"});  // no wider describe
+  EXPECT_TRUE(Exited(r, 2)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "expected table, name, json or yaml, not 'wide'")) << Show(r);
 
   // logs: the workers forward the ranks' output.
   r = ctl.Run({"logs", "job-1"});
@@ -187,6 +211,14 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   }
   EXPECT_EQ(idle, 2u) << Show(r);
   EXPECT_TRUE(Contains(r.out, "\"worker_id\": ")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\"last_heartbeat_time\": \"20")) << Show(r);
+  r = ctl.Run({"workers", "-o", "wide"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "HEARTBEAT AT")) << Show(r);
+  r = ctl.Run({"workers", "-o", "name"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << Show(r);
+  EXPECT_EQ(r.out.rfind("worker/", 0), 0u) << Show(r);
 
   // version: this fp8ctl's and the running coordinator's build, and the protocol.
   r = ctl.Run({"version"});
@@ -264,6 +296,13 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   EXPECT_TRUE(followed.exited && followed.code == 11) << followed.describe() << "\n" << follow->Stdout()
                                                       << follow->Stderr();
   EXPECT_TRUE(Contains(follow->Stdout(), "-> CANCELLED")) << follow->Stdout();
+  // -o name on the verbs that change one job: `job/ID`, for scripts.
+  r = ctl.Run({"resume", slow_id, "-o", "name"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_EQ(r.out, "job/" + slow_id + "\n") << Show(r);
+  r = ctl.Run({"cancel", slow_id, "-o", "json"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\"state\": \"CANCELLED\"")) << Show(r);
   r = ctl.Run({"cancel", "job-1"});  // already finished
   EXPECT_TRUE(Exited(r, 1)) << Show(r);
   EXPECT_TRUE(Contains(r.err, "fp8ctl: cancel job-1: ")) << Show(r);
@@ -407,7 +446,10 @@ TEST(Fp8ctlTest, LocalErrors) {
   EXPECT_TRUE(Contains(r.err, "fp8ctl: unknown verb 'bogus'")) << Show(r);
   r = ctl.Run({"list", "-o", "xml"});
   EXPECT_TRUE(Exited(r, 2)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "expected table, json or yaml")) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "expected table, wide, name, json or yaml, not 'xml'")) << Show(r);
+  r = ctl.Run({"amax", "job-1", "-o", "name"});
+  EXPECT_TRUE(Exited(r, 2)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "expected table, json or yaml, not 'name'")) << Show(r);
   r = ctl.Run({"plot", "job-1", "-o", (dir / "loss.png").string()});
   EXPECT_TRUE(Exited(r, 2)) << Show(r);
   EXPECT_TRUE(Contains(r.err, ".svg")) << Show(r);

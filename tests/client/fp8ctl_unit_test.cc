@@ -9,7 +9,10 @@
 
 #include "CLI/CLI.hpp"
 #include "client/fp8ctl/completion.h"
+#include "client/fp8ctl/document.h"
 #include "client/fp8ctl/inspect.h"
+#include "client/fp8ctl/jobs_table.h"
+#include "client/fp8ctl/message_document.h"
 #include "client/fp8ctl/svg_plot.h"
 #include "common/jobspec/loader.h"
 
@@ -256,32 +259,143 @@ TEST(Fp8ctlClientConfigTest, CoordinatorFromFlagThenEnvThenDefault) {
   EXPECT_EQ(ResolveClientConfig(flags, f.Env(), f.Files()).coordinator, "flag:2");
 }
 
-TEST(Fp8ctlOutputTest, JsonBecomesBlockYaml) {
-  absl::StatusOr<std::string> y =
-      JsonToYaml(R"({"jobs": [{"id": "job-1", "spec": {"name": "a", "labels": {}}, "state": "RUNNING"}],
-                     "next": "", "count": 3, "n": false, "ok": true, "s": "yes"})");
-  ASSERT_TRUE(y.ok()) << y.status();
-  EXPECT_EQ(*y,
-            "count: 3\n"
+TEST(Fp8ctlOutputTest, DocumentsRenderAsReadableJsonAndBlockYaml) {
+  Document job = Document::Object();
+  job.Set("id", Document::String("job-1"))
+      .Set("spec", Document::Object().Set("name", Document::String("a")).Set("labels", Document::Object()))
+      .Set("state", Document::String("RUNNING"));
+  Document doc = Document::Object();
+  doc.Set("jobs", Document::Array().Add(job))
+      .Set("next", Document::String(""))
+      .Set("count", Document::Int(3))
+      .Set("n", Document::Bool(false))
+      .Set("s", Document::String("yes"))
+      .Set("reason", Document::String("QUEUED -> RUNNING <é> \"q\"\n"))
+      .Set("big", Document::Int(int64_t{1} << 62))
+      .Set("none", Document());
+  EXPECT_EQ(doc.Json(),
+            "{\n"
+            "  \"jobs\": [\n"
+            "    {\n"
+            "      \"id\": \"job-1\",\n"
+            "      \"spec\": {\n"
+            "        \"name\": \"a\",\n"
+            "        \"labels\": {}\n"
+            "      },\n"
+            "      \"state\": \"RUNNING\"\n"
+            "    }\n"
+            "  ],\n"
+            "  \"next\": \"\",\n"
+            "  \"count\": 3,\n"
+            "  \"n\": false,\n"
+            "  \"s\": \"yes\",\n"
+            "  \"reason\": \"QUEUED -> RUNNING <é> \\\"q\\\"\\n\",\n"
+            "  \"big\": 4611686018427387904,\n"
+            "  \"none\": null\n"
+            "}\n");
+  EXPECT_EQ(doc.Yaml(),
             "jobs:\n"
             "- id: job-1\n"
             "  spec:\n"
-            "    labels: {}\n"
             "    name: a\n"
+            "    labels: {}\n"
             "  state: RUNNING\n"
-            "\"n\": false\n"
             "next: \"\"\n"
-            "ok: true\n"
-            "s: \"yes\"\n");
+            "count: 3\n"
+            "\"n\": false\n"
+            "s: \"yes\"\n"
+            "reason: \"QUEUED -> RUNNING <é> \\\"q\\\"\\n\"\n"
+            "big: 4611686018427387904\n"
+            "none: null\n");
+  EXPECT_EQ(Document::Array().Json(), "[]\n");
+  EXPECT_EQ(Document::Object().Yaml(), "{}\n");
 }
 
-TEST(Fp8ctlOutputTest, MessageJsonKeepsProtoFieldNames) {
+TEST(Fp8ctlOutputTest, MessagesKeepFieldNamesWithRealNumbersAndReadableTimes) {
   v1::Job job;
   job.set_id("job-7");
+  job.set_state(v1::Job::FAILED);
   job.set_last_checkpoint_step(20);
-  absl::StatusOr<std::string> j = MessageJson(job);
-  ASSERT_TRUE(j.ok()) << j.status();
-  EXPECT_NE(j->find("\"last_checkpoint_step\""), std::string::npos) << *j;
+  job.set_created_unix_ms(1'700'000'000'123);  // 2023-11-14T22:13:20.123Z
+  job.set_failure_reason("attempt 1 -> FAILED");
+  job.mutable_spec()->set_name("tiny");
+  (*job.mutable_spec()->mutable_labels())["team"] = "b";
+  (*job.mutable_spec()->mutable_labels())["area"] = "a";
+  job.mutable_latest_progress()->set_loss(2.5);
+  job.mutable_latest_progress()->set_step(int64_t{1} << 60);
+  const Document d = MessageDocument(job);
+  const std::string json = d.Json();
+  EXPECT_NE(json.find("\"id\": \"job-7\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"state\": \"FAILED\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"last_checkpoint_step\": 20,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"step\": 1152921504606846976,"), std::string::npos) << "int64 as a number, exact\n" << json;
+  EXPECT_NE(json.find("\"attempts\": 0,"), std::string::npos) << "zeros are printed\n" << json;
+  EXPECT_NE(json.find("\"failure_reason\": \"attempt 1 -> FAILED\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"created_time\": \"2023-11-14T22:13:20.123Z\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"started_time\": null"), std::string::npos) << "0 is not yet\n" << json;
+  EXPECT_EQ(json.find("_unix_ms"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"loss\": 2.5,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"attempt_history\": []"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"labels\": {\n      \"area\": \"a\",\n      \"team\": \"b\"\n    }"), std::string::npos)
+      << "a map sorted by key\n" << json;
+  EXPECT_EQ(json.find("\"priority\""), std::string::npos) << "an unset optional is left out\n" << json;
+  EXPECT_EQ(json.find("\"val_loss\""), std::string::npos) << json;
+  EXPECT_EQ(json.find("\\u"), std::string::npos) << json;
+  const std::string yaml = d.Yaml();
+  EXPECT_NE(yaml.find("\nlast_checkpoint_step: 20\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("\ncreated_time: 2023-11-14T22:13:20.123Z\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("\nfailure_reason: attempt 1 -> FAILED\n"), std::string::npos) << yaml;
+
+  // Floats print as the float they are; non-finite values as protobuf's JSON has them.
+  v1::AmaxHistory h;
+  h.add_history(0.1f);
+  h.add_history(std::numeric_limits<float>::infinity());
+  h.set_scale(std::numeric_limits<float>::quiet_NaN());
+  const std::string amax = MessageDocument(h).Json();
+  EXPECT_NE(amax.find("  \"history\": [\n    0.1,\n    \"Infinity\"\n  ]"), std::string::npos) << amax;
+  EXPECT_NE(amax.find("\"scale\": \"NaN\""), std::string::npos) << amax;
+}
+
+TEST(Fp8ctlOutputTest, AFormatTheVerbDoesNotOfferIsAUsageErrorListingThem) {
+  CLI::App app("t");
+  OutputFormat format = OutputFormat::kTable;
+  AddOutputFlag(&app, &format, {OutputFormat::kTable, OutputFormat::kName, OutputFormat::kJson});
+  EXPECT_NO_THROW(app.parse(std::vector<std::string>{"name", "-o"}));  // reversed: "-o name"
+  EXPECT_EQ(format, OutputFormat::kName);
+  try {
+    app.parse(std::vector<std::string>{"wide", "-o"});
+    FAIL() << "-o wide was accepted";
+  } catch (const CLI::ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected table, name or json, not 'wide'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Fp8ctlListTest, WideAddsColumnsAndNamesAreKindSlashId) {
+  v1::ListJobsResponse r;
+  v1::Job* j = r.add_jobs();
+  j->set_id("job-2");
+  j->set_state(v1::Job::FAILED);
+  j->set_created_unix_ms(1'000);
+  j->set_attempts(2);
+  j->set_restarts_left(0);
+  j->set_failure_reason("rank 0 exited 1");
+  j->mutable_spec()->set_name("tiny");
+  j->mutable_spec()->set_priority(5);
+  j->mutable_spec()->mutable_train()->set_steps(40);
+  j->mutable_spec()->mutable_resources()->set_world_size(2);
+  j->mutable_spec()->mutable_resources()->set_device(v1::ResourceSpec::CPU);
+  j->mutable_spec()->mutable_fp8()->set_recipe(v1::Fp8Spec::ROWWISE);
+  j->mutable_latest_progress()->set_step(20);
+  j->mutable_latest_progress()->set_loss(3.25);
+  const std::string narrow = JobsTable(r, 61'000, /*wide=*/false);
+  EXPECT_EQ(narrow.substr(0, narrow.find('\n')), "ID      NAME   OWNER   STATE    PROGRESS   RECIPE    WORLD   SUBMITTED             AGE");
+  EXPECT_EQ(narrow.find("LOSS"), std::string::npos);
+  const std::string wide = JobsTable(r, 61'000, /*wide=*/true);
+  for (const char* part : {"DEVICE", "PRIORITY", "LOSS", "ATTEMPTS", "RESTARTS LEFT", "CHECKPOINT", "FINISHED", "REASON",
+                           " cpu ", " 5 ", " 3.2500 ", "rank 0 exited 1\n"}) {
+    EXPECT_NE(wide.find(part), std::string::npos) << part << "\n" << wide;
+  }
+  EXPECT_EQ(JobName("job-2"), "job/job-2");
 }
 
 size_t Count(const std::string& text, const std::string& part) {
@@ -362,6 +476,9 @@ TEST(Fp8ctlWorkersTest, Table) {
             "NAME   DEVICE   ADDRESS          STATE         JOB/RANK                 LAST HEARTBEAT\n"
             "w-1    cpu      127.0.0.1:7071   BUSY          job-3 r1, (other user)   0.4s ago\n"
             "w-2    cpu      127.0.0.1:7072   UNCONFIRMED   -                        never\n");
+  const std::string wide = WorkersTable(r, 100'400, /*wide=*/true);
+  EXPECT_NE(wide.find("KIND   RANK STATES        HEARTBEAT AT\n"), std::string::npos) << wide;
+  EXPECT_NE(wide.find("   cpu    UNKNOWN, UNKNOWN   "), std::string::npos) << wide;
   EXPECT_EQ(HeartbeatAge(1'000, 181'000), "3m ago");
   EXPECT_EQ(HeartbeatAge(5'000, 1'000), "0.0s ago");
 }

@@ -31,7 +31,7 @@ Verb AddAmaxVerb(CLI::App& app) {
             if (grpc::Status s = session.stub().GetJobAmax(ctx.get(), req, &response); !s.ok()) {
               return Report(session.Error(s, absl::StrCat("amax ", a->job_id)));
             }
-            if (a->output != OutputFormat::kTable) return PrintMessage(response, a->output);
+            if (IsDocument(a->output)) return PrintMessage(response, a->output);
             std::cout << AmaxReport(a->job_id, response);
             return static_cast<int>(kExitOk);
           }};

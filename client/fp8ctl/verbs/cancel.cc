@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/fp8ctl/exit_codes.h"
 #include "client/fp8ctl/format.h"
+#include "client/fp8ctl/jobs_table.h"
 #include "client/fp8ctl/output.h"
 #include "client/fp8ctl/verbs/verbs.h"
 
@@ -21,7 +22,7 @@ Verb AddCancelVerb(CLI::App& app) {
   cmd->fallthrough();
   cmd->add_option("ID", a->job_id, "job id (job-<n>)")->required();
   cmd->add_option("--reason", a->reason, "why, shown in the job's failure reason (at most 1024 characters)");
-  AddOutputFlag(cmd, &a->output);
+  AddOutputFlag(cmd, &a->output, {OutputFormat::kTable, OutputFormat::kName, OutputFormat::kJson, OutputFormat::kYaml});
 
   return {cmd, [a](Session& session) {
             if (auto e = session.Connect()) return Report(*e);
@@ -37,7 +38,11 @@ Verb AddCancelVerb(CLI::App& app) {
               }
               return Report(e);
             }
-            if (a->output != OutputFormat::kTable) return PrintMessage(job, a->output);
+            if (IsDocument(a->output)) return PrintMessage(job, a->output);
+            if (a->output == OutputFormat::kName) {
+              std::cout << JobName(job.id()) << std::endl;
+              return static_cast<int>(kExitOk);
+            }
             std::cout << job.id() << " " << JobStateName(job.state());
             if (!job.failure_reason().empty()) std::cout << ": " << job.failure_reason();
             std::cout << std::endl;

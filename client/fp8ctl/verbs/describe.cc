@@ -9,9 +9,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "client/fp8ctl/exit_codes.h"
 #include "client/fp8ctl/format.h"
+#include "client/fp8ctl/jobs_table.h"
+#include "client/fp8ctl/message_document.h"
 #include "client/fp8ctl/output.h"
 #include "client/fp8ctl/stored_events.h"
 #include "client/fp8ctl/table.h"
@@ -113,18 +114,6 @@ std::string Numerics(const std::vector<v1::JobEvent>& events) {
   return out;
 }
 
-// A JSON document nested `depth` levels into another (the printer indents by one space),
-// without its trailing newline.
-std::string Indented(std::string json, int depth = 1) {
-  while (!json.empty() && json.back() == '\n') json.pop_back();
-  std::string out;
-  for (char c : json) {
-    out += c;
-    if (c == '\n') out.append(static_cast<size_t>(depth), ' ');
-  }
-  return out;
-}
-
 std::string Describe(const v1::Job& job, const std::vector<v1::JobEvent>& events) {
   const v1::JobSpec& s = job.spec();
   std::string out;
@@ -156,7 +145,7 @@ Verb AddDescribeVerb(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("describe", "show a job: spec summary, state, attempts, metrics, numerics events");
   cmd->fallthrough();
   cmd->add_option("ID", a->job_id, "job id (job-<n>)")->required();
-  AddOutputFlag(cmd, &a->output);
+  AddOutputFlag(cmd, &a->output, {OutputFormat::kTable, OutputFormat::kName, OutputFormat::kJson, OutputFormat::kYaml});
 
   return {cmd, [a](Session& session) {
             if (auto e = session.Connect()) return Report(*e);
@@ -178,26 +167,20 @@ Verb AddDescribeVerb(CLI::App& app) {
             for (const v1::JobEvent& e : events.events) {
               if (e.has_numerics()) numerics.push_back(e);
             }
+            if (a->output == OutputFormat::kName) {
+              std::cout << JobName(job.id()) << "\n";
+              return static_cast<int>(kExitOk);
+            }
             if (a->output == OutputFormat::kTable) {
               std::cout << Describe(job, numerics);
               return static_cast<int>(kExitOk);
             }
             // {"job": <Job>, "numerics_events": [<JobEvent>...]}
-            absl::StatusOr<std::string> job_json = MessageJson(job);
-            if (!job_json.ok()) return Report({kExitError, std::string(job_json.status().message())});
-            std::vector<std::string> parts;
-            for (const v1::JobEvent& e : numerics) {
-              absl::StatusOr<std::string> j = MessageJson(e);
-              if (!j.ok()) return Report({kExitError, std::string(j.status().message())});
-              parts.push_back(Indented(*j, 2));
-            }
-            absl::StatusOr<std::string> out = RenderJson(
-                absl::StrCat("{\n \"job\": ", Indented(*job_json), ",\n \"numerics_events\": [",
-                             parts.empty() ? "" : "\n  ", absl::StrJoin(parts, ",\n  "), "]\n}\n"),
-                a->output);
-            if (!out.ok()) return Report({kExitError, std::string(out.status().message())});
-            std::cout << *out;
-            return static_cast<int>(kExitOk);
+            Document events_doc = Document::Array();
+            for (const v1::JobEvent& e : numerics) events_doc.Add(MessageDocument(e));
+            Document doc = Document::Object();
+            doc.Set("job", MessageDocument(job)).Set("numerics_events", std::move(events_doc));
+            return PrintDocument(doc, a->output);
           }};
 }
 

@@ -7,31 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "client/fp8ctl/exit_codes.h"
 #include "client/fp8ctl/format.h"
+#include "client/fp8ctl/jobs_table.h"
 #include "client/fp8ctl/output.h"
-#include "client/fp8ctl/table.h"
 #include "client/fp8ctl/verbs/verbs.h"
 
 namespace fp8::ctl {
-namespace {
-
-std::string ProgressCell(const v1::Job& job) {
-  const int64_t total = job.spec().train().steps();
-  const int64_t step = job.has_latest_progress() ? job.latest_progress().step() : 0;
-  return total > 0 ? absl::StrCat(step, "/", total) : absl::StrCat(step);
-}
-
-std::string JobsTable(const v1::ListJobsResponse& r) {
-  Table t({"ID", "NAME", "OWNER", "STATE", "PROGRESS", "RECIPE", "WORLD", "SUBMITTED", "AGE"});
-  const int64_t now = NowUnixMs();
-  for (const v1::Job& j : r.jobs()) {
-    t.AddRow({j.id(), j.spec().name(), j.spec().owner().empty() ? "-" : j.spec().owner(), JobStateName(j.state()),
-              ProgressCell(j), RecipeName(j.spec().fp8().recipe()), absl::StrCat(j.spec().resources().world_size()),
-              LocalTime(j.created_unix_ms()), Age(now - j.created_unix_ms())});
-  }
-  return t.Render();
-}
-
-}  // namespace
 
 Verb AddListVerb(CLI::App& app) {
   struct Args {
@@ -48,7 +28,9 @@ Verb AddListVerb(CLI::App& app) {
       ->allow_extra_args(false);
   cmd->add_option("--owner", a->owner, "only jobs of this owner");
   cmd->add_flag("--all-pages", a->all_pages, "fetch every page, not only the newest 100 jobs");
-  AddOutputFlag(cmd, &a->output);
+  AddOutputFlag(cmd, &a->output,
+                {OutputFormat::kTable, OutputFormat::kWide, OutputFormat::kName, OutputFormat::kJson,
+                 OutputFormat::kYaml});
 
   return {cmd, [a](Session& session) {
             v1::ListJobsRequest req;
@@ -75,12 +57,15 @@ Verb AddListVerb(CLI::App& app) {
               if (!a->all_pages || page.next_page_token().empty()) break;
               req.set_page_token(page.next_page_token());
             }
-            if (a->output != OutputFormat::kTable) return PrintMessage(all, a->output);
-            if (all.jobs().empty()) {
+            if (IsDocument(a->output)) return PrintMessage(all, a->output);
+            if (a->output == OutputFormat::kName) {
+              for (const v1::Job& j : all.jobs()) std::cout << JobName(j.id()) << "\n";
+            } else if (all.jobs().empty()) {
               std::fprintf(stderr, "no jobs\n");
               return static_cast<int>(kExitOk);
+            } else {
+              std::cout << JobsTable(all, NowUnixMs(), a->output == OutputFormat::kWide);
             }
-            std::cout << JobsTable(all);
             if (!all.next_page_token().empty()) {
               std::fprintf(stderr, "(newest %d jobs shown; --all-pages for the rest)\n", all.jobs_size());
             }

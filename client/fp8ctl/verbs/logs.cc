@@ -51,7 +51,7 @@ Verb AddLogsVerb(CLI::App& app) {
   AddOutputFlag(cmd, &a->output);
 
   return {cmd, [a, rank](Session& session) {
-            if (a->follow && a->output != OutputFormat::kTable) {
+            if (a->follow && IsDocument(a->output)) {
               return Report({kExitUsage, "logs: --follow prints text; it does not combine with --output"});
             }
             if (auto e = session.Connect()) return Report(*e);
@@ -69,7 +69,7 @@ Verb AddLogsVerb(CLI::App& app) {
             };
             v1::GetJobLogsResponse first;
             if (grpc::Status s = fetch(&first); !s.ok()) return Report(session.Error(s, what));
-            if (a->output != OutputFormat::kTable) return PrintMessage(first, a->output);
+            if (IsDocument(a->output)) return PrintMessage(first, a->output);
             // Every line carries a sequence that orders the job's lines; -f asks for the
             // lines after the last one printed (never by time: a rank writes many lines in
             // one millisecond, and ranks' clocks differ).

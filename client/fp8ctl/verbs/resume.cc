@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/fp8ctl/exit_codes.h"
 #include "client/fp8ctl/format.h"
+#include "client/fp8ctl/jobs_table.h"
 #include "client/fp8ctl/output.h"
 #include "client/fp8ctl/verbs/verbs.h"
 
@@ -25,7 +26,7 @@ Verb AddResumeVerb(CLI::App& app) {
   cmd->add_option("--world-size", a->world_size,
                   "continue on this many ranks (train.batch_size is per rank: the global batch changes with it)")
       ->check(CLI::Range(1, 1 << 16));
-  AddOutputFlag(cmd, &a->output);
+  AddOutputFlag(cmd, &a->output, {OutputFormat::kTable, OutputFormat::kName, OutputFormat::kJson, OutputFormat::kYaml});
 
   return {cmd, [a](Session& session) {
             if (auto e = session.Connect()) return Report(*e);
@@ -41,7 +42,11 @@ Verb AddResumeVerb(CLI::App& app) {
               }
               return Report(e);
             }
-            if (a->output != OutputFormat::kTable) return PrintMessage(job, a->output);
+            if (IsDocument(a->output)) return PrintMessage(job, a->output);
+            if (a->output == OutputFormat::kName) {
+              std::cout << JobName(job.id()) << std::endl;
+              return static_cast<int>(kExitOk);
+            }
             std::cout << job.id() << " " << JobStateName(job.state()) << ": resumes from step "
                       << job.last_checkpoint_step() << " on " << job.spec().resources().world_size() << " rank(s)"
                       << std::endl;

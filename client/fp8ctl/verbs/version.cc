@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/fp8ctl/exit_codes.h"
+#include "client/fp8ctl/message_document.h"
 #include "client/fp8ctl/output.h"
 #include "client/fp8ctl/verbs/verbs.h"
 #include "common/version/version.h"
-#include "google/protobuf/struct.pb.h"
 
 namespace fp8::ctl {
 namespace {
@@ -24,17 +24,11 @@ v1::GetVersionResponse ClientVersion() {
 
 // {"client": {"version", "protocol"}, "server": {..., "address"}} (no server when it was
 // not asked or did not answer).
-google::protobuf::Struct VersionDocument(const v1::GetVersionResponse& client, const v1::GetVersionResponse* server,
-                                         const std::string& address) {
-  google::protobuf::Struct doc;
-  auto part = [&doc](const char* key, const v1::GetVersionResponse& v) {
-    google::protobuf::Struct& s = *(*doc.mutable_fields())[key].mutable_struct_value();
-    (*s.mutable_fields())["version"].set_string_value(v.version());
-    (*s.mutable_fields())["protocol"].set_string_value(v.protocol());
-    return &s;
-  };
-  part("client", client);
-  if (server != nullptr) (*part("server", *server)->mutable_fields())["address"].set_string_value(address);
+Document VersionDocument(const v1::GetVersionResponse& client, const v1::GetVersionResponse* server,
+                         const std::string& address) {
+  Document doc = Document::Object();
+  doc.Set("client", MessageDocument(client));
+  if (server != nullptr) doc.Set("server", MessageDocument(*server).Set("address", Document::String(address)));
   return doc;
 }
 
@@ -81,9 +75,8 @@ Verb AddVersionVerb(CLI::App& app) {
               std::cout << VersionLine("client", client, "");
               if (server.has_value()) std::cout << VersionLine("server", *server, session.config().coordinator);
             } else {
-              const google::protobuf::Struct doc =
-                  VersionDocument(client, server ? &*server : nullptr, session.config().coordinator);
-              if (int rc = PrintMessage(doc, a->output); rc != 0) return rc;
+              PrintDocument(VersionDocument(client, server ? &*server : nullptr, session.config().coordinator),
+                            a->output);
             }
             std::cout.flush();
             if (error.has_value()) return Report(*error);

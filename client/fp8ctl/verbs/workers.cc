@@ -15,7 +15,9 @@ Verb AddWorkersVerb(CLI::App& app) {
   auto output = std::make_shared<OutputFormat>(OutputFormat::kTable);
   CLI::App* cmd = app.add_subcommand("workers", "list the workers, their state and the ranks they run");
   cmd->fallthrough();
-  AddOutputFlag(cmd, output.get());
+  AddOutputFlag(cmd, output.get(),
+                {OutputFormat::kTable, OutputFormat::kWide, OutputFormat::kName, OutputFormat::kJson,
+                 OutputFormat::kYaml});
 
   return {cmd, [output](Session& session) {
             if (auto e = session.Connect()) return Report(*e);
@@ -24,12 +26,16 @@ Verb AddWorkersVerb(CLI::App& app) {
             if (grpc::Status s = session.stub().ListWorkers(ctx.get(), v1::ListWorkersRequest(), &response); !s.ok()) {
               return Report(session.Error(s, "workers"));
             }
-            if (*output != OutputFormat::kTable) return PrintMessage(response, *output);
+            if (IsDocument(*output)) return PrintMessage(response, *output);
+            if (*output == OutputFormat::kName) {
+              for (const v1::WorkerInfo& w : response.workers()) std::cout << "worker/" << w.worker_id() << "\n";
+              return static_cast<int>(kExitOk);
+            }
             if (response.workers().empty()) {
               std::fprintf(stderr, "no workers registered\n");
               return static_cast<int>(kExitOk);
             }
-            std::cout << WorkersTable(response, NowUnixMs());
+            std::cout << WorkersTable(response, NowUnixMs(), *output == OutputFormat::kWide);
             return static_cast<int>(kExitOk);
           }};
 }

@@ -1,0 +1,55 @@
+#include "client/fp8ctl/jobs_table.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/fp8ctl/format.h"
+#include "client/fp8ctl/table.h"
+
+namespace fp8::ctl {
+namespace {
+
+std::string ProgressCell(const v1::Job& job) {
+  const int64_t total = job.spec().train().steps();
+  const int64_t step = job.has_latest_progress() ? job.latest_progress().step() : 0;
+  return total > 0 ? absl::StrCat(step, "/", total) : absl::StrCat(step);
+}
+
+std::string LossCell(const v1::Job& job) {
+  return job.has_latest_progress() ? absl::StrFormat("%.4f", job.latest_progress().loss()) : std::string("-");
+}
+
+}  // namespace
+
+std::string JobsTable(const v1::ListJobsResponse& r, int64_t now_unix_ms, bool wide) {
+  std::vector<std::string> headers = {"ID", "NAME", "OWNER", "STATE", "PROGRESS", "RECIPE", "WORLD", "SUBMITTED", "AGE"};
+  if (wide) {
+    for (const char* h : {"DEVICE", "PRIORITY", "LOSS", "ATTEMPTS", "RESTARTS LEFT", "CHECKPOINT", "FINISHED", "REASON"}) {
+      headers.push_back(h);
+    }
+  }
+  Table t(headers);
+  for (const v1::Job& j : r.jobs()) {
+    const v1::JobSpec& s = j.spec();
+    std::vector<std::string> row = {j.id(), s.name(), s.owner().empty() ? "-" : s.owner(), JobStateName(j.state()),
+                                    ProgressCell(j), RecipeName(s.fp8().recipe()),
+                                    absl::StrCat(s.resources().world_size()), LocalTime(j.created_unix_ms()),
+                                    Age(now_unix_ms - j.created_unix_ms())};
+    if (wide) {
+      for (std::string cell :
+           {DeviceName(s.resources().device()), absl::StrCat(s.priority()), LossCell(j), absl::StrCat(j.attempts()),
+            absl::StrCat(j.restarts_left()),
+            j.last_checkpoint_step() > 0 ? absl::StrCat("step ", j.last_checkpoint_step()) : std::string("-"),
+            LocalTime(j.finished_unix_ms()), j.failure_reason().empty() ? std::string("-") : j.failure_reason()}) {
+        row.push_back(std::move(cell));
+      }
+    }
+    t.AddRow(std::move(row));
+  }
+  return t.Render();
+}
+
+std::string JobName(const std::string& job_id) { return absl::StrCat("job/", job_id); }
+
+}  // namespace fp8::ctl
