@@ -1,5 +1,6 @@
 #include "client/fp8ctl/follow_printer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -44,8 +45,20 @@ std::string ProgressLine(const ProgressLineInput& in) {
   return line;
 }
 
-FollowPrinter::FollowPrinter(std::ostream& out, bool terminal, int64_t total_steps, int world_size)
-    : out_(out), terminal_(terminal), total_steps_(total_steps), world_size_(world_size < 1 ? 1 : world_size) {}
+std::string ProgressBar(int64_t step, int64_t total, int width) {
+  const double done = total > 0 ? std::clamp(static_cast<double>(step) / static_cast<double>(total), 0.0, 1.0) : 0.0;
+  const int filled = static_cast<int>(std::floor(done * width));
+  return absl::StrCat("[", std::string(static_cast<size_t>(filled), '#'),
+                      std::string(static_cast<size_t>(width - filled), '.'), "]");
+}
+
+FollowPrinter::FollowPrinter(std::ostream& out, bool terminal, int64_t total_steps, int world_size,
+                             int64_t tokens_per_rank_step)
+    : out_(out),
+      terminal_(terminal),
+      total_steps_(total_steps),
+      world_size_(world_size < 1 ? 1 : world_size),
+      summary_(total_steps, tokens_per_rank_step) {}
 
 void FollowPrinter::Line(int64_t time_unix_ms, const std::string& text) {
   // Over a live progress line: clear it, print the event, then draw the progress again.
@@ -68,7 +81,7 @@ void FollowPrinter::Progress(const v1::JobEvent& event) {
   in.eta_seconds = eta_.SecondsLeft(total_steps_);
   const std::string line = ProgressLine(in);
   if (terminal_) {
-    live_ = line;
+    live_ = total_steps_ > 0 ? absl::StrCat(ProgressBar(in.step, total_steps_), " ", line) : line;
     out_ << "\r\x1b[K" << live_;
     out_.flush();
   } else {
@@ -77,6 +90,7 @@ void FollowPrinter::Progress(const v1::JobEvent& event) {
 }
 
 void FollowPrinter::OnEvent(const v1::JobEvent& event) {
+  summary_.OnEvent(event);
   switch (event.event_case()) {
     case v1::JobEvent::kStateChange: {
       const v1::JobStateChange& c = event.state_change();
@@ -88,6 +102,7 @@ void FollowPrinter::OnEvent(const v1::JobEvent& event) {
       if (IsFinal(c.current())) {
         final_state_ = c.current();
         final_reason_ = c.reason();
+        Finish();  // the progress line stays above the final state line
       }
       Line(event.time_unix_ms(), text);
       break;
@@ -123,6 +138,12 @@ void FollowPrinter::OnEvent(const v1::JobEvent& event) {
     case v1::JobEvent::EVENT_NOT_SET:
       break;
   }
+}
+
+void FollowPrinter::PrintSummary() {
+  Finish();
+  out_ << summary_.Render();
+  out_.flush();
 }
 
 void FollowPrinter::Finish() {

@@ -1,8 +1,10 @@
 // What `fp8ctl follow` prints for each JobEvent: a line per state change, attempt start
-// and end and numerics event, and a progress line (step/total, loss, tokens/s, ETA) that
-// is redrawn in place with '\r' on a terminal and printed once per report otherwise (a
-// log file or a pipe should not fill with carriage returns). No I/O besides the stream it
-// is given, so the unit test feeds it events.
+// and end and numerics event, and a progress line (step/total, loss, tokens/s, ETA). On a
+// terminal the progress line carries a bar and is redrawn in place with '\r', always the
+// last line, until the final state: it is then left where it is, above the final state
+// line and the summary. Otherwise one plain line per report (a log file or a pipe should
+// not fill with carriage returns). No I/O besides the stream it is given, so the unit test
+// feeds it events.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <ostream>
 #include <string>
 
+#include "client/fp8ctl/follow_summary.h"
 #include "fp8/v1/job_service.pb.h"
 
 namespace fp8::ctl {
@@ -39,14 +42,21 @@ struct ProgressLineInput {
 // "step 20/40 (50%)  loss 3.4521  val 3.5012  tok/s 12.3k  ETA 0:12"
 std::string ProgressLine(const ProgressLineInput& in);
 
+// "[##########..........]" for step of total, `width` cells inside the brackets.
+std::string ProgressBar(int64_t step, int64_t total, int width = 24);
+
 class FollowPrinter {
  public:
-  // `world_size` scales rank 0's tokens/s to the job's.
-  FollowPrinter(std::ostream& out, bool terminal, int64_t total_steps, int world_size);
+  // `world_size` scales rank 0's tokens/s to the job's; `tokens_per_rank_step`
+  // (batch_size x seq_len) counts the summary's tokens.
+  FollowPrinter(std::ostream& out, bool terminal, int64_t total_steps, int world_size,
+                int64_t tokens_per_rank_step = 0);
 
   void OnEvent(const v1::JobEvent& event);
   // Ends a live progress line, so that what follows starts on a fresh line.
   void Finish();
+  // Finish(), then the summary (follow_summary.h).
+  void PrintSummary();
 
   // The final state once a state change into one has been seen.
   std::optional<v1::Job::State> final_state() const { return final_state_; }
@@ -61,6 +71,7 @@ class FollowPrinter {
   int64_t total_steps_;
   int world_size_;
   EtaEstimator eta_;
+  FollowSummary summary_;
   std::string live_;  // the progress line currently drawn (terminal only)
   std::optional<v1::Job::State> final_state_;
   std::string final_reason_;

@@ -1,12 +1,17 @@
 // fp8ctl end to end: the real binary against a real fp8-coordinator and two fp8-worker
 // daemons on loopback (tests/system/control_plane.h), checking what a user sees: the job
 // id on stdout, tables, JSON and YAML, and the exit codes.
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "tests/cli/subprocess.h"
@@ -70,6 +75,58 @@ class Fp8ctl {
   int runs_ = 0;
 };
 
+// Runs `argv` with a pseudo-terminal as its stdout (isatty holds, as in a person's shell),
+// the environment plus `env`; returns what it wrote (the terminal's "\r\n" read as "\n")
+// and its exit code (-1 if it did not exit within `limit`).
+std::pair<std::string, int> RunInTerminal(const std::vector<std::string>& argv,
+                                          const std::map<std::string, std::string>& env,
+                                          std::chrono::milliseconds limit) {
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    merged[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+  }
+  for (const auto& [k, v] : env) merged[k] = v;
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  // Built before fork: the child only execs.
+  std::vector<char*> envp, args;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (std::string& a : argv_copy) args.push_back(a.data());
+  args.push_back(nullptr);
+  int master = -1;
+  const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid < 0) return {"forkpty failed", -1};
+  if (pid == 0) {
+    ::execve(args[0], args.data(), envp.data());
+    ::_exit(127);
+  }
+  std::string out;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{master, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(master, buf, sizeof buf);
+    if (n <= 0) break;  // EIO: the child closed the terminal
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(master);
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return {out, -1};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (size_t at = out.find("\r\n"); at != std::string::npos; at = out.find("\r\n", at)) out.erase(at, 1);
+  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+}
+
 std::string Show(const cli_test::RunResult& r) {
   return r.exit.describe() + "\n--- stdout\n" + r.out + "--- stderr\n" + r.err;
 }
@@ -104,9 +161,28 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   EXPECT_TRUE(Contains(r.out, "-> SUCCEEDED")) << Show(r);
   EXPECT_FALSE(Contains(r.out, "\r")) << "not a terminal: no carriage returns\n" << Show(r);
 
+  // The summary after the final state: loss from first to last report, tokens, time.
+  const size_t final_line = r.out.find("-> SUCCEEDED");
+  EXPECT_LT(final_line, r.out.find("Summary:\n")) << Show(r);
+  for (const char* part : {"  outcome     SUCCEEDED at step 10/10\n", "  loss        ", " -> ", " -> 10)\n",
+                           "  validation  ", "  tokens      ", "  wall time   0:", "  restarts    0\n"}) {
+    EXPECT_TRUE(Contains(r.out.substr(final_line), part)) << part << "\n" << Show(r);
+  }
+
   // follow on a finished job replays it and exits with its outcome.
   r = ctl.Run({"follow", "job-1"});
   EXPECT_TRUE(Exited(r, 0)) << Show(r);
+  // On a terminal: a bar redrawn in place, left above the final state line, no redraw after.
+  {
+    const auto [text, code] = RunInTerminal({FP8CTL_BINARY, "follow", "job-1"}, Env(cp), kCommandLimit);
+    EXPECT_EQ(code, 0) << text;
+    EXPECT_TRUE(Contains(text, "\r\x1b[K[############") && Contains(text, "] step 10/10 (100%)")) << text;
+    const size_t state = text.find("state RUNNING -> SUCCEEDED");
+    ASSERT_NE(state, std::string::npos) << text;
+    EXPECT_LT(text.rfind("] step 10/10"), state) << text;
+    EXPECT_EQ(text.find('\r', state), std::string::npos) << text;
+    EXPECT_LT(state, text.find("Summary:\n")) << text;
+  }
 
   // list: table, json, yaml, filters.
   r = ctl.Run({"list"});

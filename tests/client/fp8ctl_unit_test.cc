@@ -19,6 +19,7 @@
 #include "client/fp8ctl/client_config.h"
 #include "client/fp8ctl/exit_codes.h"
 #include "client/fp8ctl/follow_printer.h"
+#include "client/fp8ctl/follow_summary.h"
 #include "client/fp8ctl/format.h"
 #include "client/fp8ctl/output.h"
 #include "client/fp8ctl/rpc_errors.h"
@@ -141,20 +142,78 @@ TEST(Fp8ctlFollowPrinterTest, PrintsALinePerEventWhenNotATerminal) {
   EXPECT_EQ(*p.final_state(), v1::Job::FAILED);
 }
 
-TEST(Fp8ctlFollowPrinterTest, RedrawsOneLineOnATerminal) {
+TEST(Fp8ctlFollowPrinterTest, RedrawsABarOnATerminalAndLeavesItAboveTheFinalState) {
   std::ostringstream out;
   FollowPrinter p(out, /*terminal=*/true, 40, 1);
   p.OnEvent(ProgressEvent(1, 10, 10'000));
   p.OnEvent(ProgressEvent(2, 20, 12'000));
   p.OnEvent(StateEvent(v1::Job::RUNNING, v1::Job::SUCCEEDED));
-  p.Finish();
+  p.PrintSummary();
   const std::string text = out.str();
-  // Each progress report redraws in place; the state line clears it, prints, redraws it.
-  EXPECT_NE(text.find("\r\x1b[Kstep 10/40"), std::string::npos) << text;
-  EXPECT_NE(text.find("\r\x1b[Kstep 20/40"), std::string::npos) << text;
-  EXPECT_NE(text.find("state RUNNING -> SUCCEEDED\nstep 20/40"), std::string::npos) << text;
+  // Each progress report redraws the bar and line in place.
+  EXPECT_NE(text.find("\r\x1b[K[######..................] step 10/40 (25%)"), std::string::npos) << text;
+  EXPECT_NE(text.find("\r\x1b[K[############............] step 20/40 (50%)"), std::string::npos) << text;
+  // The final state: the progress line is left as it was, the state line below it, then
+  // the summary; the bar is not drawn again.
+  const size_t last_bar = text.rfind("[############............] step 20/40");
+  const size_t state = text.find("state RUNNING -> SUCCEEDED\n");
+  ASSERT_NE(state, std::string::npos) << text;
+  EXPECT_LT(last_bar, state) << text;
+  EXPECT_EQ(text.find("\r", state), std::string::npos) << text;
+  EXPECT_LT(state, text.find("Summary:\n")) << text;
   EXPECT_EQ(text.back(), '\n');
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
+}
+
+TEST(Fp8ctlFollowPrinterTest, ABarIsStepOfTotal) {
+  EXPECT_EQ(ProgressBar(0, 40, 8), "[........]");
+  EXPECT_EQ(ProgressBar(20, 40, 8), "[####....]");
+  EXPECT_EQ(ProgressBar(40, 40, 8), "[########]");
+  EXPECT_EQ(ProgressBar(50, 40, 8), "[########]");
+  EXPECT_EQ(ProgressBar(5, 0, 4), "[....]");
+}
+
+v1::JobEvent AttemptStartedEvent(int32_t attempt, int ranks, int64_t resumed_from, int64_t ms) {
+  v1::JobEvent e;
+  e.set_time_unix_ms(ms);
+  v1::AttemptStarted* a = e.mutable_attempt_started();
+  a->set_attempt(attempt);
+  a->set_resumed_from_step(resumed_from);
+  for (int r = 0; r < ranks; ++r) a->add_ranks()->set_rank(r);
+  return e;
+}
+
+TEST(Fp8ctlFollowSummaryTest, LossStartToEndValidationTokensTimeAndRestarts) {
+  FollowSummary s(/*total_steps=*/40, /*tokens_per_rank_step=*/100);
+  s.OnEvent(AttemptStartedEvent(1, 2, 0, 1'000));
+  v1::JobEvent p = ProgressEvent(1, 10, 2'000);
+  p.mutable_progress()->mutable_progress()->set_loss(5.5);
+  s.OnEvent(p);
+  p = ProgressEvent(2, 25, 3'000);  // the attempt dies after step 25; its checkpoint was 20
+  p.mutable_progress()->mutable_progress()->set_val_loss(4.25);
+  s.OnEvent(p);
+  s.OnEvent(AttemptStartedEvent(2, 1, 20, 10'000));  // resumed on one rank
+  p = ProgressEvent(3, 40, 75'000);
+  p.mutable_progress()->set_attempt(2);
+  p.mutable_progress()->mutable_progress()->set_loss(3.125);
+  s.OnEvent(p);
+  v1::JobEvent end = StateEvent(v1::Job::RUNNING, v1::Job::SUCCEEDED);
+  end.set_time_unix_ms(76'000);
+  s.OnEvent(end);
+  // 25 steps x 2 ranks + 20 steps x 1 rank, 100 tokens each.
+  EXPECT_EQ(s.tokens(), 7000);
+  EXPECT_EQ(s.restarts(), 1);
+  EXPECT_EQ(s.Render(),
+            "Summary:\n"
+            "  outcome     SUCCEEDED at step 40/40\n"
+            "  loss        5.5000 -> 3.1250 (step 10 -> 40)\n"
+            "  validation  4.2500 (step 25)\n"
+            "  tokens      7.0k\n"
+            "  wall time   1:15\n"
+            "  restarts    1\n");
+  FollowSummary nothing(10, 100);
+  const std::string text = nothing.Render();
+  EXPECT_NE(text.find("- (no progress reported)"), std::string::npos) << text;
+  EXPECT_NE(text.find("- (no evaluation ran)"), std::string::npos) << text;
 }
 
 TEST(Fp8ctlRpcErrorsTest, MapsStatusCodesToExitCodes) {

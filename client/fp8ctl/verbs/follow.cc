@@ -43,8 +43,9 @@ int FollowJob(Session& session, const std::string& job_id) {
     auto ctx = session.Context();
     if (grpc::Status s = session.stub().GetJob(ctx.get(), req, &job); !s.ok()) return Report(session.Error(s, what));
   }
-  FollowPrinter printer(std::cout, ::isatty(STDOUT_FILENO) == 1, job.spec().train().steps(),
-                        job.spec().resources().world_size());
+  const v1::JobSpec& spec = job.spec();
+  FollowPrinter printer(std::cout, ::isatty(STDOUT_FILENO) == 1, spec.train().steps(), spec.resources().world_size(),
+                        int64_t{spec.train().batch_size()} * spec.data().seq_len());
 
   int64_t after = 0;
   // When the stream broke; min() while it is healthy. (Not an optional: GCC 12 warns
@@ -84,9 +85,11 @@ int FollowJob(Session& session, const std::string& job_id) {
     }
     std::this_thread::sleep_for(kReconnectPause);
   }
+  if (printer.final_state().has_value()) {
+    printer.PrintSummary();
+    return ExitCodeForOutcome(*printer.final_state());
+  }
   printer.Finish();
-
-  if (printer.final_state().has_value()) return ExitCodeForOutcome(*printer.final_state());
   // The stream ends only after the final state change, which the printer saw; if an older
   // coordinator ended it otherwise, ask for the state.
   v1::GetJobRequest req;

@@ -1,0 +1,48 @@
+// What `fp8ctl follow` prints once the job has ended: the outcome, the loss from the first
+// report to the last, the newest validation loss, the tokens trained, the wall time from
+// the first attempt's start to the end, and the restarts. Fed the same events as the
+// printer; pure, so that the unit test pins it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "fp8/v1/job_service.pb.h"
+
+namespace fp8::ctl {
+
+class FollowSummary {
+ public:
+  // `tokens_per_rank_step`: train.batch_size x data.seq_len (a rank's tokens per step).
+  FollowSummary(int64_t total_steps, int64_t tokens_per_rank_step)
+      : total_steps_(total_steps), tokens_per_rank_step_(tokens_per_rank_step) {}
+
+  void OnEvent(const v1::JobEvent& event);
+
+  // Tokens trained over every attempt (steps each advanced past its checkpoint x its ranks
+  // x tokens per rank step): work redone after a restart counts.
+  int64_t tokens() const;
+  int restarts() const { return attempts_.empty() ? 0 : static_cast<int>(attempts_.size()) - 1; }
+
+  // "Summary:" and one indented line per item, each ending with '\n'.
+  std::string Render() const;
+
+ private:
+  struct AttemptWork {
+    int ranks = 0;
+    int64_t resumed_from = 0;
+    int64_t last_step = 0;
+  };
+  int64_t total_steps_;
+  int64_t tokens_per_rank_step_;
+  std::map<int32_t, AttemptWork> attempts_;
+  std::optional<v1::TrainingProgress> first_, last_;
+  std::optional<std::pair<int64_t, double>> val_;  // step, val_loss
+  int64_t first_attempt_ms_ = 0;
+  int64_t end_ms_ = 0;
+  std::optional<v1::Job::State> outcome_;
+};
+
+}  // namespace fp8::ctl
