@@ -204,7 +204,8 @@ test('coordinator: ConfigMap carries the settings from values', () => {
   eq(cm.data.FP8_LOST_AFTER_MS, '30000', 'FP8_LOST_AFTER_MS');
   eq(cm.data.FP8_HEARTBEAT_INTERVAL_MS, '2000', 'FP8_HEARTBEAT_INTERVAL_MS');
   eq(cm.data.FP8_STOP_GRACE_S, '20', 'FP8_STOP_GRACE_S');
-  eq(cm.data.FP8_DATA_ROOTS, '/shared/data:/datasets', 'FP8_DATA_ROOTS');
+  // The helm test's corpus folder is a data root of its own (helmTest.enabled, the default).
+  eq(cm.data.FP8_DATA_ROOTS, '/shared/data:/datasets:/etc/fp8/helm-test', 'FP8_DATA_ROOTS');
   eq(cm.data.FP8_CHECKPOINT_ROOTS, '/shared/checkpoints', 'FP8_CHECKPOINT_ROOTS');
   eq(cm.data.FP8_COORDINATOR_LISTEN, '0.0.0.0:7070', 'FP8_COORDINATOR_LISTEN');
   eq(cm.data.FP8_COORDINATOR_ADVERTISE, `${svc.metadata.name}.${NAMESPACE}.svc:7070`, 'FP8_COORDINATOR_ADVERTISE');
@@ -384,6 +385,12 @@ test('NOTES: port-forward, admin token from the Secret, fp8ctl submit, warnings,
   expect(/fp8ctl --coordinator 127\.0\.0\.1:7070 submit job\.yaml/.test(notes), 'NOTES: fp8ctl submit');
   expect(notes.includes('fp8-coordinator token --role user'), 'NOTES: more tokens');
   expect(!notes.includes('WARNING'), 'no warning by default');
+  expect(notes.includes(`helm test ${RELEASE} -n ${NAMESPACE} --logs`), 'NOTES: helm test');
+  expect(notes.includes('a 2-rank cuda job of 20 steps'), 'NOTES: what the helm test runs');
+  expect(!renderNotes(['--set', 'helmTest.enabled=false']).includes('helm test'), 'NOTES: no helm test when disabled');
+  expect(!notes.includes('networkPolicy.grpcFrom'), 'no network policy note by default');
+  expect(renderNotes(['--set', 'networkPolicy.enabled=true', '--set', 'coordinator.service.type=LoadBalancer']).includes('networkPolicy.grpcFrom'),
+         'NOTES: a LoadBalancer behind the network policy needs grpcFrom');
   notes = renderNotes(['--set', 'coordinator.persistence.enabled=false', '--set', 'tls.enabled=true',
                        '--set', 'tls.secretName=t', '--set', 'tokens.existingSecret=mine']);
   expect(notes.includes('WARNING: coordinator.persistence.enabled=false'), 'NOTES warns about state in an emptyDir');
@@ -396,6 +403,253 @@ test('NOTES: port-forward, admin token from the Secret, fp8ctl submit, warnings,
   notes = renderNotes(['--set', 'workers.gpusPerPod=4', '--set', 'workers.device=cuda:0\\,2']);
   expect(notes.includes('4 workers, 2 GPU slots per pod'), 'NOTES: workers of a GPU list');
   expect(notes.includes('each worker pod uses 2 of the 4 GPUs it requests'), 'NOTES: GPUs requested but not offered');
+});
+
+// --- startup probes ------------------------------------------------------------------------
+test('startupProbe: /healthz on the metrics port of the coordinator and the workers; timings from values; off when disabled', () => {
+  let objs = render([]);
+  for (const [who, c, timings] of [['coordinator', coordContainer(objs), { failureThreshold: 60, periodSeconds: 2, timeoutSeconds: 2 }],
+                                   ['worker', workerContainer(objs), { failureThreshold: 60, periodSeconds: 5, timeoutSeconds: 3 }]]) {
+    expect(c.startupProbe, `${who} has a startupProbe`);
+    eq(c.startupProbe.httpGet, { path: '/healthz', port: 'metrics' }, `${who} startupProbe.httpGet`);
+    expect(c.ports.some((p) => p.name === 'metrics'), `${who} has the port the probe names`);
+    const { httpGet, ...rest } = c.startupProbe;
+    eq(rest, timings, `${who} startupProbe timings (and no "enabled" key)`);
+  }
+  objs = render(['--set', 'coordinator.startupProbe.failureThreshold=300', '--set', 'workers.startupProbe.periodSeconds=15']);
+  eq(coordContainer(objs).startupProbe.failureThreshold, 300, 'coordinator startupProbe.failureThreshold from values');
+  eq(workerContainer(objs).startupProbe.periodSeconds, 15, 'worker startupProbe.periodSeconds from values');
+  objs = render(['--set', 'coordinator.startupProbe.enabled=false', '--set', 'workers.startupProbe.enabled=false']);
+  eq(coordContainer(objs).startupProbe, undefined, 'coordinator startupProbe disabled');
+  eq(workerContainer(objs).startupProbe, undefined, 'worker startupProbe disabled');
+  expect(coordContainer(objs).livenessProbe && workerContainer(objs).livenessProbe, 'liveness probes stay');
+});
+
+// --- PodDisruptionBudget --------------------------------------------------------------------
+test('PodDisruptionBudget: on by default, maxUnavailable 1, selects exactly the worker pods', () => {
+  let objs = render([]);
+  const pdb = one(objs, 'PodDisruptionBudget');
+  eq(pdb.apiVersion, 'policy/v1', 'apiVersion');
+  eq(pdb.spec.maxUnavailable, 1, 'maxUnavailable');
+  eq(pdb.spec.minAvailable, undefined, 'no minAvailable beside maxUnavailable');
+  eq(pdb.spec.unhealthyPodEvictionPolicy, undefined, "unhealthyPodEvictionPolicy left to the API server");
+  expect(selects(pdb.spec.selector.matchLabels, workersSts(objs).spec.template.metadata.labels), 'selects the worker pods');
+  expect(!selects(pdb.spec.selector.matchLabels, coordDeploy(objs).spec.template.metadata.labels), 'not the coordinator');
+  objs = render(['--set', 'workers.podDisruptionBudget.maxUnavailable=null', '--set-string', 'workers.podDisruptionBudget.minAvailable=75%',
+                 '--set', 'workers.podDisruptionBudget.unhealthyPodEvictionPolicy=AlwaysAllow']);
+  const byPercent = one(objs, 'PodDisruptionBudget');
+  eq([byPercent.spec.minAvailable, byPercent.spec.maxUnavailable], ['75%', undefined], 'minAvailable as a percentage');
+  eq(byPercent.spec.unhealthyPodEvictionPolicy, 'AlwaysAllow', 'unhealthyPodEvictionPolicy');
+  eq(one(render(['--set', 'workers.podDisruptionBudget.maxUnavailable=0']), 'PodDisruptionBudget').spec.maxUnavailable, 0,
+     'maxUnavailable 0 (no voluntary eviction)');
+  eq(one(render(['--set-string', 'workers.podDisruptionBudget.maxUnavailable=2']), 'PodDisruptionBudget').spec.maxUnavailable, 2,
+     'a count given as a string is an integer');
+  none(render(['--set', 'workers.podDisruptionBudget.enabled=false']), 'PodDisruptionBudget');
+});
+
+// --- NetworkPolicy ----------------------------------------------------------------------------
+// Does a NetworkPolicyPeer admit a pod with these labels in namespace ns (whose labels are nsLabels)?
+function admits(peer, podLabels, ns, nsLabels) {
+  const matchSel = (sel, labels) => Object.entries(sel.matchLabels || {}).every(([k, v]) => labels[k] === v) &&
+      (sel.matchExpressions || []).every((e) => (e.operator === 'In' ? e.values.includes(labels[e.key])
+                                                : e.operator === 'NotIn' ? !e.values.includes(labels[e.key])
+                                                : e.operator === 'Exists' ? e.key in labels : !(e.key in labels)));
+  if (peer.ipBlock) return false;
+  if (peer.namespaceSelector ? !matchSel(peer.namespaceSelector, nsLabels) : ns !== NAMESPACE) return false;
+  return peer.podSelector ? matchSel(peer.podSelector, podLabels) : true;
+}
+// The ingress rules of a policy that let a pod reach `port` (a rule without ports: every port).
+function reaches(policy, port, podLabels, ns = NAMESPACE, nsLabels = { 'kubernetes.io/metadata.name': ns }) {
+  return (policy.spec.ingress || []).some((r) => (!r.ports || r.ports.some((p) => p.port === port)) &&
+                                                 (r.from || []).some((peer) => admits(peer, podLabels, ns, nsLabels)));
+}
+
+test('NetworkPolicy: off by default; on, gRPC only from workers (and their ranks), the coordinator and the helm test', () => {
+  none(render([]), 'NetworkPolicy');
+  const objs = render(['--set', 'networkPolicy.enabled=true']);
+  const coordPol = one(objs, 'NetworkPolicy', component('coordinator'), 'coordinator NetworkPolicy');
+  const workerPol = one(objs, 'NetworkPolicy', component('worker'), 'worker NetworkPolicy');
+  const coordPod = coordDeploy(objs).spec.template.metadata.labels;
+  const workerPod = workersSts(objs).spec.template.metadata.labels;
+  const testPod = one(objs, 'Pod').metadata.labels;
+  eq(coordPol.spec.policyTypes, ['Ingress'], 'coordinator policyTypes (egress stays open)');
+  eq(workerPol.spec.policyTypes, ['Ingress'], 'worker policyTypes');
+  expect(selects(coordPol.spec.podSelector.matchLabels, coordPod) && !selects(coordPol.spec.podSelector.matchLabels, workerPod),
+         'the coordinator policy covers the coordinator pod only');
+  expect(selects(workerPol.spec.podSelector.matchLabels, workerPod) && !selects(workerPol.spec.podSelector.matchLabels, coordPod),
+         'the worker policy covers the worker pods only');
+  const grpc = coordContainer(objs).ports.find((p) => p.name === 'grpc').containerPort;
+  const coordMetrics = coordContainer(objs).ports.find((p) => p.name === 'metrics').containerPort;
+  const workerMetrics = workerContainer(objs).ports.find((p) => p.name === 'metrics').containerPort;
+  expect(reaches(coordPol, grpc, workerPod), 'worker pods (workers and fp8-train ranks) reach the gRPC port');
+  expect(reaches(coordPol, grpc, coordPod), 'the coordinator pod reaches its own gRPC port (kubectl exec fp8ctl)');
+  expect(reaches(coordPol, grpc, testPod), 'the helm test pod reaches the gRPC port');
+  expect(!reaches(coordPol, grpc, { app: 'other' }), 'another pod of the namespace does not');
+  expect(!reaches(coordPol, grpc, workerPod, 'other'), 'worker-labelled pods of another namespace do not');
+  expect(!reaches(coordPol, coordMetrics, workerPod), 'workers do not reach the coordinator metrics port');
+  // Prometheus in "monitoring" scrapes both; nothing else does.
+  const prom = { 'app.kubernetes.io/name': 'prometheus' };
+  expect(reaches(coordPol, coordMetrics, prom, 'monitoring'), 'monitoring reaches the coordinator /metrics');
+  expect(reaches(workerPol, workerMetrics, prom, 'monitoring'), 'monitoring reaches the workers /metrics');
+  expect(!reaches(coordPol, grpc, prom, 'monitoring'), 'monitoring does not reach gRPC');
+  expect(!reaches(workerPol, workerMetrics, prom, 'default'), 'another namespace does not reach the workers /metrics');
+  expect(!reaches(workerPol, workerMetrics, { app: 'other' }), 'another pod of the namespace does not reach the workers /metrics');
+  // Ranks connect to their peers on ports the OS picks: every port between worker pods.
+  for (const port of [workerMetrics, 29500, 41234, 60999]) {
+    expect(reaches(workerPol, port, workerPod), `worker pods reach each other on port ${port}`);
+    expect(!reaches(workerPol, port, coordPod), `the coordinator does not reach the workers on ${port}`);
+  }
+  expect(!reaches(workerPol, 41234, testPod), 'the helm test pod does not reach the workers');
+});
+
+test('NetworkPolicy: ports follow the values; monitoring by selector, narrowed to pods; grpcFrom; no helm test peer without the test', () => {
+  let objs = render(['--set', 'networkPolicy.enabled=true', '--set', 'coordinator.grpcPort=8080', '--set', 'coordinator.metricsPort=9500',
+                     '--set', 'workers.metricsPort=9600', '--set', 'networkPolicy.metrics.namespace=prom',
+                     '--set', 'networkPolicy.metrics.podSelector.matchLabels.app=prometheus',
+                     '--set-json', 'networkPolicy.grpcFrom=[{"namespaceSelector":{"matchLabels":{"team":"ml"}}},{"ipBlock":{"cidr":"10.1.0.0/16"}}]']);
+  const coordPol = one(objs, 'NetworkPolicy', component('coordinator'), 'coordinator NetworkPolicy');
+  const workerPol = one(objs, 'NetworkPolicy', component('worker'), 'worker NetworkPolicy');
+  const workerPod = workersSts(objs).spec.template.metadata.labels;
+  expect(reaches(coordPol, 8080, workerPod), 'gRPC on coordinator.grpcPort');
+  expect(!reaches(coordPol, 7070, workerPod), 'not on the default port');
+  expect(reaches(coordPol, 9500, { app: 'prometheus' }, 'prom'), 'coordinator metrics on coordinator.metricsPort from the prom namespace');
+  expect(reaches(workerPol, 9600, { app: 'prometheus' }, 'prom'), 'worker metrics on workers.metricsPort');
+  expect(!reaches(workerPol, 9600, { app: 'grafana' }, 'prom'), 'podSelector narrows to Prometheus');
+  expect(!reaches(workerPol, 9600, { app: 'prometheus' }, 'monitoring'), 'the default namespace is replaced');
+  expect(reaches(coordPol, 8080, { any: 'pod' }, 'ml-users', { team: 'ml' }), 'grpcFrom namespaces reach gRPC');
+  const grpcRule = coordPol.spec.ingress.find((r) => r.ports.some((p) => p.port === 8080));
+  expect(grpcRule.from.some((p) => p.ipBlock && p.ipBlock.cidr === '10.1.0.0/16'), 'grpcFrom ipBlock');
+  objs = render(['--set', 'networkPolicy.enabled=true', '--set-json', 'networkPolicy.metrics.namespaceSelector={"matchLabels":{"monitoring":"true"}}']);
+  const bySelector = one(objs, 'NetworkPolicy', component('worker'), 'worker NetworkPolicy');
+  expect(reaches(bySelector, 9401, {}, 'obs', { monitoring: 'true' }), 'namespaceSelector admits a labelled namespace');
+  expect(!reaches(bySelector, 9401, {}, 'monitoring'), 'namespaceSelector replaces the namespace name');
+  objs = render(['--set', 'networkPolicy.enabled=true', '--set', 'helmTest.enabled=false']);
+  const noTest = one(objs, 'NetworkPolicy', component('coordinator'), 'coordinator NetworkPolicy');
+  const testLabels = { ...noTest.spec.podSelector.matchLabels, 'app.kubernetes.io/component': 'helm-test' };
+  expect(!reaches(noTest, 7070, testLabels), 'no helm test peer without the helm test');
+});
+
+// --- PrometheusRule ---------------------------------------------------------------------------
+test('PrometheusRule: off by default; its alerts select this release by the ServiceMonitor labels, on the metrics of METRICS.md', () => {
+  none(render(['--set', 'serviceMonitor.enabled=true']), 'PrometheusRule');
+  let objs = render(['--set', 'serviceMonitor.enabled=true', '--set', 'prometheusRule.enabled=true',
+                     '--set', 'prometheusRule.labels.release=prometheus', '--set', 'prometheusRule.additionalLabels.team=ml']);
+  const pr = one(objs, 'PrometheusRule');
+  eq(pr.apiVersion, 'monitoring.coreos.com/v1', 'apiVersion');
+  eq(pr.metadata.labels.release, 'prometheus', 'PrometheusRule labels from values');
+  eq(pr.metadata.namespace, NAMESPACE, 'namespace');
+  const rules = pr.spec.groups.flatMap((g) => g.rules);
+  eq(rules.map((r) => r.alert), ['FP8JobFailed', 'FP8JobLossNotFinite', 'FP8JobThroughputDropped', 'FP8WorkerLost',
+                                 'FP8WorkersMissing', 'FP8CoordinatorDown'], 'alerts');
+  // The ServiceMonitor's job label is the Service's name: the rules must select that one.
+  const coordSvc = one(objs, 'Service', component('coordinator'), 'coordinator Service').metadata.name;
+  for (const r of rules) {
+    expect(r.expr.includes(`job="${coordSvc}",namespace="${NAMESPACE}"`), `${r.alert} selects job="${coordSvc}" in ${NAMESPACE}`);
+    expect(!/\{[^}]*\bjob="[^"]*"[^}]*\}/.test(r.expr.replace(new RegExp(`job="${coordSvc}"`, 'g'), '')), `${r.alert} selects no other job`);
+    eq(r.labels.team, 'ml', `${r.alert} additionalLabels`);
+    expect(r.labels.severity, `${r.alert} has a severity`);
+    expect(r.annotations && r.annotations.summary && r.annotations.description, `${r.alert} has a summary and a description`);
+  }
+  const by = Object.fromEntries(rules.map((r) => [r.alert, r]));
+  const metricNames = fs.readFileSync(path.join(grafanaDir, '..', 'METRICS.md'), 'utf8');
+  for (const r of rules) {
+    for (const m of r.expr.match(/\bfp8_[a-z_]+/g) || []) expect(metricNames.includes(`\`${m}\``), `${r.alert}: ${m} is in deploy/METRICS.md`);
+  }
+  expect(by.FP8JobThroughputDropped.expr.includes('< 0.5 * quantile_over_time(0.5, fp8_job_tokens_per_second'), 'half of the median');
+  expect(by.FP8JobThroughputDropped.expr.includes('[1h]'), 'median over 1h');
+  eq(by.FP8JobThroughputDropped.for, '10m', 'throughput drop for');
+  expect(/\) < 2$/.test(by.FP8WorkersMissing.expr), 'workers expected: 2 replicas x 1 GPU');
+  eq([by.FP8JobFailed.labels.severity, by.FP8JobLossNotFinite.labels.severity, by.FP8CoordinatorDown.labels.severity],
+     ['warning', 'critical', 'critical'], 'severities');
+  objs = render(['--set', 'serviceMonitor.enabled=true', '--set', 'prometheusRule.enabled=true', '--set', 'workers.gpusPerPod=4',
+                 '--set', 'workers.device=cuda:all', '--set', 'workers.replicas=3', '--set', 'prometheusRule.alerts.workerLost.enabled=false',
+                 '--set', 'prometheusRule.alerts.throughputDrop.window=3h', '--set', 'prometheusRule.namespace=monitoring']);
+  const pr2 = one(objs, 'PrometheusRule');
+  const rules2 = Object.fromEntries(pr2.spec.groups.flatMap((g) => g.rules).map((r) => [r.alert, r]));
+  expect(!rules2.FP8WorkerLost, 'a disabled alert is left out');
+  expect(/\) < 12$/.test(rules2.FP8WorkersMissing.expr), 'workers expected: 3 pods x 4 GPUs');
+  expect(rules2.FP8JobThroughputDropped.expr.includes('[3h]'), 'throughput window from values');
+  eq(pr2.metadata.namespace, 'monitoring', 'prometheusRule.namespace');
+  expect(rules2.FP8JobFailed.expr.includes(`namespace="${NAMESPACE}"`), 'rules in another namespace still select the release namespace');
+  const own = one(render(['--set', 'prometheusRule.enabled=true', '--set-string', 'prometheusRule.coordinatorSelector=job="fp8"']), 'PrometheusRule');
+  expect(own.spec.groups[0].rules.every((r) => r.expr.includes('{job="fp8"') && !r.expr.includes('namespace=')),
+         'coordinatorSelector replaces the ServiceMonitor labels');
+});
+
+// --- helm test -------------------------------------------------------------------------------
+test('helm test: a test-hook Pod submits the tiny job through the coordinator Service with the admin token and follows it', () => {
+  const objs = render([]);
+  const pod = one(objs, 'Pod');
+  eq(pod.metadata.annotations['helm.sh/hook'], 'test', 'helm.sh/hook');
+  eq(pod.metadata.annotations['helm.sh/hook-delete-policy'], 'before-hook-creation', 'hook-delete-policy');
+  eq(pod.spec.restartPolicy, 'Never', 'restartPolicy');
+  eq(pod.spec.activeDeadlineSeconds, 600, 'activeDeadlineSeconds');
+  eq(pod.spec.automountServiceAccountToken, false, 'no service account token');
+  const c = pod.spec.containers[0];
+  eq(c.image, coordContainer(objs).image, 'the chart image');
+  eq(c.command, ['fp8ctl'], 'command');
+  const coordSvc = one(objs, 'Service', component('coordinator'), 'coordinator Service');
+  eq(flagValue(c.args, '--coordinator'), `${coordSvc.metadata.name}.${NAMESPACE}.svc:7070`, '--coordinator: the Service');
+  eq(c.args.slice(-3, -2), ['submit'], 'submit');
+  eq(c.args[c.args.length - 1], '--follow', '--follow');
+  // The token file: the admin token of the chart's Secret, and only it.
+  const secret = one(objs, 'Secret');
+  const tokenFile = flagValue(c.args, '--token-file');
+  const tokenMount = c.volumeMounts.find((m) => tokenFile.startsWith(`${m.mountPath}/`));
+  const tokenVol = pod.spec.volumes.find((v) => v.name === tokenMount.name);
+  eq(tokenVol.secret.secretName, secret.metadata.name, 'token volume: the chart Secret');
+  eq(tokenVol.secret.items, [{ key: 'admin-token', path: tokenFile.slice(tokenMount.mountPath.length + 1) }], 'token volume: the admin token only');
+  // The job file: job.yaml of the test ConfigMap.
+  const jobFile = c.args[c.args.length - 2];
+  const jobMount = c.volumeMounts.find((m) => jobFile.startsWith(`${m.mountPath}/`));
+  const jobVol = pod.spec.volumes.find((v) => v.name === jobMount.name);
+  const cm = one(objs, 'ConfigMap', (o) => o.metadata.name === jobVol.configMap.name, 'test ConfigMap');
+  eq(jobVol.configMap.items, [{ key: 'job.yaml', path: jobFile.slice(jobMount.mountPath.length + 1) }], 'job.yaml from the ConfigMap');
+  expect(!cm.metadata.annotations || !cm.metadata.annotations['helm.sh/hook'], 'the ConfigMap is a release object (the workers mount it)');
+  const job = yaml.load(cm.data['job.yaml']);
+  eq(job.resources, { world_size: 2, device: 'cuda' }, 'GPU workers: a 2-rank cuda job');
+  eq(job.train.steps, 20, 'steps');
+  const cfg = one(objs, 'ConfigMap', component('coordinator'), 'coordinator ConfigMap');
+  expect(cfg.data.FP8_DATA_ROOTS.split(':').some((r) => job.data.path.startsWith(`${r}/`)), `data.path ${job.data.path} under a data root`);
+  expect(cfg.data.FP8_CHECKPOINT_ROOTS.split(':').some((r) => job.checkpoint.dir.startsWith(`${r}/`)), 'checkpoint.dir under a checkpoint root');
+  // Every worker has the corpus at data.path: a subPath mount of the ConfigMap's corpus.txt.
+  const w = workerContainer(objs);
+  const corpusMount = w.volumeMounts.find((m) => m.mountPath === job.data.path);
+  expect(corpusMount, 'the workers mount the corpus at data.path');
+  eq([corpusMount.subPath, corpusMount.readOnly], ['corpus.txt', true], 'a read-only subPath mount (a plain file, no symlinks)');
+  const corpusVol = workersSts(objs).spec.template.spec.volumes.find((v) => v.name === corpusMount.name);
+  eq(corpusVol.configMap.name, cm.metadata.name, 'from the test ConfigMap');
+  const corpus = cm.data['corpus.txt'];
+  expect(corpus.length >= 8192 && corpus.length < 65536, `a corpus of 8-64 KiB (${corpus.length} bytes)`);
+  expect(corpus.length * job.data.val_fraction > 4 * (job.data.seq_len + 1), 'the validation split holds several sequences');
+});
+
+test('helm test: CPU workers get a CPU job; world size, steps, TLS, timeout from values; disabled leaves no trace', () => {
+  let objs = render(['-f', cpuValues]);
+  let job = yaml.load(one(objs, 'ConfigMap', (o) => o.metadata.name === 'fp8-test', 'test ConfigMap').data['job.yaml']);
+  eq(job.resources, { world_size: 2, device: 'cpu', cpus_per_rank: 1 }, 'CPU workers: a 2-rank cpu job within workers.cpus');
+  objs = render(['-f', cpuValues, '--set', 'workers.replicas=1']);
+  job = yaml.load(one(objs, 'ConfigMap', (o) => o.metadata.name === 'fp8-test', 'test ConfigMap').data['job.yaml']);
+  eq(job.resources.world_size, 1, 'one worker: a 1-rank job');
+  objs = render(['--set', 'helmTest.worldSize=4', '--set', 'workers.replicas=4', '--set', 'helmTest.steps=7',
+                 '--set', 'helmTest.timeoutSeconds=900', '--set', 'tls.enabled=true', '--set', 'tls.secretName=fp8-tls',
+                 '--set-json', 'coordinator.checkpointRoots=["/ckpt/"]']);
+  job = yaml.load(one(objs, 'ConfigMap', (o) => o.metadata.name === 'fp8-test', 'test ConfigMap').data['job.yaml']);
+  eq([job.resources.world_size, job.train.steps, job.train.warmup_steps], [4, 7, 2], 'world size and steps from values');
+  eq(job.checkpoint.dir, '/ckpt/fp8-helm-test', 'checkpoint.dir under the first checkpoint root');
+  const pod = one(objs, 'Pod');
+  eq(pod.spec.activeDeadlineSeconds, 900, 'timeoutSeconds');
+  const c = pod.spec.containers[0];
+  const ca = flagValue(c.args, '--coordinator-ca');
+  eq(ca, '/etc/fp8/tls/ca.crt', '--coordinator-ca');
+  const caVol = pod.spec.volumes.find((v) => v.name === c.volumeMounts.find((m) => ca.startsWith(`${m.mountPath}/`)).name);
+  eq([caVol.secret.secretName, caVol.secret.items], ['fp8-tls', [{ key: 'ca.crt', path: 'ca.crt' }]], 'the CA only');
+  expect(c.args.indexOf('--coordinator-ca') < c.args.indexOf('submit'), 'global flags before the verb');
+  objs = render(['--set', 'helmTest.enabled=false']);
+  none(objs, 'Pod');
+  expect(!objs.some((o) => o.kind === 'ConfigMap' && o.metadata.name === 'fp8-test'), 'no test ConfigMap');
+  expect(!workerContainer(objs).volumeMounts.some((m) => m.mountPath.startsWith('/etc/fp8/helm-test')), 'no corpus mount');
+  eq(one(objs, 'ConfigMap', component('coordinator'), 'coordinator ConfigMap').data.FP8_DATA_ROOTS, '/shared/data', 'no test data root');
 });
 
 let failed = 0;

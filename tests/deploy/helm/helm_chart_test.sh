@@ -4,10 +4,11 @@
 # typescript). One part per ctest test:
 #
 #   helm_chart_test.sh lint        helm lint --strict: default, CPU profile, ServiceMonitor, all options,
-#                                  several GPUs per pod
-#   helm_chart_test.sh manifests   helm template of both profiles, several GPUs per pod and all
-#                                  options; every object validated against the Kubernetes API
-#                                  (validate_manifests.js)
+#                                  several GPUs per pod, PrometheusRule and NetworkPolicy, the helm
+#                                  test, budget and startup probes off
+#   helm_chart_test.sh manifests   helm template of both profiles, several GPUs per pod, the
+#                                  monitoring objects and all options; every object validated
+#                                  against the Kubernetes API (validate_manifests.js)
 #   helm_chart_test.sh behaviour   what the rendered objects say (chart_behaviour.js)
 #   helm_chart_test.sh invalid     every invalid/*.yaml makes helm template fail with its message
 #   helm_chart_test.sh package     helm package carries the dashboards; the package lints and renders
@@ -71,6 +72,10 @@ case $part in
     lint cpu+service-monitor "$chart" -f "$chart/values-cpu.yaml" --set serviceMonitor.enabled=true
     lint all-options "$chart" -f "$here/values-all-options.yaml"
     lint multi-gpu "$chart" --set workers.gpusPerPod=4 --set workers.device=cuda:all
+    lint monitoring+network-policy "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true \
+      --set networkPolicy.enabled=true
+    lint no-test-no-budget "$chart" --set helmTest.enabled=false --set workers.podDisruptionBudget.enabled=false \
+      --set coordinator.startupProbe.enabled=false --set workers.startupProbe.enabled=false
     ;;
 
   manifests)
@@ -81,15 +86,21 @@ case $part in
     render all-options -f "$here/values-all-options.yaml"
     render cpu-all-options -f "$here/values-all-options.yaml" -f "$chart/values-cpu.yaml" \
       --set workers.podAntiAffinity=
+    render monitoring --set serviceMonitor.enabled=true --set prometheusRule.enabled=true --set networkPolicy.enabled=true
     render no-extras --set dashboards.enabled=false --set coordinator.persistence.enabled=false \
-      --set tokens.existingSecret=fp8-tokens
-    # Each profile renders the objects it should (the kinds, sorted).
+      --set tokens.existingSecret=fp8-tokens --set helmTest.enabled=false --set workers.podDisruptionBudget.enabled=false
+    # Each profile renders the objects it should (the kinds, sorted). The Pod is the helm
+    # test's (helm template renders test hooks too).
     kinds() { grep '^kind: ' "$work/$1.yaml" | sort | uniq -c | awk '{printf "%s=%s ", $3, $1}'; }
-    want="ConfigMap=2 Deployment=1 PersistentVolumeClaim=1 Secret=1 Service=2 StatefulSet=1 "
+    want="ConfigMap=3 Deployment=1 PersistentVolumeClaim=1 Pod=1 PodDisruptionBudget=1 Secret=1 Service=2 StatefulSet=1 "
     [[ "$(kinds default)" == "$want" ]] || fail "default profile renders $(kinds default), want $want"
     [[ "$(kinds cpu)" == "$want" ]] || fail "cpu profile renders $(kinds cpu), want $want"
-    want_sm="ConfigMap=2 Deployment=1 PersistentVolumeClaim=1 Secret=1 Service=2 ServiceMonitor=1 StatefulSet=1 "
+    want_sm="ConfigMap=3 Deployment=1 PersistentVolumeClaim=1 Pod=1 PodDisruptionBudget=1 Secret=1 Service=2 ServiceMonitor=1 StatefulSet=1 "
     [[ "$(kinds service-monitor)" == "$want_sm" ]] || fail "serviceMonitor.enabled renders $(kinds service-monitor), want $want_sm"
+    want_mon="ConfigMap=3 Deployment=1 NetworkPolicy=2 PersistentVolumeClaim=1 Pod=1 PodDisruptionBudget=1 PrometheusRule=1 Secret=1 Service=2 ServiceMonitor=1 StatefulSet=1 "
+    [[ "$(kinds monitoring)" == "$want_mon" ]] || fail "monitoring and network policy render $(kinds monitoring), want $want_mon"
+    want_none="ConfigMap=1 Deployment=1 Service=2 StatefulSet=1 "
+    [[ "$(kinds no-extras)" == "$want_none" ]] || fail "everything optional off renders $(kinds no-extras), want $want_none"
     node "$here/validate_manifests.js" "$tools" "$work"/*.yaml
     ;;
 

@@ -8,8 +8,9 @@
 // For every document:
 //   1. the model class is picked by apiVersion and kind (kubernetes-models/<group>/<version>)
 //      and its validate() runs: types, enums, required fields, formats. A kind without a
-//      model is an error, except monitoring.coreos.com/v1 ServiceMonitor, which is checked
-//      by hand below (@kubernetes-models/prometheus-operator is not installed).
+//      model is an error, except monitoring.coreos.com/v1 ServiceMonitor and
+//      PrometheusRule, which are checked by hand below
+//      (@kubernetes-models/prometheus-operator is not installed).
 //   2. unknown fields: the JSON schemas behind validate() allow extra properties, so a
 //      misspelt field (publishNotReadyAddress) would pass. Each document is written as a
 //      typed object literal (`const d: IStatefulSet = {...}`) and type-checked with the
@@ -123,6 +124,54 @@ function validateServiceMonitor(doc) {
   return out;
 }
 
+// --- PrometheusRule (monitoring.coreos.com/v1), the fields this chart may use ---------
+// Only the shape: the expressions themselves go through promtool in
+// tests/deploy/prometheus (prometheus_rules_test.sh).
+const PROM_DURATION = /^(([0-9]+)(y|w|d|h|m|s|ms))+$/;
+function validatePrometheusRule(doc) {
+  const out = [];
+  checkKeys(doc, ['apiVersion', 'kind', 'metadata', 'spec'], 'PrometheusRule', out);
+  const md = doc.metadata || {};
+  if (typeof md.name !== 'string' || !/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(md.name) || md.name.length > 253) {
+    out.push('metadata.name: missing or not a DNS subdomain');
+  }
+  checkStringMap(md.labels, 'metadata.labels', out);
+  checkStringMap(md.annotations, 'metadata.annotations', out);
+  if (!checkKeys(doc.spec, ['groups'], 'spec', out)) return out;
+  const groups = doc.spec.groups;
+  if (!Array.isArray(groups) || groups.length === 0) {
+    out.push('spec.groups: required non-empty list');
+    return out;
+  }
+  const groupNames = new Set();
+  for (const [i, g] of groups.entries()) {
+    const w = `spec.groups[${i}]`;
+    if (!checkKeys(g, ['name', 'interval', 'rules', 'partial_response_strategy', 'limit'], w, out)) continue;
+    if (typeof g.name !== 'string' || g.name === '') out.push(`${w}.name: required string`);
+    else if (groupNames.has(g.name)) out.push(`${w}.name: ${g.name} twice`);
+    groupNames.add(g.name);
+    if (g.interval !== undefined && !(typeof g.interval === 'string' && PROM_DURATION.test(g.interval))) out.push(`${w}.interval: not a duration`);
+    if (!Array.isArray(g.rules) || g.rules.length === 0) {
+      out.push(`${w}.rules: required non-empty list`);
+      continue;
+    }
+    for (const [j, r] of g.rules.entries()) {
+      const rw = `${w}.rules[${j}]`;
+      if (!checkKeys(r, ['alert', 'record', 'expr', 'for', 'keep_firing_for', 'labels', 'annotations'], rw, out)) continue;
+      if ((r.alert === undefined) === (r.record === undefined)) out.push(`${rw}: exactly one of alert and record`);
+      if (r.alert !== undefined && !(typeof r.alert === 'string' && /^[a-zA-Z_][a-zA-Z0-9_]*$/.test(r.alert))) out.push(`${rw}.alert: not a valid name`);
+      if (typeof r.expr !== 'string' || r.expr.trim() === '') out.push(`${rw}.expr: required string`);
+      for (const d of ['for', 'keep_firing_for']) {
+        if (r[d] !== undefined && !(typeof r[d] === 'string' && PROM_DURATION.test(r[d]))) out.push(`${rw}.${d}: not a duration (10m, 1h)`);
+      }
+      if (r.record !== undefined && (r.for !== undefined || r.annotations !== undefined)) out.push(`${rw}: a recording rule has no for or annotations`);
+      checkStringMap(r.labels, `${rw}.labels`, out);
+      checkStringMap(r.annotations, `${rw}.annotations`, out);
+    }
+  }
+  return out;
+}
+
 // --- pass 1: kubernetes-models validate() --------------------------------------------
 for (const file of files) {
   let docs;
@@ -142,6 +191,10 @@ for (const file of files) {
     }
     if (doc.apiVersion === 'monitoring.coreos.com/v1' && doc.kind === 'ServiceMonitor') {
       for (const p of validateServiceMonitor(doc)) problems.push(`${name}: ${p}`);
+      return;
+    }
+    if (doc.apiVersion === 'monitoring.coreos.com/v1' && doc.kind === 'PrometheusRule') {
+      for (const p of validatePrometheusRule(doc)) problems.push(`${name}: ${p}`);
       return;
     }
     let Model;

@@ -137,6 +137,46 @@ the pod sees: its workers.gpusPerPod).
 {{- end -}}
 {{- end -}}
 
+{{/* Workers the chart deploys: replicas x the slots each pod offers. */}}
+{{- define "fp8.workers.total" -}}
+{{- mul (int .Values.workers.replicas) (int (include "fp8.workers.slotsPerPod" .)) -}}
+{{- end -}}
+
+{{/* The helm test's Pod and ConfigMap. */}}
+{{- define "fp8.helmTest.fullname" -}}
+{{- printf "%s-test" (include "fp8.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Where the worker pods mount the helm test's corpus: a data root of its own. */}}
+{{- define "fp8.helmTest.dataDir" -}}/etc/fp8/helm-test{{- end -}}
+
+{{/* Ranks of the helm test's job: helmTest.worldSize, or 2 when there are 2 workers, else 1. */}}
+{{- define "fp8.helmTest.worldSize" -}}
+{{- if gt (int .Values.helmTest.worldSize) 0 -}}
+{{- int .Values.helmTest.worldSize -}}
+{{- else -}}
+{{- min 2 (int (include "fp8.workers.total" .)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The coordinator's data roots, ":"-separated (FP8_DATA_ROOTS): coordinator.dataRoots,
+     and the helm test's corpus folder when helmTest is enabled. */}}
+{{- define "fp8.coordinator.dataRoots" -}}
+{{- $roots := .Values.coordinator.dataRoots -}}
+{{- if .Values.helmTest.enabled -}}
+{{- $roots = append $roots (include "fp8.helmTest.dataDir" .) -}}
+{{- end -}}
+{{- join ":" $roots -}}
+{{- end -}}
+
+{{/* PromQL (prometheusrule.yaml): a counter's rise over a window, counting a series born inside it from 0: the
+       coordinator makes fp8_workers_lost_total{device_kind} and
+       fp8_job_numerics_events_total{job_id,kind} at their first event, with the value
+       1, which increase() alone never sees. */}}
+{{- define "fp8.promql.rise" -}}
+(({{ .x }} unless {{ .x }} offset {{ .w }}) + 0) or increase({{ .x }}[{{ .w }}])
+{{- end -}}
+
 {{/*
 Checks of value combinations the schema cannot express. Included by every template that
 depends on them, so that `helm template` fails with a message naming the values.
@@ -184,6 +224,35 @@ depends on them, so that `helm template` fails with a message naming the values.
 {{- end -}}
 {{- if and .Values.tls.enabled (not .Values.tls.secretName) -}}
 {{- fail "tls.enabled is true: set tls.secretName to a Secret with the certificate, its key and the CA (e.g. from cert-manager)" -}}
+{{- end -}}
+{{- $pdb := $w.podDisruptionBudget -}}
+{{- if $pdb.enabled -}}
+{{- $max := $pdb.maxUnavailable -}}
+{{- $min := $pdb.minAvailable -}}
+{{- $hasMax := and (not (kindIs "invalid" $max)) (ne (toString $max) "") -}}
+{{- $hasMin := and (not (kindIs "invalid" $min)) (ne (toString $min) "") -}}
+{{- if and $hasMax $hasMin -}}
+{{- fail (printf "workers.podDisruptionBudget: set maxUnavailable (%v) or minAvailable (%v), not both (set the other to null)" $max $min) -}}
+{{- end -}}
+{{- if not (or $hasMax $hasMin) -}}
+{{- fail "workers.podDisruptionBudget.enabled is true: set maxUnavailable or minAvailable (or enabled: false)" -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.prometheusRule.enabled (not .Values.serviceMonitor.enabled) (not .Values.prometheusRule.coordinatorSelector) -}}
+{{- fail "prometheusRule.enabled: its alerts select the coordinator's series by the labels the ServiceMonitor gives them: set serviceMonitor.enabled=true, or prometheusRule.coordinatorSelector to the labels your Prometheus gives them (e.g. 'job=\"fp8-coordinator\"')" -}}
+{{- end -}}
+{{- $np := .Values.networkPolicy -}}
+{{- if and $np.enabled (not $np.metrics.namespace) (not $np.metrics.namespaceSelector) (not $np.metrics.podSelector) -}}
+{{- fail "networkPolicy.metrics: give the monitoring namespace (namespace), a namespaceSelector or a podSelector: with none, nothing could scrape /metrics" -}}
+{{- end -}}
+{{- if .Values.helmTest.enabled -}}
+{{- $total := int (include "fp8.workers.total" .) -}}
+{{- if gt (int .Values.helmTest.worldSize) $total -}}
+{{- fail (printf "helmTest.worldSize is %v but the chart deploys %d worker(s) (workers.replicas x slots per pod): the test job could never start" .Values.helmTest.worldSize $total) -}}
+{{- end -}}
+{{- if not .Values.coordinator.checkpointRoots -}}
+{{- fail "helmTest.enabled needs a coordinator.checkpointRoots entry for the test job's checkpoints" -}}
+{{- end -}}
 {{- end -}}
 {{- range $key := list "dataRoots" "checkpointRoots" -}}
 {{- range $root := index $c $key -}}
