@@ -23,6 +23,9 @@ packages=(
   # metrics checks and the local stack's Prometheus (promtool, prometheus); the helm binary
   # ships zipped inside an npm package (scripts/install_deploy_tools.sh)
   prometheus unzip curl
+  # the container image (scripts/build_image.sh) and its tests: a Debian root filesystem
+  # from packages, and podman to import and run it (runc: crun fails on these machines)
+  mmdebstrap podman runc netavark
   # the demo and test corpus: the King James Bible as text (scripts/install_corpus.sh)
   bible-kjv
 )

@@ -4,7 +4,7 @@
 # the binaries of build/release/bin, a non-root user (uid and gid 65532, as the chart's
 # securityContext), imported into podman's local image store.
 #
-#   scripts/build_image.sh [--cuda] [--tag TAG] [--save FILE]
+#   scripts/build_image.sh [--cuda] [--tag TAG] [--save FILE] [--context DIR]
 #
 #   --cuda       also the CUDA libraries the GPU path opens (cuBLASLt, NCCL) from the
 #                installed toolkit; tag <appVersion>-cuda. The driver (libcuda) comes from
@@ -13,6 +13,9 @@
 #                deploy/helm/fp8's values name).
 #   --save FILE  also write the image as an OCI archive, for `kind load image-archive`,
 #                `ctr images import` or `podman load` elsewhere.
+#   --context DIR  write deploy/image/Containerfile's build context to DIR instead (the
+#                same binaries, package list and libraries), for `podman build` or
+#                `docker build` with a registry; no image is built here then.
 #
 # Builds the binaries first when build/release lacks them (scripts/build.sh release).
 # Needs root (mmdebstrap, podman): scripts/bootstrap.sh installs mmdebstrap, podman, runc.
@@ -28,12 +31,14 @@ fail() {
 cuda=0
 tag=
 save=
+context=
 while (($#)); do
   case $1 in
     --cuda) cuda=1; shift ;;
     --tag) [[ $# -ge 2 ]] || fail "--tag needs a value"; tag=$2; shift 2 ;;
     --save) [[ $# -ge 2 ]] || fail "--save needs a file"; save=$2; shift 2 ;;
-    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --context) [[ $# -ge 2 ]] || fail "--context needs a folder"; context=$2; shift 2 ;;
+    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) fail "unknown argument '$1' (see --help)" ;;
   esac
 done
@@ -44,7 +49,9 @@ suffix=
 ((cuda)) && suffix=-cuda
 tag=${tag:-localhost/fp8-train:$version$suffix}
 
-for tool in mmdebstrap podman; do
+tools=(mmdebstrap podman)
+[[ -n $context ]] && tools=()
+for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null || fail "$tool is not installed: run scripts/bootstrap.sh"
 done
 
@@ -68,6 +75,17 @@ if ((cuda)); then
     [[ -n $found ]] || fail "--cuda: $name is not in the CUDA toolkit under /usr/local/cuda"
     cuda_libraries+=("$found")
   done
+fi
+
+if [[ -n $context ]]; then
+  mkdir -p "$context"
+  rm -rf "$context/bin" "$context/cuda"
+  mkdir -p "$context/bin" "$context/cuda"
+  cp "${binaries[@]/#/$bin/}" "$context/bin/"
+  for f in "${cuda_libraries[@]}"; do cp "$f" "$context/cuda/"; done
+  cp deploy/image/Containerfile deploy/image/runtime-packages deploy/image/customize.sh "$context/"
+  echo "build_image: build context in $context (podman build -t fp8-train:$version$suffix $context)"
+  exit 0
 fi
 
 packages=$(grep -v '^\s*#' deploy/image/runtime-packages | grep -v '^\s*$' | paste -sd, -)
