@@ -127,9 +127,11 @@ void FollowPrinter::OnEvent(const v1::JobEvent& event) {
       break;
     }
     case v1::JobEvent::kNumerics: {
+      if (!numerics_.Add(event)) break;  // a repeat: counted in the summary
       const v1::NumericsEvent& n = event.numerics();
       Line(event.time_unix_ms(),
-           absl::StrCat("numerics: ", n.message().empty() ? v1::NumericsEvent::Kind_Name(n.kind()) : n.message()));
+           absl::StrCat("numerics: ", n.message().empty() ? NumericsKindName(n.kind()) : n.message(),
+                        " (repeats of it are counted in the summary)"));
       break;
     }
     case v1::JobEvent::kProgress:

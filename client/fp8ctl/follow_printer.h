@@ -1,5 +1,6 @@
 // What `fp8ctl follow` prints for each JobEvent: a line per state change, attempt start
-// and end and numerics event, and a progress line (step/total, loss, tokens/s, ETA). On a
+// and end and numerics group (the first event of each kind, layer and operand; repeats are
+// counted in the summary), and a progress line (step/total, loss, tokens/s, ETA). On a
 // terminal the progress line carries a bar and is redrawn in place with '\r', always the
 // last line, until the final state: it is then left where it is, above the final state
 // line and the summary. Otherwise one plain line per report (a log file or a pipe should
@@ -72,6 +73,7 @@ class FollowPrinter {
   int world_size_;
   EtaEstimator eta_;
   FollowSummary summary_;
+  NumericsGroups numerics_;  // only a group's first event is printed
   std::string live_;  // the progress line currently drawn (terminal only)
   std::optional<v1::Job::State> final_state_;
   std::string final_reason_;

@@ -28,6 +28,9 @@ void FollowSummary::OnEvent(const v1::JobEvent& event) {
       if (p.has_val_loss()) val_ = {p.step(), p.val_loss()};
       break;
     }
+    case v1::JobEvent::kNumerics:
+      numerics_.Add(event);
+      break;
     case v1::JobEvent::kStateChange:
       if (IsFinal(event.state_change().current())) {
         outcome_ = event.state_change().current();
@@ -70,6 +73,15 @@ std::string FollowSummary::Render() const {
                                               ? ClockDuration(static_cast<double>(end_ms_ - first_attempt_ms_) / 1000.0)
                                               : std::string("-")));
   absl::StrAppend(&out, item("restarts", absl::StrCat(restarts())));
+  if (numerics_.events() == 0) {
+    absl::StrAppend(&out, item("numerics", "no events"));
+    return out;
+  }
+  absl::StrAppend(&out, item("numerics", absl::StrCat(numerics_.events(), " events of ", numerics_.groups().size(),
+                                                      " kinds (fp8ctl events ID lists each)")));
+  for (const NumericsGroup& g : numerics_.groups()) {
+    absl::StrAppend(&out, "    ", GroupName(g), ": ", g.count, " (", StepSpan(g), ")\n");
+  }
   return out;
 }
 

@@ -1,7 +1,8 @@
 // What `fp8ctl follow` prints once the job has ended: the outcome, the loss from the first
 // report to the last, the newest validation loss, the tokens trained, the wall time from
-// the first attempt's start to the end, and the restarts. Fed the same events as the
-// printer; pure, so that the unit test pins it.
+// the first attempt's start to the end, the restarts, and the numerics events by group
+// (numerics_groups.h). Fed the same events as the printer; pure, so that the unit test
+// pins it.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "client/fp8ctl/numerics_groups.h"
 #include "fp8/v1/job_service.pb.h"
 
 namespace fp8::ctl {
@@ -43,6 +45,7 @@ class FollowSummary {
   int64_t first_attempt_ms_ = 0;
   int64_t end_ms_ = 0;
   std::optional<v1::Job::State> outcome_;
+  NumericsGroups numerics_;
 };
 
 }  // namespace fp8::ctl

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
       AddResumeVerb(app),
       AddWorkersVerb(app),
       AddAmaxVerb(app),
+      AddEventsVerb(app),
       AddPlotVerb(app),
       AddVersionVerb(app),
       AddCompletionVerb(app),
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     if (std::optional<std::string> verb = UnknownVerb(app, argc, argv)) {
-      std::fprintf(stderr, "fp8ctl: unknown verb '%s'; the verbs are submit, follow, list, describe, logs, cancel, resume, workers, amax, plot, version, completion\n",
+      std::fprintf(stderr, "fp8ctl: unknown verb '%s'; the verbs are submit, follow, list, describe, logs, cancel, resume, workers, amax, events, plot, version, completion\n",
                    verb->c_str());
       return kExitUsage;
     }

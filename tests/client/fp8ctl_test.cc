@@ -313,6 +313,7 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   r = ctl.Run({"submit", delayed.string(), "--follow"});
   ASSERT_TRUE(Exited(r, 0)) << Show(r) << cp.Logs();
   const std::string delayed_id = r.out.substr(0, r.out.find('\n'));
+  const std::string delayed_followed = r.out;
   r = ctl.Run({"amax", delayed_id});
   ASSERT_TRUE(Exited(r, 0)) << Show(r);
   for (const char* part : {"LAYER", "OPERAND", "AMAX", "HISTORY MAX", "SCALE", "LEN", " input ", " weight ",
@@ -322,6 +323,41 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   r = ctl.Run({"amax", "job-1"});
   ASSERT_TRUE(Exited(r, 0)) << Show(r);
   EXPECT_TRUE(Contains(r.out, "job-1 has no amax histories")) << Show(r);
+
+  // events: every numerics event, one line each; describe counts them by kind, layer and
+  // operand (the same total either way).
+  r = ctl.Run({"events", delayed_id, "-o", "json"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  size_t listed = 0;
+  for (size_t at = r.out.find("\"numerics\": {"); at != std::string::npos; at = r.out.find("\"numerics\": {", at + 1)) {
+    ++listed;
+  }
+  r = ctl.Run({"events", delayed_id});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  if (listed == 0) {
+    EXPECT_TRUE(Contains(r.out, delayed_id + " has no numerics events")) << Show(r);
+  } else {
+    EXPECT_EQ(static_cast<size_t>(std::count(r.out.begin(), r.out.end(), '\n')), listed + 1) << Show(r);
+    // describe: a line per group with its count; follow printed each group's first event
+    // only, and the same groups in its summary.
+    const cli_test::RunResult described = ctl.Run({"describe", delayed_id});
+    const std::string head = "Numerics:   " + std::to_string(listed) + " events of ";
+    ASSERT_TRUE(Contains(described.out, head)) << Show(described);
+    const size_t kinds = std::stoul(described.out.substr(described.out.find(head) + head.size()));
+    size_t printed = 0;
+    for (size_t at = delayed_followed.find("  numerics: "); at != std::string::npos;
+         at = delayed_followed.find("  numerics: ", at + 1)) {
+      ++printed;
+    }
+    EXPECT_EQ(printed, kinds) << delayed_followed;
+    EXPECT_TRUE(Contains(delayed_followed, "  numerics    " + std::to_string(listed) + " events of " +
+                                               std::to_string(kinds) + " kinds"))
+        << delayed_followed;
+  }
+  r = ctl.Run({"events", "job-1"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  r = ctl.Run({"events", "job-999"});
+  EXPECT_TRUE(Exited(r, 6)) << Show(r);
 
   // plot: one SVG with both jobs' lines; only .svg is written.
   const fs::path svg = cp.dir() / "loss.svg";
@@ -550,7 +586,7 @@ TEST(Fp8ctlTest, LocalErrors) {
 
   // --help on every verb.
   for (const char* verb :
-       {"submit", "follow", "list", "describe", "logs", "cancel", "resume", "workers", "amax", "plot", "version",
+       {"submit", "follow", "list", "describe", "logs", "cancel", "resume", "workers", "amax", "events", "plot", "version",
         "completion"}) {
     r = ctl.Run({verb, "--help"});
     EXPECT_TRUE(Exited(r, 0)) << verb << "\n" << Show(r);

@@ -8,11 +8,13 @@
 #include <sstream>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "client/fp8ctl/completion.h"
 #include "client/fp8ctl/document.h"
 #include "client/fp8ctl/inspect.h"
 #include "client/fp8ctl/jobs_table.h"
 #include "client/fp8ctl/message_document.h"
+#include "client/fp8ctl/numerics_groups.h"
 #include "client/fp8ctl/svg_plot.h"
 #include "common/jobspec/loader.h"
 
@@ -209,11 +211,81 @@ TEST(Fp8ctlFollowSummaryTest, LossStartToEndValidationTokensTimeAndRestarts) {
             "  validation  4.2500 (step 25)\n"
             "  tokens      7.0k\n"
             "  wall time   1:15\n"
-            "  restarts    1\n");
+            "  restarts    1\n"
+            "  numerics    no events\n");
   FollowSummary nothing(10, 100);
   const std::string text = nothing.Render();
   EXPECT_NE(text.find("- (no progress reported)"), std::string::npos) << text;
   EXPECT_NE(text.find("- (no evaluation ran)"), std::string::npos) << text;
+}
+
+v1::JobEvent NumericsEventAt(int64_t step, v1::NumericsEvent::Kind kind, const std::string& layer,
+                             v1::AmaxHistory::Operand operand) {
+  v1::JobEvent e;
+  e.set_job_id("job-4");
+  e.set_time_unix_ms(1'000 + step);
+  v1::NumericsEvent* n = e.mutable_numerics();
+  n->set_kind(kind);
+  n->set_attempt(1);
+  n->set_step(step);
+  n->set_layer(layer);
+  n->set_operand(operand);
+  n->set_value(1.5);
+  n->set_threshold(1.0);
+  n->set_message(absl::StrCat(layer, " saturated at step ", step));
+  return e;
+}
+
+// A delayed-scaling job saturating one cast at every report: 40 events.
+std::vector<v1::JobEvent> SaturatingJob() {
+  std::vector<v1::JobEvent> events;
+  for (int64_t step = 5; step <= 60; step += 5) {
+    events.push_back(NumericsEventAt(step, v1::NumericsEvent::SATURATION, "layers.0.attention.wq", v1::AmaxHistory::INPUT));
+    events.push_back(NumericsEventAt(step, v1::NumericsEvent::SATURATION, "layers.0.attention.wq", v1::AmaxHistory::WEIGHT));
+  }
+  events.push_back(NumericsEventAt(7, v1::NumericsEvent::AMAX_JUMP, "layers.0.feed_forward.w2", v1::AmaxHistory::GRAD_OUTPUT));
+  return events;
+}
+
+TEST(Fp8ctlNumericsTest, GroupsByKindLayerAndOperandWithACount) {
+  NumericsGroups groups;
+  int fresh = 0;
+  for (const v1::JobEvent& e : SaturatingJob()) fresh += groups.Add(e) ? 1 : 0;
+  EXPECT_FALSE(groups.Add(StateEvent(v1::Job::RUNNING, v1::Job::SUCCEEDED)));
+  EXPECT_EQ(fresh, 3);
+  EXPECT_EQ(groups.events(), 25);
+  ASSERT_EQ(groups.groups().size(), 3u);
+  const NumericsGroup& g = groups.groups()[0];
+  EXPECT_EQ(GroupName(g), "SATURATION layers.0.attention.wq input");
+  EXPECT_EQ(g.count, 12);
+  EXPECT_EQ(StepSpan(g), "steps 5-60");
+  EXPECT_EQ(g.last.step(), 60);
+  EXPECT_EQ(GroupName(groups.groups()[2]), "AMAX_JUMP layers.0.feed_forward.w2 grad_output");
+  EXPECT_EQ(StepSpan(groups.groups()[2]), "step 7");
+  const std::string table = NumericsEventsTable(SaturatingJob());
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 26) << "a header and every event\n" << table;
+  EXPECT_NE(table.find("TIME"), std::string::npos) << table;
+}
+
+TEST(Fp8ctlNumericsTest, FollowPrintsAGroupsFirstEventAndCountsTheRest) {
+  std::ostringstream out;
+  FollowPrinter p(out, /*terminal=*/false, 60, 1, 100);
+  for (const v1::JobEvent& e : SaturatingJob()) p.OnEvent(e);
+  p.OnEvent(StateEvent(v1::Job::RUNNING, v1::Job::SUCCEEDED));
+  p.PrintSummary();
+  const std::string text = out.str();
+  size_t numerics_lines = 0;
+  for (size_t at = text.find("numerics: "); at != std::string::npos; at = text.find("numerics: ", at + 1)) ++numerics_lines;
+  EXPECT_EQ(numerics_lines, 3u) << text;
+  EXPECT_NE(text.find("numerics: layers.0.attention.wq saturated at step 5 (repeats of it are counted in the summary)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  numerics    25 events of 3 kinds (fp8ctl events ID lists each)\n"
+                      "    SATURATION layers.0.attention.wq input: 12 (steps 5-60)\n"
+                      "    SATURATION layers.0.attention.wq weight: 12 (steps 5-60)\n"
+                      "    AMAX_JUMP layers.0.feed_forward.w2 grad_output: 1 (step 7)\n"),
+            std::string::npos)
+      << text;
 }
 
 TEST(Fp8ctlRpcErrorsTest, MapsStatusCodesToExitCodes) {

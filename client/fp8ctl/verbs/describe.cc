@@ -11,8 +11,10 @@
 #include "absl/strings/str_format.h"
 #include "client/fp8ctl/exit_codes.h"
 #include "client/fp8ctl/format.h"
+#include "client/fp8ctl/inspect.h"
 #include "client/fp8ctl/jobs_table.h"
 #include "client/fp8ctl/message_document.h"
+#include "client/fp8ctl/numerics_groups.h"
 #include "client/fp8ctl/output.h"
 #include "client/fp8ctl/stored_events.h"
 #include "client/fp8ctl/table.h"
@@ -97,18 +99,20 @@ std::string Attempts(const v1::Job& job) {
   return out;
 }
 
+// One line per kind, layer and operand with a count: a cast that saturates at every step
+// is one line, not hundreds (`fp8ctl events ID` lists each).
 std::string Numerics(const std::vector<v1::JobEvent>& events) {
-  Table t({"ATTEMPT", "STEP", "KIND", "LAYER", "OPERAND", "MESSAGE"});
-  for (const v1::JobEvent& e : events) {
-    if (!e.has_numerics()) continue;
-    const v1::NumericsEvent& n = e.numerics();
-    t.AddRow({absl::StrCat(n.attempt()), absl::StrCat(n.step()), v1::NumericsEvent::Kind_Name(n.kind()),
-              n.layer().empty() ? "-" : n.layer(),
-              n.operand() == v1::AmaxHistory::OPERAND_UNSPECIFIED ? "-" : v1::AmaxHistory::Operand_Name(n.operand()),
-              n.message()});
+  NumericsGroups groups;
+  for (const v1::JobEvent& e : events) groups.Add(e);
+  if (groups.events() == 0) return "Numerics:   no events\n";
+  Table t({"KIND", "LAYER", "OPERAND", "COUNT", "STEPS", "LAST MESSAGE"});
+  for (const NumericsGroup& g : groups.groups()) {
+    t.AddRow({NumericsKindName(g.kind), g.layer.empty() ? "-" : g.layer, OperandName(g.operand), absl::StrCat(g.count),
+              StepSpan(g), g.last.message()});
   }
-  if (t.rows() == 0) return "Numerics:   no events\n";
-  std::string out = "Numerics:\n";
+  std::string out = absl::StrCat("Numerics:   ", groups.events(), " events of ", groups.groups().size(),
+                                 " kinds (fp8ctl events ", events.front().job_id().empty() ? "ID" : events.front().job_id(),
+                                 " lists each)\n");
   std::istringstream lines(t.Render());
   for (std::string line; std::getline(lines, line);) absl::StrAppend(&out, "  ", line, "\n");
   return out;

@@ -27,6 +27,7 @@ Verb AddCancelVerb(CLI::App& app);
 Verb AddResumeVerb(CLI::App& app);
 Verb AddWorkersVerb(CLI::App& app);
 Verb AddAmaxVerb(CLI::App& app);
+Verb AddEventsVerb(CLI::App& app);
 Verb AddPlotVerb(CLI::App& app);
 Verb AddVersionVerb(CLI::App& app);
 // Generates the script from `app`'s verbs and flags: add it last.
