@@ -157,6 +157,21 @@ TEST_F(RankSupervisorTest, MalformedStartIsExit127) {
   EXPECT_NE(exits[0].message.find("StartRank.rank"), std::string::npos) << exits[0].message;
 }
 
+// A spec whose data the worker refuses fails as a configuration error (exit 2), which is
+// not restarted by default, where a start the worker cannot carry out is exit 127.
+TEST_F(RankSupervisorTest, DataPathThatIsNotAFileIsAConfigurationExit) {
+  RankSupervisor sup(Config("exit 0"), nullptr, {});
+  std::filesystem::create_directories(dir_.path() + "/data/corpus.txt");
+  v1::StartRank s = Start("job-7", 1, 0);
+  s.set_data_root(dir_.path() + "/data");
+  s.mutable_spec()->mutable_data()->set_path(dir_.path() + "/data/corpus.txt");
+  sup.Start(s);
+  std::vector<RankExit> exits = sup.TakeExits();
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].exit_code, 2);
+  EXPECT_NE(exits[0].message.find("spec.data.path"), std::string::npos) << exits[0].message;
+}
+
 TEST_F(RankSupervisorTest, DuplicateStartIsIgnoredAndStopOnlyHitsItsAttempt) {
   RankSupervisor sup(Config("trap 'exit 0' TERM; echo up; while true; do sleep 0.1; done"), nullptr,
                      {"PATH=/usr/bin:/bin"});

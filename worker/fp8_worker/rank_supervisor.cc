@@ -6,8 +6,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/to_yaml.h"
+#include "common/rpc/trainer_exit_codes.h"
 #include "worker/fp8_worker/line_text.h"
 #include "worker/fp8_worker/trainer_command.h"
 #include "worker/fp8_worker/worker_log.h"
@@ -37,11 +39,11 @@ RankSupervisor::RankSupervisor(WorkerConfig config, LogForwarder* forwarder, std
 
 RankSupervisor::~RankSupervisor() = default;
 
-void RankSupervisor::SpawnFailed(const RankKey& key, const std::string& why) {
+void RankSupervisor::SpawnFailed(const RankKey& key, const std::string& why, int exit_code) {
   Log(absl::StrCat(key.ToString(), ": cannot start: ", why));
   RankExit e;
   e.key = key;
-  e.exit_code = kSpawnFailedExitCode;
+  e.exit_code = exit_code;
   e.message = CleanLine(why);
   e.last_status.set_job_id(key.job_id);
   e.last_status.set_attempt(key.attempt);
@@ -57,12 +59,19 @@ void RankSupervisor::Start(const v1::StartRank& start) {
     return;
   }
   absl::StatusOr<TrainerCommand> cmd = BuildTrainerCommand(start, config_, base_env_);
-  if (!cmd.ok()) return SpawnFailed(key, std::string(cmd.status().message()));
+  if (!cmd.ok()) {
+    // A spec whose files this worker refuses (errors name the field: "spec.data.path: ...
+    // is not a regular file", a path outside its root) is refused again on a restart: a
+    // configuration failure, which restarts.on leaves out by default.
+    const bool config = absl::StartsWith(cmd.status().message(), "spec.");
+    return SpawnFailed(key, std::string(cmd.status().message()),
+                       config ? rpc::kExitConfiguration : kSpawnFailedExitCode);
+  }
   std::error_code ec;
   std::filesystem::create_directories(cmd->rank_dir, ec);
-  if (ec) return SpawnFailed(key, absl::StrCat("cannot create ", cmd->rank_dir, ": ", ec.message()));
+  if (ec) return SpawnFailed(key, absl::StrCat("cannot create ", cmd->rank_dir, ": ", ec.message()), kSpawnFailedExitCode);
   if (absl::Status st = WriteFile(cmd->config_path, jobspec::ToYaml(start.spec())); !st.ok()) {
-    return SpawnFailed(key, std::string(st.message()));
+    return SpawnFailed(key, std::string(st.message()), kSpawnFailedExitCode);
   }
 
   LineSink sink;
@@ -73,7 +82,7 @@ void RankSupervisor::Start(const v1::StartRank& start) {
   absl::StatusOr<std::unique_ptr<RankProcess>> p = RankProcess::Spawn(cmd->argv, cmd->env, cmd->log_path, sink);
   if (!p.ok()) {
     if (forwarder_ != nullptr) forwarder_->Close(key);
-    return SpawnFailed(key, std::string(p.status().message()));
+    return SpawnFailed(key, std::string(p.status().message()), kSpawnFailedExitCode);
   }
   Log(absl::StrCat(key.ToString(), ": started ", config_.trainer, " (pid ", (*p)->pid(), ", world size ",
                    start.world_size(), "), log ", cmd->log_path));

@@ -72,7 +72,7 @@ class RankSupervisor {
   };
 
   v1::RankStatus StatusOf(const RankKey& key, const Rank& r) const;
-  void SpawnFailed(const RankKey& key, const std::string& why);
+  void SpawnFailed(const RankKey& key, const std::string& why, int exit_code);
   void StopRank(Rank& r, int grace_seconds);
 
   const WorkerConfig config_;
