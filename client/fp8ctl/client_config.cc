@@ -59,9 +59,11 @@ void AddGlobalFlags(CLI::App& app, GlobalFlags* flags) {
   app.add_option("--token", flags->token, "bearer token (FP8_TOKEN); prefer --token-file, argv is visible to others");
   app.add_option("--token-file", flags->token_file,
                  "file holding the token (FP8_TOKEN_FILE; default ./fp8-admin.token if present, else "
-                 "~/.config/fp8ctl/token)");
+                 "~/.config/fp8ctl/token)")
+      ->type_name("FILE");
   app.add_option("--coordinator-ca", flags->coordinator_ca,
-                 "PEM file of the coordinator's CA: use TLS (FP8_COORDINATOR_CA; default plaintext)");
+                 "PEM file of the coordinator's CA: use TLS (FP8_COORDINATOR_CA; default plaintext)")
+      ->type_name("FILE");
 }
 
 EnvLookup ProcessEnv() {

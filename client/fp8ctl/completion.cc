@@ -6,6 +6,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/fp8ctl/completion_model.h"
 
 namespace fp8::ctl {
 namespace {
@@ -54,25 +55,46 @@ std::string BashCompletionScript(const CLI::App& app) {
     absl::StrAppend(&positional, "    ", absl::StrJoin(id_verbs, "|"),
                     ")\n"
                     "      local ids\n"
-                    "      ids=$(\"${COMP_WORDS[0]}\" list -o json 2>/dev/null | sed -n 's/^ *\"id\": \"\\(job-[0-9]*\\)\".*/\\1/p')\n"
+                    "      ids=$(\"${COMP_WORDS[0]}\" list -o name 2>/dev/null | sed 's|^job/||')\n"
                     "      COMPREPLY=($(compgen -W \"$ids\" -- \"$cur\")) ;;\n");
   }
   if (!file_verbs.empty()) {
     absl::StrAppend(&positional, "    ", absl::StrJoin(file_verbs, "|"),
                     ") COMPREPLY=($(compgen -f -- \"$cur\")) ;;\n");
   }
-  absl::StrAppend(&positional, "    completion) COMPREPLY=($(compgen -W \"bash\" -- \"$cur\")) ;;\n");
+  for (const CompletionVerb& v : ReadCompletionModel(app).verbs) {
+    if (v.choices.empty()) continue;
+    absl::StrAppend(&positional, "    ", v.name, ") COMPREPLY=($(compgen -W \"", absl::StrJoin(v.choices, " "),
+                    "\" -- \"$cur\")) ;;\n");
+  }
 
   std::vector<std::string> global_valued;
   for (const std::string& g : global_flags) {
     if (valued.count(g)) global_valued.push_back(g);
   }
+  // The values of a flag, by verb ("list:-o"; "*:--token-file" for a global flag): a
+  // file, or the words of its type name (completion_model.h).
+  const CompletionModel model = ReadCompletionModel(app);
+  std::string value_arms;
+  std::set<std::string> completed;
+  auto arm = [&](const std::string& verb, const CompletionFlag& f) {
+    if (!f.file && f.choices.empty()) return;
+    std::vector<std::string> patterns;
+    for (const std::string& sp : f.spellings) {
+      patterns.push_back(absl::StrCat(verb, ":", sp));
+      completed.insert(sp);
+    }
+    absl::StrAppend(&value_arms, "    ", absl::StrJoin(patterns, "|"), ") COMPREPLY=($(compgen ",
+                    f.file ? std::string("-f") : absl::StrCat("-W \"", absl::StrJoin(f.choices, " "), "\""),
+                    " -- \"$cur\")); return 0 ;;\n");
+  };
+  for (const CompletionFlag& f : model.global_flags) arm("*", f);
+  for (const CompletionVerb& v : model.verbs) {
+    for (const CompletionFlag& f : v.flags) arm(v.name, f);
+  }
   std::vector<std::string> other_valued;
   for (const std::string& v : valued) {
-    if (v != "-o" && v != "--output" && v != "--state" && v != "--metric" && v != "--coordinator-ca" &&
-        v != "--token-file") {
-      other_valued.push_back(v);
-    }
+    if (!completed.count(v)) other_valued.push_back(v);
   }
 
   std::string s =
@@ -97,20 +119,13 @@ std::string BashCompletionScript(const CLI::App& app) {
                   "      *) verb=\"${COMP_WORDS[i]}\"; break ;;\n"
                   "    esac\n"
                   "  done\n"
-                  "  case \"$prev\" in\n"
-                  "    --coordinator-ca|--token-file) COMPREPLY=($(compgen -f -- \"$cur\")); return 0 ;;\n"
-                  "    -o|--output)\n"
-                  "      if [[ \"$verb\" == plot ]]; then\n"
-                  "        COMPREPLY=($(compgen -f -- \"$cur\"))\n"
-                  "      else\n"
-                  "        COMPREPLY=($(compgen -W \"table json yaml\" -- \"$cur\"))\n"
-                  "      fi\n"
-                  "      return 0 ;;\n"
-                  "    --state) COMPREPLY=($(compgen -W \"queued running restarting succeeded failed cancelled\" -- "
-                  "\"$cur\")); return 0 ;;\n"
-                  "    --metric) COMPREPLY=($(compgen -W \"loss val_loss tokens_per_second all\" -- \"$cur\")); "
-                  "return 0 ;;\n");
-  if (!other_valued.empty()) absl::StrAppend(&s, "    ", absl::StrJoin(other_valued, "|"), ") return 0 ;;\n");
+                  "  case \"${verb:-*}:$prev\" in\n",
+                  value_arms);
+  if (!other_valued.empty()) {
+    std::vector<std::string> patterns;
+    for (const std::string& v : other_valued) patterns.push_back("*:" + v);
+    absl::StrAppend(&s, "    ", absl::StrJoin(patterns, "|"), ") return 0 ;;\n");
+  }
   absl::StrAppend(&s,
                   "  esac\n"
                   "  if [[ -z \"$verb\" ]]; then\n"

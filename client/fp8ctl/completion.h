@@ -1,7 +1,7 @@
-// `fp8ctl completion bash`: a bash completion script generated from fp8ctl's own verbs and
-// flags (so it cannot fall behind them). Verbs, global and per-verb flags, the values of
-// -o/--output, --state and --metric, job.yaml files, and job ids (from
-// `fp8ctl list -o json`, best effort: nothing when that fails).
+// `fp8ctl completion bash|zsh|fish`: a completion script generated from fp8ctl's own verbs
+// and flags (so it cannot fall behind them). Verbs, global and per-verb flags, the values
+// of flags with a few words (-o, --state, --metric) or a file, job.yaml files, and job ids
+// (from `fp8ctl list -o name`, best effort: nothing when that fails).
 #pragma once
 
 #include <string>
@@ -13,5 +13,9 @@ class App;
 namespace fp8::ctl {
 
 std::string BashCompletionScript(const CLI::App& app);
+// The same for zsh (completion_zsh.cc) and fish (completion_fish.cc), from the verbs and
+// flags as completion_model.h reads them.
+std::string ZshCompletionScript(const CLI::App& app);
+std::string FishCompletionScript(const CLI::App& app);
 
 }  // namespace fp8::ctl

@@ -33,6 +33,13 @@ std::string Choices(const std::vector<OutputFormat>& offered) {
   return absl::StrCat(absl::StrJoin(names, ", "), " or ", last);
 }
 
+// "table|json|yaml"
+std::string TypeName(const std::vector<OutputFormat>& offered) {
+  std::vector<std::string> names;
+  for (OutputFormat f : offered) names.push_back(FormatName(f));
+  return absl::StrJoin(names, "|");
+}
+
 }  // namespace
 
 void AddOutputFlag(CLI::App* verb, OutputFormat* format, std::vector<OutputFormat> offered) {
@@ -49,7 +56,8 @@ void AddOutputFlag(CLI::App* verb, OutputFormat* format, std::vector<OutputForma
         }
         throw CLI::ValidationError("--output", absl::StrCat("expected ", choices, ", not '", value, "'"));
       },
-      absl::StrCat(choices, " (default: table)"));
+      absl::StrCat(choices, " (default: table)"))
+      ->type_name(TypeName(offered));  // the help's "-o table|json|yaml"; completion reads it
 }
 
 bool IsDocument(OutputFormat format) { return format == OutputFormat::kJson || format == OutputFormat::kYaml; }

@@ -361,7 +361,7 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
 
   // plot: one SVG with both jobs' lines; only .svg is written.
   const fs::path svg = cp.dir() / "loss.svg";
-  r = ctl.Run({"plot", "job-1", delayed_id, "-o", svg.string()});
+  r = ctl.Run({"plot", "job-1", delayed_id, "--out", svg.string()});
   ASSERT_TRUE(Exited(r, 0)) << Show(r);
   EXPECT_TRUE(Contains(r.out, svg.string())) << Show(r);
   {
@@ -373,10 +373,69 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
     EXPECT_TRUE(Contains(text, "job-1 ok (tensorwise)")) << text;
     EXPECT_TRUE(Contains(text, delayed_id + " delayed (delayed)")) << text;
   }
+  // plot as CSV: a row per job and step, by the file's extension or -o csv (to stdout).
+  const fs::path csv = cp.dir() / "loss.csv";
+  r = ctl.Run({"plot", "job-1", delayed_id, "--out", csv.string()});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  {
+    std::ifstream in(csv);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text.rfind("job_id,name,recipe,step,loss,val_loss,tokens_per_second\n", 0), 0u) << text;
+    EXPECT_TRUE(Contains(text, "\njob-1,ok,tensorwise,10,")) << text;
+    EXPECT_TRUE(Contains(text, "\n" + delayed_id + ",delayed,delayed,10,")) << text;
+  }
+  r = ctl.Run({"plot", "job-1", "-o", "csv", "--out", "-"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_EQ(r.out.rfind("job_id,", 0), 0u) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\njob-1,ok,tensorwise,10,")) << Show(r);
+
   r = ctl.Run({"completion", "bash"});
   ASSERT_TRUE(Exited(r, 0)) << Show(r);
   EXPECT_TRUE(Contains(r.out, "submit")) << Show(r);
   EXPECT_TRUE(Contains(r.out, "complete ")) << Show(r);
+  // Completion in the real shells (those installed), with fp8ctl on PATH and this
+  // coordinator: verbs, -o's values for the verb, job ids from `list -o name`.
+  {
+    std::map<std::string, std::string> env = Env(cp);
+    env["PATH"] = fs::path(FP8CTL_BINARY).parent_path().string() + ":" + (std::getenv("PATH") ? std::getenv("PATH") : "");
+    const fs::path out = cp.dir() / "completion.out", err = cp.dir() / "completion.err";
+    auto shell = [&](std::vector<std::string> argv) {
+      const cli_test::RunResult run = cli_test::Run(argv, env, out, err, kCommandLimit);
+      EXPECT_TRUE(Exited(run, 0)) << Show(run);
+      return run.out;
+    };
+    const std::string bash_words =
+        "source <(fp8ctl completion bash); complete() { COMP_WORDS=(\"$@\"); COMP_CWORD=$(($# - 1)); _fp8ctl; "
+        "printf '%s\\n' \"${COMPREPLY[@]}\"; };";
+    std::string got = shell({"/bin/bash", "-c", bash_words + " complete fp8ctl ev; complete fp8ctl list -o ''; "
+                                                            "complete fp8ctl describe ''"});
+    for (const char* want : {"events\n", "wide\n", "name\n", "job-1\n"}) EXPECT_TRUE(Contains(got, want)) << want << got;
+    for (const char* dir : {"/usr/bin/fish", "/bin/fish"}) {
+      if (!fs::exists(dir)) continue;
+      got = shell({dir, "-c", "fp8ctl completion fish | source; complete -C 'fp8ctl ev'; complete -C 'fp8ctl list -o '; "
+                              "complete -C 'fp8ctl describe '; complete -C 'fp8ctl plot --out x.svg -o '"});
+      for (const char* want : {"events\t", "wide\t", "name\t", "job-1\t", "csv\t"}) {
+        EXPECT_TRUE(Contains(got, want)) << "fish: " << want << "\n" << got;
+      }
+      break;
+    }
+    for (const char* dir : {"/usr/bin/zsh", "/bin/zsh"}) {
+      if (!fs::exists(dir)) continue;
+      const fs::path script = cp.dir() / "_fp8ctl";
+      r = ctl.Run({"completion", "zsh"});
+      ASSERT_TRUE(Exited(r, 0)) << Show(r);
+      std::ofstream(script) << r.out;
+      const std::string helper = std::string(FP8_SOURCE_DIR) + "/tests/client/zsh_completions.zsh";
+      const std::vector<std::pair<std::string, std::string>> cases = {
+          {"fp8ctl ev", "events\n"}, {"fp8ctl list -o ", "wide\n"}, {"fp8ctl describe ", "job-1\n"},
+          {"fp8ctl completion ", "fish\n"}};
+      for (const auto& [line, want] : cases) {
+        got = shell({dir, "-f", helper, script.string(), line});
+        EXPECT_TRUE(Contains(got, want)) << "zsh: " << line << " -> " << want << "\n" << got;
+      }
+      break;
+    }
+  }
 
   // A rank that fails (its corpus is missing) with no restarts: follow exits 10.
   const fs::path broken = WriteJob(cp.dir(), "broken", 10, 1, "missing-corpus.txt");
@@ -562,13 +621,19 @@ TEST(Fp8ctlTest, LocalErrors) {
   r = ctl.Run({"amax", "job-1", "-o", "name"});
   EXPECT_TRUE(Exited(r, 2)) << Show(r);
   EXPECT_TRUE(Contains(r.err, "expected table, json or yaml, not 'name'")) << Show(r);
-  r = ctl.Run({"plot", "job-1", "-o", (dir / "loss.png").string()});
+  // plot: -o is the format (svg or csv), the file is --out.
+  r = ctl.Run({"plot", "job-1", "-o", (dir / "loss.svg").string()});
   EXPECT_TRUE(Exited(r, 2)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, ".svg")) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "expected svg or csv, not '" + (dir / "loss.svg").string() +
+                                  "' (the file to write is --out FILE)"))
+      << Show(r);
+  r = ctl.Run({"plot", "job-1", "--out", (dir / "loss.png").string()});
+  EXPECT_TRUE(Exited(r, 2)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "name a .svg or .csv file, or choose the format with -o svg|csv")) << Show(r);
   EXPECT_FALSE(fs::exists(dir / "loss.png"));
-  r = ctl.Run({"plot", "job-1"});  // no -o
+  r = ctl.Run({"plot", "job-1"});  // no --out
   EXPECT_TRUE(Exited(r, 2)) << Show(r);
-  r = ctl.Run({"completion", "zsh"});
+  r = ctl.Run({"completion", "tcsh"});
   EXPECT_TRUE(Exited(r, 2)) << Show(r);
   r = ctl.Run({"submit", (dir / "none.yaml").string()});
   EXPECT_TRUE(Exited(r, 2)) << Show(r);

@@ -15,6 +15,7 @@
 #include "client/fp8ctl/jobs_table.h"
 #include "client/fp8ctl/message_document.h"
 #include "client/fp8ctl/numerics_groups.h"
+#include "client/fp8ctl/progress_csv.h"
 #include "client/fp8ctl/svg_plot.h"
 #include "common/jobspec/loader.h"
 
@@ -652,6 +653,80 @@ TEST(Fp8ctlCompletionTest, NamesVerbsAndFlags) {
   EXPECT_EQ(script.find("|--all-pages)"), std::string::npos) << script;
   EXPECT_NE(script.find("describe)\n"), std::string::npos) << script;
   EXPECT_NE(script.find("complete -o default -F _fp8ctl fp8ctl"), std::string::npos) << script;
+}
+
+// A small app in fp8ctl's shape for the zsh and fish scripts: a global FILE flag, a verb
+// with -o's words, a repeatable flag, and verbs taking a job id, ids, and a job.yaml.
+struct SmallApp {
+  CLI::App app{"test", "fp8ctl"};
+  std::string s;
+  std::vector<std::string> v;
+  bool b = false;
+  OutputFormat format = OutputFormat::kTable;
+  SmallApp() {
+    app.add_option("--token-file", s, "file holding the token (FP8_TOKEN_FILE; default x)")->type_name("FILE");
+    CLI::App* list = app.add_subcommand("list", "list jobs, newest first (yours; an admin's: all)");
+    AddOutputFlag(list, &format, {OutputFormat::kTable, OutputFormat::kName, OutputFormat::kJson});
+    list->add_flag("--all-pages", b, "every page");
+    app.add_subcommand("describe", "show a job: its [spec]")->add_option("ID", s, "job id");
+    app.add_subcommand("plot", "plot jobs")->add_option("ID", v, "job ids");
+    app.add_subcommand("submit", "submit job.yaml")->add_option("job.yaml", s, "the job");
+  }
+};
+
+TEST(Fp8ctlCompletionTest, FishCompletesVerbsFlagValuesFilesAndJobIds) {
+  SmallApp a;
+  const std::string script = FishCompletionScript(a.app);
+  for (const char* line : {
+           "complete -c fp8ctl -f\n",
+           "complete -c fp8ctl -n __fish_use_subcommand -a list -d 'list jobs, newest first'\n",
+           "complete -c fp8ctl -l token-file -r -F -d 'file holding the token'\n",
+           "complete -c fp8ctl -n '__fish_seen_subcommand_from list' -l output -s o -x -a 'table name json' -d "
+           "'table, name or json'\n",
+           "complete -c fp8ctl -n '__fish_seen_subcommand_from list' -l all-pages -d 'every page'\n",
+           "complete -c fp8ctl -n '__fish_seen_subcommand_from submit' -F\n",
+           "complete -c fp8ctl -n '__fish_seen_subcommand_from describe plot' -a '(__fp8ctl_job_ids)' -d 'job'\n",
+       }) {
+    EXPECT_NE(script.find(line), std::string::npos) << line << "\n" << script;
+  }
+  EXPECT_NE(script.find("list -o name"), std::string::npos) << script;
+}
+
+TEST(Fp8ctlCompletionTest, ZshCompletesVerbsFlagValuesFilesAndJobIds) {
+  SmallApp a;
+  const std::string script = ZshCompletionScript(a.app);
+  EXPECT_EQ(script.rfind("#compdef fp8ctl\n", 0), 0u) << script;
+  for (const char* part : {
+           "    '*--token-file[file holding the token]:file:_files'\n",
+           "    'list:list jobs, newest first'\n",
+           "    'describe:show a job\\: its (spec)'\n",
+           "            '*-o[table, name or json]:value:(table name json)' \\\n",
+           "            '*--all-pages[every page]' \\\n",
+           "            '1:job id:_fp8ctl_job_ids' \\\n",
+           "            '*:job id:_fp8ctl_job_ids' \\\n",
+           "            '1:job.yaml:_files -g \"*.(yaml|yml)\"' \\\n",
+           "else compdef _fp8ctl fp8ctl; fi\n",
+       }) {
+    EXPECT_NE(script.find(part), std::string::npos) << part << "\n" << script;
+  }
+}
+
+TEST(Fp8ctlProgressCsvTest, ARowPerJobAndStepQuotedWhereNeeded) {
+  JobProgress a;
+  a.job_id = "job-1";
+  a.name = "tiny, \"big\"";
+  a.recipe = "tensorwise";
+  a.world_size = 2;
+  a.by_step[5].set_loss(5.5);
+  a.by_step[5].set_tokens_per_second(1000);
+  a.by_step[10].set_loss(4.25);
+  a.by_step[10].set_val_loss(4.5);
+  a.by_step[10].set_tokens_per_second(1500);
+  EXPECT_EQ(ProgressCsv({a}),
+            "job_id,name,recipe,step,loss,val_loss,tokens_per_second\n"
+            "job-1,\"tiny, \"\"big\"\"\",tensorwise,5,5.5,,2000\n"
+            "job-1,\"tiny, \"\"big\"\"\",tensorwise,10,4.25,4.5,3000\n");
+  EXPECT_EQ(ProgressCsv({}), "job_id,name,recipe,step,loss,val_loss,tokens_per_second\n");
 }
 
 // Every example job loads and validates with the loader `fp8ctl submit` and the

@@ -1,4 +1,4 @@
-// fp8ctl completion bash: print a bash completion script for fp8ctl.
+// fp8ctl completion bash|zsh|fish: print a completion script for fp8ctl.
 #include <iostream>
 
 #include "CLI/CLI.hpp"
@@ -11,11 +11,21 @@ namespace fp8::ctl {
 Verb AddCompletionVerb(CLI::App& app) {
   auto shell = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand(
-      "completion", "print a shell completion script: source <(fp8ctl completion bash)");
-  cmd->add_option("SHELL", *shell, "the shell (only bash)")->required()->check(CLI::IsMember({"bash"}));
+      "completion",
+      "print a shell completion script: source <(fp8ctl completion bash); zsh and fish alike (see its first lines)");
+  cmd->add_option("SHELL", *shell, "bash, zsh or fish")
+      ->required()
+      ->check(CLI::IsMember({"bash", "zsh", "fish"}))
+      ->type_name("bash|zsh|fish");
   const CLI::App* root = &app;
   return {cmd, [shell, root](Session&) {
-            std::cout << BashCompletionScript(*root);
+            if (*shell == "zsh") {
+              std::cout << ZshCompletionScript(*root);
+            } else if (*shell == "fish") {
+              std::cout << FishCompletionScript(*root);
+            } else {
+              std::cout << BashCompletionScript(*root);
+            }
             return static_cast<int>(kExitOk);
           }};
 }

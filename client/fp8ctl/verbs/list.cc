@@ -25,7 +25,8 @@ Verb AddListVerb(CLI::App& app) {
   cmd->fallthrough();
   cmd->add_option("--state", a->states,
                   "only jobs in this state: queued, running, restarting, succeeded, failed, cancelled (repeatable)")
-      ->allow_extra_args(false);
+      ->allow_extra_args(false)
+      ->type_name("queued|running|restarting|succeeded|failed|cancelled");
   cmd->add_option("--owner", a->owner, "only jobs of this owner");
   cmd->add_flag("--all-pages", a->all_pages, "fetch every page, not only the newest 100 jobs");
   AddOutputFlag(cmd, &a->output,

@@ -1,7 +1,8 @@
-// fp8ctl plot ID [ID...] -o FILE.svg: the jobs' loss, validation loss and throughput
-// against the step, one chart per metric and one line per job, written as an SVG file.
-// The data are the jobs' stored progress reports (every attempt; a step reported by two
-// attempts shows the later one).
+// fp8ctl plot ID [ID...] --out FILE [-o svg|csv]: the jobs' loss, validation loss and
+// throughput against the step, one chart per metric and one line per job, written as an
+// SVG file, or the same data as CSV. The data are the jobs' stored progress reports (every
+// attempt; a step reported by two attempts shows the later one). -o is the format, as in
+// every verb; the file is --out.
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/fp8ctl/exit_codes.h"
 #include "client/fp8ctl/format.h"
+#include "client/fp8ctl/progress_csv.h"
 #include "client/fp8ctl/stored_events.h"
 #include "client/fp8ctl/svg_plot.h"
 #include "client/fp8ctl/verbs/verbs.h"
@@ -46,35 +48,72 @@ bool MetricValue(const std::string& metric, const v1::TrainingProgress& p, int w
   return true;
 }
 
+// The SVG: a chart per metric asked for, a line per job.
+std::string Chart(const std::vector<JobProgress>& jobs, const std::string& metric) {
+  std::vector<Metric> metrics;
+  for (const Metric& m : AllMetrics()) {
+    if (metric == "all" || metric == m.name) metrics.push_back(m);
+  }
+  PlotDocument doc;
+  for (const Metric& m : metrics) doc.charts.push_back({m.title, "step", {}});
+  for (const JobProgress& j : jobs) {
+    doc.legend.push_back(absl::StrCat(j.job_id, " ", j.name, " (", j.recipe, ")"));
+    for (size_t c = 0; c < metrics.size(); ++c) {
+      PlotSeries series;
+      for (const auto& [step, p] : j.by_step) {
+        double v = 0;
+        if (MetricValue(metrics[c].name, p, j.world_size, &v)) series.points.push_back({static_cast<double>(step), v});
+      }
+      doc.charts[c].series.push_back(std::move(series));
+    }
+  }
+  return RenderSvg(doc);
+}
+
 }  // namespace
 
 Verb AddPlotVerb(CLI::App& app) {
   struct Args {
     std::vector<std::string> job_ids;
     std::string path;
+    std::string format;  // svg or csv; empty: from the --out file's extension
     std::string metric = "all";
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
-      "plot", "write an SVG chart of jobs' loss, val_loss and tokens/s against the step (one line per job)");
+      "plot", "write an SVG chart (or CSV) of jobs' loss, val_loss and tokens/s against the step (one line per job)");
   cmd->fallthrough();
   cmd->add_option("ID", a->job_ids, "job ids (job-<n>), one line each")->required();
-  cmd->add_option("-o,--output", a->path, "the SVG file to write (must end in .svg)")->required();
+  cmd->add_option("--out", a->path, "the file to write: FILE.svg or FILE.csv ('-': stdout, with -o)")
+      ->required()
+      ->type_name("FILE");
+  cmd->add_option_function<std::string>(
+         "-o,--output",
+         [a](const std::string& value) {
+           const std::string v = absl::AsciiStrToLower(value);
+           if (v != "svg" && v != "csv") {
+             throw CLI::ValidationError(
+                 "--output", absl::StrCat("expected svg or csv, not '", value, "' (the file to write is --out FILE)"));
+           }
+           a->format = v;
+         },
+         "svg or csv (default: from the --out file's extension)")
+      ->type_name("svg|csv");
   cmd->add_option("--metric", a->metric, "loss, val_loss, tokens_per_second or all (default: all, stacked)")
-      ->check(CLI::IsMember({"loss", "val_loss", "tokens_per_second", "all"}));
+      ->check(CLI::IsMember({"loss", "val_loss", "tokens_per_second", "all"}))
+      ->type_name("loss|val_loss|tokens_per_second|all");
 
   return {cmd, [a](Session& session) {
-            if (!absl::EndsWithIgnoreCase(a->path, ".svg")) {
-              return Report({kExitUsage, absl::StrCat("plot: --output '", a->path,
-                                                      "': the file name must end in .svg (fp8ctl writes SVG only)")});
+            std::string format = a->format;
+            if (format.empty() && absl::EndsWithIgnoreCase(a->path, ".svg")) format = "svg";
+            if (format.empty() && absl::EndsWithIgnoreCase(a->path, ".csv")) format = "csv";
+            if (format.empty()) {
+              return Report({kExitUsage, absl::StrCat("plot: --out '", a->path,
+                                                      "': name a .svg or .csv file, or choose the format with "
+                                                      "-o svg|csv (fp8ctl writes SVG or CSV)")});
             }
             if (auto e = session.Connect()) return Report(*e);
-            std::vector<Metric> metrics;
-            for (const Metric& m : AllMetrics()) {
-              if (a->metric == "all" || a->metric == m.name) metrics.push_back(m);
-            }
-            PlotDocument doc;
-            for (const Metric& m : metrics) doc.charts.push_back({m.title, "step", {}});
+            std::vector<JobProgress> jobs;
             for (const std::string& id : a->job_ids) {
               v1::GetJobRequest req;
               req.set_job_id(id);
@@ -85,28 +124,24 @@ Verb AddPlotVerb(CLI::App& app) {
               }
               StoredEventsResult events = ReadStoredEvents(session, id, /*include_progress=*/true);
               if (!events.status.ok()) return Report(session.Error(events.status, absl::StrCat("plot ", id)));
+              JobProgress& j = jobs.emplace_back();
+              j.job_id = job.id();
+              j.name = job.spec().name();
+              j.recipe = RecipeName(job.spec().fp8().recipe());
+              j.world_size = job.spec().resources().world_size();
               // Per step, the latest report (a resumed attempt repeats steps).
-              std::map<int64_t, v1::TrainingProgress> by_step;
               for (const v1::JobEvent& e : events.events) {
-                if (e.has_progress()) by_step[e.progress().progress().step()] = e.progress().progress();
+                if (e.has_progress()) j.by_step[e.progress().progress().step()] = e.progress().progress();
               }
-              if (by_step.empty()) std::fprintf(stderr, "fp8ctl: plot: %s has no progress reports yet\n", id.c_str());
-              doc.legend.push_back(
-                  absl::StrCat(job.id(), " ", job.spec().name(), " (", RecipeName(job.spec().fp8().recipe()), ")"));
-              for (size_t c = 0; c < metrics.size(); ++c) {
-                PlotSeries series;
-                for (const auto& [step, p] : by_step) {
-                  double v = 0;
-                  if (MetricValue(metrics[c].name, p, job.spec().resources().world_size(), &v)) {
-                    series.points.push_back({static_cast<double>(step), v});
-                  }
-                }
-                doc.charts[c].series.push_back(std::move(series));
-              }
+              if (j.by_step.empty()) std::fprintf(stderr, "fp8ctl: plot: %s has no progress reports yet\n", id.c_str());
             }
-            const std::string svg = RenderSvg(doc);
+            const std::string text = format == "csv" ? ProgressCsv(jobs) : Chart(jobs, a->metric);
+            if (a->path == "-") {
+              std::cout << text;
+              return static_cast<int>(kExitOk);
+            }
             std::ofstream file(a->path, std::ios::binary | std::ios::trunc);
-            file << svg;
+            file << text;
             file.close();
             if (!file) return Report({kExitError, absl::StrCat("plot: cannot write ", a->path)});
             std::cout << a->path << "\n";
