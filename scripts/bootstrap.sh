@@ -26,6 +26,8 @@ packages=(
   # the container image (scripts/build_image.sh) and its tests: a Debian root filesystem
   # from packages, and podman to import and run it (runc: crun fails on these machines)
   mmdebstrap podman runc netavark
+  # the shells whose completion fp8ctl writes (its tests run them)
+  zsh fish
   # the demo and test corpus: the King James Bible as text (scripts/install_corpus.sh)
   bible-kjv
 )

@@ -103,6 +103,25 @@ test('several GPUs per pod: gpusPerPod 4 requests nvidia.com/gpu: 4 and --device
   eq(c.args.filter((a) => a === '--device').length, 1, 'one --device flag');
 });
 
+test('image: what scripts/build_image.sh tags, -cuda for GPU workers; a given tag as is', () => {
+  const images = (objs) => [coordContainer(objs).image, workerContainer(objs).image];
+  eq(images(render([])), ['localhost/fp8-train:0.1.0-cuda', 'localhost/fp8-train:0.1.0-cuda'], 'default profile');
+  eq(images(render(['-f', cpuValues])), ['localhost/fp8-train:0.1.0', 'localhost/fp8-train:0.1.0'], 'cpu profile');
+  const given = render(['--set', 'image.repository=registry.example.com/fp8-train', '--set', 'image.tag=2']);
+  eq(images(given), ['registry.example.com/fp8-train:2', 'registry.example.com/fp8-train:2'], 'given');
+});
+
+test('workers: an init container makes the data and checkpoint roots that lie on the shared volume', () => {
+  const init = (objs) => (workersSts(objs).spec.template.spec.initContainers || []).find((c) => c.name === 'roots');
+  const roots = init(render(['-f', cpuValues]));
+  expect(roots, 'a roots init container');
+  eq(roots.command, ['mkdir', '-p', '/shared/data', '/shared/checkpoints'], 'its command');
+  eq(roots.volumeMounts, [{ name: 'shared', mountPath: '/shared' }], 'its mounts');
+  const elsewhere = init(render(['--set', 'coordinator.dataRoots={/data}', '--set', 'coordinator.checkpointRoots={/shared/ckpt}']));
+  eq(elsewhere.command, ['mkdir', '-p', '/shared/ckpt'], 'only roots under the shared mount');
+  expect(!init(render(['--set', 'workers.shared.readOnly=true'])), 'none when the shared volume is read-only');
+});
+
 test('default profile: NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE and NCCL_DEBUG come from values', () => {
   let c = workerContainer(render([]));
   eq(envOf(c, 'NCCL_SOCKET_IFNAME'), 'eth0', 'default NCCL_SOCKET_IFNAME');

@@ -75,9 +75,14 @@ app.kubernetes.io/component: worker
 app.kubernetes.io/component: worker
 {{- end -}}
 
-{{/* "repository:tag", the tag defaulting to appVersion. */}}
+{{/* "repository:tag". An empty tag is what scripts/build_image.sh tags: appVersion for
+     CPU workers, appVersion-cuda (with cuBLASLt and NCCL) for GPU workers. */}}
 {{- define "fp8.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $tag := toString (default "" .Values.image.tag) -}}
+{{- if not $tag -}}
+{{- $tag = ternary .Chart.AppVersion (printf "%s-cuda" .Chart.AppVersion) (eq (toString .Values.workers.device) "cpu") -}}
+{{- end -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
 {{- end -}}
 
 {{/* ".svc" or ".svc.<clusterDomain>": the end of an in-cluster DNS name. */}}
