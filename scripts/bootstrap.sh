@@ -24,8 +24,10 @@ packages=(
   # ships zipped inside an npm package (scripts/install_deploy_tools.sh)
   prometheus unzip curl
   # the container image (scripts/build_image.sh) and its tests: a Debian root filesystem
-  # from packages, and podman to import and run it (runc: crun fails on these machines)
-  mmdebstrap podman runc netavark
+  # from packages, and podman to import and run it (runc: crun fails on these machines);
+  # podman's recommends that rootful containers, pods and a network need, named because
+  # recommends are not installed
+  mmdebstrap podman runc netavark aardvark-dns iptables catatonit
   # the shells whose completion fp8ctl writes (its tests run them)
   zsh fish
   # the demo and test corpus: the King James Bible as text (scripts/install_corpus.sh)
