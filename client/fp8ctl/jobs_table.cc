@@ -16,6 +16,12 @@ std::string ProgressCell(const v1::Job& job) {
   return total > 0 ? absl::StrCat(step, "/", total) : absl::StrCat(step);
 }
 
+// Why it waits, or why it failed.
+std::string ReasonCell(const v1::Job& job) {
+  if (!job.pending_reason().empty()) return job.pending_reason();
+  return job.failure_reason().empty() ? std::string("-") : job.failure_reason();
+}
+
 std::string LossCell(const v1::Job& job) {
   return job.has_latest_progress() ? absl::StrFormat("%.4f", job.latest_progress().loss()) : std::string("-");
 }
@@ -25,10 +31,11 @@ std::string LossCell(const v1::Job& job) {
 std::string JobsTable(const v1::ListJobsResponse& r, int64_t now_unix_ms, bool wide) {
   std::vector<std::string> headers = {"ID", "NAME", "OWNER", "STATE", "PROGRESS", "RECIPE", "WORLD", "SUBMITTED", "AGE"};
   if (wide) {
-    for (const char* h : {"DEVICE", "PRIORITY", "LOSS", "ATTEMPTS", "RESTARTS LEFT", "CHECKPOINT", "FINISHED", "REASON"}) {
+    for (const char* h : {"DEVICE", "PRIORITY", "LOSS", "ATTEMPTS", "RESTARTS LEFT", "CHECKPOINT", "FINISHED"}) {
       headers.push_back(h);
     }
   }
+  headers.push_back("REASON");
   Table t(headers);
   for (const v1::Job& j : r.jobs()) {
     const v1::JobSpec& s = j.spec();
@@ -41,10 +48,11 @@ std::string JobsTable(const v1::ListJobsResponse& r, int64_t now_unix_ms, bool w
            {DeviceName(s.resources().device()), absl::StrCat(s.priority()), LossCell(j), absl::StrCat(j.attempts()),
             absl::StrCat(j.restarts_left()),
             j.last_checkpoint_step() > 0 ? absl::StrCat("step ", j.last_checkpoint_step()) : std::string("-"),
-            LocalTime(j.finished_unix_ms()), j.failure_reason().empty() ? std::string("-") : j.failure_reason()}) {
+            LocalTime(j.finished_unix_ms())}) {
         row.push_back(std::move(cell));
       }
     }
+    row.push_back(ReasonCell(j));
     t.AddRow(std::move(row));
   }
   return t.Render();

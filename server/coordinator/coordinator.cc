@@ -222,6 +222,7 @@ absl::StatusOr<v1::Job> Coordinator::VisibleJob(const Principal& who, const std:
   std::optional<v1::Job> job;
   if (it != active_.end()) {
     job = it->second.job;
+    ShowPending(it->second, *job);
   } else {
     FP8_ASSIGN_OR_RETURN(job, store_->job(job_id));
   }
@@ -364,6 +365,7 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const Principal& who,
   for (size_t i = 0; i < jobs.size(); ++i) {
     auto& [number, job] = jobs[i];
     job.clear_attempt_history();
+    if (auto a = active_.find(job.id()); a != active_.end()) ShowPending(a->second, job);
     // The page ends before a job that would take it past kListPageBytes, so that no set of
     // stored jobs can make a response too large for a client to receive.
     const size_t size = job.ByteSizeLong() + 8;
@@ -582,6 +584,15 @@ void Coordinator::Unassign(const std::string& worker_id, const std::string& job_
   if (w != workers_.end()) w->second.assigned.erase({job_id, attempt, rank});
 }
 
+void Coordinator::ShowPending(const ActiveJob& active, v1::Job& job) const {
+  if (job.state() == v1::Job::RESTARTING && Clock::now() < active.restart_at) {
+    const auto left = std::chrono::duration_cast<std::chrono::seconds>(active.restart_at - Clock::now()).count() + 1;
+    job.set_pending_reason(absl::StrCat("restart backoff: attempt ", job.attempts() + 1, " in ", left, " s"));
+  } else if ((job.state() == v1::Job::QUEUED || job.state() == v1::Job::RESTARTING) && active.waiting.has_value()) {
+    job.set_pending_reason(active.waiting->text);
+  }
+}
+
 void Coordinator::ScheduleLocked() {
   if (shutting_down_) return;
   const Clock::time_point now = Clock::now();
@@ -602,7 +613,12 @@ void Coordinator::ScheduleLocked() {
                                           now - w.last_heartbeat <= absl::ToChronoNanoseconds(options_.lost_after),
                                           w.record.cpus, w.record.memory_gb});
   }
-  for (const scheduler::Placement& p : scheduler::Schedule(queued, views)) {
+  const scheduler::Plan plan = scheduler::Schedule(queued, views);
+  for (const scheduler::Waiting& w : plan.waiting) {
+    active_.at(w.job_id).waiting = w;
+    if (metrics_ != nullptr) metrics_->OnPending(w.job_id, scheduler::WaitingReasonName(w.reason));
+  }
+  for (const scheduler::Placement& p : plan.placements) {
     std::vector<std::string> worker_ids;
     for (const scheduler::RankSlot& slot : p.ranks) worker_ids.push_back(slot.worker_id);
     if (absl::Status s = StartAttempt(active_.at(p.job_id), worker_ids); !s.ok()) {
@@ -620,6 +636,7 @@ absl::Status Coordinator::StartAttempt(ActiveJob& active, const std::vector<std:
                               : active.job.attempt_history(active.job.attempt_history_size() - 1).ended_unix_ms();
     metrics_->OnAttemptStarted(active.job, static_cast<double>(NowUnixMs() - since) / 1e3);
   }
+  active.waiting.reset();
   v1::Job next = active.job;
   const int number = next.attempts() + 1;
   next.set_attempts(number);
@@ -779,6 +796,8 @@ absl::Status Coordinator::EndAttempt(ActiveJob& active, v1::Attempt::State attem
   active.attempt.reset();
   if (job_state == v1::Job::RESTARTING) {
     active.restart_at = Clock::now() + scheduler::RestartBackoff(next.spec().restarts().backoff_seconds(), restart_number);
+    active.waiting.reset();
+    if (metrics_ != nullptr) metrics_->OnPending(next.id(), "backoff");
   }
   return absl::OkStatus();
 }

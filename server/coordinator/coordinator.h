@@ -39,6 +39,7 @@
 #include "server/coordinator/coordinator_options.h"
 #include "server/rendezvous/rendezvous_store.h"
 #include "server/scheduler/liveness.h"
+#include "server/scheduler/scheduler.h"
 #include "server/store/coordinator_store.h"
 
 namespace fp8::server {
@@ -148,6 +149,7 @@ class Coordinator {
     double rank_memory_gb = 0;              // RankMemoryNeedGb of the spec (rank_memory.h)
     std::optional<AttemptRuntime> attempt;  // set while RUNNING
     Clock::time_point restart_at{};         // RESTARTING: queued again from then on
+    std::optional<scheduler::Waiting> waiting;  // why the last scheduling pass left it queued
     int progress_events = 0;                // since the last thinning
     int progress_attempt = 0;               // the attempt latest_progress came from (0: unknown)
     // (layer, operand) casts whose saturation this attempt already reported: one event
@@ -214,6 +216,9 @@ class Coordinator {
   absl::Status ClaimJobFolder(const std::string& folder, const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills job.pending_reason for a QUEUED or RESTARTING job: its restart backoff, or why
+  // the last scheduling pass left it waiting.
+  void ShowPending(const ActiveJob& active, v1::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status StartAttempt(ActiveJob& active, const std::vector<std::string>& worker_ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the live attempt in `attempt_state` and moves the job on: SUCCEEDED, CANCELLED, or

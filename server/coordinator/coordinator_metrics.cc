@@ -45,6 +45,10 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::Registry& r, size_t keep_finishe
       job_info_(r.gauge("fp8_job_info", "One series per job: its name, owner, fp8 recipe and shape.",
                         {"job_id", "job_name", "user", "recipe", "device_kind", "world_size"})),
       job_state_(r.gauge("fp8_job_state", "1 for the job's current state, 0 for the others.", {"job_id", "state"})),
+      job_pending_reason_(r.gauge("fp8_job_pending_reason",
+                                  "1 for why a queued or restarting job waits (workers, behind, backoff), 0 for the "
+                                  "others and once it runs.",
+                                  {"job_id", "reason"})),
       job_step_(r.gauge("fp8_job_step", "Optimizer steps completed at the last report.", {"job_id"})),
       job_total_steps_(r.gauge("fp8_job_total_steps", "The job's train.steps.", {"job_id"})),
       job_tokens_per_second_(r.gauge("fp8_job_tokens_per_second",
@@ -99,6 +103,7 @@ void CoordinatorMetrics::OnJob(const v1::Job& job) {
                            v1::Job::FAILED, v1::Job::CANCELLED}) {
     job_state_.with({id, v1::Job::State_Name(s)}).set(s == job.state() ? 1 : 0);
   }
+  if (job.state() != v1::Job::QUEUED && job.state() != v1::Job::RESTARTING) OnPending(id, "");
   job_total_steps_.with({id}).set(static_cast<double>(spec.train().steps()));
   job_restarts_.with({id}).set_total(std::max(0, job.attempts() - 1));
   if (job.has_latest_progress()) {
@@ -196,9 +201,13 @@ void CoordinatorMetrics::ForgetCasts(const std::string& job_id) {
   }
 }
 
+void CoordinatorMetrics::OnPending(const std::string& job_id, const std::string& reason) {
+  for (const char* r : {"workers", "behind", "backoff"}) job_pending_reason_.with({job_id, r}).set(reason == r ? 1 : 0);
+}
+
 void CoordinatorMetrics::ForgetJob(const std::string& job_id) {
   ForgetCasts(job_id);
-  for (metrics::GaugeFamily* f : {&job_info_, &job_state_, &job_step_, &job_total_steps_, &job_tokens_per_second_,
+  for (metrics::GaugeFamily* f : {&job_info_, &job_state_, &job_pending_reason_, &job_step_, &job_total_steps_, &job_tokens_per_second_,
                                   &job_loss_, &job_validation_loss_, &job_grad_norm_, &job_learning_rate_,
                                   &job_step_seconds_, &job_step_part_seconds_, &job_peak_memory_}) {
     f->remove_if("job_id", job_id);

@@ -46,6 +46,9 @@ class CoordinatorMetrics {
   // An attempt started `queue_wait_seconds` after the job was submitted (or its previous
   // attempt ended).
   void OnAttemptStarted(const v1::Job& job, double queue_wait_seconds);
+  // Why a QUEUED or RESTARTING job waits: "workers", "behind" or "backoff" (OnJob clears
+  // it once the job no longer waits).
+  void OnPending(const std::string& job_id, const std::string& reason);
   void OnHeartbeat();
   void OnWorkerLost(int device_kind);
   void SetCluster(const ClusterCounts& counts);
@@ -63,6 +66,7 @@ class CoordinatorMetrics {
   // ---- jobs
   metrics::GaugeFamily& job_info_;
   metrics::GaugeFamily& job_state_;
+  metrics::GaugeFamily& job_pending_reason_;
   metrics::GaugeFamily& job_step_;
   metrics::GaugeFamily& job_total_steps_;
   metrics::GaugeFamily& job_tokens_per_second_;

@@ -1,6 +1,6 @@
 // The coordinator's gang scheduler: plain logic over snapshots of the queue and the
 // workers. No gRPC, no SQLite, no proto: the coordinator builds the views from its
-// store, calls Schedule(), and turns each Placement into an attempt.
+// store, calls Schedule(), turns each Placement into an attempt and shows each Waiting.
 #pragma once
 
 #include <cstdint>
@@ -53,23 +53,44 @@ struct Placement {
   friend bool operator==(const Placement&, const Placement&) = default;
 };
 
-// Places as many queued jobs as the free workers allow, in one pass.
+// Why a queued job was not placed, for `fp8ctl list`/`describe` and the metrics.
+struct Waiting {
+  enum class Reason {
+    kWorkers,  // too few free workers of its kind that fit its ranks
+    kBehind,   // enough would be free, but an earlier job of its kind holds them back
+  };
+  std::string job_id;
+  Reason reason = Reason::kWorkers;
+  // "waiting for 3 cpu workers: 2 registered, 1 free", "behind job-4 (priority 5)".
+  std::string text;
+
+  friend bool operator==(const Waiting&, const Waiting&) = default;
+};
+
+// "workers" / "behind", the metric's label.
+const char* WaitingReasonName(Waiting::Reason reason);
+
+struct Plan {
+  std::vector<Placement> placements;  // in the order the jobs were considered
+  std::vector<Waiting> waiting;       // every other job, in the same order
+};
+
+// Places as many queued jobs as the free workers allow, in one pass, and says why each
+// other job waits.
 //
 // Order: priority (higher first), then submitted_seq (lower first), then id.
 // Gang: a job is placed only when world_size free (alive and not busy) workers of its
-//   kind that fit its ranks (Fits) exist, all of them at once; otherwise nothing is
-//   reserved for it.
+//   kind that fit its ranks (Fits) exist, all of them at once.
 // Each worker appears in at most one placement of a call.
 // Ranks: the free workers of the kind still unused in this call that fit, sorted by
 //   registered_seq then id; rank r gets the r-th. Same inputs, same output.
-// Head of line, per device kind: a job that does not fit blocks every job after it of
-//   the SAME kind in this call (see scheduler.cc for why); jobs of the other kind are
-//   unaffected.
+// Holding back (backfill): a job that cannot be placed but that the alive workers of its
+//   kind could hold (enough of them fit, busy or not) holds back every free worker that
+//   fits it: a later job may take only free workers it could not use, so it never delays
+//   that job's start. A job more alive workers must join for (fewer fit it than it has
+//   ranks) holds nothing back until they have: it cannot start sooner by waiting.
 // A job with world_size < 1 is malformed (the API rejects it before it gets here): it is
 //   skipped and blocks nothing. A worker id listed twice is used at most once.
-//
-// Returns the placements in the order the jobs were considered.
-std::vector<Placement> Schedule(std::span<const JobView> queued,
-                                std::span<const WorkerView> workers);
+Plan Schedule(std::span<const JobView> queued, std::span<const WorkerView> workers);
 
 }  // namespace fp8::scheduler

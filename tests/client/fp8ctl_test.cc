@@ -505,6 +505,35 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   EXPECT_TRUE(Contains(r.err, "spec.data.path")) << Show(r);
 }
 
+// A job the fleet cannot hold yet says why in list and describe, and does not keep a
+// smaller job behind it from running (backfill).
+TEST(Fp8ctlTest, AQueuedJobSaysWhyAndASmallerOneRunsMeanwhile) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  cp.StartWorker();
+  Fp8ctl ctl(cp.dir(), Env(cp));
+  cli_test::RunResult r = ctl.Run({"submit", WriteJob(cp.dir(), "big", 10, 2).string()});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r) << cp.Logs();
+  const std::string waiting = "waiting for 2 cpu workers: 1 registered, 1 free; more must register";
+  r = ctl.Run({"list"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "REASON")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, waiting)) << Show(r);
+  r = ctl.Run({"describe", "job-1"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "Waiting:")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, waiting)) << Show(r);
+
+  r = ctl.Run({"submit", WriteJob(cp.dir(), "small", 10, 1).string(), "--follow"});
+  EXPECT_TRUE(Exited(r, 0)) << Show(r) << cp.Logs();
+  r = ctl.Run({"describe", "job-1", "-o", "json"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\"state\": \"QUEUED\"")) << Show(r);
+  EXPECT_TRUE(Contains(r.out, "\"pending_reason\": \"" + waiting + "\"")) << Show(r);
+  r = ctl.Run({"cancel", "job-1"});
+  EXPECT_TRUE(Exited(r, 0)) << Show(r);
+}
+
 TEST(Fp8ctlTest, FollowResumesAcrossACoordinatorRestart) {
   ControlPlane cp;
   ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());

@@ -520,7 +520,7 @@ TEST(Fp8ctlListTest, WideAddsColumnsAndNamesAreKindSlashId) {
   j->mutable_latest_progress()->set_step(20);
   j->mutable_latest_progress()->set_loss(3.25);
   const std::string narrow = JobsTable(r, 61'000, /*wide=*/false);
-  EXPECT_EQ(narrow.substr(0, narrow.find('\n')), "ID      NAME   OWNER   STATE    PROGRESS   RECIPE    WORLD   SUBMITTED             AGE");
+  EXPECT_EQ(narrow.substr(0, narrow.find('\n')), "ID      NAME   OWNER   STATE    PROGRESS   RECIPE    WORLD   SUBMITTED             AGE   REASON");
   EXPECT_EQ(narrow.find("LOSS"), std::string::npos);
   const std::string wide = JobsTable(r, 61'000, /*wide=*/true);
   for (const char* part : {"DEVICE", "PRIORITY", "LOSS", "ATTEMPTS", "RESTARTS LEFT", "CHECKPOINT", "FINISHED", "REASON",

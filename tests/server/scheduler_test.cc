@@ -40,22 +40,22 @@ using IdList = std::vector<std::string>;
 
 TEST(Schedule, NothingQueuedOrNoWorkers) {
   std::vector<WorkerView> workers = {Worker("w1", 1)};
-  EXPECT_TRUE(Schedule({}, workers).empty());
+  EXPECT_TRUE(Schedule({}, workers).placements.empty());
   std::vector<JobView> jobs = {Job("a", 0, 1, 1)};
-  EXPECT_TRUE(Schedule(jobs, {}).empty());
+  EXPECT_TRUE(Schedule(jobs, {}).placements.empty());
 }
 
 TEST(Schedule, HigherPriorityFirst) {
   std::vector<JobView> jobs = {Job("low", 0, 1, 1), Job("high", 5, 2, 1)};
   std::vector<WorkerView> workers = {Worker("w1", 1)};
-  EXPECT_EQ(Ids(Schedule(jobs, workers)), (IdList{"high"}));
+  EXPECT_EQ(Ids(Schedule(jobs, workers).placements), (IdList{"high"}));
 }
 
 TEST(Schedule, SubmissionOrderWithinAPriority) {
   std::vector<JobView> jobs = {Job("third", 1, 30, 1), Job("first", 1, 10, 1),
                                Job("second", 1, 20, 1)};
   std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w2", 2)};
-  const auto ps = Schedule(jobs, workers);
+  const auto ps = Schedule(jobs, workers).placements;
   EXPECT_EQ(Ids(ps), (IdList{"first", "second"}));
   EXPECT_EQ(Workers(ps[0]), (IdList{"w1"}));
   EXPECT_EQ(Workers(ps[1]), (IdList{"w2"}));
@@ -64,16 +64,16 @@ TEST(Schedule, SubmissionOrderWithinAPriority) {
 TEST(Schedule, NegativePrioritiesOrderToo) {
   std::vector<JobView> jobs = {Job("neg", -3, 1, 1), Job("zero", 0, 2, 1)};
   std::vector<WorkerView> workers = {Worker("w1", 1)};
-  EXPECT_EQ(Ids(Schedule(jobs, workers)), (IdList{"zero"}));
+  EXPECT_EQ(Ids(Schedule(jobs, workers).placements), (IdList{"zero"}));
 }
 
 TEST(Schedule, GangWaitsForThirdWorkerThenPlaces) {
   std::vector<JobView> jobs = {Job("gang", 0, 1, 3)};
   std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w2", 2)};
-  EXPECT_TRUE(Schedule(jobs, workers).empty());
+  EXPECT_TRUE(Schedule(jobs, workers).placements.empty());
 
   workers.push_back(Worker("w3", 3));
-  const auto ps = Schedule(jobs, workers);
+  const auto ps = Schedule(jobs, workers).placements;
   ASSERT_EQ(ps.size(), 1u);
   EXPECT_EQ(ps[0].job_id, "gang");
   EXPECT_EQ(Workers(ps[0]), (IdList{"w1", "w2", "w3"}));
@@ -85,28 +85,62 @@ TEST(Schedule, NothingHeldPartially) {
   std::vector<JobView> jobs = {Job("big", 9, 1, 3), Job("gpu", 0, 2, 2, kCuda)};
   std::vector<WorkerView> workers = {Worker("c1", 1), Worker("c2", 2),
                                      Worker("g1", 3, kCuda), Worker("g2", 4, kCuda)};
-  const auto ps = Schedule(jobs, workers);
+  const auto ps = Schedule(jobs, workers).placements;
   ASSERT_EQ(Ids(ps), (IdList{"gpu"}));
   EXPECT_EQ(Workers(ps[0]), (IdList{"g1", "g2"}));
   for (const Placement& p : ps) EXPECT_NE(p.job_id, "big");
 }
 
-TEST(Schedule, HeadOfLineBlocksLowerJobsOfTheSameKind) {
-  // "big" cannot fit; "small" would, but must wait behind it so that big is not starved.
+TEST(Schedule, AJobTheWorkersCouldHoldHoldsThemBackFromLaterJobs) {
+  // "big" needs 3 of the 3 alive workers, one busy; "small" would fit a free one but must
+  // wait behind it so that big is not starved.
   std::vector<JobView> jobs = {Job("big", 5, 1, 3), Job("small", 0, 2, 1)};
-  std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w2", 2)};
-  EXPECT_TRUE(Schedule(jobs, workers).empty());
-  // Higher-ordered jobs placed before the blocker are unaffected.
+  std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w2", 2), Worker("w3", 3, kCpu, /*busy=*/true)};
+  const Plan plan = Schedule(jobs, workers);
+  EXPECT_TRUE(plan.placements.empty());
+  EXPECT_EQ(plan.waiting,
+            (std::vector<Waiting>{{"big", Waiting::Reason::kWorkers, "waiting for 3 cpu workers: 3 registered, 2 free"},
+                                  {"small", Waiting::Reason::kBehind, "behind big (priority 5)"}}));
+  // Higher-ordered jobs placed before the waiting one are unaffected.
   jobs.push_back(Job("first", 7, 0, 1));
-  EXPECT_EQ(Ids(Schedule(jobs, workers)), (IdList{"first"}));
+  EXPECT_EQ(Ids(Schedule(jobs, workers).placements), (IdList{"first"}));
+}
+
+TEST(Schedule, AJobMoreWorkersMustJoinForHoldsNothingBack) {
+  // Only 2 workers are alive: "big" cannot start before a third registers, so holding
+  // them back would not bring its start closer. "small" runs meanwhile.
+  std::vector<JobView> jobs = {Job("big", 5, 1, 3), Job("small", 0, 2, 1)};
+  std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w2", 2), Worker("dead", 3, kCpu, false, /*alive=*/false)};
+  const Plan plan = Schedule(jobs, workers);
+  EXPECT_EQ(Ids(plan.placements), (IdList{"small"}));
+  EXPECT_EQ(plan.waiting, (std::vector<Waiting>{{"big", Waiting::Reason::kWorkers,
+                                                 "waiting for 3 cpu workers: 2 registered, 2 free; more must register"}}));
+}
+
+TEST(Schedule, LaterJobsMayTakeTheWorkersAWaitingJobCannotUse) {
+  // "big" needs 4 cores a rank: only w3 and w4 (busy) offer them. It holds w3 back; the
+  // 1-core job takes w1 and w2, which big could never use.
+  JobView big = Job("big", 5, 1, 2);
+  big.cpus_per_rank = 4;
+  std::vector<JobView> jobs = {big, Job("small", 0, 2, 2), Job("later", 0, 3, 1)};
+  std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w2", 2), Worker("w3", 3), Worker("w4", 4, kCpu, true)};
+  workers[0].cpus = workers[1].cpus = 1;
+  workers[2].cpus = workers[3].cpus = 8;
+  const Plan plan = Schedule(jobs, workers);
+  ASSERT_EQ(Ids(plan.placements), (IdList{"small"}));
+  EXPECT_EQ(Workers(plan.placements[0]), (IdList{"w1", "w2"}));
+  EXPECT_EQ(plan.waiting,
+            (std::vector<Waiting>{
+                {"big", Waiting::Reason::kWorkers, "waiting for 2 cpu workers offering 4 cpus: 2 registered, 1 free"},
+                {"later", Waiting::Reason::kBehind, "behind big (priority 5)"}}));
 }
 
 TEST(Schedule, HeadOfLineDoesNotBlockTheOtherKind) {
   std::vector<JobView> jobs = {Job("big-gpu", 5, 1, 4, kCuda), Job("small-gpu", 4, 2, 1, kCuda),
                                Job("cpu-job", 0, 3, 2, kCpu)};
-  std::vector<WorkerView> workers = {Worker("g1", 1, kCuda), Worker("c1", 2),
-                                     Worker("c2", 3)};
-  const auto ps = Schedule(jobs, workers);
+  std::vector<WorkerView> workers = {Worker("g1", 1, kCuda), Worker("g2", 4, kCuda, true), Worker("g3", 5, kCuda, true),
+                                     Worker("g4", 6, kCuda, true), Worker("c1", 2), Worker("c2", 3)};
+  const auto ps = Schedule(jobs, workers).placements;
   ASSERT_EQ(Ids(ps), (IdList{"cpu-job"}));
   EXPECT_EQ(Workers(ps[0]), (IdList{"c1", "c2"}));
 }
@@ -115,11 +149,11 @@ TEST(Schedule, KindsDoNotMix) {
   std::vector<JobView> jobs = {Job("gpu", 0, 1, 2, kCuda)};
   std::vector<WorkerView> workers = {Worker("c1", 1), Worker("c2", 2),
                                      Worker("g1", 3, kCuda)};
-  EXPECT_TRUE(Schedule(jobs, workers).empty());
+  EXPECT_TRUE(Schedule(jobs, workers).placements.empty());
 
   std::vector<JobView> cpu_jobs = {Job("cpu", 0, 1, 1)};
   std::vector<WorkerView> gpu_only = {Worker("g1", 1, kCuda), Worker("g2", 2, kCuda)};
-  EXPECT_TRUE(Schedule(cpu_jobs, gpu_only).empty());
+  EXPECT_TRUE(Schedule(cpu_jobs, gpu_only).placements.empty());
 }
 
 TEST(Schedule, BusyAndDeadWorkersAreSkipped) {
@@ -127,10 +161,10 @@ TEST(Schedule, BusyAndDeadWorkersAreSkipped) {
   std::vector<WorkerView> workers = {
       Worker("busy", 1, kCpu, /*busy=*/true), Worker("dead", 2, kCpu, false, /*alive=*/false),
       Worker("ok1", 3)};
-  EXPECT_TRUE(Schedule(jobs, workers).empty());
+  EXPECT_TRUE(Schedule(jobs, workers).placements.empty());
 
   workers.push_back(Worker("ok2", 4));
-  const auto ps = Schedule(jobs, workers);
+  const auto ps = Schedule(jobs, workers).placements;
   ASSERT_EQ(ps.size(), 1u);
   EXPECT_EQ(Workers(ps[0]), (IdList{"ok1", "ok2"}));
 }
@@ -140,7 +174,7 @@ TEST(Schedule, RanksFollowRegistrationThenId) {
   // Given out of order; "a" and "b" share a registered_seq, so id breaks the tie.
   std::vector<WorkerView> workers = {Worker("z", 1), Worker("b", 7), Worker("y", 3),
                                      Worker("a", 7)};
-  const auto ps = Schedule(jobs, workers);
+  const auto ps = Schedule(jobs, workers).placements;
   ASSERT_EQ(ps.size(), 1u);
   ASSERT_EQ(ps[0].ranks.size(), 4u);
   for (int r = 0; r < 4; ++r) EXPECT_EQ(ps[0].ranks[r].rank, r);
@@ -151,11 +185,11 @@ TEST(Schedule, DeterministicWhateverTheInputOrder) {
   std::vector<JobView> jobs = {Job("a", 1, 1, 2), Job("b", 1, 2, 1), Job("c", 0, 3, 1, kCuda)};
   std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w2", 2), Worker("w3", 3),
                                      Worker("g1", 4, kCuda)};
-  const auto expected = Schedule(jobs, workers);
+  const auto expected = Schedule(jobs, workers).placements;
   std::vector<JobView> jobs_rev(jobs.rbegin(), jobs.rend());
   std::vector<WorkerView> workers_rev(workers.rbegin(), workers.rend());
-  EXPECT_EQ(Schedule(jobs_rev, workers_rev), expected);
-  EXPECT_EQ(Schedule(jobs, workers), expected);
+  EXPECT_EQ(Schedule(jobs_rev, workers_rev).placements, expected);
+  EXPECT_EQ(Schedule(jobs, workers).placements, expected);
 }
 
 TEST(Schedule, SeveralJobsInOneCallUseDisjointWorkers) {
@@ -164,7 +198,7 @@ TEST(Schedule, SeveralJobsInOneCallUseDisjointWorkers) {
   std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w2", 2), Worker("w3", 3),
                                      Worker("w4", 4), Worker("w5", 5),
                                      Worker("g1", 6, kCuda)};
-  const auto ps = Schedule(jobs, workers);
+  const auto ps = Schedule(jobs, workers).placements;
   ASSERT_EQ(Ids(ps), (IdList{"a", "b", "c", "g"}));
   EXPECT_EQ(Workers(ps[0]), (IdList{"w1", "w2"}));
   EXPECT_EQ(Workers(ps[1]), (IdList{"w3"}));
@@ -176,19 +210,19 @@ TEST(Schedule, WorkersRunOutMidQueueThenBlock) {
   // a takes 2 of 3; b (2 ranks) no longer fits and blocks c (1 rank) behind it.
   std::vector<JobView> jobs = {Job("a", 0, 1, 2), Job("b", 0, 2, 2), Job("c", 0, 3, 1)};
   std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w2", 2), Worker("w3", 3)};
-  EXPECT_EQ(Ids(Schedule(jobs, workers)), (IdList{"a"}));
+  EXPECT_EQ(Ids(Schedule(jobs, workers).placements), (IdList{"a"}));
 }
 
 TEST(Schedule, MalformedWorldSizeIsSkippedAndBlocksNothing) {
   std::vector<JobView> jobs = {Job("zero", 9, 1, 0), Job("neg", 8, 2, -1), Job("ok", 0, 3, 1)};
   std::vector<WorkerView> workers = {Worker("w1", 1)};
-  EXPECT_EQ(Ids(Schedule(jobs, workers)), (IdList{"ok"}));
+  EXPECT_EQ(Ids(Schedule(jobs, workers).placements), (IdList{"ok"}));
 }
 
 TEST(Schedule, DuplicateWorkerIdUsedOnce) {
   std::vector<JobView> jobs = {Job("a", 0, 1, 1), Job("b", 0, 2, 1)};
   std::vector<WorkerView> workers = {Worker("w1", 1), Worker("w1", 2)};
-  EXPECT_EQ(Ids(Schedule(jobs, workers)), (IdList{"a"}));
+  EXPECT_EQ(Ids(Schedule(jobs, workers).placements), (IdList{"a"}));
 }
 
 }  // namespace

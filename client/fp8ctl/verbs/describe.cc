@@ -123,6 +123,7 @@ std::string Describe(const v1::Job& job, const std::vector<v1::JobEvent>& events
   std::string out;
   absl::StrAppend(&out, Field("ID", job.id()), Field("Name", s.name()),
                   Field("Owner", s.owner().empty() ? "-" : s.owner()), Field("State", JobStateName(job.state())));
+  if (!job.pending_reason().empty()) absl::StrAppend(&out, Field("Waiting", job.pending_reason()));
   if (!job.failure_reason().empty()) absl::StrAppend(&out, Field("Reason", job.failure_reason()));
   absl::StrAppend(&out, Field("Submitted", absl::StrCat(LocalTime(job.created_unix_ms()), " (",
                                                         Age(NowUnixMs() - job.created_unix_ms()), " ago)")),

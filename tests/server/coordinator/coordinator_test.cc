@@ -94,6 +94,34 @@ TEST_F(CoordinatorTest, GangWaitsForEnoughWorkers) {
   EXPECT_EQ(Beat(w2).size(), 1u);
 }
 
+// A queued job says why it waits (describe and list); one that needs more workers than
+// are registered holds none back, one that the fleet could hold keeps later jobs behind it.
+TEST_F(CoordinatorTest, AQueuedJobSaysWhyItWaits) {
+  const std::string w0 = Register(), w1 = Register();
+  const std::string big = SubmitAs(alice_, Spec(3, 5));
+  const std::string small = SubmitAs(alice_, Spec(1, 0));
+  c_->Tick();
+  EXPECT_EQ(Get(small).state(), v1::Job::RUNNING) << "a job more workers must join for blocks nothing";
+  EXPECT_EQ(Get(small).pending_reason(), "");
+  EXPECT_EQ(Get(big).state(), v1::Job::QUEUED);
+  EXPECT_EQ(Get(big).pending_reason(), "waiting for 3 cpu workers: 2 registered, 1 free; more must register");
+
+  const std::string w2 = Register();  // now the fleet could hold big: it keeps w1 and w2
+  const std::string later = SubmitAs(alice_, Spec(1, 0));
+  c_->Tick();
+  EXPECT_EQ(Get(later).state(), v1::Job::QUEUED);
+  EXPECT_EQ(Get(later).pending_reason(), absl::StrCat("behind ", big, " (priority 5)"));
+  EXPECT_EQ(Get(big).pending_reason(), "waiting for 3 cpu workers: 3 registered, 2 free");
+  auto listed = c_->ListJobs(alice_, v1::ListJobsRequest());
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  for (const v1::Job& j : listed->jobs()) {
+    EXPECT_EQ(j.pending_reason(), Get(j.id()).pending_reason()) << j.id();
+  }
+  (void)w0;
+  (void)w1;
+  (void)w2;
+}
+
 TEST_F(CoordinatorTest, PriorityThenSubmissionOrder) {
   const std::string low = SubmitAs(alice_, Spec(1, 0));
   const std::string high = SubmitAs(alice_, Spec(1, 5));
