@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
       AddLogsVerb(app),
       AddCancelVerb(app),
       AddResumeVerb(app),
+      AddCloneVerb(app),
       AddWorkersVerb(app),
       AddAmaxVerb(app),
       AddEventsVerb(app),
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     if (std::optional<std::string> verb = UnknownVerb(app, argc, argv)) {
-      std::fprintf(stderr, "fp8ctl: unknown verb '%s'; the verbs are submit, follow, list, describe, logs, cancel, resume, workers, amax, events, plot, version, completion\n",
+      std::fprintf(stderr, "fp8ctl: unknown verb '%s'; the verbs are submit, follow, list, describe, logs, cancel, resume, clone, workers, amax, events, plot, version, completion\n",
                    verb->c_str());
       return kExitUsage;
     }

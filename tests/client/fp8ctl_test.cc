@@ -532,6 +532,23 @@ TEST(Fp8ctlTest, AQueuedJobSaysWhyAndASmallerOneRunsMeanwhile) {
   EXPECT_TRUE(Contains(r.out, "\"pending_reason\": \"" + waiting + "\"")) << Show(r);
   r = ctl.Run({"cancel", "job-1"});
   EXPECT_TRUE(Exited(r, 0)) << Show(r);
+
+  // clone: the finished job's spec again, with overrides; a bad override submits nothing.
+  r = ctl.Run({"clone", "job-2", "--set", "fp8.recipe=rowwise", "--set", "train.steps=5", "--follow"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r) << cp.Logs();
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "job-3") << Show(r);
+  r = ctl.Run({"describe", "job-3", "-o", "json"});
+  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  for (const char* part : {"\"name\": \"small\"", "\"recipe\": \"ROWWISE\"", "\"steps\": 5,", "\"state\": \"SUCCEEDED\""}) {
+    EXPECT_TRUE(Contains(r.out, part)) << part << "\n" << Show(r);
+  }
+  r = ctl.Run({"clone", "job-2", "--set", "train.steps=-1"});
+  EXPECT_TRUE(Exited(r, 3)) << Show(r);
+  EXPECT_TRUE(Contains(r.err, "train.steps")) << Show(r);
+  r = ctl.Run({"list", "-o", "name"});
+  EXPECT_EQ(r.out, "job/job-3\njob/job-2\njob/job-1\n") << Show(r);
+  r = ctl.Run({"clone", "job-99"});
+  EXPECT_FALSE(Exited(r, 0)) << Show(r);
 }
 
 TEST(Fp8ctlTest, FollowResumesAcrossACoordinatorRestart) {
@@ -680,8 +697,8 @@ TEST(Fp8ctlTest, LocalErrors) {
 
   // --help on every verb.
   for (const char* verb :
-       {"submit", "follow", "list", "describe", "logs", "cancel", "resume", "workers", "amax", "events", "plot", "version",
-        "completion"}) {
+       {"submit", "follow", "list", "describe", "logs", "cancel", "resume", "clone", "workers", "amax", "events", "plot",
+        "version", "completion"}) {
     r = ctl.Run({verb, "--help"});
     EXPECT_TRUE(Exited(r, 0)) << verb << "\n" << Show(r);
   }

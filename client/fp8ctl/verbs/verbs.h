@@ -25,6 +25,7 @@ Verb AddDescribeVerb(CLI::App& app);
 Verb AddLogsVerb(CLI::App& app);
 Verb AddCancelVerb(CLI::App& app);
 Verb AddResumeVerb(CLI::App& app);
+Verb AddCloneVerb(CLI::App& app);
 Verb AddWorkersVerb(CLI::App& app);
 Verb AddAmaxVerb(CLI::App& app);
 Verb AddEventsVerb(CLI::App& app);
