@@ -107,7 +107,19 @@ void CheckFilterGlobs(const v1::Fp8Spec& fp8, const std::vector<LinearLayer>& la
 void CheckLayerShapes(const v1::JobSpec& spec, const v1::Float8Gemms& effective,
                       const std::vector<LinearLayer>& layers, Checks& c) {
   const v1::Fp8Spec& fp8 = spec.fp8();
+  if (fp8.pad_inner_dim() && spec.resources().device() == v1::ResourceSpec::CUDA) {
+    c.Add("fp8.pad_inner_dim",
+          "is not available on cuda: cuBLASLt's fp8 GEMMs take only dimensions that are multiples of 16 and "
+          "nothing pads them there; leave it out and keep such layers in high precision with fp8.exclude",
+          {"resources.device"});
+    return;
+  }
   if (fp8.pad_inner_dim()) return;
+  // What to do about a shape: pad_inner_dim exists on the CPU only.
+  const std::string fix = spec.resources().device() == v1::ResourceSpec::CUDA
+                              ? "keep such layers in high precision with fp8.exclude"
+                              : "set fp8.pad_inner_dim: true (CPU only), or keep such layers in high precision with "
+                                "fp8.exclude";
   // output = in·wᵀ contracts in_features; grad_input = gout·w contracts out_features;
   // grad_weight = goutᵀ·in contracts tokens and yields [out, in].
   const std::array<GemmRef, 3> gemms = ListGemms(effective);
@@ -144,8 +156,8 @@ void CheckLayerShapes(const v1::JobSpec& spec, const v1::Float8Gemms& effective,
                                                      absl::StrJoin(shown, ", "), ", have dimensions");
     c.Add("fp8",
           absl::StrCat(what,
-                       " (in_features -> out_features) that are not all multiples of 16, as fp8 GEMMs need; "
-                       "set fp8.pad_inner_dim: true, or keep such layers in high precision with fp8.exclude"),
+                       " (in_features -> out_features) that are not all multiples of 16, as fp8 GEMMs need; ",
+                       fix),
           kFp8LayerAnchors);
   }
 
@@ -161,7 +173,10 @@ void CheckLayerShapes(const v1::JobSpec& spec, const v1::Float8Gemms& effective,
     c.Add("train.batch_size",
           absl::StrCat("a micro-batch holds ", sequences, " x ", spec.data().seq_len(), " = ", tokens,
                        " tokens, not a multiple of 16, which the fp8 grad_weight GEMM contracts over; change "
-                       "train.batch_size, train.grad_accum or data.seq_len, or set fp8.pad_inner_dim: true"),
+                       "train.batch_size, train.grad_accum or data.seq_len",
+                       spec.resources().device() == v1::ResourceSpec::CUDA
+                           ? ""
+                           : ", or set fp8.pad_inner_dim: true (CPU only)"),
           {"data.seq_len", "train.grad_accum"});
   }
 }

@@ -65,7 +65,12 @@ INSTANTIATE_TEST_SUITE_P(
             {"fp8_layer_of_dim_20.yaml:3:3: fp8: 14 fp8 layers, such as layers.0.attention.wq (20 -> 20), "
              "layers.0.feed_forward.w1 (20 -> 64), layers.0.feed_forward.w2 (64 -> 20), have dimensions "
              "(in_features -> out_features) that are not all multiples of 16, as fp8 GEMMs need; set "
-             "fp8.pad_inner_dim: true, or keep such layers in high precision with fp8.exclude"}},
+             "fp8.pad_inner_dim: true (CPU only), or keep such layers in high precision with fp8.exclude"}},
+        BadFile{
+            "pad_inner_dim_on_cuda.yaml",
+            {"pad_inner_dim_on_cuda.yaml:15:3: fp8.pad_inner_dim: is not available on cuda: cuBLASLt's fp8 GEMMs "
+             "take only dimensions that are multiples of 16 and nothing pads them there; leave it out and keep "
+             "such layers in high precision with fp8.exclude"}},
         BadFile{
             "exclude_matches_nothing.yaml",
             {"exclude_matches_nothing.yaml:14:13: fp8.exclude[0]: 'outptu' matches no linear layer (did you "
@@ -154,7 +159,7 @@ TEST(LoadErrors, CrossFieldProblemsPointAtAFieldThatWasWritten) {
       LoadError(job),
       "job.yaml:11:3: train.batch_size: a micro-batch holds 3 x 20 = 60 tokens, not a multiple of 16, which "
       "the fp8 grad_weight GEMM contracts over; change train.batch_size, train.grad_accum or data.seq_len, "
-      "or set fp8.pad_inner_dim: true");
+      "or set fp8.pad_inner_dim: true (CPU only)");
 }
 
 // data.val_path is validation data of its own: with it, val_fraction defaults to 0 and

@@ -624,6 +624,33 @@ TEST_P(BackendContract, ScaledGemmReachesTorchaoAccuracyOnGaussianData) {
   }
 }
 
+// fp8.pad_inner_dim on the host backends: a GEMM whose dimensions are not multiples of 16
+// computes exactly what zero padding them to 16 would (zeros change no amax, so no scale,
+// and add nothing to a sum), so the host backends need no padded copy. CUDA refuses such
+// shapes (cuBLASLt), and the job validator with them.
+TEST_P(BackendContract, ARaggedGemmEqualsItsZeroPaddedProductBitForBit) {
+  if (b_->is_cuda()) GTEST_SKIP() << "cuBLASLt's fp8 GEMMs take multiples of 16 only";
+  const int64_t m = 24, n = 40, k = 40, padded_k = 48;
+  const auto a = gaussian(static_cast<size_t>(m * k), 30);
+  const auto w = gaussian(static_cast<size_t>(n * k), 31, 0.02f);
+  auto pad = [&](const std::vector<float>& x, int64_t rows) {
+    std::vector<float> out(static_cast<size_t>(rows * padded_k), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(x.begin() + r * k, k, out.begin() + r * padded_k);
+    }
+    return out;
+  };
+  for (Granularity g : {Granularity::kTensorwise, Granularity::kRowwise}) {
+    SCOPED_TRACE(granularity_name(g));
+    const auto ragged = run_gemm(b_, m, n, k, quantize_operand(b_, a, m, k, Format::kE4M3, g),
+                                 quantize_operand(b_, w, n, k, Format::kE4M3, g));
+    const auto padded = run_gemm(b_, m, n, padded_k, quantize_operand(b_, pad(a, m), m, padded_k, Format::kE4M3, g),
+                                 quantize_operand(b_, pad(w, n), n, padded_k, Format::kE4M3, g));
+    ASSERT_EQ(ragged.size(), padded.size());
+    for (size_t i = 0; i < ragged.size(); ++i) ASSERT_EQ(float_bits(ragged[i]), float_bits(padded[i])) << i;
+  }
+}
+
 // Worst per-row SQNR of an e4m3 GEMM whose A rows span `spread` in magnitude
 // (geometrically, 1 .. spread), at the given scaling granularity of both operands.
 double worst_row_sqnr(Backend* b, double spread, Granularity g) {
