@@ -10,6 +10,24 @@
 namespace fp8::server {
 namespace {
 
+// The job's labels as one label value: "key=value" pairs sorted by key and joined by
+// commas; a comma or backslash inside a value gets a backslash before it (keys hold
+// neither).
+std::string LabelsValue(const v1::JobSpec& spec) {
+  std::map<std::string, std::string> sorted(spec.labels().begin(), spec.labels().end());
+  std::string out;
+  for (const auto& [key, value] : sorted) {
+    if (!out.empty()) out += ',';
+    out += key;
+    out += '=';
+    for (char ch : value) {
+      if (ch == ',' || ch == '\\') out += '\\';
+      out += ch;
+    }
+  }
+  return out;
+}
+
 constexpr size_t kCastSeriesLimit = 4096;
 
 bool IsFinalState(v1::Job::State s) {
@@ -42,8 +60,8 @@ std::string DeviceKindLabel(int device_kind) {
 
 CoordinatorMetrics::CoordinatorMetrics(metrics::Registry& r, size_t keep_finished)
     : keep_finished_(keep_finished),
-      job_info_(r.gauge("fp8_job_info", "One series per job: its name, owner, fp8 recipe and shape.",
-                        {"job_id", "job_name", "user", "recipe", "device_kind", "world_size"})),
+      job_info_(r.gauge("fp8_job_info", "One series per job: its name, owner, fp8 recipe, shape and labels.",
+                        {"job_id", "job_name", "user", "recipe", "device_kind", "world_size", "labels"})),
       job_state_(r.gauge("fp8_job_state", "1 for the job's current state, 0 for the others.", {"job_id", "state"})),
       job_pending_reason_(r.gauge("fp8_job_pending_reason",
                                   "1 for why a queued or restarting job waits (workers, behind, backoff), 0 for the "
@@ -97,7 +115,8 @@ void CoordinatorMetrics::OnJob(const v1::Job& job) {
   const std::string& id = job.id();
   const v1::JobSpec& spec = job.spec();
   job_info_.with({id, spec.name(), spec.owner(), Lower(v1::Fp8Spec::Recipe_Name(spec.fp8().recipe())),
-                  DeviceKindLabel(spec.resources().device()), std::to_string(spec.resources().world_size())})
+                  DeviceKindLabel(spec.resources().device()), std::to_string(spec.resources().world_size()),
+                  LabelsValue(spec)})
       .set(1);
   for (v1::Job::State s : {v1::Job::QUEUED, v1::Job::RUNNING, v1::Job::RESTARTING, v1::Job::SUCCEEDED,
                            v1::Job::FAILED, v1::Job::CANCELLED}) {

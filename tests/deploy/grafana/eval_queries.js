@@ -42,6 +42,8 @@ const LABEL_VALUES = {
   recipe: ['tensorwise'],
   device_kind: ['cpu', 'cuda'],
   world_size: ['2'],
+  labels: ['purpose=smoke-test'],
+  reason: ['workers', 'behind', 'backoff'],
   state: null, // per metric, below
   part: ['compute', 'exposed_communication', 'data'],
   collective: ['all_gather', 'reduce_scatter', 'all_reduce'],

@@ -57,6 +57,8 @@ TEST(CoordinatorMetrics, RunningJobShowsProgressSplitTrafficAndNumerics) {
   metrics::Registry registry;
   CoordinatorMetrics m(registry);
   v1::Job job = MakeJob("job-1", v1::Job::RUNNING);
+  (*job.mutable_spec()->mutable_labels())["team"] = "ml";
+  (*job.mutable_spec()->mutable_labels())["purpose"] = "smoke,test";  // sorted by key, the comma escaped
   *job.mutable_latest_progress() = Progress();
   m.OnJob(job);
   m.OnRankProgress(job, 0, Progress());
@@ -74,7 +76,7 @@ TEST(CoordinatorMetrics, RunningJobShowsProgressSplitTrafficAndNumerics) {
   EXPECT_TRUE(Has(text, R"(fp8_cast_saturated_ratio{job_id="job-1",layer="layers.0.attention.wq",tensor="input"} 0.25)"))
       << text;
   EXPECT_TRUE(Has(text,
-                  R"(fp8_job_info{job_id="job-1",job_name="tiny",user="alice",recipe="tensorwise",device_kind="cpu",world_size="2"} 1)"))
+                  R"(fp8_job_info{job_id="job-1",job_name="tiny",user="alice",recipe="tensorwise",device_kind="cpu",world_size="2",labels="purpose=smoke\\,test,team=ml"} 1)"))
       << text;
 }
 
