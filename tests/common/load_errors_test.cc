@@ -176,6 +176,19 @@ TEST(LoadErrors, ValPathAndValFractionAreOneOrTheOther) {
   EXPECT_THAT(LoadError(job), HasSubstr("data.val_path: must not be empty"));
 }
 
+// model.max_seq_len is as long as a sequence gets (the RoPE table's positions): a longer
+// data.seq_len is refused, one as long loads, and left out seq_len is max_seq_len.
+TEST(LoadErrors, ASequenceLongerThanTheModelIsBuiltForIsRefused) {
+  EXPECT_EQ(LoadError(MinimalWith("  path: corpus.txt\n", "  path: corpus.txt\n  seq_len: 80\n")),
+            "job.yaml:9:3: data.seq_len: 80 exceeds model.max_seq_len (64)");
+  absl::StatusOr<v1::JobSpec> loaded =
+      LoadJobSpecString(MinimalWith("  path: corpus.txt\n", "  path: corpus.txt\n  seq_len: 64\n"), "job.yaml");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  loaded = LoadJobSpecString(MinimalWith("  max_seq_len: 64\n", "  max_seq_len: 128\n"), "job.yaml");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->data().seq_len(), 128);
+}
+
 TEST(LoadErrors, ARequiredFieldLeftOutPointsAtItsSection) {
   EXPECT_EQ(LoadError(MinimalWith("  n_layers: 2\n", "")), "job.yaml:2:1: model.n_layers: is required");
 }

@@ -1578,6 +1578,140 @@ TEST(Float8LinearGpuShapes, NumericsReadTheLayerOnce) {
   }
 }
 
+// ---- every field of the long form reaches the GEMMs -------------------------------------------
+
+// The layer's config as the long form addresses it: each operand of each GEMM, and each
+// GEMM's fast_accum.
+std::map<std::string, std::string> LongFormSlots(const Float8LinearConfig& c) {
+  return {{"output.input", describe(c.output.input)},
+          {"output.weight", describe(c.output.weight)},
+          {"output.fast_accum", c.output.fast_accum ? "true" : "false"},
+          {"grad_input.grad_output", describe(c.grad_input.grad_output)},
+          {"grad_input.weight", describe(c.grad_input.weight)},
+          {"grad_input.fast_accum", c.grad_input.fast_accum ? "true" : "false"},
+          {"grad_weight.grad_output", describe(c.grad_weight.grad_output)},
+          {"grad_weight.input", describe(c.grad_weight.input)},
+          {"grad_weight.fast_accum", c.grad_weight.fast_accum ? "true" : "false"}};
+}
+
+// A CPU backend that writes down every GEMM it is given, by its contracted dimension k:
+// for an fp8 GEMM its operands' formats and granularities (as a sorted pair, whichever
+// operand the layer passes as A) and fast_accum, for a high-precision one that it ran.
+class GemmRecordingBackend final : public fp8::testing::ForwardingBackend {
+ public:
+  GemmRecordingBackend() : ForwardingBackend(cpu_backend()) {}
+  absl::Status scaled_gemm(const ScaledGemmArgs& a) override {
+    std::string x = Operand(a.a), y = Operand(a.b);
+    if (y < x) std::swap(x, y);
+    gemms[a.k] = absl::StrCat(x, " x ", y, a.fast_accum ? " fast_accum" : "");
+    return ForwardingBackend::scaled_gemm(a);
+  }
+  absl::Status gemm(const GemmArgs& a) override {
+    gemms[a.k] = "high precision";
+    return ForwardingBackend::gemm(a);
+  }
+  static std::string Operand(const ScaledOperand& o) {
+    return absl::StrCat(o.format == Format::kE5M2 ? "e5m2" : "e4m3",
+                        o.granularity == Granularity::kRowwise ? " axiswise" : " tensorwise");
+  }
+  std::map<int64_t, std::string> gemms;
+};
+
+// What GemmRecordingBackend must see of one GEMM of `config`.
+std::string ExpectedGemm(const CastConfig& lhs, const CastConfig& rhs, bool fast_accum) {
+  if (!lhs.is_fp8() || !rhs.is_fp8()) return "high precision";  // on the dequantized operand
+  auto operand = [](const CastConfig& c) {
+    return absl::StrCat(c.dtype == CastDtype::kE5M2 ? "e5m2" : "e4m3",
+                        c.granularity == ScaleGranularity::kAxiswise ? " axiswise" : " tensorwise");
+  };
+  std::string x = operand(lhs), y = operand(rhs);
+  if (y < x) std::swap(x, y);
+  return absl::StrCat(x, " x ", y, fast_accum ? " fast_accum" : "");
+}
+
+// Each of the 21 fields of fp8.gemms, written in a job file over the tensorwise recipe,
+// changes its own operand (or its GEMM's fast_accum) in the layer's config and nothing
+// else, and the layer runs what the config says: the backend's GEMMs get each operand's
+// format and granularity and each GEMM's fast_accum (which cuBLASLt acts on; the CPU
+// accumulates in fp32 either way), a high-precision operand takes its GEMM off fp8, and a
+// delayed operand gets an amax history. (jobspec_fields_test.cc names this test.)
+TEST(Float8LinearLongForm, EveryFieldChangesItsOperandOfItsGemmAndNothingElse) {
+  struct Field {
+    const char* path;   // under fp8.gemms
+    const char* value;  // differs from the tensorwise recipe's
+    const char* slot;   // what it changes (LongFormSlots)
+    const char* want;   // to this
+  };
+  const Field fields[] = {
+      {"output.input.dtype", "e5m2", "output.input", "e5m2 tensorwise dynamic"},
+      {"output.input.granularity", "axiswise", "output.input", "e4m3 axiswise dynamic"},
+      {"output.input.scaling", "delayed", "output.input", "e4m3 tensorwise delayed"},
+      {"output.weight.dtype", "e5m2", "output.weight", "e5m2 tensorwise dynamic"},
+      {"output.weight.granularity", "axiswise", "output.weight", "e4m3 axiswise dynamic"},
+      {"output.weight.scaling", "delayed", "output.weight", "e4m3 tensorwise delayed"},
+      {"output.fast_accum", "false", "output.fast_accum", "false"},
+      {"grad_input.grad_output.dtype", "e4m3", "grad_input.grad_output", "e4m3 tensorwise dynamic"},
+      {"grad_input.grad_output.granularity", "axiswise", "grad_input.grad_output", "e5m2 axiswise dynamic"},
+      {"grad_input.grad_output.scaling", "delayed", "grad_input.grad_output", "e5m2 tensorwise delayed"},
+      {"grad_input.weight.dtype", "high_precision", "grad_input.weight", "high_precision"},
+      {"grad_input.weight.granularity", "axiswise", "grad_input.weight", "e4m3 axiswise dynamic"},
+      {"grad_input.weight.scaling", "delayed", "grad_input.weight", "e4m3 tensorwise delayed"},
+      {"grad_input.fast_accum", "true", "grad_input.fast_accum", "true"},
+      {"grad_weight.grad_output.dtype", "e4m3", "grad_weight.grad_output", "e4m3 tensorwise dynamic"},
+      {"grad_weight.grad_output.granularity", "axiswise", "grad_weight.grad_output", "e5m2 axiswise dynamic"},
+      {"grad_weight.grad_output.scaling", "delayed", "grad_weight.grad_output", "e5m2 tensorwise delayed"},
+      {"grad_weight.input.dtype", "high_precision", "grad_weight.input", "high_precision"},
+      {"grad_weight.input.granularity", "axiswise", "grad_weight.input", "e4m3 axiswise dynamic"},
+      {"grad_weight.input.scaling", "delayed", "grad_weight.input", "e4m3 tensorwise delayed"},
+      {"grad_weight.fast_accum", "true", "grad_weight.fast_accum", "true"},
+  };
+  constexpr char kJob[] = R"(name: long-form
+model: {dim: 64, n_layers: 1, n_heads: 4, max_seq_len: 64}
+data: {path: corpus.txt}
+train: {steps: 1, batch_size: 4, lr: 1e-3}
+fp8: {recipe: tensorwise}
+)";
+  auto config_of = [&](const std::vector<std::string>& overrides) -> absl::StatusOr<Float8LinearConfig> {
+    absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecString(kJob, "job.yaml", overrides);
+    if (!spec.ok()) return spec.status();
+    return config_from_spec(spec->fp8());
+  };
+  const absl::StatusOr<Float8LinearConfig> recipe_only = config_of({});
+  ASSERT_TRUE(recipe_only.ok()) << recipe_only.status();
+  const std::map<std::string, std::string> before = LongFormSlots(*recipe_only);
+
+  constexpr int64_t kIn = 64, kOut = 48, kTokens = 32;  // the three GEMMs' contracted dimensions
+  for (const Field& f : fields) {
+    const std::string path = absl::StrCat("fp8.gemms.", f.path);
+    SCOPED_TRACE(path);
+    const absl::StatusOr<Float8LinearConfig> c = config_of({absl::StrCat(path, "=", f.value)});
+    ASSERT_TRUE(c.ok()) << c.status();
+    std::map<std::string, std::string> want = before;
+    ASSERT_TRUE(want.contains(f.slot));
+    want[f.slot] = f.want;
+    EXPECT_EQ(LongFormSlots(*c), want);
+
+    GemmRecordingBackend recording;
+    absl::StatusOr<std::unique_ptr<Float8Linear>> layer = Float8Linear::create(recording, kIn, kOut, *c);
+    ASSERT_TRUE(layer.ok()) << layer.status();
+    Tensor x(recording, normal(kTokens * kIn, 1.0f, 1)), w(recording, normal(kOut * kIn, 0.1f, 2)),
+        out(recording, kTokens * kOut), g(recording, normal(kTokens * kOut, 1e-3f, 3)), gx(recording, kTokens * kIn),
+        gw(recording, kOut * kIn);
+    ASSERT_OK((*layer)->forward(x.data(), kTokens, w.data(), nullptr, out.data()));
+    ASSERT_OK((*layer)->backward(g.data(), gx.data(), gw.data(), nullptr));
+    ASSERT_OK((*layer)->finish_step());
+    const std::map<int64_t, std::string> want_gemms = {
+        {kIn, ExpectedGemm(c->output.input, c->output.weight, c->output.fast_accum)},
+        {kOut, ExpectedGemm(c->grad_input.grad_output, c->grad_input.weight, c->grad_input.fast_accum)},
+        {kTokens, ExpectedGemm(c->grad_weight.grad_output, c->grad_weight.input, c->grad_weight.fast_accum)}};
+    EXPECT_EQ(recording.gemms, want_gemms);
+    // Only a delayed operand keeps a history: of the tensor it casts.
+    const std::string tensor = std::string(f.slot).substr(std::string(f.slot).find('.') + 1);
+    EXPECT_EQ((*layer)->delayed().names(),
+              std::string(f.value) == "delayed" ? std::vector<std::string>{tensor} : std::vector<std::string>{});
+  }
+}
+
 #endif  // !FP8_ENGINE_TEST_CUDA
 
 }  // namespace

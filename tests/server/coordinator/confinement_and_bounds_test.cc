@@ -1,7 +1,8 @@
 // The coordinator against a hostile tenant, driven directly (no gRPC): paths that escape
 // their roots through links, checkpoint folders of other jobs and users, reused
 // idempotency keys, reports that do not match the job, placement against what workers
-// offer, hung ranks, and what the attempt records of its resume. The daemons' side of the
+// offer (cores, memory, device), hung ranks, restart backoff, and what the attempt records
+// of its resume. The daemons' side of the
 // same is in tests/system/hostile_input_test.cc.
 #include <gtest/gtest.h>
 
@@ -248,6 +249,87 @@ TEST_F(CoordinatorTest, ACpuJobIsPlacedByItsMemoryEstimate) {
   const v1::Job placed = Get(accepted->id());
   ASSERT_EQ(placed.state(), v1::Job::RUNNING);
   EXPECT_EQ(placed.attempt_history(0).ranks(0).worker_id(), open->worker_id());
+}
+
+// resources.cpus_per_rank: a job waits for a worker offering that many cores a rank
+// (fp8-worker --cpus), saying so, and runs on one that does.
+TEST_F(CoordinatorTest, AJobWaitsForAWorkerOfferingItsCpusPerRank) {
+  v1::RegisterWorkerRequest two_cores;
+  two_cores.set_device_kind(v1::ResourceSpec::CPU);
+  two_cores.set_device_name("cpu");
+  two_cores.set_slots(1);
+  two_cores.set_cpus(2);
+  ASSERT_TRUE(c_->RegisterWorker(worker_, two_cores).ok());
+  v1::JobSpec spec = Spec(1);
+  spec.mutable_resources()->set_cpus_per_rank(4);
+  const std::string id = SubmitAs(alice_, spec);
+  c_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::Job::QUEUED);
+  EXPECT_NE(Get(id).pending_reason().find("offering 4 cpus"), std::string::npos) << Get(id).pending_reason();
+  v1::RegisterWorkerRequest four_cores = two_cores;
+  four_cores.set_cpus(4);
+  const auto four = c_->RegisterWorker(worker_, four_cores);
+  ASSERT_TRUE(four.ok()) << four.status();
+  c_->Tick();
+  const v1::Job placed = Get(id);
+  ASSERT_EQ(placed.state(), v1::Job::RUNNING);
+  EXPECT_EQ(placed.attempt_history(0).ranks(0).worker_id(), four->worker_id());
+  // Two cores a rank fit the first worker.
+  v1::JobSpec small = Spec(1);
+  small.mutable_resources()->set_cpus_per_rank(2);
+  const std::string small_id = SubmitAs(alice_, small);
+  c_->Tick();
+  EXPECT_EQ(Get(small_id).state(), v1::Job::RUNNING);
+}
+
+// resources.device: a job runs only on workers of its device, whatever else is free.
+TEST_F(CoordinatorTest, AJobRunsOnlyOnWorkersOfItsDevice) {
+  v1::RegisterWorkerRequest gpu;
+  gpu.set_device_kind(v1::ResourceSpec::CUDA);
+  gpu.set_device_name("cuda:0");
+  gpu.set_slots(1);
+  const auto gpu_worker = c_->RegisterWorker(worker_, gpu);
+  ASSERT_TRUE(gpu_worker.ok()) << gpu_worker.status();
+  const std::string cpu_job = SubmitAs(alice_, Spec(1));
+  c_->Tick();
+  EXPECT_EQ(Get(cpu_job).state(), v1::Job::QUEUED) << "a cpu job on the only (cuda) worker";
+  v1::JobSpec spec = Spec(1);
+  spec.mutable_resources()->set_device(v1::ResourceSpec::CUDA);
+  const std::string cuda_job = SubmitAs(alice_, spec);
+  c_->Tick();
+  const v1::Job placed = Get(cuda_job);
+  ASSERT_EQ(placed.state(), v1::Job::RUNNING);
+  EXPECT_EQ(placed.attempt_history(0).ranks(0).worker_id(), gpu_worker->worker_id());
+  const std::string cpu_worker = Register();
+  c_->Tick();
+  EXPECT_EQ(Get(cpu_job).state(), v1::Job::RUNNING);
+  EXPECT_EQ(Get(cpu_job).attempt_history(0).ranks(0).worker_id(), cpu_worker);
+}
+
+// restarts.backoff_seconds: a failed attempt's restart waits that long (saying so); with
+// 0 it restarts at once.
+TEST_F(CoordinatorTest, ARestartWaitsOutTheJobsBackoff) {
+  for (const int backoff : {0, 600}) {
+    SCOPED_TRACE(absl::StrCat("backoff_seconds ", backoff));
+    const std::string w0 = Register();
+    v1::JobSpec spec = Spec(1, 0, /*max_restarts=*/2);
+    spec.mutable_restarts()->set_backoff_seconds(backoff);
+    const std::string id = SubmitAs(alice_, spec);
+    const v1::StartRank s0 = Beat(w0)[0].start_rank();
+    Beat(w0, {Running(s0)});
+    ASSERT_TRUE(Exit(w0, s0, 1).ok());  // a failure of unknown class: restarted
+    c_->Tick();
+    const v1::Job job = Get(id);
+    if (backoff == 0) {
+      EXPECT_EQ(job.state(), v1::Job::RUNNING);
+      EXPECT_EQ(job.attempts(), 2);
+    } else {
+      EXPECT_EQ(job.state(), v1::Job::RESTARTING);
+      EXPECT_EQ(job.attempts(), 1);
+      EXPECT_EQ(job.pending_reason().rfind("restart backoff: attempt 2 in ", 0), 0u) << job.pending_reason();
+      EXPECT_TRUE(Beat(w0).empty()) << "the free worker was given the job before its backoff";
+    }
+  }
 }
 
 TEST_F(CoordinatorTest, AHungRankEndsItsAttempt) {

@@ -1,0 +1,267 @@
+// Every field of a job spec does what job.proto says. This table names, for each leaf field
+// of JobSpec (proto/fp8/v1/job.proto), the tests that fail when the field stops acting, or,
+// for the few that only label or describe a job, why nothing acts on them. The test walks
+// JobSpec's descriptor, so a field added to job.proto fails it until it is added here with
+// where it acts; and every test named must be declared under tests/.
+//
+// A test is named "Suite.Name" as TEST, TEST_F or TEST_P declares it (for a parameterized
+// test the fixture's name, not its instantiation's: "SpecFieldEffects.ARun...", which
+// ctest lists as "Fields/SpecFieldEffects.ARun.../model_dim"). Name a test that would fail
+// if the field were ignored, not one that only loads or prints it.
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "fp8/v1/job.pb.h"
+#include "gtest/gtest.h"
+
+namespace fp8 {
+namespace {
+
+namespace fs = std::filesystem;
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+
+// Where a field acts: the tests that show it, or why nothing needs to.
+struct Where {
+  std::vector<std::string> tests;
+  std::string informational;
+};
+
+Where Tests(std::initializer_list<std::string> tests) { return Where{tests, ""}; }
+Where Informational(std::string why) { return Where{{}, std::move(why)}; }
+
+// A tiny job trained with one field changed differs from the job as written
+// (tests/engine/train/spec_field_effects_test.cc).
+constexpr char kTraining[] = "SpecFieldEffects.ARunWithTheFieldChangedDiffersFromTheJobAsWritten";
+// Each fp8.gemms field changes its operand in the layer and what its GEMM gets
+// (tests/engine/float8/linear_test.cc).
+constexpr char kLongForm[] = "Float8LinearLongForm.EveryFieldChangesItsOperandOfItsGemmAndNothingElse";
+// fp8-train end to end: steps, reports, learning rates, checkpoints (tests/cli).
+constexpr char kCli[] = "Fp8TrainCliTest.TrainsToTheLastStep";
+
+const std::vector<std::pair<std::string, Where>>& FieldTable() {
+  static const auto* table = new std::vector<std::pair<std::string, Where>>{
+      // ---- identity and scheduling metadata
+      {"name", Tests({"LoadGood.RelativePathsAreResolvedAgainstTheJobFilesFolder",  // checkpoints/<name>
+                      "CoordinatorMetrics.RunningJobShowsProgressSplitTrafficAndNumerics", kCli})},
+      {"owner", Tests({"CoordinatorTest.RolesAndOwnership", "CoordinatorTest.UsersStayInTheirOwnFolders"})},
+      {"priority",
+       Tests({"CoordinatorTest.PriorityThenSubmissionOrder", "ControlPlaneTest.PriorityDecidesWhoRunsFirst"})},
+      {"labels", Tests({"CoordinatorMetrics.RunningJobShowsProgressSplitTrafficAndNumerics"})},
+      {"description", Informational("one line for people to read, kept in the job's spec; job.proto promises no "
+                                    "behaviour for it")},
+
+      // ---- model
+      {"model.architecture", Informational("names the model family, and llama is its only value: no job can choose "
+                                           "another (an unknown number is refused, as for every enum)")},
+      {"model.vocab_size", Tests({kTraining})},
+      {"model.dim", Tests({kTraining})},
+      {"model.n_layers", Tests({kTraining})},
+      {"model.n_heads", Tests({kTraining})},
+      {"model.n_kv_heads", Tests({kTraining, "ModelShapes.LinearLayersWithGroupedQueryAttention"})},
+      {"model.ffn_dim", Tests({kTraining})},
+      {"model.max_seq_len", Tests({"LoadErrors.ASequenceLongerThanTheModelIsBuiltForIsRefused",
+                                   "LlamaExportTest.EveryTensorIsTheCheckpointsParameterBitForBit"})},
+      {"model.rope_theta", Tests({kTraining})},
+      {"model.norm_eps", Tests({kTraining})},
+      {"model.tie_embeddings", Tests({kTraining, "LlamaModuleFilter.TiedOutputSharesTheEmbeddingTable"})},
+      {"model.init_from", Tests({"InitFromTest.StartsFromTheModelsParametersOnEveryRank"})},
+
+      // ---- data
+      {"data.path", Tests({kTraining, "Fp8DataCliTest.Fp8TrainTrainsOnAPatternOfShardsWithAValidationShardOfItsOwn"})},
+      {"data.tokenizer", Tests({"Fp8DataCliTest.ASentencePieceTokenizerMakesShardsThatFp8TrainTrainsOn"})},
+      {"data.seq_len", Tests({kTraining})},
+      {"data.val_fraction", Tests({kTraining, "DataTest.ValidationIsTheTailStartingAtTheNearestLineStart"})},
+      {"data.seed", Tests({kTraining, "CheckpointProblems.ACheckpointOfAnotherDataOrderIsRefused"})},
+      {"data.val_path",
+       Tests({kTraining, "Fp8DataCliTest.Fp8TrainTrainsOnAPatternOfShardsWithAValidationShardOfItsOwn"})},
+      {"data.tokenizer_model", Tests({"Fp8DataCliTest.ASentencePieceTokenizerMakesShardsThatFp8TrainTrainsOn"})},
+
+      // ---- train
+      {"train.steps", Tests({kTraining, kCli})},
+      {"train.batch_size", Tests({kTraining})},
+      {"train.grad_accum", Tests({kTraining, "MemoryEstimateTest.IsWithinFifteenPercentOfTheMeasuredPeak"})},
+      {"train.compute_dtype", Tests({kTraining, "MixedPrecisionTest.HoldsLessMemoryThanFp32Activations"})},
+      // Trains bit for bit alike in every mode (by design): it acts on memory.
+      {"train.activation_checkpointing",
+       Tests({"ActivationCheckpointingTest.PeakMemoryFallsByWhatTheBlocksNoLongerKeep"})},
+      {"train.lr", Tests({kTraining, kCli})},
+      {"train.min_lr", Tests({kTraining, kCli})},
+      {"train.warmup_steps", Tests({kTraining, kCli})},
+      {"train.schedule", Tests({kTraining})},
+      {"train.weight_decay", Tests({kTraining})},
+      {"train.beta1", Tests({kTraining})},
+      {"train.beta2", Tests({kTraining})},
+      {"train.eps", Tests({kTraining})},
+      {"train.grad_clip", Tests({kTraining})},
+      {"train.seed", Tests({kTraining})},
+      {"train.log_every", Tests({kTraining, kCli})},
+      {"train.eval_every", Tests({kTraining, kCli})},
+      {"train.eval_batches", Tests({kTraining})},
+      {"train.progress_timeout_seconds", Tests({"CoordinatorTest.AHungRankEndsItsAttempt"})},
+      {"train.collective_timeout_seconds",
+       Tests({"FsdpTrainingTest.AStalledRankFailsItsPeersWithinTheJobsCollectiveTimeout",
+              "CollectiveTimeoutTest.AConfiguredTimeoutHoldsFromTheFirstStep"})},
+
+      // ---- fp8
+      {"fp8.recipe", Tests({kTraining, "CastNumericsReportTest.EveryReportStepCarriesEachCastOfEveryFp8Linear"})},
+      {"fp8.amax_history_len", Tests({kTraining})},
+      {"fp8.power_of_2_scales", Tests({kTraining})},
+      // Acts only across ranks.
+      {"fp8.all_gather_fp8", Tests({"FsdpTrainingTest.Fp8AllGatherEqualsFp32AllGatherAndMovesOneBytePerElement"})},
+      {"fp8.pad_inner_dim", Tests({"LlamaModuleFilter.DimensionsNotMultiplesOf16StayHighPrecision",
+                                   "BackendContract.ARaggedGemmEqualsItsZeroPaddedProductBitForBit",
+                                   "LoadGood.OddSizesAreFineWithPadding"})},
+      {"fp8.include", Tests({kTraining, "LlamaModuleFilter.IncludeAndExcludeGlobs"})},
+      {"fp8.exclude", Tests({kTraining, "LlamaModuleFilter.OutputExcludedOthersFp8"})},
+      {"fp8.gemms.output.input.dtype", Tests({kLongForm})},
+      {"fp8.gemms.output.input.granularity", Tests({kLongForm})},
+      {"fp8.gemms.output.input.scaling", Tests({kLongForm})},
+      {"fp8.gemms.output.weight.dtype", Tests({kLongForm})},
+      {"fp8.gemms.output.weight.granularity", Tests({kLongForm})},
+      {"fp8.gemms.output.weight.scaling", Tests({kLongForm})},
+      {"fp8.gemms.output.fast_accum", Tests({kLongForm})},
+      {"fp8.gemms.grad_input.grad_output.dtype", Tests({kLongForm})},
+      {"fp8.gemms.grad_input.grad_output.granularity", Tests({kLongForm})},
+      {"fp8.gemms.grad_input.grad_output.scaling", Tests({kLongForm})},
+      {"fp8.gemms.grad_input.weight.dtype", Tests({kLongForm})},
+      {"fp8.gemms.grad_input.weight.granularity", Tests({kLongForm})},
+      {"fp8.gemms.grad_input.weight.scaling", Tests({kLongForm})},
+      {"fp8.gemms.grad_input.fast_accum", Tests({kLongForm})},
+      {"fp8.gemms.grad_weight.grad_output.dtype", Tests({kLongForm})},
+      {"fp8.gemms.grad_weight.grad_output.granularity", Tests({kLongForm})},
+      {"fp8.gemms.grad_weight.grad_output.scaling", Tests({kLongForm})},
+      {"fp8.gemms.grad_weight.input.dtype", Tests({kLongForm})},
+      {"fp8.gemms.grad_weight.input.granularity", Tests({kLongForm})},
+      {"fp8.gemms.grad_weight.input.scaling", Tests({kLongForm})},
+      {"fp8.gemms.grad_weight.fast_accum", Tests({kLongForm})},
+
+      // ---- checkpoint
+      {"checkpoint.dir", Tests({"ResumeTest.StoppedAndResumedRunEqualsStraightRunBitForBit",
+                                "CoordinatorTest.UsersStayInTheirOwnFolders", kCli})},
+      {"checkpoint.every", Tests({kTraining, kCli})},
+      {"checkpoint.keep", Tests({kTraining, kCli})},
+
+      // ---- resources
+      {"resources.world_size", Tests({"CoordinatorTest.GangWaitsForEnoughWorkers"})},
+      {"resources.device", Tests({"CoordinatorTest.AJobRunsOnlyOnWorkersOfItsDevice",
+                                  "CudaJobTest.OneRankJobOnAGpuWorkerRunsToSuccess"})},
+      {"resources.cpus_per_rank", Tests({"CoordinatorTest.AJobWaitsForAWorkerOfferingItsCpusPerRank"})},
+      {"resources.memory_gb", Tests({"CoordinatorTest.PlacementHonoursWhatWorkersOffer"})},
+
+      // ---- restarts
+      {"restarts.max_restarts", Tests({"CoordinatorTest.FailedRankStopsTheGangAndRestarts"})},
+      {"restarts.backoff_seconds", Tests({"CoordinatorTest.ARestartWaitsOutTheJobsBackoff"})},
+      {"restarts.on", Tests({"CoordinatorTest.ADivergenceIsNotRestartedUnlessRestartsOnListsIt"})},
+  };
+  return *table;
+}
+
+// The leaf fields of `d` by path: scalars, enums, strings, and repeated fields and maps
+// (whose entries are values, not sections); singular messages are walked into.
+void CollectLeaves(const Descriptor& d, const std::string& prefix, std::vector<std::string>& out) {
+  for (int i = 0; i < d.field_count(); ++i) {
+    const FieldDescriptor& f = *d.field(i);
+    const std::string path = prefix.empty() ? std::string(f.name()) : absl::StrCat(prefix, ".", f.name());
+    if (f.type() == FieldDescriptor::TYPE_MESSAGE && !f.is_repeated()) {
+      CollectLeaves(*f.message_type(), path, out);
+    } else {
+      out.push_back(path);
+    }
+  }
+}
+
+std::vector<std::string> JobSpecLeaves() {
+  std::vector<std::string> leaves;
+  CollectLeaves(*v1::JobSpec::descriptor(), "", leaves);
+  return leaves;
+}
+
+// "Suite.Name" of every TEST, TEST_F, TEST_P (and typed test) declared in a source file
+// under tests/.
+std::set<std::string> DeclaredTests() {
+  static const std::regex kDeclaration(
+      R"(\b(?:TEST|TEST_F|TEST_P|TYPED_TEST|TYPED_TEST_P)\s*\(\s*(\w+)\s*,\s*(\w+)\s*\))");
+  std::set<std::string> declared;
+  for (const fs::directory_entry& e : fs::recursive_directory_iterator(fs::path(FP8_SOURCE_DIR) / "tests")) {
+    const std::string ext = e.path().extension().string();
+    if (!e.is_regular_file() || (ext != ".cc" && ext != ".h" && ext != ".cu")) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    const std::string source = text.str();
+    for (std::sregex_iterator m(source.begin(), source.end(), kDeclaration), end; m != end; ++m) {
+      declared.insert(absl::StrCat((*m)[1].str(), ".", (*m)[2].str()));
+    }
+  }
+  return declared;
+}
+
+TEST(JobSpecFields, TheWalkReachesEveryLeafAndOnlyLeaves) {
+  const std::vector<std::string> leaves = JobSpecLeaves();
+  const std::set<std::string> set(leaves.begin(), leaves.end());
+  for (const char* leaf : {"name", "labels", "model.dim", "data.path", "train.collective_timeout_seconds",
+                           "fp8.include", "fp8.gemms.output.input.dtype", "fp8.gemms.grad_weight.fast_accum",
+                           "checkpoint.keep", "resources.memory_gb", "restarts.on"}) {
+    EXPECT_TRUE(set.contains(leaf)) << leaf;
+  }
+  for (const char* section : {"model", "fp8", "fp8.gemms", "fp8.gemms.output", "fp8.gemms.output.input", "restarts"}) {
+    EXPECT_FALSE(set.contains(section)) << section << " is a section, not a leaf";
+  }
+  EXPECT_EQ(set.size(), leaves.size()) << "a path twice";
+}
+
+TEST(JobSpecFields, EveryFieldSaysWhereItActs) {
+  std::set<std::string> listed;
+  for (const auto& [field, where] : FieldTable()) listed.insert(field);
+  for (const std::string& leaf : JobSpecLeaves()) {
+    EXPECT_TRUE(listed.contains(leaf))
+        << "JobSpec field " << leaf << " says nowhere where it acts. Add to FieldTable() in "
+        << "tests/common/jobspec_fields_test.cc {\"" << leaf << "\", Tests({\"Suite.Name\"})}, naming a test that "
+        << "fails when " << leaf << " stops doing what job.proto says (write one if none does), or, if it only "
+        << "labels or describes the job, {\"" << leaf << "\", Informational(\"why nothing acts on it\")}";
+  }
+}
+
+TEST(JobSpecFields, EveryEntryIsAFieldOfJobSpecOnce) {
+  const std::vector<std::string> leaves = JobSpecLeaves();
+  const std::set<std::string> known(leaves.begin(), leaves.end());
+  std::map<std::string, int> times;
+  for (const auto& [field, where] : FieldTable()) {
+    ++times[field];
+    EXPECT_TRUE(known.contains(field)) << "FieldTable() lists " << field
+                                       << ", which is no leaf field of JobSpec (renamed or removed from job.proto? "
+                                       << "a section rather than a field?); fields are: "
+                                       << absl::StrJoin(leaves, ", ");
+  }
+  for (const auto& [field, n] : times) EXPECT_EQ(n, 1) << field << " is listed " << n << " times";
+}
+
+TEST(JobSpecFields, EveryTestNamedIsDeclaredUnderTests) {
+  const std::set<std::string> declared = DeclaredTests();
+  ASSERT_GT(declared.size(), 100u) << "found too few tests under " << FP8_SOURCE_DIR << "/tests";
+  ASSERT_TRUE(declared.contains("JobSpecFields.EveryTestNamedIsDeclaredUnderTests")) << "this very test";
+  for (const auto& [field, where] : FieldTable()) {
+    SCOPED_TRACE(field);
+    EXPECT_NE(where.tests.empty(), where.informational.empty())
+        << field << ": name the tests that show it acting, or say why it is informational, not both";
+    for (const std::string& test : where.tests) {
+      EXPECT_TRUE(declared.contains(test))
+          << field << " names " << test << ", which no TEST, TEST_F or TEST_P under tests/ declares (renamed? "
+          << "write it as Suite.Name, the fixture's name for a parameterized test)";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fp8
