@@ -75,4 +75,34 @@ std::string AmaxReport(const std::string& job_id, const v1::GetJobAmaxResponse& 
                       " casts)\n", t.Render());
 }
 
+std::string AmaxByRankReport(const std::string& job_id, const v1::GetJobAmaxResponse& response) {
+  if (response.by_rank().empty()) {
+    return absl::StrCat(job_id, " has no per-rank amaxes: it is not active, or has not reported yet\n");
+  }
+  size_t ranks = 0;
+  for (const v1::RankAmaxes& r : response.by_rank()) ranks = std::max(ranks, static_cast<size_t>(r.amax_size()));
+  std::vector<std::string> headers = {"LAYER", "OPERAND", "STEP"};
+  for (size_t i = 0; i < ranks; ++i) headers.push_back(absl::StrCat("RANK ", i));
+  headers.push_back("LARGEST");
+  headers.push_back("RUN MAX");
+  Table t(headers);
+  for (const v1::RankAmaxes& r : response.by_rank()) {
+    std::vector<std::string> row = {r.layer(), OperandName(r.operand()), absl::StrCat(r.step())};
+    int largest = -1;
+    for (int i = 0; i < r.amax_size(); ++i) {
+      row.push_back(r.amax(i) < 0 ? "-" : absl::StrFormat("%.4g", r.amax(i)));
+      if (r.amax(i) >= 0 && (largest < 0 || r.amax(i) > r.amax(largest))) largest = i;
+    }
+    for (size_t i = static_cast<size_t>(r.amax_size()); i < ranks; ++i) row.push_back("-");
+    row.push_back(largest < 0 ? "-" : absl::StrCat("rank ", largest));
+    const v1::RankAmaxes::Point* top = nullptr;
+    for (const v1::RankAmaxes::Point& p : r.history()) {
+      if (top == nullptr || p.amax() > top->amax()) top = &p;
+    }
+    row.push_back(top == nullptr ? "-" : absl::StrFormat("%.4g (rank %d, step %d)", top->amax(), top->rank(), top->step()));
+    t.AddRow(std::move(row));
+  }
+  return absl::StrCat(job_id, " amax by rank (each rank's own, at the newest report step)\n", t.Render());
+}
+
 }  // namespace fp8::ctl

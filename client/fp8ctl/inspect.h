@@ -27,4 +27,8 @@ std::string OperandName(v1::AmaxHistory::Operand operand);
 // LEN; or the one-line message for a job with no histories.
 std::string AmaxReport(const std::string& job_id, const v1::GetJobAmaxResponse& response);
 
+// --by-rank: LAYER, OPERAND, STEP, each rank's own amax, which rank's is LARGEST, and the
+// run's largest so far (value, rank, step).
+std::string AmaxByRankReport(const std::string& job_id, const v1::GetJobAmaxResponse& response);
+
 }  // namespace fp8::ctl

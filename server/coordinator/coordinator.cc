@@ -541,7 +541,8 @@ absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkers(const Principal
   return response;
 }
 
-absl::StatusOr<v1::GetJobAmaxResponse> Coordinator::GetJobAmax(const Principal& who, const std::string& job_id) {
+absl::StatusOr<v1::GetJobAmaxResponse> Coordinator::GetJobAmax(const Principal& who, const std::string& job_id,
+                                                               bool by_rank) {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return Unavailable();
   FP8_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, job_id));
@@ -549,6 +550,21 @@ absl::StatusOr<v1::GetJobAmaxResponse> Coordinator::GetJobAmax(const Principal& 
   v1::GetJobAmaxResponse response;
   response.set_step(stored.step);
   for (v1::AmaxHistory& h : stored.histories) *response.add_histories() = std::move(h);
+  if (auto it = active_.find(job.id()); by_rank && it != active_.end()) {
+    for (const auto& [key, ranks] : it->second.rank_amax) {
+      v1::RankAmaxes* out = response.add_by_rank();
+      out->set_layer(key.first);
+      out->set_operand(static_cast<v1::AmaxHistory::Operand>(key.second));
+      out->set_step(ranks.step());
+      out->mutable_amax()->Assign(ranks.by_rank().begin(), ranks.by_rank().end());
+      for (const RankAmax::Point& p : ranks.history()) {
+        v1::RankAmaxes::Point* point = out->add_history();
+        point->set_step(p.step);
+        point->set_amax(p.amax);
+        point->set_rank(p.rank);
+      }
+    }
+  }
   return response;
 }
 
@@ -674,6 +690,7 @@ absl::Status Coordinator::StartAttempt(ActiveJob& active, const std::vector<std:
   }
   active.attempt = std::move(runtime);
   active.saturated.clear();
+  active.outliers.clear();
   return absl::OkStatus();
 }
 

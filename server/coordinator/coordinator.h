@@ -37,6 +37,7 @@
 #include "server/auth/token.h"
 #include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/coordinator_options.h"
+#include "server/coordinator/rank_amax.h"
 #include "server/rendezvous/rendezvous_store.h"
 #include "server/scheduler/liveness.h"
 #include "server/scheduler/scheduler.h"
@@ -92,7 +93,8 @@ class Coordinator {
   void AwaitEvents(absl::Duration timeout);
   absl::StatusOr<v1::GetJobLogsResponse> GetJobLogs(const Principal& who, const v1::GetJobLogsRequest& request);
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const Principal& who);
-  absl::StatusOr<v1::GetJobAmaxResponse> GetJobAmax(const Principal& who, const std::string& job_id);
+  absl::StatusOr<v1::GetJobAmaxResponse> GetJobAmax(const Principal& who, const std::string& job_id,
+                                                    bool by_rank = false);
 
   // ---- WorkerService --------------------------------------------------------------------
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const Principal& who,
@@ -155,6 +157,10 @@ class Coordinator {
     // (layer, operand) casts whose saturation this attempt already reported: one event
     // each, not one per report.
     std::set<std::pair<std::string, int>> saturated;
+    // Every rank's amax per (layer, operand), and the casts with an outlier event this
+    // attempt (one each).
+    std::map<std::pair<std::string, int>, RankAmax> rank_amax;
+    std::set<std::pair<std::string, int>> outliers;
   };
   struct Worker {
     store::WorkerRecord record;

@@ -24,6 +24,9 @@ struct CoordinatorOptions {
   int progress_events_per_job = 2000;
   // An amax that jumps above this many times its history's earlier maximum is an event.
   double amax_jump_factor = 100;
+  // One rank's cast amax above this many times every other rank's at a report step is an
+  // event (AMAX_OUTLIER); <= 1 turns it off.
+  double amax_outlier_factor = 8;
 };
 
 }  // namespace fp8::server

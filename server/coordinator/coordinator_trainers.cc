@@ -226,6 +226,9 @@ std::string CastNumericsProblem(const v1::CastNumerics& c) {
 
 }  // namespace
 
+// The most (layer, operand) casts whose per-rank amaxes one job keeps.
+constexpr size_t kMaxRankAmaxCasts = 16384;
+
 absl::Status Coordinator::ReportCastNumerics(const Principal& who, const v1::ReportCastNumericsRequest& request) {
   if (request.step() < 1) return absl::InvalidArgumentError("step: must be >= 1");
   for (int i = 0; i < request.casts_size(); ++i) {
@@ -235,8 +238,32 @@ absl::Status Coordinator::ReportCastNumerics(const Principal& who, const v1::Rep
   }
   absl::MutexLock lock(&mu_);
   FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
-  // Metrics only: the job's numerics events come from its amax histories and losses.
-  if (metrics_ != nullptr) metrics_->OnCastNumerics(active->job.id(), request);
+  // The metrics are rank 0's view; every rank's amax goes to the by-rank comparison.
+  if (metrics_ != nullptr && request.caller().rank() == 0) metrics_->OnCastNumerics(active->job.id(), request);
+  const int world_size = active->job.spec().resources().world_size();
+  std::vector<v1::NumericsEvent> outliers;
+  for (const v1::CastNumerics& c : request.casts()) {
+    const std::pair<std::string, int> key{c.layer(), c.operand()};
+    // A job's casts are its layers x 3; a trainer naming ever new ones gets no more room.
+    if (active->rank_amax.size() >= kMaxRankAmaxCasts && !active->rank_amax.contains(key)) continue;
+    const std::optional<RankAmax::Outlier> o = active->rank_amax[key].Report(
+        request.step(), request.caller().rank(), world_size, c.amax(), options_.amax_outlier_factor);
+    if (!o || !active->outliers.insert(key).second) continue;
+    v1::NumericsEvent n;
+    n.set_kind(v1::NumericsEvent::AMAX_OUTLIER);
+    n.set_step(request.step());
+    n.set_layer(c.layer());
+    n.set_operand(c.operand());
+    n.set_rank(o->rank);
+    n.set_value(o->amax);
+    n.set_threshold(options_.amax_outlier_factor * o->others);
+    n.set_message(absl::StrCat(c.layer(), " ", v1::AmaxHistory::Operand_Name(c.operand()), ": rank ", o->rank,
+                               "'s amax ", o->amax, " is over ", options_.amax_outlier_factor,
+                               "x every other rank's (largest ", o->others,
+                               "): an outlier batch or a failing device? (reported once per attempt)"));
+    outliers.push_back(std::move(n));
+  }
+  for (v1::NumericsEvent& n : outliers) RecordNumerics(*active, std::move(n));
   return absl::OkStatus();
 }
 

@@ -74,6 +74,7 @@ struct Flags {
   int64_t heartbeat_interval_ms = 1000;
   int64_t lost_after_ms = 10000;
   int stop_grace_s = 10;
+  double amax_outlier_factor = 8;
   std::vector<std::string> data_roots, checkpoint_roots;
   std::string tls_cert, tls_key;
   std::string admin_token_file, worker_token_file;
@@ -203,6 +204,7 @@ int Serve(const Flags& f) {
   options.heartbeat_interval = absl::Milliseconds(f.heartbeat_interval_ms);
   options.lost_after = absl::Milliseconds(f.lost_after_ms);
   options.stop_grace_seconds = f.stop_grace_s;
+  options.amax_outlier_factor = f.amax_outlier_factor;
   options.roots.data = Roots(f.data_roots);
   options.roots.checkpoint = Roots(f.checkpoint_roots);
 
@@ -354,6 +356,10 @@ int main(int argc, char** argv) {
       ->envname("FP8_LOST_AFTER_MS")->check(CLI::Range(int64_t{20}, int64_t{3600000}))->capture_default_str();
   app.add_option("--stop-grace-s", f.stop_grace_s, "SIGTERM to SIGKILL for stopped ranks")
       ->envname("FP8_STOP_GRACE_S")->check(CLI::Range(0, 3600))->capture_default_str();
+  app.add_option("--amax-outlier-factor", f.amax_outlier_factor,
+                 "an AMAX_OUTLIER event when one rank's cast amax exceeds every other rank's by this factor "
+                 "(<= 1: never)")
+      ->envname("FP8_AMAX_OUTLIER_FACTOR")->check(CLI::Range(0.0, 1e9))->capture_default_str();
   app.add_option("--data-root", f.data_roots, "data.path must be under one of these (default: the working folder)")
       ->envname("FP8_DATA_ROOTS")->delimiter(':');
   app.add_option("--checkpoint-root", f.checkpoint_roots,

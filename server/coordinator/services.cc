@@ -79,7 +79,7 @@ grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* ctx, const v1::Lis
 
 grpc::Status JobServiceImpl::GetJobAmax(grpc::ServerContext* ctx, const v1::GetJobAmaxRequest* req,
                                         v1::GetJobAmaxResponse* out) {
-  return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.GetJobAmax(who, req->job_id()); });
+  return Serve(c_, *ctx, *req, out, [&](const Principal& who) { return c_.GetJobAmax(who, req->job_id(), req->by_rank()); });
 }
 
 grpc::Status JobServiceImpl::GetVersion(grpc::ServerContext* ctx, const v1::GetVersionRequest* req,

@@ -460,6 +460,15 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   ASSERT_TRUE(follow->started()) << follow->start_error();
   EXPECT_TRUE(follow->WaitForStdout([](const std::string& out) { return Contains(out, "step "); }, kCommandLimit))
       << follow->Stdout() << follow->Stderr() << cp.Logs();
+  // amax --by-rank while it runs: every rank reports its own amaxes, shown side by side.
+  bool by_rank = false;
+  for (int i = 0; i < 100 && !by_rank; ++i) {
+    r = ctl.Run({"amax", slow_id, "--by-rank"});
+    by_rank = Exited(r, 0) && Contains(r.out, "RANK 0") && Contains(r.out, "RANK 1") &&
+              Contains(r.out, "layers.0.attention.wq") && Contains(r.out, " (rank ");
+    if (!by_rank) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(by_rank) << Show(r);
   r = ctl.Run({"cancel", slow_id, "--reason", "enough"});
   ASSERT_TRUE(Exited(r, 0)) << Show(r);
   EXPECT_TRUE(Contains(r.out, slow_id + " CANCELLED")) << Show(r);

@@ -164,7 +164,7 @@ void CoordinatorReporter::on_amax_histories(int64_t step, const std::vector<engi
 
 void CoordinatorReporter::on_cast_numerics(int64_t step, const std::vector<engine::CastNumericsRecord>& casts) {
   inner_.on_cast_numerics(step, casts);
-  if (options_.rank != 0) return;  // the job's numerics are rank 0's view (trainer_service.proto)
+  // Every rank: the metrics are rank 0's view, the by-rank amax comparison needs them all.
   fp8::v1::ReportCastNumericsRequest req;
   *req.mutable_caller() = caller();
   req.set_step(step);

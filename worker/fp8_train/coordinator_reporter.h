@@ -1,9 +1,8 @@
 // fp8-train's reports to the coordinator (TrainerService, proto/fp8/v1/trainer_service.proto)
 // for a rank the worker daemon started: a TrainObserver that passes every event on to the
 // rank's own observer (rank 0's console log stays as it is) and forwards step reports
-// (ReportProgress) and, on rank 0, checkpoint commits (CommitCheckpoint), delayed
-// scaling's amax histories (ReportAmaxHistories) and every cast's numerics
-// (ReportCastNumerics).
+// (ReportProgress), every cast's numerics (ReportCastNumerics) and, on rank 0, checkpoint
+// commits (CommitCheckpoint) and delayed scaling's amax histories (ReportAmaxHistories).
 //
 // Off the critical path: calls go out on a background thread from a bounded queue, so a
 // slow or absent coordinator never stalls a step. When the queue is full the oldest

@@ -371,6 +371,54 @@ TEST_F(CoordinatorTest, StateSurvivesARestart) {
   EXPECT_TRUE(events->job_final);
 }
 
+// Every rank reports its own cast amaxes; one rank far above the other is an AMAX_OUTLIER
+// event naming it (once per cast and attempt), and the job API shows them side by side.
+TEST_F(CoordinatorTest, OneRanksAmaxFarAboveTheOthersIsAnOutlierEvent) {
+  const std::string w0 = Register(), w1 = Register();
+  const std::string id = SubmitAs(alice_, Spec(2));
+  const v1::StartRank s0 = Beat(w0)[0].start_rank(), s1 = Beat(w1)[0].start_rank();
+  auto trainer = c_->Authenticate(s0.trainer_token());
+  ASSERT_TRUE(trainer.ok());
+  for (int64_t step : {10, 20}) {
+    for (int rank : {0, 1}) {
+      v1::ReportCastNumericsRequest r;
+      r.mutable_caller()->set_job_id(id);
+      r.mutable_caller()->set_attempt(1);
+      r.mutable_caller()->set_rank(rank);
+      r.set_step(step);
+      v1::CastNumerics* c = r.add_casts();
+      c->set_layer("layers.0.attention.wq");
+      c->set_operand(v1::AmaxHistory::INPUT);
+      c->set_amax(rank == 1 ? 50.0f : 2.0f);  // rank 1: an injected outlier, 25x
+      c->set_scale(1);
+      ASSERT_TRUE(c_->ReportCastNumerics(*trainer, r).ok());
+    }
+  }
+  auto events = c_->EventsAfter(admin_, id, 0, false);
+  ASSERT_TRUE(events.ok());
+  int outliers = 0;
+  for (const v1::JobEvent& e : events->events) {
+    if (!e.has_numerics() || e.numerics().kind() != v1::NumericsEvent::AMAX_OUTLIER) continue;
+    ++outliers;
+    EXPECT_EQ(e.numerics().rank(), 1);
+    EXPECT_EQ(e.numerics().step(), 10);
+    EXPECT_EQ(e.numerics().layer(), "layers.0.attention.wq");
+    EXPECT_NE(e.numerics().message().find("rank 1's amax 50"), std::string::npos) << e.numerics().message();
+  }
+  EXPECT_EQ(outliers, 1) << "once per cast and attempt";
+  auto shown = c_->GetJobAmax(alice_, id, /*by_rank=*/true);
+  ASSERT_TRUE(shown.ok()) << shown.status();
+  ASSERT_EQ(shown->by_rank_size(), 1);
+  EXPECT_EQ(shown->by_rank(0).step(), 20);
+  ASSERT_EQ(shown->by_rank(0).amax_size(), 2);
+  EXPECT_FLOAT_EQ(shown->by_rank(0).amax(0), 2.0f);
+  EXPECT_FLOAT_EQ(shown->by_rank(0).amax(1), 50.0f);
+  ASSERT_EQ(shown->by_rank(0).history_size(), 2);
+  EXPECT_EQ(shown->by_rank(0).history(0).rank(), 1);
+  EXPECT_EQ(c_->GetJobAmax(alice_, id)->by_rank_size(), 0) << "only when asked";
+  (void)s1;
+}
+
 TEST_F(CoordinatorTest, AmaxHistoriesMergeAcrossRanks) {
   const std::string w0 = Register(), w1 = Register();
   const std::string id = SubmitAs(alice_, Spec(2));
