@@ -77,7 +77,9 @@ std::string AmaxReport(const std::string& job_id, const v1::GetJobAmaxResponse& 
 
 std::string AmaxByRankReport(const std::string& job_id, const v1::GetJobAmaxResponse& response) {
   if (response.by_rank().empty()) {
-    return absl::StrCat(job_id, " has no per-rank amaxes: it is not active, or has not reported yet\n");
+    return absl::StrCat(job_id,
+                        " has no per-rank amaxes: it has not reported yet, or ended long ago or before a coordinator "
+                        "restart\n");
   }
   size_t ranks = 0;
   for (const v1::RankAmaxes& r : response.by_rank()) ranks = std::max(ranks, static_cast<size_t>(r.amax_size()));

@@ -541,6 +541,9 @@ absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkers(const Principal
   return response;
 }
 
+// How many finished jobs' per-rank amaxes stay answerable (memory only).
+constexpr size_t kKeptFinishedRankAmax = 20;
+
 absl::StatusOr<v1::GetJobAmaxResponse> Coordinator::GetJobAmax(const Principal& who, const std::string& job_id,
                                                                bool by_rank) {
   absl::MutexLock lock(&mu_);
@@ -550,8 +553,16 @@ absl::StatusOr<v1::GetJobAmaxResponse> Coordinator::GetJobAmax(const Principal& 
   v1::GetJobAmaxResponse response;
   response.set_step(stored.step);
   for (v1::AmaxHistory& h : stored.histories) *response.add_histories() = std::move(h);
-  if (auto it = active_.find(job.id()); by_rank && it != active_.end()) {
-    for (const auto& [key, ranks] : it->second.rank_amax) {
+  const std::map<std::pair<std::string, int>, RankAmax>* rank_amax = nullptr;
+  if (auto it = active_.find(job.id()); it != active_.end()) {
+    rank_amax = &it->second.rank_amax;
+  } else {
+    for (const auto& [id, kept] : finished_rank_amax_) {
+      if (id == job.id()) rank_amax = &kept;
+    }
+  }
+  if (by_rank && rank_amax != nullptr) {
+    for (const auto& [key, ranks] : *rank_amax) {
       v1::RankAmaxes* out = response.add_by_rank();
       out->set_layer(key.first);
       out->set_operand(static_cast<v1::AmaxHistory::Operand>(key.second));
@@ -587,7 +598,12 @@ absl::Status Coordinator::Commit(ActiveJob& active, v1::Job next, std::vector<v1
 
 void Coordinator::ForgetFinalJob(const std::string& job_id) {
   auto it = active_.find(job_id);
-  if (it != active_.end() && IsFinal(it->second.job.state())) active_.erase(it);
+  if (it == active_.end() || !IsFinal(it->second.job.state())) return;
+  if (!it->second.rank_amax.empty()) {
+    if (finished_rank_amax_.size() >= kKeptFinishedRankAmax) finished_rank_amax_.pop_front();
+    finished_rank_amax_.emplace_back(job_id, std::move(it->second.rank_amax));
+  }
+  active_.erase(it);
 }
 
 bool Coordinator::WorkerBusy(const Worker& worker) const {

@@ -416,7 +416,17 @@ TEST_F(CoordinatorTest, OneRanksAmaxFarAboveTheOthersIsAnOutlierEvent) {
   ASSERT_EQ(shown->by_rank(0).history_size(), 2);
   EXPECT_EQ(shown->by_rank(0).history(0).rank(), 1);
   EXPECT_EQ(c_->GetJobAmax(alice_, id)->by_rank_size(), 0) << "only when asked";
-  (void)s1;
+  // Still answered after the job ended and left the active set.
+  Beat(w0, {Running(s0)});
+  Beat(w1, {Running(s1)});
+  ASSERT_TRUE(Exit(w0, s0, 0).ok());
+  ASSERT_TRUE(Exit(w1, s1, 0).ok());
+  ASSERT_EQ(Get(id).state(), v1::Job::SUCCEEDED);
+  c_->Tick();
+  auto after = c_->GetJobAmax(alice_, id, /*by_rank=*/true);
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(after->by_rank_size(), 1);
+  EXPECT_FLOAT_EQ(after->by_rank(0).amax(1), 50.0f);
 }
 
 TEST_F(CoordinatorTest, AmaxHistoriesMergeAcrossRanks) {
