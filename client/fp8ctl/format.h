@@ -15,7 +15,7 @@ std::string RecipeName(v1::Fp8Spec::Recipe recipe);        // "tensorwise"
 std::string DeviceName(v1::ResourceSpec::Device device);   // "cpu"
 bool IsFinal(v1::Job::State state);
 
-// Local time "2026-11-23 08:01:46" ("08:01:46" when `with_date` is false);
+// Local time "YYYY-MM-DD hh:mm:ss" ("hh:mm:ss" when `with_date` is false);
 // "-" for 0 (not yet).
 std::string LocalTime(int64_t unix_ms, bool with_date = true);
 // A coarse age: "45s", "12m", "3h04m", "2d03h"; negative ages (clock skew) read "0s".

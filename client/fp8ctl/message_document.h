@@ -15,7 +15,7 @@ namespace fp8::ctl {
 
 Document MessageDocument(const google::protobuf::Message& message);
 
-// "2026-11-23T08:01:46.123Z"; a null Document for 0 or less.
+// "YYYY-MM-DDThh:mm:ss.mmmZ"; a null Document for 0 or less.
 Document TimeDocument(int64_t unix_ms);
 
 }  // namespace fp8::ctl

@@ -448,7 +448,7 @@ TEST(Fp8ctlOutputTest, MessagesKeepFieldNamesWithRealNumbersAndReadableTimes) {
   job.set_id("job-7");
   job.set_state(v1::Job::FAILED);
   job.set_last_checkpoint_step(20);
-  job.set_created_unix_ms(1'700'000'000'123);  // 2023-11-14T22:13:20.123Z
+  job.set_created_unix_ms(1'700'000'000'123);  // the created_time asserted below
   job.set_failure_reason("attempt 1 -> FAILED");
   job.mutable_spec()->set_name("tiny");
   (*job.mutable_spec()->mutable_labels())["team"] = "b";

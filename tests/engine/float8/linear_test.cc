@@ -513,9 +513,9 @@ TEST_F(FLOAT8_LINEAR_TEST, BackwardStoresEachGradientAsAsked) {
 // the plain layer's plus the residual, rounded once (so within one rounding of the plain
 // output's and one of the sum's), the residual may be the output buffer itself, and the
 // backward is the plain layer's bit for bit. In place the host backends give the same bits;
-// cuBLASLt runs another kernel when C is D (an H100 gave some bf16 outputs one ulp apart,
-// and fp32 ones in the last bits, with the plan unchanged), so there both sums are held to
-// the rounding bound instead, as in BackendContract.GemmsAddAnAddendOnceInTheirEpilogue.
+// cuBLASLt may run another kernel when C is D (bf16 outputs one ulp apart, fp32 ones in
+// the last bits, with the plan unchanged), so there both sums are held to the rounding
+// bound instead, as in BackendContract.GemmsAddAnAddendOnceInTheirEpilogue.
 TEST_F(FLOAT8_LINEAR_TEST, ResidualIsAddedInTheOutputGemmAndLeavesTheBackwardAlone) {
   const Shape s{32, 64, 48};
   const size_t m = 32, k = 64, n = 48;
