@@ -1,7 +1,5 @@
 // fp8ctl clone ID [--set FIELD=VALUE ...]: a new job from an existing job's spec (as the
 // coordinator resolved it), with overrides, e.g. the same run in another fp8 recipe.
-#include <cstdio>
-#include <iostream>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/match.h"
@@ -60,14 +58,7 @@ Verb AddCloneVerb(CLI::App& app) {
             if (absl::Status s = rpc::CheckRequestLimits(req); !s.ok()) {
               return Report({kExitInvalidSpec, absl::StrCat("clone ", a->job_id, ": ", s.message(), "; not submitted")});
             }
-            v1::Job job;
-            auto ctx = session.Context();
-            if (grpc::Status s = session.stub().Submit(ctx.get(), req, &job); !s.ok()) {
-              return Report(session.Error(s, absl::StrCat("clone ", a->job_id)));
-            }
-            std::cout << job.id() << std::endl;
-            if (!a->follow) return static_cast<int>(kExitOk);
-            return FollowJob(session, job.id());
+            return SubmitJob(session, req, absl::StrCat("clone ", a->job_id), a->follow);
           }};
 }
 

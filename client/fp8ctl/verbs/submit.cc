@@ -66,15 +66,17 @@ Verb AddSubmitVerb(CLI::App& app) {
               return static_cast<int>(kExitOk);
             }
             if (auto e = session.Connect()) return Report(*e);
-            v1::Job job;
-            auto ctx = session.Context();
-            if (grpc::Status s = session.stub().Submit(ctx.get(), req, &job); !s.ok()) {
-              return Report(session.Error(s, absl::StrCat("submit ", a->file)));
-            }
-            std::cout << job.id() << std::endl;
-            if (!a->follow) return static_cast<int>(kExitOk);
-            return FollowJob(session, job.id());
+            return SubmitJob(session, req, absl::StrCat("submit ", a->file), a->follow);
           }};
+}
+
+int SubmitJob(Session& session, const v1::SubmitJobRequest& req, const std::string& what, bool follow) {
+  v1::Job job;
+  auto ctx = session.Context();
+  if (grpc::Status s = session.stub().Submit(ctx.get(), req, &job); !s.ok()) return Report(session.Error(s, what));
+  std::cout << job.id() << std::endl;
+  if (!follow) return static_cast<int>(kExitOk);
+  return FollowJob(session, job.id());
 }
 
 }  // namespace fp8::ctl

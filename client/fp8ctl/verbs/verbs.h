@@ -38,4 +38,8 @@ Verb AddCompletionVerb(CLI::App& app);
 // exit code of its outcome (0 SUCCEEDED, 10 FAILED, 11 CANCELLED) or of an error.
 int FollowJob(Session& session, const std::string& job_id);
 
+// Sends `req` on a connected session, prints the new job's id on stdout and, with
+// `follow`, follows it (FollowJob's exit code); `what` names the request in errors.
+int SubmitJob(Session& session, const v1::SubmitJobRequest& req, const std::string& what, bool follow);
+
 }  // namespace fp8::ctl
