@@ -54,7 +54,7 @@ using fp8::server::Role;
 
 constexpr int kChannels = 4;  // client connections per server
 
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds_of(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // ---- the bare echo server ------------------------------------------------------------------
 
@@ -86,7 +86,7 @@ struct CoordinatorServer {
   std::string admin_token, worker_token;
 
   ~CoordinatorServer() {
-    if (c) c->Shutdown();
+    if (c) c->shutdown();
     rendezvous.shutdown();
     if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server.reset();
@@ -99,26 +99,26 @@ struct CoordinatorServer {
   }
 };
 
-[[noreturn]] void Die(const std::string& what) {
+[[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "bench_coordinator: %s\n", what.c_str());
   std::exit(1);
 }
 
-std::unique_ptr<CoordinatorServer> StartCoordinator(int workers) {
+std::unique_ptr<CoordinatorServer> start_coordinator(int workers) {
   auto s = std::make_unique<CoordinatorServer>();
   s->dir = fs::temp_directory_path() / absl::StrCat("fp8_bench_coordinator_", ::getpid(), "_", workers);
   fs::remove_all(s->dir);
   fs::create_directories(s->dir);
-  auto store = fp8::server::store::CoordinatorStore::Open((s->dir / "fp8-coordinator.db").string());
-  if (!store.ok()) Die(std::string(store.status().message()));
+  auto store = fp8::server::store::CoordinatorStore::open((s->dir / "fp8-coordinator.db").string());
+  if (!store.ok()) die(std::string(store.status().message()));
   fp8::server::CoordinatorOptions options;
   options.heartbeat_interval = absl::Seconds(1);
   options.lost_after = absl::Seconds(600);  // setup of 2000 workers must not lose any
   options.roots.data = {s->dir};
   options.roots.checkpoint = {s->dir};
   options.advertise_address = "127.0.0.1:0";
-  auto made = fp8::server::Coordinator::Create(std::move(*store), s->rendezvous, options);
-  if (!made.ok()) Die(std::string(made.status().message()));
+  auto made = fp8::server::Coordinator::create(std::move(*store), s->rendezvous, options);
+  if (!made.ok()) die(std::string(made.status().message()));
   s->c = std::move(*made);
   s->jobs = std::make_unique<fp8::server::JobServiceImpl>(*s->c);
   s->workers = std::make_unique<fp8::server::WorkerServiceImpl>(*s->c);
@@ -130,14 +130,14 @@ std::unique_ptr<CoordinatorServer> StartCoordinator(int workers) {
   builder.RegisterService(s->workers.get());
   builder.RegisterService(s->trainers.get());
   s->server = builder.BuildAndStart();
-  if (!s->server || s->port == 0) Die("cannot start the coordinator's server");
-  s->c->SetAdvertiseAddress(absl::StrCat("127.0.0.1:", s->port));
-  auto admin = s->c->CreateToken(Role::kAdmin, "admin");
-  auto worker = s->c->CreateToken(Role::kWorker, "workers");
-  if (!admin.ok() || !worker.ok()) Die("cannot create tokens");
+  if (!s->server || s->port == 0) die("cannot start the coordinator's server");
+  s->c->set_advertise_address(absl::StrCat("127.0.0.1:", s->port));
+  auto admin = s->c->create_token(Role::kAdmin, "admin");
+  auto worker = s->c->create_token(Role::kWorker, "workers");
+  if (!admin.ok() || !worker.ok()) die("cannot create tokens");
   s->admin_token = *admin;
   s->worker_token = *worker;
-  s->c->StartTicking();
+  s->c->start_ticking();
   return s;
 }
 
@@ -149,7 +149,7 @@ struct Stubs {
   std::vector<std::unique_ptr<v1::JobService::Stub>> jobs;
 };
 
-Stubs Connect(int port) {
+Stubs connect(int port) {
   Stubs s;
   for (int i = 0; i < kChannels; ++i) {
     grpc::ChannelArguments args;
@@ -162,7 +162,7 @@ Stubs Connect(int port) {
   return s;
 }
 
-void Authorize(grpc::ClientContext& ctx, const std::string& token) {
+void authorize(grpc::ClientContext& ctx, const std::string& token) {
   ctx.AddMetadata("authorization", "Bearer " + token);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
 }
@@ -177,7 +177,7 @@ struct Sim {
 
 // Runs fn(i) for i in [0, n) on `threads` threads.
 template <typename Fn>
-void ParallelFor(int n, int threads, Fn fn) {
+void parallel_for(int n, int threads, Fn fn) {
   std::atomic<int> next{0};
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
@@ -188,7 +188,7 @@ void ParallelFor(int n, int threads, Fn fn) {
   for (auto& t : pool) t.join();
 }
 
-v1::JobSpec Spec(const fs::path& dir, int i) {
+v1::JobSpec spec(const fs::path& dir, int i) {
   v1::JobSpec spec;
   spec.set_name(absl::StrCat("bench-", i));
   spec.mutable_model()->set_dim(64);
@@ -208,14 +208,14 @@ v1::JobSpec Spec(const fs::path& dir, int i) {
 
 // Registers n workers, submits n jobs, and gives every worker its rank (two heartbeats: the
 // first returns StartRank, the second lists the rank RUNNING).
-std::vector<Sim> SetUp(CoordinatorServer& s, Stubs& stubs, int n) {
+std::vector<Sim> set_up(CoordinatorServer& s, Stubs& stubs, int n) {
   std::vector<Sim> sims(n);
   auto fail = [](const char* what, const grpc::Status& st) {
-    Die(absl::StrCat(what, ": ", st.error_message()));
+    die(absl::StrCat(what, ": ", st.error_message()));
   };
-  ParallelFor(n, 4, [&](int i) {
+  parallel_for(n, 4, [&](int i) {
     grpc::ClientContext ctx;
-    Authorize(ctx, s.worker_token);
+    authorize(ctx, s.worker_token);
     v1::RegisterWorkerRequest r;
     r.set_device_kind(v1::ResourceSpec::CPU);
     r.set_device_name("cpu");
@@ -227,26 +227,26 @@ std::vector<Sim> SetUp(CoordinatorServer& s, Stubs& stubs, int n) {
     if (!st.ok()) fail("RegisterWorker", st);
     sims[i].worker_id = out.worker_id();
   });
-  ParallelFor(n, 4, [&](int i) {
+  parallel_for(n, 4, [&](int i) {
     grpc::ClientContext ctx;
-    Authorize(ctx, s.admin_token);
+    authorize(ctx, s.admin_token);
     v1::SubmitJobRequest r;
-    *r.mutable_spec() = Spec(s.dir, i);
+    *r.mutable_spec() = spec(s.dir, i);
     v1::Job out;
     grpc::Status st = stubs.jobs[i % kChannels]->Submit(&ctx, r, &out);
     if (!st.ok()) fail("Submit", st);
   });
-  ParallelFor(n, 4, [&](int i) {
+  parallel_for(n, 4, [&](int i) {
     Sim& sim = sims[i];
     grpc::ClientContext ctx;
-    Authorize(ctx, s.worker_token);
+    authorize(ctx, s.worker_token);
     v1::HeartbeatRequest r;
     r.set_worker_id(sim.worker_id);
     v1::HeartbeatResponse out;
     grpc::Status st = stubs.workers[i % kChannels]->Heartbeat(&ctx, r, &out);
     if (!st.ok()) fail("Heartbeat", st);
     if (out.commands_size() != 1 || !out.commands(0).has_start_rank()) {
-      Die(absl::StrCat("worker ", sim.worker_id, " got ", out.commands_size(), " commands, not one StartRank"));
+      die(absl::StrCat("worker ", sim.worker_id, " got ", out.commands_size(), " commands, not one StartRank"));
     }
     const v1::StartRank& start = out.commands(0).start_rank();
     sim.job_id = start.job_id();
@@ -260,9 +260,9 @@ std::vector<Sim> SetUp(CoordinatorServer& s, Stubs& stubs, int n) {
     rank->set_state(v1::RankStatus::RUNNING);
     rank->set_pid(100000 + i);
   });
-  ParallelFor(n, 4, [&](int i) {
+  parallel_for(n, 4, [&](int i) {
     grpc::ClientContext ctx;
-    Authorize(ctx, s.worker_token);
+    authorize(ctx, s.worker_token);
     v1::HeartbeatResponse out;
     grpc::Status st = stubs.workers[i % kChannels]->Heartbeat(&ctx, sims[i].heartbeat, &out);
     if (!st.ok()) fail("Heartbeat", st);
@@ -287,7 +287,7 @@ struct Result {
   std::string first_error;
 };
 
-double Percentile(std::vector<float>& v, double p) {
+double percentile(std::vector<float>& v, double p) {
   if (v.empty()) return 0;
   const size_t k = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
   std::nth_element(v.begin(), v.begin() + k, v.end());
@@ -303,7 +303,7 @@ class Load {
     window_end_ = window_begin_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   }
 
-  Result Run() {
+  Result run() {
     const int n = static_cast<int>(sims_.size());
     const std::chrono::nanoseconds second = std::chrono::seconds(1);
     {
@@ -317,7 +317,7 @@ class Load {
       }
     }
     if (mode_ == Mode::kClosed) {
-      for (int i = 0; i < n; ++i) Report(i, start_);
+      for (int i = 0; i < n; ++i) report(i, start_);
     }
     // The scheduling thread: issues each call when it is due.
     for (;;) {
@@ -331,22 +331,22 @@ class Load {
       Due d = due_.top();
       due_.pop();
       lock.unlock();
-      if (d.kind == kHeartbeat) Heartbeat(d.sim, d.at);
-      else Report(d.sim, d.at);
+      if (d.kind == kHeartbeat) heartbeat(d.sim, d.at);
+      else report(d.sim, d.at);
     }
     stopping_ = true;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return in_flight_ == 0; });
     }
-    const double window = Seconds(window_end_ - window_begin_);
+    const double window = seconds_of(window_end_ - window_begin_);
     Result r;
     r.reports_per_s = stats_[kReport].ok / window;
     r.heartbeats_per_s = stats_[kHeartbeat].ok / window;
-    r.hb_p50 = Percentile(stats_[kHeartbeat].latency_ms, 0.50);
-    r.hb_p99 = Percentile(stats_[kHeartbeat].latency_ms, 0.99);
-    r.pr_p50 = Percentile(stats_[kReport].latency_ms, 0.50);
-    r.pr_p99 = Percentile(stats_[kReport].latency_ms, 0.99);
+    r.hb_p50 = percentile(stats_[kHeartbeat].latency_ms, 0.50);
+    r.hb_p99 = percentile(stats_[kHeartbeat].latency_ms, 0.99);
+    r.pr_p50 = percentile(stats_[kReport].latency_ms, 0.50);
+    r.pr_p99 = percentile(stats_[kReport].latency_ms, 0.99);
     r.errors = stats_[kHeartbeat].errors + stats_[kReport].errors;
     r.first_error = !stats_[kHeartbeat].first_error.empty() ? stats_[kHeartbeat].first_error : stats_[kReport].first_error;
     return r;
@@ -370,23 +370,23 @@ class Load {
     v1::ReportProgressResponse out;
   };
 
-  void Heartbeat(int i, Clock::time_point due) {
+  void heartbeat(int i, Clock::time_point due) {
     auto* call = new HeartbeatCall;
-    Authorize(call->ctx, worker_token_);
-    Started();
+    authorize(call->ctx, worker_token_);
+    started();
     const Clock::time_point sent = Clock::now();
     stubs_.workers[i % kChannels]->async()->Heartbeat(
         &call->ctx, &sims_[i].heartbeat, &call->out, [this, call, i, due, sent](grpc::Status st) {
           delete call;
-          Done(kHeartbeat, st, sent);
-          Next(i, kHeartbeat, due);
+          done(kHeartbeat, st, sent);
+          next(i, kHeartbeat, due);
         });
   }
 
-  void Report(int i, Clock::time_point due) {
+  void report(int i, Clock::time_point due) {
     Sim& sim = sims_[i];
     auto* call = new ReportCall;
-    Authorize(call->ctx, sim.trainer_token);
+    authorize(call->ctx, sim.trainer_token);
     call->req.mutable_caller()->set_job_id(sim.job_id);
     call->req.mutable_caller()->set_attempt(sim.attempt);
     call->req.mutable_caller()->set_rank(0);
@@ -400,29 +400,29 @@ class Load {
     p->set_tokens_per_second(1000);
     p->mutable_step_time()->set_step_ms(50);
     p->mutable_step_time()->set_compute_ms(40);
-    Started();
+    started();
     const Clock::time_point sent = Clock::now();
     stubs_.trainers[i % kChannels]->async()->ReportProgress(
         &call->ctx, &call->req, &call->out, [this, call, i, due, sent](grpc::Status st) {
           delete call;
-          Done(kReport, st, sent);
-          Next(i, kReport, due);
+          done(kReport, st, sent);
+          next(i, kReport, due);
         });
   }
 
-  void Started() {
+  void started() {
     std::lock_guard<std::mutex> lock(mu_);
     ++in_flight_;
   }
 
-  void Done(Kind kind, const grpc::Status& st, Clock::time_point sent) {
+  void done(Kind kind, const grpc::Status& st, Clock::time_point sent) {
     const Clock::time_point now = Clock::now();
     std::lock_guard<std::mutex> lock(mu_);
     if (now >= window_begin_ && now < window_end_) {
       KindStats& k = stats_[kind];
       if (st.ok()) {
         ++k.ok;
-        k.latency_ms.push_back(static_cast<float>(Seconds(now - sent) * 1e3));
+        k.latency_ms.push_back(static_cast<float>(seconds_of(now - sent) * 1e3));
       } else {
         ++k.errors;
         if (k.first_error.empty()) k.first_error = st.error_message();
@@ -432,10 +432,10 @@ class Load {
 
   // Schedules a simulated worker's or trainer's next call (paced: a second after the last
   // one was due, at once when that has passed; closed-loop reports: at once).
-  void Next(int i, Kind kind, Clock::time_point due) {
+  void next(int i, Kind kind, Clock::time_point due) {
     if (!stopping_ && Clock::now() < window_end_) {
       if (kind == kReport && mode_ == Mode::kClosed) {
-        Report(i, Clock::now());
+        report(i, Clock::now());
       } else {
         std::lock_guard<std::mutex> lock(mu_);
         due_.push({due + std::chrono::seconds(1), i, kind});
@@ -459,13 +459,13 @@ class Load {
   KindStats stats_[2];
 };
 
-std::string Ms(double ms) {
+std::string ms(double ms) {
   char buf[32];
   std::snprintf(buf, sizeof buf, ms < 10 ? "%.2f" : "%.1f", ms);
   return buf;
 }
 
-std::string Ratio(double a, double b) {
+std::string ratio(double a, double b) {
   if (b <= 0) return "-";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2fx", a / b);
@@ -477,19 +477,19 @@ struct Row {
   Result coord, echo;
 };
 
-void PrintTable(const char* title, const std::vector<Row>& rows) {
+void print_table(const char* title, const std::vector<Row>& rows) {
   std::printf("\n%s\n", title);
   std::printf("| workers | reports/s coord | reports/s echo | ratio | hb p50/p99 ms coord | hb p50/p99 ms echo |"
               " progress p50/p99 ms coord | progress p50/p99 ms echo | latency ratio p50/p99 hb | progress |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     std::printf("| %d | %.0f | %.0f | %s | %s / %s | %s / %s | %s / %s | %s / %s | %s / %s | %s / %s |\n", r.workers,
-                r.coord.reports_per_s, r.echo.reports_per_s, Ratio(r.coord.reports_per_s, r.echo.reports_per_s).c_str(),
-                Ms(r.coord.hb_p50).c_str(), Ms(r.coord.hb_p99).c_str(), Ms(r.echo.hb_p50).c_str(),
-                Ms(r.echo.hb_p99).c_str(), Ms(r.coord.pr_p50).c_str(), Ms(r.coord.pr_p99).c_str(),
-                Ms(r.echo.pr_p50).c_str(), Ms(r.echo.pr_p99).c_str(), Ratio(r.coord.hb_p50, r.echo.hb_p50).c_str(),
-                Ratio(r.coord.hb_p99, r.echo.hb_p99).c_str(), Ratio(r.coord.pr_p50, r.echo.pr_p50).c_str(),
-                Ratio(r.coord.pr_p99, r.echo.pr_p99).c_str());
+                r.coord.reports_per_s, r.echo.reports_per_s, ratio(r.coord.reports_per_s, r.echo.reports_per_s).c_str(),
+                ms(r.coord.hb_p50).c_str(), ms(r.coord.hb_p99).c_str(), ms(r.echo.hb_p50).c_str(),
+                ms(r.echo.hb_p99).c_str(), ms(r.coord.pr_p50).c_str(), ms(r.coord.pr_p99).c_str(),
+                ms(r.echo.pr_p50).c_str(), ms(r.echo.pr_p99).c_str(), ratio(r.coord.hb_p50, r.echo.hb_p50).c_str(),
+                ratio(r.coord.hb_p99, r.echo.hb_p99).c_str(), ratio(r.coord.pr_p50, r.echo.pr_p50).c_str(),
+                ratio(r.coord.pr_p99, r.echo.pr_p99).c_str());
   }
 }
 
@@ -528,22 +528,22 @@ int main(int argc, char** argv) {
   echo_builder.RegisterService(&echo_workers);
   echo_builder.RegisterService(&echo_trainers);
   std::unique_ptr<grpc::Server> echo = echo_builder.BuildAndStart();
-  if (!echo || echo_port == 0) Die("cannot start the echo server");
-  Stubs echo_stubs = Connect(echo_port);
+  if (!echo || echo_port == 0) die("cannot start the echo server");
+  Stubs echo_stubs = connect(echo_port);
 
   std::vector<Row> paced, closed;
   for (int n : workers) {
     const Clock::time_point t0 = Clock::now();
-    std::unique_ptr<CoordinatorServer> coord = StartCoordinator(n);
-    Stubs coord_stubs = Connect(coord->port);
-    std::vector<Sim> sims = SetUp(*coord, coord_stubs, n);
+    std::unique_ptr<CoordinatorServer> coord = start_coordinator(n);
+    Stubs coord_stubs = connect(coord->port);
+    std::vector<Sim> sims = set_up(*coord, coord_stubs, n);
     std::printf("\n%d workers: registered, %d jobs submitted and placed, every rank running (setup %.1f s)\n", n, n,
-                Seconds(Clock::now() - t0));
+                seconds_of(Clock::now() - t0));
     std::fflush(stdout);
     auto run = [&](Mode m, std::vector<Row>& rows) {
       Row row{n, {}, {}};
-      row.coord = Load(coord_stubs, sims, coord->worker_token, m, warmup, seconds).Run();
-      row.echo = Load(echo_stubs, sims, coord->worker_token, m, warmup, seconds).Run();
+      row.coord = Load(coord_stubs, sims, coord->worker_token, m, warmup, seconds).run();
+      row.echo = Load(echo_stubs, sims, coord->worker_token, m, warmup, seconds).run();
       const char* name = m == Mode::kPaced ? "paced" : "closed";
       std::printf("  %-6s coordinator: %.0f reports/s, %.0f heartbeats/s%s%s | echo: %.0f reports/s, %.0f heartbeats/s%s%s\n",
                   name, row.coord.reports_per_s, row.coord.heartbeats_per_s,
@@ -558,11 +558,11 @@ int main(int argc, char** argv) {
     if (mode != "paced") run(Mode::kClosed, closed);
   }
   if (!paced.empty()) {
-    PrintTable("paced: each worker heartbeats and each trainer reports once a second (offered: workers/s of each)",
+    print_table("paced: each worker heartbeats and each trainer reports once a second (offered: workers/s of each)",
                paced);
   }
   if (!closed.empty()) {
-    PrintTable("closed loop: heartbeats once a second; each trainer reports again as soon as its last report returns",
+    print_table("closed loop: heartbeats once a second; each trainer reports again as soon as its last report returns",
                closed);
   }
   std::printf("\nratio = coordinator / echo. Client and server share the %u cores: the figures are a lower bound of "

@@ -168,7 +168,7 @@ fp8::v1::JobSpec load_job(const Common& c, const std::vector<std::string>& extra
   o.push_back(absl::StrCat("train.steps=", total_steps));
   o.push_back("train.eval_every=0");    // no validation set, no evaluation in the timed steps
   o.push_back("train.warmup_steps=0");  // the schedule does not change a step's cost; short runs need this
-  absl::StatusOr<fp8::v1::JobSpec> spec = fp8::jobspec::LoadJobSpecFile(c.config, o);
+  absl::StatusOr<fp8::v1::JobSpec> spec = fp8::jobspec::load_job_spec_file(c.config, o);
   fp8::bench::check(spec.status(), "loading the job");
   spec->mutable_checkpoint()->clear_dir();  // a benchmark writes no checkpoints
   return *spec;
@@ -253,7 +253,7 @@ class TempDir {
 // Decides where the data comes from (--data), writing the synthetic corpus when needed;
 // returns one line saying which, for the header.
 std::string prepare_data(Common& c, std::optional<TempDir>& tmp) {
-  absl::StatusOr<fp8::v1::JobSpec> spec = fp8::jobspec::LoadJobSpecFile(c.config, c.overrides);
+  absl::StatusOr<fp8::v1::JobSpec> spec = fp8::jobspec::load_job_spec_file(c.config, c.overrides);
   fp8::bench::check(spec.status(), "loading the job");
   const std::string job_path = spec->data().path();
   std::error_code error;
@@ -1030,7 +1030,7 @@ int fsdp_ranks(const Common& c, bool cuda, int nproc, const std::string& all_gat
   }
   if (const char* env = std::getenv("FP8_FSDP_COLLECTIVES"); env != nullptr) {
     absl::StatusOr<fp8::engine::fsdp::UnitCollectives> collectives =
-        fp8::engine::fsdp::ParseUnitCollectives(env, "FP8_FSDP_COLLECTIVES in the environment");
+        fp8::engine::fsdp::parse_unit_collectives(env, "FP8_FSDP_COLLECTIVES in the environment");
     fp8::bench::check(collectives.status(), "FP8_FSDP_COLLECTIVES");
     setup.trainer.collectives = *collectives;
   }

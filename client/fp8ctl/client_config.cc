@@ -17,14 +17,14 @@ namespace {
 constexpr char kCwdTokenFile[] = "fp8-admin.token";
 constexpr char kHomeTokenFile[] = ".config/fp8ctl/token";
 
-std::optional<std::string> NonEmpty(const EnvLookup& env, const std::string& name) {
+std::optional<std::string> non_empty(const EnvLookup& env, const std::string& name) {
   std::optional<std::string> v = env(name);
   if (v.has_value() && v->empty()) return std::nullopt;
   return v;
 }
 
 // A token file named by the user must exist and hold a token.
-absl::StatusOr<ResolvedToken> FromNamedFile(const std::string& path, const std::string& from,
+absl::StatusOr<ResolvedToken> from_named_file(const std::string& path, const std::string& from,
                                             const FileReader& files) {
   absl::StatusOr<std::string> text = files(path);
   if (!text.ok()) {
@@ -37,7 +37,7 @@ absl::StatusOr<ResolvedToken> FromNamedFile(const std::string& path, const std::
 }
 
 // A default location: skipped when absent, an error when present but unusable.
-std::optional<absl::StatusOr<ResolvedToken>> FromDefaultFile(const std::string& path, const FileReader& files) {
+std::optional<absl::StatusOr<ResolvedToken>> from_default_file(const std::string& path, const FileReader& files) {
   absl::StatusOr<std::string> text = files(path);
   if (absl::IsNotFound(text.status())) return std::nullopt;
   if (!text.ok()) {
@@ -53,7 +53,7 @@ std::optional<absl::StatusOr<ResolvedToken>> FromDefaultFile(const std::string& 
 
 }  // namespace
 
-void AddGlobalFlags(CLI::App& app, GlobalFlags* flags) {
+void add_global_flags(CLI::App& app, GlobalFlags* flags) {
   app.add_option("--coordinator", flags->coordinator,
                  absl::StrCat("coordinator address HOST:PORT (FP8_COORDINATOR; default ", kDefaultCoordinator, ")"));
   app.add_option("--token", flags->token, "bearer token (FP8_TOKEN); prefer --token-file, argv is visible to others");
@@ -66,7 +66,7 @@ void AddGlobalFlags(CLI::App& app, GlobalFlags* flags) {
       ->type_name("FILE");
 }
 
-EnvLookup ProcessEnv() {
+EnvLookup process_env() {
   return [](const std::string& name) -> std::optional<std::string> {
     const char* v = std::getenv(name.c_str());
     if (v == nullptr) return std::nullopt;
@@ -74,7 +74,7 @@ EnvLookup ProcessEnv() {
   };
 }
 
-FileReader RealFiles() {
+FileReader real_files() {
   return [](const std::string& path) -> absl::StatusOr<std::string> {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) return absl::NotFoundError("no such file");
@@ -86,34 +86,34 @@ FileReader RealFiles() {
   };
 }
 
-absl::StatusOr<ResolvedToken> ResolveToken(const GlobalFlags& flags, const EnvLookup& env, const FileReader& files) {
+absl::StatusOr<ResolvedToken> resolve_token(const GlobalFlags& flags, const EnvLookup& env, const FileReader& files) {
   if (!flags.token.empty()) return ResolvedToken{flags.token, "--token"};
-  if (std::optional<std::string> v = NonEmpty(env, "FP8_TOKEN")) {
+  if (std::optional<std::string> v = non_empty(env, "FP8_TOKEN")) {
     std::string token(absl::StripAsciiWhitespace(*v));
     if (!token.empty()) return ResolvedToken{token, "FP8_TOKEN"};
   }
-  if (!flags.token_file.empty()) return FromNamedFile(flags.token_file, "--token-file", files);
-  if (std::optional<std::string> v = NonEmpty(env, "FP8_TOKEN_FILE")) return FromNamedFile(*v, "FP8_TOKEN_FILE", files);
-  if (auto t = FromDefaultFile(absl::StrCat("./", kCwdTokenFile), files)) return *t;
-  if (std::optional<std::string> home = NonEmpty(env, "HOME")) {
-    if (auto t = FromDefaultFile(absl::StrCat(*home, "/", kHomeTokenFile), files)) return *t;
+  if (!flags.token_file.empty()) return from_named_file(flags.token_file, "--token-file", files);
+  if (std::optional<std::string> v = non_empty(env, "FP8_TOKEN_FILE")) return from_named_file(*v, "FP8_TOKEN_FILE", files);
+  if (auto t = from_default_file(absl::StrCat("./", kCwdTokenFile), files)) return *t;
+  if (std::optional<std::string> home = non_empty(env, "HOME")) {
+    if (auto t = from_default_file(absl::StrCat(*home, "/", kHomeTokenFile), files)) return *t;
   }
-  return absl::NotFoundError(absl::StrCat("no token found; ", HowToGetToken()));
+  return absl::NotFoundError(absl::StrCat("no token found; ", how_to_get_token()));
 }
 
-ClientConfig ResolveClientConfig(const GlobalFlags& flags, const EnvLookup& env, const FileReader& files) {
+ClientConfig resolve_client_config(const GlobalFlags& flags, const EnvLookup& env, const FileReader& files) {
   ClientConfig c;
   if (!flags.coordinator.empty()) {
     c.coordinator = flags.coordinator;
-  } else if (std::optional<std::string> v = NonEmpty(env, "FP8_COORDINATOR")) {
+  } else if (std::optional<std::string> v = non_empty(env, "FP8_COORDINATOR")) {
     c.coordinator = *v;
   }
   if (!flags.coordinator_ca.empty()) {
     c.coordinator_ca = flags.coordinator_ca;
-  } else if (std::optional<std::string> v = NonEmpty(env, "FP8_COORDINATOR_CA")) {
+  } else if (std::optional<std::string> v = non_empty(env, "FP8_COORDINATOR_CA")) {
     c.coordinator_ca = *v;
   }
-  c.token = ResolveToken(flags, env, files);
+  c.token = resolve_token(flags, env, files);
   return c;
 }
 

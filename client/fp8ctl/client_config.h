@@ -32,14 +32,14 @@ struct GlobalFlags {
 };
 
 // Adds the global flags to the top-level app; subcommands accept them too (fallthrough).
-void AddGlobalFlags(CLI::App& app, GlobalFlags* flags);
+void add_global_flags(CLI::App& app, GlobalFlags* flags);
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
 // Reads a whole file: NotFound when it does not exist, another error when unreadable.
 using FileReader = std::function<absl::StatusOr<std::string>(const std::string& path)>;
 
-EnvLookup ProcessEnv();
-FileReader RealFiles();
+EnvLookup process_env();
+FileReader real_files();
 
 struct ResolvedToken {
   std::string token;   // a secret: never printed
@@ -48,7 +48,7 @@ struct ResolvedToken {
 
 // Applies the precedence above. NotFound when no source has a token (the message says how
 // to get one); InvalidArgument when a named file is missing, unreadable or empty.
-absl::StatusOr<ResolvedToken> ResolveToken(const GlobalFlags& flags, const EnvLookup& env, const FileReader& files);
+absl::StatusOr<ResolvedToken> resolve_token(const GlobalFlags& flags, const EnvLookup& env, const FileReader& files);
 
 struct ClientConfig {
   std::string coordinator = kDefaultCoordinator;
@@ -58,6 +58,6 @@ struct ClientConfig {
   absl::StatusOr<ResolvedToken> token = absl::NotFoundError("token not resolved");
 };
 
-ClientConfig ResolveClientConfig(const GlobalFlags& flags, const EnvLookup& env, const FileReader& files);
+ClientConfig resolve_client_config(const GlobalFlags& flags, const EnvLookup& env, const FileReader& files);
 
 }  // namespace fp8::ctl

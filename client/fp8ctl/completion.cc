@@ -12,7 +12,7 @@ namespace fp8::ctl {
 namespace {
 
 // The option's spellings: "--output", "-o".
-std::vector<std::string> Spellings(const CLI::Option* opt) {
+std::vector<std::string> spellings(const CLI::Option* opt) {
   std::vector<std::string> out;
   for (const std::string& l : opt->get_lnames()) out.push_back("--" + l);
   for (const std::string& s : opt->get_snames()) out.push_back("-" + s);
@@ -21,13 +21,13 @@ std::vector<std::string> Spellings(const CLI::Option* opt) {
 
 }  // namespace
 
-std::string BashCompletionScript(const CLI::App& app) {
+std::string bash_completion_script(const CLI::App& app) {
   std::vector<std::string> verbs;
   std::vector<std::string> global_flags;
   std::set<std::string> valued;  // flags that take a value
   for (const CLI::Option* opt : app.get_options()) {
     if (!opt->nonpositional()) continue;
-    for (const std::string& s : Spellings(opt)) {
+    for (const std::string& s : spellings(opt)) {
       global_flags.push_back(s);
       if (opt->get_expected_max() > 0 && opt->get_type_size_max() > 0) valued.insert(s);
     }
@@ -44,7 +44,7 @@ std::string BashCompletionScript(const CLI::App& app) {
         if (opt->get_name() == "job.yaml") file_verbs.push_back(verb->get_name());
         continue;
       }
-      for (const std::string& s : Spellings(opt)) {
+      for (const std::string& s : spellings(opt)) {
         flags.push_back(s);
         if (opt->get_expected_max() > 0 && opt->get_type_size_max() > 0) valued.insert(s);
       }
@@ -62,7 +62,7 @@ std::string BashCompletionScript(const CLI::App& app) {
     absl::StrAppend(&positional, "    ", absl::StrJoin(file_verbs, "|"),
                     ") COMPREPLY=($(compgen -f -- \"$cur\")) ;;\n");
   }
-  for (const CompletionVerb& v : ReadCompletionModel(app).verbs) {
+  for (const CompletionVerb& v : read_completion_model(app).verbs) {
     if (v.choices.empty()) continue;
     absl::StrAppend(&positional, "    ", v.name, ") COMPREPLY=($(compgen -W \"", absl::StrJoin(v.choices, " "),
                     "\" -- \"$cur\")) ;;\n");
@@ -74,7 +74,7 @@ std::string BashCompletionScript(const CLI::App& app) {
   }
   // The values of a flag, by verb ("list:-o"; "*:--token-file" for a global flag): a
   // file, or the words of its type name (completion_model.h).
-  const CompletionModel model = ReadCompletionModel(app);
+  const CompletionModel model = read_completion_model(app);
   std::string value_arms;
   std::set<std::string> completed;
   auto arm = [&](const std::string& verb, const CompletionFlag& f) {

@@ -12,10 +12,10 @@ class App;
 
 namespace fp8::ctl {
 
-std::string BashCompletionScript(const CLI::App& app);
+std::string bash_completion_script(const CLI::App& app);
 // The same for zsh (completion_zsh.cc) and fish (completion_fish.cc), from the verbs and
 // flags as completion_model.h reads them.
-std::string ZshCompletionScript(const CLI::App& app);
-std::string FishCompletionScript(const CLI::App& app);
+std::string zsh_completion_script(const CLI::App& app);
+std::string fish_completion_script(const CLI::App& app);
 
 }  // namespace fp8::ctl

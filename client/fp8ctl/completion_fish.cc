@@ -12,13 +12,13 @@ namespace fp8::ctl {
 namespace {
 
 // The first clause of a help text, short enough for fish's pager.
-std::string Short(const std::string& help) {
-  std::string s = ShortHelp(help);
+std::string fish_description(const std::string& help) {
+  std::string s = short_help(help);
   if (s.size() > 70) s = s.substr(0, 67) + "...";
-  return SingleQuoted(s);
+  return single_quoted(s);
 }
 
-std::string FlagLine(const std::string& condition, const CompletionFlag& f) {
+std::string flag_line(const std::string& condition, const CompletionFlag& f) {
   std::string line = "complete -c fp8ctl";
   if (!condition.empty()) absl::StrAppend(&line, " -n '", condition, "'");
   for (const std::string& s : f.spellings) {
@@ -32,13 +32,13 @@ std::string FlagLine(const std::string& condition, const CompletionFlag& f) {
   } else if (f.takes_value) {
     absl::StrAppend(&line, " -x");
   }
-  return absl::StrCat(line, " -d '", Short(f.help), "'\n");
+  return absl::StrCat(line, " -d '", fish_description(f.help), "'\n");
 }
 
 }  // namespace
 
-std::string FishCompletionScript(const CLI::App& app) {
-  const CompletionModel m = ReadCompletionModel(app);
+std::string fish_completion_script(const CLI::App& app) {
+  const CompletionModel m = read_completion_model(app);
   std::string s =
       "# fish completion for fp8ctl. Load it with:\n"
       "#   fp8ctl completion fish | source\n"
@@ -51,12 +51,12 @@ std::string FishCompletionScript(const CLI::App& app) {
   std::vector<std::string> verbs, id_verbs;
   for (const CompletionVerb& v : m.verbs) {
     verbs.push_back(v.name);
-    absl::StrAppend(&s, "complete -c fp8ctl -n __fish_use_subcommand -a ", v.name, " -d '", Short(v.help), "'\n");
+    absl::StrAppend(&s, "complete -c fp8ctl -n __fish_use_subcommand -a ", v.name, " -d '", fish_description(v.help), "'\n");
   }
-  for (const CompletionFlag& f : m.global_flags) absl::StrAppend(&s, FlagLine("", f));
+  for (const CompletionFlag& f : m.global_flags) absl::StrAppend(&s, flag_line("", f));
   for (const CompletionVerb& v : m.verbs) {
     const std::string in_verb = absl::StrCat("__fish_seen_subcommand_from ", v.name);
-    for (const CompletionFlag& f : v.flags) absl::StrAppend(&s, FlagLine(in_verb, f));
+    for (const CompletionFlag& f : v.flags) absl::StrAppend(&s, flag_line(in_verb, f));
     if (v.takes_job_id) id_verbs.push_back(v.name);
     if (v.takes_file) absl::StrAppend(&s, "complete -c fp8ctl -n '", in_verb, "' -F\n");
     if (!v.choices.empty()) {

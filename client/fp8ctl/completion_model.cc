@@ -9,7 +9,7 @@
 namespace fp8::ctl {
 namespace {
 
-CompletionFlag FlagOf(const CLI::Option& opt) {
+CompletionFlag flag_of(const CLI::Option& opt) {
   CompletionFlag f;
   for (const std::string& l : opt.get_lnames()) f.spellings.push_back("--" + l);
   for (const std::string& s : opt.get_snames()) f.spellings.push_back("-" + s);
@@ -25,10 +25,10 @@ CompletionFlag FlagOf(const CLI::Option& opt) {
 
 }  // namespace
 
-CompletionModel ReadCompletionModel(const CLI::App& app) {
+CompletionModel read_completion_model(const CLI::App& app) {
   CompletionModel m;
   for (const CLI::Option* opt : app.get_options()) {
-    if (opt->nonpositional()) m.global_flags.push_back(FlagOf(*opt));
+    if (opt->nonpositional()) m.global_flags.push_back(flag_of(*opt));
   }
   for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
     CompletionVerb v;
@@ -36,14 +36,14 @@ CompletionModel ReadCompletionModel(const CLI::App& app) {
     v.help = sub->get_description();
     for (const CLI::Option* opt : sub->get_options()) {
       if (opt->nonpositional()) {
-        v.flags.push_back(FlagOf(*opt));
+        v.flags.push_back(flag_of(*opt));
       } else if (opt->get_name() == "ID") {
         v.takes_job_id = true;
         v.many_job_ids = opt->get_expected_max() > 1;
       } else if (opt->get_name() == "job.yaml") {
         v.takes_file = true;
       } else {
-        v.choices = FlagOf(*opt).choices;
+        v.choices = flag_of(*opt).choices;
       }
     }
     m.verbs.push_back(std::move(v));
@@ -51,12 +51,12 @@ CompletionModel ReadCompletionModel(const CLI::App& app) {
   return m;
 }
 
-std::string ShortHelp(const std::string& help) {
+std::string short_help(const std::string& help) {
   std::string s = help.substr(0, std::min(help.find("; "), help.find(" (")));
   while (!s.empty() && s.back() == ' ') s.pop_back();
   return s;
 }
 
-std::string SingleQuoted(const std::string& text) { return absl::StrReplaceAll(text, {{"'", "'\\''"}}); }
+std::string single_quoted(const std::string& text) { return absl::StrReplaceAll(text, {{"'", "'\\''"}}); }
 
 }  // namespace fp8::ctl

@@ -35,12 +35,12 @@ struct CompletionModel {
   std::vector<CompletionVerb> verbs;
 };
 
-CompletionModel ReadCompletionModel(const CLI::App& app);
+CompletionModel read_completion_model(const CLI::App& app);
 
 // The first clause of a help text (up to "; " or " ("), to describe a verb or flag.
-std::string ShortHelp(const std::string& help);
+std::string short_help(const std::string& help);
 
 // Text safe inside a single-quoted shell word: ' becomes '\''.
-std::string SingleQuoted(const std::string& text);
+std::string single_quoted(const std::string& text);
 
 }  // namespace fp8::ctl

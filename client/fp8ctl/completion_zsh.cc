@@ -14,13 +14,13 @@ namespace {
 
 // A help text inside an _arguments "[...]" description (brackets would end it) and a
 // single-quoted word.
-std::string Description(const std::string& help) {
-  return SingleQuoted(absl::StrReplaceAll(ShortHelp(help), {{"[", "("}, {"]", ")"}, {"\\", "/"}}));
+std::string description(const std::string& help) {
+  return single_quoted(absl::StrReplaceAll(short_help(help), {{"[", "("}, {"]", ")"}, {"\\", "/"}}));
 }
 
 // One _arguments spec per spelling: '*--output[desc]:format:(table json yaml)'. '*' lets
 // a flag repeat (--set, --state), and costs nothing for the others.
-std::string FlagSpecs(const CompletionFlag& f, const std::string& pad) {
+std::string flag_specs(const CompletionFlag& f, const std::string& pad) {
   std::string action;
   if (f.file) {
     action = ":file:_files";
@@ -31,15 +31,15 @@ std::string FlagSpecs(const CompletionFlag& f, const std::string& pad) {
   }
   std::string out;
   for (const std::string& s : f.spellings) {
-    absl::StrAppend(&out, pad, "'*", s, "[", Description(f.help), "]", action, "'\n");
+    absl::StrAppend(&out, pad, "'*", s, "[", description(f.help), "]", action, "'\n");
   }
   return out;
 }
 
 }  // namespace
 
-std::string ZshCompletionScript(const CLI::App& app) {
-  const CompletionModel m = ReadCompletionModel(app);
+std::string zsh_completion_script(const CLI::App& app) {
+  const CompletionModel m = read_completion_model(app);
   std::string s =
       "#compdef fp8ctl\n"
       "# zsh completion for fp8ctl. Load it with:\n"
@@ -55,10 +55,10 @@ std::string ZshCompletionScript(const CLI::App& app) {
       "  local _fp8ctl_cmd=${words[1]}\n"
       "  local -a globals verbs\n"
       "  globals=(\n";
-  for (const CompletionFlag& f : m.global_flags) absl::StrAppend(&s, FlagSpecs(f, "    "));
+  for (const CompletionFlag& f : m.global_flags) absl::StrAppend(&s, flag_specs(f, "    "));
   absl::StrAppend(&s, "  )\n  verbs=(\n");
   for (const CompletionVerb& v : m.verbs) {
-    absl::StrAppend(&s, "    '", v.name, ":", absl::StrReplaceAll(Description(v.help), {{":", "\\:"}}), "'\n");
+    absl::StrAppend(&s, "    '", v.name, ":", absl::StrReplaceAll(description(v.help), {{":", "\\:"}}), "'\n");
   }
   absl::StrAppend(&s,
                   "  )\n"
@@ -70,7 +70,7 @@ std::string ZshCompletionScript(const CLI::App& app) {
   for (const CompletionVerb& v : m.verbs) {
     absl::StrAppend(&s, "        ", v.name, ")\n          _arguments $globals \\\n");
     for (const CompletionFlag& f : v.flags) {
-      std::string specs = FlagSpecs(f, "            ");
+      std::string specs = flag_specs(f, "            ");
       absl::StrAppend(&s, absl::StrReplaceAll(specs, {{"'\n", "' \\\n"}}));
     }
     if (v.takes_job_id) {

@@ -13,7 +13,7 @@ namespace fp8::ctl {
 namespace {
 
 template <typename T>
-std::string Shortest(T v) {
+std::string shortest(T v) {
   char buf[64];
   const std::to_chars_result r = std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, r.ptr);
@@ -21,7 +21,7 @@ std::string Shortest(T v) {
 
 // JSON's escapes for what must be escaped, and nothing else: '>' and non-ASCII UTF-8 stay
 // as they are, so that the output reads like the table does.
-std::string JsonString(const std::string& s) {
+std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
@@ -43,12 +43,12 @@ std::string JsonString(const std::string& s) {
   return out + "\"";
 }
 
-bool IsEmptyContainer(const Document& d) {
+bool is_empty_container(const Document& d) {
   return (d.kind() == Document::Kind::kArray && d.items().empty()) ||
          (d.kind() == Document::Kind::kObject && d.fields().empty());
 }
 
-void EmitJson(const Document& d, int indent, std::string* out) {
+void emit_json(const Document& d, int indent, std::string* out) {
   const std::string pad(static_cast<size_t>(indent) + 2, ' ');
   switch (d.kind()) {
     case Document::Kind::kNull: *out += "null"; return;
@@ -56,7 +56,7 @@ void EmitJson(const Document& d, int indent, std::string* out) {
     case Document::Kind::kInt:
     case Document::Kind::kUint:
     case Document::Kind::kDouble: *out += d.text(); return;
-    case Document::Kind::kString: *out += JsonString(d.text()); return;
+    case Document::Kind::kString: *out += json_string(d.text()); return;
     case Document::Kind::kArray:
       if (d.items().empty()) {
         *out += "[]";
@@ -65,7 +65,7 @@ void EmitJson(const Document& d, int indent, std::string* out) {
       *out += "[";
       for (size_t i = 0; i < d.items().size(); ++i) {
         *out += (i == 0 ? "\n" : ",\n") + pad;
-        EmitJson(d.items()[i], indent + 2, out);
+        emit_json(d.items()[i], indent + 2, out);
       }
       *out += "\n" + std::string(static_cast<size_t>(indent), ' ') + "]";
       return;
@@ -76,8 +76,8 @@ void EmitJson(const Document& d, int indent, std::string* out) {
       }
       *out += "{";
       for (size_t i = 0; i < d.fields().size(); ++i) {
-        *out += (i == 0 ? "\n" : ",\n") + pad + JsonString(d.fields()[i].first) + ": ";
-        EmitJson(d.fields()[i].second, indent + 2, out);
+        *out += (i == 0 ? "\n" : ",\n") + pad + json_string(d.fields()[i].first) + ": ";
+        emit_json(d.fields()[i].second, indent + 2, out);
       }
       *out += "\n" + std::string(static_cast<size_t>(indent), ' ') + "}";
       return;
@@ -85,7 +85,7 @@ void EmitJson(const Document& d, int indent, std::string* out) {
 }
 
 // Plain scalars that YAML would read as something other than the same string.
-bool NeedsQuotes(const std::string& s) {
+bool needs_quotes(const std::string& s) {
   if (s.empty()) return true;
   const std::string lower = absl::AsciiStrToLower(s);
   for (const char* word : {"true", "false", "yes", "no", "on", "off", "null", "~", "y", "n"}) {
@@ -106,119 +106,119 @@ bool NeedsQuotes(const std::string& s) {
 }
 
 // YAML double-quoted scalars take JSON's escapes.
-std::string YamlString(const std::string& s) { return NeedsQuotes(s) ? JsonString(s) : s; }
+std::string yaml_string(const std::string& s) { return needs_quotes(s) ? json_string(s) : s; }
 
-std::string YamlScalar(const Document& d) {
+std::string yaml_scalar(const Document& d) {
   switch (d.kind()) {
     case Document::Kind::kNull: return "null";
-    case Document::Kind::kString: return YamlString(d.text());
+    case Document::Kind::kString: return yaml_string(d.text());
     default: return d.text();
   }
 }
 
-bool IsContainer(const Document& d) {
+bool is_container(const Document& d) {
   return d.kind() == Document::Kind::kArray || d.kind() == Document::Kind::kObject;
 }
 
-void EmitYaml(const Document& d, int indent, std::string* out);
+void emit_yaml(const Document& d, int indent, std::string* out);
 
 // The text after "key:" or "-": a scalar on the same line, a container on the next ones.
-void EmitYamlAfter(const Document& d, int indent, bool in_list, std::string* out) {
-  if (IsEmptyContainer(d)) {
+void emit_yaml_after(const Document& d, int indent, bool in_list, std::string* out) {
+  if (is_empty_container(d)) {
     *out += d.kind() == Document::Kind::kObject ? " {}\n" : " []\n";
   } else if (d.kind() == Document::Kind::kObject) {
     *out += "\n";
-    EmitYaml(d, indent + 2, out);
+    emit_yaml(d, indent + 2, out);
   } else if (d.kind() == Document::Kind::kArray) {
     *out += "\n";
     // A list under a key stays at the key's indent (common YAML style); nested lists indent.
-    EmitYaml(d, in_list ? indent + 2 : indent, out);
+    emit_yaml(d, in_list ? indent + 2 : indent, out);
   } else {
-    *out += " " + YamlScalar(d) + "\n";
+    *out += " " + yaml_scalar(d) + "\n";
   }
 }
 
-void EmitYaml(const Document& d, int indent, std::string* out) {
+void emit_yaml(const Document& d, int indent, std::string* out) {
   const std::string pad(static_cast<size_t>(indent), ' ');
   if (d.kind() == Document::Kind::kObject) {
     for (const auto& [key, value] : d.fields()) {
-      *out += pad + YamlString(key) + ":";
-      EmitYamlAfter(value, indent, false, out);
+      *out += pad + yaml_string(key) + ":";
+      emit_yaml_after(value, indent, false, out);
     }
   } else if (d.kind() == Document::Kind::kArray) {
     for (const Document& item : d.items()) {
-      if (item.kind() == Document::Kind::kObject && !IsEmptyContainer(item)) {
+      if (item.kind() == Document::Kind::kObject && !is_empty_container(item)) {
         // Compact form: the map's first key on the dash's line ("- id: job-1").
         std::string block;
-        EmitYaml(item, indent + 2, &block);
+        emit_yaml(item, indent + 2, &block);
         *out += pad + "- " + block.substr(static_cast<size_t>(indent) + 2);
         continue;
       }
       *out += pad + "-";
-      EmitYamlAfter(item, indent, true, out);
+      emit_yaml_after(item, indent, true, out);
     }
   } else {
-    *out += pad + YamlScalar(d) + "\n";
+    *out += pad + yaml_scalar(d) + "\n";
   }
 }
 
 }  // namespace
 
-Document Document::Bool(bool v) {
+Document Document::of_bool(bool v) {
   Document d;
   d.kind_ = Kind::kBool;
   d.text_ = v ? "true" : "false";
   return d;
 }
 
-Document Document::Int(int64_t v) {
+Document Document::of_int(int64_t v) {
   Document d;
   d.kind_ = Kind::kInt;
   d.text_ = absl::StrCat(v);
   return d;
 }
 
-Document Document::Uint(uint64_t v) {
+Document Document::of_uint(uint64_t v) {
   Document d;
   d.kind_ = Kind::kUint;
   d.text_ = absl::StrCat(v);
   return d;
 }
 
-Document Document::Double(double v, bool float_precision) {
-  if (std::isnan(v)) return String("NaN");
-  if (std::isinf(v)) return String(v > 0 ? "Infinity" : "-Infinity");
+Document Document::of_double(double v, bool float_precision) {
+  if (std::isnan(v)) return of_string("NaN");
+  if (std::isinf(v)) return of_string(v > 0 ? "Infinity" : "-Infinity");
   Document d;
   d.kind_ = Kind::kDouble;
-  d.text_ = float_precision ? Shortest(static_cast<float>(v)) : Shortest(v);
+  d.text_ = float_precision ? shortest(static_cast<float>(v)) : shortest(v);
   return d;
 }
 
-Document Document::String(std::string v) {
+Document Document::of_string(std::string v) {
   Document d;
   d.kind_ = Kind::kString;
   d.text_ = std::move(v);
   return d;
 }
 
-Document Document::Array() {
+Document Document::array() {
   Document d;
   d.kind_ = Kind::kArray;
   return d;
 }
 
-Document Document::Object() {
+Document Document::object() {
   Document d;
   d.kind_ = Kind::kObject;
   return d;
 }
 
-Document& Document::Add(Document v) {
+Document& Document::add(Document v) {
   items_.push_back(std::move(v));
   return *this;
 }
 
-Document& Document::Set(const std::string& key, Document v) {
+Document& Document::set(const std::string& key, Document v) {
   for (auto& [k, existing] : fields_) {
     if (k == key) {
       existing = std::move(v);
@@ -229,26 +229,26 @@ Document& Document::Set(const std::string& key, Document v) {
   return *this;
 }
 
-const Document* Document::Find(const std::string& key) const {
+const Document* Document::find(const std::string& key) const {
   for (const auto& [k, v] : fields_) {
     if (k == key) return &v;
   }
   return nullptr;
 }
 
-std::string Document::Json() const {
+std::string Document::json() const {
   std::string out;
-  EmitJson(*this, 0, &out);
+  emit_json(*this, 0, &out);
   return out + "\n";
 }
 
-std::string Document::Yaml() const {
-  if (IsEmptyContainer(*this)) return kind_ == Kind::kObject ? "{}\n" : "[]\n";
+std::string Document::yaml() const {
+  if (is_empty_container(*this)) return kind_ == Kind::kObject ? "{}\n" : "[]\n";
   std::string out;
-  if (IsContainer(*this)) {
-    EmitYaml(*this, 0, &out);
+  if (is_container(*this)) {
+    emit_yaml(*this, 0, &out);
   } else {
-    out = YamlScalar(*this) + "\n";
+    out = yaml_scalar(*this) + "\n";
   }
   return out;
 }

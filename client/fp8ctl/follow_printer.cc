@@ -11,7 +11,7 @@
 
 namespace fp8::ctl {
 
-void EtaEstimator::Observe(int32_t attempt, int64_t step, int64_t time_unix_ms) {
+void EtaEstimator::observe(int32_t attempt, int64_t step, int64_t time_unix_ms) {
   if (attempt != attempt_ || step < last_step_) {
     attempt_ = attempt;
     first_step_ = last_step_ = step;
@@ -22,7 +22,7 @@ void EtaEstimator::Observe(int32_t attempt, int64_t step, int64_t time_unix_ms) 
   last_ms_ = time_unix_ms;
 }
 
-std::optional<double> EtaEstimator::SecondsLeft(int64_t total_steps) const {
+std::optional<double> EtaEstimator::seconds_left(int64_t total_steps) const {
   if (attempt_ < 0 || total_steps <= 0) return std::nullopt;
   if (last_step_ >= total_steps) return 0.0;
   const int64_t steps = last_step_ - first_step_;
@@ -32,7 +32,7 @@ std::optional<double> EtaEstimator::SecondsLeft(int64_t total_steps) const {
          static_cast<double>(steps);
 }
 
-std::string ProgressLine(const ProgressLineInput& in) {
+std::string progress_line(const ProgressLineInput& in) {
   std::string line = absl::StrCat("step ", in.step);
   if (in.total_steps > 0) {
     const double pct = 100.0 * static_cast<double>(in.step) / static_cast<double>(in.total_steps);
@@ -40,12 +40,12 @@ std::string ProgressLine(const ProgressLineInput& in) {
   }
   absl::StrAppend(&line, absl::StrFormat("  loss %.4f", in.loss));
   if (in.val_loss.has_value()) absl::StrAppend(&line, absl::StrFormat("  val %.4f", *in.val_loss));
-  absl::StrAppend(&line, "  tok/s ", SiRate(in.tokens_per_second));
-  absl::StrAppend(&line, "  ETA ", in.eta_seconds.has_value() ? ClockDuration(*in.eta_seconds) : "?");
+  absl::StrAppend(&line, "  tok/s ", si_rate(in.tokens_per_second));
+  absl::StrAppend(&line, "  ETA ", in.eta_seconds.has_value() ? clock_duration(*in.eta_seconds) : "?");
   return line;
 }
 
-std::string ProgressBar(int64_t step, int64_t total, int width) {
+std::string progress_bar(int64_t step, int64_t total, int width) {
   const double done = total > 0 ? std::clamp(static_cast<double>(step) / static_cast<double>(total), 0.0, 1.0) : 0.0;
   const int filled = static_cast<int>(std::floor(done * width));
   return absl::StrCat("[", std::string(static_cast<size_t>(filled), '#'),
@@ -60,51 +60,51 @@ FollowPrinter::FollowPrinter(std::ostream& out, bool terminal, int64_t total_ste
       world_size_(world_size < 1 ? 1 : world_size),
       summary_(total_steps, tokens_per_rank_step) {}
 
-void FollowPrinter::Line(int64_t time_unix_ms, const std::string& text) {
+void FollowPrinter::line(int64_t time_unix_ms, const std::string& text) {
   // Over a live progress line: clear it, print the event, then draw the progress again.
   if (terminal_ && !live_.empty()) out_ << "\r\x1b[K";
-  out_ << LocalTime(time_unix_ms, /*with_date=*/false) << "  " << text << "\n";
+  out_ << local_time(time_unix_ms, /*with_date=*/false) << "  " << text << "\n";
   if (terminal_ && !live_.empty()) out_ << live_;
   out_.flush();
 }
 
-void FollowPrinter::Progress(const v1::JobEvent& event) {
+void FollowPrinter::progress(const v1::JobEvent& event) {
   const v1::ProgressEvent& pe = event.progress();
   const v1::TrainingProgress& p = pe.progress();
-  eta_.Observe(pe.attempt(), p.step(), p.time_unix_ms());
+  eta_.observe(pe.attempt(), p.step(), p.time_unix_ms());
   ProgressLineInput in;
   in.step = p.step();
   in.total_steps = total_steps_;
   in.loss = p.loss();
   if (p.has_val_loss()) in.val_loss = p.val_loss();
   in.tokens_per_second = p.tokens_per_second() * world_size_;
-  in.eta_seconds = eta_.SecondsLeft(total_steps_);
-  const std::string line = ProgressLine(in);
+  in.eta_seconds = eta_.seconds_left(total_steps_);
+  const std::string text = progress_line(in);
   if (terminal_) {
-    live_ = total_steps_ > 0 ? absl::StrCat(ProgressBar(in.step, total_steps_), " ", line) : line;
+    live_ = total_steps_ > 0 ? absl::StrCat(progress_bar(in.step, total_steps_), " ", text) : text;
     out_ << "\r\x1b[K" << live_;
     out_.flush();
   } else {
-    Line(event.time_unix_ms(), line);
+    line(event.time_unix_ms(), text);
   }
 }
 
-void FollowPrinter::OnEvent(const v1::JobEvent& event) {
-  summary_.OnEvent(event);
+void FollowPrinter::on_event(const v1::JobEvent& event) {
+  summary_.on_event(event);
   switch (event.event_case()) {
     case v1::JobEvent::kStateChange: {
       const v1::JobStateChange& c = event.state_change();
       // The first event of a job has no previous state: "state QUEUED: submitted".
       std::string text = c.previous() == v1::Job::STATE_UNSPECIFIED
-                             ? absl::StrCat("state ", JobStateName(c.current()))
-                             : absl::StrCat("state ", JobStateName(c.previous()), " -> ", JobStateName(c.current()));
+                             ? absl::StrCat("state ", job_state_name(c.current()))
+                             : absl::StrCat("state ", job_state_name(c.previous()), " -> ", job_state_name(c.current()));
       if (!c.reason().empty()) absl::StrAppend(&text, ": ", c.reason());
-      if (IsFinal(c.current())) {
+      if (is_final(c.current())) {
         final_state_ = c.current();
         final_reason_ = c.reason();
-        Finish();  // the progress line stays above the final state line
+        finish();  // the progress line stays above the final state line
       }
-      Line(event.time_unix_ms(), text);
+      line(event.time_unix_ms(), text);
       break;
     }
     case v1::JobEvent::kAttemptStarted: {
@@ -116,39 +116,39 @@ void FollowPrinter::OnEvent(const v1::JobEvent& event) {
       std::string text = absl::StrCat("attempt ", a.attempt(), " started: ", absl::StrJoin(ranks, ", "));
       absl::StrAppend(&text, a.resumed_from_step() > 0 ? absl::StrCat("; resuming from step ", a.resumed_from_step())
                                                          : "; from scratch");
-      Line(event.time_unix_ms(), text);
+      line(event.time_unix_ms(), text);
       break;
     }
     case v1::JobEvent::kAttemptEnded: {
       const v1::AttemptEnded& a = event.attempt_ended();
-      std::string text = absl::StrCat("attempt ", a.attempt(), " ended ", AttemptStateName(a.state()));
+      std::string text = absl::StrCat("attempt ", a.attempt(), " ended ", attempt_state_name(a.state()));
       if (!a.reason().empty()) absl::StrAppend(&text, ": ", a.reason());
-      Line(event.time_unix_ms(), text);
+      line(event.time_unix_ms(), text);
       break;
     }
     case v1::JobEvent::kNumerics: {
-      if (!numerics_.Add(event)) break;  // a repeat: counted in the summary
+      if (!numerics_.add(event)) break;  // a repeat: counted in the summary
       const v1::NumericsEvent& n = event.numerics();
-      Line(event.time_unix_ms(),
-           absl::StrCat("numerics: ", n.message().empty() ? NumericsKindName(n.kind()) : n.message(),
+      line(event.time_unix_ms(),
+           absl::StrCat("numerics: ", n.message().empty() ? numerics_kind_name(n.kind()) : n.message(),
                         " (repeats of it are counted in the summary)"));
       break;
     }
     case v1::JobEvent::kProgress:
-      Progress(event);
+      progress(event);
       break;
     case v1::JobEvent::EVENT_NOT_SET:
       break;
   }
 }
 
-void FollowPrinter::PrintSummary() {
-  Finish();
-  out_ << summary_.Render();
+void FollowPrinter::print_summary() {
+  finish();
+  out_ << summary_.render();
   out_.flush();
 }
 
-void FollowPrinter::Finish() {
+void FollowPrinter::finish() {
   if (terminal_ && !live_.empty()) {
     out_ << "\n";
     out_.flush();

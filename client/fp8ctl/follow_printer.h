@@ -22,9 +22,9 @@ namespace fp8::ctl {
 // the new attempt's rate is what matters, and its steps restart from a checkpoint).
 class EtaEstimator {
  public:
-  void Observe(int32_t attempt, int64_t step, int64_t time_unix_ms);
+  void observe(int32_t attempt, int64_t step, int64_t time_unix_ms);
   // Seconds to reach `total_steps`; nullopt until two reports of one attempt are apart.
-  std::optional<double> SecondsLeft(int64_t total_steps) const;
+  std::optional<double> seconds_left(int64_t total_steps) const;
 
  private:
   int32_t attempt_ = -1;
@@ -41,10 +41,10 @@ struct ProgressLineInput {
 };
 
 // "step 20/40 (50%)  loss 3.4521  val 3.5012  tok/s 12.3k  ETA 0:12"
-std::string ProgressLine(const ProgressLineInput& in);
+std::string progress_line(const ProgressLineInput& in);
 
 // "[##########..........]" for step of total, `width` cells inside the brackets.
-std::string ProgressBar(int64_t step, int64_t total, int width = 24);
+std::string progress_bar(int64_t step, int64_t total, int width = 24);
 
 class FollowPrinter {
  public:
@@ -53,19 +53,19 @@ class FollowPrinter {
   FollowPrinter(std::ostream& out, bool terminal, int64_t total_steps, int world_size,
                 int64_t tokens_per_rank_step = 0);
 
-  void OnEvent(const v1::JobEvent& event);
+  void on_event(const v1::JobEvent& event);
   // Ends a live progress line, so that what follows starts on a fresh line.
-  void Finish();
-  // Finish(), then the summary (follow_summary.h).
-  void PrintSummary();
+  void finish();
+  // finish(), then the summary (follow_summary.h).
+  void print_summary();
 
   // The final state once a state change into one has been seen.
   std::optional<v1::Job::State> final_state() const { return final_state_; }
   const std::string& final_reason() const { return final_reason_; }
 
  private:
-  void Line(int64_t time_unix_ms, const std::string& text);
-  void Progress(const v1::JobEvent& event);
+  void line(int64_t time_unix_ms, const std::string& text);
+  void progress(const v1::JobEvent& event);
 
   std::ostream& out_;
   bool terminal_;

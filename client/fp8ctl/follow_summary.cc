@@ -8,7 +8,7 @@
 
 namespace fp8::ctl {
 
-void FollowSummary::OnEvent(const v1::JobEvent& event) {
+void FollowSummary::on_event(const v1::JobEvent& event) {
   switch (event.event_case()) {
     case v1::JobEvent::kAttemptStarted: {
       const v1::AttemptStarted& a = event.attempt_started();
@@ -29,10 +29,10 @@ void FollowSummary::OnEvent(const v1::JobEvent& event) {
       break;
     }
     case v1::JobEvent::kNumerics:
-      numerics_.Add(event);
+      numerics_.add(event);
       break;
     case v1::JobEvent::kStateChange:
-      if (IsFinal(event.state_change().current())) {
+      if (is_final(event.state_change().current())) {
         outcome_ = event.state_change().current();
         end_ms_ = event.time_unix_ms();
       }
@@ -50,13 +50,13 @@ int64_t FollowSummary::tokens() const {
   return total;
 }
 
-std::string FollowSummary::Render() const {
+std::string FollowSummary::render() const {
   auto item = [](const std::string& name, const std::string& value) {
     return absl::StrFormat("  %-12s%s\n", name, value);
   };
   std::string out = "Summary:\n";
   const int64_t step = last_.has_value() ? last_->step() : 0;
-  absl::StrAppend(&out, item("outcome", absl::StrCat(outcome_.has_value() ? JobStateName(*outcome_) : "-",
+  absl::StrAppend(&out, item("outcome", absl::StrCat(outcome_.has_value() ? job_state_name(*outcome_) : "-",
                                                        " at step ", step,
                                                        total_steps_ > 0 ? absl::StrCat("/", total_steps_) : "")));
   if (first_.has_value()) {
@@ -68,9 +68,9 @@ std::string FollowSummary::Render() const {
   absl::StrAppend(&out, item("validation", val_.has_value() ? absl::StrFormat("%.4f (step %d)", val_->second,
                                                                               val_->first)
                                                             : std::string("- (no evaluation ran)")));
-  absl::StrAppend(&out, item("tokens", SiRate(static_cast<double>(tokens()))));
+  absl::StrAppend(&out, item("tokens", si_rate(static_cast<double>(tokens()))));
   absl::StrAppend(&out, item("wall time", first_attempt_ms_ > 0 && end_ms_ >= first_attempt_ms_
-                                              ? ClockDuration(static_cast<double>(end_ms_ - first_attempt_ms_) / 1000.0)
+                                              ? clock_duration(static_cast<double>(end_ms_ - first_attempt_ms_) / 1000.0)
                                               : std::string("-")));
   absl::StrAppend(&out, item("restarts", absl::StrCat(restarts())));
   if (numerics_.events() == 0) {
@@ -80,7 +80,7 @@ std::string FollowSummary::Render() const {
   absl::StrAppend(&out, item("numerics", absl::StrCat(numerics_.events(), " events of ", numerics_.groups().size(),
                                                       " kinds (fp8ctl events ID lists each)")));
   for (const NumericsGroup& g : numerics_.groups()) {
-    absl::StrAppend(&out, "    ", GroupName(g), ": ", g.count, " (", StepSpan(g), ")\n");
+    absl::StrAppend(&out, "    ", group_name(g), ": ", g.count, " (", step_span(g), ")\n");
   }
   return out;
 }

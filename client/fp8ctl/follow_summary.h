@@ -21,7 +21,7 @@ class FollowSummary {
   FollowSummary(int64_t total_steps, int64_t tokens_per_rank_step)
       : total_steps_(total_steps), tokens_per_rank_step_(tokens_per_rank_step) {}
 
-  void OnEvent(const v1::JobEvent& event);
+  void on_event(const v1::JobEvent& event);
 
   // Tokens trained over every attempt (steps each advanced past its checkpoint x its ranks
   // x tokens per rank step): work redone after a restart counts.
@@ -29,7 +29,7 @@ class FollowSummary {
   int restarts() const { return attempts_.empty() ? 0 : static_cast<int>(attempts_.size()) - 1; }
 
   // "Summary:" and one indented line per item, each ending with '\n'.
-  std::string Render() const;
+  std::string render() const;
 
  private:
   struct AttemptWork {

@@ -9,22 +9,22 @@
 
 namespace fp8::ctl {
 
-std::string JobStateName(v1::Job::State state);           // "RUNNING"
-std::string AttemptStateName(v1::Attempt::State state);    // "SUCCEEDED"
-std::string RecipeName(v1::Fp8Spec::Recipe recipe);        // "tensorwise"
-std::string DeviceName(v1::ResourceSpec::Device device);   // "cpu"
-bool IsFinal(v1::Job::State state);
+std::string job_state_name(v1::Job::State state);           // "RUNNING"
+std::string attempt_state_name(v1::Attempt::State state);    // "SUCCEEDED"
+std::string recipe_name(v1::Fp8Spec::Recipe recipe);        // "tensorwise"
+std::string device_name(v1::ResourceSpec::Device device);   // "cpu"
+bool is_final(v1::Job::State state);
 
 // Local time "YYYY-MM-DD hh:mm:ss" ("hh:mm:ss" when `with_date` is false);
 // "-" for 0 (not yet).
-std::string LocalTime(int64_t unix_ms, bool with_date = true);
+std::string local_time(int64_t unix_ms, bool with_date = true);
 // A coarse age: "45s", "12m", "3h04m", "2d03h"; negative ages (clock skew) read "0s".
-std::string Age(int64_t ms);
+std::string age(int64_t ms);
 // A duration as a clock: "0:07", "12:34", "1:02:03".
-std::string ClockDuration(double seconds);
+std::string clock_duration(double seconds);
 // A rate with an SI suffix: "950", "12.3k", "4.56M".
-std::string SiRate(double per_second);
+std::string si_rate(double per_second);
 
-int64_t NowUnixMs();
+int64_t now_unix_ms();
 
 }  // namespace fp8::ctl

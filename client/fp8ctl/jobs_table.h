@@ -10,9 +10,9 @@
 
 namespace fp8::ctl {
 
-std::string JobsTable(const v1::ListJobsResponse& response, int64_t now_unix_ms, bool wide);
+std::string jobs_table(const v1::ListJobsResponse& response, int64_t now_unix_ms, bool wide);
 
 // "job/job-3": what -o name prints for a job.
-std::string JobName(const std::string& job_id);
+std::string job_name(const std::string& job_id);
 
 }  // namespace fp8::ctl

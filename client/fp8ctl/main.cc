@@ -15,7 +15,7 @@ namespace {
 
 // The first word that is neither a flag nor a global flag's value, when it names no verb:
 // CLI11 would only say "A subcommand is required".
-std::optional<std::string> UnknownVerb(const CLI::App& app, int argc, char** argv) {
+std::optional<std::string> unknown_verb(const CLI::App& app, int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--coordinator" || arg == "--token" || arg == "--token-file" || arg == "--coordinator-ca") {
@@ -38,28 +38,28 @@ int main(int argc, char** argv) {
   CLI::App app("fp8ctl: submit, follow and inspect fp8 training jobs on an fp8 coordinator", "fp8ctl");
   app.require_subcommand(1);
   GlobalFlags flags;
-  AddGlobalFlags(app, &flags);
+  add_global_flags(app, &flags);
   std::vector<Verb> verbs = {
-      AddSubmitVerb(app),
-      AddFollowVerb(app),
-      AddListVerb(app),
-      AddDescribeVerb(app),
-      AddLogsVerb(app),
-      AddCancelVerb(app),
-      AddResumeVerb(app),
-      AddCloneVerb(app),
-      AddWorkersVerb(app),
-      AddAmaxVerb(app),
-      AddEventsVerb(app),
-      AddPlotVerb(app),
-      AddVersionVerb(app),
-      AddCompletionVerb(app),
+      add_submit_verb(app),
+      add_follow_verb(app),
+      add_list_verb(app),
+      add_describe_verb(app),
+      add_logs_verb(app),
+      add_cancel_verb(app),
+      add_resume_verb(app),
+      add_clone_verb(app),
+      add_workers_verb(app),
+      add_amax_verb(app),
+      add_events_verb(app),
+      add_plot_verb(app),
+      add_version_verb(app),
+      add_completion_verb(app),
   };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    if (std::optional<std::string> verb = UnknownVerb(app, argc, argv)) {
+    if (std::optional<std::string> verb = unknown_verb(app, argc, argv)) {
       std::fprintf(stderr, "fp8ctl: unknown verb '%s'; the verbs are submit, follow, list, describe, logs, cancel, resume, clone, workers, amax, events, plot, version, completion\n",
                    verb->c_str());
       return kExitUsage;
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fp8ctl: %s\nfp8ctl: run `fp8ctl --help` (or `fp8ctl VERB --help`) for usage\n", e.what());
     return kExitUsage;
   }
-  Session session(ResolveClientConfig(flags, ProcessEnv(), RealFiles()));
+  Session session(resolve_client_config(flags, process_env(), real_files()));
   for (Verb& verb : verbs) {
     if (verb.command->parsed()) return verb.run(session);
   }

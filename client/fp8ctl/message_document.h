@@ -13,9 +13,9 @@
 
 namespace fp8::ctl {
 
-Document MessageDocument(const google::protobuf::Message& message);
+Document message_document(const google::protobuf::Message& message);
 
 // "YYYY-MM-DDThh:mm:ss.mmmZ"; a null Document for 0 or less.
-Document TimeDocument(int64_t unix_ms);
+Document time_document(int64_t unix_ms);
 
 }  // namespace fp8::ctl

@@ -10,7 +10,7 @@
 
 namespace fp8::ctl {
 
-bool NumericsGroups::Add(const v1::JobEvent& event) {
+bool NumericsGroups::add(const v1::JobEvent& event) {
   if (!event.has_numerics()) return false;
   const v1::NumericsEvent& n = event.numerics();
   ++events_;
@@ -32,33 +32,33 @@ bool NumericsGroups::Add(const v1::JobEvent& event) {
   return fresh;
 }
 
-std::string NumericsKindName(v1::NumericsEvent::Kind kind) {
+std::string numerics_kind_name(v1::NumericsEvent::Kind kind) {
   if (kind == v1::NumericsEvent::KIND_UNSPECIFIED) return "UNKNOWN";
   return v1::NumericsEvent::Kind_Name(kind);
 }
 
-std::string GroupName(const NumericsGroup& g) {
-  std::string out = NumericsKindName(g.kind);
+std::string group_name(const NumericsGroup& g) {
+  std::string out = numerics_kind_name(g.kind);
   if (!g.layer.empty()) absl::StrAppend(&out, " ", g.layer);
-  if (g.operand != v1::AmaxHistory::OPERAND_UNSPECIFIED) absl::StrAppend(&out, " ", OperandName(g.operand));
+  if (g.operand != v1::AmaxHistory::OPERAND_UNSPECIFIED) absl::StrAppend(&out, " ", operand_name(g.operand));
   return out;
 }
 
-std::string StepSpan(const NumericsGroup& g) {
+std::string step_span(const NumericsGroup& g) {
   return g.first_step == g.last_step ? absl::StrCat("step ", g.first_step)
                                      : absl::StrCat("steps ", g.first_step, "-", g.last_step);
 }
 
-std::string NumericsEventsTable(const std::vector<v1::JobEvent>& events) {
+std::string numerics_events_table(const std::vector<v1::JobEvent>& events) {
   Table t({"TIME", "ATTEMPT", "STEP", "KIND", "LAYER", "OPERAND", "VALUE", "THRESHOLD", "MESSAGE"});
   for (const v1::JobEvent& e : events) {
     if (!e.has_numerics()) continue;
     const v1::NumericsEvent& n = e.numerics();
-    t.AddRow({LocalTime(e.time_unix_ms()), absl::StrCat(n.attempt()), absl::StrCat(n.step()), NumericsKindName(n.kind()),
-              n.layer().empty() ? "-" : n.layer(), OperandName(n.operand()), absl::StrFormat("%.4g", n.value()),
+    t.add_row({local_time(e.time_unix_ms()), absl::StrCat(n.attempt()), absl::StrCat(n.step()), numerics_kind_name(n.kind()),
+              n.layer().empty() ? "-" : n.layer(), operand_name(n.operand()), absl::StrFormat("%.4g", n.value()),
               absl::StrFormat("%.4g", n.threshold()), n.message()});
   }
-  return t.Render();
+  return t.render();
 }
 
 }  // namespace fp8::ctl

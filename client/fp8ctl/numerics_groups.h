@@ -27,7 +27,7 @@ class NumericsGroups {
  public:
   // Counts `event` into its group; true when it opened a new one (its first event). Other
   // events than numerics are ignored (false).
-  bool Add(const v1::JobEvent& event);
+  bool add(const v1::JobEvent& event);
   // In the order each group's first event came.
   const std::vector<NumericsGroup>& groups() const { return groups_; }
   int64_t events() const { return events_; }
@@ -39,14 +39,14 @@ class NumericsGroups {
 };
 
 // "SATURATION", "AMAX_JUMP", ...
-std::string NumericsKindName(v1::NumericsEvent::Kind kind);
+std::string numerics_kind_name(v1::NumericsEvent::Kind kind);
 // "steps 5-60" or "step 5".
-std::string StepSpan(const NumericsGroup& g);
+std::string step_span(const NumericsGroup& g);
 // "SATURATION layers.0.attention.wq input" (the layer and operand left out when empty).
-std::string GroupName(const NumericsGroup& g);
+std::string group_name(const NumericsGroup& g);
 
 // `fp8ctl events`: TIME, ATTEMPT, STEP, KIND, LAYER, OPERAND, VALUE, THRESHOLD, MESSAGE,
 // one line per numerics event (other events are skipped).
-std::string NumericsEventsTable(const std::vector<v1::JobEvent>& events);
+std::string numerics_events_table(const std::vector<v1::JobEvent>& events);
 
 }  // namespace fp8::ctl

@@ -12,7 +12,7 @@
 namespace fp8::ctl {
 namespace {
 
-const char* FormatName(OutputFormat f) {
+const char* format_name(OutputFormat f) {
   switch (f) {
     case OutputFormat::kTable: return "table";
     case OutputFormat::kWide: return "wide";
@@ -24,9 +24,9 @@ const char* FormatName(OutputFormat f) {
 }
 
 // "table, json or yaml"
-std::string Choices(const std::vector<OutputFormat>& offered) {
+std::string choice_list(const std::vector<OutputFormat>& offered) {
   std::vector<std::string> names;
-  for (OutputFormat f : offered) names.push_back(FormatName(f));
+  for (OutputFormat f : offered) names.push_back(format_name(f));
   if (names.size() < 2) return names.empty() ? std::string() : names[0];
   const std::string last = names.back();
   names.pop_back();
@@ -34,22 +34,22 @@ std::string Choices(const std::vector<OutputFormat>& offered) {
 }
 
 // "table|json|yaml"
-std::string TypeName(const std::vector<OutputFormat>& offered) {
+std::string type_name(const std::vector<OutputFormat>& offered) {
   std::vector<std::string> names;
-  for (OutputFormat f : offered) names.push_back(FormatName(f));
+  for (OutputFormat f : offered) names.push_back(format_name(f));
   return absl::StrJoin(names, "|");
 }
 
 }  // namespace
 
-void AddOutputFlag(CLI::App* verb, OutputFormat* format, std::vector<OutputFormat> offered) {
-  const std::string choices = Choices(offered);
+void add_output_flag(CLI::App* verb, OutputFormat* format, std::vector<OutputFormat> offered) {
+  const std::string choices = choice_list(offered);
   verb->add_option_function<std::string>(
       "-o,--output",
       [format, offered, choices](const std::string& value) {
         const std::string v = absl::AsciiStrToLower(value);
         for (OutputFormat f : offered) {
-          if (v == FormatName(f)) {
+          if (v == format_name(f)) {
             *format = f;
             return;
           }
@@ -57,23 +57,23 @@ void AddOutputFlag(CLI::App* verb, OutputFormat* format, std::vector<OutputForma
         throw CLI::ValidationError("--output", absl::StrCat("expected ", choices, ", not '", value, "'"));
       },
       absl::StrCat(choices, " (default: table)"))
-      ->type_name(TypeName(offered));  // the help's "-o table|json|yaml"; completion reads it
+      ->type_name(type_name(offered));  // the help's "-o table|json|yaml"; completion reads it
 }
 
-bool IsDocument(OutputFormat format) { return format == OutputFormat::kJson || format == OutputFormat::kYaml; }
+bool is_document(OutputFormat format) { return format == OutputFormat::kJson || format == OutputFormat::kYaml; }
 
-std::string RenderDocument(const Document& doc, OutputFormat format) {
-  return format == OutputFormat::kYaml ? doc.Yaml() : doc.Json();
+std::string render_document(const Document& doc, OutputFormat format) {
+  return format == OutputFormat::kYaml ? doc.yaml() : doc.json();
 }
 
-int PrintDocument(const Document& doc, OutputFormat format) {
-  std::cout << RenderDocument(doc, format);
+int print_document(const Document& doc, OutputFormat format) {
+  std::cout << render_document(doc, format);
   std::cout.flush();
   return static_cast<int>(kExitOk);
 }
 
-int PrintMessage(const google::protobuf::Message& message, OutputFormat format) {
-  return PrintDocument(MessageDocument(message), format);
+int print_message(const google::protobuf::Message& message, OutputFormat format) {
+  return print_document(message_document(message), format);
 }
 
 }  // namespace fp8::ctl

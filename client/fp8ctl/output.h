@@ -19,18 +19,18 @@ enum class OutputFormat { kTable, kWide, kName, kJson, kYaml };
 
 // Adds --output/-o to a verb, accepting the formats in `offered` (the default: table);
 // another is a usage error listing them.
-void AddOutputFlag(CLI::App* verb, OutputFormat* format,
+void add_output_flag(CLI::App* verb, OutputFormat* format,
                    std::vector<OutputFormat> offered = {OutputFormat::kTable, OutputFormat::kJson,
                                                         OutputFormat::kYaml});
 
 // json or yaml: the formats that print a Document.
-bool IsDocument(OutputFormat format);
+bool is_document(OutputFormat format);
 
 // `doc` as JSON or YAML (`format` must be one of them).
-std::string RenderDocument(const Document& doc, OutputFormat format);
+std::string render_document(const Document& doc, OutputFormat format);
 
 // A verb's -o json|yaml output on stdout; returns the verb's exit code.
-int PrintDocument(const Document& doc, OutputFormat format);
-int PrintMessage(const google::protobuf::Message& message, OutputFormat format);
+int print_document(const Document& doc, OutputFormat format);
+int print_message(const google::protobuf::Message& message, OutputFormat format);
 
 }  // namespace fp8::ctl

@@ -10,12 +10,12 @@ namespace fp8::ctl {
 namespace {
 
 // RFC 4180: a field with a comma, quote or line break is quoted, quotes doubled.
-std::string Field(const std::string& s) {
+std::string field(const std::string& s) {
   if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
   return absl::StrCat("\"", absl::StrReplaceAll(s, {{"\"", "\"\""}}), "\"");
 }
 
-std::string Number(double v) {
+std::string number(double v) {
   char buf[64];
   const std::to_chars_result r = std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, r.ptr);
@@ -23,13 +23,13 @@ std::string Number(double v) {
 
 }  // namespace
 
-std::string ProgressCsv(const std::vector<JobProgress>& jobs) {
+std::string progress_csv(const std::vector<JobProgress>& jobs) {
   std::string out = "job_id,name,recipe,step,loss,val_loss,tokens_per_second\n";
   for (const JobProgress& j : jobs) {
     for (const auto& [step, p] : j.by_step) {
-      absl::StrAppend(&out, Field(j.job_id), ",", Field(j.name), ",", Field(j.recipe), ",", step, ",",
-                      Number(p.loss()), ",", p.has_val_loss() ? Number(p.val_loss()) : "", ",",
-                      Number(p.tokens_per_second() * std::max(1, j.world_size)), "\n");
+      absl::StrAppend(&out, field(j.job_id), ",", field(j.name), ",", field(j.recipe), ",", step, ",",
+                      number(p.loss()), ",", p.has_val_loss() ? number(p.val_loss()) : "", ",",
+                      number(p.tokens_per_second() * std::max(1, j.world_size)), "\n");
     }
   }
   return out;

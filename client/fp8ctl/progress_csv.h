@@ -20,6 +20,6 @@ struct JobProgress {
 
 // A header and a row per job and step; val_loss empty where no evaluation ran,
 // tokens_per_second the job's (rank 0's x world size), non-finite values as nan/inf.
-std::string ProgressCsv(const std::vector<JobProgress>& jobs);
+std::string progress_csv(const std::vector<JobProgress>& jobs);
 
 }  // namespace fp8::ctl

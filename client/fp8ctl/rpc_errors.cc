@@ -10,7 +10,7 @@
 
 namespace fp8::ctl {
 
-int ExitCodeForStatus(grpc::StatusCode code) {
+int exit_code_for_status(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::OK:
       return kExitOk;
@@ -29,14 +29,14 @@ int ExitCodeForStatus(grpc::StatusCode code) {
   }
 }
 
-std::string HowToGetToken() {
+std::string how_to_get_token() {
   return "get a token with `fp8-coordinator token --role user --name NAME` on the coordinator's host "
          "(an admin token is in its <state-dir>/fp8-admin.token) and pass it with --token, FP8_TOKEN, "
          "--token-file FILE, FP8_TOKEN_FILE, ./fp8-admin.token or ~/.config/fp8ctl/token";
 }
 
-CliError FromRpcStatus(const grpc::Status& status, absl::string_view what, const RpcTarget& target) {
-  const int code = ExitCodeForStatus(status.error_code());
+CliError from_rpc_status(const grpc::Status& status, absl::string_view what, const RpcTarget& target) {
+  const int code = exit_code_for_status(status.error_code());
   const std::string detail = status.error_message();
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
@@ -53,7 +53,7 @@ CliError FromRpcStatus(const grpc::Status& status, absl::string_view what, const
     case grpc::StatusCode::UNAUTHENTICATED:
       return {code, absl::StrCat(what, ": the coordinator at ", target.address, " refused the token from ",
                                  target.token_source.empty() ? "nowhere" : target.token_source, " (", detail,
-                                 "); ", HowToGetToken())};
+                                 "); ", how_to_get_token())};
     case grpc::StatusCode::INVALID_ARGUMENT: {
       // Spec problems come one per line ("spec.train.lr: ..."): keep one line each.
       std::string lines;
@@ -67,7 +67,7 @@ CliError FromRpcStatus(const grpc::Status& status, absl::string_view what, const
   }
 }
 
-int Report(const CliError& error) {
+int report(const CliError& error) {
   for (absl::string_view line : absl::StrSplit(error.message, '\n', absl::SkipEmpty())) {
     std::fprintf(stderr, "fp8ctl: %s\n", std::string(line).c_str());
   }

@@ -22,15 +22,15 @@ struct RpcTarget {
 };
 
 // The exit code for a gRPC status code (exit_codes.h); OK maps to 0.
-int ExitCodeForStatus(grpc::StatusCode code);
+int exit_code_for_status(grpc::StatusCode code);
 
 // `what` names the call for the message ("submit", "get job job-3").
-CliError FromRpcStatus(const grpc::Status& status, absl::string_view what, const RpcTarget& target);
+CliError from_rpc_status(const grpc::Status& status, absl::string_view what, const RpcTarget& target);
 
 // How to get a token, appended to authentication errors.
-std::string HowToGetToken();
+std::string how_to_get_token();
 
 // Prints each line of the message to stderr prefixed "fp8ctl: " and returns the exit code.
-int Report(const CliError& error);
+int report(const CliError& error);
 
 }  // namespace fp8::ctl

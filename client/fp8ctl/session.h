@@ -24,15 +24,15 @@ class Session {
 
   // Resolves the token and opens the channel; an error says what to fix (exit 5 for no
   // token, 2 for a bad --coordinator-ca or token file).
-  std::optional<CliError> Connect();
+  std::optional<CliError> connect();
 
   v1::JobService::Stub& stub() { return *stub_; }
   const ClientConfig& config() const { return config_; }
 
   // A context carrying the token; with a deadline of kRpcDeadline unless `stream`.
-  std::unique_ptr<grpc::ClientContext> Context(bool stream = false) const;
+  std::unique_ptr<grpc::ClientContext> context(bool stream = false) const;
 
-  CliError Error(const grpc::Status& status, absl::string_view what) const;
+  CliError error(const grpc::Status& status, absl::string_view what) const;
 
  private:
   ClientConfig config_;

@@ -6,14 +6,14 @@
 
 namespace fp8::ctl {
 
-StoredEventsResult ReadStoredEvents(Session& session, const std::string& job_id, bool include_progress,
+StoredEventsResult read_stored_events(Session& session, const std::string& job_id, bool include_progress,
                                     std::chrono::milliseconds first_event_wait, std::chrono::milliseconds quiet_gap) {
   using Clock = std::chrono::steady_clock;
   StoredEventsResult result;
   v1::WatchJobRequest req;
   req.set_job_id(job_id);
   req.set_include_progress(include_progress);
-  std::unique_ptr<grpc::ClientContext> ctx = session.Context();  // the 10 s deadline bounds it all
+  std::unique_ptr<grpc::ClientContext> ctx = session.context();  // the 10 s deadline bounds it all
   std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = session.stub().WatchJob(ctx.get(), req);
 
   // A watchdog cancels the call once the stream has been quiet for the gap.

@@ -20,7 +20,7 @@ struct StoredEventsResult {
   grpc::Status status;  // OK also when the quiet gap ended the read
 };
 
-StoredEventsResult ReadStoredEvents(Session& session, const std::string& job_id, bool include_progress = false,
+StoredEventsResult read_stored_events(Session& session, const std::string& job_id, bool include_progress = false,
                                     std::chrono::milliseconds first_event_wait = std::chrono::seconds(3),
                                     std::chrono::milliseconds quiet_gap = std::chrono::milliseconds(400));
 

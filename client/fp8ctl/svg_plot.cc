@@ -27,7 +27,7 @@ struct Range {
 };
 
 // The axis for values in [lo, hi] (lo > hi: no values): widened to whole tick steps.
-Range AxisFor(double lo, double hi) {
+Range axis_for(double lo, double hi) {
   if (!(lo <= hi)) {
     lo = 0;
     hi = 1;
@@ -37,15 +37,15 @@ Range AxisFor(double lo, double hi) {
     hi += pad;
   }
   Range r;
-  r.ticks = NiceTicks(lo, hi);
+  r.ticks = nice_ticks(lo, hi);
   const double step = r.ticks.size() >= 2 ? r.ticks[1] - r.ticks[0] : (hi - lo);
   r.lo = std::min(lo, std::floor(lo / step + 1e-9) * step);
   r.hi = std::max(hi, std::ceil(hi / step - 1e-9) * step);
-  r.ticks = NiceTicks(r.lo, r.hi);
+  r.ticks = nice_ticks(r.lo, r.hi);
   return r;
 }
 
-std::string TickLabel(double v, double step) {
+std::string tick_label(double v, double step) {
   if (std::abs(v) < std::abs(step) * 1e-9) v = 0;
   const double a = std::abs(v);
   if (a >= 1e6) return absl::StrFormat("%gM", v / 1e6);
@@ -53,19 +53,19 @@ std::string TickLabel(double v, double step) {
   return absl::StrFormat("%.6g", v);
 }
 
-std::string Num(double v) { return absl::StrFormat("%.1f", v); }
+std::string num(double v) { return absl::StrFormat("%.1f", v); }
 
-bool Finite(const PlotPoint& p) { return std::isfinite(p.x) && std::isfinite(p.y); }
+bool finite(const PlotPoint& p) { return std::isfinite(p.x) && std::isfinite(p.y); }
 
 }  // namespace
 
-std::string SeriesColour(size_t i) {
+std::string series_colour(size_t i) {
   static const char* const kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                                          "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
   return kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
 }
 
-std::vector<double> NiceTicks(double lo, double hi, int target) {
+std::vector<double> nice_ticks(double lo, double hi, int target) {
   if (!std::isfinite(lo) || !std::isfinite(hi) || hi <= lo || target < 1) return {lo};
   const double raw = (hi - lo) / target;
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
@@ -81,7 +81,7 @@ std::vector<double> NiceTicks(double lo, double hi, int target) {
   return ticks;
 }
 
-std::string XmlEscape(const std::string& text) {
+std::string xml_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
@@ -96,7 +96,7 @@ std::string XmlEscape(const std::string& text) {
   return out;
 }
 
-std::string RenderSvg(const PlotDocument& doc) {
+std::string render_svg(const PlotDocument& doc) {
   const double legend_height = kLegendTop + kLegendRow * static_cast<double>(doc.legend.size()) + 8;
   const double chart_height = kChartTitle + kPlotHeight + kChartBottom;
   const double height = legend_height + chart_height * static_cast<double>(doc.charts.size()) + 8;
@@ -112,9 +112,9 @@ std::string RenderSvg(const PlotDocument& doc) {
   absl::StrAppend(&out, "<g class=\"legend\">\n");
   for (size_t i = 0; i < doc.legend.size(); ++i) {
     const double y = kLegendTop + kLegendRow * static_cast<double>(i);
-    absl::StrAppend(&out, "<line x1=\"", Num(kMarginLeft), "\" y1=\"", Num(y + 5), "\" x2=\"", Num(kMarginLeft + 24),
-                    "\" y2=\"", Num(y + 5), "\" stroke=\"", SeriesColour(i), "\" stroke-width=\"3\"/>\n");
-    absl::StrAppend(&out, "<text x=\"", Num(kMarginLeft + 32), "\" y=\"", Num(y + 9), "\">", XmlEscape(doc.legend[i]),
+    absl::StrAppend(&out, "<line x1=\"", num(kMarginLeft), "\" y1=\"", num(y + 5), "\" x2=\"", num(kMarginLeft + 24),
+                    "\" y2=\"", num(y + 5), "\" stroke=\"", series_colour(i), "\" stroke-width=\"3\"/>\n");
+    absl::StrAppend(&out, "<text x=\"", num(kMarginLeft + 32), "\" y=\"", num(y + 9), "\">", xml_escape(doc.legend[i]),
                     "</text>\n");
   }
   absl::StrAppend(&out, "</g>\n");
@@ -128,7 +128,7 @@ std::string RenderSvg(const PlotDocument& doc) {
     size_t dropped = 0;
     for (const PlotSeries& s : chart.series) {
       for (const PlotPoint& p : s.points) {
-        if (!Finite(p)) {
+        if (!finite(p)) {
           ++dropped;
           continue;
         }
@@ -138,53 +138,53 @@ std::string RenderSvg(const PlotDocument& doc) {
         y_hi = std::max(y_hi, p.y);
       }
     }
-    const Range xr = AxisFor(x_lo, x_hi);
-    const Range yr = AxisFor(y_lo, y_hi);
+    const Range xr = axis_for(x_lo, x_hi);
+    const Range yr = axis_for(y_lo, y_hi);
     auto px = [&](double x) { return kMarginLeft + (x - xr.lo) / (xr.hi - xr.lo) * plot_w; };
     auto py = [&](double y) { return bottom - (y - yr.lo) / (yr.hi - yr.lo) * kPlotHeight; };
 
     std::string title = chart.title;
     if (dropped > 0) absl::StrAppend(&title, " (", dropped, " non-finite value", dropped == 1 ? "" : "s", " not drawn)");
-    absl::StrAppend(&out, "<g class=\"chart\">\n<text x=\"", Num(kMarginLeft), "\" y=\"", Num(top - 10),
-                    "\" font-size=\"14\" font-weight=\"bold\">", XmlEscape(title), "</text>\n");
+    absl::StrAppend(&out, "<g class=\"chart\">\n<text x=\"", num(kMarginLeft), "\" y=\"", num(top - 10),
+                    "\" font-size=\"14\" font-weight=\"bold\">", xml_escape(title), "</text>\n");
     // Grid lines and tick labels.
     const double xstep = xr.ticks.size() >= 2 ? xr.ticks[1] - xr.ticks[0] : 1;
     const double ystep = yr.ticks.size() >= 2 ? yr.ticks[1] - yr.ticks[0] : 1;
     for (double t : yr.ticks) {
       const double y = py(t);
-      absl::StrAppend(&out, "<line x1=\"", Num(kMarginLeft), "\" y1=\"", Num(y), "\" x2=\"", Num(kMarginLeft + plot_w),
-                      "\" y2=\"", Num(y), "\" stroke=\"#e0e0e0\"/>\n");
-      absl::StrAppend(&out, "<text x=\"", Num(kMarginLeft - 6), "\" y=\"", Num(y + 4), "\" text-anchor=\"end\">",
-                      XmlEscape(TickLabel(t, ystep)), "</text>\n");
+      absl::StrAppend(&out, "<line x1=\"", num(kMarginLeft), "\" y1=\"", num(y), "\" x2=\"", num(kMarginLeft + plot_w),
+                      "\" y2=\"", num(y), "\" stroke=\"#e0e0e0\"/>\n");
+      absl::StrAppend(&out, "<text x=\"", num(kMarginLeft - 6), "\" y=\"", num(y + 4), "\" text-anchor=\"end\">",
+                      xml_escape(tick_label(t, ystep)), "</text>\n");
     }
     for (double t : xr.ticks) {
       const double x = px(t);
-      absl::StrAppend(&out, "<line x1=\"", Num(x), "\" y1=\"", Num(top), "\" x2=\"", Num(x), "\" y2=\"", Num(bottom),
+      absl::StrAppend(&out, "<line x1=\"", num(x), "\" y1=\"", num(top), "\" x2=\"", num(x), "\" y2=\"", num(bottom),
                       "\" stroke=\"#e0e0e0\"/>\n");
-      absl::StrAppend(&out, "<text x=\"", Num(x), "\" y=\"", Num(bottom + 16), "\" text-anchor=\"middle\">",
-                      XmlEscape(TickLabel(t, xstep)), "</text>\n");
+      absl::StrAppend(&out, "<text x=\"", num(x), "\" y=\"", num(bottom + 16), "\" text-anchor=\"middle\">",
+                      xml_escape(tick_label(t, xstep)), "</text>\n");
     }
     // Axes.
-    absl::StrAppend(&out, "<line x1=\"", Num(kMarginLeft), "\" y1=\"", Num(bottom), "\" x2=\"", Num(kMarginLeft + plot_w),
-                    "\" y2=\"", Num(bottom), "\" stroke=\"black\"/>\n");
-    absl::StrAppend(&out, "<line x1=\"", Num(kMarginLeft), "\" y1=\"", Num(top), "\" x2=\"", Num(kMarginLeft),
-                    "\" y2=\"", Num(bottom), "\" stroke=\"black\"/>\n");
-    absl::StrAppend(&out, "<text x=\"", Num(kMarginLeft + plot_w / 2), "\" y=\"", Num(bottom + 36),
-                    "\" text-anchor=\"middle\">", XmlEscape(chart.x_label), "</text>\n");
+    absl::StrAppend(&out, "<line x1=\"", num(kMarginLeft), "\" y1=\"", num(bottom), "\" x2=\"", num(kMarginLeft + plot_w),
+                    "\" y2=\"", num(bottom), "\" stroke=\"black\"/>\n");
+    absl::StrAppend(&out, "<line x1=\"", num(kMarginLeft), "\" y1=\"", num(top), "\" x2=\"", num(kMarginLeft),
+                    "\" y2=\"", num(bottom), "\" stroke=\"black\"/>\n");
+    absl::StrAppend(&out, "<text x=\"", num(kMarginLeft + plot_w / 2), "\" y=\"", num(bottom + 36),
+                    "\" text-anchor=\"middle\">", xml_escape(chart.x_label), "</text>\n");
     // The series.
     for (size_t i = 0; i < chart.series.size(); ++i) {
       std::vector<PlotPoint> pts;
       for (const PlotPoint& p : chart.series[i].points) {
-        if (Finite(p)) pts.push_back(p);
+        if (finite(p)) pts.push_back(p);
       }
       std::stable_sort(pts.begin(), pts.end(), [](const PlotPoint& a, const PlotPoint& b) { return a.x < b.x; });
       std::string coords;
-      for (const PlotPoint& p : pts) absl::StrAppend(&coords, coords.empty() ? "" : " ", Num(px(p.x)), ",", Num(py(p.y)));
-      absl::StrAppend(&out, "<polyline fill=\"none\" stroke=\"", SeriesColour(i), "\" stroke-width=\"2\" points=\"",
+      for (const PlotPoint& p : pts) absl::StrAppend(&coords, coords.empty() ? "" : " ", num(px(p.x)), ",", num(py(p.y)));
+      absl::StrAppend(&out, "<polyline fill=\"none\" stroke=\"", series_colour(i), "\" stroke-width=\"2\" points=\"",
                       coords, "\"/>\n");
       if (pts.size() == 1) {
-        absl::StrAppend(&out, "<circle cx=\"", Num(px(pts[0].x)), "\" cy=\"", Num(py(pts[0].y)), "\" r=\"3\" fill=\"",
-                        SeriesColour(i), "\"/>\n");
+        absl::StrAppend(&out, "<circle cx=\"", num(px(pts[0].x)), "\" cy=\"", num(py(pts[0].y)), "\" r=\"3\" fill=\"",
+                        series_colour(i), "\"/>\n");
       }
     }
     absl::StrAppend(&out, "</g>\n");

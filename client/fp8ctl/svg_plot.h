@@ -34,16 +34,16 @@ struct PlotDocument {
 };
 
 // The colour of series `i` (distinct for the first 10, then repeating): "#1f77b4".
-std::string SeriesColour(size_t i);
+std::string series_colour(size_t i);
 
 // Tick values covering [lo, hi] at a "nice" step (1, 2 or 5 times a power of ten); about
 // `target` of them.
-std::vector<double> NiceTicks(double lo, double hi, int target = 5);
+std::vector<double> nice_ticks(double lo, double hi, int target = 5);
 
 // The whole document, starting with "<svg" and ending with "</svg>\n".
-std::string RenderSvg(const PlotDocument& doc);
+std::string render_svg(const PlotDocument& doc);
 
 // &, <, >, " and ' as entities.
-std::string XmlEscape(const std::string& text);
+std::string xml_escape(const std::string& text);
 
 }  // namespace fp8::ctl

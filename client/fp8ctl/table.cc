@@ -4,7 +4,7 @@
 
 namespace fp8::ctl {
 
-size_t DisplayWidth(const std::string& text) {
+size_t display_width(const std::string& text) {
   return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) {
     return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
   }));
@@ -12,15 +12,15 @@ size_t DisplayWidth(const std::string& text) {
 
 Table::Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
 
-void Table::AddRow(std::vector<std::string> cells) {
+void Table::add_row(std::vector<std::string> cells) {
   cells.resize(headers_.size());
   rows_.push_back(std::move(cells));
 }
 
-std::string Table::Render() const {
+std::string Table::render() const {
   std::vector<size_t> width(headers_.size(), 0);
   auto measure = [&](const std::vector<std::string>& row) {
-    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], DisplayWidth(row[i]));
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], display_width(row[i]));
   };
   measure(headers_);
   for (const auto& row : rows_) measure(row);
@@ -30,7 +30,7 @@ std::string Table::Render() const {
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) {
       line += row[i];
-      if (i + 1 < row.size()) line.append(width[i] - DisplayWidth(row[i]) + 3, ' ');
+      if (i + 1 < row.size()) line.append(width[i] - display_width(row[i]) + 3, ' ');
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";

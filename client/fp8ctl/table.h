@@ -11,10 +11,10 @@ class Table {
  public:
   explicit Table(std::vector<std::string> headers);
   // A row shorter than the header is padded with empty cells; a longer one is cut.
-  void AddRow(std::vector<std::string> cells);
+  void add_row(std::vector<std::string> cells);
   size_t rows() const { return rows_.size(); }
   // Every line ends with '\n'; the last column carries no trailing spaces.
-  std::string Render() const;
+  std::string render() const;
 
  private:
   std::vector<std::string> headers_;
@@ -22,6 +22,6 @@ class Table {
 };
 
 // Characters in UTF-8 text (continuation bytes not counted).
-size_t DisplayWidth(const std::string& text);
+size_t display_width(const std::string& text);
 
 }  // namespace fp8::ctl

@@ -17,7 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // The components of `path` below `root`, or INVALID_ARGUMENT.
-absl::StatusOr<std::vector<std::string>> PartsBelow(const fs::path& root, const fs::path& path, const char* field) {
+absl::StatusOr<std::vector<std::string>> parts_below(const fs::path& root, const fs::path& path, const char* field) {
   if (!path.is_absolute()) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": '", path.string(), "' is not an absolute path"));
   }
@@ -43,7 +43,7 @@ absl::StatusOr<std::vector<std::string>> PartsBelow(const fs::path& root, const 
 
 // Why opening `name` in `dir` failed with `error`. A link opened with O_NOFOLLOW fails
 // with ELOOP, or with ENOTDIR where a folder was asked for: lstat tells which it was.
-absl::Status OpenError(const char* field, const fs::path& path, const fs::path& at, int dir, const std::string& name,
+absl::Status open_error(const char* field, const fs::path& path, const fs::path& at, int dir, const std::string& name,
                        int error) {
   struct stat st {};
   const bool link = ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
@@ -54,7 +54,7 @@ absl::Status OpenError(const char* field, const fs::path& path, const fs::path& 
   return absl::InvalidArgumentError(absl::StrCat(field, ": '", path.string(), "': ", at.string(), " ", why));
 }
 
-absl::StatusOr<UniqueFd> OpenRoot(const fs::path& root, const char* field) {
+absl::StatusOr<UniqueFd> open_root(const fs::path& root, const char* field) {
   UniqueFd fd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": its root ", root.string(), ": ", std::strerror(errno)));
@@ -63,16 +63,16 @@ absl::StatusOr<UniqueFd> OpenRoot(const fs::path& root, const char* field) {
 }
 
 // Opens (creating when `create`) each folder of parts[0..n) beneath `dir`.
-absl::StatusOr<UniqueFd> WalkFolders(UniqueFd dir, const fs::path& root, const std::vector<std::string>& parts,
+absl::StatusOr<UniqueFd> walk_folders(UniqueFd dir, const fs::path& root, const std::vector<std::string>& parts,
                                      size_t n, bool create, const fs::path& path, const char* field) {
   fs::path at = root;
   for (size_t i = 0; i < n; ++i) {
     at /= parts[i];
     if (create && ::mkdirat(dir.get(), parts[i].c_str(), 0755) != 0 && errno != EEXIST) {
-      return OpenError(field, path, at, dir.get(), parts[i], errno);
+      return open_error(field, path, at, dir.get(), parts[i], errno);
     }
     UniqueFd next(::openat(dir.get(), parts[i].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (next.get() < 0) return OpenError(field, path, at, dir.get(), parts[i], errno);
+    if (next.get() < 0) return open_error(field, path, at, dir.get(), parts[i], errno);
     dir = std::move(next);
   }
   return dir;
@@ -98,16 +98,16 @@ int UniqueFd::release() {
   return fd;
 }
 
-absl::StatusOr<UniqueFd> OpenFileBeneath(const fs::path& root, const fs::path& path, const char* field) {
-  absl::StatusOr<std::vector<std::string>> parts = PartsBelow(root, path, field);
+absl::StatusOr<UniqueFd> open_file_beneath(const fs::path& root, const fs::path& path, const char* field) {
+  absl::StatusOr<std::vector<std::string>> parts = parts_below(root, path, field);
   if (!parts.ok()) return parts.status();
   if (parts->empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": '", path.string(), "' is its root"));
-  absl::StatusOr<UniqueFd> dir = OpenRoot(root, field);
+  absl::StatusOr<UniqueFd> dir = open_root(root, field);
   if (!dir.ok()) return dir.status();
-  dir = WalkFolders(std::move(*dir), root, *parts, parts->size() - 1, /*create=*/false, path, field);
+  dir = walk_folders(std::move(*dir), root, *parts, parts->size() - 1, /*create=*/false, path, field);
   if (!dir.ok()) return dir.status();
   UniqueFd file(::openat(dir->get(), parts->back().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (file.get() < 0) return OpenError(field, path, path, dir->get(), parts->back(), errno);
+  if (file.get() < 0) return open_error(field, path, path, dir->get(), parts->back(), errno);
   struct stat st {};
   if (::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": '", path.string(), "' is not a regular file"));
@@ -118,27 +118,27 @@ absl::StatusOr<UniqueFd> OpenFileBeneath(const fs::path& root, const fs::path& p
 namespace {
 
 // The folder `path` itself, walked to from the root (each folder created first if `create`).
-absl::StatusOr<UniqueFd> OpenFolderBeneath(const fs::path& root, const fs::path& path, bool create,
+absl::StatusOr<UniqueFd> open_folder_beneath(const fs::path& root, const fs::path& path, bool create,
                                            const char* field) {
-  absl::StatusOr<std::vector<std::string>> parts = PartsBelow(root, path, field);
+  absl::StatusOr<std::vector<std::string>> parts = parts_below(root, path, field);
   if (!parts.ok()) return parts.status();
-  absl::StatusOr<UniqueFd> dir = OpenRoot(root, field);
+  absl::StatusOr<UniqueFd> dir = open_root(root, field);
   if (!dir.ok()) return dir.status();
-  return WalkFolders(std::move(*dir), root, *parts, parts->size(), create, path, field);
+  return walk_folders(std::move(*dir), root, *parts, parts->size(), create, path, field);
 }
 
 }  // namespace
 
-absl::StatusOr<UniqueFd> OpenDirBeneath(const fs::path& root, const fs::path& path, const char* field) {
-  return OpenFolderBeneath(root, path, /*create=*/false, field);
+absl::StatusOr<UniqueFd> open_dir_beneath(const fs::path& root, const fs::path& path, const char* field) {
+  return open_folder_beneath(root, path, /*create=*/false, field);
 }
 
-absl::StatusOr<UniqueFd> MakeDirsBeneath(const fs::path& root, const fs::path& path, const char* field) {
-  return OpenFolderBeneath(root, path, /*create=*/true, field);
+absl::StatusOr<UniqueFd> make_dirs_beneath(const fs::path& root, const fs::path& path, const char* field) {
+  return open_folder_beneath(root, path, /*create=*/true, field);
 }
 
-bool IsBeneath(const fs::path& root, const fs::path& path) { return PartsBelow(root, path, "").ok(); }
+bool is_beneath(const fs::path& root, const fs::path& path) { return parts_below(root, path, "").ok(); }
 
-fs::path FdPath(int fd) { return fs::path("/proc/self/fd") / std::to_string(fd); }
+fs::path fd_path(int fd) { return fs::path("/proc/self/fd") / std::to_string(fd); }
 
 }  // namespace fp8::fs_confined

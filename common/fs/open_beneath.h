@@ -35,23 +35,23 @@ class UniqueFd {
 // Opens `path` (absolute, lexically under `root`, no "." or ".." parts) for reading; a
 // regular file only. INVALID_ARGUMENT naming the path and the component that is a link,
 // or is missing, or is not a directory; `field` ("data.path") starts the message.
-absl::StatusOr<UniqueFd> OpenFileBeneath(const std::filesystem::path& root, const std::filesystem::path& path,
+absl::StatusOr<UniqueFd> open_file_beneath(const std::filesystem::path& root, const std::filesystem::path& path,
                                          const char* field);
 
 // Opens the existing folder `path` beneath `root` the same way (O_DIRECTORY).
-absl::StatusOr<UniqueFd> OpenDirBeneath(const std::filesystem::path& root, const std::filesystem::path& path,
+absl::StatusOr<UniqueFd> open_dir_beneath(const std::filesystem::path& root, const std::filesystem::path& path,
                                         const char* field);
 
 // Opens the folder `path` beneath `root` the same way, creating the folders that do not
 // exist yet (mode 0755), and returns it opened (O_DIRECTORY).
-absl::StatusOr<UniqueFd> MakeDirsBeneath(const std::filesystem::path& root, const std::filesystem::path& path,
+absl::StatusOr<UniqueFd> make_dirs_beneath(const std::filesystem::path& root, const std::filesystem::path& path,
                                          const char* field);
 
 // Whether `path` is absolute, free of "." and ".." parts and lexically under `root`.
-bool IsBeneath(const std::filesystem::path& root, const std::filesystem::path& path);
+bool is_beneath(const std::filesystem::path& root, const std::filesystem::path& path);
 
 // "/proc/self/fd/<fd>": a path that names what `fd` has open, whatever happens to the
 // path it was opened by, for code that takes paths.
-std::filesystem::path FdPath(int fd);
+std::filesystem::path fd_path(int fd);
 
 }  // namespace fp8::fs_confined

@@ -6,11 +6,11 @@
 
 namespace fp8::fs_confined {
 
-bool IsGlobPattern(std::string_view path) { return path.find_first_of("*?[") != std::string_view::npos; }
+bool is_glob_pattern(std::string_view path) { return path.find_first_of("*?[") != std::string_view::npos; }
 
-absl::StatusOr<OpenMatches> OpenMatchesBeneath(const std::filesystem::path& root, const std::string& pattern,
+absl::StatusOr<OpenMatches> open_matches_beneath(const std::filesystem::path& root, const std::string& pattern,
                                                const char* field) {
-  if (!IsBeneath(root, pattern)) {
+  if (!is_beneath(root, pattern)) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": '", pattern, "' is not beneath ", root.string()));
   }
   glob_t matches{};
@@ -25,7 +25,7 @@ absl::StatusOr<OpenMatches> OpenMatchesBeneath(const std::filesystem::path& root
   ::globfree(&matches);
   if (rc != 0) return absl::InvalidArgumentError(absl::StrCat(field, ": cannot expand '", pattern, "'"));
   for (const std::string& path : out.paths) {
-    absl::StatusOr<UniqueFd> file = OpenFileBeneath(root, path, field);
+    absl::StatusOr<UniqueFd> file = open_file_beneath(root, path, field);
     if (!file.ok()) return file.status();
     out.files.push_back(*std::move(file));
   }

@@ -13,7 +13,7 @@
 namespace fp8::fs_confined {
 
 // Whether `path` holds a glob(3) metacharacter: '*', '?' or '['.
-bool IsGlobPattern(std::string_view path);
+bool is_glob_pattern(std::string_view path);
 
 struct OpenMatches {
   std::vector<std::string> paths;  // the matches, in glob(3)'s sorted order
@@ -23,7 +23,7 @@ struct OpenMatches {
 // The regular files matching `pattern` (absolute, lexically under `root`), each opened with
 // OpenFileBeneath. NOT_FOUND when nothing matches; a match that is a link or lies outside
 // the root fails as OpenFileBeneath says. `field` ("data.path") starts every message.
-absl::StatusOr<OpenMatches> OpenMatchesBeneath(const std::filesystem::path& root, const std::string& pattern,
+absl::StatusOr<OpenMatches> open_matches_beneath(const std::filesystem::path& root, const std::string& pattern,
                                                const char* field);
 
 }  // namespace fp8::fs_confined

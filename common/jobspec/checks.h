@@ -13,17 +13,17 @@ class Checks {
  public:
   explicit Checks(Issues& issues) : issues_(issues) {}
 
-  void Add(std::string field, std::string message, std::vector<std::string> anchors = {});
+  void add(std::string field, std::string message, std::vector<std::string> anchors = {});
 
   // False (and an issue "is required") when a required field is missing.
-  bool Required(bool present, const std::string& field);
+  bool required(bool present, const std::string& field);
 
   // Each returns whether `value` passed, adding an issue when it did not.
-  bool IntInRange(const std::string& field, int64_t value, int64_t min, int64_t max);
-  bool Positive(const std::string& field, double value);     // > 0 and finite
-  bool NonNegative(const std::string& field, double value);  // >= 0 and finite
+  bool int_in_range(const std::string& field, int64_t value, int64_t min, int64_t max);
+  bool positive(const std::string& field, double value);     // > 0 and finite
+  bool non_negative(const std::string& field, double value);  // >= 0 and finite
   // min <= value <= max, or min <= value < max when `max_open`.
-  bool RealInRange(const std::string& field, double value, double min, double max, bool max_open = false);
+  bool real_in_range(const std::string& field, double value, double min, double max, bool max_open = false);
 
   Issues& issues() { return issues_; }
 

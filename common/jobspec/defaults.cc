@@ -20,24 +20,24 @@ using v1::JobSpec;
 // nullopt where the input is missing (or nonsensical): the field then stays unset, and
 // validation reports the input, not the field derived from it.
 
-std::optional<int32_t> DerivedKvHeads(const JobSpec& s) {
+std::optional<int32_t> derived_kv_heads(const JobSpec& s) {
   if (!s.model().has_n_heads()) return std::nullopt;
   return s.model().n_heads();
 }
 
-std::optional<int32_t> DerivedFfnDim(const JobSpec& s) {
+std::optional<int32_t> derived_ffn_dim(const JobSpec& s) {
   if (!s.model().has_dim() || s.model().dim() <= 0) return std::nullopt;
-  int64_t ffn = LlamaFfnDim(s.model().dim());
+  int64_t ffn = llama_ffn_dim(s.model().dim());
   if (ffn > std::numeric_limits<int32_t>::max()) return std::nullopt;
   return static_cast<int32_t>(ffn);
 }
 
-std::optional<int32_t> DerivedSeqLen(const JobSpec& s) {
+std::optional<int32_t> derived_seq_len(const JobSpec& s) {
   if (!s.model().has_max_seq_len()) return std::nullopt;
   return s.model().max_seq_len();
 }
 
-std::optional<double> DerivedMinLr(const JobSpec& s) {
+std::optional<double> derived_min_lr(const JobSpec& s) {
   if (!s.train().has_lr()) return std::nullopt;
   // Rounded to 15 significant digits, so that lr 3e-3 gives 0.0003 rather than the
   // 0.00030000000000000003 that division yields: what is printed is what was meant.
@@ -47,19 +47,19 @@ std::optional<double> DerivedMinLr(const JobSpec& s) {
   return std::strtod(text, nullptr);
 }
 
-std::optional<bool> DerivedPowerOf2Scales(const JobSpec& s) {
-  return RecipeUsesPowerOf2Scales(s.fp8().recipe());
+std::optional<bool> derived_power_of2_scales(const JobSpec& s) {
+  return recipe_uses_power_of2_scales(s.fp8().recipe());
 }
 
-std::optional<bool> DerivedAllGatherFp8(const JobSpec& s) {
+std::optional<bool> derived_all_gather_fp8(const JobSpec& s) {
   // Only an fp8 weight with one scale can be gathered as bytes and used as gathered.
-  const v1::Float8Gemms gemms = EffectiveGemms(s.fp8());
+  const v1::Float8Gemms gemms = effective_gemms(s.fp8());
   const v1::CastConfig& weight = gemms.output().weight();
-  return s.fp8().recipe() != v1::Fp8Spec::NONE && IsFp8(weight) &&
+  return s.fp8().recipe() != v1::Fp8Spec::NONE && is_fp8(weight) &&
          weight.granularity() == v1::CastConfig::TENSORWISE;
 }
 
-std::optional<std::string> DerivedCheckpointDir(const JobSpec& s) {
+std::optional<std::string> derived_checkpoint_dir(const JobSpec& s) {
   if (!s.has_name() || s.name().empty()) return std::nullopt;
   return absl::StrCat("checkpoints/", s.name());
 }
@@ -77,43 +77,43 @@ const DerivedDefault kDerivedDefaults[] = {
     {"model.n_kv_heads",
      {"model.n_heads", ""},
      [](const JobSpec& s) {
-       return s.model().has_n_kv_heads() && DerivedKvHeads(s) == s.model().n_kv_heads();
+       return s.model().has_n_kv_heads() && derived_kv_heads(s) == s.model().n_kv_heads();
      },
      [](JobSpec& s) { s.mutable_model()->clear_n_kv_heads(); }},
     {"model.ffn_dim",
      {"model.dim", ""},
-     [](const JobSpec& s) { return s.model().has_ffn_dim() && DerivedFfnDim(s) == s.model().ffn_dim(); },
+     [](const JobSpec& s) { return s.model().has_ffn_dim() && derived_ffn_dim(s) == s.model().ffn_dim(); },
      [](JobSpec& s) { s.mutable_model()->clear_ffn_dim(); }},
     {"data.seq_len",
      {"model.max_seq_len", ""},
-     [](const JobSpec& s) { return s.data().has_seq_len() && DerivedSeqLen(s) == s.data().seq_len(); },
+     [](const JobSpec& s) { return s.data().has_seq_len() && derived_seq_len(s) == s.data().seq_len(); },
      [](JobSpec& s) { s.mutable_data()->clear_seq_len(); }},
     {"train.min_lr",
      {"train.lr", ""},
-     [](const JobSpec& s) { return s.train().has_min_lr() && DerivedMinLr(s) == s.train().min_lr(); },
+     [](const JobSpec& s) { return s.train().has_min_lr() && derived_min_lr(s) == s.train().min_lr(); },
      [](JobSpec& s) { s.mutable_train()->clear_min_lr(); }},
     {"fp8.power_of_2_scales",
      {"fp8.recipe", ""},
      [](const JobSpec& s) {
-       return s.fp8().has_power_of_2_scales() && DerivedPowerOf2Scales(s) == s.fp8().power_of_2_scales();
+       return s.fp8().has_power_of_2_scales() && derived_power_of2_scales(s) == s.fp8().power_of_2_scales();
      },
      [](JobSpec& s) { s.mutable_fp8()->clear_power_of_2_scales(); }},
     {"fp8.all_gather_fp8",
      {"fp8.recipe", "fp8.gemms"},
      [](const JobSpec& s) {
-       return s.fp8().has_all_gather_fp8() && DerivedAllGatherFp8(s) == s.fp8().all_gather_fp8();
+       return s.fp8().has_all_gather_fp8() && derived_all_gather_fp8(s) == s.fp8().all_gather_fp8();
      },
      [](JobSpec& s) { s.mutable_fp8()->clear_all_gather_fp8(); }},
     {"checkpoint.dir",
      {"name", ""},
      [](const JobSpec& s) {
-       return s.checkpoint().has_dir() && DerivedCheckpointDir(s) == s.checkpoint().dir();
+       return s.checkpoint().has_dir() && derived_checkpoint_dir(s) == s.checkpoint().dir();
      },
      [](JobSpec& s) { s.mutable_checkpoint()->clear_dir(); }},
 };
 
 // Whether `prefix` is `path` or one of its enclosing fields ("model" of "model.dim").
-bool IsPathOrParent(std::string_view prefix, std::string_view path) {
+bool is_path_or_parent(std::string_view prefix, std::string_view path) {
   if (!path.starts_with(prefix)) return false;
   return path.size() == prefix.size() || path[prefix.size()] == '.';
 }
@@ -121,7 +121,7 @@ bool IsPathOrParent(std::string_view prefix, std::string_view path) {
 // ---- constants, section by section --------------------------------------------------------
 
 // A SentencePiece job's vocabulary comes from its tokenizer model (tokenizer_vocab.h).
-void FillModel(v1::ModelSpec& m, v1::DataSpec::Tokenizer tokenizer) {
+void fill_model(v1::ModelSpec& m, v1::DataSpec::Tokenizer tokenizer) {
   if (m.architecture() == v1::ModelSpec::ARCHITECTURE_UNSPECIFIED) m.set_architecture(v1::ModelSpec::LLAMA);
   if (!m.has_vocab_size() && tokenizer != v1::DataSpec::SENTENCEPIECE) m.set_vocab_size(kByteVocabulary);
   if (!m.has_rope_theta()) m.set_rope_theta(10000);
@@ -129,13 +129,13 @@ void FillModel(v1::ModelSpec& m, v1::DataSpec::Tokenizer tokenizer) {
   if (!m.has_tie_embeddings()) m.set_tie_embeddings(false);
 }
 
-void FillData(v1::DataSpec& d) {
+void fill_data(v1::DataSpec& d) {
   if (d.tokenizer() == v1::DataSpec::TOKENIZER_UNSPECIFIED) d.set_tokenizer(v1::DataSpec::BYTES);
   if (!d.has_val_fraction()) d.set_val_fraction(d.has_val_path() ? 0 : 0.05);
   if (!d.has_seed()) d.set_seed(0);
 }
 
-void FillTrain(v1::TrainSpec& t) {
+void fill_train(v1::TrainSpec& t) {
   if (!t.has_grad_accum()) t.set_grad_accum(1);
   if (t.compute_dtype() == v1::TrainSpec::COMPUTE_DTYPE_UNSPECIFIED) t.set_compute_dtype(v1::TrainSpec::FP32);
   if (t.activation_checkpointing() == v1::TrainSpec::ACTIVATION_CHECKPOINTING_UNSPECIFIED) {
@@ -156,24 +156,24 @@ void FillTrain(v1::TrainSpec& t) {
   if (!t.has_collective_timeout_seconds()) t.set_collective_timeout_seconds(0);
 }
 
-void FillFp8(v1::Fp8Spec& f) {
+void fill_fp8(v1::Fp8Spec& f) {
   if (f.recipe() == v1::Fp8Spec::RECIPE_UNSPECIFIED) f.set_recipe(v1::Fp8Spec::TENSORWISE);
   if (!f.has_amax_history_len()) f.set_amax_history_len(16);
   if (!f.has_pad_inner_dim()) f.set_pad_inner_dim(false);
 }
 
-void FillCheckpoint(v1::CheckpointSpec& c) {
+void fill_checkpoint(v1::CheckpointSpec& c) {
   if (!c.has_every()) c.set_every(0);
   if (!c.has_keep()) c.set_keep(3);
 }
 
-void FillResources(v1::ResourceSpec& r) {
+void fill_resources(v1::ResourceSpec& r) {
   if (!r.has_world_size()) r.set_world_size(1);
   if (r.device() == v1::ResourceSpec::DEVICE_UNSPECIFIED) r.set_device(v1::ResourceSpec::CPU);
   if (!r.has_cpus_per_rank()) r.set_cpus_per_rank(1);
 }
 
-void FillRestarts(v1::RestartPolicy& r) {
+void fill_restarts(v1::RestartPolicy& r) {
   if (!r.has_max_restarts()) r.set_max_restarts(5);
   if (!r.has_backoff_seconds()) r.set_backoff_seconds(10);
   if (r.on().empty()) {
@@ -184,57 +184,57 @@ void FillRestarts(v1::RestartPolicy& r) {
   }
 }
 
-void FillDerived(JobSpec& s) {
+void fill_derived(JobSpec& s) {
   if (s.has_model()) {
     v1::ModelSpec& m = *s.mutable_model();
     if (!m.has_n_kv_heads()) {
-      if (auto v = DerivedKvHeads(s)) m.set_n_kv_heads(*v);
+      if (auto v = derived_kv_heads(s)) m.set_n_kv_heads(*v);
     }
     if (!m.has_ffn_dim()) {
-      if (auto v = DerivedFfnDim(s)) m.set_ffn_dim(*v);
+      if (auto v = derived_ffn_dim(s)) m.set_ffn_dim(*v);
     }
   }
   if (s.has_data() && !s.data().has_seq_len()) {
-    if (auto v = DerivedSeqLen(s)) s.mutable_data()->set_seq_len(*v);
+    if (auto v = derived_seq_len(s)) s.mutable_data()->set_seq_len(*v);
   }
   if (s.has_train() && !s.train().has_min_lr()) {
-    if (auto v = DerivedMinLr(s)) s.mutable_train()->set_min_lr(*v);
+    if (auto v = derived_min_lr(s)) s.mutable_train()->set_min_lr(*v);
   }
-  if (!s.fp8().has_power_of_2_scales()) s.mutable_fp8()->set_power_of_2_scales(*DerivedPowerOf2Scales(s));
-  if (!s.fp8().has_all_gather_fp8()) s.mutable_fp8()->set_all_gather_fp8(*DerivedAllGatherFp8(s));
+  if (!s.fp8().has_power_of_2_scales()) s.mutable_fp8()->set_power_of_2_scales(*derived_power_of2_scales(s));
+  if (!s.fp8().has_all_gather_fp8()) s.mutable_fp8()->set_all_gather_fp8(*derived_all_gather_fp8(s));
   if (!s.checkpoint().has_dir()) {
-    if (auto v = DerivedCheckpointDir(s)) s.mutable_checkpoint()->set_dir(*v);
+    if (auto v = derived_checkpoint_dir(s)) s.mutable_checkpoint()->set_dir(*v);
   }
 }
 
 }  // namespace
 
-void ApplyDefaults(JobSpec& spec) {
+void apply_defaults(JobSpec& spec) {
   if (!spec.has_priority()) spec.set_priority(0);
-  if (spec.has_model()) FillModel(*spec.mutable_model(), spec.data().tokenizer());
-  if (spec.has_data()) FillData(*spec.mutable_data());
-  if (spec.has_train()) FillTrain(*spec.mutable_train());
-  FillFp8(*spec.mutable_fp8());
-  FillCheckpoint(*spec.mutable_checkpoint());
-  FillResources(*spec.mutable_resources());
-  FillRestarts(*spec.mutable_restarts());
-  FillDerived(spec);
+  if (spec.has_model()) fill_model(*spec.mutable_model(), spec.data().tokenizer());
+  if (spec.has_data()) fill_data(*spec.mutable_data());
+  if (spec.has_train()) fill_train(*spec.mutable_train());
+  fill_fp8(*spec.mutable_fp8());
+  fill_checkpoint(*spec.mutable_checkpoint());
+  fill_resources(*spec.mutable_resources());
+  fill_restarts(*spec.mutable_restarts());
+  fill_derived(spec);
 }
 
-void ApplyDefaultExclude(JobSpec& spec) {
+void apply_default_exclude(JobSpec& spec) {
   v1::Fp8Spec& fp8 = *spec.mutable_fp8();
   fp8.clear_exclude();
   fp8.add_exclude("output");
 }
 
-void ForgetDerivedDefaults(JobSpec& spec, std::string_view changed_path) {
+void forget_derived_defaults(JobSpec& spec, std::string_view changed_path) {
   for (const DerivedDefault& d : kDerivedDefaults) {
     bool affected = false;
     for (std::string_view input : d.inputs) {
       if (input.empty()) continue;
       // Changing "model" may change "model.dim"; changing "fp8.gemms.output.weight.dtype"
       // changes what "fp8.gemms" says.
-      affected = affected || IsPathOrParent(changed_path, input) || IsPathOrParent(input, changed_path);
+      affected = affected || is_path_or_parent(changed_path, input) || is_path_or_parent(input, changed_path);
     }
     if (affected && d.holds_derived_value(spec)) d.clear(spec);
   }

@@ -5,7 +5,7 @@ namespace {
 
 using v1::CastConfig;
 
-CastConfig Cast(CastConfig::Dtype dtype, CastConfig::Granularity granularity, CastConfig::Scaling scaling) {
+CastConfig cast(CastConfig::Dtype dtype, CastConfig::Granularity granularity, CastConfig::Scaling scaling) {
   CastConfig c;
   c.set_dtype(dtype);
   c.set_granularity(granularity);
@@ -13,13 +13,13 @@ CastConfig Cast(CastConfig::Dtype dtype, CastConfig::Granularity granularity, Ca
   return c;
 }
 
-CastConfig HighPrecision() {
+CastConfig high_precision() {
   CastConfig c;
   c.set_dtype(CastConfig::HIGH_PRECISION);
   return c;
 }
 
-v1::Float8Gemms Table(const CastConfig& out_input, const CastConfig& out_weight,  //
+v1::Float8Gemms table(const CastConfig& out_input, const CastConfig& out_weight,  //
                       const CastConfig& gi_grad_output, const CastConfig& gi_weight,
                       const CastConfig& gw_grad_output, const CastConfig& gw_input) {
   v1::Float8Gemms g;
@@ -37,9 +37,9 @@ v1::Float8Gemms Table(const CastConfig& out_input, const CastConfig& out_weight,
   return g;
 }
 
-void CompleteOperand(CastConfig& c, CastConfig::Scaling default_scaling) {
+void complete_operand(CastConfig& c, CastConfig::Scaling default_scaling) {
   if (c.dtype() == CastConfig::DTYPE_UNSPECIFIED) c.set_dtype(CastConfig::HIGH_PRECISION);
-  if (!IsFp8(c)) {
+  if (!is_fp8(c)) {
     // A recipe's fp8 operand that the long form keeps in high precision: how it would
     // have been scaled no longer means anything.
     c.clear_granularity();
@@ -52,7 +52,7 @@ void CompleteOperand(CastConfig& c, CastConfig::Scaling default_scaling) {
 
 }  // namespace
 
-v1::Float8Gemms RecipeGemms(v1::Fp8Spec::Recipe recipe) {
+v1::Float8Gemms recipe_gemms(v1::Fp8Spec::Recipe recipe) {
   constexpr auto kE4M3 = CastConfig::E4M3;
   constexpr auto kE5M2 = CastConfig::E5M2;
   constexpr auto kTensor = CastConfig::TENSORWISE;
@@ -61,55 +61,55 @@ v1::Float8Gemms RecipeGemms(v1::Fp8Spec::Recipe recipe) {
   constexpr auto kDelayed = CastConfig::DELAYED;
   switch (recipe) {
     case v1::Fp8Spec::ROWWISE: {
-      CastConfig axis = Cast(kE4M3, kAxis, kDynamic);
-      return Table(axis, axis, axis, axis, axis, axis);
+      CastConfig axis = cast(kE4M3, kAxis, kDynamic);
+      return table(axis, axis, axis, axis, axis, axis);
     }
     case v1::Fp8Spec::ROWWISE_WITH_GW_HP: {
-      CastConfig axis = Cast(kE4M3, kAxis, kDynamic);
-      return Table(axis, axis, axis, Cast(kE4M3, kTensor, kDynamic), HighPrecision(), HighPrecision());
+      CastConfig axis = cast(kE4M3, kAxis, kDynamic);
+      return table(axis, axis, axis, cast(kE4M3, kTensor, kDynamic), high_precision(), high_precision());
     }
     case v1::Fp8Spec::DELAYED: {
-      CastConfig e4m3 = Cast(kE4M3, kTensor, kDelayed);
-      CastConfig e5m2 = Cast(kE5M2, kTensor, kDelayed);
-      return Table(e4m3, e4m3, e5m2, e4m3, e5m2, e4m3);
+      CastConfig e4m3 = cast(kE4M3, kTensor, kDelayed);
+      CastConfig e5m2 = cast(kE5M2, kTensor, kDelayed);
+      return table(e4m3, e4m3, e5m2, e4m3, e5m2, e4m3);
     }
     case v1::Fp8Spec::NONE: {
-      v1::Float8Gemms g = Table(HighPrecision(), HighPrecision(), HighPrecision(), HighPrecision(),
-                                HighPrecision(), HighPrecision());
+      v1::Float8Gemms g = table(high_precision(), high_precision(), high_precision(), high_precision(),
+                                high_precision(), high_precision());
       g.mutable_output()->set_fast_accum(false);
       return g;
     }
     case v1::Fp8Spec::TENSORWISE:
     default: {
-      CastConfig e4m3 = Cast(kE4M3, kTensor, kDynamic);
-      CastConfig e5m2 = Cast(kE5M2, kTensor, kDynamic);
-      return Table(e4m3, e4m3, e5m2, e4m3, e5m2, e4m3);
+      CastConfig e4m3 = cast(kE4M3, kTensor, kDynamic);
+      CastConfig e5m2 = cast(kE5M2, kTensor, kDynamic);
+      return table(e4m3, e4m3, e5m2, e4m3, e5m2, e4m3);
     }
   }
 }
 
-v1::Float8Gemms EffectiveGemms(const v1::Fp8Spec& fp8) {
-  v1::Float8Gemms gemms = RecipeGemms(fp8.recipe());
+v1::Float8Gemms effective_gemms(const v1::Fp8Spec& fp8) {
+  v1::Float8Gemms gemms = recipe_gemms(fp8.recipe());
   // Proto3 merge copies exactly what the long form wrote: enums that are not 0 (unset)
   // and optional fields that are present. An operand whose dtype the long form changes
   // keeps the recipe's granularity and scaling unless it changes those too.
   gemms.MergeFrom(fp8.gemms());
   CastConfig::Scaling default_scaling =
       fp8.recipe() == v1::Fp8Spec::DELAYED ? CastConfig::DELAYED : CastConfig::DYNAMIC;
-  CompleteOperand(*gemms.mutable_output()->mutable_input(), default_scaling);
-  CompleteOperand(*gemms.mutable_output()->mutable_weight(), default_scaling);
-  CompleteOperand(*gemms.mutable_grad_input()->mutable_grad_output(), default_scaling);
-  CompleteOperand(*gemms.mutable_grad_input()->mutable_weight(), default_scaling);
-  CompleteOperand(*gemms.mutable_grad_weight()->mutable_grad_output(), default_scaling);
-  CompleteOperand(*gemms.mutable_grad_weight()->mutable_input(), default_scaling);
+  complete_operand(*gemms.mutable_output()->mutable_input(), default_scaling);
+  complete_operand(*gemms.mutable_output()->mutable_weight(), default_scaling);
+  complete_operand(*gemms.mutable_grad_input()->mutable_grad_output(), default_scaling);
+  complete_operand(*gemms.mutable_grad_input()->mutable_weight(), default_scaling);
+  complete_operand(*gemms.mutable_grad_weight()->mutable_grad_output(), default_scaling);
+  complete_operand(*gemms.mutable_grad_weight()->mutable_input(), default_scaling);
   return gemms;
 }
 
-bool IsFp8(const v1::CastConfig& operand) {
+bool is_fp8(const v1::CastConfig& operand) {
   return operand.dtype() == CastConfig::E4M3 || operand.dtype() == CastConfig::E5M2;
 }
 
-std::array<GemmRef, 3> ListGemms(const v1::Float8Gemms& g) {
+std::array<GemmRef, 3> list_gemms(const v1::Float8Gemms& g) {
   return {{
       {"fp8.gemms.output",
        {"fp8.gemms.output.input", &g.output().input()},
@@ -126,7 +126,7 @@ std::array<GemmRef, 3> ListGemms(const v1::Float8Gemms& g) {
   }};
 }
 
-bool RecipeUsesPowerOf2Scales(v1::Fp8Spec::Recipe recipe) {
+bool recipe_uses_power_of2_scales(v1::Fp8Spec::Recipe recipe) {
   return recipe == v1::Fp8Spec::ROWWISE || recipe == v1::Fp8Spec::ROWWISE_WITH_GW_HP;
 }
 

@@ -12,15 +12,15 @@
 namespace fp8::jobspec {
 
 // The recipe's table. RECIPE_UNSPECIFIED reads as the default, tensorwise.
-v1::Float8Gemms RecipeGemms(v1::Fp8Spec::Recipe recipe);
+v1::Float8Gemms recipe_gemms(v1::Fp8Spec::Recipe recipe);
 
-// RecipeGemms(fp8.recipe) with every field written in fp8.gemms replacing the recipe's.
+// recipe_gemms(fp8.recipe) with every field written in fp8.gemms replacing the recipe's.
 // In the result every operand has a dtype, every fp8 operand a granularity and a scaling
 // too (an operand the long form turned into fp8 without saying how gets tensorwise, and
 // delayed scaling under the delayed recipe, dynamic otherwise), and every GEMM fast_accum.
-v1::Float8Gemms EffectiveGemms(const v1::Fp8Spec& fp8);
+v1::Float8Gemms effective_gemms(const v1::Fp8Spec& fp8);
 
-bool IsFp8(const v1::CastConfig& operand);
+bool is_fp8(const v1::CastConfig& operand);
 
 // The three GEMMs with their operands in formula order (lhs · rhs), each under the dotted
 // path the long form uses, so checks can loop over them and name what they find.
@@ -34,11 +34,11 @@ struct GemmRef {
   bool fast_accum;
   // Both operands fp8: the GEMM runs as an fp8 GEMM (a mixed GEMM runs in high precision
   // on the dequantized operand).
-  bool runs_in_fp8() const { return IsFp8(*lhs.cast) && IsFp8(*rhs.cast); }
+  bool runs_in_fp8() const { return is_fp8(*lhs.cast) && is_fp8(*rhs.cast); }
 };
-std::array<GemmRef, 3> ListGemms(const v1::Float8Gemms& gemms);
+std::array<GemmRef, 3> list_gemms(const v1::Float8Gemms& gemms);
 
 // torchao turns on power-of-2 scales for its rowwise recipes only.
-bool RecipeUsesPowerOf2Scales(v1::Fp8Spec::Recipe recipe);
+bool recipe_uses_power_of2_scales(v1::Fp8Spec::Recipe recipe);
 
 }  // namespace fp8::jobspec

@@ -12,22 +12,22 @@ namespace {
 
 constexpr size_t kMaxQuotedChars = 60;
 
-std::optional<Location> Locate(const Issue& issue, const SourceMap& where) {
+std::optional<Location> locate(const Issue& issue, const SourceMap& where) {
   if (issue.at) return issue.at;
   // Exact matches first, so that an anchor that was written beats the section that merely
   // encloses the (defaulted) field.
-  if (const Location* at = where.Find(issue.field)) return *at;
+  if (const Location* at = where.find(issue.field)) return *at;
   for (const std::string& anchor : issue.anchors) {
-    if (const Location* at = where.Find(anchor)) return *at;
+    if (const Location* at = where.find(anchor)) return *at;
   }
-  if (const Location* at = where.FindNearest(issue.field)) return *at;
+  if (const Location* at = where.find_nearest(issue.field)) return *at;
   for (const std::string& anchor : issue.anchors) {
-    if (const Location* at = where.FindNearest(anchor)) return *at;
+    if (const Location* at = where.find_nearest(anchor)) return *at;
   }
   return std::nullopt;
 }
 
-std::string FormatLine(const Issue& issue, const std::optional<Location>& at,
+std::string format_line(const Issue& issue, const std::optional<Location>& at,
                        std::string_view fallback_source) {
   std::string prefix;
   if (at && at->line > 0) {
@@ -43,7 +43,7 @@ std::string FormatLine(const Issue& issue, const std::optional<Location>& at,
 
 }  // namespace
 
-absl::Status IssuesToStatus(const Issues& issues, const SourceMap& where, std::string_view source) {
+absl::Status issues_to_status(const Issues& issues, const SourceMap& where, std::string_view source) {
   if (issues.empty()) return absl::OkStatus();
   struct Located {
     std::optional<Location> at;
@@ -53,7 +53,7 @@ absl::Status IssuesToStatus(const Issues& issues, const SourceMap& where, std::s
   std::vector<Located> located;
   located.reserve(issues.size());
   for (size_t i = 0; i < issues.size(); ++i) {
-    located.push_back({Locate(issues[i], where), &issues[i], i});
+    located.push_back({locate(issues[i], where), &issues[i], i});
   }
   auto sort_key = [](const Located& l) {
     bool unlocated = !l.at.has_value();
@@ -67,19 +67,19 @@ absl::Status IssuesToStatus(const Issues& issues, const SourceMap& where, std::s
 
   std::vector<std::string> lines;
   for (const Located& l : located) {
-    std::string line = FormatLine(*l.issue, l.at, source);
+    std::string line = format_line(*l.issue, l.at, source);
     // The same problem reached twice (e.g. through two overrides of one field) is one line.
     if (std::find(lines.begin(), lines.end(), line) == lines.end()) lines.push_back(std::move(line));
   }
   return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
 }
 
-std::string PathPart(std::string_view user_key) {
+std::string path_part(std::string_view user_key) {
   std::string_view head = user_key.substr(0, kMaxQuotedChars);
   std::string shown = absl::CHexEscape(absl::string_view(head.data(), head.size()));
   return user_key.size() > kMaxQuotedChars ? shown + "..." : shown;
 }
 
-std::string Quote(std::string_view user_text) { return absl::StrCat("'", PathPart(user_text), "'"); }
+std::string quote(std::string_view user_text) { return absl::StrCat("'", path_part(user_text), "'"); }
 
 }  // namespace fp8::jobspec

@@ -34,14 +34,14 @@ using Issues = std::vector<Issue>;
 // InvalidArgument listing every issue, one per line, ordered by source and position
 // (issues with no location last). `source` prefixes issues with no location; it may be
 // empty (a spec that never was a file). OK when `issues` is empty.
-absl::Status IssuesToStatus(const Issues& issues, const SourceMap& where, std::string_view source);
+absl::Status issues_to_status(const Issues& issues, const SourceMap& where, std::string_view source);
 
 // Text from the user, made safe to put into a one-line message: quoted, non-printable
 // bytes escaped, cut to a readable length.
-std::string Quote(std::string_view user_text);
+std::string quote(std::string_view user_text);
 
 // A key from the user as it appears inside a field path ("labels.<key>"): the same
 // escaping and bound, without the quotes.
-std::string PathPart(std::string_view user_key);
+std::string path_part(std::string_view user_key);
 
 }  // namespace fp8::jobspec

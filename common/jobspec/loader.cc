@@ -21,19 +21,19 @@ namespace fp8::jobspec {
 namespace {
 
 // Whether `field` is `parent` or inside it ("model.dim" is inside "model").
-bool IsInside(std::string_view field, std::string_view parent) {
+bool is_inside(std::string_view field, std::string_view parent) {
   if (!field.starts_with(parent)) return false;
   return field.size() == parent.size() || field[parent.size()] == '.' || field[parent.size()] == '[';
 }
 
 // Validation issues about a field that failed to parse would only repeat the parse error
 // in other words ("model.dim: is required" after "model.dim: expected an integer").
-void DropEchoesOfParseErrors(const Issues& parse_issues, Issues& validation_issues) {
+void drop_echoes_of_parse_errors(const Issues& parse_issues, Issues& validation_issues) {
   auto explained = [&](const Issue& v) {
     for (const Issue& p : parse_issues) {
-      if (!p.field.empty() && IsInside(v.field, p.field)) return true;
+      if (!p.field.empty() && is_inside(v.field, p.field)) return true;
       for (const std::string& e : p.explains) {
-        if (IsInside(v.field, e)) return true;
+        if (is_inside(v.field, e)) return true;
       }
     }
     return false;
@@ -41,38 +41,38 @@ void DropEchoesOfParseErrors(const Issues& parse_issues, Issues& validation_issu
   std::erase_if(validation_issues, explained);
 }
 
-absl::StatusOr<v1::JobSpec> Load(std::string_view text, const std::string& source,
+absl::StatusOr<v1::JobSpec> load(std::string_view text, const std::string& source,
                                  const std::optional<std::filesystem::path>& base_dir,
                                  const std::vector<std::string>& overrides) {
   Issues issues;
   SourceMap where;
-  std::optional<YAML::Node> root = ParseJobDocument(text, source, issues);
-  if (!root) return IssuesToStatus(issues, where, source);
+  std::optional<YAML::Node> root = parse_job_document(text, source, issues);
+  if (!root) return issues_to_status(issues, where, source);
 
   v1::JobSpec spec;
-  YamlReader(source, /*source_index=*/0, /*has_lines=*/true, where, issues).ReadMessage(*root, spec, "");
+  YamlReader(source, /*source_index=*/0, /*has_lines=*/true, where, issues).read_message(*root, spec, "");
   for (size_t i = 0; i < overrides.size(); ++i) {
     const int source_index = static_cast<int>(i) + 1;
-    if (auto a = ParseAssignment(overrides[i], source_index, issues)) {
-      ApplyAssignment(*a, source_index, spec, where, issues);
+    if (auto a = parse_assignment(overrides[i], source_index, issues)) {
+      apply_assignment(*a, source_index, spec, where, issues);
     }
   }
 
-  if (where.Find("fp8.exclude") == nullptr) ApplyDefaultExclude(spec);
-  ApplyDefaults(spec);
-  if (base_dir) MakePathsAbsolute(spec, *base_dir);
-  FillVocabFromTokenizer(spec);  // what it could not read shows as model.vocab_size required
+  if (where.find("fp8.exclude") == nullptr) apply_default_exclude(spec);
+  apply_defaults(spec);
+  if (base_dir) make_paths_absolute(spec, *base_dir);
+  fill_vocab_from_tokenizer(spec);  // what it could not read shows as model.vocab_size required
 
-  Issues semantic = FindSpecIssues(spec);
-  DropEchoesOfParseErrors(issues, semantic);
+  Issues semantic = find_spec_issues(spec);
+  drop_echoes_of_parse_errors(issues, semantic);
   issues.insert(issues.end(), semantic.begin(), semantic.end());
-  if (!issues.empty()) return IssuesToStatus(issues, where, source);
+  if (!issues.empty()) return issues_to_status(issues, where, source);
   return spec;
 }
 
 }  // namespace
 
-absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path,
+absl::StatusOr<v1::JobSpec> load_job_spec_file(const std::string& path,
                                             const std::vector<std::string>& overrides) {
   std::error_code error;
   std::filesystem::path file(path);
@@ -94,40 +94,40 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path,
 
   std::filesystem::path base_dir = std::filesystem::absolute(file, error).parent_path();
   if (error) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot resolve: ", error.message()));
-  return Load(text.str(), path, base_dir, overrides);
+  return load(text.str(), path, base_dir, overrides);
 }
 
-absl::StatusOr<v1::JobSpec> LoadJobSpecString(std::string_view yaml_text, std::string_view source_name,
+absl::StatusOr<v1::JobSpec> load_job_spec_string(std::string_view yaml_text, std::string_view source_name,
                                               const std::vector<std::string>& overrides) {
-  return Load(yaml_text, std::string(source_name), std::nullopt, overrides);
+  return load(yaml_text, std::string(source_name), std::nullopt, overrides);
 }
 
-absl::Status ApplyOverride(v1::JobSpec& spec, std::string_view assignment) {
+absl::Status apply_override(v1::JobSpec& spec, std::string_view assignment) {
   Issues issues;
   SourceMap where;
-  std::optional<Assignment> a = ParseAssignment(assignment, /*source_index=*/1, issues);
-  if (!a) return IssuesToStatus(issues, where, "");
+  std::optional<Assignment> a = parse_assignment(assignment, /*source_index=*/1, issues);
+  if (!a) return issues_to_status(issues, where, "");
 
   v1::JobSpec changed = spec;
-  ForgetDerivedDefaults(changed, a->path);
-  ApplyAssignment(*a, /*source_index=*/1, changed, where, issues);
-  ApplyDefaults(changed);
-  if (issues.empty()) issues = FindSpecIssues(changed);
-  if (!issues.empty()) return IssuesToStatus(issues, where, "");
+  forget_derived_defaults(changed, a->path);
+  apply_assignment(*a, /*source_index=*/1, changed, where, issues);
+  apply_defaults(changed);
+  if (issues.empty()) issues = find_spec_issues(changed);
+  if (!issues.empty()) return issues_to_status(issues, where, "");
   spec = std::move(changed);
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::JobSpec> ResolveJobSpec(v1::JobSpec spec) {
+absl::StatusOr<v1::JobSpec> resolve_job_spec(v1::JobSpec spec) {
   // No fp8 section at all said nothing about its lists either: all its defaults apply.
-  if (!spec.has_fp8()) ApplyDefaultExclude(spec);
-  ApplyDefaults(spec);
-  if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;
+  if (!spec.has_fp8()) apply_default_exclude(spec);
+  apply_defaults(spec);
+  if (absl::Status s = validate_job_spec(spec); !s.ok()) return s;
   return spec;
 }
 
-absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
-  return IssuesToStatus(FindSpecIssues(spec), SourceMap(), "");
+absl::Status validate_job_spec(const v1::JobSpec& spec) {
+  return issues_to_status(find_spec_issues(spec), SourceMap(), "");
 }
 
 }  // namespace fp8::jobspec

@@ -29,27 +29,27 @@ struct Sizes {
   int64_t kv_dim() const { return kv_heads * head_dim; }
 };
 
-Sizes SizesOf(const v1::ModelSpec& m) {
-  Sizes s{PaddedVocabulary(m.vocab_size()), m.dim(), m.n_layers(), m.n_heads(), m.n_kv_heads(), m.ffn_dim(), 0,
+Sizes sizes_of(const v1::ModelSpec& m) {
+  Sizes s{padded_vocabulary(m.vocab_size()), m.dim(), m.n_layers(), m.n_heads(), m.n_kv_heads(), m.ffn_dim(), 0,
           m.tie_embeddings()};
   s.head_dim = s.dim / s.heads;
   return s;
 }
 
 // A unit's parameters as FSDP groups them (parameter_hooks.h): one block's, or the root's.
-std::vector<Shape> BlockParameters(const Sizes& s) {
+std::vector<Shape> block_parameters(const Sizes& s) {
   return {{s.dim},           {s.q_dim(), s.dim}, {s.kv_dim(), s.dim}, {s.kv_dim(), s.dim}, {s.dim, s.q_dim()},
           {s.dim},           {s.ffn, s.dim},     {s.dim, s.ffn},      {s.ffn, s.dim}};
 }
-std::vector<Shape> RootParameters(const Sizes& s) {
+std::vector<Shape> root_parameters(const Sizes& s) {
   std::vector<Shape> p{{s.vocab, s.dim}, {s.dim}};
   if (!s.tied) p.push_back({s.vocab, s.dim});
   return p;
 }
 
 // Elements of one rank's shard: dim 0 split in equal, padded parts (fsdp/shard_layout.h).
-int64_t ShardElements(const Shape& p, int world) { return (p.rows + world - 1) / world * p.cols; }
-int64_t PaddedElements(const Shape& p, int world) { return ShardElements(p, world) * world; }
+int64_t shard_elements(const Shape& p, int world) { return (p.rows + world - 1) / world * p.cols; }
+int64_t padded_elements(const Shape& p, int world) { return shard_elements(p, world) * world; }
 
 // Bytes one decoder block's activations take, by what they are.
 struct BlockBytes {
@@ -59,7 +59,7 @@ struct BlockBytes {
   int64_t all() const { return norms + kept + swiglu; }
 };
 
-BlockBytes BlockActivationBytes(const Sizes& s, int64_t rows, int64_t seq, int64_t act) {
+BlockBytes block_activation_bytes(const Sizes& s, int64_t rows, int64_t seq, int64_t act) {
   const int64_t m = rows * seq;
   BlockBytes b;
   b.norms = 2 * (m * kF32 + m * s.dim * act);
@@ -69,10 +69,10 @@ BlockBytes BlockActivationBytes(const Sizes& s, int64_t rows, int64_t seq, int64
 }
 
 // Activations::create (worker/engine/model/activations.cc) for one pass.
-int64_t ActivationBytes(const Sizes& s, int64_t rows, int64_t seq, int64_t act, bool for_backward,
+int64_t activation_bytes(const Sizes& s, int64_t rows, int64_t seq, int64_t act, bool for_backward,
                         v1::TrainSpec::ActivationCheckpointing mode) {
   const int64_t m = rows * seq;
-  const BlockBytes block = BlockActivationBytes(s, rows, seq, act);
+  const BlockBytes block = block_activation_bytes(s, rows, seq, act);
   int64_t blocks = block.all();  // one set, shared by every block
   if (for_backward && mode == v1::TrainSpec::SELECTIVE) blocks = block.norms + block.swiglu + s.layers * block.kept;
   if (for_backward && mode != v1::TrainSpec::FULL && mode != v1::TrainSpec::SELECTIVE) blocks = s.layers * block.all();
@@ -96,7 +96,7 @@ struct OperandUse {
   bool fp8_gemm;  // the GEMM reading it runs in fp8
 };
 
-bool SameCast(const v1::CastConfig& a, const v1::CastConfig& b) {
+bool same_cast(const v1::CastConfig& a, const v1::CastConfig& b) {
   return a.dtype() == b.dtype() && a.granularity() == b.granularity() && a.scaling() == b.scaling();
 }
 
@@ -104,17 +104,17 @@ bool SameCast(const v1::CastConfig& a, const v1::CastConfig& b) {
 // a value), for a GEMM that mixes fp8 with high precision a dequantized copy in the
 // compute dtype, and each cast's scales, inverses and amaxes (one of each per tensor, per
 // row as stored, or per column transposed).
-int64_t CastBufferBytes(const OperandUse& as_stored, const OperandUse& transposed, int64_t rows, int64_t cols,
+int64_t cast_buffer_bytes(const OperandUse& as_stored, const OperandUse& transposed, int64_t rows, int64_t cols,
                         int64_t act) {
   const int64_t elements = rows * cols;
-  const bool stored_fp8 = IsFp8(*as_stored.cast), transposed_fp8 = IsFp8(*transposed.cast);
+  const bool stored_fp8 = is_fp8(*as_stored.cast), transposed_fp8 = is_fp8(*transposed.cast);
   auto scales = [](const v1::CastConfig& c, int64_t count) {
     return 3 * kF32 * (c.granularity() == v1::CastConfig::AXISWISE ? count : 1);
   };
   int64_t bytes = 0;
   if (stored_fp8) bytes += elements + (as_stored.fp8_gemm ? 0 : elements * act) + scales(*as_stored.cast, rows);
   if (!transposed_fp8) return bytes;
-  const bool shared = stored_fp8 && SameCast(*as_stored.cast, *transposed.cast) &&
+  const bool shared = stored_fp8 && same_cast(*as_stored.cast, *transposed.cast) &&
                       as_stored.cast->granularity() == v1::CastConfig::TENSORWISE;
   if (!shared) bytes += scales(*transposed.cast, cols);
   if (transposed.fp8_gemm) return bytes + elements;  // the transposed copy
@@ -131,35 +131,35 @@ struct LayerCasts {
 // What one linear's casts hold, for `tokens` rows of gradient and `input_tokens` of input
 // (an evaluation's batch is a whole step's, which the buffers grow to). `weight_cast_elsewhere`:
 // FSDP gathers the weight in fp8, cast before the gather.
-LayerCasts LinearCastBytes(const v1::Float8Gemms& g, int64_t tokens, int64_t input_tokens, int64_t in, int64_t out,
+LayerCasts linear_cast_bytes(const v1::Float8Gemms& g, int64_t tokens, int64_t input_tokens, int64_t in, int64_t out,
                            int64_t act, int64_t out_act, bool weight_cast_elsewhere) {
-  const std::array<GemmRef, 3> gemms = ListGemms(g);  // output, grad_input, grad_weight
+  const std::array<GemmRef, 3> gemms = list_gemms(g);  // output, grad_input, grad_weight
   const GemmRef &output = gemms[0], &grad_input = gemms[1], &grad_weight = gemms[2];
   LayerCasts c;
-  c.input = CastBufferBytes({output.lhs.cast, output.runs_in_fp8()}, {grad_weight.rhs.cast, grad_weight.runs_in_fp8()},
+  c.input = cast_buffer_bytes({output.lhs.cast, output.runs_in_fp8()}, {grad_weight.rhs.cast, grad_weight.runs_in_fp8()},
                             input_tokens, in, act);
   if (!weight_cast_elsewhere) {
-    c.weight = CastBufferBytes({output.rhs.cast, output.runs_in_fp8()},
+    c.weight = cast_buffer_bytes({output.rhs.cast, output.runs_in_fp8()},
                                {grad_input.rhs.cast, grad_input.runs_in_fp8()}, out, in, act);
   }
   c.grad_output =
-      CastBufferBytes({grad_input.lhs.cast, grad_input.runs_in_fp8()},
+      cast_buffer_bytes({grad_input.lhs.cast, grad_input.runs_in_fp8()},
                       {grad_weight.lhs.cast, grad_weight.runs_in_fp8()}, tokens, out, act);
   // High-precision GEMMs compute in the input's dtype: a bf16 layer converts its fp32
   // weight once per forward, and a gradient of another dtype than the input's.
-  const bool weight_read_as_is = (!IsFp8(*output.rhs.cast)) || (!IsFp8(*grad_input.rhs.cast));
+  const bool weight_read_as_is = (!is_fp8(*output.rhs.cast)) || (!is_fp8(*grad_input.rhs.cast));
   if (act != kF32 && weight_read_as_is) c.converted += out * in * act;
-  const bool grad_read_as_is = (!IsFp8(*grad_input.lhs.cast)) || (!IsFp8(*grad_weight.lhs.cast));
+  const bool grad_read_as_is = (!is_fp8(*grad_input.lhs.cast)) || (!is_fp8(*grad_weight.lhs.cast));
   if (out_act != act && grad_read_as_is) c.converted += tokens * out * act;
   return c;
 }
 
 // Whether the layer takes its weight from FSDP's fp8 all-gather (Float8Linear::
 // takes_fp8_weight): one tensorwise cast of one format serves both GEMMs, both in fp8.
-bool TakesFp8Weight(const v1::Float8Gemms& g) {
-  const std::array<GemmRef, 3> gemms = ListGemms(g);
+bool takes_fp8_weight(const v1::Float8Gemms& g) {
+  const std::array<GemmRef, 3> gemms = list_gemms(g);
   const v1::CastConfig &a = *gemms[0].rhs.cast, &b = *gemms[1].rhs.cast;
-  return gemms[0].runs_in_fp8() && gemms[1].runs_in_fp8() && SameCast(a, b) &&
+  return gemms[0].runs_in_fp8() && gemms[1].runs_in_fp8() && same_cast(a, b) &&
          a.granularity() == v1::CastConfig::TENSORWISE;
 }
 
@@ -171,11 +171,11 @@ int64_t MemoryEstimate::total_bytes() const {
   return total;
 }
 
-absl::StatusOr<MemoryEstimate> EstimateRankMemory(const v1::JobSpec& spec) {
-  if (!ModelShapeIsKnown(spec.model())) {
+absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
+  if (!model_shape_is_known(spec.model())) {
     return absl::InvalidArgumentError("memory estimate: the model's sizes are incomplete or out of range");
   }
-  const Sizes s = SizesOf(spec.model());
+  const Sizes s = sizes_of(spec.model());
   const v1::TrainSpec& train = spec.train();
   const int world = std::max(1, spec.resources().world_size());
   const bool fsdp = world > 1;
@@ -184,12 +184,12 @@ absl::StatusOr<MemoryEstimate> EstimateRankMemory(const v1::JobSpec& spec) {
   const int64_t micro_rows = std::max<int64_t>(1, train.batch_size() / accum), seq = spec.data().seq_len();
   const int64_t tokens = micro_rows * seq;
 
-  std::vector<Shape> all = RootParameters(s);
+  std::vector<Shape> all = root_parameters(s);
   for (int64_t b = 0; b < s.layers; ++b) {
-    for (const Shape& p : BlockParameters(s)) all.push_back(p);
+    for (const Shape& p : block_parameters(s)) all.push_back(p);
   }
   int64_t held = 0;  // fp32 elements of this rank's parameters
-  for (const Shape& p : all) held += fsdp ? ShardElements(p, world) : p.elements();
+  for (const Shape& p : all) held += fsdp ? shard_elements(p, world) : p.elements();
 
   MemoryEstimate e;
   e.world_size = world;
@@ -204,30 +204,30 @@ absl::StatusOr<MemoryEstimate> EstimateRankMemory(const v1::JobSpec& spec) {
   e.parts.push_back({"activations",
                      absl::StrCat("a micro-batch of ", micro_rows, " x ", seq, " tokens, ",
                                   act == kF32 ? "fp32" : "bf16", ", activation checkpointing ", mode),
-                     ActivationBytes(s, micro_rows, seq, act, /*for_backward=*/true, train.activation_checkpointing())});
+                     activation_bytes(s, micro_rows, seq, act, /*for_backward=*/true, train.activation_checkpointing())});
   // The trainer evaluates at least once, after the last step, when it has validation data.
   const bool evaluates = spec.data().val_fraction() > 0 || spec.data().has_val_path();
   const int64_t eval_tokens = std::max<int64_t>(tokens, int64_t{train.batch_size()} * seq);
   if (evaluates) {
     e.parts.push_back({"evaluation", absl::StrCat("a forward of ", train.batch_size(), " x ", seq, " tokens"),
-                       ActivationBytes(s, train.batch_size(), seq, act, /*for_backward=*/false,
+                       activation_bytes(s, train.batch_size(), seq, act, /*for_backward=*/false,
                                        v1::TrainSpec::FULL)});
   }
 
   // fp8 layers' casts.
   const v1::Fp8Spec& fp8 = spec.fp8();
-  const v1::Float8Gemms gemms = EffectiveGemms(fp8);
-  const bool fp8_gather = fsdp && fp8.all_gather_fp8() && TakesFp8Weight(gemms);
+  const v1::Float8Gemms gemms = effective_gemms(fp8);
+  const bool fp8_gather = fsdp && fp8.all_gather_fp8() && takes_fp8_weight(gemms);
   const bool dynamic_input = gemms.output().input().scaling() != v1::CastConfig::DELAYED &&
                              gemms.grad_weight().input().scaling() != v1::CastConfig::DELAYED;
   int64_t cast_bytes = 0, converted_bytes = 0, fp8_layers = 0;
-  const v1::Float8Gemms high_precision = RecipeGemms(v1::Fp8Spec::NONE);
-  for (const LinearLayer& l : ListLinearLayers(spec.model())) {
-    const bool is_fp8 = fp8.recipe() != v1::Fp8Spec::NONE && IsFloat8Linear(fp8, l.name) &&
+  const v1::Float8Gemms high_precision = recipe_gemms(v1::Fp8Spec::NONE);
+  for (const LinearLayer& l : list_linear_layers(spec.model())) {
+    const bool is_fp8 = fp8.recipe() != v1::Fp8Spec::NONE && is_float8_linear(fp8, l.name) &&
                         (fp8.pad_inner_dim() || (l.in_features % kFp8GemmMultiple == 0 &&
                                                  l.out_features % kFp8GemmMultiple == 0));
     const int64_t out_act = l.role == "output" ? kF32 : act;
-    const LayerCasts c = LinearCastBytes(is_fp8 ? gemms : high_precision, tokens, evaluates ? eval_tokens : tokens,
+    const LayerCasts c = linear_cast_bytes(is_fp8 ? gemms : high_precision, tokens, evaluates ? eval_tokens : tokens,
                                          l.in_features, l.out_features, act, out_act, is_fp8 && fp8_gather);
     // wk and wv take wq's input casts, w3 takes w1's (same input, same casts).
     const bool shares_input = is_fp8 && dynamic_input &&
@@ -255,17 +255,17 @@ absl::StatusOr<MemoryEstimate> EstimateRankMemory(const v1::JobSpec& spec) {
       for (const Shape& p : unit) {
         const bool weight = p.cols > 1;
         const bool as_fp8 = fp8_weights && weight && fp8_gather;
-        bytes += as_fp8 ? PaddedElements(p, world) * (for_backward ? 2 : 1) : PaddedElements(p, world) * kF32;
+        bytes += as_fp8 ? padded_elements(p, world) * (for_backward ? 2 : 1) : padded_elements(p, world) * kF32;
       }
       return bytes;
     };
     auto full_grads = [&](const std::vector<Shape>& unit) {
       int64_t elements = 0;
-      for (const Shape& p : unit) elements += PaddedElements(p, world);
+      for (const Shape& p : unit) elements += padded_elements(p, world);
       return elements * kF32;
     };
-    const bool output_fp8 = fp8.recipe() != v1::Fp8Spec::NONE && IsFloat8Linear(fp8, "output");
-    const std::vector<Shape> root = RootParameters(s), block = BlockParameters(s);
+    const bool output_fp8 = fp8.recipe() != v1::Fp8Spec::NONE && is_float8_linear(fp8, "output");
+    const std::vector<Shape> root = root_parameters(s), block = block_parameters(s);
     const int64_t root_bytes = gathered(root, output_fp8, true) + full_grads(root);
     const int64_t block_bytes =
         gathered(block, true, true) + gathered(block, true, false) + 2 * full_grads(block);
@@ -281,18 +281,18 @@ absl::StatusOr<MemoryEstimate> EstimateRankMemory(const v1::JobSpec& spec) {
   return e;
 }
 
-std::string FormatBytes(int64_t bytes) {
+std::string format_bytes(int64_t bytes) {
   const double b = static_cast<double>(bytes);
   if (b >= 1024.0 * 1024 * 1024) return absl::StrFormat("%.2f GiB", b / (1024.0 * 1024 * 1024));
   if (b >= 1024.0 * 1024) return absl::StrFormat("%.1f MiB", b / (1024.0 * 1024));
   return absl::StrFormat("%.1f KiB", b / 1024.0);
 }
 
-std::string FormatMemoryEstimate(const MemoryEstimate& e) {
+std::string format_memory_estimate(const MemoryEstimate& e) {
   std::string out = absl::StrCat("memory per rank (estimate, ", e.world_size, e.world_size == 1 ? " rank" : " ranks",
-                                 "): ", FormatBytes(e.total_bytes()), "\n");
+                                 "): ", format_bytes(e.total_bytes()), "\n");
   for (const MemoryPart& p : e.parts) {
-    absl::StrAppend(&out, absl::StrFormat("  %-12s %10s  %s\n", p.name, FormatBytes(p.bytes), p.detail));
+    absl::StrAppend(&out, absl::StrFormat("  %-12s %10s  %s\n", p.name, format_bytes(p.bytes), p.detail));
   }
   return out;
 }

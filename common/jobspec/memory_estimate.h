@@ -29,12 +29,12 @@ struct MemoryEstimate {
 
 // The estimate for one rank of `spec` (defaults filled, as the loader returns it). Fails
 // for a spec whose model shape is unknown.
-absl::StatusOr<MemoryEstimate> EstimateRankMemory(const v1::JobSpec& spec);
+absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec);
 
 // The estimate as lines of text: a header with the total, then one line per part.
-std::string FormatMemoryEstimate(const MemoryEstimate& estimate);
+std::string format_memory_estimate(const MemoryEstimate& estimate);
 
 // "1.25 GiB", "310.0 MiB", "12.0 KiB".
-std::string FormatBytes(int64_t bytes);
+std::string format_bytes(int64_t bytes);
 
 }  // namespace fp8::jobspec

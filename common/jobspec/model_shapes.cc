@@ -5,28 +5,28 @@
 namespace fp8::jobspec {
 namespace {
 
-bool InRange(int64_t v, int64_t max) { return v > 0 && v <= max; }
+bool in_range(int64_t v, int64_t max) { return v > 0 && v <= max; }
 
 }  // namespace
 
-int64_t LlamaFfnDim(int64_t dim) {
+int64_t llama_ffn_dim(int64_t dim) {
   constexpr int64_t kMultipleOf = 16;
   int64_t hidden = 2 * (4 * dim) / 3;
   return (hidden + kMultipleOf - 1) / kMultipleOf * kMultipleOf;
 }
 
-bool ModelShapeIsKnown(const v1::ModelSpec& m) {
-  if (!InRange(m.dim(), kMaxWidth) || !InRange(m.n_layers(), kMaxLayers) || !InRange(m.n_heads(), m.dim()) ||
-      !InRange(m.n_kv_heads(), m.n_heads()) || !InRange(m.ffn_dim(), kMaxWidth) ||
-      !InRange(m.vocab_size(), kMaxWidth)) {
+bool model_shape_is_known(const v1::ModelSpec& m) {
+  if (!in_range(m.dim(), kMaxWidth) || !in_range(m.n_layers(), kMaxLayers) || !in_range(m.n_heads(), m.dim()) ||
+      !in_range(m.n_kv_heads(), m.n_heads()) || !in_range(m.ffn_dim(), kMaxWidth) ||
+      !in_range(m.vocab_size(), kMaxWidth)) {
     return false;
   }
   return m.dim() % m.n_heads() == 0 && m.n_heads() % m.n_kv_heads() == 0;
 }
 
-std::vector<LinearLayer> ListLinearLayers(const v1::ModelSpec& m) {
+std::vector<LinearLayer> list_linear_layers(const v1::ModelSpec& m) {
   std::vector<LinearLayer> layers;
-  if (!ModelShapeIsKnown(m)) return layers;
+  if (!model_shape_is_known(m)) return layers;
   const int64_t dim = m.dim();
   const int64_t kv_dim = dim / m.n_heads() * m.n_kv_heads();
   const int64_t ffn = m.ffn_dim();
@@ -45,7 +45,7 @@ std::vector<LinearLayer> ListLinearLayers(const v1::ModelSpec& m) {
       layers.push_back({absl::StrCat("layers.", block, ".", role.name), role.name, block, role.in, role.out});
     }
   }
-  layers.push_back({"output", "output", -1, dim, PaddedVocabulary(m.vocab_size())});
+  layers.push_back({"output", "output", -1, dim, padded_vocabulary(m.vocab_size())});
   return layers;
 }
 

@@ -24,13 +24,13 @@ inline constexpr int64_t kMaxWidth = 1 << 20;  // dim, ffn_dim, vocab_size, max_
 // tensor cores and shard evenly. The padding rows stay zero and their logits are outside
 // the loss.
 inline constexpr int64_t kVocabPadMultiple = 64;
-inline int64_t PaddedVocabulary(int64_t vocab) {
+inline int64_t padded_vocabulary(int64_t vocab) {
   return (vocab + kVocabPadMultiple - 1) / kVocabPadMultiple * kVocabPadMultiple;
 }
 
 // Llama's SwiGLU width: 2/3 of 4*dim, rounded up to a multiple of 16 (Llama rounds to
 // 256; 16 keeps small models small and is what fp8 GEMMs need). 64 -> 176, 4096 -> 10928.
-int64_t LlamaFfnDim(int64_t dim);
+int64_t llama_ffn_dim(int64_t dim);
 
 struct LinearLayer {
   std::string name;  // "layers.3.attention.wq", "output"
@@ -42,11 +42,11 @@ struct LinearLayer {
 
 // Whether `model` has every size ListLinearLayers needs, positive, bounded, and with heads
 // dividing evenly (dim by n_heads, n_heads by n_kv_heads).
-bool ModelShapeIsKnown(const v1::ModelSpec& model);
+bool model_shape_is_known(const v1::ModelSpec& model);
 
 // Every linear layer, block by block, then the output projection (its out_features the
 // padded vocabulary). Requires
-// ModelShapeIsKnown(model); returns an empty list otherwise.
-std::vector<LinearLayer> ListLinearLayers(const v1::ModelSpec& model);
+// model_shape_is_known(model); returns an empty list otherwise.
+std::vector<LinearLayer> list_linear_layers(const v1::ModelSpec& model);
 
 }  // namespace fp8::jobspec

@@ -4,7 +4,7 @@
 
 namespace fp8::jobspec {
 
-bool GlobMatches(std::string_view glob, std::string_view name) {
+bool glob_matches(std::string_view glob, std::string_view name) {
   // Greedy matching that remembers the last '*': on a mismatch, let that star swallow
   // one more character and retry. Time O(|glob| * |name|), no recursion.
   size_t g = 0, n = 0;
@@ -27,9 +27,9 @@ bool GlobMatches(std::string_view glob, std::string_view name) {
   return g == glob.size();
 }
 
-bool IsFloat8Linear(const v1::Fp8Spec& fp8, std::string_view layer_name) {
+bool is_float8_linear(const v1::Fp8Spec& fp8, std::string_view layer_name) {
   if (fp8.recipe() == v1::Fp8Spec::NONE) return false;
-  auto matches = [&](const std::string& glob) { return GlobMatches(glob, layer_name); };
+  auto matches = [&](const std::string& glob) { return glob_matches(glob, layer_name); };
   bool included = fp8.include().empty() || std::any_of(fp8.include().begin(), fp8.include().end(), matches);
   bool excluded = std::any_of(fp8.exclude().begin(), fp8.exclude().end(), matches);
   return included && !excluded;

@@ -17,14 +17,14 @@ using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 
-Location OverrideLocation(std::string_view text, int source_index) {
-  return Location{OverrideSource(text), 0, 0, source_index};
+Location override_location(std::string_view text, int source_index) {
+  return Location{override_source(text), 0, 0, source_index};
 }
 
-std::string UnknownFieldMessage(const Descriptor& type, std::string_view name, const std::string& parent) {
+std::string unknown_field_message(const Descriptor& type, std::string_view name, const std::string& parent) {
   std::vector<std::string> names;
   for (int i = 0; i < type.field_count(); ++i) names.push_back(type.field(i)->name());
-  std::string hint = DidYouMean(name, names);
+  std::string hint = did_you_mean(name, names);
   if (hint.empty()) {
     hint = absl::StrCat("; ", parent.empty() ? "a job spec" : parent, " has ", absl::StrJoin(names, ", "));
   }
@@ -33,9 +33,9 @@ std::string UnknownFieldMessage(const Descriptor& type, std::string_view name, c
 
 }  // namespace
 
-std::string OverrideSource(std::string_view text) { return absl::StrCat("override ", Quote(text)); }
+std::string override_source(std::string_view text) { return absl::StrCat("override ", quote(text)); }
 
-std::optional<Assignment> ParseAssignment(std::string_view text, int source_index, Issues& issues) {
+std::optional<Assignment> parse_assignment(std::string_view text, int source_index, Issues& issues) {
   size_t equals = text.find('=');
   std::string_view path = equals == std::string_view::npos ? text : text.substr(0, equals);
   while (!path.empty() && absl::ascii_isspace(static_cast<unsigned char>(path.front())))
@@ -43,15 +43,15 @@ std::optional<Assignment> ParseAssignment(std::string_view text, int source_inde
   while (!path.empty() && absl::ascii_isspace(static_cast<unsigned char>(path.back()))) path.remove_suffix(1);
   if (equals == std::string_view::npos || path.empty()) {
     issues.push_back(
-        {"", "expected field.path=value, e.g. train.steps=200", OverrideLocation(text, source_index)});
+        {"", "expected field.path=value, e.g. train.steps=200", override_location(text, source_index)});
     return std::nullopt;
   }
   return Assignment{std::string(text), std::string(path), std::string(text.substr(equals + 1))};
 }
 
-void ApplyAssignment(const Assignment& a, int source_index, v1::JobSpec& spec, SourceMap& where,
+void apply_assignment(const Assignment& a, int source_index, v1::JobSpec& spec, SourceMap& where,
                      Issues& issues) {
-  const Location at = OverrideLocation(a.text, source_index);
+  const Location at = override_location(a.text, source_index);
   auto report = [&](std::string field, std::string message) {
     issues.push_back({std::move(field), std::move(message), at});
   };
@@ -70,7 +70,7 @@ void ApplyAssignment(const Assignment& a, int source_index, v1::JobSpec& spec, S
   std::string walked;
   for (size_t i = 0; i < parts.size(); ++i) {
     const std::string& name = parts[i];
-    std::string here = JoinPath(walked, PathPart(name));
+    std::string here = join_path(walked, path_part(name));
     if (name.empty()) {
       report(a.path, "is not a field path (an empty name between dots)");
       return;
@@ -81,22 +81,22 @@ void ApplyAssignment(const Assignment& a, int source_index, v1::JobSpec& spec, S
     }
     const FieldDescriptor* field = message->GetDescriptor()->FindFieldByName(name);
     if (field == nullptr) {
-      report(here, UnknownFieldMessage(*message->GetDescriptor(), name, walked));
+      report(here, unknown_field_message(*message->GetDescriptor(), name, walked));
       return;
     }
     const bool last = i + 1 == parts.size();
     YamlReader reader(at.source, source_index, /*has_lines=*/false, where, issues);
     if (last) {
-      where.Record(here, at);
-      reader.ReadField(value, value.Mark(), *message, *field, here);
+      where.record(here, at);
+      reader.read_field(value, value.Mark(), *message, *field, here);
       return;
     }
     if (field->is_map()) {
       // The rest of the path is the key: label keys may contain dots.
       std::string key = absl::StrJoin(parts.begin() + static_cast<std::ptrdiff_t>(i) + 1, parts.end(), ".");
-      std::string entry_path = JoinPath(here, PathPart(key));
-      where.Record(entry_path, at);
-      reader.ReadMapEntry(key, value, *message, *field, entry_path);
+      std::string entry_path = join_path(here, path_part(key));
+      where.record(entry_path, at);
+      reader.read_map_entry(key, value, *message, *field, entry_path);
       return;
     }
     if (field->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE || field->is_repeated()) {

@@ -24,14 +24,14 @@ struct Assignment {
 
 // Splits "path=value" at the first '='; an issue (and nullopt) when there is none or the
 // path is empty.
-std::optional<Assignment> ParseAssignment(std::string_view text, int source_index, Issues& issues);
+std::optional<Assignment> parse_assignment(std::string_view text, int source_index, Issues& issues);
 
 // Sets the field. Problems become issues located at the override itself; `where` learns
 // that the field now comes from this override.
-void ApplyAssignment(const Assignment& assignment, int source_index, v1::JobSpec& spec, SourceMap& where,
+void apply_assignment(const Assignment& assignment, int source_index, v1::JobSpec& spec, SourceMap& where,
                      Issues& issues);
 
 // How an override is named in messages: "override 'train.steps=abc'".
-std::string OverrideSource(std::string_view text);
+std::string override_source(std::string_view text);
 
 }  // namespace fp8::jobspec

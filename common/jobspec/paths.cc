@@ -5,7 +5,7 @@
 namespace fp8::jobspec {
 namespace {
 
-void MakeAbsolute(std::string& path, const std::filesystem::path& base_dir) {
+void make_absolute(std::string& path, const std::filesystem::path& base_dir) {
   if (path.empty()) return;  // validation reports it
   std::filesystem::path p(path);
   if (p.is_absolute()) return;
@@ -14,13 +14,13 @@ void MakeAbsolute(std::string& path, const std::filesystem::path& base_dir) {
 
 }  // namespace
 
-void MakePathsAbsolute(v1::JobSpec& spec, const std::filesystem::path& base_dir) {
+void make_paths_absolute(v1::JobSpec& spec, const std::filesystem::path& base_dir) {
   // Every path field of job.proto; a new one must be added here.
-  if (spec.data().has_path()) MakeAbsolute(*spec.mutable_data()->mutable_path(), base_dir);
-  if (spec.data().has_val_path()) MakeAbsolute(*spec.mutable_data()->mutable_val_path(), base_dir);
-  if (spec.data().has_tokenizer_model()) MakeAbsolute(*spec.mutable_data()->mutable_tokenizer_model(), base_dir);
-  if (spec.model().has_init_from()) MakeAbsolute(*spec.mutable_model()->mutable_init_from(), base_dir);
-  if (spec.checkpoint().has_dir()) MakeAbsolute(*spec.mutable_checkpoint()->mutable_dir(), base_dir);
+  if (spec.data().has_path()) make_absolute(*spec.mutable_data()->mutable_path(), base_dir);
+  if (spec.data().has_val_path()) make_absolute(*spec.mutable_data()->mutable_val_path(), base_dir);
+  if (spec.data().has_tokenizer_model()) make_absolute(*spec.mutable_data()->mutable_tokenizer_model(), base_dir);
+  if (spec.model().has_init_from()) make_absolute(*spec.mutable_model()->mutable_init_from(), base_dir);
+  if (spec.checkpoint().has_dir()) make_absolute(*spec.mutable_checkpoint()->mutable_dir(), base_dir);
 }
 
 }  // namespace fp8::jobspec

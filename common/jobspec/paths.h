@@ -11,6 +11,6 @@
 namespace fp8::jobspec {
 
 // Rewrites each relative path field as `base_dir / path`, lexically normalised.
-void MakePathsAbsolute(v1::JobSpec& spec, const std::filesystem::path& base_dir);
+void make_paths_absolute(v1::JobSpec& spec, const std::filesystem::path& base_dir);
 
 }  // namespace fp8::jobspec

@@ -21,21 +21,21 @@ class SourceMap {
  public:
   // Remembers where `field_path` ("model.n_heads", "fp8.exclude[0]") was written; a later
   // record of the same field (an override) replaces an earlier one.
-  void Record(const std::string& field_path, Location where);
+  void record(const std::string& field_path, Location where);
 
-  const Location* Find(std::string_view field_path) const;
+  const Location* find(std::string_view field_path) const;
   // The location of `field_path`, or else of the nearest enclosing field that was written
   // ("model.ffn_dim" left to its default points at "model").
-  const Location* FindNearest(std::string_view field_path) const;
+  const Location* find_nearest(std::string_view field_path) const;
 
  private:
   std::map<std::string, Location, std::less<>> locations_;
 };
 
 // "a.b[2]" -> "a.b", "a.b" -> "a", "a" -> "".
-std::string_view ParentPath(std::string_view field_path);
+std::string_view parent_path(std::string_view field_path);
 
 // "model" + "dim" -> "model.dim"; "" + "model" -> "model".
-std::string JoinPath(std::string_view parent, std::string_view child);
+std::string join_path(std::string_view parent, std::string_view child);
 
 }  // namespace fp8::jobspec

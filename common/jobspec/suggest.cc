@@ -12,14 +12,14 @@ namespace {
 // quadratic distance cheap on hostile input.
 constexpr size_t kMaxComparedChars = 64;
 
-size_t TypoBudget(std::string_view word) {
+size_t typo_budget(std::string_view word) {
   if (word.size() <= 3) return 1;
   return std::max<size_t>(2, word.size() / 3);
 }
 
 }  // namespace
 
-size_t EditDistance(std::string_view a, std::string_view b) {
+size_t edit_distance(std::string_view a, std::string_view b) {
   // One row of the dynamic-programming table at a time.
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -37,12 +37,12 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-std::string ClosestName(std::string_view word, const std::vector<std::string>& candidates) {
+std::string closest_name(std::string_view word, const std::vector<std::string>& candidates) {
   if (word.empty() || word.size() > kMaxComparedChars) return "";
   std::string best;
-  size_t best_distance = TypoBudget(word) + 1;
+  size_t best_distance = typo_budget(word) + 1;
   for (const std::string& candidate : candidates) {
-    size_t d = EditDistance(word, candidate);
+    size_t d = edit_distance(word, candidate);
     if (d < best_distance) {
       best_distance = d;
       best = candidate;
@@ -51,8 +51,8 @@ std::string ClosestName(std::string_view word, const std::vector<std::string>& c
   return best;
 }
 
-std::string DidYouMean(std::string_view word, const std::vector<std::string>& candidates) {
-  std::string best = ClosestName(word, candidates);
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best = closest_name(word, candidates);
   return best.empty() ? "" : absl::StrCat(" (did you mean '", best, "'?)");
 }
 

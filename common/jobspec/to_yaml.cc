@@ -17,10 +17,10 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
 
-void EmitMessage(YAML::Emitter& out, const Message& message);
+void emit_message(YAML::Emitter& out, const Message& message);
 
 // One value of a scalar field; `index` < 0 for a singular field.
-void EmitScalar(YAML::Emitter& out, const Message& m, const FieldDescriptor& f, int index) {
+void emit_scalar(YAML::Emitter& out, const Message& m, const FieldDescriptor& f, int index) {
   const Reflection& r = *m.GetReflection();
   const bool rep = index >= 0;
   switch (f.cpp_type()) {
@@ -37,17 +37,17 @@ void EmitScalar(YAML::Emitter& out, const Message& m, const FieldDescriptor& f, 
       out << (rep ? r.GetRepeatedUInt64(m, &f, index) : r.GetUInt64(m, &f));
       return;
     case FieldDescriptor::CPPTYPE_DOUBLE:
-      out << FormatNumber(rep ? r.GetRepeatedDouble(m, &f, index) : r.GetDouble(m, &f));
+      out << format_number(rep ? r.GetRepeatedDouble(m, &f, index) : r.GetDouble(m, &f));
       return;
     case FieldDescriptor::CPPTYPE_FLOAT:
-      out << FormatNumber(rep ? r.GetRepeatedFloat(m, &f, index) : r.GetFloat(m, &f));
+      out << format_number(rep ? r.GetRepeatedFloat(m, &f, index) : r.GetFloat(m, &f));
       return;
     case FieldDescriptor::CPPTYPE_BOOL:
       out << YAML::TrueFalseBool << (rep ? r.GetRepeatedBool(m, &f, index) : r.GetBool(m, &f));
       return;
     case FieldDescriptor::CPPTYPE_ENUM: {
       const auto* value = rep ? r.GetRepeatedEnum(m, &f, index) : r.GetEnum(m, &f);
-      out << EnumValueName(*value);
+      out << enum_value_name(*value);
       return;
     }
     case FieldDescriptor::CPPTYPE_STRING:
@@ -55,12 +55,12 @@ void EmitScalar(YAML::Emitter& out, const Message& m, const FieldDescriptor& f, 
       out << (rep ? r.GetRepeatedString(m, &f, index) : r.GetString(m, &f));
       return;
     case FieldDescriptor::CPPTYPE_MESSAGE:
-      EmitMessage(out, rep ? r.GetRepeatedMessage(m, &f, index) : r.GetMessage(m, &f));
+      emit_message(out, rep ? r.GetRepeatedMessage(m, &f, index) : r.GetMessage(m, &f));
       return;
   }
 }
 
-void EmitMap(YAML::Emitter& out, const Message& m, const FieldDescriptor& f) {
+void emit_map(YAML::Emitter& out, const Message& m, const FieldDescriptor& f) {
   const Reflection& r = *m.GetReflection();
   const FieldDescriptor& key = *f.message_type()->map_key();
   const FieldDescriptor& value = *f.message_type()->map_value();
@@ -74,12 +74,12 @@ void EmitMap(YAML::Emitter& out, const Message& m, const FieldDescriptor& f) {
   out << YAML::BeginMap;
   for (const auto& [name, entry] : entries) {
     out << YAML::Key << name << YAML::Value;
-    EmitScalar(out, *entry, value, -1);
+    emit_scalar(out, *entry, value, -1);
   }
   out << YAML::EndMap;
 }
 
-bool ShouldEmit(const Message& m, const FieldDescriptor& f) {
+bool should_emit(const Message& m, const FieldDescriptor& f) {
   const Reflection& r = *m.GetReflection();
   if (f.is_map()) return r.FieldSize(m, &f) > 0;
   // Lists are written even when empty: a list left out takes its default (fp8.exclude's
@@ -89,24 +89,24 @@ bool ShouldEmit(const Message& m, const FieldDescriptor& f) {
   return f.cpp_type() != FieldDescriptor::CPPTYPE_ENUM || r.GetEnumValue(m, &f) != 0;
 }
 
-void EmitMessage(YAML::Emitter& out, const Message& message) {
+void emit_message(YAML::Emitter& out, const Message& message) {
   const google::protobuf::Descriptor& type = *message.GetDescriptor();
   out << YAML::BeginMap;
   for (int i = 0; i < type.field_count(); ++i) {
     const FieldDescriptor& f = *type.field(i);
-    if (!ShouldEmit(message, f)) continue;
+    if (!should_emit(message, f)) continue;
     out << YAML::Key << f.name() << YAML::Value;
     if (f.is_map()) {
-      EmitMap(out, message, f);
+      emit_map(out, message, f);
     } else if (f.is_repeated()) {
       const bool scalars = f.cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE;
       if (scalars) out << YAML::Flow;
       out << YAML::BeginSeq;
       for (int j = 0; j < message.GetReflection()->FieldSize(message, &f); ++j)
-        EmitScalar(out, message, f, j);
+        emit_scalar(out, message, f, j);
       out << YAML::EndSeq;
     } else {
-      EmitScalar(out, message, f, -1);
+      emit_scalar(out, message, f, -1);
     }
   }
   out << YAML::EndMap;
@@ -114,9 +114,9 @@ void EmitMessage(YAML::Emitter& out, const Message& message) {
 
 }  // namespace
 
-std::string ToYaml(const v1::JobSpec& spec) {
+std::string to_yaml(const v1::JobSpec& spec) {
   YAML::Emitter out;
-  EmitMessage(out, spec);
+  emit_message(out, spec);
   return std::string(out.c_str()) + "\n";
 }
 

@@ -9,6 +9,6 @@
 
 namespace fp8::jobspec {
 
-std::string ToYaml(const v1::JobSpec& spec);
+std::string to_yaml(const v1::JobSpec& spec);
 
 }  // namespace fp8::jobspec

@@ -8,7 +8,7 @@
 
 namespace fp8::jobspec {
 
-std::string FillVocabFromTokenizer(v1::JobSpec& spec) {
+std::string fill_vocab_from_tokenizer(v1::JobSpec& spec) {
   const v1::DataSpec& d = spec.data();
   if (d.tokenizer() != v1::DataSpec::SENTENCEPIECE || !d.has_tokenizer_model() || spec.model().has_vocab_size()) {
     return "";
@@ -19,7 +19,7 @@ std::string FillVocabFromTokenizer(v1::JobSpec& spec) {
   bytes << in.rdbuf();
   std::string error;
   const std::optional<tokenizer::SentencePieceModelInfo> info =
-      tokenizer::ReadSentencePieceModelInfo(bytes.str(), &error);
+      tokenizer::read_sentence_piece_model_info(bytes.str(), &error);
   if (!info) return d.tokenizer_model() + ": " + error;
   spec.mutable_model()->set_vocab_size(info->pieces);
   return "";

@@ -12,6 +12,6 @@ namespace fp8::jobspec {
 // Sets model.vocab_size from data.tokenizer_model when the tokenizer is sentencepiece and
 // the size is not given. Returns "" or, when the model cannot be loaded, why (validation
 // then reports model.vocab_size as required).
-std::string FillVocabFromTokenizer(v1::JobSpec& spec);
+std::string fill_vocab_from_tokenizer(v1::JobSpec& spec);
 
 }  // namespace fp8::jobspec

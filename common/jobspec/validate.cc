@@ -24,7 +24,7 @@ constexpr size_t kMaxFreeTextChars = 1024;
 constexpr int64_t kMaxSteps = int64_t{1} << 40;
 constexpr int64_t kMaxBatch = 1 << 20;
 
-bool IsDnsLabel(std::string_view s) {
+bool is_dns_label(std::string_view s) {
   if (s.empty() || s.size() > kMaxNameChars) return false;
   auto ok = [](char c) { return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-'; };
   for (char c : s) {
@@ -33,7 +33,7 @@ bool IsDnsLabel(std::string_view s) {
   return s.front() != '-' && s.back() != '-';
 }
 
-bool IsLabelKey(std::string_view s) {
+bool is_label_key(std::string_view s) {
   if (s.empty() || s.size() > kMaxNameChars) return false;
   for (char c : s) {
     if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-' && c != '/') return false;
@@ -41,7 +41,7 @@ bool IsLabelKey(std::string_view s) {
   return true;
 }
 
-bool IsPrintable(std::string_view s) {
+bool is_printable(std::string_view s) {
   for (char c : s) {
     // UTF-8 continuation and lead bytes are >= 0x80; only ASCII controls are refused.
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
@@ -51,7 +51,7 @@ bool IsPrintable(std::string_view s) {
 
 // Enum fields hold numbers; a spec built in code (or sent by a newer client) may hold one
 // this version does not know.
-void CheckEnumsKnown(const Message& message, const std::string& path, Checks& checks) {
+void check_enums_known(const Message& message, const std::string& path, Checks& checks) {
   const google::protobuf::Reflection& r = *message.GetReflection();
   std::vector<const FieldDescriptor*> fields;
   r.ListFields(message, &fields);
@@ -60,184 +60,184 @@ void CheckEnumsKnown(const Message& message, const std::string& path, Checks& ch
     if (field->cpp_type() == FieldDescriptor::CPPTYPE_ENUM && !field->is_repeated()) {
       int number = r.GetEnumValue(message, field);
       if (field->enum_type()->FindValueByNumber(number) == nullptr) {
-        checks.Add(field_path, absl::StrCat("unknown value ", number, "; expected one of ",
-                                            EnumChoices(*field->enum_type())));
+        checks.add(field_path, absl::StrCat("unknown value ", number, "; expected one of ",
+                                            enum_choices(*field->enum_type())));
       }
     } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !field->is_repeated()) {
-      CheckEnumsKnown(r.GetMessage(message, field), field_path, checks);
+      check_enums_known(r.GetMessage(message, field), field_path, checks);
     }
   }
 }
 
-void CheckMetadata(const v1::JobSpec& s, Checks& c) {
-  if (c.Required(s.has_name(), "name") && !IsDnsLabel(s.name())) {
-    c.Add("name", absl::StrCat("must be a DNS label (lower-case letters, digits and '-', starting and ending "
+void check_metadata(const v1::JobSpec& s, Checks& c) {
+  if (c.required(s.has_name(), "name") && !is_dns_label(s.name())) {
+    c.add("name", absl::StrCat("must be a DNS label (lower-case letters, digits and '-', starting and ending "
                                "with a letter or digit, at most 63 characters), got ",
-                               Quote(s.name())));
+                               quote(s.name())));
   }
-  if (s.owner().size() > kMaxNameChars || !IsPrintable(s.owner())) {
-    c.Add("owner", "must be one line of at most 63 characters");
+  if (s.owner().size() > kMaxNameChars || !is_printable(s.owner())) {
+    c.add("owner", "must be one line of at most 63 characters");
   }
-  if (s.description().size() > kMaxFreeTextChars || !IsPrintable(s.description())) {
-    c.Add("description", "must be one line of at most 1024 characters");
+  if (s.description().size() > kMaxFreeTextChars || !is_printable(s.description())) {
+    c.add("description", "must be one line of at most 1024 characters");
   }
-  c.IntInRange("priority", s.priority(), -1000, 1000);
+  c.int_in_range("priority", s.priority(), -1000, 1000);
   for (const auto& [key, value] : s.labels()) {
-    std::string field = absl::StrCat("labels.", PathPart(key));
-    if (!IsLabelKey(key)) {
-      c.Add(field, "label keys are letters, digits, '.', '_', '-' and '/', at most 63 characters");
+    std::string field = absl::StrCat("labels.", path_part(key));
+    if (!is_label_key(key)) {
+      c.add(field, "label keys are letters, digits, '.', '_', '-' and '/', at most 63 characters");
     }
-    if (value.size() > kMaxLabelValueChars || !IsPrintable(value)) {
-      c.Add(field, "label values are one line of at most 256 characters");
+    if (value.size() > kMaxLabelValueChars || !is_printable(value)) {
+      c.add(field, "label values are one line of at most 256 characters");
     }
   }
 }
 
-void CheckModel(const v1::JobSpec& s, Checks& c) {
+void check_model(const v1::JobSpec& s, Checks& c) {
   if (!s.has_model()) {
-    c.Add("model", "required section is missing (it needs dim, n_layers, n_heads and max_seq_len)");
+    c.add("model", "required section is missing (it needs dim, n_layers, n_heads and max_seq_len)");
     return;
   }
   const v1::ModelSpec& m = s.model();
-  bool dim_ok = c.Required(m.has_dim(), "model.dim") && c.IntInRange("model.dim", m.dim(), 1, kMaxWidth);
-  if (c.Required(m.has_n_layers(), "model.n_layers"))
-    c.IntInRange("model.n_layers", m.n_layers(), 1, kMaxLayers);
-  bool heads_ok = c.Required(m.has_n_heads(), "model.n_heads") &&
-                  c.IntInRange("model.n_heads", m.n_heads(), 1, kMaxWidth);
-  if (c.Required(m.has_max_seq_len(), "model.max_seq_len")) {
-    c.IntInRange("model.max_seq_len", m.max_seq_len(), 1, kMaxWidth);
+  bool dim_ok = c.required(m.has_dim(), "model.dim") && c.int_in_range("model.dim", m.dim(), 1, kMaxWidth);
+  if (c.required(m.has_n_layers(), "model.n_layers"))
+    c.int_in_range("model.n_layers", m.n_layers(), 1, kMaxLayers);
+  bool heads_ok = c.required(m.has_n_heads(), "model.n_heads") &&
+                  c.int_in_range("model.n_heads", m.n_heads(), 1, kMaxWidth);
+  if (c.required(m.has_max_seq_len(), "model.max_seq_len")) {
+    c.int_in_range("model.max_seq_len", m.max_seq_len(), 1, kMaxWidth);
   }
-  bool kv_ok = m.has_n_kv_heads() && c.IntInRange("model.n_kv_heads", m.n_kv_heads(), 1, kMaxWidth);
-  if (m.has_ffn_dim()) c.IntInRange("model.ffn_dim", m.ffn_dim(), 1, kMaxWidth);
+  bool kv_ok = m.has_n_kv_heads() && c.int_in_range("model.n_kv_heads", m.n_kv_heads(), 1, kMaxWidth);
+  if (m.has_ffn_dim()) c.int_in_range("model.ffn_dim", m.ffn_dim(), 1, kMaxWidth);
   if (s.data().tokenizer() == v1::DataSpec::SENTENCEPIECE && !m.has_vocab_size()) {
-    c.Add("model.vocab_size",
+    c.add("model.vocab_size",
           "required here: data.tokenizer_model could not be read to take the vocabulary from",
           {"data.tokenizer_model"});
   } else if (m.vocab_size() < kByteVocabulary && s.data().tokenizer() == v1::DataSpec::BYTES) {
-    c.Add("model.vocab_size", absl::StrCat("must be at least 256, the byte values data.tokenizer bytes "
+    c.add("model.vocab_size", absl::StrCat("must be at least 256, the byte values data.tokenizer bytes "
                                            "produces, got ",
                                            m.vocab_size()));
   } else {
-    c.IntInRange("model.vocab_size", m.vocab_size(), 1, kMaxWidth);
+    c.int_in_range("model.vocab_size", m.vocab_size(), 1, kMaxWidth);
   }
-  c.Positive("model.rope_theta", m.rope_theta());
-  if (m.has_init_from() && m.init_from().empty()) c.Add("model.init_from", "must not be empty (leave it out for none)");
+  c.positive("model.rope_theta", m.rope_theta());
+  if (m.has_init_from() && m.init_from().empty()) c.add("model.init_from", "must not be empty (leave it out for none)");
   if (!(m.norm_eps() > 0 && m.norm_eps() < 1)) {
-    c.Add("model.norm_eps", absl::StrCat("must be in (0, 1), got ", FormatNumber(m.norm_eps())));
+    c.add("model.norm_eps", absl::StrCat("must be in (0, 1), got ", format_number(m.norm_eps())));
   }
 
   // Attention geometry, checked only between values that passed their own checks.
   if (dim_ok && heads_ok) {
     if (m.dim() % m.n_heads() != 0) {
-      c.Add("model.n_heads", absl::StrCat(m.n_heads(), " does not divide model.dim (", m.dim(), ")"));
+      c.add("model.n_heads", absl::StrCat(m.n_heads(), " does not divide model.dim (", m.dim(), ")"));
     } else if ((m.dim() / m.n_heads()) % 2 != 0) {
-      c.Add("model.n_heads", absl::StrCat("gives an odd head_dim, model.dim / model.n_heads = ", m.dim(),
+      c.add("model.n_heads", absl::StrCat("gives an odd head_dim, model.dim / model.n_heads = ", m.dim(),
                                           " / ", m.n_heads(), " = ", m.dim() / m.n_heads(),
                                           "; RoPE rotates pairs of channels, so head_dim must be even"));
     }
   }
   if (heads_ok && kv_ok && m.n_heads() % m.n_kv_heads() != 0) {
-    c.Add("model.n_kv_heads",
+    c.add("model.n_kv_heads",
           absl::StrCat(m.n_kv_heads(), " does not divide model.n_heads (", m.n_heads(), ")"));
   }
 }
 
-void CheckData(const v1::JobSpec& s, Checks& c) {
+void check_data(const v1::JobSpec& s, Checks& c) {
   if (!s.has_data()) {
-    c.Add("data", "required section is missing (it needs path)");
+    c.add("data", "required section is missing (it needs path)");
     return;
   }
   const v1::DataSpec& d = s.data();
-  if (c.Required(d.has_path(), "data.path") && d.path().empty()) c.Add("data.path", "must not be empty");
-  if (d.has_seq_len() && c.IntInRange("data.seq_len", d.seq_len(), 1, kMaxWidth) &&
+  if (c.required(d.has_path(), "data.path") && d.path().empty()) c.add("data.path", "must not be empty");
+  if (d.has_seq_len() && c.int_in_range("data.seq_len", d.seq_len(), 1, kMaxWidth) &&
       s.model().has_max_seq_len() && d.seq_len() > s.model().max_seq_len()) {
-    c.Add("data.seq_len",
+    c.add("data.seq_len",
           absl::StrCat(d.seq_len(), " exceeds model.max_seq_len (", s.model().max_seq_len(), ")"));
   }
-  c.RealInRange("data.val_fraction", d.val_fraction(), 0, 0.5);
+  c.real_in_range("data.val_fraction", d.val_fraction(), 0, 0.5);
   if (d.tokenizer() == v1::DataSpec::SENTENCEPIECE) {
-    if (c.Required(d.has_tokenizer_model(), "data.tokenizer_model") && d.tokenizer_model().empty()) {
-      c.Add("data.tokenizer_model", "must not be empty");
+    if (c.required(d.has_tokenizer_model(), "data.tokenizer_model") && d.tokenizer_model().empty()) {
+      c.add("data.tokenizer_model", "must not be empty");
     }
   } else if (d.has_tokenizer_model()) {
-    c.Add("data.tokenizer_model", "is for data.tokenizer sentencepiece; the bytes tokenizer has no model",
+    c.add("data.tokenizer_model", "is for data.tokenizer sentencepiece; the bytes tokenizer has no model",
           {"data.tokenizer"});
   }
   if (d.has_val_path()) {
-    if (d.val_path().empty()) c.Add("data.val_path", "must not be empty (leave it out for none)");
+    if (d.val_path().empty()) c.add("data.val_path", "must not be empty (leave it out for none)");
     if (d.val_fraction() != 0) {
-      c.Add("data.val_fraction", "give data.val_path or data.val_fraction, not both", {"data.val_path"});
+      c.add("data.val_fraction", "give data.val_path or data.val_fraction, not both", {"data.val_path"});
     }
   }
 }
 
-void CheckTrain(const v1::JobSpec& s, Checks& c) {
+void check_train(const v1::JobSpec& s, Checks& c) {
   if (!s.has_train()) {
-    c.Add("train", "required section is missing (it needs steps, batch_size and lr)");
+    c.add("train", "required section is missing (it needs steps, batch_size and lr)");
     return;
   }
   const v1::TrainSpec& t = s.train();
   bool steps_ok =
-      c.Required(t.has_steps(), "train.steps") && c.IntInRange("train.steps", t.steps(), 1, kMaxSteps);
-  bool batch_ok = c.Required(t.has_batch_size(), "train.batch_size") &&
-                  c.IntInRange("train.batch_size", t.batch_size(), 1, kMaxBatch);
-  if (c.IntInRange("train.grad_accum", t.grad_accum(), 1, kMaxBatch) && batch_ok &&
+      c.required(t.has_steps(), "train.steps") && c.int_in_range("train.steps", t.steps(), 1, kMaxSteps);
+  bool batch_ok = c.required(t.has_batch_size(), "train.batch_size") &&
+                  c.int_in_range("train.batch_size", t.batch_size(), 1, kMaxBatch);
+  if (c.int_in_range("train.grad_accum", t.grad_accum(), 1, kMaxBatch) && batch_ok &&
       t.batch_size() % t.grad_accum() != 0) {
-    c.Add("train.grad_accum",
+    c.add("train.grad_accum",
           absl::StrCat(t.grad_accum(), " does not divide train.batch_size (", t.batch_size(), ")"));
   }
-  bool lr_ok = c.Required(t.has_lr(), "train.lr") && c.Positive("train.lr", t.lr());
-  if (t.has_min_lr() && c.NonNegative("train.min_lr", t.min_lr()) && lr_ok && t.min_lr() > t.lr()) {
-    c.Add("train.min_lr",
-          absl::StrCat(FormatNumber(t.min_lr()), " exceeds train.lr (", FormatNumber(t.lr()), ")"));
+  bool lr_ok = c.required(t.has_lr(), "train.lr") && c.positive("train.lr", t.lr());
+  if (t.has_min_lr() && c.non_negative("train.min_lr", t.min_lr()) && lr_ok && t.min_lr() > t.lr()) {
+    c.add("train.min_lr",
+          absl::StrCat(format_number(t.min_lr()), " exceeds train.lr (", format_number(t.lr()), ")"));
   }
-  if (c.IntInRange("train.warmup_steps", t.warmup_steps(), 0, kMaxSteps) && steps_ok &&
+  if (c.int_in_range("train.warmup_steps", t.warmup_steps(), 0, kMaxSteps) && steps_ok &&
       t.warmup_steps() > t.steps()) {
-    c.Add("train.warmup_steps", absl::StrCat(t.warmup_steps(), " exceeds train.steps (", t.steps(), ")"));
+    c.add("train.warmup_steps", absl::StrCat(t.warmup_steps(), " exceeds train.steps (", t.steps(), ")"));
   }
-  c.NonNegative("train.weight_decay", t.weight_decay());
-  c.RealInRange("train.beta1", t.beta1(), 0, 1, /*max_open=*/true);
-  c.RealInRange("train.beta2", t.beta2(), 0, 1, /*max_open=*/true);
-  c.Positive("train.eps", t.eps());
-  c.NonNegative("train.grad_clip", t.grad_clip());
-  c.IntInRange("train.log_every", t.log_every(), 1, kMaxSteps);
-  if (c.IntInRange("train.eval_every", t.eval_every(), 0, kMaxSteps) && t.eval_every() > 0 &&
+  c.non_negative("train.weight_decay", t.weight_decay());
+  c.real_in_range("train.beta1", t.beta1(), 0, 1, /*max_open=*/true);
+  c.real_in_range("train.beta2", t.beta2(), 0, 1, /*max_open=*/true);
+  c.positive("train.eps", t.eps());
+  c.non_negative("train.grad_clip", t.grad_clip());
+  c.int_in_range("train.log_every", t.log_every(), 1, kMaxSteps);
+  if (c.int_in_range("train.eval_every", t.eval_every(), 0, kMaxSteps) && t.eval_every() > 0 &&
       s.data().val_fraction() == 0 && !s.data().has_val_path()) {
-    c.Add("train.eval_every", "evaluation needs held-out data, but data.val_fraction is 0 and there is no data.val_path",
+    c.add("train.eval_every", "evaluation needs held-out data, but data.val_fraction is 0 and there is no data.val_path",
           {"data.val_fraction"});
   }
-  c.IntInRange("train.eval_batches", t.eval_batches(), 1, kMaxBatch);
-  c.IntInRange("train.progress_timeout_seconds", t.progress_timeout_seconds(), 0, 86400);
-  c.IntInRange("train.collective_timeout_seconds", t.collective_timeout_seconds(), 0, 86400);
+  c.int_in_range("train.eval_batches", t.eval_batches(), 1, kMaxBatch);
+  c.int_in_range("train.progress_timeout_seconds", t.progress_timeout_seconds(), 0, 86400);
+  c.int_in_range("train.collective_timeout_seconds", t.collective_timeout_seconds(), 0, 86400);
 }
 
-void CheckOperations(const v1::JobSpec& s, Checks& c) {
+void check_operations(const v1::JobSpec& s, Checks& c) {
   const v1::CheckpointSpec& ck = s.checkpoint();
-  if (ck.has_dir() && ck.dir().empty()) c.Add("checkpoint.dir", "must not be empty");
-  c.IntInRange("checkpoint.every", ck.every(), 0, kMaxSteps);
-  c.IntInRange("checkpoint.keep", ck.keep(), 1, 1000);
+  if (ck.has_dir() && ck.dir().empty()) c.add("checkpoint.dir", "must not be empty");
+  c.int_in_range("checkpoint.every", ck.every(), 0, kMaxSteps);
+  c.int_in_range("checkpoint.keep", ck.keep(), 1, 1000);
 
   const v1::ResourceSpec& r = s.resources();
-  c.IntInRange("resources.world_size", r.world_size(), 1, kMaxWorldSize);
-  c.IntInRange("resources.cpus_per_rank", r.cpus_per_rank(), 1, 1024);
-  if (r.has_memory_gb()) c.Positive("resources.memory_gb", r.memory_gb());
+  c.int_in_range("resources.world_size", r.world_size(), 1, kMaxWorldSize);
+  c.int_in_range("resources.cpus_per_rank", r.cpus_per_rank(), 1, 1024);
+  if (r.has_memory_gb()) c.positive("resources.memory_gb", r.memory_gb());
 
-  c.IntInRange("restarts.max_restarts", s.restarts().max_restarts(), 0, 100);
-  c.IntInRange("restarts.backoff_seconds", s.restarts().backoff_seconds(), 0, 3600);
+  c.int_in_range("restarts.max_restarts", s.restarts().max_restarts(), 0, 100);
+  c.int_in_range("restarts.backoff_seconds", s.restarts().backoff_seconds(), 0, 3600);
 }
 
 }  // namespace
 
-Issues FindSpecIssues(const v1::JobSpec& spec) {
+Issues find_spec_issues(const v1::JobSpec& spec) {
   Issues issues;
   Checks checks(issues);
-  CheckEnumsKnown(spec, "", checks);
-  CheckMetadata(spec, checks);
-  CheckModel(spec, checks);
-  CheckData(spec, checks);
-  CheckTrain(spec, checks);
-  CheckOperations(spec, checks);
-  CheckFp8(spec, checks);
+  check_enums_known(spec, "", checks);
+  check_metadata(spec, checks);
+  check_model(spec, checks);
+  check_data(spec, checks);
+  check_train(spec, checks);
+  check_operations(spec, checks);
+  check_fp8(spec, checks);
   return issues;
 }
 

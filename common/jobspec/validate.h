@@ -13,6 +13,6 @@ namespace fp8::jobspec {
 inline constexpr int64_t kMaxWorldSize = 1 << 16;
 
 // Every problem found, in no particular order (the caller sorts by position).
-Issues FindSpecIssues(const v1::JobSpec& spec);
+Issues find_spec_issues(const v1::JobSpec& spec);
 
 }  // namespace fp8::jobspec

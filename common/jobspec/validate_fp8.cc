@@ -30,49 +30,49 @@ constexpr size_t kMaxGlobChars = 128;
 // else the recipe, else the model size that produced the bad shapes.
 const std::vector<std::string> kFp8LayerAnchors = {"fp8.include", "fp8.exclude", "fp8.recipe", "model.dim"};
 
-void CheckLongForm(const v1::Fp8Spec& fp8, Checks& c) {
+void check_long_form(const v1::Fp8Spec& fp8, Checks& c) {
   if (!fp8.has_gemms()) return;
   if (fp8.recipe() == v1::Fp8Spec::NONE) {
-    c.Add("fp8.gemms", "has no effect with fp8.recipe none; name the recipe these changes apply to");
+    c.add("fp8.gemms", "has no effect with fp8.recipe none; name the recipe these changes apply to");
     return;
   }
-  for (const GemmRef& gemm : ListGemms(fp8.gemms())) {
+  for (const GemmRef& gemm : list_gemms(fp8.gemms())) {
     for (const OperandRef* op : {&gemm.lhs, &gemm.rhs}) {
       if (op->cast->dtype() != CastConfig::HIGH_PRECISION) continue;
       if (op->cast->granularity() != CastConfig::GRANULARITY_UNSPECIFIED) {
-        c.Add(op->path + ".granularity", "has no effect on a high_precision operand");
+        c.add(op->path + ".granularity", "has no effect on a high_precision operand");
       }
       if (op->cast->scaling() != CastConfig::SCALING_UNSPECIFIED) {
-        c.Add(op->path + ".scaling", "has no effect on a high_precision operand");
+        c.add(op->path + ".scaling", "has no effect on a high_precision operand");
       }
     }
   }
 }
 
-void CheckEffectiveGemms(const v1::Fp8Spec& fp8, const v1::Float8Gemms& effective, Checks& c) {
-  for (const GemmRef& gemm : ListGemms(effective)) {
+void check_effective_gemms(const v1::Fp8Spec& fp8, const v1::Float8Gemms& effective, Checks& c) {
+  for (const GemmRef& gemm : list_gemms(effective)) {
     if (gemm.lhs.cast->dtype() == CastConfig::E5M2 && gemm.rhs.cast->dtype() == CastConfig::E5M2) {
-      c.Add(gemm.path, "e5m2 x e5m2 has no fp8 GEMM kernel; make one operand e4m3", {"fp8.recipe"});
+      c.add(gemm.path, "e5m2 x e5m2 has no fp8 GEMM kernel; make one operand e4m3", {"fp8.recipe"});
     }
     for (const OperandRef* op : {&gemm.lhs, &gemm.rhs}) {
       if (op->cast->scaling() == CastConfig::DELAYED && op->cast->granularity() == CastConfig::AXISWISE) {
-        c.Add(op->path,
+        c.add(op->path,
               "delayed scaling keeps one amax history per tensor, so it needs tensorwise granularity",
               {"fp8.recipe"});
       }
     }
   }
   const CastConfig& weight = effective.output().weight();
-  bool gatherable = IsFp8(weight) && weight.granularity() == CastConfig::TENSORWISE;
+  bool gatherable = is_fp8(weight) && weight.granularity() == CastConfig::TENSORWISE;
   if (fp8.all_gather_fp8() && fp8.recipe() != v1::Fp8Spec::NONE && !gatherable) {
-    c.Add("fp8.all_gather_fp8",
+    c.add("fp8.all_gather_fp8",
           "needs the output GEMM's weight in fp8 with tensorwise scaling (set it to false for this recipe)");
   }
 }
 
 // Every glob must name at least one layer: a misspelt exclude would otherwise silently
 // train the layer it meant to protect in fp8.
-void CheckFilterGlobs(const v1::Fp8Spec& fp8, const std::vector<LinearLayer>& layers, Checks& c) {
+void check_filter_globs(const v1::Fp8Spec& fp8, const std::vector<LinearLayer>& layers, Checks& c) {
   std::vector<std::string> names_for_hints;
   for (const LinearLayer& l : layers) {
     if (l.block <= 0) names_for_hints.push_back(l.name);
@@ -80,22 +80,22 @@ void CheckFilterGlobs(const v1::Fp8Spec& fp8, const std::vector<LinearLayer>& la
   auto check_list = [&](const std::string& field,
                         const google::protobuf::RepeatedPtrField<std::string>& globs) {
     if (globs.size() > kMaxGlobs) {
-      c.Add(field, absl::StrCat("has ", globs.size(), " globs; at most ", kMaxGlobs));
+      c.add(field, absl::StrCat("has ", globs.size(), " globs; at most ", kMaxGlobs));
       return;
     }
     for (int i = 0; i < globs.size(); ++i) {
       std::string at = absl::StrCat(field, "[", i, "]");
       const std::string& glob = globs.Get(i);
       if (glob.empty() || glob.size() > kMaxGlobChars) {
-        c.Add(at, absl::StrCat("globs are 1 to ", kMaxGlobChars, " characters"));
+        c.add(at, absl::StrCat("globs are 1 to ", kMaxGlobChars, " characters"));
         continue;
       }
       if (layers.empty()) continue;  // model sizes are wrong; reported elsewhere
       bool matched = false;
-      for (const LinearLayer& l : layers) matched = matched || GlobMatches(glob, l.name);
+      for (const LinearLayer& l : layers) matched = matched || glob_matches(glob, l.name);
       if (!matched) {
-        c.Add(at, absl::StrCat(
-                      Quote(glob), " matches no linear layer", DidYouMean(glob, names_for_hints),
+        c.add(at, absl::StrCat(
+                      quote(glob), " matches no linear layer", did_you_mean(glob, names_for_hints),
                       "; layers are named like layers.0.attention.wq, layers.0.feed_forward.w1, output"));
       }
     }
@@ -104,11 +104,11 @@ void CheckFilterGlobs(const v1::Fp8Spec& fp8, const std::vector<LinearLayer>& la
   check_list("fp8.exclude", fp8.exclude());
 }
 
-void CheckLayerShapes(const v1::JobSpec& spec, const v1::Float8Gemms& effective,
+void check_layer_shapes(const v1::JobSpec& spec, const v1::Float8Gemms& effective,
                       const std::vector<LinearLayer>& layers, Checks& c) {
   const v1::Fp8Spec& fp8 = spec.fp8();
   if (fp8.pad_inner_dim() && spec.resources().device() == v1::ResourceSpec::CUDA) {
-    c.Add("fp8.pad_inner_dim",
+    c.add("fp8.pad_inner_dim",
           "is not available on cuda: cuBLASLt's fp8 GEMMs take only dimensions that are multiples of 16 and "
           "nothing pads them there; leave it out and keep such layers in high precision with fp8.exclude",
           {"resources.device"});
@@ -122,7 +122,7 @@ void CheckLayerShapes(const v1::JobSpec& spec, const v1::Float8Gemms& effective,
                                 "fp8.exclude";
   // output = in·wᵀ contracts in_features; grad_input = gout·w contracts out_features;
   // grad_weight = goutᵀ·in contracts tokens and yields [out, in].
-  const std::array<GemmRef, 3> gemms = ListGemms(effective);
+  const std::array<GemmRef, 3> gemms = list_gemms(effective);
   const bool output_fp8 = gemms[0].runs_in_fp8();
   const bool grad_input_fp8 = gemms[1].runs_in_fp8();
   const bool grad_weight_fp8 = gemms[2].runs_in_fp8();
@@ -135,7 +135,7 @@ void CheckLayerShapes(const v1::JobSpec& spec, const v1::Float8Gemms& effective,
   std::vector<const LinearLayer*> examples;  // the first offender of each shape
   bool any_fp8_layer = false;
   for (const LinearLayer& layer : layers) {
-    if (!IsFloat8Linear(fp8, layer.name)) continue;
+    if (!is_float8_linear(fp8, layer.name)) continue;
     any_fp8_layer = true;
     bool bad_in = needs_in && layer.in_features % kFp8GemmMultiple != 0;
     bool bad_out = needs_out && layer.out_features % kFp8GemmMultiple != 0;
@@ -154,7 +154,7 @@ void CheckLayerShapes(const v1::JobSpec& spec, const v1::Float8Gemms& effective,
     std::string what = offenders == 1 ? absl::StrCat("fp8 layer ", shown[0], " has dimensions")
                                       : absl::StrCat(offenders, " fp8 layers, such as ",
                                                      absl::StrJoin(shown, ", "), ", have dimensions");
-    c.Add("fp8",
+    c.add("fp8",
           absl::StrCat(what,
                        " (in_features -> out_features) that are not all multiples of 16, as fp8 GEMMs need; ",
                        fix),
@@ -170,7 +170,7 @@ void CheckLayerShapes(const v1::JobSpec& spec, const v1::Float8Gemms& effective,
   int64_t sequences = t.batch_size() / t.grad_accum();
   int64_t tokens = sequences * spec.data().seq_len();
   if (tokens % kFp8GemmMultiple != 0) {
-    c.Add("train.batch_size",
+    c.add("train.batch_size",
           absl::StrCat("a micro-batch holds ", sequences, " x ", spec.data().seq_len(), " = ", tokens,
                        " tokens, not a multiple of 16, which the fp8 grad_weight GEMM contracts over; change "
                        "train.batch_size, train.grad_accum or data.seq_len",
@@ -183,17 +183,17 @@ void CheckLayerShapes(const v1::JobSpec& spec, const v1::Float8Gemms& effective,
 
 }  // namespace
 
-void CheckFp8(const v1::JobSpec& spec, Checks& c) {
+void check_fp8(const v1::JobSpec& spec, Checks& c) {
   const v1::Fp8Spec& fp8 = spec.fp8();
-  c.IntInRange("fp8.amax_history_len", fp8.amax_history_len(), 1, 4096);
-  CheckLongForm(fp8, c);
+  c.int_in_range("fp8.amax_history_len", fp8.amax_history_len(), 1, 4096);
+  check_long_form(fp8, c);
   if (fp8.recipe() == v1::Fp8Spec::NONE) return;  // nothing below applies without fp8
 
-  v1::Float8Gemms effective = EffectiveGemms(fp8);
-  CheckEffectiveGemms(fp8, effective, c);
-  std::vector<LinearLayer> layers = ListLinearLayers(spec.model());
-  CheckFilterGlobs(fp8, layers, c);
-  CheckLayerShapes(spec, effective, layers, c);
+  v1::Float8Gemms effective = effective_gemms(fp8);
+  check_effective_gemms(fp8, effective, c);
+  std::vector<LinearLayer> layers = list_linear_layers(spec.model());
+  check_filter_globs(fp8, layers, c);
+  check_layer_shapes(spec, effective, layers, c);
 }
 
 }  // namespace fp8::jobspec

@@ -8,6 +8,6 @@
 
 namespace fp8::jobspec {
 
-void CheckFp8(const v1::JobSpec& spec, Checks& checks);
+void check_fp8(const v1::JobSpec& spec, Checks& checks);
 
 }  // namespace fp8::jobspec

@@ -8,14 +8,14 @@
 namespace fp8::jobspec {
 namespace {
 
-Location At(const std::string& source, const YAML::Mark& mark) {
+Location at(const std::string& source, const YAML::Mark& mark) {
   if (mark.is_null() || mark.line < 0) return Location{source, 1, 1, 0};
   return Location{source, mark.line + 1, mark.column + 1, 0};
 }
 
 }  // namespace
 
-std::optional<YAML::Node> ParseJobDocument(std::string_view text, const std::string& source, Issues& issues) {
+std::optional<YAML::Node> parse_job_document(std::string_view text, const std::string& source, Issues& issues) {
   if (text.size() > kMaxJobFileBytes) {
     issues.push_back({"",
                       absl::StrCat("is ", text.size(), " bytes; a job spec is at most ", kMaxJobFileBytes),
@@ -27,7 +27,7 @@ std::optional<YAML::Node> ParseJobDocument(std::string_view text, const std::str
     documents = YAML::LoadAll(std::string(text));
   } catch (const YAML::Exception& e) {
     // e.msg, not e.what(): what() repeats the position we already print.
-    issues.push_back({"", absl::StrCat("YAML syntax error: ", e.msg), At(source, e.mark)});
+    issues.push_back({"", absl::StrCat("YAML syntax error: ", e.msg), at(source, e.mark)});
     return std::nullopt;
   }
   const char* kNeeds = "a job spec needs at least name, model, data and train";
@@ -39,15 +39,15 @@ std::optional<YAML::Node> ParseJobDocument(std::string_view text, const std::str
     issues.push_back({"",
                       absl::StrCat("holds ", documents.size(),
                                    " YAML documents; a job spec is one (remove the '---' separators)"),
-                      At(source, documents[1].Mark())});
+                      at(source, documents[1].Mark())});
     return std::nullopt;
   }
   const YAML::Node& root = documents[0];
   if (!root.IsMap()) {
     issues.push_back({"",
                       absl::StrCat("expected a mapping of sections at the top (name:, model:, ...), got ",
-                                   DescribeNode(root), "; ", kNeeds),
-                      At(source, root.Mark())});
+                                   describe_node(root), "; ", kNeeds),
+                      at(source, root.Mark())});
     return std::nullopt;
   }
   return root;

@@ -16,6 +16,6 @@ namespace fp8::jobspec {
 inline constexpr size_t kMaxJobFileBytes = 1 << 20;
 
 // The document's top-level mapping, or nullopt with the reason in `issues`.
-std::optional<YAML::Node> ParseJobDocument(std::string_view text, const std::string& source, Issues& issues);
+std::optional<YAML::Node> parse_job_document(std::string_view text, const std::string& source, Issues& issues);
 
 }  // namespace fp8::jobspec

@@ -24,7 +24,7 @@ using google::protobuf::Reflection;
 constexpr size_t kMaxEntries = 1000;
 
 // What a value of `field` looks like, for "expected ..., got ..." messages.
-std::string ExpectedKind(const FieldDescriptor& field) {
+std::string expected_kind(const FieldDescriptor& field) {
   switch (field.cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
     case FieldDescriptor::CPPTYPE_INT64:
@@ -38,7 +38,7 @@ std::string ExpectedKind(const FieldDescriptor& field) {
     case FieldDescriptor::CPPTYPE_BOOL:
       return "true or false";
     case FieldDescriptor::CPPTYPE_ENUM:
-      return absl::StrCat("one of ", EnumChoices(*field.enum_type()));
+      return absl::StrCat("one of ", enum_choices(*field.enum_type()));
     case FieldDescriptor::CPPTYPE_STRING:
       return "a string";
     case FieldDescriptor::CPPTYPE_MESSAGE:
@@ -47,7 +47,7 @@ std::string ExpectedKind(const FieldDescriptor& field) {
   return "a value";
 }
 
-std::vector<std::string> FieldNames(const Descriptor& type) {
+std::vector<std::string> field_names(const Descriptor& type) {
   std::vector<std::string> names;
   for (int i = 0; i < type.field_count(); ++i) names.push_back(type.field(i)->name());
   return names;
@@ -55,14 +55,14 @@ std::vector<std::string> FieldNames(const Descriptor& type) {
 
 // Null values carry the mark of whatever follows them, often the next line; the key that
 // introduced the value is where the user looks.
-YAML::Mark MarkOf(const YAML::Node& value, const YAML::Mark& key_mark) {
+YAML::Mark mark_of(const YAML::Node& value, const YAML::Mark& key_mark) {
   return value.IsNull() ? key_mark : value.Mark();
 }
 
 }  // namespace
 
-std::string DescribeNode(const YAML::Node& node) {
-  if (node.IsScalar()) return Quote(node.Scalar());
+std::string describe_node(const YAML::Node& node) {
+  if (node.IsScalar()) return quote(node.Scalar());
   if (node.IsSequence()) return "a list";
   if (node.IsMap()) return "a mapping";
   return "nothing";
@@ -75,20 +75,20 @@ YamlReader::YamlReader(std::string source, int source_index, bool has_lines, Sou
       where_(where),
       issues_(issues) {}
 
-std::optional<Location> YamlReader::At(const YAML::Mark& mark) const {
+std::optional<Location> YamlReader::location_of(const YAML::Mark& mark) const {
   if (!has_lines_) return Location{source_, 0, 0, source_index_};
   if (mark.is_null() || mark.line < 0) return std::nullopt;
   return Location{source_, mark.line + 1, mark.column + 1, source_index_};
 }
 
-void YamlReader::Report(const YAML::Mark& mark, const std::string& path, std::string message) {
-  issues_.push_back({path, std::move(message), At(mark)});
+void YamlReader::report(const YAML::Mark& mark, const std::string& path, std::string message) {
+  issues_.push_back({path, std::move(message), location_of(mark)});
 }
 
-void YamlReader::ReadMessage(const YAML::Node& node, Message& message, const std::string& path) {
+void YamlReader::read_message(const YAML::Node& node, Message& message, const std::string& path) {
   if (node.IsNull()) return;  // `fp8:` with nothing under it: the section with its defaults
   if (!node.IsMap()) {
-    Report(node.Mark(), path, absl::StrCat("expected a mapping of fields, got ", DescribeNode(node)));
+    report(node.Mark(), path, absl::StrCat("expected a mapping of fields, got ", describe_node(node)));
     return;
   }
   const Descriptor& type = *message.GetDescriptor();
@@ -99,59 +99,59 @@ void YamlReader::ReadMessage(const YAML::Node& node, Message& message, const std
     const YAML::Node key = it->first;
     const YAML::Node value = it->second;
     if (!key.IsScalar()) {
-      Report(key.Mark(), path, absl::StrCat("keys must be plain field names, got ", DescribeNode(key)));
+      report(key.Mark(), path, absl::StrCat("keys must be plain field names, got ", describe_node(key)));
       continue;
     }
     const std::string& name = key.Scalar();
-    std::string child_path = JoinPath(path, PathPart(name));
+    std::string child_path = join_path(path, path_part(name));
     auto [seen, first_time] = first_line_of_key.emplace(name, key.Mark().line + 1);
     if (!first_time) {
-      Report(key.Mark(), child_path, absl::StrCat("written twice (first on line ", seen->second, ")"));
+      report(key.Mark(), child_path, absl::StrCat("written twice (first on line ", seen->second, ")"));
       continue;
     }
     const FieldDescriptor* field = type.FindFieldByName(name);
     if (field == nullptr) {
-      std::vector<std::string> names = FieldNames(type);
-      std::string meant = ClosestName(name, names);
+      std::vector<std::string> names = field_names(type);
+      std::string meant = closest_name(name, names);
       std::string hint = meant.empty() ? absl::StrCat("; ", path.empty() ? "a job spec" : path, " has ",
                                                       absl::StrJoin(names, ", "))
                                        : absl::StrCat(" (did you mean '", meant, "'?)");
-      Report(key.Mark(), child_path, absl::StrCat("unknown field", hint));
-      if (!meant.empty()) issues_.back().explains.push_back(JoinPath(path, meant));
+      report(key.Mark(), child_path, absl::StrCat("unknown field", hint));
+      if (!meant.empty()) issues_.back().explains.push_back(join_path(path, meant));
       continue;
     }
-    if (auto at = At(key.Mark())) where_.Record(child_path, *at);
-    ReadField(value, key.Mark(), message, *field, child_path);
+    if (auto at = location_of(key.Mark())) where_.record(child_path, *at);
+    read_field(value, key.Mark(), message, *field, child_path);
   }
 }
 
-void YamlReader::ReadField(const YAML::Node& value, const YAML::Mark& key_mark, Message& parent,
+void YamlReader::read_field(const YAML::Node& value, const YAML::Mark& key_mark, Message& parent,
                            const FieldDescriptor& field, const std::string& path) {
   if (field.is_map()) {
-    ReadMap(value, key_mark, parent, field, path);
+    read_map(value, key_mark, parent, field, path);
   } else if (field.is_repeated()) {
-    ReadList(value, key_mark, parent, field, path);
+    read_list(value, key_mark, parent, field, path);
   } else if (field.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
     if (!value.IsNull() && !value.IsMap()) {
-      Report(value.Mark(), path, absl::StrCat("expected a mapping of fields, got ", DescribeNode(value)));
+      report(value.Mark(), path, absl::StrCat("expected a mapping of fields, got ", describe_node(value)));
       return;
     }
-    ReadMessage(value, *parent.GetReflection()->MutableMessage(&parent, &field), path);
+    read_message(value, *parent.GetReflection()->MutableMessage(&parent, &field), path);
   } else {
-    ReadScalar(value, key_mark, parent, field, path);
+    read_scalar(value, key_mark, parent, field, path);
   }
 }
 
-void YamlReader::ReadList(const YAML::Node& value, const YAML::Mark& key_mark, Message& parent,
+void YamlReader::read_list(const YAML::Node& value, const YAML::Mark& key_mark, Message& parent,
                           const FieldDescriptor& field, const std::string& path) {
   if (!value.IsSequence()) {
-    Report(MarkOf(value, key_mark), path,
-           absl::StrCat("expected a list, got ", DescribeNode(value),
+    report(mark_of(value, key_mark), path,
+           absl::StrCat("expected a list, got ", describe_node(value),
                         value.IsNull() ? " (write [] for an empty list)" : ""));
     return;
   }
   if (value.size() > kMaxEntries) {
-    Report(value.Mark(), path, absl::StrCat("has ", value.size(), " entries; at most ", kMaxEntries));
+    report(value.Mark(), path, absl::StrCat("has ", value.size(), " entries; at most ", kMaxEntries));
     return;
   }
   const Reflection& reflection = *parent.GetReflection();
@@ -160,22 +160,22 @@ void YamlReader::ReadList(const YAML::Node& value, const YAML::Mark& key_mark, M
   for (auto it = value.begin(); it != value.end(); ++it, ++index) {
     const YAML::Node element = *it;  // a copy: *it is a temporary
     std::string element_path = absl::StrCat(path, "[", index, "]");
-    const YAML::Mark& element_mark = MarkOf(element, key_mark);
-    if (auto at = At(element_mark)) where_.Record(element_path, *at);
+    const YAML::Mark& element_mark = mark_of(element, key_mark);
+    if (auto at = location_of(element_mark)) where_.record(element_path, *at);
     if (field.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
       if (!element.IsNull() && !element.IsMap()) {
-        Report(element.Mark(), element_path,
-               absl::StrCat("expected a mapping of fields, got ", DescribeNode(element)));
+        report(element.Mark(), element_path,
+               absl::StrCat("expected a mapping of fields, got ", describe_node(element)));
         continue;
       }
-      ReadMessage(element, *reflection.AddMessage(&parent, &field), element_path);
+      read_message(element, *reflection.AddMessage(&parent, &field), element_path);
     } else {
-      ReadScalar(element, element_mark, parent, field, element_path);
+      read_scalar(element, element_mark, parent, field, element_path);
     }
   }
 }
 
-void YamlReader::ReadMap(const YAML::Node& value, const YAML::Mark& key_mark, Message& parent,
+void YamlReader::read_map(const YAML::Node& value, const YAML::Mark& key_mark, Message& parent,
                          const FieldDescriptor& field, const std::string& path) {
   const Reflection& reflection = *parent.GetReflection();
   if (value.IsNull()) {  // `labels:` with nothing under it
@@ -183,11 +183,11 @@ void YamlReader::ReadMap(const YAML::Node& value, const YAML::Mark& key_mark, Me
     return;
   }
   if (!value.IsMap()) {
-    Report(MarkOf(value, key_mark), path, absl::StrCat("expected a mapping, got ", DescribeNode(value)));
+    report(mark_of(value, key_mark), path, absl::StrCat("expected a mapping, got ", describe_node(value)));
     return;
   }
   if (value.size() > kMaxEntries) {
-    Report(value.Mark(), path, absl::StrCat("has ", value.size(), " entries; at most ", kMaxEntries));
+    report(value.Mark(), path, absl::StrCat("has ", value.size(), " entries; at most ", kMaxEntries));
     return;
   }
   reflection.ClearField(&parent, &field);
@@ -196,29 +196,29 @@ void YamlReader::ReadMap(const YAML::Node& value, const YAML::Mark& key_mark, Me
     const YAML::Node key = it->first;  // a copy: the iterator hands out a temporary pair
     const YAML::Node value_of_key = it->second;
     if (!key.IsScalar()) {
-      Report(key.Mark(), path, absl::StrCat("keys must be plain text, got ", DescribeNode(key)));
+      report(key.Mark(), path, absl::StrCat("keys must be plain text, got ", describe_node(key)));
       continue;
     }
-    std::string entry_path = JoinPath(path, PathPart(key.Scalar()));
+    std::string entry_path = join_path(path, path_part(key.Scalar()));
     auto [seen, first_time] = first_line_of_key.emplace(key.Scalar(), key.Mark().line + 1);
     if (!first_time) {
-      Report(key.Mark(), entry_path, absl::StrCat("written twice (first on line ", seen->second, ")"));
+      report(key.Mark(), entry_path, absl::StrCat("written twice (first on line ", seen->second, ")"));
       continue;
     }
-    if (auto at = At(key.Mark())) where_.Record(entry_path, *at);
+    if (auto at = location_of(key.Mark())) where_.record(entry_path, *at);
     Message& entry = *reflection.AddMessage(&parent, &field);
     const Descriptor& entry_type = *entry.GetDescriptor();
-    ReadScalar(key, key.Mark(), entry, *entry_type.map_key(), entry_path);
-    ReadField(value_of_key, key.Mark(), entry, *entry_type.map_value(), entry_path);
+    read_scalar(key, key.Mark(), entry, *entry_type.map_key(), entry_path);
+    read_field(value_of_key, key.Mark(), entry, *entry_type.map_value(), entry_path);
   }
 }
 
-void YamlReader::ReadMapEntry(const std::string& key, const YAML::Node& value, Message& parent,
+void YamlReader::read_map_entry(const std::string& key, const YAML::Node& value, Message& parent,
                               const FieldDescriptor& map_field, const std::string& path) {
   const Descriptor& entry_type = *map_field.message_type();
   const FieldDescriptor& key_field = *entry_type.map_key();
   if (key_field.cpp_type() != FieldDescriptor::CPPTYPE_STRING) {
-    Report(value.Mark(), path, "entries of this map cannot be set one by one; set the whole map");
+    report(value.Mark(), path, "entries of this map cannot be set one by one; set the whole map");
     return;
   }
   const Reflection& reflection = *parent.GetReflection();
@@ -229,20 +229,20 @@ void YamlReader::ReadMapEntry(const std::string& key, const YAML::Node& value, M
   }
   if (entry == nullptr) {
     if (static_cast<size_t>(reflection.FieldSize(parent, &map_field)) >= kMaxEntries) {
-      Report(value.Mark(), path, absl::StrCat("would have more than ", kMaxEntries, " entries"));
+      report(value.Mark(), path, absl::StrCat("would have more than ", kMaxEntries, " entries"));
       return;
     }
     entry = reflection.AddMessage(&parent, &map_field);
     entry->GetReflection()->SetString(entry, &key_field, key);
   }
-  ReadField(value, value.Mark(), *entry, *entry_type.map_value(), path);
+  read_field(value, value.Mark(), *entry, *entry_type.map_value(), path);
 }
 
-void YamlReader::ReadScalar(const YAML::Node& value, const YAML::Mark& key_mark, Message& parent,
+void YamlReader::read_scalar(const YAML::Node& value, const YAML::Mark& key_mark, Message& parent,
                             const FieldDescriptor& field, const std::string& path) {
-  const YAML::Mark& mark = MarkOf(value, key_mark);
+  const YAML::Mark& mark = mark_of(value, key_mark);
   if (!value.IsScalar()) {
-    Report(mark, path, absl::StrCat("expected ", ExpectedKind(field), ", got ", DescribeNode(value)));
+    report(mark, path, absl::StrCat("expected ", expected_kind(field), ", got ", describe_node(value)));
     return;
   }
   const std::string& text = value.Scalar();
@@ -253,15 +253,15 @@ void YamlReader::ReadScalar(const YAML::Node& value, const YAML::Mark& key_mark,
   const bool quoted = !is_string && value.Tag() != "?";
   const Reflection& r = *parent.GetReflection();
   const bool add = field.is_repeated();
-  auto fail = [&](const absl::Status& why) { Report(mark, path, std::string(why.message())); };
+  auto fail = [&](const absl::Status& why) { report(mark, path, std::string(why.message())); };
   auto refuse_quoted = [&]() {
-    Report(mark, path,
-           absl::StrCat("expected ", ExpectedKind(field), ", got the quoted text ", Quote(text),
+    report(mark, path,
+           absl::StrCat("expected ", expected_kind(field), ", got the quoted text ", quote(text),
                         "; write it without quotes"));
   };
   switch (field.cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32: {
-      auto v = ParseInteger(text, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
+      auto v = parse_integer(text, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
       if (!v.ok()) return fail(v.status());
       if (quoted) return refuse_quoted();
       add ? r.AddInt32(&parent, &field, static_cast<int32_t>(*v))
@@ -269,14 +269,14 @@ void YamlReader::ReadScalar(const YAML::Node& value, const YAML::Mark& key_mark,
       return;
     }
     case FieldDescriptor::CPPTYPE_INT64: {
-      auto v = ParseInteger(text, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+      auto v = parse_integer(text, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
       if (!v.ok()) return fail(v.status());
       if (quoted) return refuse_quoted();
       add ? r.AddInt64(&parent, &field, *v) : r.SetInt64(&parent, &field, *v);
       return;
     }
     case FieldDescriptor::CPPTYPE_UINT32: {
-      auto v = ParseInteger(text, 0, std::numeric_limits<uint32_t>::max());
+      auto v = parse_integer(text, 0, std::numeric_limits<uint32_t>::max());
       if (!v.ok()) return fail(v.status());
       if (quoted) return refuse_quoted();
       add ? r.AddUInt32(&parent, &field, static_cast<uint32_t>(*v))
@@ -284,21 +284,21 @@ void YamlReader::ReadScalar(const YAML::Node& value, const YAML::Mark& key_mark,
       return;
     }
     case FieldDescriptor::CPPTYPE_UINT64: {
-      auto v = ParseUnsigned(text);
+      auto v = parse_unsigned(text);
       if (!v.ok()) return fail(v.status());
       if (quoted) return refuse_quoted();
       add ? r.AddUInt64(&parent, &field, *v) : r.SetUInt64(&parent, &field, *v);
       return;
     }
     case FieldDescriptor::CPPTYPE_DOUBLE: {
-      auto v = ParseNumber(text);
+      auto v = parse_number(text);
       if (!v.ok()) return fail(v.status());
       if (quoted) return refuse_quoted();
       add ? r.AddDouble(&parent, &field, *v) : r.SetDouble(&parent, &field, *v);
       return;
     }
     case FieldDescriptor::CPPTYPE_FLOAT: {
-      auto v = ParseNumber(text);
+      auto v = parse_number(text);
       if (!v.ok()) return fail(v.status());
       if (quoted) return refuse_quoted();
       if (*v > FLT_MAX || *v < -FLT_MAX) return fail(absl::InvalidArgumentError("is too large for a float"));
@@ -307,14 +307,14 @@ void YamlReader::ReadScalar(const YAML::Node& value, const YAML::Mark& key_mark,
       return;
     }
     case FieldDescriptor::CPPTYPE_BOOL: {
-      auto v = ParseBool(text);
+      auto v = parse_bool(text);
       if (!v.ok()) return fail(v.status());
       if (quoted) return refuse_quoted();
       add ? r.AddBool(&parent, &field, *v) : r.SetBool(&parent, &field, *v);
       return;
     }
     case FieldDescriptor::CPPTYPE_ENUM: {
-      auto v = ParseEnumName(text, *field.enum_type());
+      auto v = parse_enum_name(text, *field.enum_type());
       if (!v.ok()) return fail(v.status());
       if (quoted) return refuse_quoted();
       add ? r.AddEnum(&parent, &field, *v) : r.SetEnum(&parent, &field, *v);
@@ -326,7 +326,7 @@ void YamlReader::ReadScalar(const YAML::Node& value, const YAML::Mark& key_mark,
     case FieldDescriptor::CPPTYPE_MESSAGE:
       break;  // handled by ReadField
   }
-  Report(mark, path, absl::StrCat("expected ", ExpectedKind(field), ", got ", DescribeNode(value)));
+  report(mark, path, absl::StrCat("expected ", expected_kind(field), ", got ", describe_node(value)));
 }
 
 }  // namespace fp8::jobspec

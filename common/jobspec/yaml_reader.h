@@ -23,31 +23,31 @@ class YamlReader {
 
   // Reads a mapping (or nothing: an empty section) into `message`. `path` is the dotted
   // path of `message` in the spec ("" for the spec itself).
-  void ReadMessage(const YAML::Node& node, google::protobuf::Message& message, const std::string& path);
+  void read_message(const YAML::Node& node, google::protobuf::Message& message, const std::string& path);
 
   // Reads `value` into `field` of `parent`, replacing what the field held (a list or map
   // is replaced whole). `path` is the field's dotted path; `key_mark` is where the field
   // was named, used for values that carry no position of their own (an empty value).
-  void ReadField(const YAML::Node& value, const YAML::Mark& key_mark, google::protobuf::Message& parent,
+  void read_field(const YAML::Node& value, const YAML::Mark& key_mark, google::protobuf::Message& parent,
                  const google::protobuf::FieldDescriptor& field, const std::string& path);
 
   // Sets one entry of a map field (`labels.team=ml`), keeping the others.
-  void ReadMapEntry(const std::string& key, const YAML::Node& value, google::protobuf::Message& parent,
+  void read_map_entry(const std::string& key, const YAML::Node& value, google::protobuf::Message& parent,
                     const google::protobuf::FieldDescriptor& map_field, const std::string& path);
 
   // Where `mark` is, as a location in this reader's source.
-  std::optional<Location> At(const YAML::Mark& mark) const;
+  std::optional<Location> location_of(const YAML::Mark& mark) const;
 
  private:
-  void ReadList(const YAML::Node& value, const YAML::Mark& key_mark, google::protobuf::Message& parent,
+  void read_list(const YAML::Node& value, const YAML::Mark& key_mark, google::protobuf::Message& parent,
                 const google::protobuf::FieldDescriptor& field, const std::string& path);
-  void ReadMap(const YAML::Node& value, const YAML::Mark& key_mark, google::protobuf::Message& parent,
+  void read_map(const YAML::Node& value, const YAML::Mark& key_mark, google::protobuf::Message& parent,
                const google::protobuf::FieldDescriptor& field, const std::string& path);
   // Sets a singular scalar field, or appends to a repeated one.
-  void ReadScalar(const YAML::Node& value, const YAML::Mark& key_mark, google::protobuf::Message& parent,
+  void read_scalar(const YAML::Node& value, const YAML::Mark& key_mark, google::protobuf::Message& parent,
                   const google::protobuf::FieldDescriptor& field, const std::string& path);
 
-  void Report(const YAML::Mark& mark, const std::string& path, std::string message);
+  void report(const YAML::Mark& mark, const std::string& path, std::string message);
 
   std::string source_;
   int source_index_;
@@ -57,6 +57,6 @@ class YamlReader {
 };
 
 // How a YAML node reads in a message: "a mapping", "a list", "nothing", "'abc'".
-std::string DescribeNode(const YAML::Node& node);
+std::string describe_node(const YAML::Node& node);
 
 }  // namespace fp8::jobspec

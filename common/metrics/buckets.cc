@@ -7,9 +7,9 @@
 
 namespace fp8::metrics {
 
-std::vector<double> ExponentialBuckets(double start, double factor, int count) {
+std::vector<double> exponential_buckets(double start, double factor, int count) {
   if (!(start > 0) || !(factor > 1) || count < 1) {
-    internal::Fatal("ExponentialBuckets(" + FormatValue(start) + ", " + FormatValue(factor) +
+    internal::fatal("exponential_buckets(" + format_value(start) + ", " + format_value(factor) +
                     ", " + std::to_string(count) +
                     "): want start > 0, factor > 1, count >= 1");
   }
@@ -23,22 +23,22 @@ std::vector<double> ExponentialBuckets(double start, double factor, int count) {
   return bounds;
 }
 
-std::vector<double> DefaultLatencyBuckets() {
+std::vector<double> default_latency_buckets() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 }
 
 namespace internal {
 
-std::vector<double> CheckedBuckets(const std::string& metric, std::vector<double> bounds) {
+std::vector<double> checked_buckets(const std::string& metric, std::vector<double> bounds) {
   if (!bounds.empty() && bounds.back() == INFINITY) bounds.pop_back();
   for (size_t i = 0; i < bounds.size(); ++i) {
     if (!std::isfinite(bounds[i])) {
-      Fatal("histogram " + metric + ": bucket bound " + FormatValue(bounds[i]) +
+      fatal("histogram " + metric + ": bucket bound " + format_value(bounds[i]) +
             " is not finite (+Inf is implied and may only come last)");
     }
     if (i > 0 && !(bounds[i] > bounds[i - 1])) {
-      Fatal("histogram " + metric + ": bucket bounds must increase strictly, but " +
-            FormatValue(bounds[i]) + " follows " + FormatValue(bounds[i - 1]));
+      fatal("histogram " + metric + ": bucket bounds must increase strictly, but " +
+            format_value(bounds[i]) + " follows " + format_value(bounds[i - 1]));
     }
   }
   return bounds;

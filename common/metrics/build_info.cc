@@ -2,7 +2,7 @@
 
 namespace fp8::metrics {
 
-void RegisterBuildInfo(Registry& registry, const std::string& component,
+void register_build_info(Registry& registry, const std::string& component,
                        const std::string& version) {
   registry
       .gauge("fp8_build_info", "Build of the running daemon (always 1).",

@@ -9,7 +9,7 @@
 namespace fp8::metrics {
 
 // component: "coordinator" or "worker"; version: the product version string.
-void RegisterBuildInfo(Registry& registry, const std::string& component,
+void register_build_info(Registry& registry, const std::string& component,
                        const std::string& version);
 
 }  // namespace fp8::metrics

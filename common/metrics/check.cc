@@ -5,7 +5,7 @@
 
 namespace fp8::metrics::internal {
 
-void Fatal(const std::string& message) {
+void fatal(const std::string& message) {
   std::fprintf(stderr, "fp8 metrics: %s\n", message.c_str());
   std::fflush(stderr);
   std::abort();

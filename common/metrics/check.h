@@ -9,6 +9,6 @@
 namespace fp8::metrics::internal {
 
 // Prints "fp8 metrics: <message>" to stderr and aborts.
-[[noreturn]] void Fatal(const std::string& message);
+[[noreturn]] void fatal(const std::string& message);
 
 }  // namespace fp8::metrics::internal

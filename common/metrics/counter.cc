@@ -9,9 +9,9 @@ void Counter::inc(double amount) {
   value_.fetch_add(amount, std::memory_order_relaxed);
 }
 
-void Counter::AppendSamples(std::string_view name, std::string_view labels,
+void Counter::append_samples(std::string_view name, std::string_view labels,
                             std::string& out) const {
-  AppendSample(out, name, "", labels, "", value());
+  append_sample(out, name, "", labels, "", value());
 }
 
 }  // namespace fp8::metrics

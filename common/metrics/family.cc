@@ -5,7 +5,7 @@
 
 namespace fp8::metrics {
 
-const char* TypeName(MetricType type) {
+const char* type_name(MetricType type) {
   switch (type) {
     case MetricType::kCounter:
       return "counter";
@@ -27,41 +27,41 @@ FamilyBase::FamilyBase(MetricType type, std::string name, std::string help,
       max_series_(max_series),
       bounds_(std::move(bounds)) {}
 
-void FamilyBase::AppendText(std::string& out) const {
+void FamilyBase::append_text(std::string& out) const {
   out += "# HELP ";
   out += name_;
   if (!help_.empty()) {
     out += ' ';
-    out += EscapeHelp(help_);
+    out += escape_help(help_);
   }
   out += "\n# TYPE ";
   out += name_;
   out += ' ';
-  out += TypeName(type_);
+  out += type_name(type_);
   out += '\n';
-  AppendSeries(out);
+  append_series(out);
 }
 
-void FamilyBase::CheckLabelCount(const std::vector<std::string>& values, const char* op) const {
+void FamilyBase::check_label_count(const std::vector<std::string>& values, const char* op) const {
   if (values.size() == label_names_.size()) return;
   std::string names;
   for (const std::string& n : label_names_) {
     if (!names.empty()) names += ", ";
     names += n;
   }
-  internal::Fatal("metric " + name_ + ": " + op + "() got " + std::to_string(values.size()) +
+  internal::fatal("metric " + name_ + ": " + op + "() got " + std::to_string(values.size()) +
                   " label values, want " + std::to_string(label_names_.size()) + " (" +
                   names + ")");
 }
 
-size_t FamilyBase::LabelIndex(std::string_view label) const {
+size_t FamilyBase::label_index(std::string_view label) const {
   for (size_t i = 0; i < label_names_.size(); ++i) {
     if (label_names_[i] == label) return i;
   }
-  internal::Fatal("metric " + name_ + " has no label '" + std::string(label) + "'");
+  internal::fatal("metric " + name_ + " has no label '" + std::string(label) + "'");
 }
 
-void FamilyBase::CountDropped() const {
+void FamilyBase::count_dropped() const {
   if (on_dropped_) on_dropped_(name_);
 }
 

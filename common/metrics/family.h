@@ -36,7 +36,7 @@ enum class MetricType { kCounter, kGauge, kHistogram };
 inline constexpr std::chrono::seconds kRetiredGrace{10};
 
 // "counter", "gauge", "histogram": the word on the # TYPE line.
-const char* TypeName(MetricType type);
+const char* type_name(MetricType type);
 
 // What every family has, independent of its child type: identity, the text header, and
 // the accounting of series dropped at the cap.
@@ -59,7 +59,7 @@ class FamilyBase {
 
   // Appends `# HELP`, `# TYPE` and every series (none is fine: Prometheus and promtool
   // accept a family without samples).
-  void AppendText(std::string& out) const;
+  void append_text(std::string& out) const;
 
   // Called with the family name each time with() hits the series cap. The Registry points
   // it at fp8_metrics_series_dropped_total{family}. Set before the family is shared.
@@ -68,12 +68,12 @@ class FamilyBase {
   }
 
  protected:
-  virtual void AppendSeries(std::string& out) const = 0;
+  virtual void append_series(std::string& out) const = 0;
   // Aborts unless `values` has one entry per label name; `op` names the caller.
-  void CheckLabelCount(const std::vector<std::string>& values, const char* op) const;
+  void check_label_count(const std::vector<std::string>& values, const char* op) const;
   // Position of `label` in label_names(); aborts when the family has no such label.
-  size_t LabelIndex(std::string_view label) const;
-  void CountDropped() const;
+  size_t label_index(std::string_view label) const;
+  void count_dropped() const;
 
  private:
   const MetricType type_;
@@ -103,45 +103,45 @@ class Family final : public FamilyBase {
   // children, no series is created: this returns a detached child, shared by all such
   // calls and never exported, so callers need not check, and the drop is counted.
   Child& with(std::vector<std::string> label_values = {}) {
-    CheckLabelCount(label_values, "with");
+    check_label_count(label_values, "with");
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = series_.find(label_values);
       if (it != series_.end()) return *it->second.child;
       if (series_.size() < max_series()) {
-        PurgeRetired();
-        std::string labels = RenderLabels(label_names(), label_values);
+        purge_retired();
+        std::string labels = render_labels(label_names(), label_values);
         Series& s = series_[std::move(label_values)];
         s.child = make_child_();
         s.labels = std::move(labels);
         return *s.child;
       }
     }
-    CountDropped();  // outside mu_: it updates another family
+    count_dropped();  // outside mu_: it updates another family
     return *detached_;
   }
 
   // Removes the series with exactly these label values; false when there was none.
   bool remove(const std::vector<std::string>& label_values) {
-    CheckLabelCount(label_values, "remove");
+    check_label_count(label_values, "remove");
     std::lock_guard<std::mutex> lock(mu_);
-    PurgeRetired();
+    purge_retired();
     auto it = series_.find(label_values);
     if (it == series_.end()) return false;
-    Retire(it);
+    retire(it);
     return true;
   }
 
   // Removes every series whose label `label_name` equals `value` (all series of
   // job_id="job-7"); returns how many. Aborts when the family has no such label.
   size_t remove_if(std::string_view label_name, std::string_view value) {
-    const size_t index = LabelIndex(label_name);
+    const size_t index = label_index(label_name);
     std::lock_guard<std::mutex> lock(mu_);
-    PurgeRetired();
+    purge_retired();
     size_t removed = 0;
     for (auto it = series_.begin(); it != series_.end();) {
       if (it->first[index] == value) {
-        it = Retire(it);
+        it = retire(it);
         ++removed;
       } else {
         ++it;
@@ -152,8 +152,8 @@ class Family final : public FamilyBase {
 
   void clear() {
     std::lock_guard<std::mutex> lock(mu_);
-    PurgeRetired();
-    for (auto it = series_.begin(); it != series_.end();) it = Retire(it);
+    purge_retired();
+    for (auto it = series_.begin(); it != series_.end();) it = retire(it);
   }
 
   // Number of exported series.
@@ -176,18 +176,18 @@ class Family final : public FamilyBase {
   };
 
   // Both under mu_. Retire moves the child to retired_ and erases its series.
-  typename SeriesMap::iterator Retire(typename SeriesMap::iterator it) {
+  typename SeriesMap::iterator retire(typename SeriesMap::iterator it) {
     retired_.push_back({Clock::now() + kRetiredGrace, std::move(it->second.child)});
     return series_.erase(it);
   }
-  void PurgeRetired() {
+  void purge_retired() {
     const Clock::time_point now = Clock::now();
     while (!retired_.empty() && retired_.front().freed_after <= now) retired_.pop_front();
   }
 
-  void AppendSeries(std::string& out) const override {
+  void append_series(std::string& out) const override {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [values, s] : series_) s.child->AppendSamples(name(), s.labels, out);
+    for (const auto& [values, s] : series_) s.child->append_samples(name(), s.labels, out);
   }
 
   const MakeChild make_child_;

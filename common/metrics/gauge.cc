@@ -4,9 +4,9 @@
 
 namespace fp8::metrics {
 
-void Gauge::AppendSamples(std::string_view name, std::string_view labels,
+void Gauge::append_samples(std::string_view name, std::string_view labels,
                           std::string& out) const {
-  AppendSample(out, name, "", labels, "", value());
+  append_sample(out, name, "", labels, "", value());
 }
 
 }  // namespace fp8::metrics

@@ -19,7 +19,7 @@ class Gauge {
   double value() const { return value_.load(std::memory_order_relaxed); }
 
   // Exposition: `<name>{<labels>} <value>`.
-  void AppendSamples(std::string_view name, std::string_view labels, std::string& out) const;
+  void append_samples(std::string_view name, std::string_view labels, std::string& out) const;
 
  private:
   std::atomic<double> value_{0};

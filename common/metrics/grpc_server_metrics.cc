@@ -24,12 +24,12 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
   // A call that never sent a status (the server shut down under it) still counts, as
   // CANCELLED, so that requests_total agrees with the calls that arrived.
   ~MetricsInterceptor() override {
-    if (!recorded_) Record(grpc::StatusCode::CANCELLED);
+    if (!recorded_) record(grpc::StatusCode::CANCELLED);
   }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
-      Record(methods->GetSendStatus().error_code());
+      record(methods->GetSendStatus().error_code());
     }
     methods->Proceed();
   }
@@ -37,12 +37,12 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
  private:
   using Clock = std::chrono::steady_clock;
 
-  void Record(grpc::StatusCode code) {
+  void record(grpc::StatusCode code) {
     if (recorded_) return;
     recorded_ = true;
     const std::chrono::duration<double> elapsed = Clock::now() - start_;
     families_.handling.with({method_}).observe(elapsed.count());
-    families_.requests.with({method_, StatusCodeName(code)}).inc();
+    families_.requests.with({method_, status_code_name(code)}).inc();
   }
 
   const GrpcServerFamilies& families_;
@@ -60,7 +60,7 @@ class MetricsInterceptorFactory final
                                    {"method", "code"}),
                   registry.histogram("fp8_grpc_server_handling_seconds",
                                      "gRPC call duration on the server, from receipt to status.",
-                                     {"method"}, DefaultLatencyBuckets())} {}
+                                     {"method"}, default_latency_buckets())} {}
 
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
@@ -76,7 +76,7 @@ class MetricsInterceptorFactory final
 
 }  // namespace
 
-const char* StatusCodeName(grpc::StatusCode code) {
+const char* status_code_name(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::OK: return "OK";
     case grpc::StatusCode::CANCELLED: return "CANCELLED";
@@ -100,7 +100,7 @@ const char* StatusCodeName(grpc::StatusCode code) {
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-MakeGrpcServerMetricsInterceptorFactory(Registry& registry) {
+make_grpc_server_metrics_interceptor_factory(Registry& registry) {
   return std::make_unique<MetricsInterceptorFactory>(registry);
 }
 

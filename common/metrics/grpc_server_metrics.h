@@ -11,7 +11,7 @@
 // Wiring it into a server (the registry must outlive the server):
 //
 //   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> f;
-//   f.push_back(fp8::metrics::MakeGrpcServerMetricsInterceptorFactory(registry));
+//   f.push_back(fp8::metrics::make_grpc_server_metrics_interceptor_factory(registry));
 //   grpc::ServerBuilder builder;
 //   builder.experimental().SetInterceptorCreators(std::move(f));
 //   ... AddListeningPort, RegisterService, BuildAndStart as usual.
@@ -30,9 +30,9 @@ namespace fp8::metrics {
 // Declares both families in `registry` and returns the factory of interceptors that
 // record into them.
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-MakeGrpcServerMetricsInterceptorFactory(Registry& registry);
+make_grpc_server_metrics_interceptor_factory(Registry& registry);
 
 // "OK", "CANCELLED", ..., "UNAUTHENTICATED"; "UNKNOWN" for a value outside the enum.
-const char* StatusCodeName(grpc::StatusCode code);
+const char* status_code_name(grpc::StatusCode code);
 
 }  // namespace fp8::metrics

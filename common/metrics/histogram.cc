@@ -34,16 +34,16 @@ Histogram::Snapshot Histogram::snapshot() const {
   return s;
 }
 
-void Histogram::AppendSamples(std::string_view name, std::string_view labels,
+void Histogram::append_samples(std::string_view name, std::string_view labels,
                               std::string& out) const {
   const Snapshot s = snapshot();
   for (size_t i = 0; i < s.cumulative.size(); ++i) {
-    const std::string le = i < bounds_.size() ? FormatValue(bounds_[i]) : "+Inf";
-    AppendSample(out, name, "_bucket", labels, "le=\"" + le + "\"",
+    const std::string le = i < bounds_.size() ? format_value(bounds_[i]) : "+Inf";
+    append_sample(out, name, "_bucket", labels, "le=\"" + le + "\"",
                  static_cast<double>(s.cumulative[i]));
   }
-  AppendSample(out, name, "_sum", labels, "", s.sum);
-  AppendSample(out, name, "_count", labels, "", static_cast<double>(s.count));
+  append_sample(out, name, "_sum", labels, "", s.sum);
+  append_sample(out, name, "_count", labels, "", static_cast<double>(s.count));
 }
 
 }  // namespace fp8::metrics

@@ -31,7 +31,7 @@ class Histogram {
   const std::vector<double>& bounds() const { return bounds_; }
 
   // Exposition: `<name>_bucket{<labels>,le="..."}` per bound and +Inf, `_sum`, `_count`.
-  void AppendSamples(std::string_view name, std::string_view labels, std::string& out) const;
+  void append_samples(std::string_view name, std::string_view labels, std::string& out) const;
 
  private:
   const std::vector<double> bounds_;

@@ -23,7 +23,7 @@ constexpr size_t kMaxRequestHead = 8192;
 // free one, the listening socket stays readable: stop polling it a moment, not spin.
 constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 
-std::string BindErrorReason(int error) {
+std::string bind_error_reason(int error) {
   switch (error) {
     case EADDRINUSE:
       return "address in use";
@@ -41,7 +41,7 @@ std::string BindErrorReason(int error) {
 // Only SO_REUSEADDR (a restarted daemon may bind while old connections sit in TIME_WAIT),
 // never SO_REUSEPORT, which would let a second daemon bind the same port silently and
 // split the scrapes between the two.
-absl::StatusOr<int> Listen(const ListenAddress& address, int backlog) {
+absl::StatusOr<int> listen_on(const ListenAddress& address, int backlog) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -60,18 +60,18 @@ absl::StatusOr<int> Listen(const ListenAddress& address, int backlog) {
     }
     int yes = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, backlog) == 0) {
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, backlog) == 0) {
       freeaddrinfo(found);
       return fd;
     }
     error = errno;
-    close(fd);
+    ::close(fd);
   }
   freeaddrinfo(found);
-  return absl::UnavailableError(BindErrorReason(error));
+  return absl::UnavailableError(bind_error_reason(error));
 }
 
-int BoundPort(int fd) {
+int bound_port(int fd) {
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
@@ -79,7 +79,7 @@ int BoundPort(int fd) {
   return ntohs(reinterpret_cast<const sockaddr_in6&>(addr).sin6_port);
 }
 
-int MillisecondsUntil(Clock::time_point when, Clock::time_point now) {
+int milliseconds_until(Clock::time_point when, Clock::time_point now) {
   if (when <= now) return 0;
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(when - now).count();
   return static_cast<int>(std::min<decltype(ms)>(ms, INT_MAX));
@@ -95,9 +95,9 @@ struct HttpLoop::Connection {
   size_t sent = 0;
 
   bool answering() const { return !response.empty(); }
-  void Close() {
+  void close() {
     if (fd < 0) return;
-    close(fd);
+    ::close(fd);
     fd = -1;
   }
 };
@@ -105,44 +105,44 @@ struct HttpLoop::Connection {
 HttpLoop::HttpLoop(const HttpServerOptions& options, Handler handler)
     : options_(options), handler_(std::move(handler)) {}
 
-absl::StatusOr<std::unique_ptr<HttpLoop>> HttpLoop::Start(const ListenAddress& address,
+absl::StatusOr<std::unique_ptr<HttpLoop>> HttpLoop::start(const ListenAddress& address,
                                                           const HttpServerOptions& options,
                                                           Handler handler) {
   std::unique_ptr<HttpLoop> loop(new HttpLoop(options, std::move(handler)));
-  absl::StatusOr<int> fd = Listen(address, options.listen_backlog);
+  absl::StatusOr<int> fd = listen_on(address, options.listen_backlog);
   if (!fd.ok()) return fd.status();
   loop->listen_fd_ = *fd;
-  loop->port_ = BoundPort(*fd);
+  loop->port_ = bound_port(*fd);
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
     return absl::InternalError(std::string("pipe: ") + std::strerror(errno));
   }
   loop->wake_read_ = pipe_fds[0];
   loop->wake_write_ = pipe_fds[1];
-  loop->thread_ = std::thread([raw = loop.get()] { raw->Run(); });
+  loop->thread_ = std::thread([raw = loop.get()] { raw->run(); });
   return loop;
 }
 
-HttpLoop::~HttpLoop() { Stop(); }
+HttpLoop::~HttpLoop() { stop(); }
 
-void HttpLoop::Stop() {
+void HttpLoop::stop() {
   if (thread_.joinable()) {
     const char byte = 0;
     while (write(wake_write_, &byte, 1) < 0 && errno == EINTR) {
     }
     thread_.join();
   }
-  CloseFds();
+  close_fds();
 }
 
-void HttpLoop::CloseFds() {
+void HttpLoop::close_fds() {
   for (int* fd : {&listen_fd_, &wake_read_, &wake_write_}) {
-    if (*fd >= 0) close(*fd);
+    if (*fd >= 0) ::close(*fd);
     *fd = -1;
   }
 }
 
-void HttpLoop::Run() {
+void HttpLoop::run() {
   std::vector<Connection> connections;  // in the order they were accepted
   std::vector<pollfd> fds;
   Clock::time_point accept_paused_until{};
@@ -157,33 +157,33 @@ void HttpLoop::Run() {
       fds.push_back({c.fd, static_cast<short>(c.answering() ? POLLOUT : POLLIN), 0});
       wake_at = std::min(wake_at, c.deadline);
     }
-    const int timeout = wake_at == Clock::time_point::max() ? -1 : MillisecondsUntil(wake_at, now);
+    const int timeout = wake_at == Clock::time_point::max() ? -1 : milliseconds_until(wake_at, now);
     if (poll(fds.data(), fds.size(), timeout) < 0) {
       for (pollfd& p : fds) p.revents = 0;  // EINTR, or ENOMEM: try again
     }
-    if (fds[0].revents != 0) break;  // Stop()
+    if (fds[0].revents != 0) break;  // stop()
 
     for (size_t i = 0; i < connections.size(); ++i) {
-      if (fds[i + 2].revents != 0) Serve(connections[i]);
+      if (fds[i + 2].revents != 0) serve(connections[i]);
     }
     const Clock::time_point after = Clock::now();
     for (Connection& c : connections) {
-      if (after >= c.deadline) c.Close();
+      if (after >= c.deadline) c.close();
     }
     std::erase_if(connections, [](const Connection& c) { return c.fd < 0; });
-    if (fds[1].revents != 0) AcceptAll(connections, accept_paused_until);
+    if (fds[1].revents != 0) accept_all(connections, accept_paused_until);
   }
-  for (Connection& c : connections) c.Close();
+  for (Connection& c : connections) c.close();
 }
 
-void HttpLoop::AcceptAll(std::vector<Connection>& connections, Clock::time_point& paused_until) {
+void HttpLoop::accept_all(std::vector<Connection>& connections, Clock::time_point& paused_until) {
   // The oldest connection still sending its request: the likeliest to be a slow or idle
   // client, and the one that has had the longest to finish.
   auto evict_oldest_reader = [&connections] {
     auto it = std::find_if(connections.begin(), connections.end(),
                            [](const Connection& c) { return !c.answering(); });
     if (it == connections.end()) return false;
-    it->Close();
+    it->close();
     connections.erase(it);
     return true;
   };
@@ -203,7 +203,7 @@ void HttpLoop::AcceptAll(std::vector<Connection>& connections, Clock::time_point
       return;  // EAGAIN: none left
     }
     if (connections.size() >= max_connections && !evict_oldest_reader()) {
-      close(fd);
+      ::close(fd);
       continue;
     }
     Connection& c = connections.emplace_back();
@@ -212,9 +212,9 @@ void HttpLoop::AcceptAll(std::vector<Connection>& connections, Clock::time_point
   }
 }
 
-void HttpLoop::Serve(Connection& c) {
+void HttpLoop::serve(Connection& c) {
   if (c.answering()) {
-    Send(c);
+    send(c);
     return;
   }
   bool eof = false;
@@ -229,48 +229,48 @@ void HttpLoop::Serve(Connection& c) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     if (n < 0) {
-      c.Close();
+      c.close();
       return;
     }
     eof = true;  // the client may half-close after its request: still answer it
     break;
   }
-  const size_t head = RequestHeadLength(c.received);
+  const size_t head = request_head_length(c.received);
   if (head == 0 && c.received.size() <= kMaxRequestHead) {
-    if (eof) c.Close();  // gone before finishing its request
+    if (eof) c.close();  // gone before finishing its request
     return;
   }
-  Answer(c, head == 0 ? std::string_view() : std::string_view(c.received).substr(0, head));
-  Send(c);
+  answer(c, head == 0 ? std::string_view() : std::string_view(c.received).substr(0, head));
+  send(c);
 }
 
-void HttpLoop::Answer(Connection& c, std::string_view head) {
+void HttpLoop::answer(Connection& c, std::string_view head) {
   HttpResponse response;
   if (head.empty() || head.size() > kMaxRequestHead) {
     response = {431, response.content_type, "request head too large\n"};
-  } else if (std::optional<RequestLine> line = ParseRequestLine(head); !line) {
+  } else if (std::optional<RequestLine> line = parse_request_line(head); !line) {
     response = {400, response.content_type, "bad request\n"};
   } else if (line->method != "GET") {
     response = {405, response.content_type, "only GET\n"};
   } else {
     response = handler_(line->path);
   }
-  c.response = SerializeResponse(response);
+  c.response = serialize_response(response);
   c.received.clear();
   c.received.shrink_to_fit();
   c.deadline = Clock::now() + options_.request_timeout;  // a fresh allowance to take it
 }
 
-void HttpLoop::Send(Connection& c) {
+void HttpLoop::send(Connection& c) {
   while (c.sent < c.response.size()) {
-    const ssize_t n = send(c.fd, c.response.data() + c.sent, c.response.size() - c.sent, MSG_NOSIGNAL);
+    const ssize_t n = ::send(c.fd, c.response.data() + c.sent, c.response.size() - c.sent, MSG_NOSIGNAL);
     if (n > 0) {
       c.sent += static_cast<size_t>(n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // POLLOUT will say when
-    c.Close();
+    c.close();
     return;
   }
   // All sent. Read what the client may still have sent (a body nobody asked for): closing
@@ -279,7 +279,7 @@ void HttpLoop::Send(Connection& c) {
   char sink[4096];
   for (int i = 0; i < 16 && recv(c.fd, sink, sizeof(sink), 0) > 0; ++i) {
   }
-  c.Close();
+  c.close();
 }
 
 }  // namespace fp8::metrics

@@ -43,33 +43,33 @@ class HttpLoop {
   // Called for each GET with the request's path (no query string).
   using Handler = std::function<HttpResponse(std::string_view path)>;
 
-  // Binds and listens on `address`, then serves on a thread of its own until Stop().
+  // Binds and listens on `address`, then serves on a thread of its own until stop().
   // Errors: InvalidArgument "cannot resolve host 'h': ..."; Unavailable with why the port
   // could not be bound ("address in use").
-  static absl::StatusOr<std::unique_ptr<HttpLoop>> Start(const ListenAddress& address,
+  static absl::StatusOr<std::unique_ptr<HttpLoop>> start(const ListenAddress& address,
                                                          const HttpServerOptions& options,
                                                          Handler handler);
 
-  ~HttpLoop();  // Stop()s
+  ~HttpLoop();  // stop()s
   HttpLoop(const HttpLoop&) = delete;
   HttpLoop& operator=(const HttpLoop&) = delete;
 
   int port() const { return port_; }
 
   // Closes every connection and the listening socket, and joins the thread; idempotent.
-  void Stop();
+  void stop();
 
  private:
   struct Connection;
 
   HttpLoop(const HttpServerOptions& options, Handler handler);
-  void Run();
-  void Serve(Connection& c);
-  void Answer(Connection& c, std::string_view head);
-  void Send(Connection& c);
-  void AcceptAll(std::vector<Connection>& connections,
+  void run();
+  void serve(Connection& c);
+  void answer(Connection& c, std::string_view head);
+  void send(Connection& c);
+  void accept_all(std::vector<Connection>& connections,
                  std::chrono::steady_clock::time_point& paused_until);
-  void CloseFds();
+  void close_fds();
 
   const HttpServerOptions options_;
   const Handler handler_;

@@ -5,7 +5,7 @@
 namespace fp8::metrics {
 namespace {
 
-const char* Reason(int status) {
+const char* reason(int status) {
   switch (status) {
     case 200: return "OK";
     case 400: return "Bad Request";
@@ -19,7 +19,7 @@ const char* Reason(int status) {
 
 }  // namespace
 
-size_t RequestHeadLength(std::string_view received) {
+size_t request_head_length(std::string_view received) {
   const size_t crlf = received.find("\r\n\r\n");
   const size_t lf = received.find("\n\n");
   const size_t crlf_end = crlf == std::string_view::npos ? std::string_view::npos : crlf + 4;
@@ -28,7 +28,7 @@ size_t RequestHeadLength(std::string_view received) {
   return end == std::string_view::npos ? 0 : end;
 }
 
-std::optional<RequestLine> ParseRequestLine(std::string_view head) {
+std::optional<RequestLine> parse_request_line(std::string_view head) {
   std::string_view line = head.substr(0, head.find('\n'));
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   const size_t sp1 = line.find(' ');
@@ -42,8 +42,8 @@ std::optional<RequestLine> ParseRequestLine(std::string_view head) {
   return RequestLine{line.substr(0, sp1), target.substr(0, target.find('?'))};
 }
 
-std::string SerializeResponse(const HttpResponse& response) {
-  std::string out = "HTTP/1.1 " + std::to_string(response.status) + " " + Reason(response.status) + "\r\n";
+std::string serialize_response(const HttpResponse& response) {
+  std::string out = "HTTP/1.1 " + std::to_string(response.status) + " " + reason(response.status) + "\r\n";
   if (response.status == 405) out += "Allow: GET\r\n";
   out += "Content-Type: " + response.content_type + "\r\n";
   out += "Content-Length: " + std::to_string(response.body.size()) + "\r\n";

@@ -17,7 +17,7 @@ struct HttpResponse {
 
 // The length of the request head at the start of `received`, through the blank line that
 // ends it (CRLF CRLF, or a bare LF LF from a lenient client); 0 while it is incomplete.
-size_t RequestHeadLength(std::string_view received);
+size_t request_head_length(std::string_view received);
 
 struct RequestLine {
   std::string_view method;
@@ -26,9 +26,9 @@ struct RequestLine {
 
 // The first line of a request head ("GET /metrics?x=1 HTTP/1.1"); nullopt unless it is
 // METHOD SP TARGET SP HTTP/x.y with an origin-form target (starting with '/').
-std::optional<RequestLine> ParseRequestLine(std::string_view head);
+std::optional<RequestLine> parse_request_line(std::string_view head);
 
 // Status line, Content-Type, Content-Length, Connection: close, then the body.
-std::string SerializeResponse(const HttpResponse& response);
+std::string serialize_response(const HttpResponse& response);
 
 }  // namespace fp8::metrics

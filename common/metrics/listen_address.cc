@@ -4,7 +4,7 @@
 
 namespace fp8::metrics {
 
-absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& address) {
+absl::StatusOr<ListenAddress> parse_listen_address(const std::string& address) {
   auto error = [&](const std::string& what) {
     return absl::InvalidArgumentError("metrics address " + address + ": " + what);
   };

@@ -14,6 +14,6 @@ struct ListenAddress {
 
 // Accepts "host:port", ":port" and "[v6addr]:port". Errors are InvalidArgument and read
 // "metrics address <address>: <what is wrong>".
-absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& address);
+absl::StatusOr<ListenAddress> parse_listen_address(const std::string& address);
 
 }  // namespace fp8::metrics

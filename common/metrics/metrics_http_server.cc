@@ -9,7 +9,7 @@ namespace {
 
 constexpr char kMetricsContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 
-HttpResponse Check(const std::function<absl::Status()>& check) {
+HttpResponse check(const std::function<absl::Status()>& check) {
   const absl::Status status = check ? check() : absl::OkStatus();
   if (status.ok()) return {200, HttpResponse().content_type, "ok\n"};
   return {503, HttpResponse().content_type, std::string(status.message()) + "\n"};
@@ -17,19 +17,19 @@ HttpResponse Check(const std::function<absl::Status()>& check) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(
     const std::string& address, Registry& registry, HealthCheck health, ReadinessCheck ready,
     const HttpServerOptions& options) {
-  const absl::StatusOr<ListenAddress> parsed = ParseListenAddress(address);
+  const absl::StatusOr<ListenAddress> parsed = parse_listen_address(address);
   if (!parsed.ok()) return parsed.status();
 
   auto route = [&registry, health = std::move(health), ready = std::move(ready)](std::string_view path) {
     if (path == "/metrics") return HttpResponse{200, kMetricsContentType, registry.expose()};
-    if (path == "/healthz") return Check(health);
-    if (path == "/readyz") return Check(ready);
+    if (path == "/healthz") return check(health);
+    if (path == "/readyz") return check(ready);
     return HttpResponse{404, HttpResponse().content_type, "not found\n"};
   };
-  absl::StatusOr<std::unique_ptr<HttpLoop>> loop = HttpLoop::Start(*parsed, options, std::move(route));
+  absl::StatusOr<std::unique_ptr<HttpLoop>> loop = HttpLoop::start(*parsed, options, std::move(route));
   if (!loop.ok()) {
     const std::string why(loop.status().message());
     if (absl::IsInvalidArgument(loop.status())) {
@@ -42,8 +42,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   return server;
 }
 
-MetricsHttpServer::~MetricsHttpServer() { Stop(); }
+MetricsHttpServer::~MetricsHttpServer() { stop(); }
 
-void MetricsHttpServer::Stop() { loop_->Stop(); }
+void MetricsHttpServer::stop() { loop_->stop(); }
 
 }  // namespace fp8::metrics

@@ -8,10 +8,10 @@
 // before. Served by one poll() thread of its own (http_loop.h, which says why), so that
 // neither the daemon's gRPC threads nor slow or idle clients can keep a probe waiting.
 //
-//   auto server = fp8::metrics::MetricsHttpServer::Start(flags.metrics_address, registry,
-//                                                       [&] { return coordinator.Health(); },
+//   auto server = fp8::metrics::MetricsHttpServer::start(flags.metrics_address, registry,
+//                                                       [&] { return coordinator.health(); },
 //                                                       [&] { return Ready(); });
-//   if (!server.ok()) return Fail(server.status());   // bad address, port in use
+//   if (!server.ok()) return fail(server.status());   // bad address, port in use
 //   LOG << "metrics on port " << (*server)->port();
 #pragma once
 
@@ -38,11 +38,11 @@ class MetricsHttpServer {
   // outlive the server. Errors: InvalidArgument for an address that does not parse or
   // resolve ("metrics address 127.0.0.1:99999: port out of range"), Unavailable when the
   // port cannot be bound ("cannot listen on 127.0.0.1:9400: address in use").
-  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> start(
       const std::string& address, Registry& registry, HealthCheck health = nullptr,
       ReadinessCheck ready = nullptr, const HttpServerOptions& options = {});
 
-  ~MetricsHttpServer();  // Stop()s
+  ~MetricsHttpServer();  // stop()s
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
 
@@ -50,7 +50,7 @@ class MetricsHttpServer {
   int port() const { return loop_->port(); }
 
   // Closes the listening socket and every connection, and joins the thread; idempotent.
-  void Stop();
+  void stop();
 
  private:
   MetricsHttpServer() = default;

@@ -7,46 +7,46 @@
 namespace fp8::metrics {
 namespace {
 
-bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 }  // namespace
 
-bool IsValidMetricName(std::string_view name) {
+bool is_valid_metric_name(std::string_view name) {
   if (name.empty()) return false;
   for (size_t i = 0; i < name.size(); ++i) {
     const char c = name[i];
-    if (!(IsAlpha(c) || c == ':' || (i > 0 && IsDigit(c)))) return false;
+    if (!(is_alpha(c) || c == ':' || (i > 0 && is_digit(c)))) return false;
   }
   return true;
 }
 
-bool IsValidLabelName(std::string_view name) {
+bool is_valid_label_name(std::string_view name) {
   if (name.empty() || name.substr(0, 2) == "__") return false;
   for (size_t i = 0; i < name.size(); ++i) {
     const char c = name[i];
-    if (!(IsAlpha(c) || (i > 0 && IsDigit(c)))) return false;
+    if (!(is_alpha(c) || (i > 0 && is_digit(c)))) return false;
   }
   return true;
 }
 
 namespace internal {
 
-void CheckNames(const std::string& metric, const std::vector<std::string>& label_names) {
-  if (!IsValidMetricName(metric)) {
-    Fatal("invalid metric name '" + metric + "' (want [a-zA-Z_:][a-zA-Z0-9_:]*)");
+void check_names(const std::string& metric, const std::vector<std::string>& label_names) {
+  if (!is_valid_metric_name(metric)) {
+    fatal("invalid metric name '" + metric + "' (want [a-zA-Z_:][a-zA-Z0-9_:]*)");
   }
   std::set<std::string> seen;
   for (const std::string& label : label_names) {
-    if (!IsValidLabelName(label)) {
-      Fatal("metric " + metric + ": invalid label name '" + label +
+    if (!is_valid_label_name(label)) {
+      fatal("metric " + metric + ": invalid label name '" + label +
             "' (want [a-zA-Z_][a-zA-Z0-9_]*, not starting with __)");
     }
     if (label == "le") {
-      Fatal("metric " + metric + ": label name 'le' is reserved for histogram buckets");
+      fatal("metric " + metric + ": label name 'le' is reserved for histogram buckets");
     }
     if (!seen.insert(label).second) {
-      Fatal("metric " + metric + ": label '" + label + "' declared twice");
+      fatal("metric " + metric + ": label '" + label + "' declared twice");
     }
   }
 }

@@ -8,10 +8,10 @@
 namespace fp8::metrics {
 
 // [a-zA-Z_:][a-zA-Z0-9_:]*
-bool IsValidMetricName(std::string_view name);
+bool is_valid_metric_name(std::string_view name);
 // [a-zA-Z_][a-zA-Z0-9_]* and not starting with "__" (reserved for Prometheus itself).
 // Colons are allowed in metric names only (they mark recording rules).
-bool IsValidLabelName(std::string_view name);
+bool is_valid_label_name(std::string_view name);
 
 namespace internal {
 
@@ -19,7 +19,7 @@ namespace internal {
 // names are distinct. `le` is the bucket label of histograms, so no family may declare
 // it (for a histogram it would collide with the buckets; for others it would confuse
 // histogram_quantile()).
-void CheckNames(const std::string& metric, const std::vector<std::string>& label_names);
+void check_names(const std::string& metric, const std::vector<std::string>& label_names);
 
 }  // namespace internal
 }  // namespace fp8::metrics

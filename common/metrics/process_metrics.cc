@@ -12,7 +12,7 @@
 namespace fp8::metrics {
 namespace {
 
-std::optional<std::string> ReadFile(const char* path) {
+std::optional<std::string> read_file(const char* path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
   std::stringstream text;
@@ -21,7 +21,7 @@ std::optional<std::string> ReadFile(const char* path) {
 }
 
 // System boot time in seconds since the epoch: the "btime" line of /proc/stat.
-std::optional<double> BootTime() {
+std::optional<double> boot_time() {
   std::ifstream in("/proc/stat");
   std::string line;
   while (std::getline(in, line)) {
@@ -32,9 +32,9 @@ std::optional<double> BootTime() {
 
 }  // namespace
 
-std::optional<ProcessStats> ReadProcessStats() try {
-  const std::optional<std::string> stat = ReadFile("/proc/self/stat");
-  const std::optional<double> boot = BootTime();
+std::optional<ProcessStats> read_process_stats() try {
+  const std::optional<std::string> stat = read_file("/proc/self/stat");
+  const std::optional<double> boot = boot_time();
   if (!stat || !boot) return std::nullopt;
   // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so the fields are
   // counted from the last ')'. fields[0] is field 3 (state) of proc(5).
@@ -58,7 +58,7 @@ std::optional<ProcessStats> ReadProcessStats() try {
   return std::nullopt;
 }
 
-std::optional<double> CountOpenFds() {
+std::optional<double> count_open_fds() {
   std::error_code error;
   std::filesystem::directory_iterator it("/proc/self/fd", error);
   if (error) return std::nullopt;
@@ -71,7 +71,7 @@ std::optional<double> CountOpenFds() {
   return count;
 }
 
-void RegisterProcessMetrics(Registry& registry) {
+void register_process_metrics(Registry& registry) {
   Counter& cpu = registry
                      .counter("process_cpu_seconds_total",
                               "Total user and system CPU time spent in seconds.", {})
@@ -89,13 +89,13 @@ void RegisterProcessMetrics(Registry& registry) {
                             "Start time of the process since unix epoch in seconds.", {})
                      .with();
   registry.add_collector([&cpu, &resident, &virt, &fds, &start] {
-    if (const std::optional<ProcessStats> s = ReadProcessStats()) {
+    if (const std::optional<ProcessStats> s = read_process_stats()) {
       cpu.set_total(s->cpu_seconds);
       resident.set(s->resident_bytes);
       virt.set(s->virtual_bytes);
       start.set(s->start_time_seconds);
     }
-    if (const std::optional<double> n = CountOpenFds()) fds.set(*n);
+    if (const std::optional<double> n = count_open_fds()) fds.set(*n);
   });
 }
 

@@ -11,7 +11,7 @@ namespace fp8::metrics {
 
 // Declares the five families and adds a collector that refreshes them. A reading that
 // fails (no /proc) leaves the previous values.
-void RegisterProcessMetrics(Registry& registry);
+void register_process_metrics(Registry& registry);
 
 // One reading of this process's statistics, for the collector and its tests.
 struct ProcessStats {
@@ -20,8 +20,8 @@ struct ProcessStats {
   double virtual_bytes = 0;        // VSZ
   double start_time_seconds = 0;   // since the Unix epoch
 };
-std::optional<ProcessStats> ReadProcessStats();
+std::optional<ProcessStats> read_process_stats();
 // Entries in /proc/self/fd, or nullopt when it cannot be listed.
-std::optional<double> CountOpenFds();
+std::optional<double> count_open_fds();
 
 }  // namespace fp8::metrics

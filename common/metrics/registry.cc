@@ -7,9 +7,9 @@ namespace fp8::metrics {
 namespace {
 
 // "counter{a,b}" or "histogram{a}[0.1,1]" for the clash message.
-std::string Describe(MetricType type, const std::vector<std::string>& labels,
+std::string describe(MetricType type, const std::vector<std::string>& labels,
                      const std::vector<double>& bounds) {
-  std::string out = TypeName(type);
+  std::string out = type_name(type);
   out += '{';
   for (size_t i = 0; i < labels.size(); ++i) {
     if (i > 0) out += ',';
@@ -20,7 +20,7 @@ std::string Describe(MetricType type, const std::vector<std::string>& labels,
     out += '[';
     for (size_t i = 0; i < bounds.size(); ++i) {
       if (i > 0) out += ',';
-      out += FormatValue(bounds[i]);
+      out += format_value(bounds[i]);
     }
     out += ']';
   }
@@ -40,11 +40,11 @@ Registry::Registry() {
   families_.emplace(kSeriesDroppedName, std::move(dropped));
 }
 
-FamilyBase& Registry::GetOrAdd(MetricType type, const std::string& name,
+FamilyBase& Registry::get_or_add(MetricType type, const std::string& name,
                                const std::vector<std::string>& label_names,
                                const std::vector<double>& bounds,
                                const std::function<std::unique_ptr<FamilyBase>()>& make) {
-  internal::CheckNames(name, label_names);
+  internal::check_names(name, label_names);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = families_.find(name);
   if (it == families_.end()) {
@@ -57,9 +57,9 @@ FamilyBase& Registry::GetOrAdd(MetricType type, const std::string& name,
   FamilyBase& existing = *it->second;
   if (existing.type() != type || existing.label_names() != label_names ||
       existing.bounds() != bounds) {
-    internal::Fatal("metric " + name + " declared twice: as " +
-                    Describe(existing.type(), existing.label_names(), existing.bounds()) +
-                    " and as " + Describe(type, label_names, bounds));
+    internal::fatal("metric " + name + " declared twice: as " +
+                    describe(existing.type(), existing.label_names(), existing.bounds()) +
+                    " and as " + describe(type, label_names, bounds));
   }
   return existing;
 }
@@ -71,7 +71,7 @@ CounterFamily& Registry::counter(std::string name, std::string help,
                                            max_series, std::vector<double>{},
                                            [] { return std::make_unique<Counter>(); });
   };
-  return static_cast<CounterFamily&>(GetOrAdd(MetricType::kCounter, name, label_names, {}, make));
+  return static_cast<CounterFamily&>(get_or_add(MetricType::kCounter, name, label_names, {}, make));
 }
 
 GaugeFamily& Registry::gauge(std::string name, std::string help,
@@ -81,20 +81,20 @@ GaugeFamily& Registry::gauge(std::string name, std::string help,
                                          max_series, std::vector<double>{},
                                          [] { return std::make_unique<Gauge>(); });
   };
-  return static_cast<GaugeFamily&>(GetOrAdd(MetricType::kGauge, name, label_names, {}, make));
+  return static_cast<GaugeFamily&>(get_or_add(MetricType::kGauge, name, label_names, {}, make));
 }
 
 HistogramFamily& Registry::histogram(std::string name, std::string help,
                                      std::vector<std::string> label_names,
                                      std::vector<double> buckets, size_t max_series) {
-  const std::vector<double> bounds = internal::CheckedBuckets(name, std::move(buckets));
+  const std::vector<double> bounds = internal::checked_buckets(name, std::move(buckets));
   auto make = [&]() -> std::unique_ptr<FamilyBase> {
     return std::make_unique<HistogramFamily>(
         MetricType::kHistogram, name, help, label_names, max_series, bounds,
         [bounds] { return std::make_unique<Histogram>(bounds); });
   };
   return static_cast<HistogramFamily&>(
-      GetOrAdd(MetricType::kHistogram, name, label_names, bounds, make));
+      get_or_add(MetricType::kHistogram, name, label_names, bounds, make));
 }
 
 void Registry::add_collector(std::function<void()> collect) {
@@ -116,7 +116,7 @@ std::string Registry::expose() const {
 
   std::string out;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [name, family] : families_) family->AppendText(out);
+  for (const auto& [name, family] : families_) family->append_text(out);
   return out;
 }
 

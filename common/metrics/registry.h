@@ -44,7 +44,7 @@ class Registry {
   GaugeFamily& gauge(std::string name, std::string help, std::vector<std::string> label_names,
                      size_t max_series = kDefaultMaxSeries);
   // `buckets`: finite, strictly increasing upper bounds (+Inf is implied), e.g.
-  // DefaultLatencyBuckets() or ExponentialBuckets(...).
+  // default_latency_buckets() or exponential_buckets(...).
   HistogramFamily& histogram(std::string name, std::string help,
                              std::vector<std::string> label_names, std::vector<double> buckets,
                              size_t max_series = kDefaultMaxSeries);
@@ -62,7 +62,7 @@ class Registry {
 
  private:
   // The family under `name`, created by `make` if there is none; aborts on a clash.
-  FamilyBase& GetOrAdd(MetricType type, const std::string& name,
+  FamilyBase& get_or_add(MetricType type, const std::string& name,
                        const std::vector<std::string>& label_names,
                        const std::vector<double>& bounds,
                        const std::function<std::unique_ptr<FamilyBase>()>& make);

@@ -6,7 +6,7 @@
 
 namespace fp8::metrics {
 
-std::string FormatValue(double value) {
+std::string format_value(double value) {
   if (std::isnan(value)) return "NaN";
   if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
   // Every integral double below 2^63 converts to int64 exactly, so counters of bytes or
@@ -19,7 +19,7 @@ std::string FormatValue(double value) {
   return std::string(buf, result.ptr);
 }
 
-std::string EscapeHelp(std::string_view help) {
+std::string escape_help(std::string_view help) {
   std::string out;
   out.reserve(help.size());
   for (const char c : help) {
@@ -34,7 +34,7 @@ std::string EscapeHelp(std::string_view help) {
   return out;
 }
 
-std::string EscapeLabelValue(std::string_view value) {
+std::string escape_label_value(std::string_view value) {
   std::string out;
   out.reserve(value.size());
   for (const char c : value) {
@@ -51,20 +51,20 @@ std::string EscapeLabelValue(std::string_view value) {
   return out;
 }
 
-std::string RenderLabels(const std::vector<std::string>& names,
+std::string render_labels(const std::vector<std::string>& names,
                          const std::vector<std::string>& values) {
   std::string out;
   for (size_t i = 0; i < names.size() && i < values.size(); ++i) {
     if (i > 0) out += ',';
     out += names[i];
     out += "=\"";
-    out += EscapeLabelValue(values[i]);
+    out += escape_label_value(values[i]);
     out += '"';
   }
   return out;
 }
 
-void AppendSample(std::string& out, std::string_view name, std::string_view suffix,
+void append_sample(std::string& out, std::string_view name, std::string_view suffix,
                   std::string_view labels, std::string_view extra, double value) {
   out += name;
   out += suffix;
@@ -76,7 +76,7 @@ void AppendSample(std::string& out, std::string_view name, std::string_view suff
     out += '}';
   }
   out += ' ';
-  out += FormatValue(value);
+  out += format_value(value);
   out += '\n';
 }
 

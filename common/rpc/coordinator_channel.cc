@@ -10,7 +10,7 @@
 
 namespace fp8::rpc {
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> CoordinatorChannel(const std::string& address,
+absl::StatusOr<std::shared_ptr<grpc::Channel>> coordinator_channel(const std::string& address,
                                                                  const std::string& ca_file,
                                                                  const std::string& flag) {
   grpc::ChannelArguments args;

@@ -18,7 +18,7 @@
 namespace fp8::rpc {
 
 // `flag` names the CA option in errors ("--coordinator-ca").
-absl::StatusOr<std::shared_ptr<grpc::Channel>> CoordinatorChannel(const std::string& address,
+absl::StatusOr<std::shared_ptr<grpc::Channel>> coordinator_channel(const std::string& address,
                                                                  const std::string& ca_file,
                                                                  const std::string& flag = "--coordinator-ca");
 

@@ -13,7 +13,7 @@ struct SentencePieceModel::Impl {
 SentencePieceModel::SentencePieceModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 SentencePieceModel::~SentencePieceModel() = default;
 
-std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(const std::string& model, std::string* error) {
+std::unique_ptr<SentencePieceModel> SentencePieceModel::load(const std::string& model, std::string* error) {
   auto impl = std::make_unique<Impl>();
   const sentencepiece::util::Status s = impl->processor.LoadFromSerializedProto(model);
   if (!s.ok()) {
@@ -26,7 +26,7 @@ std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(const std::string& 
 int SentencePieceModel::piece_size() const { return impl_->processor.GetPieceSize(); }
 int SentencePieceModel::eos_id() const { return impl_->processor.eos_id(); }
 
-bool SentencePieceModel::Encode(std::string_view text, std::vector<int>* ids, std::string* error) const {
+bool SentencePieceModel::encode(std::string_view text, std::vector<int>* ids, std::string* error) const {
   std::vector<int> encoded;
   const sentencepiece::util::Status s = impl_->processor.Encode(text, &encoded);
   if (!s.ok()) {
@@ -37,13 +37,13 @@ bool SentencePieceModel::Encode(std::string_view text, std::vector<int>* ids, st
   return true;
 }
 
-std::string SentencePieceModel::Decode(const std::vector<int>& ids) const {
+std::string SentencePieceModel::decode(const std::vector<int>& ids) const {
   std::string text;
   if (!impl_->processor.Decode(ids, &text).ok()) return "";
   return text;
 }
 
-std::string SentencePieceModel::Train(const std::string& flags) {
+std::string SentencePieceModel::train(const std::string& flags) {
   const sentencepiece::util::Status s = sentencepiece::SentencePieceTrainer::Train(flags);
   return s.ok() ? "" : s.ToString();
 }

@@ -15,7 +15,7 @@ class SentencePieceModel {
  public:
   // The model serialized in `model` (a .model file's bytes); null with `*error` set when
   // the bytes are not one.
-  static std::unique_ptr<SentencePieceModel> Load(const std::string& model, std::string* error);
+  static std::unique_ptr<SentencePieceModel> load(const std::string& model, std::string* error);
   ~SentencePieceModel();
   SentencePieceModel(const SentencePieceModel&) = delete;
   SentencePieceModel& operator=(const SentencePieceModel&) = delete;
@@ -23,12 +23,12 @@ class SentencePieceModel {
   int piece_size() const;
   int eos_id() const;  // -1 when the model has no end-of-sentence piece
   // Appends `text`'s ids; false with `*error` set on failure.
-  bool Encode(std::string_view text, std::vector<int>* ids, std::string* error) const;
-  std::string Decode(const std::vector<int>& ids) const;
+  bool encode(std::string_view text, std::vector<int>* ids, std::string* error) const;
+  std::string decode(const std::vector<int>& ids) const;
 
   // SentencePieceTrainer::Train with its flags (e.g. "--input=a.txt --model_prefix=m
   // --vocab_size=1000"); "" on success, else the error.
-  static std::string Train(const std::string& flags);
+  static std::string train(const std::string& flags);
 
  private:
   struct Impl;

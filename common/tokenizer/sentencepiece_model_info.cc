@@ -11,7 +11,7 @@ class WireReader {
   explicit WireReader(std::string_view bytes) : p_(bytes.data()), end_(bytes.data() + bytes.size()) {}
   bool done() const { return p_ == end_; }
 
-  bool Varint(uint64_t* v) {
+  bool varint(uint64_t* v) {
     *v = 0;
     for (int shift = 0; shift < 64 && p_ < end_; shift += 7) {
       const auto byte = static_cast<uint8_t>(*p_++);
@@ -22,32 +22,32 @@ class WireReader {
   }
   // The next field: its number and wire type; a length-delimited field's bytes in `*bytes`,
   // a varint's value in `*value`; anything else skipped.
-  bool Field(int* number, int* type, std::string_view* bytes, uint64_t* value) {
+  bool field(int* number, int* type, std::string_view* bytes, uint64_t* value) {
     uint64_t key = 0;
-    if (!Varint(&key)) return false;
+    if (!varint(&key)) return false;
     *number = static_cast<int>(key >> 3);
     *type = static_cast<int>(key & 7);
     switch (*type) {
       case 0:
-        return Varint(value);
+        return varint(value);
       case 1:
-        return Skip(8);
+        return skip(8);
       case 2: {
         uint64_t length = 0;
-        if (!Varint(&length) || length > static_cast<uint64_t>(end_ - p_)) return false;
+        if (!varint(&length) || length > static_cast<uint64_t>(end_ - p_)) return false;
         *bytes = std::string_view(p_, length);
         p_ += length;
         return true;
       }
       case 5:
-        return Skip(4);
+        return skip(4);
       default:
         return false;
     }
   }
 
  private:
-  bool Skip(int64_t n) {
+  bool skip(int64_t n) {
     if (n > end_ - p_) return false;
     p_ += n;
     return true;
@@ -60,14 +60,14 @@ constexpr int kPieces = 1, kTrainerSpec = 2, kEosId = 42;
 
 }  // namespace
 
-std::optional<SentencePieceModelInfo> ReadSentencePieceModelInfo(std::string_view model, std::string* error) {
+std::optional<SentencePieceModelInfo> read_sentence_piece_model_info(std::string_view model, std::string* error) {
   SentencePieceModelInfo info;
   WireReader reader(model);
   while (!reader.done()) {
     int number = 0, type = 0;
     std::string_view bytes;
     uint64_t value = 0;
-    if (!reader.Field(&number, &type, &bytes, &value)) {
+    if (!reader.field(&number, &type, &bytes, &value)) {
       *error = "not a SentencePiece model (its encoding breaks off)";
       return std::nullopt;
     }
@@ -75,7 +75,7 @@ std::optional<SentencePieceModelInfo> ReadSentencePieceModelInfo(std::string_vie
     if (number != kTrainerSpec || type != 2) continue;
     WireReader spec(bytes);
     while (!spec.done()) {
-      if (!spec.Field(&number, &type, &bytes, &value)) {
+      if (!spec.field(&number, &type, &bytes, &value)) {
         *error = "not a SentencePiece model (its trainer spec breaks off)";
         return std::nullopt;
       }

@@ -20,6 +20,6 @@ struct SentencePieceModelInfo {
 
 // From a .model file's bytes (ModelProto: pieces are field 1, the TrainerSpec field 2 with
 // eos_id as its field 42). nullopt with `*error` set when the bytes are not such a message.
-std::optional<SentencePieceModelInfo> ReadSentencePieceModelInfo(std::string_view model, std::string* error);
+std::optional<SentencePieceModelInfo> read_sentence_piece_model_info(std::string_view model, std::string* error);
 
 }  // namespace fp8::tokenizer

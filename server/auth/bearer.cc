@@ -7,7 +7,7 @@
 
 namespace fp8::server {
 
-absl::StatusOr<std::string> BearerToken(const grpc::ServerContext& ctx) {
+absl::StatusOr<std::string> bearer_token(const grpc::ServerContext& ctx) {
   const auto& metadata = ctx.client_metadata();
   auto it = metadata.find("authorization");
   if (it == metadata.end()) {

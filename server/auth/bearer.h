@@ -9,6 +9,6 @@
 namespace fp8::server {
 
 // UNAUTHENTICATED (as an absl status) when the header is missing or malformed.
-absl::StatusOr<std::string> BearerToken(const grpc::ServerContext& ctx);
+absl::StatusOr<std::string> bearer_token(const grpc::ServerContext& ctx);
 
 }  // namespace fp8::server

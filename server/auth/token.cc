@@ -11,7 +11,7 @@
 
 namespace fp8::server {
 
-const char* RoleName(Role role) {
+const char* role_name(Role role) {
   switch (role) {
     case Role::kAdmin: return "admin";
     case Role::kUser: return "user";
@@ -21,14 +21,14 @@ const char* RoleName(Role role) {
   return "?";
 }
 
-absl::StatusOr<Role> ParseRole(std::string_view name) {
+absl::StatusOr<Role> parse_role(std::string_view name) {
   if (name == "admin") return Role::kAdmin;
   if (name == "user") return Role::kUser;
   if (name == "worker") return Role::kWorker;
   return absl::InvalidArgumentError(absl::StrCat("role '", std::string(name), "' is not one of admin, user, worker"));
 }
 
-std::string NewToken(Role role) {
+std::string new_token(Role role) {
   std::array<unsigned char, 32> bytes{};
   // RAND_bytes fails only when the system has no entropy source at all; a coordinator
   // that cannot make unguessable tokens must not run.
@@ -38,7 +38,7 @@ std::string NewToken(Role role) {
                                                                         bytes.size())));
 }
 
-std::string HashToken(std::string_view token) {
+std::string hash_token(std::string_view token) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int length = 0;
   EVP_Digest(token.data(), token.size(), digest.data(), &length, EVP_sha256(), nullptr);

@@ -19,15 +19,15 @@ namespace fp8::server {
 //   kTrainer  the trainer and rendezvous APIs of one job attempt (StartRank hands it out).
 enum class Role { kAdmin, kUser, kWorker, kTrainer };
 
-const char* RoleName(Role role);  // "admin", "user", "worker", "trainer"
+const char* role_name(Role role);  // "admin", "user", "worker", "trainer"
 // Accepts "admin", "user" and "worker" (trainer tokens are made only by the coordinator).
-absl::StatusOr<Role> ParseRole(std::string_view name);
+absl::StatusOr<Role> parse_role(std::string_view name);
 
 // A fresh random token for `role` (OpenSSL's CSPRNG).
-std::string NewToken(Role role);
+std::string new_token(Role role);
 
 // Hex SHA-256 of the token: the only form stored.
-std::string HashToken(std::string_view token);
+std::string hash_token(std::string_view token);
 
 // The caller of one request, once its token is known.
 struct Principal {

@@ -7,7 +7,7 @@
 
 namespace fp8::server {
 
-StepHistory MergeAmax(const std::optional<StepHistory>& stored, int64_t step, const v1::AmaxHistory& reported) {
+StepHistory merge_amax(const std::optional<StepHistory>& stored, int64_t step, const v1::AmaxHistory& reported) {
   if (!stored.has_value() || step > stored->step) return StepHistory{step, reported};
   if (step < stored->step) return *stored;
   StepHistory merged = *stored;
@@ -29,7 +29,7 @@ StepHistory MergeAmax(const std::optional<StepHistory>& stored, int64_t step, co
   return merged;
 }
 
-std::optional<double> AmaxJumpBaseline(const v1::AmaxHistory& history, double factor) {
+std::optional<double> amax_jump_baseline(const v1::AmaxHistory& history, double factor) {
   const int n = history.history_size();
   if (n < 2) return std::nullopt;
   float earlier = 0;
@@ -38,7 +38,7 @@ std::optional<double> AmaxJumpBaseline(const v1::AmaxHistory& history, double fa
   return std::nullopt;
 }
 
-std::string AmaxHistoryProblem(const v1::AmaxHistory& history, int max_len) {
+std::string amax_history_problem(const v1::AmaxHistory& history, int max_len) {
   if (history.layer().empty() || history.layer().size() > 256) return "layer: empty or longer than 256 bytes";
   if (history.operand() == v1::AmaxHistory::OPERAND_UNSPECIFIED || !v1::AmaxHistory::Operand_IsValid(history.operand())) {
     return "operand: unspecified";

@@ -21,7 +21,7 @@
 namespace fp8::server {
 namespace {
 
-scheduler::DeviceKind KindOf(int device) {
+scheduler::DeviceKind kind_of(int device) {
   return device == v1::ResourceSpec::CUDA ? scheduler::DeviceKind::kCuda : scheduler::DeviceKind::kCpu;
 }
 
@@ -29,11 +29,11 @@ scheduler::DeviceKind KindOf(int device) {
 // lines one GetJobLogs answer does.
 constexpr size_t kListPageBytes = size_t{1} << 20;
 
-absl::Status Unavailable() { return absl::UnavailableError("the coordinator is shutting down"); }
+absl::Status unavailable() { return absl::UnavailableError("the coordinator is shutting down"); }
 
 // Whether `admitted` (a spec as AdmitJobSpec returns it) is what `first` was submitted
 // with: the stored spec differs only by the job folder the coordinator added.
-bool SameSubmission(const v1::Job& first, const v1::JobSpec& admitted) {
+bool same_submission(const v1::Job& first, const v1::JobSpec& admitted) {
   v1::JobSpec stored = first.spec();
   stored.mutable_checkpoint()->set_dir(std::filesystem::path(stored.checkpoint().dir()).parent_path().string());
   return google::protobuf::util::MessageDifferencer::Equivalent(stored, admitted);
@@ -41,7 +41,7 @@ bool SameSubmission(const v1::Job& first, const v1::JobSpec& admitted) {
 
 }  // namespace
 
-std::string RendezvousNamespace(const std::string& job_id, int attempt) {
+std::string rendezvous_namespace(const std::string& job_id, int attempt) {
   return absl::StrCat(job_id, "/attempt-", attempt, "/");
 }
 
@@ -50,31 +50,31 @@ Coordinator::Coordinator(std::unique_ptr<store::CoordinatorStore> store, Rendezv
     : store_(std::move(store)), rendezvous_(rendezvous), options_(std::move(options)),
       advertise_address_(options_.advertise_address) {}
 
-void Coordinator::SetAdvertiseAddress(const std::string& address) {
+void Coordinator::set_advertise_address(const std::string& address) {
   absl::MutexLock lock(&mu_);
   advertise_address_ = address;
 }
 
-Coordinator::~Coordinator() { Shutdown(); }
+Coordinator::~Coordinator() { shutdown(); }
 
-absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr<store::CoordinatorStore> store,
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::create(std::unique_ptr<store::CoordinatorStore> store,
                                                                   RendezvousStore& rendezvous,
                                                                   CoordinatorOptions options) {
   // Paths are admitted with their links resolved: the roots must be too to compare.
-  options.roots.data = ResolveRoots(options.roots.data);
-  options.roots.checkpoint = ResolveRoots(options.roots.checkpoint);
-  FP8_ASSIGN_OR_RETURN(std::unique_ptr<store::CoordinatorStore> progress_store, store->Connect());
+  options.roots.data = resolve_roots(options.roots.data);
+  options.roots.checkpoint = resolve_roots(options.roots.checkpoint);
+  FP8_ASSIGN_OR_RETURN(std::unique_ptr<store::CoordinatorStore> progress_store, store->connect());
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(store), rendezvous, std::move(options)));
   {
     absl::MutexLock flush_lock(&c->flush_mu_);
     c->progress_store_ = std::move(progress_store);
   }
   absl::MutexLock lock(&c->mu_);
-  FP8_RETURN_IF_ERROR(c->Load());
+  FP8_RETURN_IF_ERROR(c->load());
   return c;
 }
 
-absl::Status Coordinator::Load() {
+absl::Status Coordinator::load() {
   FP8_ASSIGN_OR_RETURN(auto jobs, store_->active_jobs());
   for (auto& [submitted_seq, job] : jobs) {
     ActiveJob active;
@@ -99,7 +99,7 @@ absl::Status Coordinator::Load() {
     }
     // Jobs from before job folders were recorded keep theirs from being nested into.
     FP8_RETURN_IF_ERROR(store_->add_job_folder(job.spec().checkpoint().dir(), job.id()));
-    active.rank_memory_gb = RankMemoryNeedGb(job.spec());
+    active.rank_memory_gb = rank_memory_need_gb(job.spec());
     active.job = std::move(job);
     active_.emplace(active.job.id(), std::move(active));
   }
@@ -123,36 +123,36 @@ absl::Status Coordinator::Load() {
   return absl::OkStatus();
 }
 
-void Coordinator::SetMetrics(CoordinatorMetrics* metrics) {
+void Coordinator::set_metrics(CoordinatorMetrics* metrics) {
   absl::MutexLock lock(&mu_);
   metrics_ = metrics;
   if (metrics_ == nullptr) return;
-  for (const auto& [id, active] : active_) metrics_->OnJob(active.job);
+  for (const auto& [id, active] : active_) metrics_->on_job(active.job);
 }
 
-ClusterCounts Coordinator::Cluster() {
+ClusterCounts Coordinator::cluster() {
   absl::MutexLock lock(&mu_);
   ClusterCounts counts;
   for (const auto& [id, w] : workers_) {
-    const char* state = w.last_heartbeat_unix_ms == 0 ? "unconfirmed" : WorkerBusy(w) ? "busy" : "idle";
-    ++counts.workers[{DeviceKindLabel(w.record.device_kind), state}];
+    const char* state = w.last_heartbeat_unix_ms == 0 ? "unconfirmed" : worker_busy(w) ? "busy" : "idle";
+    ++counts.workers[{device_kind_label(w.record.device_kind), state}];
   }
   for (const auto& [id, active] : active_) {
     const v1::Job& job = active.job;
-    if (IsFinal(job.state())) continue;
+    if (is_final(job.state())) continue;
     ++counts.active_jobs[v1::Job::State_Name(job.state())];
-    if (job.state() == v1::Job::QUEUED) ++counts.queued[DeviceKindLabel(job.spec().resources().device())];
+    if (job.state() == v1::Job::QUEUED) ++counts.queued[device_kind_label(job.spec().resources().device())];
   }
   return counts;
 }
 
-absl::Status Coordinator::Health() {
+absl::Status Coordinator::health() {
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return Unavailable();
+  if (shutting_down_) return unavailable();
   return store_->count_tokens().status();
 }
 
-void Coordinator::StartTicking() {
+void Coordinator::start_ticking() {
   ticker_ = std::thread([this] {
     const absl::Duration tick_period = std::max(options_.heartbeat_interval / 4, absl::Milliseconds(20));
     absl::Time next_tick = absl::Now() + tick_period;
@@ -160,20 +160,20 @@ void Coordinator::StartTicking() {
     while (!shutting_down_) {
       mu_.AwaitWithTimeout(absl::Condition(&shutting_down_), std::min(tick_period, kProgressFlushInterval));
       if (shutting_down_) break;
-      FlushProgressInBackground();
+      flush_progress_in_background();
       if (absl::Now() < next_tick) continue;
       next_tick = absl::Now() + tick_period;
       mu_.Unlock();
-      Tick();
+      tick();
       mu_.Lock();
     }
   });
 }
 
-void Coordinator::Shutdown() {
+void Coordinator::shutdown() {
   {
     absl::MutexLock lock(&mu_);
-    if (!shutting_down_) FlushProgress().IgnoreError();  // best effort: a kill loses at most a flush interval
+    if (!shutting_down_) flush_progress().IgnoreError();  // best effort: a kill loses at most a flush interval
     shutting_down_ = true;
     events_changed_.SignalAll();
   }
@@ -182,10 +182,10 @@ void Coordinator::Shutdown() {
 
 // ---- tokens -----------------------------------------------------------------------------
 
-absl::StatusOr<Principal> Coordinator::Authenticate(const std::string& token) {
-  const std::string hash = HashToken(token);
+absl::StatusOr<Principal> Coordinator::authenticate(const std::string& token) {
+  const std::string hash = hash_token(token);
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return Unavailable();
+  if (shutting_down_) return unavailable();
   if (auto cached = principals_.find(hash); cached != principals_.end()) return cached->second;
   std::optional<Principal> who;
   FP8_ASSIGN_OR_RETURN(std::optional<store::TokenRecord> record, store_->token(hash));
@@ -202,59 +202,59 @@ absl::StatusOr<Principal> Coordinator::Authenticate(const std::string& token) {
   return *who;
 }
 
-absl::StatusOr<std::string> Coordinator::CreateToken(Role role, const std::string& name) {
+absl::StatusOr<std::string> Coordinator::create_token(Role role, const std::string& name) {
   if (role == Role::kTrainer) return absl::InvalidArgumentError("trainer tokens are made per attempt");
   // A user's name is the owner of its jobs, and names its folders (spec_admission.h).
-  FP8_RETURN_IF_ERROR(CheckOwnerName(name, "token name"));
-  std::string token = NewToken(role);
+  FP8_RETURN_IF_ERROR(check_owner_name(name, "token name"));
+  std::string token = new_token(role);
   absl::MutexLock lock(&mu_);
-  FP8_RETURN_IF_ERROR(store_->add_token(HashToken(token), store::TokenRecord{name, role}));
+  FP8_RETURN_IF_ERROR(store_->add_token(hash_token(token), store::TokenRecord{name, role}));
   return token;
 }
 
 // ---- the job API ------------------------------------------------------------------------
 
-absl::StatusOr<v1::Job> Coordinator::VisibleJob(const Principal& who, const std::string& job_id) {
+absl::StatusOr<v1::Job> Coordinator::visible_job(const Principal& who, const std::string& job_id) {
   if (who.role != Role::kAdmin && who.role != Role::kUser) {
-    return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not use the job API"));
+    return absl::PermissionDeniedError(absl::StrCat("a ", role_name(who.role), " token may not use the job API"));
   }
   auto it = active_.find(job_id);
   std::optional<v1::Job> job;
   if (it != active_.end()) {
     job = it->second.job;
-    ShowPending(it->second, *job);
+    show_pending(it->second, *job);
   } else {
     FP8_ASSIGN_OR_RETURN(job, store_->job(job_id));
   }
   if (!job.has_value() || (!who.is_admin() && job->spec().owner() != who.name)) {
-    return absl::NotFoundError(absl::StrCat("job_id: no job '", rpc::QuoteForError(job_id), "'"));
+    return absl::NotFoundError(absl::StrCat("job_id: no job '", rpc::quote_for_error(job_id), "'"));
   }
   return *job;
 }
 
-absl::StatusOr<v1::Job> Coordinator::Submit(const Principal& who, const v1::SubmitJobRequest& request) {
+absl::StatusOr<v1::Job> Coordinator::submit(const Principal& who, const v1::SubmitJobRequest& request) {
   if (who.role != Role::kAdmin && who.role != Role::kUser) {
-    return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not submit jobs"));
+    return absl::PermissionDeniedError(absl::StrCat("a ", role_name(who.role), " token may not submit jobs"));
   }
   v1::JobSpec spec = request.spec();
   if (!spec.has_owner() || spec.owner().empty()) spec.set_owner(who.name);
   if (!who.is_admin() && spec.owner() != who.name) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "spec.owner: user '", who.name, "' may not submit jobs for '", rpc::QuoteForError(spec.owner()),
+        "spec.owner: user '", who.name, "' may not submit jobs for '", rpc::quote_for_error(spec.owner()),
         "'; leave owner out of the job (it defaults to the token's user) or set it to '", who.name, "' (--set owner=",
         who.name, ")"));
   }
-  FP8_ASSIGN_OR_RETURN(v1::JobSpec resolved, AdmitJobSpec(spec, options_.roots, who.is_admin()));
+  FP8_ASSIGN_OR_RETURN(v1::JobSpec resolved, admit_job_spec(spec, options_.roots, who.is_admin()));
 
-  const double rank_memory_gb = RankMemoryNeedGb(resolved);
+  const double rank_memory_gb = rank_memory_need_gb(resolved);
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return Unavailable();
+  if (shutting_down_) return unavailable();
   if (!request.idempotency_key().empty()) {
     FP8_ASSIGN_OR_RETURN(std::optional<std::string> earlier,
                          store_->job_by_idempotency_key(resolved.owner(), request.idempotency_key()));
     if (earlier.has_value()) {
-      FP8_ASSIGN_OR_RETURN(v1::Job first, VisibleJob(who, *earlier));
-      if (!SameSubmission(first, resolved)) {
+      FP8_ASSIGN_OR_RETURN(v1::Job first, visible_job(who, *earlier));
+      if (!same_submission(first, resolved)) {
         return absl::AlreadyExistsError(absl::StrCat("idempotency_key: already used by ", first.id(),
                                                      " with another spec; use a new key for a new job"));
       }
@@ -262,7 +262,7 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const Principal& who, const v1::Subm
     }
   }
   // After the idempotency check: a retry of an accepted job returns it whatever the fleet.
-  if (!request.queue_anyway()) FP8_RETURN_IF_ERROR(CheckSomeWorkerHolds(resolved, rank_memory_gb));
+  if (!request.queue_anyway()) FP8_RETURN_IF_ERROR(check_some_worker_holds(resolved, rank_memory_gb));
   ActiveJob active;
   v1::Job job;
   absl::Status s = store_->transaction([&]() -> absl::Status {
@@ -270,15 +270,15 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const Principal& who, const v1::Subm
     FP8_ASSIGN_OR_RETURN(active.submitted_seq, store_->next("submission"));
     job.set_id(absl::StrCat("job-", active.number));
     *job.mutable_spec() = resolved;
-    const std::string folder = JobFolder(resolved.checkpoint().dir(), job.id());
-    FP8_RETURN_IF_ERROR(ClaimJobFolder(folder, job.id()));
+    const std::string folder = job_folder(resolved.checkpoint().dir(), job.id());
+    FP8_RETURN_IF_ERROR(claim_job_folder(folder, job.id()));
     job.mutable_spec()->mutable_checkpoint()->set_dir(folder);
     job.set_idempotency_key(request.idempotency_key());
     job.set_state(v1::Job::QUEUED);
     job.set_restarts_left(resolved.restarts().max_restarts());
-    job.set_created_unix_ms(NowUnixMs());
+    job.set_created_unix_ms(now_unix_ms());
     FP8_RETURN_IF_ERROR(store_->put_job(job, active.number, active.submitted_seq));
-    v1::JobEvent queued = StateChangeEvent(job.id(), v1::Job::STATE_UNSPECIFIED, v1::Job::QUEUED, "submitted");
+    v1::JobEvent queued = state_change_event(job.id(), v1::Job::STATE_UNSPECIFIED, v1::Job::QUEUED, "submitted");
     return store_->append_event(queued).status();
   });
   if (!s.ok()) return s;
@@ -287,17 +287,17 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const Principal& who, const v1::Subm
   active_.emplace(job.id(), std::move(active));
   ++event_generation_;
   events_changed_.SignalAll();
-  ScheduleLocked();
-  return VisibleJob(who, job.id());
+  schedule_locked();
+  return visible_job(who, job.id());
 }
 
-absl::Status Coordinator::CheckSomeWorkerHolds(const v1::JobSpec& spec, double rank_memory_gb) const {
+absl::Status Coordinator::check_some_worker_holds(const v1::JobSpec& spec, double rank_memory_gb) const {
   if (rank_memory_gb <= 0) return absl::OkStatus();
-  const scheduler::DeviceKind kind = KindOf(spec.resources().device());
+  const scheduler::DeviceKind kind = kind_of(spec.resources().device());
   double largest = 0;
   bool any = false;
   for (const auto& [id, w] : workers_) {
-    if (KindOf(w.record.device_kind) != kind) continue;
+    if (kind_of(w.record.device_kind) != kind) continue;
     // A worker that did not say what it offers may hold anything.
     if (w.record.memory_gb <= 0 || w.record.memory_gb >= rank_memory_gb) return absl::OkStatus();
     any = true;
@@ -312,17 +312,17 @@ absl::Status Coordinator::CheckSomeWorkerHolds(const v1::JobSpec& spec, double r
       "wait for a larger worker",
       rank_memory_gb,
       spec.resources().has_memory_gb() ? "resources.memory_gb" : "its memory estimate: fp8ctl submit --dry-run",
-      scheduler::DeviceKindName(kind), largest));
+      scheduler::device_kind_name(kind), largest));
 }
 
-absl::Status Coordinator::ClaimJobFolder(const std::string& folder, const std::string& job_id) {
+absl::Status Coordinator::claim_job_folder(const std::string& folder, const std::string& job_id) {
   // Inside another job's folder, this job's files would mix with that job's checkpoints
   // (and that job's retention could delete them): every folder above it must be no job's.
   for (std::filesystem::path p = std::filesystem::path(folder).parent_path(); p.has_relative_path();
        p = p.parent_path()) {
     FP8_ASSIGN_OR_RETURN(std::optional<std::string> owner, store_->job_of_folder(p.string()));
     if (owner.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat("spec.checkpoint.dir: '", rpc::QuoteForError(p.string(), 256),
+      return absl::InvalidArgumentError(absl::StrCat("spec.checkpoint.dir: '", rpc::quote_for_error(p.string(), 256),
                                                      "' is the checkpoint folder of ", *owner,
                                                      "; name a folder outside it"));
     }
@@ -330,15 +330,15 @@ absl::Status Coordinator::ClaimJobFolder(const std::string& folder, const std::s
   return store_->add_job_folder(folder, job_id);
 }
 
-absl::StatusOr<v1::Job> Coordinator::GetJob(const Principal& who, const std::string& job_id) {
+absl::StatusOr<v1::Job> Coordinator::get_job(const Principal& who, const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return Unavailable();
-  return VisibleJob(who, job_id);
+  if (shutting_down_) return unavailable();
+  return visible_job(who, job_id);
 }
 
-absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const Principal& who, const v1::ListJobsRequest& request) {
+absl::StatusOr<v1::ListJobsResponse> Coordinator::list_jobs(const Principal& who, const v1::ListJobsRequest& request) {
   if (who.role != Role::kAdmin && who.role != Role::kUser) {
-    return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not use the job API"));
+    return absl::PermissionDeniedError(absl::StrCat("a ", role_name(who.role), " token may not use the job API"));
   }
   if (request.page_size() < 0 || request.page_size() > 1000) {
     return absl::InvalidArgumentError("page_size: must be in [0, 1000]");
@@ -357,15 +357,15 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const Principal& who,
     return absl::InvalidArgumentError("page_token: not a token this coordinator handed out");
   }
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return Unavailable();
-  FP8_RETURN_IF_ERROR(FlushProgress());  // the listed rows carry the latest progress
+  if (shutting_down_) return unavailable();
+  FP8_RETURN_IF_ERROR(flush_progress());  // the listed rows carry the latest progress
   FP8_ASSIGN_OR_RETURN(auto jobs, store_->list_jobs(filter));
   v1::ListJobsResponse response;
   size_t bytes = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
     auto& [number, job] = jobs[i];
     job.clear_attempt_history();
-    if (auto a = active_.find(job.id()); a != active_.end()) ShowPending(a->second, job);
+    if (auto a = active_.find(job.id()); a != active_.end()) show_pending(a->second, job);
     // The page ends before a job that would take it past kListPageBytes, so that no set of
     // stored jobs can make a response too large for a client to receive.
     const size_t size = job.ByteSizeLong() + 8;
@@ -380,12 +380,12 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const Principal& who,
   return response;
 }
 
-absl::StatusOr<v1::Job> Coordinator::CancelJob(const Principal& who, const v1::CancelJobRequest& request) {
+absl::StatusOr<v1::Job> Coordinator::cancel_job(const Principal& who, const v1::CancelJobRequest& request) {
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return Unavailable();
-  FP8_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, request.job_id()));
+  if (shutting_down_) return unavailable();
+  FP8_ASSIGN_OR_RETURN(v1::Job job, visible_job(who, request.job_id()));
   if (job.state() == v1::Job::CANCELLED) return job;
-  if (IsFinal(job.state())) {
+  if (is_final(job.state())) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job.id(), " already ended ", v1::Job::State_Name(job.state())));
   }
@@ -393,24 +393,24 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const Principal& who, const v1::C
   std::string reason = absl::StrCat("cancelled by ", who.name);
   if (!request.reason().empty()) absl::StrAppend(&reason, ": ", request.reason());
   if (active.attempt.has_value()) {
-    FP8_RETURN_IF_ERROR(EndAttempt(active, v1::Attempt::CANCELLED, reason, reason));
+    FP8_RETURN_IF_ERROR(end_attempt(active, v1::Attempt::CANCELLED, reason, reason));
   } else {
     v1::Job next = active.job;
     next.set_state(v1::Job::CANCELLED);
     next.set_failure_reason(reason);
-    next.set_finished_unix_ms(NowUnixMs());
+    next.set_finished_unix_ms(now_unix_ms());
     FP8_RETURN_IF_ERROR(
-        Commit(active, next, {StateChangeEvent(job.id(), active.job.state(), v1::Job::CANCELLED, reason)}));
+        commit(active, next, {state_change_event(job.id(), active.job.state(), v1::Job::CANCELLED, reason)}));
   }
   v1::Job out = active.job;
-  ForgetFinalJob(job.id());
+  forget_final_job(job.id());
   return out;
 }
 
-absl::StatusOr<v1::Job> Coordinator::ResumeJob(const Principal& who, const v1::ResumeJobRequest& request) {
+absl::StatusOr<v1::Job> Coordinator::resume_job(const Principal& who, const v1::ResumeJobRequest& request) {
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return Unavailable();
-  FP8_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, request.job_id()));
+  if (shutting_down_) return unavailable();
+  FP8_ASSIGN_OR_RETURN(v1::Job job, visible_job(who, request.job_id()));
   if (job.state() != v1::Job::FAILED && job.state() != v1::Job::CANCELLED) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job.id(), " is ", v1::Job::State_Name(job.state()),
                                                       ": only a FAILED or CANCELLED job resumes"));
@@ -434,27 +434,27 @@ absl::StatusOr<v1::Job> Coordinator::ResumeJob(const Principal& who, const v1::R
       "resumed by ", who.name, " from step ", job.last_checkpoint_step(),
       request.has_world_size() ? absl::StrCat(" on ", request.world_size(), " ranks") : std::string());
   FP8_ASSIGN_OR_RETURN(active.submitted_seq, store_->next("submission"));  // behind the jobs waiting now
-  active.rank_memory_gb = RankMemoryNeedGb(next.spec());
+  active.rank_memory_gb = rank_memory_need_gb(next.spec());
   active.job = job;
-  FP8_RETURN_IF_ERROR(Commit(active, next, {StateChangeEvent(job.id(), job.state(), v1::Job::QUEUED, why)}));
+  FP8_RETURN_IF_ERROR(commit(active, next, {state_change_event(job.id(), job.state(), v1::Job::QUEUED, why)}));
   active_.emplace(job.id(), std::move(active));
-  ScheduleLocked();
-  return VisibleJob(who, job.id());
+  schedule_locked();
+  return visible_job(who, job.id());
 }
 
-absl::StatusOr<EventBatch> Coordinator::EventsAfter(const Principal& who, const std::string& job_id,
+absl::StatusOr<EventBatch> Coordinator::events_after(const Principal& who, const std::string& job_id,
                                                     int64_t after_sequence, bool include_progress) {
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return Unavailable();
-  FP8_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, job_id));
-  FP8_RETURN_IF_ERROR(FlushProgress());  // a reader sees every report acknowledged so far
+  if (shutting_down_) return unavailable();
+  FP8_ASSIGN_OR_RETURN(v1::Job job, visible_job(who, job_id));
+  FP8_RETURN_IF_ERROR(flush_progress());  // a reader sees every report acknowledged so far
   EventBatch batch;
   FP8_ASSIGN_OR_RETURN(batch.events, store_->events_after(job_id, after_sequence, include_progress, 500));
-  batch.job_final = IsFinal(job.state());
+  batch.job_final = is_final(job.state());
   return batch;
 }
 
-void Coordinator::AwaitEvents(absl::Duration timeout) {
+void Coordinator::await_events(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return;
   const int64_t seen = event_generation_;
@@ -464,7 +464,7 @@ void Coordinator::AwaitEvents(absl::Duration timeout) {
   }
 }
 
-absl::StatusOr<v1::GetJobLogsResponse> Coordinator::GetJobLogs(const Principal& who,
+absl::StatusOr<v1::GetJobLogsResponse> Coordinator::get_job_logs(const Principal& who,
                                                                const v1::GetJobLogsRequest& request) {
   if (request.tail_lines() < 0 || request.tail_lines() > 10000) {
     return absl::InvalidArgumentError("tail_lines: must be in [0, 10000]");
@@ -474,8 +474,8 @@ absl::StatusOr<v1::GetJobLogsResponse> Coordinator::GetJobLogs(const Principal& 
     return absl::InvalidArgumentError("after_sequence: must be >= 0");
   }
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return Unavailable();
-  FP8_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, request.job_id()));
+  if (shutting_down_) return unavailable();
+  FP8_ASSIGN_OR_RETURN(v1::Job job, visible_job(who, request.job_id()));
   const int attempt = request.attempt() == 0 ? job.attempts() : request.attempt();
   std::optional<int> rank;
   if (request.has_rank()) rank = request.rank();
@@ -505,12 +505,12 @@ absl::StatusOr<v1::GetJobLogsResponse> Coordinator::GetJobLogs(const Principal& 
   return response;
 }
 
-absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkers(const Principal& who) {
+absl::StatusOr<v1::ListWorkersResponse> Coordinator::list_workers(const Principal& who) {
   if (who.role != Role::kAdmin && who.role != Role::kUser) {
-    return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not use the job API"));
+    return absl::PermissionDeniedError(absl::StrCat("a ", role_name(who.role), " token may not use the job API"));
   }
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return Unavailable();
+  if (shutting_down_) return unavailable();
   std::vector<const Worker*> ordered;
   for (const auto& [id, w] : workers_) ordered.push_back(&w);
   std::sort(ordered.begin(), ordered.end(),
@@ -524,7 +524,7 @@ absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkers(const Principal
     info->set_address(w->record.address);
     info->set_last_heartbeat_unix_ms(w->last_heartbeat_unix_ms);
     info->set_state(w->last_heartbeat_unix_ms == 0 ? v1::WorkerInfo::UNCONFIRMED
-                    : WorkerBusy(*w)               ? v1::WorkerInfo::BUSY
+                    : worker_busy(*w)               ? v1::WorkerInfo::BUSY
                                                    : v1::WorkerInfo::IDLE);
     for (const auto& [job_id, attempt, rank] : w->assigned) {
       v1::RankStatus* r = info->add_ranks();
@@ -544,11 +544,11 @@ absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkers(const Principal
 // How many finished jobs' per-rank amaxes stay answerable (memory only).
 constexpr size_t kKeptFinishedRankAmax = 20;
 
-absl::StatusOr<v1::GetJobAmaxResponse> Coordinator::GetJobAmax(const Principal& who, const std::string& job_id,
+absl::StatusOr<v1::GetJobAmaxResponse> Coordinator::get_job_amax(const Principal& who, const std::string& job_id,
                                                                bool by_rank) {
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return Unavailable();
-  FP8_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, job_id));
+  if (shutting_down_) return unavailable();
+  FP8_ASSIGN_OR_RETURN(v1::Job job, visible_job(who, job_id));
   FP8_ASSIGN_OR_RETURN(store::StoredAmax stored, store_->amax(job.id()));
   v1::GetJobAmaxResponse response;
   response.set_step(stored.step);
@@ -581,24 +581,24 @@ absl::StatusOr<v1::GetJobAmaxResponse> Coordinator::GetJobAmax(const Principal& 
 
 // ---- the attempt lifecycle ------------------------------------------------------------------
 
-absl::Status Coordinator::Commit(ActiveJob& active, v1::Job next, std::vector<v1::JobEvent> events) {
+absl::Status Coordinator::commit(ActiveJob& active, v1::Job next, std::vector<v1::JobEvent> events) {
   // The progress reported before this change comes before it in the store too.
-  FP8_RETURN_IF_ERROR(FlushProgress());
+  FP8_RETURN_IF_ERROR(flush_progress());
   FP8_RETURN_IF_ERROR(store_->transaction([&]() -> absl::Status {
     FP8_RETURN_IF_ERROR(store_->put_job(next, active.number, active.submitted_seq));
     for (v1::JobEvent& e : events) FP8_RETURN_IF_ERROR(store_->append_event(e).status());
     return absl::OkStatus();
   }));
   active.job = std::move(next);
-  if (metrics_ != nullptr) metrics_->OnJob(active.job);
+  if (metrics_ != nullptr) metrics_->on_job(active.job);
   ++event_generation_;
   events_changed_.SignalAll();
   return absl::OkStatus();
 }
 
-void Coordinator::ForgetFinalJob(const std::string& job_id) {
+void Coordinator::forget_final_job(const std::string& job_id) {
   auto it = active_.find(job_id);
-  if (it == active_.end() || !IsFinal(it->second.job.state())) return;
+  if (it == active_.end() || !is_final(it->second.job.state())) return;
   if (!it->second.rank_amax.empty()) {
     if (finished_rank_amax_.size() >= kKeptFinishedRankAmax) finished_rank_amax_.pop_front();
     finished_rank_amax_.emplace_back(job_id, std::move(it->second.rank_amax));
@@ -606,17 +606,17 @@ void Coordinator::ForgetFinalJob(const std::string& job_id) {
   active_.erase(it);
 }
 
-bool Coordinator::WorkerBusy(const Worker& worker) const {
+bool Coordinator::worker_busy(const Worker& worker) const {
   // Still running (or stopping) some rank, or holding one of a live attempt.
   return !worker.listed.empty() || !worker.assigned.empty();
 }
 
-void Coordinator::Unassign(const std::string& worker_id, const std::string& job_id, int attempt, int rank) {
+void Coordinator::unassign(const std::string& worker_id, const std::string& job_id, int attempt, int rank) {
   auto w = workers_.find(worker_id);
   if (w != workers_.end()) w->second.assigned.erase({job_id, attempt, rank});
 }
 
-void Coordinator::ShowPending(const ActiveJob& active, v1::Job& job) const {
+void Coordinator::show_pending(const ActiveJob& active, v1::Job& job) const {
   if (job.state() == v1::Job::RESTARTING && Clock::now() < active.restart_at) {
     const auto left = std::chrono::duration_cast<std::chrono::seconds>(active.restart_at - Clock::now()).count() + 1;
     job.set_pending_reason(absl::StrCat("restart backoff: attempt ", job.attempts() + 1, " in ", left, " s"));
@@ -625,7 +625,7 @@ void Coordinator::ShowPending(const ActiveJob& active, v1::Job& job) const {
   }
 }
 
-void Coordinator::ScheduleLocked() {
+void Coordinator::schedule_locked() {
   if (shutting_down_) return;
   const Clock::time_point now = Clock::now();
   std::vector<scheduler::JobView> queued;
@@ -634,54 +634,54 @@ void Coordinator::ScheduleLocked() {
     if (s == v1::Job::QUEUED || (s == v1::Job::RESTARTING && now >= active.restart_at)) {
       const v1::ResourceSpec& resources = active.job.spec().resources();
       queued.push_back(scheduler::JobView{id, active.job.spec().priority(), active.submitted_seq,
-                                          resources.world_size(), KindOf(resources.device()),
+                                          resources.world_size(), kind_of(resources.device()),
                                           resources.cpus_per_rank(), active.rank_memory_gb});
     }
   }
   if (queued.empty()) return;
   std::vector<scheduler::WorkerView> views;
   for (const auto& [id, w] : workers_) {
-    views.push_back(scheduler::WorkerView{id, KindOf(w.record.device_kind), w.record.registered_seq, WorkerBusy(w),
+    views.push_back(scheduler::WorkerView{id, kind_of(w.record.device_kind), w.record.registered_seq, worker_busy(w),
                                           now - w.last_heartbeat <= absl::ToChronoNanoseconds(options_.lost_after),
                                           w.record.cpus, w.record.memory_gb});
   }
-  const scheduler::Plan plan = scheduler::Schedule(queued, views);
+  const scheduler::Plan plan = scheduler::schedule(queued, views);
   for (const scheduler::Waiting& w : plan.waiting) {
     active_.at(w.job_id).waiting = w;
-    if (metrics_ != nullptr) metrics_->OnPending(w.job_id, scheduler::WaitingReasonName(w.reason));
+    if (metrics_ != nullptr) metrics_->on_pending(w.job_id, scheduler::waiting_reason_name(w.reason));
   }
   for (const scheduler::Placement& p : plan.placements) {
     std::vector<std::string> worker_ids;
     for (const scheduler::RankSlot& slot : p.ranks) worker_ids.push_back(slot.worker_id);
-    if (absl::Status s = StartAttempt(active_.at(p.job_id), worker_ids); !s.ok()) {
+    if (absl::Status s = start_attempt(active_.at(p.job_id), worker_ids); !s.ok()) {
       std::fprintf(stderr, "fp8-coordinator: starting %s failed: %s\n", p.job_id.c_str(),
                    std::string(s.message()).c_str());
     }
   }
 }
 
-absl::Status Coordinator::StartAttempt(ActiveJob& active, const std::vector<std::string>& worker_ids) {
+absl::Status Coordinator::start_attempt(ActiveJob& active, const std::vector<std::string>& worker_ids) {
   if (metrics_ != nullptr) {
     // Waiting since the submit, or since the previous attempt ended (backoff included).
     const int64_t since = active.job.attempt_history().empty()
                               ? active.job.created_unix_ms()
                               : active.job.attempt_history(active.job.attempt_history_size() - 1).ended_unix_ms();
-    metrics_->OnAttemptStarted(active.job, static_cast<double>(NowUnixMs() - since) / 1e3);
+    metrics_->on_attempt_started(active.job, static_cast<double>(now_unix_ms() - since) / 1e3);
   }
   active.waiting.reset();
   v1::Job next = active.job;
   const int number = next.attempts() + 1;
   next.set_attempts(number);
   next.set_state(v1::Job::RUNNING);
-  if (next.started_unix_ms() == 0) next.set_started_unix_ms(NowUnixMs());
+  if (next.started_unix_ms() == 0) next.set_started_unix_ms(now_unix_ms());
   v1::Attempt* attempt = next.add_attempt_history();
   attempt->set_number(number);
   attempt->set_state(v1::Attempt::STARTING);
   attempt->set_resumed_from_step(next.last_checkpoint_step());
-  attempt->set_started_unix_ms(NowUnixMs());
+  attempt->set_started_unix_ms(now_unix_ms());
   AttemptRuntime runtime;
   runtime.number = number;
-  runtime.trainer_token = NewToken(Role::kTrainer);
+  runtime.trainer_token = new_token(Role::kTrainer);
   for (size_t r = 0; r < worker_ids.size(); ++r) {
     const Worker& w = workers_.at(worker_ids[r]);
     v1::RankPlacement* p = attempt->add_ranks();
@@ -691,17 +691,17 @@ absl::Status Coordinator::StartAttempt(ActiveJob& active, const std::vector<std:
     runtime.ranks.push_back(RankRuntime{w.record.id, w.record.device_name, false, false, std::nullopt});
   }
   std::vector<v1::JobEvent> events = {
-      StateChangeEvent(next.id(), active.job.state(), v1::Job::RUNNING,
+      state_change_event(next.id(), active.job.state(), v1::Job::RUNNING,
                        number == 1 ? "placed" : absl::StrCat("restart ", number - 1)),
-      AttemptStartedEvent(next.id(), *attempt)};
-  FP8_RETURN_IF_ERROR(store_->add_trainer_token(HashToken(runtime.trainer_token),
+      attempt_started_event(next.id(), *attempt)};
+  FP8_RETURN_IF_ERROR(store_->add_trainer_token(hash_token(runtime.trainer_token),
                                                 store::TrainerTokenRecord{next.id(), number}));
-  FP8_RETURN_IF_ERROR(Commit(active, next, std::move(events)));
+  FP8_RETURN_IF_ERROR(commit(active, next, std::move(events)));
   for (size_t r = 0; r < worker_ids.size(); ++r) {
     Worker& worker = workers_.at(worker_ids[r]);
     worker.assigned.insert({next.id(), number, static_cast<int>(r)});
     *worker.pending.emplace_back().mutable_start_rank() =
-        MakeStartRank(active.job, number, static_cast<int>(r), static_cast<int>(worker_ids.size()),
+        make_start_rank(active.job, number, static_cast<int>(r), static_cast<int>(worker_ids.size()),
                       next.last_checkpoint_step(), runtime.trainer_token);
   }
   active.attempt = std::move(runtime);
@@ -710,7 +710,7 @@ absl::Status Coordinator::StartAttempt(ActiveJob& active, const std::vector<std:
   return absl::OkStatus();
 }
 
-v1::StartRank Coordinator::MakeStartRank(const v1::Job& job, int attempt, int rank, int world_size,
+v1::StartRank Coordinator::make_start_rank(const v1::Job& job, int attempt, int rank, int world_size,
                                          int64_t resume_step, const std::string& trainer_token) const {
   v1::StartRank start;
   start.set_job_id(job.id());
@@ -719,15 +719,15 @@ v1::StartRank Coordinator::MakeStartRank(const v1::Job& job, int attempt, int ra
   start.set_world_size(world_size);
   *start.mutable_spec() = job.spec();
   start.set_resume_step(resume_step);
-  start.set_data_root(RootOf(job.spec().data().path(), options_.roots.data));
-  start.set_checkpoint_root(RootOf(job.spec().checkpoint().dir(), options_.roots.checkpoint));
-  start.set_rendezvous_namespace(RendezvousNamespace(job.id(), attempt));
+  start.set_data_root(root_of(job.spec().data().path(), options_.roots.data));
+  start.set_checkpoint_root(root_of(job.spec().checkpoint().dir(), options_.roots.checkpoint));
+  start.set_rendezvous_namespace(rendezvous_namespace(job.id(), attempt));
   start.set_coordinator_address(advertise_address_);
   start.set_trainer_token(trainer_token);
   return start;
 }
 
-void Coordinator::QueueStop(Worker& worker, const std::string& job_id, int attempt, const std::string& reason) {
+void Coordinator::queue_stop(Worker& worker, const std::string& job_id, int attempt, const std::string& reason) {
   const std::string key = absl::StrCat(job_id, "/", attempt);
   const Clock::time_point now = Clock::now();
   // Entries older than a minute are only history; dropping them keeps the map small.
@@ -745,15 +745,15 @@ void Coordinator::QueueStop(Worker& worker, const std::string& job_id, int attem
 namespace {
 
 // The proto names the classes as the scheduler does, in capitals.
-v1::RestartPolicy::FailureClass ToProto(scheduler::FailureClass c) {
+v1::RestartPolicy::FailureClass to_proto(scheduler::FailureClass c) {
   v1::RestartPolicy::FailureClass out = v1::RestartPolicy::UNKNOWN;
-  v1::RestartPolicy::FailureClass_Parse(absl::AsciiStrToUpper(scheduler::FailureClassName(c)), &out);
+  v1::RestartPolicy::FailureClass_Parse(absl::AsciiStrToUpper(scheduler::failure_class_name(c)), &out);
   return out;
 }
 
 // restarts.on; the loader fills its default, a spec stored before the field existed has it
 // empty and restarts everything, as it did.
-std::vector<scheduler::FailureClass> RestartOn(const v1::RestartPolicy& policy) {
+std::vector<scheduler::FailureClass> restart_on(const v1::RestartPolicy& policy) {
   constexpr scheduler::FailureClass kAll[] = {
       scheduler::FailureClass::kWorkerLost,    scheduler::FailureClass::kPeerLost,
       scheduler::FailureClass::kSignal,        scheduler::FailureClass::kHung,
@@ -761,7 +761,7 @@ std::vector<scheduler::FailureClass> RestartOn(const v1::RestartPolicy& policy) 
       scheduler::FailureClass::kOutOfMemory,   scheduler::FailureClass::kUnknown};
   std::vector<scheduler::FailureClass> on;
   for (scheduler::FailureClass c : kAll) {
-    const bool listed = std::find(policy.on().begin(), policy.on().end(), ToProto(c)) != policy.on().end();
+    const bool listed = std::find(policy.on().begin(), policy.on().end(), to_proto(c)) != policy.on().end();
     if (listed || policy.on().empty()) on.push_back(c);
   }
   return on;
@@ -769,16 +769,16 @@ std::vector<scheduler::FailureClass> RestartOn(const v1::RestartPolicy& policy) 
 
 }  // namespace
 
-absl::Status Coordinator::EndAttempt(ActiveJob& active, v1::Attempt::State attempt_state, const std::string& reason,
+absl::Status Coordinator::end_attempt(ActiveJob& active, v1::Attempt::State attempt_state, const std::string& reason,
                                      const std::string& cancelled_by, scheduler::FailureClass failure) {
   AttemptRuntime& runtime = *active.attempt;
   v1::Job next = active.job;
   v1::Attempt* attempt = next.mutable_attempt_history(next.attempt_history_size() - 1);
   attempt->set_state(attempt_state);
-  attempt->set_ended_unix_ms(NowUnixMs());
+  attempt->set_ended_unix_ms(now_unix_ms());
   if (attempt_state != v1::Attempt::SUCCEEDED) attempt->set_end_reason(reason);
-  if (attempt_state == v1::Attempt::FAILED) attempt->set_failure_class(ToProto(failure));
-  std::vector<v1::JobEvent> events = {AttemptEndedEvent(next.id(), *attempt)};
+  if (attempt_state == v1::Attempt::FAILED) attempt->set_failure_class(to_proto(failure));
+  std::vector<v1::JobEvent> events = {attempt_ended_event(next.id(), *attempt)};
 
   v1::Job::State job_state = v1::Job::SUCCEEDED;
   std::string job_reason;
@@ -789,8 +789,8 @@ absl::Status Coordinator::EndAttempt(ActiveJob& active, v1::Attempt::State attem
   } else if (attempt_state == v1::Attempt::FAILED) {
     const int max_restarts = next.spec().restarts().max_restarts();
     const scheduler::AttemptDecision decision =
-        scheduler::DecideAfterFailure(reason, failure, max_restarts - next.restarts_left(), max_restarts,
-                                      RestartOn(next.spec().restarts()));
+        scheduler::decide_after_failure(reason, failure, max_restarts - next.restarts_left(), max_restarts,
+                                      restart_on(next.spec().restarts()));
     if (const auto* restart = std::get_if<scheduler::Restart>(&decision)) {
       job_state = v1::Job::RESTARTING;
       job_reason = restart->reason;
@@ -803,14 +803,14 @@ absl::Status Coordinator::EndAttempt(ActiveJob& active, v1::Attempt::State attem
   }
   next.set_state(job_state);
   if (job_state != v1::Job::SUCCEEDED) next.set_failure_reason(job_state == v1::Job::RESTARTING ? "" : job_reason);
-  if (IsFinal(job_state)) next.set_finished_unix_ms(NowUnixMs());
-  events.push_back(StateChangeEvent(next.id(), active.job.state(), job_state, job_reason));
+  if (is_final(job_state)) next.set_finished_unix_ms(now_unix_ms());
+  events.push_back(state_change_event(next.id(), active.job.state(), job_state, job_reason));
   FP8_RETURN_IF_ERROR(store_->delete_trainer_tokens(next.id(), runtime.number));
   std::erase_if(principals_, [&](const auto& entry) {
     const Principal& p = entry.second;
     return p.role == Role::kTrainer && p.job_id == next.id() && p.attempt == runtime.number;
   });
-  FP8_RETURN_IF_ERROR(Commit(active, next, std::move(events)));
+  FP8_RETURN_IF_ERROR(commit(active, next, std::move(events)));
 
   // Every rank still running stops now, whatever its peers are doing: none may be left
   // waiting in a collective.
@@ -819,33 +819,33 @@ absl::Status Coordinator::EndAttempt(ActiveJob& active, v1::Attempt::State attem
     if (r.exit_code.has_value() || told.count(r.worker_id)) continue;
     auto w = workers_.find(r.worker_id);
     if (w == workers_.end()) continue;
-    QueueStop(w->second, next.id(), runtime.number, reason.empty() ? "attempt ended" : reason);
+    queue_stop(w->second, next.id(), runtime.number, reason.empty() ? "attempt ended" : reason);
     told.insert(r.worker_id);
   }
   for (size_t r = 0; r < runtime.ranks.size(); ++r) {
-    Unassign(runtime.ranks[r].worker_id, next.id(), runtime.number, static_cast<int>(r));
+    unassign(runtime.ranks[r].worker_id, next.id(), runtime.number, static_cast<int>(r));
   }
-  rendezvous_.delete_namespace(RendezvousNamespace(next.id(), runtime.number));
+  rendezvous_.delete_namespace(rendezvous_namespace(next.id(), runtime.number));
   active.attempt.reset();
   if (job_state == v1::Job::RESTARTING) {
-    active.restart_at = Clock::now() + scheduler::RestartBackoff(next.spec().restarts().backoff_seconds(), restart_number);
+    active.restart_at = Clock::now() + scheduler::restart_backoff(next.spec().restarts().backoff_seconds(), restart_number);
     active.waiting.reset();
-    if (metrics_ != nullptr) metrics_->OnPending(next.id(), "backoff");
+    if (metrics_ != nullptr) metrics_->on_pending(next.id(), "backoff");
   }
   return absl::OkStatus();
 }
 
-void Coordinator::Tick() {
+void Coordinator::tick() {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return;
-  CheckLiveness();
-  CheckProgress();
+  check_liveness();
+  check_progress();
   std::vector<std::string> done;
   for (const auto& [id, active] : active_) {
-    if (IsFinal(active.job.state())) done.push_back(id);
+    if (is_final(active.job.state())) done.push_back(id);
   }
-  for (const std::string& id : done) ForgetFinalJob(id);
-  ScheduleLocked();
+  for (const std::string& id : done) forget_final_job(id);
+  schedule_locked();
 }
 
 }  // namespace fp8::server

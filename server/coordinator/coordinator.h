@@ -58,71 +58,71 @@ class Coordinator {
 
   // Loads the state left by an earlier run: active jobs carry on; the workers it knew get
   // lost_after to heartbeat again before their attempts fail.
-  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(std::unique_ptr<store::CoordinatorStore> store,
+  static absl::StatusOr<std::unique_ptr<Coordinator>> create(std::unique_ptr<store::CoordinatorStore> store,
                                                              RendezvousStore& rendezvous, CoordinatorOptions options);
   ~Coordinator();
 
   // The host:port handed to trainers (StartRank.coordinator_address), once the server's
   // port is known.
-  void SetAdvertiseAddress(const std::string& address);
+  void set_advertise_address(const std::string& address);
 
-  // Starts the background thread that runs Tick() every heartbeat_interval / 4.
-  void StartTicking();
+  // Starts the background thread that runs tick() every heartbeat_interval / 4.
+  void start_ticking();
 
   // From now on, keeps `metrics` (which must outlive this) up to date; publishes the
   // active jobs at once.
-  void SetMetrics(CoordinatorMetrics* metrics);
+  void set_metrics(CoordinatorMetrics* metrics);
   // The scheduler's counts, for the metrics collector.
-  ClusterCounts Cluster();
+  ClusterCounts cluster();
   // OK while serving (for /healthz): the state lock is free to take and the store answers.
-  absl::Status Health();
+  absl::Status health();
 
   // Who a bearer token belongs to; UNAUTHENTICATED when nobody.
-  absl::StatusOr<Principal> Authenticate(const std::string& token);
+  absl::StatusOr<Principal> authenticate(const std::string& token);
   // Creates a token (admin CLI, first start).
-  absl::StatusOr<std::string> CreateToken(Role role, const std::string& name);
+  absl::StatusOr<std::string> create_token(Role role, const std::string& name);
 
   // ---- JobService -----------------------------------------------------------------------
-  absl::StatusOr<v1::Job> Submit(const Principal& who, const v1::SubmitJobRequest& request);
-  absl::StatusOr<v1::Job> GetJob(const Principal& who, const std::string& job_id);
-  absl::StatusOr<v1::ListJobsResponse> ListJobs(const Principal& who, const v1::ListJobsRequest& request);
-  absl::StatusOr<v1::Job> CancelJob(const Principal& who, const v1::CancelJobRequest& request);
-  absl::StatusOr<v1::Job> ResumeJob(const Principal& who, const v1::ResumeJobRequest& request);
-  absl::StatusOr<EventBatch> EventsAfter(const Principal& who, const std::string& job_id, int64_t after_sequence,
+  absl::StatusOr<v1::Job> submit(const Principal& who, const v1::SubmitJobRequest& request);
+  absl::StatusOr<v1::Job> get_job(const Principal& who, const std::string& job_id);
+  absl::StatusOr<v1::ListJobsResponse> list_jobs(const Principal& who, const v1::ListJobsRequest& request);
+  absl::StatusOr<v1::Job> cancel_job(const Principal& who, const v1::CancelJobRequest& request);
+  absl::StatusOr<v1::Job> resume_job(const Principal& who, const v1::ResumeJobRequest& request);
+  absl::StatusOr<EventBatch> events_after(const Principal& who, const std::string& job_id, int64_t after_sequence,
                                          bool include_progress);
   // Blocks until some job records an event, or `timeout`, or shutdown.
-  void AwaitEvents(absl::Duration timeout);
-  absl::StatusOr<v1::GetJobLogsResponse> GetJobLogs(const Principal& who, const v1::GetJobLogsRequest& request);
-  absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const Principal& who);
-  absl::StatusOr<v1::GetJobAmaxResponse> GetJobAmax(const Principal& who, const std::string& job_id,
+  void await_events(absl::Duration timeout);
+  absl::StatusOr<v1::GetJobLogsResponse> get_job_logs(const Principal& who, const v1::GetJobLogsRequest& request);
+  absl::StatusOr<v1::ListWorkersResponse> list_workers(const Principal& who);
+  absl::StatusOr<v1::GetJobAmaxResponse> get_job_amax(const Principal& who, const std::string& job_id,
                                                     bool by_rank = false);
 
   // ---- WorkerService --------------------------------------------------------------------
-  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const Principal& who,
+  absl::StatusOr<v1::RegisterWorkerResponse> register_worker(const Principal& who,
                                                            const v1::RegisterWorkerRequest& request);
-  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const Principal& who, const v1::HeartbeatRequest& request);
-  absl::Status ReportRankExit(const Principal& who, const v1::ReportRankExitRequest& request);
+  absl::StatusOr<v1::HeartbeatResponse> heartbeat(const Principal& who, const v1::HeartbeatRequest& request);
+  absl::Status report_rank_exit(const Principal& who, const v1::ReportRankExitRequest& request);
 
   // ---- TrainerService -------------------------------------------------------------------
-  absl::Status ReportProgress(const Principal& who, const v1::ReportProgressRequest& request);
-  absl::Status ReportAmaxHistories(const Principal& who, const v1::ReportAmaxHistoriesRequest& request);
-  absl::StatusOr<v1::GetAmaxHistoriesResponse> GetAmaxHistories(const Principal& who,
+  absl::Status report_progress(const Principal& who, const v1::ReportProgressRequest& request);
+  absl::Status report_amax_histories(const Principal& who, const v1::ReportAmaxHistoriesRequest& request);
+  absl::StatusOr<v1::GetAmaxHistoriesResponse> get_amax_histories(const Principal& who,
                                                                 const v1::GetAmaxHistoriesRequest& request);
-  absl::Status CommitCheckpoint(const Principal& who, const v1::CommitCheckpointRequest& request);
-  absl::Status AppendLogs(const Principal& who, const v1::AppendLogsRequest& request);
-  absl::Status ReportCastNumerics(const Principal& who, const v1::ReportCastNumericsRequest& request);
+  absl::Status commit_checkpoint(const Principal& who, const v1::CommitCheckpointRequest& request);
+  absl::Status append_logs(const Principal& who, const v1::AppendLogsRequest& request);
+  absl::Status report_cast_numerics(const Principal& who, const v1::ReportCastNumericsRequest& request);
 
   // ---- RendezvousService ----------------------------------------------------------------
   // OK when `who` may use the namespace: the trainer token of that attempt, or a worker
   // hosting one of its ranks.
-  absl::Status AuthorizeRendezvous(const Principal& who, std::string_view rendezvous_namespace);
+  absl::Status authorize_rendezvous(const Principal& who, std::string_view requested);
 
   // Liveness (lost workers end their attempts), restarts whose backoff is over, and gang
   // scheduling. Also run after every call that can free or add capacity.
-  void Tick();
+  void tick();
 
   // Wakes watchers and stops the ticking thread; later calls answer UNAVAILABLE.
-  void Shutdown();
+  void shutdown();
 
  private:
   struct RankRuntime {
@@ -179,7 +179,7 @@ class Coordinator {
   };
 
   Coordinator(std::unique_ptr<store::CoordinatorStore> store, RendezvousStore& rendezvous, CoordinatorOptions options);
-  absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Progress reported and not yet written: the rows of the jobs it changed (copies), its
   // events in order, and the jobs whose progress history is due for thinning.
@@ -199,72 +199,72 @@ class Coordinator {
   // reports carry on; submits, cancels, state changes and checkpoint commits are written
   // before they are acknowledged. Called before any other write of a job or its events,
   // it also waits for a flush the ticker is writing, so the store keeps their order.
-  absl::Status FlushProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status flush_progress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The ticker's flush: takes the batch under mu_ and writes it without mu_, so calls
   // are not held up by the group commit.
-  void FlushProgressInBackground() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  ProgressBatch TakeProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status WriteProgress(const ProgressBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
+  void flush_progress_in_background() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ProgressBatch take_progress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status write_progress(const ProgressBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
   // A batch that could not be written is pending again (its events ahead of newer ones).
-  void ReturnProgress(ProgressBatch batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void return_progress(ProgressBatch batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes `next` (the job after a change) and `events` in one transaction (after the
   // progress pending), then makes `next` the job in memory and wakes watchers.
-  absl::Status Commit(ActiveJob& active, v1::Job next, std::vector<v1::JobEvent> events)
+  absl::Status commit(ActiveJob& active, v1::Job next, std::vector<v1::JobEvent> events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job of a request, checked against the caller (NOT_FOUND for another user's job).
-  absl::StatusOr<v1::Job> VisibleJob(const Principal& who, const std::string& job_id)
+  absl::StatusOr<v1::Job> visible_job(const Principal& who, const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Records `folder` as job_id's checkpoint folder, unless it lies inside another job's.
   // Refuses a job whose ranks need more memory than any registered worker of its kind
   // offers, with the numbers (SubmitJobRequest.queue_anyway skips this).
-  absl::Status CheckSomeWorkerHolds(const v1::JobSpec& spec, double rank_memory_gb) const
+  absl::Status check_some_worker_holds(const v1::JobSpec& spec, double rank_memory_gb) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ClaimJobFolder(const std::string& folder, const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status claim_job_folder(const std::string& folder, const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void schedule_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills job.pending_reason for a QUEUED or RESTARTING job: its restart backoff, or why
   // the last scheduling pass left it waiting.
-  void ShowPending(const ActiveJob& active, v1::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status StartAttempt(ActiveJob& active, const std::vector<std::string>& worker_ids)
+  void show_pending(const ActiveJob& active, v1::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status start_attempt(ActiveJob& active, const std::vector<std::string>& worker_ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the live attempt in `attempt_state` and moves the job on: SUCCEEDED, CANCELLED, or
   // after a failure of class `failure` RESTARTING / FAILED (restarts.on, max_restarts).
   // Stops every rank still running.
-  absl::Status EndAttempt(ActiveJob& active, v1::Attempt::State attempt_state, const std::string& reason,
+  absl::Status end_attempt(ActiveJob& active, v1::Attempt::State attempt_state, const std::string& reason,
                           const std::string& cancelled_by = "",
                           scheduler::FailureClass failure = scheduler::FailureClass::kUnknown)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status FailAttempt(ActiveJob& active, const std::string& reason, scheduler::FailureClass failure)
+  absl::Status fail_attempt(ActiveJob& active, const std::string& reason, scheduler::FailureClass failure)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return EndAttempt(active, v1::Attempt::FAILED, reason, "", failure);
+    return end_attempt(active, v1::Attempt::FAILED, reason, "", failure);
   }
   // StartRank for one rank of the job's attempt `attempt` (advertise_address_ read).
-  v1::StartRank MakeStartRank(const v1::Job& job, int attempt, int rank, int world_size, int64_t resume_step,
+  v1::StartRank make_start_rank(const v1::Job& job, int attempt, int rank, int world_size, int64_t resume_step,
                               const std::string& trainer_token) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void QueueStop(Worker& worker, const std::string& job_id, int attempt, const std::string& reason)
+  void queue_stop(Worker& worker, const std::string& job_id, int attempt, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ForgetFinalJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void forget_final_job(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops a rank from its worker's `assigned` (the worker may be gone).
-  void Unassign(const std::string& worker_id, const std::string& job_id, int attempt, int rank)
+  void unassign(const std::string& worker_id, const std::string& job_id, int attempt, int rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CheckLiveness() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void check_liveness() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the attempts with a rank that reported no progress within its timeout (hung).
-  void CheckProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void check_progress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a heartbeat (or a re-registration) says about the worker's ranks: marks them
   // seen, stops ranks of ended attempts, starts again ranks it should run but does not,
   // and moves attempts whose ranks all run to RUNNING.
-  absl::Status ObserveRanks(Worker& worker, const google::protobuf::RepeatedPtrField<v1::RankStatus>& ranks)
+  absl::Status observe_ranks(Worker& worker, const google::protobuf::RepeatedPtrField<v1::RankStatus>& ranks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ResendMissingStarts(Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool WorkerBusy(const Worker& worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Worker*> CallingWorker(const Principal& who, const std::string& worker_id)
+  void resend_missing_starts(Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool worker_busy(const Worker& worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Worker*> calling_worker(const Principal& who, const std::string& worker_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The live attempt a trainer call is about: PERMISSION_DENIED when the caller may not
   // speak for that rank, FAILED_PRECONDITION when the attempt has ended.
-  absl::StatusOr<ActiveJob*> TrainerTarget(const Principal& who, const v1::RankRef& caller)
+  absl::StatusOr<ActiveJob*> trainer_target(const Principal& who, const v1::RankRef& caller)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecordNumerics(ActiveJob& active, v1::NumericsEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void record_numerics(ActiveJob& active, v1::NumericsEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   absl::CondVar events_changed_;
@@ -296,10 +296,10 @@ class Coordinator {
   std::thread ticker_;
 };
 
-// How often the progress acknowledged meanwhile is written (Coordinator::FlushProgress).
+// How often the progress acknowledged meanwhile is written (Coordinator::flush_progress).
 inline constexpr absl::Duration kProgressFlushInterval = absl::Milliseconds(50);
 
 // "job-7/attempt-2/": the rendezvous namespace of an attempt.
-std::string RendezvousNamespace(const std::string& job_id, int attempt);
+std::string rendezvous_namespace(const std::string& job_id, int attempt);
 
 }  // namespace fp8::server

@@ -13,7 +13,7 @@ namespace {
 // The job's labels as one label value: "key=value" pairs sorted by key and joined by
 // commas; a comma or backslash inside a value gets a backslash before it (keys hold
 // neither).
-std::string LabelsValue(const v1::JobSpec& spec) {
+std::string labels_value(const v1::JobSpec& spec) {
   std::map<std::string, std::string> sorted(spec.labels().begin(), spec.labels().end());
   std::string out;
   for (const auto& [key, value] : sorted) {
@@ -30,13 +30,13 @@ std::string LabelsValue(const v1::JobSpec& spec) {
 
 constexpr size_t kCastSeriesLimit = 4096;
 
-bool IsFinalState(v1::Job::State s) {
+bool is_final_state(v1::Job::State s) {
   return s == v1::Job::SUCCEEDED || s == v1::Job::FAILED || s == v1::Job::CANCELLED;
 }
 
-std::string Lower(const std::string& s) { return absl::AsciiStrToLower(s); }
+std::string lower(const std::string& s) { return absl::AsciiStrToLower(s); }
 
-std::string OperandLabel(v1::AmaxHistory::Operand o) { return Lower(v1::AmaxHistory::Operand_Name(o)); }
+std::string operand_label(v1::AmaxHistory::Operand o) { return lower(v1::AmaxHistory::Operand_Name(o)); }
 
 // Communication bytes per step of one report, by (collective, dtype).
 struct Traffic {
@@ -47,7 +47,7 @@ struct Traffic {
 
 }  // namespace
 
-std::string DeviceKindLabel(int device_kind) {
+std::string device_kind_label(int device_kind) {
   switch (device_kind) {
     case v1::ResourceSpec::CPU:
       return "cpu";
@@ -111,18 +111,18 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::Registry& r, size_t keep_finishe
                               {"device_kind"})),
       heartbeats_(r.counter("fp8_coordinator_heartbeats_total", "Worker heartbeats received.", {})) {}
 
-void CoordinatorMetrics::OnJob(const v1::Job& job) {
+void CoordinatorMetrics::on_job(const v1::Job& job) {
   const std::string& id = job.id();
   const v1::JobSpec& spec = job.spec();
-  job_info_.with({id, spec.name(), spec.owner(), Lower(v1::Fp8Spec::Recipe_Name(spec.fp8().recipe())),
-                  DeviceKindLabel(spec.resources().device()), std::to_string(spec.resources().world_size()),
-                  LabelsValue(spec)})
+  job_info_.with({id, spec.name(), spec.owner(), lower(v1::Fp8Spec::Recipe_Name(spec.fp8().recipe())),
+                  device_kind_label(spec.resources().device()), std::to_string(spec.resources().world_size()),
+                  labels_value(spec)})
       .set(1);
   for (v1::Job::State s : {v1::Job::QUEUED, v1::Job::RUNNING, v1::Job::RESTARTING, v1::Job::SUCCEEDED,
                            v1::Job::FAILED, v1::Job::CANCELLED}) {
     job_state_.with({id, v1::Job::State_Name(s)}).set(s == job.state() ? 1 : 0);
   }
-  if (job.state() != v1::Job::QUEUED && job.state() != v1::Job::RESTARTING) OnPending(id, "");
+  if (job.state() != v1::Job::QUEUED && job.state() != v1::Job::RESTARTING) on_pending(id, "");
   job_total_steps_.with({id}).set(static_cast<double>(spec.train().steps()));
   job_restarts_.with({id}).set_total(std::max(0, job.attempts() - 1));
   if (job.has_latest_progress()) {
@@ -144,21 +144,21 @@ void CoordinatorMetrics::OnJob(const v1::Job& job) {
     job_step_part_seconds_.with({id, "data"})
         .set(std::max(0.0, t.step_ms() - t.compute_ms() - t.exposed_comm_ms()) / 1e3);
   }
-  if (!IsFinalState(job.state())) return;
+  if (!is_final_state(job.state())) return;
 
   absl::MutexLock lock(&mu_);
   if (std::find(finished_.begin(), finished_.end(), id) != finished_.end()) return;
   jobs_finished_.with({v1::Job::State_Name(job.state())}).inc();
-  if (!casts_kept_.empty()) ForgetCasts(casts_kept_);
+  if (!casts_kept_.empty()) forget_casts(casts_kept_);
   casts_kept_ = id;
   finished_.push_back(id);
   while (finished_.size() > keep_finished_) {
-    ForgetJob(finished_.front());
+    forget_job(finished_.front());
     finished_.pop_front();
   }
 }
 
-void CoordinatorMetrics::OnRankProgress(const v1::Job& job, int /*rank*/, const v1::TrainingProgress& p) {
+void CoordinatorMetrics::on_rank_progress(const v1::Job& job, int /*rank*/, const v1::TrainingProgress& p) {
   const std::string& id = job.id();
   const double steps = std::max(1, p.window_steps());
   const v1::CommunicationBytes& c = p.communication();
@@ -174,9 +174,9 @@ void CoordinatorMetrics::OnRankProgress(const v1::Job& job, int /*rank*/, const 
                              static_cast<double>(spec.data().seq_len()));
 }
 
-void CoordinatorMetrics::OnCastNumerics(const std::string& job_id, const v1::ReportCastNumericsRequest& request) {
+void CoordinatorMetrics::on_cast_numerics(const std::string& job_id, const v1::ReportCastNumericsRequest& request) {
   for (const v1::CastNumerics& c : request.casts()) {
-    const std::vector<std::string> labels = {job_id, c.layer(), OperandLabel(c.operand())};
+    const std::vector<std::string> labels = {job_id, c.layer(), operand_label(c.operand())};
     cast_amax_.with(labels).set(c.amax());
     cast_scale_.with(labels).set(c.scale());
     cast_range_use_.with(labels).set(c.range_use());
@@ -185,19 +185,19 @@ void CoordinatorMetrics::OnCastNumerics(const std::string& job_id, const v1::Rep
   }
 }
 
-void CoordinatorMetrics::OnNumericsEvent(const std::string& job_id, const std::string& kind) {
+void CoordinatorMetrics::on_numerics_event(const std::string& job_id, const std::string& kind) {
   job_numerics_events_.with({job_id, kind}).inc();
 }
 
-void CoordinatorMetrics::OnAttemptStarted(const v1::Job& job, double queue_wait_seconds) {
-  queue_wait_.with({DeviceKindLabel(job.spec().resources().device())}).observe(std::max(0.0, queue_wait_seconds));
+void CoordinatorMetrics::on_attempt_started(const v1::Job& job, double queue_wait_seconds) {
+  queue_wait_.with({device_kind_label(job.spec().resources().device())}).observe(std::max(0.0, queue_wait_seconds));
 }
 
-void CoordinatorMetrics::OnHeartbeat() { heartbeats_.with({}).inc(); }
+void CoordinatorMetrics::on_heartbeat() { heartbeats_.with({}).inc(); }
 
-void CoordinatorMetrics::OnWorkerLost(int device_kind) { workers_lost_.with({DeviceKindLabel(device_kind)}).inc(); }
+void CoordinatorMetrics::on_worker_lost(int device_kind) { workers_lost_.with({device_kind_label(device_kind)}).inc(); }
 
-void CoordinatorMetrics::SetCluster(const ClusterCounts& counts) {
+void CoordinatorMetrics::set_cluster(const ClusterCounts& counts) {
   // Every combination is written, zeros included, so a state that emptied reads 0 rather
   // than keeping its last count.
   for (const char* kind : {"cpu", "cuda"}) {
@@ -214,18 +214,18 @@ void CoordinatorMetrics::SetCluster(const ClusterCounts& counts) {
   }
 }
 
-void CoordinatorMetrics::ForgetCasts(const std::string& job_id) {
+void CoordinatorMetrics::forget_casts(const std::string& job_id) {
   for (metrics::GaugeFamily* f : {&cast_amax_, &cast_scale_, &cast_range_use_, &cast_saturated_, &cast_underflow_}) {
     f->remove_if("job_id", job_id);
   }
 }
 
-void CoordinatorMetrics::OnPending(const std::string& job_id, const std::string& reason) {
+void CoordinatorMetrics::on_pending(const std::string& job_id, const std::string& reason) {
   for (const char* r : {"workers", "behind", "backoff"}) job_pending_reason_.with({job_id, r}).set(reason == r ? 1 : 0);
 }
 
-void CoordinatorMetrics::ForgetJob(const std::string& job_id) {
-  ForgetCasts(job_id);
+void CoordinatorMetrics::forget_job(const std::string& job_id) {
+  forget_casts(job_id);
   for (metrics::GaugeFamily* f : {&job_info_, &job_state_, &job_pending_reason_, &job_step_, &job_total_steps_, &job_tokens_per_second_,
                                   &job_loss_, &job_validation_loss_, &job_grad_norm_, &job_learning_rate_,
                                   &job_step_seconds_, &job_step_part_seconds_, &job_peak_memory_}) {

@@ -30,33 +30,33 @@ struct ClusterCounts {
 };
 
 // "cpu" / "cuda" for the API's device enum.
-std::string DeviceKindLabel(int device_kind);
+std::string device_kind_label(int device_kind);
 
 class CoordinatorMetrics {
  public:
   explicit CoordinatorMetrics(metrics::Registry& registry, size_t keep_finished = 20);
 
   // A job was submitted, loaded or changed: its info, state and latest progress.
-  void OnJob(const v1::Job& job);
+  void on_job(const v1::Job& job);
   // Any rank's progress report: the job's counters (tokens, communication bytes) add up
   // every rank's share.
-  void OnRankProgress(const v1::Job& job, int rank, const v1::TrainingProgress& p);
-  void OnCastNumerics(const std::string& job_id, const v1::ReportCastNumericsRequest& request);
-  void OnNumericsEvent(const std::string& job_id, const std::string& kind);
+  void on_rank_progress(const v1::Job& job, int rank, const v1::TrainingProgress& p);
+  void on_cast_numerics(const std::string& job_id, const v1::ReportCastNumericsRequest& request);
+  void on_numerics_event(const std::string& job_id, const std::string& kind);
   // An attempt started `queue_wait_seconds` after the job was submitted (or its previous
   // attempt ended).
-  void OnAttemptStarted(const v1::Job& job, double queue_wait_seconds);
+  void on_attempt_started(const v1::Job& job, double queue_wait_seconds);
   // Why a QUEUED or RESTARTING job waits: "workers", "behind" or "backoff" (OnJob clears
   // it once the job no longer waits).
-  void OnPending(const std::string& job_id, const std::string& reason);
-  void OnHeartbeat();
-  void OnWorkerLost(int device_kind);
-  void SetCluster(const ClusterCounts& counts);
+  void on_pending(const std::string& job_id, const std::string& reason);
+  void on_heartbeat();
+  void on_worker_lost(int device_kind);
+  void set_cluster(const ClusterCounts& counts);
 
  private:
   // Drops the job's series (all of them, or only the per-cast ones).
-  void ForgetJob(const std::string& job_id);
-  void ForgetCasts(const std::string& job_id);
+  void forget_job(const std::string& job_id);
+  void forget_casts(const std::string& job_id);
 
   const size_t keep_finished_;
   absl::Mutex mu_;

@@ -10,7 +10,7 @@
 
 namespace fp8::server {
 
-Coordinator::ProgressBatch Coordinator::TakeProgress() {
+Coordinator::ProgressBatch Coordinator::take_progress() {
   ProgressBatch batch;
   for (const std::string& id : progress_dirty_) {
     auto it = active_.find(id);
@@ -30,7 +30,7 @@ Coordinator::ProgressBatch Coordinator::TakeProgress() {
   return batch;
 }
 
-absl::Status Coordinator::WriteProgress(const ProgressBatch& batch) {
+absl::Status Coordinator::write_progress(const ProgressBatch& batch) {
   return progress_store_->transaction([&]() -> absl::Status {
     for (const ProgressBatch::Row& row : batch.rows) {
       FP8_RETURN_IF_ERROR(progress_store_->put_job(row.job, row.number, row.submitted_seq));
@@ -43,19 +43,19 @@ absl::Status Coordinator::WriteProgress(const ProgressBatch& batch) {
   });
 }
 
-void Coordinator::ReturnProgress(ProgressBatch batch) {
+void Coordinator::return_progress(ProgressBatch batch) {
   for (ProgressBatch::Row& row : batch.rows) progress_dirty_.insert(row.job.id());
   batch.events.insert(batch.events.end(), std::make_move_iterator(pending_progress_.begin()),
                       std::make_move_iterator(pending_progress_.end()));
   pending_progress_ = std::move(batch.events);
 }
 
-absl::Status Coordinator::FlushProgress() {
+absl::Status Coordinator::flush_progress() {
   absl::MutexLock flush_lock(&flush_mu_);  // after the ticker's flush, if one is being written
   if (pending_progress_.empty()) return absl::OkStatus();
-  ProgressBatch batch = TakeProgress();
-  if (absl::Status s = WriteProgress(batch); !s.ok()) {
-    ReturnProgress(std::move(batch));
+  ProgressBatch batch = take_progress();
+  if (absl::Status s = write_progress(batch); !s.ok()) {
+    return_progress(std::move(batch));
     return s;
   }
   ++event_generation_;
@@ -63,19 +63,19 @@ absl::Status Coordinator::FlushProgress() {
   return absl::OkStatus();
 }
 
-void Coordinator::FlushProgressInBackground() {
+void Coordinator::flush_progress_in_background() {
   if (pending_progress_.empty()) return;
-  ProgressBatch batch = TakeProgress();
+  ProgressBatch batch = take_progress();
   // flush_mu_ is taken before mu_ is let go: a flush under mu_ from now on waits for
   // this one, so a job's rows and events reach the store in the order they happened.
   flush_mu_.Lock();
   mu_.Unlock();
-  absl::Status written = WriteProgress(batch);
+  absl::Status written = write_progress(batch);
   flush_mu_.Unlock();
   mu_.Lock();
   if (!written.ok()) {
     std::fprintf(stderr, "fp8-coordinator: writing progress: %s\n", std::string(written.message()).c_str());
-    ReturnProgress(std::move(batch));
+    return_progress(std::move(batch));
     return;
   }
   ++event_generation_;

@@ -14,21 +14,21 @@
 
 namespace fp8::server {
 
-absl::StatusOr<Coordinator::ActiveJob*> Coordinator::TrainerTarget(const Principal& who, const v1::RankRef& caller) {
+absl::StatusOr<Coordinator::ActiveJob*> Coordinator::trainer_target(const Principal& who, const v1::RankRef& caller) {
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
   if (who.role == Role::kTrainer) {
     if (who.job_id != caller.job_id() || who.attempt != caller.attempt()) {
       return absl::PermissionDeniedError(absl::StrCat("caller: this token belongs to ", who.name, ", not ",
-                                                      rpc::QuoteForError(caller.job_id()), "/attempt-", caller.attempt()));
+                                                      rpc::quote_for_error(caller.job_id()), "/attempt-", caller.attempt()));
     }
   } else if (who.role != Role::kWorker) {
-    return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not use the trainer API"));
+    return absl::PermissionDeniedError(absl::StrCat("a ", role_name(who.role), " token may not use the trainer API"));
   }
   auto it = active_.find(caller.job_id());
   if (it == active_.end() || !it->second.attempt.has_value() || it->second.attempt->number != caller.attempt()) {
     if (who.role == Role::kWorker) return absl::PermissionDeniedError("caller: not an attempt this worker hosts");
     return absl::FailedPreconditionError(
-        absl::StrCat(rpc::QuoteForError(caller.job_id()), "/attempt-", caller.attempt(), " has ended: stop training"));
+        absl::StrCat(rpc::quote_for_error(caller.job_id()), "/attempt-", caller.attempt(), " has ended: stop training"));
   }
   const AttemptRuntime& attempt = *it->second.attempt;
   if (caller.rank() < 0 || caller.rank() >= static_cast<int>(attempt.ranks.size())) {
@@ -45,13 +45,13 @@ absl::StatusOr<Coordinator::ActiveJob*> Coordinator::TrainerTarget(const Princip
   return &it->second;
 }
 
-void Coordinator::RecordNumerics(ActiveJob& active, v1::NumericsEvent event) {
+void Coordinator::record_numerics(ActiveJob& active, v1::NumericsEvent event) {
   event.set_attempt(active.attempt.has_value() ? active.attempt->number : 0);
   if (metrics_ != nullptr) {
-    metrics_->OnNumericsEvent(active.job.id(), absl::AsciiStrToLower(v1::NumericsEvent::Kind_Name(event.kind())));
+    metrics_->on_numerics_event(active.job.id(), absl::AsciiStrToLower(v1::NumericsEvent::Kind_Name(event.kind())));
   }
-  v1::JobEvent e = NumericsJobEvent(active.job.id(), event);
-  absl::Status flushed = FlushProgress();
+  v1::JobEvent e = numerics_job_event(active.job.id(), event);
+  absl::Status flushed = flush_progress();
   if (absl::Status s = flushed.ok() ? store_->append_event(e).status() : flushed; !s.ok()) {
     std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
     return;
@@ -60,7 +60,7 @@ void Coordinator::RecordNumerics(ActiveJob& active, v1::NumericsEvent event) {
   events_changed_.SignalAll();
 }
 
-absl::Status Coordinator::ReportProgress(const Principal& who, const v1::ReportProgressRequest& request) {
+absl::Status Coordinator::report_progress(const Principal& who, const v1::ReportProgressRequest& request) {
   const v1::TrainingProgress& p = request.progress();
   if (p.step() < 1) return absl::InvalidArgumentError("progress.step: must be >= 1");
   if (p.window_steps() < 1) return absl::InvalidArgumentError("progress.window_steps: must be >= 1");
@@ -73,7 +73,7 @@ absl::Status Coordinator::ReportProgress(const Principal& who, const v1::ReportP
                                                    " is not in [0, progress.step ", p.step(), ")"));
   }
   absl::MutexLock lock(&mu_);
-  FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
+  FP8_ASSIGN_OR_RETURN(ActiveJob * active, trainer_target(who, request.caller()));
   if (p.step() > active->job.spec().train().steps()) {
     return absl::InvalidArgumentError(
         absl::StrCat("progress.step: ", p.step(), " is beyond train.steps (", active->job.spec().train().steps(), ")"));
@@ -82,7 +82,7 @@ absl::Status Coordinator::ReportProgress(const Principal& who, const v1::ReportP
   const Clock::time_point now = Clock::now();
   if (rank.last_progress.has_value()) rank.longest_gap = std::max(rank.longest_gap, now - *rank.last_progress);
   rank.last_progress = now;
-  if (metrics_ != nullptr) metrics_->OnRankProgress(active->job, request.caller().rank(), p);
+  if (metrics_ != nullptr) metrics_->on_rank_progress(active->job, request.caller().rank(), p);
   if (request.caller().rank() != 0) return absl::OkStatus();  // the job's progress is rank 0's
   // Progress is written in group commits (FlushProgress), not one transaction a report:
   // the job changes in memory now, and its row and event reach the store within
@@ -95,27 +95,27 @@ absl::Status Coordinator::ReportProgress(const Principal& who, const v1::ReportP
   v1::Attempt* attempt = job.mutable_attempt_history(job.attempt_history_size() - 1);
   if (request.has_resumed_from_step()) attempt->set_resumed_from_step(request.resumed_from_step());
   active->progress_attempt = request.caller().attempt();
-  pending_progress_.push_back(ProgressJobEvent(job.id(), request.caller().attempt(), p));
+  pending_progress_.push_back(progress_job_event(job.id(), request.caller().attempt(), p));
   progress_dirty_.insert(job.id());
-  if (metrics_ != nullptr) metrics_->OnJob(job);
+  if (metrics_ != nullptr) metrics_->on_job(job);
   if (!std::isfinite(p.loss()) || !std::isfinite(p.grad_norm())) {
     v1::NumericsEvent n;
     n.set_kind(v1::NumericsEvent::NON_FINITE_LOSS);
     n.set_step(p.step());
     n.set_value(std::isfinite(p.loss()) ? p.grad_norm() : p.loss());
     n.set_message(absl::StrCat("step ", p.step(), ": loss ", p.loss(), ", grad norm ", p.grad_norm()));
-    RecordNumerics(*active, n);
+    record_numerics(*active, n);
   }
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::ReportAmaxHistories(const Principal& who, const v1::ReportAmaxHistoriesRequest& request) {
+absl::Status Coordinator::report_amax_histories(const Principal& who, const v1::ReportAmaxHistoriesRequest& request) {
   if (request.step() < 1) return absl::InvalidArgumentError("step: must be >= 1");
   absl::MutexLock lock(&mu_);
-  FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
+  FP8_ASSIGN_OR_RETURN(ActiveJob * active, trainer_target(who, request.caller()));
   const int max_len = std::max(1, active->job.spec().fp8().amax_history_len());
   for (int i = 0; i < request.histories_size(); ++i) {
-    if (std::string problem = AmaxHistoryProblem(request.histories(i), max_len); !problem.empty()) {
+    if (std::string problem = amax_history_problem(request.histories(i), max_len); !problem.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("histories[", i, "].", problem));
     }
   }
@@ -132,8 +132,8 @@ absl::Status Coordinator::ReportAmaxHistories(const Principal& who, const v1::Re
       auto found = by_key.find({h.layer(), h.operand()});
       std::optional<StepHistory> before;
       if (found != by_key.end()) before = found->second;
-      StepHistory merged = MergeAmax(before, request.step(), h);
-      if (std::optional<double> baseline = AmaxJumpBaseline(h, options_.amax_jump_factor)) {
+      StepHistory merged = merge_amax(before, request.step(), h);
+      if (std::optional<double> baseline = amax_jump_baseline(h, options_.amax_jump_factor)) {
         v1::NumericsEvent n;
         n.set_kind(v1::NumericsEvent::AMAX_JUMP);
         n.set_step(request.step());
@@ -163,14 +163,14 @@ absl::Status Coordinator::ReportAmaxHistories(const Principal& who, const v1::Re
     }
     return absl::OkStatus();
   }));
-  for (v1::NumericsEvent& n : jumps) RecordNumerics(*active, std::move(n));
+  for (v1::NumericsEvent& n : jumps) record_numerics(*active, std::move(n));
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::GetAmaxHistoriesResponse> Coordinator::GetAmaxHistories(const Principal& who,
+absl::StatusOr<v1::GetAmaxHistoriesResponse> Coordinator::get_amax_histories(const Principal& who,
                                                                            const v1::GetAmaxHistoriesRequest& request) {
   absl::MutexLock lock(&mu_);
-  FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
+  FP8_ASSIGN_OR_RETURN(ActiveJob * active, trainer_target(who, request.caller()));
   FP8_ASSIGN_OR_RETURN(store::StoredAmax stored, store_->amax(active->job.id()));
   v1::GetAmaxHistoriesResponse response;
   response.set_step(stored.step);
@@ -178,18 +178,18 @@ absl::StatusOr<v1::GetAmaxHistoriesResponse> Coordinator::GetAmaxHistories(const
   return response;
 }
 
-absl::Status Coordinator::CommitCheckpoint(const Principal& who, const v1::CommitCheckpointRequest& request) {
+absl::Status Coordinator::commit_checkpoint(const Principal& who, const v1::CommitCheckpointRequest& request) {
   if (request.caller().rank() != 0) return absl::InvalidArgumentError("caller.rank: only rank 0 commits checkpoints");
   if (request.step() < 1) return absl::InvalidArgumentError("step: must be >= 1");
   absl::MutexLock lock(&mu_);
-  FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
+  FP8_ASSIGN_OR_RETURN(ActiveJob * active, trainer_target(who, request.caller()));
   const v1::JobSpec& spec = active->job.spec();
   if (request.step() > spec.train().steps()) {
     return absl::InvalidArgumentError(
         absl::StrCat("step: ", request.step(), " is beyond train.steps (", spec.train().steps(), ")"));
   }
   // A checkpoint of this job lies in the job's own folder.
-  FP8_RETURN_IF_ERROR(CheckConfinedPath(request.dir(), {std::filesystem::path(spec.checkpoint().dir())}, "dir"));
+  FP8_RETURN_IF_ERROR(check_confined_path(request.dir(), {std::filesystem::path(spec.checkpoint().dir())}, "dir"));
   if (request.world_size() != static_cast<int>(active->attempt->ranks.size())) {
     return absl::InvalidArgumentError(absl::StrCat("world_size: ", request.world_size(), " is not the attempt's ",
                                                    active->attempt->ranks.size()));
@@ -199,13 +199,13 @@ absl::Status Coordinator::CommitCheckpoint(const Principal& who, const v1::Commi
   next.set_last_checkpoint_step(request.step());
   FP8_RETURN_IF_ERROR(store_->add_checkpoint(next.id(), request.caller().attempt(), request.step(), request.dir(),
                                              request.world_size()));
-  return Commit(*active, next, {});
+  return commit(*active, next, {});
 }
 
-absl::Status Coordinator::AppendLogs(const Principal& who, const v1::AppendLogsRequest& request) {
+absl::Status Coordinator::append_logs(const Principal& who, const v1::AppendLogsRequest& request) {
   std::vector<v1::LogLine> lines(request.lines().begin(), request.lines().end());
   absl::MutexLock lock(&mu_);
-  FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
+  FP8_ASSIGN_OR_RETURN(ActiveJob * active, trainer_target(who, request.caller()));
   return store_->append_logs(active->job.id(), request.caller().attempt(), request.caller().rank(), lines,
                              options_.log_lines_per_job);
 }
@@ -213,7 +213,7 @@ absl::Status Coordinator::AppendLogs(const Principal& who, const v1::AppendLogsR
 namespace {
 
 // What is wrong with one cast's numerics, or "" (field path relative to the entry).
-std::string CastNumericsProblem(const v1::CastNumerics& c) {
+std::string cast_numerics_problem(const v1::CastNumerics& c) {
   if (c.layer().empty() || c.layer().size() > 256) return "layer: must have 1 to 256 characters";
   if (c.operand() == v1::AmaxHistory::OPERAND_UNSPECIFIED || !v1::AmaxHistory::Operand_IsValid(c.operand())) {
     return "operand: must be INPUT, WEIGHT or GRAD_OUTPUT";
@@ -229,24 +229,24 @@ std::string CastNumericsProblem(const v1::CastNumerics& c) {
 // The most (layer, operand) casts whose per-rank amaxes one job keeps.
 constexpr size_t kMaxRankAmaxCasts = 16384;
 
-absl::Status Coordinator::ReportCastNumerics(const Principal& who, const v1::ReportCastNumericsRequest& request) {
+absl::Status Coordinator::report_cast_numerics(const Principal& who, const v1::ReportCastNumericsRequest& request) {
   if (request.step() < 1) return absl::InvalidArgumentError("step: must be >= 1");
   for (int i = 0; i < request.casts_size(); ++i) {
-    if (std::string problem = CastNumericsProblem(request.casts(i)); !problem.empty()) {
+    if (std::string problem = cast_numerics_problem(request.casts(i)); !problem.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("casts[", i, "].", problem));
     }
   }
   absl::MutexLock lock(&mu_);
-  FP8_ASSIGN_OR_RETURN(ActiveJob * active, TrainerTarget(who, request.caller()));
+  FP8_ASSIGN_OR_RETURN(ActiveJob * active, trainer_target(who, request.caller()));
   // The metrics are rank 0's view; every rank's amax goes to the by-rank comparison.
-  if (metrics_ != nullptr && request.caller().rank() == 0) metrics_->OnCastNumerics(active->job.id(), request);
+  if (metrics_ != nullptr && request.caller().rank() == 0) metrics_->on_cast_numerics(active->job.id(), request);
   const int world_size = active->job.spec().resources().world_size();
   std::vector<v1::NumericsEvent> outliers;
   for (const v1::CastNumerics& c : request.casts()) {
     const std::pair<std::string, int> key{c.layer(), c.operand()};
     // A job's casts are its layers x 3; a trainer naming ever new ones gets no more room.
     if (active->rank_amax.size() >= kMaxRankAmaxCasts && !active->rank_amax.contains(key)) continue;
-    const std::optional<RankAmax::Outlier> o = active->rank_amax[key].Report(
+    const std::optional<RankAmax::Outlier> o = active->rank_amax[key].report(
         request.step(), request.caller().rank(), world_size, c.amax(), options_.amax_outlier_factor);
     if (!o || !active->outliers.insert(key).second) continue;
     v1::NumericsEvent n;
@@ -263,17 +263,17 @@ absl::Status Coordinator::ReportCastNumerics(const Principal& who, const v1::Rep
                                "): an outlier batch or a failing device? (reported once per attempt)"));
     outliers.push_back(std::move(n));
   }
-  for (v1::NumericsEvent& n : outliers) RecordNumerics(*active, std::move(n));
+  for (v1::NumericsEvent& n : outliers) record_numerics(*active, std::move(n));
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::AuthorizeRendezvous(const Principal& who, std::string_view rendezvous_namespace) {
+absl::Status Coordinator::authorize_rendezvous(const Principal& who, std::string_view requested) {
   absl::MutexLock lock(&mu_);
   if (who.role == Role::kTrainer) {
-    if (RendezvousNamespace(who.job_id, who.attempt) == rendezvous_namespace) return absl::OkStatus();
+    if (rendezvous_namespace(who.job_id, who.attempt) == requested) return absl::OkStatus();
   } else if (who.role == Role::kWorker) {
     for (const auto& [id, active] : active_) {
-      if (!active.attempt.has_value() || RendezvousNamespace(id, active.attempt->number) != rendezvous_namespace) {
+      if (!active.attempt.has_value() || rendezvous_namespace(id, active.attempt->number) != requested) {
         continue;
       }
       for (const RankRuntime& r : active.attempt->ranks) {
@@ -285,7 +285,7 @@ absl::Status Coordinator::AuthorizeRendezvous(const Principal& who, std::string_
     }
   }
   return absl::PermissionDeniedError(
-      absl::StrCat("rendezvous_namespace: '", rpc::QuoteForError(rendezvous_namespace), "' is not this token's attempt"));
+      absl::StrCat("rendezvous_namespace: '", rpc::quote_for_error(requested), "' is not this token's attempt"));
 }
 
 }  // namespace fp8::server

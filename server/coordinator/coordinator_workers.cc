@@ -14,11 +14,11 @@
 namespace fp8::server {
 namespace {
 
-std::string RankKey(const std::string& job_id, int attempt, int rank) {
+std::string rank_key(const std::string& job_id, int attempt, int rank) {
   return absl::StrCat(job_id, "/", attempt, "/", rank);
 }
 
-absl::Status CheckDeviceName(const v1::RegisterWorkerRequest& r) {
+absl::Status check_device_name(const v1::RegisterWorkerRequest& r) {
   const std::string& name = r.device_name();
   if (r.device_kind() == v1::ResourceSpec::CPU) {
     if (name != "cpu") return absl::InvalidArgumentError("device_name: a cpu worker's device is 'cpu'");
@@ -36,27 +36,27 @@ absl::Status CheckDeviceName(const v1::RegisterWorkerRequest& r) {
 
 }  // namespace
 
-absl::StatusOr<Coordinator::Worker*> Coordinator::CallingWorker(const Principal& who, const std::string& worker_id) {
+absl::StatusOr<Coordinator::Worker*> Coordinator::calling_worker(const Principal& who, const std::string& worker_id) {
   if (who.role != Role::kWorker) {
-    return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not use the worker API"));
+    return absl::PermissionDeniedError(absl::StrCat("a ", role_name(who.role), " token may not use the worker API"));
   }
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) {
-    return absl::NotFoundError(absl::StrCat("worker_id: no worker '", rpc::QuoteForError(worker_id), "' (lost, or unknown): register again"));
+    return absl::NotFoundError(absl::StrCat("worker_id: no worker '", rpc::quote_for_error(worker_id), "' (lost, or unknown): register again"));
   }
   // The worker registered with another worker token: nobody may speak for it.
   if (!it->second.token_name.empty() && who.name != it->second.token_name) {
-    return absl::PermissionDeniedError(absl::StrCat("worker_id: '", rpc::QuoteForError(worker_id), "' registered with another token"));
+    return absl::PermissionDeniedError(absl::StrCat("worker_id: '", rpc::quote_for_error(worker_id), "' registered with another token"));
   }
   return &it->second;
 }
 
-absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const Principal& who,
+absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::register_worker(const Principal& who,
                                                                       const v1::RegisterWorkerRequest& request) {
   if (who.role != Role::kWorker) {
-    return absl::PermissionDeniedError(absl::StrCat("a ", RoleName(who.role), " token may not register workers"));
+    return absl::PermissionDeniedError(absl::StrCat("a ", role_name(who.role), " token may not register workers"));
   }
-  FP8_RETURN_IF_ERROR(CheckDeviceName(request));
+  FP8_RETURN_IF_ERROR(check_device_name(request));
   if (request.slots() < 1) return absl::InvalidArgumentError(absl::StrCat("slots: ", request.slots(), " is not >= 1"));
   if (request.cpus() < 0) return absl::InvalidArgumentError(absl::StrCat("cpus: ", request.cpus(), " is negative"));
   if (!(request.memory_gb() >= 0) || !std::isfinite(request.memory_gb())) {
@@ -88,30 +88,30 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const Pri
   worker->record.memory_gb = request.memory_gb();
   worker->token_name = who.name;
   worker->last_heartbeat = Clock::now();
-  worker->last_heartbeat_unix_ms = NowUnixMs();
+  worker->last_heartbeat_unix_ms = now_unix_ms();
   if (absl::Status s = store_->put_worker(worker->record); !s.ok()) return s;
 
   // The ranks it still runs are treated like a heartbeat's; the commands that causes wait
   // for its first heartbeat.
-  if (absl::Status s = ObserveRanks(*worker, request.running()); !s.ok()) return s;
+  if (absl::Status s = observe_ranks(*worker, request.running()); !s.ok()) return s;
 
   v1::RegisterWorkerResponse response;
   response.set_worker_id(worker->record.id);
   response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
   response.set_lost_after_ms(absl::ToInt64Milliseconds(options_.lost_after));
-  ScheduleLocked();
+  schedule_locked();
   return response;
 }
 
-absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const Principal& who,
+absl::StatusOr<v1::HeartbeatResponse> Coordinator::heartbeat(const Principal& who,
                                                             const v1::HeartbeatRequest& request) {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
-  FP8_ASSIGN_OR_RETURN(Worker * worker, CallingWorker(who, request.worker_id()));
+  FP8_ASSIGN_OR_RETURN(Worker * worker, calling_worker(who, request.worker_id()));
   worker->last_heartbeat = Clock::now();
-  worker->last_heartbeat_unix_ms = NowUnixMs();
-  if (metrics_ != nullptr) metrics_->OnHeartbeat();
-  FP8_RETURN_IF_ERROR(ObserveRanks(*worker, request.ranks()));
+  worker->last_heartbeat_unix_ms = now_unix_ms();
+  if (metrics_ != nullptr) metrics_->on_heartbeat();
+  FP8_RETURN_IF_ERROR(observe_ranks(*worker, request.ranks()));
 
   v1::HeartbeatResponse response;
   for (v1::WorkerCommand& c : worker->pending) {
@@ -130,11 +130,11 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const Principal& wh
   return response;
 }
 
-absl::Status Coordinator::ObserveRanks(Worker& worker,
+absl::Status Coordinator::observe_ranks(Worker& worker,
                                       const google::protobuf::RepeatedPtrField<v1::RankStatus>& ranks) {
   worker.listed.clear();
   for (const v1::RankStatus& status : ranks) {
-    worker.listed.insert(RankKey(status.job_id(), status.attempt(), status.rank()));
+    worker.listed.insert(rank_key(status.job_id(), status.attempt(), status.rank()));
     auto it = active_.find(status.job_id());
     const bool live = it != active_.end() && it->second.attempt.has_value() &&
                       it->second.attempt->number == status.attempt() && status.rank() >= 0 &&
@@ -142,12 +142,12 @@ absl::Status Coordinator::ObserveRanks(Worker& worker,
                       it->second.attempt->ranks[status.rank()].worker_id == worker.record.id;
     if (!live) {
       // A rank of an attempt that ended (or that this worker does not hold): stop it.
-      QueueStop(worker, status.job_id(), status.attempt(), "its attempt has ended");
+      queue_stop(worker, status.job_id(), status.attempt(), "its attempt has ended");
       continue;
     }
     it->second.attempt->ranks[status.rank()].seen = true;
   }
-  ResendMissingStarts(worker);
+  resend_missing_starts(worker);
 
   // An attempt is RUNNING once every rank was seen on its worker; only the attempts this
   // worker holds can have changed.
@@ -163,14 +163,14 @@ absl::Status Coordinator::ObserveRanks(Worker& worker,
     if (std::all_of(placed.begin(), placed.end(), [](const RankRuntime& r) { return r.seen || r.exit_code; })) {
       v1::Job next = active.job;
       next.mutable_attempt_history(next.attempt_history_size() - 1)->set_state(v1::Attempt::RUNNING);
-      FP8_RETURN_IF_ERROR(Commit(active, next, {}));
+      FP8_RETURN_IF_ERROR(commit(active, next, {}));
     }
   }
 
   return absl::OkStatus();
 }
 
-void Coordinator::ResendMissingStarts(Worker& worker) {
+void Coordinator::resend_missing_starts(Worker& worker) {
   // A copy: ending an attempt below unassigns its ranks.
   const auto assigned = worker.assigned;
   for (const auto& [id, number, r] : assigned) {
@@ -180,38 +180,38 @@ void Coordinator::ResendMissingStarts(Worker& worker) {
     AttemptRuntime& attempt = *active.attempt;
     RankRuntime& rank = attempt.ranks[static_cast<size_t>(r)];
     if (rank.exit_code.has_value() || !rank.start_delivered) continue;
-    if (worker.listed.count(RankKey(id, number, r))) continue;
+    if (worker.listed.count(rank_key(id, number, r))) continue;
     // The worker does not run a rank it was told to start: the command was lost, or the
     // worker restarted. Start it again when the token is known; otherwise (coordinator
     // restarted since) the attempt cannot be completed and ends.
     if (attempt.trainer_token.empty()) {
       const std::string reason = absl::StrCat("rank ", r, " is no longer running on worker ", worker.record.id);
-      if (absl::Status s = FailAttempt(active, reason, scheduler::FailureClass::kWorkerLost); !s.ok()) {
+      if (absl::Status s = fail_attempt(active, reason, scheduler::FailureClass::kWorkerLost); !s.ok()) {
         std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
       }
       continue;
     }
     rank.start_delivered = false;
     *worker.pending.emplace_back().mutable_start_rank() =
-        MakeStartRank(active.job, number, r, static_cast<int>(attempt.ranks.size()),
+        make_start_rank(active.job, number, r, static_cast<int>(attempt.ranks.size()),
                       active.job.attempt_history(active.job.attempt_history_size() - 1).resumed_from_step(),
                       attempt.trainer_token);
   }
 }
 
-absl::Status Coordinator::ReportRankExit(const Principal& who, const v1::ReportRankExitRequest& request) {
+absl::Status Coordinator::report_rank_exit(const Principal& who, const v1::ReportRankExitRequest& request) {
   if (request.has_exit_code() == request.has_signal()) {
     return absl::InvalidArgumentError("exactly one of exit_code and signal must be set");
   }
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
-  FP8_ASSIGN_OR_RETURN(Worker * worker, CallingWorker(who, request.worker_id()));
-  worker->listed.erase(RankKey(request.job_id(), request.attempt(), request.rank()));
+  FP8_ASSIGN_OR_RETURN(Worker * worker, calling_worker(who, request.worker_id()));
+  worker->listed.erase(rank_key(request.job_id(), request.attempt(), request.rank()));
   auto it = active_.find(request.job_id());
   if (it == active_.end() || !it->second.attempt.has_value() || it->second.attempt->number != request.attempt() ||
       request.rank() < 0 || request.rank() >= static_cast<int>(it->second.attempt->ranks.size()) ||
       it->second.attempt->ranks[request.rank()].worker_id != worker->record.id) {
-    ScheduleLocked();  // an old attempt's rank: its worker may be free now
+    schedule_locked();  // an old attempt's rank: its worker may be free now
     return absl::OkStatus();
   }
   ActiveJob& active = it->second;
@@ -219,34 +219,34 @@ absl::Status Coordinator::ReportRankExit(const Principal& who, const v1::ReportR
   active.attempt->ranks[request.rank()].exit_code = code;
   worker->assigned.erase({request.job_id(), request.attempt(), request.rank()});
   if (code != 0) {
-    std::string reason = scheduler::DescribeFailure(scheduler::RankExited{request.rank(), worker->record.id, code});
+    std::string reason = scheduler::describe_failure(scheduler::RankExited{request.rank(), worker->record.id, code});
     if (!request.message().empty()) absl::StrAppend(&reason, ": ", request.message());
-    FP8_RETURN_IF_ERROR(FailAttempt(active, reason, scheduler::ClassifyExitCode(code)));
+    FP8_RETURN_IF_ERROR(fail_attempt(active, reason, scheduler::classify_exit_code(code)));
   } else {
     const auto& ranks = active.attempt->ranks;
     if (std::all_of(ranks.begin(), ranks.end(), [](const RankRuntime& r) { return r.exit_code == 0; })) {
-      FP8_RETURN_IF_ERROR(EndAttempt(active, v1::Attempt::SUCCEEDED, ""));
+      FP8_RETURN_IF_ERROR(end_attempt(active, v1::Attempt::SUCCEEDED, ""));
     }
   }
-  ForgetFinalJob(request.job_id());
-  ScheduleLocked();
+  forget_final_job(request.job_id());
+  schedule_locked();
   return absl::OkStatus();
 }
 
-void Coordinator::CheckLiveness() {
+void Coordinator::check_liveness() {
   std::vector<scheduler::WorkerHeartbeat> beats;
   for (const auto& [id, w] : workers_) beats.push_back(scheduler::WorkerHeartbeat{id, w.last_heartbeat});
   for (const std::string& lost :
-       scheduler::LostWorkers(beats, Clock::now(), absl::ToChronoNanoseconds(options_.lost_after))) {
-    const std::string reason = absl::StrCat(scheduler::DescribeFailure(scheduler::WorkerLost{lost}), ": no heartbeat for ",
+       scheduler::lost_workers(beats, Clock::now(), absl::ToChronoNanoseconds(options_.lost_after))) {
+    const std::string reason = absl::StrCat(scheduler::describe_failure(scheduler::WorkerLost{lost}), ": no heartbeat for ",
                                             absl::FormatDuration(options_.lost_after));
     std::fprintf(stderr, "fp8-coordinator: %s\n", reason.c_str());
-    if (metrics_ != nullptr) metrics_->OnWorkerLost(workers_.at(lost).record.device_kind);
+    if (metrics_ != nullptr) metrics_->on_worker_lost(workers_.at(lost).record.device_kind);
     for (auto& [id, active] : active_) {
       if (!active.attempt.has_value()) continue;
       const auto& ranks = active.attempt->ranks;
       if (std::none_of(ranks.begin(), ranks.end(), [&](const RankRuntime& r) { return r.worker_id == lost; })) continue;
-      if (absl::Status s = FailAttempt(active, reason, scheduler::FailureClass::kWorkerLost); !s.ok()) {
+      if (absl::Status s = fail_attempt(active, reason, scheduler::FailureClass::kWorkerLost); !s.ok()) {
         std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
       }
     }
@@ -257,7 +257,7 @@ void Coordinator::CheckLiveness() {
   }
 }
 
-void Coordinator::CheckProgress() {
+void Coordinator::check_progress() {
   const Clock::time_point now = Clock::now();
   std::vector<std::pair<ActiveJob*, scheduler::RankHung>> hung;
   for (auto& [id, active] : active_) {
@@ -270,16 +270,16 @@ void Coordinator::CheckProgress() {
       const RankRuntime& rank = ranks[r];
       if (rank.exit_code.has_value()) continue;
       const Clock::time_point since = rank.last_progress.value_or(rank.since);
-      if (now - since > scheduler::ProgressTimeout(configured, rank.last_progress.has_value(), rank.longest_gap)) {
+      if (now - since > scheduler::progress_timeout(configured, rank.last_progress.has_value(), rank.longest_gap)) {
         hung.emplace_back(&active, scheduler::RankHung{static_cast<int>(r), rank.worker_id, now - since});
         break;  // one hung rank ends the attempt
       }
     }
   }
   for (auto& [active, rank] : hung) {
-    const std::string reason = scheduler::DescribeFailure(rank);
+    const std::string reason = scheduler::describe_failure(rank);
     std::fprintf(stderr, "fp8-coordinator: %s: %s\n", active->job.id().c_str(), reason.c_str());
-    if (absl::Status s = FailAttempt(*active, reason, scheduler::FailureClass::kHung); !s.ok()) {
+    if (absl::Status s = fail_attempt(*active, reason, scheduler::FailureClass::kHung); !s.ok()) {
       std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
     }
   }

@@ -9,15 +9,15 @@
 
 namespace fp8::server {
 
-int64_t NowUnixMs();
+int64_t now_unix_ms();
 
-bool IsFinal(v1::Job::State state);
+bool is_final(v1::Job::State state);
 
-v1::JobEvent StateChangeEvent(const std::string& job_id, v1::Job::State previous, v1::Job::State current,
+v1::JobEvent state_change_event(const std::string& job_id, v1::Job::State previous, v1::Job::State current,
                               const std::string& reason);
-v1::JobEvent AttemptStartedEvent(const std::string& job_id, const v1::Attempt& attempt);
-v1::JobEvent AttemptEndedEvent(const std::string& job_id, const v1::Attempt& attempt);
-v1::JobEvent ProgressJobEvent(const std::string& job_id, int attempt, const v1::TrainingProgress& progress);
-v1::JobEvent NumericsJobEvent(const std::string& job_id, const v1::NumericsEvent& numerics);
+v1::JobEvent attempt_started_event(const std::string& job_id, const v1::Attempt& attempt);
+v1::JobEvent attempt_ended_event(const std::string& job_id, const v1::Attempt& attempt);
+v1::JobEvent progress_job_event(const std::string& job_id, int attempt, const v1::TrainingProgress& progress);
+v1::JobEvent numerics_job_event(const std::string& job_id, const v1::NumericsEvent& numerics);
 
 }  // namespace fp8::server

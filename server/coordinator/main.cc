@@ -82,18 +82,18 @@ struct Flags {
   std::string role, name;
 };
 
-int Fail(const std::string& message, int code = 1) {
+int fail(const std::string& message, int code = 1) {
   std::fprintf(stderr, "fp8-coordinator: %s\n", message.c_str());
   return code;
 }
 
-std::string ReadFile(const std::string& path, bool* ok) {
+std::string read_file(const std::string& path, bool* ok) {
   std::ifstream in(path, std::ios::binary);
   *ok = static_cast<bool>(in);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-bool WriteSecret(const fs::path& file, const std::string& text) {
+bool write_secret(const fs::path& file, const std::string& text) {
   const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (fd < 0) return false;
   const std::string line = text + "\n";
@@ -101,7 +101,7 @@ bool WriteSecret(const fs::path& file, const std::string& text) {
   return ::close(fd) == 0 && ok;
 }
 
-std::vector<fs::path> Roots(const std::vector<std::string>& given) {
+std::vector<fs::path> roots(const std::vector<std::string>& given) {
   std::vector<fs::path> out;
   for (const std::string& r : given) out.push_back(fs::absolute(r).lexically_normal());
   if (out.empty()) out.push_back(fs::current_path());
@@ -110,13 +110,13 @@ std::vector<fs::path> Roots(const std::vector<std::string>& given) {
 
 // Accepts the tokens in --admin-token-file / --worker-token-file from now on (stored
 // hashed, named "admin" and "workers"); a token already stored must have the same role.
-absl::Status AcceptTokenFiles(fp8::server::store::CoordinatorStore& store, const Flags& f) {
+absl::Status accept_token_files(fp8::server::store::CoordinatorStore& store, const Flags& f) {
   for (auto [role, name, file, flag] : {std::tuple{Role::kAdmin, "admin", f.admin_token_file, "--admin-token-file"},
                                         std::tuple{Role::kWorker, "workers", f.worker_token_file,
                                                    "--worker-token-file"}}) {
     if (file.empty()) continue;
     bool ok = false;
-    std::string token = ReadFile(file, &ok);
+    std::string token = read_file(file, &ok);
     if (!ok) return absl::InvalidArgumentError(absl::StrCat(flag, " ", file, ": cannot read it"));
     while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) token.pop_back();
     if (token.size() < 32 || token.find_first_of(" \t\r\n") != std::string::npos) {
@@ -124,13 +124,13 @@ absl::Status AcceptTokenFiles(fp8::server::store::CoordinatorStore& store, const
           absl::StrCat(flag, " ", file, ": not a token (one line of at least 32 characters without spaces; "
                        "`fp8-coordinator token` prints one)"));
     }
-    const std::string hash = fp8::server::HashToken(token);
+    const std::string hash = fp8::server::hash_token(token);
     absl::StatusOr<std::optional<fp8::server::store::TokenRecord>> known = store.token(hash);
     if (!known.ok()) return known.status();
     if (known->has_value()) {
       if ((*known)->role != role) {
         return absl::InvalidArgumentError(absl::StrCat(flag, " ", file, ": this token is already a ",
-                                                       fp8::server::RoleName((*known)->role), " token"));
+                                                       fp8::server::role_name((*known)->role), " token"));
       }
       continue;
     }
@@ -140,14 +140,14 @@ absl::Status AcceptTokenFiles(fp8::server::store::CoordinatorStore& store, const
 }
 
 // A new admin and worker token on the first start, written where the clients look.
-absl::Status BootstrapTokens(fp8::server::Coordinator& c, const fs::path& state_dir, bool first_start) {
+absl::Status bootstrap_tokens(fp8::server::Coordinator& c, const fs::path& state_dir, bool first_start) {
   if (!first_start) return absl::OkStatus();
   for (auto [role, name, file] : {std::tuple{Role::kAdmin, "admin", "fp8-admin.token"},
                                   std::tuple{Role::kWorker, "workers", "fp8-worker.token"}}) {
-    absl::StatusOr<std::string> token = c.CreateToken(role, name);
+    absl::StatusOr<std::string> token = c.create_token(role, name);
     if (!token.ok()) return token.status();
     const fs::path path = state_dir / file;
-    if (!WriteSecret(path, *token)) return absl::InternalError(absl::StrCat("cannot write ", path.string()));
+    if (!write_secret(path, *token)) return absl::InternalError(absl::StrCat("cannot write ", path.string()));
     std::printf("fp8-coordinator: first start: %s token written to %s\n", name, path.c_str());
   }
   return absl::OkStatus();
@@ -157,7 +157,7 @@ constexpr int kMaxRequestBytes = 4 << 20;
 constexpr size_t kRequestMemoryQuota = size_t{512} << 20;
 
 // Writes `port` to `file` atomically (a reader never sees half a number).
-void WritePortFile(const std::string& file, int port) {
+void write_port_file(const std::string& file, int port) {
   if (file.empty()) return;
   const fs::path tmp = file + ".tmp";
   std::ofstream(tmp) << port << "\n";
@@ -165,37 +165,37 @@ void WritePortFile(const std::string& file, int port) {
   fs::rename(tmp, file, ec);
 }
 
-int Serve(const Flags& f) {
+int serve(const Flags& f) {
   const fs::path state_dir = fs::absolute(f.state_dir).lexically_normal();
   std::error_code ec;
   fs::create_directories(state_dir, ec);
   const std::string db_path = f.db.empty() ? (state_dir / "fp8-coordinator.db").string() : f.db;
   // Held until the process exits: one state, one coordinator.
-  absl::StatusOr<fp8::server::StateLock> state_lock = fp8::server::StateLock::Acquire(db_path);
-  if (!state_lock.ok()) return Fail(std::string(state_lock.status().message()));
-  if (absl::Status s = fp8::server::CheckDatabaseBeforeOpen(state_dir, db_path); !s.ok()) {
-    return Fail(std::string(s.message()));
+  absl::StatusOr<fp8::server::StateLock> state_lock = fp8::server::StateLock::acquire(db_path);
+  if (!state_lock.ok()) return fail(std::string(state_lock.status().message()));
+  if (absl::Status s = fp8::server::check_database_before_open(state_dir, db_path); !s.ok()) {
+    return fail(std::string(s.message()));
   }
   absl::StatusOr<std::unique_ptr<fp8::server::store::CoordinatorStore>> store =
-      fp8::server::store::CoordinatorStore::Open(db_path);
-  if (!store.ok()) return Fail(std::string(store.status().message()));
+      fp8::server::store::CoordinatorStore::open(db_path);
+  if (!store.ok()) return fail(std::string(store.status().message()));
   absl::StatusOr<int64_t> stored_tokens = (*store)->count_tokens();
-  if (!stored_tokens.ok()) return Fail(std::string(stored_tokens.status().message()));
-  if (absl::Status s = fp8::server::CheckDatabaseTokens(state_dir, db_path, *stored_tokens); !s.ok()) {
-    return Fail(std::string(s.message()));
+  if (!stored_tokens.ok()) return fail(std::string(stored_tokens.status().message()));
+  if (absl::Status s = fp8::server::check_database_tokens(state_dir, db_path, *stored_tokens); !s.ok()) {
+    return fail(std::string(s.message()));
   }
-  if (absl::Status s = AcceptTokenFiles(**store, f); !s.ok()) return Fail(std::string(s.message()), 2);
+  if (absl::Status s = accept_token_files(**store, f); !s.ok()) return fail(std::string(s.message()), 2);
   absl::StatusOr<int64_t> tokens = (*store)->count_tokens();
-  if (!tokens.ok()) return Fail(std::string(tokens.status().message()));
+  if (!tokens.ok()) return fail(std::string(tokens.status().message()));
 
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (!f.tls_cert.empty() || !f.tls_key.empty()) {
-    if (f.tls_cert.empty() || f.tls_key.empty()) return Fail("--tls-cert and --tls-key go together", 2);
+    if (f.tls_cert.empty() || f.tls_key.empty()) return fail("--tls-cert and --tls-key go together", 2);
     bool cert_ok = false, key_ok = false;
     grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({ReadFile(f.tls_key, &key_ok), ReadFile(f.tls_cert, &cert_ok)});
-    if (!cert_ok) return Fail("cannot read --tls-cert " + f.tls_cert, 2);
-    if (!key_ok) return Fail("cannot read --tls-key " + f.tls_key, 2);
+    ssl.pem_key_cert_pairs.push_back({read_file(f.tls_key, &key_ok), read_file(f.tls_cert, &cert_ok)});
+    if (!cert_ok) return fail("cannot read --tls-cert " + f.tls_cert, 2);
+    if (!key_ok) return fail("cannot read --tls-key " + f.tls_key, 2);
     creds = grpc::SslServerCredentials(ssl);
   }
 
@@ -205,35 +205,35 @@ int Serve(const Flags& f) {
   options.lost_after = absl::Milliseconds(f.lost_after_ms);
   options.stop_grace_seconds = f.stop_grace_s;
   options.amax_outlier_factor = f.amax_outlier_factor;
-  options.roots.data = Roots(f.data_roots);
-  options.roots.checkpoint = Roots(f.checkpoint_roots);
+  options.roots.data = roots(f.data_roots);
+  options.roots.checkpoint = roots(f.checkpoint_roots);
 
   // Trainers get the advertised address in StartRank. With --listen HOST:0 the port is
   // known only once the server is bound, so the coordinator learns it then.
   options.advertise_address = f.advertise.empty() ? f.listen : f.advertise;
   absl::StatusOr<std::unique_ptr<fp8::server::Coordinator>> made =
-      fp8::server::Coordinator::Create(std::move(*store), rendezvous, options);
-  if (!made.ok()) return Fail(std::string(made.status().message()));
+      fp8::server::Coordinator::create(std::move(*store), rendezvous, options);
+  if (!made.ok()) return fail(std::string(made.status().message()));
   fp8::server::Coordinator& c = **made;
 
   fp8::metrics::Registry registry;
-  fp8::metrics::RegisterProcessMetrics(registry);
-  fp8::metrics::RegisterBuildInfo(registry, "coordinator", fp8::kVersion);
+  fp8::metrics::register_process_metrics(registry);
+  fp8::metrics::register_build_info(registry, "coordinator", fp8::kVersion);
   fp8::server::CoordinatorMetrics coordinator_metrics(registry);
-  c.SetMetrics(&coordinator_metrics);
-  registry.add_collector([&c, &coordinator_metrics] { coordinator_metrics.SetCluster(c.Cluster()); });
+  c.set_metrics(&coordinator_metrics);
+  registry.add_collector([&c, &coordinator_metrics] { coordinator_metrics.set_cluster(c.cluster()); });
   // /readyz: 503 until the gRPC server is serving and the first-start tokens exist (set
   // below), and again once stopping; while serving, as /healthz (the store answers).
   std::atomic<bool> serving{false};
   auto ready = [&c, &serving]() -> absl::Status {
     if (!serving.load()) return absl::UnavailableError("not serving gRPC (starting or stopping)");
-    return c.Health();
+    return c.health();
   };
   std::unique_ptr<fp8::metrics::MetricsHttpServer> metrics_server;
   if (f.metrics_address != "off") {
-    absl::StatusOr<std::unique_ptr<fp8::metrics::MetricsHttpServer>> started = fp8::metrics::MetricsHttpServer::Start(
-        f.metrics_address, registry, [&c] { return c.Health(); }, ready);
-    if (!started.ok()) return Fail(absl::StrCat("--metrics-address: ", started.status().message()), 2);
+    absl::StatusOr<std::unique_ptr<fp8::metrics::MetricsHttpServer>> started = fp8::metrics::MetricsHttpServer::start(
+        f.metrics_address, registry, [&c] { return c.health(); }, ready);
+    if (!started.ok()) return fail(absl::StrCat("--metrics-address: ", started.status().message()), 2);
     metrics_server = std::move(*started);
   }
   fp8::server::JobServiceImpl jobs(c);
@@ -241,16 +241,16 @@ int Serve(const Flags& f) {
   fp8::server::TrainerServiceImpl trainers(c);
   fp8::server::RendezvousServiceImpl rendezvous_service(
       rendezvous, [&c](grpc::ServerContext& ctx, std::string_view ns) -> grpc::Status {
-        absl::StatusOr<fp8::server::Principal> who = fp8::server::Caller(c, ctx);
-        if (!who.ok()) return fp8::server::ToGrpc(who.status());
-        return fp8::server::ToGrpc(c.AuthorizeRendezvous(*who, ns));
+        absl::StatusOr<fp8::server::Principal> who = fp8::server::caller(c, ctx);
+        if (!who.ok()) return fp8::server::to_grpc(who.status());
+        return fp8::server::to_grpc(c.authorize_rendezvous(*who, ns));
       });
 
   grpc::ServerBuilder builder;
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   // First: the metrics interceptor then counts a malformed request by the code it gets.
-  interceptors.push_back(fp8::server::MakeMalformedRequestInterceptorFactory());
-  interceptors.push_back(fp8::metrics::MakeGrpcServerMetricsInterceptorFactory(registry));
+  interceptors.push_back(fp8::server::make_malformed_request_interceptor_factory());
+  interceptors.push_back(fp8::metrics::make_grpc_server_metrics_interceptor_factory(registry));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   int port = 0;
   builder.AddListeningPort(f.listen, creds, &port);
@@ -266,25 +266,25 @@ int Serve(const Flags& f) {
   builder.RegisterService(&trainers);
   builder.RegisterService(&rendezvous_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) return Fail("cannot listen on " + f.listen + " (in use, or not an address of this host)");
+  if (!server || port == 0) return fail("cannot listen on " + f.listen + " (in use, or not an address of this host)");
   if (f.advertise.empty()) {
     const std::string host = f.listen.substr(0, f.listen.rfind(':'));
-    c.SetAdvertiseAddress(absl::StrCat(host, ":", port));
+    c.set_advertise_address(absl::StrCat(host, ":", port));
   }
-  if (absl::Status s = BootstrapTokens(c, state_dir, *tokens == 0); !s.ok()) {
-    return Fail(std::string(s.message()));
+  if (absl::Status s = bootstrap_tokens(c, state_dir, *tokens == 0); !s.ok()) {
+    return fail(std::string(s.message()));
   }
   serving = true;
   // The metrics port first: a reader of the gRPC port file may expect both.
-  if (metrics_server) WritePortFile(f.metrics_port_file, metrics_server->port());
-  WritePortFile(f.port_file, port);
+  if (metrics_server) write_port_file(f.metrics_port_file, metrics_server->port());
+  write_port_file(f.port_file, port);
   std::printf("fp8-coordinator: serving on %s (port %d), state in %s\n", f.listen.c_str(), port, db_path.c_str());
   if (metrics_server) {
     const std::string host = f.metrics_address.substr(0, f.metrics_address.rfind(':'));
     std::printf("fp8-coordinator: metrics at http://%s:%d/metrics\n", host.c_str(), metrics_server->port());
   }
   std::fflush(stdout);
-  c.StartTicking();
+  c.start_ticking();
 
   // Wait for SIGINT / SIGTERM (blocked in every thread, taken here).
   sigset_t signals;
@@ -295,26 +295,26 @@ int Serve(const Flags& f) {
   sigwait(&signals, &sig);
   serving = false;
   std::printf("fp8-coordinator: stopping (signal %d)\n", sig);
-  c.Shutdown();
+  c.shutdown();
   rendezvous.shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  if (metrics_server) metrics_server->Stop();
-  c.SetMetrics(nullptr);
+  if (metrics_server) metrics_server->stop();
+  c.set_metrics(nullptr);
   return 0;
 }
 
-int CreateTokenCommand(const Flags& f) {
-  absl::StatusOr<Role> role = fp8::server::ParseRole(f.role);
-  if (!role.ok()) return Fail(std::string(role.status().message()), 2);
+int create_token_command(const Flags& f) {
+  absl::StatusOr<Role> role = fp8::server::parse_role(f.role);
+  if (!role.ok()) return fail(std::string(role.status().message()), 2);
   const fs::path state_dir = fs::absolute(f.state_dir).lexically_normal();
   const std::string db_path = f.db.empty() ? (state_dir / "fp8-coordinator.db").string() : f.db;
   absl::StatusOr<std::unique_ptr<fp8::server::store::CoordinatorStore>> store =
-      fp8::server::store::CoordinatorStore::Open(db_path);
-  if (!store.ok()) return Fail(std::string(store.status().message()));
-  if (absl::Status s = fp8::server::CheckOwnerName(f.name, "--name"); !s.ok()) return Fail(std::string(s.message()), 2);
-  const std::string token = fp8::server::NewToken(*role);
-  if (absl::Status s = (*store)->add_token(fp8::server::HashToken(token), {f.name, *role}); !s.ok()) {
-    return Fail(std::string(s.message()));
+      fp8::server::store::CoordinatorStore::open(db_path);
+  if (!store.ok()) return fail(std::string(store.status().message()));
+  if (absl::Status s = fp8::server::check_owner_name(f.name, "--name"); !s.ok()) return fail(std::string(s.message()), 2);
+  const std::string token = fp8::server::new_token(*role);
+  if (absl::Status s = (*store)->add_token(fp8::server::hash_token(token), {f.name, *role}); !s.ok()) {
+    return fail(std::string(s.message()));
   }
   std::printf("%s\n", token.c_str());
   return 0;
@@ -330,7 +330,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  fp8::server::QuietRequestParseErrors(stderr);
+  fp8::server::quiet_request_parse_errors(stderr);
   // Debian's Abseil checks lock order on every Mutex lock by default, keeping a global
   // graph under a global lock that every request thread then queues on (bench/RESULTS.md).
   // The tests, which do not run this main, keep the check.
@@ -383,8 +383,8 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (f.lost_after_ms <= f.heartbeat_interval_ms) {
-    return Fail("--lost-after-ms must be longer than --heartbeat-interval-ms", 2);
+    return fail("--lost-after-ms must be longer than --heartbeat-interval-ms", 2);
   }
-  if (token->parsed()) return CreateTokenCommand(f);
-  return Serve(f);
+  if (token->parsed()) return create_token_command(f);
+  return serve(f);
 }

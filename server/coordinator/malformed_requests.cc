@@ -27,14 +27,14 @@ std::chrono::steady_clock::time_point g_last_summary{};
 
 // protobuf's message: "String field 'fp8.v1.JobSpec.name' contains invalid UTF-8 data
 // when parsing a protocol buffer. ..."
-std::string FieldOf(const std::string& message) {
+std::string field_of(const std::string& message) {
   const size_t open = message.find('\'');
   const size_t close = open == std::string::npos ? open : message.find('\'', open + 1);
   if (close == std::string::npos) return "";
   return message.substr(open + 1, close - open - 1);
 }
 
-void Summarise() {
+void summarise() {
   std::lock_guard<std::mutex> lock(g_summary_mu);
   const auto now = std::chrono::steady_clock::now();
   if (now - g_last_summary < std::chrono::minutes(1)) return;
@@ -45,11 +45,11 @@ void Summarise() {
   std::fflush(g_log);
 }
 
-void OnProtobufLog(google::protobuf::LogLevel level, const char* filename, int line, const std::string& message) {
+void on_protobuf_log(google::protobuf::LogLevel level, const char* filename, int line, const std::string& message) {
   if (absl::StrContains(message, "invalid UTF-8") && absl::StrContains(message, "parsing")) {
-    t_bad_field = FieldOf(message);
+    t_bad_field = field_of(message);
     g_unlogged.fetch_add(1);
-    Summarise();
+    summarise();
     return;
   }
   static const char* const kLevels[] = {"INFO", "WARNING", "ERROR", "FATAL"};
@@ -68,7 +68,7 @@ class MalformedRequestInterceptor final : public grpc::experimental::Interceptor
       methods->ModifySendStatus(grpc::Status(
           grpc::StatusCode::INVALID_ARGUMENT,
           field.empty() ? "request: its bytes do not parse as the method's request message"
-                        : absl::StrCat("request: ", rpc::QuoteForError(field, 128), " is not valid UTF-8")));
+                        : absl::StrCat("request: ", rpc::quote_for_error(field, 128), " is not valid UTF-8")));
     }
     methods->Proceed();
   }
@@ -86,13 +86,13 @@ class MalformedRequestInterceptorFactory final : public grpc::experimental::Serv
 
 }  // namespace
 
-std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MakeMalformedRequestInterceptorFactory() {
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> make_malformed_request_interceptor_factory() {
   return std::make_unique<MalformedRequestInterceptorFactory>();
 }
 
-void QuietRequestParseErrors(std::FILE* log) {
+void quiet_request_parse_errors(std::FILE* log) {
   g_log = log;
-  google::protobuf::SetLogHandler(&OnProtobufLog);
+  google::protobuf::SetLogHandler(&on_protobuf_log);
 }
 
 }  // namespace fp8::server

@@ -16,11 +16,11 @@
 namespace fp8::server {
 
 // For ServerBuilder::experimental().SetInterceptorCreators.
-std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MakeMalformedRequestInterceptorFactory();
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> make_malformed_request_interceptor_factory();
 
 // Installs protobuf's log handler: parse errors of requests are counted and summarised
 // on `log` at most once a minute; every other protobuf message is written as it comes.
 // Once per process, before serving.
-void QuietRequestParseErrors(std::FILE* log);
+void quiet_request_parse_errors(std::FILE* log);
 
 }  // namespace fp8::server

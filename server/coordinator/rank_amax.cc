@@ -7,7 +7,7 @@ namespace fp8::server {
 namespace {
 
 // The largest reported amax and its rank; nullopt when no rank reported.
-std::optional<RankAmax::Point> Largest(int64_t step, const std::vector<float>& by_rank) {
+std::optional<RankAmax::Point> largest(int64_t step, const std::vector<float>& by_rank) {
   std::optional<RankAmax::Point> best;
   for (size_t r = 0; r < by_rank.size(); ++r) {
     if (by_rank[r] < 0) continue;
@@ -18,10 +18,10 @@ std::optional<RankAmax::Point> Largest(int64_t step, const std::vector<float>& b
 
 }  // namespace
 
-std::optional<RankAmax::Outlier> RankAmax::Report(int64_t step, int rank, int world_size, float amax, double factor) {
+std::optional<RankAmax::Outlier> RankAmax::report(int64_t step, int rank, int world_size, float amax, double factor) {
   if (step < step_ || rank < 0 || rank >= world_size || !(amax >= 0) || std::isinf(amax)) return std::nullopt;
   if (step > step_ || static_cast<int>(by_rank_.size()) != world_size) {
-    Close();
+    close();
     step_ = step;
     by_rank_.assign(static_cast<size_t>(world_size), -1.0f);
   }
@@ -29,7 +29,7 @@ std::optional<RankAmax::Outlier> RankAmax::Report(int64_t step, int rank, int wo
   if (world_size < 2 || factor <= 1 || std::any_of(by_rank_.begin(), by_rank_.end(), [](float a) { return a < 0; })) {
     return std::nullopt;
   }
-  const std::optional<Point> top = Largest(step_, by_rank_);
+  const std::optional<Point> top = largest(step_, by_rank_);
   float others = 0;
   for (size_t r = 0; r < by_rank_.size(); ++r) {
     if (static_cast<int>(r) != top->rank) others = std::max(others, by_rank_[r]);
@@ -39,8 +39,8 @@ std::optional<RankAmax::Outlier> RankAmax::Report(int64_t step, int rank, int wo
   return Outlier{top->rank, top->amax, others};
 }
 
-void RankAmax::Close() {
-  const std::optional<Point> top = Largest(step_, by_rank_);
+void RankAmax::close() {
+  const std::optional<Point> top = largest(step_, by_rank_);
   if (!top) return;
   if (history_.size() >= kMaxPoints) {
     std::vector<Point> kept;
@@ -52,7 +52,7 @@ void RankAmax::Close() {
 
 std::vector<RankAmax::Point> RankAmax::history() const {
   std::vector<Point> out = history_;
-  if (const std::optional<Point> open = Largest(step_, by_rank_)) out.push_back(*open);
+  if (const std::optional<Point> open = largest(step_, by_rank_)) out.push_back(*open);
   return out;
 }
 

@@ -33,7 +33,7 @@ class RankAmax {
   // previous one (its largest amax joins the history); an older step is ignored (a rank
   // reporting late). Returns the outlier when this report completes the step and one
   // rank's amax is above `factor` times every other rank's (factor <= 1: never).
-  std::optional<Outlier> Report(int64_t step, int rank, int world_size, float amax, double factor);
+  std::optional<Outlier> report(int64_t step, int rank, int world_size, float amax, double factor);
 
   int64_t step() const { return step_; }
   // This step's amax per rank; negative where a rank has not reported yet.
@@ -42,7 +42,7 @@ class RankAmax {
   std::vector<Point> history() const;
 
  private:
-  void Close();
+  void close();
 
   int64_t step_ = 0;
   std::vector<float> by_rank_;

@@ -10,6 +10,6 @@ namespace fp8::server {
 // estimate (common/jobspec/memory_estimate.h: a CPU rank's tensors are host memory); 0
 // (nothing to check) for a GPU job that states none, whose estimate is GPU memory, which
 // workers do not advertise.
-double RankMemoryNeedGb(const v1::JobSpec& spec);
+double rank_memory_need_gb(const v1::JobSpec& spec);
 
 }  // namespace fp8::server

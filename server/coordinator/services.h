@@ -10,9 +10,9 @@
 
 namespace fp8::server {
 
-grpc::Status ToGrpc(const absl::Status& status);
+grpc::Status to_grpc(const absl::Status& status);
 // The caller of a request (UNAUTHENTICATED without a known token).
-absl::StatusOr<Principal> Caller(Coordinator& coordinator, const grpc::ServerContext& ctx);
+absl::StatusOr<Principal> caller(Coordinator& coordinator, const grpc::ServerContext& ctx);
 
 class JobServiceImpl final : public v1::JobService::Service {
  public:

@@ -34,25 +34,25 @@ struct PathRoots {
 // user named (AssignJobFolder adds the job's own folder once the job has an id).
 // `admin`: the caller is an admin, whose checkpoint.dir may be anywhere under a root
 // rather than only in the owner's subtree.
-absl::StatusOr<v1::JobSpec> AdmitJobSpec(const v1::JobSpec& spec, const PathRoots& roots, bool admin);
+absl::StatusOr<v1::JobSpec> admit_job_spec(const v1::JobSpec& spec, const PathRoots& roots, bool admin);
 
 // `<checkpoint.dir>/<job_id>`: the folder the job's checkpoints go to.
-std::string JobFolder(const std::string& checkpoint_dir, const std::string& job_id);
+std::string job_folder(const std::string& checkpoint_dir, const std::string& job_id);
 
 // INVALID_ARGUMENT naming `field` unless `path` is absolute, free of "." and ".."
 // components, and under one of `roots`.
-absl::Status CheckConfinedPath(const std::string& path, const std::vector<std::filesystem::path>& roots,
+absl::Status check_confined_path(const std::string& path, const std::vector<std::filesystem::path>& roots,
                                const std::string& field);
 
 // The root among `roots` that `path` lies under (lexically), or "" when none.
-std::string RootOf(const std::string& path, const std::vector<std::filesystem::path>& roots);
+std::string root_of(const std::string& path, const std::vector<std::filesystem::path>& roots);
 
 // `roots` made absolute with symbolic links resolved (as far as they exist), so that
 // resolved paths compare against them. For the coordinator's start.
-std::vector<std::filesystem::path> ResolveRoots(const std::vector<std::filesystem::path>& roots);
+std::vector<std::filesystem::path> resolve_roots(const std::vector<std::filesystem::path>& roots);
 
 // OK when `owner` can name a folder: 1 to 63 letters, digits, '.', '_' or '-', starting
 // with a letter or digit.
-absl::Status CheckOwnerName(const std::string& owner, const std::string& field);
+absl::Status check_owner_name(const std::string& owner, const std::string& field);
 
 }  // namespace fp8::server

@@ -18,7 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> TokenFilesIn(const fs::path& state_dir) {
+std::vector<std::string> token_files_in(const fs::path& state_dir) {
   std::vector<std::string> found;
   for (const char* name : kFirstStartTokenFiles) {
     std::error_code ec;
@@ -27,7 +27,7 @@ std::vector<std::string> TokenFilesIn(const fs::path& state_dir) {
   return found;
 }
 
-absl::Status LostState(const fs::path& state_dir, const std::vector<std::string>& tokens, const fs::path& database,
+absl::Status lost_state(const fs::path& state_dir, const std::vector<std::string>& tokens, const fs::path& database,
                        const std::string& what) {
   return absl::FailedPreconditionError(absl::StrCat(
       state_dir.string(), " holds the tokens of an earlier start (", absl::StrJoin(tokens, ", "), ") but the database ",
@@ -37,7 +37,7 @@ absl::Status LostState(const fs::path& state_dir, const std::vector<std::string>
 
 }  // namespace
 
-absl::StatusOr<StateLock> StateLock::Acquire(const fs::path& database) {
+absl::StatusOr<StateLock> StateLock::acquire(const fs::path& database) {
   const fs::path path = database.string() + ".lock";
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -69,19 +69,19 @@ StateLock::~StateLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
-absl::Status CheckDatabaseBeforeOpen(const fs::path& state_dir, const fs::path& database) {
-  const std::vector<std::string> tokens = TokenFilesIn(state_dir);
+absl::Status check_database_before_open(const fs::path& state_dir, const fs::path& database) {
+  const std::vector<std::string> tokens = token_files_in(state_dir);
   if (tokens.empty()) return absl::OkStatus();
   std::error_code ec;
-  if (!fs::exists(database, ec)) return LostState(state_dir, tokens, database, "does not exist");
-  if (fs::file_size(database, ec) == 0 && !ec) return LostState(state_dir, tokens, database, "is empty");
+  if (!fs::exists(database, ec)) return lost_state(state_dir, tokens, database, "does not exist");
+  if (fs::file_size(database, ec) == 0 && !ec) return lost_state(state_dir, tokens, database, "is empty");
   return absl::OkStatus();
 }
 
-absl::Status CheckDatabaseTokens(const fs::path& state_dir, const fs::path& database, int64_t tokens) {
-  const std::vector<std::string> files = TokenFilesIn(state_dir);
+absl::Status check_database_tokens(const fs::path& state_dir, const fs::path& database, int64_t tokens) {
+  const std::vector<std::string> files = token_files_in(state_dir);
   if (files.empty() || tokens > 0) return absl::OkStatus();
-  return LostState(state_dir, files, database, "holds no token");
+  return lost_state(state_dir, files, database, "holds no token");
 }
 
 }  // namespace fp8::server

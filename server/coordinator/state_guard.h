@@ -24,7 +24,7 @@ class StateLock {
  public:
   // FAILED_PRECONDITION when another process holds it ("... held by pid 1234"); the
   // lock file is created if needed and gets this process's pid.
-  static absl::StatusOr<StateLock> Acquire(const std::filesystem::path& database);
+  static absl::StatusOr<StateLock> acquire(const std::filesystem::path& database);
   StateLock(StateLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
   StateLock& operator=(StateLock&&) = delete;
   ~StateLock();
@@ -39,11 +39,11 @@ inline constexpr const char* kFirstStartTokenFiles[] = {"fp8-admin.token", "fp8-
 
 // Before the database is opened: FAILED_PRECONDITION when first-start token files exist
 // in `state_dir` but `database` is missing or empty.
-absl::Status CheckDatabaseBeforeOpen(const std::filesystem::path& state_dir, const std::filesystem::path& database);
+absl::Status check_database_before_open(const std::filesystem::path& state_dir, const std::filesystem::path& database);
 
 // After it is opened: FAILED_PRECONDITION when first-start token files exist but the
 // database holds `tokens` == 0.
-absl::Status CheckDatabaseTokens(const std::filesystem::path& state_dir, const std::filesystem::path& database,
+absl::Status check_database_tokens(const std::filesystem::path& state_dir, const std::filesystem::path& database,
                                  int64_t tokens);
 
 }  // namespace fp8::server

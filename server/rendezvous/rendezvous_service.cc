@@ -13,12 +13,12 @@ namespace fp8::server {
 namespace {
 
 // absl and gRPC share the canonical status codes, number for number.
-grpc::Status ToGrpc(const absl::Status& s) {
+grpc::Status to_grpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
-grpc::Status ValidateTimeoutMs(int64_t timeout_ms) {
+grpc::Status validate_timeout_ms(int64_t timeout_ms) {
   if (timeout_ms < 0 || timeout_ms > absl::ToInt64Milliseconds(RendezvousStore::kMaxTimeout)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("timeout_ms: ", timeout_ms, " is outside [0, 600000]"));
@@ -28,7 +28,7 @@ grpc::Status ValidateTimeoutMs(int64_t timeout_ms) {
 
 // The shorter of timeout_ms and what is left of the call's deadline (an infinite deadline
 // is system_clock's max, which the subtraction below handles without overflow).
-absl::Duration EffectiveTimeout(const grpc::ServerContext& ctx, int64_t timeout_ms) {
+absl::Duration effective_timeout(const grpc::ServerContext& ctx, int64_t timeout_ms) {
   const auto left = ctx.deadline() - std::chrono::system_clock::now();
   const auto requested = std::chrono::milliseconds(timeout_ms);
   if (left >= requested) return absl::Milliseconds(timeout_ms);
@@ -42,7 +42,7 @@ RendezvousServiceImpl::RendezvousServiceImpl(RendezvousStore& store, Authorizer 
     : store_(store), authorize_(std::move(authorize)) {}
 
 grpc::Status RendezvousServiceImpl::admit(grpc::ServerContext& ctx, std::string_view ns) const {
-  if (absl::Status s = RendezvousStore::ValidateNamespace(ns); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = RendezvousStore::validate_namespace(ns); !s.ok()) return to_grpc(s);
   if (!authorize_) return grpc::Status(grpc::StatusCode::INTERNAL, "rendezvous service has no authorizer");
   return authorize_(ctx, ns);
 }
@@ -50,19 +50,19 @@ grpc::Status RendezvousServiceImpl::admit(grpc::ServerContext& ctx, std::string_
 grpc::Status RendezvousServiceImpl::Set(grpc::ServerContext* ctx, const fp8::v1::RendezvousSetRequest* req,
                                         fp8::v1::RendezvousSetResponse*) {
   if (grpc::Status s = admit(*ctx, req->rendezvous_namespace()); !s.ok()) return s;
-  if (absl::Status s = rpc::CheckRequestLimits(*req); !s.ok()) return ToGrpc(s);
-  return ToGrpc(store_.set(req->rendezvous_namespace(), req->key(), req->value()));
+  if (absl::Status s = rpc::check_request_limits(*req); !s.ok()) return to_grpc(s);
+  return to_grpc(store_.set(req->rendezvous_namespace(), req->key(), req->value()));
 }
 
 grpc::Status RendezvousServiceImpl::Get(grpc::ServerContext* ctx, const fp8::v1::RendezvousGetRequest* req,
                                         fp8::v1::RendezvousGetResponse* resp) {
   if (grpc::Status s = admit(*ctx, req->rendezvous_namespace()); !s.ok()) return s;
-  if (absl::Status s = rpc::CheckRequestLimits(*req); !s.ok()) return ToGrpc(s);
-  if (grpc::Status s = ValidateTimeoutMs(req->timeout_ms()); !s.ok()) return s;
+  if (absl::Status s = rpc::check_request_limits(*req); !s.ok()) return to_grpc(s);
+  if (grpc::Status s = validate_timeout_ms(req->timeout_ms()); !s.ok()) return s;
   absl::StatusOr<std::string> value =
-      store_.get(req->rendezvous_namespace(), req->key(), EffectiveTimeout(*ctx, req->timeout_ms()),
+      store_.get(req->rendezvous_namespace(), req->key(), effective_timeout(*ctx, req->timeout_ms()),
                  [ctx] { return ctx->IsCancelled(); });
-  if (!value.ok()) return ToGrpc(value.status());
+  if (!value.ok()) return to_grpc(value.status());
   resp->set_value(std::move(*value));
   return grpc::Status::OK;
 }
@@ -70,10 +70,10 @@ grpc::Status RendezvousServiceImpl::Get(grpc::ServerContext* ctx, const fp8::v1:
 grpc::Status RendezvousServiceImpl::Wait(grpc::ServerContext* ctx, const fp8::v1::RendezvousWaitRequest* req,
                                          fp8::v1::RendezvousWaitResponse*) {
   if (grpc::Status s = admit(*ctx, req->rendezvous_namespace()); !s.ok()) return s;
-  if (absl::Status s = rpc::CheckRequestLimits(*req); !s.ok()) return ToGrpc(s);
-  if (grpc::Status s = ValidateTimeoutMs(req->timeout_ms()); !s.ok()) return s;
+  if (absl::Status s = rpc::check_request_limits(*req); !s.ok()) return to_grpc(s);
+  if (grpc::Status s = validate_timeout_ms(req->timeout_ms()); !s.ok()) return s;
   const std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-  return ToGrpc(store_.wait(req->rendezvous_namespace(), keys, EffectiveTimeout(*ctx, req->timeout_ms()),
+  return to_grpc(store_.wait(req->rendezvous_namespace(), keys, effective_timeout(*ctx, req->timeout_ms()),
                             [ctx] { return ctx->IsCancelled(); }));
 }
 

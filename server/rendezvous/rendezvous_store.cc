@@ -17,7 +17,7 @@ constexpr absl::Duration kCancelPoll = absl::Milliseconds(100);
 // a message of a megabyte.
 constexpr size_t kKeysNamed = 16;
 
-absl::Status ValidateTimeout(absl::Duration timeout) {
+absl::Status validate_timeout(absl::Duration timeout) {
   if (timeout < absl::ZeroDuration() || timeout > RendezvousStore::kMaxTimeout) {
     return absl::InvalidArgumentError(
         absl::StrCat("timeout_ms: ", absl::ToInt64Milliseconds(timeout), " is outside [0, 600000]"));
@@ -25,7 +25,7 @@ absl::Status ValidateTimeout(absl::Duration timeout) {
   return absl::OkStatus();
 }
 
-std::string NameKeys(const std::vector<std::string>& keys) {
+std::string name_keys(const std::vector<std::string>& keys) {
   if (keys.size() <= kKeysNamed) return absl::StrJoin(keys, ", ");
   std::vector<std::string> head(keys.begin(), keys.begin() + kKeysNamed);
   return absl::StrCat(absl::StrJoin(head, ", "), " and ", keys.size() - kKeysNamed, " more");
@@ -33,7 +33,7 @@ std::string NameKeys(const std::vector<std::string>& keys) {
 
 }  // namespace
 
-absl::Status RendezvousStore::ValidateNamespace(std::string_view ns) {
+absl::Status RendezvousStore::validate_namespace(std::string_view ns) {
   if (ns.empty()) return absl::InvalidArgumentError("rendezvous_namespace: empty");
   if (ns.size() > kMaxNamespaceBytes) {
     return absl::InvalidArgumentError(
@@ -42,7 +42,7 @@ absl::Status RendezvousStore::ValidateNamespace(std::string_view ns) {
   return absl::OkStatus();
 }
 
-absl::Status RendezvousStore::ValidateKey(std::string_view key, std::string_view field) {
+absl::Status RendezvousStore::validate_key(std::string_view key, std::string_view field) {
   if (key.empty()) return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": empty"));
   if (key.size() > kMaxKeyBytes) {
     return absl::InvalidArgumentError(
@@ -72,8 +72,8 @@ absl::Status RendezvousStore::block_until(const std::string& ns, const std::func
 }
 
 absl::Status RendezvousStore::set(std::string_view ns, std::string_view key, std::string_view value) {
-  if (absl::Status s = ValidateNamespace(ns); !s.ok()) return s;
-  if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+  if (absl::Status s = validate_namespace(ns); !s.ok()) return s;
+  if (absl::Status s = validate_key(key); !s.ok()) return s;
   if (value.size() > kMaxValueBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("value: longer than ", kMaxValueBytes, " bytes (", value.size(), ")"));
@@ -97,9 +97,9 @@ absl::Status RendezvousStore::set(std::string_view ns, std::string_view key, std
 
 absl::StatusOr<std::string> RendezvousStore::get(std::string_view ns_view, std::string_view key,
                                                  absl::Duration timeout, const CancelledFn& cancelled) {
-  if (absl::Status s = ValidateNamespace(ns_view); !s.ok()) return s;
-  if (absl::Status s = ValidateKey(key); !s.ok()) return s;
-  if (absl::Status s = ValidateTimeout(timeout); !s.ok()) return s;
+  if (absl::Status s = validate_namespace(ns_view); !s.ok()) return s;
+  if (absl::Status s = validate_key(key); !s.ok()) return s;
+  if (absl::Status s = validate_timeout(timeout); !s.ok()) return s;
   const absl::Time deadline = absl::Now() + timeout;
   const std::string ns(ns_view);
   absl::MutexLock lock(&mu_);
@@ -123,15 +123,15 @@ absl::StatusOr<std::string> RendezvousStore::get(std::string_view ns_view, std::
 
 absl::Status RendezvousStore::wait(std::string_view ns_view, const std::vector<std::string>& keys,
                                    absl::Duration timeout, const CancelledFn& cancelled) {
-  if (absl::Status s = ValidateNamespace(ns_view); !s.ok()) return s;
+  if (absl::Status s = validate_namespace(ns_view); !s.ok()) return s;
   if (keys.empty()) return absl::InvalidArgumentError("keys: empty (wait for 1 to 4096 keys)");
   if (keys.size() > kMaxWaitKeys) {
     return absl::InvalidArgumentError(absl::StrCat("keys: ", keys.size(), " keys, more than ", kMaxWaitKeys));
   }
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (absl::Status s = ValidateKey(keys[i], absl::StrCat("keys[", i, "]")); !s.ok()) return s;
+    if (absl::Status s = validate_key(keys[i], absl::StrCat("keys[", i, "]")); !s.ok()) return s;
   }
-  if (absl::Status s = ValidateTimeout(timeout); !s.ok()) return s;
+  if (absl::Status s = validate_timeout(timeout); !s.ok()) return s;
   const absl::Time deadline = absl::Now() + timeout;
   const std::string ns(ns_view);
   absl::MutexLock lock(&mu_);
@@ -148,7 +148,7 @@ absl::Status RendezvousStore::wait(std::string_view ns_view, const std::vector<s
   if (absl::IsDeadlineExceeded(s)) {
     return absl::DeadlineExceededError(absl::StrCat("rendezvous namespace ", ns, ": ", missing.size(), " of ",
                                                     keys.size(), " keys not set within ",
-                                                    absl::ToInt64Milliseconds(timeout), " ms: ", NameKeys(missing)));
+                                                    absl::ToInt64Milliseconds(timeout), " ms: ", name_keys(missing)));
   }
   return s;
 }

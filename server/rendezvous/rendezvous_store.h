@@ -73,8 +73,8 @@ class RendezvousStore {
   size_t key_count(std::string_view ns) const;
 
   // Field checks, exposed so the service can validate before authorizing.
-  static absl::Status ValidateNamespace(std::string_view ns);
-  static absl::Status ValidateKey(std::string_view key, std::string_view field = "key");
+  static absl::Status validate_namespace(std::string_view ns);
+  static absl::Status validate_key(std::string_view key, std::string_view field = "key");
 
  private:
   // OK when calls on `ns` may proceed; ABORTED / UNAVAILABLE otherwise.

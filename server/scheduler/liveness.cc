@@ -10,7 +10,7 @@
 
 namespace fp8::scheduler {
 
-std::vector<std::string> LostWorkers(std::span<const WorkerHeartbeat> workers,
+std::vector<std::string> lost_workers(std::span<const WorkerHeartbeat> workers,
                                      LivenessClock::time_point now,
                                      LivenessClock::duration lost_after) {
   std::map<std::string, LivenessClock::time_point> latest;  // sorted by id
@@ -26,14 +26,14 @@ std::vector<std::string> LostWorkers(std::span<const WorkerHeartbeat> workers,
   return lost;
 }
 
-LivenessClock::duration ProgressTimeout(int64_t configured_seconds, bool reported,
+LivenessClock::duration progress_timeout(int64_t configured_seconds, bool reported,
                                         LivenessClock::duration longest_gap) {
   if (configured_seconds > 0) return std::chrono::seconds(configured_seconds);
   if (!reported) return kFirstReportTimeout;
   return std::clamp<LivenessClock::duration>(4 * longest_gap, kMinProgressTimeout, kMaxProgressTimeout);
 }
 
-std::string DescribeFailure(const AttemptFailure& failure) {
+std::string describe_failure(const AttemptFailure& failure) {
   return std::visit(
       [](const auto& f) -> std::string {
         using T = std::decay_t<decltype(f)>;
@@ -55,7 +55,7 @@ std::string DescribeFailure(const AttemptFailure& failure) {
       failure);
 }
 
-FailureClass ClassifyExitCode(int exit_code) {
+FailureClass classify_exit_code(int exit_code) {
   if (exit_code < 0) return FailureClass::kSignal;
   switch (exit_code) {
     case rpc::kExitConfiguration:
@@ -74,7 +74,7 @@ FailureClass ClassifyExitCode(int exit_code) {
   }
 }
 
-FailureClass ClassifyFailure(const AttemptFailure& failure) {
+FailureClass classify_failure(const AttemptFailure& failure) {
   return std::visit(
       [](const auto& f) {
         using T = std::decay_t<decltype(f)>;
@@ -83,13 +83,13 @@ FailureClass ClassifyFailure(const AttemptFailure& failure) {
         } else if constexpr (std::is_same_v<T, RankHung>) {
           return FailureClass::kHung;
         } else {
-          return ClassifyExitCode(f.exit_code);
+          return classify_exit_code(f.exit_code);
         }
       },
       failure);
 }
 
-const char* FailureClassName(FailureClass c) {
+const char* failure_class_name(FailureClass c) {
   switch (c) {
     case FailureClass::kWorkerLost:
       return "worker_lost";
@@ -111,12 +111,12 @@ const char* FailureClassName(FailureClass c) {
   return "unknown";
 }
 
-AttemptDecision DecideAfterFailure(std::string cause, FailureClass failure, int restarts_used, int max_restarts,
+AttemptDecision decide_after_failure(std::string cause, FailureClass failure, int restarts_used, int max_restarts,
                                    std::span<const FailureClass> restart_on) {
   const int allowed = std::max(max_restarts, 0);
   const int used = std::max(restarts_used, 0);
   if (std::find(restart_on.begin(), restart_on.end(), failure) == restart_on.end()) {
-    return Fail{absl::StrCat(cause, "; not restarted: a ", FailureClassName(failure),
+    return Fail{absl::StrCat(cause, "; not restarted: a ", failure_class_name(failure),
                              " failure, not in restarts.on")};
   }
   if (used < allowed) return Restart{used + 1, std::move(cause)};
@@ -124,7 +124,7 @@ AttemptDecision DecideAfterFailure(std::string cause, FailureClass failure, int 
   return Fail{absl::StrCat(cause, " (all ", allowed, " restarts used)")};
 }
 
-std::chrono::seconds RestartBackoff(int backoff_seconds, int restart_number) {
+std::chrono::seconds restart_backoff(int backoff_seconds, int restart_number) {
   std::chrono::seconds delay{std::max(backoff_seconds, 0)};
   for (int i = 1; i < restart_number && delay < kMaxRestartBackoff; ++i) delay *= 2;
   return std::min(delay, kMaxRestartBackoff);

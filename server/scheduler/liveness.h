@@ -23,7 +23,7 @@ struct WorkerHeartbeat {
 // The ids of workers silent for MORE than lost_after at `now` (now - last > lost_after).
 // Exactly lost_after is still alive; a heartbeat stamped after `now` is alive. Sorted by
 // id, each once (a worker listed twice counts by its latest heartbeat).
-std::vector<std::string> LostWorkers(std::span<const WorkerHeartbeat> workers,
+std::vector<std::string> lost_workers(std::span<const WorkerHeartbeat> workers,
                                      LivenessClock::time_point now,
                                      LivenessClock::duration lost_after);
 
@@ -34,7 +34,7 @@ std::vector<std::string> LostWorkers(std::span<const WorkerHeartbeat> workers,
 inline constexpr std::chrono::seconds kFirstReportTimeout{900};
 inline constexpr std::chrono::seconds kMinProgressTimeout{120};
 inline constexpr std::chrono::seconds kMaxProgressTimeout{900};
-LivenessClock::duration ProgressTimeout(int64_t configured_seconds, bool reported,
+LivenessClock::duration progress_timeout(int64_t configured_seconds, bool reported,
                                         LivenessClock::duration longest_gap);
 
 // Why an attempt ended early. Either way the whole attempt ends on every rank.
@@ -65,15 +65,15 @@ enum class FailureClass {
   kOutOfMemory,
   kUnknown,
 };
-FailureClass ClassifyFailure(const AttemptFailure& failure);
-FailureClass ClassifyExitCode(int exit_code);  // a negative code -N: killed by signal N
+FailureClass classify_failure(const AttemptFailure& failure);
+FailureClass classify_exit_code(int exit_code);  // a negative code -N: killed by signal N
 // As job.yaml writes it: "worker_lost", "divergence", ...
-const char* FailureClassName(FailureClass c);
+const char* failure_class_name(FailureClass c);
 
 // One line for events and for the job's failure reason, e.g.
 // "worker 'w2' lost (no heartbeat)", "rank 1 on worker 'w2' exited with code 3" or
 // "rank 0 on worker 'w1' hung: no progress for 30 s".
-std::string DescribeFailure(const AttemptFailure& failure);
+std::string describe_failure(const AttemptFailure& failure);
 
 struct Restart {
   int restart_number = 0;  // 1 for the first restart
@@ -88,12 +88,12 @@ using AttemptDecision = std::variant<Restart, Fail>;
 // committed checkpoint while the class is one of `restart_on` (restarts.on) and
 // restarts_used < max_restarts, otherwise fail the job. max_restarts = 0 means the first
 // failure is final; negative values count as 0.
-AttemptDecision DecideAfterFailure(std::string cause, FailureClass failure, int restarts_used, int max_restarts,
+AttemptDecision decide_after_failure(std::string cause, FailureClass failure, int restarts_used, int max_restarts,
                                    std::span<const FailureClass> restart_on);
 
 // Seconds before restart number `restart_number` (1 for the first): backoff_seconds,
 // doubling for each later restart, at most kMaxRestartBackoff.
 inline constexpr std::chrono::seconds kMaxRestartBackoff{3600};
-std::chrono::seconds RestartBackoff(int backoff_seconds, int restart_number);
+std::chrono::seconds restart_backoff(int backoff_seconds, int restart_number);
 
 }  // namespace fp8::scheduler

@@ -16,21 +16,21 @@ namespace {
 
 constexpr std::size_t kKinds = 2;
 
-std::size_t KindIndex(DeviceKind kind) { return kind == DeviceKind::kCuda ? 1 : 0; }
+std::size_t kind_index(DeviceKind kind) { return kind == DeviceKind::kCuda ? 1 : 0; }
 
 }  // namespace
 
-bool Fits(const JobView& job, const WorkerView& worker) {
+bool fits(const JobView& job, const WorkerView& worker) {
   const bool cpus_ok = worker.cpus <= 0 || job.cpus_per_rank <= worker.cpus;
   const bool memory_ok = worker.memory_gb <= 0 || job.memory_gb <= worker.memory_gb;
   return cpus_ok && memory_ok;
 }
 
-const char* DeviceKindName(DeviceKind kind) {
+const char* device_kind_name(DeviceKind kind) {
   return kind == DeviceKind::kCuda ? "cuda" : "cpu";
 }
 
-const char* WaitingReasonName(Waiting::Reason reason) {
+const char* waiting_reason_name(Waiting::Reason reason) {
   return reason == Waiting::Reason::kBehind ? "behind" : "workers";
 }
 
@@ -38,8 +38,8 @@ namespace {
 
 // "waiting for 3 cpu workers: 2 registered, 1 free" (counting the workers that fit the
 // job's ranks), naming what each must offer when some alive worker of the kind does not.
-std::string WorkersText(const JobView& job, int registered, int free, bool some_do_not_fit) {
-  std::string text = absl::StrCat("waiting for ", job.world_size, " ", DeviceKindName(job.kind), " worker",
+std::string workers_text(const JobView& job, int registered, int free, bool some_do_not_fit) {
+  std::string text = absl::StrCat("waiting for ", job.world_size, " ", device_kind_name(job.kind), " worker",
                                   job.world_size == 1 ? "" : "s");
   if (some_do_not_fit) {
     absl::StrAppend(&text, " offering ", job.cpus_per_rank, " cpu", job.cpus_per_rank == 1 ? "" : "s");
@@ -52,7 +52,7 @@ std::string WorkersText(const JobView& job, int registered, int free, bool some_
 
 }  // namespace
 
-Plan Schedule(std::span<const JobView> queued, std::span<const WorkerView> workers) {
+Plan schedule(std::span<const JobView> queued, std::span<const WorkerView> workers) {
   // Free workers per kind, in rank-assignment order; and every alive worker per kind,
   // busy or not (what a job could get once running jobs end).
   std::array<std::vector<const WorkerView*>, kKinds> pools;
@@ -68,8 +68,8 @@ Plan Schedule(std::span<const JobView> queued, std::span<const WorkerView> worke
     std::unordered_set<std::string> seen;
     for (const WorkerView* w : sorted) {
       if (!seen.insert(w->id).second) continue;
-      alive[KindIndex(w->kind)].push_back(w);
-      if (!w->busy) pools[KindIndex(w->kind)].push_back(w);
+      alive[kind_index(w->kind)].push_back(w);
+      if (!w->busy) pools[kind_index(w->kind)].push_back(w);
     }
   }
   // Per pool: placed in this call, or held back for a waiting job.
@@ -100,13 +100,13 @@ Plan Schedule(std::span<const JobView> queued, std::span<const WorkerView> worke
   Plan plan;
   for (const JobView* job : order) {
     if (job->world_size < 1) continue;  // malformed; never placeable, blocks nothing
-    const std::size_t k = KindIndex(job->kind);
+    const std::size_t k = kind_index(job->kind);
     const std::vector<const WorkerView*>& pool = pools[k];
     const std::size_t want = static_cast<std::size_t>(job->world_size);
     std::vector<std::size_t> picked;  // the first unused, not held workers that fit
     std::size_t free_fitting = 0;     // unused ones that fit, held back or not
     for (std::size_t i = 0; i < pool.size(); ++i) {
-      if (used[k][i] || !Fits(*job, *pool[i])) continue;
+      if (used[k][i] || !fits(*job, *pool[i])) continue;
       ++free_fitting;
       if (!held[k][i] && picked.size() < want) picked.push_back(i);
     }
@@ -122,9 +122,9 @@ Plan Schedule(std::span<const JobView> queued, std::span<const WorkerView> worke
       continue;
     }
     const auto registered = std::count_if(alive[k].begin(), alive[k].end(),
-                                          [&](const WorkerView* w) { return Fits(*job, *w); });
+                                          [&](const WorkerView* w) { return fits(*job, *w); });
     Waiting waiting{job->id, Waiting::Reason::kWorkers,
-                    WorkersText(*job, static_cast<int>(registered), static_cast<int>(free_fitting),
+                    workers_text(*job, static_cast<int>(registered), static_cast<int>(free_fitting),
                                 static_cast<std::size_t>(registered) < alive[k].size())};
     if (free_fitting >= want && first_holding[k] != nullptr) {
       waiting.reason = Waiting::Reason::kBehind;
@@ -133,7 +133,7 @@ Plan Schedule(std::span<const JobView> queued, std::span<const WorkerView> worke
     plan.waiting.push_back(std::move(waiting));
     if (static_cast<std::size_t>(registered) < want) continue;  // more must register: holds nothing
     for (std::size_t i = 0; i < pool.size(); ++i) {
-      if (!used[k][i] && Fits(*job, *pool[i])) held[k][i] = true;
+      if (!used[k][i] && fits(*job, *pool[i])) held[k][i] = true;
     }
     if (first_holding[k] == nullptr) first_holding[k] = job;
   }

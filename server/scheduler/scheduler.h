@@ -1,6 +1,6 @@
 // The coordinator's gang scheduler: plain logic over snapshots of the queue and the
 // workers. No gRPC, no SQLite, no proto: the coordinator builds the views from its
-// store, calls Schedule(), turns each Placement into an attempt and shows each Waiting.
+// store, calls schedule(), turns each Placement into an attempt and shows each Waiting.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@ namespace fp8::scheduler {
 enum class DeviceKind { kCpu, kCuda };
 
 // "cpu" / "cuda", for messages.
-const char* DeviceKindName(DeviceKind kind);
+const char* device_kind_name(DeviceKind kind);
 
 struct WorkerView {
   std::string id;
@@ -37,7 +37,7 @@ struct JobView {
 
 // Whether `worker` can hold one rank of `job`: its offered cores and memory (where it
 // said what it offers) cover the rank's.
-bool Fits(const JobView& job, const WorkerView& worker);
+bool fits(const JobView& job, const WorkerView& worker);
 
 struct RankSlot {
   int rank = 0;
@@ -68,7 +68,7 @@ struct Waiting {
 };
 
 // "workers" / "behind", the metric's label.
-const char* WaitingReasonName(Waiting::Reason reason);
+const char* waiting_reason_name(Waiting::Reason reason);
 
 struct Plan {
   std::vector<Placement> placements;  // in the order the jobs were considered
@@ -91,6 +91,6 @@ struct Plan {
 //   ranks) holds nothing back until they have: it cannot start sooner by waiting.
 // A job with world_size < 1 is malformed (the API rejects it before it gets here): it is
 //   skipped and blocks nothing. A worker id listed twice is used at most once.
-Plan Schedule(std::span<const JobView> queued, std::span<const WorkerView> workers);
+Plan schedule(std::span<const JobView> queued, std::span<const WorkerView> workers);
 
 }  // namespace fp8::scheduler

@@ -38,12 +38,12 @@ CREATE TABLE IF NOT EXISTS workers (
   registered_seq INTEGER NOT NULL, cpus INTEGER NOT NULL DEFAULT 0, memory_gb REAL NOT NULL DEFAULT 0);
 )sql";
 
-bool IsFinal(v1::Job::State s) {
+bool is_final(v1::Job::State s) {
   return s == v1::Job::SUCCEEDED || s == v1::Job::FAILED || s == v1::Job::CANCELLED;
 }
 
 template <typename Message>
-absl::StatusOr<Message> Parse(const std::string& bytes, std::string_view what) {
+absl::StatusOr<Message> parse(const std::string& bytes, std::string_view what) {
   Message m;
   if (!m.ParseFromString(bytes)) return absl::DataLossError(absl::StrCat("state database: a stored ", std::string(what), " is damaged"));
   return m;
@@ -51,15 +51,15 @@ absl::StatusOr<Message> Parse(const std::string& bytes, std::string_view what) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Open(const std::string& path) {
-  FP8_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, Database::Open(path));
+absl::StatusOr<std::unique_ptr<CoordinatorStore>> CoordinatorStore::open(const std::string& path) {
+  FP8_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, Database::open(path));
   std::unique_ptr<CoordinatorStore> store(new CoordinatorStore(std::move(db)));
   FP8_RETURN_IF_ERROR(store->migrate());
   return store;
 }
 
-absl::StatusOr<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Connect() const {
-  FP8_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, Database::Open(db_->path()));
+absl::StatusOr<std::unique_ptr<CoordinatorStore>> CoordinatorStore::connect() const {
+  FP8_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, Database::open(db_->path()));
   return std::unique_ptr<CoordinatorStore>(new CoordinatorStore(std::move(db)));
 }
 
@@ -71,11 +71,11 @@ absl::Status CoordinatorStore::migrate() {
     return absl::FailedPreconditionError(absl::StrCat("state database ", db_->path(), " has schema version ",
                                                       version.column_int(0), "; this coordinator reads version 1"));
   }
-  FP8_RETURN_IF_ERROR(AddMissingColumns());
+  FP8_RETURN_IF_ERROR(add_missing_columns());
   return db_->exec("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 1)");
 }
 
-absl::Status CoordinatorStore::AddMissingColumns() {
+absl::Status CoordinatorStore::add_missing_columns() {
   // Columns added to version 1 since its first release: a file from before gets them.
   FP8_ASSIGN_OR_RETURN(Statement columns, db_->query("SELECT COUNT(*) FROM pragma_table_info('workers') "
                                                      "WHERE name = 'cpus'"));
@@ -111,7 +111,7 @@ absl::StatusOr<std::optional<v1::Job>> CoordinatorStore::job(const std::string& 
   get.bind(1, id);
   FP8_ASSIGN_OR_RETURN(bool row, get.step());
   if (!row) return std::optional<v1::Job>();
-  FP8_ASSIGN_OR_RETURN(v1::Job job, Parse<v1::Job>(get.column_blob(0), "job"));
+  FP8_ASSIGN_OR_RETURN(v1::Job job, parse<v1::Job>(get.column_blob(0), "job"));
   return std::optional<v1::Job>(std::move(job));
 }
 
@@ -130,7 +130,7 @@ absl::StatusOr<std::vector<std::pair<int64_t, v1::Job>>> CoordinatorStore::list_
     if (!filter.states.empty() && std::find(filter.states.begin(), filter.states.end(), state) == filter.states.end()) {
       continue;
     }
-    FP8_ASSIGN_OR_RETURN(v1::Job job, Parse<v1::Job>(list.column_blob(1), "job"));
+    FP8_ASSIGN_OR_RETURN(v1::Job job, parse<v1::Job>(list.column_blob(1), "job"));
     out.emplace_back(list.column_int(0), std::move(job));
   }
   return out;
@@ -143,8 +143,8 @@ absl::StatusOr<std::vector<std::pair<int64_t, v1::Job>>> CoordinatorStore::activ
   for (;;) {
     FP8_ASSIGN_OR_RETURN(bool row, list.step());
     if (!row) break;
-    if (IsFinal(static_cast<v1::Job::State>(list.column_int(2)))) continue;
-    FP8_ASSIGN_OR_RETURN(v1::Job job, Parse<v1::Job>(list.column_blob(1), "job"));
+    if (is_final(static_cast<v1::Job::State>(list.column_int(2)))) continue;
+    FP8_ASSIGN_OR_RETURN(v1::Job job, parse<v1::Job>(list.column_blob(1), "job"));
     out.emplace_back(list.column_int(0), std::move(job));
   }
   return out;
@@ -183,7 +183,7 @@ absl::StatusOr<std::vector<v1::JobEvent>> CoordinatorStore::events_after(const s
   for (;;) {
     FP8_ASSIGN_OR_RETURN(bool row, list.step());
     if (!row) break;
-    FP8_ASSIGN_OR_RETURN(v1::JobEvent event, Parse<v1::JobEvent>(list.column_blob(0), "event"));
+    FP8_ASSIGN_OR_RETURN(v1::JobEvent event, parse<v1::JobEvent>(list.column_blob(0), "event"));
     out.push_back(std::move(event));
   }
   return out;
@@ -268,7 +268,7 @@ absl::StatusOr<StoredAmax> CoordinatorStore::amax(const std::string& job_id) {
     if (!row) break;
     out.step = std::max(out.step, list.column_int(0));
     out.steps.push_back(list.column_int(0));
-    FP8_ASSIGN_OR_RETURN(v1::AmaxHistory h, Parse<v1::AmaxHistory>(list.column_blob(1), "amax history"));
+    FP8_ASSIGN_OR_RETURN(v1::AmaxHistory h, parse<v1::AmaxHistory>(list.column_blob(1), "amax history"));
     out.histories.push_back(std::move(h));
   }
   return out;
@@ -296,7 +296,7 @@ absl::StatusOr<std::optional<std::string>> CoordinatorStore::job_of_folder(const
 
 absl::Status CoordinatorStore::add_token(const std::string& hash, const TokenRecord& record) {
   FP8_ASSIGN_OR_RETURN(Statement put, db_->query("INSERT INTO tokens (hash, name, role) VALUES (?1, ?2, ?3)"));
-  return put.bind(1, hash).bind(2, record.name).bind(3, std::string_view(RoleName(record.role))).run();
+  return put.bind(1, hash).bind(2, record.name).bind(3, std::string_view(role_name(record.role))).run();
 }
 
 absl::StatusOr<std::optional<TokenRecord>> CoordinatorStore::token(const std::string& hash) {
@@ -304,7 +304,7 @@ absl::StatusOr<std::optional<TokenRecord>> CoordinatorStore::token(const std::st
   get.bind(1, hash);
   FP8_ASSIGN_OR_RETURN(bool row, get.step());
   if (!row) return std::optional<TokenRecord>();
-  FP8_ASSIGN_OR_RETURN(Role role, ParseRole(get.column_text(1)));
+  FP8_ASSIGN_OR_RETURN(Role role, parse_role(get.column_text(1)));
   return std::optional<TokenRecord>(TokenRecord{get.column_text(0), role});
 }
 

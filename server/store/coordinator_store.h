@@ -64,11 +64,11 @@ struct ListFilter {
 
 class CoordinatorStore {
  public:
-  static absl::StatusOr<std::unique_ptr<CoordinatorStore>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<CoordinatorStore>> open(const std::string& path);
   // Another connection to this store's database (its schema already in place): a writer
   // that must not wait for this connection's caller, such as the coordinator's progress
   // flushes. SQLite serialises the two connections' transactions.
-  absl::StatusOr<std::unique_ptr<CoordinatorStore>> Connect() const;
+  absl::StatusOr<std::unique_ptr<CoordinatorStore>> connect() const;
 
   template <typename Body>
   absl::Status transaction(Body&& body) { return db_->transaction(std::forward<Body>(body)); }
@@ -135,7 +135,7 @@ class CoordinatorStore {
  private:
   explicit CoordinatorStore(std::unique_ptr<Database> db) : db_(std::move(db)) {}
   absl::Status migrate();
-  absl::Status AddMissingColumns();
+  absl::Status add_missing_columns();
   std::unique_ptr<Database> db_;
 };
 

@@ -7,7 +7,7 @@
 namespace fp8::server::store {
 namespace {
 
-absl::Status Error(sqlite3* db, std::string_view what) {
+absl::Status error(sqlite3* db, std::string_view what) {
   return absl::InternalError(absl::StrCat("sqlite: ", std::string(what), ": ", sqlite3_errmsg(db)));
 }
 
@@ -41,7 +41,7 @@ absl::StatusOr<bool> Statement::step() {
   const int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
-  return Error(db_, sqlite3_sql(stmt_));
+  return error(db_, sqlite3_sql(stmt_));
 }
 
 absl::Status Statement::run() {
@@ -70,7 +70,7 @@ std::string Statement::column_blob(int column) const {
 
 bool Statement::column_is_null(int column) const { return sqlite3_column_type(stmt_, column) == SQLITE_NULL; }
 
-absl::StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<Database>> Database::open(const std::string& path) {
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                                  nullptr);
@@ -114,7 +114,7 @@ absl::StatusOr<Statement> Database::query(const std::string& sql) {
     sqlite3_stmt* stmt = nullptr;
     if (sqlite3_prepare_v3(db_, sql.c_str(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT, &stmt,
                            nullptr) != SQLITE_OK) {
-      return Error(db_, sql);
+      return error(db_, sql);
     }
     it = cache_.emplace(sql, stmt).first;
   }

@@ -53,7 +53,7 @@ class Database {
  public:
   // Opens (creating) the file in WAL mode with foreign keys on and a busy timeout, so a
   // second process reading the file (fp8-coordinator token ...) never fails at once.
-  static absl::StatusOr<std::unique_ptr<Database>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<Database>> open(const std::string& path);
   ~Database();
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;

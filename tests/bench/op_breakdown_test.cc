@@ -194,9 +194,9 @@ struct ProfiledCpu {
 
 class ProfilingDeviceTest : public ::testing::Test {
  protected:
-  void SetUp() override { engine::testing::WriteSyntheticCorpus(corpus_, 200'000); }
+  void SetUp() override { engine::testing::write_synthetic_corpus(corpus_, 200'000); }
   v1::JobSpec job(const std::string& dir) {
-    return engine::testing::TinyJob(corpus_, tmp_.path() / dir, {"train.steps=4", "train.eval_every=0"});
+    return engine::testing::tiny_job(corpus_, tmp_.path() / dir, {"train.steps=4", "train.eval_every=0"});
   }
   engine::testing::TempDir tmp_{"op-breakdown"};
   std::filesystem::path corpus_ = tmp_.path() / "corpus.txt";
@@ -252,7 +252,7 @@ TEST_F(ProfilingDeviceTest, TrainsBitForBitAsTheDeviceItselfAndAccountsForThePro
 class OneProcessStep : public ProfilingDeviceTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(OneProcessStep, MakesNoCallThatWaitsForTheDevice) {
-  const v1::JobSpec spec = engine::testing::TinyJob(
+  const v1::JobSpec spec = engine::testing::tiny_job(
       corpus_, tmp_.path() / GetParam(),
       {"train.steps=4", "train.eval_every=0", "train.log_every=100", "train.grad_accum=2",
        "fp8.recipe=" + GetParam()});
@@ -281,7 +281,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, OneProcessStep,
 // the steps' losses and norms once, each fp8 linear's cast numerics once
 // (Float8Linear::numerics) and, under delayed scaling, each linear's amax histories once.
 TEST_P(OneProcessStep, ThatReportsReadsEachLinearOnceForEachThingItReports) {
-  const v1::JobSpec spec = engine::testing::TinyJob(
+  const v1::JobSpec spec = engine::testing::tiny_job(
       corpus_, tmp_.path() / GetParam(),
       {"train.steps=4", "train.eval_every=0", "train.log_every=2", "fp8.recipe=" + GetParam()});
   ProfiledCpu profiled;
@@ -316,7 +316,7 @@ TEST_P(OneProcessStep, ThatReportsReadsEachLinearOnceForEachThingItReports) {
 class FsdpStep : public ProfilingDeviceTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(FsdpStep, MakesNoCallThatWaitsForTheDevice) {
-  v1::JobSpec spec = engine::testing::TinyJob(
+  v1::JobSpec spec = engine::testing::tiny_job(
       corpus_, tmp_.path() / GetParam(),
       {"train.steps=4", "train.eval_every=0", "train.log_every=100", "fp8.recipe=" + GetParam()});
   spec.mutable_resources()->set_world_size(1);

@@ -40,33 +40,33 @@ class Fp8DataCliTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  std::string Write(const std::string& name, const std::string& bytes) {
+  std::string write(const std::string& name, const std::string& bytes) {
     std::ofstream(dir_ / name, std::ios::binary) << bytes;
     return (dir_ / name).string();
   }
 
-  RunResult Run(const std::string& binary, std::vector<std::string> args, const std::string& tag) {
+  RunResult run_binary(const std::string& binary, std::vector<std::string> args, const std::string& tag) {
     args.insert(args.begin(), binary);
-    return cli_test::Run(args, {{"FP8_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}}, dir_ / (tag + ".out"),
+    return cli_test::run(args, {{"FP8_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}}, dir_ / (tag + ".out"),
                          dir_ / (tag + ".err"), kLimit);
   }
-  RunResult Data(std::vector<std::string> args, const std::string& tag) { return Run(FP8_DATA_BINARY, args, tag); }
+  RunResult data(std::vector<std::string> args, const std::string& tag) { return run_binary(FP8_DATA_BINARY, args, tag); }
 
   // Every token of the shards in `names` (in order), as ints.
-  static std::vector<int32_t> Tokens(const std::vector<std::string>& paths) {
+  static std::vector<int32_t> tokens(const std::vector<std::string>& paths) {
     std::vector<int32_t> all;
     for (const std::string& p : paths) {
-      absl::StatusOr<engine::data::TokenShard> shard = engine::data::TokenShard::Open(p);
+      absl::StatusOr<engine::data::TokenShard> shard = engine::data::TokenShard::open(p);
       EXPECT_TRUE(shard.ok()) << shard.status();
       if (!shard.ok()) return all;
       const engine::data::TokenStream s({shard->tokens()});
-      for (int64_t i = 0; i < s.size(); ++i) all.push_back(s.At(i));
+      for (int64_t i = 0; i < s.size(); ++i) all.push_back(s.at(i));
     }
     return all;
   }
 
   // Files in `folder`, hidden ones included.
-  static std::vector<std::string> Listing(const fs::path& folder) {
+  static std::vector<std::string> listing(const fs::path& folder) {
     std::vector<std::string> names;
     if (!fs::exists(folder)) return names;
     for (const auto& e : fs::directory_iterator(folder)) names.push_back(e.path().filename().string());
@@ -76,24 +76,24 @@ class Fp8DataCliTest : public ::testing::Test {
   fs::path dir_;
 };
 
-std::string Show(const RunResult& r) { return r.exit.describe() + "\n" + r.out + r.err; }
+std::string show(const RunResult& r) { return r.exit.describe() + "\n" + r.out + r.err; }
 
-std::vector<int32_t> Bytes(const std::string& text) { return {text.begin(), text.end()}; }
+std::vector<int32_t> byte_tokens(const std::string& text) { return {text.begin(), text.end()}; }
 
 TEST_F(Fp8DataCliTest, TextAndJsonLinesBecomeShardsOfTheirBytesWithEndOfTextBetweenDocuments) {
   const std::string a = "first document\n", b = "second, ünïcode\n";
-  Write("a.txt", a);
-  Write("b.txt", b);
-  Write("docs.jsonl", "{\"text\": \"one\"}\n\n{\"text\": \"two\", \"id\": 2}\n");
-  const RunResult r = Data({"prepare", "--out", (dir_ / "out").string(), "--shard-tokens", "20",
+  write("a.txt", a);
+  write("b.txt", b);
+  write("docs.jsonl", "{\"text\": \"one\"}\n\n{\"text\": \"two\", \"id\": 2}\n");
+  const RunResult r = data({"prepare", "--out", (dir_ / "out").string(), "--shard-tokens", "20",
                             (dir_ / "*.txt").string(), (dir_ / "docs.jsonl").string()},
                            "prepare");
-  ASSERT_EQ(r.exit.code, 0) << Show(r);
+  ASSERT_EQ(r.exit.code, 0) << show(r);
   EXPECT_NE(r.out.find("4 documents"), std::string::npos) << r.out;
-  std::vector<int32_t> want = Bytes(a);
+  std::vector<int32_t> want = byte_tokens(a);
   want.push_back(3);
   for (const std::string& doc : {b, std::string("one"), std::string("two")}) {
-    const std::vector<int32_t> bytes = Bytes(doc);
+    const std::vector<int32_t> bytes = byte_tokens(doc);
     want.insert(want.end(), bytes.begin(), bytes.end());
     want.push_back(3);
   }
@@ -104,11 +104,11 @@ TEST_F(Fp8DataCliTest, TextAndJsonLinesBecomeShardsOfTheirBytesWithEndOfTextBetw
     shards.push_back((dir_ / "out" / name).string());
   }
   for (int32_t& t : want) t &= 0xff;
-  EXPECT_EQ(Tokens(shards), want);
-  EXPECT_EQ(Listing(dir_ / "out").size(), shards.size()) << "staging left behind";
+  EXPECT_EQ(tokens(shards), want);
+  EXPECT_EQ(listing(dir_ / "out").size(), shards.size()) << "staging left behind";
 
-  const RunResult inspected = Data({"inspect", shards[0], "--tokens", "14"}, "inspect");
-  ASSERT_EQ(inspected.exit.code, 0) << Show(inspected);
+  const RunResult inspected = data({"inspect", shards[0], "--tokens", "14"}, "inspect");
+  ASSERT_EQ(inspected.exit.code, 0) << show(inspected);
   EXPECT_NE(inspected.out.find("tokens      20"), std::string::npos) << inspected.out;
   EXPECT_NE(inspected.out.find("tokenizer   bytes"), std::string::npos) << inspected.out;
   EXPECT_NE(inspected.out.find("first document"), std::string::npos) << inspected.out;
@@ -117,41 +117,41 @@ TEST_F(Fp8DataCliTest, TextAndJsonLinesBecomeShardsOfTheirBytesWithEndOfTextBetw
 // Documents are encoded on several threads and written in input order: the shards are the
 // same bytes for any thread count, and the first bad document in input order is the error.
 TEST_F(Fp8DataCliTest, ThreadsChangeNothingButTheTime) {
-  const std::string text = SyntheticText(64 * 1024);
+  const std::string text = synthetic_text(64 * 1024);
   std::string lines;
   for (size_t at = 0; at + 100 <= text.size(); at += 100) {
     std::string piece = text.substr(at, 100);
     std::replace(piece.begin(), piece.end(), '\n', ' ');
     lines += "{\"text\": \"" + piece + "\"}\n";
   }
-  Write("docs.jsonl", lines);
-  Write("a.txt", text.substr(0, 5000));
-  Write("b.txt", text.substr(5000, 7000));
+  write("docs.jsonl", lines);
+  write("a.txt", text.substr(0, 5000));
+  write("b.txt", text.substr(5000, 7000));
   std::vector<std::vector<int32_t>> made;
   for (const char* threads : {"1", "3", "0"}) {
     const fs::path out = dir_ / (std::string("out-") + threads);
-    const RunResult r = Data({"prepare", "--out", out.string(), "--threads", threads, "--shard-tokens", "9000",
+    const RunResult r = data({"prepare", "--out", out.string(), "--threads", threads, "--shard-tokens", "9000",
                               (dir_ / "*.txt").string(), (dir_ / "docs.jsonl").string()},
                              std::string("prepare-") + threads);
-    ASSERT_EQ(r.exit.code, 0) << Show(r);
+    ASSERT_EQ(r.exit.code, 0) << show(r);
     std::vector<std::string> shards;
-    for (const std::string& name : Listing(out)) shards.push_back((out / name).string());
+    for (const std::string& name : listing(out)) shards.push_back((out / name).string());
     std::sort(shards.begin(), shards.end());
     ASSERT_GT(shards.size(), 1u);
-    made.push_back(Tokens(shards));
+    made.push_back(tokens(shards));
   }
   EXPECT_EQ(made[0], made[1]);
   EXPECT_EQ(made[0], made[2]);
 
   lines.insert(lines.find('\n', lines.size() / 2) + 1, "{\"body\": 1}\n{\"text\": 2}\n");
-  Write("bad.jsonl", lines);
+  write("bad.jsonl", lines);
   const int first_bad = static_cast<int>(std::count(lines.begin(), lines.begin() + lines.find("{\"body"), '\n')) + 1;
-  const RunResult bad = Data({"prepare", "--out", (dir_ / "bad").string(), "--threads", "4",
+  const RunResult bad = data({"prepare", "--out", (dir_ / "bad").string(), "--threads", "4",
                               (dir_ / "bad.jsonl").string()},
                              "bad");
-  EXPECT_EQ(bad.exit.code, 2) << Show(bad);
-  EXPECT_NE(bad.err.find("bad.jsonl:" + std::to_string(first_bad) + ":"), std::string::npos) << Show(bad);
-  EXPECT_TRUE(Listing(dir_ / "bad").empty());
+  EXPECT_EQ(bad.exit.code, 2) << show(bad);
+  EXPECT_NE(bad.err.find("bad.jsonl:" + std::to_string(first_bad) + ":"), std::string::npos) << show(bad);
+  EXPECT_TRUE(listing(dir_ / "bad").empty());
 }
 
 TEST_F(Fp8DataCliTest, BadInputIsRefusedWithTheFileAndWhereAndLeavesNothing) {
@@ -160,11 +160,11 @@ TEST_F(Fp8DataCliTest, BadInputIsRefusedWithTheFileAndWhereAndLeavesNothing) {
     std::vector<std::string> inputs;
     std::vector<std::string> stderr_has;
   };
-  const std::string bad_utf8 = Write("latin1.txt", "caf\xe9 au lait\n");
-  const std::string empty = Write("empty.txt", "");
-  const std::string no_text = Write("no-text.jsonl", "{\"text\": \"ok\"}\n{\"body\": \"x\"}\n");
-  const std::string not_json = Write("not-json.jsonl", "{\"text\": \"ok\"}\n{text\n");
-  const std::string etx = Write("etx.txt", "ab\x03" "cd");
+  const std::string bad_utf8 = write("latin1.txt", "caf\xe9 au lait\n");
+  const std::string empty = write("empty.txt", "");
+  const std::string no_text = write("no-text.jsonl", "{\"text\": \"ok\"}\n{\"body\": \"x\"}\n");
+  const std::string not_json = write("not-json.jsonl", "{\"text\": \"ok\"}\n{text\n");
+  const std::string etx = write("etx.txt", "ab\x03" "cd");
   const std::vector<Case> cases = {
       {"not UTF-8", {bad_utf8}, {bad_utf8, "byte 3", "not UTF-8"}},
       {"empty", {empty}, {empty, "empty file"}},
@@ -179,42 +179,42 @@ TEST_F(Fp8DataCliTest, BadInputIsRefusedWithTheFileAndWhereAndLeavesNothing) {
     const fs::path out = dir_ / ("out-" + std::to_string(&c - cases.data()));
     std::vector<std::string> args = {"prepare", "--out", out.string()};
     args.insert(args.end(), c.inputs.begin(), c.inputs.end());
-    const RunResult r = Data(args, "case");
-    EXPECT_EQ(r.exit.code, 2) << Show(r);
-    for (const std::string& want : c.stderr_has) EXPECT_NE(r.err.find(want), std::string::npos) << Show(r);
-    EXPECT_TRUE(Listing(out).empty()) << "left behind: " << Listing(out).size() << " files";
+    const RunResult r = data(args, "case");
+    EXPECT_EQ(r.exit.code, 2) << show(r);
+    for (const std::string& want : c.stderr_has) EXPECT_NE(r.err.find(want), std::string::npos) << show(r);
+    EXPECT_TRUE(listing(out).empty()) << "left behind: " << listing(out).size() << " files";
   }
   // Shards of that name already there: refused, the existing ones untouched.
-  const std::string good = Write("good.txt", "some text\n");
-  ASSERT_EQ(Data({"prepare", "--out", (dir_ / "twice").string(), good}, "first").exit.code, 0);
-  const RunResult again = Data({"prepare", "--out", (dir_ / "twice").string(), good}, "again");
-  EXPECT_EQ(again.exit.code, 2) << Show(again);
-  EXPECT_NE(again.err.find("already holds shards"), std::string::npos) << Show(again);
-  EXPECT_EQ(Listing(dir_ / "twice"), std::vector<std::string>{"shard-00000.tokens"});
-  const RunResult damaged = Data({"inspect", Write("x.tokens", "FP8TOKNS")}, "damaged");
-  EXPECT_EQ(damaged.exit.code, 2) << Show(damaged);
-  EXPECT_NE(damaged.err.find("x.tokens"), std::string::npos) << Show(damaged);
+  const std::string good = write("good.txt", "some text\n");
+  ASSERT_EQ(data({"prepare", "--out", (dir_ / "twice").string(), good}, "first").exit.code, 0);
+  const RunResult again = data({"prepare", "--out", (dir_ / "twice").string(), good}, "again");
+  EXPECT_EQ(again.exit.code, 2) << show(again);
+  EXPECT_NE(again.err.find("already holds shards"), std::string::npos) << show(again);
+  EXPECT_EQ(listing(dir_ / "twice"), std::vector<std::string>{"shard-00000.tokens"});
+  const RunResult damaged = data({"inspect", write("x.tokens", "FP8TOKNS")}, "damaged");
+  EXPECT_EQ(damaged.exit.code, 2) << show(damaged);
+  EXPECT_NE(damaged.err.find("x.tokens"), std::string::npos) << show(damaged);
 }
 
 TEST_F(Fp8DataCliTest, Fp8TrainTrainsOnAPatternOfShardsWithAValidationShardOfItsOwn) {
-  Write("train.txt", SyntheticText(120 * 1024));
-  Write("val.txt", SyntheticText(8 * 1024).substr(1000));
-  ASSERT_EQ(Data({"prepare", "--out", (dir_ / "train").string(), "--shard-tokens", "40000",
+  write("train.txt", synthetic_text(120 * 1024));
+  write("val.txt", synthetic_text(8 * 1024).substr(1000));
+  ASSERT_EQ(data({"prepare", "--out", (dir_ / "train").string(), "--shard-tokens", "40000",
                   (dir_ / "train.txt").string()},
                  "p1")
                 .exit.code,
             0);
   ASSERT_TRUE(fs::exists(dir_ / "train" / "shard-00003.tokens"));
-  ASSERT_EQ(Data({"prepare", "--out", (dir_ / "val").string(), (dir_ / "val.txt").string()}, "p2").exit.code, 0);
-  Write("job.yaml",
+  ASSERT_EQ(data({"prepare", "--out", (dir_ / "val").string(), (dir_ / "val.txt").string()}, "p2").exit.code, 0);
+  write("job.yaml",
         "name: shards\n"
         "model: {dim: 32, n_layers: 1, n_heads: 2, max_seq_len: 32}\n"
         "data: {path: train/shard-*.tokens, val_path: val/shard-00000.tokens, seq_len: 32}\n"
         "train: {steps: 12, batch_size: 4, lr: 3e-3, log_every: 4, eval_every: 6, eval_batches: 2}\n"
         "checkpoint: {dir: ckpt, every: 6}\n"
         "resources: {device: cpu, cpus_per_rank: 1}\n");
-  const RunResult r = Run(FP8_TRAIN_BINARY, {"--config", (dir_ / "job.yaml").string()}, "train");
-  ASSERT_EQ(r.exit.code, 0) << Show(r);
+  const RunResult r = run_binary(FP8_TRAIN_BINARY, {"--config", (dir_ / "job.yaml").string()}, "train");
+  ASSERT_EQ(r.exit.code, 0) << show(r);
   EXPECT_NE(r.out.find("12/12  loss"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("val "), std::string::npos) << "no evaluation on the validation shard\n" << r.out;
 }
@@ -223,27 +223,27 @@ TEST_F(Fp8DataCliTest, Fp8TrainTrainsOnAPatternOfShardsWithAValidationShardOfIts
 // and fp8-train training on them with the vocabulary taken from the model; text, or
 // shards of another tokenizer, are refused with what to do.
 TEST_F(Fp8DataCliTest, ASentencePieceTokenizerMakesShardsThatFp8TrainTrainsOn) {
-  Write("train.txt", SyntheticText(120 * 1024));
-  Write("val.txt", SyntheticText(8 * 1024).substr(2000));
+  write("train.txt", synthetic_text(120 * 1024));
+  write("val.txt", synthetic_text(8 * 1024).substr(2000));
   const RunResult trained =
-      Data({"train-tokenizer", "--out", (dir_ / "tok").string(), "--vocab-size", "300", (dir_ / "train.txt").string()},
+      data({"train-tokenizer", "--out", (dir_ / "tok").string(), "--vocab-size", "300", (dir_ / "train.txt").string()},
            "train-tokenizer");
-  ASSERT_EQ(trained.exit.code, 0) << Show(trained);
+  ASSERT_EQ(trained.exit.code, 0) << show(trained);
   ASSERT_TRUE(fs::exists(dir_ / "tok.model") && fs::exists(dir_ / "tok.vocab"));
-  EXPECT_EQ(Data({"train-tokenizer", "--out", (dir_ / "tok").string(), (dir_ / "train.txt").string()}, "again")
+  EXPECT_EQ(data({"train-tokenizer", "--out", (dir_ / "tok").string(), (dir_ / "train.txt").string()}, "again")
                 .exit.code,
             2)
       << "an existing model was overwritten";
   for (const char* part : {"train", "val"}) {
-    const RunResult r = Data({"prepare", "--out", (dir_ / part).string(), "--tokenizer-model",
+    const RunResult r = data({"prepare", "--out", (dir_ / part).string(), "--tokenizer-model",
                               (dir_ / "tok.model").string(), (dir_ / (std::string(part) + ".txt")).string()},
                              std::string("prepare-") + part);
-    ASSERT_EQ(r.exit.code, 0) << Show(r);
+    ASSERT_EQ(r.exit.code, 0) << show(r);
   }
-  const RunResult inspected = Data({"inspect", (dir_ / "val" / "shard-00000.tokens").string(), "--tokens", "8",
+  const RunResult inspected = data({"inspect", (dir_ / "val" / "shard-00000.tokens").string(), "--tokens", "8",
                                     "--tokenizer-model", (dir_ / "tok.model").string()},
                                    "inspect");
-  ASSERT_EQ(inspected.exit.code, 0) << Show(inspected);
+  ASSERT_EQ(inspected.exit.code, 0) << show(inspected);
   EXPECT_NE(inspected.out.find("vocabulary 300"), std::string::npos) << inspected.out;
   EXPECT_NE(inspected.out.find("sentencepiece"), std::string::npos) << inspected.out;
 
@@ -251,67 +251,67 @@ TEST_F(Fp8DataCliTest, ASentencePieceTokenizerMakesShardsThatFp8TrainTrainsOn) {
   const std::string job_tail =
       "train: {steps: 8, batch_size: 4, lr: 3e-3, log_every: 4, eval_every: 4, eval_batches: 1}\n"
       "checkpoint: {dir: ckpt, every: 4}\nresources: {device: cpu, cpus_per_rank: 1}\n";
-  Write("job.yaml", job_head +
+  write("job.yaml", job_head +
                         "data: {path: train/shard-*.tokens, val_path: val/shard-00000.tokens, tokenizer: "
                         "sentencepiece, tokenizer_model: tok.model, seq_len: 32}\n" +
                         job_tail);
-  const RunResult r = Run(FP8_TRAIN_BINARY, {"--config", (dir_ / "job.yaml").string()}, "train");
-  ASSERT_EQ(r.exit.code, 0) << Show(r);
+  const RunResult r = run_binary(FP8_TRAIN_BINARY, {"--config", (dir_ / "job.yaml").string()}, "train");
+  ASSERT_EQ(r.exit.code, 0) << show(r);
   EXPECT_NE(r.out.find("vocab 300"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("8/8  loss"), std::string::npos) << r.out;
 
   auto other_checkpoints = [](std::string job, const std::string& dir) {
     return job.replace(job.find("dir: ckpt"), 9, "dir: " + dir);
   };
-  Write("text.yaml", job_head +
+  write("text.yaml", job_head +
                          "data: {path: train.txt, tokenizer: sentencepiece, tokenizer_model: tok.model, "
                          "seq_len: 32}\n" +
                          other_checkpoints(job_tail, "ckpt-text"));
-  const RunResult text = Run(FP8_TRAIN_BINARY, {"--config", (dir_ / "text.yaml").string()}, "text");
-  EXPECT_NE(text.exit.code, 0) << Show(text);
-  EXPECT_NE(text.err.find("fp8-data prepare --tokenizer-model"), std::string::npos) << Show(text);
-  Write("bytes.yaml", job_head + "data: {path: train/shard-00000.tokens, seq_len: 32}\n" +
+  const RunResult text = run_binary(FP8_TRAIN_BINARY, {"--config", (dir_ / "text.yaml").string()}, "text");
+  EXPECT_NE(text.exit.code, 0) << show(text);
+  EXPECT_NE(text.err.find("fp8-data prepare --tokenizer-model"), std::string::npos) << show(text);
+  write("bytes.yaml", job_head + "data: {path: train/shard-00000.tokens, seq_len: 32}\n" +
                          other_checkpoints(job_tail, "ckpt-bytes"));
-  const RunResult bytes = Run(FP8_TRAIN_BINARY, {"--config", (dir_ / "bytes.yaml").string()}, "bytes");
-  EXPECT_NE(bytes.exit.code, 0) << Show(bytes);
-  EXPECT_NE(bytes.err.find("another tokenizer"), std::string::npos) << Show(bytes);
+  const RunResult bytes = run_binary(FP8_TRAIN_BINARY, {"--config", (dir_ / "bytes.yaml").string()}, "bytes");
+  EXPECT_NE(bytes.exit.code, 0) << show(bytes);
+  EXPECT_NE(bytes.err.find("another tokenizer"), std::string::npos) << show(bytes);
 
   // The trained model out and on: exported with its tokenizer, a prompt encoded, continued
   // greedily from the export and from the checkpoint alike, and the new ids decoded.
   const std::string model = (dir_ / "tok.model").string();
-  const RunResult exported = Run(FP8_MODEL_BINARY, {"export", "--checkpoint", (dir_ / "ckpt").string(), "--out",
+  const RunResult exported = run_binary(FP8_MODEL_BINARY, {"export", "--checkpoint", (dir_ / "ckpt").string(), "--out",
                                                     (dir_ / "hf").string(), "--tokenizer-model", model},
                                  "export");
-  ASSERT_EQ(exported.exit.code, 0) << Show(exported);
+  ASSERT_EQ(exported.exit.code, 0) << show(exported);
   const std::string prompt = "the small river in the morning";
-  const RunResult encoded = Data({"encode", "--tokenizer-model", model, prompt}, "encode");
-  ASSERT_EQ(encoded.exit.code, 0) << Show(encoded);
+  const RunResult encoded = data({"encode", "--tokenizer-model", model, prompt}, "encode");
+  ASSERT_EQ(encoded.exit.code, 0) << show(encoded);
   const std::string ids = encoded.out.substr(0, encoded.out.find('\n'));
-  EXPECT_EQ(Data({"decode", "--tokenizer-model", model, ids}, "decode-prompt").out, prompt + "\n");
+  EXPECT_EQ(data({"decode", "--tokenizer-model", model, ids}, "decode-prompt").out, prompt + "\n");
   std::vector<std::string> continued;
   for (const char* source : {"--hf", "--checkpoint"}) {
     const fs::path from = dir_ / (std::string(source) == "--hf" ? "hf" : "ckpt");
-    const RunResult g = Run(FP8_MODEL_BINARY,
+    const RunResult g = run_binary(FP8_MODEL_BINARY,
                             {"generate", source, from.string(), "--prompt-tokens", ids, "--max-new-tokens", "8",
                              "--temperature", "0"},
                             std::string("generate") + source);
-    ASSERT_EQ(g.exit.code, 0) << Show(g);
+    ASSERT_EQ(g.exit.code, 0) << show(g);
     continued.push_back(g.out.substr(0, g.out.find('\n')));
   }
   EXPECT_EQ(continued[0], continued[1]);
   EXPECT_EQ(std::count(continued[0].begin(), continued[0].end(), ','), 7) << continued[0];
-  const RunResult decoded = Data({"decode", "--tokenizer-model", model, continued[0]}, "decode");
-  EXPECT_EQ(decoded.exit.code, 0) << Show(decoded);
+  const RunResult decoded = data({"decode", "--tokenizer-model", model, continued[0]}, "decode");
+  EXPECT_EQ(decoded.exit.code, 0) << show(decoded);
   // As the README pipes it: the ids on standard input.
-  const RunResult piped = Run("/bin/sh",
+  const RunResult piped = run_binary("/bin/sh",
                               {"-c", std::string("echo ") + continued[0] + " | " + FP8_DATA_BINARY +
                                          " decode --tokenizer-model " + model},
                               "decode-stdin");
-  EXPECT_EQ(piped.exit.code, 0) << Show(piped);
+  EXPECT_EQ(piped.exit.code, 0) << show(piped);
   EXPECT_EQ(piped.out, decoded.out);
-  const RunResult outside = Data({"decode", "--tokenizer-model", model, "1,300"}, "decode-outside");
-  EXPECT_EQ(outside.exit.code, 2) << Show(outside);
-  EXPECT_NE(outside.err.find("'300' is not a token id"), std::string::npos) << Show(outside);
+  const RunResult outside = data({"decode", "--tokenizer-model", model, "1,300"}, "decode-outside");
+  EXPECT_EQ(outside.exit.code, 2) << show(outside);
+  EXPECT_NE(outside.err.find("'300' is not a token id"), std::string::npos) << show(outside);
 }
 
 }  // namespace

@@ -42,14 +42,14 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds kRunLimit{120'000};  // per child; a healthy run takes well under a second
 
-const std::map<std::string, std::string>& ChildEnv() {
+const std::map<std::string, std::string>& inherited_env() {
   static const std::map<std::string, std::string> env = {{"FP8_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
   return env;
 }
 
 // ---- inputs --------------------------------------------------------------------------
 
-void WriteText(const fs::path& file, const std::string& text) {
+void write_text(const fs::path& file, const std::string& text) {
   std::ofstream out(file, std::ios::binary | std::ios::trunc);
   out << text;
   ASSERT_TRUE(out.good()) << "cannot write " << file;
@@ -66,7 +66,7 @@ struct JobOptions {
   std::string extra_train_line;  // written as-is at the end of the train section
 };
 
-std::string JobYaml(const JobOptions& o) {
+std::string job_yaml(const JobOptions& o) {
   std::ostringstream y;
   y << "name: cli-test\n"
        "model:\n"
@@ -107,16 +107,16 @@ std::string JobYaml(const JobOptions& o) {
 
 // ---- reading the log -----------------------------------------------------------------
 
-std::vector<std::string> Lines(const std::string& text) {
+std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
 }
 
-std::vector<std::string> LinesStartingWith(const std::string& text, const std::string& prefix) {
+std::vector<std::string> lines_starting_with(const std::string& text, const std::string& prefix) {
   std::vector<std::string> out;
-  for (const std::string& l : Lines(text)) {
+  for (const std::string& l : split_lines(text)) {
     if (l.rfind(prefix, 0) == 0) out.push_back(l);
   }
   return out;
@@ -134,11 +134,11 @@ struct StepLine {
   std::string numbers() const { return "loss " + loss + " val " + val + " lr " + lr + " grad_norm " + grad_norm; }
 };
 
-std::vector<StepLine> ParseStepLines(const std::string& out) {
+std::vector<StepLine> parse_step_lines(const std::string& out) {
   static const std::regex kStep(
       R"(^step +(\d+)/(\d+)  loss (\S+)(?:  val (\S+))?  lr (\S+)  grad_norm (\S+)  (\S+) tok/s  (\S+) ms/step  peak (\S+ \S+)$)");
   std::vector<StepLine> steps;
-  for (const std::string& l : Lines(out)) {
+  for (const std::string& l : split_lines(out)) {
     if (l.rfind("step ", 0) != 0) continue;
     std::smatch m;
     StepLine s;
@@ -161,20 +161,20 @@ std::vector<StepLine> ParseStepLines(const std::string& out) {
   return steps;
 }
 
-const StepLine* FindStep(const std::vector<StepLine>& lines, int64_t step) {
+const StepLine* find_step(const std::vector<StepLine>& lines, int64_t step) {
   for (const StepLine& s : lines) {
     if (s.step == step) return &s;
   }
   return nullptr;
 }
 
-std::string StepDirName(int64_t step) {
+std::string step_dir_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
   return buf;
 }
 
-std::vector<std::string> StepDirs(const fs::path& root) {
+std::vector<std::string> step_dirs(const fs::path& root) {
   std::vector<std::string> names;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
@@ -201,7 +201,7 @@ class Fp8TrainCliTest : public ::testing::Test {
            ("fp8-train-cli-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" + name);
     fs::remove_all(dir_);
     ASSERT_TRUE(fs::create_directories(dir_)) << dir_;
-    ASSERT_NO_FATAL_FAILURE(WriteText(dir_ / "corpus.txt", SyntheticText(300 * 1024)));
+    ASSERT_NO_FATAL_FAILURE(write_text(dir_ / "corpus.txt", synthetic_text(300 * 1024)));
   }
 
   void TearDown() override {
@@ -213,21 +213,21 @@ class Fp8TrainCliTest : public ::testing::Test {
     fs::remove_all(dir_, ignored);
   }
 
-  fs::path WriteJob(const std::string& file, const std::string& yaml) {
+  fs::path write_job(const std::string& file, const std::string& yaml) {
     const fs::path p = dir_ / file;
-    WriteText(p, yaml);
+    write_text(p, yaml);
     return p;
   }
 
   // fp8-train with `args`; its stdout and stderr are kept as <tag>.out / <tag>.err.
-  // `env` adds to (or replaces) ChildEnv()'s variables.
-  RunResult Train(const std::vector<std::string>& args, const std::string& tag,
+  // `env` adds to (or replaces) child_env()'s variables.
+  RunResult train(const std::vector<std::string>& args, const std::string& tag,
                   const std::map<std::string, std::string>& env = {}) {
     std::vector<std::string> argv = {FP8_TRAIN_BINARY};
     argv.insert(argv.end(), args.begin(), args.end());
     std::map<std::string, std::string> child_env = env;
-    child_env.insert(ChildEnv().begin(), ChildEnv().end());
-    RunResult r = cli_test::Run(argv, child_env, dir_ / (tag + ".out"), dir_ / (tag + ".err"), kRunLimit);
+    child_env.insert(inherited_env().begin(), inherited_env().end());
+    RunResult r = cli_test::run(argv, child_env, dir_ / (tag + ".out"), dir_ / (tag + ".err"), kRunLimit);
     EXPECT_FALSE(r.exit.timed_out) << tag << ": fp8-train did not finish in " << kRunLimit.count() << " ms";
     return r;
   }
@@ -235,7 +235,7 @@ class Fp8TrainCliTest : public ::testing::Test {
   fs::path dir_;
 };
 
-std::string Show(const RunResult& r) {
+std::string show(const RunResult& r) {
   return r.exit.describe() + "\n--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err;
 }
 
@@ -244,21 +244,21 @@ std::string Show(const RunResult& r) {
 TEST_F(Fp8TrainCliTest, TrainsToTheLastStep) {
   JobOptions o;
   o.keep = 2;
-  const fs::path job = WriteJob("job.yaml", JobYaml(o));
-  const RunResult r = Train({"--config", job.string()}, "run");
-  ASSERT_TRUE(r.exit.exited && r.exit.code == 0) << Show(r);
+  const fs::path job = write_job("job.yaml", job_yaml(o));
+  const RunResult r = train({"--config", job.string()}, "run");
+  ASSERT_TRUE(r.exit.exited && r.exit.code == 0) << show(r);
   EXPECT_EQ(r.err, "") << "a good run writes nothing to stderr";
 
   // Header.
-  const std::vector<std::string> lines = Lines(r.out);
+  const std::vector<std::string> lines = split_lines(r.out);
   ASSERT_GE(lines.size(), 3u) << r.out;
   EXPECT_EQ(lines[0].rfind("job cli-test: ", 0), 0u) << lines[0];
   EXPECT_NE(lines[0].find("on cpu"), std::string::npos) << lines[0];
   EXPECT_EQ(lines[1].rfind("fp8 tensorwise: ", 0), 0u) << lines[1];
-  EXPECT_EQ(LinesStartingWith(r.out, "training steps 1..30, 128 tokens per step").size(), 1u) << r.out;
+  EXPECT_EQ(lines_starting_with(r.out, "training steps 1..30, 128 tokens per step").size(), 1u) << r.out;
 
   // A line at step 1, every log_every steps and the last; val on eval_every steps.
-  const std::vector<StepLine> steps = ParseStepLines(r.out);
+  const std::vector<StepLine> steps = parse_step_lines(r.out);
   std::vector<int64_t> reported;
   for (const StepLine& s : steps) reported.push_back(s.step);
   EXPECT_EQ(reported, (std::vector<int64_t>{1, 5, 10, 15, 20, 25, 30})) << r.out;
@@ -284,36 +284,36 @@ TEST_F(Fp8TrainCliTest, TrainsToTheLastStep) {
   EXPECT_EQ(steps.back().lr, "3.00e-04");
 
   // Summary.
-  const std::vector<std::string> done = LinesStartingWith(r.out, "done: ");
+  const std::vector<std::string> done = lines_starting_with(r.out, "done: ");
   ASSERT_EQ(done.size(), 1u) << r.out;
   EXPECT_EQ(done[0].rfind("done: steps 1..30 in ", 0), 0u) << done[0];
   EXPECT_NE(done[0].find(", 3840 tokens ("), std::string::npos) << done[0];
-  const std::vector<std::string> loss = LinesStartingWith(r.out, "loss ");
+  const std::vector<std::string> loss = lines_starting_with(r.out, "loss ");
   ASSERT_EQ(loss.size(), 1u) << r.out;
   EXPECT_EQ(loss[0].rfind("loss " + steps.front().loss + " -> " + steps.back().loss + " (", 0), 0u) << loss[0];
   EXPECT_NE(loss[0].find(", validation " + steps.back().val + " (best "), std::string::npos) << loss[0];
-  EXPECT_TRUE(LinesStartingWith(r.out, "stopped").empty()) << r.out;
+  EXPECT_TRUE(lines_starting_with(r.out, "stopped").empty()) << r.out;
 
   // Checkpoints every 10 steps, the newest 2 kept.
   const fs::path ckpt = dir_ / "ckpt";
   for (int64_t s : {10, 20, 30}) {
-    const std::string want = "checkpoint at step " + std::to_string(s) + ": " + (ckpt / StepDirName(s)).string();
-    EXPECT_EQ(LinesStartingWith(r.out, want).size(), 1u) << "no \"" << want << "\" in\n" << r.out;
+    const std::string want = "checkpoint at step " + std::to_string(s) + ": " + (ckpt / step_dir_name(s)).string();
+    EXPECT_EQ(lines_starting_with(r.out, want).size(), 1u) << "no \"" << want << "\" in\n" << r.out;
   }
-  EXPECT_EQ(StepDirs(ckpt), (std::vector<std::string>{StepDirName(20), StepDirName(30)}));
+  EXPECT_EQ(step_dirs(ckpt), (std::vector<std::string>{step_dir_name(20), step_dir_name(30)}));
   for (int64_t s : {20, 30}) {
-    EXPECT_TRUE(fs::is_regular_file(ckpt / StepDirName(s) / "COMMITTED")) << s;
-    EXPECT_TRUE(fs::is_regular_file(ckpt / StepDirName(s) / kShard)) << s;
+    EXPECT_TRUE(fs::is_regular_file(ckpt / step_dir_name(s) / "COMMITTED")) << s;
+    EXPECT_TRUE(fs::is_regular_file(ckpt / step_dir_name(s) / kShard)) << s;
   }
-  EXPECT_EQ(lines.back(), "last checkpoint: " + (ckpt / StepDirName(30)).string());
+  EXPECT_EQ(lines.back(), "last checkpoint: " + (ckpt / step_dir_name(30)).string());
 
   // The same job again without --resume would mix two runs in one checkpoint.dir.
-  const RunResult again = Train({"--config", job.string()}, "again");
-  EXPECT_TRUE(again.exit.exited && again.exit.code == 2) << Show(again);
+  const RunResult again = train({"--config", job.string()}, "again");
+  EXPECT_TRUE(again.exit.exited && again.exit.code == 2) << show(again);
   EXPECT_NE(again.err.find("already holds checkpoints (newest: step 30)"), std::string::npos) << again.err;
   EXPECT_NE(again.err.find("--resume"), std::string::npos) << again.err;
-  EXPECT_TRUE(ParseStepLines(again.out).empty()) << again.out;
-  EXPECT_EQ(StepDirs(ckpt), (std::vector<std::string>{StepDirName(20), StepDirName(30)}));
+  EXPECT_TRUE(parse_step_lines(again.out).empty()) << again.out;
+  EXPECT_EQ(step_dirs(ckpt), (std::vector<std::string>{step_dir_name(20), step_dir_name(30)}));
 }
 
 // ---- 2. stopped by a signal, resumed bit for bit --------------------------------------
@@ -337,17 +337,17 @@ TEST_P(Fp8TrainResumeTest, StoppedBySigintThenResumedMatchesAnUninterruptedRun) 
   for (int attempt = 0;; ++attempt) {
     fs::remove_all(ckpt_b);
     o.checkpoint_dir = "ckpt-b";
-    const fs::path job_b = WriteJob("job-b.yaml", JobYaml(o));
-    Subprocess child({FP8_TRAIN_BINARY, "--config", job_b.string()}, ChildEnv(), dir_ / "b1.out", dir_ / "b1.err");
+    const fs::path job_b = write_job("job-b.yaml", job_yaml(o));
+    Subprocess child({FP8_TRAIN_BINARY, "--config", job_b.string()}, inherited_env(), dir_ / "b1.out", dir_ / "b1.err");
     ASSERT_TRUE(child.started()) << child.start_error();
-    const bool checkpointed = child.WaitForStdout(
+    const bool checkpointed = child.wait_for_stdout(
         [](const std::string& out) { return out.find("\ncheckpoint at step 10: ") != std::string::npos; }, kRunLimit);
-    ASSERT_TRUE(checkpointed) << "no step-10 checkpoint:\n" << child.Stdout() << child.Stderr();
-    child.Signal(SIGINT);
-    b1.exit = child.Wait(kRunLimit);
-    b1.out = child.Stdout();
-    b1.err = child.Stderr();
-    if (b1.exit.exited && b1.exit.code == 0 && !LinesStartingWith(b1.out, "done: ").empty() && attempt < 3) {
+    ASSERT_TRUE(checkpointed) << "no step-10 checkpoint:\n" << child.stdout_text() << child.stderr_text();
+    child.signal(SIGINT);
+    b1.exit = child.wait(kRunLimit);
+    b1.out = child.stdout_text();
+    b1.err = child.stderr_text();
+    if (b1.exit.exited && b1.exit.code == 0 && !lines_starting_with(b1.out, "done: ").empty() && attempt < 3) {
       std::printf("run finished before SIGINT landed at %lld steps; retrying with more\n",
                   static_cast<long long>(o.steps));
       o.steps *= 4;
@@ -355,11 +355,11 @@ TEST_P(Fp8TrainResumeTest, StoppedBySigintThenResumedMatchesAnUninterruptedRun) 
     }
     break;
   }
-  ASSERT_TRUE(b1.exit.exited && b1.exit.code == 130) << Show(b1);
+  ASSERT_TRUE(b1.exit.exited && b1.exit.code == 130) << show(b1);
   EXPECT_EQ(b1.err, "");
   {
     static const std::regex kStopped(R"(^stopped: steps 1\.\.(\d+) in .*)");
-    const std::vector<std::string> stopped = LinesStartingWith(b1.out, "stopped: ");
+    const std::vector<std::string> stopped = lines_starting_with(b1.out, "stopped: ");
     ASSERT_EQ(stopped.size(), 1u) << b1.out;
     std::smatch m;
     ASSERT_TRUE(std::regex_match(stopped[0], m, kStopped)) << stopped[0];
@@ -367,29 +367,29 @@ TEST_P(Fp8TrainResumeTest, StoppedBySigintThenResumedMatchesAnUninterruptedRun) 
     ASSERT_GT(stopped_at, 10);
     ASSERT_LT(stopped_at, o.steps);
     std::printf("stopped at step %lld of %lld\n", static_cast<long long>(stopped_at), static_cast<long long>(o.steps));
-    EXPECT_TRUE(LinesStartingWith(b1.out, "done").empty()) << b1.out;
+    EXPECT_TRUE(lines_starting_with(b1.out, "done").empty()) << b1.out;
   }
-  const fs::path stop_dir = ckpt_b / StepDirName(stopped_at);
-  EXPECT_EQ(LinesStartingWith(b1.out, "checkpoint at step " + std::to_string(stopped_at) + ": " + stop_dir.string())
+  const fs::path stop_dir = ckpt_b / step_dir_name(stopped_at);
+  EXPECT_EQ(lines_starting_with(b1.out, "checkpoint at step " + std::to_string(stopped_at) + ": " + stop_dir.string())
                 .size(),
             1u)
       << b1.out;
   EXPECT_TRUE(fs::is_regular_file(stop_dir / "COMMITTED")) << stop_dir;
-  EXPECT_EQ(Lines(b1.out).back(), "last checkpoint: " + stop_dir.string()) << b1.out;
-  const std::vector<StepLine> b1_steps = ParseStepLines(b1.out);
+  EXPECT_EQ(split_lines(b1.out).back(), "last checkpoint: " + stop_dir.string()) << b1.out;
+  const std::vector<StepLine> b1_steps = parse_step_lines(b1.out);
   ASSERT_FALSE(b1_steps.empty());
   EXPECT_EQ(b1_steps.back().step, stopped_at) << "the step a run stops at is reported";
 
   // Run B again with --resume: continues after the checkpointed step, to the end.
   const fs::path job_b = dir_ / "job-b.yaml";
-  const RunResult b2 = Train({"--config", job_b.string(), "--resume"}, "b2");
-  ASSERT_TRUE(b2.exit.exited && b2.exit.code == 0) << Show(b2);
+  const RunResult b2 = train({"--config", job_b.string(), "--resume"}, "b2");
+  ASSERT_TRUE(b2.exit.exited && b2.exit.code == 0) << show(b2);
   EXPECT_EQ(b2.err, "");
-  EXPECT_EQ(LinesStartingWith(b2.out, "resumed from " + stop_dir.string()).size(), 1u) << b2.out;
+  EXPECT_EQ(lines_starting_with(b2.out, "resumed from " + stop_dir.string()).size(), 1u) << b2.out;
   const std::string range = std::to_string(stopped_at + 1) + ".." + std::to_string(o.steps);
-  EXPECT_EQ(LinesStartingWith(b2.out, "training steps " + range + ",").size(), 1u) << b2.out;
-  EXPECT_EQ(LinesStartingWith(b2.out, "done: steps " + range + " in ").size(), 1u) << b2.out;
-  const std::vector<StepLine> b2_steps = ParseStepLines(b2.out);
+  EXPECT_EQ(lines_starting_with(b2.out, "training steps " + range + ",").size(), 1u) << b2.out;
+  EXPECT_EQ(lines_starting_with(b2.out, "done: steps " + range + " in ").size(), 1u) << b2.out;
+  const std::vector<StepLine> b2_steps = parse_step_lines(b2.out);
   ASSERT_FALSE(b2_steps.empty()) << b2.out;
   EXPECT_EQ(b2_steps.front().step, stopped_at + 1);
   EXPECT_EQ(b2_steps.back().step, o.steps);
@@ -397,15 +397,15 @@ TEST_P(Fp8TrainResumeTest, StoppedBySigintThenResumedMatchesAnUninterruptedRun) 
   // Run A: the same job straight through, in its own checkpoint dir (--resume with
   // nothing to resume from starts at step 1).
   o.checkpoint_dir = "ckpt-a";
-  const fs::path job_a = WriteJob("job-a.yaml", JobYaml(o));
-  const RunResult a = Train({"--config", job_a.string(), "--resume"}, "a");
-  ASSERT_TRUE(a.exit.exited && a.exit.code == 0) << Show(a);
-  EXPECT_EQ(LinesStartingWith(a.out, "no good checkpoint in " + (dir_ / "ckpt-a").string() + ": starting from step 1")
+  const fs::path job_a = write_job("job-a.yaml", job_yaml(o));
+  const RunResult a = train({"--config", job_a.string(), "--resume"}, "a");
+  ASSERT_TRUE(a.exit.exited && a.exit.code == 0) << show(a);
+  EXPECT_EQ(lines_starting_with(a.out, "no good checkpoint in " + (dir_ / "ckpt-a").string() + ": starting from step 1")
                 .size(),
             1u)
       << a.out;
-  EXPECT_TRUE(LinesStartingWith(a.out, "resumed from").empty()) << a.out;
-  const std::vector<StepLine> a_steps = ParseStepLines(a.out);
+  EXPECT_TRUE(lines_starting_with(a.out, "resumed from").empty()) << a.out;
+  const std::vector<StepLine> a_steps = parse_step_lines(a.out);
   ASSERT_FALSE(a_steps.empty());
   ASSERT_EQ(a_steps.back().step, o.steps);
 
@@ -416,7 +416,7 @@ TEST_P(Fp8TrainResumeTest, StoppedBySigintThenResumedMatchesAnUninterruptedRun) 
   int compared = 0;
   for (const std::vector<StepLine>* b : {&b1_steps, &b2_steps}) {
     for (const StepLine& s : *b) {
-      const StepLine* t = FindStep(a_steps, s.step);
+      const StepLine* t = find_step(a_steps, s.step);
       if (t == nullptr) continue;
       ++compared;
       EXPECT_EQ(s.loss, t->loss) << "step " << s.step << "\nA: " << t->text << "\nB: " << s.text;
@@ -430,43 +430,43 @@ TEST_P(Fp8TrainResumeTest, StoppedBySigintThenResumedMatchesAnUninterruptedRun) 
   EXPECT_GE(compared, static_cast<int>(o.steps / 5) - 1);
   // The loss summary line of the resumed run covers its own steps only; its last loss
   // and validation match A's.
-  const std::vector<std::string> a_loss = LinesStartingWith(a.out, "loss ");
-  const std::vector<std::string> b_loss = LinesStartingWith(b2.out, "loss ");
+  const std::vector<std::string> a_loss = lines_starting_with(a.out, "loss ");
+  const std::vector<std::string> b_loss = lines_starting_with(b2.out, "loss ");
   ASSERT_EQ(a_loss.size(), 1u);
   ASSERT_EQ(b_loss.size(), 1u);
   EXPECT_NE(b_loss[0].find("-> " + a_steps.back().loss + " ("), std::string::npos) << b_loss[0];
 
   // Bit for bit: the final checkpoints (weights, optimizer state, data position, fp8
   // scaling state) are the same bytes.
-  const fs::path shard_a = dir_ / "ckpt-a" / StepDirName(o.steps) / kShard;
-  const fs::path shard_b = ckpt_b / StepDirName(o.steps) / kShard;
+  const fs::path shard_a = dir_ / "ckpt-a" / step_dir_name(o.steps) / kShard;
+  const fs::path shard_b = ckpt_b / step_dir_name(o.steps) / kShard;
   ASSERT_TRUE(fs::is_regular_file(shard_a)) << shard_a;
   ASSERT_TRUE(fs::is_regular_file(shard_b)) << shard_b;
-  EXPECT_TRUE(ReadFile(shard_a) == ReadFile(shard_b)) << "final checkpoints differ: " << shard_a << " vs " << shard_b;
-  EXPECT_EQ(ReadFile(shard_a.parent_path() / "COMMITTED"), ReadFile(shard_b.parent_path() / "COMMITTED"));
+  EXPECT_TRUE(read_file(shard_a) == read_file(shard_b)) << "final checkpoints differ: " << shard_a << " vs " << shard_b;
+  EXPECT_EQ(read_file(shard_a.parent_path() / "COMMITTED"), read_file(shard_b.parent_path() / "COMMITTED"));
 
   // Resuming a finished job has nothing to do.
-  const RunResult b3 = Train({"--config", job_b.string(), "--resume"}, "b3");
-  ASSERT_TRUE(b3.exit.exited && b3.exit.code == 0) << Show(b3);
-  EXPECT_EQ(LinesStartingWith(b3.out, "resumed from " + shard_b.parent_path().string()).size(), 1u) << b3.out;
-  EXPECT_EQ(LinesStartingWith(b3.out, "nothing to do: the job's last step (" + std::to_string(o.steps) +
+  const RunResult b3 = train({"--config", job_b.string(), "--resume"}, "b3");
+  ASSERT_TRUE(b3.exit.exited && b3.exit.code == 0) << show(b3);
+  EXPECT_EQ(lines_starting_with(b3.out, "resumed from " + shard_b.parent_path().string()).size(), 1u) << b3.out;
+  EXPECT_EQ(lines_starting_with(b3.out, "nothing to do: the job's last step (" + std::to_string(o.steps) +
                                           ") is already done")
                 .size(),
             1u)
       << b3.out;
-  EXPECT_TRUE(ParseStepLines(b3.out).empty()) << b3.out;
-  EXPECT_TRUE(LinesStartingWith(b3.out, "training steps").empty()) << b3.out;
+  EXPECT_TRUE(parse_step_lines(b3.out).empty()) << b3.out;
+  EXPECT_TRUE(lines_starting_with(b3.out, "training steps").empty()) << b3.out;
 
   // So does resuming with train.steps lowered below the checkpoint's step.
   const RunResult b4 =
-      Train({"--config", job_b.string(), "--resume", "--set", "train.steps=" + std::to_string(stopped_at)}, "b4");
-  ASSERT_TRUE(b4.exit.exited && b4.exit.code == 0) << Show(b4);
-  EXPECT_EQ(LinesStartingWith(b4.out, "nothing to do: resumed at step " + std::to_string(o.steps) +
+      train({"--config", job_b.string(), "--resume", "--set", "train.steps=" + std::to_string(stopped_at)}, "b4");
+  ASSERT_TRUE(b4.exit.exited && b4.exit.code == 0) << show(b4);
+  EXPECT_EQ(lines_starting_with(b4.out, "nothing to do: resumed at step " + std::to_string(o.steps) +
                                           ", past the job's last step (" + std::to_string(stopped_at) + ")")
                 .size(),
             1u)
       << b4.out;
-  EXPECT_TRUE(ParseStepLines(b4.out).empty()) << b4.out;
+  EXPECT_TRUE(parse_step_lines(b4.out).empty()) << b4.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, Fp8TrainResumeTest, ::testing::Values("tensorwise", "delayed"),
@@ -475,24 +475,24 @@ INSTANTIATE_TEST_SUITE_P(Recipes, Fp8TrainResumeTest, ::testing::Values("tensorw
 // --estimate prints a rank's memory by part and trains nothing: no checkpoint folder.
 TEST_F(Fp8TrainCliTest, EstimatePrintsTheMemoryOfARankAndTrainsNothing) {
   JobOptions o;
-  const fs::path job = WriteJob("job.yaml", JobYaml(o));
-  const RunResult one = Train({"--config", job.string(), "--estimate"}, "estimate");
-  ASSERT_TRUE(one.exit.exited && one.exit.code == 0) << Show(one);
+  const fs::path job = write_job("job.yaml", job_yaml(o));
+  const RunResult one = train({"--config", job.string(), "--estimate"}, "estimate");
+  ASSERT_TRUE(one.exit.exited && one.exit.code == 0) << show(one);
   EXPECT_EQ(one.out.rfind("memory per rank (estimate, 1 rank): ", 0), 0u) << one.out;
   for (const char* part : {"parameters", "gradients", "optimizer", "activations", "fp8 casts"}) {
     EXPECT_NE(one.out.find(std::string("  ") + part), std::string::npos) << part << "\n" << one.out;
   }
   EXPECT_FALSE(fs::exists(dir_ / o.checkpoint_dir)) << "--estimate made the checkpoint folder";
-  const RunResult four = Train({"--config", job.string(), "--estimate", "--nproc", "4", "--set",
+  const RunResult four = train({"--config", job.string(), "--estimate", "--nproc", "4", "--set",
                                 "train.activation_checkpointing=full"},
                                "estimate4");
-  ASSERT_TRUE(four.exit.exited && four.exit.code == 0) << Show(four);
+  ASSERT_TRUE(four.exit.exited && four.exit.code == 0) << show(four);
   EXPECT_EQ(four.out.rfind("memory per rank (estimate, 4 ranks): ", 0), 0u) << four.out;
   EXPECT_NE(four.out.find("FSDP gathers"), std::string::npos) << four.out;
   EXPECT_NE(four.out.find("activation checkpointing full"), std::string::npos) << four.out;
-  const RunResult bad = Train({"--config", job.string(), "--estimate", "--set", "train.activation_checkpointing=most"},
+  const RunResult bad = train({"--config", job.string(), "--estimate", "--set", "train.activation_checkpointing=most"},
                               "estimate-bad");
-  EXPECT_TRUE(bad.exit.exited && bad.exit.code == 2) << Show(bad);
+  EXPECT_TRUE(bad.exit.exited && bad.exit.code == 2) << show(bad);
   EXPECT_NE(bad.err.find("train.activation_checkpointing"), std::string::npos) << bad.err;
 }
 
@@ -500,22 +500,22 @@ TEST_F(Fp8TrainCliTest, SigtermAlsoStopsWithACheckpoint) {
   JobOptions o;
   o.steps = 100000;  // minutes: only the signal ends it
   o.checkpoint_every = 0;
-  const fs::path job = WriteJob("job.yaml", JobYaml(o));
-  Subprocess child({FP8_TRAIN_BINARY, "--config", job.string()}, ChildEnv(), dir_ / "run.out", dir_ / "run.err");
+  const fs::path job = write_job("job.yaml", job_yaml(o));
+  Subprocess child({FP8_TRAIN_BINARY, "--config", job.string()}, inherited_env(), dir_ / "run.out", dir_ / "run.err");
   ASSERT_TRUE(child.started()) << child.start_error();
-  ASSERT_TRUE(child.WaitForStdout(
+  ASSERT_TRUE(child.wait_for_stdout(
       [](const std::string& out) { return out.find("\nstep ") != std::string::npos; }, kRunLimit))
-      << child.Stdout() << child.Stderr();
-  child.Signal(SIGTERM);
-  const ExitInfo exit = child.Wait(kRunLimit);
-  const std::string out = child.Stdout();
-  ASSERT_TRUE(exit.exited && exit.code == 130) << exit.describe() << "\n" << out << child.Stderr();
-  const std::vector<std::string> stopped = LinesStartingWith(out, "stopped: steps 1..");
+      << child.stdout_text() << child.stderr_text();
+  child.signal(SIGTERM);
+  const ExitInfo exit = child.wait(kRunLimit);
+  const std::string out = child.stdout_text();
+  ASSERT_TRUE(exit.exited && exit.code == 130) << exit.describe() << "\n" << out << child.stderr_text();
+  const std::vector<std::string> stopped = lines_starting_with(out, "stopped: steps 1..");
   ASSERT_EQ(stopped.size(), 1u) << out;
-  const std::vector<StepLine> steps = ParseStepLines(out);
+  const std::vector<StepLine> steps = parse_step_lines(out);
   ASSERT_FALSE(steps.empty());
-  const fs::path dir = dir_ / "ckpt" / StepDirName(steps.back().step);
-  EXPECT_EQ(LinesStartingWith(out, "checkpoint at step " + std::to_string(steps.back().step) + ": " + dir.string())
+  const fs::path dir = dir_ / "ckpt" / step_dir_name(steps.back().step);
+  EXPECT_EQ(lines_starting_with(out, "checkpoint at step " + std::to_string(steps.back().step) + ": " + dir.string())
                 .size(),
             1u)
       << out;
@@ -527,24 +527,24 @@ TEST_F(Fp8TrainCliTest, SigtermAlsoStopsWithACheckpoint) {
 TEST_F(Fp8TrainCliTest, ADivergedRunExitsWithTheDivergenceCode) {
   JobOptions o;
   o.checkpoint_every = 0;
-  const fs::path job = WriteJob("job.yaml", JobYaml(o));
-  const RunResult r = Train({"--config", job.string(), "--set", "train.lr=1e30", "--set", "train.grad_clip=0", "--set",
+  const fs::path job = write_job("job.yaml", job_yaml(o));
+  const RunResult r = train({"--config", job.string(), "--set", "train.lr=1e30", "--set", "train.grad_clip=0", "--set",
                              "train.warmup_steps=0"},
                             "diverged");
-  EXPECT_TRUE(r.exit.exited && r.exit.code == 3) << Show(r);
+  EXPECT_TRUE(r.exit.exited && r.exit.code == 3) << show(r);
   EXPECT_NE(r.err.find("training diverged at step"), std::string::npos) << r.err;
 }
 
 // ---- 3. bad input --------------------------------------------------------------------
 
 TEST_F(Fp8TrainCliTest, BadCommandLinesAndJobFilesExitWithoutTraining) {
-  const fs::path good = WriteJob("job.yaml", JobYaml({}));
+  const fs::path good = write_job("job.yaml", job_yaml({}));
   struct Case {
     std::string name;
     std::vector<std::string> args;
     int code;                           // expected exit status; -1: any failure but 130
     std::vector<std::string> stderr_has;
-    std::map<std::string, std::string> env = {};  // fp8-train's environment beside ChildEnv()
+    std::map<std::string, std::string> env = {};  // fp8-train's environment beside child_env()
   };
   std::vector<Case> cases;
   cases.push_back({"no arguments", {}, 2, {"--config"}});
@@ -557,8 +557,8 @@ TEST_F(Fp8TrainCliTest, BadCommandLinesAndJobFilesExitWithoutTraining) {
   {
     JobOptions o;
     o.extra_train_line = "lerning_rate: 0.1";
-    const std::string yaml = JobYaml(o);
-    const fs::path job = WriteJob("unknown-key.yaml", yaml);
+    const std::string yaml = job_yaml(o);
+    const fs::path job = write_job("unknown-key.yaml", yaml);
     const std::string before = yaml.substr(0, yaml.find("lerning_rate"));
     const int line = 1 + static_cast<int>(std::count(before.begin(), before.end(), '\n'));
     cases.push_back(
@@ -568,9 +568,9 @@ TEST_F(Fp8TrainCliTest, BadCommandLinesAndJobFilesExitWithoutTraining) {
          {"unknown-key.yaml:" + std::to_string(line) + ":", "lerning_rate"}});
   }
   {
-    std::string yaml = JobYaml({});
+    std::string yaml = job_yaml({});
     yaml.replace(yaml.find("n_heads: 2"), 10, "n_heads: 3");  // does not divide dim 32
-    const fs::path job = WriteJob("bad-heads.yaml", yaml);
+    const fs::path job = write_job("bad-heads.yaml", yaml);
     const std::string before = yaml.substr(0, yaml.find("n_heads: 3"));
     const int line = 1 + static_cast<int>(std::count(before.begin(), before.end(), '\n'));
     cases.push_back(
@@ -586,25 +586,25 @@ TEST_F(Fp8TrainCliTest, BadCommandLinesAndJobFilesExitWithoutTraining) {
   {
     JobOptions o;
     o.data_path = "data/missing.txt";
-    const fs::path job = WriteJob("missing-data.yaml", JobYaml(o));
+    const fs::path job = write_job("missing-data.yaml", job_yaml(o));
     cases.push_back({"data.path missing", {"--config", job.string()}, -1, {(dir_ / "data/missing.txt").string()}});
   }
 
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     SCOPED_TRACE(c.name);
-    const RunResult r = Train(c.args, "case" + std::to_string(i), c.env);
-    ASSERT_TRUE(r.exit.exited) << Show(r);
+    const RunResult r = train(c.args, "case" + std::to_string(i), c.env);
+    ASSERT_TRUE(r.exit.exited) << show(r);
     if (c.code >= 0) {
-      EXPECT_EQ(r.exit.code, c.code) << Show(r);
+      EXPECT_EQ(r.exit.code, c.code) << show(r);
     } else {
-      EXPECT_NE(r.exit.code, 0) << Show(r);
-      EXPECT_NE(r.exit.code, 130) << Show(r);
+      EXPECT_NE(r.exit.code, 0) << show(r);
+      EXPECT_NE(r.exit.code, 130) << show(r);
     }
     for (const std::string& want : c.stderr_has) {
-      EXPECT_NE(r.err.find(want), std::string::npos) << "stderr lacks \"" << want << "\"\n" << Show(r);
+      EXPECT_NE(r.err.find(want), std::string::npos) << "stderr lacks \"" << want << "\"\n" << show(r);
     }
-    EXPECT_TRUE(ParseStepLines(r.out).empty()) << r.out;
+    EXPECT_TRUE(parse_step_lines(r.out).empty()) << r.out;
     EXPECT_FALSE(fs::exists(dir_ / "ckpt")) << "a failed start made the checkpoint dir";
     EXPECT_FALSE(fs::exists(dir_ / "checkpoints")) << "a failed start made a checkpoint dir";
   }
@@ -612,46 +612,46 @@ TEST_F(Fp8TrainCliTest, BadCommandLinesAndJobFilesExitWithoutTraining) {
 
 // ---- 4. a damaged checkpoint ---------------------------------------------------------
 
-uint64_t LoadLe64(const std::string& bytes, size_t at) {
+uint64_t load_le64(const std::string& bytes, size_t at) {
   uint64_t v = 0;
   for (size_t i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[at + i])) << (8 * i);
   return v;
 }
 
 TEST_F(Fp8TrainCliTest, ResumeSkipsADamagedNewestCheckpoint) {
-  const fs::path job = WriteJob("job.yaml", JobYaml({}));  // 30 steps, checkpoint every 10, keep 3
-  const RunResult first = Train({"--config", job.string()}, "first");
-  ASSERT_TRUE(first.exit.exited && first.exit.code == 0) << Show(first);
+  const fs::path job = write_job("job.yaml", job_yaml({}));  // 30 steps, checkpoint every 10, keep 3
+  const RunResult first = train({"--config", job.string()}, "first");
+  ASSERT_TRUE(first.exit.exited && first.exit.code == 0) << show(first);
   const fs::path ckpt = dir_ / "ckpt";
-  ASSERT_EQ(StepDirs(ckpt), (std::vector<std::string>{StepDirName(10), StepDirName(20), StepDirName(30)}));
+  ASSERT_EQ(step_dirs(ckpt), (std::vector<std::string>{step_dir_name(10), step_dir_name(20), step_dir_name(30)}));
 
   // Flip one byte in the middle of step 30's payloads (between the 16-byte header and the
   // index, whose offset the 40-byte footer starts with); the file keeps its size, so
   // only reading the payload finds the damage.
-  const fs::path shard = ckpt / StepDirName(30) / kShard;
-  const std::string original = ReadFile(shard);
+  const fs::path shard = ckpt / step_dir_name(30) / kShard;
+  const std::string original = read_file(shard);
   ASSERT_GT(original.size(), 16u + 40u);
-  const uint64_t index_offset = LoadLe64(original, original.size() - 40);
+  const uint64_t index_offset = load_le64(original, original.size() - 40);
   ASSERT_GT(index_offset, 16u);
   ASSERT_LT(index_offset, original.size());
   std::string damaged = original;
   const size_t at = static_cast<size_t>(16 + (index_offset - 16) / 2);
   damaged[at] = static_cast<char>(damaged[at] ^ 0x5a);
-  WriteText(shard, damaged);
+  write_text(shard, damaged);
 
-  const RunResult r = Train({"--config", job.string(), "--resume"}, "resume");
-  ASSERT_TRUE(r.exit.exited && r.exit.code == 0) << Show(r);
+  const RunResult r = train({"--config", job.string(), "--resume"}, "resume");
+  ASSERT_TRUE(r.exit.exited && r.exit.code == 0) << show(r);
   EXPECT_EQ(r.err, "");
-  const std::vector<std::string> warnings = LinesStartingWith(r.out, "warning: ");
+  const std::vector<std::string> warnings = lines_starting_with(r.out, "warning: ");
   ASSERT_EQ(warnings.size(), 1u) << r.out;
-  EXPECT_NE(warnings[0].find(StepDirName(30)), std::string::npos) << "the warning names the damaged checkpoint: "
+  EXPECT_NE(warnings[0].find(step_dir_name(30)), std::string::npos) << "the warning names the damaged checkpoint: "
                                                                   << warnings[0];
-  const std::string good = (ckpt / StepDirName(20)).string();
-  EXPECT_EQ(LinesStartingWith(r.out, "resumed from " + good).size(), 1u) << r.out;
-  EXPECT_EQ(LinesStartingWith(r.out, "training steps 21..30,").size(), 1u) << r.out;
-  EXPECT_EQ(LinesStartingWith(r.out, "done: steps 21..30 in ").size(), 1u) << r.out;
+  const std::string good = (ckpt / step_dir_name(20)).string();
+  EXPECT_EQ(lines_starting_with(r.out, "resumed from " + good).size(), 1u) << r.out;
+  EXPECT_EQ(lines_starting_with(r.out, "training steps 21..30,").size(), 1u) << r.out;
+  EXPECT_EQ(lines_starting_with(r.out, "done: steps 21..30 in ").size(), 1u) << r.out;
   // The warning comes before training starts.
-  const std::vector<std::string> lines = Lines(r.out);
+  const std::vector<std::string> lines = split_lines(r.out);
   const auto warning_at = std::find(lines.begin(), lines.end(), warnings[0]);
   const auto first_step =
       std::find_if(lines.begin(), lines.end(), [](const std::string& l) { return l.rfind("step ", 0) == 0; });
@@ -659,15 +659,15 @@ TEST_F(Fp8TrainCliTest, ResumeSkipsADamagedNewestCheckpoint) {
 
   // Steps 21..30 again give the same numbers, and a checkpoint at step 30 with the bytes
   // the damaged one had before.
-  const std::vector<StepLine> before = ParseStepLines(first.out), after = ParseStepLines(r.out);
+  const std::vector<StepLine> before = parse_step_lines(first.out), after = parse_step_lines(r.out);
   ASSERT_FALSE(before.empty());
   ASSERT_FALSE(after.empty());
   EXPECT_EQ(after.back().step, 30);
   EXPECT_EQ(after.back().numbers(), before.back().numbers())
       << "A: " << before.back().text << "\nB: " << after.back().text;
   EXPECT_TRUE(fs::is_regular_file(shard.parent_path() / "COMMITTED"));
-  EXPECT_TRUE(ReadFile(shard) == original) << "the rewritten step-30 checkpoint differs from the first run's";
-  EXPECT_EQ(StepDirs(ckpt), (std::vector<std::string>{StepDirName(10), StepDirName(20), StepDirName(30)}));
+  EXPECT_TRUE(read_file(shard) == original) << "the rewritten step-30 checkpoint differs from the first run's";
+  EXPECT_EQ(step_dirs(ckpt), (std::vector<std::string>{step_dir_name(10), step_dir_name(20), step_dir_name(30)}));
 }
 
 // ---- 5. several ranks (FSDP) -----------------------------------------------------------
@@ -677,23 +677,23 @@ TEST_F(Fp8TrainCliTest, ResumeSkipsADamagedNewestCheckpoint) {
 TEST_F(Fp8TrainCliTest, NprocTrainsShardedWithOneLogAndShardedCheckpoints) {
   JobOptions o;
   o.steps = 20;
-  const fs::path job = WriteJob("job.yaml", JobYaml(o));
-  const RunResult r = Train({"--nproc", "2", "--config", job.string()}, "run");
-  ASSERT_TRUE(r.exit.exited && r.exit.code == 0) << Show(r);
+  const fs::path job = write_job("job.yaml", job_yaml(o));
+  const RunResult r = train({"--nproc", "2", "--config", job.string()}, "run");
+  ASSERT_TRUE(r.exit.exited && r.exit.code == 0) << show(r);
   EXPECT_EQ(r.err, "") << "a good run writes nothing to stderr";
-  EXPECT_EQ(LinesStartingWith(r.out, "job cli-test: ").size(), 1u) << "only rank 0 logs:\n" << r.out;
-  EXPECT_EQ(LinesStartingWith(r.out, "fsdp over 2 ranks; all-gather of 7 weights in fp8").size(), 1u) << r.out;
+  EXPECT_EQ(lines_starting_with(r.out, "job cli-test: ").size(), 1u) << "only rank 0 logs:\n" << r.out;
+  EXPECT_EQ(lines_starting_with(r.out, "fsdp over 2 ranks; all-gather of 7 weights in fp8").size(), 1u) << r.out;
   // batch_size is per rank: 2 ranks x 4 sequences x 32 tokens.
-  EXPECT_EQ(LinesStartingWith(r.out, "training steps 1..20, 256 tokens per step").size(), 1u) << r.out;
-  const std::vector<StepLine> steps = ParseStepLines(r.out);
+  EXPECT_EQ(lines_starting_with(r.out, "training steps 1..20, 256 tokens per step").size(), 1u) << r.out;
+  const std::vector<StepLine> steps = parse_step_lines(r.out);
   std::vector<int64_t> reported;
   for (const StepLine& s : steps) reported.push_back(s.step);
   EXPECT_EQ(reported, (std::vector<int64_t>{1, 5, 10, 15, 20})) << r.out;
-  EXPECT_EQ(LinesStartingWith(r.out, "  comm  all-gather ").size(), steps.size()) << r.out;
+  EXPECT_EQ(lines_starting_with(r.out, "  comm  all-gather ").size(), steps.size()) << r.out;
   ASSERT_FALSE(steps.empty());
   EXPECT_LT(std::stod(steps.back().loss), std::stod(steps.front().loss)) << r.out;
   for (int64_t step : {10, 20}) {
-    const fs::path d = dir_ / "ckpt" / StepDirName(step);
+    const fs::path d = dir_ / "ckpt" / step_dir_name(step);
     EXPECT_TRUE(fs::is_regular_file(d / "COMMITTED")) << d;
     EXPECT_TRUE(fs::is_regular_file(d / "rank-00000-of-00002.ckpt")) << d;
     EXPECT_TRUE(fs::is_regular_file(d / "rank-00001-of-00002.ckpt")) << d;
@@ -707,41 +707,41 @@ TEST_F(Fp8TrainCliTest, NprocStopsEveryRankAtOneStepAndResumesBitForBit) {
   o.steps = 200;
   o.checkpoint_every = 10;
   o.checkpoint_dir = "ckpt-b";
-  const fs::path job_b = WriteJob("job-b.yaml", JobYaml(o));
-  Subprocess child({FP8_TRAIN_BINARY, "--nproc", "2", "--config", job_b.string()}, ChildEnv(), dir_ / "b1.out",
+  const fs::path job_b = write_job("job-b.yaml", job_yaml(o));
+  Subprocess child({FP8_TRAIN_BINARY, "--nproc", "2", "--config", job_b.string()}, inherited_env(), dir_ / "b1.out",
                    dir_ / "b1.err");
   ASSERT_TRUE(child.started()) << child.start_error();
-  ASSERT_TRUE(child.WaitForStdout(
+  ASSERT_TRUE(child.wait_for_stdout(
       [](const std::string& out) { return out.find("\ncheckpoint at step 10: ") != std::string::npos; }, kRunLimit))
-      << child.Stdout() << child.Stderr();
-  child.Signal(SIGINT);
-  const ExitInfo stopped = child.Wait(kRunLimit);
-  const std::string b1 = child.Stdout();
-  ASSERT_TRUE(stopped.exited && stopped.code == 130) << stopped.describe() << "\n" << b1 << child.Stderr();
-  const std::vector<StepLine> b1_steps = ParseStepLines(b1);
+      << child.stdout_text() << child.stderr_text();
+  child.signal(SIGINT);
+  const ExitInfo stopped = child.wait(kRunLimit);
+  const std::string b1 = child.stdout_text();
+  ASSERT_TRUE(stopped.exited && stopped.code == 130) << stopped.describe() << "\n" << b1 << child.stderr_text();
+  const std::vector<StepLine> b1_steps = parse_step_lines(b1);
   ASSERT_FALSE(b1_steps.empty());
   const int64_t at = b1_steps.back().step;
   ASSERT_LT(at, o.steps) << "finished before the signal landed";
-  const fs::path stop_dir = dir_ / "ckpt-b" / StepDirName(at);
+  const fs::path stop_dir = dir_ / "ckpt-b" / step_dir_name(at);
   EXPECT_TRUE(fs::is_regular_file(stop_dir / "COMMITTED")) << b1;
   EXPECT_TRUE(fs::is_regular_file(stop_dir / "rank-00001-of-00002.ckpt")) << b1;
 
-  const RunResult b2 = Train({"--nproc", "2", "--config", job_b.string(), "--resume"}, "b2");
-  ASSERT_TRUE(b2.exit.exited && b2.exit.code == 0) << Show(b2);
-  EXPECT_EQ(LinesStartingWith(b2.out, "resumed from " + stop_dir.string()).size(), 1u) << b2.out;
+  const RunResult b2 = train({"--nproc", "2", "--config", job_b.string(), "--resume"}, "b2");
+  ASSERT_TRUE(b2.exit.exited && b2.exit.code == 0) << show(b2);
+  EXPECT_EQ(lines_starting_with(b2.out, "resumed from " + stop_dir.string()).size(), 1u) << b2.out;
 
   o.checkpoint_dir = "ckpt-a";
-  const fs::path job_a = WriteJob("job-a.yaml", JobYaml(o));
-  const RunResult a = Train({"--nproc", "2", "--config", job_a.string()}, "a");
-  ASSERT_TRUE(a.exit.exited && a.exit.code == 0) << Show(a);
-  const std::vector<StepLine> a_steps = ParseStepLines(a.out), b2_steps = ParseStepLines(b2.out);
+  const fs::path job_a = write_job("job-a.yaml", job_yaml(o));
+  const RunResult a = train({"--nproc", "2", "--config", job_a.string()}, "a");
+  ASSERT_TRUE(a.exit.exited && a.exit.code == 0) << show(a);
+  const std::vector<StepLine> a_steps = parse_step_lines(a.out), b2_steps = parse_step_lines(b2.out);
   ASSERT_FALSE(b2_steps.empty());
   EXPECT_EQ(b2_steps.back().numbers(), a_steps.back().numbers()) << "A: " << a_steps.back().text << "\nB: "
                                                                   << b2_steps.back().text;
   for (int rank : {0, 1}) {
     const std::string shard = "rank-0000" + std::to_string(rank) + "-of-00002.ckpt";
-    EXPECT_TRUE(ReadFile(dir_ / "ckpt-a" / StepDirName(o.steps) / shard) ==
-                ReadFile(dir_ / "ckpt-b" / StepDirName(o.steps) / shard))
+    EXPECT_TRUE(read_file(dir_ / "ckpt-a" / step_dir_name(o.steps) / shard) ==
+                read_file(dir_ / "ckpt-b" / step_dir_name(o.steps) / shard))
         << "rank " << rank << "'s final shards differ";
   }
 }
@@ -752,55 +752,55 @@ TEST_F(Fp8TrainCliTest, ResumesAtAnotherWorldSize) {
   JobOptions o;
   o.steps = 10;
   o.checkpoint_every = 5;
-  const fs::path job = WriteJob("job.yaml", JobYaml(o));
-  const RunResult two = Train({"--nproc", "2", "--config", job.string()}, "two");
-  ASSERT_TRUE(two.exit.exited && two.exit.code == 0) << Show(two);
+  const fs::path job = write_job("job.yaml", job_yaml(o));
+  const RunResult two = train({"--nproc", "2", "--config", job.string()}, "two");
+  ASSERT_TRUE(two.exit.exited && two.exit.code == 0) << show(two);
 
-  const RunResult four = Train({"--nproc", "4", "--config", job.string(), "--resume", "--set", "train.steps=15",
+  const RunResult four = train({"--nproc", "4", "--config", job.string(), "--resume", "--set", "train.steps=15",
                                 "--set", "train.batch_size=2"},
                                "four");
-  ASSERT_TRUE(four.exit.exited && four.exit.code == 0) << Show(four);
-  EXPECT_EQ(LinesStartingWith(four.out, "resumed from " + (dir_ / "ckpt" / StepDirName(10)).string()).size(), 1u)
+  ASSERT_TRUE(four.exit.exited && four.exit.code == 0) << show(four);
+  EXPECT_EQ(lines_starting_with(four.out, "resumed from " + (dir_ / "ckpt" / step_dir_name(10)).string()).size(), 1u)
       << four.out;
-  EXPECT_EQ(LinesStartingWith(four.out, "warning: checkpoint step 10 was written by 2 ranks; its parameters and "
+  EXPECT_EQ(lines_starting_with(four.out, "warning: checkpoint step 10 was written by 2 ranks; its parameters and "
                                         "optimizer state are split anew over this job's 4")
                 .size(),
             1u)
       << four.out;
-  const std::vector<StepLine> four_steps = ParseStepLines(four.out);
+  const std::vector<StepLine> four_steps = parse_step_lines(four.out);
   ASSERT_FALSE(four_steps.empty());
   EXPECT_EQ(four_steps.front().step, 11) << four.out;
-  EXPECT_TRUE(fs::is_regular_file(dir_ / "ckpt" / StepDirName(15) / "rank-00003-of-00004.ckpt"));
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "ckpt" / step_dir_name(15) / "rank-00003-of-00004.ckpt"));
 
-  const RunResult one = Train(
+  const RunResult one = train(
       {"--config", job.string(), "--resume", "--set", "train.steps=20", "--set", "train.batch_size=8"}, "one");
-  ASSERT_TRUE(one.exit.exited && one.exit.code == 0) << Show(one);
-  EXPECT_EQ(LinesStartingWith(one.out, "warning: checkpoint step 15 was written by 4 ranks").size(), 1u) << one.out;
-  const std::vector<StepLine> one_steps = ParseStepLines(one.out);
+  ASSERT_TRUE(one.exit.exited && one.exit.code == 0) << show(one);
+  EXPECT_EQ(lines_starting_with(one.out, "warning: checkpoint step 15 was written by 4 ranks").size(), 1u) << one.out;
+  const std::vector<StepLine> one_steps = parse_step_lines(one.out);
   ASSERT_FALSE(one_steps.empty());
   EXPECT_EQ(one_steps.back().step, 20) << one.out;
-  EXPECT_LT(std::stod(one_steps.back().loss), std::stod(ParseStepLines(two.out).front().loss)) << one.out;
-  EXPECT_TRUE(fs::is_regular_file(dir_ / "ckpt" / StepDirName(20) / kShard));
+  EXPECT_LT(std::stod(one_steps.back().loss), std::stod(parse_step_lines(two.out).front().loss)) << one.out;
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "ckpt" / step_dir_name(20) / kShard));
 }
 
 // Multi-rank mistakes: exit 2 before any rank starts; a rank whose peer never comes fails
 // within --timeout, naming the peer, instead of waiting forever.
 TEST_F(Fp8TrainCliTest, MultiRankMisuseFailsClearly) {
   JobOptions o;
-  const fs::path job = WriteJob("job.yaml", JobYaml(o));
-  const RunResult no_launch = Train({"--config", job.string(), "--set", "resources.world_size=2"}, "no-launch");
-  EXPECT_TRUE(no_launch.exit.exited && no_launch.exit.code == 2) << Show(no_launch);
+  const fs::path job = write_job("job.yaml", job_yaml(o));
+  const RunResult no_launch = train({"--config", job.string(), "--set", "resources.world_size=2"}, "no-launch");
+  EXPECT_TRUE(no_launch.exit.exited && no_launch.exit.code == 2) << show(no_launch);
   EXPECT_NE(no_launch.err.find("--nproc 2"), std::string::npos) << no_launch.err;
 
   const RunResult bad_rank =
-      Train({"--config", job.string(), "--rank", "2", "--world-size", "2", "--rendezvous", (dir_ / "r").string()},
+      train({"--config", job.string(), "--rank", "2", "--world-size", "2", "--rendezvous", (dir_ / "r").string()},
             "bad-rank");
-  EXPECT_TRUE(bad_rank.exit.exited && bad_rank.exit.code == 2) << Show(bad_rank);
+  EXPECT_TRUE(bad_rank.exit.exited && bad_rank.exit.code == 2) << show(bad_rank);
 
-  const RunResult alone = Train({"--config", job.string(), "--rank", "0", "--world-size", "2", "--rendezvous",
+  const RunResult alone = train({"--config", job.string(), "--rank", "0", "--world-size", "2", "--rendezvous",
                                  (dir_ / "rdzv").string(), "--timeout", "2"},
                                 "alone");
-  EXPECT_TRUE(alone.exit.exited && alone.exit.code == 5) << "the lost-peer code\n" << Show(alone);
+  EXPECT_TRUE(alone.exit.exited && alone.exit.code == 5) << "the lost-peer code\n" << show(alone);
   EXPECT_NE(alone.err.find("fp8-train [rank 0]: "), std::string::npos) << alone.err;
   EXPECT_NE(alone.err.find("rank 1"), std::string::npos) << alone.err;
   EXPECT_FALSE(fs::exists(dir_ / "ckpt")) << "a failed rendezvous writes no checkpoint";

@@ -22,7 +22,7 @@ std::string ExitInfo::describe() const {
   return "not finished";
 }
 
-std::string ReadFile(const std::filesystem::path& file) {
+std::string read_file(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   std::ostringstream s;
   s << in.rdbuf();
@@ -107,11 +107,11 @@ bool Subprocess::running() {
   return false;
 }
 
-void Subprocess::Signal(int sig) {
+void Subprocess::signal(int sig) {
   if (pid_ > 0 && !reaped_) ::kill(pid_, sig);
 }
 
-ExitInfo Subprocess::Wait(std::chrono::milliseconds limit) {
+ExitInfo Subprocess::wait(std::chrono::milliseconds limit) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (running()) {
     if (std::chrono::steady_clock::now() >= deadline) {
@@ -130,7 +130,7 @@ ExitInfo Subprocess::Wait(std::chrono::milliseconds limit) {
   return exit_;
 }
 
-RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
               const std::filesystem::path& stdout_file, const std::filesystem::path& stderr_file,
               std::chrono::milliseconds limit) {
   RunResult r;
@@ -139,9 +139,9 @@ RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, 
     r.err = child.start_error();
     return r;
   }
-  r.exit = child.Wait(limit);
-  r.out = child.Stdout();
-  r.err = child.Stderr();
+  r.exit = child.wait(limit);
+  r.out = child.stdout_text();
+  r.err = child.stderr_text();
   return r;
 }
 

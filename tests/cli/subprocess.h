@@ -25,7 +25,7 @@ struct ExitInfo {
   std::string describe() const;  // "exit 2", "killed by signal 9", "timed out"
 };
 
-std::string ReadFile(const std::filesystem::path& file);
+std::string read_file(const std::filesystem::path& file);
 
 class Subprocess {
  public:
@@ -42,16 +42,16 @@ class Subprocess {
   pid_t pid() const { return pid_; }
 
   // Sends `sig` to the child if it has not been reaped yet.
-  void Signal(int sig);
+  void signal(int sig);
   // Waits up to `limit` for the child to end, then kills it (SIGKILL) and reports a timeout.
-  ExitInfo Wait(std::chrono::milliseconds limit);
+  ExitInfo wait(std::chrono::milliseconds limit);
   // Polls the captured stdout until `predicate(text)` holds (true), the child exits or
   // `limit` passes (false).
   template <typename Pred>
-  bool WaitForStdout(Pred predicate, std::chrono::milliseconds limit);
+  bool wait_for_stdout(Pred predicate, std::chrono::milliseconds limit);
 
-  std::string Stdout() const { return ReadFile(stdout_file_); }
-  std::string Stderr() const { return ReadFile(stderr_file_); }
+  std::string stdout_text() const { return read_file(stdout_file_); }
+  std::string stderr_text() const { return read_file(stderr_file_); }
 
  private:
   bool running();  // reaps the child (filling exit_) when it has ended
@@ -64,11 +64,11 @@ class Subprocess {
 };
 
 template <typename Pred>
-bool Subprocess::WaitForStdout(Pred predicate, std::chrono::milliseconds limit) {
+bool Subprocess::wait_for_stdout(Pred predicate, std::chrono::milliseconds limit) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {
-    if (predicate(Stdout())) return true;
-    if (!running()) return predicate(Stdout());
+    if (predicate(stdout_text())) return true;
+    if (!running()) return predicate(stdout_text());
     struct timespec ts{0, 500 * 1000};  // 0.5 ms
     nanosleep(&ts, nullptr);
   }
@@ -80,7 +80,7 @@ struct RunResult {
   ExitInfo exit;
   std::string out, err;
 };
-RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
               const std::filesystem::path& stdout_file, const std::filesystem::path& stderr_file,
               std::chrono::milliseconds limit);
 

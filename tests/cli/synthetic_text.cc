@@ -20,7 +20,7 @@ struct Rng {
 
 }  // namespace
 
-std::string SyntheticText(size_t bytes) {
+std::string synthetic_text(size_t bytes) {
   static const char* kWords[] = {
       "the",   "of",    "and",   "to",    "in",     "a",      "is",     "that",   "for",   "it",
       "as",    "was",   "with",  "be",    "by",     "on",     "not",    "he",     "this",  "are",

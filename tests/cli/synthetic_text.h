@@ -7,6 +7,6 @@
 
 namespace fp8::cli_test {
 
-std::string SyntheticText(size_t bytes);
+std::string synthetic_text(size_t bytes);
 
 }  // namespace fp8::cli_test

@@ -29,9 +29,9 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds kCommandLimit{60'000};
 
-// A tiny job in the shape of ControlPlane::Spec, written to <dir>/<name>.yaml, with the
+// A tiny job in the shape of ControlPlane::spec, written to <dir>/<name>.yaml, with the
 // data path given (relative to the file).
-fs::path WriteJob(const fs::path& dir, const std::string& name, int64_t steps, int world_size,
+fs::path write_job(const fs::path& dir, const std::string& name, int64_t steps, int world_size,
                   const std::string& data_path = "corpus.txt", const std::string& recipe = "tensorwise") {
   std::ostringstream y;
   y << "name: " << name
@@ -56,13 +56,13 @@ class Fp8ctl {
  public:
   Fp8ctl(const fs::path& dir, std::map<std::string, std::string> env) : dir_(dir), env_(std::move(env)) {}
 
-  cli_test::RunResult Run(std::vector<std::string> args) {
+  cli_test::RunResult run(std::vector<std::string> args) {
     args.insert(args.begin(), FP8CTL_BINARY);
     const std::string n = std::to_string(++runs_);
-    return cli_test::Run(args, env_, dir_ / ("fp8ctl-" + n + ".out"), dir_ / ("fp8ctl-" + n + ".err"),
+    return cli_test::run(args, env_, dir_ / ("fp8ctl-" + n + ".out"), dir_ / ("fp8ctl-" + n + ".err"),
                          kCommandLimit);
   }
-  std::unique_ptr<cli_test::Subprocess> Start(std::vector<std::string> args) {
+  std::unique_ptr<cli_test::Subprocess> start(std::vector<std::string> args) {
     args.insert(args.begin(), FP8CTL_BINARY);
     const std::string n = std::to_string(++runs_);
     return std::make_unique<cli_test::Subprocess>(args, env_, dir_ / ("fp8ctl-" + n + ".out"),
@@ -78,7 +78,7 @@ class Fp8ctl {
 // Runs `argv` with a pseudo-terminal as its stdout (isatty holds, as in a person's shell),
 // the environment plus `env`; returns what it wrote (the terminal's "\r\n" read as "\n")
 // and its exit code (-1 if it did not exit within `limit`).
-std::pair<std::string, int> RunInTerminal(const std::vector<std::string>& argv,
+std::pair<std::string, int> run_in_terminal(const std::vector<std::string>& argv,
                                           const std::map<std::string, std::string>& env,
                                           std::chrono::milliseconds limit) {
   std::map<std::string, std::string> merged;
@@ -127,17 +127,17 @@ std::pair<std::string, int> RunInTerminal(const std::vector<std::string>& argv,
   return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
 }
 
-std::string Show(const cli_test::RunResult& r) {
+std::string show(const cli_test::RunResult& r) {
   return r.exit.describe() + "\n--- stdout\n" + r.out + "--- stderr\n" + r.err;
 }
 
-bool Exited(const cli_test::RunResult& r, int code) { return r.exit.exited && r.exit.code == code; }
+bool exited(const cli_test::RunResult& r, int code) { return r.exit.exited && r.exit.code == code; }
 
-bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // The same environment for every run: the test's coordinator and admin token, and nothing
 // inherited from the developer's shell.
-std::map<std::string, std::string> Env(const ControlPlane& cp) {
+std::map<std::string, std::string> cli_env(const ControlPlane& cp) {
   return {{"FP8_COORDINATOR", "127.0.0.1:" + std::to_string(cp.port())},
           {"FP8_TOKEN", ""},
           {"FP8_TOKEN_FILE", (cp.dir() / "fp8-admin.token").string()},
@@ -146,37 +146,37 @@ std::map<std::string, std::string> Env(const ControlPlane& cp) {
 
 TEST(Fp8ctlTest, JobsEndToEnd) {
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  cp.StartWorker();
-  cp.StartWorker();
-  Fp8ctl ctl(cp.dir(), Env(cp));
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  cp.start_worker();
+  Fp8ctl ctl(cp.dir(), cli_env(cp));
 
   // submit --follow: the id first, then the events; exit 0 for SUCCEEDED.
-  const fs::path ok = WriteJob(cp.dir(), "ok", 10, 2);
-  cli_test::RunResult r = ctl.Run({"submit", ok.string(), "--follow"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r) << cp.Logs();
-  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "job-1") << Show(r);
-  EXPECT_TRUE(Contains(r.out, "attempt 1 started")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "step 10/10")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "-> SUCCEEDED")) << Show(r);
-  EXPECT_FALSE(Contains(r.out, "\r")) << "not a terminal: no carriage returns\n" << Show(r);
+  const fs::path ok = write_job(cp.dir(), "ok", 10, 2);
+  cli_test::RunResult r = ctl.run({"submit", ok.string(), "--follow"});
+  ASSERT_TRUE(exited(r, 0)) << show(r) << cp.logs();
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "job-1") << show(r);
+  EXPECT_TRUE(contains(r.out, "attempt 1 started")) << show(r);
+  EXPECT_TRUE(contains(r.out, "step 10/10")) << show(r);
+  EXPECT_TRUE(contains(r.out, "-> SUCCEEDED")) << show(r);
+  EXPECT_FALSE(contains(r.out, "\r")) << "not a terminal: no carriage returns\n" << show(r);
 
   // The summary after the final state: loss from first to last report, tokens, time.
   const size_t final_line = r.out.find("-> SUCCEEDED");
-  EXPECT_LT(final_line, r.out.find("Summary:\n")) << Show(r);
+  EXPECT_LT(final_line, r.out.find("Summary:\n")) << show(r);
   for (const char* part : {"  outcome     SUCCEEDED at step 10/10\n", "  loss        ", " -> ", " -> 10)\n",
                            "  validation  ", "  tokens      ", "  wall time   0:", "  restarts    0\n"}) {
-    EXPECT_TRUE(Contains(r.out.substr(final_line), part)) << part << "\n" << Show(r);
+    EXPECT_TRUE(contains(r.out.substr(final_line), part)) << part << "\n" << show(r);
   }
 
   // follow on a finished job replays it and exits with its outcome.
-  r = ctl.Run({"follow", "job-1"});
-  EXPECT_TRUE(Exited(r, 0)) << Show(r);
+  r = ctl.run({"follow", "job-1"});
+  EXPECT_TRUE(exited(r, 0)) << show(r);
   // On a terminal: a bar redrawn in place, left above the final state line, no redraw after.
   {
-    const auto [text, code] = RunInTerminal({FP8CTL_BINARY, "follow", "job-1"}, Env(cp), kCommandLimit);
+    const auto [text, code] = run_in_terminal({FP8CTL_BINARY, "follow", "job-1"}, cli_env(cp), kCommandLimit);
     EXPECT_EQ(code, 0) << text;
-    EXPECT_TRUE(Contains(text, "\r\x1b[K[############") && Contains(text, "] step 10/10 (100%)")) << text;
+    EXPECT_TRUE(contains(text, "\r\x1b[K[############") && contains(text, "] step 10/10 (100%)")) << text;
     const size_t state = text.find("state RUNNING -> SUCCEEDED");
     ASSERT_NE(state, std::string::npos) << text;
     EXPECT_LT(text.rfind("] step 10/10"), state) << text;
@@ -185,164 +185,164 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   }
 
   // list: table, json, yaml, filters.
-  r = ctl.Run({"list"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  r = ctl.run({"list"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
   for (const char* column : {"ID", "NAME", "OWNER", "STATE", "PROGRESS", "RECIPE", "WORLD", "SUBMITTED", "AGE"}) {
-    EXPECT_TRUE(Contains(r.out, column)) << column << "\n" << Show(r);
+    EXPECT_TRUE(contains(r.out, column)) << column << "\n" << show(r);
   }
-  EXPECT_TRUE(Contains(r.out, "job-1")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "SUCCEEDED")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "10/10")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "tensorwise")) << Show(r);
-  r = ctl.Run({"list", "--output", "json"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\"id\": \"job-1\"")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\"state\": \"SUCCEEDED\"")) << Show(r);
+  EXPECT_TRUE(contains(r.out, "job-1")) << show(r);
+  EXPECT_TRUE(contains(r.out, "SUCCEEDED")) << show(r);
+  EXPECT_TRUE(contains(r.out, "10/10")) << show(r);
+  EXPECT_TRUE(contains(r.out, "tensorwise")) << show(r);
+  r = ctl.run({"list", "--output", "json"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "\"id\": \"job-1\"")) << show(r);
+  EXPECT_TRUE(contains(r.out, "\"state\": \"SUCCEEDED\"")) << show(r);
   // Real numbers for int64s, times as RFC 3339 UTC strings, nothing \u-escaped.
-  EXPECT_TRUE(Contains(r.out, "\"last_checkpoint_step\": 10,")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\"step\": 10,")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\"created_time\": \"20")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "Z\",\n")) << Show(r);
-  EXPECT_FALSE(Contains(r.out, "_unix_ms")) << Show(r);
-  EXPECT_FALSE(Contains(r.out, "\\u")) << Show(r);
-  r = ctl.Run({"list", "-o", "wide"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_TRUE(contains(r.out, "\"last_checkpoint_step\": 10,")) << show(r);
+  EXPECT_TRUE(contains(r.out, "\"step\": 10,")) << show(r);
+  EXPECT_TRUE(contains(r.out, "\"created_time\": \"20")) << show(r);
+  EXPECT_TRUE(contains(r.out, "Z\",\n")) << show(r);
+  EXPECT_FALSE(contains(r.out, "_unix_ms")) << show(r);
+  EXPECT_FALSE(contains(r.out, "\\u")) << show(r);
+  r = ctl.run({"list", "-o", "wide"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
   for (const char* column : {"ID", "PROGRESS", "DEVICE", "PRIORITY", "LOSS", "ATTEMPTS", "RESTARTS LEFT", "CHECKPOINT",
                              "FINISHED", "REASON"}) {
-    EXPECT_TRUE(Contains(r.out, column)) << column << "\n" << Show(r);
+    EXPECT_TRUE(contains(r.out, column)) << column << "\n" << show(r);
   }
-  EXPECT_TRUE(Contains(r.out, "step 10")) << Show(r);
-  r = ctl.Run({"list", "-o", "name"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_EQ(r.out, "job/job-1\n") << Show(r);
-  r = ctl.Run({"list", "-o", "yaml", "--all-pages"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "jobs:\n- id: job-1\n")) << Show(r);  // fields in .proto order
-  EXPECT_TRUE(Contains(r.out, "  state: SUCCEEDED\n")) << Show(r);
-  r = ctl.Run({"list", "--state", "running", "--state", "queued"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_FALSE(Contains(r.out, "job-1")) << Show(r);
-  r = ctl.Run({"list", "--state", "bogus"});
-  EXPECT_TRUE(Exited(r, 2)) << Show(r);
+  EXPECT_TRUE(contains(r.out, "step 10")) << show(r);
+  r = ctl.run({"list", "-o", "name"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_EQ(r.out, "job/job-1\n") << show(r);
+  r = ctl.run({"list", "-o", "yaml", "--all-pages"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "jobs:\n- id: job-1\n")) << show(r);  // fields in .proto order
+  EXPECT_TRUE(contains(r.out, "  state: SUCCEEDED\n")) << show(r);
+  r = ctl.run({"list", "--state", "running", "--state", "queued"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_FALSE(contains(r.out, "job-1")) << show(r);
+  r = ctl.run({"list", "--state", "bogus"});
+  EXPECT_TRUE(exited(r, 2)) << show(r);
 
   // describe: spec summary, attempts with their ranks, checkpoint, metrics, numerics.
-  r = ctl.Run({"describe", "job-1"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  r = ctl.run({"describe", "job-1"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
   for (const char* part : {"State:      SUCCEEDED", "dim 32", "recipe      tensorwise", "world       2 x cpu",
                            "steps       10", "Checkpoint: step 10", "#1 SUCCEEDED", "Metrics (step 10", "loss ",
                            "Numerics:", "memory      per rank: estimate ", ", measured peak ", "(rank 0, step 10)"}) {
-    EXPECT_TRUE(Contains(r.out, part)) << part << "\n" << Show(r);
+    EXPECT_TRUE(contains(r.out, part)) << part << "\n" << show(r);
   }
-  r = ctl.Run({"describe", "job-1", "-o", "json"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\"job\": {")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\"numerics_events\": [")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\"resumed_from_step\": 0,")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\"finished_time\": \"20")) << Show(r);
-  r = ctl.Run({"describe", "job-1", "-o", "name"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_EQ(r.out, "job/job-1\n") << Show(r);
-  r = ctl.Run({"describe", "job-1", "-o", "wide"});  // no wider describe
-  EXPECT_TRUE(Exited(r, 2)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "expected table, name, json or yaml, not 'wide'")) << Show(r);
+  r = ctl.run({"describe", "job-1", "-o", "json"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "\"job\": {")) << show(r);
+  EXPECT_TRUE(contains(r.out, "\"numerics_events\": [")) << show(r);
+  EXPECT_TRUE(contains(r.out, "\"resumed_from_step\": 0,")) << show(r);
+  EXPECT_TRUE(contains(r.out, "\"finished_time\": \"20")) << show(r);
+  r = ctl.run({"describe", "job-1", "-o", "name"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_EQ(r.out, "job/job-1\n") << show(r);
+  r = ctl.run({"describe", "job-1", "-o", "wide"});  // no wider describe
+  EXPECT_TRUE(exited(r, 2)) << show(r);
+  EXPECT_TRUE(contains(r.err, "expected table, name, json or yaml, not 'wide'")) << show(r);
 
   // logs: the workers forward the ranks' output.
-  r = ctl.Run({"logs", "job-1"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "[rank 0] ")) << Show(r);
-  r = ctl.Run({"logs", "job-1", "--rank", "0", "--tail", "3"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_FALSE(Contains(r.out, "[rank")) << Show(r);
-  EXPECT_GE(std::count(r.out.begin(), r.out.end(), '\n'), 1) << Show(r);
-  EXPECT_LE(std::count(r.out.begin(), r.out.end(), '\n'), 3) << Show(r);
+  r = ctl.run({"logs", "job-1"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "[rank 0] ")) << show(r);
+  r = ctl.run({"logs", "job-1", "--rank", "0", "--tail", "3"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_FALSE(contains(r.out, "[rank")) << show(r);
+  EXPECT_GE(std::count(r.out.begin(), r.out.end(), '\n'), 1) << show(r);
+  EXPECT_LE(std::count(r.out.begin(), r.out.end(), '\n'), 3) << show(r);
   // -f on a final job prints every line once, in the stored order, and returns; from
   // --tail 1 only the last line (no older line after it, no line twice).
-  const cli_test::RunResult every = ctl.Run({"logs", "job-1", "--tail", "10000"});
-  ASSERT_TRUE(Exited(every, 0)) << Show(every);
-  r = ctl.Run({"logs", "job-1", "-f", "--tail", "10000"});
-  EXPECT_TRUE(Exited(r, 0)) << Show(r);
+  const cli_test::RunResult every = ctl.run({"logs", "job-1", "--tail", "10000"});
+  ASSERT_TRUE(exited(every, 0)) << show(every);
+  r = ctl.run({"logs", "job-1", "-f", "--tail", "10000"});
+  EXPECT_TRUE(exited(r, 0)) << show(r);
   EXPECT_EQ(r.out, every.out);
-  r = ctl.Run({"logs", "job-1", "-f", "--tail", "1"});
-  EXPECT_TRUE(Exited(r, 0)) << Show(r);
+  r = ctl.run({"logs", "job-1", "-f", "--tail", "1"});
+  EXPECT_TRUE(exited(r, 0)) << show(r);
   const std::string last_line = every.out.substr(every.out.rfind('\n', every.out.size() - 2) + 1);
-  EXPECT_EQ(r.out, last_line) << Show(r);
-  r = ctl.Run({"logs", "job-1", "-o", "yaml"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "lines:\n- ")) << Show(r);
+  EXPECT_EQ(r.out, last_line) << show(r);
+  r = ctl.run({"logs", "job-1", "-o", "yaml"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "lines:\n- ")) << show(r);
 
   // workers: both registered workers, idle now that job-1 has ended.
-  r = ctl.Run({"workers"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  r = ctl.run({"workers"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
   for (const char* column : {"NAME", "DEVICE", "ADDRESS", "STATE", "JOB/RANK", "LAST HEARTBEAT"}) {
-    EXPECT_TRUE(Contains(r.out, column)) << column << "\n" << Show(r);
+    EXPECT_TRUE(contains(r.out, column)) << column << "\n" << show(r);
   }
-  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 3) << "a header and two workers\n" << Show(r);
-  EXPECT_TRUE(Contains(r.out, " ago")) << Show(r);
-  r = ctl.Run({"workers", "-o", "json"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 3) << "a header and two workers\n" << show(r);
+  EXPECT_TRUE(contains(r.out, " ago")) << show(r);
+  r = ctl.run({"workers", "-o", "json"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
   size_t idle = 0;
   for (size_t at = r.out.find("\"state\": \"IDLE\""); at != std::string::npos;
        at = r.out.find("\"state\": \"IDLE\"", at + 1)) {
     ++idle;
   }
-  EXPECT_EQ(idle, 2u) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\"worker_id\": ")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\"last_heartbeat_time\": \"20")) << Show(r);
-  r = ctl.Run({"workers", "-o", "wide"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "HEARTBEAT AT")) << Show(r);
-  r = ctl.Run({"workers", "-o", "name"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << Show(r);
-  EXPECT_EQ(r.out.rfind("worker/", 0), 0u) << Show(r);
+  EXPECT_EQ(idle, 2u) << show(r);
+  EXPECT_TRUE(contains(r.out, "\"worker_id\": ")) << show(r);
+  EXPECT_TRUE(contains(r.out, "\"last_heartbeat_time\": \"20")) << show(r);
+  r = ctl.run({"workers", "-o", "wide"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "HEARTBEAT AT")) << show(r);
+  r = ctl.run({"workers", "-o", "name"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << show(r);
+  EXPECT_EQ(r.out.rfind("worker/", 0), 0u) << show(r);
 
   // version: this fp8ctl's and the running coordinator's build, and the protocol.
-  r = ctl.Run({"version"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "client  0.")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "server  0.")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "protocol fp8.v1")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "(127.0.0.1:" + std::to_string(cp.port()) + ")")) << Show(r);
-  r = ctl.Run({"version", "-o", "json"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\"server\": {")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\"protocol\": \"fp8.v1\"")) << Show(r);
+  r = ctl.run({"version"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "client  0.")) << show(r);
+  EXPECT_TRUE(contains(r.out, "server  0.")) << show(r);
+  EXPECT_TRUE(contains(r.out, "protocol fp8.v1")) << show(r);
+  EXPECT_TRUE(contains(r.out, "(127.0.0.1:" + std::to_string(cp.port()) + ")")) << show(r);
+  r = ctl.run({"version", "-o", "json"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "\"server\": {")) << show(r);
+  EXPECT_TRUE(contains(r.out, "\"protocol\": \"fp8.v1\"")) << show(r);
 
   // amax: a delayed-scaling job has histories per layer and operand; job-1 (tensorwise) none.
-  const fs::path delayed = WriteJob(cp.dir(), "delayed", 10, 1, "corpus.txt", "delayed");
-  r = ctl.Run({"submit", delayed.string(), "--follow"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r) << cp.Logs();
+  const fs::path delayed = write_job(cp.dir(), "delayed", 10, 1, "corpus.txt", "delayed");
+  r = ctl.run({"submit", delayed.string(), "--follow"});
+  ASSERT_TRUE(exited(r, 0)) << show(r) << cp.logs();
   const std::string delayed_id = r.out.substr(0, r.out.find('\n'));
   const std::string delayed_followed = r.out;
-  r = ctl.Run({"amax", delayed_id});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  r = ctl.run({"amax", delayed_id});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
   for (const char* part : {"LAYER", "OPERAND", "AMAX", "HISTORY MAX", "SCALE", "LEN", " input ", " weight ",
                            " grad_output ", "amax histories at step "}) {
-    EXPECT_TRUE(Contains(r.out, part)) << part << "\n" << Show(r);
+    EXPECT_TRUE(contains(r.out, part)) << part << "\n" << show(r);
   }
-  r = ctl.Run({"amax", "job-1"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "job-1 has no amax histories")) << Show(r);
+  r = ctl.run({"amax", "job-1"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "job-1 has no amax histories")) << show(r);
 
   // events: every numerics event, one line each; describe counts them by kind, layer and
   // operand (the same total either way).
-  r = ctl.Run({"events", delayed_id, "-o", "json"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  r = ctl.run({"events", delayed_id, "-o", "json"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
   size_t listed = 0;
   for (size_t at = r.out.find("\"numerics\": {"); at != std::string::npos; at = r.out.find("\"numerics\": {", at + 1)) {
     ++listed;
   }
-  r = ctl.Run({"events", delayed_id});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  r = ctl.run({"events", delayed_id});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
   if (listed == 0) {
-    EXPECT_TRUE(Contains(r.out, delayed_id + " has no numerics events")) << Show(r);
+    EXPECT_TRUE(contains(r.out, delayed_id + " has no numerics events")) << show(r);
   } else {
-    EXPECT_EQ(static_cast<size_t>(std::count(r.out.begin(), r.out.end(), '\n')), listed + 1) << Show(r);
+    EXPECT_EQ(static_cast<size_t>(std::count(r.out.begin(), r.out.end(), '\n')), listed + 1) << show(r);
     // describe: a line per group with its count; follow printed each group's first event
     // only, and the same groups in its summary.
-    const cli_test::RunResult described = ctl.Run({"describe", delayed_id});
+    const cli_test::RunResult described = ctl.run({"describe", delayed_id});
     const std::string head = "Numerics:   " + std::to_string(listed) + " events of ";
-    ASSERT_TRUE(Contains(described.out, head)) << Show(described);
+    ASSERT_TRUE(contains(described.out, head)) << show(described);
     const size_t kinds = std::stoul(described.out.substr(described.out.find(head) + head.size()));
     size_t printed = 0;
     for (size_t at = delayed_followed.find("  numerics: "); at != std::string::npos;
@@ -350,58 +350,58 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
       ++printed;
     }
     EXPECT_EQ(printed, kinds) << delayed_followed;
-    EXPECT_TRUE(Contains(delayed_followed, "  numerics    " + std::to_string(listed) + " events of " +
+    EXPECT_TRUE(contains(delayed_followed, "  numerics    " + std::to_string(listed) + " events of " +
                                                std::to_string(kinds) + " kinds"))
         << delayed_followed;
   }
-  r = ctl.Run({"events", "job-1"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  r = ctl.Run({"events", "job-999"});
-  EXPECT_TRUE(Exited(r, 6)) << Show(r);
+  r = ctl.run({"events", "job-1"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  r = ctl.run({"events", "job-999"});
+  EXPECT_TRUE(exited(r, 6)) << show(r);
 
   // plot: one SVG with both jobs' lines; only .svg is written.
   const fs::path svg = cp.dir() / "loss.svg";
-  r = ctl.Run({"plot", "job-1", delayed_id, "--out", svg.string()});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, svg.string())) << Show(r);
+  r = ctl.run({"plot", "job-1", delayed_id, "--out", svg.string()});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, svg.string())) << show(r);
   {
     std::ifstream in(svg);
     ASSERT_TRUE(in.good()) << svg;
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_EQ(text.rfind("<svg", 0), 0u) << text.substr(0, 200);
-    EXPECT_TRUE(Contains(text, "<polyline")) << text;
-    EXPECT_TRUE(Contains(text, "job-1 ok (tensorwise)")) << text;
-    EXPECT_TRUE(Contains(text, delayed_id + " delayed (delayed)")) << text;
+    EXPECT_TRUE(contains(text, "<polyline")) << text;
+    EXPECT_TRUE(contains(text, "job-1 ok (tensorwise)")) << text;
+    EXPECT_TRUE(contains(text, delayed_id + " delayed (delayed)")) << text;
   }
   // plot as CSV: a row per job and step, by the file's extension or -o csv (to stdout).
   const fs::path csv = cp.dir() / "loss.csv";
-  r = ctl.Run({"plot", "job-1", delayed_id, "--out", csv.string()});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  r = ctl.run({"plot", "job-1", delayed_id, "--out", csv.string()});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
   {
     std::ifstream in(csv);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_EQ(text.rfind("job_id,name,recipe,step,loss,val_loss,tokens_per_second\n", 0), 0u) << text;
-    EXPECT_TRUE(Contains(text, "\njob-1,ok,tensorwise,10,")) << text;
-    EXPECT_TRUE(Contains(text, "\n" + delayed_id + ",delayed,delayed,10,")) << text;
+    EXPECT_TRUE(contains(text, "\njob-1,ok,tensorwise,10,")) << text;
+    EXPECT_TRUE(contains(text, "\n" + delayed_id + ",delayed,delayed,10,")) << text;
   }
-  r = ctl.Run({"plot", "job-1", "-o", "csv", "--out", "-"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_EQ(r.out.rfind("job_id,", 0), 0u) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\njob-1,ok,tensorwise,10,")) << Show(r);
+  r = ctl.run({"plot", "job-1", "-o", "csv", "--out", "-"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_EQ(r.out.rfind("job_id,", 0), 0u) << show(r);
+  EXPECT_TRUE(contains(r.out, "\njob-1,ok,tensorwise,10,")) << show(r);
 
-  r = ctl.Run({"completion", "bash"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "submit")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "complete ")) << Show(r);
+  r = ctl.run({"completion", "bash"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "submit")) << show(r);
+  EXPECT_TRUE(contains(r.out, "complete ")) << show(r);
   // Completion in the real shells (those installed), with fp8ctl on PATH and this
   // coordinator: verbs, -o's values for the verb, job ids from `list -o name`.
   {
-    std::map<std::string, std::string> env = Env(cp);
+    std::map<std::string, std::string> env = cli_env(cp);
     env["PATH"] = fs::path(FP8CTL_BINARY).parent_path().string() + ":" + (std::getenv("PATH") ? std::getenv("PATH") : "");
     const fs::path out = cp.dir() / "completion.out", err = cp.dir() / "completion.err";
     auto shell = [&](std::vector<std::string> argv) {
-      const cli_test::RunResult run = cli_test::Run(argv, env, out, err, kCommandLimit);
-      EXPECT_TRUE(Exited(run, 0)) << Show(run);
+      const cli_test::RunResult run = cli_test::run(argv, env, out, err, kCommandLimit);
+      EXPECT_TRUE(exited(run, 0)) << show(run);
       return run.out;
     };
     const std::string bash_words =
@@ -409,21 +409,21 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
         "printf '%s\\n' \"${COMPREPLY[@]}\"; };";
     std::string got = shell({"/bin/bash", "-c", bash_words + " complete fp8ctl ev; complete fp8ctl list -o ''; "
                                                             "complete fp8ctl describe ''"});
-    for (const char* want : {"events\n", "wide\n", "name\n", "job-1\n"}) EXPECT_TRUE(Contains(got, want)) << want << got;
+    for (const char* want : {"events\n", "wide\n", "name\n", "job-1\n"}) EXPECT_TRUE(contains(got, want)) << want << got;
     for (const char* dir : {"/usr/bin/fish", "/bin/fish"}) {
       if (!fs::exists(dir)) continue;
       got = shell({dir, "-c", "fp8ctl completion fish | source; complete -C 'fp8ctl ev'; complete -C 'fp8ctl list -o '; "
                               "complete -C 'fp8ctl describe '; complete -C 'fp8ctl plot --out x.svg -o '"});
       for (const char* want : {"events\t", "wide\t", "name\t", "job-1\t", "csv\t"}) {
-        EXPECT_TRUE(Contains(got, want)) << "fish: " << want << "\n" << got;
+        EXPECT_TRUE(contains(got, want)) << "fish: " << want << "\n" << got;
       }
       break;
     }
     for (const char* dir : {"/usr/bin/zsh", "/bin/zsh"}) {
       if (!fs::exists(dir)) continue;
       const fs::path script = cp.dir() / "_fp8ctl";
-      r = ctl.Run({"completion", "zsh"});
-      ASSERT_TRUE(Exited(r, 0)) << Show(r);
+      r = ctl.run({"completion", "zsh"});
+      ASSERT_TRUE(exited(r, 0)) << show(r);
       std::ofstream(script) << r.out;
       const std::string helper = std::string(FP8_SOURCE_DIR) + "/tests/client/zsh_completions.zsh";
       const std::vector<std::pair<std::string, std::string>> cases = {
@@ -431,160 +431,160 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
           {"fp8ctl completion ", "fish\n"}};
       for (const auto& [line, want] : cases) {
         got = shell({dir, "-f", helper, script.string(), line});
-        EXPECT_TRUE(Contains(got, want)) << "zsh: " << line << " -> " << want << "\n" << got;
+        EXPECT_TRUE(contains(got, want)) << "zsh: " << line << " -> " << want << "\n" << got;
       }
       break;
     }
   }
 
   // A rank that fails (its corpus is missing) with no restarts: follow exits 10.
-  const fs::path broken = WriteJob(cp.dir(), "broken", 10, 1, "missing-corpus.txt");
-  r = ctl.Run({"submit", broken.string(), "--follow"});
-  EXPECT_TRUE(Exited(r, 10)) << Show(r) << cp.Logs();
-  EXPECT_TRUE(Contains(r.out, "-> FAILED")) << Show(r);
+  const fs::path broken = write_job(cp.dir(), "broken", 10, 1, "missing-corpus.txt");
+  r = ctl.run({"submit", broken.string(), "--follow"});
+  EXPECT_TRUE(exited(r, 10)) << show(r) << cp.logs();
+  EXPECT_TRUE(contains(r.out, "-> FAILED")) << show(r);
   const std::string broken_id = r.out.substr(0, r.out.find('\n'));
-  r = ctl.Run({"describe", broken_id});
-  EXPECT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "Reason:")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "end: ")) << Show(r);
+  r = ctl.run({"describe", broken_id});
+  EXPECT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "Reason:")) << show(r);
+  EXPECT_TRUE(contains(r.out, "end: ")) << show(r);
 
   // A long job, followed while it runs, then cancelled: follow exits 11.
-  const fs::path slow = WriteJob(cp.dir(), "slow", 100000, 2);
-  r = ctl.Run({"submit", slow.string(), "--idempotency-key", "slow-1"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  const fs::path slow = write_job(cp.dir(), "slow", 100000, 2);
+  r = ctl.run({"submit", slow.string(), "--idempotency-key", "slow-1"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
   const std::string slow_id = r.out.substr(0, r.out.find('\n'));
-  r = ctl.Run({"submit", slow.string(), "--idempotency-key", "slow-1"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  r = ctl.run({"submit", slow.string(), "--idempotency-key", "slow-1"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
   EXPECT_EQ(r.out.substr(0, r.out.find('\n')), slow_id) << "the same key returns the same job";
-  std::unique_ptr<cli_test::Subprocess> follow = ctl.Start({"follow", slow_id});
+  std::unique_ptr<cli_test::Subprocess> follow = ctl.start({"follow", slow_id});
   ASSERT_TRUE(follow->started()) << follow->start_error();
-  EXPECT_TRUE(follow->WaitForStdout([](const std::string& out) { return Contains(out, "step "); }, kCommandLimit))
-      << follow->Stdout() << follow->Stderr() << cp.Logs();
+  EXPECT_TRUE(follow->wait_for_stdout([](const std::string& out) { return contains(out, "step "); }, kCommandLimit))
+      << follow->stdout_text() << follow->stderr_text() << cp.logs();
   // amax --by-rank while it runs: every rank reports its own amaxes, shown side by side.
   bool by_rank = false;
   for (int i = 0; i < 100 && !by_rank; ++i) {
-    r = ctl.Run({"amax", slow_id, "--by-rank"});
-    by_rank = Exited(r, 0) && Contains(r.out, "RANK 0") && Contains(r.out, "RANK 1") &&
-              Contains(r.out, "layers.0.attention.wq") && Contains(r.out, " (rank ");
+    r = ctl.run({"amax", slow_id, "--by-rank"});
+    by_rank = exited(r, 0) && contains(r.out, "RANK 0") && contains(r.out, "RANK 1") &&
+              contains(r.out, "layers.0.attention.wq") && contains(r.out, " (rank ");
     if (!by_rank) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  EXPECT_TRUE(by_rank) << Show(r);
-  r = ctl.Run({"cancel", slow_id, "--reason", "enough"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, slow_id + " CANCELLED")) << Show(r);
-  const cli_test::ExitInfo followed = follow->Wait(kCommandLimit);
-  EXPECT_TRUE(followed.exited && followed.code == 11) << followed.describe() << "\n" << follow->Stdout()
-                                                      << follow->Stderr();
-  EXPECT_TRUE(Contains(follow->Stdout(), "-> CANCELLED")) << follow->Stdout();
+  EXPECT_TRUE(by_rank) << show(r);
+  r = ctl.run({"cancel", slow_id, "--reason", "enough"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, slow_id + " CANCELLED")) << show(r);
+  const cli_test::ExitInfo followed = follow->wait(kCommandLimit);
+  EXPECT_TRUE(followed.exited && followed.code == 11) << followed.describe() << "\n" << follow->stdout_text()
+                                                      << follow->stderr_text();
+  EXPECT_TRUE(contains(follow->stdout_text(), "-> CANCELLED")) << follow->stdout_text();
   // -o name on the verbs that change one job: `job/ID`, for scripts.
-  r = ctl.Run({"resume", slow_id, "-o", "name"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_EQ(r.out, "job/" + slow_id + "\n") << Show(r);
-  r = ctl.Run({"cancel", slow_id, "-o", "json"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\"state\": \"CANCELLED\"")) << Show(r);
-  r = ctl.Run({"cancel", "job-1"});  // already finished
-  EXPECT_TRUE(Exited(r, 1)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "fp8ctl: cancel job-1: ")) << Show(r);
+  r = ctl.run({"resume", slow_id, "-o", "name"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_EQ(r.out, "job/" + slow_id + "\n") << show(r);
+  r = ctl.run({"cancel", slow_id, "-o", "json"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "\"state\": \"CANCELLED\"")) << show(r);
+  r = ctl.run({"cancel", "job-1"});  // already finished
+  EXPECT_TRUE(exited(r, 1)) << show(r);
+  EXPECT_TRUE(contains(r.err, "fp8ctl: cancel job-1: ")) << show(r);
 
   // Error exits: unknown job 6, refused token 5 (saying how to get one).
   for (const char* verb : {"describe", "follow", "logs", "cancel"}) {
-    r = ctl.Run({verb, "job-999"});
-    EXPECT_TRUE(Exited(r, 6)) << verb << "\n" << Show(r);
-    EXPECT_TRUE(Contains(r.err, "fp8ctl: ")) << Show(r);
+    r = ctl.run({verb, "job-999"});
+    EXPECT_TRUE(exited(r, 6)) << verb << "\n" << show(r);
+    EXPECT_TRUE(contains(r.err, "fp8ctl: ")) << show(r);
   }
-  r = ctl.Run({"list", "--token", "not-a-token"});
-  EXPECT_TRUE(Exited(r, 5)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "fp8-coordinator token")) << Show(r);
+  r = ctl.run({"list", "--token", "not-a-token"});
+  EXPECT_TRUE(exited(r, 5)) << show(r);
+  EXPECT_TRUE(contains(r.err, "fp8-coordinator token")) << show(r);
   // A user sees only its own jobs; another's job reads as not found.
-  const std::string alice = cp.CreateToken("user", "alice");
-  r = ctl.Run({"describe", "job-1", "--token", alice});
-  EXPECT_TRUE(Exited(r, 6)) << Show(r);
+  const std::string alice = cp.create_token("user", "alice");
+  r = ctl.run({"describe", "job-1", "--token", alice});
+  EXPECT_TRUE(exited(r, 6)) << show(r);
   // A job owned by someone else (the examples' `owner: examples`): the fix is the owner,
   // not the token.
-  r = ctl.Run({"submit", ok.string(), "--set", "owner=examples", "--token", alice});
-  EXPECT_TRUE(Exited(r, 5)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "leave owner out of the job")) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "--set owner=alice")) << Show(r);
-  EXPECT_FALSE(Contains(r.err, "fp8-coordinator token")) << Show(r);
+  r = ctl.run({"submit", ok.string(), "--set", "owner=examples", "--token", alice});
+  EXPECT_TRUE(exited(r, 5)) << show(r);
+  EXPECT_TRUE(contains(r.err, "leave owner out of the job")) << show(r);
+  EXPECT_TRUE(contains(r.err, "--set owner=alice")) << show(r);
+  EXPECT_FALSE(contains(r.err, "fp8-coordinator token")) << show(r);
   // A spec the coordinator refuses (data outside its data root): exit 3.
-  const fs::path outside = WriteJob(cp.dir(), "outside", 10, 1, "/etc/hostname");
-  r = ctl.Run({"submit", outside.string()});
-  EXPECT_TRUE(Exited(r, 3)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "spec.data.path")) << Show(r);
+  const fs::path outside = write_job(cp.dir(), "outside", 10, 1, "/etc/hostname");
+  r = ctl.run({"submit", outside.string()});
+  EXPECT_TRUE(exited(r, 3)) << show(r);
+  EXPECT_TRUE(contains(r.err, "spec.data.path")) << show(r);
 }
 
 // A job the fleet cannot hold yet says why in list and describe, and does not keep a
 // smaller job behind it from running (backfill).
 TEST(Fp8ctlTest, AQueuedJobSaysWhyAndASmallerOneRunsMeanwhile) {
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  cp.StartWorker();
-  Fp8ctl ctl(cp.dir(), Env(cp));
-  cli_test::RunResult r = ctl.Run({"submit", WriteJob(cp.dir(), "big", 10, 2).string()});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r) << cp.Logs();
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  Fp8ctl ctl(cp.dir(), cli_env(cp));
+  cli_test::RunResult r = ctl.run({"submit", write_job(cp.dir(), "big", 10, 2).string()});
+  ASSERT_TRUE(exited(r, 0)) << show(r) << cp.logs();
   const std::string waiting = "waiting for 2 cpu workers: 1 registered, 1 free; more must register";
-  r = ctl.Run({"list"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "REASON")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, waiting)) << Show(r);
-  r = ctl.Run({"describe", "job-1"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "Waiting:")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, waiting)) << Show(r);
+  r = ctl.run({"list"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "REASON")) << show(r);
+  EXPECT_TRUE(contains(r.out, waiting)) << show(r);
+  r = ctl.run({"describe", "job-1"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "Waiting:")) << show(r);
+  EXPECT_TRUE(contains(r.out, waiting)) << show(r);
 
-  r = ctl.Run({"submit", WriteJob(cp.dir(), "small", 10, 1).string(), "--follow"});
-  EXPECT_TRUE(Exited(r, 0)) << Show(r) << cp.Logs();
-  r = ctl.Run({"describe", "job-1", "-o", "json"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\"state\": \"QUEUED\"")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "\"pending_reason\": \"" + waiting + "\"")) << Show(r);
-  r = ctl.Run({"cancel", "job-1"});
-  EXPECT_TRUE(Exited(r, 0)) << Show(r);
+  r = ctl.run({"submit", write_job(cp.dir(), "small", 10, 1).string(), "--follow"});
+  EXPECT_TRUE(exited(r, 0)) << show(r) << cp.logs();
+  r = ctl.run({"describe", "job-1", "-o", "json"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "\"state\": \"QUEUED\"")) << show(r);
+  EXPECT_TRUE(contains(r.out, "\"pending_reason\": \"" + waiting + "\"")) << show(r);
+  r = ctl.run({"cancel", "job-1"});
+  EXPECT_TRUE(exited(r, 0)) << show(r);
 
   // clone: the finished job's spec again, with overrides; a bad override submits nothing.
-  r = ctl.Run({"clone", "job-2", "--set", "fp8.recipe=rowwise", "--set", "train.steps=5", "--follow"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r) << cp.Logs();
-  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "job-3") << Show(r);
-  r = ctl.Run({"describe", "job-3", "-o", "json"});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  r = ctl.run({"clone", "job-2", "--set", "fp8.recipe=rowwise", "--set", "train.steps=5", "--follow"});
+  ASSERT_TRUE(exited(r, 0)) << show(r) << cp.logs();
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "job-3") << show(r);
+  r = ctl.run({"describe", "job-3", "-o", "json"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
   for (const char* part : {"\"name\": \"small\"", "\"recipe\": \"ROWWISE\"", "\"steps\": 5,", "\"state\": \"SUCCEEDED\""}) {
-    EXPECT_TRUE(Contains(r.out, part)) << part << "\n" << Show(r);
+    EXPECT_TRUE(contains(r.out, part)) << part << "\n" << show(r);
   }
-  r = ctl.Run({"clone", "job-2", "--set", "train.steps=-1"});
-  EXPECT_TRUE(Exited(r, 3)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "train.steps")) << Show(r);
-  r = ctl.Run({"list", "-o", "name"});
-  EXPECT_EQ(r.out, "job/job-3\njob/job-2\njob/job-1\n") << Show(r);
-  r = ctl.Run({"clone", "job-99"});
-  EXPECT_FALSE(Exited(r, 0)) << Show(r);
+  r = ctl.run({"clone", "job-2", "--set", "train.steps=-1"});
+  EXPECT_TRUE(exited(r, 3)) << show(r);
+  EXPECT_TRUE(contains(r.err, "train.steps")) << show(r);
+  r = ctl.run({"list", "-o", "name"});
+  EXPECT_EQ(r.out, "job/job-3\njob/job-2\njob/job-1\n") << show(r);
+  r = ctl.run({"clone", "job-99"});
+  EXPECT_FALSE(exited(r, 0)) << show(r);
 }
 
 TEST(Fp8ctlTest, FollowResumesAcrossACoordinatorRestart) {
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  cp.StartWorker();
-  Fp8ctl ctl(cp.dir(), Env(cp));
-  const fs::path slow = WriteJob(cp.dir(), "slow", 100000, 1);
-  cli_test::RunResult r = ctl.Run({"submit", slow.string()});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r);
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  Fp8ctl ctl(cp.dir(), cli_env(cp));
+  const fs::path slow = write_job(cp.dir(), "slow", 100000, 1);
+  cli_test::RunResult r = ctl.run({"submit", slow.string()});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
   const std::string id = r.out.substr(0, r.out.find('\n'));
-  std::unique_ptr<cli_test::Subprocess> follow = ctl.Start({"follow", id});
-  ASSERT_TRUE(follow->WaitForStdout([](const std::string& out) { return Contains(out, "step "); }, kCommandLimit))
-      << follow->Stdout() << follow->Stderr() << cp.Logs();
+  std::unique_ptr<cli_test::Subprocess> follow = ctl.start({"follow", id});
+  ASSERT_TRUE(follow->wait_for_stdout([](const std::string& out) { return contains(out, "step "); }, kCommandLimit))
+      << follow->stdout_text() << follow->stderr_text() << cp.logs();
 
-  cp.KillCoordinator(SIGKILL);
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());  // same port and state
-  r = ctl.Run({"cancel", id});
-  ASSERT_TRUE(Exited(r, 0)) << Show(r) << cp.Logs();
-  const cli_test::ExitInfo followed = follow->Wait(kCommandLimit);
-  EXPECT_TRUE(followed.exited && followed.code == 11) << followed.describe() << "\n" << follow->Stdout()
-                                                      << follow->Stderr();
-  EXPECT_TRUE(Contains(follow->Stderr(), "reconnecting")) << follow->Stderr();
+  cp.kill_coordinator(SIGKILL);
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());  // same port and state
+  r = ctl.run({"cancel", id});
+  ASSERT_TRUE(exited(r, 0)) << show(r) << cp.logs();
+  const cli_test::ExitInfo followed = follow->wait(kCommandLimit);
+  EXPECT_TRUE(followed.exited && followed.code == 11) << followed.describe() << "\n" << follow->stdout_text()
+                                                      << follow->stderr_text();
+  EXPECT_TRUE(contains(follow->stderr_text(), "reconnecting")) << follow->stderr_text();
   // Resumed after the last event seen: the start of the job is not replayed.
-  const std::string out = follow->Stdout();
+  const std::string out = follow->stdout_text();
   EXPECT_EQ(out.find("attempt 1 started"), out.rfind("attempt 1 started")) << out;
-  EXPECT_TRUE(Contains(out, "-> CANCELLED")) << out;
+  EXPECT_TRUE(contains(out, "-> CANCELLED")) << out;
 }
 
 TEST(Fp8ctlTest, LocalErrors) {
@@ -595,13 +595,13 @@ TEST(Fp8ctlTest, LocalErrors) {
   // An invalid job.yaml: file:line:col lines and exit 3, before any token or connection.
   std::ofstream(dir / "bad.yaml") << "name: bad\nmodel: {dim: 32, n_layers: 1, n_heads: 3, max_seq_len: 32}\n"
                                      "data: {path: corpus.txt}\ntrain: {steps: 10, batch_size: 2, lr: 1e-3}\n";
-  cli_test::RunResult r = ctl.Run({"submit", (dir / "bad.yaml").string()});
-  EXPECT_TRUE(Exited(r, 3)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, (dir / "bad.yaml").string() + ":2:")) << Show(r);
-  EXPECT_TRUE(r.out.empty()) << Show(r);
-  r = ctl.Run({"submit", (dir / "bad.yaml").string(), "--set", "model.n_heads=2", "--set", "train.stepz=3"});
-  EXPECT_TRUE(Exited(r, 3)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "stepz")) << Show(r);
+  cli_test::RunResult r = ctl.run({"submit", (dir / "bad.yaml").string()});
+  EXPECT_TRUE(exited(r, 3)) << show(r);
+  EXPECT_TRUE(contains(r.err, (dir / "bad.yaml").string() + ":2:")) << show(r);
+  EXPECT_TRUE(r.out.empty()) << show(r);
+  r = ctl.run({"submit", (dir / "bad.yaml").string(), "--set", "model.n_heads=2", "--set", "train.stepz=3"});
+  EXPECT_TRUE(exited(r, 3)) << show(r);
+  EXPECT_TRUE(contains(r.err, "stepz")) << show(r);
 
   // A table of bad job files: each exits 3 with file:line and the offending key, before
   // any connection.
@@ -625,91 +625,91 @@ TEST(Fp8ctlTest, LocalErrors) {
   for (const BadJob& b : bad_jobs) {
     const fs::path file = dir / (b.name + ".yaml");
     std::ofstream(file) << b.yaml;
-    const cli_test::RunResult bad = ctl.Run({"submit", file.string()});
-    EXPECT_TRUE(Exited(bad, 3)) << b.name << "\n" << Show(bad);
+    const cli_test::RunResult bad = ctl.run({"submit", file.string()});
+    EXPECT_TRUE(exited(bad, 3)) << b.name << "\n" << show(bad);
     for (const std::string& e : b.expected) {
-      EXPECT_TRUE(Contains(bad.err, file.filename().string())) << b.name << "\n" << Show(bad);
-      EXPECT_TRUE(Contains(bad.err, e)) << b.name << " should mention " << e << "\n" << Show(bad);
+      EXPECT_TRUE(contains(bad.err, file.filename().string())) << b.name << "\n" << show(bad);
+      EXPECT_TRUE(contains(bad.err, e)) << b.name << " should mention " << e << "\n" << show(bad);
     }
   }
 
   // No coordinator there: exit 4, naming the address.
   std::ofstream(dir / "good.yaml") << "name: good\nmodel: {dim: 32, n_layers: 1, n_heads: 2, max_seq_len: 32}\n"
                                       "data: {path: corpus.txt}\ntrain: {steps: 10, batch_size: 2, lr: 1e-3}\n";
-  r = ctl.Run({"submit", (dir / "good.yaml").string()});
-  EXPECT_TRUE(Exited(r, 4)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "127.0.0.1:1")) << Show(r);
+  r = ctl.run({"submit", (dir / "good.yaml").string()});
+  EXPECT_TRUE(exited(r, 4)) << show(r);
+  EXPECT_TRUE(contains(r.err, "127.0.0.1:1")) << show(r);
   // --dry-run validates and prints a rank's memory without connecting (no coordinator
   // listens there): exit 0.
-  r = ctl.Run({"submit", (dir / "good.yaml").string(), "--dry-run", "--set", "resources.world_size=2"});
-  EXPECT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "valid, not submitted (--dry-run)")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "memory per rank (estimate, 2 ranks): ")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "FSDP gathers")) << Show(r);
-  r = ctl.Run({"submit", (dir / "bad.yaml").string(), "--dry-run"});
-  EXPECT_TRUE(Exited(r, 3)) << Show(r);
-  r = ctl.Run({"list", "--coordinator", "127.0.0.1:2"});
-  EXPECT_TRUE(Exited(r, 4)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "fp8ctl: list: cannot reach the coordinator at 127.0.0.1:2")) << Show(r);
+  r = ctl.run({"submit", (dir / "good.yaml").string(), "--dry-run", "--set", "resources.world_size=2"});
+  EXPECT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "valid, not submitted (--dry-run)")) << show(r);
+  EXPECT_TRUE(contains(r.out, "memory per rank (estimate, 2 ranks): ")) << show(r);
+  EXPECT_TRUE(contains(r.out, "FSDP gathers")) << show(r);
+  r = ctl.run({"submit", (dir / "bad.yaml").string(), "--dry-run"});
+  EXPECT_TRUE(exited(r, 3)) << show(r);
+  r = ctl.run({"list", "--coordinator", "127.0.0.1:2"});
+  EXPECT_TRUE(exited(r, 4)) << show(r);
+  EXPECT_TRUE(contains(r.err, "fp8ctl: list: cannot reach the coordinator at 127.0.0.1:2")) << show(r);
   // version: the client's part still prints; the server's needs the coordinator.
-  r = ctl.Run({"version"});
-  EXPECT_TRUE(Exited(r, 4)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "client  ")) << Show(r);
-  EXPECT_FALSE(Contains(r.out, "server")) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "fp8ctl: version: cannot reach the coordinator at 127.0.0.1:1")) << Show(r);
-  r = ctl.Run({"version", "--client", "-o", "yaml"});
-  EXPECT_TRUE(Exited(r, 0)) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "client:\n")) << Show(r);
-  EXPECT_TRUE(Contains(r.out, "  protocol: fp8.v1\n")) << Show(r);
+  r = ctl.run({"version"});
+  EXPECT_TRUE(exited(r, 4)) << show(r);
+  EXPECT_TRUE(contains(r.out, "client  ")) << show(r);
+  EXPECT_FALSE(contains(r.out, "server")) << show(r);
+  EXPECT_TRUE(contains(r.err, "fp8ctl: version: cannot reach the coordinator at 127.0.0.1:1")) << show(r);
+  r = ctl.run({"version", "--client", "-o", "yaml"});
+  EXPECT_TRUE(exited(r, 0)) << show(r);
+  EXPECT_TRUE(contains(r.out, "client:\n")) << show(r);
+  EXPECT_TRUE(contains(r.out, "  protocol: fp8.v1\n")) << show(r);
 
   // Usage: exit 2.
-  r = ctl.Run({"list", "--no-such-flag"});
-  EXPECT_TRUE(Exited(r, 2)) << Show(r);
-  r = ctl.Run({});
-  EXPECT_TRUE(Exited(r, 2)) << Show(r);
-  r = ctl.Run({"bogus"});
-  EXPECT_TRUE(Exited(r, 2)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "fp8ctl: unknown verb 'bogus'")) << Show(r);
-  r = ctl.Run({"list", "-o", "xml"});
-  EXPECT_TRUE(Exited(r, 2)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "expected table, wide, name, json or yaml, not 'xml'")) << Show(r);
-  r = ctl.Run({"amax", "job-1", "-o", "name"});
-  EXPECT_TRUE(Exited(r, 2)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "expected table, json or yaml, not 'name'")) << Show(r);
+  r = ctl.run({"list", "--no-such-flag"});
+  EXPECT_TRUE(exited(r, 2)) << show(r);
+  r = ctl.run({});
+  EXPECT_TRUE(exited(r, 2)) << show(r);
+  r = ctl.run({"bogus"});
+  EXPECT_TRUE(exited(r, 2)) << show(r);
+  EXPECT_TRUE(contains(r.err, "fp8ctl: unknown verb 'bogus'")) << show(r);
+  r = ctl.run({"list", "-o", "xml"});
+  EXPECT_TRUE(exited(r, 2)) << show(r);
+  EXPECT_TRUE(contains(r.err, "expected table, wide, name, json or yaml, not 'xml'")) << show(r);
+  r = ctl.run({"amax", "job-1", "-o", "name"});
+  EXPECT_TRUE(exited(r, 2)) << show(r);
+  EXPECT_TRUE(contains(r.err, "expected table, json or yaml, not 'name'")) << show(r);
   // plot: -o is the format (svg or csv), the file is --out.
-  r = ctl.Run({"plot", "job-1", "-o", (dir / "loss.svg").string()});
-  EXPECT_TRUE(Exited(r, 2)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "expected svg or csv, not '" + (dir / "loss.svg").string() +
+  r = ctl.run({"plot", "job-1", "-o", (dir / "loss.svg").string()});
+  EXPECT_TRUE(exited(r, 2)) << show(r);
+  EXPECT_TRUE(contains(r.err, "expected svg or csv, not '" + (dir / "loss.svg").string() +
                                   "' (the file to write is --out FILE)"))
-      << Show(r);
-  r = ctl.Run({"plot", "job-1", "--out", (dir / "loss.png").string()});
-  EXPECT_TRUE(Exited(r, 2)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "name a .svg or .csv file, or choose the format with -o svg|csv")) << Show(r);
+      << show(r);
+  r = ctl.run({"plot", "job-1", "--out", (dir / "loss.png").string()});
+  EXPECT_TRUE(exited(r, 2)) << show(r);
+  EXPECT_TRUE(contains(r.err, "name a .svg or .csv file, or choose the format with -o svg|csv")) << show(r);
   EXPECT_FALSE(fs::exists(dir / "loss.png"));
-  r = ctl.Run({"plot", "job-1"});  // no --out
-  EXPECT_TRUE(Exited(r, 2)) << Show(r);
-  r = ctl.Run({"completion", "tcsh"});
-  EXPECT_TRUE(Exited(r, 2)) << Show(r);
-  r = ctl.Run({"submit", (dir / "none.yaml").string()});
-  EXPECT_TRUE(Exited(r, 2)) << Show(r);
+  r = ctl.run({"plot", "job-1"});  // no --out
+  EXPECT_TRUE(exited(r, 2)) << show(r);
+  r = ctl.run({"completion", "tcsh"});
+  EXPECT_TRUE(exited(r, 2)) << show(r);
+  r = ctl.run({"submit", (dir / "none.yaml").string()});
+  EXPECT_TRUE(exited(r, 2)) << show(r);
 
   // A named token file that is not there: exit 2. No token anywhere: exit 5, saying how
   // to get one.
   Fp8ctl tokenless(dir, {{"FP8_COORDINATOR", "127.0.0.1:1"}, {"FP8_TOKEN", ""}, {"FP8_TOKEN_FILE", ""},
                          {"HOME", dir.string()}});
-  r = tokenless.Run({"list", "--token-file", (dir / "none.token").string()});
-  EXPECT_TRUE(Exited(r, 2)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "none.token")) << Show(r);
-  r = tokenless.Run({"list"});
-  EXPECT_TRUE(Exited(r, 5)) << Show(r);
-  EXPECT_TRUE(Contains(r.err, "fp8-coordinator token --role user")) << Show(r);
+  r = tokenless.run({"list", "--token-file", (dir / "none.token").string()});
+  EXPECT_TRUE(exited(r, 2)) << show(r);
+  EXPECT_TRUE(contains(r.err, "none.token")) << show(r);
+  r = tokenless.run({"list"});
+  EXPECT_TRUE(exited(r, 5)) << show(r);
+  EXPECT_TRUE(contains(r.err, "fp8-coordinator token --role user")) << show(r);
 
   // --help on every verb.
   for (const char* verb :
        {"submit", "follow", "list", "describe", "logs", "cancel", "resume", "clone", "workers", "amax", "events", "plot",
         "version", "completion"}) {
-    r = ctl.Run({verb, "--help"});
-    EXPECT_TRUE(Exited(r, 0)) << verb << "\n" << Show(r);
+    r = ctl.run({verb, "--help"});
+    EXPECT_TRUE(exited(r, 0)) << verb << "\n" << show(r);
   }
   if (!::testing::Test::HasFailure()) fs::remove_all(dir);
 }

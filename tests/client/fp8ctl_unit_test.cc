@@ -38,9 +38,9 @@ namespace {
 
 TEST(Fp8ctlTableTest, AlignsColumnsAndTrimsTheLastOne) {
   Table t({"ID", "NAME", "STATE"});
-  t.AddRow({"job-1", "a", "RUNNING"});
-  t.AddRow({"job-10", "longer-name", "QUEUED"});
-  EXPECT_EQ(t.Render(),
+  t.add_row({"job-1", "a", "RUNNING"});
+  t.add_row({"job-10", "longer-name", "QUEUED"});
+  EXPECT_EQ(t.render(),
             "ID       NAME          STATE\n"
             "job-1    a             RUNNING\n"
             "job-10   longer-name   QUEUED\n");
@@ -48,31 +48,31 @@ TEST(Fp8ctlTableTest, AlignsColumnsAndTrimsTheLastOne) {
 
 TEST(Fp8ctlTableTest, PadsShortRowsAndCountsCharactersNotBytes) {
   Table t({"A", "B"});
-  t.AddRow({"é"});
-  t.AddRow({"xy", "z"});
-  EXPECT_EQ(t.Render(),
+  t.add_row({"é"});
+  t.add_row({"xy", "z"});
+  EXPECT_EQ(t.render(),
             "A    B\n"
             "é\n"
             "xy   z\n");
-  EXPECT_EQ(DisplayWidth("héllo"), 5u);
+  EXPECT_EQ(display_width("héllo"), 5u);
 }
 
 TEST(Fp8ctlFormatTest, AgesAndClocks) {
-  EXPECT_EQ(Age(-5), "0s");
-  EXPECT_EQ(Age(45'000), "45s");
-  EXPECT_EQ(Age(12 * 60'000 + 5'000), "12m");
-  EXPECT_EQ(Age(3 * 3'600'000 + 4 * 60'000), "3h04m");
-  EXPECT_EQ(Age(2 * 86'400'000LL + 3 * 3'600'000), "2d03h");
-  EXPECT_EQ(ClockDuration(7), "0:07");
-  EXPECT_EQ(ClockDuration(754), "12:34");
-  EXPECT_EQ(ClockDuration(3723), "1:02:03");
-  EXPECT_EQ(ClockDuration(-1), "?");
-  EXPECT_EQ(SiRate(950), "950");
-  EXPECT_EQ(SiRate(12'345), "12.3k");
-  EXPECT_EQ(SiRate(4'560'000), "4.56M");
-  EXPECT_EQ(LocalTime(0), "-");
-  EXPECT_EQ(JobStateName(v1::Job::RUNNING), "RUNNING");
-  EXPECT_EQ(RecipeName(v1::Fp8Spec::ROWWISE_WITH_GW_HP), "rowwise_with_gw_hp");
+  EXPECT_EQ(age(-5), "0s");
+  EXPECT_EQ(age(45'000), "45s");
+  EXPECT_EQ(age(12 * 60'000 + 5'000), "12m");
+  EXPECT_EQ(age(3 * 3'600'000 + 4 * 60'000), "3h04m");
+  EXPECT_EQ(age(2 * 86'400'000LL + 3 * 3'600'000), "2d03h");
+  EXPECT_EQ(clock_duration(7), "0:07");
+  EXPECT_EQ(clock_duration(754), "12:34");
+  EXPECT_EQ(clock_duration(3723), "1:02:03");
+  EXPECT_EQ(clock_duration(-1), "?");
+  EXPECT_EQ(si_rate(950), "950");
+  EXPECT_EQ(si_rate(12'345), "12.3k");
+  EXPECT_EQ(si_rate(4'560'000), "4.56M");
+  EXPECT_EQ(local_time(0), "-");
+  EXPECT_EQ(job_state_name(v1::Job::RUNNING), "RUNNING");
+  EXPECT_EQ(recipe_name(v1::Fp8Spec::ROWWISE_WITH_GW_HP), "rowwise_with_gw_hp");
 }
 
 TEST(Fp8ctlProgressLineTest, ShowsStepLossRateAndEta) {
@@ -82,28 +82,28 @@ TEST(Fp8ctlProgressLineTest, ShowsStepLossRateAndEta) {
   in.loss = 3.45214;
   in.tokens_per_second = 12'345;
   in.eta_seconds = 12;
-  EXPECT_EQ(ProgressLine(in), "step 20/40 (50%)  loss 3.4521  tok/s 12.3k  ETA 0:12");
+  EXPECT_EQ(progress_line(in), "step 20/40 (50%)  loss 3.4521  tok/s 12.3k  ETA 0:12");
   in.val_loss = 3.5;
   in.eta_seconds.reset();
   in.total_steps = 0;
-  EXPECT_EQ(ProgressLine(in), "step 20  loss 3.4521  val 3.5000  tok/s 12.3k  ETA ?");
+  EXPECT_EQ(progress_line(in), "step 20  loss 3.4521  val 3.5000  tok/s 12.3k  ETA ?");
 }
 
 TEST(Fp8ctlEtaEstimatorTest, UsesTheRateOfTheCurrentAttempt) {
   EtaEstimator eta;
-  EXPECT_FALSE(eta.SecondsLeft(100).has_value());
-  eta.Observe(1, 10, 1'000);
-  EXPECT_FALSE(eta.SecondsLeft(100).has_value());  // one report: no rate yet
-  eta.Observe(1, 20, 3'000);                       // 10 steps in 2 s
-  ASSERT_TRUE(eta.SecondsLeft(100).has_value());
-  EXPECT_DOUBLE_EQ(*eta.SecondsLeft(100), 16.0);   // 80 steps left at 5 steps/s
-  eta.Observe(2, 10, 60'000);                      // a restart from a checkpoint: start over
-  EXPECT_FALSE(eta.SecondsLeft(100).has_value());
-  eta.Observe(2, 100, 61'000);
-  EXPECT_DOUBLE_EQ(*eta.SecondsLeft(100), 0.0);
+  EXPECT_FALSE(eta.seconds_left(100).has_value());
+  eta.observe(1, 10, 1'000);
+  EXPECT_FALSE(eta.seconds_left(100).has_value());  // one report: no rate yet
+  eta.observe(1, 20, 3'000);                       // 10 steps in 2 s
+  ASSERT_TRUE(eta.seconds_left(100).has_value());
+  EXPECT_DOUBLE_EQ(*eta.seconds_left(100), 16.0);   // 80 steps left at 5 steps/s
+  eta.observe(2, 10, 60'000);                      // a restart from a checkpoint: start over
+  EXPECT_FALSE(eta.seconds_left(100).has_value());
+  eta.observe(2, 100, 61'000);
+  EXPECT_DOUBLE_EQ(*eta.seconds_left(100), 0.0);
 }
 
-v1::JobEvent ProgressEvent(int64_t seq, int64_t step, int64_t ms) {
+v1::JobEvent progress_event(int64_t seq, int64_t step, int64_t ms) {
   v1::JobEvent e;
   e.set_sequence(seq);
   e.set_time_unix_ms(ms);
@@ -116,7 +116,7 @@ v1::JobEvent ProgressEvent(int64_t seq, int64_t step, int64_t ms) {
   return e;
 }
 
-v1::JobEvent StateEvent(v1::Job::State from, v1::Job::State to, const std::string& reason = "") {
+v1::JobEvent state_event(v1::Job::State from, v1::Job::State to, const std::string& reason = "") {
   v1::JobEvent e;
   e.set_time_unix_ms(1);
   e.mutable_state_change()->set_previous(from);
@@ -128,12 +128,12 @@ v1::JobEvent StateEvent(v1::Job::State from, v1::Job::State to, const std::strin
 TEST(Fp8ctlFollowPrinterTest, PrintsALinePerEventWhenNotATerminal) {
   std::ostringstream out;
   FollowPrinter p(out, /*terminal=*/false, /*total_steps=*/40, /*world_size=*/2);
-  p.OnEvent(StateEvent(v1::Job::STATE_UNSPECIFIED, v1::Job::QUEUED, "submitted"));
-  p.OnEvent(StateEvent(v1::Job::QUEUED, v1::Job::RUNNING));
-  p.OnEvent(ProgressEvent(2, 10, 10'000));
-  p.OnEvent(ProgressEvent(3, 20, 12'000));
-  p.OnEvent(StateEvent(v1::Job::RUNNING, v1::Job::FAILED, "rank 1 exited 1"));
-  p.Finish();
+  p.on_event(state_event(v1::Job::STATE_UNSPECIFIED, v1::Job::QUEUED, "submitted"));
+  p.on_event(state_event(v1::Job::QUEUED, v1::Job::RUNNING));
+  p.on_event(progress_event(2, 10, 10'000));
+  p.on_event(progress_event(3, 20, 12'000));
+  p.on_event(state_event(v1::Job::RUNNING, v1::Job::FAILED, "rank 1 exited 1"));
+  p.finish();
   const std::string text = out.str();
   EXPECT_EQ(text.find('\r'), std::string::npos);
   EXPECT_NE(text.find("  state QUEUED: submitted\n"), std::string::npos) << text;
@@ -148,10 +148,10 @@ TEST(Fp8ctlFollowPrinterTest, PrintsALinePerEventWhenNotATerminal) {
 TEST(Fp8ctlFollowPrinterTest, RedrawsABarOnATerminalAndLeavesItAboveTheFinalState) {
   std::ostringstream out;
   FollowPrinter p(out, /*terminal=*/true, 40, 1);
-  p.OnEvent(ProgressEvent(1, 10, 10'000));
-  p.OnEvent(ProgressEvent(2, 20, 12'000));
-  p.OnEvent(StateEvent(v1::Job::RUNNING, v1::Job::SUCCEEDED));
-  p.PrintSummary();
+  p.on_event(progress_event(1, 10, 10'000));
+  p.on_event(progress_event(2, 20, 12'000));
+  p.on_event(state_event(v1::Job::RUNNING, v1::Job::SUCCEEDED));
+  p.print_summary();
   const std::string text = out.str();
   // Each progress report redraws the bar and line in place.
   EXPECT_NE(text.find("\r\x1b[K[######..................] step 10/40 (25%)"), std::string::npos) << text;
@@ -168,14 +168,14 @@ TEST(Fp8ctlFollowPrinterTest, RedrawsABarOnATerminalAndLeavesItAboveTheFinalStat
 }
 
 TEST(Fp8ctlFollowPrinterTest, ABarIsStepOfTotal) {
-  EXPECT_EQ(ProgressBar(0, 40, 8), "[........]");
-  EXPECT_EQ(ProgressBar(20, 40, 8), "[####....]");
-  EXPECT_EQ(ProgressBar(40, 40, 8), "[########]");
-  EXPECT_EQ(ProgressBar(50, 40, 8), "[########]");
-  EXPECT_EQ(ProgressBar(5, 0, 4), "[....]");
+  EXPECT_EQ(progress_bar(0, 40, 8), "[........]");
+  EXPECT_EQ(progress_bar(20, 40, 8), "[####....]");
+  EXPECT_EQ(progress_bar(40, 40, 8), "[########]");
+  EXPECT_EQ(progress_bar(50, 40, 8), "[########]");
+  EXPECT_EQ(progress_bar(5, 0, 4), "[....]");
 }
 
-v1::JobEvent AttemptStartedEvent(int32_t attempt, int ranks, int64_t resumed_from, int64_t ms) {
+v1::JobEvent attempt_started_event(int32_t attempt, int ranks, int64_t resumed_from, int64_t ms) {
   v1::JobEvent e;
   e.set_time_unix_ms(ms);
   v1::AttemptStarted* a = e.mutable_attempt_started();
@@ -187,25 +187,25 @@ v1::JobEvent AttemptStartedEvent(int32_t attempt, int ranks, int64_t resumed_fro
 
 TEST(Fp8ctlFollowSummaryTest, LossStartToEndValidationTokensTimeAndRestarts) {
   FollowSummary s(/*total_steps=*/40, /*tokens_per_rank_step=*/100);
-  s.OnEvent(AttemptStartedEvent(1, 2, 0, 1'000));
-  v1::JobEvent p = ProgressEvent(1, 10, 2'000);
+  s.on_event(attempt_started_event(1, 2, 0, 1'000));
+  v1::JobEvent p = progress_event(1, 10, 2'000);
   p.mutable_progress()->mutable_progress()->set_loss(5.5);
-  s.OnEvent(p);
-  p = ProgressEvent(2, 25, 3'000);  // the attempt dies after step 25; its checkpoint was 20
+  s.on_event(p);
+  p = progress_event(2, 25, 3'000);  // the attempt dies after step 25; its checkpoint was 20
   p.mutable_progress()->mutable_progress()->set_val_loss(4.25);
-  s.OnEvent(p);
-  s.OnEvent(AttemptStartedEvent(2, 1, 20, 10'000));  // resumed on one rank
-  p = ProgressEvent(3, 40, 75'000);
+  s.on_event(p);
+  s.on_event(attempt_started_event(2, 1, 20, 10'000));  // resumed on one rank
+  p = progress_event(3, 40, 75'000);
   p.mutable_progress()->set_attempt(2);
   p.mutable_progress()->mutable_progress()->set_loss(3.125);
-  s.OnEvent(p);
-  v1::JobEvent end = StateEvent(v1::Job::RUNNING, v1::Job::SUCCEEDED);
+  s.on_event(p);
+  v1::JobEvent end = state_event(v1::Job::RUNNING, v1::Job::SUCCEEDED);
   end.set_time_unix_ms(76'000);
-  s.OnEvent(end);
+  s.on_event(end);
   // 25 steps x 2 ranks + 20 steps x 1 rank, 100 tokens each.
   EXPECT_EQ(s.tokens(), 7000);
   EXPECT_EQ(s.restarts(), 1);
-  EXPECT_EQ(s.Render(),
+  EXPECT_EQ(s.render(),
             "Summary:\n"
             "  outcome     SUCCEEDED at step 40/40\n"
             "  loss        5.5000 -> 3.1250 (step 10 -> 40)\n"
@@ -215,12 +215,12 @@ TEST(Fp8ctlFollowSummaryTest, LossStartToEndValidationTokensTimeAndRestarts) {
             "  restarts    1\n"
             "  numerics    no events\n");
   FollowSummary nothing(10, 100);
-  const std::string text = nothing.Render();
+  const std::string text = nothing.render();
   EXPECT_NE(text.find("- (no progress reported)"), std::string::npos) << text;
   EXPECT_NE(text.find("- (no evaluation ran)"), std::string::npos) << text;
 }
 
-v1::JobEvent NumericsEventAt(int64_t step, v1::NumericsEvent::Kind kind, const std::string& layer,
+v1::JobEvent numerics_event_at(int64_t step, v1::NumericsEvent::Kind kind, const std::string& layer,
                              v1::AmaxHistory::Operand operand) {
   v1::JobEvent e;
   e.set_job_id("job-4");
@@ -238,32 +238,32 @@ v1::JobEvent NumericsEventAt(int64_t step, v1::NumericsEvent::Kind kind, const s
 }
 
 // A delayed-scaling job saturating one cast at every report: 40 events.
-std::vector<v1::JobEvent> SaturatingJob() {
+std::vector<v1::JobEvent> saturating_job() {
   std::vector<v1::JobEvent> events;
   for (int64_t step = 5; step <= 60; step += 5) {
-    events.push_back(NumericsEventAt(step, v1::NumericsEvent::SATURATION, "layers.0.attention.wq", v1::AmaxHistory::INPUT));
-    events.push_back(NumericsEventAt(step, v1::NumericsEvent::SATURATION, "layers.0.attention.wq", v1::AmaxHistory::WEIGHT));
+    events.push_back(numerics_event_at(step, v1::NumericsEvent::SATURATION, "layers.0.attention.wq", v1::AmaxHistory::INPUT));
+    events.push_back(numerics_event_at(step, v1::NumericsEvent::SATURATION, "layers.0.attention.wq", v1::AmaxHistory::WEIGHT));
   }
-  events.push_back(NumericsEventAt(7, v1::NumericsEvent::AMAX_JUMP, "layers.0.feed_forward.w2", v1::AmaxHistory::GRAD_OUTPUT));
+  events.push_back(numerics_event_at(7, v1::NumericsEvent::AMAX_JUMP, "layers.0.feed_forward.w2", v1::AmaxHistory::GRAD_OUTPUT));
   return events;
 }
 
 TEST(Fp8ctlNumericsTest, GroupsByKindLayerAndOperandWithACount) {
   NumericsGroups groups;
   int fresh = 0;
-  for (const v1::JobEvent& e : SaturatingJob()) fresh += groups.Add(e) ? 1 : 0;
-  EXPECT_FALSE(groups.Add(StateEvent(v1::Job::RUNNING, v1::Job::SUCCEEDED)));
+  for (const v1::JobEvent& e : saturating_job()) fresh += groups.add(e) ? 1 : 0;
+  EXPECT_FALSE(groups.add(state_event(v1::Job::RUNNING, v1::Job::SUCCEEDED)));
   EXPECT_EQ(fresh, 3);
   EXPECT_EQ(groups.events(), 25);
   ASSERT_EQ(groups.groups().size(), 3u);
   const NumericsGroup& g = groups.groups()[0];
-  EXPECT_EQ(GroupName(g), "SATURATION layers.0.attention.wq input");
+  EXPECT_EQ(group_name(g), "SATURATION layers.0.attention.wq input");
   EXPECT_EQ(g.count, 12);
-  EXPECT_EQ(StepSpan(g), "steps 5-60");
+  EXPECT_EQ(step_span(g), "steps 5-60");
   EXPECT_EQ(g.last.step(), 60);
-  EXPECT_EQ(GroupName(groups.groups()[2]), "AMAX_JUMP layers.0.feed_forward.w2 grad_output");
-  EXPECT_EQ(StepSpan(groups.groups()[2]), "step 7");
-  const std::string table = NumericsEventsTable(SaturatingJob());
+  EXPECT_EQ(group_name(groups.groups()[2]), "AMAX_JUMP layers.0.feed_forward.w2 grad_output");
+  EXPECT_EQ(step_span(groups.groups()[2]), "step 7");
+  const std::string table = numerics_events_table(saturating_job());
   EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 26) << "a header and every event\n" << table;
   EXPECT_NE(table.find("TIME"), std::string::npos) << table;
 }
@@ -271,9 +271,9 @@ TEST(Fp8ctlNumericsTest, GroupsByKindLayerAndOperandWithACount) {
 TEST(Fp8ctlNumericsTest, FollowPrintsAGroupsFirstEventAndCountsTheRest) {
   std::ostringstream out;
   FollowPrinter p(out, /*terminal=*/false, 60, 1, 100);
-  for (const v1::JobEvent& e : SaturatingJob()) p.OnEvent(e);
-  p.OnEvent(StateEvent(v1::Job::RUNNING, v1::Job::SUCCEEDED));
-  p.PrintSummary();
+  for (const v1::JobEvent& e : saturating_job()) p.on_event(e);
+  p.on_event(state_event(v1::Job::RUNNING, v1::Job::SUCCEEDED));
+  p.print_summary();
   const std::string text = out.str();
   size_t numerics_lines = 0;
   for (size_t at = text.find("numerics: "); at != std::string::npos; at = text.find("numerics: ", at + 1)) ++numerics_lines;
@@ -290,27 +290,27 @@ TEST(Fp8ctlNumericsTest, FollowPrintsAGroupsFirstEventAndCountsTheRest) {
 }
 
 TEST(Fp8ctlRpcErrorsTest, MapsStatusCodesToExitCodes) {
-  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::OK), kExitOk);
-  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::INVALID_ARGUMENT), kExitInvalidSpec);
-  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::UNAVAILABLE), kExitUnreachable);
-  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::DEADLINE_EXCEEDED), kExitUnreachable);
-  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::UNAUTHENTICATED), kExitAuth);
-  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::PERMISSION_DENIED), kExitAuth);
-  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::NOT_FOUND), kExitNotFound);
-  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::FAILED_PRECONDITION), kExitError);
-  EXPECT_EQ(ExitCodeForStatus(grpc::StatusCode::INTERNAL), kExitError);
+  EXPECT_EQ(exit_code_for_status(grpc::StatusCode::OK), kExitOk);
+  EXPECT_EQ(exit_code_for_status(grpc::StatusCode::INVALID_ARGUMENT), kExitInvalidSpec);
+  EXPECT_EQ(exit_code_for_status(grpc::StatusCode::UNAVAILABLE), kExitUnreachable);
+  EXPECT_EQ(exit_code_for_status(grpc::StatusCode::DEADLINE_EXCEEDED), kExitUnreachable);
+  EXPECT_EQ(exit_code_for_status(grpc::StatusCode::UNAUTHENTICATED), kExitAuth);
+  EXPECT_EQ(exit_code_for_status(grpc::StatusCode::PERMISSION_DENIED), kExitAuth);
+  EXPECT_EQ(exit_code_for_status(grpc::StatusCode::NOT_FOUND), kExitNotFound);
+  EXPECT_EQ(exit_code_for_status(grpc::StatusCode::FAILED_PRECONDITION), kExitError);
+  EXPECT_EQ(exit_code_for_status(grpc::StatusCode::INTERNAL), kExitError);
 }
 
 TEST(Fp8ctlRpcErrorsTest, MessagesSayWhereAndHowToFix) {
   const RpcTarget target{"10.0.0.1:7070", "FP8_TOKEN"};
-  CliError e = FromRpcStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused"), "list", target);
+  CliError e = from_rpc_status(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused"), "list", target);
   EXPECT_EQ(e.exit_code, kExitUnreachable);
   EXPECT_NE(e.message.find("10.0.0.1:7070"), std::string::npos) << e.message;
-  e = FromRpcStatus(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "unknown token"), "list", target);
+  e = from_rpc_status(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "unknown token"), "list", target);
   EXPECT_EQ(e.exit_code, kExitAuth);
   EXPECT_NE(e.message.find("FP8_TOKEN"), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("fp8-coordinator token"), std::string::npos) << e.message;
-  e = FromRpcStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "spec.a: x\nspec.b: y"), "submit j.yaml", target);
+  e = from_rpc_status(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "spec.a: x\nspec.b: y"), "submit j.yaml", target);
   EXPECT_EQ(e.exit_code, kExitInvalidSpec);
   EXPECT_EQ(e.message, "submit j.yaml: rejected: spec.a: x\nsubmit j.yaml: rejected: spec.b: y");
   EXPECT_EQ(e.message.find('\n', e.message.find('\n') + 1), std::string::npos);
@@ -320,14 +320,14 @@ TEST(Fp8ctlRpcErrorsTest, MessagesSayWhereAndHowToFix) {
 struct Fakes {
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> files;
-  EnvLookup Env() const {
+  EnvLookup env_lookup() const {
     return [this](const std::string& n) -> std::optional<std::string> {
       auto it = env.find(n);
       if (it == env.end()) return std::nullopt;
       return it->second;
     };
   }
-  FileReader Files() const {
+  FileReader file_reader() const {
     return [this](const std::string& p) -> absl::StatusOr<std::string> {
       auto it = files.find(p);
       if (it == files.end()) return absl::NotFoundError("no such file");
@@ -346,7 +346,7 @@ TEST(Fp8ctlTokenResolutionTest, FollowsThePrecedence) {
   flags.token_file = "/flag.token";
 
   auto source = [&]() {
-    absl::StatusOr<ResolvedToken> t = ResolveToken(flags, f.Env(), f.Files());
+    absl::StatusOr<ResolvedToken> t = resolve_token(flags, f.env_lookup(), f.file_reader());
     EXPECT_TRUE(t.ok()) << t.status();
     return t.ok() ? t->token + " <- " + t->source : std::string();
   };
@@ -362,7 +362,7 @@ TEST(Fp8ctlTokenResolutionTest, FollowsThePrecedence) {
   f.files.erase("./fp8-admin.token");
   EXPECT_EQ(source(), "home-token <- /home/u/.config/fp8ctl/token");
   f.files.clear();
-  absl::StatusOr<ResolvedToken> none = ResolveToken(flags, f.Env(), f.Files());
+  absl::StatusOr<ResolvedToken> none = resolve_token(flags, f.env_lookup(), f.file_reader());
   EXPECT_TRUE(absl::IsNotFound(none.status())) << none.status();
   EXPECT_NE(none.status().message().find("fp8-coordinator token"), std::string::npos);
 }
@@ -372,11 +372,11 @@ TEST(Fp8ctlTokenResolutionTest, ANamedFileMustExistAndHoldAToken) {
   f.files = {{"/empty.token", "  \n"}, {"./fp8-admin.token", "cwd-token"}};
   GlobalFlags flags;
   flags.token_file = "/missing.token";
-  absl::StatusOr<ResolvedToken> t = ResolveToken(flags, f.Env(), f.Files());
+  absl::StatusOr<ResolvedToken> t = resolve_token(flags, f.env_lookup(), f.file_reader());
   EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();  // no fallback to ./fp8-admin.token
   EXPECT_NE(t.status().message().find("--token-file /missing.token"), std::string::npos) << t.status();
   flags.token_file = "/empty.token";
-  t = ResolveToken(flags, f.Env(), f.Files());
+  t = resolve_token(flags, f.env_lookup(), f.file_reader());
   EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();
   EXPECT_NE(t.status().message().find("empty"), std::string::npos) << t.status();
 }
@@ -384,28 +384,28 @@ TEST(Fp8ctlTokenResolutionTest, ANamedFileMustExistAndHoldAToken) {
 TEST(Fp8ctlClientConfigTest, CoordinatorFromFlagThenEnvThenDefault) {
   Fakes f;
   GlobalFlags flags;
-  EXPECT_EQ(ResolveClientConfig(flags, f.Env(), f.Files()).coordinator, "127.0.0.1:7070");
+  EXPECT_EQ(resolve_client_config(flags, f.env_lookup(), f.file_reader()).coordinator, "127.0.0.1:7070");
   f.env["FP8_COORDINATOR"] = "env:1";
-  EXPECT_EQ(ResolveClientConfig(flags, f.Env(), f.Files()).coordinator, "env:1");
+  EXPECT_EQ(resolve_client_config(flags, f.env_lookup(), f.file_reader()).coordinator, "env:1");
   flags.coordinator = "flag:2";
-  EXPECT_EQ(ResolveClientConfig(flags, f.Env(), f.Files()).coordinator, "flag:2");
+  EXPECT_EQ(resolve_client_config(flags, f.env_lookup(), f.file_reader()).coordinator, "flag:2");
 }
 
 TEST(Fp8ctlOutputTest, DocumentsRenderAsReadableJsonAndBlockYaml) {
-  Document job = Document::Object();
-  job.Set("id", Document::String("job-1"))
-      .Set("spec", Document::Object().Set("name", Document::String("a")).Set("labels", Document::Object()))
-      .Set("state", Document::String("RUNNING"));
-  Document doc = Document::Object();
-  doc.Set("jobs", Document::Array().Add(job))
-      .Set("next", Document::String(""))
-      .Set("count", Document::Int(3))
-      .Set("n", Document::Bool(false))
-      .Set("s", Document::String("yes"))
-      .Set("reason", Document::String("QUEUED -> RUNNING <é> \"q\"\n"))
-      .Set("big", Document::Int(int64_t{1} << 62))
-      .Set("none", Document());
-  EXPECT_EQ(doc.Json(),
+  Document job = Document::object();
+  job.set("id", Document::of_string("job-1"))
+      .set("spec", Document::object().set("name", Document::of_string("a")).set("labels", Document::object()))
+      .set("state", Document::of_string("RUNNING"));
+  Document doc = Document::object();
+  doc.set("jobs", Document::array().add(job))
+      .set("next", Document::of_string(""))
+      .set("count", Document::of_int(3))
+      .set("n", Document::of_bool(false))
+      .set("s", Document::of_string("yes"))
+      .set("reason", Document::of_string("QUEUED -> RUNNING <é> \"q\"\n"))
+      .set("big", Document::of_int(int64_t{1} << 62))
+      .set("none", Document());
+  EXPECT_EQ(doc.json(),
             "{\n"
             "  \"jobs\": [\n"
             "    {\n"
@@ -425,7 +425,7 @@ TEST(Fp8ctlOutputTest, DocumentsRenderAsReadableJsonAndBlockYaml) {
             "  \"big\": 4611686018427387904,\n"
             "  \"none\": null\n"
             "}\n");
-  EXPECT_EQ(doc.Yaml(),
+  EXPECT_EQ(doc.yaml(),
             "jobs:\n"
             "- id: job-1\n"
             "  spec:\n"
@@ -439,8 +439,8 @@ TEST(Fp8ctlOutputTest, DocumentsRenderAsReadableJsonAndBlockYaml) {
             "reason: \"QUEUED -> RUNNING <é> \\\"q\\\"\\n\"\n"
             "big: 4611686018427387904\n"
             "none: null\n");
-  EXPECT_EQ(Document::Array().Json(), "[]\n");
-  EXPECT_EQ(Document::Object().Yaml(), "{}\n");
+  EXPECT_EQ(Document::array().json(), "[]\n");
+  EXPECT_EQ(Document::object().yaml(), "{}\n");
 }
 
 TEST(Fp8ctlOutputTest, MessagesKeepFieldNamesWithRealNumbersAndReadableTimes) {
@@ -455,8 +455,8 @@ TEST(Fp8ctlOutputTest, MessagesKeepFieldNamesWithRealNumbersAndReadableTimes) {
   (*job.mutable_spec()->mutable_labels())["area"] = "a";
   job.mutable_latest_progress()->set_loss(2.5);
   job.mutable_latest_progress()->set_step(int64_t{1} << 60);
-  const Document d = MessageDocument(job);
-  const std::string json = d.Json();
+  const Document d = message_document(job);
+  const std::string json = d.json();
   EXPECT_NE(json.find("\"id\": \"job-7\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"state\": \"FAILED\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"last_checkpoint_step\": 20,"), std::string::npos) << json;
@@ -473,7 +473,7 @@ TEST(Fp8ctlOutputTest, MessagesKeepFieldNamesWithRealNumbersAndReadableTimes) {
   EXPECT_EQ(json.find("\"priority\""), std::string::npos) << "an unset optional is left out\n" << json;
   EXPECT_EQ(json.find("\"val_loss\""), std::string::npos) << json;
   EXPECT_EQ(json.find("\\u"), std::string::npos) << json;
-  const std::string yaml = d.Yaml();
+  const std::string yaml = d.yaml();
   EXPECT_NE(yaml.find("\nlast_checkpoint_step: 20\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("\ncreated_time: 2023-11-14T22:13:20.123Z\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("\nfailure_reason: attempt 1 -> FAILED\n"), std::string::npos) << yaml;
@@ -483,7 +483,7 @@ TEST(Fp8ctlOutputTest, MessagesKeepFieldNamesWithRealNumbersAndReadableTimes) {
   h.add_history(0.1f);
   h.add_history(std::numeric_limits<float>::infinity());
   h.set_scale(std::numeric_limits<float>::quiet_NaN());
-  const std::string amax = MessageDocument(h).Json();
+  const std::string amax = message_document(h).json();
   EXPECT_NE(amax.find("  \"history\": [\n    0.1,\n    \"Infinity\"\n  ]"), std::string::npos) << amax;
   EXPECT_NE(amax.find("\"scale\": \"NaN\""), std::string::npos) << amax;
 }
@@ -491,7 +491,7 @@ TEST(Fp8ctlOutputTest, MessagesKeepFieldNamesWithRealNumbersAndReadableTimes) {
 TEST(Fp8ctlOutputTest, AFormatTheVerbDoesNotOfferIsAUsageErrorListingThem) {
   CLI::App app("t");
   OutputFormat format = OutputFormat::kTable;
-  AddOutputFlag(&app, &format, {OutputFormat::kTable, OutputFormat::kName, OutputFormat::kJson});
+  add_output_flag(&app, &format, {OutputFormat::kTable, OutputFormat::kName, OutputFormat::kJson});
   EXPECT_NO_THROW(app.parse(std::vector<std::string>{"name", "-o"}));  // reversed: "-o name"
   EXPECT_EQ(format, OutputFormat::kName);
   try {
@@ -519,24 +519,24 @@ TEST(Fp8ctlListTest, WideAddsColumnsAndNamesAreKindSlashId) {
   j->mutable_spec()->mutable_fp8()->set_recipe(v1::Fp8Spec::ROWWISE);
   j->mutable_latest_progress()->set_step(20);
   j->mutable_latest_progress()->set_loss(3.25);
-  const std::string narrow = JobsTable(r, 61'000, /*wide=*/false);
+  const std::string narrow = jobs_table(r, 61'000, /*wide=*/false);
   EXPECT_EQ(narrow.substr(0, narrow.find('\n')), "ID      NAME   OWNER   STATE    PROGRESS   RECIPE    WORLD   SUBMITTED             AGE   REASON");
   EXPECT_EQ(narrow.find("LOSS"), std::string::npos);
-  const std::string wide = JobsTable(r, 61'000, /*wide=*/true);
+  const std::string wide = jobs_table(r, 61'000, /*wide=*/true);
   for (const char* part : {"DEVICE", "PRIORITY", "LOSS", "ATTEMPTS", "RESTARTS LEFT", "CHECKPOINT", "FINISHED", "REASON",
                            " cpu ", " 5 ", " 3.2500 ", "rank 0 exited 1\n"}) {
     EXPECT_NE(wide.find(part), std::string::npos) << part << "\n" << wide;
   }
-  EXPECT_EQ(JobName("job-2"), "job/job-2");
+  EXPECT_EQ(job_name("job-2"), "job/job-2");
 }
 
-size_t Count(const std::string& text, const std::string& part) {
+size_t count(const std::string& text, const std::string& part) {
   size_t n = 0;
   for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + part.size())) ++n;
   return n;
 }
 
-PlotDocument TwoJobsTwoCharts() {
+PlotDocument two_jobs_two_charts() {
   PlotDocument doc;
   doc.legend = {"job-3 tiny-cpu (tensorwise)", "job-4 tiny-cpu-delayed <&> (delayed)"};
   PlotChart loss{"loss", "step", {}};
@@ -550,24 +550,24 @@ PlotDocument TwoJobsTwoCharts() {
 }
 
 TEST(Fp8ctlSvgPlotTest, OnePolylinePerSeriesPerChartAndALegend) {
-  const std::string svg = RenderSvg(TwoJobsTwoCharts());
+  const std::string svg = render_svg(two_jobs_two_charts());
   EXPECT_EQ(svg.rfind("<svg", 0), 0u) << svg;
   EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
-  EXPECT_EQ(Count(svg, "<polyline"), 4u) << svg;
-  EXPECT_EQ(Count(svg, "<g class=\"chart\">"), 2u);
-  EXPECT_EQ(Count(svg, "<g"), Count(svg, "</g>"));
-  EXPECT_EQ(Count(svg, "<text"), Count(svg, "</text>"));
+  EXPECT_EQ(count(svg, "<polyline"), 4u) << svg;
+  EXPECT_EQ(count(svg, "<g class=\"chart\">"), 2u);
+  EXPECT_EQ(count(svg, "<g"), count(svg, "</g>"));
+  EXPECT_EQ(count(svg, "<text"), count(svg, "</text>"));
   EXPECT_NE(svg.find(">job-3 tiny-cpu (tensorwise)</text>"), std::string::npos) << svg;
   EXPECT_NE(svg.find("job-4 tiny-cpu-delayed &lt;&amp;&gt; (delayed)"), std::string::npos) << svg;
-  EXPECT_NE(svg.find(SeriesColour(0)), std::string::npos);
-  EXPECT_NE(svg.find(SeriesColour(1)), std::string::npos);
-  EXPECT_NE(SeriesColour(0), SeriesColour(1));
+  EXPECT_NE(svg.find(series_colour(0)), std::string::npos);
+  EXPECT_NE(svg.find(series_colour(1)), std::string::npos);
+  EXPECT_NE(series_colour(0), series_colour(1));
   // NaN never reaches the coordinates; it is counted in the title instead.
   EXPECT_EQ(svg.find("nan"), std::string::npos) << svg;
   EXPECT_EQ(svg.find("inf"), std::string::npos) << svg;
   EXPECT_NE(svg.find("loss (1 non-finite value not drawn)"), std::string::npos) << svg;
   // The single point is drawn as a dot; the empty series still has its (empty) polyline.
-  EXPECT_EQ(Count(svg, "<circle"), 1u) << svg;
+  EXPECT_EQ(count(svg, "<circle"), 1u) << svg;
   EXPECT_NE(svg.find("points=\"\""), std::string::npos) << svg;
   // Tick labels on both axes.
   EXPECT_NE(svg.find(">30</text>"), std::string::npos) << svg;
@@ -578,12 +578,12 @@ TEST(Fp8ctlSvgPlotTest, DegenerateInputs) {
   PlotDocument doc;
   doc.legend = {"job-1 a (none)"};
   doc.charts.push_back({"loss", "step", {PlotSeries{{{5, std::nan("")}}}}});
-  const std::string svg = RenderSvg(doc);
-  EXPECT_EQ(Count(svg, "<polyline"), 1u) << svg;
+  const std::string svg = render_svg(doc);
+  EXPECT_EQ(count(svg, "<polyline"), 1u) << svg;
   EXPECT_EQ(svg.find("nan"), std::string::npos) << svg;
-  EXPECT_EQ(RenderSvg(PlotDocument{}).rfind("<svg", 0), 0u);
-  EXPECT_EQ(NiceTicks(0, 10), (std::vector<double>{0, 2, 4, 6, 8, 10}));
-  EXPECT_EQ(NiceTicks(0, 1, 4), (std::vector<double>{0, 0.5, 1}));
+  EXPECT_EQ(render_svg(PlotDocument{}).rfind("<svg", 0), 0u);
+  EXPECT_EQ(nice_ticks(0, 10), (std::vector<double>{0, 2, 4, 6, 8, 10}));
+  EXPECT_EQ(nice_ticks(0, 1, 4), (std::vector<double>{0, 0.5, 1}));
 }
 
 TEST(Fp8ctlWorkersTest, Table) {
@@ -604,20 +604,20 @@ TEST(Fp8ctlWorkersTest, Table) {
   w->set_device_kind(v1::ResourceSpec::CPU);
   w->set_address("127.0.0.1:7072");
   w->set_state(v1::WorkerInfo::UNCONFIRMED);
-  EXPECT_EQ(WorkersTable(r, 100'400),
+  EXPECT_EQ(workers_table(r, 100'400),
             "NAME   DEVICE   ADDRESS          STATE         JOB/RANK                 LAST HEARTBEAT\n"
             "w-1    cpu      127.0.0.1:7071   BUSY          job-3 r1, (other user)   0.4s ago\n"
             "w-2    cpu      127.0.0.1:7072   UNCONFIRMED   -                        never\n");
-  const std::string wide = WorkersTable(r, 100'400, /*wide=*/true);
+  const std::string wide = workers_table(r, 100'400, /*wide=*/true);
   EXPECT_NE(wide.find("KIND   RANK STATES        HEARTBEAT AT\n"), std::string::npos) << wide;
   EXPECT_NE(wide.find("   cpu    UNKNOWN, UNKNOWN   "), std::string::npos) << wide;
-  EXPECT_EQ(HeartbeatAge(1'000, 181'000), "3m ago");
-  EXPECT_EQ(HeartbeatAge(5'000, 1'000), "0.0s ago");
+  EXPECT_EQ(heartbeat_age(1'000, 181'000), "3m ago");
+  EXPECT_EQ(heartbeat_age(5'000, 1'000), "0.0s ago");
 }
 
 TEST(Fp8ctlAmaxTest, TableAndNoHistories) {
   v1::GetJobAmaxResponse r;
-  EXPECT_EQ(AmaxReport("job-3", r),
+  EXPECT_EQ(amax_report("job-3", r),
             "job-3 has no amax histories: its recipe does not use delayed scaling, or it has not reported yet\n");
   r.set_step(40);
   v1::AmaxHistory* h = r.add_histories();
@@ -625,12 +625,12 @@ TEST(Fp8ctlAmaxTest, TableAndNoHistories) {
   h->set_operand(v1::AmaxHistory::GRAD_OUTPUT);
   for (float v : {0.5f, 2.0f, 1.25f}) h->add_history(v);
   h->set_scale(224.0f);
-  EXPECT_EQ(AmaxReport("job-3", r),
+  EXPECT_EQ(amax_report("job-3", r),
             "job-3 amax histories at step 40 (1 casts)\n"
             "LAYER                   OPERAND       AMAX   HISTORY MAX   SCALE   LEN\n"
             "layers.0.attention.wq   grad_output   1.25   2             224     3\n");
-  EXPECT_EQ(OperandName(v1::AmaxHistory::INPUT), "input");
-  EXPECT_EQ(OperandName(v1::AmaxHistory::WEIGHT), "weight");
+  EXPECT_EQ(operand_name(v1::AmaxHistory::INPUT), "input");
+  EXPECT_EQ(operand_name(v1::AmaxHistory::WEIGHT), "weight");
 }
 
 TEST(Fp8ctlCompletionTest, NamesVerbsAndFlags) {
@@ -643,7 +643,7 @@ TEST(Fp8ctlCompletionTest, NamesVerbsAndFlags) {
   list->add_flag("--all-pages", all_pages, "");
   CLI::App* describe = app.add_subcommand("describe", "");
   describe->add_option("ID", s, "");
-  const std::string script = BashCompletionScript(app);
+  const std::string script = bash_completion_script(app);
   EXPECT_NE(script.find("local verbs=\"list describe\""), std::string::npos) << script;
   EXPECT_NE(script.find("--coordinator"), std::string::npos) << script;
   EXPECT_NE(script.find("list) flags=\"--help -h --state --all-pages\" ;;"), std::string::npos) << script;
@@ -666,7 +666,7 @@ struct SmallApp {
   SmallApp() {
     app.add_option("--token-file", s, "file holding the token (FP8_TOKEN_FILE; default x)")->type_name("FILE");
     CLI::App* list = app.add_subcommand("list", "list jobs, newest first (yours; an admin's: all)");
-    AddOutputFlag(list, &format, {OutputFormat::kTable, OutputFormat::kName, OutputFormat::kJson});
+    add_output_flag(list, &format, {OutputFormat::kTable, OutputFormat::kName, OutputFormat::kJson});
     list->add_flag("--all-pages", b, "every page");
     app.add_subcommand("describe", "show a job: its [spec]")->add_option("ID", s, "job id");
     app.add_subcommand("plot", "plot jobs")->add_option("ID", v, "job ids");
@@ -676,7 +676,7 @@ struct SmallApp {
 
 TEST(Fp8ctlCompletionTest, FishCompletesVerbsFlagValuesFilesAndJobIds) {
   SmallApp a;
-  const std::string script = FishCompletionScript(a.app);
+  const std::string script = fish_completion_script(a.app);
   for (const char* line : {
            "complete -c fp8ctl -f\n",
            "complete -c fp8ctl -n __fish_use_subcommand -a list -d 'list jobs, newest first'\n",
@@ -694,7 +694,7 @@ TEST(Fp8ctlCompletionTest, FishCompletesVerbsFlagValuesFilesAndJobIds) {
 
 TEST(Fp8ctlCompletionTest, ZshCompletesVerbsFlagValuesFilesAndJobIds) {
   SmallApp a;
-  const std::string script = ZshCompletionScript(a.app);
+  const std::string script = zsh_completion_script(a.app);
   EXPECT_EQ(script.rfind("#compdef fp8ctl\n", 0), 0u) << script;
   for (const char* part : {
            "    '*--token-file[file holding the token]:file:_files'\n",
@@ -722,11 +722,11 @@ TEST(Fp8ctlProgressCsvTest, ARowPerJobAndStepQuotedWhereNeeded) {
   a.by_step[10].set_loss(4.25);
   a.by_step[10].set_val_loss(4.5);
   a.by_step[10].set_tokens_per_second(1500);
-  EXPECT_EQ(ProgressCsv({a}),
+  EXPECT_EQ(progress_csv({a}),
             "job_id,name,recipe,step,loss,val_loss,tokens_per_second\n"
             "job-1,\"tiny, \"\"big\"\"\",tensorwise,5,5.5,,2000\n"
             "job-1,\"tiny, \"\"big\"\"\",tensorwise,10,4.25,4.5,3000\n");
-  EXPECT_EQ(ProgressCsv({}), "job_id,name,recipe,step,loss,val_loss,tokens_per_second\n");
+  EXPECT_EQ(progress_csv({}), "job_id,name,recipe,step,loss,val_loss,tokens_per_second\n");
 }
 
 // Every example job loads and validates with the loader `fp8ctl submit` and the
@@ -737,7 +737,7 @@ TEST(Fp8ctlExamplesTest, EveryExampleJobLoads) {
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.path().extension() != ".yaml") continue;
     names.push_back(entry.path().filename().string());
-    absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecFile(entry.path().string());
+    absl::StatusOr<v1::JobSpec> spec = jobspec::load_job_spec_file(entry.path().string());
     EXPECT_TRUE(spec.ok()) << entry.path() << ": " << spec.status();
   }
   std::sort(names.begin(), names.end());

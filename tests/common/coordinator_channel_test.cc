@@ -41,7 +41,7 @@ class SlowListener {
   }
   bool ok() const { return ok_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  int Accept() { return ::accept(fd_, nullptr, nullptr); }
+  int accept() { return ::accept(fd_, nullptr, nullptr); }
 
  private:
   int fd_ = -1;
@@ -58,13 +58,13 @@ TEST(CoordinatorChannelTest, AConnectionAnsweredSecondsLateIsStillMade) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
 
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CoordinatorChannel(listener.address(), "");
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = coordinator_channel(listener.address(), "");
   ASSERT_TRUE(channel.ok()) << channel.status();
   (*channel)->GetState(/*try_to_connect=*/true);
   // Longer than the reconnect backoff's cap: a connection attempt given only that long
   // would have been abandoned (and the next one left unanswered in the backlog).
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  const int connection = listener.Accept();
+  const int connection = listener.accept();
   ASSERT_GE(connection, 0);
   grpc::AddInsecureChannelFromFd(server.get(), connection);
 
@@ -75,7 +75,7 @@ TEST(CoordinatorChannelTest, AConnectionAnsweredSecondsLateIsStillMade) {
 
 TEST(CoordinatorChannelTest, AnUnreadableCaFileIsRefusedNamingTheFlag) {
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      CoordinatorChannel("127.0.0.1:1", "/nonexistent/ca.pem", "--coordinator-ca");
+      coordinator_channel("127.0.0.1:1", "/nonexistent/ca.pem", "--coordinator-ca");
   ASSERT_FALSE(channel.ok());
   EXPECT_NE(channel.status().message().find("--coordinator-ca /nonexistent/ca.pem"), std::string::npos)
       << channel.status();

@@ -37,8 +37,8 @@ struct Where {
   std::string informational;
 };
 
-Where Tests(std::initializer_list<std::string> tests) { return Where{tests, ""}; }
-Where Informational(std::string why) { return Where{{}, std::move(why)}; }
+Where tests(std::initializer_list<std::string> tests) { return Where{tests, ""}; }
+Where informational(std::string why) { return Where{{}, std::move(why)}; }
 
 // A tiny job trained with one field changed differs from the job as written
 // (tests/engine/train/spec_field_effects_test.cc).
@@ -49,147 +49,147 @@ constexpr char kLongForm[] = "Float8LinearLongForm.EveryFieldChangesItsOperandOf
 // fp8-train end to end: steps, reports, learning rates, checkpoints (tests/cli).
 constexpr char kCli[] = "Fp8TrainCliTest.TrainsToTheLastStep";
 
-const std::vector<std::pair<std::string, Where>>& FieldTable() {
+const std::vector<std::pair<std::string, Where>>& field_table() {
   static const auto* table = new std::vector<std::pair<std::string, Where>>{
       // ---- identity and scheduling metadata
-      {"name", Tests({"LoadGood.RelativePathsAreResolvedAgainstTheJobFilesFolder",  // checkpoints/<name>
+      {"name", tests({"LoadGood.RelativePathsAreResolvedAgainstTheJobFilesFolder",  // checkpoints/<name>
                       "CoordinatorMetrics.RunningJobShowsProgressSplitTrafficAndNumerics", kCli})},
-      {"owner", Tests({"CoordinatorTest.RolesAndOwnership", "CoordinatorTest.UsersStayInTheirOwnFolders"})},
+      {"owner", tests({"CoordinatorTest.RolesAndOwnership", "CoordinatorTest.UsersStayInTheirOwnFolders"})},
       {"priority",
-       Tests({"CoordinatorTest.PriorityThenSubmissionOrder", "ControlPlaneTest.PriorityDecidesWhoRunsFirst"})},
-      {"labels", Tests({"CoordinatorMetrics.RunningJobShowsProgressSplitTrafficAndNumerics"})},
-      {"description", Informational("one line for people to read, kept in the job's spec; job.proto promises no "
+       tests({"CoordinatorTest.PriorityThenSubmissionOrder", "ControlPlaneTest.PriorityDecidesWhoRunsFirst"})},
+      {"labels", tests({"CoordinatorMetrics.RunningJobShowsProgressSplitTrafficAndNumerics"})},
+      {"description", informational("one line for people to read, kept in the job's spec; job.proto promises no "
                                     "behaviour for it")},
 
       // ---- model
-      {"model.architecture", Informational("names the model family, and llama is its only value: no job can choose "
+      {"model.architecture", informational("names the model family, and llama is its only value: no job can choose "
                                            "another (an unknown number is refused, as for every enum)")},
-      {"model.vocab_size", Tests({kTraining})},
-      {"model.dim", Tests({kTraining})},
-      {"model.n_layers", Tests({kTraining})},
-      {"model.n_heads", Tests({kTraining})},
-      {"model.n_kv_heads", Tests({kTraining, "ModelShapes.LinearLayersWithGroupedQueryAttention"})},
-      {"model.ffn_dim", Tests({kTraining})},
-      {"model.max_seq_len", Tests({"LoadErrors.ASequenceLongerThanTheModelIsBuiltForIsRefused",
+      {"model.vocab_size", tests({kTraining})},
+      {"model.dim", tests({kTraining})},
+      {"model.n_layers", tests({kTraining})},
+      {"model.n_heads", tests({kTraining})},
+      {"model.n_kv_heads", tests({kTraining, "ModelShapes.LinearLayersWithGroupedQueryAttention"})},
+      {"model.ffn_dim", tests({kTraining})},
+      {"model.max_seq_len", tests({"LoadErrors.ASequenceLongerThanTheModelIsBuiltForIsRefused",
                                    "LlamaExportTest.EveryTensorIsTheCheckpointsParameterBitForBit"})},
-      {"model.rope_theta", Tests({kTraining})},
-      {"model.norm_eps", Tests({kTraining})},
-      {"model.tie_embeddings", Tests({kTraining, "LlamaModuleFilter.TiedOutputSharesTheEmbeddingTable"})},
-      {"model.init_from", Tests({"InitFromTest.StartsFromTheModelsParametersOnEveryRank"})},
+      {"model.rope_theta", tests({kTraining})},
+      {"model.norm_eps", tests({kTraining})},
+      {"model.tie_embeddings", tests({kTraining, "LlamaModuleFilter.TiedOutputSharesTheEmbeddingTable"})},
+      {"model.init_from", tests({"InitFromTest.StartsFromTheModelsParametersOnEveryRank"})},
 
       // ---- data
-      {"data.path", Tests({kTraining, "Fp8DataCliTest.Fp8TrainTrainsOnAPatternOfShardsWithAValidationShardOfItsOwn"})},
-      {"data.tokenizer", Tests({"Fp8DataCliTest.ASentencePieceTokenizerMakesShardsThatFp8TrainTrainsOn"})},
-      {"data.seq_len", Tests({kTraining})},
-      {"data.val_fraction", Tests({kTraining, "DataTest.ValidationIsTheTailStartingAtTheNearestLineStart"})},
-      {"data.seed", Tests({kTraining, "CheckpointProblems.ACheckpointOfAnotherDataOrderIsRefused"})},
+      {"data.path", tests({kTraining, "Fp8DataCliTest.Fp8TrainTrainsOnAPatternOfShardsWithAValidationShardOfItsOwn"})},
+      {"data.tokenizer", tests({"Fp8DataCliTest.ASentencePieceTokenizerMakesShardsThatFp8TrainTrainsOn"})},
+      {"data.seq_len", tests({kTraining})},
+      {"data.val_fraction", tests({kTraining, "DataTest.ValidationIsTheTailStartingAtTheNearestLineStart"})},
+      {"data.seed", tests({kTraining, "CheckpointProblems.ACheckpointOfAnotherDataOrderIsRefused"})},
       {"data.val_path",
-       Tests({kTraining, "Fp8DataCliTest.Fp8TrainTrainsOnAPatternOfShardsWithAValidationShardOfItsOwn"})},
-      {"data.tokenizer_model", Tests({"Fp8DataCliTest.ASentencePieceTokenizerMakesShardsThatFp8TrainTrainsOn"})},
+       tests({kTraining, "Fp8DataCliTest.Fp8TrainTrainsOnAPatternOfShardsWithAValidationShardOfItsOwn"})},
+      {"data.tokenizer_model", tests({"Fp8DataCliTest.ASentencePieceTokenizerMakesShardsThatFp8TrainTrainsOn"})},
 
       // ---- train
-      {"train.steps", Tests({kTraining, kCli})},
-      {"train.batch_size", Tests({kTraining})},
-      {"train.grad_accum", Tests({kTraining, "MemoryEstimateTest.IsWithinFifteenPercentOfTheMeasuredPeak"})},
-      {"train.compute_dtype", Tests({kTraining, "MixedPrecisionTest.HoldsLessMemoryThanFp32Activations"})},
+      {"train.steps", tests({kTraining, kCli})},
+      {"train.batch_size", tests({kTraining})},
+      {"train.grad_accum", tests({kTraining, "MemoryEstimateTest.IsWithinFifteenPercentOfTheMeasuredPeak"})},
+      {"train.compute_dtype", tests({kTraining, "MixedPrecisionTest.HoldsLessMemoryThanFp32Activations"})},
       // Trains bit for bit alike in every mode (by design): it acts on memory.
       {"train.activation_checkpointing",
-       Tests({"ActivationCheckpointingTest.PeakMemoryFallsByWhatTheBlocksNoLongerKeep"})},
-      {"train.lr", Tests({kTraining, kCli})},
-      {"train.min_lr", Tests({kTraining, kCli})},
-      {"train.warmup_steps", Tests({kTraining, kCli})},
-      {"train.schedule", Tests({kTraining})},
-      {"train.weight_decay", Tests({kTraining})},
-      {"train.beta1", Tests({kTraining})},
-      {"train.beta2", Tests({kTraining})},
-      {"train.eps", Tests({kTraining})},
-      {"train.grad_clip", Tests({kTraining})},
-      {"train.seed", Tests({kTraining})},
-      {"train.log_every", Tests({kTraining, kCli})},
-      {"train.eval_every", Tests({kTraining, kCli})},
-      {"train.eval_batches", Tests({kTraining})},
-      {"train.progress_timeout_seconds", Tests({"CoordinatorTest.AHungRankEndsItsAttempt"})},
+       tests({"ActivationCheckpointingTest.PeakMemoryFallsByWhatTheBlocksNoLongerKeep"})},
+      {"train.lr", tests({kTraining, kCli})},
+      {"train.min_lr", tests({kTraining, kCli})},
+      {"train.warmup_steps", tests({kTraining, kCli})},
+      {"train.schedule", tests({kTraining})},
+      {"train.weight_decay", tests({kTraining})},
+      {"train.beta1", tests({kTraining})},
+      {"train.beta2", tests({kTraining})},
+      {"train.eps", tests({kTraining})},
+      {"train.grad_clip", tests({kTraining})},
+      {"train.seed", tests({kTraining})},
+      {"train.log_every", tests({kTraining, kCli})},
+      {"train.eval_every", tests({kTraining, kCli})},
+      {"train.eval_batches", tests({kTraining})},
+      {"train.progress_timeout_seconds", tests({"CoordinatorTest.AHungRankEndsItsAttempt"})},
       {"train.collective_timeout_seconds",
-       Tests({"FsdpTrainingTest.AStalledRankFailsItsPeersWithinTheJobsCollectiveTimeout",
+       tests({"FsdpTrainingTest.AStalledRankFailsItsPeersWithinTheJobsCollectiveTimeout",
               "CollectiveTimeoutTest.AConfiguredTimeoutHoldsFromTheFirstStep"})},
 
       // ---- fp8
-      {"fp8.recipe", Tests({kTraining, "CastNumericsReportTest.EveryReportStepCarriesEachCastOfEveryFp8Linear"})},
-      {"fp8.amax_history_len", Tests({kTraining})},
-      {"fp8.power_of_2_scales", Tests({kTraining})},
+      {"fp8.recipe", tests({kTraining, "CastNumericsReportTest.EveryReportStepCarriesEachCastOfEveryFp8Linear"})},
+      {"fp8.amax_history_len", tests({kTraining})},
+      {"fp8.power_of_2_scales", tests({kTraining})},
       // Acts only across ranks.
-      {"fp8.all_gather_fp8", Tests({"FsdpTrainingTest.Fp8AllGatherEqualsFp32AllGatherAndMovesOneBytePerElement"})},
-      {"fp8.pad_inner_dim", Tests({"LlamaModuleFilter.DimensionsNotMultiplesOf16StayHighPrecision",
+      {"fp8.all_gather_fp8", tests({"FsdpTrainingTest.Fp8AllGatherEqualsFp32AllGatherAndMovesOneBytePerElement"})},
+      {"fp8.pad_inner_dim", tests({"LlamaModuleFilter.DimensionsNotMultiplesOf16StayHighPrecision",
                                    "BackendContract.ARaggedGemmEqualsItsZeroPaddedProductBitForBit",
                                    "LoadGood.OddSizesAreFineWithPadding"})},
-      {"fp8.include", Tests({kTraining, "LlamaModuleFilter.IncludeAndExcludeGlobs"})},
-      {"fp8.exclude", Tests({kTraining, "LlamaModuleFilter.OutputExcludedOthersFp8"})},
-      {"fp8.gemms.output.input.dtype", Tests({kLongForm})},
-      {"fp8.gemms.output.input.granularity", Tests({kLongForm})},
-      {"fp8.gemms.output.input.scaling", Tests({kLongForm})},
-      {"fp8.gemms.output.weight.dtype", Tests({kLongForm})},
-      {"fp8.gemms.output.weight.granularity", Tests({kLongForm})},
-      {"fp8.gemms.output.weight.scaling", Tests({kLongForm})},
-      {"fp8.gemms.output.fast_accum", Tests({kLongForm})},
-      {"fp8.gemms.grad_input.grad_output.dtype", Tests({kLongForm})},
-      {"fp8.gemms.grad_input.grad_output.granularity", Tests({kLongForm})},
-      {"fp8.gemms.grad_input.grad_output.scaling", Tests({kLongForm})},
-      {"fp8.gemms.grad_input.weight.dtype", Tests({kLongForm})},
-      {"fp8.gemms.grad_input.weight.granularity", Tests({kLongForm})},
-      {"fp8.gemms.grad_input.weight.scaling", Tests({kLongForm})},
-      {"fp8.gemms.grad_input.fast_accum", Tests({kLongForm})},
-      {"fp8.gemms.grad_weight.grad_output.dtype", Tests({kLongForm})},
-      {"fp8.gemms.grad_weight.grad_output.granularity", Tests({kLongForm})},
-      {"fp8.gemms.grad_weight.grad_output.scaling", Tests({kLongForm})},
-      {"fp8.gemms.grad_weight.input.dtype", Tests({kLongForm})},
-      {"fp8.gemms.grad_weight.input.granularity", Tests({kLongForm})},
-      {"fp8.gemms.grad_weight.input.scaling", Tests({kLongForm})},
-      {"fp8.gemms.grad_weight.fast_accum", Tests({kLongForm})},
+      {"fp8.include", tests({kTraining, "LlamaModuleFilter.IncludeAndExcludeGlobs"})},
+      {"fp8.exclude", tests({kTraining, "LlamaModuleFilter.OutputExcludedOthersFp8"})},
+      {"fp8.gemms.output.input.dtype", tests({kLongForm})},
+      {"fp8.gemms.output.input.granularity", tests({kLongForm})},
+      {"fp8.gemms.output.input.scaling", tests({kLongForm})},
+      {"fp8.gemms.output.weight.dtype", tests({kLongForm})},
+      {"fp8.gemms.output.weight.granularity", tests({kLongForm})},
+      {"fp8.gemms.output.weight.scaling", tests({kLongForm})},
+      {"fp8.gemms.output.fast_accum", tests({kLongForm})},
+      {"fp8.gemms.grad_input.grad_output.dtype", tests({kLongForm})},
+      {"fp8.gemms.grad_input.grad_output.granularity", tests({kLongForm})},
+      {"fp8.gemms.grad_input.grad_output.scaling", tests({kLongForm})},
+      {"fp8.gemms.grad_input.weight.dtype", tests({kLongForm})},
+      {"fp8.gemms.grad_input.weight.granularity", tests({kLongForm})},
+      {"fp8.gemms.grad_input.weight.scaling", tests({kLongForm})},
+      {"fp8.gemms.grad_input.fast_accum", tests({kLongForm})},
+      {"fp8.gemms.grad_weight.grad_output.dtype", tests({kLongForm})},
+      {"fp8.gemms.grad_weight.grad_output.granularity", tests({kLongForm})},
+      {"fp8.gemms.grad_weight.grad_output.scaling", tests({kLongForm})},
+      {"fp8.gemms.grad_weight.input.dtype", tests({kLongForm})},
+      {"fp8.gemms.grad_weight.input.granularity", tests({kLongForm})},
+      {"fp8.gemms.grad_weight.input.scaling", tests({kLongForm})},
+      {"fp8.gemms.grad_weight.fast_accum", tests({kLongForm})},
 
       // ---- checkpoint
-      {"checkpoint.dir", Tests({"ResumeTest.StoppedAndResumedRunEqualsStraightRunBitForBit",
+      {"checkpoint.dir", tests({"ResumeTest.StoppedAndResumedRunEqualsStraightRunBitForBit",
                                 "CoordinatorTest.UsersStayInTheirOwnFolders", kCli})},
-      {"checkpoint.every", Tests({kTraining, kCli})},
-      {"checkpoint.keep", Tests({kTraining, kCli})},
+      {"checkpoint.every", tests({kTraining, kCli})},
+      {"checkpoint.keep", tests({kTraining, kCli})},
 
       // ---- resources
-      {"resources.world_size", Tests({"CoordinatorTest.GangWaitsForEnoughWorkers"})},
-      {"resources.device", Tests({"CoordinatorTest.AJobRunsOnlyOnWorkersOfItsDevice",
+      {"resources.world_size", tests({"CoordinatorTest.GangWaitsForEnoughWorkers"})},
+      {"resources.device", tests({"CoordinatorTest.AJobRunsOnlyOnWorkersOfItsDevice",
                                   "CudaJobTest.OneRankJobOnAGpuWorkerRunsToSuccess"})},
-      {"resources.cpus_per_rank", Tests({"CoordinatorTest.AJobWaitsForAWorkerOfferingItsCpusPerRank"})},
-      {"resources.memory_gb", Tests({"CoordinatorTest.PlacementHonoursWhatWorkersOffer"})},
+      {"resources.cpus_per_rank", tests({"CoordinatorTest.AJobWaitsForAWorkerOfferingItsCpusPerRank"})},
+      {"resources.memory_gb", tests({"CoordinatorTest.PlacementHonoursWhatWorkersOffer"})},
 
       // ---- restarts
-      {"restarts.max_restarts", Tests({"CoordinatorTest.FailedRankStopsTheGangAndRestarts"})},
-      {"restarts.backoff_seconds", Tests({"CoordinatorTest.ARestartWaitsOutTheJobsBackoff"})},
-      {"restarts.on", Tests({"CoordinatorTest.ADivergenceIsNotRestartedUnlessRestartsOnListsIt"})},
+      {"restarts.max_restarts", tests({"CoordinatorTest.FailedRankStopsTheGangAndRestarts"})},
+      {"restarts.backoff_seconds", tests({"CoordinatorTest.ARestartWaitsOutTheJobsBackoff"})},
+      {"restarts.on", tests({"CoordinatorTest.ADivergenceIsNotRestartedUnlessRestartsOnListsIt"})},
   };
   return *table;
 }
 
 // The leaf fields of `d` by path: scalars, enums, strings, and repeated fields and maps
 // (whose entries are values, not sections); singular messages are walked into.
-void CollectLeaves(const Descriptor& d, const std::string& prefix, std::vector<std::string>& out) {
+void collect_leaves(const Descriptor& d, const std::string& prefix, std::vector<std::string>& out) {
   for (int i = 0; i < d.field_count(); ++i) {
     const FieldDescriptor& f = *d.field(i);
     const std::string path = prefix.empty() ? std::string(f.name()) : absl::StrCat(prefix, ".", f.name());
     if (f.type() == FieldDescriptor::TYPE_MESSAGE && !f.is_repeated()) {
-      CollectLeaves(*f.message_type(), path, out);
+      collect_leaves(*f.message_type(), path, out);
     } else {
       out.push_back(path);
     }
   }
 }
 
-std::vector<std::string> JobSpecLeaves() {
+std::vector<std::string> job_spec_leaves() {
   std::vector<std::string> leaves;
-  CollectLeaves(*v1::JobSpec::descriptor(), "", leaves);
+  collect_leaves(*v1::JobSpec::descriptor(), "", leaves);
   return leaves;
 }
 
 // "Suite.Name" of every TEST, TEST_F, TEST_P (and typed test) declared in a source file
 // under tests/.
-std::set<std::string> DeclaredTests() {
+std::set<std::string> declared_tests() {
   static const std::regex kDeclaration(
       R"(\b(?:TEST|TEST_F|TEST_P|TYPED_TEST|TYPED_TEST_P)\s*\(\s*(\w+)\s*,\s*(\w+)\s*\))");
   std::set<std::string> declared;
@@ -208,7 +208,7 @@ std::set<std::string> DeclaredTests() {
 }
 
 TEST(JobSpecFields, TheWalkReachesEveryLeafAndOnlyLeaves) {
-  const std::vector<std::string> leaves = JobSpecLeaves();
+  const std::vector<std::string> leaves = job_spec_leaves();
   const std::set<std::string> set(leaves.begin(), leaves.end());
   for (const char* leaf : {"name", "labels", "model.dim", "data.path", "train.collective_timeout_seconds",
                            "fp8.include", "fp8.gemms.output.input.dtype", "fp8.gemms.grad_weight.fast_accum",
@@ -223,23 +223,23 @@ TEST(JobSpecFields, TheWalkReachesEveryLeafAndOnlyLeaves) {
 
 TEST(JobSpecFields, EveryFieldSaysWhereItActs) {
   std::set<std::string> listed;
-  for (const auto& [field, where] : FieldTable()) listed.insert(field);
-  for (const std::string& leaf : JobSpecLeaves()) {
+  for (const auto& [field, where] : field_table()) listed.insert(field);
+  for (const std::string& leaf : job_spec_leaves()) {
     EXPECT_TRUE(listed.contains(leaf))
-        << "JobSpec field " << leaf << " says nowhere where it acts. Add to FieldTable() in "
-        << "tests/common/jobspec_fields_test.cc {\"" << leaf << "\", Tests({\"Suite.Name\"})}, naming a test that "
+        << "JobSpec field " << leaf << " says nowhere where it acts. Add to field_table() in "
+        << "tests/common/jobspec_fields_test.cc {\"" << leaf << "\", tests({\"Suite.Name\"})}, naming a test that "
         << "fails when " << leaf << " stops doing what job.proto says (write one if none does), or, if it only "
-        << "labels or describes the job, {\"" << leaf << "\", Informational(\"why nothing acts on it\")}";
+        << "labels or describes the job, {\"" << leaf << "\", informational(\"why nothing acts on it\")}";
   }
 }
 
 TEST(JobSpecFields, EveryEntryIsAFieldOfJobSpecOnce) {
-  const std::vector<std::string> leaves = JobSpecLeaves();
+  const std::vector<std::string> leaves = job_spec_leaves();
   const std::set<std::string> known(leaves.begin(), leaves.end());
   std::map<std::string, int> times;
-  for (const auto& [field, where] : FieldTable()) {
+  for (const auto& [field, where] : field_table()) {
     ++times[field];
-    EXPECT_TRUE(known.contains(field)) << "FieldTable() lists " << field
+    EXPECT_TRUE(known.contains(field)) << "field_table() lists " << field
                                        << ", which is no leaf field of JobSpec (renamed or removed from job.proto? "
                                        << "a section rather than a field?); fields are: "
                                        << absl::StrJoin(leaves, ", ");
@@ -248,10 +248,10 @@ TEST(JobSpecFields, EveryEntryIsAFieldOfJobSpecOnce) {
 }
 
 TEST(JobSpecFields, EveryTestNamedIsDeclaredUnderTests) {
-  const std::set<std::string> declared = DeclaredTests();
+  const std::set<std::string> declared = declared_tests();
   ASSERT_GT(declared.size(), 100u) << "found too few tests under " << FP8_SOURCE_DIR << "/tests";
   ASSERT_TRUE(declared.contains("JobSpecFields.EveryTestNamedIsDeclaredUnderTests")) << "this very test";
-  for (const auto& [field, where] : FieldTable()) {
+  for (const auto& [field, where] : field_table()) {
     SCOPED_TRACE(field);
     EXPECT_NE(where.tests.empty(), where.informational.empty())
         << field << ": name the tests that show it acting, or say why it is informational, not both";

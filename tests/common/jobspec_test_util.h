@@ -10,15 +10,15 @@
 
 namespace fp8::jobspec::testing {
 
-inline std::string Testdata(const std::string& relative) {
+inline std::string testdata(const std::string& relative) {
   return std::string(FP8_JOBSPEC_TESTDATA) + "/" + relative;
 }
 
-inline std::string ExampleJob(const std::string& name) {
+inline std::string example_job(const std::string& name) {
   return std::string(FP8_EXAMPLES_DIR) + "/jobs/" + name;
 }
 
-inline std::string ReadText(const std::string& path) {
+inline std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
@@ -26,7 +26,7 @@ inline std::string ReadText(const std::string& path) {
 }
 
 // absl::string_view: what Status::message() returns with this Abseil build.
-inline std::vector<std::string> Lines(absl::string_view text) { return absl::StrSplit(text, '\n'); }
+inline std::vector<std::string> split_lines(absl::string_view text) { return absl::StrSplit(text, '\n'); }
 
 // The minimal valid job, for tests that change one thing.
 inline constexpr char kMinimalJob[] = R"(name: t

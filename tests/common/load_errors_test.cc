@@ -13,8 +13,8 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::kMinimalJob;
-using testing::Lines;
-using testing::Testdata;
+using testing::split_lines;
+using testing::testdata;
 
 struct BadFile {
   const char* file;  // under testdata/bad/
@@ -28,11 +28,11 @@ class LoadBadFile : public ::testing::TestWithParam<BadFile> {};
 
 TEST_P(LoadBadFile, ReportsEveryProblemOnItsLine) {
   const BadFile& bad = GetParam();
-  std::string folder = Testdata("bad") + "/";
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile(folder + bad.file);
+  std::string folder = testdata("bad") + "/";
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_file(folder + bad.file);
   ASSERT_FALSE(loaded.ok()) << bad.file << " loaded";
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
-  std::vector<std::string> lines = Lines(loaded.status().message());
+  std::vector<std::string> lines = split_lines(loaded.status().message());
   ASSERT_EQ(lines.size(), bad.lines.size()) << loaded.status().message();
   for (size_t i = 0; i < lines.size(); ++i) {
     EXPECT_EQ(lines[i], folder + bad.lines[i]);
@@ -132,12 +132,12 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Smaller cases, written inline: one changed line of the minimal job each.
-std::string LoadError(const std::string& yaml) {
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecString(yaml, "job.yaml");
+std::string load_error(const std::string& yaml) {
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_string(yaml, "job.yaml");
   return loaded.ok() ? "(loaded)" : std::string(loaded.status().message());
 }
 
-std::string MinimalWith(const std::string& from, const std::string& to) {
+std::string minimal_with(const std::string& from, const std::string& to) {
   std::string job = kMinimalJob;
   size_t at = job.find(from);
   EXPECT_NE(at, std::string::npos) << from;
@@ -147,16 +147,16 @@ std::string MinimalWith(const std::string& from, const std::string& to) {
 TEST(LoadErrors, CrossFieldProblemsPointAtAFieldThatWasWritten) {
   // eval_every needs held-out data, which the val_fraction written above forbids.
   std::string job =
-      MinimalWith("  path: corpus.txt\n", "  path: corpus.txt\n  val_fraction: 0\n") + "  eval_every: 10\n";
-  EXPECT_EQ(LoadError(job),
+      minimal_with("  path: corpus.txt\n", "  path: corpus.txt\n  val_fraction: 0\n") + "  eval_every: 10\n";
+  EXPECT_EQ(load_error(job),
             "job.yaml:14:3: train.eval_every: evaluation needs held-out data, but data.val_fraction is 0 and there "
             "is no data.val_path");
   // data.seq_len is left to its default (model.max_seq_len, 20); a micro-batch of 3 x 20
   // tokens does not suit the fp8 grad_weight GEMM, and train.batch_size is where it shows.
-  job = MinimalWith("  max_seq_len: 64\n", "  max_seq_len: 20\n");
+  job = minimal_with("  max_seq_len: 64\n", "  max_seq_len: 20\n");
   job.replace(job.find("batch_size: 4"), 13, "batch_size: 3");
   EXPECT_EQ(
-      LoadError(job),
+      load_error(job),
       "job.yaml:11:3: train.batch_size: a micro-batch holds 3 x 20 = 60 tokens, not a multiple of 16, which "
       "the fp8 grad_weight GEMM contracts over; change train.batch_size, train.grad_accum or data.seq_len, "
       "or set fp8.pad_inner_dim: true (CPU only)");
@@ -165,91 +165,91 @@ TEST(LoadErrors, CrossFieldProblemsPointAtAFieldThatWasWritten) {
 // data.val_path is validation data of its own: with it, val_fraction defaults to 0 and
 // evaluation needs nothing more; both at once is refused.
 TEST(LoadErrors, ValPathAndValFractionAreOneOrTheOther) {
-  std::string job = MinimalWith("  path: corpus.txt\n", "  path: corpus.txt\n  val_path: val.txt\n") +
+  std::string job = minimal_with("  path: corpus.txt\n", "  path: corpus.txt\n  val_path: val.txt\n") +
                     "  eval_every: 10\n";
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecString(job, "job.yaml");
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_string(job, "job.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->data().val_fraction(), 0);
-  job = MinimalWith("  path: corpus.txt\n", "  path: corpus.txt\n  val_path: val.txt\n  val_fraction: 0.1\n");
-  EXPECT_THAT(LoadError(job), HasSubstr("data.val_fraction: give data.val_path or data.val_fraction, not both"));
-  job = MinimalWith("  path: corpus.txt\n", "  path: corpus.txt\n  val_path: ''\n");
-  EXPECT_THAT(LoadError(job), HasSubstr("data.val_path: must not be empty"));
+  job = minimal_with("  path: corpus.txt\n", "  path: corpus.txt\n  val_path: val.txt\n  val_fraction: 0.1\n");
+  EXPECT_THAT(load_error(job), HasSubstr("data.val_fraction: give data.val_path or data.val_fraction, not both"));
+  job = minimal_with("  path: corpus.txt\n", "  path: corpus.txt\n  val_path: ''\n");
+  EXPECT_THAT(load_error(job), HasSubstr("data.val_path: must not be empty"));
 }
 
 // model.max_seq_len is as long as a sequence gets (the RoPE table's positions): a longer
 // data.seq_len is refused, one as long loads, and left out seq_len is max_seq_len.
 TEST(LoadErrors, ASequenceLongerThanTheModelIsBuiltForIsRefused) {
-  EXPECT_EQ(LoadError(MinimalWith("  path: corpus.txt\n", "  path: corpus.txt\n  seq_len: 80\n")),
+  EXPECT_EQ(load_error(minimal_with("  path: corpus.txt\n", "  path: corpus.txt\n  seq_len: 80\n")),
             "job.yaml:9:3: data.seq_len: 80 exceeds model.max_seq_len (64)");
   absl::StatusOr<v1::JobSpec> loaded =
-      LoadJobSpecString(MinimalWith("  path: corpus.txt\n", "  path: corpus.txt\n  seq_len: 64\n"), "job.yaml");
+      load_job_spec_string(minimal_with("  path: corpus.txt\n", "  path: corpus.txt\n  seq_len: 64\n"), "job.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  loaded = LoadJobSpecString(MinimalWith("  max_seq_len: 64\n", "  max_seq_len: 128\n"), "job.yaml");
+  loaded = load_job_spec_string(minimal_with("  max_seq_len: 64\n", "  max_seq_len: 128\n"), "job.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->data().seq_len(), 128);
 }
 
 TEST(LoadErrors, ARequiredFieldLeftOutPointsAtItsSection) {
-  EXPECT_EQ(LoadError(MinimalWith("  n_layers: 2\n", "")), "job.yaml:2:1: model.n_layers: is required");
+  EXPECT_EQ(load_error(minimal_with("  n_layers: 2\n", "")), "job.yaml:2:1: model.n_layers: is required");
 }
 
 TEST(LoadErrors, TypeErrorsDoNotEchoAsMissingFields) {
-  EXPECT_EQ(LoadError(MinimalWith("  dim: 64\n", "  dim: wide\n")),
+  EXPECT_EQ(load_error(minimal_with("  dim: 64\n", "  dim: wide\n")),
             "job.yaml:3:8: model.dim: expected an integer, got 'wide'");
-  EXPECT_EQ(LoadError(MinimalWith("  dim: 64\n", "  dim:\n")),
+  EXPECT_EQ(load_error(minimal_with("  dim: 64\n", "  dim:\n")),
             "job.yaml:3:3: model.dim: expected an integer, got nothing");
 }
 
 TEST(LoadErrors, ScalarSpellingsAreStrict) {
-  EXPECT_THAT(LoadError(MinimalWith("  steps: 100\n", "  steps: 1e3\n")),
+  EXPECT_THAT(load_error(minimal_with("  steps: 100\n", "  steps: 1e3\n")),
               HasSubstr("train.steps: expected an integer, got '1e3'"));
-  EXPECT_THAT(LoadError(MinimalWith("  steps: 100\n", "  steps: 99999999999999999999\n")),
+  EXPECT_THAT(load_error(minimal_with("  steps: 100\n", "  steps: 99999999999999999999\n")),
               HasSubstr("train.steps: '99999999999999999999' is out of range"));
   EXPECT_THAT(
-      LoadError(MinimalWith("  n_layers: 2\n", "  n_layers: 4294967296\n")),
+      load_error(minimal_with("  n_layers: 2\n", "  n_layers: 4294967296\n")),
       HasSubstr("job.yaml:4:13: model.n_layers: 4294967296 is out of range [-2147483648, 2147483647]"));
-  EXPECT_THAT(LoadError(MinimalWith("  lr: 1e-3\n", "  lr: .inf\n")),
+  EXPECT_THAT(load_error(minimal_with("  lr: 1e-3\n", "  lr: .inf\n")),
               HasSubstr("train.lr: expected a number"));
-  EXPECT_THAT(LoadError(MinimalWith("  lr: 1e-3\n", "  lr: nan\n")),
+  EXPECT_THAT(load_error(minimal_with("  lr: 1e-3\n", "  lr: nan\n")),
               HasSubstr("train.lr: expected a finite number, got 'nan'"));
-  EXPECT_THAT(LoadError(kMinimalJob + std::string("  seed: -1\n")),
+  EXPECT_THAT(load_error(kMinimalJob + std::string("  seed: -1\n")),
               HasSubstr("train.seed: expected a non-negative integer, got '-1'"));
-  EXPECT_THAT(LoadError(MinimalWith("  max_seq_len: 64\n", "  max_seq_len: 64\n  tie_embeddings: yes\n")),
+  EXPECT_THAT(load_error(minimal_with("  max_seq_len: 64\n", "  max_seq_len: 64\n  tie_embeddings: yes\n")),
               HasSubstr("model.tie_embeddings: expected true or false, got 'yes'"));
-  EXPECT_THAT(LoadError(MinimalWith("name: t\n", "name: {first: t}\n")),
+  EXPECT_THAT(load_error(minimal_with("name: t\n", "name: {first: t}\n")),
               HasSubstr("job.yaml:1:7: name: expected a string, got a mapping"));
 }
 
 TEST(LoadErrors, ListsAndMapsAreCheckedToo) {
-  EXPECT_THAT(LoadError(kMinimalJob + std::string("fp8:\n  exclude: output\n")),
+  EXPECT_THAT(load_error(kMinimalJob + std::string("fp8:\n  exclude: output\n")),
               HasSubstr("job.yaml:14:12: fp8.exclude: expected a list, got 'output'"));
-  EXPECT_THAT(LoadError(kMinimalJob + std::string("fp8:\n  exclude:\n")),
+  EXPECT_THAT(load_error(kMinimalJob + std::string("fp8:\n  exclude:\n")),
               HasSubstr("fp8.exclude: expected a list, got nothing (write [] for an empty list)"));
-  EXPECT_THAT(LoadError(kMinimalJob + std::string("fp8:\n  include: [[a]]\n")),
+  EXPECT_THAT(load_error(kMinimalJob + std::string("fp8:\n  include: [[a]]\n")),
               HasSubstr("fp8.include[0]: expected a string, got a list"));
-  EXPECT_THAT(LoadError("labels: [a]\n" + std::string(kMinimalJob)),
+  EXPECT_THAT(load_error("labels: [a]\n" + std::string(kMinimalJob)),
               HasSubstr("job.yaml:1:9: labels: expected a mapping, got a list"));
-  EXPECT_THAT(LoadError("labels: {'bad key!': x}\n" + std::string(kMinimalJob)),
+  EXPECT_THAT(load_error("labels: {'bad key!': x}\n" + std::string(kMinimalJob)),
               HasSubstr("job.yaml:1:10: labels.bad key!: label keys are letters, digits"));
 }
 
 TEST(LoadErrors, UnknownTopLevelKeyListsTheSections) {
-  EXPECT_EQ(LoadError(kMinimalJob + std::string("trian: {}\n")),
+  EXPECT_EQ(load_error(kMinimalJob + std::string("trian: {}\n")),
             "job.yaml:13:1: trian: unknown field (did you mean 'train'?)");
   EXPECT_THAT(
-      LoadError(kMinimalJob + std::string("zzz: 1\n")),
+      load_error(kMinimalJob + std::string("zzz: 1\n")),
       HasSubstr("zzz: unknown field; a job spec has name, owner, priority, labels, description, model"));
 }
 
 TEST(LoadErrors, HostileKeysAreQuotedSafely) {
-  std::string message = LoadError(kMinimalJob + std::string("\"\\x01\\e[31m\": 1\n"));
+  std::string message = load_error(kMinimalJob + std::string("\"\\x01\\e[31m\": 1\n"));
   EXPECT_THAT(message, HasSubstr("unknown field"));
   for (char c : message) EXPECT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f)) << static_cast<int>(c);
 }
 
 TEST(LoadErrors, OversizedInputIsRefusedUnread) {
   std::string huge(2 << 20, '#');
-  EXPECT_THAT(LoadError(huge), HasSubstr("a job spec is at most 1048576"));
+  EXPECT_THAT(load_error(huge), HasSubstr("a job spec is at most 1048576"));
 }
 
 }  // namespace

@@ -10,12 +10,12 @@
 namespace fp8::jobspec {
 namespace {
 
-using testing::ExampleJob;
+using testing::example_job;
 using testing::kMinimalJob;
-using testing::Testdata;
+using testing::testdata;
 
 TEST(LoadGood, MinimalFileGetsEveryDefault) {
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile(Testdata("good/minimal.yaml"));
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_file(testdata("good/minimal.yaml"));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const v1::JobSpec& s = *loaded;
 
@@ -74,9 +74,9 @@ TEST(LoadGood, MinimalFileGetsEveryDefault) {
 }
 
 TEST(LoadGood, RelativePathsAreResolvedAgainstTheJobFilesFolder) {
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile(Testdata("good/minimal.yaml"));
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_file(testdata("good/minimal.yaml"));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  std::filesystem::path folder = std::filesystem::path(Testdata("good")).lexically_normal();
+  std::filesystem::path folder = std::filesystem::path(testdata("good")).lexically_normal();
   EXPECT_EQ(loaded->data().path(), (folder / "corpus.txt").string());
   EXPECT_EQ(loaded->checkpoint().dir(), (folder / "checkpoints" / "minimal").string());
 }
@@ -85,7 +85,7 @@ TEST(LoadGood, ValPathIsResolvedAsDataPathIs) {
   v1::JobSpec spec;
   spec.mutable_data()->set_path("shards/train.tokens");
   spec.mutable_data()->set_val_path("../held-out/val.tokens");
-  MakePathsAbsolute(spec, "/jobs/run");
+  make_paths_absolute(spec, "/jobs/run");
   EXPECT_EQ(spec.data().path(), "/jobs/run/shards/train.tokens");
   EXPECT_EQ(spec.data().val_path(), "/jobs/held-out/val.tokens");
 }
@@ -104,26 +104,26 @@ TEST(LoadGood, ASentencePieceJobTakesItsVocabularyFromTheModel) {
   job.replace(job.find("  path: corpus.txt\n"), 18,
               "  path: corpus.txt\n  tokenizer: sentencepiece\n  tokenizer_model: tok.model\n");
   std::ofstream(dir / "job.yaml") << job;
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile((dir / "job.yaml").string());
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_file((dir / "job.yaml").string());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->model().vocab_size(), 3);
   EXPECT_EQ(loaded->data().tokenizer_model(), (dir / "tok.model").string());
   std::filesystem::remove(dir / "tok.model");
-  loaded = LoadJobSpecFile((dir / "job.yaml").string());
+  loaded = load_job_spec_file((dir / "job.yaml").string());
   ASSERT_FALSE(loaded.ok());
   EXPECT_NE(loaded.status().message().find("model.vocab_size: required here"), std::string::npos) << loaded.status();
   std::filesystem::remove_all(dir);
 }
 
 TEST(LoadGood, TextKeepsPathsAsWritten) {
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecString(kMinimalJob, "job.yaml");
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_string(kMinimalJob, "job.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->data().path(), "corpus.txt");
   EXPECT_EQ(loaded->checkpoint().dir(), "checkpoints/t");
 }
 
 TEST(LoadGood, EveryFieldWrittenIsKept) {
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile(Testdata("good/full.yaml"));
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_file(testdata("good/full.yaml"));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const v1::JobSpec& s = *loaded;
   EXPECT_EQ(s.owner(), "ml-platform");
@@ -153,7 +153,7 @@ TEST(LoadGood, EveryFieldWrittenIsKept) {
 
 TEST(LoadGood, RowwiseRecipeDefaultsToPowerOf2ScalesAndNoFp8AllGather) {
   absl::StatusOr<v1::JobSpec> loaded =
-      LoadJobSpecString(std::string(kMinimalJob) + "fp8:\n  recipe: rowwise\n", "job.yaml");
+      load_job_spec_string(std::string(kMinimalJob) + "fp8:\n  recipe: rowwise\n", "job.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_TRUE(loaded->fp8().power_of_2_scales());
   EXPECT_FALSE(loaded->fp8().all_gather_fp8());  // weights are scaled per row
@@ -161,31 +161,31 @@ TEST(LoadGood, RowwiseRecipeDefaultsToPowerOf2ScalesAndNoFp8AllGather) {
 
 TEST(LoadGood, EnumNamesInAnyCase) {
   absl::StatusOr<v1::JobSpec> loaded =
-      LoadJobSpecString(std::string(kMinimalJob) + "fp8:\n  recipe: ROWWISE_with_GW_HP\n", "job.yaml");
+      load_job_spec_string(std::string(kMinimalJob) + "fp8:\n  recipe: ROWWISE_with_GW_HP\n", "job.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->fp8().recipe(), v1::Fp8Spec::ROWWISE_WITH_GW_HP);
 }
 
 TEST(LoadGood, EmptyExcludeListMeansTheOutputProjectionIsFp8Too) {
   absl::StatusOr<v1::JobSpec> loaded =
-      LoadJobSpecString(std::string(kMinimalJob) + "fp8:\n  exclude: []\n", "job.yaml");
+      load_job_spec_string(std::string(kMinimalJob) + "fp8:\n  exclude: []\n", "job.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_TRUE(loaded->fp8().exclude().empty());
 }
 
 TEST(LoadGood, EmptySectionTakesItsDefaults) {
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecString(std::string(kMinimalJob) + "fp8:\n", "job.yaml");
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_string(std::string(kMinimalJob) + "fp8:\n", "job.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->fp8().recipe(), v1::Fp8Spec::TENSORWISE);
 }
 
 TEST(LoadGood, OddSizesAreFineWithPadding) {
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile(Testdata("good/pad_inner_dim.yaml"));
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_file(testdata("good/pad_inner_dim.yaml"));
   EXPECT_TRUE(loaded.ok()) << loaded.status();
 }
 
 TEST(LoadGood, OddSizesAreFineWhenTheFilterKeepsThoseLayersInHighPrecision) {
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile(Testdata("good/excluded_small_layers.yaml"));
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_file(testdata("good/excluded_small_layers.yaml"));
   EXPECT_TRUE(loaded.ok()) << loaded.status();
 }
 
@@ -196,12 +196,12 @@ data: {path: c.txt}
 train: {steps: 1, batch_size: 3, lr: 0.1}
 fp8: {recipe: none}
 )";
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecString(job, "job.yaml");
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_string(job, "job.yaml");
   EXPECT_TRUE(loaded.ok()) << loaded.status();
 }
 
 TEST(LoadGood, TheTinyCpuExample) {
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile(ExampleJob("tiny-cpu.yaml"));
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_file(example_job("tiny-cpu.yaml"));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const v1::JobSpec& s = *loaded;
   EXPECT_EQ(s.model().dim(), 64);
@@ -212,7 +212,7 @@ TEST(LoadGood, TheTinyCpuExample) {
   EXPECT_EQ(s.train().steps(), 200);
   EXPECT_EQ(s.fp8().recipe(), v1::Fp8Spec::TENSORWISE);
   EXPECT_EQ(s.resources().device(), v1::ResourceSpec::CPU);
-  std::filesystem::path corpus = std::filesystem::path(ExampleJob("corpus/kjv.txt")).lexically_normal();
+  std::filesystem::path corpus = std::filesystem::path(example_job("corpus/kjv.txt")).lexically_normal();
   EXPECT_EQ(s.data().path(), corpus.string());
 }
 
@@ -227,33 +227,33 @@ TEST(LoadGood, ResolveFillsDefaultsOfASpecBuiltInCode) {
   spec.mutable_train()->set_steps(10);
   spec.mutable_train()->set_batch_size(2);
   spec.mutable_train()->set_lr(0.01);
-  absl::StatusOr<v1::JobSpec> resolved = ResolveJobSpec(spec);
+  absl::StatusOr<v1::JobSpec> resolved = resolve_job_spec(spec);
   ASSERT_TRUE(resolved.ok()) << resolved.status();
   EXPECT_EQ(resolved->model().ffn_dim(), 176);
   ASSERT_EQ(resolved->fp8().exclude_size(), 1);  // no fp8 section: all of its defaults
-  EXPECT_TRUE(ValidateJobSpec(*resolved).ok());
+  EXPECT_TRUE(validate_job_spec(*resolved).ok());
 }
 
 TEST(LoadGood, ValidateNamesFieldsWithoutLines) {
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecString(kMinimalJob, "job.yaml");
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_string(kMinimalJob, "job.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   v1::JobSpec spec = *loaded;
   spec.mutable_train()->set_steps(0);
   spec.mutable_fp8()->set_recipe(static_cast<v1::Fp8Spec::Recipe>(42));  // from a newer client
-  absl::Status status = ValidateJobSpec(spec);
+  absl::Status status = validate_job_spec(spec);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("train.steps: must be > 0, got 0"), std::string::npos) << status;
   EXPECT_NE(status.message().find("fp8.recipe: unknown value 42"), std::string::npos) << status;
 }
 
 TEST(LoadGood, MissingFileIsNotFound) {
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile(Testdata("good/no-such-file.yaml"));
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_file(testdata("good/no-such-file.yaml"));
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(loaded.status().message().find("no-such-file.yaml: no such file"), std::string::npos);
 }
 
 TEST(LoadGood, FolderIsNotAJobFile) {
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile(Testdata("good"));
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_file(testdata("good"));
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

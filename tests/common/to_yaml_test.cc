@@ -13,45 +13,45 @@
 namespace fp8::jobspec {
 namespace {
 
-using testing::ExampleJob;
+using testing::example_job;
 using ::testing::HasSubstr;
-using testing::Testdata;
+using testing::testdata;
 
-void ExpectRoundTrip(const v1::JobSpec& spec) {
-  std::string text = ToYaml(spec);
-  absl::StatusOr<v1::JobSpec> again = LoadJobSpecString(text, "describe.yaml");
+void expect_round_trip(const v1::JobSpec& spec) {
+  std::string text = to_yaml(spec);
+  absl::StatusOr<v1::JobSpec> again = load_job_spec_string(text, "describe.yaml");
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << text;
   std::string differences;
   google::protobuf::util::MessageDifferencer differ;
   differ.ReportDifferencesToString(&differences);
   EXPECT_TRUE(differ.Compare(spec, *again)) << differences << "\n" << text;
-  EXPECT_EQ(ToYaml(*again), text);  // and the text is stable
+  EXPECT_EQ(to_yaml(*again), text);  // and the text is stable
 }
 
 class RoundTrip : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RoundTrip, SpecToYamlToSpecIsEqual) {
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile(GetParam());
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_file(GetParam());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  ExpectRoundTrip(*loaded);
+  expect_round_trip(*loaded);
 }
 
 INSTANTIATE_TEST_SUITE_P(GoodFiles, RoundTrip,
-                         ::testing::Values(Testdata("good/minimal.yaml"), Testdata("good/full.yaml"),
-                                           Testdata("good/pad_inner_dim.yaml"),
-                                           Testdata("good/excluded_small_layers.yaml"),
-                                           ExampleJob("tiny-cpu.yaml")));
+                         ::testing::Values(testdata("good/minimal.yaml"), testdata("good/full.yaml"),
+                                           testdata("good/pad_inner_dim.yaml"),
+                                           testdata("good/excluded_small_layers.yaml"),
+                                           example_job("tiny-cpu.yaml")));
 
 TEST(ToYaml, EmptyListsAreWrittenSoTheirDefaultDoesNotComeBack) {
   absl::StatusOr<v1::JobSpec> loaded =
-      LoadJobSpecString(std::string(testing::kMinimalJob) + "fp8:\n  exclude: []\n", "job.yaml");
+      load_job_spec_string(std::string(testing::kMinimalJob) + "fp8:\n  exclude: []\n", "job.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_THAT(ToYaml(*loaded), HasSubstr("exclude: []"));
-  ExpectRoundTrip(*loaded);
+  EXPECT_THAT(to_yaml(*loaded), HasSubstr("exclude: []"));
+  expect_round_trip(*loaded);
 }
 
 TEST(ToYaml, AwkwardStringsAndNumbersSurvive) {
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecString(testing::kMinimalJob, "job.yaml");
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_string(testing::kMinimalJob, "job.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   v1::JobSpec spec = *loaded;
   spec.set_owner("true");                        // a string that YAML would read as a bool
@@ -61,14 +61,14 @@ TEST(ToYaml, AwkwardStringsAndNumbersSurvive) {
   spec.mutable_train()->set_lr(0.1 + 0.2);  // 0.30000000000000004 exactly
   spec.mutable_train()->set_seed(18446744073709551615u);
   spec.mutable_fp8()->add_include("*");
-  ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
-  ExpectRoundTrip(spec);
+  ASSERT_TRUE(validate_job_spec(spec).ok()) << validate_job_spec(spec);
+  expect_round_trip(spec);
 }
 
 TEST(ToYaml, WritesFieldsInSchemaOrderWithEnumNames) {
-  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecString(testing::kMinimalJob, "job.yaml");
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_string(testing::kMinimalJob, "job.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  std::string text = ToYaml(*loaded);
+  std::string text = to_yaml(*loaded);
   EXPECT_THAT(text, HasSubstr("recipe: tensorwise"));
   EXPECT_THAT(text, HasSubstr("schedule: cosine"));
   EXPECT_THAT(text, HasSubstr("min_lr: 0.0001"));

@@ -51,7 +51,7 @@ std::vector<double> widen(const std::vector<uint16_t>& bits) {
 class AttentionMmaEmulationTest : public ::testing::TestWithParam<Case> {};
 
 template <int D>
-void RunCase(const Case& c) {
+void run_case(const Case& c) {
   const int B = c.batch, T = c.seq, H = c.heads, KV = c.kv_heads, G = H / KV;
   std::mt19937 rng(static_cast<uint32_t>(T * 131 + H));
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -190,9 +190,9 @@ void RunCase(const Case& c) {
 TEST_P(AttentionMmaEmulationTest, MatchesExactAttentionToBf16Rounding) {
   const Case& c = GetParam();
   if (c.head_dim == 64) {
-    RunCase<64>(c);
+    run_case<64>(c);
   } else {
-    RunCase<128>(c);
+    run_case<128>(c);
   }
 }
 

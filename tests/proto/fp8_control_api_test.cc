@@ -33,7 +33,7 @@ using google::protobuf::util::MessageDifferencer;
 // Serializes `in`, parses the bytes into a fresh message of the same type, and checks
 // that nothing was lost or changed.
 template <typename M>
-void ExpectRoundTrip(const M& in) {
+void expect_round_trip(const M& in) {
   std::string wire;
   ASSERT_TRUE(in.SerializeToString(&wire)) << in.GetTypeName();
   ASSERT_FALSE(wire.empty()) << in.GetTypeName();
@@ -44,7 +44,7 @@ void ExpectRoundTrip(const M& in) {
       << "\nout: " << out.ShortDebugString();
 }
 
-fp8::v1::JobSpec SmallSpec() {
+fp8::v1::JobSpec small_spec() {
   fp8::v1::JobSpec spec;
   spec.set_name("tiny");
   spec.set_owner("alice");
@@ -57,13 +57,13 @@ fp8::v1::JobSpec SmallSpec() {
 
 TEST(ControlApiMessages, JobServiceRoundTrips) {
   fp8::v1::SubmitJobRequest submit;
-  *submit.mutable_spec() = SmallSpec();
+  *submit.mutable_spec() = small_spec();
   submit.set_idempotency_key("retry-1");
-  ExpectRoundTrip(submit);
+  expect_round_trip(submit);
 
   fp8::v1::Job job;
   job.set_id("job-7");
-  *job.mutable_spec() = SmallSpec();
+  *job.mutable_spec() = small_spec();
   job.set_state(fp8::v1::Job::RESTARTING);
   job.set_attempts(2);
   job.set_restarts_left(3);
@@ -74,7 +74,7 @@ TEST(ControlApiMessages, JobServiceRoundTrips) {
   attempt->set_number(1);
   attempt->set_state(fp8::v1::Attempt::FAILED);
   attempt->set_end_reason("rank 1 on worker w-3 exited with signal 9");
-  ExpectRoundTrip(job);
+  expect_round_trip(job);
 
   fp8::v1::JobEvent event;
   event.set_sequence(42);
@@ -83,7 +83,7 @@ TEST(ControlApiMessages, JobServiceRoundTrips) {
   numerics->set_kind(fp8::v1::NumericsEvent::AMAX_JUMP);
   numerics->set_layer("layers.0.attention.wq");
   numerics->set_operand(fp8::v1::AmaxHistory::WEIGHT);
-  ExpectRoundTrip(event);
+  expect_round_trip(event);
   EXPECT_EQ(event.event_case(), fp8::v1::JobEvent::kNumerics);
 
   fp8::v1::GetJobLogsRequest logs;
@@ -102,7 +102,7 @@ TEST(ControlApiMessages, WorkerServiceRoundTrips) {
   reg.set_address("10.0.0.5:9100");
   reg.set_slots(1);
   reg.set_version("0.1.0");
-  ExpectRoundTrip(reg);
+  expect_round_trip(reg);
 
   fp8::v1::HeartbeatResponse beat;
   auto* start = beat.add_commands()->mutable_start_rank();
@@ -110,7 +110,7 @@ TEST(ControlApiMessages, WorkerServiceRoundTrips) {
   start->set_attempt(2);
   start->set_rank(1);
   start->set_world_size(2);
-  *start->mutable_spec() = SmallSpec();
+  *start->mutable_spec() = small_spec();
   start->set_rendezvous_namespace("job-7/attempt-2/");
   start->set_coordinator_address("127.0.0.1:7070");
   start->set_trainer_token("secret");
@@ -118,7 +118,7 @@ TEST(ControlApiMessages, WorkerServiceRoundTrips) {
   stop->set_job_id("job-7");
   stop->set_attempt(1);
   stop->set_grace_seconds(10);
-  ExpectRoundTrip(beat);
+  expect_round_trip(beat);
 
   fp8::v1::ReportRankExitRequest exit;
   exit.set_worker_id("w-3");
@@ -126,7 +126,7 @@ TEST(ControlApiMessages, WorkerServiceRoundTrips) {
   exit.set_attempt(2);
   exit.set_rank(1);
   exit.set_signal(9);
-  ExpectRoundTrip(exit);
+  expect_round_trip(exit);
 }
 
 TEST(ControlApiMessages, TrainerServiceRoundTrips) {
@@ -141,7 +141,7 @@ TEST(ControlApiMessages, TrainerServiceRoundTrips) {
   p->mutable_step_time()->set_exposed_comm_ms(5);
   p->mutable_communication()->set_all_gather_fp8_bytes(1 << 20);
   p->mutable_communication()->set_all_reduces(2);
-  ExpectRoundTrip(progress);
+  expect_round_trip(progress);
 
   fp8::v1::ReportAmaxHistoriesRequest amax;
   amax.set_step(100);
@@ -151,13 +151,13 @@ TEST(ControlApiMessages, TrainerServiceRoundTrips) {
   h->add_history(0.5f);
   h->add_history(0.75f);
   h->set_scale(597.33f);
-  ExpectRoundTrip(amax);
+  expect_round_trip(amax);
 
   fp8::v1::CommitCheckpointRequest commit;
   commit.set_step(100);
   commit.set_dir("/ckpt/tiny/step-100");
   commit.set_world_size(2);
-  ExpectRoundTrip(commit);
+  expect_round_trip(commit);
 }
 
 TEST(ControlApiMessages, RendezvousServiceRoundTrips) {
@@ -165,14 +165,14 @@ TEST(ControlApiMessages, RendezvousServiceRoundTrips) {
   set.set_rendezvous_namespace("job-7/attempt-2/");
   set.set_key("nccl_unique_id");
   set.set_value(std::string("\0\1\2\xff", 4));  // bytes, embedded NUL included
-  ExpectRoundTrip(set);
+  expect_round_trip(set);
 
   fp8::v1::RendezvousWaitRequest wait;
   wait.set_rendezvous_namespace("job-7/attempt-2/");
   wait.add_keys("rank/0");
   wait.add_keys("rank/1");
   wait.set_timeout_ms(1000);
-  ExpectRoundTrip(wait);
+  expect_round_trip(wait);
 }
 
 // A minimal rendezvous store: Set and Get only, Get blocking until the key is set or the
@@ -229,30 +229,30 @@ class RendezvousOverGrpc : public ::testing::Test {
 
   // A client context with a deadline well beyond any timeout used here, so that a broken
   // server fails the test instead of hanging it.
-  static std::unique_ptr<grpc::ClientContext> Context() {
+  static std::unique_ptr<grpc::ClientContext> context() {
     auto ctx = std::make_unique<grpc::ClientContext>();
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     return ctx;
   }
 
-  grpc::Status SetKey(const std::string& ns, const std::string& key,
+  grpc::Status set_key(const std::string& ns, const std::string& key,
                       const std::string& value) {
     fp8::v1::RendezvousSetRequest req;
     req.set_rendezvous_namespace(ns);
     req.set_key(key);
     req.set_value(value);
     fp8::v1::RendezvousSetResponse resp;
-    return stub_->Set(Context().get(), req, &resp);
+    return stub_->Set(context().get(), req, &resp);
   }
 
-  std::pair<grpc::Status, std::string> GetKey(const std::string& ns, const std::string& key,
+  std::pair<grpc::Status, std::string> get_key(const std::string& ns, const std::string& key,
                                               int64_t timeout_ms) {
     fp8::v1::RendezvousGetRequest req;
     req.set_rendezvous_namespace(ns);
     req.set_key(key);
     req.set_timeout_ms(timeout_ms);
     fp8::v1::RendezvousGetResponse resp;
-    grpc::Status status = stub_->Get(Context().get(), req, &resp);
+    grpc::Status status = stub_->Get(context().get(), req, &resp);
     return {status, resp.value()};
   }
 
@@ -265,30 +265,30 @@ class RendezvousOverGrpc : public ::testing::Test {
 
 TEST_F(RendezvousOverGrpc, SetThenGet) {
   const std::string id("\x01\x00\x7f\xff", 4);
-  ASSERT_TRUE(SetKey("job-7/attempt-2/", "nccl_unique_id", id).ok());
-  auto [status, value] = GetKey("job-7/attempt-2/", "nccl_unique_id", 1000);
+  ASSERT_TRUE(set_key("job-7/attempt-2/", "nccl_unique_id", id).ok());
+  auto [status, value] = get_key("job-7/attempt-2/", "nccl_unique_id", 1000);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(value, id);
 }
 
 TEST_F(RendezvousOverGrpc, GetOfMissingKeyTimesOut) {
-  auto [status, value] = GetKey("job-7/attempt-2/", "never_set", 50);
+  auto [status, value] = get_key("job-7/attempt-2/", "never_set", 50);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_NE(status.error_message().find("never_set"), std::string::npos);
 }
 
 TEST_F(RendezvousOverGrpc, NamespacesAreSeparate) {
-  ASSERT_TRUE(SetKey("job-7/attempt-1/", "addr", "old").ok());
-  auto [status, value] = GetKey("job-7/attempt-2/", "addr", 0);
+  ASSERT_TRUE(set_key("job-7/attempt-1/", "addr", "old").ok());
+  auto [status, value] = get_key("job-7/attempt-2/", "addr", 0);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
 }
 
 TEST_F(RendezvousOverGrpc, GetBlocksUntilAnotherClientSets) {
   // Rank 1 asks before rank 0 has published; the Get must return once the Set lands.
   std::pair<grpc::Status, std::string> got;
-  std::thread waiter([&] { got = GetKey("job-7/attempt-2/", "rank0_addr", 5000); });
+  std::thread waiter([&] { got = get_key("job-7/attempt-2/", "rank0_addr", 5000); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_TRUE(SetKey("job-7/attempt-2/", "rank0_addr", "127.0.0.1:29500").ok());
+  ASSERT_TRUE(set_key("job-7/attempt-2/", "rank0_addr", "127.0.0.1:29500").ok());
   waiter.join();
   ASSERT_TRUE(got.first.ok()) << got.first.error_message();
   EXPECT_EQ(got.second, "127.0.0.1:29500");

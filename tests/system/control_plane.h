@@ -30,16 +30,16 @@ class ControlPlane {
 
   // Serves TLS from now on: a self-signed certificate for 127.0.0.1 (openssl CLI), passed
   // to the coordinator as --tls-cert/--tls-key and to workers and clients as the CA.
-  void EnableTls();
+  void enable_tls();
 
   // Starts the coordinator (again, on the same port and state, after a kill).
-  void StartCoordinator();
-  void KillCoordinator(int sig = SIGKILL);
+  void start_coordinator();
+  void kill_coordinator(int sig = SIGKILL);
   // Starts worker number i (its own work folder) offering `device` ("cpu", "cuda:0");
   // returns its index.
-  int StartWorker(const std::string& device = "cpu");
-  void KillWorker(int index, int sig = SIGKILL);
-  pid_t WorkerPid(int index) const;
+  int start_worker(const std::string& device = "cpu");
+  void kill_worker(int index, int sig = SIGKILL);
+  pid_t worker_pid(int index) const;
 
   // A job in YAML (paths relative to dir()), resolved like fp8ctl would.
   struct JobOptions {
@@ -52,28 +52,28 @@ class ControlPlane {
     std::string recipe = "tensorwise";
     std::string device = "cpu";  // resources.device
   };
-  v1::JobSpec Spec(const JobOptions& o) const;
+  v1::JobSpec spec(const JobOptions& o) const;
 
   // JobService calls with a token (default: the admin token the coordinator wrote).
-  std::unique_ptr<v1::JobService::Stub> JobStub() const;
-  std::string AdminToken() const;
-  std::string WorkerToken() const;
-  std::string CreateToken(const std::string& role, const std::string& name) const;
-  grpc::Status Submit(const v1::JobSpec& spec, v1::Job* job, const std::string& token = "") const;
-  grpc::Status Get(const std::string& id, v1::Job* job, const std::string& token = "") const;
-  grpc::Status Cancel(const std::string& id, v1::Job* job, const std::string& token = "") const;
+  std::unique_ptr<v1::JobService::Stub> job_stub() const;
+  std::string admin_token() const;
+  std::string worker_token() const;
+  std::string create_token(const std::string& role, const std::string& name) const;
+  grpc::Status submit(const v1::JobSpec& spec, v1::Job* job, const std::string& token = "") const;
+  grpc::Status get(const std::string& id, v1::Job* job, const std::string& token = "") const;
+  grpc::Status cancel(const std::string& id, v1::Job* job, const std::string& token = "") const;
 
   // Polls GetJob until `done(job)` holds or `limit` passes; returns the last job seen.
-  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,
+  v1::Job wait_for(const std::string& id, const std::function<bool(const v1::Job&)>& done,
                   std::chrono::seconds limit) const;
-  v1::Job WaitForState(const std::string& id, v1::Job::State state, std::chrono::seconds limit) const;
+  v1::Job wait_for_state(const std::string& id, v1::Job::State state, std::chrono::seconds limit) const;
 
   // Runs another fp8-coordinator on this state folder (any free port, no metrics) until it
   // exits or `limit` passes.
-  cli_test::RunResult RunAnotherCoordinator(std::chrono::milliseconds limit) const;
+  cli_test::RunResult run_another_coordinator(std::chrono::milliseconds limit) const;
 
   // Every child's output so far, for failure messages.
-  std::string Logs() const;
+  std::string logs() const;
 
   int port() const { return port_; }
   // The coordinator's metrics port (--metrics-address 127.0.0.1:0), once started.
@@ -90,6 +90,6 @@ class ControlPlane {
   std::vector<std::filesystem::path> logs_;
 };
 
-std::unique_ptr<grpc::ClientContext> WithToken(const std::string& token, std::chrono::seconds deadline);
+std::unique_ptr<grpc::ClientContext> with_token(const std::string& token, std::chrono::seconds deadline);
 
 }  // namespace fp8::system_test

@@ -15,20 +15,20 @@ using std::chrono::seconds;
 
 constexpr seconds kJobLimit{240};
 
-bool Final(const v1::Job& j) {
+bool final(const v1::Job& j) {
   return j.state() == v1::Job::SUCCEEDED || j.state() == v1::Job::FAILED || j.state() == v1::Job::CANCELLED;
 }
 
 TEST(ControlPlaneTest, TwoRankJobRunsToSuccess) {
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  cp.StartWorker();
-  cp.StartWorker();
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  cp.start_worker();
   v1::Job job;
-  ASSERT_TRUE(cp.Submit(cp.Spec({}), &job).ok());
+  ASSERT_TRUE(cp.submit(cp.spec({}), &job).ok());
   EXPECT_EQ(job.id(), "job-1");
-  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
-  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  const v1::Job done = cp.wait_for(job.id(), final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.logs();
   EXPECT_EQ(done.attempts(), 1);
   EXPECT_EQ(done.latest_progress().step(), 40);
   EXPECT_TRUE(std::isfinite(done.latest_progress().loss()));
@@ -44,43 +44,43 @@ TEST(ControlPlaneTest, TwoRankJobRunsToSuccess) {
 
 TEST(ControlPlaneTest, GangWaitsForEnoughWorkers) {
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  cp.StartWorker();
-  cp.StartWorker();
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  cp.start_worker();
   ControlPlane::JobOptions o;
   o.world_size = 3;
   o.steps = 20;
   v1::Job job;
-  ASSERT_TRUE(cp.Submit(cp.Spec(o), &job).ok());
+  ASSERT_TRUE(cp.submit(cp.spec(o), &job).ok());
   std::this_thread::sleep_for(std::chrono::seconds(2));  // both workers registered and idle
-  ASSERT_TRUE(cp.Get(job.id(), &job).ok());
+  ASSERT_TRUE(cp.get(job.id(), &job).ok());
   EXPECT_EQ(job.state(), v1::Job::QUEUED);
   EXPECT_EQ(job.attempts(), 0);
-  cp.StartWorker();
-  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
-  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  cp.start_worker();
+  const v1::Job done = cp.wait_for(job.id(), final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.logs();
   EXPECT_EQ(done.attempt_history(0).ranks_size(), 3);
 }
 
 TEST(ControlPlaneTest, KilledWorkerRestartsFromCheckpoint) {
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  cp.StartWorker();
-  cp.StartWorker();
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  cp.start_worker();
   ControlPlane::JobOptions o;
   o.name = "crash";
   o.steps = 400;
   o.checkpoint_every = 50;
   o.max_restarts = 2;
   v1::Job job;
-  ASSERT_TRUE(cp.Submit(cp.Spec(o), &job).ok());
+  ASSERT_TRUE(cp.submit(cp.spec(o), &job).ok());
   const v1::Job checkpointed =
-      cp.WaitFor(job.id(), [](const v1::Job& j) { return j.last_checkpoint_step() >= 50 || Final(j); }, kJobLimit);
-  ASSERT_EQ(checkpointed.state(), v1::Job::RUNNING) << checkpointed.DebugString() << cp.Logs();
-  cp.KillWorker(1, SIGKILL);
-  cp.StartWorker();  // a replacement, so that the gang of 2 can form again
-  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
-  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+      cp.wait_for(job.id(), [](const v1::Job& j) { return j.last_checkpoint_step() >= 50 || final(j); }, kJobLimit);
+  ASSERT_EQ(checkpointed.state(), v1::Job::RUNNING) << checkpointed.DebugString() << cp.logs();
+  cp.kill_worker(1, SIGKILL);
+  cp.start_worker();  // a replacement, so that the gang of 2 can form again
+  const v1::Job done = cp.wait_for(job.id(), final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.logs();
   ASSERT_GE(done.attempts(), 2);
   EXPECT_EQ(done.attempt_history(0).state(), v1::Attempt::FAILED);
   // Either the worker was declared lost, or, first, its orphaned rank (stopped by the
@@ -93,9 +93,9 @@ TEST(ControlPlaneTest, KilledWorkerRestartsFromCheckpoint) {
   // (model, optimizer, data position) rather than starting over.
   o.name = "reference";
   v1::Job reference;
-  ASSERT_TRUE(cp.Submit(cp.Spec(o), &reference).ok());
-  const v1::Job ref = cp.WaitFor(reference.id(), Final, kJobLimit);
-  ASSERT_EQ(ref.state(), v1::Job::SUCCEEDED) << ref.DebugString() << cp.Logs();
+  ASSERT_TRUE(cp.submit(cp.spec(o), &reference).ok());
+  const v1::Job ref = cp.wait_for(reference.id(), final, kJobLimit);
+  ASSERT_EQ(ref.state(), v1::Job::SUCCEEDED) << ref.DebugString() << cp.logs();
   EXPECT_EQ(ref.attempts(), 1);
   EXPECT_NEAR(done.latest_progress().loss(), ref.latest_progress().loss(), 1e-3 * ref.latest_progress().loss());
 }
@@ -104,20 +104,20 @@ TEST(ControlPlaneTest, KilledWorkerRestartsFromCheckpoint) {
 // same checkpoint would diverge again (fp8-train's exit code 3; restarts.on's default).
 TEST(ControlPlaneTest, ADivergedJobIsNotRestarted) {
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  cp.StartWorker();
-  cp.StartWorker();
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  cp.start_worker();
   ControlPlane::JobOptions o;
   o.name = "diverges";
   o.max_restarts = 3;
-  v1::JobSpec spec = cp.Spec(o);
+  v1::JobSpec spec = cp.spec(o);
   spec.mutable_train()->set_lr(1e30);
   spec.mutable_train()->set_grad_clip(0);
   spec.mutable_train()->set_warmup_steps(0);
   v1::Job job;
-  ASSERT_TRUE(cp.Submit(spec, &job).ok());
-  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
-  ASSERT_EQ(done.state(), v1::Job::FAILED) << done.DebugString() << cp.Logs();
+  ASSERT_TRUE(cp.submit(spec, &job).ok());
+  const v1::Job done = cp.wait_for(job.id(), final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::FAILED) << done.DebugString() << cp.logs();
   EXPECT_EQ(done.attempts(), 1);
   EXPECT_EQ(done.restarts_left(), 3);
   EXPECT_EQ(done.attempt_history(0).failure_class(), v1::RestartPolicy::DIVERGENCE);
@@ -129,29 +129,29 @@ TEST(ControlPlaneTest, ADivergedJobIsNotRestarted) {
 // attempt) and ends where the same job run straight through ends.
 TEST(ControlPlaneTest, ACancelledJobResumesAndEndsWhereAStraightRunEnds) {
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  cp.StartWorker();
-  cp.StartWorker();
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  cp.start_worker();
   ControlPlane::JobOptions o;
   o.name = "paused";
   o.steps = 300;
   o.checkpoint_every = 50;
   v1::Job job;
-  ASSERT_TRUE(cp.Submit(cp.Spec(o), &job).ok());
+  ASSERT_TRUE(cp.submit(cp.spec(o), &job).ok());
   const v1::Job checkpointed =
-      cp.WaitFor(job.id(), [](const v1::Job& j) { return j.last_checkpoint_step() >= 50 || Final(j); }, kJobLimit);
-  ASSERT_EQ(checkpointed.state(), v1::Job::RUNNING) << checkpointed.DebugString() << cp.Logs();
+      cp.wait_for(job.id(), [](const v1::Job& j) { return j.last_checkpoint_step() >= 50 || final(j); }, kJobLimit);
+  ASSERT_EQ(checkpointed.state(), v1::Job::RUNNING) << checkpointed.DebugString() << cp.logs();
   v1::Job out;
-  ASSERT_TRUE(cp.Cancel(job.id(), &out).ok());
+  ASSERT_TRUE(cp.cancel(job.id(), &out).ok());
   ASSERT_EQ(out.state(), v1::Job::CANCELLED);
 
   v1::ResumeJobRequest resume;
   resume.set_job_id(job.id());
-  auto ctx = WithToken(cp.AdminToken(), std::chrono::seconds(30));
-  const grpc::Status resumed = cp.JobStub()->ResumeJob(ctx.get(), resume, &out);
+  auto ctx = with_token(cp.admin_token(), std::chrono::seconds(30));
+  const grpc::Status resumed = cp.job_stub()->ResumeJob(ctx.get(), resume, &out);
   ASSERT_TRUE(resumed.ok()) << resumed.error_message();
-  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
-  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  const v1::Job done = cp.wait_for(job.id(), final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.logs();
   ASSERT_EQ(done.attempts(), 2);
   EXPECT_EQ(done.attempt_history(0).state(), v1::Attempt::CANCELLED);
   EXPECT_GE(done.attempt_history(1).resumed_from_step(), 50);
@@ -159,45 +159,45 @@ TEST(ControlPlaneTest, ACancelledJobResumesAndEndsWhereAStraightRunEnds) {
 
   o.name = "straight";
   v1::Job reference;
-  ASSERT_TRUE(cp.Submit(cp.Spec(o), &reference).ok());
-  const v1::Job ref = cp.WaitFor(reference.id(), Final, kJobLimit);
-  ASSERT_EQ(ref.state(), v1::Job::SUCCEEDED) << ref.DebugString() << cp.Logs();
+  ASSERT_TRUE(cp.submit(cp.spec(o), &reference).ok());
+  const v1::Job ref = cp.wait_for(reference.id(), final, kJobLimit);
+  ASSERT_EQ(ref.state(), v1::Job::SUCCEEDED) << ref.DebugString() << cp.logs();
   EXPECT_NEAR(done.latest_progress().loss(), ref.latest_progress().loss(), 1e-3 * ref.latest_progress().loss());
 }
 
 TEST(ControlPlaneTest, KilledCoordinatorLosesNothing) {
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  cp.StartWorker();
-  cp.StartWorker();
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  cp.start_worker();
   ControlPlane::JobOptions o;
   o.steps = 300;
   o.checkpoint_every = 50;
   v1::Job job, queued;
-  ASSERT_TRUE(cp.Submit(cp.Spec(o), &job).ok());
+  ASSERT_TRUE(cp.submit(cp.spec(o), &job).ok());
   o.name = "second";
   o.steps = 20;
-  ASSERT_TRUE(cp.Submit(cp.Spec(o), &queued).ok());
+  ASSERT_TRUE(cp.submit(cp.spec(o), &queued).ok());
   const v1::Job running =
-      cp.WaitFor(job.id(), [](const v1::Job& j) { return j.latest_progress().step() >= 10 || Final(j); }, kJobLimit);
-  ASSERT_EQ(running.state(), v1::Job::RUNNING) << running.DebugString() << cp.Logs();
-  cp.KillCoordinator(SIGKILL);
+      cp.wait_for(job.id(), [](const v1::Job& j) { return j.latest_progress().step() >= 10 || final(j); }, kJobLimit);
+  ASSERT_EQ(running.state(), v1::Job::RUNNING) << running.DebugString() << cp.logs();
+  cp.kill_coordinator(SIGKILL);
   std::this_thread::sleep_for(std::chrono::seconds(1));
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
-  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  const v1::Job done = cp.wait_for(job.id(), final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.logs();
   EXPECT_EQ(done.latest_progress().step(), 300);
   EXPECT_EQ(done.attempts(), 1) << "the running attempt should have carried on through the restart";
-  const v1::Job second = cp.WaitFor(queued.id(), Final, kJobLimit);
-  EXPECT_EQ(second.state(), v1::Job::SUCCEEDED) << second.DebugString() << cp.Logs();
+  const v1::Job second = cp.wait_for(queued.id(), final, kJobLimit);
+  EXPECT_EQ(second.state(), v1::Job::SUCCEEDED) << second.DebugString() << cp.logs();
 
   // The event history is whole: one sequence across the restart (progress included),
   // ending in SUCCEEDED.
   v1::WatchJobRequest watch;
   watch.set_job_id(job.id());
   watch.set_include_progress(true);
-  auto ctx = WithToken(cp.AdminToken(), std::chrono::seconds(30));
-  auto stub = cp.JobStub();
+  auto ctx = with_token(cp.admin_token(), std::chrono::seconds(30));
+  auto stub = cp.job_stub();
   auto reader = stub->WatchJob(ctx.get(), watch);
   v1::JobEvent e;
   int64_t expected = 1;
@@ -212,9 +212,9 @@ TEST(ControlPlaneTest, KilledCoordinatorLosesNothing) {
 
 TEST(ControlPlaneTest, RestartedDelayedJobResumesAmaxHistories) {
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  cp.StartWorker();
-  cp.StartWorker();
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  cp.start_worker();
   ControlPlane::JobOptions o;
   o.name = "delayed";
   o.recipe = "delayed";
@@ -222,14 +222,14 @@ TEST(ControlPlaneTest, RestartedDelayedJobResumesAmaxHistories) {
   o.checkpoint_every = 0;  // no periodic checkpoint: only the one the stopped ranks write on their way out
   o.max_restarts = 1;
   v1::Job job;
-  ASSERT_TRUE(cp.Submit(cp.Spec(o), &job).ok());
+  ASSERT_TRUE(cp.submit(cp.spec(o), &job).ok());
   const v1::Job running =
-      cp.WaitFor(job.id(), [](const v1::Job& j) { return j.latest_progress().step() >= 30 || Final(j); }, kJobLimit);
-  ASSERT_EQ(running.state(), v1::Job::RUNNING) << running.DebugString() << cp.Logs();
-  cp.KillWorker(0, SIGKILL);
-  cp.StartWorker();
-  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
-  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+      cp.wait_for(job.id(), [](const v1::Job& j) { return j.latest_progress().step() >= 30 || final(j); }, kJobLimit);
+  ASSERT_EQ(running.state(), v1::Job::RUNNING) << running.DebugString() << cp.logs();
+  cp.kill_worker(0, SIGKILL);
+  cp.start_worker();
+  const v1::Job done = cp.wait_for(job.id(), final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.logs();
   ASSERT_EQ(done.attempts(), 2);
   // The rank on the killed worker was stopped by the kernel (SIGTERM) and its peer with
   // it, after the same step, with a checkpoint: the restart resumed from it, and the
@@ -244,72 +244,72 @@ TEST(ControlPlaneTest, RestartedDelayedJobResumesAmaxHistories) {
   logs.set_rank(0);
   logs.set_tail_lines(10000);
   v1::GetJobLogsResponse lines;
-  auto ctx = WithToken(cp.AdminToken(), seconds(10));
-  ASSERT_TRUE(cp.JobStub()->GetJobLogs(ctx.get(), logs, &lines).ok());
+  auto ctx = with_token(cp.admin_token(), seconds(10));
+  ASSERT_TRUE(cp.job_stub()->GetJobLogs(ctx.get(), logs, &lines).ok());
   std::string text;
   for (const v1::JobLogLine& l : lines.lines()) text += l.line().text() + "\n";
-  EXPECT_NE(text.find("amax histories from the coordinator (step "), std::string::npos) << text << cp.Logs();
+  EXPECT_NE(text.find("amax histories from the coordinator (step "), std::string::npos) << text << cp.logs();
   EXPECT_NE(text.find("done: steps " + std::to_string(resumed + 1) + "..400"), std::string::npos) << text;
 }
 
 TEST(ControlPlaneTest, CancelStopsTheRanks) {
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  cp.StartWorker();
-  cp.StartWorker();
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  cp.start_worker();
   ControlPlane::JobOptions o;
   o.steps = 100000;  // would run for a long time
   v1::Job job;
-  ASSERT_TRUE(cp.Submit(cp.Spec(o), &job).ok());
+  ASSERT_TRUE(cp.submit(cp.spec(o), &job).ok());
   const v1::Job running =
-      cp.WaitFor(job.id(), [](const v1::Job& j) { return j.latest_progress().step() >= 5 || Final(j); }, kJobLimit);
-  ASSERT_EQ(running.state(), v1::Job::RUNNING) << cp.Logs();
+      cp.wait_for(job.id(), [](const v1::Job& j) { return j.latest_progress().step() >= 5 || final(j); }, kJobLimit);
+  ASSERT_EQ(running.state(), v1::Job::RUNNING) << cp.logs();
   v1::Job cancelled;
-  ASSERT_TRUE(cp.Cancel(job.id(), &cancelled).ok());
+  ASSERT_TRUE(cp.cancel(job.id(), &cancelled).ok());
   EXPECT_EQ(cancelled.state(), v1::Job::CANCELLED);
   EXPECT_EQ(cancelled.attempt_history(0).state(), v1::Attempt::CANCELLED);
   // The workers come free again: a next job runs on both.
   o.name = "after";
   o.steps = 10;
   v1::Job next;
-  ASSERT_TRUE(cp.Submit(cp.Spec(o), &next).ok());
-  const v1::Job done = cp.WaitFor(next.id(), Final, kJobLimit);
-  EXPECT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  ASSERT_TRUE(cp.submit(cp.spec(o), &next).ok());
+  const v1::Job done = cp.wait_for(next.id(), final, kJobLimit);
+  EXPECT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.logs();
 }
 
 TEST(ControlPlaneTest, PriorityDecidesWhoRunsFirst) {
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
   ControlPlane::JobOptions o;
   o.world_size = 1;
   o.steps = 10;
   v1::Job low, high;
   o.name = "low";
-  ASSERT_TRUE(cp.Submit(cp.Spec(o), &low).ok());
+  ASSERT_TRUE(cp.submit(cp.spec(o), &low).ok());
   o.name = "high";
   o.priority = 10;
-  ASSERT_TRUE(cp.Submit(cp.Spec(o), &high).ok());
-  cp.StartWorker();  // one worker: one job at a time
-  const v1::Job h = cp.WaitFor(high.id(), Final, kJobLimit);
-  const v1::Job l = cp.WaitFor(low.id(), Final, kJobLimit);
-  ASSERT_EQ(h.state(), v1::Job::SUCCEEDED) << cp.Logs();
-  ASSERT_EQ(l.state(), v1::Job::SUCCEEDED) << cp.Logs();
+  ASSERT_TRUE(cp.submit(cp.spec(o), &high).ok());
+  cp.start_worker();  // one worker: one job at a time
+  const v1::Job h = cp.wait_for(high.id(), final, kJobLimit);
+  const v1::Job l = cp.wait_for(low.id(), final, kJobLimit);
+  ASSERT_EQ(h.state(), v1::Job::SUCCEEDED) << cp.logs();
+  ASSERT_EQ(l.state(), v1::Job::SUCCEEDED) << cp.logs();
   EXPECT_LE(h.finished_unix_ms(), l.started_unix_ms());
 }
 
 TEST(ControlPlaneTest, ServesTls) {
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.EnableTls());
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  cp.StartWorker();
+  ASSERT_NO_FATAL_FAILURE(cp.enable_tls());
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
   ControlPlane::JobOptions o;
   o.world_size = 1;
   o.steps = 10;
   v1::Job job;
-  const grpc::Status submitted = cp.Submit(cp.Spec(o), &job);
-  ASSERT_TRUE(submitted.ok()) << submitted.error_message() << cp.Logs();
-  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
-  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  const grpc::Status submitted = cp.submit(cp.spec(o), &job);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message() << cp.logs();
+  const v1::Job done = cp.wait_for(job.id(), final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.logs();
   EXPECT_EQ(done.latest_progress().step(), 10);  // the trainer reached it over TLS too
 
   // A plaintext client gets nowhere.
@@ -318,68 +318,68 @@ TEST(ControlPlaneTest, ServesTls) {
   v1::GetJobRequest get;
   get.set_job_id(job.id());
   v1::Job out;
-  auto ctx = WithToken(cp.AdminToken(), seconds(5));
+  auto ctx = with_token(cp.admin_token(), seconds(5));
   EXPECT_FALSE(plain->GetJob(ctx.get(), get, &out).ok());
 }
 
 TEST(ControlPlaneTest, TokensAndRoles) {
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  const std::string alice = cp.CreateToken("user", "alice");
-  const std::string bob = cp.CreateToken("user", "bob");
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  const std::string alice = cp.create_token("user", "alice");
+  const std::string bob = cp.create_token("user", "bob");
   ASSERT_FALSE(alice.empty());
   ControlPlane::JobOptions o;
   o.world_size = 1;
   v1::Job job;
-  v1::JobSpec mine = cp.Spec(o);
+  v1::JobSpec mine = cp.spec(o);
   mine.mutable_checkpoint()->set_dir((cp.dir() / "alice" / "sys").string());  // a user's folders are its own
-  const grpc::Status submitted = cp.Submit(mine, &job, alice);
+  const grpc::Status submitted = cp.submit(mine, &job, alice);
   ASSERT_TRUE(submitted.ok()) << submitted.error_code() << " " << submitted.error_message() << " token [" << alice << "]";
   EXPECT_EQ(job.spec().owner(), "alice");
 
-  auto stub = cp.JobStub();
+  auto stub = cp.job_stub();
   v1::GetJobRequest get;
   get.set_job_id(job.id());
   v1::Job out;
-  auto none = WithToken("", seconds(10));
+  auto none = with_token("", seconds(10));
   EXPECT_EQ(stub->GetJob(none.get(), get, &out).error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(cp.Get(job.id(), &out, "fp8u_0123").error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(cp.Get(job.id(), &out, bob).error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(cp.Cancel(job.id(), &out, bob).error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_TRUE(cp.Get(job.id(), &out, alice).ok());
-  EXPECT_EQ(cp.Submit(cp.Spec(o), &out, cp.WorkerToken()).error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  v1::JobSpec for_bob = cp.Spec(o);
+  EXPECT_EQ(cp.get(job.id(), &out, "fp8u_0123").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(cp.get(job.id(), &out, bob).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(cp.cancel(job.id(), &out, bob).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(cp.get(job.id(), &out, alice).ok());
+  EXPECT_EQ(cp.submit(cp.spec(o), &out, cp.worker_token()).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  v1::JobSpec for_bob = cp.spec(o);
   for_bob.set_owner("bob");
-  EXPECT_EQ(cp.Submit(for_bob, &out, alice).error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_TRUE(cp.Cancel(job.id(), &out, alice).ok());
+  EXPECT_EQ(cp.submit(for_bob, &out, alice).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(cp.cancel(job.id(), &out, alice).ok());
 }
 
 TEST(ControlPlaneTest, InvalidSpecsAreRefusedWithTheField) {
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  v1::JobSpec bad = cp.Spec({});
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  v1::JobSpec bad = cp.spec({});
   bad.mutable_train()->set_steps(-3);
   v1::Job out;
-  grpc::Status s = cp.Submit(bad, &out);
+  grpc::Status s = cp.submit(bad, &out);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("spec.train.steps"), std::string::npos) << s.error_message();
 
-  v1::JobSpec escape = cp.Spec({});
+  v1::JobSpec escape = cp.spec({});
   escape.mutable_checkpoint()->set_dir(cp.dir().string() + "/../../etc/ckpt");
-  s = cp.Submit(escape, &out);
+  s = cp.submit(escape, &out);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("spec.checkpoint.dir"), std::string::npos) << s.error_message();
 
-  v1::JobSpec outside = cp.Spec({});
+  v1::JobSpec outside = cp.spec({});
   outside.mutable_data()->set_path("/etc/passwd");
-  s = cp.Submit(outside, &out);
+  s = cp.submit(outside, &out);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("spec.data.path"), std::string::npos) << s.error_message();
 
   v1::ListJobsRequest list;
   v1::ListJobsResponse jobs;
-  auto ctx = WithToken(cp.AdminToken(), seconds(10));
-  ASSERT_TRUE(cp.JobStub()->ListJobs(ctx.get(), list, &jobs).ok());
+  auto ctx = with_token(cp.admin_token(), seconds(10));
+  ASSERT_TRUE(cp.job_stub()->ListJobs(ctx.get(), list, &jobs).ok());
   EXPECT_EQ(jobs.jobs_size(), 0);  // nothing was queued
 }
 

@@ -16,7 +16,7 @@ namespace {
 
 constexpr std::chrono::seconds kJobLimit{300};
 
-int GpuCount() {
+int gpu_count() {
 #if defined(FP8_HAVE_CUDA)
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -29,23 +29,23 @@ int GpuCount() {
 #endif
 }
 
-bool Final(const v1::Job& j) {
+bool final(const v1::Job& j) {
   return j.state() == v1::Job::SUCCEEDED || j.state() == v1::Job::FAILED || j.state() == v1::Job::CANCELLED;
 }
 
 TEST(CudaJobTest, OneRankJobOnAGpuWorkerRunsToSuccess) {
-  if (GpuCount() < 1) GTEST_SKIP() << "no CUDA GPU on this machine";
+  if (gpu_count() < 1) GTEST_SKIP() << "no CUDA GPU on this machine";
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  cp.StartWorker("cuda:0");
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker("cuda:0");
   ControlPlane::JobOptions o;
   o.name = "gpu";
   o.world_size = 1;
   o.device = "cuda";
   v1::Job job;
-  ASSERT_TRUE(cp.Submit(cp.Spec(o), &job).ok());
-  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
-  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  ASSERT_TRUE(cp.submit(cp.spec(o), &job).ok());
+  const v1::Job done = cp.wait_for(job.id(), final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.logs();
   EXPECT_EQ(done.latest_progress().step(), o.steps);
   EXPECT_TRUE(std::isfinite(done.latest_progress().loss()));
   EXPECT_LT(done.latest_progress().loss(), 5.0) << "a byte-level model starts near ln 256 = 5.55";
@@ -54,33 +54,33 @@ TEST(CudaJobTest, OneRankJobOnAGpuWorkerRunsToSuccess) {
 }
 
 TEST(CudaJobTest, CpuJobsDoNotLandOnGpuWorkers) {
-  if (GpuCount() < 1) GTEST_SKIP() << "no CUDA GPU on this machine";
+  if (gpu_count() < 1) GTEST_SKIP() << "no CUDA GPU on this machine";
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  cp.StartWorker("cuda:0");
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker("cuda:0");
   ControlPlane::JobOptions o;
   o.name = "cpu-job";
   o.world_size = 1;
   v1::Job job;
-  ASSERT_TRUE(cp.Submit(cp.Spec(o), &job).ok());
-  const v1::Job waiting = cp.WaitFor(job.id(), Final, std::chrono::seconds(5));
+  ASSERT_TRUE(cp.submit(cp.spec(o), &job).ok());
+  const v1::Job waiting = cp.wait_for(job.id(), final, std::chrono::seconds(5));
   EXPECT_EQ(waiting.state(), v1::Job::QUEUED) << waiting.DebugString();
 }
 
 TEST(CudaJobTest, TwoRankJobOverNcclRunsToSuccess) {
-  if (GpuCount() < 2) GTEST_SKIP() << "needs 2 CUDA GPUs, this machine has " << GpuCount();
+  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 CUDA GPUs, this machine has " << gpu_count();
   ControlPlane cp;
-  ASSERT_NO_FATAL_FAILURE(cp.StartCoordinator());
-  cp.StartWorker("cuda:0");
-  cp.StartWorker("cuda:1");
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker("cuda:0");
+  cp.start_worker("cuda:1");
   ControlPlane::JobOptions o;
   o.name = "gpu2";
   o.world_size = 2;
   o.device = "cuda";
   v1::Job job;
-  ASSERT_TRUE(cp.Submit(cp.Spec(o), &job).ok());
-  const v1::Job done = cp.WaitFor(job.id(), Final, kJobLimit);
-  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.Logs();
+  ASSERT_TRUE(cp.submit(cp.spec(o), &job).ok());
+  const v1::Job done = cp.wait_for(job.id(), final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.logs();
   EXPECT_GT(done.latest_progress().communication().all_gather_fp8_bytes(), 0);
 }
 

@@ -17,15 +17,15 @@ namespace fp8::worker {
 namespace {
 
 using testing::TempDir;
-using testing::WaitFor;
-using testing::WriteScript;
+using testing::wait_for;
+using testing::write_script;
 
 class FakeWorkerService final : public v1::WorkerService::Service {
  public:
   grpc::Status RegisterWorker(grpc::ServerContext* ctx, const v1::RegisterWorkerRequest* req,
                               v1::RegisterWorkerResponse* resp) override {
     std::lock_guard<std::mutex> lock(mu);
-    if (!Authorized(ctx)) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad worker token");
+    if (!authorized(ctx)) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad worker token");
     registrations.push_back(*req);
     current_id = absl::StrCat("w-", registrations.size());
     resp->set_worker_id(current_id);
@@ -37,7 +37,7 @@ class FakeWorkerService final : public v1::WorkerService::Service {
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override {
     std::lock_guard<std::mutex> lock(mu);
-    if (!Authorized(ctx)) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad worker token");
+    if (!authorized(ctx)) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad worker token");
     if (req->worker_id() != current_id || forget_worker) {
       forget_worker = false;
       current_id.clear();
@@ -52,12 +52,12 @@ class FakeWorkerService final : public v1::WorkerService::Service {
   grpc::Status ReportRankExit(grpc::ServerContext* ctx, const v1::ReportRankExitRequest* req,
                               v1::ReportRankExitResponse*) override {
     std::lock_guard<std::mutex> lock(mu);
-    if (!Authorized(ctx)) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad worker token");
+    if (!authorized(ctx)) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad worker token");
     exits.push_back(*req);
     return grpc::Status::OK;
   }
 
-  bool Authorized(grpc::ServerContext* ctx) const {
+  bool authorized(grpc::ServerContext* ctx) const {
     auto it = ctx->client_metadata().find("authorization");
     return it != ctx->client_metadata().end() && std::string(it->second.data(), it->second.size()) == "Bearer " + token;
   }
@@ -87,19 +87,19 @@ class CoordinatorSessionTest : public ::testing::Test {
     if (server_) server_->Shutdown();
   }
 
-  WorkerConfig Config(const std::string& script_body) {
+  WorkerConfig make_config(const std::string& script_body) {
     WorkerConfig c;
     c.coordinator = absl::StrCat("127.0.0.1:", port_);
     c.token = "worker-token";
     c.token_source = "test";
     c.trainer = dir_.path() + "/fake-train";
-    WriteScript(c.trainer, script_body);
+    write_script(c.trainer, script_body);
     c.work_dir = dir_.path() + "/work";
     c.stop_grace_default_s = 30;
     return c;
   }
 
-  static SessionOptions FastOptions() {
+  static SessionOptions fast_options() {
     SessionOptions o;
     o.rpc_deadline = std::chrono::milliseconds(2000);
     o.backoff_initial = std::chrono::milliseconds(10);
@@ -109,29 +109,29 @@ class CoordinatorSessionTest : public ::testing::Test {
     return o;
   }
 
-  std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
+  std::shared_ptr<grpc::Channel> channel(const std::string& address) {
     return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   }
 
-  void RunInBackground(CoordinatorSession& session) {
-    runner_ = std::thread([this, &session] { result_ = session.Run(stop_); });
+  void run_in_background(CoordinatorSession& session) {
+    runner_ = std::thread([this, &session] { result_ = session.run(stop_); });
   }
 
-  absl::Status StopAndJoin() {
+  absl::Status stop_and_join() {
     stop_ = 1;
     runner_.join();
     return result_;
   }
 
   template <typename F>
-  bool Eventually(F check) {
-    return WaitFor([&] {
+  bool eventually(F check) {
+    return wait_for([&] {
       std::lock_guard<std::mutex> lock(service_.mu);
       return check();
     });
   }
 
-  static v1::WorkerCommand StartCommand(const std::string& job, int attempt) {
+  static v1::WorkerCommand start_command(const std::string& job, int attempt) {
     v1::WorkerCommand c;
     v1::StartRank* s = c.mutable_start_rank();
     s->set_job_id(job);
@@ -154,19 +154,19 @@ class CoordinatorSessionTest : public ::testing::Test {
 };
 
 TEST_F(CoordinatorSessionTest, RegistersStartsARankAndReportsItsExit) {
-  WorkerConfig config = Config("echo 'rank done badly'; exit 3");
+  WorkerConfig config = make_config("echo 'rank done badly'; exit 3");
   config.cpus = 4;
   config.memory_gb = 8;
   config.address = "127.0.0.1:9400";
   RankSupervisor ranks(config, nullptr, {"PATH=/usr/bin:/bin"});
-  CoordinatorSession session(config, Channel(config.coordinator), ranks, FastOptions());
+  CoordinatorSession session(config, channel(config.coordinator), ranks, fast_options());
   {
     std::lock_guard<std::mutex> lock(service_.mu);
-    service_.commands.push_back(StartCommand("job-1", 1));
+    service_.commands.push_back(start_command("job-1", 1));
   }
-  RunInBackground(session);
-  ASSERT_TRUE(Eventually([&] { return !service_.exits.empty(); }));
-  EXPECT_TRUE(StopAndJoin().ok());
+  run_in_background(session);
+  ASSERT_TRUE(eventually([&] { return !service_.exits.empty(); }));
+  EXPECT_TRUE(stop_and_join().ok());
 
   std::lock_guard<std::mutex> lock(service_.mu);
   ASSERT_EQ(service_.registrations.size(), 1u);
@@ -193,16 +193,16 @@ TEST_F(CoordinatorSessionTest, RegistersStartsARankAndReportsItsExit) {
 }
 
 TEST_F(CoordinatorSessionTest, NotFoundReRegistersWithTheRunningRanks) {
-  WorkerConfig config = Config("trap 'echo term; exit 0' TERM; echo up; while true; do sleep 0.1; done");
+  WorkerConfig config = make_config("trap 'echo term; exit 0' TERM; echo up; while true; do sleep 0.1; done");
   RankSupervisor ranks(config, nullptr, {"PATH=/usr/bin:/bin"});
-  CoordinatorSession session(config, Channel(config.coordinator), ranks, FastOptions());
+  CoordinatorSession session(config, channel(config.coordinator), ranks, fast_options());
   {
     std::lock_guard<std::mutex> lock(service_.mu);
-    service_.commands.push_back(StartCommand("job-2", 1));
+    service_.commands.push_back(start_command("job-2", 1));
   }
-  RunInBackground(session);
+  run_in_background(session);
   // Wait until a heartbeat carries the rank as running, then forget the worker.
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(eventually([&] {
     return !service_.heartbeats.empty() && service_.heartbeats.back().ranks_size() == 1 &&
            service_.heartbeats.back().ranks(0).state() == v1::RankStatus::RUNNING;
   }));
@@ -210,7 +210,7 @@ TEST_F(CoordinatorSessionTest, NotFoundReRegistersWithTheRunningRanks) {
     std::lock_guard<std::mutex> lock(service_.mu);
     service_.forget_worker = true;
   }
-  ASSERT_TRUE(Eventually([&] { return service_.registrations.size() == 2; }));
+  ASSERT_TRUE(eventually([&] { return service_.registrations.size() == 2; }));
   {
     std::lock_guard<std::mutex> lock(service_.mu);
     const v1::RegisterWorkerRequest& again = service_.registrations[1];
@@ -226,8 +226,8 @@ TEST_F(CoordinatorSessionTest, NotFoundReRegistersWithTheRunningRanks) {
     stop.mutable_stop_rank()->set_reason("cancelled");
     service_.commands.push_back(stop);
   }
-  ASSERT_TRUE(Eventually([&] { return !service_.exits.empty(); }));
-  EXPECT_TRUE(StopAndJoin().ok());
+  ASSERT_TRUE(eventually([&] { return !service_.exits.empty(); }));
+  EXPECT_TRUE(stop_and_join().ok());
   std::lock_guard<std::mutex> lock(service_.mu);
   EXPECT_EQ(service_.exits[0].worker_id(), "w-2");
   EXPECT_EQ(service_.exits[0].exit_code(), 0);
@@ -235,12 +235,12 @@ TEST_F(CoordinatorSessionTest, NotFoundReRegistersWithTheRunningRanks) {
 }
 
 TEST_F(CoordinatorSessionTest, BadTokenIsFatal) {
-  WorkerConfig config = Config("exit 0");
+  WorkerConfig config = make_config("exit 0");
   config.token = "wrong";
   RankSupervisor ranks(config, nullptr, {});
-  CoordinatorSession session(config, Channel(config.coordinator), ranks, FastOptions());
+  CoordinatorSession session(config, channel(config.coordinator), ranks, fast_options());
   std::atomic<int> stop{0};
-  absl::Status s = session.Run(stop);
+  absl::Status s = session.run(stop);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
   EXPECT_NE(s.message().find("token"), absl::string_view::npos) << s;
 }
@@ -248,33 +248,33 @@ TEST_F(CoordinatorSessionTest, BadTokenIsFatal) {
 // A coordinator that is not there: the session keeps trying, the ranks it has are
 // untouched, and a stop still ends everything cleanly.
 TEST_F(CoordinatorSessionTest, UnreachableCoordinatorKeepsRetryingAndStopsCleanly) {
-  WorkerConfig config = Config("exit 0");
+  WorkerConfig config = make_config("exit 0");
   server_->Shutdown();
   server_.reset();
   RankSupervisor ranks(config, nullptr, {});
-  CoordinatorSession session(config, Channel(config.coordinator), ranks, FastOptions());
-  RunInBackground(session);
+  CoordinatorSession session(config, channel(config.coordinator), ranks, fast_options());
+  run_in_background(session);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_TRUE(StopAndJoin().ok());
+  EXPECT_TRUE(stop_and_join().ok());
   EXPECT_TRUE(session.worker_id().empty());
 }
 
 // SIGINT to fp8-worker: ranks get SIGTERM, and their exits are reported before Run returns.
 TEST_F(CoordinatorSessionTest, StopRequestStopsRanksAndReportsThem) {
-  WorkerConfig config = Config("trap 'echo shutting down; exit 130' TERM; echo up; while true; do sleep 0.1; done");
+  WorkerConfig config = make_config("trap 'echo shutting down; exit 130' TERM; echo up; while true; do sleep 0.1; done");
   RankSupervisor ranks(config, nullptr, {"PATH=/usr/bin:/bin"});
-  CoordinatorSession session(config, Channel(config.coordinator), ranks, FastOptions());
+  CoordinatorSession session(config, channel(config.coordinator), ranks, fast_options());
   {
     std::lock_guard<std::mutex> lock(service_.mu);
-    service_.commands.push_back(StartCommand("job-3", 2));
+    service_.commands.push_back(start_command("job-3", 2));
   }
-  RunInBackground(session);
-  ASSERT_TRUE(Eventually([&] {
+  run_in_background(session);
+  ASSERT_TRUE(eventually([&] {
     return !service_.heartbeats.empty() && service_.heartbeats.back().ranks_size() == 1 &&
            service_.heartbeats.back().ranks(0).state() == v1::RankStatus::RUNNING;
   }));
-  EXPECT_TRUE(StopAndJoin().ok());
-  EXPECT_TRUE(ranks.Empty());
+  EXPECT_TRUE(stop_and_join().ok());
+  EXPECT_TRUE(ranks.empty());
   std::lock_guard<std::mutex> lock(service_.mu);
   ASSERT_EQ(service_.exits.size(), 1u);
   EXPECT_EQ(service_.exits[0].job_id(), "job-3");

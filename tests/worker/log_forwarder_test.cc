@@ -13,7 +13,7 @@
 namespace fp8::worker {
 namespace {
 
-LogForwarder::Options Manual() {
+LogForwarder::Options manual() {
   LogForwarder::Options o;
   o.background = false;
   return o;
@@ -26,13 +26,13 @@ TEST(LogForwarder, BatchesOfAtMostFiveHundredLinesInOrder) {
         sent.push_back(r);
         return absl::OkStatus();
       },
-      Manual());
+      manual());
   const RankKey key{"job-1", 1, 0};
-  fw.Open(key, "c:1", "tok");
-  for (int i = 0; i < 1250; ++i) fw.Append(key, absl::StrCat("line ", i), i);
-  fw.FlushOnce();
-  fw.FlushOnce();
-  fw.FlushOnce();
+  fw.open(key, "c:1", "tok");
+  for (int i = 0; i < 1250; ++i) fw.append(key, absl::StrCat("line ", i), i);
+  fw.flush_once();
+  fw.flush_once();
+  fw.flush_once();
   ASSERT_EQ(sent.size(), 3u);
   EXPECT_EQ(sent[0].lines_size(), kMaxLinesPerAppend);
   EXPECT_EQ(sent[1].lines_size(), kMaxLinesPerAppend);
@@ -40,7 +40,7 @@ TEST(LogForwarder, BatchesOfAtMostFiveHundredLinesInOrder) {
   EXPECT_EQ(sent[0].lines(0).text(), "line 0");
   EXPECT_EQ(sent[1].lines(0).text(), "line 500");
   EXPECT_EQ(sent[2].lines(249).text(), "line 1249");
-  fw.FlushOnce();
+  fw.flush_once();
   EXPECT_EQ(sent.size(), 3u);  // nothing new, no empty call
 }
 
@@ -51,21 +51,21 @@ TEST(LogForwarder, FailedCallDropsItsLinesAndCarriesOn) {
         ++calls;
         return absl::UnavailableError("down");
       },
-      Manual());
+      manual());
   const RankKey key{"job-1", 1, 0};
-  fw.Open(key, "c:1", "tok");
-  fw.Append(key, "a", 1);
-  fw.FlushOnce();
-  fw.FlushOnce();  // the failed batch is not retried
+  fw.open(key, "c:1", "tok");
+  fw.append(key, "a", 1);
+  fw.flush_once();
+  fw.flush_once();  // the failed batch is not retried
   EXPECT_EQ(calls, 1);
-  fw.Append(key, "b", 2);
-  fw.FlushOnce();
+  fw.append(key, "b", 2);
+  fw.flush_once();
   EXPECT_EQ(calls, 2);
 }
 
 TEST(LogForwarder, UnopenedRanksAndOverflowDropLines) {
   std::vector<v1::AppendLogsRequest> sent;
-  LogForwarder::Options o = Manual();
+  LogForwarder::Options o = manual();
   o.max_buffered_lines = 3;
   LogForwarder fw(
       [&](const std::string&, const std::string&, const v1::AppendLogsRequest& r) {
@@ -73,11 +73,11 @@ TEST(LogForwarder, UnopenedRanksAndOverflowDropLines) {
         return absl::OkStatus();
       },
       o);
-  fw.Append({"nobody", 1, 0}, "lost", 1);
+  fw.append({"nobody", 1, 0}, "lost", 1);
   const RankKey key{"job-1", 1, 0};
-  fw.Open(key, "c:1", "tok");
-  for (int i = 0; i < 5; ++i) fw.Append(key, absl::StrCat(i), i);
-  fw.FlushOnce();
+  fw.open(key, "c:1", "tok");
+  for (int i = 0; i < 5; ++i) fw.append(key, absl::StrCat(i), i);
+  fw.flush_once();
   ASSERT_EQ(sent.size(), 1u);
   ASSERT_EQ(sent[0].lines_size(), 3);
   EXPECT_EQ(sent[0].lines(0).text(), "2");  // the oldest went
@@ -94,10 +94,10 @@ TEST(LogForwarder, BackgroundThreadSends) {
       },
       o);
   const RankKey key{"job-1", 1, 0};
-  fw.Open(key, "c:1", "tok");
-  fw.Append(key, "x", 1);
-  fw.Append(key, "y", 2);
-  EXPECT_TRUE(testing::WaitFor([&] { return lines.load() == 2; }));
+  fw.open(key, "c:1", "tok");
+  fw.append(key, "x", 1);
+  fw.append(key, "y", 2);
+  EXPECT_TRUE(testing::wait_for([&] { return lines.load() == 2; }));
 }
 
 // A closed rank's lines go out at once, not at the next interval, and the rank counts as
@@ -118,22 +118,22 @@ TEST(LogForwarder, ClosingSendsAtOnceAndDeliveredWaitsForTheCall) {
       },
       o);
   const RankKey key{"job-1", 1, 0};
-  fw.Open(key, "c:1", "tok");
-  fw.Append(key, "last words", 1);
-  EXPECT_FALSE(fw.Delivered(key));
-  fw.Close(key);
+  fw.open(key, "c:1", "tok");
+  fw.append(key, "last words", 1);
+  EXPECT_FALSE(fw.delivered(key));
+  fw.close(key);
   {
     std::unique_lock<std::mutex> lock(mu);
     ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return entered; })) << "not sent on Close";
   }
-  EXPECT_FALSE(fw.Delivered(key)) << "the call is still in flight";
+  EXPECT_FALSE(fw.delivered(key)) << "the call is still in flight";
   {
     std::lock_guard<std::mutex> lock(mu);
     release = true;
   }
   cv.notify_all();
-  EXPECT_TRUE(testing::WaitFor([&] { return fw.Delivered(key); }));
-  EXPECT_TRUE(fw.Delivered(RankKey{"job-2", 1, 0})) << "a rank never opened has nothing to deliver";
+  EXPECT_TRUE(testing::wait_for([&] { return fw.delivered(key); }));
+  EXPECT_TRUE(fw.delivered(RankKey{"job-2", 1, 0})) << "a rank never opened has nothing to deliver";
 }
 
 }  // namespace

@@ -11,14 +11,14 @@
 namespace fp8::worker {
 namespace {
 
-using testing::ReadFile;
+using testing::read_file;
 using testing::TempDir;
-using testing::WaitFor;
+using testing::wait_for;
 
 struct Captured {
   std::mutex mu;
   std::vector<std::string> lines;
-  LineSink Sink() {
+  LineSink sink() {
     return [this](absl::string_view line, int64_t) {
       std::lock_guard<std::mutex> lock(mu);
       lines.emplace_back(line);
@@ -26,15 +26,15 @@ struct Captured {
   }
 };
 
-std::unique_ptr<RankProcess> SpawnShell(const std::string& script, const std::string& log, LineSink sink = {}) {
-  absl::StatusOr<std::unique_ptr<RankProcess>> p = RankProcess::Spawn({"/bin/sh", "-c", script}, {"PATH=/usr/bin:/bin"}, log, std::move(sink));
+std::unique_ptr<RankProcess> spawn_shell(const std::string& script, const std::string& log, LineSink sink = {}) {
+  absl::StatusOr<std::unique_ptr<RankProcess>> p = RankProcess::spawn({"/bin/sh", "-c", script}, {"PATH=/usr/bin:/bin"}, log, std::move(sink));
   EXPECT_TRUE(p.ok()) << p.status();
   return p.ok() ? std::move(*p) : nullptr;
 }
 
-ProcessExit WaitForExit(RankProcess& p) {
+ProcessExit wait_for_exit(RankProcess& p) {
   std::optional<ProcessExit> e;
-  EXPECT_TRUE(WaitFor([&] { return (e = p.Poll()).has_value(); }));
+  EXPECT_TRUE(wait_for([&] { return (e = p.poll()).has_value(); }));
   return e.value_or(ProcessExit{});
 }
 
@@ -42,112 +42,112 @@ TEST(RankProcess, ExitCodeOutputAndLastLine) {
   TempDir dir;
   Captured captured;
   const std::string log = dir.path() + "/output.log";
-  auto p = SpawnShell("echo first; echo second >&2; echo 'the end'; echo; echo '   '; exit 3", log, captured.Sink());
+  auto p = spawn_shell("echo first; echo second >&2; echo 'the end'; echo; echo '   '; exit 3", log, captured.sink());
   ASSERT_NE(p, nullptr);
-  ProcessExit e = WaitForExit(*p);
+  ProcessExit e = wait_for_exit(*p);
   ASSERT_TRUE(e.exit_code.has_value());
   EXPECT_EQ(*e.exit_code, 3);
   EXPECT_FALSE(e.signal.has_value());
-  EXPECT_EQ(p->LastLine(), "the end");
-  EXPECT_EQ(ReadFile(log), "first\nsecond\nthe end\n\n   \n");
+  EXPECT_EQ(p->last_line(), "the end");
+  EXPECT_EQ(read_file(log), "first\nsecond\nthe end\n\n   \n");
   std::lock_guard<std::mutex> lock(captured.mu);
   EXPECT_EQ(captured.lines, (std::vector<std::string>{"first", "second", "the end", "", "   "}));
   // The exit stays put.
-  EXPECT_EQ(p->Poll()->exit_code, 3);
+  EXPECT_EQ(p->poll()->exit_code, 3);
 }
 
 TEST(RankProcess, LineWithoutNewlineAtTheEndCounts) {
   TempDir dir;
-  auto p = SpawnShell("printf 'a\\nlast words'", dir.path() + "/output.log");
+  auto p = spawn_shell("printf 'a\\nlast words'", dir.path() + "/output.log");
   ASSERT_NE(p, nullptr);
-  EXPECT_EQ(WaitForExit(*p).exit_code, 0);
-  EXPECT_EQ(p->LastLine(), "last words");
+  EXPECT_EQ(wait_for_exit(*p).exit_code, 0);
+  EXPECT_EQ(p->last_line(), "last words");
 }
 
 TEST(RankProcess, InvalidUtf8IsCleaned) {
   TempDir dir;
-  auto p = SpawnShell("printf 'ok \\377\\n'", dir.path() + "/output.log");
+  auto p = spawn_shell("printf 'ok \\377\\n'", dir.path() + "/output.log");
   ASSERT_NE(p, nullptr);
-  WaitForExit(*p);
-  EXPECT_EQ(p->LastLine(), "ok ?");
+  wait_for_exit(*p);
+  EXPECT_EQ(p->last_line(), "ok ?");
 }
 
 TEST(RankProcess, KilledBySignal) {
   TempDir dir;
-  auto p = SpawnShell("echo dying; kill -SEGV $$; sleep 5", dir.path() + "/output.log");
+  auto p = spawn_shell("echo dying; kill -SEGV $$; sleep 5", dir.path() + "/output.log");
   ASSERT_NE(p, nullptr);
-  ProcessExit e = WaitForExit(*p);
+  ProcessExit e = wait_for_exit(*p);
   ASSERT_TRUE(e.signal.has_value());
   EXPECT_EQ(*e.signal, SIGSEGV);
   EXPECT_FALSE(e.exit_code.has_value());
-  EXPECT_EQ(p->LastLine(), "dying");
+  EXPECT_EQ(p->last_line(), "dying");
 }
 
 TEST(RankProcess, OwnProcessGroup) {
   TempDir dir;
-  auto p = SpawnShell("echo up; sleep 30", dir.path() + "/output.log");
+  auto p = spawn_shell("echo up; sleep 30", dir.path() + "/output.log");
   ASSERT_NE(p, nullptr);
-  ASSERT_TRUE(WaitFor([&] { return p->HasOutput(); }));
+  ASSERT_TRUE(wait_for([&] { return p->has_output(); }));
   EXPECT_EQ(::getpgid(p->pid()), p->pid());
   EXPECT_NE(::getpgid(p->pid()), ::getpgrp());
-  p->Signal(SIGKILL);
-  EXPECT_EQ(WaitForExit(*p).signal, SIGKILL);
+  p->signal(SIGKILL);
+  EXPECT_EQ(wait_for_exit(*p).signal, SIGKILL);
 }
 
 TEST(RankProcess, TermReachesTheTrapAndTheWholeGroup) {
   TempDir dir;
-  auto p = SpawnShell("trap 'echo bye; exit 0' TERM; echo ready; while true; do sleep 0.1; done",
+  auto p = spawn_shell("trap 'echo bye; exit 0' TERM; echo ready; while true; do sleep 0.1; done",
                       dir.path() + "/output.log");
   ASSERT_NE(p, nullptr);
-  ASSERT_TRUE(WaitFor([&] { return p->HasOutput(); }));
-  p->Signal(SIGTERM);
-  ProcessExit e = WaitForExit(*p);
+  ASSERT_TRUE(wait_for([&] { return p->has_output(); }));
+  p->signal(SIGTERM);
+  ProcessExit e = wait_for_exit(*p);
   EXPECT_EQ(e.exit_code, 0);
-  EXPECT_EQ(p->LastLine(), "bye");
+  EXPECT_EQ(p->last_line(), "bye");
 }
 
 // A grandchild that keeps the pipe open must not keep the exit from being seen.
 TEST(RankProcess, LeftoverChildDoesNotHoldTheExit) {
   TempDir dir;
-  auto p = SpawnShell("sleep 300 & echo done; exit 4", dir.path() + "/output.log");
+  auto p = spawn_shell("sleep 300 & echo done; exit 4", dir.path() + "/output.log");
   ASSERT_NE(p, nullptr);
-  EXPECT_EQ(WaitForExit(*p).exit_code, 4);
-  EXPECT_EQ(p->LastLine(), "done");
+  EXPECT_EQ(wait_for_exit(*p).exit_code, 4);
+  EXPECT_EQ(p->last_line(), "done");
 }
 
 TEST(RankProcess, MissingProgramIsASpawnError) {
   TempDir dir;
   absl::StatusOr<std::unique_ptr<RankProcess>> p =
-      RankProcess::Spawn({"/nonexistent/fp8-train", "--config", "x"}, {}, dir.path() + "/output.log", {});
+      RankProcess::spawn({"/nonexistent/fp8-train", "--config", "x"}, {}, dir.path() + "/output.log", {});
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("/nonexistent/fp8-train"), absl::string_view::npos) << p.status();
 }
 
 TEST(RankProcess, UnwritableLogIsASpawnError) {
   absl::StatusOr<std::unique_ptr<RankProcess>> p =
-      RankProcess::Spawn({"/bin/true"}, {}, "/nonexistent/dir/output.log", {});
+      RankProcess::spawn({"/bin/true"}, {}, "/nonexistent/dir/output.log", {});
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("/nonexistent/dir/output.log"), absl::string_view::npos) << p.status();
 }
 
 TEST(RankProcess, EnvironmentIsExactlyTheOneGiven) {
   TempDir dir;
-  absl::StatusOr<std::unique_ptr<RankProcess>> p = RankProcess::Spawn(
+  absl::StatusOr<std::unique_ptr<RankProcess>> p = RankProcess::spawn(
       {"/bin/sh", "-c", "echo \"token=$FP8_TRAINER_TOKEN home=$HOME\""}, {"FP8_TRAINER_TOKEN=abc"},
       dir.path() + "/output.log", {});
   ASSERT_TRUE(p.ok()) << p.status();
-  WaitForExit(**p);
-  EXPECT_EQ((*p)->LastLine(), "token=abc home=");
+  wait_for_exit(**p);
+  EXPECT_EQ((*p)->last_line(), "token=abc home=");
 }
 
 TEST(RankProcess, DestructorKillsARunningChild) {
   TempDir dir;
   pid_t pid = 0;
   {
-    auto p = SpawnShell("echo up; sleep 300", dir.path() + "/output.log");
+    auto p = spawn_shell("echo up; sleep 300", dir.path() + "/output.log");
     ASSERT_NE(p, nullptr);
     pid = p->pid();
-    ASSERT_TRUE(WaitFor([&] { return p->HasOutput(); }));
+    ASSERT_TRUE(wait_for([&] { return p->has_output(); }));
   }
   // Reaped: no such process any more (not even a zombie).
   EXPECT_EQ(::kill(pid, 0), -1);

@@ -7,7 +7,7 @@
 namespace fp8::worker {
 namespace {
 
-WorkerConfig Config() {
+WorkerConfig config() {
   WorkerConfig c;
   c.trainer = "/opt/fp8/bin/fp8-train";
   c.work_dir = "/var/fp8";
@@ -16,7 +16,7 @@ WorkerConfig Config() {
   return c;
 }
 
-v1::StartRank Start(int attempt) {
+v1::StartRank start(int attempt) {
   v1::StartRank s;
   s.set_job_id("job-7");
   s.set_attempt(attempt);
@@ -28,12 +28,12 @@ v1::StartRank Start(int attempt) {
   return s;
 }
 
-bool Contains(const std::vector<std::string>& v, const std::string& x) {
+bool contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
 TEST(TrainerCommand, ArgvOfTheFirstAttempt) {
-  absl::StatusOr<TrainerCommand> cmd = BuildTrainerCommand(Start(1), Config(), {"PATH=/usr/bin"});
+  absl::StatusOr<TrainerCommand> cmd = build_trainer_command(start(1), config(), {"PATH=/usr/bin"});
   ASSERT_TRUE(cmd.ok()) << cmd.status();
   EXPECT_EQ(cmd->rank_dir, "/var/fp8/job-7/attempt-1/rank-1");
   EXPECT_EQ(cmd->config_path, "/var/fp8/job-7/attempt-1/rank-1/job.yaml");
@@ -46,18 +46,18 @@ TEST(TrainerCommand, ArgvOfTheFirstAttempt) {
 }
 
 TEST(TrainerCommand, ResumeOnlyAfterTheFirstAttempt) {
-  EXPECT_FALSE(Contains(BuildTrainerCommand(Start(1), Config(), {})->argv, "--resume"));
-  absl::StatusOr<TrainerCommand> second = BuildTrainerCommand(Start(2), Config(), {});
+  EXPECT_FALSE(contains(build_trainer_command(start(1), config(), {})->argv, "--resume"));
+  absl::StatusOr<TrainerCommand> second = build_trainer_command(start(2), config(), {});
   ASSERT_TRUE(second.ok());
-  EXPECT_TRUE(Contains(second->argv, "--resume"));
+  EXPECT_TRUE(contains(second->argv, "--resume"));
   EXPECT_EQ(second->rank_dir, "/var/fp8/job-7/attempt-2/rank-1");
 }
 
 TEST(TrainerCommand, CoordinatorCaPassedWhenSet) {
-  WorkerConfig c = Config();
-  EXPECT_FALSE(Contains(BuildTrainerCommand(Start(1), c, {})->argv, "--coordinator-ca"));
+  WorkerConfig c = config();
+  EXPECT_FALSE(contains(build_trainer_command(start(1), c, {})->argv, "--coordinator-ca"));
   c.coordinator_ca = "/etc/fp8/ca.pem";
-  std::vector<std::string> argv = BuildTrainerCommand(Start(1), c, {})->argv;
+  std::vector<std::string> argv = build_trainer_command(start(1), c, {})->argv;
   auto it = std::find(argv.begin(), argv.end(), "--coordinator-ca");
   ASSERT_NE(it, argv.end());
   ASSERT_NE(it + 1, argv.end());
@@ -65,11 +65,11 @@ TEST(TrainerCommand, CoordinatorCaPassedWhenSet) {
 }
 
 TEST(TrainerCommand, AGpuWorkerNamesItsGpu) {
-  WorkerConfig c = Config();
-  EXPECT_FALSE(Contains(BuildTrainerCommand(Start(1), c, {})->argv, "--cuda-device"));
+  WorkerConfig c = config();
+  EXPECT_FALSE(contains(build_trainer_command(start(1), c, {})->argv, "--cuda-device"));
   c.device_kind = v1::ResourceSpec::CUDA;
   c.device_name = "cuda:3";
-  std::vector<std::string> argv = BuildTrainerCommand(Start(1), c, {})->argv;
+  std::vector<std::string> argv = build_trainer_command(start(1), c, {})->argv;
   auto it = std::find(argv.begin(), argv.end(), "--cuda-device");
   ASSERT_NE(it, argv.end());
   ASSERT_NE(it + 1, argv.end());
@@ -77,44 +77,44 @@ TEST(TrainerCommand, AGpuWorkerNamesItsGpu) {
 }
 
 TEST(TrainerCommand, TokenOnlyInTheEnvironment) {
-  absl::StatusOr<TrainerCommand> cmd = BuildTrainerCommand(
-      Start(1), Config(),
+  absl::StatusOr<TrainerCommand> cmd = build_trainer_command(
+      start(1), config(),
       {"PATH=/usr/bin", "FP8_WORKER_TOKEN=worker-secret", "FP8_TRAINER_TOKEN=stale", "HOME=/root"});
   ASSERT_TRUE(cmd.ok()) << cmd.status();
   for (const std::string& a : cmd->argv) EXPECT_EQ(a.find("s3cret"), std::string::npos) << a;
-  EXPECT_TRUE(Contains(cmd->env, "FP8_TRAINER_TOKEN=s3cret-token"));
-  EXPECT_TRUE(Contains(cmd->env, "PATH=/usr/bin"));
-  EXPECT_TRUE(Contains(cmd->env, "HOME=/root"));
-  EXPECT_FALSE(Contains(cmd->env, "FP8_TRAINER_TOKEN=stale"));
+  EXPECT_TRUE(contains(cmd->env, "FP8_TRAINER_TOKEN=s3cret-token"));
+  EXPECT_TRUE(contains(cmd->env, "PATH=/usr/bin"));
+  EXPECT_TRUE(contains(cmd->env, "HOME=/root"));
+  EXPECT_FALSE(contains(cmd->env, "FP8_TRAINER_TOKEN=stale"));
   for (const std::string& e : cmd->env) EXPECT_EQ(e.find("worker-secret"), std::string::npos) << e;
 }
 
 TEST(TrainerCommand, ListenHostComesFromTheAddress) {
-  WorkerConfig c = Config();
+  WorkerConfig c = config();
   c.listen_host = "node-4.cluster";
-  std::vector<std::string> argv = BuildTrainerCommand(Start(1), c, {})->argv;
+  std::vector<std::string> argv = build_trainer_command(start(1), c, {})->argv;
   auto it = std::find(argv.begin(), argv.end(), "--listen");
   ASSERT_NE(it, argv.end());
   EXPECT_EQ(*(it + 1), "node-4.cluster");
 }
 
 TEST(TrainerCommand, RefusesWhatCannotRun) {
-  v1::StartRank s = Start(1);
+  v1::StartRank s = start(1);
   s.set_job_id("../etc");
-  EXPECT_FALSE(BuildTrainerCommand(s, Config(), {}).ok());
-  s = Start(1);
+  EXPECT_FALSE(build_trainer_command(s, config(), {}).ok());
+  s = start(1);
   s.set_job_id("a/b");
-  EXPECT_FALSE(BuildTrainerCommand(s, Config(), {}).ok());
-  s = Start(0);
-  EXPECT_FALSE(BuildTrainerCommand(s, Config(), {}).ok());
-  s = Start(1);
+  EXPECT_FALSE(build_trainer_command(s, config(), {}).ok());
+  s = start(0);
+  EXPECT_FALSE(build_trainer_command(s, config(), {}).ok());
+  s = start(1);
   s.set_rank(2);
-  absl::StatusOr<TrainerCommand> bad = BuildTrainerCommand(s, Config(), {});
+  absl::StatusOr<TrainerCommand> bad = build_trainer_command(s, config(), {});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("StartRank.rank"), absl::string_view::npos);
-  s = Start(1);
+  s = start(1);
   s.clear_trainer_token();
-  EXPECT_FALSE(BuildTrainerCommand(s, Config(), {}).ok());
+  EXPECT_FALSE(build_trainer_command(s, config(), {}).ok());
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ namespace {
 
 using Env = std::map<std::string, std::string>;
 
-EnvLookup Lookup(Env env) {
+EnvLookup lookup(Env env) {
   return [env = std::move(env)](const std::string& name) -> std::optional<std::string> {
     auto it = env.find(name);
     if (it == env.end()) return std::nullopt;
@@ -26,32 +26,32 @@ EnvLookup Lookup(Env env) {
 }
 
 // Every parse needs a trainer that exists and a token.
-absl::StatusOr<ParsedCommandLine> Parse(std::vector<std::string> args, Env env = {}) {
+absl::StatusOr<ParsedCommandLine> parse(std::vector<std::string> args, Env env = {}) {
   if (env.count("FP8_TRAINER") == 0) env["FP8_TRAINER"] = "/bin/sh";
   if (env.count("FP8_WORKER_TOKEN") == 0) env["FP8_WORKER_TOKEN"] = "tok";
-  return ParseWorkerConfig(args, Lookup(env));
+  return parse_worker_config(args, lookup(env));
 }
 
 // The same with a GPU count of our choosing for cuda:all.
-absl::StatusOr<ParsedCommandLine> ParseCounting(std::vector<std::string> args, const CudaDeviceCounter& count,
+absl::StatusOr<ParsedCommandLine> parse_counting(std::vector<std::string> args, const CudaDeviceCounter& count,
                                                 Env env = {}) {
   if (env.count("FP8_TRAINER") == 0) env["FP8_TRAINER"] = "/bin/sh";
   if (env.count("FP8_WORKER_TOKEN") == 0) env["FP8_WORKER_TOKEN"] = "tok";
-  return ParseWorkerConfig(args, Lookup(env), count);
+  return parse_worker_config(args, lookup(env), count);
 }
 
-CudaDeviceCounter Gpus(int n) {
+CudaDeviceCounter gpus(int n) {
   return [n]() -> absl::StatusOr<int> { return n; };
 }
 
-std::vector<std::string> Names(const std::vector<WorkerConfig>& slots) {
+std::vector<std::string> names(const std::vector<WorkerConfig>& slots) {
   std::vector<std::string> names;
   for (const WorkerConfig& s : slots) names.push_back(s.device_name);
   return names;
 }
 
 TEST(WorkerConfig, DefaultsWorkOnOneMachine) {
-  absl::StatusOr<ParsedCommandLine> p = Parse({});
+  absl::StatusOr<ParsedCommandLine> p = parse({});
   ASSERT_TRUE(p.ok()) << p.status();
   const WorkerConfig& c = p->config;
   EXPECT_EQ(c.coordinator, "127.0.0.1:7070");
@@ -73,7 +73,7 @@ TEST(WorkerConfig, FlagBeatsEnvironmentWhichBeatsDefault) {
   Env env = {{"FP8_COORDINATOR", "envhost:1"}, {"FP8_DEVICE", "cuda:1"}, {"FP8_WORKER_ADDRESS", "10.0.0.5:9400"},
              {"FP8_WORKER_CPUS", "8"}, {"FP8_WORKER_MEMORY_GB", "12.5"}, {"FP8_STOP_GRACE_DEFAULT", "7"},
              {"FP8_WORKER_DIR", "/tmp/wd-env"}};
-  absl::StatusOr<ParsedCommandLine> from_env = Parse({}, env);
+  absl::StatusOr<ParsedCommandLine> from_env = parse({}, env);
   ASSERT_TRUE(from_env.ok()) << from_env.status();
   EXPECT_EQ(from_env->config.coordinator, "envhost:1");
   EXPECT_EQ(from_env->config.device_kind, v1::ResourceSpec::CUDA);
@@ -85,7 +85,7 @@ TEST(WorkerConfig, FlagBeatsEnvironmentWhichBeatsDefault) {
   EXPECT_EQ(from_env->config.work_dir, "/tmp/wd-env");
 
   absl::StatusOr<ParsedCommandLine> from_flags =
-      Parse({"--coordinator", "flaghost:2", "--device", "cpu", "--address", "[::1]:5", "--cpus", "2", "--memory-gb",
+      parse({"--coordinator", "flaghost:2", "--device", "cpu", "--address", "[::1]:5", "--cpus", "2", "--memory-gb",
              "3", "--stop-grace-default", "0", "--work-dir", "/tmp/wd-flag"},
             env);
   ASSERT_TRUE(from_flags.ok()) << from_flags.status();
@@ -100,24 +100,24 @@ TEST(WorkerConfig, FlagBeatsEnvironmentWhichBeatsDefault) {
 }
 
 TEST(WorkerConfig, DefaultWorkDirNamesTheDevice) {
-  absl::StatusOr<ParsedCommandLine> p = Parse({"--device", "cuda:3"});
+  absl::StatusOr<ParsedCommandLine> p = parse({"--device", "cuda:3"});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(std::filesystem::path(p->config.work_dir).filename(), "fp8-worker-cuda-3");
 }
 
 TEST(WorkerConfig, OneDeviceIsOneSlot) {
-  absl::StatusOr<ParsedCommandLine> p = Parse({"--device", "cuda:2", "--work-dir", "/tmp/wd"});
+  absl::StatusOr<ParsedCommandLine> p = parse({"--device", "cuda:2", "--work-dir", "/tmp/wd"});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->config.cuda_devices, std::vector<int>{2});
-  std::vector<WorkerConfig> slots = SlotConfigs(p->config);
+  std::vector<WorkerConfig> slots = slot_configs(p->config);
   ASSERT_EQ(slots.size(), 1u);
   EXPECT_EQ(slots[0].device_name, "cuda:2");
   EXPECT_EQ(slots[0].work_dir, "/tmp/wd");  // as a single-GPU worker always had it
 
-  p = Parse({"--work-dir", "/tmp/wd"});
+  p = parse({"--work-dir", "/tmp/wd"});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_TRUE(p->config.cuda_devices.empty());
-  slots = SlotConfigs(p->config);
+  slots = slot_configs(p->config);
   ASSERT_EQ(slots.size(), 1u);
   EXPECT_EQ(slots[0].device_kind, v1::ResourceSpec::CPU);
   EXPECT_EQ(slots[0].device_name, "cpu");
@@ -126,7 +126,7 @@ TEST(WorkerConfig, OneDeviceIsOneSlot) {
 
 TEST(WorkerConfig, AListOfGpusIsOneSlotEach) {
   absl::StatusOr<ParsedCommandLine> p =
-      Parse({"--device", "cuda:3,0,1", "--work-dir", "/tmp/wd", "--coordinator", "coord:7", "--address",
+      parse({"--device", "cuda:3,0,1", "--work-dir", "/tmp/wd", "--coordinator", "coord:7", "--address",
              "10.0.0.5:9401", "--cpus", "4"});
   ASSERT_TRUE(p.ok()) << p.status();
   const WorkerConfig& c = p->config;
@@ -134,8 +134,8 @@ TEST(WorkerConfig, AListOfGpusIsOneSlotEach) {
   EXPECT_EQ(c.cuda_devices, (std::vector<int>{3, 0, 1}));
   EXPECT_EQ(c.device_name, "cuda:3,0,1");
 
-  const std::vector<WorkerConfig> slots = SlotConfigs(c);
-  EXPECT_EQ(Names(slots), (std::vector<std::string>{"cuda:3", "cuda:0", "cuda:1"}));
+  const std::vector<WorkerConfig> slots = slot_configs(c);
+  EXPECT_EQ(names(slots), (std::vector<std::string>{"cuda:3", "cuda:0", "cuda:1"}));
   for (const WorkerConfig& s : slots) {
     const std::string index = s.device_name.substr(5);
     EXPECT_EQ(s.device_kind, v1::ResourceSpec::CUDA);
@@ -151,17 +151,17 @@ TEST(WorkerConfig, AListOfGpusIsOneSlotEach) {
   }
 
   // From the environment too; the default work dir is shared, one cuda-N folder per slot.
-  p = Parse({}, {{"FP8_DEVICE", "cuda:0,1"}});
+  p = parse({}, {{"FP8_DEVICE", "cuda:0,1"}});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(std::filesystem::path(p->config.work_dir).filename(), "fp8-worker-cuda");
-  const std::vector<WorkerConfig> env_slots = SlotConfigs(p->config);
+  const std::vector<WorkerConfig> env_slots = slot_configs(p->config);
   ASSERT_EQ(env_slots.size(), 2u);
   EXPECT_EQ(env_slots[1].work_dir, p->config.work_dir + "/cuda-1");
 }
 
 // The rank a slot starts trains on that slot's GPU, in that slot's folder.
 TEST(WorkerConfig, EachSlotsRanksGetItsGpu) {
-  absl::StatusOr<ParsedCommandLine> p = Parse({"--device", "cuda:0,1", "--work-dir", "/tmp/wd"});
+  absl::StatusOr<ParsedCommandLine> p = parse({"--device", "cuda:0,1", "--work-dir", "/tmp/wd"});
   ASSERT_TRUE(p.ok()) << p.status();
   v1::StartRank start;
   start.set_job_id("job-1");
@@ -170,8 +170,8 @@ TEST(WorkerConfig, EachSlotsRanksGetItsGpu) {
   start.set_world_size(2);
   start.set_coordinator_address("127.0.0.1:7070");
   start.set_trainer_token("t");
-  for (const WorkerConfig& slot : SlotConfigs(p->config)) {
-    absl::StatusOr<TrainerCommand> cmd = BuildTrainerCommand(start, slot, {});
+  for (const WorkerConfig& slot : slot_configs(p->config)) {
+    absl::StatusOr<TrainerCommand> cmd = build_trainer_command(start, slot, {});
     ASSERT_TRUE(cmd.ok()) << cmd.status();
     const std::string index = slot.device_name.substr(5);
     auto flag = std::find(cmd->argv.begin(), cmd->argv.end(), "--cuda-device");
@@ -183,22 +183,22 @@ TEST(WorkerConfig, EachSlotsRanksGetItsGpu) {
 }
 
 TEST(WorkerConfig, CudaAllOffersEveryGpuTheRuntimeSees) {
-  absl::StatusOr<ParsedCommandLine> p = ParseCounting({"--device", "cuda:all", "--work-dir", "/tmp/wd"}, Gpus(3));
+  absl::StatusOr<ParsedCommandLine> p = parse_counting({"--device", "cuda:all", "--work-dir", "/tmp/wd"}, gpus(3));
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->config.cuda_devices, (std::vector<int>{0, 1, 2}));
-  EXPECT_EQ(Names(SlotConfigs(p->config)), (std::vector<std::string>{"cuda:0", "cuda:1", "cuda:2"}));
+  EXPECT_EQ(names(slot_configs(p->config)), (std::vector<std::string>{"cuda:0", "cuda:1", "cuda:2"}));
 
   // One GPU: a single-GPU worker, exactly as --device cuda:0 would make it.
-  p = ParseCounting({"--device", "cuda:all", "--work-dir", "/tmp/wd"}, Gpus(1));
+  p = parse_counting({"--device", "cuda:all", "--work-dir", "/tmp/wd"}, gpus(1));
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->config.device_name, "cuda:0");
-  const std::vector<WorkerConfig> slots = SlotConfigs(p->config);
+  const std::vector<WorkerConfig> slots = slot_configs(p->config);
   ASSERT_EQ(slots.size(), 1u);
   EXPECT_EQ(slots[0].work_dir, "/tmp/wd");
 }
 
 TEST(WorkerConfig, CudaAllWithoutGpusIsAnErrorSayingSo) {
-  absl::StatusOr<ParsedCommandLine> p = ParseCounting({"--device", "cuda:all"}, Gpus(0));
+  absl::StatusOr<ParsedCommandLine> p = parse_counting({"--device", "cuda:all"}, gpus(0));
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(p.status().message().find("--device 'cuda:all'"), absl::string_view::npos) << p.status();
@@ -208,7 +208,7 @@ TEST(WorkerConfig, CudaAllWithoutGpusIsAnErrorSayingSo) {
   const CudaDeviceCounter no_runtime = []() -> absl::StatusOr<int> {
     return absl::FailedPreconditionError("this fp8-worker was built without CUDA");
   };
-  p = ParseCounting({}, no_runtime, {{"FP8_DEVICE", "cuda:all"}});
+  p = parse_counting({}, no_runtime, {{"FP8_DEVICE", "cuda:all"}});
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(p.status().message().find("FP8_DEVICE 'cuda:all'"), absl::string_view::npos) << p.status();
@@ -223,14 +223,14 @@ TEST(WorkerConfig, OnlyCudaAllCountsGpus) {
     return 2;
   };
   for (const char* device : {"cpu", "cuda:1", "cuda:0,1"}) {
-    ASSERT_TRUE(ParseCounting({"--device", device}, counting).ok()) << device;
+    ASSERT_TRUE(parse_counting({"--device", device}, counting).ok()) << device;
   }
   EXPECT_EQ(calls, 0);
 }
 
 // The counter the daemon uses: here (no GPU) a count of 0 or a reason, never a crash.
 TEST(CountCudaDevices, CountsOrSaysWhyNot) {
-  absl::StatusOr<int> n = CountCudaDevices();
+  absl::StatusOr<int> n = count_cuda_devices();
   if (n.ok()) {
     EXPECT_GE(*n, 0);
   } else {
@@ -245,16 +245,16 @@ TEST(WorkerConfig, TokenFromFileIsTrimmedAndTheFlagWins) {
   testing::TempDir dir;
   const std::string file = dir.path() + "/token";
   std::ofstream(file) << "  secret-from-file \n\n";
-  absl::StatusOr<ParsedCommandLine> p = Parse({"--token-file", file}, {{"FP8_WORKER_TOKEN", "from-env"}});
+  absl::StatusOr<ParsedCommandLine> p = parse({"--token-file", file}, {{"FP8_WORKER_TOKEN", "from-env"}});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->config.token, "secret-from-file");
 
   // Without the flag, the token variable beats the file variable.
-  p = Parse({}, {{"FP8_WORKER_TOKEN", " from-env\n"}, {"FP8_WORKER_TOKEN_FILE", file}});
+  p = parse({}, {{"FP8_WORKER_TOKEN", " from-env\n"}, {"FP8_WORKER_TOKEN_FILE", file}});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->config.token, "from-env");
 
-  p = ParseWorkerConfig({}, Lookup({{"FP8_TRAINER", "/bin/sh"}, {"FP8_WORKER_TOKEN_FILE", file}}));
+  p = parse_worker_config({}, lookup({{"FP8_TRAINER", "/bin/sh"}, {"FP8_WORKER_TOKEN_FILE", file}}));
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->config.token, "secret-from-file");
 }
@@ -262,7 +262,7 @@ TEST(WorkerConfig, TokenFromFileIsTrimmedAndTheFlagWins) {
 TEST(WorkerConfig, NoTokenSaysHowToGetOne) {
   // ctest runs in the build folder, where no ./fp8-worker.token lies.
   ASSERT_FALSE(std::filesystem::exists("fp8-worker.token"));
-  absl::StatusOr<ParsedCommandLine> p = ParseWorkerConfig({}, Lookup({{"FP8_TRAINER", "/bin/sh"}}));
+  absl::StatusOr<ParsedCommandLine> p = parse_worker_config({}, lookup({{"FP8_TRAINER", "/bin/sh"}}));
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(p.status().message().find("FP8_WORKER_TOKEN"), absl::string_view::npos) << p.status();
@@ -271,12 +271,12 @@ TEST(WorkerConfig, NoTokenSaysHowToGetOne) {
 
 TEST(WorkerConfig, UnreadableOrEmptyTokenFileIsAnError) {
   testing::TempDir dir;
-  absl::StatusOr<ParsedCommandLine> p = Parse({"--token-file", dir.path() + "/missing"});
+  absl::StatusOr<ParsedCommandLine> p = parse({"--token-file", dir.path() + "/missing"});
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("--token-file"), absl::string_view::npos) << p.status();
   const std::string empty = dir.path() + "/empty";
   std::ofstream(empty) << " \n";
-  p = Parse({"--token-file", empty});
+  p = parse({"--token-file", empty});
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("empty"), absl::string_view::npos) << p.status();
 }
@@ -315,7 +315,7 @@ TEST(WorkerConfig, BadValuesNameTheirSource) {
       {{"--no-such-flag"}, {}, "--no-such-flag"},
   };
   for (const Case& c : cases) {
-    absl::StatusOr<ParsedCommandLine> p = Parse(c.args, c.env);
+    absl::StatusOr<ParsedCommandLine> p = parse(c.args, c.env);
     ASSERT_FALSE(p.ok()) << c.names;
     EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
     EXPECT_NE(p.status().message().find(c.names), absl::string_view::npos) << p.status();
@@ -323,34 +323,34 @@ TEST(WorkerConfig, BadValuesNameTheirSource) {
 }
 
 TEST(WorkerConfig, AGpuListedTwiceIsAnError) {
-  absl::StatusOr<ParsedCommandLine> p = Parse({"--device", "cuda:0,1,0"});
+  absl::StatusOr<ParsedCommandLine> p = parse({"--device", "cuda:0,1,0"});
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(p.status().message().find("--device 'cuda:0,1,0'"), absl::string_view::npos) << p.status();
   EXPECT_NE(p.status().message().find("cuda:0 is listed twice"), absl::string_view::npos) << p.status();
-  p = Parse({}, {{"FP8_DEVICE", "cuda:2,2"}});
+  p = parse({}, {{"FP8_DEVICE", "cuda:2,2"}});
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("FP8_DEVICE"), absl::string_view::npos) << p.status();
 }
 
 TEST(WorkerConfig, HelpAndVersionPrintAndExit) {
-  absl::StatusOr<ParsedCommandLine> p = Parse({"--help"});
+  absl::StatusOr<ParsedCommandLine> p = parse({"--help"});
   ASSERT_TRUE(p.ok()) << p.status();
   ASSERT_TRUE(p->print_and_exit.has_value());
   EXPECT_NE(p->print_and_exit->find("--coordinator"), std::string::npos);
-  p = Parse({"--version"});
+  p = parse({"--version"});
   ASSERT_TRUE(p.ok()) << p.status();
   ASSERT_TRUE(p->print_and_exit.has_value());
   EXPECT_NE(p->print_and_exit->find("0.1.0"), std::string::npos);
 }
 
 TEST(WorkerConfig, HostOfAddress) {
-  EXPECT_EQ(*HostOfAddress("10.1.2.3:7"), "10.1.2.3");
-  EXPECT_EQ(*HostOfAddress("node-3.example:0"), "node-3.example");
-  EXPECT_EQ(*HostOfAddress("[fe80::1]:9400"), "fe80::1");
-  EXPECT_FALSE(HostOfAddress("::1:80").ok());
-  EXPECT_FALSE(HostOfAddress("host:").ok());
-  EXPECT_FALSE(HostOfAddress("[::1]").ok());
+  EXPECT_EQ(*host_of_address("10.1.2.3:7"), "10.1.2.3");
+  EXPECT_EQ(*host_of_address("node-3.example:0"), "node-3.example");
+  EXPECT_EQ(*host_of_address("[fe80::1]:9400"), "fe80::1");
+  EXPECT_FALSE(host_of_address("::1:80").ok());
+  EXPECT_FALSE(host_of_address("host:").ok());
+  EXPECT_FALSE(host_of_address("[::1]").ok());
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-void WriteScript(const std::string& path, const std::string& body) {
+void write_script(const std::string& path, const std::string& body) {
   {
     std::ofstream out(path, std::ios::trunc);
     out << "#!/bin/sh\n" << body << "\n";
@@ -35,14 +35,14 @@ void WriteScript(const std::string& path, const std::string& body) {
   ::chmod(path.c_str(), 0755);
 }
 
-std::string ReadFile(const std::string& path) {
+std::string read_file(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
 }
 
-bool WaitFor(const std::function<bool()>& done, std::chrono::seconds limit) {
+bool wait_for(const std::function<bool()>& done, std::chrono::seconds limit) {
   const auto give_up = std::chrono::steady_clock::now() + limit;
   while (!done()) {
     if (std::chrono::steady_clock::now() > give_up) return false;

@@ -21,10 +21,10 @@ class TempDir {
 };
 
 // Writes "#!/bin/sh\n<body>" to path and makes it executable.
-void WriteScript(const std::string& path, const std::string& body);
-std::string ReadFile(const std::string& path);
+void write_script(const std::string& path, const std::string& body);
+std::string read_file(const std::string& path);
 
 // Calls done() every 10 ms until it returns true or `limit` passes; returns its last value.
-bool WaitFor(const std::function<bool()>& done, std::chrono::seconds limit = std::chrono::seconds(30));
+bool wait_for(const std::function<bool()>& done, std::chrono::seconds limit = std::chrono::seconds(30));
 
 }  // namespace fp8::worker::testing

@@ -9,7 +9,7 @@
 
 namespace fp8::engine {
 
-absl::StatusOr<LrSchedule> LrSchedule::Create(const LrScheduleOptions& o) {
+absl::StatusOr<LrSchedule> LrSchedule::create(const LrScheduleOptions& o) {
   auto invalid = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
   // Negated comparisons so that NaN is rejected too.
   if (!(o.lr > 0) || !std::isfinite(o.lr)) return invalid("train.lr: must be positive and finite, got ", o.lr);
@@ -23,7 +23,7 @@ absl::StatusOr<LrSchedule> LrSchedule::Create(const LrScheduleOptions& o) {
   return LrSchedule(o);
 }
 
-double LrSchedule::LrAt(int64_t step) const {
+double LrSchedule::lr_at(int64_t step) const {
   const LrScheduleOptions& o = options_;
   if (o.warmup_steps > 0 && step <= o.warmup_steps) {
     return o.lr * static_cast<double>(std::max<int64_t>(step, 0)) / static_cast<double>(o.warmup_steps);

@@ -32,10 +32,10 @@ struct LrScheduleOptions {
 class LrSchedule {
  public:
   // InvalidArgument, naming the train.* field, for options out of the ranges above.
-  static absl::StatusOr<LrSchedule> Create(const LrScheduleOptions& options);
+  static absl::StatusOr<LrSchedule> create(const LrScheduleOptions& options);
 
   // The rate for optimizer step `step` (from 1; see above). A pure function of the step.
-  double LrAt(int64_t step) const;
+  double lr_at(int64_t step) const;
 
   const LrScheduleOptions& options() const { return options_; }
 

@@ -11,15 +11,15 @@ namespace fp8::data_cli {
 
 namespace fs = std::filesystem;
 
-absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs) {
+absl::StatusOr<std::vector<std::string>> expand_inputs(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
   for (const std::string& input : inputs) {
-    if (!engine::data::IsFilePattern(input)) {
+    if (!engine::data::is_file_pattern(input)) {
       if (!fs::is_regular_file(input)) return absl::NotFoundError(absl::StrCat(input, ": no such file"));
       files.push_back(input);
       continue;
     }
-    absl::StatusOr<std::vector<std::string>> matches = engine::data::ExpandFilePattern(input, "input");
+    absl::StatusOr<std::vector<std::string>> matches = engine::data::expand_file_pattern(input, "input");
     if (!matches.ok()) return matches.status();
     files.insert(files.end(), matches->begin(), matches->end());
   }
@@ -27,7 +27,7 @@ absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::str
   return files;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
+absl::StatusOr<std::string> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   std::ostringstream text;

@@ -10,8 +10,8 @@ namespace fp8::data_cli {
 
 // Every input file, patterns expanded (sorted, as glob(3) returns them). NotFound names a
 // missing file or a pattern that matches nothing.
-absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs);
+absl::StatusOr<std::vector<std::string>> expand_inputs(const std::vector<std::string>& inputs);
 
-absl::StatusOr<std::string> ReadFile(const std::string& path);
+absl::StatusOr<std::string> read_file(const std::string& path);
 
 }  // namespace fp8::data_cli

@@ -15,10 +15,10 @@
 namespace fp8::data_cli {
 namespace {
 
-std::string Decode(const engine::data::TokenStream& stream, int64_t count, bool bytes, uint32_t end_of_text) {
+std::string decode(const engine::data::TokenStream& stream, int64_t count, bool bytes, uint32_t end_of_text) {
   std::string out;
   for (int64_t i = 0; i < count; ++i) {
-    const int32_t t = stream.At(i);
+    const int32_t t = stream.at(i);
     if (!bytes) {
       absl::StrAppend(&out, i == 0 ? "" : " ", t);
     } else if (static_cast<uint32_t>(t) == end_of_text) {
@@ -34,14 +34,14 @@ std::string Decode(const engine::data::TokenStream& stream, int64_t count, bool 
 
 }  // namespace
 
-absl::StatusOr<std::string> Inspect(const std::string& path, int64_t tokens, const std::string& tokenizer_model) {
-  absl::StatusOr<engine::data::TokenShard> shard = engine::data::TokenShard::Open(path);
+absl::StatusOr<std::string> inspect(const std::string& path, int64_t tokens, const std::string& tokenizer_model) {
+  absl::StatusOr<engine::data::TokenShard> shard = engine::data::TokenShard::open(path);
   if (!shard.ok()) return shard.status();
   const engine::data::TokenShardHeader& h = shard->header();
   std::unique_ptr<engine::data::Tokenizer> tokenizer;
   if (!tokenizer_model.empty()) {
     absl::StatusOr<std::unique_ptr<engine::data::Tokenizer>> spm =
-        LoadSentencePiece(tokenizer_model, "--tokenizer-model");
+        load_sentence_piece(tokenizer_model, "--tokenizer-model");
     if (!spm.ok()) return spm.status();
     if ((*spm)->fingerprint() != h.tokenizer) {
       return absl::InvalidArgumentError(
@@ -51,8 +51,8 @@ absl::StatusOr<std::string> Inspect(const std::string& path, int64_t tokens, con
   }
   const engine::data::TokenStream stream({shard->tokens()});
   int64_t documents = 0;
-  for (int64_t i = 0; i < stream.size(); ++i) documents += static_cast<uint32_t>(stream.At(i)) == h.end_of_text;
-  const bool bytes = h.tokenizer == engine::data::TokenizerFingerprint(engine::data::kBytesTokenizerName);
+  for (int64_t i = 0; i < stream.size(); ++i) documents += static_cast<uint32_t>(stream.at(i)) == h.end_of_text;
+  const bool bytes = h.tokenizer == engine::data::tokenizer_fingerprint(engine::data::kBytesTokenizerName);
   const std::string name = bytes ? "bytes" : tokenizer != nullptr ? tokenizer->name() : "unknown (give --tokenizer-model)";
   std::string out;
   absl::StrAppend(&out, "shard       ", path, "\n");
@@ -65,10 +65,10 @@ absl::StatusOr<std::string> Inspect(const std::string& path, int64_t tokens, con
   std::string text;
   if (tokenizer != nullptr) {
     std::vector<int32_t> ids(static_cast<size_t>(shown));
-    stream.Copy(0, shown, ids.data());
-    text = tokenizer->Decode(ids);
+    stream.copy(0, shown, ids.data());
+    text = tokenizer->decode(ids);
   } else {
-    text = Decode(stream, shown, bytes, h.end_of_text);
+    text = decode(stream, shown, bytes, h.end_of_text);
   }
   absl::StrAppendFormat(&out, "first %d tokens:\n%s\n", shown, text);
   return out;

@@ -13,6 +13,6 @@ namespace fp8::data_cli {
 // bytes tokenizer (control bytes escaped) or the SentencePiece model `tokenizer_model`
 // (which must be the one that made the shard), else as ids. Errors are the shard
 // reader's (token_shard.h): the file and what is wrong with it; or the model's.
-absl::StatusOr<std::string> Inspect(const std::string& path, int64_t tokens, const std::string& tokenizer_model = "");
+absl::StatusOr<std::string> inspect(const std::string& path, int64_t tokens, const std::string& tokenizer_model = "");
 
 }  // namespace fp8::data_cli

@@ -38,7 +38,7 @@
 
 namespace {
 
-int ExitCodeOf(const absl::Status& s) {
+int exit_code_of(const absl::Status& s) {
   switch (s.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:
@@ -49,12 +49,12 @@ int ExitCodeOf(const absl::Status& s) {
   }
 }
 
-int Fail(const absl::Status& s) {
+int fail(const absl::Status& s) {
   std::fprintf(stderr, "fp8-data: %s\n", std::string(s.message()).c_str());
-  return ExitCodeOf(s);
+  return exit_code_of(s);
 }
 
-int RunPrepare(const fp8::data_cli::PrepareOptions& options) {
+int run_prepare(const fp8::data_cli::PrepareOptions& options) {
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   auto progress = [tty](double share) {
     if (!tty) return;
@@ -62,9 +62,9 @@ int RunPrepare(const fp8::data_cli::PrepareOptions& options) {
     std::fprintf(stderr, "\r[%s%s] %3d%%", std::string(static_cast<size_t>(filled), '#').c_str(),
                  std::string(static_cast<size_t>(width - filled), ' ').c_str(), static_cast<int>(share * 100));
   };
-  absl::StatusOr<fp8::data_cli::PrepareSummary> summary = fp8::data_cli::Prepare(options, progress);
+  absl::StatusOr<fp8::data_cli::PrepareSummary> summary = fp8::data_cli::prepare(options, progress);
   if (tty) std::fprintf(stderr, "\n");
-  if (!summary.ok()) return Fail(summary.status());
+  if (!summary.ok()) return fail(summary.status());
   std::printf("%lld documents, %lld tokens (end-of-text ids included), %.3f bytes per token, %zu shard%s:\n",
               static_cast<long long>(summary->documents), static_cast<long long>(summary->tokens),
               summary->tokens > 0 ? static_cast<double>(summary->bytes) / static_cast<double>(summary->tokens) : 0.0,
@@ -73,29 +73,29 @@ int RunPrepare(const fp8::data_cli::PrepareOptions& options) {
   return 0;
 }
 
-int RunEncode(const std::string& model, const std::string& text) {
-  absl::StatusOr<std::unique_ptr<fp8::engine::data::Tokenizer>> tokenizer = fp8::data_cli::LoadTokenizer(model, "--tokenizer-model");
-  if (!tokenizer.ok()) return Fail(tokenizer.status());
+int run_encode(const std::string& model, const std::string& text) {
+  absl::StatusOr<std::unique_ptr<fp8::engine::data::Tokenizer>> tokenizer = fp8::data_cli::load_tokenizer(model, "--tokenizer-model");
+  if (!tokenizer.ok()) return fail(tokenizer.status());
   std::vector<uint32_t> ids;
-  if (absl::Status s = (*tokenizer)->Encode(text, ids); !s.ok()) return Fail(s);
+  if (absl::Status s = (*tokenizer)->encode(text, ids); !s.ok()) return fail(s);
   std::printf("%s\n", absl::StrJoin(ids, ",").c_str());
   return 0;
 }
 
-int RunDecode(const std::string& model, const std::string& text) {
-  absl::StatusOr<std::unique_ptr<fp8::engine::data::Tokenizer>> tokenizer = fp8::data_cli::LoadTokenizer(model, "--tokenizer-model");
-  if (!tokenizer.ok()) return Fail(tokenizer.status());
+int run_decode(const std::string& model, const std::string& text) {
+  absl::StatusOr<std::unique_ptr<fp8::engine::data::Tokenizer>> tokenizer = fp8::data_cli::load_tokenizer(model, "--tokenizer-model");
+  if (!tokenizer.ok()) return fail(tokenizer.status());
   std::vector<int32_t> ids;
   for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     int32_t id = 0;
     if (!absl::SimpleAtoi(piece, &id) || id < 0 || static_cast<uint32_t>(id) >= (*tokenizer)->vocab_size()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat("decode: '", piece, "' is not a token id of ",
+      return fail(absl::InvalidArgumentError(absl::StrCat("decode: '", piece, "' is not a token id of ",
                                                           (*tokenizer)->name(), " (vocabulary ",
                                                           (*tokenizer)->vocab_size(), ")")));
     }
     ids.push_back(id);
   }
-  std::printf("%s\n", (*tokenizer)->Decode(ids).c_str());
+  std::printf("%s\n", (*tokenizer)->decode(ids).c_str());
   return 0;
 }
 
@@ -147,22 +147,22 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (prepare_cmd->parsed()) return RunPrepare(prepare);
-  if (encode_cmd->parsed()) return RunEncode(codec_model, codec_input);
+  if (prepare_cmd->parsed()) return run_prepare(prepare);
+  if (encode_cmd->parsed()) return run_encode(codec_model, codec_input);
   if (decode_cmd->parsed()) {
     if (decode_cmd->count("ids") == 0 && !std::getline(std::cin, codec_input)) {
-      return Fail(absl::InvalidArgumentError("decode: no ids given and none on standard input"));
+      return fail(absl::InvalidArgumentError("decode: no ids given and none on standard input"));
     }
-    return RunDecode(codec_model, codec_input);
+    return run_decode(codec_model, codec_input);
   }
   if (train_cmd->parsed()) {
-    if (absl::Status s = fp8::data_cli::TrainTokenizer(train); !s.ok()) return Fail(s);
+    if (absl::Status s = fp8::data_cli::train_tokenizer(train); !s.ok()) return fail(s);
     std::printf("%s.model, %s.vocab: %d pieces (%s)\n", train.out_prefix.c_str(), train.out_prefix.c_str(),
                 train.vocab_size, train.model_type.c_str());
     return 0;
   }
-  absl::StatusOr<std::string> report = fp8::data_cli::Inspect(shard, tokens, inspect_model);
-  if (!report.ok()) return Fail(report.status());
+  absl::StatusOr<std::string> report = fp8::data_cli::inspect(shard, tokens, inspect_model);
+  if (!report.ok()) return fail(report.status());
   std::fputs(report->c_str(), stdout);
   return 0;
 }

@@ -33,19 +33,19 @@ using engine::data::TokenShardWriter;
 
 // One document's tokens, its end-of-text id included; thread-safe (the tokenizers' Encode
 // is). Errors name `where`.
-absl::StatusOr<std::vector<uint32_t>> EncodeDocument(const engine::data::Tokenizer& tokenizer, std::string_view text,
+absl::StatusOr<std::vector<uint32_t>> encode_document(const engine::data::Tokenizer& tokenizer, std::string_view text,
                                                      const std::string& where) {
-  if (std::optional<size_t> bad = FirstInvalidUtf8(text)) {
+  if (std::optional<size_t> bad = first_invalid_utf8(text)) {
     return absl::InvalidArgumentError(absl::StrCat(where, ", byte ", *bad, ": not UTF-8"));
   }
-  const bool bytes = tokenizer.fingerprint() == engine::data::TokenizerFingerprint(engine::data::kBytesTokenizerName);
+  const bool bytes = tokenizer.fingerprint() == engine::data::tokenizer_fingerprint(engine::data::kBytesTokenizerName);
   if (const size_t eot = text.find(static_cast<char>(engine::data::kBytesEndOfText));
       bytes && eot != std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ", byte ", eot, ": the end-of-text byte 0x03, which separates documents"));
   }
   std::vector<uint32_t> tokens;
-  if (absl::Status s = tokenizer.Encode(text, tokens); !s.ok()) return s;
+  if (absl::Status s = tokenizer.encode(text, tokens); !s.ok()) return s;
   tokens.push_back(tokenizer.end_of_text());
   return tokens;
 }
@@ -58,14 +58,14 @@ struct RawDocument {
   bool json_line = false;
 };
 
-absl::StatusOr<std::vector<uint32_t>> EncodeRaw(const engine::data::Tokenizer& tokenizer, const RawDocument& doc) {
-  if (!doc.json_line) return EncodeDocument(tokenizer, doc.text, doc.where);
+absl::StatusOr<std::vector<uint32_t>> encode_raw(const engine::data::Tokenizer& tokenizer, const RawDocument& doc) {
+  if (!doc.json_line) return encode_document(tokenizer, doc.text, doc.where);
   const nlohmann::json value = nlohmann::json::parse(doc.text, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(doc.where, ": not a JSON value"));
   if (!value.is_object() || !value.contains("text") || !value["text"].is_string()) {
     return absl::InvalidArgumentError(absl::StrCat(doc.where, ": expected an object with a string \"text\""));
   }
-  return EncodeDocument(tokenizer, value["text"].get_ref<const std::string&>(), doc.where);
+  return encode_document(tokenizer, value["text"].get_ref<const std::string&>(), doc.where);
 }
 
 // Writes documents' tokens into shards of at most options.shard_tokens tokens, in a
@@ -75,15 +75,15 @@ class ShardSink {
   ShardSink(const PrepareOptions& options, const engine::data::Tokenizer& tokenizer, fs::path staging)
       : options_(options), tokenizer_(tokenizer), staging_(std::move(staging)) {}
 
-  absl::Status AddDocument(std::span<const uint32_t> tokens, int64_t text_bytes) {
+  absl::Status add_document(std::span<const uint32_t> tokens, int64_t text_bytes) {
     std::span<const uint32_t> rest = tokens;
     while (!rest.empty()) {
       if (!writer_ || writer_->tokens() == options_.shard_tokens) {
-        if (absl::Status s = NextShard(); !s.ok()) return s;
+        if (absl::Status s = next_shard(); !s.ok()) return s;
       }
       const auto room = static_cast<size_t>(options_.shard_tokens - writer_->tokens());
       const size_t n = std::min(room, rest.size());
-      if (absl::Status s = writer_->Append(rest.first(n)); !s.ok()) return s;
+      if (absl::Status s = writer_->append(rest.first(n)); !s.ok()) return s;
       rest = rest.subspan(n);
     }
     ++summary_.documents;
@@ -92,17 +92,17 @@ class ShardSink {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<PrepareSummary> Finish() {
+  absl::StatusOr<PrepareSummary> finish() {
     if (writer_) {
-      if (absl::Status s = writer_->Finish(); !s.ok()) return s;
+      if (absl::Status s = writer_->finish(); !s.ok()) return s;
     }
     return summary_;
   }
 
  private:
-  absl::Status NextShard() {
+  absl::Status next_shard() {
     if (writer_) {
-      if (absl::Status s = writer_->Finish(); !s.ok()) return s;
+      if (absl::Status s = writer_->finish(); !s.ok()) return s;
     }
     const std::string name = absl::StrFormat("%s-%05d.tokens", options_.name, summary_.shards.size());
     TokenShardHeader header;
@@ -110,7 +110,7 @@ class ShardSink {
     header.vocab_size = tokenizer_.vocab_size();
     header.end_of_text = tokenizer_.end_of_text();
     header.tokenizer = tokenizer_.fingerprint();
-    absl::StatusOr<TokenShardWriter> writer = TokenShardWriter::Create((staging_ / name).string(), header);
+    absl::StatusOr<TokenShardWriter> writer = TokenShardWriter::create((staging_ / name).string(), header);
     if (!writer.ok()) return writer.status();
     writer_.emplace(*std::move(writer));
     summary_.shards.push_back(name);
@@ -125,7 +125,7 @@ class ShardSink {
 };
 
 // A file's documents: the file itself, or its non-blank JSON lines.
-std::vector<RawDocument> DocumentsOf(const std::string& path, const std::string& text) {
+std::vector<RawDocument> documents_of(const std::string& path, const std::string& text) {
   if (!path.ends_with(".jsonl")) return {RawDocument{text, path, false}};
   std::vector<RawDocument> out;
   size_t start = 0;
@@ -142,11 +142,11 @@ std::vector<RawDocument> DocumentsOf(const std::string& path, const std::string&
 
 // Encodes `docs` on `threads` threads (each takes every threads-th document) and adds them
 // to the sink in their order; the first bad document in that order is the error.
-absl::Status EncodeAndAdd(const engine::data::Tokenizer& tokenizer, const std::vector<RawDocument>& docs,
+absl::Status encode_and_add(const engine::data::Tokenizer& tokenizer, const std::vector<RawDocument>& docs,
                           int threads, ShardSink& sink) {
   std::vector<absl::StatusOr<std::vector<uint32_t>>> encoded(docs.size());
   auto work = [&](size_t first) {
-    for (size_t i = first; i < docs.size(); i += static_cast<size_t>(threads)) encoded[i] = EncodeRaw(tokenizer, docs[i]);
+    for (size_t i = first; i < docs.size(); i += static_cast<size_t>(threads)) encoded[i] = encode_raw(tokenizer, docs[i]);
   };
   std::vector<std::thread> pool;
   for (int t = 1; t < threads && static_cast<size_t>(t) < docs.size(); ++t) pool.emplace_back(work, t);
@@ -154,13 +154,13 @@ absl::Status EncodeAndAdd(const engine::data::Tokenizer& tokenizer, const std::v
   for (std::thread& t : pool) t.join();
   for (size_t i = 0; i < docs.size(); ++i) {
     if (!encoded[i].ok()) return encoded[i].status();
-    if (absl::Status s = sink.AddDocument(*encoded[i], static_cast<int64_t>(docs[i].text.size())); !s.ok()) return s;
+    if (absl::Status s = sink.add_document(*encoded[i], static_cast<int64_t>(docs[i].text.size())); !s.ok()) return s;
     encoded[i] = std::vector<uint32_t>();  // free as we go
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<PrepareSummary> PrepareInto(const PrepareOptions& options, const engine::data::Tokenizer& tokenizer,
+absl::StatusOr<PrepareSummary> prepare_into(const PrepareOptions& options, const engine::data::Tokenizer& tokenizer,
                                            const std::vector<std::string>& files, const fs::path& staging,
                                            const PrepareProgress& progress) {
   const int threads = options.threads > 0 ? options.threads
@@ -175,7 +175,7 @@ absl::StatusOr<PrepareSummary> PrepareInto(const PrepareOptions& options, const 
   std::vector<RawDocument> docs;
   int64_t batch_bytes = 0;
   auto flush = [&]() -> absl::Status {
-    if (absl::Status s = EncodeAndAdd(tokenizer, docs, threads, sink); !s.ok()) return s;
+    if (absl::Status s = encode_and_add(tokenizer, docs, threads, sink); !s.ok()) return s;
     done += batch_bytes;
     if (progress) progress(total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0);
     docs.clear();
@@ -185,32 +185,32 @@ absl::StatusOr<PrepareSummary> PrepareInto(const PrepareOptions& options, const 
   };
   texts.reserve(files.size());  // the documents point into these strings: never reallocated
   for (const std::string& file : files) {
-    absl::StatusOr<std::string> text = ReadFile(file);
+    absl::StatusOr<std::string> text = read_file(file);
     if (!text.ok()) return text.status();
     if (text->empty()) return absl::InvalidArgumentError(absl::StrCat(file, ": empty file"));
     texts.push_back(*std::move(text));
     batch_bytes += static_cast<int64_t>(texts.back().size());
-    for (RawDocument& d : DocumentsOf(file, texts.back())) docs.push_back(std::move(d));
+    for (RawDocument& d : documents_of(file, texts.back())) docs.push_back(std::move(d));
     if (batch_bytes >= kBatchBytes) {
       if (absl::Status s = flush(); !s.ok()) return s;
     }
   }
   if (absl::Status s = flush(); !s.ok()) return s;
-  return sink.Finish();
+  return sink.finish();
 }
 
 }  // namespace
 
-absl::StatusOr<PrepareSummary> Prepare(const PrepareOptions& options, const PrepareProgress& progress) {
+absl::StatusOr<PrepareSummary> prepare(const PrepareOptions& options, const PrepareProgress& progress) {
   if (options.out_dir.empty()) return absl::InvalidArgumentError("--out: required");
   if (options.shard_tokens < 2) return absl::InvalidArgumentError("--shard-tokens: must be at least 2");
   if (options.name.empty() || options.name.find('/') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("--name '", options.name, "': must be a plain file name prefix"));
   }
-  absl::StatusOr<std::vector<std::string>> files = ExpandInputs(options.inputs);
+  absl::StatusOr<std::vector<std::string>> files = expand_inputs(options.inputs);
   if (!files.ok()) return files.status();
   absl::StatusOr<std::unique_ptr<engine::data::Tokenizer>> tokenizer =
-      LoadTokenizer(options.tokenizer_model, "--tokenizer-model");
+      load_tokenizer(options.tokenizer_model, "--tokenizer-model");
   if (!tokenizer.ok()) return tokenizer.status();
 
   const fs::path out(options.out_dir);
@@ -225,7 +225,7 @@ absl::StatusOr<PrepareSummary> Prepare(const PrepareOptions& options, const Prep
   fs::create_directories(staging, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat(staging.string(), ": ", ec.message()));
 
-  absl::StatusOr<PrepareSummary> summary = PrepareInto(options, **tokenizer, *files, staging, progress);
+  absl::StatusOr<PrepareSummary> summary = prepare_into(options, **tokenizer, *files, staging, progress);
   if (summary.ok()) {
     // Into place one by one; a failure takes back the ones already moved.
     std::vector<fs::path> moved;

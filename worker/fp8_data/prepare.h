@@ -39,6 +39,6 @@ using PrepareProgress = std::function<void(double)>;
 // matching nothing, an empty file, text that is not UTF-8 or holds the end-of-text byte,
 // a JSON line without a string "text", shards of this name already in out_dir. On an
 // error nothing is left in out_dir: shards are staged and moved in only at the end.
-absl::StatusOr<PrepareSummary> Prepare(const PrepareOptions& options, const PrepareProgress& progress = {});
+absl::StatusOr<PrepareSummary> prepare(const PrepareOptions& options, const PrepareProgress& progress = {});
 
 }  // namespace fp8::data_cli

@@ -18,7 +18,7 @@ namespace fp8::data_cli {
 
 namespace fs = std::filesystem;
 
-absl::Status TrainTokenizer(const TrainTokenizerOptions& options) {
+absl::Status train_tokenizer(const TrainTokenizerOptions& options) {
   if (options.out_prefix.empty()) return absl::InvalidArgumentError("--out: required");
   if (options.vocab_size < 8) return absl::InvalidArgumentError("--vocab-size: must be at least 8");
   if (options.model_type != "bpe" && options.model_type != "unigram") {
@@ -29,7 +29,7 @@ absl::Status TrainTokenizer(const TrainTokenizerOptions& options) {
   if (fs::exists(model) || fs::exists(vocab)) {
     return absl::AlreadyExistsError(absl::StrCat(model, " or ", vocab, " already exists"));
   }
-  absl::StatusOr<std::vector<std::string>> files = ExpandInputs(options.inputs);
+  absl::StatusOr<std::vector<std::string>> files = expand_inputs(options.inputs);
   if (!files.ok()) return files.status();
   // SentencePiece reads text files; every document (checked as prepare checks it) goes
   // into one staged file beside the output, one line per line of text.
@@ -42,11 +42,11 @@ absl::Status TrainTokenizer(const TrainTokenizerOptions& options) {
     std::ofstream text(staged + ".txt", std::ios::binary | std::ios::trunc);
     if (!text) return absl::PermissionDeniedError(absl::StrCat(staged, ".txt: cannot create"));
     for (const std::string& file : *files) {
-      absl::StatusOr<std::string> content = ReadFile(file);
+      absl::StatusOr<std::string> content = read_file(file);
       absl::Status s = content.status();
       if (s.ok() && content->empty()) s = absl::InvalidArgumentError(absl::StrCat(file, ": empty file"));
       if (s.ok()) {
-        if (std::optional<size_t> bad = FirstInvalidUtf8(*content)) {
+        if (std::optional<size_t> bad = first_invalid_utf8(*content)) {
           s = absl::InvalidArgumentError(absl::StrCat(file, ", byte ", *bad, ": not UTF-8"));
         }
       }
@@ -77,7 +77,7 @@ absl::Status TrainTokenizer(const TrainTokenizerOptions& options) {
       return absl::DataLossError(absl::StrCat(staged, ".txt: write error"));
     }
   }
-  const std::string error = tokenizer::SentencePieceModel::Train(absl::StrCat(
+  const std::string error = tokenizer::SentencePieceModel::train(absl::StrCat(
       "--input=", staged, ".txt --model_prefix=", staged, " --vocab_size=", options.vocab_size,
       " --model_type=", options.model_type, " --minloglevel=1"));
   if (!error.empty()) {

@@ -19,6 +19,6 @@ struct TrainTokenizerOptions {
 // A SentencePiece model of the inputs' documents (UTF-8 checked as prepare checks them),
 // with an end-of-sentence piece to end documents. Errors name the input or repeat
 // SentencePiece's (a vocabulary larger than the text allows, say).
-absl::Status TrainTokenizer(const TrainTokenizerOptions& options);
+absl::Status train_tokenizer(const TrainTokenizerOptions& options);
 
 }  // namespace fp8::data_cli

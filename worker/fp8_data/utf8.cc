@@ -4,7 +4,7 @@
 
 namespace fp8::data_cli {
 
-std::optional<size_t> FirstInvalidUtf8(std::string_view text) {
+std::optional<size_t> first_invalid_utf8(std::string_view text) {
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
   const size_t n = text.size();
   size_t i = 0;

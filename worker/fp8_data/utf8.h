@@ -11,6 +11,6 @@ namespace fp8::data_cli {
 // The offset of the first byte that does not belong to a well-formed UTF-8 sequence
 // (overlong forms, surrogates and code points past U+10FFFF included); nullopt when
 // `text` is valid throughout.
-std::optional<size_t> FirstInvalidUtf8(std::string_view text);
+std::optional<size_t> first_invalid_utf8(std::string_view text);
 
 }  // namespace fp8::data_cli

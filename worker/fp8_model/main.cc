@@ -52,7 +52,7 @@ int fail(const absl::Status& s) {
 
 absl::StatusOr<std::optional<fp8::v1::ModelSpec>> model_from(const std::string& config) {
   if (config.empty()) return std::optional<fp8::v1::ModelSpec>();
-  absl::StatusOr<fp8::v1::JobSpec> spec = fp8::jobspec::LoadJobSpecFile(config, {});
+  absl::StatusOr<fp8::v1::JobSpec> spec = fp8::jobspec::load_job_spec_file(config, {});
   if (!spec.ok()) return absl::InvalidArgumentError(spec.status().message());
   return std::optional<fp8::v1::ModelSpec>(spec->model());
 }
@@ -97,10 +97,10 @@ int run_logits(const std::string& checkpoint, const std::string& tokens_text, co
   if (!loaded.ok()) return fail(loaded.status());
   absl::StatusOr<std::vector<float>> logits = fp8::hf::checkpoint_logits(*loaded, *tokens);
   if (!logits.ok()) return fail(logits.status());
-  absl::StatusOr<fp8::checkpoint::OutputFile> file = fp8::checkpoint::OutputFile::Create(out);
+  absl::StatusOr<fp8::checkpoint::OutputFile> file = fp8::checkpoint::OutputFile::create(out);
   absl::Status written = file.status();
-  if (written.ok()) written = file->Write(std::as_bytes(std::span(*logits)));
-  if (written.ok()) written = file->Close();
+  if (written.ok()) written = file->write(std::as_bytes(std::span(*logits)));
+  if (written.ok()) written = file->close();
   if (!written.ok()) return fail(written);
   std::printf("logits of %zu tokens (step %lld) to %s: [%zu, %lld] fp32\n", tokens->size(),
               static_cast<long long>(loaded->step), out.c_str(), tokens->size(),
@@ -137,7 +137,7 @@ int run_generate(const GenerateArgs& a) {
     if (!ids.ok()) return fail(ids.status());
     prompt = *ids;
   }
-  absl::StatusOr<fp8::hf::LlamaDecoder> decoder = fp8::hf::LlamaDecoder::Create(*loaded);
+  absl::StatusOr<fp8::hf::LlamaDecoder> decoder = fp8::hf::LlamaDecoder::create(*loaded);
   if (!decoder.ok()) return fail(decoder.status());
   fp8::hf::Sampler sampler(a.sampling);
   const auto end_of_text = [&](int32_t t) {

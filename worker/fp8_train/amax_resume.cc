@@ -10,7 +10,7 @@
 namespace fp8::train_cli {
 namespace {
 
-const char* CastName(fp8::v1::AmaxHistory::Operand operand) {
+const char* cast_name(fp8::v1::AmaxHistory::Operand operand) {
   switch (operand) {
     case fp8::v1::AmaxHistory::INPUT: return "input";
     case fp8::v1::AmaxHistory::WEIGHT: return "weight";
@@ -21,7 +21,7 @@ const char* CastName(fp8::v1::AmaxHistory::Operand operand) {
 
 }  // namespace
 
-absl::StatusOr<std::string> ResumeAmaxHistories(fp8::v1::TrainerService::StubInterface& stub,
+absl::StatusOr<std::string> resume_amax_histories(fp8::v1::TrainerService::StubInterface& stub,
                                                 const AmaxResumeRequest& request, engine::LlamaModel& model) {
   bool delayed = false;
   for (const engine::LinearUnit* u : model.linears()) delayed = delayed || u->layer->delayed().count() > 0;
@@ -49,11 +49,11 @@ absl::StatusOr<std::string> ResumeAmaxHistories(fp8::v1::TrainerService::StubInt
   }
   std::vector<engine::AmaxHistoryRecord> records;
   for (const fp8::v1::AmaxHistory& h : got.histories()) {
-    records.push_back(engine::AmaxHistoryRecord{h.layer(), CastName(h.operand()),
+    records.push_back(engine::AmaxHistoryRecord{h.layer(), cast_name(h.operand()),
                                                 std::vector<float>(h.history().begin(), h.history().end()),
                                                 h.scale()});
   }
-  absl::StatusOr<int> loaded = engine::LoadAmaxHistories(model, records);
+  absl::StatusOr<int> loaded = engine::load_amax_histories(model, records);
   if (!loaded.ok()) return loaded.status();
   return absl::StrCat("delayed scaling: resumed ", *loaded, " amax histories from the coordinator (step ", got.step(),
                       ")");

@@ -29,7 +29,7 @@ struct AmaxResumeRequest {
 };
 
 // One line for the log saying what was loaded (or why nothing was).
-absl::StatusOr<std::string> ResumeAmaxHistories(fp8::v1::TrainerService::StubInterface& stub,
+absl::StatusOr<std::string> resume_amax_histories(fp8::v1::TrainerService::StubInterface& stub,
                                                 const AmaxResumeRequest& request, engine::LlamaModel& model);
 
 }  // namespace fp8::train_cli

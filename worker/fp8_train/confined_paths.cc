@@ -5,30 +5,30 @@
 
 namespace fp8::train_cli {
 
-absl::StatusOr<ConfinedJobPaths> ConfineJobPaths(v1::JobSpec& spec, const std::string& data_root,
+absl::StatusOr<ConfinedJobPaths> confine_job_paths(v1::JobSpec& spec, const std::string& data_root,
                                                  const std::string& checkpoint_root) {
   ConfinedJobPaths out;
   if (!data_root.empty()) {
-    if (fs_confined::IsGlobPattern(spec.data().path())) {
+    if (fs_confined::is_glob_pattern(spec.data().path())) {
       absl::StatusOr<fs_confined::OpenMatches> shards =
-          fs_confined::OpenMatchesBeneath(data_root, spec.data().path(), "data.path");
+          fs_confined::open_matches_beneath(data_root, spec.data().path(), "data.path");
       if (!shards.ok()) return shards.status();
       out.data_shards = std::move(shards->files);
-      for (const fs_confined::UniqueFd& f : out.data_shards) out.data_files.push_back(fs_confined::FdPath(f.get()));
+      for (const fs_confined::UniqueFd& f : out.data_shards) out.data_files.push_back(fs_confined::fd_path(f.get()));
     } else {
       absl::StatusOr<fs_confined::UniqueFd> data =
-          fs_confined::OpenFileBeneath(data_root, spec.data().path(), "data.path");
+          fs_confined::open_file_beneath(data_root, spec.data().path(), "data.path");
       if (!data.ok()) return data.status();
       out.data = std::move(*data);
-      spec.mutable_data()->set_path(fs_confined::FdPath(out.data.get()).string());
+      spec.mutable_data()->set_path(fs_confined::fd_path(out.data.get()).string());
     }
     v1::DataSpec& d = *spec.mutable_data();
     // Opened beneath the root; the spec then names what was opened. (mutable_* would mark
     // an absent field present: each is reached only when it is.)
     auto confine = [&](const std::string& path, const char* field) -> absl::StatusOr<std::string> {
-      absl::StatusOr<fs_confined::UniqueFd> file = fs_confined::OpenFileBeneath(data_root, path, field);
+      absl::StatusOr<fs_confined::UniqueFd> file = fs_confined::open_file_beneath(data_root, path, field);
       if (!file.ok()) return file.status();
-      const std::string alias = fs_confined::FdPath(file->get()).string();
+      const std::string alias = fs_confined::fd_path(file->get()).string();
       out.data_files_held.push_back(std::move(*file));
       return alias;
     };
@@ -45,20 +45,20 @@ absl::StatusOr<ConfinedJobPaths> ConfineJobPaths(v1::JobSpec& spec, const std::s
     if (spec.model().has_init_from()) {
       // A folder: its files are then opened without following links (init_from.h).
       absl::StatusOr<fs_confined::UniqueFd> dir =
-          fs_confined::OpenDirBeneath(data_root, spec.model().init_from(), "model.init_from");
+          fs_confined::open_dir_beneath(data_root, spec.model().init_from(), "model.init_from");
       if (!dir.ok()) return dir.status();
-      spec.mutable_model()->set_init_from(fs_confined::FdPath(dir->get()).string());
+      spec.mutable_model()->set_init_from(fs_confined::fd_path(dir->get()).string());
       out.data_files_held.push_back(std::move(*dir));
       out.init_from_confined = true;
     }
   }
   if (!checkpoint_root.empty()) {
     absl::StatusOr<fs_confined::UniqueFd> dir =
-        fs_confined::MakeDirsBeneath(checkpoint_root, spec.checkpoint().dir(), "checkpoint.dir");
+        fs_confined::make_dirs_beneath(checkpoint_root, spec.checkpoint().dir(), "checkpoint.dir");
     if (!dir.ok()) return dir.status();
     out.checkpoints = std::move(*dir);
     out.checkpoint_dir = spec.checkpoint().dir();
-    out.checkpoint_alias = fs_confined::FdPath(out.checkpoints.get()).string();
+    out.checkpoint_alias = fs_confined::fd_path(out.checkpoints.get()).string();
     spec.mutable_checkpoint()->set_dir(out.checkpoint_alias);
   }
   return out;

@@ -33,7 +33,7 @@ struct ConfinedJobPaths {
 };
 
 // An empty root leaves that path as it is (a coordinator that sends none).
-absl::StatusOr<ConfinedJobPaths> ConfineJobPaths(v1::JobSpec& spec, const std::string& data_root,
+absl::StatusOr<ConfinedJobPaths> confine_job_paths(v1::JobSpec& spec, const std::string& data_root,
                                                  const std::string& checkpoint_root);
 
 }  // namespace fp8::train_cli

@@ -16,29 +16,29 @@ namespace fp8::train_cli {
 namespace {
 
 // Byte counts arrive as doubles (means); the proto carries whole bytes.
-int64_t Round64(double v) {
+int64_t round64(double v) {
   if (!std::isfinite(v) || v <= 0) return 0;
   if (v >= static_cast<double>(std::numeric_limits<int64_t>::max())) return std::numeric_limits<int64_t>::max();
   return std::llround(v);
 }
 
-int32_t Round32(double v) {
-  return static_cast<int32_t>(std::min<int64_t>(Round64(v), std::numeric_limits<int32_t>::max()));
+int32_t round32(double v) {
+  return static_cast<int32_t>(std::min<int64_t>(round64(v), std::numeric_limits<int32_t>::max()));
 }
 
-bool EndsTheAttempt(grpc::StatusCode code) {
+bool ends_the_attempt(grpc::StatusCode code) {
   return code == grpc::StatusCode::FAILED_PRECONDITION || code == grpc::StatusCode::PERMISSION_DENIED ||
          code == grpc::StatusCode::UNAUTHENTICATED;
 }
 
 // DEADLINE_EXCEEDED here is our own call deadline: the coordinator is slow or away, which
 // is an outage as much as UNAVAILABLE is.
-bool Transient(grpc::StatusCode code) {
+bool transient(grpc::StatusCode code) {
   return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
 // The API's operand for a cast name of Float8Linear::DelayedCasts::names().
-std::optional<fp8::v1::AmaxHistory::Operand> AmaxOperand(const std::string& cast) {
+std::optional<fp8::v1::AmaxHistory::Operand> amax_operand(const std::string& cast) {
   if (cast == "input") return fp8::v1::AmaxHistory::INPUT;
   if (cast == "weight") return fp8::v1::AmaxHistory::WEIGHT;
   if (cast == "grad_output") return fp8::v1::AmaxHistory::GRAD_OUTPUT;
@@ -111,11 +111,11 @@ void CoordinatorReporter::on_step(const engine::StepReport& r) {
   if (r.comm.has_value()) {
     p->mutable_step_time()->set_exposed_comm_ms(r.comm->exposed_ms);
     fp8::v1::CommunicationBytes* c = p->mutable_communication();
-    c->set_all_gather_fp8_bytes(Round64(r.comm->all_gather_fp8_bytes));
-    c->set_all_gather_fp32_bytes(Round64(r.comm->all_gather_f32_bytes));
-    c->set_reduce_scatter_bytes(Round64(r.comm->reduce_scatter_bytes));
-    c->set_all_reduces(Round32(r.comm->all_reduces));
-    c->set_all_reduce_bytes(Round64(r.comm->all_reduce_bytes));
+    c->set_all_gather_fp8_bytes(round64(r.comm->all_gather_fp8_bytes));
+    c->set_all_gather_fp32_bytes(round64(r.comm->all_gather_f32_bytes));
+    c->set_reduce_scatter_bytes(round64(r.comm->reduce_scatter_bytes));
+    c->set_all_reduces(round32(r.comm->all_reduces));
+    c->set_all_reduce_bytes(round64(r.comm->all_reduce_bytes));
   }
   p->mutable_memory()->set_peak_bytes(r.peak_memory_bytes);
   p->mutable_memory()->set_reserved_bytes(r.reserved_memory_bytes);
@@ -150,7 +150,7 @@ void CoordinatorReporter::on_amax_histories(int64_t step, const std::vector<engi
   req.set_step(step);
   for (const engine::AmaxHistoryRecord& r : histories) {
     // A tensor cast to two formats ("grad_output.e5m2") has no single operand in the API.
-    const std::optional<fp8::v1::AmaxHistory::Operand> operand = AmaxOperand(r.cast);
+    const std::optional<fp8::v1::AmaxHistory::Operand> operand = amax_operand(r.cast);
     if (!operand.has_value() || r.history.empty() || r.scale <= 0) continue;
     fp8::v1::AmaxHistory* h = req.add_histories();
     h->set_layer(r.layer);
@@ -169,7 +169,7 @@ void CoordinatorReporter::on_cast_numerics(int64_t step, const std::vector<engin
   *req.mutable_caller() = caller();
   req.set_step(step);
   for (const engine::CastNumericsRecord& r : casts) {
-    const std::optional<fp8::v1::AmaxHistory::Operand> operand = AmaxOperand(r.tensor);
+    const std::optional<fp8::v1::AmaxHistory::Operand> operand = amax_operand(r.tensor);
     if (!operand.has_value()) continue;
     fp8::v1::CastNumerics* c = req.add_casts();
     c->set_layer(r.layer);
@@ -282,7 +282,7 @@ void CoordinatorReporter::send(const Message& m) {
       outage_warned_ = false;
       return;
     }
-    if (EndsTheAttempt(s.error_code())) {
+    if (ends_the_attempt(s.error_code())) {
       if (!ended_.exchange(true)) {
         std::fprintf(err_, "fp8-train [rank %d]: coordinator at %s refused a %s: %s\n", options_.rank,
                      options_.address.c_str(), what.c_str(), s.error_message().c_str());
@@ -293,7 +293,7 @@ void CoordinatorReporter::send(const Message& m) {
       queue_.clear();
       return;
     }
-    if (Transient(s.error_code())) {
+    if (transient(s.error_code())) {
       // The coordinator is away (restarting, say): hold this report and those queued
       // behind it, in order, until it answers; the queue's bound drops the oldest
       // progress if the outage outlasts it, and the flush at exit gives up on the rest.

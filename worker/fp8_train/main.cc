@@ -97,7 +97,7 @@ std::string g_who = "fp8-train";  // "fp8-train [rank 1]" under FSDP
 // restart, a peer that died or went silent (process_group.h's Unavailable and
 // DeadlineExceeded) may not.
 int exit_code_for(const absl::Status& s) {
-  if (fp8::engine::IsDivergence(s)) return fp8::rpc::kExitDivergence;
+  if (fp8::engine::is_divergence(s)) return fp8::rpc::kExitDivergence;
   switch (s.code()) {
     case absl::StatusCode::kResourceExhausted:
       return fp8::rpc::kExitOutOfMemory;
@@ -169,7 +169,7 @@ absl::StatusOr<CudaSwitches> read_cuda_switches() {
 // a later --resume would pick whichever is newest.
 absl::Status refuse_to_overwrite(const std::string& dir) {
   if (dir.empty()) return absl::OkStatus();
-  absl::StatusOr<std::vector<fp8::checkpoint::CheckpointEntry>> found = fp8::checkpoint::ListCheckpoints(dir);
+  absl::StatusOr<std::vector<fp8::checkpoint::CheckpointEntry>> found = fp8::checkpoint::list_checkpoints(dir);
   if (!found.ok()) return found.status();
   for (const fp8::checkpoint::CheckpointEntry& e : *found) {  // newest first
     if (e.state != fp8::checkpoint::CheckpointState::kCommitted) continue;
@@ -208,7 +208,7 @@ absl::StatusOr<std::string> read_token() {
 // The channel every coordinator call of this rank shares: TLS with the CA in
 // --coordinator-ca, plaintext without it.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> connect_coordinator(const CoordinatorFlags& c) {
-  return fp8::rpc::CoordinatorChannel(c.address, c.ca_file);
+  return fp8::rpc::coordinator_channel(c.address, c.ca_file);
 }
 
 // The store the ranks meet through: the coordinator's rendezvous in coordinator mode, a
@@ -358,12 +358,12 @@ int main(int argc, char** argv) {
   if (nproc > 0) all_overrides.push_back("resources.world_size=" + std::to_string(nproc));
   if (joining) all_overrides.push_back("resources.world_size=" + std::to_string(world_size));
 
-  absl::StatusOr<fp8::v1::JobSpec> spec = fp8::jobspec::LoadJobSpecFile(config, all_overrides);
+  absl::StatusOr<fp8::v1::JobSpec> spec = fp8::jobspec::load_job_spec_file(config, all_overrides);
   if (!spec.ok()) return fail(spec.status(), 2);
   if (estimate) {
-    absl::StatusOr<fp8::jobspec::MemoryEstimate> e = fp8::jobspec::EstimateRankMemory(*spec);
+    absl::StatusOr<fp8::jobspec::MemoryEstimate> e = fp8::jobspec::estimate_rank_memory(*spec);
     if (!e.ok()) return fail(e.status(), 2);
-    std::fputs(fp8::jobspec::FormatMemoryEstimate(*e).c_str(), stdout);
+    std::fputs(fp8::jobspec::format_memory_estimate(*e).c_str(), stdout);
     return 0;
   }
   const int job_world = spec->resources().world_size();
@@ -379,7 +379,7 @@ int main(int argc, char** argv) {
   fp8::engine::TrainerOptions trainer_options;
   if (const char* e = std::getenv("FP8_FSDP_COLLECTIVES"); e != nullptr) {
     absl::StatusOr<fp8::engine::fsdp::UnitCollectives> collectives =
-        fp8::engine::fsdp::ParseUnitCollectives(e, "FP8_FSDP_COLLECTIVES in the environment");
+        fp8::engine::fsdp::parse_unit_collectives(e, "FP8_FSDP_COLLECTIVES in the environment");
     if (!collectives.ok()) return fail(collectives.status(), 2);
     trainer_options.collectives = *collectives;
   }
@@ -387,7 +387,7 @@ int main(int argc, char** argv) {
   if (!cuda_switches.ok()) return fail(cuda_switches.status(), 2);
   const std::string checkpoint_dir = spec->checkpoint().dir();  // as the job names it, for messages
   absl::StatusOr<fp8::train_cli::ConfinedJobPaths> paths =
-      fp8::train_cli::ConfineJobPaths(*spec, coord.data_root, coord.checkpoint_root);
+      fp8::train_cli::confine_job_paths(*spec, coord.data_root, coord.checkpoint_root);
   if (!paths.ok()) return fail(paths.status(), 2);
   trainer_options.data_files = paths->data_files;
   trainer_options.init_from_follow_links = !paths->init_from_confined;
@@ -455,7 +455,7 @@ int main(int argc, char** argv) {
     amax.caller.set_attempt(coord.attempt);
     amax.caller.set_rank(std::max(rank, 0));
     std::unique_ptr<fp8::v1::TrainerService::Stub> stub = fp8::v1::TrainerService::NewStub(channel);
-    absl::StatusOr<std::string> line = fp8::train_cli::ResumeAmaxHistories(*stub, amax, (*trainer)->model());
+    absl::StatusOr<std::string> line = fp8::train_cli::resume_amax_histories(*stub, amax, (*trainer)->model());
     if (!line.ok()) return fail(line.status());
     if (!line->empty() && rank <= 0) std::printf("%s\n", line->c_str());
   }

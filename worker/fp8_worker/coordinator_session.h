@@ -39,7 +39,7 @@ struct SessionOptions {
   // On the way out: how long to keep trying to report the ranks' exits.
   std::chrono::milliseconds shutdown_report_budget{10000};
   // How long a rank's exit report waits for its last output lines to reach the
-  // coordinator (RankSupervisor::LogsDelivered) before it goes without them.
+  // coordinator (RankSupervisor::logs_delivered) before it goes without them.
   std::chrono::milliseconds logs_before_exit{3000};
   // Refusals (not outages) of one exit report before it is given up on.
   int max_report_refusals = 5;
@@ -57,7 +57,7 @@ class CoordinatorSession {
   // (SIGTERM, SIGKILL after --stop-grace-default; at once when stop_requests reaches 2),
   // reports their exits within a bounded time, and returns OK. A fatal refusal by the
   // coordinator (bad token, incompatible version) also stops the ranks, and returns it.
-  absl::Status Run(const std::atomic<int>& stop_requests);
+  absl::Status run(const std::atomic<int>& stop_requests);
 
   const std::string& worker_id() const { return worker_id_; }
 
@@ -72,23 +72,23 @@ class CoordinatorSession {
   };
 
   // One round of calls; returns a fatal status only.
-  absl::Status Tick();
-  absl::Status Register();
+  absl::Status tick();
+  absl::Status register_self();
   // false when the coordinator could not be reached (an outage was noted).
-  bool ReportPendingExits();
-  void Heartbeat();
-  void Execute(const v1::WorkerCommand& command);
-  void CollectExits();
+  bool report_pending_exits();
+  void heartbeat();
+  void execute(const v1::WorkerCommand& command);
+  void collect_exits();
   // may_report: false after a fatal refusal (the coordinator would refuse the reports too).
-  void ShutDown(const std::atomic<int>& stop_requests, bool may_report);
-  void SleepUntilNextTick() const;
+  void shut_down(const std::atomic<int>& stop_requests, bool may_report);
+  void sleep_until_next_tick() const;
 
   // Bookkeeping of a call's outcome: outages and their backoff, the next tick.
-  void Succeeded();
-  void Failed(const char* call, const grpc::Status& s);
-  static bool IsOutage(const grpc::Status& s);
+  void succeeded();
+  void failed(const char* call, const grpc::Status& s);
+  static bool is_outage(const grpc::Status& s);
 
-  std::unique_ptr<grpc::ClientContext> Context() const;
+  std::unique_ptr<grpc::ClientContext> context() const;
 
   const WorkerConfig config_;
   const std::string target_;

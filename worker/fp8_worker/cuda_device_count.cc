@@ -8,7 +8,7 @@
 
 namespace fp8::worker {
 
-absl::StatusOr<int> CountCudaDevices() {
+absl::StatusOr<int> count_cuda_devices() {
 #if defined(FP8_HAVE_CUDA)
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);

@@ -9,24 +9,24 @@
 
 namespace fp8::worker {
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeCoordinatorChannel(const std::string& address,
+absl::StatusOr<std::shared_ptr<grpc::Channel>> make_coordinator_channel(const std::string& address,
                                                                       const std::string& ca_file) {
-  return rpc::CoordinatorChannel(address, ca_file);
+  return rpc::coordinator_channel(address, ca_file);
 }
 
-std::unique_ptr<grpc::ClientContext> MakeCallContext(const std::string& token, std::chrono::milliseconds deadline) {
+std::unique_ptr<grpc::ClientContext> make_call_context(const std::string& token, std::chrono::milliseconds deadline) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() + deadline);
   ctx->AddMetadata("authorization", "Bearer " + token);
   return ctx;
 }
 
-absl::Status ToAbsl(const grpc::Status& s) {
+absl::Status to_absl(const grpc::Status& s) {
   if (s.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
-LogForwarder::Sender MakeAppendLogsSender(std::string ca_file, std::chrono::milliseconds deadline) {
+LogForwarder::Sender make_append_logs_sender(std::string ca_file, std::chrono::milliseconds deadline) {
   struct Stubs {
     std::mutex mu;
     std::map<std::string, std::unique_ptr<v1::TrainerService::Stub>> by_address;
@@ -39,15 +39,15 @@ LogForwarder::Sender MakeAppendLogsSender(std::string ca_file, std::chrono::mill
       std::lock_guard<std::mutex> lock(stubs->mu);
       std::unique_ptr<v1::TrainerService::Stub>& s = stubs->by_address[address];
       if (!s) {
-        absl::StatusOr<std::shared_ptr<grpc::Channel>> ch = MakeCoordinatorChannel(address, ca_file);
+        absl::StatusOr<std::shared_ptr<grpc::Channel>> ch = make_coordinator_channel(address, ca_file);
         if (!ch.ok()) return ch.status();
         s = v1::TrainerService::NewStub(*ch);
       }
       stub = s.get();
     }
-    std::unique_ptr<grpc::ClientContext> ctx = MakeCallContext(token, deadline);
+    std::unique_ptr<grpc::ClientContext> ctx = make_call_context(token, deadline);
     v1::AppendLogsResponse response;
-    return ToAbsl(stub->AppendLogs(ctx.get(), request, &response));
+    return to_absl(stub->AppendLogs(ctx.get(), request, &response));
   };
 }
 

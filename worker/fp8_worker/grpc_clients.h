@@ -16,15 +16,15 @@
 namespace fp8::worker {
 
 // ca_file empty: insecure channel. Otherwise TLS with the PEM roots read from it.
-absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeCoordinatorChannel(const std::string& address,
+absl::StatusOr<std::shared_ptr<grpc::Channel>> make_coordinator_channel(const std::string& address,
                                                                       const std::string& ca_file);
 
 // A context for one call: deadline from now, "authorization: Bearer <token>".
-std::unique_ptr<grpc::ClientContext> MakeCallContext(const std::string& token, std::chrono::milliseconds deadline);
+std::unique_ptr<grpc::ClientContext> make_call_context(const std::string& token, std::chrono::milliseconds deadline);
 
-absl::Status ToAbsl(const grpc::Status& s);
+absl::Status to_absl(const grpc::Status& s);
 
 // AppendLogs through a channel per coordinator address (made on first use, then kept).
-LogForwarder::Sender MakeAppendLogsSender(std::string ca_file, std::chrono::milliseconds deadline);
+LogForwarder::Sender make_append_logs_sender(std::string ca_file, std::chrono::milliseconds deadline);
 
 }  // namespace fp8::worker

@@ -6,7 +6,7 @@ namespace fp8::worker {
 namespace {
 
 // Length of the valid UTF-8 sequence starting at s[i], or 0 when it is not valid.
-size_t Utf8Length(absl::string_view s, size_t i) {
+size_t utf8_length(absl::string_view s, size_t i) {
   const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
   const unsigned char c = b(i);
   if (c < 0x80) return 1;
@@ -37,12 +37,12 @@ size_t Utf8Length(absl::string_view s, size_t i) {
 
 }  // namespace
 
-std::string CleanLine(absl::string_view raw, size_t max_bytes) {
+std::string clean_line(absl::string_view raw, size_t max_bytes) {
   if (!raw.empty() && raw.back() == '\r') raw.remove_suffix(1);
   std::string out;
   out.reserve(raw.size() < max_bytes ? raw.size() : max_bytes);
   for (size_t i = 0; i < raw.size();) {
-    size_t n = Utf8Length(raw, i);
+    size_t n = utf8_length(raw, i);
     if (out.size() + (n == 0 ? 1 : n) > max_bytes) break;
     if (n == 0) {
       out.push_back('?');
@@ -55,6 +55,6 @@ std::string CleanLine(absl::string_view raw, size_t max_bytes) {
   return out;
 }
 
-bool HasText(absl::string_view line) { return !absl::StripAsciiWhitespace(line).empty(); }
+bool has_text(absl::string_view line) { return !absl::StripAsciiWhitespace(line).empty(); }
 
 }  // namespace fp8::worker

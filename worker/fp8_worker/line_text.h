@@ -13,9 +13,9 @@ inline constexpr size_t kMaxLineBytes = 4096;
 
 // `raw` with a trailing '\r' dropped, each byte that is not part of valid UTF-8 replaced by
 // '?', and cut to at most max_bytes without splitting a character.
-std::string CleanLine(absl::string_view raw, size_t max_bytes = kMaxLineBytes);
+std::string clean_line(absl::string_view raw, size_t max_bytes = kMaxLineBytes);
 
 // True when the line holds something other than whitespace.
-bool HasText(absl::string_view line);
+bool has_text(absl::string_view line);
 
 }  // namespace fp8::worker

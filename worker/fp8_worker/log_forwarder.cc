@@ -7,7 +7,7 @@
 namespace fp8::worker {
 
 LogForwarder::LogForwarder(Sender sender, Options options) : sender_(std::move(sender)), options_(options) {
-  if (options_.background) thread_ = std::thread([this] { Run(); });
+  if (options_.background) thread_ = std::thread([this] { run(); });
 }
 
 LogForwarder::~LogForwarder() {
@@ -19,7 +19,7 @@ LogForwarder::~LogForwarder() {
   if (thread_.joinable()) thread_.join();
 }
 
-void LogForwarder::Open(const RankKey& key, const std::string& coordinator_address, const std::string& trainer_token) {
+void LogForwarder::open(const RankKey& key, const std::string& coordinator_address, const std::string& trainer_token) {
   std::lock_guard<std::mutex> lock(mu_);
   Stream& s = streams_[key];
   s.address = coordinator_address;
@@ -27,7 +27,7 @@ void LogForwarder::Open(const RankKey& key, const std::string& coordinator_addre
   s.closed = false;
 }
 
-void LogForwarder::Append(const RankKey& key, absl::string_view line, int64_t time_unix_ms) {
+void LogForwarder::append(const RankKey& key, absl::string_view line, int64_t time_unix_ms) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = streams_.find(key);
   if (it == streams_.end()) return;
@@ -36,7 +36,7 @@ void LogForwarder::Append(const RankKey& key, absl::string_view line, int64_t ti
     s.lines.pop_front();
     if (!s.warned) {
       s.warned = true;
-      Log("warning: " + key.ToString() + ": output faster than the coordinator takes it; dropping old lines "
+      log("warning: " + key.to_string() + ": output faster than the coordinator takes it; dropping old lines "
           "from its log stream (output.log on this worker has them all)");
     }
   }
@@ -45,7 +45,7 @@ void LogForwarder::Append(const RankKey& key, absl::string_view line, int64_t ti
   l.set_text(std::string(line));
 }
 
-void LogForwarder::Close(const RankKey& key) {
+void LogForwarder::close(const RankKey& key) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = streams_.find(key);
@@ -55,13 +55,13 @@ void LogForwarder::Close(const RankKey& key) {
   wake_.notify_all();
 }
 
-bool LogForwarder::Delivered(const RankKey& key) {
+bool LogForwarder::delivered(const RankKey& key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = streams_.find(key);
   return it == streams_.end() || (it->second.lines.empty() && it->second.sending == 0);
 }
 
-void LogForwarder::FlushOnce() {
+void LogForwarder::flush_once() {
   std::lock_guard<std::mutex> pass(flush_mu_);
   struct Batch {
     RankKey key;
@@ -102,20 +102,20 @@ void LogForwarder::FlushOnce() {
     if (st.ok()) continue;
     if (it != streams_.end() && !it->second.warned) {
       it->second.warned = true;
-      Log("warning: " + b.key.ToString() + ": AppendLogs to " + b.address + " failed (" + st.ToString() +
+      log("warning: " + b.key.to_string() + ": AppendLogs to " + b.address + " failed (" + st.ToString() +
           "); its log lines are dropped while this lasts (output.log on this worker has them all)");
     }
   }
 }
 
-void LogForwarder::Run() {
+void LogForwarder::run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     wake_.wait_for(lock, absl::ToChronoMilliseconds(options_.interval), [this] { return stopping_ || flush_now_; });
     flush_now_ = false;
     const bool last = stopping_;
     lock.unlock();
-    FlushOnce();
+    flush_once();
     lock.lock();
     if (last) return;
     // A closed rank with more than a call's worth of lines left: the next pass at once.

@@ -36,7 +36,7 @@ class LogForwarder {
     absl::Duration interval = absl::Seconds(1);
     // Per rank; past it the oldest lines go.
     size_t max_buffered_lines = 20000;
-    // false: no thread; the owner calls FlushOnce() (tests).
+    // false: no thread; the owner calls flush_once() (tests).
     bool background = true;
   };
 
@@ -47,20 +47,20 @@ class LogForwarder {
   LogForwarder& operator=(const LogForwarder&) = delete;
 
   // Starts buffering for a rank. The token is kept in memory only.
-  void Open(const RankKey& key, const std::string& coordinator_address, const std::string& trainer_token);
+  void open(const RankKey& key, const std::string& coordinator_address, const std::string& trainer_token);
   // Thread-safe; lines of a rank not opened are dropped.
-  void Append(const RankKey& key, absl::string_view line, int64_t time_unix_ms);
+  void append(const RankKey& key, absl::string_view line, int64_t time_unix_ms);
   // The rank has ended: its remaining lines go out with a pass started now (with the
   // background thread), then it is forgotten.
-  void Close(const RankKey& key);
+  void close(const RankKey& key);
   // Whether every line of the rank has been sent (or dropped): nothing buffered, no call
   // in flight. The rank's exit report waits for this, so that its last lines reach the
   // coordinator before the attempt, and the token they use, can end.
-  bool Delivered(const RankKey& key);
+  bool delivered(const RankKey& key);
 
   // One pass over every rank: at most one call of <= 500 lines per rank, so that one
   // chatty rank cannot starve the others.
-  void FlushOnce();
+  void flush_once();
 
  private:
   struct Stream {
@@ -72,7 +72,7 @@ class LogForwarder {
     int sending = 0;      // calls in flight with its lines
   };
 
-  void Run();
+  void run();
 
   const Sender sender_;
   const Options options_;

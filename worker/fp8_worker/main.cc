@@ -52,7 +52,7 @@ namespace {
 
 std::atomic<int> g_stop_requests{0};
 
-void OnStopSignal(int) { g_stop_requests.fetch_add(1); }
+void on_stop_signal(int) { g_stop_requests.fetch_add(1); }
 
 // One offered device: its session and the ranks it runs (see the top of this file).
 struct Slot {
@@ -61,9 +61,9 @@ struct Slot {
        fp8::worker::WorkerMetricFamilies& families)
       : metrics(families, config.device_name),
         ranks(config, &forwarder, std::move(environment)),
-        session(config, std::move(channel), ranks, Options(&metrics)) {}
+        session(config, std::move(channel), ranks, options(&metrics)) {}
 
-  static fp8::worker::SessionOptions Options(fp8::worker::WorkerMetrics* metrics) {
+  static fp8::worker::SessionOptions options(fp8::worker::WorkerMetrics* metrics) {
     fp8::worker::SessionOptions options;
     options.metrics = metrics;
     return options;
@@ -74,9 +74,9 @@ struct Slot {
   fp8::worker::CoordinatorSession session;
 };
 
-void InstallSignalHandlers() {
+void install_signal_handlers() {
   struct sigaction sa{};
-  sa.sa_handler = OnStopSignal;
+  sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
@@ -89,7 +89,7 @@ void InstallSignalHandlers() {
 int main(int argc, char** argv) {
   using namespace fp8::worker;
   std::vector<std::string> args(argv + 1, argv + argc);
-  absl::StatusOr<ParsedCommandLine> parsed = ParseWorkerConfig(args, ProcessEnv());
+  absl::StatusOr<ParsedCommandLine> parsed = parse_worker_config(args, process_env());
   if (!parsed.ok()) {
     std::fprintf(stderr, "fp8-worker: %s\n", std::string(parsed.status().message()).c_str());
     return 2;
@@ -101,13 +101,13 @@ int main(int argc, char** argv) {
   WorkerConfig& config = parsed->config;
 
   fp8::metrics::Registry registry;
-  fp8::metrics::RegisterProcessMetrics(registry);
-  fp8::metrics::RegisterBuildInfo(registry, "worker", kWorkerVersion);
+  fp8::metrics::register_process_metrics(registry);
+  fp8::metrics::register_build_info(registry, "worker", kWorkerVersion);
   WorkerMetricFamilies metric_families(registry);
   // Ready once every slot is registered and heartbeating, read from fp8_worker_connected:
   // the gauge is thread-safe, a session's own state is its thread's alone.
   std::vector<std::string> devices;
-  for (const WorkerConfig& slot_config : SlotConfigs(config)) devices.push_back(slot_config.device_name);
+  for (const WorkerConfig& slot_config : slot_configs(config)) devices.push_back(slot_config.device_name);
   auto ready = [&metric_families, devices]() -> absl::Status {
     for (const std::string& device : devices) {
       if (metric_families.connected.with({device}).value() != 1) {
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     return absl::OkStatus();
   };
   absl::StatusOr<std::unique_ptr<fp8::metrics::MetricsHttpServer>> metrics_server =
-      fp8::metrics::MetricsHttpServer::Start(config.metrics_address, registry, [] { return absl::OkStatus(); }, ready);
+      fp8::metrics::MetricsHttpServer::start(config.metrics_address, registry, [] { return absl::OkStatus(); }, ready);
   if (!metrics_server.ok()) {
     std::fprintf(stderr, "fp8-worker: --metrics-address: %s\n",
                  std::string(metrics_server.status().message()).c_str());
@@ -128,31 +128,31 @@ int main(int argc, char** argv) {
   if (absl::EndsWith(config.address, ":0")) {
     config.address = absl::StrCat(config.address.substr(0, config.address.size() - 1), (*metrics_server)->port());
   }
-  Log(absl::StrCat("metrics at http://", config.address, "/metrics"));
+  log(absl::StrCat("metrics at http://", config.address, "/metrics"));
 
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeCoordinatorChannel(config.coordinator, config.coordinator_ca);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = make_coordinator_channel(config.coordinator, config.coordinator_ca);
   if (!channel.ok()) {
     std::fprintf(stderr, "fp8-worker: %s\n", std::string(channel.status().message()).c_str());
     return 2;
   }
-  InstallSignalHandlers();
+  install_signal_handlers();
 
   const std::chrono::milliseconds deadline(5000);
   // Declared before the slots: their ranks' output readers write into it until the
   // supervisors are gone.
-  LogForwarder forwarder(MakeAppendLogsSender(config.coordinator_ca, deadline), LogForwarder::Options{});
-  const std::vector<std::string> environment = CurrentEnvironment();
+  LogForwarder forwarder(make_append_logs_sender(config.coordinator_ca, deadline), LogForwarder::Options{});
+  const std::vector<std::string> environment = current_environment();
   std::vector<std::unique_ptr<Slot>> slots;
-  for (const WorkerConfig& slot_config : SlotConfigs(config)) {
+  for (const WorkerConfig& slot_config : slot_configs(config)) {
     slots.push_back(std::make_unique<Slot>(slot_config, *channel, forwarder, environment, metric_families));
   }
-  if (slots.size() > 1) Log(absl::StrCat(slots.size(), " slots: ", config.device_name));
+  if (slots.size() > 1) log(absl::StrCat(slots.size(), " slots: ", config.device_name));
 
   std::atomic<bool> any_failed{false};
   std::vector<std::thread> threads;
   for (auto& slot : slots) {
     threads.emplace_back([&slot, &any_failed] {
-      if (slot->session.Run(g_stop_requests).ok()) return;  // a failure was logged by the session
+      if (slot->session.run(g_stop_requests).ok()) return;  // a failure was logged by the session
       any_failed = true;
       // Stop the other slots as a first stop request would (a signal after it is then a
       // second one, which kills the ranks at once).
@@ -162,6 +162,6 @@ int main(int argc, char** argv) {
   }
   for (std::thread& t : threads) t.join();
   if (any_failed) return 1;
-  Log("stopped");
+  log("stopped");
   return 0;
 }

@@ -16,7 +16,7 @@ struct RankKey {
   auto operator<=>(const RankKey&) const = default;
   bool operator==(const RankKey&) const = default;
   // "job-7 attempt 2 rank 1", for log lines.
-  std::string ToString() const { return absl::StrCat(job_id, " attempt ", attempt, " rank ", rank); }
+  std::string to_string() const { return absl::StrCat(job_id, " attempt ", attempt, " rank ", rank); }
 };
 
 }  // namespace fp8::worker

@@ -21,7 +21,7 @@ namespace {
 // when a grandchild holds its write end open.
 constexpr std::chrono::seconds kDrainAfterExit{2};
 
-std::string ErrnoText(int err) { return std::strerror(err); }
+std::string errno_text(int err) { return std::strerror(err); }
 
 // RAII for the posix_spawn attribute objects.
 struct SpawnSetup {
@@ -37,7 +37,7 @@ struct SpawnSetup {
   }
 };
 
-std::vector<char*> CStrings(const std::vector<std::string>& v) {
+std::vector<char*> c_strings(const std::vector<std::string>& v) {
   std::vector<char*> out;
   out.reserve(v.size() + 1);
   for (const std::string& s : v) out.push_back(const_cast<char*>(s.c_str()));
@@ -47,18 +47,18 @@ std::vector<char*> CStrings(const std::vector<std::string>& v) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Spawn(const std::vector<std::string>& argv,
+absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::spawn(const std::vector<std::string>& argv,
                                                                  const std::vector<std::string>& env,
                                                                  const std::string& log_path, LineSink sink) {
   if (argv.empty()) return absl::InvalidArgumentError("no program to run");
   const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) return absl::InternalError(absl::StrCat("cannot open ", log_path, ": ", ErrnoText(errno)));
+  if (log_fd < 0) return absl::InternalError(absl::StrCat("cannot open ", log_path, ": ", errno_text(errno)));
   int fds[2];
   // Close-on-exec, so that no other child (spawned concurrently) inherits this pipe.
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     const int err = errno;
     ::close(log_fd);
-    return absl::InternalError(absl::StrCat("cannot create a pipe for ", argv[0], ": ", ErrnoText(err)));
+    return absl::InternalError(absl::StrCat("cannot create a pipe for ", argv[0], ": ", errno_text(err)));
   }
 
   SpawnSetup s;
@@ -78,22 +78,22 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Spawn(const std::vecto
   posix_spawnattr_setsigdefault(&s.attr, &defaults);
   posix_spawnattr_setflags(&s.attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
 
-  std::vector<char*> c_argv = CStrings(argv);
-  std::vector<char*> c_env = CStrings(env);
+  std::vector<char*> c_argv = c_strings(argv);
+  std::vector<char*> c_env = c_strings(env);
   pid_t pid = -1;
   const int err = ::posix_spawn(&pid, argv[0].c_str(), &s.actions, &s.attr, c_argv.data(), c_env.data());
   ::close(fds[1]);
   if (err != 0) {
     ::close(fds[0]);
     ::close(log_fd);
-    return absl::FailedPreconditionError(absl::StrCat("cannot run ", argv[0], ": ", ErrnoText(err)));
+    return absl::FailedPreconditionError(absl::StrCat("cannot run ", argv[0], ": ", errno_text(err)));
   }
   return std::unique_ptr<RankProcess>(new RankProcess(pid, fds[0], log_fd, std::move(sink)));
 }
 
 RankProcess::RankProcess(pid_t pid, int pipe_fd, int log_fd, LineSink sink)
     : pid_(pid), pipe_fd_(pipe_fd), log_fd_(log_fd), sink_(std::move(sink)) {
-  reader_ = std::thread([this] { ReadLoop(); });
+  reader_ = std::thread([this] { read_loop(); });
 }
 
 RankProcess::~RankProcess() {
@@ -103,12 +103,12 @@ RankProcess::~RankProcess() {
     while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
   }
-  StopReader();
+  stop_reader();
   ::close(pipe_fd_);
   ::close(log_fd_);
 }
 
-void RankProcess::Signal(int sig) {
+void RankProcess::signal(int sig) {
   if (reaped_) return;
   // The group id is the child's pid (setpgroup 0); the child itself may have left the
   // group, so signal it directly too.
@@ -116,7 +116,7 @@ void RankProcess::Signal(int sig) {
   ::kill(pid_, sig);
 }
 
-std::optional<ProcessExit> RankProcess::Poll() {
+std::optional<ProcessExit> RankProcess::poll() {
   if (finished_) return exit_;
   if (!reaped_) {
     int status = 0;
@@ -135,35 +135,35 @@ std::optional<ProcessExit> RankProcess::Poll() {
     ::kill(-pid_, SIGKILL);
   }
   if (!reader_done_.load() && std::chrono::steady_clock::now() - reaped_at_ < kDrainAfterExit) return std::nullopt;
-  StopReader();
+  stop_reader();
   finished_ = true;
   return exit_;
 }
 
-std::string RankProcess::LastLine() const {
+std::string RankProcess::last_line() const {
   std::lock_guard<std::mutex> lock(mu_);
   return last_line_;
 }
 
-void RankProcess::StopReader() {
+void RankProcess::stop_reader() {
   stop_reader_.store(true);
   if (reader_.joinable()) reader_.join();
 }
 
-void RankProcess::HandleLine(absl::string_view raw) {
-  const std::string line = CleanLine(raw);
+void RankProcess::handle_line(absl::string_view raw) {
+  const std::string line = clean_line(raw);
   lines_.fetch_add(1);
-  if (HasText(line)) {
+  if (has_text(line)) {
     std::lock_guard<std::mutex> lock(mu_);
     last_line_ = line;
   }
   if (sink_) sink_(line, absl::ToUnixMillis(absl::Now()));
 }
 
-void RankProcess::ReadLoop() {
+void RankProcess::read_loop() {
   std::string pending;  // bytes of a line not yet ended by '\n'
   char buf[16384];
-  // poll() with a timeout rather than a blocking read, so that StopReader() is heard even
+  // poll() with a timeout rather than a blocking read, so that stop_reader() is heard even
   // when the pipe never reaches end of file.
   while (!stop_reader_.load()) {
     pollfd p{pipe_fd_, POLLIN, 0};
@@ -183,16 +183,16 @@ void RankProcess::ReadLoop() {
     pending.append(buf, static_cast<size_t>(n));
     size_t start = 0;
     for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-      HandleLine(absl::string_view(pending).substr(start, nl - start));
+      handle_line(absl::string_view(pending).substr(start, nl - start));
     }
     pending.erase(0, start);
     // A "line" without a newline for this long is forwarded in pieces.
     if (pending.size() > 64 * 1024) {
-      HandleLine(pending);
+      handle_line(pending);
       pending.clear();
     }
   }
-  if (!pending.empty()) HandleLine(pending);
+  if (!pending.empty()) handle_line(pending);
   reader_done_.store(true);
 }
 

@@ -44,7 +44,7 @@ class RankProcess {
   // argv[0] must be a path (no PATH search); env is the child's whole environment
   // ("NAME=value"). log_path is created or appended to. Fails (nothing left running) when
   // the log cannot be opened or the program cannot be executed; the message says which.
-  static absl::StatusOr<std::unique_ptr<RankProcess>> Spawn(const std::vector<std::string>& argv,
+  static absl::StatusOr<std::unique_ptr<RankProcess>> spawn(const std::vector<std::string>& argv,
                                                             const std::vector<std::string>& env,
                                                             const std::string& log_path, LineSink sink);
 
@@ -57,23 +57,23 @@ class RankProcess {
 
   // Sends sig to the whole process group; nothing once the child has been reaped (its
   // ids may belong to someone else by then).
-  void Signal(int sig);
+  void signal(int sig);
 
   // Non-blocking. The exit once the child has been reaped and its output read to the end
   // (or for at most a couple of seconds more when something it started keeps the pipe
   // open); nullopt while it runs. Once it returned an exit it returns the same again.
-  std::optional<ProcessExit> Poll();
+  std::optional<ProcessExit> poll();
 
   // The last line of output holding more than whitespace ("" if none yet).
-  std::string LastLine() const;
+  std::string last_line() const;
   // Whether the child has written anything yet.
-  bool HasOutput() const { return lines_.load() > 0; }
+  bool has_output() const { return lines_.load() > 0; }
 
  private:
   RankProcess(pid_t pid, int pipe_fd, int log_fd, LineSink sink);
-  void ReadLoop();
-  void HandleLine(absl::string_view raw);
-  void StopReader();
+  void read_loop();
+  void handle_line(absl::string_view raw);
+  void stop_reader();
 
   const pid_t pid_;
   const int pipe_fd_;

@@ -3,8 +3,8 @@
 // exits into reports. Single-threaded: the session loop calls everything here; the only
 // other threads are each process's output reader and the log forwarder.
 //
-// Nothing here blocks: a stop sets a deadline that Poll() enforces, and exits are found
-// with waitpid(WNOHANG) on each Poll(), so no zombie outlives the next poll.
+// Nothing here blocks: a stop sets a deadline that poll() enforces, and exits are found
+// with waitpid(WNOHANG) on each poll(), so no zombie outlives the next poll.
 #pragma once
 
 #include <chrono>
@@ -44,25 +44,25 @@ class RankSupervisor {
   // Writes the spec to <rank dir>/job.yaml and spawns the trainer. A rank already running
   // is left alone (a repeated command); one that cannot be started becomes an exit with
   // code 127 and the reason.
-  void Start(const v1::StartRank& start);
+  void start(const v1::StartRank& start);
   // Every rank of the attempt: SIGTERM now and SIGKILL grace_seconds later (at once for 0).
   // A second stop can shorten the grace, never lengthen it.
-  void Stop(const std::string& job_id, int attempt, int grace_seconds, const std::string& reason);
-  void StopAll(int grace_seconds, const std::string& reason);
+  void stop(const std::string& job_id, int attempt, int grace_seconds, const std::string& reason);
+  void stop_all(int grace_seconds, const std::string& reason);
 
   // Reaps exited ranks, sends the SIGKILLs that are due. Call often (every ~50 ms).
-  void Poll();
+  void poll();
   // The exits found since the last call, in the order found.
-  std::vector<RankExit> TakeExits();
+  std::vector<RankExit> take_exits();
   // Whether an exited rank's output has all gone to the coordinator (or been dropped):
   // once every rank has exited the attempt ends and its token, which the log calls use,
   // is revoked, so its exit is reported after them.
-  bool LogsDelivered(const RankKey& key) const;
+  bool logs_delivered(const RankKey& key) const;
 
   // Ranks not yet exited (as heartbeats and re-registration carry them).
-  std::vector<v1::RankStatus> Statuses() const;
-  bool Empty() const { return ranks_.empty(); }
-  size_t Size() const { return ranks_.size(); }
+  std::vector<v1::RankStatus> statuses() const;
+  bool empty() const { return ranks_.empty(); }
+  size_t size() const { return ranks_.size(); }
 
  private:
   struct Rank {
@@ -71,9 +71,9 @@ class RankSupervisor {
     bool killed = false;
   };
 
-  v1::RankStatus StatusOf(const RankKey& key, const Rank& r) const;
-  void SpawnFailed(const RankKey& key, const std::string& why, int exit_code);
-  void StopRank(Rank& r, int grace_seconds);
+  v1::RankStatus status_of(const RankKey& key, const Rank& r) const;
+  void spawn_failed(const RankKey& key, const std::string& why, int exit_code);
+  void stop_rank(Rank& r, int grace_seconds);
 
   const WorkerConfig config_;
   LogForwarder* const forwarder_;

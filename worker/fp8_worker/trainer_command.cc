@@ -14,7 +14,7 @@ namespace fp8::worker {
 namespace {
 
 // The job id becomes a folder name: refuse anything that could climb out of work_dir.
-bool IsPlainName(const std::string& s) {
+bool is_plain_name(const std::string& s) {
   if (s.empty() || s.size() > 200 || s == "." || s == "..") return false;
   for (char c : s) {
     if (c == '/' || c == '\0') return false;
@@ -24,19 +24,19 @@ bool IsPlainName(const std::string& s) {
 
 }  // namespace
 
-std::string RankDir(const std::string& work_dir, const std::string& job_id, int attempt, int rank) {
+std::string rank_dir(const std::string& work_dir, const std::string& job_id, int attempt, int rank) {
   return absl::StrCat(work_dir, "/", job_id, "/attempt-", attempt, "/rank-", rank);
 }
 
-std::vector<std::string> CurrentEnvironment() {
+std::vector<std::string> current_environment() {
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.emplace_back(*e);
   return env;
 }
 
-absl::StatusOr<TrainerCommand> BuildTrainerCommand(const v1::StartRank& start, const WorkerConfig& config,
+absl::StatusOr<TrainerCommand> build_trainer_command(const v1::StartRank& start, const WorkerConfig& config,
                                                    const std::vector<std::string>& base_env) {
-  if (!IsPlainName(start.job_id())) {
+  if (!is_plain_name(start.job_id())) {
     return absl::InvalidArgumentError(
         absl::StrCat("StartRank.job_id '", start.job_id(), "' is not a plain folder name"));
   }
@@ -55,13 +55,13 @@ absl::StatusOr<TrainerCommand> BuildTrainerCommand(const v1::StartRank& start, c
   // on the host that will open them (a link may have appeared since), and the trainer
   // opens them beneath the roots itself.
   if (!start.data_root().empty()) {
-    if (fs_confined::IsGlobPattern(start.spec().data().path())) {
+    if (fs_confined::is_glob_pattern(start.spec().data().path())) {
       absl::StatusOr<fs_confined::OpenMatches> shards =
-          fs_confined::OpenMatchesBeneath(start.data_root(), start.spec().data().path(), "spec.data.path");
+          fs_confined::open_matches_beneath(start.data_root(), start.spec().data().path(), "spec.data.path");
       if (!shards.ok()) return shards.status();
     } else {
       absl::StatusOr<fs_confined::UniqueFd> data =
-          fs_confined::OpenFileBeneath(start.data_root(), start.spec().data().path(), "spec.data.path");
+          fs_confined::open_file_beneath(start.data_root(), start.spec().data().path(), "spec.data.path");
       if (!data.ok()) return data.status();
     }
     const v1::DataSpec& d = start.spec().data();
@@ -69,23 +69,23 @@ absl::StatusOr<TrainerCommand> BuildTrainerCommand(const v1::StartRank& start, c
                                     std::tuple{d.has_tokenizer_model(), d.tokenizer_model(),
                                                "spec.data.tokenizer_model"}}) {
       if (!has) continue;
-      absl::StatusOr<fs_confined::UniqueFd> file = fs_confined::OpenFileBeneath(start.data_root(), path, field);
+      absl::StatusOr<fs_confined::UniqueFd> file = fs_confined::open_file_beneath(start.data_root(), path, field);
       if (!file.ok()) return file.status();
     }
     if (start.spec().model().has_init_from()) {
       absl::StatusOr<fs_confined::UniqueFd> dir =
-          fs_confined::OpenDirBeneath(start.data_root(), start.spec().model().init_from(), "spec.model.init_from");
+          fs_confined::open_dir_beneath(start.data_root(), start.spec().model().init_from(), "spec.model.init_from");
       if (!dir.ok()) return dir.status();
     }
   }
   if (!start.checkpoint_root().empty() &&
-      !fs_confined::IsBeneath(start.checkpoint_root(), start.spec().checkpoint().dir())) {
+      !fs_confined::is_beneath(start.checkpoint_root(), start.spec().checkpoint().dir())) {
     return absl::InvalidArgumentError(absl::StrCat("spec.checkpoint.dir '", start.spec().checkpoint().dir(),
                                                    "' is not beneath ", start.checkpoint_root()));
   }
 
   TrainerCommand cmd;
-  cmd.rank_dir = RankDir(config.work_dir, start.job_id(), start.attempt(), start.rank());
+  cmd.rank_dir = rank_dir(config.work_dir, start.job_id(), start.attempt(), start.rank());
   cmd.config_path = cmd.rank_dir + "/job.yaml";
   cmd.log_path = cmd.rank_dir + "/output.log";
   cmd.argv = {config.trainer,

@@ -33,15 +33,15 @@ struct TrainerCommand {
 };
 
 // <work_dir>/<job_id>/attempt-<attempt>/rank-<rank>.
-std::string RankDir(const std::string& work_dir, const std::string& job_id, int attempt, int rank);
+std::string rank_dir(const std::string& work_dir, const std::string& job_id, int attempt, int rank);
 
 // base_env: the daemon's environment ("NAME=value" entries). InvalidArgument, naming the
 // field, for a StartRank that cannot be run (a job id that is not a plain folder name, a
 // rank outside [0, world_size), an attempt < 1, no trainer token or coordinator address).
-absl::StatusOr<TrainerCommand> BuildTrainerCommand(const v1::StartRank& start, const WorkerConfig& config,
+absl::StatusOr<TrainerCommand> build_trainer_command(const v1::StartRank& start, const WorkerConfig& config,
                                                    const std::vector<std::string>& base_env);
 
 // The daemon's own environment as "NAME=value" entries.
-std::vector<std::string> CurrentEnvironment();
+std::vector<std::string> current_environment();
 
 }  // namespace fp8::worker

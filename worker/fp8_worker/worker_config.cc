@@ -33,20 +33,20 @@ struct Setting {
   std::string from;
 };
 
-Setting Pick(const CLI::Option* flag, const std::string& flag_value, const EnvLookup& env,
+Setting pick(const CLI::Option* flag, const std::string& flag_value, const EnvLookup& env,
              const std::string& var) {
   if (flag->count() > 0) return {flag_value, flag->get_name()};
   if (std::optional<std::string> v = env(var); v.has_value() && !v->empty()) return {*v, var};
   return {std::nullopt, ""};
 }
 
-absl::Status Bad(const Setting& s, absl::string_view why) {
+absl::Status bad(const Setting& s, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(s.from, " '", *s.value, "': ", why));
 }
 
-absl::Status ParseAddress(const Setting& s, std::string* address, std::string* host) {
-  absl::StatusOr<std::string> h = HostOfAddress(*s.value);
-  if (!h.ok()) return Bad(s, h.status().message());
+absl::Status parse_address(const Setting& s, std::string* address, std::string* host) {
+  absl::StatusOr<std::string> h = host_of_address(*s.value);
+  if (!h.ok()) return bad(s, h.status().message());
   *address = *s.value;
   *host = *h;
   return absl::OkStatus();
@@ -55,23 +55,23 @@ absl::Status ParseAddress(const Setting& s, std::string* address, std::string* h
 constexpr char kDeviceForms[] = "expected cpu, cuda:<N>, a list cuda:<N>,<M>,... or cuda:all";
 
 // "0,1,3" -> {0, 1, 3}: GPU indices, each written once.
-absl::Status ParseCudaList(const Setting& s, absl::string_view list, std::vector<int>* out) {
+absl::Status parse_cuda_list(const Setting& s, absl::string_view list, std::vector<int>* out) {
   for (absl::string_view item : absl::StrSplit(list, ',')) {
     int index = -1;
     if (item.empty() || !std::all_of(item.begin(), item.end(), [](char ch) { return absl::ascii_isdigit(ch); }) ||
         !absl::SimpleAtoi(item, &index) || index < 0) {
-      return Bad(s, absl::StrCat(kDeviceForms, "; ", item.empty() ? "the list has an empty item" :
+      return bad(s, absl::StrCat(kDeviceForms, "; ", item.empty() ? "the list has an empty item" :
                                  absl::StrCat("'", item, "' is not a GPU index")));
     }
     if (std::find(out->begin(), out->end(), index) != out->end()) {
-      return Bad(s, absl::StrCat("cuda:", index, " is listed twice (each GPU is one slot)"));
+      return bad(s, absl::StrCat("cuda:", index, " is listed twice (each GPU is one slot)"));
     }
     out->push_back(index);
   }
   return absl::OkStatus();
 }
 
-absl::Status ParseDevice(const Setting& s, const CudaDeviceCounter& count_cuda_devices, WorkerConfig* c) {
+absl::Status parse_device(const Setting& s, const CudaDeviceCounter& count_cuda_devices, WorkerConfig* c) {
   const std::string& v = *s.value;
   if (v == "cpu") {
     c->device_kind = v1::ResourceSpec::CPU;
@@ -79,16 +79,16 @@ absl::Status ParseDevice(const Setting& s, const CudaDeviceCounter& count_cuda_d
     c->cuda_devices.clear();
     return absl::OkStatus();
   }
-  if (!absl::StartsWith(v, "cuda:") || v.size() == 5) return Bad(s, kDeviceForms);
+  if (!absl::StartsWith(v, "cuda:") || v.size() == 5) return bad(s, kDeviceForms);
   std::vector<int> devices;
   if (v == "cuda:all") {
     absl::StatusOr<int> count = count_cuda_devices();
-    if (!count.ok()) return Bad(s, absl::StrCat("cannot count the GPUs: ", count.status().message()));
+    if (!count.ok()) return bad(s, absl::StrCat("cannot count the GPUs: ", count.status().message()));
     if (*count <= 0) {
-      return Bad(s, "the CUDA runtime sees no GPU on this host (check the driver and CUDA_VISIBLE_DEVICES)");
+      return bad(s, "the CUDA runtime sees no GPU on this host (check the driver and CUDA_VISIBLE_DEVICES)");
     }
     for (int i = 0; i < *count; ++i) devices.push_back(i);
-  } else if (absl::Status st = ParseCudaList(s, absl::string_view(v).substr(5), &devices); !st.ok()) {
+  } else if (absl::Status st = parse_cuda_list(s, absl::string_view(v).substr(5), &devices); !st.ok()) {
     return st;
   }
   c->device_kind = v1::ResourceSpec::CUDA;
@@ -97,44 +97,44 @@ absl::Status ParseDevice(const Setting& s, const CudaDeviceCounter& count_cuda_d
   return absl::OkStatus();
 }
 
-absl::Status ParseInt(const Setting& s, int lo, int hi, int* out) {
+absl::Status parse_int(const Setting& s, int lo, int hi, int* out) {
   int v = 0;
   if (!absl::SimpleAtoi(*s.value, &v) || v < lo || v > hi) {
-    return Bad(s, absl::StrCat("expected a whole number in [", lo, ", ", hi, "]"));
+    return bad(s, absl::StrCat("expected a whole number in [", lo, ", ", hi, "]"));
   }
   *out = v;
   return absl::OkStatus();
 }
 
-absl::Status ParseGb(const Setting& s, double* out) {
+absl::Status parse_gb(const Setting& s, double* out) {
   double v = 0;
   if (!absl::SimpleAtod(*s.value, &v) || !(v >= 0) || v > 1e9) {
-    return Bad(s, "expected a number of GiB >= 0 (0 = unknown)");
+    return bad(s, "expected a number of GiB >= 0 (0 = unknown)");
   }
   *out = v;
   return absl::OkStatus();
 }
 
-std::string Absolute(const std::string& path) {
+std::string absolute(const std::string& path) {
   std::error_code ec;
   fs::path p = fs::absolute(path, ec);
   return ec ? path : p.lexically_normal().string();
 }
 
-bool IsExecutableFile(const std::string& path) {
+bool is_executable_file(const std::string& path) {
   struct stat st{};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
 // fp8-train installed next to fp8-worker (build/<preset>/bin holds both).
-std::string TrainerNextToSelf() {
+std::string trainer_next_to_self() {
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return "fp8-train";
   return (self.parent_path() / "fp8-train").string();
 }
 
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path, const std::string& from) {
+absl::StatusOr<std::string> read_token_file(const std::string& path, const std::string& from) {
   std::ifstream in(path);
   if (!in) {
     return absl::InvalidArgumentError(absl::StrCat(from, " '", path, "': cannot read the worker token file"));
@@ -148,7 +148,7 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path, const std::st
   return token;
 }
 
-std::string NoTokenMessage() {
+std::string no_token_message() {
   return absl::StrCat(
       "no worker token: fp8-worker needs the coordinator's worker token to register. Ask the "
       "coordinator's operator for it, then put it in ./", kDefaultTokenFile,
@@ -156,10 +156,10 @@ std::string NoTokenMessage() {
 }
 
 // Precedence: --token-file, FP8_WORKER_TOKEN, FP8_WORKER_TOKEN_FILE, ./fp8-worker.token.
-absl::Status ResolveToken(const CLI::Option* flag, const std::string& flag_value, const EnvLookup& env,
+absl::Status resolve_token(const CLI::Option* flag, const std::string& flag_value, const EnvLookup& env,
                           WorkerConfig* c) {
   if (flag->count() > 0) {
-    absl::StatusOr<std::string> t = ReadTokenFile(flag_value, "--token-file");
+    absl::StatusOr<std::string> t = read_token_file(flag_value, "--token-file");
     if (!t.ok()) return t.status();
     c->token = *t;
     c->token_source = absl::StrCat("--token-file ", flag_value);
@@ -174,24 +174,24 @@ absl::Status ResolveToken(const CLI::Option* flag, const std::string& flag_value
     }
   }
   if (std::optional<std::string> v = env("FP8_WORKER_TOKEN_FILE"); v.has_value() && !v->empty()) {
-    absl::StatusOr<std::string> t = ReadTokenFile(*v, "FP8_WORKER_TOKEN_FILE");
+    absl::StatusOr<std::string> t = read_token_file(*v, "FP8_WORKER_TOKEN_FILE");
     if (!t.ok()) return t.status();
     c->token = *t;
     c->token_source = absl::StrCat("FP8_WORKER_TOKEN_FILE ", *v);
     return absl::OkStatus();
   }
   std::error_code ec;
-  if (!fs::exists(kDefaultTokenFile, ec)) return absl::NotFoundError(NoTokenMessage());
-  absl::StatusOr<std::string> t = ReadTokenFile(kDefaultTokenFile, "default token file");
-  if (!t.ok()) return absl::NotFoundError(absl::StrCat(t.status().message(), "; ", NoTokenMessage()));
+  if (!fs::exists(kDefaultTokenFile, ec)) return absl::NotFoundError(no_token_message());
+  absl::StatusOr<std::string> t = read_token_file(kDefaultTokenFile, "default token file");
+  if (!t.ok()) return absl::NotFoundError(absl::StrCat(t.status().message(), "; ", no_token_message()));
   c->token = *t;
-  c->token_source = Absolute(kDefaultTokenFile);
+  c->token_source = absolute(kDefaultTokenFile);
   return absl::OkStatus();
 }
 
 }  // namespace
 
-EnvLookup ProcessEnv() {
+EnvLookup process_env() {
   return [](const std::string& name) -> std::optional<std::string> {
     const char* v = std::getenv(name.c_str());
     if (v == nullptr) return std::nullopt;
@@ -199,7 +199,7 @@ EnvLookup ProcessEnv() {
   };
 }
 
-absl::StatusOr<std::string> HostOfAddress(absl::string_view address) {
+absl::StatusOr<std::string> host_of_address(absl::string_view address) {
   absl::string_view host;
   absl::string_view port;
   if (absl::StartsWith(address, "[")) {
@@ -226,7 +226,7 @@ absl::StatusOr<std::string> HostOfAddress(absl::string_view address) {
   return std::string(host);
 }
 
-std::vector<WorkerConfig> SlotConfigs(const WorkerConfig& config) {
+std::vector<WorkerConfig> slot_configs(const WorkerConfig& config) {
   if (config.cuda_devices.size() <= 1) return {config};
   std::vector<WorkerConfig> slots;
   for (int index : config.cuda_devices) {
@@ -239,12 +239,12 @@ std::vector<WorkerConfig> SlotConfigs(const WorkerConfig& config) {
   return slots;
 }
 
-absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::string>& args,
+absl::StatusOr<ParsedCommandLine> parse_worker_config(const std::vector<std::string>& args,
                                                     const EnvLookup& env) {
-  return ParseWorkerConfig(args, env, CountCudaDevices);
+  return parse_worker_config(args, env, count_cuda_devices);
 }
 
-absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::string>& args, const EnvLookup& env,
+absl::StatusOr<ParsedCommandLine> parse_worker_config(const std::vector<std::string>& args, const EnvLookup& env,
                                                     const CudaDeviceCounter& count_cuda_devices) {
   CLI::App app("fp8-worker: offers this machine's device to the fp8 coordinator and runs the "
                "fp8-train ranks it assigns. Every flag can also come from the environment "
@@ -293,54 +293,54 @@ absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::strin
 
   ParsedCommandLine out;
   WorkerConfig& c = out.config;
-  if (Setting s = Pick(o_coordinator, coordinator, env, "FP8_COORDINATOR"); s.value) {
+  if (Setting s = pick(o_coordinator, coordinator, env, "FP8_COORDINATOR"); s.value) {
     std::string host;
-    if (absl::Status st = ParseAddress(s, &c.coordinator, &host); !st.ok()) return st;
+    if (absl::Status st = parse_address(s, &c.coordinator, &host); !st.ok()) return st;
   }
-  if (Setting s = Pick(o_device, device, env, "FP8_DEVICE"); s.value) {
-    if (absl::Status st = ParseDevice(s, count_cuda_devices, &c); !st.ok()) return st;
+  if (Setting s = pick(o_device, device, env, "FP8_DEVICE"); s.value) {
+    if (absl::Status st = parse_device(s, count_cuda_devices, &c); !st.ok()) return st;
   }
-  if (Setting s = Pick(o_address, address, env, "FP8_WORKER_ADDRESS"); s.value) {
-    if (absl::Status st = ParseAddress(s, &c.address, &c.listen_host); !st.ok()) return st;
+  if (Setting s = pick(o_address, address, env, "FP8_WORKER_ADDRESS"); s.value) {
+    if (absl::Status st = parse_address(s, &c.address, &c.listen_host); !st.ok()) return st;
   }
   c.metrics_address = c.address;
-  if (Setting s = Pick(o_metrics, metrics_address, env, "FP8_WORKER_METRICS_ADDRESS"); s.value) {
+  if (Setting s = pick(o_metrics, metrics_address, env, "FP8_WORKER_METRICS_ADDRESS"); s.value) {
     std::string host;
-    if (absl::Status st = ParseAddress(s, &c.metrics_address, &host); !st.ok()) return st;
+    if (absl::Status st = parse_address(s, &c.metrics_address, &host); !st.ok()) return st;
   }
-  if (Setting s = Pick(o_cpus, cpus, env, "FP8_WORKER_CPUS"); s.value) {
-    if (absl::Status st = ParseInt(s, 0, 1 << 20, &c.cpus); !st.ok()) return st;
+  if (Setting s = pick(o_cpus, cpus, env, "FP8_WORKER_CPUS"); s.value) {
+    if (absl::Status st = parse_int(s, 0, 1 << 20, &c.cpus); !st.ok()) return st;
   }
-  if (Setting s = Pick(o_memory, memory_gb, env, "FP8_WORKER_MEMORY_GB"); s.value) {
-    if (absl::Status st = ParseGb(s, &c.memory_gb); !st.ok()) return st;
+  if (Setting s = pick(o_memory, memory_gb, env, "FP8_WORKER_MEMORY_GB"); s.value) {
+    if (absl::Status st = parse_gb(s, &c.memory_gb); !st.ok()) return st;
   }
-  if (Setting s = Pick(o_grace, grace, env, "FP8_STOP_GRACE_DEFAULT"); s.value) {
-    if (absl::Status st = ParseInt(s, 0, 3600, &c.stop_grace_default_s); !st.ok()) return st;
+  if (Setting s = pick(o_grace, grace, env, "FP8_STOP_GRACE_DEFAULT"); s.value) {
+    if (absl::Status st = parse_int(s, 0, 3600, &c.stop_grace_default_s); !st.ok()) return st;
   }
-  if (Setting s = Pick(o_ca, ca, env, "FP8_COORDINATOR_CA"); s.value) {
+  if (Setting s = pick(o_ca, ca, env, "FP8_COORDINATOR_CA"); s.value) {
     std::ifstream in(*s.value);
-    if (!in) return Bad(s, "cannot read the TLS root certificates file");
-    c.coordinator_ca = Absolute(*s.value);
+    if (!in) return bad(s, "cannot read the TLS root certificates file");
+    c.coordinator_ca = absolute(*s.value);
   }
   {
-    Setting s = Pick(o_work_dir, work_dir, env, "FP8_WORKER_DIR");
+    Setting s = pick(o_work_dir, work_dir, env, "FP8_WORKER_DIR");
     std::string dir = s.value.value_or("");
     if (dir.empty()) {  // one folder per device, so that two workers on a host stay apart
       // Several GPUs share one (each slot in a cuda-<N> folder of it, SlotConfigs).
       dir = "fp8-worker-" + (c.cuda_devices.size() > 1 ? std::string("cuda") : c.device_name);
       std::replace(dir.begin(), dir.end(), ':', '-');
     }
-    c.work_dir = Absolute(dir);
+    c.work_dir = absolute(dir);
   }
   {
-    Setting s = Pick(o_trainer, trainer, env, "FP8_TRAINER");
-    if (!s.value) s = {TrainerNextToSelf(), "default trainer (next to fp8-worker)"};
-    if (!IsExecutableFile(*s.value)) {
-      return Bad(s, "not an executable file; build fp8-train or pass --trainer PATH (FP8_TRAINER)");
+    Setting s = pick(o_trainer, trainer, env, "FP8_TRAINER");
+    if (!s.value) s = {trainer_next_to_self(), "default trainer (next to fp8-worker)"};
+    if (!is_executable_file(*s.value)) {
+      return bad(s, "not an executable file; build fp8-train or pass --trainer PATH (FP8_TRAINER)");
     }
-    c.trainer = Absolute(*s.value);
+    c.trainer = absolute(*s.value);
   }
-  if (absl::Status st = ResolveToken(o_token, token_file, env, &c); !st.ok()) return st;
+  if (absl::Status st = resolve_token(o_token, token_file, env, &c); !st.ok()) return st;
   return out;
 }
 

@@ -70,7 +70,7 @@ struct WorkerConfig {
 
 // Reads an environment variable; nullopt when unset. Injected so tests need no setenv.
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
-EnvLookup ProcessEnv();
+EnvLookup process_env();
 
 struct ParsedCommandLine {
   // Set for --help / --version: print it to stdout and exit 0.
@@ -85,19 +85,19 @@ using CudaDeviceCounter = std::function<absl::StatusOr<int>()>;
 // args excludes the program name. Errors (exit 2): InvalidArgument for a bad flag or
 // variable, naming it (cuda:all without GPUs included); NotFound when no token was
 // found, saying how to get one. count_cuda_devices is called for cuda:all only.
-absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::string>& args, const EnvLookup& env,
+absl::StatusOr<ParsedCommandLine> parse_worker_config(const std::vector<std::string>& args, const EnvLookup& env,
                                                     const CudaDeviceCounter& count_cuda_devices);
 // The same, counting GPUs with the CUDA runtime.
-absl::StatusOr<ParsedCommandLine> ParseWorkerConfig(const std::vector<std::string>& args,
+absl::StatusOr<ParsedCommandLine> parse_worker_config(const std::vector<std::string>& args,
                                                     const EnvLookup& env);
 
 // One config per slot, each what a single-device worker of that slot would have: for
 // several GPUs, device_name "cuda:<N>", cuda_devices {N} and work_dir <work_dir>/cuda-<N>
 // (so that the slots' rank folders stay apart); the rest (token, coordinator, address,
 // trainer, ...) as given. A single-device config comes back as it is.
-std::vector<WorkerConfig> SlotConfigs(const WorkerConfig& config);
+std::vector<WorkerConfig> slot_configs(const WorkerConfig& config);
 
 // "host:port" or "[v6]:port" -> host (without brackets). InvalidArgument otherwise.
-absl::StatusOr<std::string> HostOfAddress(absl::string_view address);
+absl::StatusOr<std::string> host_of_address(absl::string_view address);
 
 }  // namespace fp8::worker

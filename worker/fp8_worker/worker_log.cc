@@ -9,7 +9,7 @@
 
 namespace fp8::worker {
 
-void Log(absl::string_view text) {
+void log(absl::string_view text) {
   // One mutex so that lines from the session loop and the log forwarder never interleave.
   static std::mutex mu;
   const std::string stamp = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());

@@ -8,6 +8,6 @@
 namespace fp8::worker {
 
 // Thread-safe; each call writes one whole line.
-void Log(absl::string_view text);
+void log(absl::string_view text);
 
 }  // namespace fp8::worker

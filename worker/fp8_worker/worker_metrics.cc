@@ -26,7 +26,7 @@ WorkerMetrics::WorkerMetrics(WorkerMetricFamilies& families, std::string device)
   for (const char* outcome : {"success", "failure", "signal", "stopped"}) f_.rank_exits.with({device_, outcome});
 }
 
-void WorkerMetrics::OnRegistered(const std::string& worker_id) {
+void WorkerMetrics::on_registered(const std::string& worker_id) {
   if (worker_id != worker_id_) {
     f_.info.remove({worker_id_, device_});
     worker_id_ = worker_id;
@@ -35,22 +35,22 @@ void WorkerMetrics::OnRegistered(const std::string& worker_id) {
   f_.connected.with({device_}).set(1);
 }
 
-void WorkerMetrics::OnDisconnected() { f_.connected.with({device_}).set(0); }
+void WorkerMetrics::on_disconnected() { f_.connected.with({device_}).set(0); }
 
-void WorkerMetrics::OnHeartbeat(double round_trip_seconds) {
+void WorkerMetrics::on_heartbeat(double round_trip_seconds) {
   f_.connected.with({device_}).set(1);
   f_.heartbeat.with({device_}).observe(round_trip_seconds);
 }
 
-void WorkerMetrics::OnRankStarted() { f_.rank_starts.with({device_}).inc(); }
+void WorkerMetrics::on_rank_started() { f_.rank_starts.with({device_}).inc(); }
 
-void WorkerMetrics::OnRankExit(const RankExit& exit) { f_.rank_exits.with({device_, Outcome(exit)}).inc(); }
+void WorkerMetrics::on_rank_exit(const RankExit& exit) { f_.rank_exits.with({device_, outcome(exit)}).inc(); }
 
-void WorkerMetrics::SetRanksRunning(size_t ranks) {
+void WorkerMetrics::set_ranks_running(size_t ranks) {
   f_.ranks_running.with({device_}).set(static_cast<double>(ranks));
 }
 
-const char* WorkerMetrics::Outcome(const RankExit& exit) {
+const char* WorkerMetrics::outcome(const RankExit& exit) {
   if (exit.last_status.state() == v1::RankStatus::STOPPING) return "stopped";
   if (exit.signal.has_value()) return "signal";
   return exit.exit_code.value_or(0) == 0 ? "success" : "failure";

@@ -32,15 +32,15 @@ class WorkerMetrics {
   // families outlives this.
   WorkerMetrics(WorkerMetricFamilies& families, std::string device);
 
-  void OnRegistered(const std::string& worker_id);
-  void OnDisconnected();  // an outage, or forgotten by the coordinator
-  void OnHeartbeat(double round_trip_seconds);
-  void OnRankStarted();
-  void OnRankExit(const RankExit& exit);
-  void SetRanksRunning(size_t ranks);
+  void on_registered(const std::string& worker_id);
+  void on_disconnected();  // an outage, or forgotten by the coordinator
+  void on_heartbeat(double round_trip_seconds);
+  void on_rank_started();
+  void on_rank_exit(const RankExit& exit);
+  void set_ranks_running(size_t ranks);
 
   // "success", "failure", "signal" or "stopped" (deploy/METRICS.md).
-  static const char* Outcome(const RankExit& exit);
+  static const char* outcome(const RankExit& exit);
 
  private:
   WorkerMetricFamilies& f_;

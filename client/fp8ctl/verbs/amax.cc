@@ -11,7 +11,7 @@
 
 namespace fp8::ctl {
 
-Verb AddAmaxVerb(CLI::App& app) {
+Verb add_amax_verb(CLI::App& app) {
   struct Args {
     std::string job_id;
     bool by_rank = false;
@@ -25,20 +25,20 @@ Verb AddAmaxVerb(CLI::App& app) {
   cmd->add_flag("--by-rank", a->by_rank,
                 "each rank's own amax per layer and operand at the newest report (every recipe), which rank's is "
                 "largest, and the run's largest so far");
-  AddOutputFlag(cmd, &a->output);
+  add_output_flag(cmd, &a->output);
 
   return {cmd, [a](Session& session) {
-            if (auto e = session.Connect()) return Report(*e);
+            if (auto e = session.connect()) return report(*e);
             v1::GetJobAmaxRequest req;
             req.set_job_id(a->job_id);
             req.set_by_rank(a->by_rank);
             v1::GetJobAmaxResponse response;
-            auto ctx = session.Context();
+            auto ctx = session.context();
             if (grpc::Status s = session.stub().GetJobAmax(ctx.get(), req, &response); !s.ok()) {
-              return Report(session.Error(s, absl::StrCat("amax ", a->job_id)));
+              return report(session.error(s, absl::StrCat("amax ", a->job_id)));
             }
-            if (IsDocument(a->output)) return PrintMessage(response, a->output);
-            std::cout << (a->by_rank ? AmaxByRankReport(a->job_id, response) : AmaxReport(a->job_id, response));
+            if (is_document(a->output)) return print_message(response, a->output);
+            std::cout << (a->by_rank ? amax_by_rank_report(a->job_id, response) : amax_report(a->job_id, response));
             return static_cast<int>(kExitOk);
           }};
 }

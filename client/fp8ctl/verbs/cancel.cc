@@ -11,7 +11,7 @@
 
 namespace fp8::ctl {
 
-Verb AddCancelVerb(CLI::App& app) {
+Verb add_cancel_verb(CLI::App& app) {
   struct Args {
     std::string job_id;
     std::string reason;
@@ -22,28 +22,28 @@ Verb AddCancelVerb(CLI::App& app) {
   cmd->fallthrough();
   cmd->add_option("ID", a->job_id, "job id (job-<n>)")->required();
   cmd->add_option("--reason", a->reason, "why, shown in the job's failure reason (at most 1024 characters)");
-  AddOutputFlag(cmd, &a->output, {OutputFormat::kTable, OutputFormat::kName, OutputFormat::kJson, OutputFormat::kYaml});
+  add_output_flag(cmd, &a->output, {OutputFormat::kTable, OutputFormat::kName, OutputFormat::kJson, OutputFormat::kYaml});
 
   return {cmd, [a](Session& session) {
-            if (auto e = session.Connect()) return Report(*e);
+            if (auto e = session.connect()) return report(*e);
             v1::CancelJobRequest req;
             req.set_job_id(a->job_id);
             req.set_reason(a->reason);
             v1::Job job;
-            auto ctx = session.Context();
+            auto ctx = session.context();
             if (grpc::Status s = session.stub().CancelJob(ctx.get(), req, &job); !s.ok()) {
-              CliError e = session.Error(s, absl::StrCat("cancel ", a->job_id));
+              CliError e = session.error(s, absl::StrCat("cancel ", a->job_id));
               if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
                 e.message = absl::StrCat("cancel ", a->job_id, ": ", s.error_message(), " (it has already ended)");
               }
-              return Report(e);
+              return report(e);
             }
-            if (IsDocument(a->output)) return PrintMessage(job, a->output);
+            if (is_document(a->output)) return print_message(job, a->output);
             if (a->output == OutputFormat::kName) {
-              std::cout << JobName(job.id()) << std::endl;
+              std::cout << job_name(job.id()) << std::endl;
               return static_cast<int>(kExitOk);
             }
-            std::cout << job.id() << " " << JobStateName(job.state());
+            std::cout << job.id() << " " << job_state_name(job.state());
             if (!job.failure_reason().empty()) std::cout << ": " << job.failure_reason();
             std::cout << std::endl;
             return static_cast<int>(kExitOk);

@@ -11,7 +11,7 @@
 
 namespace fp8::ctl {
 
-Verb AddCloneVerb(CLI::App& app) {
+Verb add_clone_verb(CLI::App& app) {
   struct Args {
     std::string job_id;
     std::vector<std::string> sets;
@@ -31,14 +31,14 @@ Verb AddCloneVerb(CLI::App& app) {
                 "queue the job even when no registered worker offers the memory a rank of it needs");
 
   return {cmd, [a](Session& session) {
-            if (auto e = session.Connect()) return Report(*e);
+            if (auto e = session.connect()) return report(*e);
             v1::GetJobRequest get;
             get.set_job_id(a->job_id);
             v1::Job original;
             {
-              auto ctx = session.Context();
+              auto ctx = session.context();
               if (grpc::Status s = session.stub().GetJob(ctx.get(), get, &original); !s.ok()) {
-                return Report(session.Error(s, absl::StrCat("clone ", a->job_id)));
+                return report(session.error(s, absl::StrCat("clone ", a->job_id)));
               }
             }
             v1::SubmitJobRequest req;
@@ -50,15 +50,15 @@ Verb AddCloneVerb(CLI::App& app) {
               req.mutable_spec()->mutable_checkpoint()->set_dir(dir.substr(0, dir.size() - own.size()));
             }
             for (const std::string& set : a->sets) {
-              if (absl::Status s = jobspec::ApplyOverride(*req.mutable_spec(), set); !s.ok()) {
-                return Report({kExitInvalidSpec, absl::StrCat("--set ", set, ": ", s.message(), "; not submitted")});
+              if (absl::Status s = jobspec::apply_override(*req.mutable_spec(), set); !s.ok()) {
+                return report({kExitInvalidSpec, absl::StrCat("--set ", set, ": ", s.message(), "; not submitted")});
               }
             }
             req.set_queue_anyway(a->queue_anyway);
-            if (absl::Status s = rpc::CheckRequestLimits(req); !s.ok()) {
-              return Report({kExitInvalidSpec, absl::StrCat("clone ", a->job_id, ": ", s.message(), "; not submitted")});
+            if (absl::Status s = rpc::check_request_limits(req); !s.ok()) {
+              return report({kExitInvalidSpec, absl::StrCat("clone ", a->job_id, ": ", s.message(), "; not submitted")});
             }
-            return SubmitJob(session, req, absl::StrCat("clone ", a->job_id), a->follow);
+            return submit_job(session, req, absl::StrCat("clone ", a->job_id), a->follow);
           }};
 }
 

@@ -8,7 +8,7 @@
 
 namespace fp8::ctl {
 
-Verb AddCompletionVerb(CLI::App& app) {
+Verb add_completion_verb(CLI::App& app) {
   auto shell = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand(
       "completion",
@@ -20,11 +20,11 @@ Verb AddCompletionVerb(CLI::App& app) {
   const CLI::App* root = &app;
   return {cmd, [shell, root](Session&) {
             if (*shell == "zsh") {
-              std::cout << ZshCompletionScript(*root);
+              std::cout << zsh_completion_script(*root);
             } else if (*shell == "fish") {
-              std::cout << FishCompletionScript(*root);
+              std::cout << fish_completion_script(*root);
             } else {
-              std::cout << BashCompletionScript(*root);
+              std::cout << bash_completion_script(*root);
             }
             return static_cast<int>(kExitOk);
           }};

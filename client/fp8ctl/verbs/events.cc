@@ -13,7 +13,7 @@
 
 namespace fp8::ctl {
 
-Verb AddEventsVerb(CLI::App& app) {
+Verb add_events_verb(CLI::App& app) {
   struct Args {
     std::string job_id;
     OutputFormat output = OutputFormat::kTable;
@@ -23,29 +23,29 @@ Verb AddEventsVerb(CLI::App& app) {
       "events", "list every numerics event of a job (saturation, amax jumps, non-finite loss), one per line");
   cmd->fallthrough();
   cmd->add_option("ID", a->job_id, "job id (job-<n>)")->required();
-  AddOutputFlag(cmd, &a->output);
+  add_output_flag(cmd, &a->output);
 
   return {cmd, [a](Session& session) {
-            if (auto e = session.Connect()) return Report(*e);
-            StoredEventsResult stored = ReadStoredEvents(session, a->job_id);
-            if (!stored.status.ok()) return Report(session.Error(stored.status, absl::StrCat("events ", a->job_id)));
+            if (auto e = session.connect()) return report(*e);
+            StoredEventsResult stored = read_stored_events(session, a->job_id);
+            if (!stored.status.ok()) return report(session.error(stored.status, absl::StrCat("events ", a->job_id)));
             std::vector<v1::JobEvent> numerics;
             for (const v1::JobEvent& e : stored.events) {
               if (e.has_numerics()) numerics.push_back(e);
             }
-            if (IsDocument(a->output)) {
+            if (is_document(a->output)) {
               // {"job_id": ID, "numerics_events": [<JobEvent>...]}, as describe has them.
-              Document list = Document::Array();
-              for (const v1::JobEvent& e : numerics) list.Add(MessageDocument(e));
-              Document doc = Document::Object();
-              doc.Set("job_id", Document::String(a->job_id)).Set("numerics_events", std::move(list));
-              return PrintDocument(doc, a->output);
+              Document list = Document::array();
+              for (const v1::JobEvent& e : numerics) list.add(message_document(e));
+              Document doc = Document::object();
+              doc.set("job_id", Document::of_string(a->job_id)).set("numerics_events", std::move(list));
+              return print_document(doc, a->output);
             }
             if (numerics.empty()) {
               std::cout << a->job_id << " has no numerics events\n";
               return static_cast<int>(kExitOk);
             }
-            std::cout << NumericsEventsTable(numerics);
+            std::cout << numerics_events_table(numerics);
             return static_cast<int>(kExitOk);
           }};
 }

@@ -21,7 +21,7 @@ namespace {
 constexpr std::chrono::seconds kReconnectWindow{60};
 constexpr std::chrono::milliseconds kReconnectPause{500};
 
-int ExitCodeForOutcome(v1::Job::State state) {
+int exit_code_for_outcome(v1::Job::State state) {
   switch (state) {
     case v1::Job::SUCCEEDED: return kExitOk;
     case v1::Job::FAILED: return kExitJobFailed;
@@ -32,7 +32,7 @@ int ExitCodeForOutcome(v1::Job::State state) {
 
 }  // namespace
 
-int FollowJob(Session& session, const std::string& job_id) {
+int follow_job(Session& session, const std::string& job_id) {
   const std::string what = absl::StrCat("follow ", job_id);
   // GetJob first: an unknown id or an unreachable coordinator fails at once with its own
   // exit code (rather than as a stream to retry), and the spec gives the step total.
@@ -40,8 +40,8 @@ int FollowJob(Session& session, const std::string& job_id) {
   {
     v1::GetJobRequest req;
     req.set_job_id(job_id);
-    auto ctx = session.Context();
-    if (grpc::Status s = session.stub().GetJob(ctx.get(), req, &job); !s.ok()) return Report(session.Error(s, what));
+    auto ctx = session.context();
+    if (grpc::Status s = session.stub().GetJob(ctx.get(), req, &job); !s.ok()) return report(session.error(s, what));
   }
   const v1::JobSpec& spec = job.spec();
   FollowPrinter printer(std::cout, ::isatty(STDOUT_FILENO) == 1, spec.train().steps(), spec.resources().world_size(),
@@ -56,21 +56,21 @@ int FollowJob(Session& session, const std::string& job_id) {
     req.set_job_id(job_id);
     req.set_after_sequence(after);
     req.set_include_progress(true);
-    auto ctx = session.Context(/*stream=*/true);
+    auto ctx = session.context(/*stream=*/true);
     std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = session.stub().WatchJob(ctx.get(), req);
     v1::JobEvent event;
     while (reader->Read(&event)) {
       after = event.sequence();
       broken_since = std::chrono::steady_clock::time_point::min();
-      printer.OnEvent(event);
+      printer.on_event(event);
     }
     const grpc::Status status = reader->Finish();
     if (status.ok()) break;
-    printer.Finish();
+    printer.finish();
     // UNAVAILABLE: the connection broke (a coordinator killed or restarting). CANCELLED:
     // this client never cancels the stream, so the coordinator did, shutting down.
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE && status.error_code() != grpc::StatusCode::CANCELLED) {
-      return Report(session.Error(status, what));
+      return report(session.error(status, what));
     }
     const auto now = std::chrono::steady_clock::now();
     if (broken_since == std::chrono::steady_clock::time_point::min()) {
@@ -79,31 +79,31 @@ int FollowJob(Session& session, const std::string& job_id) {
                    what.c_str(), session.config().coordinator.c_str(), status.error_message().c_str(),
                    static_cast<long long>(kReconnectWindow.count()));
     } else if (now - broken_since > kReconnectWindow) {
-      CliError e = session.Error(status, what);
+      CliError e = session.error(status, what);
       e.message += absl::StrCat("; gave up after ", kReconnectWindow.count(), " s of reconnecting");
-      return Report(e);
+      return report(e);
     }
     std::this_thread::sleep_for(kReconnectPause);
   }
   if (printer.final_state().has_value()) {
-    printer.PrintSummary();
-    return ExitCodeForOutcome(*printer.final_state());
+    printer.print_summary();
+    return exit_code_for_outcome(*printer.final_state());
   }
-  printer.Finish();
+  printer.finish();
   // The stream ends only after the final state change, which the printer saw; if an older
   // coordinator ended it otherwise, ask for the state.
   v1::GetJobRequest req;
   req.set_job_id(job_id);
-  auto ctx = session.Context();
-  if (grpc::Status s = session.stub().GetJob(ctx.get(), req, &job); !s.ok()) return Report(session.Error(s, what));
-  if (!IsFinal(job.state())) {
-    return Report({kExitError, absl::StrCat(what, ": the event stream ended while the job is ",
-                                            JobStateName(job.state()))});
+  auto ctx = session.context();
+  if (grpc::Status s = session.stub().GetJob(ctx.get(), req, &job); !s.ok()) return report(session.error(s, what));
+  if (!is_final(job.state())) {
+    return report({kExitError, absl::StrCat(what, ": the event stream ended while the job is ",
+                                            job_state_name(job.state()))});
   }
-  return ExitCodeForOutcome(job.state());
+  return exit_code_for_outcome(job.state());
 }
 
-Verb AddFollowVerb(CLI::App& app) {
+Verb add_follow_verb(CLI::App& app) {
   auto job_id = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand(
       "follow", "stream a job's state changes, attempts and progress until it ends; the exit code is its outcome "
@@ -111,8 +111,8 @@ Verb AddFollowVerb(CLI::App& app) {
   cmd->fallthrough();
   cmd->add_option("ID", *job_id, "job id (job-<n>)")->required();
   return {cmd, [job_id](Session& session) {
-            if (auto e = session.Connect()) return Report(*e);
-            return FollowJob(session, *job_id);
+            if (auto e = session.connect()) return report(*e);
+            return follow_job(session, *job_id);
           }};
 }
 

@@ -13,7 +13,7 @@
 
 namespace fp8::ctl {
 
-Verb AddListVerb(CLI::App& app) {
+Verb add_list_verb(CLI::App& app) {
   struct Args {
     std::vector<std::string> states;
     std::string owner;
@@ -29,7 +29,7 @@ Verb AddListVerb(CLI::App& app) {
       ->type_name("queued|running|restarting|succeeded|failed|cancelled");
   cmd->add_option("--owner", a->owner, "only jobs of this owner");
   cmd->add_flag("--all-pages", a->all_pages, "fetch every page, not only the newest 100 jobs");
-  AddOutputFlag(cmd, &a->output,
+  add_output_flag(cmd, &a->output,
                 {OutputFormat::kTable, OutputFormat::kWide, OutputFormat::kName, OutputFormat::kJson,
                  OutputFormat::kYaml});
 
@@ -39,33 +39,33 @@ Verb AddListVerb(CLI::App& app) {
             for (const std::string& name : a->states) {
               v1::Job::State state;
               if (!v1::Job::State_Parse(absl::AsciiStrToUpper(name), &state) || state == v1::Job::STATE_UNSPECIFIED) {
-                return Report({kExitUsage, absl::StrCat("--state '", name,
+                return report({kExitUsage, absl::StrCat("--state '", name,
                                                         "': expected queued, running, restarting, succeeded, "
                                                         "failed or cancelled")});
               }
               req.add_states(state);
             }
-            if (auto e = session.Connect()) return Report(*e);
+            if (auto e = session.connect()) return report(*e);
             v1::ListJobsResponse all;
             while (true) {
               v1::ListJobsResponse page;
-              auto ctx = session.Context();
+              auto ctx = session.context();
               if (grpc::Status s = session.stub().ListJobs(ctx.get(), req, &page); !s.ok()) {
-                return Report(session.Error(s, "list"));
+                return report(session.error(s, "list"));
               }
               for (v1::Job& j : *page.mutable_jobs()) *all.add_jobs() = std::move(j);
               all.set_next_page_token(page.next_page_token());
               if (!a->all_pages || page.next_page_token().empty()) break;
               req.set_page_token(page.next_page_token());
             }
-            if (IsDocument(a->output)) return PrintMessage(all, a->output);
+            if (is_document(a->output)) return print_message(all, a->output);
             if (a->output == OutputFormat::kName) {
-              for (const v1::Job& j : all.jobs()) std::cout << JobName(j.id()) << "\n";
+              for (const v1::Job& j : all.jobs()) std::cout << job_name(j.id()) << "\n";
             } else if (all.jobs().empty()) {
               std::fprintf(stderr, "no jobs\n");
               return static_cast<int>(kExitOk);
             } else {
-              std::cout << JobsTable(all, NowUnixMs(), a->output == OutputFormat::kWide);
+              std::cout << jobs_table(all, now_unix_ms(), a->output == OutputFormat::kWide);
             }
             if (!all.next_page_token().empty()) {
               std::fprintf(stderr, "(newest %d jobs shown; --all-pages for the rest)\n", all.jobs_size());

@@ -20,7 +20,7 @@ namespace {
 constexpr std::chrono::seconds kPollEvery{1};
 constexpr int kMaxTail = 10000;
 
-void PrintLine(const v1::JobLogLine& l, bool one_rank) {
+void print_line(const v1::JobLogLine& l, bool one_rank) {
   if (one_rank) {
     std::cout << l.line().text() << "\n";
   } else {
@@ -30,7 +30,7 @@ void PrintLine(const v1::JobLogLine& l, bool one_rank) {
 
 }  // namespace
 
-Verb AddLogsVerb(CLI::App& app) {
+Verb add_logs_verb(CLI::App& app) {
   struct Args {
     std::string job_id;
     int attempt = 0;
@@ -48,13 +48,13 @@ Verb AddLogsVerb(CLI::App& app) {
                           ->check(CLI::NonNegativeNumber);
   cmd->add_option("--tail", a->tail, "newest lines to print, 1-10000 (default 100)")->check(CLI::Range(1, kMaxTail));
   cmd->add_flag("-f,--follow", a->follow, "keep printing new lines every second until the job ends");
-  AddOutputFlag(cmd, &a->output);
+  add_output_flag(cmd, &a->output);
 
   return {cmd, [a, rank](Session& session) {
-            if (a->follow && IsDocument(a->output)) {
-              return Report({kExitUsage, "logs: --follow prints text; it does not combine with --output"});
+            if (a->follow && is_document(a->output)) {
+              return report({kExitUsage, "logs: --follow prints text; it does not combine with --output"});
             }
-            if (auto e = session.Connect()) return Report(*e);
+            if (auto e = session.connect()) return report(*e);
             const std::string what = absl::StrCat("logs ", a->job_id);
             const bool one_rank = rank->count() > 0;
             v1::GetJobLogsRequest req;
@@ -64,19 +64,19 @@ Verb AddLogsVerb(CLI::App& app) {
             req.set_tail_lines(a->tail);
 
             auto fetch = [&](v1::GetJobLogsResponse* r) {
-              auto ctx = session.Context();
+              auto ctx = session.context();
               return session.stub().GetJobLogs(ctx.get(), req, r);
             };
             v1::GetJobLogsResponse first;
-            if (grpc::Status s = fetch(&first); !s.ok()) return Report(session.Error(s, what));
-            if (IsDocument(a->output)) return PrintMessage(first, a->output);
+            if (grpc::Status s = fetch(&first); !s.ok()) return report(session.error(s, what));
+            if (is_document(a->output)) return print_message(first, a->output);
             // Every line carries a sequence that orders the job's lines; -f asks for the
             // lines after the last one printed (never by time: a rank writes many lines in
             // one millisecond, and ranks' clocks differ).
             int64_t cursor = 0;
             auto print = [&](const v1::GetJobLogsResponse& r) {
               for (const v1::JobLogLine& l : r.lines()) {
-                PrintLine(l, one_rank);
+                print_line(l, one_rank);
                 cursor = std::max(cursor, l.sequence());
               }
               std::cout.flush();
@@ -91,19 +91,19 @@ Verb AddLogsVerb(CLI::App& app) {
               v1::GetJobRequest get;
               get.set_job_id(a->job_id);
               v1::Job job;
-              auto ctx = session.Context();
+              auto ctx = session.context();
               if (grpc::Status s = session.stub().GetJob(ctx.get(), get, &job); !s.ok()) {
-                return Report(session.Error(s, what));
+                return report(session.error(s, what));
               }
               // A page at a time until none is left (a busy second may fill several).
               for (bool more = true; more;) {
                 req.set_after_sequence(cursor);
                 v1::GetJobLogsResponse r;
-                if (grpc::Status s = fetch(&r); !s.ok()) return Report(session.Error(s, what));
+                if (grpc::Status s = fetch(&r); !s.ok()) return report(session.error(s, what));
                 print(r);
                 more = r.truncated() && !r.lines().empty();
               }
-              if (IsFinal(job.state())) return static_cast<int>(kExitOk);
+              if (is_final(job.state())) return static_cast<int>(kExitOk);
               std::this_thread::sleep_for(kPollEvery);
             }
           }};

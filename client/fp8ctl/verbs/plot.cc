@@ -26,7 +26,7 @@ struct Metric {
   std::string title;
 };
 
-const std::vector<Metric>& AllMetrics() {
+const std::vector<Metric>& all_metrics() {
   static const std::vector<Metric> kMetrics = {
       {"loss", "loss (training, nats/token)"},
       {"val_loss", "val_loss (validation, nats/token)"},
@@ -36,7 +36,7 @@ const std::vector<Metric>& AllMetrics() {
 }
 
 // The metric's value in a report; false when the report has none (no evaluation ran).
-bool MetricValue(const std::string& metric, const v1::TrainingProgress& p, int world_size, double* out) {
+bool metric_value(const std::string& metric, const v1::TrainingProgress& p, int world_size, double* out) {
   if (metric == "loss") {
     *out = p.loss();
   } else if (metric == "val_loss") {
@@ -49,9 +49,9 @@ bool MetricValue(const std::string& metric, const v1::TrainingProgress& p, int w
 }
 
 // The SVG: a chart per metric asked for, a line per job.
-std::string Chart(const std::vector<JobProgress>& jobs, const std::string& metric) {
+std::string chart(const std::vector<JobProgress>& jobs, const std::string& metric) {
   std::vector<Metric> metrics;
-  for (const Metric& m : AllMetrics()) {
+  for (const Metric& m : all_metrics()) {
     if (metric == "all" || metric == m.name) metrics.push_back(m);
   }
   PlotDocument doc;
@@ -62,17 +62,17 @@ std::string Chart(const std::vector<JobProgress>& jobs, const std::string& metri
       PlotSeries series;
       for (const auto& [step, p] : j.by_step) {
         double v = 0;
-        if (MetricValue(metrics[c].name, p, j.world_size, &v)) series.points.push_back({static_cast<double>(step), v});
+        if (metric_value(metrics[c].name, p, j.world_size, &v)) series.points.push_back({static_cast<double>(step), v});
       }
       doc.charts[c].series.push_back(std::move(series));
     }
   }
-  return RenderSvg(doc);
+  return render_svg(doc);
 }
 
 }  // namespace
 
-Verb AddPlotVerb(CLI::App& app) {
+Verb add_plot_verb(CLI::App& app) {
   struct Args {
     std::vector<std::string> job_ids;
     std::string path;
@@ -108,26 +108,26 @@ Verb AddPlotVerb(CLI::App& app) {
             if (format.empty() && absl::EndsWithIgnoreCase(a->path, ".svg")) format = "svg";
             if (format.empty() && absl::EndsWithIgnoreCase(a->path, ".csv")) format = "csv";
             if (format.empty()) {
-              return Report({kExitUsage, absl::StrCat("plot: --out '", a->path,
+              return report({kExitUsage, absl::StrCat("plot: --out '", a->path,
                                                       "': name a .svg or .csv file, or choose the format with "
                                                       "-o svg|csv (fp8ctl writes SVG or CSV)")});
             }
-            if (auto e = session.Connect()) return Report(*e);
+            if (auto e = session.connect()) return report(*e);
             std::vector<JobProgress> jobs;
             for (const std::string& id : a->job_ids) {
               v1::GetJobRequest req;
               req.set_job_id(id);
               v1::Job job;
-              auto ctx = session.Context();
+              auto ctx = session.context();
               if (grpc::Status s = session.stub().GetJob(ctx.get(), req, &job); !s.ok()) {
-                return Report(session.Error(s, absl::StrCat("plot ", id)));
+                return report(session.error(s, absl::StrCat("plot ", id)));
               }
-              StoredEventsResult events = ReadStoredEvents(session, id, /*include_progress=*/true);
-              if (!events.status.ok()) return Report(session.Error(events.status, absl::StrCat("plot ", id)));
+              StoredEventsResult events = read_stored_events(session, id, /*include_progress=*/true);
+              if (!events.status.ok()) return report(session.error(events.status, absl::StrCat("plot ", id)));
               JobProgress& j = jobs.emplace_back();
               j.job_id = job.id();
               j.name = job.spec().name();
-              j.recipe = RecipeName(job.spec().fp8().recipe());
+              j.recipe = recipe_name(job.spec().fp8().recipe());
               j.world_size = job.spec().resources().world_size();
               // Per step, the latest report (a resumed attempt repeats steps).
               for (const v1::JobEvent& e : events.events) {
@@ -135,7 +135,7 @@ Verb AddPlotVerb(CLI::App& app) {
               }
               if (j.by_step.empty()) std::fprintf(stderr, "fp8ctl: plot: %s has no progress reports yet\n", id.c_str());
             }
-            const std::string text = format == "csv" ? ProgressCsv(jobs) : Chart(jobs, a->metric);
+            const std::string text = format == "csv" ? progress_csv(jobs) : chart(jobs, a->metric);
             if (a->path == "-") {
               std::cout << text;
               return static_cast<int>(kExitOk);
@@ -143,7 +143,7 @@ Verb AddPlotVerb(CLI::App& app) {
             std::ofstream file(a->path, std::ios::binary | std::ios::trunc);
             file << text;
             file.close();
-            if (!file) return Report({kExitError, absl::StrCat("plot: cannot write ", a->path)});
+            if (!file) return report({kExitError, absl::StrCat("plot: cannot write ", a->path)});
             std::cout << a->path << "\n";
             return static_cast<int>(kExitOk);
           }};

@@ -12,7 +12,7 @@
 
 namespace fp8::ctl {
 
-Verb AddResumeVerb(CLI::App& app) {
+Verb add_resume_verb(CLI::App& app) {
   struct Args {
     std::string job_id;
     int world_size = 0;
@@ -26,28 +26,28 @@ Verb AddResumeVerb(CLI::App& app) {
   cmd->add_option("--world-size", a->world_size,
                   "continue on this many ranks (train.batch_size is per rank: the global batch changes with it)")
       ->check(CLI::Range(1, 1 << 16));
-  AddOutputFlag(cmd, &a->output, {OutputFormat::kTable, OutputFormat::kName, OutputFormat::kJson, OutputFormat::kYaml});
+  add_output_flag(cmd, &a->output, {OutputFormat::kTable, OutputFormat::kName, OutputFormat::kJson, OutputFormat::kYaml});
 
   return {cmd, [a](Session& session) {
-            if (auto e = session.Connect()) return Report(*e);
+            if (auto e = session.connect()) return report(*e);
             v1::ResumeJobRequest req;
             req.set_job_id(a->job_id);
             if (a->world_size > 0) req.set_world_size(a->world_size);
             v1::Job job;
-            auto ctx = session.Context();
+            auto ctx = session.context();
             if (grpc::Status s = session.stub().ResumeJob(ctx.get(), req, &job); !s.ok()) {
-              CliError e = session.Error(s, absl::StrCat("resume ", a->job_id));
+              CliError e = session.error(s, absl::StrCat("resume ", a->job_id));
               if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
                 e.message = absl::StrCat("resume ", a->job_id, ": ", s.error_message());
               }
-              return Report(e);
+              return report(e);
             }
-            if (IsDocument(a->output)) return PrintMessage(job, a->output);
+            if (is_document(a->output)) return print_message(job, a->output);
             if (a->output == OutputFormat::kName) {
-              std::cout << JobName(job.id()) << std::endl;
+              std::cout << job_name(job.id()) << std::endl;
               return static_cast<int>(kExitOk);
             }
-            std::cout << job.id() << " " << JobStateName(job.state()) << ": resumes from step "
+            std::cout << job.id() << " " << job_state_name(job.state()) << ": resumes from step "
                       << job.last_checkpoint_step() << " on " << job.spec().resources().world_size() << " rank(s)"
                       << std::endl;
             return static_cast<int>(kExitOk);

@@ -14,7 +14,7 @@
 
 namespace fp8::ctl {
 
-Verb AddSubmitVerb(CLI::App& app) {
+Verb add_submit_verb(CLI::App& app) {
   struct Args {
     std::string file;
     std::vector<std::string> sets;
@@ -39,14 +39,14 @@ Verb AddSubmitVerb(CLI::App& app) {
                   "retry-safe key: submitting again with it returns the first job (at most 128 characters)");
 
   return {cmd, [a](Session& session) {
-            absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecFile(a->file, a->sets);
+            absl::StatusOr<v1::JobSpec> spec = jobspec::load_job_spec_file(a->file, a->sets);
             if (!spec.ok()) {
               if (absl::IsNotFound(spec.status())) {
-                return Report({kExitUsage, std::string(spec.status().message())});
+                return report({kExitUsage, std::string(spec.status().message())});
               }
               // The loader's lines are file:line:col: message, printed as they are.
               std::fprintf(stderr, "%s\n", std::string(spec.status().message()).c_str());
-              return Report({kExitInvalidSpec, absl::StrCat(a->file, ": not submitted")});
+              return report({kExitInvalidSpec, absl::StrCat(a->file, ": not submitted")});
             }
             v1::SubmitJobRequest req;
             *req.mutable_spec() = *std::move(spec);
@@ -54,29 +54,29 @@ Verb AddSubmitVerb(CLI::App& app) {
             req.set_queue_anyway(a->queue_anyway);
             // The coordinator's limits (limits.proto), checked here too: a spec too large to
             // send at all gets the same message as one the coordinator refuses.
-            if (absl::Status s = rpc::CheckRequestLimits(req); !s.ok()) {
+            if (absl::Status s = rpc::check_request_limits(req); !s.ok()) {
               std::fprintf(stderr, "%s: %s\n", a->file.c_str(), std::string(s.message()).c_str());
-              return Report({kExitInvalidSpec, absl::StrCat(a->file, ": not submitted")});
+              return report({kExitInvalidSpec, absl::StrCat(a->file, ": not submitted")});
             }
             if (a->dry_run) {
-              absl::StatusOr<jobspec::MemoryEstimate> e = jobspec::EstimateRankMemory(req.spec());
-              if (!e.ok()) return Report({kExitInvalidSpec, absl::StrCat(a->file, ": ", e.status().message())});
+              absl::StatusOr<jobspec::MemoryEstimate> e = jobspec::estimate_rank_memory(req.spec());
+              if (!e.ok()) return report({kExitInvalidSpec, absl::StrCat(a->file, ": ", e.status().message())});
               std::printf("%s: valid, not submitted (--dry-run)\n%s", a->file.c_str(),
-                          jobspec::FormatMemoryEstimate(*e).c_str());
+                          jobspec::format_memory_estimate(*e).c_str());
               return static_cast<int>(kExitOk);
             }
-            if (auto e = session.Connect()) return Report(*e);
-            return SubmitJob(session, req, absl::StrCat("submit ", a->file), a->follow);
+            if (auto e = session.connect()) return report(*e);
+            return submit_job(session, req, absl::StrCat("submit ", a->file), a->follow);
           }};
 }
 
-int SubmitJob(Session& session, const v1::SubmitJobRequest& req, const std::string& what, bool follow) {
+int submit_job(Session& session, const v1::SubmitJobRequest& req, const std::string& what, bool follow) {
   v1::Job job;
-  auto ctx = session.Context();
-  if (grpc::Status s = session.stub().Submit(ctx.get(), req, &job); !s.ok()) return Report(session.Error(s, what));
+  auto ctx = session.context();
+  if (grpc::Status s = session.stub().Submit(ctx.get(), req, &job); !s.ok()) return report(session.error(s, what));
   std::cout << job.id() << std::endl;
   if (!follow) return static_cast<int>(kExitOk);
-  return FollowJob(session, job.id());
+  return follow_job(session, job.id());
 }
 
 }  // namespace fp8::ctl

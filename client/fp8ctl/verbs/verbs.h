@@ -18,28 +18,28 @@ struct Verb {
   std::function<int(Session&)> run;
 };
 
-Verb AddSubmitVerb(CLI::App& app);
-Verb AddFollowVerb(CLI::App& app);
-Verb AddListVerb(CLI::App& app);
-Verb AddDescribeVerb(CLI::App& app);
-Verb AddLogsVerb(CLI::App& app);
-Verb AddCancelVerb(CLI::App& app);
-Verb AddResumeVerb(CLI::App& app);
-Verb AddCloneVerb(CLI::App& app);
-Verb AddWorkersVerb(CLI::App& app);
-Verb AddAmaxVerb(CLI::App& app);
-Verb AddEventsVerb(CLI::App& app);
-Verb AddPlotVerb(CLI::App& app);
-Verb AddVersionVerb(CLI::App& app);
+Verb add_submit_verb(CLI::App& app);
+Verb add_follow_verb(CLI::App& app);
+Verb add_list_verb(CLI::App& app);
+Verb add_describe_verb(CLI::App& app);
+Verb add_logs_verb(CLI::App& app);
+Verb add_cancel_verb(CLI::App& app);
+Verb add_resume_verb(CLI::App& app);
+Verb add_clone_verb(CLI::App& app);
+Verb add_workers_verb(CLI::App& app);
+Verb add_amax_verb(CLI::App& app);
+Verb add_events_verb(CLI::App& app);
+Verb add_plot_verb(CLI::App& app);
+Verb add_version_verb(CLI::App& app);
 // Generates the script from `app`'s verbs and flags: add it last.
-Verb AddCompletionVerb(CLI::App& app);
+Verb add_completion_verb(CLI::App& app);
 
 // `follow` as a function, for `submit --follow`: streams the job's events and returns the
 // exit code of its outcome (0 SUCCEEDED, 10 FAILED, 11 CANCELLED) or of an error.
-int FollowJob(Session& session, const std::string& job_id);
+int follow_job(Session& session, const std::string& job_id);
 
 // Sends `req` on a connected session, prints the new job's id on stdout and, with
 // `follow`, follows it (FollowJob's exit code); `what` names the request in errors.
-int SubmitJob(Session& session, const v1::SubmitJobRequest& req, const std::string& what, bool follow);
+int submit_job(Session& session, const v1::SubmitJobRequest& req, const std::string& what, bool follow);
 
 }  // namespace fp8::ctl

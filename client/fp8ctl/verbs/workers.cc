@@ -11,22 +11,22 @@
 
 namespace fp8::ctl {
 
-Verb AddWorkersVerb(CLI::App& app) {
+Verb add_workers_verb(CLI::App& app) {
   auto output = std::make_shared<OutputFormat>(OutputFormat::kTable);
   CLI::App* cmd = app.add_subcommand("workers", "list the workers, their state and the ranks they run");
   cmd->fallthrough();
-  AddOutputFlag(cmd, output.get(),
+  add_output_flag(cmd, output.get(),
                 {OutputFormat::kTable, OutputFormat::kWide, OutputFormat::kName, OutputFormat::kJson,
                  OutputFormat::kYaml});
 
   return {cmd, [output](Session& session) {
-            if (auto e = session.Connect()) return Report(*e);
+            if (auto e = session.connect()) return report(*e);
             v1::ListWorkersResponse response;
-            auto ctx = session.Context();
+            auto ctx = session.context();
             if (grpc::Status s = session.stub().ListWorkers(ctx.get(), v1::ListWorkersRequest(), &response); !s.ok()) {
-              return Report(session.Error(s, "workers"));
+              return report(session.error(s, "workers"));
             }
-            if (IsDocument(*output)) return PrintMessage(response, *output);
+            if (is_document(*output)) return print_message(response, *output);
             if (*output == OutputFormat::kName) {
               for (const v1::WorkerInfo& w : response.workers()) std::cout << "worker/" << w.worker_id() << "\n";
               return static_cast<int>(kExitOk);
@@ -35,7 +35,7 @@ Verb AddWorkersVerb(CLI::App& app) {
               std::fprintf(stderr, "no workers registered\n");
               return static_cast<int>(kExitOk);
             }
-            std::cout << WorkersTable(response, NowUnixMs(), *output == OutputFormat::kWide);
+            std::cout << workers_table(response, now_unix_ms(), *output == OutputFormat::kWide);
             return static_cast<int>(kExitOk);
           }};
 }

@@ -49,7 +49,7 @@ class GrpcServerMetricsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> f;
-    f.push_back(MakeGrpcServerMetricsInterceptorFactory(registry_));
+    f.push_back(make_grpc_server_metrics_interceptor_factory(registry_));
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&rendezvous_);
@@ -64,14 +64,14 @@ class GrpcServerMetricsTest : public ::testing::Test {
     if (server_) server_->Shutdown();
   }
 
-  double Requests(const std::string& method, const std::string& code) {
+  double requests(const std::string& method, const std::string& code) {
     return registry_.counter("fp8_grpc_server_requests_total", "", {"method", "code"})
         .with({method, code})
         .value();
   }
-  Histogram::Snapshot Handling(const std::string& method) {
+  Histogram::Snapshot handling(const std::string& method) {
     return registry_
-        .histogram("fp8_grpc_server_handling_seconds", "", {"method"}, DefaultLatencyBuckets())
+        .histogram("fp8_grpc_server_handling_seconds", "", {"method"}, default_latency_buckets())
         .with({method})
         .snapshot();
   }
@@ -102,16 +102,16 @@ TEST_F(GrpcServerMetricsTest, UnaryCallsByMethodAndCode) {
     EXPECT_EQ(stub->Wait(&ctx, {}, &response).error_code(), grpc::StatusCode::UNIMPLEMENTED);
   }
   // Recorded before the status goes out, so visible as soon as the client has it.
-  EXPECT_EQ(Requests("fp8.v1.RendezvousService/Set", "OK"), 2);
-  EXPECT_EQ(Requests("fp8.v1.RendezvousService/Get", "INVALID_ARGUMENT"), 1);
-  EXPECT_EQ(Requests("fp8.v1.RendezvousService/Wait", "UNIMPLEMENTED"), 1);
+  EXPECT_EQ(requests("fp8.v1.RendezvousService/Set", "OK"), 2);
+  EXPECT_EQ(requests("fp8.v1.RendezvousService/Get", "INVALID_ARGUMENT"), 1);
+  EXPECT_EQ(requests("fp8.v1.RendezvousService/Wait", "UNIMPLEMENTED"), 1);
 
-  const Histogram::Snapshot set = Handling("fp8.v1.RendezvousService/Set");
+  const Histogram::Snapshot set = handling("fp8.v1.RendezvousService/Set");
   EXPECT_EQ(set.count, 2u);
   EXPECT_GE(set.sum, 0.06);  // two calls that slept 30 ms
   EXPECT_LT(set.sum, 5.0);
   EXPECT_EQ(set.cumulative[3], 0u);  // le=0.01: none
-  EXPECT_EQ(Handling("fp8.v1.RendezvousService/Get").count, 1u);
+  EXPECT_EQ(handling("fp8.v1.RendezvousService/Get").count, 1u);
 
   const std::string text = registry_.expose();
   EXPECT_THAT(text, HasSubstr("fp8_grpc_server_requests_total{method=\"fp8.v1.RendezvousService/"
@@ -130,8 +130,8 @@ TEST_F(GrpcServerMetricsTest, ServerStreamingCallTimedToItsStatus) {
   while (reader->Read(&event)) ++events;
   ASSERT_TRUE(reader->Finish().ok());
   EXPECT_EQ(events, 3);
-  EXPECT_EQ(Requests("fp8.v1.JobService/WatchJob", "OK"), 1);
-  const Histogram::Snapshot watch = Handling("fp8.v1.JobService/WatchJob");
+  EXPECT_EQ(requests("fp8.v1.JobService/WatchJob", "OK"), 1);
+  const Histogram::Snapshot watch = handling("fp8.v1.JobService/WatchJob");
   EXPECT_EQ(watch.count, 1u);
   EXPECT_GE(watch.sum, 0.06);  // the whole stream, not just its first message
 }
@@ -149,8 +149,8 @@ TEST_F(GrpcServerMetricsTest, ConcurrentCalls) {
     });
   }
   for (auto& c : clients) c.join();
-  EXPECT_EQ(Requests("fp8.v1.RendezvousService/Get", "INVALID_ARGUMENT"), 40);
-  EXPECT_EQ(Handling("fp8.v1.RendezvousService/Get").count, 40u);
+  EXPECT_EQ(requests("fp8.v1.RendezvousService/Get", "INVALID_ARGUMENT"), 40);
+  EXPECT_EQ(handling("fp8.v1.RendezvousService/Get").count, 40u);
 }
 
 // A method the server does not serve: gRPC names it "unknown", so a client cannot mint
@@ -174,15 +174,15 @@ TEST_F(GrpcServerMetricsTest, UnknownMethodIsLabelledUnknown) {
   }
   const std::string text = registry_.expose();
   EXPECT_EQ(text.find("NoSuchService"), std::string::npos) << text;
-  EXPECT_EQ(Requests("unknown", "UNIMPLEMENTED"), 1);
-  EXPECT_EQ(Handling("unknown").count, 1u);
+  EXPECT_EQ(requests("unknown", "UNIMPLEMENTED"), 1);
+  EXPECT_EQ(handling("unknown").count, 1u);
 }
 
 TEST(StatusCodeName, CanonicalNames) {
-  EXPECT_STREQ(StatusCodeName(grpc::StatusCode::OK), "OK");
-  EXPECT_STREQ(StatusCodeName(grpc::StatusCode::DEADLINE_EXCEEDED), "DEADLINE_EXCEEDED");
-  EXPECT_STREQ(StatusCodeName(grpc::StatusCode::UNAUTHENTICATED), "UNAUTHENTICATED");
-  EXPECT_STREQ(StatusCodeName(static_cast<grpc::StatusCode>(99)), "UNKNOWN");
+  EXPECT_STREQ(status_code_name(grpc::StatusCode::OK), "OK");
+  EXPECT_STREQ(status_code_name(grpc::StatusCode::DEADLINE_EXCEEDED), "DEADLINE_EXCEEDED");
+  EXPECT_STREQ(status_code_name(grpc::StatusCode::UNAUTHENTICATED), "UNAUTHENTICATED");
+  EXPECT_STREQ(status_code_name(static_cast<grpc::StatusCode>(99)), "UNKNOWN");
 }
 
 }  // namespace

@@ -16,7 +16,7 @@
 namespace fp8::metrics::testing {
 
 // A connected blocking socket, or -1.
-inline int ConnectLoopback(int port) {
+inline int connect_loopback(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   sockaddr_in addr{};
@@ -30,7 +30,7 @@ inline int ConnectLoopback(int port) {
   return fd;
 }
 
-inline bool SendAll(int fd, std::string_view data) {
+inline bool send_all(int fd, std::string_view data) {
   while (!data.empty()) {
     const ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
     if (n <= 0) return false;
@@ -40,7 +40,7 @@ inline bool SendAll(int fd, std::string_view data) {
 }
 
 // Everything the peer sends until it closes, waiting at most `timeout` in all.
-inline std::string ReadToEof(int fd, std::chrono::milliseconds timeout) {
+inline std::string read_to_eof(int fd, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::string out;
   for (;;) {
@@ -57,7 +57,7 @@ inline std::string ReadToEof(int fd, std::chrono::milliseconds timeout) {
 }
 
 // Whether the server has closed `fd` (EOF or a reset), without blocking.
-inline bool ClosedByPeer(int fd) {
+inline bool closed_by_peer(int fd) {
   pollfd p{fd, POLLIN | POLLRDHUP, 0};
   if (poll(&p, 1, 0) <= 0) return false;
   char byte;

@@ -23,13 +23,13 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-using testing::ConnectLoopback;
-using testing::ReadToEof;
-using testing::SendAll;
+using testing::connect_loopback;
+using testing::read_to_eof;
+using testing::send_all;
 
-std::unique_ptr<MetricsHttpServer> StartOrDie(Registry& registry,
+std::unique_ptr<MetricsHttpServer> start_or_die(Registry& registry,
                                               MetricsHttpServer::HealthCheck health = nullptr) {
-  auto server = MetricsHttpServer::Start("127.0.0.1:0", registry, std::move(health));
+  auto server = MetricsHttpServer::start("127.0.0.1:0", registry, std::move(health));
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? std::move(*server) : nullptr;
 }
@@ -37,7 +37,7 @@ std::unique_ptr<MetricsHttpServer> StartOrDie(Registry& registry,
 TEST(MetricsHttpServer, ServesMetrics) {
   Registry registry;
   registry.counter("fp8_coordinator_heartbeats_total", "Heartbeats.", {}).with().inc(3);
-  auto server = StartOrDie(registry);
+  auto server = start_or_die(registry);
   ASSERT_NE(server, nullptr);
   EXPECT_GT(server->port(), 0);
 
@@ -59,7 +59,7 @@ TEST(MetricsHttpServer, ServesMetrics) {
 TEST(MetricsHttpServer, HealthzFollowsTheCheck) {
   Registry registry;
   std::atomic<bool> healthy{true};
-  auto server = StartOrDie(registry, [&]() -> absl::Status {
+  auto server = start_or_die(registry, [&]() -> absl::Status {
     if (healthy) return absl::OkStatus();
     return absl::UnavailableError("store not open");
   });
@@ -79,7 +79,7 @@ TEST(MetricsHttpServer, HealthzFollowsTheCheck) {
 
 TEST(MetricsHttpServer, NullHealthCheckIsHealthy) {
   Registry registry;
-  auto server = StartOrDie(registry);
+  auto server = start_or_die(registry);
   ASSERT_NE(server, nullptr);
   auto res = httplib::Client("127.0.0.1", server->port()).Get("/healthz");
   ASSERT_TRUE(res);
@@ -89,7 +89,7 @@ TEST(MetricsHttpServer, NullHealthCheckIsHealthy) {
 TEST(MetricsHttpServer, ReadyzFollowsItsOwnCheck) {
   Registry registry;
   std::atomic<bool> ready{false};
-  auto server = MetricsHttpServer::Start("127.0.0.1:0", registry, nullptr, [&]() -> absl::Status {
+  auto server = MetricsHttpServer::start("127.0.0.1:0", registry, nullptr, [&]() -> absl::Status {
     if (ready) return absl::OkStatus();
     return absl::UnavailableError("gRPC not serving yet");
   });
@@ -116,7 +116,7 @@ TEST(MetricsHttpServer, ReadyzFollowsItsOwnCheck) {
 
 TEST(MetricsHttpServer, HealthzFailingLeavesReadyzToItsCheck) {
   Registry registry;
-  auto server = MetricsHttpServer::Start(
+  auto server = MetricsHttpServer::start(
       "127.0.0.1:0", registry, [] { return absl::UnavailableError("stuck"); }, nullptr);
   ASSERT_TRUE(server.ok()) << server.status();
   httplib::Client client("127.0.0.1", (*server)->port());
@@ -130,7 +130,7 @@ TEST(MetricsHttpServer, HealthzFailingLeavesReadyzToItsCheck) {
 
 TEST(MetricsHttpServer, OnlyGet) {
   Registry registry;
-  auto server = StartOrDie(registry);
+  auto server = start_or_die(registry);
   ASSERT_NE(server, nullptr);
   httplib::Client client("127.0.0.1", server->port());
   auto res = client.Post("/metrics", "x", "text/plain");
@@ -144,17 +144,17 @@ TEST(MetricsHttpServer, OnlyGet) {
 
 TEST(MetricsHttpServer, RequestHeadInPieces) {
   Registry registry;
-  auto server = StartOrDie(registry);
+  auto server = start_or_die(registry);
   ASSERT_NE(server, nullptr);
-  const int fd = ConnectLoopback(server->port());
+  const int fd = connect_loopback(server->port());
   ASSERT_GE(fd, 0);
-  ASSERT_TRUE(SendAll(fd, "GET /heal"));
+  ASSERT_TRUE(send_all(fd, "GET /heal"));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_TRUE(SendAll(fd, "thz HTTP/1.0\r\nHost: x\r\n"));
+  ASSERT_TRUE(send_all(fd, "thz HTTP/1.0\r\nHost: x\r\n"));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_TRUE(SendAll(fd, "\r\n"));
+  ASSERT_TRUE(send_all(fd, "\r\n"));
   shutdown(fd, SHUT_WR);  // a half-closed client still gets its answer
-  const std::string response = ReadToEof(fd, std::chrono::seconds(5));
+  const std::string response = read_to_eof(fd, std::chrono::seconds(5));
   close(fd);
   EXPECT_THAT(response, StartsWith("HTTP/1.1 200 OK\r\n"));
   EXPECT_THAT(response, HasSubstr("\r\nConnection: close\r\n"));
@@ -163,7 +163,7 @@ TEST(MetricsHttpServer, RequestHeadInPieces) {
 
 TEST(MetricsHttpServer, BadAndOversizedRequests) {
   Registry registry;
-  auto server = StartOrDie(registry);
+  auto server = start_or_die(registry);
   ASSERT_NE(server, nullptr);
   struct Case {
     std::string request;
@@ -175,32 +175,32 @@ TEST(MetricsHttpServer, BadAndOversizedRequests) {
            {"GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'a') + "\r\n\r\n",
             "HTTP/1.1 431 Request Header Fields Too Large\r\n"},
        }) {
-    const int fd = ConnectLoopback(server->port());
+    const int fd = connect_loopback(server->port());
     ASSERT_GE(fd, 0);
-    SendAll(fd, c.request);  // the server may answer (and close) before taking it all
-    EXPECT_THAT(ReadToEof(fd, std::chrono::seconds(5)), StartsWith(c.status_line))
+    send_all(fd, c.request);  // the server may answer (and close) before taking it all
+    EXPECT_THAT(read_to_eof(fd, std::chrono::seconds(5)), StartsWith(c.status_line))
         << c.request.substr(0, 40);
     close(fd);
   }
 }
 
 TEST(HttpWire, RequestHeadAndLine) {
-  EXPECT_EQ(RequestHeadLength("GET / HTTP/1.1\r\nHost: x\r\n"), 0u);
-  EXPECT_EQ(RequestHeadLength("GET / HTTP/1.1\r\n\r\n"), 18u);
-  EXPECT_EQ(RequestHeadLength("GET / HTTP/1.1\n\nrest"), 16u);
-  auto line = ParseRequestLine("GET /readyz?verbose HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(request_head_length("GET / HTTP/1.1\r\nHost: x\r\n"), 0u);
+  EXPECT_EQ(request_head_length("GET / HTTP/1.1\r\n\r\n"), 18u);
+  EXPECT_EQ(request_head_length("GET / HTTP/1.1\n\nrest"), 16u);
+  auto line = parse_request_line("GET /readyz?verbose HTTP/1.1\r\nHost: x\r\n\r\n");
   ASSERT_TRUE(line);
   EXPECT_EQ(line->method, "GET");
   EXPECT_EQ(line->path, "/readyz");
-  EXPECT_FALSE(ParseRequestLine("GET /x\r\n\r\n"));
-  EXPECT_FALSE(ParseRequestLine("GET  /x HTTP/1.1\r\n\r\n"));
-  EXPECT_FALSE(ParseRequestLine("GET http://h/x HTTP/1.1\r\n\r\n"));
-  EXPECT_FALSE(ParseRequestLine("GET /x FTP/1.10\r\n\r\n"));
+  EXPECT_FALSE(parse_request_line("GET /x\r\n\r\n"));
+  EXPECT_FALSE(parse_request_line("GET  /x HTTP/1.1\r\n\r\n"));
+  EXPECT_FALSE(parse_request_line("GET http://h/x HTTP/1.1\r\n\r\n"));
+  EXPECT_FALSE(parse_request_line("GET /x FTP/1.10\r\n\r\n"));
 }
 
 TEST(MetricsHttpServer, UnknownPathIs404) {
   Registry registry;
-  auto server = StartOrDie(registry);
+  auto server = start_or_die(registry);
   ASSERT_NE(server, nullptr);
   httplib::Client client("127.0.0.1", server->port());
   for (const char* path : {"/", "/metricsx", "/favicon.ico"}) {
@@ -213,16 +213,16 @@ TEST(MetricsHttpServer, UnknownPathIs404) {
 
 TEST(MetricsHttpServer, StopClosesThePortAndIsIdempotent) {
   Registry registry;
-  auto server = StartOrDie(registry);
+  auto server = start_or_die(registry);
   ASSERT_NE(server, nullptr);
   const int port = server->port();
-  server->Stop();
-  server->Stop();
+  server->stop();
+  server->stop();
   httplib::Client client("127.0.0.1", port);
   client.set_connection_timeout(std::chrono::seconds(1));
   EXPECT_FALSE(client.Get("/metrics"));
   // The port is free again (SO_REUSEADDR), e.g. for a restarted daemon.
-  auto again = MetricsHttpServer::Start("127.0.0.1:" + std::to_string(port), registry);
+  auto again = MetricsHttpServer::start("127.0.0.1:" + std::to_string(port), registry);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ((*again)->port(), port);
 }
@@ -230,7 +230,7 @@ TEST(MetricsHttpServer, StopClosesThePortAndIsIdempotent) {
 TEST(MetricsHttpServer, StopRightAfterStartDoesNotHang) {
   Registry registry;
   for (int i = 0; i < 20; ++i) {
-    auto server = StartOrDie(registry);
+    auto server = start_or_die(registry);
     ASSERT_NE(server, nullptr);
   }  // destructors stop
 }
@@ -252,7 +252,7 @@ TEST(MetricsHttpServer, AddressErrors) {
             "metrics address no-such-host.invalid:9400: cannot resolve host "
             "'no-such-host.invalid'"},
        }) {
-    auto server = MetricsHttpServer::Start(c.address, registry);
+    auto server = MetricsHttpServer::start(c.address, registry);
     ASSERT_FALSE(server.ok()) << c.address;
     EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << c.address;
     EXPECT_THAT(std::string(server.status().message()), HasSubstr(c.message));
@@ -261,10 +261,10 @@ TEST(MetricsHttpServer, AddressErrors) {
 
 TEST(MetricsHttpServer, AddressInUse) {
   Registry registry;
-  auto first = StartOrDie(registry);
+  auto first = start_or_die(registry);
   ASSERT_NE(first, nullptr);
   const std::string address = "127.0.0.1:" + std::to_string(first->port());
-  auto second = MetricsHttpServer::Start(address, registry);
+  auto second = MetricsHttpServer::start(address, registry);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(std::string(second.status().message()),
@@ -277,7 +277,7 @@ TEST(MetricsHttpServer, AddressInUse) {
 
 TEST(MetricsHttpServer, BracketedIPv6Loopback) {
   Registry registry;
-  auto server = MetricsHttpServer::Start("[::1]:0", registry);
+  auto server = MetricsHttpServer::start("[::1]:0", registry);
   if (!server.ok()) GTEST_SKIP() << "no IPv6 loopback here: " << server.status();
   auto res = httplib::Client("::1", (*server)->port()).Get("/healthz");
   ASSERT_TRUE(res);

@@ -26,7 +26,7 @@ struct ShellResult {
   std::string output;
   int status = -1;
 };
-ShellResult RunShell(const std::string& command) {
+ShellResult run_shell(const std::string& command) {
   ShellResult run;
   FILE* pipe = popen((command + " 2>&1").c_str(), "r");
   if (pipe == nullptr) return run;
@@ -36,14 +36,14 @@ ShellResult RunShell(const std::string& command) {
   return run;
 }
 
-void Populate(Registry& r) {
-  RegisterProcessMetrics(r);
-  RegisterBuildInfo(r, "coordinator", "0.1.0");
-  (void)MakeGrpcServerMetricsInterceptorFactory(r);
+void populate(Registry& r) {
+  register_process_metrics(r);
+  register_build_info(r, "coordinator", "0.1.0");
+  (void)make_grpc_server_metrics_interceptor_factory(r);
   r.counter("fp8_grpc_server_requests_total", "", {"method", "code"})
       .with({"fp8.v1.JobService/Submit", "OK"})
       .inc(12);
-  r.histogram("fp8_grpc_server_handling_seconds", "", {"method"}, DefaultLatencyBuckets())
+  r.histogram("fp8_grpc_server_handling_seconds", "", {"method"}, default_latency_buckets())
       .with({"fp8.v1.JobService/Submit"})
       .observe(0.004);
 
@@ -63,11 +63,11 @@ void Populate(Registry& r) {
   r.counter("fp8_coordinator_heartbeats_total", "Worker heartbeats received.", {});
   auto& wait = r.histogram("fp8_scheduler_queue_wait_seconds",
                            "Submit to start of an attempt.\nSecond line \\ backslash.",
-                           {"device_kind"}, ExponentialBuckets(0.1, 2, 8));
+                           {"device_kind"}, exponential_buckets(0.1, 2, 8));
   wait.with({"cpu"}).observe(0.3);
   wait.with({"h100"}).observe(100);
   r.histogram("fp8_worker_heartbeat_seconds", "Heartbeat round trip.", {},
-              DefaultLatencyBuckets())
+              default_latency_buckets())
       .with()
       .observe(0.002);
 }
@@ -80,7 +80,7 @@ TEST(Promtool, ExpositionPassesCheckMetrics) {
   ASSERT_TRUE(std::filesystem::exists(promtool)) << promtool << " does not exist";
 
   Registry registry;
-  Populate(registry);
+  populate(registry);
   const std::string text = registry.expose();
   ASSERT_NE(text.find("fp8_metrics_series_dropped_total{family=\"fp8_job_info\"} 1\n"),
             std::string::npos)
@@ -93,7 +93,7 @@ TEST(Promtool, ExpositionPassesCheckMetrics) {
     std::ofstream out(file);
     out << text;
   }
-  const ShellResult run = RunShell("'" + promtool + "' check metrics < '" + file.string() + "'");
+  const ShellResult run = run_shell("'" + promtool + "' check metrics < '" + file.string() + "'");
   std::filesystem::remove(file);
   EXPECT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0)
       << "promtool exit status " << run.status << "\n" << run.output << "\non:\n" << text;
@@ -111,7 +111,7 @@ TEST(Promtool, FlagsABrokenExposition) {
     std::ofstream out(file);
     out << "# HELP requests Requests.\n# TYPE requests counter\nrequests 1\n";  // no _total
   }
-  const ShellResult run = RunShell("'" + promtool + "' check metrics < '" + file.string() + "'");
+  const ShellResult run = run_shell("'" + promtool + "' check metrics < '" + file.string() + "'");
   std::filesystem::remove(file);
   EXPECT_NE(run.output, "");
 }

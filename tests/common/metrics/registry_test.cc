@@ -126,8 +126,8 @@ TEST(Registry, HistogramWithoutLabelsAndTrailingInfBound) {
 }
 
 TEST(Buckets, ExponentialAndDefault) {
-  EXPECT_EQ(ExponentialBuckets(0.001, 10, 4), (std::vector<double>{0.001, 0.01, 0.1, 1.0}));
-  const std::vector<double> d = DefaultLatencyBuckets();
+  EXPECT_EQ(exponential_buckets(0.001, 10, 4), (std::vector<double>{0.001, 0.01, 0.1, 1.0}));
+  const std::vector<double> d = default_latency_buckets();
   EXPECT_EQ(d.front(), 0.001);
   EXPECT_EQ(d.back(), 10);
   EXPECT_TRUE(std::is_sorted(d.begin(), d.end()));
@@ -219,7 +219,7 @@ TEST(Registry, CollectorsRunBeforeEachExposition) {
 
 TEST(Registry, BuildInfo) {
   Registry r;
-  RegisterBuildInfo(r, "worker", "0.1.0");
+  register_build_info(r, "worker", "0.1.0");
   EXPECT_EQ(r.expose(), "# HELP fp8_build_info Build of the running daemon (always 1).\n"
                         "# TYPE fp8_build_info gauge\n"
                         "fp8_build_info{version=\"0.1.0\",component=\"worker\"} 1\n" +
@@ -267,7 +267,7 @@ TEST_F(RegistryDeathTest, BadBuckets) {
   EXPECT_DEATH(r.histogram("h", "", {}, {1, 1}), "must increase strictly, but 1 follows 1");
   EXPECT_DEATH(r.histogram("h", "", {}, {2, 1}), "must increase strictly");
   EXPECT_DEATH(r.histogram("h", "", {}, {std::nan("")}), "is not finite");
-  EXPECT_DEATH(ExponentialBuckets(0, 2, 3), "want start > 0");
+  EXPECT_DEATH(exponential_buckets(0, 2, 3), "want start > 0");
 }
 
 }  // namespace

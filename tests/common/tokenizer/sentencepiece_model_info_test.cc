@@ -19,7 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Slurp(const fs::path& p) {
+std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::ostringstream s;
   s << in.rdbuf();
@@ -39,12 +39,12 @@ class SentencePieceModelInfoTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // Trains a model with extra flags; its bytes.
-  std::string Train(const std::string& name, const std::string& flags) {
+  std::string train(const std::string& name, const std::string& flags) {
     const std::string prefix = (dir_ / name).string();
-    const std::string error = SentencePieceModel::Train("--input=" + (dir_ / "text.txt").string() +
+    const std::string error = SentencePieceModel::train("--input=" + (dir_ / "text.txt").string() +
                                                         " --model_prefix=" + prefix + " --minloglevel=1 " + flags);
     EXPECT_EQ(error, "");
-    return Slurp(prefix + ".model");
+    return slurp(prefix + ".model");
   }
   fs::path dir_;
 };
@@ -55,11 +55,11 @@ TEST_F(SentencePieceModelInfoTest, AgreesWithTheLibraryOnTheModelsItTrains) {
                                     std::pair{"moved_eos", "--vocab_size=50 --model_type=bpe --bos_id=-1 --eos_id=7"},
                                     std::pair{"no_eos", "--vocab_size=50 --model_type=bpe --eos_id=-1"}}) {
     SCOPED_TRACE(name);
-    const std::string bytes = Train(name, flags);
+    const std::string bytes = train(name, flags);
     std::string error;
-    const std::unique_ptr<SentencePieceModel> model = SentencePieceModel::Load(bytes, &error);
+    const std::unique_ptr<SentencePieceModel> model = SentencePieceModel::load(bytes, &error);
     ASSERT_NE(model, nullptr) << error;
-    const std::optional<SentencePieceModelInfo> info = ReadSentencePieceModelInfo(bytes, &error);
+    const std::optional<SentencePieceModelInfo> info = read_sentence_piece_model_info(bytes, &error);
     ASSERT_TRUE(info.has_value()) << error;
     EXPECT_EQ(info->pieces, model->piece_size());
     EXPECT_EQ(info->eos_id, model->eos_id());
@@ -68,12 +68,12 @@ TEST_F(SentencePieceModelInfoTest, AgreesWithTheLibraryOnTheModelsItTrains) {
 
 TEST_F(SentencePieceModelInfoTest, BytesThatAreNoModelAreRefused) {
   std::string error;
-  EXPECT_FALSE(ReadSentencePieceModelInfo("", &error).has_value());
+  EXPECT_FALSE(read_sentence_piece_model_info("", &error).has_value());
   EXPECT_NE(error.find("no pieces"), std::string::npos) << error;
-  EXPECT_FALSE(ReadSentencePieceModelInfo("\x0a\x7f" "abc", &error).has_value());  // a length past the end
+  EXPECT_FALSE(read_sentence_piece_model_info("\x0a\x7f" "abc", &error).has_value());  // a length past the end
   EXPECT_NE(error.find("breaks off"), std::string::npos) << error;
-  const std::string model = Train("cut", "--vocab_size=40 --model_type=bpe");
-  EXPECT_FALSE(ReadSentencePieceModelInfo(model.substr(0, model.size() / 2 + 1), &error).has_value());
+  const std::string model = train("cut", "--vocab_size=40 --model_type=bpe");
+  EXPECT_FALSE(read_sentence_piece_model_info(model.substr(0, model.size() / 2 + 1), &error).has_value());
 }
 
 }  // namespace

@@ -15,11 +15,11 @@ namespace fp8::checkpoint {
 namespace {
 
 using ::fp8::checkpoint::test_util::CheckpointTest;
-using ::fp8::checkpoint::test_util::ReadFile;
-using ::fp8::checkpoint::test_util::WriteFile;
+using ::fp8::checkpoint::test_util::read_file;
+using ::fp8::checkpoint::test_util::write_file;
 using ::testing::HasSubstr;
 
-CommitMarker TwoRankMarker() {
+CommitMarker two_rank_marker() {
   return CommitMarker{
       .step = 200,
       .world_size = 2,
@@ -28,7 +28,7 @@ CommitMarker TwoRankMarker() {
 }
 
 TEST(CommitMarkerTextTest, IsReadableTextEndingInItsChecksum) {
-  const std::string text = EncodeCommitMarker(TwoRankMarker());
+  const std::string text = encode_commit_marker(two_rank_marker());
   const std::string body =
       "fp8-checkpoint-commit 1\n"
       "step 200\n"
@@ -37,97 +37,97 @@ TEST(CommitMarkerTextTest, IsReadableTextEndingInItsChecksum) {
       "shard rank-00001-of-00002.ckpt 1048700 0x5a6b7c8d\n";
   ASSERT_EQ(text.substr(0, body.size()), body);
   EXPECT_THAT(text.substr(body.size()), ::testing::MatchesRegex("crc32c 0x[0-9a-f]{8}\n"));
-  absl::StatusOr<CommitMarker> parsed = ParseCommitMarker(text);
+  absl::StatusOr<CommitMarker> parsed = parse_commit_marker(text);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_EQ(*parsed, TwoRankMarker());
+  EXPECT_EQ(*parsed, two_rank_marker());
 }
 
 TEST(CommitMarkerTextTest, AnyChangedOrMissingCharacterIsDamage) {
-  const std::string good = EncodeCommitMarker(TwoRankMarker());
+  const std::string good = encode_commit_marker(two_rank_marker());
   for (size_t i = 0; i < good.size(); ++i) {
     std::string changed = good;
     changed[i] = changed[i] == '7' ? '8' : '7';
-    EXPECT_FALSE(ParseCommitMarker(changed).ok()) << "changed character " << i;
-    EXPECT_FALSE(ParseCommitMarker(good.substr(0, i)).ok()) << "cut to " << i;
+    EXPECT_FALSE(parse_commit_marker(changed).ok()) << "changed character " << i;
+    EXPECT_FALSE(parse_commit_marker(good.substr(0, i)).ok()) << "cut to " << i;
   }
   std::string flipped = good;
   flipped[good.find("1048712")] = '2';
-  const absl::Status s = ParseCommitMarker(flipped).status();
+  const absl::Status s = parse_commit_marker(flipped).status();
   EXPECT_TRUE(absl::IsDataLoss(s)) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("commit marker damaged: checksum mismatch"));
 }
 
 TEST(CommitMarkerTextTest, NewerVersionIsRefused) {
   std::string body = "fp8-checkpoint-commit 2\nstep 1\nworld_size 1\nshard rank-00000-of-00001.ckpt 1 0x00000000\n";
-  body += absl::StrFormat("crc32c 0x%08x\n", Crc32c(AsBytes(body)));
-  const absl::Status s = ParseCommitMarker(body).status();
+  body += absl::StrFormat("crc32c 0x%08x\n", crc32c(as_bytes(body)));
+  const absl::Status s = parse_commit_marker(body).status();
   EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("commit marker version 2; this build reads version 1"));
 }
 
 TEST(CommitMarkerCheckTest, NeedsOneCanonicallyNamedShardPerRank) {
-  CommitMarker marker = TwoRankMarker();
+  CommitMarker marker = two_rank_marker();
   marker.shards.pop_back();
-  EXPECT_THAT(std::string(CheckCommitMarker(marker).message()), HasSubstr("1 shards for world size 2"));
-  marker = TwoRankMarker();
+  EXPECT_THAT(std::string(check_commit_marker(marker).message()), HasSubstr("1 shards for world size 2"));
+  marker = two_rank_marker();
   marker.shards[1].file_name = "rank-00001-of-00003.ckpt";
-  EXPECT_THAT(std::string(CheckCommitMarker(marker).message()),
+  EXPECT_THAT(std::string(check_commit_marker(marker).message()),
               HasSubstr("shard 1 is 'rank-00001-of-00003.ckpt', expected 'rank-00001-of-00002.ckpt'"));
 }
 
 class CommitMarkerFileTest : public CheckpointTest {};
 
 TEST_F(CommitMarkerFileTest, WritesShardsInRankOrderWhateverOrderTheyArriveIn) {
-  const std::filesystem::path dir = PrepareStepDirectory(root_, 200).value();
-  std::vector<ShardInfo> arrived = TwoRankMarker().shards;
+  const std::filesystem::path dir = prepare_step_directory(root_, 200).value();
+  std::vector<ShardInfo> arrived = two_rank_marker().shards;
   std::swap(arrived[0], arrived[1]);
-  ASSERT_TRUE(WriteCommitMarker(dir, 200, 2, arrived).ok());
+  ASSERT_TRUE(write_commit_marker(dir, 200, 2, arrived).ok());
   EXPECT_FALSE(std::filesystem::exists(dir / "COMMITTED.tmp"));
-  absl::StatusOr<CommitMarker> read = ReadCommitMarker(dir);
+  absl::StatusOr<CommitMarker> read = read_commit_marker(dir);
   ASSERT_TRUE(read.ok()) << read.status();
-  EXPECT_EQ(*read, TwoRankMarker());
+  EXPECT_EQ(*read, two_rank_marker());
 }
 
 TEST_F(CommitMarkerFileTest, RefusesToCommitTheWrongThing) {
-  const std::filesystem::path dir = PrepareStepDirectory(root_, 200).value();
-  const std::vector<ShardInfo> shards = TwoRankMarker().shards;
-  EXPECT_THAT(std::string(WriteCommitMarker(dir, 200, 3, shards).message()), HasSubstr("2 shards for world size 3"));
-  EXPECT_THAT(std::string(WriteCommitMarker(dir, 300, 2, shards).message()),
+  const std::filesystem::path dir = prepare_step_directory(root_, 200).value();
+  const std::vector<ShardInfo> shards = two_rank_marker().shards;
+  EXPECT_THAT(std::string(write_commit_marker(dir, 200, 3, shards).message()), HasSubstr("2 shards for world size 3"));
+  EXPECT_THAT(std::string(write_commit_marker(dir, 300, 2, shards).message()),
               HasSubstr("not the directory of step 300"));
   EXPECT_FALSE(std::filesystem::exists(dir / kCommitMarkerFileName));
 }
 
 TEST_F(CommitMarkerFileTest, MissingMarkerIsNotFound) {
-  const std::filesystem::path dir = PrepareStepDirectory(root_, 200).value();
-  EXPECT_TRUE(absl::IsNotFound(ReadCommitMarker(dir).status()));
+  const std::filesystem::path dir = prepare_step_directory(root_, 200).value();
+  EXPECT_TRUE(absl::IsNotFound(read_commit_marker(dir).status()));
 }
 
 TEST_F(CommitMarkerFileTest, MarkerInTheWrongDirectoryIsDamage) {
-  const std::filesystem::path dir200 = PrepareStepDirectory(root_, 200).value();
-  const std::filesystem::path dir300 = PrepareStepDirectory(root_, 300).value();
-  ASSERT_TRUE(WriteCommitMarker(dir200, 200, 2, TwoRankMarker().shards).ok());
-  WriteFile(dir300 / kCommitMarkerFileName, ReadFile(dir200 / kCommitMarkerFileName));
-  const absl::Status s = ReadCommitMarker(dir300).status();
+  const std::filesystem::path dir200 = prepare_step_directory(root_, 200).value();
+  const std::filesystem::path dir300 = prepare_step_directory(root_, 300).value();
+  ASSERT_TRUE(write_commit_marker(dir200, 200, 2, two_rank_marker().shards).ok());
+  write_file(dir300 / kCommitMarkerFileName, read_file(dir200 / kCommitMarkerFileName));
+  const absl::Status s = read_commit_marker(dir300).status();
   EXPECT_TRUE(absl::IsDataLoss(s)) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("says step 200 but lies in the directory of step 300"));
 }
 
 TEST_F(CommitMarkerFileTest, PreparingAStepAgainWithdrawsItsOldMarker) {
-  const std::filesystem::path dir = PrepareStepDirectory(root_, 200).value();
-  ASSERT_TRUE(WriteCommitMarker(dir, 200, 2, TwoRankMarker().shards).ok());
-  ASSERT_TRUE(PrepareStepDirectory(root_, 200).ok());
-  EXPECT_TRUE(absl::IsNotFound(ReadCommitMarker(dir).status()));
+  const std::filesystem::path dir = prepare_step_directory(root_, 200).value();
+  ASSERT_TRUE(write_commit_marker(dir, 200, 2, two_rank_marker().shards).ok());
+  ASSERT_TRUE(prepare_step_directory(root_, 200).ok());
+  EXPECT_TRUE(absl::IsNotFound(read_commit_marker(dir).status()));
 }
 
 TEST(CheckpointLayoutTest, NamesAreCanonicalAndParseBack) {
-  EXPECT_EQ(StepDirectoryName(200), "step-00000200");
-  EXPECT_EQ(StepDirectoryName(1234567890), "step-1234567890");
-  EXPECT_EQ(ShardFileName(1, 16), "rank-00001-of-00016.ckpt");
-  EXPECT_EQ(ParseStepDirectoryName("step-00000200"), 200);
-  EXPECT_EQ(ParseStepDirectoryName("step-1234567890"), 1234567890);
+  EXPECT_EQ(step_directory_name(200), "step-00000200");
+  EXPECT_EQ(step_directory_name(1234567890), "step-1234567890");
+  EXPECT_EQ(shard_file_name(1, 16), "rank-00001-of-00016.ckpt");
+  EXPECT_EQ(parse_step_directory_name("step-00000200"), 200);
+  EXPECT_EQ(parse_step_directory_name("step-1234567890"), 1234567890);
   for (const char* other : {"step-200", "step-000000200", "step-", "step-0000020x", "step--0000200", "steps-00000200",
                             "step-00000200.tmp", "notes.txt"}) {
-    EXPECT_EQ(ParseStepDirectoryName(other), std::nullopt) << other;
+    EXPECT_EQ(parse_step_directory_name(other), std::nullopt) << other;
   }
 }
 

@@ -20,12 +20,12 @@ class ShardLoadChecksTest : public CheckpointTest {
     CheckpointTest::SetUp();
     std::filesystem::create_directories(root_);
     path_ = root_ / "rank-00000-of-00001.ckpt";
-    absl::StatusOr<ShardWriter> w = ShardWriter::Create(path_, {.step = 200, .rank = 0, .world_size = 1});
+    absl::StatusOr<ShardWriter> w = ShardWriter::create(path_, {.step = 200, .rank = 0, .world_size = 1});
     ASSERT_TRUE(w.ok()) << w.status();
-    ASSERT_TRUE(w->WriteTensor<float>("params/x", std::vector<float>(64 * 256, 1.f), {64, 256}).ok());
-    ASSERT_TRUE(w->WriteBytes("rng/state", "abc").ok());
-    ASSERT_TRUE(w->Finish().ok());
-    absl::StatusOr<ShardReader> reader = ShardReader::Open(path_);
+    ASSERT_TRUE(w->write_tensor<float>("params/x", std::vector<float>(64 * 256, 1.f), {64, 256}).ok());
+    ASSERT_TRUE(w->write_bytes("rng/state", "abc").ok());
+    ASSERT_TRUE(w->finish().ok());
+    absl::StatusOr<ShardReader> reader = ShardReader::open(path_);
     ASSERT_TRUE(reader.ok()) << reader.status();
     reader_.emplace(*std::move(reader));
   }
@@ -36,23 +36,23 @@ class ShardLoadChecksTest : public CheckpointTest {
 
 TEST_F(ShardLoadChecksTest, ShapeMismatchNamesBothShapes) {
   std::vector<float> out(64 * 128);
-  const absl::Status s = reader_->ReadTensor<float>("params/x", std::span(out), {64, 128});
+  const absl::Status s = reader_->read_tensor<float>("params/x", std::span(out), {64, 128});
   EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
   EXPECT_EQ(s.message(), path_.string() + ": record 'params/x' has shape [64, 256], expected [64, 128]");
 }
 
 TEST_F(ShardLoadChecksTest, DtypeMismatchNamesBothTypes) {
   std::vector<int32_t> out(64 * 256);
-  const absl::Status s = reader_->ReadTensor<int32_t>("params/x", std::span(out), {64, 256});
+  const absl::Status s = reader_->read_tensor<int32_t>("params/x", std::span(out), {64, 256});
   EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
   EXPECT_EQ(s.message(), path_.string() + ": record 'params/x' is f32, expected i32");
-  EXPECT_EQ(reader_->ReadBytes("params/x").status().message(),
+  EXPECT_EQ(reader_->read_bytes("params/x").status().message(),
             path_.string() + ": record 'params/x' is f32, expected bytes");
 }
 
 TEST_F(ShardLoadChecksTest, WrongBufferSizeIsTheCallersError) {
   std::vector<float> out(10);
-  const absl::Status s = reader_->ReadTensor<float>("params/x", std::span(out), {64, 256});
+  const absl::Status s = reader_->read_tensor<float>("params/x", std::span(out), {64, 256});
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("record 'params/x' (f32 [64, 256]) is 65536 bytes; the buffer "
                                                   "given holds 40"));
@@ -60,13 +60,13 @@ TEST_F(ShardLoadChecksTest, WrongBufferSizeIsTheCallersError) {
 
 TEST_F(ShardLoadChecksTest, MissingRecordIsNotFound) {
   std::vector<float> out(4);
-  const absl::Status s = reader_->ReadTensor<float>("params/y", std::span(out), {4});
+  const absl::Status s = reader_->read_tensor<float>("params/y", std::span(out), {4});
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
   EXPECT_EQ(s.message(), path_.string() + ": no record 'params/y'");
 }
 
 TEST_F(ShardLoadChecksTest, ScalarReadOfATensorIsAShapeMismatch) {
-  EXPECT_THAT(std::string(reader_->ReadScalar<float>("params/x").status().message()),
+  EXPECT_THAT(std::string(reader_->read_scalar<float>("params/x").status().message()),
               HasSubstr("has shape [64, 256], expected []"));
 }
 

@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 
 // Lines of pseudo-random lower-case words, `line_length` bytes each counting the '\n',
 // so that windows at different offsets hold different text.
-std::string SyntheticText(int64_t bytes, int64_t line_length) {
+std::string synthetic_text(int64_t bytes, int64_t line_length) {
   std::string text;
   text.reserve(static_cast<size_t>(bytes));
   uint64_t state = 12345;
@@ -45,13 +45,13 @@ std::string SyntheticText(int64_t bytes, int64_t line_length) {
 }
 
 // A byte-token stream as the text it came from.
-std::string Text(const TokenStream& tokens) {
+std::string as_text(const TokenStream& tokens) {
   std::string text;
-  for (int64_t i = 0; i < tokens.size(); ++i) text += static_cast<char>(tokens.At(i));
+  for (int64_t i = 0; i < tokens.size(); ++i) text += static_cast<char>(tokens.at(i));
   return text;
 }
 
-std::vector<int64_t> Sorted(std::vector<int64_t> values) {
+std::vector<int64_t> sorted(std::vector<int64_t> values) {
   std::sort(values.begin(), values.end());
   return values;
 }
@@ -67,20 +67,20 @@ class DataTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  std::string WriteFile(const std::string& name, std::string_view contents) {
+  std::string write_file(const std::string& name, std::string_view contents) {
     const fs::path path = dir_ / name;
     std::ofstream(path, std::ios::binary) << contents;
     return path.string();
   }
 
-  Corpus Load(std::string_view contents, int64_t seq_len, double val_fraction) {
-    absl::StatusOr<Corpus> corpus = Corpus::Load(WriteFile("corpus.txt", contents), {seq_len, val_fraction});
+  Corpus load(std::string_view contents, int64_t seq_len, double val_fraction) {
+    absl::StatusOr<Corpus> corpus = Corpus::load(write_file("corpus.txt", contents), {seq_len, val_fraction});
     EXPECT_TRUE(corpus.ok()) << corpus.status();
     return *std::move(corpus);
   }
 
-  static Batcher MakeBatcher(const Corpus& corpus, const BatcherOptions& options) {
-    absl::StatusOr<Batcher> batcher = Batcher::Create(corpus, options);
+  static Batcher make_batcher(const Corpus& corpus, const BatcherOptions& options) {
+    absl::StatusOr<Batcher> batcher = Batcher::create(corpus, options);
     EXPECT_TRUE(batcher.ok()) << batcher.status();
     return *std::move(batcher);
   }
@@ -93,23 +93,23 @@ class DataTest : public ::testing::Test {
 TEST_F(DataTest, ValidationIsTheTailStartingAtTheNearestLineStart) {
   // 37-byte lines: the exact split (10000 - 1000) is 9 bytes past the line start at 8991
   // and 28 before the one at 9028.
-  const std::string text = SyntheticText(10000, 37);
-  const Corpus corpus = Load(text, 16, 0.1);
+  const std::string text = synthetic_text(10000, 37);
+  const Corpus corpus = load(text, 16, 0.1);
   EXPECT_EQ(corpus.train_tokens().size(), 8991);
   EXPECT_EQ(text[8990], '\n');
   EXPECT_EQ(corpus.train_tokens().size(), 8991);
   EXPECT_EQ(corpus.validation_tokens().size(), 10000 - 8991);
   // Together the splits are the file, byte for byte.
-  const std::string train = Text(corpus.train_tokens());
-  const std::string validation = Text(corpus.validation_tokens());
+  const std::string train = as_text(corpus.train_tokens());
+  const std::string validation = as_text(corpus.validation_tokens());
   EXPECT_EQ(train + validation, text);
 }
 
 TEST_F(DataTest, SplitIsExactWithoutANewlineWithin1KiB) {
   // Lines of 5000 bytes: line starts at 5000, 10000 and 15000.
-  const std::string text = SyntheticText(20000, 5000);
-  EXPECT_EQ(Load(text, 16, 0.15).train_tokens().size(), 17000);  // the nearest line start is 2000 away
-  EXPECT_EQ(Load(text, 16, 0.2).train_tokens().size(), 15000);   // 1000 away: within reach
+  const std::string text = synthetic_text(20000, 5000);
+  EXPECT_EQ(load(text, 16, 0.15).train_tokens().size(), 17000);  // the nearest line start is 2000 away
+  EXPECT_EQ(load(text, 16, 0.2).train_tokens().size(), 15000);   // 1000 away: within reach
 }
 
 TEST(CorpusSplitTest, SnapsWithin1KiBToTheNearestLineStartEarlierOnATie) {
@@ -117,66 +117,66 @@ TEST(CorpusSplitTest, SnapsWithin1KiBToTheNearestLineStartEarlierOnATie) {
   auto add_line_start = [](std::vector<uint8_t>& bytes, int64_t p) { bytes[static_cast<size_t>(p - 1)] = '\n'; };
   std::vector<uint8_t> bytes(20000, 'x');
   const double half = 0.5;  // exact split 10000
-  EXPECT_EQ(ValidationSplitOffset(bytes, half), 10000);
+  EXPECT_EQ(validation_split_offset(bytes, half), 10000);
   add_line_start(bytes, 10000 - 1025);  // too far
-  EXPECT_EQ(ValidationSplitOffset(bytes, half), 10000);
+  EXPECT_EQ(validation_split_offset(bytes, half), 10000);
   add_line_start(bytes, 10000 + 1024);  // just within reach
-  EXPECT_EQ(ValidationSplitOffset(bytes, half), 10000 + 1024);
+  EXPECT_EQ(validation_split_offset(bytes, half), 10000 + 1024);
   add_line_start(bytes, 10000 - 1024);  // as near, but earlier: wins the tie
-  EXPECT_EQ(ValidationSplitOffset(bytes, half), 10000 - 1024);
+  EXPECT_EQ(validation_split_offset(bytes, half), 10000 - 1024);
   add_line_start(bytes, 10000 + 3);
-  EXPECT_EQ(ValidationSplitOffset(bytes, half), 10000 + 3);
-  EXPECT_EQ(ValidationSplitOffset(bytes, 0.0), 20000);  // no validation
+  EXPECT_EQ(validation_split_offset(bytes, half), 10000 + 3);
+  EXPECT_EQ(validation_split_offset(bytes, 0.0), 20000);  // no validation
   // A newline as the very last byte would leave validation empty: not a candidate.
   std::vector<uint8_t> tail(100, 'x');
   tail.back() = '\n';
-  EXPECT_EQ(ValidationSplitOffset(tail, 0.05), 95);
+  EXPECT_EQ(validation_split_offset(tail, 0.05), 95);
 }
 
 TEST_F(DataTest, ZeroValFractionKeepsTheWholeFileForTraining) {
-  const Corpus corpus = Load(SyntheticText(1000, 37), 16, 0.0);
+  const Corpus corpus = load(synthetic_text(1000, 37), 16, 0.0);
   EXPECT_EQ(corpus.train_tokens().size(), 1000);
   EXPECT_TRUE(corpus.validation_tokens().empty());
 }
 
 TEST_F(DataTest, MissingFileIsNotFoundAndNamesThePath) {
   const std::string path = (dir_ / "no-such-file.txt").string();
-  absl::StatusOr<Corpus> corpus = Corpus::Load(path, {16, 0.05});
+  absl::StatusOr<Corpus> corpus = Corpus::load(path, {16, 0.05});
   ASSERT_FALSE(corpus.ok());
   EXPECT_EQ(corpus.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(corpus.status().message(), "data.path: cannot open " + path + ": No such file or directory");
 }
 
 TEST_F(DataTest, EmptyFileIsAnError) {
-  const std::string path = WriteFile("empty.txt", "");
-  absl::StatusOr<Corpus> corpus = Corpus::Load(path, {16, 0.05});
+  const std::string path = write_file("empty.txt", "");
+  absl::StatusOr<Corpus> corpus = Corpus::load(path, {16, 0.05});
   ASSERT_FALSE(corpus.ok());
   EXPECT_EQ(corpus.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(corpus.status().message(), "data.path: " + path + " is empty");
 }
 
 TEST_F(DataTest, DirectoryIsNotACorpus) {
-  absl::StatusOr<Corpus> corpus = Corpus::Load(dir_.string(), {16, 0.05});
+  absl::StatusOr<Corpus> corpus = Corpus::load(dir_.string(), {16, 0.05});
   ASSERT_FALSE(corpus.ok());
   EXPECT_EQ(corpus.status().message(), "data.path: " + dir_.string() + " is not a regular file");
 }
 
 TEST_F(DataTest, ValidationSplitTooShortForOneWindowSaysWhatToChange) {
   // 6000 bytes without newlines, 5% validation = 300 tokens, windows of 513.
-  const std::string path = WriteFile("short.txt", std::string(6000, 'a'));
-  absl::StatusOr<Corpus> corpus = Corpus::Load(path, {512, 0.05});
+  const std::string path = write_file("short.txt", std::string(6000, 'a'));
+  absl::StatusOr<Corpus> corpus = Corpus::load(path, {512, 0.05});
   ASSERT_FALSE(corpus.ok());
   EXPECT_EQ(corpus.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(corpus.status().message(),
             "data.path: validation split of " + path +
                 " has 300 tokens, fewer than seq_len+1 = 513; raise data.val_fraction, lower data.seq_len or use "
                 "a larger file");
-  EXPECT_TRUE(Corpus::Load(path, {299, 0.05}).ok());  // 300 tokens hold one window of 300
+  EXPECT_TRUE(Corpus::load(path, {299, 0.05}).ok());  // 300 tokens hold one window of 300
 }
 
 TEST_F(DataTest, TrainingSplitTooShortForOneWindowSaysWhatToChange) {
-  const std::string path = WriteFile("tiny.txt", std::string(100, 'a'));
-  absl::StatusOr<Corpus> corpus = Corpus::Load(path, {512, 0.0});
+  const std::string path = write_file("tiny.txt", std::string(100, 'a'));
+  absl::StatusOr<Corpus> corpus = Corpus::load(path, {512, 0.0});
   ASSERT_FALSE(corpus.ok());
   EXPECT_EQ(corpus.status().message(),
             "data.path: training split of " + path +
@@ -185,9 +185,9 @@ TEST_F(DataTest, TrainingSplitTooShortForOneWindowSaysWhatToChange) {
 }
 
 TEST_F(DataTest, OptionsOutOfRangeNameTheirField) {
-  const std::string path = WriteFile("ok.txt", SyntheticText(1000, 37));
-  EXPECT_EQ(Corpus::Load(path, {0, 0.05}).status().message(), "data.seq_len: must be at least 1, got 0");
-  EXPECT_EQ(Corpus::Load(path, {16, 0.6}).status().message(), "data.val_fraction: must be in [0, 0.5], got 0.6");
+  const std::string path = write_file("ok.txt", synthetic_text(1000, 37));
+  EXPECT_EQ(Corpus::load(path, {0, 0.05}).status().message(), "data.seq_len: must be at least 1, got 0");
+  EXPECT_EQ(Corpus::load(path, {16, 0.6}).status().message(), "data.val_fraction: must be in [0, 0.5], got 0.6");
 }
 
 TEST_F(DataTest, TokensAreTheFileBytesIncludingHighBytes) {
@@ -195,9 +195,9 @@ TEST_F(DataTest, TokensAreTheFileBytesIncludingHighBytes) {
   for (int repeat = 0; repeat < 4; ++repeat) {
     for (int b = 0; b < 256; ++b) text += static_cast<char>(b);
   }
-  const Corpus corpus = Load(text, 8, 0.0);
+  const Corpus corpus = load(text, 8, 0.0);
   ASSERT_EQ(corpus.train_tokens().size(), 1024);
-  for (int64_t i = 0; i < 1024; ++i) EXPECT_EQ(corpus.train_tokens().At(i), i % 256) << i;
+  for (int64_t i = 0; i < 1024; ++i) EXPECT_EQ(corpus.train_tokens().at(i), i % 256) << i;
 }
 
 // ---- platform-independent randomness ---------------------------------------------------
@@ -207,12 +207,12 @@ TEST(PortableRandomTest, GoldenValuesPinTheOrderOnEveryPlatform) {
   std::mt19937_64 standard;
   standard.discard(9999);
   EXPECT_EQ(standard(), 9981545732273789042ULL);
-  // MixSeed(0, 0) is SplitMix64's first output from seed 0, a published value.
-  EXPECT_EQ(MixSeed(0, 0), 0xe220a8397b1dcdafULL);
+  // mix_seed(0, 0) is SplitMix64's first output from seed 0, a published value.
+  EXPECT_EQ(mix_seed(0, 0), 0xe220a8397b1dcdafULL);
   // Ours, recorded once: if this changes, every saved data position means something else.
-  std::mt19937_64 rng(MixSeed(7, 3));
+  std::mt19937_64 rng(mix_seed(7, 3));
   std::vector<uint32_t> values = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
-  ShuffleInPlace(values, rng);
+  shuffle_in_place(values, rng);
   EXPECT_EQ(values, (std::vector<uint32_t>{1, 5, 4, 8, 6, 2, 3, 0, 9, 7}));
   const EpochOrder epoch(/*train_tokens=*/1000, /*seq_len=*/16, /*seed=*/0, /*epoch=*/0);
   EXPECT_EQ(epoch.phase(), 8);
@@ -226,37 +226,37 @@ TEST(PortableRandomTest, UniformBelowIsInRangeAndEven) {
   std::mt19937_64 rng(1);
   std::vector<int> counts(6);
   for (int i = 0; i < 60000; ++i) {
-    const uint64_t v = UniformBelow(rng, 6);
+    const uint64_t v = uniform_below(rng, 6);
     ASSERT_LT(v, 6u);
     ++counts[v];
   }
   for (int c : counts) EXPECT_NEAR(c, 10000, 400);
-  EXPECT_EQ(UniformBelow(rng, 1), 0u);
+  EXPECT_EQ(uniform_below(rng, 1), 0u);
   // A bound above 2^63 rejects almost half the raw draws; results must still fit.
-  for (int i = 0; i < 100; ++i) EXPECT_LT(UniformBelow(rng, (1ULL << 63) + 1), (1ULL << 63) + 1);
+  for (int i = 0; i < 100; ++i) EXPECT_LT(uniform_below(rng, (1ULL << 63) + 1), (1ULL << 63) + 1);
 }
 
 TEST(PortableRandomTest, ShuffleIsAPermutationAndSeedsDiffer) {
   std::vector<uint32_t> a(1000), b(1000);
   for (uint32_t i = 0; i < 1000; ++i) a[i] = b[i] = i;
-  std::mt19937_64 rng_a(MixSeed(1, 0)), rng_b(MixSeed(2, 0));
-  ShuffleInPlace(a, rng_a);
-  ShuffleInPlace(b, rng_b);
+  std::mt19937_64 rng_a(mix_seed(1, 0)), rng_b(mix_seed(2, 0));
+  shuffle_in_place(a, rng_a);
+  shuffle_in_place(b, rng_b);
   EXPECT_NE(a, b);
   std::sort(a.begin(), a.end());
   for (uint32_t i = 0; i < 1000; ++i) ASSERT_EQ(a[i], i);
-  EXPECT_NE(MixSeed(1, 0), MixSeed(0, 1));
+  EXPECT_NE(mix_seed(1, 0), mix_seed(0, 1));
 }
 
 // ---- training stream -------------------------------------------------------------------
 
 TEST_F(DataTest, WindowsAreTheFileBytesWithTargetsShiftedByOne) {
-  const std::string text = SyntheticText(5000, 37);
-  const Corpus corpus = Load(text, 32, 0.1);
-  Batcher batcher = MakeBatcher(corpus, {.seq_len = 32, .batch_size = 4, .grad_accum = 2, .seed = 3});
+  const std::string text = synthetic_text(5000, 37);
+  const Corpus corpus = load(text, 32, 0.1);
+  Batcher batcher = make_batcher(corpus, {.seq_len = 32, .batch_size = 4, .grad_accum = 2, .seed = 3});
   ASSERT_EQ(batcher.micro_batch_size(), 2);
   for (int micro = 0; micro < 50; ++micro) {
-    const TokenBatch batch = batcher.NextMicroBatch();
+    const TokenBatch batch = batcher.next_micro_batch();
     ASSERT_EQ(batch.rows, 2);
     ASSERT_EQ(batch.seq_len, 32);
     ASSERT_EQ(batch.inputs.size(), 64u);
@@ -276,36 +276,36 @@ TEST_F(DataTest, WindowsAreTheFileBytesWithTargetsShiftedByOne) {
 }
 
 // Window starts of the next `micros` micro-batches, in order.
-std::vector<int64_t> NextStarts(Batcher& batcher, int micros) {
+std::vector<int64_t> next_starts(Batcher& batcher, int micros) {
   std::vector<int64_t> starts;
   for (int i = 0; i < micros; ++i) {
-    const TokenBatch batch = batcher.NextMicroBatch();
+    const TokenBatch batch = batcher.next_micro_batch();
     starts.insert(starts.end(), batch.window_starts.begin(), batch.window_starts.end());
   }
   return starts;
 }
 
 TEST_F(DataTest, SameSeedSameOrderDifferentSeedDifferentOrder) {
-  const Corpus corpus = Load(SyntheticText(20000, 37), 16, 0.05);
-  Batcher a = MakeBatcher(corpus, {.seq_len = 16, .batch_size = 8, .seed = 11});
-  Batcher b = MakeBatcher(corpus, {.seq_len = 16, .batch_size = 8, .seed = 11});
-  Batcher c = MakeBatcher(corpus, {.seq_len = 16, .batch_size = 8, .seed = 12});
-  const std::vector<int64_t> order_a = NextStarts(a, 20);
-  EXPECT_EQ(order_a, NextStarts(b, 20));
-  EXPECT_NE(order_a, NextStarts(c, 20));
+  const Corpus corpus = load(synthetic_text(20000, 37), 16, 0.05);
+  Batcher a = make_batcher(corpus, {.seq_len = 16, .batch_size = 8, .seed = 11});
+  Batcher b = make_batcher(corpus, {.seq_len = 16, .batch_size = 8, .seed = 11});
+  Batcher c = make_batcher(corpus, {.seq_len = 16, .batch_size = 8, .seed = 12});
+  const std::vector<int64_t> order_a = next_starts(a, 20);
+  EXPECT_EQ(order_a, next_starts(b, 20));
+  EXPECT_NE(order_a, next_starts(c, 20));
 }
 
 TEST_F(DataTest, EveryWindowOnceAnEpochWithBoundariesMovingBetweenEpochs) {
   const int64_t seq_len = 16;
-  const Corpus corpus = Load(SyntheticText(3000, 37), seq_len, 0.0);
+  const Corpus corpus = load(synthetic_text(3000, 37), seq_len, 0.0);
   const auto tokens = static_cast<int64_t>(corpus.train_tokens().size());
-  Batcher batcher = MakeBatcher(corpus, {.seq_len = seq_len, .batch_size = 1, .seed = 5});
+  Batcher batcher = make_batcher(corpus, {.seq_len = seq_len, .batch_size = 1, .seed = 5});
   std::set<int64_t> phases;
   for (int64_t epoch = 0; epoch < 8; ++epoch) {
     ASSERT_EQ(batcher.position(), (DataPosition{epoch, 0}));
     std::vector<int64_t> starts;
-    while (batcher.position().epoch == epoch) starts.push_back(batcher.NextMicroBatch().window_starts[0]);
-    starts = Sorted(starts);
+    while (batcher.position().epoch == epoch) starts.push_back(batcher.next_micro_batch().window_starts[0]);
+    starts = sorted(starts);
     const int64_t phase = starts.front();
     ASSERT_LT(phase, seq_len);
     phases.insert(phase);
@@ -339,15 +339,15 @@ TEST_F(DataTest, EpochOrderDependsOnlyOnSeedEpochAndSize) {
 TEST_F(DataTest, ShardsOfEveryWorldSizeMakeTheSameGlobalBatch) {
   const int64_t seq_len = 8;
   // About 70 windows an epoch, so the 40 steps below cross epoch boundaries at every world size.
-  const Corpus corpus = Load(SyntheticText(600, 37), seq_len, 0.05);
+  const Corpus corpus = load(synthetic_text(600, 37), seq_len, 0.05);
   for (int world : {1, 2, 3}) {
     for (int64_t grad_accum : {1, 2}) {
       const int64_t per_rank = 4;
-      Batcher single = MakeBatcher(
+      Batcher single = make_batcher(
           corpus, {.seq_len = seq_len, .batch_size = per_rank * world, .grad_accum = grad_accum, .seed = 21});
       std::vector<Batcher> ranks;
       for (int r = 0; r < world; ++r) {
-        ranks.push_back(MakeBatcher(corpus, {.seq_len = seq_len,
+        ranks.push_back(make_batcher(corpus, {.seq_len = seq_len,
                                              .batch_size = per_rank,
                                              .grad_accum = grad_accum,
                                              .seed = 21,
@@ -355,10 +355,10 @@ TEST_F(DataTest, ShardsOfEveryWorldSizeMakeTheSameGlobalBatch) {
                                              .world_size = world}));
       }
       for (int micro = 0; micro < 40 * grad_accum; ++micro) {
-        const TokenBatch global = single.NextMicroBatch();
+        const TokenBatch global = single.next_micro_batch();
         std::vector<int64_t> union_of_ranks;
         for (int r = 0; r < world; ++r) {
-          const TokenBatch shard = ranks[r].NextMicroBatch();
+          const TokenBatch shard = ranks[r].next_micro_batch();
           ASSERT_EQ(shard.rows, per_rank / grad_accum);
           for (int64_t k = 0; k < shard.rows; ++k) {
             ASSERT_EQ(shard.window_starts[k], global.window_starts[r + k * world]);
@@ -366,7 +366,7 @@ TEST_F(DataTest, ShardsOfEveryWorldSizeMakeTheSameGlobalBatch) {
           }
           ASSERT_EQ(ranks[r].position(), single.position());
         }
-        ASSERT_EQ(Sorted(union_of_ranks), Sorted(global.window_starts))
+        ASSERT_EQ(sorted(union_of_ranks), sorted(global.window_starts))
             << "world " << world << " grad_accum " << grad_accum << " micro " << micro;
       }
       EXPECT_GE(single.position().epoch, 2);
@@ -376,19 +376,19 @@ TEST_F(DataTest, ShardsOfEveryWorldSizeMakeTheSameGlobalBatch) {
 
 // Runs `before` micro-batches, saves the position, and checks that a fresh batcher
 // restored there produces exactly the next `after` micro-batches.
-void ExpectRestoreContinuesExactly(const Corpus& corpus, const BatcherOptions& options, int before, int after) {
-  absl::StatusOr<Batcher> original = Batcher::Create(corpus, options);
+void expect_restore_continues_exactly(const Corpus& corpus, const BatcherOptions& options, int before, int after) {
+  absl::StatusOr<Batcher> original = Batcher::create(corpus, options);
   ASSERT_TRUE(original.ok()) << original.status();
-  for (int i = 0; i < before; ++i) original->NextMicroBatch();
+  for (int i = 0; i < before; ++i) original->next_micro_batch();
   const DataPosition saved = original->position();
 
-  absl::StatusOr<Batcher> resumed = Batcher::Create(corpus, options);
+  absl::StatusOr<Batcher> resumed = Batcher::create(corpus, options);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
-  ASSERT_TRUE(resumed->Restore(saved).ok());
+  ASSERT_TRUE(resumed->restore(saved).ok());
   EXPECT_EQ(resumed->position(), saved);
   for (int i = 0; i < after; ++i) {
-    const TokenBatch expected = original->NextMicroBatch();
-    const TokenBatch actual = resumed->NextMicroBatch();
+    const TokenBatch expected = original->next_micro_batch();
+    const TokenBatch actual = resumed->next_micro_batch();
     ASSERT_EQ(actual.window_starts, expected.window_starts) << "micro-batch " << i << " after the restore";
     ASSERT_EQ(actual.inputs, expected.inputs);
     ASSERT_EQ(actual.targets, expected.targets);
@@ -396,52 +396,52 @@ void ExpectRestoreContinuesExactly(const Corpus& corpus, const BatcherOptions& o
 }
 
 TEST_F(DataTest, RestoredPositionContinuesWithTheVeryNextWindows) {
-  const Corpus corpus = Load(SyntheticText(2000, 37), 16, 0.05);
+  const Corpus corpus = load(synthetic_text(2000, 37), 16, 0.05);
   const BatcherOptions options{.seq_len = 16, .batch_size = 6, .grad_accum = 3, .seed = 8};
   // Each micro-batch takes 2 windows of ~118 an epoch (the phase decides exactly).
-  ExpectRestoreContinuesExactly(corpus, options, /*before=*/10, /*after=*/20);   // mid-epoch
-  ExpectRestoreContinuesExactly(corpus, options, /*before=*/55, /*after=*/20);   // across a boundary
-  ExpectRestoreContinuesExactly(corpus, options, /*before=*/200, /*after=*/80);  // later epochs
+  expect_restore_continues_exactly(corpus, options, /*before=*/10, /*after=*/20);   // mid-epoch
+  expect_restore_continues_exactly(corpus, options, /*before=*/55, /*after=*/20);   // across a boundary
+  expect_restore_continues_exactly(corpus, options, /*before=*/200, /*after=*/80);  // later epochs
   // Sharded, saved one micro-batch into a step.
-  ExpectRestoreContinuesExactly(
+  expect_restore_continues_exactly(
       corpus, {.seq_len = 16, .batch_size = 4, .grad_accum = 2, .seed = 8, .rank = 1, .world_size = 3},
       /*before=*/31, /*after=*/30);
 }
 
 TEST_F(DataTest, RestoreAtAnEpochStartAndUnderAnotherWorldSize) {
-  const Corpus corpus = Load(SyntheticText(2000, 37), 16, 0.05);
-  Batcher one_rank = MakeBatcher(corpus, {.seq_len = 16, .batch_size = 4, .seed = 2});
-  while (one_rank.position().epoch == 0) one_rank.NextMicroBatch();
+  const Corpus corpus = load(synthetic_text(2000, 37), 16, 0.05);
+  Batcher one_rank = make_batcher(corpus, {.seq_len = 16, .batch_size = 4, .seed = 2});
+  while (one_rank.position().epoch == 0) one_rank.next_micro_batch();
   // Wherever epoch 0 ended within a micro-batch, epoch 1 starting afresh is a valid place.
   const DataPosition epoch_start{1, 0};
-  ASSERT_TRUE(one_rank.Restore(epoch_start).ok());
-  const TokenBatch global = one_rank.NextMicroBatch();
+  ASSERT_TRUE(one_rank.restore(epoch_start).ok());
+  const TokenBatch global = one_rank.next_micro_batch();
   // The same global batch of 4 over 2 ranks of 2 picks up at the same window.
   for (int r = 0; r < 2; ++r) {
-    Batcher shard = MakeBatcher(corpus, {.seq_len = 16, .batch_size = 2, .seed = 2, .rank = r, .world_size = 2});
-    ASSERT_TRUE(shard.Restore(epoch_start).ok());
-    const TokenBatch part = shard.NextMicroBatch();
+    Batcher shard = make_batcher(corpus, {.seq_len = 16, .batch_size = 2, .seed = 2, .rank = r, .world_size = 2});
+    ASSERT_TRUE(shard.restore(epoch_start).ok());
+    const TokenBatch part = shard.next_micro_batch();
     EXPECT_EQ(part.window_starts[0], global.window_starts[r]);
     EXPECT_EQ(part.window_starts[1], global.window_starts[r + 2]);
   }
 }
 
 TEST_F(DataTest, RestoreRejectsAPositionOutsideItsEpoch) {
-  const Corpus corpus = Load(SyntheticText(2000, 37), 16, 0.05);
-  Batcher batcher = MakeBatcher(corpus, {.seq_len = 16, .batch_size = 2, .seed = 2});
-  batcher.NextMicroBatch();
+  const Corpus corpus = load(synthetic_text(2000, 37), 16, 0.05);
+  Batcher batcher = make_batcher(corpus, {.seq_len = 16, .batch_size = 2, .seed = 2});
+  batcher.next_micro_batch();
   const DataPosition before = batcher.position();
-  const absl::Status beyond = batcher.Restore({0, 1000});
+  const absl::Status beyond = batcher.restore({0, 1000});
   EXPECT_EQ(beyond.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(beyond.message().find("index 1000 is outside epoch 0"), std::string_view::npos) << beyond;
-  EXPECT_FALSE(batcher.Restore({-1, 0}).ok());
-  EXPECT_FALSE(batcher.Restore({0, -1}).ok());
+  EXPECT_FALSE(batcher.restore({-1, 0}).ok());
+  EXPECT_FALSE(batcher.restore({0, -1}).ok());
   EXPECT_EQ(batcher.position(), before);
 }
 
 TEST_F(DataTest, BatcherRejectsInconsistentOptions) {
-  const Corpus corpus = Load(SyntheticText(2000, 37), 16, 0.05);
-  auto message = [&](const BatcherOptions& o) { return std::string(Batcher::Create(corpus, o).status().message()); };
+  const Corpus corpus = load(synthetic_text(2000, 37), 16, 0.05);
+  auto message = [&](const BatcherOptions& o) { return std::string(Batcher::create(corpus, o).status().message()); };
   EXPECT_EQ(message({.seq_len = 16, .batch_size = 6, .grad_accum = 4}),
             "train.grad_accum: 4 does not divide train.batch_size (6)");
   EXPECT_EQ(message({.seq_len = 16, .batch_size = 0}), "train.batch_size: must be at least 1, got 0");
@@ -454,9 +454,9 @@ TEST_F(DataTest, BatcherRejectsInconsistentOptions) {
 
 TEST_F(DataTest, TinyCorpusStreamsAcrossManyEpochsInOneMicroBatch) {
   // One window an epoch, eight windows a micro-batch: each micro-batch spans eight epochs.
-  const Corpus corpus = Load("abcdefghijklmnopq", 16, 0.0);
-  Batcher batcher = MakeBatcher(corpus, {.seq_len = 16, .batch_size = 8, .seed = 1});
-  const TokenBatch batch = batcher.NextMicroBatch();
+  const Corpus corpus = load("abcdefghijklmnopq", 16, 0.0);
+  Batcher batcher = make_batcher(corpus, {.seq_len = 16, .batch_size = 8, .seed = 1});
+  const TokenBatch batch = batcher.next_micro_batch();
   EXPECT_EQ(batch.window_starts, std::vector<int64_t>(8, 0));
   EXPECT_EQ(batcher.position(), (DataPosition{8, 0}));
   EXPECT_EQ(batch.inputs[0], 'a');
@@ -466,16 +466,16 @@ TEST_F(DataTest, TinyCorpusStreamsAcrossManyEpochsInOneMicroBatch) {
 // ---- validation batches ----------------------------------------------------------------
 
 TEST_F(DataTest, ValidationBatchesAreTheFirstWindowsAtStrideAndNeverChange) {
-  const std::string text = SyntheticText(20000, 37);
-  const Corpus corpus = Load(text, 16, 0.25);
+  const std::string text = synthetic_text(20000, 37);
+  const Corpus corpus = load(text, 16, 0.25);
   const auto offset = corpus.train_tokens().size();
   const ValidationOptions options{.seq_len = 16, .batch_size = 4, .eval_batches = 3};
-  absl::StatusOr<ValidationSet> set = ValidationSet::Create(corpus, options);
+  absl::StatusOr<ValidationSet> set = ValidationSet::create(corpus, options);
   ASSERT_TRUE(set.ok()) << set.status();
   ASSERT_EQ(set->num_batches(), 3);
   EXPECT_EQ(set->distinct_windows(), 12);
   for (int64_t b = 0; b < 3; ++b) {
-    const TokenBatch batch = set->Batch(b);
+    const TokenBatch batch = set->batch(b);
     ASSERT_EQ(batch.rows, 4);
     for (int64_t row = 0; row < 4; ++row) {
       const int64_t start = (b * 4 + row) * 16;
@@ -486,48 +486,48 @@ TEST_F(DataTest, ValidationBatchesAreTheFirstWindowsAtStrideAndNeverChange) {
       }
     }
     // Identical at every evaluation, and from an independently built set.
-    const TokenBatch again = set->Batch(b);
+    const TokenBatch again = set->batch(b);
     EXPECT_EQ(again.inputs, batch.inputs);
     EXPECT_EQ(again.targets, batch.targets);
-    EXPECT_EQ(ValidationSet::Create(corpus, options)->Batch(b).inputs, batch.inputs);
+    EXPECT_EQ(ValidationSet::create(corpus, options)->batch(b).inputs, batch.inputs);
   }
 }
 
 TEST_F(DataTest, ValidationShardsMakeTheSameGlobalBatches) {
-  const Corpus corpus = Load(SyntheticText(20000, 37), 16, 0.25);
+  const Corpus corpus = load(synthetic_text(20000, 37), 16, 0.25);
   absl::StatusOr<ValidationSet> single =
-      ValidationSet::Create(corpus, {.seq_len = 16, .batch_size = 6, .eval_batches = 2});
+      ValidationSet::create(corpus, {.seq_len = 16, .batch_size = 6, .eval_batches = 2});
   ASSERT_TRUE(single.ok());
   for (int world : {2, 3}) {
     for (int64_t b = 0; b < 2; ++b) {
       std::vector<int64_t> union_of_ranks;
       for (int r = 0; r < world; ++r) {
-        absl::StatusOr<ValidationSet> shard = ValidationSet::Create(
+        absl::StatusOr<ValidationSet> shard = ValidationSet::create(
             corpus, {.seq_len = 16, .batch_size = 6 / world, .eval_batches = 2, .rank = r, .world_size = world});
         ASSERT_TRUE(shard.ok());
-        const TokenBatch part = shard->Batch(b);
+        const TokenBatch part = shard->batch(b);
         union_of_ranks.insert(union_of_ranks.end(), part.window_starts.begin(), part.window_starts.end());
       }
-      EXPECT_EQ(Sorted(union_of_ranks), single->Batch(b).window_starts) << "world " << world;
+      EXPECT_EQ(sorted(union_of_ranks), single->batch(b).window_starts) << "world " << world;
     }
   }
 }
 
 TEST_F(DataTest, ValidationWrapsAroundAShortSplit) {
   // Validation of 100 tokens holds 6 windows of 16 (+1); 2 batches of 4 need 8.
-  const Corpus corpus = Load(std::string(1900, 'a') + std::string(100, 'b'), 16, 0.05);
+  const Corpus corpus = load(std::string(1900, 'a') + std::string(100, 'b'), 16, 0.05);
   ASSERT_EQ(corpus.validation_tokens().size(), 100);
   absl::StatusOr<ValidationSet> set =
-      ValidationSet::Create(corpus, {.seq_len = 16, .batch_size = 4, .eval_batches = 2});
+      ValidationSet::create(corpus, {.seq_len = 16, .batch_size = 4, .eval_batches = 2});
   ASSERT_TRUE(set.ok());
   EXPECT_EQ(set->distinct_windows(), 6);
-  EXPECT_EQ(set->Batch(1).window_starts, (std::vector<int64_t>{64, 80, 0, 16}));
+  EXPECT_EQ(set->batch(1).window_starts, (std::vector<int64_t>{64, 80, 0, 16}));
 }
 
 TEST_F(DataTest, ValidationNeedsAValidationSplit) {
-  const Corpus corpus = Load(SyntheticText(2000, 37), 16, 0.0);
+  const Corpus corpus = load(synthetic_text(2000, 37), 16, 0.0);
   absl::StatusOr<ValidationSet> set =
-      ValidationSet::Create(corpus, {.seq_len = 16, .batch_size = 4, .eval_batches = 2});
+      ValidationSet::create(corpus, {.seq_len = 16, .batch_size = 4, .eval_batches = 2});
   ASSERT_FALSE(set.ok());
   EXPECT_EQ(set.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(set.status().message(),

@@ -32,33 +32,33 @@ class TokenShardTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   // A shard of `tokens` in the bytes tokenizer's vocabulary unless `header` says otherwise.
-  std::string WriteShard(const std::string& name, const std::vector<uint32_t>& tokens, TokenShardHeader header = {}) {
+  std::string write_shard(const std::string& name, const std::vector<uint32_t>& tokens, TokenShardHeader header = {}) {
     if (header.vocab_size == 0) {
       header.vocab_size = kBytesVocabSize;
       header.end_of_text = kBytesEndOfText;
-      header.tokenizer = TokenizerFingerprint(kBytesTokenizerName);
+      header.tokenizer = tokenizer_fingerprint(kBytesTokenizerName);
     }
-    absl::StatusOr<TokenShardWriter> w = TokenShardWriter::Create(Path(name), header);
+    absl::StatusOr<TokenShardWriter> w = TokenShardWriter::create(path(name), header);
     EXPECT_TRUE(w.ok()) << w.status();
-    EXPECT_TRUE(w->Append(tokens).ok());
-    EXPECT_TRUE(w->Finish().ok());
-    return Path(name);
+    EXPECT_TRUE(w->append(tokens).ok());
+    EXPECT_TRUE(w->finish().ok());
+    return path(name);
   }
 
-  std::string WriteBytes(const std::string& name, const std::string& bytes) {
-    std::ofstream(Path(name), std::ios::binary) << bytes;
-    return Path(name);
+  std::string write_bytes(const std::string& name, const std::string& bytes) {
+    std::ofstream(path(name), std::ios::binary) << bytes;
+    return path(name);
   }
 
   fs::path dir_;
 };
 
-std::vector<uint32_t> TokensOf(const std::string& text) { return {text.begin(), text.end()}; }
+std::vector<uint32_t> tokens_of(const std::string& text) { return {text.begin(), text.end()}; }
 
-std::string Text(int64_t bytes) {
+std::string sample_text(int64_t bytes) {
   std::string text;
   uint64_t state = 7;
   for (int64_t i = 0; i < bytes; ++i) {
@@ -76,13 +76,13 @@ TEST_F(TokenShardTest, WhatIsWrittenIsReadBackInBothWidths) {
     h.width = width;
     h.vocab_size = width == 2 ? 50000 : 200000;
     h.end_of_text = 7;
-    h.tokenizer = TokenizerFingerprint("some tokenizer");
+    h.tokenizer = tokenizer_fingerprint("some tokenizer");
     std::vector<uint32_t> tokens;
     for (uint32_t i = 0; i < 3000; ++i) tokens.push_back((i * 7919u) % h.vocab_size);
-    const std::string path = WriteShard("w" + std::to_string(width) + ".tokens", tokens, h);
+    const std::string path = write_shard("w" + std::to_string(width) + ".tokens", tokens, h);
     EXPECT_EQ(fs::file_size(path), kTokenShardHeaderBytes + 3000u * static_cast<unsigned>(width));
     EXPECT_FALSE(fs::exists(path + ".tmp"));
-    absl::StatusOr<TokenShard> shard = TokenShard::Open(path);
+    absl::StatusOr<TokenShard> shard = TokenShard::open(path);
     ASSERT_TRUE(shard.ok()) << shard.status();
     EXPECT_EQ(shard->header().width, width);
     EXPECT_EQ(shard->header().tokens, 3000);
@@ -91,12 +91,12 @@ TEST_F(TokenShardTest, WhatIsWrittenIsReadBackInBothWidths) {
     EXPECT_EQ(shard->header().tokenizer, h.tokenizer);
     const TokenStream stream({shard->tokens()});
     ASSERT_EQ(stream.size(), 3000);
-    for (int64_t i = 0; i < stream.size(); ++i) ASSERT_EQ(stream.At(i), static_cast<int32_t>(tokens[i])) << i;
+    for (int64_t i = 0; i < stream.size(); ++i) ASSERT_EQ(stream.at(i), static_cast<int32_t>(tokens[i])) << i;
   }
 }
 
 TEST_F(TokenShardTest, DamagedShardsAreRefusedNamingTheFileAndTheProblem) {
-  const std::string good = WriteShard("good.tokens", TokensOf("hello"));
+  const std::string good = write_shard("good.tokens", tokens_of("hello"));
   std::ifstream in(good, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   struct Case {
@@ -116,8 +116,8 @@ TEST_F(TokenShardTest, DamagedShardsAreRefusedNamingTheFileAndTheProblem) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const std::string path = WriteBytes(c.name, c.bytes);
-    absl::StatusOr<TokenShard> shard = TokenShard::Open(path);
+    const std::string path = write_bytes(c.name, c.bytes);
+    absl::StatusOr<TokenShard> shard = TokenShard::open(path);
     ASSERT_FALSE(shard.ok());
     EXPECT_NE(shard.status().message().find(path), std::string::npos) << shard.status();
     EXPECT_NE(shard.status().message().find(c.message), std::string::npos) << shard.status();
@@ -126,16 +126,16 @@ TEST_F(TokenShardTest, DamagedShardsAreRefusedNamingTheFileAndTheProblem) {
 
 TEST_F(TokenShardTest, AnUnfinishedWriterLeavesNothingAndATokenOutsideTheVocabularyIsRefused) {
   {
-    absl::StatusOr<TokenShardWriter> w = TokenShardWriter::Create(Path("a.tokens"), {2, 0, 256, 3, 1});
+    absl::StatusOr<TokenShardWriter> w = TokenShardWriter::create(path("a.tokens"), {2, 0, 256, 3, 1});
     ASSERT_TRUE(w.ok());
-    ASSERT_TRUE(w->Append(TokensOf("abc")).ok());
-    const absl::Status s = w->Append(std::vector<uint32_t>{256});
+    ASSERT_TRUE(w->append(tokens_of("abc")).ok());
+    const absl::Status s = w->append(std::vector<uint32_t>{256});
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("token 256 at position 3 is not below the vocabulary size 256"), std::string::npos)
         << s;
   }
   EXPECT_TRUE(fs::is_empty(dir_)) << "a writer destroyed before Finish() left a file";
-  EXPECT_FALSE(TokenShardWriter::Create(Path("b.tokens"), {2, 0, 100000, 3, 1}).ok()) << "2-byte tokens, vocab 100000";
+  EXPECT_FALSE(TokenShardWriter::create(path("b.tokens"), {2, 0, 100000, 3, 1}).ok()) << "2-byte tokens, vocab 100000";
 }
 
 TEST_F(TokenShardTest, StreamsCopyAndSliceAcrossRuns) {
@@ -145,66 +145,66 @@ TEST_F(TokenShardTest, StreamsCopyAndSliceAcrossRuns) {
   const TokenStream stream({{a.data(), 3, 1}, {b.data(), 2, 2}, {c.data(), 2, 4}});
   ASSERT_EQ(stream.size(), 7);
   std::vector<int32_t> out(7);
-  stream.Copy(0, 7, out.data());
+  stream.copy(0, 7, out.data());
   EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 263}));
   std::vector<int32_t> middle(4);
-  stream.Copy(2, 4, middle.data());
+  stream.copy(2, 4, middle.data());
   EXPECT_EQ(middle, (std::vector<int32_t>{3, 4, 5, 6}));
-  const TokenStream slice = stream.Slice(1, 5);
+  const TokenStream slice = stream.slice(1, 5);
   ASSERT_EQ(slice.size(), 5);
   std::vector<int32_t> sliced(5);
-  slice.Copy(0, 5, sliced.data());
+  slice.copy(0, 5, sliced.data());
   EXPECT_EQ(sliced, (std::vector<int32_t>{2, 3, 4, 5, 6}));
 }
 
 // The same tokens from a shard and from the text file they were made of: the same training
 // stream and the same evaluation batches, whichever file the job names.
 TEST_F(TokenShardTest, ACorpusFromAShardTrainsOnTheBatchesItsTextGives) {
-  const std::string text = Text(6000), held_out = Text(900).substr(100);
-  const std::string text_path = WriteBytes("train.txt", text), val_text_path = WriteBytes("val.txt", held_out);
-  const std::string shard_path = WriteShard("train.tokens", TokensOf(text));
-  const std::string val_shard_path = WriteShard("val.tokens", TokensOf(held_out));
+  const std::string text = sample_text(6000), held_out = sample_text(900).substr(100);
+  const std::string text_path = write_bytes("train.txt", text), val_text_path = write_bytes("val.txt", held_out);
+  const std::string shard_path = write_shard("train.tokens", tokens_of(text));
+  const std::string val_shard_path = write_shard("val.tokens", tokens_of(held_out));
   const CorpusOptions from_text{.seq_len = 32, .val_fraction = 0, .val_path = val_text_path};
   const CorpusOptions from_shards{.seq_len = 32, .val_fraction = 0, .val_path = val_shard_path};
-  absl::StatusOr<Corpus> a = Corpus::Load(text_path, from_text);
-  absl::StatusOr<Corpus> b = Corpus::Load(shard_path, from_shards);
+  absl::StatusOr<Corpus> a = Corpus::load(text_path, from_text);
+  absl::StatusOr<Corpus> b = Corpus::load(shard_path, from_shards);
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->tokenizer().vocab_size, kBytesVocabSize);
-  absl::StatusOr<Batcher> batcher_a = Batcher::Create(*a, {.seq_len = 32, .batch_size = 4, .seed = 5});
-  absl::StatusOr<Batcher> batcher_b = Batcher::Create(*b, {.seq_len = 32, .batch_size = 4, .seed = 5});
+  absl::StatusOr<Batcher> batcher_a = Batcher::create(*a, {.seq_len = 32, .batch_size = 4, .seed = 5});
+  absl::StatusOr<Batcher> batcher_b = Batcher::create(*b, {.seq_len = 32, .batch_size = 4, .seed = 5});
   ASSERT_TRUE(batcher_a.ok() && batcher_b.ok());
   for (int i = 0; i < 60; ++i) {  // past the end of an epoch of ~187 windows / 4
-    const TokenBatch x = batcher_a->NextMicroBatch(), y = batcher_b->NextMicroBatch();
+    const TokenBatch x = batcher_a->next_micro_batch(), y = batcher_b->next_micro_batch();
     ASSERT_EQ(x.inputs, y.inputs) << "micro-batch " << i;
     ASSERT_EQ(x.targets, y.targets) << "micro-batch " << i;
   }
   const ValidationOptions eval{.seq_len = 32, .batch_size = 4, .eval_batches = 2};
-  absl::StatusOr<ValidationSet> va = ValidationSet::Create(*a, eval), vb = ValidationSet::Create(*b, eval);
+  absl::StatusOr<ValidationSet> va = ValidationSet::create(*a, eval), vb = ValidationSet::create(*b, eval);
   ASSERT_TRUE(va.ok() && vb.ok());
-  EXPECT_EQ(va->Batch(1).inputs, vb->Batch(1).inputs);
+  EXPECT_EQ(va->batch(1).inputs, vb->batch(1).inputs);
   std::vector<int32_t> first(32);
-  b->validation_tokens().Copy(0, 32, first.data());
+  b->validation_tokens().copy(0, 32, first.data());
   EXPECT_EQ(first, std::vector<int32_t>(held_out.begin(), held_out.begin() + 32));
 }
 
 TEST_F(TokenShardTest, AShardSplitsAtADocumentAndMismatchedValidationIsRefused) {
   // Two documents, each ended by the end-of-text id: 10% validation lands after the first.
-  std::vector<uint32_t> tokens = TokensOf(Text(1795));
+  std::vector<uint32_t> tokens = tokens_of(sample_text(1795));
   tokens.push_back(kBytesEndOfText);
-  const std::vector<uint32_t> second = TokensOf(Text(205));
+  const std::vector<uint32_t> second = tokens_of(sample_text(205));
   tokens.insert(tokens.end(), second.begin(), second.end());
-  const std::string shard = WriteShard("docs.tokens", tokens);
-  absl::StatusOr<Corpus> corpus = Corpus::Load(shard, {.seq_len = 16, .val_fraction = 0.1});
+  const std::string shard = write_shard("docs.tokens", tokens);
+  absl::StatusOr<Corpus> corpus = Corpus::load(shard, {.seq_len = 16, .val_fraction = 0.1});
   ASSERT_TRUE(corpus.ok()) << corpus.status();
   EXPECT_EQ(corpus->train_tokens().size(), 1796);
   EXPECT_EQ(corpus->validation_tokens().size(), 205);
 
-  const std::string text = WriteBytes("val.txt", Text(500));
-  absl::StatusOr<Corpus> mixed = Corpus::Load(shard, {.seq_len = 16, .val_fraction = 0, .val_path = text});
+  const std::string text = write_bytes("val.txt", sample_text(500));
+  absl::StatusOr<Corpus> mixed = Corpus::load(shard, {.seq_len = 16, .val_fraction = 0, .val_path = text});
   ASSERT_FALSE(mixed.ok());
   EXPECT_NE(mixed.status().message().find("data.val_path"), std::string::npos) << mixed.status();
-  absl::StatusOr<Corpus> both = Corpus::Load(shard, {.seq_len = 16, .val_fraction = 0.1, .val_path = text});
+  absl::StatusOr<Corpus> both = Corpus::load(shard, {.seq_len = 16, .val_fraction = 0.1, .val_path = text});
   ASSERT_FALSE(both.ok());
   EXPECT_EQ(both.status().message(), "data.val_path and data.val_fraction: give one of them, not both");
 }

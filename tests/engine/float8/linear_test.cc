@@ -981,7 +981,7 @@ fp8:
 )";
 
 TEST_F(FLOAT8_LINEAR_TEST, LongFormFromAJobSpecBuildsAndRuns) {
-  absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecString(kLongFormJob, "job.yaml");
+  absl::StatusOr<v1::JobSpec> spec = jobspec::load_job_spec_string(kLongFormJob, "job.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
   absl::StatusOr<Float8LinearConfig> config = config_from_spec(spec->fp8());
   ASSERT_TRUE(config.ok()) << config.status();
@@ -1582,7 +1582,7 @@ TEST(Float8LinearGpuShapes, NumericsReadTheLayerOnce) {
 
 // The layer's config as the long form addresses it: each operand of each GEMM, and each
 // GEMM's fast_accum.
-std::map<std::string, std::string> LongFormSlots(const Float8LinearConfig& c) {
+std::map<std::string, std::string> long_form_slots(const Float8LinearConfig& c) {
   return {{"output.input", describe(c.output.input)},
           {"output.weight", describe(c.output.weight)},
           {"output.fast_accum", c.output.fast_accum ? "true" : "false"},
@@ -1601,7 +1601,7 @@ class GemmRecordingBackend final : public fp8::testing::ForwardingBackend {
  public:
   GemmRecordingBackend() : ForwardingBackend(cpu_backend()) {}
   absl::Status scaled_gemm(const ScaledGemmArgs& a) override {
-    std::string x = Operand(a.a), y = Operand(a.b);
+    std::string x = operand(a.a), y = operand(a.b);
     if (y < x) std::swap(x, y);
     gemms[a.k] = absl::StrCat(x, " x ", y, a.fast_accum ? " fast_accum" : "");
     return ForwardingBackend::scaled_gemm(a);
@@ -1610,7 +1610,7 @@ class GemmRecordingBackend final : public fp8::testing::ForwardingBackend {
     gemms[a.k] = "high precision";
     return ForwardingBackend::gemm(a);
   }
-  static std::string Operand(const ScaledOperand& o) {
+  static std::string operand(const ScaledOperand& o) {
     return absl::StrCat(o.format == Format::kE5M2 ? "e5m2" : "e4m3",
                         o.granularity == Granularity::kRowwise ? " axiswise" : " tensorwise");
   }
@@ -1618,7 +1618,7 @@ class GemmRecordingBackend final : public fp8::testing::ForwardingBackend {
 };
 
 // What GemmRecordingBackend must see of one GEMM of `config`.
-std::string ExpectedGemm(const CastConfig& lhs, const CastConfig& rhs, bool fast_accum) {
+std::string expected_gemm(const CastConfig& lhs, const CastConfig& rhs, bool fast_accum) {
   if (!lhs.is_fp8() || !rhs.is_fp8()) return "high precision";  // on the dequantized operand
   auto operand = [](const CastConfig& c) {
     return absl::StrCat(c.dtype == CastDtype::kE5M2 ? "e5m2" : "e4m3",
@@ -1672,13 +1672,13 @@ train: {steps: 1, batch_size: 4, lr: 1e-3}
 fp8: {recipe: tensorwise}
 )";
   auto config_of = [&](const std::vector<std::string>& overrides) -> absl::StatusOr<Float8LinearConfig> {
-    absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecString(kJob, "job.yaml", overrides);
+    absl::StatusOr<v1::JobSpec> spec = jobspec::load_job_spec_string(kJob, "job.yaml", overrides);
     if (!spec.ok()) return spec.status();
     return config_from_spec(spec->fp8());
   };
   const absl::StatusOr<Float8LinearConfig> recipe_only = config_of({});
   ASSERT_TRUE(recipe_only.ok()) << recipe_only.status();
-  const std::map<std::string, std::string> before = LongFormSlots(*recipe_only);
+  const std::map<std::string, std::string> before = long_form_slots(*recipe_only);
 
   constexpr int64_t kIn = 64, kOut = 48, kTokens = 32;  // the three GEMMs' contracted dimensions
   for (const Field& f : fields) {
@@ -1689,7 +1689,7 @@ fp8: {recipe: tensorwise}
     std::map<std::string, std::string> want = before;
     ASSERT_TRUE(want.contains(f.slot));
     want[f.slot] = f.want;
-    EXPECT_EQ(LongFormSlots(*c), want);
+    EXPECT_EQ(long_form_slots(*c), want);
 
     GemmRecordingBackend recording;
     absl::StatusOr<std::unique_ptr<Float8Linear>> layer = Float8Linear::create(recording, kIn, kOut, *c);
@@ -1701,9 +1701,9 @@ fp8: {recipe: tensorwise}
     ASSERT_OK((*layer)->backward(g.data(), gx.data(), gw.data(), nullptr));
     ASSERT_OK((*layer)->finish_step());
     const std::map<int64_t, std::string> want_gemms = {
-        {kIn, ExpectedGemm(c->output.input, c->output.weight, c->output.fast_accum)},
-        {kOut, ExpectedGemm(c->grad_input.grad_output, c->grad_input.weight, c->grad_input.fast_accum)},
-        {kTokens, ExpectedGemm(c->grad_weight.grad_output, c->grad_weight.input, c->grad_weight.fast_accum)}};
+        {kIn, expected_gemm(c->output.input, c->output.weight, c->output.fast_accum)},
+        {kOut, expected_gemm(c->grad_input.grad_output, c->grad_input.weight, c->grad_input.fast_accum)},
+        {kTokens, expected_gemm(c->grad_weight.grad_output, c->grad_weight.input, c->grad_weight.fast_accum)}};
     EXPECT_EQ(recording.gemms, want_gemms);
     // Only a delayed operand keeps a history: of the tensor it casts.
     const std::string tensor = std::string(f.slot).substr(std::string(f.slot).find('.') + 1);

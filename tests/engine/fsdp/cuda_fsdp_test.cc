@@ -28,27 +28,27 @@ class CudaFsdpTest : public ::testing::TestWithParam<fsdp::UnitCollectives> {
  protected:
   void SetUp() override {
     corpus_ = dir_.path() / "corpus.txt";
-    WriteSyntheticCorpus(corpus_, 200000);
+    write_synthetic_corpus(corpus_, 200000);
   }
   // Empty when the machine has n GPUs, else why the test skips.
-  static std::string MissingGpus(int n) {
-    const int have = CudaDeviceCount();
+  static std::string missing_gpus(int n) {
+    const int have = cuda_device_count();
     return have >= n ? "" : absl::StrCat("needs ", n, " CUDA GPU(s), this machine has ", have);
   }
-  v1::JobSpec Job(std::vector<std::string> extra) {
+  v1::JobSpec job(std::vector<std::string> extra) {
     extra.push_back(absl::StrCat("train.steps=", kSteps));
     extra.push_back("train.eval_every=0");
-    v1::JobSpec spec = TinyJob(corpus_, dir_.path() / "unused", extra);
+    v1::JobSpec spec = tiny_job(corpus_, dir_.path() / "unused", extra);
     spec.mutable_checkpoint()->clear_dir();
     return spec;
   }
-  std::vector<RankOutcome> Run(const v1::JobSpec& spec, int world, bool nccl_host_wait = false) {
+  std::vector<RankOutcome> run_ranks(const v1::JobSpec& spec, int world, bool nccl_host_wait = false) {
     RunOptions o;
     o.world_size = world;
     o.cuda = true;
     o.collectives = GetParam();
     o.nccl_host_wait = nccl_host_wait;
-    return RunRanks(spec, o, dir_.path());
+    return run_ranks(spec, o, dir_.path());
   }
 
   TempDir dir_{"cuda-fsdp"};
@@ -60,7 +60,7 @@ INSTANTIATE_TEST_SUITE_P(Collectives, CudaFsdpTest,
                            return info.param == fsdp::UnitCollectives::kPacked ? "packed" : "per_parameter";
                          });
 
-::testing::AssertionResult AllOk(const std::vector<RankOutcome>& ranks) {
+::testing::AssertionResult all_ok(const std::vector<RankOutcome>& ranks) {
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (!ranks[r].ok) {
       return ::testing::AssertionFailure() << "rank " << r << " failed: " << ranks[r].error << " (exit "
@@ -70,7 +70,7 @@ INSTANTIATE_TEST_SUITE_P(Collectives, CudaFsdpTest,
   return ::testing::AssertionSuccess();
 }
 
-void ExpectBitEqual(const RankOutcome& a, const RankOutcome& b) {
+void expect_bit_equal(const RankOutcome& a, const RankOutcome& b) {
   ASSERT_EQ(a.steps.size(), b.steps.size());
   for (size_t i = 0; i < a.steps.size(); ++i) {
     EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << "step " << a.steps[i].step;
@@ -79,36 +79,36 @@ void ExpectBitEqual(const RankOutcome& a, const RankOutcome& b) {
 }
 
 TEST_P(CudaFsdpTest, OneRankOverNcclEqualsOneProcessBitForBit) {
-  if (const std::string why = MissingGpus(1); !why.empty()) GTEST_SKIP() << why;
+  if (const std::string why = missing_gpus(1); !why.empty()) GTEST_SKIP() << why;
   for (const char* recipe : {"tensorwise", "rowwise", "delayed"}) {
     SCOPED_TRACE(recipe);
-    const v1::JobSpec spec = Job({absl::StrCat("fp8.recipe=", recipe)});
-    const auto single = Run(spec, 0);
-    const auto fsdp = Run(spec, 1);
-    ASSERT_TRUE(AllOk(single));
-    ASSERT_TRUE(AllOk(fsdp));
+    const v1::JobSpec spec = job({absl::StrCat("fp8.recipe=", recipe)});
+    const auto single = run_ranks(spec, 0);
+    const auto fsdp = run_ranks(spec, 1);
+    ASSERT_TRUE(all_ok(single));
+    ASSERT_TRUE(all_ok(fsdp));
     ASSERT_EQ(fsdp[0].steps.size(), static_cast<size_t>(kSteps));
-    ExpectBitEqual(single[0], fsdp[0]);
+    expect_bit_equal(single[0], fsdp[0]);
   }
 }
 
 // The same with NCCL waiting on the host (its queued mode off): which side a failure of the
 // test above is on.
 TEST_P(CudaFsdpTest, OneRankOverNcclWaitingOnTheHostEqualsOneProcessBitForBit) {
-  if (const std::string why = MissingGpus(1); !why.empty()) GTEST_SKIP() << why;
-  const v1::JobSpec spec = Job({"fp8.recipe=tensorwise"});
-  const auto single = Run(spec, 0);
-  const auto fsdp = Run(spec, 1, /*nccl_host_wait=*/true);
-  ASSERT_TRUE(AllOk(single));
-  ASSERT_TRUE(AllOk(fsdp));
+  if (const std::string why = missing_gpus(1); !why.empty()) GTEST_SKIP() << why;
+  const v1::JobSpec spec = job({"fp8.recipe=tensorwise"});
+  const auto single = run_ranks(spec, 0);
+  const auto fsdp = run_ranks(spec, 1, /*nccl_host_wait=*/true);
+  ASSERT_TRUE(all_ok(single));
+  ASSERT_TRUE(all_ok(fsdp));
   ASSERT_EQ(fsdp[0].steps.size(), static_cast<size_t>(kSteps));
-  ExpectBitEqual(single[0], fsdp[0]);
+  expect_bit_equal(single[0], fsdp[0]);
 }
 
 TEST_P(CudaFsdpTest, GatheredWeightsAreFreedAfterUse) {
-  if (const std::string why = MissingGpus(1); !why.empty()) GTEST_SKIP() << why;
-  const auto fsdp = Run(Job({"fp8.recipe=tensorwise", "fp8.all_gather_fp8=true"}), 1);
-  ASSERT_TRUE(AllOk(fsdp));
+  if (const std::string why = missing_gpus(1); !why.empty()) GTEST_SKIP() << why;
+  const auto fsdp = run_ranks(job({"fp8.recipe=tensorwise", "fp8.all_gather_fp8=true"}), 1);
+  ASSERT_TRUE(all_ok(fsdp));
   ASSERT_EQ(fsdp[0].steps.size(), static_cast<size_t>(kSteps));
   const double steady = fsdp[0].steps[1].memory_in_use_after;
   for (size_t i = 1; i < fsdp[0].steps.size(); ++i) {
@@ -118,35 +118,35 @@ TEST_P(CudaFsdpTest, GatheredWeightsAreFreedAfterUse) {
 }
 
 TEST_P(CudaFsdpTest, Fp8AllGatherEqualsFp32AllGather) {
-  if (const std::string why = MissingGpus(2); !why.empty()) GTEST_SKIP() << why;
+  if (const std::string why = missing_gpus(2); !why.empty()) GTEST_SKIP() << why;
   for (const char* recipe : {"tensorwise", "delayed"}) {
     SCOPED_TRACE(recipe);
     const std::string r = absl::StrCat("fp8.recipe=", recipe);
-    const auto on = Run(Job({r, "fp8.all_gather_fp8=true"}), 2);
-    const auto off = Run(Job({r, "fp8.all_gather_fp8=false"}), 2);
-    ASSERT_TRUE(AllOk(on));
-    ASSERT_TRUE(AllOk(off));
-    ExpectBitEqual(on[0], off[0]);
+    const auto on = run_ranks(job({r, "fp8.all_gather_fp8=true"}), 2);
+    const auto off = run_ranks(job({r, "fp8.all_gather_fp8=false"}), 2);
+    ASSERT_TRUE(all_ok(on));
+    ASSERT_TRUE(all_ok(off));
+    expect_bit_equal(on[0], off[0]);
     for (const StepRecord& s : on[0].steps) EXPECT_GT(s.all_gather_fp8_bytes, 0) << "step " << s.step;
   }
 }
 
 TEST_P(CudaFsdpTest, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
-  if (const std::string why = MissingGpus(2); !why.empty()) GTEST_SKIP() << why;
+  if (const std::string why = missing_gpus(2); !why.empty()) GTEST_SKIP() << why;
   for (const char* recipe : {"none", "tensorwise", "rowwise", "delayed"}) {
     SCOPED_TRACE(recipe);
     const std::string r = absl::StrCat("fp8.recipe=", recipe);
-    const auto single = Run(Job({r, "train.batch_size=4"}), 0);
-    const auto fsdp = Run(Job({r, "train.batch_size=2"}), 2);
-    ASSERT_TRUE(AllOk(single));
-    ASSERT_TRUE(AllOk(fsdp));
+    const auto single = run_ranks(job({r, "train.batch_size=4"}), 0);
+    const auto fsdp = run_ranks(job({r, "train.batch_size=2"}), 2);
+    ASSERT_TRUE(all_ok(single));
+    ASSERT_TRUE(all_ok(fsdp));
     ASSERT_EQ(fsdp[0].steps.size(), single[0].steps.size());
     const double tolerance = std::string(recipe) == "none" ? kHighPrecisionStepTolerance : kFp8StepTolerance;
     for (size_t i = 0; i < single[0].steps.size(); ++i) {
       const double rel = std::abs(single[0].steps[i].loss - fsdp[0].steps[i].loss) / single[0].steps[i].loss;
       EXPECT_LE(rel, tolerance) << "step " << single[0].steps[i].step;
     }
-    ExpectBitEqual(fsdp[0], fsdp[1]);
+    expect_bit_equal(fsdp[0], fsdp[1]);
   }
 }
 

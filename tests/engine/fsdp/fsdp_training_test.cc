@@ -42,7 +42,7 @@ namespace {
 constexpr int kSteps = 10;
 
 // Every case runs with both layouts of FSDP's collectives (fsdp_model.h).
-std::string CollectivesName(fsdp::UnitCollectives c) {
+std::string collectives_name(fsdp::UnitCollectives c) {
   return c == fsdp::UnitCollectives::kPacked ? "packed" : "per_parameter";
 }
 const auto kBothCollectives =
@@ -53,23 +53,23 @@ class FsdpTrainingBase : public ::testing::Test {
   virtual fsdp::UnitCollectives collectives() const = 0;
   void SetUp() override {
     corpus_ = dir_.path() / "corpus.txt";
-    WriteSyntheticCorpus(corpus_, 200000);
+    write_synthetic_corpus(corpus_, 200000);
   }
-  v1::JobSpec Job(std::vector<std::string> extra, const std::string& checkpoints = "") {
+  v1::JobSpec job(std::vector<std::string> extra, const std::string& checkpoints = "") {
     extra.push_back(absl::StrCat("train.steps=", kSteps));
     extra.push_back("train.eval_every=0");
-    v1::JobSpec spec = TinyJob(corpus_, checkpoints.empty() ? dir_.path() / "unused" : dir_.path() / checkpoints, extra);
+    v1::JobSpec spec = tiny_job(corpus_, checkpoints.empty() ? dir_.path() / "unused" : dir_.path() / checkpoints, extra);
     if (checkpoints.empty()) spec.mutable_checkpoint()->clear_dir();
     return spec;
   }
-  std::vector<RankOutcome> Run(const v1::JobSpec& spec, RunOptions o) {
+  std::vector<RankOutcome> run_ranks(const v1::JobSpec& spec, RunOptions o) {
     o.collectives = collectives();
-    return RunRanks(spec, o, dir_.path());
+    return run_ranks(spec, o, dir_.path());
   }
-  std::vector<RankOutcome> Run(const v1::JobSpec& spec, int world) {
+  std::vector<RankOutcome> run_ranks(const v1::JobSpec& spec, int world) {
     RunOptions o;
     o.world_size = world;
-    return Run(spec, o);
+    return run_ranks(spec, o);
   }
 
   TempDir dir_{"fsdp-train"};
@@ -81,9 +81,9 @@ class FsdpTrainingTest : public FsdpTrainingBase, public ::testing::WithParamInt
   fsdp::UnitCollectives collectives() const override { return GetParam(); }
 };
 INSTANTIATE_TEST_SUITE_P(Collectives, FsdpTrainingTest, kBothCollectives,
-                         [](const auto& info) { return CollectivesName(info.param); });
+                         [](const auto& info) { return collectives_name(info.param); });
 
-::testing::AssertionResult AllOk(const std::vector<RankOutcome>& ranks) {
+::testing::AssertionResult all_ok(const std::vector<RankOutcome>& ranks) {
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (!ranks[r].ok) {
       return ::testing::AssertionFailure() << "rank " << r << " failed: " << ranks[r].error << " (exit "
@@ -100,7 +100,7 @@ INSTANTIATE_TEST_SUITE_P(Collectives, FsdpTrainingTest, kBothCollectives,
 constexpr double kFp8StepTolerance = 5e-4;
 constexpr double kHighPrecisionStepTolerance = 1e-6;
 
-void ExpectBitEqual(const RankOutcome& a, const RankOutcome& b) {
+void expect_bit_equal(const RankOutcome& a, const RankOutcome& b) {
   ASSERT_EQ(a.steps.size(), b.steps.size());
   for (size_t i = 0; i < a.steps.size(); ++i) {
     EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << "step " << a.steps[i].step;
@@ -108,7 +108,7 @@ void ExpectBitEqual(const RankOutcome& a, const RankOutcome& b) {
   }
 }
 
-void ExpectClose(const RankOutcome& single, const RankOutcome& fsdp, double tolerance) {
+void expect_close(const RankOutcome& single, const RankOutcome& fsdp, double tolerance) {
   ASSERT_EQ(single.steps.size(), fsdp.steps.size());
   for (size_t i = 0; i < single.steps.size(); ++i) {
     const double rel = std::abs(single.steps[i].loss - fsdp.steps[i].loss) / single.steps[i].loss;
@@ -133,12 +133,12 @@ class OneRank : public FsdpTrainingBase,
 TEST_P(OneRank, EqualsSingleProcessBitForBit) {
   std::vector<std::string> extra{absl::StrCat("fp8.recipe=", recipe().recipe)};
   if (recipe().all_gather_fp8) extra.push_back(absl::StrCat("fp8.all_gather_fp8=", recipe().all_gather_fp8));
-  const auto single = Run(Job(extra), 0);
-  const auto fsdp = Run(Job(extra), 1);
-  ASSERT_TRUE(AllOk(single));
-  ASSERT_TRUE(AllOk(fsdp));
+  const auto single = run_ranks(job(extra), 0);
+  const auto fsdp = run_ranks(job(extra), 1);
+  ASSERT_TRUE(all_ok(single));
+  ASSERT_TRUE(all_ok(fsdp));
   ASSERT_EQ(fsdp[0].steps.size(), static_cast<size_t>(kSteps));
-  ExpectBitEqual(single[0], fsdp[0]);
+  expect_bit_equal(single[0], fsdp[0]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, OneRank,
@@ -153,7 +153,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, OneRank,
                                                c.all_gather_fp8 == nullptr                   ? ""
                                                : std::string(c.all_gather_fp8) == "true" ? "_fp8_gather"
                                                                                          : "_fp32_gather",
-                                               "_", CollectivesName(std::get<1>(info.param)));
+                                               "_", collectives_name(std::get<1>(info.param)));
                          });
 
 struct WorldCase {
@@ -173,14 +173,14 @@ class Ranks : public FsdpTrainingBase,
 TEST_P(Ranks, MatchSingleProcessOnTheSameGlobalBatch) {
   const auto [recipe, world, grad_accum] = std::get<0>(GetParam());
   const std::string r = absl::StrCat("fp8.recipe=", recipe), accum = absl::StrCat("train.grad_accum=", grad_accum);
-  const auto single = Run(Job({r, accum, absl::StrCat("train.batch_size=", 2 * world)}), 0);
-  const auto fsdp = Run(Job({r, accum, "train.batch_size=2"}), world);
-  ASSERT_TRUE(AllOk(single));
-  ASSERT_TRUE(AllOk(fsdp));
+  const auto single = run_ranks(job({r, accum, absl::StrCat("train.batch_size=", 2 * world)}), 0);
+  const auto fsdp = run_ranks(job({r, accum, "train.batch_size=2"}), world);
+  ASSERT_TRUE(all_ok(single));
+  ASSERT_TRUE(all_ok(fsdp));
   ASSERT_EQ(fsdp[0].steps.size(), static_cast<size_t>(kSteps));
-  ExpectClose(single[0], fsdp[0],
+  expect_close(single[0], fsdp[0],
               std::string(recipe) == "none" ? kHighPrecisionStepTolerance : kFp8StepTolerance);
-  for (int k = 1; k < world; ++k) ExpectBitEqual(fsdp[0], fsdp[static_cast<size_t>(k)]);
+  for (int k = 1; k < world; ++k) expect_bit_equal(fsdp[0], fsdp[static_cast<size_t>(k)]);
   // The loss falls: the ranks really train.
   EXPECT_LT(fsdp[0].steps.back().loss, fsdp[0].steps.front().loss - 0.3);
 }
@@ -195,7 +195,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, Ranks,
                          [](const auto& info) {
                            const WorldCase& c = std::get<0>(info.param);
                            return absl::StrCat(c.recipe, "_", c.world, "_ranks", c.grad_accum > 1 ? "_grad_accum" : "",
-                                               "_", CollectivesName(std::get<1>(info.param)));
+                                               "_", collectives_name(std::get<1>(info.param)));
                          });
 
 // fp8 all-gather changes the bytes on the wire, never the training: on and off give the
@@ -205,11 +205,11 @@ TEST_P(FsdpTrainingTest, Fp8AllGatherEqualsFp32AllGatherAndMovesOneBytePerElemen
   for (const char* recipe : {"tensorwise", "delayed"}) {
     SCOPED_TRACE(recipe);
     const std::string r = absl::StrCat("fp8.recipe=", recipe);
-    const auto on = Run(Job({r, "fp8.all_gather_fp8=true"}), 2);
-    const auto off = Run(Job({r, "fp8.all_gather_fp8=false"}), 2);
-    ASSERT_TRUE(AllOk(on));
-    ASSERT_TRUE(AllOk(off));
-    ExpectBitEqual(on[0], off[0]);
+    const auto on = run_ranks(job({r, "fp8.all_gather_fp8=true"}), 2);
+    const auto off = run_ranks(job({r, "fp8.all_gather_fp8=false"}), 2);
+    ASSERT_TRUE(all_ok(on));
+    ASSERT_TRUE(all_ok(off));
+    expect_bit_equal(on[0], off[0]);
 
     // TinyJob: dim 32, 2 heads (kv 2), ffn 64, 2 layers; the output projection (vocab 256)
     // stays in high precision. Per block: wq, wk, wv, wo 32x32 and w1, w2, w3 64x32; all
@@ -237,13 +237,13 @@ TEST_P(FsdpTrainingTest, Fp8AllGatherEqualsFp32AllGatherAndMovesOneBytePerElemen
 // optimizer state and the activation buffers, the same bytes after every step, fewer than
 // a single process holding the whole model.
 TEST_P(FsdpTrainingTest, GatheredWeightsAreFreedAfterUse) {
-  const v1::JobSpec spec = Job({"fp8.recipe=tensorwise", "fp8.all_gather_fp8=true"});
-  const auto fsdp = Run(spec, 2);
+  const v1::JobSpec spec = job({"fp8.recipe=tensorwise", "fp8.all_gather_fp8=true"});
+  const auto fsdp = run_ranks(spec, 2);
   RunOptions single_options;
   single_options.world_size = 0;
-  const auto single = Run(spec, single_options);
-  ASSERT_TRUE(AllOk(fsdp));
-  ASSERT_TRUE(AllOk(single));
+  const auto single = run_ranks(spec, single_options);
+  ASSERT_TRUE(all_ok(fsdp));
+  ASSERT_TRUE(all_ok(single));
   for (const RankOutcome& rank : fsdp) {
     ASSERT_EQ(rank.steps.size(), static_cast<size_t>(kSteps));
     const double steady = rank.steps[1].memory_in_use_after;  // step 1 allocates the activations
@@ -262,17 +262,17 @@ TEST_P(FsdpTrainingTest, GatheredWeightsAreFreedAfterUse) {
 // trainer holds at most falls with the world size; at 4 ranks well under half of one
 // process's (whose whole parameters, gradients and moments are four copies of the model).
 TEST_P(FsdpTrainingTest, StartUpHoldsOneRanksShardsNotTheWholeModel) {
-  const v1::JobSpec spec = Job({"fp8.recipe=tensorwise", "train.steps=1"});
+  const v1::JobSpec spec = job({"fp8.recipe=tensorwise", "train.steps=1"});
   RunOptions single_options;
   single_options.world_size = 0;
-  const auto single = Run(spec, single_options);
-  ASSERT_TRUE(AllOk(single));
+  const auto single = run_ranks(spec, single_options);
+  ASSERT_TRUE(all_ok(single));
   const double whole = single[0].startup_peak_bytes;
   ASSERT_GT(whole, 0);
   for (int world : {2, 4}) {
     SCOPED_TRACE(absl::StrCat(world, " ranks"));
-    const auto ranks = Run(spec, world);
-    ASSERT_TRUE(AllOk(ranks));
+    const auto ranks = run_ranks(spec, world);
+    ASSERT_TRUE(all_ok(ranks));
     for (const RankOutcome& r : ranks) {
       EXPECT_GT(r.startup_peak_bytes, 0);
       // Shards, their gradients and moments, and the packed send buffer: 5 / (4 * world)
@@ -292,11 +292,11 @@ TEST_P(FsdpTrainingTest, ShardsDrawnAtStartUpAreTheSingleProcessesModel) {
     const std::string name = absl::StrCat("init-", world);
     RunOptions o;
     o.world_size = world;
-    EXPECT_TRUE(AllOk(Run(Job(extra, name), o)));
-    absl::StatusOr<checkpoint::ResumePoint> point = checkpoint::FindLatestGood(dir_.path() / name);
+    EXPECT_TRUE(all_ok(run_ranks(job(extra, name), o)));
+    absl::StatusOr<checkpoint::ResumePoint> point = checkpoint::find_latest_good(dir_.path() / name);
     EXPECT_TRUE(point.ok() && point->checkpoint) << point.status();
     if (!point.ok() || !point->checkpoint) return std::nullopt;
-    absl::StatusOr<CheckpointRows> rows = CheckpointRows::Open(*point->checkpoint);
+    absl::StatusOr<CheckpointRows> rows = CheckpointRows::open(*point->checkpoint);
     EXPECT_TRUE(rows.ok()) << rows.status();
     return rows.ok() ? std::optional<CheckpointRows>(*std::move(rows)) : std::nullopt;
   };
@@ -332,7 +332,7 @@ TEST_P(FsdpTrainingTest, KilledRankMakesEveryOtherRankFailWithinTheTimeout) {
     o.kill_rank = 1;
     o.kill_at_step = 3;
     o.deadline_seconds = 60;
-    const auto ranks = Run(Job({"fp8.recipe=tensorwise"}), o);
+    const auto ranks = run_ranks(job({"fp8.recipe=tensorwise"}), o);
     EXPECT_EQ(ranks[1].signal, SIGKILL);
     for (int k = 0; k < world; ++k) {
       if (k == 1) continue;
@@ -355,7 +355,7 @@ TEST_P(FsdpTrainingTest, AStalledRankFailsItsPeersWithinTheJobsCollectiveTimeout
   o.stall_rank = 1;
   o.stall_at_step = 4;
   o.deadline_seconds = 200;
-  const auto ranks = Run(Job({"fp8.recipe=tensorwise", "train.collective_timeout_seconds=2"}), o);
+  const auto ranks = run_ranks(job({"fp8.recipe=tensorwise", "train.collective_timeout_seconds=2"}), o);
   ASSERT_EQ(ranks.size(), 2u);
   const RankOutcome& survivor = ranks[0];
   EXPECT_TRUE(survivor.exited) << "rank 0 did not exit on its own";
@@ -377,13 +377,13 @@ TEST_P(FsdpTrainingTest, AStopOnOneRankStopsEveryRankAfterTheSameStep) {
     o.world_size = 2;
     o.stop_rank = 1;
     o.stop_at_step = 3;
-    const auto ranks = Run(Job({"fp8.recipe=tensorwise", absl::StrCat("train.log_every=", log_every)}), o);
-    ASSERT_TRUE(AllOk(ranks));
+    const auto ranks = run_ranks(job({"fp8.recipe=tensorwise", absl::StrCat("train.log_every=", log_every)}), o);
+    ASSERT_TRUE(all_ok(ranks));
     for (const RankOutcome& r : ranks) {
       ASSERT_FALSE(r.steps.empty());
       EXPECT_EQ(r.steps.back().step, 4);  // step 3's vote, read in step 4
     }
-    ExpectBitEqual(ranks[0], ranks[1]);
+    expect_bit_equal(ranks[0], ranks[1]);
   }
 }
 
@@ -391,7 +391,7 @@ TEST_P(FsdpTrainingTest, AStopOnOneRankStopsEveryRankAfterTheSameStep) {
 // summed values are read at the same step (here the checkpoint at step 4, before anything
 // is written), and the error names the first step whose loss or norm is not finite.
 TEST_P(FsdpTrainingTest, ADivergingRunFailsOnEveryRankAtTheSameReadBeforeItsCheckpoint) {
-  const auto ranks = Run(Job({"fp8.recipe=tensorwise", "train.lr=1e30", "train.warmup_steps=0", "train.log_every=10",
+  const auto ranks = run_ranks(job({"fp8.recipe=tensorwise", "train.lr=1e30", "train.warmup_steps=0", "train.log_every=10",
                               "checkpoint.every=4"},
                              "diverging"),
                          2);
@@ -406,18 +406,18 @@ TEST_P(FsdpTrainingTest, ADivergingRunFailsOnEveryRankAtTheSameReadBeforeItsChec
     EXPECT_TRUE(std::isfinite(r.steps[0].loss));
   }
   EXPECT_EQ(ranks[0].error, ranks[1].error);
-  EXPECT_FALSE(std::filesystem::exists(checkpoint::StepDirectory((dir_.path() / "diverging").string(), 4)));
+  EXPECT_FALSE(std::filesystem::exists(checkpoint::step_directory((dir_.path() / "diverging").string(), 4)));
 }
 
 // Every record of one rank's checkpoint shard, as raw bytes by name.
-std::map<std::string, std::string> ShardRecords(const std::filesystem::path& file) {
-  absl::StatusOr<checkpoint::ShardReader> r = checkpoint::ShardReader::Open(file);
+std::map<std::string, std::string> shard_records(const std::filesystem::path& file) {
+  absl::StatusOr<checkpoint::ShardReader> r = checkpoint::ShardReader::open(file);
   EXPECT_TRUE(r.ok()) << r.status();
   std::map<std::string, std::string> out;
   if (!r.ok()) return out;
   for (const checkpoint::RecordInfo& info : r->records()) {
     std::string bytes(info.size_bytes, '\0');
-    absl::Status s = r->ReadRecord(info.name, info.dtype, info.shape, std::as_writable_bytes(std::span(bytes)));
+    absl::Status s = r->read_record(info.name, info.dtype, info.shape, std::as_writable_bytes(std::span(bytes)));
     EXPECT_TRUE(s.ok()) << s;
     out[info.name] = bytes;
   }
@@ -432,23 +432,23 @@ TEST_P(FsdpTrainingTest, ActivationCheckpointingTrainsBitForBitWithoutMoreGather
     SCOPED_TRACE(recipe);
     const std::string r = absl::StrCat("fp8.recipe=", recipe);
     const std::string keep_name = absl::StrCat(recipe, "-none");
-    const auto kept = Run(Job({r, "train.activation_checkpointing=none"}, keep_name), 2);
-    ASSERT_TRUE(AllOk(kept));
+    const auto kept = run_ranks(job({r, "train.activation_checkpointing=none"}, keep_name), 2);
+    ASSERT_TRUE(all_ok(kept));
     ASSERT_EQ(kept[0].steps.size(), static_cast<size_t>(kSteps));
     for (const char* mode : {"full", "selective"}) {
       SCOPED_TRACE(mode);
       const std::string name = absl::StrCat(recipe, "-", mode);
-      const auto recomputed = Run(Job({r, absl::StrCat("train.activation_checkpointing=", mode)}, name), 2);
-      ASSERT_TRUE(AllOk(recomputed));
+      const auto recomputed = run_ranks(job({r, absl::StrCat("train.activation_checkpointing=", mode)}, name), 2);
+      ASSERT_TRUE(all_ok(recomputed));
       for (int rank = 0; rank < 2; ++rank) {
         const size_t k = static_cast<size_t>(rank);
-        ExpectBitEqual(kept[k], recomputed[k]);
+        expect_bit_equal(kept[k], recomputed[k]);
         for (size_t i = 0; i < kept[k].steps.size(); ++i) {
           EXPECT_EQ(recomputed[k].steps[i].all_gather_fp8_bytes, kept[k].steps[i].all_gather_fp8_bytes);
           EXPECT_EQ(recomputed[k].steps[i].all_gather_f32_bytes, kept[k].steps[i].all_gather_f32_bytes);
         }
         const auto shard = [&](const std::string& run) {
-          return ShardRecords(checkpoint::ShardPath(dir_.path() / run, kSteps, rank, 2));
+          return shard_records(checkpoint::shard_path(dir_.path() / run, kSteps, rank, 2));
         };
         const auto want = shard(keep_name), got = shard(name);
         ASSERT_FALSE(want.empty());
@@ -467,15 +467,15 @@ TEST_P(FsdpTrainingTest, MemoryEstimateIsWithinFifteenPercentOfEachRanksPeak) {
     for (const auto& extra : std::vector<std::vector<std::string>>{
              {"fp8.recipe=tensorwise"}, {"fp8.recipe=none"}, {"fp8.recipe=delayed", "train.activation_checkpointing=full"},
              {"fp8.recipe=rowwise", "train.activation_checkpointing=selective"}}) {
-      std::vector<std::string> job = extra;
-      job.insert(job.end(), {"model.n_layers=4", "data.val_fraction=0", "train.batch_size=4",
+      std::vector<std::string> overrides = extra;
+      overrides.insert(overrides.end(), {"model.n_layers=4", "data.val_fraction=0", "train.batch_size=4",
                              absl::StrCat("resources.world_size=", world)});
-      const v1::JobSpec spec = Job(job);
+      const v1::JobSpec spec = job(overrides);
       const std::string what = absl::StrCat(world, " ranks, ", absl::StrJoin(extra, ", "));
-      const absl::StatusOr<jobspec::MemoryEstimate> estimate = jobspec::EstimateRankMemory(spec);
+      const absl::StatusOr<jobspec::MemoryEstimate> estimate = jobspec::estimate_rank_memory(spec);
       ASSERT_TRUE(estimate.ok()) << estimate.status();
-      const auto ranks = Run(spec, world);
-      ASSERT_TRUE(AllOk(ranks)) << what;
+      const auto ranks = run_ranks(spec, world);
+      ASSERT_TRUE(all_ok(ranks)) << what;
       for (size_t r = 0; r < ranks.size(); ++r) {
         double peak = 0;
         for (const StepRecord& s : ranks[r].steps) peak = std::max(peak, s.peak_memory_bytes);
@@ -483,7 +483,7 @@ TEST_P(FsdpTrainingTest, MemoryEstimateIsWithinFifteenPercentOfEachRanksPeak) {
         std::printf("%s, rank %zu: estimate %lld, measured %.0f (%+.1f%%)\n", what.c_str(), r,
                     static_cast<long long>(estimate->total_bytes()), peak, 100 * rel);
         EXPECT_LE(std::abs(rel), 0.15) << what << ", rank " << r << "\n"
-                                       << jobspec::FormatMemoryEstimate(*estimate);
+                                       << jobspec::format_memory_estimate(*estimate);
       }
     }
   }
@@ -495,21 +495,21 @@ TEST_P(FsdpTrainingTest, ShardedCheckpointResumesBitForBit) {
   const std::vector<std::string> extra{"fp8.recipe=delayed", "checkpoint.every=4"};
   RunOptions straight;
   straight.world_size = 2;
-  const auto full = Run(Job(extra, "straight"), straight);
-  ASSERT_TRUE(AllOk(full));
+  const auto full = run_ranks(job(extra, "straight"), straight);
+  ASSERT_TRUE(all_ok(full));
   ASSERT_EQ(full[0].steps.size(), static_cast<size_t>(kSteps));
 
   RunOptions first = straight;
   first.stop_after_step = 6;  // checkpoints at 4 and (stopping) 6
-  ASSERT_TRUE(AllOk(Run(Job(extra, "stopped"), first)));
+  ASSERT_TRUE(all_ok(run_ranks(job(extra, "stopped"), first)));
   EXPECT_TRUE(std::filesystem::exists(dir_.path() / "stopped" / "step-00000006" / "COMMITTED"));
   EXPECT_TRUE(std::filesystem::exists(dir_.path() / "stopped" / "step-00000006" / "rank-00001-of-00002.ckpt"));
   // Step 6's marker goes: that checkpoint is incomplete, so resume takes step 4.
   std::filesystem::remove(dir_.path() / "stopped" / "step-00000006" / "COMMITTED");
   RunOptions again = straight;
   again.resume = true;
-  const auto resumed = Run(Job(extra, "stopped"), again);
-  ASSERT_TRUE(AllOk(resumed));
+  const auto resumed = run_ranks(job(extra, "stopped"), again);
+  ASSERT_TRUE(all_ok(resumed));
   ASSERT_EQ(resumed[0].steps.size(), static_cast<size_t>(kSteps - 4));
   for (size_t i = 0; i < resumed[0].steps.size(); ++i) {
     const StepRecord& want = full[0].steps[i + 4];
@@ -521,7 +521,7 @@ TEST_P(FsdpTrainingTest, ShardedCheckpointResumesBitForBit) {
 
 // The steps of `resumed` against the same steps of `straight`, within `tolerance`
 // (relative loss difference), or bit for bit at 0.
-void ExpectStepsMatch(const RankOutcome& straight, const RankOutcome& resumed, double tolerance) {
+void expect_steps_match(const RankOutcome& straight, const RankOutcome& resumed, double tolerance) {
   ASSERT_FALSE(resumed.steps.empty());
   for (const StepRecord& got : resumed.steps) {
     SCOPED_TRACE(::testing::Message() << "step " << got.step);
@@ -543,18 +543,18 @@ class Reshard : public FsdpTrainingBase,
  protected:
   fsdp::UnitCollectives collectives() const override { return std::get<1>(GetParam()); }
   // The job at `world` ranks (0: one process) with a global batch of 8 sequences.
-  v1::JobSpec JobAt(int world, const std::string& checkpoints) {
+  v1::JobSpec job_at(int world, const std::string& checkpoints) {
     const int per_rank = 8 / std::max(world, 1);
-    return Job({absl::StrCat("fp8.recipe=", std::get<0>(GetParam())), "checkpoint.every=4",
+    return job({absl::StrCat("fp8.recipe=", std::get<0>(GetParam())), "checkpoint.every=4",
                 absl::StrCat("train.batch_size=", per_rank)},
                checkpoints);
   }
-  std::vector<RankOutcome> RunAt(int world, const std::string& checkpoints, bool resume, int64_t stop_after) {
+  std::vector<RankOutcome> run_at(int world, const std::string& checkpoints, bool resume, int64_t stop_after) {
     RunOptions o;
     o.world_size = world;
     o.resume = resume;
     o.stop_after_step = stop_after;
-    return Run(JobAt(world, checkpoints), o);
+    return run_ranks(job_at(world, checkpoints), o);
   }
 };
 
@@ -565,47 +565,47 @@ class Reshard : public FsdpTrainingBase,
 TEST_P(Reshard, ResumesAtAnotherWorldSizeThroughCheckpoints) {
   const double tolerance = std::string(std::get<0>(GetParam())) == "none" ? kHighPrecisionStepTolerance
                                                                           : kFp8StepTolerance;
-  const auto straight = RunAt(2, "straight", false, 0);
-  ASSERT_TRUE(AllOk(straight));
+  const auto straight = run_at(2, "straight", false, 0);
+  ASSERT_TRUE(all_ok(straight));
   ASSERT_EQ(straight[0].steps.size(), static_cast<size_t>(kSteps));
 
-  ASSERT_TRUE(AllOk(RunAt(2, "resharded", false, 4)));  // checkpoint 4, by 2 ranks
-  const auto four = RunAt(4, "resharded", true, 8);      // from 4 on 4 ranks; checkpoint 8
-  ASSERT_TRUE(AllOk(four));
+  ASSERT_TRUE(all_ok(run_at(2, "resharded", false, 4)));  // checkpoint 4, by 2 ranks
+  const auto four = run_at(4, "resharded", true, 8);      // from 4 on 4 ranks; checkpoint 8
+  ASSERT_TRUE(all_ok(four));
   ASSERT_EQ(four.size(), 4u);
   EXPECT_EQ(four[0].steps.front().step, 5);
   EXPECT_TRUE(std::filesystem::exists(dir_.path() / "resharded" / "step-00000008" / "rank-00003-of-00004.ckpt"));
-  ExpectStepsMatch(straight[0], four[0], tolerance);
-  for (size_t k = 1; k < four.size(); ++k) ExpectBitEqual(four[0], four[k]);
+  expect_steps_match(straight[0], four[0], tolerance);
+  for (size_t k = 1; k < four.size(); ++k) expect_bit_equal(four[0], four[k]);
 
-  const auto one = RunAt(0, "resharded", true, 0);  // from 8 in one process, to the end
-  ASSERT_TRUE(AllOk(one));
+  const auto one = run_at(0, "resharded", true, 0);  // from 8 in one process, to the end
+  ASSERT_TRUE(all_ok(one));
   EXPECT_EQ(one[0].steps.front().step, 9);
   EXPECT_EQ(one[0].steps.back().step, kSteps);
-  ExpectStepsMatch(straight[0], one[0], tolerance);
+  expect_steps_match(straight[0], one[0], tolerance);
 }
 
 // Where the world size does not change the arithmetic (one process and one rank under
 // FSDP are bit for bit the same), resuming across them is bit for bit too, both ways:
 // whole tensors in a single process's checkpoint, flat ones in FSDP's.
 TEST_P(Reshard, OneProcessAndOneRankResumeEachOthersCheckpointsBitForBit) {
-  const auto straight = RunAt(0, "straight", false, 0);
-  ASSERT_TRUE(AllOk(straight));
-  ASSERT_TRUE(AllOk(RunAt(0, "across", false, 4)));  // checkpoint 4, one process
-  const auto fsdp = RunAt(1, "across", true, 8);      // one rank; checkpoint 8
-  ASSERT_TRUE(AllOk(fsdp));
+  const auto straight = run_at(0, "straight", false, 0);
+  ASSERT_TRUE(all_ok(straight));
+  ASSERT_TRUE(all_ok(run_at(0, "across", false, 4)));  // checkpoint 4, one process
+  const auto fsdp = run_at(1, "across", true, 8);      // one rank; checkpoint 8
+  ASSERT_TRUE(all_ok(fsdp));
   EXPECT_EQ(fsdp[0].steps.front().step, 5);
-  ExpectStepsMatch(straight[0], fsdp[0], 0);
-  const auto single = RunAt(0, "across", true, 0);
-  ASSERT_TRUE(AllOk(single));
+  expect_steps_match(straight[0], fsdp[0], 0);
+  const auto single = run_at(0, "across", true, 0);
+  ASSERT_TRUE(all_ok(single));
   EXPECT_EQ(single[0].steps.front().step, 9);
-  ExpectStepsMatch(straight[0], single[0], 0);
+  expect_steps_match(straight[0], single[0], 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, Reshard,
                          ::testing::Combine(::testing::Values("none", "tensorwise", "delayed"), kBothCollectives),
                          [](const auto& info) {
-                           return absl::StrCat(std::get<0>(info.param), "_", CollectivesName(std::get<1>(info.param)));
+                           return absl::StrCat(std::get<0>(info.param), "_", collectives_name(std::get<1>(info.param)));
                          });
 
 }  // namespace

@@ -58,7 +58,7 @@ class FileObserver final : public TrainObserver {
   std::atomic<bool>& stop_;
 };
 
-absl::StatusOr<std::unique_ptr<collectives::ProcessGroup>> JoinGroup(collectives::KeyValueStore& store, const RunOptions& o,
+absl::StatusOr<std::unique_ptr<collectives::ProcessGroup>> join_group(collectives::KeyValueStore& store, const RunOptions& o,
                                                               int rank, const Device& device) {
   collectives::ProcessGroupOptions po;
   po.timeout = absl::Seconds(o.timeout_seconds);
@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<collectives::ProcessGroup>> JoinGroup(collectives
 #endif
 }
 
-absl::Status TrainRank(const v1::JobSpec& spec, const RunOptions& o, int rank, const std::filesystem::path& rdzv,
+absl::Status train_rank(const v1::JobSpec& spec, const RunOptions& o, int rank, const std::filesystem::path& rdzv,
                        std::FILE* out) {
   std::unique_ptr<Device> gpu;
   const Device* device = &Device::cpu();
@@ -88,7 +88,7 @@ absl::Status TrainRank(const v1::JobSpec& spec, const RunOptions& o, int rank, c
   if (o.world_size > 0) {
     absl::StatusOr<std::unique_ptr<collectives::FileStore>> store = collectives::FileStore::open(rdzv);
     if (!store.ok()) return store.status();
-    absl::StatusOr<std::unique_ptr<collectives::ProcessGroup>> g = JoinGroup(**store, o, rank, *device);
+    absl::StatusOr<std::unique_ptr<collectives::ProcessGroup>> g = join_group(**store, o, rank, *device);
     if (!g.ok()) return g.status();
     group = std::move(*g);
   }
@@ -117,12 +117,12 @@ absl::Status TrainRank(const v1::JobSpec& spec, const RunOptions& o, int rank, c
   return summary.status();
 }
 
-[[noreturn]] void RankMain(const v1::JobSpec& spec, const RunOptions& o, int rank, const std::filesystem::path& rdzv,
+[[noreturn]] void rank_main(const v1::JobSpec& spec, const RunOptions& o, int rank, const std::filesystem::path& rdzv,
                            const std::filesystem::path& result) {
   fp8::cpu::set_num_threads(1);  // each of the forked ranks computes on one thread
   std::FILE* out = std::fopen(result.c_str(), "w");
   if (out == nullptr) _exit(3);
-  const absl::Status s = TrainRank(spec, o, rank, rdzv, out);
+  const absl::Status s = train_rank(spec, o, rank, rdzv, out);
   if (s.ok()) {
     std::fprintf(out, "ok\n");
   } else {
@@ -134,7 +134,7 @@ absl::Status TrainRank(const v1::JobSpec& spec, const RunOptions& o, int rank, c
   _exit(s.ok() ? 0 : 1);
 }
 
-void ReadResult(const std::filesystem::path& file, RankOutcome& r) {
+void read_result(const std::filesystem::path& file, RankOutcome& r) {
   std::ifstream in(file);
   std::string line;
   while (std::getline(in, line)) {
@@ -168,7 +168,7 @@ void ReadResult(const std::filesystem::path& file, RankOutcome& r) {
 
 }  // namespace
 
-int CudaDeviceCount() {
+int cuda_device_count() {
 #ifdef FP8_HAVE_CUDA
   std::fflush(nullptr);
   const pid_t pid = fork();
@@ -185,7 +185,7 @@ int CudaDeviceCount() {
 #endif
 }
 
-std::vector<RankOutcome> RunRanks(const v1::JobSpec& spec, const RunOptions& options,
+std::vector<RankOutcome> run_ranks(const v1::JobSpec& spec, const RunOptions& options,
                                   const std::filesystem::path& scratch) {
   static int run_counter = 0;
   const std::filesystem::path dir = scratch / absl::StrCat("run-", ++run_counter);
@@ -199,7 +199,7 @@ std::vector<RankOutcome> RunRanks(const v1::JobSpec& spec, const RunOptions& opt
   std::fflush(nullptr);  // nothing buffered is written twice
   for (int r = 0; r < processes; ++r) {
     const pid_t pid = fork();
-    if (pid == 0) RankMain(spec, options, r, rdzv, dir / absl::StrCat("rank-", r, ".txt"));
+    if (pid == 0) rank_main(spec, options, r, rdzv, dir / absl::StrCat("rank-", r, ".txt"));
     pids[static_cast<size_t>(r)] = pid;
   }
   int left = processes;
@@ -233,7 +233,7 @@ std::vector<RankOutcome> RunRanks(const v1::JobSpec& spec, const RunOptions& opt
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  for (int r = 0; r < processes; ++r) ReadResult(dir / absl::StrCat("rank-", r, ".txt"), out[static_cast<size_t>(r)]);
+  for (int r = 0; r < processes; ++r) read_result(dir / absl::StrCat("rank-", r, ".txt"), out[static_cast<size_t>(r)]);
   return out;
 }
 

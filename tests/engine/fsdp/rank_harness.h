@@ -72,11 +72,11 @@ struct RunOptions {
 
 // GPUs the CUDA runtime sees, asked in a child process: a parent that initialised CUDA
 // could not fork ranks that use it. 0 without CUDA in the build, a driver or a GPU.
-int CudaDeviceCount();
+int cuda_device_count();
 
 // Trains `spec` (train.log_every should be 1) and returns one outcome per rank (one for a
 // single process).
-std::vector<RankOutcome> RunRanks(const v1::JobSpec& spec, const RunOptions& options,
+std::vector<RankOutcome> run_ranks(const v1::JobSpec& spec, const RunOptions& options,
                                   const std::filesystem::path& scratch);
 
 }  // namespace fp8::engine::testing

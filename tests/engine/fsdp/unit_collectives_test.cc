@@ -9,13 +9,13 @@ namespace fp8::engine::fsdp {
 namespace {
 
 TEST(ParseUnitCollectivesTest, PackedOrAParameterAtATime) {
-  EXPECT_EQ(*ParseUnitCollectives("packed", "x"), UnitCollectives::kPacked);
-  EXPECT_EQ(*ParseUnitCollectives("per_parameter", "x"), UnitCollectives::kPerParameter);
+  EXPECT_EQ(*parse_unit_collectives("packed", "x"), UnitCollectives::kPacked);
+  EXPECT_EQ(*parse_unit_collectives("per_parameter", "x"), UnitCollectives::kPerParameter);
   EXPECT_EQ(FsdpOptions{}.collectives, UnitCollectives::kPacked);  // the default
 }
 
 TEST(ParseUnitCollectivesTest, AnotherValueIsAnErrorNamingItAndWhere) {
-  const auto got = ParseUnitCollectives("per-parameter", "FP8_FSDP_COLLECTIVES in the environment");
+  const auto got = parse_unit_collectives("per-parameter", "FP8_FSDP_COLLECTIVES in the environment");
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(got.status().message(), "FP8_FSDP_COLLECTIVES in the environment: 'per-parameter'"))

@@ -20,7 +20,7 @@ namespace {
 
 // A model as a checkpoint would hold it: LlamaModel's initial parameters, by name, without
 // the vocabulary's padding rows (260 pads to 320).
-CheckpointModel RandomModel(bool tied, uint64_t seed) {
+CheckpointModel random_model(bool tied, uint64_t seed) {
   CheckpointModel m;
   m.config.vocab_size = 260;
   m.config.dim = 32;
@@ -47,7 +47,7 @@ CheckpointModel RandomModel(bool tied, uint64_t seed) {
   return m;
 }
 
-std::vector<int32_t> Tokens(int n, int32_t vocab) {
+std::vector<int32_t> sample_tokens(int n, int32_t vocab) {
   std::vector<int32_t> out;
   for (int i = 0; i < n; ++i) out.push_back((i * 37 + 11) % vocab);
   return out;
@@ -57,11 +57,11 @@ class LlamaDecoderLogitsTest : public ::testing::TestWithParam<bool> {};
 INSTANTIATE_TEST_SUITE_P(Tied, LlamaDecoderLogitsTest, ::testing::Bool());
 
 TEST_P(LlamaDecoderLogitsTest, LogitsAtEveryPositionAreTheEnginesForward) {
-  const CheckpointModel m = RandomModel(GetParam(), 7);
-  const std::vector<int32_t> tokens = Tokens(static_cast<int>(m.config.max_seq_len), 260);
+  const CheckpointModel m = random_model(GetParam(), 7);
+  const std::vector<int32_t> tokens = sample_tokens(static_cast<int>(m.config.max_seq_len), 260);
   absl::StatusOr<std::vector<float>> engine = checkpoint_logits(m, tokens);
   ASSERT_TRUE(engine.ok()) << engine.status();
-  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::Create(m);
+  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::create(m);
   ASSERT_TRUE(decoder.ok()) << decoder.status();
   const int64_t vocab = m.config.vocab_size;
   for (size_t pos = 0; pos < tokens.size(); ++pos) {
@@ -80,9 +80,9 @@ TEST_P(LlamaDecoderLogitsTest, LogitsAtEveryPositionAreTheEnginesForward) {
 }
 
 TEST(LlamaDecoderTest, GreedyWithTheCacheIsArgmaxOfTheWholePrefixRecomputed) {
-  const CheckpointModel m = RandomModel(false, 11);
+  const CheckpointModel m = random_model(false, 11);
   const std::vector<int32_t> prompt = {72, 101, 108, 108, 111};
-  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::Create(m);
+  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::create(m);
   ASSERT_TRUE(decoder.ok());
   Sampler greedy(SamplingOptions{.temperature = 0});
   absl::StatusOr<Generation> g = generate(*decoder, prompt, 100, greedy);
@@ -120,8 +120,8 @@ TEST(LlamaDecoderTest, GreedyWithTheCacheIsArgmaxOfTheWholePrefixRecomputed) {
 }
 
 TEST(LlamaDecoderTest, BadPromptsAreRefused) {
-  const CheckpointModel m = RandomModel(false, 3);
-  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::Create(m);
+  const CheckpointModel m = random_model(false, 3);
+  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::create(m);
   ASSERT_TRUE(decoder.ok());
   Sampler s(SamplingOptions{});
   EXPECT_EQ(generate(*decoder, {}, 4, s).status().code(), absl::StatusCode::kInvalidArgument);
@@ -134,7 +134,7 @@ TEST(LlamaDecoderTest, BadPromptsAreRefused) {
 
   CheckpointModel missing = m;
   missing.parameters.pop_back();  // "output"
-  status = LlamaDecoder::Create(missing).status();
+  status = LlamaDecoder::create(missing).status();
   EXPECT_NE(status.message().find("no parameter output"), std::string::npos) << status;
 }
 

@@ -38,19 +38,19 @@ constexpr int64_t kSteps = 3;
 
 // The parameter as the shards hold it, put together without the export's code: each
 // rank's record in rank order, the padding (trailing rows) cut off.
-std::vector<float> CheckpointParameter(const std::filesystem::path& step_dir, int world, const std::string& name,
+std::vector<float> checkpoint_parameter(const std::filesystem::path& step_dir, int world, const std::string& name,
                                        int64_t numel) {
   std::vector<float> all;
   for (int r = 0; r < world; ++r) {
     absl::StatusOr<checkpoint::ShardReader> shard =
-        checkpoint::ShardReader::Open(step_dir / checkpoint::ShardFileName(r, world));
+        checkpoint::ShardReader::open(step_dir / checkpoint::shard_file_name(r, world));
     EXPECT_TRUE(shard.ok()) << shard.status();
     if (!shard.ok()) return {};
-    const checkpoint::RecordInfo* info = shard->FindRecord("params/" + name);
+    const checkpoint::RecordInfo* info = shard->find_record("params/" + name);
     EXPECT_NE(info, nullptr) << name;
     if (info == nullptr) return {};
     std::vector<float> part(info->size_bytes / sizeof(float));
-    EXPECT_TRUE(shard->ReadTensor<float>(info->name, part, info->shape).ok());
+    EXPECT_TRUE(shard->read_tensor<float>(info->name, part, info->shape).ok());
     all.insert(all.end(), part.begin(), part.end());
   }
   EXPECT_GE(static_cast<int64_t>(all.size()), numel) << name;
@@ -59,7 +59,7 @@ std::vector<float> CheckpointParameter(const std::filesystem::path& step_dir, in
 }
 
 // Entries of `dir` whose names start with `prefix`.
-int CountEntries(const std::filesystem::path& dir, const std::string& prefix) {
+int count_entries(const std::filesystem::path& dir, const std::string& prefix) {
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) n += e.path().filename().string().starts_with(prefix);
   return n;
@@ -69,18 +69,18 @@ int CountEntries(const std::filesystem::path& dir, const std::string& prefix) {
 // without FSDP).
 class ExportFixture : public ::testing::Test {
  protected:
-  void Train(int world) {
+  void train(int world) {
     world_ = world > 0 ? world : 1;
     const std::filesystem::path corpus = dir_.path() / "corpus.txt";
-    engine::testing::WriteSyntheticCorpus(corpus, 40000);
+    engine::testing::write_synthetic_corpus(corpus, 40000);
     // vocab 257: the embedding's rows do not split evenly, so FSDP pads them.
-    spec_ = engine::testing::TinyJob(
+    spec_ = engine::testing::tiny_job(
         corpus, checkpoints(),
         {absl::StrCat("train.steps=", kSteps), "train.warmup_steps=1", "train.eval_every=0",
          absl::StrCat("checkpoint.every=", kSteps), "model.vocab_size=257", "model.n_heads=4", "model.n_kv_heads=2"});
     RunOptions o;
     o.world_size = world;
-    const std::vector<RankOutcome> ranks = engine::testing::RunRanks(spec_, o, dir_.path());
+    const std::vector<RankOutcome> ranks = engine::testing::run_ranks(spec_, o, dir_.path());
     for (size_t r = 0; r < ranks.size(); ++r) ASSERT_TRUE(ranks[r].ok) << "rank " << r << ": " << ranks[r].error;
   }
   std::filesystem::path checkpoints() const { return dir_.path() / "ckpt"; }
@@ -93,7 +93,7 @@ class ExportFixture : public ::testing::Test {
 
 class LlamaExportTest : public ExportFixture, public ::testing::WithParamInterface<int> {
  protected:
-  void SetUp() override { Train(GetParam()); }
+  void SetUp() override { train(GetParam()); }
 };
 INSTANTIATE_TEST_SUITE_P(WorldSizes, LlamaExportTest, ::testing::Values(0, 1, 2),
                          [](const auto& info) { return info.param == 0 ? std::string("single") : absl::StrCat("fsdp", info.param); });
@@ -106,26 +106,26 @@ TEST_P(LlamaExportTest, EveryTensorIsTheCheckpointsParameterBitForBit) {
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->step, kSteps);
   EXPECT_EQ(done->world_size, world());
-  EXPECT_EQ(CountEntries(dir_.path(), ".hf"), 0);  // no temporary folder left
+  EXPECT_EQ(count_entries(dir_.path(), ".hf"), 0);  // no temporary folder left
 
   const absl::StatusOr<engine::LlamaConfig> c = engine::llama_config_from_spec(spec_.model());
   ASSERT_TRUE(c.ok());
   const std::vector<ParameterShape> params = llama_parameter_shapes(*c);
-  absl::StatusOr<SafetensorsReader> st = SafetensorsReader::Open(o.out / "model.safetensors");
+  absl::StatusOr<SafetensorsReader> st = SafetensorsReader::open(o.out / "model.safetensors");
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_EQ(st->tensors().size(), params.size());
   EXPECT_EQ(st->metadata().at("format"), "pt");
-  const std::filesystem::path step_dir = checkpoint::StepDirectory(checkpoints(), kSteps);
+  const std::filesystem::path step_dir = checkpoint::step_directory(checkpoints(), kSteps);
   for (const ParameterShape& p : params) {
     SCOPED_TRACE(p.name);
-    const SafetensorsTensorInfo* t = st->Find(hf_tensor_name(p.name));
+    const SafetensorsTensorInfo* t = st->find(hf_tensor_name(p.name));
     ASSERT_NE(t, nullptr);
     EXPECT_EQ(t->dtype, SafetensorsDType::kF32);
     EXPECT_EQ(t->shape, p.shape);
-    absl::StatusOr<std::vector<float>> got = st->ReadF32(t->name);
+    absl::StatusOr<std::vector<float>> got = st->read_f32(t->name);
     ASSERT_TRUE(got.ok());
     if (is_rope_projection(p.name)) *got = half_to_interleaved_rows(*got, p.shape[0] / c->head_dim(), c->head_dim(), p.shape[1]);
-    const std::vector<float> want = CheckpointParameter(step_dir, world(), p.name, t->numel());
+    const std::vector<float> want = checkpoint_parameter(step_dir, world(), p.name, t->numel());
     ASSERT_EQ(got->size(), want.size());
     EXPECT_EQ(std::memcmp(got->data(), want.data(), want.size() * sizeof(float)), 0);
   }
@@ -167,13 +167,13 @@ TEST_P(LlamaExportTest, EveryTensorIsTheCheckpointsParameterBitForBit) {
   o.out = dir_.path() / "hf-bf16";
   o.dtype = SafetensorsDType::kBF16;
   ASSERT_TRUE(export_llama(o).ok());
-  absl::StatusOr<SafetensorsReader> bf = SafetensorsReader::Open(o.out / "model.safetensors");
+  absl::StatusOr<SafetensorsReader> bf = SafetensorsReader::open(o.out / "model.safetensors");
   ASSERT_TRUE(bf.ok()) << bf.status();
   for (const SafetensorsTensorInfo& t : st->tensors()) {
     SCOPED_TRACE(t.name);
-    ASSERT_EQ(bf->Find(t.name)->dtype, SafetensorsDType::kBF16);
-    const std::vector<float> f32 = *st->ReadF32(t.name);
-    const std::vector<std::byte> raw = *bf->ReadBytes(t.name);
+    ASSERT_EQ(bf->find(t.name)->dtype, SafetensorsDType::kBF16);
+    const std::vector<float> f32 = *st->read_f32(t.name);
+    const std::vector<std::byte> raw = *bf->read_bytes(t.name);
     ASSERT_EQ(raw.size(), 2 * f32.size());
     for (size_t i = 0; i < f32.size(); ++i) {
       uint16_t h;
@@ -188,7 +188,7 @@ TEST_P(LlamaExportTest, EveryTensorIsTheCheckpointsParameterBitForBit) {
 class HfImportBadInputTest : public ExportFixture {
  protected:
   void SetUp() override {
-    Train(0);
+    train(0);
     ExportOptions o;
     o.checkpoint = checkpoints();
     o.out = good();
@@ -196,7 +196,7 @@ class HfImportBadInputTest : public ExportFixture {
   }
   std::filesystem::path good() const { return dir_.path() / "hf"; }
   // A copy of the export with config.json's `key` set to `value`.
-  std::filesystem::path WithConfig(const std::string& name, const std::string& key, const nlohmann::json& value) {
+  std::filesystem::path with_config(const std::string& name, const std::string& key, const nlohmann::json& value) {
     const std::filesystem::path out = dir_.path() / name;
     std::filesystem::copy(good(), out);
     std::ifstream in(out / "config.json");
@@ -207,7 +207,7 @@ class HfImportBadInputTest : public ExportFixture {
     return out;
   }
   // A copy of the export whose model.safetensors holds `tensors` instead.
-  std::filesystem::path WithTensors(const std::string& name, std::vector<SafetensorsTensor> tensors) {
+  std::filesystem::path with_tensors(const std::string& name, std::vector<SafetensorsTensor> tensors) {
     const std::filesystem::path out = dir_.path() / name;
     std::filesystem::create_directory(out);
     std::filesystem::copy(good() / "config.json", out / "config.json");
@@ -224,30 +224,30 @@ TEST_F(HfImportBadInputTest, IsRefusedNamingTheFileAndWhat) {
     EXPECT_NE(m.status().message().find(says), std::string::npos) << m.status();
   };
   refused(dir_.path() / "nowhere", "no such directory");
-  refused(WithConfig("scaled", "rope_scaling", {{"type", "linear"}, {"factor", 2.0}}), "rope_scaling is set");
-  refused(WithConfig("gelu", "hidden_act", "gelu"), "hidden_act \"gelu\" is not silu");
-  refused(WithConfig("headdim", "head_dim", 16), "head_dim 16 is not hidden_size / num_attention_heads");
-  refused(WithConfig("novocab", "vocab_size", nullptr), "config.json: has no vocab_size");
-  refused(WithConfig("mistral", "model_type", "mistral"), "model_type \"mistral\" is not llama");
+  refused(with_config("scaled", "rope_scaling", {{"type", "linear"}, {"factor", 2.0}}), "rope_scaling is set");
+  refused(with_config("gelu", "hidden_act", "gelu"), "hidden_act \"gelu\" is not silu");
+  refused(with_config("headdim", "head_dim", 16), "head_dim 16 is not hidden_size / num_attention_heads");
+  refused(with_config("novocab", "vocab_size", nullptr), "config.json: has no vocab_size");
+  refused(with_config("mistral", "model_type", "mistral"), "model_type \"mistral\" is not llama");
 
-  absl::StatusOr<SafetensorsReader> st = SafetensorsReader::Open(good() / "model.safetensors");
+  absl::StatusOr<SafetensorsReader> st = SafetensorsReader::open(good() / "model.safetensors");
   ASSERT_TRUE(st.ok());
   std::deque<std::vector<std::byte>> storage;
   std::vector<SafetensorsTensor> all;
   for (const SafetensorsTensorInfo& t : st->tensors()) {
-    all.push_back({t.name, t.dtype, t.shape, storage.emplace_back(*st->ReadBytes(t.name))});
+    all.push_back({t.name, t.dtype, t.shape, storage.emplace_back(*st->read_bytes(t.name))});
   }
   std::vector<SafetensorsTensor> missing = all;
   std::erase_if(missing, [](const SafetensorsTensor& t) { return t.name == "model.layers.1.mlp.up_proj.weight"; });
-  refused(WithTensors("missing", missing), "has no tensor model.layers.1.mlp.up_proj.weight");
+  refused(with_tensors("missing", missing), "has no tensor model.layers.1.mlp.up_proj.weight");
   std::vector<SafetensorsTensor> extra = all;
   extra.push_back({"model.layers.2.mlp.up_proj.weight", all.back().dtype, all.back().shape, all.back().bytes});
-  refused(WithTensors("extra", extra), "tensor model.layers.2.mlp.up_proj.weight has no place");
+  refused(with_tensors("extra", extra), "tensor model.layers.2.mlp.up_proj.weight has no place");
   std::vector<SafetensorsTensor> reshaped = all;
   for (SafetensorsTensor& t : reshaped) {
     if (t.name == "model.norm.weight") t.shape = {t.shape[0] / 2, 2};
   }
-  refused(WithTensors("reshaped", reshaped), "model.norm.weight is shaped [16, 2]; config.json's model needs [32]");
+  refused(with_tensors("reshaped", reshaped), "model.norm.weight is shaped [16, 2]; config.json's model needs [32]");
 }
 
 // model.init_from: a job started from an exported model holds its parameters bit for bit,
@@ -256,7 +256,7 @@ TEST_F(HfImportBadInputTest, IsRefusedNamingTheFileAndWhat) {
 class InitFromTest : public ExportFixture {
  protected:
   void SetUp() override {
-    Train(0);
+    train(0);
     ExportOptions o;
     o.checkpoint = checkpoints();
     o.out = dir_.path() / "hf";
@@ -264,7 +264,7 @@ class InitFromTest : public ExportFixture {
   }
   // The trained job's model, started from the export, recipe none so that FSDP's losses
   // match the single process's to rounding.
-  v1::JobSpec Continued(const std::string& name, int batch_size) const {
+  v1::JobSpec continued(const std::string& name, int batch_size) const {
     v1::JobSpec spec = spec_;
     spec.mutable_model()->set_init_from((dir_.path() / "hf").string());
     spec.mutable_fp8()->set_recipe(v1::Fp8Spec::NONE);
@@ -282,11 +282,11 @@ TEST_F(InitFromTest, StartsFromTheModelsParametersOnEveryRank) {
   single.world_size = 0;
   RunOptions two;
   two.world_size = 2;
-  const std::vector<RankOutcome> one_process = engine::testing::RunRanks(Continued("single", 4), single, dir_.path());
-  const std::vector<RankOutcome> ranks = engine::testing::RunRanks(Continued("fsdp", 2), two, dir_.path());
-  v1::JobSpec fresh_spec = Continued("fresh", 4);
+  const std::vector<RankOutcome> one_process = engine::testing::run_ranks(continued("single", 4), single, dir_.path());
+  const std::vector<RankOutcome> ranks = engine::testing::run_ranks(continued("fsdp", 2), two, dir_.path());
+  v1::JobSpec fresh_spec = continued("fresh", 4);
   fresh_spec.mutable_model()->clear_init_from();
-  const std::vector<RankOutcome> fresh = engine::testing::RunRanks(fresh_spec, single, dir_.path());
+  const std::vector<RankOutcome> fresh = engine::testing::run_ranks(fresh_spec, single, dir_.path());
   for (const auto* run : {&one_process, &ranks, &fresh}) {
     for (const RankOutcome& r : *run) ASSERT_TRUE(r.ok) << r.error;
   }
@@ -303,7 +303,7 @@ TEST_F(InitFromTest, StartsFromTheModelsParametersOnEveryRank) {
   absl::StatusOr<CheckpointModel> trained = read_checkpoint_model(checkpoints());
   ASSERT_TRUE(trained.ok()) << trained.status();
   absl::StatusOr<std::unique_ptr<engine::Trainer>> t =
-      engine::Trainer::create(Continued("in-process", 4), engine::Device::cpu());
+      engine::Trainer::create(continued("in-process", 4), engine::Device::cpu());
   ASSERT_TRUE(t.ok()) << t.status();
   for (const engine::Parameter& p : (*t)->trained_parameters().all()) {
     SCOPED_TRACE(p.name);
@@ -321,7 +321,7 @@ TEST_F(InitFromTest, StartsFromTheModelsParametersOnEveryRank) {
   std::filesystem::create_directory(linked);
   std::filesystem::copy(dir_.path() / "hf" / "config.json", linked / "config.json");
   std::filesystem::create_symlink(dir_.path() / "hf" / "model.safetensors", linked / "model.safetensors");
-  v1::JobSpec through_link = Continued("linked", 4);
+  v1::JobSpec through_link = continued("linked", 4);
   through_link.mutable_model()->set_init_from(linked.string());
   engine::TrainerOptions confined;
   confined.init_from_follow_links = false;
@@ -331,7 +331,7 @@ TEST_F(InitFromTest, StartsFromTheModelsParametersOnEveryRank) {
   EXPECT_TRUE(engine::Trainer::create(through_link, engine::Device::cpu()).ok());
 
   // Another model's folder: every difference named, field against config.json's key.
-  v1::JobSpec other = Continued("other", 4);
+  v1::JobSpec other = continued("other", 4);
   other.mutable_model()->set_n_kv_heads(4);
   other.mutable_model()->set_ffn_dim(96);
   refused = engine::Trainer::create(other, engine::Device::cpu()).status();
@@ -340,7 +340,7 @@ TEST_F(InitFromTest, StartsFromTheModelsParametersOnEveryRank) {
                                    "model.ffn_dim is 96, config.json's intermediate_size 64"),
             std::string::npos)
       << refused;
-  other = Continued("missing", 4);
+  other = continued("missing", 4);
   other.mutable_model()->set_init_from((dir_.path() / "nowhere").string());
   refused = engine::Trainer::create(other, engine::Device::cpu()).status();
   EXPECT_NE(refused.message().find("model.init_from: " + (dir_.path() / "nowhere").string() + ": no such directory"),
@@ -351,7 +351,7 @@ TEST_F(InitFromTest, StartsFromTheModelsParametersOnEveryRank) {
 // On a checkpoint of two ranks, the most shards to get wrong.
 class LlamaExportBadInputTest : public ExportFixture {
  protected:
-  void SetUp() override { Train(2); }
+  void SetUp() override { train(2); }
 };
 
 TEST_F(LlamaExportBadInputTest, IsRefusedNamingThePathAndLeavesNothing) {
@@ -363,7 +363,7 @@ TEST_F(LlamaExportBadInputTest, IsRefusedNamingThePathAndLeavesNothing) {
     absl::StatusOr<ExportSummary> done = export_llama(o);
     EXPECT_EQ(done.status().code(), absl::StatusCode::kInvalidArgument) << done.status();
     EXPECT_NE(done.status().message().find(named.string()), std::string::npos) << done.status();
-    EXPECT_EQ(CountEntries(dir_.path(), ".out"), 0);
+    EXPECT_EQ(count_entries(dir_.path(), ".out"), 0);
   };
   // No checkpoint at all; a folder without a committed one.
   refused(dir_.path() / "missing", dir_.path() / "missing");
@@ -374,12 +374,12 @@ TEST_F(LlamaExportBadInputTest, IsRefusedNamingThePathAndLeavesNothing) {
   // A damaged payload in rank 1's shard: found as the export reads it.
   const std::filesystem::path copy = dir_.path() / "damaged";
   std::filesystem::copy(checkpoints(), copy, std::filesystem::copy_options::recursive);
-  const std::filesystem::path shard = checkpoint::ShardPath(copy, kSteps, 1, 2);
+  const std::filesystem::path shard = checkpoint::shard_path(copy, kSteps, 1, 2);
   uint64_t offset = 0;
   {
-    absl::StatusOr<checkpoint::ShardReader> r = checkpoint::ShardReader::Open(shard);
+    absl::StatusOr<checkpoint::ShardReader> r = checkpoint::ShardReader::open(shard);
     ASSERT_TRUE(r.ok());
-    offset = r->FindRecord("params/norm")->offset;
+    offset = r->find_record("params/norm")->offset;
   }
   {
     std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
@@ -401,7 +401,7 @@ TEST_F(LlamaExportBadInputTest, IsRefusedNamingThePathAndLeavesNothing) {
   EXPECT_FALSE(std::filesystem::exists(out / "model.safetensors"));
   std::filesystem::remove(out / "keep.txt");
   ExportOptions o;
-  o.checkpoint = checkpoint::StepDirectory(checkpoints(), kSteps);  // one step's folder
+  o.checkpoint = checkpoint::step_directory(checkpoints(), kSteps);  // one step's folder
   o.out = out;
   absl::StatusOr<ExportSummary> done = export_llama(o);
   ASSERT_TRUE(done.ok()) << done.status();

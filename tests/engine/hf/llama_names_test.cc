@@ -13,7 +13,7 @@
 namespace fp8::hf {
 namespace {
 
-engine::LlamaConfig SmallConfig(bool tied) {
+engine::LlamaConfig small_config(bool tied) {
   engine::LlamaConfig c;
   c.vocab_size = 257;
   c.dim = 32;
@@ -28,7 +28,7 @@ engine::LlamaConfig SmallConfig(bool tied) {
 
 TEST(LlamaNamesTest, ShapesMatchTheModelAndEveryNameMaps) {
   for (bool tied : {false, true}) {
-    const engine::LlamaConfig c = SmallConfig(tied);
+    const engine::LlamaConfig c = small_config(tied);
     v1::Fp8Spec fp8;
     fp8.set_recipe(v1::Fp8Spec::NONE);
     absl::StatusOr<std::unique_ptr<engine::LlamaModel>> model =

@@ -16,13 +16,13 @@ namespace {
 
 using engine::testing::TempDir;
 
-std::string ReadFile(const std::filesystem::path& p) {
+std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // A file with a header of our choosing: length prefix, `json`, then `data_bytes` zeros.
-std::filesystem::path WriteRaw(const std::filesystem::path& p, const std::string& json, size_t data_bytes) {
+std::filesystem::path write_raw(const std::filesystem::path& p, const std::string& json, size_t data_bytes) {
   std::string out(8, '\0');
   const uint64_t n = json.size();
   for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
@@ -35,8 +35,8 @@ std::filesystem::path WriteRaw(const std::filesystem::path& p, const std::string
 class SafetensorsTest : public ::testing::Test {
  protected:
   // Opening must fail with DataLoss, naming the file and saying `why`.
-  void ExpectRefused(const std::filesystem::path& p, const std::string& why) {
-    absl::StatusOr<SafetensorsReader> r = SafetensorsReader::Open(p);
+  void expect_refused(const std::filesystem::path& p, const std::string& why) {
+    absl::StatusOr<SafetensorsReader> r = SafetensorsReader::open(p);
     ASSERT_FALSE(r.ok()) << p;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
     EXPECT_NE(r.status().message().find(p.string()), std::string::npos) << r.status();
@@ -59,7 +59,7 @@ TEST_F(SafetensorsTest, RoundTripsF32AndBF16WithMetadata) {
   const std::filesystem::path p = dir_.path() / "t.safetensors";
   ASSERT_TRUE(write_safetensors(p, tensors, {{"format", "pt"}, {"note", "a \"quoted\" value"}}).ok());
 
-  absl::StatusOr<SafetensorsReader> r = SafetensorsReader::Open(p);
+  absl::StatusOr<SafetensorsReader> r = SafetensorsReader::open(p);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->metadata().at("format"), "pt");
   EXPECT_EQ(r->metadata().at("note"), "a \"quoted\" value");
@@ -67,20 +67,20 @@ TEST_F(SafetensorsTest, RoundTripsF32AndBF16WithMetadata) {
   EXPECT_EQ(r->tensors()[0].name, "layer.a");  // in the order of their bytes
   EXPECT_EQ(r->tensors()[0].shape, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(r->tensors()[1].dtype, SafetensorsDType::kBF16);
-  EXPECT_EQ(r->Find("scalar")->numel(), 1);
+  EXPECT_EQ(r->find("scalar")->numel(), 1);
 
-  absl::StatusOr<std::vector<float>> got_a = r->ReadF32("layer.a");
+  absl::StatusOr<std::vector<float>> got_a = r->read_f32("layer.a");
   ASSERT_TRUE(got_a.ok()) << got_a.status();
   ASSERT_EQ(got_a->size(), a.size());
   EXPECT_EQ(std::memcmp(got_a->data(), a.data(), a.size() * sizeof(float)), 0);  // bit for bit, -0 included
-  absl::StatusOr<std::vector<std::byte>> raw_b = r->ReadBytes("layer.b");
+  absl::StatusOr<std::vector<std::byte>> raw_b = r->read_bytes("layer.b");
   ASSERT_TRUE(raw_b.ok());
   EXPECT_EQ(std::memcmp(raw_b->data(), b.data(), b.size() * 2), 0);
-  absl::StatusOr<std::vector<float>> got_b = r->ReadF32("layer.b");
+  absl::StatusOr<std::vector<float>> got_b = r->read_f32("layer.b");
   ASSERT_TRUE(got_b.ok());
   EXPECT_EQ((*got_b)[1], -7.0f);
-  EXPECT_EQ(r->ReadF32("empty")->size(), 0u);
-  EXPECT_EQ(r->ReadF32("missing").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(r->read_f32("empty")->size(), 0u);
+  EXPECT_EQ(r->read_f32("missing").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(SafetensorsTest, HeaderIsPaddedWithSpacesToEightBytes) {
@@ -89,7 +89,7 @@ TEST_F(SafetensorsTest, HeaderIsPaddedWithSpacesToEightBytes) {
     const std::vector<SafetensorsTensor> tensors = {{name, SafetensorsDType::kF32, {1}, std::as_bytes(std::span(v))}};
     const std::filesystem::path p = dir_.path() / (name + ".safetensors");
     ASSERT_TRUE(write_safetensors(p, tensors, {}).ok());
-    const std::string bytes = ReadFile(p);
+    const std::string bytes = read_file(p);
     uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
     EXPECT_EQ(n % 8, 0u) << name;
@@ -99,7 +99,7 @@ TEST_F(SafetensorsTest, HeaderIsPaddedWithSpacesToEightBytes) {
     EXPECT_EQ(json.substr(json.find_last_not_of(' ') + 1), std::string(n - 1 - json.find_last_not_of(' '), ' '));
     EXPECT_NE(json.find(R"("data_offsets":[0,4])"), std::string::npos) << json;
     EXPECT_EQ(json.find("__metadata__"), std::string::npos);  // none given, none written
-    absl::StatusOr<SafetensorsReader> r = SafetensorsReader::Open(p);
+    absl::StatusOr<SafetensorsReader> r = SafetensorsReader::open(p);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->data_start() % 8, 0u);
   }
@@ -125,36 +125,36 @@ TEST_F(SafetensorsTest, RefusesBadFilesNamingThem) {
   // Shorter than the length prefix; a length past the end of the file.
   {
     std::ofstream(d / "short.safetensors", std::ios::binary) << "abc";
-    ExpectRefused(d / "short.safetensors", "fewer than the 8");
+    expect_refused(d / "short.safetensors", "fewer than the 8");
   }
   {
     std::string f(8, '\0');
     f[0] = static_cast<char>(200);
     f += "{}";
     std::ofstream(d / "long_header.safetensors", std::ios::binary) << f;
-    ExpectRefused(d / "long_header.safetensors", "does not fit");
+    expect_refused(d / "long_header.safetensors", "does not fit");
   }
-  ExpectRefused(WriteRaw(d / "not_json.safetensors", "{\"w\": [", 0), "not a JSON object");
+  expect_refused(write_raw(d / "not_json.safetensors", "{\"w\": [", 0), "not a JSON object");
   // Truncated data, and data longer than the header says.
-  ExpectRefused(WriteRaw(d / "truncated.safetensors", "{" + ok_entry + "}", 5), "truncated");
-  ExpectRefused(WriteRaw(d / "extra.safetensors", "{" + ok_entry + "}", 12), "the file holds 12");
+  expect_refused(write_raw(d / "truncated.safetensors", "{" + ok_entry + "}", 5), "truncated");
+  expect_refused(write_raw(d / "extra.safetensors", "{" + ok_entry + "}", 12), "the file holds 12");
   // Offsets that run past the data, do not match the shape, overlap or are reversed.
-  ExpectRefused(WriteRaw(d / "past_end.safetensors", R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", 8),
+  expect_refused(write_raw(d / "past_end.safetensors", R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", 8),
                 "starts at data offset 8");
-  ExpectRefused(WriteRaw(d / "wrong_size.safetensors", R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8),
+  expect_refused(write_raw(d / "wrong_size.safetensors", R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8),
                 "dtype and shape need 12");
-  ExpectRefused(WriteRaw(d / "overlap.safetensors",
+  expect_refused(write_raw(d / "overlap.safetensors",
                          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                          R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                          8),
                 "overlap");
-  ExpectRefused(WriteRaw(d / "reversed.safetensors", R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8),
+  expect_refused(write_raw(d / "reversed.safetensors", R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8),
                 "begin <= end");
-  ExpectRefused(WriteRaw(d / "dtype.safetensors", R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8),
+  expect_refused(write_raw(d / "dtype.safetensors", R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8),
                 "not F32 or BF16");
-  ExpectRefused(WriteRaw(d / "neg.safetensors", R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
+  expect_refused(write_raw(d / "neg.safetensors", R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
                 "bad dim");
-  ExpectRefused(WriteRaw(d / "missing.safetensors", R"({"w":{"dtype":"F32","shape":[1]}})", 4),
+  expect_refused(write_raw(d / "missing.safetensors", R"({"w":{"dtype":"F32","shape":[1]}})", 4),
                 "needs dtype, shape and data_offsets");
   // A written file cut short.
   const std::vector<float> v(16, 1.0f);
@@ -162,7 +162,7 @@ TEST_F(SafetensorsTest, RefusesBadFilesNamingThem) {
   const std::filesystem::path cut = d / "cut.safetensors";
   ASSERT_TRUE(write_safetensors(cut, tensors, {}).ok());
   std::filesystem::resize_file(cut, std::filesystem::file_size(cut) - 3);
-  ExpectRefused(cut, "truncated");
+  expect_refused(cut, "truncated");
 }
 
 }  // namespace

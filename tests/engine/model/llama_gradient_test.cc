@@ -79,7 +79,7 @@ data::TokenBatch make_batch(int64_t rows, int64_t seq, int64_t vocab, uint32_t s
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
   data::TokenBatch b;
-  b.Resize(rows, seq);
+  b.resize(rows, seq);
   for (int64_t r = 0; r < rows; ++r) {
     std::vector<int32_t> window(static_cast<size_t>(seq + 1));
     for (int32_t& t : window) t = token(rng);
@@ -457,7 +457,7 @@ TEST(LlamaModel, BatchShapesCanChangeBetweenCalls) {
   const data::TokenBatch two = make_batch(2, 8, 32, 31);
   // The first row of `two` alone, and a shorter sequence.
   data::TokenBatch first_row;
-  first_row.Resize(1, 8);
+  first_row.resize(1, 8);
   std::copy_n(two.inputs.begin(), 8, first_row.inputs.begin());
   std::copy_n(two.targets.begin(), 8, first_row.targets.begin());
 
@@ -476,7 +476,7 @@ TEST(LlamaModel, BatchShapesCanChangeBetweenCalls) {
   ASSERT_TRUE(l_one_eval.ok());
   EXPECT_EQ(*l_one_eval, *l_one);
   data::TokenBatch second_row;
-  second_row.Resize(1, 8);
+  second_row.resize(1, 8);
   std::copy_n(two.inputs.begin() + 8, 8, second_row.inputs.begin());
   std::copy_n(two.targets.begin() + 8, 8, second_row.targets.begin());
   absl::StatusOr<float> l_second = model->evaluate(second_row);

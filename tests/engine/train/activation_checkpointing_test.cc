@@ -21,14 +21,14 @@ namespace fs = std::filesystem;
 constexpr int64_t kSteps = 12;
 
 // Every record of a checkpoint shard, as raw bytes by name.
-std::map<std::string, std::string> ShardContents(const fs::path& file) {
-  absl::StatusOr<checkpoint::ShardReader> r = checkpoint::ShardReader::Open(file);
+std::map<std::string, std::string> shard_contents(const fs::path& file) {
+  absl::StatusOr<checkpoint::ShardReader> r = checkpoint::ShardReader::open(file);
   EXPECT_TRUE(r.ok()) << r.status();
   std::map<std::string, std::string> out;
   if (!r.ok()) return out;
   for (const checkpoint::RecordInfo& info : r->records()) {
     std::string bytes(info.size_bytes, '\0');
-    absl::Status s = r->ReadRecord(info.name, info.dtype, info.shape, std::as_writable_bytes(std::span(bytes)));
+    absl::Status s = r->read_record(info.name, info.dtype, info.shape, std::as_writable_bytes(std::span(bytes)));
     EXPECT_TRUE(s.ok()) << s;
     out[info.name] = bytes;
   }
@@ -43,19 +43,19 @@ class ActivationCheckpointingTest : public ::testing::Test {
   };
 
  protected:
-  void SetUp() override { WriteSyntheticCorpus(corpus_, 200'000); }
-  Run Train(const std::string& mode, std::vector<std::string> extra) {
+  void SetUp() override { write_synthetic_corpus(corpus_, 200'000); }
+  Run train(const std::string& mode, std::vector<std::string> extra) {
     extra.push_back("train.activation_checkpointing=" + mode);
     extra.push_back(absl::StrCat("train.steps=", kSteps));
     const fs::path dir = tmp_.path() / absl::StrCat("run", runs_++);
-    const v1::JobSpec spec = TinyJob(corpus_, dir, extra);
+    const v1::JobSpec spec = tiny_job(corpus_, dir, extra);
     Run run;
     absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(spec, Device::cpu());
     EXPECT_TRUE(t.ok()) << t.status();
     if (!t.ok()) return run;
     const absl::StatusOr<TrainSummary> summary = (*t)->run(run.log);
     EXPECT_TRUE(summary.ok()) << summary.status();
-    run.last_checkpoint = ShardContents(checkpoint::ShardPath(dir, kSteps, 0, 1));
+    run.last_checkpoint = shard_contents(checkpoint::shard_path(dir, kSteps, 0, 1));
     return run;
   }
 
@@ -64,7 +64,7 @@ class ActivationCheckpointingTest : public ::testing::Test {
   int runs_ = 0;
 };
 
-void ExpectSameTraining(const char* mode, const ActivationCheckpointingTest::Run& kept,
+void expect_same_training(const char* mode, const ActivationCheckpointingTest::Run& kept,
                         const ActivationCheckpointingTest::Run& recomputed) {
   ASSERT_EQ(kept.log.steps.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(recomputed.log.steps.size(), kept.log.steps.size());
@@ -92,9 +92,9 @@ TEST_P(BitForBit, FullAndSelectiveTrainAsKeepingEverything) {
   const auto [recipe, dtype, grad_accum] = GetParam();
   const std::vector<std::string> extra{absl::StrCat("fp8.recipe=", recipe), absl::StrCat("train.compute_dtype=", dtype),
                                        absl::StrCat("train.grad_accum=", grad_accum)};
-  const Run kept = Train("none", extra);
-  ExpectSameTraining("full", kept, Train("full", extra));
-  ExpectSameTraining("selective", kept, Train("selective", extra));
+  const Run kept = train("none", extra);
+  expect_same_training("full", kept, train("full", extra));
+  expect_same_training("selective", kept, train("selective", extra));
   // The runs train: a comparison of runs that learned nothing would prove little.
   EXPECT_LT(kept.log.steps.back().loss, kept.log.steps.front().loss - 0.3);
 }
@@ -112,7 +112,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, BitForBit,
 // The bytes of one block's activations a mode no longer keeps per block, for the tiny
 // job's shapes at fp32: what the peak should fall by, (n_layers - 1) times over, since
 // every block but one shares them.
-int64_t DroppedPerBlock(const std::string& mode, int64_t m, int64_t dim, int64_t ffn, int64_t heads, int64_t rows,
+int64_t dropped_per_block(const std::string& mode, int64_t m, int64_t dim, int64_t ffn, int64_t heads, int64_t rows,
                         int64_t seq) {
   const int64_t f = sizeof(float);
   const int64_t norms = 2 * (m + m * dim) * f;  // inv_rms and the normed input, twice
@@ -125,18 +125,18 @@ int64_t DroppedPerBlock(const std::string& mode, int64_t m, int64_t dim, int64_t
 TEST_F(ActivationCheckpointingTest, PeakMemoryFallsByWhatTheBlocksNoLongerKeep) {
   constexpr int64_t kLayers = 6, kDim = 32, kFfn = 64, kHeads = 2, kRows = 4, kSeq = 32;
   const std::vector<std::string> extra{"model.n_layers=6", "train.eval_every=0", "fp8.recipe=tensorwise"};
-  const Run none = Train("none", extra), full = Train("full", extra), selective = Train("selective", extra);
+  const Run none = train("none", extra), full = train("full", extra), selective = train("selective", extra);
   ASSERT_EQ(none.log.steps.size(), static_cast<size_t>(kSteps));
   const auto peak = [](const Run& r) { return r.log.steps.back().peak_memory_bytes; };
   const int64_t m = kRows * kSeq;
   EXPECT_EQ(peak(none) - peak(full),
-            (kLayers - 1) * DroppedPerBlock("full", m, kDim, kFfn, kHeads, kRows, kSeq));
+            (kLayers - 1) * dropped_per_block("full", m, kDim, kFfn, kHeads, kRows, kSeq));
   EXPECT_EQ(peak(none) - peak(selective),
-            (kLayers - 1) * DroppedPerBlock("selective", m, kDim, kFfn, kHeads, kRows, kSeq));
+            (kLayers - 1) * dropped_per_block("selective", m, kDim, kFfn, kHeads, kRows, kSeq));
 }
 
 TEST_F(ActivationCheckpointingTest, AnUnknownModeIsRefusedNamingTheField) {
-  absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecString(
+  absl::StatusOr<v1::JobSpec> spec = jobspec::load_job_spec_string(
       "name: x\nmodel: {dim: 32}\ntrain: {steps: 1, batch_size: 1, lr: 1, activation_checkpointing: some}\n", "job.yaml");
   ASSERT_FALSE(spec.ok());
   EXPECT_NE(spec.status().message().find("train.activation_checkpointing"), std::string::npos) << spec.status();

@@ -16,7 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<Trainer> MakeTrainer(const v1::JobSpec& spec) {
+std::unique_ptr<Trainer> make_trainer(const v1::JobSpec& spec) {
   absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(spec, Device::cpu());
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? std::move(*t) : nullptr;
@@ -24,7 +24,7 @@ std::unique_ptr<Trainer> MakeTrainer(const v1::JobSpec& spec) {
 
 // Sets `count` entries of a linear's weight to a value so small that its fp8 cast flushes
 // it to zero (1e-9 · 448 / amax is far below 2^-10 for any weight amax above 1e-3).
-void PlantTinyWeights(LinearUnit& unit, int count) {
+void plant_tiny_weights(LinearUnit& unit, int count) {
   absl::StatusOr<std::vector<float>> w = unit.weight->value.download<float>();
   ASSERT_TRUE(w.ok()) << w.status();
   for (int i = 0; i < count; ++i) (*w)[static_cast<size_t>(i) * 7] = i % 2 == 0 ? 1e-9f : -1e-9f;
@@ -33,14 +33,14 @@ void PlantTinyWeights(LinearUnit& unit, int count) {
 
 class CastNumericsReportTest : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { WriteSyntheticCorpus(corpus_, 200'000); }
+  void SetUp() override { write_synthetic_corpus(corpus_, 200'000); }
   TempDir tmp_{"cast-numerics"};
   fs::path corpus_ = tmp_.path() / "corpus.txt";
 };
 
 TEST_P(CastNumericsReportTest, EveryReportStepCarriesEachCastOfEveryFp8Linear) {
   // Reports at 1 (first), 3 and 6 (log_every), 5 (evaluation only: unmeasured) and 7 (last).
-  std::unique_ptr<Trainer> trainer = MakeTrainer(TinyJob(
+  std::unique_ptr<Trainer> trainer = make_trainer(tiny_job(
       corpus_, tmp_.path() / "ckpt",
       {"fp8.recipe=" + GetParam(), "train.steps=7", "train.log_every=3", "train.eval_every=5"}));
   ASSERT_NE(trainer, nullptr);
@@ -54,7 +54,7 @@ TEST_P(CastNumericsReportTest, EveryReportStepCarriesEachCastOfEveryFp8Linear) {
   }
   ASSERT_FALSE(fp8_layers.empty());
   constexpr int kTiny = 9;
-  PlantTinyWeights(*planted, kTiny);
+  plant_tiny_weights(*planted, kTiny);
   if (HasFatalFailure()) return;
   const double weight_elements = static_cast<double>(planted->layer->in_features() * planted->layer->out_features());
 

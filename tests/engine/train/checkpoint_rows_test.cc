@@ -35,8 +35,8 @@ checkpoint::CommittedCheckpoint write_checkpoint(const std::filesystem::path& ro
   const std::vector<float> whole = whole_tensor(kShape[0], kShape[1]);
   if (world == 0) {
     absl::StatusOr<checkpoint::CommittedCheckpoint> c =
-        checkpoint::SaveSingleProcessCheckpoint(root, 7, [&](checkpoint::ShardWriter& w) {
-          return w.WriteTensor<float>("params/w", whole, kShape);
+        checkpoint::save_single_process_checkpoint(root, 7, [&](checkpoint::ShardWriter& w) {
+          return w.write_tensor<float>("params/w", whole, kShape);
         });
     EXPECT_TRUE(c.ok()) << c.status();
     return *c;
@@ -49,18 +49,18 @@ checkpoint::CommittedCheckpoint write_checkpoint(const std::filesystem::path& ro
     for (int64_t i = 0; i < layout.real_rows_of(r) * layout.row_elements; ++i) {
       shard[static_cast<size_t>(i)] = whole[static_cast<size_t>(first + i)];
     }
-    absl::StatusOr<checkpoint::ShardInfo> info = checkpoint::WriteRankShard(
+    absl::StatusOr<checkpoint::ShardInfo> info = checkpoint::write_rank_shard(
         root, 7, r, world, [&](checkpoint::ShardWriter& w) {
-          return w.WriteTensor<float>("params/w", shard, {layout.shard_elements()});
+          return w.write_tensor<float>("params/w", shard, {layout.shard_elements()});
         });
     EXPECT_TRUE(info.ok()) << info.status();
     shards.push_back(*info);
   }
-  EXPECT_TRUE(checkpoint::WriteCommitMarker(checkpoint::StepDirectory(root, 7), 7, world, shards).ok());
+  EXPECT_TRUE(checkpoint::write_commit_marker(checkpoint::step_directory(root, 7), 7, world, shards).ok());
   absl::StatusOr<checkpoint::CommitMarker> marker =
-      checkpoint::ReadCommitMarker(checkpoint::StepDirectory(root, 7));
+      checkpoint::read_commit_marker(checkpoint::step_directory(root, 7));
   EXPECT_TRUE(marker.ok()) << marker.status();
-  return checkpoint::CommittedCheckpoint{checkpoint::StepDirectory(root, 7), *marker};
+  return checkpoint::CommittedCheckpoint{checkpoint::step_directory(root, 7), *marker};
 }
 
 class CheckpointRowsTest : public ::testing::TestWithParam<int> {};
@@ -68,7 +68,7 @@ class CheckpointRowsTest : public ::testing::TestWithParam<int> {};
 TEST_P(CheckpointRowsTest, EveryRangeOfRowsIsTheWholeTensorsRows) {
   TempDir dir("rows");
   const checkpoint::CommittedCheckpoint c = write_checkpoint(dir.path(), GetParam());
-  absl::StatusOr<CheckpointRows> rows = CheckpointRows::Open(c);
+  absl::StatusOr<CheckpointRows> rows = CheckpointRows::open(c);
   ASSERT_TRUE(rows.ok()) << rows.status();
   EXPECT_EQ(rows->world_size(), std::max(GetParam(), 1));
   const std::vector<float> whole = whole_tensor(kShape[0], kShape[1]);
@@ -85,7 +85,7 @@ TEST_P(CheckpointRowsTest, EveryRangeOfRowsIsTheWholeTensorsRows) {
 TEST_P(CheckpointRowsTest, WhatDoesNotFitIsAnError) {
   TempDir dir("rows");
   const checkpoint::CommittedCheckpoint c = write_checkpoint(dir.path(), GetParam());
-  absl::StatusOr<CheckpointRows> rows = CheckpointRows::Open(c);
+  absl::StatusOr<CheckpointRows> rows = CheckpointRows::open(c);
   ASSERT_TRUE(rows.ok()) << rows.status();
   EXPECT_EQ(rows->rows("params/w", kShape, 3, 6).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rows->rows("params/w", kShape, 2, 1).status().code(), absl::StatusCode::kInvalidArgument);

@@ -33,38 +33,38 @@ class CollectiveTimeoutTest : public ::testing::Test {
 
 TEST(DerivedCollectiveTimeoutTest, IsAMultipleOfTheSlowestStepWithinItsBounds) {
   const absl::Duration group = absl::Seconds(300);
-  EXPECT_EQ(DerivedCollectiveTimeout(absl::Milliseconds(10), group), absl::Seconds(60));  // the floor
-  EXPECT_EQ(DerivedCollectiveTimeout(absl::Seconds(6), group), absl::Seconds(120));       // 20x
-  EXPECT_EQ(DerivedCollectiveTimeout(absl::Seconds(40), group), group);                   // never longer
-  EXPECT_EQ(DerivedCollectiveTimeout(absl::Seconds(1), absl::Seconds(30)), absl::Seconds(30));
+  EXPECT_EQ(derived_collective_timeout(absl::Milliseconds(10), group), absl::Seconds(60));  // the floor
+  EXPECT_EQ(derived_collective_timeout(absl::Seconds(6), group), absl::Seconds(120));       // 20x
+  EXPECT_EQ(derived_collective_timeout(absl::Seconds(40), group), group);                   // never longer
+  EXPECT_EQ(derived_collective_timeout(absl::Seconds(1), absl::Seconds(30)), absl::Seconds(30));
 }
 
 TEST_F(CollectiveTimeoutTest, DerivedFromTheStepsOnceTheyHaveSettled) {
   CollectiveTimeout timeout(group_.get(), /*configured_seconds=*/0);
   for (int step = 1; step <= kSettleSteps; ++step) {
-    timeout.BeginStep();
+    timeout.begin_step();
     EXPECT_EQ(group_->timeout(), absl::Seconds(300)) << "step " << step << " is still settling";
-    timeout.EndStep(step == 2 ? absl::Seconds(4) : absl::Milliseconds(50));
+    timeout.end_step(step == 2 ? absl::Seconds(4) : absl::Milliseconds(50));
   }
-  timeout.BeginStep();
+  timeout.begin_step();
   EXPECT_EQ(group_->timeout(), absl::Seconds(80));  // 20 x the slowest step (4 s)
-  timeout.EndStep(absl::Seconds(5));
-  timeout.BeginStep();
+  timeout.end_step(absl::Seconds(5));
+  timeout.begin_step();
   EXPECT_EQ(group_->timeout(), absl::Seconds(100));
 }
 
 TEST_F(CollectiveTimeoutTest, AConfiguredTimeoutHoldsFromTheFirstStep) {
   CollectiveTimeout timeout(group_.get(), /*configured_seconds=*/7);
-  timeout.BeginStep();
+  timeout.begin_step();
   EXPECT_EQ(group_->timeout(), absl::Seconds(7));
-  timeout.EndStep(absl::Seconds(100));  // a slow step changes nothing
-  timeout.BeginStep();
+  timeout.end_step(absl::Seconds(100));  // a slow step changes nothing
+  timeout.begin_step();
   EXPECT_EQ(group_->timeout(), absl::Seconds(7));
 }
 
 TEST_F(CollectiveTimeoutTest, RelaxedRestoresTheLongerOfTheGroupsAndTheJobsTimeout) {
   CollectiveTimeout configured(group_.get(), /*configured_seconds=*/7);
-  configured.BeginStep();
+  configured.begin_step();
   {
     const CollectiveTimeout::Relaxed relaxed = configured.relaxed();
     EXPECT_EQ(group_->timeout(), absl::Seconds(300));
@@ -72,15 +72,15 @@ TEST_F(CollectiveTimeoutTest, RelaxedRestoresTheLongerOfTheGroupsAndTheJobsTimeo
   EXPECT_EQ(group_->timeout(), absl::Seconds(7));
 
   CollectiveTimeout longer(group_.get(), /*configured_seconds=*/900);
-  longer.BeginStep();
+  longer.begin_step();
   const CollectiveTimeout::Relaxed relaxed = longer.relaxed();
   EXPECT_EQ(group_->timeout(), absl::Seconds(900));
 }
 
 TEST(CollectiveTimeoutWithoutAGroupTest, DoesNothing) {
   CollectiveTimeout timeout(nullptr, 0);
-  timeout.BeginStep();
-  timeout.EndStep(absl::Seconds(1));
+  timeout.begin_step();
+  timeout.end_step(absl::Seconds(1));
   const CollectiveTimeout::Relaxed relaxed = timeout.relaxed();
   SUCCEED();
 }

@@ -53,17 +53,17 @@ class CudaTrainingTest : public ::testing::TestWithParam<const char*> {
     absl::StatusOr<std::unique_ptr<Device>> d = Device::cuda(0);
     if (!d.ok()) GTEST_SKIP() << "no CUDA device: " << d.status().message();
     gpu_ = std::move(*d);
-    WriteSyntheticCorpus(corpus_, 200'000);
+    write_synthetic_corpus(corpus_, 200'000);
   }
 
-  v1::JobSpec Job(const std::string& checkpoints, std::vector<std::string> extra = {}) {
+  v1::JobSpec job(const std::string& checkpoints, std::vector<std::string> extra = {}) {
     extra.push_back(absl::StrCat("fp8.recipe=", GetParam()));
     extra.push_back(absl::StrCat("train.steps=", kSteps));
     extra.push_back("train.eval_every=25");
-    return TinyJob(corpus_, tmp_.path() / checkpoints, extra);
+    return tiny_job(corpus_, tmp_.path() / checkpoints, extra);
   }
 
-  RecordingObserver Train(const v1::JobSpec& spec, const Device& device) {
+  RecordingObserver train(const v1::JobSpec& spec, const Device& device) {
     RecordingObserver log;
     absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(spec, device);
     EXPECT_TRUE(t.ok()) << t.status();
@@ -77,7 +77,7 @@ class CudaTrainingTest : public ::testing::TestWithParam<const char*> {
 
   TempDir tmp_{"cuda-train"};
   // The GPU's losses against the CPU's within `tol`; prints the worst of each bound.
-  static void ExpectLossesClose(const RecordingObserver& cpu, const RecordingObserver& gpu, const LossTolerance& tol,
+  static void expect_losses_close(const RecordingObserver& cpu, const RecordingObserver& gpu, const LossTolerance& tol,
                                 const char* what) {
     ASSERT_EQ(cpu.steps.size(), static_cast<size_t>(kSteps));
     ASSERT_EQ(gpu.steps.size(), static_cast<size_t>(kSteps));
@@ -114,9 +114,9 @@ constexpr double kGradNormEarly = 0.03;
 constexpr double kGradNormAny = 0.2;
 
 TEST_P(CudaTrainingTest, FirstFiftyLossesMatchTheCpu) {
-  const RecordingObserver cpu = Train(Job("cpu"), Device::cpu());
-  const RecordingObserver gpu = Train(Job("gpu"), *gpu_);
-  ExpectLossesClose(cpu, gpu, tolerance(), "fp32");
+  const RecordingObserver cpu = train(job("cpu"), Device::cpu());
+  const RecordingObserver gpu = train(job("gpu"), *gpu_);
+  expect_losses_close(cpu, gpu, tolerance(), "fp32");
   ASSERT_EQ(gpu.steps.size(), cpu.steps.size());
   const bool fp8 = std::string(GetParam()) != "none";
   double worst_grad_norm = 0;
@@ -137,9 +137,9 @@ TEST_P(CudaTrainingTest, FirstFiftyLossesMatchTheCpu) {
 }
 
 TEST_P(CudaTrainingTest, Bf16ActivationsMatchTheCpu) {
-  const RecordingObserver cpu = Train(Job("cpu-bf16", {"train.compute_dtype=bf16"}), Device::cpu());
-  const RecordingObserver gpu = Train(Job("gpu-bf16", {"train.compute_dtype=bf16"}), *gpu_);
-  ExpectLossesClose(cpu, gpu, kBf16, "bf16");
+  const RecordingObserver cpu = train(job("cpu-bf16", {"train.compute_dtype=bf16"}), Device::cpu());
+  const RecordingObserver gpu = train(job("gpu-bf16", {"train.compute_dtype=bf16"}), *gpu_);
+  expect_losses_close(cpu, gpu, kBf16, "bf16");
 }
 
 // head_dim 64 with bf16 activations: attention runs on the tensor cores (bf16 P and dS in
@@ -148,9 +148,9 @@ TEST_P(CudaTrainingTest, Bf16ActivationsMatchTheCpu) {
 TEST_P(CudaTrainingTest, Bf16WithTensorCoreAttentionStaysCloseToTheCpu) {
   const std::vector<std::string> wide = {"train.compute_dtype=bf16", "model.dim=128", "model.n_heads=2",
                                          "model.n_kv_heads=1"};
-  const RecordingObserver cpu = Train(Job("cpu-tc", wide), Device::cpu());
-  const RecordingObserver gpu = Train(Job("gpu-tc", wide), *gpu_);
-  ExpectLossesClose(cpu, gpu, kBf16TensorCoreAttention, "bf16, head_dim 64 (tensor-core attention)");
+  const RecordingObserver cpu = train(job("cpu-tc", wide), Device::cpu());
+  const RecordingObserver gpu = train(job("gpu-tc", wide), *gpu_);
+  expect_losses_close(cpu, gpu, kBf16TensorCoreAttention, "bf16, head_dim 64 (tensor-core attention)");
   EXPECT_LT(gpu.steps.back().loss, gpu.steps.front().loss) << "the loss did not fall on the GPU";
 }
 
@@ -162,9 +162,9 @@ TEST_P(CudaTrainingTest, Bf16WithMmaAttentionStaysCloseToTheCpu) {
   ASSERT_TRUE(device.ok()) << device.status();
   const std::vector<std::string> wide = {"train.compute_dtype=bf16", "model.dim=128", "model.n_heads=2",
                                          "model.n_kv_heads=1"};
-  const RecordingObserver cpu = Train(Job("cpu-mma", wide), Device::cpu());
-  const RecordingObserver gpu = Train(Job("gpu-mma", wide), **device);
-  ExpectLossesClose(cpu, gpu, kBf16TensorCoreAttention, "bf16, head_dim 64 (mma.sync attention)");
+  const RecordingObserver cpu = train(job("cpu-mma", wide), Device::cpu());
+  const RecordingObserver gpu = train(job("gpu-mma", wide), **device);
+  expect_losses_close(cpu, gpu, kBf16TensorCoreAttention, "bf16, head_dim 64 (mma.sync attention)");
   EXPECT_LT(gpu.steps.back().loss, gpu.steps.front().loss) << "the loss did not fall on the GPU";
 }
 
@@ -177,7 +177,7 @@ TEST_P(CudaTrainingTest, ActivationCheckpointingTrainsAsKeepingEverything) {
   auto with = [&](const char* mode) {
     std::vector<std::string> extra = wide;
     extra.push_back(absl::StrCat("train.activation_checkpointing=", mode));
-    return Train(Job(absl::StrCat("gpu-", mode), extra), *gpu_);
+    return train(job(absl::StrCat("gpu-", mode), extra), *gpu_);
   };
   const RecordingObserver kept = with("none");
   ASSERT_EQ(kept.steps.size(), static_cast<size_t>(kSteps));
@@ -193,7 +193,7 @@ TEST_P(CudaTrainingTest, ActivationCheckpointingTrainsAsKeepingEverything) {
 }
 
 TEST_P(CudaTrainingTest, ReportsPeakDeviceMemory) {
-  const RecordingObserver gpu = Train(Job("gpu"), *gpu_);
+  const RecordingObserver gpu = train(job("gpu"), *gpu_);
   ASSERT_FALSE(gpu.steps.empty());
   const int64_t parameter_bytes = 4 * 36000;  // fp32, a lower bound for the tiny model
   for (const StepReport& r : gpu.steps) {
@@ -206,7 +206,7 @@ TEST_P(CudaTrainingTest, ReportsPeakDeviceMemory) {
 TEST_P(CudaTrainingTest, AGpuCheckpointResumesOnTheCpu) {
   // 50 steps on the GPU with a checkpoint at 25, then the last 25 resumed from it on the CPU:
   // checkpoints hold host-order fp32 bytes, whatever device wrote them.
-  const v1::JobSpec spec = Job("both", {"checkpoint.every=25"});
+  const v1::JobSpec spec = job("both", {"checkpoint.every=25"});
   RecordingObserver first;
   {
     absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(spec, *gpu_);

@@ -16,9 +16,9 @@ namespace {
 TEST(Divergence, FailsAtTheNextReadNamingTheFirstDivergedStepWithWeightsIntactAndNoCheckpoint) {
   TempDir tmp("divergence");
   const std::filesystem::path corpus = tmp.path() / "corpus.txt", checkpoints = tmp.path() / "checkpoints";
-  WriteSyntheticCorpus(corpus, 200'000);
+  write_synthetic_corpus(corpus, 200'000);
   // A learning rate that overflows the weights within a step or two.
-  const v1::JobSpec spec = TinyJob(corpus, checkpoints,
+  const v1::JobSpec spec = tiny_job(corpus, checkpoints,
                                    {"train.lr=1e30", "train.warmup_steps=0", "train.log_every=10",
                                     "train.eval_every=0", "checkpoint.every=4", "train.steps=20"});
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::create(spec, Device::cpu());
@@ -38,7 +38,7 @@ TEST(Divergence, FailsAtTheNextReadNamingTheFirstDivergedStepWithWeightsIntactAn
   EXPECT_NE(message.find("lower train.lr"), std::string::npos) << message;
   EXPECT_EQ((*trainer)->steps_done(), 4);
   EXPECT_TRUE(log.checkpoints.empty());
-  EXPECT_FALSE(std::filesystem::exists(checkpoint::StepDirectory(checkpoints.string(), 4)));
+  EXPECT_FALSE(std::filesystem::exists(checkpoint::step_directory(checkpoints.string(), 4)));
   // The diverged steps' updates were skipped: every weight is still a number.
   for (const Parameter& p : (*trainer)->trained_parameters().all()) {
     absl::StatusOr<std::vector<float>> values = p.value.download<float>();

@@ -29,9 +29,9 @@ struct RunResult {
   double val_loss = 0;
 };
 
-RunResult Train(const std::string& recipe, const std::filesystem::path& checkpoints,
+RunResult train(const std::string& recipe, const std::filesystem::path& checkpoints,
                 const std::string& compute_dtype = "fp32") {
-  absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecFile(
+  absl::StatusOr<v1::JobSpec> spec = jobspec::load_job_spec_file(
       FP8_EXAMPLE_JOB, {"fp8.recipe=" + recipe, absl::StrCat("train.steps=", kSteps), "train.batch_size=16",
                         "train.log_every=1", "train.eval_every=300", "checkpoint.dir=" + checkpoints.string(),
                         "checkpoint.every=0", "train.compute_dtype=" + compute_dtype});
@@ -59,13 +59,13 @@ RunResult Train(const std::string& recipe, const std::filesystem::path& checkpoi
 
 TEST(LossParity, EveryRecipeEndsWithinThreePercentOfTheHighPrecisionBaseline) {
   TempDir tmp("parity");
-  const RunResult none = Train("none", tmp.path() / "none");
+  const RunResult none = train("none", tmp.path() / "none");
   std::printf("| recipe             | first loss | final loss (mean of last %zu) | vs none | val loss |\n", kTail);
   std::printf("| none               | %10.4f | %28.4f | %7s | %8.4f |\n", none.first_loss, none.final_loss, "-",
               none.val_loss);
   EXPECT_LT(none.final_loss, 0.5 * none.first_loss);
   for (const char* recipe : {"tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed"}) {
-    const RunResult r = Train(recipe, tmp.path() / recipe);
+    const RunResult r = train(recipe, tmp.path() / recipe);
     const double relative = (r.final_loss - none.final_loss) / none.final_loss;
     std::printf("| %-18s | %10.4f | %28.4f | %+6.2f%% | %8.4f |\n", recipe, r.first_loss, r.final_loss,
                 100 * relative, r.val_loss);
@@ -74,7 +74,7 @@ TEST(LossParity, EveryRecipeEndsWithinThreePercentOfTheHighPrecisionBaseline) {
   }
   // Mixed precision: bf16 activations, fp32 master weights, against the fp32 baseline.
   for (const char* recipe : {"none", "tensorwise", "rowwise"}) {
-    const RunResult r = Train(recipe, tmp.path() / absl::StrCat(recipe, "-bf16"), "bf16");
+    const RunResult r = train(recipe, tmp.path() / absl::StrCat(recipe, "-bf16"), "bf16");
     const double relative = (r.final_loss - none.final_loss) / none.final_loss;
     std::printf("| %-13s bf16 | %10.4f | %28.4f | %+6.2f%% | %8.4f |\n", recipe, r.first_loss, r.final_loss,
                 100 * relative, r.val_loss);

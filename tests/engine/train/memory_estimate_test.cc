@@ -20,7 +20,7 @@ constexpr double kTolerance = 0.15;
 
 // The most the CPU backend had in use from the start of training to its end (evaluations
 // included), above what it held before the trainer was built.
-int64_t MeasuredPeak(const v1::JobSpec& spec) {
+int64_t measured_peak(const v1::JobSpec& spec) {
   Backend& backend = Device::cpu().backend();
   const int64_t before = backend.memory_stats().allocated;
   absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(spec, Device::cpu());
@@ -32,18 +32,18 @@ int64_t MeasuredPeak(const v1::JobSpec& spec) {
   return backend.memory_stats().peak_allocated - before;
 }
 
-void ExpectEstimateClose(const v1::JobSpec& spec, const std::string& what) {
-  const absl::StatusOr<jobspec::MemoryEstimate> estimate = jobspec::EstimateRankMemory(spec);
+void expect_estimate_close(const v1::JobSpec& spec, const std::string& what) {
+  const absl::StatusOr<jobspec::MemoryEstimate> estimate = jobspec::estimate_rank_memory(spec);
   ASSERT_TRUE(estimate.ok()) << estimate.status();
-  const int64_t measured = MeasuredPeak(spec);
+  const int64_t measured = measured_peak(spec);
   ASSERT_GT(measured, 0);
   const double rel = static_cast<double>(estimate->total_bytes() - measured) / static_cast<double>(measured);
   std::printf("%s: estimate %lld, measured %lld (%+.1f%%)\n%s", what.c_str(),
               static_cast<long long>(estimate->total_bytes()), static_cast<long long>(measured), 100 * rel,
-              jobspec::FormatMemoryEstimate(*estimate).c_str());
+              jobspec::format_memory_estimate(*estimate).c_str());
   EXPECT_LE(std::abs(rel), kTolerance) << what << ": estimate " << estimate->total_bytes() << " bytes, measured "
                                        << measured << "\n"
-                                       << jobspec::FormatMemoryEstimate(*estimate);
+                                       << jobspec::format_memory_estimate(*estimate);
 }
 
 // Recipe, compute dtype, activation checkpointing.
@@ -51,7 +51,7 @@ using Case = std::tuple<const char*, const char*, const char*>;
 
 class MemoryEstimateTest : public ::testing::TestWithParam<Case> {
  protected:
-  void SetUp() override { WriteSyntheticCorpus(corpus_, 200'000); }
+  void SetUp() override { write_synthetic_corpus(corpus_, 200'000); }
   TempDir tmp_{"memory-estimate"};
   std::filesystem::path corpus_ = tmp_.path() / "corpus.txt";
 };
@@ -60,11 +60,11 @@ class MemoryEstimateTest : public ::testing::TestWithParam<Case> {
 TEST_P(MemoryEstimateTest, IsWithinFifteenPercentOfTheMeasuredPeak) {
   const auto [recipe, dtype, mode] = GetParam();
   const v1::JobSpec spec =
-      TinyJob(corpus_, tmp_.path() / "checkpoints",
+      tiny_job(corpus_, tmp_.path() / "checkpoints",
               {absl::StrCat("fp8.recipe=", recipe), absl::StrCat("train.compute_dtype=", dtype),
                absl::StrCat("train.activation_checkpointing=", mode), "model.dim=64", "model.n_layers=4",
                "model.n_heads=4", "train.steps=3", "train.warmup_steps=0", "train.eval_every=2", "train.grad_accum=2", "train.batch_size=8"});
-  ExpectEstimateClose(spec, absl::StrCat(recipe, ", ", dtype, ", ", mode));
+  expect_estimate_close(spec, absl::StrCat(recipe, ", ", dtype, ", ", mode));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -81,14 +81,14 @@ INSTANTIATE_TEST_SUITE_P(
 // The example job as users run it (on the synthetic corpus, a few steps).
 TEST(MemoryEstimateExampleTest, TheExampleJobIsWithinFifteenPercent) {
   TempDir tmp("memory-estimate-example");
-  WriteSyntheticCorpus(tmp.path() / "corpus.txt", 200'000);
+  write_synthetic_corpus(tmp.path() / "corpus.txt", 200'000);
   for (const char* mode : {"none", "full"}) {
-    absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecFile(
+    absl::StatusOr<v1::JobSpec> spec = jobspec::load_job_spec_file(
         FP8_EXAMPLE_JOB, {absl::StrCat("data.path=", (tmp.path() / "corpus.txt").string()), "train.steps=3", "train.warmup_steps=0",
                           absl::StrCat("checkpoint.dir=", (tmp.path() / mode).string()),
                           absl::StrCat("train.activation_checkpointing=", mode)});
     ASSERT_TRUE(spec.ok()) << spec.status();
-    ExpectEstimateClose(*spec, absl::StrCat("tiny-cpu.yaml, ", mode));
+    expect_estimate_close(*spec, absl::StrCat("tiny-cpu.yaml, ", mode));
   }
 }
 

@@ -12,10 +12,10 @@ namespace {
 
 class MixedPrecisionTest : public ::testing::TestWithParam<const char*> {
  protected:
-  void SetUp() override { WriteSyntheticCorpus(corpus_, 200'000); }
+  void SetUp() override { write_synthetic_corpus(corpus_, 200'000); }
 
-  v1::JobSpec Job(const std::string& dtype, const std::string& checkpoints) {
-    return TinyJob(corpus_, tmp_.path() / checkpoints,
+  v1::JobSpec job(const std::string& dtype, const std::string& checkpoints) {
+    return tiny_job(corpus_, tmp_.path() / checkpoints,
                    {absl::StrCat("fp8.recipe=", GetParam()), "train.compute_dtype=" + dtype, "train.eval_every=10",
                     "train.batch_size=8"});
   }
@@ -25,7 +25,7 @@ class MixedPrecisionTest : public ::testing::TestWithParam<const char*> {
     RecordingObserver log;
     std::vector<int64_t> in_use_after;
   };
-  Run Train(const v1::JobSpec& spec) {
+  Run train(const v1::JobSpec& spec) {
     struct Observer final : public TrainObserver {
       explicit Observer(Run& r) : run(r) {}
       void on_step(const StepReport& s) override {
@@ -48,8 +48,8 @@ class MixedPrecisionTest : public ::testing::TestWithParam<const char*> {
 };
 
 TEST_P(MixedPrecisionTest, TrainsCloseToFp32) {
-  const Run fp32 = Train(Job("fp32", "fp32"));
-  const Run bf16 = Train(Job("bf16", "bf16"));
+  const Run fp32 = train(job("fp32", "fp32"));
+  const Run bf16 = train(job("bf16", "bf16"));
   ASSERT_EQ(fp32.log.steps.size(), bf16.log.steps.size());
   ASSERT_FALSE(bf16.log.steps.empty());
   bool any_difference = false;
@@ -66,8 +66,8 @@ TEST_P(MixedPrecisionTest, TrainsCloseToFp32) {
 }
 
 TEST_P(MixedPrecisionTest, RepeatsBitForBit) {
-  const Run a = Train(Job("bf16", "a"));
-  const Run b = Train(Job("bf16", "b"));
+  const Run a = train(job("bf16", "a"));
+  const Run b = train(job("bf16", "b"));
   ASSERT_EQ(a.log.steps.size(), b.log.steps.size());
   for (size_t i = 0; i < a.log.steps.size(); ++i) {
     EXPECT_EQ(a.log.steps[i].loss, b.log.steps[i].loss) << "step " << a.log.steps[i].step;
@@ -76,8 +76,8 @@ TEST_P(MixedPrecisionTest, RepeatsBitForBit) {
 }
 
 TEST_P(MixedPrecisionTest, HoldsLessMemoryThanFp32Activations) {
-  const Run fp32 = Train(Job("fp32", "fp32"));
-  const Run bf16 = Train(Job("bf16", "bf16"));
+  const Run fp32 = train(job("fp32", "fp32"));
+  const Run bf16 = train(job("bf16", "bf16"));
   ASSERT_GE(fp32.in_use_after.size(), 2u);
   ASSERT_GE(bf16.in_use_after.size(), 2u);
   // After a step the activation buffers stay allocated for the next one: the same shapes

@@ -21,32 +21,32 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<Trainer> MakeTrainer(const v1::JobSpec& spec) {
+std::unique_ptr<Trainer> make_trainer(const v1::JobSpec& spec) {
   absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(spec, Device::cpu());
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? std::move(*t) : nullptr;
 }
 
 // Every record of a shard, as raw bytes by name.
-std::map<std::string, std::string> ShardContents(const fs::path& file) {
-  absl::StatusOr<checkpoint::ShardReader> r = checkpoint::ShardReader::Open(file);
+std::map<std::string, std::string> shard_contents(const fs::path& file) {
+  absl::StatusOr<checkpoint::ShardReader> r = checkpoint::ShardReader::open(file);
   EXPECT_TRUE(r.ok()) << r.status();
   std::map<std::string, std::string> out;
   if (!r.ok()) return out;
   for (const checkpoint::RecordInfo& info : r->records()) {
     std::string bytes(info.size_bytes, '\0');
-    absl::Status s = r->ReadRecord(info.name, info.dtype, info.shape, std::as_writable_bytes(std::span(bytes)));
+    absl::Status s = r->read_record(info.name, info.dtype, info.shape, std::as_writable_bytes(std::span(bytes)));
     EXPECT_TRUE(s.ok()) << s;
     out[info.name] = bytes;
   }
   return out;
 }
 
-fs::path Shard(const fs::path& dir, int64_t step) { return checkpoint::ShardPath(dir, step, 0, 1); }
+fs::path shard(const fs::path& dir, int64_t step) { return checkpoint::shard_path(dir, step, 0, 1); }
 
 class ResumeTest : public ::testing::TestWithParam<std::vector<std::string>> {
  protected:
-  void SetUp() override { WriteSyntheticCorpus(corpus_, 200'000); }
+  void SetUp() override { write_synthetic_corpus(corpus_, 200'000); }
   TempDir tmp_{"resume"};
   fs::path corpus_ = tmp_.path() / "corpus.txt";
 };
@@ -55,13 +55,13 @@ TEST_P(ResumeTest, StoppedAndResumedRunEqualsStraightRunBitForBit) {
   constexpr int64_t kHalf = 10;
   const fs::path straight_dir = tmp_.path() / "straight", split_dir = tmp_.path() / "split";
 
-  std::unique_ptr<Trainer> straight = MakeTrainer(TinyJob(corpus_, straight_dir, GetParam()));
+  std::unique_ptr<Trainer> straight = make_trainer(tiny_job(corpus_, straight_dir, GetParam()));
   ASSERT_NE(straight, nullptr);
   RecordingObserver straight_log;
   ASSERT_TRUE(straight->run(straight_log).ok());
 
   {
-    std::unique_ptr<Trainer> first = MakeTrainer(TinyJob(corpus_, split_dir, GetParam()));
+    std::unique_ptr<Trainer> first = make_trainer(tiny_job(corpus_, split_dir, GetParam()));
     ASSERT_NE(first, nullptr);
     RecordingObserver log;
     absl::StatusOr<TrainSummary> s = first->run(log, {.stop = nullptr, .stop_after_step = kHalf});
@@ -69,7 +69,7 @@ TEST_P(ResumeTest, StoppedAndResumedRunEqualsStraightRunBitForBit) {
     EXPECT_TRUE(s->stopped_early);
     EXPECT_EQ(s->last_step, kHalf);
   }
-  std::unique_ptr<Trainer> second = MakeTrainer(TinyJob(corpus_, split_dir, GetParam()));
+  std::unique_ptr<Trainer> second = make_trainer(tiny_job(corpus_, split_dir, GetParam()));
   ASSERT_NE(second, nullptr);
   RecordingObserver log;
   absl::StatusOr<int64_t> from = second->resume(log);
@@ -88,8 +88,8 @@ TEST_P(ResumeTest, StoppedAndResumedRunEqualsStraightRunBitForBit) {
     EXPECT_EQ(r.grad_norm, ref.grad_norm) << "step " << r.step;
     EXPECT_EQ(r.val_loss, ref.val_loss) << "step " << r.step;
   }
-  const std::map<std::string, std::string> a = ShardContents(Shard(straight_dir, 20));
-  const std::map<std::string, std::string> b = ShardContents(Shard(split_dir, 20));
+  const std::map<std::string, std::string> a = shard_contents(shard(straight_dir, 20));
+  const std::map<std::string, std::string> b = shard_contents(shard(split_dir, 20));
   ASSERT_FALSE(a.empty());
   EXPECT_EQ(a.size(), b.size());
   for (const auto& [name, bytes] : a) {
@@ -124,13 +124,13 @@ TEST_F(ResumeTest, ShardsTrainAsTheirTextAndResumeAcrossShardBoundariesBitForBit
   std::ofstream(val_text, std::ios::binary) << text.substr(split);
   auto write_shard = [&](const fs::path& path, std::string_view bytes) {
     data::TokenShardHeader h{2, 0, data::kBytesVocabSize, data::kBytesEndOfText,
-                             data::TokenizerFingerprint(data::kBytesTokenizerName)};
-    absl::StatusOr<data::TokenShardWriter> w = data::TokenShardWriter::Create(path.string(), h);
+                             data::tokenizer_fingerprint(data::kBytesTokenizerName)};
+    absl::StatusOr<data::TokenShardWriter> w = data::TokenShardWriter::create(path.string(), h);
     ASSERT_TRUE(w.ok()) << w.status();
     const std::vector<uint32_t> tokens(reinterpret_cast<const uint8_t*>(bytes.data()),
                                        reinterpret_cast<const uint8_t*>(bytes.data()) + bytes.size());
-    ASSERT_TRUE(w->Append(tokens).ok());
-    ASSERT_TRUE(w->Finish().ok());
+    ASSERT_TRUE(w->append(tokens).ok());
+    ASSERT_TRUE(w->finish().ok());
   };
   constexpr size_t kShardTokens = 9000;
   int shards = 0;
@@ -143,11 +143,11 @@ TEST_F(ResumeTest, ShardsTrainAsTheirTextAndResumeAcrossShardBoundariesBitForBit
   write_shard(tmp_.path() / "val.tokens", std::string_view(text).substr(split));
   const std::string pattern = (tmp_.path() / "train-*.tokens").string();
   auto job = [&](const fs::path& data, const fs::path& val, const fs::path& dir) {
-    return TinyJob(data, dir, {"data.val_fraction=0", "data.val_path=" + val.string()});
+    return tiny_job(data, dir, {"data.val_fraction=0", "data.val_path=" + val.string()});
   };
 
-  std::unique_ptr<Trainer> on_text = MakeTrainer(job(train_text, val_text, tmp_.path() / "text"));
-  std::unique_ptr<Trainer> on_shards = MakeTrainer(job(pattern, tmp_.path() / "val.tokens", tmp_.path() / "a"));
+  std::unique_ptr<Trainer> on_text = make_trainer(job(train_text, val_text, tmp_.path() / "text"));
+  std::unique_ptr<Trainer> on_shards = make_trainer(job(pattern, tmp_.path() / "val.tokens", tmp_.path() / "a"));
   ASSERT_TRUE(on_text && on_shards);
   RecordingObserver text_log, shards_log;
   ASSERT_TRUE(on_text->run(text_log).ok());
@@ -160,12 +160,12 @@ TEST_F(ResumeTest, ShardsTrainAsTheirTextAndResumeAcrossShardBoundariesBitForBit
 
   const fs::path split_dir = tmp_.path() / "b";
   {
-    std::unique_ptr<Trainer> first = MakeTrainer(job(pattern, tmp_.path() / "val.tokens", split_dir));
+    std::unique_ptr<Trainer> first = make_trainer(job(pattern, tmp_.path() / "val.tokens", split_dir));
     ASSERT_NE(first, nullptr);
     RecordingObserver log;
     ASSERT_TRUE(first->run(log, {.stop = nullptr, .stop_after_step = 10}).ok());
   }
-  std::unique_ptr<Trainer> second = MakeTrainer(job(pattern, tmp_.path() / "val.tokens", split_dir));
+  std::unique_ptr<Trainer> second = make_trainer(job(pattern, tmp_.path() / "val.tokens", split_dir));
   ASSERT_NE(second, nullptr);
   RecordingObserver log;
   absl::StatusOr<int64_t> from = second->resume(log);
@@ -181,7 +181,7 @@ TEST_F(ResumeTest, ShardsTrainAsTheirTextAndResumeAcrossShardBoundariesBitForBit
 }
 
 // Flips one byte in the middle of a file.
-void Corrupt(const fs::path& file) {
+void corrupt(const fs::path& file) {
   std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
   f.seekg(static_cast<std::streamoff>(fs::file_size(file) / 2));
   char c = 0;
@@ -197,7 +197,7 @@ void Corrupt(const fs::path& file) {
 // they are the row amaxes of the weights as they stand.
 TEST_F(ResumeTest, TheUpdateHandsEachWeightsCastsItsRowAmaxes) {
   std::unique_ptr<Trainer> t =
-      MakeTrainer(TinyJob(corpus_, tmp_.path() / "ckpt", {"train.steps=3", "train.warmup_steps=1"}));
+      make_trainer(tiny_job(corpus_, tmp_.path() / "ckpt", {"train.steps=3", "train.warmup_steps=1"}));
   ASSERT_NE(t, nullptr);
   RecordingObserver log;
   ASSERT_TRUE(t->run(log).ok());
@@ -225,8 +225,8 @@ TEST_F(ResumeTest, TheUpdateHandsEachWeightsCastsItsRowAmaxes) {
 class CheckpointProblems : public ::testing::Test {
  protected:
   void SetUp() override {
-    WriteSyntheticCorpus(corpus_, 200'000);
-    std::unique_ptr<Trainer> t = MakeTrainer(TinyJob(corpus_, dir_));
+    write_synthetic_corpus(corpus_, 200'000);
+    std::unique_ptr<Trainer> t = make_trainer(tiny_job(corpus_, dir_));
     ASSERT_NE(t, nullptr);
     RecordingObserver log;
     ASSERT_TRUE(t->run(log).ok());
@@ -238,8 +238,8 @@ class CheckpointProblems : public ::testing::Test {
 };
 
 TEST_F(CheckpointProblems, ACorruptCheckpointIsReportedAndTheNewestGoodOneLoaded) {
-  Corrupt(Shard(dir_, 20));
-  std::unique_ptr<Trainer> t = MakeTrainer(TinyJob(corpus_, dir_));
+  corrupt(shard(dir_, 20));
+  std::unique_ptr<Trainer> t = make_trainer(tiny_job(corpus_, dir_));
   ASSERT_NE(t, nullptr);
   RecordingObserver log;
   absl::StatusOr<int64_t> from = t->resume(log);
@@ -251,8 +251,8 @@ TEST_F(CheckpointProblems, ACorruptCheckpointIsReportedAndTheNewestGoodOneLoaded
 }
 
 TEST_F(CheckpointProblems, AnUncommittedCheckpointIsSkipped) {
-  fs::remove(checkpoint::StepDirectory(dir_, 20) / checkpoint::kCommitMarkerFileName);
-  std::unique_ptr<Trainer> t = MakeTrainer(TinyJob(corpus_, dir_));
+  fs::remove(checkpoint::step_directory(dir_, 20) / checkpoint::kCommitMarkerFileName);
+  std::unique_ptr<Trainer> t = make_trainer(tiny_job(corpus_, dir_));
   ASSERT_NE(t, nullptr);
   RecordingObserver log;
   absl::StatusOr<int64_t> from = t->resume(log);
@@ -264,17 +264,17 @@ TEST_F(CheckpointProblems, AnUncommittedCheckpointIsSkipped) {
 TEST_F(CheckpointProblems, ACorruptRecordFoundWhileLoadingIsAnError) {
   // Damage that the cheap index check cannot see is still caught by the payload checksum
   // when the trainer reads the record.
-  Corrupt(Shard(dir_, 20));
-  absl::StatusOr<checkpoint::ShardReader> r = checkpoint::ShardReader::Open(Shard(dir_, 20));
+  corrupt(shard(dir_, 20));
+  absl::StatusOr<checkpoint::ShardReader> r = checkpoint::ShardReader::open(shard(dir_, 20));
   if (r.ok()) {
-    EXPECT_FALSE(r->VerifyPayloads().ok());
+    EXPECT_FALSE(r->verify_payloads().ok());
   } else {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
   }
 }
 
 TEST_F(CheckpointProblems, ACheckpointOfAnotherModelIsRefusedNamingTheRecord) {
-  std::unique_ptr<Trainer> t = MakeTrainer(TinyJob(corpus_, dir_, {"model.dim=64", "model.ffn_dim=64"}));
+  std::unique_ptr<Trainer> t = make_trainer(tiny_job(corpus_, dir_, {"model.dim=64", "model.ffn_dim=64"}));
   ASSERT_NE(t, nullptr);
   RecordingObserver log;
   absl::StatusOr<int64_t> from = t->resume(log);
@@ -284,7 +284,7 @@ TEST_F(CheckpointProblems, ACheckpointOfAnotherModelIsRefusedNamingTheRecord) {
 }
 
 TEST_F(CheckpointProblems, ACheckpointOfAnotherDataOrderIsRefused) {
-  std::unique_ptr<Trainer> t = MakeTrainer(TinyJob(corpus_, dir_, {"data.seed=99"}));
+  std::unique_ptr<Trainer> t = make_trainer(tiny_job(corpus_, dir_, {"data.seed=99"}));
   ASSERT_NE(t, nullptr);
   RecordingObserver log;
   absl::StatusOr<int64_t> from = t->resume(log);
@@ -293,7 +293,7 @@ TEST_F(CheckpointProblems, ACheckpointOfAnotherDataOrderIsRefused) {
 }
 
 TEST_F(CheckpointProblems, ResumingAFinishedJobHasNothingToDo) {
-  std::unique_ptr<Trainer> t = MakeTrainer(TinyJob(corpus_, dir_));
+  std::unique_ptr<Trainer> t = make_trainer(tiny_job(corpus_, dir_));
   ASSERT_NE(t, nullptr);
   RecordingObserver log;
   ASSERT_EQ(*t->resume(log), 20);

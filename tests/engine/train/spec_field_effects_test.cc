@@ -48,7 +48,7 @@ struct Outcome {
   bool operator==(const Outcome&) const = default;
 };
 
-std::string Hex(double v) {
+std::string hex(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%a", v);
   return buf;
@@ -57,9 +57,9 @@ std::string Hex(double v) {
 class SpecFieldEffects : public ::testing::TestWithParam<FieldChange> {
  protected:
   void SetUp() override {
-    WriteSyntheticCorpus(dir() / "corpus.txt", 200'000);
+    write_synthetic_corpus(dir() / "corpus.txt", 200'000);
     // Other text of the same kind, for data.path and data.val_path.
-    WriteSyntheticCorpus(dir() / "other.txt", 300'000);
+    write_synthetic_corpus(dir() / "other.txt", 300'000);
     std::ifstream in(dir() / "other.txt", std::ios::binary);
     const std::string other((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     std::ofstream(dir() / "corpus-b.txt", std::ios::binary) << other.substr(100'000);
@@ -71,7 +71,7 @@ class SpecFieldEffects : public ::testing::TestWithParam<FieldChange> {
 
   // The job as written (4 steps of a 2-layer model, a report every step, an evaluation
   // and a checkpoint every 2), with `overrides`.
-  Outcome Train(const std::vector<std::string>& overrides) {
+  Outcome train(const std::vector<std::string>& overrides) {
     const fs::path checkpoints = dir() / absl::StrCat("run-", runs_++);
     const std::string yaml = absl::StrCat(R"(name: fields
 model: {dim: 32, n_layers: 2, n_heads: 2, ffn_dim: 64, max_seq_len: 32}
@@ -83,7 +83,7 @@ checkpoint: {dir: )", checkpoints.string(), R"(, every: 2, keep: 2}
     std::vector<std::string> expanded;
     for (const std::string& o : overrides) expanded.push_back(absl::StrReplaceAll(o, {{"{dir}", dir().string()}}));
     Outcome out;
-    const absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecString(yaml, "fields.yaml", expanded);
+    const absl::StatusOr<v1::JobSpec> spec = jobspec::load_job_spec_string(yaml, "fields.yaml", expanded);
     EXPECT_TRUE(spec.ok()) << spec.status();
     if (!spec.ok()) return out;
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::create(*spec, Device::cpu());
@@ -93,9 +93,9 @@ checkpoint: {dir: )", checkpoints.string(), R"(, every: 2, keep: 2}
     const absl::StatusOr<TrainSummary> summary = (*trainer)->run(log);
     EXPECT_TRUE(summary.ok()) << summary.status();
     for (const StepReport& r : log.steps) {
-      out.reports.push_back(absl::StrCat("step ", r.step, "/", r.total_steps, " loss ", Hex(r.loss), " lr ", Hex(r.lr),
-                                         " grad_norm ", Hex(r.grad_norm), " val ",
-                                         r.val_loss ? Hex(*r.val_loss) : "-"));
+      out.reports.push_back(absl::StrCat("step ", r.step, "/", r.total_steps, " loss ", hex(r.loss), " lr ", hex(r.lr),
+                                         " grad_norm ", hex(r.grad_norm), " val ",
+                                         r.val_loss ? hex(*r.val_loss) : "-"));
     }
     out.checkpoints = log.checkpoints;
     if (fs::is_directory(checkpoints)) {
@@ -118,10 +118,10 @@ checkpoint: {dir: )", checkpoints.string(), R"(, every: 2, keep: 2}
 
 // Without this, a difference below could come from the run rather than the field.
 TEST_F(SpecFieldEffects, TheJobAsWrittenRepeatsBitForBit) {
-  const Outcome a = Train({}), b = Train({});
+  const Outcome a = train({}), b = train({});
   ASSERT_EQ(a.reports.size(), 4u);
   EXPECT_EQ(a.checkpoints, (std::vector<int64_t>{2, 4}));
-  EXPECT_EQ(a.kept, (std::vector<std::string>{checkpoint::StepDirectoryName(2), checkpoint::StepDirectoryName(4)}));
+  EXPECT_EQ(a.kept, (std::vector<std::string>{checkpoint::step_directory_name(2), checkpoint::step_directory_name(4)}));
   EXPECT_FALSE(a.weights.empty());
   EXPECT_TRUE(a == b) << "two runs of one job differ";
 }
@@ -130,8 +130,8 @@ TEST_P(SpecFieldEffects, ARunWithTheFieldChangedDiffersFromTheJobAsWritten) {
   const FieldChange& change = GetParam();
   std::vector<std::string> changed = change.base;
   changed.insert(changed.end(), change.overrides.begin(), change.overrides.end());
-  const Outcome as_written = Train(change.base);
-  const Outcome with_change = Train(changed);
+  const Outcome as_written = train(change.base);
+  const Outcome with_change = train(changed);
   ASSERT_FALSE(as_written.reports.empty());
   ASSERT_FALSE(with_change.reports.empty());
   EXPECT_FALSE(as_written == with_change)

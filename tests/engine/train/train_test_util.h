@@ -37,7 +37,7 @@ class TempDir {
 
 // Deterministic text with structure a model can learn: sentences drawn from a small
 // vocabulary of words, so the byte-level loss falls quickly.
-inline void WriteSyntheticCorpus(const std::filesystem::path& file, size_t bytes) {
+inline void write_synthetic_corpus(const std::filesystem::path& file, size_t bytes) {
   static const char* kWords[] = {"the", "fp8", "model", "trains", "on", "bytes", "and", "its", "loss",
                                  "falls", "while", "scales", "follow", "amax", "history", "of", "each", "layer"};
   std::mt19937 rng(7);
@@ -53,7 +53,7 @@ inline void WriteSyntheticCorpus(const std::filesystem::path& file, size_t bytes
 }
 
 // A resolved spec for a tiny Llama; `extra` holds overrides ("fp8.recipe=delayed").
-inline v1::JobSpec TinyJob(const std::filesystem::path& corpus, const std::filesystem::path& checkpoint_dir,
+inline v1::JobSpec tiny_job(const std::filesystem::path& corpus, const std::filesystem::path& checkpoint_dir,
                            std::vector<std::string> extra = {}) {
   const std::string yaml = absl::StrCat(R"(name: tiny-test
 model: {dim: 32, n_layers: 2, n_heads: 2, ffn_dim: 64, max_seq_len: 32}
@@ -62,7 +62,7 @@ train: {steps: 20, batch_size: 4, lr: 3e-3, warmup_steps: 4, log_every: 1, eval_
 fp8: {recipe: tensorwise}
 checkpoint: {dir: )", checkpoint_dir.string(), R"(, every: 5, keep: 10}
 )");
-  absl::StatusOr<v1::JobSpec> spec = jobspec::LoadJobSpecString(yaml, "tiny-test.yaml", extra);
+  absl::StatusOr<v1::JobSpec> spec = jobspec::load_job_spec_string(yaml, "tiny-test.yaml", extra);
   EXPECT_TRUE(spec.ok()) << spec.status();
   return spec.ok() ? *spec : v1::JobSpec();
 }

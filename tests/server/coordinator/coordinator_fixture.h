@@ -23,28 +23,28 @@ class CoordinatorTest : public ::testing::Test {
                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    Open();
+    open();
   }
   void TearDown() override {
     c_.reset();
     fs::remove_all(dir_);
   }
 
-  void Open() {
+  void open() {
     c_.reset();
-    auto store = store::CoordinatorStore::Open((dir_ / "state.db").string());
+    auto store = store::CoordinatorStore::open((dir_ / "state.db").string());
     ASSERT_TRUE(store.ok()) << store.status();
     CoordinatorOptions options;
     options.heartbeat_interval = absl::Milliseconds(50);
     options.lost_after = lost_after_;
     options.roots.data = {dir_ / "data"};
     options.roots.checkpoint = {dir_ / "ckpt"};
-    auto made = Coordinator::Create(std::move(*store), rendezvous_, options);
+    auto made = Coordinator::create(std::move(*store), rendezvous_, options);
     ASSERT_TRUE(made.ok()) << made.status();
     c_ = std::move(*made);
   }
 
-  v1::JobSpec Spec(int world_size, int priority = 0, int max_restarts = 0) {
+  v1::JobSpec make_spec(int world_size, int priority = 0, int max_restarts = 0) {
     v1::JobSpec spec;
     spec.set_name("tiny");
     spec.set_priority(priority);
@@ -65,38 +65,38 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   // A user's checkpoint folders are in its own subtree of the root.
-  std::string SubmitAs(const Principal& who, const v1::JobSpec& spec) {
+  std::string submit_as(const Principal& who, const v1::JobSpec& spec) {
     v1::SubmitJobRequest r;
     *r.mutable_spec() = spec;
     if (!who.is_admin()) r.mutable_spec()->mutable_checkpoint()->set_dir((dir_ / "ckpt" / who.name / "tiny").string());
-    auto job = c_->Submit(who, r);
+    auto job = c_->submit(who, r);
     EXPECT_TRUE(job.ok()) << job.status();
     return job.ok() ? job->id() : "";
   }
 
-  std::string Register(const std::string& previous = "") {
+  std::string add_worker(const std::string& previous = "") {
     v1::RegisterWorkerRequest r;
     r.set_device_kind(v1::ResourceSpec::CPU);
     r.set_device_name("cpu");
     r.set_slots(1);
     r.set_previous_worker_id(previous);
-    auto got = c_->RegisterWorker(worker_, r);
+    auto got = c_->register_worker(worker_, r);
     EXPECT_TRUE(got.ok()) << got.status();
     return got.ok() ? got->worker_id() : "";
   }
 
   // One heartbeat listing `ranks`; returns the commands.
-  std::vector<v1::WorkerCommand> Beat(const std::string& worker_id, const std::vector<v1::RankStatus>& ranks = {}) {
+  std::vector<v1::WorkerCommand> beat(const std::string& worker_id, const std::vector<v1::RankStatus>& ranks = {}) {
     v1::HeartbeatRequest r;
     r.set_worker_id(worker_id);
     for (const auto& s : ranks) *r.add_ranks() = s;
-    auto got = c_->Heartbeat(worker_, r);
+    auto got = c_->heartbeat(worker_, r);
     EXPECT_TRUE(got.ok()) << got.status();
     if (!got.ok()) return {};
     return {got->commands().begin(), got->commands().end()};
   }
 
-  static v1::RankStatus Running(const v1::StartRank& s) {
+  static v1::RankStatus running_status(const v1::StartRank& s) {
     v1::RankStatus st;
     st.set_job_id(s.job_id());
     st.set_attempt(s.attempt());
@@ -105,18 +105,18 @@ class CoordinatorTest : public ::testing::Test {
     return st;
   }
 
-  absl::Status Exit(const std::string& worker_id, const v1::StartRank& s, int code) {
+  absl::Status exit(const std::string& worker_id, const v1::StartRank& s, int code) {
     v1::ReportRankExitRequest r;
     r.set_worker_id(worker_id);
     r.set_job_id(s.job_id());
     r.set_attempt(s.attempt());
     r.set_rank(s.rank());
     r.set_exit_code(code);
-    return c_->ReportRankExit(worker_, r);
+    return c_->report_rank_exit(worker_, r);
   }
 
-  v1::Job Get(const std::string& id) {
-    auto job = c_->GetJob(admin_, id);
+  v1::Job get(const std::string& id) {
+    auto job = c_->get_job(admin_, id);
     EXPECT_TRUE(job.ok()) << job.status();
     return job.ok() ? *job : v1::Job();
   }
@@ -127,13 +127,13 @@ class CoordinatorTest : public ::testing::Test {
     v1::StartRank start;
     Principal trainer;
   };
-  RunningJob StartRunning(const v1::JobSpec& spec) {
+  RunningJob start_running(const v1::JobSpec& spec) {
     RunningJob job;
-    job.worker = Register();
-    job.id = SubmitAs(alice_, spec);
-    job.start = Beat(job.worker)[0].start_rank();
-    Beat(job.worker, {Running(job.start)});
-    auto trainer = c_->Authenticate(job.start.trainer_token());
+    job.worker = add_worker();
+    job.id = submit_as(alice_, spec);
+    job.start = beat(job.worker)[0].start_rank();
+    beat(job.worker, {running_status(job.start)});
+    auto trainer = c_->authenticate(job.start.trainer_token());
     EXPECT_TRUE(trainer.ok()) << trainer.status();
     if (trainer.ok()) job.trainer = *trainer;
     return job;

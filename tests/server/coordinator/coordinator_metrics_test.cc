@@ -11,7 +11,7 @@
 namespace fp8::server {
 namespace {
 
-v1::Job MakeJob(const std::string& id, v1::Job::State state) {
+v1::Job make_job(const std::string& id, v1::Job::State state) {
   v1::Job job;
   job.set_id(id);
   job.set_state(state);
@@ -27,7 +27,7 @@ v1::Job MakeJob(const std::string& id, v1::Job::State state) {
   return job;
 }
 
-v1::TrainingProgress Progress() {
+v1::TrainingProgress progress() {
   v1::TrainingProgress p;
   p.set_step(10);
   p.set_window_steps(5);
@@ -40,7 +40,7 @@ v1::TrainingProgress Progress() {
   return p;
 }
 
-v1::ReportCastNumericsRequest Casts() {
+v1::ReportCastNumericsRequest casts() {
   v1::ReportCastNumericsRequest r;
   v1::CastNumerics* c = r.add_casts();
   c->set_layer("layers.0.attention.wq");
@@ -51,31 +51,31 @@ v1::ReportCastNumericsRequest Casts() {
   return r;
 }
 
-bool Has(const std::string& text, const std::string& line) { return text.find(line + "\n") != std::string::npos; }
+bool has(const std::string& text, const std::string& line) { return text.find(line + "\n") != std::string::npos; }
 
 TEST(CoordinatorMetrics, RunningJobShowsProgressSplitTrafficAndNumerics) {
   metrics::Registry registry;
   CoordinatorMetrics m(registry);
-  v1::Job job = MakeJob("job-1", v1::Job::RUNNING);
+  v1::Job job = make_job("job-1", v1::Job::RUNNING);
   (*job.mutable_spec()->mutable_labels())["team"] = "ml";
   (*job.mutable_spec()->mutable_labels())["purpose"] = "smoke,test";  // sorted by key, the comma escaped
-  *job.mutable_latest_progress() = Progress();
-  m.OnJob(job);
-  m.OnRankProgress(job, 0, Progress());
-  m.OnRankProgress(job, 1, Progress());
-  m.OnCastNumerics("job-1", Casts());
+  *job.mutable_latest_progress() = progress();
+  m.on_job(job);
+  m.on_rank_progress(job, 0, progress());
+  m.on_rank_progress(job, 1, progress());
+  m.on_cast_numerics("job-1", casts());
   const std::string text = registry.expose();
-  EXPECT_TRUE(Has(text, R"(fp8_job_state{job_id="job-1",state="RUNNING"} 1)")) << text;
-  EXPECT_TRUE(Has(text, R"(fp8_job_state{job_id="job-1",state="QUEUED"} 0)")) << text;
-  EXPECT_TRUE(Has(text, R"(fp8_job_tokens_per_second{job_id="job-1"} 2000)")) << "world size x rank 0's\n" << text;
-  EXPECT_TRUE(Has(text, R"(fp8_job_step_part_seconds{job_id="job-1",part="data"} 0.002)")) << text;
+  EXPECT_TRUE(has(text, R"(fp8_job_state{job_id="job-1",state="RUNNING"} 1)")) << text;
+  EXPECT_TRUE(has(text, R"(fp8_job_state{job_id="job-1",state="QUEUED"} 0)")) << text;
+  EXPECT_TRUE(has(text, R"(fp8_job_tokens_per_second{job_id="job-1"} 2000)")) << "world size x rank 0's\n" << text;
+  EXPECT_TRUE(has(text, R"(fp8_job_step_part_seconds{job_id="job-1",part="data"} 0.002)")) << text;
   // Both ranks' 5 steps of 100 fp8 bytes; both ranks' 5 steps of 4 x 64 tokens.
-  EXPECT_TRUE(Has(text, R"(fp8_job_communication_bytes_total{job_id="job-1",collective="all_gather",dtype="fp8"} 1000)"))
+  EXPECT_TRUE(has(text, R"(fp8_job_communication_bytes_total{job_id="job-1",collective="all_gather",dtype="fp8"} 1000)"))
       << text;
-  EXPECT_TRUE(Has(text, R"(fp8_job_tokens_total{job_id="job-1"} 2560)")) << text;
-  EXPECT_TRUE(Has(text, R"(fp8_cast_saturated_ratio{job_id="job-1",layer="layers.0.attention.wq",tensor="input"} 0.25)"))
+  EXPECT_TRUE(has(text, R"(fp8_job_tokens_total{job_id="job-1"} 2560)")) << text;
+  EXPECT_TRUE(has(text, R"(fp8_cast_saturated_ratio{job_id="job-1",layer="layers.0.attention.wq",tensor="input"} 0.25)"))
       << text;
-  EXPECT_TRUE(Has(text,
+  EXPECT_TRUE(has(text,
                   R"(fp8_job_info{job_id="job-1",job_name="tiny",user="alice",recipe="tensorwise",device_kind="cpu",world_size="2",labels="purpose=smoke\\,test,team=ml"} 1)"))
       << text;
 }
@@ -85,30 +85,30 @@ TEST(CoordinatorMetrics, RunningJobShowsProgressSplitTrafficAndNumerics) {
 TEST(CoordinatorMetrics, EndedJobKeepsItsSummaryAndItsCastsUntilTheNextJobEnds) {
   metrics::Registry registry;
   CoordinatorMetrics m(registry);
-  m.OnJob(MakeJob("job-1", v1::Job::RUNNING));
-  m.OnCastNumerics("job-1", Casts());
-  v1::Job done = MakeJob("job-1", v1::Job::SUCCEEDED);
-  m.OnJob(done);
-  m.OnJob(done);  // a later change of a final job counts once
+  m.on_job(make_job("job-1", v1::Job::RUNNING));
+  m.on_cast_numerics("job-1", casts());
+  v1::Job done = make_job("job-1", v1::Job::SUCCEEDED);
+  m.on_job(done);
+  m.on_job(done);  // a later change of a final job counts once
   std::string text = registry.expose();
   EXPECT_NE(text.find(R"(fp8_cast_amax{job_id="job-1")"), std::string::npos) << text;
-  EXPECT_TRUE(Has(text, R"(fp8_job_state{job_id="job-1",state="SUCCEEDED"} 1)")) << text;
-  EXPECT_TRUE(Has(text, R"(fp8_jobs_finished_total{state="SUCCEEDED"} 1)")) << text;
+  EXPECT_TRUE(has(text, R"(fp8_job_state{job_id="job-1",state="SUCCEEDED"} 1)")) << text;
+  EXPECT_TRUE(has(text, R"(fp8_jobs_finished_total{state="SUCCEEDED"} 1)")) << text;
 
-  m.OnJob(MakeJob("job-2", v1::Job::RUNNING));
-  m.OnCastNumerics("job-2", Casts());
-  m.OnJob(MakeJob("job-2", v1::Job::FAILED));
+  m.on_job(make_job("job-2", v1::Job::RUNNING));
+  m.on_cast_numerics("job-2", casts());
+  m.on_job(make_job("job-2", v1::Job::FAILED));
   text = registry.expose();
   EXPECT_EQ(text.find(R"(fp8_cast_amax{job_id="job-1")"), std::string::npos) << "job-1's casts go\n" << text;
   EXPECT_NE(text.find(R"(fp8_cast_amax{job_id="job-2")"), std::string::npos) << text;
-  EXPECT_TRUE(Has(text, R"(fp8_job_state{job_id="job-1",state="SUCCEEDED"} 1)")) << "its summary stays\n" << text;
+  EXPECT_TRUE(has(text, R"(fp8_job_state{job_id="job-1",state="SUCCEEDED"} 1)")) << "its summary stays\n" << text;
 }
 
 TEST(CoordinatorMetrics, OnlyTheMostRecentFinishedJobsKeepSeries) {
   metrics::Registry registry;
   CoordinatorMetrics m(registry, /*keep_finished=*/2);
-  for (const char* id : {"job-1", "job-2", "job-3"}) m.OnJob(MakeJob(id, v1::Job::FAILED));
-  m.OnJob(MakeJob("job-4", v1::Job::QUEUED));
+  for (const char* id : {"job-1", "job-2", "job-3"}) m.on_job(make_job(id, v1::Job::FAILED));
+  m.on_job(make_job("job-4", v1::Job::QUEUED));
   const std::string text = registry.expose();
   EXPECT_EQ(text.find(R"(job_id="job-1")"), std::string::npos) << text;
   EXPECT_NE(text.find(R"(fp8_job_state{job_id="job-2",state="FAILED"} 1)"), std::string::npos) << text;
@@ -122,12 +122,12 @@ TEST(CoordinatorMetrics, ClusterCountsWriteZerosForEmptiedStates) {
   busy.workers[{"cpu", "busy"}] = 2;
   busy.queued["cpu"] = 3;
   busy.active_jobs["RUNNING"] = 1;
-  m.SetCluster(busy);
-  m.SetCluster(ClusterCounts{});
+  m.set_cluster(busy);
+  m.set_cluster(ClusterCounts{});
   const std::string text = registry.expose();
-  EXPECT_TRUE(Has(text, R"(fp8_workers{device_kind="cpu",state="busy"} 0)")) << text;
-  EXPECT_TRUE(Has(text, R"(fp8_scheduler_queue_depth{device_kind="cpu"} 0)")) << text;
-  EXPECT_TRUE(Has(text, R"(fp8_scheduler_jobs{state="RUNNING"} 0)")) << text;
+  EXPECT_TRUE(has(text, R"(fp8_workers{device_kind="cpu",state="busy"} 0)")) << text;
+  EXPECT_TRUE(has(text, R"(fp8_scheduler_queue_depth{device_kind="cpu"} 0)")) << text;
+  EXPECT_TRUE(has(text, R"(fp8_scheduler_jobs{state="RUNNING"} 0)")) << text;
 }
 
 }  // namespace

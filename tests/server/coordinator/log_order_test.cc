@@ -17,7 +17,7 @@ namespace {
 class LogOrderTest : public CoordinatorTest {
  protected:
   // Appends `texts` as rank 0 of attempt 1, all at `time_ms`.
-  void Append(const RunningJob& job, const std::vector<std::string>& texts, int64_t time_ms) {
+  void append(const RunningJob& job, const std::vector<std::string>& texts, int64_t time_ms) {
     v1::AppendLogsRequest append;
     append.mutable_caller()->set_job_id(job.id);
     append.mutable_caller()->set_attempt(1);
@@ -26,21 +26,21 @@ class LogOrderTest : public CoordinatorTest {
       line->set_text(t);
       line->set_time_unix_ms(time_ms);
     }
-    ASSERT_TRUE(c_->AppendLogs(job.trainer, append).ok());
+    ASSERT_TRUE(c_->append_logs(job.trainer, append).ok());
   }
 
   // The newest `tail` lines, or with `after` the oldest `tail` lines after it.
-  v1::GetJobLogsResponse Logs(const std::string& id, int tail, std::optional<int64_t> after = std::nullopt) {
+  v1::GetJobLogsResponse logs(const std::string& id, int tail, std::optional<int64_t> after = std::nullopt) {
     v1::GetJobLogsRequest req;
     req.set_job_id(id);
     req.set_tail_lines(tail);
     if (after.has_value()) req.set_after_sequence(*after);
-    auto got = c_->GetJobLogs(alice_, req);
+    auto got = c_->get_job_logs(alice_, req);
     EXPECT_TRUE(got.ok()) << got.status();
     return got.ok() ? *got : v1::GetJobLogsResponse();
   }
 
-  static std::vector<std::string> Texts(const v1::GetJobLogsResponse& r) {
+  static std::vector<std::string> texts(const v1::GetJobLogsResponse& r) {
     std::vector<std::string> out;
     for (const v1::JobLogLine& l : r.lines()) out.push_back(l.line().text());
     return out;
@@ -48,17 +48,17 @@ class LogOrderTest : public CoordinatorTest {
 };
 
 TEST_F(LogOrderTest, SequencesOrderLinesThatShareAMillisecond) {
-  const RunningJob job = StartRunning(Spec(1));
-  ASSERT_NO_FATAL_FAILURE(Append(job, {"a", "b", "a", "c"}, 1000));
-  ASSERT_NO_FATAL_FAILURE(Append(job, {"d"}, 999));  // an earlier clock, a later line
+  const RunningJob job = start_running(make_spec(1));
+  ASSERT_NO_FATAL_FAILURE(append(job, {"a", "b", "a", "c"}, 1000));
+  ASSERT_NO_FATAL_FAILURE(append(job, {"d"}, 999));  // an earlier clock, a later line
 
-  const v1::GetJobLogsResponse all = Logs(job.id, 100);
-  EXPECT_EQ(Texts(all), (std::vector<std::string>{"a", "b", "a", "c", "d"}));
+  const v1::GetJobLogsResponse all = logs(job.id, 100);
+  EXPECT_EQ(texts(all), (std::vector<std::string>{"a", "b", "a", "c", "d"}));
   EXPECT_FALSE(all.truncated());
   for (int i = 1; i < all.lines_size(); ++i) {
     EXPECT_GT(all.lines(i).sequence(), all.lines(i - 1).sequence()) << i;
   }
-  const v1::GetJobLogsResponse last = Logs(job.id, 1);
+  const v1::GetJobLogsResponse last = logs(job.id, 1);
   ASSERT_EQ(last.lines_size(), 1);
   EXPECT_EQ(last.lines(0).line().text(), "d");
   EXPECT_EQ(last.lines(0).sequence(), all.lines(4).sequence());
@@ -66,34 +66,34 @@ TEST_F(LogOrderTest, SequencesOrderLinesThatShareAMillisecond) {
 
   // After a cursor: the oldest lines past it, `tail_lines` at a time, `truncated` while
   // more follow; the same millisecond's repeated text is not taken for a line seen.
-  v1::GetJobLogsResponse next = Logs(job.id, 2, all.lines(1).sequence());
-  EXPECT_EQ(Texts(next), (std::vector<std::string>{"a", "c"}));
+  v1::GetJobLogsResponse next = logs(job.id, 2, all.lines(1).sequence());
+  EXPECT_EQ(texts(next), (std::vector<std::string>{"a", "c"}));
   EXPECT_TRUE(next.truncated());
-  next = Logs(job.id, 2, next.lines(1).sequence());
-  EXPECT_EQ(Texts(next), (std::vector<std::string>{"d"}));
+  next = logs(job.id, 2, next.lines(1).sequence());
+  EXPECT_EQ(texts(next), (std::vector<std::string>{"d"}));
   EXPECT_FALSE(next.truncated());
-  next = Logs(job.id, 2, next.lines(0).sequence());
+  next = logs(job.id, 2, next.lines(0).sequence());
   EXPECT_TRUE(next.lines().empty());
   EXPECT_FALSE(next.truncated());
 
   v1::GetJobLogsRequest bad;
   bad.set_job_id(job.id);
   bad.set_after_sequence(-1);
-  EXPECT_EQ(c_->GetJobLogs(alice_, bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c_->get_job_logs(alice_, bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(LogOrderTest, AfterACursorTheAnswerStaysWithinAPageAndLosesNothing) {
-  const RunningJob job = StartRunning(Spec(1));
+  const RunningJob job = start_running(make_spec(1));
   std::vector<std::string> written;
   for (int i = 0; i < 600; ++i) written.push_back(absl::StrCat(i, " ", std::string(4000, 'x')));
-  ASSERT_NO_FATAL_FAILURE(Append(job, std::vector<std::string>(written.begin(), written.begin() + 300), 5));
-  ASSERT_NO_FATAL_FAILURE(Append(job, std::vector<std::string>(written.begin() + 300, written.end()), 5));
+  ASSERT_NO_FATAL_FAILURE(append(job, std::vector<std::string>(written.begin(), written.begin() + 300), 5));
+  ASSERT_NO_FATAL_FAILURE(append(job, std::vector<std::string>(written.begin() + 300, written.end()), 5));
   // A follower from the start (after sequence 0): pages of at most 1 MiB, in order, every
   // line once.
   std::vector<std::string> read;
   int64_t cursor = 0;
   for (int pages = 0; pages < 10; ++pages) {
-    const v1::GetJobLogsResponse page = Logs(job.id, 10000, cursor);
+    const v1::GetJobLogsResponse page = logs(job.id, 10000, cursor);
     EXPECT_LE(page.ByteSizeLong(), size_t{1} << 20);
     for (const v1::JobLogLine& l : page.lines()) read.push_back(l.line().text());
     if (!page.truncated()) break;

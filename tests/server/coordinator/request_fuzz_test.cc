@@ -42,12 +42,12 @@ class RequestFuzzTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / absl::StrCat("fp8_request_fuzz_", ::getpid());
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "data");
-    auto store = store::CoordinatorStore::Open((dir_ / "state.db").string());
+    auto store = store::CoordinatorStore::open((dir_ / "state.db").string());
     ASSERT_TRUE(store.ok()) << store.status();
     CoordinatorOptions options;
     options.roots.data = {dir_};
     options.roots.checkpoint = {dir_};
-    auto made = Coordinator::Create(std::move(*store), rendezvous_, options);
+    auto made = Coordinator::create(std::move(*store), rendezvous_, options);
     ASSERT_TRUE(made.ok()) << made.status();
     c_ = std::move(*made);
     jobs_ = std::make_unique<JobServiceImpl>(*c_);
@@ -55,13 +55,13 @@ class RequestFuzzTest : public ::testing::Test {
     trainers_ = std::make_unique<TrainerServiceImpl>(*c_);
     rendezvous_service_ = std::make_unique<RendezvousServiceImpl>(
         rendezvous_, [this](grpc::ServerContext& ctx, std::string_view ns) -> grpc::Status {
-          absl::StatusOr<Principal> who = Caller(*c_, ctx);
-          if (!who.ok()) return ToGrpc(who.status());
-          return ToGrpc(c_->AuthorizeRendezvous(*who, ns));
+          absl::StatusOr<Principal> who = caller(*c_, ctx);
+          if (!who.ok()) return to_grpc(who.status());
+          return to_grpc(c_->authorize_rendezvous(*who, ns));
         });
     grpc::ServerBuilder builder;
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-    interceptors.push_back(MakeMalformedRequestInterceptorFactory());
+    interceptors.push_back(make_malformed_request_interceptor_factory());
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.SetMaxReceiveMessageSize(4 << 20);
@@ -72,8 +72,8 @@ class RequestFuzzTest : public ::testing::Test {
     server_ = builder.BuildAndStart();
     ASSERT_TRUE(server_ != nullptr && port_ > 0);
     channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials());
-    admin_ = *c_->CreateToken(Role::kAdmin, "admin");
-    worker_ = *c_->CreateToken(Role::kWorker, "workers");
+    admin_ = *c_->create_token(Role::kAdmin, "admin");
+    worker_ = *c_->create_token(Role::kWorker, "workers");
   }
   void TearDown() override {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
@@ -82,7 +82,7 @@ class RequestFuzzTest : public ::testing::Test {
   }
 
   // A running attempt: a worker, a job on it, and the attempt's trainer token.
-  void StartAnAttempt(v1::JobSpec* spec) {
+  void start_an_attempt(v1::JobSpec* spec) {
     spec->set_name("fuzz");
     spec->mutable_model()->set_dim(32);
     spec->mutable_model()->set_n_layers(1);
@@ -98,24 +98,24 @@ class RequestFuzzTest : public ::testing::Test {
     reg.set_device_kind(v1::ResourceSpec::CPU);
     reg.set_device_name("cpu");
     reg.set_slots(1);
-    auto registered = c_->RegisterWorker(worker, reg);
+    auto registered = c_->register_worker(worker, reg);
     ASSERT_TRUE(registered.ok()) << registered.status();
     worker_id_ = registered->worker_id();
     v1::SubmitJobRequest submit;
     *submit.mutable_spec() = *spec;
-    auto job = c_->Submit(Principal{Role::kAdmin, "admin", "", 0}, submit);
+    auto job = c_->submit(Principal{Role::kAdmin, "admin", "", 0}, submit);
     ASSERT_TRUE(job.ok()) << job.status();
     job_id_ = job->id();
     v1::HeartbeatRequest beat;
     beat.set_worker_id(worker_id_);
-    auto commands = c_->Heartbeat(worker, beat);
+    auto commands = c_->heartbeat(worker, beat);
     ASSERT_TRUE(commands.ok() && commands->commands_size() == 1);
     trainer_ = commands->commands(0).start_rank().trainer_token();
     namespace_ = commands->commands(0).start_rank().rendezvous_namespace();
   }
 
   // One call of `method` with `bytes` as its request; its status.
-  grpc::Status Call(const std::string& method, const std::string& token, const std::string& bytes,
+  grpc::Status call(const std::string& method, const std::string& token, const std::string& bytes,
                     std::chrono::milliseconds deadline) {
     grpc::GenericStub stub(channel_);
     grpc::ClientContext ctx;
@@ -143,7 +143,7 @@ class RequestFuzzTest : public ::testing::Test {
 };
 
 // `seed` changed at random: a few flips, insertions, deletions, a truncation or a splice.
-std::string Mutate(const std::string& seed, std::mt19937& rng) {
+std::string mutate(const std::string& seed, std::mt19937& rng) {
   std::string s = seed;
   const int edits = 1 + static_cast<int>(rng() % 4);
   for (int e = 0; e < edits; ++e) {
@@ -170,7 +170,7 @@ std::string Mutate(const std::string& seed, std::mt19937& rng) {
 
 TEST_F(RequestFuzzTest, MutatedRequestsGetAnAnswerAndNeverBreakTheCoordinator) {
   v1::JobSpec spec;
-  ASSERT_NO_FATAL_FAILURE(StartAnAttempt(&spec));
+  ASSERT_NO_FATAL_FAILURE(start_an_attempt(&spec));
   v1::RankRef caller;
   caller.set_job_id(job_id_);
   caller.set_attempt(1);
@@ -297,8 +297,8 @@ TEST_F(RequestFuzzTest, MutatedRequestsGetAnAnswerAndNeverBreakTheCoordinator) {
     const bool may_wait = method.find("RendezvousService/Get") != std::string::npos ||
                           method.find("RendezvousService/Wait") != std::string::npos;
     for (int i = 0; i < kCallsPerMethod; ++i) {
-      const std::string bytes = Mutate(seed.second, rng);
-      const grpc::Status s = Call(method, seed.first, bytes, std::chrono::milliseconds(may_wait ? 1000 : 5000));
+      const std::string bytes = mutate(seed.second, rng);
+      const grpc::Status s = call(method, seed.first, bytes, std::chrono::milliseconds(may_wait ? 1000 : 5000));
       const grpc::StatusCode code = s.error_code();
       ++codes[code];
       EXPECT_NE(code, grpc::StatusCode::INTERNAL) << method << ": " << s.error_message();
@@ -308,7 +308,7 @@ TEST_F(RequestFuzzTest, MutatedRequestsGetAnAnswerAndNeverBreakTheCoordinator) {
       }
     }
     // The coordinator still answers a valid call.
-    const grpc::Status after = Call("/fp8.v1.JobService/GetJob", admin_, get.SerializeAsString(),
+    const grpc::Status after = call("/fp8.v1.JobService/GetJob", admin_, get.SerializeAsString(),
                                     std::chrono::milliseconds(5000));
     ASSERT_TRUE(after.ok()) << "after " << method << ": " << after.error_message();
   }

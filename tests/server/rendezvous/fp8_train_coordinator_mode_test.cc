@@ -43,7 +43,7 @@ constexpr char kNamespace[] = "job-7/attempt-2/";
 constexpr milliseconds kRunLimit{120'000};  // per child; a healthy run takes a few seconds
 
 // The token check the coordinator makes: "authorization: Bearer <token of this attempt>".
-grpc::Status CheckToken(const grpc::ServerContext& ctx) {
+grpc::Status check_token(const grpc::ServerContext& ctx) {
   const auto& md = ctx.client_metadata();
   auto it = md.find("authorization");
   if (it == md.end()) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no authorization metadata");
@@ -57,7 +57,7 @@ class RecordingTrainer final : public fp8::v1::TrainerService::Service {
  public:
   grpc::Status ReportProgress(grpc::ServerContext* ctx, const fp8::v1::ReportProgressRequest* req,
                               fp8::v1::ReportProgressResponse*) override {
-    if (grpc::Status s = CheckToken(*ctx); !s.ok()) return s;
+    if (grpc::Status s = check_token(*ctx); !s.ok()) return s;
     if (attempt_ended) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "attempt 2 of job-7 has ended");
     absl::MutexLock lock(&mu_);
     progress_.push_back(*req);
@@ -65,7 +65,7 @@ class RecordingTrainer final : public fp8::v1::TrainerService::Service {
   }
   grpc::Status CommitCheckpoint(grpc::ServerContext* ctx, const fp8::v1::CommitCheckpointRequest* req,
                                 fp8::v1::CommitCheckpointResponse*) override {
-    if (grpc::Status s = CheckToken(*ctx); !s.ok()) return s;
+    if (grpc::Status s = check_token(*ctx); !s.ok()) return s;
     absl::MutexLock lock(&mu_);
     commits_.push_back(*req);
     return grpc::Status::OK;
@@ -88,7 +88,7 @@ class RecordingTrainer final : public fp8::v1::TrainerService::Service {
   std::vector<fp8::v1::CommitCheckpointRequest> commits_;
 };
 
-std::string Corpus(size_t bytes) {
+std::string corpus(size_t bytes) {
   static const char* kWords[] = {"the", "model", "trains", "in", "float8", "and", "a", "river", "of", "light"};
   std::string text;
   uint64_t x = 7;
@@ -101,7 +101,7 @@ std::string Corpus(size_t bytes) {
 }
 
 // A tiny job: one block of width 32; 10 steps, a report every 2, checkpoints at 5 and 10.
-std::string JobYaml() {
+std::string job_yaml() {
   return "name: coordinator-test\n"
          "model:\n  dim: 32\n  n_layers: 1\n  n_heads: 2\n  max_seq_len: 32\n"
          "data:\n  path: corpus.txt\n  seq_len: 32\n  val_fraction: 0.05\n"
@@ -120,12 +120,12 @@ class CoordinatorModeTest : public ::testing::Test {
            ("fp8-train-coord-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
     fs::remove_all(dir_);
     ASSERT_TRUE(fs::create_directories(dir_));
-    std::ofstream(dir_ / "corpus.txt") << Corpus(200 * 1024);
-    std::ofstream(dir_ / "job.yaml") << JobYaml();
+    std::ofstream(dir_ / "corpus.txt") << corpus(200 * 1024);
+    std::ofstream(dir_ / "job.yaml") << job_yaml();
 
     rendezvous_ = std::make_unique<server::RendezvousServiceImpl>(
         store_, [](grpc::ServerContext& ctx, std::string_view ns) {
-          if (grpc::Status s = CheckToken(ctx); !s.ok()) return s;
+          if (grpc::Status s = check_token(ctx); !s.ok()) return s;
           if (ns != kNamespace) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "not this attempt's namespace");
           return grpc::Status::OK;
         });
@@ -144,31 +144,31 @@ class CoordinatorModeTest : public ::testing::Test {
     if (!HasFailure()) fs::remove_all(dir_);
   }
 
-  std::vector<std::string> RankArgs(int rank) const {
+  std::vector<std::string> rank_args(int rank) const {
     return {FP8_TRAIN_BINARY, "--config", (dir_ / "job.yaml").string(), "--rank", std::to_string(rank),
             "--world-size", "2", "--coordinator", "127.0.0.1:" + std::to_string(port_), "--job-id", kJob,
             "--attempt", std::to_string(kAttempt), "--rendezvous-namespace", kNamespace, "--timeout", "30"};
   }
 
-  static std::map<std::string, std::string> Env(const std::string& token) {
+  static std::map<std::string, std::string> env(const std::string& token) {
     return {{"FP8_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}, {"FP8_TRAINER_TOKEN", token}};
   }
 
   // Runs ranks 0 and 1 side by side to the end.
-  std::vector<RunResult> RunBothRanks(const std::string& token) {
+  std::vector<RunResult> run_both_ranks(const std::string& token) {
     std::vector<std::unique_ptr<Subprocess>> children;
     for (int r = 0; r < 2; ++r) {
       const std::string tag = "rank" + std::to_string(r);
-      children.push_back(std::make_unique<Subprocess>(RankArgs(r), Env(token), dir_ / (tag + ".out"),
+      children.push_back(std::make_unique<Subprocess>(rank_args(r), env(token), dir_ / (tag + ".out"),
                                                       dir_ / (tag + ".err")));
       EXPECT_TRUE(children.back()->started()) << children.back()->start_error();
     }
     std::vector<RunResult> results;
     for (auto& c : children) {
       RunResult r;
-      r.exit = c->Wait(kRunLimit);
-      r.out = c->Stdout();
-      r.err = c->Stderr();
+      r.exit = c->wait(kRunLimit);
+      r.out = c->stdout_text();
+      r.err = c->stderr_text();
       results.push_back(r);
     }
     return results;
@@ -182,13 +182,13 @@ class CoordinatorModeTest : public ::testing::Test {
   std::unique_ptr<grpc::Server> server_;
 };
 
-std::string Show(const RunResult& r) {
+std::string show(const RunResult& r) {
   return r.exit.describe() + "\n--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err;
 }
 
 TEST_F(CoordinatorModeTest, TwoRanksMeetAndReportThroughTheCoordinator) {
-  const std::vector<RunResult> ranks = RunBothRanks(kToken);
-  for (const RunResult& r : ranks) ASSERT_TRUE(r.exit.exited && r.exit.code == 0) << Show(r);
+  const std::vector<RunResult> ranks = run_both_ranks(kToken);
+  for (const RunResult& r : ranks) ASSERT_TRUE(r.exit.exited && r.exit.code == 0) << show(r);
   EXPECT_NE(ranks[0].out.find("step 10/10"), std::string::npos) << "rank 0 still logs:\n" << ranks[0].out;
   EXPECT_EQ(ranks[1].out, "") << "rank 1 stays quiet";
 
@@ -229,16 +229,16 @@ TEST_F(CoordinatorModeTest, TwoRanksMeetAndReportThroughTheCoordinator) {
 }
 
 TEST_F(CoordinatorModeTest, MissingTokenExitsTwo) {
-  const RunResult r = cli_test::Run(RankArgs(0), Env(""), dir_ / "no-token.out", dir_ / "no-token.err", kRunLimit);
-  EXPECT_TRUE(r.exit.exited && r.exit.code == 2) << Show(r);
+  const RunResult r = cli_test::run(rank_args(0), env(""), dir_ / "no-token.out", dir_ / "no-token.err", kRunLimit);
+  EXPECT_TRUE(r.exit.exited && r.exit.code == 2) << show(r);
   EXPECT_NE(r.err.find("FP8_TRAINER_TOKEN"), std::string::npos) << r.err;
   EXPECT_TRUE(trainer_.progress().empty());
 }
 
 TEST_F(CoordinatorModeTest, RefusedTokenFailsBothRanksNamingTheCoordinator) {
-  const std::vector<RunResult> ranks = RunBothRanks("a-stolen-token");
+  const std::vector<RunResult> ranks = run_both_ranks("a-stolen-token");
   for (const RunResult& r : ranks) {
-    EXPECT_TRUE(r.exit.exited && r.exit.code == 1) << Show(r);
+    EXPECT_TRUE(r.exit.exited && r.exit.code == 1) << show(r);
     EXPECT_NE(r.err.find("coordinator rendezvous at 127.0.0.1:" + std::to_string(port_)), std::string::npos) << r.err;
   }
   EXPECT_TRUE(trainer_.progress().empty());
@@ -249,11 +249,11 @@ TEST_F(CoordinatorModeTest, RefusedTokenFailsBothRanksNamingTheCoordinator) {
 // stops after the step in flight and exits 1 saying so.
 TEST_F(CoordinatorModeTest, AttemptEndedByTheCoordinatorStopsTheRank) {
   trainer_.attempt_ended = true;
-  std::vector<std::string> args = RankArgs(0);
+  std::vector<std::string> args = rank_args(0);
   args[6] = "1";  // --world-size 1
   for (const char* a : {"--set", "train.steps=100000", "--set", "checkpoint.every=0"}) args.push_back(a);
-  const RunResult r = cli_test::Run(args, Env(kToken), dir_ / "ended.out", dir_ / "ended.err", kRunLimit);
-  EXPECT_TRUE(r.exit.exited && r.exit.code == 1) << Show(r);
+  const RunResult r = cli_test::run(args, env(kToken), dir_ / "ended.out", dir_ / "ended.err", kRunLimit);
+  EXPECT_TRUE(r.exit.exited && r.exit.code == 1) << show(r);
   EXPECT_NE(r.err.find("fp8-train [rank 0]: the coordinator ended this attempt"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("step 100000/100000"), std::string::npos) << "the rank must stop early";
 }

@@ -40,39 +40,39 @@ class RendezvousServiceTest : public ::testing::Test {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   }
 
-  static std::unique_ptr<grpc::ClientContext> Context(std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
+  static std::unique_ptr<grpc::ClientContext> context(std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
     auto ctx = std::make_unique<grpc::ClientContext>();
     ctx->set_deadline(std::chrono::system_clock::now() + deadline);
     return ctx;
   }
 
-  grpc::Status Set(const std::string& ns, const std::string& key, const std::string& value) {
+  grpc::Status set(const std::string& ns, const std::string& key, const std::string& value) {
     fp8::v1::RendezvousSetRequest req;
     req.set_rendezvous_namespace(ns);
     req.set_key(key);
     req.set_value(value);
     fp8::v1::RendezvousSetResponse resp;
-    return stub_->Set(Context().get(), req, &resp);
+    return stub_->Set(context().get(), req, &resp);
   }
 
-  std::pair<grpc::Status, std::string> Get(const std::string& ns, const std::string& key, int64_t timeout_ms,
+  std::pair<grpc::Status, std::string> get(const std::string& ns, const std::string& key, int64_t timeout_ms,
                                            std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
     fp8::v1::RendezvousGetRequest req;
     req.set_rendezvous_namespace(ns);
     req.set_key(key);
     req.set_timeout_ms(timeout_ms);
     fp8::v1::RendezvousGetResponse resp;
-    grpc::Status status = stub_->Get(Context(deadline).get(), req, &resp);
+    grpc::Status status = stub_->Get(context(deadline).get(), req, &resp);
     return {status, resp.value()};
   }
 
-  grpc::Status Wait(const std::string& ns, const std::vector<std::string>& keys, int64_t timeout_ms) {
+  grpc::Status wait(const std::string& ns, const std::vector<std::string>& keys, int64_t timeout_ms) {
     fp8::v1::RendezvousWaitRequest req;
     req.set_rendezvous_namespace(ns);
     for (const std::string& k : keys) req.add_keys(k);
     req.set_timeout_ms(timeout_ms);
     fp8::v1::RendezvousWaitResponse resp;
-    return stub_->Wait(Context().get(), req, &resp);
+    return stub_->Wait(context().get(), req, &resp);
   }
 
   RendezvousStore store_;
@@ -84,8 +84,8 @@ class RendezvousServiceTest : public ::testing::Test {
 
 TEST_F(RendezvousServiceTest, SetThenGet) {
   const std::string id("\x01\x00\x7f\xff", 4);
-  ASSERT_TRUE(Set(kAttempt, "nccl_unique_id", id).ok());
-  auto [status, value] = Get(kAttempt, "nccl_unique_id", 0);
+  ASSERT_TRUE(set(kAttempt, "nccl_unique_id", id).ok());
+  auto [status, value] = get(kAttempt, "nccl_unique_id", 0);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(value, id);
 }
@@ -93,11 +93,11 @@ TEST_F(RendezvousServiceTest, SetThenGet) {
 TEST_F(RendezvousServiceTest, GetAndWaitBlockUntilAnotherClientSets) {
   std::pair<grpc::Status, std::string> got;
   grpc::Status waited;
-  std::thread getter([&] { got = Get(kAttempt, "rank0_addr", 20'000); });
-  std::thread waiter([&] { waited = Wait(kAttempt, {"rank0_addr", "rank1_addr"}, 20'000); });
+  std::thread getter([&] { got = get(kAttempt, "rank0_addr", 20'000); });
+  std::thread waiter([&] { waited = wait(kAttempt, {"rank0_addr", "rank1_addr"}, 20'000); });
   absl::SleepFor(absl::Milliseconds(50));
-  ASSERT_TRUE(Set(kAttempt, "rank0_addr", "127.0.0.1:29500").ok());
-  ASSERT_TRUE(Set(kAttempt, "rank1_addr", "127.0.0.1:29501").ok());
+  ASSERT_TRUE(set(kAttempt, "rank0_addr", "127.0.0.1:29500").ok());
+  ASSERT_TRUE(set(kAttempt, "rank1_addr", "127.0.0.1:29501").ok());
   getter.join();
   waiter.join();
   ASSERT_TRUE(got.first.ok()) << got.first.error_message();
@@ -106,8 +106,8 @@ TEST_F(RendezvousServiceTest, GetAndWaitBlockUntilAnotherClientSets) {
 }
 
 TEST_F(RendezvousServiceTest, TimeoutNamesTheMissingKeys) {
-  ASSERT_TRUE(Set(kAttempt, "rank/0", "x").ok());
-  const grpc::Status waited = Wait(kAttempt, {"rank/0", "rank/1"}, 30);
+  ASSERT_TRUE(set(kAttempt, "rank/0", "x").ok());
+  const grpc::Status waited = wait(kAttempt, {"rank/0", "rank/1"}, 30);
   EXPECT_EQ(waited.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_NE(waited.error_message().find("rank/1"), std::string::npos) << waited.error_message();
 }
@@ -115,40 +115,40 @@ TEST_F(RendezvousServiceTest, TimeoutNamesTheMissingKeys) {
 TEST_F(RendezvousServiceTest, CallDeadlineShorterThanTimeoutWins) {
   // timeout_ms asks for ten minutes; the call's deadline of 300 ms must end it, as the
   // server's DEADLINE_EXCEEDED or the client's own.
-  auto [status, value] = Get(kAttempt, "never_set", 600'000, std::chrono::milliseconds(300));
+  auto [status, value] = get(kAttempt, "never_set", 600'000, std::chrono::milliseconds(300));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
 }
 
 TEST_F(RendezvousServiceTest, InvalidRequestsNameTheField) {
-  const grpc::Status long_key = Set(kAttempt, std::string(257, 'k'), "v");
+  const grpc::Status long_key = set(kAttempt, std::string(257, 'k'), "v");
   EXPECT_EQ(long_key.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(long_key.error_message(), "key: 257 bytes, more than the limit of 256");
-  const grpc::Status no_ns = Set("", "k", "v");
+  const grpc::Status no_ns = set("", "k", "v");
   EXPECT_EQ(no_ns.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(no_ns.error_message().find("rendezvous_namespace"), std::string::npos);
-  auto [bad_timeout, v] = Get(kAttempt, "k", 600'001);
+  auto [bad_timeout, v] = get(kAttempt, "k", 600'001);
   EXPECT_EQ(bad_timeout.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(bad_timeout.error_message().find("timeout_ms"), std::string::npos);
-  EXPECT_EQ(Wait(kAttempt, {}, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(wait(kAttempt, {}, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(RendezvousServiceTest, AuthorizerDeniesANamespace) {
-  EXPECT_EQ(Set(kDenied, "k", "v").error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(Get(kDenied, "k", 0).first.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(Wait(kDenied, {"k"}, 0).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(set(kDenied, "k", "v").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(get(kDenied, "k", 0).first.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(wait(kDenied, {"k"}, 0).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(store_.key_count(kDenied), 0u);
-  EXPECT_TRUE(Set(kAttempt, "k", "v").ok());
+  EXPECT_TRUE(set(kAttempt, "k", "v").ok());
 }
 
 TEST_F(RendezvousServiceTest, DeletedNamespaceAbortsABlockedCall) {
   grpc::Status waited;
-  std::thread waiter([&] { waited = Wait(kAttempt, {"rank/1"}, 600'000); });
+  std::thread waiter([&] { waited = wait(kAttempt, {"rank/1"}, 600'000); });
   absl::SleepFor(absl::Milliseconds(100));
   store_.delete_namespace(kAttempt);
   waiter.join();
   EXPECT_EQ(waited.error_code(), grpc::StatusCode::ABORTED) << waited.error_message();
   EXPECT_NE(waited.error_message().find("its attempt ended"), std::string::npos);
-  EXPECT_EQ(Set(kAttempt, "rank/1", "late").error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_EQ(set(kAttempt, "rank/1", "late").error_code(), grpc::StatusCode::ABORTED);
 }
 
 }  // namespace

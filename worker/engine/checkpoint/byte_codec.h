@@ -16,25 +16,25 @@ namespace fp8::checkpoint {
 // big-endian host would need byte swapping that nothing here does.
 static_assert(std::endian::native == std::endian::little, "checkpoint format assumes a little-endian host");
 
-void AppendU8(std::string& out, uint8_t value);
-void AppendU32(std::string& out, uint32_t value);
-void AppendU64(std::string& out, uint64_t value);
-void AppendI64(std::string& out, int64_t value);
+void append_u8(std::string& out, uint8_t value);
+void append_u32(std::string& out, uint32_t value);
+void append_u64(std::string& out, uint64_t value);
+void append_i64(std::string& out, int64_t value);
 // u32 length, then the bytes.
-void AppendString(std::string& out, std::string_view value);
+void append_string(std::string& out, std::string_view value);
 
 class ByteCursor {
  public:
   explicit ByteCursor(std::span<const std::byte> data) : data_(data) {}
 
   // Each returns false, consuming nothing, when the buffer holds too few bytes.
-  bool ReadU8(uint8_t& value);
-  bool ReadU32(uint32_t& value);
-  bool ReadU64(uint64_t& value);
-  bool ReadI64(int64_t& value);
+  bool read_u8(uint8_t& value);
+  bool read_u32(uint32_t& value);
+  bool read_u64(uint64_t& value);
+  bool read_i64(int64_t& value);
   // Also false when the stored length exceeds `max_bytes`.
-  bool ReadString(size_t max_bytes, std::string& value);
-  bool ReadBytes(size_t n, std::span<const std::byte>& bytes);
+  bool read_string(size_t max_bytes, std::string& value);
+  bool read_bytes(size_t n, std::span<const std::byte>& bytes);
 
   size_t position() const { return position_; }
   size_t remaining() const { return data_.size() - position_; }
@@ -44,7 +44,7 @@ class ByteCursor {
   size_t position_ = 0;
 };
 
-inline std::span<const std::byte> AsBytes(std::string_view s) {
+inline std::span<const std::byte> as_bytes(std::string_view s) {
   return std::as_bytes(std::span<const char>(s.data(), s.size()));
 }
 

@@ -24,10 +24,10 @@
 //   retention.h             delete old checkpoints
 //
 // Typical resume:
-//   ResumePoint resume = *FindLatestGood(dir);
+//   ResumePoint resume = *find_latest_good(dir);
 //   for (const std::string& w : resume.warnings) LOG(WARNING) << w;
 //   if (resume.checkpoint) {  // written by as many ranks as this job has
-//     ShardReader shard = *OpenCommittedShard(*resume.checkpoint, rank);
+//     ShardReader shard = *open_committed_shard(*resume.checkpoint, rank);
 //     absl::Status s = shard.ReadTensor<float>("params/tok_embeddings", embeddings, {vocab / world, dim});
 //     absl::StatusOr<int64_t> position = shard.ReadScalar<int64_t>("data/position");
 //     ...

@@ -37,24 +37,24 @@ struct CommitMarker {
   bool operator==(const CommitMarker&) const = default;
 };
 
-// InvalidArgument unless there is one shard per rank, named ShardFileName(rank,
+// InvalidArgument unless there is one shard per rank, named shard_file_name(rank,
 // world_size), in rank order, and step >= 0.
-absl::Status CheckCommitMarker(const CommitMarker& marker);
+absl::Status check_commit_marker(const CommitMarker& marker);
 
-std::string EncodeCommitMarker(const CommitMarker& marker);
+std::string encode_commit_marker(const CommitMarker& marker);
 // DataLoss for damaged text (message without the file's name), FailedPrecondition for a
 // newer marker version.
-absl::StatusOr<CommitMarker> ParseCommitMarker(std::string_view text);
+absl::StatusOr<CommitMarker> parse_commit_marker(std::string_view text);
 
 // Writes <step_dir>/COMMITTED durably (temp file, fsync, rename, fsync directory). The
 // shards may come in any order (e.g. as ranks reported); they must be exactly one per
 // rank, and `step_dir` must be the step's directory. The shard files themselves are not
 // read here: rank 0 may not see them all, and every reader verifies them anyway.
-absl::Status WriteCommitMarker(const std::filesystem::path& step_dir, int64_t step, int32_t world_size,
+absl::Status write_commit_marker(const std::filesystem::path& step_dir, int64_t step, int32_t world_size,
                                std::span<const ShardInfo> shards);
 
 // Reads and checks <step_dir>/COMMITTED, including that its step is the directory's.
 // NotFound if there is none (the checkpoint is incomplete); DataLoss if it is damaged.
-absl::StatusOr<CommitMarker> ReadCommitMarker(const std::filesystem::path& step_dir);
+absl::StatusOr<CommitMarker> read_commit_marker(const std::filesystem::path& step_dir);
 
 }  // namespace fp8::checkpoint

@@ -19,7 +19,7 @@ struct CommittedCheckpoint {
 
   int64_t step() const { return marker.step; }
   int32_t world_size() const { return marker.world_size; }
-  std::filesystem::path ShardPath(int32_t rank) const;
+  std::filesystem::path shard_path(int32_t rank) const;
 };
 
 // How much of a checkpoint to read before calling it good.
@@ -33,10 +33,10 @@ enum class Verification {
 
 // Opens rank `rank`'s shard, checking it against the marker (size, checksum, identity).
 // This is how a rank loads its shard on resume; payloads are checked as they are read.
-absl::StatusOr<ShardReader> OpenCommittedShard(const CommittedCheckpoint& checkpoint, int32_t rank);
+absl::StatusOr<ShardReader> open_committed_shard(const CommittedCheckpoint& checkpoint, int32_t rank);
 
 // Checks every shard of `checkpoint` as `verification` says; the first problem found is
 // the error.
-absl::Status VerifyCheckpoint(const CommittedCheckpoint& checkpoint, Verification verification);
+absl::Status verify_checkpoint(const CommittedCheckpoint& checkpoint, Verification verification);
 
 }  // namespace fp8::checkpoint

@@ -17,7 +17,7 @@ constexpr uint32_t kCastagnoliReflected = 0x82F63B78u;
 // eight input bytes are folded with eight lookups instead of eight dependent steps.
 using SlicingTables = std::array<std::array<uint32_t, 256>, 8>;
 
-constexpr SlicingTables MakeSlicingTables() {
+constexpr SlicingTables make_slicing_tables() {
   SlicingTables t{};
   for (uint32_t b = 0; b < 256; ++b) {
     uint32_t crc = b;
@@ -30,10 +30,10 @@ constexpr SlicingTables MakeSlicingTables() {
   return t;
 }
 
-constexpr SlicingTables kTables = MakeSlicingTables();
+constexpr SlicingTables kTables = make_slicing_tables();
 
 // Both paths work on the raw (pre-inverted) register value.
-uint32_t UpdateSoftware(uint32_t state, const unsigned char* p, size_t n) {
+uint32_t update_software(uint32_t state, const unsigned char* p, size_t n) {
   while (n >= 8) {
     uint64_t word;
     std::memcpy(&word, p, 8);  // memcpy: the data need not be aligned
@@ -49,7 +49,7 @@ uint32_t UpdateSoftware(uint32_t state, const unsigned char* p, size_t n) {
 }
 
 #ifdef FP8_CRC32C_HAVE_SSE42_PATH
-__attribute__((target("sse4.2"))) uint32_t UpdateSse42(uint32_t state, const unsigned char* p, size_t n) {
+__attribute__((target("sse4.2"))) uint32_t update_sse42(uint32_t state, const unsigned char* p, size_t n) {
   uint64_t state64 = state;
   while (n >= 8) {
     uint64_t word;
@@ -63,29 +63,29 @@ __attribute__((target("sse4.2"))) uint32_t UpdateSse42(uint32_t state, const uns
   return state32;
 }
 
-bool CpuHasSse42() {
+bool cpu_has_sse42() {
   static const bool has = __builtin_cpu_supports("sse4.2");
   return has;
 }
 #endif
 
-const unsigned char* Bytes(std::span<const std::byte> data) {
+const unsigned char* bytes(std::span<const std::byte> data) {
   return reinterpret_cast<const unsigned char*>(data.data());
 }
 
 }  // namespace
 
-uint32_t Crc32cExtendSoftware(uint32_t crc, std::span<const std::byte> data) {
-  return ~UpdateSoftware(~crc, Bytes(data), data.size());
+uint32_t crc32c_extend_software(uint32_t crc, std::span<const std::byte> data) {
+  return ~update_software(~crc, bytes(data), data.size());
 }
 
-uint32_t Crc32cExtend(uint32_t crc, std::span<const std::byte> data) {
+uint32_t crc32c_extend(uint32_t crc, std::span<const std::byte> data) {
 #ifdef FP8_CRC32C_HAVE_SSE42_PATH
-  if (CpuHasSse42()) return ~UpdateSse42(~crc, Bytes(data), data.size());
+  if (cpu_has_sse42()) return ~update_sse42(~crc, bytes(data), data.size());
 #endif
-  return Crc32cExtendSoftware(crc, data);
+  return crc32c_extend_software(crc, data);
 }
 
-uint32_t Crc32c(std::span<const std::byte> data) { return Crc32cExtend(0, data); }
+uint32_t crc32c(std::span<const std::byte> data) { return crc32c_extend(0, data); }
 
 }  // namespace fp8::checkpoint

@@ -14,13 +14,13 @@ namespace fp8::checkpoint {
 
 // Checksum of `data` (standard CRC-32C: reflected, init and final xor 0xFFFFFFFF;
 // Crc32c of "123456789" is 0xE3069283).
-uint32_t Crc32c(std::span<const std::byte> data);
+uint32_t crc32c(std::span<const std::byte> data);
 
-// Continues a checksum over more data: Crc32cExtend(Crc32c(a), b) == Crc32c(a + b).
+// Continues a checksum over more data: crc32c_extend(crc32c(a), b) == crc32c(a + b).
 // This is how payloads that are written or read in chunks are checksummed.
-uint32_t Crc32cExtend(uint32_t crc, std::span<const std::byte> data);
+uint32_t crc32c_extend(uint32_t crc, std::span<const std::byte> data);
 
 // The portable path, exposed so tests can check it agrees with the hardware path.
-uint32_t Crc32cExtendSoftware(uint32_t crc, std::span<const std::byte> data);
+uint32_t crc32c_extend_software(uint32_t crc, std::span<const std::byte> data);
 
 }  // namespace fp8::checkpoint

@@ -19,7 +19,7 @@ enum class CheckpointState {
   kIncomplete,  // no marker: being written, or its writer died before the commit
   kDamaged,     // marker unreadable or inconsistent, or a listed shard missing or resized
 };
-std::string_view CheckpointStateName(CheckpointState state);
+std::string_view checkpoint_state_name(CheckpointState state);
 
 struct CheckpointEntry {
   int64_t step = 0;
@@ -33,7 +33,7 @@ struct CheckpointEntry {
 // by cheap checks: the marker is read and the shards are stat()ed, nothing more. A root
 // that does not exist yet is an empty list, not an error; failures other than damage
 // (e.g. permission denied) are errors.
-absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::filesystem::path& root);
+absl::StatusOr<std::vector<CheckpointEntry>> list_checkpoints(const std::filesystem::path& root);
 
 struct ResumePoint {
   // The checkpoint to resume from; nullopt when there is none (start from scratch).
@@ -54,7 +54,7 @@ struct ResumePoint {
 //
 // Only damage (a missing or corrupt file) makes a checkpoint one to skip; other failures
 // (permissions, I/O errors, a newer format version) are returned as errors.
-absl::StatusOr<ResumePoint> FindLatestGood(const std::filesystem::path& root,
+absl::StatusOr<ResumePoint> find_latest_good(const std::filesystem::path& root,
                                            Verification verification = Verification::kPayloads);
 
 }  // namespace fp8::checkpoint

@@ -2,7 +2,7 @@
 
 namespace fp8::checkpoint {
 
-size_t ElementSize(DType dtype) {
+size_t element_size(DType dtype) {
   switch (dtype) {
     case DType::kF32:
     case DType::kI32:
@@ -17,7 +17,7 @@ size_t ElementSize(DType dtype) {
   return 1;  // unreachable for a valid enum; DTypeFromTag guards what comes off disk
 }
 
-std::string_view DTypeName(DType dtype) {
+std::string_view d_type_name(DType dtype) {
   switch (dtype) {
     case DType::kF32:
       return "f32";
@@ -35,7 +35,7 @@ std::string_view DTypeName(DType dtype) {
   return "unknown";
 }
 
-std::optional<DType> DTypeFromTag(uint8_t tag) {
+std::optional<DType> d_type_from_tag(uint8_t tag) {
   switch (tag) {
     case static_cast<uint8_t>(DType::kF32):
     case static_cast<uint8_t>(DType::kF64):

@@ -22,13 +22,13 @@ enum class DType : uint8_t {
 };
 
 // Bytes per element (1 for kBytes).
-size_t ElementSize(DType dtype);
+size_t element_size(DType dtype);
 
 // "f32", "f64", "i32", "i64", "u8", "bytes": the names used in messages.
-std::string_view DTypeName(DType dtype);
+std::string_view d_type_name(DType dtype);
 
 // The DType for an on-disk tag, or nullopt for a tag this build does not know.
-std::optional<DType> DTypeFromTag(uint8_t tag);
+std::optional<DType> d_type_from_tag(uint8_t tag);
 
 // C++ element types with a DType, for the typed read/write helpers.
 template <typename T>
@@ -36,7 +36,7 @@ concept TensorElement = std::same_as<T, float> || std::same_as<T, double> || std
     std::same_as<T, int64_t> || std::same_as<T, uint8_t>;
 
 template <TensorElement T>
-constexpr DType DTypeOf() {
+constexpr DType d_type_of() {
   if constexpr (std::same_as<T, float>) return DType::kF32;
   if constexpr (std::same_as<T, double>) return DType::kF64;
   if constexpr (std::same_as<T, int32_t>) return DType::kI32;

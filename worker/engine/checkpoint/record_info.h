@@ -31,13 +31,13 @@ struct RecordInfo {
 };
 
 // "[64, 128]"; "[]" for a scalar.
-std::string ShapeToString(const Shape& shape);
+std::string shape_to_string(const Shape& shape);
 
 // Payload size for `dtype` elements of `shape`. InvalidArgument for a rank above kMaxRank,
 // a negative dim, or a size that overflows 64 bits; `what` names the record in messages.
-absl::StatusOr<uint64_t> PayloadBytes(DType dtype, const Shape& shape, std::string_view what);
+absl::StatusOr<uint64_t> payload_bytes(DType dtype, const Shape& shape, std::string_view what);
 
 // InvalidArgument unless `name` is non-empty and at most kMaxRecordNameBytes long.
-absl::Status CheckRecordName(std::string_view name);
+absl::Status check_record_name(std::string_view name);
 
 }  // namespace fp8::checkpoint

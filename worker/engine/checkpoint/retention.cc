@@ -14,24 +14,24 @@
 namespace fp8::checkpoint {
 namespace {
 
-absl::Status DeleteStepDirectory(const std::filesystem::path& dir) {
+absl::Status delete_step_directory(const std::filesystem::path& dir) {
   const std::filesystem::path marker = dir / kCommitMarkerFileName;
   if (std::remove(marker.c_str()) == 0) {
-    if (absl::Status s = SyncDirectory(dir); !s.ok()) return s;
+    if (absl::Status s = sync_directory(dir); !s.ok()) return s;
   } else if (errno != ENOENT) {
-    return absl::ErrnoToStatus(errno, Cat(marker.string(), ": cannot remove"));
+    return absl::ErrnoToStatus(errno, cat(marker.string(), ": cannot remove"));
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
-  if (ec) return absl::UnavailableError(Cat(dir.string(), ": cannot delete: ", ec.message()));
+  if (ec) return absl::UnavailableError(cat(dir.string(), ": cannot delete: ", ec.message()));
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<PruneResult> PruneCheckpoints(const std::filesystem::path& root, int keep) {
-  if (keep < 1) return absl::InvalidArgumentError(Cat("keep must be at least 1, got ", keep));
-  absl::StatusOr<std::vector<CheckpointEntry>> entries = ListCheckpoints(root);
+absl::StatusOr<PruneResult> prune_checkpoints(const std::filesystem::path& root, int keep) {
+  if (keep < 1) return absl::InvalidArgumentError(cat("keep must be at least 1, got ", keep));
+  absl::StatusOr<std::vector<CheckpointEntry>> entries = list_checkpoints(root);
   if (!entries.ok()) return entries.status();
 
   PruneResult result;
@@ -46,11 +46,11 @@ absl::StatusOr<PruneResult> PruneCheckpoints(const std::filesystem::path& root, 
       remove = newest_committed.has_value();  // entries are newest first: this one is older
     }
     if (!remove) continue;
-    if (absl::Status s = DeleteStepDirectory(entry.dir); !s.ok()) return s;
+    if (absl::Status s = delete_step_directory(entry.dir); !s.ok()) return s;
     result.deleted.push_back(entry.step);
   }
   if (!result.deleted.empty()) {
-    if (absl::Status s = SyncDirectory(root); !s.ok()) return s;
+    if (absl::Status s = sync_directory(root); !s.ok()) return s;
   }
   return result;
 }

@@ -22,6 +22,6 @@ struct PruneResult {
 // "Committed" here is ListCheckpoints' cheap check (marker valid, shards present with the
 // recorded sizes); payloads are not re-read on every save. A directory is deleted marker
 // first, so one whose deletion is interrupted reads as incomplete, never as committed.
-absl::StatusOr<PruneResult> PruneCheckpoints(const std::filesystem::path& root, int keep);
+absl::StatusOr<PruneResult> prune_checkpoints(const std::filesystem::path& root, int keep);
 
 }  // namespace fp8::checkpoint

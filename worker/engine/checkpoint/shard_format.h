@@ -59,17 +59,17 @@ struct ShardFooter {
   uint32_t format_version = kShardFormatVersion;
 };
 
-std::string EncodeShardHeader();
-std::string EncodeShardIndex(const ShardIndex& index);
-std::string EncodeShardFooter(const ShardFooter& footer);
+std::string encode_shard_header();
+std::string encode_shard_index(const ShardIndex& index);
+std::string encode_shard_footer(const ShardFooter& footer);
 
 // Decoders return DataLoss (or FailedPrecondition for a newer format version) with a
 // message that does not name the file; the reader prefixes the path.
-absl::Status CheckShardHeader(std::span<const std::byte> header);
-absl::StatusOr<ShardFooter> DecodeShardFooter(std::span<const std::byte> footer);
+absl::Status check_shard_header(std::span<const std::byte> header);
+absl::StatusOr<ShardFooter> decode_shard_footer(std::span<const std::byte> footer);
 // Also checks the index against the file's layout: records back to back from the end of
 // the header up to `index_offset`, sizes matching dtype and shape, names unique, identity
 // sensible (0 <= rank < world_size, step >= 0).
-absl::StatusOr<ShardIndex> DecodeShardIndex(std::span<const std::byte> index, uint64_t index_offset);
+absl::StatusOr<ShardIndex> decode_shard_index(std::span<const std::byte> index, uint64_t index_offset);
 
 }  // namespace fp8::checkpoint

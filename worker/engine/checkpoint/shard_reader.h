@@ -1,9 +1,9 @@
 // Reads one shard file, checking everything it returns.
 //
-// Open() checks the structure: header (magic, version, checksum), footer (end marker,
+// open() checks the structure: header (magic, version, checksum), footer (end marker,
 // checksum, sizes adding up to the file's size, so truncation shows), and the index
 // (checksum, layout). Each payload is checked against its CRC-32C as it is read;
-// VerifyPayloads() checks them all without keeping them. Nothing unchecked is ever handed
+// verify_payloads() checks them all without keeping them. Nothing unchecked is ever handed
 // out: on any mismatch the result is an error naming the file and the problem, e.g.
 //   ckpt/step-00000200/rank-00000-of-00001.ckpt: record 'params/wq' checksum mismatch
 //   (stored 0x1234abcd, computed 0x0badf00d)
@@ -33,43 +33,43 @@ namespace fp8::checkpoint {
 
 class ShardReader {
  public:
-  static absl::StatusOr<ShardReader> Open(std::filesystem::path path);
+  static absl::StatusOr<ShardReader> open(std::filesystem::path path);
 
   const std::filesystem::path& path() const { return file_.path(); }
   const ShardIdentity& identity() const { return index_.identity; }
   const std::map<std::string, std::string>& metadata() const { return index_.metadata; }
   const std::vector<RecordInfo>& records() const { return index_.records; }
   // nullptr if there is no such record.
-  const RecordInfo* FindRecord(std::string_view name) const;
+  const RecordInfo* find_record(std::string_view name) const;
   // What the commit marker records for this file.
   ShardInfo info() const;
 
   // Reads record `name` into `out` after checking it has `dtype` and `shape` and that
   // `out` has its size; then checks the payload's checksum. On error `out` may hold part
   // of the payload and must not be used.
-  absl::Status ReadRecord(std::string_view name, DType dtype, const Shape& shape, std::span<std::byte> out) const;
+  absl::Status read_record(std::string_view name, DType dtype, const Shape& shape, std::span<std::byte> out) const;
 
   template <TensorElement T>
-  absl::Status ReadTensor(std::string_view name, std::span<T> out, const Shape& shape) const {
-    return ReadRecord(name, DTypeOf<T>(), shape, std::as_writable_bytes(out));
+  absl::Status read_tensor(std::string_view name, std::span<T> out, const Shape& shape) const {
+    return read_record(name, d_type_of<T>(), shape, std::as_writable_bytes(out));
   }
   // A record written by WriteScalar (shape []).
   template <TensorElement T>
-  absl::StatusOr<T> ReadScalar(std::string_view name) const {
+  absl::StatusOr<T> read_scalar(std::string_view name) const {
     T value{};
-    if (absl::Status s = ReadTensor<T>(name, std::span<T>(&value, 1), {}); !s.ok()) return s;
+    if (absl::Status s = read_tensor<T>(name, std::span<T>(&value, 1), {}); !s.ok()) return s;
     return value;
   }
   // A record written by WriteBytes, whatever its size.
-  absl::StatusOr<std::string> ReadBytes(std::string_view name) const;
+  absl::StatusOr<std::string> read_bytes(std::string_view name) const;
 
   // Checks every payload's checksum, streaming through a bounded buffer.
-  absl::Status VerifyPayloads() const;
+  absl::Status verify_payloads() const;
 
  private:
   ShardReader(InputFile file, ShardIndex index, uint32_t index_crc32c);
-  absl::StatusOr<const RecordInfo*> FindOrNotFound(std::string_view name) const;
-  absl::Status ReadAndCheck(const RecordInfo& record, std::span<std::byte> out) const;
+  absl::StatusOr<const RecordInfo*> find_or_not_found(std::string_view name) const;
+  absl::Status read_and_check(const RecordInfo& record, std::span<std::byte> out) const;
 
   InputFile file_;
   ShardIndex index_;
@@ -81,6 +81,6 @@ class ShardReader {
 // The summary of a finished shard (name, size, index checksum), from its structure alone:
 // the header, footer and index are checked, the payloads are not. Rank 0 can use it to
 // build the commit marker from files on a shared filesystem.
-absl::StatusOr<ShardInfo> ReadShardInfo(const std::filesystem::path& file);
+absl::StatusOr<ShardInfo> read_shard_info(const std::filesystem::path& file);
 
 }  // namespace fp8::checkpoint

@@ -8,7 +8,7 @@
 namespace fp8::engine::data {
 namespace {
 
-absl::Status CheckOptions(const BatcherOptions& o, int64_t train_tokens) {
+absl::Status check_options(const BatcherOptions& o, int64_t train_tokens) {
   auto invalid = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
   if (o.seq_len < 1) return invalid("data.seq_len: must be at least 1, got ", o.seq_len);
   if (o.batch_size < 1) return invalid("train.batch_size: must be at least 1, got ", o.batch_size);
@@ -22,7 +22,7 @@ absl::Status CheckOptions(const BatcherOptions& o, int64_t train_tokens) {
     return invalid("data.seq_len: training split has ", train_tokens,
                    " tokens, fewer than seq_len+1 = ", o.seq_len + 1);
   }
-  if (MaxWindowsPerEpoch(train_tokens, o.seq_len) > std::numeric_limits<uint32_t>::max()) {
+  if (max_windows_per_epoch(train_tokens, o.seq_len) > std::numeric_limits<uint32_t>::max()) {
     return invalid("data.seq_len: ", o.seq_len, " cuts the training split into more than 2^32 - 1 windows; ",
                    "raise it or use a smaller file");
   }
@@ -31,40 +31,40 @@ absl::Status CheckOptions(const BatcherOptions& o, int64_t train_tokens) {
 
 }  // namespace
 
-absl::StatusOr<Batcher> Batcher::Create(const Corpus& corpus, const BatcherOptions& options) {
+absl::StatusOr<Batcher> Batcher::create(const Corpus& corpus, const BatcherOptions& options) {
   const int64_t train_tokens = corpus.train_tokens().size();
-  if (absl::Status status = CheckOptions(options, train_tokens); !status.ok()) return status;
+  if (absl::Status status = check_options(options, train_tokens); !status.ok()) return status;
   return Batcher(corpus.train_tokens(), options);
 }
 
 Batcher::Batcher(const TokenStream& train_tokens, const BatcherOptions& options)
     : train_tokens_(train_tokens), options_(options), micro_batch_size_(options.batch_size / options.grad_accum) {}
 
-TokenBatch Batcher::NextMicroBatch() {
+TokenBatch Batcher::next_micro_batch() {
   TokenBatch batch;
-  NextMicroBatch(batch);
+  next_micro_batch(batch);
   return batch;
 }
 
-void Batcher::NextMicroBatch(TokenBatch& batch) {
-  batch.Resize(micro_batch_size_, options_.seq_len);
+void Batcher::next_micro_batch(TokenBatch& batch) {
+  batch.resize(micro_batch_size_, options_.seq_len);
   // The global micro-batch is micro_batch_size * world_size consecutive windows of the
   // stream; this rank's rows are those at offsets rank, rank + world_size, ...
   const int64_t world = options_.world_size;
   const int64_t global_windows = micro_batch_size_ * world;
   for (int64_t offset = 0; offset < global_windows; ++offset) {
     if (offset % world == options_.rank) {
-      batch.FillRow(offset / world, train_tokens_, Order(position_.epoch).start(position_.index));
+      batch.fill_row(offset / world, train_tokens_, order(position_.epoch).start(position_.index));
     }
-    Advance(position_);
+    advance(position_);
   }
 }
 
-absl::Status Batcher::Restore(const DataPosition& position) {
+absl::Status Batcher::restore(const DataPosition& position) {
   if (position.epoch < 0) {
     return absl::InvalidArgumentError(absl::StrCat("data position: epoch ", position.epoch, " is negative"));
   }
-  const int64_t windows = Order(position.epoch).size();
+  const int64_t windows = order(position.epoch).size();
   if (position.index < 0 || position.index >= windows) {
     return absl::InvalidArgumentError(absl::StrCat("data position: index ", position.index, " is outside epoch ",
                                                    position.epoch, ", which has ", windows,
@@ -74,7 +74,7 @@ absl::Status Batcher::Restore(const DataPosition& position) {
   return absl::OkStatus();
 }
 
-const EpochOrder& Batcher::Order(int64_t epoch) {
+const EpochOrder& Batcher::order(int64_t epoch) {
   for (const std::optional<EpochOrder>& order : orders_) {
     if (order && order->epoch() == epoch) return *order;
   }
@@ -85,8 +85,8 @@ const EpochOrder& Batcher::Order(int64_t epoch) {
   return **slot;
 }
 
-void Batcher::Advance(DataPosition& position) {
-  if (++position.index == Order(position.epoch).size()) {
+void Batcher::advance(DataPosition& position) {
+  if (++position.index == order(position.epoch).size()) {
     ++position.epoch;
     position.index = 0;
   }

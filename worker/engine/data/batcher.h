@@ -13,7 +13,7 @@
 // world sizes see the same data when their global batch G is the same.
 //
 // Resuming: position() is where the global stream stands and is the same on every rank.
-// Saved in a checkpoint and given to Restore(), it continues with exactly the windows
+// Saved in a checkpoint and given to restore(), it continues with exactly the windows
 // that would have come next, also under a different world size with the same G.
 #pragma once
 
@@ -52,20 +52,20 @@ class Batcher {
   // `corpus` must outlive the batcher. Errors: options out of range (naming the field),
   // a training split too short for one window of seq_len + 1 tokens, or one with more
   // than 2^32 - 1 windows per epoch.
-  static absl::StatusOr<Batcher> Create(const Corpus& corpus, const BatcherOptions& options);
+  static absl::StatusOr<Batcher> create(const Corpus& corpus, const BatcherOptions& options);
 
   // Rows of every micro-batch this rank receives: batch_size / grad_accum.
   int64_t micro_batch_size() const { return micro_batch_size_; }
 
   // This rank's next micro-batch; grad_accum of them make one optimizer step. The second
   // form reuses `batch`'s memory.
-  TokenBatch NextMicroBatch();
-  void NextMicroBatch(TokenBatch& batch);
+  TokenBatch next_micro_batch();
+  void next_micro_batch(TokenBatch& batch);
 
   DataPosition position() const { return position_; }
   // Continues from `position` (from position(), possibly of another run or rank). An
   // index outside its epoch is InvalidArgument and changes nothing.
-  absl::Status Restore(const DataPosition& position);
+  absl::Status restore(const DataPosition& position);
 
  private:
   Batcher(const TokenStream& train_tokens, const BatcherOptions& options);
@@ -73,8 +73,8 @@ class Batcher {
   // The order of `epoch`, built on first use. Two are kept: a micro-batch needs at most
   // the current epoch and the next one (unless an epoch is smaller than a micro-batch,
   // when rebuilding is cheap anyway). The reference is valid until the next call.
-  const EpochOrder& Order(int64_t epoch);
-  void Advance(DataPosition& position);
+  const EpochOrder& order(int64_t epoch);
+  void advance(DataPosition& position);
 
   TokenStream train_tokens_;
   BatcherOptions options_;

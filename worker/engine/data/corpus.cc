@@ -12,7 +12,7 @@
 namespace fp8::engine::data {
 namespace {
 
-absl::Status CheckOptions(const CorpusOptions& options) {
+absl::Status check_options(const CorpusOptions& options) {
   if (options.seq_len < 1) {
     return absl::InvalidArgumentError(absl::StrCat("data.seq_len: must be at least 1, got ", options.seq_len));
   }
@@ -29,22 +29,22 @@ absl::Status CheckOptions(const CorpusOptions& options) {
 
 // One file's tokens and its tokenizer's facts, mapped into `texts` or `shards`: a shard's,
 // or a text file's bytes (the bytes tokenizer's).
-absl::StatusOr<TokenRun> MapTokens(const std::string& field, const std::string& path, bool* is_shard,
+absl::StatusOr<TokenRun> map_tokens(const std::string& field, const std::string& path, bool* is_shard,
                                    TokenShardHeader* tokenizer, std::vector<MappedFile>& texts,
                                    std::vector<TokenShard>& shards) {
-  absl::StatusOr<MappedFile> file = MappedFile::Open(path);
+  absl::StatusOr<MappedFile> file = MappedFile::open(path);
   if (!file.ok()) return absl::Status(file.status().code(), absl::StrCat(field, ": ", file.status().message()));
   if (file->bytes().empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", path, " is empty"));
-  *is_shard = LooksLikeTokenShard(file->bytes());
+  *is_shard = looks_like_token_shard(file->bytes());
   if (!*is_shard) {
-    const std::unique_ptr<Tokenizer> bytes_tokenizer = Tokenizer::Bytes();
+    const std::unique_ptr<Tokenizer> bytes_tokenizer = Tokenizer::bytes();
     *tokenizer = {1, 0, bytes_tokenizer->vocab_size(), bytes_tokenizer->end_of_text(),
                   bytes_tokenizer->fingerprint()};
     const std::span<const uint8_t> bytes = file->bytes();
     texts.push_back(*std::move(file));
     return TokenRun{bytes.data(), static_cast<int64_t>(bytes.size()), 1};
   }
-  absl::StatusOr<TokenShard> shard = TokenShard::FromMapped(path, *std::move(file));
+  absl::StatusOr<TokenShard> shard = TokenShard::from_mapped(path, *std::move(file));
   if (!shard.ok()) return absl::Status(shard.status().code(), absl::StrCat(field, ": ", shard.status().message()));
   if (shard->header().tokens == 0) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": token shard ", path, " holds no tokens"));
@@ -56,18 +56,18 @@ absl::StatusOr<TokenRun> MapTokens(const std::string& field, const std::string& 
 
 }  // namespace
 
-absl::StatusOr<Corpus> Corpus::Load(const std::string& path, const CorpusOptions& options) {
-  if (!IsFilePattern(path)) return LoadFiles(path, {path}, options);
-  absl::StatusOr<std::vector<std::string>> files = ExpandFilePattern(path, "data.path");
+absl::StatusOr<Corpus> Corpus::load(const std::string& path, const CorpusOptions& options) {
+  if (!is_file_pattern(path)) return load_files(path, {path}, options);
+  absl::StatusOr<std::vector<std::string>> files = expand_file_pattern(path, "data.path");
   if (!files.ok()) return files.status();
-  return LoadFiles(path, *files, options);
+  return load_files(path, *files, options);
 }
 
-absl::StatusOr<Corpus> Corpus::LoadFiles(const std::string& path, const std::vector<std::string>& files,
+absl::StatusOr<Corpus> Corpus::load_files(const std::string& path, const std::vector<std::string>& files,
                                          const CorpusOptions& options) {
-  if (absl::Status status = CheckOptions(options); !status.ok()) return status;
+  if (absl::Status status = check_options(options); !status.ok()) return status;
   if (files.empty()) return absl::InvalidArgumentError(absl::StrCat("data.path: '", path, "' names no file"));
-  const std::unique_ptr<Tokenizer> bytes = Tokenizer::Bytes();
+  const std::unique_ptr<Tokenizer> bytes = Tokenizer::bytes();
   const Tokenizer& options_tokenizer = options.tokenizer != nullptr ? *options.tokenizer : *bytes;
   Corpus corpus;
   corpus.path_ = path;
@@ -78,7 +78,7 @@ absl::StatusOr<Corpus> Corpus::LoadFiles(const std::string& path, const std::vec
     bool file_is_shard = false;
     TokenShardHeader tokenizer;
     absl::StatusOr<TokenRun> run =
-        MapTokens("data.path", file, &file_is_shard, &tokenizer, corpus.texts_, corpus.shards_);
+        map_tokens("data.path", file, &file_is_shard, &tokenizer, corpus.texts_, corpus.shards_);
     if (!run.ok()) return run.status();
     if (files.size() > 1 && !file_is_shard) {
       return absl::InvalidArgumentError(
@@ -88,7 +88,7 @@ absl::StatusOr<Corpus> Corpus::LoadFiles(const std::string& path, const std::vec
       return absl::InvalidArgumentError(absl::StrCat("data.path: ", file, " was made by another tokenizer than ",
                                                      files.front()));
     }
-    if (!file_is_shard && options_tokenizer.fingerprint() != TokenizerFingerprint(kBytesTokenizerName)) {
+    if (!file_is_shard && options_tokenizer.fingerprint() != tokenizer_fingerprint(kBytesTokenizerName)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "data.path: ", file, " is text; with data.tokenizer ", options_tokenizer.name(),
           " the data are token shards: make them with fp8-data prepare --tokenizer-model"));
@@ -106,16 +106,16 @@ absl::StatusOr<Corpus> Corpus::LoadFiles(const std::string& path, const std::vec
 
   if (options.val_path.empty()) {
     // A text file splits at a line start, a shard at a document's.
-    const int64_t split = is_shard ? ValidationSplitIndex(all, options.val_fraction,
+    const int64_t split = is_shard ? validation_split_index(all, options.val_fraction,
                                                           static_cast<int32_t>(corpus.tokenizer_.end_of_text))
-                                   : ValidationSplitIndex(all, options.val_fraction, '\n');
-    corpus.train_ = all.Slice(0, split);
-    corpus.validation_ = all.Slice(split, all.size() - split);
+                                   : validation_split_index(all, options.val_fraction, '\n');
+    corpus.train_ = all.slice(0, split);
+    corpus.validation_ = all.slice(split, all.size() - split);
   } else {
     corpus.train_ = all;
     bool val_is_shard = false;
     TokenShardHeader val_tokenizer;
-    absl::StatusOr<TokenRun> validation = MapTokens("data.val_path", options.val_path, &val_is_shard,
+    absl::StatusOr<TokenRun> validation = map_tokens("data.val_path", options.val_path, &val_is_shard,
                                                     &val_tokenizer, corpus.texts_, corpus.shards_);
     if (!validation.ok()) return validation.status();
     if (val_tokenizer.tokenizer != corpus.tokenizer_.tokenizer || val_is_shard != is_shard) {

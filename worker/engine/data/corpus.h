@@ -42,10 +42,10 @@ class Corpus {
   // Maps the data. Errors name the field and the file: a missing or unreadable file, an
   // empty one, a damaged shard, shards of different tokenizers, options out of range, and
   // a split too short for one window (what to change is part of the message).
-  static absl::StatusOr<Corpus> Load(const std::string& path, const CorpusOptions& options);
+  static absl::StatusOr<Corpus> load(const std::string& path, const CorpusOptions& options);
   // The same with data.path's files already found (a pattern's matches, opened beneath
   // the data root by the caller): `files` in order, `path` for messages.
-  static absl::StatusOr<Corpus> LoadFiles(const std::string& path, const std::vector<std::string>& files,
+  static absl::StatusOr<Corpus> load_files(const std::string& path, const std::vector<std::string>& files,
                                           const CorpusOptions& options);
 
   const std::string& path() const { return path_; }

@@ -17,10 +17,10 @@ inline constexpr int64_t kSplitSnapBytes = 1024;
 // (rounded to whole bytes), moved to just after the nearest '\n' within kSplitSnapBytes
 // so that no line is cut in two. With several equally near, the earlier one wins.
 // val_fraction 0 gives bytes.size() (no validation); val_fraction must be in [0, 1].
-int64_t ValidationSplitOffset(std::span<const uint8_t> bytes, double val_fraction);
+int64_t validation_split_offset(std::span<const uint8_t> bytes, double val_fraction);
 
 // The same over tokens: the index at which validation begins, moved to just after the
 // nearest `boundary` token (a token shard's end-of-text id) within kSplitSnapBytes tokens.
-int64_t ValidationSplitIndex(const TokenStream& tokens, double val_fraction, int32_t boundary);
+int64_t validation_split_index(const TokenStream& tokens, double val_fraction, int32_t boundary);
 
 }  // namespace fp8::engine::data

@@ -15,12 +15,12 @@
 namespace fp8::engine::data {
 
 // Windows in an epoch with phase 0, the most any epoch can have.
-int64_t MaxWindowsPerEpoch(int64_t train_tokens, int64_t seq_len);
+int64_t max_windows_per_epoch(int64_t train_tokens, int64_t seq_len);
 
 class EpochOrder {
  public:
-  // Needs train_tokens >= seq_len + 1 (one window at least; Corpus::Load checks it) and
-  // MaxWindowsPerEpoch(...) <= 2^32 - 1 (window numbers are stored as uint32 to keep a
+  // Needs train_tokens >= seq_len + 1 (one window at least; Corpus::load checks it) and
+  // max_windows_per_epoch(...) <= 2^32 - 1 (window numbers are stored as uint32 to keep a
   // large corpus's order small).
   EpochOrder(int64_t train_tokens, int64_t seq_len, uint64_t seed, int64_t epoch);
 

@@ -8,9 +8,9 @@
 
 namespace fp8::engine::data {
 
-bool IsFilePattern(std::string_view path) { return path.find_first_of("*?[") != std::string_view::npos; }
+bool is_file_pattern(std::string_view path) { return path.find_first_of("*?[") != std::string_view::npos; }
 
-absl::StatusOr<std::vector<std::string>> ExpandFilePattern(const std::string& pattern, const std::string& field) {
+absl::StatusOr<std::vector<std::string>> expand_file_pattern(const std::string& pattern, const std::string& field) {
   glob_t matches{};
   const int rc = ::glob(pattern.c_str(), 0, nullptr, &matches);
   std::vector<std::string> files;

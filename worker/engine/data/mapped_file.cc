@@ -15,7 +15,7 @@
 namespace fp8::engine::data {
 namespace {
 
-absl::Status ErrnoStatus(int error, const std::string& what, const std::string& path) {
+absl::Status errno_status(int error, const std::string& what, const std::string& path) {
   std::string message = absl::StrCat("cannot ", what, " ", path, ": ", std::strerror(error));
   if (error == ENOENT) return absl::NotFoundError(message);
   if (error == EACCES || error == EPERM) return absl::PermissionDeniedError(message);
@@ -39,12 +39,12 @@ class FileDescriptor {
 
 }  // namespace
 
-absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
+absl::StatusOr<MappedFile> MappedFile::open(const std::string& path) {
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoStatus(errno, "open", path);
+  if (fd.get() < 0) return errno_status(errno, "open", path);
 
   struct stat info {};
-  if (::fstat(fd.get(), &info) != 0) return ErrnoStatus(errno, "stat", path);
+  if (::fstat(fd.get(), &info) != 0) return errno_status(errno, "stat", path);
   if (!S_ISREG(info.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
   }
@@ -52,7 +52,7 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
   if (size == 0) return MappedFile();  // mmap rejects a zero length; the caller reports it
 
   void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-  if (data == MAP_FAILED) return ErrnoStatus(errno, "map", path);
+  if (data == MAP_FAILED) return errno_status(errno, "map", path);
   return MappedFile(static_cast<const uint8_t*>(data), size);
 }
 
@@ -61,16 +61,16 @@ MappedFile::MappedFile(MappedFile&& other) noexcept
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
-    Unmap();
+    unmap();
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }
   return *this;
 }
 
-MappedFile::~MappedFile() { Unmap(); }
+MappedFile::~MappedFile() { unmap(); }
 
-void MappedFile::Unmap() {
+void MappedFile::unmap() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
   data_ = nullptr;
   size_ = 0;

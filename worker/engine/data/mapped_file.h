@@ -16,7 +16,7 @@ class MappedFile {
  public:
   // Errors name `path`: NotFound for a missing file, InvalidArgument for something that
   // is not a regular file, the errno's code otherwise. An empty file maps to no bytes.
-  static absl::StatusOr<MappedFile> Open(const std::string& path);
+  static absl::StatusOr<MappedFile> open(const std::string& path);
 
   MappedFile() = default;
   MappedFile(MappedFile&& other) noexcept;
@@ -30,7 +30,7 @@ class MappedFile {
 
  private:
   MappedFile(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  void Unmap();
+  void unmap();
 
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;

@@ -13,12 +13,12 @@ namespace fp8::engine::data {
 
 // One well-mixed 64-bit seed per (seed, stream) pair, so that streams derived from
 // nearby seeds or adjacent stream numbers (epoch 0, 1, 2...) are unrelated.
-uint64_t MixSeed(uint64_t seed, uint64_t stream);
+uint64_t mix_seed(uint64_t seed, uint64_t stream);
 
 // Uniform in [0, bound), without modulo bias. bound must be > 0.
-uint64_t UniformBelow(std::mt19937_64& rng, uint64_t bound);
+uint64_t uniform_below(std::mt19937_64& rng, uint64_t bound);
 
 // Fisher-Yates: every permutation of `values` equally likely.
-void ShuffleInPlace(std::span<uint32_t> values, std::mt19937_64& rng);
+void shuffle_in_place(std::span<uint32_t> values, std::mt19937_64& rng);
 
 }  // namespace fp8::engine::data

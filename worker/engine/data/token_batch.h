@@ -22,10 +22,10 @@ struct TokenBatch {
   std::vector<int64_t> window_starts;
 
   // Sizes the batch for `rows` x `seq_len`, reusing the buffers' memory.
-  void Resize(int64_t rows, int64_t seq_len);
+  void resize(int64_t rows, int64_t seq_len);
   // Fills row `row` from the window of seq_len + 1 tokens starting at `start` in
   // `split`; the caller guarantees the window lies inside it.
-  void FillRow(int64_t row, const TokenStream& split, int64_t start);
+  void fill_row(int64_t row, const TokenStream& split, int64_t start);
 };
 
 }  // namespace fp8::engine::data

@@ -38,18 +38,18 @@ struct TokenShardHeader {
 };
 
 // FNV-1a (64 bits) of what identifies a tokenizer: "bytes" for the bytes tokenizer.
-uint64_t TokenizerFingerprint(std::string_view identity);
+uint64_t tokenizer_fingerprint(std::string_view identity);
 
 // Whether `bytes` begin with the shard magic (a text file that does is not one).
-bool LooksLikeTokenShard(std::span<const uint8_t> bytes);
+bool looks_like_token_shard(std::span<const uint8_t> bytes);
 
 class TokenShard {
  public:
   // Maps and checks the shard at `path`. Errors name the file and what is wrong (magic,
   // version, width, a size that disagrees with the count: truncated or padded).
-  static absl::StatusOr<TokenShard> Open(const std::string& path);
+  static absl::StatusOr<TokenShard> open(const std::string& path);
   // The same over `file`, already mapped from `path`.
-  static absl::StatusOr<TokenShard> FromMapped(const std::string& path, MappedFile file);
+  static absl::StatusOr<TokenShard> from_mapped(const std::string& path, MappedFile file);
 
   const std::string& path() const { return path_; }
   const TokenShardHeader& header() const { return header_; }
@@ -65,25 +65,25 @@ class TokenShard {
 };
 
 // Writes a shard token by token: into `path`.tmp, renamed to `path` (after an fsync) by
-// Finish(); a writer destroyed before Finish() removes the temporary file, so a failed
+// finish(); a writer destroyed before finish() removes the temporary file, so a failed
 // run leaves no shard behind.
 class TokenShardWriter {
  public:
-  // `header.tokens` is ignored: Finish() writes the count appended.
-  static absl::StatusOr<TokenShardWriter> Create(const std::string& path, const TokenShardHeader& header);
+  // `header.tokens` is ignored: finish() writes the count appended.
+  static absl::StatusOr<TokenShardWriter> create(const std::string& path, const TokenShardHeader& header);
   TokenShardWriter(TokenShardWriter&& other) noexcept;
   TokenShardWriter& operator=(TokenShardWriter&&) = delete;
   ~TokenShardWriter();
 
   // InvalidArgument for a token not below the vocabulary size.
-  absl::Status Append(std::span<const uint32_t> tokens);
+  absl::Status append(std::span<const uint32_t> tokens);
   int64_t tokens() const { return header_.tokens; }
-  absl::Status Finish();
+  absl::Status finish();
 
  private:
   TokenShardWriter(std::string path, int fd, TokenShardHeader header)
       : path_(std::move(path)), fd_(fd), header_(header) {}
-  absl::Status WriteAll(const void* data, size_t size);
+  absl::Status write_all(const void* data, size_t size);
 
   std::string path_;
   int fd_ = -1;

@@ -6,7 +6,7 @@
 namespace fp8::engine::data {
 namespace {
 
-int32_t Read(const uint8_t* p, int width) {
+int32_t read(const uint8_t* p, int width) {
   switch (width) {
     case 1:
       return *p;
@@ -31,20 +31,20 @@ TokenStream::TokenStream(std::vector<TokenRun> runs) {
   }
 }
 
-size_t TokenStream::RunOf(int64_t index) const {
+size_t TokenStream::run_of(int64_t index) const {
   const auto after = std::upper_bound(starts_.begin(), starts_.end(), index);
   return static_cast<size_t>(after - starts_.begin()) - 1;
 }
 
-int32_t TokenStream::At(int64_t index) const {
-  const size_t r = RunOf(index);
+int32_t TokenStream::at(int64_t index) const {
+  const size_t r = run_of(index);
   const TokenRun& run = runs_[r];
-  return Read(run.data + (index - starts_[r]) * run.width, run.width);
+  return read(run.data + (index - starts_[r]) * run.width, run.width);
 }
 
-void TokenStream::Copy(int64_t start, int64_t count, int32_t* out) const {
+void TokenStream::copy(int64_t start, int64_t count, int32_t* out) const {
   if (count <= 0) return;
-  for (size_t r = RunOf(start); count > 0; ++r) {
+  for (size_t r = run_of(start); count > 0; ++r) {
     const TokenRun& run = runs_[r];
     const int64_t offset = start - starts_[r];
     const int64_t n = std::min(count, run.size - offset);
@@ -52,7 +52,7 @@ void TokenStream::Copy(int64_t start, int64_t count, int32_t* out) const {
     if (run.width == 1) {
       for (int64_t i = 0; i < n; ++i) out[i] = p[i];
     } else {
-      for (int64_t i = 0; i < n; ++i) out[i] = Read(p + i * run.width, run.width);
+      for (int64_t i = 0; i < n; ++i) out[i] = read(p + i * run.width, run.width);
     }
     out += n;
     start += n;
@@ -60,11 +60,11 @@ void TokenStream::Copy(int64_t start, int64_t count, int32_t* out) const {
   }
 }
 
-TokenStream TokenStream::Slice(int64_t offset, int64_t count) const {
+TokenStream TokenStream::slice(int64_t offset, int64_t count) const {
   std::vector<TokenRun> runs;
   if (count <= 0) return TokenStream();
   const int64_t end = offset + count;
-  for (size_t r = RunOf(offset); r < runs_.size() && starts_[r] < end; ++r) {
+  for (size_t r = run_of(offset); r < runs_.size() && starts_[r] < end; ++r) {
     const int64_t from = std::max(offset, starts_[r]) - starts_[r];
     const int64_t to = std::min(end, starts_[r] + runs_[r].size) - starts_[r];
     runs.push_back({runs_[r].data + from * runs_[r].width, to - from, runs_[r].width});

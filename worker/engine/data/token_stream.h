@@ -22,16 +22,16 @@ class TokenStream {
 
   int64_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  int32_t At(int64_t index) const;
+  int32_t at(int64_t index) const;
   // Tokens [start, start + count) into `out`, widened to int32; the caller keeps the
   // range inside the stream.
-  void Copy(int64_t start, int64_t count, int32_t* out) const;
+  void copy(int64_t start, int64_t count, int32_t* out) const;
   // Tokens [offset, offset + count) as a stream of their own (the same memory).
-  TokenStream Slice(int64_t offset, int64_t count) const;
+  TokenStream slice(int64_t offset, int64_t count) const;
 
  private:
   // The run holding token `index`.
-  size_t RunOf(int64_t index) const;
+  size_t run_of(int64_t index) const;
 
   std::vector<TokenRun> runs_;
   std::vector<int64_t> starts_;  // starts_[i]: the stream index of runs_[i]'s first token

@@ -15,14 +15,14 @@ namespace {
 class BytesTokenizer final : public Tokenizer {
  public:
   std::string name() const override { return kBytesTokenizerName; }
-  uint64_t fingerprint() const override { return TokenizerFingerprint(kBytesTokenizerName); }
+  uint64_t fingerprint() const override { return tokenizer_fingerprint(kBytesTokenizerName); }
   uint32_t vocab_size() const override { return kBytesVocabSize; }
   uint32_t end_of_text() const override { return kBytesEndOfText; }
-  absl::Status Encode(std::string_view text, std::vector<uint32_t>& out) const override {
+  absl::Status encode(std::string_view text, std::vector<uint32_t>& out) const override {
     for (char c : text) out.push_back(static_cast<uint8_t>(c));
     return absl::OkStatus();
   }
-  std::string Decode(std::span<const int32_t> ids) const override {
+  std::string decode(std::span<const int32_t> ids) const override {
     std::string text;
     for (int32_t id : ids) text += static_cast<char>(id);
     return text;
@@ -39,11 +39,11 @@ class SentencePieceFactsTokenizer final : public Tokenizer {
   uint64_t fingerprint() const override { return fingerprint_; }
   uint32_t vocab_size() const override { return static_cast<uint32_t>(info_.pieces); }
   uint32_t end_of_text() const override { return static_cast<uint32_t>(info_.eos_id); }
-  absl::Status Encode(std::string_view, std::vector<uint32_t>&) const override {
+  absl::Status encode(std::string_view, std::vector<uint32_t>&) const override {
     return absl::FailedPreconditionError(absl::StrCat("sentencepiece ", path_,
                                                       ": text is encoded by fp8-data prepare --tokenizer-model"));
   }
-  std::string Decode(std::span<const int32_t>) const override { return ""; }
+  std::string decode(std::span<const int32_t>) const override { return ""; }
 
  private:
   std::string path_;
@@ -53,9 +53,9 @@ class SentencePieceFactsTokenizer final : public Tokenizer {
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> Tokenizer::Bytes() { return std::make_unique<BytesTokenizer>(); }
+std::unique_ptr<Tokenizer> Tokenizer::bytes() { return std::make_unique<BytesTokenizer>(); }
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::SentencePieceFacts(const std::string& model_path,
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::sentence_piece_facts(const std::string& model_path,
                                                                          const std::string& field) {
   std::ifstream in(model_path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(field, ": cannot open ", model_path));
@@ -64,14 +64,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::SentencePieceFacts(const s
   const std::string serialized = bytes.str();
   std::string error;
   const std::optional<tokenizer::SentencePieceModelInfo> info =
-      tokenizer::ReadSentencePieceModelInfo(serialized, &error);
+      tokenizer::read_sentence_piece_model_info(serialized, &error);
   if (!info) return absl::InvalidArgumentError(absl::StrCat(field, ": ", model_path, ": ", error));
   if (info->eos_id < 0 || info->eos_id >= info->pieces) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", model_path,
                                                    " has no end-of-sentence piece, which ends each document"));
   }
   return std::unique_ptr<Tokenizer>(
-      std::make_unique<SentencePieceFactsTokenizer>(model_path, TokenizerFingerprint(serialized), *info));
+      std::make_unique<SentencePieceFactsTokenizer>(model_path, tokenizer_fingerprint(serialized), *info));
 }
 
 }  // namespace fp8::engine::data

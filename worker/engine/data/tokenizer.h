@@ -18,12 +18,12 @@ namespace fp8::engine::data {
 
 class Tokenizer {
  public:
-  static std::unique_ptr<Tokenizer> Bytes();
+  static std::unique_ptr<Tokenizer> bytes();
   // The SentencePiece model at `model_path` as far as shards need it: its fingerprint,
   // vocabulary and end-of-text id; Encode and Decode fail. Errors name the file (and
   // `field`, e.g. "data.tokenizer_model"): missing, not a model, or a model without an
   // end-of-sentence piece (documents need one to end with).
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> SentencePieceFacts(const std::string& model_path,
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> sentence_piece_facts(const std::string& model_path,
                                                                        const std::string& field);
   virtual ~Tokenizer() = default;
 
@@ -35,10 +35,10 @@ class Tokenizer {
   // The id that ends every document in a shard.
   virtual uint32_t end_of_text() const = 0;
   // Appends `text`'s ids to `out`.
-  virtual absl::Status Encode(std::string_view text, std::vector<uint32_t>& out) const = 0;
+  virtual absl::Status encode(std::string_view text, std::vector<uint32_t>& out) const = 0;
   // The text of `ids` (the bytes tokenizer's control bytes as they are); "" where the
   // tokenizer cannot decode.
-  virtual std::string Decode(std::span<const int32_t> ids) const = 0;
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
 };
 
 }  // namespace fp8::engine::data

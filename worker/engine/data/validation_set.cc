@@ -9,7 +9,7 @@
 namespace fp8::engine::data {
 namespace {
 
-absl::Status CheckOptions(const ValidationOptions& o) {
+absl::Status check_options(const ValidationOptions& o) {
   auto invalid = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
   if (o.seq_len < 1) return invalid("data.seq_len: must be at least 1, got ", o.seq_len);
   if (o.batch_size < 1) return invalid("train.batch_size: must be at least 1, got ", o.batch_size);
@@ -22,8 +22,8 @@ absl::Status CheckOptions(const ValidationOptions& o) {
 
 }  // namespace
 
-absl::StatusOr<ValidationSet> ValidationSet::Create(const Corpus& corpus, const ValidationOptions& options) {
-  if (absl::Status status = CheckOptions(options); !status.ok()) return status;
+absl::StatusOr<ValidationSet> ValidationSet::create(const Corpus& corpus, const ValidationOptions& options) {
+  if (absl::Status status = check_options(options); !status.ok()) return status;
   const TokenStream& tokens = corpus.validation_tokens();
   if (tokens.empty()) {
     return absl::FailedPreconditionError(
@@ -35,26 +35,26 @@ absl::StatusOr<ValidationSet> ValidationSet::Create(const Corpus& corpus, const 
                                                       " tokens, fewer than seq_len+1 = ", options.seq_len + 1));
   }
   // Cut as an epoch with phase 0 is: non-overlapping windows at stride seq_len.
-  return ValidationSet(tokens, options, MaxWindowsPerEpoch(size, options.seq_len));
+  return ValidationSet(tokens, options, max_windows_per_epoch(size, options.seq_len));
 }
 
 int64_t ValidationSet::distinct_windows() const {
   return std::min(windows_in_split_, options_.eval_batches * options_.batch_size * options_.world_size);
 }
 
-TokenBatch ValidationSet::Batch(int64_t index) const {
-  TokenBatch batch;
-  Batch(index, batch);
-  return batch;
+TokenBatch ValidationSet::batch(int64_t index) const {
+  TokenBatch out;
+  batch(index, out);
+  return out;
 }
 
-void ValidationSet::Batch(int64_t index, TokenBatch& batch) const {
-  batch.Resize(options_.batch_size, options_.seq_len);
+void ValidationSet::batch(int64_t index, TokenBatch& batch) const {
+  batch.resize(options_.batch_size, options_.seq_len);
   const int64_t world = options_.world_size;
   const int64_t first = index * options_.batch_size * world + options_.rank;
   for (int64_t row = 0; row < options_.batch_size; ++row) {
     const int64_t window = (first + row * world) % windows_in_split_;
-    batch.FillRow(row, tokens_, window * options_.seq_len);
+    batch.fill_row(row, tokens_, window * options_.seq_len);
   }
 }
 

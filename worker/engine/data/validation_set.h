@@ -32,7 +32,7 @@ class ValidationSet {
   // `corpus` must outlive the set. FailedPrecondition when the corpus has no validation
   // split (data.val_fraction 0) or one shorter than a window; InvalidArgument for
   // options out of range.
-  static absl::StatusOr<ValidationSet> Create(const Corpus& corpus, const ValidationOptions& options);
+  static absl::StatusOr<ValidationSet> create(const Corpus& corpus, const ValidationOptions& options);
 
   int64_t num_batches() const { return options_.eval_batches; }
   // Distinct windows in the whole list (over all ranks); less than eval_batches *
@@ -41,8 +41,8 @@ class ValidationSet {
 
   // This rank's share of evaluation batch `index` (in [0, num_batches())): batch_size
   // rows. The second form reuses `batch`'s memory.
-  TokenBatch Batch(int64_t index) const;
-  void Batch(int64_t index, TokenBatch& batch) const;
+  TokenBatch batch(int64_t index) const;
+  void batch(int64_t index, TokenBatch& batch) const;
 
  private:
   ValidationSet(const TokenStream& tokens, const ValidationOptions& options, int64_t windows_in_split)

@@ -86,9 +86,9 @@ bool Float8LinearConfig::any_delayed() const {
 }
 
 absl::StatusOr<Float8LinearConfig> config_from_spec(const v1::Fp8Spec& fp8) {
-  const v1::Float8Gemms gemms = jobspec::EffectiveGemms(fp8);
+  const v1::Float8Gemms gemms = jobspec::effective_gemms(fp8);
   const bool pow2 =
-      fp8.has_power_of_2_scales() ? fp8.power_of_2_scales() : jobspec::RecipeUsesPowerOf2Scales(fp8.recipe());
+      fp8.has_power_of_2_scales() ? fp8.power_of_2_scales() : jobspec::recipe_uses_power_of2_scales(fp8.recipe());
 
   Float8LinearConfig c;
   c.output.input = from_proto(gemms.output().input(), pow2);

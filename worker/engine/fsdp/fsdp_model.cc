@@ -74,7 +74,7 @@ struct FsdpModel::Unit {
   bool present = false;
 };
 
-absl::StatusOr<UnitCollectives> ParseUnitCollectives(std::string_view text, std::string_view where) {
+absl::StatusOr<UnitCollectives> parse_unit_collectives(std::string_view text, std::string_view where) {
   if (text == "packed") return UnitCollectives::kPacked;
   if (text == "per_parameter") return UnitCollectives::kPerParameter;
   return absl::InvalidArgumentError(

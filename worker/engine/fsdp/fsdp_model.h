@@ -64,7 +64,7 @@ namespace fp8::engine::fsdp {
 // GPUs (the tests run every FSDP case both ways).
 enum class UnitCollectives { kPacked, kPerParameter };
 // "packed" or "per_parameter"; InvalidArgument naming `where` and the value otherwise.
-absl::StatusOr<UnitCollectives> ParseUnitCollectives(std::string_view text, std::string_view where);
+absl::StatusOr<UnitCollectives> parse_unit_collectives(std::string_view text, std::string_view where);
 
 struct FsdpOptions {
   bool all_gather_fp8 = true;  // fp8.all_gather_fp8

@@ -23,16 +23,16 @@ absl::StatusOr<checkpoint::CommittedCheckpoint> find_committed(const std::filesy
   if (!std::filesystem::is_directory(dir, ec)) {
     return absl::InvalidArgumentError(absl::StrCat(dir.string(), ": no such checkpoint directory"));
   }
-  const bool one_step = checkpoint::ParseStepDirectoryName(dir.filename().string()).has_value();
+  const bool one_step = checkpoint::parse_step_directory_name(dir.filename().string()).has_value();
   const std::filesystem::path root = one_step ? dir.parent_path() : dir;
-  absl::StatusOr<std::vector<checkpoint::CheckpointEntry>> entries = checkpoint::ListCheckpoints(root);
+  absl::StatusOr<std::vector<checkpoint::CheckpointEntry>> entries = checkpoint::list_checkpoints(root);
   if (!entries.ok()) return bad_input(entries.status());
   for (const checkpoint::CheckpointEntry& e : *entries) {
     if (one_step && e.dir.filename() != dir.filename()) continue;
     if (e.state == checkpoint::CheckpointState::kCommitted) return checkpoint::CommittedCheckpoint{e.dir, *e.marker};
     if (one_step) {
       return absl::InvalidArgumentError(absl::StrCat(dir.string(), ": not a committed checkpoint (",
-                                                     std::string(checkpoint::CheckpointStateName(e.state)), ": ", e.problem, ")"));
+                                                     std::string(checkpoint::checkpoint_state_name(e.state)), ": ", e.problem, ")"));
     }
   }
   return absl::InvalidArgumentError(absl::StrCat(dir.string(), ": holds no committed checkpoint"));
@@ -68,7 +68,7 @@ absl::StatusOr<CheckpointModel> read_checkpoint_model(const std::filesystem::pat
   out.step_dir = committed.dir;
   out.step = committed.step();
   out.world_size = committed.world_size();
-  absl::StatusOr<engine::CheckpointRows> rows = engine::CheckpointRows::Open(committed);
+  absl::StatusOr<engine::CheckpointRows> rows = engine::CheckpointRows::open(committed);
   if (!rows.ok()) return bad_input(rows.status());
   if (model) {
     out.spec = *model;

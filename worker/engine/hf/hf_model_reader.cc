@@ -6,7 +6,7 @@
 namespace fp8::hf {
 
 absl::StatusOr<CheckpointModel> read_hf_model(const std::filesystem::path& dir) {
-  FP8_ASSIGN_OR_RETURN(const HfModelSource source, HfModelSource::Open(dir));
+  FP8_ASSIGN_OR_RETURN(const HfModelSource source, HfModelSource::open(dir));
   CheckpointModel out;
   out.step_dir = dir;
   out.spec = source.spec();

@@ -25,12 +25,12 @@ absl::Status bad(const std::filesystem::path& file, absl::string_view what) {
 }
 
 absl::StatusOr<json> read_json(const std::filesystem::path& path, bool follow_links) {
-  absl::StatusOr<checkpoint::InputFile> file = checkpoint::InputFile::Open(path, follow_links);
+  absl::StatusOr<checkpoint::InputFile> file = checkpoint::InputFile::open(path, follow_links);
   if (!file.ok()) return absl::InvalidArgumentError(file.status().message());
   constexpr uint64_t kMaxJsonBytes = 64 << 20;
   if (file->size() > kMaxJsonBytes) return bad(path, absl::StrCat(file->size(), " bytes is too large for a JSON file"));
   std::string text(file->size(), '\0');
-  if (absl::Status s = file->ReadAt(0, std::as_writable_bytes(std::span(text))); !s.ok()) return bad(path, s.message());
+  if (absl::Status s = file->read_at(0, std::as_writable_bytes(std::span(text))); !s.ok()) return bad(path, s.message());
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return bad(path, "is not a JSON object");
   return j;
@@ -88,7 +88,7 @@ absl::StatusOr<std::map<std::string, std::filesystem::path>> tensor_files(
   const std::filesystem::path index = dir / "model.safetensors.index.json";
   std::error_code ec;
   if (std::filesystem::exists(single, ec)) {
-    absl::StatusOr<SafetensorsReader> r = SafetensorsReader::Open(single, follow_links);
+    absl::StatusOr<SafetensorsReader> r = SafetensorsReader::open(single, follow_links);
     if (!r.ok()) return absl::InvalidArgumentError(r.status().message());
     for (const SafetensorsTensorInfo& t : r->tensors()) out[t.name] = single;
     opened.push_back(std::make_unique<SafetensorsReader>(std::move(*r)));
@@ -151,7 +151,7 @@ absl::StatusOr<v1::ModelSpec> model_spec_from_hf_config(const std::filesystem::p
   return spec;
 }
 
-absl::StatusOr<HfModelSource> HfModelSource::Open(const std::filesystem::path& dir, bool follow_links) {
+absl::StatusOr<HfModelSource> HfModelSource::open(const std::filesystem::path& dir, bool follow_links) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) return bad(dir, "no such directory");
   HfModelSource out;
@@ -171,12 +171,12 @@ absl::StatusOr<HfModelSource> HfModelSource::Open(const std::filesystem::path& d
     if (file == files.end()) return bad(dir, absl::StrCat("has no tensor ", name, " (", p.name, ")"));
     const SafetensorsReader*& reader = opened[file->second];
     if (reader == nullptr) {
-      absl::StatusOr<SafetensorsReader> r = SafetensorsReader::Open(file->second, follow_links);
+      absl::StatusOr<SafetensorsReader> r = SafetensorsReader::open(file->second, follow_links);
       if (!r.ok()) return absl::InvalidArgumentError(r.status().message());
       out.files_.push_back(std::make_unique<SafetensorsReader>(std::move(*r)));
       reader = out.files_.back().get();
     }
-    const SafetensorsTensorInfo* info = reader->Find(name);
+    const SafetensorsTensorInfo* info = reader->find(name);
     if (info == nullptr) return bad(file->second, absl::StrCat("has no tensor ", name, " (the index says it does)"));
     if (info->shape != p.shape) {
       return bad(file->second, absl::StrCat(name, " is shaped [", absl::StrJoin(info->shape, ", "),
@@ -201,7 +201,7 @@ absl::StatusOr<std::vector<float>> HfModelSource::read_rows(const ParameterShape
   if (it == tensors_.end()) return absl::InvalidArgumentError(absl::StrCat(dir_.string(), ": no parameter ", p.name));
   const SafetensorsReader& reader = *it->second;
   auto read = [&](int64_t b, int64_t e) -> absl::StatusOr<std::vector<float>> {
-    absl::StatusOr<std::vector<float>> rows = reader.ReadF32Rows(name, b, e);
+    absl::StatusOr<std::vector<float>> rows = reader.read_f32_rows(name, b, e);
     if (!rows.ok()) return absl::InvalidArgumentError(rows.status().message());
     return rows;
   };

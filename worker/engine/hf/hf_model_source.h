@@ -10,7 +10,7 @@
 // hidden_size / num_attention_heads, a tensor missing or shaped otherwise, or one the model
 // has no place for. Reading rows reads only their bytes: an FSDP rank reads its share.
 //
-//   HfModelSource m = *HfModelSource::Open("my-model/");
+//   HfModelSource m = *HfModelSource::open("my-model/");
 //   for (const ParameterShape& p : llama_parameter_shapes(m.config()))
 //     std::vector<float> rows = *m.read_rows(p, begin, end);
 #pragma once
@@ -33,7 +33,7 @@ class HfModelSource {
  public:
   // follow_links false: a symbolic link as any file of the folder is refused (a folder
   // opened beneath a root must not lead out of it). InvalidArgument for every refusal.
-  static absl::StatusOr<HfModelSource> Open(const std::filesystem::path& dir, bool follow_links = true);
+  static absl::StatusOr<HfModelSource> open(const std::filesystem::path& dir, bool follow_links = true);
 
   const std::filesystem::path& dir() const { return dir_; }
   const v1::ModelSpec& spec() const { return spec_; }

@@ -50,7 +50,7 @@ void rope(const ops::RopeTable& table, int64_t pos, int64_t heads, int64_t head_
 
 LlamaDecoder::LlamaDecoder(const CheckpointModel& model) : c_(model.config) {}
 
-absl::StatusOr<LlamaDecoder> LlamaDecoder::Create(const CheckpointModel& model) {
+absl::StatusOr<LlamaDecoder> LlamaDecoder::create(const CheckpointModel& model) {
   LlamaDecoder d(model);
   const engine::LlamaConfig& c = model.config;
   auto tensor = [&](const std::string& name, std::vector<int64_t> shape) -> absl::StatusOr<const float*> {

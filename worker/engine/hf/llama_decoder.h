@@ -6,7 +6,7 @@
 // recipe none (RMSNorm in double as the CPU ops do, RoPE from the same tables, causal
 // grouped-query attention, SwiGLU), each matrix-vector product accumulated in double.
 //
-//   LlamaDecoder d = *LlamaDecoder::Create(model);
+//   LlamaDecoder d = *LlamaDecoder::create(model);
 //   for (int32_t t : prompt) logits = *d.feed(t);   // logits after the last prompt token
 #pragma once
 
@@ -28,7 +28,7 @@ class LlamaDecoder {
  public:
   // `model` must outlive the decoder. A parameter missing or shaped otherwise than the
   // config says is an InvalidArgument naming it.
-  static absl::StatusOr<LlamaDecoder> Create(const CheckpointModel& model);
+  static absl::StatusOr<LlamaDecoder> create(const CheckpointModel& model);
 
   // Feeds the token at position position() and returns the logits of the next token
   // ([vocab_size], valid until the next call). InvalidArgument for a token outside the

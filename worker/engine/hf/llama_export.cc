@@ -31,10 +31,10 @@ absl::Status check_out(const std::filesystem::path& out) {
 }
 
 absl::Status write_text(const std::filesystem::path& path, const std::string& text) {
-  FP8_ASSIGN_OR_RETURN(checkpoint::OutputFile file, checkpoint::OutputFile::Create(path));
-  FP8_RETURN_IF_ERROR(file.Write(std::as_bytes(std::span(text))));
-  FP8_RETURN_IF_ERROR(file.Sync());
-  return file.Close();
+  FP8_ASSIGN_OR_RETURN(checkpoint::OutputFile file, checkpoint::OutputFile::create(path));
+  FP8_RETURN_IF_ERROR(file.write(std::as_bytes(std::span(text))));
+  FP8_RETURN_IF_ERROR(file.sync());
+  return file.close();
 }
 
 // Writes config.json and model.safetensors into `dir`.
@@ -65,7 +65,7 @@ absl::Status write_folder(const std::filesystem::path& dir, CheckpointModel& m, 
   summary.tensors = static_cast<int64_t>(tensors.size());
   FP8_RETURN_IF_ERROR(write_text(dir / "config.json", hf_llama_config_json(m.spec, c, dtype)));
   FP8_RETURN_IF_ERROR(write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}}));
-  return checkpoint::SyncDirectory(dir);
+  return checkpoint::sync_directory(dir);
 }
 
 }  // namespace
@@ -77,7 +77,7 @@ absl::StatusOr<std::string> read_tokenizer_model(const std::filesystem::path& pa
   std::ostringstream bytes;
   bytes << in.rdbuf();
   std::string error;
-  const std::optional<tokenizer::SentencePieceModelInfo> info = tokenizer::ReadSentencePieceModelInfo(bytes.str(), &error);
+  const std::optional<tokenizer::SentencePieceModelInfo> info = tokenizer::read_sentence_piece_model_info(bytes.str(), &error);
   if (!info) return absl::InvalidArgumentError(absl::StrCat("--tokenizer-model ", path.string(), ": ", error));
   if (info->pieces != vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat("--tokenizer-model ", path.string(), " has ", info->pieces,
@@ -112,7 +112,7 @@ absl::StatusOr<ExportSummary> export_llama(const ExportOptions& options) {
   absl::Status written = write_folder(tmp, model, options.dtype, summary);
   if (written.ok() && !tokenizer_bytes.empty()) written = write_text(tmp / "tokenizer.model", tokenizer_bytes);
   // rename(2) replaces an empty directory; the check above allowed only that.
-  if (written.ok()) written = checkpoint::RenameDurably(tmp, out);
+  if (written.ok()) written = checkpoint::rename_durably(tmp, out);
   if (!written.ok()) {
     std::filesystem::remove_all(tmp, ec);
     return written;

@@ -35,26 +35,26 @@ bool as_size(const nlohmann::json& v, uint64_t& out) {
 
 }  // namespace
 
-absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(const std::filesystem::path& path, bool follow_links) {
-  FP8_ASSIGN_OR_RETURN(checkpoint::InputFile file, checkpoint::InputFile::Open(path, follow_links));
+absl::StatusOr<SafetensorsReader> SafetensorsReader::open(const std::filesystem::path& path, bool follow_links) {
+  FP8_ASSIGN_OR_RETURN(checkpoint::InputFile file, checkpoint::InputFile::open(path, follow_links));
   SafetensorsReader r(std::move(file));
   const uint64_t size = r.file_.size();
   if (size < 8) return bad(path, absl::StrCat("the file has ", size, " bytes, fewer than the 8 of the header length"));
   std::byte prefix[8];
-  FP8_RETURN_IF_ERROR(r.file_.ReadAt(0, prefix));
+  FP8_RETURN_IF_ERROR(r.file_.read_at(0, prefix));
   uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | static_cast<uint64_t>(prefix[i]);
   if (header_bytes > kMaxHeaderBytes || header_bytes > size - 8) {
     return bad(path, absl::StrCat("header length ", header_bytes, " does not fit in the file's ", size, " bytes"));
   }
   std::string json(static_cast<size_t>(header_bytes), '\0');
-  FP8_RETURN_IF_ERROR(r.file_.ReadAt(8, std::as_writable_bytes(std::span(json))));
+  FP8_RETURN_IF_ERROR(r.file_.read_at(8, std::as_writable_bytes(std::span(json))));
   r.data_start_ = 8 + header_bytes;
-  FP8_RETURN_IF_ERROR(r.ParseHeader(json));
+  FP8_RETURN_IF_ERROR(r.parse_header(json));
   return r;
 }
 
-absl::Status SafetensorsReader::ParseHeader(std::string_view text) {
+absl::Status SafetensorsReader::parse_header(std::string_view text) {
   const std::filesystem::path& p = path();
   const nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) return bad(p, "the header is not a JSON object");
@@ -119,30 +119,30 @@ absl::Status SafetensorsReader::ParseHeader(std::string_view text) {
   return absl::OkStatus();
 }
 
-const SafetensorsTensorInfo* SafetensorsReader::Find(std::string_view name) const {
+const SafetensorsTensorInfo* SafetensorsReader::find(std::string_view name) const {
   for (const SafetensorsTensorInfo& t : tensors_) {
     if (t.name == name) return &t;
   }
   return nullptr;
 }
 
-absl::StatusOr<std::vector<std::byte>> SafetensorsReader::ReadBytes(std::string_view name) const {
-  const SafetensorsTensorInfo* t = Find(name);
+absl::StatusOr<std::vector<std::byte>> SafetensorsReader::read_bytes(std::string_view name) const {
+  const SafetensorsTensorInfo* t = find(name);
   if (t == nullptr) return absl::NotFoundError(absl::StrCat(path().string(), ": no tensor '", std::string(name), "'"));
   std::vector<std::byte> bytes(static_cast<size_t>(t->end - t->begin));
-  FP8_RETURN_IF_ERROR(file_.ReadAt(data_start_ + t->begin, bytes));
+  FP8_RETURN_IF_ERROR(file_.read_at(data_start_ + t->begin, bytes));
   return bytes;
 }
 
-absl::StatusOr<std::vector<float>> SafetensorsReader::ReadF32(std::string_view name) const {
-  const SafetensorsTensorInfo* t = Find(name);
+absl::StatusOr<std::vector<float>> SafetensorsReader::read_f32(std::string_view name) const {
+  const SafetensorsTensorInfo* t = find(name);
   if (t == nullptr) return absl::NotFoundError(absl::StrCat(path().string(), ": no tensor '", std::string(name), "'"));
-  return ReadF32Rows(name, 0, t->shape.empty() ? 1 : t->shape[0]);
+  return read_f32_rows(name, 0, t->shape.empty() ? 1 : t->shape[0]);
 }
 
-absl::StatusOr<std::vector<float>> SafetensorsReader::ReadF32Rows(std::string_view name, int64_t begin,
+absl::StatusOr<std::vector<float>> SafetensorsReader::read_f32_rows(std::string_view name, int64_t begin,
                                                                   int64_t end) const {
-  const SafetensorsTensorInfo* found = Find(name);
+  const SafetensorsTensorInfo* found = find(name);
   if (found == nullptr) return absl::NotFoundError(absl::StrCat(path().string(), ": no tensor '", std::string(name), "'"));
   const SafetensorsTensorInfo& t = *found;
   const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
@@ -153,7 +153,7 @@ absl::StatusOr<std::vector<float>> SafetensorsReader::ReadF32Rows(std::string_vi
   const int64_t row_elements = rows == 0 ? 0 : t.numel() / rows;
   const uint64_t width = element_bytes(t.dtype);
   std::vector<std::byte> bytes(static_cast<size_t>((end - begin) * row_elements) * width);
-  FP8_RETURN_IF_ERROR(file_.ReadAt(data_start_ + t.begin + static_cast<uint64_t>(begin * row_elements) * width, bytes));
+  FP8_RETURN_IF_ERROR(file_.read_at(data_start_ + t.begin + static_cast<uint64_t>(begin * row_elements) * width, bytes));
   std::vector<float> out(static_cast<size_t>((end - begin) * row_elements));
   if (t.dtype == SafetensorsDType::kF32) {
     if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());  // null for an empty tensor

@@ -49,11 +49,11 @@ absl::Status write_safetensors(const std::filesystem::path& path, std::span<cons
                                const std::map<std::string, std::string>& metadata) {
   absl::StatusOr<std::string> header = safetensors_header(tensors, metadata);
   if (!header.ok()) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", header.status().message()));
-  FP8_ASSIGN_OR_RETURN(checkpoint::OutputFile file, checkpoint::OutputFile::Create(path));
-  FP8_RETURN_IF_ERROR(file.Write(std::as_bytes(std::span(*header))));
-  for (const SafetensorsTensor& t : tensors) FP8_RETURN_IF_ERROR(file.Write(t.bytes));
-  FP8_RETURN_IF_ERROR(file.Sync());
-  return file.Close();
+  FP8_ASSIGN_OR_RETURN(checkpoint::OutputFile file, checkpoint::OutputFile::create(path));
+  FP8_RETURN_IF_ERROR(file.write(std::as_bytes(std::span(*header))));
+  for (const SafetensorsTensor& t : tensors) FP8_RETURN_IF_ERROR(file.write(t.bytes));
+  FP8_RETURN_IF_ERROR(file.sync());
+  return file.close();
 }
 
 }  // namespace fp8::hf

@@ -14,7 +14,7 @@ absl::StatusOr<LinearSelection> select_linear(const v1::Fp8Spec& fp8, const std:
   LinearSelection s;
   if (fp8.recipe() == v1::Fp8Spec::NONE) {
     s.reason = "recipe none";
-  } else if (!jobspec::IsFloat8Linear(fp8, name)) {
+  } else if (!jobspec::is_float8_linear(fp8, name)) {
     s.reason = "excluded by fp8.include/fp8.exclude";
   } else if (!fp8.pad_inner_dim() && (in_features % kFp8GemmMultiple != 0 || out_features % kFp8GemmMultiple != 0)) {
     s.reason = absl::StrCat(in_features, " -> ", out_features, " is not a multiple of 16");

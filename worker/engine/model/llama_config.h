@@ -38,8 +38,8 @@ struct LlamaConfig {
   ActivationCheckpointing checkpointing = ActivationCheckpointing::kNone;
 
   int64_t head_dim() const { return dim / n_heads; }
-  // Rows of the embedding table and the output projection (jobspec::PaddedVocabulary).
-  int64_t padded_vocab() const { return jobspec::PaddedVocabulary(vocab_size); }
+  // Rows of the embedding table and the output projection (jobspec::padded_vocabulary).
+  int64_t padded_vocab() const { return jobspec::padded_vocabulary(vocab_size); }
   // "dim 64, 2 layers, 4 heads (4 kv), ffn 176, vocab 256" (", bf16 activations", ", full
   // activation checkpointing" when so):
   // for logs and checkpoint metadata.

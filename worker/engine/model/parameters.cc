@@ -114,7 +114,7 @@ std::vector<float> initial_values(const Parameter& p, uint64_t seed, int64_t n_l
   int64_t numel = 1;
   for (int64_t d : p.shape) numel *= d;
   std::vector<float> values(static_cast<size_t>(numel));
-  std::mt19937_64 rng(data::MixSeed(seed, name_hash(p.name)));
+  std::mt19937_64 rng(data::mix_seed(seed, name_hash(p.name)));
   switch (p.init) {
     case ParameterInit::kNormal:
       fill_normal(values, kStd, rng);

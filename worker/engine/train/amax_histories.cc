@@ -54,7 +54,7 @@ void append_layer_records(const std::string& layer, const std::vector<CastNumeri
 
 }  // namespace
 
-absl::StatusOr<std::vector<AmaxHistoryRecord>> CollectAmaxHistories(const LlamaModel& model) {
+absl::StatusOr<std::vector<AmaxHistoryRecord>> collect_amax_histories(const LlamaModel& model) {
   std::vector<AmaxHistoryRecord> out;
   for (const LinearUnit* unit : model.linears()) {
     const Float8Linear& layer = *unit->layer;
@@ -70,7 +70,7 @@ absl::StatusOr<std::vector<AmaxHistoryRecord>> CollectAmaxHistories(const LlamaM
   return out;
 }
 
-absl::StatusOr<int> LoadAmaxHistories(LlamaModel& model, const std::vector<AmaxHistoryRecord>& records) {
+absl::StatusOr<int> load_amax_histories(LlamaModel& model, const std::vector<AmaxHistoryRecord>& records) {
   std::map<std::pair<std::string, std::string>, const AmaxHistoryRecord*> by_name;
   for (const AmaxHistoryRecord& r : records) by_name[{r.layer, r.cast}] = &r;
   int loaded = 0;
@@ -87,11 +87,11 @@ absl::StatusOr<int> LoadAmaxHistories(LlamaModel& model, const std::vector<AmaxH
   return loaded;
 }
 
-void SetCastMeasuring(LlamaModel& model, bool on) {
+void set_cast_measuring(LlamaModel& model, bool on) {
   for (LinearUnit* unit : model.mutable_linears()) unit->layer->set_measuring(on);
 }
 
-absl::StatusOr<std::vector<CastNumericsRecord>> CollectCastNumerics(LlamaModel& model) {
+absl::StatusOr<std::vector<CastNumericsRecord>> collect_cast_numerics(LlamaModel& model) {
   std::vector<CastNumericsRecord> out;
   for (LinearUnit* unit : model.mutable_linears()) {
     FP8_ASSIGN_OR_RETURN(std::vector<CastNumerics> casts, unit->layer->numerics());

@@ -8,10 +8,10 @@
 
 namespace fp8::engine {
 
-absl::StatusOr<CheckpointRows> CheckpointRows::Open(const checkpoint::CommittedCheckpoint& checkpoint) {
+absl::StatusOr<CheckpointRows> CheckpointRows::open(const checkpoint::CommittedCheckpoint& checkpoint) {
   std::vector<checkpoint::ShardReader> shards;
   for (int r = 0; r < checkpoint.world_size(); ++r) {
-    absl::StatusOr<checkpoint::ShardReader> shard = checkpoint::OpenCommittedShard(checkpoint, r);
+    absl::StatusOr<checkpoint::ShardReader> shard = checkpoint::open_committed_shard(checkpoint, r);
     if (!shard.ok()) return shard.status();
     shards.push_back(*std::move(shard));
   }
@@ -35,10 +35,10 @@ absl::StatusOr<std::vector<float>> CheckpointRows::rows(const std::string& recor
     const checkpoint::ShardReader& reader = shards_[static_cast<size_t>(q)];
     // A single process saves whole tensors; FSDP, even of one rank, flat slices. Either
     // way the values are the rows in order.
-    const checkpoint::RecordInfo* info = reader.FindRecord(record);
+    const checkpoint::RecordInfo* info = reader.find_record(record);
     const bool whole = world_size() == 1 && info != nullptr && info->shape == shape;
     const checkpoint::Shape stored = whole ? shape : checkpoint::Shape{layout.shard_elements()};
-    if (absl::Status s = reader.ReadTensor<float>(record, shard, stored); !s.ok()) return s;
+    if (absl::Status s = reader.read_tensor<float>(record, shard, stored); !s.ok()) return s;
     std::copy(shard.begin() + (lo - first) * layout.row_elements, shard.begin() + (hi - first) * layout.row_elements,
               out.begin() + (lo - begin) * layout.row_elements);
   }

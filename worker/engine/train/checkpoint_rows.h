@@ -21,7 +21,7 @@ class CheckpointRows {
  public:
   // Opens every shard of `checkpoint` (their indexes; payloads are checked as rows() reads
   // them).
-  static absl::StatusOr<CheckpointRows> Open(const checkpoint::CommittedCheckpoint& checkpoint);
+  static absl::StatusOr<CheckpointRows> open(const checkpoint::CommittedCheckpoint& checkpoint);
 
   int world_size() const { return static_cast<int>(shards_.size()); }
   // What every rank writes alike (step, delayed-scaling state, data position, seeds,

@@ -4,7 +4,7 @@
 
 namespace fp8::engine {
 
-absl::Duration DerivedCollectiveTimeout(absl::Duration slowest_step, absl::Duration group_timeout) {
+absl::Duration derived_collective_timeout(absl::Duration slowest_step, absl::Duration group_timeout) {
   const absl::Duration derived = std::max(kSlowestStepMultiple * slowest_step, kShortestDerived);
   return std::min(derived, group_timeout);
 }
@@ -17,14 +17,14 @@ CollectiveTimeout::CollectiveTimeout(collectives::ProcessGroup* group, int64_t c
 absl::Duration CollectiveTimeout::for_steps() const {
   if (configured_ > absl::ZeroDuration()) return configured_;
   if (steps_ < kSettleSteps) return group_timeout_;
-  return DerivedCollectiveTimeout(slowest_, group_timeout_);
+  return derived_collective_timeout(slowest_, group_timeout_);
 }
 
-void CollectiveTimeout::BeginStep() {
+void CollectiveTimeout::begin_step() {
   if (group_ != nullptr) group_->set_timeout(for_steps());
 }
 
-void CollectiveTimeout::EndStep(absl::Duration step_time) {
+void CollectiveTimeout::end_step(absl::Duration step_time) {
   ++steps_;
   slowest_ = std::max(slowest_, step_time);
 }

@@ -26,7 +26,7 @@ inline constexpr absl::Duration kShortestDerived = absl::Seconds(60);
 
 // The derived timeout for steps whose slowest took `slowest_step`, under a group whose own
 // timeout is `group_timeout` (never more than that).
-absl::Duration DerivedCollectiveTimeout(absl::Duration slowest_step, absl::Duration group_timeout);
+absl::Duration derived_collective_timeout(absl::Duration slowest_step, absl::Duration group_timeout);
 
 class CollectiveTimeout {
  public:
@@ -35,9 +35,9 @@ class CollectiveTimeout {
   CollectiveTimeout(collectives::ProcessGroup* group, int64_t configured_seconds);
 
   // Before a training step: the group waits what steps wait, once that is known.
-  void BeginStep();
+  void begin_step();
   // After it: how long it took on the host, waits for the device included.
-  void EndStep(absl::Duration step_time);
+  void end_step(absl::Duration step_time);
 
   // What a step's collectives wait now (the group's timeout until it is known).
   absl::Duration for_steps() const;

@@ -42,7 +42,7 @@ std::vector<std::string> differences(const v1::ModelSpec& job, const v1::ModelSp
 }  // namespace
 
 absl::Status init_from_hf(const v1::ModelSpec& model, const InitFromOptions& o, ParameterSet& trained) {
-  absl::StatusOr<hf::HfModelSource> source = hf::HfModelSource::Open(o.dir, o.follow_links);
+  absl::StatusOr<hf::HfModelSource> source = hf::HfModelSource::open(o.dir, o.follow_links);
   if (!source.ok()) return absl::InvalidArgumentError(absl::StrCat("model.init_from: ", source.status().message()));
   if (std::vector<std::string> diff = differences(model, source->spec()); !diff.empty()) {
     return bad(o, absl::StrCat("holds another model: ", absl::StrJoin(diff, "; ")));

@@ -23,12 +23,12 @@ Shape shape_of(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end(
 // Tensors go through host memory: the checkpoint writer streams from host buffers.
 absl::Status write_tensor(checkpoint::ShardWriter& w, const std::string& name, const Tensor& t) {
   FP8_ASSIGN_OR_RETURN(std::vector<float> host, t.download<float>());
-  return w.WriteTensor<float>(name, host, shape_of(t));
+  return w.write_tensor<float>(name, host, shape_of(t));
 }
 
 absl::Status read_tensor(const checkpoint::ShardReader& r, const std::string& name, Tensor& t) {
   std::vector<float> host(static_cast<size_t>(t.numel()));
-  FP8_RETURN_IF_ERROR(r.ReadTensor<float>(name, host, shape_of(t)));
+  FP8_RETURN_IF_ERROR(r.read_tensor<float>(name, host, shape_of(t)));
   return t.upload<float>(host);
 }
 
@@ -37,7 +37,7 @@ std::string scaling_record(const LinearUnit& u) { return absl::StrCat("fp8/", u.
 int64_t seed_bits(uint64_t seed) { return std::bit_cast<int64_t>(seed); }
 
 absl::Status check_seed(const checkpoint::ShardReader& r, const char* record, uint64_t expected, const char* field) {
-  FP8_ASSIGN_OR_RETURN(int64_t stored, r.ReadScalar<int64_t>(record));
+  FP8_ASSIGN_OR_RETURN(int64_t stored, r.read_scalar<int64_t>(record));
   if (std::bit_cast<uint64_t>(stored) != expected) {
     return absl::FailedPreconditionError(absl::StrCat(r.path().string(), ": written with ", field, " ",
                                                       std::bit_cast<uint64_t>(stored), ", but the job has ",
@@ -50,14 +50,14 @@ absl::Status check_seed(const checkpoint::ShardReader& r, const char* record, ui
 
 absl::Status write_train_state(checkpoint::ShardWriter& w, const TrainStateRefs& s) {
   const v1::JobSpec& spec = *s.spec;
-  FP8_RETURN_IF_ERROR(w.SetMetadata("job", spec.name()));
-  FP8_RETURN_IF_ERROR(w.SetMetadata("model", s.model->config().describe()));
-  FP8_RETURN_IF_ERROR(w.SetMetadata("fp8.recipe", v1::Fp8Spec::Recipe_Name(spec.fp8().recipe())));
+  FP8_RETURN_IF_ERROR(w.set_metadata("job", spec.name()));
+  FP8_RETURN_IF_ERROR(w.set_metadata("model", s.model->config().describe()));
+  FP8_RETURN_IF_ERROR(w.set_metadata("fp8.recipe", v1::Fp8Spec::Recipe_Name(spec.fp8().recipe())));
   google::protobuf::TextFormat::Printer printer;
   printer.SetSingleLineMode(true);
   std::string model_spec;
   if (!printer.PrintToString(spec.model(), &model_spec)) return absl::InternalError("checkpoint: cannot print model spec");
-  FP8_RETURN_IF_ERROR(w.SetMetadata(kModelSpecMetadata, model_spec));
+  FP8_RETURN_IF_ERROR(w.set_metadata(kModelSpecMetadata, model_spec));
 
   const auto& params = s.params->all();
   for (const Parameter& p : params) FP8_RETURN_IF_ERROR(write_tensor(w, "params/" + p.name, p.value));
@@ -65,17 +65,17 @@ absl::Status write_train_state(checkpoint::ShardWriter& w, const TrainStateRefs&
     FP8_RETURN_IF_ERROR(write_tensor(w, "optim/exp_avg/" + params[i].name, s.optimizer->first_moment(i)));
     FP8_RETURN_IF_ERROR(write_tensor(w, "optim/exp_avg_sq/" + params[i].name, s.optimizer->second_moment(i)));
   }
-  FP8_RETURN_IF_ERROR(w.WriteScalar<int64_t>("optim/step", s.optimizer->steps_taken()));
+  FP8_RETURN_IF_ERROR(w.write_scalar<int64_t>("optim/step", s.optimizer->steps_taken()));
   for (const LinearUnit* u : s.model->linears()) {
     if (u->layer->delayed().count() == 0) continue;
     FP8_ASSIGN_OR_RETURN(const std::vector<float> state, u->layer->save_scaling_state());
-    FP8_RETURN_IF_ERROR(w.WriteTensor<float>(scaling_record(*u), state, {static_cast<int64_t>(state.size())}));
+    FP8_RETURN_IF_ERROR(w.write_tensor<float>(scaling_record(*u), state, {static_cast<int64_t>(state.size())}));
   }
   const data::DataPosition position = s.batcher->position();
-  FP8_RETURN_IF_ERROR(w.WriteScalar<int64_t>("data/epoch", position.epoch));
-  FP8_RETURN_IF_ERROR(w.WriteScalar<int64_t>("data/index", position.index));
-  FP8_RETURN_IF_ERROR(w.WriteScalar<int64_t>("rng/init_seed", seed_bits(spec.train().seed())));
-  return w.WriteScalar<int64_t>("rng/data_seed", seed_bits(spec.data().seed()));
+  FP8_RETURN_IF_ERROR(w.write_scalar<int64_t>("data/epoch", position.epoch));
+  FP8_RETURN_IF_ERROR(w.write_scalar<int64_t>("data/index", position.index));
+  FP8_RETURN_IF_ERROR(w.write_scalar<int64_t>("rng/init_seed", seed_bits(spec.train().seed())));
+  return w.write_scalar<int64_t>("rng/data_seed", seed_bits(spec.data().seed()));
 }
 
 namespace {
@@ -98,11 +98,11 @@ absl::Status read_state(const checkpoint::ShardReader& r, const ReadParamRecord&
     FP8_RETURN_IF_ERROR(read_param("optim/exp_avg/" + params[i].name, i, s.optimizer->first_moment(i)));
     FP8_RETURN_IF_ERROR(read_param("optim/exp_avg_sq/" + params[i].name, i, s.optimizer->second_moment(i)));
   }
-  FP8_ASSIGN_OR_RETURN(int64_t optim_step, r.ReadScalar<int64_t>("optim/step"));
+  FP8_ASSIGN_OR_RETURN(int64_t optim_step, r.read_scalar<int64_t>("optim/step"));
   s.optimizer->set_steps_taken(optim_step);
   for (const LinearUnit* u : s.model->linears()) {
     const std::string name = scaling_record(*u);
-    const checkpoint::RecordInfo* info = r.FindRecord(name);
+    const checkpoint::RecordInfo* info = r.find_record(name);
     if (u->layer->delayed().count() == 0) {
       if (info != nullptr) {
         return absl::FailedPreconditionError(absl::StrCat(r.path().string(), ": has delayed-scaling state for ",
@@ -115,15 +115,15 @@ absl::Status read_state(const checkpoint::ShardReader& r, const ReadParamRecord&
                                                         u->name, " (written with another fp8 recipe?)"));
     }
     std::vector<float> state(static_cast<size_t>(info->shape[0]));
-    FP8_RETURN_IF_ERROR(r.ReadTensor<float>(name, state, info->shape));
+    FP8_RETURN_IF_ERROR(r.read_tensor<float>(name, state, info->shape));
     if (absl::Status st = u->layer->restore_scaling_state(state); !st.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(r.path().string(), ": ", name, ": ", st.message()));
     }
   }
   data::DataPosition position;
-  FP8_ASSIGN_OR_RETURN(position.epoch, r.ReadScalar<int64_t>("data/epoch"));
-  FP8_ASSIGN_OR_RETURN(position.index, r.ReadScalar<int64_t>("data/index"));
-  return s.batcher->Restore(position);
+  FP8_ASSIGN_OR_RETURN(position.epoch, r.read_scalar<int64_t>("data/epoch"));
+  FP8_ASSIGN_OR_RETURN(position.index, r.read_scalar<int64_t>("data/index"));
+  return s.batcher->restore(position);
 }
 
 }  // namespace

@@ -51,11 +51,11 @@ absl::StatusOr<std::unique_ptr<data::Tokenizer>> make_tokenizer(const v1::JobSpe
   std::unique_ptr<data::Tokenizer> tokenizer;
   if (spec.data().tokenizer() == v1::DataSpec::SENTENCEPIECE) {
     absl::StatusOr<std::unique_ptr<data::Tokenizer>> spm =
-        data::Tokenizer::SentencePieceFacts(spec.data().tokenizer_model(), "data.tokenizer_model");
+        data::Tokenizer::sentence_piece_facts(spec.data().tokenizer_model(), "data.tokenizer_model");
     if (!spm.ok()) return spm.status();
     tokenizer = *std::move(spm);
   } else {
-    tokenizer = data::Tokenizer::Bytes();
+    tokenizer = data::Tokenizer::bytes();
   }
   if (tokenizer->vocab_size() > static_cast<uint64_t>(spec.model().vocab_size())) {
     return absl::InvalidArgumentError(absl::StrCat("model.vocab_size: ", spec.model().vocab_size(),
@@ -84,16 +84,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
   FP8_ASSIGN_OR_RETURN(const std::unique_ptr<data::Tokenizer> tokenizer, make_tokenizer(spec));
   const data::CorpusOptions corpus_options{d.seq_len(), d.val_fraction(), d.val_path(), tokenizer.get()};
   FP8_ASSIGN_OR_RETURN(t->corpus_, trainer_options.data_files.empty()
-                                       ? data::Corpus::Load(d.path(), corpus_options)
-                                       : data::Corpus::LoadFiles(d.path(), trainer_options.data_files, corpus_options));
+                                       ? data::Corpus::load(d.path(), corpus_options)
+                                       : data::Corpus::load_files(d.path(), trainer_options.data_files, corpus_options));
   data::BatcherOptions batching{d.seq_len(), tr.batch_size(), tr.grad_accum(), d.seed(), rank, world};
-  FP8_ASSIGN_OR_RETURN(t->batcher_, data::Batcher::Create(*t->corpus_, batching));
+  FP8_ASSIGN_OR_RETURN(t->batcher_, data::Batcher::create(*t->corpus_, batching));
   if (tr.eval_every() > 0 && (d.val_fraction() > 0 || d.has_val_path())) {
     const data::ValidationOptions eval{d.seq_len(), tr.batch_size(), tr.eval_batches(), rank, world};
-    FP8_ASSIGN_OR_RETURN(t->validation_, data::ValidationSet::Create(*t->corpus_, eval));
+    FP8_ASSIGN_OR_RETURN(t->validation_, data::ValidationSet::create(*t->corpus_, eval));
   }
   const LrScheduleOptions lr{tr.lr(), tr.min_lr(), tr.warmup_steps(), tr.steps(), decay_of(tr.schedule())};
-  FP8_ASSIGN_OR_RETURN(t->schedule_, LrSchedule::Create(lr));
+  FP8_ASSIGN_OR_RETURN(t->schedule_, LrSchedule::create(lr));
 
   FP8_ASSIGN_OR_RETURN(LlamaConfig config, llama_config_from_spec(spec.model(), spec.train()));
   // Under FSDP no rank holds the whole model, not even at start: each draws its own rows.
@@ -178,14 +178,14 @@ absl::Status Trainer::load_checkpoint(const checkpoint::CommittedCheckpoint& fou
   std::string read_from;
   if (found.world_size() == world_size() && world_size() > 1) {
     // Every rank reads its own shard, as written.
-    FP8_ASSIGN_OR_RETURN(checkpoint::ShardReader reader, checkpoint::OpenCommittedShard(found, rank()));
+    FP8_ASSIGN_OR_RETURN(checkpoint::ShardReader reader, checkpoint::open_committed_shard(found, rank()));
     read_from = reader.path().string();
     FP8_RETURN_IF_ERROR(read_train_state(reader, state_refs()));
   } else {
     // Another world size, or one rank whose checkpoint may hold whole tensors (a single
     // process's) or flat ones (FSDP's): each rank reads its rows from the shards that
     // hold them.
-    FP8_ASSIGN_OR_RETURN(CheckpointRows rows, CheckpointRows::Open(found));
+    FP8_ASSIGN_OR_RETURN(CheckpointRows rows, CheckpointRows::open(found));
     read_from = rows.first().path().string();
     RankPart part{.sharded = fsdp_ != nullptr, .rank = rank(), .world_size = world_size(), .full_shapes = {}};
     if (fsdp_) {
@@ -211,7 +211,7 @@ absl::StatusOr<int64_t> Trainer::resume(TrainObserver& observer) {
   // agree that all of them loaded the same step, so no rank trains on while another failed.
   absl::Status loaded;
   std::optional<checkpoint::CommittedCheckpoint> found;
-  absl::StatusOr<checkpoint::ResumePoint> point = checkpoint::FindLatestGood(dir);
+  absl::StatusOr<checkpoint::ResumePoint> point = checkpoint::find_latest_good(dir);
   if (point.ok()) {
     for (const std::string& w : point->warnings) observer.on_warning(w);
     found = point->checkpoint;
@@ -258,14 +258,14 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   for (int64_t i = 0; i < micro_batches; ++i) {
     // The host reads the next micro-batch while the device still runs the last one.
     const Clock::time_point data_start = Clock::now();
-    batcher_->NextMicroBatch(batch_);
+    batcher_->next_micro_batch(batch_);
     data_seconds += seconds_since(data_start);
     FP8_RETURN_IF_ERROR(model_->queue_forward_backward(batch_, grad_scale, slot.losses + i));
   }
   FP8_RETURN_IF_ERROR(trained_->define_grads());  // zeroes any that no op produced
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, model_->device().model_ops());
   const bool stop_here = control.stop != nullptr && control.stop->load();
-  const double lr = schedule_->LrAt(step);
+  const double lr = schedule_->lr_at(step);
   StepReport r;
   // Clipping rides on the update, its factor read on the device: no wait for the norm. A
   // non-finite norm skips the update there; the host reports it when it reads the step's
@@ -331,7 +331,7 @@ namespace {
 constexpr char kDivergencePayload[] = "fp8train/divergence";
 }  // namespace
 
-bool IsDivergence(const absl::Status& s) { return s.GetPayload(kDivergencePayload).has_value(); }
+bool is_divergence(const absl::Status& s) { return s.GetPayload(kDivergencePayload).has_value(); }
 
 absl::Status Trainer::check_finite(const std::vector<StepStats::StepValues>& steps) const {
   for (const StepStats::StepValues& v : steps) {
@@ -369,7 +369,7 @@ absl::StatusOr<double> Trainer::validation_loss() {
   // ranks' means is the batch mean.
   std::array<double, 1> sum{0};
   for (int64_t b = 0; b < validation_->num_batches(); ++b) {
-    validation_->Batch(b, batch_);
+    validation_->batch(b, batch_);
     FP8_ASSIGN_OR_RETURN(float loss, model_->evaluate(batch_));
     sum[0] += loss;
   }
@@ -390,11 +390,11 @@ absl::StatusOr<std::filesystem::path> Trainer::save_checkpoint() {
   const int64_t step = optimizer_->steps_taken();
   TrainStateRefs refs = state_refs();
   FP8_ASSIGN_OR_RETURN(checkpoint::CommittedCheckpoint saved,
-                       checkpoint::SaveSingleProcessCheckpoint(
+                       checkpoint::save_single_process_checkpoint(
                            dir, step, [&](checkpoint::ShardWriter& w) { return write_train_state(w, refs); }));
   last_checkpoint_step_ = step;
   const int keep = spec_.checkpoint().keep();
-  if (keep > 0) FP8_RETURN_IF_ERROR(checkpoint::PruneCheckpoints(dir, keep).status());
+  if (keep > 0) FP8_RETURN_IF_ERROR(checkpoint::prune_checkpoints(dir, keep).status());
   return saved.dir;
 }
 
@@ -403,7 +403,7 @@ absl::StatusOr<std::filesystem::path> Trainer::save_sharded_checkpoint() {
   const int64_t step = optimizer_->steps_taken();
   const int world = world_size();
   TrainStateRefs refs = state_refs();
-  const absl::StatusOr<checkpoint::ShardInfo> mine = checkpoint::WriteRankShard(
+  const absl::StatusOr<checkpoint::ShardInfo> mine = checkpoint::write_rank_shard(
       dir, step, rank(), world, [&](checkpoint::ShardWriter& w) { return write_train_state(w, refs); });
   // The marker only once every shard is durable; a rank that failed leaves the step
   // uncommitted, which resume never uses and retention later removes.
@@ -414,20 +414,20 @@ absl::StatusOr<std::filesystem::path> Trainer::save_sharded_checkpoint() {
   if (rank() == 0) {
     std::vector<checkpoint::ShardInfo> shards;
     for (int r = 0; r < world && committed.ok(); ++r) {
-      absl::StatusOr<checkpoint::ShardInfo> info = checkpoint::ReadShardInfo(checkpoint::ShardPath(dir, step, r, world));
+      absl::StatusOr<checkpoint::ShardInfo> info = checkpoint::read_shard_info(checkpoint::shard_path(dir, step, r, world));
       if (info.ok()) shards.push_back(*info);
       committed = info.status();
     }
-    if (committed.ok()) committed = checkpoint::WriteCommitMarker(checkpoint::StepDirectory(dir, step), step, world, shards);
+    if (committed.ok()) committed = checkpoint::write_commit_marker(checkpoint::step_directory(dir, step), step, world, shards);
     const int keep = spec_.checkpoint().keep();
-    if (committed.ok() && keep > 0) committed = checkpoint::PruneCheckpoints(dir, keep).status();
+    if (committed.ok() && keep > 0) committed = checkpoint::prune_checkpoints(dir, keep).status();
   }
   // Nobody goes on (or reports the checkpoint) before rank 0 committed it.
   const absl::Status agreed = agree(committed.ok(), step, absl::StrCat("committing checkpoint step ", step).c_str());
   FP8_RETURN_IF_ERROR(committed);
   FP8_RETURN_IF_ERROR(agreed);
   last_checkpoint_step_ = step;
-  return checkpoint::StepDirectory(dir, step);
+  return checkpoint::step_directory(dir, step);
 }
 
 absl::Status Trainer::maybe_checkpoint(int64_t step, bool force, TrainObserver& observer, TrainSummary& summary) {
@@ -446,7 +446,7 @@ bool Trainer::measures_step(int64_t step, int64_t first_step, const RunControl& 
 }
 
 absl::Status Trainer::report_amax_histories(int64_t step, TrainObserver& observer) {
-  FP8_ASSIGN_OR_RETURN(std::vector<AmaxHistoryRecord> histories, CollectAmaxHistories(*model_));
+  FP8_ASSIGN_OR_RETURN(std::vector<AmaxHistoryRecord> histories, collect_amax_histories(*model_));
   if (!histories.empty()) observer.on_amax_histories(step, histories);
   return absl::OkStatus();
 }
@@ -482,13 +482,13 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
     // evaluation or a stop signal can add a report), so this is the foreseeable part:
     // steps that report only because they evaluate or were stopped by a signal report
     // their casts as unmeasured (ratios 0). Under FSDP every rank decides alike.
-    SetCastMeasuring(*model_, measures_step(step, summary.first_step, control));
+    set_cast_measuring(*model_, measures_step(step, summary.first_step, control));
     observer.on_step_start(step);
     const Clock::time_point step_start = Clock::now();
-    collective_timeout_->BeginStep();
+    collective_timeout_->begin_step();
     bool stop_everywhere = false;
     FP8_ASSIGN_OR_RETURN(StepReport report, train_step(control, &stop_everywhere));
-    SetCastMeasuring(*model_, false);  // an evaluation after the step need not count
+    set_cast_measuring(*model_, false);  // an evaluation after the step need not count
     const bool stopping = stop_everywhere || step == control.stop_after_step;
     const bool last = step == tr.steps() || stopping;
     const bool evaluates = validation_ && (step % tr.eval_every() == 0 || last);
@@ -506,7 +506,7 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
       }
     }
     const double step_seconds = seconds_since(step_start);
-    collective_timeout_->EndStep(absl::Seconds(step_seconds));
+    collective_timeout_->end_step(absl::Seconds(step_seconds));
     interval_seconds += step_seconds;
     interval_data_ms += report.data_ms;
     interval_peak_memory = std::max(interval_peak_memory, report.peak_memory_bytes);
@@ -525,7 +525,7 @@ absl::StatusOr<TrainSummary> Trainer::run(TrainObserver& observer, const RunCont
     // Read before the evaluation, whose casts would replace the training step's.
     std::vector<CastNumericsRecord> casts;
     if (reports) {
-      FP8_ASSIGN_OR_RETURN(casts, CollectCastNumerics(*model_));
+      FP8_ASSIGN_OR_RETURN(casts, collect_cast_numerics(*model_));
     }
     if (evaluates) {
       const CollectiveTimeout::Relaxed relaxed = collective_timeout_->relaxed();

@@ -74,11 +74,11 @@ struct TrainerOptions {
 
 // Whether a run failed because its loss or grad norm stopped being finite: a bit-exact
 // trainer repeats that from the same checkpoint, so it is not worth a restart.
-bool IsDivergence(const absl::Status& s);
+bool is_divergence(const absl::Status& s);
 
 class Trainer {
  public:
-  // `spec` must be resolved and valid (jobspec::LoadJobSpecFile does both).
+  // `spec` must be resolved and valid (jobspec::load_job_spec_file does both).
   // With `group` (not owned; must outlive the trainer), this process is rank
   // group->rank() of an FSDP job of group->size() ranks; resources.world_size must match.
   static absl::StatusOr<std::unique_ptr<Trainer>> create(const v1::JobSpec& spec, const Device& device,
