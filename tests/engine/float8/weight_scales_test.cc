@@ -95,14 +95,14 @@ TEST_P(WeightScalesTest, BindsTheWholeWeightsAmaxAndTheDynamicScaleOfIt) {
     const Fp8Tensor bound = (*scales)->bind(i);
     EXPECT_EQ(bound.rows, s.layer->out_features());
     EXPECT_EQ(bound.cols, s.layer->in_features());
-    EXPECT_EQ(bound.format, s.layer->weight_format());
+    EXPECT_EQ(bound.format, s.layer->needs().weight_format);
     EXPECT_EQ(bound.granularity, Granularity::kTensorwise);
     EXPECT_EQ(bound.codes, nullptr);  // the caller's to point at what it gathers
     // No history yet under delayed scaling either: the dynamic scale of the amax.
     Floats amax(1), scale(1), inv_scale(1);
     ASSERT_OK(backend().amax({w.values[static_cast<size_t>(i)]->data(), DType::kFloat32, s.rows, s.row_elements},
                              Granularity::kTensorwise, amax.data()));
-    ASSERT_OK(backend().compute_scales(amax.data(), 1, s.layer->weight_format(), /*pow2=*/false, scale.data(),
+    ASSERT_OK(backend().compute_scales(amax.data(), 1, s.layer->needs().weight_format, /*pow2=*/false, scale.data(),
                                        inv_scale.data()));
     EXPECT_EQ(bits(Floats::download(bound.amax, 1)[0]), bits(amax.download()[0]));
     EXPECT_EQ(bits(Floats::download(bound.scale, 1)[0]), bits(scale.download()[0]));
@@ -114,14 +114,14 @@ TEST_P(WeightScalesTest, BindsTheWholeWeightsAmaxAndTheDynamicScaleOfIt) {
     ASSERT_OK((*scales)->cast_shard(i, w.values[static_cast<size_t>(i)]->data(), codes.data()));
     CastArgs c;
     c.input = {w.values[static_cast<size_t>(i)]->data(), DType::kFloat32, s.rows, s.row_elements};
-    c.format = s.layer->weight_format();
+    c.format = s.layer->needs().weight_format;
     c.granularity = Granularity::kTensorwise;
     c.scale = scale.data();
     c.saturate = true;
     c.out = want.data();
     ASSERT_OK(backend().cast(c));
     EXPECT_EQ(codes.download(), want.download());
-    EXPECT_EQ((*scales)->format(i), s.layer->weight_format());
+    EXPECT_EQ((*scales)->format(i), s.layer->needs().weight_format);
   }
 }
 

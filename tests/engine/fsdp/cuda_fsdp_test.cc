@@ -42,7 +42,7 @@ class CudaFsdpTest : public ::testing::TestWithParam<fsdp::UnitCollectives> {
     spec.mutable_checkpoint()->clear_dir();
     return spec;
   }
-  std::vector<RankOutcome> run_ranks(const v1::JobSpec& spec, int world, bool nccl_host_wait = false) {
+  std::vector<RankOutcome> train_ranks(const v1::JobSpec& spec, int world, bool nccl_host_wait = false) {
     RunOptions o;
     o.world_size = world;
     o.cuda = true;
@@ -83,8 +83,8 @@ TEST_P(CudaFsdpTest, OneRankOverNcclEqualsOneProcessBitForBit) {
   for (const char* recipe : {"tensorwise", "rowwise", "delayed"}) {
     SCOPED_TRACE(recipe);
     const v1::JobSpec spec = job({absl::StrCat("fp8.recipe=", recipe)});
-    const auto single = run_ranks(spec, 0);
-    const auto fsdp = run_ranks(spec, 1);
+    const auto single = train_ranks(spec, 0);
+    const auto fsdp = train_ranks(spec, 1);
     ASSERT_TRUE(all_ok(single));
     ASSERT_TRUE(all_ok(fsdp));
     ASSERT_EQ(fsdp[0].steps.size(), static_cast<size_t>(kSteps));
@@ -97,8 +97,8 @@ TEST_P(CudaFsdpTest, OneRankOverNcclEqualsOneProcessBitForBit) {
 TEST_P(CudaFsdpTest, OneRankOverNcclWaitingOnTheHostEqualsOneProcessBitForBit) {
   if (const std::string why = missing_gpus(1); !why.empty()) GTEST_SKIP() << why;
   const v1::JobSpec spec = job({"fp8.recipe=tensorwise"});
-  const auto single = run_ranks(spec, 0);
-  const auto fsdp = run_ranks(spec, 1, /*nccl_host_wait=*/true);
+  const auto single = train_ranks(spec, 0);
+  const auto fsdp = train_ranks(spec, 1, /*nccl_host_wait=*/true);
   ASSERT_TRUE(all_ok(single));
   ASSERT_TRUE(all_ok(fsdp));
   ASSERT_EQ(fsdp[0].steps.size(), static_cast<size_t>(kSteps));
@@ -107,7 +107,7 @@ TEST_P(CudaFsdpTest, OneRankOverNcclWaitingOnTheHostEqualsOneProcessBitForBit) {
 
 TEST_P(CudaFsdpTest, GatheredWeightsAreFreedAfterUse) {
   if (const std::string why = missing_gpus(1); !why.empty()) GTEST_SKIP() << why;
-  const auto fsdp = run_ranks(job({"fp8.recipe=tensorwise", "fp8.all_gather_fp8=true"}), 1);
+  const auto fsdp = train_ranks(job({"fp8.recipe=tensorwise", "fp8.all_gather_fp8=true"}), 1);
   ASSERT_TRUE(all_ok(fsdp));
   ASSERT_EQ(fsdp[0].steps.size(), static_cast<size_t>(kSteps));
   const double steady = fsdp[0].steps[1].memory_in_use_after;
@@ -122,8 +122,8 @@ TEST_P(CudaFsdpTest, Fp8AllGatherEqualsFp32AllGather) {
   for (const char* recipe : {"tensorwise", "delayed"}) {
     SCOPED_TRACE(recipe);
     const std::string r = absl::StrCat("fp8.recipe=", recipe);
-    const auto on = run_ranks(job({r, "fp8.all_gather_fp8=true"}), 2);
-    const auto off = run_ranks(job({r, "fp8.all_gather_fp8=false"}), 2);
+    const auto on = train_ranks(job({r, "fp8.all_gather_fp8=true"}), 2);
+    const auto off = train_ranks(job({r, "fp8.all_gather_fp8=false"}), 2);
     ASSERT_TRUE(all_ok(on));
     ASSERT_TRUE(all_ok(off));
     expect_bit_equal(on[0], off[0]);
@@ -136,8 +136,8 @@ TEST_P(CudaFsdpTest, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
   for (const char* recipe : {"none", "tensorwise", "rowwise", "delayed"}) {
     SCOPED_TRACE(recipe);
     const std::string r = absl::StrCat("fp8.recipe=", recipe);
-    const auto single = run_ranks(job({r, "train.batch_size=4"}), 0);
-    const auto fsdp = run_ranks(job({r, "train.batch_size=2"}), 2);
+    const auto single = train_ranks(job({r, "train.batch_size=4"}), 0);
+    const auto fsdp = train_ranks(job({r, "train.batch_size=2"}), 2);
     ASSERT_TRUE(all_ok(single));
     ASSERT_TRUE(all_ok(fsdp));
     ASSERT_EQ(fsdp[0].steps.size(), single[0].steps.size());

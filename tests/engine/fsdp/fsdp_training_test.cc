@@ -62,14 +62,14 @@ class FsdpTrainingBase : public ::testing::Test {
     if (checkpoints.empty()) spec.mutable_checkpoint()->clear_dir();
     return spec;
   }
-  std::vector<RankOutcome> run_ranks(const v1::JobSpec& spec, RunOptions o) {
+  std::vector<RankOutcome> train_ranks(const v1::JobSpec& spec, RunOptions o) {
     o.collectives = collectives();
     return run_ranks(spec, o, dir_.path());
   }
-  std::vector<RankOutcome> run_ranks(const v1::JobSpec& spec, int world) {
+  std::vector<RankOutcome> train_ranks(const v1::JobSpec& spec, int world) {
     RunOptions o;
     o.world_size = world;
-    return run_ranks(spec, o);
+    return train_ranks(spec, o);
   }
 
   TempDir dir_{"fsdp-train"};
@@ -133,8 +133,8 @@ class OneRank : public FsdpTrainingBase,
 TEST_P(OneRank, EqualsSingleProcessBitForBit) {
   std::vector<std::string> extra{absl::StrCat("fp8.recipe=", recipe().recipe)};
   if (recipe().all_gather_fp8) extra.push_back(absl::StrCat("fp8.all_gather_fp8=", recipe().all_gather_fp8));
-  const auto single = run_ranks(job(extra), 0);
-  const auto fsdp = run_ranks(job(extra), 1);
+  const auto single = train_ranks(job(extra), 0);
+  const auto fsdp = train_ranks(job(extra), 1);
   ASSERT_TRUE(all_ok(single));
   ASSERT_TRUE(all_ok(fsdp));
   ASSERT_EQ(fsdp[0].steps.size(), static_cast<size_t>(kSteps));
@@ -173,8 +173,8 @@ class Ranks : public FsdpTrainingBase,
 TEST_P(Ranks, MatchSingleProcessOnTheSameGlobalBatch) {
   const auto [recipe, world, grad_accum] = std::get<0>(GetParam());
   const std::string r = absl::StrCat("fp8.recipe=", recipe), accum = absl::StrCat("train.grad_accum=", grad_accum);
-  const auto single = run_ranks(job({r, accum, absl::StrCat("train.batch_size=", 2 * world)}), 0);
-  const auto fsdp = run_ranks(job({r, accum, "train.batch_size=2"}), world);
+  const auto single = train_ranks(job({r, accum, absl::StrCat("train.batch_size=", 2 * world)}), 0);
+  const auto fsdp = train_ranks(job({r, accum, "train.batch_size=2"}), world);
   ASSERT_TRUE(all_ok(single));
   ASSERT_TRUE(all_ok(fsdp));
   ASSERT_EQ(fsdp[0].steps.size(), static_cast<size_t>(kSteps));
@@ -205,8 +205,8 @@ TEST_P(FsdpTrainingTest, Fp8AllGatherEqualsFp32AllGatherAndMovesOneBytePerElemen
   for (const char* recipe : {"tensorwise", "delayed"}) {
     SCOPED_TRACE(recipe);
     const std::string r = absl::StrCat("fp8.recipe=", recipe);
-    const auto on = run_ranks(job({r, "fp8.all_gather_fp8=true"}), 2);
-    const auto off = run_ranks(job({r, "fp8.all_gather_fp8=false"}), 2);
+    const auto on = train_ranks(job({r, "fp8.all_gather_fp8=true"}), 2);
+    const auto off = train_ranks(job({r, "fp8.all_gather_fp8=false"}), 2);
     ASSERT_TRUE(all_ok(on));
     ASSERT_TRUE(all_ok(off));
     expect_bit_equal(on[0], off[0]);
@@ -238,10 +238,10 @@ TEST_P(FsdpTrainingTest, Fp8AllGatherEqualsFp32AllGatherAndMovesOneBytePerElemen
 // a single process holding the whole model.
 TEST_P(FsdpTrainingTest, GatheredWeightsAreFreedAfterUse) {
   const v1::JobSpec spec = job({"fp8.recipe=tensorwise", "fp8.all_gather_fp8=true"});
-  const auto fsdp = run_ranks(spec, 2);
+  const auto fsdp = train_ranks(spec, 2);
   RunOptions single_options;
   single_options.world_size = 0;
-  const auto single = run_ranks(spec, single_options);
+  const auto single = train_ranks(spec, single_options);
   ASSERT_TRUE(all_ok(fsdp));
   ASSERT_TRUE(all_ok(single));
   for (const RankOutcome& rank : fsdp) {
@@ -265,13 +265,13 @@ TEST_P(FsdpTrainingTest, StartUpHoldsOneRanksShardsNotTheWholeModel) {
   const v1::JobSpec spec = job({"fp8.recipe=tensorwise", "train.steps=1"});
   RunOptions single_options;
   single_options.world_size = 0;
-  const auto single = run_ranks(spec, single_options);
+  const auto single = train_ranks(spec, single_options);
   ASSERT_TRUE(all_ok(single));
   const double whole = single[0].startup_peak_bytes;
   ASSERT_GT(whole, 0);
   for (int world : {2, 4}) {
     SCOPED_TRACE(absl::StrCat(world, " ranks"));
-    const auto ranks = run_ranks(spec, world);
+    const auto ranks = train_ranks(spec, world);
     ASSERT_TRUE(all_ok(ranks));
     for (const RankOutcome& r : ranks) {
       EXPECT_GT(r.startup_peak_bytes, 0);
@@ -292,7 +292,7 @@ TEST_P(FsdpTrainingTest, ShardsDrawnAtStartUpAreTheSingleProcessesModel) {
     const std::string name = absl::StrCat("init-", world);
     RunOptions o;
     o.world_size = world;
-    EXPECT_TRUE(all_ok(run_ranks(job(extra, name), o)));
+    EXPECT_TRUE(all_ok(train_ranks(job(extra, name), o)));
     absl::StatusOr<checkpoint::ResumePoint> point = checkpoint::find_latest_good(dir_.path() / name);
     EXPECT_TRUE(point.ok() && point->checkpoint) << point.status();
     if (!point.ok() || !point->checkpoint) return std::nullopt;
@@ -332,7 +332,7 @@ TEST_P(FsdpTrainingTest, KilledRankMakesEveryOtherRankFailWithinTheTimeout) {
     o.kill_rank = 1;
     o.kill_at_step = 3;
     o.deadline_seconds = 60;
-    const auto ranks = run_ranks(job({"fp8.recipe=tensorwise"}), o);
+    const auto ranks = train_ranks(job({"fp8.recipe=tensorwise"}), o);
     EXPECT_EQ(ranks[1].signal, SIGKILL);
     for (int k = 0; k < world; ++k) {
       if (k == 1) continue;
@@ -355,7 +355,7 @@ TEST_P(FsdpTrainingTest, AStalledRankFailsItsPeersWithinTheJobsCollectiveTimeout
   o.stall_rank = 1;
   o.stall_at_step = 4;
   o.deadline_seconds = 200;
-  const auto ranks = run_ranks(job({"fp8.recipe=tensorwise", "train.collective_timeout_seconds=2"}), o);
+  const auto ranks = train_ranks(job({"fp8.recipe=tensorwise", "train.collective_timeout_seconds=2"}), o);
   ASSERT_EQ(ranks.size(), 2u);
   const RankOutcome& survivor = ranks[0];
   EXPECT_TRUE(survivor.exited) << "rank 0 did not exit on its own";
@@ -377,7 +377,7 @@ TEST_P(FsdpTrainingTest, AStopOnOneRankStopsEveryRankAfterTheSameStep) {
     o.world_size = 2;
     o.stop_rank = 1;
     o.stop_at_step = 3;
-    const auto ranks = run_ranks(job({"fp8.recipe=tensorwise", absl::StrCat("train.log_every=", log_every)}), o);
+    const auto ranks = train_ranks(job({"fp8.recipe=tensorwise", absl::StrCat("train.log_every=", log_every)}), o);
     ASSERT_TRUE(all_ok(ranks));
     for (const RankOutcome& r : ranks) {
       ASSERT_FALSE(r.steps.empty());
@@ -391,7 +391,7 @@ TEST_P(FsdpTrainingTest, AStopOnOneRankStopsEveryRankAfterTheSameStep) {
 // summed values are read at the same step (here the checkpoint at step 4, before anything
 // is written), and the error names the first step whose loss or norm is not finite.
 TEST_P(FsdpTrainingTest, ADivergingRunFailsOnEveryRankAtTheSameReadBeforeItsCheckpoint) {
-  const auto ranks = run_ranks(job({"fp8.recipe=tensorwise", "train.lr=1e30", "train.warmup_steps=0", "train.log_every=10",
+  const auto ranks = train_ranks(job({"fp8.recipe=tensorwise", "train.lr=1e30", "train.warmup_steps=0", "train.log_every=10",
                               "checkpoint.every=4"},
                              "diverging"),
                          2);
@@ -432,13 +432,13 @@ TEST_P(FsdpTrainingTest, ActivationCheckpointingTrainsBitForBitWithoutMoreGather
     SCOPED_TRACE(recipe);
     const std::string r = absl::StrCat("fp8.recipe=", recipe);
     const std::string keep_name = absl::StrCat(recipe, "-none");
-    const auto kept = run_ranks(job({r, "train.activation_checkpointing=none"}, keep_name), 2);
+    const auto kept = train_ranks(job({r, "train.activation_checkpointing=none"}, keep_name), 2);
     ASSERT_TRUE(all_ok(kept));
     ASSERT_EQ(kept[0].steps.size(), static_cast<size_t>(kSteps));
     for (const char* mode : {"full", "selective"}) {
       SCOPED_TRACE(mode);
       const std::string name = absl::StrCat(recipe, "-", mode);
-      const auto recomputed = run_ranks(job({r, absl::StrCat("train.activation_checkpointing=", mode)}, name), 2);
+      const auto recomputed = train_ranks(job({r, absl::StrCat("train.activation_checkpointing=", mode)}, name), 2);
       ASSERT_TRUE(all_ok(recomputed));
       for (int rank = 0; rank < 2; ++rank) {
         const size_t k = static_cast<size_t>(rank);
@@ -474,7 +474,7 @@ TEST_P(FsdpTrainingTest, MemoryEstimateIsWithinFifteenPercentOfEachRanksPeak) {
       const std::string what = absl::StrCat(world, " ranks, ", absl::StrJoin(extra, ", "));
       const absl::StatusOr<jobspec::MemoryEstimate> estimate = jobspec::estimate_rank_memory(spec);
       ASSERT_TRUE(estimate.ok()) << estimate.status();
-      const auto ranks = run_ranks(spec, world);
+      const auto ranks = train_ranks(spec, world);
       ASSERT_TRUE(all_ok(ranks)) << what;
       for (size_t r = 0; r < ranks.size(); ++r) {
         double peak = 0;
@@ -495,20 +495,20 @@ TEST_P(FsdpTrainingTest, ShardedCheckpointResumesBitForBit) {
   const std::vector<std::string> extra{"fp8.recipe=delayed", "checkpoint.every=4"};
   RunOptions straight;
   straight.world_size = 2;
-  const auto full = run_ranks(job(extra, "straight"), straight);
+  const auto full = train_ranks(job(extra, "straight"), straight);
   ASSERT_TRUE(all_ok(full));
   ASSERT_EQ(full[0].steps.size(), static_cast<size_t>(kSteps));
 
   RunOptions first = straight;
   first.stop_after_step = 6;  // checkpoints at 4 and (stopping) 6
-  ASSERT_TRUE(all_ok(run_ranks(job(extra, "stopped"), first)));
+  ASSERT_TRUE(all_ok(train_ranks(job(extra, "stopped"), first)));
   EXPECT_TRUE(std::filesystem::exists(dir_.path() / "stopped" / "step-00000006" / "COMMITTED"));
   EXPECT_TRUE(std::filesystem::exists(dir_.path() / "stopped" / "step-00000006" / "rank-00001-of-00002.ckpt"));
   // Step 6's marker goes: that checkpoint is incomplete, so resume takes step 4.
   std::filesystem::remove(dir_.path() / "stopped" / "step-00000006" / "COMMITTED");
   RunOptions again = straight;
   again.resume = true;
-  const auto resumed = run_ranks(job(extra, "stopped"), again);
+  const auto resumed = train_ranks(job(extra, "stopped"), again);
   ASSERT_TRUE(all_ok(resumed));
   ASSERT_EQ(resumed[0].steps.size(), static_cast<size_t>(kSteps - 4));
   for (size_t i = 0; i < resumed[0].steps.size(); ++i) {
@@ -554,7 +554,7 @@ class Reshard : public FsdpTrainingBase,
     o.world_size = world;
     o.resume = resume;
     o.stop_after_step = stop_after;
-    return run_ranks(job_at(world, checkpoints), o);
+    return train_ranks(job_at(world, checkpoints), o);
   }
 };
 

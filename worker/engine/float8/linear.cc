@@ -56,6 +56,11 @@ absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& back
   state->plan_tensor(TensorKind::kGradOutput, c.grad_input.grad_output, c.grad_input_runs_in_fp8(), "grad_input",
                      c.grad_weight.grad_output, c.grad_weight_runs_in_fp8(), "grad_weight");
   state->plan_delayed_scaling();
+  for (TensorKind t : {TensorKind::kInput, TensorKind::kWeight, TensorKind::kGradOutput}) {
+    state->needs.row_amax[static_cast<int>(t)] = state->reads_row_amax(t);
+  }
+  state->needs.fp8_weight = state->takes_fp8_weight();
+  state->needs.weight_format = c.output.weight.format();
   std::vector<DelayedScaling> fresh;
   for (int i : state->delayed_plans) {
     const CastConfig& cast = state->plans[static_cast<size_t>(i)].config;
@@ -73,46 +78,27 @@ int64_t Float8Linear::out_features() const { return s_->out_features; }
 const Float8LinearConfig& Float8Linear::config() const { return s_->config; }
 const LinearActivations& Float8Linear::activations() const { return s_->activations; }
 
-absl::Status Float8Linear::forward(const void* input, int64_t tokens, const float* weight, const float* bias,
+const Float8LinearNeeds& Float8Linear::needs() const { return s_->needs; }
+
+absl::Status Float8Linear::forward(const void* input, int64_t tokens, LinearWeight weight, const float* bias,
                                    void* output, const ForwardOptions& options) {
-  return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/true, options);
+  return run_forward(input, tokens, weight, bias, output, /*for_backward=*/true, options);
 }
 
-absl::Status Float8Linear::forward(const void* input, int64_t tokens, const Fp8Tensor& weight, const float* bias,
-                                   void* output, const ForwardOptions& options) {
-  if (!s_->takes_fp8_weight()) {
-    return absl::FailedPreconditionError(
-        "Float8Linear::forward: this layer's config cannot take a weight cast elsewhere (it needs one tensorwise "
-        "fp8 cast shared by the output and grad_input GEMMs)");
-  }
-  return run_forward(input, tokens, {nullptr, &weight}, bias, output, /*for_backward=*/true, options);
-}
-
-absl::Status Float8Linear::forward_no_grad(const void* input, int64_t tokens, const float* weight, const float* bias,
+absl::Status Float8Linear::forward_no_grad(const void* input, int64_t tokens, LinearWeight weight, const float* bias,
                                            void* output, const ForwardOptions& options) {
-  return run_forward(input, tokens, {weight, nullptr}, bias, output, /*for_backward=*/false, options);
+  return run_forward(input, tokens, weight, bias, output, /*for_backward=*/false, options);
 }
 
-absl::Status Float8Linear::forward_no_grad(const void* input, int64_t tokens, const Fp8Tensor& weight,
-                                           const float* bias, void* output, const ForwardOptions& options) {
-  if (!s_->takes_fp8_weight()) {
-    return absl::FailedPreconditionError("Float8Linear::forward_no_grad: this layer cannot take a weight cast elsewhere");
-  }
-  return run_forward(input, tokens, {nullptr, &weight}, bias, output, /*for_backward=*/false, options);
-}
-
-bool Float8Linear::takes_fp8_weight() const { return s_->takes_fp8_weight(); }
-
-Format Float8Linear::weight_format() const { return s_->config.output.weight.format(); }
-
-absl::Status Float8Linear::rebind_weight(const float* weight) {
+absl::Status Float8Linear::rebind_weight(LinearWeight weight) {
+  if (weight.fp8() != nullptr) return rebind_fp8_weight(*weight.fp8());
   if (s_->tokens == 0) return absl::FailedPreconditionError("Float8Linear::rebind_weight: no forward() to rebind");
-  if (weight == nullptr) return absl::InvalidArgumentError("Float8Linear::rebind_weight: null weight");
-  s_->weight = weight;
+  if (weight.f32() == nullptr) return absl::InvalidArgumentError("Float8Linear::rebind_weight: null weight");
+  s_->weight = weight.f32();
   return absl::OkStatus();
 }
 
-absl::Status Float8Linear::rebind_weight(const Fp8Tensor& weight) {
+absl::Status Float8Linear::rebind_fp8_weight(const Fp8Tensor& weight) {
   State& s = *s_;
   if (s.tokens == 0) return absl::FailedPreconditionError("Float8Linear::rebind_weight: no forward() to rebind");
   if (!s.takes_fp8_weight() || weight.codes_t == nullptr) {
@@ -131,13 +117,18 @@ absl::Status Float8Linear::rebind_weight(const Fp8Tensor& weight) {
   return absl::OkStatus();
 }
 
-absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const WeightSource& weight, const float* bias,
+absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, LinearWeight weight, const float* bias,
                                        void* output, bool for_backward, const ForwardOptions& options) {
   State& s = *s_;
-  if (input == nullptr || (weight.f32 == nullptr && weight.fp8 == nullptr) || output == nullptr) {
+  if (input == nullptr || (weight.f32() == nullptr && weight.fp8() == nullptr) || output == nullptr) {
     return absl::InvalidArgumentError("Float8Linear::forward: input, weight and output must not be null");
   }
-  if (weight.fp8 != nullptr && options.weight_row_amax != nullptr) {
+  if (weight.fp8() != nullptr && !s.needs.fp8_weight) {
+    return absl::FailedPreconditionError(
+        "Float8Linear::forward: this layer's config cannot take a weight cast elsewhere (it needs one tensorwise "
+        "fp8 cast shared by the output and grad_input GEMMs)");
+  }
+  if (weight.fp8() != nullptr && options.weight_row_amax != nullptr) {
     return absl::InvalidArgumentError(
         "Float8Linear::forward: weight_row_amax was given with an Fp8Tensor weight, which is cast already");
   }
@@ -155,20 +146,20 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const 
     if (auto st = s.forward_slots.prepare_row(); !st.ok()) return st;
   }
   if (auto st = s.cast_input({input, s.activations.input, m, k}, row, options.input_row_amax); !st.ok()) return st;
-  if (weight.fp8 != nullptr) {
-    if (auto st = s.adopt_fp8_weight(*weight.fp8, row); !st.ok()) return st;
-  } else if (auto st =
-                 s.cast_tensor(TensorKind::kWeight, {weight.f32, DType::kFloat32, n, k}, row, options.weight_row_amax);
+  if (weight.fp8() != nullptr) {
+    if (auto st = s.adopt_fp8_weight(*weight.fp8(), row); !st.ok()) return st;
+  } else if (auto st = s.cast_tensor(TensorKind::kWeight, {weight.f32(), DType::kFloat32, n, k}, row,
+                                     options.weight_row_amax);
              !st.ok()) {
     return st;
   }
   // The weight in the compute dtype, for the high-precision GEMMs that read it as is: this
   // forward's, and (converted here once) its backward's. An Fp8Tensor weight has none
-  // (takes_fp8_weight()).
-  const void* weight_raw = weight.f32;
-  if (weight.f32 != nullptr && (s.reads_raw(TensorKind::kWeight, kAsStored) ||
+  // (needs().fp8_weight).
+  const void* weight_raw = weight.f32();
+  if (weight.f32() != nullptr && (s.reads_raw(TensorKind::kWeight, kAsStored) ||
                                 (for_backward && s.reads_raw(TensorKind::kWeight, kTransposed)))) {
-    absl::StatusOr<const void*> w = s.in_compute_dtype(weight.f32, DType::kFloat32, n * k, s.weight_compute);
+    absl::StatusOr<const void*> w = s.in_compute_dtype(weight.f32(), DType::kFloat32, n * k, s.weight_compute);
     if (!w.ok()) return w.status();
     weight_raw = *w;
   }
@@ -214,7 +205,7 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, const 
     return absl::OkStatus();
   }
   s.input = input;
-  s.weight = weight.f32;
+  s.weight = weight.f32();
   s.tokens = tokens;
   if (s.forward_slots.columns > 0) ++s.forward_slots.rows_used;
   return absl::OkStatus();
@@ -342,18 +333,10 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
 
 // ---- sibling layers that read one input --------------------------------------------------------
 
-bool Float8Linear::can_share_input_casts_with(const Float8Linear& source) const {
-  return s_->can_share_input_with(*source.s_);
-}
-
-absl::Status Float8Linear::share_input_casts_from(const Float8Linear& source) {
-  if (!can_share_input_casts_with(source)) {
-    return absl::InvalidArgumentError(
-        "Float8Linear::share_input_casts_from: the layers cast their input differently (or with delayed scaling, "
-        "or on different backends, or the source shares another's), so one cannot serve the other");
-  }
+bool Float8Linear::share_input_casts_from(const Float8Linear& source) {
+  if (!s_->can_share_input_with(*source.s_)) return false;
   s_->input_source = source.s_.get();
-  return absl::OkStatus();
+  return true;
 }
 
 
@@ -365,8 +348,6 @@ bool Float8Linear::State::reads_row_amax(TensorKind t) const {
   }
   return false;
 }
-
-bool Float8Linear::reads_row_amax(TensorKind t) const { return s_->reads_row_amax(t); }
 
 void Float8Linear::set_observer(Float8LinearObserver* observer) { s_->observer = observer; }
 

@@ -112,11 +112,11 @@ struct ForwardOptions {
   // input casts at tensorwise or rowwise granularity then take their amax from these
   // instead of reading the input once more (QuantizeArgs::row_amax); everything computed
   // is bit for bit the same. They must be exact (a smaller value clips the cast). See
-  // Float8Linear::reads_row_amax().
+  // Float8Linear::needs().
   const float* input_row_amax = nullptr;
   // The same for an fp32 weight, [out] fp32, max |weight[o, :]| (AdamW writes them as it
   // updates the weight: ModelOps::adamw_step's param_row_amax). See
-  // Float8Linear::reads_row_amax(). Not with an Fp8Tensor weight (it is cast already).
+  // Float8Linear::needs(). Not with an Fp8Tensor weight (it is cast already).
   const float* weight_row_amax = nullptr;
   // [tokens, out] in the output's dtype, added to the output in the GEMM's epilogue (the
   // addend of ScaledGemmArgs / GemmArgs): output = input · weightᵀ (+ bias) + residual,
@@ -136,8 +136,42 @@ struct BackwardOptions {
   // its GEMM no read of one).
   Store grad_weight = Store::kAccumulate;
   // May be null: max |grad_output[r, :]| per row, like forward()'s input_row_amax, from
-  // the op that made grad_output (see reads_row_amax()).
+  // the op that made grad_output (see Float8Linear::needs()).
   const float* grad_output_row_amax = nullptr;
+};
+
+// The weight forward() multiplies by: the fp32 master, which the layer casts itself, or
+// an Fp8Tensor cast elsewhere (FSDP's fp8 all-gather: weight_scales.h), which it takes as
+// given (Float8LinearNeeds::fp8_weight must hold). Either converts implicitly, so a call
+// passes what it has.
+class LinearWeight {
+ public:
+  LinearWeight(const float* values) : f32_(values) {}
+  LinearWeight(const Fp8Tensor& cast) : fp8_(&cast) {}
+  const float* f32() const { return f32_; }
+  const Fp8Tensor* fp8() const { return fp8_; }
+
+ private:
+  const float* f32_ = nullptr;
+  const Fp8Tensor* fp8_ = nullptr;
+};
+
+// What a layer's casts can take from its callers, fixed by its config at create().
+struct Float8LinearNeeds {
+  // Per TensorKind: some cast of the tensor is dynamically scaled at tensorwise or rowwise
+  // granularity, so its row amaxes (ForwardOptions' input_row_amax and weight_row_amax,
+  // BackwardOptions' grad_output_row_amax) spare the cast a read. Columnwise casts (the
+  // rowwise recipe's copies for the GEMMs that contract over rows) need column amaxes, and
+  // delayed casts measure theirs while casting, so neither counts.
+  bool row_amax[3] = {false, false, false};
+  // forward() can take an Fp8Tensor weight: the weight is cast once, tensorwise, to one
+  // format for both GEMMs that read it, and no GEMM reads it in high precision (the
+  // tensorwise and delayed recipes).
+  bool fp8_weight = false;
+  // The format the weight's output-GEMM cast uses (an Fp8Tensor weight's format).
+  Format weight_format = Format::kE4M3;
+
+  bool row_amax_of(TensorKind t) const { return row_amax[static_cast<int>(t)]; }
 };
 
 // Told how a layer's casts ran, for tests and benches to count (Float8Linear::
@@ -177,39 +211,32 @@ class Float8Linear {
   const Float8LinearConfig& config() const;
   const LinearActivations& activations() const;
 
+  // What the casts can take from callers: row amaxes, an Fp8Tensor weight.
+  const Float8LinearNeeds& needs() const;
+
   // output [tokens, out] = input [tokens, in] · weightᵀ (+ bias [out], may be null), in
-  // backend memory: input and output in their activation dtypes, weight and bias fp32. On
-  // a GPU with an fp8 grad_weight GEMM, tokens must be a multiple of 16 (that GEMM
-  // contracts over them). ForwardOptions: row amaxes the casts may take, a residual to add.
-  absl::Status forward(const void* input, int64_t tokens, const float* weight, const float* bias, void* output,
+  // backend memory: input and output in their activation dtypes, bias fp32. On a GPU with
+  // an fp8 grad_weight GEMM, tokens must be a multiple of 16 (that GEMM contracts over
+  // them). ForwardOptions: row amaxes the casts may take, a residual to add.
+  //
+  // The weight is fp32 values, or an Fp8Tensor cast elsewhere (needs().fp8_weight must
+  // hold): [out, in] codes of needs().weight_format, cast tensorwise; codes_t is needed by
+  // backward() (it may come with rebind_weight()). The layer takes such a tensor's scale as
+  // given and reads its scale, inverse and amax where they are until its next forward()
+  // (numerics() included); under delayed scaling it records the amax into its history.
+  // Cast with the scale a caller derives as weight_scales.h does, the outputs match the
+  // fp32 weight's bit for bit.
+  absl::Status forward(const void* input, int64_t tokens, LinearWeight weight, const float* bias, void* output,
                        const ForwardOptions& options = {});
 
   // The same output for evaluation: nothing is kept for a backward() (the last forward()
   // can no longer be differentiated either) and delayed scaling records none of its amaxes.
-  absl::Status forward_no_grad(const void* input, int64_t tokens, const float* weight, const float* bias, void* output,
-                               const ForwardOptions& options = {});
-  absl::Status forward_no_grad(const void* input, int64_t tokens, const Fp8Tensor& weight, const float* bias,
+  absl::Status forward_no_grad(const void* input, int64_t tokens, LinearWeight weight, const float* bias,
                                void* output, const ForwardOptions& options = {});
-
-  // The same with a weight cast elsewhere (takes_fp8_weight() must hold): [out, in] codes
-  // of the weight's format, cast tensorwise; codes_t is needed by backward() (it may come
-  // with rebind_weight()). The layer takes the tensor's scale as given and reads its scale,
-  // inverse and amax where they are until its next forward() (numerics() included); under
-  // delayed scaling it records the amax into its history. Cast with the scale a caller
-  // derives as weight_scales.h does, the outputs match the fp32 weight's bit for bit.
-  absl::Status forward(const void* input, int64_t tokens, const Fp8Tensor& weight, const float* bias, void* output,
-                       const ForwardOptions& options = {});
 
   // Between forward() and backward(): the weight moved (FSDP frees it after the forward and
   // gathers it again for the backward). Same values in new memory, in the form forward() got.
-  absl::Status rebind_weight(const float* weight);
-  absl::Status rebind_weight(const Fp8Tensor& weight);
-
-  // Whether forward() can take an Fp8Tensor weight: the weight is cast once, tensorwise, to
-  // one format for both GEMMs that read it, and no GEMM reads it in high precision (the
-  // tensorwise and delayed recipes).
-  bool takes_fp8_weight() const;
-  Format weight_format() const;
+  absl::Status rebind_weight(LinearWeight weight);
 
   // For the last forward(): by default WRITES grad_input [tokens, in] (skipped when null)
   // and ACCUMULATES (+=) grad_weight [out, in] and grad_bias [out] (skipped when null), so
@@ -225,20 +252,13 @@ class Float8Linear {
   // cast (same pointer and tokens; src's forward runs first) takes src's fp8 copies of it,
   // their scales and, for mixed GEMMs, their dequantized copy, instead of casting it again.
   // This needs dynamic scaling of the input (a delayed scale is each layer's own) and the
-  // same input casts (can_share_input_casts_with()); with them the copies are a function
-  // of the input alone, so outputs and gradients are bit for bit what this layer's own
-  // casts give. Any other input is cast as usual. The copies must outlive this layer's
+  // same input casts; with them the copies are a function of the input alone, so outputs
+  // and gradients are bit for bit what this layer's own casts give. Any other input is cast as usual. The copies must outlive this layer's
   // backward(): should src cast again in between (a forward_no_grad), backward() refuses.
-  // numerics() reports the shared cast's values for this layer's input.
-  bool can_share_input_casts_with(const Float8Linear& source) const;
-  absl::Status share_input_casts_from(const Float8Linear& source);
-
-  // ---- row amaxes (forward()'s input_row_amax and weight_row_amax, backward()'s ----------
-  // grad_output_row_amax). Whether the call has a use for tensor t's: some cast of it is
-  // dynamically scaled at tensorwise or rowwise granularity. (Columnwise casts, the rowwise
-  // recipe's copies for the GEMMs that contract over rows, need column amaxes; delayed
-  // casts measure theirs while casting.)
-  bool reads_row_amax(TensorKind t) const;
+  // numerics() reports the shared cast's values for this layer's input. Returns false,
+  // changing nothing, when the two cannot share (src is this layer, casts its input
+  // differently or shares another's).
+  bool share_input_casts_from(const Float8Linear& source);
 
   // Tells `observer` (may be null: none) how the casts run from now on; it must outlive
   // the layer or be replaced first.
@@ -253,8 +273,6 @@ class Float8Linear {
   // delayed casts), queued. `amaxes` may be reused once this returns: work queued later
   // cannot overtake the record.
   absl::Status finish_step_from(const float* amaxes);
-  // The same with host amaxes (uploaded, queued).
-  absl::Status finish_step(absl::Span<const float> amaxes);
 
   // Every delayed cast's state, concatenated, for checkpoints; restore needs a layer built
   // with the same config.
@@ -316,17 +334,12 @@ class Float8Linear {
   // the layer, which sees only its codes, and a clipped code cannot be told from a value
   // that was max to begin with): its entry reports measured = false.
   void set_measuring(bool on);
-  bool measuring() const;
 
  private:
   explicit Float8Linear(std::unique_ptr<State> state);
-  // Where forward() takes the weight from: fp32 values to cast, or codes cast elsewhere.
-  struct WeightSource {
-    const float* f32 = nullptr;
-    const Fp8Tensor* fp8 = nullptr;
-  };
-  absl::Status run_forward(const void* input, int64_t tokens, const WeightSource& weight, const float* bias,
-                           void* output, bool for_backward, const ForwardOptions& options);
+  absl::Status rebind_fp8_weight(const Fp8Tensor& weight);
+  absl::Status run_forward(const void* input, int64_t tokens, LinearWeight weight, const float* bias, void* output,
+                           bool for_backward, const ForwardOptions& options);
   std::unique_ptr<State> s_;
   DelayedCasts delayed_;
 };

@@ -137,6 +137,7 @@ struct Float8Linear::State {
   const Float8LinearConfig config;
   const LinearActivations activations;
   bool measuring = false;  // set_measuring()
+  Float8LinearNeeds needs;  // Float8Linear::needs(), made by create() from the plans
 
   // High-precision GEMMs run in the input's dtype, as autocast runs a bf16 linear: both
   // GEMM operands must share a dtype, and a bf16 input is where bf16 compute pays off.

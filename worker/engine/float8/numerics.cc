@@ -83,6 +83,5 @@ absl::StatusOr<std::vector<CastNumerics>> Float8Linear::numerics() {
 }
 
 void Float8Linear::set_measuring(bool on) { s_->measuring = on; }
-bool Float8Linear::measuring() const { return s_->measuring; }
 
 }  // namespace fp8::engine

@@ -155,22 +155,6 @@ absl::Status Float8Linear::DelayedCasts::write_step_amaxes(float* dst) {
   return absl::OkStatus();
 }
 
-absl::Status Float8Linear::finish_step(absl::Span<const float> amaxes) {
-  State& s = *s_;
-  if (amaxes.size() != s.delayed_plans.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("Float8Linear::finish_step: expected ", s.delayed_plans.size(),
-                                                   " amaxes (one per delayed cast), got ", amaxes.size()));
-  }
-  if (amaxes.empty()) return finish_step_from(nullptr);
-  const auto n = static_cast<int64_t>(amaxes.size());
-  if (auto st = s.step_amaxes.reserve(float_bytes(n)); !st.ok()) return st;
-  if (auto st = s.backend.queue_copy_from_host(s.step_amaxes.as<void>(), amaxes.data(), float_bytes(n));
-      !st.ok()) {
-    return st;
-  }
-  return finish_step_from(s.step_amaxes.as<float>());
-}
-
 absl::Status Float8Linear::finish_step_from(const float* amaxes) {
   State& s = *s_;
   if (!s.delayed_plans.empty()) {

@@ -34,9 +34,9 @@ absl::StatusOr<std::unique_ptr<Fp8WeightScales>> Fp8WeightScales::create(Backend
 absl::Status Fp8WeightScales::allocate() {
   const CastConfig& first = shards_[0].layer->config().output.weight;
   for (const Shard& s : shards_) {
-    if (!s.layer->takes_fp8_weight()) {
+    if (!s.layer->needs().fp8_weight) {
       return absl::FailedPreconditionError(
-          "Fp8WeightScales: a layer takes no fp8 weight (Float8Linear::takes_fp8_weight)");
+          "Fp8WeightScales: a layer takes no fp8 weight (Float8LinearNeeds::fp8_weight)");
     }
     const CastConfig& c = s.layer->config().output.weight;
     if (c.format() != first.format() || c.pow2_scale != first.pow2_scale) one_rule_ = false;
@@ -49,7 +49,7 @@ absl::Status Fp8WeightScales::allocate() {
   return absl::OkStatus();
 }
 
-Format Fp8WeightScales::format(int64_t i) const { return shards_[static_cast<size_t>(i)].layer->weight_format(); }
+Format Fp8WeightScales::format(int64_t i) const { return shards_[static_cast<size_t>(i)].layer->needs().weight_format; }
 
 Fp8Tensor Fp8WeightScales::bind(int64_t i) const {
   const Float8Linear& layer = *shards_[static_cast<size_t>(i)].layer;
@@ -58,7 +58,7 @@ Fp8Tensor Fp8WeightScales::bind(int64_t i) const {
   w.inv_scale = inv_scales_.as<float>() + i;
   // Each weight's global amax is where the all-reduce leaves it, until the next one.
   w.amax = amaxes_.as<float>() + i;
-  w.format = layer.weight_format();
+  w.format = layer.needs().weight_format;
   w.granularity = Granularity::kTensorwise;
   w.rows = layer.out_features();
   w.cols = layer.in_features();
@@ -134,7 +134,7 @@ absl::Status Fp8WeightScales::cast_shard(int64_t i, const float* shard_values, u
   const Shard& s = shards_[static_cast<size_t>(i)];
   CastArgs c;
   c.input = MatrixRef{shard_values, DType::kFloat32, s.rows, s.row_elements};
-  c.format = s.layer->weight_format();
+  c.format = s.layer->needs().weight_format;
   c.granularity = Granularity::kTensorwise;
   c.scale = scales_.as<float>() + i;
   c.saturate = true;

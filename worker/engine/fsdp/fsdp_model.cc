@@ -171,7 +171,7 @@ absl::Status FsdpModel::plan_fp8_gathers() {
   if (!options_.all_gather_fp8) return absl::OkStatus();
   for (LinearUnit* u : model_.mutable_linears()) {
     // A tied output projection shares its weight with the embedding lookup, which needs fp32.
-    if (!u->selection.fp8 || !u->layer->takes_fp8_weight() || u->weight->name != u->name) continue;
+    if (!u->selection.fp8 || !u->layer->needs().fp8_weight || u->weight->name != u->name) continue;
     Fp8State f;
     f.linear = u;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -356,7 +356,7 @@ absl::StatusOr<Tensor*> FsdpModel::allocate_gathered(Param& p) {
   if (p.fp8 >= 0) {
     Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
     const ElementType codes =
-        f.linear->layer->weight_format() == Format::kE4M3 ? ElementType::kE4M3 : ElementType::kE5M2;
+        f.linear->layer->needs().weight_format == Format::kE4M3 ? ElementType::kE4M3 : ElementType::kE5M2;
     FP8_ASSIGN_OR_RETURN(f.gathered, Tensor::empty(device_, codes, padded));
     return &f.gathered;
   }

@@ -17,7 +17,7 @@
 //   - A step's losses, stop votes and gradient sum of squares are summed across ranks on
 //     the device (reduce_step_values); the trainer reads them when it reports.
 //   - fp8 all-gather: a linear whose weight is cast once, tensorwise, for both GEMMs that
-//     read it (Float8Linear::takes_fp8_weight: the tensorwise and delayed recipes) sends
+//     read it (Float8LinearNeeds::fp8_weight: the tensorwise and delayed recipes) sends
 //     e4m3 codes, one byte per element: each rank casts its shard with the global scale
 //     and the layer uses the gathered codes as they are (its backward takes a transposed
 //     copy, exact). The global scales of all such weights cost ONE all-reduce(MAX) of a
