@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/jobspec/fp8_recipes.h"
@@ -181,12 +182,41 @@ void check_layer_shapes(const v1::JobSpec& spec, const v1::Float8Gemms& effectiv
   }
 }
 
+bool has_delayed_cast(const v1::Float8Gemms& effective) {
+  for (const GemmRef& gemm : list_gemms(effective)) {
+    for (const OperandRef* op : {&gemm.lhs, &gemm.rhs}) {
+      if (op->cast->dtype() != CastConfig::HIGH_PRECISION && op->cast->scaling() == CastConfig::DELAYED) return true;
+    }
+  }
+  return false;
+}
+
+// The coordinator checks that the job exists, is the submitter's and trains the same
+// model; here only what the spec alone decides.
+void check_amax_init_from(const v1::Fp8Spec& fp8, Checks& c) {
+  if (fp8.amax_init_from().empty()) return;
+  const std::string& id = fp8.amax_init_from();
+  const bool job_id = absl::StartsWith(id, "job-") && id.size() > 4 &&
+                      std::all_of(id.begin() + 4, id.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  if (!job_id) {
+    const std::string shown = id.size() <= 32 ? id : id.substr(0, 32) + "...";
+    c.add("fp8.amax_init_from", absl::StrCat("expected a job id such as job-12, got '", shown, "'"));
+    return;
+  }
+  if (fp8.recipe() == v1::Fp8Spec::NONE || !has_delayed_cast(effective_gemms(fp8))) {
+    c.add("fp8.amax_init_from",
+          "only delayed scaling keeps amax histories to start from; set fp8.recipe: delayed or leave this out",
+          {"fp8.recipe"});
+  }
+}
+
 }  // namespace
 
 void check_fp8(const v1::JobSpec& spec, Checks& c) {
   const v1::Fp8Spec& fp8 = spec.fp8();
   c.int_in_range("fp8.amax_history_len", fp8.amax_history_len(), 1, 4096);
   check_long_form(fp8, c);
+  check_amax_init_from(fp8, c);
   if (fp8.recipe() == v1::Fp8Spec::NONE) return;  // nothing below applies without fp8
 
   v1::Float8Gemms effective = effective_gemms(fp8);

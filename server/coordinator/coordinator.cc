@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/jobspec/model_shapes.h"
 #include "common/jobspec/validate.h"
 #include "common/rpc/request_limits.h"
 #include "common/status_macros.h"
@@ -263,6 +266,7 @@ absl::StatusOr<v1::Job> Coordinator::submit(const Principal& who, const v1::Subm
   }
   // After the idempotency check: a retry of an accepted job returns it whatever the fleet.
   if (!request.queue_anyway()) FP8_RETURN_IF_ERROR(check_some_worker_holds(resolved, rank_memory_gb));
+  FP8_RETURN_IF_ERROR(check_amax_source(who, resolved));
   ActiveJob active;
   v1::Job job;
   absl::Status s = store_->transaction([&]() -> absl::Status {
@@ -289,6 +293,37 @@ absl::StatusOr<v1::Job> Coordinator::submit(const Principal& who, const v1::Subm
   events_changed_.SignalAll();
   schedule_locked();
   return visible_job(who, job.id());
+}
+
+absl::Status Coordinator::check_amax_source(const Principal& who, const v1::JobSpec& spec) {
+  const std::string& source_id = spec.fp8().amax_init_from();
+  if (source_id.empty()) return absl::OkStatus();
+  absl::StatusOr<v1::Job> source = visible_job(who, source_id);
+  if (!source.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("fp8.amax_init_from: no job '", rpc::quote_for_error(source_id),
+                                                   "' of '", spec.owner(), "' to start from"));
+  }
+  // Histories are kept per layer and cast, so the layers must be the same ones.
+  const auto layers = [](const v1::JobSpec& s) {
+    std::vector<std::tuple<std::string, int64_t, int64_t>> out;
+    for (const jobspec::LinearLayer& l : jobspec::list_linear_layers(s.model())) {
+      out.emplace_back(l.name, l.in_features, l.out_features);
+    }
+    return out;
+  };
+  if (layers(source->spec()) != layers(spec)) {
+    return absl::InvalidArgumentError(absl::StrCat("fp8.amax_init_from: ", source_id,
+                                                   " trains another model (its linear layers differ from this job's); "
+                                                   "amax histories are per layer, so a warm start needs the same model"));
+  }
+  FP8_ASSIGN_OR_RETURN(store::StoredAmax stored, store_->amax(source_id));
+  if (stored.histories.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "fp8.amax_init_from: ", source_id,
+        " has no amax histories to start from (a delayed-scaling job reports them at its report steps and "
+        "checkpoints)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Coordinator::check_some_worker_holds(const v1::JobSpec& spec, double rank_memory_gb) const {

@@ -218,6 +218,9 @@ class Coordinator {
   // Records `folder` as job_id's checkpoint folder, unless it lies inside another job's.
   // Refuses a job whose ranks need more memory than any registered worker of its kind
   // offers, with the numbers (SubmitJobRequest.queue_anyway skips this).
+  // fp8.amax_init_from names a job the submitter may see, with the same linear layers and
+  // amax histories to start from.
+  absl::Status check_amax_source(const Principal& who, const v1::JobSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status check_some_worker_holds(const v1::JobSpec& spec, double rank_memory_gb) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status claim_job_folder(const std::string& folder, const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -173,6 +173,12 @@ absl::StatusOr<v1::GetAmaxHistoriesResponse> Coordinator::get_amax_histories(con
   FP8_ASSIGN_OR_RETURN(ActiveJob * active, trainer_target(who, request.caller()));
   FP8_ASSIGN_OR_RETURN(store::StoredAmax stored, store_->amax(active->job.id()));
   v1::GetAmaxHistoriesResponse response;
+  // A warm start (fp8.amax_init_from, checked at submit) until the job has its own.
+  const std::string& source_id = active->job.spec().fp8().amax_init_from();
+  if (stored.histories.empty() && !source_id.empty()) {
+    FP8_ASSIGN_OR_RETURN(stored, store_->amax(source_id));
+    response.set_from_job_id(source_id);
+  }
   response.set_step(stored.step);
   for (v1::AmaxHistory& h : stored.histories) *response.add_histories() = std::move(h);
   return response;

@@ -554,6 +554,10 @@ TEST_F(Fp8TrainCliTest, BadCommandLinesAndJobFilesExitWithoutTraining) {
   cases.push_back({"unknown --set field", {"--config", good.string(), "--set", "train.stepz=3"}, 2, {"train.stepz"}});
   cases.push_back({"malformed --set", {"--config", good.string(), "--set", "train.steps"}, 2, {"train.steps"}});
   cases.push_back({"bad --set value", {"--config", good.string(), "--set", "train.steps=many"}, 2, {"train.steps"}});
+  cases.push_back({"a warm start without the coordinator",
+                   {"--config", good.string(), "--set", "fp8.recipe=delayed", "--set", "fp8.amax_init_from=job-1"},
+                   2,
+                   {"fp8.amax_init_from: the histories it names are kept by the coordinator"}});
   {
     JobOptions o;
     o.extra_train_line = "lerning_rate: 0.1";

@@ -122,6 +122,8 @@ const std::vector<std::pair<std::string, Where>>& field_table() {
       {"fp8.pad_inner_dim", tests({"LlamaModuleFilter.DimensionsNotMultiplesOf16StayHighPrecision",
                                    "BackendContract.ARaggedGemmEqualsItsZeroPaddedProductBitForBit",
                                    "LoadGood.OddSizesAreFineWithPadding"})},
+      {"fp8.amax_init_from", tests({"AmaxWarmStartTest.AFirstAttemptGetsTheSourceJobsHistoriesUntilItHasItsOwn",
+                                    "ControlPlaneTest.ADelayedJobWarmStartsFromAnEarlierJobsAmaxHistories"})},
       {"fp8.include", tests({kTraining, "LlamaModuleFilter.IncludeAndExcludeGlobs"})},
       {"fp8.exclude", tests({kTraining, "LlamaModuleFilter.OutputExcludedOthersFp8"})},
       {"fp8.gemms.output.input.dtype", tests({kLongForm})},

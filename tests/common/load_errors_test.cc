@@ -71,6 +71,12 @@ INSTANTIATE_TEST_SUITE_P(
             {"pad_inner_dim_on_cuda.yaml:15:3: fp8.pad_inner_dim: is not available on cuda: cuBLASLt's fp8 GEMMs "
              "take only dimensions that are multiples of 16 and nothing pads them there; leave it out and keep "
              "such layers in high precision with fp8.exclude"}},
+        BadFile{"amax_init_from_without_delayed.yaml",
+                {"amax_init_from_without_delayed.yaml:16:3: fp8.amax_init_from: only delayed scaling keeps amax "
+                 "histories to start from; set fp8.recipe: delayed or leave this out"}},
+        BadFile{"amax_init_from_not_a_job_id.yaml",
+                {"amax_init_from_not_a_job_id.yaml:16:3: fp8.amax_init_from: expected a job id such as job-12, "
+                 "got 'yesterdays-run'"}},
         BadFile{
             "exclude_matches_nothing.yaml",
             {"exclude_matches_nothing.yaml:14:13: fp8.exclude[0]: 'outptu' matches no linear layer (did you "

@@ -252,6 +252,47 @@ TEST(ControlPlaneTest, RestartedDelayedJobResumesAmaxHistories) {
   EXPECT_NE(text.find("done: steps " + std::to_string(resumed + 1) + "..400"), std::string::npos) << text;
 }
 
+TEST(ControlPlaneTest, ADelayedJobWarmStartsFromAnEarlierJobsAmaxHistories) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  cp.start_worker();
+  ControlPlane::JobOptions o;
+  o.name = "delayed";
+  o.recipe = "delayed";
+  o.steps = 20;
+  v1::Job first;
+  ASSERT_TRUE(cp.submit(cp.spec(o), &first).ok());
+  const v1::Job first_done = cp.wait_for(first.id(), final, kJobLimit);
+  ASSERT_EQ(first_done.state(), v1::Job::SUCCEEDED) << first_done.DebugString() << cp.logs();
+
+  o.name = "warm";
+  v1::JobSpec warm = cp.spec(o);
+  warm.mutable_fp8()->set_amax_init_from(first.id());
+  v1::Job second;
+  const grpc::Status submitted = cp.submit(warm, &second);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  const v1::Job done = cp.wait_for(second.id(), final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.logs();
+
+  // Rank 0 of the first attempt says its delayed scaling started from the earlier job's.
+  v1::GetJobLogsRequest logs;
+  logs.set_job_id(second.id());
+  logs.set_attempt(1);
+  logs.set_rank(0);
+  logs.set_tail_lines(10000);
+  v1::GetJobLogsResponse lines;
+  auto ctx = with_token(cp.admin_token(), seconds(10));
+  ASSERT_TRUE(cp.job_stub()->GetJobLogs(ctx.get(), logs, &lines).ok());
+  std::string text;
+  for (const v1::JobLogLine& l : lines.lines()) text += l.line().text() + "\n";
+  const size_t at = text.find("delayed scaling: started from ");
+  ASSERT_NE(at, std::string::npos) << text << cp.logs();
+  const std::string line = text.substr(at, text.find('\n', at) - at);
+  EXPECT_NE(line.find(" amax histories of " + first.id() + " (its step "), std::string::npos) << line;
+  EXPECT_EQ(line.find("started from 0 "), std::string::npos) << "no history matched a layer: " << line;
+}
+
 TEST(ControlPlaneTest, CancelStopsTheRanks) {
   ControlPlane cp;
   ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());

@@ -43,6 +43,11 @@ absl::StatusOr<std::string> resume_amax_histories(fp8::v1::TrainerService::StubI
                                                s.error_message()));
   }
   if (got.histories_size() == 0) return std::string("delayed scaling: the coordinator has no amax history yet");
+  const bool warm_start = !got.from_job_id().empty();
+  if (request.resumed_step != 0 && warm_start) {
+    return absl::StrCat("delayed scaling: kept the checkpoint's amax histories (step ", request.resumed_step,
+                        ") over those of ", got.from_job_id());
+  }
   if (request.resumed_step != 0 && got.step() != request.resumed_step) {
     return absl::StrCat("delayed scaling: kept the checkpoint's amax histories (step ", request.resumed_step,
                         "); the coordinator's are from step ", got.step());
@@ -55,6 +60,10 @@ absl::StatusOr<std::string> resume_amax_histories(fp8::v1::TrainerService::StubI
   }
   absl::StatusOr<int> loaded = engine::load_amax_histories(model, records);
   if (!loaded.ok()) return loaded.status();
+  if (warm_start) {
+    return absl::StrCat("delayed scaling: started from ", *loaded, " amax histories of ", got.from_job_id(),
+                        " (its step ", got.step(), ")");
+  }
   return absl::StrCat("delayed scaling: resumed ", *loaded, " amax histories from the coordinator (step ", got.step(),
                       ")");
 }

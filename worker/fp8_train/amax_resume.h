@@ -1,12 +1,14 @@
 // A restarted attempt's delayed scaling picks up the amax histories the coordinator kept
-// for the job (TrainerService.GetAmaxHistories).
+// for the job (TrainerService.GetAmaxHistories), and a job's first attempt those of the
+// job it warm-starts from (fp8.amax_init_from), which the coordinator answers with until
+// the job has its own.
 //
 // Which histories win: the coordinator's are loaded when they were taken at the step
 // training resumes from (rank 0 reports them at every checkpoint, so they are that
 // checkpoint's own), or when no checkpoint was loaded (training starts over, and its
 // scales start from the histories the job had reached instead of from dynamic scaling).
-// Histories of another step are left alone: the checkpoint's state belongs to its
-// weights, and resuming a checkpoint stays bit-exact.
+// Histories of another step, or of another job once a checkpoint was loaded, are left
+// alone: the checkpoint's state belongs to its weights, and resuming it stays bit-exact.
 //
 // Every rank calls this and applies the same rule, so their states stay identical; a
 // failed call fails the rank (the attempt then restarts) rather than let ranks diverge.

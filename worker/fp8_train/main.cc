@@ -373,6 +373,12 @@ int main(int argc, char** argv) {
                     ", or start each rank with --rank R --world-size ", job_world, " --rendezvous DIR")),
                 2);
   }
+  if (!coordinated && !spec->fp8().amax_init_from().empty()) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+                    config, ": fp8.amax_init_from: the histories it names are kept by the coordinator; submit the "
+                            "job with fp8ctl submit, or leave the field out to run it here")),
+                2);
+  }
   if (!resume && (!joining || rank == 0)) {
     if (absl::Status s = refuse_to_overwrite(spec->checkpoint().dir()); !s.ok()) return fail(s, 2);
   }
@@ -449,7 +455,9 @@ int main(int argc, char** argv) {
     }
   }
   if (reporter) reporter->set_resumed_from_step(resumed_step);
-  if (coordinated && coord.attempt > 1) {
+  // A restarted attempt picks up its job's histories; a first one those of the job it
+  // warm-starts from (fp8.amax_init_from).
+  if (coordinated && (coord.attempt > 1 || !spec->fp8().amax_init_from().empty())) {
     fp8::train_cli::AmaxResumeRequest amax{coord.token, {}, resumed_step};
     amax.caller.set_job_id(coord.job_id);
     amax.caller.set_attempt(coord.attempt);
