@@ -28,8 +28,9 @@ packages=(
   # podman's recommends that rootful containers, pods and a network need, named because
   # recommends are not installed
   mmdebstrap podman runc netavark aardvark-dns iptables catatonit
-  # the shells whose completion fp8ctl writes (its tests run them)
-  zsh fish
+  # the shells whose completion fp8ctl writes (its tests run them); librsvg, which fp8ctl
+  # opens to write a plot as PNG
+  zsh fish librsvg2-2
   # the demo and test corpus: the King James Bible as text (scripts/install_corpus.sh)
   bible-kjv
 )

@@ -373,6 +373,31 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
     EXPECT_TRUE(contains(text, "job-1 ok (tensorwise)")) << text;
     EXPECT_TRUE(contains(text, delayed_id + " delayed (delayed)")) << text;
   }
+  // plot as PNG: the same chart drawn by librsvg at twice the SVG's size, on white.
+  const fs::path png = cp.dir() / "loss.png";
+  r = ctl.run({"plot", "job-1", delayed_id, "--out", png.string()});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  {
+    std::ifstream in(png, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_GT(bytes.size(), 24u);
+    EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+    EXPECT_EQ(bytes.substr(12, 4), "IHDR");
+    const auto be32 = [&](size_t at) {
+      return (static_cast<uint32_t>(static_cast<uint8_t>(bytes[at])) << 24) |
+             (static_cast<uint32_t>(static_cast<uint8_t>(bytes[at + 1])) << 16) |
+             (static_cast<uint32_t>(static_cast<uint8_t>(bytes[at + 2])) << 8) |
+             static_cast<uint32_t>(static_cast<uint8_t>(bytes[at + 3]));
+    };
+    std::ifstream svg_in(svg);
+    const std::string svg_text((std::istreambuf_iterator<char>(svg_in)), std::istreambuf_iterator<char>());
+    const auto attribute = [&](const std::string& name) {
+      const size_t at = svg_text.find(name + "=\"");
+      return at == std::string::npos ? 0 : std::stoi(svg_text.substr(at + name.size() + 2));
+    };
+    EXPECT_EQ(be32(16), static_cast<uint32_t>(2 * attribute("width")));
+    EXPECT_EQ(be32(20), static_cast<uint32_t>(2 * attribute("height")));
+  }
   // plot as CSV: a row per job and step, by the file's extension or -o csv (to stdout).
   const fs::path csv = cp.dir() / "loss.csv";
   r = ctl.run({"plot", "job-1", delayed_id, "--out", csv.string()});
@@ -676,16 +701,16 @@ TEST(Fp8ctlTest, LocalErrors) {
   r = ctl.run({"amax", "job-1", "-o", "name"});
   EXPECT_TRUE(exited(r, 2)) << show(r);
   EXPECT_TRUE(contains(r.err, "expected table, json or yaml, not 'name'")) << show(r);
-  // plot: -o is the format (svg or csv), the file is --out.
+  // plot: -o is the format (svg, png or csv), the file is --out.
   r = ctl.run({"plot", "job-1", "-o", (dir / "loss.svg").string()});
   EXPECT_TRUE(exited(r, 2)) << show(r);
-  EXPECT_TRUE(contains(r.err, "expected svg or csv, not '" + (dir / "loss.svg").string() +
+  EXPECT_TRUE(contains(r.err, "expected svg, png or csv, not '" + (dir / "loss.svg").string() +
                                   "' (the file to write is --out FILE)"))
       << show(r);
-  r = ctl.run({"plot", "job-1", "--out", (dir / "loss.png").string()});
+  r = ctl.run({"plot", "job-1", "--out", (dir / "loss.jpg").string()});
   EXPECT_TRUE(exited(r, 2)) << show(r);
-  EXPECT_TRUE(contains(r.err, "name a .svg or .csv file, or choose the format with -o svg|csv")) << show(r);
-  EXPECT_FALSE(fs::exists(dir / "loss.png"));
+  EXPECT_TRUE(contains(r.err, "name a .svg, .png or .csv file, or choose the format with -o svg|png|csv")) << show(r);
+  EXPECT_FALSE(fs::exists(dir / "loss.jpg"));
   r = ctl.run({"plot", "job-1"});  // no --out
   EXPECT_TRUE(exited(r, 2)) << show(r);
   r = ctl.run({"completion", "tcsh"});

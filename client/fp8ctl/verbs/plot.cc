@@ -1,6 +1,6 @@
-// fp8ctl plot ID [ID...] --out FILE [-o svg|csv]: the jobs' loss, validation loss and
+// fp8ctl plot ID [ID...] --out FILE [-o svg|png|csv]: the jobs' loss, validation loss and
 // throughput against the step, one chart per metric and one line per job, written as an
-// SVG file, or the same data as CSV. The data are the jobs' stored progress reports (every
+// SVG file (or that SVG drawn as PNG: png_render.h), or the same data as CSV. The data are the jobs' stored progress reports (every
 // attempt; a step reported by two attempts shows the later one). -o is the format, as in
 // every verb; the file is --out.
 #include <fstream>
@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/fp8ctl/exit_codes.h"
 #include "client/fp8ctl/format.h"
+#include "client/fp8ctl/png_render.h"
 #include "client/fp8ctl/progress_csv.h"
 #include "client/fp8ctl/stored_events.h"
 #include "client/fp8ctl/svg_plot.h"
@@ -76,41 +77,43 @@ Verb add_plot_verb(CLI::App& app) {
   struct Args {
     std::vector<std::string> job_ids;
     std::string path;
-    std::string format;  // svg or csv; empty: from the --out file's extension
+    std::string format;  // svg, png or csv; empty: from the --out file's extension
     std::string metric = "all";
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
-      "plot", "write an SVG chart (or CSV) of jobs' loss, val_loss and tokens/s against the step (one line per job)");
+      "plot", "write an SVG or PNG chart (or CSV) of jobs' loss, val_loss and tokens/s against the step (one line per "
+      "job)");
   cmd->fallthrough();
   cmd->add_option("ID", a->job_ids, "job ids (job-<n>), one line each")->required();
-  cmd->add_option("--out", a->path, "the file to write: FILE.svg or FILE.csv ('-': stdout, with -o)")
+  cmd->add_option("--out", a->path, "the file to write: FILE.svg, FILE.png or FILE.csv ('-': stdout, with -o)")
       ->required()
       ->type_name("FILE");
   cmd->add_option_function<std::string>(
          "-o,--output",
          [a](const std::string& value) {
            const std::string v = absl::AsciiStrToLower(value);
-           if (v != "svg" && v != "csv") {
-             throw CLI::ValidationError(
-                 "--output", absl::StrCat("expected svg or csv, not '", value, "' (the file to write is --out FILE)"));
+           if (v != "svg" && v != "png" && v != "csv") {
+             throw CLI::ValidationError("--output", absl::StrCat("expected svg, png or csv, not '", value,
+                                                                 "' (the file to write is --out FILE)"));
            }
            a->format = v;
          },
-         "svg or csv (default: from the --out file's extension)")
-      ->type_name("svg|csv");
+         "svg, png or csv (default: from the --out file's extension)")
+      ->type_name("svg|png|csv");
   cmd->add_option("--metric", a->metric, "loss, val_loss, tokens_per_second or all (default: all, stacked)")
       ->check(CLI::IsMember({"loss", "val_loss", "tokens_per_second", "all"}))
       ->type_name("loss|val_loss|tokens_per_second|all");
 
   return {cmd, [a](Session& session) {
             std::string format = a->format;
-            if (format.empty() && absl::EndsWithIgnoreCase(a->path, ".svg")) format = "svg";
-            if (format.empty() && absl::EndsWithIgnoreCase(a->path, ".csv")) format = "csv";
+            for (const char* known : {"svg", "png", "csv"}) {
+              if (format.empty() && absl::EndsWithIgnoreCase(a->path, absl::StrCat(".", known))) format = known;
+            }
             if (format.empty()) {
               return report({kExitUsage, absl::StrCat("plot: --out '", a->path,
-                                                      "': name a .svg or .csv file, or choose the format with "
-                                                      "-o svg|csv (fp8ctl writes SVG or CSV)")});
+                                                      "': name a .svg, .png or .csv file, or choose the format "
+                                                      "with -o svg|png|csv (fp8ctl writes SVG, PNG or CSV)")});
             }
             if (auto e = session.connect()) return report(*e);
             std::vector<JobProgress> jobs;
@@ -135,7 +138,12 @@ Verb add_plot_verb(CLI::App& app) {
               }
               if (j.by_step.empty()) std::fprintf(stderr, "fp8ctl: plot: %s has no progress reports yet\n", id.c_str());
             }
-            const std::string text = format == "csv" ? progress_csv(jobs) : chart(jobs, a->metric);
+            std::string text = format == "csv" ? progress_csv(jobs) : chart(jobs, a->metric);
+            if (format == "png") {
+              absl::StatusOr<std::string> png = render_png(text);
+              if (!png.ok()) return report({kExitError, absl::StrCat("plot: ", png.status().message())});
+              text = std::move(*png);
+            }
             if (a->path == "-") {
               std::cout << text;
               return static_cast<int>(kExitOk);
