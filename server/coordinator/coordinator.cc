@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/coordinator/job_events.h"
+#include "server/coordinator/rank_amax_record.h"
 #include "server/coordinator/rank_memory.h"
 #include "server/scheduler/scheduler.h"
 
@@ -103,6 +104,8 @@ absl::Status Coordinator::load() {
     // Jobs from before job folders were recorded keep theirs from being nested into.
     FP8_RETURN_IF_ERROR(store_->add_job_folder(job.spec().checkpoint().dir(), job.id()));
     active.rank_memory_gb = rank_memory_need_gb(job.spec());
+    FP8_ASSIGN_OR_RETURN(std::vector<v1::RankAmaxes> ranks, store_->rank_amaxes(job.id()));
+    for (const v1::RankAmaxes& r : ranks) active.rank_amax[{r.layer(), r.operand()}] = rank_amax_from_record(r);
     active.job = std::move(job);
     active_.emplace(active.job.id(), std::move(active));
   }
@@ -576,9 +579,6 @@ absl::StatusOr<v1::ListWorkersResponse> Coordinator::list_workers(const Principa
   return response;
 }
 
-// How many finished jobs' per-rank amaxes stay answerable (memory only).
-constexpr size_t kKeptFinishedRankAmax = 20;
-
 absl::StatusOr<v1::GetJobAmaxResponse> Coordinator::get_job_amax(const Principal& who, const std::string& job_id,
                                                                bool by_rank) {
   absl::MutexLock lock(&mu_);
@@ -588,28 +588,19 @@ absl::StatusOr<v1::GetJobAmaxResponse> Coordinator::get_job_amax(const Principal
   v1::GetJobAmaxResponse response;
   response.set_step(stored.step);
   for (v1::AmaxHistory& h : stored.histories) *response.add_histories() = std::move(h);
-  const std::map<std::pair<std::string, int>, RankAmax>* rank_amax = nullptr;
+  if (!by_rank) return response;
+  // A running job's are in memory (and stored as each step completes); a finished job's
+  // are in the store.
+  std::map<std::pair<std::string, int>, RankAmax> stored_ranks;
+  const std::map<std::pair<std::string, int>, RankAmax>* rank_amax = &stored_ranks;
   if (auto it = active_.find(job.id()); it != active_.end()) {
     rank_amax = &it->second.rank_amax;
   } else {
-    for (const auto& [id, kept] : finished_rank_amax_) {
-      if (id == job.id()) rank_amax = &kept;
-    }
+    FP8_ASSIGN_OR_RETURN(std::vector<v1::RankAmaxes> records, store_->rank_amaxes(job.id()));
+    for (const v1::RankAmaxes& r : records) stored_ranks[{r.layer(), r.operand()}] = rank_amax_from_record(r);
   }
-  if (by_rank && rank_amax != nullptr) {
-    for (const auto& [key, ranks] : *rank_amax) {
-      v1::RankAmaxes* out = response.add_by_rank();
-      out->set_layer(key.first);
-      out->set_operand(static_cast<v1::AmaxHistory::Operand>(key.second));
-      out->set_step(ranks.step());
-      out->mutable_amax()->Assign(ranks.by_rank().begin(), ranks.by_rank().end());
-      for (const RankAmax::Point& p : ranks.history()) {
-        v1::RankAmaxes::Point* point = out->add_history();
-        point->set_step(p.step);
-        point->set_amax(p.amax);
-        point->set_rank(p.rank);
-      }
-    }
+  for (const auto& [key, ranks] : *rank_amax) {
+    *response.add_by_rank() = rank_amax_record(key.first, key.second, ranks, /*open_step=*/true);
   }
   return response;
 }
@@ -634,10 +625,6 @@ absl::Status Coordinator::commit(ActiveJob& active, v1::Job next, std::vector<v1
 void Coordinator::forget_final_job(const std::string& job_id) {
   auto it = active_.find(job_id);
   if (it == active_.end() || !is_final(it->second.job.state())) return;
-  if (!it->second.rank_amax.empty()) {
-    if (finished_rank_amax_.size() >= kKeptFinishedRankAmax) finished_rank_amax_.pop_front();
-    finished_rank_amax_.emplace_back(job_id, std::move(it->second.rank_amax));
-  }
   active_.erase(it);
 }
 

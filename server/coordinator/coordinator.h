@@ -18,7 +18,6 @@
 #pragma once
 
 #include <chrono>
-#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -277,10 +276,6 @@ class Coordinator {
   CoordinatorMetrics* metrics_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::string advertise_address_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, ActiveJob> active_ ABSL_GUARDED_BY(mu_);
-  // The per-rank amaxes of the most recently finished jobs (kKeptFinishedRankAmax), so
-  // that `fp8ctl amax --by-rank` still answers after a job ends; oldest first.
-  std::deque<std::pair<std::string, std::map<std::pair<std::string, int>, RankAmax>>> finished_rank_amax_
-      ABSL_GUARDED_BY(mu_);
   std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
   // Token hash -> who, for tokens seen before: every call authenticates, and a store read
   // per call would serialise on the lock. Tokens are never revoked but trainer tokens,

@@ -11,6 +11,7 @@
 #include "server/coordinator/amax_merge.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/job_events.h"
+#include "server/coordinator/rank_amax_record.h"
 
 namespace fp8::server {
 
@@ -248,12 +249,17 @@ absl::Status Coordinator::report_cast_numerics(const Principal& who, const v1::R
   if (metrics_ != nullptr && request.caller().rank() == 0) metrics_->on_cast_numerics(active->job.id(), request);
   const int world_size = active->job.spec().resources().world_size();
   std::vector<v1::NumericsEvent> outliers;
+  std::vector<v1::RankAmaxes> completed;  // casts whose step every rank has now reported
   for (const v1::CastNumerics& c : request.casts()) {
     const std::pair<std::string, int> key{c.layer(), c.operand()};
     // A job's casts are its layers x 3; a trainer naming ever new ones gets no more room.
     if (active->rank_amax.size() >= kMaxRankAmaxCasts && !active->rank_amax.contains(key)) continue;
-    const std::optional<RankAmax::Outlier> o = active->rank_amax[key].report(
-        request.step(), request.caller().rank(), world_size, c.amax(), options_.amax_outlier_factor);
+    RankAmax& ranks = active->rank_amax[key];
+    const std::optional<RankAmax::Outlier> o =
+        ranks.report(request.step(), request.caller().rank(), world_size, c.amax(), options_.amax_outlier_factor);
+    if (ranks.step() == request.step() && ranks.step_complete()) {
+      completed.push_back(rank_amax_record(key.first, key.second, ranks, /*open_step=*/false));
+    }
     if (!o || !active->outliers.insert(key).second) continue;
     v1::NumericsEvent n;
     n.set_kind(v1::NumericsEvent::AMAX_OUTLIER);
@@ -268,6 +274,12 @@ absl::Status Coordinator::report_cast_numerics(const Principal& who, const v1::R
                                "x every other rank's (largest ", o->others,
                                "): an outlier batch or a failing device? (reported once per attempt)"));
     outliers.push_back(std::move(n));
+  }
+  // Stored once a step is complete (one write per cast and report step, not per rank), so
+  // that `fp8ctl amax --by-rank` answers the same after a restart or after the job ends.
+  if (!completed.empty()) {
+    FP8_RETURN_IF_ERROR(store_->transaction(
+        [&]() -> absl::Status { return store_->put_rank_amaxes(active->job.id(), completed); }));
   }
   for (v1::NumericsEvent& n : outliers) record_numerics(*active, std::move(n));
   return absl::OkStatus();

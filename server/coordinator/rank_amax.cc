@@ -50,6 +50,19 @@ void RankAmax::close() {
   history_.push_back(*top);
 }
 
+bool RankAmax::step_complete() const {
+  return !by_rank_.empty() && std::none_of(by_rank_.begin(), by_rank_.end(), [](float a) { return a < 0; });
+}
+
+RankAmax RankAmax::restored(int64_t step, std::vector<float> by_rank, std::vector<Point> closed) {
+  RankAmax r;
+  r.step_ = step;
+  r.by_rank_ = std::move(by_rank);
+  if (closed.size() > kMaxPoints) closed.erase(closed.begin(), closed.end() - static_cast<std::ptrdiff_t>(kMaxPoints));
+  r.history_ = std::move(closed);
+  return r;
+}
+
 std::vector<RankAmax::Point> RankAmax::history() const {
   std::vector<Point> out = history_;
   if (const std::optional<Point> open = largest(step_, by_rank_)) out.push_back(*open);

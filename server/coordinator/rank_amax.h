@@ -38,8 +38,15 @@ class RankAmax {
   int64_t step() const { return step_; }
   // This step's amax per rank; negative where a rank has not reported yet.
   const std::vector<float>& by_rank() const { return by_rank_; }
+  // Whether every rank reported this step.
+  bool step_complete() const;
   // Closed steps, oldest first, then the open one when any rank reported it.
   std::vector<Point> history() const;
+  // The closed steps alone: with step() and by_rank(), what restored() takes back.
+  const std::vector<Point>& closed() const { return history_; }
+
+  // A RankAmax as it was stored (a restarted coordinator's).
+  static RankAmax restored(int64_t step, std::vector<float> by_rank, std::vector<Point> closed);
 
  private:
   void close();

@@ -27,6 +27,9 @@ CREATE INDEX IF NOT EXISTS logs_job ON logs (job_id, attempt, rank, id);
 CREATE TABLE IF NOT EXISTS amax (
   job_id TEXT NOT NULL, layer TEXT NOT NULL, operand INTEGER NOT NULL, step INTEGER NOT NULL, history BLOB NOT NULL,
   PRIMARY KEY (job_id, layer, operand));
+CREATE TABLE IF NOT EXISTS rank_amax (
+  job_id TEXT NOT NULL, layer TEXT NOT NULL, operand INTEGER NOT NULL, amaxes BLOB NOT NULL,
+  PRIMARY KEY (job_id, layer, operand));
 CREATE TABLE IF NOT EXISTS checkpoints (
   job_id TEXT NOT NULL, step INTEGER NOT NULL, attempt INTEGER NOT NULL, dir TEXT NOT NULL, world_size INTEGER NOT NULL,
   PRIMARY KEY (job_id, step));
@@ -270,6 +273,31 @@ absl::StatusOr<StoredAmax> CoordinatorStore::amax(const std::string& job_id) {
     out.steps.push_back(list.column_int(0));
     FP8_ASSIGN_OR_RETURN(v1::AmaxHistory h, parse<v1::AmaxHistory>(list.column_blob(1), "amax history"));
     out.histories.push_back(std::move(h));
+  }
+  return out;
+}
+
+absl::Status CoordinatorStore::put_rank_amaxes(const std::string& job_id, const std::vector<v1::RankAmaxes>& casts) {
+  for (const v1::RankAmaxes& c : casts) {
+    FP8_ASSIGN_OR_RETURN(Statement put, db_->query(
+        "INSERT INTO rank_amax (job_id, layer, operand, amaxes) VALUES (?1, ?2, ?3, ?4) "
+        "ON CONFLICT (job_id, layer, operand) DO UPDATE SET amaxes = ?4"));
+    FP8_RETURN_IF_ERROR(put.bind(1, job_id).bind(2, c.layer()).bind(3, int64_t{c.operand()})
+                            .bind_blob(4, c.SerializeAsString()).run());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::RankAmaxes>> CoordinatorStore::rank_amaxes(const std::string& job_id) {
+  FP8_ASSIGN_OR_RETURN(Statement list,
+                       db_->query("SELECT amaxes FROM rank_amax WHERE job_id = ?1 ORDER BY layer, operand"));
+  list.bind(1, job_id);
+  std::vector<v1::RankAmaxes> out;
+  for (;;) {
+    FP8_ASSIGN_OR_RETURN(bool row, list.step());
+    if (!row) break;
+    FP8_ASSIGN_OR_RETURN(v1::RankAmaxes c, parse<v1::RankAmaxes>(list.column_blob(0), "per-rank amax"));
+    out.push_back(std::move(c));
   }
   return out;
 }

@@ -109,6 +109,11 @@ class CoordinatorStore {
   absl::Status put_amax(const std::string& job_id, int64_t step, const v1::AmaxHistory& history);
   absl::StatusOr<StoredAmax> amax(const std::string& job_id);
 
+  // ---- each rank's amax per cast (the coordinator's RankAmax state, as v1::RankAmaxes with
+  // `history` its closed points), so that `fp8ctl amax --by-rank` outlives a restart ----------
+  absl::Status put_rank_amaxes(const std::string& job_id, const std::vector<v1::RankAmaxes>& casts);
+  absl::StatusOr<std::vector<v1::RankAmaxes>> rank_amaxes(const std::string& job_id);
+
   // ---- checkpoints -----------------------------------------------------------------------
   absl::Status add_checkpoint(const std::string& job_id, int attempt, int64_t step, const std::string& dir,
                               int world_size);

@@ -416,7 +416,13 @@ TEST_F(CoordinatorTest, OneRanksAmaxFarAboveTheOthersIsAnOutlierEvent) {
   ASSERT_EQ(shown->by_rank(0).history_size(), 2);
   EXPECT_EQ(shown->by_rank(0).history(0).rank(), 1);
   EXPECT_EQ(c_->get_job_amax(alice_, id)->by_rank_size(), 0) << "only when asked";
-  // Still answered after the job ended and left the active set.
+  // A restarted coordinator answers the same: each completed step was stored.
+  open();
+  auto restarted = c_->get_job_amax(alice_, id, /*by_rank=*/true);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  ASSERT_EQ(restarted->by_rank_size(), 1);
+  EXPECT_EQ(restarted->by_rank(0).DebugString(), shown->by_rank(0).DebugString());
+  // Still answered after the job ended and left the active set, and after one more restart.
   beat(w0, {running_status(s0)});
   beat(w1, {running_status(s1)});
   ASSERT_TRUE(exit(w0, s0, 0).ok());
@@ -427,6 +433,11 @@ TEST_F(CoordinatorTest, OneRanksAmaxFarAboveTheOthersIsAnOutlierEvent) {
   ASSERT_TRUE(after.ok()) << after.status();
   ASSERT_EQ(after->by_rank_size(), 1);
   EXPECT_FLOAT_EQ(after->by_rank(0).amax(1), 50.0f);
+  open();
+  after = c_->get_job_amax(alice_, id, /*by_rank=*/true);
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(after->by_rank_size(), 1);
+  EXPECT_EQ(after->by_rank(0).DebugString(), shown->by_rank(0).DebugString());
 }
 
 TEST_F(CoordinatorTest, AmaxHistoriesMergeAcrossRanks) {
