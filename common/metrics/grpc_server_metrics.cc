@@ -11,18 +11,47 @@ namespace {
 using grpc::experimental::InterceptionHookPoints;
 
 struct GrpcServerFamilies {
-  CounterFamily& requests;
+  CounterFamily& started;
+  CounterFamily& handled;
   HistogramFamily& handling;
 };
 
-// One per call: created when the call arrives, records once when its status is sent.
+// The labels every family shares: grpc_type, grpc_service, grpc_method.
+struct CallLabels {
+  std::string type, service, method;
+};
+
+const char* call_type_name(grpc::experimental::ServerRpcInfo::Type type) {
+  using Type = grpc::experimental::ServerRpcInfo::Type;
+  switch (type) {
+    case Type::UNARY: return "unary";
+    case Type::CLIENT_STREAMING: return "client_stream";
+    case Type::SERVER_STREAMING: return "server_stream";
+    case Type::BIDI_STREAMING: return "bidi_stream";
+  }
+  return "unknown";
+}
+
+// "/fp8.v1.JobService/Submit" -> service "fp8.v1.JobService", method "Submit".
+CallLabels call_labels(const grpc::experimental::ServerRpcInfo& info) {
+  std::string full = info.method();
+  if (!full.empty() && full[0] == '/') full.erase(0, 1);
+  const size_t slash = full.rfind('/');
+  if (slash == std::string::npos) return {call_type_name(info.type()), "unknown", "unknown"};
+  return {call_type_name(info.type()), full.substr(0, slash), full.substr(slash + 1)};
+}
+
+// One per call: created when the call arrives (counted as started), records once when
+// its status is sent.
 class MetricsInterceptor final : public grpc::experimental::Interceptor {
  public:
-  MetricsInterceptor(const GrpcServerFamilies& families, std::string method)
-      : families_(families), method_(std::move(method)), start_(Clock::now()) {}
+  MetricsInterceptor(const GrpcServerFamilies& families, CallLabels labels)
+      : families_(families), labels_(std::move(labels)), start_(Clock::now()) {
+    families_.started.with({labels_.type, labels_.service, labels_.method}).inc();
+  }
 
   // A call that never sent a status (the server shut down under it) still counts, as
-  // CANCELLED, so that requests_total agrees with the calls that arrived.
+  // CANCELLED, so that handled_total agrees with the calls that arrived.
   ~MetricsInterceptor() override {
     if (!recorded_) record(grpc::StatusCode::CANCELLED);
   }
@@ -41,12 +70,12 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
     if (recorded_) return;
     recorded_ = true;
     const std::chrono::duration<double> elapsed = Clock::now() - start_;
-    families_.handling.with({method_}).observe(elapsed.count());
-    families_.requests.with({method_, status_code_name(code)}).inc();
+    families_.handling.with({labels_.type, labels_.service, labels_.method}).observe(elapsed.count());
+    families_.handled.with({labels_.type, labels_.service, labels_.method, status_code_name(code)}).inc();
   }
 
   const GrpcServerFamilies& families_;
-  const std::string method_;
+  const CallLabels labels_;
   const Clock::time_point start_;
   bool recorded_ = false;  // hooks of one call run one after another, never concurrently
 };
@@ -55,19 +84,20 @@ class MetricsInterceptorFactory final
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   explicit MetricsInterceptorFactory(Registry& registry)
-      : families_{registry.counter("fp8_grpc_server_requests_total",
-                                   "gRPC calls finished by the server, by method and status code.",
-                                   {"method", "code"}),
-                  registry.histogram("fp8_grpc_server_handling_seconds",
+      : families_{registry.counter("grpc_server_started_total", "gRPC calls received by the server.",
+                                   {"grpc_type", "grpc_service", "grpc_method"}),
+                  registry.counter("grpc_server_handled_total",
+                                   "gRPC calls finished by the server, by status code.",
+                                   {"grpc_type", "grpc_service", "grpc_method", "grpc_code"}),
+                  registry.histogram("grpc_server_handling_seconds",
                                      "gRPC call duration on the server, from receipt to status.",
-                                     {"method"}, default_latency_buckets())} {}
+                                     {"grpc_type", "grpc_service", "grpc_method"}, default_latency_buckets())} {}
 
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
     const char* method = info->method();
     if (method == nullptr || *method == '\0') return nullptr;  // nothing to label it with
-    std::string name = method[0] == '/' ? method + 1 : method;
-    return new MetricsInterceptor(families_, std::move(name));
+    return new MetricsInterceptor(families_, call_labels(*info));
   }
 
  private:

@@ -1,12 +1,15 @@
-// gRPC server metrics (deploy/METRICS.md), recorded by a server interceptor:
-//   fp8_grpc_server_requests_total{method, code}   calls finished, by status code name
-//   fp8_grpc_server_handling_seconds{method}       from the call's arrival to its status
-// `method` is the full method without the leading slash ("fp8.v1.JobService/Submit");
-// `code` is the canonical name of the status code ("OK", "INVALID_ARGUMENT", ...). Calls
-// to methods the server does not serve are method="unknown" (gRPC's own name for them),
-// so clients cannot create series by inventing method names.
-// Unary and streaming calls alike: a server-streaming call is timed until its final
-// status, however long it streamed.
+// gRPC server metrics (deploy/METRICS.md), recorded by a server interceptor, named and
+// labelled as the Go and Java gRPC Prometheus interceptors name theirs, so that community
+// gRPC dashboards read them as they are:
+//   grpc_server_started_total{grpc_type, grpc_service, grpc_method}             calls received
+//   grpc_server_handled_total{grpc_type, grpc_service, grpc_method, grpc_code}  calls finished
+//   grpc_server_handling_seconds{grpc_type, grpc_service, grpc_method}          arrival to status
+// grpc_type is unary, client_stream, server_stream or bidi_stream; grpc_service the full
+// service name ("fp8.v1.JobService") and grpc_method the method ("Submit"); grpc_code the
+// canonical name of the status code ("OK", "INVALID_ARGUMENT", ...). Calls to methods the
+// server does not serve get grpc_service and grpc_method "unknown" (gRPC's own name for
+// them), so clients cannot create series by inventing method names. A server-streaming
+// call is timed until its final status, however long it streamed.
 //
 // Wiring it into a server (the registry must outlive the server):
 //
@@ -27,7 +30,7 @@
 
 namespace fp8::metrics {
 
-// Declares both families in `registry` and returns the factory of interceptors that
+// Declares the three families in `registry` and returns the factory of interceptors that
 // record into them.
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
 make_grpc_server_metrics_interceptor_factory(Registry& registry);

@@ -64,17 +64,30 @@ class GrpcServerMetricsTest : public ::testing::Test {
     if (server_) server_->Shutdown();
   }
 
-  double requests(const std::string& method, const std::string& code) {
-    return registry_.counter("fp8_grpc_server_requests_total", "", {"method", "code"})
-        .with({method, code})
+  // `call` is {grpc_type, grpc_service, grpc_method}.
+  using Call = std::vector<std::string>;
+  double started(const Call& call) {
+    return registry_.counter("grpc_server_started_total", "", {"grpc_type", "grpc_service", "grpc_method"})
+        .with(call)
         .value();
   }
-  Histogram::Snapshot handling(const std::string& method) {
+  double handled(Call call, const std::string& code) {
+    call.push_back(code);
     return registry_
-        .histogram("fp8_grpc_server_handling_seconds", "", {"method"}, default_latency_buckets())
-        .with({method})
+        .counter("grpc_server_handled_total", "", {"grpc_type", "grpc_service", "grpc_method", "grpc_code"})
+        .with(call)
+        .value();
+  }
+  Histogram::Snapshot handling(const Call& call) {
+    return registry_
+        .histogram("grpc_server_handling_seconds", "", {"grpc_type", "grpc_service", "grpc_method"},
+                   default_latency_buckets())
+        .with(call)
         .snapshot();
   }
+  const Call kSet{"unary", "fp8.v1.RendezvousService", "Set"};
+  const Call kGet{"unary", "fp8.v1.RendezvousService", "Get"};
+  const Call kWait{"unary", "fp8.v1.RendezvousService", "Wait"};
 
   Registry registry_;
   FakeRendezvous rendezvous_;
@@ -102,23 +115,28 @@ TEST_F(GrpcServerMetricsTest, UnaryCallsByMethodAndCode) {
     EXPECT_EQ(stub->Wait(&ctx, {}, &response).error_code(), grpc::StatusCode::UNIMPLEMENTED);
   }
   // Recorded before the status goes out, so visible as soon as the client has it.
-  EXPECT_EQ(requests("fp8.v1.RendezvousService/Set", "OK"), 2);
-  EXPECT_EQ(requests("fp8.v1.RendezvousService/Get", "INVALID_ARGUMENT"), 1);
-  EXPECT_EQ(requests("fp8.v1.RendezvousService/Wait", "UNIMPLEMENTED"), 1);
+  EXPECT_EQ(handled(kSet, "OK"), 2);
+  EXPECT_EQ(handled(kGet, "INVALID_ARGUMENT"), 1);
+  EXPECT_EQ(handled(kWait, "UNIMPLEMENTED"), 1);
+  EXPECT_EQ(started(kSet), 2);
+  EXPECT_EQ(started(kGet), 1);
 
-  const Histogram::Snapshot set = handling("fp8.v1.RendezvousService/Set");
+  const Histogram::Snapshot set = handling(kSet);
   EXPECT_EQ(set.count, 2u);
   EXPECT_GE(set.sum, 0.06);  // two calls that slept 30 ms
   EXPECT_LT(set.sum, 5.0);
   EXPECT_EQ(set.cumulative[3], 0u);  // le=0.01: none
-  EXPECT_EQ(handling("fp8.v1.RendezvousService/Get").count, 1u);
+  EXPECT_EQ(handling(kGet).count, 1u);
 
+  // The names and labels the Go and Java gRPC Prometheus interceptors use.
   const std::string text = registry_.expose();
-  EXPECT_THAT(text, HasSubstr("fp8_grpc_server_requests_total{method=\"fp8.v1.RendezvousService/"
-                              "Get\",code=\"INVALID_ARGUMENT\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("fp8_grpc_server_handling_seconds_count{method=\"fp8.v1."
-                              "RendezvousService/Set\"} 2\n"));
-  EXPECT_THAT(text, HasSubstr("# TYPE fp8_grpc_server_handling_seconds histogram\n"));
+  EXPECT_THAT(text, HasSubstr("grpc_server_handled_total{grpc_type=\"unary\",grpc_service=\"fp8.v1."
+                              "RendezvousService\",grpc_method=\"Get\",grpc_code=\"INVALID_ARGUMENT\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("grpc_server_started_total{grpc_type=\"unary\",grpc_service=\"fp8.v1."
+                              "RendezvousService\",grpc_method=\"Set\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("grpc_server_handling_seconds_count{grpc_type=\"unary\",grpc_service=\"fp8.v1."
+                              "RendezvousService\",grpc_method=\"Set\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE grpc_server_handling_seconds histogram\n"));
 }
 
 TEST_F(GrpcServerMetricsTest, ServerStreamingCallTimedToItsStatus) {
@@ -130,8 +148,9 @@ TEST_F(GrpcServerMetricsTest, ServerStreamingCallTimedToItsStatus) {
   while (reader->Read(&event)) ++events;
   ASSERT_TRUE(reader->Finish().ok());
   EXPECT_EQ(events, 3);
-  EXPECT_EQ(requests("fp8.v1.JobService/WatchJob", "OK"), 1);
-  const Histogram::Snapshot watch = handling("fp8.v1.JobService/WatchJob");
+  const Call watch_job{"server_stream", "fp8.v1.JobService", "WatchJob"};
+  EXPECT_EQ(handled(watch_job, "OK"), 1);
+  const Histogram::Snapshot watch = handling(watch_job);
   EXPECT_EQ(watch.count, 1u);
   EXPECT_GE(watch.sum, 0.06);  // the whole stream, not just its first message
 }
@@ -149,8 +168,9 @@ TEST_F(GrpcServerMetricsTest, ConcurrentCalls) {
     });
   }
   for (auto& c : clients) c.join();
-  EXPECT_EQ(requests("fp8.v1.RendezvousService/Get", "INVALID_ARGUMENT"), 40);
-  EXPECT_EQ(handling("fp8.v1.RendezvousService/Get").count, 40u);
+  EXPECT_EQ(handled(kGet, "INVALID_ARGUMENT"), 40);
+  EXPECT_EQ(started(kGet), 40);
+  EXPECT_EQ(handling(kGet).count, 40u);
 }
 
 // A method the server does not serve: gRPC names it "unknown", so a client cannot mint
@@ -174,8 +194,10 @@ TEST_F(GrpcServerMetricsTest, UnknownMethodIsLabelledUnknown) {
   }
   const std::string text = registry_.expose();
   EXPECT_EQ(text.find("NoSuchService"), std::string::npos) << text;
-  EXPECT_EQ(requests("unknown", "UNIMPLEMENTED"), 1);
-  EXPECT_EQ(handling("unknown").count, 1u);
+  // gRPC serves an unknown method as a bidirectional stream.
+  const Call unknown{"bidi_stream", "unknown", "unknown"};
+  EXPECT_EQ(handled(unknown, "UNIMPLEMENTED"), 1);
+  EXPECT_EQ(handling(unknown).count, 1u);
 }
 
 TEST(StatusCodeName, CanonicalNames) {

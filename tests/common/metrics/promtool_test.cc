@@ -40,11 +40,15 @@ void populate(Registry& r) {
   register_process_metrics(r);
   register_build_info(r, "coordinator", "0.1.0");
   (void)make_grpc_server_metrics_interceptor_factory(r);
-  r.counter("fp8_grpc_server_requests_total", "", {"method", "code"})
-      .with({"fp8.v1.JobService/Submit", "OK"})
+  r.counter("grpc_server_started_total", "", {"grpc_type", "grpc_service", "grpc_method"})
+      .with({"unary", "fp8.v1.JobService", "Submit"})
       .inc(12);
-  r.histogram("fp8_grpc_server_handling_seconds", "", {"method"}, default_latency_buckets())
-      .with({"fp8.v1.JobService/Submit"})
+  r.counter("grpc_server_handled_total", "", {"grpc_type", "grpc_service", "grpc_method", "grpc_code"})
+      .with({"unary", "fp8.v1.JobService", "Submit", "OK"})
+      .inc(12);
+  r.histogram("grpc_server_handling_seconds", "", {"grpc_type", "grpc_service", "grpc_method"},
+              default_latency_buckets())
+      .with({"unary", "fp8.v1.JobService", "Submit"})
       .observe(0.004);
 
   auto& info = r.gauge("fp8_job_info", "One series per job (always 1).",

@@ -52,8 +52,10 @@ const LABEL_VALUES = {
   layer: ['layers.0.attention.wq', 'layers.1.feed_forward.w2'],
   tensor: ['input', 'weight', 'grad_output'],
   version: ['0.1.0'],
-  method: ['fp8.v1.JobService/Submit', 'fp8.v1.WorkerService/Heartbeat'],
-  code: ['OK', 'INVALID_ARGUMENT', 'UNAVAILABLE'],
+  grpc_type: ['unary', 'server_stream'],
+  grpc_service: ['fp8.v1.JobService', 'fp8.v1.WorkerService'],
+  grpc_method: ['Submit', 'Heartbeat'],
+  grpc_code: ['OK', 'INVALID_ARGUMENT', 'UNAVAILABLE'],
   family: ['fp8_cast_amax'],
   // Two slots of one worker daemon (--device cuda:0,1): a join of worker series that
   // leaves device out matches many-to-many and fails.

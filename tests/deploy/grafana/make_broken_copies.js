@@ -73,9 +73,9 @@ const cases = {
     t.expr = t.expr.replace('fp8_job_tokens_per_second', 'fp8_job_tokens_per_sec');
   }, 'metric fp8_job_tokens_per_sec is not in METRICS\\.md'],
   'histogram-without-suffix': ['cluster', (d) => {
-    const t = targetWith(d, 'fp8_grpc_server_handling_seconds_bucket');
-    t.expr = t.expr.replace('fp8_grpc_server_handling_seconds_bucket', 'fp8_grpc_server_handling_seconds');
-  }, 'fp8_grpc_server_handling_seconds is a histogram'],
+    const t = targetWith(d, 'grpc_server_handling_seconds_bucket');
+    t.expr = t.expr.replace('grpc_server_handling_seconds_bucket', 'grpc_server_handling_seconds');
+  }, 'grpc_server_handling_seconds is a histogram'],
   'unknown-label': ['cluster', (d) => {
     const t = targetWith(d, 'device_kind=~');
     t.expr = t.expr.replace('device_kind=~', 'device=~');
