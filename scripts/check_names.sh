@@ -15,8 +15,8 @@ units=$(python3 -c '
 import json, sys
 for entry in json.load(open(sys.argv[1])):
     f = entry["file"]
-    if not f.endswith(".cu") and "/proto/" not in f:
-        print(f)' "$build/compile_commands.json")
+    if not f.endswith(".cu") and not f.startswith(sys.argv[2]):
+        print(f)' "$build/compile_commands.json" "$PWD/$build/proto/")
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
