@@ -69,6 +69,7 @@ tokens=$(query "max_over_time(fp8_job_tokens_total{$job}[10m])")
 rate=$(awk -v t="$tokens" -v a="$started" -v b="$ended" 'BEGIN { if (t != "" && b > a) printf "%.0f", t / (b - a) }')
 echo "  tokens trained                $(human "$tokens")"
 echo "  tokens/s, end to end          $(human "$rate")"
+echo "  MFU (last report, vs sgemm)   $(query "last_over_time(fp8_job_mfu_ratio{$job}[10m])" | awk '{ printf "%.1f%%\n", 100 * $1 }')"
 echo "  loss (last)                   $(query "last_over_time(fp8_job_loss{$job}[10m])" | awk '{ printf "%.3f\n", $1 }')"
 echo "  fp8 all-gather traffic        $(human "$(query "max(fp8_job_communication_bytes_total{$job,collective=\"all_gather\",dtype=\"fp8\"})")" B)"
 echo "  fp8 casts with metrics        $(query "count(max_over_time(fp8_cast_amax{$job}[10m]))")"

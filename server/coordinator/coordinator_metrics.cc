@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/ascii.h"
+#include "common/jobspec/model_flops.h"
 #include "fp8/v1/job.pb.h"
 #include "fp8/v1/worker_service.pb.h"
 
@@ -82,10 +83,19 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::Registry& r, size_t keep_finishe
       job_step_part_seconds_(r.gauge("fp8_job_step_part_seconds",
                                      "Mean step time split into compute, exposed_communication and data.",
                                      {"job_id", "part"})),
+      job_mfu_(r.gauge("fp8_job_mfu_ratio",
+                       "Model FLOPs utilisation at the last report: rank 0's model FLOP/s over its device's peak.",
+                       {"job_id"})),
+      rank_mfu_(r.gauge("fp8_rank_mfu_ratio", "Each rank's model FLOPs utilisation at its last report.",
+                        {"job_id", "rank"})),
       job_communication_bytes_(r.counter("fp8_job_communication_bytes_total",
                                          "Bytes the job's ranks sent in collectives, by collective and dtype.",
                                          {"job_id", "collective", "dtype"})),
       job_tokens_(r.counter("fp8_job_tokens_total", "Tokens trained, from the progress reports.", {"job_id"})),
+      job_model_flops_(r.counter("fp8_job_model_flops_total",
+                                 "Model training FLOPs done: tokens times 6 per linear weight plus attention's "
+                                 "12 x n_layers x dim x seq_len (deploy/METRICS.md).",
+                                 {"job_id"})),
       job_restarts_(r.counter("fp8_job_restarts_total", "Attempts started again after a failure.", {"job_id"})),
       job_numerics_events_(r.counter("fp8_job_numerics_events_total",
                                      "Numerics events: non_finite_loss, amax_jump, saturation.", {"job_id", "kind"})),
@@ -137,6 +147,7 @@ void CoordinatorMetrics::on_job(const v1::Job& job) {
     const v1::StepTime& t = p.step_time();
     job_step_seconds_.with({id}).set(t.step_ms() / 1e3);
     if (p.has_memory()) job_peak_memory_.with({id}).set(static_cast<double>(p.memory().peak_bytes()));
+    if (p.has_mfu()) job_mfu_.with({id}).set(p.mfu());
     job_step_part_seconds_.with({id, "compute"}).set(t.compute_ms() / 1e3);
     job_step_part_seconds_.with({id, "exposed_communication"}).set(t.exposed_comm_ms() / 1e3);
     // Whatever the step spent neither computing nor waiting on collectives: fetching data
@@ -158,7 +169,7 @@ void CoordinatorMetrics::on_job(const v1::Job& job) {
   }
 }
 
-void CoordinatorMetrics::on_rank_progress(const v1::Job& job, int /*rank*/, const v1::TrainingProgress& p) {
+void CoordinatorMetrics::on_rank_progress(const v1::Job& job, int rank, const v1::TrainingProgress& p) {
   const std::string& id = job.id();
   const double steps = std::max(1, p.window_steps());
   const v1::CommunicationBytes& c = p.communication();
@@ -170,8 +181,10 @@ void CoordinatorMetrics::on_rank_progress(const v1::Job& job, int /*rank*/, cons
   }
   const v1::JobSpec& spec = job.spec();
   // Each rank trains batch_size sequences of seq_len tokens a step.
-  job_tokens_.with({id}).inc(steps * static_cast<double>(spec.train().batch_size()) *
-                             static_cast<double>(spec.data().seq_len()));
+  const double tokens = steps * static_cast<double>(spec.train().batch_size()) * static_cast<double>(spec.data().seq_len());
+  job_tokens_.with({id}).inc(tokens);
+  job_model_flops_.with({id}).inc(tokens * jobspec::training_flops_per_token(spec));
+  if (p.has_mfu()) rank_mfu_.with({id, std::to_string(rank)}).set(p.mfu());
 }
 
 void CoordinatorMetrics::on_cast_numerics(const std::string& job_id, const v1::ReportCastNumericsRequest& request) {
@@ -228,10 +241,12 @@ void CoordinatorMetrics::forget_job(const std::string& job_id) {
   forget_casts(job_id);
   for (metrics::GaugeFamily* f : {&job_info_, &job_state_, &job_pending_reason_, &job_step_, &job_total_steps_, &job_tokens_per_second_,
                                   &job_loss_, &job_validation_loss_, &job_grad_norm_, &job_learning_rate_,
-                                  &job_step_seconds_, &job_step_part_seconds_, &job_peak_memory_}) {
+                                  &job_step_seconds_, &job_step_part_seconds_, &job_peak_memory_, &job_mfu_,
+                                  &rank_mfu_}) {
     f->remove_if("job_id", job_id);
   }
-  for (metrics::CounterFamily* f : {&job_communication_bytes_, &job_tokens_, &job_restarts_, &job_numerics_events_}) {
+  for (metrics::CounterFamily* f :
+       {&job_communication_bytes_, &job_tokens_, &job_model_flops_, &job_restarts_, &job_numerics_events_}) {
     f->remove_if("job_id", job_id);
   }
 }

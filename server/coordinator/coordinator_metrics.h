@@ -77,8 +77,11 @@ class CoordinatorMetrics {
   metrics::GaugeFamily& job_step_seconds_;
   metrics::GaugeFamily& job_peak_memory_;
   metrics::GaugeFamily& job_step_part_seconds_;
+  metrics::GaugeFamily& job_mfu_;
+  metrics::GaugeFamily& rank_mfu_;
   metrics::CounterFamily& job_communication_bytes_;
   metrics::CounterFamily& job_tokens_;
+  metrics::CounterFamily& job_model_flops_;
   metrics::CounterFamily& job_restarts_;
   metrics::CounterFamily& job_numerics_events_;
   metrics::CounterFamily& jobs_finished_;

@@ -103,6 +103,9 @@ void CoordinatorReporter::on_step(const engine::StepReport& r) {
   p->set_lr(r.lr);
   // The engine's rate is the whole job's; the API's is this rank's share.
   p->set_tokens_per_second(r.tokens_per_second / std::max(1, options_.world_size));
+  if (options_.flops_per_token > 0 && options_.peak_flops_per_second > 0) {
+    p->set_mfu(p->tokens_per_second() * options_.flops_per_token / options_.peak_flops_per_second);
+  }
   p->mutable_step_time()->set_step_ms(r.step_ms);
   // Computation is the step less its waits: for data, and for communication that
   // computation did not hide.

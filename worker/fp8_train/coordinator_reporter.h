@@ -58,6 +58,10 @@ struct CoordinatorReporterOptions {
   std::string checkpoint_dir;
   std::string checkpoint_alias;
   absl::Duration flush_limit = absl::Seconds(10);
+  // The model's training FLOPs per token (jobspec::training_flops_per_token) and this
+  // rank's device peak (device_peak.h); with both, each report carries the rank's MFU.
+  double flops_per_token = 0;
+  double peak_flops_per_second = 0;
 };
 
 class CoordinatorReporter final : public engine::TrainObserver {

@@ -63,6 +63,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/loader.h"
 #include "common/jobspec/memory_estimate.h"
+#include "common/jobspec/model_flops.h"
 #include "common/rpc/coordinator_channel.h"
 #include "common/rpc/trainer_exit_codes.h"
 #include "kernels/cpu/parallel.h"
@@ -80,6 +81,7 @@
 #include "worker/fp8_train/confined_paths.h"
 #include "worker/fp8_train/coordinator_reporter.h"
 #include "worker/fp8_train/coordinator_store.h"
+#include "worker/fp8_train/device_peak.h"
 #include "worker/fp8_train/local_launcher.h"
 
 namespace {
@@ -237,6 +239,8 @@ std::unique_ptr<fp8::train_cli::CoordinatorReporter> make_reporter(const Coordin
                                                                    const std::shared_ptr<grpc::Channel>& channel,
                                                                    int rank, int world_size,
                                                                    const fp8::train_cli::ConfinedJobPaths& paths,
+                                                                   double flops_per_token,
+                                                                   const fp8::train_cli::DevicePeak& peak,
                                                                    fp8::engine::TrainObserver& inner) {
   fp8::train_cli::CoordinatorReporterOptions options;
   options.address = c.address;
@@ -247,6 +251,8 @@ std::unique_ptr<fp8::train_cli::CoordinatorReporter> make_reporter(const Coordin
   options.world_size = world_size;
   options.checkpoint_dir = paths.checkpoint_dir;
   options.checkpoint_alias = paths.checkpoint_alias;
+  options.flops_per_token = flops_per_token;
+  options.peak_flops_per_second = peak.flops_per_second;
   return std::make_unique<fp8::train_cli::CoordinatorReporter>(channel, std::move(options), inner, &g_stop);
 }
 
@@ -443,7 +449,16 @@ int main(int argc, char** argv) {
   OtherRankObserver quiet;
   fp8::engine::TrainObserver& local = rank <= 0 ? static_cast<fp8::engine::TrainObserver&>(console) : quiet;
   std::unique_ptr<fp8::train_cli::CoordinatorReporter> reporter;
-  if (coordinated) reporter = make_reporter(coord, channel, std::max(rank, 0), job_world, *paths, local);
+  if (coordinated) {
+    // Measured once the thread pools have their size: the CPU's peak is an sgemm's on them.
+    const fp8::train_cli::DevicePeak peak = fp8::train_cli::device_peak(*spec, *device);
+    const double flops_per_token = fp8::jobspec::training_flops_per_token(*spec);
+    if (rank <= 0 && peak.flops_per_second > 0) {
+      std::printf("mfu: %.3g model FLOPs a token, against a peak of %.4g TFLOP/s a rank (%s)\n", flops_per_token,
+                  peak.flops_per_second / 1e12, peak.basis.c_str());
+    }
+    reporter = make_reporter(coord, channel, std::max(rank, 0), job_world, *paths, flops_per_token, peak, local);
+  }
   fp8::engine::TrainObserver& observer = reporter ? static_cast<fp8::engine::TrainObserver&>(*reporter) : local;
   int64_t resumed_step = 0;
   if (resume) {

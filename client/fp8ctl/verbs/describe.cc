@@ -68,8 +68,10 @@ std::string metrics(const v1::TrainingProgress& p, int world_size) {
   if (p.has_val_loss()) absl::StrAppend(&out, absl::StrFormat("  val loss %.4f", p.val_loss()));
   // Rank 0 reports its own throughput; the job's is world_size times it.
   absl::StrAppend(&out, "  tokens/s ", si_rate(p.tokens_per_second() * std::max(1, world_size)), " (",
-                  si_rate(p.tokens_per_second()), " per rank)", absl::StrFormat("  grad norm %.4g", p.grad_norm()),
-                  absl::StrFormat("  lr %.4g", p.lr()), "\n");
+                  si_rate(p.tokens_per_second()), " per rank)");
+  if (p.has_mfu()) absl::StrAppend(&out, absl::StrFormat("  mfu %.1f%%", 100 * p.mfu()));
+  absl::StrAppend(&out, absl::StrFormat("  grad norm %.4g", p.grad_norm()), absl::StrFormat("  lr %.4g", p.lr()),
+                  "\n");
   return out;
 }
 

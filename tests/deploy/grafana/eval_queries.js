@@ -52,6 +52,7 @@ const LABEL_VALUES = {
   layer: ['layers.0.attention.wq', 'layers.1.feed_forward.w2'],
   tensor: ['input', 'weight', 'grad_output'],
   version: ['0.1.0'],
+  rank: ['0', '1'],
   grpc_type: ['unary', 'server_stream'],
   grpc_service: ['fp8.v1.JobService', 'fp8.v1.WorkerService'],
   grpc_method: ['Submit', 'Heartbeat'],

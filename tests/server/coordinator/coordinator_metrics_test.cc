@@ -80,6 +80,36 @@ TEST(CoordinatorMetrics, RunningJobShowsProgressSplitTrafficAndNumerics) {
       << text;
 }
 
+// Model FLOPs: tokens times the model's training FLOPs per token (jobspec/model_flops.h);
+// MFU as each rank reported it, rank 0's for the job.
+TEST(CoordinatorMetrics, ModelFlopsAndUtilisation) {
+  metrics::Registry registry;
+  CoordinatorMetrics m(registry);
+  v1::Job job = make_job("job-1", v1::Job::RUNNING);
+  v1::ModelSpec* model = job.mutable_spec()->mutable_model();
+  model->set_dim(64);
+  model->set_n_layers(1);
+  model->set_n_heads(4);
+  model->set_n_kv_heads(4);
+  model->set_ffn_dim(128);
+  model->set_vocab_size(256);
+  model->set_max_seq_len(64);
+  v1::TrainingProgress rank0 = progress(), rank1 = progress();
+  rank0.set_mfu(0.25);
+  rank1.set_mfu(0.5);
+  *job.mutable_latest_progress() = rank0;
+  m.on_job(job);
+  m.on_rank_progress(job, 0, rank0);
+  m.on_rank_progress(job, 1, rank1);
+  // Linear weights: 4 x 64 x 64 + 3 x 64 x 128 in the block, 64 x 256 in the output;
+  // attention 12 x 1 x 64 x 64; both ranks' 5 steps of 4 x 64 tokens.
+  const double per_token = 6.0 * (4 * 64 * 64 + 3 * 64 * 128 + 64 * 256) + 12.0 * 64 * 64;
+  EXPECT_DOUBLE_EQ(registry.counter("fp8_job_model_flops_total", "", {"job_id"}).with({"job-1"}).value(),
+                   2560 * per_token);
+  EXPECT_DOUBLE_EQ(registry.gauge("fp8_job_mfu_ratio", "", {"job_id"}).with({"job-1"}).value(), 0.25);
+  EXPECT_DOUBLE_EQ(registry.gauge("fp8_rank_mfu_ratio", "", {"job_id", "rank"}).with({"job-1", "1"}).value(), 0.5);
+}
+
 // A finished job keeps its summary; its casts stay until the next job finishes (a job
 // shorter than a scrape interval still has its last report scraped), then go.
 TEST(CoordinatorMetrics, EndedJobKeepsItsSummaryAndItsCastsUntilTheNextJobEnds) {

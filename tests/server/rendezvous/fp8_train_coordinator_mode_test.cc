@@ -205,6 +205,11 @@ TEST_F(CoordinatorModeTest, TwoRanksMeetAndReportThroughTheCoordinator) {
     EXPECT_GT(p.progress().step_time().compute_ms(), 0) << p.ShortDebugString();
     // Means over the same window: waiting for collectives is part of the step.
     EXPECT_LE(p.progress().step_time().exposed_comm_ms(), p.progress().step_time().step_ms()) << p.ShortDebugString();
+    // Against an sgemm timed at the rank's start: the model's work is some of what the CPU
+    // could do at best.
+    ASSERT_TRUE(p.progress().has_mfu()) << p.ShortDebugString();
+    EXPECT_GT(p.progress().mfu(), 0) << p.ShortDebugString();
+    EXPECT_LE(p.progress().mfu(), 1) << p.ShortDebugString();
     steps_by_rank[p.caller().rank()].push_back(p.progress().step());
   }
   ASSERT_EQ(steps_by_rank.size(), 2u) << "progress from both ranks";
