@@ -12,8 +12,8 @@
 namespace fp8::train_cli {
 namespace {
 
-// Dense (not "with sparsity") tensor-core rates from NVIDIA's H100 and H200 data sheets,
-// in FLOP/s; fp32 is the non-tensor-core rate.
+// Dense (not "with sparsity") tensor-core rates from NVIDIA's Hopper data sheets, in
+// FLOP/s, by form factor; fp32 is the non-tensor-core rate.
 struct GpuPeaks {
   const char* model;
   double fp8, bf16, fp32;

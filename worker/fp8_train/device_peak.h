@@ -1,5 +1,5 @@
 // The peak FLOP rate a rank's model FLOPs utilisation (TrainingProgress.mfu) is measured
-// against: for an H100 or H200, NVIDIA's data-sheet dense tensor-core rate of the
+// against: for a Hopper GPU, NVIDIA's data-sheet dense tensor-core rate of the
 // recipe's GEMMs (fp8 for the fp8 recipes; bf16 or fp32 for `none` by
 // train.compute_dtype); on the CPU, one sgemm timed now on this rank's threads, the
 // best a GEMM does here.
@@ -14,7 +14,7 @@ namespace fp8::train_cli {
 
 struct DevicePeak {
   double flops_per_second = 0;  // 0: unknown (a GPU outside the table)
-  std::string basis;            // for the log: "H100 SXM data sheet, dense fp8", "sgemm measured here"
+  std::string basis;            // for the log: which data-sheet rate, or "sgemm measured here"
 };
 
 DevicePeak device_peak(const v1::JobSpec& spec, const engine::Device& device);
