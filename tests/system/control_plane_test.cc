@@ -19,6 +19,23 @@ bool final(const v1::Job& j) {
   return j.state() == v1::Job::SUCCEEDED || j.state() == v1::Job::FAILED || j.state() == v1::Job::CANCELLED;
 }
 
+// What one rank of an attempt logged, as it reached the coordinator through its worker;
+// empty (with a test failure) when the call fails.
+std::string rank_log(const ControlPlane& cp, const std::string& job_id, int attempt, int rank) {
+  v1::GetJobLogsRequest logs;
+  logs.set_job_id(job_id);
+  logs.set_attempt(attempt);
+  logs.set_rank(rank);
+  logs.set_tail_lines(10000);
+  v1::GetJobLogsResponse lines;
+  auto ctx = with_token(cp.admin_token(), seconds(10));
+  const grpc::Status s = cp.job_stub()->GetJobLogs(ctx.get(), logs, &lines);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  std::string text;
+  for (const v1::JobLogLine& l : lines.lines()) text += l.line().text() + "\n";
+  return text;
+}
+
 TEST(ControlPlaneTest, TwoRankJobRunsToSuccess) {
   ControlPlane cp;
   ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
@@ -236,18 +253,8 @@ TEST(ControlPlaneTest, RestartedDelayedJobResumesAmaxHistories) {
   // attempt records the step its ranks reported loading.
   const int64_t resumed = done.attempt_history(1).resumed_from_step();
 
-  // Rank 0 of the second attempt says where its delayed scaling started from; its log
-  // reached the coordinator through the worker.
-  v1::GetJobLogsRequest logs;
-  logs.set_job_id(job.id());
-  logs.set_attempt(2);
-  logs.set_rank(0);
-  logs.set_tail_lines(10000);
-  v1::GetJobLogsResponse lines;
-  auto ctx = with_token(cp.admin_token(), seconds(10));
-  ASSERT_TRUE(cp.job_stub()->GetJobLogs(ctx.get(), logs, &lines).ok());
-  std::string text;
-  for (const v1::JobLogLine& l : lines.lines()) text += l.line().text() + "\n";
+  // Rank 0 of the second attempt says where its delayed scaling started from.
+  const std::string text = rank_log(cp, job.id(), 2, 0);
   EXPECT_NE(text.find("amax histories from the coordinator (step "), std::string::npos) << text << cp.logs();
   EXPECT_NE(text.find("done: steps " + std::to_string(resumed + 1) + "..400"), std::string::npos) << text;
 }
@@ -276,16 +283,7 @@ TEST(ControlPlaneTest, ADelayedJobWarmStartsFromAnEarlierJobsAmaxHistories) {
   ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.logs();
 
   // Rank 0 of the first attempt says its delayed scaling started from the earlier job's.
-  v1::GetJobLogsRequest logs;
-  logs.set_job_id(second.id());
-  logs.set_attempt(1);
-  logs.set_rank(0);
-  logs.set_tail_lines(10000);
-  v1::GetJobLogsResponse lines;
-  auto ctx = with_token(cp.admin_token(), seconds(10));
-  ASSERT_TRUE(cp.job_stub()->GetJobLogs(ctx.get(), logs, &lines).ok());
-  std::string text;
-  for (const v1::JobLogLine& l : lines.lines()) text += l.line().text() + "\n";
+  const std::string text = rank_log(cp, second.id(), 1, 0);
   const size_t at = text.find("delayed scaling: started from ");
   ASSERT_NE(at, std::string::npos) << text << cp.logs();
   const std::string line = text.substr(at, text.find('\n', at) - at);
