@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/jobspec/model_flops.h"
 #include "common/jobspec/model_shapes.h"
 #include "common/jobspec/validate.h"
 #include "common/rpc/request_limits.h"
@@ -104,6 +105,7 @@ absl::Status Coordinator::load() {
     // Jobs from before job folders were recorded keep theirs from being nested into.
     FP8_RETURN_IF_ERROR(store_->add_job_folder(job.spec().checkpoint().dir(), job.id()));
     active.rank_memory_gb = rank_memory_need_gb(job.spec());
+    active.flops_per_token = jobspec::training_flops_per_token(job.spec());
     FP8_ASSIGN_OR_RETURN(std::vector<v1::RankAmaxes> ranks, store_->rank_amaxes(job.id()));
     for (const v1::RankAmaxes& r : ranks) active.rank_amax[{r.layer(), r.operand()}] = rank_amax_from_record(r);
     active.job = std::move(job);
@@ -291,6 +293,7 @@ absl::StatusOr<v1::Job> Coordinator::submit(const Principal& who, const v1::Subm
   if (!s.ok()) return s;
   active.job = job;
   active.rank_memory_gb = rank_memory_gb;
+  active.flops_per_token = jobspec::training_flops_per_token(resolved);
   active_.emplace(job.id(), std::move(active));
   ++event_generation_;
   events_changed_.SignalAll();
@@ -473,6 +476,7 @@ absl::StatusOr<v1::Job> Coordinator::resume_job(const Principal& who, const v1::
       request.has_world_size() ? absl::StrCat(" on ", request.world_size(), " ranks") : std::string());
   FP8_ASSIGN_OR_RETURN(active.submitted_seq, store_->next("submission"));  // behind the jobs waiting now
   active.rank_memory_gb = rank_memory_need_gb(next.spec());
+  active.flops_per_token = jobspec::training_flops_per_token(next.spec());
   active.job = job;
   FP8_RETURN_IF_ERROR(commit(active, next, {state_change_event(job.id(), job.state(), v1::Job::QUEUED, why)}));
   active_.emplace(job.id(), std::move(active));

@@ -149,6 +149,7 @@ class Coordinator {
     int64_t number = 0;
     int64_t submitted_seq = 0;
     double rank_memory_gb = 0;              // RankMemoryNeedGb of the spec (rank_memory.h)
+    double flops_per_token = 0;             // the spec's model (common/jobspec/model_flops.h)
     std::optional<AttemptRuntime> attempt;  // set while RUNNING
     Clock::time_point restart_at{};         // RESTARTING: queued again from then on
     std::optional<scheduler::Waiting> waiting;  // why the last scheduling pass left it queued

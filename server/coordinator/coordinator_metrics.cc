@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "absl/strings/ascii.h"
-#include "common/jobspec/model_flops.h"
 #include "fp8/v1/job.pb.h"
 #include "fp8/v1/worker_service.pb.h"
 
@@ -169,7 +168,8 @@ void CoordinatorMetrics::on_job(const v1::Job& job) {
   }
 }
 
-void CoordinatorMetrics::on_rank_progress(const v1::Job& job, int rank, const v1::TrainingProgress& p) {
+void CoordinatorMetrics::on_rank_progress(const v1::Job& job, int rank, const v1::TrainingProgress& p,
+                                          double flops_per_token) {
   const std::string& id = job.id();
   const double steps = std::max(1, p.window_steps());
   const v1::CommunicationBytes& c = p.communication();
@@ -183,7 +183,7 @@ void CoordinatorMetrics::on_rank_progress(const v1::Job& job, int rank, const v1
   // Each rank trains batch_size sequences of seq_len tokens a step.
   const double tokens = steps * static_cast<double>(spec.train().batch_size()) * static_cast<double>(spec.data().seq_len());
   job_tokens_.with({id}).inc(tokens);
-  job_model_flops_.with({id}).inc(tokens * jobspec::training_flops_per_token(spec));
+  job_model_flops_.with({id}).inc(tokens * flops_per_token);
   if (p.has_mfu()) rank_mfu_.with({id, std::to_string(rank)}).set(p.mfu());
 }
 

@@ -38,9 +38,9 @@ class CoordinatorMetrics {
 
   // A job was submitted, loaded or changed: its info, state and latest progress.
   void on_job(const v1::Job& job);
-  // Any rank's progress report: the job's counters (tokens, communication bytes) add up
-  // every rank's share.
-  void on_rank_progress(const v1::Job& job, int rank, const v1::TrainingProgress& p);
+  // Any rank's progress report: the job's counters (tokens, model FLOPs at
+  // `flops_per_token`, communication bytes) add up every rank's share.
+  void on_rank_progress(const v1::Job& job, int rank, const v1::TrainingProgress& p, double flops_per_token);
   void on_cast_numerics(const std::string& job_id, const v1::ReportCastNumericsRequest& request);
   void on_numerics_event(const std::string& job_id, const std::string& kind);
   // An attempt started `queue_wait_seconds` after the job was submitted (or its previous

@@ -83,7 +83,7 @@ absl::Status Coordinator::report_progress(const Principal& who, const v1::Report
   const Clock::time_point now = Clock::now();
   if (rank.last_progress.has_value()) rank.longest_gap = std::max(rank.longest_gap, now - *rank.last_progress);
   rank.last_progress = now;
-  if (metrics_ != nullptr) metrics_->on_rank_progress(active->job, request.caller().rank(), p);
+  if (metrics_ != nullptr) metrics_->on_rank_progress(active->job, request.caller().rank(), p, active->flops_per_token);
   if (request.caller().rank() != 0) return absl::OkStatus();  // the job's progress is rank 0's
   // Progress is written in group commits (FlushProgress), not one transaction a report:
   // the job changes in memory now, and its row and event reach the store within

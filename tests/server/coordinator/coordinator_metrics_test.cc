@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "common/jobspec/model_flops.h"
 #include "common/metrics/registry.h"
 
 namespace fp8::server {
@@ -61,8 +62,8 @@ TEST(CoordinatorMetrics, RunningJobShowsProgressSplitTrafficAndNumerics) {
   (*job.mutable_spec()->mutable_labels())["purpose"] = "smoke,test";  // sorted by key, the comma escaped
   *job.mutable_latest_progress() = progress();
   m.on_job(job);
-  m.on_rank_progress(job, 0, progress());
-  m.on_rank_progress(job, 1, progress());
+  m.on_rank_progress(job, 0, progress(), 0);
+  m.on_rank_progress(job, 1, progress(), 0);
   m.on_cast_numerics("job-1", casts());
   const std::string text = registry.expose();
   EXPECT_TRUE(has(text, R"(fp8_job_state{job_id="job-1",state="RUNNING"} 1)")) << text;
@@ -99,8 +100,9 @@ TEST(CoordinatorMetrics, ModelFlopsAndUtilisation) {
   rank1.set_mfu(0.5);
   *job.mutable_latest_progress() = rank0;
   m.on_job(job);
-  m.on_rank_progress(job, 0, rank0);
-  m.on_rank_progress(job, 1, rank1);
+  const double flops_per_token = jobspec::training_flops_per_token(job.spec());
+  m.on_rank_progress(job, 0, rank0, flops_per_token);
+  m.on_rank_progress(job, 1, rank1, flops_per_token);
   // Linear weights: 4 x 64 x 64 + 3 x 64 x 128 in the block, 64 x 256 in the output;
   // attention 12 x 1 x 64 x 64; both ranks' 5 steps of 4 x 64 tokens.
   const double per_token = 6.0 * (4 * 64 * 64 + 3 * 64 * 128 + 64 * 256) + 12.0 * 64 * 64;
