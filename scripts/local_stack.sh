@@ -98,7 +98,8 @@ case $command in
     for ((i = 0; i < workers; i++)); do
       address=
       for _ in $(seq 300); do
-        address=$(sed -n 's|.*metrics at http://\([^/]*\)/metrics.*|\1|p' "$dir/worker-$i.log" | head -1)
+        address=$(sed -n 's|.*metrics at http://\([^/]*\)/metrics.*|\1|p' "$dir/worker-$i.log")
+        address=${address%%$'\n'*}
         [[ -n $address ]] && grep -q "registered with" "$dir/worker-$i.log" && break
         sleep 0.1
       done

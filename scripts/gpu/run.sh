@@ -80,7 +80,7 @@ if [[ -z $cuda_lib || $cuda_lib == . ]]; then
 fi
 # NCCL (libnccl.so.2, too big to carry): the toolkit's, the system's, else PyTorch's wheel.
 nccl_lib=""
-if ! ldconfig -p | grep -q 'libnccl.so.2' && [[ ! -e $cuda_lib/libnccl.so.2 ]]; then
+if ! grep -q 'libnccl.so.2' <<<"$(ldconfig -p)" && [[ ! -e $cuda_lib/libnccl.so.2 ]]; then
   nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
 fi
 export LD_LIBRARY_PATH=$PWD/$run_dir/lib:$cuda_lib${nccl_lib:+:$nccl_lib}:${LD_LIBRARY_PATH:-}

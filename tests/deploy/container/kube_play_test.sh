@@ -73,7 +73,9 @@ play --ip "$subnet.12" "$work/play/worker-1.yaml"
 for i in 1 2; do
   wait_for 60 "worker $i's /readyz" curl -fsS "http://$subnet.1$i:9401/readyz"
 done
-pm logs fp8-worker-0-worker 2>&1 | grep -q "registered with fp8-coordinator.default.svc:7070" ||
+# Each check reads its whole input before grep: under pipefail, `grep -q` closing the pipe
+# early would fail the writer (curl: "Failure writing output") and so the check.
+grep -q "registered with fp8-coordinator.default.svc:7070" <<<"$(pm logs fp8-worker-0-worker 2>&1)" ||
   fail "worker 0 did not register through the coordinator Service's name"
 echo "ok: both worker pods run and registered"
 
@@ -82,7 +84,8 @@ exited() { [[ $(pm inspect -f '{{.State.Status}}' fp8-test-submit) == exited ]];
 wait_for 300 "the helm test Pod to finish" exited
 code=$(pm inspect -f '{{.State.ExitCode}}' fp8-test-submit)
 [[ $code == 0 ]] || fail "the helm test Pod exited $code"
-pm logs fp8-test-submit 2>&1 | grep -q SUCCEEDED || fail "the helm test's job did not succeed"
+grep -q SUCCEEDED <<<"$(pm logs fp8-test-submit 2>&1)" || fail "the helm test's job did not succeed"
 echo "ok: the chart's helm test Pod submitted its job and it succeeded"
-curl -fsS "http://$subnet.10:9400/metrics" | grep -q '^fp8_jobs' || fail "no fp8_jobs metrics on the coordinator"
+metrics=$(curl -fsS "http://$subnet.10:9400/metrics") || fail "the coordinator's /metrics did not answer"
+grep -q '^fp8_jobs' <<<"$metrics" || fail "no fp8_jobs metrics on the coordinator"
 echo PASS
