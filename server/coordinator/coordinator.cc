@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/jobspec/model_flops.h"
+#include "common/log/log.h"
 #include "common/jobspec/model_shapes.h"
 #include "common/jobspec/validate.h"
 #include "common/rpc/request_limits.h"
@@ -680,8 +681,7 @@ void Coordinator::schedule_locked() {
     std::vector<std::string> worker_ids;
     for (const scheduler::RankSlot& slot : p.ranks) worker_ids.push_back(slot.worker_id);
     if (absl::Status s = start_attempt(active_.at(p.job_id), worker_ids); !s.ok()) {
-      std::fprintf(stderr, "fp8-coordinator: starting %s failed: %s\n", p.job_id.c_str(),
-                   std::string(s.message()).c_str());
+      log::error(absl::StrCat("starting ", p.job_id, " failed: ", s.message()));
     }
   }
 }

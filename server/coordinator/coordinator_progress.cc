@@ -1,10 +1,11 @@
 // Progress reports in group commits: acknowledged in memory (ReportProgress), written
 // every kProgressFlushInterval by the ticker without the coordinator's lock, or at once
 // before anything else about a job is written or read back.
-#include <cstdio>
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "common/log/log.h"
 #include "common/status_macros.h"
 #include "server/coordinator/coordinator.h"
 
@@ -74,7 +75,7 @@ void Coordinator::flush_progress_in_background() {
   flush_mu_.Unlock();
   mu_.Lock();
   if (!written.ok()) {
-    std::fprintf(stderr, "fp8-coordinator: writing progress: %s\n", std::string(written.message()).c_str());
+    log::error(absl::StrCat("writing progress: ", written.message()));
     return_progress(std::move(batch));
     return;
   }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/log/log.h"
 #include "common/rpc/request_limits.h"
 #include "common/status_macros.h"
 #include "server/coordinator/amax_merge.h"
@@ -54,7 +55,7 @@ void Coordinator::record_numerics(ActiveJob& active, v1::NumericsEvent event) {
   v1::JobEvent e = numerics_job_event(active.job.id(), event);
   absl::Status flushed = flush_progress();
   if (absl::Status s = flushed.ok() ? store_->append_event(e).status() : flushed; !s.ok()) {
-    std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
+    log::error(s.message());
     return;
   }
   ++event_generation_;

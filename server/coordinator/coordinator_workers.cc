@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/log/log.h"
 #include "common/rpc/request_limits.h"
 #include "common/status_macros.h"
 #include "server/coordinator/coordinator.h"
@@ -187,7 +188,7 @@ void Coordinator::resend_missing_starts(Worker& worker) {
     if (attempt.trainer_token.empty()) {
       const std::string reason = absl::StrCat("rank ", r, " is no longer running on worker ", worker.record.id);
       if (absl::Status s = fail_attempt(active, reason, scheduler::FailureClass::kWorkerLost); !s.ok()) {
-        std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
+        log::error(s.message());
       }
       continue;
     }
@@ -240,18 +241,18 @@ void Coordinator::check_liveness() {
        scheduler::lost_workers(beats, Clock::now(), absl::ToChronoNanoseconds(options_.lost_after))) {
     const std::string reason = absl::StrCat(scheduler::describe_failure(scheduler::WorkerLost{lost}), ": no heartbeat for ",
                                             absl::FormatDuration(options_.lost_after));
-    std::fprintf(stderr, "fp8-coordinator: %s\n", reason.c_str());
+    log::warn(reason);
     if (metrics_ != nullptr) metrics_->on_worker_lost(workers_.at(lost).record.device_kind);
     for (auto& [id, active] : active_) {
       if (!active.attempt.has_value()) continue;
       const auto& ranks = active.attempt->ranks;
       if (std::none_of(ranks.begin(), ranks.end(), [&](const RankRuntime& r) { return r.worker_id == lost; })) continue;
       if (absl::Status s = fail_attempt(active, reason, scheduler::FailureClass::kWorkerLost); !s.ok()) {
-        std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
+        log::error(s.message());
       }
     }
     if (absl::Status s = store_->delete_worker(lost); !s.ok()) {
-      std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
+      log::error(s.message());
     }
     workers_.erase(lost);
   }
@@ -278,9 +279,9 @@ void Coordinator::check_progress() {
   }
   for (auto& [active, rank] : hung) {
     const std::string reason = scheduler::describe_failure(rank);
-    std::fprintf(stderr, "fp8-coordinator: %s: %s\n", active->job.id().c_str(), reason.c_str());
+    log::warn(absl::StrCat(active->job.id(), ": ", reason));
     if (absl::Status s = fail_attempt(*active, reason, scheduler::FailureClass::kHung); !s.ok()) {
-      std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
+      log::error(s.message());
     }
   }
 }

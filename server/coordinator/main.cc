@@ -45,6 +45,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "common/log/log.h"
 #include "common/metrics/build_info.h"
 #include "common/version/version.h"
 #include "common/metrics/grpc_server_metrics.h"
@@ -78,12 +79,23 @@ struct Flags {
   std::vector<std::string> data_roots, checkpoint_roots;
   std::string tls_cert, tls_key;
   std::string admin_token_file, worker_token_file;
+  std::string log_format = "text";
+  std::string log_level = "info";
   // token subcommand
   std::string role, name;
 };
 
+absl::Status install_log(const Flags& f) {
+  absl::StatusOr<fp8::log::Format> format = fp8::log::parse_format(f.log_format);
+  if (!format.ok()) return absl::InvalidArgumentError(absl::StrCat("--", format.status().message()));
+  absl::StatusOr<fp8::log::Level> level = fp8::log::parse_level(f.log_level);
+  if (!level.ok()) return absl::InvalidArgumentError(absl::StrCat("--", level.status().message()));
+  fp8::log::install({.component = "fp8-coordinator", .format = *format, .min_level = *level});
+  return absl::OkStatus();
+}
+
 int fail(const std::string& message, int code = 1) {
-  std::fprintf(stderr, "fp8-coordinator: %s\n", message.c_str());
+  fp8::log::error(message);
   return code;
 }
 
@@ -148,7 +160,7 @@ absl::Status bootstrap_tokens(fp8::server::Coordinator& c, const fs::path& state
     if (!token.ok()) return token.status();
     const fs::path path = state_dir / file;
     if (!write_secret(path, *token)) return absl::InternalError(absl::StrCat("cannot write ", path.string()));
-    std::printf("fp8-coordinator: first start: %s token written to %s\n", name, path.c_str());
+    fp8::log::info(absl::StrCat("first start: ", name, " token written to ", path.string()));
   }
   return absl::OkStatus();
 }
@@ -278,12 +290,11 @@ int serve(const Flags& f) {
   // The metrics port first: a reader of the gRPC port file may expect both.
   if (metrics_server) write_port_file(f.metrics_port_file, metrics_server->port());
   write_port_file(f.port_file, port);
-  std::printf("fp8-coordinator: serving on %s (port %d), state in %s\n", f.listen.c_str(), port, db_path.c_str());
+  fp8::log::info(absl::StrCat("serving on ", f.listen, " (port ", port, "), state in ", db_path));
   if (metrics_server) {
     const std::string host = f.metrics_address.substr(0, f.metrics_address.rfind(':'));
-    std::printf("fp8-coordinator: metrics at http://%s:%d/metrics\n", host.c_str(), metrics_server->port());
+    fp8::log::info(absl::StrCat("metrics at http://", host, ":", metrics_server->port(), "/metrics"));
   }
-  std::fflush(stdout);
   c.start_ticking();
 
   // Wait for SIGINT / SIGTERM (blocked in every thread, taken here).
@@ -294,7 +305,7 @@ int serve(const Flags& f) {
   int sig = 0;
   sigwait(&signals, &sig);
   serving = false;
-  std::printf("fp8-coordinator: stopping (signal %d)\n", sig);
+  fp8::log::info(absl::StrCat("stopping (signal ", sig, ")"));
   c.shutdown();
   rendezvous.shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -330,7 +341,6 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  fp8::server::quiet_request_parse_errors(stderr);
   // Debian's Abseil checks lock order on every Mutex lock by default, keeping a global
   // graph under a global lock that every request thread then queues on (bench/RESULTS.md).
   // The tests, which do not run this main, keep the check.
@@ -373,6 +383,10 @@ int main(int argc, char** argv) {
   app.add_option("--worker-token-file", f.worker_token_file,
                  "accept the worker token in this file (instead of writing one on the first start)")
       ->envname("FP8_COORDINATOR_WORKER_TOKEN_FILE");
+  app.add_option("--log-format", f.log_format, "text or json (one object per line, for log collectors)")
+      ->envname("FP8_LOG_FORMAT")->capture_default_str();
+  app.add_option("--log-level", f.log_level, "debug, info, warning or error: lines below it are dropped")
+      ->envname("FP8_LOG_LEVEL")->capture_default_str();
   CLI::App* token = app.add_subcommand("token", "create a token (printed once; only its hash is kept)");
   token->fallthrough();  // --state-dir / --db may follow the subcommand
   token->add_option("--role", f.role, "admin, user or worker")->required();
@@ -382,6 +396,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (absl::Status s = install_log(f); !s.ok()) {
+    std::fprintf(stderr, "fp8-coordinator: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  // protobuf's own messages go to the log, with request parse errors only counted.
+  fp8::server::quiet_request_parse_errors();
   if (f.lost_after_ms <= f.heartbeat_interval_ms) {
     return fail("--lost-after-ms must be longer than --heartbeat-interval-ms", 2);
   }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/log/log.h"
 #include "common/rpc/request_limits.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpcpp/support/interceptor.h"
@@ -20,7 +21,6 @@ using grpc::experimental::InterceptionHookPoints;
 // parses a request on the thread that then sends its status.
 thread_local std::string t_bad_field;
 
-std::FILE* g_log = stderr;
 std::atomic<int64_t> g_unlogged{0};
 std::mutex g_summary_mu;
 std::chrono::steady_clock::time_point g_last_summary{};
@@ -40,9 +40,8 @@ void summarise() {
   if (now - g_last_summary < std::chrono::minutes(1)) return;
   g_last_summary = now;
   const int64_t n = g_unlogged.exchange(0);
-  std::fprintf(g_log, "fp8-coordinator: %lld request(s) refused since the last such line: their bytes did not parse "
-               "(a string field not UTF-8, or not the message at all)\n", static_cast<long long>(n));
-  std::fflush(g_log);
+  log::warn(absl::StrCat(n, " request(s) refused since the last such line: their bytes did not parse "
+                         "(a string field not UTF-8, or not the message at all)"));
 }
 
 void on_protobuf_log(google::protobuf::LogLevel level, const char* filename, int line, const std::string& message) {
@@ -52,9 +51,10 @@ void on_protobuf_log(google::protobuf::LogLevel level, const char* filename, int
     summarise();
     return;
   }
-  static const char* const kLevels[] = {"INFO", "WARNING", "ERROR", "FATAL"};
-  std::fprintf(g_log, "[libprotobuf %s %s:%d] %s\n", kLevels[level], filename, line, message.c_str());
-  std::fflush(g_log);
+  const log::Level as = level == google::protobuf::LOGLEVEL_INFO      ? log::Level::kInfo
+                        : level == google::protobuf::LOGLEVEL_WARNING ? log::Level::kWarning
+                                                                       : log::Level::kError;
+  log::write(as, absl::StrCat("libprotobuf ", filename, ":", line, ": ", message));
 }
 
 class MalformedRequestInterceptor final : public grpc::experimental::Interceptor {
@@ -90,8 +90,7 @@ std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> make_malf
   return std::make_unique<MalformedRequestInterceptorFactory>();
 }
 
-void quiet_request_parse_errors(std::FILE* log) {
-  g_log = log;
+void quiet_request_parse_errors() {
   google::protobuf::SetLogHandler(&on_protobuf_log);
 }
 

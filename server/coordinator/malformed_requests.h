@@ -8,7 +8,6 @@
 // not logged one by one: the count goes out in one line a minute at most.
 #pragma once
 
-#include <cstdio>
 #include <memory>
 
 #include "grpcpp/support/server_interceptor.h"
@@ -19,8 +18,8 @@ namespace fp8::server {
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> make_malformed_request_interceptor_factory();
 
 // Installs protobuf's log handler: parse errors of requests are counted and summarised
-// on `log` at most once a minute; every other protobuf message is written as it comes.
+// in the log at most once a minute; every other protobuf message is logged as it comes.
 // Once per process, before serving.
-void quiet_request_parse_errors(std::FILE* log);
+void quiet_request_parse_errors();
 
 }  // namespace fp8::server

@@ -22,7 +22,7 @@ CREATE TABLE IF NOT EXISTS events (
   PRIMARY KEY (job_id, sequence));
 CREATE TABLE IF NOT EXISTS logs (
   id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, attempt INTEGER NOT NULL, rank INTEGER NOT NULL,
-  time_ms INTEGER NOT NULL, text TEXT NOT NULL);
+  time_ms INTEGER NOT NULL, text TEXT NOT NULL, level INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS logs_job ON logs (job_id, attempt, rank, id);
 CREATE TABLE IF NOT EXISTS amax (
   job_id TEXT NOT NULL, layer TEXT NOT NULL, operand INTEGER NOT NULL, step INTEGER NOT NULL, history BLOB NOT NULL,
@@ -78,16 +78,25 @@ absl::Status CoordinatorStore::migrate() {
   return db_->exec("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 1)");
 }
 
+absl::StatusOr<bool> CoordinatorStore::has_column(const std::string& table, const std::string& column) {
+  FP8_ASSIGN_OR_RETURN(Statement columns, db_->query("SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2"));
+  columns.bind(1, table).bind(2, column);
+  FP8_ASSIGN_OR_RETURN(bool row, columns.step());
+  const bool has = row && columns.column_int(0) > 0;
+  FP8_RETURN_IF_ERROR(columns.run());
+  return has;
+}
+
 absl::Status CoordinatorStore::add_missing_columns() {
   // Columns added to version 1 since its first release: a file from before gets them.
-  FP8_ASSIGN_OR_RETURN(Statement columns, db_->query("SELECT COUNT(*) FROM pragma_table_info('workers') "
-                                                     "WHERE name = 'cpus'"));
-  FP8_ASSIGN_OR_RETURN(bool row, columns.step());
-  const bool has_cpus = row && columns.column_int(0) > 0;
-  FP8_RETURN_IF_ERROR(columns.run());
-  if (has_cpus) return absl::OkStatus();
-  return db_->exec("ALTER TABLE workers ADD COLUMN cpus INTEGER NOT NULL DEFAULT 0; "
-                   "ALTER TABLE workers ADD COLUMN memory_gb REAL NOT NULL DEFAULT 0;");
+  FP8_ASSIGN_OR_RETURN(bool has_cpus, has_column("workers", "cpus"));
+  if (!has_cpus) {
+    FP8_RETURN_IF_ERROR(db_->exec("ALTER TABLE workers ADD COLUMN cpus INTEGER NOT NULL DEFAULT 0; "
+                                  "ALTER TABLE workers ADD COLUMN memory_gb REAL NOT NULL DEFAULT 0;"));
+  }
+  FP8_ASSIGN_OR_RETURN(bool has_level, has_column("logs", "level"));
+  if (!has_level) FP8_RETURN_IF_ERROR(db_->exec("ALTER TABLE logs ADD COLUMN level INTEGER NOT NULL DEFAULT 0;"));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> CoordinatorStore::next(const std::string& counter) {
@@ -211,10 +220,10 @@ absl::Status CoordinatorStore::thin_progress(const std::string& job_id, int keep
 absl::Status CoordinatorStore::append_logs(const std::string& job_id, int attempt, int rank,
                                            const std::vector<v1::LogLine>& lines, int64_t keep_per_job) {
   for (const v1::LogLine& line : lines) {
-    FP8_ASSIGN_OR_RETURN(Statement put, db_->query("INSERT INTO logs (job_id, attempt, rank, time_ms, text) "
-                                                   "VALUES (?1, ?2, ?3, ?4, ?5)"));
+    FP8_ASSIGN_OR_RETURN(Statement put, db_->query("INSERT INTO logs (job_id, attempt, rank, time_ms, text, level) "
+                                                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
     FP8_RETURN_IF_ERROR(put.bind(1, job_id).bind(2, int64_t{attempt}).bind(3, int64_t{rank})
-                            .bind(4, line.time_unix_ms()).bind(5, line.text()).run());
+                            .bind(4, line.time_unix_ms()).bind(5, line.text()).bind(6, int64_t{line.level()}).run());
   }
   // The bound: drop the job's oldest lines beyond keep_per_job.
   FP8_ASSIGN_OR_RETURN(Statement trim, db_->query(
@@ -227,9 +236,10 @@ absl::StatusOr<LogTail> CoordinatorStore::tail_logs(const std::string& job_id, i
                                                     int lines, std::optional<int64_t> after_sequence) {
   const bool after = after_sequence.has_value();
   FP8_ASSIGN_OR_RETURN(Statement tail, db_->query(
-      after ? "SELECT id, rank, time_ms, text FROM logs WHERE job_id = ?1 AND attempt = ?2 AND (?3 < 0 OR rank = ?3) "
-              "AND id > ?5 ORDER BY id ASC LIMIT ?4"
-            : "SELECT id, rank, time_ms, text FROM logs WHERE job_id = ?1 AND attempt = ?2 AND (?3 < 0 OR rank = ?3) "
+      after ? "SELECT id, rank, time_ms, text, level FROM logs WHERE job_id = ?1 AND attempt = ?2 "
+              "AND (?3 < 0 OR rank = ?3) AND id > ?5 ORDER BY id ASC LIMIT ?4"
+            : "SELECT id, rank, time_ms, text, level FROM logs WHERE job_id = ?1 AND attempt = ?2 "
+              "AND (?3 < 0 OR rank = ?3) "
               "ORDER BY id DESC LIMIT ?4"));
   tail.bind(1, job_id).bind(2, int64_t{attempt}).bind(3, int64_t{rank.value_or(-1)}).bind(4, int64_t{lines} + 1);
   if (after) tail.bind(5, *after_sequence);
@@ -247,6 +257,10 @@ absl::StatusOr<LogTail> CoordinatorStore::tail_logs(const std::string& job_id, i
     l.set_rank(static_cast<int32_t>(tail.column_int(1)));
     l.mutable_line()->set_time_unix_ms(tail.column_int(2));
     l.mutable_line()->set_text(tail.column_text(3));
+    const int64_t level = tail.column_int(4);
+    l.mutable_line()->set_level(v1::LogLine::Level_IsValid(static_cast<int>(level))
+                                    ? static_cast<v1::LogLine::Level>(level)
+                                    : v1::LogLine::LEVEL_UNSPECIFIED);
   }
   FP8_RETURN_IF_ERROR(tail.run());
   if (!after) std::reverse(out.lines.begin(), out.lines.end());

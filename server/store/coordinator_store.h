@@ -141,6 +141,7 @@ class CoordinatorStore {
   explicit CoordinatorStore(std::unique_ptr<Database> db) : db_(std::move(db)) {}
   absl::Status migrate();
   absl::Status add_missing_columns();
+  absl::StatusOr<bool> has_column(const std::string& table, const std::string& column);
   std::unique_ptr<Database> db_;
 };
 

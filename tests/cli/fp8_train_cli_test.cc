@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/cli/subprocess.h"
 #include "tests/cli/synthetic_text.h"
 
@@ -107,11 +108,34 @@ std::string job_yaml(const JobOptions& o) {
 
 // ---- reading the log -----------------------------------------------------------------
 
-std::vector<std::string> split_lines(const std::string& text) {
+std::vector<std::string> raw_lines(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
+}
+
+// "2026-01-02T03:04:05.678Z INFO fp8-train: step 1/30 ...": fp8-train's text log.
+const std::regex& log_line_pattern() {
+  static const std::regex kLine(R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO|WARNING|ERROR) fp8-train(?:\[rank \d+\])?: (.*)$)");
+  return kLine;
+}
+
+// The messages of fp8-train's log, a warning's marked "warning: " as `fp8ctl logs` shows it;
+// a line outside the log stays as it is.
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> messages;
+  for (const std::string& line : raw_lines(text)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, log_line_pattern())) {
+      messages.push_back(line);
+    } else if (m[1] == "WARNING") {
+      messages.push_back("warning: " + m[2].str());
+    } else {
+      messages.push_back(m[2].str());
+    }
+  }
+  return messages;
 }
 
 std::vector<std::string> lines_starting_with(const std::string& text, const std::string& prefix) {
@@ -249,6 +273,11 @@ TEST_F(Fp8TrainCliTest, TrainsToTheLastStep) {
   ASSERT_TRUE(r.exit.exited && r.exit.code == 0) << show(r);
   EXPECT_EQ(r.err, "") << "a good run writes nothing to stderr";
 
+  // Every line of a run is a line of its log: time, level, component, message.
+  for (const std::string& line : raw_lines(r.out)) {
+    EXPECT_TRUE(std::regex_match(line, log_line_pattern())) << "not a log line: " << line;
+  }
+
   // Header.
   const std::vector<std::string> lines = split_lines(r.out);
   ASSERT_GE(lines.size(), 3u) << r.out;
@@ -341,7 +370,7 @@ TEST_P(Fp8TrainResumeTest, StoppedBySigintThenResumedMatchesAnUninterruptedRun) 
     Subprocess child({FP8_TRAIN_BINARY, "--config", job_b.string()}, inherited_env(), dir_ / "b1.out", dir_ / "b1.err");
     ASSERT_TRUE(child.started()) << child.start_error();
     const bool checkpointed = child.wait_for_stdout(
-        [](const std::string& out) { return out.find("\ncheckpoint at step 10: ") != std::string::npos; }, kRunLimit);
+        [](const std::string& out) { return out.find(": checkpoint at step 10: ") != std::string::npos; }, kRunLimit);
     ASSERT_TRUE(checkpointed) << "no step-10 checkpoint:\n" << child.stdout_text() << child.stderr_text();
     child.signal(SIGINT);
     b1.exit = child.wait(kRunLimit);
@@ -473,6 +502,33 @@ INSTANTIATE_TEST_SUITE_P(Recipes, Fp8TrainResumeTest, ::testing::Values("tensorw
                          [](const ::testing::TestParamInfo<const char*>& p) { return std::string(p.param); });
 
 // --estimate prints a rank's memory by part and trains nothing: no checkpoint folder.
+TEST_F(Fp8TrainCliTest, JsonLogLinesParseWithTimeLevelComponentAndMessage) {
+  JobOptions o;
+  o.steps = 10;
+  const fs::path job = write_job("job.yaml", job_yaml(o));
+  const RunResult r = train({"--config", job.string(), "--log-format", "json"}, "json");
+  ASSERT_TRUE(r.exit.exited && r.exit.code == 0) << show(r);
+  EXPECT_EQ(r.err, "");
+  const std::vector<std::string> lines = raw_lines(r.out);
+  ASSERT_FALSE(lines.empty());
+  int steps = 0;
+  for (const std::string& line : lines) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << "not json: " << line;
+    for (const char* key : {"time", "level", "component", "message"}) {
+      ASSERT_TRUE(j.contains(key) && j.at(key).is_string()) << key << " missing from " << line;
+    }
+    EXPECT_EQ(j.at("component"), "fp8-train") << line;
+    EXPECT_EQ(j.at("level"), "info") << line;
+    if (j.at("message").get<std::string>().rfind("step ", 0) == 0) ++steps;
+  }
+  EXPECT_GT(steps, 0) << r.out;
+
+  const RunResult bad = train({"--config", job.string(), "--log-format", "xml"}, "xml");
+  EXPECT_TRUE(bad.exit.exited && bad.exit.code == 2) << show(bad);
+  EXPECT_NE(bad.err.find("--log format \"xml\": expected text or json"), std::string::npos) << show(bad);
+}
+
 TEST_F(Fp8TrainCliTest, EstimatePrintsTheMemoryOfARankAndTrainsNothing) {
   JobOptions o;
   const fs::path job = write_job("job.yaml", job_yaml(o));
@@ -504,7 +560,7 @@ TEST_F(Fp8TrainCliTest, SigtermAlsoStopsWithACheckpoint) {
   Subprocess child({FP8_TRAIN_BINARY, "--config", job.string()}, inherited_env(), dir_ / "run.out", dir_ / "run.err");
   ASSERT_TRUE(child.started()) << child.start_error();
   ASSERT_TRUE(child.wait_for_stdout(
-      [](const std::string& out) { return out.find("\nstep ") != std::string::npos; }, kRunLimit))
+      [](const std::string& out) { return out.find(": step ") != std::string::npos; }, kRunLimit))
       << child.stdout_text() << child.stderr_text();
   child.signal(SIGTERM);
   const ExitInfo exit = child.wait(kRunLimit);
@@ -716,7 +772,7 @@ TEST_F(Fp8TrainCliTest, NprocStopsEveryRankAtOneStepAndResumesBitForBit) {
                    dir_ / "b1.err");
   ASSERT_TRUE(child.started()) << child.start_error();
   ASSERT_TRUE(child.wait_for_stdout(
-      [](const std::string& out) { return out.find("\ncheckpoint at step 10: ") != std::string::npos; }, kRunLimit))
+      [](const std::string& out) { return out.find(": checkpoint at step 10: ") != std::string::npos; }, kRunLimit))
       << child.stdout_text() << child.stderr_text();
   child.signal(SIGINT);
   const ExitInfo stopped = child.wait(kRunLimit);

@@ -97,6 +97,7 @@ void ControlPlane::start_coordinator() {
                                    dir_.string(), "--metrics-address", "127.0.0.1:0", "--metrics-port-file",
                                    metrics_port_file.string()};
   if (tls_) argv.insert(argv.end(), {"--tls-cert", (dir_ / "tls.crt").string(), "--tls-key", (dir_ / "tls.key").string()});
+  argv.insert(argv.end(), {"--log-format", log_format_});
   coordinator_ = std::make_unique<cli_test::Subprocess>(argv, child_env(), out, err);
   ASSERT_TRUE(coordinator_->started()) << coordinator_->start_error();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -108,6 +109,11 @@ void ControlPlane::start_coordinator() {
   ASSERT_GT(port_, 0);
   std::ifstream(metrics_port_file) >> metrics_port_;  // written before the gRPC port file
   ASSERT_GT(metrics_port_, 0);
+}
+
+std::string ControlPlane::stderr_of(const std::string& child) const {
+  std::ifstream in(dir_ / (child + ".err"));
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 cli_test::RunResult ControlPlane::run_another_coordinator(std::chrono::milliseconds limit) const {
@@ -132,6 +138,7 @@ int ControlPlane::start_worker(const std::string& device) {
                                    (dir_ / ("worker-" + std::to_string(index))).string(), "--trainer",
                                    binary(FP8_TRAIN_BINARY), "--cpus", "1", "--device", device};
   if (tls_) argv.insert(argv.end(), {"--coordinator-ca", (dir_ / "tls.crt").string()});
+  argv.insert(argv.end(), {"--log-format", log_format_});
   workers_.push_back(std::make_unique<cli_test::Subprocess>(argv, child_env(), out, err));
   EXPECT_TRUE(workers_.back()->started()) << workers_.back()->start_error();
   return index;

@@ -32,6 +32,11 @@ class ControlPlane {
   // to the coordinator as --tls-cert/--tls-key and to workers and clients as the CA.
   void enable_tls();
 
+  // The daemons started from now on log in this format (--log-format text|json).
+  void set_log_format(const std::string& format) { log_format_ = format; }
+  // What a child wrote to stderr: "coordinator-1" (its first start), "worker-0".
+  std::string stderr_of(const std::string& child) const;
+
   // Starts the coordinator (again, on the same port and state, after a kill).
   void start_coordinator();
   void kill_coordinator(int sig = SIGKILL);
@@ -82,6 +87,7 @@ class ControlPlane {
  private:
   std::filesystem::path dir_;
   bool tls_ = false;
+  std::string log_format_ = "text";
   int port_ = 0;
   int metrics_port_ = 0;
   int coordinator_starts_ = 0;

@@ -3,9 +3,12 @@
 #include <signal.h>
 
 #include <cmath>
+#include <sstream>
 #include <thread>
+#include <utility>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/system/control_plane.h"
 
 namespace fp8::system_test {
@@ -57,6 +60,53 @@ TEST(ControlPlaneTest, TwoRankJobRunsToSuccess) {
   ASSERT_EQ(done.attempt_history_size(), 1);
   EXPECT_EQ(done.attempt_history(0).ranks_size(), 2);
   EXPECT_NE(done.attempt_history(0).ranks(0).worker_id(), done.attempt_history(0).ranks(1).worker_id());
+}
+
+TEST(ControlPlaneTest, JsonLogsFromEveryDaemonAndRankLinesKeepTheirLevel) {
+  ControlPlane cp;
+  cp.set_log_format("json");
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  ControlPlane::JobOptions o;
+  o.world_size = 1;
+  o.steps = 10;
+  o.checkpoint_every = 10;
+  v1::Job job;
+  ASSERT_TRUE(cp.submit(cp.spec(o), &job).ok());
+  ASSERT_EQ(cp.wait_for(job.id(), final, kJobLimit).state(), v1::Job::SUCCEEDED) << cp.logs();
+
+  // Each line a daemon wrote is one json object with time, level, component and message.
+  for (const auto& [child, component] : {std::pair<std::string, std::string>{"coordinator-1", "fp8-coordinator"},
+                                         {"worker-0", "fp8-worker"}}) {
+    std::istringstream lines(cp.stderr_of(child));
+    int count = 0;
+    for (std::string line; std::getline(lines, line); ++count) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      ASSERT_TRUE(j.is_object()) << child << " wrote a line that is not json: " << line;
+      for (const char* key : {"time", "level", "component", "message"}) {
+        ASSERT_TRUE(j.contains(key) && j.at(key).is_string()) << key << " missing: " << line;
+      }
+      EXPECT_EQ(j.at("component"), component) << line;
+    }
+    EXPECT_GT(count, 0) << child << " logged nothing";
+  }
+
+  // The rank's lines reach the coordinator as their message, with their level.
+  v1::GetJobLogsRequest req;
+  req.set_job_id(job.id());
+  req.set_attempt(1);
+  req.set_tail_lines(10000);
+  v1::GetJobLogsResponse resp;
+  auto ctx = with_token(cp.admin_token(), seconds(10));
+  ASSERT_TRUE(cp.job_stub()->GetJobLogs(ctx.get(), req, &resp).ok());
+  int steps = 0;
+  for (const v1::JobLogLine& l : resp.lines()) {
+    EXPECT_NE(l.line().text().front(), '{') << "a rank's json line was forwarded whole: " << l.line().text();
+    if (l.line().text().rfind("step ", 0) != 0) continue;
+    ++steps;
+    EXPECT_EQ(l.line().level(), v1::LogLine::LEVEL_INFO) << l.line().text();
+  }
+  EXPECT_GT(steps, 0) << resp.DebugString();
 }
 
 TEST(ControlPlaneTest, GangWaitsForEnoughWorkers) {

@@ -6,6 +6,9 @@
 
 #include <mutex>
 
+#include "absl/time/civil_time.h"
+#include "absl/time/time.h"
+
 #include "tests/worker/worker_test_util.h"
 
 namespace fp8::worker {
@@ -18,10 +21,14 @@ using testing::wait_for;
 struct Captured {
   std::mutex mu;
   std::vector<std::string> lines;
+  std::vector<int64_t> times;
+  std::vector<std::optional<fp8::log::Level>> levels;
   LineSink sink() {
-    return [this](absl::string_view line, int64_t) {
+    return [this](absl::string_view line, int64_t time_unix_ms, std::optional<fp8::log::Level> level) {
       std::lock_guard<std::mutex> lock(mu);
       lines.emplace_back(line);
+      times.push_back(time_unix_ms);
+      levels.push_back(level);
     };
   }
 };
@@ -54,6 +61,25 @@ TEST(RankProcess, ExitCodeOutputAndLastLine) {
   EXPECT_EQ(captured.lines, (std::vector<std::string>{"first", "second", "the end", "", "   "}));
   // The exit stays put.
   EXPECT_EQ(p->poll()->exit_code, 3);
+}
+
+TEST(RankProcess, TheTrainersJsonLogLinesGoOnAsTheirMessageLevelAndTime) {
+  TempDir dir;
+  Captured captured;
+  const std::string log = dir.path() + "/output.log";
+  const std::string warning =
+      R"({"time":"2026-01-02T03:04:05.678Z","level":"warning","component":"fp8-train","rank":1,"message":"low \"disk\""})";
+  auto p = spawn_shell("echo '" + warning + "'; echo 'plain words'; exit 1", log, captured.sink());
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(wait_for_exit(*p).exit_code, 1);
+  EXPECT_EQ(p->last_line(), "plain words");
+  EXPECT_EQ(read_file(log), warning + "\nplain words\n") << "output.log keeps what the rank wrote";
+  std::lock_guard<std::mutex> lock(captured.mu);
+  ASSERT_EQ(captured.lines, (std::vector<std::string>{"low \"disk\"", "plain words"}));
+  EXPECT_EQ(captured.levels[0], fp8::log::Level::kWarning);
+  EXPECT_EQ(captured.times[0], absl::ToUnixMillis(absl::FromCivil(absl::CivilSecond(2026, 1, 2, 3, 4, 5),
+                                                                  absl::UTCTimeZone())) + 678);
+  EXPECT_EQ(captured.levels[1], std::nullopt) << "a line outside the log has no level";
 }
 
 TEST(RankProcess, LineWithoutNewlineAtTheEndCounts) {

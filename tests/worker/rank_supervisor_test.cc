@@ -81,7 +81,7 @@ TEST_F(RankSupervisorTest, RunsTheTrainerAndReportsItsExit) {
   EXPECT_EQ(read_file(rank_dir + "/job.yaml"), jobspec::to_yaml(start.spec()));
   const std::string log = read_file(rank_dir + "/output.log");
   EXPECT_NE(log.find("args: --config " + rank_dir + "/job.yaml --rank 1 --world-size 2 --coordinator 127.0.0.1:7070 "
-                     "--job-id job-1 --attempt 1 --rendezvous-namespace ns/ --listen 127.0.0.1\n"),
+                     "--job-id job-1 --attempt 1 --rendezvous-namespace ns/ --listen 127.0.0.1 --log-format json\n"),
             std::string::npos)
       << log;
   EXPECT_NE(log.find("token: tt-123\n"), std::string::npos) << log;

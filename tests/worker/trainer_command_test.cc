@@ -41,7 +41,8 @@ TEST(TrainerCommand, ArgvOfTheFirstAttempt) {
   const std::vector<std::string> want = {
       "/opt/fp8/bin/fp8-train", "--config", "/var/fp8/job-7/attempt-1/rank-1/job.yaml",
       "--rank", "1", "--world-size", "2", "--coordinator", "coord:7070", "--job-id", "job-7",
-      "--attempt", "1", "--rendezvous-namespace", "job-7/attempt-2/", "--listen", "10.0.0.5"};
+      "--attempt", "1", "--rendezvous-namespace", "job-7/attempt-2/", "--listen", "10.0.0.5",
+      "--log-format", "json"};
   EXPECT_EQ(cmd->argv, want);
 }
 

@@ -1,8 +1,7 @@
-// fp8-train's log: one line per report of the training loop, on stdout, in a fixed format
-// that reads well in a terminal and greps well in a log file.
+// fp8-train's training log: one line per report of the training loop, through the
+// product's log (common/log/log.h: on stdout, with time and level, as text or json). The
+// messages keep a fixed format that reads well in a terminal and greps well in a file.
 #pragma once
-
-#include <cstdio>
 
 #include "worker/engine/train/train_observer.h"
 
@@ -10,7 +9,6 @@ namespace fp8::train_cli {
 
 class ConsoleObserver final : public engine::TrainObserver {
  public:
-  explicit ConsoleObserver(std::FILE* out) : out_(out) {}
   void on_start(const engine::TrainStart& s) override;
   void on_step(const engine::StepReport& r) override;
   void on_checkpoint(int64_t step, const std::filesystem::path& dir) override;
@@ -18,7 +16,6 @@ class ConsoleObserver final : public engine::TrainObserver {
   void on_finish(const engine::TrainSummary& s) override;
 
  private:
-  std::FILE* out_;
   int step_digits_ = 1;
   int64_t total_steps_ = 0;
 };

@@ -11,6 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/log/log.h"
 
 namespace fp8::train_cli {
 namespace {
@@ -48,12 +49,11 @@ std::optional<fp8::v1::AmaxHistory::Operand> amax_operand(const std::string& cas
 }  // namespace
 
 CoordinatorReporter::CoordinatorReporter(std::shared_ptr<grpc::Channel> channel, CoordinatorReporterOptions options,
-                                         engine::TrainObserver& inner, std::atomic<bool>* stop, std::FILE* err)
+                                         engine::TrainObserver& inner, std::atomic<bool>* stop)
     : stub_(fp8::v1::TrainerService::NewStub(std::move(channel))),
       options_(std::move(options)),
       inner_(inner),
-      stop_(stop),
-      err_(err) {
+      stop_(stop) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -287,9 +287,7 @@ void CoordinatorReporter::send(const Message& m) {
     }
     if (ends_the_attempt(s.error_code())) {
       if (!ended_.exchange(true)) {
-        std::fprintf(err_, "fp8-train [rank %d]: coordinator at %s refused a %s: %s\n", options_.rank,
-                     options_.address.c_str(), what.c_str(), s.error_message().c_str());
-        std::fflush(err_);
+        log::error(absl::StrCat("coordinator at ", options_.address, " refused a ", what, ": ", s.error_message()));
       }
       if (stop_ != nullptr) stop_->store(true);
       absl::MutexLock lock(&mu_);
@@ -316,8 +314,7 @@ void CoordinatorReporter::send(const Message& m) {
 }
 
 void CoordinatorReporter::warn(const std::string& text) {
-  std::fprintf(err_, "fp8-train [rank %d]: warning: %s\n", options_.rank, text.c_str());
-  std::fflush(err_);
+  log::warn(text);
 }
 
 }  // namespace fp8::train_cli

@@ -23,7 +23,6 @@
 
 #include <atomic>
 #include <cstddef>
-#include <cstdio>
 #include <deque>
 #include <memory>
 #include <string>
@@ -67,9 +66,9 @@ struct CoordinatorReporterOptions {
 class CoordinatorReporter final : public engine::TrainObserver {
  public:
   // `inner` (the console or quiet observer) must outlive this; so must `stop`, which may be
-  // null. Messages (warnings, the end of the attempt) go to `err`.
+  // null. Messages (warnings, the end of the attempt) go to the log (common/log/log.h).
   CoordinatorReporter(std::shared_ptr<grpc::Channel> channel, CoordinatorReporterOptions options,
-                      engine::TrainObserver& inner, std::atomic<bool>* stop, std::FILE* err = stderr);
+                      engine::TrainObserver& inner, std::atomic<bool>* stop);
   ~CoordinatorReporter() override;  // flushes (bounded), then stops the thread
   CoordinatorReporter(const CoordinatorReporter&) = delete;
   CoordinatorReporter& operator=(const CoordinatorReporter&) = delete;
@@ -112,7 +111,6 @@ class CoordinatorReporter final : public engine::TrainObserver {
   const CoordinatorReporterOptions options_;
   engine::TrainObserver& inner_;
   std::atomic<bool>* stop_;
-  std::FILE* err_;
   std::atomic<bool> ended_{false};
   int64_t last_reported_step_ = 0;  // the training thread's only
   int64_t resumed_from_step_ = 0;   // the training thread's only

@@ -33,7 +33,9 @@
 // resources.device: cuda trains on GPU --cuda-device (default 0; under --nproc, rank r
 // uses GPU r), with NCCL between the ranks instead of Gloo.
 //
-// Prints a line per log interval and a summary. Ctrl-C (SIGINT) or SIGTERM finishes the
+// Logs a line per log interval and a summary on stdout (common/log/log.h; --log-format
+// text, or json as the worker daemon runs it to forward each line's level and time); bad
+// input is refused with a plain message on stderr. Ctrl-C (SIGINT) or SIGTERM finishes the
 // step in flight, writes a checkpoint and exits with 130; `--resume` continues from the
 // newest good checkpoint, bit for bit as if the run had never stopped (same machine and
 // thread count). A second Ctrl-C exits at once.
@@ -61,9 +63,11 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/jobspec/loader.h"
 #include "common/jobspec/memory_estimate.h"
 #include "common/jobspec/model_flops.h"
+#include "common/log/log.h"
 #include "common/rpc/coordinator_channel.h"
 #include "common/rpc/trainer_exit_codes.h"
 #include "kernels/cpu/parallel.h"
@@ -120,7 +124,7 @@ int fail(const absl::Status& s) { return fail(s, exit_code_for(s)); }
 // Ranks other than 0 keep quiet but for warnings, which name the rank.
 class OtherRankObserver final : public fp8::engine::TrainObserver {
  public:
-  void on_warning(const std::string& w) override { std::fprintf(stderr, "%s: warning: %s\n", g_who.c_str(), w.c_str()); }
+  void on_warning(const std::string& w) override { fp8::log::warn(w); }
 };
 
 // resources.cpus_per_rank sizes the kernels' thread pool and OpenBLAS's. An
@@ -310,6 +314,9 @@ int main(int argc, char** argv) {
   app.add_option("--cuda-device", cuda_device, "the GPU this rank trains on when resources.device is cuda")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format, "text or json (one object per line, for log collectors)")
+      ->capture_default_str();
   auto* coord_opt = app.add_option("--coordinator", coord.address,
                                    "HOST:PORT of the coordinator: meet and report there (the worker daemon's mode)");
   auto* job_opt = app.add_option("--job-id", coord.job_id, "coordinator mode: the job (\"job-7\")");
@@ -347,6 +354,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (joining) g_who = "fp8-train [rank " + std::to_string(rank) + "]";
+  // The training log goes to stdout, as a CLI's output, and the other ranks' (their
+  // warnings) to stderr; refusals of bad input stay plain messages on stderr (fail).
+  absl::StatusOr<fp8::log::Format> format = fp8::log::parse_format(log_format);
+  if (!format.ok()) return fail(absl::InvalidArgumentError(absl::StrCat("--", format.status().message())), 2);
+  fp8::log::install({.component = "fp8-train",
+                     .format = *format,
+                     .rank = joining ? std::optional<int>(rank) : std::nullopt,
+                     .to_stdout = !joining || rank == 0});
   std::shared_ptr<grpc::Channel> channel;  // coordinator mode only
   if (coordinated) {
     // A worker daemon killed outright cannot stop its ranks: the kernel does it for it.
@@ -406,7 +421,7 @@ int main(int argc, char** argv) {
   if (nproc > 1) {
     fp8::train_cli::LocalLaunch launch;
     launch.nproc = nproc;
-    launch.rank_args = {"--config", config, "--timeout", std::to_string(timeout_s)};
+    launch.rank_args = {"--config", config, "--timeout", std::to_string(timeout_s), "--log-format", log_format};
     launch.one_gpu_per_rank = spec->resources().device() == fp8::v1::ResourceSpec::CUDA;
     if (resume) launch.rank_args.push_back("--resume");
     for (const std::string& o : overrides) {
@@ -445,7 +460,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<fp8::engine::Trainer>> trainer =
       fp8::engine::Trainer::create(*spec, *device, group.get(), trainer_options);
   if (!trainer.ok()) return fail(trainer.status());
-  fp8::train_cli::ConsoleObserver console(stdout);
+  fp8::train_cli::ConsoleObserver console;
   OtherRankObserver quiet;
   fp8::engine::TrainObserver& local = rank <= 0 ? static_cast<fp8::engine::TrainObserver&>(console) : quiet;
   std::unique_ptr<fp8::train_cli::CoordinatorReporter> reporter;
@@ -454,8 +469,8 @@ int main(int argc, char** argv) {
     const fp8::train_cli::DevicePeak peak = fp8::train_cli::device_peak(*spec, *device);
     const double flops_per_token = fp8::jobspec::training_flops_per_token(*spec);
     if (rank <= 0 && peak.flops_per_second > 0) {
-      std::printf("mfu: %.3g model FLOPs a token, against a peak of %.4g TFLOP/s a rank (%s)\n", flops_per_token,
-                  peak.flops_per_second / 1e12, peak.basis.c_str());
+      fp8::log::info(absl::StrFormat("mfu: %.3g model FLOPs a token, against a peak of %.4g TFLOP/s a rank (%s)",
+                                     flops_per_token, peak.flops_per_second / 1e12, peak.basis));
     }
     reporter = make_reporter(coord, channel, std::max(rank, 0), job_world, *paths, flops_per_token, peak, local);
   }
@@ -466,7 +481,7 @@ int main(int argc, char** argv) {
     if (!from.ok()) return fail(from.status());
     resumed_step = *from;
     if (*from == 0 && rank <= 0) {
-      std::printf("no good checkpoint in %s: starting from step 1\n", checkpoint_dir.c_str());
+      fp8::log::info(absl::StrCat("no good checkpoint in ", checkpoint_dir, ": starting from step 1"));
     }
   }
   if (reporter) reporter->set_resumed_from_step(resumed_step);
@@ -480,7 +495,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<fp8::v1::TrainerService::Stub> stub = fp8::v1::TrainerService::NewStub(channel);
     absl::StatusOr<std::string> line = fp8::train_cli::resume_amax_histories(*stub, amax, (*trainer)->model());
     if (!line.ok()) return fail(line.status());
-    if (!line->empty() && rank <= 0) std::printf("%s\n", line->c_str());
+    if (!line->empty() && rank <= 0) fp8::log::info(*line);
   }
 
   // g_stop is also raised by the reporter when the coordinator ends the attempt. A signal the

@@ -4,8 +4,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/log/log.h"
 #include "worker/fp8_worker/grpc_clients.h"
-#include "worker/fp8_worker/worker_log.h"
 
 namespace fp8::worker {
 namespace {
@@ -51,7 +51,7 @@ bool CoordinatorSession::is_outage(const grpc::Status& s) {
 void CoordinatorSession::succeeded() {
   if (in_outage_) {
     const auto secs = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - outage_since_).count();
-    log(absl::StrCat("coordinator ", target_, " reachable again after ", secs, " s"));
+    log::info(absl::StrCat("coordinator ", target_, " reachable again after ", secs, " s"));
   }
   in_outage_ = false;
   last_error_.clear();
@@ -65,12 +65,12 @@ void CoordinatorSession::failed(const char* call, const grpc::Status& s) {
     if (!in_outage_) {
       in_outage_ = true;
       outage_since_ = Clock::now();
-      log(absl::StrCat("coordinator ", target_, " unreachable (", call, ": ", describe(s), "); ",
+      log::warn(absl::StrCat("coordinator ", target_, " unreachable (", call, ": ", describe(s), "); ",
                        ranks_.size(), " rank(s) keep running; retrying"));
     }
   } else {
     const std::string text = absl::StrCat(call, " refused by ", target_, ": ", describe(s));
-    if (text != last_error_) log(text + "; retrying");
+    if (text != last_error_) log::warn(text + "; retrying");
     last_error_ = text;
   }
   next_tick_ = Clock::now() + backoff_;
@@ -109,7 +109,7 @@ absl::Status CoordinatorSession::register_self() {
   registered_ = true;
   heartbeat_interval_ = resp.heartbeat_interval_ms() > 0 ? std::chrono::milliseconds(resp.heartbeat_interval_ms())
                                                          : kDefaultHeartbeat;
-  log(absl::StrCat(req.previous_worker_id().empty() ? "registered" : "re-registered", " with ", target_, " as ",
+  log::info(absl::StrCat(req.previous_worker_id().empty() ? "registered" : "re-registered", " with ", target_, " as ",
                    worker_id_, " (", config_.device_name, ", heartbeat every ", heartbeat_interval_.count(), " ms, ",
                    req.running_size(), " rank(s) running)"));
   succeeded();
@@ -149,7 +149,7 @@ bool CoordinatorSession::report_pending_exits() {
     // A refusal: the worker may be unknown (the heartbeat finds out and re-registers) or
     // the attempt long gone. A few tries, then it is not worth holding on to.
     if (++it->refusals >= options_.max_report_refusals) {
-      log(absl::StrCat(e.key.to_string(), ": exit report refused ", it->refusals, " times (", describe(s),
+      log::warn(absl::StrCat(e.key.to_string(), ": exit report refused ", it->refusals, " times (", describe(s),
                        "); giving up on it"));
       it = pending_.erase(it);
       continue;
@@ -181,7 +181,7 @@ void CoordinatorSession::heartbeat() {
       s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
     // Forgotten (coordinator restart) or declared lost: register again, keeping the ranks.
     // A token that stopped working shows up there as a fatal refusal.
-    log(absl::StrCat("heartbeat as ", worker_id_, " refused (", describe(s), "); registering again"));
+    log::warn(absl::StrCat("heartbeat as ", worker_id_, " refused (", describe(s), "); registering again"));
     if (options_.metrics != nullptr) options_.metrics->on_disconnected();
     registered_ = false;
     next_tick_ = Clock::now();
@@ -194,7 +194,7 @@ void CoordinatorSession::execute(const v1::WorkerCommand& command) {
   switch (command.command_case()) {
     case v1::WorkerCommand::kStartRank:
       if (shutting_down_) {
-        log(absl::StrCat(command.start_rank().job_id(), " attempt ", command.start_rank().attempt(), " rank ",
+        log::warn(absl::StrCat(command.start_rank().job_id(), " attempt ", command.start_rank().attempt(), " rank ",
                          command.start_rank().rank(), ": not started, fp8-worker is stopping"));
         return;
       }
@@ -214,7 +214,7 @@ void CoordinatorSession::execute(const v1::WorkerCommand& command) {
       return;
     }
     case v1::WorkerCommand::COMMAND_NOT_SET:
-      log("heartbeat returned an empty command (a newer coordinator?); ignored");
+      log::warn("heartbeat returned an empty command (a newer coordinator?); ignored");
       return;
   }
 }
@@ -239,7 +239,7 @@ absl::Status CoordinatorSession::tick() {
 }
 
 absl::Status CoordinatorSession::run(const std::atomic<int>& stop_requests) {
-  log(absl::StrCat("fp8-worker ", kWorkerVersion, " on ", config_.device_name, ": coordinator ", target_,
+  log::info(absl::StrCat("fp8-worker ", kWorkerVersion, " on ", config_.device_name, ": coordinator ", target_,
                    ", work dir ", config_.work_dir, ", trainer ", config_.trainer));
   next_tick_ = Clock::now();
   absl::Status fatal;
@@ -255,7 +255,7 @@ absl::Status CoordinatorSession::run(const std::atomic<int>& stop_requests) {
     std::this_thread::sleep_for(wait);
   }
   if (!fatal.ok()) {
-    log(std::string(fatal.message()));
+    log::error(std::string(fatal.message()));
     registered_ = false;  // no point in reporting to a coordinator that refuses us
   }
   shut_down(stop_requests, /*may_report=*/fatal.ok());
@@ -303,7 +303,7 @@ void CoordinatorSession::shut_down(const std::atomic<int>& stop_requests, bool m
     }
   }
   if (!pending_.empty()) {
-    log(absl::StrCat(pending_.size(), " rank exit(s) could not be reported to ", target_, " before stopping"));
+    log::warn(absl::StrCat(pending_.size(), " rank exit(s) could not be reported to ", target_, " before stopping"));
   }
 }
 

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "worker/fp8_worker/worker_log.h"
+#include "common/log/log.h"
 
 namespace fp8::worker {
 
@@ -27,7 +27,23 @@ void LogForwarder::open(const RankKey& key, const std::string& coordinator_addre
   s.closed = false;
 }
 
-void LogForwarder::append(const RankKey& key, absl::string_view line, int64_t time_unix_ms) {
+namespace {
+
+v1::LogLine::Level to_proto(std::optional<log::Level> level) {
+  if (!level) return v1::LogLine::LEVEL_UNSPECIFIED;
+  switch (*level) {
+    case log::Level::kDebug: return v1::LogLine::LEVEL_DEBUG;
+    case log::Level::kInfo: return v1::LogLine::LEVEL_INFO;
+    case log::Level::kWarning: return v1::LogLine::LEVEL_WARNING;
+    case log::Level::kError: return v1::LogLine::LEVEL_ERROR;
+  }
+  return v1::LogLine::LEVEL_UNSPECIFIED;
+}
+
+}  // namespace
+
+void LogForwarder::append(const RankKey& key, absl::string_view line, int64_t time_unix_ms,
+                          std::optional<log::Level> level) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = streams_.find(key);
   if (it == streams_.end()) return;
@@ -36,13 +52,14 @@ void LogForwarder::append(const RankKey& key, absl::string_view line, int64_t ti
     s.lines.pop_front();
     if (!s.warned) {
       s.warned = true;
-      log("warning: " + key.to_string() + ": output faster than the coordinator takes it; dropping old lines "
+      log::warn(key.to_string() + ": output faster than the coordinator takes it; dropping old lines "
           "from its log stream (output.log on this worker has them all)");
     }
   }
   v1::LogLine& l = s.lines.emplace_back();
   l.set_time_unix_ms(time_unix_ms);
   l.set_text(std::string(line));
+  l.set_level(to_proto(level));
 }
 
 void LogForwarder::close(const RankKey& key) {
@@ -102,7 +119,7 @@ void LogForwarder::flush_once() {
     if (st.ok()) continue;
     if (it != streams_.end() && !it->second.warned) {
       it->second.warned = true;
-      log("warning: " + b.key.to_string() + ": AppendLogs to " + b.address + " failed (" + st.ToString() +
+      log::warn(b.key.to_string() + ": AppendLogs to " + b.address + " failed (" + st.ToString() +
           "); its log lines are dropped while this lasts (output.log on this worker has them all)");
     }
   }

@@ -13,12 +13,14 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/log/log.h"
 #include "fp8/v1/trainer_service.pb.h"
 #include "worker/fp8_worker/rank_key.h"
 
@@ -49,7 +51,8 @@ class LogForwarder {
   // Starts buffering for a rank. The token is kept in memory only.
   void open(const RankKey& key, const std::string& coordinator_address, const std::string& trainer_token);
   // Thread-safe; lines of a rank not opened are dropped.
-  void append(const RankKey& key, absl::string_view line, int64_t time_unix_ms);
+  void append(const RankKey& key, absl::string_view line, int64_t time_unix_ms,
+              std::optional<log::Level> level = std::nullopt);
   // The rank has ended: its remaining lines go out with a pass started now (with the
   // background thread), then it is forgotten.
   void close(const RankKey& key);

@@ -35,6 +35,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/log/log.h"
 #include "common/metrics/build_info.h"
 #include "common/metrics/metrics_http_server.h"
 #include "common/metrics/process_metrics.h"
@@ -45,7 +46,6 @@
 #include "worker/fp8_worker/rank_supervisor.h"
 #include "worker/fp8_worker/trainer_command.h"
 #include "worker/fp8_worker/worker_config.h"
-#include "worker/fp8_worker/worker_log.h"
 #include "worker/fp8_worker/worker_metrics.h"
 
 namespace {
@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   WorkerConfig& config = parsed->config;
+  fp8::log::install({.component = "fp8-worker", .format = config.log_format, .min_level = config.log_level});
 
   fp8::metrics::Registry registry;
   fp8::metrics::register_process_metrics(registry);
@@ -119,8 +120,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<fp8::metrics::MetricsHttpServer>> metrics_server =
       fp8::metrics::MetricsHttpServer::start(config.metrics_address, registry, [] { return absl::OkStatus(); }, ready);
   if (!metrics_server.ok()) {
-    std::fprintf(stderr, "fp8-worker: --metrics-address: %s\n",
-                 std::string(metrics_server.status().message()).c_str());
+    fp8::log::error(absl::StrCat("--metrics-address: ", metrics_server.status().message()));
     return 2;
   }
   // An --address with port 0 registers the port actually bound, so that the coordinator
@@ -128,11 +128,11 @@ int main(int argc, char** argv) {
   if (absl::EndsWith(config.address, ":0")) {
     config.address = absl::StrCat(config.address.substr(0, config.address.size() - 1), (*metrics_server)->port());
   }
-  log(absl::StrCat("metrics at http://", config.address, "/metrics"));
+  fp8::log::info(absl::StrCat("metrics at http://", config.address, "/metrics"));
 
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = make_coordinator_channel(config.coordinator, config.coordinator_ca);
   if (!channel.ok()) {
-    std::fprintf(stderr, "fp8-worker: %s\n", std::string(channel.status().message()).c_str());
+    fp8::log::error(channel.status().message());
     return 2;
   }
   install_signal_handlers();
@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
   for (const WorkerConfig& slot_config : slot_configs(config)) {
     slots.push_back(std::make_unique<Slot>(slot_config, *channel, forwarder, environment, metric_families));
   }
-  if (slots.size() > 1) log(absl::StrCat(slots.size(), " slots: ", config.device_name));
+  if (slots.size() > 1) fp8::log::info(absl::StrCat(slots.size(), " slots: ", config.device_name));
 
   std::atomic<bool> any_failed{false};
   std::vector<std::thread> threads;
@@ -162,6 +162,6 @@ int main(int argc, char** argv) {
   }
   for (std::thread& t : threads) t.join();
   if (any_failed) return 1;
-  log("stopped");
+  fp8::log::info("stopped");
   return 0;
 }

@@ -151,13 +151,19 @@ void RankProcess::stop_reader() {
 }
 
 void RankProcess::handle_line(absl::string_view raw) {
-  const std::string line = clean_line(raw);
+  std::optional<log::Record> record = log::read_json_line(raw);
+  const std::string line = clean_line(record ? absl::string_view(record->message) : raw);
   lines_.fetch_add(1);
   if (has_text(line)) {
     std::lock_guard<std::mutex> lock(mu_);
     last_line_ = line;
   }
-  if (sink_) sink_(line, absl::ToUnixMillis(absl::Now()));
+  if (!sink_) return;
+  if (record) {
+    sink_(line, record->time_unix_ms, record->level);
+  } else {
+    sink_(line, absl::ToUnixMillis(absl::Now()), std::nullopt);
+  }
 }
 
 void RankProcess::read_loop() {

@@ -7,7 +7,7 @@
 // and a stop must reach whatever the trainer itself started.
 //
 // The pipe is read by a thread per process that appends each line to the rank's
-// output.log and hands it to a LineSink (the log forwarder). The thread never blocks on
+// output.log (as written) and hands it to a LineSink (the log forwarder). The thread never blocks on
 // anything but the pipe, so a slow coordinator cannot stall a trainer on a full pipe.
 #pragma once
 
@@ -21,11 +21,12 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/log/log.h"
 
 namespace fp8::worker {
 
@@ -35,9 +36,12 @@ struct ProcessExit {
   std::optional<int> signal;
 };
 
-// Called on the reader thread with each line (without its newline, cleaned by CleanLine)
-// and the unix time in ms it was read at.
-using LineSink = std::function<void(absl::string_view line, int64_t time_unix_ms)>;
+// Called on the reader thread with each line (without its newline, cleaned by clean_line).
+// A line of the trainer's json log (common/log/log.h) comes as its message, with the time
+// and level it was logged at; any other line as it is, with the time it was read at and
+// no level.
+using LineSink =
+    std::function<void(absl::string_view line, int64_t time_unix_ms, std::optional<log::Level> level)>;
 
 class RankProcess {
  public:

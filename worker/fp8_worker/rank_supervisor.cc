@@ -9,10 +9,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/to_yaml.h"
+#include "common/log/log.h"
 #include "common/rpc/trainer_exit_codes.h"
 #include "worker/fp8_worker/line_text.h"
 #include "worker/fp8_worker/trainer_command.h"
-#include "worker/fp8_worker/worker_log.h"
 
 namespace fp8::worker {
 namespace {
@@ -40,7 +40,7 @@ RankSupervisor::RankSupervisor(WorkerConfig config, LogForwarder* forwarder, std
 RankSupervisor::~RankSupervisor() = default;
 
 void RankSupervisor::spawn_failed(const RankKey& key, const std::string& why, int exit_code) {
-  log(absl::StrCat(key.to_string(), ": cannot start: ", why));
+  log::error(absl::StrCat(key.to_string(), ": cannot start: ", why));
   RankExit e;
   e.key = key;
   e.exit_code = exit_code;
@@ -55,7 +55,7 @@ void RankSupervisor::spawn_failed(const RankKey& key, const std::string& why, in
 void RankSupervisor::start(const v1::StartRank& start) {
   RankKey key{start.job_id(), start.attempt(), start.rank()};
   if (ranks_.count(key) > 0) {
-    log(absl::StrCat(key.to_string(), ": StartRank for a rank already running; ignored"));
+    log::warn(absl::StrCat(key.to_string(), ": StartRank for a rank already running; ignored"));
     return;
   }
   absl::StatusOr<TrainerCommand> cmd = build_trainer_command(start, config_, base_env_);
@@ -77,14 +77,16 @@ void RankSupervisor::start(const v1::StartRank& start) {
   LineSink sink;
   if (forwarder_ != nullptr) {
     forwarder_->open(key, start.coordinator_address(), start.trainer_token());
-    sink = [fw = forwarder_, key](absl::string_view line, int64_t ms) { fw->append(key, line, ms); };
+    sink = [fw = forwarder_, key](absl::string_view line, int64_t ms, std::optional<log::Level> level) {
+      fw->append(key, line, ms, level);
+    };
   }
   absl::StatusOr<std::unique_ptr<RankProcess>> p = RankProcess::spawn(cmd->argv, cmd->env, cmd->log_path, sink);
   if (!p.ok()) {
     if (forwarder_ != nullptr) forwarder_->close(key);
     return spawn_failed(key, std::string(p.status().message()), kSpawnFailedExitCode);
   }
-  log(absl::StrCat(key.to_string(), ": started ", config_.trainer, " (pid ", (*p)->pid(), ", world size ",
+  log::info(absl::StrCat(key.to_string(), ": started ", config_.trainer, " (pid ", (*p)->pid(), ", world size ",
                    start.world_size(), "), log ", cmd->log_path));
   ranks_[key].process = std::move(*p);
 }
@@ -116,13 +118,13 @@ void RankSupervisor::stop(const std::string& job_id, int attempt, int grace_seco
     stop_rank(r, grace_seconds);
     ++n;
   }
-  log(absl::StrCat("stop ", job_id, " attempt ", attempt, " (", reason.empty() ? "no reason given" : reason, "): ",
+  log::info(absl::StrCat("stop ", job_id, " attempt ", attempt, " (", reason.empty() ? "no reason given" : reason, "): ",
                    n == 0 ? "no rank of it runs here" : absl::StrCat(n, " rank(s), grace ", grace_seconds, " s")));
 }
 
 void RankSupervisor::stop_all(int grace_seconds, const std::string& reason) {
   if (ranks_.empty()) return;
-  log(absl::StrCat("stopping all ", ranks_.size(), " rank(s) (", reason, "), grace ", grace_seconds, " s"));
+  log::info(absl::StrCat("stopping all ", ranks_.size(), " rank(s) (", reason, "), grace ", grace_seconds, " s"));
   for (auto& entry : ranks_) stop_rank(entry.second, grace_seconds);
 }
 
@@ -134,7 +136,7 @@ void RankSupervisor::poll() {
     std::optional<ProcessExit> done = r.process->poll();
     if (!done) {
       if (r.kill_at && !r.killed && now >= *r.kill_at) {
-        log(absl::StrCat(key.to_string(), ": still running after its grace period; SIGKILL"));
+        log::warn(absl::StrCat(key.to_string(), ": still running after its grace period; SIGKILL"));
         r.process->signal(SIGKILL);
         r.killed = true;
       }
@@ -147,7 +149,8 @@ void RankSupervisor::poll() {
     e.signal = done->signal;
     e.message = r.process->last_line();
     e.last_status = status_of(key, r);
-    log(absl::StrCat(key.to_string(), ": ", describe(e), e.message.empty() ? "" : ": " + e.message));
+    log::write(e.exit_code == 0 ? log::Level::kInfo : log::Level::kWarning,
+               absl::StrCat(key.to_string(), ": ", describe(e), e.message.empty() ? "" : ": " + e.message));
     // Its last lines go out now, from the forwarder's thread; the session holds the exit
     // report until they have (LogsDelivered).
     if (forwarder_ != nullptr) forwarder_->close(key);

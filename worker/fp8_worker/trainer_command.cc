@@ -96,7 +96,9 @@ absl::StatusOr<TrainerCommand> build_trainer_command(const v1::StartRank& start,
               "--job-id", start.job_id(),
               "--attempt", absl::StrCat(start.attempt()),
               "--rendezvous-namespace", start.rendezvous_namespace(),
-              "--listen", config.listen_host};
+              "--listen", config.listen_host,
+              // The worker reads each line's level and time back to forward them.
+              "--log-format", "json"};
   // Attempt 1 starts from scratch (fp8-train refuses a checkpoint dir that already holds
   // checkpoints); every restart carries on from the last committed one.
   if (start.attempt() > 1) cmd.argv.push_back("--resume");

@@ -251,7 +251,7 @@ absl::StatusOr<ParsedCommandLine> parse_worker_config(const std::vector<std::str
                "variable named in its description; the flag wins.",
                "fp8-worker");
   std::string coordinator, token_file, device, address, metrics_address, work_dir, trainer, cpus, memory_gb, ca,
-      grace;
+      grace, log_format, log_level;
   CLI::Option* o_coordinator = app.add_option("--coordinator", coordinator,
       "HOST:PORT of the coordinator (FP8_COORDINATOR; default 127.0.0.1:7070)");
   CLI::Option* o_token = app.add_option("--token-file", token_file,
@@ -278,6 +278,10 @@ absl::StatusOr<ParsedCommandLine> parse_worker_config(const std::vector<std::str
       "PEM file of TLS root certificates for the coordinator (FP8_COORDINATOR_CA; default: plaintext)");
   CLI::Option* o_grace = app.add_option("--stop-grace-default", grace,
       "seconds between SIGTERM and SIGKILL when fp8-worker itself stops (FP8_STOP_GRACE_DEFAULT; default 30)");
+  CLI::Option* o_log_format = app.add_option("--log-format", log_format,
+      "text or json, one object per line for log collectors (FP8_LOG_FORMAT; default text)");
+  CLI::Option* o_log_level = app.add_option("--log-level", log_level,
+      "debug, info, warning or error: lines below it are dropped (FP8_LOG_LEVEL; default info)");
   app.set_version_flag("--version", std::string(kWorkerVersion));
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses from the back
@@ -316,6 +320,16 @@ absl::StatusOr<ParsedCommandLine> parse_worker_config(const std::vector<std::str
   }
   if (Setting s = pick(o_grace, grace, env, "FP8_STOP_GRACE_DEFAULT"); s.value) {
     if (absl::Status st = parse_int(s, 0, 3600, &c.stop_grace_default_s); !st.ok()) return st;
+  }
+  if (Setting s = pick(o_log_format, log_format, env, "FP8_LOG_FORMAT"); s.value) {
+    absl::StatusOr<log::Format> f = log::parse_format(*s.value);
+    if (!f.ok()) return bad(s, "expected text or json");
+    c.log_format = *f;
+  }
+  if (Setting s = pick(o_log_level, log_level, env, "FP8_LOG_LEVEL"); s.value) {
+    absl::StatusOr<log::Level> l = log::parse_level(*s.value);
+    if (!l.ok()) return bad(s, "expected debug, info, warning or error");
+    c.log_level = *l;
   }
   if (Setting s = pick(o_ca, ca, env, "FP8_COORDINATOR_CA"); s.value) {
     std::ifstream in(*s.value);

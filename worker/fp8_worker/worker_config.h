@@ -38,6 +38,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/log/log.h"
 #include "common/version/version.h"
 #include "fp8/v1/job.pb.h"
 
@@ -66,6 +67,8 @@ struct WorkerConfig {
   double memory_gb = 0;
   std::string coordinator_ca;  // PEM file with TLS roots; empty = insecure channel
   int stop_grace_default_s = 30;
+  log::Format log_format = log::Format::kText;  // the daemon's own lines
+  log::Level log_level = log::Level::kInfo;
 };
 
 // Reads an environment variable; nullopt when unset. Injected so tests need no setenv.

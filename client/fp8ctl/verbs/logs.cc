@@ -20,12 +20,19 @@ namespace {
 constexpr std::chrono::seconds kPollEvery{1};
 constexpr int kMaxTail = 10000;
 
-void print_line(const v1::JobLogLine& l, bool one_rank) {
-  if (one_rank) {
-    std::cout << l.line().text() << "\n";
-  } else {
-    std::cout << "[rank " << l.rank() << "] " << l.line().text() << "\n";
+// A warning or an error of the trainer's log says so, as fp8-train's own console did;
+// info lines and lines without a level print as they are.
+absl::string_view level_mark(v1::LogLine::Level level) {
+  switch (level) {
+    case v1::LogLine::LEVEL_WARNING: return "warning: ";
+    case v1::LogLine::LEVEL_ERROR: return "error: ";
+    default: return "";
   }
+}
+
+void print_line(const v1::JobLogLine& l, bool one_rank) {
+  if (!one_rank) std::cout << "[rank " << l.rank() << "] ";
+  std::cout << level_mark(l.line().level()) << l.line().text() << "\n";
 }
 
 }  // namespace

@@ -231,6 +231,19 @@ test('coordinator: ConfigMap carries the settings from values', () => {
   for (const v of Object.values(cm.data)) expect(typeof v === 'string', 'ConfigMap values are strings');
 });
 
+test('logFormat and logLevel reach the coordinator (ConfigMap) and every worker (flags)', () => {
+  const objs = render(['--set', 'logFormat=json', '--set', 'logLevel=warning']);
+  const cm = one(objs, 'ConfigMap', component('coordinator'), 'coordinator ConfigMap');
+  eq(cm.data.FP8_LOG_FORMAT, 'json', 'FP8_LOG_FORMAT');
+  eq(cm.data.FP8_LOG_LEVEL, 'warning', 'FP8_LOG_LEVEL');
+  const args = workerContainer(objs).args;
+  eq(flagValue(args, '--log-format'), 'json', 'worker --log-format');
+  eq(flagValue(args, '--log-level'), 'warning', 'worker --log-level');
+  const defaults = render([]);
+  eq(one(defaults, 'ConfigMap', component('coordinator'), 'coordinator ConfigMap').data.FP8_LOG_FORMAT, 'text',
+     'text by default');
+});
+
 test('coordinator Service: grpc and metrics ports, selects only the coordinator', () => {
   const objs = render([]);
   const svc = one(objs, 'Service', component('coordinator'), 'coordinator Service');
