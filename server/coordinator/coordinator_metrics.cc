@@ -91,6 +91,8 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::Registry& r, size_t keep_finishe
                                          "Bytes the job's ranks sent in collectives, by collective and dtype.",
                                          {"job_id", "collective", "dtype"})),
       job_tokens_(r.counter("fp8_job_tokens_total", "Tokens trained, from the progress reports.", {"job_id"})),
+      rank_tokens_(r.counter("fp8_rank_tokens_total", "Tokens each rank trained, from its progress reports.",
+                             {"job_id", "rank"})),
       job_model_flops_(r.counter("fp8_job_model_flops_total",
                                  "Model training FLOPs done: tokens times 6 per linear weight plus attention's "
                                  "12 x n_layers x dim x seq_len (deploy/METRICS.md).",
@@ -183,6 +185,7 @@ void CoordinatorMetrics::on_rank_progress(const v1::Job& job, int rank, const v1
   // Each rank trains batch_size sequences of seq_len tokens a step.
   const double tokens = steps * static_cast<double>(spec.train().batch_size()) * static_cast<double>(spec.data().seq_len());
   job_tokens_.with({id}).inc(tokens);
+  rank_tokens_.with({id, std::to_string(rank)}).inc(tokens);
   job_model_flops_.with({id}).inc(tokens * flops_per_token);
   if (p.has_mfu()) rank_mfu_.with({id, std::to_string(rank)}).set(p.mfu());
 }
@@ -246,7 +249,8 @@ void CoordinatorMetrics::forget_job(const std::string& job_id) {
     f->remove_if("job_id", job_id);
   }
   for (metrics::CounterFamily* f :
-       {&job_communication_bytes_, &job_tokens_, &job_model_flops_, &job_restarts_, &job_numerics_events_}) {
+       {&job_communication_bytes_, &job_tokens_, &rank_tokens_, &job_model_flops_, &job_restarts_,
+        &job_numerics_events_}) {
     f->remove_if("job_id", job_id);
   }
 }

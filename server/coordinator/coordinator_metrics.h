@@ -81,6 +81,7 @@ class CoordinatorMetrics {
   metrics::GaugeFamily& rank_mfu_;
   metrics::CounterFamily& job_communication_bytes_;
   metrics::CounterFamily& job_tokens_;
+  metrics::CounterFamily& rank_tokens_;
   metrics::CounterFamily& job_model_flops_;
   metrics::CounterFamily& job_restarts_;
   metrics::CounterFamily& job_numerics_events_;

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Proves check_dashboards.sh catches errors: make_broken_copies.js writes broken copies of
 # deploy/grafana/training-job.json and cluster.json (a field of the wrong type, unknown
-# properties at the top level and in a panel, a bad panel option, a metric that is not in
-# deploy/METRICS.md, a query without the job_id filter, a duplicate panel id, a PromQL
-# syntax error, a label value typo, ...) into a temporary directory; the checker (all
-# stages) must fail on each one with the expected message, and pass on an unmodified copy.
+# properties at the top level, in a panel and in an annotation, a bad panel option, a
+# metric that is not in deploy/METRICS.md, a query without the job_id or namespace filter,
+# a single-value job variable, a namespace variable whose All does not match series
+# without the label, a duplicate panel id, a PromQL syntax error, a label value typo, a
+# per-job query that returns one job only, ...) into a temporary directory; the checker
+# (all stages) must fail on each one with the expected message, and pass on an unmodified
+# copy.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

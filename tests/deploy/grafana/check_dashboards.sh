@@ -11,9 +11,11 @@
 #          reported as FILE.json:LINE:COL.
 # --lint   lint_dashboards.js: ids, gridPos, metric names against deploy/METRICS.md, the
 #          job_id filter, data source references, formatting, ... (see that file).
-# --promql eval_queries.js + promtool test rules: every query (panels and variables),
-#          with the variables filled in, must parse and return data from synthetic series
-#          shaped like deploy/METRICS.md.
+# --promql eval_queries.js + promtool test rules: every query (panels, variables and
+#          annotations), with the variables filled in, must parse and return data from
+#          synthetic series shaped like deploy/METRICS.md with two jobs (an fp8 one and its
+#          recipe none baseline); in a dashboard with a job_id variable, set to both, each
+#          panel and annotation query must return series for both jobs.
 # --all    all three (the default).
 #
 # Needs node and the tools scripts/install_deploy_tools.sh installs into deploy/tools;
@@ -35,7 +37,7 @@ for arg in "$@"; do
     --promql) mode=promql ;;
     --all) mode=all ;;
     -h | --help)
-      sed -n '2,23p' "$0"
+      sed -n '2,24p' "$0"
       exit 0
       ;;
     -*)
@@ -164,7 +166,9 @@ check_promql() {
   summary=$(cd "$root" && node "$here/eval_queries.js" --metrics deploy/METRICS.md --out "$work/queries_test.yml" "${shown[@]}") || return 1
   if ! promtool test rules "$work/queries_test.yml" >"$work/promtool.out" 2>&1; then
     echo "check_dashboards: dashboard queries fail on synthetic deploy/METRICS.md series (promtool test rules;"
-    echo "  each query is wrapped as (count(QUERY) > bool 0) or on () vector(0): got 0 means it selected nothing):"
+    echo "  each query is wrapped as (count(QUERY) > bool 0) or on () vector(0): got 0 means it selected nothing;"
+    echo "  in a dashboard with a job_id variable as count(count by (job_id) (QUERY)), with the job variable set"
+    echo "  to both synthetic jobs: got 1 means one job only, or job_id aggregated away):"
     grep -v '^\s*$' "$work/promtool.out"
     return 1
   fi

@@ -17,7 +17,12 @@
 //   in PanelTypes, whose options and fieldConfig.defaults.custom are checked against that
 //   plugin's published panelcfg types, and targets are Prometheus queries (the Prometheus
 //   query model is not in @grafana/schema; PromQuery below lists its fields).
+// * Annotations are Grafana's built-in one or Prometheus queries (PromAnnotation): a
+//   PromQuery target plus the fields Grafana's Prometheus data source reads from the
+//   annotation itself (titleFormat, textFormat, tagKeys, useValueForTime), which the
+//   schema's AnnotationQuery does not list.
 import type {
+  AnnotationQuery,
   Dashboard,
   DataQuery,
   FieldConfig,
@@ -87,6 +92,19 @@ export type AnyPanel = PanelTypes[keyof PanelTypes];
 
 export type RowJson = Omit<Json<RowPanel>, 'panels'> & { panels: AnyPanel[] };
 
-export type DashboardJson = Omit<Json<Dashboard>, 'panels'> & {
+// A Prometheus annotation query. Grafana's Prometheus data source marks each time step at
+// which a series of the query is above 0 (steps apart by at most one step make one
+// region), titled and tagged from the series' labels.
+export type PromAnnotation = Omit<Json<AnnotationQuery>, 'target'> & {
+  target: PromQuery;
+  titleFormat?: string;
+  textFormat?: string;
+  // Comma-separated label names whose values become the annotation's tags.
+  tagKeys?: string;
+  useValueForTime?: boolean;
+};
+
+export type DashboardJson = Omit<Json<Dashboard>, 'panels' | 'annotations'> & {
   panels?: Array<AnyPanel | RowJson>;
+  annotations?: { list?: Array<Json<AnnotationQuery> | PromAnnotation> };
 };

@@ -8,12 +8,23 @@
 //     uid anywhere (panels, targets, variables use "${datasource}");
 //   * every panel (rows and panels nested in rows included) has a unique numeric id and a
 //     gridPos inside the 24-column grid, and no two panels overlap;
-//   * every target has an expr; every metric its expr selects is listed in
-//     deploy/METRICS.md (histograms only through their _bucket/_sum/_count series), every
-//     label matcher names one of that metric's labels (or a scrape target label), every
-//     function is a PromQL function, every $variable is defined;
-//   * a dashboard with a `job_id` variable filters every selector on job_id="$job_id", and
-//     the fp8-training-job dashboard has that variable;
+//   * every target (and every Prometheus annotation's target) has an expr; every metric
+//     its expr selects is listed in deploy/METRICS.md (histograms only through their
+//     _bucket/_sum/_count series), every label matcher names one of that metric's labels
+//     (or a scrape target label), every function is a PromQL function, every $variable is
+//     defined;
+//   * each dashboard has the variables REQUIRED_VARIABLES names; `cluster` and `namespace`
+//     are multi-value query variables whose All value is ".*" (so they also match series
+//     without the label, as on the local stack), and a dashboard with them filters every
+//     selector (panels, annotations, and the variables defined after them) on
+//     cluster=~"$cluster" and namespace=~"$namespace";
+//   * `job_id` is a multi-value label_values(fp8_job_info{...}, job_id) variable, and a
+//     dashboard with it filters every selector of its panels and annotations on
+//     job_id=~"$job_id" (or job_id="$baseline", the one job a `baseline` variable picks);
+//   * every {{label}} of a legend (and of an annotation's title and text, and its tagKeys)
+//     is a label its query can carry: one of its metrics' labels, a scrape target label or
+//     a label group_left/group_right copies (Grafana shows the label's name where a series
+//     lacks it);
 //   * units are Grafana unit ids from a known list.
 //
 // Usage: node lint_dashboards.js --metrics deploy/METRICS.md [--schema-version N] FILE...
@@ -40,11 +51,15 @@ if (!metricsPath || files.length === 0) {
 
 // Dashboards (by uid) that must declare these variables.
 const REQUIRED_VARIABLES = {
-  'fp8-training-job': ['datasource', 'job_id'],
-  'fp8-cluster': ['datasource'],
+  'fp8-training-job': ['datasource', 'cluster', 'namespace', 'job_name', 'job_id', 'baseline'],
+  'fp8-cluster': ['datasource', 'cluster', 'namespace'],
 };
-// Labels Prometheus (or the ServiceMonitor) attaches to every scraped series.
-const TARGET_LABELS = new Set(['job', 'instance', 'namespace', 'pod', 'container', 'service', 'endpoint', 'node']);
+// Labels Prometheus (or the ServiceMonitor) attaches to every scraped series; `cluster` is
+// the external (or relabelled) label of a data source that reads several clusters.
+const TARGET_LABELS = new Set(['job', 'instance', 'namespace', 'pod', 'container', 'service', 'endpoint', 'node', 'cluster']);
+// Variables that select where series come from: query variables, multi-value, whose All
+// value ".*" also matches a series without the label.
+const SCOPE_VARIABLES = ['cluster', 'namespace'];
 // Grafana unit ids the dashboards may use (valueFormats/categories.ts in Grafana). Not
 // "wps": in Grafana that is writes/s, not the tokens/s this project calls wps.
 const UNITS = new Set([
@@ -123,9 +138,10 @@ function lookupSeries(name) {
 // ---------------------------------------------------------------------------- PromQL
 
 // A small PromQL scanner: enough to find metric selectors, their label matchers,
-// function names and Grafana variables. Returns { selectors, functions, variables, errors }.
+// function names, Grafana variables and the labels group_left/group_right copy. Returns
+// { selectors, functions, variables, joined, errors }.
 function scanPromQL(expr) {
-  const out = { selectors: [], functions: [], variables: [], errors: [] };
+  const out = { selectors: [], functions: [], variables: [], joined: [], errors: [] };
   for (const m of expr.matchAll(/\$\{?([A-Za-z_][A-Za-z0-9_]*)/g)) out.variables.push(m[1]);
   let i = 0;
   const n = expr.length;
@@ -194,6 +210,9 @@ function scanPromQL(expr) {
       if (LABEL_LIST_KEYWORDS.has(word)) {
         if (next === '(') {
           const close = expr.indexOf(')', i);
+          if (word === 'group_left' || word === 'group_right') {
+            for (const l of expr.slice(i + 1, close < 0 ? n : close).split(',')) if (l.trim()) out.joined.push(l.trim());
+          }
           i = close < 0 ? n : close + 1;
         }
       } else if (PROMQL_AGGREGATIONS.has(word) || KEYWORDS.has(word)) {
@@ -295,6 +314,22 @@ function checkGrid(file, panels) {
   }
 }
 
+// The matchers every selector must carry, given the dashboard's variables: a list of
+// { label, accept: [{ op, value }], text } (one of accept must be present).
+function requiredFilters(names, withJob) {
+  const filters = SCOPE_VARIABLES.filter((n) => names.has(n)).map((n) => ({
+    label: n,
+    accept: [{ op: '=~', value: `$${n}` }],
+    text: `${n}=~"$${n}"`,
+  }));
+  if (withJob && names.has('job_id')) {
+    const accept = [{ op: '=~', value: '$job_id' }];
+    if (names.has('baseline')) accept.push({ op: '=', value: '$baseline' });
+    filters.push({ label: 'job_id', accept, text: 'job_id=~"$job_id"' });
+  }
+  return filters;
+}
+
 function checkVariables(file, d) {
   const list = d.templating?.list ?? [];
   const names = new Set();
@@ -311,7 +346,8 @@ function checkVariables(file, d) {
       } else {
         const lv = /^\s*label_values\(\s*(.*?)\s*,\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$/.exec(q);
         if (!lv) report(file, where, `query ${JSON.stringify(q)}: expected label_values(selector, label)`);
-        else checkExpr(file, where, lv[1], names, null, lv[2]);
+        // A variable filters on the scope variables defined before it.
+        else checkExpr(file, where, lv[1], names, requiredFilters(new Set([...names].filter((n) => n !== v.name)), false), lv[2]);
       }
       if (v.datasource?.uid !== '${datasource}') report(file, where, 'a query variable must use the ${datasource} variable');
     }
@@ -324,17 +360,51 @@ function checkVariables(file, d) {
   if (names.has('job_id')) {
     const v = list.find((x) => x.name === 'job_id');
     const q = typeof v.query === 'string' ? v.query : v.query?.query;
-    if (v.type !== 'query' || !/^\s*label_values\(\s*fp8_job_info\s*,\s*job_id\s*\)\s*$/.test(q ?? '')) {
-      report(file, 'variable job_id', 'must be a query variable label_values(fp8_job_info, job_id)');
+    if (v.type !== 'query' || !/^\s*label_values\(\s*fp8_job_info\s*(\{.*\})?\s*,\s*job_id\s*\)\s*$/.test(q ?? '')) {
+      report(file, 'variable job_id', 'must be a query variable label_values(fp8_job_info{...}, job_id)');
     }
-    if (v.multi || v.includeAll) report(file, 'variable job_id', 'must select exactly one job (multi and includeAll off)');
+    if (v.multi !== true) report(file, 'variable job_id', 'must be multi-value: the dashboard compares several jobs');
+  }
+  if (names.has('baseline')) {
+    const v = list.find((x) => x.name === 'baseline');
+    if (v.type !== 'query' || v.multi || v.includeAll) report(file, 'variable baseline', 'must be a query variable selecting one job (multi and includeAll off)');
+  }
+  for (const n of SCOPE_VARIABLES) {
+    const v = list.find((x) => x.name === n);
+    if (!v) continue;
+    if (v.type !== 'query' || v.multi !== true || v.includeAll !== true || v.allValue !== '.*') {
+      report(file, `variable ${n}`, 'must be a multi-value query variable with includeAll and allValue ".*" (so All matches series without the label)');
+    }
   }
   return names;
 }
 
-// Checks one PromQL expression. jobFilter: require job_id="$job_id" on every selector.
-// valuesOf: the label a label_values() query reads (must be one of the metric's labels).
-function checkExpr(file, where, expr, variables, jobFilter, valuesOf) {
+// The labels a query's series can carry: its metrics' labels, the scrape target labels and
+// the labels a join copies (an upper bound: aggregations may drop some).
+function labelsOf(expr) {
+  const s = scanPromQL(expr);
+  const labels = new Set([...TARGET_LABELS, ...s.joined]);
+  for (const sel of s.selectors) {
+    const series = lookupSeries(sel.metric);
+    if (typeof series !== 'string') for (const l of series.labels) labels.add(l);
+  }
+  return labels;
+}
+
+// Checks that every {{label}} of a legend (or annotation title) is a label the query can
+// carry: Grafana prints the label's name where a series lacks it.
+function checkLegend(file, where, format, expr, field) {
+  if (typeof format !== 'string') return;
+  const labels = labelsOf(expr);
+  for (const m of format.matchAll(/\{\{\s*(.+?)\s*\}\}/g)) {
+    if (!labels.has(m[1])) report(file, where, `${field} names {{${m[1]}}}, a label its query does not carry`);
+  }
+}
+
+// Checks one PromQL expression. filters: the matchers every selector must carry
+// (requiredFilters). valuesOf: the label a label_values() query reads (one of the
+// metric's labels or a scrape target label).
+function checkExpr(file, where, expr, variables, filters, valuesOf) {
   const s = scanPromQL(expr);
   for (const e of s.errors) report(file, where, `${e} in ${JSON.stringify(expr)}`);
   for (const f of s.functions) if (!PROMQL_FUNCTIONS.has(f)) report(file, where, `unknown PromQL function ${f}()`);
@@ -353,15 +423,17 @@ function checkExpr(file, where, expr, variables, jobFilter, valuesOf) {
         report(file, where, `${sel.metric} has no label ${m.label} (labels: ${[...series.labels].join(', ') || 'none'})`);
       }
     }
-    if (valuesOf && !series.labels.has(valuesOf)) report(file, where, `${sel.metric} has no label ${valuesOf}`);
-    if (jobFilter && !sel.matchers.some((m) => m.label === 'job_id' && m.op === '=' && m.value === '$job_id')) {
-      report(file, where, `${sel.metric} is not filtered on job_id="$job_id"`);
+    if (valuesOf && !series.labels.has(valuesOf) && !TARGET_LABELS.has(valuesOf)) report(file, where, `${sel.metric} has no label ${valuesOf}`);
+    for (const f of filters) {
+      if (!sel.matchers.some((m) => m.label === f.label && f.accept.some((a) => a.op === m.op && a.value === m.value))) {
+        report(file, where, `${sel.metric} is not filtered on ${f.text}`);
+      }
     }
   }
 }
 
 function checkPanels(file, d, variables) {
-  const jobFilter = variables.has('job_id');
+  const filters = requiredFilters(variables, true);
   for (const p of flattenPanels(d.panels)) {
     const name = panelName(p);
     if (!p.title) report(file, name, 'panel without a title');
@@ -385,7 +457,31 @@ function checkPanels(file, d, variables) {
         report(file, where, 'target without an expr');
         continue;
       }
-      checkExpr(file, where, t.expr, variables, jobFilter, null);
+      checkExpr(file, where, t.expr, variables, filters, null);
+      checkLegend(file, where, t.legendFormat, t.expr, 'legendFormat');
+    }
+  }
+}
+
+// Annotations: the built-in one (Grafana's own annotations), or Prometheus queries whose
+// target is checked like a panel's.
+function checkAnnotations(file, d, variables) {
+  const filters = requiredFilters(variables, true);
+  for (const a of d.annotations?.list ?? []) {
+    const where = `annotation ${JSON.stringify(a.name)}`;
+    checkDatasourceRef(file, where, a.datasource);
+    if (a.builtIn === 1 || BUILTIN_DATASOURCE_UIDS.has(a.datasource?.uid)) continue;
+    if (a.datasource?.uid !== '${datasource}') report(file, where, 'annotation datasource must be {"type": "prometheus", "uid": "${datasource}"}');
+    const expr = a.target?.expr;
+    if (typeof expr !== 'string' || expr.trim() === '') {
+      report(file, where, 'Prometheus annotation without target.expr');
+      continue;
+    }
+    checkExpr(file, where, expr, variables, filters, null);
+    checkLegend(file, where, a.titleFormat, expr, 'titleFormat');
+    checkLegend(file, where, a.textFormat, expr, 'textFormat');
+    for (const k of (a.tagKeys ?? '').split(',').map((x) => x.trim()).filter(Boolean)) {
+      if (!labelsOf(expr).has(k)) report(file, where, `tagKeys names ${k}, a label its query does not carry`);
     }
   }
 }
@@ -412,8 +508,8 @@ function checkDashboard(file, text) {
   if (d.refresh !== '10s') report(file, 'refresh', `refresh ${JSON.stringify(d.refresh)}, expected "10s"`);
   if (d.time?.from !== 'now-1h' || d.time?.to !== 'now') report(file, 'time', 'default time range must be now-1h to now');
   if (d.id !== undefined && d.id !== null) report(file, 'id', 'id is Grafana-instance specific: leave it null');
-  for (const a of d.annotations?.list ?? []) checkDatasourceRef(file, `annotation ${a.name}`, a.datasource);
   const variables = checkVariables(file, d);
+  checkAnnotations(file, d, variables);
   checkGrid(file, d.panels);
   checkPanels(file, d, variables);
   return d;

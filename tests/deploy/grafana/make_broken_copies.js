@@ -34,6 +34,12 @@ function targetWith(d, needle) {
   return p.targets.find((t) => t.expr.includes(needle));
 }
 const escape = (s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+function annotation(d) {
+  const a = (d.annotations?.list ?? []).find((x) => typeof x.target?.expr === 'string');
+  if (!a) throw new Error(`make_broken_copies: the dashboard "${d.title}" has no Prometheus annotation; update this case`);
+  return a;
+}
+const SCOPE = 'cluster=~"$cluster", namespace=~"$namespace"';
 
 // name: [dashboard, mutate(d) -> optional text override, expected output (regex source)]
 const cases = {
@@ -66,6 +72,10 @@ const cases = {
     t.exp = t.expr;
     delete t.expr;
   }, 'misspelled-target-field\\.json:\\d+:\\d+: error TS2353: .*exp'],
+  'legacy-annotation-field': ['job', (d) => {
+    // Grafana before the target field kept a Prometheus annotation's expr and step on it.
+    annotation(d).step = '60s';
+  }, 'legacy-annotation-field\\.json:\\d+:\\d+: error TS2353: .*step'],
 
   // ---- caught by lint_dashboards.js
   'unknown-metric': ['job', (d) => {
@@ -85,12 +95,37 @@ const cases = {
     t.expr = t.expr.replace('rate(', 'rat(');
   }, 'unknown PromQL function rat\\(\\)'],
   'missing-job-filter': ['job', (d) => {
-    const t = targetWith(d, 'fp8_job_loss{job_id="$job_id"}');
-    t.expr = t.expr.replace('fp8_job_loss{job_id="$job_id"}', 'fp8_job_loss');
-  }, escape('fp8_job_loss is not filtered on job_id="$job_id"')],
+    const t = targetWith(d, `fp8_job_loss{${SCOPE}, job_id=~"$job_id"}`);
+    t.expr = t.expr.replace(`fp8_job_loss{${SCOPE}, job_id=~"$job_id"}`, `fp8_job_loss{${SCOPE}}`);
+  }, escape('fp8_job_loss is not filtered on job_id=~"$job_id"')],
   'missing-job-variable': ['job', (d) => {
     d.templating.list = d.templating.list.filter((v) => v.name !== 'job_id');
   }, 'must have a `job_id` variable'],
+  'single-job-variable': ['job', (d) => {
+    const v = d.templating.list.find((x) => x.name === 'job_id');
+    v.multi = false;
+    v.includeAll = false;
+  }, 'variable job_id: must be multi-value'],
+  'missing-namespace-filter': ['cluster', (d) => {
+    const t = targetWith(d, `fp8_scheduler_queue_depth{${SCOPE}`);
+    t.expr = t.expr.replace('namespace=~"$namespace", ', '');
+  }, escape('fp8_scheduler_queue_depth is not filtered on namespace=~"$namespace"')],
+  'missing-cluster-variable': ['cluster', (d) => {
+    d.templating.list = d.templating.list.filter((v) => v.name !== 'cluster');
+  }, 'must have a `cluster` variable'],
+  'scope-variable-without-all-value': ['job', (d) => {
+    // Without allValue ".*", All lists the values found: series without the label match none.
+    delete d.templating.list.find((x) => x.name === 'namespace').allValue;
+  }, 'variable namespace: must be a multi-value query variable with includeAll and allValue'],
+  'legend-label-not-in-query': ['job', (d) => {
+    // recipe comes from the join with fp8_job_info: without the join, the legend prints "recipe".
+    const p = find(d, 'Training loss panel', (q) => q.title === 'Training loss');
+    p.targets[0].expr = p.targets[0].expr.replace(/\n\* on \([^)]*\) group_left \([^)]*\)\nfp8_job_info\{[^}]*\}/, '');
+  }, 'panel \\d+ "Training loss" target A: legendFormat names \\{\\{job_name\\}\\}, a label its query does not carry'],
+  'annotation-unknown-metric': ['job', (d) => {
+    const a = annotation(d);
+    a.target.expr = a.target.expr.replace(/fp8_job_(state|restarts_total)\{/, 'fp8_job_$1s{');
+  }, 'annotation "[^"]*": metric fp8_job_(states|restarts_totals) is not in METRICS\\.md'],
   'undefined-variable': ['cluster', (d) => {
     const t = targetWith(d, '$device_kind');
     t.expr = t.expr.replace('$device_kind', '$device_type');
@@ -127,8 +162,13 @@ const cases = {
   }, 'RUNNNING[\\s\\S]*got: \\{\\} 0'],
   'join-that-matches-nothing': ['cluster', (d) => {
     const t = targetWith(d, 'group_left (component)');
-    t.expr = t.expr.replace('on (instance, job)', 'on (instance, version)');
-  }, 'on \\(instance, version\\)[\\s\\S]*got: \\{\\} 0'],
+    t.expr = t.expr.replace('on (cluster, namespace, instance, job)', 'on (cluster, namespace, instance, version)');
+  }, 'on \\(cluster, namespace, instance, version\\)[\\s\\S]*got: \\{\\} 0'],
+  // A per-job panel that shows one job only (here the baseline instead of the selected jobs).
+  'query-for-one-job': ['job', (d) => {
+    const p = find(d, 'Training loss panel', (q) => q.title === 'Training loss');
+    p.targets[0].expr = p.targets[0].expr.replace(`fp8_job_loss{${SCOPE}, job_id=~"$job_id"}`, `fp8_job_loss{${SCOPE}, job_id="$baseline"}`);
+  }, 'panel \\d+ \\\\"Training loss\\\\" A: series for each of the 2 jobs[\\s\\S]*exp: \\{\\} 2E\\+00\\s+got: \\{\\} 1E\\+00'],
 
   'not-formatted': ['job', (d) => JSON.stringify(d) + '\n', 'not formatted as JSON\\.stringify'],
 };

@@ -110,6 +110,11 @@ TEST(CoordinatorMetrics, ModelFlopsAndUtilisation) {
                    2560 * per_token);
   EXPECT_DOUBLE_EQ(registry.gauge("fp8_job_mfu_ratio", "", {"job_id"}).with({"job-1"}).value(), 0.25);
   EXPECT_DOUBLE_EQ(registry.gauge("fp8_rank_mfu_ratio", "", {"job_id", "rank"}).with({"job-1", "1"}).value(), 0.5);
+  // Each rank's own tokens beside the job's: 5 steps of 4 x 64 tokens each.
+  metrics::CounterFamily& rank_tokens = registry.counter("fp8_rank_tokens_total", "", {"job_id", "rank"});
+  EXPECT_DOUBLE_EQ(rank_tokens.with({"job-1", "0"}).value(), 1280);
+  EXPECT_DOUBLE_EQ(rank_tokens.with({"job-1", "1"}).value(), 1280);
+  EXPECT_DOUBLE_EQ(registry.counter("fp8_job_tokens_total", "", {"job_id"}).with({"job-1"}).value(), 2560);
 }
 
 // A finished job keeps its summary; its casts stay until the next job finishes (a job
