@@ -13,7 +13,7 @@ packages=(
   # control plane and engine
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libsqlite3-dev libssl-dev libgloo-dev libcpp-httplib-dev libcli11-dev
-  nlohmann-json3-dev libspdlog-dev
+  nlohmann-json3-dev libspdlog-dev prometheus-cpp-dev
   # tokenizers: SentencePiece's library (and its spm_* tools for users)
   libsentencepiece-dev sentencepiece
   # tests and benchmarks

@@ -3,13 +3,12 @@
 #include <cmath>
 
 #include "common/metrics/check.h"
-#include "common/metrics/text_format.h"
 
 namespace fp8::metrics {
 
 std::vector<double> exponential_buckets(double start, double factor, int count) {
   if (!(start > 0) || !(factor > 1) || count < 1) {
-    internal::fatal("exponential_buckets(" + format_value(start) + ", " + format_value(factor) +
+    internal::fatal("exponential_buckets(" + internal::number_text(start) + ", " + internal::number_text(factor) +
                     ", " + std::to_string(count) +
                     "): want start > 0, factor > 1, count >= 1");
   }
@@ -33,12 +32,12 @@ std::vector<double> checked_buckets(const std::string& metric, std::vector<doubl
   if (!bounds.empty() && bounds.back() == INFINITY) bounds.pop_back();
   for (size_t i = 0; i < bounds.size(); ++i) {
     if (!std::isfinite(bounds[i])) {
-      fatal("histogram " + metric + ": bucket bound " + format_value(bounds[i]) +
+      fatal("histogram " + metric + ": bucket bound " + internal::number_text(bounds[i]) +
             " is not finite (+Inf is implied and may only come last)");
     }
     if (i > 0 && !(bounds[i] > bounds[i - 1])) {
       fatal("histogram " + metric + ": bucket bounds must increase strictly, but " +
-            format_value(bounds[i]) + " follows " + format_value(bounds[i - 1]));
+            internal::number_text(bounds[i]) + " follows " + internal::number_text(bounds[i - 1]));
     }
   }
   return bounds;

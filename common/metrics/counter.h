@@ -1,10 +1,9 @@
-// A monotonically increasing value (requests served, bytes moved). Lock-free: inc() is an
-// atomic add, so many threads may count into the same child.
+// A monotonically increasing value (requests served, bytes moved): prometheus-cpp's
+// Counter (lock-free), so many threads may count into the same child.
 #pragma once
 
-#include <atomic>
-#include <string>
-#include <string_view>
+#include "prometheus/client_metric.h"
+#include "prometheus/counter.h"
 
 namespace fp8::metrics {
 
@@ -17,17 +16,17 @@ class Counter {
   // Adds `amount`. A counter never goes down: negative and NaN amounts are ignored
   // (rate() would read a decrease as a restart of the process).
   void inc(double amount = 1);
-  double value() const { return value_.load(std::memory_order_relaxed); }
+  double value() const { return counter_.Value(); }
 
-  // Sets the total from an absolute reading (CPU seconds from /proc). Only for collectors
-  // that mirror a counter kept elsewhere; code that counts events uses inc().
-  void set_total(double total) { value_.store(total, std::memory_order_relaxed); }
+  // Raises the total to an absolute reading (CPU seconds from /proc, attempts so far).
+  // Only for collectors that mirror a counter kept elsewhere; code that counts events
+  // uses inc(). A reading below the total is ignored, as a decrease would be.
+  void set_total(double total);
 
-  // Exposition: `<name>{<labels>} <value>`.
-  void append_samples(std::string_view name, std::string_view labels, std::string& out) const;
+  prometheus::ClientMetric collect() const { return counter_.Collect(); }
 
  private:
-  std::atomic<double> value_{0};
+  prometheus::Counter counter_;
 };
 
 }  // namespace fp8::metrics

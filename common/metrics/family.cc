@@ -1,7 +1,6 @@
 #include "common/metrics/family.h"
 
 #include "common/metrics/check.h"
-#include "common/metrics/text_format.h"
 
 namespace fp8::metrics {
 
@@ -27,19 +26,46 @@ FamilyBase::FamilyBase(MetricType type, std::string name, std::string help,
       max_series_(max_series),
       bounds_(std::move(bounds)) {}
 
-void FamilyBase::append_text(std::string& out) const {
-  out += "# HELP ";
-  out += name_;
-  if (!help_.empty()) {
-    out += ' ';
-    out += escape_help(help_);
+namespace {
+
+prometheus::MetricType prometheus_type(MetricType type) {
+  switch (type) {
+    case MetricType::kCounter:
+      return prometheus::MetricType::Counter;
+    case MetricType::kGauge:
+      return prometheus::MetricType::Gauge;
+    case MetricType::kHistogram:
+      return prometheus::MetricType::Histogram;
   }
-  out += "\n# TYPE ";
-  out += name_;
-  out += ' ';
-  out += type_name(type_);
-  out += '\n';
-  append_series(out);
+  return prometheus::MetricType::Untyped;
+}
+
+// prometheus-cpp's TextSerializer writes HELP as it is given; the format wants backslash
+// and newline escaped.
+std::string escape_help(const std::string& help) {
+  std::string out;
+  out.reserve(help.size());
+  for (const char c : help) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+prometheus::MetricFamily FamilyBase::collect() const {
+  prometheus::MetricFamily family;
+  family.name = name_;
+  family.help = escape_help(help_);
+  family.type = prometheus_type(type_);
+  collect_series(family.metric);
+  return family;
 }
 
 void FamilyBase::check_label_count(const std::vector<std::string>& values, const char* op) const {

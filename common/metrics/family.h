@@ -1,5 +1,10 @@
 // A metric family: one name, help text, type and set of label names, and its series (the
-// children), one per distinct tuple of label values.
+// children, prometheus-cpp's metrics), one per distinct tuple of label values.
+//
+// A thin layer over prometheus-cpp for what its own Family does not do: a cap on the
+// series (counted in fp8_metrics_series_dropped_total), removal by one label's value,
+// removal that is safe against a concurrent with() (below), and series sorted by label
+// values in the exposition.
 //
 // Children live in a std::map keyed by their label values, so the exposition lists them
 // sorted and a child's address stays stable until it is removed: callers may keep the
@@ -26,7 +31,8 @@
 #include "common/metrics/counter.h"
 #include "common/metrics/gauge.h"
 #include "common/metrics/histogram.h"
-#include "common/metrics/text_format.h"
+#include "prometheus/client_metric.h"
+#include "prometheus/metric_family.h"
 
 namespace fp8::metrics {
 
@@ -38,8 +44,8 @@ inline constexpr std::chrono::seconds kRetiredGrace{10};
 // "counter", "gauge", "histogram": the word on the # TYPE line.
 const char* type_name(MetricType type);
 
-// What every family has, independent of its child type: identity, the text header, and
-// the accounting of series dropped at the cap.
+// What every family has, independent of its child type: identity, its collection into
+// prometheus-cpp's data model, and the accounting of series dropped at the cap.
 class FamilyBase {
  public:
   FamilyBase(MetricType type, std::string name, std::string help,
@@ -57,9 +63,9 @@ class FamilyBase {
   // Histogram bucket bounds; empty for counters and gauges.
   const std::vector<double>& bounds() const { return bounds_; }
 
-  // Appends `# HELP`, `# TYPE` and every series (none is fine: Prometheus and promtool
-  // accept a family without samples).
-  void append_text(std::string& out) const;
+  // The family and every series (none is fine: Prometheus and promtool accept a family
+  // without samples), for prometheus-cpp's TextSerializer.
+  prometheus::MetricFamily collect() const;
 
   // Called with the family name each time with() hits the series cap. The Registry points
   // it at fp8_metrics_series_dropped_total{family}. Set before the family is shared.
@@ -68,7 +74,7 @@ class FamilyBase {
   }
 
  protected:
-  virtual void append_series(std::string& out) const = 0;
+  virtual void collect_series(std::vector<prometheus::ClientMetric>& out) const = 0;
   // Aborts unless `values` has one entry per label name; `op` names the caller.
   void check_label_count(const std::vector<std::string>& values, const char* op) const;
   // Position of `label` in label_names(); aborts when the family has no such label.
@@ -110,7 +116,8 @@ class Family final : public FamilyBase {
       if (it != series_.end()) return *it->second.child;
       if (series_.size() < max_series()) {
         purge_retired();
-        std::string labels = render_labels(label_names(), label_values);
+        std::vector<prometheus::ClientMetric::Label> labels;
+        for (size_t i = 0; i < label_values.size(); ++i) labels.push_back({label_names()[i], label_values[i]});
         Series& s = series_[std::move(label_values)];
         s.child = make_child_();
         s.labels = std::move(labels);
@@ -165,7 +172,7 @@ class Family final : public FamilyBase {
  private:
   struct Series {
     std::unique_ptr<Child> child;
-    std::string labels;  // rendered once: a="x",b="y"
+    std::vector<prometheus::ClientMetric::Label> labels;  // in label_names() order
   };
 
   using SeriesMap = std::map<std::vector<std::string>, Series>;
@@ -185,9 +192,13 @@ class Family final : public FamilyBase {
     while (!retired_.empty() && retired_.front().freed_after <= now) retired_.pop_front();
   }
 
-  void append_series(std::string& out) const override {
+  void collect_series(std::vector<prometheus::ClientMetric>& out) const override {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [values, s] : series_) s.child->append_samples(name(), s.labels, out);
+    out.reserve(series_.size());
+    for (const auto& [values, s] : series_) {
+      prometheus::ClientMetric& m = out.emplace_back(s.child->collect());
+      m.label = s.labels;
+    }
   }
 
   const MakeChild make_child_;

@@ -1,9 +1,9 @@
-// A value that goes up and down (queue depth, loss, memory). Lock-free, like Counter.
+// A value that goes up and down (queue depth, loss, memory): prometheus-cpp's Gauge
+// (lock-free, like Counter).
 #pragma once
 
-#include <atomic>
-#include <string>
-#include <string_view>
+#include "prometheus/client_metric.h"
+#include "prometheus/gauge.h"
 
 namespace fp8::metrics {
 
@@ -13,16 +13,15 @@ class Gauge {
   Gauge(const Gauge&) = delete;
   Gauge& operator=(const Gauge&) = delete;
 
-  void set(double value) { value_.store(value, std::memory_order_relaxed); }
-  void inc(double amount = 1) { value_.fetch_add(amount, std::memory_order_relaxed); }
-  void dec(double amount = 1) { value_.fetch_sub(amount, std::memory_order_relaxed); }
-  double value() const { return value_.load(std::memory_order_relaxed); }
+  void set(double value) { gauge_.Set(value); }
+  void inc(double amount = 1) { gauge_.Increment(amount); }
+  void dec(double amount = 1) { gauge_.Decrement(amount); }
+  double value() const { return gauge_.Value(); }
 
-  // Exposition: `<name>{<labels>} <value>`.
-  void append_samples(std::string_view name, std::string_view labels, std::string& out) const;
+  prometheus::ClientMetric collect() const { return gauge_.Collect(); }
 
  private:
-  std::atomic<double> value_{0};
+  prometheus::Gauge gauge_;
 };
 
 }  // namespace fp8::metrics

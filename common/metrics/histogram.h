@@ -1,20 +1,19 @@
 // A distribution of observed values (latencies) in cumulative buckets, with their sum and
-// count. A mutex per child keeps buckets, sum and count consistent with each other in
-// every scrape (separate atomics could expose a count that disagrees with +Inf).
+// count: prometheus-cpp's Histogram, whose buckets, sum and count agree in every scrape.
 #pragma once
 
 #include <cstdint>
-#include <mutex>
-#include <string>
-#include <string_view>
 #include <vector>
+
+#include "prometheus/client_metric.h"
+#include "prometheus/histogram.h"
 
 namespace fp8::metrics {
 
 class Histogram {
  public:
   // `bounds`: finite, strictly increasing upper bounds (see buckets.h); +Inf is implied.
-  explicit Histogram(std::vector<double> bounds);
+  explicit Histogram(std::vector<double> bounds) : bounds_(bounds), histogram_(bounds_) {}
   Histogram(const Histogram&) = delete;
   Histogram& operator=(const Histogram&) = delete;
 
@@ -30,15 +29,11 @@ class Histogram {
   Snapshot snapshot() const;
   const std::vector<double>& bounds() const { return bounds_; }
 
-  // Exposition: `<name>_bucket{<labels>,le="..."}` per bound and +Inf, `_sum`, `_count`.
-  void append_samples(std::string_view name, std::string_view labels, std::string& out) const;
+  prometheus::ClientMetric collect() const { return histogram_.Collect(); }
 
  private:
   const std::vector<double> bounds_;
-  mutable std::mutex mu_;
-  std::vector<uint64_t> counts_;  // per bucket, not cumulative; bounds_.size() + 1 (+Inf)
-  double sum_ = 0;
-  uint64_t count_ = 0;
+  prometheus::Histogram histogram_;
 };
 
 }  // namespace fp8::metrics

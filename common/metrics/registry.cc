@@ -1,7 +1,7 @@
 #include "common/metrics/registry.h"
 
 #include "common/metrics/check.h"
-#include "common/metrics/names.h"
+#include "prometheus/text_serializer.h"
 
 namespace fp8::metrics {
 namespace {
@@ -20,7 +20,7 @@ std::string describe(MetricType type, const std::vector<std::string>& labels,
     out += '[';
     for (size_t i = 0; i < bounds.size(); ++i) {
       if (i > 0) out += ',';
-      out += format_value(bounds[i]);
+      out += internal::number_text(bounds[i]);
     }
     out += ']';
   }
@@ -114,10 +114,13 @@ std::string Registry::expose() const {
   }
   for (const auto& collect : collectors) (*collect)();
 
-  std::string out;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [name, family] : families_) family->append_text(out);
-  return out;
+  std::vector<prometheus::MetricFamily> families;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    families.reserve(families_.size());
+    for (const auto& [name, family] : families_) families.push_back(family->collect());
+  }
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 }  // namespace fp8::metrics

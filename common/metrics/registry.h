@@ -1,4 +1,5 @@
-// The set of metric families a process exports, and their Prometheus text exposition.
+// The set of metric families a process exports, and their Prometheus text exposition
+// (prometheus-cpp's TextSerializer).
 //
 //   fp8::metrics::Registry registry;
 //   auto& submitted = registry.counter("fp8_jobs_submitted_total", "Jobs submitted.", {"user"});
@@ -38,7 +39,7 @@ class Registry {
   // Declare a family, or get the one already declared under this name. Declaring a name
   // again with another type, other label names (or order), or other buckets is a bug and
   // aborts with a message naming both declarations; help and max_series of the first
-  // declaration stay. Invalid metric or label names abort too (see names.h).
+  // declaration stay. Invalid metric or label names abort too (check.h).
   CounterFamily& counter(std::string name, std::string help, std::vector<std::string> label_names,
                          size_t max_series = kDefaultMaxSeries);
   GaugeFamily& gauge(std::string name, std::string help, std::vector<std::string> label_names,

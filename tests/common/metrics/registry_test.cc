@@ -106,12 +106,12 @@ TEST(Registry, HistogramBucketsSumAndCount) {
             kDroppedHeader +
                 "# HELP fp8_scheduler_queue_wait_seconds Queue wait.\n"
                 "# TYPE fp8_scheduler_queue_wait_seconds histogram\n"
+                "fp8_scheduler_queue_wait_seconds_count{device_kind=\"cpu\"} 4\n"
+                "fp8_scheduler_queue_wait_seconds_sum{device_kind=\"cpu\"} 7.506\n"
                 "fp8_scheduler_queue_wait_seconds_bucket{device_kind=\"cpu\",le=\"0.005\"} 2\n"
                 "fp8_scheduler_queue_wait_seconds_bucket{device_kind=\"cpu\",le=\"0.1\"} 2\n"
                 "fp8_scheduler_queue_wait_seconds_bucket{device_kind=\"cpu\",le=\"1\"} 3\n"
-                "fp8_scheduler_queue_wait_seconds_bucket{device_kind=\"cpu\",le=\"+Inf\"} 4\n"
-                "fp8_scheduler_queue_wait_seconds_sum{device_kind=\"cpu\"} 7.506\n"
-                "fp8_scheduler_queue_wait_seconds_count{device_kind=\"cpu\"} 4\n");
+                "fp8_scheduler_queue_wait_seconds_bucket{device_kind=\"cpu\",le=\"+Inf\"} 4\n");
 }
 
 TEST(Registry, HistogramWithoutLabelsAndTrailingInfBound) {
@@ -119,10 +119,10 @@ TEST(Registry, HistogramWithoutLabelsAndTrailingInfBound) {
   r.histogram("h_seconds", "H.", {}, {1, INFINITY}).with().observe(2);
   EXPECT_EQ(r.expose(), kDroppedHeader +
                             "# HELP h_seconds H.\n# TYPE h_seconds histogram\n"
-                            "h_seconds_bucket{le=\"1\"} 0\n"
-                            "h_seconds_bucket{le=\"+Inf\"} 1\n"
+                            "h_seconds_count 1\n"
                             "h_seconds_sum 2\n"
-                            "h_seconds_count 1\n");
+                            "h_seconds_bucket{le=\"1\"} 0\n"
+                            "h_seconds_bucket{le=\"+Inf\"} 1\n");
 }
 
 TEST(Buckets, ExponentialAndDefault) {
