@@ -191,6 +191,7 @@ do_part() {
       # Both collective layouts, NCCL queued on the device and waiting on the host.
       run cuda_fsdp_test 210 "$bin/fp8_cuda_fsdp_test"
       run cuda_job_test 150 "$bin/fp8_cuda_job_test"
+      run device_decoder_cuda_test 60 "$bin/fp8_device_decoder_cuda_test"  # fp8-model generate --device cuda
       ;;
     bench-cast)
       run bench_cast 120 "$bin/bench_cast" --device cuda

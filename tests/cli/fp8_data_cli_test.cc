@@ -300,6 +300,15 @@ TEST_F(Fp8DataCliTest, ASentencePieceTokenizerMakesShardsThatFp8TrainTrainsOn) {
   }
   EXPECT_EQ(continued[0], continued[1]);
   EXPECT_EQ(std::count(continued[0].begin(), continued[0].end(), ','), 7) << continued[0];
+  // --device: a GPU that is not there, or not a device at all, is refused (exit 2).
+  for (const auto& [device, why] : {std::pair<std::string, std::string>{"tpu", "expected cpu, cuda or cuda:N"},
+                                    {"cuda:99", "--device cuda:99: "}}) {
+    const RunResult g = run_binary(FP8_MODEL_BINARY,
+                                   {"generate", "--hf", (dir_ / "hf").string(), "--prompt-tokens", ids, "--device", device},
+                                   "generate-" + device);
+    EXPECT_EQ(g.exit.code, 2) << show(g);
+    EXPECT_NE(g.err.find(why), std::string::npos) << show(g);
+  }
   const RunResult decoded = data({"decode", "--tokenizer-model", model, continued[0]}, "decode");
   EXPECT_EQ(decoded.exit.code, 0) << show(decoded);
   // As the README pipes it: the ids on standard input.

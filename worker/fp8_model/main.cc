@@ -11,7 +11,10 @@
 //
 //   fp8-model generate (--checkpoint DIR | --hf DIR) (--prompt TEXT | --prompt-tokens 1,2,3)
 //                      [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
-//       continues the prompt with the model (fp32 on the CPU, a KV cache: hf/generate.h).
+//                      [--device cpu|cuda|cuda:N]
+//       continues the prompt with the model (hf/generate.h): on the CPU in fp32 with a KV
+//       cache (hf/llama_decoder.h); on a GPU with the training engine's forward in fp32,
+//       over the whole context for each new token (hf/device_decoder.h).
 //       --prompt is byte-level text (a model trained with data.tokenizer bytes): its
 //       bytes are the token ids, the continuation is printed after it as text, and the
 //       end-of-text byte (0x03, which ends each document of a shard) or a token beyond the
@@ -24,12 +27,14 @@
 // Exit status: 0 done; 2 bad command line or input (no committed checkpoint, a damaged
 // shard, an --out of export that exists and is not empty); 1 any other failure.
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -39,8 +44,10 @@
 #include "worker/engine/data/corpus.h"
 #include "worker/engine/hf/checkpoint_logits.h"
 #include "worker/engine/hf/checkpoint_model.h"
+#include "worker/engine/hf/device_decoder.h"
 #include "worker/engine/hf/generate.h"
 #include "worker/engine/hf/hf_model_reader.h"
+#include "worker/engine/hf/llama_decoder.h"
 #include "worker/engine/hf/llama_export.h"
 
 namespace {
@@ -108,13 +115,24 @@ int run_logits(const std::string& checkpoint, const std::string& tokens_text, co
   return 0;
 }
 
+// "cuda" is GPU 0, "cuda:N" GPU N.
+absl::StatusOr<int> cuda_ordinal(const std::string& device) {
+  if (device == "cuda") return 0;
+  int ordinal = -1;
+  if (absl::StartsWith(device, "cuda:") && absl::SimpleAtoi(device.substr(5), &ordinal) && ordinal >= 0) return ordinal;
+  return absl::InvalidArgumentError(absl::StrCat("--device ", device, ": expected cpu, cuda or cuda:N"));
+}
+
 struct GenerateArgs {
   std::string checkpoint, hf, config, prompt, prompt_tokens;
+  std::string device = "cpu";
   int64_t max_new_tokens = 64;
   fp8::hf::SamplingOptions sampling;
 };
 
 int run_generate(const GenerateArgs& a) {
+  absl::StatusOr<int> ordinal = a.device == "cpu" ? -1 : cuda_ordinal(a.device);
+  if (!ordinal.ok()) return fail(ordinal.status());
   absl::StatusOr<fp8::hf::CheckpointModel> loaded;
   if (!a.hf.empty()) {
     loaded = fp8::hf::read_hf_model(a.hf);
@@ -137,8 +155,22 @@ int run_generate(const GenerateArgs& a) {
     if (!ids.ok()) return fail(ids.status());
     prompt = *ids;
   }
-  absl::StatusOr<fp8::hf::LlamaDecoder> decoder = fp8::hf::LlamaDecoder::create(*loaded);
-  if (!decoder.ok()) return fail(decoder.status());
+  // Kept in this order: the decoder's model lives on the device.
+  std::unique_ptr<fp8::engine::Device> gpu;
+  std::unique_ptr<fp8::hf::NextTokenModel> decoder;
+  if (*ordinal < 0) {
+    absl::StatusOr<fp8::hf::LlamaDecoder> cached = fp8::hf::LlamaDecoder::create(*loaded);
+    if (!cached.ok()) return fail(cached.status());
+    decoder = std::make_unique<fp8::hf::LlamaDecoder>(std::move(*cached));
+  } else {
+    absl::StatusOr<std::unique_ptr<fp8::engine::Device>> opened = fp8::engine::Device::cuda(*ordinal);
+    if (!opened.ok()) return fail(absl::InvalidArgumentError(absl::StrCat("--device ", a.device, ": ",
+                                                                          opened.status().message())));
+    gpu = std::move(*opened);
+    absl::StatusOr<std::unique_ptr<fp8::hf::DeviceDecoder>> on_gpu = fp8::hf::DeviceDecoder::create(*loaded, *gpu);
+    if (!on_gpu.ok()) return fail(on_gpu.status());
+    decoder = std::move(*on_gpu);
+  }
   fp8::hf::Sampler sampler(a.sampling);
   const auto end_of_text = [&](int32_t t) {
     return text && (t == static_cast<int32_t>(fp8::engine::data::kBytesEndOfText) || t >= 256);
@@ -184,7 +216,7 @@ int main(int argc, char** argv) {
   lg->add_option("--out", out, "the file to write: raw little-endian fp32, [tokens, vocab]")->required();
   lg->add_option("--config", config, "the job file, for checkpoints that do not record their model");
   GenerateArgs gen;
-  CLI::App* ge = app.add_subcommand("generate", "continue a prompt with the model (fp32, CPU, KV cache)");
+  CLI::App* ge = app.add_subcommand("generate", "continue a prompt with the model (fp32; on the CPU with a KV cache)");
   auto* from_checkpoint =
       ge->add_option("--checkpoint", gen.checkpoint, "checkpoint.dir of the job, or one step-N folder in it");
   auto* from_hf = ge->add_option("--hf", gen.hf, "a folder in Hugging Face's Llama layout (config.json, *.safetensors)");
@@ -204,6 +236,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
   ge->add_option("--seed", gen.sampling.seed, "the draws' seed")->capture_default_str();
+  ge->add_option("--device", gen.device,
+                 "cpu (a KV cache), or cuda / cuda:N (the training engine's forward over the whole context "
+                 "for each token)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
     if (ge->parsed() && gen.checkpoint.empty() == gen.hf.empty()) {

@@ -1,6 +1,7 @@
 // Generation: the KV-cache decoder against the training engine's forward (LlamaModel,
 // recipe none, fp32) on a randomly initialised model, greedy decoding with the cache
-// against argmax decoding that recomputes the whole prefix without it, and the sampler.
+// against argmax decoding that recomputes the whole prefix without it, the engine's forward
+// as a decoder (DeviceDecoder) on the CPU, and the sampler.
 #include "worker/engine/hf/llama_decoder.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "worker/engine/hf/checkpoint_logits.h"
+#include "worker/engine/hf/device_decoder.h"
 #include "worker/engine/hf/generate.h"
 #include "worker/engine/hf/sampler.h"
 #include "worker/engine/model/llama.h"
@@ -117,6 +119,45 @@ TEST(LlamaDecoderTest, GreedyWithTheCacheIsArgmaxOfTheWholePrefixRecomputed) {
   absl::StatusOr<Generation> two = generate(*decoder, prompt, 2, greedy);
   ASSERT_TRUE(two.ok());
   EXPECT_EQ(two->tokens, std::vector<int32_t>(g->tokens.begin(), g->tokens.begin() + 2));
+}
+
+// The engine's forward as a decoder (what --device cuda runs), here on the CPU: its logits
+// are checkpoint_logits' bit for bit, so its greedy continuation is the cached decoder's.
+TEST(DeviceDecoderTest, OnTheCpuItIsTheEnginesForwardAndGeneratesAsTheCachedDecoder) {
+  const CheckpointModel m = random_model(true, 5);
+  const std::vector<int32_t> tokens = sample_tokens(8, 260);
+  absl::StatusOr<std::vector<float>> engine = checkpoint_logits(m, tokens);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  absl::StatusOr<std::unique_ptr<DeviceDecoder>> device = DeviceDecoder::create(m, engine::Device::cpu());
+  ASSERT_TRUE(device.ok()) << device.status();
+  const int64_t vocab = m.config.vocab_size;
+  for (size_t pos = 0; pos < tokens.size(); ++pos) {
+    absl::StatusOr<std::span<const float>> got = (*device)->feed(tokens[pos]);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(static_cast<int64_t>(got->size()), vocab);
+    // The forward over the whole prefix is causal: its last row is this position's.
+    absl::StatusOr<std::vector<float>> prefix =
+        checkpoint_logits(m, std::span<const int32_t>(tokens).first(pos + 1));
+    ASSERT_TRUE(prefix.ok());
+    EXPECT_TRUE(std::equal(got->begin(), got->end(), prefix->end() - vocab)) << "position " << pos;
+  }
+
+  const std::vector<int32_t> prompt = {72, 101, 108};
+  Sampler greedy(SamplingOptions{.temperature = 0});
+  absl::StatusOr<LlamaDecoder> cached = LlamaDecoder::create(m);
+  ASSERT_TRUE(cached.ok());
+  absl::StatusOr<Generation> want = generate(*cached, prompt, 100, greedy);
+  absl::StatusOr<Generation> got = generate(**device, prompt, 100, greedy);
+  ASSERT_TRUE(want.ok() && got.ok()) << got.status();
+  EXPECT_EQ(got->tokens, want->tokens);
+  EXPECT_TRUE(got->context_full);
+
+  // Refused as the cached decoder refuses, and a refused token is not kept.
+  (*device)->reset();
+  EXPECT_EQ((*device)->feed(260).status().message(), "token 260 is outside the vocabulary of 260");
+  EXPECT_EQ((*device)->position(), 0);
+  for (int64_t i = 0; i < m.config.max_seq_len; ++i) ASSERT_TRUE((*device)->feed(1).ok());
+  EXPECT_EQ((*device)->feed(1).status().message(), "the context is full: max_seq_len is 24");
 }
 
 TEST(LlamaDecoderTest, BadPromptsAreRefused) {

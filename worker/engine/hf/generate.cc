@@ -5,7 +5,7 @@
 
 namespace fp8::hf {
 
-absl::StatusOr<Generation> generate(LlamaDecoder& decoder, std::span<const int32_t> prompt, int64_t max_new_tokens,
+absl::StatusOr<Generation> generate(NextTokenModel& decoder, std::span<const int32_t> prompt, int64_t max_new_tokens,
                                     Sampler& sampler, const std::function<bool(int32_t)>& stop) {
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
   if (max_new_tokens < 0) return absl::InvalidArgumentError("max_new_tokens is negative");

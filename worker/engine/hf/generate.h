@@ -1,5 +1,6 @@
-// Text generation: the prompt fed through a LlamaDecoder (its KV cache filled once), then
-// one sampled token at a time until max_new_tokens, a stop token, or a full context.
+// Text generation: the prompt fed through a model (next_token_model.h: a LlamaDecoder fills
+// its KV cache once), then one sampled token at a time until max_new_tokens, a stop token,
+// or a full context.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/engine/hf/llama_decoder.h"
+#include "worker/engine/hf/next_token_model.h"
 #include "worker/engine/hf/sampler.h"
 
 namespace fp8::hf {
@@ -20,7 +21,7 @@ struct Generation {
 
 // `stop` (may be empty) ends generation after a token for which it is true. The decoder
 // starts over. An empty prompt, or one longer than the context, is an InvalidArgument.
-absl::StatusOr<Generation> generate(LlamaDecoder& decoder, std::span<const int32_t> prompt, int64_t max_new_tokens,
+absl::StatusOr<Generation> generate(NextTokenModel& decoder, std::span<const int32_t> prompt, int64_t max_new_tokens,
                                     Sampler& sampler, const std::function<bool(int32_t)>& stop = {});
 
 }  // namespace fp8::hf

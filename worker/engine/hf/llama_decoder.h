@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/engine/hf/checkpoint_model.h"
+#include "worker/engine/hf/next_token_model.h"
 
 namespace fp8::ops {
 class RopeTable;
@@ -24,20 +25,16 @@ class RopeTable;
 
 namespace fp8::hf {
 
-class LlamaDecoder {
+class LlamaDecoder final : public NextTokenModel {
  public:
   // `model` must outlive the decoder. A parameter missing or shaped otherwise than the
   // config says is an InvalidArgument naming it.
   static absl::StatusOr<LlamaDecoder> create(const CheckpointModel& model);
 
-  // Feeds the token at position position() and returns the logits of the next token
-  // ([vocab_size], valid until the next call). InvalidArgument for a token outside the
-  // vocabulary or a context already max_seq_len long.
-  absl::StatusOr<std::span<const float>> feed(int32_t token);
-  // Tokens fed since the start (or the last reset).
-  int64_t position() const { return position_; }
-  int64_t max_seq_len() const { return c_.max_seq_len; }
-  void reset() { position_ = 0; }
+  absl::StatusOr<std::span<const float>> feed(int32_t token) override;
+  int64_t position() const override { return position_; }
+  int64_t max_seq_len() const override { return c_.max_seq_len; }
+  void reset() override { position_ = 0; }
 
  private:
   struct Block {

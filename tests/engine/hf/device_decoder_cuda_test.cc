@@ -1,0 +1,69 @@
+// fp8-model generate --device cuda: the training engine's forward on a GPU as a decoder,
+// against the CPU's KV-cache decoder on the same model (fp32; the GPU's GEMMs accumulate
+// in another order, so the logits agree within a bound, not bit for bit).
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/engine/hf/device_decoder.h"
+#include "worker/engine/hf/generate.h"
+#include "worker/engine/hf/llama_decoder.h"
+#include "worker/engine/hf/sampler.h"
+#include "worker/engine/model/llama.h"
+#include "worker/engine/tensor/device.h"
+
+namespace fp8::hf {
+namespace {
+
+CheckpointModel random_model() {
+  CheckpointModel m;
+  m.config.vocab_size = 260;
+  m.config.dim = 64;
+  m.config.n_layers = 2;
+  m.config.n_heads = 4;
+  m.config.n_kv_heads = 2;
+  m.config.ffn_dim = 128;
+  m.config.max_seq_len = 32;
+  v1::Fp8Spec fp8;
+  fp8.set_recipe(v1::Fp8Spec::NONE);
+  absl::StatusOr<std::unique_ptr<engine::LlamaModel>> model =
+      engine::LlamaModel::create(engine::Device::cpu(), m.config, fp8, 13);
+  EXPECT_TRUE(model.ok()) << model.status();
+  for (const engine::Parameter& p : (*model)->parameters().all()) {
+    absl::StatusOr<std::vector<float>> values = p.value.download<float>();
+    std::vector<int64_t> shape = p.value.shape();
+    const int64_t row = p.value.numel() / shape[0];
+    shape[0] -= p.padding_rows;
+    values->resize(static_cast<size_t>(shape[0] * row));
+    m.parameters.push_back({p.name, shape, *values});
+  }
+  return m;
+}
+
+TEST(DeviceDecoderCudaTest, LogitsOnTheGpuAreTheCachedDecodersOnTheCpu) {
+  absl::StatusOr<std::unique_ptr<engine::Device>> gpu = engine::Device::cuda(0);
+  if (!gpu.ok()) GTEST_SKIP() << "no CUDA device: " << gpu.status().message();
+  const CheckpointModel m = random_model();
+  absl::StatusOr<std::unique_ptr<DeviceDecoder>> device = DeviceDecoder::create(m, **gpu);
+  ASSERT_TRUE(device.ok()) << device.status();
+  absl::StatusOr<LlamaDecoder> cpu = LlamaDecoder::create(m);
+  ASSERT_TRUE(cpu.ok());
+  for (int32_t t : {72, 101, 108, 108, 111, 3, 200, 259}) {
+    absl::StatusOr<std::span<const float>> got = (*device)->feed(t);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const std::vector<float> on_gpu(got->begin(), got->end());
+    absl::StatusOr<std::span<const float>> want = cpu->feed(t);
+    ASSERT_TRUE(want.ok());
+    double err = 0, norm = 0;
+    for (size_t v = 0; v < on_gpu.size(); ++v) {
+      err = std::max(err, std::abs(static_cast<double>(on_gpu[v]) - (*want)[v]));
+      norm = std::max(norm, std::abs(static_cast<double>((*want)[v])));
+    }
+    EXPECT_LT(err, 1e-3 * norm) << "after token " << t;
+  }
+}
+
+}  // namespace
+}  // namespace fp8::hf
