@@ -29,7 +29,7 @@ std::string heartbeat_age(int64_t last_heartbeat_unix_ms, int64_t now_unix_ms) {
 
 std::string workers_table(const v1::ListWorkersResponse& response, int64_t now_unix_ms, bool wide) {
   std::vector<std::string> headers = {"NAME", "DEVICE", "ADDRESS", "STATE", "JOB/RANK", "LAST HEARTBEAT"};
-  if (wide) headers.insert(headers.end(), {"KIND", "RANK STATES", "HEARTBEAT AT"});
+  if (wide) headers.insert(headers.end(), {"KIND", "CPUS", "MEMORY", "RANK STATES", "HEARTBEAT AT"});
   Table t(headers);
   for (const v1::WorkerInfo& w : response.workers()) {
     const std::string state =
@@ -44,6 +44,8 @@ std::string workers_table(const v1::ListWorkersResponse& response, int64_t now_u
                                                                              : v1::RankStatus::State_Name(r.state()));
       }
       row.push_back(device_name(w.device_kind()));
+      row.push_back(w.cpus() > 0 ? absl::StrCat(w.cpus()) : "-");
+      row.push_back(w.memory_gb() > 0 ? absl::StrFormat("%.1f GiB", w.memory_gb()) : "-");
       row.push_back(rank_states.empty() ? std::string("-") : absl::StrJoin(rank_states, ", "));
       row.push_back(local_time(w.last_heartbeat_unix_ms()));
     }

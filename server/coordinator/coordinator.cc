@@ -566,6 +566,8 @@ absl::StatusOr<v1::ListWorkersResponse> Coordinator::list_workers(const Principa
     info->set_device_name(w->record.device_name);
     info->set_address(w->record.address);
     info->set_last_heartbeat_unix_ms(w->last_heartbeat_unix_ms);
+    info->set_cpus(w->record.cpus);
+    info->set_memory_gb(w->record.memory_gb);
     info->set_state(w->last_heartbeat_unix_ms == 0 ? v1::WorkerInfo::UNCONFIRMED
                     : worker_busy(*w)               ? v1::WorkerInfo::BUSY
                                                    : v1::WorkerInfo::IDLE);

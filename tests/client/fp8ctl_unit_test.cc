@@ -608,9 +608,12 @@ TEST(Fp8ctlWorkersTest, Table) {
             "NAME   DEVICE   ADDRESS          STATE         JOB/RANK                 LAST HEARTBEAT\n"
             "w-1    cpu      127.0.0.1:7071   BUSY          job-3 r1, (other user)   0.4s ago\n"
             "w-2    cpu      127.0.0.1:7072   UNCONFIRMED   -                        never\n");
+  r.mutable_workers(0)->set_cpus(16);
+  r.mutable_workers(0)->set_memory_gb(79.1);
   const std::string wide = workers_table(r, 100'400, /*wide=*/true);
-  EXPECT_NE(wide.find("KIND   RANK STATES        HEARTBEAT AT\n"), std::string::npos) << wide;
-  EXPECT_NE(wide.find("   cpu    UNKNOWN, UNKNOWN   "), std::string::npos) << wide;
+  EXPECT_NE(wide.find("KIND   CPUS   MEMORY     RANK STATES        HEARTBEAT AT\n"), std::string::npos) << wide;
+  EXPECT_NE(wide.find("   cpu    16     79.1 GiB   UNKNOWN, UNKNOWN   "), std::string::npos) << wide;
+  EXPECT_NE(wide.find("   cpu    -      -          -   "), std::string::npos) << "unknown offers read -\n" << wide;
   EXPECT_EQ(heartbeat_age(1'000, 181'000), "3m ago");
   EXPECT_EQ(heartbeat_age(5'000, 1'000), "0.0s ago");
 }

@@ -159,6 +159,37 @@ TEST(WorkerConfig, AListOfGpusIsOneSlotEach) {
   EXPECT_EQ(env_slots[1].work_dir, p->config.work_dir + "/cuda-1");
 }
 
+// Each GPU slot offers its own GPU's memory unless --memory-gb says; CPU slots are left alone.
+TEST(WorkerConfig, GpuSlotsOfferTheirGpusMemory) {
+  const CudaMemoryQuery query = [](int index) -> absl::StatusOr<double> {
+    if (index == 2) return absl::UnavailableError("cudaGetDeviceProperties(2): no such device");
+    return 80.0 + index;
+  };
+  absl::StatusOr<ParsedCommandLine> p = parse({"--device", "cuda:0,1,2", "--work-dir", "/tmp/wd"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::vector<WorkerConfig> slots = slot_configs(p->config);
+  const std::vector<std::string> unread = offer_gpu_memory(slots, query);
+  EXPECT_EQ(slots[0].memory_gb, 80.0);
+  EXPECT_EQ(slots[1].memory_gb, 81.0);
+  EXPECT_EQ(slots[2].memory_gb, 0.0);
+  ASSERT_EQ(unread.size(), 1u);
+  EXPECT_NE(unread[0].find("cuda:2: its memory is unknown (cudaGetDeviceProperties(2): no such device)"),
+            std::string::npos)
+      << unread[0];
+
+  p = parse({"--device", "cuda:1", "--memory-gb", "40", "--work-dir", "/tmp/wd"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  slots = slot_configs(p->config);
+  EXPECT_TRUE(offer_gpu_memory(slots, query).empty());
+  EXPECT_EQ(slots[0].memory_gb, 40.0) << "--memory-gb wins";
+
+  p = parse({"--work-dir", "/tmp/wd"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  slots = slot_configs(p->config);
+  EXPECT_TRUE(offer_gpu_memory(slots, query).empty());
+  EXPECT_EQ(slots[0].memory_gb, 0.0) << "a CPU worker's memory is only what --memory-gb says";
+}
+
 // The rank a slot starts trains on that slot's GPU, in that slot's folder.
 TEST(WorkerConfig, EachSlotsRanksGetItsGpu) {
   absl::StatusOr<ParsedCommandLine> p = parse({"--device", "cuda:0,1", "--work-dir", "/tmp/wd"});

@@ -41,6 +41,7 @@
 #include "common/metrics/process_metrics.h"
 #include "common/metrics/registry.h"
 #include "worker/fp8_worker/coordinator_session.h"
+#include "worker/fp8_worker/cuda_device_memory.h"
 #include "worker/fp8_worker/grpc_clients.h"
 #include "worker/fp8_worker/log_forwarder.h"
 #include "worker/fp8_worker/rank_supervisor.h"
@@ -142,8 +143,11 @@ int main(int argc, char** argv) {
   // supervisors are gone.
   LogForwarder forwarder(make_append_logs_sender(config.coordinator_ca, deadline), LogForwarder::Options{});
   const std::vector<std::string> environment = current_environment();
+  // After --address took its bound port: each slot registers it.
+  std::vector<WorkerConfig> slot_list = slot_configs(config);
+  for (const std::string& line : offer_gpu_memory(slot_list, cuda_device_memory_gb)) fp8::log::warn(line);
   std::vector<std::unique_ptr<Slot>> slots;
-  for (const WorkerConfig& slot_config : slot_configs(config)) {
+  for (const WorkerConfig& slot_config : slot_list) {
     slots.push_back(std::make_unique<Slot>(slot_config, *channel, forwarder, environment, metric_families));
   }
   if (slots.size() > 1) fp8::log::info(absl::StrCat(slots.size(), " slots: ", config.device_name));

@@ -239,6 +239,22 @@ std::vector<WorkerConfig> slot_configs(const WorkerConfig& config) {
   return slots;
 }
 
+std::vector<std::string> offer_gpu_memory(std::vector<WorkerConfig>& slots, const CudaMemoryQuery& query) {
+  std::vector<std::string> unread;
+  for (WorkerConfig& slot : slots) {
+    if (slot.device_kind != v1::ResourceSpec::CUDA || slot.memory_gb > 0 || slot.cuda_devices.size() != 1) continue;
+    absl::StatusOr<double> gb = query(slot.cuda_devices.front());
+    if (gb.ok() && *gb > 0) {
+      slot.memory_gb = *gb;
+    } else {
+      unread.push_back(absl::StrCat(slot.device_name, ": its memory is unknown (",
+                                    gb.ok() ? "the runtime says 0" : gb.status().message(),
+                                    "); jobs are placed on it without a memory check; --memory-gb sets it"));
+    }
+  }
+  return unread;
+}
+
 absl::StatusOr<ParsedCommandLine> parse_worker_config(const std::vector<std::string>& args,
                                                     const EnvLookup& env) {
   return parse_worker_config(args, env, count_cuda_devices);
@@ -273,7 +289,8 @@ absl::StatusOr<ParsedCommandLine> parse_worker_config(const std::vector<std::str
       "fp8-train executable (FP8_TRAINER; default: the one next to fp8-worker)");
   CLI::Option* o_cpus = app.add_option("--cpus", cpus, "CPU cores offered to ranks (FP8_WORKER_CPUS; 0 = unknown)");
   CLI::Option* o_memory = app.add_option("--memory-gb", memory_gb,
-      "host memory offered to ranks in GiB (FP8_WORKER_MEMORY_GB; 0 = unknown)");
+      "memory a rank may use in GiB: the host's on cpu, each GPU's on cuda (FP8_WORKER_MEMORY_GB; "
+      "default: unknown on cpu, the GPU's own memory on cuda)");
   CLI::Option* o_ca = app.add_option("--coordinator-ca", ca,
       "PEM file of TLS root certificates for the coordinator (FP8_COORDINATOR_CA; default: plaintext)");
   CLI::Option* o_grace = app.add_option("--stop-grace-default", grace,

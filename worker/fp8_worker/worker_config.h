@@ -64,6 +64,8 @@ struct WorkerConfig {
   std::string work_dir;                    // absolute
   std::string trainer;                     // absolute path of fp8-train
   int cpus = 0;
+  // Memory a rank may use, GiB: the host's on a CPU worker, its GPU's on a CUDA worker
+  // (offer_gpu_memory fills it in when --memory-gb is left out); 0 = unknown.
   double memory_gb = 0;
   std::string coordinator_ca;  // PEM file with TLS roots; empty = insecure channel
   int stop_grace_default_s = 30;
@@ -99,6 +101,14 @@ absl::StatusOr<ParsedCommandLine> parse_worker_config(const std::vector<std::str
 // (so that the slots' rank folders stay apart); the rest (token, coordinator, address,
 // trainer, ...) as given. A single-device config comes back as it is.
 std::vector<WorkerConfig> slot_configs(const WorkerConfig& config);
+
+// The memory of GPU `index` in GiB (cuda_device_memory.h). Injected so tests need no GPU.
+using CudaMemoryQuery = std::function<absl::StatusOr<double>(int index)>;
+
+// A GPU slot offering no memory (--memory-gb left out) offers its GPU's, as `query` says;
+// CPU slots and slots given --memory-gb stay as they are. Returns a line per GPU whose
+// memory could not be read (its slot then offers 0: unknown), for the log.
+std::vector<std::string> offer_gpu_memory(std::vector<WorkerConfig>& slots, const CudaMemoryQuery& query);
 
 // "host:port" or "[v6]:port" -> host (without brackets). InvalidArgument otherwise.
 absl::StatusOr<std::string> host_of_address(absl::string_view address);

@@ -251,6 +251,41 @@ TEST_F(CoordinatorTest, ACpuJobIsPlacedByItsMemoryEstimate) {
   EXPECT_EQ(placed.attempt_history(0).ranks(0).worker_id(), open->worker_id());
 }
 
+// A GPU job is placed by its memory estimate against what GPU workers offer (each slot its
+// GPU's memory): refused where every GPU worker is too small, placed on one that holds it.
+TEST_F(CoordinatorTest, AGpuJobIsPlacedByItsMemoryEstimateAgainstItsGpusMemory) {
+  v1::RegisterWorkerRequest small_gpu;
+  small_gpu.set_device_kind(v1::ResourceSpec::CUDA);
+  small_gpu.set_device_name("cuda:0");
+  small_gpu.set_slots(1);
+  small_gpu.set_memory_gb(0.001);
+  ASSERT_TRUE(c_->register_worker(worker_, small_gpu).ok());
+  v1::RegisterWorkerRequest big_cpu = small_gpu;  // another kind's memory does not count
+  big_cpu.set_device_kind(v1::ResourceSpec::CPU);
+  big_cpu.set_device_name("cpu");
+  big_cpu.set_memory_gb(1000);
+  ASSERT_TRUE(c_->register_worker(worker_, big_cpu).ok());
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = make_spec(1);
+  request.mutable_spec()->mutable_resources()->set_device(v1::ResourceSpec::CUDA);
+  request.mutable_spec()->mutable_checkpoint()->set_dir((dir_ / "ckpt" / "alice" / "gpu").string());
+  const absl::StatusOr<v1::Job> refused = c_->submit(alice_, request);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find("the largest cuda worker offers 0.00 GiB"), std::string::npos)
+      << refused.status();
+  v1::RegisterWorkerRequest h100 = small_gpu;
+  h100.set_device_name("cuda:1");
+  h100.set_memory_gb(79.1);
+  const auto fits = c_->register_worker(worker_, h100);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  const absl::StatusOr<v1::Job> accepted = c_->submit(alice_, request);
+  ASSERT_TRUE(accepted.ok()) << accepted.status();
+  c_->tick();
+  const v1::Job placed = get(accepted->id());
+  ASSERT_EQ(placed.state(), v1::Job::RUNNING);
+  EXPECT_EQ(placed.attempt_history(0).ranks(0).worker_id(), fits->worker_id());
+}
+
 // resources.cpus_per_rank: a job waits for a worker offering that many cores a rank
 // (fp8-worker --cpus), saying so, and runs on one that does.
 TEST_F(CoordinatorTest, AJobWaitsForAWorkerOfferingItsCpusPerRank) {
