@@ -1,8 +1,8 @@
 // The product's log, through spdlog: one line per event, with its time (UTC, milliseconds),
 // level and component, in one of two formats:
 //
-//   text  2026-01-02T03:04:05.678Z INFO fp8-worker: registered with ...
-//   json  {"time":"2026-01-02T03:04:05.678Z","level":"info","component":"fp8-worker","message":"registered with ..."}
+//   text  YYYY-MM-DDThh:mm:ss.sssZ INFO fp8-worker: registered with ...
+//   json  {"time":"YYYY-MM-DDThh:mm:ss.sssZ","level":"info","component":"fp8-worker","message":"registered with ..."}
 //
 // A trainer's lines carry its rank as well ("fp8-train[rank 1]", "rank":1), so the worker
 // that runs it can forward each line with its level and rank (read_json_line).

@@ -115,7 +115,7 @@ std::vector<std::string> raw_lines(const std::string& text) {
   return lines;
 }
 
-// "2026-01-02T03:04:05.678Z INFO fp8-train: step 1/30 ...": fp8-train's text log.
+// "YYYY-MM-DDThh:mm:ss.sssZ INFO fp8-train: step 1/30 ...": fp8-train's text log.
 const std::regex& log_line_pattern() {
   static const std::regex kLine(R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO|WARNING|ERROR) fp8-train(?:\[rank \d+\])?: (.*)$)");
   return kLine;

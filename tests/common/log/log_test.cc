@@ -32,7 +32,7 @@ TEST_F(LogTest, TextLinesCarryTimeLevelComponentAndMessage) {
   error("cannot start");
   const std::vector<std::string> lines = lines_of(out_);
   ASSERT_EQ(lines.size(), 3u) << out_.str();
-  // 2026-01-02T03:04:05.678Z INFO fp8-worker: ...
+  // YYYY-MM-DDThh:mm:ss.sssZ INFO fp8-worker: ...
   const std::vector<std::string> first = absl::StrSplit(lines[0], absl::MaxSplits(' ', 2));
   ASSERT_EQ(first.size(), 3u);
   absl::Time t;
