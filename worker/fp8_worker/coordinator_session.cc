@@ -66,7 +66,7 @@ void CoordinatorSession::failed(const char* call, const grpc::Status& s) {
       in_outage_ = true;
       outage_since_ = Clock::now();
       log::warn(absl::StrCat("coordinator ", target_, " unreachable (", call, ": ", describe(s), "); ",
-                       ranks_.size(), " rank(s) keep running; retrying"));
+                             ranks_.size(), " rank(s) keep running; retrying"));
     }
   } else {
     const std::string text = absl::StrCat(call, " refused by ", target_, ": ", describe(s));
@@ -110,8 +110,8 @@ absl::Status CoordinatorSession::register_self() {
   heartbeat_interval_ = resp.heartbeat_interval_ms() > 0 ? std::chrono::milliseconds(resp.heartbeat_interval_ms())
                                                          : kDefaultHeartbeat;
   log::info(absl::StrCat(req.previous_worker_id().empty() ? "registered" : "re-registered", " with ", target_, " as ",
-                   worker_id_, " (", config_.device_name, ", heartbeat every ", heartbeat_interval_.count(), " ms, ",
-                   req.running_size(), " rank(s) running)"));
+                         worker_id_, " (", config_.device_name, ", heartbeat every ", heartbeat_interval_.count(), " ms, ",
+                         req.running_size(), " rank(s) running)"));
   succeeded();
   next_tick_ = Clock::now();  // first heartbeat (and any pending exit report) right away
   return absl::OkStatus();
@@ -150,7 +150,7 @@ bool CoordinatorSession::report_pending_exits() {
     // the attempt long gone. A few tries, then it is not worth holding on to.
     if (++it->refusals >= options_.max_report_refusals) {
       log::warn(absl::StrCat(e.key.to_string(), ": exit report refused ", it->refusals, " times (", describe(s),
-                       "); giving up on it"));
+                             "); giving up on it"));
       it = pending_.erase(it);
       continue;
     }
@@ -195,7 +195,7 @@ void CoordinatorSession::execute(const v1::WorkerCommand& command) {
     case v1::WorkerCommand::kStartRank:
       if (shutting_down_) {
         log::warn(absl::StrCat(command.start_rank().job_id(), " attempt ", command.start_rank().attempt(), " rank ",
-                         command.start_rank().rank(), ": not started, fp8-worker is stopping"));
+                               command.start_rank().rank(), ": not started, fp8-worker is stopping"));
         return;
       }
     {
@@ -240,7 +240,7 @@ absl::Status CoordinatorSession::tick() {
 
 absl::Status CoordinatorSession::run(const std::atomic<int>& stop_requests) {
   log::info(absl::StrCat("fp8-worker ", kWorkerVersion, " on ", config_.device_name, ": coordinator ", target_,
-                   ", work dir ", config_.work_dir, ", trainer ", config_.trainer));
+                         ", work dir ", config_.work_dir, ", trainer ", config_.trainer));
   next_tick_ = Clock::now();
   absl::Status fatal;
   while (stop_requests.load() == 0) {

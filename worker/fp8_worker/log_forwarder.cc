@@ -53,7 +53,7 @@ void LogForwarder::append(const RankKey& key, absl::string_view line, int64_t ti
     if (!s.warned) {
       s.warned = true;
       log::warn(key.to_string() + ": output faster than the coordinator takes it; dropping old lines "
-          "from its log stream (output.log on this worker has them all)");
+                "from its log stream (output.log on this worker has them all)");
     }
   }
   v1::LogLine& l = s.lines.emplace_back();
@@ -120,7 +120,7 @@ void LogForwarder::flush_once() {
     if (it != streams_.end() && !it->second.warned) {
       it->second.warned = true;
       log::warn(b.key.to_string() + ": AppendLogs to " + b.address + " failed (" + st.ToString() +
-          "); its log lines are dropped while this lasts (output.log on this worker has them all)");
+                "); its log lines are dropped while this lasts (output.log on this worker has them all)");
     }
   }
 }

@@ -87,7 +87,7 @@ void RankSupervisor::start(const v1::StartRank& start) {
     return spawn_failed(key, std::string(p.status().message()), kSpawnFailedExitCode);
   }
   log::info(absl::StrCat(key.to_string(), ": started ", config_.trainer, " (pid ", (*p)->pid(), ", world size ",
-                   start.world_size(), "), log ", cmd->log_path));
+                         start.world_size(), "), log ", cmd->log_path));
   ranks_[key].process = std::move(*p);
 }
 
@@ -119,7 +119,7 @@ void RankSupervisor::stop(const std::string& job_id, int attempt, int grace_seco
     ++n;
   }
   log::info(absl::StrCat("stop ", job_id, " attempt ", attempt, " (", reason.empty() ? "no reason given" : reason, "): ",
-                   n == 0 ? "no rank of it runs here" : absl::StrCat(n, " rank(s), grace ", grace_seconds, " s")));
+                         n == 0 ? "no rank of it runs here" : absl::StrCat(n, " rank(s), grace ", grace_seconds, " s")));
 }
 
 void RankSupervisor::stop_all(int grace_seconds, const std::string& reason) {
