@@ -31,9 +31,13 @@
 #include "absl/strings/str_join.h"
 #include "common/jobspec/memory_estimate.h"
 #include "worker/engine/checkpoint/discovery.h"
+#include "worker/engine/checkpoint/commit_marker.h"
 #include "worker/engine/checkpoint/layout.h"
+#include "worker/engine/checkpoint/save.h"
 #include "worker/engine/checkpoint/shard_reader.h"
 #include "worker/engine/train/checkpoint_rows.h"
+#include "worker/engine/fsdp/shard_layout.h"
+#include "worker/engine/status_macros.h"
 #include "worker/engine/train/trainer.h"
 
 namespace fp8::engine::testing {
@@ -514,6 +518,71 @@ TEST_P(FsdpTrainingTest, ShardedCheckpointResumesBitForBit) {
   for (size_t i = 0; i < resumed[0].steps.size(); ++i) {
     const StepRecord& want = full[0].steps[i + 4];
     EXPECT_EQ(resumed[0].steps[i].step, want.step);
+    EXPECT_EQ(resumed[0].steps[i].loss, want.loss) << "step " << want.step;
+    EXPECT_EQ(resumed[0].steps[i].grad_norm, want.grad_norm) << "step " << want.step;
+  }
+}
+
+// A sharded checkpoint written before the vocabulary was padded to a multiple of 64 (each
+// rank's flat rows of the 300-row embedding and output projection, not of 320) resumes at
+// the same world size exactly as the run that never stopped.
+TEST_P(FsdpTrainingTest, AShardedCheckpointWithoutTheVocabularysPaddingResumesBitForBit) {
+  const std::vector<std::string> extra{"model.vocab_size=300", "model.tie_embeddings=false", "checkpoint.every=4"};
+  RunOptions straight;
+  straight.world_size = 2;
+  const auto full = train_ranks(job(extra, "straight"), straight);
+  ASSERT_TRUE(all_ok(full));
+  RunOptions first = straight;
+  first.stop_after_step = 4;
+  ASSERT_TRUE(all_ok(train_ranks(job(extra, "padded"), first)));
+
+  // Step 4 rewritten as before the padding: the whole 320 rows put together from both
+  // shards, cut to 300, and split over the ranks again.
+  const std::filesystem::path padded = dir_.path() / "padded", unpadded = dir_.path() / "unpadded";
+  std::vector<checkpoint::ShardReader> readers;
+  for (int r = 0; r < 2; ++r) {
+    absl::StatusOr<checkpoint::ShardReader> reader = checkpoint::ShardReader::open(checkpoint::shard_path(padded, 4, r, 2));
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    readers.push_back(std::move(*reader));
+  }
+  const fsdp::ShardLayout with = fsdp::shard_layout({320, 32}, 2), without = fsdp::shard_layout({300, 32}, 2);
+  auto is_vocab = [](const std::string& name) { return name.ends_with("tok_embeddings") || name.ends_with("/output"); };
+  std::vector<checkpoint::ShardInfo> infos;
+  for (int r = 0; r < 2; ++r) {
+    absl::StatusOr<checkpoint::ShardInfo> info =
+        checkpoint::write_rank_shard(unpadded, 4, r, 2, [&](checkpoint::ShardWriter& w) -> absl::Status {
+          for (const auto& [key, value] : readers[r].metadata()) FP8_RETURN_IF_ERROR(w.set_metadata(key, value));
+          for (const checkpoint::RecordInfo& info : readers[r].records()) {
+            std::vector<std::byte> bytes(info.size_bytes);
+            FP8_RETURN_IF_ERROR(readers[r].read_record(info.name, info.dtype, info.shape, bytes));
+            if (!is_vocab(info.name)) {
+              FP8_RETURN_IF_ERROR(w.write_record(info.name, info.dtype, info.shape, bytes));
+              continue;
+            }
+            std::vector<float> whole;
+            for (const checkpoint::ShardReader& q : readers) {
+              std::vector<float> part(static_cast<size_t>(with.shard_elements()));
+              FP8_RETURN_IF_ERROR(q.read_tensor<float>(info.name, part, {with.shard_elements()}));
+              whole.insert(whole.end(), part.begin(), part.end());
+            }
+            std::vector<float> mine(whole.begin() + r * without.shard_elements(),
+                                    whole.begin() + (r + 1) * without.shard_elements());
+            FP8_RETURN_IF_ERROR(w.write_tensor<float>(info.name, mine, {without.shard_elements()}));
+          }
+          return absl::OkStatus();
+        });
+    ASSERT_TRUE(info.ok()) << info.status();
+    infos.push_back(*info);
+  }
+  ASSERT_TRUE(checkpoint::write_commit_marker(checkpoint::step_directory(unpadded, 4), 4, 2, infos).ok());
+
+  RunOptions again = straight;
+  again.resume = true;
+  const auto resumed = train_ranks(job(extra, "unpadded"), again);
+  ASSERT_TRUE(all_ok(resumed)) << resumed[0].error;
+  ASSERT_EQ(resumed[0].steps.size(), static_cast<size_t>(kSteps - 4));
+  for (size_t i = 0; i < resumed[0].steps.size(); ++i) {
+    const StepRecord& want = full[0].steps[i + 4];
     EXPECT_EQ(resumed[0].steps[i].loss, want.loss) << "step " << want.step;
     EXPECT_EQ(resumed[0].steps[i].grad_norm, want.grad_norm) << "step " << want.step;
   }

@@ -12,8 +12,10 @@
 #include "worker/engine/checkpoint/committed_checkpoint.h"
 #include "worker/engine/checkpoint/discovery.h"
 #include "worker/engine/checkpoint/layout.h"
+#include "worker/engine/checkpoint/save.h"
 #include "worker/engine/checkpoint/shard_reader.h"
 #include "worker/engine/data/token_shard.h"
+#include "worker/engine/status_macros.h"
 #include "worker/engine/train/trainer.h"
 
 namespace fp8::engine::testing {
@@ -111,6 +113,60 @@ INSTANTIATE_TEST_SUITE_P(Recipes, ResumeTest,
                            if (info.param.size() > 1 && info.param[1] == "train.compute_dtype=bf16") name += "_bf16";
                            return name;
                          });
+
+// A checkpoint written before the vocabulary was padded to a multiple of 64 holds the
+// embedding, the output projection and their moments without the padding rows. It
+// resumes as the same checkpoint written with them (rows the engine starts at zero).
+TEST_F(ResumeTest, ACheckpointWithoutTheVocabularysPaddingResumesAsOneWithIt) {
+  const std::vector<std::string> untied_300 = {"model.vocab_size=300", "model.tie_embeddings=false"};
+  const fs::path padded_dir = tmp_.path() / "padded", unpadded_dir = tmp_.path() / "unpadded";
+  {
+    std::unique_ptr<Trainer> first = make_trainer(tiny_job(corpus_, padded_dir, untied_300));
+    ASSERT_NE(first, nullptr);
+    RecordingObserver log;
+    ASSERT_TRUE(first->run(log, {.stop = nullptr, .stop_after_step = 10}).ok());
+  }
+  // Step 10 again, as the engine wrote it before padding: 300 rows where it now has 320.
+  absl::StatusOr<checkpoint::ShardReader> padded = checkpoint::ShardReader::open(shard(padded_dir, 10));
+  ASSERT_TRUE(padded.ok()) << padded.status();
+  int cut = 0;
+  absl::StatusOr<checkpoint::CommittedCheckpoint> written =
+      checkpoint::save_single_process_checkpoint(unpadded_dir, 10, [&](checkpoint::ShardWriter& w) -> absl::Status {
+        for (const auto& [key, value] : padded->metadata()) FP8_RETURN_IF_ERROR(w.set_metadata(key, value));
+        for (const checkpoint::RecordInfo& info : padded->records()) {
+          std::string bytes(info.size_bytes, '\0');
+          FP8_RETURN_IF_ERROR(
+              padded->read_record(info.name, info.dtype, info.shape, std::as_writable_bytes(std::span(bytes))));
+          checkpoint::Shape shape = info.shape;
+          if (shape.size() == 2 && shape[0] == 320) {
+            shape[0] = 300;
+            bytes.resize(static_cast<size_t>(300 * shape[1]) * sizeof(float));
+            ++cut;
+          }
+          FP8_RETURN_IF_ERROR(w.write_record(info.name, info.dtype, shape, std::as_bytes(std::span(bytes))));
+        }
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(cut, 6) << "tok_embeddings and output, each with its two moments";
+
+  std::vector<RecordingObserver> logs(2);
+  const std::vector<fs::path> dirs = {padded_dir, unpadded_dir};
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    std::unique_ptr<Trainer> second = make_trainer(tiny_job(corpus_, dirs[i], untied_300));
+    ASSERT_NE(second, nullptr);
+    absl::StatusOr<int64_t> from = second->resume(logs[i]);
+    ASSERT_TRUE(from.ok()) << from.status();
+    EXPECT_EQ(*from, 10);
+    ASSERT_TRUE(second->run(logs[i]).ok());
+  }
+  ASSERT_EQ(logs[0].steps.size(), logs[1].steps.size());
+  for (size_t s = 0; s < logs[0].steps.size(); ++s) EXPECT_EQ(logs[0].steps[s].loss, logs[1].steps[s].loss);
+  const std::map<std::string, std::string> a = shard_contents(shard(padded_dir, 20));
+  const std::map<std::string, std::string> b = shard_contents(shard(unpadded_dir, 20));
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "the two runs end in different state";
+}
 
 // Token shards holding a text's bytes train exactly as the text does, and a run on a
 // pattern of shards stopped and resumed (its windows straddle shard boundaries, its data

@@ -45,4 +45,11 @@ absl::StatusOr<std::vector<float>> CheckpointRows::rows(const std::string& recor
   return out;
 }
 
+bool CheckpointRows::holds(const std::string& record, const TensorShape& shape) const {
+  const checkpoint::RecordInfo* info = shards_.front().find_record(record);
+  if (info == nullptr) return false;
+  if (world_size() == 1 && info->shape == checkpoint::Shape(shape.begin(), shape.end())) return true;
+  return info->shape == checkpoint::Shape{fsdp::shard_layout(shape, world_size()).shard_elements()};
+}
+
 }  // namespace fp8::engine

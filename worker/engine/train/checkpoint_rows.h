@@ -34,6 +34,10 @@ class CheckpointRows {
   absl::StatusOr<std::vector<float>> rows(const std::string& record, const TensorShape& shape, int64_t begin,
                                           int64_t end) const;
 
+  // Whether `record` was written for a tensor of `shape` at this checkpoint's world size
+  // (whole, or FSDP's flat row blocks).
+  bool holds(const std::string& record, const TensorShape& shape) const;
+
  private:
   explicit CheckpointRows(std::vector<checkpoint::ShardReader> shards) : shards_(std::move(shards)) {}
   std::vector<checkpoint::ShardReader> shards_;

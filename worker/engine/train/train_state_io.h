@@ -61,6 +61,10 @@ struct RankPart {
   int rank = 0;
   int world_size = 1;
   std::vector<TensorShape> full_shapes;
+  // Each trained parameter's rows that only pad it (Parameter::padding_rows), in the same
+  // order; empty: none. A checkpoint written before the vocabulary was padded holds such a
+  // parameter and its moments without those rows: they are read as zero, as they start.
+  std::vector<int64_t> padding_rows;
 };
 
 // The same from a checkpoint written at any world size: parameters and AdamW's moments are

@@ -176,15 +176,21 @@ std::string Trainer::fp8_summary() const {
 
 absl::Status Trainer::load_checkpoint(const checkpoint::CommittedCheckpoint& found) {
   std::string read_from;
+  bool read = false;
   if (found.world_size() == world_size() && world_size() > 1) {
-    // Every rank reads its own shard, as written.
+    // Every rank reads its own shard, as written, unless the shard's vocabulary rows were
+    // written before they were padded.
     FP8_ASSIGN_OR_RETURN(checkpoint::ShardReader reader, checkpoint::open_committed_shard(found, rank()));
-    read_from = reader.path().string();
-    FP8_RETURN_IF_ERROR(read_train_state(reader, state_refs()));
-  } else {
-    // Another world size, or one rank whose checkpoint may hold whole tensors (a single
-    // process's) or flat ones (FSDP's): each rank reads its rows from the shards that
-    // hold them.
+    if (!written_without_padding(reader)) {
+      read_from = reader.path().string();
+      FP8_RETURN_IF_ERROR(read_train_state(reader, state_refs()));
+      read = true;
+    }
+  }
+  if (!read) {
+    // Another world size, one rank whose checkpoint may hold whole tensors (a single
+    // process's) or flat ones (FSDP's), or unpadded vocabulary rows: each rank reads its
+    // rows from the shards that hold them.
     FP8_ASSIGN_OR_RETURN(CheckpointRows rows, CheckpointRows::open(found));
     read_from = rows.first().path().string();
     RankPart part{.sharded = fsdp_ != nullptr, .rank = rank(), .world_size = world_size(), .full_shapes = {}};
@@ -193,6 +199,7 @@ absl::Status Trainer::load_checkpoint(const checkpoint::CommittedCheckpoint& fou
     } else {
       for (const Parameter& p : trained_->all()) part.full_shapes.push_back(p.shape);
     }
+    part.padding_rows = padding_rows();
     FP8_RETURN_IF_ERROR(read_train_state(rows, state_refs(), part));
   }
   if (optimizer_->steps_taken() != found.step()) {
@@ -200,6 +207,26 @@ absl::Status Trainer::load_checkpoint(const checkpoint::CommittedCheckpoint& fou
                                             " but sits in the directory of step ", found.step()));
   }
   return absl::OkStatus();
+}
+
+std::vector<int64_t> Trainer::padding_rows() const {
+  std::map<std::string, int64_t> by_name;
+  for (const Parameter& p : model_->parameters().all()) by_name[p.name] = p.padding_rows;
+  std::vector<int64_t> out;
+  for (const Parameter& p : trained_->all()) out.push_back(by_name[p.name]);
+  return out;
+}
+
+bool Trainer::written_without_padding(const checkpoint::ShardReader& reader) const {
+  const std::vector<int64_t> padding = padding_rows();
+  const auto& trained = trained_->all();
+  for (size_t i = 0; i < trained.size(); ++i) {
+    if (padding[i] == 0) continue;
+    const checkpoint::RecordInfo* info = reader.find_record("params/" + trained[i].name);
+    const TensorShape& shape = trained[i].value.shape();
+    if (info != nullptr && info->shape != checkpoint::Shape(shape.begin(), shape.end())) return true;
+  }
+  return false;
 }
 
 absl::StatusOr<int64_t> Trainer::resume(TrainObserver& observer) {

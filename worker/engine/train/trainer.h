@@ -132,6 +132,11 @@ class Trainer {
   absl::StatusOr<std::filesystem::path> save_sharded_checkpoint();
   // This rank's part of `found` into the model, optimizer and batcher.
   absl::Status load_checkpoint(const checkpoint::CommittedCheckpoint& found);
+  // Each trained parameter's padding rows (Parameter::padding_rows), in trained order.
+  std::vector<int64_t> padding_rows() const;
+  // Whether `reader` holds a padded parameter without its padding rows (a checkpoint
+  // written before the vocabulary was padded to a multiple of 64).
+  bool written_without_padding(const checkpoint::ShardReader& reader) const;
   // Under FSDP: fails on every rank unless every rank's `ok` holds and all report the same
   // `step` (what they resumed from, or checkpointed).
   absl::Status agree(bool ok, int64_t step, const char* what);
