@@ -49,7 +49,7 @@ TEST_F(LogTest, EachJsonLineIsOneObjectWithTimeLevelComponentAndMessage) {
   install({.component = "fp8-coordinator", .format = Format::kJson, .sink = &out_});
   info("serving on 127.0.0.1:7070");
   warn("a \"quoted\"\nmessage\twith control characters");
-  error(std::string("not utf-8: \xff\xfe", 15));
+  error("not utf-8: \xff\xfe");
   const std::vector<std::string> lines = lines_of(out_);
   ASSERT_EQ(lines.size(), 3u) << "a newline in a message stays inside its one line:\n" << out_.str();
   const std::vector<std::string> levels = {"info", "warning", "error"};
