@@ -22,9 +22,9 @@ bool final(const v1::Job& j) {
   return j.state() == v1::Job::SUCCEEDED || j.state() == v1::Job::FAILED || j.state() == v1::Job::CANCELLED;
 }
 
-// What one rank of an attempt logged, as it reached the coordinator through its worker;
-// empty (with a test failure) when the call fails.
-std::string rank_log(const ControlPlane& cp, const std::string& job_id, int attempt, int rank) {
+// The lines one rank of an attempt logged, as they reached the coordinator through its
+// worker; none (with a test failure) when the call fails.
+v1::GetJobLogsResponse rank_log_lines(const ControlPlane& cp, const std::string& job_id, int attempt, int rank) {
   v1::GetJobLogsRequest logs;
   logs.set_job_id(job_id);
   logs.set_attempt(attempt);
@@ -34,6 +34,12 @@ std::string rank_log(const ControlPlane& cp, const std::string& job_id, int atte
   auto ctx = with_token(cp.admin_token(), seconds(10));
   const grpc::Status s = cp.job_stub()->GetJobLogs(ctx.get(), logs, &lines);
   EXPECT_TRUE(s.ok()) << s.error_message();
+  return lines;
+}
+
+// The same as text, a line each.
+std::string rank_log(const ControlPlane& cp, const std::string& job_id, int attempt, int rank) {
+  const v1::GetJobLogsResponse lines = rank_log_lines(cp, job_id, attempt, rank);
   std::string text;
   for (const v1::JobLogLine& l : lines.lines()) text += l.line().text() + "\n";
   return text;
@@ -92,13 +98,7 @@ TEST(ControlPlaneTest, JsonLogsFromEveryDaemonAndRankLinesKeepTheirLevel) {
   }
 
   // The rank's lines reach the coordinator as their message, with their level.
-  v1::GetJobLogsRequest req;
-  req.set_job_id(job.id());
-  req.set_attempt(1);
-  req.set_tail_lines(10000);
-  v1::GetJobLogsResponse resp;
-  auto ctx = with_token(cp.admin_token(), seconds(10));
-  ASSERT_TRUE(cp.job_stub()->GetJobLogs(ctx.get(), req, &resp).ok());
+  const v1::GetJobLogsResponse resp = rank_log_lines(cp, job.id(), 1, 0);
   int steps = 0;
   for (const v1::JobLogLine& l : resp.lines()) {
     EXPECT_NE(l.line().text().front(), '{') << "a rank's json line was forwarded whole: " << l.line().text();

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/engine/hf/random_checkpoint_model.h"
 #include "worker/engine/hf/device_decoder.h"
 #include "worker/engine/hf/generate.h"
 #include "worker/engine/hf/llama_decoder.h"
@@ -18,28 +19,15 @@ namespace fp8::hf {
 namespace {
 
 CheckpointModel random_model() {
-  CheckpointModel m;
-  m.config.vocab_size = 260;
-  m.config.dim = 64;
-  m.config.n_layers = 2;
-  m.config.n_heads = 4;
-  m.config.n_kv_heads = 2;
-  m.config.ffn_dim = 128;
-  m.config.max_seq_len = 32;
-  v1::Fp8Spec fp8;
-  fp8.set_recipe(v1::Fp8Spec::NONE);
-  absl::StatusOr<std::unique_ptr<engine::LlamaModel>> model =
-      engine::LlamaModel::create(engine::Device::cpu(), m.config, fp8, 13);
-  EXPECT_TRUE(model.ok()) << model.status();
-  for (const engine::Parameter& p : (*model)->parameters().all()) {
-    absl::StatusOr<std::vector<float>> values = p.value.download<float>();
-    std::vector<int64_t> shape = p.value.shape();
-    const int64_t row = p.value.numel() / shape[0];
-    shape[0] -= p.padding_rows;
-    values->resize(static_cast<size_t>(shape[0] * row));
-    m.parameters.push_back({p.name, shape, *values});
-  }
-  return m;
+  engine::LlamaConfig c;
+  c.vocab_size = 260;
+  c.dim = 64;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn_dim = 128;
+  c.max_seq_len = 32;
+  return random_checkpoint_model(c, 13);
 }
 
 TEST(DeviceDecoderCudaTest, LogitsOnTheGpuAreTheCachedDecodersOnTheCpu) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/engine/hf/random_checkpoint_model.h"
 #include "worker/engine/hf/checkpoint_logits.h"
 #include "worker/engine/hf/device_decoder.h"
 #include "worker/engine/hf/generate.h"
@@ -20,33 +21,18 @@
 namespace fp8::hf {
 namespace {
 
-// A model as a checkpoint would hold it: LlamaModel's initial parameters, by name, without
-// the vocabulary's padding rows (260 pads to 320).
+// A small model whose vocabulary (260) pads to 320 rows.
 CheckpointModel random_model(bool tied, uint64_t seed) {
-  CheckpointModel m;
-  m.config.vocab_size = 260;
-  m.config.dim = 32;
-  m.config.n_layers = 2;
-  m.config.n_heads = 4;
-  m.config.n_kv_heads = 2;
-  m.config.ffn_dim = 48;
-  m.config.max_seq_len = 24;
-  m.config.tie_embeddings = tied;
-  v1::Fp8Spec fp8;
-  fp8.set_recipe(v1::Fp8Spec::NONE);
-  absl::StatusOr<std::unique_ptr<engine::LlamaModel>> model =
-      engine::LlamaModel::create(engine::Device::cpu(), m.config, fp8, seed);
-  EXPECT_TRUE(model.ok()) << model.status();
-  for (const engine::Parameter& p : (*model)->parameters().all()) {
-    absl::StatusOr<std::vector<float>> values = p.value.download<float>();
-    EXPECT_TRUE(values.ok());
-    std::vector<int64_t> shape = p.value.shape();
-    const int64_t row = p.value.numel() / shape[0];
-    shape[0] -= p.padding_rows;
-    values->resize(static_cast<size_t>(shape[0] * row));
-    m.parameters.push_back({p.name, shape, *values});
-  }
-  return m;
+  engine::LlamaConfig c;
+  c.vocab_size = 260;
+  c.dim = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn_dim = 48;
+  c.max_seq_len = 24;
+  c.tie_embeddings = tied;
+  return random_checkpoint_model(c, seed);
 }
 
 std::vector<int32_t> sample_tokens(int n, int32_t vocab) {
