@@ -13,7 +13,7 @@ namespace fp8::metrics {
 class Histogram {
  public:
   // `bounds`: finite, strictly increasing upper bounds (see buckets.h); +Inf is implied.
-  explicit Histogram(std::vector<double> bounds) : bounds_(bounds), histogram_(bounds_) {}
+  explicit Histogram(const std::vector<double>& bounds) : histogram_(bounds) {}
   Histogram(const Histogram&) = delete;
   Histogram& operator=(const Histogram&) = delete;
 
@@ -27,12 +27,10 @@ class Histogram {
     uint64_t count = 0;
   };
   Snapshot snapshot() const;
-  const std::vector<double>& bounds() const { return bounds_; }
 
   prometheus::ClientMetric collect() const { return histogram_.Collect(); }
 
  private:
-  const std::vector<double> bounds_;
   prometheus::Histogram histogram_;
 };
 
