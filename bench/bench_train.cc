@@ -768,7 +768,7 @@ class RoundTally final : public fp8::engine::TrainObserver {
     if (r.comm) {
       sum.all_gather_fp8_bytes += covered * r.comm->all_gather_fp8_bytes;
       sum.all_gather_f32_bytes += covered * r.comm->all_gather_f32_bytes;
-      sum.reduce_scatter_bytes += covered * r.comm->reduce_scatter_bytes;
+      sum.reduce_scatter_f32_bytes += covered * r.comm->reduce_scatter_f32_bytes;
       sum.comm_ms += covered * r.comm->comm_ms;
       sum.exposed_ms += covered * r.comm->exposed_ms;
       comm_steps += covered;
@@ -890,12 +890,12 @@ void print_fsdp_results(const FsdpSetup& setup, const std::vector<FsdpContender>
                fmt(per_step(c, c.tally.sum.all_gather_fp8_bytes) / 1e6, 3),
                fmt(per_step(c, c.tally.sum.all_gather_f32_bytes) / 1e6, 3),
                has_base ? fmt(gathered(c) / gathered(base), 2) + "x" : "-",
-               fmt(per_step(c, c.tally.sum.reduce_scatter_bytes) / 1e6, 3)});
+               fmt(per_step(c, c.tally.sum.reduce_scatter_f32_bytes) / 1e6, 3)});
     if (out.is_open()) {
       out << (c.all_gather_fp8 ? "on" : "off") << "," << ms << "," << tokens_per_s(c) << ","
           << per_step(c, c.tally.sum.comm_ms) << "," << exposed << ","
           << per_step(c, c.tally.sum.all_gather_fp8_bytes) << "," << per_step(c, c.tally.sum.all_gather_f32_bytes)
-          << "," << per_step(c, c.tally.sum.reduce_scatter_bytes) << "\n";
+          << "," << per_step(c, c.tally.sum.reduce_scatter_f32_bytes) << "\n";
     }
   }
   table.print();
@@ -1004,10 +1004,10 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
   // Every rank's communication, averaged (the bytes and steps are the same on every rank).
   for (FsdpContender& c : runs) {
     fp8::engine::StepComm& m = c.tally.sum;
-    double v[5] = {m.all_gather_fp8_bytes, m.all_gather_f32_bytes, m.reduce_scatter_bytes, m.comm_ms, m.exposed_ms};
+    double v[5] = {m.all_gather_fp8_bytes, m.all_gather_f32_bytes, m.reduce_scatter_f32_bytes, m.comm_ms, m.exposed_ms};
     if (absl::Status s = (*control)->all_reduce(v, 5, fp8::engine::collectives::ReduceOp::kSum); !s.ok()) return s;
     for (double& x : v) x /= setup.nproc;
-    m.all_gather_fp8_bytes = v[0], m.all_gather_f32_bytes = v[1], m.reduce_scatter_bytes = v[2];
+    m.all_gather_fp8_bytes = v[0], m.all_gather_f32_bytes = v[1], m.reduce_scatter_f32_bytes = v[2];
     m.comm_ms = v[3], m.exposed_ms = v[4];
   }
   if (rank == 0) print_fsdp_results(setup, runs);

@@ -173,6 +173,11 @@ void fill_resources(v1::ResourceSpec& r) {
   if (!r.has_cpus_per_rank()) r.set_cpus_per_rank(1);
 }
 
+void fill_fsdp(v1::FsdpSpec& f) {
+  if (f.param_dtype() == v1::FsdpSpec::DTYPE_UNSPECIFIED) f.set_param_dtype(v1::FsdpSpec::FP32);
+  if (f.reduce_dtype() == v1::FsdpSpec::DTYPE_UNSPECIFIED) f.set_reduce_dtype(v1::FsdpSpec::FP32);
+}
+
 void fill_restarts(v1::RestartPolicy& r) {
   if (!r.has_max_restarts()) r.set_max_restarts(5);
   if (!r.has_backoff_seconds()) r.set_backoff_seconds(10);
@@ -218,6 +223,7 @@ void apply_defaults(JobSpec& spec) {
   fill_checkpoint(*spec.mutable_checkpoint());
   fill_resources(*spec.mutable_resources());
   fill_restarts(*spec.mutable_restarts());
+  fill_fsdp(*spec.mutable_fsdp());
   fill_derived(spec);
 }
 

@@ -250,19 +250,24 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
     // The root stays gathered (and, in the backward, its full gradients) for the whole
     // micro-batch; a block is gathered with the next one prefetched, and in its backward
     // also holds its full gradients and its reduce-scatter's buffer.
+    // fsdp.param_dtype bf16: a parameter lands in bf16 before it is widened to fp32;
+    // fsdp.reduce_dtype bf16: the gradients are rounded to bf16 for their reduce-scatter.
+    const int64_t param_wire = spec.fsdp().param_dtype() == v1::FsdpSpec::BF16 ? 2 : 0;
+    const int64_t reduce_wire = spec.fsdp().reduce_dtype() == v1::FsdpSpec::BF16 ? 2 : 0;
     auto gathered = [&](const std::vector<Shape>& unit, bool fp8_weights, bool for_backward) {
       int64_t bytes = 0;
       for (const Shape& p : unit) {
         const bool weight = p.cols > 1;
         const bool as_fp8 = fp8_weights && weight && fp8_gather;
-        bytes += as_fp8 ? padded_elements(p, world) * (for_backward ? 2 : 1) : padded_elements(p, world) * kF32;
+        bytes += as_fp8 ? padded_elements(p, world) * (for_backward ? 2 : 1)
+                        : padded_elements(p, world) * (kF32 + param_wire);
       }
       return bytes;
     };
     auto full_grads = [&](const std::vector<Shape>& unit) {
       int64_t elements = 0;
       for (const Shape& p : unit) elements += padded_elements(p, world);
-      return elements * kF32;
+      return elements * (kF32 + reduce_wire);
     };
     const bool output_fp8 = fp8.recipe() != v1::Fp8Spec::NONE && is_float8_linear(fp8, "output");
     const std::vector<Shape> root = root_parameters(s), block = block_parameters(s);
@@ -277,6 +282,12 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
                        "the root unit (embeddings, final norm, output) and its full gradients; two blocks in flight "
                        "with one block's full gradients and reduce-scatter buffer; every unit's reduced gradient shard",
                        root_bytes + block_bytes + held * kF32});
+    if (param_wire > 0) {
+      // The shards that travel in bf16 are rounded into a send buffer of their own (counted
+      // for every shard: those gathered in fp8 send their codes instead, a little less).
+      e.parts.push_back({"FSDP bf16 send copies", "this rank's shards rounded to bf16 for fsdp.param_dtype",
+                         held * param_wire});
+    }
   }
   return e;
 }

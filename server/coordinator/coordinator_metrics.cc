@@ -177,7 +177,9 @@ void CoordinatorMetrics::on_rank_progress(const v1::Job& job, int rank, const v1
   const v1::CommunicationBytes& c = p.communication();
   for (const Traffic& t : {Traffic{"all_gather", "fp8", c.all_gather_fp8_bytes()},
                            Traffic{"all_gather", "fp32", c.all_gather_fp32_bytes()},
+                           Traffic{"all_gather", "bf16", c.all_gather_bf16_bytes()},
                            Traffic{"reduce_scatter", "fp32", c.reduce_scatter_bytes()},
+                           Traffic{"reduce_scatter", "bf16", c.reduce_scatter_bf16_bytes()},
                            Traffic{"all_reduce", "fp32", c.all_reduce_bytes()}}) {
     if (t.bytes > 0) job_communication_bytes_.with({id, t.collective, t.dtype}).inc(static_cast<double>(t.bytes) * steps);
   }

@@ -161,6 +161,12 @@ const std::vector<std::pair<std::string, Where>>& field_table() {
       {"resources.cpus_per_rank", tests({"CoordinatorTest.AJobWaitsForAWorkerOfferingItsCpusPerRank"})},
       {"resources.memory_gb", tests({"CoordinatorTest.PlacementHonoursWhatWorkersOffer"})},
 
+      // ---- fsdp: act only across ranks
+      {"fsdp.param_dtype", tests({"FsdpBf16CommTest.HalvesTheHighPrecisionBytesAndFollowsTheFp32Loss",
+                                  "FsdpBf16CommTest.EachFieldAloneChangesTheTrainingAndRepeatsBitForBit"})},
+      {"fsdp.reduce_dtype", tests({"FsdpBf16CommTest.HalvesTheHighPrecisionBytesAndFollowsTheFp32Loss",
+                                   "FsdpBf16CommTest.EachFieldAloneChangesTheTrainingAndRepeatsBitForBit"})},
+
       // ---- restarts
       {"restarts.max_restarts", tests({"CoordinatorTest.FailedRankStopsTheGangAndRestarts"})},
       {"restarts.backoff_seconds", tests({"CoordinatorTest.ARestartWaitsOutTheJobsBackoff"})},

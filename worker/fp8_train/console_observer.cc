@@ -1,5 +1,6 @@
 #include "worker/fp8_train/console_observer.h"
 
+#include <initializer_list>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,21 @@ std::string memory_text(int64_t bytes) {
   return absl::StrFormat("%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
 }
 
+struct DtypeBytes {
+  double bytes;
+  const char* dtype;
+};
+
+// "1.20 MB fp8 + 0.34 MB fp32": the types that travelled; "0.00 MB" when none did.
+std::string bytes_by_dtype(std::initializer_list<DtypeBytes> parts) {
+  std::string text;
+  for (const DtypeBytes& p : parts) {
+    if (p.bytes <= 0) continue;
+    absl::StrAppend(&text, text.empty() ? "" : " + ", absl::StrFormat("%.2f MB %s", p.bytes / 1e6, p.dtype));
+  }
+  return text.empty() ? std::string("0.00 MB") : text;
+}
+
 }  // namespace
 
 void ConsoleObserver::on_step(const engine::StepReport& r) {
@@ -42,10 +58,13 @@ void ConsoleObserver::on_step(const engine::StepReport& r) {
   if (r.comm) {
     // One rank's traffic: gathered bytes by type, reduce-scattered gradients, all-reduces.
     const engine::StepComm& c = *r.comm;
-    log::info(absl::StrFormat("  comm  all-gather %.2f MB fp8 + %.2f MB fp32  reduce-scatter %.2f MB  "
-                              "all-reduce %.0f  %.1f ms (%.1f ms exposed)",
-                              c.all_gather_fp8_bytes / 1e6, c.all_gather_f32_bytes / 1e6,
-                              c.reduce_scatter_bytes / 1e6, c.all_reduces, c.comm_ms, c.exposed_ms));
+    log::info(absl::StrFormat("  comm  all-gather %s  reduce-scatter %s  all-reduce %.0f  %.1f ms (%.1f ms exposed)",
+                              bytes_by_dtype({{c.all_gather_fp8_bytes, "fp8"},
+                                              {c.all_gather_bf16_bytes, "bf16"},
+                                              {c.all_gather_f32_bytes, "fp32"}}),
+                              bytes_by_dtype({{c.reduce_scatter_bf16_bytes, "bf16"},
+                                              {c.reduce_scatter_f32_bytes, "fp32"}}),
+                              c.all_reduces, c.comm_ms, c.exposed_ms));
   }
 }
 

@@ -116,7 +116,9 @@ void CoordinatorReporter::on_step(const engine::StepReport& r) {
     fp8::v1::CommunicationBytes* c = p->mutable_communication();
     c->set_all_gather_fp8_bytes(round64(r.comm->all_gather_fp8_bytes));
     c->set_all_gather_fp32_bytes(round64(r.comm->all_gather_f32_bytes));
-    c->set_reduce_scatter_bytes(round64(r.comm->reduce_scatter_bytes));
+    c->set_all_gather_bf16_bytes(round64(r.comm->all_gather_bf16_bytes));
+    c->set_reduce_scatter_bytes(round64(r.comm->reduce_scatter_f32_bytes));
+    c->set_reduce_scatter_bf16_bytes(round64(r.comm->reduce_scatter_bf16_bytes));
     c->set_all_reduces(round32(r.comm->all_reduces));
     c->set_all_reduce_bytes(round64(r.comm->all_reduce_bytes));
   }

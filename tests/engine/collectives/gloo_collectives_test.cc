@@ -16,6 +16,7 @@
 #include "tests/engine/collectives/multi_process.h"
 #include "tests/engine/collectives/rank_checks.h"
 #include "tests/engine/collectives/scratch_dir.h"
+#include "fp8/arith.h"
 #include "worker/engine/collectives/gloo_process_group.h"
 
 namespace fp8::engine::collectives {
@@ -265,6 +266,30 @@ std::string check_all_reduce(ProcessGroup& pg, RankChecks& c) {
   return fingerprints;
 }
 
+// bf16 sums (fsdp.reduce_dtype): values widened, summed in fp32 in rank order, rounded to
+// bf16 once. The values are chosen so that rounding after each addition would differ: 1
+// plus W-1 halves of a bf16 ulp of 1 rounds back to 1 one addition at a time, but not all
+// at once (from 4 ranks). Two parts, one of them empty, in one call.
+void check_bf16_reduce_scatter(ProcessGroup& pg, RankChecks& c) {
+  const int r = pg.rank();
+  const int w = pg.size();
+  constexpr int64_t kCount = 5;
+  const float half_ulp = 1.0f / 256.0f;  // bf16 keeps 8 significant bits: its ulp at 1 is 2^-7
+  auto value = [&](int q, int64_t i) { return q == 0 ? 1.0f + static_cast<float>(i) : half_ulp; };
+  std::vector<uint16_t> send(static_cast<size_t>(kCount * w)), recv(kCount, 0xFFFF);
+  for (int64_t j = 0; j < kCount * w; ++j) send[static_cast<size_t>(j)] = float_to_bf16(value(r, j % kCount));
+  const Bf16ReduceScatterPart parts[] = {{send.data(), recv.data(), kCount}, {nullptr, nullptr, 0}};
+  if (!c.expect_ok(pg.reduce_scatter_bf16_parts(parts), "reduce_scatter_bf16_parts")) return;
+  for (int64_t i = 0; i < kCount; ++i) {
+    float sum = 0;
+    for (int q = 0; q < w; ++q) sum += bf16_to_float(float_to_bf16(value(q, i)));
+    const uint16_t want = float_to_bf16(sum);
+    c.expect(recv[static_cast<size_t>(i)] == want,
+             absl::StrCat("bf16 reduce_scatter [", i, "] = ", bf16_to_float(recv[static_cast<size_t>(i)]), ", want ",
+                          bf16_to_float(want)));
+  }
+}
+
 void check_broadcast_and_barrier(ProcessGroup& pg, RankChecks& c) {
   const int r = pg.rank();
   const int w = pg.size();
@@ -303,6 +328,7 @@ TEST_P(GlooCollectivesTest, EveryCollectiveGivesTheExpectedValuesOnEveryRank) {
         check_all_gather(pg, c);
         check_reduce_scatter(pg, c);
         check_parts(pg, c);
+        check_bf16_reduce_scatter(pg, c);
         report.output = check_all_reduce(pg, c);
         check_broadcast_and_barrier(pg, c);
         report.errors = c.text();

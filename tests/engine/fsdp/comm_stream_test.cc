@@ -145,7 +145,8 @@ CommCounters some_counts(int64_t k) {
   c.all_gather_bytes_fp8 = 1 * k;
   c.all_gather_bytes_bf16 = 2 * k;
   c.all_gather_bytes_f32 = 3 * k;
-  c.reduce_scatter_bytes = 4 * k;
+  c.reduce_scatter_bytes_f32 = 4 * k;
+  c.reduce_scatter_bytes_bf16 = 8 * k;
   c.all_reduces = 5 * k;
   c.weight_scale_all_reduces = 6 * k;
   c.amax_all_reduces = 7 * k;
@@ -157,7 +158,9 @@ void expect_counts(const CommCounters& got, int64_t k) {
   EXPECT_EQ(got.all_gather_bytes_bf16, 2 * k);
   EXPECT_EQ(got.all_gather_bytes_f32, 3 * k);
   EXPECT_EQ(got.all_gather_bytes(), 6 * k);
-  EXPECT_EQ(got.reduce_scatter_bytes, 4 * k);
+  EXPECT_EQ(got.reduce_scatter_bytes_f32, 4 * k);
+  EXPECT_EQ(got.reduce_scatter_bytes_bf16, 8 * k);
+  EXPECT_EQ(got.reduce_scatter_bytes(), 12 * k);
   EXPECT_EQ(got.all_reduces, 5 * k);
   EXPECT_EQ(got.weight_scale_all_reduces, 6 * k);
   EXPECT_EQ(got.amax_all_reduces, 7 * k);

@@ -60,16 +60,6 @@ INSTANTIATE_TEST_SUITE_P(Collectives, CudaFsdpTest,
                            return info.param == fsdp::UnitCollectives::kPacked ? "packed" : "per_parameter";
                          });
 
-::testing::AssertionResult all_ok(const std::vector<RankOutcome>& ranks) {
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    if (!ranks[r].ok) {
-      return ::testing::AssertionFailure() << "rank " << r << " failed: " << ranks[r].error << " (exit "
-                                           << ranks[r].exit_code << ", signal " << ranks[r].signal << ")";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 void expect_bit_equal(const RankOutcome& a, const RankOutcome& b) {
   ASSERT_EQ(a.steps.size(), b.steps.size());
   for (size_t i = 0; i < a.steps.size(); ++i) {

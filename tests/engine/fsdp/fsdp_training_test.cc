@@ -87,16 +87,6 @@ class FsdpTrainingTest : public FsdpTrainingBase, public ::testing::WithParamInt
 INSTANTIATE_TEST_SUITE_P(Collectives, FsdpTrainingTest, kBothCollectives,
                          [](const auto& info) { return collectives_name(info.param); });
 
-::testing::AssertionResult all_ok(const std::vector<RankOutcome>& ranks) {
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    if (!ranks[r].ok) {
-      return ::testing::AssertionFailure() << "rank " << r << " failed: " << ranks[r].error << " (exit "
-                                           << ranks[r].exit_code << ", signal " << ranks[r].signal << ")";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 // Relative loss difference allowed per step between W ranks and one process on the same
 // global batch (see the top of this file). fp8 recipes differ more than summation order
 // alone (per-rank activation scales); the bounds leave room over what 10 steps at W = 2

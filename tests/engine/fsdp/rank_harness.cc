@@ -42,9 +42,10 @@ class FileObserver final : public TrainObserver {
     StepComm c = r.comm.value_or(StepComm{});
     // What stays allocated between steps: read here, right after the step.
     const double in_use = static_cast<double>(device_.backend().memory_stats().allocated);
-    std::fprintf(out_, "step %lld %a %a %a %a %a %a %a %a %a\n", static_cast<long long>(r.step), r.loss, r.grad_norm,
-                 c.all_gather_fp8_bytes, c.all_gather_f32_bytes, c.reduce_scatter_bytes, c.all_reduces,
-                 c.weight_scale_all_reduces, static_cast<double>(r.peak_memory_bytes), in_use);
+    std::fprintf(out_, "step %lld %a %a %a %a %a %a %a %a %a %a %a\n", static_cast<long long>(r.step), r.loss,
+                 r.grad_norm, c.all_gather_fp8_bytes, c.all_gather_f32_bytes, c.all_gather_bf16_bytes,
+                 c.reduce_scatter_f32_bytes, c.reduce_scatter_bf16_bytes, c.all_reduces, c.weight_scale_all_reduces,
+                 static_cast<double>(r.peak_memory_bytes), in_use);
     std::fflush(out_);
     if (rank_ == options_.kill_rank && r.step == options_.kill_at_step) raise(SIGKILL);
     if (rank_ == options_.stall_rank && r.step == options_.stall_at_step) raise(SIGSTOP);
@@ -141,19 +142,21 @@ void read_result(const std::filesystem::path& file, RankOutcome& r) {
     if (line.rfind("step ", 0) == 0) {
       StepRecord s;
       long long step = 0;
-      double v[9] = {};
-      if (std::sscanf(line.c_str(), "step %lld %la %la %la %la %la %la %la %la %la", &step, &v[0], &v[1], &v[2], &v[3],
-                      &v[4], &v[5], &v[6], &v[7], &v[8]) == 10) {
+      double v[11] = {};
+      if (std::sscanf(line.c_str(), "step %lld %la %la %la %la %la %la %la %la %la %la %la", &step, &v[0], &v[1],
+                      &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10]) == 12) {
         s.step = step;
         s.loss = v[0];
         s.grad_norm = v[1];
         s.all_gather_fp8_bytes = v[2];
         s.all_gather_f32_bytes = v[3];
-        s.reduce_scatter_bytes = v[4];
-        s.all_reduces = v[5];
-        s.weight_scale_all_reduces = v[6];
-        s.peak_memory_bytes = v[7];
-        s.memory_in_use_after = v[8];
+        s.all_gather_bf16_bytes = v[4];
+        s.reduce_scatter_f32_bytes = v[5];
+        s.reduce_scatter_bf16_bytes = v[6];
+        s.all_reduces = v[7];
+        s.weight_scale_all_reduces = v[8];
+        s.peak_memory_bytes = v[9];
+        s.memory_in_use_after = v[10];
         r.steps.push_back(s);
       }
     } else if (line.rfind("startup ", 0) == 0) {
@@ -235,6 +238,16 @@ std::vector<RankOutcome> run_ranks(const v1::JobSpec& spec, const RunOptions& op
   }
   for (int r = 0; r < processes; ++r) read_result(dir / absl::StrCat("rank-", r, ".txt"), out[static_cast<size_t>(r)]);
   return out;
+}
+
+::testing::AssertionResult all_ok(const std::vector<RankOutcome>& ranks) {
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (!ranks[r].ok) {
+      return ::testing::AssertionFailure() << "rank " << r << " failed: " << ranks[r].error << " (exit "
+                                           << ranks[r].exit_code << ", signal " << ranks[r].signal << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace fp8::engine::testing

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fp8/v1/job.pb.h"
+#include "gtest/gtest.h"
 #include "worker/engine/fsdp/fsdp_model.h"
 
 namespace fp8::engine::testing {
@@ -25,7 +26,9 @@ struct StepRecord {
   double grad_norm = 0;
   double all_gather_fp8_bytes = 0;
   double all_gather_f32_bytes = 0;
-  double reduce_scatter_bytes = 0;
+  double all_gather_bf16_bytes = 0;
+  double reduce_scatter_f32_bytes = 0;
+  double reduce_scatter_bf16_bytes = 0;
   double all_reduces = 0;
   double weight_scale_all_reduces = 0;
   double peak_memory_bytes = 0;    // StepReport::peak_memory_bytes
@@ -78,5 +81,8 @@ int cuda_device_count();
 // single process).
 std::vector<RankOutcome> run_ranks(const v1::JobSpec& spec, const RunOptions& options,
                                   const std::filesystem::path& scratch);
+
+// Success when every rank trained to the end; else the first failure, with its exit.
+::testing::AssertionResult all_ok(const std::vector<RankOutcome>& ranks);
 
 }  // namespace fp8::engine::testing

@@ -38,6 +38,8 @@ v1::TrainingProgress progress() {
   p.mutable_step_time()->set_compute_ms(30);
   p.mutable_step_time()->set_exposed_comm_ms(8);
   p.mutable_communication()->set_all_gather_fp8_bytes(100);
+  p.mutable_communication()->set_all_gather_bf16_bytes(20);     // fsdp.param_dtype bf16
+  p.mutable_communication()->set_reduce_scatter_bf16_bytes(60);  // fsdp.reduce_dtype bf16
   return p;
 }
 
@@ -73,6 +75,13 @@ TEST(CoordinatorMetrics, RunningJobShowsProgressSplitTrafficAndNumerics) {
   // Both ranks' 5 steps of 100 fp8 bytes; both ranks' 5 steps of 4 x 64 tokens.
   EXPECT_TRUE(has(text, R"(fp8_job_communication_bytes_total{job_id="job-1",collective="all_gather",dtype="fp8"} 1000)"))
       << text;
+  EXPECT_TRUE(has(text, R"(fp8_job_communication_bytes_total{job_id="job-1",collective="all_gather",dtype="bf16"} 200)"))
+      << text;
+  EXPECT_TRUE(
+      has(text, R"(fp8_job_communication_bytes_total{job_id="job-1",collective="reduce_scatter",dtype="bf16"} 600)"))
+      << text;
+  // Nothing travelled in fp32: no series for it.
+  EXPECT_EQ(text.find(R"(collective="reduce_scatter",dtype="fp32")"), std::string::npos) << text;
   EXPECT_TRUE(has(text, R"(fp8_job_tokens_total{job_id="job-1"} 2560)")) << text;
   EXPECT_TRUE(has(text, R"(fp8_cast_saturated_ratio{job_id="job-1",layer="layers.0.attention.wq",tensor="input"} 0.25)"))
       << text;

@@ -55,6 +55,7 @@ class GlooProcessGroup final : public ProcessGroup {
 
   absl::Status all_gather(const void* send, void* recv, size_t bytes_per_rank) override;
   absl::Status reduce_scatter(const float* send, float* recv, int64_t count_per_rank, ReduceOp op) override;
+  absl::Status reduce_scatter_bf16_parts(std::span<const Bf16ReduceScatterPart> parts) override;
   absl::Status all_reduce(float* data, int64_t count, ReduceOp op) override { return all_reduce_of(data, count, op); }
   absl::Status all_reduce(double* data, int64_t count, ReduceOp op) override { return all_reduce_of(data, count, op); }
   absl::Status broadcast(void* data, size_t bytes, int root) override;
@@ -70,6 +71,10 @@ class GlooProcessGroup final : public ProcessGroup {
   absl::Status run(const char* op, Body&& body);
   template <typename T>
   absl::Status all_reduce_of(T* data, int64_t count, ReduceOp op);
+  // Everyone's slice `rank` of `send` to this rank, combined by `fold(inputs in rank
+  // order, recv, count_per_rank)`.
+  template <typename T, typename Fold>
+  absl::Status reduce_scatter_of(const T* send, T* recv, int64_t count_per_rank, Fold fold);
   // Room for `count` elements (the W-1 peers' slices), kept and reused between calls.
   template <typename T>
   T* staging(size_t count);
@@ -153,34 +158,50 @@ absl::Status GlooProcessGroup::all_gather(const void* send, void* recv, size_t b
 }
 
 absl::Status GlooProcessGroup::reduce_scatter(const float* send, float* recv, int64_t count_per_rank, ReduceOp op) {
+  return reduce_scatter_of<float>(send, recv, count_per_rank, [op](std::span<const float* const> inputs, float* out,
+                                                                  int64_t n) {
+    reduce_in_rank_order<float>(op, inputs, out, n);
+  });
+}
+
+absl::Status GlooProcessGroup::reduce_scatter_bf16_parts(std::span<const Bf16ReduceScatterPart> parts) {
+  for (const Bf16ReduceScatterPart& p : parts) {
+    absl::Status s = reduce_scatter_of<uint16_t>(p.send, p.recv, p.count_per_rank, sum_bf16_in_rank_order);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+template <typename T, typename Fold>
+absl::Status GlooProcessGroup::reduce_scatter_of(const T* send, T* recv, int64_t count_per_rank, Fold fold) {
   if (absl::Status s = check_usable("reduce_scatter"); !s.ok()) return s;
-  if (!fits(count_per_rank, size_, sizeof(float))) {
+  if (!fits(count_per_rank, size_, sizeof(T))) {
     return absl::InvalidArgumentError(absl::StrCat("reduce_scatter: bad count per rank ", count_per_rank));
   }
   if (count_per_rank == 0) return absl::OkStatus();
   if (send == nullptr || recv == nullptr) return absl::InvalidArgumentError("reduce_scatter: null buffer");
   const auto n = static_cast<size_t>(count_per_rank);
   if (size_ == 1) {
-    if (recv != send) std::memmove(recv, send, n * sizeof(float));
+    if (recv != send) std::memmove(recv, send, n * sizeof(T));
     return absl::OkStatus();
   }
   return run("reduce_scatter", [&](absl::Time deadline, absl::Duration waits_for) {
     // Rank r's copy of my slice lands in staging slot r (r > rank_ shifts down by one).
-    float* others = staging<float>(n * static_cast<size_t>(size_ - 1));
-    std::vector<const float*> inputs(static_cast<size_t>(size_));
+    T* others = staging<T>(n * static_cast<size_t>(size_ - 1));
+    std::vector<const T*> inputs(static_cast<size_t>(size_));
     PeerExchange round(*context_, "reduce_scatter", deadline, waits_for);
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) {
         inputs[static_cast<size_t>(peer)] = send + rank_ * n;
         continue;
       }
-      float* slot = others + static_cast<size_t>(peer < rank_ ? peer : peer - 1) * n;
+      T* slot = others + static_cast<size_t>(peer < rank_ ? peer : peer - 1) * n;
       inputs[static_cast<size_t>(peer)] = slot;
-      round.send(peer, send + peer * n, n * sizeof(float));
-      round.recv(peer, slot, n * sizeof(float));
+      round.send(peer, send + peer * n, n * sizeof(T));
+      round.recv(peer, slot, n * sizeof(T));
     }
     if (absl::Status s = round.wait(); !s.ok()) return s;
-    reduce_in_rank_order<float>(op, inputs, recv, count_per_rank);
+    fold(std::span<const T* const>(inputs), recv, count_per_rank);
     return absl::OkStatus();
   });
 }

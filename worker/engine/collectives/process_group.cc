@@ -1,5 +1,7 @@
 #include "worker/engine/collectives/process_group.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace fp8::engine::collectives {
 
 const char* reduce_op_name(ReduceOp op) {
@@ -24,6 +26,11 @@ absl::Status ProcessGroup::reduce_scatter_parts(std::span<const ReduceScatterPar
     if (absl::Status s = reduce_scatter(p.send, p.recv, p.count_per_rank, op); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::Status ProcessGroup::reduce_scatter_bf16_parts(std::span<const Bf16ReduceScatterPart> /*parts*/) {
+  return absl::UnimplementedError(absl::StrCat("reduce_scatter of bf16: not offered by the ", backend_name(),
+                                               " process group"));
 }
 
 }  // namespace fp8::engine::collectives

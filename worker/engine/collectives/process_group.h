@@ -46,6 +46,13 @@ struct ReduceScatterPart {
   float* recv = nullptr;
   int64_t count_per_rank = 0;
 };
+// The same in bf16 (the raw bits of each value): two bytes an element on the wire, where
+// FSDP's fsdp.reduce_dtype asks for bf16 gradients.
+struct Bf16ReduceScatterPart {
+  const uint16_t* send = nullptr;
+  uint16_t* recv = nullptr;
+  int64_t count_per_rank = 0;
+};
 
 class ProcessGroup {
  public:
@@ -72,6 +79,12 @@ class ProcessGroup {
   // collective after another (on Gloo a round trip each).
   virtual absl::Status all_gather_parts(std::span<const AllGatherPart> parts);
   virtual absl::Status reduce_scatter_parts(std::span<const ReduceScatterPart> parts, ReduceOp op);
+
+  // Sums of bf16 values, each part as reduce_scatter(kSum) of its own: recv[i] = the sum
+  // over ranks of send_r[rank * count_per_rank + i], rounded to bf16 (to nearest even).
+  // Gloo sums the widened values in fp32 in rank order and rounds once (deterministic, as
+  // every reduction here); NCCL sums as its bf16 reduce-scatter does. The default refuses.
+  virtual absl::Status reduce_scatter_bf16_parts(std::span<const Bf16ReduceScatterPart> parts);
 
   // In place, on every rank.
   virtual absl::Status all_reduce(float* data, int64_t count, ReduceOp op) = 0;

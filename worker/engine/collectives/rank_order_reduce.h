@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 
+#include "fp8/arith.h"
 #include "worker/engine/collectives/process_group.h"
 
 namespace fp8::engine::collectives {
@@ -40,6 +41,22 @@ void reduce_in_rank_order(ReduceOp op, std::span<const T* const> inputs, T* out,
       }
     }
     std::copy_n(acc, n, out + begin);
+  }
+}
+
+// The sum of bf16 values (raw bits): each widened to fp32 exactly, summed in fp32 in rank
+// order, rounded to bf16 once (to nearest even). Same aliasing rule as above.
+inline void sum_bf16_in_rank_order(std::span<const uint16_t* const> inputs, uint16_t* out, int64_t count) {
+  constexpr int64_t kBlock = 1024;
+  float acc[kBlock];
+  for (int64_t begin = 0; begin < count; begin += kBlock) {
+    const int64_t n = std::min(kBlock, count - begin);
+    for (int64_t i = 0; i < n; ++i) acc[i] = bf16_to_float(inputs[0][begin + i]);
+    for (size_t r = 1; r < inputs.size(); ++r) {
+      const uint16_t* in = inputs[r] + begin;
+      for (int64_t i = 0; i < n; ++i) acc[i] += bf16_to_float(in[i]);
+    }
+    for (int64_t i = 0; i < n; ++i) out[begin + i] = float_to_bf16(acc[i]);
   }
 }
 

@@ -51,7 +51,8 @@ void CommStream::add_counts(const CommCounters& counts) {
   counters_.all_gather_bytes_fp8 += counts.all_gather_bytes_fp8;
   counters_.all_gather_bytes_bf16 += counts.all_gather_bytes_bf16;
   counters_.all_gather_bytes_f32 += counts.all_gather_bytes_f32;
-  counters_.reduce_scatter_bytes += counts.reduce_scatter_bytes;
+  counters_.reduce_scatter_bytes_f32 += counts.reduce_scatter_bytes_f32;
+  counters_.reduce_scatter_bytes_bf16 += counts.reduce_scatter_bytes_bf16;
   counters_.all_reduces += counts.all_reduces;
   counters_.all_reduce_bytes += counts.all_reduce_bytes;
   counters_.weight_scale_all_reduces += counts.weight_scale_all_reduces;

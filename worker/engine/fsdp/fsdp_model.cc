@@ -38,7 +38,10 @@ struct FsdpModel::Param {
   TensorShape shape;           // the full shape
   int unit = ParameterHooks::kRootUnit;
   int fp8 = -1;                // index into fp8_ when it travels as fp8 codes
-  Tensor gathered;             // padded fp32 values, while gathered in fp32
+  bool bf16 = false;           // travels as bf16 (FsdpOptions::param_dtype)
+  Tensor shard_bf16;           // bf16: the shard rounded, in its unit's gather_send
+  Tensor gathered_bf16;        // bf16: where the all-gather lands, until widened into gathered
+  Tensor gathered;             // padded fp32 values, while gathered
   Tensor grad_padded;          // padded fp32 gradient, from before_backward to the reduce-scatter
   // Where this parameter's shard sits in its unit's flat buffers.
   int64_t gather_offset = 0;   // bytes, in the flat shard that is all-gathered
@@ -67,6 +70,7 @@ struct FsdpModel::Unit {
   int64_t gather_bytes = 0;   // flat shard size, per rank
   int64_t reduce_floats = 0;  // flat gradient slice, per rank
   Tensor gather_send;         // this rank's shards, packed (bytes)
+  int64_t bf16_version = -1;  // the shards_version_ gather_send's bf16 shards were rounded from
   Tensor gather_recv;         // packed: every rank's, while a gather is in flight or unpacked
   Tensor reduce_recv;         // this rank's slice of the summed gradients, when added to the shards'
   Tensor shard_grads;         // the shards' gradients themselves, laid out as reduce_recv
@@ -80,6 +84,15 @@ absl::StatusOr<UnitCollectives> parse_unit_collectives(std::string_view text, st
   return absl::InvalidArgumentError(
       absl::StrCat(std::string(where), ": '", std::string(text), "' is not packed or per_parameter"));
 }
+
+namespace {
+
+absl::Status check_wire_dtype(DType dtype, const char* field) {
+  if (dtype == DType::kFloat32 || dtype == DType::kBFloat16) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("FSDP: ", field, " must be fp32 or bf16, not ", dtype_name(dtype)));
+}
+
+}  // namespace
 
 FsdpModel::FsdpModel(LlamaModel& model, collectives::ProcessGroup& group, const FsdpOptions& options)
     : model_(model),
@@ -97,6 +110,8 @@ FsdpModel::~FsdpModel() {
 
 absl::StatusOr<std::unique_ptr<FsdpModel>> FsdpModel::create(LlamaModel& model, collectives::ProcessGroup& group,
                                                               const FsdpOptions& options) {
+  FP8_RETURN_IF_ERROR(check_wire_dtype(options.param_dtype, "param_dtype"));
+  FP8_RETURN_IF_ERROR(check_wire_dtype(options.reduce_dtype, "reduce_dtype"));
   std::unique_ptr<FsdpModel> f(new FsdpModel(model, group, options));
   FP8_RETURN_IF_ERROR(f->shard_parameters());
   FP8_RETURN_IF_ERROR(f->plan_fp8_gathers());
@@ -171,7 +186,7 @@ absl::Status FsdpModel::plan_fp8_gathers() {
   if (!options_.all_gather_fp8) return absl::OkStatus();
   for (LinearUnit* u : model_.mutable_linears()) {
     // A tied output projection shares its weight with the embedding lookup, which needs fp32.
-    if (!u->selection.fp8 || !u->layer->needs().fp8_weight || u->weight->name != u->name) continue;
+    if (!u->selection.fp8 || !u->layer->info().needs.fp8_weight || u->weight->name != u->name) continue;
     Fp8State f;
     f.linear = u;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -204,13 +219,14 @@ std::vector<TensorShape> FsdpModel::full_shapes() const {
 }
 
 size_t FsdpModel::Param::shard_bytes() const {
-  return static_cast<size_t>(layout.shard_elements()) * (fp8 >= 0 ? 1 : sizeof(float));
+  return static_cast<size_t>(layout.shard_elements()) * (fp8 >= 0 ? 1 : bf16 ? 2 : sizeof(float));
 }
 
 absl::Status FsdpModel::pack_units() {
   for (Unit& u : units_) {
     for (int i : u.params) {
       Param& p = params_[static_cast<size_t>(i)];
+      p.bf16 = p.fp8 < 0 && options_.param_dtype == DType::kBFloat16;
       p.gather_offset = u.gather_bytes;
       u.gather_bytes += align_up(static_cast<int64_t>(p.shard_bytes()));
       p.reduce_offset = u.reduce_floats;
@@ -227,14 +243,20 @@ absl::Status FsdpModel::pack_units() {
       FP8_ASSIGN_OR_RETURN(p.shard->grad, u.shard_grads.rows(p.reduce_offset, p.layout.shard_elements()));
     }
     // Nothing packs the send buffer: an fp8 weight's shard is cast straight into its place
-    // (aligned: offsets are multiples of kAlignBytes), and every other shard lives there,
-    // the optimizer updating it in place. Gathers read it only between a step's start and
-    // its optimizer (the next step's cast and updates are queued after this step's gathers).
+    // (aligned: offsets are multiples of kAlignBytes), a bf16 one rounded there, and every
+    // other shard lives there, the optimizer updating it in place. Gathers read it only
+    // between a step's start and its optimizer (the next step's casts and updates are
+    // queued after this step's gathers).
     for (int i : u.params) {
-      const Param& p = params_[static_cast<size_t>(i)];
+      Param& p = params_[static_cast<size_t>(i)];
       if (p.fp8 >= 0) {
         FP8_ASSIGN_OR_RETURN(fp8_[static_cast<size_t>(p.fp8)].shard_codes,
                              u.gather_send.rows(p.gather_offset, p.layout.shard_elements()));
+        continue;
+      }
+      if (p.bf16) {
+        FP8_ASSIGN_OR_RETURN(p.shard_bf16, u.gather_send.reinterpret(ElementType::kBFloat16, p.gather_offset,
+                                                                     p.shard->value.shape()));
         continue;
       }
       FP8_ASSIGN_OR_RETURN(Tensor in_send, u.gather_send.reinterpret(ElementType::kFloat32, p.gather_offset,
@@ -305,6 +327,18 @@ absl::Status FsdpModel::cast_fp8_shard(int index) {
   return absl::OkStatus();
 }
 
+absl::Status FsdpModel::round_bf16_shards(Unit& u) {
+  if (u.bf16_version == shards_version_) return absl::OkStatus();
+  for (int i : u.params) {
+    const Param& p = params_[static_cast<size_t>(i)];
+    if (!p.bf16) continue;
+    FP8_RETURN_IF_ERROR(device_.backend().convert(p.shard->value.raw(), DType::kFloat32, p.shard_bf16.raw(),
+                                                  DType::kBFloat16, p.layout.shard_elements()));
+  }
+  u.bf16_version = shards_version_;
+  return absl::OkStatus();
+}
+
 // ---- gathers ------------------------------------------------------------------------------------
 
 absl::Status FsdpModel::start_gather(int unit) {
@@ -312,13 +346,16 @@ absl::Status FsdpModel::start_gather(int unit) {
   if (u.present || u.gather.valid()) return absl::OkStatus();
   CommCounters counts;
   // This rank's shards are in the send buffer already (fp32 values), or cast there now
-  // (fp8 codes with the global scale).
+  // (fp8 codes with the global scale, bf16 values), once a step: the backward's gather
+  // reuses them.
+  FP8_RETURN_IF_ERROR(round_bf16_shards(u));
   for (int i : u.params) {
     Param& p = params_[static_cast<size_t>(i)];
     if (p.fp8 >= 0) {
-      // Cast in place in the send buffer (once a step: the backward's gather reuses it).
       FP8_RETURN_IF_ERROR(cast_fp8_shard(p.fp8));
       counts.all_gather_bytes_fp8 += p.layout.padded_elements();
+    } else if (p.bf16) {
+      counts.all_gather_bytes_bf16 += p.layout.padded_elements() * 2;
     } else {
       counts.all_gather_bytes_f32 += p.layout.padded_elements() * static_cast<int64_t>(sizeof(float));
     }
@@ -356,9 +393,13 @@ absl::StatusOr<Tensor*> FsdpModel::allocate_gathered(Param& p) {
   if (p.fp8 >= 0) {
     Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
     const ElementType codes =
-        f.linear->layer->needs().weight_format == Format::kE4M3 ? ElementType::kE4M3 : ElementType::kE5M2;
+        f.linear->layer->info().needs.weight_format == Format::kE4M3 ? ElementType::kE4M3 : ElementType::kE5M2;
     FP8_ASSIGN_OR_RETURN(f.gathered, Tensor::empty(device_, codes, padded));
     return &f.gathered;
+  }
+  if (p.bf16) {
+    FP8_ASSIGN_OR_RETURN(p.gathered_bf16, Tensor::empty(device_, ElementType::kBFloat16, padded));
+    return &p.gathered_bf16;
   }
   FP8_ASSIGN_OR_RETURN(p.gathered, Tensor::empty(device_, ElementType::kFloat32, padded));
   return &p.gathered;
@@ -370,6 +411,12 @@ absl::Status FsdpModel::expose_gathered(Param& p) {
     f.weight.codes = bytes(f.gathered);
     f.weight.codes_t = nullptr;
     return absl::OkStatus();
+  }
+  if (p.bf16) {
+    FP8_ASSIGN_OR_RETURN(p.gathered, Tensor::empty(device_, ElementType::kFloat32, p.gathered_bf16.shape()));
+    FP8_RETURN_IF_ERROR(device_.backend().convert(p.gathered_bf16.raw(), DType::kBFloat16, p.gathered.raw(),
+                                                  DType::kFloat32, p.layout.padded_elements()));
+    p.gathered_bf16 = Tensor();
   }
   FP8_ASSIGN_OR_RETURN(p.full->value, p.gathered.rows(0, p.layout.rows));
   return absl::OkStatus();
@@ -419,6 +466,7 @@ void FsdpModel::release(int unit) {
     Param& p = params_[static_cast<size_t>(i)];
     p.full->value = Tensor();
     p.gathered = Tensor();
+    p.gathered_bf16 = Tensor();
     if (p.fp8 >= 0) {
       Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
       f.gathered = Tensor();
@@ -452,11 +500,13 @@ absl::Status FsdpModel::allocate_grads(int unit) {
 
 absl::Status FsdpModel::start_reduce_scatter(int unit) {
   Unit& u = unit_state(unit);
+  const bool bf16 = options_.reduce_dtype == DType::kBFloat16;
   CommCounters counts;
   for (int i : u.params) {
     Param& p = params_[static_cast<size_t>(i)];
     FP8_RETURN_IF_ERROR(p.full->claim_grad_for_adding());  // zeroes it if the backward made none
-    counts.reduce_scatter_bytes += p.layout.padded_elements() * static_cast<int64_t>(sizeof(float));
+    (bf16 ? counts.reduce_scatter_bytes_bf16 : counts.reduce_scatter_bytes_f32) +=
+        p.layout.padded_elements() * (bf16 ? 2 : static_cast<int64_t>(sizeof(float)));
   }
   // The step's first reduction (every shard's gradient stands for zero) writes the
   // gradients themselves; a later micro-batch's lands in reduce_recv, to be added to them.
@@ -470,7 +520,10 @@ absl::Status FsdpModel::start_reduce_scatter(int unit) {
   }
   float* recv = (into_shard_grads ? u.shard_grads : u.reduce_recv).data<float>();
   CommStream::Job job;
-  if (collectives_ == UnitCollectives::kPerParameter) {
+  Tensor bf16_sums;
+  if (bf16) {
+    FP8_ASSIGN_OR_RETURN(job, bf16_reduce_scatter_job(u, bf16_sums));
+  } else if (collectives_ == UnitCollectives::kPerParameter) {
     // Each parameter's reduce-scatter reads its gradient where the backward left it (rank
     // r's slice is rows [r * rows_per_rank, ...)) and lands at its place in recv. The job
     // keeps the gradients until it ran.
@@ -498,8 +551,42 @@ absl::Status FsdpModel::start_reduce_scatter(int unit) {
   }
   CommStream::Handle h =
       comm_.enqueue(absl::StrCat("reduce_scatter of the gradients of ", unit_name(unit)), counts, std::move(job));
-  pending_reductions_.push_back({unit, std::move(h), into_shard_grads});
+  pending_reductions_.push_back({unit, std::move(h), into_shard_grads, std::move(bf16_sums)});
   return absl::OkStatus();
+}
+
+absl::StatusOr<CommStream::Job> FsdpModel::bf16_reduce_scatter_job(const Unit& u, Tensor& sums) {
+  Backend& backend = device_.backend();
+  FP8_ASSIGN_OR_RETURN(sums, Tensor::empty(device_, ElementType::kBFloat16, {u.reduce_floats}));
+  auto* out = static_cast<uint16_t*>(sums.raw());
+  std::vector<collectives::Bf16ReduceScatterPart> parts;
+  std::vector<Tensor> sends;  // the job keeps them until it ran
+  if (collectives_ == UnitCollectives::kPerParameter) {
+    for (int i : u.params) {
+      const Param& p = params_[static_cast<size_t>(i)];
+      FP8_ASSIGN_OR_RETURN(Tensor send, Tensor::empty(device_, ElementType::kBFloat16, p.grad_padded.shape()));
+      FP8_RETURN_IF_ERROR(backend.convert(p.grad_padded.raw(), DType::kFloat32, send.raw(), DType::kBFloat16,
+                                          p.layout.padded_elements()));
+      parts.push_back({static_cast<const uint16_t*>(send.raw()), out + p.reduce_offset, p.layout.shard_elements()});
+      sends.push_back(std::move(send));
+    }
+  } else {
+    FP8_ASSIGN_OR_RETURN(Tensor packed, pack_gradients(u));
+    FP8_ASSIGN_OR_RETURN(Tensor send, Tensor::empty(device_, ElementType::kBFloat16, packed.shape()));
+    FP8_RETURN_IF_ERROR(backend.convert(packed.raw(), DType::kFloat32, send.raw(), DType::kBFloat16,
+                                        u.reduce_floats * world_size_));
+    parts.push_back({static_cast<const uint16_t*>(send.raw()), out, u.reduce_floats});
+    sends.push_back(std::move(send));
+  }
+  return CommStream::Job([parts = std::move(parts), sends = std::move(sends), sums](collectives::ProcessGroup& g) {
+    return g.reduce_scatter_bf16_parts(parts);
+  });
+}
+
+absl::Status FsdpModel::widen_bf16_sums(const PendingReduction& r) {
+  const Unit& u = unit_state(r.unit);
+  const Tensor& into = r.into_shard_grads ? u.shard_grads : u.reduce_recv;
+  return device_.backend().convert(r.bf16_sums.raw(), DType::kBFloat16, into.raw(), DType::kFloat32, u.reduce_floats);
 }
 
 absl::StatusOr<Tensor> FsdpModel::pack_gradients(const Unit& u) {
@@ -524,6 +611,7 @@ absl::Status FsdpModel::drain_reduce_scatters() {
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, device_.model_ops());
   for (const PendingReduction& r : pending_reductions_) {
     FP8_RETURN_IF_ERROR(comm_.wait(r.handle));
+    if (r.bf16_sums.defined()) FP8_RETURN_IF_ERROR(widen_bf16_sums(r));
     if (r.into_shard_grads) continue;
     const Unit& u = unit_state(r.unit);
     for (int i : u.params) {

@@ -70,6 +70,12 @@ struct FsdpOptions {
   bool all_gather_fp8 = true;  // fp8.all_gather_fp8
   bool prefetch = true;        // gather the next unit while this one computes
   UnitCollectives collectives = UnitCollectives::kPacked;
+  // What travels, as FSDP2's MixedPrecisionPolicy: kFloat32 or kBFloat16 for the parameters
+  // not gathered in fp8 (fsdp.param_dtype: the layers compute with their bf16-rounded
+  // values, the shards stay fp32) and for the gradients' reduce-scatter (fsdp.reduce_dtype:
+  // each rank's gradient rounded to bf16, the sum rounded to bf16 again).
+  DType param_dtype = DType::kFloat32;
+  DType reduce_dtype = DType::kFloat32;
 };
 
 class FsdpModel final : public ParameterHooks {
@@ -104,6 +110,7 @@ class FsdpModel final : public ParameterHooks {
   void shards_changed(bool row_amaxes_written = false) {
     scales_stale_ = true;
     shard_row_amaxes_current_ = row_amaxes_written;
+    ++shards_version_;
   }
   // The shards of the fp8-gathered weights, and where an update should write each one's
   // row amaxes (AdamW::write_row_amaxes): [rows_per_rank] fp32 buffers owned here.
@@ -130,6 +137,7 @@ class FsdpModel final : public ParameterHooks {
   struct Param;
   struct Fp8State;
   struct Unit;
+  struct PendingReduction;
 
   FsdpModel(LlamaModel& model, collectives::ProcessGroup& group, const FsdpOptions& options);
   absl::Status shard_parameters();
@@ -154,6 +162,9 @@ class FsdpModel final : public ParameterHooks {
   void release(int unit);
   absl::Status allocate_grads(int unit);
   absl::Status start_reduce_scatter(int unit);
+  // reduce_dtype bf16: the unit's gradients rounded to bf16 and the job that reduce-scatters
+  // them into `sums` (bf16, laid out as reduce_recv).
+  absl::StatusOr<CommStream::Job> bf16_reduce_scatter_job(const Unit& u, Tensor& sums);
   // kPacked: the unit's gradients in one buffer, slice r holding every parameter's rows
   // for rank r.
   absl::StatusOr<Tensor> pack_gradients(const Unit& u);
@@ -161,6 +172,12 @@ class FsdpModel final : public ParameterHooks {
   absl::Status refresh_fp8_scales();
   // Casts fp8_[index]'s shard into its place in the send buffer, once per scale.
   absl::Status cast_fp8_shard(int index);
+  // Rounds the unit's bf16-travelling shards into their places in the send buffer, once per
+  // shards_version_.
+  absl::Status round_bf16_shards(Unit& u);
+  // The gradient sums a bf16 reduce-scatter wrote, widened into the shards' gradients (the
+  // step's first reduction) or into reduce_recv, to be added to them.
+  absl::Status widen_bf16_sums(const PendingReduction& r);
 
   LlamaModel& model_;
   const Device& device_;
@@ -178,6 +195,7 @@ class FsdpModel final : public ParameterHooks {
     int unit;
     CommStream::Handle handle;
     bool into_shard_grads;  // the step's first: the collective wrote the shards' gradients
+    Tensor bf16_sums;       // reduce_dtype bf16: where the collective wrote, widened by the drain
   };
   std::vector<PendingReduction> pending_reductions_;
   // The fp8-gathered weights' amaxes and scales, fp8_[i]'s at i (float8/weight_scales.h);
@@ -186,6 +204,7 @@ class FsdpModel final : public ParameterHooks {
   bool shard_row_amaxes_current_ = false;  // weight_scales_'s row amaxes are the shards' own
   Tensor delayed_amaxes_;                // packed, every delayed cast of every layer
   bool scales_stale_ = true;
+  int64_t shards_version_ = 0;  // counts shards_changed(): a unit's bf16 send copy is of one version
   CommStream comm_;  // last: its thread stops before the tensors its jobs reference go
 };
 

@@ -29,7 +29,9 @@ struct TrainStart {
 struct StepComm {
   double all_gather_fp8_bytes = 0;
   double all_gather_f32_bytes = 0;
-  double reduce_scatter_bytes = 0;
+  double all_gather_bf16_bytes = 0;   // fsdp.param_dtype bf16
+  double reduce_scatter_f32_bytes = 0;
+  double reduce_scatter_bf16_bytes = 0;  // fsdp.reduce_dtype bf16
   double all_reduces = 0;
   double all_reduce_bytes = 0;
   double weight_scale_all_reduces = 0;
@@ -39,7 +41,9 @@ struct StepComm {
   StepComm& operator+=(const StepComm& o) {
     all_gather_fp8_bytes += o.all_gather_fp8_bytes;
     all_gather_f32_bytes += o.all_gather_f32_bytes;
-    reduce_scatter_bytes += o.reduce_scatter_bytes;
+    all_gather_bf16_bytes += o.all_gather_bf16_bytes;
+    reduce_scatter_f32_bytes += o.reduce_scatter_f32_bytes;
+    reduce_scatter_bf16_bytes += o.reduce_scatter_bf16_bytes;
     all_reduces += o.all_reduces;
     all_reduce_bytes += o.all_reduce_bytes;
     weight_scale_all_reduces += o.weight_scale_all_reduces;
@@ -50,7 +54,9 @@ struct StepComm {
   StepComm& operator/=(double steps) {
     all_gather_fp8_bytes /= steps;
     all_gather_f32_bytes /= steps;
-    reduce_scatter_bytes /= steps;
+    all_gather_bf16_bytes /= steps;
+    reduce_scatter_f32_bytes /= steps;
+    reduce_scatter_bf16_bytes /= steps;
     all_reduces /= steps;
     all_reduce_bytes /= steps;
     weight_scale_all_reduces /= steps;

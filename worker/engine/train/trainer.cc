@@ -105,6 +105,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
     fsdp::FsdpOptions options;
     options.all_gather_fp8 = spec.fp8().all_gather_fp8();
     options.collectives = trainer_options.collectives;
+    options.param_dtype = spec.fsdp().param_dtype() == v1::FsdpSpec::BF16 ? DType::kBFloat16 : DType::kFloat32;
+    options.reduce_dtype = spec.fsdp().reduce_dtype() == v1::FsdpSpec::BF16 ? DType::kBFloat16 : DType::kFloat32;
     FP8_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FsdpModel::create(*t->model_, *group, options));
     t->trained_ = &t->fsdp_->shards();
   }
@@ -334,8 +336,10 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
     const fsdp::CommCounters d = fsdp_->counters() - comm_before;
     StepComm c;
     c.all_gather_fp8_bytes = static_cast<double>(d.all_gather_bytes_fp8);
-    c.all_gather_f32_bytes = static_cast<double>(d.all_gather_bytes_f32 + d.all_gather_bytes_bf16);
-    c.reduce_scatter_bytes = static_cast<double>(d.reduce_scatter_bytes);
+    c.all_gather_f32_bytes = static_cast<double>(d.all_gather_bytes_f32);
+    c.all_gather_bf16_bytes = static_cast<double>(d.all_gather_bytes_bf16);
+    c.reduce_scatter_f32_bytes = static_cast<double>(d.reduce_scatter_bytes_f32);
+    c.reduce_scatter_bf16_bytes = static_cast<double>(d.reduce_scatter_bytes_bf16);
     c.all_reduces = static_cast<double>(d.all_reduces);
     c.all_reduce_bytes = static_cast<double>(d.all_reduce_bytes);
     c.weight_scale_all_reduces = static_cast<double>(d.weight_scale_all_reduces);

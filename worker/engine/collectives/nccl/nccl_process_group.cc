@@ -227,6 +227,7 @@ class NcclProcessGroup final : public ProcessGroup, public QueuedCollectives {
   absl::Status reduce_scatter(const float* send, float* recv, int64_t count_per_rank, ReduceOp op) override;
   absl::Status all_gather_parts(std::span<const AllGatherPart> parts) override;
   absl::Status reduce_scatter_parts(std::span<const ReduceScatterPart> parts, ReduceOp op) override;
+  absl::Status reduce_scatter_bf16_parts(std::span<const Bf16ReduceScatterPart> parts) override;
   absl::Status all_reduce(float* data, int64_t count, ReduceOp op) override;
   absl::Status all_reduce(double* data, int64_t count, ReduceOp op) override;
   absl::Status broadcast(void* data, size_t bytes, int root) override;
@@ -765,6 +766,37 @@ absl::Status NcclProcessGroup::reduce_scatter_parts(std::span<const ReduceScatte
       if (p.count_per_rank == 0) return ncclSuccess;
       return nccl::api().ncclReduceScatter(p.send, p.recv, static_cast<size_t>(p.count_per_rank), ncclFloat32, to_nccl(reduce),
                                comm_, stream_);
+    });
+  });
+}
+
+absl::Status NcclProcessGroup::reduce_scatter_bf16_parts(std::span<const Bf16ReduceScatterPart> parts) {
+  constexpr const char* op = "reduce_scatter";
+  if (absl::Status b = broken(op); !b.ok()) return b;
+  bool any = false;
+  for (const Bf16ReduceScatterPart& p : parts) {
+    if (p.count_per_rank < 0) return invalid(op, absl::StrCat("negative count_per_rank ", p.count_per_rank));
+    if (p.count_per_rank == 0) continue;
+    if (static_cast<uint64_t>(p.count_per_rank) >
+        std::numeric_limits<size_t>::max() / sizeof(uint16_t) / static_cast<size_t>(size_)) {
+      return invalid(op, absl::StrCat(p.count_per_rank, " bf16 values per rank times ", size_,
+                                      " ranks overflows size_t"));
+    }
+    any = true;
+  }
+  if (!any) return absl::OkStatus();
+  DeviceScope scope(device_);
+  if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
+  for (const Bf16ReduceScatterPart& p : parts) {
+    if (p.count_per_rank == 0) continue;
+    if (absl::Status s = check_buffer(op, "send", p.send); !s.ok()) return s;
+    if (absl::Status s = check_buffer(op, "recv", p.recv); !s.ok()) return s;
+  }
+  return run(op, [&] {
+    return issue_as_group(parts, [&](const Bf16ReduceScatterPart& p) {
+      if (p.count_per_rank == 0) return ncclSuccess;
+      return nccl::api().ncclReduceScatter(p.send, p.recv, static_cast<size_t>(p.count_per_rank), ncclBfloat16,
+                                           ncclSum, comm_, stream_);
     });
   });
 }
