@@ -285,7 +285,7 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
     if (param_wire > 0) {
       // The shards that travel in bf16 are rounded into a send buffer of their own (counted
       // for every shard: those gathered in fp8 send their codes instead, a little less).
-      e.parts.push_back({"FSDP bf16 send copies", "this rank's shards rounded to bf16 for fsdp.param_dtype",
+      e.parts.push_back({"FSDP bf16", "this rank's shards rounded to bf16 to send (fsdp.param_dtype)",
                          held * param_wire});
     }
   }
