@@ -357,7 +357,7 @@ class Bench {
       return;
     }
     // As the model runs it: the norm hands its row amaxes to a dynamically scaled fp8 cast.
-    const bool reads_row_amax = c.fp8 && c.fp8->needs().row_amax_of(engine::TensorKind::kInput);
+    const bool reads_row_amax = c.fp8 && c.fp8->info().needs.row_amax_of(engine::TensorKind::kInput);
     float* row_amax = reads_row_amax ? f_.normed_row_amax.as<float>() : nullptr;
     check(ops_->rmsnorm_forward(f_.x.as<void>(), f_.norm_w.as<float>(), s_.m, s_.k, kEps, f_.normed.as<void>(),
                                 f_.inv_rms.as<float>(), act_, row_amax),

@@ -115,7 +115,7 @@ struct CastWeight {
 absl::Status no_other_ranks(float*, int64_t) { return absl::OkStatus(); }
 
 void cast_weight(Float8Linear& layer, const Shape& s, const float* w, CastWeight& out) {
-  if (layer.needs().fp8_weight) {
+  if (layer.info().needs.fp8_weight) {
     absl::StatusOr<std::unique_ptr<Fp8WeightScales>> scales =
         Fp8WeightScales::create(backend(), {{&layer, s.n, s.k}});
     ASSERT_TRUE(scales.ok()) << scales.status();
@@ -148,7 +148,7 @@ void cast_weight(Float8Linear& layer, const Shape& s, const float* w, CastWeight
 
 // The weight scale FSDP's cast gives the layer's weight when its amax is `amax`.
 float weight_scale_for(Float8Linear& layer, float amax) {
-  const Shape s{16, layer.in_features(), layer.out_features()};
+  const Shape s{16, layer.info().in_features, layer.info().out_features};
   std::vector<float> w(s.nk(), 0.0f);
   w[0] = amax;
   Floats tw(w);
@@ -209,7 +209,7 @@ TEST_P(Fp8WeightParity, ForwardAndBackwardMatchTheFp32WeightBitForBit) {
   std::unique_ptr<Float8Linear> cast = make_layer(s, config);
   ASSERT_NE(own, nullptr);
   ASSERT_NE(cast, nullptr);
-  ASSERT_TRUE(cast->needs().fp8_weight);
+  ASSERT_TRUE(cast->info().needs.fp8_weight);
   const bool delayed = config.any_delayed();
   const int weight_slot = delayed ? delayed_index_of(*cast, "weight") : -1;
   if (delayed) {
@@ -248,7 +248,7 @@ TEST_P(Fp8WeightParity, ForwardAndBackwardMatchTheFp32WeightBitForBit) {
       if (::testing::Test::HasFatalFailure()) return;
       if (!delayed || step == 0) {
         // No history yet (or none at all): the dynamic scale of the amax.
-        EXPECT_EQ(fresh->host_scale, scale_from_amax(fresh->host_amax, cast->needs().weight_format, false));
+        EXPECT_EQ(fresh->host_scale, scale_from_amax(fresh->host_amax, cast->info().needs.weight_format, false));
       }
 
       ASSERT_OK(own->forward(tx.data(), s.m, tw.data(), tb.data(), out_own.data()));
@@ -480,7 +480,7 @@ TEST_P(Fp8WeightParity, Bf16ActivationsMatchTheFp32WeightBitForBit) {
   std::unique_ptr<Float8Linear> cast = make_layer(s, config, bf16);
   ASSERT_NE(own, nullptr);
   ASSERT_NE(cast, nullptr);
-  ASSERT_TRUE(cast->needs().fp8_weight);
+  ASSERT_TRUE(cast->info().needs.fp8_weight);
   const size_t bf16_size = sizeof(uint16_t);
   Floats tb(normal(static_cast<size_t>(s.n), 0.1f, 7));
   for (uint32_t step = 0; step < 3; ++step) {
@@ -552,9 +552,9 @@ TEST(Fp8WeightSupport, OnlyTheTensorwiseAndDelayedRecipesTakeAnFp8Weight) {
     SCOPED_TRACE(v1::Fp8Spec::Recipe_Name(r));
     std::unique_ptr<Float8Linear> layer = make_layer(s, recipe(r));
     ASSERT_NE(layer, nullptr);
-    EXPECT_EQ(layer->needs().fp8_weight, takes);
+    EXPECT_EQ(layer->info().needs.fp8_weight, takes);
     if (takes) {
-      EXPECT_EQ(layer->needs().weight_format, Format::kE4M3);
+      EXPECT_EQ(layer->info().needs.weight_format, Format::kE4M3);
     }
   }
 }
@@ -565,7 +565,7 @@ TEST(Fp8WeightSupport, LayersThatCannotTakeOneRefuseIt) {
     SCOPED_TRACE(v1::Fp8Spec::Recipe_Name(r));
     std::unique_ptr<Float8Linear> layer = make_layer(s, recipe(r));
     ASSERT_NE(layer, nullptr);
-    ASSERT_FALSE(layer->needs().fp8_weight);
+    ASSERT_FALSE(layer->info().needs.fp8_weight);
     Floats tw(normal(s.nk(), 0.1f, 1)), tx(normal(s.mk(), 1.0f, 2)), tg(normal(s.mn(), 1e-3f, 3));
     const std::vector<float> sentinel(s.mn(), 12345.0f);
     Floats out(sentinel), gw(s.nk());

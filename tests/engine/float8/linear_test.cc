@@ -243,7 +243,7 @@ struct Results {
 Results run_step(Backend& b, Float8Linear& layer, const Shape& s, const std::vector<float>& x,
                  const std::vector<float>& w, const std::vector<float>& bias, const std::vector<float>& g) {
   const size_t m = static_cast<size_t>(s.m), k = static_cast<size_t>(s.k), n = static_cast<size_t>(s.n);
-  const LinearActivations a = layer.activations();
+  const LinearActivations a = layer.info().activations;
   Tensor tx(b, x, a.input), tw(b, w), tb(b, bias), tg(b, g, a.output);
   Tensor out(b, m * n, 0.0f, a.output), gx(b, m * k, 0.0f, a.input), gw(b, n * k), gb(b, n);
   absl::Status st = layer.forward(tx.raw(), s.m, tw.data(), tb.data(), out.raw());
@@ -409,8 +409,8 @@ TEST_P(BF16_ACCURACY, MatchesTheFp32LayerOnTheSameInputs) {
   std::unique_ptr<Float8Linear> bf16 = make_layer(backend(), c.shape, recipe(c.recipe), kBf16Activations);
   ASSERT_NE(f32, nullptr);
   ASSERT_NE(bf16, nullptr);
-  EXPECT_EQ(bf16->activations().input, DType::kBFloat16);
-  EXPECT_EQ(bf16->activations().output, DType::kBFloat16);
+  EXPECT_EQ(bf16->info().activations.input, DType::kBFloat16);
+  EXPECT_EQ(bf16->info().activations.output, DType::kBFloat16);
 
   if (c.recipe == v1::Fp8Spec::DELAYED) {
     // The same history on both, as in MatchesTheReferenceLinear.
@@ -669,10 +669,10 @@ TEST_F(FLOAT8_LINEAR_TEST, DelayedScalingTakesAmaxesReducedElsewhere) {
   ASSERT_NE(layer, nullptr);
   // What the distributed engine does: its own all-reduced amaxes, one per delayed cast.
   Tensor reduced(backend(), std::vector<float>{2.0f, 4.0f, 8.0f});
-  ASSERT_OK(layer->finish_step_from(reduced.data()));
+  ASSERT_OK(layer->finish_step(reduced.data()));
   EXPECT_EQ(layer->delayed().state(1)->next_scale(), 112.0f);
   EXPECT_EQ(layer->delayed().state(2)->next_scale(), 57344.0f / 8.0f);
-  EXPECT_EQ(layer->finish_step_from(nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(layer->finish_step(nullptr).code(), absl::StatusCode::kInvalidArgument);
   // Without a forward this step there is nothing to record.
   EXPECT_EQ(layer->finish_step().code(), absl::StatusCode::kFailedPrecondition);
 }
@@ -1143,7 +1143,7 @@ TEST_F(FLOAT8_LINEAR_TEST, RowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
     std::string name;
     Float8LinearConfig config;
     LinearActivations activations;
-    bool reads;  // needs().row_amax of each tensor
+    bool reads;  // info().needs.row_amax of each tensor
     // Casts that take them per step: with `reads`, every dynamic cast that is not
     // columnwise (one each of the input, the weight and grad_output; rowwise_with_gw_hp
     // casts the weight twice, by its rows for each of its fp8 GEMMs); a delayed cast is
@@ -1167,9 +1167,9 @@ TEST_F(FLOAT8_LINEAR_TEST, RowAmaxesChangeNoResultAndServeTheDynamicRowCasts) {
     ASSERT_TRUE(hinted && plain);
     float8_test::CastCounts hinted_counts;
     hinted->set_observer(&hinted_counts);
-    EXPECT_EQ(hinted->needs().row_amax_of(TensorKind::kInput), c.reads);
-    EXPECT_EQ(hinted->needs().row_amax_of(TensorKind::kWeight), c.reads);
-    EXPECT_EQ(hinted->needs().row_amax_of(TensorKind::kGradOutput), c.reads);
+    EXPECT_EQ(hinted->info().needs.row_amax_of(TensorKind::kInput), c.reads);
+    EXPECT_EQ(hinted->info().needs.row_amax_of(TensorKind::kWeight), c.reads);
+    EXPECT_EQ(hinted->info().needs.row_amax_of(TensorKind::kGradOutput), c.reads);
     const DType in = c.activations.input, out = c.activations.output;
     Tensor x(backend(), scaled(normal(m * k, 1.0f, 11), 5.0f), in), w(backend(), normal(n * k, 0.1f, 12));
     Tensor g(backend(), normal(m * n, 1.0f, 13), out);
@@ -1467,8 +1467,8 @@ TEST_F(FLOAT8_LINEAR_TEST, ActivationDtypesOtherThanFp32AndBf16AreRejected) {
     for (DType out : {DType::kFloat32, DType::kBFloat16}) {
       absl::StatusOr<std::unique_ptr<Float8Linear>> layer = Float8Linear::create(backend(), 64, 64, c, {in, out});
       ASSERT_TRUE(layer.ok()) << layer.status();
-      EXPECT_EQ((*layer)->activations().input, in);
-      EXPECT_EQ((*layer)->activations().output, out);
+      EXPECT_EQ((*layer)->info().activations.input, in);
+      EXPECT_EQ((*layer)->info().activations.output, out);
     }
   }
 }

@@ -93,17 +93,17 @@ TEST_P(WeightScalesTest, BindsTheWholeWeightsAmaxAndTheDynamicScaleOfIt) {
     SCOPED_TRACE(i);
     const Fp8WeightScales::Shard& s = w.shards[static_cast<size_t>(i)];
     const Fp8Tensor bound = (*scales)->bind(i);
-    EXPECT_EQ(bound.rows, s.layer->out_features());
-    EXPECT_EQ(bound.cols, s.layer->in_features());
-    EXPECT_EQ(bound.format, s.layer->needs().weight_format);
+    EXPECT_EQ(bound.rows, s.layer->info().out_features);
+    EXPECT_EQ(bound.cols, s.layer->info().in_features);
+    EXPECT_EQ(bound.format, s.layer->info().needs.weight_format);
     EXPECT_EQ(bound.granularity, Granularity::kTensorwise);
     EXPECT_EQ(bound.codes, nullptr);  // the caller's to point at what it gathers
     // No history yet under delayed scaling either: the dynamic scale of the amax.
     Floats amax(1), scale(1), inv_scale(1);
     ASSERT_OK(backend().amax({w.values[static_cast<size_t>(i)]->data(), DType::kFloat32, s.rows, s.row_elements},
                              Granularity::kTensorwise, amax.data()));
-    ASSERT_OK(backend().compute_scales(amax.data(), 1, s.layer->needs().weight_format, /*pow2=*/false, scale.data(),
-                                       inv_scale.data()));
+    ASSERT_OK(backend().compute_scales(amax.data(), 1, s.layer->info().needs.weight_format, /*pow2=*/false,
+                                       scale.data(), inv_scale.data()));
     EXPECT_EQ(bits(Floats::download(bound.amax, 1)[0]), bits(amax.download()[0]));
     EXPECT_EQ(bits(Floats::download(bound.scale, 1)[0]), bits(scale.download()[0]));
     EXPECT_EQ(bits(Floats::download(bound.inv_scale, 1)[0]), bits(inv_scale.download()[0]));
@@ -114,14 +114,14 @@ TEST_P(WeightScalesTest, BindsTheWholeWeightsAmaxAndTheDynamicScaleOfIt) {
     ASSERT_OK((*scales)->cast_shard(i, w.values[static_cast<size_t>(i)]->data(), codes.data()));
     CastArgs c;
     c.input = {w.values[static_cast<size_t>(i)]->data(), DType::kFloat32, s.rows, s.row_elements};
-    c.format = s.layer->needs().weight_format;
+    c.format = s.layer->info().needs.weight_format;
     c.granularity = Granularity::kTensorwise;
     c.scale = scale.data();
     c.saturate = true;
     c.out = want.data();
     ASSERT_OK(backend().cast(c));
     EXPECT_EQ(codes.download(), want.download());
-    EXPECT_EQ((*scales)->format(i), s.layer->needs().weight_format);
+    EXPECT_EQ((*scales)->format(i), s.layer->info().needs.weight_format);
   }
 }
 
@@ -161,10 +161,10 @@ TEST(WeightScales, DelayedWeightsTakeTheirHistorysScale) {
   for (size_t i = 0; i < w.layers.size(); ++i) {  // one training step with each fp32 weight
     Float8Linear& layer = *w.layers[i];
     const int64_t tokens = 16;
-    Floats x(std::vector<float>(static_cast<size_t>(tokens * layer.in_features()), 0.25f));
-    Floats g(std::vector<float>(static_cast<size_t>(tokens * layer.out_features()), 1e-3f));
-    Floats out(static_cast<size_t>(tokens * layer.out_features()));
-    Floats gw(static_cast<size_t>(layer.out_features() * layer.in_features()));
+    Floats x(std::vector<float>(static_cast<size_t>(tokens * layer.info().in_features), 0.25f));
+    Floats g(std::vector<float>(static_cast<size_t>(tokens * layer.info().out_features), 1e-3f));
+    Floats out(static_cast<size_t>(tokens * layer.info().out_features));
+    Floats gw(static_cast<size_t>(layer.info().out_features * layer.info().in_features));
     ASSERT_OK(layer.forward(x.data(), tokens, w.values[i]->data(), nullptr, out.data()));
     ASSERT_OK(layer.backward(g.data(), nullptr, gw.data(), nullptr));
     ASSERT_OK(layer.finish_step());

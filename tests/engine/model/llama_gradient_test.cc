@@ -816,11 +816,11 @@ TEST(LlamaModuleFilter, LinearsInOrder) {
     const Parameter* p = m->parameters().find(u->name);
     ASSERT_NE(p, nullptr) << u->name;
     EXPECT_EQ(u->weight, p);
-    EXPECT_EQ(u->weight->value.dim(0), u->layer->out_features());
-    EXPECT_EQ(u->weight->value.dim(1), u->layer->in_features());
+    EXPECT_EQ(u->weight->value.dim(0), u->layer->info().out_features);
+    EXPECT_EQ(u->weight->value.dim(1), u->layer->info().in_features);
     EXPECT_FALSE(u->selection.fp8);
     EXPECT_EQ(u->selection.reason, "recipe none");
-    EXPECT_FALSE(u->layer->config().any_fp8_gemm()) << u->name;
+    EXPECT_FALSE(u->layer->info().config.any_fp8_gemm()) << u->name;
   }
 }
 
@@ -832,7 +832,7 @@ TEST(LlamaModuleFilter, OutputExcludedOthersFp8) {
     if (u->name == "output") {
       EXPECT_FALSE(u->selection.fp8);
       EXPECT_EQ(u->selection.reason, "excluded by fp8.include/fp8.exclude");
-      EXPECT_FALSE(u->layer->config().any_fp8_gemm());
+      EXPECT_FALSE(u->layer->info().config.any_fp8_gemm());
     } else {
       EXPECT_TRUE(u->selection.fp8) << u->name << ": " << u->selection.reason;
       EXPECT_TRUE(u->selection.reason.empty()) << u->name;
@@ -840,7 +840,7 @@ TEST(LlamaModuleFilter, OutputExcludedOthersFp8) {
       EXPECT_TRUE(u->selection.config.output_runs_in_fp8()) << u->name;
       EXPECT_TRUE(u->selection.config.grad_input_runs_in_fp8()) << u->name;
       EXPECT_TRUE(u->selection.config.grad_weight_runs_in_fp8()) << u->name;
-      EXPECT_TRUE(u->layer->config().output_runs_in_fp8()) << u->name;
+      EXPECT_TRUE(u->layer->info().config.output_runs_in_fp8()) << u->name;
     }
   }
   const data::TokenBatch batch = make_batch(2, 16, 64, 1);
@@ -882,7 +882,7 @@ TEST(LlamaModuleFilter, DimensionsNotMultiplesOf16StayHighPrecision) {
       EXPECT_TRUE(u->selection.fp8) << n << ": " << u->selection.reason;
     }
     if (!u->selection.fp8) {
-      EXPECT_FALSE(u->layer->config().any_fp8_gemm()) << n;
+      EXPECT_FALSE(u->layer->info().config.any_fp8_gemm()) << n;
     }
   }
   // The mixed model trains.

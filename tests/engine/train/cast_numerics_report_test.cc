@@ -56,7 +56,8 @@ TEST_P(CastNumericsReportTest, EveryReportStepCarriesEachCastOfEveryFp8Linear) {
   constexpr int kTiny = 9;
   plant_tiny_weights(*planted, kTiny);
   if (HasFatalFailure()) return;
-  const double weight_elements = static_cast<double>(planted->layer->in_features() * planted->layer->out_features());
+  const Float8LinearInfo& info = planted->layer->info();
+  const double weight_elements = static_cast<double>(info.in_features * info.out_features);
 
   RecordingObserver log;
   absl::StatusOr<TrainSummary> summary = trainer->run(log);

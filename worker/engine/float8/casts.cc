@@ -258,7 +258,7 @@ absl::Status Float8Linear::State::cast_tensor(TensorKind t, const MatrixRef& dat
 
 bool Float8Linear::State::can_share_input_with(const State& source) const {
   if (&source == this || &source.backend != &backend || source.input_source != nullptr ||
-      source.in_features != in_features || source.activations.input != activations.input) {
+      source.info.in_features != info.in_features || source.info.activations.input != info.activations.input) {
     return false;
   }
   const auto& mine = use[static_cast<int>(TensorKind::kInput)];
@@ -316,8 +316,8 @@ bool Float8Linear::State::takes_fp8_weight() const {
   const auto& u = use[static_cast<int>(TensorKind::kWeight)];
   if (u[kAsStored] < 0 || u[kTransposed] != u[kAsStored]) return false;
   const CastPlan& p = plans[static_cast<size_t>(u[kAsStored])];
-  return p.granularity == Granularity::kTensorwise && !p.make_dequantized && config.output_runs_in_fp8() &&
-         config.grad_input_runs_in_fp8();
+  return p.granularity == Granularity::kTensorwise && !p.make_dequantized && info.config.output_runs_in_fp8() &&
+         info.config.grad_input_runs_in_fp8();
 }
 
 absl::Status Float8Linear::State::check_fp8_weight(const Fp8Tensor& w) const {
@@ -325,10 +325,10 @@ absl::Status Float8Linear::State::check_fp8_weight(const Fp8Tensor& w) const {
     return absl::InvalidArgumentError("Float8Linear: an Fp8Tensor weight needs codes, scale, inv_scale and amax");
   }
   const Format format = plans[static_cast<size_t>(weight_plan())].config.format();
-  if (w.format != format || w.granularity != Granularity::kTensorwise || w.rows != out_features ||
-      w.cols != in_features) {
+  if (w.format != format || w.granularity != Granularity::kTensorwise || w.rows != info.out_features ||
+      w.cols != info.in_features) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Float8Linear: the weight must be [", out_features, ", ", in_features, "] cast tensorwise to ",
+        "Float8Linear: the weight must be [", info.out_features, ", ", info.in_features, "] cast tensorwise to ",
         format_name(format), ", got [", w.rows, ", ", w.cols, "] ", format_name(w.format),
         w.granularity == Granularity::kTensorwise ? " tensorwise" : " not tensorwise"));
   }
@@ -368,11 +368,11 @@ ScaledOperand Float8Linear::State::scaled(TensorKind t, Orientation o) const {
 bool Float8Linear::State::gemm_runs_in_fp8(Gemm g) const {
   switch (g) {
     case Gemm::kOutput:
-      return config.output_runs_in_fp8();
+      return info.config.output_runs_in_fp8();
     case Gemm::kGradInput:
-      return config.grad_input_runs_in_fp8();
+      return info.config.grad_input_runs_in_fp8();
     case Gemm::kGradWeight:
-      return config.grad_weight_runs_in_fp8();
+      return info.config.grad_weight_runs_in_fp8();
   }
   return false;
 }

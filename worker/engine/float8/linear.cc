@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& back
   }
 
   auto state = std::make_unique<State>(backend, in_features, out_features, config, activations);
-  const Float8LinearConfig& c = state->config;
+  const Float8LinearConfig& c = state->info.config;
   state->plans.reserve(6);  // at most two casts per tensor; CastPlan is not copied after this
   state->plan_tensor(TensorKind::kInput, c.output.input, c.output_runs_in_fp8(), "output", c.grad_weight.input,
                      c.grad_weight_runs_in_fp8(), "grad_weight");
@@ -57,10 +57,10 @@ absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& back
                      c.grad_weight.grad_output, c.grad_weight_runs_in_fp8(), "grad_weight");
   state->plan_delayed_scaling();
   for (TensorKind t : {TensorKind::kInput, TensorKind::kWeight, TensorKind::kGradOutput}) {
-    state->needs.row_amax[static_cast<int>(t)] = state->reads_row_amax(t);
+    state->info.needs.row_amax[static_cast<int>(t)] = state->reads_row_amax(t);
   }
-  state->needs.fp8_weight = state->takes_fp8_weight();
-  state->needs.weight_format = c.output.weight.format();
+  state->info.needs.fp8_weight = state->takes_fp8_weight();
+  state->info.needs.weight_format = c.output.weight.format();
   std::vector<DelayedScaling> fresh;
   for (int i : state->delayed_plans) {
     const CastConfig& cast = state->plans[static_cast<size_t>(i)].config;
@@ -73,12 +73,7 @@ absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& back
 Float8Linear::Float8Linear(std::unique_ptr<State> state) : s_(std::move(state)), delayed_(s_.get()) {}
 Float8Linear::~Float8Linear() = default;
 
-int64_t Float8Linear::in_features() const { return s_->in_features; }
-int64_t Float8Linear::out_features() const { return s_->out_features; }
-const Float8LinearConfig& Float8Linear::config() const { return s_->config; }
-const LinearActivations& Float8Linear::activations() const { return s_->activations; }
-
-const Float8LinearNeeds& Float8Linear::needs() const { return s_->needs; }
+const Float8LinearInfo& Float8Linear::info() const { return s_->info; }
 
 absl::Status Float8Linear::forward(const void* input, int64_t tokens, LinearWeight weight, const float* bias,
                                    void* output, const ForwardOptions& options) {
@@ -123,7 +118,7 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, Linear
   if (input == nullptr || (weight.f32() == nullptr && weight.fp8() == nullptr) || output == nullptr) {
     return absl::InvalidArgumentError("Float8Linear::forward: input, weight and output must not be null");
   }
-  if (weight.fp8() != nullptr && !s.needs.fp8_weight) {
+  if (weight.fp8() != nullptr && !s.info.needs.fp8_weight) {
     return absl::FailedPreconditionError(
         "Float8Linear::forward: this layer's config cannot take a weight cast elsewhere (it needs one tensorwise "
         "fp8 cast shared by the output and grad_input GEMMs)");
@@ -135,17 +130,17 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, Linear
   if (tokens <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("Float8Linear::forward: tokens must be positive, got ", tokens));
   }
-  if (s.backend.is_cuda() && s.config.grad_weight_runs_in_fp8() && tokens % kGpuFp8GemmMultiple != 0) {
+  if (s.backend.is_cuda() && s.info.config.grad_weight_runs_in_fp8() && tokens % kGpuFp8GemmMultiple != 0) {
     return absl::InvalidArgumentError(absl::StrCat("Float8Linear::forward: tokens=", tokens, " is not a multiple of ",
                                                    kGpuFp8GemmMultiple,
                                                    ", which the fp8 grad_weight GEMM contracts over on a GPU"));
   }
-  const int64_t m = tokens, k = s.in_features, n = s.out_features;
+  const int64_t m = tokens, k = s.info.in_features, n = s.info.out_features;
   const int row = s.forward_slots.rows_used;
   if (s.forward_slots.columns > 0) {
     if (auto st = s.forward_slots.prepare_row(); !st.ok()) return st;
   }
-  if (auto st = s.cast_input({input, s.activations.input, m, k}, row, options.input_row_amax); !st.ok()) return st;
+  if (auto st = s.cast_input({input, s.info.activations.input, m, k}, row, options.input_row_amax); !st.ok()) return st;
   if (weight.fp8() != nullptr) {
     if (auto st = s.adopt_fp8_weight(*weight.fp8(), row); !st.ok()) return st;
   } else if (auto st = s.cast_tensor(TensorKind::kWeight, {weight.f32(), DType::kFloat32, n, k}, row,
@@ -155,7 +150,7 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, Linear
   }
   // The weight in the compute dtype, for the high-precision GEMMs that read it as is: this
   // forward's, and (converted here once) its backward's. An Fp8Tensor weight has none
-  // (needs().fp8_weight).
+  // (info.needs.fp8_weight).
   const void* weight_raw = weight.f32();
   if (weight.f32() != nullptr && (s.reads_raw(TensorKind::kWeight, kAsStored) ||
                                 (for_backward && s.reads_raw(TensorKind::kWeight, kTransposed)))) {
@@ -165,18 +160,18 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, Linear
   }
 
   absl::Status st;
-  if (s.config.output_runs_in_fp8()) {
+  if (s.info.config.output_runs_in_fp8()) {
     ScaledGemmArgs g;
     g.m = m;
     g.n = n;
     g.k = k;
     g.a = s.scaled(TensorKind::kInput, kAsStored);
     g.b = s.scaled(TensorKind::kWeight, kAsStored);
-    g.out_dtype = s.activations.output;
+    g.out_dtype = s.info.activations.output;
     g.out = output;
     g.bias = bias;
     g.addend = options.residual;
-    g.fast_accum = s.config.output.fast_accum;
+    g.fast_accum = s.info.config.output.fast_accum;
     st = s.backend.scaled_gemm(g);
   } else {
     GemmArgs g;
@@ -187,7 +182,7 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, Linear
     g.b = s.high_precision(TensorKind::kWeight, kAsStored, weight_raw);
     g.in_dtype = s.compute_dtype();
     g.trans_b = true;  // W is stored [N, K]
-    g.out_dtype = s.activations.output;
+    g.out_dtype = s.info.activations.output;
     g.out = output;
     g.bias = bias;
     g.addend = options.residual;
@@ -223,9 +218,9 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
         "Float8Linear::backward: the layer whose input casts the forward shared has cast again since; the forward "
         "can no longer be differentiated");
   }
-  const int64_t m = s.tokens, k = s.in_features, n = s.out_features;
+  const int64_t m = s.tokens, k = s.info.in_features, n = s.info.out_features;
   const DType compute = s.compute_dtype();
-  const DType grad_dtype = s.activations.output;
+  const DType grad_dtype = s.info.activations.output;
   const int row = s.backward_slots.rows_used;
   if (s.backward_slots.columns > 0) {
     if (auto st = s.backward_slots.prepare_row(); !st.ok()) return st;
@@ -255,17 +250,17 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
           "rebind_weight() with them first");
     }
     absl::Status st;
-    if (s.config.grad_input_runs_in_fp8()) {
+    if (s.info.config.grad_input_runs_in_fp8()) {
       ScaledGemmArgs g;  // [M, K] = g [M, N] · (Wᵀ [K, N])ᵀ
       g.m = m;
       g.n = k;
       g.k = n;
       g.a = s.scaled(TensorKind::kGradOutput, kAsStored);
       g.b = s.scaled(TensorKind::kWeight, kTransposed);
-      g.out_dtype = s.activations.input;
+      g.out_dtype = s.info.activations.input;
       g.out = grad_input;
       g.accumulate = options.grad_input == Store::kAccumulate;
-      g.fast_accum = s.config.grad_input.fast_accum;
+      g.fast_accum = s.info.config.grad_input.fast_accum;
       st = s.backend.scaled_gemm(g);
     } else {
       GemmArgs g;  // [M, K] = g [M, N] · W [N, K]
@@ -275,7 +270,7 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
       g.a = s.high_precision(TensorKind::kGradOutput, kAsStored, grad_output_raw);
       g.b = s.high_precision(TensorKind::kWeight, kTransposed, weight_raw);
       g.in_dtype = compute;
-      g.out_dtype = s.activations.input;
+      g.out_dtype = s.info.activations.input;
       g.out = grad_input;
       g.beta = options.grad_input == Store::kAccumulate ? 1.0f : 0.0f;
       st = s.backend.gemm(g);
@@ -285,7 +280,7 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
 
   const bool add_to_grad_weight = options.grad_weight == Store::kAccumulate;
   absl::Status st;
-  if (s.config.grad_weight_runs_in_fp8()) {
+  if (s.info.config.grad_weight_runs_in_fp8()) {
     ScaledGemmArgs g;  // [N, K] += gᵀ [N, M] · (xᵀ [K, M])ᵀ
     g.m = n;
     g.n = k;
@@ -294,7 +289,7 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
     g.b = s.scaled(TensorKind::kInput, kTransposed);
     g.out = grad_weight;  // fp32
     g.accumulate = add_to_grad_weight;
-    g.fast_accum = s.config.grad_weight.fast_accum;
+    g.fast_accum = s.info.config.grad_weight.fast_accum;
     st = s.backend.scaled_gemm(g);
   } else {
     GemmArgs g;  // [N, K] += g [M, N]ᵀ · x [M, K]

@@ -39,7 +39,7 @@
 //   delayed().write_step_amaxes(dst)   per delayed cast: max over the step's micro-batches,
 //                                      into backend memory (the distributed engine packs
 //                                      every layer's into one vector and all-reduces MAX once)
-//   finish_step_from(reduced amaxes)   records them into the histories and derives the next
+//   finish_step(reduced amaxes)        records them into the histories and derives the next
 //                                      step's scales, all in backend memory (one small
 //                                      kernel that the host does not wait for)
 // finish_step() without arguments does the last two for a single process.
@@ -112,11 +112,11 @@ struct ForwardOptions {
   // input casts at tensorwise or rowwise granularity then take their amax from these
   // instead of reading the input once more (QuantizeArgs::row_amax); everything computed
   // is bit for bit the same. They must be exact (a smaller value clips the cast). See
-  // Float8Linear::needs().
+  // Float8Linear::info().needs.
   const float* input_row_amax = nullptr;
   // The same for an fp32 weight, [out] fp32, max |weight[o, :]| (AdamW writes them as it
   // updates the weight: ModelOps::adamw_step's param_row_amax). See
-  // Float8Linear::needs(). Not with an Fp8Tensor weight (it is cast already).
+  // Float8Linear::info().needs. Not with an Fp8Tensor weight (it is cast already).
   const float* weight_row_amax = nullptr;
   // [tokens, out] in the output's dtype, added to the output in the GEMM's epilogue (the
   // addend of ScaledGemmArgs / GemmArgs): output = input · weightᵀ (+ bias) + residual,
@@ -136,7 +136,7 @@ struct BackwardOptions {
   // its GEMM no read of one).
   Store grad_weight = Store::kAccumulate;
   // May be null: max |grad_output[r, :]| per row, like forward()'s input_row_amax, from
-  // the op that made grad_output (see Float8Linear::needs()).
+  // the op that made grad_output (see Float8Linear::info().needs).
   const float* grad_output_row_amax = nullptr;
 };
 
@@ -174,6 +174,16 @@ struct Float8LinearNeeds {
   bool row_amax_of(TensorKind t) const { return row_amax[static_cast<int>(t)]; }
 };
 
+// What a layer is, fixed at create(): the arguments it was built with and what its casts
+// can take from callers (Float8Linear::info()).
+struct Float8LinearInfo {
+  int64_t in_features = 0;   // K: the weight is [out_features, in_features]
+  int64_t out_features = 0;  // N
+  Float8LinearConfig config;
+  LinearActivations activations;
+  Float8LinearNeeds needs;
+};
+
 // Told how a layer's casts ran, for tests and benches to count (Float8Linear::
 // set_observer); nothing the layer computes depends on it. Each call is one cast.
 class Float8LinearObserver {
@@ -206,24 +216,22 @@ class Float8Linear {
   Float8Linear(const Float8Linear&) = delete;
   Float8Linear& operator=(const Float8Linear&) = delete;
 
-  int64_t in_features() const;
-  int64_t out_features() const;
-  const Float8LinearConfig& config() const;
-  const LinearActivations& activations() const;
-
-  // What the casts can take from callers: row amaxes, an Fp8Tensor weight.
-  const Float8LinearNeeds& needs() const;
+  // Dimensions, config and activation dtypes as create() got them, and what the casts can
+  // take from callers (row amaxes, an Fp8Tensor weight): one value, fixed for the layer's
+  // life, so callers that size buffers or plan gathers read it once.
+  const Float8LinearInfo& info() const;
 
   // output [tokens, out] = input [tokens, in] · weightᵀ (+ bias [out], may be null), in
   // backend memory: input and output in their activation dtypes, bias fp32. On a GPU with
   // an fp8 grad_weight GEMM, tokens must be a multiple of 16 (that GEMM contracts over
   // them). ForwardOptions: row amaxes the casts may take, a residual to add.
   //
-  // The weight is fp32 values, or an Fp8Tensor cast elsewhere (needs().fp8_weight must
-  // hold): [out, in] codes of needs().weight_format, cast tensorwise; codes_t is needed by
-  // backward() (it may come with rebind_weight()). The layer takes such a tensor's scale as
-  // given and reads its scale, inverse and amax where they are until its next forward()
-  // (numerics() included); under delayed scaling it records the amax into its history.
+  // The weight is fp32 values, or an Fp8Tensor cast elsewhere (info().needs.fp8_weight
+  // must hold): [out, in] codes of info().needs.weight_format, cast tensorwise; codes_t is
+  // needed by backward() (it may come with rebind_weight()). The layer takes such a
+  // tensor's scale as given and reads its scale, inverse and amax where they are until its
+  // next forward() (numerics() included); under delayed scaling it records the amax into
+  // its history.
   // Cast with the scale a caller derives as weight_scales.h does, the outputs match the
   // fp32 weight's bit for bit.
   absl::Status forward(const void* input, int64_t tokens, LinearWeight weight, const float* bias, void* output,
@@ -253,26 +261,29 @@ class Float8Linear {
   // their scales and, for mixed GEMMs, their dequantized copy, instead of casting it again.
   // This needs dynamic scaling of the input (a delayed scale is each layer's own) and the
   // same input casts; with them the copies are a function of the input alone, so outputs
-  // and gradients are bit for bit what this layer's own casts give. Any other input is cast as usual. The copies must outlive this layer's
-  // backward(): should src cast again in between (a forward_no_grad), backward() refuses.
+  // and gradients are bit for bit what this layer's own casts give. Any other input is
+  // cast as usual. The copies must outlive this layer's backward(): should src cast again
+  // in between (a forward_no_grad), backward() refuses.
   // numerics() reports the shared cast's values for this layer's input. Returns false,
   // changing nothing, when the two cannot share (src is this layer, casts its input
   // differently or shares another's).
   bool share_input_casts_from(const Float8Linear& source);
 
   // Tells `observer` (may be null: none) how the casts run from now on; it must outlive
-  // the layer or be replaced first.
+  // the layer or be replaced first. Set after create() so that tests can watch the layers
+  // a model made.
   void set_observer(Float8LinearObserver* observer);
 
   // ---- finishing a step --------------------------------------------------------------------
-  // Ends the step with this process's own amaxes. Call once per optimizer step with any
-  // recipe (it is cheap without delayed casts).
+  // Ends the optimizer step: records its amaxes into the delayed histories and resets the
+  // per-step slots. Call once per step with any recipe (cheap without delayed casts).
+  // Without arguments it takes this process's own amaxes (delayed().write_step_amaxes()).
   absl::Status finish_step();
-  // Ends the step with amaxes already reduced across ranks (backend memory,
-  // delayed().count() floats, from delayed().write_step_amaxes(); may be null without
-  // delayed casts), queued. `amaxes` may be reused once this returns: work queued later
-  // cannot overtake the record.
-  absl::Status finish_step_from(const float* amaxes);
+  // The same with amaxes already reduced across ranks (backend memory, delayed().count()
+  // floats, from write_step_amaxes()), queued; null is InvalidArgument unless the layer has
+  // no delayed casts, so a lost reduction is not silently replaced by local amaxes.
+  // `reduced_amaxes` may be reused once this returns: work queued later cannot overtake it.
+  absl::Status finish_step(const float* reduced_amaxes);
 
   // Every delayed cast's state, concatenated, for checkpoints; restore needs a layer built
   // with the same config.
@@ -289,7 +300,7 @@ class Float8Linear {
     std::vector<std::string> names() const;
     // This step's amax of each (max over micro-batches) into dst, count() floats of
     // backend memory, for a caller that reduces them across ranks and hands them to
-    // finish_step_from(). Needs a forward() (and a backward(), when grad_output is delayed)
+    // finish_step(reduced_amaxes). Needs a forward() (and a backward(), when grad_output is delayed)
     // since the last finish_step().
     absl::Status write_step_amaxes(float* dst);
     // Every state (history and scale), read from backend memory in one copy: for reports,

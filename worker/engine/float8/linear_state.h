@@ -116,10 +116,7 @@ struct AmaxSlots {
 struct Float8Linear::State {
   State(Backend& b, int64_t in, int64_t out, const Float8LinearConfig& c, const LinearActivations& a)
       : backend(b),
-        in_features(in),
-        out_features(out),
-        config(c),
-        activations(a),
+        info{in, out, c, a, {}},
         forward_slots(b),
         backward_slots(b),
         delayed_states(b),
@@ -132,16 +129,14 @@ struct Float8Linear::State {
         grad_output_compute(b) {}
 
   Backend& backend;
-  const int64_t in_features;   // K
-  const int64_t out_features;  // N
-  const Float8LinearConfig config;
-  const LinearActivations activations;
+  // Float8Linear::info(): in_features (K), out_features (N), config and activations as
+  // create() got them; create() fills in needs from the plans. Fixed from then on.
+  Float8LinearInfo info;
   bool measuring = false;  // set_measuring()
-  Float8LinearNeeds needs;  // Float8Linear::needs(), made by create() from the plans
 
   // High-precision GEMMs run in the input's dtype, as autocast runs a bf16 linear: both
   // GEMM operands must share a dtype, and a bf16 input is where bf16 compute pays off.
-  DType compute_dtype() const { return activations.input; }
+  DType compute_dtype() const { return info.activations.input; }
 
   std::vector<CastPlan> plans;
   // use[tensor][orientation]: the plan that casts it for that GEMM, -1 for high precision.
@@ -171,7 +166,7 @@ struct Float8Linear::State {
   BackendBuffer weight_compute, grad_output_compute;
 
   // Saved by forward() for backward().
-  const void* input = nullptr;  // activations.input
+  const void* input = nullptr;  // info.activations.input
   const float* weight = nullptr;
   int64_t tokens = 0;
 

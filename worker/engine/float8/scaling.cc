@@ -155,11 +155,13 @@ absl::Status Float8Linear::DelayedCasts::write_step_amaxes(float* dst) {
   return absl::OkStatus();
 }
 
-absl::Status Float8Linear::finish_step_from(const float* amaxes) {
+absl::Status Float8Linear::finish_step(const float* reduced_amaxes) {
   State& s = *s_;
   if (!s.delayed_plans.empty()) {
-    if (amaxes == nullptr) return absl::InvalidArgumentError("Float8Linear::finish_step_from: amaxes is null");
-    if (auto st = s.record_delayed(amaxes); !st.ok()) return st;
+    if (reduced_amaxes == nullptr) {
+      return absl::InvalidArgumentError("Float8Linear::finish_step: reduced_amaxes is null");
+    }
+    if (auto st = s.record_delayed(reduced_amaxes); !st.ok()) return st;
   }
   s.forward_slots.rows_used = 0;
   s.backward_slots.rows_used = 0;
@@ -169,10 +171,10 @@ absl::Status Float8Linear::finish_step_from(const float* amaxes) {
 absl::Status Float8Linear::finish_step() {
   State& s = *s_;
   const int64_t n = delayed_.count();
-  if (n == 0) return finish_step_from(nullptr);
+  if (n == 0) return finish_step(nullptr);
   if (auto st = s.step_amaxes.reserve(float_bytes(n)); !st.ok()) return st;
   if (auto st = delayed_.write_step_amaxes(s.step_amaxes.as<float>()); !st.ok()) return st;
-  return finish_step_from(s.step_amaxes.as<float>());
+  return finish_step(s.step_amaxes.as<float>());
 }
 
 absl::StatusOr<std::vector<DelayedScaling>> Float8Linear::DelayedCasts::states() const { return s_->read_delayed(); }
@@ -205,7 +207,7 @@ absl::StatusOr<std::vector<float>> Float8Linear::save_scaling_state() const {
 
 absl::Status Float8Linear::restore_scaling_state(absl::Span<const float> state) {
   State& s = *s_;
-  const int64_t each = DelayedScaling::serialized_size(s.config.amax_history_len);
+  const int64_t each = DelayedScaling::serialized_size(s.info.config.amax_history_len);
   const int64_t expected = each * delayed_.count();
   if (static_cast<int64_t>(state.size()) != expected) {
     return absl::InvalidArgumentError(absl::StrCat("Float8Linear::restore_scaling_state: expected ", expected,
@@ -236,7 +238,7 @@ std::optional<Float8Linear::DelayedCasts::ScaleRef> Float8Linear::DelayedCasts::
 
 // ---- the states in backend memory --------------------------------------------------------------
 
-int Float8Linear::State::delayed_history_len() const { return std::max(config.amax_history_len, 1); }
+int Float8Linear::State::delayed_history_len() const { return std::max(info.config.amax_history_len, 1); }
 
 int64_t Float8Linear::State::delayed_state_floats() const { return delayed::state_floats(delayed_history_len()); }
 

@@ -32,13 +32,13 @@ absl::StatusOr<std::unique_ptr<Fp8WeightScales>> Fp8WeightScales::create(Backend
 // Finds whether every layer scales its weight by one dynamic rule and allocates the
 // zeroed amaxes and scales.
 absl::Status Fp8WeightScales::allocate() {
-  const CastConfig& first = shards_[0].layer->config().output.weight;
+  const CastConfig& first = shards_[0].layer->info().config.output.weight;
   for (const Shard& s : shards_) {
-    if (!s.layer->needs().fp8_weight) {
+    if (!s.layer->info().needs.fp8_weight) {
       return absl::FailedPreconditionError(
           "Fp8WeightScales: a layer takes no fp8 weight (Float8LinearNeeds::fp8_weight)");
     }
-    const CastConfig& c = s.layer->config().output.weight;
+    const CastConfig& c = s.layer->info().config.output.weight;
     if (c.format() != first.format() || c.pow2_scale != first.pow2_scale) one_rule_ = false;
   }
   const size_t bytes = float_bytes(size());
@@ -49,7 +49,9 @@ absl::Status Fp8WeightScales::allocate() {
   return absl::OkStatus();
 }
 
-Format Fp8WeightScales::format(int64_t i) const { return shards_[static_cast<size_t>(i)].layer->needs().weight_format; }
+Format Fp8WeightScales::format(int64_t i) const {
+  return shards_[static_cast<size_t>(i)].layer->info().needs.weight_format;
+}
 
 Fp8Tensor Fp8WeightScales::bind(int64_t i) const {
   const Float8Linear& layer = *shards_[static_cast<size_t>(i)].layer;
@@ -58,10 +60,10 @@ Fp8Tensor Fp8WeightScales::bind(int64_t i) const {
   w.inv_scale = inv_scales_.as<float>() + i;
   // Each weight's global amax is where the all-reduce leaves it, until the next one.
   w.amax = amaxes_.as<float>() + i;
-  w.format = layer.needs().weight_format;
+  w.format = layer.info().needs.weight_format;
   w.granularity = Granularity::kTensorwise;
-  w.rows = layer.out_features();
-  w.cols = layer.in_features();
+  w.rows = layer.info().out_features;
+  w.cols = layer.info().in_features;
   return w;
 }
 
@@ -112,7 +114,7 @@ absl::Status Fp8WeightScales::refresh(absl::Span<const float* const> shard_value
   float* scales = scales_.as<float>();
   float* inv_scales = inv_scales_.as<float>();
   for (int64_t i = 0; i < size(); i += one_rule_ ? size() : 1) {
-    const CastConfig& rule = shards_[static_cast<size_t>(i)].layer->config().output.weight;
+    const CastConfig& rule = shards_[static_cast<size_t>(i)].layer->info().config.output.weight;
     if (auto st = backend_.compute_scales(amaxes + i, one_rule_ ? size() : 1, rule.format(), rule.pow2_scale,
                                           scales + i, inv_scales + i);
         !st.ok()) {
@@ -134,7 +136,7 @@ absl::Status Fp8WeightScales::cast_shard(int64_t i, const float* shard_values, u
   const Shard& s = shards_[static_cast<size_t>(i)];
   CastArgs c;
   c.input = MatrixRef{shard_values, DType::kFloat32, s.rows, s.row_elements};
-  c.format = s.layer->needs().weight_format;
+  c.format = s.layer->info().needs.weight_format;
   c.granularity = Granularity::kTensorwise;
   c.scale = scales_.as<float>() + i;
   c.saturate = true;

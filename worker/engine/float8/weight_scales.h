@@ -37,7 +37,7 @@ namespace fp8::engine {
 
 class Fp8WeightScales {
  public:
-  // One weight whose shards travel as fp8 codes: its layer (needs().fp8_weight) and the
+  // One weight whose shards travel as fp8 codes: its layer (info().needs.fp8_weight) and the
   // shape of this rank's fp32 shard, [rows, row_elements] (padding rows included).
   struct Shard {
     Float8Linear* layer = nullptr;
@@ -55,7 +55,7 @@ class Fp8WeightScales {
   Fp8WeightScales& operator=(const Fp8WeightScales&) = delete;
 
   int64_t size() const { return static_cast<int64_t>(shards_.size()); }
-  // The fp8 format of weight i's codes (its layer's needs().weight_format).
+  // The fp8 format of weight i's codes (its layer's info().needs.weight_format).
   Format format(int64_t i) const;
 
   // Weight i, whole, as an Fp8Tensor: its shape, format, scale, inverse scale and amax;

@@ -10,7 +10,7 @@ absl::Status finish_delayed_step(std::span<LinearUnit* const> linears, const Dev
   for (const LinearUnit* u : linears) total += u->layer->delayed().count();
   if (total == 0) {
     // Nothing delayed: finish_step() only resets per-step state (no device work).
-    for (LinearUnit* u : linears) FP8_RETURN_IF_ERROR(u->layer->finish_step_from(nullptr));
+    for (LinearUnit* u : linears) FP8_RETURN_IF_ERROR(u->layer->finish_step());
     return absl::OkStatus();
   }
   if (!packed.defined() || packed.numel() != total) {
@@ -25,7 +25,7 @@ absl::Status finish_delayed_step(std::span<LinearUnit* const> linears, const Dev
   if (reduce) FP8_RETURN_IF_ERROR(reduce(data, total));
   offset = 0;
   for (LinearUnit* u : linears) {
-    FP8_RETURN_IF_ERROR(u->layer->finish_step_from(u->layer->delayed().count() > 0 ? data + offset : nullptr));
+    FP8_RETURN_IF_ERROR(u->layer->finish_step(u->layer->delayed().count() > 0 ? data + offset : nullptr));
     offset += u->layer->delayed().count();
   }
   return absl::OkStatus();

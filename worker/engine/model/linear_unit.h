@@ -34,9 +34,11 @@ struct LinearUnit {
   absl::Status forward(const Tensor& x, int64_t tokens, Tensor& y, bool training, const float* x_row_amax = nullptr,
                        const Tensor* residual = nullptr) const;
   // Whether forward() has a use for x_row_amax (backward() for grad_y_row_amax).
-  bool reads_input_row_amax() const { return layer->needs().row_amax_of(TensorKind::kInput); }
-  bool reads_weight_row_amax() const { return gathered_fp8 == nullptr && layer->needs().row_amax_of(TensorKind::kWeight); }
-  bool reads_grad_output_row_amax() const { return layer->needs().row_amax_of(TensorKind::kGradOutput); }
+  bool reads_input_row_amax() const { return layer->info().needs.row_amax_of(TensorKind::kInput); }
+  bool reads_weight_row_amax() const {
+    return gathered_fp8 == nullptr && layer->info().needs.row_amax_of(TensorKind::kWeight);
+  }
+  bool reads_grad_output_row_amax() const { return layer->info().needs.row_amax_of(TensorKind::kGradOutput); }
   // Where the op that makes this unit's grad_y writes grad_y's row amaxes: `buffer` (fp32
   // [tokens]) when backward() takes them, else nowhere (null: the op skips them).
   float* grad_output_row_amax_in(const Tensor& buffer) const {
