@@ -38,6 +38,10 @@ const char* quantize_label(const QuantizeArgs& q) {
       return "quantize rowwise";
     case Granularity::kColumnwise:
       return "quantize columnwise";
+    case Granularity::kBlock1x128:
+      return "quantize block1x128";
+    case Granularity::kBlock128x128:
+      return "quantize block128x128";
   }
   return "quantize";
 }

@@ -32,6 +32,8 @@ const char* granularity_name(Granularity g) {
     case Granularity::kTensorwise: return "tensorwise";
     case Granularity::kRowwise: return "rowwise";
     case Granularity::kColumnwise: return "columnwise";
+    case Granularity::kBlock1x128: return "block1x128";
+    case Granularity::kBlock128x128: return "block128x128";
   }
   return "?";
 }
@@ -41,6 +43,8 @@ int64_t scale_count(Granularity g, int64_t rows, int64_t cols) {
     case Granularity::kTensorwise: return 1;
     case Granularity::kRowwise: return rows;
     case Granularity::kColumnwise: return cols;
+    case Granularity::kBlock1x128: return rows * scale_blocks(cols);
+    case Granularity::kBlock128x128: return scale_blocks(rows) * block128x128_ld(cols);
   }
   return 0;
 }

@@ -38,8 +38,20 @@ absl::Status check_dims(int64_t rows, int64_t cols, const char* what) {
 bool is_high_precision(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; }
 
 absl::Status check_granularity(Granularity g, const char* what) {
-  if (g != Granularity::kTensorwise && g != Granularity::kRowwise && g != Granularity::kColumnwise) {
+  if (g != Granularity::kTensorwise && g != Granularity::kRowwise && g != Granularity::kColumnwise &&
+      !is_block_granularity(g)) {
     return invalid(what, "unknown granularity");
+  }
+  return absl::OkStatus();
+}
+
+// The fused transposed copy is scaled along the rows of the original; at a block
+// granularity the transpose needs tiles of its own (fp8.h), so it is not made here.
+absl::Status check_block_out_t(Granularity g, const uint8_t* out_t, const char* what) {
+  if (is_block_granularity(g) && out_t != nullptr) {
+    return invalid(what, absl::StrCat("is not made at ", granularity_name(g),
+                                      " granularity: a transposed copy is scaled with 1x128 tiles of its own "
+                                      "rows; quantize the transposed input instead"));
   }
   return absl::OkStatus();
 }
@@ -98,6 +110,7 @@ absl::Status check_cast(const CastArgs& a, const Requirements& req) {
   if (auto s = check_hp_dtype(a.input.dtype, "cast input"); !s.ok()) return s;
   if (auto s = check_format(a.format, "cast"); !s.ok()) return s;
   if (auto s = check_granularity(a.granularity, "cast"); !s.ok()) return s;
+  if (auto s = check_block_out_t(a.granularity, a.out_t, "cast out_t"); !s.ok()) return s;
   if (a.out == nullptr && a.out_t == nullptr) return invalid("cast", "neither out nor out_t given");
   if (a.range_counts != nullptr) {
     // Written even for an empty input (zeros).
@@ -131,13 +144,15 @@ absl::Status check_quantize(const QuantizeArgs& a, const Requirements& req) {
   if (auto s = check_hp_dtype(a.input.dtype, "quantize input"); !s.ok()) return s;
   if (auto s = check_format(a.format, "quantize"); !s.ok()) return s;
   if (auto s = check_granularity(a.granularity, "quantize"); !s.ok()) return s;
+  if (auto s = check_block_out_t(a.granularity, a.out_t, "quantize out_t"); !s.ok()) return s;
   if (a.out == nullptr && a.out_t == nullptr) return invalid("quantize", "neither out nor out_t given");
   if (a.scale_out == nullptr) return invalid("quantize scale_out", "is null");
   if (a.range_counts != nullptr) {
     if (auto s = check_pointer(a.range_counts, "quantize range_counts", req); !s.ok()) return s;
   }
-  if (a.row_amax != nullptr && a.granularity == Granularity::kColumnwise) {
-    return invalid("quantize row_amax", "serves tensorwise and rowwise scaling only, not columnwise");
+  if (a.row_amax != nullptr && a.granularity != Granularity::kTensorwise && a.granularity != Granularity::kRowwise) {
+    return invalid("quantize row_amax", absl::StrCat("serves tensorwise and rowwise scaling only, not ",
+                                                     granularity_name(a.granularity)));
   }
   if (a.has_columnwise()) {
     if (a.granularity != Granularity::kRowwise) {
@@ -207,9 +222,28 @@ absl::Status check_scaled_gemm(const ScaledGemmArgs& a, const Requirements& req)
   for (const auto* op : {&a.a, &a.b}) {
     const char* name = op == &a.a ? "scaled_gemm A" : "scaled_gemm B";
     if (op->granularity == Granularity::kColumnwise) {
-      return invalid(name, "granularity must be tensorwise or rowwise (one scale per row of the K-contiguous operand)");
+      return invalid(name, "granularity must be tensorwise, rowwise or a block granularity (scales along the rows "
+                           "of the K-contiguous operand)");
     }
     if (auto s = check_granularity(op->granularity, name); !s.ok()) return s;
+  }
+  // Block scaling as cuBLASLt takes it on Hopper (fp8.h): both operands, not both 128x128,
+  // and whole 128-wide K blocks.
+  const bool a_block = is_block_granularity(a.a.granularity), b_block = is_block_granularity(a.b.granularity);
+  if (a_block || b_block) {
+    if (!a_block || !b_block) {
+      return invalid("scaled_gemm", absl::StrCat("A is ", granularity_name(a.a.granularity), " and B is ",
+                                                 granularity_name(a.b.granularity),
+                                                 "; a block-scaled operand needs a block-scaled partner"));
+    }
+    if (a.a.granularity == Granularity::kBlock128x128 && a.b.granularity == Granularity::kBlock128x128) {
+      return invalid("scaled_gemm", "block128x128 x block128x128 is not supported; one operand must be block1x128");
+    }
+    if (a.k % kScaleBlock != 0) {
+      return invalid("scaled_gemm", absl::StrCat("block-scaled operands with m=", a.m, " n=", a.n, " k=", a.k,
+                                                 ": k must be a multiple of ", kScaleBlock,
+                                                 " (both operands' scales step along K by 128)"));
+    }
   }
   if (req.fp8_gemm_multiple > 1) {
     if (a.k % req.fp8_gemm_multiple != 0) {

@@ -243,10 +243,85 @@ const std::array<float, 256>& fp8_table(Format f) {
   return tables[f == Format::kE4M3 ? 0 : 1];
 }
 
+// ---- block granularities (kBlock1x128, kBlock128x128) ------------------------------------
+// Work is split by bands of 128 rows, so that a 128x128 block's amax is reduced by one
+// thread; within a row, each 128-column tile goes through the same span kernels as a
+// rowwise cast with the tile's scale.
+
+void amax_blocks(const MatrixRef& x, Granularity g, float* out) {
+  const int64_t rows = x.rows, cols = x.cols, tiles = scale_blocks(cols);
+  const int64_t bands = scale_blocks(rows);
+  if (g == Granularity::kBlock128x128) {
+    // Padding entries (fp8.h) hold an all-zero block's amax.
+    std::fill(out, out + scale_count(g, rows, cols), 0.0f);
+  }
+  const int64_t grain = std::max<int64_t>(1, kElementsPerChunk / std::max<int64_t>(kScaleBlock * cols, 1));
+  parallel_for(bands, grain, [&](int64_t, int64_t b0, int64_t b1) {
+    std::vector<uint32_t> acc(static_cast<size_t>(tiles));
+    for (int64_t band = b0; band < b1; ++band) {
+      std::fill(acc.begin(), acc.end(), 0u);
+      for (int64_t r = band * kScaleBlock; r < std::min(rows, (band + 1) * kScaleBlock); ++r) {
+        for (int64_t t = 0; t < tiles; ++t) {
+          const int64_t c0 = t * kScaleBlock, n = std::min(kScaleBlock, cols - c0);
+          const uint32_t bits = amax_flat(x, r * cols + c0, n);
+          if (g == Granularity::kBlock1x128) {
+            out[scale_index(g, rows, cols, r, c0)] = bits_float(bits);
+          } else {
+            acc[static_cast<size_t>(t)] = std::max(acc[static_cast<size_t>(t)], bits);
+          }
+        }
+      }
+      if (g == Granularity::kBlock128x128) {
+        for (int64_t t = 0; t < tiles; ++t) {
+          out[scale_index(g, rows, cols, band * kScaleBlock, t * kScaleBlock)] = bits_float(acc[static_cast<size_t>(t)]);
+        }
+      }
+    }
+  });
+}
+
+// The codes of a block-scaled cast (validation refuses out_t at these granularities).
+void cast_blocks(const CastArgs& a) {
+  const int64_t rows = a.input.rows, cols = a.input.cols;
+  const int64_t grain = std::max<int64_t>(1, kElementsPerChunk / std::max<int64_t>(kScaleBlock * cols, 1));
+  parallel_for(scale_blocks(rows), grain, [&](int64_t, int64_t b0, int64_t b1) {
+    for (int64_t r = b0 * kScaleBlock; r < std::min(rows, b1 * kScaleBlock); ++r) {
+      for (int64_t c0 = 0; c0 < cols; c0 += kScaleBlock) {
+        const float* scale = a.scale + scale_index(a.granularity, rows, cols, r, c0);
+        cast_row_span(a, r, c0, std::min(kScaleBlock, cols - c0), scale, /*per_col=*/false, a.out + r * cols + c0);
+      }
+    }
+  });
+}
+
+RangeTally count_blocks(const CastRangeArgs& a) {
+  const MatrixRef& x = a.input;
+  const int64_t rows = x.rows, cols = x.cols;
+  const int64_t grain = std::max<int64_t>(1, kElementsPerChunk / std::max<int64_t>(kScaleBlock * cols, 1));
+  std::vector<RangeTally> partial(static_cast<size_t>(std::max<int64_t>(plan_chunks(scale_blocks(rows), grain), 1)));
+  parallel_for(scale_blocks(rows), grain, [&](int64_t chunk, int64_t b0, int64_t b1) {
+    RangeTally& t = partial[static_cast<size_t>(chunk)];
+    for (int64_t r = b0 * kScaleBlock; r < std::min(rows, b1 * kScaleBlock); ++r) {
+      for (int64_t c0 = 0; c0 < cols; c0 += kScaleBlock) {
+        const float s = a.scale[scale_index(a.granularity, rows, cols, r, c0)];
+        for_each_piece(x, r * cols + c0, std::min(kScaleBlock, cols - c0),
+                       [&](const float* v, int64_t, int64_t m) { t += count_span(a.format, v, m, s); });
+      }
+    }
+  });
+  RangeTally total;
+  for (const RangeTally& t : partial) total += t;
+  return total;
+}
+
 }  // namespace
 
 void amax(const MatrixRef& x, Granularity g, float* out) {
   const int64_t rows = x.rows, cols = x.cols;
+  if (is_block_granularity(g)) {
+    amax_blocks(x, g, out);
+    return;
+  }
   if (g == Granularity::kRowwise) {
     parallel_for(rows, rows_grain(cols), [&](int64_t, int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) out[r] = bits_float(amax_flat(x, r * cols, cols));
@@ -288,6 +363,13 @@ void cast(const CastArgs& a) {
     }
     return;
   }
+  if (is_block_granularity(a.granularity)) {
+    // A pass of its own for the amaxes: the recorded amaxes of block-scaled casts are not
+    // on a hot path yet.
+    cast_blocks(a);
+    if (a.amax_out != nullptr) amax_blocks(a.input, a.granularity, a.amax_out);
+    return;
+  }
   const bool want_col_amax = a.amax_out != nullptr && a.granularity == Granularity::kColumnwise;
   // Chunks own whole tiles of kTile rows: the transpose of a tile is written by one thread.
   const int64_t row_tiles = (rows + kTile - 1) / kTile;
@@ -326,7 +408,9 @@ void count_cast_range(const CastRangeArgs& a) {
   const MatrixRef& x = a.input;
   const int64_t rows = x.rows, cols = x.cols, n = rows * cols;
   RangeTally total;
-  if (n > 0 && a.granularity == Granularity::kTensorwise) {
+  if (n > 0 && is_block_granularity(a.granularity)) {
+    total = count_blocks(a);
+  } else if (n > 0 && a.granularity == Granularity::kTensorwise) {
     // One scale: split the flat matrix, so that a single long row still uses every thread.
     std::vector<RangeTally> partial(static_cast<size_t>(std::max<int64_t>(plan_chunks(n, kElementsPerChunk), 1)));
     parallel_for(n, kElementsPerChunk, [&](int64_t chunk, int64_t b, int64_t e) {
@@ -365,7 +449,9 @@ void dequantize(const DequantizeArgs& a) {
         for (int64_t i = 0; i < n; ++i) {
           const float s = a.granularity == Granularity::kTensorwise ? a.scale[0]
                           : a.granularity == Granularity::kRowwise  ? a.scale[r]
-                                                                    : a.scale[c0 + i];
+                          : a.granularity == Granularity::kColumnwise
+                              ? a.scale[c0 + i]
+                              : a.scale[scale_index(a.granularity, rows, cols, r, c0 + i)];
           buf[i] = canonicalize_nan(table[q[c0 + i]] / s);
         }
         if (a.out_dtype == DType::kFloat32) {

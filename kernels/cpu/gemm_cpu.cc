@@ -46,12 +46,14 @@ void write_tile(const ScaledGemmArgs& a, const float* acc, int64_t m0, int64_t m
     std::vector<float> row(static_cast<size_t>(nb));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t m = m0 + r;
-      const float ia = a.a.inv_scale[a.a.granularity == Granularity::kRowwise ? m : 0];
+      // Block-scaled sums carry their factors already (accumulate_blocks).
+      const bool blocks = is_block_granularity(a.a.granularity);
+      const float ia = blocks ? 1.0f : a.a.inv_scale[a.a.granularity == Granularity::kRowwise ? m : 0];
       const float* src = acc + r * nb;
       for (int64_t j = 0; j < nb; ++j) {
         const int64_t n = n0 + j;
-        const float ib = a.b.inv_scale[a.b.granularity == Granularity::kRowwise ? n : 0];
-        float v = src[j] * ia * ib;
+        float v = src[j];
+        if (!blocks) v = v * ia * a.b.inv_scale[a.b.granularity == Granularity::kRowwise ? n : 0];
         if (a.bias != nullptr) v += a.bias[n];
         row[j] = v;
       }
@@ -71,10 +73,38 @@ void write_tile(const ScaledGemmArgs& a, const float* acc, int64_t m0, int64_t m
   });
 }
 
+// acc[mb, nb] += (Σ over one 128-wide K block, in fp32) · sa · sb, block by block: Hopper's
+// promoted accumulation, which the block scales require (they change along K). a_block and
+// b_panel hold the widened [mb, kb] and [nb, kb] operands from depth k0; prod is scratch.
+void accumulate_blocks(const ScaledGemmArgs& a, const float* a_block, const float* b_panel, int64_t m0, int64_t mb,
+                       int64_t n0, int64_t nb, int64_t k0, int64_t kb, float* prod, float* acc) {
+  for (int64_t j0 = 0; j0 < kb; j0 += kScaleBlock) {
+    const int64_t k = k0 + j0;  // kb is a multiple of 128, as k is
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(mb), static_cast<int>(nb),
+                static_cast<int>(kScaleBlock), 1.0f, a_block + j0, static_cast<int>(kb), b_panel + j0,
+                static_cast<int>(kb), 0.0f, prod, static_cast<int>(nb));
+    parallel_for(mb, std::max<int64_t>(1, 4096 / std::max<int64_t>(nb, 1)), [&](int64_t, int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float sa = a.a.inv_scale[scale_index(a.a.granularity, a.m, a.k, m0 + r, k)];
+        const float* p = prod + r * nb;
+        float* out = acc + r * nb;
+        for (int64_t j = 0; j < nb; ++j) {
+          const float sb = a.b.inv_scale[scale_index(a.b.granularity, a.n, a.k, n0 + j, k)];
+          out[j] += p[j] * sa * sb;
+        }
+      }
+    });
+  }
+}
+
 }  // namespace
 
 void scaled_gemm(const ScaledGemmArgs& a) {
   if (a.m == 0 || a.n == 0) return;
+  if (is_block_granularity(a.a.granularity)) {
+    scaled_gemm_blocks(a);
+    return;
+  }
   const int64_t mb_max = std::min(a.m, kTileRows), nb_max = std::min(a.n, kTileCols);
   const int64_t kb_max = std::min(a.k, kDepth);
   float* b_panel = sized(scratch(0), nb_max * kb_max);
@@ -100,6 +130,32 @@ void scaled_gemm(const ScaledGemmArgs& a) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(mb), static_cast<int>(nb),
                     static_cast<int>(kb), 1.0f, a_block, static_cast<int>(kb), b_panel, static_cast<int>(kb),
                     k0 == 0 ? 0.0f : 1.0f, acc, static_cast<int>(nb));
+      }
+      write_tile(a, acc, m0, mb, n0, nb);
+    }
+  }
+}
+
+void scaled_gemm_blocks(const ScaledGemmArgs& a) {
+  // Depth blocks of kDepth (a multiple of 128) hold whole scale blocks.
+  static_assert(kDepth % kScaleBlock == 0, "a depth block holds whole scale blocks");
+  const int64_t mb_max = std::min(a.m, kTileRows), nb_max = std::min(a.n, kTileCols);
+  const int64_t kb_max = std::min(a.k, kDepth);
+  float* b_panel = sized(scratch(0), nb_max * kb_max);
+  float* a_block = sized(scratch(1), mb_max * kb_max);
+  float* acc = sized(scratch(2), mb_max * nb_max);
+  thread_local std::vector<float> prod_buffer;
+  float* prod = sized(prod_buffer, mb_max * nb_max);
+  for (int64_t n0 = 0; n0 < a.n; n0 += nb_max) {
+    const int64_t nb = std::min(nb_max, a.n - n0);
+    for (int64_t m0 = 0; m0 < a.m; m0 += mb_max) {
+      const int64_t mb = std::min(mb_max, a.m - m0);
+      std::fill(acc, acc + mb * nb, 0.0f);
+      for (int64_t k0 = 0; k0 < a.k; k0 += kb_max) {
+        const int64_t kb = std::min(kb_max, a.k - k0);
+        widen_block(a.b.data + n0 * a.k + k0, a.k, a.b.format, nb, kb, b_panel);
+        widen_block(a.a.data + m0 * a.k + k0, a.k, a.a.format, mb, kb, a_block);
+        accumulate_blocks(a, a_block, b_panel, m0, mb, n0, nb, k0, kb, prod, acc);
       }
       write_tile(a, acc, m0, mb, n0, nb);
     }

@@ -28,10 +28,6 @@ float load_out(const void* out, DType t, int64_t i) {
   return t == DType::kFloat32 ? static_cast<const float*>(out)[i] : bf16_to_float(static_cast<const uint16_t*>(out)[i]);
 }
 
-// Index of the scale (or amax) that covers element (r, c).
-int64_t scale_index(Granularity g, int64_t r, int64_t c) {
-  return g == Granularity::kTensorwise ? 0 : g == Granularity::kRowwise ? r : c;
-}
 
 class ReferenceBackend final : public cpu::HostMemoryBackend {
  public:
@@ -42,7 +38,7 @@ class ReferenceBackend final : public cpu::HostMemoryBackend {
     std::vector<uint32_t> acc(static_cast<size_t>(scale_count(g, x.rows, x.cols)), 0u);
     for (int64_t r = 0; r < x.rows; ++r) {
       for (int64_t c = 0; c < x.cols; ++c) {
-        uint32_t& a = acc[static_cast<size_t>(scale_index(g, r, c))];
+        uint32_t& a = acc[static_cast<size_t>(scale_index(g, x.rows, x.cols, r, c))];
         a = amax_bits_update(a, load(x, r * x.cols + c));
       }
     }
@@ -65,8 +61,8 @@ class ReferenceBackend final : public cpu::HostMemoryBackend {
     const MatrixRef& x = a.input;
     for (int64_t r = 0; r < x.rows; ++r) {
       for (int64_t c = 0; c < x.cols; ++c) {
-        const uint8_t q = quantize_value(load(x, r * x.cols + c), a.scale[scale_index(a.granularity, r, c)],
-                                         a.format, a.saturate);
+        const float scale = a.scale[scale_index(a.granularity, x.rows, x.cols, r, c)];
+        const uint8_t q = quantize_value(load(x, r * x.cols + c), scale, a.format, a.saturate);
         if (a.out != nullptr) a.out[r * x.cols + c] = q;
         if (a.out_t != nullptr) a.out_t[c * x.rows + r] = q;
       }
@@ -87,7 +83,7 @@ class ReferenceBackend final : public cpu::HostMemoryBackend {
     for (int64_t r = 0; r < x.rows; ++r) {
       for (int64_t c = 0; c < x.cols; ++c) {
         const float v = load(x, r * x.cols + c);
-        const float y = v * a.scale[scale_index(a.granularity, r, c)];
+        const float y = v * a.scale[scale_index(a.granularity, x.rows, x.cols, r, c)];
         if (std::isnan(y)) continue;  // NaN is neither (fp8.h)
         // A number the non-saturating cast cannot represent (NaN / Inf code): clipped.
         if (!std::isfinite(fp8_to_float(float_to_fp8(y, a.format, /*saturate=*/false), a.format))) {
@@ -125,7 +121,8 @@ class ReferenceBackend final : public cpu::HostMemoryBackend {
     for (int64_t r = 0; r < a.rows; ++r) {
       for (int64_t c = 0; c < a.cols; ++c) {
         const int64_t i = r * a.cols + c;
-        store(a.out, a.out_dtype, i, dequantize_value(a.input[i], a.format, a.scale[scale_index(a.granularity, r, c)]));
+        const float scale = a.scale[scale_index(a.granularity, a.rows, a.cols, r, c)];
+        store(a.out, a.out_dtype, i, dequantize_value(a.input[i], a.format, scale));
       }
     }
     return absl::OkStatus();
@@ -140,15 +137,26 @@ class ReferenceBackend final : public cpu::HostMemoryBackend {
 
   absl::Status scaled_gemm(const ScaledGemmArgs& a) override {
     if (auto s = detail::check_scaled_gemm(a, {}); !s.ok()) return s;
+    // Block-scaled operands (validated: both, k a multiple of 128): each K block's sum
+    // times its two factors. Otherwise one block spans all of K and the factors are the
+    // operand's row (or tensor) factors.
+    const bool blocks = is_block_granularity(a.a.granularity);
+    // An empty K has no blocks (and block scale vectors no entries).
+    const int64_t step = blocks ? kScaleBlock : std::max<int64_t>(a.k, 1);
+    const int64_t k_end = blocks ? a.k : std::max<int64_t>(a.k, 1);
     for (int64_t m = 0; m < a.m; ++m) {
       for (int64_t n = 0; n < a.n; ++n) {
         double acc = 0.0;
-        for (int64_t k = 0; k < a.k; ++k) {
-          acc += static_cast<double>(fp8_to_float(a.a.data[m * a.k + k], a.a.format)) *
-                 static_cast<double>(fp8_to_float(a.b.data[n * a.k + k], a.b.format));
+        for (int64_t k0 = 0; k0 < k_end; k0 += step) {
+          double block = 0.0;
+          for (int64_t k = k0; k < std::min(a.k, k0 + step); ++k) {
+            block += static_cast<double>(fp8_to_float(a.a.data[m * a.k + k], a.a.format)) *
+                     static_cast<double>(fp8_to_float(a.b.data[n * a.k + k], a.b.format));
+          }
+          block *= static_cast<double>(a.a.inv_scale[scale_index(a.a.granularity, a.m, a.k, m, k0)]);
+          block *= static_cast<double>(a.b.inv_scale[scale_index(a.b.granularity, a.n, a.k, n, k0)]);
+          acc += block;
         }
-        acc *= static_cast<double>(a.a.inv_scale[a.a.granularity == Granularity::kRowwise ? m : 0]);
-        acc *= static_cast<double>(a.b.inv_scale[a.b.granularity == Granularity::kRowwise ? n : 0]);
         if (a.bias != nullptr) acc += a.bias[n];
         const int64_t i = m * a.n + n;
         if (a.accumulate) acc += load_out(a.out, a.out_dtype, i);

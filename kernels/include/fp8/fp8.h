@@ -39,9 +39,53 @@ enum class Granularity : uint8_t {
   kTensorwise,  // one value for the whole matrix
   kRowwise,     // one value per row: `rows` values
   kColumnwise,  // one value per column: `cols` values
+  // Block scaling (DeepSeek-V3, TransformerEngine's Float8BlockScaling): one value per
+  // 1×128 tile of a row (activations, gradients) or per 128×128 block (weights). The last
+  // tile or block of a row or column may be partial; it is scaled like a whole one.
+  kBlock1x128,
+  kBlock128x128,
 };
 const char* granularity_name(Granularity g);
+// Entries of a scale (or amax) vector at granularity g, padding included (below).
 int64_t scale_count(Granularity g, int64_t rows, int64_t cols);
+
+// Block scales are laid out as cuBLASLt takes them on Hopper (CUBLASLT_MATMUL_MATRIX_SCALE_
+// VEC128_32F and _BLK128x128_32F, cuBLAS docs "Scaling factors layouts"), so that the CUDA
+// backend can hand the vectors to cuBLASLt unchanged. For a row-major [rows, cols] matrix
+// whose cols run along the GEMM's K (every operand here is K-contiguous):
+//   kBlock1x128    rows × ceil(cols/128) entries, rows fastest: the scale of element (r, c)
+//                  is at (c/128)·rows + r ("M-major": each 128-column stripe's scales are
+//                  contiguous over the rows).
+//   kBlock128x128  ceil(rows/128) × ld entries with ld = ceil(cols/128) rounded up to a
+//                  multiple of 4 (cuBLASLt wants 16-byte rows): the scale of element (r, c)
+//                  is at (r/128)·ld + c/128. The padding entries belong to no block; the
+//                  core writes them as an all-zero block's (amax 0 and its scale), so every
+//                  backend writes the same bytes.
+constexpr int64_t kScaleBlock = 128;
+inline int64_t scale_blocks(int64_t n) { return (n + kScaleBlock - 1) / kScaleBlock; }
+// ld of a kBlock128x128 scale vector for a matrix of `cols` columns.
+inline int64_t block128x128_ld(int64_t cols) { return (scale_blocks(cols) + 3) / 4 * 4; }
+inline bool is_block_granularity(Granularity g) {
+  return g == Granularity::kBlock1x128 || g == Granularity::kBlock128x128;
+}
+// Index of the scale (or amax) that covers element (r, c) of a [rows, cols] matrix.
+inline int64_t scale_index(Granularity g, int64_t rows, int64_t cols, int64_t r, int64_t c) {
+  switch (g) {
+    case Granularity::kTensorwise: return 0;
+    case Granularity::kRowwise: return r;
+    case Granularity::kColumnwise: return c;
+    case Granularity::kBlock1x128: return (c / kScaleBlock) * rows + r;
+    case Granularity::kBlock128x128: return (r / kScaleBlock) * block128x128_ld(cols) + c / kScaleBlock;
+  }
+  return 0;
+}
+// Transposes and block scales. A transposed fp8 copy (CastArgs::out_t) is what a GEMM
+// contracting over the other dimension reads, so it must be scaled along its own rows:
+// TransformerEngine casts the transpose [cols, rows] with 1×128 tiles of its new rows, i.e.
+// 128×1 tiles of the original, scales of their own that the rows' scales cannot give.
+// Quantize the transposed input at kBlock1x128 for that copy. The fused out_t output and
+// QuantizeArgs::columnwise are refused at the block granularities for now (the codes of a
+// 128×128-scaled transpose are the transposed codes: Backend::transpose_bytes makes them).
 
 // How an op stores a result: overwriting its buffer, or adding to what the buffer holds,
 // in fp32 and rounded once (out = round(float(out) + result)). Gradients of branches that
@@ -224,6 +268,8 @@ struct ScaledOperand {
   Format format = Format::kE4M3;
   // kTensorwise: one factor. kRowwise: one per row of this [rows, k] operand, i.e. per
   // row of A (m) or per column of B (n): the "axiswise" scaling of torchao.
+  // kBlock1x128 / kBlock128x128: one per tile or block of this [rows, k] operand, laid out
+  // as scale_index above (rows = m for A, n for B; cols = k).
   Granularity granularity = Granularity::kTensorwise;
   const float* inv_scale = nullptr;  // dequantization factors, 1/scale
 };
@@ -232,6 +278,17 @@ struct ScaledOperand {
 // given as Bᵀ [n, k]. fp8 products are exact in fp32; they are accumulated in fp32 and
 // the scales are applied to the accumulated sums. E5M2 × E5M2 is not supported (cuBLASLt
 // has no such kernel).
+//
+// Block-scaled operands, as cuBLASLt on Hopper takes them: both operands block-scaled,
+// as 1×128 × 128×128, 128×128 × 1×128 or 1×128 × 1×128 (A × B; no 128×128 × 128×128, and
+// no block operand beside a tensorwise or rowwise one). Both operands' scales step along K
+// by 128, so k must be a multiple of 128; other shapes are refused (InvalidArgument naming
+// them). Then out[m, n] = Σ_kb sa(m, kb) · sb(n, kb) · Σ_{k in kb} A[m, k] · B[n, k]: each
+// 128-wide K block's sum is scaled by its two factors and added (Hopper's promoted
+// accumulation). The reference sums in fp64; the CPU sums each block in fp32, scales it
+// in fp32 and adds it to an fp32 accumulator, within
+//   |cpu − ref| ≤ (k/128 + 131) · 2^-24 · Σ_k |A[m, k] · sa · B[n, k] · sb|
+// before the output's own rounding (and the bias and addend, added as for other operands).
 struct ScaledGemmArgs {
   int64_t m = 0, n = 0, k = 0;
   ScaledOperand a;
