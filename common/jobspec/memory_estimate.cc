@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -221,6 +223,7 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
   const bool dynamic_input = gemms.output().input().scaling() != v1::CastConfig::DELAYED &&
                              gemms.grad_weight().input().scaling() != v1::CastConfig::DELAYED;
   int64_t cast_bytes = 0, converted_bytes = 0, fp8_layers = 0;
+  std::set<std::string> copied_roles;
   const v1::Float8Gemms high_precision = recipe_gemms(v1::Fp8Spec::NONE);
   for (const LinearLayer& l : list_linear_layers(spec.model())) {
     const bool is_fp8 = fp8.recipe() != v1::Fp8Spec::NONE && is_float8_linear(fp8, l.name) &&
@@ -232,7 +235,11 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
     // wk and wv take wq's input casts, w3 takes w1's (same input, same casts).
     const bool shares_input = is_fp8 && dynamic_input &&
                               (l.role == "attention.wk" || l.role == "attention.wv" || l.role == "feed_forward.w3");
-    cast_bytes += (shares_input ? 0 : c.input) + c.weight + c.grad_output;
+    // Under full checkpointing the blocks' layers in one position share their copies
+    // (float8/cast_copies.h): one block's worth of each.
+    const bool shares_copies = train.activation_checkpointing() == v1::TrainSpec::FULL && l.role != "output" &&
+                               !copied_roles.insert(l.role).second;
+    if (!shares_copies) cast_bytes += (shares_input ? 0 : c.input) + c.weight + c.grad_output;
     converted_bytes += c.converted;
     fp8_layers += is_fp8 ? 1 : 0;
   }

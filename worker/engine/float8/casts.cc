@@ -101,9 +101,9 @@ absl::StatusOr<CastRangeCounts*> Float8Linear::State::prepare_cast(CastPlan& p, 
   const int64_t n = input.size();
   const int64_t scales = scale_count(p.granularity, input.rows, input.cols);
   absl::Status reserved;  // keeps the first error
-  if (p.make_out) reserved.Update(p.out.reserve(static_cast<size_t>(n)));
-  if (p.make_out_t) reserved.Update(p.out_t.reserve(static_cast<size_t>(n)));
-  if (p.make_dequantized) reserved.Update(p.dequantized.reserve(dtype_bytes(compute_dtype(), n)));
+  if (p.make_out) reserved.Update(p.copies->out.reserve(static_cast<size_t>(n)));
+  if (p.make_out_t) reserved.Update(p.copies->out_t.reserve(static_cast<size_t>(n)));
+  if (p.make_dequantized) reserved.Update(p.copies->dequantized.reserve(dtype_bytes(compute_dtype(), n)));
   reserved.Update(p.scale.reserve(float_bytes(scales)));
   reserved.Update(p.inv_scale.reserve(float_bytes(scales)));
   reserved.Update(p.amax.reserve(float_bytes(scales)));
@@ -118,8 +118,8 @@ absl::StatusOr<CastRangeCounts*> Float8Linear::State::prepare_cast(CastPlan& p, 
 void Float8Linear::State::finish_cast(CastPlan& p, const MatrixRef& input, const float* scale,
                                       const float* inv_scale) {
   Fp8Tensor& t = p.in_use;
-  t.codes = p.make_out ? p.out.as<uint8_t>() : nullptr;
-  t.codes_t = p.make_out_t ? p.out_t.as<uint8_t>() : nullptr;
+  t.codes = p.make_out ? p.copies->out.as<uint8_t>() : nullptr;
+  t.codes_t = p.make_out_t ? p.copies->out_t.as<uint8_t>() : nullptr;
   t.scale = scale;
   t.inv_scale = inv_scale;
   t.amax = p.delayed ? nullptr : p.amax.as<float>();
@@ -133,8 +133,8 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
                                            const float* known_row_amax) {
   absl::StatusOr<CastRangeCounts*> range_counts = prepare_cast(p, input);
   if (!range_counts.ok()) return range_counts.status();
-  uint8_t* out = p.make_out ? p.out.as<uint8_t>() : nullptr;
-  uint8_t* out_t = p.make_out_t ? p.out_t.as<uint8_t>() : nullptr;
+  uint8_t* out = p.make_out ? p.copies->out.as<uint8_t>() : nullptr;
+  uint8_t* out_t = p.make_out_t ? p.copies->out_t.as<uint8_t>() : nullptr;
   float* delayed_amax = p.delayed ? slots_of(p.tensor).at(slot_row, p.delayed_column) : nullptr;
 
   if (p.delayed && p.delayed_scale_ready) {
@@ -183,7 +183,7 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
     d.granularity = p.granularity;
     d.scale = p.in_use.scale;
     d.out_dtype = compute_dtype();
-    d.out = p.dequantized.as<void>();
+    d.out = p.copies->dequantized.as<void>();
     if (auto s = backend.dequantize(d); !s.ok()) return s;
   }
   p.last_amax_row = p.delayed ? slot_row : -1;
@@ -219,13 +219,13 @@ absl::Status Float8Linear::State::run_casts_both_ways(CastPlan& rows, CastPlan& 
   q.format = rows.config.format();
   q.granularity = Granularity::kRowwise;
   q.pow2_scale = rows.config.pow2_scale;
-  q.out = rows.out.as<uint8_t>();
+  q.out = rows.copies->out.as<uint8_t>();
   q.scale_out = rows.scale.as<float>();
   q.inv_scale_out = rows.inv_scale.as<float>();
   q.amax_out = rows.amax.as<float>();
   q.row_amax = known_row_amax;  // the rows' half only: a column's amax needs the input
   q.range_counts = *row_counts;
-  q.columnwise.out_t = cols.out_t.as<uint8_t>();
+  q.columnwise.out_t = cols.copies->out_t.as<uint8_t>();
   q.columnwise.scale_out = cols.scale.as<float>();
   q.columnwise.inv_scale_out = cols.inv_scale.as<float>();
   q.columnwise.amax_out = cols.amax.as<float>();
@@ -388,7 +388,7 @@ absl::StatusOr<const void*> Float8Linear::State::in_compute_dtype(const void* da
 
 const void* Float8Linear::State::high_precision(TensorKind t, Orientation o, const void* raw) const {
   const int plan = use[static_cast<int>(t)][o];
-  return plan < 0 ? raw : plans[static_cast<size_t>(plan)].holder().dequantized.as<const void>();
+  return plan < 0 ? raw : plans[static_cast<size_t>(plan)].holder().copies->dequantized.as<const void>();
 }
 
 }  // namespace fp8::engine

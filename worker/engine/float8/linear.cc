@@ -25,7 +25,8 @@ const char* tensor_kind_name(TensorKind t) {
 absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& backend, int64_t in_features,
                                                                    int64_t out_features,
                                                                    const Float8LinearConfig& config,
-                                                                   const LinearActivations& activations) {
+                                                                   const LinearActivations& activations,
+                                                                   SharedCastCopies* shared_copies) {
   if (in_features <= 0 || out_features <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("Float8Linear: in_features and out_features must be positive, got ",
                                                    in_features, " and ", out_features));
@@ -56,6 +57,9 @@ absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& back
   state->plan_tensor(TensorKind::kGradOutput, c.grad_input.grad_output, c.grad_input_runs_in_fp8(), "grad_input",
                      c.grad_weight.grad_output, c.grad_weight_runs_in_fp8(), "grad_weight");
   state->plan_delayed_scaling();
+  if (shared_copies != nullptr) {
+    for (size_t i = 0; i < state->plans.size(); ++i) state->plans[i].copies = shared_copies->of_cast(i);
+  }
   for (TensorKind t : {TensorKind::kInput, TensorKind::kWeight, TensorKind::kGradOutput}) {
     state->info.needs.row_amax[static_cast<int>(t)] = state->reads_row_amax(t);
   }

@@ -57,6 +57,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "fp8/fp8.h"
+#include "worker/engine/float8/cast_copies.h"
 #include "worker/engine/float8/config.h"
 #include "worker/engine/float8/fp8_tensor.h"
 #include "worker/engine/float8/scaling.h"
@@ -208,10 +209,13 @@ class Float8Linear {
   // A layer with weight [out_features, in_features] and activations of the given dtypes.
   // Fails with InvalidArgument for a bad config (validate()), an activation dtype other
   // than fp32 or bf16, or, on a GPU backend, for dimensions an fp8 GEMM cannot take
-  // (cuBLASLt needs the contracted and output dimensions to be multiples of 16).
+  // (cuBLASLt needs the contracted and output dimensions to be multiples of 16). With
+  // `shared_copies`, the casts write copies shared with the other layers created with it
+  // (cast_copies.h: only for layers that never hold their casts at the same time).
   static absl::StatusOr<std::unique_ptr<Float8Linear>> create(Backend& backend, int64_t in_features,
                                                               int64_t out_features, const Float8LinearConfig& config,
-                                                              const LinearActivations& activations = {});
+                                                              const LinearActivations& activations = {},
+                                                              SharedCastCopies* shared_copies = nullptr);
   ~Float8Linear();
   Float8Linear(const Float8Linear&) = delete;
   Float8Linear& operator=(const Float8Linear&) = delete;

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/engine/float8/backend_buffer.h"
+#include "worker/engine/float8/cast_copies.h"
 #include "worker/engine/float8/linear.h"
 
 namespace fp8::engine {
@@ -54,7 +55,7 @@ inline bool is_activation_dtype(DType t) { return t == DType::kFloat32 || t == D
 // One fp8 cast of one tensor, serving one or both of the tensor's GEMM uses.
 struct CastPlan {
   explicit CastPlan(Backend& b)
-      : out(b), out_t(b), dequantized(b), scale(b), inv_scale(b), amax(b), range_counts(b) {}
+      : copies(std::make_shared<CastCopies>(b)), scale(b), inv_scale(b), amax(b), range_counts(b) {}
 
   TensorKind tensor = TensorKind::kInput;
   CastConfig config;
@@ -73,7 +74,9 @@ struct CastPlan {
   // is learnt once (State::confirm_delayed_scales); until then the cast scales dynamically.
   bool delayed_scale_ready = false;
 
-  BackendBuffer out, out_t, dequantized, scale, inv_scale, amax;
+  // The plan's own copies, or copies shared with other layers' same plan (cast_copies.h).
+  std::shared_ptr<CastCopies> copies;
+  BackendBuffer scale, inv_scale, amax;
   // What the GEMMs after the last cast read: the plan's own copies and scales, a sibling's
   // (`shared`), or, when `external`, a weight cast outside the layer (an Fp8Tensor it was
   // handed, until it casts this tensor itself again). rows is 0 until the first cast. A null

@@ -37,12 +37,14 @@ absl::Status LinearUnit::backward(const Tensor& grad_y, Tensor* grad_x, Store gr
 }
 
 absl::StatusOr<LinearUnit> make_linear_unit(Backend& backend, const v1::Fp8Spec& fp8, std::string name,
-                                            Parameter* weight, const LinearActivations& activations) {
+                                            Parameter* weight, const LinearActivations& activations,
+                                            SharedCastCopies* shared_copies) {
   LinearUnit u;
   const int64_t out_features = weight->shape.at(0), in_features = weight->shape.at(1);
   FP8_ASSIGN_OR_RETURN(u.selection, select_linear(fp8, name, in_features, out_features));
   FP8_ASSIGN_OR_RETURN(u.layer,
-                       Float8Linear::create(backend, in_features, out_features, u.selection.config, activations));
+                       Float8Linear::create(backend, in_features, out_features, u.selection.config, activations,
+                                            shared_copies));
   u.name = std::move(name);
   u.weight = weight;
   return u;

@@ -54,7 +54,9 @@ struct LinearUnit {
 
 // The unit for `name` with weight `weight`, per the module filter of `fp8`, reading and
 // writing activations of the given types.
+// `shared_copies`: see Float8Linear::create.
 absl::StatusOr<LinearUnit> make_linear_unit(Backend& backend, const v1::Fp8Spec& fp8, std::string name,
-                                            Parameter* weight, const LinearActivations& activations = {});
+                                            Parameter* weight, const LinearActivations& activations = {},
+                                            SharedCastCopies* shared_copies = nullptr);
 
 }  // namespace fp8::engine

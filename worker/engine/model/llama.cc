@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -61,10 +63,19 @@ absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, ParameterStorage storage)
   auto gain = [&](std::string name) {
     return params_.add(device_, std::move(name), {c.dim}, ParameterInit::kOnes, /*weight_decay=*/false, storage);
   };
+  // Under full activation checkpointing a block's fp8 casts live from its recomputed
+  // forward to the end of its backward, one block at a time: the blocks' layers in one
+  // position (every wq, every wk, ...) share their cast copies (float8/cast_copies.h).
+  std::map<std::string, SharedCastCopies> copies_by_position;
   auto linear = [&](LinearUnit& unit, const std::string& name, int64_t out, int64_t in,
                     ParameterInit init) -> absl::Status {
     FP8_ASSIGN_OR_RETURN(Parameter * weight, matrix(name, out, in, init));
-    FP8_ASSIGN_OR_RETURN(unit, make_linear_unit(backend, fp8, name, weight, {c.activations, c.activations}));
+    SharedCastCopies* shared = nullptr;
+    if (c.checkpointing == ActivationCheckpointing::kFull) {
+      const std::string position = name.substr(name.find('.', name.find('.') + 1) + 1);  // "attention.wq"
+      shared = &copies_by_position.try_emplace(position, backend).first->second;
+    }
+    FP8_ASSIGN_OR_RETURN(unit, make_linear_unit(backend, fp8, name, weight, {c.activations, c.activations}, shared));
     return absl::OkStatus();
   };
 
