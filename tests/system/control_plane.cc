@@ -127,7 +127,7 @@ void ControlPlane::kill_coordinator(int sig) {
   coordinator_->wait(milliseconds(10'000));
 }
 
-int ControlPlane::start_worker(const std::string& device) {
+int ControlPlane::start_worker(const std::string& device, double memory_gb) {
   const int index = static_cast<int>(workers_.size());
   const fs::path out = dir_ / ("worker-" + std::to_string(index) + ".out");
   const fs::path err = dir_ / ("worker-" + std::to_string(index) + ".err");
@@ -139,6 +139,7 @@ int ControlPlane::start_worker(const std::string& device) {
                                    binary(FP8_TRAIN_BINARY), "--cpus", "1", "--device", device};
   if (tls_) argv.insert(argv.end(), {"--coordinator-ca", (dir_ / "tls.crt").string()});
   argv.insert(argv.end(), {"--log-format", log_format_});
+  if (memory_gb > 0) argv.insert(argv.end(), {"--memory-gb", std::to_string(memory_gb)});
   workers_.push_back(std::make_unique<cli_test::Subprocess>(argv, child_env(), out, err));
   EXPECT_TRUE(workers_.back()->started()) << workers_.back()->start_error();
   return index;
@@ -150,6 +151,20 @@ void ControlPlane::kill_worker(int index, int sig) {
 }
 
 pid_t ControlPlane::worker_pid(int index) const { return workers_.at(index)->pid(); }
+
+bool ControlPlane::wait_for_workers(int count, std::chrono::seconds limit) const {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (true) {
+    v1::ListWorkersResponse response;
+    auto ctx = with_token(admin_token(), std::chrono::seconds(10));
+    if (job_stub()->ListWorkers(ctx.get(), v1::ListWorkersRequest(), &response).ok() &&
+        response.workers_size() >= count) {
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+}
 
 v1::JobSpec ControlPlane::spec(const JobOptions& o) const {
   std::ostringstream y;

@@ -40,10 +40,12 @@ class ControlPlane {
   // Starts the coordinator (again, on the same port and state, after a kill).
   void start_coordinator();
   void kill_coordinator(int sig = SIGKILL);
-  // Starts worker number i (its own work folder) offering `device` ("cpu", "cuda:0");
-  // returns its index.
-  int start_worker(const std::string& device = "cpu");
+  // Starts worker number i (its own work folder) offering `device` ("cpu", "cuda:0") and,
+  // when memory_gb > 0, that much memory a rank (--memory-gb); returns its index.
+  int start_worker(const std::string& device = "cpu", double memory_gb = 0);
   void kill_worker(int index, int sig = SIGKILL);
+  // Whether `count` workers are registered (ListWorkers) before `limit` passes.
+  bool wait_for_workers(int count, std::chrono::seconds limit) const;
   pid_t worker_pid(int index) const;
 
   // A job in YAML (paths relative to dir()), resolved like fp8ctl would.
