@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -292,6 +293,10 @@ class NcclProcessGroup final : public ProcessGroup, public QueuedCollectives {
   void destroy(Batch& b);
 
   absl::Status all_reduce_impl(const char* op, void* data, int64_t count, ncclDataType_t type, ReduceOp reduce);
+  // Each part's reduce-scatter of `type` elements (ReduceScatterPart: fp32, Bf16ReduceScatterPart:
+  // bf16), one NCCL group for the call.
+  template <typename Part>
+  absl::Status reduce_scatter_parts_of(std::span<const Part> parts, ncclDataType_t type, ncclRedOp_t reduce);
 
   const int rank_;
   const int size_;
@@ -740,63 +745,45 @@ absl::Status NcclProcessGroup::all_gather_parts(std::span<const AllGatherPart> p
 }
 
 absl::Status NcclProcessGroup::reduce_scatter_parts(std::span<const ReduceScatterPart> parts, ReduceOp reduce) {
-  constexpr const char* op = "reduce_scatter";
-  if (absl::Status b = broken(op); !b.ok()) return b;
-  if (!valid_op(reduce)) return invalid(op, absl::StrCat("unknown reduce op ", static_cast<int>(reduce)));
-  bool any = false;
-  for (const ReduceScatterPart& p : parts) {
-    if (p.count_per_rank < 0) return invalid(op, absl::StrCat("negative count_per_rank ", p.count_per_rank));
-    if (p.count_per_rank == 0) continue;
-    if (static_cast<uint64_t>(p.count_per_rank) >
-        std::numeric_limits<size_t>::max() / sizeof(float) / static_cast<size_t>(size_)) {
-      return invalid(op, absl::StrCat(p.count_per_rank, " floats per rank times ", size_, " ranks overflows size_t"));
-    }
-    any = true;
+  if (!valid_op(reduce)) {
+    return invalid("reduce_scatter", absl::StrCat("unknown reduce op ", static_cast<int>(reduce)));
   }
-  if (!any) return absl::OkStatus();
-  DeviceScope scope(device_);
-  if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
-  for (const ReduceScatterPart& p : parts) {
-    if (p.count_per_rank == 0) continue;
-    if (absl::Status s = check_buffer(op, "send", p.send); !s.ok()) return s;
-    if (absl::Status s = check_buffer(op, "recv", p.recv); !s.ok()) return s;
-  }
-  return run(op, [&] {
-    return issue_as_group(parts, [&](const ReduceScatterPart& p) {
-      if (p.count_per_rank == 0) return ncclSuccess;
-      return nccl::api().ncclReduceScatter(p.send, p.recv, static_cast<size_t>(p.count_per_rank), ncclFloat32, to_nccl(reduce),
-                               comm_, stream_);
-    });
-  });
+  return reduce_scatter_parts_of(parts, ncclFloat32, to_nccl(reduce));
 }
 
 absl::Status NcclProcessGroup::reduce_scatter_bf16_parts(std::span<const Bf16ReduceScatterPart> parts) {
+  return reduce_scatter_parts_of(parts, ncclBfloat16, ncclSum);
+}
+
+template <typename Part>
+absl::Status NcclProcessGroup::reduce_scatter_parts_of(std::span<const Part> parts, ncclDataType_t type,
+                                                       ncclRedOp_t reduce) {
   constexpr const char* op = "reduce_scatter";
+  constexpr size_t kElementBytes = sizeof(std::remove_pointer_t<decltype(Part::send)>);
   if (absl::Status b = broken(op); !b.ok()) return b;
   bool any = false;
-  for (const Bf16ReduceScatterPart& p : parts) {
+  for (const Part& p : parts) {
     if (p.count_per_rank < 0) return invalid(op, absl::StrCat("negative count_per_rank ", p.count_per_rank));
     if (p.count_per_rank == 0) continue;
     if (static_cast<uint64_t>(p.count_per_rank) >
-        std::numeric_limits<size_t>::max() / sizeof(uint16_t) / static_cast<size_t>(size_)) {
-      return invalid(op, absl::StrCat(p.count_per_rank, " bf16 values per rank times ", size_,
-                                      " ranks overflows size_t"));
+        std::numeric_limits<size_t>::max() / kElementBytes / static_cast<size_t>(size_)) {
+      return invalid(op, absl::StrCat(p.count_per_rank, " values per rank times ", size_, " ranks overflows size_t"));
     }
     any = true;
   }
   if (!any) return absl::OkStatus();
   DeviceScope scope(device_);
   if (!scope.status().ok()) return fail(with_context(scope.status(), where(op)));
-  for (const Bf16ReduceScatterPart& p : parts) {
+  for (const Part& p : parts) {
     if (p.count_per_rank == 0) continue;
     if (absl::Status s = check_buffer(op, "send", p.send); !s.ok()) return s;
     if (absl::Status s = check_buffer(op, "recv", p.recv); !s.ok()) return s;
   }
   return run(op, [&] {
-    return issue_as_group(parts, [&](const Bf16ReduceScatterPart& p) {
+    return issue_as_group(parts, [&](const Part& p) {
       if (p.count_per_rank == 0) return ncclSuccess;
-      return nccl::api().ncclReduceScatter(p.send, p.recv, static_cast<size_t>(p.count_per_rank), ncclBfloat16,
-                                           ncclSum, comm_, stream_);
+      return nccl::api().ncclReduceScatter(p.send, p.recv, static_cast<size_t>(p.count_per_rank), type, reduce, comm_,
+                                           stream_);
     });
   });
 }
