@@ -6,7 +6,7 @@
 if(TARGET fp8_engine_collectives_nccl)
   fp8_add_test(fp8_nccl_process_group_test gpu
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_process_group_test.cc
-    LIBS fp8_engine_collectives_nccl fp8_engine_collectives CUDA::cudart_static absl::status absl::statusor absl::strings
+    LIBS fp8_engine_collectives_nccl fp8_engine_collectives fp8_kernels CUDA::cudart_static absl::status absl::statusor absl::strings
          absl::str_format absl::time)
 endif()
 

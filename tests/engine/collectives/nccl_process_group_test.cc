@@ -39,6 +39,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "fp8/arith.h"
 #include "gtest/gtest.h"
 #include "worker/engine/collectives/file_store.h"
 #include "worker/engine/collectives/nccl/nccl_process_group.h"
@@ -361,6 +362,30 @@ absl::Status check_reduce_scatter(ProcessGroup& g, int64_t count, ReduceOp op, b
   return expect_equal(what, got, want);
 }
 
+// bf16 sums (fsdp.reduce_dtype): small integers, so every partial sum is a bf16 value and
+// the result exact whatever order NCCL adds in.
+absl::Status check_bf16_reduce_scatter(ProcessGroup& g, int64_t count) {
+  const int rank = g.rank();
+  const int world = g.size();
+  const size_t n = static_cast<size_t>(count);
+  auto input = [](int r, size_t j) { return static_cast<float>(r + 1 + static_cast<int>(j % 8)); };
+  std::vector<uint16_t> send(n * world);
+  for (size_t j = 0; j < send.size(); ++j) send[j] = float_to_bf16(input(rank, j));
+  std::vector<uint16_t> want(n);
+  for (size_t i = 0; i < n; ++i) {
+    float sum = 0;
+    for (int r = 0; r < world; ++r) sum += input(r, rank * n + i);
+    want[i] = float_to_bf16(sum);
+  }
+  FP8_ASSIGN_OR_RETURN(DevicePtr sendbuf, to_device(send));
+  FP8_ASSIGN_OR_RETURN(DevicePtr recv, device_alloc(n * sizeof(uint16_t)));
+  const Bf16ReduceScatterPart part{static_cast<const uint16_t*>(sendbuf.get()), static_cast<uint16_t*>(recv.get()),
+                                   count};
+  FP8_RETURN_IF_ERROR(g.reduce_scatter_bf16_parts({&part, 1}));
+  FP8_ASSIGN_OR_RETURN(std::vector<uint16_t> got, to_host<uint16_t>(recv.get(), n));
+  return expect_equal(absl::StrCat("bf16 reduce_scatter of ", count, " values per rank"), got, want);
+}
+
 // Several all-gathers and reduce-scatters in one call each (one NCCL group): every part
 // what its own call gives, an empty part among them.
 absl::Status check_parts(ProcessGroup& g) {
@@ -485,6 +510,7 @@ absl::StatusOr<std::string> collectives_rank(const fs::path& store_dir, int rank
   FP8_RETURN_IF_ERROR(check_reduce_scatter(g, 1000, ReduceOp::kSum, /*in_place=*/false));
   FP8_RETURN_IF_ERROR(check_reduce_scatter(g, 1000, ReduceOp::kMax, /*in_place=*/false));
   FP8_RETURN_IF_ERROR(check_reduce_scatter(g, 777, ReduceOp::kSum, /*in_place=*/true));
+  FP8_RETURN_IF_ERROR(check_bf16_reduce_scatter(g, 1000));
   FP8_RETURN_IF_ERROR(check_parts(g));
   FP8_RETURN_IF_ERROR(check_all_reduce<float>(g, 1000, ReduceOp::kSum, float_sum_input));
   FP8_RETURN_IF_ERROR(check_all_reduce<float>(g, 1000, ReduceOp::kMax, float_max_input));
