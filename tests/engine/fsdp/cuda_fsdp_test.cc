@@ -95,6 +95,28 @@ TEST_P(CudaFsdpTest, OneRankOverNcclWaitingOnTheHostEqualsOneProcessBitForBit) {
   expect_bit_equal(single[0], fsdp[0]);
 }
 
+// fsdp.param_dtype and fsdp.reduce_dtype bf16 on NCCL (a group of one still rounds,
+// gathers and reduce-scatters): half the high-precision bytes, the loss near fp32's
+// (fsdp_bf16_comm_test.cc's bound), and the same bits when run again.
+TEST_P(CudaFsdpTest, Bf16CommunicationHalvesTheBytesAndFollowsTheFp32Loss) {
+  if (const std::string why = missing_gpus(1); !why.empty()) GTEST_SKIP() << why;
+  const auto fp32 = train_ranks(job({"fp8.recipe=rowwise"}), 1);
+  const v1::JobSpec bf16_job = job({"fp8.recipe=rowwise", "fsdp.param_dtype=bf16", "fsdp.reduce_dtype=bf16"});
+  const auto bf16 = train_ranks(bf16_job, 1);
+  const auto again = train_ranks(bf16_job, 1);
+  ASSERT_TRUE(all_ok(fp32));
+  ASSERT_TRUE(all_ok(bf16));
+  ASSERT_TRUE(all_ok(again));
+  ASSERT_EQ(bf16[0].steps.size(), static_cast<size_t>(kSteps));
+  expect_bit_equal(bf16[0], again[0]);
+  for (size_t i = 0; i < bf16[0].steps.size(); ++i) {
+    const StepRecord &f = fp32[0].steps[i], &b = bf16[0].steps[i];
+    EXPECT_EQ(b.all_gather_bf16_bytes, f.all_gather_f32_bytes / 2) << "step " << b.step;
+    EXPECT_EQ(b.reduce_scatter_bf16_bytes, f.reduce_scatter_f32_bytes / 2) << "step " << b.step;
+    EXPECT_LE(std::fabs(b.loss - f.loss), 0.01 * f.loss) << "step " << b.step;
+  }
+}
+
 TEST_P(CudaFsdpTest, GatheredWeightsAreFreedAfterUse) {
   if (const std::string why = missing_gpus(1); !why.empty()) GTEST_SKIP() << why;
   const auto fsdp = train_ranks(job({"fp8.recipe=tensorwise", "fp8.all_gather_fp8=true"}), 1);
