@@ -59,7 +59,14 @@ v1::Float8Gemms recipe_gemms(v1::Fp8Spec::Recipe recipe) {
   constexpr auto kAxis = CastConfig::AXISWISE;
   constexpr auto kDynamic = CastConfig::DYNAMIC;
   constexpr auto kDelayed = CastConfig::DELAYED;
+  constexpr auto kBlock = CastConfig::BLOCK;
   switch (recipe) {
+    case v1::Fp8Spec::BLOCKWISE: {
+      // The tile follows the tensor (job.proto, CastConfig.BLOCK): 1x128 for input and
+      // grad_output, 128x128 for the weight.
+      CastConfig block = cast(kE4M3, kBlock, kDynamic);
+      return table(block, block, block, block, block, block);
+    }
     case v1::Fp8Spec::ROWWISE: {
       CastConfig axis = cast(kE4M3, kAxis, kDynamic);
       return table(axis, axis, axis, axis, axis, axis);
@@ -109,6 +116,10 @@ bool is_fp8(const v1::CastConfig& operand) {
   return operand.dtype() == CastConfig::E4M3 || operand.dtype() == CastConfig::E5M2;
 }
 
+bool is_block(const v1::CastConfig& operand) {
+  return is_fp8(operand) && operand.granularity() == CastConfig::BLOCK;
+}
+
 std::array<GemmRef, 3> list_gemms(const v1::Float8Gemms& g) {
   return {{
       {"fp8.gemms.output",
@@ -127,7 +138,8 @@ std::array<GemmRef, 3> list_gemms(const v1::Float8Gemms& g) {
 }
 
 bool recipe_uses_power_of2_scales(v1::Fp8Spec::Recipe recipe) {
-  return recipe == v1::Fp8Spec::ROWWISE || recipe == v1::Fp8Spec::ROWWISE_WITH_GW_HP;
+  return recipe == v1::Fp8Spec::ROWWISE || recipe == v1::Fp8Spec::ROWWISE_WITH_GW_HP ||
+         recipe == v1::Fp8Spec::BLOCKWISE;
 }
 
 }  // namespace fp8::jobspec

@@ -21,6 +21,8 @@ v1::Float8Gemms recipe_gemms(v1::Fp8Spec::Recipe recipe);
 v1::Float8Gemms effective_gemms(const v1::Fp8Spec& fp8);
 
 bool is_fp8(const v1::CastConfig& operand);
+// An fp8 operand at granularity block (1x128 tiles or 128x128 blocks, by tensor).
+bool is_block(const v1::CastConfig& operand);
 
 // The three GEMMs with their operands in formula order (lhs · rhs), each under the dotted
 // path the long form uses, so checks can loop over them and name what they find.
@@ -38,7 +40,8 @@ struct GemmRef {
 };
 std::array<GemmRef, 3> list_gemms(const v1::Float8Gemms& gemms);
 
-// torchao turns on power-of-2 scales for its rowwise recipes only.
+// torchao turns on power-of-2 scales for its rowwise recipes only; TransformerEngine's
+// block scaling uses them by default too (blockwise).
 bool recipe_uses_power_of2_scales(v1::Fp8Spec::Recipe recipe);
 
 }  // namespace fp8::jobspec

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -22,6 +23,8 @@ using v1::CastConfig;
 // fp8 GEMMs (cuBLASLt, and the CPU path that keeps the same contract) need the contracted
 // and output dimensions to be multiples of this.
 constexpr int64_t kFp8GemmMultiple = 16;
+// Block-scaled GEMMs step both operands' scales along K by whole 128-wide blocks.
+constexpr int64_t kBlockMultiple = 128;
 // Filters are short lists of short globs; the bound keeps "every glob against every
 // layer" cheap on any input.
 constexpr int kMaxGlobs = 64;
@@ -56,11 +59,23 @@ void check_effective_gemms(const v1::Fp8Spec& fp8, const v1::Float8Gemms& effect
       c.add(gemm.path, "e5m2 x e5m2 has no fp8 GEMM kernel; make one operand e4m3", {"fp8.recipe"});
     }
     for (const OperandRef* op : {&gemm.lhs, &gemm.rhs}) {
-      if (op->cast->scaling() == CastConfig::DELAYED && op->cast->granularity() == CastConfig::AXISWISE) {
+      if (op->cast->scaling() == CastConfig::DELAYED && (op->cast->granularity() == CastConfig::AXISWISE ||
+                                                          op->cast->granularity() == CastConfig::BLOCK)) {
         c.add(op->path,
               "delayed scaling keeps one amax history per tensor, so it needs tensorwise granularity",
               {"fp8.recipe"});
       }
+    }
+    // The block-scaled GEMM takes block scales on both operands (fp8.h's ScaledGemmArgs),
+    // and the engine has no dequantized copy of a block cast for a mixed GEMM.
+    const bool lhs_block = is_block(*gemm.lhs.cast), rhs_block = is_block(*gemm.rhs.cast);
+    if (lhs_block != rhs_block) {
+      const OperandRef& block = lhs_block ? gemm.lhs : gemm.rhs;
+      const OperandRef& other = lhs_block ? gemm.rhs : gemm.lhs;
+      c.add(other.path,
+            absl::StrCat("must be fp8 with granularity block too: ", block.path,
+                         " is block-scaled, and a block-scaled GEMM needs block scales on both operands"),
+            {"fp8.recipe"});
     }
   }
   const CastConfig& weight = effective.output().weight();
@@ -124,9 +139,11 @@ void check_layer_shapes(const v1::JobSpec& spec, const v1::Float8Gemms& effectiv
   // output = in·wᵀ contracts in_features; grad_input = gout·w contracts out_features;
   // grad_weight = goutᵀ·in contracts tokens and yields [out, in].
   const std::array<GemmRef, 3> gemms = list_gemms(effective);
-  const bool output_fp8 = gemms[0].runs_in_fp8();
-  const bool grad_input_fp8 = gemms[1].runs_in_fp8();
-  const bool grad_weight_fp8 = gemms[2].runs_in_fp8();
+  // Block-scaled GEMMs need multiples of 128 instead (check_block_scaling).
+  auto checked_here = [](const GemmRef& g) { return g.runs_in_fp8() && !is_block(*g.lhs.cast); };
+  const bool output_fp8 = checked_here(gemms[0]);
+  const bool grad_input_fp8 = checked_here(gemms[1]);
+  const bool grad_weight_fp8 = checked_here(gemms[2]);
   const bool needs_in = output_fp8 || grad_input_fp8 || grad_weight_fp8;
   const bool needs_out = output_fp8 || grad_input_fp8;
 
@@ -182,6 +199,71 @@ void check_layer_shapes(const v1::JobSpec& spec, const v1::Float8Gemms& effectiv
   }
 }
 
+// Block scaling (CastConfig.BLOCK): the CUDA backend has no block-scaled casts or GEMMs
+// yet, and each block-scaled GEMM needs its contracted dimension a multiple of 128 (no
+// padding path exists for it: pad_inner_dim does not apply).
+void check_block_scaling(const v1::JobSpec& spec, const v1::Float8Gemms& effective,
+                         const std::vector<LinearLayer>& layers, Checks& c) {
+  const v1::Fp8Spec& fp8 = spec.fp8();
+  const std::array<GemmRef, 3> gemms = list_gemms(effective);
+  const bool output_block = is_block(*gemms[0].lhs.cast) && is_block(*gemms[0].rhs.cast);
+  const bool grad_input_block = is_block(*gemms[1].lhs.cast) && is_block(*gemms[1].rhs.cast);
+  const bool grad_weight_block = is_block(*gemms[2].lhs.cast) && is_block(*gemms[2].rhs.cast);
+  if (!output_block && !grad_input_block && !grad_weight_block) return;
+  const std::string what = fp8.recipe() == v1::Fp8Spec::BLOCKWISE ? "recipe blockwise" : "granularity block";
+  if (spec.resources().device() == v1::ResourceSpec::CUDA) {
+    c.add("fp8.recipe",
+          absl::StrCat(what,
+                       " is not available on cuda yet: the CUDA backend has no block-scaled casts or GEMMs; "
+                       "train it with resources.device: cpu, or choose rowwise or tensorwise on cuda"),
+          {"resources.device"});
+    return;
+  }
+  // output = in·wᵀ contracts in_features; grad_input = gout·w contracts out_features.
+  int offenders = 0;
+  bool any_fp8_layer = false;
+  std::vector<std::string> shown;  // one layer of each distinct shape
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (const LinearLayer& layer : layers) {
+    if (!is_float8_linear(fp8, layer.name)) continue;
+    any_fp8_layer = true;
+    const bool bad_in = output_block && layer.in_features % kBlockMultiple != 0;
+    const bool bad_out = grad_input_block && layer.out_features % kBlockMultiple != 0;
+    if (!bad_in && !bad_out) continue;
+    ++offenders;
+    const std::pair<int64_t, int64_t> shape{layer.in_features, layer.out_features};
+    if (std::find(shapes.begin(), shapes.end(), shape) != shapes.end()) continue;
+    shapes.push_back(shape);
+    shown.push_back(absl::StrCat(layer.name, " (", layer.in_features, " -> ", layer.out_features, ")"));
+  }
+  if (offenders > 0) {
+    const std::string which = offenders == 1 ? absl::StrCat("fp8 layer ", shown[0], " has dimensions")
+                                             : absl::StrCat(offenders, " fp8 layers, such as ",
+                                                            absl::StrJoin(shown, ", "), ", have dimensions");
+    c.add("fp8",
+          absl::StrCat(what, " needs every fp8 layer's in_features and out_features to be multiples of 128 (the "
+                       "block-scaled GEMMs contract over them in 128-wide blocks), but ", which,
+                       " (in_features -> out_features) that are not; make model.dim, model.ffn_dim and the heads' "
+                       "widths multiples of 128, keep such layers in high precision with fp8.exclude, or choose "
+                       "another recipe"),
+          kFp8LayerAnchors);
+  }
+  const v1::TrainSpec& t = spec.train();
+  if (!any_fp8_layer || !grad_weight_block || t.grad_accum() <= 0 || t.batch_size() <= 0 ||
+      t.batch_size() % t.grad_accum() != 0 || spec.data().seq_len() <= 0) {
+    return;
+  }
+  const int64_t sequences = t.batch_size() / t.grad_accum();
+  const int64_t tokens = sequences * spec.data().seq_len();
+  if (tokens % kBlockMultiple != 0) {
+    c.add("train.batch_size",
+          absl::StrCat("a micro-batch holds ", sequences, " x ", spec.data().seq_len(), " = ", tokens,
+                       " tokens, not a multiple of 128, which the block-scaled grad_weight GEMM of ", what,
+                       " contracts over in 128-wide blocks; change train.batch_size, train.grad_accum or data.seq_len"),
+          {"data.seq_len", "train.grad_accum"});
+  }
+}
+
 bool has_delayed_cast(const v1::Float8Gemms& effective) {
   for (const GemmRef& gemm : list_gemms(effective)) {
     for (const OperandRef* op : {&gemm.lhs, &gemm.rhs}) {
@@ -224,6 +306,7 @@ void check_fp8(const v1::JobSpec& spec, Checks& c) {
   std::vector<LinearLayer> layers = list_linear_layers(spec.model());
   check_filter_globs(fp8, layers, c);
   check_layer_shapes(spec, effective, layers, c);
+  check_block_scaling(spec, effective, layers, c);
 }
 
 }  // namespace fp8::jobspec

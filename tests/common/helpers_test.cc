@@ -54,7 +54,7 @@ TEST(Scalars, NumbersBoolsAndEnums) {
   const auto& recipes = *v1::Fp8Spec::Recipe_descriptor();
   EXPECT_EQ((*parse_enum_name("ROWWISE", recipes))->number(), v1::Fp8Spec::ROWWISE);
   EXPECT_FALSE(parse_enum_name("recipe_unspecified", recipes).ok());
-  EXPECT_EQ(enum_choices(recipes), "tensorwise, rowwise, rowwise_with_gw_hp, delayed, none");
+  EXPECT_EQ(enum_choices(recipes), "tensorwise, rowwise, rowwise_with_gw_hp, delayed, none, blockwise");
 }
 
 TEST(Scalars, NumbersAreWrittenShortAndExact) {

@@ -57,7 +57,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{
             "unknown_recipe.yaml",
             {"unknown_recipe.yaml:14:11: fp8.recipe: unknown value 'fastest'; expected one of tensorwise, "
-             "rowwise, rowwise_with_gw_hp, delayed, none"}},
+             "rowwise, rowwise_with_gw_hp, delayed, none, blockwise"}},
         // No fp8 section: the fp8 default (tensorwise) meets a model of dim 20, so the error
         // points at model.dim, where the bad sizes come from.
         BadFile{
@@ -71,6 +71,27 @@ INSTANTIATE_TEST_SUITE_P(
             {"pad_inner_dim_on_cuda.yaml:15:3: fp8.pad_inner_dim: is not available on cuda: cuBLASLt's fp8 GEMMs "
              "take only dimensions that are multiples of 16 and nothing pads them there; leave it out and keep "
              "such layers in high precision with fp8.exclude"}},
+        BadFile{"blockwise_on_cuda.yaml",
+                {"blockwise_on_cuda.yaml:17:3: fp8.recipe: recipe blockwise is not available on cuda yet: the CUDA "
+                 "backend has no block-scaled casts or GEMMs; train it with resources.device: cpu, or choose rowwise "
+                 "or tensorwise on cuda"}},
+        BadFile{"blockwise_dims_not_128.yaml",
+                {"blockwise_dims_not_128.yaml:16:1: fp8: recipe blockwise needs every fp8 layer's in_features and "
+                 "out_features to be multiples of 128 (the block-scaled GEMMs contract over them in 128-wide "
+                 "blocks), but 7 fp8 layers, such as layers.0.attention.wq (64 -> 64), layers.0.feed_forward.w1 "
+                 "(64 -> 192), layers.0.feed_forward.w2 (192 -> 64), have dimensions (in_features -> out_features) "
+                 "that are not; make model.dim, model.ffn_dim and the heads' widths multiples of 128, keep such "
+                 "layers in high precision with fp8.exclude, or choose another recipe"}},
+        BadFile{"blockwise_tokens_not_128.yaml",
+                {"blockwise_tokens_not_128.yaml:14:3: train.batch_size: a micro-batch holds 2 x 96 = 192 tokens, "
+                 "not a multiple of 128, which the block-scaled grad_weight GEMM of recipe blockwise contracts over "
+                 "in 128-wide blocks; change train.batch_size, train.grad_accum or data.seq_len"}},
+        BadFile{"blockwise_delayed_and_half_block.yaml",
+                {"blockwise_delayed_and_half_block.yaml:20:7: fp8.gemms.output.input: delayed scaling keeps one "
+                 "amax history per tensor, so it needs tensorwise granularity",
+                 "blockwise_delayed_and_half_block.yaml:23:7: fp8.gemms.grad_weight.input: must be fp8 with "
+                 "granularity block too: fp8.gemms.grad_weight.grad_output is block-scaled, and a block-scaled "
+                 "GEMM needs block scales on both operands"}},
         BadFile{"amax_init_from_without_delayed.yaml",
                 {"amax_init_from_without_delayed.yaml:16:3: fp8.amax_init_from: only delayed scaling keeps amax "
                  "histories to start from; set fp8.recipe: delayed or leave this out"}},

@@ -17,7 +17,7 @@ using v1::CastConfig;
 std::string brief(const CastConfig& c) {
   auto dtype = c.dtype() == CastConfig::E4M3 ? "e4m3" : c.dtype() == CastConfig::E5M2 ? "e5m2" : "hp";
   if (c.dtype() == CastConfig::HIGH_PRECISION) return dtype;
-  std::string g = c.granularity() == CastConfig::TENSORWISE ? "tw" : "ax";
+  std::string g = c.granularity() == CastConfig::TENSORWISE ? "tw" : c.granularity() == CastConfig::BLOCK ? "blk" : "ax";
   std::string s = c.scaling() == CastConfig::DYNAMIC ? "dyn" : "del";
   return std::string(dtype) + " " + g + " " + s;
 }
@@ -50,6 +50,10 @@ TEST(Recipes, MatchTheReferenceTable) {
   EXPECT_EQ(table(effective_gemms(with_recipe(R::DELAYED))),
             (std::vector<std::string>{"e4m3 tw del x e4m3 tw del fast", "e5m2 tw del x e4m3 tw del",
                                       "e5m2 tw del x e4m3 tw del"}));
+  // The tile follows the tensor: 1x128 for input and grad_output, 128x128 for the weight.
+  EXPECT_EQ(table(effective_gemms(with_recipe(R::BLOCKWISE))),
+            (std::vector<std::string>{"e4m3 blk dyn x e4m3 blk dyn fast", "e4m3 blk dyn x e4m3 blk dyn",
+                                      "e4m3 blk dyn x e4m3 blk dyn"}));
   EXPECT_EQ(table(effective_gemms(with_recipe(R::NONE))),
             (std::vector<std::string>{"hp x hp", "hp x hp", "hp x hp"}));
   // Not written reads as the default recipe.
@@ -74,9 +78,10 @@ TEST(Recipes, OperandsTurnedFp8UnderDelayedAreDelayed) {
   EXPECT_EQ(table(effective_gemms(fp8))[0], "e5m2 tw del x e4m3 tw del fast");
 }
 
-TEST(Recipes, PowerOf2ScalesForRowwiseOnly) {
+TEST(Recipes, PowerOf2ScalesForRowwiseAndBlockwise) {
   EXPECT_TRUE(recipe_uses_power_of2_scales(v1::Fp8Spec::ROWWISE));
   EXPECT_TRUE(recipe_uses_power_of2_scales(v1::Fp8Spec::ROWWISE_WITH_GW_HP));
+  EXPECT_TRUE(recipe_uses_power_of2_scales(v1::Fp8Spec::BLOCKWISE));  // as TransformerEngine's block scaling
   EXPECT_FALSE(recipe_uses_power_of2_scales(v1::Fp8Spec::TENSORWISE));
   EXPECT_FALSE(recipe_uses_power_of2_scales(v1::Fp8Spec::DELAYED));
 }

@@ -1709,6 +1709,213 @@ fp8: {recipe: tensorwise}
   }
 }
 
+// ---- blockwise: 1x128 activation tiles, 128x128 weight blocks (CPU backend only) --------------
+
+// Llama FFN projections at 1/8 of Llama-7B's, their ffn_dim rounded up to a multiple of 128
+// as block scaling needs (11008 / 8 = 1376 is not one).
+const Shape kBlockFfnUp{256, 512, 1408};
+const Shape kBlockFfnDown{256, 1408, 512};
+
+struct BlockVsRow {
+  double block[3], row[3];  // output, grad_input, grad_weight SQNR in dB
+};
+
+BlockVsRow block_vs_row(const Shape& s, const std::vector<float>& x, const std::vector<float>& w,
+                        const std::vector<float>& bias, const std::vector<float>& g, const Reference& ref,
+                        const char* label) {
+  BlockVsRow v{};
+  std::unique_ptr<Float8Linear> blockwise = make_layer(cpu_backend(), s, recipe(v1::Fp8Spec::BLOCKWISE));
+  std::unique_ptr<Float8Linear> rowwise = make_layer(cpu_backend(), s, recipe(v1::Fp8Spec::ROWWISE));
+  if (blockwise == nullptr || rowwise == nullptr) return v;
+  const Results b = run_step(cpu_backend(), *blockwise, s, x, w, bias, g);
+  const Results r = run_step(cpu_backend(), *rowwise, s, x, w, bias, g);
+  v.block[0] = sqnr(ref.output, b.output);
+  v.block[1] = sqnr(ref.grad_input, b.grad_input);
+  v.block[2] = sqnr(ref.grad_weight, b.grad_weight);
+  v.row[0] = sqnr(ref.output, r.output);
+  v.row[1] = sqnr(ref.grad_input, r.grad_input);
+  v.row[2] = sqnr(ref.grad_weight, r.grad_weight);
+  std::printf("SQNR %-9s %-13s blockwise output %.4f dB, grad_input %.4f dB, grad_weight %.4f dB; "
+              "rowwise %.4f, %.4f, %.4f\n",
+              label, shape_name(s).c_str(), v.block[0], v.block[1], v.block[2], v.row[0], v.row[1], v.row[2]);
+  EXPECT_LE(max_relative_error(ref.grad_bias, b.grad_bias), 1e-5);
+  return v;
+}
+
+// Block scaling against rowwise on the same data. On Gaussian data a value's fp8 rounding
+// error is relative to itself whatever its (power-of-2) scale, short of subnormals, and a
+// row's scale and its tiles' mostly round to the same power of two: the two recipes come
+// out equal to within rounding noise. Where they differ is outliers: with "massive
+// activations" (a few input channels some 10^4 above the rest, their weights as much below,
+// so that every channel contributes alike), a row's scale follows the outlier and pushes the
+// rest of the row into fp8's subnormals, while a 1x128 tile confines it to its own 128
+// channels: the output GEMM is where blockwise must be ahead (the other two match).
+TEST(Float8LinearBlockwise, IsAtLeastAsAccurateAsRowwiseOnLlamaFfnShapes) {
+  for (const Shape& s : {kBlockFfnUp, kBlockFfnDown}) {
+    const std::string at = shape_name(s);
+    const Problem& p = cached_problem(s);
+    const BlockVsRow plain = block_vs_row(s, p.x, p.w, p.bias, p.g, p.ref, "gaussian");
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_GE(plain.block[i], 20.0) << at << " gemm " << i;
+      EXPECT_GE(plain.block[i], plain.row[i] - 0.01) << at << " gemm " << i;
+    }
+
+    std::vector<float> x = p.x, w = p.w;
+    constexpr float kOutlier = 8192.0f;
+    for (int64_t c = 0; c < s.k; c += 512) {
+      for (int64_t r = 0; r < s.m; ++r) x[static_cast<size_t>(r * s.k + c)] *= kOutlier;
+      for (int64_t o = 0; o < s.n; ++o) w[static_cast<size_t>(o * s.k + c)] /= kOutlier;
+    }
+    const Reference ref = reference_linear(s, x, w, p.bias, p.g);
+    const BlockVsRow outliers = block_vs_row(s, x, w, p.bias, p.g, ref, "outliers");
+    EXPECT_GE(outliers.block[0], outliers.row[0] + 0.1) << at;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_GE(outliers.block[i], 20.0) << at << " gemm " << i;
+      EXPECT_GE(outliers.block[i], outliers.row[i] - 0.01) << at << " gemm " << i;
+    }
+  }
+}
+
+// Host helpers for the independent computation below (the CPU backend works on host memory).
+std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  std::vector<float> t(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = x[static_cast<size_t>(r * cols + c)];
+  }
+  return t;
+}
+
+struct HostBlockCast {
+  std::vector<uint8_t> codes;
+  std::vector<float> scale, inv_scale;
+  ScaledOperand operand(Granularity g) const { return {codes.data(), Format::kE4M3, g, inv_scale.data()}; }
+};
+
+// x [rows, cols] cast e4m3 at block granularity g with power-of-2 scales, as blockwise does.
+HostBlockCast host_block_cast(const std::vector<float>& x, int64_t rows, int64_t cols, Granularity g) {
+  HostBlockCast c;
+  const size_t scales = static_cast<size_t>(scale_count(g, rows, cols));
+  c.codes.resize(x.size());
+  c.scale.resize(scales);
+  c.inv_scale.resize(scales);
+  QuantizeArgs q;
+  q.input = {x.data(), DType::kFloat32, rows, cols};
+  q.granularity = g;
+  q.pow2_scale = true;
+  q.out = c.codes.data();
+  q.scale_out = c.scale.data();
+  q.inv_scale_out = c.inv_scale.data();
+  EXPECT_TRUE(cpu_backend().quantize(q).ok());
+  return c;
+}
+
+std::vector<float> host_scaled_gemm(int64_t m, int64_t n, int64_t k, const ScaledOperand& a, const ScaledOperand& b) {
+  std::vector<float> out(static_cast<size_t>(m * n));
+  ScaledGemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.a = a;
+  g.b = b;
+  g.out = out.data();
+  const absl::Status st = cpu_backend().scaled_gemm(g);
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
+// A CPU backend that writes down each scaled GEMM's operand granularities by its k.
+class BlockGemmRecordingBackend final : public fp8::testing::ForwardingBackend {
+ public:
+  BlockGemmRecordingBackend() : ForwardingBackend(cpu_backend()) {}
+  absl::Status scaled_gemm(const ScaledGemmArgs& a) override {
+    gemms[a.k] = absl::StrCat(granularity_name(a.a.granularity), " x ", granularity_name(a.b.granularity));
+    return ForwardingBackend::scaled_gemm(a);
+  }
+  std::map<int64_t, std::string> gemms;
+};
+
+// Each GEMM takes the tiles its contraction needs: the output GEMM x 1x128 along in_features
+// and W 128x128; grad_input grad_output 1x128 along out_features and Wᵀ 128x128 (the
+// transposed weight cast itself); grad_weight grad_outputᵀ and xᵀ 1x128 along the tokens
+// (the transposed tensors cast themselves). grad_input and grad_weight equal, bit for bit,
+// the scaled GEMMs of casts made independently on the host's transposes.
+TEST(Float8LinearBlockwise, EachGemmTakesTheTilesOfItsContraction) {
+  const int64_t m = 256, k = 384, n = 128;  // tokens, in_features, out_features
+  const Shape s{m, k, n};
+  const std::vector<float> x = normal(static_cast<size_t>(m * k), 1.0f, 11);
+  const std::vector<float> w = normal(static_cast<size_t>(n * k), 0.05f, 12);
+  const std::vector<float> g = normal(static_cast<size_t>(m * n), 1e-3f, 13);
+  const std::vector<float> bias(static_cast<size_t>(n), 0.0f);
+
+  BlockGemmRecordingBackend recording;
+  std::unique_ptr<Float8Linear> layer = make_layer(recording, s, recipe(v1::Fp8Spec::BLOCKWISE));
+  ASSERT_NE(layer, nullptr);
+  const Results r = run_step(recording, *layer, s, x, w, bias, g);
+  const std::map<int64_t, std::string> want = {{k, "block1x128 x block128x128"},
+                                               {n, "block1x128 x block128x128"},
+                                               {m, "block1x128 x block1x128"}};
+  EXPECT_EQ(recording.gemms, want);
+
+  const HostBlockCast x_tiles = host_block_cast(x, m, k, Granularity::kBlock1x128);
+  const HostBlockCast w_blocks = host_block_cast(w, n, k, Granularity::kBlock128x128);
+  const HostBlockCast g_tiles = host_block_cast(g, m, n, Granularity::kBlock1x128);
+  const HostBlockCast wt_blocks = host_block_cast(transposed(w, n, k), k, n, Granularity::kBlock128x128);
+  const HostBlockCast gt_tiles = host_block_cast(transposed(g, m, n), n, m, Granularity::kBlock1x128);
+  const HostBlockCast xt_tiles = host_block_cast(transposed(x, m, k), k, m, Granularity::kBlock1x128);
+  EXPECT_TRUE(same_bits(r.output, host_scaled_gemm(m, n, k, x_tiles.operand(Granularity::kBlock1x128),
+                                                   w_blocks.operand(Granularity::kBlock128x128))));
+  EXPECT_TRUE(same_bits(r.grad_input, host_scaled_gemm(m, k, n, g_tiles.operand(Granularity::kBlock1x128),
+                                                       wt_blocks.operand(Granularity::kBlock128x128))));
+  EXPECT_TRUE(same_bits(r.grad_weight, host_scaled_gemm(n, k, m, gt_tiles.operand(Granularity::kBlock1x128),
+                                                        xt_tiles.operand(Granularity::kBlock1x128))));
+
+  // No row-amax shortcut (a row's amax is not a tile's), no fp8 weight from elsewhere, and
+  // each tensor cast twice, once per orientation.
+  const Float8LinearNeeds& needs = layer->info().needs;
+  EXPECT_FALSE(needs.row_amax_of(TensorKind::kInput));
+  EXPECT_FALSE(needs.row_amax_of(TensorKind::kWeight));
+  EXPECT_FALSE(needs.row_amax_of(TensorKind::kGradOutput));
+  EXPECT_FALSE(needs.fp8_weight);
+  absl::StatusOr<std::vector<CastNumerics>> stats = layer->numerics();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->size(), 6u);
+  for (const CastNumerics& c : *stats) {
+    const float top = c.tensor == TensorKind::kInput ? max_abs(x) : c.tensor == TensorKind::kWeight ? max_abs(w) : max_abs(g);
+    EXPECT_EQ(c.amax, top) << c.gemms;
+    EXPECT_EQ(describe(c.config), "e4m3 block dynamic pow2");
+    EXPECT_GT(c.range_use, 0.5f);
+    EXPECT_LE(c.range_use, 1.0f);
+  }
+}
+
+TEST(Float8LinearBlockwise, ShapesAndConfigsItCannotTakeAreRejected) {
+  // in_features is the output GEMM's K, out_features grad_input's.
+  expect_rejected(Float8Linear::create(cpu_backend(), 192, 128, recipe(v1::Fp8Spec::BLOCKWISE)).status(),
+                  "in_features", "multiples of 128");
+  expect_rejected(Float8Linear::create(cpu_backend(), 128, 64, recipe(v1::Fp8Spec::BLOCKWISE)).status(),
+                  "out_features", "multiples of 128");
+  // The tokens are grad_weight's K: the GEMM refuses them.
+  std::unique_ptr<Float8Linear> layer = make_layer(cpu_backend(), {64, 128, 128}, recipe(v1::Fp8Spec::BLOCKWISE));
+  ASSERT_NE(layer, nullptr);
+  Tensor x(cpu_backend(), 64 * 128), w(cpu_backend(), 128 * 128), out(cpu_backend(), 64 * 128),
+      gx(cpu_backend(), 64 * 128), gw(cpu_backend(), 128 * 128);
+  ASSERT_OK(layer->forward(x.data(), 64, w.data(), nullptr, out.data()));
+  EXPECT_FALSE(layer->backward(out.data(), gx.data(), gw.data(), nullptr).ok());
+
+  v1::Fp8Spec delayed;
+  delayed.set_recipe(v1::Fp8Spec::BLOCKWISE);
+  delayed.mutable_gemms()->mutable_output()->mutable_weight()->set_scaling(v1::CastConfig::DELAYED);
+  expect_rejected(config_from_spec(delayed).status(), "fp8.gemms.output.weight", "tensorwise");
+  v1::Fp8Spec half_block;
+  half_block.set_recipe(v1::Fp8Spec::BLOCKWISE);
+  half_block.mutable_gemms()->mutable_grad_weight()->mutable_input()->set_granularity(v1::CastConfig::AXISWISE);
+  expect_rejected(config_from_spec(half_block).status(), "fp8.gemms.grad_weight", "block granularity");
+  v1::Fp8Spec block_with_hp;
+  block_with_hp.set_recipe(v1::Fp8Spec::BLOCKWISE);
+  block_with_hp.mutable_gemms()->mutable_grad_input()->mutable_weight()->set_dtype(v1::CastConfig::HIGH_PRECISION);
+  expect_rejected(config_from_spec(block_with_hp).status(), "fp8.gemms.grad_input", "block granularity");
+}
+
 #endif  // !FP8_ENGINE_TEST_CUDA
 
 }  // namespace

@@ -18,6 +18,13 @@ int Float8Linear::State::add_plan(TensorKind t, const CastConfig& c, Orientation
   p.config = c;
   if (c.granularity == ScaleGranularity::kTensorwise) {
     p.granularity = Granularity::kTensorwise;
+  } else if (c.granularity == ScaleGranularity::kBlock) {
+    // The weight's blocks are 128x128, the activations' tiles 1x128 along K. A transposed
+    // use casts the transposed tensor itself (fp8.h: the kernels make no block-scaled
+    // out_t), so its tiles run along the other dimension, as its GEMM contracts; for the
+    // weight the same 128x128 blocks come out, transposed.
+    p.granularity = t == TensorKind::kWeight ? Granularity::kBlock128x128 : Granularity::kBlock1x128;
+    p.cast_transposed = o == kTransposed;
   } else {
     p.granularity = o == kAsStored ? Granularity::kRowwise : Granularity::kColumnwise;
   }
@@ -129,8 +136,50 @@ void Float8Linear::State::finish_cast(CastPlan& p, const MatrixRef& input, const
   t.cols = input.cols;
 }
 
+absl::Status Float8Linear::State::transpose_high_precision(const MatrixRef& input) {
+  // Through Backend::transpose_bytes alone, so every backend can do it: split the
+  // elements into byte planes ([n, es] -> [es, n]), transpose each plane ([rows, cols] ->
+  // [cols, rows]), and interleave the planes again ([es, n] -> [n, es]). Exact; three
+  // passes over the tensor.
+  const int64_t n = input.size();
+  const int64_t es = static_cast<int64_t>(dtype_size(input.dtype));
+  if (auto s = transposed_input.reserve(dtype_bytes(input.dtype, n)); !s.ok()) return s;
+  if (auto s = transpose_scratch.reserve(dtype_bytes(input.dtype, n)); !s.ok()) return s;
+  auto* planes = transposed_input.as<uint8_t>();
+  auto* planes_t = transpose_scratch.as<uint8_t>();
+  if (auto s = backend.transpose_bytes(static_cast<const uint8_t*>(input.data), n, es, planes); !s.ok()) return s;
+  for (int64_t b = 0; b < es; ++b) {
+    if (auto s = backend.transpose_bytes(planes + b * n, input.rows, input.cols, planes_t + b * n); !s.ok()) return s;
+  }
+  return backend.transpose_bytes(planes_t, es, n, transposed_input.as<uint8_t>());
+}
+
+absl::Status Float8Linear::State::run_block_cast_transposed(CastPlan& p, const MatrixRef& input) {
+  if (auto s = transpose_high_precision(input); !s.ok()) return s;
+  const MatrixRef t{transposed_input.as<const void>(), input.dtype, input.cols, input.rows};
+  absl::StatusOr<CastRangeCounts*> range_counts = prepare_cast(p, t);
+  if (!range_counts.ok()) return range_counts.status();
+  QuantizeArgs q;
+  q.input = t;
+  q.format = p.config.format();
+  q.granularity = p.granularity;
+  q.pow2_scale = p.config.pow2_scale;
+  q.out = p.copies->out_t.as<uint8_t>();  // the transposed copy, as the GEMM reads it
+  q.scale_out = p.scale.as<float>();
+  q.inv_scale_out = p.inv_scale.as<float>();
+  q.amax_out = p.amax.as<float>();
+  q.range_counts = *range_counts;
+  if (auto s = backend.quantize(q); !s.ok()) return s;
+  // in_use describes the transposed matrix that was cast: its scales' layout follows it.
+  finish_cast(p, t, p.scale.as<float>(), p.inv_scale.as<float>());
+  p.last_amax_row = -1;
+  return absl::OkStatus();
+}
+
 absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, int slot_row,
                                            const float* known_row_amax) {
+  // Block casts are dynamic and feed fp8 GEMMs only (config.cc's validate).
+  if (p.cast_transposed) return run_block_cast_transposed(p, input);
   absl::StatusOr<CastRangeCounts*> range_counts = prepare_cast(p, input);
   if (!range_counts.ok()) return range_counts.status();
   uint8_t* out = p.make_out ? p.copies->out.as<uint8_t>() : nullptr;
@@ -166,8 +215,9 @@ absl::Status Float8Linear::State::run_cast(CastPlan& p, const MatrixRef& input, 
     q.scale_out = p.scale.as<float>();
     q.inv_scale_out = p.inv_scale.as<float>();  // the GEMM's factors, in the same kernel as the scales
     q.amax_out = delayed_amax != nullptr ? delayed_amax : p.amax.as<float>();
-    // The rows' amaxes give the tensor's and each row's, not a column's.
-    if (known_row_amax != nullptr && p.granularity != Granularity::kColumnwise) q.row_amax = known_row_amax;
+    // The rows' amaxes give the tensor's and each row's, not a column's or a block's.
+    const bool rows_give_amax = p.granularity == Granularity::kTensorwise || p.granularity == Granularity::kRowwise;
+    if (known_row_amax != nullptr && rows_give_amax) q.row_amax = known_row_amax;
     q.range_counts = *range_counts;
     if (auto s = backend.quantize(q); !s.ok()) return s;
     if (q.row_amax != nullptr && observer != nullptr) observer->on_row_amax_cast();
@@ -359,8 +409,13 @@ ScaledOperand Float8Linear::State::scaled(TensorKind t, Orientation o) const {
   ScaledOperand op;
   op.data = o == kAsStored ? p.in_use.codes : p.in_use.codes_t;
   op.format = p.config.format();
-  // Either orientation's scales run along the rows of the K-contiguous copy the GEMM reads.
-  op.granularity = p.granularity == Granularity::kTensorwise ? Granularity::kTensorwise : Granularity::kRowwise;
+  // Either orientation's scales run along the rows of the K-contiguous copy the GEMM reads;
+  // block scales were laid out for that copy (a transposed use cast the transpose).
+  if (is_block_granularity(p.granularity)) {
+    op.granularity = p.granularity;
+  } else {
+    op.granularity = p.granularity == Granularity::kTensorwise ? Granularity::kTensorwise : Granularity::kRowwise;
+  }
   op.inv_scale = p.in_use.inv_scale;
   return op;
 }

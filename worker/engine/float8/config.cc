@@ -25,8 +25,17 @@ CastConfig from_proto(const v1::CastConfig& c, bool pow2) {
       // EffectiveGemms completes every unset dtype to high precision.
       return out;
   }
-  out.granularity =
-      c.granularity() == v1::CastConfig::AXISWISE ? ScaleGranularity::kAxiswise : ScaleGranularity::kTensorwise;
+  switch (c.granularity()) {
+    case v1::CastConfig::AXISWISE:
+      out.granularity = ScaleGranularity::kAxiswise;
+      break;
+    case v1::CastConfig::BLOCK:
+      out.granularity = ScaleGranularity::kBlock;
+      break;
+    default:
+      out.granularity = ScaleGranularity::kTensorwise;
+      break;
+  }
   out.scaling = c.scaling() == v1::CastConfig::DELAYED ? ScalingMode::kDelayed : ScalingMode::kDynamic;
   out.pow2_scale = pow2;
   return out;
@@ -64,7 +73,15 @@ const char* cast_dtype_name(CastDtype d) {
 }
 
 const char* scale_granularity_name(ScaleGranularity g) {
-  return g == ScaleGranularity::kAxiswise ? "axiswise" : "tensorwise";
+  switch (g) {
+    case ScaleGranularity::kTensorwise:
+      return "tensorwise";
+    case ScaleGranularity::kAxiswise:
+      return "axiswise";
+    case ScaleGranularity::kBlock:
+      return "block";
+  }
+  return "?";
 }
 
 const char* scaling_mode_name(ScalingMode s) { return s == ScalingMode::kDelayed ? "delayed" : "dynamic"; }
@@ -120,12 +137,23 @@ absl::Status validate(const Float8LinearConfig& c) {
           absl::StrCat(g.path, ": e5m2 x e5m2 has no fp8 GEMM kernel; make one operand e4m3"));
     }
     for (auto [name, op] : {std::pair{g.lhs_name, g.lhs}, std::pair{g.rhs_name, g.rhs}}) {
-      if (op->is_fp8() && op->scaling == ScalingMode::kDelayed && op->granularity == ScaleGranularity::kAxiswise) {
+      if (op->is_fp8() && op->scaling == ScalingMode::kDelayed && op->granularity != ScaleGranularity::kTensorwise) {
         return absl::InvalidArgumentError(
             absl::StrCat(g.path, ".", name,
                          ": delayed scaling keeps one amax history per tensor, so it needs tensorwise "
-                         "granularity, not axiswise"));
+                         "granularity, not ",
+                         scale_granularity_name(op->granularity)));
       }
+    }
+    // The block-scaled GEMM takes block scales on both operands, and a block cast has no
+    // dequantized copy for a mixed GEMM.
+    const bool lhs_block = g.lhs->is_fp8() && g.lhs->granularity == ScaleGranularity::kBlock;
+    const bool rhs_block = g.rhs->is_fp8() && g.rhs->granularity == ScaleGranularity::kBlock;
+    if (lhs_block != rhs_block) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          g.path, ": ", lhs_block ? g.lhs_name : g.rhs_name, " is block-scaled, so ",
+          lhs_block ? g.rhs_name : g.lhs_name, " must be fp8 at block granularity too (got ",
+          describe(lhs_block ? *g.rhs : *g.lhs), ")"));
     }
   }
   if (c.any_delayed() && (c.amax_history_len < 1 || c.amax_history_len > kMaxAmaxHistoryLen)) {

@@ -25,6 +25,10 @@ enum class CastDtype : uint8_t { kE4M3, kE5M2, kHighPrecision };
 enum class ScaleGranularity : uint8_t {
   kTensorwise,  // one scale for the whole tensor
   kAxiswise,    // one scale per row of the operand's K-contiguous form (per non-contracted index)
+  // One scale per tile of the operand's K-contiguous form, the tile set by the tensor:
+  // 1x128 (128 values along K) for input and grad_output, 128x128 for the weight
+  // (DeepSeek-V3). Dynamic scaling only; both operands of its GEMM block-scaled.
+  kBlock,
 };
 
 enum class ScalingMode : uint8_t {

@@ -47,6 +47,27 @@ absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& back
                      " (cuBLASLt fp8 needs 16-aligned K-contiguous operands); keep this layer in high precision"));
   }
 
+  // Block-scaled GEMMs (the job validator checks the same first): K in whole 128-wide
+  // blocks, and no block scaling in the CUDA backend yet.
+  const bool output_block = config.output_runs_in_fp8() && config.output.input.granularity == ScaleGranularity::kBlock;
+  const bool grad_input_block =
+      config.grad_input_runs_in_fp8() && config.grad_input.grad_output.granularity == ScaleGranularity::kBlock;
+  const bool grad_weight_block =
+      config.grad_weight_runs_in_fp8() && config.grad_weight.grad_output.granularity == ScaleGranularity::kBlock;
+  if (output_block || grad_input_block || grad_weight_block) {
+    if (backend.is_cuda()) {
+      return absl::UnimplementedError(absl::StrCat("Float8Linear on ", backend.name(),
+                                                   ": block scaling is not available on the CUDA backend yet"));
+    }
+    if ((output_block && in_features % kScaleBlock != 0) || (grad_input_block && out_features % kScaleBlock != 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Float8Linear(in_features=", in_features, ", out_features=", out_features,
+                       "): block-scaled GEMMs contract in 128-wide blocks, so the dimensions they contract (",
+                       output_block ? "in_features" : "", output_block && grad_input_block ? " and " : "",
+                       grad_input_block ? "out_features" : "", ") must be multiples of ", kScaleBlock));
+    }
+  }
+
   auto state = std::make_unique<State>(backend, in_features, out_features, config, activations);
   const Float8LinearConfig& c = state->info.config;
   state->plans.reserve(6);  // at most two casts per tensor; CastPlan is not copied after this
@@ -343,9 +364,13 @@ bool Float8Linear::State::reads_row_amax(TensorKind t) const {
   for (int plan : use[static_cast<int>(t)]) {
     if (plan < 0) continue;
     const CastPlan& p = plans[static_cast<size_t>(plan)];
-    if (!p.delayed && p.granularity != Granularity::kColumnwise) return true;
+    if (reads_row_amax(p)) return true;
   }
   return false;
+}
+
+bool Float8Linear::State::reads_row_amax(const CastPlan& p) const {
+  return !p.delayed && (p.granularity == Granularity::kTensorwise || p.granularity == Granularity::kRowwise);
 }
 
 void Float8Linear::set_observer(Float8LinearObserver* observer) { s_->observer = observer; }

@@ -60,8 +60,14 @@ struct CastPlan {
   TensorKind tensor = TensorKind::kInput;
   CastConfig config;
   // Scale granularity on the tensor as stored: an axiswise use as stored scales per row,
-  // an axiswise transposed use per column (= per row of the transposed copy).
+  // an axiswise transposed use per column (= per row of the transposed copy). A block cast
+  // (1x128 for input and grad_output, 128x128 for the weight) is on the matrix it casts:
+  // the tensor as stored, or with cast_transposed its transpose.
   Granularity granularity = Granularity::kTensorwise;
+  // The plan casts the tensor's high-precision transpose into its transposed copy: block
+  // scales along the other dimension cannot come from a cast of the tensor as stored.
+  // in_use then describes the transposed matrix ([cols, rows]).
+  bool cast_transposed = false;
   std::string gemms;              // the GEMMs it serves, for metrics
   bool make_out = false;          // fp8 copy as stored
   bool make_out_t = false;        // fp8 copy transposed
@@ -129,7 +135,9 @@ struct Float8Linear::State {
         f32_ones(b),
         bf16_ones(b),
         weight_compute(b),
-        grad_output_compute(b) {}
+        grad_output_compute(b),
+        transposed_input(b),
+        transpose_scratch(b) {}
 
   Backend& backend;
   // Float8Linear::info(): in_features (K), out_features (N), config and activations as
@@ -167,6 +175,9 @@ struct Float8Linear::State {
   // the weight, converted by the forward and reused by its backward (the weight cannot
   // change in between: forward()'s contract), and grad_output when it is fp32.
   BackendBuffer weight_compute, grad_output_compute;
+  // A block cast's transposed tensor in high precision, and the byte planes that make it
+  // (transpose_high_precision).
+  BackendBuffer transposed_input, transpose_scratch;
 
   // Saved by forward() for backward().
   const void* input = nullptr;  // info.activations.input
@@ -197,6 +208,8 @@ struct Float8Linear::State {
   // kind). reads_row_amax: whether some cast of t would take them.
   absl::Status cast_tensor(TensorKind t, const MatrixRef& data, int slot_row, const float* known_row_amax = nullptr);
   bool reads_row_amax(TensorKind t) const;
+  // Whether p's cast can take the rows' amaxes: dynamic, tensorwise or rowwise.
+  bool reads_row_amax(const CastPlan& p) const;
   // The input's casts for a forward: taken from input_source when it holds this input,
   // else cast here.
   absl::Status cast_input(const MatrixRef& data, int slot_row, const float* known_row_amax);
@@ -209,6 +222,10 @@ struct Float8Linear::State {
   int weight_plan() const { return use[static_cast<int>(TensorKind::kWeight)][kAsStored]; }
   bool takes_fp8_weight() const;
   absl::Status run_cast(CastPlan& p, const MatrixRef& input, int slot_row, const float* known_row_amax);
+  // A cast_transposed plan's cast: input's transpose into transposed_input, then a
+  // quantize of it whose codes are the plan's transposed copy.
+  absl::Status run_block_cast_transposed(CastPlan& p, const MatrixRef& input);
+  absl::Status transpose_high_precision(const MatrixRef& input);
   // Whether t's two plans are a rowwise cast as stored and a columnwise one transposed that
   // one quantize makes together (QuantizeArgs::columnwise; the rowwise recipe's casts):
   // both dynamic, of one format and scale rounding, each making its fp8 copy alone.
