@@ -156,6 +156,16 @@ LayerCasts linear_cast_bytes(const v1::Float8Gemms& g, int64_t tokens, int64_t i
   return c;
 }
 
+// Whether some operand of some GEMM is cast with block scales (the blockwise recipe).
+bool uses_block_casts(const v1::Float8Gemms& g) {
+  for (const GemmRef& gemm : list_gemms(g)) {
+    for (const v1::CastConfig* c : {gemm.lhs.cast, gemm.rhs.cast}) {
+      if (is_fp8(*c) && c->granularity() == v1::CastConfig::BLOCK) return true;
+    }
+  }
+  return false;
+}
+
 // Whether the layer takes its weight from FSDP's fp8 all-gather (Float8Linear::
 // takes_fp8_weight): one tensorwise cast of one format serves both GEMMs, both in fp8.
 bool takes_fp8_weight(const v1::Float8Gemms& g) {
@@ -222,6 +232,7 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
   const bool fp8_gather = fsdp && fp8.all_gather_fp8() && takes_fp8_weight(gemms);
   const bool dynamic_input = gemms.output().input().scaling() != v1::CastConfig::DELAYED &&
                              gemms.grad_weight().input().scaling() != v1::CastConfig::DELAYED;
+  const bool block_casts = uses_block_casts(gemms);
   int64_t cast_bytes = 0, converted_bytes = 0, fp8_layers = 0;
   std::set<std::string> copied_roles;
   const v1::Float8Gemms high_precision = recipe_gemms(v1::Fp8Spec::NONE);
@@ -232,14 +243,21 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
     const int64_t out_act = l.role == "output" ? kF32 : act;
     const LayerCasts c = linear_cast_bytes(is_fp8 ? gemms : high_precision, tokens, evaluates ? eval_tokens : tokens,
                                          l.in_features, l.out_features, act, out_act, is_fp8 && fp8_gather);
-    // wk and wv take wq's input casts, w3 takes w1's (same input, same casts).
-    const bool shares_input = is_fp8 && dynamic_input &&
+    // wk and wv take wq's input casts, w3 takes w1's (same input, same casts), except
+    // block casts, which each layer makes itself.
+    const bool shares_input = is_fp8 && dynamic_input && !block_casts &&
                               (l.role == "attention.wk" || l.role == "attention.wv" || l.role == "feed_forward.w3");
     // Under full checkpointing the blocks' layers in one position share their copies
     // (float8/cast_copies.h): one block's worth of each.
     const bool shares_copies = train.activation_checkpointing() == v1::TrainSpec::FULL && l.role != "output" &&
                                !copied_roles.insert(l.role).second;
     if (!shares_copies) cast_bytes += (shares_input ? 0 : c.input) + c.weight + c.grad_output;
+    // A block cast of a transposed use transposes the tensor first, through two buffers of
+    // the largest such tensor (float8/casts.cc), which every layer keeps.
+    if (is_fp8 && block_casts) {
+      cast_bytes += 2 * std::max({(evaluates ? eval_tokens : tokens) * l.in_features * act,
+                                  tokens * l.out_features * out_act, l.out_features * l.in_features * kF32});
+    }
     converted_bytes += c.converted;
     fp8_layers += is_fp8 ? 1 : 0;
   }

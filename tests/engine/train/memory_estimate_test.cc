@@ -78,6 +78,18 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat(std::get<0>(p.param), "_", std::get<1>(p.param), "_", std::get<2>(p.param));
     });
 
+// blockwise needs every fp8 dimension and a micro-batch's tokens to be multiples of 128.
+TEST_F(MemoryEstimateTest, BlockwiseIsWithinFifteenPercentOfTheMeasuredPeak) {
+  for (const char* mode : {"none", "full"}) {
+    const v1::JobSpec spec = tiny_job(
+        corpus_, tmp_.path() / absl::StrCat("blockwise-", mode),
+        {"fp8.recipe=blockwise", absl::StrCat("train.activation_checkpointing=", mode), "model.dim=128",
+         "model.ffn_dim=384", "model.n_layers=2", "model.n_heads=2", "model.max_seq_len=128", "data.seq_len=128",
+         "train.batch_size=2", "train.steps=3", "train.warmup_steps=0", "train.eval_every=2"});
+    expect_estimate_close(spec, absl::StrCat("blockwise, fp32, ", mode));
+  }
+}
+
 // The example job as users run it (on the synthetic corpus, a few steps).
 TEST(MemoryEstimateExampleTest, TheExampleJobIsWithinFifteenPercent) {
   TempDir tmp("memory-estimate-example");
