@@ -28,16 +28,8 @@ using testing::gaussian;
 using testing::stored_bytes;
 using testing::widened;
 
-class BackendContract : public ::testing::TestWithParam<std::string> {
+class BackendContract : public testing::BackendTest {
  protected:
-  void SetUp() override {
-    std::string why;
-    b_ = testing::find_backend(GetParam(), &why);
-    if (b_ == nullptr) GTEST_SKIP() << "backend '" << GetParam() << "' unavailable: " << why;
-  }
-
-  Backend& ref() { return reference_backend(); }
-
   // Data with a spread of magnitudes, some values past the e4m3 range after scaling,
   // and (optionally) the special values.
   static std::vector<float> test_matrix(int64_t rows, int64_t cols, uint32_t seed, bool specials) {
@@ -53,7 +45,6 @@ class BackendContract : public ::testing::TestWithParam<std::string> {
     return v;
   }
 
-  Backend* b_ = nullptr;
 };
 
 // ---- amax and scales --------------------------------------------------------------------

@@ -29,6 +29,19 @@ inline Backend* find_backend(const std::string& name, std::string* why) {
   return cuda->get();
 }
 
+// A test run once per backend name (the parameter: "reference", "cpu", "cuda"), skipped,
+// saying why, where that backend is not available here. b_ is the backend under test.
+class BackendTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    b_ = find_backend(GetParam(), &why);
+    if (b_ == nullptr) GTEST_SKIP() << "backend '" << GetParam() << "' unavailable: " << why;
+  }
+  Backend& ref() { return reference_backend(); }
+  Backend* b_ = nullptr;
+};
+
 // A buffer of T in a backend's memory, freed on destruction.
 template <class T>
 class Buffer {

@@ -68,15 +68,8 @@ TEST(BlockScaleLayout, BlockScalesAreRowMajorOverPaddedRows) {
 
 // ---- the contract ---------------------------------------------------------------------------
 
-class BlockScaling : public ::testing::TestWithParam<std::string> {
+class BlockScaling : public testing::BackendTest {
  protected:
-  void SetUp() override {
-    std::string why;
-    b_ = testing::find_backend(GetParam(), &why);
-    if (b_ == nullptr) GTEST_SKIP() << "backend '" << GetParam() << "' unavailable: " << why;
-  }
-  Backend& ref() { return reference_backend(); }
-
   // Gaussian data whose magnitude changes by orders from block to block (what block scaling
   // is for), with some values far out and some far in within each block.
   static std::vector<float> test_matrix(int64_t rows, int64_t cols, uint32_t seed) {
@@ -135,7 +128,6 @@ class BlockScaling : public ::testing::TestWithParam<std::string> {
     return {out.download(), scale.download(), inv.download(), amax.download(), counts.download()[0]};
   }
 
-  Backend* b_ = nullptr;
 };
 
 std::vector<uint32_t> bits_of(const std::vector<float>& v) {

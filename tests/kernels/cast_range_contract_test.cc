@@ -26,15 +26,7 @@ namespace {
 
 using testing::Buffer;
 
-class CastRangeContract : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    std::string why;
-    b_ = testing::find_backend(GetParam(), &why);
-    if (b_ == nullptr) GTEST_SKIP() << "backend '" << GetParam() << "' unavailable: " << why;
-  }
-  Backend* b_ = nullptr;
-};
+class CastRangeContract : public testing::BackendTest {};
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();

@@ -20,15 +20,7 @@ namespace {
 
 using testing::Buffer;
 
-class QuantizeBothWaysContract : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    std::string why;
-    b_ = testing::find_backend(GetParam(), &why);
-    if (b_ == nullptr) GTEST_SKIP() << "backend '" << GetParam() << "' unavailable: " << why;
-  }
-  Backend* b_ = nullptr;
-};
+class QuantizeBothWaysContract : public testing::BackendTest {};
 
 // Gaussian values with rows and columns of very different magnitudes (so that row and
 // column scales differ), some past the format's range after scaling, an all-zero row and
