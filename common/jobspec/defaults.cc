@@ -52,11 +52,9 @@ std::optional<bool> derived_power_of2_scales(const JobSpec& s) {
 }
 
 std::optional<bool> derived_all_gather_fp8(const JobSpec& s) {
-  // Only an fp8 weight with one scale can be gathered as bytes and used as gathered.
-  const v1::Float8Gemms gemms = effective_gemms(s.fp8());
-  const v1::CastConfig& weight = gemms.output().weight();
-  return s.fp8().recipe() != v1::Fp8Spec::NONE && is_fp8(weight) &&
-         weight.granularity() == v1::CastConfig::TENSORWISE;
+  // Only a weight no GEMM reads in high precision can be gathered as codes and used as
+  // gathered.
+  return s.fp8().recipe() != v1::Fp8Spec::NONE && weight_gathers_in_fp8(effective_gemms(s.fp8()));
 }
 
 std::optional<std::string> derived_checkpoint_dir(const JobSpec& s) {

@@ -112,6 +112,11 @@ v1::Float8Gemms effective_gemms(const v1::Fp8Spec& fp8) {
   return gemms;
 }
 
+bool weight_gathers_in_fp8(const v1::Float8Gemms& gemms) {
+  const std::array<GemmRef, 3> g = list_gemms(gemms);
+  return g[0].runs_in_fp8() && g[1].runs_in_fp8();
+}
+
 bool is_fp8(const v1::CastConfig& operand) {
   return operand.dtype() == CastConfig::E4M3 || operand.dtype() == CastConfig::E5M2;
 }

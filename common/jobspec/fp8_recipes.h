@@ -40,6 +40,11 @@ struct GemmRef {
 };
 std::array<GemmRef, 3> list_gemms(const v1::Float8Gemms& gemms);
 
+// Whether FSDP can gather a layer's weight as fp8 codes (fp8.all_gather_fp8): both GEMMs
+// that read the weight (output and grad_input) run in fp8, so none reads it in high
+// precision (Float8LinearNeeds::fp8_weight in the engine).
+bool weight_gathers_in_fp8(const v1::Float8Gemms& gemms);
+
 // torchao turns on power-of-2 scales for its rowwise recipes only; TransformerEngine's
 // block scaling uses them by default too (blockwise).
 bool recipe_uses_power_of2_scales(v1::Fp8Spec::Recipe recipe);

@@ -18,6 +18,9 @@ namespace {
 constexpr int64_t kF32 = 4;
 constexpr int64_t kFp8GemmMultiple = 16;
 
+// Rows and columns of a 128x128 scale block (fp8.h's kScaleBlock).
+constexpr int64_t kBlock = 128;
+
 struct Shape {
   int64_t rows = 0, cols = 1;
   int64_t elements() const { return rows * cols; }
@@ -166,13 +169,12 @@ bool uses_block_casts(const v1::Float8Gemms& g) {
   return false;
 }
 
-// Whether the layer takes its weight from FSDP's fp8 all-gather (Float8Linear::
-// takes_fp8_weight): one tensorwise cast of one format serves both GEMMs, both in fp8.
-bool takes_fp8_weight(const v1::Float8Gemms& g) {
-  const std::array<GemmRef, 3> gemms = list_gemms(g);
-  const v1::CastConfig &a = *gemms[0].rhs.cast, &b = *gemms[1].rhs.cast;
-  return gemms[0].runs_in_fp8() && gemms[1].runs_in_fp8() && same_cast(a, b) &&
-         a.granularity() == v1::CastConfig::TENSORWISE;
+// Whether the grad_input GEMM reads a cast of the weight of its own (Float8LinearNeeds::
+// weight_codes_shared is false): FSDP's fp8 all-gather then moves those codes too, in the
+// backward.
+bool own_grad_input_codes(const v1::Float8Gemms& g) {
+  const v1::CastConfig &a = g.output().weight(), &b = g.grad_input().weight();
+  return !(same_cast(a, b) && a.granularity() != v1::CastConfig::AXISWISE);
 }
 
 }  // namespace
@@ -229,7 +231,7 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
   // fp8 layers' casts.
   const v1::Fp8Spec& fp8 = spec.fp8();
   const v1::Float8Gemms gemms = effective_gemms(fp8);
-  const bool fp8_gather = fsdp && fp8.all_gather_fp8() && takes_fp8_weight(gemms);
+  const bool fp8_gather = fsdp && fp8.all_gather_fp8() && weight_gathers_in_fp8(gemms);
   const bool dynamic_input = gemms.output().input().scaling() != v1::CastConfig::DELAYED &&
                              gemms.grad_weight().input().scaling() != v1::CastConfig::DELAYED;
   const bool block_casts = uses_block_casts(gemms);
@@ -279,13 +281,17 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
     // fsdp.reduce_dtype bf16: the gradients are rounded to bf16 for their reduce-scatter.
     const int64_t param_wire = spec.fsdp().param_dtype() == v1::FsdpSpec::BF16 ? 2 : 0;
     const int64_t reduce_wire = spec.fsdp().reduce_dtype() == v1::FsdpSpec::BF16 ? 2 : 0;
+    const bool own_codes = own_grad_input_codes(gemms);
+    const bool recomputes = train.activation_checkpointing() == v1::TrainSpec::FULL;
     auto gathered = [&](const std::vector<Shape>& unit, bool fp8_weights, bool for_backward) {
       int64_t bytes = 0;
       for (const Shape& p : unit) {
         const bool weight = p.cols > 1;
         const bool as_fp8 = fp8_weights && weight && fp8_gather;
-        bytes += as_fp8 ? padded_elements(p, world) * (for_backward ? 2 : 1)
-                        : padded_elements(p, world) * (kF32 + param_wire);
+        // fp8: the codes, and in the backward their transpose (and, where the grad_input
+        // GEMM reads codes of its own and full checkpointing runs the forward again, both).
+        const int64_t fp8_copies = !for_backward ? 1 : own_codes && recomputes ? 3 : 2;
+        bytes += as_fp8 ? padded_elements(p, world) * fp8_copies : padded_elements(p, world) * (kF32 + param_wire);
       }
       return bytes;
     };
@@ -307,6 +313,21 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
                        "the root unit (embeddings, final norm, output) and its full gradients; two blocks in flight "
                        "with one block's full gradients and reduce-scatter buffer; every unit's reduced gradient shard",
                        root_bytes + block_bytes + held * kF32});
+    if (fp8_gather && gemms.output().weight().granularity() == v1::CastConfig::BLOCK) {
+      // A block-scaled shard that does not start and end on 128-row blocks is cast through
+      // a copy of it padded to whole blocks (float8/weight_scales.h), fp32 and fp8, kept
+      // at the largest: at most its rows' blocks and one more.
+      int64_t staging = 0;
+      for (const Shape& p : block) {
+        const int64_t rows_per_rank = (p.rows + world - 1) / world;
+        if (p.cols <= 1 || rows_per_rank % kBlock == 0) continue;
+        staging = std::max(staging, (rows_per_rank / kBlock + 2) * kBlock * p.cols * (kF32 + 1));
+      }
+      if (staging > 0) {
+        e.parts.push_back({"FSDP block staging", "a block-scaled shard padded to whole 128-row blocks for its cast",
+                           staging});
+      }
+    }
     if (param_wire > 0) {
       // The shards that travel in bf16 are rounded into a send buffer of their own (counted
       // for every shard: those gathered in fp8 send their codes instead, a little less).

@@ -78,11 +78,10 @@ void check_effective_gemms(const v1::Fp8Spec& fp8, const v1::Float8Gemms& effect
             {"fp8.recipe"});
     }
   }
-  const CastConfig& weight = effective.output().weight();
-  bool gatherable = is_fp8(weight) && weight.granularity() == CastConfig::TENSORWISE;
-  if (fp8.all_gather_fp8() && fp8.recipe() != v1::Fp8Spec::NONE && !gatherable) {
+  if (fp8.all_gather_fp8() && fp8.recipe() != v1::Fp8Spec::NONE && !weight_gathers_in_fp8(effective)) {
     c.add("fp8.all_gather_fp8",
-          "needs the output GEMM's weight in fp8 with tensorwise scaling (set it to false for this recipe)");
+          "needs both GEMMs that read the weight (output and grad_input) to run in fp8 (set it to false for these "
+          "gemms)");
   }
 }
 

@@ -111,6 +111,10 @@ INSTANTIATE_TEST_SUITE_P(
             "e5m2_times_e5m2.yaml",
             {"e5m2_times_e5m2.yaml:15:5: fp8.gemms.grad_input: e5m2 x e5m2 has no fp8 GEMM kernel; make one "
              "operand e4m3"}},
+        BadFile{
+            "all_gather_fp8_with_a_high_precision_weight.yaml",
+            {"all_gather_fp8_with_a_high_precision_weight.yaml:15:3: fp8.all_gather_fp8: needs both GEMMs that "
+             "read the weight (output and grad_input) to run in fp8 (set it to false for these gemms)"}},
         BadFile{"yaml_syntax_error.yaml",
                 {"yaml_syntax_error.yaml:9:6: YAML syntax error: end of sequence flow not found"}},
         BadFile{"empty.yaml",

@@ -151,12 +151,12 @@ TEST(LoadGood, EveryFieldWrittenIsKept) {
   EXPECT_EQ(s.restarts().max_restarts(), 2);
 }
 
-TEST(LoadGood, RowwiseRecipeDefaultsToPowerOf2ScalesAndNoFp8AllGather) {
+TEST(LoadGood, RowwiseRecipeDefaultsToPowerOf2ScalesAndFp8AllGather) {
   absl::StatusOr<v1::JobSpec> loaded =
       load_job_spec_string(std::string(kMinimalJob) + "fp8:\n  recipe: rowwise\n", "job.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_TRUE(loaded->fp8().power_of_2_scales());
-  EXPECT_FALSE(loaded->fp8().all_gather_fp8());  // weights are scaled per row
+  EXPECT_TRUE(loaded->fp8().all_gather_fp8());  // each rank casts its shard's rows
 }
 
 TEST(LoadGood, EnumNamesInAnyCase) {

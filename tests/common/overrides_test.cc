@@ -112,6 +112,9 @@ TEST(ApplyOverride, DefaultedDerivedFieldsFollowTheirInput) {
   EXPECT_EQ(s.checkpoint().dir(), "checkpoints/renamed");
   ASSERT_TRUE(apply_override(s, "fp8.recipe=rowwise").ok());
   EXPECT_TRUE(s.fp8().power_of_2_scales());
+  EXPECT_TRUE(s.fp8().all_gather_fp8());
+  ASSERT_TRUE(apply_override(s, "fp8.recipe=none").ok());
+  EXPECT_FALSE(s.fp8().power_of_2_scales());
   EXPECT_FALSE(s.fp8().all_gather_fp8());
 }
 

@@ -1,6 +1,7 @@
-// Float8Linear with a weight cast outside the layer (an Fp8Tensor), as FSDP does: each rank
-// casts its shard with one global scale (Fp8WeightScales, from the whole weight's amax) and
-// all-gathers the codes. The layer must then produce exactly what it produces
+// Float8Linear with a weight cast outside the layer (an Fp8Weight), as FSDP does: each rank
+// casts its shard with the whole weight's scales (Fp8WeightScales, from the whole weight's
+// amaxes) and all-gathers the codes. Most tests here take the recipes whose weight is one
+// tensorwise cast (an Fp8Tensor serving both GEMMs); Fp8WeightEveryRecipe the others. The layer must then produce exactly what it produces
 // from the fp32 weight: the same output, grad_input and grad_weight bits and, under
 // delayed scaling, the same history. Also: which recipes take such a weight, the errors the
 // others give, and rebinding a weight that moved between forward() and backward().
@@ -120,13 +121,13 @@ void cast_weight(Float8Linear& layer, const Shape& s, const float* w, CastWeight
         Fp8WeightScales::create(backend(), {{&layer, s.n, s.k}});
     ASSERT_TRUE(scales.ok()) << scales.status();
     ASSERT_OK((*scales)->refresh({w}, /*row_amaxes_current=*/false, no_other_ranks));
-    const Fp8Tensor bound = (*scales)->bind(0);
+    const Fp8Tensor bound = (*scales)->bind(0).output;
     ASSERT_EQ(bound.rows, s.n);
     ASSERT_EQ(bound.cols, s.k);
     ASSERT_OK(backend().copy(out.scale.data(), bound.scale, sizeof(float)));
     ASSERT_OK(backend().copy(out.inv_scale.data(), bound.inv_scale, sizeof(float)));
     ASSERT_OK(backend().copy(out.amax.data(), bound.amax, sizeof(float)));
-    ASSERT_OK((*scales)->cast_shard(0, w, out.codes.data()));
+    ASSERT_OK((*scales)->cast_shard(0, w, out.codes.data(), nullptr));
     out.format = bound.format;
   } else {
     ASSERT_OK(backend().amax({w, DType::kFloat32, s.n, s.k}, Granularity::kTensorwise, out.amax.data()));
@@ -248,7 +249,7 @@ TEST_P(Fp8WeightParity, ForwardAndBackwardMatchTheFp32WeightBitForBit) {
       if (::testing::Test::HasFatalFailure()) return;
       if (!delayed || step == 0) {
         // No history yet (or none at all): the dynamic scale of the amax.
-        EXPECT_EQ(fresh->host_scale, scale_from_amax(fresh->host_amax, cast->info().needs.weight_format, false));
+        EXPECT_EQ(fresh->host_scale, scale_from_amax(fresh->host_amax, cast->info().needs.weight_output.format, false));
       }
 
       ASSERT_OK(own->forward(tx.data(), s.m, tw.data(), tb.data(), out_own.data()));
@@ -541,29 +542,49 @@ INSTANTIATE_TEST_SUITE_P(Recipes, Fp8WeightParity, ::testing::ValuesIn(parity_ca
 
 // ---- which layers take one ----------------------------------------------------------------------
 
-TEST(Fp8WeightSupport, OnlyTheTensorwiseAndDelayedRecipesTakeAnFp8Weight) {
-  const Shape s{32, 64, 48};
-  const std::vector<std::pair<Recipe, bool>> expected = {{v1::Fp8Spec::TENSORWISE, true},
-                                                         {v1::Fp8Spec::DELAYED, true},
-                                                         {v1::Fp8Spec::ROWWISE, false},
-                                                         {v1::Fp8Spec::ROWWISE_WITH_GW_HP, false},
-                                                         {v1::Fp8Spec::NONE, false}};
-  for (const auto& [r, takes] : expected) {
-    SCOPED_TRACE(v1::Fp8Spec::Recipe_Name(r));
-    std::unique_ptr<Float8Linear> layer = make_layer(s, recipe(r));
+TEST(Fp8WeightSupport, EveryFp8RecipeTakesAnFp8Weight) {
+  const Shape s{32, 128, 256};
+  struct Expected {
+    Recipe recipe;
+    bool takes;
+    Granularity output, grad_input;
+    bool shared;
+  };
+  constexpr auto kT = Granularity::kTensorwise;
+  const std::vector<Expected> expected = {
+      {v1::Fp8Spec::TENSORWISE, true, kT, kT, true},
+      {v1::Fp8Spec::DELAYED, true, kT, kT, true},
+      {v1::Fp8Spec::ROWWISE, true, Granularity::kRowwise, Granularity::kColumnwise, false},
+      {v1::Fp8Spec::ROWWISE_WITH_GW_HP, true, Granularity::kRowwise, kT, false},
+      {v1::Fp8Spec::BLOCKWISE, true, Granularity::kBlock128x128, Granularity::kBlock128x128, true},
+      {v1::Fp8Spec::NONE, false, kT, kT, false}};
+  for (const Expected& e : expected) {
+    SCOPED_TRACE(v1::Fp8Spec::Recipe_Name(e.recipe));
+    std::unique_ptr<Float8Linear> layer = make_layer(s, recipe(e.recipe));
     ASSERT_NE(layer, nullptr);
-    EXPECT_EQ(layer->info().needs.fp8_weight, takes);
-    if (takes) {
-      EXPECT_EQ(layer->info().needs.weight_format, Format::kE4M3);
-    }
+    const Float8LinearNeeds& needs = layer->info().needs;
+    EXPECT_EQ(needs.fp8_weight, e.takes);
+    if (!e.takes) continue;
+    EXPECT_EQ(needs.weight_output.format, Format::kE4M3);
+    EXPECT_EQ(needs.weight_grad_input.format, Format::kE4M3);
+    EXPECT_EQ(needs.weight_output.granularity, e.output);
+    EXPECT_EQ(needs.weight_grad_input.granularity, e.grad_input);
+    EXPECT_EQ(needs.weight_codes_shared, e.shared);
   }
+}
+
+// A layer whose grad_input GEMM reads the weight in high precision (here: mixed, the long
+// form keeping the weight's operand in high precision) cannot take one.
+Float8LinearConfig grad_input_weight_high_precision() {
+  Float8LinearConfig c = recipe(v1::Fp8Spec::TENSORWISE);
+  c.grad_input.weight = CastConfig{};
+  return c;
 }
 
 TEST(Fp8WeightSupport, LayersThatCannotTakeOneRefuseIt) {
   const Shape s{32, 64, 48};
-  for (Recipe r : {v1::Fp8Spec::ROWWISE, v1::Fp8Spec::ROWWISE_WITH_GW_HP, v1::Fp8Spec::NONE}) {
-    SCOPED_TRACE(v1::Fp8Spec::Recipe_Name(r));
-    std::unique_ptr<Float8Linear> layer = make_layer(s, recipe(r));
+  for (const Float8LinearConfig& config : {recipe(v1::Fp8Spec::NONE), grad_input_weight_high_precision()}) {
+    std::unique_ptr<Float8Linear> layer = make_layer(s, config);
     ASSERT_NE(layer, nullptr);
     ASSERT_FALSE(layer->info().needs.fp8_weight);
     Floats tw(normal(s.nk(), 0.1f, 1)), tx(normal(s.mk(), 1.0f, 2)), tg(normal(s.mn(), 1e-3f, 3));
@@ -702,9 +723,10 @@ TEST(Fp8WeightRebind, RebindNeedsAForwardAndAWeight) {
   ASSERT_OK(layer->forward(tx.data(), s.m, cw.weight(), nullptr, out.data()));
   EXPECT_EQ(layer->rebind_weight(static_cast<const float*>(nullptr)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(layer->rebind_weight(cw.weight(/*with_transpose=*/false)).code(), absl::StatusCode::kInvalidArgument);
-  Fp8Tensor no_codes = cw.weight();
-  no_codes.codes = nullptr;
-  EXPECT_EQ(layer->rebind_weight(no_codes).code(), absl::StatusCode::kInvalidArgument);
+  // The backward reads codes_t alone, but every scale must be there.
+  Fp8Tensor no_scale = cw.weight();
+  no_scale.scale = nullptr;
+  EXPECT_EQ(layer->rebind_weight(no_scale).code(), absl::StatusCode::kInvalidArgument);
   // After an evaluation forward there is nothing to rebind.
   ASSERT_OK(layer->forward_no_grad(tx.data(), s.m, cw.weight(), nullptr, out.data()));
   EXPECT_EQ(layer->rebind_weight(cw.weight()).code(), absl::StatusCode::kFailedPrecondition);
@@ -828,6 +850,89 @@ TEST(Fp8WeightRebind, SwitchingBetweenFp32AndFp8WeightsUsesTheLatest) {
     ASSERT_OK(plain->finish_step());
   }
 }
+
+// ---- every recipe's Fp8Weight --------------------------------------------------------------------
+
+// The rowwise recipes (a cast of the weight for each GEMM: rows and columns, or rows and one
+// tensorwise scale) and blockwise (one block cast that both GEMMs read): a layer given the
+// Fp8Weight that Fp8WeightScales casts (the whole weight as one shard, the grad_input
+// codes transposed as FSDP transposes them after its gather) computes what it computes
+// from the fp32 weight, bit for bit, over steps whose weight changes; the forward gets no
+// grad_input codes, the backward rebinds with them, as under FSDP.
+class Fp8WeightEveryRecipe : public ::testing::TestWithParam<Recipe> {};
+
+TEST_P(Fp8WeightEveryRecipe, ForwardAndBackwardMatchTheFp32WeightBitForBit) {
+  const Shape s{128, 128, 256};  // blocks contract over the tokens too
+  const Float8LinearConfig config = recipe(GetParam());
+  std::unique_ptr<Float8Linear> own = make_layer(s, config);
+  std::unique_ptr<Float8Linear> cast = make_layer(s, config);
+  ASSERT_NE(own, nullptr);
+  ASSERT_NE(cast, nullptr);
+  ASSERT_TRUE(cast->info().needs.fp8_weight);
+  for (uint32_t step = 0; step < 3; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    Floats tw(normal(s.nk(), 0.05f * static_cast<float>(step + 1), 100 + step));
+    Floats tx(normal(s.mk(), 1.0f, 200 + step)), tg(normal(s.mn(), 1e-3f, 300 + step));
+    absl::StatusOr<std::unique_ptr<Fp8WeightScales>> scales = Fp8WeightScales::create(backend(), {{cast.get(), s.n, s.k}});
+    ASSERT_TRUE(scales.ok()) << scales.status();
+    ASSERT_OK((*scales)->refresh({tw.data()}, /*row_amaxes_current=*/false, no_other_ranks));
+    const bool own_codes = (*scales)->has_grad_input_codes(0);
+    EXPECT_EQ(own_codes, !cast->info().needs.weight_codes_shared);
+    Bytes codes(s.nk()), grad_input_codes(s.nk()), codes_t(s.nk());
+    ASSERT_OK((*scales)->cast_shard(0, tw.data(), codes.data(), grad_input_codes.data()));
+    ASSERT_OK(backend().transpose_bytes((own_codes ? grad_input_codes : codes).data(), s.n, s.k, codes_t.data()));
+    Fp8Weight w = (*scales)->bind(0);
+    w.output.codes = codes.data();
+
+    Floats out_own(s.mn()), out_cast(s.mn()), gx_own(s.mk()), gx_cast(s.mk());
+    Floats gw_own(std::vector<float>(s.nk(), 0.0f)), gw_cast(std::vector<float>(s.nk(), 0.0f));
+    ASSERT_OK(own->forward(tx.data(), s.m, tw.data(), nullptr, out_own.data()));
+    ASSERT_OK(cast->forward(tx.data(), s.m, w, nullptr, out_cast.data()));
+    EXPECT_TRUE(same_bits(out_cast.download(), out_own.download())) << "output";
+    // Without its grad_input codes the backward refuses; rebound with them it runs.
+    EXPECT_EQ(cast->backward(tg.data(), gx_cast.data(), gw_cast.data(), nullptr).code(),
+              absl::StatusCode::kFailedPrecondition);
+    w.grad_input.codes_t = codes_t.data();
+    ASSERT_OK(cast->rebind_weight(w));
+    ASSERT_OK(own->backward(tg.data(), gx_own.data(), gw_own.data(), nullptr));
+    ASSERT_OK(cast->backward(tg.data(), gx_cast.data(), gw_cast.data(), nullptr));
+    EXPECT_TRUE(same_bits(gx_cast.download(), gx_own.download())) << "grad_input";
+    EXPECT_TRUE(same_bits(gw_cast.download(), gw_own.download())) << "grad_weight";
+    ASSERT_OK(own->finish_step());
+    ASSERT_OK(cast->finish_step());
+  }
+}
+
+TEST_P(Fp8WeightEveryRecipe, AGradInputTensorCastOtherwiseIsInvalid) {
+  const Shape s{128, 128, 256};  // blocks contract over the tokens too
+  std::unique_ptr<Float8Linear> layer = make_layer(s, recipe(GetParam()));
+  ASSERT_NE(layer, nullptr);
+  Floats tw(normal(s.nk(), 0.1f, 1)), tx(normal(s.mk(), 1.0f, 2)), out(s.mn());
+  absl::StatusOr<std::unique_ptr<Fp8WeightScales>> scales = Fp8WeightScales::create(backend(), {{layer.get(), s.n, s.k}});
+  ASSERT_TRUE(scales.ok()) << scales.status();
+  ASSERT_OK((*scales)->refresh({tw.data()}, /*row_amaxes_current=*/false, no_other_ranks));
+  Bytes codes(s.nk()), grad_input_codes(s.nk());
+  ASSERT_OK((*scales)->cast_shard(0, tw.data(), codes.data(), grad_input_codes.data()));
+  Fp8Weight w = (*scales)->bind(0);
+  w.output.codes = codes.data();
+  ASSERT_OK(layer->forward_no_grad(tx.data(), s.m, w, nullptr, out.data()));
+  for (int wrong = 0; wrong < 3; ++wrong) {
+    SCOPED_TRACE(wrong);
+    Fp8Weight bad = w;
+    if (wrong == 0) bad.grad_input.granularity = Granularity::kBlock1x128;
+    if (wrong == 1) std::swap(bad.grad_input.rows, bad.grad_input.cols);
+    if (wrong == 2) bad.output.granularity = Granularity::kColumnwise;
+    const absl::Status st = layer->forward_no_grad(tx.data(), s.m, bad, nullptr, out.data());
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, Fp8WeightEveryRecipe,
+                         ::testing::Values(v1::Fp8Spec::ROWWISE, v1::Fp8Spec::ROWWISE_WITH_GW_HP,
+                                           v1::Fp8Spec::BLOCKWISE),
+                         [](const ::testing::TestParamInfo<Recipe>& info) {
+                           return v1::Fp8Spec::Recipe_Name(info.param);
+                         });
 
 }  // namespace
 }  // namespace fp8::engine

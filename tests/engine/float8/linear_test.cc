@@ -1869,13 +1869,14 @@ TEST(Float8LinearBlockwise, EachGemmTakesTheTilesOfItsContraction) {
   EXPECT_TRUE(same_bits(r.grad_weight, host_scaled_gemm(n, k, m, gt_tiles.operand(Granularity::kBlock1x128),
                                                         xt_tiles.operand(Granularity::kBlock1x128))));
 
-  // No row-amax shortcut (a row's amax is not a tile's), no fp8 weight from elsewhere, and
-  // each tensor cast twice, once per orientation.
+  // No row-amax shortcut (a row's amax is not a tile's), an fp8 weight from elsewhere taken
+  // as one block cast both GEMMs read, and each tensor cast twice, once per orientation.
   const Float8LinearNeeds& needs = layer->info().needs;
   EXPECT_FALSE(needs.row_amax_of(TensorKind::kInput));
   EXPECT_FALSE(needs.row_amax_of(TensorKind::kWeight));
   EXPECT_FALSE(needs.row_amax_of(TensorKind::kGradOutput));
-  EXPECT_FALSE(needs.fp8_weight);
+  EXPECT_TRUE(needs.fp8_weight);
+  EXPECT_TRUE(needs.weight_codes_shared);
   absl::StatusOr<std::vector<CastNumerics>> stats = layer->numerics();
   ASSERT_TRUE(stats.ok()) << stats.status();
   ASSERT_EQ(stats->size(), 6u);

@@ -1,7 +1,10 @@
-// Fp8WeightScales across real ranks (forked processes, Gloo over loopback): each rank holds
-// a shard of every weight, and the Fp8Tensor it binds carries, on every rank, the scale its
-// shard was cast with, which is the scale of the whole weight; the codes all-gathered from
-// the ranks' cast shards are, bit for bit, the whole weight cast by one process with it.
+// Fp8WeightScales across real ranks (forked processes, Gloo over loopback), for every
+// recipe whose weight a layer takes as an Fp8Weight: each rank holds a shard of every
+// weight, and the scales it binds are, on every rank, those of the whole weight at the
+// recipe's granularity (tensor, row, column, 128x128 block); the codes all-gathered from the
+// ranks' cast shards are, bit for bit, the whole weight cast by one process with them, for
+// the output GEMM and (transposed) for the grad_input GEMM. The blockwise weights' shards
+// are 128 rows and 192 rows a rank, so one block straddles two ranks.
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -26,8 +29,16 @@ using collectives::test::RankChecks;
 using collectives::test::RankReport;
 
 constexpr int kWorld = 2;
-// rows, row_elements: an odd row count leaves the last rank a padding row of zeros.
-constexpr int64_t kShapes[2][2] = {{7, 16}, {10, 32}};
+
+struct Shape {
+  int64_t rows, cols;
+};
+// An odd row count leaves the last rank a padding row of zeros; block casts need multiples
+// of 128.
+std::vector<Shape> shapes_for(v1::Fp8Spec::Recipe recipe) {
+  if (recipe == v1::Fp8Spec::BLOCKWISE) return {{256, 128}, {384, 256}};
+  return {{7, 16}, {10, 32}};
+}
 
 Backend& backend() { return cpu_backend(); }
 
@@ -48,10 +59,10 @@ std::vector<T> download(const T* at, size_t n) {
 }
 
 // Weight w's values, the same on every rank.
-std::vector<float> whole_weight(int w) {
+std::vector<float> whole_weight(int w, const Shape& shape) {
   std::mt19937 rng(static_cast<uint32_t>(11 + w));
   std::normal_distribution<float> dist(0.0f, w == 0 ? 0.3f : 25.0f);
-  std::vector<float> v(static_cast<size_t>(kShapes[w][0] * kShapes[w][1]));
+  std::vector<float> v(static_cast<size_t>(shape.rows * shape.cols));
   for (float& x : v) x = dist(rng);
   return v;
 }
@@ -62,7 +73,52 @@ uint32_t bits(float f) {
   return b;
 }
 
-// One rank: its shards' scales and the gathered codes against one process's cast of the
+template <class T>
+std::vector<T> transposed(const std::vector<T>& m, int64_t rows, int64_t cols) {
+  std::vector<T> t(m.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = m[static_cast<size_t>(r * cols + c)];
+  }
+  return t;
+}
+
+// One process's cast of a whole [rows, cols] matrix (values on the host) at `cast`'s
+// granularity, transposed when `as_transpose`: codes [rows, cols] and the scales.
+struct Cast {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+absl::StatusOr<Cast> quantize_whole(const std::vector<float>& values, int64_t rows, int64_t cols,
+                                    const Fp8WeightCast& cast) {
+  float* in = upload(values);
+  const int64_t scales = scale_count(cast.granularity, rows, cols);
+  float* scale = upload(std::vector<float>(static_cast<size_t>(scales)));
+  uint8_t* codes = upload(std::vector<uint8_t>(values.size()));
+  QuantizeArgs q;
+  q.input = {in, DType::kFloat32, rows, cols};
+  q.format = cast.format;
+  q.granularity = cast.granularity;
+  q.pow2_scale = cast.pow2_scale;
+  q.scale_out = scale;
+  // A column-scaled cast is made transposed, as the layer makes it.
+  (cast.granularity == Granularity::kColumnwise ? q.out_t : q.out) = codes;
+  absl::Status st = backend().quantize(q);
+  Cast out{download(codes, values.size()), download(scale, static_cast<size_t>(scales))};
+  if (cast.granularity == Granularity::kColumnwise) out.codes = transposed(out.codes, cols, rows);
+  for (void* p : {static_cast<void*>(in), static_cast<void*>(scale), static_cast<void*>(codes)}) {
+    backend().deallocate(p);
+  }
+  if (!st.ok()) return st;
+  return out;
+}
+
+std::string scale_bits(const std::vector<float>& scales) {
+  std::string s;
+  for (float f : scales) absl::StrAppend(&s, bits(f), ",");
+  return s;
+}
+
+// One rank: its shards' scales and the gathered codes against one process's casts of the
 // whole weights. Returns the scales' bits, for the parent to compare across ranks.
 RankReport check_rank(int rank, v1::Fp8Spec::Recipe recipe, const std::string& store_dir) {
   RankChecks c;
@@ -72,22 +128,23 @@ RankReport check_rank(int rank, v1::Fp8Spec::Recipe recipe, const std::string& s
   absl::StatusOr<Float8LinearConfig> config = recipe_config(recipe, 4);
   if (!c.expect_ok(config.status(), "config")) return {c.text(), ""};
 
+  const std::vector<Shape> shapes = shapes_for(recipe);
   std::vector<std::unique_ptr<Float8Linear>> layers;
   std::vector<Fp8WeightScales::Shard> shards;
   std::vector<float*> shard_values;
-  for (int w = 0; w < 2; ++w) {
-    const int64_t rows = kShapes[w][0], cols = kShapes[w][1], shard_rows = (rows + kWorld - 1) / kWorld;
+  for (size_t w = 0; w < shapes.size(); ++w) {
+    const int64_t rows = shapes[w].rows, cols = shapes[w].cols, shard_rows = (rows + kWorld - 1) / kWorld;
     absl::StatusOr<std::unique_ptr<Float8Linear>> layer = Float8Linear::create(backend(), cols, rows, *config);
     if (!c.expect_ok(layer.status(), "layer")) return {c.text(), ""};
     layers.push_back(std::move(*layer));
-    const std::vector<float> whole = whole_weight(w);
+    const std::vector<float> whole = whole_weight(static_cast<int>(w), shapes[w]);
     std::vector<float> shard(static_cast<size_t>(shard_rows * cols), 0.0f);
     for (int64_t r = 0; r < shard_rows && rank * shard_rows + r < rows; ++r) {
       std::memcpy(&shard[static_cast<size_t>(r * cols)], &whole[static_cast<size_t>((rank * shard_rows + r) * cols)],
                   static_cast<size_t>(cols) * sizeof(float));
     }
     shard_values.push_back(upload(shard));
-    shards.push_back({layers.back().get(), shard_rows, cols});
+    shards.push_back({layers.back().get(), shard_rows, cols, rank * shard_rows, shard_rows * kWorld});
   }
   absl::StatusOr<std::unique_ptr<Fp8WeightScales>> scales = Fp8WeightScales::create(backend(), shards);
   if (!c.expect_ok(scales.status(), "create")) return {c.text(), ""};
@@ -98,42 +155,48 @@ RankReport check_rank(int rank, v1::Fp8Spec::Recipe recipe, const std::string& s
               "refresh");
 
   std::string output;
-  for (int w = 0; w < 2; ++w) {
-    const int64_t rows = kShapes[w][0], cols = kShapes[w][1], shard_rows = shards[static_cast<size_t>(w)].rows;
-    const Fp8Tensor bound = (*scales)->bind(w);
-    const float scale = download(bound.scale, 1).at(0);
-    // One process's way: the whole weight's amax, its dynamic scale (no history has a
-    // scale yet under delayed scaling), one cast.
-    float* whole = upload(whole_weight(w));
-    float* want_scale = upload(std::vector<float>(3, 0.0f));  // scale, inverse, amax
-    c.expect_ok(backend().amax({whole, DType::kFloat32, rows, cols}, Granularity::kTensorwise, want_scale + 2), "amax");
-    c.expect_ok(backend().compute_scales(want_scale + 2, 1, (*scales)->format(w), /*pow2=*/false, want_scale,
-                                         want_scale + 1),
-                "scale");
-    c.expect(bits(scale) == bits(download(want_scale, 1).at(0)),
-             absl::StrCat("weight ", w, ": the shard's scale ", scale, " is not the whole weight's"));
-    uint8_t* want_codes = upload(std::vector<uint8_t>(static_cast<size_t>(rows * cols)));
-    CastArgs cast;
-    cast.input = {whole, DType::kFloat32, rows, cols};
-    cast.format = (*scales)->format(w);
-    cast.granularity = Granularity::kTensorwise;
-    cast.scale = want_scale;
-    cast.saturate = true;
-    cast.out = want_codes;
-    c.expect_ok(backend().cast(cast), "whole cast");
-    // The ranks' cast shards, gathered.
+  for (size_t w = 0; w < shapes.size(); ++w) {
+    const int64_t rows = shapes[w].rows, cols = shapes[w].cols, shard_rows = shards[w].rows;
+    const Float8LinearNeeds& needs = layers[w]->info().needs;
+    const Fp8Weight bound = (*scales)->bind(static_cast<int64_t>(w));
+    const std::vector<float> whole = whole_weight(static_cast<int>(w), shapes[w]);
+    // The ranks' cast shards, gathered, the last rank's padding rows off.
     const auto shard_bytes = static_cast<size_t>(shard_rows * cols);
+    const bool own = (*scales)->has_grad_input_codes(static_cast<int64_t>(w));
+    c.expect(own == !needs.weight_codes_shared, "grad_input codes of their own where the layer's casts differ");
     uint8_t* codes = upload(std::vector<uint8_t>(shard_bytes));
+    uint8_t* codes_gi = upload(std::vector<uint8_t>(shard_bytes));
     uint8_t* gathered = upload(std::vector<uint8_t>(shard_bytes * kWorld));
-    c.expect_ok((*scales)->cast_shard(w, shard_values[static_cast<size_t>(w)], codes), "cast shard");
-    c.expect_ok(pg.all_gather(codes, gathered, shard_bytes), "all_gather");
-    std::vector<uint8_t> got = download(gathered, shard_bytes * kWorld);
-    got.resize(static_cast<size_t>(rows * cols));  // the last rank's padding rows off
-    c.expect(got == download(want_codes, static_cast<size_t>(rows * cols)),
-             absl::StrCat("weight ", w, ": the gathered codes are not the whole weight's cast"));
-    absl::StrAppend(&output, w, ":", bits(scale), " ");
-    for (void* p : {static_cast<void*>(whole), static_cast<void*>(want_scale), static_cast<void*>(want_codes),
-                    static_cast<void*>(codes), static_cast<void*>(gathered)}) {
+    c.expect_ok((*scales)->cast_shard(static_cast<int64_t>(w), shard_values[w], codes, codes_gi), "cast shard");
+    auto gather = [&](uint8_t* from) {
+      c.expect_ok(pg.all_gather(from, gathered, shard_bytes), "all_gather");
+      std::vector<uint8_t> got = download(gathered, shard_bytes * kWorld);
+      got.resize(static_cast<size_t>(rows * cols));
+      return got;
+    };
+    const std::vector<uint8_t> output_codes = gather(codes);
+    const std::vector<uint8_t> gi_codes = own ? gather(codes_gi) : output_codes;
+
+    // The output GEMM's cast of the whole weight, as the layer would make it.
+    absl::StatusOr<Cast> want = quantize_whole(whole, rows, cols, needs.weight_output);
+    if (!c.expect_ok(want.status(), "whole cast")) break;
+    const std::vector<float> got_scales = download(bound.output.scale, want->scales.size());
+    c.expect(scale_bits(got_scales) == scale_bits(want->scales),
+             absl::StrCat("weight ", w, ": the output scales are not the whole weight's"));
+    c.expect(output_codes == want->codes, absl::StrCat("weight ", w, ": the gathered codes are not the whole cast"));
+    // The grad_input GEMM's: of the transpose, for blocks (the block grid transposed).
+    const bool block = needs.weight_grad_input.granularity == Granularity::kBlock128x128;
+    absl::StatusOr<Cast> want_gi = block ? quantize_whole(transposed(whole, rows, cols), cols, rows,
+                                                          needs.weight_grad_input)
+                                         : quantize_whole(whole, rows, cols, needs.weight_grad_input);
+    if (!c.expect_ok(want_gi.status(), "whole grad_input cast")) break;
+    const std::vector<float> got_gi_scales = download(bound.grad_input.scale, want_gi->scales.size());
+    c.expect(scale_bits(got_gi_scales) == scale_bits(want_gi->scales),
+             absl::StrCat("weight ", w, ": the grad_input scales are not the whole weight's"));
+    c.expect((block ? transposed(gi_codes, rows, cols) : gi_codes) == want_gi->codes,
+             absl::StrCat("weight ", w, ": the gathered grad_input codes are not the whole cast"));
+    absl::StrAppend(&output, w, ":", scale_bits(got_scales), "|", scale_bits(got_gi_scales), " ");
+    for (void* p : {static_cast<void*>(codes), static_cast<void*>(codes_gi), static_cast<void*>(gathered)}) {
       backend().deallocate(p);
     }
   }
@@ -156,9 +219,10 @@ TEST_P(WeightScalesRanksTest, EveryRankCastsItsShardWithTheWholeWeightsScale) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, WeightScalesRanksTest,
-                         ::testing::Values(v1::Fp8Spec::TENSORWISE, v1::Fp8Spec::DELAYED),
+                         ::testing::Values(v1::Fp8Spec::TENSORWISE, v1::Fp8Spec::DELAYED, v1::Fp8Spec::ROWWISE,
+                                           v1::Fp8Spec::ROWWISE_WITH_GW_HP, v1::Fp8Spec::BLOCKWISE),
                          [](const ::testing::TestParamInfo<v1::Fp8Spec::Recipe>& info) {
-                           return info.param == v1::Fp8Spec::TENSORWISE ? "tensorwise" : "delayed";
+                           return v1::Fp8Spec::Recipe_Name(info.param);
                          });
 
 }  // namespace

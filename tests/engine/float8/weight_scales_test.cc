@@ -1,9 +1,9 @@
-// Fp8WeightScales (worker/engine/float8/weight_scales.h) on its own, one rank: the
-// Fp8Tensor it binds carries the whole weight's amax and the scale the layer's recipe
+// Fp8WeightScales (worker/engine/float8/weight_scales.h) on its own, one rank, for the
+// recipes whose weight is one tensorwise cast: the Fp8Weight it binds carries the whole weight's amax and the scale the layer's recipe
 // gives it (the dynamic scale of that amax, or a delayed history's scale once it has one);
 // the optimizer's row amaxes give the same amaxes as a pass over each shard; a cast shard
-// holds the codes of one tensorwise cast with that scale. FSDP's bit-for-bit tests
-// (tests/engine/fsdp/) cover it across ranks.
+// holds the codes of one tensorwise cast with that scale. weight_scales_ranks_test.cc covers
+// every recipe across ranks, FSDP's bit-for-bit tests (tests/engine/fsdp/) the training.
 //
 // CPU backend; tensors reach it only through Backend memory, as in the product.
 #include <algorithm>
@@ -92,17 +92,17 @@ TEST_P(WeightScalesTest, BindsTheWholeWeightsAmaxAndTheDynamicScaleOfIt) {
   for (int64_t i = 0; i < (*scales)->size(); ++i) {
     SCOPED_TRACE(i);
     const Fp8WeightScales::Shard& s = w.shards[static_cast<size_t>(i)];
-    const Fp8Tensor bound = (*scales)->bind(i);
+    const Fp8Tensor bound = (*scales)->bind(i).output;
     EXPECT_EQ(bound.rows, s.layer->info().out_features);
     EXPECT_EQ(bound.cols, s.layer->info().in_features);
-    EXPECT_EQ(bound.format, s.layer->info().needs.weight_format);
+    EXPECT_EQ(bound.format, s.layer->info().needs.weight_output.format);
     EXPECT_EQ(bound.granularity, Granularity::kTensorwise);
     EXPECT_EQ(bound.codes, nullptr);  // the caller's to point at what it gathers
     // No history yet under delayed scaling either: the dynamic scale of the amax.
     Floats amax(1), scale(1), inv_scale(1);
     ASSERT_OK(backend().amax({w.values[static_cast<size_t>(i)]->data(), DType::kFloat32, s.rows, s.row_elements},
                              Granularity::kTensorwise, amax.data()));
-    ASSERT_OK(backend().compute_scales(amax.data(), 1, s.layer->info().needs.weight_format, /*pow2=*/false,
+    ASSERT_OK(backend().compute_scales(amax.data(), 1, s.layer->info().needs.weight_output.format, /*pow2=*/false,
                                        scale.data(), inv_scale.data()));
     EXPECT_EQ(bits(Floats::download(bound.amax, 1)[0]), bits(amax.download()[0]));
     EXPECT_EQ(bits(Floats::download(bound.scale, 1)[0]), bits(scale.download()[0]));
@@ -111,17 +111,17 @@ TEST_P(WeightScalesTest, BindsTheWholeWeightsAmaxAndTheDynamicScaleOfIt) {
     // The cast shard: one tensorwise, saturating cast with that scale.
     const auto n = static_cast<size_t>(s.rows * s.row_elements);
     Bytes codes(n), want(n);
-    ASSERT_OK((*scales)->cast_shard(i, w.values[static_cast<size_t>(i)]->data(), codes.data()));
+    ASSERT_OK((*scales)->cast_shard(i, w.values[static_cast<size_t>(i)]->data(), codes.data(), nullptr));
     CastArgs c;
     c.input = {w.values[static_cast<size_t>(i)]->data(), DType::kFloat32, s.rows, s.row_elements};
-    c.format = s.layer->info().needs.weight_format;
+    c.format = s.layer->info().needs.weight_output.format;
     c.granularity = Granularity::kTensorwise;
     c.scale = scale.data();
     c.saturate = true;
     c.out = want.data();
     ASSERT_OK(backend().cast(c));
     EXPECT_EQ(codes.download(), want.download());
-    EXPECT_EQ((*scales)->format(i), s.layer->info().needs.weight_format);
+    EXPECT_FALSE((*scales)->has_grad_input_codes(i));
   }
 }
 
@@ -143,7 +143,7 @@ TEST_P(WeightScalesTest, RowAmaxesGiveTheSameAmaxesAsAPassOverEachShard) {
   ASSERT_OK((*from_rows)->refresh(w.shard_values(), /*row_amaxes_current=*/true, counting_identity(calls)));
   ASSERT_OK((*from_pass)->refresh(w.shard_values(), /*row_amaxes_current=*/false, counting_identity(calls)));
   for (int64_t i = 0; i < (*from_rows)->size(); ++i) {
-    const Fp8Tensor a = (*from_rows)->bind(i), b = (*from_pass)->bind(i);
+    const Fp8Tensor a = (*from_rows)->bind(i).output, b = (*from_pass)->bind(i).output;
     EXPECT_EQ(bits(Floats::download(a.amax, 1)[0]), bits(Floats::download(b.amax, 1)[0])) << i;
     EXPECT_EQ(bits(Floats::download(a.scale, 1)[0]), bits(Floats::download(b.scale, 1)[0])) << i;
   }
@@ -191,7 +191,7 @@ TEST(WeightScales, DelayedWeightsTakeTheirHistorysScale) {
     const std::optional<float> history =
         layer.delayed().state(static_cast<int>(weight - names.begin()))->next_scale();
     ASSERT_TRUE(history.has_value());
-    const Fp8Tensor bound = (*scales)->bind(i);
+    const Fp8Tensor bound = (*scales)->bind(i).output;
     EXPECT_EQ(bits(Floats::download(bound.scale, 1)[0]), bits(*history));
     EXPECT_EQ(bits(Floats::download(bound.inv_scale, 1)[0]), bits(inverse_scale(*history)));
     const Fp8WeightScales::Shard& s = w.shards[static_cast<size_t>(i)];
@@ -204,10 +204,18 @@ TEST(WeightScales, DelayedWeightsTakeTheirHistorysScale) {
 
 TEST(WeightScales, NeedsWeightsWhoseLayersTakeAnFp8Weight) {
   EXPECT_EQ(Fp8WeightScales::create(backend(), {}).status().code(), absl::StatusCode::kInvalidArgument);
+  std::unique_ptr<Float8Linear> none = make_layer(8, 8, v1::Fp8Spec::NONE);
+  ASSERT_NE(none, nullptr);
+  EXPECT_EQ(Fp8WeightScales::create(backend(), {{none.get(), 8, 8}}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   std::unique_ptr<Float8Linear> rowwise = make_layer(8, 8, v1::Fp8Spec::ROWWISE);
   ASSERT_NE(rowwise, nullptr);
-  EXPECT_EQ(Fp8WeightScales::create(backend(), {{rowwise.get(), 8, 8}}).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  // A shard past the padded weight's rows.
+  EXPECT_EQ(Fp8WeightScales::create(backend(), {{rowwise.get(), 8, 8, 4, 8}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Rows of another width than the layer's weight.
+  EXPECT_EQ(Fp8WeightScales::create(backend(), {{rowwise.get(), 4, 16, 0, 8}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

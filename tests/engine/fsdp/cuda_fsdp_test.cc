@@ -131,7 +131,7 @@ TEST_P(CudaFsdpTest, GatheredWeightsAreFreedAfterUse) {
 
 TEST_P(CudaFsdpTest, Fp8AllGatherEqualsFp32AllGather) {
   if (const std::string why = missing_gpus(2); !why.empty()) GTEST_SKIP() << why;
-  for (const char* recipe : {"tensorwise", "delayed"}) {
+  for (const char* recipe : {"tensorwise", "delayed", "rowwise", "rowwise_with_gw_hp"}) {
     SCOPED_TRACE(recipe);
     const std::string r = absl::StrCat("fp8.recipe=", recipe);
     const auto on = train_ranks(job({r, "fp8.all_gather_fp8=true"}), 2);

@@ -364,43 +364,72 @@ absl::Status Float8Linear::State::cast_input(const MatrixRef& data, int slot_row
 
 bool Float8Linear::State::takes_fp8_weight() const {
   const auto& u = use[static_cast<int>(TensorKind::kWeight)];
-  if (u[kAsStored] < 0 || u[kTransposed] != u[kAsStored]) return false;
-  const CastPlan& p = plans[static_cast<size_t>(u[kAsStored])];
-  return p.granularity == Granularity::kTensorwise && !p.make_dequantized && info.config.output_runs_in_fp8() &&
-         info.config.grad_input_runs_in_fp8();
+  if (u[kAsStored] < 0 || u[kTransposed] < 0) return false;
+  if (!info.config.output_runs_in_fp8() || !info.config.grad_input_runs_in_fp8()) return false;
+  for (int o : {kAsStored, kTransposed}) {
+    if (plans[static_cast<size_t>(u[o])].make_dequantized) return false;
+  }
+  return true;
 }
 
-absl::Status Float8Linear::State::check_fp8_weight(const Fp8Tensor& w) const {
-  if (w.codes == nullptr || w.scale == nullptr || w.inv_scale == nullptr || w.amax == nullptr) {
-    return absl::InvalidArgumentError("Float8Linear: an Fp8Tensor weight needs codes, scale, inv_scale and amax");
+Fp8WeightCast Float8Linear::State::weight_cast(int orientation) const {
+  const CastPlan& p = plans[static_cast<size_t>(use[static_cast<int>(TensorKind::kWeight)][orientation])];
+  // A block plan's granularity is on the matrix it casts (the transpose, for the
+  // grad_input GEMM): the same 128x128 blocks of the weight.
+  return {p.config.format(), p.granularity, p.config.pow2_scale};
+}
+
+absl::Status Float8Linear::State::check_fp8_weight(int orientation, const Fp8Tensor& w, bool needs_codes) const {
+  const char* gemm = orientation == kAsStored ? "output" : "grad_input";
+  const bool transposed_codes = orientation == kTransposed;
+  if (w.scale == nullptr || w.inv_scale == nullptr || w.amax == nullptr ||
+      (needs_codes && (transposed_codes ? w.codes_t : w.codes) == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("Float8Linear: the ", gemm, " GEMM's Fp8Tensor weight needs ",
+                                                   transposed_codes ? "codes_t" : "codes",
+                                                   ", scale, inv_scale and amax"));
   }
-  const Format format = plans[static_cast<size_t>(weight_plan())].config.format();
-  if (w.format != format || w.granularity != Granularity::kTensorwise || w.rows != info.out_features ||
-      w.cols != info.in_features) {
+  const CastPlan& p = plans[static_cast<size_t>(use[static_cast<int>(TensorKind::kWeight)][orientation])];
+  const Format format = p.config.format();
+  // What the plan's own cast would describe: a block cast of the transpose is [in, out].
+  const int64_t rows = p.cast_transposed ? info.in_features : info.out_features;
+  const int64_t cols = p.cast_transposed ? info.out_features : info.in_features;
+  if (w.format != format || w.granularity != p.granularity || w.rows != rows || w.cols != cols) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Float8Linear: the weight must be [", info.out_features, ", ", info.in_features, "] cast tensorwise to ",
-        format_name(format), ", got [", w.rows, ", ", w.cols, "] ", format_name(w.format),
-        w.granularity == Granularity::kTensorwise ? " tensorwise" : " not tensorwise"));
+        "Float8Linear: the ", gemm, " GEMM's weight must be [", rows, ", ", cols, "] cast ",
+        granularity_name(p.granularity), " to ", format_name(format), ", got [", w.rows, ", ", w.cols, "] ",
+        granularity_name(w.granularity), " ", format_name(w.format)));
   }
   return absl::OkStatus();
 }
 
-absl::Status Float8Linear::State::adopt_fp8_weight(const Fp8Tensor& w, int slot_row) {
-  if (auto st = check_fp8_weight(w); !st.ok()) return st;
-  CastPlan& p = plans[static_cast<size_t>(weight_plan())];
-  // Delayed scaling records the amax with the step's other amaxes, from the slot the
-  // layer's own cast would have written.
-  if (p.delayed) {
-    if (auto st = backend.copy(slots_of(p.tensor).at(slot_row, p.delayed_column), w.amax, sizeof(float)); !st.ok()) {
+absl::Status Float8Linear::State::adopt_fp8_weight(const Fp8Weight& w, int slot_row, bool for_backward) {
+  const auto& u = use[static_cast<int>(TensorKind::kWeight)];
+  const bool shared = u[kAsStored] == u[kTransposed];
+  // A forward reads the output GEMM's codes; a backward the grad_input GEMM's, which the
+  // forward may be given without.
+  if (auto st = check_fp8_weight(kAsStored, w.output, /*needs_codes=*/!for_backward); !st.ok()) return st;
+  if (auto st = check_fp8_weight(kTransposed, w.grad_input, /*needs_codes=*/for_backward); !st.ok()) return st;
+  CastPlan& p = plans[static_cast<size_t>(u[kAsStored])];
+  // Delayed scaling (tensorwise, one plan) records the amax with the step's other amaxes,
+  // from the slot the layer's own cast would have written; a backward's rebind recorded
+  // nothing new.
+  if (p.delayed && !for_backward) {
+    if (auto st = backend.copy(slots_of(p.tensor).at(slot_row, p.delayed_column), w.output.amax, sizeof(float));
+        !st.ok()) {
       return st;
     }
   }
-  p.in_use = w;
+  p.in_use = w.output;
+  if (shared) p.in_use.codes_t = w.grad_input.codes_t;
   if (p.delayed) p.in_use.amax = nullptr;
-  p.external = true;
-  p.shared = nullptr;
-  p.range_counted = false;  // the layer never sees these values in high precision
-  p.last_amax_row = p.delayed ? slot_row : -1;
+  for (int o : {kAsStored, kTransposed}) {
+    CastPlan& q = plans[static_cast<size_t>(u[o])];
+    if (o == kTransposed && !shared) q.in_use = w.grad_input;
+    q.external = true;
+    q.shared = nullptr;
+    q.range_counted = false;  // the layer never sees these values in high precision
+    if (!for_backward) q.last_amax_row = q.delayed ? slot_row : -1;
+  }
   return absl::OkStatus();
 }
 

@@ -1,8 +1,9 @@
 // Fp8Tensor: an fp8 tensor as one value, what a cast produces and a GEMM consumes: the
 // codes, their transpose when the cast made one, and the scale they were cast with, which
-// travels with them. A weight FSDP gathers in fp8 is one (weight_scales.h makes its scale
-// with the shard's cast; Float8Linear takes it as given), and so is each cast a layer makes
-// of its own operands (linear_state.h's CastPlan).
+// travels with them. Each cast a layer makes of its own operands is one (linear_state.h's
+// CastPlan); a weight FSDP gathers in fp8 is an Fp8Weight, one Fp8Tensor for each GEMM that
+// reads it (weight_scales.h makes their scales with the shards' casts; Float8Linear takes
+// them as given).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,33 @@ struct Fp8Tensor {
   Format format = Format::kE4M3;
   Granularity granularity = Granularity::kTensorwise;
   int64_t rows = 0, cols = 0;
+};
+
+// How a weight is cast for one of the two GEMMs that read it, described on the weight as
+// stored ([out, in]): tensorwise; rowwise (the output GEMM's axiswise cast) or columnwise
+// (the grad_input GEMM's, which contracts over the rows); or 128x128 blocks, the same blocks
+// for either GEMM (the grad_input GEMM's operand is the transpose, its block grid the
+// transposed grid).
+struct Fp8WeightCast {
+  Format format = Format::kE4M3;
+  Granularity granularity = Granularity::kTensorwise;
+  bool pow2_scale = false;
+  bool operator==(const Fp8WeightCast&) const = default;
+};
+
+// A weight [out, in] cast outside the layer, as each GEMM reads it (Float8LinearNeeds'
+// weight_output and weight_grad_input say how each is cast):
+//   output      codes [out, in] scaled per tensor, row or block of the weight;
+//   grad_input  codes_t [in, out], scaled per tensor or column of the weight (rows = out,
+//               cols = in), or per 128x128 block of the transpose (rows = in, cols = out,
+//               the transposed block grid), as the layer's own cast of it would describe.
+// One tensorwise cast serving both GEMMs is the same tensor twice (the converting
+// constructor), its codes_t with it.
+struct Fp8Weight {
+  Fp8Weight() = default;
+  Fp8Weight(const Fp8Tensor& both) : output(both), grad_input(both) {}
+  Fp8Tensor output;
+  Fp8Tensor grad_input;
 };
 
 }  // namespace fp8::engine

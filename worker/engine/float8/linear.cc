@@ -85,7 +85,18 @@ absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& back
     state->info.needs.row_amax[static_cast<int>(t)] = state->reads_row_amax(t);
   }
   state->info.needs.fp8_weight = state->takes_fp8_weight();
-  state->info.needs.weight_format = c.output.weight.format();
+  if (state->info.needs.fp8_weight) {
+    Float8LinearNeeds& needs = state->info.needs;
+    needs.weight_output = state->weight_cast(kAsStored);
+    needs.weight_grad_input = state->weight_cast(kTransposed);
+    // A transposed block cast's blocks are the weight's (the codes transpose exactly); a
+    // row and a column scale never coincide.
+    const bool one_plan = state->use[static_cast<int>(TensorKind::kWeight)][kAsStored] ==
+                          state->use[static_cast<int>(TensorKind::kWeight)][kTransposed];
+    needs.weight_codes_shared =
+        one_plan || (needs.weight_output == needs.weight_grad_input &&
+                     needs.weight_output.granularity == Granularity::kBlock128x128);
+  }
   std::vector<DelayedScaling> fresh;
   for (int i : state->delayed_plans) {
     const CastConfig& cast = state->plans[static_cast<size_t>(i)].config;
@@ -118,23 +129,18 @@ absl::Status Float8Linear::rebind_weight(LinearWeight weight) {
   return absl::OkStatus();
 }
 
-absl::Status Float8Linear::rebind_fp8_weight(const Fp8Tensor& weight) {
+absl::Status Float8Linear::rebind_fp8_weight(const Fp8Weight& weight) {
   State& s = *s_;
   if (s.tokens == 0) return absl::FailedPreconditionError("Float8Linear::rebind_weight: no forward() to rebind");
-  if (!s.takes_fp8_weight() || weight.codes_t == nullptr) {
-    return absl::InvalidArgumentError(
-        "Float8Linear::rebind_weight: needs a layer that takes fp8 weights and an Fp8Tensor with codes_t");
+  if (!s.takes_fp8_weight()) {
+    return absl::InvalidArgumentError("Float8Linear::rebind_weight: this layer's config takes no fp8 weight");
   }
-  if (auto st = s.check_fp8_weight(weight); !st.ok()) return st;
-  CastPlan& p = s.plans[static_cast<size_t>(s.weight_plan())];
-  if (!p.external) {
+  if (!s.plans[static_cast<size_t>(s.weight_plan())].external) {
     return absl::FailedPreconditionError(
         "Float8Linear::rebind_weight: the last forward() cast the weight itself; rebind it with fp32 values");
   }
   // The same values in new memory (a delayed amax was recorded by the forward).
-  p.in_use = weight;
-  if (p.delayed) p.in_use.amax = nullptr;
-  return absl::OkStatus();
+  return s.adopt_fp8_weight(weight, /*slot_row=*/-1, /*for_backward=*/true);
 }
 
 absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, LinearWeight weight, const float* bias,
@@ -145,12 +151,12 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, Linear
   }
   if (weight.fp8() != nullptr && !s.info.needs.fp8_weight) {
     return absl::FailedPreconditionError(
-        "Float8Linear::forward: this layer's config cannot take a weight cast elsewhere (it needs one tensorwise "
-        "fp8 cast shared by the output and grad_input GEMMs)");
+        "Float8Linear::forward: this layer's config cannot take a weight cast elsewhere (it needs both GEMMs that "
+        "read the weight in fp8)");
   }
   if (weight.fp8() != nullptr && options.weight_row_amax != nullptr) {
     return absl::InvalidArgumentError(
-        "Float8Linear::forward: weight_row_amax was given with an Fp8Tensor weight, which is cast already");
+        "Float8Linear::forward: weight_row_amax was given with an Fp8Weight, which is cast already");
   }
   if (tokens <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("Float8Linear::forward: tokens must be positive, got ", tokens));
@@ -167,14 +173,14 @@ absl::Status Float8Linear::run_forward(const void* input, int64_t tokens, Linear
   }
   if (auto st = s.cast_input({input, s.info.activations.input, m, k}, row, options.input_row_amax); !st.ok()) return st;
   if (weight.fp8() != nullptr) {
-    if (auto st = s.adopt_fp8_weight(*weight.fp8(), row); !st.ok()) return st;
+    if (auto st = s.adopt_fp8_weight(*weight.fp8(), row, /*for_backward=*/false); !st.ok()) return st;
   } else if (auto st = s.cast_tensor(TensorKind::kWeight, {weight.f32(), DType::kFloat32, n, k}, row,
                                      options.weight_row_amax);
              !st.ok()) {
     return st;
   }
   // The weight in the compute dtype, for the high-precision GEMMs that read it as is: this
-  // forward's, and (converted here once) its backward's. An Fp8Tensor weight has none
+  // forward's, and (converted here once) its backward's. An Fp8Weight has none
   // (info.needs.fp8_weight).
   const void* weight_raw = weight.f32();
   if (weight.f32() != nullptr && (s.reads_raw(TensorKind::kWeight, kAsStored) ||
@@ -267,11 +273,11 @@ absl::Status Float8Linear::backward(const void* grad_output, void* grad_input, f
   const void* weight_raw = compute == DType::kFloat32 ? s.weight : s.weight_compute.as<const void>();
 
   if (grad_input != nullptr) {
-    const int wp = s.weight_plan();
+    const int wp = s.use[static_cast<int>(TensorKind::kWeight)][kTransposed];
     if (wp >= 0 && s.plans[static_cast<size_t>(wp)].external &&
         s.plans[static_cast<size_t>(wp)].in_use.codes_t == nullptr) {
       return absl::FailedPreconditionError(
-          "Float8Linear::backward: the forward's Fp8Tensor weight had no transposed codes (codes_t); "
+          "Float8Linear::backward: the forward's Fp8Weight had no grad_input codes (codes_t); "
           "rebind_weight() with them first");
     }
     absl::Status st;

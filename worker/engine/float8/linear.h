@@ -117,7 +117,7 @@ struct ForwardOptions {
   const float* input_row_amax = nullptr;
   // The same for an fp32 weight, [out] fp32, max |weight[o, :]| (AdamW writes them as it
   // updates the weight: ModelOps::adamw_step's param_row_amax). See
-  // Float8Linear::info().needs. Not with an Fp8Tensor weight (it is cast already).
+  // Float8Linear::info().needs. Not with an Fp8Weight (it is cast already).
   const float* weight_row_amax = nullptr;
   // [tokens, out] in the output's dtype, added to the output in the GEMM's epilogue (the
   // addend of ScaledGemmArgs / GemmArgs): output = input · weightᵀ (+ bias) + residual,
@@ -142,19 +142,21 @@ struct BackwardOptions {
 };
 
 // The weight forward() multiplies by: the fp32 master, which the layer casts itself, or
-// an Fp8Tensor cast elsewhere (FSDP's fp8 all-gather: weight_scales.h), which it takes as
-// given (Float8LinearNeeds::fp8_weight must hold). Either converts implicitly, so a call
-// passes what it has.
+// an Fp8Weight cast elsewhere (FSDP's fp8 all-gather: weight_scales.h), which it takes as
+// given (Float8LinearNeeds::fp8_weight must hold). Either converts implicitly (an Fp8Tensor
+// as the one tensorwise cast serving both GEMMs), so a call passes what it has.
 class LinearWeight {
  public:
   LinearWeight(const float* values) : f32_(values) {}
-  LinearWeight(const Fp8Tensor& cast) : fp8_(&cast) {}
+  LinearWeight(const Fp8Weight& cast) : fp8_(cast), has_fp8_(true) {}
+  LinearWeight(const Fp8Tensor& both) : fp8_(both), has_fp8_(true) {}
   const float* f32() const { return f32_; }
-  const Fp8Tensor* fp8() const { return fp8_; }
+  const Fp8Weight* fp8() const { return has_fp8_ ? &fp8_ : nullptr; }
 
  private:
   const float* f32_ = nullptr;
-  const Fp8Tensor* fp8_ = nullptr;
+  Fp8Weight fp8_;  // pointers into memory the caller keeps
+  bool has_fp8_ = false;
 };
 
 // What a layer's casts can take from its callers, fixed by its config at create().
@@ -165,12 +167,17 @@ struct Float8LinearNeeds {
   // rowwise recipe's copies for the GEMMs that contract over rows) need column amaxes, and
   // delayed casts measure theirs while casting, so neither counts.
   bool row_amax[3] = {false, false, false};
-  // forward() can take an Fp8Tensor weight: the weight is cast once, tensorwise, to one
-  // format for both GEMMs that read it, and no GEMM reads it in high precision (the
-  // tensorwise and delayed recipes).
+  // forward() can take an Fp8Weight: both GEMMs that read the weight run in fp8, so no
+  // GEMM reads it in high precision (every recipe but none; a long form that keeps either
+  // GEMM in high precision or mixed does not).
   bool fp8_weight = false;
-  // The format the weight's output-GEMM cast uses (an Fp8Tensor weight's format).
-  Format weight_format = Format::kE4M3;
+  // How such a weight must be cast for each GEMM (meaningful when fp8_weight).
+  Fp8WeightCast weight_output;
+  Fp8WeightCast weight_grad_input;
+  // One cast serves both GEMMs (tensorwise, or 128x128 blocks, alike for both): the
+  // grad_input GEMM's codes are the output GEMM's transposed, its block scales the grid
+  // transposed. Otherwise each GEMM's codes are a cast of their own.
+  bool weight_codes_shared = false;
 
   bool row_amax_of(TensorKind t) const { return row_amax[static_cast<int>(t)]; }
 };
@@ -221,7 +228,7 @@ class Float8Linear {
   Float8Linear& operator=(const Float8Linear&) = delete;
 
   // Dimensions, config and activation dtypes as create() got them, and what the casts can
-  // take from callers (row amaxes, an Fp8Tensor weight): one value, fixed for the layer's
+  // take from callers (row amaxes, an Fp8Weight): one value, fixed for the layer's
   // life, so callers that size buffers or plan gathers read it once.
   const Float8LinearInfo& info() const;
 
@@ -230,13 +237,14 @@ class Float8Linear {
   // an fp8 grad_weight GEMM, tokens must be a multiple of 16 (that GEMM contracts over
   // them). ForwardOptions: row amaxes the casts may take, a residual to add.
   //
-  // The weight is fp32 values, or an Fp8Tensor cast elsewhere (info().needs.fp8_weight
-  // must hold): [out, in] codes of info().needs.weight_format, cast tensorwise; codes_t is
-  // needed by backward() (it may come with rebind_weight()). The layer takes such a
-  // tensor's scale as given and reads its scale, inverse and amax where they are until its
+  // The weight is fp32 values, or an Fp8Weight cast elsewhere (info().needs.fp8_weight
+  // must hold), each GEMM's tensor cast as info().needs.weight_output and
+  // weight_grad_input say: forward() reads the output tensor's codes; backward() reads the
+  // grad_input tensor's codes_t, which may come with rebind_weight() instead. The layer
+  // takes the scales as given and reads scales, inverses and amaxes where they are until its
   // next forward() (numerics() included); under delayed scaling it records the amax into
   // its history.
-  // Cast with the scale a caller derives as weight_scales.h does, the outputs match the
+  // Cast with the scales a caller derives as weight_scales.h does, the outputs match the
   // fp32 weight's bit for bit.
   absl::Status forward(const void* input, int64_t tokens, LinearWeight weight, const float* bias, void* output,
                        const ForwardOptions& options = {});
@@ -345,14 +353,14 @@ class Float8Linear {
   // nothing. Outputs, gradients and scaling state are bit-identical either way: the count
   // only reads. A cast run while off reports measured = false.
   //
-  // Not measured: a weight taken as an Fp8Tensor (FSDP's fp8 all-gather casts it outside
+  // Not measured: a weight taken as an Fp8Weight (FSDP's fp8 all-gather casts it outside
   // the layer, which sees only its codes, and a clipped code cannot be told from a value
   // that was max to begin with): its entry reports measured = false.
   void set_measuring(bool on);
 
  private:
   explicit Float8Linear(std::unique_ptr<State> state);
-  absl::Status rebind_fp8_weight(const Fp8Tensor& weight);
+  absl::Status rebind_fp8_weight(const Fp8Weight& weight);
   absl::Status run_forward(const void* input, int64_t tokens, LinearWeight weight, const float* bias, void* output,
                            bool for_backward, const ForwardOptions& options);
   std::unique_ptr<State> s_;

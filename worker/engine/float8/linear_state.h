@@ -214,13 +214,16 @@ struct Float8Linear::State {
   // else cast here.
   absl::Status cast_input(const MatrixRef& data, int slot_row, const float* known_row_amax);
   bool can_share_input_with(const State& source) const;
-  // The weight plan adopts a weight cast elsewhere (takes_fp8_weight()); a delayed one
-  // records its amax.
-  absl::Status adopt_fp8_weight(const Fp8Tensor& w, int slot_row);
-  // InvalidArgument unless w is complete and is this layer's weight, cast tensorwise.
-  absl::Status check_fp8_weight(const Fp8Tensor& w) const;
+  // The weight plans adopt a weight cast elsewhere (takes_fp8_weight()): for a forward,
+  // where a delayed one records its amax, or (for_backward) again in its new memory.
+  absl::Status adopt_fp8_weight(const Fp8Weight& w, int slot_row, bool for_backward);
+  // InvalidArgument unless w is this layer's weight as the plan of `orientation` casts it,
+  // with scales and, when needs_codes, the codes that plan's GEMM reads.
+  absl::Status check_fp8_weight(int orientation, const Fp8Tensor& w, bool needs_codes) const;
   int weight_plan() const { return use[static_cast<int>(TensorKind::kWeight)][kAsStored]; }
   bool takes_fp8_weight() const;
+  // How the weight plan of `orientation` casts (takes_fp8_weight() must hold).
+  Fp8WeightCast weight_cast(int orientation) const;
   absl::Status run_cast(CastPlan& p, const MatrixRef& input, int slot_row, const float* known_row_amax);
   // A cast_transposed plan's cast: input's transpose into transposed_input, then a
   // quantize of it whose codes are the plan's transposed copy.

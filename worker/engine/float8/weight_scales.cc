@@ -8,20 +8,49 @@
 
 namespace fp8::engine {
 
+namespace {
+
+// Amaxes (and scales) a cast of the whole padded weight [rows, cols] has.
+int64_t cast_floats(const Fp8WeightCast& c, int64_t rows, int64_t cols) { return scale_count(c.granularity, rows, cols); }
+
+bool supported(Granularity g) { return g != Granularity::kBlock1x128; }
+
+}  // namespace
+
 Fp8WeightScales::Fp8WeightScales(Backend& backend, std::vector<Shard> shards)
     : backend_(backend),
-      shards_(std::move(shards)),
       amaxes_(backend),
       scales_(backend),
       inv_scales_(backend),
-      row_amaxes_(backend) {}
+      row_amaxes_(backend),
+      block_values_(backend),
+      block_codes_(backend),
+      grid_planes_(backend),
+      grid_planes_t_(backend) {
+  for (Shard& s : shards) {
+    if (s.padded_rows == 0) s.padded_rows = s.rows;
+    Weight w;
+    w.shard = s;
+    weights_.push_back(w);
+  }
+}
 
 absl::StatusOr<std::unique_ptr<Fp8WeightScales>> Fp8WeightScales::create(Backend& backend,
                                                                          std::vector<Shard> shards) {
   if (shards.empty()) return absl::InvalidArgumentError("Fp8WeightScales: no weights");
   for (const Shard& s : shards) {
-    if (s.layer == nullptr || s.rows <= 0 || s.row_elements <= 0) {
-      return absl::InvalidArgumentError("Fp8WeightScales: a shard needs a layer and a positive shape");
+    if (s.layer == nullptr || s.rows <= 0 || s.row_elements <= 0 || s.first_row < 0 ||
+        (s.padded_rows != 0 && s.first_row + s.rows > s.padded_rows)) {
+      return absl::InvalidArgumentError(
+          "Fp8WeightScales: a shard needs a layer, a positive shape and rows inside the padded weight");
+    }
+    if (!s.layer->info().needs.fp8_weight) {
+      return absl::FailedPreconditionError(
+          "Fp8WeightScales: a layer takes no fp8 weight (Float8LinearNeeds::fp8_weight)");
+    }
+    if (s.row_elements != s.layer->info().in_features) {
+      return absl::InvalidArgumentError(absl::StrCat("Fp8WeightScales: a shard's rows have ", s.row_elements,
+                                                     " elements, its layer's weight ", s.layer->info().in_features));
     }
   }
   std::unique_ptr<Fp8WeightScales> w(new Fp8WeightScales(backend, std::move(shards)));
@@ -29,19 +58,47 @@ absl::StatusOr<std::unique_ptr<Fp8WeightScales>> Fp8WeightScales::create(Backend
   return w;
 }
 
-// Finds whether every layer scales its weight by one dynamic rule and allocates the
-// zeroed amaxes and scales.
+// Lays the casts out in the buffers (every output cast first, in weight order, then the
+// grad_input casts of their own, then the transposed block grids), finds whether one rule
+// scales them all, and allocates the zeroed buffers.
 absl::Status Fp8WeightScales::allocate() {
-  const CastConfig& first = shards_[0].layer->info().config.output.weight;
-  for (const Shard& s : shards_) {
-    if (!s.layer->info().needs.fp8_weight) {
-      return absl::FailedPreconditionError(
-          "Fp8WeightScales: a layer takes no fp8 weight (Float8LinearNeeds::fp8_weight)");
+  const Fp8WeightCast& first = weights_[0].shard.layer->info().needs.weight_output;
+  auto take = [](int64_t& end, int64_t count) { return Span{std::exchange(end, end + count), count}; };
+  for (Weight& w : weights_) {
+    const Float8LinearNeeds& needs = w.shard.layer->info().needs;
+    w.output = needs.weight_output;
+    w.grad_input = needs.weight_grad_input;
+    w.own_grad_input_codes = !needs.weight_codes_shared;
+    if (!supported(w.output.granularity) || !supported(w.grad_input.granularity)) {
+      return absl::InvalidArgumentError("Fp8WeightScales: a weight is cast at 1x128 tiles");
     }
-    const CastConfig& c = s.layer->info().config.output.weight;
-    if (c.format() != first.format() || c.pow2_scale != first.pow2_scale) one_rule_ = false;
+    for (const Fp8WeightCast* c : {&w.output, &w.grad_input}) {
+      if (c->format != first.format || c->pow2_scale != first.pow2_scale) one_rule_ = false;
+    }
+    all_output_tensorwise_ = all_output_tensorwise_ && w.output.granularity == Granularity::kTensorwise;
+    for (const Fp8WeightCast* c : {&w.output, &w.grad_input}) {
+      if (c->granularity == Granularity::kRowwise || c->granularity == Granularity::kBlock128x128) {
+        partial_amaxes_ = true;
+      }
+    }
+    w.output_scales = take(reduced_floats_, cast_floats(w.output, w.shard.padded_rows, w.shard.row_elements));
   }
-  const size_t bytes = float_bytes(size());
+  for (Weight& w : weights_) {
+    w.grad_input_cast = w.own_grad_input_codes
+                            ? take(reduced_floats_, cast_floats(w.grad_input, w.shard.padded_rows,
+                                                                w.shard.row_elements))
+                            : w.output_scales;
+  }
+  total_floats_ = reduced_floats_;
+  for (Weight& w : weights_) {
+    const Float8LinearInfo& info = w.shard.layer->info();
+    // The grad_input GEMM reads the transpose [in, out], scaled by its own block grid.
+    w.grad_input_scales = w.grad_input.granularity == Granularity::kBlock128x128
+                              ? take(total_floats_, scale_count(Granularity::kBlock128x128, info.in_features,
+                                                                info.out_features))
+                              : w.grad_input_cast;
+  }
+  const size_t bytes = float_bytes(total_floats_);
   for (BackendBuffer* b : {&amaxes_, &scales_, &inv_scales_}) {
     if (auto st = b->reserve(bytes); !st.ok()) return st;
     if (auto st = backend_.fill_zero(b->as<void>(), bytes); !st.ok()) return st;
@@ -49,22 +106,31 @@ absl::Status Fp8WeightScales::allocate() {
   return absl::OkStatus();
 }
 
-Format Fp8WeightScales::format(int64_t i) const {
-  return shards_[static_cast<size_t>(i)].layer->info().needs.weight_format;
+bool Fp8WeightScales::has_grad_input_codes(int64_t i) const {
+  return weights_[static_cast<size_t>(i)].own_grad_input_codes;
 }
 
-Fp8Tensor Fp8WeightScales::bind(int64_t i) const {
-  const Float8Linear& layer = *shards_[static_cast<size_t>(i)].layer;
-  Fp8Tensor w;
-  w.scale = scales_.as<float>() + i;
-  w.inv_scale = inv_scales_.as<float>() + i;
-  // Each weight's global amax is where the all-reduce leaves it, until the next one.
-  w.amax = amaxes_.as<float>() + i;
-  w.format = layer.info().needs.weight_format;
-  w.granularity = Granularity::kTensorwise;
-  w.rows = layer.info().out_features;
-  w.cols = layer.info().in_features;
-  return w;
+Fp8Weight Fp8WeightScales::bind(int64_t i) const {
+  const Weight& w = weights_[static_cast<size_t>(i)];
+  const Float8LinearInfo& info = w.shard.layer->info();
+  auto tensor = [&](const Fp8WeightCast& c, Span span, int64_t rows, int64_t cols) {
+    Fp8Tensor t;
+    t.scale = scales_.as<float>() + span.offset;
+    t.inv_scale = inv_scales_.as<float>() + span.offset;
+    // The whole weight's amaxes are where the all-reduce leaves them, until the next one.
+    t.amax = amaxes_.as<float>() + span.offset;
+    t.format = c.format;
+    t.granularity = c.granularity;
+    t.rows = rows;
+    t.cols = cols;
+    return t;
+  };
+  Fp8Weight bound;
+  bound.output = tensor(w.output, w.output_scales, info.out_features, info.in_features);
+  const bool block = w.grad_input.granularity == Granularity::kBlock128x128;
+  bound.grad_input = tensor(w.grad_input, w.grad_input_scales, block ? info.in_features : info.out_features,
+                            block ? info.out_features : info.in_features);
+  return bound;
 }
 
 absl::StatusOr<std::vector<float*>> Fp8WeightScales::row_amax_outputs() {
@@ -72,7 +138,7 @@ absl::StatusOr<std::vector<float*>> Fp8WeightScales::row_amax_outputs() {
     // Row i for weight i, as wide as the most rows a shard has; zeros past a shard's own,
     // which nothing writes.
     int64_t width = 0;
-    for (const Shard& s : shards_) width = std::max(width, s.rows);
+    for (const Weight& w : weights_) width = std::max(width, w.shard.rows);
     const size_t bytes = float_bytes(size() * width);
     if (auto st = row_amaxes_.reserve(bytes); !st.ok()) return st;
     if (auto st = backend_.fill_zero(row_amaxes_.as<void>(), bytes); !st.ok()) return st;
@@ -83,21 +149,80 @@ absl::StatusOr<std::vector<float*>> Fp8WeightScales::row_amax_outputs() {
   return outputs;
 }
 
-absl::Status Fp8WeightScales::write_shard_amaxes(absl::Span<const float* const> shard_values,
-                                                 bool row_amaxes_current) {
-  float* amaxes = amaxes_.as<float>();
-  if (row_amaxes_current && row_amaxes_width_ > 0) {
-    // The max of a shard's row amaxes is its amax, bit for bit; row i of row_amaxes_ holds
-    // shard i's, zeros after them: one launch for all.
-    const MatrixRef rows{row_amaxes_.as<void>(), DType::kFloat32, size(), row_amaxes_width_};
-    return backend_.amax(rows, Granularity::kRowwise, amaxes);
+int64_t Fp8WeightScales::first_block_row(const Shard& s) const { return s.first_row / kScaleBlock; }
+
+absl::StatusOr<MatrixRef> Fp8WeightScales::block_aligned(const Shard& s, const float* values) {
+  const int64_t cols = s.row_elements;
+  if (s.first_row % kScaleBlock == 0 && s.rows % kScaleBlock == 0) {
+    return MatrixRef{values, DType::kFloat32, s.rows, cols};
   }
-  for (int64_t i = 0; i < size(); ++i) {
-    const Shard& s = shards_[static_cast<size_t>(i)];
-    const MatrixRef shard{shard_values[static_cast<size_t>(i)], DType::kFloat32, s.rows, s.row_elements};
-    if (auto st = backend_.amax(shard, Granularity::kTensorwise, amaxes + i); !st.ok()) return st;
+  const int64_t first = first_block_row(s) * kScaleBlock;
+  const int64_t rows = scale_blocks(s.first_row + s.rows) * kScaleBlock - first;
+  const size_t bytes = float_bytes(rows * cols);
+  if (auto st = block_values_.reserve(bytes); !st.ok()) return st;
+  if (auto st = backend_.fill_zero(block_values_.as<void>(), bytes); !st.ok()) return st;
+  if (auto st = backend_.copy(block_values_.as<float>() + (s.first_row - first) * cols, values,
+                              float_bytes(s.rows * cols));
+      !st.ok()) {
+    return st;
   }
-  return absl::OkStatus();
+  return MatrixRef{block_values_.as<const void>(), DType::kFloat32, rows, cols};
+}
+
+absl::Status Fp8WeightScales::write_amaxes(const Weight& w, const Fp8WeightCast& cast, Span span, const float* values,
+                                           const float* row_amaxes) {
+  const Shard& s = w.shard;
+  float* out = amaxes_.as<float>() + span.offset;
+  const MatrixRef shard{values, DType::kFloat32, s.rows, s.row_elements};
+  switch (cast.granularity) {
+    case Granularity::kTensorwise:
+      // The max of a shard's row amaxes is its amax, bit for bit.
+      if (row_amaxes != nullptr) {
+        return backend_.amax({row_amaxes, DType::kFloat32, 1, s.rows}, Granularity::kTensorwise, out);
+      }
+      return backend_.amax(shard, Granularity::kTensorwise, out);
+    case Granularity::kRowwise:
+      if (row_amaxes != nullptr) return backend_.copy(out + s.first_row, row_amaxes, float_bytes(s.rows));
+      return backend_.amax(shard, Granularity::kRowwise, out + s.first_row);
+    case Granularity::kColumnwise:
+      return backend_.amax(shard, Granularity::kColumnwise, out);
+    case Granularity::kBlock128x128: {
+      absl::StatusOr<MatrixRef> aligned = block_aligned(s, values);
+      if (!aligned.ok()) return aligned.status();
+      return backend_.amax(*aligned, Granularity::kBlock128x128,
+                           out + first_block_row(s) * block128x128_ld(s.row_elements));
+    }
+    case Granularity::kBlock1x128:
+      break;
+  }
+  return absl::InternalError("Fp8WeightScales: a weight cast at 1x128 tiles");
+}
+
+absl::Status Fp8WeightScales::transpose_grid(const Weight& w, Span from, Span to) {
+  // The weight's grid [blocks of out, ld(in)] (the first rows: those of the real weight)
+  // becomes the transpose's [blocks of in, ld(out)], through Backend::transpose_bytes alone:
+  // split the floats into byte planes, transpose each plane, interleave them again (exact).
+  const Float8LinearInfo& info = w.shard.layer->info();
+  const int64_t rows = scale_blocks(info.out_features), cols = block128x128_ld(info.in_features);
+  const int64_t n = rows * cols;
+  const int64_t es = static_cast<int64_t>(sizeof(float));
+  if (auto st = grid_planes_.reserve(float_bytes(n)); !st.ok()) return st;
+  if (auto st = grid_planes_t_.reserve(float_bytes(n)); !st.ok()) return st;
+  auto* planes = grid_planes_.as<uint8_t>();
+  auto* planes_t = grid_planes_t_.as<uint8_t>();
+  const auto* src = reinterpret_cast<const uint8_t*>(amaxes_.as<float>() + from.offset);
+  if (auto st = backend_.transpose_bytes(src, n, es, planes); !st.ok()) return st;
+  for (int64_t b = 0; b < es; ++b) {
+    if (auto st = backend_.transpose_bytes(planes + b * n, rows, cols, planes_t + b * n); !st.ok()) return st;
+  }
+  // [cols, rows] floats, of which the first blocks-of-in rows go to the layer's grid, whose
+  // padding entries stay zero (an all-zero block's amax, as the core writes them).
+  if (auto st = backend_.transpose_bytes(planes_t, es, n, planes); !st.ok()) return st;
+  float* dst = amaxes_.as<float>() + to.offset;
+  if (auto st = backend_.fill_zero(dst, float_bytes(to.count)); !st.ok()) return st;
+  const size_t row_bytes = float_bytes(rows);
+  return backend_.copy_rows(dst, float_bytes(block128x128_ld(info.out_features)), planes, row_bytes, row_bytes,
+                            static_cast<size_t>(scale_blocks(info.in_features)));
 }
 
 absl::Status Fp8WeightScales::refresh(absl::Span<const float* const> shard_values, bool row_amaxes_current,
@@ -106,42 +231,109 @@ absl::Status Fp8WeightScales::refresh(absl::Span<const float* const> shard_value
     return absl::InvalidArgumentError(
         absl::StrCat("Fp8WeightScales::refresh: ", shard_values.size(), " shards for ", size(), " weights"));
   }
-  if (auto st = write_shard_amaxes(shard_values, row_amaxes_current); !st.ok()) return st;
   float* amaxes = amaxes_.as<float>();
-  if (auto st = all_reduce_max(amaxes, size()); !st.ok()) return st;
+  const bool from_rows = row_amaxes_current && row_amaxes_width_ > 0;
+  // Entries of other shards' rows and blocks stay zero for the MAX.
+  if (partial_amaxes_) {
+    if (auto st = backend_.fill_zero(amaxes, float_bytes(reduced_floats_)); !st.ok()) return st;
+  }
+  for (int64_t i = 0; i < size(); ++i) {
+    const Weight& w = weights_[static_cast<size_t>(i)];
+    const float* rows = from_rows ? row_amaxes_.as<float>() + i * row_amaxes_width_ : nullptr;
+    // Every weight's tensorwise amax from its row amaxes: one launch for all, below.
+    const bool batched = all_output_tensorwise_ && from_rows;
+    if (!batched) {
+      if (auto st = write_amaxes(w, w.output, w.output_scales, shard_values[static_cast<size_t>(i)], rows); !st.ok()) {
+        return st;
+      }
+    }
+    if (w.own_grad_input_codes) {
+      if (auto st = write_amaxes(w, w.grad_input, w.grad_input_cast, shard_values[static_cast<size_t>(i)], rows);
+          !st.ok()) {
+        return st;
+      }
+    }
+  }
+  if (all_output_tensorwise_ && from_rows) {
+    // Row i of row_amaxes_ holds shard i's row amaxes, zeros after them.
+    const MatrixRef rows{row_amaxes_.as<void>(), DType::kFloat32, size(), row_amaxes_width_};
+    if (auto st = backend_.amax(rows, Granularity::kRowwise, amaxes); !st.ok()) return st;
+  }
+  if (auto st = all_reduce_max(amaxes, reduced_floats_); !st.ok()) return st;
+  for (const Weight& w : weights_) {
+    if (w.grad_input_scales.offset == w.grad_input_cast.offset) continue;
+    if (auto st = transpose_grid(w, w.grad_input_cast, w.grad_input_scales); !st.ok()) return st;
+  }
   // Exactly the scales (and inverses) the layers would have derived from the whole
   // weights, on the device: the host reads no amax.
   float* scales = scales_.as<float>();
   float* inv_scales = inv_scales_.as<float>();
-  for (int64_t i = 0; i < size(); i += one_rule_ ? size() : 1) {
-    const CastConfig& rule = shards_[static_cast<size_t>(i)].layer->info().config.output.weight;
-    if (auto st = backend_.compute_scales(amaxes + i, one_rule_ ? size() : 1, rule.format(), rule.pow2_scale,
-                                          scales + i, inv_scales + i);
-        !st.ok()) {
-      return st;
+  auto compute = [&](const Fp8WeightCast& rule, Span span) {
+    return backend_.compute_scales(amaxes + span.offset, span.count, rule.format, rule.pow2_scale,
+                                   scales + span.offset, inv_scales + span.offset);
+  };
+  if (one_rule_) {
+    if (auto st = compute(weights_[0].output, Span{0, total_floats_}); !st.ok()) return st;
+  } else {
+    for (const Weight& w : weights_) {
+      if (auto st = compute(w.output, w.output_scales); !st.ok()) return st;
+      if (w.own_grad_input_codes) {
+        if (auto st = compute(w.grad_input, w.grad_input_cast); !st.ok()) return st;
+      }
+      if (w.grad_input_scales.offset != w.grad_input_cast.offset) {
+        if (auto st = compute(w.grad_input, w.grad_input_scales); !st.ok()) return st;
+      }
     }
   }
-  // Delayed scaling: the history's scale, once it has one, in place of the dynamic one.
-  for (int64_t i = 0; i < size(); ++i) {
-    const std::optional<Float8Linear::DelayedCasts::ScaleRef> delayed =
-        shards_[static_cast<size_t>(i)].layer->delayed().weight_scale();
+  // Delayed scaling (tensorwise, one cast for both GEMMs): the history's scale, once it has
+  // one, in place of the dynamic one.
+  for (const Weight& w : weights_) {
+    const std::optional<Float8Linear::DelayedCasts::ScaleRef> delayed = w.shard.layer->delayed().weight_scale();
     if (!delayed.has_value()) continue;
-    if (auto st = backend_.copy(scales + i, delayed->scale, sizeof(float)); !st.ok()) return st;
-    if (auto st = backend_.copy(inv_scales + i, delayed->inv_scale, sizeof(float)); !st.ok()) return st;
+    const int64_t at = w.output_scales.offset;
+    if (auto st = backend_.copy(scales + at, delayed->scale, sizeof(float)); !st.ok()) return st;
+    if (auto st = backend_.copy(inv_scales + at, delayed->inv_scale, sizeof(float)); !st.ok()) return st;
   }
   return absl::OkStatus();
 }
 
-absl::Status Fp8WeightScales::cast_shard(int64_t i, const float* shard_values, uint8_t* codes) const {
-  const Shard& s = shards_[static_cast<size_t>(i)];
+absl::Status Fp8WeightScales::cast_one(const Weight& w, const Fp8WeightCast& cast, Span span, const float* values,
+                                       uint8_t* codes) {
+  const Shard& s = w.shard;
   CastArgs c;
-  c.input = MatrixRef{shard_values, DType::kFloat32, s.rows, s.row_elements};
-  c.format = s.layer->info().needs.weight_format;
-  c.granularity = Granularity::kTensorwise;
-  c.scale = scales_.as<float>() + i;
+  c.input = MatrixRef{values, DType::kFloat32, s.rows, s.row_elements};
+  c.format = cast.format;
+  c.granularity = cast.granularity;
+  c.scale = scales_.as<float>() + span.offset;
   c.saturate = true;
   c.out = codes;
-  return backend_.cast(c);
+  if (cast.granularity == Granularity::kRowwise) c.scale += s.first_row;
+  if (cast.granularity != Granularity::kBlock128x128) return backend_.cast(c);
+  // Blocks: the shard within whole blocks of the padded weight, cast with those blocks'
+  // scales, its own rows' codes copied out.
+  absl::StatusOr<MatrixRef> aligned = block_aligned(s, values);
+  if (!aligned.ok()) return aligned.status();
+  c.input = *aligned;
+  c.scale += first_block_row(s) * block128x128_ld(s.row_elements);
+  if (aligned->data == values) return backend_.cast(c);
+  if (auto st = block_codes_.reserve(static_cast<size_t>(aligned->size())); !st.ok()) return st;
+  c.out = block_codes_.as<uint8_t>();
+  if (auto st = backend_.cast(c); !st.ok()) return st;
+  const int64_t skipped = s.first_row - first_block_row(s) * kScaleBlock;
+  return backend_.copy(codes, block_codes_.as<uint8_t>() + skipped * s.row_elements,
+                       static_cast<size_t>(s.rows * s.row_elements));
+}
+
+absl::Status Fp8WeightScales::cast_shard(int64_t i, const float* shard_values, uint8_t* output_codes,
+                                         uint8_t* grad_input_codes) {
+  const Weight& w = weights_[static_cast<size_t>(i)];
+  if (auto st = cast_one(w, w.output, w.output_scales, shard_values, output_codes); !st.ok()) return st;
+  if (!w.own_grad_input_codes) return absl::OkStatus();
+  if (grad_input_codes == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Fp8WeightScales::cast_shard: weight ", i, " needs grad_input codes of its own"));
+  }
+  return cast_one(w, w.grad_input, w.grad_input_cast, shard_values, grad_input_codes);
 }
 
 }  // namespace fp8::engine

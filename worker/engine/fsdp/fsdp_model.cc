@@ -45,6 +45,8 @@ struct FsdpModel::Param {
   Tensor grad_padded;          // padded fp32 gradient, from before_backward to the reduce-scatter
   // Where this parameter's shard sits in its unit's flat buffers.
   int64_t gather_offset = 0;   // bytes, in the flat shard that is all-gathered
+  int section = 0;             // the Section that gather_offset lies in
+  int64_t grad_input_offset = -1;  // bytes: an fp8 weight's grad_input codes of their own, in kBackwardOnly
   int64_t reduce_offset = 0;   // floats, in the flat gradient slice that is reduce-scattered
   size_t shard_bytes() const;  // as gathered: fp8 codes or fp32
 };
@@ -52,14 +54,26 @@ struct FsdpModel::Param {
 struct FsdpModel::Fp8State {
   LinearUnit* linear = nullptr;
   int param = -1;
-  Tensor shard_codes;   // this rank's shard cast with the global scale (in its unit's gather_send)
-  bool shard_cast = false;  // shard_codes match the current shard and scale
-  Tensor gathered;      // [padded rows, in] codes, while gathered
-  Tensor gathered_t;    // [in, out] codes, for the backward
+  bool own_grad_input_codes = false;  // Fp8WeightScales::has_grad_input_codes
+  // This rank's shard cast with the whole weight's scales for each GEMM (in its unit's
+  // gather_send): the output GEMM's codes, and the grad_input GEMM's when they differ.
+  Tensor shard_codes, shard_codes_grad_input;
+  bool shard_cast = false;  // they match the current shard and scales
+  Tensor gathered;             // [padded rows, in] output codes, while gathered
+  Tensor gathered_grad_input;  // [padded rows, in] grad_input codes of their own, while gathered
+  Tensor gathered_t;           // [in, out] grad_input codes, for the backward
   // What the linear reads (linear->gathered_fp8 points here): the gathered codes, and the
-  // scale and amax weight_scales_ computes (Fp8WeightScales::bind).
-  Fp8Tensor weight;
+  // scales and amaxes weight_scales_ computes (Fp8WeightScales::bind).
+  Fp8Weight weight;
 };
+
+// What a gather moves, in three consecutive sections of a unit's flat shard, so that each
+// pass gathers one contiguous range: a forward gathers kForwardOnly and kBoth, a backward
+// kBoth and kBackwardOnly (and kForwardOnly too when full activation checkpointing runs
+// the forward again). The output GEMM's codes of a weight whose grad_input GEMM reads
+// codes of their own (the rowwise recipes) are forward-only, those grad_input codes
+// backward-only; everything else (fp32 and bf16 parameters, codes both GEMMs read) both.
+enum Section : int { kForwardOnly = 0, kBoth = 1, kBackwardOnly = 2, kSections = 3 };
 
 // A unit's parameters travel together: ONE call of the group gathers their shards, ONE
 // reduce-scatters their gradients (UnitCollectives: packed, or a collective a parameter
@@ -68,6 +82,7 @@ struct FsdpModel::Fp8State {
 struct FsdpModel::Unit {
   std::vector<int> params;
   int64_t gather_bytes = 0;   // flat shard size, per rank
+  int64_t section_begin[kSections + 1] = {};  // bytes: section i is [begin[i], begin[i + 1])
   int64_t reduce_floats = 0;  // flat gradient slice, per rank
   Tensor gather_send;         // this rank's shards, packed (bytes)
   int64_t bf16_version = -1;  // the shards_version_ gather_send's bf16 shards were rounded from
@@ -75,7 +90,8 @@ struct FsdpModel::Unit {
   Tensor reduce_recv;         // this rank's slice of the summed gradients, when added to the shards'
   Tensor shard_grads;         // the shards' gradients themselves, laid out as reduce_recv
   CommStream::Handle gather;  // queued, not yet waited for
-  bool present = false;
+  int gather_first = 0, gather_end = 0;  // the sections it moves
+  bool present[kSections] = {};  // gathered and unpacked
 };
 
 absl::StatusOr<UnitCollectives> parse_unit_collectives(std::string_view text, std::string_view where) {
@@ -101,6 +117,7 @@ FsdpModel::FsdpModel(LlamaModel& model, collectives::ProcessGroup& group, const 
       rank_(group.rank()),
       world_size_(group.size()),
       collectives_(options.collectives),
+      recomputes_forward_(model.config().checkpointing == ActivationCheckpointing::kFull),
       comm_(group, model.device().backend()) {}
 
 FsdpModel::~FsdpModel() {
@@ -200,12 +217,14 @@ absl::Status FsdpModel::plan_fp8_gathers() {
   std::vector<Fp8WeightScales::Shard> shards;
   for (const Fp8State& f : fp8_) {
     const Param& p = params_[static_cast<size_t>(f.param)];
-    shards.push_back({f.linear->layer.get(), p.layout.rows_per_rank, p.layout.row_elements});
+    shards.push_back({f.linear->layer.get(), p.layout.rows_per_rank, p.layout.row_elements,
+                      rank_ * p.layout.rows_per_rank, p.layout.padded_rows()});
   }
   FP8_ASSIGN_OR_RETURN(weight_scales_, Fp8WeightScales::create(device_.backend(), std::move(shards)));
   for (size_t i = 0; i < fp8_.size(); ++i) {
     Fp8State& f = fp8_[i];
     params_[static_cast<size_t>(f.param)].fp8 = static_cast<int>(i);
+    f.own_grad_input_codes = weight_scales_->has_grad_input_codes(static_cast<int64_t>(i));
     f.weight = weight_scales_->bind(static_cast<int64_t>(i));
     f.linear->gathered_fp8 = &f.weight;
   }
@@ -224,11 +243,27 @@ size_t FsdpModel::Param::shard_bytes() const {
 
 absl::Status FsdpModel::pack_units() {
   for (Unit& u : units_) {
+    // Section by section (Section): each parameter's shard where its gathers move it.
+    for (int section = 0; section < kSections; ++section) {
+      u.section_begin[section] = u.gather_bytes;
+      for (int i : u.params) {
+        Param& p = params_[static_cast<size_t>(i)];
+        const bool own = p.fp8 >= 0 && fp8_[static_cast<size_t>(p.fp8)].own_grad_input_codes;
+        if (section == kBackwardOnly) {
+          if (!own) continue;
+          p.grad_input_offset = u.gather_bytes;
+        } else {
+          if ((section == kForwardOnly) != own) continue;
+          p.bf16 = p.fp8 < 0 && options_.param_dtype == DType::kBFloat16;
+          p.section = section;
+          p.gather_offset = u.gather_bytes;
+        }
+        u.gather_bytes += align_up(static_cast<int64_t>(p.shard_bytes()));
+      }
+    }
+    u.section_begin[kSections] = u.gather_bytes;
     for (int i : u.params) {
       Param& p = params_[static_cast<size_t>(i)];
-      p.bf16 = p.fp8 < 0 && options_.param_dtype == DType::kBFloat16;
-      p.gather_offset = u.gather_bytes;
-      u.gather_bytes += align_up(static_cast<int64_t>(p.shard_bytes()));
       p.reduce_offset = u.reduce_floats;
       u.reduce_floats += align_up(p.layout.shard_elements() * static_cast<int64_t>(sizeof(float))) / 4;
     }
@@ -250,8 +285,12 @@ absl::Status FsdpModel::pack_units() {
     for (int i : u.params) {
       Param& p = params_[static_cast<size_t>(i)];
       if (p.fp8 >= 0) {
-        FP8_ASSIGN_OR_RETURN(fp8_[static_cast<size_t>(p.fp8)].shard_codes,
-                             u.gather_send.rows(p.gather_offset, p.layout.shard_elements()));
+        Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
+        FP8_ASSIGN_OR_RETURN(f.shard_codes, u.gather_send.rows(p.gather_offset, p.layout.shard_elements()));
+        if (f.own_grad_input_codes) {
+          FP8_ASSIGN_OR_RETURN(f.shard_codes_grad_input,
+                               u.gather_send.rows(p.grad_input_offset, p.layout.shard_elements()));
+        }
         continue;
       }
       if (p.bf16) {
@@ -322,7 +361,9 @@ absl::Status FsdpModel::cast_fp8_shard(int index) {
   Fp8State& f = fp8_[static_cast<size_t>(index)];
   if (f.shard_cast) return absl::OkStatus();
   const Param& p = params_[static_cast<size_t>(f.param)];
-  FP8_RETURN_IF_ERROR(weight_scales_->cast_shard(index, p.shard->value.data<float>(), bytes(f.shard_codes)));
+  FP8_RETURN_IF_ERROR(weight_scales_->cast_shard(
+      index, p.shard->value.data<float>(), bytes(f.shard_codes),
+      f.own_grad_input_codes ? bytes(f.shard_codes_grad_input) : nullptr));
   f.shard_cast = true;
   return absl::OkStatus();
 }
@@ -341,16 +382,44 @@ absl::Status FsdpModel::round_bf16_shards(Unit& u) {
 
 // ---- gathers ------------------------------------------------------------------------------------
 
-absl::Status FsdpModel::start_gather(int unit) {
+bool FsdpModel::has_section(const Unit& u, int section) const {
+  // An empty section is there without a gather.
+  return u.present[section] || u.section_begin[section] == u.section_begin[section + 1];
+}
+
+std::pair<int, int> FsdpModel::missing_sections(const Unit& u, bool for_backward) const {
+  int first = for_backward && !recomputes_forward_ ? kBoth : kForwardOnly;
+  int end = for_backward ? kSections : kBackwardOnly;
+  while (first < end && has_section(u, first)) ++first;
+  while (end > first && has_section(u, end - 1)) --end;
+  return {first, end};
+}
+
+std::vector<FsdpModel::Region> FsdpModel::regions(const Unit& u, int first, int end) {
+  std::vector<Region> out;
+  for (int section = first; section < end; ++section) {
+    for (int i : u.params) {
+      Param& p = params_[static_cast<size_t>(i)];
+      if (p.section == section) out.push_back({&p, false});
+      if (section == kBackwardOnly && p.grad_input_offset >= 0) out.push_back({&p, true});
+    }
+  }
+  return out;
+}
+
+absl::Status FsdpModel::start_gather(int unit, bool for_backward) {
   Unit& u = unit_state(unit);
-  if (u.present || u.gather.valid()) return absl::OkStatus();
+  if (u.gather.valid()) return absl::OkStatus();  // finish_gather gathers what it lacks after it
+  const auto [first, end] = missing_sections(u, for_backward);
+  if (first == end) return absl::OkStatus();
   CommCounters counts;
   // This rank's shards are in the send buffer already (fp32 values), or cast there now
-  // (fp8 codes with the global scale, bf16 values), once a step: the backward's gather
-  // reuses them.
-  FP8_RETURN_IF_ERROR(round_bf16_shards(u));
-  for (int i : u.params) {
-    Param& p = params_[static_cast<size_t>(i)];
+  // (fp8 codes with the whole weights' scales, bf16 values), once a step: later gathers
+  // reuse them.
+  if (first <= kBoth && kBoth < end) FP8_RETURN_IF_ERROR(round_bf16_shards(u));
+  const std::vector<Region> moved = regions(u, first, end);
+  for (const Region& r : moved) {
+    const Param& p = *r.param;
     if (p.fp8 >= 0) {
       FP8_RETURN_IF_ERROR(cast_fp8_shard(p.fp8));
       counts.all_gather_bytes_fp8 += p.layout.padded_elements();
@@ -360,16 +429,17 @@ absl::Status FsdpModel::start_gather(int unit) {
       counts.all_gather_bytes_f32 += p.layout.padded_elements() * static_cast<int64_t>(sizeof(float));
     }
   }
+  u.gather_first = first;
+  u.gather_end = end;
   const std::string what = absl::StrCat("all_gather of ", unit_name(unit));
   if (collectives_ == UnitCollectives::kPerParameter) {
     // Each parameter's all-gather lands in its gathered tensor: rank r's shard is rows
     // [r * rows_per_rank, ...) of it. The job keeps the tensors until it ran.
     std::vector<collectives::AllGatherPart> parts;
     std::vector<Tensor> gathered;
-    for (int i : u.params) {
-      Param& p = params_[static_cast<size_t>(i)];
-      FP8_ASSIGN_OR_RETURN(Tensor * full, allocate_gathered(p));
-      parts.push_back({bytes(u.gather_send) + p.gather_offset, bytes(*full), p.shard_bytes()});
+    for (const Region& r : moved) {
+      FP8_ASSIGN_OR_RETURN(Tensor * full, allocate_gathered(r));
+      parts.push_back({bytes(u.gather_send) + region_offset(r), bytes(*full), r.param->shard_bytes()});
       gathered.push_back(*full);
     }
     u.gather = comm_.enqueue(what, counts,
@@ -378,24 +448,31 @@ absl::Status FsdpModel::start_gather(int unit) {
                              });
     return absl::OkStatus();
   }
-  FP8_ASSIGN_OR_RETURN(u.gather_recv, Tensor::empty(device_, ElementType::kE4M3, {u.gather_bytes * world_size_}));
+  const int64_t per_rank = u.section_begin[end] - u.section_begin[first];
+  FP8_ASSIGN_OR_RETURN(u.gather_recv, Tensor::empty(device_, ElementType::kE4M3, {per_rank * world_size_}));
   // Queued behind the packing (and whatever last used the receive buffer's memory).
-  const void* send = u.gather_send.raw();
-  const auto per_rank = static_cast<size_t>(u.gather_bytes);
+  const void* send = bytes(u.gather_send) + u.section_begin[first];
   u.gather = comm_.enqueue(what, counts, [send, recv = u.gather_recv, per_rank](collectives::ProcessGroup& g) {
-    return g.all_gather(send, recv.raw(), per_rank);
+    return g.all_gather(send, recv.raw(), static_cast<size_t>(per_rank));
   });
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor*> FsdpModel::allocate_gathered(Param& p) {
+int64_t FsdpModel::region_offset(const Region& r) const {
+  return r.grad_input_codes ? r.param->grad_input_offset : r.param->gather_offset;
+}
+
+absl::StatusOr<Tensor*> FsdpModel::allocate_gathered(const Region& r) {
+  Param& p = *r.param;
   const TensorShape padded = padded_shape(p.shape, p.layout);
   if (p.fp8 >= 0) {
     Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
-    const ElementType codes =
-        f.linear->layer->info().needs.weight_format == Format::kE4M3 ? ElementType::kE4M3 : ElementType::kE5M2;
-    FP8_ASSIGN_OR_RETURN(f.gathered, Tensor::empty(device_, codes, padded));
-    return &f.gathered;
+    const Fp8WeightCast& cast = r.grad_input_codes ? f.linear->layer->info().needs.weight_grad_input
+                                                   : f.linear->layer->info().needs.weight_output;
+    const ElementType codes = cast.format == Format::kE4M3 ? ElementType::kE4M3 : ElementType::kE5M2;
+    Tensor& into = r.grad_input_codes ? f.gathered_grad_input : f.gathered;
+    FP8_ASSIGN_OR_RETURN(into, Tensor::empty(device_, codes, padded));
+    return &into;
   }
   if (p.bf16) {
     FP8_ASSIGN_OR_RETURN(p.gathered_bf16, Tensor::empty(device_, ElementType::kBFloat16, padded));
@@ -405,11 +482,12 @@ absl::StatusOr<Tensor*> FsdpModel::allocate_gathered(Param& p) {
   return &p.gathered;
 }
 
-absl::Status FsdpModel::expose_gathered(Param& p) {
+absl::Status FsdpModel::expose_gathered(const Region& r) {
+  Param& p = *r.param;
   if (p.fp8 >= 0) {
+    // grad_input codes of their own are read transposed (finish_gather's for_backward).
     Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
-    f.weight.codes = bytes(f.gathered);
-    f.weight.codes_t = nullptr;
+    if (!r.grad_input_codes) f.weight.output.codes = bytes(f.gathered);
     return absl::OkStatus();
   }
   if (p.bf16) {
@@ -425,37 +503,43 @@ absl::Status FsdpModel::expose_gathered(Param& p) {
 absl::Status FsdpModel::finish_gather(int unit, bool for_backward) {
   Unit& u = unit_state(unit);
   Backend& backend = device_.backend();
-  if (!u.present) {
-    FP8_RETURN_IF_ERROR(start_gather(unit));
+  // A gather in flight may have been started for the other pass (a prefetch): what it
+  // lacks is gathered after it.
+  for (auto missing = missing_sections(u, for_backward); missing.first != missing.second;
+       missing = missing_sections(u, for_backward)) {
+    FP8_RETURN_IF_ERROR(start_gather(unit, for_backward));
     const absl::Status gathered = comm_.wait(u.gather);
     u.gather = CommStream::Handle();
     FP8_RETURN_IF_ERROR(gathered);
-    for (int i : u.params) {
-      Param& p = params_[static_cast<size_t>(i)];
+    const int64_t base = u.section_begin[u.gather_first];
+    const int64_t per_rank = u.section_begin[u.gather_end] - base;
+    for (const Region& r : regions(u, u.gather_first, u.gather_end)) {
       if (collectives_ == UnitCollectives::kPacked) {
         // Unpack: rank r's block of each parameter is rows [r * rows_per_rank, ...) of it,
         // every rank's block in one queued copy, each from its rank's slice of the buffer.
-        FP8_ASSIGN_OR_RETURN(Tensor * full, allocate_gathered(p));
-        const size_t block = p.shard_bytes();
-        FP8_RETURN_IF_ERROR(backend.copy_rows(bytes(*full), block, bytes(u.gather_recv) + p.gather_offset,
-                                              static_cast<size_t>(u.gather_bytes), block,
+        FP8_ASSIGN_OR_RETURN(Tensor * full, allocate_gathered(r));
+        const size_t block = r.param->shard_bytes();
+        FP8_RETURN_IF_ERROR(backend.copy_rows(bytes(*full), block, bytes(u.gather_recv) + (region_offset(r) - base),
+                                              static_cast<size_t>(per_rank), block,
                                               static_cast<size_t>(world_size_)));
       }
-      FP8_RETURN_IF_ERROR(expose_gathered(p));
+      FP8_RETURN_IF_ERROR(expose_gathered(r));
     }
     u.gather_recv = Tensor();
-    u.present = true;
+    for (int section = u.gather_first; section < u.gather_end; ++section) u.present[section] = true;
   }
   if (!for_backward) return absl::OkStatus();
+  // The grad_input GEMM reads the weight transposed: the codes both GEMMs share, or its own.
   for (int i : u.params) {
     Param& p = params_[static_cast<size_t>(i)];
     if (p.fp8 < 0) continue;
     Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
-    if (f.weight.codes_t != nullptr) continue;
+    if (f.weight.grad_input.codes_t != nullptr) continue;
+    const Tensor& codes = f.own_grad_input_codes ? f.gathered_grad_input : f.gathered;
     const int64_t out = p.layout.rows, in = p.layout.row_elements;
-    FP8_ASSIGN_OR_RETURN(f.gathered_t, Tensor::empty(device_, f.gathered.type(), {in, out}));
-    FP8_RETURN_IF_ERROR(backend.transpose_bytes(bytes(f.gathered), out, in, bytes(f.gathered_t)));
-    f.weight.codes_t = bytes(f.gathered_t);
+    FP8_ASSIGN_OR_RETURN(f.gathered_t, Tensor::empty(device_, codes.type(), {in, out}));
+    FP8_RETURN_IF_ERROR(backend.transpose_bytes(bytes(codes), out, in, bytes(f.gathered_t)));
+    f.weight.grad_input.codes_t = bytes(f.gathered_t);
   }
   return absl::OkStatus();
 }
@@ -470,12 +554,13 @@ void FsdpModel::release(int unit) {
     if (p.fp8 >= 0) {
       Fp8State& f = fp8_[static_cast<size_t>(p.fp8)];
       f.gathered = Tensor();
+      f.gathered_grad_input = Tensor();
       f.gathered_t = Tensor();
-      f.weight.codes = nullptr;
-      f.weight.codes_t = nullptr;
+      f.weight.output.codes = nullptr;
+      f.weight.grad_input.codes_t = nullptr;
     }
   }
-  u.present = false;
+  for (bool& present : u.present) present = false;
 }
 
 // ---- gradients -------------------------------------------------------------------------------
@@ -636,12 +721,12 @@ absl::Status FsdpModel::before_forward(int unit) {
   const int blocks = static_cast<int>(model_.config().n_layers);
   if (unit == kRootUnit) {
     if (scales_stale_) FP8_RETURN_IF_ERROR(refresh_fp8_scales());
-    FP8_RETURN_IF_ERROR(start_gather(kRootUnit));
-    if (options_.prefetch && blocks > 0) FP8_RETURN_IF_ERROR(start_gather(0));
+    FP8_RETURN_IF_ERROR(start_gather(kRootUnit, /*for_backward=*/false));
+    if (options_.prefetch && blocks > 0) FP8_RETURN_IF_ERROR(start_gather(0, /*for_backward=*/false));
     return finish_gather(kRootUnit, /*for_backward=*/false);
   }
   FP8_RETURN_IF_ERROR(finish_gather(unit, /*for_backward=*/false));
-  if (options_.prefetch && unit + 1 < blocks) FP8_RETURN_IF_ERROR(start_gather(unit + 1));
+  if (options_.prefetch && unit + 1 < blocks) FP8_RETURN_IF_ERROR(start_gather(unit + 1, /*for_backward=*/false));
   return absl::OkStatus();
 }
 
@@ -656,7 +741,7 @@ absl::Status FsdpModel::before_backward(int unit) {
   FP8_RETURN_IF_ERROR(finish_gather(unit, /*for_backward=*/true));
   FP8_RETURN_IF_ERROR(allocate_grads(unit));
   const int next = unit == kRootUnit ? blocks - 1 : unit - 1;
-  if (options_.prefetch && next >= 0) FP8_RETURN_IF_ERROR(start_gather(next));
+  if (options_.prefetch && next >= 0) FP8_RETURN_IF_ERROR(start_gather(next, /*for_backward=*/true));
   return absl::OkStatus();
 }
 

@@ -16,16 +16,19 @@
 //     collective, or one collective a parameter grouped (UnitCollectives, below).
 //   - A step's losses, stop votes and gradient sum of squares are summed across ranks on
 //     the device (reduce_step_values); the trainer reads them when it reports.
-//   - fp8 all-gather: a linear whose weight is cast once, tensorwise, for both GEMMs that
-//     read it (Float8LinearNeeds::fp8_weight: the tensorwise and delayed recipes) sends
-//     e4m3 codes, one byte per element: each rank casts its shard with the global scale
-//     and the layer uses the gathered codes as they are (its backward takes a transposed
-//     copy, exact). The global scales of all such weights cost ONE all-reduce(MAX) of a
-//     packed amax vector per step, after the optimizer changed the shards (each shard's
-//     amax from the row amaxes the optimizer wrote as it updated it): Fp8WeightScales
-//     (float8/weight_scales.h) computes amaxes and scales; this class gathers. Other weights
-//     (axiswise recipes, layers kept in high precision, a tied output projection) gather
-//     in fp32.
+//   - fp8 all-gather: a linear whose weight both GEMMs that read it take in fp8
+//     (Float8LinearNeeds::fp8_weight: every recipe but none) sends e4m3 codes, one byte per
+//     element: each rank casts its shard with the whole weight's scales (per tensor, row,
+//     column or 128x128 block, as the recipe casts the weight) and the layer uses the
+//     gathered codes as they are. Where both GEMMs read one cast (tensorwise, blockwise) the
+//     backward transposes the gathered codes (exact; a block grid transposes with them);
+//     where the grad_input GEMM reads a cast of its own (the rowwise recipes: columns, or
+//     one tensorwise scale), those codes travel too, in the backward's gather only, so each
+//     pass moves one byte an element (Section, in fsdp_model.cc). All the weights' scales
+//     cost ONE all-reduce(MAX) of their packed amaxes per step, after the optimizer changed
+//     the shards: Fp8WeightScales (float8/weight_scales.h) computes amaxes and scales; this
+//     class gathers. Other weights (layers kept in high precision, a tied output
+//     projection) gather in fp32 (or bf16, param_dtype).
 //   - Delayed scaling: finish_step() reduces every amax of the step in ONE
 //     all-reduce(MAX), so histories and scales evolve identically on every rank.
 //
@@ -150,14 +153,28 @@ class FsdpModel final : public ParameterHooks {
 
   Unit& unit_state(int unit);
   std::string unit_name(int unit) const;
-  // Queues the unit's all-gather (no-op when queued or present).
-  absl::Status start_gather(int unit);
-  // The parameter's gathered (padded) tensor, allocated: fp8 codes or fp32.
-  absl::StatusOr<Tensor*> allocate_gathered(Param& p);
+  // One shard a gather moves: a parameter's (fp8 codes for the output GEMM, or values), or
+  // an fp8 weight's grad_input codes of their own.
+  struct Region {
+    Param* param = nullptr;
+    bool grad_input_codes = false;
+  };
+  // Whether the unit holds that section (fsdp_model.cc's Section), gathered or empty.
+  bool has_section(const Unit& u, int section) const;
+  // The sections, [first, end), that the forward's or the backward's layers read and the
+  // unit lacks (first == end: none).
+  std::pair<int, int> missing_sections(const Unit& u, bool for_backward) const;
+  std::vector<Region> regions(const Unit& u, int first, int end);
+  int64_t region_offset(const Region& r) const;
+  // Queues the all-gather of what the pass needs and the unit lacks (no-op when one is
+  // queued already, or nothing lacks).
+  absl::Status start_gather(int unit, bool for_backward);
+  // The region's gathered (padded) tensor, allocated: fp8 codes, bf16 or fp32.
+  absl::StatusOr<Tensor*> allocate_gathered(const Region& r);
   // Points the model (or the linear's fp8 weight) at the gathered tensor.
-  absl::Status expose_gathered(Param& p);
-  // Waits for it and points the model at the gathered tensors; `for_backward` also makes
-  // the transposed fp8 copies the backward GEMMs read.
+  absl::Status expose_gathered(const Region& r);
+  // Waits for what the pass needs and points the model at the gathered tensors;
+  // `for_backward` also makes the transposed fp8 copies the backward GEMMs read.
   absl::Status finish_gather(int unit, bool for_backward);
   void release(int unit);
   absl::Status allocate_grads(int unit);
@@ -185,6 +202,9 @@ class FsdpModel final : public ParameterHooks {
   int rank_ = 0;
   int world_size_ = 1;
   UnitCollectives collectives_;
+  // Full activation checkpointing runs a block's forward again in its backward, which then
+  // gathers the forward's codes too.
+  bool recomputes_forward_ = false;
   ParameterSet shards_;
   std::vector<Param> params_;
   std::vector<Fp8State> fp8_;

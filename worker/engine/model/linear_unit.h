@@ -21,7 +21,7 @@ struct LinearUnit {
   LinearSelection selection;
   // Set by FSDP when this weight travels as fp8 codes: the layer takes them instead of
   // weight->value, which is then never gathered.
-  const Fp8Tensor* gathered_fp8 = nullptr;
+  const Fp8Weight* gathered_fp8 = nullptr;
   // Set by LlamaModel::set_weight_row_amaxes_current: max |weight[o, :]| per row, as the
   // optimizer's last update left the weight, which forward() hands the layer's weight casts
   // (Float8Linear::forward's weight_row_amax); null while none are known to be current.
