@@ -3,10 +3,13 @@
 #include <signal.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 #include <utility>
 
+#include "common/jobspec/loader.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/system/control_plane.h"
@@ -66,6 +69,35 @@ TEST(ControlPlaneTest, TwoRankJobRunsToSuccess) {
   ASSERT_EQ(done.attempt_history_size(), 1);
   EXPECT_EQ(done.attempt_history(0).ranks_size(), 2);
   EXPECT_NE(done.attempt_history(0).ranks(0).worker_id(), done.attempt_history(0).ranks(1).worker_id());
+}
+
+// The blockwise recipe through the whole service: two ranks on two workers train a model of
+// block sizes to success, their weights all-gathered as fp8 codes (all_gather_fp8, the
+// default for every fp8 recipe), which the progress reports count.
+TEST(ControlPlaneTest, ABlockwiseJobTrainsOnTwoRanksGatheringItsWeightsInFp8) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  cp.start_worker();
+  const std::filesystem::path file = cp.dir() / "blockwise.yaml";
+  std::ofstream(file) << "name: blockwise\n"
+                         "model: {dim: 128, n_layers: 1, n_heads: 2, ffn_dim: 384, max_seq_len: 128}\n"
+                         "data: {path: corpus.txt, seq_len: 128, val_fraction: 0}\n"
+                         "train: {steps: 6, batch_size: 1, lr: 1e-3, log_every: 1, eval_every: 0}\n"
+                         "fp8: {recipe: blockwise}\n"
+                         "checkpoint: {dir: ckpt/blockwise, every: 6, keep: 1}\n"
+                         "resources: {world_size: 2, cpus_per_rank: 1}\n";
+  absl::StatusOr<v1::JobSpec> spec = jobspec::load_job_spec_file(file.string());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->fp8().all_gather_fp8());
+  v1::Job job;
+  ASSERT_TRUE(cp.submit(*spec, &job).ok());
+  const v1::Job done = cp.wait_for(job.id(), final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.logs();
+  EXPECT_EQ(done.latest_progress().step(), 6);
+  EXPECT_TRUE(std::isfinite(done.latest_progress().loss()));
+  EXPECT_GT(done.latest_progress().communication().all_gather_fp8_bytes(), 0) << done.latest_progress().DebugString();
+  EXPECT_EQ(done.attempt_history(0).ranks_size(), 2);
 }
 
 TEST(ControlPlaneTest, JsonLogsFromEveryDaemonAndRankLinesKeepTheirLevel) {
