@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/engine/float8/linear_state.h"
+#include "worker/engine/float8/transpose_elements.h"
 
 namespace fp8::engine {
 
@@ -137,21 +138,12 @@ void Float8Linear::State::finish_cast(CastPlan& p, const MatrixRef& input, const
 }
 
 absl::Status Float8Linear::State::transpose_high_precision(const MatrixRef& input) {
-  // Through Backend::transpose_bytes alone, so every backend can do it: split the
-  // elements into byte planes ([n, es] -> [es, n]), transpose each plane ([rows, cols] ->
-  // [cols, rows]), and interleave the planes again ([es, n] -> [n, es]). Exact; three
-  // passes over the tensor.
   const int64_t n = input.size();
-  const int64_t es = static_cast<int64_t>(dtype_size(input.dtype));
   if (auto s = transposed_input.reserve(dtype_bytes(input.dtype, n)); !s.ok()) return s;
   if (auto s = transpose_scratch.reserve(dtype_bytes(input.dtype, n)); !s.ok()) return s;
-  auto* planes = transposed_input.as<uint8_t>();
-  auto* planes_t = transpose_scratch.as<uint8_t>();
-  if (auto s = backend.transpose_bytes(static_cast<const uint8_t*>(input.data), n, es, planes); !s.ok()) return s;
-  for (int64_t b = 0; b < es; ++b) {
-    if (auto s = backend.transpose_bytes(planes + b * n, input.rows, input.cols, planes_t + b * n); !s.ok()) return s;
-  }
-  return backend.transpose_bytes(planes_t, es, n, transposed_input.as<uint8_t>());
+  return transpose_elements(backend, input.data, input.rows, input.cols, dtype_size(input.dtype),
+                            transposed_input.as<uint8_t>(), transpose_scratch.as<uint8_t>(),
+                            transposed_input.as<uint8_t>());
 }
 
 absl::Status Float8Linear::State::run_block_cast_transposed(CastPlan& p, const MatrixRef& input) {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "worker/engine/float8/transpose_elements.h"
 
 namespace fp8::engine {
 
@@ -200,24 +201,19 @@ absl::Status Fp8WeightScales::write_amaxes(const Weight& w, const Fp8WeightCast&
 
 absl::Status Fp8WeightScales::transpose_grid(const Weight& w, Span from, Span to) {
   // The weight's grid [blocks of out, ld(in)] (the first rows: those of the real weight)
-  // becomes the transpose's [blocks of in, ld(out)], through Backend::transpose_bytes alone:
-  // split the floats into byte planes, transpose each plane, interleave them again (exact).
+  // becomes the transpose's [blocks of in, ld(out)].
   const Float8LinearInfo& info = w.shard.layer->info();
   const int64_t rows = scale_blocks(info.out_features), cols = block128x128_ld(info.in_features);
-  const int64_t n = rows * cols;
-  const int64_t es = static_cast<int64_t>(sizeof(float));
-  if (auto st = grid_planes_.reserve(float_bytes(n)); !st.ok()) return st;
-  if (auto st = grid_planes_t_.reserve(float_bytes(n)); !st.ok()) return st;
+  if (auto st = grid_planes_.reserve(float_bytes(rows * cols)); !st.ok()) return st;
+  if (auto st = grid_planes_t_.reserve(float_bytes(rows * cols)); !st.ok()) return st;
   auto* planes = grid_planes_.as<uint8_t>();
-  auto* planes_t = grid_planes_t_.as<uint8_t>();
-  const auto* src = reinterpret_cast<const uint8_t*>(amaxes_.as<float>() + from.offset);
-  if (auto st = backend_.transpose_bytes(src, n, es, planes); !st.ok()) return st;
-  for (int64_t b = 0; b < es; ++b) {
-    if (auto st = backend_.transpose_bytes(planes + b * n, rows, cols, planes_t + b * n); !st.ok()) return st;
+  if (auto st = transpose_elements(backend_, amaxes_.as<float>() + from.offset, rows, cols, sizeof(float), planes,
+                                   grid_planes_t_.as<uint8_t>(), planes);
+      !st.ok()) {
+    return st;
   }
   // [cols, rows] floats, of which the first blocks-of-in rows go to the layer's grid, whose
   // padding entries stay zero (an all-zero block's amax, as the core writes them).
-  if (auto st = backend_.transpose_bytes(planes_t, es, n, planes); !st.ok()) return st;
   float* dst = amaxes_.as<float>() + to.offset;
   if (auto st = backend_.fill_zero(dst, float_bytes(to.count)); !st.ok()) return st;
   const size_t row_bytes = float_bytes(rows);
