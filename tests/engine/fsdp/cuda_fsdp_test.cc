@@ -70,7 +70,8 @@ void expect_bit_equal(const RankOutcome& a, const RankOutcome& b) {
 
 TEST_P(CudaFsdpTest, OneRankOverNcclEqualsOneProcessBitForBit) {
   if (const std::string why = missing_gpus(1); !why.empty()) GTEST_SKIP() << why;
-  for (const char* recipe : {"tensorwise", "rowwise", "delayed"}) {
+  // Every fp8 recipe gathers its weights in fp8 by default (fp8.all_gather_fp8).
+  for (const char* recipe : {"tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed"}) {
     SCOPED_TRACE(recipe);
     const v1::JobSpec spec = job({absl::StrCat("fp8.recipe=", recipe)});
     const auto single = train_ranks(spec, 0);
