@@ -177,6 +177,29 @@ bool own_grad_input_codes(const v1::Float8Gemms& g) {
   return !(same_cast(a, b) && a.granularity() != v1::CastConfig::AXISWISE);
 }
 
+// What FSDP's fp8 all-gather keeps for one weight [out, in] besides the gathered codes
+// (float8/weight_scales.h, fsdp/fsdp_model.cc): each cast's amaxes, scales and inverses over
+// the whole weight padded to whole shards (and, for blocks, the grad_input GEMM's transposed
+// grid), the row amaxes the optimizer writes, and, where the grad_input GEMM reads codes of
+// its own, the shard cast for it in the send buffer.
+int64_t fp8_gather_bookkeeping_bytes(const v1::Float8Gemms& g, int64_t in, int64_t out, int world) {
+  const int64_t rows_per_rank = (out + world - 1) / world, padded = rows_per_rank * world;
+  auto blocks = [](int64_t n) { return (n + kBlock - 1) / kBlock; };
+  auto grid = [&](int64_t rows, int64_t cols) { return blocks(rows) * ((blocks(cols) + 3) / 4 * 4); };
+  auto floats = [&](const v1::CastConfig& c, int64_t axis_count) {
+    if (c.granularity() == v1::CastConfig::BLOCK) return grid(padded, in);
+    return c.granularity() == v1::CastConfig::AXISWISE ? axis_count : int64_t{1};
+  };
+  int64_t scale_floats = floats(g.output().weight(), padded);
+  int64_t bytes = rows_per_rank * kF32;  // row amaxes
+  if (own_grad_input_codes(g)) {
+    scale_floats += floats(g.grad_input().weight(), in);
+    bytes += rows_per_rank * in;
+  }
+  if (g.grad_input().weight().granularity() == v1::CastConfig::BLOCK) scale_floats += grid(in, out);
+  return bytes + 3 * kF32 * scale_floats;
+}
+
 }  // namespace
 
 int64_t MemoryEstimate::total_bytes() const {
@@ -235,7 +258,7 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
   const bool dynamic_input = gemms.output().input().scaling() != v1::CastConfig::DELAYED &&
                              gemms.grad_weight().input().scaling() != v1::CastConfig::DELAYED;
   const bool block_casts = uses_block_casts(gemms);
-  int64_t cast_bytes = 0, converted_bytes = 0, fp8_layers = 0;
+  int64_t cast_bytes = 0, converted_bytes = 0, fp8_layers = 0, fp8_gather_bytes = 0;
   std::set<std::string> copied_roles;
   const v1::Float8Gemms high_precision = recipe_gemms(v1::Fp8Spec::NONE);
   for (const LinearLayer& l : list_linear_layers(spec.model())) {
@@ -262,6 +285,9 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
     }
     converted_bytes += c.converted;
     fp8_layers += is_fp8 ? 1 : 0;
+    if (is_fp8 && fp8_gather && !(l.role == "output" && s.tied)) {
+      fp8_gather_bytes += fp8_gather_bookkeeping_bytes(gemms, l.in_features, l.out_features, world);
+    }
   }
   if (cast_bytes > 0) {
     e.parts.push_back({"fp8 casts", absl::StrCat("fp8 copies of the inputs, weights and gradients of ", fp8_layers,
@@ -313,6 +339,10 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
                        "the root unit (embeddings, final norm, output) and its full gradients; two blocks in flight "
                        "with one block's full gradients and reduce-scatter buffer; every unit's reduced gradient shard",
                        root_bytes + block_bytes + held * kF32});
+    if (fp8_gather_bytes > 0) {
+      e.parts.push_back({"FSDP fp8 scales", "the fp8-gathered weights' amaxes and scales, row amaxes and send copies",
+                         fp8_gather_bytes});
+    }
     if (fp8_gather && gemms.output().weight().granularity() == v1::CastConfig::BLOCK) {
       // A block-scaled shard that does not start and end on 128-row blocks is cast through
       // a copy of it padded to whole blocks (float8/weight_scales.h), fp32 and fp8, kept
