@@ -230,27 +230,34 @@ TEST_P(FsdpTrainingTest, Fp8AllGatherEqualsFp32AllGatherAndMovesOneBytePerElemen
 
 // The same for blockwise (a model of block sizes: dim 128, ffn 384): every weight's shard is
 // half of its rows, 64 or 192, so blocks straddle the ranks and their scales come from both.
+// Also with bf16 activations and full activation checkpointing (one cast both GEMMs read:
+// the backward's recompute gathers nothing more).
 TEST_P(FsdpTrainingTest, BlockwiseFp8AllGatherEqualsFp32AllGather) {
   const std::vector<std::string> blocks = {"model.dim=128",    "model.n_heads=2",    "model.ffn_dim=384",
                                            "model.max_seq_len=128", "data.seq_len=128", "train.batch_size=1",
                                            "fp8.recipe=blockwise"};
-  auto with = [&](const char* gather) {
-    std::vector<std::string> extra = blocks;
-    extra.push_back(gather);
-    return job(extra);
-  };
-  const auto on = train_ranks(with("fp8.all_gather_fp8=true"), 2);
-  const auto off = train_ranks(with("fp8.all_gather_fp8=false"), 2);
-  ASSERT_TRUE(all_ok(on));
-  ASSERT_TRUE(all_ok(off));
-  expect_bit_equal(on[0], off[0]);
-  // Per block wq, wk, wv, wo 128x128 and w1, w2, w3 384x128, 2 blocks (tiny_job's layers).
-  const double fp8_weight_elements = 2 * (4 * 128 * 128 + 3 * 384 * 128);
-  for (const StepRecord& s : on[0].steps) {
-    EXPECT_EQ(s.all_gather_fp8_bytes, 2 * fp8_weight_elements) << "step " << s.step;
-    EXPECT_EQ(s.weight_scale_all_reduces, 1) << "step " << s.step;
+  for (const std::vector<std::string>& variant :
+       {std::vector<std::string>{}, {"train.compute_dtype=bf16", "train.activation_checkpointing=full"}}) {
+    SCOPED_TRACE(absl::StrJoin(variant, ", "));
+    auto with = [&](const char* gather) {
+      std::vector<std::string> extra = blocks;
+      extra.insert(extra.end(), variant.begin(), variant.end());
+      extra.push_back(gather);
+      return job(extra);
+    };
+    const auto on = train_ranks(with("fp8.all_gather_fp8=true"), 2);
+    const auto off = train_ranks(with("fp8.all_gather_fp8=false"), 2);
+    ASSERT_TRUE(all_ok(on));
+    ASSERT_TRUE(all_ok(off));
+    expect_bit_equal(on[0], off[0]);
+    // Per block wq, wk, wv, wo 128x128 and w1, w2, w3 384x128, 2 blocks (tiny_job's layers).
+    const double fp8_weight_elements = 2 * (4 * 128 * 128 + 3 * 384 * 128);
+    for (const StepRecord& s : on[0].steps) {
+      EXPECT_EQ(s.all_gather_fp8_bytes, 2 * fp8_weight_elements) << "step " << s.step;
+      EXPECT_EQ(s.weight_scale_all_reduces, 1) << "step " << s.step;
+    }
+    for (const StepRecord& s : off[0].steps) EXPECT_EQ(s.all_gather_fp8_bytes, 0);
   }
-  for (const StepRecord& s : off[0].steps) EXPECT_EQ(s.all_gather_fp8_bytes, 0);
 }
 
 // Gathered weights (fp8 codes, their transposes, fp32 parameters) and unsharded gradients
