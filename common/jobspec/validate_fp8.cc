@@ -198,9 +198,9 @@ void check_layer_shapes(const v1::JobSpec& spec, const v1::Float8Gemms& effectiv
   }
 }
 
-// Block scaling (CastConfig.BLOCK): the CUDA backend has no block-scaled casts or GEMMs
-// yet, and each block-scaled GEMM needs its contracted dimension a multiple of 128 (no
-// padding path exists for it: pad_inner_dim does not apply).
+// Block scaling (CastConfig.BLOCK): each block-scaled GEMM needs its contracted dimension a
+// multiple of 128 (no padding path exists for it: pad_inner_dim does not apply), on every
+// device.
 void check_block_scaling(const v1::JobSpec& spec, const v1::Float8Gemms& effective,
                          const std::vector<LinearLayer>& layers, Checks& c) {
   const v1::Fp8Spec& fp8 = spec.fp8();
@@ -210,14 +210,6 @@ void check_block_scaling(const v1::JobSpec& spec, const v1::Float8Gemms& effecti
   const bool grad_weight_block = is_block(*gemms[2].lhs.cast) && is_block(*gemms[2].rhs.cast);
   if (!output_block && !grad_input_block && !grad_weight_block) return;
   const std::string what = fp8.recipe() == v1::Fp8Spec::BLOCKWISE ? "recipe blockwise" : "granularity block";
-  if (spec.resources().device() == v1::ResourceSpec::CUDA) {
-    c.add("fp8.recipe",
-          absl::StrCat(what,
-                       " is not available on cuda yet: the CUDA backend has no block-scaled casts or GEMMs; "
-                       "train it with resources.device: cpu, or choose rowwise or tensorwise on cuda"),
-          {"resources.device"});
-    return;
-  }
   // output = in·wᵀ contracts in_features; grad_input = gout·w contracts out_features.
   int offenders = 0;
   bool any_fp8_layer = false;

@@ -589,6 +589,58 @@ LaunchResult launch_dequantize(const uint8_t* input, Format format, int64_t rows
   });
 }
 
+LaunchResult launch_block_cast(const BlockCastLaunch& a, cudaStream_t stream) {
+  if (auto r = zero_counts(a.range_counts, stream); !r.ok()) return r;
+  // An empty matrix has no tiles or blocks, so no scale entries either.
+  if (a.rows == 0 || a.cols == 0) return {};
+  const unsigned stripes = blocks_for(a.cols, kScaleTile);
+  if (stripes == 0) return kTooLarge;
+  const int64_t bands = ceil_div(a.rows, kScaleTile);
+  const dim3 grid(stripes, static_cast<unsigned>(bands < kMaxGridY ? bands : kMaxGridY));
+  BlockCastArgs args;
+  args.scale = a.scale;
+  args.pow2 = a.pow2_scale;
+  args.saturate = a.saturate;
+  args.out = a.out;
+  args.amax = a.amax;
+  args.scale_out = a.scale_out;
+  args.inv_scale_out = a.inv_scale_out;
+  args.counts = reinterpret_cast<unsigned long long*>(a.range_counts);
+  return with_type(a.type, [&](auto type_tag) {
+    using T = decltype(type_tag);
+    return with_format(a.format, [&](auto format_tag) {
+      constexpr Format F = decltype(format_tag)::value;
+      return with_flag(a.square, [&](auto square_tag) {
+        constexpr bool kSquare = decltype(square_tag)::value;
+        block_cast_kernel<T, F, kSquare><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(a.input), a.rows,
+                                                                        a.cols, args);
+        return after_launch("block cast kernel");
+      });
+    });
+  });
+}
+
+LaunchResult launch_block_dequantize(const uint8_t* input, Format format, int64_t rows, int64_t cols, bool square,
+                                     const float* scale, HpType out_type, void* out, cudaStream_t stream) {
+  const int64_t total = rows * cols;
+  if (total == 0) return {};
+  // Grid-stride: enough blocks to fill the GPU, each thread then looping.
+  const int64_t needed = ceil_div(total, kThreads);
+  const auto blocks = static_cast<unsigned>(needed < kMaxRangeBlocks ? needed : kMaxRangeBlocks);
+  return with_type(out_type, [&](auto type_tag) {
+    using OutT = decltype(type_tag);
+    return with_format(format, [&](auto format_tag) {
+      constexpr Format F = decltype(format_tag)::value;
+      return with_flag(square, [&](auto square_tag) {
+        constexpr bool kSquare = decltype(square_tag)::value;
+        block_dequantize_kernel<OutT, F, kSquare><<<blocks, kThreads, 0, stream>>>(input, rows, cols, scale,
+                                                                                  static_cast<OutT*>(out));
+        return after_launch("block dequantize kernel");
+      });
+    });
+  });
+}
+
 LaunchResult launch_convert(const void* in, HpType in_type, void* out, HpType out_type, int64_t n,
                             cudaStream_t stream) {
   if (n == 0 || in_type == out_type) return {};

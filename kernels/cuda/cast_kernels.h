@@ -95,6 +95,32 @@ LaunchResult launch_range_count(const void* input, HpType type, int64_t rows, in
 LaunchResult launch_dequantize(const uint8_t* input, Format format, int64_t rows, int64_t cols, Axis axis,
                                const float* scale, HpType out_type, void* out, cudaStream_t stream);
 
+// Block granularities (fp8.h's kBlock1x128, or kBlock128x128 with square set): one fused
+// pass over the input per call, each 1x128 tile or 128x128 block reduced, scaled and cast
+// by one block of threads. Scales and amaxes are laid out as fp8.h's scale_index (the
+// 128x128 vector's padding entries included: an all-zero block's amax and scale).
+struct BlockCastLaunch {
+  const void* input = nullptr;
+  HpType type = HpType::kFloat32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  Format format = Format::kE4M3;
+  bool square = false;           // kBlock128x128, else kBlock1x128
+  const float* scale = nullptr;  // given scales; null: scale_from_amax of each amax (pow2_scale)
+  bool pow2_scale = false;
+  bool saturate = true;
+  uint8_t* out = nullptr;            // [rows, cols] codes, or null (amaxes or counts alone)
+  float* amax = nullptr;             // amaxes, or null
+  float* scale_out = nullptr;        // with derived scales: the scales, or null
+  float* inv_scale_out = nullptr;    // with derived scales: inverse_scale of each, or null
+  uint64_t* range_counts = nullptr;  // as CastLaunch::range_counts (zeroed first), or null
+};
+LaunchResult launch_block_cast(const BlockCastLaunch& args, cudaStream_t stream);
+
+// out = fp8_to_float(q) / scale at a block granularity (square: kBlock128x128).
+LaunchResult launch_block_dequantize(const uint8_t* input, Format format, int64_t rows, int64_t cols, bool square,
+                                     const float* scale, HpType out_type, void* out, cudaStream_t stream);
+
 // fp32 <-> bf16 of n elements (in_type != out_type). Pointers of any alignment; 16-byte
 // aligned ones take the vectorised path.
 LaunchResult launch_convert(const void* in, HpType in_type, void* out, HpType out_type, int64_t n,

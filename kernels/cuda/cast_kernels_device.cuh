@@ -734,5 +734,170 @@ __global__ void __launch_bounds__(kThreads, tiled_min_blocks<T, A, kRowTiles, kC
   }
 }
 
+// ---- block granularities (fp8.h's kBlock1x128 and kBlock128x128) --------------------------------
+
+// A block of kThreads threads owns one 128 x 128 region of the matrix (a 128-column stripe of
+// a 128-row band; grid x over the stripes, y over the bands, looping past 65535): warp w takes
+// rows w, w + 8, ... of the band, lane l columns 4l .. 4l + 3 of the stripe. Every tile or
+// block whose amax a scale needs then lies within one block of threads, so a quantize is one
+// kernel and one read of the input: the amaxes (a warp reduction for a 1x128 tile, a block
+// reduction for a 128x128 block), the scales (scale_from_amax, as compute_scales), the
+// published amaxes, scales and inverses, the codes and the range counts. The same kernel casts
+// with given scales, counts a range or reduces amaxes alone (BlockCastArgs' null outputs).
+// Elements past the matrix load as 0, which leaves amaxes as they are and is neither cast
+// nor counted.
+constexpr int kScaleTile = 128;                           // fp8.h's kScaleBlock
+constexpr int kBlockWarps = kThreads / 32;                // 8
+constexpr int kBlockRowsPerWarp = kScaleTile / kBlockWarps;  // 16
+constexpr int kBlockLaneCols = kScaleTile / 32;           // 4
+static_assert(kBlockLaneCols * 32 == kScaleTile && kBlockRowsPerWarp * kBlockWarps == kScaleTile,
+              "a block of threads covers one 128 x 128 region");
+
+// fp8.h's block128x128_ld and scale_index at the block granularities, restated here
+// because this header stays free of fp8.h (and absl); the emulation test compares them.
+__host__ __device__ __forceinline__ int64_t block_scale_ld(int64_t cols) {
+  return ((cols + kScaleTile - 1) / kScaleTile + 3) / 4 * 4;
+}
+template <bool kSquare>
+__host__ __device__ __forceinline__ int64_t block_scale_index(int64_t rows, int64_t cols, int64_t r, int64_t c) {
+  return kSquare ? (r / kScaleTile) * block_scale_ld(cols) + c / kScaleTile : (c / kScaleTile) * rows + r;
+}
+
+struct BlockCastArgs {
+  const float* scale = nullptr;  // given scales; null: each tile's or block's from its amax
+  bool pow2 = false;
+  bool saturate = true;
+  uint8_t* out = nullptr;                // codes, or null
+  float* amax = nullptr;                 // the amaxes, or null
+  float* scale_out = nullptr;            // derived scales only: the scales, or null
+  float* inv_scale_out = nullptr;        // derived scales only: their inverses, or null
+  unsigned long long* counts = nullptr;  // range counts (zeroed by the launcher), or null
+};
+
+// The amax, scale and inverse of one scale entry, written by the one thread that owns it.
+__device__ __forceinline__ void publish_block(const BlockCastArgs& a, int64_t i, uint32_t amax_bits, float s) {
+  if (a.amax != nullptr) a.amax[i] = bits_float(amax_bits);
+  if (a.scale == nullptr) {
+    if (a.scale_out != nullptr) a.scale_out[i] = s;
+    if (a.inv_scale_out != nullptr) a.inv_scale_out[i] = inverse_scale(s);
+  }
+}
+
+template <typename T, Format F, bool kSquare>
+__global__ void __launch_bounds__(kThreads)
+    block_cast_kernel(const T* __restrict__ in, int64_t rows, int64_t cols, BlockCastArgs a) {
+  __shared__ uint32_t warp_max[kBlockWarps];
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int64_t stripe = blockIdx.x;
+  const int64_t stripes = (cols + kScaleTile - 1) / kScaleTile;
+  const int64_t bands = (rows + kScaleTile - 1) / kScaleTile;
+  const int64_t c0 = stripe * kScaleTile + kBlockLaneCols * lane;
+  const bool cast = a.out != nullptr || a.counts != nullptr;
+  // Whole words of codes: four consecutive columns of a row start 4-byte aligned.
+  const bool word_out = cols % 4 == 0;
+  RangeTally tally;
+
+#pragma unroll 1
+  for (int64_t band = blockIdx.y; band < bands; band += gridDim.y) {
+    const int64_t r0 = band * kScaleTile;
+    float v[kBlockRowsPerWarp][kBlockLaneCols];
+    uint32_t m[kBlockRowsPerWarp];
+#pragma unroll
+    for (int i = 0; i < kBlockRowsPerWarp; ++i) {
+      const int64_t row = r0 + warp + kBlockWarps * i;
+      m[i] = 0;
+#pragma unroll
+      for (int j = 0; j < kBlockLaneCols; ++j) {
+        const bool inside = row < rows && c0 + j < cols;
+        v[i][j] = inside ? Hp<T>::load(in + row * cols + c0 + j) : 0.0f;
+        m[i] = amax_bits_update(m[i], v[i][j]);
+      }
+    }
+
+    // The amaxes: per row of the band (1x128) or one for the band's block (128x128).
+    uint32_t block_max = 0;
+    if constexpr (kSquare) {
+#pragma unroll
+      for (int i = 0; i < kBlockRowsPerWarp; ++i) block_max = max(block_max, m[i]);
+      block_max = __reduce_max_sync(kFullMask, block_max);
+      if (lane == 0) warp_max[warp] = block_max;
+      __syncthreads();
+      block_max = 0;
+#pragma unroll
+      for (int w = 0; w < kBlockWarps; ++w) block_max = max(block_max, warp_max[w]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kBlockRowsPerWarp; ++i) m[i] = __reduce_max_sync(kFullMask, m[i]);
+    }
+
+    // The scales, published by one thread each; the padding entries of a 128x128 vector
+    // (fp8.h) hold an all-zero block's, written by the band's first stripe.
+    float s_block = 0.0f;
+    if constexpr (kSquare) {
+      const int64_t at = band * block_scale_ld(cols) + stripe;
+      s_block = a.scale != nullptr ? __ldg(a.scale + at) : scale_from_amax(bits_float(block_max), F, a.pow2);
+      if (threadIdx.x == 0) publish_block(a, at, block_max, s_block);
+      const int64_t padding = block_scale_ld(cols) - stripes;
+      if (stripe == 0 && threadIdx.x < padding) {
+        publish_block(a, band * block_scale_ld(cols) + stripes + threadIdx.x, 0u, scale_from_amax(0.0f, F, a.pow2));
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBlockRowsPerWarp; ++i) {
+      const int64_t row = r0 + warp + kBlockWarps * i;
+      if (row >= rows) continue;  // uniform across the warp
+      float s = s_block;
+      if constexpr (!kSquare) {
+        const int64_t at = stripe * rows + row;
+        s = a.scale != nullptr ? __ldg(a.scale + at) : scale_from_amax(bits_float(m[i]), F, a.pow2);
+        if (lane == 0) publish_block(a, at, m[i], s);
+      }
+      if (!cast) continue;
+      uint32_t word = 0;
+#pragma unroll
+      for (int j = 0; j < kBlockLaneCols; ++j) {
+        if (c0 + j < cols) {
+          word |= static_cast<uint32_t>(quantize_value(v[i][j], s, F, a.saturate)) << (8 * j);
+          if (a.counts != nullptr) tally.add<F>(v[i][j], s);
+        }
+      }
+      if (a.out != nullptr && c0 < cols) {
+        uint8_t* dst = a.out + row * cols + c0;
+        if (word_out && c0 + kBlockLaneCols <= cols) {
+          *reinterpret_cast<uint32_t*>(dst) = word;
+        } else {
+#pragma unroll
+          for (int j = 0; j < kBlockLaneCols; ++j) {
+            if (c0 + j < cols) dst[j] = static_cast<uint8_t>(word >> (8 * j));
+          }
+        }
+      }
+    }
+    if constexpr (kSquare) __syncthreads();  // warp_max is rewritten by the next band
+  }
+  if (a.counts != nullptr) block_sum2_atomic(a.counts, tally.saturated, tally.underflow);
+}
+
+// out = q / scale at a block granularity, one element a thread, grid-stride: dequantizing
+// is off the training step's path, so plainness wins over the flat kernels' vectors.
+template <typename OutT, Format F, bool kSquare>
+__global__ void __launch_bounds__(kThreads)
+    block_dequantize_kernel(const uint8_t* __restrict__ in, int64_t rows, int64_t cols,
+                            const float* __restrict__ scale, OutT* __restrict__ out) {
+  const int64_t total = rows * cols;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+#pragma unroll 1
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; e < total; e += stride) {
+    const Pos p = position(e, cols);
+    const float y = dequantize_value(in[e], F, __ldg(scale + block_scale_index<kSquare>(rows, cols, p.row, p.col)));
+    if constexpr (std::is_same_v<OutT, float>) {
+      out[e] = y;
+    } else {
+      out[e] = float_to_bf16(y);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fp8::cuda::cast_device

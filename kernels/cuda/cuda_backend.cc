@@ -47,7 +47,7 @@ constexpr Requirements kRequirements{16, 16};
 // The high-precision GEMM has no shape constraints, only the alignment.
 constexpr Requirements kGemmRequirements{16, 1};
 
-// Block granularities never get here: every method refuses them first (no_blocks).
+// Block granularities never get here: they take the block kernels (block_launch_of).
 cuda::Axis axis_of(Granularity g) {
   switch (g) {
     case Granularity::kTensorwise: return cuda::Axis::kTensor;
@@ -59,15 +59,20 @@ cuda::Axis axis_of(Granularity g) {
   return cuda::Axis::kColumn;
 }
 
-// Block-scaled fp8 (kBlock1x128, kBlock128x128) has no kernels on this backend yet: the
-// host backends define it (fp8.h), and cuBLASLt's VEC128 / BLK128x128 modes are to follow.
-absl::Status no_blocks(Granularity g, const char* op) {
-  if (!is_block_granularity(g)) return absl::OkStatus();
-  return absl::UnimplementedError(
-      absl::StrCat(op, ": block-scaled fp8 is not yet on the CUDA backend (", granularity_name(g), ")"));
-}
-
 cuda::HpType hp_of(DType t) { return t == DType::kFloat32 ? cuda::HpType::kFloat32 : cuda::HpType::kBFloat16; }
+
+// The block kernels' launch for a [rows, cols] input at block granularity g (fp8.h's
+// kBlock1x128 or kBlock128x128); the caller sets the scales and outputs.
+cuda::BlockCastLaunch block_launch_of(const MatrixRef& x, Format f, Granularity g) {
+  cuda::BlockCastLaunch b;
+  b.input = x.data;
+  b.type = hp_of(x.dtype);
+  b.rows = x.rows;
+  b.cols = x.cols;
+  b.format = f;
+  b.square = g == Granularity::kBlock128x128;
+  return b;
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -200,9 +205,13 @@ class CudaBackend final : public Backend {
 
   absl::Status amax(const MatrixRef& x, Granularity g, float* out) override {
     if (auto s = detail::check_amax(x, g, out, kRequirements); !s.ok()) return s;
-    if (auto s = no_blocks(g, "amax"); !s.ok()) return s;
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
+    if (is_block_granularity(g)) {
+      cuda::BlockCastLaunch b = block_launch_of(x, Format::kE4M3, g);  // the format is not read
+      b.amax = out;
+      return cuda_status(cuda::launch_block_cast(b, stream_));
+    }
     return cuda_status(cuda::launch_amax(x.data, hp_of(x.dtype), x.rows, x.cols, axis_of(g), out, stream_));
   }
 
@@ -224,9 +233,18 @@ class CudaBackend final : public Backend {
 
   absl::Status cast(const CastArgs& a) override {
     if (auto s = detail::check_cast(a, kRequirements); !s.ok()) return s;
-    if (auto s = no_blocks(a.granularity, "cast"); !s.ok()) return s;
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
+    if (is_block_granularity(a.granularity)) {
+      // Validation refused out_t: the codes, amaxes and counts in one pass.
+      cuda::BlockCastLaunch b = block_launch_of(a.input, a.format, a.granularity);
+      b.scale = a.scale;
+      b.saturate = a.saturate;
+      b.out = a.out;
+      b.amax = a.amax_out;
+      b.range_counts = reinterpret_cast<uint64_t*>(a.range_counts);
+      return cuda_status(cuda::launch_block_cast(b, stream_));
+    }
     cuda::CastLaunch c;
     c.input = a.input.data;
     c.type = hp_of(a.input.dtype);
@@ -245,10 +263,15 @@ class CudaBackend final : public Backend {
 
   absl::Status count_cast_range(const CastRangeArgs& a) override {
     if (auto s = detail::check_cast_range(a, kRequirements); !s.ok()) return s;
-    if (auto s = no_blocks(a.granularity, "count_cast_range"); !s.ok()) return s;
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
     static_assert(sizeof(CastRangeCounts) == 2 * sizeof(uint64_t), "two packed counters");
+    if (is_block_granularity(a.granularity)) {
+      cuda::BlockCastLaunch b = block_launch_of(a.input, a.format, a.granularity);
+      b.scale = a.scale;
+      b.range_counts = reinterpret_cast<uint64_t*>(a.counts);
+      return cuda_status(cuda::launch_block_cast(b, stream_));
+    }
     return cuda_status(cuda::launch_range_count(a.input.data, hp_of(a.input.dtype), a.input.rows, a.input.cols,
                                                 a.format, axis_of(a.granularity), a.scale,
                                                 reinterpret_cast<uint64_t*>(a.counts), stream_));
@@ -257,10 +280,24 @@ class CudaBackend final : public Backend {
   // amax -> scales -> cast, all queued on the stream: dynamic scaling needs no host sync.
   // The amax pass and the cast pass each read the input once; tensorwise and rowwise casts
   // compute their scales themselves (CastLaunch::scale_amax), columnwise ones in a kernel
-  // between the two.
+  // between the two. At a block granularity each tile's or block's amax is local to one
+  // block of threads, so the whole quantize is one pass (launch_block_cast).
   absl::Status quantize(const QuantizeArgs& q) override {
     if (auto s = detail::check_quantize(q, kRequirements); !s.ok()) return s;
-    if (auto s = no_blocks(q.granularity, "quantize"); !s.ok()) return s;
+    if (is_block_granularity(q.granularity)) {
+      // Validation refused out_t, row_amax and the columnwise half at these granularities.
+      DeviceGuard guard(device_);
+      if (!guard.status().ok()) return guard.status();
+      cuda::BlockCastLaunch b = block_launch_of(q.input, q.format, q.granularity);
+      b.pow2_scale = q.pow2_scale;
+      b.saturate = q.saturate;
+      b.out = q.out;
+      b.amax = q.amax_out;
+      b.scale_out = q.scale_out;
+      b.inv_scale_out = q.inv_scale_out;
+      b.range_counts = reinterpret_cast<uint64_t*>(q.range_counts);
+      return cuda_status(cuda::launch_block_cast(b, stream_));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
@@ -382,9 +419,13 @@ class CudaBackend final : public Backend {
 
   absl::Status dequantize(const DequantizeArgs& a) override {
     if (auto s = detail::check_dequantize(a, kRequirements); !s.ok()) return s;
-    if (auto s = no_blocks(a.granularity, "dequantize"); !s.ok()) return s;
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
+    if (is_block_granularity(a.granularity)) {
+      return cuda_status(cuda::launch_block_dequantize(a.input, a.format, a.rows, a.cols,
+                                                       a.granularity == Granularity::kBlock128x128, a.scale,
+                                                       hp_of(a.out_dtype), a.out, stream_));
+    }
     return cuda_status(cuda::launch_dequantize(a.input, a.format, a.rows, a.cols, axis_of(a.granularity), a.scale,
                                                hp_of(a.out_dtype), a.out, stream_));
   }
@@ -403,8 +444,16 @@ class CudaBackend final : public Backend {
 
   absl::Status scaled_gemm(const ScaledGemmArgs& a) override {
     if (auto s = detail::check_scaled_gemm(a, kRequirements); !s.ok()) return s;
-    if (auto s = no_blocks(a.a.granularity, "scaled_gemm A"); !s.ok()) return s;
-    if (auto s = no_blocks(a.b.granularity, "scaled_gemm B"); !s.ok()) return s;
+    if (a.a.granularity == Granularity::kBlock1x128 && a.m % 4 != 0) {
+      // cuBLASLt wants the rows of its scale tensors 16-byte aligned (the 128x128 layout is
+      // padded for it, fp8.h). A 1x128 vector's 128-wide K stripes lie `rows` entries apart
+      // and are not padded, so only a multiple of 4 keeps every stripe aligned; B's n, a
+      // multiple of 16 here, always does. Refused rather than risk a misread vector.
+      return absl::InvalidArgumentError(absl::StrCat("scaled_gemm: A at block1x128 with m=", a.m,
+                                                     ": m must be a multiple of 4 on ", name_,
+                                                     " (cuBLASLt reads each 128-wide K stripe of A's scales "
+                                                     "as a 16-byte aligned vector)"));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();

@@ -129,7 +129,9 @@ size_t CublasLtGemm::PlanKeyHash::operator()(const PlanKey& k) const {
     }
   };
   for (uint64_t v : {k.m, k.n, k.k}) mix(v);
-  for (int32_t v : {k.a_type, k.b_type, k.d_type, k.bias_type}) mix(static_cast<uint32_t>(v));
+  for (int32_t v : {k.a_type, k.b_type, k.d_type, k.bias_type, k.a_scale_mode, k.b_scale_mode}) {
+    mix(static_cast<uint32_t>(v));
+  }
   for (bool v : {k.trans_a, k.trans_b, k.scaled, k.outer_vec, k.fast_accum}) mix(v ? 1u : 0u);
   for (uint16_t v : {k.align_a, k.align_b, k.align_c, k.align_d, k.align_bias, k.align_a_scale, k.align_b_scale}) {
     mix(v);
@@ -187,6 +189,17 @@ absl::StatusOr<CublasLtGemm::Plan*> CublasLtGemm::plan_for(const Call& call) {
         return s;
       }
       if (auto s = set_desc(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode,
+                            "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
+          !s.ok()) {
+        return s;
+      }
+    } else if (key.a_scale_mode >= 0) {
+      if (auto s = set_desc(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, key.a_scale_mode,
+                            "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)");
+          !s.ok()) {
+        return s;
+      }
+      if (auto s = set_desc(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, key.b_scale_mode,
                             "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
           !s.ok()) {
         return s;
@@ -363,6 +376,7 @@ absl::Status CublasLtGemm::scaled_gemm(const ScaledGemmArgs& a, cudaStream_t str
     if (auto s = copy_addend_to_out(a.addend, a.out, a.m, a.n, a.out_dtype, stream); !s.ok()) return s;
     return cuda_status(launch_bias_fill(a.out, out_type, a.m, a.n, a.bias, beta, stream));
   }
+  if (is_block_granularity(a.a.granularity)) return scaled_gemm_blocks(a, stream);
 
   // Rowwise on either side puts both operands in OUTER_VEC mode (cuBLASLt has no mixed
   // scalar/vector mode); a tensorwise factor is then broadcast into a vector.
@@ -450,6 +464,80 @@ absl::Status CublasLtGemm::scaled_gemm(const ScaledGemmArgs& a, cudaStream_t str
   key.align_b_scale = alignment(call.b_scale);
   if (auto s = run(call, stream); !s.ok()) return with_context(s, describe(a));
   return absl::OkStatus();
+}
+
+// Block-scaled operands (validated: both block-scaled, not both 128x128, k a multiple of
+// 128): cuBLASLt's VEC128_32F (1x128) and BLK128x128_32F (128x128) scale modes on Hopper,
+// which take the scale vectors in fp8.h's layout as they are. Operands swap as in
+// scaled_gemm: cuBLAS A is our B, cuBLAS B our A, and so do their scales and modes.
+//  * No FAST_ACCUM: block scaling means promoted accumulation (each 128-wide K block's sum
+//    scaled and added in fp32), which the block modes do themselves; PyTorch refuses fast
+//    accumulation with them as well. ScaledGemmArgs::fast_accum is therefore not read here.
+//  * No bias epilogue: its vector would be bf16 (a rounding the host backends do not make),
+//    and the block modes' epilogue support is narrower. An fp32 output takes the bias
+//    exactly through a prefill (as in scaled_gemm); a bf16 one through the fp32 product
+//    and one pass adding the bias and the output's previous value, rounded once.
+absl::Status CublasLtGemm::scaled_gemm_blocks(const ScaledGemmArgs& a, cudaStream_t stream) {
+#if defined(CUBLAS_VERSION) && CUBLAS_VERSION >= 120900
+  const auto mode_of = [](Granularity g) -> int32_t {
+    return g == Granularity::kBlock128x128 ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                                           : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  };
+  Call call;
+  call.beta = a.accumulate || a.addend != nullptr ? 1.0f : 0.0f;
+  call.c = a.addend;
+  PlanKey& key = call.key;
+  key.m = static_cast<uint64_t>(a.n);
+  key.n = static_cast<uint64_t>(a.m);
+  key.k = static_cast<uint64_t>(a.k);
+  key.a_type = fp8_type(a.b.format);
+  key.b_type = fp8_type(a.a.format);
+  key.d_type = hp_type(a.out_dtype);
+  key.trans_a = true;
+  key.trans_b = false;
+  key.scaled = true;
+  key.a_scale_mode = mode_of(a.b.granularity);
+  key.b_scale_mode = mode_of(a.a.granularity);
+  key.fast_accum = false;
+  call.a = a.b.data;
+  call.b = a.a.data;
+  call.d = a.out;
+  call.a_scale = a.b.inv_scale;
+  call.b_scale = a.a.inv_scale;
+  const bool bias_after = a.bias != nullptr && a.out_dtype == DType::kBFloat16;
+  if (a.bias != nullptr) {
+    // The addend goes into out first either way: C is then out itself.
+    if (auto s = copy_addend_to_out(a.addend, a.out, a.m, a.n, a.out_dtype, stream); !s.ok()) {
+      return with_context(s, describe(a));
+    }
+    call.c = nullptr;
+    if (!bias_after) {
+      if (auto s = cuda_status(launch_bias_fill(a.out, HpType::kFloat32, a.m, a.n, a.bias, call.beta, stream));
+          !s.ok()) {
+        return with_context(s, describe(a));
+      }
+      call.beta = 1.0f;
+    } else {
+      // run_with_fp32_product adds the bias in fp32 (bias_type names its vector's type).
+      call.bias = a.bias;
+      key.bias_type = CUDA_R_32F;
+    }
+  }
+  key.align_a = alignment(call.a);
+  key.align_b = alignment(call.b);
+  key.align_c = alignment(call.c != nullptr ? call.c : call.d);
+  key.align_d = alignment(call.d);
+  key.align_bias = alignment(call.bias);
+  key.align_a_scale = alignment(call.a_scale);
+  key.align_b_scale = alignment(call.b_scale);
+  const absl::Status s = bias_after ? run_with_fp32_product(call, stream) : run(call, stream);
+  if (!s.ok()) return with_context(s, describe(a));
+  return absl::OkStatus();
+#else
+  (void)stream;
+  return absl::UnimplementedError(absl::StrCat(describe(a), ": this build's cuBLASLt headers predate the block ",
+                                               "scale modes (VEC128_32F, BLK128x128_32F: cuBLAS 12.9 and later)"));
+#endif
 }
 
 absl::Status CublasLtGemm::gemm(const GemmArgs& a, cudaStream_t stream) {

@@ -47,6 +47,9 @@ class CublasLtGemm {
     bool trans_a = false, trans_b = false;
     bool scaled = false;      // fp8: A/B scale pointers
     bool outer_vec = false;   // fp8 rowwise: OUTER_VEC_32F scale vectors
+    // fp8 block scaling: cuBLASLt's scale modes of A and B (VEC128_32F, BLK128x128_32F);
+    // -1 for the other granularities.
+    int32_t a_scale_mode = -1, b_scale_mode = -1;
     bool fast_accum = false;  // fp8 only
     int32_t bias_type = -1;   // cudaDataType of the bias epilogue's vector, -1 without bias
     // Pointer alignments (bytes, up to 256): the heuristic picks kernels for them.
@@ -80,6 +83,8 @@ class CublasLtGemm {
   absl::Status run(const Call& call, cudaStream_t stream);
   absl::Status run_with_addend_in_d(const Call& call, cudaStream_t stream);
   absl::Status run_with_fp32_product(const Call& call, cudaStream_t stream);
+  // scaled_gemm with block-scaled operands (k > 0, m, n > 0).
+  absl::Status scaled_gemm_blocks(const ScaledGemmArgs& a, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;

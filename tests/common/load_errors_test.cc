@@ -71,10 +71,6 @@ INSTANTIATE_TEST_SUITE_P(
             {"pad_inner_dim_on_cuda.yaml:15:3: fp8.pad_inner_dim: is not available on cuda: cuBLASLt's fp8 GEMMs "
              "take only dimensions that are multiples of 16 and nothing pads them there; leave it out and keep "
              "such layers in high precision with fp8.exclude"}},
-        BadFile{"blockwise_on_cuda.yaml",
-                {"blockwise_on_cuda.yaml:17:3: fp8.recipe: recipe blockwise is not available on cuda yet: the CUDA "
-                 "backend has no block-scaled casts or GEMMs; train it with resources.device: cpu, or choose rowwise "
-                 "or tensorwise on cuda"}},
         BadFile{"blockwise_dims_not_128.yaml",
                 {"blockwise_dims_not_128.yaml:16:1: fp8: recipe blockwise needs every fp8 layer's in_features and "
                  "out_features to be multiples of 128 (the block-scaled GEMMs contract over them in 128-wide "

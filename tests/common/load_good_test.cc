@@ -151,6 +151,14 @@ TEST(LoadGood, EveryFieldWrittenIsKept) {
   EXPECT_EQ(s.restarts().max_restarts(), 2);
 }
 
+TEST(LoadGood, BlockwiseRecipeTrainsOnCuda) {
+  absl::StatusOr<v1::JobSpec> loaded = load_job_spec_file(testdata("good/blockwise_on_cuda.yaml"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->fp8().recipe(), v1::Fp8Spec::BLOCKWISE);
+  EXPECT_EQ(loaded->resources().device(), v1::ResourceSpec::CUDA);
+  EXPECT_TRUE(loaded->fp8().power_of_2_scales());  // as TransformerEngine's block scaling
+}
+
 TEST(LoadGood, RowwiseRecipeDefaultsToPowerOf2ScalesAndFp8AllGather) {
   absl::StatusOr<v1::JobSpec> loaded =
       load_job_spec_string(std::string(kMinimalJob) + "fp8:\n  recipe: rowwise\n", "job.yaml");

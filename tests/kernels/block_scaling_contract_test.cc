@@ -2,12 +2,15 @@
 // cuBLASLt takes, then the contract run against the host backends. Amaxes, scales, codes,
 // range counts and dequantized values must match the reference bit for bit, and the
 // reference must match the definition written out here element by element; block GEMMs
-// must match the reference within the bound fp8.h states. The CUDA backend refuses the
-// block granularities for now (skipped where no GPU is present).
+// must match the reference within the bound fp8.h states. Built twice: against the host
+// backends (a unit test) and against the CUDA backend (a gpu test, skipped where no GPU is
+// present), whose GEMM shapes also meet cuBLASLt's rules (n a multiple of 16, and m of 4
+// where A is 1x128).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -34,6 +37,7 @@ constexpr Shape kShapes[] = {{1, 1}, {5, 130}, {128, 128}, {130, 300}, {257, 513
 
 // ---- layout -------------------------------------------------------------------------------
 
+#if !defined(FP8_CONTRACT_BACKENDS_CUDA)
 TEST(BlockScaleLayout, NamesAndCountsFollowTheCuBlasLtLayout) {
   EXPECT_STREQ(granularity_name(Granularity::kBlock1x128), "block1x128");
   EXPECT_STREQ(granularity_name(Granularity::kBlock128x128), "block128x128");
@@ -65,6 +69,7 @@ TEST(BlockScaleLayout, BlockScalesAreRowMajorOverPaddedRows) {
   EXPECT_EQ(scale_index(Granularity::kBlock128x128, rows, cols, 128, 0), 8);
   EXPECT_EQ(scale_index(Granularity::kBlock128x128, rows, cols, 256, 512), 2 * 8 + 4);
 }
+#endif
 
 // ---- the contract ---------------------------------------------------------------------------
 
@@ -407,10 +412,24 @@ constexpr GemmCase kGemmCases[] = {
     {16, 24, 2304, Granularity::kBlock1x128, Granularity::kBlock128x128},  // past one CPU depth block
     {5, 7, 128, Granularity::kBlock1x128, Granularity::kBlock1x128},
 };
+// The same pairings and partial blocks where cuBLASLt takes them: n a multiple of 16, m a
+// multiple of 4 where A is 1x128 (a 128x128 A takes any m).
+constexpr GemmCase kCudaGemmCases[] = {
+    {68, 144, 256, Granularity::kBlock1x128, Granularity::kBlock128x128},
+    {132, 272, 384, Granularity::kBlock1x128, Granularity::kBlock128x128},
+    {130, 80, 384, Granularity::kBlock128x128, Granularity::kBlock1x128},
+    {36, 128, 640, Granularity::kBlock1x128, Granularity::kBlock1x128},
+    {16, 32, 2304, Granularity::kBlock1x128, Granularity::kBlock128x128},
+    {4, 16, 128, Granularity::kBlock1x128, Granularity::kBlock1x128},
+};
 
 TEST_P(BlockGemm, MatchesTheReferenceWithinTheStatedBound) {
   double worst = 0;  // the largest error seen, in units of 2^-24 · Σ|products|
-  for (const GemmCase& c : kGemmCases) {
+  const std::vector<GemmCase> cases = b_->is_cuda() ? std::vector<GemmCase>(std::begin(kCudaGemmCases),
+                                                                             std::end(kCudaGemmCases))
+                                                    : std::vector<GemmCase>(std::begin(kGemmCases),
+                                                                            std::end(kGemmCases));
+  for (const GemmCase& c : cases) {
     SCOPED_TRACE(::testing::Message() << c.m << "x" << c.n << "x" << c.k << " " << granularity_name(c.ga) << " x "
                                       << granularity_name(c.gb));
     const Operands o = make(c, 10);
@@ -452,7 +471,8 @@ TEST_P(BlockGemm, TheReferenceIsTheSumOfScaledBlockProducts) {
 }
 
 TEST_P(BlockGemm, ReachesTorchaoAccuracyAgainstTheUnquantisedProduct) {
-  const GemmCase c{130, 260, 384, Granularity::kBlock1x128, Granularity::kBlock128x128};
+  const GemmCase c = b_->is_cuda() ? GemmCase{132, 256, 384, Granularity::kBlock1x128, Granularity::kBlock128x128}
+                                   : GemmCase{130, 260, 384, Granularity::kBlock1x128, Granularity::kBlock128x128};
   const Operands o = make(c, 30);
   const auto got = run(b_, c, o);
   const auto exact = testing::matmul_nt_fp64(o.a_values, o.b_values, c.m, c.n, c.k);
@@ -462,7 +482,8 @@ TEST_P(BlockGemm, ReachesTorchaoAccuracyAgainstTheUnquantisedProduct) {
 }
 
 TEST_P(BlockGemm, AddsTheBiasAndRoundsToBFloat16LikeTheReference) {
-  const GemmCase c{67, 131, 256, Granularity::kBlock1x128, Granularity::kBlock128x128};
+  const GemmCase c = b_->is_cuda() ? GemmCase{68, 144, 256, Granularity::kBlock1x128, Granularity::kBlock128x128}
+                                   : GemmCase{67, 131, 256, Granularity::kBlock1x128, Granularity::kBlock128x128};
   const Operands o = make(c, 40);
   const auto bias = gaussian(static_cast<size_t>(c.n), 41);
   const auto got = run(b_, c, o, DType::kBFloat16, &bias);
@@ -470,6 +491,16 @@ TEST_P(BlockGemm, AddsTheBiasAndRoundsToBFloat16LikeTheReference) {
   for (size_t i = 0; i < got.size(); ++i) {
     // One bf16 ulp: the two may round an fp32 sum that differs in its last bits either way.
     EXPECT_LE(std::fabs(got[i] - want[i]), std::ldexp(std::fabs(want[i]), -7) + 1e-30f) << "output " << i;
+  }
+  // An fp32 output takes the bias exactly: the bound of MatchesTheReferenceWithinTheStatedBound
+  // and the output's rounding, as without a bias.
+  const auto got32 = run(b_, c, o, DType::kFloat32, &bias);
+  const auto want32 = run(&ref(), c, o, DType::kFloat32, &bias);
+  const auto mag = abs_products(c, o);
+  const double per = static_cast<double>(c.k / 128 + 131) * std::ldexp(1.0, -24);
+  for (size_t i = 0; i < got32.size(); ++i) {
+    const double bound = per * mag[i] + std::ldexp(std::fabs(static_cast<double>(want32[i])), -23);
+    EXPECT_LE(std::fabs(static_cast<double>(got32[i]) - want32[i]), bound) << "output " << i;
   }
 }
 
@@ -500,6 +531,10 @@ TEST_P(BlockGemm, RefusesShapesAndPairingsCuBlasLtHasNoKernelFor) {
   expect_refused({16, 16, 128, Granularity::kBlock128x128, Granularity::kBlock128x128}, "block128x128 x block128x128");
   expect_refused({16, 16, 128, Granularity::kBlock1x128, Granularity::kTensorwise}, "block-scaled partner");
   expect_refused({16, 16, 128, Granularity::kRowwise, Granularity::kBlock128x128}, "block-scaled partner");
+  if (b_->is_cuda()) {
+    // A 1x128 A's scale stripes lie m apart; cuBLASLt wants them 16-byte aligned.
+    expect_refused({18, 16, 128, Granularity::kBlock1x128, Granularity::kBlock128x128}, "multiple of 4");
+  }
 }
 
 TEST_P(BlockScaling, RefusesTheFusedTransposeAndRowAmaxesAtBlockGranularity) {
@@ -565,60 +600,16 @@ TEST_P(BlockScaling, TheTransposeIsScaledWithTilesOfItsOwnRows) {
   }
 }
 
+#if defined(FP8_CONTRACT_BACKENDS_HOST)
 INSTANTIATE_TEST_SUITE_P(Host, BlockScaling, ::testing::Values("reference", "cpu"));
 INSTANTIATE_TEST_SUITE_P(Host, BlockGemm, ::testing::Values("reference", "cpu"));
-
-// ---- the CUDA backend refuses, for now ------------------------------------------------------
-
-TEST(BlockScalingOnCuda, EveryOpRefusesTheBlockGranularitiesSayingSo) {
-  std::string why;
-  Backend* b = testing::find_backend("cuda", &why);
-  if (b == nullptr) GTEST_SKIP() << "no CUDA backend here: " << why;
-  const int64_t rows = 128, cols = 256;
-  Buffer<float> x(b, gaussian(static_cast<size_t>(rows * cols), 1));
-  Buffer<uint8_t> codes(b, static_cast<size_t>(rows * cols));
-  Buffer<float> scale(b, 1024), out(b, static_cast<size_t>(rows * cols));
-  Buffer<CastRangeCounts> counts(b, 1);
-  const std::string says = "block-scaled fp8 is not yet on the CUDA backend";
-  for (Granularity g : kBlockGranularities) {
-    SCOPED_TRACE(granularity_name(g));
-    std::vector<absl::Status> got;
-    got.push_back(b->amax({x.get(), DType::kFloat32, rows, cols}, g, scale.get()));
-    CastArgs c;
-    c.input = {x.get(), DType::kFloat32, rows, cols};
-    c.granularity = g;
-    c.scale = scale.get();
-    c.out = codes.get();
-    got.push_back(b->cast(c));
-    got.push_back(b->count_cast_range(range_args_of(c, counts.get())));
-    QuantizeArgs q;
-    q.input = c.input;
-    q.granularity = g;
-    q.out = codes.get();
-    q.scale_out = scale.get();
-    got.push_back(b->quantize(q));
-    DequantizeArgs d;
-    d.input = codes.get();
-    d.rows = rows;
-    d.cols = cols;
-    d.granularity = g;
-    d.scale = scale.get();
-    d.out = out.get();
-    got.push_back(b->dequantize(d));
-    ScaledGemmArgs m;
-    m.m = rows;
-    m.n = rows;
-    m.k = cols;
-    m.a = {codes.get(), Format::kE4M3, Granularity::kBlock1x128, scale.get()};
-    m.b = {codes.get(), Format::kE4M3, g, scale.get()};
-    m.out = out.get();
-    got.push_back(b->scaled_gemm(m));
-    for (const absl::Status& s : got) {
-      EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
-      EXPECT_NE(std::string(s.message()).find(says), std::string::npos) << s;
-    }
-  }
-}
+#endif
+#if defined(FP8_CONTRACT_BACKENDS_CUDA)
+// Casts bit for bit against the reference, GEMMs within fp8.h's bound, through cuBLASLt's
+// block scale modes (Hopper).
+INSTANTIATE_TEST_SUITE_P(Cuda, BlockScaling, ::testing::Values("cuda"));
+INSTANTIATE_TEST_SUITE_P(Cuda, BlockGemm, ::testing::Values("cuda"));
+#endif
 
 }  // namespace
 }  // namespace fp8

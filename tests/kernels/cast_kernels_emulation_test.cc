@@ -9,6 +9,7 @@
 #include "cuda/cast_kernels_device.cuh"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -384,6 +385,200 @@ TEST(CastKernelsEmulation, SmallAmaxMatchesTheReference) {
   }
   expect_small_amax<float>(1000, 3, true);
   expect_small_amax<uint16_t>(1000, 4, true);
+}
+
+// ---- block granularities (block_cast_kernel, block_dequantize_kernel) ----------------------------
+
+// test_values with magnitudes that change by orders from one 128-wide stripe or 128-row band
+// to the next, as block scaling expects of its data.
+std::vector<float> block_test_values(const Shape& s, uint32_t seed) {
+  auto v = test_values(static_cast<size_t>(s.rows * s.cols), seed);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    for (int64_t c = 0; c < s.cols; ++c) {
+      const int64_t blk = (r / 128) * 7 + (c / 128) * 3 + r % 5;
+      v[static_cast<size_t>(r * s.cols + c)] *= std::ldexp(1.0f, static_cast<int>(blk % 17) - 8);
+    }
+  }
+  return v;
+}
+
+std::vector<uint32_t> bits_of(const std::vector<float>& v) {
+  std::vector<uint32_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = float_bits(v[i]);
+  return out;
+}
+
+// The block kernels' own index arithmetic against fp8.h's.
+TEST(CastKernelsEmulation, BlockScaleIndexIsFp8hs) {
+  for (const Shape& s : {Shape{1, 1}, Shape{5, 130}, Shape{257, 513}, Shape{300, 3}, Shape{128, 1024}}) {
+    EXPECT_EQ(block_scale_ld(s.cols), block128x128_ld(s.cols)) << s.cols;
+    for (int64_t r = 0; r < s.rows; r += 7) {
+      for (int64_t c = 0; c < s.cols; c += 11) {
+        ASSERT_EQ(block_scale_index<false>(s.rows, s.cols, r, c),
+                  scale_index(Granularity::kBlock1x128, s.rows, s.cols, r, c));
+        ASSERT_EQ(block_scale_index<true>(s.rows, s.cols, r, c),
+                  scale_index(Granularity::kBlock128x128, s.rows, s.cols, r, c));
+      }
+    }
+  }
+}
+
+// Every mode of block_cast_kernel (the amaxes alone; a quantize, scales derived and published
+// with their inverses and amaxes, codes and range counts; a cast with given scales, with its
+// amaxes and counts; a range count alone) and block_dequantize_kernel, against the reference
+// backend bit for bit. max_grid_y below the bands' count makes blocks loop over bands.
+template <typename T, Format F, bool kSquare>
+void expect_reference_block_kernels(const Shape& s, uint32_t seed, unsigned max_grid_y = 65535,
+                                    bool with_nan = false) {
+  const Granularity g = kSquare ? Granularity::kBlock128x128 : Granularity::kBlock1x128;
+  SCOPED_TRACE(::testing::Message() << (std::is_same_v<T, float> ? "fp32 " : "bf16 ") << format_name(F) << " "
+                                    << granularity_name(g) << " [" << s.rows << ", " << s.cols
+                                    << "], grid.y <= " << max_grid_y << (with_nan ? ", a NaN" : ""));
+  auto values = block_test_values(s, seed);
+  if (with_nan) values[values.size() / 2] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<T> in = emulation_test::stored<T>(values);
+  const MatrixRef x{in.data(), std::is_same_v<T, float> ? DType::kFloat32 : DType::kBFloat16, s.rows, s.cols};
+  const auto ns = static_cast<size_t>(scale_count(g, s.rows, s.cols));
+  const auto n = static_cast<size_t>(s.rows * s.cols);
+  const auto gx = static_cast<unsigned>((s.cols + kScaleTile - 1) / kScaleTile);
+  const auto bands = static_cast<unsigned>((s.rows + kScaleTile - 1) / kScaleTile);
+  const unsigned gy = std::min(bands, max_grid_y);
+  const auto run = [&](const BlockCastArgs& a) {
+    emulation::launch_grid(gx, gy, kThreads, 0, block_cast_kernel<T, F, kSquare>, in.data(), s.rows, s.cols, a);
+  };
+
+  {
+    SCOPED_TRACE("amax alone");
+    std::vector<float> want(ns), got(ns, -1.0f);
+    ASSERT_TRUE(reference_backend().amax(x, g, want.data()).ok());
+    BlockCastArgs a;
+    a.amax = got.data();
+    run(a);
+    EXPECT_EQ(bits_of(got), bits_of(want));
+  }
+
+  for (bool pow2 : {false, true}) {
+    SCOPED_TRACE(pow2 ? "quantize, power-of-2 scales" : "quantize");
+    std::vector<uint8_t> want(n), got(n, 0xAB);
+    std::vector<float> want_scale(ns), want_inv(ns), want_amax(ns);
+    std::vector<float> scale(ns, -1.0f), inv(ns, -1.0f), amax(ns, -1.0f);
+    CastRangeCounts want_counts;
+    QuantizeArgs q;
+    q.input = x;
+    q.format = F;
+    q.granularity = g;
+    q.pow2_scale = pow2;
+    q.out = want.data();
+    q.scale_out = want_scale.data();
+    q.inv_scale_out = want_inv.data();
+    q.amax_out = want_amax.data();
+    q.range_counts = &want_counts;
+    ASSERT_TRUE(reference_backend().quantize(q).ok());
+    unsigned long long counts[2] = {0, 0};
+    BlockCastArgs a;
+    a.pow2 = pow2;
+    a.out = got.data();
+    a.amax = amax.data();
+    a.scale_out = scale.data();
+    a.inv_scale_out = inv.data();
+    a.counts = counts;
+    run(a);
+    EXPECT_EQ(got, want) << "codes";
+    EXPECT_EQ(bits_of(scale), bits_of(want_scale)) << "scales";
+    EXPECT_EQ(bits_of(inv), bits_of(want_inv)) << "inverse scales";
+    EXPECT_EQ(bits_of(amax), bits_of(want_amax)) << "amaxes";
+    EXPECT_EQ(counts[0], want_counts.saturated) << "saturated";
+    EXPECT_EQ(counts[1], want_counts.underflow) << "underflow";
+  }
+
+  // Given scales that do not fit the data: values saturate and underflow.
+  std::vector<float> given(ns);
+  for (size_t i = 0; i < ns; ++i) given[i] = 0.5f + 0.25f * static_cast<float>(i % 5);
+  {
+    SCOPED_TRACE("cast with given scales");
+    std::vector<uint8_t> want(n), got(n, 0xAB);
+    std::vector<float> want_amax(ns), amax(ns, -1.0f), scale_out(ns, -1.0f);
+    CastArgs c;
+    c.input = x;
+    c.format = F;
+    c.granularity = g;
+    c.scale = given.data();
+    c.out = want.data();
+    c.amax_out = want_amax.data();
+    CastRangeCounts want_counts;
+    c.range_counts = &want_counts;
+    ASSERT_TRUE(reference_backend().cast(c).ok());
+    unsigned long long counts[2] = {0, 0};
+    BlockCastArgs a;
+    a.scale = given.data();
+    a.out = got.data();
+    a.amax = amax.data();
+    a.scale_out = scale_out.data();  // not written: the scales were given
+    a.counts = counts;
+    run(a);
+    EXPECT_EQ(got, want) << "codes";
+    EXPECT_EQ(bits_of(amax), bits_of(want_amax)) << "amaxes";
+    EXPECT_EQ(counts[0], want_counts.saturated) << "saturated";
+    EXPECT_EQ(counts[1], want_counts.underflow) << "underflow";
+    if (n >= 100) {
+      EXPECT_GT(want_counts.saturated + want_counts.underflow, 0u) << "the values reach past the format's range";
+    }
+    EXPECT_EQ(scale_out, std::vector<float>(ns, -1.0f)) << "given scales are not published";
+
+    SCOPED_TRACE("range count alone");
+    unsigned long long alone[2] = {0, 0};
+    BlockCastArgs r;
+    r.scale = given.data();
+    r.counts = alone;
+    run(r);
+    EXPECT_EQ(alone[0], want_counts.saturated) << "saturated";
+    EXPECT_EQ(alone[1], want_counts.underflow) << "underflow";
+
+    SCOPED_TRACE("dequantize");
+    std::vector<float> want_f(n), got_f(n, -1.0f);
+    std::vector<uint16_t> want_b(n), got_b(n, 0xFFFF);
+    DequantizeArgs d;
+    d.input = want.data();
+    d.format = F;
+    d.rows = s.rows;
+    d.cols = s.cols;
+    d.granularity = g;
+    d.scale = given.data();
+    d.out_dtype = DType::kFloat32;
+    d.out = want_f.data();
+    ASSERT_TRUE(reference_backend().dequantize(d).ok());
+    d.out_dtype = DType::kBFloat16;
+    d.out = want_b.data();
+    ASSERT_TRUE(reference_backend().dequantize(d).ok());
+    // Few blocks, so that threads loop over the elements.
+    const unsigned blocks = std::min<unsigned>(3, static_cast<unsigned>((n + kThreads - 1) / kThreads));
+    emulation::launch(blocks, kThreads, 0, block_dequantize_kernel<float, F, kSquare>,
+                      static_cast<const uint8_t*>(want.data()), s.rows, s.cols, static_cast<const float*>(given.data()),
+                      got_f.data());
+    emulation::launch(blocks, kThreads, 0, block_dequantize_kernel<uint16_t, F, kSquare>,
+                      static_cast<const uint8_t*>(want.data()), s.rows, s.cols, static_cast<const float*>(given.data()),
+                      got_b.data());
+    EXPECT_EQ(bits_of(got_f), bits_of(want_f)) << "fp32";
+    EXPECT_EQ(got_b, want_b) << "bf16";
+  }
+}
+
+// Whole and partial tiles and blocks, a single element, one row or one column, rows not a
+// multiple of 4 (byte stores) and of 4 (word stores), both granularities, formats and input
+// types; blocks looping over bands; a NaN propagated into its tile's amax and scale.
+TEST(CastKernelsEmulation, BlockCastsMatchTheReferenceBitForBit) {
+  for (const Shape& s : {Shape{1, 1}, Shape{5, 130}, Shape{128, 128}, Shape{130, 300}, Shape{257, 513},
+                         Shape{300, 3}, Shape{2, 1000}}) {
+    const auto seed = static_cast<uint32_t>(s.rows * 1000 + s.cols + 9);
+    expect_reference_block_kernels<float, Format::kE4M3, false>(s, seed);
+    expect_reference_block_kernels<float, Format::kE4M3, true>(s, seed);
+    expect_reference_block_kernels<uint16_t, Format::kE4M3, false>(s, seed + 1);
+    expect_reference_block_kernels<uint16_t, Format::kE5M2, true>(s, seed + 1);
+  }
+  expect_reference_block_kernels<float, Format::kE5M2, false>(Shape{300, 260}, 31, 1);
+  expect_reference_block_kernels<uint16_t, Format::kE4M3, true>(Shape{300, 260}, 32, 2);
+  expect_reference_block_kernels<float, Format::kE4M3, true>(Shape{130, 300}, 33, 65535, true);
+  expect_reference_block_kernels<uint16_t, Format::kE4M3, false>(Shape{130, 300}, 34, 65535, true);
 }
 
 }  // namespace

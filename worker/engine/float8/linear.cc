@@ -48,17 +48,13 @@ absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& back
   }
 
   // Block-scaled GEMMs (the job validator checks the same first): K in whole 128-wide
-  // blocks, and no block scaling in the CUDA backend yet.
+  // blocks, on every backend.
   const bool output_block = config.output_runs_in_fp8() && config.output.input.granularity == ScaleGranularity::kBlock;
   const bool grad_input_block =
       config.grad_input_runs_in_fp8() && config.grad_input.grad_output.granularity == ScaleGranularity::kBlock;
   const bool grad_weight_block =
       config.grad_weight_runs_in_fp8() && config.grad_weight.grad_output.granularity == ScaleGranularity::kBlock;
   if (output_block || grad_input_block || grad_weight_block) {
-    if (backend.is_cuda()) {
-      return absl::UnimplementedError(absl::StrCat("Float8Linear on ", backend.name(),
-                                                   ": block scaling is not available on the CUDA backend yet"));
-    }
     if ((output_block && in_features % kScaleBlock != 0) || (grad_input_block && out_features % kScaleBlock != 0)) {
       return absl::InvalidArgumentError(
           absl::StrCat("Float8Linear(in_features=", in_features, ", out_features=", out_features,
