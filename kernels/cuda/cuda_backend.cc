@@ -444,15 +444,15 @@ class CudaBackend final : public Backend {
 
   absl::Status scaled_gemm(const ScaledGemmArgs& a) override {
     if (auto s = detail::check_scaled_gemm(a, kRequirements); !s.ok()) return s;
-    if (a.a.granularity == Granularity::kBlock1x128 && a.m % 4 != 0) {
-      // cuBLASLt wants the rows of its scale tensors 16-byte aligned (the 128x128 layout is
-      // padded for it, fp8.h). A 1x128 vector's 128-wide K stripes lie `rows` entries apart
-      // and are not padded, so only a multiple of 4 keeps every stripe aligned; B's n, a
-      // multiple of 16 here, always does. Refused rather than risk a misread vector.
-      return absl::InvalidArgumentError(absl::StrCat("scaled_gemm: A at block1x128 with m=", a.m,
+    if (is_block_granularity(a.a.granularity) && a.m % 4 != 0) {
+      // cuBLASLt's block scale modes take both output dimensions in multiples of 4, so that
+      // each scale vector's rows (a 1x128 vector's 128-wide K stripes, `rows` entries apart,
+      // unpadded in fp8.h's layout) stay 16-byte aligned. B's n, a multiple of 16 here,
+      // always is; m is refused here rather than left to a misread vector.
+      return absl::InvalidArgumentError(absl::StrCat("scaled_gemm: block-scaled operands with m=", a.m,
                                                      ": m must be a multiple of 4 on ", name_,
-                                                     " (cuBLASLt reads each 128-wide K stripe of A's scales "
-                                                     "as a 16-byte aligned vector)"));
+                                                     " (cuBLASLt's block scale modes take dimensions in "
+                                                     "multiples of 4)"));
     }
     std::lock_guard<std::mutex> lock(mu_);
     DeviceGuard guard(device_);

@@ -4,8 +4,7 @@
 // reference must match the definition written out here element by element; block GEMMs
 // must match the reference within the bound fp8.h states. Built twice: against the host
 // backends (a unit test) and against the CUDA backend (a gpu test, skipped where no GPU is
-// present), whose GEMM shapes also meet cuBLASLt's rules (n a multiple of 16, and m of 4
-// where A is 1x128).
+// present), whose GEMM shapes also meet cuBLASLt's rules (n a multiple of 16, m of 4).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -413,11 +412,11 @@ constexpr GemmCase kGemmCases[] = {
     {5, 7, 128, Granularity::kBlock1x128, Granularity::kBlock1x128},
 };
 // The same pairings and partial blocks where cuBLASLt takes them: n a multiple of 16, m a
-// multiple of 4 where A is 1x128 (a 128x128 A takes any m).
+// multiple of 4.
 constexpr GemmCase kCudaGemmCases[] = {
     {68, 144, 256, Granularity::kBlock1x128, Granularity::kBlock128x128},
     {132, 272, 384, Granularity::kBlock1x128, Granularity::kBlock128x128},
-    {130, 80, 384, Granularity::kBlock128x128, Granularity::kBlock1x128},
+    {132, 80, 384, Granularity::kBlock128x128, Granularity::kBlock1x128},
     {36, 128, 640, Granularity::kBlock1x128, Granularity::kBlock1x128},
     {16, 32, 2304, Granularity::kBlock1x128, Granularity::kBlock128x128},
     {4, 16, 128, Granularity::kBlock1x128, Granularity::kBlock1x128},
@@ -532,8 +531,9 @@ TEST_P(BlockGemm, RefusesShapesAndPairingsCuBlasLtHasNoKernelFor) {
   expect_refused({16, 16, 128, Granularity::kBlock1x128, Granularity::kTensorwise}, "block-scaled partner");
   expect_refused({16, 16, 128, Granularity::kRowwise, Granularity::kBlock128x128}, "block-scaled partner");
   if (b_->is_cuda()) {
-    // A 1x128 A's scale stripes lie m apart; cuBLASLt wants them 16-byte aligned.
+    // cuBLASLt's block scale modes take dimensions in multiples of 4 (n is one of 16 already).
     expect_refused({18, 16, 128, Granularity::kBlock1x128, Granularity::kBlock128x128}, "multiple of 4");
+    expect_refused({18, 16, 128, Granularity::kBlock128x128, Granularity::kBlock1x128}, "multiple of 4");
   }
 }
 
