@@ -474,9 +474,11 @@ absl::Status CublasLtGemm::scaled_gemm(const ScaledGemmArgs& a, cudaStream_t str
 //    scaled and added in fp32), which the block modes do themselves; PyTorch refuses fast
 //    accumulation with them as well. ScaledGemmArgs::fast_accum is therefore not read here.
 //  * No bias epilogue: its vector would be bf16 (a rounding the host backends do not make),
-//    and the block modes' epilogue support is narrower. An fp32 output takes the bias
-//    exactly through a prefill (as in scaled_gemm); a bf16 one through the fp32 product
-//    and one pass adding the bias and the output's previous value, rounded once.
+//    and cuBLASLt documents its block modes with the default epilogue only for some GEMMs
+//    (grouped ones on Hopper), so the plain product is the safer request. An fp32 output
+//    takes the bias exactly through a prefill (as in scaled_gemm); a bf16 one through the
+//    fp32 product and one pass adding the bias and the output's previous value, rounded
+//    once.
 absl::Status CublasLtGemm::scaled_gemm_blocks(const ScaledGemmArgs& a, cudaStream_t stream) {
 #if defined(CUBLAS_VERSION) && CUBLAS_VERSION >= 120900
   const auto mode_of = [](Granularity g) -> int32_t {
