@@ -23,7 +23,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITEC
 
 wanted=(
   # gpu tests (scripts/gpu/run.sh tests)
-  fp8_format_test fp8_cuda_contract_test fp8_cuda_backend_test fp8_float8_linear_cuda_test
+  fp8_format_test fp8_cuda_contract_test fp8_cuda_block_scaling_test fp8_cuda_backend_test fp8_float8_linear_cuda_test
   fp8_nccl_process_group_test fp8_cuda_model_ops_test fp8_cuda_training_test fp8_cuda_fsdp_test fp8_cuda_job_test
   fp8_wgmma_probe_test fp8_device_decoder_cuda_test
   # what fp8_cuda_job_test starts (it finds them through FP8_TEST_BIN_DIR)

@@ -8,7 +8,8 @@
 #
 # Each part fits the device tool's 10 minutes per command (the benchmarks stop their own
 # work at ~9; a test is killed after 8):
-#   tests-kernels   format, the wgmma probe, CUDA contract and backend, Float8Linear, NCCL, CUDA model ops
+#   tests-kernels   format, the wgmma probe, CUDA contract (block scaling too) and backend, Float8Linear, NCCL,
+#                   CUDA model ops
 #                   (the bf16 attention also on the mma.sync and SIMT kernels)
 #   tests-train     CUDA training (head_dim 64 also on the mma.sync attention), FSDP over NCCL, and a job
 #                   through fp8-coordinator / fp8-worker / fp8-train
@@ -166,6 +167,7 @@ do_part() {
       # Seconds: which readings of wgmma's descriptors and fragments the hardware shares.
       run wgmma_probe_test 60 "$bin/fp8_wgmma_probe_test"
       run cuda_contract_test 60 "$bin/fp8_cuda_contract_test"
+      run cuda_block_scaling_test 60 "$bin/fp8_cuda_block_scaling_test"
       run cuda_backend_test 60 "$bin/fp8_cuda_backend_test"
       run float8_linear_cuda_test 60 "$bin/fp8_float8_linear_cuda_test"
       run nccl_process_group_test 60 "$bin/fp8_nccl_process_group_test"
