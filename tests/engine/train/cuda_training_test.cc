@@ -230,5 +230,21 @@ TEST_P(CudaTrainingTest, AGpuCheckpointResumesOnTheCpu) {
 INSTANTIATE_TEST_SUITE_P(Recipes, CudaTrainingTest, ::testing::Values("none", "tensorwise", "rowwise", "delayed"),
                          [](const ::testing::TestParamInfo<const char*>& p) { return std::string(p.param); });
 
+// Blockwise on the GPU (the CUDA block casts, cuBLASLt's block scale modes) against the
+// CPU's block casts and GEMMs: a model of block sizes, fp32 activations, the fp8 bounds.
+class CudaBlockwiseTrainingTest : public CudaTrainingTest {};
+
+TEST_P(CudaBlockwiseTrainingTest, FirstFiftyLossesMatchTheCpu) {
+  const std::vector<std::string> blocks = {"model.dim=128",        "model.n_heads=2",   "model.ffn_dim=384",
+                                           "model.max_seq_len=128", "data.seq_len=128", "train.batch_size=1"};
+  const RecordingObserver cpu = train(job("cpu-blocks", blocks), Device::cpu());
+  const RecordingObserver gpu = train(job("gpu-blocks", blocks), *gpu_);
+  expect_losses_close(cpu, gpu, kFp8, "fp32, block sizes");
+  EXPECT_LT(gpu.steps.back().loss, gpu.steps.front().loss) << "the loss did not fall on the GPU";
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, CudaBlockwiseTrainingTest, ::testing::Values("blockwise"),
+                         [](const ::testing::TestParamInfo<const char*>& p) { return std::string(p.param); });
+
 }  // namespace
 }  // namespace fp8::engine::testing
