@@ -615,8 +615,8 @@ INSTANTIATE_TEST_SUITE_P(Host, BlockScaling, ::testing::Values("reference", "cpu
 INSTANTIATE_TEST_SUITE_P(Host, BlockGemm, ::testing::Values("reference", "cpu"));
 #endif
 #if defined(FP8_CONTRACT_BACKENDS_CUDA)
-// Casts bit for bit against the reference, GEMMs within fp8.h's bound, through cuBLASLt's
-// block scale modes (Hopper).
+// Casts bit for bit against the reference, GEMMs within Hopper's accumulator bound
+// (error_per_abs_product), through cuBLASLt's block scale modes.
 INSTANTIATE_TEST_SUITE_P(Cuda, BlockScaling, ::testing::Values("cuda"));
 INSTANTIATE_TEST_SUITE_P(Cuda, BlockGemm, ::testing::Values("cuda"));
 #endif

@@ -1,9 +1,9 @@
 // Float8Linear with a weight cast outside the layer (an Fp8Weight), as FSDP does: each rank
 // casts its shard with the whole weight's scales (Fp8WeightScales, from the whole weight's
-// amaxes) and all-gathers the codes. Most tests here take the recipes whose weight is one
-// tensorwise cast (an Fp8Tensor serving both GEMMs); Fp8WeightEveryRecipe the others. The layer must then produce exactly what it produces
+// amaxes) and all-gathers the codes. The layer must then produce exactly what it produces
 // from the fp32 weight: the same output, grad_input and grad_weight bits and, under
-// delayed scaling, the same history. Also: which recipes take such a weight, the errors the
+// delayed scaling, the same history. Most tests here take the recipes whose weight is one
+// tensorwise cast (an Fp8Tensor serving both GEMMs); Fp8WeightEveryRecipe the others. Also: which recipes take such a weight, the errors the
 // others give, and rebinding a weight that moved between forward() and backward().
 //
 // CPU backend; tensors reach the layer only through Backend memory, as in the product.
