@@ -367,6 +367,34 @@ absl::Status CublasLtGemm::run_with_fp32_product(const Call& call, cudaStream_t 
                                         static_cast<int64_t>(call.key.m), stream));
 }
 
+void CublasLtGemm::Call::align_key() {
+  key.align_a = alignment(a);
+  key.align_b = alignment(b);
+  key.align_c = alignment(c != nullptr ? c : d);
+  key.align_d = alignment(d);
+  key.align_bias = alignment(bias);
+  key.align_a_scale = alignment(a_scale);
+  key.align_b_scale = alignment(b_scale);
+}
+
+CublasLtGemm::Call CublasLtGemm::swapped_fp8_call(const ScaledGemmArgs& a) {
+  Call call;
+  PlanKey& key = call.key;
+  key.m = static_cast<uint64_t>(a.n);
+  key.n = static_cast<uint64_t>(a.m);
+  key.k = static_cast<uint64_t>(a.k);
+  key.a_type = fp8_type(a.b.format);
+  key.b_type = fp8_type(a.a.format);
+  key.d_type = hp_type(a.out_dtype);
+  key.trans_a = true;
+  key.trans_b = false;
+  key.scaled = true;
+  call.a = a.b.data;
+  call.b = a.a.data;
+  call.d = a.out;
+  return call;
+}
+
 absl::Status CublasLtGemm::scaled_gemm(const ScaledGemmArgs& a, cudaStream_t stream) {
   if (a.m == 0 || a.n == 0) return absl::OkStatus();
   const HpType out_type = kernel_type(a.out_dtype);
@@ -421,7 +449,7 @@ absl::Status CublasLtGemm::scaled_gemm(const ScaledGemmArgs& a, cudaStream_t str
     }
     bias = converted;
   }
-  Call call;
+  Call call = swapped_fp8_call(a);
   call.beta = beta;
   call.c = a.addend;
   if (bias_prefill) {
@@ -433,35 +461,15 @@ absl::Status CublasLtGemm::scaled_gemm(const ScaledGemmArgs& a, cudaStream_t str
     call.c = nullptr;  // the addend is in out now
   }
 
-  // cuBLAS A = our B ([n, k] row-major = k x n column-major, op T); cuBLAS B = our A
-  // ([m, k] row-major = k x m column-major, op N); D = out (n x m column-major). cuBLAS
-  // A's scale covers its m = our n, i.e. our B's factors; cuBLAS B's covers our A's.
+  // cuBLAS A's scale covers its m = our n, i.e. our B's factors; cuBLAS B's covers our A's.
   PlanKey& key = call.key;
-  key.m = static_cast<uint64_t>(a.n);
-  key.n = static_cast<uint64_t>(a.m);
-  key.k = static_cast<uint64_t>(a.k);
-  key.a_type = fp8_type(a.b.format);
-  key.b_type = fp8_type(a.a.format);
-  key.d_type = hp_type(a.out_dtype);
-  key.trans_a = true;
-  key.trans_b = false;
-  key.scaled = true;
   key.outer_vec = rowwise;
   key.fast_accum = a.fast_accum;
   key.bias_type = bias_epilogue ? CUDA_R_16BF : -1;
-  call.a = a.b.data;
-  call.b = a.a.data;
-  call.d = a.out;
   call.a_scale = b_factors;
   call.b_scale = a_factors;
   call.bias = bias;
-  key.align_a = alignment(call.a);
-  key.align_b = alignment(call.b);
-  key.align_c = alignment(call.c != nullptr ? call.c : call.d);
-  key.align_d = alignment(call.d);
-  key.align_bias = alignment(call.bias);
-  key.align_a_scale = alignment(call.a_scale);
-  key.align_b_scale = alignment(call.b_scale);
+  call.align_key();
   if (auto s = run(call, stream); !s.ok()) return with_context(s, describe(a));
   return absl::OkStatus();
 }
@@ -485,25 +493,13 @@ absl::Status CublasLtGemm::scaled_gemm_blocks(const ScaledGemmArgs& a, cudaStrea
     return g == Granularity::kBlock128x128 ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
                                            : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
   };
-  Call call;
+  Call call = swapped_fp8_call(a);
   call.beta = a.accumulate || a.addend != nullptr ? 1.0f : 0.0f;
   call.c = a.addend;
   PlanKey& key = call.key;
-  key.m = static_cast<uint64_t>(a.n);
-  key.n = static_cast<uint64_t>(a.m);
-  key.k = static_cast<uint64_t>(a.k);
-  key.a_type = fp8_type(a.b.format);
-  key.b_type = fp8_type(a.a.format);
-  key.d_type = hp_type(a.out_dtype);
-  key.trans_a = true;
-  key.trans_b = false;
-  key.scaled = true;
   key.a_scale_mode = mode_of(a.b.granularity);
   key.b_scale_mode = mode_of(a.a.granularity);
   key.fast_accum = false;
-  call.a = a.b.data;
-  call.b = a.a.data;
-  call.d = a.out;
   call.a_scale = a.b.inv_scale;
   call.b_scale = a.a.inv_scale;
   const bool bias_after = a.bias != nullptr && a.out_dtype == DType::kBFloat16;
@@ -525,13 +521,7 @@ absl::Status CublasLtGemm::scaled_gemm_blocks(const ScaledGemmArgs& a, cudaStrea
       key.bias_type = CUDA_R_32F;
     }
   }
-  key.align_a = alignment(call.a);
-  key.align_b = alignment(call.b);
-  key.align_c = alignment(call.c != nullptr ? call.c : call.d);
-  key.align_d = alignment(call.d);
-  key.align_bias = alignment(call.bias);
-  key.align_a_scale = alignment(call.a_scale);
-  key.align_b_scale = alignment(call.b_scale);
+  call.align_key();
   const absl::Status s = bias_after ? run_with_fp32_product(call, stream) : run(call, stream);
   if (!s.ok()) return with_context(s, describe(a));
   return absl::OkStatus();
@@ -615,11 +605,7 @@ absl::Status CublasLtGemm::gemm(const GemmArgs& a, cudaStream_t stream) {
   call.bias = bias;
   call.alpha = a.alpha;
   call.beta = a.beta;
-  key.align_a = alignment(call.a);
-  key.align_b = alignment(call.b);
-  key.align_c = alignment(call.c != nullptr ? call.c : call.d);
-  key.align_d = alignment(call.d);
-  key.align_bias = alignment(call.bias);
+  call.align_key();
   if (auto s = run(call, stream); !s.ok()) return with_context(s, describe(a));
 
   if (via_fp32) {

@@ -75,7 +75,14 @@ class CublasLtGemm {
     const void* bias = nullptr;
     float alpha = 1.0f;
     float beta = 0.0f;
+    // The key's alignments, from the pointers as they are now (a plan is per alignment).
+    void align_key();
   };
+  // An fp8 GEMM's call with the operands swapped for cuBLASLt's column-major view: cuBLAS
+  // A = our B ([n, k] row-major = k x n column-major, op T), cuBLAS B = our A ([m, k]
+  // row-major = k x m column-major, op N), D = out (n x m column-major). Scales, modes,
+  // bias and beta are the caller's.
+  static Call swapped_fp8_call(const ScaledGemmArgs& a);
 
   CublasLtGemm();
   // The cached plan for call.key, created (with one heuristic query) on first use.
