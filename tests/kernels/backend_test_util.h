@@ -146,6 +146,16 @@ inline double relative_error(const std::vector<double>& ref, const std::vector<f
   return std::sqrt(num / den);
 }
 
+// m [rows, cols] transposed into [cols, rows], on the host.
+template <class T>
+std::vector<T> transposed(const std::vector<T>& m, int64_t rows, int64_t cols) {
+  std::vector<T> t(m.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = m[static_cast<size_t>(r * cols + c)];
+  }
+  return t;
+}
+
 // out[m, n] = Σ_k a[m, k] · b[n, k] in fp64.
 inline std::vector<double> matmul_nt_fp64(const std::vector<float>& a, const std::vector<float>& b, int64_t m,
                                           int64_t n, int64_t k) {

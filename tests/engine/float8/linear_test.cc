@@ -28,6 +28,7 @@
 #include "fp8/fp8.h"
 #include "gtest/gtest.h"
 #include "tests/engine/float8/cast_counts.h"
+#include "tests/kernels/backend_test_util.h"
 #include "tests/kernels/forwarding_backend.h"
 #include "worker/engine/float8/config.h"
 
@@ -1777,13 +1778,7 @@ TEST(Float8LinearBlockwise, IsAtLeastAsAccurateAsRowwiseOnLlamaFfnShapes) {
 }
 
 // Host helpers for the independent computation below (the CPU backend works on host memory).
-std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
-  std::vector<float> t(x.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = x[static_cast<size_t>(r * cols + c)];
-  }
-  return t;
-}
+using fp8::testing::transposed;
 
 struct HostBlockCast {
   std::vector<uint8_t> codes;

@@ -18,6 +18,7 @@
 #include "tests/engine/collectives/multi_process.h"
 #include "tests/engine/collectives/rank_checks.h"
 #include "tests/engine/collectives/scratch_dir.h"
+#include "tests/kernels/backend_test_util.h"
 #include "worker/engine/float8/config.h"
 #include "worker/engine/float8/linear.h"
 #include "worker/engine/float8/weight_scales.h"
@@ -73,17 +74,10 @@ uint32_t bits(float f) {
   return b;
 }
 
-template <class T>
-std::vector<T> transposed(const std::vector<T>& m, int64_t rows, int64_t cols) {
-  std::vector<T> t(m.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = m[static_cast<size_t>(r * cols + c)];
-  }
-  return t;
-}
+using fp8::testing::transposed;
 
 // One process's cast of a whole [rows, cols] matrix (values on the host) at `cast`'s
-// granularity, transposed when `as_transpose`: codes [rows, cols] and the scales.
+// granularity: codes [rows, cols] and the scales.
 struct Cast {
   std::vector<uint8_t> codes;
   std::vector<float> scales;

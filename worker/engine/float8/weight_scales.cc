@@ -233,11 +233,11 @@ absl::Status Fp8WeightScales::refresh(absl::Span<const float* const> shard_value
   if (partial_amaxes_) {
     if (auto st = backend_.fill_zero(amaxes, float_bytes(reduced_floats_)); !st.ok()) return st;
   }
+  // Every weight's tensorwise output amax from its row amaxes: one launch for all, below.
+  const bool batched = all_output_tensorwise_ && from_rows;
   for (int64_t i = 0; i < size(); ++i) {
     const Weight& w = weights_[static_cast<size_t>(i)];
     const float* rows = from_rows ? row_amaxes_.as<float>() + i * row_amaxes_width_ : nullptr;
-    // Every weight's tensorwise amax from its row amaxes: one launch for all, below.
-    const bool batched = all_output_tensorwise_ && from_rows;
     if (!batched) {
       if (auto st = write_amaxes(w, w.output, w.output_scales, shard_values[static_cast<size_t>(i)], rows); !st.ok()) {
         return st;
@@ -250,7 +250,7 @@ absl::Status Fp8WeightScales::refresh(absl::Span<const float* const> shard_value
       }
     }
   }
-  if (all_output_tensorwise_ && from_rows) {
+  if (batched) {
     // Row i of row_amaxes_ holds shard i's row amaxes, zeros after them.
     const MatrixRef rows{row_amaxes_.as<void>(), DType::kFloat32, size(), row_amaxes_width_};
     if (auto st = backend_.amax(rows, Granularity::kRowwise, amaxes); !st.ok()) return st;
