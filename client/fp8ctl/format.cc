@@ -1,10 +1,12 @@
 #include "client/fp8ctl/format.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace fp8::ctl {
@@ -27,6 +29,13 @@ std::string recipe_name(v1::Fp8Spec::Recipe recipe) {
 std::string device_name(v1::ResourceSpec::Device device) {
   if (device == v1::ResourceSpec::DEVICE_UNSPECIFIED) return "-";
   return absl::AsciiStrToLower(v1::ResourceSpec::Device_Name(device));
+}
+
+std::string mesh_text(const v1::JobSpec& spec) {
+  // A spec stored before parallel existed has no tensor: one tensor-parallel rank.
+  const int64_t tensor = std::max<int64_t>(1, spec.parallel().tensor());
+  const int64_t world = std::max<int64_t>(1, spec.resources().world_size());
+  return absl::StrCat(world / tensor, " data-parallel x ", tensor, " tensor-parallel ranks");
 }
 
 bool is_final(v1::Job::State state) {

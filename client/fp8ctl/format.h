@@ -13,6 +13,9 @@ std::string job_state_name(v1::Job::State state);           // "RUNNING"
 std::string attempt_state_name(v1::Attempt::State state);    // "SUCCEEDED"
 std::string recipe_name(v1::Fp8Spec::Recipe recipe);        // "tensorwise"
 std::string device_name(v1::ResourceSpec::Device device);   // "cpu"
+// How resources.world_size ranks split by parallel.tensor (world_size = data-parallel x
+// tensor-parallel): "1 data-parallel x 2 tensor-parallel ranks".
+std::string mesh_text(const v1::JobSpec& spec);
 bool is_final(v1::Job::State state);
 
 // Local time "YYYY-MM-DD hh:mm:ss" ("hh:mm:ss" when `with_date` is false);

@@ -52,6 +52,9 @@ std::optional<bool> derived_power_of2_scales(const JobSpec& s) {
 }
 
 std::optional<bool> derived_all_gather_fp8(const JobSpec& s) {
+  // Tensor-parallel ranks hold their shares whole: no FSDP gathers anything (world_size
+  // equals parallel.tensor for now).
+  if (s.parallel().tensor() > 1) return false;
   // Only a weight no GEMM reads in high precision can be gathered as codes and used as
   // gathered.
   return s.fp8().recipe() != v1::Fp8Spec::NONE && weight_gathers_in_fp8(effective_gemms(s.fp8()));
@@ -59,6 +62,9 @@ std::optional<bool> derived_all_gather_fp8(const JobSpec& s) {
 
 std::optional<std::string> derived_checkpoint_dir(const JobSpec& s) {
   if (!s.has_name() || s.name().empty()) return std::nullopt;
+  // Tensor-parallel jobs cannot checkpoint yet: without a dir they write none, where a
+  // default dir would only be refused.
+  if (s.parallel().tensor() > 1) return std::nullopt;
   return absl::StrCat("checkpoints/", s.name());
 }
 
@@ -66,7 +72,7 @@ std::optional<std::string> derived_checkpoint_dir(const JobSpec& s) {
 
 struct DerivedDefault {
   std::string_view field;
-  std::string_view inputs[2];  // dotted paths it derives from ("" = none)
+  std::string_view inputs[3];  // dotted paths it derives from ("" = none)
   bool (*holds_derived_value)(const JobSpec&);
   void (*clear)(JobSpec&);
 };
@@ -97,13 +103,13 @@ const DerivedDefault kDerivedDefaults[] = {
      },
      [](JobSpec& s) { s.mutable_fp8()->clear_power_of_2_scales(); }},
     {"fp8.all_gather_fp8",
-     {"fp8.recipe", "fp8.gemms"},
+     {"fp8.recipe", "fp8.gemms", "parallel.tensor"},
      [](const JobSpec& s) {
        return s.fp8().has_all_gather_fp8() && derived_all_gather_fp8(s) == s.fp8().all_gather_fp8();
      },
      [](JobSpec& s) { s.mutable_fp8()->clear_all_gather_fp8(); }},
     {"checkpoint.dir",
-     {"name", ""},
+     {"name", "parallel.tensor", ""},
      [](const JobSpec& s) {
        return s.checkpoint().has_dir() && derived_checkpoint_dir(s) == s.checkpoint().dir();
      },
@@ -171,6 +177,10 @@ void fill_resources(v1::ResourceSpec& r) {
   if (!r.has_cpus_per_rank()) r.set_cpus_per_rank(1);
 }
 
+void fill_parallel(v1::ParallelSpec& p) {
+  if (!p.has_tensor()) p.set_tensor(1);
+}
+
 void fill_fsdp(v1::FsdpSpec& f) {
   if (f.param_dtype() == v1::FsdpSpec::DTYPE_UNSPECIFIED) f.set_param_dtype(v1::FsdpSpec::FP32);
   if (f.reduce_dtype() == v1::FsdpSpec::DTYPE_UNSPECIFIED) f.set_reduce_dtype(v1::FsdpSpec::FP32);
@@ -222,6 +232,7 @@ void apply_defaults(JobSpec& spec) {
   fill_resources(*spec.mutable_resources());
   fill_restarts(*spec.mutable_restarts());
   fill_fsdp(*spec.mutable_fsdp());
+  fill_parallel(*spec.mutable_parallel());
   fill_derived(spec);
 }
 

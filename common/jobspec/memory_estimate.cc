@@ -26,7 +26,8 @@ struct Shape {
   int64_t elements() const { return rows * cols; }
 };
 
-// The model's sizes, as the engine's LlamaConfig has them (the vocabulary padded).
+// The model's sizes, as the engine's LlamaConfig has them (the vocabulary padded), with
+// the heads and feed-forward columns one tensor-parallel rank holds.
 struct Sizes {
   int64_t vocab, dim, layers, heads, kv_heads, ffn, head_dim;
   bool tied;
@@ -34,10 +35,9 @@ struct Sizes {
   int64_t kv_dim() const { return kv_heads * head_dim; }
 };
 
-Sizes sizes_of(const v1::ModelSpec& m) {
-  Sizes s{padded_vocabulary(m.vocab_size()), m.dim(), m.n_layers(), m.n_heads(), m.n_kv_heads(), m.ffn_dim(), 0,
-          m.tie_embeddings()};
-  s.head_dim = s.dim / s.heads;
+Sizes sizes_of(const v1::ModelSpec& m, int64_t tensor) {
+  Sizes s{padded_vocabulary(m.vocab_size()), m.dim(), m.n_layers(), m.n_heads() / tensor, m.n_kv_heads() / tensor,
+          m.ffn_dim() / tensor, m.dim() / m.n_heads(), m.tie_embeddings()};
   return s;
 }
 
@@ -212,10 +212,20 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
   if (!model_shape_is_known(spec.model())) {
     return absl::InvalidArgumentError("memory estimate: the model's sizes are incomplete or out of range");
   }
-  const Sizes s = sizes_of(spec.model());
+  // A tensor-parallel rank holds its share of wq, wk, wv, wo, w1, w2 and w3 (and of the
+  // heads' and feed-forward activations), the rest whole; FSDP shards over the ranks of
+  // the data-parallel dimension (world_size / parallel.tensor).
+  const int64_t tensor = tensor_parallel_ranks(spec);
+  const v1::ModelSpec& model = spec.model();
+  if (model.n_heads() % tensor != 0 || model.n_kv_heads() % tensor != 0 || model.ffn_dim() % tensor != 0) {
+    return absl::InvalidArgumentError(
+        "memory estimate: parallel.tensor does not divide the model's heads and feed-forward columns");
+  }
+  const Sizes s = sizes_of(spec.model(), tensor);
   const v1::TrainSpec& train = spec.train();
   const int world = std::max(1, spec.resources().world_size());
-  const bool fsdp = world > 1;
+  const int shards = std::max<int>(1, world / static_cast<int>(tensor));
+  const bool fsdp = shards > 1;
   const int64_t act = train.compute_dtype() == v1::TrainSpec::BF16 ? 2 : kF32;
   const int64_t accum = std::max(1, train.grad_accum());
   const int64_t micro_rows = std::max<int64_t>(1, train.batch_size() / accum), seq = spec.data().seq_len();
@@ -226,11 +236,14 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
     for (const Shape& p : block_parameters(s)) all.push_back(p);
   }
   int64_t held = 0;  // fp32 elements of this rank's parameters
-  for (const Shape& p : all) held += fsdp ? shard_elements(p, world) : p.elements();
+  for (const Shape& p : all) held += fsdp ? shard_elements(p, shards) : p.elements();
 
   MemoryEstimate e;
   e.world_size = world;
-  const std::string of_what = fsdp ? absl::StrCat("this rank's shards, 1/", world, " of the model") : "the model";
+  e.tensor_parallel = static_cast<int>(tensor);
+  const std::string of_what = fsdp         ? absl::StrCat("this rank's shards, 1/", shards, " of the model")
+                             : tensor > 1 ? absl::StrCat("the model with 1/", tensor, " of each block's linears")
+                                          : "the model";
   e.parts.push_back({"parameters", absl::StrCat("fp32 master weights, ", of_what), held * kF32});
   e.parts.push_back({"gradients", absl::StrCat("fp32, ", of_what), held * kF32});
   e.parts.push_back({"optimizer", "AdamW's two fp32 moments", 2 * held * kF32});
@@ -261,7 +274,8 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
   int64_t cast_bytes = 0, converted_bytes = 0, fp8_layers = 0, fp8_gather_bytes = 0;
   std::set<std::string> copied_roles;
   const v1::Float8Gemms high_precision = recipe_gemms(v1::Fp8Spec::NONE);
-  for (const LinearLayer& l : list_linear_layers(spec.model())) {
+  for (const LinearLayer& whole : list_linear_layers(spec.model())) {
+    const LinearLayer l = tensor_parallel_share(whole, tensor);
     const bool is_fp8 = fp8.recipe() != v1::Fp8Spec::NONE && is_float8_linear(fp8, l.name) &&
                         (fp8.pad_inner_dim() || (l.in_features % kFp8GemmMultiple == 0 &&
                                                  l.out_features % kFp8GemmMultiple == 0));
@@ -286,7 +300,7 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
     converted_bytes += c.converted;
     fp8_layers += is_fp8 ? 1 : 0;
     if (is_fp8 && fp8_gather && !(l.role == "output" && s.tied)) {
-      fp8_gather_bytes += fp8_gather_bookkeeping_bytes(gemms, l.in_features, l.out_features, world);
+      fp8_gather_bytes += fp8_gather_bookkeeping_bytes(gemms, l.in_features, l.out_features, shards);
     }
   }
   if (cast_bytes > 0) {
@@ -317,13 +331,13 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
         // fp8: the codes, and in the backward their transpose (and, where the grad_input
         // GEMM reads codes of its own and full checkpointing runs the forward again, both).
         const int64_t fp8_copies = !for_backward ? 1 : own_codes && recomputes ? 3 : 2;
-        bytes += as_fp8 ? padded_elements(p, world) * fp8_copies : padded_elements(p, world) * (kF32 + param_wire);
+        bytes += as_fp8 ? padded_elements(p, shards) * fp8_copies : padded_elements(p, shards) * (kF32 + param_wire);
       }
       return bytes;
     };
     auto full_grads = [&](const std::vector<Shape>& unit) {
       int64_t elements = 0;
-      for (const Shape& p : unit) elements += padded_elements(p, world);
+      for (const Shape& p : unit) elements += padded_elements(p, shards);
       return elements * (kF32 + reduce_wire);
     };
     const bool output_fp8 = fp8.recipe() != v1::Fp8Spec::NONE && is_float8_linear(fp8, "output");
@@ -349,7 +363,7 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
       // at the largest: at most its rows' blocks and one more.
       int64_t staging = 0;
       for (const Shape& p : block) {
-        const int64_t rows_per_rank = (p.rows + world - 1) / world;
+        const int64_t rows_per_rank = (p.rows + shards - 1) / shards;
         if (p.cols <= 1 || rows_per_rank % kBlock == 0) continue;
         staging = std::max(staging, (rows_per_rank / kBlock + 2) * kBlock * p.cols * (kF32 + 1));
       }
@@ -377,6 +391,8 @@ std::string format_bytes(int64_t bytes) {
 
 std::string format_memory_estimate(const MemoryEstimate& e) {
   std::string out = absl::StrCat("memory per rank (estimate, ", e.world_size, e.world_size == 1 ? " rank" : " ranks",
+                                 e.tensor_parallel > 1 ? absl::StrCat(", ", e.tensor_parallel, "-way tensor-parallel")
+                                                       : std::string(),
                                  "): ", format_bytes(e.total_bytes()), "\n");
   for (const MemoryPart& p : e.parts) {
     absl::StrAppend(&out, absl::StrFormat("  %-12s %10s  %s\n", p.name, format_bytes(p.bytes), p.detail));

@@ -49,4 +49,20 @@ std::vector<LinearLayer> list_linear_layers(const v1::ModelSpec& m) {
   return layers;
 }
 
+int64_t tensor_parallel_ranks(const v1::JobSpec& spec) {
+  const int32_t tensor = spec.parallel().tensor();
+  return tensor >= 1 && tensor <= kMaxTensorParallel ? tensor : 1;
+}
+
+LinearLayer tensor_parallel_share(const LinearLayer& layer, int64_t tensor) {
+  LinearLayer share = layer;
+  if (tensor <= 1 || layer.block < 0) return share;
+  if (layer.role == "attention.wo" || layer.role == "feed_forward.w2") {
+    share.in_features /= tensor;
+  } else {
+    share.out_features /= tensor;
+  }
+  return share;
+}
+
 }  // namespace fp8::jobspec

@@ -18,6 +18,8 @@ inline constexpr int kByteVocabulary = 256;
 // layer list short enough to check; far above any model this service trains.
 inline constexpr int64_t kMaxLayers = 1024;
 inline constexpr int64_t kMaxWidth = 1 << 20;  // dim, ffn_dim, vocab_size, max_seq_len
+// parallel.tensor's bound.
+inline constexpr int64_t kMaxTensorParallel = 64;
 
 // The embedding table and the output projection have a multiple of this many rows, the
 // vocabulary padded as Megatron and torchtitan pad it: GEMM shapes stay aligned for the
@@ -48,5 +50,13 @@ bool model_shape_is_known(const v1::ModelSpec& model);
 // padded vocabulary). Requires
 // model_shape_is_known(model); returns an empty list otherwise.
 std::vector<LinearLayer> list_linear_layers(const v1::ModelSpec& model);
+
+// parallel.tensor, 1 where it is unset or out of range (validation reports the latter).
+int64_t tensor_parallel_ranks(const v1::JobSpec& spec);
+
+// What one tensor-parallel rank of `tensor` holds of `layer` (job.proto, ParallelSpec):
+// wq, wk, wv, w1 and w3 split by output features, wo and w2 by input features, the output
+// projection whole. `tensor` must divide the split dimension.
+LinearLayer tensor_parallel_share(const LinearLayer& layer, int64_t tensor);
 
 }  // namespace fp8::jobspec

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -226,6 +227,66 @@ void check_operations(const v1::JobSpec& s, Checks& c) {
   c.int_in_range("restarts.backoff_seconds", s.restarts().backoff_seconds(), 0, 3600);
 }
 
+// Tensor parallelism (parallel.tensor), as far as it goes so far: one data-parallel group
+// (no FSDP alongside), fp32 compute, no checkpoints, a random initialisation. The fp8
+// side is check_fp8's.
+void check_parallel(const v1::JobSpec& s, Checks& c) {
+  const int64_t tensor = s.parallel().tensor();
+  if (!c.int_in_range("parallel.tensor", tensor, 1, kMaxTensorParallel) || tensor == 1) return;
+  const std::vector<std::string> at_tensor = {"parallel.tensor"};
+  const int64_t world = s.resources().world_size();
+  if (world >= 1 && world <= kMaxWorldSize) {  // else reported by check_operations
+    if (world % tensor != 0) {
+      c.add("resources.world_size",
+            absl::StrCat(world, " is not a multiple of parallel.tensor (", tensor,
+                         "), the ranks of one tensor-parallel group; set resources.world_size to parallel.tensor (",
+                         tensor, ")"),
+            at_tensor);
+    } else if (world != tensor) {
+      c.add("resources.world_size",
+            absl::StrCat("data parallelism alongside tensor parallelism is not supported yet: set "
+                         "resources.world_size to parallel.tensor (",
+                         tensor, ")"),
+            at_tensor);
+    }
+  }
+  const v1::ModelSpec& m = s.model();
+  struct Split {
+    const char* field;
+    int64_t value;
+    const char* of_what;
+  };
+  const Split splits[] = {{"model.n_heads", m.n_heads(), "the heads"},
+                          {"model.n_kv_heads", m.n_kv_heads(), "the key/value heads"},
+                          {"model.ffn_dim", m.ffn_dim(), "the feed-forward columns"}};
+  for (const Split& split : splits) {
+    if (split.value >= 1 && split.value % tensor != 0) {  // values < 1 are check_model's
+      c.add(split.field,
+            absl::StrCat(split.value, " is not divisible by parallel.tensor (", tensor,
+                         "); each tensor-parallel rank holds an equal share of ", split.of_what),
+            at_tensor);
+    }
+  }
+  const std::string not_yet = absl::StrCat(" with parallel.tensor > 1 yet (parallel.tensor: ", tensor, ")");
+  if (s.train().compute_dtype() == v1::TrainSpec::BF16) {
+    c.add("train.compute_dtype",
+          absl::StrCat("bf16 is not supported", not_yet, "; leave it out to compute in fp32"), at_tensor);
+  }
+  if (s.checkpoint().has_dir() && !s.checkpoint().dir().empty()) {
+    c.add("checkpoint.dir", absl::StrCat("checkpoints are not supported", not_yet, "; leave checkpoint.dir out"),
+          at_tensor);
+  }
+  if (s.checkpoint().every() > 0) {
+    c.add("checkpoint.every", absl::StrCat("checkpoints are not supported", not_yet, "; leave checkpoint.every out"),
+          at_tensor);
+  }
+  if (s.model().has_init_from()) {
+    c.add("model.init_from",
+          absl::StrCat("starting from a model's weights is not supported", not_yet, "; leave model.init_from out"),
+          at_tensor);
+  }
+}
+
 }  // namespace
 
 Issues find_spec_issues(const v1::JobSpec& spec) {
@@ -237,6 +298,7 @@ Issues find_spec_issues(const v1::JobSpec& spec) {
   check_data(spec, checks);
   check_train(spec, checks);
   check_operations(spec, checks);
+  check_parallel(spec, checks);
   check_fp8(spec, checks);
   return issues;
 }

@@ -13,6 +13,7 @@
 #include "common/jobspec/issues.h"
 #include "common/jobspec/model_shapes.h"
 #include "common/jobspec/module_filter.h"
+#include "common/jobspec/scalars.h"
 #include "common/jobspec/suggest.h"
 
 namespace fp8::jobspec {
@@ -53,7 +54,9 @@ void check_long_form(const v1::Fp8Spec& fp8, Checks& c) {
   }
 }
 
-void check_effective_gemms(const v1::Fp8Spec& fp8, const v1::Float8Gemms& effective, Checks& c) {
+// `tensor_parallel`: fp8.all_gather_fp8 is check_tensor_parallel's.
+void check_effective_gemms(const v1::Fp8Spec& fp8, const v1::Float8Gemms& effective, bool tensor_parallel,
+                           Checks& c) {
   for (const GemmRef& gemm : list_gemms(effective)) {
     if (gemm.lhs.cast->dtype() == CastConfig::E5M2 && gemm.rhs.cast->dtype() == CastConfig::E5M2) {
       c.add(gemm.path, "e5m2 x e5m2 has no fp8 GEMM kernel; make one operand e4m3", {"fp8.recipe"});
@@ -78,7 +81,8 @@ void check_effective_gemms(const v1::Fp8Spec& fp8, const v1::Float8Gemms& effect
             {"fp8.recipe"});
     }
   }
-  if (fp8.all_gather_fp8() && fp8.recipe() != v1::Fp8Spec::NONE && !weight_gathers_in_fp8(effective)) {
+  if (fp8.all_gather_fp8() && fp8.recipe() != v1::Fp8Spec::NONE && !tensor_parallel &&
+      !weight_gathers_in_fp8(effective)) {
     c.add("fp8.all_gather_fp8",
           "needs both GEMMs that read the weight (output and grad_input) to run in fp8 (set it to false for these "
           "gemms)");
@@ -255,6 +259,101 @@ void check_block_scaling(const v1::JobSpec& spec, const v1::Float8Gemms& effecti
   }
 }
 
+// Tensor parallelism (parallel.tensor > 1): the casts it supports so far, and each rank's
+// share of a split layer (tensor_parallel_share) against what its fp8 GEMMs need. A whole
+// layer's own sizes are check_layer_shapes' and check_block_scaling's; here only what
+// the split breaks.
+void check_tensor_parallel(const v1::JobSpec& spec, const v1::Float8Gemms& effective,
+                           const std::vector<LinearLayer>& layers, Checks& c) {
+  const int64_t tensor = tensor_parallel_ranks(spec);
+  const v1::Fp8Spec& fp8 = spec.fp8();
+  const std::vector<std::string> at_tensor = {"parallel.tensor"};
+  const std::string not_yet = absl::StrCat(" with parallel.tensor > 1 yet (parallel.tensor: ", tensor, ")");
+
+  // Axiswise casts, the rowwise recipes' or the long form's.
+  const std::array<GemmRef, 3> gemms = list_gemms(effective), written = list_gemms(fp8.gemms());
+  bool recipe_axiswise = false;
+  for (size_t g = 0; g < gemms.size(); ++g) {
+    const std::pair<const OperandRef*, const OperandRef*> operands[] = {{&gemms[g].lhs, &written[g].lhs},
+                                                                        {&gemms[g].rhs, &written[g].rhs}};
+    for (const auto& [op, as_written] : operands) {
+      if (!is_fp8(*op->cast) || op->cast->granularity() != CastConfig::AXISWISE) continue;
+      if (as_written->cast->granularity() != CastConfig::AXISWISE) {
+        recipe_axiswise = true;
+        continue;
+      }
+      c.add(op->path + ".granularity",
+            absl::StrCat("axiswise is not supported", not_yet, "; use tensorwise or block"), at_tensor);
+    }
+  }
+  if (recipe_axiswise) {
+    c.add("fp8.recipe",
+          absl::StrCat(enum_value_name(*v1::Fp8Spec::Recipe_descriptor()->FindValueByNumber(fp8.recipe())),
+                       " is not supported", not_yet, "; choose tensorwise, delayed or blockwise"),
+          at_tensor);
+  }
+
+  // Uneven splits are check_parallel's.
+  const v1::ModelSpec& m = spec.model();
+  if (m.n_heads() % tensor != 0 || m.n_kv_heads() % tensor != 0 || m.ffn_dim() % tensor != 0) return;
+  // The GEMMs' needs, as check_layer_shapes and check_block_scaling read them: which
+  // dimension must be a multiple of what.
+  const bool output_block = is_block(*gemms[0].lhs.cast) && is_block(*gemms[0].rhs.cast);
+  const bool grad_input_block = is_block(*gemms[1].lhs.cast) && is_block(*gemms[1].rhs.cast);
+  auto checked16 = [&](const GemmRef& g) { return g.runs_in_fp8() && !is_block(*g.lhs.cast); };
+  const bool pad = fp8.pad_inner_dim();
+  const bool in16 = !pad && (checked16(gemms[0]) || checked16(gemms[1]) || checked16(gemms[2]));
+  const bool out16 = !pad && (checked16(gemms[0]) || checked16(gemms[1]));
+
+  // The model size each split dimension comes from, in the order messages list them.
+  const int64_t head_dim = m.n_heads() > 0 ? m.dim() / m.n_heads() : 0;
+  auto source = [&](const std::string& role) -> int {
+    if (role == "attention.wq" || role == "attention.wo") return 0;
+    if (role == "attention.wk" || role == "attention.wv") return 1;
+    return 2;
+  };
+  const std::array<std::string, 3> shown = {
+      absl::StrCat("model.n_heads x head_dim (", m.n_heads(), " x ", head_dim, " / ", tensor, " = ",
+                   m.n_heads() * head_dim / tensor, ")"),
+      absl::StrCat("model.n_kv_heads x head_dim (", m.n_kv_heads(), " x ", head_dim, " / ", tensor, " = ",
+                   m.n_kv_heads() * head_dim / tensor, ")"),
+      absl::StrCat("model.ffn_dim (", m.ffn_dim(), " / ", tensor, " = ", m.ffn_dim() / tensor, ")")};
+  std::array<bool, 3> bad16{}, bad128{};
+  for (const LinearLayer& layer : layers) {
+    if (layer.block < 0 || !is_float8_linear(fp8, layer.name)) continue;
+    const LinearLayer share = tensor_parallel_share(layer, tensor);
+    const bool split_in = share.in_features != layer.in_features;
+    const int64_t whole = split_in ? layer.in_features : layer.out_features;
+    const int64_t part = split_in ? share.in_features : share.out_features;
+    auto broken = [&](int64_t multiple) { return whole % multiple == 0 && part % multiple != 0; };
+    if ((split_in ? in16 : out16) && broken(kFp8GemmMultiple)) bad16[source(layer.role)] = true;
+    if ((split_in ? output_block : grad_input_block) && broken(kBlockMultiple)) bad128[source(layer.role)] = true;
+  }
+  auto report = [&](const std::array<bool, 3>& bad, int64_t multiple, const std::string& need,
+                    const std::string& fix) {
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < bad.size(); ++i) {
+      if (bad[i]) parts.push_back(shown[i]);
+    }
+    if (parts.empty()) return;
+    c.add("parallel.tensor",
+          absl::StrCat(tensor, " gives each tensor-parallel rank a share of ", absl::StrJoin(parts, " and of "),
+                       parts.size() == 1 ? " that is not a multiple of " : " that are not multiples of ", multiple,
+                       ", as ", need, "; ", fix),
+          at_tensor);
+  };
+  const bool cuda = spec.resources().device() == v1::ResourceSpec::CUDA;
+  report(bad16, kFp8GemmMultiple, "fp8 GEMMs need",
+         absl::StrCat("choose another parallel.tensor or model size, ",
+                      cuda ? "" : "set fp8.pad_inner_dim: true (CPU only), ",
+                      "or keep such layers in high precision with fp8.exclude"));
+  report(bad128, kBlockMultiple,
+         absl::StrCat(fp8.recipe() == v1::Fp8Spec::BLOCKWISE ? "recipe blockwise's" : "granularity block's",
+                      " block-scaled GEMMs need (they contract in 128-wide blocks)"),
+         "choose another parallel.tensor or model size, keep such layers in high precision with fp8.exclude, or "
+         "choose another recipe");
+}
+
 bool has_delayed_cast(const v1::Float8Gemms& effective) {
   for (const GemmRef& gemm : list_gemms(effective)) {
     for (const OperandRef* op : {&gemm.lhs, &gemm.rhs}) {
@@ -290,14 +389,24 @@ void check_fp8(const v1::JobSpec& spec, Checks& c) {
   c.int_in_range("fp8.amax_history_len", fp8.amax_history_len(), 1, 4096);
   check_long_form(fp8, c);
   check_amax_init_from(fp8, c);
+  const int64_t tensor = tensor_parallel_ranks(spec);
+  if (tensor > 1 && fp8.all_gather_fp8()) {
+    // Whatever the recipe: with world_size = parallel.tensor nothing is sharded to gather.
+    c.add("fp8.all_gather_fp8",
+          absl::StrCat("has nothing to gather with parallel.tensor > 1 (parallel.tensor: ", tensor,
+                       "): there is no FSDP, each rank holds its share of every weight whole; leave it out or set "
+                       "it to false"),
+          {"parallel.tensor"});
+  }
   if (fp8.recipe() == v1::Fp8Spec::NONE) return;  // nothing below applies without fp8
 
   v1::Float8Gemms effective = effective_gemms(fp8);
-  check_effective_gemms(fp8, effective, c);
+  check_effective_gemms(fp8, effective, tensor > 1, c);
   std::vector<LinearLayer> layers = list_linear_layers(spec.model());
   check_filter_globs(fp8, layers, c);
   check_layer_shapes(spec, effective, layers, c);
   check_block_scaling(spec, effective, layers, c);
+  if (tensor > 1) check_tensor_parallel(spec, effective, layers, c);
 }
 
 }  // namespace fp8::jobspec

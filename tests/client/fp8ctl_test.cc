@@ -229,8 +229,9 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
   r = ctl.run({"describe", "job-1"});
   ASSERT_TRUE(exited(r, 0)) << show(r);
   for (const char* part : {"State:      SUCCEEDED", "dim 32", "recipe      tensorwise", "world       2 x cpu",
-                           "steps       10", "Checkpoint: step 10", "#1 SUCCEEDED", "Metrics (step 10", "loss ",
-                           "Numerics:", "memory      per rank: estimate ", ", measured peak ", "(rank 0, step 10)"}) {
+                           "mesh        2 data-parallel x 1 tensor-parallel ranks", "steps       10",
+                           "Checkpoint: step 10", "#1 SUCCEEDED", "Metrics (step 10", "loss ", "Numerics:",
+                           "memory      per rank: estimate ", ", measured peak ", "(rank 0, step 10)"}) {
     EXPECT_TRUE(contains(r.out, part)) << part << "\n" << show(r);
   }
   r = ctl.run({"describe", "job-1", "-o", "json"});

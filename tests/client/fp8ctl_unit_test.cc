@@ -75,6 +75,16 @@ TEST(Fp8ctlFormatTest, AgesAndClocks) {
   EXPECT_EQ(recipe_name(v1::Fp8Spec::ROWWISE_WITH_GW_HP), "rowwise_with_gw_hp");
 }
 
+TEST(Fp8ctlFormatTest, MeshSplitsTheRanksIntoDataAndTensorParallel) {
+  v1::JobSpec spec;
+  spec.mutable_resources()->set_world_size(2);
+  EXPECT_EQ(mesh_text(spec), "2 data-parallel x 1 tensor-parallel ranks");  // no parallel section: FSDP
+  spec.mutable_parallel()->set_tensor(2);
+  EXPECT_EQ(mesh_text(spec), "1 data-parallel x 2 tensor-parallel ranks");
+  spec.mutable_resources()->set_world_size(8);
+  EXPECT_EQ(mesh_text(spec), "4 data-parallel x 2 tensor-parallel ranks");
+}
+
 TEST(Fp8ctlProgressLineTest, ShowsStepLossRateAndEta) {
   ProgressLineInput in;
   in.step = 20;

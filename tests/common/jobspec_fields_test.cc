@@ -167,6 +167,11 @@ const std::vector<std::pair<std::string, Where>>& field_table() {
       {"fsdp.reduce_dtype", tests({"FsdpBf16CommTest.HalvesTheHighPrecisionBytesAndFollowsTheFp32Loss",
                                    "FsdpBf16CommTest.EachFieldAloneChangesTheTrainingAndRepeatsBitForBit"})},
 
+      // ---- parallel
+      {"parallel.tensor", tests({"MemoryEstimateTensorParallel.ARankHoldsItsShareOfTheSplitLinearsAndActivations",
+                                 "LoadGood.TensorParallelJobGetsItsOwnDefaults",
+                                 "LoadErrors.TensorParallelRefusalsNameTheFieldAndParallelTensor"})},
+
       // ---- restarts
       {"restarts.max_restarts", tests({"CoordinatorTest.FailedRankStopsTheGangAndRestarts"})},
       {"restarts.backoff_seconds", tests({"CoordinatorTest.ARestartWaitsOutTheJobsBackoff"})},

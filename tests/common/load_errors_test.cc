@@ -111,6 +111,54 @@ INSTANTIATE_TEST_SUITE_P(
             "all_gather_fp8_with_a_high_precision_weight.yaml",
             {"all_gather_fp8_with_a_high_precision_weight.yaml:15:3: fp8.all_gather_fp8: needs both GEMMs that "
              "read the weight (output and grad_input) to run in fp8 (set it to false for these gemms)"}},
+        // Tensor parallelism (parallel.tensor): its range, the mesh, even splits, and what
+        // it does not support yet.
+        BadFile{"tensor_parallel_out_of_range.yaml",
+                {"tensor_parallel_out_of_range.yaml:15:3: parallel.tensor: must be at most 64, got 65"}},
+        BadFile{"tensor_parallel_world_size_not_a_multiple.yaml",
+                {"tensor_parallel_world_size_not_a_multiple.yaml:15:3: resources.world_size: 3 is not a multiple "
+                 "of parallel.tensor (2), the ranks of one tensor-parallel group; set resources.world_size to "
+                 "parallel.tensor (2)"}},
+        BadFile{"tensor_parallel_with_data_parallel.yaml",
+                {"tensor_parallel_with_data_parallel.yaml:16:3: resources.world_size: data parallelism alongside "
+                 "tensor parallelism is not supported yet: set resources.world_size to parallel.tensor (2)"}},
+        BadFile{"tensor_parallel_uneven_split.yaml",
+                {"tensor_parallel_uneven_split.yaml:6:3: model.n_heads: 6 is not divisible by parallel.tensor (4); "
+                 "each tensor-parallel rank holds an equal share of the heads",
+                 "tensor_parallel_uneven_split.yaml:7:3: model.n_kv_heads: 3 is not divisible by parallel.tensor "
+                 "(4); each tensor-parallel rank holds an equal share of the key/value heads",
+                 "tensor_parallel_uneven_split.yaml:8:3: model.ffn_dim: 202 is not divisible by parallel.tensor (4); "
+                 "each tensor-parallel rank holds an equal share of the feed-forward columns"}},
+        BadFile{"tensor_parallel_unsupported_yet.yaml",
+                {"tensor_parallel_unsupported_yet.yaml:9:3: model.init_from: starting from a model's weights is "
+                 "not supported with parallel.tensor > 1 yet (parallel.tensor: 2); leave model.init_from out",
+                 "tensor_parallel_unsupported_yet.yaml:16:3: train.compute_dtype: bf16 is not supported with "
+                 "parallel.tensor > 1 yet (parallel.tensor: 2); leave it out to compute in fp32",
+                 "tensor_parallel_unsupported_yet.yaml:18:3: checkpoint.dir: checkpoints are not supported with "
+                 "parallel.tensor > 1 yet (parallel.tensor: 2); leave checkpoint.dir out",
+                 "tensor_parallel_unsupported_yet.yaml:19:3: checkpoint.every: checkpoints are not supported with "
+                 "parallel.tensor > 1 yet (parallel.tensor: 2); leave checkpoint.every out"}},
+        BadFile{"tensor_parallel_rowwise.yaml",
+                {"tensor_parallel_rowwise.yaml:15:3: fp8.recipe: rowwise is not supported with parallel.tensor > 1 "
+                 "yet (parallel.tensor: 2); choose tensorwise, delayed or blockwise"}},
+        BadFile{"tensor_parallel_axiswise_long_form.yaml",
+                {"tensor_parallel_axiswise_long_form.yaml:17:15: fp8.gemms.grad_weight.input.granularity: axiswise "
+                 "is not supported with parallel.tensor > 1 yet (parallel.tensor: 2); use tensorwise or block"}},
+        BadFile{"tensor_parallel_all_gather_fp8.yaml",
+                {"tensor_parallel_all_gather_fp8.yaml:15:3: fp8.all_gather_fp8: has nothing to gather with "
+                 "parallel.tensor > 1 (parallel.tensor: 2): there is no FSDP, each rank holds its share of every "
+                 "weight whole; leave it out or set it to false"}},
+        BadFile{"tensor_parallel_blockwise_shares.yaml",
+                {"tensor_parallel_blockwise_shares.yaml:21:3: parallel.tensor: 2 gives each tensor-parallel rank a "
+                 "share of model.n_kv_heads x head_dim (2 x 64 / 2 = 64) and of model.ffn_dim (384 / 2 = 192) that "
+                 "are not multiples of 128, as recipe blockwise's block-scaled GEMMs need (they contract in "
+                 "128-wide blocks); choose another parallel.tensor or model size, keep such layers in high "
+                 "precision with fp8.exclude, or choose another recipe"}},
+        BadFile{"tensor_parallel_shares_not_16.yaml",
+                {"tensor_parallel_shares_not_16.yaml:17:3: parallel.tensor: 2 gives each tensor-parallel rank a "
+                 "share of model.ffn_dim (176 / 2 = 88) that is not a multiple of 16, as fp8 GEMMs need; choose "
+                 "another parallel.tensor or model size, set fp8.pad_inner_dim: true (CPU only), or keep such "
+                 "layers in high precision with fp8.exclude"}},
         BadFile{"yaml_syntax_error.yaml",
                 {"yaml_syntax_error.yaml:9:6: YAML syntax error: end of sequence flow not found"}},
         BadFile{"empty.yaml",
@@ -258,6 +306,35 @@ TEST(LoadErrors, ListsAndMapsAreCheckedToo) {
               HasSubstr("job.yaml:1:9: labels: expected a mapping, got a list"));
   EXPECT_THAT(load_error("labels: {'bad key!': x}\n" + std::string(kMinimalJob)),
               HasSubstr("job.yaml:1:10: labels.bad key!: label keys are letters, digits"));
+}
+
+// The tensor-parallel checks that need no file of their own: the other rowwise recipe, a
+// defaulted field pointing at parallel.tensor, the bottom of the range, and what a cuda
+// job is told to do about its shares.
+TEST(LoadErrors, TensorParallelRefusalsNameTheFieldAndParallelTensor) {
+  const std::string tp = "resources: {world_size: 2}\nparallel: {tensor: 2}\n";
+  const std::string job = minimal_with("  n_heads: 4\n", "  n_heads: 4\n  ffn_dim: 192\n") + tp;
+  ASSERT_EQ(load_error(job), "(loaded)");
+  EXPECT_EQ(load_error(job + "fp8: {recipe: rowwise_with_gw_hp}\n"),
+            "job.yaml:16:7: fp8.recipe: rowwise_with_gw_hp is not supported with parallel.tensor > 1 yet "
+            "(parallel.tensor: 2); choose tensorwise, delayed or blockwise");
+  // n_kv_heads defaults to n_heads (2 here): its problem points at parallel.tensor.
+  EXPECT_EQ(load_error(minimal_with("  n_heads: 4\n", "  n_heads: 2\n  ffn_dim: 192\n") +
+                       "resources: {world_size: 4}\nparallel: {tensor: 4}\nfp8: {recipe: none}\n"),
+            "job.yaml:5:3: model.n_heads: 2 is not divisible by parallel.tensor (4); each tensor-parallel rank "
+            "holds an equal share of the heads\n"
+            "job.yaml:15:12: model.n_kv_heads: 2 is not divisible by parallel.tensor (4); each tensor-parallel rank "
+            "holds an equal share of the key/value heads");
+  EXPECT_EQ(load_error(kMinimalJob + std::string("parallel: {tensor: 0}\n")),
+            "job.yaml:13:12: parallel.tensor: must be > 0, got 0");
+  EXPECT_EQ(load_error(kMinimalJob + std::string("resources: {world_size: 2, device: cuda}\nparallel: {tensor: 2}\n")),
+            "job.yaml:14:12: parallel.tensor: 2 gives each tensor-parallel rank a share of model.ffn_dim (176 / 2 = "
+            "88) that is not a multiple of 16, as fp8 GEMMs need; choose another parallel.tensor or model size, or "
+            "keep such layers in high precision with fp8.exclude");
+  // Shares of layers fp8.exclude keeps in high precision need nothing.
+  EXPECT_EQ(load_error(kMinimalJob + tp + "fp8: {exclude: [output, '*.feed_forward.*']}\n"), "(loaded)");
+  // An explicit false is what the default is.
+  EXPECT_EQ(load_error(job + "fp8: {all_gather_fp8: false}\n"), "(loaded)");
 }
 
 TEST(LoadErrors, UnknownTopLevelKeyListsTheSections) {

@@ -36,6 +36,7 @@ std::string spec_summary(const v1::JobSpec& s) {
                   m.max_seq_len(), "\n");
   absl::StrAppend(&out, "  recipe      ", recipe_name(s.fp8().recipe()), "\n");
   absl::StrAppend(&out, "  world       ", s.resources().world_size(), " x ", device_name(s.resources().device()), "\n");
+  if (s.resources().world_size() > 1) absl::StrAppend(&out, "  mesh        ", mesh_text(s), "\n");
   absl::StrAppend(&out, "  steps       ", s.train().steps(), " (batch ", s.train().batch_size(), ", seq_len ",
                   s.data().seq_len(), ", lr ", absl::StrFormat("%g", s.train().lr()), ")\n");
   absl::StrAppend(&out, "  data        ", s.data().path(), "\n");
