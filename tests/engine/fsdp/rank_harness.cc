@@ -50,6 +50,13 @@ class FileObserver final : public TrainObserver {
     if (rank_ == options_.kill_rank && r.step == options_.kill_at_step) raise(SIGKILL);
     if (rank_ == options_.stall_rank && r.step == options_.stall_at_step) raise(SIGSTOP);
   }
+  void on_cast_numerics(int64_t step, const std::vector<CastNumericsRecord>& casts) override {
+    for (const CastNumericsRecord& c : casts) {
+      std::fprintf(out_, "cast %lld %s %s %a %a\n", static_cast<long long>(step), c.layer.c_str(), c.tensor.c_str(),
+                   static_cast<double>(c.amax), static_cast<double>(c.scale));
+    }
+    std::fflush(out_);
+  }
 
  private:
   std::FILE* out_;
@@ -158,6 +165,19 @@ void read_result(const std::filesystem::path& file, RankOutcome& r) {
         s.peak_memory_bytes = v[9];
         s.memory_in_use_after = v[10];
         r.steps.push_back(s);
+      }
+    } else if (line.rfind("cast ", 0) == 0) {
+      CastRecord c;
+      long long step = 0;
+      char layer[128] = {}, tensor[32] = {};
+      double amax = 0, scale = 0;
+      if (std::sscanf(line.c_str(), "cast %lld %127s %31s %la %la", &step, layer, tensor, &amax, &scale) == 5) {
+        c.step = step;
+        c.layer = layer;
+        c.tensor = tensor;
+        c.amax = static_cast<float>(amax);
+        c.scale = static_cast<float>(scale);
+        r.casts.push_back(c);
       }
     } else if (line.rfind("startup ", 0) == 0) {
       r.startup_peak_bytes = std::stod(line.substr(8));

@@ -4,7 +4,8 @@
 // references run in a child too, so the parent never starts a thread pool before forking.
 //
 // Each rank writes one line per step (loss and grad norm as exact hex doubles, and its
-// communication counters), then "ok" or "error <message>".
+// communication counters) and one per fp8 cast the step reported, then "ok" or
+// "error <message>".
 #pragma once
 
 #include <sys/types.h>
@@ -35,8 +36,18 @@ struct StepRecord {
   double memory_in_use_after = 0;  // the device's allocated bytes when the step was reported
 };
 
+// One fp8 cast as a step reported it (TrainObserver::on_cast_numerics).
+struct CastRecord {
+  int64_t step = 0;
+  std::string layer;   // "layers.0.attention.wq"
+  std::string tensor;  // "input", "weight", "grad_output"
+  float amax = 0;
+  float scale = 0;
+};
+
 struct RankOutcome {
   std::vector<StepRecord> steps;
+  std::vector<CastRecord> casts;
   bool ok = false;
   std::string error;       // the rank's error message (its absl::Status), if it failed
   bool exited = false;     // the process ended on its own (not killed by the harness)

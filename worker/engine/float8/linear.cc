@@ -79,6 +79,14 @@ absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& back
   }
   for (TensorKind t : {TensorKind::kInput, TensorKind::kWeight, TensorKind::kGradOutput}) {
     state->info.needs.row_amax[static_cast<int>(t)] = state->reads_row_amax(t);
+    for (int plan : state->use[static_cast<int>(t)]) {
+      if (plan < 0) continue;
+      const Granularity g = state->plans[static_cast<size_t>(plan)].granularity;
+      if (g == Granularity::kTensorwise || g == Granularity::kRowwise) {
+        state->info.needs.scaled_over_rows[static_cast<int>(t)] = true;
+      }
+      if (g == Granularity::kRowwise || g == Granularity::kColumnwise) state->info.needs.axiswise = true;
+    }
   }
   state->info.needs.fp8_weight = state->takes_fp8_weight();
   if (state->info.needs.fp8_weight) {

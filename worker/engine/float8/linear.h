@@ -167,6 +167,13 @@ struct Float8LinearNeeds {
   // rowwise recipe's copies for the GEMMs that contract over rows) need column amaxes, and
   // delayed casts measure theirs while casting, so neither counts.
   bool row_amax[3] = {false, false, false};
+  // Per TensorKind: some cast of the tensor scales per tensor or per row, dynamically or
+  // delayed (a delayed cast scales dynamically until its history holds an amax), so its
+  // rows' amaxes give its scales. Where a tensor is split across ranks along its rows
+  // (tensor parallelism), such casts need those amaxes reduced across the ranks.
+  bool scaled_over_rows[3] = {false, false, false};
+  // Some cast of any tensor scales per row or per column.
+  bool axiswise = false;
   // forward() can take an Fp8Weight: both GEMMs that read the weight run in fp8, so no
   // GEMM reads it in high precision (every recipe but none; a long form that keeps either
   // GEMM in high precision or mixed does not).
@@ -180,6 +187,7 @@ struct Float8LinearNeeds {
   bool weight_codes_shared = false;
 
   bool row_amax_of(TensorKind t) const { return row_amax[static_cast<int>(t)]; }
+  bool scaled_over_rows_of(TensorKind t) const { return scaled_over_rows[static_cast<int>(t)]; }
 };
 
 // What a layer is, fixed at create(): the arguments it was built with and what its casts

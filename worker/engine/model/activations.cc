@@ -9,7 +9,7 @@ namespace fp8::engine {
 absl::StatusOr<Activations> Activations::create(const Device& device, const LlamaConfig& c, int64_t rows,
                                                 int64_t seq, bool for_backward) {
   const int64_t m = rows * seq, hd = c.head_dim();
-  const int64_t q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
+  const int64_t q_dim = c.local_heads() * hd, kv_dim = c.local_kv_heads() * hd;
   auto f32 = [&](TensorShape shape) { return Tensor::empty(device, ElementType::kFloat32, std::move(shape)); };
   const ElementType act_type = c.activations == DType::kBFloat16 ? ElementType::kBFloat16 : ElementType::kFloat32;
   auto act = [&](TensorShape shape) { return Tensor::empty(device, act_type, std::move(shape)); };
@@ -34,13 +34,13 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
     FP8_ASSIGN_OR_RETURN(b.k, act({m, kv_dim}));
     FP8_ASSIGN_OR_RETURN(b.v, act({m, kv_dim}));
     FP8_ASSIGN_OR_RETURN(b.attn_out, act({m, q_dim}));
-    FP8_ASSIGN_OR_RETURN(b.attn_lse, f32({rows, c.n_heads, seq}));
+    FP8_ASSIGN_OR_RETURN(b.attn_lse, f32({rows, c.local_heads(), seq}));
     FP8_ASSIGN_OR_RETURN(b.mid, act({m, c.dim}));
     FP8_ASSIGN_OR_RETURN(b.ffn_inv_rms, f32({m}));
     FP8_ASSIGN_OR_RETURN(b.ffn_in, act({m, c.dim}));
-    FP8_ASSIGN_OR_RETURN(b.gate, act({m, c.ffn_dim}));
-    FP8_ASSIGN_OR_RETURN(b.up, act({m, c.ffn_dim}));
-    FP8_ASSIGN_OR_RETURN(b.swiglu_out, act({m, c.ffn_dim}));
+    FP8_ASSIGN_OR_RETURN(b.gate, act({m, c.local_ffn_dim()}));
+    FP8_ASSIGN_OR_RETURN(b.up, act({m, c.local_ffn_dim()}));
+    FP8_ASSIGN_OR_RETURN(b.swiglu_out, act({m, c.local_ffn_dim()}));
     return b;
   };
   const ActivationCheckpointing keep = for_backward ? c.checkpointing : ActivationCheckpointing::kFull;
@@ -61,10 +61,10 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
       FP8_ASSIGN_OR_RETURN(b.k, act({m, kv_dim}));
       FP8_ASSIGN_OR_RETURN(b.v, act({m, kv_dim}));
       FP8_ASSIGN_OR_RETURN(b.attn_out, act({m, q_dim}));
-      FP8_ASSIGN_OR_RETURN(b.attn_lse, f32({rows, c.n_heads, seq}));
+      FP8_ASSIGN_OR_RETURN(b.attn_lse, f32({rows, c.local_heads(), seq}));
       FP8_ASSIGN_OR_RETURN(b.mid, act({m, c.dim}));
-      FP8_ASSIGN_OR_RETURN(b.gate, act({m, c.ffn_dim}));
-      FP8_ASSIGN_OR_RETURN(b.up, act({m, c.ffn_dim}));
+      FP8_ASSIGN_OR_RETURN(b.gate, act({m, c.local_ffn_dim()}));
+      FP8_ASSIGN_OR_RETURN(b.up, act({m, c.local_ffn_dim()}));
     }
   }
   FP8_ASSIGN_OR_RETURN(a.final_inv_rms, f32({m}));
@@ -85,9 +85,9 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
   FP8_ASSIGN_OR_RETURN(a.grad_q, act({m, q_dim}));
   FP8_ASSIGN_OR_RETURN(a.grad_k, act({m, kv_dim}));
   FP8_ASSIGN_OR_RETURN(a.grad_v, act({m, kv_dim}));
-  FP8_ASSIGN_OR_RETURN(a.grad_ffn, act({m, c.ffn_dim}));
-  FP8_ASSIGN_OR_RETURN(a.grad_gate, act({m, c.ffn_dim}));
-  FP8_ASSIGN_OR_RETURN(a.grad_up, act({m, c.ffn_dim}));
+  FP8_ASSIGN_OR_RETURN(a.grad_ffn, act({m, c.local_ffn_dim()}));
+  FP8_ASSIGN_OR_RETURN(a.grad_gate, act({m, c.local_ffn_dim()}));
+  FP8_ASSIGN_OR_RETURN(a.grad_up, act({m, c.local_ffn_dim()}));
   FP8_ASSIGN_OR_RETURN(a.grad_logits, f32({m, c.padded_vocab()}));
   return a;
 }

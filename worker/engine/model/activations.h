@@ -1,7 +1,8 @@
 // The memory of one pass over a micro-batch of `rows` sequences of `seq` tokens
 // (M = rows · seq): what the forward saves for the backward, and the backward's scratch.
 // Row-major [M, ...] unless noted; "act" tensors are of the config's activation type (fp32
-// or bf16), the rest fp32. Sized once per batch shape and reused.
+// or bf16), the rest fp32. Sized once per batch shape and reused. Heads and ffn_dim are
+// this rank's share under tensor parallelism (LlamaConfig::local_heads).
 #pragma once
 
 #include <cstdint>

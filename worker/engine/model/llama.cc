@@ -46,9 +46,24 @@ absl::Status check_ids(const char* what, const std::vector<int32_t>& ids, int64_
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::create(const Device& device, const LlamaConfig& config,
                                                                const v1::Fp8Spec& fp8, uint64_t seed,
-                                                               ParameterStorage storage) {
+                                                               ParameterStorage storage,
+                                                               TensorParallelComm* tensor_parallel) {
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, device.model_ops());
-  std::unique_ptr<LlamaModel> model(new LlamaModel(device, *ops, config, seed));
+  LlamaConfig c = config;
+  c.tensor_parallel = tensor_parallel != nullptr ? tensor_parallel->size() : 1;
+  if (c.tensor_parallel > 1) {
+    if (c.n_heads % c.tensor_parallel != 0 || c.n_kv_heads % c.tensor_parallel != 0 ||
+        c.ffn_dim % c.tensor_parallel != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("model: n_heads ", c.n_heads, ", n_kv_heads ", c.n_kv_heads,
+                                                     " and ffn_dim ", c.ffn_dim, " must each divide by ",
+                                                     c.tensor_parallel, " tensor-parallel ranks"));
+    }
+    if (c.activations != DType::kFloat32) {
+      return absl::InvalidArgumentError("model: tensor parallelism needs fp32 activations (train.compute_dtype) so far");
+    }
+  }
+  std::unique_ptr<LlamaModel> model(new LlamaModel(device, *ops, c, seed));
+  model->tp_ = c.tensor_parallel > 1 ? tensor_parallel : nullptr;
   FP8_RETURN_IF_ERROR(model->build(fp8, storage));
   return model;
 }
@@ -60,6 +75,16 @@ absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, ParameterStorage storage)
   auto matrix = [&](std::string name, int64_t out, int64_t in, ParameterInit init) {
     return params_.add(device_, std::move(name), {out, in}, init, /*weight_decay=*/true, storage);
   };
+  // Under tensor parallelism this rank's rows (column-parallel) or columns (row-parallel).
+  const int parts = static_cast<int>(c.tensor_parallel);
+  auto split_matrix = [&](std::string name, int64_t out, int64_t in, ParameterInit init,
+                          int axis) -> absl::StatusOr<Parameter*> {
+    if (parts == 1) return matrix(std::move(name), out, in, init);
+    FP8_ASSIGN_OR_RETURN(Parameter * p, matrix(std::move(name), axis == 0 ? out / parts : out,
+                                               axis == 1 ? in / parts : in, init));
+    p->split = ParameterSplit{axis, tp_->rank(), parts};
+    return p;
+  };
   auto gain = [&](std::string name) {
     return params_.add(device_, std::move(name), {c.dim}, ParameterInit::kOnes, /*weight_decay=*/false, storage);
   };
@@ -67,9 +92,9 @@ absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, ParameterStorage storage)
   // forward to the end of its backward, one block at a time: the blocks' layers in one
   // position (every wq, every wk, ...) share their cast copies (float8/cast_copies.h).
   std::map<std::string, SharedCastCopies> copies_by_position;
-  auto linear = [&](LinearUnit& unit, const std::string& name, int64_t out, int64_t in,
-                    ParameterInit init) -> absl::Status {
-    FP8_ASSIGN_OR_RETURN(Parameter * weight, matrix(name, out, in, init));
+  auto linear = [&](LinearUnit& unit, const std::string& name, int64_t out, int64_t in, ParameterInit init,
+                    int split_axis) -> absl::Status {
+    FP8_ASSIGN_OR_RETURN(Parameter * weight, split_matrix(name, out, in, init, split_axis));
     SharedCastCopies* shared = nullptr;
     if (c.checkpointing == ActivationCheckpointing::kFull) {
       const std::string position = name.substr(name.find('.', name.find('.') + 1) + 1);  // "attention.wq"
@@ -87,14 +112,21 @@ absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, ParameterStorage storage)
     TransformerBlock& b = blocks_[static_cast<size_t>(i)];
     const std::string p = absl::StrCat("layers.", i, ".");
     FP8_ASSIGN_OR_RETURN(b.attention_norm, gain(p + "attention_norm"));
-    FP8_RETURN_IF_ERROR(linear(b.wq, p + "attention.wq", q_dim, c.dim, ParameterInit::kNormal));
-    FP8_RETURN_IF_ERROR(linear(b.wk, p + "attention.wk", kv_dim, c.dim, ParameterInit::kNormal));
-    FP8_RETURN_IF_ERROR(linear(b.wv, p + "attention.wv", kv_dim, c.dim, ParameterInit::kNormal));
-    FP8_RETURN_IF_ERROR(linear(b.wo, p + "attention.wo", c.dim, q_dim, ParameterInit::kScaledNormal));
+    constexpr int kColumnParallel = 0, kRowParallel = 1;  // the weight's split axis
+    FP8_RETURN_IF_ERROR(linear(b.wq, p + "attention.wq", q_dim, c.dim, ParameterInit::kNormal, kColumnParallel));
+    FP8_RETURN_IF_ERROR(linear(b.wk, p + "attention.wk", kv_dim, c.dim, ParameterInit::kNormal, kColumnParallel));
+    FP8_RETURN_IF_ERROR(linear(b.wv, p + "attention.wv", kv_dim, c.dim, ParameterInit::kNormal, kColumnParallel));
+    FP8_RETURN_IF_ERROR(
+        linear(b.wo, p + "attention.wo", c.dim, q_dim, ParameterInit::kScaledNormal, kRowParallel));
     FP8_ASSIGN_OR_RETURN(b.ffn_norm, gain(p + "ffn_norm"));
-    FP8_RETURN_IF_ERROR(linear(b.w1, p + "feed_forward.w1", c.ffn_dim, c.dim, ParameterInit::kNormal));
-    FP8_RETURN_IF_ERROR(linear(b.w2, p + "feed_forward.w2", c.dim, c.ffn_dim, ParameterInit::kScaledNormal));
-    FP8_RETURN_IF_ERROR(linear(b.w3, p + "feed_forward.w3", c.ffn_dim, c.dim, ParameterInit::kNormal));
+    FP8_RETURN_IF_ERROR(
+        linear(b.w1, p + "feed_forward.w1", c.ffn_dim, c.dim, ParameterInit::kNormal, kColumnParallel));
+    FP8_RETURN_IF_ERROR(
+        linear(b.w2, p + "feed_forward.w2", c.dim, c.ffn_dim, ParameterInit::kScaledNormal, kRowParallel));
+    FP8_RETURN_IF_ERROR(
+        linear(b.w3, p + "feed_forward.w3", c.ffn_dim, c.dim, ParameterInit::kNormal, kColumnParallel));
+    b.tp = tp_;
+    b.backend = &backend;
     share_input_casts({&b.wq, &b.wk, &b.wv});
     share_input_casts({&b.w1, &b.w3});
     for (LinearUnit* u : {&b.wq, &b.wk, &b.wv, &b.wo, &b.w1, &b.w3, &b.w2}) mutable_linears_.push_back(u);
@@ -112,8 +144,46 @@ absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, ParameterStorage storage)
   }
   mutable_linears_.push_back(&output_);
   linears_.assign(mutable_linears_.begin(), mutable_linears_.end());
+  if (tp_ != nullptr) FP8_RETURN_IF_ERROR(prepare_split_weight_amaxes());
   if (storage == ParameterStorage::kDeferred) return absl::OkStatus();
   return init_parameters(params_, seed_, c.n_layers);
+}
+
+absl::Status LlamaModel::prepare_split_weight_amaxes() {
+  int64_t total = 0;
+  for (LinearUnit* u : mutable_linears_) {
+    if (!u->weight->split.split()) continue;
+    const Float8LinearNeeds& needs = u->layer->info().needs;
+    if (needs.axiswise) {
+      return absl::InvalidArgumentError(absl::StrCat("model: ", u->name, " casts per row or column, which ",
+                                                     "tensor parallelism does not support yet (fp8 recipe)"));
+    }
+    if (!needs.scaled_over_rows_of(TensorKind::kWeight)) continue;
+    split_weight_amax_offsets_.emplace_back(u, total);
+    total += u->weight->shape.at(0);
+  }
+  if (total == 0) return absl::OkStatus();
+  FP8_ASSIGN_OR_RETURN(split_weight_amaxes_, Tensor::zeros(device_, ElementType::kFloat32, {total}));
+  // The casts read them from now on; refresh_split_weight_amaxes() writes them before.
+  for (auto& [unit, offset] : split_weight_amax_offsets_) unit->weight_row_amax = f(split_weight_amaxes_) + offset;
+  return absl::OkStatus();
+}
+
+// A row-parallel weight's rows are split along their length: each row's amax is the
+// largest of the ranks' parts. A column-parallel weight's rows are whole on one rank, but
+// its tensorwise cast needs the whole weight's amax: the same reduction puts, at each
+// position, the largest of the ranks' rows there, whose largest is the whole weight's.
+absl::Status LlamaModel::refresh_split_weight_amaxes() {
+  if (!split_weight_amaxes_stale_ || split_weight_amax_offsets_.empty()) return absl::OkStatus();
+  Backend& backend = device_.backend();
+  for (auto& [unit, offset] : split_weight_amax_offsets_) {
+    const Parameter& w = *unit->weight;
+    const MatrixRef values{w.value.raw(), DType::kFloat32, w.shape.at(0), w.shape.at(1)};
+    FP8_RETURN_IF_ERROR(backend.amax(values, Granularity::kRowwise, f(split_weight_amaxes_) + offset));
+  }
+  FP8_RETURN_IF_ERROR(tp_->max(f(split_weight_amaxes_), split_weight_amaxes_.numel()));
+  split_weight_amaxes_stale_ = false;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Activations*> LlamaModel::activations_for(const data::TokenBatch& batch, bool for_backward) {
@@ -146,6 +216,7 @@ absl::StatusOr<Activations*> LlamaModel::forward(const data::TokenBatch& batch, 
   const int64_t m = a->tokens_count();
   constexpr int kRoot = ParameterHooks::kRootUnit;
   FP8_RETURN_IF_ERROR(hook_before_forward(kRoot));
+  FP8_RETURN_IF_ERROR(refresh_split_weight_amaxes());
   FP8_RETURN_IF_ERROR(ops_.embedding_forward(a->tokens.data<int32_t>(), m, f(embeddings_->value), c.vocab_size,
                                              c.dim, act(a->hidden[0]), c.activations));
   for (size_t i = 0; i < blocks_.size(); ++i) {
@@ -236,12 +307,18 @@ absl::StatusOr<std::vector<float>> LlamaModel::logits(const data::TokenBatch& ba
   return logits;
 }
 
-absl::Status LlamaModel::finish_step() { return finish_delayed_step(mutable_linears_, device_, delayed_amaxes_); }
+absl::Status LlamaModel::finish_step() {
+  // Tensor-parallel ranks measure their parts of the split tensors: the largest is the amax.
+  ReducePackedAmaxes reduce;
+  if (tp_ != nullptr) reduce = [this](float* packed, int64_t count) { return tp_->max(packed, count); };
+  return finish_delayed_step(mutable_linears_, device_, delayed_amaxes_, reduce);
+}
 
 absl::StatusOr<std::vector<LlamaModel::WeightRowAmaxes>> LlamaModel::weight_row_amax_outputs() {
   if (weight_row_amaxes_.empty()) {
     for (LinearUnit* u : mutable_linears_) {
-      if (!u->reads_weight_row_amax()) continue;
+      // A split weight's casts take the ranks' reduced amaxes instead.
+      if (!u->reads_weight_row_amax() || u->weight->split.split()) continue;
       const int64_t out_features = u->weight->shape.at(0);
       FP8_ASSIGN_OR_RETURN(Tensor buffer, Tensor::zeros(device_, ElementType::kFloat32, {out_features}));
       weight_row_amaxes_.emplace_back(u, std::move(buffer));
@@ -256,6 +333,8 @@ absl::StatusOr<std::vector<LlamaModel::WeightRowAmaxes>> LlamaModel::weight_row_
 
 void LlamaModel::set_weight_row_amaxes_current(bool current) {
   for (auto& [unit, buffer] : weight_row_amaxes_) unit->weight_row_amax = current ? buffer.data<float>() : nullptr;
+  // Called whenever the weights changed.
+  split_weight_amaxes_stale_ = true;
 }
 
 }  // namespace fp8::engine

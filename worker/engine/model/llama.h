@@ -28,9 +28,13 @@ class LlamaModel {
   // Parameters initialised from `seed` (init_parameters), or, with kDeferred, shaped but
   // neither allocated nor initialised (FSDP makes each rank's rows: fsdp_model.h). Fails on
   // a device without model kernels, or for an fp8 config a layer cannot take.
+  // With `tensor_parallel` (not owned; must outlive the model), this rank's part of a model
+  // split across its ranks (tensor_parallel.h), config.tensor_parallel set to their number;
+  // fp32 activations only, and no fp8 cast per row or column, for now.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> create(const Device& device, const LlamaConfig& config,
                                                             const v1::Fp8Spec& fp8, uint64_t seed,
-                                                            ParameterStorage storage = ParameterStorage::kAllocated);
+                                                            ParameterStorage storage = ParameterStorage::kAllocated,
+                                                            TensorParallelComm* tensor_parallel = nullptr);
 
   const LlamaConfig& config() const { return config_; }
   // The seed of the parameters' initial values (initial_values).
@@ -83,6 +87,10 @@ class LlamaModel {
   LlamaModel(const Device& device, ModelOps& ops, const LlamaConfig& config, uint64_t seed)
       : device_(device), ops_(ops), config_(config), seed_(seed) {}
   absl::Status build(const v1::Fp8Spec& fp8, ParameterStorage storage);
+  // Under tensor parallelism: the split weights' row amaxes, reduced across the ranks, for
+  // their casts (tensor_parallel.h); one all-reduce for the model, after the weights changed.
+  absl::Status prepare_split_weight_amaxes();
+  absl::Status refresh_split_weight_amaxes();
   // Activations shaped for `batch` (rebuilt when the shape or the mode changes).
   absl::StatusOr<Activations*> activations_for(const data::TokenBatch& batch, bool for_backward);
   // Queues the forward; the loss stays in device memory (read_loss) so that a training
@@ -111,6 +119,12 @@ class LlamaModel {
   std::vector<const LinearUnit*> linears_;
   std::vector<LinearUnit*> mutable_linears_;
   ParameterHooks* hooks_ = nullptr;
+  TensorParallelComm* tp_ = nullptr;
+  // The split weights whose casts scale over rows, and their row amaxes packed in one
+  // tensor; stale until refreshed after the weights last changed.
+  std::vector<std::pair<LinearUnit*, int64_t>> split_weight_amax_offsets_;
+  Tensor split_weight_amaxes_;
+  bool split_weight_amaxes_stale_ = true;
   std::optional<Activations> train_acts_, eval_acts_;
   Tensor delayed_amaxes_;  // finish_step()'s packed amaxes, reused step to step
   // weight_row_amax_outputs()'s buffers, one per unit of mutable_linears_ that reads them.

@@ -37,7 +37,15 @@ struct LlamaConfig {
   DType activations = DType::kFloat32;
   ActivationCheckpointing checkpointing = ActivationCheckpointing::kNone;
 
+  // Tensor-parallel ranks sharing each block (model/tensor_parallel.h): each holds
+  // 1/tensor_parallel of the heads, key-value heads and feed-forward columns.
+  int64_t tensor_parallel = 1;
+
   int64_t head_dim() const { return dim / n_heads; }
+  // This rank's share under tensor parallelism (the whole model's without it).
+  int64_t local_heads() const { return n_heads / tensor_parallel; }
+  int64_t local_kv_heads() const { return n_kv_heads / tensor_parallel; }
+  int64_t local_ffn_dim() const { return ffn_dim / tensor_parallel; }
   // Rows of the embedding table and the output projection (jobspec::padded_vocabulary).
   int64_t padded_vocab() const { return jobspec::padded_vocabulary(vocab_size); }
   // "dim 64, 2 layers, 4 heads (4 kv), ffn 176, vocab 256" (", bf16 activations", ", full

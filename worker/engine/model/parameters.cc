@@ -109,7 +109,33 @@ void fill_normal(std::vector<float>& out, double stddev, std::mt19937_64& rng) {
 
 }  // namespace
 
+namespace {
+
+// The part of a whole matrix's row-major `values` that `split` names, [rows, cols] being
+// the part's shape.
+std::vector<float> part_of(const std::vector<float>& values, const ParameterSplit& split, int64_t rows, int64_t cols) {
+  std::vector<float> part(static_cast<size_t>(rows * cols));
+  const int64_t whole_cols = split.axis == 1 ? cols * split.parts : cols;
+  const int64_t first_row = split.axis == 0 ? rows * split.index : 0;
+  const int64_t first_col = split.axis == 1 ? cols * split.index : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto from = values.begin() + (first_row + r) * whole_cols + first_col;
+    std::copy_n(from, cols, part.begin() + r * cols);
+  }
+  return part;
+}
+
+}  // namespace
+
 std::vector<float> initial_values(const Parameter& p, uint64_t seed, int64_t n_layers) {
+  if (p.split.split()) {
+    // Drawn whole, as one process draws it, then cut.
+    Parameter whole = p;
+    whole.split = {};
+    whole.shape.at(static_cast<size_t>(p.split.axis)) *= p.split.parts;
+    const int64_t rows = p.shape.at(0), cols = p.shape.size() > 1 ? p.shape.at(1) : 1;
+    return part_of(initial_values(whole, seed, n_layers), p.split, rows, cols);
+  }
   constexpr double kStd = 0.02;
   int64_t numel = 1;
   for (int64_t d : p.shape) numel *= d;

@@ -26,6 +26,16 @@ enum class ParameterInit : uint8_t {
   kOnes,            // norm gains
 };
 
+// Which part of the whole parameter a rank holds under tensor parallelism
+// (model/tensor_parallel.h): part `index` of `parts` equal slices along `axis`
+// (0: rows, 1: columns); axis -1 is the whole parameter.
+struct ParameterSplit {
+  int axis = -1;
+  int index = 0;
+  int parts = 1;
+  bool split() const { return axis >= 0 && parts > 1; }
+};
+
 struct Parameter {
   std::string name;
   Tensor value;  // fp32 master weights; empty while not allocated (ParameterStorage::kDeferred)
@@ -34,7 +44,8 @@ struct Parameter {
   // AdamW's decoupled weight decay applies to matrices, not to norm gains (which decay
   // would pull towards zero rather than towards their neutral value of one).
   bool weight_decay = true;
-  TensorShape shape;  // the whole parameter's, allocated or not
+  TensorShape shape;  // the whole parameter's, allocated or not (this rank's part of it under a split)
+  ParameterSplit split;
   // Trailing rows that only pad a matrix (LlamaConfig::padded_vocab): initialised to zero,
   // and nothing gives them a gradient, so they stay zero.
   int64_t padding_rows = 0;
@@ -88,7 +99,9 @@ class ParameterSet {
 // Every parameter must be allocated.
 absl::Status init_parameters(ParameterSet& params, uint64_t seed, int64_t n_layers);
 
-// The values init_parameters gives `p` (by its name, shape and init), on the host.
+// The values init_parameters gives `p` (by its name, shape and init), on the host. A split
+// parameter gets its part of the whole one's values, so that tensor-parallel ranks start
+// from the model one process starts from.
 std::vector<float> initial_values(const Parameter& p, uint64_t seed, int64_t n_layers);
 
 // Threads for drawing initial values: as many as the CPU kernels are given (a rank's share

@@ -13,7 +13,7 @@ RopeShape rope_shape(const Activations& a, int64_t heads, int64_t head_dim) {
 }
 
 AttentionShape attention_shape(const Activations& a, const LlamaConfig& c) {
-  return AttentionShape{a.rows, a.seq, c.n_heads, c.n_kv_heads, c.head_dim()};
+  return AttentionShape{a.rows, a.seq, c.local_heads(), c.local_kv_heads(), c.head_dim()};
 }
 
 // fp32 tensors (parameters, inv_rms, lse) and activations (of the config's type).
@@ -29,6 +29,31 @@ float* row_amax_for(Activations& a, std::initializer_list<const LinearUnit*> rea
   return nullptr;
 }
 
+// Under tensor parallelism a row-parallel layer's input, and a column-parallel layer's
+// output gradient, is split along its rows: `buffer` receives the rows' amaxes whenever some
+// cast of the tensor scales over rows (the ranks then reduce them), else as `unit` reads
+// them (grad_output_row_amax_in).
+float* split_row_amax(const TensorParallelComm* tp, const LinearUnit& unit, TensorKind t, const Tensor& buffer) {
+  if (tp != nullptr && unit.layer->info().needs.scaled_over_rows_of(t)) return f(buffer);
+  const bool reads = t == TensorKind::kInput ? unit.reads_input_row_amax() : unit.reads_grad_output_row_amax();
+  return reads ? f(buffer) : nullptr;
+}
+
+// Each row's amax over every rank's part of it.
+absl::Status reduce_row_amax(TensorParallelComm* tp, float* row_amax, int64_t rows) {
+  if (tp == nullptr || row_amax == nullptr) return absl::OkStatus();
+  return tp->max(row_amax, rows);
+}
+
+// A row-parallel layer's output is each rank's partial sum (one rank adds the residual in
+// its GEMM): their sum is the layer's output.
+const Tensor* residual_on_one_rank(const TensorParallelComm* tp, const Tensor& residual) {
+  return tp == nullptr || tp->rank() == 0 ? &residual : nullptr;
+}
+absl::Status sum_across_ranks(TensorParallelComm* tp, const Tensor& t) {
+  return tp == nullptr ? absl::OkStatus() : tp->sum(f(t), t.numel());
+}
+
 }  // namespace
 
 absl::Status TransformerBlock::forward(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& s,
@@ -42,23 +67,28 @@ absl::Status TransformerBlock::forward(ModelOps& ops, const LlamaConfig& c, Acti
   FP8_RETURN_IF_ERROR(wq.forward(s.attn_in, m, s.q, training, row_amax));
   FP8_RETURN_IF_ERROR(wk.forward(s.attn_in, m, s.k, training, row_amax));
   FP8_RETURN_IF_ERROR(wv.forward(s.attn_in, m, s.v, training, row_amax));
-  FP8_RETURN_IF_ERROR(ops.rope_forward(rope_shape(a, c.n_heads, hd), c.rope_theta, act(s.q), act(s.q), t));
-  FP8_RETURN_IF_ERROR(ops.rope_forward(rope_shape(a, c.n_kv_heads, hd), c.rope_theta, act(s.k), act(s.k), t));
-  row_amax = row_amax_for(a, {&wo});
+  FP8_RETURN_IF_ERROR(ops.rope_forward(rope_shape(a, c.local_heads(), hd), c.rope_theta, act(s.q), act(s.q), t));
+  FP8_RETURN_IF_ERROR(
+      ops.rope_forward(rope_shape(a, c.local_kv_heads(), hd), c.rope_theta, act(s.k), act(s.k), t));
+  row_amax = split_row_amax(tp, wo, TensorKind::kInput, a.cast_row_amax);
   FP8_RETURN_IF_ERROR(ops.attention_forward(attention_shape(a, c), act(s.q), act(s.k), act(s.v), act(s.attn_out),
                                             f(s.attn_lse), t, row_amax));
+  FP8_RETURN_IF_ERROR(reduce_row_amax(tp, row_amax, m));
   // The residual adds ride on the output GEMMs (their epilogue's addend): no pass of their own.
-  FP8_RETURN_IF_ERROR(wo.forward(s.attn_out, m, s.mid, training, row_amax, &in));
+  FP8_RETURN_IF_ERROR(wo.forward(s.attn_out, m, s.mid, training, row_amax, residual_on_one_rank(tp, in)));
+  FP8_RETURN_IF_ERROR(sum_across_ranks(tp, s.mid));
   // Feed-forward.
   row_amax = row_amax_for(a, {&w1, &w3});
   FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act(s.mid), f(ffn_norm->value), m, c.dim, c.norm_eps, act(s.ffn_in),
                                           f(s.ffn_inv_rms), t, row_amax));
   FP8_RETURN_IF_ERROR(w1.forward(s.ffn_in, m, s.gate, training, row_amax));
   FP8_RETURN_IF_ERROR(w3.forward(s.ffn_in, m, s.up, training, row_amax));
-  row_amax = row_amax_for(a, {&w2});
-  FP8_RETURN_IF_ERROR(
-      ops.swiglu_forward(act(s.gate), act(s.up), m * c.ffn_dim, act(s.swiglu_out), t, {row_amax, c.ffn_dim}));
-  return w2.forward(s.swiglu_out, m, out, training, row_amax, &s.mid);
+  row_amax = split_row_amax(tp, w2, TensorKind::kInput, a.cast_row_amax);
+  const int64_t ffn = c.local_ffn_dim();
+  FP8_RETURN_IF_ERROR(ops.swiglu_forward(act(s.gate), act(s.up), m * ffn, act(s.swiglu_out), t, {row_amax, ffn}));
+  FP8_RETURN_IF_ERROR(reduce_row_amax(tp, row_amax, m));
+  FP8_RETURN_IF_ERROR(w2.forward(s.swiglu_out, m, out, training, row_amax, residual_on_one_rank(tp, s.mid)));
+  return sum_across_ranks(tp, out);
 }
 
 absl::Status TransformerBlock::recompute(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& s,
@@ -81,7 +111,7 @@ absl::Status TransformerBlock::recompute(ModelOps& ops, const LlamaConfig& c, Ac
                                           f(s.attn_inv_rms), t, nullptr));
   FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act(s.mid), f(ffn_norm->value), m, c.dim, c.norm_eps, act(s.ffn_in),
                                           f(s.ffn_inv_rms), t, nullptr));
-  return ops.swiglu_forward(act(s.gate), act(s.up), m * c.ffn_dim, act(s.swiglu_out), t);
+  return ops.swiglu_forward(act(s.gate), act(s.up), m * c.local_ffn_dim(), act(s.swiglu_out), t);
 }
 
 absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Activations& a,
@@ -97,12 +127,18 @@ absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Act
   // out = mid + ffn(mid): grad_hidden becomes ∂L/∂mid by adding the branch's share.
   FP8_RETURN_IF_ERROR(
       w2.backward(a.grad_hidden, &a.grad_ffn, kWrite, w2.grad_output_row_amax_in(a.grad_hidden_row_amax)));
-  float* gate_row_amax = w1.grad_output_row_amax_in(a.grad_gate_row_amax);
-  float* up_row_amax = w3.grad_output_row_amax_in(a.grad_up_row_amax);
-  FP8_RETURN_IF_ERROR(ops.swiglu_backward(act(s.gate), act(s.up), act(a.grad_ffn), m * c.ffn_dim, act(a.grad_gate),
-                                          act(a.grad_up), t, {gate_row_amax, c.ffn_dim}, {up_row_amax, c.ffn_dim}));
+  // Under tensor parallelism the column-parallel layers' input gradients are each rank's
+  // share of the sum; the ranks add them up before the norm's backward reads them.
+  float* gate_row_amax = split_row_amax(tp, w1, TensorKind::kGradOutput, a.grad_gate_row_amax);
+  float* up_row_amax = split_row_amax(tp, w3, TensorKind::kGradOutput, a.grad_up_row_amax);
+  const int64_t ffn = c.local_ffn_dim();
+  FP8_RETURN_IF_ERROR(ops.swiglu_backward(act(s.gate), act(s.up), act(a.grad_ffn), m * ffn, act(a.grad_gate),
+                                          act(a.grad_up), t, {gate_row_amax, ffn}, {up_row_amax, ffn}));
+  FP8_RETURN_IF_ERROR(reduce_row_amax(tp, gate_row_amax, m));
+  FP8_RETURN_IF_ERROR(reduce_row_amax(tp, up_row_amax, m));
   FP8_RETURN_IF_ERROR(w1.backward(a.grad_gate, &a.grad_norm_in, kWrite, gate_row_amax));
   FP8_RETURN_IF_ERROR(w3.backward(a.grad_up, &a.grad_norm_in, kAdd, up_row_amax));
+  FP8_RETURN_IF_ERROR(sum_across_ranks(tp, a.grad_norm_in));
   float* wo_row_amax = wo.grad_output_row_amax_in(a.grad_hidden_row_amax);
   FP8_RETURN_IF_ERROR(ffn_norm->claim_grad_for_adding());
   FP8_RETURN_IF_ERROR(ops.rmsnorm_backward(act(s.mid), f(ffn_norm->value), f(s.ffn_inv_rms), act(a.grad_norm_in), m,
@@ -114,15 +150,26 @@ absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Act
                                              f(s.attn_lse), act(a.grad_attn), act(a.grad_q), act(a.grad_k),
                                              act(a.grad_v), t));
   // RoPE's backward makes grad_q and grad_k, each just before the linear that casts it.
-  float* q_row_amax = wq.grad_output_row_amax_in(a.grad_qk_row_amax);
-  FP8_RETURN_IF_ERROR(ops.rope_backward(rope_shape(a, c.n_heads, hd), c.rope_theta, act(a.grad_q), act(a.grad_q), t,
-                                        q_row_amax));
+  float* q_row_amax = split_row_amax(tp, wq, TensorKind::kGradOutput, a.grad_qk_row_amax);
+  FP8_RETURN_IF_ERROR(ops.rope_backward(rope_shape(a, c.local_heads(), hd), c.rope_theta, act(a.grad_q),
+                                        act(a.grad_q), t, q_row_amax));
+  FP8_RETURN_IF_ERROR(reduce_row_amax(tp, q_row_amax, m));
   FP8_RETURN_IF_ERROR(wq.backward(a.grad_q, &a.grad_norm_in, kWrite, q_row_amax));
-  float* k_row_amax = wk.grad_output_row_amax_in(a.grad_qk_row_amax);
-  FP8_RETURN_IF_ERROR(ops.rope_backward(rope_shape(a, c.n_kv_heads, hd), c.rope_theta, act(a.grad_k), act(a.grad_k),
-                                        t, k_row_amax));
+  float* k_row_amax = split_row_amax(tp, wk, TensorKind::kGradOutput, a.grad_qk_row_amax);
+  FP8_RETURN_IF_ERROR(ops.rope_backward(rope_shape(a, c.local_kv_heads(), hd), c.rope_theta, act(a.grad_k),
+                                        act(a.grad_k), t, k_row_amax));
+  FP8_RETURN_IF_ERROR(reduce_row_amax(tp, k_row_amax, m));
   FP8_RETURN_IF_ERROR(wk.backward(a.grad_k, &a.grad_norm_in, kAdd, k_row_amax));
-  FP8_RETURN_IF_ERROR(wv.backward(a.grad_v, &a.grad_norm_in, kAdd));
+  // No op makes grad_v's row amaxes: under tensor parallelism a pass of their own.
+  float* v_row_amax = nullptr;
+  if (tp != nullptr && wv.layer->info().needs.scaled_over_rows_of(TensorKind::kGradOutput)) {
+    v_row_amax = f(a.grad_qk_row_amax);
+    const MatrixRef grad_v{a.grad_v.raw(), t, m, c.local_kv_heads() * hd};
+    FP8_RETURN_IF_ERROR(backend->amax(grad_v, Granularity::kRowwise, v_row_amax));
+    FP8_RETURN_IF_ERROR(reduce_row_amax(tp, v_row_amax, m));
+  }
+  FP8_RETURN_IF_ERROR(wv.backward(a.grad_v, &a.grad_norm_in, kAdd, v_row_amax));
+  FP8_RETURN_IF_ERROR(sum_across_ranks(tp, a.grad_norm_in));
   FP8_RETURN_IF_ERROR(attention_norm->claim_grad_for_adding());
   return ops.rmsnorm_backward(act(in), f(attention_norm->value), f(s.attn_inv_rms), act(a.grad_norm_in), m, c.dim,
                               act(a.grad_hidden), f(attention_norm->grad), t, kAdd, grad_in_row_amax);

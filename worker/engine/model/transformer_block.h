@@ -8,6 +8,7 @@
 #include "worker/engine/model/activations.h"
 #include "worker/engine/model/linear_unit.h"
 #include "worker/engine/model/llama_config.h"
+#include "worker/engine/model/tensor_parallel.h"
 
 namespace fp8::engine {
 
@@ -16,6 +17,10 @@ struct TransformerBlock {
   Parameter* ffn_norm = nullptr;
   LinearUnit wq, wk, wv, wo;  // attention.*
   LinearUnit w1, w2, w3;      // feed_forward.*
+  // Under tensor parallelism (not owned; null without): the ranks this block is split
+  // across, and the backend for the row amaxes no op writes (tensor_parallel.h).
+  TensorParallelComm* tp = nullptr;
+  Backend* backend = nullptr;
 
   // out = block(in), saving what backward() needs in `saved`.
   absl::Status forward(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& saved, const Tensor& in,

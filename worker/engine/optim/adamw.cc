@@ -57,17 +57,20 @@ absl::Status AdamW::update(float lr, float grad_scale, const float* grad_scale_i
 }
 
 namespace {
-std::vector<FloatSpan> grad_spans(const ParameterSet& params) {
+std::vector<FloatSpan> grad_spans(const ParameterSet& params, bool split_only) {
   std::vector<FloatSpan> grads;
   grads.reserve(params.all().size());
-  for (const Parameter& p : params.all()) grads.push_back({p.grad.data<float>(), p.grad.numel()});
+  for (const Parameter& p : params.all()) {
+    if (!split_only || p.split.split()) grads.push_back({p.grad.data<float>(), p.grad.numel()});
+  }
   return grads;
 }
 }  // namespace
 
 absl::Status queue_grad_norm(ModelOps& ops, const ParameterSet& params, double max_norm, double* sum_of_squares,
-                             float* clip_scale) {
-  return ops.queue_grad_norm(grad_spans(params), max_norm > 0 ? max_norm : 0.0, sum_of_squares, clip_scale);
+                             float* clip_scale, bool split_only) {
+  return ops.queue_grad_norm(grad_spans(params, split_only), max_norm > 0 ? max_norm : 0.0, sum_of_squares,
+                             clip_scale);
 }
 
 }  // namespace fp8::engine

@@ -60,7 +60,9 @@ class AdamW {
 // exceeds max_norm > 0, else 1 (max_norm <= 0 only measures), NaN for a non-finite norm
 // (the update is skipped). The host waits for neither. FSDP passes max_norm 0 for its
 // shards' sum, sums the ranks' sums and derives the factor with ModelOps::queue_clip_scale.
+// `split_only`: only the parameters split across tensor-parallel ranks (Parameter::split),
+// for the ranks that must not count the whole parameters a second time.
 absl::Status queue_grad_norm(ModelOps& ops, const ParameterSet& params, double max_norm, double* sum_of_squares,
-                             float* clip_scale);
+                             float* clip_scale, bool split_only = false);
 
 }  // namespace fp8::engine

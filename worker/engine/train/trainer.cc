@@ -74,12 +74,25 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
   t->spec_ = spec;
   const v1::DataSpec& d = spec.data();
   const v1::TrainSpec& tr = spec.train();
+  const int group_size = group != nullptr ? group->size() : 1;
+  if (group_size != spec.resources().world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("resources.world_size is ", spec.resources().world_size(),
+                                                   " but this rank's process group has ", group_size, " ranks"));
+  }
+  // Tensor-parallel ranks split the model and read the same data; for now they are the whole
+  // group (the job validator refuses data parallelism beside them).
+  const int tensor = std::max(1, spec.parallel().tensor());
+  if (tensor > 1) {
+    if (group_size != tensor) {
+      return absl::InvalidArgumentError(absl::StrCat("parallel.tensor ", tensor, " with resources.world_size ",
+                                                     group_size, ": data parallelism alongside tensor parallelism "
+                                                     "is not supported yet"));
+    }
+    t->tensor_parallel_ = std::make_unique<TensorParallelGroup>(*group);
+    group = nullptr;  // no FSDP
+  }
   const int rank = group != nullptr ? group->rank() : 0;
   const int world = group != nullptr ? group->size() : 1;
-  if (world != spec.resources().world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("resources.world_size is ", spec.resources().world_size(),
-                                                   " but this rank's process group has ", world, " ranks"));
-  }
 
   FP8_ASSIGN_OR_RETURN(const std::unique_ptr<data::Tokenizer> tokenizer, make_tokenizer(spec));
   const data::CorpusOptions corpus_options{d.seq_len(), d.val_fraction(), d.val_path(), tokenizer.get()};
@@ -99,7 +112,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
   // Under FSDP no rank holds the whole model, not even at start: each draws its own rows.
   FP8_ASSIGN_OR_RETURN(t->model_, LlamaModel::create(device, config, spec.fp8(), tr.seed(),
                                                      group != nullptr ? ParameterStorage::kDeferred
-                                                                      : ParameterStorage::kAllocated));
+                                                                      : ParameterStorage::kAllocated,
+                                                     t->tensor_parallel_.get()));
   t->trained_ = &t->model_->parameters();
   if (group != nullptr) {
     fsdp::FsdpOptions options;
@@ -116,7 +130,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
     FP8_RETURN_IF_ERROR(init_from_hf(spec.model(), init, *t->trained_));
     if (t->fsdp_) t->fsdp_->shards_changed();
   }
-  t->collective_timeout_.emplace(group, tr.collective_timeout_seconds());
+  t->collective_timeout_.emplace(group != nullptr ? group : t->tensor_parallel_ ? &t->tensor_parallel_->group() : nullptr,
+                                 tr.collective_timeout_seconds());
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, device.model_ops());
   AdamWHyperparams hyper;
   hyper.beta1 = static_cast<float>(tr.beta1());
@@ -270,6 +285,8 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   const int64_t step = optimizer_->steps_taken() + 1;
   const int64_t micro_batches = spec_.train().grad_accum();
   const fsdp::CommCounters comm_before = fsdp_ ? fsdp_->counters() : fsdp::CommCounters{};
+  const TensorParallelGroup::Counters tp_before =
+      tensor_parallel_ ? tensor_parallel_->counters() : TensorParallelGroup::Counters{};
   Backend& backend = model_->device().backend();
   backend.reset_peak_memory();
   // Gradients restart from zero each step, lazily: each one's first producer overwrites it.
@@ -300,10 +317,20 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   // non-finite norm skips the update there; the host reports it when it reads the step's
   // values (settle_step_stats).
   const double max_norm = spec_.train().grad_clip();
-  if (!fsdp_) {
+  if (!fsdp_ && !tensor_parallel_) {
     FP8_RETURN_IF_ERROR(model_->finish_step());
     FP8_RETURN_IF_ERROR(queue_grad_norm(*ops, *trained_, max_norm, slot.sum_of_squares, slot.clip_scale));
     *stop_everywhere = stop_here;
+  } else if (tensor_parallel_) {
+    FP8_RETURN_IF_ERROR(model_->finish_step());
+    // Each rank's parts of the split parameters; the whole ones (alike on every rank) once.
+    const bool split_only = tensor_parallel_->rank() != 0;
+    FP8_RETURN_IF_ERROR(queue_grad_norm(*ops, *trained_, 0.0, slot.sum_of_squares, slot.clip_scale, split_only));
+    FP8_RETURN_IF_ERROR(tensor_parallel_->sum(slot.sum_of_squares, 1));
+    FP8_RETURN_IF_ERROR(ops->queue_clip_scale(slot.sum_of_squares, max_norm, slot.clip_scale));
+    const float vote = stop_here ? 1.0f : 0.0f;
+    FP8_RETURN_IF_ERROR(backend.queue_copy_from_host(slot.stop_vote, &vote, sizeof vote));
+    FP8_RETURN_IF_ERROR(tensor_parallel_->max(slot.stop_vote, 1));
   } else {
     FP8_RETURN_IF_ERROR(fsdp_->finish_step());
     // This rank's shards' sum of squares, then the ranks' total and its factor.
@@ -314,7 +341,7 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
     FP8_RETURN_IF_ERROR(ops->queue_clip_scale(slot.sum_of_squares, max_norm, slot.clip_scale));
   }
   FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr), slot.clip_scale));
-  if (fsdp_) {
+  if (fsdp_ || tensor_parallel_) {
     // The ranks stop together: each reads the summed votes of the step before, which the
     // device finishes ahead of this one, queued behind it, so the read never leaves the
     // device idle. A stop that reached any rank in step s stops every rank after s + 1.
@@ -322,7 +349,7 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
     if (pending_votes_) {
       float votes = 0;
       FP8_RETURN_IF_ERROR(pending_votes_->wait(&votes));
-      FP8_RETURN_IF_ERROR(fsdp_->health());  // what a failed collective left is no vote
+      if (fsdp_) FP8_RETURN_IF_ERROR(fsdp_->health());  // what a failed collective left is no vote
       stop = votes > 0;
     }
     FP8_ASSIGN_OR_RETURN(pending_votes_, backend.queue_read(slot.stop_vote, sizeof(float)));
@@ -345,6 +372,15 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
     c.weight_scale_all_reduces = static_cast<double>(d.weight_scale_all_reduces);
     c.comm_ms = 1e3 * d.comm_seconds;
     c.exposed_ms = 1e3 * d.exposed_seconds;
+    r.comm = c;
+  }
+  if (tensor_parallel_) {
+    // Every tensor-parallel collective runs on the compute thread: all of it is exposed.
+    const TensorParallelGroup::Counters& now = tensor_parallel_->counters();
+    StepComm c;
+    c.all_reduces = static_cast<double>(now.all_reduces - tp_before.all_reduces);
+    c.all_reduce_bytes = static_cast<double>(now.bytes - tp_before.bytes);
+    c.comm_ms = c.exposed_ms = 1e3 * (now.seconds - tp_before.seconds);
     r.comm = c;
   }
   r.step = step;
@@ -411,6 +447,9 @@ absl::StatusOr<double> Trainer::validation_loss() {
 absl::StatusOr<std::filesystem::path> Trainer::save_checkpoint() {
   const std::string& dir = spec_.checkpoint().dir();
   if (dir.empty()) return absl::FailedPreconditionError("the job has no checkpoint.dir");
+  if (tensor_parallel_) {
+    return absl::FailedPreconditionError("checkpoints of tensor-parallel jobs (parallel.tensor > 1) are not supported yet");
+  }
   // Never a checkpoint of a run that diverged since its last read.
   FP8_RETURN_IF_ERROR(settle_step_stats());
   if (fsdp_) {

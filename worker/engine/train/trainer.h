@@ -18,6 +18,10 @@
 // Deterministic: the same spec and thread count give the same bits, and a run stopped
 // after a checkpoint and resumed gives the bits of a run that never stopped.
 //
+// Tensor parallelism (parallel.tensor > 1): the group's ranks split the model instead
+// (model/tensor_parallel.h), read the same batches, and sum the split parameters' squared
+// gradients and their stop votes across the group; checkpoints are not supported yet.
+//
 // Distributed: given a process group, the trainer is one rank of an FSDP job
 // (fsdp/fsdp_model.h). Each rank reads its share of every global batch (batcher.h), the
 // loss is scaled by 1 / (grad_accum x world_size) so that reduce-scattered gradients are
@@ -46,6 +50,7 @@
 #include "worker/engine/optim/adamw.h"
 #include "worker/engine/train/collective_timeout.h"
 #include "worker/engine/train/step_stats.h"
+#include "worker/engine/train/tensor_parallel_group.h"
 #include "worker/engine/train/train_observer.h"
 #include "worker/engine/train/train_state_io.h"
 
@@ -105,8 +110,12 @@ class Trainer {
   ParameterSet& trained_parameters() { return *trained_; }
   // Null for a single process.
   fsdp::FsdpModel* fsdp() { return fsdp_.get(); }
+  // This rank among the data-parallel ranks (FSDP's), and their number: tensor-parallel
+  // ranks read the same data and count as one.
   int rank() const { return fsdp_ ? fsdp_->rank() : 0; }
   int world_size() const { return fsdp_ ? fsdp_->world_size() : 1; }
+  // The tensor-parallel ranks' number (1 without tensor parallelism).
+  int tensor_parallel() const { return tensor_parallel_ ? tensor_parallel_->size() : 1; }
   const v1::JobSpec& spec() const { return spec_; }
   // "tensorwise: 14 of 15 linears in fp8 (high precision: output, excluded by ...)".
   std::string fp8_summary() const;
@@ -148,6 +157,9 @@ class Trainer {
   std::optional<data::Batcher> batcher_;
   std::optional<data::ValidationSet> validation_;
   std::optional<LrSchedule> schedule_;
+  // Under tensor parallelism (parallel.tensor > 1): the group the model is split across.
+  // Before model_, which holds a pointer to it.
+  std::unique_ptr<TensorParallelGroup> tensor_parallel_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<fsdp::FsdpModel> fsdp_;  // after model_: unhooks from it first
   ParameterSet* trained_ = nullptr;

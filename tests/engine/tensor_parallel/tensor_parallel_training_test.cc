@@ -1,0 +1,220 @@
+// Tensor-parallel training (parallel.tensor) against one process, on real ranks (forked
+// processes, Gloo over loopback), per fp8 recipe.
+//
+// Every tensor-parallel rank trains the whole batch, so the ranks and the one process
+// compute the same function on the same data; what differs is the order of fp32 additions:
+// a row-parallel layer's output (and a column-parallel layer's input gradient) is the sum of
+// the ranks' partial GEMMs instead of one GEMM's accumulation. The fp8 scales are the one
+// process's (amaxes reduced across the ranks), so fp8 adds only the rounding flips those
+// last bits cause. Hence losses within a tolerance, and the ranks equal to each other bit
+// for bit (every collective gives every rank the same bits).
+#include <csignal>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/engine/fsdp/rank_harness.h"
+#include "tests/engine/train/train_test_util.h"
+#include "common/jobspec/loader.h"
+#include "worker/engine/train/trainer.h"
+
+namespace fp8::engine::testing {
+namespace {
+
+constexpr int kSteps = 10;
+// Relative loss difference allowed per step against one process (see above).
+constexpr double kFp8StepTolerance = 5e-4;
+constexpr double kHighPrecisionStepTolerance = 1e-5;
+
+class TensorParallelTrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    corpus_ = dir_.path() / "corpus.txt";
+    write_synthetic_corpus(corpus_, 200000);
+  }
+  // A model whose heads and feed-forward columns split in 2 or 4 with fp8-sized shares.
+  v1::JobSpec job(const std::vector<std::string>& extra, int tensor) {
+    const std::string yaml = absl::StrCat(R"(name: tensor-parallel-test
+model: {dim: 64, n_layers: 2, n_heads: 4, ffn_dim: 128, max_seq_len: 32}
+data: {path: )", corpus_.string(), R"(, seq_len: 32}
+train: {steps: )", kSteps, R"(, batch_size: 4, lr: 3e-3, warmup_steps: 4, log_every: 1, eval_every: 0}
+parallel: {tensor: )", tensor, R"(}
+resources: {world_size: )", tensor, R"(}
+)");
+    absl::StatusOr<v1::JobSpec> spec = jobspec::load_job_spec_string(yaml, "tensor-parallel-test.yaml", extra);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return spec.ok() ? *spec : v1::JobSpec();
+  }
+  std::vector<RankOutcome> single(const v1::JobSpec& spec) {
+    v1::JobSpec one = spec;
+    one.mutable_parallel()->set_tensor(1);
+    one.mutable_resources()->set_world_size(1);
+    RunOptions o;
+    o.world_size = 0;
+    return run_ranks(one, o, dir_.path());
+  }
+  std::vector<RankOutcome> ranks(const v1::JobSpec& spec, RunOptions o = {}) {
+    o.world_size = spec.parallel().tensor();
+    return run_ranks(spec, o, dir_.path());
+  }
+
+  TempDir dir_{"tensor-parallel"};
+  std::filesystem::path corpus_;
+};
+
+void expect_close(const RankOutcome& single, const RankOutcome& split, double tolerance) {
+  ASSERT_EQ(single.steps.size(), split.steps.size());
+  for (size_t i = 0; i < single.steps.size(); ++i) {
+    const double rel = std::abs(single.steps[i].loss - split.steps[i].loss) / single.steps[i].loss;
+    EXPECT_LE(rel, tolerance) << "step " << single.steps[i].step << ": one process " << single.steps[i].loss
+                              << ", tensor parallel " << split.steps[i].loss;
+    const double norm_rel =
+        std::abs(single.steps[i].grad_norm - split.steps[i].grad_norm) / single.steps[i].grad_norm;
+    EXPECT_LE(norm_rel, 10 * tolerance) << "grad norm at step " << single.steps[i].step;
+  }
+}
+
+void expect_bit_equal(const RankOutcome& a, const RankOutcome& b) {
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << "step " << a.steps[i].step;
+    EXPECT_EQ(a.steps[i].grad_norm, b.steps[i].grad_norm) << "step " << a.steps[i].step;
+  }
+}
+
+struct MeshCase {
+  const char* recipe;
+  int tensor;
+  std::vector<std::string> extra;
+};
+
+class Recipes : public TensorParallelTrainingTest, public ::testing::WithParamInterface<MeshCase> {};
+
+TEST_P(Recipes, MatchOneProcessOnTheSameBatches) {
+  const MeshCase& c = GetParam();
+  std::vector<std::string> extra = c.extra;
+  extra.push_back(absl::StrCat("fp8.recipe=", c.recipe));
+  const v1::JobSpec spec = job(extra, c.tensor);
+  const auto one = single(spec);
+  const auto split = ranks(spec);
+  ASSERT_TRUE(all_ok(one));
+  ASSERT_TRUE(all_ok(split));
+  ASSERT_EQ(split.size(), static_cast<size_t>(c.tensor));
+  ASSERT_EQ(split[0].steps.size(), static_cast<size_t>(spec.train().steps()));
+  expect_close(one[0], split[0], std::string(c.recipe) == "none" ? kHighPrecisionStepTolerance : kFp8StepTolerance);
+  for (int k = 1; k < c.tensor; ++k) expect_bit_equal(split[0], split[static_cast<size_t>(k)]);
+  // The loss falls: the ranks really train.
+  EXPECT_LT(split[0].steps.back().loss, split[0].steps.front().loss - 0.3);
+  // Each step sums partial outputs and gradients across the ranks: all-reduces, counted.
+  EXPECT_GT(split[0].steps.back().all_reduces, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Mesh, Recipes,
+    ::testing::Values(MeshCase{"none", 2, {}}, MeshCase{"tensorwise", 2, {}}, MeshCase{"delayed", 2, {}},
+                      MeshCase{"tensorwise", 4, {}}, MeshCase{"tensorwise", 2, {"train.grad_accum=2"}},
+                      // Grouped-query attention: each rank keeps its heads' key-value heads.
+                      MeshCase{"tensorwise", 2, {"model.n_kv_heads=2"}},
+                      // Full activation checkpointing runs each block's forward, collectives
+                      // included, once more before its backward.
+                      MeshCase{"tensorwise", 2, {"train.activation_checkpointing=full"}},
+                      // 128-element blocks: each rank's heads and columns whole blocks.
+                      // The wider model's fp8 rounding flips grow faster: 5 steps.
+                      MeshCase{"blockwise", 2, {"model.dim=256", "model.n_heads=2", "model.ffn_dim=512", "train.steps=5"}},
+                      MeshCase{"none", 2, {"model.dim=256", "model.n_heads=2", "model.ffn_dim=512"}}),
+    [](const auto& info) {
+      const MeshCase& c = info.param;
+      std::string name = absl::StrCat(c.recipe, "_", c.tensor, "_ranks");
+      for (const std::string& e : c.extra) {
+        if (e.rfind("train.grad_accum", 0) == 0) name += "_grad_accum";
+        if (e.rfind("model.n_kv_heads", 0) == 0) name += "_gqa";
+        if (e.rfind("train.activation_checkpointing", 0) == 0) name += "_full_checkpointing";
+        if (e == "model.dim=256") name += "_dim_256";
+      }
+      return name;
+    });
+
+// The first block's attention casts at step 1 see the one process's tensors bit for bit
+// (its weights as initialised; the embedding, norm and per-head attention have no sum to
+// reorder), so each rank's scales equal the one process's exactly: a rank's part of a split
+// tensor, the row-parallel wo's input and every column-parallel weight, is scaled with the
+// whole tensor's amax.
+TEST_P(Recipes, ScaleSplitTensorsWithTheWholeTensorsAmax) {
+  const MeshCase& c = GetParam();
+  if (std::string(c.recipe) == "none") GTEST_SKIP() << "no fp8 casts";
+  // A block's scale covers 128 elements that lie on one rank; a rank reports the largest
+  // over its own blocks.
+  if (std::string(c.recipe) == "blockwise") GTEST_SKIP() << "block scales are each rank's own";
+  std::vector<std::string> extra = c.extra;
+  extra.push_back(absl::StrCat("fp8.recipe=", c.recipe));
+  extra.push_back("train.steps=1");
+  extra.push_back("train.warmup_steps=0");
+  const v1::JobSpec spec = job(extra, c.tensor);
+  const auto one = single(spec);
+  const auto split = ranks(spec);
+  ASSERT_TRUE(all_ok(one));
+  ASSERT_TRUE(all_ok(split));
+  int compared = 0;
+  for (const CastRecord& want : one[0].casts) {
+    if (want.layer.rfind("layers.0.attention.", 0) != 0 || want.tensor == "grad_output") continue;
+    for (const RankOutcome& r : split) {
+      for (const CastRecord& got : r.casts) {
+        if (got.step != want.step || got.layer != want.layer || got.tensor != want.tensor) continue;
+        EXPECT_EQ(got.amax, want.amax) << got.layer << " " << got.tensor;
+        EXPECT_EQ(got.scale, want.scale) << got.layer << " " << got.tensor;
+        ++compared;
+      }
+    }
+  }
+  // wq, wk, wv, wo: input and weight, on every rank.
+  EXPECT_EQ(compared, 8 * c.tensor);
+}
+
+// A rank that dies takes the others down within the collective timeout, naming it.
+TEST_F(TensorParallelTrainingTest, AKilledRankFailsEveryOtherRankWithinTheTimeout) {
+  RunOptions o;
+  o.timeout_seconds = 10;
+  o.kill_rank = 1;
+  o.kill_at_step = 3;
+  o.deadline_seconds = 60;
+  const auto outcome = ranks(job({"fp8.recipe=tensorwise"}, 2), o);
+  ASSERT_EQ(outcome.size(), 2u);
+  EXPECT_EQ(outcome[1].signal, SIGKILL);
+  const RankOutcome& survivor = outcome[0];
+  EXPECT_TRUE(survivor.exited) << "rank 0 did not exit on its own";
+  EXPECT_EQ(survivor.exit_code, 1);
+  EXPECT_NE(survivor.error.find("rank 1"), std::string::npos) << survivor.error;
+  EXPECT_LT(survivor.seconds, o.timeout_seconds + 20);
+}
+
+// A stop that reaches one rank stops both after the same step, as under FSDP.
+TEST_F(TensorParallelTrainingTest, AStopOnOneRankStopsBothAfterTheSameStep) {
+  RunOptions o;
+  o.stop_rank = 1;
+  o.stop_at_step = 3;
+  const auto outcome = ranks(job({"fp8.recipe=tensorwise"}, 2), o);
+  ASSERT_TRUE(all_ok(outcome));
+  for (const RankOutcome& r : outcome) {
+    ASSERT_FALSE(r.steps.empty());
+    EXPECT_EQ(r.steps.back().step, 4);  // step 3's vote, read in step 4
+  }
+  expect_bit_equal(outcome[0], outcome[1]);
+}
+
+// The engine refuses what it cannot split, whatever the job loader let through.
+TEST_F(TensorParallelTrainingTest, TheTrainerRefusesAModelItCannotSplit) {
+  v1::JobSpec spec = job({"fp8.recipe=none"}, 2);
+  spec.mutable_model()->set_n_heads(3);
+  spec.mutable_model()->set_n_kv_heads(3);
+  spec.mutable_model()->set_dim(48);
+  const auto outcome = ranks(spec);
+  ASSERT_EQ(outcome.size(), 2u);
+  EXPECT_FALSE(outcome[0].ok);
+  EXPECT_NE(outcome[0].error.find("must each divide by 2 tensor-parallel ranks"), std::string::npos)
+      << outcome[0].error;
+}
+
+}  // namespace
+}  // namespace fp8::engine::testing

@@ -1,0 +1,54 @@
+// The model's TensorParallelComm (model/tensor_parallel.h) over a process group whose every
+// rank holds a part of the model. Counts what it moves, for the step's comm report: the
+// calls run on the compute thread, so all of their time is exposed.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "worker/engine/collectives/process_group.h"
+#include "worker/engine/model/tensor_parallel.h"
+
+namespace fp8::engine {
+
+class TensorParallelGroup final : public TensorParallelComm {
+ public:
+  struct Counters {
+    int64_t all_reduces = 0;
+    int64_t bytes = 0;
+    double seconds = 0;
+  };
+
+  explicit TensorParallelGroup(collectives::ProcessGroup& group) : group_(group) {}
+
+  collectives::ProcessGroup& group() { return group_; }
+  int rank() const override { return group_.rank(); }
+  int size() const override { return group_.size(); }
+  absl::Status sum(float* data, int64_t count) override {
+    return timed(count * 4, [&] { return group_.all_reduce(data, count, collectives::ReduceOp::kSum); });
+  }
+  absl::Status sum(double* data, int64_t count) override {
+    return timed(count * 8, [&] { return group_.all_reduce(data, count, collectives::ReduceOp::kSum); });
+  }
+  absl::Status max(float* data, int64_t count) override {
+    return timed(count * 4, [&] { return group_.all_reduce(data, count, collectives::ReduceOp::kMax); });
+  }
+
+  const Counters& counters() const { return counters_; }
+
+ private:
+  template <typename Call>
+  absl::Status timed(int64_t bytes, Call call) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status s = call();
+    counters_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++counters_.all_reduces;
+    counters_.bytes += bytes;
+    return s;
+  }
+
+  collectives::ProcessGroup& group_;
+  Counters counters_;
+};
+
+}  // namespace fp8::engine
