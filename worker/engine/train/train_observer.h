@@ -37,6 +37,12 @@ struct StepComm {
   double weight_scale_all_reduces = 0;
   double comm_ms = 0;     // collectives running on the communication thread
   double exposed_ms = 0;  // the compute thread waiting for them
+  // Tensor parallelism (parallel.tensor > 1): the all-reduces across the tensor-parallel
+  // ranks (partial outputs and input gradients, amaxes, the grad norm), all on the compute
+  // thread, so all exposed. The fields above are the data-parallel (FSDP) axis's.
+  double tensor_all_reduces = 0;
+  double tensor_all_reduce_bytes = 0;
+  double tensor_ms = 0;
 
   StepComm& operator+=(const StepComm& o) {
     all_gather_fp8_bytes += o.all_gather_fp8_bytes;
@@ -49,6 +55,9 @@ struct StepComm {
     weight_scale_all_reduces += o.weight_scale_all_reduces;
     comm_ms += o.comm_ms;
     exposed_ms += o.exposed_ms;
+    tensor_all_reduces += o.tensor_all_reduces;
+    tensor_all_reduce_bytes += o.tensor_all_reduce_bytes;
+    tensor_ms += o.tensor_ms;
     return *this;
   }
   StepComm& operator/=(double steps) {
@@ -62,6 +71,9 @@ struct StepComm {
     weight_scale_all_reduces /= steps;
     comm_ms /= steps;
     exposed_ms /= steps;
+    tensor_all_reduces /= steps;
+    tensor_all_reduce_bytes /= steps;
+    tensor_ms /= steps;
     return *this;
   }
 };

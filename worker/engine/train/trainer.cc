@@ -377,10 +377,10 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   if (tensor_parallel_) {
     // Every tensor-parallel collective runs on the compute thread: all of it is exposed.
     const TensorParallelGroup::Counters& now = tensor_parallel_->counters();
-    StepComm c;
-    c.all_reduces = static_cast<double>(now.all_reduces - tp_before.all_reduces);
-    c.all_reduce_bytes = static_cast<double>(now.bytes - tp_before.bytes);
-    c.comm_ms = c.exposed_ms = 1e3 * (now.seconds - tp_before.seconds);
+    StepComm c = r.comm.value_or(StepComm{});
+    c.tensor_all_reduces = static_cast<double>(now.all_reduces - tp_before.all_reduces);
+    c.tensor_all_reduce_bytes = static_cast<double>(now.bytes - tp_before.bytes);
+    c.tensor_ms = 1e3 * (now.seconds - tp_before.seconds);
     r.comm = c;
   }
   r.step = step;
