@@ -62,9 +62,6 @@ std::optional<bool> derived_all_gather_fp8(const JobSpec& s) {
 
 std::optional<std::string> derived_checkpoint_dir(const JobSpec& s) {
   if (!s.has_name() || s.name().empty()) return std::nullopt;
-  // Tensor-parallel jobs cannot checkpoint yet: without a dir they write none, where a
-  // default dir would only be refused.
-  if (s.parallel().tensor() > 1) return std::nullopt;
   return absl::StrCat("checkpoints/", s.name());
 }
 

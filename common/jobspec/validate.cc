@@ -228,7 +228,7 @@ void check_operations(const v1::JobSpec& s, Checks& c) {
 }
 
 // Tensor parallelism (parallel.tensor), as far as it goes so far: one data-parallel group
-// (no FSDP alongside), fp32 compute, no checkpoints, a random initialisation. The fp8
+// (no FSDP alongside), fp32 compute, a random initialisation. The fp8
 // side is check_fp8's.
 void check_parallel(const v1::JobSpec& s, Checks& c) {
   const int64_t tensor = s.parallel().tensor();
@@ -271,14 +271,6 @@ void check_parallel(const v1::JobSpec& s, Checks& c) {
   if (s.train().compute_dtype() == v1::TrainSpec::BF16) {
     c.add("train.compute_dtype",
           absl::StrCat("bf16 is not supported", not_yet, "; leave it out to compute in fp32"), at_tensor);
-  }
-  if (s.checkpoint().has_dir() && !s.checkpoint().dir().empty()) {
-    c.add("checkpoint.dir", absl::StrCat("checkpoints are not supported", not_yet, "; leave checkpoint.dir out"),
-          at_tensor);
-  }
-  if (s.checkpoint().every() > 0) {
-    c.add("checkpoint.every", absl::StrCat("checkpoints are not supported", not_yet, "; leave checkpoint.every out"),
-          at_tensor);
   }
   if (s.model().has_init_from()) {
     c.add("model.init_from",

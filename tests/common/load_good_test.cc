@@ -153,16 +153,15 @@ TEST(LoadGood, EveryFieldWrittenIsKept) {
   EXPECT_TRUE(s.parallel().has_tensor());
 }
 
-// Tensor parallelism over the job's two ranks: FSDP has nothing to gather, and no
-// checkpoint folder is made up for a job that cannot checkpoint yet.
+// Tensor parallelism over the job's two ranks: FSDP has nothing to gather; checkpoints as
+// any job's.
 TEST(LoadGood, TensorParallelJobGetsItsOwnDefaults) {
   absl::StatusOr<v1::JobSpec> loaded = load_job_spec_file(testdata("good/tensor_parallel.yaml"));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->parallel().tensor(), 2);
   EXPECT_EQ(loaded->resources().world_size(), 2);
   EXPECT_FALSE(loaded->fp8().all_gather_fp8());
-  EXPECT_FALSE(loaded->checkpoint().has_dir());
-  EXPECT_EQ(loaded->checkpoint().every(), 0);
+  EXPECT_TRUE(loaded->checkpoint().has_dir());
   // The same job without tensor parallelism: FSDP over the two ranks, gathering in fp8.
   loaded = load_job_spec_file(testdata("good/tensor_parallel.yaml"), {"parallel.tensor=1"});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -172,11 +171,9 @@ TEST(LoadGood, TensorParallelJobGetsItsOwnDefaults) {
   v1::JobSpec spec = *loaded;
   spec.mutable_parallel()->set_tensor(2);
   spec.mutable_fp8()->clear_all_gather_fp8();
-  spec.mutable_checkpoint()->clear_dir();
   absl::StatusOr<v1::JobSpec> resolved = resolve_job_spec(spec);
   ASSERT_TRUE(resolved.ok()) << resolved.status();
   EXPECT_FALSE(resolved->fp8().all_gather_fp8());
-  EXPECT_FALSE(resolved->checkpoint().has_dir());
 }
 
 TEST(LoadGood, BlockwiseRecipeTrainsOnCuda) {

@@ -118,8 +118,8 @@ TEST(ApplyOverride, DefaultedDerivedFieldsFollowTheirInput) {
   EXPECT_FALSE(s.fp8().all_gather_fp8());
 }
 
-// parallel.tensor > 1 turns the fp8 all-gather's default off and leaves checkpoint.dir
-// without one; back at 1 both return.
+// parallel.tensor > 1 turns the fp8 all-gather's default off (there is no FSDP); back at 1
+// it returns. The derived checkpoint.dir stays: tensor-parallel jobs checkpoint too.
 TEST(ApplyOverride, DefaultsFollowParallelTensor) {
   v1::JobSpec s = load_minimal({"model.ffn_dim=192"});
   ASSERT_TRUE(apply_override(s, "resources.world_size=2").ok());
@@ -129,19 +129,14 @@ TEST(ApplyOverride, DefaultsFollowParallelTensor) {
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_EQ(s.parallel().tensor(), 2);
   EXPECT_FALSE(s.fp8().all_gather_fp8());
-  EXPECT_FALSE(s.checkpoint().has_dir());
+  EXPECT_EQ(s.checkpoint().dir(), "checkpoints/t");
   status = apply_override(s, "parallel.tensor=1");
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_TRUE(s.fp8().all_gather_fp8());
-  EXPECT_EQ(s.checkpoint().dir(), "checkpoints/t");
   // At load, overrides apply before the defaults.
   s = load_minimal({"model.ffn_dim=192", "resources.world_size=2", "parallel.tensor=2"});
   EXPECT_FALSE(s.fp8().all_gather_fp8());
-  EXPECT_FALSE(s.checkpoint().has_dir());
-  // A checkpoint.dir the user chose stays, and is refused.
-  s = load_minimal({"model.ffn_dim=192", "resources.world_size=2", "checkpoint.dir=mine"});
-  EXPECT_THAT(apply_override(s, "parallel.tensor=2").message(),
-              HasSubstr("checkpoint.dir: checkpoints are not supported with parallel.tensor > 1 yet"));
+  EXPECT_EQ(s.checkpoint().dir(), "checkpoints/t");
 }
 
 TEST(ApplyOverride, DerivedFieldsTheUserChoseStay) {

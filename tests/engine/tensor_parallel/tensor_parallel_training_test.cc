@@ -173,6 +173,75 @@ TEST_P(Recipes, ScaleSplitTensorsWithTheWholeTensorsAmax) {
   EXPECT_EQ(compared, 8 * c.tensor);
 }
 
+// A tensor-parallel run stopped after a checkpoint and resumed gives the bits of the run
+// that never stopped: the checkpoint holds the whole model (rank 0 writes it from every
+// rank's parts), and each rank cuts its part again.
+TEST_F(TensorParallelTrainingTest, CheckpointAndResumeGiveTheStraightRunsBits) {
+  for (const char* recipe : {"tensorwise", "delayed"}) {
+    SCOPED_TRACE(recipe);
+    const std::string r = absl::StrCat("fp8.recipe=", recipe);
+    const auto straight = ranks(job({r, "checkpoint.dir=" + (dir_.path() / recipe / "straight").string()}, 2));
+    const v1::JobSpec spec = job({r, "checkpoint.dir=" + (dir_.path() / recipe / "stopped").string()}, 2);
+    RunOptions first;
+    first.stop_after_step = 5;
+    const auto stopped = ranks(spec, first);
+    RunOptions second;
+    second.resume = true;
+    const auto resumed = ranks(spec, second);
+    ASSERT_TRUE(all_ok(straight));
+    ASSERT_TRUE(all_ok(stopped));
+    ASSERT_TRUE(all_ok(resumed));
+    for (const RankOutcome& rank : resumed) {
+      ASSERT_EQ(rank.steps.size(), 5u);
+      EXPECT_EQ(rank.steps.front().step, 6);
+      for (size_t i = 0; i < 5; ++i) {
+        EXPECT_EQ(rank.steps[i].loss, straight[0].steps[i + 5].loss) << "step " << rank.steps[i].step;
+        EXPECT_EQ(rank.steps[i].grad_norm, straight[0].steps[i + 5].grad_norm) << "step " << rank.steps[i].step;
+      }
+    }
+  }
+}
+
+// The checkpoint is one process's: a single process resumes from a tensor-parallel one, and
+// tensor-parallel ranks from a single process's, each continuing the run as it would have
+// gone on (within the tolerance of the two arithmetic orders).
+TEST_F(TensorParallelTrainingTest, CheckpointsMoveBetweenOneProcessAndTensorParallelRanks) {
+  const std::string r = "fp8.recipe=tensorwise";
+  const auto straight = ranks(job({r}, 2));
+  ASSERT_TRUE(all_ok(straight));
+  for (const bool from_tensor_parallel : {true, false}) {
+    SCOPED_TRACE(from_tensor_parallel ? "tensor parallel, then one process" : "one process, then tensor parallel");
+    const std::string dir = "checkpoint.dir=" + (dir_.path() / (from_tensor_parallel ? "from-tp" : "from-one")).string();
+    const v1::JobSpec spec = job({r, dir}, 2);
+    RunOptions first;
+    first.stop_after_step = 5;
+    const auto stopped = from_tensor_parallel ? ranks(spec, first) : [&] {
+      v1::JobSpec one = spec;
+      one.mutable_parallel()->set_tensor(1);
+      one.mutable_resources()->set_world_size(1);
+      first.world_size = 0;
+      return run_ranks(one, first, dir_.path());
+    }();
+    ASSERT_TRUE(all_ok(stopped));
+    RunOptions second;
+    second.resume = true;
+    const auto resumed = from_tensor_parallel ? [&] {
+      v1::JobSpec one = spec;
+      one.mutable_parallel()->set_tensor(1);
+      one.mutable_resources()->set_world_size(1);
+      second.world_size = 0;
+      return run_ranks(one, second, dir_.path());
+    }() : ranks(spec, second);
+    ASSERT_TRUE(all_ok(resumed));
+    ASSERT_EQ(resumed[0].steps.size(), 5u);
+    EXPECT_EQ(resumed[0].steps.front().step, 6);
+    for (size_t i = 0; i < 5; ++i) {
+      const double want = straight[0].steps[i + 5].loss, got = resumed[0].steps[i].loss;
+      EXPECT_LE(std::abs(got - want) / want, kFp8StepTolerance) << "step " << resumed[0].steps[i].step;
+    }
+  }
+}
+
 // A rank that dies takes the others down within the collective timeout, naming it.
 TEST_F(TensorParallelTrainingTest, AKilledRankFailsEveryOtherRankWithinTheTimeout) {
   RunOptions o;

@@ -5,6 +5,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/engine/model/parameters.h"
 
 #include "worker/engine/collectives/process_group.h"
 #include "worker/engine/model/tensor_parallel.h"
@@ -33,6 +38,14 @@ class TensorParallelGroup final : public TensorParallelComm {
   absl::Status max(float* data, int64_t count) override {
     return timed(count * 4, [&] { return group_.all_reduce(data, count, collectives::ReduceOp::kMax); });
   }
+
+  // For the trainer: host values reduced across the ranks (staged through `backend`'s
+  // memory, as NCCL reduces device buffers).
+  absl::Status all_reduce(std::span<double> values, collectives::ReduceOp op, Backend& backend);
+  // The whole of a tensor split across the ranks (`split`, a Parameter's: this rank's part
+  // is `part`), row-major on the host, from every rank's part; collective. A tensor that is
+  // not split comes back as this rank holds it.
+  absl::StatusOr<std::vector<float>> whole(const Tensor& part, const ParameterSplit& split);
 
   const Counters& counters() const { return counters_; }
 

@@ -59,11 +59,33 @@ absl::Status write_train_state(checkpoint::ShardWriter& w, const TrainStateRefs&
   if (!printer.PrintToString(spec.model(), &model_spec)) return absl::InternalError("checkpoint: cannot print model spec");
   FP8_RETURN_IF_ERROR(w.set_metadata(kModelSpecMetadata, model_spec));
 
+  if (spec.parallel().tensor() > 1) {
+    FP8_RETURN_IF_ERROR(w.set_metadata("mesh", absl::StrCat(spec.resources().world_size() / spec.parallel().tensor(),
+                                                            " data-parallel x ", spec.parallel().tensor(),
+                                                            " tensor-parallel ranks")));
+  }
+
   const auto& params = s.params->all();
-  for (const Parameter& p : params) FP8_RETURN_IF_ERROR(write_tensor(w, "params/" + p.name, p.value));
-  for (size_t i = 0; i < params.size(); ++i) {
-    FP8_RETURN_IF_ERROR(write_tensor(w, "optim/exp_avg/" + params[i].name, s.optimizer->first_moment(i)));
-    FP8_RETURN_IF_ERROR(write_tensor(w, "optim/exp_avg_sq/" + params[i].name, s.optimizer->second_moment(i)));
+  if (s.whole != nullptr) {
+    const WholeTensors& whole = *s.whole;
+    if (whole.shapes.size() != params.size() || whole.values.size() != params.size() ||
+        whole.exp_avg.size() != params.size() || whole.exp_avg_sq.size() != params.size()) {
+      return absl::InvalidArgumentError("write_train_state: whole tensors do not match the parameters");
+    }
+    auto shape = [&](size_t i) { return Shape(whole.shapes[i].begin(), whole.shapes[i].end()); };
+    for (size_t i = 0; i < params.size(); ++i) {
+      FP8_RETURN_IF_ERROR(w.write_tensor<float>("params/" + params[i].name, whole.values[i], shape(i)));
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      FP8_RETURN_IF_ERROR(w.write_tensor<float>("optim/exp_avg/" + params[i].name, whole.exp_avg[i], shape(i)));
+      FP8_RETURN_IF_ERROR(w.write_tensor<float>("optim/exp_avg_sq/" + params[i].name, whole.exp_avg_sq[i], shape(i)));
+    }
+  } else {
+    for (const Parameter& p : params) FP8_RETURN_IF_ERROR(write_tensor(w, "params/" + p.name, p.value));
+    for (size_t i = 0; i < params.size(); ++i) {
+      FP8_RETURN_IF_ERROR(write_tensor(w, "optim/exp_avg/" + params[i].name, s.optimizer->first_moment(i)));
+      FP8_RETURN_IF_ERROR(write_tensor(w, "optim/exp_avg_sq/" + params[i].name, s.optimizer->second_moment(i)));
+    }
   }
   FP8_RETURN_IF_ERROR(w.write_scalar<int64_t>("optim/step", s.optimizer->steps_taken()));
   for (const LinearUnit* u : s.model->linears()) {
@@ -126,6 +148,24 @@ absl::Status read_state(const checkpoint::ShardReader& r, const ReadParamRecord&
   return s.batcher->restore(position);
 }
 
+// A tensor-parallel rank's part of a whole matrix record: its rows, or its columns of every
+// row (ParameterSplit).
+absl::StatusOr<std::vector<float>> split_part(const CheckpointRows& checkpoint, const std::string& record,
+                                              const TensorShape& whole, const ParameterSplit& split) {
+  const int64_t rows = whole.at(0), cols = whole.size() > 1 ? whole.at(1) : 1;
+  if (split.axis == 0) {
+    const int64_t n = rows / split.parts;
+    return checkpoint.rows(record, whole, split.index * n, (split.index + 1) * n);
+  }
+  FP8_ASSIGN_OR_RETURN(std::vector<float> all, checkpoint.rows(record, whole, 0, rows));
+  const int64_t n = cols / split.parts;
+  std::vector<float> part(static_cast<size_t>(rows * n));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(all.begin() + r * cols + split.index * n, n, part.begin() + r * n);
+  }
+  return part;
+}
+
 }  // namespace
 
 absl::Status read_train_state(const checkpoint::ShardReader& r, const TrainStateRefs& s) {
@@ -145,6 +185,11 @@ absl::Status read_train_state(const CheckpointRows& checkpoint, const TrainState
     const int64_t padding = i < part.padding_rows.size() ? part.padding_rows[i] : 0;
     if (padding > 0 && !checkpoint.holds(record, whole)) stored[0] -= padding;
     if (!part.sharded) {
+      const ParameterSplit split = i < part.splits.size() ? part.splits[i] : ParameterSplit{};
+      if (split.split()) {
+        FP8_ASSIGN_OR_RETURN(std::vector<float> values, split_part(checkpoint, record, whole, split));
+        return t.upload<float>(values);
+      }
       FP8_ASSIGN_OR_RETURN(std::vector<float> values, checkpoint.rows(record, stored, 0, stored.at(0)));
       values.resize(static_cast<size_t>(t.numel()), 0.0f);  // the padding rows, zero
       return t.upload<float>(values);

@@ -38,12 +38,23 @@ inline constexpr std::string_view kModelSpecMetadata = "model.spec";
 // Under FSDP each rank's shard holds its own slice of every parameter and moment (the
 // `params` the optimizer trains: 1-D shards named as the parameters), and its own copy of
 // the rest, which is the same on every rank.
+//
+// Under tensor parallelism the parameter-shaped records are written whole (WholeTensors),
+// put together from every rank's part, so that the checkpoint is one process's.
+struct WholeTensors {
+  // Per trained parameter, in order: its whole shape, values and AdamW moments (host).
+  std::vector<TensorShape> shapes;
+  std::vector<std::vector<float>> values, exp_avg, exp_avg_sq;
+};
+
 struct TrainStateRefs {
   const v1::JobSpec* spec = nullptr;
   LlamaModel* model = nullptr;     // its linears' fp8 scaling state
   ParameterSet* params = nullptr;  // what the optimizer trains: the model's or FSDP's shards
   AdamW* optimizer = nullptr;
   data::Batcher* batcher = nullptr;
+  // For writing only: the parameters and moments whole, instead of as `params` holds them.
+  const WholeTensors* whole = nullptr;
 };
 
 absl::Status write_train_state(checkpoint::ShardWriter& w, const TrainStateRefs& state);
@@ -61,6 +72,9 @@ struct RankPart {
   int rank = 0;
   int world_size = 1;
   std::vector<TensorShape> full_shapes;
+  // Under tensor parallelism (not sharded): each trained parameter's split, in the same
+  // order; the rank reads its part of the whole. Empty: none.
+  std::vector<ParameterSplit> splits;
   // Each trained parameter's rows that only pad it (Parameter::padding_rows), in the same
   // order; empty: none. A checkpoint written before the vocabulary was padded holds such a
   // parameter and its moments without those rows: they are read as zero, as they start.

@@ -67,6 +67,16 @@ absl::StatusOr<std::unique_ptr<data::Tokenizer>> make_tokenizer(const v1::JobSpe
 
 }  // namespace
 
+namespace {
+// A parameter's shape in the whole model: a tensor-parallel rank's part times the ranks
+// along the split axis.
+TensorShape whole_shape(const Parameter& p) {
+  TensorShape shape = p.shape;
+  if (p.split.split()) shape.at(static_cast<size_t>(p.split.axis)) *= p.split.parts;
+  return shape;
+}
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec, const Device& device,
                                                          collectives::ProcessGroup* group,
                                                          const TrainerOptions& trainer_options) {
@@ -160,10 +170,14 @@ std::string Trainer::sharding_summary() const {
 }
 
 absl::Status Trainer::agree(bool ok, int64_t step, const char* what) {
-  if (!fsdp_) return absl::OkStatus();
+  if (!fsdp_ && !tensor_parallel_) return absl::OkStatus();
   // MAX of (failed, step, -step): any failure, and the largest and smallest step.
   std::array<double, 3> v{ok ? 0.0 : 1.0, static_cast<double>(step), -static_cast<double>(step)};
-  FP8_RETURN_IF_ERROR(fsdp_->all_reduce(v, collectives::ReduceOp::kMax));
+  if (fsdp_) {
+    FP8_RETURN_IF_ERROR(fsdp_->all_reduce(v, collectives::ReduceOp::kMax));
+  } else {
+    FP8_RETURN_IF_ERROR(tensor_parallel_->all_reduce(v, collectives::ReduceOp::kMax, model_->device().backend()));
+  }
   if (v[0] != 0) return absl::AbortedError(absl::StrCat(what, " failed on another rank (see its log)"));
   if (v[1] != -v[2]) {
     return absl::FailedPreconditionError(absl::StrCat(what, ": ranks disagree on the step (from ", -v[2], " to ",
@@ -214,7 +228,11 @@ absl::Status Trainer::load_checkpoint(const checkpoint::CommittedCheckpoint& fou
     if (fsdp_) {
       part.full_shapes = fsdp_->full_shapes();
     } else {
-      for (const Parameter& p : trained_->all()) part.full_shapes.push_back(p.shape);
+      // A tensor-parallel rank reads its part of each split parameter.
+      for (const Parameter& p : trained_->all()) {
+        part.full_shapes.push_back(whole_shape(p));
+        part.splits.push_back(p.split);
+      }
     }
     part.padding_rows = padding_rows();
     FP8_RETURN_IF_ERROR(read_train_state(rows, state_refs(), part));
@@ -447,11 +465,12 @@ absl::StatusOr<double> Trainer::validation_loss() {
 absl::StatusOr<std::filesystem::path> Trainer::save_checkpoint() {
   const std::string& dir = spec_.checkpoint().dir();
   if (dir.empty()) return absl::FailedPreconditionError("the job has no checkpoint.dir");
-  if (tensor_parallel_) {
-    return absl::FailedPreconditionError("checkpoints of tensor-parallel jobs (parallel.tensor > 1) are not supported yet");
-  }
   // Never a checkpoint of a run that diverged since its last read.
   FP8_RETURN_IF_ERROR(settle_step_stats());
+  if (tensor_parallel_) {
+    const CollectiveTimeout::Relaxed relaxed = collective_timeout_->relaxed();
+    return save_tensor_parallel_checkpoint();
+  }
   if (fsdp_) {
     // A rank writing to slow storage keeps its peers waiting; the group's full timeout.
     const CollectiveTimeout::Relaxed relaxed = collective_timeout_->relaxed();
@@ -495,6 +514,41 @@ absl::StatusOr<std::filesystem::path> Trainer::save_sharded_checkpoint() {
   // Nobody goes on (or reports the checkpoint) before rank 0 committed it.
   const absl::Status agreed = agree(committed.ok(), step, absl::StrCat("committing checkpoint step ", step).c_str());
   FP8_RETURN_IF_ERROR(committed);
+  FP8_RETURN_IF_ERROR(agreed);
+  last_checkpoint_step_ = step;
+  return checkpoint::step_directory(dir, step);
+}
+
+// Every rank puts the split parameters and moments together (an all-gather each); rank 0
+// writes them whole, as one process's checkpoint, which a job of any world size or mesh
+// resumes from (each rank cutting its part again). The ranks hold the whole model on the
+// host while it is written.
+absl::StatusOr<std::filesystem::path> Trainer::save_tensor_parallel_checkpoint() {
+  const std::string& dir = spec_.checkpoint().dir();
+  const int64_t step = optimizer_->steps_taken();
+  WholeTensors whole;
+  const auto& params = trained_->all();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Parameter& p = params[i];
+    whole.shapes.push_back(whole_shape(p));
+    FP8_ASSIGN_OR_RETURN(whole.values.emplace_back(), tensor_parallel_->whole(p.value, p.split));
+    FP8_ASSIGN_OR_RETURN(whole.exp_avg.emplace_back(), tensor_parallel_->whole(optimizer_->first_moment(i), p.split));
+    FP8_ASSIGN_OR_RETURN(whole.exp_avg_sq.emplace_back(),
+                         tensor_parallel_->whole(optimizer_->second_moment(i), p.split));
+  }
+  absl::Status written;
+  if (tensor_parallel_->rank() == 0) {
+    TrainStateRefs refs = state_refs();
+    refs.whole = &whole;
+    written = checkpoint::save_single_process_checkpoint(dir, step, [&](checkpoint::ShardWriter& w) {
+                return write_train_state(w, refs);
+              }).status();
+    const int keep = spec_.checkpoint().keep();
+    if (written.ok() && keep > 0) written = checkpoint::prune_checkpoints(dir, keep).status();
+  }
+  // Nobody goes on (or reports the checkpoint) before rank 0 committed it.
+  const absl::Status agreed = agree(written.ok(), step, absl::StrCat("writing checkpoint step ", step).c_str());
+  FP8_RETURN_IF_ERROR(written);
   FP8_RETURN_IF_ERROR(agreed);
   last_checkpoint_step_ = step;
   return checkpoint::step_directory(dir, step);

@@ -20,7 +20,8 @@
 //
 // Tensor parallelism (parallel.tensor > 1): the group's ranks split the model instead
 // (model/tensor_parallel.h), read the same batches, and sum the split parameters' squared
-// gradients and their stop votes across the group; checkpoints are not supported yet.
+// gradients and their stop votes across the group. Their checkpoints hold the whole model,
+// as one process's do (save_tensor_parallel_checkpoint), so any job resumes from them.
 //
 // Distributed: given a process group, the trainer is one rank of an FSDP job
 // (fsdp/fsdp_model.h). Each rank reads its share of every global batch (batcher.h), the
@@ -139,6 +140,7 @@ class Trainer {
   // report is decided after the step; see run()).
   bool measures_step(int64_t step, int64_t first_step, const RunControl& control) const;
   absl::StatusOr<std::filesystem::path> save_sharded_checkpoint();
+  absl::StatusOr<std::filesystem::path> save_tensor_parallel_checkpoint();
   // This rank's part of `found` into the model, optimizer and batcher.
   absl::Status load_checkpoint(const checkpoint::CommittedCheckpoint& found);
   // Each trained parameter's padding rows (Parameter::padding_rows), in trained order.

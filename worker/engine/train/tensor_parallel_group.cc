@@ -1,0 +1,44 @@
+#include "worker/engine/train/tensor_parallel_group.h"
+
+#include <algorithm>
+
+#include "worker/engine/status_macros.h"
+
+namespace fp8::engine {
+
+absl::Status TensorParallelGroup::all_reduce(std::span<double> values, collectives::ReduceOp op, Backend& backend) {
+  if (values.empty()) return absl::OkStatus();
+  const size_t n = values.size_bytes();
+  FP8_ASSIGN_OR_RETURN(void* staging, backend.allocate(n));
+  absl::Status st = backend.copy_from_host(staging, values.data(), n);
+  if (st.ok()) {
+    auto* data = static_cast<double*>(staging);
+    const auto count = static_cast<int64_t>(values.size());
+    st = timed(static_cast<int64_t>(n), [&] { return group_.all_reduce(data, count, op); });
+  }
+  if (st.ok()) st = backend.copy_to_host(values.data(), staging, n);
+  backend.deallocate(staging);
+  return st;
+}
+
+absl::StatusOr<std::vector<float>> TensorParallelGroup::whole(const Tensor& part, const ParameterSplit& split) {
+  if (!split.split()) return part.download<float>();
+  const int64_t elements = part.numel();
+  const size_t bytes = static_cast<size_t>(elements) * sizeof(float);
+  FP8_ASSIGN_OR_RETURN(Tensor gathered, Tensor::empty(part.device(), ElementType::kFloat32, {size() * elements}));
+  FP8_RETURN_IF_ERROR(timed(static_cast<int64_t>(bytes) * size(),
+                            [&] { return group_.all_gather(part.raw(), gathered.raw(), bytes); }));
+  FP8_ASSIGN_OR_RETURN(std::vector<float> parts, gathered.download<float>());
+  if (split.axis == 0) return parts;  // rank r's rows follow rank r - 1's
+  // Rank r holds columns [r · cols, (r + 1) · cols) of every row.
+  const int64_t rows = part.shape().at(0), cols = part.shape().at(1), whole_cols = cols * size();
+  std::vector<float> out(parts.size());
+  for (int r = 0; r < size(); ++r) {
+    for (int64_t row = 0; row < rows; ++row) {
+      std::copy_n(parts.begin() + r * elements + row * cols, cols, out.begin() + row * whole_cols + r * cols);
+    }
+  }
+  return out;
+}
+
+}  // namespace fp8::engine
