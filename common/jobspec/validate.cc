@@ -227,9 +227,8 @@ void check_operations(const v1::JobSpec& s, Checks& c) {
   c.int_in_range("restarts.backoff_seconds", s.restarts().backoff_seconds(), 0, 3600);
 }
 
-// Tensor parallelism (parallel.tensor), as far as it goes so far: one data-parallel group
-// (no FSDP alongside), fp32 compute, a random initialisation. The fp8
-// side is check_fp8's.
+// Tensor parallelism (parallel.tensor), as far as it goes so far: fp32 compute; FSDP over
+// the data-parallel groups beside it gathers in high precision. The fp8 side is check_fp8's.
 void check_parallel(const v1::JobSpec& s, Checks& c) {
   const int64_t tensor = s.parallel().tensor();
   if (!c.int_in_range("parallel.tensor", tensor, 1, kMaxTensorParallel) || tensor == 1) return;
@@ -239,14 +238,8 @@ void check_parallel(const v1::JobSpec& s, Checks& c) {
     if (world % tensor != 0) {
       c.add("resources.world_size",
             absl::StrCat(world, " is not a multiple of parallel.tensor (", tensor,
-                         "), the ranks of one tensor-parallel group; set resources.world_size to parallel.tensor (",
-                         tensor, ")"),
-            at_tensor);
-    } else if (world != tensor) {
-      c.add("resources.world_size",
-            absl::StrCat("data parallelism alongside tensor parallelism is not supported yet: set "
-                         "resources.world_size to parallel.tensor (",
-                         tensor, ")"),
+                         "), the ranks of one tensor-parallel group; set it to parallel.tensor times the "
+                         "data-parallel groups"),
             at_tensor);
     }
   }
@@ -271,11 +264,6 @@ void check_parallel(const v1::JobSpec& s, Checks& c) {
   if (s.train().compute_dtype() == v1::TrainSpec::BF16) {
     c.add("train.compute_dtype",
           absl::StrCat("bf16 is not supported", not_yet, "; leave it out to compute in fp32"), at_tensor);
-  }
-  if (s.model().has_init_from()) {
-    c.add("model.init_from",
-          absl::StrCat("starting from a model's weights is not supported", not_yet, "; leave model.init_from out"),
-          at_tensor);
   }
 }
 

@@ -391,10 +391,12 @@ void check_fp8(const v1::JobSpec& spec, Checks& c) {
   check_amax_init_from(fp8, c);
   const int64_t tensor = tensor_parallel_ranks(spec);
   if (tensor > 1 && fp8.all_gather_fp8()) {
-    // Whatever the recipe: with world_size = parallel.tensor nothing is sharded to gather.
+    // Whatever the recipe: with world_size = parallel.tensor nothing is sharded to gather, and
+    // FSDP beside tensor parallelism gathers in high precision so far (the gathered codes'
+    // scales would need the tensor-parallel ranks' amaxes too).
     c.add("fp8.all_gather_fp8",
-          absl::StrCat("has nothing to gather with parallel.tensor > 1 (parallel.tensor: ", tensor,
-                       "): there is no FSDP, each rank holds its share of every weight whole; leave it out or set "
+          absl::StrCat("is not supported with parallel.tensor > 1 yet (parallel.tensor: ", tensor,
+                       "): FSDP beside tensor parallelism gathers weights in fsdp.param_dtype; leave it out or set "
                        "it to false"),
           {"parallel.tensor"});
   }

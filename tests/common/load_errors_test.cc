@@ -117,11 +117,8 @@ INSTANTIATE_TEST_SUITE_P(
                 {"tensor_parallel_out_of_range.yaml:15:3: parallel.tensor: must be at most 64, got 65"}},
         BadFile{"tensor_parallel_world_size_not_a_multiple.yaml",
                 {"tensor_parallel_world_size_not_a_multiple.yaml:15:3: resources.world_size: 3 is not a multiple "
-                 "of parallel.tensor (2), the ranks of one tensor-parallel group; set resources.world_size to "
-                 "parallel.tensor (2)"}},
-        BadFile{"tensor_parallel_with_data_parallel.yaml",
-                {"tensor_parallel_with_data_parallel.yaml:16:3: resources.world_size: data parallelism alongside "
-                 "tensor parallelism is not supported yet: set resources.world_size to parallel.tensor (2)"}},
+                 "of parallel.tensor (2), the ranks of one tensor-parallel group; set it to parallel.tensor times "
+                 "the data-parallel groups"}},
         BadFile{"tensor_parallel_uneven_split.yaml",
                 {"tensor_parallel_uneven_split.yaml:6:3: model.n_heads: 6 is not divisible by parallel.tensor (4); "
                  "each tensor-parallel rank holds an equal share of the heads",
@@ -130,9 +127,7 @@ INSTANTIATE_TEST_SUITE_P(
                  "tensor_parallel_uneven_split.yaml:8:3: model.ffn_dim: 202 is not divisible by parallel.tensor (4); "
                  "each tensor-parallel rank holds an equal share of the feed-forward columns"}},
         BadFile{"tensor_parallel_unsupported_yet.yaml",
-                {"tensor_parallel_unsupported_yet.yaml:9:3: model.init_from: starting from a model's weights is "
-                 "not supported with parallel.tensor > 1 yet (parallel.tensor: 2); leave model.init_from out",
-                 "tensor_parallel_unsupported_yet.yaml:16:3: train.compute_dtype: bf16 is not supported with "
+                {"tensor_parallel_unsupported_yet.yaml:15:3: train.compute_dtype: bf16 is not supported with "
                  "parallel.tensor > 1 yet (parallel.tensor: 2); leave it out to compute in fp32"}},
         BadFile{"tensor_parallel_rowwise.yaml",
                 {"tensor_parallel_rowwise.yaml:15:3: fp8.recipe: rowwise is not supported with parallel.tensor > 1 "
@@ -141,9 +136,9 @@ INSTANTIATE_TEST_SUITE_P(
                 {"tensor_parallel_axiswise_long_form.yaml:17:15: fp8.gemms.grad_weight.input.granularity: axiswise "
                  "is not supported with parallel.tensor > 1 yet (parallel.tensor: 2); use tensorwise or block"}},
         BadFile{"tensor_parallel_all_gather_fp8.yaml",
-                {"tensor_parallel_all_gather_fp8.yaml:15:3: fp8.all_gather_fp8: has nothing to gather with "
-                 "parallel.tensor > 1 (parallel.tensor: 2): there is no FSDP, each rank holds its share of every "
-                 "weight whole; leave it out or set it to false"}},
+                {"tensor_parallel_all_gather_fp8.yaml:15:3: fp8.all_gather_fp8: is not supported with "
+                 "parallel.tensor > 1 yet (parallel.tensor: 2): FSDP beside tensor parallelism gathers weights in "
+                 "fsdp.param_dtype; leave it out or set it to false"}},
         BadFile{"tensor_parallel_blockwise_shares.yaml",
                 {"tensor_parallel_blockwise_shares.yaml:21:3: parallel.tensor: 2 gives each tensor-parallel rank a "
                  "share of model.n_kv_heads x head_dim (2 x 64 / 2 = 64) and of model.ffn_dim (384 / 2 = 192) that "

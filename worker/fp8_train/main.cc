@@ -261,11 +261,13 @@ std::unique_ptr<fp8::train_cli::CoordinatorReporter> make_reporter(const Coordin
 }
 
 // The ranks' process group: NCCL between GPUs, Gloo (TCP) between CPU processes.
+// `prefix`: the group's keys in the store, for the groups of a mesh (engine/train/mesh.h).
 absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> join_group(
     fp8::engine::collectives::KeyValueStore& store, const fp8::engine::Device& device, int rank, int world_size,
-    double timeout_s, const std::string& listen, bool nccl_host_wait) {
+    double timeout_s, const std::string& listen, bool nccl_host_wait, const std::string& prefix = "") {
   fp8::engine::collectives::ProcessGroupOptions options;
   options.timeout = absl::Seconds(timeout_s);
+  options.prefix = prefix;
   if (!device.is_cuda()) return fp8::engine::collectives::make_gloo_process_group(store, rank, world_size, options, listen);
 #ifdef FP8_HAVE_NCCL
   // NCCL gets a stream of its own, so collectives overlap the device's compute stream; FSDP
@@ -455,6 +457,12 @@ int main(int argc, char** argv) {
         join_group(*store, *device, rank, world_size, timeout_s, listen, cuda_switches->nccl_host_wait);
     if (!joined.ok()) return fail(joined.status());
     group = std::move(*joined);
+    // Data parallelism beside tensor parallelism: the trainer forms the mesh's two groups
+    // through the same rendezvous.
+    trainer_options.make_group = [&, nccl_host_wait = cuda_switches->nccl_host_wait](
+                                     int group_rank, int group_size, const std::string& prefix) {
+      return join_group(*store, *device, group_rank, group_size, timeout_s, listen, nccl_host_wait, prefix);
+    };
   }
 
   absl::StatusOr<std::unique_ptr<fp8::engine::Trainer>> trainer =

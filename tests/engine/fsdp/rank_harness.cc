@@ -67,14 +67,17 @@ class FileObserver final : public TrainObserver {
 };
 
 absl::StatusOr<std::unique_ptr<collectives::ProcessGroup>> join_group(collectives::KeyValueStore& store, const RunOptions& o,
-                                                              int rank, const Device& device) {
+                                                              int rank, const Device& device, int size = 0,
+                                                              const std::string& prefix = "") {
   collectives::ProcessGroupOptions po;
   po.timeout = absl::Seconds(o.timeout_seconds);
-  if (!o.cuda) return collectives::make_gloo_process_group(store, rank, o.world_size, po);
+  po.prefix = prefix;
+  if (size == 0) size = o.world_size;
+  if (!o.cuda) return collectives::make_gloo_process_group(store, rank, size, po);
 #ifdef FP8_HAVE_NCCL
   // Queued on the device as fp8-train's ranks are (the compute stream given), unless the
   // options ask for host waits.
-  return collectives::make_nccl_process_group(store, rank, o.world_size, po, device.ordinal(), nullptr,
+  return collectives::make_nccl_process_group(store, rank, size, po, device.ordinal(), nullptr,
                                               o.nccl_host_wait ? nullptr : device.stream());
 #else
   (void)device;
@@ -93,16 +96,22 @@ absl::Status train_rank(const v1::JobSpec& spec, const RunOptions& o, int rank, 
     device = gpu.get();
   }
   std::unique_ptr<collectives::ProcessGroup> group;
+  std::unique_ptr<collectives::FileStore> store;
+  TrainerOptions trainer_options;
   if (o.world_size > 0) {
-    absl::StatusOr<std::unique_ptr<collectives::FileStore>> store = collectives::FileStore::open(rdzv);
-    if (!store.ok()) return store.status();
-    absl::StatusOr<std::unique_ptr<collectives::ProcessGroup>> g = join_group(**store, o, rank, *device);
+    absl::StatusOr<std::unique_ptr<collectives::FileStore>> opened = collectives::FileStore::open(rdzv);
+    if (!opened.ok()) return opened.status();
+    store = std::move(*opened);
+    absl::StatusOr<std::unique_ptr<collectives::ProcessGroup>> g = join_group(*store, o, rank, *device);
     if (!g.ok()) return g.status();
     group = std::move(*g);
+    // A mesh's groups meet through the same store.
+    trainer_options.make_group = [&](int r, int n, const std::string& prefix) {
+      return join_group(*store, o, r, *device, n, prefix);
+    };
   }
   v1::JobSpec s = spec;
   s.mutable_resources()->set_world_size(o.world_size > 0 ? o.world_size : 1);
-  TrainerOptions trainer_options;
   trainer_options.collectives = o.collectives;
   // What creating the trainer (model, shards, optimizer) holds at most, beyond what the
   // process held before.

@@ -153,6 +153,7 @@ absl::Status FsdpModel::shard_parameters() {
     p.unit = unit_of(full.name);
     FP8_ASSIGN_OR_RETURN(p.shard, shards_.add(device_, full.name, {p.layout.shard_elements()}, full.init,
                                               full.weight_decay));
+    p.shard->split = full.split;  // FSDP's rows are of this rank's tensor-parallel part
     // This rank's rows of an initialised parameter; padding rows stay zero.
     const int64_t real = p.layout.real_rows_of(rank_);
     if (!full.value.defined()) {
@@ -764,9 +765,28 @@ absl::Status FsdpModel::finish_step() {
     counts.all_reduces = 1;
     counts.all_reduce_bytes = total * static_cast<int64_t>(sizeof(float));
     counts.amax_all_reduces = 1;
-    return comm_.run("all_reduce(max) of the delayed-scaling amaxes", counts,
-                     [packed, total](collectives::ProcessGroup& g) { return g.all_reduce(packed, total, collectives::ReduceOp::kMax); });
+    FP8_RETURN_IF_ERROR(comm_.run("all_reduce(max) of the delayed-scaling amaxes", counts,
+                     [packed, total](collectives::ProcessGroup& g) { return g.all_reduce(packed, total, collectives::ReduceOp::kMax); }));
+    return options_.reduce_amaxes_across_tensor_parallel ? options_.reduce_amaxes_across_tensor_parallel(packed, total)
+                                                         : absl::OkStatus();
   });
+}
+
+absl::StatusOr<std::vector<float>> FsdpModel::gather_whole(const Tensor& shard, size_t i) {
+  const Param& p = params_.at(i);
+  const size_t bytes = static_cast<size_t>(p.layout.shard_elements()) * sizeof(float);
+  FP8_ASSIGN_OR_RETURN(Tensor gathered,
+                       Tensor::empty(device_, ElementType::kFloat32, {p.layout.padded_elements()}));
+  CommCounters counts;
+  counts.all_gather_bytes_f32 = static_cast<int64_t>(bytes) * world_size_;
+  const void* send = shard.raw();
+  void* recv = gathered.raw();
+  FP8_RETURN_IF_ERROR(comm_.run(absl::StrCat("all_gather of ", p.full->name, " for a checkpoint"), counts,
+                                [send, recv, bytes](collectives::ProcessGroup& g) { return g.all_gather(send, recv, bytes); }));
+  FP8_RETURN_IF_ERROR(comm_.health());
+  FP8_ASSIGN_OR_RETURN(std::vector<float> values, gathered.download<float>());
+  values.resize(static_cast<size_t>(p.layout.rows * p.layout.row_elements));  // without the padding rows
+  return values;
 }
 
 absl::Status FsdpModel::all_reduce(std::span<double> values, collectives::ReduceOp op) {

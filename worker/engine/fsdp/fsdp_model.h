@@ -36,6 +36,7 @@
 // the gathered fp32 weight, so fp8 all-gather on and off train identically.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -79,6 +80,10 @@ struct FsdpOptions {
   // each rank's gradient rounded to bf16, the sum rounded to bf16 again).
   DType param_dtype = DType::kFloat32;
   DType reduce_dtype = DType::kFloat32;
+  // Under tensor parallelism beside FSDP (model/tensor_parallel.h): after the step's
+  // delayed-scaling amaxes are reduced across the data-parallel ranks, this reduces them
+  // (MAX) across the tensor-parallel ones, on the calling thread. Empty: nothing more.
+  std::function<absl::Status(float* amaxes, int64_t count)> reduce_amaxes_across_tensor_parallel;
 };
 
 class FsdpModel final : public ParameterHooks {
@@ -124,6 +129,11 @@ class FsdpModel final : public ParameterHooks {
   // of the step (the host waits for nothing): `floats` (the micro-batches' losses and the
   // stop votes) and `doubles` (the gradients' sums of squares).
   absl::Status reduce_step_values(float* floats, int64_t float_count, double* doubles, int64_t double_count);
+  // Trained parameter i's whole tensor (as the model holds it: under tensor parallelism this
+  // rank's part), row-major on the host, gathered from every rank's `shard` of it (the shard
+  // of the parameter or of one of its AdamW moments): for checkpoints that hold whole
+  // tensors. Collective.
+  absl::StatusOr<std::vector<float>> gather_whole(const Tensor& shard, size_t i);
   // OK, or the process group's first failure: check it after reading on the host anything
   // a collective produced (a device-queued group that failed leaves garbage, not errors).
   absl::Status health() { return comm_.health(); }

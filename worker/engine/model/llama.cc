@@ -151,21 +151,29 @@ absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, ParameterStorage storage)
 
 absl::Status LlamaModel::prepare_split_weight_amaxes() {
   int64_t total = 0;
-  for (LinearUnit* u : mutable_linears_) {
-    if (!u->weight->split.split()) continue;
-    const Float8LinearNeeds& needs = u->layer->info().needs;
-    if (needs.axiswise) {
-      return absl::InvalidArgumentError(absl::StrCat("model: ", u->name, " casts per row or column, which ",
-                                                     "tensor parallelism does not support yet (fp8 recipe)"));
+  split_weight_amaxes_by_block_.resize(blocks_.size());
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    SplitWeightAmaxes& block = split_weight_amaxes_by_block_[b];
+    block.offset = total;
+    TransformerBlock& blk = blocks_[b];
+    for (LinearUnit* u : {&blk.wq, &blk.wk, &blk.wv, &blk.wo, &blk.w1, &blk.w3, &blk.w2}) {
+      const Float8LinearNeeds& needs = u->layer->info().needs;
+      if (needs.axiswise) {
+        return absl::InvalidArgumentError(absl::StrCat("model: ", u->name, " casts per row or column, which ",
+                                                       "tensor parallelism does not support yet (fp8 recipe)"));
+      }
+      if (!needs.scaled_over_rows_of(TensorKind::kWeight)) continue;
+      block.units.emplace_back(u, total);
+      total += u->weight->shape.at(0);
     }
-    if (!needs.scaled_over_rows_of(TensorKind::kWeight)) continue;
-    split_weight_amax_offsets_.emplace_back(u, total);
-    total += u->weight->shape.at(0);
+    block.count = total - block.offset;
   }
   if (total == 0) return absl::OkStatus();
   FP8_ASSIGN_OR_RETURN(split_weight_amaxes_, Tensor::zeros(device_, ElementType::kFloat32, {total}));
   // The casts read them from now on; refresh_split_weight_amaxes() writes them before.
-  for (auto& [unit, offset] : split_weight_amax_offsets_) unit->weight_row_amax = f(split_weight_amaxes_) + offset;
+  for (SplitWeightAmaxes& block : split_weight_amaxes_by_block_) {
+    for (auto& [unit, offset] : block.units) unit->weight_row_amax = f(split_weight_amaxes_) + offset;
+  }
   return absl::OkStatus();
 }
 
@@ -173,16 +181,19 @@ absl::Status LlamaModel::prepare_split_weight_amaxes() {
 // largest of the ranks' parts. A column-parallel weight's rows are whole on one rank, but
 // its tensorwise cast needs the whole weight's amax: the same reduction puts, at each
 // position, the largest of the ranks' rows there, whose largest is the whole weight's.
-absl::Status LlamaModel::refresh_split_weight_amaxes() {
-  if (!split_weight_amaxes_stale_ || split_weight_amax_offsets_.empty()) return absl::OkStatus();
+// One all-reduce per block, once its weights are present (under FSDP: gathered).
+absl::Status LlamaModel::refresh_split_weight_amaxes(size_t b) {
+  if (b >= split_weight_amaxes_by_block_.size()) return absl::OkStatus();
+  SplitWeightAmaxes& block = split_weight_amaxes_by_block_[b];
+  if (!block.stale || block.count == 0) return absl::OkStatus();
   Backend& backend = device_.backend();
-  for (auto& [unit, offset] : split_weight_amax_offsets_) {
+  for (auto& [unit, offset] : block.units) {
     const Parameter& w = *unit->weight;
     const MatrixRef values{w.value.raw(), DType::kFloat32, w.shape.at(0), w.shape.at(1)};
     FP8_RETURN_IF_ERROR(backend.amax(values, Granularity::kRowwise, f(split_weight_amaxes_) + offset));
   }
-  FP8_RETURN_IF_ERROR(tp_->max(f(split_weight_amaxes_), split_weight_amaxes_.numel()));
-  split_weight_amaxes_stale_ = false;
+  FP8_RETURN_IF_ERROR(tp_->max(f(split_weight_amaxes_) + block.offset, block.count));
+  block.stale = false;
   return absl::OkStatus();
 }
 
@@ -216,12 +227,12 @@ absl::StatusOr<Activations*> LlamaModel::forward(const data::TokenBatch& batch, 
   const int64_t m = a->tokens_count();
   constexpr int kRoot = ParameterHooks::kRootUnit;
   FP8_RETURN_IF_ERROR(hook_before_forward(kRoot));
-  FP8_RETURN_IF_ERROR(refresh_split_weight_amaxes());
   FP8_RETURN_IF_ERROR(ops_.embedding_forward(a->tokens.data<int32_t>(), m, f(embeddings_->value), c.vocab_size,
                                              c.dim, act(a->hidden[0]), c.activations));
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const int unit = static_cast<int>(i);
     FP8_RETURN_IF_ERROR(hook_before_forward(unit));
+    FP8_RETURN_IF_ERROR(refresh_split_weight_amaxes(i));
     FP8_RETURN_IF_ERROR(blocks_[i].forward(ops_, c, *a, a->blocks[i], a->hidden[i], a->hidden[i + 1],
                                            training && TransformerBlock::forward_keeps_casts(c)));
     FP8_RETURN_IF_ERROR(hook_after_forward(unit, training));
@@ -334,7 +345,7 @@ absl::StatusOr<std::vector<LlamaModel::WeightRowAmaxes>> LlamaModel::weight_row_
 void LlamaModel::set_weight_row_amaxes_current(bool current) {
   for (auto& [unit, buffer] : weight_row_amaxes_) unit->weight_row_amax = current ? buffer.data<float>() : nullptr;
   // Called whenever the weights changed.
-  split_weight_amaxes_stale_ = true;
+  split_weights_changed();
 }
 
 }  // namespace fp8::engine

@@ -82,6 +82,11 @@ class LlamaModel {
   // way: a stale amax below the weight's would clip its cast. While true, every forward
   // hands them to the casts; false (the default) casts read the weights themselves.
   void set_weight_row_amaxes_current(bool current);
+  // The weights changed (set_weight_row_amaxes_current says so too): under tensor
+  // parallelism the split weights' reduced amaxes are made again before their next use.
+  void split_weights_changed() {
+    for (SplitWeightAmaxes& b : split_weight_amaxes_by_block_) b.stale = true;
+  }
 
  private:
   LlamaModel(const Device& device, ModelOps& ops, const LlamaConfig& config, uint64_t seed)
@@ -90,7 +95,7 @@ class LlamaModel {
   // Under tensor parallelism: the split weights' row amaxes, reduced across the ranks, for
   // their casts (tensor_parallel.h); one all-reduce for the model, after the weights changed.
   absl::Status prepare_split_weight_amaxes();
-  absl::Status refresh_split_weight_amaxes();
+  absl::Status refresh_split_weight_amaxes(size_t block);
   // Activations shaped for `batch` (rebuilt when the shape or the mode changes).
   absl::StatusOr<Activations*> activations_for(const data::TokenBatch& batch, bool for_backward);
   // Queues the forward; the loss stays in device memory (read_loss) so that a training
@@ -120,11 +125,17 @@ class LlamaModel {
   std::vector<LinearUnit*> mutable_linears_;
   ParameterHooks* hooks_ = nullptr;
   TensorParallelComm* tp_ = nullptr;
-  // The split weights whose casts scale over rows, and their row amaxes packed in one
-  // tensor; stale until refreshed after the weights last changed.
-  std::vector<std::pair<LinearUnit*, int64_t>> split_weight_amax_offsets_;
+  // Per block: its split weights whose casts scale over rows, with where their row amaxes
+  // lie in split_weight_amaxes_ (the block's are contiguous); stale until refreshed after
+  // the weights last changed. Per block, because under FSDP a block's weights exist only
+  // while it runs.
+  struct SplitWeightAmaxes {
+    std::vector<std::pair<LinearUnit*, int64_t>> units;
+    int64_t offset = 0, count = 0;
+    bool stale = true;
+  };
+  std::vector<SplitWeightAmaxes> split_weight_amaxes_by_block_;
   Tensor split_weight_amaxes_;
-  bool split_weight_amaxes_stale_ = true;
   std::optional<Activations> train_acts_, eval_acts_;
   Tensor delayed_amaxes_;  // finish_step()'s packed amaxes, reused step to step
   // weight_row_amax_outputs()'s buffers, one per unit of mutable_linears_ that reads them.

@@ -46,6 +46,9 @@ class TensorParallelGroup final : public TensorParallelComm {
   // is `part`), row-major on the host, from every rank's part; collective. A tensor that is
   // not split comes back as this rank holds it.
   absl::StatusOr<std::vector<float>> whole(const Tensor& part, const ParameterSplit& split);
+  // The same from this rank's part on the host, of `shape`.
+  absl::StatusOr<std::vector<float>> whole(std::vector<float> part, const TensorShape& shape,
+                                           const ParameterSplit& split, const Device& device);
 
   const Counters& counters() const { return counters_; }
 

@@ -180,16 +180,25 @@ absl::Status read_train_state(const CheckpointRows& checkpoint, const TrainState
   }
   auto read_part = [&](const std::string& record, size_t i, Tensor& t) -> absl::Status {
     const TensorShape& whole = part.full_shapes[i];
+    const ParameterSplit split = i < part.splits.size() ? part.splits[i] : ParameterSplit{};
+    if (split.split()) {
+      // This tensor-parallel rank's part of the record's whole tensor; under FSDP, its rows.
+      TensorShape record_shape = whole;
+      record_shape.at(static_cast<size_t>(split.axis)) *= split.parts;
+      FP8_ASSIGN_OR_RETURN(std::vector<float> values, split_part(checkpoint, record, record_shape, split));
+      if (!part.sharded) return t.upload<float>(values);
+      const fsdp::ShardLayout layout = fsdp::shard_layout(whole, part.world_size);
+      const int64_t begin = std::min(static_cast<int64_t>(part.rank) * layout.rows_per_rank, layout.rows);
+      const int64_t end = begin + layout.real_rows_of(part.rank);
+      std::vector<float> rows(values.begin() + begin * layout.row_elements, values.begin() + end * layout.row_elements);
+      rows.resize(static_cast<size_t>(layout.shard_elements()), 0.0f);  // padding rows stay zero
+      return t.upload<float>(rows);
+    }
     // The rows the checkpoint holds: all of them, or all but the padding.
     TensorShape stored = whole;
     const int64_t padding = i < part.padding_rows.size() ? part.padding_rows[i] : 0;
     if (padding > 0 && !checkpoint.holds(record, whole)) stored[0] -= padding;
     if (!part.sharded) {
-      const ParameterSplit split = i < part.splits.size() ? part.splits[i] : ParameterSplit{};
-      if (split.split()) {
-        FP8_ASSIGN_OR_RETURN(std::vector<float> values, split_part(checkpoint, record, whole, split));
-        return t.upload<float>(values);
-      }
       FP8_ASSIGN_OR_RETURN(std::vector<float> values, checkpoint.rows(record, stored, 0, stored.at(0)));
       values.resize(static_cast<size_t>(t.numel()), 0.0f);  // the padding rows, zero
       return t.upload<float>(values);

@@ -72,8 +72,9 @@ struct RankPart {
   int rank = 0;
   int world_size = 1;
   std::vector<TensorShape> full_shapes;
-  // Under tensor parallelism (not sharded): each trained parameter's split, in the same
-  // order; the rank reads its part of the whole. Empty: none.
+  // Under tensor parallelism: each trained parameter's split, in the same order; the rank
+  // reads its part of the whole record (full_shapes are then the parts' shapes, which FSDP
+  // shards). Empty: none.
   std::vector<ParameterSplit> splits;
   // Each trained parameter's rows that only pad it (Parameter::padding_rows), in the same
   // order; empty: none. A checkpoint written before the vocabulary was padded holds such a

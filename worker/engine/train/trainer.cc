@@ -67,15 +67,6 @@ absl::StatusOr<std::unique_ptr<data::Tokenizer>> make_tokenizer(const v1::JobSpe
 
 }  // namespace
 
-namespace {
-// A parameter's shape in the whole model: a tensor-parallel rank's part times the ranks
-// along the split axis.
-TensorShape whole_shape(const Parameter& p) {
-  TensorShape shape = p.shape;
-  if (p.split.split()) shape.at(static_cast<size_t>(p.split.axis)) *= p.split.parts;
-  return shape;
-}
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec, const Device& device,
                                                          collectives::ProcessGroup* group,
@@ -89,17 +80,29 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
     return absl::InvalidArgumentError(absl::StrCat("resources.world_size is ", spec.resources().world_size(),
                                                    " but this rank's process group has ", group_size, " ranks"));
   }
-  // Tensor-parallel ranks split the model and read the same data; for now they are the whole
-  // group (the job validator refuses data parallelism beside them).
+  // Tensor-parallel ranks split the model and read the same data. With data parallelism
+  // beside them, the job's ranks form a mesh (mesh.h) whose two groups FSDP and the model use.
   const int tensor = std::max(1, spec.parallel().tensor());
   if (tensor > 1) {
-    if (group_size != tensor) {
-      return absl::InvalidArgumentError(absl::StrCat("parallel.tensor ", tensor, " with resources.world_size ",
-                                                     group_size, ": data parallelism alongside tensor parallelism "
-                                                     "is not supported yet"));
+    if (group_size % tensor != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("resources.world_size ", group_size,
+                                                     " is not a multiple of parallel.tensor ", tensor));
     }
-    t->tensor_parallel_ = std::make_unique<TensorParallelGroup>(*group);
-    group = nullptr;  // no FSDP
+    if (group_size == tensor) {
+      t->tensor_parallel_ = std::make_unique<TensorParallelGroup>(*group);
+      group = nullptr;  // no FSDP
+    } else {
+      FP8_ASSIGN_OR_RETURN(MeshGroups mesh, make_mesh_groups(group->rank(), group_size, tensor,
+                                                             trainer_options.make_group));
+      t->mesh_ = std::move(mesh);
+      t->tensor_parallel_ = std::make_unique<TensorParallelGroup>(*t->mesh_.tensor);
+      group = t->mesh_.data.get();
+      if (spec.fp8().all_gather_fp8()) {
+        return absl::InvalidArgumentError(
+            "fp8.all_gather_fp8 with parallel.tensor > 1 is not supported yet: the gathered weights' scales would "
+            "need the tensor-parallel ranks' amaxes too");
+      }
+    }
   }
   const int rank = group != nullptr ? group->rank() : 0;
   const int world = group != nullptr ? group->size() : 1;
@@ -131,6 +134,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
     options.collectives = trainer_options.collectives;
     options.param_dtype = spec.fsdp().param_dtype() == v1::FsdpSpec::BF16 ? DType::kBFloat16 : DType::kFloat32;
     options.reduce_dtype = spec.fsdp().reduce_dtype() == v1::FsdpSpec::BF16 ? DType::kBFloat16 : DType::kFloat32;
+    if (t->tensor_parallel_) {
+      TensorParallelGroup* tp = t->tensor_parallel_.get();
+      options.reduce_amaxes_across_tensor_parallel = [tp](float* amaxes, int64_t count) {
+        return tp->max(amaxes, count);
+      };
+    }
     FP8_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FsdpModel::create(*t->model_, *group, options));
     t->trained_ = &t->fsdp_->shards();
   }
@@ -173,9 +182,8 @@ absl::Status Trainer::agree(bool ok, int64_t step, const char* what) {
   if (!fsdp_ && !tensor_parallel_) return absl::OkStatus();
   // MAX of (failed, step, -step): any failure, and the largest and smallest step.
   std::array<double, 3> v{ok ? 0.0 : 1.0, static_cast<double>(step), -static_cast<double>(step)};
-  if (fsdp_) {
-    FP8_RETURN_IF_ERROR(fsdp_->all_reduce(v, collectives::ReduceOp::kMax));
-  } else {
+  if (fsdp_) FP8_RETURN_IF_ERROR(fsdp_->all_reduce(v, collectives::ReduceOp::kMax));
+  if (tensor_parallel_) {
     FP8_RETURN_IF_ERROR(tensor_parallel_->all_reduce(v, collectives::ReduceOp::kMax, model_->device().backend()));
   }
   if (v[0] != 0) return absl::AbortedError(absl::StrCat(what, " failed on another rank (see its log)"));
@@ -208,7 +216,8 @@ std::string Trainer::fp8_summary() const {
 absl::Status Trainer::load_checkpoint(const checkpoint::CommittedCheckpoint& found) {
   std::string read_from;
   bool read = false;
-  if (found.world_size() == world_size() && world_size() > 1) {
+  // (Tensor-parallel jobs write whole tensors: a shard of world_size() ranks is FSDP's alone.)
+  if (found.world_size() == world_size() && world_size() > 1 && !tensor_parallel_) {
     // Every rank reads its own shard, as written, unless the shard's vocabulary rows were
     // written before they were padded.
     FP8_ASSIGN_OR_RETURN(checkpoint::ShardReader reader, checkpoint::open_committed_shard(found, rank()));
@@ -228,12 +237,10 @@ absl::Status Trainer::load_checkpoint(const checkpoint::CommittedCheckpoint& fou
     if (fsdp_) {
       part.full_shapes = fsdp_->full_shapes();
     } else {
-      // A tensor-parallel rank reads its part of each split parameter.
-      for (const Parameter& p : trained_->all()) {
-        part.full_shapes.push_back(whole_shape(p));
-        part.splits.push_back(p.split);
-      }
+      for (const Parameter& p : trained_->all()) part.full_shapes.push_back(p.shape);
     }
+    // A tensor-parallel rank reads its part of each split parameter (under FSDP, its rows of it).
+    for (const Parameter& p : trained_->all()) part.splits.push_back(p.split);
     part.padding_rows = padding_rows();
     FP8_RETURN_IF_ERROR(read_train_state(rows, state_refs(), part));
   }
@@ -339,7 +346,7 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
     FP8_RETURN_IF_ERROR(model_->finish_step());
     FP8_RETURN_IF_ERROR(queue_grad_norm(*ops, *trained_, max_norm, slot.sum_of_squares, slot.clip_scale));
     *stop_everywhere = stop_here;
-  } else if (tensor_parallel_) {
+  } else if (tensor_parallel_ && !fsdp_) {
     FP8_RETURN_IF_ERROR(model_->finish_step());
     // Each rank's parts of the split parameters; the whole ones (alike on every rank) once.
     const bool split_only = tensor_parallel_->rank() != 0;
@@ -351,11 +358,17 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
     FP8_RETURN_IF_ERROR(tensor_parallel_->max(slot.stop_vote, 1));
   } else {
     FP8_RETURN_IF_ERROR(fsdp_->finish_step());
-    // This rank's shards' sum of squares, then the ranks' total and its factor.
-    FP8_RETURN_IF_ERROR(queue_grad_norm(*ops, *trained_, 0.0, slot.sum_of_squares, slot.clip_scale));
+    // This rank's shards' sum of squares, then the ranks' total and its factor. Beside
+    // tensor parallelism, the whole (unsplit) parameters count on one tensor-parallel rank.
+    const bool split_only = tensor_parallel_ && tensor_parallel_->rank() != 0;
+    FP8_RETURN_IF_ERROR(queue_grad_norm(*ops, *trained_, 0.0, slot.sum_of_squares, slot.clip_scale, split_only));
     const float vote = stop_here ? 1.0f : 0.0f;
     FP8_RETURN_IF_ERROR(backend.queue_copy_from_host(slot.stop_vote, &vote, sizeof vote));
     FP8_RETURN_IF_ERROR(fsdp_->reduce_step_values(slot.losses, micro_batches + 1, slot.sum_of_squares, 1));
+    if (tensor_parallel_) {
+      FP8_RETURN_IF_ERROR(tensor_parallel_->sum(slot.sum_of_squares, 1));
+      FP8_RETURN_IF_ERROR(tensor_parallel_->max(slot.stop_vote, 1));
+    }
     FP8_RETURN_IF_ERROR(ops->queue_clip_scale(slot.sum_of_squares, max_norm, slot.clip_scale));
   }
   FP8_RETURN_IF_ERROR(optimizer_->step(static_cast<float>(lr), slot.clip_scale));
@@ -376,6 +389,7 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
   // The update wrote the weights' row amaxes (create()); nothing changes the weights
   // between here and the next step's forwards.
   if (!fsdp_) model_->set_weight_row_amaxes_current(true);
+  if (fsdp_ && tensor_parallel_) model_->split_weights_changed();
   if (fsdp_) {
     fsdp_->shards_changed(/*row_amaxes_written=*/true);
     const fsdp::CommCounters d = fsdp_->counters() - comm_before;
@@ -528,16 +542,25 @@ absl::StatusOr<std::filesystem::path> Trainer::save_tensor_parallel_checkpoint()
   const int64_t step = optimizer_->steps_taken();
   WholeTensors whole;
   const auto& params = trained_->all();
-  for (size_t i = 0; i < params.size(); ++i) {
+  const std::vector<TensorShape> parts = fsdp_ ? fsdp_->full_shapes() : std::vector<TensorShape>{};
+  // Under FSDP the shards of this rank's part come together first, across the data-parallel ranks.
+  auto whole_of = [&](const Tensor& t, size_t i) -> absl::StatusOr<std::vector<float>> {
     const Parameter& p = params[i];
-    whole.shapes.push_back(whole_shape(p));
-    FP8_ASSIGN_OR_RETURN(whole.values.emplace_back(), tensor_parallel_->whole(p.value, p.split));
-    FP8_ASSIGN_OR_RETURN(whole.exp_avg.emplace_back(), tensor_parallel_->whole(optimizer_->first_moment(i), p.split));
-    FP8_ASSIGN_OR_RETURN(whole.exp_avg_sq.emplace_back(),
-                         tensor_parallel_->whole(optimizer_->second_moment(i), p.split));
+    if (!fsdp_) return tensor_parallel_->whole(t, p.split);
+    FP8_ASSIGN_OR_RETURN(std::vector<float> part, fsdp_->gather_whole(t, i));
+    return tensor_parallel_->whole(std::move(part), parts.at(i), p.split, model_->device());
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    // The whole model's shape: this rank's part times the ranks along the split axis.
+    TensorShape shape = fsdp_ ? parts.at(i) : params[i].shape;
+    if (params[i].split.split()) shape.at(static_cast<size_t>(params[i].split.axis)) *= params[i].split.parts;
+    whole.shapes.push_back(shape);
+    FP8_ASSIGN_OR_RETURN(whole.values.emplace_back(), whole_of(params[i].value, i));
+    FP8_ASSIGN_OR_RETURN(whole.exp_avg.emplace_back(), whole_of(optimizer_->first_moment(i), i));
+    FP8_ASSIGN_OR_RETURN(whole.exp_avg_sq.emplace_back(), whole_of(optimizer_->second_moment(i), i));
   }
   absl::Status written;
-  if (tensor_parallel_->rank() == 0) {
+  if (tensor_parallel_->rank() == 0 && rank() == 0) {
     TrainStateRefs refs = state_refs();
     refs.whole = &whole;
     written = checkpoint::save_single_process_checkpoint(dir, step, [&](checkpoint::ShardWriter& w) {

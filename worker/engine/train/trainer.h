@@ -50,6 +50,7 @@
 #include "worker/engine/model/llama.h"
 #include "worker/engine/optim/adamw.h"
 #include "worker/engine/train/collective_timeout.h"
+#include "worker/engine/train/mesh.h"
 #include "worker/engine/train/step_stats.h"
 #include "worker/engine/train/tensor_parallel_group.h"
 #include "worker/engine/train/train_observer.h"
@@ -76,6 +77,10 @@ struct TrainerOptions {
   // model.init_from was opened beneath a root: a symbolic link among its files is refused
   // (init_from.h).
   bool init_from_follow_links = true;
+  // How the trainer forms the groups of a mesh (mesh.h) when the job has data parallelism
+  // beside tensor parallelism (resources.world_size > parallel.tensor > 1): the caller
+  // knows the rendezvous and the backend. Unused otherwise.
+  MakeProcessGroup make_group;
 };
 
 // Whether a run failed because its loss or grad norm stopped being finite: a bit-exact
@@ -159,6 +164,8 @@ class Trainer {
   std::optional<data::Batcher> batcher_;
   std::optional<data::ValidationSet> validation_;
   std::optional<LrSchedule> schedule_;
+  // Beside data parallelism: this rank's two groups (the caller's group is the world's).
+  MeshGroups mesh_;
   // Under tensor parallelism (parallel.tensor > 1): the group the model is split across.
   // Before model_, which holds a pointer to it.
   std::unique_ptr<TensorParallelGroup> tensor_parallel_;
