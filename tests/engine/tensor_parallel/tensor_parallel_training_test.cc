@@ -270,21 +270,33 @@ TEST_F(TensorParallelTrainingTest, CheckpointsMoveBetweenOneProcessAndTensorPara
   }
 }
 
-// A rank that dies takes the others down within the collective timeout, naming it.
+// A rank that dies takes the others down within the collective timeout, naming it: its
+// tensor-parallel peers at their next all-reduce, and under a 2 x 2 mesh the other
+// tensor-parallel pair through FSDP's group (where the dead rank is rank 0 of its pair's
+// data-parallel group: world rank 1 is data-parallel rank 0 of tensor-parallel rank 1).
 TEST_F(TensorParallelTrainingTest, AKilledRankFailsEveryOtherRankWithinTheTimeout) {
-  RunOptions o;
-  o.timeout_seconds = 10;
-  o.kill_rank = 1;
-  o.kill_at_step = 3;
-  o.deadline_seconds = 60;
-  const auto outcome = ranks(job({"fp8.recipe=tensorwise"}, 2), o);
-  ASSERT_EQ(outcome.size(), 2u);
-  EXPECT_EQ(outcome[1].signal, SIGKILL);
-  const RankOutcome& survivor = outcome[0];
-  EXPECT_TRUE(survivor.exited) << "rank 0 did not exit on its own";
-  EXPECT_EQ(survivor.exit_code, 1);
-  EXPECT_NE(survivor.error.find("rank 1"), std::string::npos) << survivor.error;
-  EXPECT_LT(survivor.seconds, o.timeout_seconds + 20);
+  for (const int data : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat(data, " data-parallel groups"));
+    RunOptions o;
+    o.timeout_seconds = 10;
+    o.kill_rank = 1;
+    o.kill_at_step = 3;
+    o.deadline_seconds = 60;
+    const auto outcome = ranks(job({"fp8.recipe=tensorwise"}, 2, data), o);
+    ASSERT_EQ(outcome.size(), static_cast<size_t>(2 * data));
+    EXPECT_EQ(outcome[1].signal, SIGKILL);
+    for (size_t k = 0; k < outcome.size(); ++k) {
+      if (k == 1) continue;
+      const RankOutcome& survivor = outcome[k];
+      EXPECT_TRUE(survivor.exited) << "rank " << k << " did not exit on its own";
+      EXPECT_EQ(survivor.exit_code, 1) << "rank " << k;
+      EXPECT_NE(survivor.error.find("lost rank"), std::string::npos) << "rank " << k << ": " << survivor.error;
+      EXPECT_LT(survivor.seconds, o.timeout_seconds + 20) << "rank " << k;
+    }
+    // Its tensor-parallel peer names the group by the job's ranks.
+    EXPECT_NE(outcome[0].error.find("tensor-parallel group of the job's ranks 0..1"), std::string::npos)
+        << outcome[0].error;
+  }
 }
 
 // A stop that reaches one rank stops both after the same step, as under FSDP.

@@ -2,9 +2,17 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 #include "worker/engine/status_macros.h"
 
 namespace fp8::engine {
+
+absl::Status TensorParallelGroup::named(const absl::Status& s) const {
+  return absl::Status(s.code(), absl::StrCat("tensor-parallel group of the job's ranks ", first_world_rank_, "..",
+                                             first_world_rank_ + size() - 1, " (its rank r is the job's ",
+                                             first_world_rank_, " + r): ", s.message()));
+}
 
 absl::Status TensorParallelGroup::all_reduce(std::span<double> values, collectives::ReduceOp op, Backend& backend) {
   if (values.empty()) return absl::OkStatus();

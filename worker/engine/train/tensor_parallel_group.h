@@ -24,7 +24,10 @@ class TensorParallelGroup final : public TensorParallelComm {
     double seconds = 0;
   };
 
-  explicit TensorParallelGroup(collectives::ProcessGroup& group) : group_(group) {}
+  // `first_world_rank`: the job's rank of this group's rank 0 (its ranks are adjacent),
+  // which errors name so that "lost rank 1" can be told from the job's rank 1.
+  TensorParallelGroup(collectives::ProcessGroup& group, int first_world_rank)
+      : group_(group), first_world_rank_(first_world_rank) {}
 
   collectives::ProcessGroup& group() { return group_; }
   int rank() const override { return group_.rank(); }
@@ -60,10 +63,12 @@ class TensorParallelGroup final : public TensorParallelComm {
     counters_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++counters_.all_reduces;
     counters_.bytes += bytes;
-    return s;
+    return s.ok() ? s : named(s);
   }
+  absl::Status named(const absl::Status& s) const;
 
   collectives::ProcessGroup& group_;
+  int first_world_rank_ = 0;
   Counters counters_;
 };
 
