@@ -227,8 +227,8 @@ void check_operations(const v1::JobSpec& s, Checks& c) {
   c.int_in_range("restarts.backoff_seconds", s.restarts().backoff_seconds(), 0, 3600);
 }
 
-// Tensor parallelism (parallel.tensor), as far as it goes so far: fp32 compute; FSDP over
-// the data-parallel groups beside it gathers in high precision. The fp8 side is check_fp8's.
+// Tensor parallelism (parallel.tensor): the mesh and the model's split. The fp8 side (what
+// is not supported with it yet) is check_fp8's.
 void check_parallel(const v1::JobSpec& s, Checks& c) {
   const int64_t tensor = s.parallel().tensor();
   if (!c.int_in_range("parallel.tensor", tensor, 1, kMaxTensorParallel) || tensor == 1) return;
@@ -259,11 +259,6 @@ void check_parallel(const v1::JobSpec& s, Checks& c) {
                          "); each tensor-parallel rank holds an equal share of ", split.of_what),
             at_tensor);
     }
-  }
-  const std::string not_yet = absl::StrCat(" with parallel.tensor > 1 yet (parallel.tensor: ", tensor, ")");
-  if (s.train().compute_dtype() == v1::TrainSpec::BF16) {
-    c.add("train.compute_dtype",
-          absl::StrCat("bf16 is not supported", not_yet, "; leave it out to compute in fp32"), at_tensor);
   }
 }
 

@@ -126,9 +126,6 @@ INSTANTIATE_TEST_SUITE_P(
                  "(4); each tensor-parallel rank holds an equal share of the key/value heads",
                  "tensor_parallel_uneven_split.yaml:8:3: model.ffn_dim: 202 is not divisible by parallel.tensor (4); "
                  "each tensor-parallel rank holds an equal share of the feed-forward columns"}},
-        BadFile{"tensor_parallel_unsupported_yet.yaml",
-                {"tensor_parallel_unsupported_yet.yaml:15:3: train.compute_dtype: bf16 is not supported with "
-                 "parallel.tensor > 1 yet (parallel.tensor: 2); leave it out to compute in fp32"}},
         BadFile{"tensor_parallel_rowwise.yaml",
                 {"tensor_parallel_rowwise.yaml:15:3: fp8.recipe: rowwise is not supported with parallel.tensor > 1 "
                  "yet (parallel.tensor: 2); choose tensorwise, delayed or blockwise"}},

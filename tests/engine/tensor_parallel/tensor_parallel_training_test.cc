@@ -137,6 +137,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // Full activation checkpointing runs each block's forward, collectives
                       // included, once more before its backward.
                       MeshCase{"tensorwise", 2, {"train.activation_checkpointing=full"}},
+                      // bf16 activations: each rank's partial sums rounded to bf16 before the
+                      // ranks add them (one rounding more than one process makes).
+                      MeshCase{"tensorwise", 2, {"train.compute_dtype=bf16"}},
+                      MeshCase{"tensorwise", 2, {"train.compute_dtype=bf16"}, 2},
                       // 128-element blocks: each rank's heads and columns whole blocks.
                       // The wider model's fp8 rounding flips grow faster: 5 steps.
                       MeshCase{"blockwise", 2, {"model.dim=256", "model.n_heads=2", "model.ffn_dim=512", "train.steps=5"}},
@@ -154,6 +158,7 @@ INSTANTIATE_TEST_SUITE_P(
         if (e.rfind("model.n_kv_heads", 0) == 0) name += "_gqa";
         if (e.rfind("train.activation_checkpointing", 0) == 0) name += "_full_checkpointing";
         if (e == "model.dim=256") name += "_dim_256";
+        if (e == "train.compute_dtype=bf16") name += "_bf16";
       }
       return name;
     });

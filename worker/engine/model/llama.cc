@@ -58,9 +58,6 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::create(const Device& dev
                                                      " and ffn_dim ", c.ffn_dim, " must each divide by ",
                                                      c.tensor_parallel, " tensor-parallel ranks"));
     }
-    if (c.activations != DType::kFloat32) {
-      return absl::InvalidArgumentError("model: tensor parallelism needs fp32 activations (train.compute_dtype) so far");
-    }
   }
   std::unique_ptr<LlamaModel> model(new LlamaModel(device, *ops, c, seed));
   model->tp_ = c.tensor_parallel > 1 ? tensor_parallel : nullptr;

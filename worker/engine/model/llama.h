@@ -30,7 +30,7 @@ class LlamaModel {
   // a device without model kernels, or for an fp8 config a layer cannot take.
   // With `tensor_parallel` (not owned; must outlive the model), this rank's part of a model
   // split across its ranks (tensor_parallel.h), config.tensor_parallel set to their number;
-  // fp32 activations only, and no fp8 cast per row or column, for now.
+  // no fp8 cast per row or column, for now.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> create(const Device& device, const LlamaConfig& config,
                                                             const v1::Fp8Spec& fp8, uint64_t seed,
                                                             ParameterStorage storage = ParameterStorage::kAllocated,

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "fp8/fp8.h"
 
 namespace fp8::engine {
 
@@ -27,6 +28,9 @@ class TensorParallelComm {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual absl::Status sum(float* data, int64_t count) = 0;
+  // Activations of either type (fp32 or bf16): bf16 values are summed in fp32 and the sum
+  // rounded to bf16 once.
+  virtual absl::Status sum(void* data, DType dtype, int64_t count) = 0;
   virtual absl::Status sum(double* data, int64_t count) = 0;
   virtual absl::Status max(float* data, int64_t count) = 0;
 };

@@ -50,8 +50,8 @@ absl::Status reduce_row_amax(TensorParallelComm* tp, float* row_amax, int64_t ro
 const Tensor* residual_on_one_rank(const TensorParallelComm* tp, const Tensor& residual) {
   return tp == nullptr || tp->rank() == 0 ? &residual : nullptr;
 }
-absl::Status sum_across_ranks(TensorParallelComm* tp, const Tensor& t) {
-  return tp == nullptr ? absl::OkStatus() : tp->sum(f(t), t.numel());
+absl::Status sum_across_ranks(TensorParallelComm* tp, const Tensor& t, DType dtype) {
+  return tp == nullptr ? absl::OkStatus() : tp->sum(t.raw(), dtype, t.numel());
 }
 
 }  // namespace
@@ -76,7 +76,7 @@ absl::Status TransformerBlock::forward(ModelOps& ops, const LlamaConfig& c, Acti
   FP8_RETURN_IF_ERROR(reduce_row_amax(tp, row_amax, m));
   // The residual adds ride on the output GEMMs (their epilogue's addend): no pass of their own.
   FP8_RETURN_IF_ERROR(wo.forward(s.attn_out, m, s.mid, training, row_amax, residual_on_one_rank(tp, in)));
-  FP8_RETURN_IF_ERROR(sum_across_ranks(tp, s.mid));
+  FP8_RETURN_IF_ERROR(sum_across_ranks(tp, s.mid, t));
   // Feed-forward.
   row_amax = row_amax_for(a, {&w1, &w3});
   FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act(s.mid), f(ffn_norm->value), m, c.dim, c.norm_eps, act(s.ffn_in),
@@ -88,7 +88,7 @@ absl::Status TransformerBlock::forward(ModelOps& ops, const LlamaConfig& c, Acti
   FP8_RETURN_IF_ERROR(ops.swiglu_forward(act(s.gate), act(s.up), m * ffn, act(s.swiglu_out), t, {row_amax, ffn}));
   FP8_RETURN_IF_ERROR(reduce_row_amax(tp, row_amax, m));
   FP8_RETURN_IF_ERROR(w2.forward(s.swiglu_out, m, out, training, row_amax, residual_on_one_rank(tp, s.mid)));
-  return sum_across_ranks(tp, out);
+  return sum_across_ranks(tp, out, t);
 }
 
 absl::Status TransformerBlock::recompute(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& s,
@@ -138,7 +138,7 @@ absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Act
   FP8_RETURN_IF_ERROR(reduce_row_amax(tp, up_row_amax, m));
   FP8_RETURN_IF_ERROR(w1.backward(a.grad_gate, &a.grad_norm_in, kWrite, gate_row_amax));
   FP8_RETURN_IF_ERROR(w3.backward(a.grad_up, &a.grad_norm_in, kAdd, up_row_amax));
-  FP8_RETURN_IF_ERROR(sum_across_ranks(tp, a.grad_norm_in));
+  FP8_RETURN_IF_ERROR(sum_across_ranks(tp, a.grad_norm_in, t));
   float* wo_row_amax = wo.grad_output_row_amax_in(a.grad_hidden_row_amax);
   FP8_RETURN_IF_ERROR(ffn_norm->claim_grad_for_adding());
   FP8_RETURN_IF_ERROR(ops.rmsnorm_backward(act(s.mid), f(ffn_norm->value), f(s.ffn_inv_rms), act(a.grad_norm_in), m,
@@ -169,7 +169,7 @@ absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Act
     FP8_RETURN_IF_ERROR(reduce_row_amax(tp, v_row_amax, m));
   }
   FP8_RETURN_IF_ERROR(wv.backward(a.grad_v, &a.grad_norm_in, kAdd, v_row_amax));
-  FP8_RETURN_IF_ERROR(sum_across_ranks(tp, a.grad_norm_in));
+  FP8_RETURN_IF_ERROR(sum_across_ranks(tp, a.grad_norm_in, t));
   FP8_RETURN_IF_ERROR(attention_norm->claim_grad_for_adding());
   return ops.rmsnorm_backward(act(in), f(attention_norm->value), f(s.attn_inv_rms), act(a.grad_norm_in), m, c.dim,
                               act(a.grad_hidden), f(attention_norm->grad), t, kAdd, grad_in_row_amax);

@@ -14,6 +14,21 @@ absl::Status TensorParallelGroup::named(const absl::Status& s) const {
                                              first_world_rank_, " + r): ", s.message()));
 }
 
+absl::Status TensorParallelGroup::sum(void* data, DType dtype, int64_t count) {
+  if (dtype == DType::kFloat32) return sum(static_cast<float*>(data), count);
+  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+  if (bytes > widened_bytes_) {
+    if (widened_ != nullptr) backend_.deallocate(widened_);
+    widened_ = nullptr;
+    widened_bytes_ = 0;
+    FP8_ASSIGN_OR_RETURN(widened_, backend_.allocate(bytes));
+    widened_bytes_ = bytes;
+  }
+  FP8_RETURN_IF_ERROR(backend_.convert(data, dtype, widened_, DType::kFloat32, count));
+  FP8_RETURN_IF_ERROR(sum(static_cast<float*>(widened_), count));
+  return backend_.convert(widened_, DType::kFloat32, data, dtype, count);
+}
+
 absl::Status TensorParallelGroup::all_reduce(std::span<double> values, collectives::ReduceOp op, Backend& backend) {
   if (values.empty()) return absl::OkStatus();
   const size_t n = values.size_bytes();

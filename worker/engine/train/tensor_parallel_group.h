@@ -26,8 +26,9 @@ class TensorParallelGroup final : public TensorParallelComm {
 
   // `first_world_rank`: the job's rank of this group's rank 0 (its ranks are adjacent),
   // which errors name so that "lost rank 1" can be told from the job's rank 1.
-  TensorParallelGroup(collectives::ProcessGroup& group, int first_world_rank)
-      : group_(group), first_world_rank_(first_world_rank) {}
+  // `backend`: where bf16 sums are widened to fp32 (scratch of its memory).
+  TensorParallelGroup(collectives::ProcessGroup& group, int first_world_rank, Backend& backend)
+      : group_(group), first_world_rank_(first_world_rank), backend_(backend) {}
 
   collectives::ProcessGroup& group() { return group_; }
   int rank() const override { return group_.rank(); }
@@ -35,6 +36,7 @@ class TensorParallelGroup final : public TensorParallelComm {
   absl::Status sum(float* data, int64_t count) override {
     return timed(count * 4, [&] { return group_.all_reduce(data, count, collectives::ReduceOp::kSum); });
   }
+  absl::Status sum(void* data, DType dtype, int64_t count) override;
   absl::Status sum(double* data, int64_t count) override {
     return timed(count * 8, [&] { return group_.all_reduce(data, count, collectives::ReduceOp::kSum); });
   }
@@ -55,6 +57,12 @@ class TensorParallelGroup final : public TensorParallelComm {
 
   const Counters& counters() const { return counters_; }
 
+  ~TensorParallelGroup() override {
+    if (widened_ != nullptr) backend_.deallocate(widened_);
+  }
+  TensorParallelGroup(const TensorParallelGroup&) = delete;
+  TensorParallelGroup& operator=(const TensorParallelGroup&) = delete;
+
  private:
   template <typename Call>
   absl::Status timed(int64_t bytes, Call call) {
@@ -69,6 +77,9 @@ class TensorParallelGroup final : public TensorParallelComm {
 
   collectives::ProcessGroup& group_;
   int first_world_rank_ = 0;
+  Backend& backend_;
+  void* widened_ = nullptr;  // bf16 sums' fp32 scratch, grown as needed
+  size_t widened_bytes_ = 0;
   Counters counters_;
 };
 

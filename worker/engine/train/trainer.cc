@@ -89,14 +89,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
                                                      " is not a multiple of parallel.tensor ", tensor));
     }
     if (group_size == tensor) {
-      t->tensor_parallel_ = std::make_unique<TensorParallelGroup>(*group, 0);
+      t->tensor_parallel_ = std::make_unique<TensorParallelGroup>(*group, 0, device.backend());
       group = nullptr;  // no FSDP
     } else {
       FP8_ASSIGN_OR_RETURN(MeshGroups mesh, make_mesh_groups(group->rank(), group_size, tensor,
                                                              trainer_options.make_group));
       t->mesh_ = std::move(mesh);
       t->tensor_parallel_ =
-          std::make_unique<TensorParallelGroup>(*t->mesh_.tensor, group->rank() / tensor * tensor);
+          std::make_unique<TensorParallelGroup>(*t->mesh_.tensor, group->rank() / tensor * tensor, device.backend());
       group = t->mesh_.data.get();
       if (spec.fp8().all_gather_fp8()) {
         return absl::InvalidArgumentError(
