@@ -52,13 +52,13 @@ std::string progress_bar(int64_t step, int64_t total, int width) {
                       std::string(static_cast<size_t>(width - filled), '.'), "]");
 }
 
-FollowPrinter::FollowPrinter(std::ostream& out, bool terminal, int64_t total_steps, int world_size,
-                             int64_t tokens_per_rank_step)
+FollowPrinter::FollowPrinter(std::ostream& out, bool terminal, int64_t total_steps, int data_parallel_ranks,
+                             int64_t tokens_per_rank_step, int tensor_parallel)
     : out_(out),
       terminal_(terminal),
       total_steps_(total_steps),
-      world_size_(world_size < 1 ? 1 : world_size),
-      summary_(total_steps, tokens_per_rank_step) {}
+      data_parallel_ranks_(data_parallel_ranks < 1 ? 1 : data_parallel_ranks),
+      summary_(total_steps, tokens_per_rank_step, tensor_parallel) {}
 
 void FollowPrinter::line(int64_t time_unix_ms, const std::string& text) {
   // Over a live progress line: clear it, print the event, then draw the progress again.
@@ -77,7 +77,7 @@ void FollowPrinter::progress(const v1::JobEvent& event) {
   in.total_steps = total_steps_;
   in.loss = p.loss();
   if (p.has_val_loss()) in.val_loss = p.val_loss();
-  in.tokens_per_second = p.tokens_per_second() * world_size_;
+  in.tokens_per_second = p.tokens_per_second() * data_parallel_ranks_;
   in.eta_seconds = eta_.seconds_left(total_steps_);
   const std::string text = progress_line(in);
   if (terminal_) {

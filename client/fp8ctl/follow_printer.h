@@ -36,7 +36,7 @@ struct ProgressLineInput {
   int64_t total_steps = 0;  // 0 = unknown
   double loss = 0;
   std::optional<double> val_loss;
-  double tokens_per_second = 0;  // the job's (rank 0's times world size)
+  double tokens_per_second = 0;  // the job's (rank 0's times the data-parallel ranks)
   std::optional<double> eta_seconds;
 };
 
@@ -48,10 +48,11 @@ std::string progress_bar(int64_t step, int64_t total, int width = 24);
 
 class FollowPrinter {
  public:
-  // `world_size` scales rank 0's tokens/s to the job's; `tokens_per_rank_step`
-  // (batch_size x seq_len) counts the summary's tokens.
-  FollowPrinter(std::ostream& out, bool terminal, int64_t total_steps, int world_size,
-                int64_t tokens_per_rank_step = 0);
+  // `data_parallel_ranks` (format.h) scales rank 0's tokens/s to the job's;
+  // `tokens_per_rank_step` (batch_size x seq_len) and `tensor_parallel` (parallel.tensor,
+  // the ranks that share a batch) count the summary's tokens.
+  FollowPrinter(std::ostream& out, bool terminal, int64_t total_steps, int data_parallel_ranks,
+                int64_t tokens_per_rank_step = 0, int tensor_parallel = 1);
 
   void on_event(const v1::JobEvent& event);
   // Ends a live progress line, so that what follows starts on a fresh line.
@@ -70,7 +71,7 @@ class FollowPrinter {
   std::ostream& out_;
   bool terminal_;
   int64_t total_steps_;
-  int world_size_;
+  int data_parallel_ranks_;
   EtaEstimator eta_;
   FollowSummary summary_;
   NumericsGroups numerics_;  // only a group's first event is printed

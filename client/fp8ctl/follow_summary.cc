@@ -45,7 +45,9 @@ void FollowSummary::on_event(const v1::JobEvent& event) {
 int64_t FollowSummary::tokens() const {
   int64_t total = 0;
   for (const auto& [number, w] : attempts_) {
-    total += std::max<int64_t>(0, w.last_step - w.resumed_from) * w.ranks * tokens_per_rank_step_;
+    // Tensor-parallel ranks train one batch together: it counts once.
+    const int64_t data_parallel = w.ranks > 0 ? std::max(1, w.ranks / tensor_parallel_) : 0;
+    total += std::max<int64_t>(0, w.last_step - w.resumed_from) * data_parallel * tokens_per_rank_step_;
   }
   return total;
 }

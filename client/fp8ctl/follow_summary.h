@@ -17,14 +17,17 @@ namespace fp8::ctl {
 
 class FollowSummary {
  public:
-  // `tokens_per_rank_step`: train.batch_size x data.seq_len (a rank's tokens per step).
-  FollowSummary(int64_t total_steps, int64_t tokens_per_rank_step)
-      : total_steps_(total_steps), tokens_per_rank_step_(tokens_per_rank_step) {}
+  // `tokens_per_rank_step`: train.batch_size x data.seq_len (a rank's tokens per step);
+  // `tensor_parallel`: parallel.tensor, the ranks that train one batch together.
+  FollowSummary(int64_t total_steps, int64_t tokens_per_rank_step, int tensor_parallel = 1)
+      : total_steps_(total_steps),
+        tokens_per_rank_step_(tokens_per_rank_step),
+        tensor_parallel_(tensor_parallel < 1 ? 1 : tensor_parallel) {}
 
   void on_event(const v1::JobEvent& event);
 
-  // Tokens trained over every attempt (steps each advanced past its checkpoint x its ranks
-  // x tokens per rank step): work redone after a restart counts.
+  // Tokens trained over every attempt (steps each advanced past its checkpoint x its
+  // data-parallel ranks x tokens per rank step): work redone after a restart counts.
   int64_t tokens() const;
   int restarts() const { return attempts_.empty() ? 0 : static_cast<int>(attempts_.size()) - 1; }
 
@@ -39,6 +42,7 @@ class FollowSummary {
   };
   int64_t total_steps_;
   int64_t tokens_per_rank_step_;
+  int tensor_parallel_;
   std::map<int32_t, AttemptWork> attempts_;
   std::optional<v1::TrainingProgress> first_, last_;
   std::optional<std::pair<int64_t, double>> val_;  // step, val_loss

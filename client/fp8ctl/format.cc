@@ -32,10 +32,14 @@ std::string device_name(v1::ResourceSpec::Device device) {
 }
 
 std::string mesh_text(const v1::JobSpec& spec) {
+  return absl::StrCat(data_parallel_ranks(spec), " data-parallel x ", std::max(1, spec.parallel().tensor()),
+                      " tensor-parallel ranks");
+}
+
+int data_parallel_ranks(const v1::JobSpec& spec) {
   // A spec stored before parallel existed has no tensor: one tensor-parallel rank.
-  const int64_t tensor = std::max<int64_t>(1, spec.parallel().tensor());
-  const int64_t world = std::max<int64_t>(1, spec.resources().world_size());
-  return absl::StrCat(world / tensor, " data-parallel x ", tensor, " tensor-parallel ranks");
+  const int tensor = std::max(1, spec.parallel().tensor());
+  return std::max(1, spec.resources().world_size() / tensor);
 }
 
 bool is_final(v1::Job::State state) {

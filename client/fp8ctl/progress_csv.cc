@@ -29,7 +29,7 @@ std::string progress_csv(const std::vector<JobProgress>& jobs) {
     for (const auto& [step, p] : j.by_step) {
       absl::StrAppend(&out, field(j.job_id), ",", field(j.name), ",", field(j.recipe), ",", step, ",",
                       number(p.loss()), ",", p.has_val_loss() ? number(p.val_loss()) : "", ",",
-                      number(p.tokens_per_second() * std::max(1, j.world_size)), "\n");
+                      number(p.tokens_per_second() * std::max(1, j.data_parallel_ranks)), "\n");
     }
   }
   return out;

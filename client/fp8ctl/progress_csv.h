@@ -14,12 +14,13 @@ namespace fp8::ctl {
 
 struct JobProgress {
   std::string job_id, name, recipe;
-  int world_size = 1;
+  int data_parallel_ranks = 1;  // data_parallel_ranks(spec) (format.h)
   std::map<int64_t, v1::TrainingProgress> by_step;  // the latest report per step
 };
 
 // A header and a row per job and step; val_loss empty where no evaluation ran,
-// tokens_per_second the job's (rank 0's x world size), non-finite values as nan/inf.
+// tokens_per_second the job's (rank 0's x the data-parallel ranks), non-finite values as
+// nan/inf.
 std::string progress_csv(const std::vector<JobProgress>& jobs);
 
 }  // namespace fp8::ctl

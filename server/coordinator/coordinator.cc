@@ -467,7 +467,16 @@ absl::StatusOr<v1::Job> Coordinator::resume_job(const Principal& who, const v1::
     return absl::InternalError(absl::StrCat("job id '", job.id(), "' is malformed"));
   }
   v1::Job next = job;
-  if (request.has_world_size()) next.mutable_spec()->mutable_resources()->set_world_size(request.world_size());
+  if (request.has_world_size()) {
+    next.mutable_spec()->mutable_resources()->set_world_size(request.world_size());
+    // The spec's other fields ask things of the world size too (a tensor-parallel job's
+    // ranks are whole tensor-parallel groups): refuse here what the ranks would refuse.
+    for (const jobspec::Issue& issue : jobspec::find_spec_issues(next.spec())) {
+      if (issue.field == "resources.world_size") {
+        return absl::InvalidArgumentError(absl::StrCat("world_size: ", issue.message));
+      }
+    }
+  }
   next.set_state(v1::Job::QUEUED);
   next.set_restarts_left(next.spec().restarts().max_restarts());
   next.clear_failure_reason();

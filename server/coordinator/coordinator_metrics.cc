@@ -38,6 +38,15 @@ std::string lower(const std::string& s) { return absl::AsciiStrToLower(s); }
 
 std::string operand_label(v1::AmaxHistory::Operand o) { return lower(v1::AmaxHistory::Operand_Name(o)); }
 
+// The ranks that each train a batch of their own: world_size / parallel.tensor. The
+// tensor-parallel ranks among them train one batch together, so the job's tokens are
+// rank 0's times this, and each of them reports the shared batch (a spec stored before
+// parallel existed has no tensor: 1).
+int data_parallel_ranks(const v1::JobSpec& spec) {
+  const int tensor = std::max(1, spec.parallel().tensor());
+  return std::max(1, spec.resources().world_size() / tensor);
+}
+
 // Communication bytes per step of one report, by (collective, dtype).
 struct Traffic {
   const char* collective;
@@ -87,8 +96,13 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::Registry& r, size_t keep_finishe
                        {"job_id"})),
       rank_mfu_(r.gauge("fp8_rank_mfu_ratio", "Each rank's model FLOPs utilisation at its last report.",
                         {"job_id", "rank"})),
+      job_tensor_parallel_exposed_seconds_(r.gauge(
+          "fp8_job_tensor_parallel_exposed_seconds",
+          "Rank 0's mean time a step in tensor-parallel all-reduces (all exposed; part of exposed_communication).",
+          {"job_id"})),
       job_communication_bytes_(r.counter("fp8_job_communication_bytes_total",
-                                         "Bytes the job's ranks sent in collectives, by collective and dtype.",
+                                         "Bytes the job's ranks sent in collectives, by collective (the "
+                                         "tensor-parallel axis's: tensor_all_reduce) and dtype.",
                                          {"job_id", "collective", "dtype"})),
       job_tokens_(r.counter("fp8_job_tokens_total", "Tokens trained, from the progress reports.", {"job_id"})),
       rank_tokens_(r.counter("fp8_rank_tokens_total", "Tokens each rank trained, from its progress reports.",
@@ -138,9 +152,8 @@ void CoordinatorMetrics::on_job(const v1::Job& job) {
   job_restarts_.with({id}).set_total(std::max(0, job.attempts() - 1));
   if (job.has_latest_progress()) {
     const v1::TrainingProgress& p = job.latest_progress();
-    const int world = std::max(1, spec.resources().world_size());
     job_step_.with({id}).set(static_cast<double>(p.step()));
-    job_tokens_per_second_.with({id}).set(p.tokens_per_second() * world);
+    job_tokens_per_second_.with({id}).set(p.tokens_per_second() * data_parallel_ranks(spec));
     job_loss_.with({id}).set(p.loss());
     if (p.has_val_loss()) job_validation_loss_.with({id}).set(p.val_loss());
     job_grad_norm_.with({id}).set(p.grad_norm());
@@ -155,6 +168,8 @@ void CoordinatorMetrics::on_job(const v1::Job& job) {
     // and host work.
     job_step_part_seconds_.with({id, "data"})
         .set(std::max(0.0, t.step_ms() - t.compute_ms() - t.exposed_comm_ms()) / 1e3);
+    // Only tensor-parallel jobs get the series: the rest would carry a zero each.
+    if (spec.parallel().tensor() > 1) job_tensor_parallel_exposed_seconds_.with({id}).set(t.tensor_comm_ms() / 1e3);
   }
   if (!is_final_state(job.state())) return;
 
@@ -180,15 +195,19 @@ void CoordinatorMetrics::on_rank_progress(const v1::Job& job, int rank, const v1
                            Traffic{"all_gather", "bf16", c.all_gather_bf16_bytes()},
                            Traffic{"reduce_scatter", "fp32", c.reduce_scatter_bytes()},
                            Traffic{"reduce_scatter", "bf16", c.reduce_scatter_bf16_bytes()},
-                           Traffic{"all_reduce", "fp32", c.all_reduce_bytes()}}) {
+                           Traffic{"all_reduce", "fp32", c.all_reduce_bytes()},
+                           Traffic{"tensor_all_reduce", "fp32", c.tensor_all_reduce_bytes()}}) {
     if (t.bytes > 0) job_communication_bytes_.with({id, t.collective, t.dtype}).inc(static_cast<double>(t.bytes) * steps);
   }
   const v1::JobSpec& spec = job.spec();
-  // Each rank trains batch_size sequences of seq_len tokens a step.
+  // Each rank trains batch_size sequences of seq_len tokens a step. Tensor-parallel ranks
+  // train one batch together: each adds its 1/tensor share of it (and of the model FLOPs
+  // it took) to the job's, so the job counts the batch once.
   const double tokens = steps * static_cast<double>(spec.train().batch_size()) * static_cast<double>(spec.data().seq_len());
-  job_tokens_.with({id}).inc(tokens);
+  const double share = tokens / std::max(1, spec.parallel().tensor());
+  job_tokens_.with({id}).inc(share);
   rank_tokens_.with({id, std::to_string(rank)}).inc(tokens);
-  job_model_flops_.with({id}).inc(tokens * flops_per_token);
+  job_model_flops_.with({id}).inc(share * flops_per_token);
   if (p.has_mfu()) rank_mfu_.with({id, std::to_string(rank)}).set(p.mfu());
 }
 
@@ -247,7 +266,7 @@ void CoordinatorMetrics::forget_job(const std::string& job_id) {
   for (metrics::GaugeFamily* f : {&job_info_, &job_state_, &job_pending_reason_, &job_step_, &job_total_steps_, &job_tokens_per_second_,
                                   &job_loss_, &job_validation_loss_, &job_grad_norm_, &job_learning_rate_,
                                   &job_step_seconds_, &job_step_part_seconds_, &job_peak_memory_, &job_mfu_,
-                                  &rank_mfu_}) {
+                                  &rank_mfu_, &job_tensor_parallel_exposed_seconds_}) {
     f->remove_if("job_id", job_id);
   }
   for (metrics::CounterFamily* f :

@@ -39,7 +39,8 @@ class CoordinatorMetrics {
   // A job was submitted, loaded or changed: its info, state and latest progress.
   void on_job(const v1::Job& job);
   // Any rank's progress report: the job's counters (tokens, model FLOPs at
-  // `flops_per_token`, communication bytes) add up every rank's share.
+  // `flops_per_token`, communication bytes) add up every rank's share (a tensor-parallel
+  // rank's share of tokens and FLOPs is 1/parallel.tensor of its batch's).
   void on_rank_progress(const v1::Job& job, int rank, const v1::TrainingProgress& p, double flops_per_token);
   void on_cast_numerics(const std::string& job_id, const v1::ReportCastNumericsRequest& request);
   void on_numerics_event(const std::string& job_id, const std::string& kind);
@@ -79,6 +80,7 @@ class CoordinatorMetrics {
   metrics::GaugeFamily& job_step_part_seconds_;
   metrics::GaugeFamily& job_mfu_;
   metrics::GaugeFamily& rank_mfu_;
+  metrics::GaugeFamily& job_tensor_parallel_exposed_seconds_;
   metrics::CounterFamily& job_communication_bytes_;
   metrics::CounterFamily& job_tokens_;
   metrics::CounterFamily& rank_tokens_;

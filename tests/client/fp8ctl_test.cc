@@ -542,6 +542,51 @@ TEST(Fp8ctlTest, JobsEndToEnd) {
 
 // A job the fleet cannot hold yet says why in list and describe, and does not keep a
 // smaller job behind it from running (backfill).
+// A tensor-parallel job (parallel.tensor 2 on 2 ranks: one data-parallel rank) as a user
+// sees it: follow's summary counts each step's shared batch once, describe shows the mesh
+// and the job's tokens/s equal to rank 0's, list shows the job's 2 ranks.
+TEST(Fp8ctlTest, ATensorParallelJobCountsOneDataParallelRank) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  cp.start_worker();
+  Fp8ctl ctl(cp.dir(), cli_env(cp));
+  const fs::path job = cp.dir() / "tp.yaml";
+  std::ofstream(job) << "name: tp\n"
+                        "model: {dim: 64, n_layers: 1, n_heads: 4, ffn_dim: 128, max_seq_len: 32}\n"
+                        "data: {path: corpus.txt, seq_len: 32, val_fraction: 0}\n"
+                        "train: {steps: 6, batch_size: 4, lr: 3e-3, log_every: 3, eval_every: 0}\n"
+                        "fp8: {recipe: tensorwise}\n"
+                        "checkpoint: {dir: ckpt/tp, every: 3, keep: 1}\n"
+                        "parallel: {tensor: 2}\n"
+                        "resources: {device: cpu, world_size: 2, cpus_per_rank: 1}\n"
+                        "restarts: {max_restarts: 0, backoff_seconds: 0}\n";
+  cli_test::RunResult r = ctl.run({"submit", job.string(), "--follow"});
+  ASSERT_TRUE(exited(r, 0)) << show(r) << cp.logs();
+  // 6 steps of one batch of 4 x 32 tokens, not one a rank.
+  EXPECT_TRUE(contains(r.out, "  tokens      768\n")) << show(r);
+
+  r = ctl.run({"describe", "job-1"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  for (const char* part : {"State:      SUCCEEDED", "world       2 x cpu",
+                           "mesh        1 data-parallel x 2 tensor-parallel ranks", "Checkpoint: step 6",
+                           "Metrics (step 6"}) {
+    EXPECT_TRUE(contains(r.out, part)) << part << "\n" << show(r);
+  }
+  // "tokens/s 10.6k (10.6k per rank)": the job's rate is rank 0's.
+  const size_t rate = r.out.find("  tokens/s ");
+  ASSERT_NE(rate, std::string::npos) << show(r);
+  const std::string job_rate = r.out.substr(rate + 11, r.out.find(' ', rate + 11) - (rate + 11));
+  EXPECT_TRUE(contains(r.out, "  tokens/s " + job_rate + " (" + job_rate + " per rank)")) << show(r);
+
+  r = ctl.run({"list", "-o", "wide"});
+  ASSERT_TRUE(exited(r, 0)) << show(r);
+  const std::string row = r.out.substr(r.out.find("\njob-1 ") + 1);
+  for (const char* part : {" SUCCEEDED ", " 6/6 ", " tensorwise ", " 2 ", " cpu ", " step 6 "}) {
+    EXPECT_TRUE(contains(row, part)) << part << "\n" << show(r);
+  }
+}
+
 TEST(Fp8ctlTest, AQueuedJobSaysWhyAndASmallerOneRunsMeanwhile) {
   ControlPlane cp;
   ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());

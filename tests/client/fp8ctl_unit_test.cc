@@ -85,6 +85,19 @@ TEST(Fp8ctlFormatTest, MeshSplitsTheRanksIntoDataAndTensorParallel) {
   EXPECT_EQ(mesh_text(spec), "4 data-parallel x 2 tensor-parallel ranks");
 }
 
+// The ranks that train batches of their own, which scale rank 0's tokens/s to the job's
+// (describe, follow, plot): tensor-parallel ranks share one batch.
+TEST(Fp8ctlFormatTest, DataParallelRanksAreTheWorldOverTheTensorParallelRanks) {
+  v1::JobSpec spec;
+  EXPECT_EQ(data_parallel_ranks(spec), 1);  // nothing set
+  spec.mutable_resources()->set_world_size(4);
+  EXPECT_EQ(data_parallel_ranks(spec), 4);  // no parallel section: FSDP over all of them
+  spec.mutable_parallel()->set_tensor(4);
+  EXPECT_EQ(data_parallel_ranks(spec), 1);
+  spec.mutable_parallel()->set_tensor(2);
+  EXPECT_EQ(data_parallel_ranks(spec), 2);
+}
+
 TEST(Fp8ctlProgressLineTest, ShowsStepLossRateAndEta) {
   ProgressLineInput in;
   in.step = 20;
@@ -137,7 +150,7 @@ v1::JobEvent state_event(v1::Job::State from, v1::Job::State to, const std::stri
 
 TEST(Fp8ctlFollowPrinterTest, PrintsALinePerEventWhenNotATerminal) {
   std::ostringstream out;
-  FollowPrinter p(out, /*terminal=*/false, /*total_steps=*/40, /*world_size=*/2);
+  FollowPrinter p(out, /*terminal=*/false, /*total_steps=*/40, /*data_parallel_ranks=*/2);
   p.on_event(state_event(v1::Job::STATE_UNSPECIFIED, v1::Job::QUEUED, "submitted"));
   p.on_event(state_event(v1::Job::QUEUED, v1::Job::RUNNING));
   p.on_event(progress_event(2, 10, 10'000));
@@ -228,6 +241,30 @@ TEST(Fp8ctlFollowSummaryTest, LossStartToEndValidationTokensTimeAndRestarts) {
   const std::string text = nothing.render();
   EXPECT_NE(text.find("- (no progress reported)"), std::string::npos) << text;
   EXPECT_NE(text.find("- (no evaluation ran)"), std::string::npos) << text;
+}
+
+// Two tensor-parallel ranks train one batch together: the progress line's rate is rank
+// 0's (one data-parallel rank), and the summary counts each step's batch once.
+TEST(Fp8ctlFollowPrinterTest, TensorParallelRanksCountOneBatch) {
+  v1::JobSpec spec;
+  spec.mutable_resources()->set_world_size(2);
+  spec.mutable_parallel()->set_tensor(2);
+  std::ostringstream out;
+  FollowPrinter p(out, /*terminal=*/false, /*total_steps=*/40, data_parallel_ranks(spec),
+                  /*tokens_per_rank_step=*/100, spec.parallel().tensor());
+  p.on_event(attempt_started_event(1, 2, 0, 1'000));
+  p.on_event(progress_event(2, 40, 12'000));
+  p.on_event(state_event(v1::Job::RUNNING, v1::Job::SUCCEEDED));
+  p.print_summary();
+  const std::string text = out.str();
+  EXPECT_NE(text.find("step 40/40 (100%)  loss 2.5000  tok/s 1.0k  "), std::string::npos) << text;
+  // 40 steps x 1 data-parallel rank x 100 tokens.
+  EXPECT_NE(text.find("  tokens      4.0k\n"), std::string::npos) << text;
+
+  FollowSummary s(/*total_steps=*/40, /*tokens_per_rank_step=*/100, /*tensor_parallel=*/2);
+  s.on_event(attempt_started_event(1, 4, 0, 1'000));  // 2 data-parallel x 2 tensor-parallel
+  s.on_event(progress_event(2, 40, 12'000));
+  EXPECT_EQ(s.tokens(), 8000);
 }
 
 v1::JobEvent numerics_event_at(int64_t step, v1::NumericsEvent::Kind kind, const std::string& layer,
@@ -729,7 +766,7 @@ TEST(Fp8ctlProgressCsvTest, ARowPerJobAndStepQuotedWhereNeeded) {
   a.job_id = "job-1";
   a.name = "tiny, \"big\"";
   a.recipe = "tensorwise";
-  a.world_size = 2;
+  a.data_parallel_ranks = 2;
   a.by_step[5].set_loss(5.5);
   a.by_step[5].set_tokens_per_second(1000);
   a.by_step[10].set_loss(4.25);
@@ -740,6 +777,20 @@ TEST(Fp8ctlProgressCsvTest, ARowPerJobAndStepQuotedWhereNeeded) {
             "job-1,\"tiny, \"\"big\"\"\",tensorwise,5,5.5,,2000\n"
             "job-1,\"tiny, \"\"big\"\"\",tensorwise,10,4.25,4.5,3000\n");
   EXPECT_EQ(progress_csv({}), "job_id,name,recipe,step,loss,val_loss,tokens_per_second\n");
+  // Two tensor-parallel ranks train one batch: the job's rate is rank 0's.
+  v1::JobSpec tensor_parallel;
+  tensor_parallel.mutable_resources()->set_world_size(2);
+  tensor_parallel.mutable_parallel()->set_tensor(2);
+  JobProgress b;
+  b.job_id = "job-2";
+  b.name = "tp";
+  b.recipe = "tensorwise";
+  b.data_parallel_ranks = data_parallel_ranks(tensor_parallel);
+  b.by_step[5].set_loss(5.5);
+  b.by_step[5].set_tokens_per_second(1000);
+  EXPECT_EQ(progress_csv({b}),
+            "job_id,name,recipe,step,loss,val_loss,tokens_per_second\n"
+            "job-2,tp,tensorwise,5,5.5,,1000\n");
 }
 
 // Every example job loads and validates with the loader `fp8ctl submit` and the
@@ -755,7 +806,8 @@ TEST(Fp8ctlExamplesTest, EveryExampleJobLoads) {
   }
   std::sort(names.begin(), names.end());
   for (const char* want : {"tiny-cpu.yaml", "tiny-cpu-rowwise.yaml", "tiny-cpu-rowwise-gw-hp.yaml",
-                           "tiny-cpu-delayed.yaml", "tiny-cpu-none.yaml", "tiny-cpu-fsdp.yaml"}) {
+                           "tiny-cpu-delayed.yaml", "tiny-cpu-none.yaml", "tiny-cpu-fsdp.yaml",
+                           "tiny-cpu-tensor-parallel.yaml"}) {
     EXPECT_TRUE(std::find(names.begin(), names.end(), want) != names.end()) << want;
   }
 }

@@ -9,6 +9,8 @@
 #include <thread>
 #include <utility>
 
+#include <httplib.h>
+
 #include "common/jobspec/loader.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -98,6 +100,62 @@ TEST(ControlPlaneTest, ABlockwiseJobTrainsOnTwoRanksGatheringItsWeightsInFp8) {
   EXPECT_TRUE(std::isfinite(done.latest_progress().loss()));
   EXPECT_GT(done.latest_progress().communication().all_gather_fp8_bytes(), 0) << done.latest_progress().DebugString();
   EXPECT_EQ(done.attempt_history(0).ranks_size(), 2);
+}
+
+// The value of the coordinator's series `series` ("name{labels}"), NaN when it has none.
+double metric(const ControlPlane& cp, const std::string& series) {
+  httplib::Client client("127.0.0.1", cp.metrics_port());
+  const auto res = client.Get("/metrics");
+  EXPECT_TRUE(res && res->status == 200) << "scraping the coordinator's metrics";
+  if (!res || res->status != 200) return std::nan("");
+  const size_t at = res->body.find("\n" + series + " ");
+  if (at == std::string::npos) return std::nan("");
+  return std::stod(res->body.substr(at + series.size() + 2));
+}
+
+// Tensor parallelism through the whole service: two ranks on two workers split the model
+// (parallel.tensor 2, one data-parallel rank), train one batch together to success and
+// commit checkpoints. The job's throughput and tokens count that batch once, not once a
+// rank, and its traffic is the tensor axis's all-reduces.
+TEST(ControlPlaneTest, ATensorParallelJobTrainsOnTwoRanksCountingOneDataParallelRank) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  cp.start_worker();
+  cp.start_worker();
+  const std::filesystem::path file = cp.dir() / "tensor-parallel.yaml";
+  std::ofstream(file) << "name: tensor-parallel\n"
+                         "model: {dim: 64, n_layers: 1, n_heads: 4, ffn_dim: 128, max_seq_len: 64}\n"
+                         "data: {path: corpus.txt, seq_len: 64, val_fraction: 0}\n"
+                         "train: {steps: 6, batch_size: 2, lr: 1e-3, log_every: 1, eval_every: 0}\n"
+                         "fp8: {recipe: tensorwise}\n"
+                         "checkpoint: {dir: ckpt/tensor-parallel, every: 3, keep: 2}\n"
+                         "parallel: {tensor: 2}\n"
+                         "resources: {world_size: 2, cpus_per_rank: 1}\n";
+  absl::StatusOr<v1::JobSpec> spec = jobspec::load_job_spec_file(file.string());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::Job job;
+  ASSERT_TRUE(cp.submit(*spec, &job).ok());
+  const v1::Job done = cp.wait_for(job.id(), final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.logs();
+  EXPECT_EQ(done.attempts(), 1);
+  ASSERT_EQ(done.attempt_history_size(), 1);
+  EXPECT_EQ(done.attempt_history(0).ranks_size(), 2);
+  EXPECT_EQ(done.last_checkpoint_step(), 6);
+  const v1::TrainingProgress& p = done.latest_progress();
+  EXPECT_EQ(p.step(), 6);
+  EXPECT_TRUE(std::isfinite(p.loss()));
+  EXPECT_GT(p.communication().tensor_all_reduce_bytes(), 0) << p.DebugString();
+  EXPECT_EQ(p.communication().all_gather_fp8_bytes() + p.communication().all_gather_fp32_bytes(), 0) << p.DebugString();
+  // Rank 0's rate is the shared batch's: 2 sequences of 64 tokens a step.
+  constexpr double kBatchTokens = 2 * 64;
+  EXPECT_NEAR(p.tokens_per_second() * p.step_time().step_ms() / 1e3, kBatchTokens, 1e-6 * kBatchTokens)
+      << p.DebugString();
+  // The job's: rank 0's times one data-parallel rank; its tokens, 6 steps of the batch once.
+  const std::string id = "{job_id=\"" + job.id() + "\"}";
+  const double job_rate = metric(cp, "fp8_job_tokens_per_second" + id);
+  EXPECT_NEAR(job_rate, p.tokens_per_second(), 1e-6 * p.tokens_per_second());
+  EXPECT_DOUBLE_EQ(metric(cp, "fp8_job_tokens_total" + id), 6 * kBatchTokens);
+  EXPECT_GT(metric(cp, "fp8_job_tensor_parallel_exposed_seconds" + id), 0);
 }
 
 TEST(ControlPlaneTest, JsonLogsFromEveryDaemonAndRankLinesKeepTheirLevel) {

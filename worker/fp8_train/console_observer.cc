@@ -55,17 +55,33 @@ void ConsoleObserver::on_step(const engine::StepReport& r) {
   log::info(absl::StrFormat("step %*d/%d  loss %.4f%s  lr %.2e  grad_norm %.3f  %.0f tok/s  %.1f ms/step  peak %s",
                             step_digits_, r.step, r.total_steps, r.loss, val, r.lr, r.grad_norm,
                             r.tokens_per_second, r.step_ms, memory_text(r.peak_memory_bytes)));
-  if (r.comm) {
-    // One rank's traffic: gathered bytes by type, reduce-scattered gradients, all-reduces.
-    const engine::StepComm& c = *r.comm;
-    log::info(absl::StrFormat("  comm  all-gather %s  reduce-scatter %s  all-reduce %.0f  %.1f ms (%.1f ms exposed)",
-                              bytes_by_dtype({{c.all_gather_fp8_bytes, "fp8"},
-                                              {c.all_gather_bf16_bytes, "bf16"},
-                                              {c.all_gather_f32_bytes, "fp32"}}),
-                              bytes_by_dtype({{c.reduce_scatter_bf16_bytes, "bf16"},
-                                              {c.reduce_scatter_f32_bytes, "fp32"}}),
-                              c.all_reduces, c.comm_ms, c.exposed_ms));
+  if (r.comm) log::info(comm_text(*r.comm));
+}
+
+std::string comm_text(const engine::StepComm& c) {
+  // One rank's traffic, each parallel axis apart. Data-parallel (FSDP): gathered bytes by
+  // type, reduce-scattered gradients, all-reduces, and how much of that time compute hid.
+  // Tensor-parallel: its all-reduces run on the compute thread, so all of their time is
+  // exposed and one figure says it.
+  const bool tensor = c.tensor_all_reduces > 0;
+  const bool data = !tensor || c.all_gather_fp8_bytes > 0 || c.all_gather_bf16_bytes > 0 ||
+                    c.all_gather_f32_bytes > 0 || c.reduce_scatter_bf16_bytes > 0 || c.reduce_scatter_f32_bytes > 0 ||
+                    c.all_reduces > 0 || c.comm_ms > 0;
+  std::string text = "  comm";
+  if (data) {
+    absl::StrAppendFormat(&text, "  all-gather %s  reduce-scatter %s  all-reduce %.0f  %.1f ms (%.1f ms exposed)",
+                          bytes_by_dtype({{c.all_gather_fp8_bytes, "fp8"},
+                                          {c.all_gather_bf16_bytes, "bf16"},
+                                          {c.all_gather_f32_bytes, "fp32"}}),
+                          bytes_by_dtype({{c.reduce_scatter_bf16_bytes, "bf16"},
+                                          {c.reduce_scatter_f32_bytes, "fp32"}}),
+                          c.all_reduces, c.comm_ms, c.exposed_ms);
   }
+  if (tensor) {
+    absl::StrAppendFormat(&text, "  tensor all-reduce %.0f  %.2f MB  %.1f ms", c.tensor_all_reduces,
+                          c.tensor_all_reduce_bytes / 1e6, c.tensor_ms);
+  }
+  return text;
 }
 
 void ConsoleObserver::on_checkpoint(int64_t step, const std::filesystem::path& dir) {

@@ -101,18 +101,27 @@ void CoordinatorReporter::on_step(const engine::StepReport& r) {
   if (r.val_loss.has_value()) p->set_val_loss(*r.val_loss);
   p->set_grad_norm(r.grad_norm);
   p->set_lr(r.lr);
-  // The engine's rate is the whole job's; the API's is this rank's share.
-  p->set_tokens_per_second(r.tokens_per_second / std::max(1, options_.world_size));
+  // The engine's rate is the whole job's; the API's is this rank's: the job's over the
+  // data-parallel ranks, since tensor-parallel ranks train one batch together.
+  const int tensor = std::max(1, options_.tensor_parallel);
+  const int data_parallel = std::max(1, options_.world_size / tensor);
+  p->set_tokens_per_second(r.tokens_per_second / data_parallel);
   if (options_.flops_per_token > 0 && options_.peak_flops_per_second > 0) {
-    p->set_mfu(p->tokens_per_second() * options_.flops_per_token / options_.peak_flops_per_second);
+    // The tensor-parallel ranks do a token's model FLOPs together, each holding 1/tensor of
+    // every block, so each is credited 1/tensor of them. The output projection, whole on
+    // every rank, runs on each but counts once: MFU counts the model's work, not the
+    // hardware's.
+    p->set_mfu(p->tokens_per_second() * options_.flops_per_token / tensor / options_.peak_flops_per_second);
   }
   p->mutable_step_time()->set_step_ms(r.step_ms);
   // Computation is the step less its waits: for data, and for communication that
-  // computation did not hide.
-  const double exposed_ms = r.comm.has_value() ? r.comm->exposed_ms : 0.0;
+  // computation did not hide, which on the tensor-parallel axis is all of it.
+  const double tensor_ms = r.comm.has_value() ? r.comm->tensor_ms : 0.0;
+  const double exposed_ms = r.comm.has_value() ? r.comm->exposed_ms + tensor_ms : 0.0;
   p->mutable_step_time()->set_compute_ms(std::max(0.0, r.step_ms - r.data_ms - exposed_ms));
   if (r.comm.has_value()) {
-    p->mutable_step_time()->set_exposed_comm_ms(r.comm->exposed_ms);
+    p->mutable_step_time()->set_exposed_comm_ms(exposed_ms);
+    p->mutable_step_time()->set_tensor_comm_ms(tensor_ms);
     fp8::v1::CommunicationBytes* c = p->mutable_communication();
     c->set_all_gather_fp8_bytes(round64(r.comm->all_gather_fp8_bytes));
     c->set_all_gather_fp32_bytes(round64(r.comm->all_gather_f32_bytes));
@@ -121,6 +130,8 @@ void CoordinatorReporter::on_step(const engine::StepReport& r) {
     c->set_reduce_scatter_bf16_bytes(round64(r.comm->reduce_scatter_bf16_bytes));
     c->set_all_reduces(round32(r.comm->all_reduces));
     c->set_all_reduce_bytes(round64(r.comm->all_reduce_bytes));
+    c->set_tensor_all_reduces(round32(r.comm->tensor_all_reduces));
+    c->set_tensor_all_reduce_bytes(round64(r.comm->tensor_all_reduce_bytes));
   }
   p->mutable_memory()->set_peak_bytes(r.peak_memory_bytes);
   p->mutable_memory()->set_reserved_bytes(r.reserved_memory_bytes);

@@ -46,6 +46,9 @@ struct CoordinatorReporterOptions {
   int attempt = 0;
   int rank = 0;
   int world_size = 1;
+  // parallel.tensor: world_size / tensor_parallel data-parallel ranks each train their own
+  // batch; the tensor-parallel ranks among them share one.
+  int tensor_parallel = 1;
   size_t queue_limit = 256;
   absl::Duration call_deadline = absl::Seconds(5);
   // Retries of a call the coordinator did not answer (UNAVAILABLE, deadline): from
@@ -58,7 +61,8 @@ struct CoordinatorReporterOptions {
   std::string checkpoint_alias;
   absl::Duration flush_limit = absl::Seconds(10);
   // The model's training FLOPs per token (jobspec::training_flops_per_token) and this
-  // rank's device peak (device_peak.h); with both, each report carries the rank's MFU.
+  // rank's device peak (device_peak.h); with both, each report carries the rank's MFU
+  // (of its 1/tensor_parallel share of the model).
   double flops_per_token = 0;
   double peak_flops_per_second = 0;
 };

@@ -241,7 +241,7 @@ absl::StatusOr<std::unique_ptr<fp8::engine::collectives::KeyValueStore>> open_st
 // coordinator ends the attempt.
 std::unique_ptr<fp8::train_cli::CoordinatorReporter> make_reporter(const CoordinatorFlags& c,
                                                                    const std::shared_ptr<grpc::Channel>& channel,
-                                                                   int rank, int world_size,
+                                                                   int rank, int world_size, int tensor_parallel,
                                                                    const fp8::train_cli::ConfinedJobPaths& paths,
                                                                    double flops_per_token,
                                                                    const fp8::train_cli::DevicePeak& peak,
@@ -253,6 +253,7 @@ std::unique_ptr<fp8::train_cli::CoordinatorReporter> make_reporter(const Coordin
   options.attempt = c.attempt;
   options.rank = rank;
   options.world_size = world_size;
+  options.tensor_parallel = tensor_parallel;
   options.checkpoint_dir = paths.checkpoint_dir;
   options.checkpoint_alias = paths.checkpoint_alias;
   options.flops_per_token = flops_per_token;
@@ -477,10 +478,15 @@ int main(int argc, char** argv) {
     const fp8::train_cli::DevicePeak peak = fp8::train_cli::device_peak(*spec, *device);
     const double flops_per_token = fp8::jobspec::training_flops_per_token(*spec);
     if (rank <= 0 && peak.flops_per_second > 0) {
-      fp8::log::info(absl::StrFormat("mfu: %.3g model FLOPs a token, against a peak of %.4g TFLOP/s a rank (%s)",
-                                     flops_per_token, peak.flops_per_second / 1e12, peak.basis));
+      const int tensor = std::max(1, spec->parallel().tensor());
+      fp8::log::info(absl::StrFormat("mfu: %.3g model FLOPs a token%s, against a peak of %.4g TFLOP/s a rank (%s)",
+                                     flops_per_token,
+                                     tensor > 1 ? absl::StrCat(", 1/", tensor, " of them a tensor-parallel rank's")
+                                                : std::string(),
+                                     peak.flops_per_second / 1e12, peak.basis));
     }
-    reporter = make_reporter(coord, channel, std::max(rank, 0), job_world, *paths, flops_per_token, peak, local);
+    reporter = make_reporter(coord, channel, std::max(rank, 0), job_world, spec->parallel().tensor(), *paths,
+                             flops_per_token, peak, local);
   }
   fp8::engine::TrainObserver& observer = reporter ? static_cast<fp8::engine::TrainObserver&>(*reporter) : local;
   int64_t resumed_step = 0;

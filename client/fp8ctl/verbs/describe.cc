@@ -63,12 +63,13 @@ std::string memory(const v1::Job& job) {
   return out + "\n";
 }
 
-std::string metrics(const v1::TrainingProgress& p, int world_size) {
+std::string metrics(const v1::TrainingProgress& p, int data_parallel) {
   std::string out = absl::StrCat("Metrics (step ", p.step(), ", ", local_time(p.time_unix_ms()), "):\n");
   absl::StrAppend(&out, absl::StrFormat("  loss %.4f", p.loss()));
   if (p.has_val_loss()) absl::StrAppend(&out, absl::StrFormat("  val loss %.4f", p.val_loss()));
-  // Rank 0 reports its own throughput; the job's is world_size times it.
-  absl::StrAppend(&out, "  tokens/s ", si_rate(p.tokens_per_second() * std::max(1, world_size)), " (",
+  // Rank 0 reports its own throughput; the job's is that of every data-parallel rank
+  // (tensor-parallel ranks train one batch together).
+  absl::StrAppend(&out, "  tokens/s ", si_rate(p.tokens_per_second() * data_parallel), " (",
                   si_rate(p.tokens_per_second()), " per rank)");
   if (p.has_mfu()) absl::StrAppend(&out, absl::StrFormat("  mfu %.1f%%", 100 * p.mfu()));
   absl::StrAppend(&out, absl::StrFormat("  grad norm %.4g", p.grad_norm()), absl::StrFormat("  lr %.4g", p.lr()),
@@ -137,7 +138,7 @@ std::string describe(const v1::Job& job, const std::vector<v1::JobEvent>& events
                                           ? absl::StrCat("step ", job.last_checkpoint_step())
                                           : std::string("none yet")));
   absl::StrAppend(&out, spec_summary(s), memory(job));
-  if (job.has_latest_progress()) absl::StrAppend(&out, metrics(job.latest_progress(), s.resources().world_size()));
+  if (job.has_latest_progress()) absl::StrAppend(&out, metrics(job.latest_progress(), data_parallel_ranks(s)));
   absl::StrAppend(&out, attempts(job), numerics(events));
   return out;
 }

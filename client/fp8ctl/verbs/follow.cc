@@ -44,8 +44,8 @@ int follow_job(Session& session, const std::string& job_id) {
     if (grpc::Status s = session.stub().GetJob(ctx.get(), req, &job); !s.ok()) return report(session.error(s, what));
   }
   const v1::JobSpec& spec = job.spec();
-  FollowPrinter printer(std::cout, ::isatty(STDOUT_FILENO) == 1, spec.train().steps(), spec.resources().world_size(),
-                        int64_t{spec.train().batch_size()} * spec.data().seq_len());
+  FollowPrinter printer(std::cout, ::isatty(STDOUT_FILENO) == 1, spec.train().steps(), data_parallel_ranks(spec),
+                        int64_t{spec.train().batch_size()} * spec.data().seq_len(), spec.parallel().tensor());
 
   int64_t after = 0;
   // When the stream broke; min() while it is healthy. (Not an optional: GCC 12 warns

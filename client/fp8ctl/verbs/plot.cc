@@ -31,20 +31,20 @@ const std::vector<Metric>& all_metrics() {
   static const std::vector<Metric> kMetrics = {
       {"loss", "loss (training, nats/token)"},
       {"val_loss", "val_loss (validation, nats/token)"},
-      {"tokens_per_second", "tokens_per_second (the job's, all ranks)"},
+      {"tokens_per_second", "tokens_per_second (the job's, all data-parallel ranks)"},
   };
   return kMetrics;
 }
 
 // The metric's value in a report; false when the report has none (no evaluation ran).
-bool metric_value(const std::string& metric, const v1::TrainingProgress& p, int world_size, double* out) {
+bool metric_value(const std::string& metric, const v1::TrainingProgress& p, int data_parallel, double* out) {
   if (metric == "loss") {
     *out = p.loss();
   } else if (metric == "val_loss") {
     if (!p.has_val_loss()) return false;
     *out = p.val_loss();
   } else {
-    *out = p.tokens_per_second() * std::max(1, world_size);
+    *out = p.tokens_per_second() * std::max(1, data_parallel);
   }
   return true;
 }
@@ -63,7 +63,7 @@ std::string chart(const std::vector<JobProgress>& jobs, const std::string& metri
       PlotSeries series;
       for (const auto& [step, p] : j.by_step) {
         double v = 0;
-        if (metric_value(metrics[c].name, p, j.world_size, &v)) series.points.push_back({static_cast<double>(step), v});
+        if (metric_value(metrics[c].name, p, j.data_parallel_ranks, &v)) series.points.push_back({static_cast<double>(step), v});
       }
       doc.charts[c].series.push_back(std::move(series));
     }
@@ -131,7 +131,7 @@ Verb add_plot_verb(CLI::App& app) {
               j.job_id = job.id();
               j.name = job.spec().name();
               j.recipe = recipe_name(job.spec().fp8().recipe());
-              j.world_size = job.spec().resources().world_size();
+              j.data_parallel_ranks = data_parallel_ranks(job.spec());
               // Per step, the latest report (a resumed attempt repeats steps).
               for (const v1::JobEvent& e : events.events) {
                 if (e.has_progress()) j.by_step[e.progress().progress().step()] = e.progress().progress();

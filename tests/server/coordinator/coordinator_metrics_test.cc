@@ -126,6 +126,61 @@ TEST(CoordinatorMetrics, ModelFlopsAndUtilisation) {
   EXPECT_DOUBLE_EQ(registry.counter("fp8_job_tokens_total", "", {"job_id"}).with({"job-1"}).value(), 2560);
 }
 
+// Two tensor-parallel ranks train one batch together: the job's rate and tokens count it
+// once (rank 0's rate, each rank adding half its batch), and so do the model FLOPs; each
+// rank still counts the batch it trained. The tensor axis's traffic and exposed time have
+// series of their own, the data axis's none.
+TEST(CoordinatorMetrics, TensorParallelRanksCountTheirSharedBatchOnce) {
+  metrics::Registry registry;
+  CoordinatorMetrics m(registry);
+  v1::Job job = make_job("job-1", v1::Job::RUNNING);
+  job.mutable_spec()->mutable_parallel()->set_tensor(2);
+  v1::TrainingProgress p;
+  p.set_step(10);
+  p.set_window_steps(5);
+  p.set_loss(2.5);
+  p.set_tokens_per_second(1000);
+  p.mutable_step_time()->set_step_ms(40);
+  p.mutable_step_time()->set_compute_ms(30);
+  p.mutable_step_time()->set_exposed_comm_ms(6);
+  p.mutable_step_time()->set_tensor_comm_ms(6);
+  p.mutable_communication()->set_tensor_all_reduces(12);
+  p.mutable_communication()->set_tensor_all_reduce_bytes(300);
+  *job.mutable_latest_progress() = p;
+  m.on_job(job);
+  m.on_rank_progress(job, 0, p, 10);
+  m.on_rank_progress(job, 1, p, 10);
+  const std::string text = registry.expose();
+  EXPECT_TRUE(has(text, R"(fp8_job_tokens_per_second{job_id="job-1"} 1000)")) << "one data-parallel rank\n" << text;
+  // 5 steps of 4 x 64 tokens, once; 10 model FLOPs a token.
+  EXPECT_TRUE(has(text, R"(fp8_job_tokens_total{job_id="job-1"} 1280)")) << text;
+  EXPECT_TRUE(has(text, R"(fp8_job_model_flops_total{job_id="job-1"} 12800)")) << text;
+  EXPECT_TRUE(has(text, R"(fp8_rank_tokens_total{job_id="job-1",rank="1"} 1280)")) << text;
+  // Both ranks' 5 steps of 300 bytes.
+  EXPECT_TRUE(
+      has(text, R"(fp8_job_communication_bytes_total{job_id="job-1",collective="tensor_all_reduce",dtype="fp32"} 3000)"))
+      << text;
+  EXPECT_EQ(text.find(R"(collective="all_gather")"), std::string::npos) << text;
+  EXPECT_TRUE(has(text, R"(fp8_job_tensor_parallel_exposed_seconds{job_id="job-1"} 0.006)")) << text;
+  EXPECT_TRUE(has(text, R"(fp8_job_step_part_seconds{job_id="job-1",part="exposed_communication"} 0.006)")) << text;
+
+  // A job without tensor parallelism has no such series.
+  v1::Job fsdp = make_job("job-2", v1::Job::RUNNING);
+  *fsdp.mutable_latest_progress() = progress();
+  m.on_job(fsdp);
+  EXPECT_EQ(registry.expose().find(R"(fp8_job_tensor_parallel_exposed_seconds{job_id="job-2"})"), std::string::npos);
+
+  // A 2 x 2 mesh: two data-parallel ranks, each a pair sharing a batch.
+  v1::Job mesh = make_job("job-3", v1::Job::RUNNING);
+  mesh.mutable_spec()->mutable_resources()->set_world_size(4);
+  mesh.mutable_spec()->mutable_parallel()->set_tensor(2);
+  *mesh.mutable_latest_progress() = p;
+  m.on_job(mesh);
+  for (int rank = 0; rank < 4; ++rank) m.on_rank_progress(mesh, rank, p, 10);
+  EXPECT_TRUE(has(registry.expose(), R"(fp8_job_tokens_per_second{job_id="job-3"} 2000)")) << registry.expose();
+  EXPECT_DOUBLE_EQ(registry.counter("fp8_job_tokens_total", "", {"job_id"}).with({"job-3"}).value(), 2 * 1280);
+}
+
 // A finished job keeps its summary; its casts stay until the next job finishes (a job
 // shorter than a scrape interval still has its last report scraped), then go.
 TEST(CoordinatorMetrics, EndedJobKeepsItsSummaryAndItsCastsUntilTheNextJobEnds) {

@@ -247,6 +247,31 @@ TEST_F(CoordinatorTest, ACancelledJobResumesFromItsLastCheckpoint) {
   EXPECT_EQ(job.attempt_history(1).resumed_from_step(), 10);
 }
 
+// A tensor-parallel job resumes only on whole tensor-parallel groups: a world size the
+// spec does not allow is refused at the call, naming why, not left for the ranks to fail.
+TEST_F(CoordinatorTest, ATensorParallelJobResumesOnlyOnWholeTensorParallelGroups) {
+  v1::JobSpec spec = make_spec(2);
+  spec.mutable_model()->set_ffn_dim(128);
+  spec.mutable_parallel()->set_tensor(2);
+  const std::string id = submit_as(alice_, spec);  // no workers: it stays queued
+  ASSERT_FALSE(id.empty());
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(id);
+  ASSERT_TRUE(c_->cancel_job(alice_, cancel).ok());
+  v1::ResumeJobRequest resume;
+  resume.set_job_id(id);
+  resume.set_world_size(3);
+  const absl::Status refused = c_->resume_job(alice_, resume).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("world_size: 3 is not a multiple of parallel.tensor (2)"), std::string::npos)
+      << refused;
+  EXPECT_EQ(get(id).state(), v1::Job::CANCELLED);
+  resume.set_world_size(2);
+  absl::StatusOr<v1::Job> resumed = c_->resume_job(alice_, resume);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->state(), v1::Job::QUEUED);
+}
+
 TEST_F(CoordinatorTest, LostWorkerEndsTheAttempt) {
   lost_after_ = absl::Milliseconds(300);
   open();

@@ -1,8 +1,9 @@
 // fp8-train in coordinator mode, end to end: the real binary as two child processes (rank
 // 0 and 1 of one attempt) against an in-process coordinator on loopback that hosts the
 // real RendezvousServiceImpl and a TrainerService written here that records what the ranks
-// report and checks their bearer token. Also: no token in the environment (exit 2), and a
-// token the coordinator refuses (the ranks fail with exit 1, naming the coordinator).
+// report and checks their bearer token; the same for two tensor-parallel ranks. Also: no
+// token in the environment (exit 2), and a token the coordinator refuses (the ranks fail
+// with exit 1, naming the coordinator).
 #include <unistd.h>
 
 #include <atomic>
@@ -21,6 +22,8 @@
 #include <gtest/gtest.h>
 
 #include "absl/synchronization/mutex.h"
+#include "common/jobspec/loader.h"
+#include "common/jobspec/model_flops.h"
 #include "fp8/v1/trainer_service.grpc.pb.h"
 #include "server/rendezvous/rendezvous_service.h"
 #include "server/rendezvous/rendezvous_store.h"
@@ -122,6 +125,7 @@ class CoordinatorModeTest : public ::testing::Test {
     ASSERT_TRUE(fs::create_directories(dir_));
     std::ofstream(dir_ / "corpus.txt") << corpus(200 * 1024);
     std::ofstream(dir_ / "job.yaml") << job_yaml();
+    config_ = dir_ / "job.yaml";
 
     rendezvous_ = std::make_unique<server::RendezvousServiceImpl>(
         store_, [](grpc::ServerContext& ctx, std::string_view ns) {
@@ -145,7 +149,7 @@ class CoordinatorModeTest : public ::testing::Test {
   }
 
   std::vector<std::string> rank_args(int rank) const {
-    return {FP8_TRAIN_BINARY, "--config", (dir_ / "job.yaml").string(), "--rank", std::to_string(rank),
+    return {FP8_TRAIN_BINARY, "--config", config_.string(), "--rank", std::to_string(rank),
             "--world-size", "2", "--coordinator", "127.0.0.1:" + std::to_string(port_), "--job-id", kJob,
             "--attempt", std::to_string(kAttempt), "--rendezvous-namespace", kNamespace, "--timeout", "30"};
   }
@@ -175,6 +179,7 @@ class CoordinatorModeTest : public ::testing::Test {
   }
 
   fs::path dir_;
+  fs::path config_;  // the job the ranks run
   server::RendezvousStore store_;
   std::unique_ptr<server::RendezvousServiceImpl> rendezvous_;
   RecordingTrainer trainer_;
@@ -203,6 +208,10 @@ TEST_F(CoordinatorModeTest, TwoRanksMeetAndReportThroughTheCoordinator) {
     EXPECT_GT(p.progress().communication().all_gather_fp8_bytes(), 0) << p.ShortDebugString();
     EXPECT_GT(p.progress().communication().all_reduce_bytes(), 0) << p.ShortDebugString();
     EXPECT_GT(p.progress().step_time().compute_ms(), 0) << p.ShortDebugString();
+    EXPECT_EQ(p.progress().communication().tensor_all_reduces(), 0) << p.ShortDebugString();
+    // Each FSDP rank reports its own batch's rate: 4 sequences of 32 tokens a step.
+    EXPECT_NEAR(p.progress().tokens_per_second() * p.progress().step_time().step_ms() / 1e3, 4 * 32, 1e-6 * 4 * 32)
+        << p.ShortDebugString();
     // Means over the same window: waiting for collectives is part of the step.
     EXPECT_LE(p.progress().step_time().exposed_comm_ms(), p.progress().step_time().step_ms()) << p.ShortDebugString();
     // Against an sgemm timed at the rank's start: the model's work is some of what the CPU
@@ -231,6 +240,72 @@ TEST_F(CoordinatorModeTest, TwoRanksMeetAndReportThroughTheCoordinator) {
   std::error_code ec;
   EXPECT_TRUE(fs::equivalent(last.dir(), dir_ / "ckpt" / "step-00000010", ec)) << last.dir();
   EXPECT_TRUE(fs::is_regular_file(fs::path(last.dir()) / "COMMITTED")) << last.dir();
+}
+
+// Two tensor-parallel ranks (parallel.tensor 2) train one batch together. Each reports
+// that batch's rate (not half of it), its MFU on its half of the model, and the tensor
+// axis's all-reduces apart from FSDP's (none); rank 0's log has the tensor axis's comm
+// line; rank 0 commits the checkpoints.
+TEST_F(CoordinatorModeTest, TensorParallelRanksReportTheirSharedBatchAndTheirShareOfTheModel) {
+  std::ofstream(dir_ / "tp.yaml") << "name: coordinator-tp-test\n"
+                                     "model: {dim: 64, n_layers: 1, n_heads: 4, ffn_dim: 128, max_seq_len: 32}\n"
+                                     "data: {path: corpus.txt, seq_len: 32, val_fraction: 0}\n"
+                                     "train: {steps: 6, batch_size: 4, lr: 3e-3, warmup_steps: 2, log_every: 2}\n"
+                                     "fp8: {recipe: tensorwise}\n"
+                                     "checkpoint: {dir: ckpt, every: 3, keep: 2}\n"
+                                     "parallel: {tensor: 2}\n"
+                                     "resources: {device: cpu, cpus_per_rank: 1, world_size: 2}\n";
+  const absl::StatusOr<fp8::v1::JobSpec> spec = jobspec::load_job_spec_file((dir_ / "tp.yaml").string());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const double flops_per_token = jobspec::training_flops_per_token(*spec);
+  ASSERT_GT(flops_per_token, 0);
+  config_ = dir_ / "tp.yaml";
+  const std::vector<RunResult> ranks = run_both_ranks(kToken);
+  for (const RunResult& r : ranks) ASSERT_TRUE(r.exit.exited && r.exit.code == 0) << show(r);
+  const std::string& log = ranks[0].out;
+  EXPECT_NE(log.find("step 6/6"), std::string::npos) << log;
+  EXPECT_NE(log.find("  comm  tensor all-reduce "), std::string::npos) << log;
+  EXPECT_EQ(log.find("all-gather"), std::string::npos) << "no FSDP under tensor parallelism\n" << log;
+  // Rank 0's peak, as its log gives it ("against a peak of 0.1234 TFLOP/s a rank").
+  const std::string peak_at = "against a peak of ";
+  const size_t at = log.find(peak_at);
+  ASSERT_NE(at, std::string::npos) << log;
+  const double peak = std::stod(log.substr(at + peak_at.size())) * 1e12;
+  ASSERT_GT(peak, 0) << log;
+
+  std::map<int, int> reports_by_rank;
+  for (const fp8::v1::ReportProgressRequest& r : trainer_.progress()) {
+    const fp8::v1::TrainingProgress& p = r.progress();
+    ++reports_by_rank[r.caller().rank()];
+    // The rank's rate is the whole batch's: 4 sequences of 32 tokens a step.
+    EXPECT_NEAR(p.tokens_per_second() * p.step_time().step_ms() / 1e3, 4 * 32, 1e-6 * 4 * 32) << p.ShortDebugString();
+    EXPECT_GT(p.communication().tensor_all_reduces(), 0) << p.ShortDebugString();
+    EXPECT_GT(p.communication().tensor_all_reduce_bytes(), 0) << p.ShortDebugString();
+    EXPECT_EQ(p.communication().all_gather_fp8_bytes(), 0) << p.ShortDebugString();
+    EXPECT_EQ(p.communication().all_gather_fp32_bytes(), 0) << p.ShortDebugString();
+    EXPECT_EQ(p.communication().reduce_scatter_bytes(), 0) << p.ShortDebugString();
+    // All of the tensor axis's time is exposed, and computation is the rest of the step.
+    EXPECT_GT(p.step_time().tensor_comm_ms(), 0) << p.ShortDebugString();
+    EXPECT_DOUBLE_EQ(p.step_time().exposed_comm_ms(), p.step_time().tensor_comm_ms()) << p.ShortDebugString();
+    EXPECT_LE(p.step_time().compute_ms() + p.step_time().exposed_comm_ms(), p.step_time().step_ms() * (1 + 1e-9))
+        << p.ShortDebugString();
+    ASSERT_TRUE(p.has_mfu()) << p.ShortDebugString();
+    if (r.caller().rank() == 0) {
+      // Half the model's FLOPs per token: the log rounds the peak to 4 digits.
+      EXPECT_NEAR(p.mfu(), p.tokens_per_second() * flops_per_token / 2 / peak, 1e-3 * p.mfu()) << p.ShortDebugString();
+    }
+  }
+  EXPECT_GE(reports_by_rank[0], 2);
+  EXPECT_GE(reports_by_rank[1], 2);
+
+  const std::vector<fp8::v1::CommitCheckpointRequest> commits = trainer_.commits();
+  ASSERT_FALSE(commits.empty());
+  for (const fp8::v1::CommitCheckpointRequest& c : commits) {
+    EXPECT_EQ(c.caller().rank(), 0) << "only rank 0 commits";
+    EXPECT_EQ(c.world_size(), 2);
+  }
+  EXPECT_EQ(commits.back().step(), 6);
+  EXPECT_TRUE(fs::is_regular_file(fs::path(commits.back().dir()) / "COMMITTED")) << commits.back().dir();
 }
 
 TEST_F(CoordinatorModeTest, MissingTokenExitsTwo) {
