@@ -259,8 +259,8 @@ void check_block_scaling(const v1::JobSpec& spec, const v1::Float8Gemms& effecti
   }
 }
 
-// Tensor parallelism (parallel.tensor > 1): the casts it supports so far, and each rank's
-// share of a split layer (tensor_parallel_share) against what its fp8 GEMMs need. A whole
+// Tensor parallelism (parallel.tensor > 1): each rank's share of a split layer
+// (tensor_parallel_share) against what its fp8 GEMMs need. A whole
 // layer's own sizes are check_layer_shapes' and check_block_scaling's; here only what
 // the split breaks.
 void check_tensor_parallel(const v1::JobSpec& spec, const v1::Float8Gemms& effective,
@@ -268,36 +268,12 @@ void check_tensor_parallel(const v1::JobSpec& spec, const v1::Float8Gemms& effec
   const int64_t tensor = tensor_parallel_ranks(spec);
   const v1::Fp8Spec& fp8 = spec.fp8();
   const std::vector<std::string> at_tensor = {"parallel.tensor"};
-  const std::string not_yet = absl::StrCat(" with parallel.tensor > 1 yet (parallel.tensor: ", tensor, ")");
-
-  // Axiswise casts, the rowwise recipes' or the long form's.
-  const std::array<GemmRef, 3> gemms = list_gemms(effective), written = list_gemms(fp8.gemms());
-  bool recipe_axiswise = false;
-  for (size_t g = 0; g < gemms.size(); ++g) {
-    const std::pair<const OperandRef*, const OperandRef*> operands[] = {{&gemms[g].lhs, &written[g].lhs},
-                                                                        {&gemms[g].rhs, &written[g].rhs}};
-    for (const auto& [op, as_written] : operands) {
-      if (!is_fp8(*op->cast) || op->cast->granularity() != CastConfig::AXISWISE) continue;
-      if (as_written->cast->granularity() != CastConfig::AXISWISE) {
-        recipe_axiswise = true;
-        continue;
-      }
-      c.add(op->path + ".granularity",
-            absl::StrCat("axiswise is not supported", not_yet, "; use tensorwise or block"), at_tensor);
-    }
-  }
-  if (recipe_axiswise) {
-    c.add("fp8.recipe",
-          absl::StrCat(enum_value_name(*v1::Fp8Spec::Recipe_descriptor()->FindValueByNumber(fp8.recipe())),
-                       " is not supported", not_yet, "; choose tensorwise, delayed or blockwise"),
-          at_tensor);
-  }
-
   // Uneven splits are check_parallel's.
   const v1::ModelSpec& m = spec.model();
   if (m.n_heads() % tensor != 0 || m.n_kv_heads() % tensor != 0 || m.ffn_dim() % tensor != 0) return;
   // The GEMMs' needs, as check_layer_shapes and check_block_scaling read them: which
   // dimension must be a multiple of what.
+  const std::array<GemmRef, 3> gemms = list_gemms(effective);
   const bool output_block = is_block(*gemms[0].lhs.cast) && is_block(*gemms[0].rhs.cast);
   const bool grad_input_block = is_block(*gemms[1].lhs.cast) && is_block(*gemms[1].rhs.cast);
   auto checked16 = [&](const GemmRef& g) { return g.runs_in_fp8() && !is_block(*g.lhs.cast); };

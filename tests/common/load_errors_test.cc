@@ -126,12 +126,6 @@ INSTANTIATE_TEST_SUITE_P(
                  "(4); each tensor-parallel rank holds an equal share of the key/value heads",
                  "tensor_parallel_uneven_split.yaml:8:3: model.ffn_dim: 202 is not divisible by parallel.tensor (4); "
                  "each tensor-parallel rank holds an equal share of the feed-forward columns"}},
-        BadFile{"tensor_parallel_rowwise.yaml",
-                {"tensor_parallel_rowwise.yaml:15:3: fp8.recipe: rowwise is not supported with parallel.tensor > 1 "
-                 "yet (parallel.tensor: 2); choose tensorwise, delayed or blockwise"}},
-        BadFile{"tensor_parallel_axiswise_long_form.yaml",
-                {"tensor_parallel_axiswise_long_form.yaml:17:15: fp8.gemms.grad_weight.input.granularity: axiswise "
-                 "is not supported with parallel.tensor > 1 yet (parallel.tensor: 2); use tensorwise or block"}},
         BadFile{"tensor_parallel_all_gather_fp8.yaml",
                 {"tensor_parallel_all_gather_fp8.yaml:15:3: fp8.all_gather_fp8: is not supported with "
                  "parallel.tensor > 1 yet (parallel.tensor: 2): FSDP beside tensor parallelism gathers weights in "
@@ -303,9 +297,12 @@ TEST(LoadErrors, TensorParallelRefusalsNameTheFieldAndParallelTensor) {
   const std::string tp = "resources: {world_size: 2}\nparallel: {tensor: 2}\n";
   const std::string job = minimal_with("  n_heads: 4\n", "  n_heads: 4\n  ffn_dim: 192\n") + tp;
   ASSERT_EQ(load_error(job), "(loaded)");
-  EXPECT_EQ(load_error(job + "fp8: {recipe: rowwise_with_gw_hp}\n"),
-            "job.yaml:16:7: fp8.recipe: rowwise_with_gw_hp is not supported with parallel.tensor > 1 yet "
-            "(parallel.tensor: 2); choose tensorwise, delayed or blockwise");
+  // Every recipe: the rowwise ones' column-parallel weights are cast with whole-weight scales.
+  EXPECT_EQ(load_error(job + "fp8: {recipe: rowwise_with_gw_hp}\n"), "(loaded)");
+  // A 2 x 2 mesh.
+  EXPECT_EQ(load_error(minimal_with("  n_heads: 4\n", "  n_heads: 4\n  ffn_dim: 192\n") +
+                       "resources: {world_size: 4}\nparallel: {tensor: 2}\n"),
+            "(loaded)");
   // n_kv_heads defaults to n_heads (2 here): its problem points at parallel.tensor.
   EXPECT_EQ(load_error(minimal_with("  n_heads: 4\n", "  n_heads: 2\n  ffn_dim: 192\n") +
                        "resources: {world_size: 4}\nparallel: {tensor: 4}\nfp8: {recipe: none}\n"),

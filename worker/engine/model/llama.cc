@@ -153,17 +153,22 @@ absl::Status LlamaModel::prepare_split_weight_amaxes() {
     SplitWeightAmaxes& block = split_weight_amaxes_by_block_[b];
     block.offset = total;
     TransformerBlock& blk = blocks_[b];
+    std::vector<LinearUnit*> cast_here;
     for (LinearUnit* u : {&blk.wq, &blk.wk, &blk.wv, &blk.wo, &blk.w1, &blk.w3, &blk.w2}) {
       const Float8LinearNeeds& needs = u->layer->info().needs;
-      if (needs.axiswise) {
-        return absl::InvalidArgumentError(absl::StrCat("model: ", u->name, " casts per row or column, which ",
-                                                       "tensor parallelism does not support yet (fp8 recipe)"));
+      // A column-parallel weight's column scales span every rank's rows.
+      if (needs.axiswise && u->weight->split.axis == 0) {
+        cast_here.push_back(u);
+        continue;
       }
       if (!needs.scaled_over_rows_of(TensorKind::kWeight)) continue;
       block.units.emplace_back(u, total);
       total += u->weight->shape.at(0);
     }
     block.count = total - block.offset;
+    if (!cast_here.empty()) {
+      FP8_ASSIGN_OR_RETURN(block.casts, SplitWeightCasts::create(device_.backend(), *tp_, std::move(cast_here)));
+    }
   }
   if (total == 0) return absl::OkStatus();
   FP8_ASSIGN_OR_RETURN(split_weight_amaxes_, Tensor::zeros(device_, ElementType::kFloat32, {total}));
@@ -178,20 +183,23 @@ absl::Status LlamaModel::prepare_split_weight_amaxes() {
 // largest of the ranks' parts. A column-parallel weight's rows are whole on one rank, but
 // its tensorwise cast needs the whole weight's amax: the same reduction puts, at each
 // position, the largest of the ranks' rows there, whose largest is the whole weight's.
-// One all-reduce per block, once its weights are present (under FSDP: gathered).
+// Column-parallel weights cast per row or column are cast whole-weight-scaled instead
+// (SplitWeightCasts). An all-reduce for each, per block, once its weights are present
+// (under FSDP: gathered).
 absl::Status LlamaModel::refresh_split_weight_amaxes(size_t b) {
   if (b >= split_weight_amaxes_by_block_.size()) return absl::OkStatus();
   SplitWeightAmaxes& block = split_weight_amaxes_by_block_[b];
-  if (!block.stale || block.count == 0) return absl::OkStatus();
+  if (!block.stale) return absl::OkStatus();
+  if (block.casts) FP8_RETURN_IF_ERROR(block.casts->refresh());
+  block.stale = false;
+  if (block.count == 0) return absl::OkStatus();
   Backend& backend = device_.backend();
   for (auto& [unit, offset] : block.units) {
     const Parameter& w = *unit->weight;
     const MatrixRef values{w.value.raw(), DType::kFloat32, w.shape.at(0), w.shape.at(1)};
     FP8_RETURN_IF_ERROR(backend.amax(values, Granularity::kRowwise, f(split_weight_amaxes_) + offset));
   }
-  FP8_RETURN_IF_ERROR(tp_->max(f(split_weight_amaxes_) + block.offset, block.count));
-  block.stale = false;
-  return absl::OkStatus();
+  return tp_->max(f(split_weight_amaxes_) + block.offset, block.count);
 }
 
 absl::StatusOr<Activations*> LlamaModel::activations_for(const data::TokenBatch& batch, bool for_backward) {

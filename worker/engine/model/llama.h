@@ -19,6 +19,7 @@
 #include "worker/engine/model/llama_config.h"
 #include "worker/engine/model/parameter_hooks.h"
 #include "worker/engine/model/parameters.h"
+#include "worker/engine/model/split_weight_casts.h"
 #include "worker/engine/model/transformer_block.h"
 
 namespace fp8::engine {
@@ -29,8 +30,7 @@ class LlamaModel {
   // neither allocated nor initialised (FSDP makes each rank's rows: fsdp_model.h). Fails on
   // a device without model kernels, or for an fp8 config a layer cannot take.
   // With `tensor_parallel` (not owned; must outlive the model), this rank's part of a model
-  // split across its ranks (tensor_parallel.h), config.tensor_parallel set to their number;
-  // no fp8 cast per row or column, for now.
+  // split across its ranks (tensor_parallel.h), config.tensor_parallel set to their number.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> create(const Device& device, const LlamaConfig& config,
                                                             const v1::Fp8Spec& fp8, uint64_t seed,
                                                             ParameterStorage storage = ParameterStorage::kAllocated,
@@ -126,12 +126,14 @@ class LlamaModel {
   ParameterHooks* hooks_ = nullptr;
   TensorParallelComm* tp_ = nullptr;
   // Per block: its split weights whose casts scale over rows, with where their row amaxes
-  // lie in split_weight_amaxes_ (the block's are contiguous); stale until refreshed after
-  // the weights last changed. Per block, because under FSDP a block's weights exist only
-  // while it runs.
+  // lie in split_weight_amaxes_ (the block's are contiguous), and its column-parallel
+  // weights cast per row or column; stale until refreshed after the weights last changed.
+  // Per block, because under FSDP a block's weights exist only while it runs.
   struct SplitWeightAmaxes {
     std::vector<std::pair<LinearUnit*, int64_t>> units;
     int64_t offset = 0, count = 0;
+    // The block's column-parallel weights cast per row or column, cast here (null: none).
+    std::unique_ptr<SplitWeightCasts> casts;
     bool stale = true;
   };
   std::vector<SplitWeightAmaxes> split_weight_amaxes_by_block_;

@@ -8,7 +8,8 @@
 // row-parallel layers' inputs and weights, the column-parallel layers' output gradients)
 // has its rows' amaxes reduced (MAX) across the ranks before its casts read them, and the
 // column-parallel weights' row amaxes are reduced alike, which gives each tensorwise cast the
-// whole weight's amax. Casts per row or column of a split weight are not supported yet.
+// whole weight's amax. A column-parallel weight cast per row or column (the rowwise recipes)
+// is cast with the whole weight's scales before the layer takes it (split_weight_casts.h).
 //
 // The model knows nothing of process groups: the trainer hands it this interface
 // (train/tensor_parallel_group.h). Every call is collective over the tensor-parallel ranks,
