@@ -36,12 +36,6 @@ std::string mesh_text(const v1::JobSpec& spec) {
                       " tensor-parallel ranks");
 }
 
-int data_parallel_ranks(const v1::JobSpec& spec) {
-  // A spec stored before parallel existed has no tensor: one tensor-parallel rank.
-  const int tensor = std::max(1, spec.parallel().tensor());
-  return std::max(1, spec.resources().world_size() / tensor);
-}
-
 bool is_final(v1::Job::State state) {
   return state == v1::Job::SUCCEEDED || state == v1::Job::FAILED || state == v1::Job::CANCELLED;
 }

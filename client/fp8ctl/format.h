@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/jobspec/model_shapes.h"
 #include "fp8/v1/job_service.pb.h"
 
 namespace fp8::ctl {
@@ -16,10 +17,9 @@ std::string device_name(v1::ResourceSpec::Device device);   // "cpu"
 // How resources.world_size ranks split by parallel.tensor (world_size = data-parallel x
 // tensor-parallel): "1 data-parallel x 2 tensor-parallel ranks".
 std::string mesh_text(const v1::JobSpec& spec);
-// The data-parallel ranks, world_size / parallel.tensor (at least 1): each trains a batch
-// of its own, while tensor-parallel ranks share one. The job's tokens/s is rank 0's
+// The data-parallel ranks (jobspec::data_parallel_ranks): the job's tokens/s is rank 0's
 // (TrainingProgress.tokens_per_second) times this.
-int data_parallel_ranks(const v1::JobSpec& spec);
+using jobspec::data_parallel_ranks;
 bool is_final(v1::Job::State state);
 
 // Local time "YYYY-MM-DD hh:mm:ss" ("hh:mm:ss" when `with_date` is false);

@@ -1,5 +1,7 @@
 #include "common/jobspec/model_shapes.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace fp8::jobspec {
@@ -52,6 +54,10 @@ std::vector<LinearLayer> list_linear_layers(const v1::ModelSpec& m) {
 int64_t tensor_parallel_ranks(const v1::JobSpec& spec) {
   const int32_t tensor = spec.parallel().tensor();
   return tensor >= 1 && tensor <= kMaxTensorParallel ? tensor : 1;
+}
+
+int data_parallel_ranks(const v1::JobSpec& spec) {
+  return std::max(1, spec.resources().world_size() / static_cast<int>(tensor_parallel_ranks(spec)));
 }
 
 LinearLayer tensor_parallel_share(const LinearLayer& layer, int64_t tensor) {

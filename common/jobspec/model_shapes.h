@@ -54,6 +54,11 @@ std::vector<LinearLayer> list_linear_layers(const v1::ModelSpec& model);
 // parallel.tensor, 1 where it is unset or out of range (validation reports the latter).
 int64_t tensor_parallel_ranks(const v1::JobSpec& spec);
 
+// The ranks that each train a batch of their own: world_size / parallel.tensor (at least 1).
+// The tensor-parallel ranks among them train one batch together, so a job's tokens are
+// rank 0's times this (a spec stored before parallel existed has no tensor: world_size).
+int data_parallel_ranks(const v1::JobSpec& spec);
+
 // What one tensor-parallel rank of `tensor` holds of `layer` (job.proto, ParallelSpec):
 // wq, wk, wv, w1 and w3 split by output features, wo and w2 by input features, the output
 // projection whole. `tensor` must divide the split dimension.

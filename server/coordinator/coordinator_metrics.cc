@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/ascii.h"
+#include "common/jobspec/model_shapes.h"
 #include "fp8/v1/job.pb.h"
 #include "fp8/v1/worker_service.pb.h"
 
@@ -37,15 +38,6 @@ bool is_final_state(v1::Job::State s) {
 std::string lower(const std::string& s) { return absl::AsciiStrToLower(s); }
 
 std::string operand_label(v1::AmaxHistory::Operand o) { return lower(v1::AmaxHistory::Operand_Name(o)); }
-
-// The ranks that each train a batch of their own: world_size / parallel.tensor. The
-// tensor-parallel ranks among them train one batch together, so the job's tokens are
-// rank 0's times this, and each of them reports the shared batch (a spec stored before
-// parallel existed has no tensor: 1).
-int data_parallel_ranks(const v1::JobSpec& spec) {
-  const int tensor = std::max(1, spec.parallel().tensor());
-  return std::max(1, spec.resources().world_size() / tensor);
-}
 
 // Communication bytes per step of one report, by (collective, dtype).
 struct Traffic {
@@ -153,7 +145,7 @@ void CoordinatorMetrics::on_job(const v1::Job& job) {
   if (job.has_latest_progress()) {
     const v1::TrainingProgress& p = job.latest_progress();
     job_step_.with({id}).set(static_cast<double>(p.step()));
-    job_tokens_per_second_.with({id}).set(p.tokens_per_second() * data_parallel_ranks(spec));
+    job_tokens_per_second_.with({id}).set(p.tokens_per_second() * jobspec::data_parallel_ranks(spec));
     job_loss_.with({id}).set(p.loss());
     if (p.has_val_loss()) job_validation_loss_.with({id}).set(p.val_loss());
     job_grad_norm_.with({id}).set(p.grad_norm());
