@@ -52,12 +52,16 @@ std::optional<bool> derived_power_of2_scales(const JobSpec& s) {
 }
 
 std::optional<bool> derived_all_gather_fp8(const JobSpec& s) {
-  // Tensor-parallel ranks hold their shares whole: no FSDP gathers anything (world_size
-  // equals parallel.tensor for now).
-  if (s.parallel().tensor() > 1) return false;
+  const v1::Float8Gemms gemms = effective_gemms(s.fp8());
+  if (s.parallel().tensor() > 1) {
+    // Tensor-parallel ranks alone hold their shares whole: no FSDP gathers anything. Beside
+    // data parallelism, FSDP gathers in fp8 where each weight cast's scales are the
+    // tensor's or a block's.
+    if (data_parallel_ranks(s) == 1 || !weight_casts_per_tensor_or_block(gemms)) return false;
+  }
   // Only a weight no GEMM reads in high precision can be gathered as codes and used as
   // gathered.
-  return s.fp8().recipe() != v1::Fp8Spec::NONE && weight_gathers_in_fp8(effective_gemms(s.fp8()));
+  return s.fp8().recipe() != v1::Fp8Spec::NONE && weight_gathers_in_fp8(gemms);
 }
 
 std::optional<std::string> derived_checkpoint_dir(const JobSpec& s) {
@@ -69,7 +73,7 @@ std::optional<std::string> derived_checkpoint_dir(const JobSpec& s) {
 
 struct DerivedDefault {
   std::string_view field;
-  std::string_view inputs[3];  // dotted paths it derives from ("" = none)
+  std::string_view inputs[4];  // dotted paths it derives from ("" = none)
   bool (*holds_derived_value)(const JobSpec&);
   void (*clear)(JobSpec&);
 };
@@ -100,7 +104,7 @@ const DerivedDefault kDerivedDefaults[] = {
      },
      [](JobSpec& s) { s.mutable_fp8()->clear_power_of_2_scales(); }},
     {"fp8.all_gather_fp8",
-     {"fp8.recipe", "fp8.gemms", "parallel.tensor"},
+     {"fp8.recipe", "fp8.gemms", "parallel.tensor", "resources.world_size"},
      [](const JobSpec& s) {
        return s.fp8().has_all_gather_fp8() && derived_all_gather_fp8(s) == s.fp8().all_gather_fp8();
      },

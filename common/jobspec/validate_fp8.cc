@@ -54,8 +54,9 @@ void check_long_form(const v1::Fp8Spec& fp8, Checks& c) {
   }
 }
 
-// `tensor_parallel`: fp8.all_gather_fp8 is check_tensor_parallel's.
-void check_effective_gemms(const v1::Fp8Spec& fp8, const v1::Float8Gemms& effective, bool tensor_parallel,
+// `tensor_parallel_alone` (tensor parallelism without FSDP): fp8.all_gather_fp8 is
+// check_fp8's.
+void check_effective_gemms(const v1::Fp8Spec& fp8, const v1::Float8Gemms& effective, bool tensor_parallel_alone,
                            Checks& c) {
   for (const GemmRef& gemm : list_gemms(effective)) {
     if (gemm.lhs.cast->dtype() == CastConfig::E5M2 && gemm.rhs.cast->dtype() == CastConfig::E5M2) {
@@ -81,7 +82,7 @@ void check_effective_gemms(const v1::Fp8Spec& fp8, const v1::Float8Gemms& effect
             {"fp8.recipe"});
     }
   }
-  if (fp8.all_gather_fp8() && fp8.recipe() != v1::Fp8Spec::NONE && !tensor_parallel &&
+  if (fp8.all_gather_fp8() && fp8.recipe() != v1::Fp8Spec::NONE && !tensor_parallel_alone &&
       !weight_gathers_in_fp8(effective)) {
     c.add("fp8.all_gather_fp8",
           "needs both GEMMs that read the weight (output and grad_input) to run in fp8 (set it to false for these "
@@ -367,19 +368,24 @@ void check_fp8(const v1::JobSpec& spec, Checks& c) {
   check_amax_init_from(fp8, c);
   const int64_t tensor = tensor_parallel_ranks(spec);
   if (tensor > 1 && fp8.all_gather_fp8()) {
-    // Whatever the recipe: with world_size = parallel.tensor nothing is sharded to gather, and
-    // FSDP beside tensor parallelism gathers in high precision so far (the gathered codes'
-    // scales would need the tensor-parallel ranks' amaxes too).
-    c.add("fp8.all_gather_fp8",
-          absl::StrCat("is not supported with parallel.tensor > 1 yet (parallel.tensor: ", tensor,
-                       "): FSDP beside tensor parallelism gathers weights in fsdp.param_dtype; leave it out or set "
-                       "it to false"),
-          {"parallel.tensor"});
+    if (data_parallel_ranks(spec) == 1) {
+      c.add("fp8.all_gather_fp8",
+            absl::StrCat("has nothing to gather with resources.world_size equal to parallel.tensor (", tensor,
+                         "): there is no FSDP, each rank holds its share of every weight whole; leave it out or "
+                         "set it to false"),
+            {"parallel.tensor"});
+    } else if (!weight_casts_per_tensor_or_block(effective_gemms(fp8))) {
+      // A column-parallel weight's column scales would need the tensor-parallel ranks' rows.
+      c.add("fp8.all_gather_fp8",
+            absl::StrCat("is not supported with parallel.tensor > 1 for weights cast per row or column yet "
+                         "(parallel.tensor: ", tensor, "); leave it out or set it to false"),
+            {"parallel.tensor"});
+    }
   }
   if (fp8.recipe() == v1::Fp8Spec::NONE) return;  // nothing below applies without fp8
 
   v1::Float8Gemms effective = effective_gemms(fp8);
-  check_effective_gemms(fp8, effective, tensor > 1, c);
+  check_effective_gemms(fp8, effective, tensor > 1 && data_parallel_ranks(spec) == 1, c);
   std::vector<LinearLayer> layers = list_linear_layers(spec.model());
   check_filter_globs(fp8, layers, c);
   check_layer_shapes(spec, effective, layers, c);

@@ -127,9 +127,9 @@ INSTANTIATE_TEST_SUITE_P(
                  "tensor_parallel_uneven_split.yaml:8:3: model.ffn_dim: 202 is not divisible by parallel.tensor (4); "
                  "each tensor-parallel rank holds an equal share of the feed-forward columns"}},
         BadFile{"tensor_parallel_all_gather_fp8.yaml",
-                {"tensor_parallel_all_gather_fp8.yaml:15:3: fp8.all_gather_fp8: is not supported with "
-                 "parallel.tensor > 1 yet (parallel.tensor: 2): FSDP beside tensor parallelism gathers weights in "
-                 "fsdp.param_dtype; leave it out or set it to false"}},
+                {"tensor_parallel_all_gather_fp8.yaml:15:3: fp8.all_gather_fp8: has nothing to gather with "
+                 "resources.world_size equal to parallel.tensor (2): there is no FSDP, each rank holds its share of "
+                 "every weight whole; leave it out or set it to false"}},
         BadFile{"tensor_parallel_blockwise_shares.yaml",
                 {"tensor_parallel_blockwise_shares.yaml:21:3: parallel.tensor: 2 gives each tensor-parallel rank a "
                  "share of model.n_kv_heads x head_dim (2 x 64 / 2 = 64) and of model.ffn_dim (384 / 2 = 192) that "
@@ -299,10 +299,14 @@ TEST(LoadErrors, TensorParallelRefusalsNameTheFieldAndParallelTensor) {
   ASSERT_EQ(load_error(job), "(loaded)");
   // Every recipe: the rowwise ones' column-parallel weights are cast with whole-weight scales.
   EXPECT_EQ(load_error(job + "fp8: {recipe: rowwise_with_gw_hp}\n"), "(loaded)");
-  // A 2 x 2 mesh.
-  EXPECT_EQ(load_error(minimal_with("  n_heads: 4\n", "  n_heads: 4\n  ffn_dim: 192\n") +
-                       "resources: {world_size: 4}\nparallel: {tensor: 2}\n"),
-            "(loaded)");
+  // A 2 x 2 mesh, FSDP gathering in fp8 beside tensor parallelism where weights are cast
+  // per tensor or block, not per row or column yet.
+  const std::string mesh = minimal_with("  n_heads: 4\n", "  n_heads: 4\n  ffn_dim: 192\n") +
+                           "resources: {world_size: 4}\nparallel: {tensor: 2}\n";
+  EXPECT_EQ(load_error(mesh + "fp8: {all_gather_fp8: true}\n"), "(loaded)");
+  EXPECT_EQ(load_error(mesh + "fp8: {recipe: rowwise, all_gather_fp8: true}\n"),
+            "job.yaml:16:24: fp8.all_gather_fp8: is not supported with parallel.tensor > 1 for weights cast per row "
+            "or column yet (parallel.tensor: 2); leave it out or set it to false");
   // n_kv_heads defaults to n_heads (2 here): its problem points at parallel.tensor.
   EXPECT_EQ(load_error(minimal_with("  n_heads: 4\n", "  n_heads: 2\n  ffn_dim: 192\n") +
                        "resources: {world_size: 4}\nparallel: {tensor: 4}\nfp8: {recipe: none}\n"),

@@ -123,6 +123,8 @@ TEST_P(Recipes, MatchOneProcessOnTheSameBatches) {
   EXPECT_GT(split[0].steps.back().tensor_all_reduces, 0);
   if (c.data == 1) {
     EXPECT_EQ(split[0].steps.back().all_reduces, 0);
+  } else if (spec.fp8().all_gather_fp8()) {
+    EXPECT_GT(split[0].steps.back().all_gather_fp8_bytes, 0);
   } else {
     EXPECT_GT(split[0].steps.back().all_gather_f32_bytes, 0);
   }
@@ -151,7 +153,15 @@ INSTANTIATE_TEST_SUITE_P(
                       // A 2 x 2 mesh: FSDP over the data-parallel pairs, each rank's tensor-parallel
                       // part sharded across its pair.
                       MeshCase{"none", 2, {}, 2}, MeshCase{"tensorwise", 2, {}, 2}, MeshCase{"delayed", 2, {}, 2},
-                      MeshCase{"tensorwise", 2, {"train.activation_checkpointing=full"}, 2}),
+                      MeshCase{"tensorwise", 2, {"train.activation_checkpointing=full"}, 2},
+                      // FSDP's fp8 all-gather beside tensor parallelism: per-tensor scales
+                      // reduced across both axes; 128x128 blocks whole on one rank.
+                      MeshCase{"tensorwise", 2, {"fp8.all_gather_fp8=true"}, 2},
+                      MeshCase{"delayed", 2, {"fp8.all_gather_fp8=true"}, 2},
+                      MeshCase{"blockwise", 2,
+                               {"model.dim=256", "model.n_heads=2", "model.ffn_dim=512", "train.steps=5",
+                                "fp8.all_gather_fp8=true"},
+                               2}),
     [](const auto& info) {
       const MeshCase& c = info.param;
       std::string name = c.data > 1 ? absl::StrCat(c.recipe, "_", c.data, "x", c.tensor, "_mesh")
@@ -162,6 +172,7 @@ INSTANTIATE_TEST_SUITE_P(
         if (e.rfind("train.activation_checkpointing", 0) == 0) name += "_full_checkpointing";
         if (e == "model.dim=256") name += "_dim_256";
         if (e == "train.compute_dtype=bf16") name += "_bf16";
+        if (e == "fp8.all_gather_fp8=true") name += "_fp8_gather";
       }
       return name;
     });
@@ -222,6 +233,23 @@ TEST_F(TensorParallelTrainingTest, AMeshMatchesFsdpOverItsDataParallelRanks) {
     ASSERT_TRUE(all_ok(split));
     ASSERT_TRUE(all_ok(sharded));
     expect_close(sharded[0], split[0], kHighPrecisionStepTolerance);
+  }
+}
+
+// FSDP's fp8 all-gather beside tensor parallelism changes the bytes on the wire, never the
+// training: each rank casts its shard of its part with the whole weight's scales, the bits
+// its layer would have cast from the gathered fp32 weight.
+TEST_F(TensorParallelTrainingTest, AMeshGathersInFp8BitForBitAsInFp32) {
+  for (const char* recipe : {"tensorwise", "delayed"}) {
+    SCOPED_TRACE(recipe);
+    const std::string r = absl::StrCat("fp8.recipe=", recipe);
+    const auto fp8 = ranks(job({r, "fp8.all_gather_fp8=true"}, 2, 2));
+    const auto fp32 = ranks(job({r, "fp8.all_gather_fp8=false"}, 2, 2));
+    ASSERT_TRUE(all_ok(fp8));
+    ASSERT_TRUE(all_ok(fp32));
+    expect_bit_equal(fp32[0], fp8[0]);
+    EXPECT_GT(fp8[0].steps.back().all_gather_fp8_bytes, 0);
+    EXPECT_LT(fp8[0].steps.back().all_gather_f32_bytes, fp32[0].steps.back().all_gather_f32_bytes);
   }
 }
 

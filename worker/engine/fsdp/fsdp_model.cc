@@ -339,9 +339,12 @@ absl::Status FsdpModel::refresh_fp8_scales() {
     counts.all_reduces = 1;
     counts.all_reduce_bytes = n * static_cast<int64_t>(sizeof(float));
     counts.weight_scale_all_reduces = 1;
-    return comm_.run("all_reduce(max) of the fp8 weight amaxes", counts, [amaxes, n](collectives::ProcessGroup& g) {
-      return g.all_reduce(amaxes, n, collectives::ReduceOp::kMax);
-    });
+    FP8_RETURN_IF_ERROR(
+        comm_.run("all_reduce(max) of the fp8 weight amaxes", counts, [amaxes, n](collectives::ProcessGroup& g) {
+          return g.all_reduce(amaxes, n, collectives::ReduceOp::kMax);
+        }));
+    return options_.weight_amaxes_across_tensor_parallel ? options_.reduce_amaxes_across_tensor_parallel(amaxes, n)
+                                                         : absl::OkStatus();
   }));
   for (Fp8State& f : fp8_) f.shard_cast = false;
   return absl::OkStatus();

@@ -195,6 +195,8 @@ absl::Status LlamaModel::refresh_split_weight_amaxes(size_t b) {
   if (block.count == 0) return absl::OkStatus();
   Backend& backend = device_.backend();
   for (auto& [unit, offset] : block.units) {
+    // FSDP's fp8 all-gather gave it codes cast with the whole weight's scales already.
+    if (unit->gathered_fp8 != nullptr) continue;
     const Parameter& w = *unit->weight;
     const MatrixRef values{w.value.raw(), DType::kFloat32, w.shape.at(0), w.shape.at(1)};
     FP8_RETURN_IF_ERROR(backend.amax(values, Granularity::kRowwise, f(split_weight_amaxes_) + offset));

@@ -68,6 +68,36 @@ absl::StatusOr<std::unique_ptr<data::Tokenizer>> make_tokenizer(const v1::JobSpe
 }  // namespace
 
 
+namespace {
+// FSDP's fp8 all-gather beside tensor parallelism: a split weight cast per tensor needs its
+// amax reduced across the tensor-parallel ranks too; one cast per 128x128 block needs
+// nothing more (a block lies whole on one rank); one per row or column (a column-parallel
+// weight's column scales span every rank's rows) is not supported yet.
+absl::Status check_fp8_gather_beside_tensor_parallel(const LlamaModel& model, fsdp::FsdpOptions& options) {
+  if (!options.all_gather_fp8) return absl::OkStatus();
+  bool per_tensor = false, block = false;
+  for (const LinearUnit* u : model.linears()) {
+    const Float8LinearNeeds& needs = u->layer->info().needs;
+    if (!needs.fp8_weight) continue;
+    for (const Fp8WeightCast& cast : {needs.weight_output, needs.weight_grad_input}) {
+      if (cast.granularity == Granularity::kTensorwise) per_tensor = true;
+      if (cast.granularity == Granularity::kBlock128x128) block = true;
+      if (cast.granularity == Granularity::kRowwise || cast.granularity == Granularity::kColumnwise) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "fp8.all_gather_fp8 with parallel.tensor > 1: ", u->name,
+            " is cast per row or column, which FSDP cannot gather in fp8 beside tensor parallelism yet"));
+      }
+    }
+  }
+  if (per_tensor && block) {
+    return absl::InvalidArgumentError(
+        "fp8.all_gather_fp8 with parallel.tensor > 1: weights cast per tensor beside weights cast per block");
+  }
+  options.weight_amaxes_across_tensor_parallel = per_tensor;
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec, const Device& device,
                                                          collectives::ProcessGroup* group,
                                                          const TrainerOptions& trainer_options) {
@@ -98,11 +128,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
       t->tensor_parallel_ =
           std::make_unique<TensorParallelGroup>(*t->mesh_.tensor, group->rank() / tensor * tensor, device.backend());
       group = t->mesh_.data.get();
-      if (spec.fp8().all_gather_fp8()) {
-        return absl::InvalidArgumentError(
-            "fp8.all_gather_fp8 with parallel.tensor > 1 is not supported yet: the gathered weights' scales would "
-            "need the tensor-parallel ranks' amaxes too");
-      }
     }
   }
   const int rank = group != nullptr ? group->rank() : 0;
@@ -140,6 +165,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
       options.reduce_amaxes_across_tensor_parallel = [tp](float* amaxes, int64_t count) {
         return tp->max(amaxes, count);
       };
+      FP8_RETURN_IF_ERROR(check_fp8_gather_beside_tensor_parallel(*t->model_, options));
     }
     FP8_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FsdpModel::create(*t->model_, *group, options));
     t->trained_ = &t->fsdp_->shards();
