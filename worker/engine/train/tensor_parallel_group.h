@@ -67,7 +67,11 @@ class TensorParallelGroup final : public TensorParallelComm {
   template <typename Call>
   absl::Status timed(int64_t bytes, Call call) {
     const auto start = std::chrono::steady_clock::now();
-    absl::Status s = call();
+    // A group's own collectives (NCCL's, on its stream) are not ordered after the work the
+    // device has queued: the host waits for that work first, and the collective returns
+    // once done. (Queuing them behind the compute instead is left to do.)
+    absl::Status s = backend_.is_cuda() ? backend_.synchronize() : absl::OkStatus();
+    if (s.ok()) s = call();
     counters_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++counters_.all_reduces;
     counters_.bytes += bytes;
