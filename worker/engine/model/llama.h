@@ -93,7 +93,8 @@ class LlamaModel {
       : device_(device), ops_(ops), config_(config), seed_(seed) {}
   absl::Status build(const v1::Fp8Spec& fp8, ParameterStorage storage);
   // Under tensor parallelism: the split weights' row amaxes, reduced across the ranks, for
-  // their casts (tensor_parallel.h); one all-reduce for the model, after the weights changed.
+  // their casts (tensor_parallel.h), or their casts (SplitWeightCasts); per block, after
+  // the weights changed.
   absl::Status prepare_split_weight_amaxes();
   absl::Status refresh_split_weight_amaxes(size_t block);
   // Activations shaped for `batch` (rebuilt when the shape or the mode changes).

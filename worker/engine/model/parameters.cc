@@ -107,10 +107,6 @@ void fill_normal(std::vector<float>& out, double stddev, std::mt19937_64& rng) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // The part of a whole matrix's row-major `values` that `split` names, [rows, cols] being
 // the part's shape.
 std::vector<float> part_of(const std::vector<float>& values, const ParameterSplit& split, int64_t rows, int64_t cols) {
@@ -130,8 +126,11 @@ std::vector<float> part_of(const std::vector<float>& values, const ParameterSpli
 std::vector<float> initial_values(const Parameter& p, uint64_t seed, int64_t n_layers) {
   if (p.split.split()) {
     // Drawn whole, as one process draws it, then cut.
-    Parameter whole = p;
-    whole.split = {};
+    Parameter whole;
+    whole.name = p.name;
+    whole.init = p.init;
+    whole.padding_rows = p.padding_rows;
+    whole.shape = p.shape;
     whole.shape.at(static_cast<size_t>(p.split.axis)) *= p.split.parts;
     const int64_t rows = p.shape.at(0), cols = p.shape.size() > 1 ? p.shape.at(1) : 1;
     return part_of(initial_values(whole, seed, n_layers), p.split, rows, cols);

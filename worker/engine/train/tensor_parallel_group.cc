@@ -29,7 +29,8 @@ absl::Status TensorParallelGroup::sum(void* data, DType dtype, int64_t count) {
   return backend_.convert(widened_, DType::kFloat32, data, dtype, count);
 }
 
-absl::Status TensorParallelGroup::all_reduce(std::span<double> values, collectives::ReduceOp op, Backend& backend) {
+absl::Status TensorParallelGroup::all_reduce(std::span<double> values, collectives::ReduceOp op) {
+  Backend& backend = backend_;
   if (values.empty()) return absl::OkStatus();
   const size_t n = values.size_bytes();
   FP8_ASSIGN_OR_RETURN(void* staging, backend.allocate(n));

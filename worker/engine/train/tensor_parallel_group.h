@@ -44,9 +44,9 @@ class TensorParallelGroup final : public TensorParallelComm {
     return timed(count * 4, [&] { return group_.all_reduce(data, count, collectives::ReduceOp::kMax); });
   }
 
-  // For the trainer: host values reduced across the ranks (staged through `backend`'s
+  // For the trainer: host values reduced across the ranks (staged through the backend's
   // memory, as NCCL reduces device buffers).
-  absl::Status all_reduce(std::span<double> values, collectives::ReduceOp op, Backend& backend);
+  absl::Status all_reduce(std::span<double> values, collectives::ReduceOp op);
   // The whole of a tensor split across the ranks (`split`, a Parameter's: this rank's part
   // is `part`), row-major on the host, from every rank's part; collective. A tensor that is
   // not split comes back as this rank holds it.

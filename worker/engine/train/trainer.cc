@@ -211,7 +211,7 @@ absl::Status Trainer::agree(bool ok, int64_t step, const char* what) {
   std::array<double, 3> v{ok ? 0.0 : 1.0, static_cast<double>(step), -static_cast<double>(step)};
   if (fsdp_) FP8_RETURN_IF_ERROR(fsdp_->all_reduce(v, collectives::ReduceOp::kMax));
   if (tensor_parallel_) {
-    FP8_RETURN_IF_ERROR(tensor_parallel_->all_reduce(v, collectives::ReduceOp::kMax, model_->device().backend()));
+    FP8_RETURN_IF_ERROR(tensor_parallel_->all_reduce(v, collectives::ReduceOp::kMax));
   }
   if (v[0] != 0) return absl::AbortedError(absl::StrCat(what, " failed on another rank (see its log)"));
   if (v[1] != -v[2]) {
