@@ -3,11 +3,13 @@
 #include <signal.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <httplib.h>
 
@@ -156,6 +158,100 @@ TEST(ControlPlaneTest, ATensorParallelJobTrainsOnTwoRanksCountingOneDataParallel
   EXPECT_NEAR(job_rate, p.tokens_per_second(), 1e-6 * p.tokens_per_second());
   EXPECT_DOUBLE_EQ(metric(cp, "fp8_job_tokens_total" + id), 6 * kBatchTokens);
   EXPECT_GT(metric(cp, "fp8_job_tensor_parallel_exposed_seconds" + id), 0);
+}
+
+// The step numbers rank `rank` of an attempt logged ("step N/M ..."), in order.
+std::vector<int64_t> logged_steps(const ControlPlane& cp, const std::string& job_id, int attempt, int rank) {
+  const v1::GetJobLogsResponse lines = rank_log_lines(cp, job_id, attempt, rank);
+  std::vector<int64_t> steps;
+  for (const v1::JobLogLine& l : lines.lines()) {
+    const std::string& text = l.line().text();
+    if (text.rfind("step ", 0) != 0) continue;
+    steps.push_back(std::stoll(text.substr(5)));
+  }
+  return steps;
+}
+
+// Issue 37's "done when": a 2 x 2 mesh (parallel.tensor 2, world_size 4: two data-parallel
+// groups of two tensor-parallel ranks, FSDP across the pairs) on four workers, its groups
+// formed over the coordinator's rendezvous. It commits whole-model checkpoints, is cancelled
+// after one, resumed (a second attempt on four ranks starting after the checkpoint's step)
+// and runs to success, ending at the loss one process reaches on the same global batch
+// (2 data-parallel ranks x batch_size 2 = 4 sequences a step).
+TEST(ControlPlaneTest, ATwoByTwoMeshJobCheckpointsResumesAndEndsWhereOneProcessEnds) {
+  ControlPlane cp;
+  ASSERT_NO_FATAL_FAILURE(cp.start_coordinator());
+  for (int i = 0; i < 4; ++i) cp.start_worker();
+  const std::filesystem::path file = cp.dir() / "mesh.yaml";
+  constexpr int64_t kSteps = 60;
+  std::ofstream(file) << "name: mesh\n"
+                         "model: {dim: 64, n_layers: 1, n_heads: 4, ffn_dim: 128, max_seq_len: 64}\n"
+                         "data: {path: corpus.txt, seq_len: 64, val_fraction: 0}\n"
+                         "train: {steps: " << kSteps << ", batch_size: 2, lr: 1e-3, log_every: 1, eval_every: 0}\n"
+                         "fp8: {recipe: tensorwise}\n"
+                         "checkpoint: {dir: ckpt/mesh, every: 10, keep: 2}\n"
+                         "parallel: {tensor: 2}\n"
+                         "resources: {world_size: 4, cpus_per_rank: 1}\n";
+  absl::StatusOr<v1::JobSpec> spec = jobspec::load_job_spec_file(file.string());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::Job job;
+  ASSERT_TRUE(cp.submit(*spec, &job).ok());
+  const v1::Job checkpointed =
+      cp.wait_for(job.id(), [](const v1::Job& j) { return j.last_checkpoint_step() >= 10 || final(j); }, kJobLimit);
+  ASSERT_EQ(checkpointed.state(), v1::Job::RUNNING) << checkpointed.DebugString() << cp.logs();
+  EXPECT_GE(checkpointed.latest_progress().step(), 10);
+  EXPECT_EQ(checkpointed.attempts(), 1);
+  v1::Job out;
+  ASSERT_TRUE(cp.cancel(job.id(), &out).ok());
+  ASSERT_EQ(out.state(), v1::Job::CANCELLED);
+
+  v1::ResumeJobRequest resume;
+  resume.set_job_id(job.id());
+  auto ctx = with_token(cp.admin_token(), seconds(30));
+  const grpc::Status resumed = cp.job_stub()->ResumeJob(ctx.get(), resume, &out);
+  ASSERT_TRUE(resumed.ok()) << resumed.error_message();
+  const v1::Job done = cp.wait_for(job.id(), final, kJobLimit);
+  ASSERT_EQ(done.state(), v1::Job::SUCCEEDED) << done.DebugString() << cp.logs();
+  ASSERT_EQ(done.attempts(), 2);
+  ASSERT_EQ(done.attempt_history_size(), 2);
+  EXPECT_EQ(done.attempt_history(0).state(), v1::Attempt::CANCELLED);
+  for (const v1::Attempt& a : done.attempt_history()) EXPECT_EQ(a.ranks_size(), 4);
+  const int64_t from = done.attempt_history(1).resumed_from_step();
+  EXPECT_GE(from, 10);
+  EXPECT_LT(from, kSteps);
+  EXPECT_EQ(done.last_checkpoint_step(), kSteps);
+  EXPECT_EQ(done.latest_progress().step(), kSteps);
+  EXPECT_GT(done.latest_progress().communication().tensor_all_reduce_bytes(), 0);
+  // FSDP across the data-parallel pairs: the tensor-parallel parts are gathered.
+  EXPECT_GT(done.latest_progress().communication().all_gather_fp8_bytes() +
+                done.latest_progress().communication().all_gather_fp32_bytes(),
+            0)
+      << done.latest_progress().DebugString();
+  // The second attempt trained from just after the checkpoint to the end. (The first
+  // attempt's lines may not have reached the coordinator at all: a cancelled attempt's
+  // token is revoked at once, and the workers forward lines in batches.)
+  const std::vector<int64_t> second = logged_steps(cp, job.id(), 2, 0);
+  ASSERT_FALSE(second.empty()) << rank_log(cp, job.id(), 2, 0);
+  EXPECT_EQ(second.front(), from + 1);
+  EXPECT_EQ(second.back(), kSteps);
+  // The checkpoints are committed whole-model ones, written by world rank 0.
+  const std::filesystem::path ckpt = cp.dir() / "ckpt" / "mesh" / job.id();
+  char last[32];
+  std::snprintf(last, sizeof last, "step-%08lld", static_cast<long long>(kSteps));
+  EXPECT_TRUE(std::filesystem::exists(ckpt / last / "COMMITTED")) << ckpt;
+  EXPECT_TRUE(std::filesystem::exists(ckpt / last / "rank-00000-of-00001.ckpt")) << ckpt;
+
+  // One process on the same global batch.
+  absl::StatusOr<v1::JobSpec> one = jobspec::load_job_spec_file(
+      file.string(), {"name=one-process", "checkpoint.dir=ckpt/one-process", "parallel.tensor=1",
+                      "resources.world_size=1", "train.batch_size=4"});
+  ASSERT_TRUE(one.ok()) << one.status();
+  v1::Job reference;
+  ASSERT_TRUE(cp.submit(*one, &reference).ok());
+  const v1::Job ref = cp.wait_for(reference.id(), final, kJobLimit);
+  ASSERT_EQ(ref.state(), v1::Job::SUCCEEDED) << ref.DebugString() << cp.logs();
+  ASSERT_EQ(ref.latest_progress().step(), kSteps);
+  EXPECT_NEAR(done.latest_progress().loss(), ref.latest_progress().loss(), 1e-3 * ref.latest_progress().loss());
 }
 
 TEST(ControlPlaneTest, JsonLogsFromEveryDaemonAndRankLinesKeepTheirLevel) {
