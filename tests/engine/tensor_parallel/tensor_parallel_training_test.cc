@@ -356,6 +356,24 @@ TEST_F(TensorParallelTrainingTest, AKilledRankFailsEveryOtherRankWithinTheTimeou
   }
 }
 
+// A rank that stops answering fails its tensor-parallel peer within
+// train.collective_timeout_seconds, which both of a mesh's groups wait, however long the
+// groups' own timeout is.
+TEST_F(TensorParallelTrainingTest, AStalledRankFailsItsPeerWithinTheJobsCollectiveTimeout) {
+  RunOptions o;
+  o.timeout_seconds = 120;
+  o.stall_rank = 1;
+  o.stall_at_step = 4;
+  o.deadline_seconds = 200;
+  const auto outcome = ranks(job({"fp8.recipe=tensorwise", "train.collective_timeout_seconds=2"}, 2, 2), o);
+  ASSERT_EQ(outcome.size(), 4u);
+  const RankOutcome& peer = outcome[0];
+  EXPECT_TRUE(peer.exited) << "rank 0 did not exit on its own";
+  EXPECT_EQ(peer.exit_code, 1);
+  EXPECT_NE(peer.error.find("did not answer within 2s"), std::string::npos) << peer.error;
+  EXPECT_LT(peer.seconds, 60) << peer.error;
+}
+
 // A stop that reaches one rank stops both after the same step, as under FSDP.
 TEST_F(TensorParallelTrainingTest, AStopOnOneRankStopsBothAfterTheSameStep) {
   RunOptions o;

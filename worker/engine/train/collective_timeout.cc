@@ -9,10 +9,14 @@ absl::Duration derived_collective_timeout(absl::Duration slowest_step, absl::Dur
   return std::min(derived, group_timeout);
 }
 
-CollectiveTimeout::CollectiveTimeout(collectives::ProcessGroup* group, int64_t configured_seconds)
-    : group_(group),
-      group_timeout_(group != nullptr ? group->timeout() : absl::ZeroDuration()),
-      configured_(absl::Seconds(std::max<int64_t>(configured_seconds, 0))) {}
+CollectiveTimeout::CollectiveTimeout(std::vector<collectives::ProcessGroup*> groups, int64_t configured_seconds)
+    : configured_(absl::Seconds(std::max<int64_t>(configured_seconds, 0))) {
+  for (collectives::ProcessGroup* g : groups) {
+    if (g == nullptr) continue;
+    group_timeout_ = groups_.empty() ? g->timeout() : std::min(group_timeout_, g->timeout());
+    groups_.push_back(g);
+  }
+}
 
 absl::Duration CollectiveTimeout::for_steps() const {
   if (configured_ > absl::ZeroDuration()) return configured_;
@@ -21,7 +25,7 @@ absl::Duration CollectiveTimeout::for_steps() const {
 }
 
 void CollectiveTimeout::begin_step() {
-  if (group_ != nullptr) group_->set_timeout(for_steps());
+  for (collectives::ProcessGroup* g : groups_) g->set_timeout(for_steps());
 }
 
 void CollectiveTimeout::end_step(absl::Duration step_time) {
@@ -29,14 +33,15 @@ void CollectiveTimeout::end_step(absl::Duration step_time) {
   slowest_ = std::max(slowest_, step_time);
 }
 
-CollectiveTimeout::Relaxed::Relaxed(const CollectiveTimeout& owner) : group_(owner.group_) {
-  if (group_ == nullptr) return;
-  restore_ = group_->timeout();
-  group_->set_timeout(std::max(owner.group_timeout_, owner.configured_));
+CollectiveTimeout::Relaxed::Relaxed(const CollectiveTimeout& owner) : groups_(owner.groups_) {
+  for (collectives::ProcessGroup* g : groups_) {
+    restore_.push_back(g->timeout());
+    g->set_timeout(std::max(owner.group_timeout_, owner.configured_));
+  }
 }
 
 CollectiveTimeout::Relaxed::~Relaxed() {
-  if (group_ != nullptr) group_->set_timeout(restore_);
+  for (size_t i = 0; i < groups_.size(); ++i) groups_[i]->set_timeout(restore_[i]);
 }
 
 }  // namespace fp8::engine

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "worker/engine/collectives/process_group.h"
@@ -32,7 +33,11 @@ class CollectiveTimeout {
  public:
   // `group` (not owned, may be null: nothing to do) keeps its timeout until the steps'
   // applies. `configured_seconds` is train.collective_timeout_seconds.
-  CollectiveTimeout(collectives::ProcessGroup* group, int64_t configured_seconds);
+  CollectiveTimeout(collectives::ProcessGroup* group, int64_t configured_seconds)
+      : CollectiveTimeout(std::vector<collectives::ProcessGroup*>{group}, configured_seconds) {}
+  // The same for every group of a mesh (the data- and tensor-parallel ones; nulls skipped),
+  // all waiting alike; the groups' own timeout is the shortest of theirs.
+  CollectiveTimeout(std::vector<collectives::ProcessGroup*> groups, int64_t configured_seconds);
 
   // Before a training step: the group waits what steps wait, once that is known.
   void begin_step();
@@ -51,13 +56,13 @@ class CollectiveTimeout {
     Relaxed& operator=(const Relaxed&) = delete;
 
    private:
-    collectives::ProcessGroup* group_;
-    absl::Duration restore_;
+    std::vector<collectives::ProcessGroup*> groups_;
+    std::vector<absl::Duration> restore_;
   };
   Relaxed relaxed() const { return Relaxed(*this); }
 
  private:
-  collectives::ProcessGroup* group_;
+  std::vector<collectives::ProcessGroup*> groups_;
   absl::Duration group_timeout_;
   absl::Duration configured_;  // zero: derived
   int steps_ = 0;

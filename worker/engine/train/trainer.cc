@@ -176,8 +176,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
     FP8_RETURN_IF_ERROR(init_from_hf(spec.model(), init, *t->trained_));
     if (t->fsdp_) t->fsdp_->shards_changed();
   }
-  t->collective_timeout_.emplace(group != nullptr ? group : t->tensor_parallel_ ? &t->tensor_parallel_->group() : nullptr,
-                                 tr.collective_timeout_seconds());
+  t->collective_timeout_.emplace(
+      std::vector<collectives::ProcessGroup*>{group, t->tensor_parallel_ ? &t->tensor_parallel_->group() : nullptr},
+      tr.collective_timeout_seconds());
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, device.model_ops());
   AdamWHyperparams hyper;
   hyper.beta1 = static_cast<float>(tr.beta1());
