@@ -317,7 +317,10 @@ absl::StatusOr<int64_t> Trainer::resume(TrainObserver& observer) {
   }
   if (loaded.ok() && found) {
     loaded = load_checkpoint(*found);
-    if (loaded.ok() && found->world_size() != world_size()) {
+    // A tensor-parallel job's checkpoints are whole (one rank's): each rank always cuts its
+    // part of them, which is no news.
+    const bool whole_for_tensor_parallel = tensor_parallel_ && found->world_size() == 1;
+    if (loaded.ok() && found->world_size() != world_size() && !whole_for_tensor_parallel) {
       observer.on_warning(absl::StrCat("checkpoint step ", found->step(), " was written by ", found->world_size(),
                                        found->world_size() == 1 ? " rank" : " ranks", "; its parameters and optimizer "
                                        "state are split anew over this job's ", world_size()));
