@@ -231,8 +231,33 @@ void check_operations(const v1::JobSpec& s, Checks& c) {
 // is not supported with it yet) is check_fp8's.
 void check_parallel(const v1::JobSpec& s, Checks& c) {
   const int64_t tensor = s.parallel().tensor();
-  if (!c.int_in_range("parallel.tensor", tensor, 1, kMaxTensorParallel) || tensor == 1) return;
+  if (!c.int_in_range("parallel.tensor", tensor, 1, kMaxTensorParallel)) return;
+  if (tensor == 1) {
+    if (s.parallel().sequence()) {
+      c.add("parallel.sequence", "needs tensor parallelism: set parallel.tensor > 1 (the ranks that share the tokens)");
+    }
+    return;
+  }
   const std::vector<std::string> at_tensor = {"parallel.tensor"};
+  if (s.parallel().sequence()) {
+    // Each rank holds an equal share of every micro-batch's tokens; what the sequence-parallel
+    // block does not do yet.
+    if (s.data().seq_len() > 0 && s.data().seq_len() % tensor != 0) {
+      c.add("data.seq_len",
+            absl::StrCat(s.data().seq_len(), " is not a multiple of parallel.tensor (", tensor,
+                         "): with parallel.sequence each tensor-parallel rank holds an equal share of the tokens"),
+            {"parallel.sequence"});
+    }
+    if (s.train().activation_checkpointing() != v1::TrainSpec::NONE &&
+        s.train().activation_checkpointing() != v1::TrainSpec::ACTIVATION_CHECKPOINTING_UNSPECIFIED) {
+      c.add("train.activation_checkpointing", "is not supported with parallel.sequence yet; leave it out",
+            {"parallel.sequence"});
+    }
+    if (s.model().tie_embeddings()) {
+      c.add("model.tie_embeddings", "is not supported with parallel.sequence yet; leave it out",
+            {"parallel.sequence"});
+    }
+  }
   const int64_t world = s.resources().world_size();
   if (world >= 1 && world <= kMaxWorldSize) {  // else reported by check_operations
     if (world % tensor != 0) {

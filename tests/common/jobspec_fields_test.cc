@@ -170,7 +170,11 @@ const std::vector<std::pair<std::string, Where>>& field_table() {
       // ---- parallel
       {"parallel.tensor", tests({"MemoryEstimateTensorParallel.ARankHoldsItsShareOfTheSplitLinearsAndActivations",
                                  "LoadGood.TensorParallelJobGetsItsOwnDefaults",
-                                 "LoadErrors.TensorParallelRefusalsNameTheFieldAndParallelTensor"})},
+                                 "LoadErrors.TensorParallelRefusalsNameTheFieldAndParallelTensor",
+                                 "Recipes.MatchOneProcessOnTheSameBatches"})},
+      {"parallel.sequence", tests({"TensorParallelTrainingTest.SequenceParallelismGathersTheNormedTokensAsFp8Codes",
+                                   "Recipes.MatchOneProcessOnTheSameBatches",
+                                   "LoadErrors.TensorParallelRefusalsNameTheFieldAndParallelTensor"})},
 
       // ---- restarts
       {"restarts.max_restarts", tests({"CoordinatorTest.FailedRankStopsTheGangAndRestarts"})},

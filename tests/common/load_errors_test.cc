@@ -324,6 +324,14 @@ TEST(LoadErrors, TensorParallelRefusalsNameTheFieldAndParallelTensor) {
   EXPECT_EQ(load_error(kMinimalJob + tp + "fp8: {exclude: [output, '*.feed_forward.*']}\n"), "(loaded)");
   // An explicit false is what the default is.
   EXPECT_EQ(load_error(job + "fp8: {all_gather_fp8: false}\n"), "(loaded)");
+  // Sequence parallelism: beside tensor parallelism, each rank an equal share of the tokens.
+  EXPECT_EQ(load_error(kMinimalJob + std::string("parallel: {sequence: true}\n")),
+            "job.yaml:13:12: parallel.sequence: needs tensor parallelism: set parallel.tensor > 1 (the ranks that "
+            "share the tokens)");
+  const std::string sequence = minimal_with("  n_heads: 4\n", "  n_heads: 4\n  ffn_dim: 192\n") +
+                               "resources: {world_size: 2}\nparallel: {tensor: 2, sequence: true}\n";
+  EXPECT_EQ(load_error(sequence), "(loaded)");
+
 }
 
 TEST(LoadErrors, UnknownTopLevelKeyListsTheSections) {

@@ -42,10 +42,11 @@ class FileObserver final : public TrainObserver {
     StepComm c = r.comm.value_or(StepComm{});
     // What stays allocated between steps: read here, right after the step.
     const double in_use = static_cast<double>(device_.backend().memory_stats().allocated);
-    std::fprintf(out_, "step %lld %a %a %a %a %a %a %a %a %a %a %a %a %a\n", static_cast<long long>(r.step), r.loss,
+    std::fprintf(out_, "step %lld %a %a %a %a %a %a %a %a %a %a %a %a %a %a %a\n", static_cast<long long>(r.step), r.loss,
                  r.grad_norm, c.all_gather_fp8_bytes, c.all_gather_f32_bytes, c.all_gather_bf16_bytes,
                  c.reduce_scatter_f32_bytes, c.reduce_scatter_bf16_bytes, c.all_reduces, c.weight_scale_all_reduces,
-                 static_cast<double>(r.peak_memory_bytes), in_use, c.tensor_all_reduces, c.tensor_all_reduce_bytes);
+                 static_cast<double>(r.peak_memory_bytes), in_use, c.tensor_all_reduces, c.tensor_all_reduce_bytes,
+                 c.sequence_gather_fp8_bytes, c.sequence_gather_bytes);
     std::fflush(out_);
     if (rank_ == options_.kill_rank && r.step == options_.kill_at_step) raise(SIGKILL);
     if (rank_ == options_.stall_rank && r.step == options_.stall_at_step) raise(SIGSTOP);
@@ -158,9 +159,10 @@ void read_result(const std::filesystem::path& file, RankOutcome& r) {
     if (line.rfind("step ", 0) == 0) {
       StepRecord s;
       long long step = 0;
-      double v[13] = {};
-      if (std::sscanf(line.c_str(), "step %lld %la %la %la %la %la %la %la %la %la %la %la %la %la", &step, &v[0],
-                      &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12]) == 14) {
+      double v[15] = {};
+      if (std::sscanf(line.c_str(), "step %lld %la %la %la %la %la %la %la %la %la %la %la %la %la %la %la", &step,
+                      &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12],
+                      &v[13], &v[14]) == 16) {
         s.step = step;
         s.loss = v[0];
         s.grad_norm = v[1];
@@ -175,6 +177,8 @@ void read_result(const std::filesystem::path& file, RankOutcome& r) {
         s.memory_in_use_after = v[10];
         s.tensor_all_reduces = v[11];
         s.tensor_all_reduce_bytes = v[12];
+        s.sequence_gather_fp8_bytes = v[13];
+        s.sequence_gather_bytes = v[14];
         r.steps.push_back(s);
       }
     } else if (line.rfind("cast ", 0) == 0) {

@@ -34,6 +34,8 @@ struct StepRecord {
   double weight_scale_all_reduces = 0;
   double tensor_all_reduces = 0;       // StepComm's tensor-parallel axis
   double tensor_all_reduce_bytes = 0;
+  double sequence_gather_fp8_bytes = 0;  // StepComm's sequence-parallel all-gathers
+  double sequence_gather_bytes = 0;
   double peak_memory_bytes = 0;    // StepReport::peak_memory_bytes
   double memory_in_use_after = 0;  // the device's allocated bytes when the step was reported
 };

@@ -154,6 +154,14 @@ INSTANTIATE_TEST_SUITE_P(
                       // part sharded across its pair.
                       MeshCase{"none", 2, {}, 2}, MeshCase{"tensorwise", 2, {}, 2}, MeshCase{"delayed", 2, {}, 2},
                       MeshCase{"tensorwise", 2, {"train.activation_checkpointing=full"}, 2},
+                      // Sequence parallelism: the norms on each rank's tokens, the normed tokens
+                      // all-gathered (as fp8 codes under tensorwise), the row-parallel outputs
+                      // reduce-scattered.
+                      MeshCase{"none", 2, {"parallel.sequence=true"}}, MeshCase{"tensorwise", 2, {"parallel.sequence=true"}},
+                      MeshCase{"delayed", 2, {"parallel.sequence=true"}}, MeshCase{"rowwise", 2, {"parallel.sequence=true"}},
+                      MeshCase{"tensorwise", 4, {"parallel.sequence=true"}},
+                      MeshCase{"tensorwise", 2, {"parallel.sequence=true", "train.compute_dtype=bf16"}},
+                      MeshCase{"tensorwise", 2, {"parallel.sequence=true"}, 2},
                       // FSDP's fp8 all-gather beside tensor parallelism: per-tensor scales
                       // reduced across both axes; 128x128 blocks whole on one rank.
                       MeshCase{"tensorwise", 2, {"fp8.all_gather_fp8=true"}, 2},
@@ -173,6 +181,7 @@ INSTANTIATE_TEST_SUITE_P(
         if (e == "model.dim=256") name += "_dim_256";
         if (e == "train.compute_dtype=bf16") name += "_bf16";
         if (e == "fp8.all_gather_fp8=true") name += "_fp8_gather";
+        if (e == "parallel.sequence=true") name += "_sequence";
       }
       return name;
     });
@@ -251,6 +260,25 @@ TEST_F(TensorParallelTrainingTest, AMeshGathersInFp8BitForBitAsInFp32) {
     EXPECT_GT(fp8[0].steps.back().all_gather_fp8_bytes, 0);
     EXPECT_LT(fp8[0].steps.back().all_gather_f32_bytes, fp32[0].steps.back().all_gather_f32_bytes);
   }
+}
+
+// Sequence parallelism's all-gather of the normed tokens moves one byte an element where
+// the column-parallel layers cast their input per tensor: each of the two gathers a block
+// moves every token's dim values, in codes; the rest (none's values, the gradients, the
+// final norm's output) travel as they are.
+TEST_F(TensorParallelTrainingTest, SequenceParallelismGathersTheNormedTokensAsFp8Codes) {
+  const v1::JobSpec spec = job({"fp8.recipe=tensorwise", "parallel.sequence=true", "train.steps=2", "train.warmup_steps=0"}, 2);
+  const auto outcome = ranks(spec);
+  ASSERT_TRUE(all_ok(outcome));
+  const v1::ModelSpec& m = spec.model();
+  const double tokens = static_cast<double>(spec.train().batch_size() * spec.data().seq_len());
+  for (const RankOutcome& r : outcome) {
+    EXPECT_EQ(r.steps.back().sequence_gather_fp8_bytes, 2.0 * m.n_layers() * tokens * m.dim());
+  }
+  const auto none = ranks(job({"fp8.recipe=none", "parallel.sequence=true", "train.steps=2", "train.warmup_steps=0"}, 2));
+  ASSERT_TRUE(all_ok(none));
+  EXPECT_EQ(none[0].steps.back().sequence_gather_fp8_bytes, 0);
+  EXPECT_GT(none[0].steps.back().sequence_gather_bytes, outcome[0].steps.back().sequence_gather_bytes);
 }
 
 // A tensor-parallel run stopped after a checkpoint and resumed gives the bits of the run

@@ -154,6 +154,7 @@ absl::Status FsdpModel::shard_parameters() {
     FP8_ASSIGN_OR_RETURN(p.shard, shards_.add(device_, full.name, {p.layout.shard_elements()}, full.init,
                                               full.weight_decay));
     p.shard->split = full.split;  // FSDP's rows are of this rank's tensor-parallel part
+    p.shard->grad_summed_across_tensor_parallel = full.grad_summed_across_tensor_parallel;
     // This rank's rows of an initialised parameter; padding rows stay zero.
     const int64_t real = p.layout.real_rows_of(rank_);
     if (!full.value.defined()) {

@@ -15,32 +15,39 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
   auto act = [&](TensorShape shape) { return Tensor::empty(device, act_type, std::move(shape)); };
   auto i32 = [&](TensorShape shape) { return Tensor::empty(device, ElementType::kInt32, std::move(shape)); };
 
+  // Under sequence parallelism the residual stream holds this rank's tokens only.
+  const int64_t local = c.sequence_parallel ? m / c.tensor_parallel : m;
   Activations a;
   a.rows = rows;
   a.seq = seq;
+  a.local_tokens = local;
   a.for_backward = for_backward;
   FP8_ASSIGN_OR_RETURN(a.tokens, i32({m}));
   FP8_ASSIGN_OR_RETURN(a.targets, i32({m}));
   a.hidden.resize(static_cast<size_t>(c.n_layers + 1));
   for (Tensor& h : a.hidden) {
-    FP8_ASSIGN_OR_RETURN(h, act({m, c.dim}));
+    FP8_ASSIGN_OR_RETURN(h, act({local, c.dim}));
   }
   // Every tensor of a block once, for the blocks to share what they do not keep.
   auto make_block = [&]() -> absl::StatusOr<BlockActivations> {
     BlockActivations b;
-    FP8_ASSIGN_OR_RETURN(b.attn_inv_rms, f32({m}));
+    FP8_ASSIGN_OR_RETURN(b.attn_inv_rms, f32({local}));
     FP8_ASSIGN_OR_RETURN(b.attn_in, act({m, c.dim}));
     FP8_ASSIGN_OR_RETURN(b.q, act({m, q_dim}));
     FP8_ASSIGN_OR_RETURN(b.k, act({m, kv_dim}));
     FP8_ASSIGN_OR_RETURN(b.v, act({m, kv_dim}));
     FP8_ASSIGN_OR_RETURN(b.attn_out, act({m, q_dim}));
     FP8_ASSIGN_OR_RETURN(b.attn_lse, f32({rows, c.local_heads(), seq}));
-    FP8_ASSIGN_OR_RETURN(b.mid, act({m, c.dim}));
-    FP8_ASSIGN_OR_RETURN(b.ffn_inv_rms, f32({m}));
+    FP8_ASSIGN_OR_RETURN(b.mid, act({local, c.dim}));
+    FP8_ASSIGN_OR_RETURN(b.ffn_inv_rms, f32({local}));
     FP8_ASSIGN_OR_RETURN(b.ffn_in, act({m, c.dim}));
     FP8_ASSIGN_OR_RETURN(b.gate, act({m, c.local_ffn_dim()}));
     FP8_ASSIGN_OR_RETURN(b.up, act({m, c.local_ffn_dim()}));
     FP8_ASSIGN_OR_RETURN(b.swiglu_out, act({m, c.local_ffn_dim()}));
+    if (c.sequence_parallel) {
+      FP8_ASSIGN_OR_RETURN(b.attn_in_shard, act({local, c.dim}));
+      FP8_ASSIGN_OR_RETURN(b.ffn_in_shard, act({local, c.dim}));
+    }
     return b;
   };
   const ActivationCheckpointing keep = for_backward ? c.checkpointing : ActivationCheckpointing::kFull;
@@ -62,22 +69,33 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
       FP8_ASSIGN_OR_RETURN(b.v, act({m, kv_dim}));
       FP8_ASSIGN_OR_RETURN(b.attn_out, act({m, q_dim}));
       FP8_ASSIGN_OR_RETURN(b.attn_lse, f32({rows, c.local_heads(), seq}));
-      FP8_ASSIGN_OR_RETURN(b.mid, act({m, c.dim}));
+      FP8_ASSIGN_OR_RETURN(b.mid, act({local, c.dim}));
       FP8_ASSIGN_OR_RETURN(b.gate, act({m, c.local_ffn_dim()}));
       FP8_ASSIGN_OR_RETURN(b.up, act({m, c.local_ffn_dim()}));
     }
   }
-  FP8_ASSIGN_OR_RETURN(a.final_inv_rms, f32({m}));
+  FP8_ASSIGN_OR_RETURN(a.final_inv_rms, f32({local}));
   FP8_ASSIGN_OR_RETURN(a.final_in, act({m, c.dim}));
   FP8_ASSIGN_OR_RETURN(a.logits, f32({m, c.padded_vocab()}));
   FP8_ASSIGN_OR_RETURN(a.loss_lse, f32({m}));
   FP8_ASSIGN_OR_RETURN(a.loss, f32({1}));
   FP8_ASSIGN_OR_RETURN(a.cast_row_amax, f32({m}));
+  if (c.sequence_parallel) {
+    FP8_ASSIGN_OR_RETURN(a.partial, act({m, c.dim}));
+    FP8_ASSIGN_OR_RETURN(a.gather_codes_shard, Tensor::empty(device, ElementType::kE4M3, {local, c.dim}));
+    FP8_ASSIGN_OR_RETURN(a.gather_codes, Tensor::empty(device, ElementType::kE4M3, {m, c.dim}));
+    FP8_ASSIGN_OR_RETURN(a.gather_scale, f32({3}));
+    FP8_ASSIGN_OR_RETURN(a.final_in_shard, act({local, c.dim}));
+  }
   if (!for_backward) return a;
 
-  FP8_ASSIGN_OR_RETURN(a.grad_hidden, act({m, c.dim}));
+  FP8_ASSIGN_OR_RETURN(a.grad_hidden, act({local, c.dim}));
   FP8_ASSIGN_OR_RETURN(a.grad_norm_in, act({m, c.dim}));
   FP8_ASSIGN_OR_RETURN(a.grad_hidden_row_amax, f32({m}));
+  if (c.sequence_parallel) {
+    FP8_ASSIGN_OR_RETURN(a.grad_gathered, act({m, c.dim}));
+    FP8_ASSIGN_OR_RETURN(a.grad_norm_shard, act({local, c.dim}));
+  }
   FP8_ASSIGN_OR_RETURN(a.grad_gate_row_amax, f32({m}));
   FP8_ASSIGN_OR_RETURN(a.grad_up_row_amax, f32({m}));
   FP8_ASSIGN_OR_RETURN(a.grad_qk_row_amax, f32({m}));

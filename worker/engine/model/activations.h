@@ -27,10 +27,18 @@ struct BlockActivations {
   Tensor ffn_inv_rms;           // [M]
   Tensor ffn_in;                // act: rmsnorm(mid) [M, dim]
   Tensor gate, up, swiglu_out;  // act [M, ffn_dim]
+  // Sequence parallelism: the norms' outputs on this rank's tokens, [local tokens, dim],
+  // before the all-gather makes attn_in and ffn_in; mid and the inv_rms hold this rank's
+  // tokens only. Empty otherwise.
+  Tensor attn_in_shard, ffn_in_shard;
 };
 
 struct Activations {
   int64_t rows = 0, seq = 0;
+  // Tokens this rank holds between blocks: M, or under sequence parallelism M / ranks,
+  // rank r's being tokens [r · local, (r + 1) · local). The residual stream (hidden, mid),
+  // the norms' statistics and grad_hidden are [local tokens, ...].
+  int64_t local_tokens = 0;
   bool for_backward = false;
   Tensor tokens, targets;       // int32 [M]
   std::vector<Tensor> hidden;   // act, the residual stream: n_layers + 1 of [M, dim]
@@ -43,6 +51,11 @@ struct Activations {
   // that made it (an RMSNorm, the SwiGLU) and read by those casts right after
   // (Float8Linear::forward's input_row_amax) instead of the activation itself.
   Tensor cast_row_amax;
+  // Sequence parallelism: the row-parallel layers' partial outputs [M, dim] before their
+  // reduce-scatter; the fp8 all-gather's codes, this rank's [local, dim] and everyone's
+  // [M, dim]; its amax, scale and inverse (fp32 [3]); the final norm's output on this
+  // rank's tokens [local, dim] before the all-gather makes final_in.
+  Tensor partial, gather_codes_shard, gather_codes, gather_scale, final_in_shard;
 
   // Backward scratch (allocated only for_backward).
   Tensor grad_hidden, grad_norm_in;            // act [M, dim]
@@ -57,6 +70,9 @@ struct Activations {
   Tensor grad_q, grad_k, grad_v;               // act, like q, k, v
   Tensor grad_ffn, grad_gate, grad_up;         // act [M, ffn_dim]
   Tensor grad_logits;                          // fp32 [M, padded vocab]
+  // Sequence parallelism: grad_hidden all-gathered for the row-parallel layers [M, dim], and
+  // the norms' input gradients reduce-scattered to this rank's tokens [local, dim].
+  Tensor grad_gathered, grad_norm_shard;
 
   int64_t tokens_count() const { return rows * seq; }
   static absl::StatusOr<Activations> create(const Device& device, const LlamaConfig& config, int64_t rows,

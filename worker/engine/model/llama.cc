@@ -59,6 +59,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::create(const Device& dev
                                                      c.tensor_parallel, " tensor-parallel ranks"));
     }
   }
+  if (c.sequence_parallel &&
+      (c.tensor_parallel < 2 || c.tie_embeddings || c.checkpointing != ActivationCheckpointing::kNone)) {
+    return absl::InvalidArgumentError(
+        "model: sequence parallelism needs tensor parallelism, untied embeddings and no activation checkpointing");
+  }
   std::unique_ptr<LlamaModel> model(new LlamaModel(device, *ops, c, seed));
   model->tp_ = c.tensor_parallel > 1 ? tensor_parallel : nullptr;
   FP8_RETURN_IF_ERROR(model->build(fp8, storage));
@@ -142,6 +147,16 @@ absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, ParameterStorage storage)
   mutable_linears_.push_back(&output_);
   linears_.assign(mutable_linears_.begin(), mutable_linears_.end());
   if (tp_ != nullptr) FP8_RETURN_IF_ERROR(prepare_split_weight_amaxes());
+  if (c.sequence_parallel) {
+    // Applied to this rank's tokens only; the output projection reads every token
+    // (final_in is gathered), so its gradient is whole on each rank.
+    embeddings_->grad_summed_across_tensor_parallel = true;
+    final_norm_->grad_summed_across_tensor_parallel = true;
+    for (TransformerBlock& b : blocks_) {
+      b.attention_norm->grad_summed_across_tensor_parallel = true;
+      b.ffn_norm->grad_summed_across_tensor_parallel = true;
+    }
+  }
   if (storage == ParameterStorage::kDeferred) return absl::OkStatus();
   return init_parameters(params_, seed_, c.n_layers);
 }
@@ -210,6 +225,10 @@ absl::StatusOr<Activations*> LlamaModel::activations_for(const data::TokenBatch&
       batch.targets.size() != batch.inputs.size()) {
     return absl::InvalidArgumentError(absl::StrCat("model: malformed batch of ", batch.rows, " x ", batch.seq_len));
   }
+  if (config_.sequence_parallel && (batch.rows * batch.seq_len) % config_.tensor_parallel != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model: ", batch.rows * batch.seq_len, " tokens do not split over ",
+                                                   config_.tensor_parallel, " sequence-parallel ranks"));
+  }
   if (batch.seq_len > config_.max_seq_len) {
     return absl::InvalidArgumentError(absl::StrCat("model: sequences of ", batch.seq_len,
                                                    " tokens exceed model.max_seq_len ", config_.max_seq_len));
@@ -234,8 +253,10 @@ absl::StatusOr<Activations*> LlamaModel::forward(const data::TokenBatch& batch, 
   const int64_t m = a->tokens_count();
   constexpr int kRoot = ParameterHooks::kRootUnit;
   FP8_RETURN_IF_ERROR(hook_before_forward(kRoot));
-  FP8_RETURN_IF_ERROR(ops_.embedding_forward(a->tokens.data<int32_t>(), m, f(embeddings_->value), c.vocab_size,
-                                             c.dim, act(a->hidden[0]), c.activations));
+  // Under sequence parallelism the residual stream holds this rank's tokens only.
+  const int64_t local = a->local_tokens, first_local = local_token_offset(*a);
+  FP8_RETURN_IF_ERROR(ops_.embedding_forward(a->tokens.data<int32_t>() + first_local, local, f(embeddings_->value),
+                                             c.vocab_size, c.dim, act(a->hidden[0]), c.activations));
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const int unit = static_cast<int>(i);
     FP8_RETURN_IF_ERROR(hook_before_forward(unit));
@@ -246,8 +267,18 @@ absl::StatusOr<Activations*> LlamaModel::forward(const data::TokenBatch& batch, 
   }
   // The output projection's fp8 cast takes its amax from the norm's row amaxes.
   float* row_amax = output_.reads_input_row_amax() ? f(a->cast_row_amax) : nullptr;
-  FP8_RETURN_IF_ERROR(ops_.rmsnorm_forward(act(a->hidden.back()), f(final_norm_->value), m, c.dim, c.norm_eps,
-                                           act(a->final_in), f(a->final_inv_rms), c.activations, row_amax));
+  if (c.sequence_parallel) {
+    // The norm on this rank's tokens; the output projection and the loss on every token,
+    // alike on every rank.
+    FP8_RETURN_IF_ERROR(ops_.rmsnorm_forward(act(a->hidden.back()), f(final_norm_->value), local, c.dim, c.norm_eps,
+                                             act(a->final_in_shard), f(a->final_inv_rms), c.activations));
+    const size_t bytes = static_cast<size_t>(local * c.dim) * (c.activations == DType::kBFloat16 ? 2 : 4);
+    FP8_RETURN_IF_ERROR(tp_->all_gather(act(a->final_in_shard), act(a->final_in), bytes, false));
+    row_amax = nullptr;
+  } else {
+    FP8_RETURN_IF_ERROR(ops_.rmsnorm_forward(act(a->hidden.back()), f(final_norm_->value), m, c.dim, c.norm_eps,
+                                             act(a->final_in), f(a->final_inv_rms), c.activations, row_amax));
+  }
   FP8_RETURN_IF_ERROR(output_.forward(a->final_in, m, a->logits, training, row_amax));
   FP8_RETURN_IF_ERROR(ops_.cross_entropy_forward(f(a->logits), a->targets.data<int32_t>(), m, c.vocab_size,
                                                  f(a->loss), f(a->loss_lse), DType::kFloat32, c.padded_vocab()));
@@ -289,10 +320,16 @@ absl::Status LlamaModel::queue_training_pass(const data::TokenBatch& batch, floa
     return block == 0 ? nullptr : blocks_[block - 1].w2.grad_output_row_amax_in(a.grad_hidden_row_amax);
   };
   FP8_RETURN_IF_ERROR(final_norm_->claim_grad_for_adding());
+  // Under sequence parallelism the norm's backward takes this rank's tokens of the gradient
+  // (every rank has all of it: the output projection ran on every token).
+  const int64_t local = a.local_tokens;
+  const size_t act_size = c.activations == DType::kBFloat16 ? 2 : 4;
+  const void* grad_final_in =
+      static_cast<const char*>(act(a.grad_norm_in)) + static_cast<size_t>(local_token_offset(a) * c.dim) * act_size;
   FP8_RETURN_IF_ERROR(ops_.rmsnorm_backward(act(a.hidden.back()), f(final_norm_->value), f(a.final_inv_rms),
-                                            act(a.grad_norm_in), m, c.dim, act(a.grad_hidden), f(final_norm_->grad),
+                                            grad_final_in, local, c.dim, act(a.grad_hidden), f(final_norm_->grad),
                                             c.activations, Store::kOverwrite,
-                                            grad_hidden_row_amax_below(blocks_.size())));
+                                            c.sequence_parallel ? nullptr : grad_hidden_row_amax_below(blocks_.size())));
   for (size_t i = blocks_.size(); i-- > 0;) {
     const int unit = static_cast<int>(i);
     FP8_RETURN_IF_ERROR(hook_before_backward(unit));
@@ -303,8 +340,9 @@ absl::Status LlamaModel::queue_training_pass(const data::TokenBatch& batch, floa
     FP8_RETURN_IF_ERROR(hook_after_backward(unit));
   }
   FP8_RETURN_IF_ERROR(embeddings_->claim_grad_for_adding());
-  FP8_RETURN_IF_ERROR(ops_.embedding_backward(a.tokens.data<int32_t>(), m, act(a.grad_hidden), c.vocab_size, c.dim,
-                                              f(embeddings_->grad), c.activations));
+  FP8_RETURN_IF_ERROR(ops_.embedding_backward(a.tokens.data<int32_t>() + local_token_offset(a), local,
+                                              act(a.grad_hidden), c.vocab_size, c.dim, f(embeddings_->grad),
+                                              c.activations));
   return hook_after_backward(kRoot);
 }
 
@@ -323,6 +361,10 @@ absl::StatusOr<std::vector<float>> LlamaModel::logits(const data::TokenBatch& ba
     std::copy_n(padded.begin() + r * ld, vocab, logits.begin() + r * vocab);
   }
   return logits;
+}
+
+int64_t LlamaModel::local_token_offset(const Activations& a) const {
+  return config_.sequence_parallel ? tp_->rank() * a.local_tokens : 0;
 }
 
 absl::Status LlamaModel::finish_step() {

@@ -97,6 +97,8 @@ class LlamaModel {
   // the weights changed.
   absl::Status prepare_split_weight_amaxes();
   absl::Status refresh_split_weight_amaxes(size_t block);
+  // The first of this rank's tokens in the micro-batch (sequence parallelism), else 0.
+  int64_t local_token_offset(const Activations& a) const;
   // Activations shaped for `batch` (rebuilt when the shape or the mode changes).
   absl::StatusOr<Activations*> activations_for(const data::TokenBatch& batch, bool for_backward);
   // Queues the forward; the loss stays in device memory (read_loss) so that a training

@@ -40,6 +40,9 @@ struct LlamaConfig {
   // Tensor-parallel ranks sharing each block (model/tensor_parallel.h): each holds
   // 1/tensor_parallel of the heads, key-value heads and feed-forward columns.
   int64_t tensor_parallel = 1;
+  // Sequence parallelism (parallel.sequence): between blocks a tensor-parallel rank holds
+  // 1/tensor_parallel of a micro-batch's tokens (Activations::local_tokens).
+  bool sequence_parallel = false;
 
   int64_t head_dim() const { return dim / n_heads; }
   // This rank's share under tensor parallelism (the whole model's without it).

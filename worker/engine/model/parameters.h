@@ -46,6 +46,10 @@ struct Parameter {
   bool weight_decay = true;
   TensorShape shape;  // the whole parameter's, allocated or not (this rank's part of it under a split)
   ParameterSplit split;
+  // Under sequence parallelism a whole parameter that each tensor-parallel rank applies to
+  // its own tokens only (the embedding, the norms' gains): its gradient is this rank's
+  // share, which the ranks sum before it is read.
+  bool grad_summed_across_tensor_parallel = false;
   // Trailing rows that only pad a matrix (LlamaConfig::padded_vocab): initialised to zero,
   // and nothing gives them a gradient, so they stay zero.
   int64_t padding_rows = 0;

@@ -34,6 +34,11 @@ class TensorParallelComm {
   virtual absl::Status sum(void* data, DType dtype, int64_t count) = 0;
   virtual absl::Status sum(double* data, int64_t count) = 0;
   virtual absl::Status max(float* data, int64_t count) = 0;
+  // Sequence parallelism: recv [ranks × bytes_per_rank] = every rank's send, in rank order
+  // (`fp8`: codes, counted apart); and each rank's slice of the sum of everyone's `send`
+  // [ranks × count_per_rank] of activations (bf16 summed in fp32, rounded once).
+  virtual absl::Status all_gather(const void* send, void* recv, size_t bytes_per_rank, bool fp8) = 0;
+  virtual absl::Status reduce_scatter(const void* send, void* recv, int64_t count_per_rank, DType dtype) = 0;
 };
 
 }  // namespace fp8::engine

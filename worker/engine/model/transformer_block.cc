@@ -58,6 +58,7 @@ absl::Status sum_across_ranks(TensorParallelComm* tp, const Tensor& t, DType dty
 
 absl::Status TransformerBlock::forward(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& s,
                                        const Tensor& in, Tensor& out, bool training) const {
+  if (c.sequence_parallel) return forward_sequence_parallel(ops, c, a, s, in, out, training);
   const int64_t m = a.tokens_count(), hd = c.head_dim();
   const DType t = c.activations;
   // Attention.
@@ -116,6 +117,7 @@ absl::Status TransformerBlock::recompute(ModelOps& ops, const LlamaConfig& c, Ac
 
 absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Activations& a,
                                         const BlockActivations& s, const Tensor& in, float* grad_in_row_amax) const {
+  if (c.sequence_parallel) return backward_sequence_parallel(ops, c, a, s, in);
   const int64_t m = a.tokens_count(), hd = c.head_dim();
   const DType t = c.activations;
   // Where branches meet, their gradients sum in the op that makes the last of them

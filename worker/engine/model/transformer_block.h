@@ -43,6 +43,16 @@ struct TransformerBlock {
   absl::Status backward(ModelOps& ops, const LlamaConfig& c, Activations& a, const BlockActivations& saved,
                         const Tensor& in, float* grad_in_row_amax) const;
 
+  // Sequence parallelism (LlamaConfig::sequence_parallel; transformer_block_sequence.cc):
+  // forward() and backward() with `in`, `out` and grad_hidden on this rank's tokens only.
+  absl::Status forward_sequence_parallel(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& s,
+                                         const Tensor& in, Tensor& out, bool training) const;
+  absl::Status backward_sequence_parallel(ModelOps& ops, const LlamaConfig& c, Activations& a,
+                                          const BlockActivations& s, const Tensor& in) const;
+  // The normed tokens of this rank all-gathered for `reader` and its siblings.
+  absl::Status gather_normed(Activations& a, const LinearUnit& reader, const Tensor& shard,
+                             const float* shard_row_amax, const Tensor& full, DType t) const;
+
   // The block's seven linears, in forward order.
   std::array<const LinearUnit*, 7> linears() const { return {&wq, &wk, &wv, &wo, &w1, &w3, &w2}; }
 };

@@ -29,6 +29,27 @@ absl::Status TensorParallelGroup::sum(void* data, DType dtype, int64_t count) {
   return backend_.convert(widened_, DType::kFloat32, data, dtype, count);
 }
 
+absl::Status TensorParallelGroup::all_gather(const void* send, void* recv, size_t bytes_per_rank, bool fp8) {
+  const auto bytes = static_cast<int64_t>(bytes_per_rank);
+  (fp8 ? counters_.gather_fp8_bytes : counters_.gather_bytes) += bytes * size();
+  return timed(bytes * size(), [&] { return group_.all_gather(send, recv, bytes_per_rank); }, false);
+}
+
+absl::Status TensorParallelGroup::reduce_scatter(const void* send, void* recv, int64_t count_per_rank,
+                                                 DType dtype) {
+  const int64_t bytes = count_per_rank * size() * (dtype == DType::kBFloat16 ? 2 : 4);
+  counters_.reduce_scatter_bytes += bytes;
+  if (dtype == DType::kFloat32) {
+    return timed(bytes, [&] {
+      return group_.reduce_scatter(static_cast<const float*>(send), static_cast<float*>(recv), count_per_rank,
+                                   collectives::ReduceOp::kSum);
+    }, false);
+  }
+  const collectives::Bf16ReduceScatterPart part{static_cast<const uint16_t*>(send), static_cast<uint16_t*>(recv),
+                                                count_per_rank};
+  return timed(bytes, [&] { return group_.reduce_scatter_bf16_parts(std::span(&part, 1)); }, false);
+}
+
 absl::Status TensorParallelGroup::all_reduce(std::span<double> values, collectives::ReduceOp op) {
   Backend& backend = backend_;
   if (values.empty()) return absl::OkStatus();
@@ -60,7 +81,7 @@ absl::StatusOr<std::vector<float>> TensorParallelGroup::whole(std::vector<float>
   FP8_RETURN_IF_ERROR(mine.upload<float>(part));
   FP8_ASSIGN_OR_RETURN(Tensor gathered, Tensor::empty(device, ElementType::kFloat32, {size() * elements}));
   FP8_RETURN_IF_ERROR(timed(static_cast<int64_t>(bytes) * size(),
-                            [&] { return group_.all_gather(mine.raw(), gathered.raw(), bytes); }));
+                            [&] { return group_.all_gather(mine.raw(), gathered.raw(), bytes); }, false));
   FP8_ASSIGN_OR_RETURN(std::vector<float> parts, gathered.download<float>());
   if (split.axis == 0) return parts;  // rank r's rows follow rank r - 1's
   // Rank r holds columns [r · cols, (r + 1) · cols) of every row.

@@ -20,8 +20,13 @@ class TensorParallelGroup final : public TensorParallelComm {
  public:
   struct Counters {
     int64_t all_reduces = 0;
-    int64_t bytes = 0;
+    int64_t bytes = 0;  // every collective's, this rank's share of the traffic
     double seconds = 0;
+    // Sequence parallelism's: the all-gathers in front of the column-parallel layers (fp8
+    // codes, or activations in high precision, and gradients), and the reduce-scatters.
+    int64_t gather_fp8_bytes = 0;
+    int64_t gather_bytes = 0;
+    int64_t reduce_scatter_bytes = 0;
   };
 
   // `first_world_rank`: the job's rank of this group's rank 0 (its ranks are adjacent),
@@ -40,6 +45,8 @@ class TensorParallelGroup final : public TensorParallelComm {
   absl::Status sum(double* data, int64_t count) override {
     return timed(count * 8, [&] { return group_.all_reduce(data, count, collectives::ReduceOp::kSum); });
   }
+  absl::Status all_gather(const void* send, void* recv, size_t bytes_per_rank, bool fp8) override;
+  absl::Status reduce_scatter(const void* send, void* recv, int64_t count_per_rank, DType dtype) override;
   absl::Status max(float* data, int64_t count) override {
     return timed(count * 4, [&] { return group_.all_reduce(data, count, collectives::ReduceOp::kMax); });
   }
@@ -65,7 +72,7 @@ class TensorParallelGroup final : public TensorParallelComm {
 
  private:
   template <typename Call>
-  absl::Status timed(int64_t bytes, Call call) {
+  absl::Status timed(int64_t bytes, Call call, bool all_reduce = true) {
     const auto start = std::chrono::steady_clock::now();
     // A group's own collectives (NCCL's, on its stream) are not ordered after the work the
     // device has queued: the host waits for that work first, and the collective returns
@@ -73,7 +80,7 @@ class TensorParallelGroup final : public TensorParallelComm {
     absl::Status s = backend_.is_cuda() ? backend_.synchronize() : absl::OkStatus();
     if (s.ok()) s = call();
     counters_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    ++counters_.all_reduces;
+    if (all_reduce) ++counters_.all_reduces;
     counters_.bytes += bytes;
     return s.ok() ? s : named(s);
   }

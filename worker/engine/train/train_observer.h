@@ -41,8 +41,13 @@ struct StepComm {
   // ranks (partial outputs and input gradients, amaxes, the grad norm), all on the compute
   // thread, so all exposed. The fields above are the data-parallel (FSDP) axis's.
   double tensor_all_reduces = 0;
-  double tensor_all_reduce_bytes = 0;
+  double tensor_all_reduce_bytes = 0;  // this rank's traffic of every tensor-parallel collective
   double tensor_ms = 0;
+  // Of which sequence parallelism's (parallel.sequence): the all-gathers of the normed tokens
+  // as fp8 codes, those in high precision (and of the gradients), and the reduce-scatters.
+  double sequence_gather_fp8_bytes = 0;
+  double sequence_gather_bytes = 0;
+  double sequence_reduce_scatter_bytes = 0;
 
   StepComm& operator+=(const StepComm& o) {
     all_gather_fp8_bytes += o.all_gather_fp8_bytes;
@@ -58,6 +63,9 @@ struct StepComm {
     tensor_all_reduces += o.tensor_all_reduces;
     tensor_all_reduce_bytes += o.tensor_all_reduce_bytes;
     tensor_ms += o.tensor_ms;
+    sequence_gather_fp8_bytes += o.sequence_gather_fp8_bytes;
+    sequence_gather_bytes += o.sequence_gather_bytes;
+    sequence_reduce_scatter_bytes += o.sequence_reduce_scatter_bytes;
     return *this;
   }
   StepComm& operator/=(double steps) {
@@ -74,6 +82,9 @@ struct StepComm {
     tensor_all_reduces /= steps;
     tensor_all_reduce_bytes /= steps;
     tensor_ms /= steps;
+    sequence_gather_fp8_bytes /= steps;
+    sequence_gather_bytes /= steps;
+    sequence_reduce_scatter_bytes /= steps;
     return *this;
   }
 };

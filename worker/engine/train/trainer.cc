@@ -148,6 +148,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const v1::JobSpec& spec
   FP8_ASSIGN_OR_RETURN(t->schedule_, LrSchedule::create(lr));
 
   FP8_ASSIGN_OR_RETURN(LlamaConfig config, llama_config_from_spec(spec.model(), spec.train()));
+  config.sequence_parallel = tensor > 1 && spec.parallel().sequence();
   // Under FSDP no rank holds the whole model, not even at start: each draws its own rows.
   FP8_ASSIGN_OR_RETURN(t->model_, LlamaModel::create(device, config, spec.fp8(), tr.seed(),
                                                      group != nullptr ? ParameterStorage::kDeferred
@@ -365,6 +366,12 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
     FP8_RETURN_IF_ERROR(model_->queue_forward_backward(batch_, grad_scale, slot.losses + i));
   }
   FP8_RETURN_IF_ERROR(trained_->define_grads());  // zeroes any that no op produced
+  if (model_->config().sequence_parallel) {
+    // The embedding and the norms saw this rank's tokens only: the ranks sum their shares.
+    for (Parameter& p : trained_->all()) {
+      if (p.grad_summed_across_tensor_parallel) FP8_RETURN_IF_ERROR(tensor_parallel_->sum(p.grad.data<float>(), p.grad.numel()));
+    }
+  }
   FP8_ASSIGN_OR_RETURN(ModelOps * ops, model_->device().model_ops());
   const bool stop_here = control.stop != nullptr && control.stop->load();
   const double lr = schedule_->lr_at(step);
@@ -443,6 +450,9 @@ absl::StatusOr<StepReport> Trainer::train_step(const RunControl& control, bool* 
     StepComm c = r.comm.value_or(StepComm{});
     c.tensor_all_reduces = static_cast<double>(now.all_reduces - tp_before.all_reduces);
     c.tensor_all_reduce_bytes = static_cast<double>(now.bytes - tp_before.bytes);
+    c.sequence_gather_fp8_bytes = static_cast<double>(now.gather_fp8_bytes - tp_before.gather_fp8_bytes);
+    c.sequence_gather_bytes = static_cast<double>(now.gather_bytes - tp_before.gather_bytes);
+    c.sequence_reduce_scatter_bytes = static_cast<double>(now.reduce_scatter_bytes - tp_before.reduce_scatter_bytes);
     c.tensor_ms = 1e3 * (now.seconds - tp_before.seconds);
     r.comm = c;
   }
