@@ -80,6 +80,13 @@ std::string comm_text(const engine::StepComm& c) {
   if (tensor) {
     absl::StrAppendFormat(&text, "  tensor all-reduce %.0f  %.2f MB  %.1f ms", c.tensor_all_reduces,
                           c.tensor_all_reduce_bytes / 1e6, c.tensor_ms);
+    // Of which sequence parallelism's gathers (fp8 codes apart) and reduce-scatters.
+    if (c.sequence_gather_fp8_bytes > 0 || c.sequence_gather_bytes > 0) {
+      absl::StrAppendFormat(&text, " (sequence all-gather %s, reduce-scatter %.2f MB)",
+                            bytes_by_dtype({{c.sequence_gather_fp8_bytes, "fp8"},
+                                            {c.sequence_gather_bytes, "high precision"}}),
+                            c.sequence_reduce_scatter_bytes / 1e6);
+    }
   }
   return text;
 }
