@@ -248,9 +248,8 @@ void check_parallel(const v1::JobSpec& s, Checks& c) {
                          "): with parallel.sequence each tensor-parallel rank holds an equal share of the tokens"),
             {"parallel.sequence"});
     }
-    if (s.train().activation_checkpointing() != v1::TrainSpec::NONE &&
-        s.train().activation_checkpointing() != v1::TrainSpec::ACTIVATION_CHECKPOINTING_UNSPECIFIED) {
-      c.add("train.activation_checkpointing", "is not supported with parallel.sequence yet; leave it out",
+    if (s.train().activation_checkpointing() == v1::TrainSpec::SELECTIVE) {
+      c.add("train.activation_checkpointing", "selective is not supported with parallel.sequence yet; use none or full",
             {"parallel.sequence"});
     }
     if (s.model().tie_embeddings()) {

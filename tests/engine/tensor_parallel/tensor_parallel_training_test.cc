@@ -162,6 +162,8 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{"tensorwise", 4, {"parallel.sequence=true"}},
                       MeshCase{"tensorwise", 2, {"parallel.sequence=true", "train.compute_dtype=bf16"}},
                       MeshCase{"tensorwise", 2, {"parallel.sequence=true"}, 2},
+                      // Full checkpointing runs each block's forward, gathers included, again.
+                      MeshCase{"tensorwise", 2, {"parallel.sequence=true", "train.activation_checkpointing=full"}},
                       // FSDP's fp8 all-gather beside tensor parallelism: per-tensor scales
                       // reduced across both axes; 128x128 blocks whole on one rank.
                       MeshCase{"tensorwise", 2, {"fp8.all_gather_fp8=true"}, 2},

@@ -60,9 +60,10 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::create(const Device& dev
     }
   }
   if (c.sequence_parallel &&
-      (c.tensor_parallel < 2 || c.tie_embeddings || c.checkpointing != ActivationCheckpointing::kNone)) {
+      (c.tensor_parallel < 2 || c.tie_embeddings || c.checkpointing == ActivationCheckpointing::kSelective)) {
     return absl::InvalidArgumentError(
-        "model: sequence parallelism needs tensor parallelism, untied embeddings and no activation checkpointing");
+        "model: sequence parallelism needs tensor parallelism, untied embeddings and no selective activation "
+        "checkpointing");
   }
   std::unique_ptr<LlamaModel> model(new LlamaModel(device, *ops, c, seed));
   model->tp_ = c.tensor_parallel > 1 ? tensor_parallel : nullptr;
