@@ -11,6 +11,7 @@
 //   ... [--activation-checkpointing none,full,selective]   (cuda, --sequential: each recipe in each mode)
 //   bench_train --nproc N [--all-gather-fp8 both|on|off] [--timeout 300] [...as the first]
 //   bench_train --device cuda --nproc N --all-gather-fp8 on|off [...]   (rank r on GPU r, NCCL)
+//   bench_train --nproc N --tensor 1,2 [--recipes none,tensorwise] [...]   (parallel.tensor side by side)
 //
 // CPU (the default): every recipe gets its own trainer on the same job; the trainers then
 // take turns, a few steps each per round, so that drifts in the machine's speed hit all of
@@ -73,6 +74,16 @@
 // from those events); the benchmark's own barriers stay on Gloo. A GPU holds one setting's
 // trainer at a time comfortably, so pick one with --all-gather-fp8.
 //
+// --nproc N --tensor LIST: one setting per parallel.tensor T in LIST (each dividing N; with
+// --recipes, per recipe too) instead of the fp8 all-gather's two, side by side as above: a
+// D x T mesh, D = N / T data-parallel groups (FSDP across them) of T tensor-parallel ranks.
+// Every setting trains the same global batch: the job's train.batch_size is a rank's at
+// T = 1, and each group of T ranks (which train the same sequences) takes T times that.
+// Where T > 1 fp8.all_gather_fp8 is off (refused beside tensor parallelism so far); at T = 1
+// it is --all-gather-fp8's (both: the job's). Printed per setting: tokens/s and the ratio to
+// the first, FSDP's bytes, comm and exposed ms, and the tensor-parallel all-reduces' count,
+// bytes and time per step (on the compute thread: all exposed).
+//
 // On a CPU every fp8 recipe costs more than fp32: fp8 is emulated there (casts in
 // software, GEMMs on widened values), so this measures the emulation's overhead; the
 // speed-up fp8 exists for is on a GPU's tensor cores.
@@ -97,6 +108,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "bench/bench_cuda.h"
 #include "bench/bench_device.h"
@@ -771,6 +783,9 @@ class RoundTally final : public fp8::engine::TrainObserver {
       sum.reduce_scatter_f32_bytes += covered * r.comm->reduce_scatter_f32_bytes;
       sum.comm_ms += covered * r.comm->comm_ms;
       sum.exposed_ms += covered * r.comm->exposed_ms;
+      sum.tensor_all_reduces += covered * r.comm->tensor_all_reduces;
+      sum.tensor_all_reduce_bytes += covered * r.comm->tensor_all_reduce_bytes;
+      sum.tensor_ms += covered * r.comm->tensor_ms;
       comm_steps += covered;
     }
     if (!first_reported_) {
@@ -789,9 +804,18 @@ class RoundTally final : public fp8::engine::TrainObserver {
   bool first_reported_ = false;
 };
 
-struct FsdpContender {
+// One setting: fp8 all-gather on or off (--all-gather-fp8), or a parallel.tensor (--tensor).
+struct FsdpSetting {
+  std::string name;    // "fp8 all-gather on", "tensorwise, T=2": the breakdown's column
+  std::string key;     // its process groups' prefix in the store
+  std::string recipe;  // the spec's fp8.recipe
   bool all_gather_fp8 = false;
+  int tensor = 1;  // parallel.tensor
   fp8::v1::JobSpec spec;
+};
+
+// A setting's trainer on one rank, and what its rounds measured.
+struct FsdpContender : FsdpSetting {
   std::unique_ptr<fp8::engine::collectives::ProcessGroup> group;  // before the trainer: outlives it
   std::unique_ptr<fp8::engine::Trainer> trainer;
   RoundTally tally;
@@ -808,24 +832,28 @@ struct FsdpSetup {
   double timeout_s = 300;
   int breakdown = 0;  // steps profiled op by op after the measured rounds (two more run unprofiled)
   bool by_shape = false;  // --breakdown-by-shape
+  bool by_tensor = false;  // --tensor: the settings differ in parallel.tensor
   fp8::engine::TrainerOptions trainer;  // FP8_FSDP_COLLECTIVES, as fp8-train reads it
-  std::vector<FsdpContender> contenders;  // specs only; each rank builds the rest
+  std::vector<FsdpSetting> settings;  // each rank builds a contender of each
 };
 
+// Joins a Gloo group of `size` ranks (0: every rank) as `rank`.
 absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> join(fp8::engine::collectives::KeyValueStore& store,
                                                                       int rank, const FsdpSetup& setup,
-                                                                      const std::string& prefix) {
+                                                                      const std::string& prefix, int size = 0) {
   fp8::engine::collectives::ProcessGroupOptions options;
   options.prefix = prefix;
   options.timeout = absl::Seconds(setup.timeout_s);
-  return fp8::engine::collectives::make_gloo_process_group(store, rank, setup.nproc, options);
+  return fp8::engine::collectives::make_gloo_process_group(store, rank, size > 0 ? size : setup.nproc, options);
 }
 
-// A trainer's group: Gloo on the CPU; on a GPU, NCCL queued on the device's compute stream.
+// A trainer's group (of `size` ranks, 0: every rank): Gloo on the CPU; on a GPU, NCCL queued
+// on the device's compute stream.
 absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> join_trainers(
     fp8::engine::collectives::KeyValueStore& store, int rank, const FsdpSetup& setup, const std::string& prefix,
-    const fp8::engine::Device& device) {
-  if (!setup.cuda) return join(store, rank, setup, prefix);
+    const fp8::engine::Device& device, int size = 0) {
+  if (size == 0) size = setup.nproc;
+  if (!setup.cuda) return join(store, rank, setup, prefix, size);
 #ifdef FP8_HAVE_NCCL
   fp8::engine::collectives::ProcessGroupOptions options;
   options.prefix = prefix;
@@ -833,7 +861,7 @@ absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> join_tra
   // FP8_NCCL_HOST_WAIT=1: every collective waits on the host, as fp8-train runs them then.
   const char* host_wait = std::getenv("FP8_NCCL_HOST_WAIT");
   const bool queued = host_wait == nullptr || std::string(host_wait) != "1";
-  return fp8::engine::collectives::make_nccl_process_group(store, rank, setup.nproc, options, device.ordinal(), nullptr,
+  return fp8::engine::collectives::make_nccl_process_group(store, rank, size, options, device.ordinal(), nullptr,
                                                            queued ? device.stream() : nullptr);
 #else
   (void)device;
@@ -841,35 +869,64 @@ absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> join_tra
 #endif
 }
 
-void print_fsdp_results(const FsdpSetup& setup, const std::vector<FsdpContender>& runs) {
-  const fp8::v1::JobSpec& spec = runs[0].trainer->spec();
-  const int64_t tokens_per_step = spec.train().batch_size() * spec.data().seq_len() * setup.nproc;
-  const fp8::bench::Peaks peaks = fp8::bench::machine_peaks(runs[0].trainer->model().device().backend());
-  if (setup.cuda) {
-    std::printf("# bench_train --device cuda --nproc %d, %s on %s: rank r on GPU r, NCCL queued on the device\n",
-                setup.nproc, fp8::bench::today().c_str(), peaks.machine.c_str());
-  } else {
-    std::printf("# bench_train --nproc %d, %s on %s: %d ranks x %d threads, Gloo over 127.0.0.1\n", setup.nproc,
-                fp8::bench::today().c_str(), peaks.machine.c_str(), setup.nproc, setup.threads);
+// Global tokens a step: train.batch_size sequences per data-parallel rank (a group of
+// parallel.tensor ranks, which train on the same batch).
+int64_t tokens_per_step(const FsdpSetup& setup, const FsdpContender& c) {
+  return c.spec.train().batch_size() * c.spec.data().seq_len() * (setup.nproc / c.tensor);
+}
+
+double per_step(const FsdpContender& c, double v) { return v / static_cast<double>(c.tally.comm_steps); }
+
+double tokens_per_s(const FsdpSetup& setup, const FsdpContender& c) {
+  return static_cast<double>(c.steps * tokens_per_step(setup, c)) / c.seconds;
+}
+
+// --tensor: each parallel.tensor (per recipe, with --recipes) with FSDP's and the
+// tensor-parallel all-reduces' communication apart.
+void print_tensor_table(const FsdpSetup& setup, const std::vector<FsdpContender>& runs) {
+  std::printf("# FSDP MB: all-gathered + reduce-scattered bytes per rank and step over the D data-parallel ranks "
+              "(1 MB = 1e6 B); TP: the all-reduces across the T tensor-parallel ranks (partial outputs, input "
+              "gradients, amaxes, the grad norm), all on the compute thread, so all exposed; exposed %% = (FSDP "
+              "exposed + TP ms) / ms per step\n");
+  if (std::any_of(runs.begin(), runs.end(), [](const FsdpContender& c) { return c.tensor > 1; })) {
+    std::printf("# T > 1: fp8.all_gather_fp8 off (refused beside tensor parallelism so far): FSDP gathers fp32 "
+                "there\n");
   }
-  std::printf("# model: %s; %s\n", runs[0].trainer->model().config().describe().c_str(),
-              runs[0].trainer->fp8_summary().c_str());
-  std::printf("# %lld tokens per step over all ranks (%d per rank x %lld x %d ranks); %d rounds x %d steps per "
-              "setting, interleaved, each round timed after its first step\n",
-              static_cast<long long>(tokens_per_step), spec.train().batch_size(),
-              static_cast<long long>(spec.data().seq_len()), setup.nproc, setup.common.rounds,
-              setup.common.steps_per_round);
-  std::printf(setup.cuda ? "# comm: collectives' device time; exposed: the compute stream waiting for them (per "
-                          "step, mean over ranks; from events, as the watchdog saw them complete)\n"
-                        : "# comm: collectives' time on the communication thread; exposed: the compute thread "
-                          "waiting for them (per step, mean over ranks)\n");
-  std::printf("# all-gather MB: gathered bytes per rank and step (1 MB = 1e6 B), by the type that travelled\n");
-  // The baseline is fp8 all-gather off when it ran, else the only setting.
   const FsdpContender& base = runs[0];
-  auto per_step = [](const FsdpContender& c, double v) { return v / static_cast<double>(c.tally.comm_steps); };
-  auto tokens_per_s = [&](const FsdpContender& c) {
-    return static_cast<double>(c.steps * tokens_per_step) / c.seconds;
-  };
+  fp8::bench::Table table({"recipe", "T", "D x T", "fp8 AG", "ms/step", "tokens/s", "vs first", "FSDP MB",
+                           "FSDP comm ms", "FSDP exposed ms", "TP all-reduces", "TP MB", "TP ms", "exposed %"});
+  std::ofstream out;
+  if (!setup.common.csv.empty()) {
+    out.open(setup.common.csv);
+    out << "recipe,tensor,data_parallel,all_gather_fp8,ms_per_step,tokens_per_s,fsdp_comm_ms,fsdp_exposed_ms,"
+           "fsdp_bytes,tp_all_reduces,tp_bytes,tp_ms\n";
+  }
+  for (const FsdpContender& c : runs) {
+    const fp8::engine::StepComm& m = c.tally.sum;
+    const double ms = 1e3 * c.seconds / static_cast<double>(c.steps);
+    const double fsdp_bytes = per_step(c, m.all_gather_fp8_bytes + m.all_gather_f32_bytes + m.reduce_scatter_f32_bytes);
+    const double exposed = per_step(c, m.exposed_ms), tp_ms = per_step(c, m.tensor_ms);
+    const double tps = tokens_per_s(setup, c);
+    const int data = setup.nproc / c.tensor;
+    table.add({c.recipe, std::to_string(c.tensor), absl::StrCat(data, " x ", c.tensor), c.all_gather_fp8 ? "on" : "off",
+               fmt(ms, 2), fmt(tps, 0), fmt(tps / tokens_per_s(setup, base), 2) + "x",
+               fmt(fsdp_bytes / 1e6, 3), fmt(per_step(c, m.comm_ms), 2), fmt(exposed, 2),
+               fmt(per_step(c, m.tensor_all_reduces), 0), fmt(per_step(c, m.tensor_all_reduce_bytes) / 1e6, 3),
+               fmt(tp_ms, 2), fmt(100 * (exposed + tp_ms) / ms, 1)});
+    if (out.is_open()) {
+      out << c.recipe << "," << c.tensor << "," << data << "," << (c.all_gather_fp8 ? "on" : "off") << "," << ms
+          << "," << tps << "," << per_step(c, m.comm_ms) << "," << exposed << "," << fsdp_bytes << ","
+          << per_step(c, m.tensor_all_reduces) << "," << per_step(c, m.tensor_all_reduce_bytes) << "," << tp_ms
+          << "\n";
+    }
+  }
+  table.print();
+}
+
+// --all-gather-fp8: FSDP with the fp8 all-gather off (the baseline, when it ran) and on.
+void print_all_gather_table(const FsdpSetup& setup, const std::vector<FsdpContender>& runs) {
+  std::printf("# all-gather MB: gathered bytes per rank and step (1 MB = 1e6 B), by the type that travelled\n");
+  const FsdpContender& base = runs[0];
   auto gathered = [&](const FsdpContender& c) {
     return per_step(c, c.tally.sum.all_gather_fp8_bytes + c.tally.sum.all_gather_f32_bytes);
   };
@@ -884,21 +941,62 @@ void print_fsdp_results(const FsdpSetup& setup, const std::vector<FsdpContender>
   for (const FsdpContender& c : runs) {
     const double ms = 1e3 * c.seconds / static_cast<double>(c.steps);
     const double exposed = per_step(c, c.tally.sum.exposed_ms);
-    table.add({c.all_gather_fp8 ? "on" : "off", fmt(ms, 2), fmt(tokens_per_s(c), 0),
-               has_base ? fmt(tokens_per_s(c) / tokens_per_s(base), 2) + "x" : "-",
+    table.add({c.all_gather_fp8 ? "on" : "off", fmt(ms, 2), fmt(tokens_per_s(setup, c), 0),
+               has_base ? fmt(tokens_per_s(setup, c) / tokens_per_s(setup, base), 2) + "x" : "-",
                fmt(per_step(c, c.tally.sum.comm_ms), 2), fmt(exposed, 2), fmt(100 * exposed / ms, 1),
                fmt(per_step(c, c.tally.sum.all_gather_fp8_bytes) / 1e6, 3),
                fmt(per_step(c, c.tally.sum.all_gather_f32_bytes) / 1e6, 3),
                has_base ? fmt(gathered(c) / gathered(base), 2) + "x" : "-",
                fmt(per_step(c, c.tally.sum.reduce_scatter_f32_bytes) / 1e6, 3)});
     if (out.is_open()) {
-      out << (c.all_gather_fp8 ? "on" : "off") << "," << ms << "," << tokens_per_s(c) << ","
+      out << (c.all_gather_fp8 ? "on" : "off") << "," << ms << "," << tokens_per_s(setup, c) << ","
           << per_step(c, c.tally.sum.comm_ms) << "," << exposed << ","
           << per_step(c, c.tally.sum.all_gather_fp8_bytes) << "," << per_step(c, c.tally.sum.all_gather_f32_bytes)
           << "," << per_step(c, c.tally.sum.reduce_scatter_f32_bytes) << "\n";
     }
   }
   table.print();
+}
+
+void print_fsdp_results(const FsdpSetup& setup, const std::vector<FsdpContender>& runs) {
+  const fp8::v1::JobSpec& spec = runs[0].trainer->spec();
+  const fp8::bench::Peaks peaks = fp8::bench::machine_peaks(runs[0].trainer->model().device().backend());
+  if (setup.cuda) {
+    std::printf("# bench_train --device cuda --nproc %d, %s on %s: rank r on GPU r, NCCL queued on the device\n",
+                setup.nproc, fp8::bench::today().c_str(), peaks.machine.c_str());
+  } else {
+    std::printf("# bench_train --nproc %d, %s on %s: %d ranks x %d threads, Gloo over 127.0.0.1\n", setup.nproc,
+                fp8::bench::today().c_str(), peaks.machine.c_str(), setup.nproc, setup.threads);
+  }
+  std::printf("# model: %s; %s\n", runs[0].trainer->model().config().describe().c_str(),
+              runs[0].trainer->fp8_summary().c_str());
+  for (size_t i = 1; i < runs.size(); ++i) {  // another recipe's (--tensor --recipes)
+    if (runs[i].recipe != runs[i - 1].recipe) std::printf("# %s\n", runs[i].trainer->fp8_summary().c_str());
+  }
+  if (setup.by_tensor) {
+    std::printf("# %lld tokens per step over all ranks in every setting: D = %d / T data-parallel groups of T "
+                "tensor-parallel ranks, each group training train.batch_size = %d x T sequences of %lld (its T "
+                "ranks train the same ones); %d rounds x %d steps per setting, interleaved, each round timed after "
+                "its first step\n",
+                static_cast<long long>(tokens_per_step(setup, runs[0])), setup.nproc,
+                spec.train().batch_size() / runs[0].tensor, static_cast<long long>(spec.data().seq_len()),
+                setup.common.rounds, setup.common.steps_per_round);
+  } else {
+    std::printf("# %lld tokens per step over all ranks (%d per rank x %lld x %d ranks); %d rounds x %d steps per "
+                "setting, interleaved, each round timed after its first step\n",
+                static_cast<long long>(tokens_per_step(setup, runs[0])), spec.train().batch_size(),
+                static_cast<long long>(spec.data().seq_len()), setup.nproc, setup.common.rounds,
+                setup.common.steps_per_round);
+  }
+  std::printf(setup.cuda ? "# comm: collectives' device time; exposed: the compute stream waiting for them (per "
+                          "step, mean over ranks; from events, as the watchdog saw them complete)\n"
+                        : "# comm: collectives' time on the communication thread; exposed: the compute thread "
+                          "waiting for them (per step, mean over ranks)\n");
+  if (setup.by_tensor) {
+    print_tensor_table(setup, runs);
+  } else {
+    print_all_gather_table(setup, runs);
+  }
   std::vector<fp8::bench::NamedBreakdown> breakdowns;
   for (const FsdpContender& c : runs) {
     if (c.breakdown) breakdowns.push_back(*c.breakdown);
@@ -924,8 +1022,7 @@ absl::Status profile_fsdp_steps(const FsdpSetup& setup, int rank, fp8::bench::Op
   if (!s.ok()) return s.status();
   if (!b.ok()) return b.status();
   if (rank == 0) {
-    c.breakdown = fp8::bench::NamedBreakdown{c.all_gather_fp8 ? "fp8 all-gather on" : "fp8 all-gather off", *b,
-                                             setup.breakdown};
+    c.breakdown = fp8::bench::NamedBreakdown{c.name, *b, setup.breakdown};
   }
   return absl::OkStatus();
 }
@@ -965,16 +1062,22 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
   absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> control = join(**store, rank, setup, "bench/");
   if (!control.ok()) return control.status();
   std::vector<FsdpContender> runs;
-  runs.reserve(setup.contenders.size());
-  for (const FsdpContender& c : setup.contenders) {
+  runs.reserve(setup.settings.size());
+  for (const FsdpSetting& c : setup.settings) {
     FsdpContender& r = runs.emplace_back();
-    r.all_gather_fp8 = c.all_gather_fp8;
+    static_cast<FsdpSetting&>(r) = c;
     absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> g =
-        join_trainers(**store, rank, setup, c.all_gather_fp8 ? "ag-fp8-on/" : "ag-fp8-off/", *device);
+        join_trainers(**store, rank, setup, c.key, *device);
     if (!g.ok()) return g.status();
     r.group = std::move(*g);
+    // A D x T mesh's groups (world_size > parallel.tensor > 1) meet through the same store,
+    // under this setting's prefix.
+    fp8::engine::TrainerOptions options = setup.trainer;
+    options.make_group = [&store, &setup, device, key = c.key](int group_rank, int size, const std::string& prefix) {
+      return join_trainers(**store, group_rank, setup, key + prefix, *device, size);
+    };
     absl::StatusOr<std::unique_ptr<fp8::engine::Trainer>> t =
-        fp8::engine::Trainer::create(c.spec, trained_on, r.group.get(), setup.trainer);
+        fp8::engine::Trainer::create(c.spec, trained_on, r.group.get(), options);
     if (!t.ok()) return t.status();
     r.trainer = std::move(*t);
   }
@@ -1004,18 +1107,24 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
   // Every rank's communication, averaged (the bytes and steps are the same on every rank).
   for (FsdpContender& c : runs) {
     fp8::engine::StepComm& m = c.tally.sum;
-    double v[5] = {m.all_gather_fp8_bytes, m.all_gather_f32_bytes, m.reduce_scatter_f32_bytes, m.comm_ms, m.exposed_ms};
-    if (absl::Status s = (*control)->all_reduce(v, 5, fp8::engine::collectives::ReduceOp::kSum); !s.ok()) return s;
-    for (double& x : v) x /= setup.nproc;
-    m.all_gather_fp8_bytes = v[0], m.all_gather_f32_bytes = v[1], m.reduce_scatter_f32_bytes = v[2];
-    m.comm_ms = v[3], m.exposed_ms = v[4];
+    double* fields[] = {&m.all_gather_fp8_bytes, &m.all_gather_f32_bytes,    &m.reduce_scatter_f32_bytes,
+                        &m.comm_ms,              &m.exposed_ms,              &m.tensor_all_reduces,
+                        &m.tensor_all_reduce_bytes, &m.tensor_ms};
+    constexpr int kFields = sizeof(fields) / sizeof(fields[0]);
+    double v[kFields];
+    for (int i = 0; i < kFields; ++i) v[i] = *fields[i];
+    if (absl::Status s = (*control)->all_reduce(v, kFields, fp8::engine::collectives::ReduceOp::kSum); !s.ok()) return s;
+    for (int i = 0; i < kFields; ++i) *fields[i] = v[i] / setup.nproc;
   }
   if (rank == 0) print_fsdp_results(setup, runs);
   return absl::OkStatus();
 }
 
+// `tensors` empty: fp8 all-gather off and on (`all_gather_fp8` both, or the one named).
+// Else one setting per recipe (the job's when `recipes` is empty) and parallel.tensor in
+// `tensors`, fp8 all-gather as `all_gather_fp8` says at T = 1 (both: the job's) and off above.
 int fsdp_ranks(const Common& c, bool cuda, int nproc, const std::string& all_gather_fp8, double timeout_s,
-               int breakdown, bool by_shape) {
+               int breakdown, bool by_shape, const std::vector<int>& tensors, std::vector<std::string> recipes) {
   FsdpSetup setup;
   setup.common = c;
   setup.cuda = cuda;
@@ -1034,21 +1143,46 @@ int fsdp_ranks(const Common& c, bool cuda, int nproc, const std::string& all_gat
     fp8::bench::check(collectives.status(), "FP8_FSDP_COLLECTIVES");
     setup.trainer.collectives = *collectives;
   }
-  // Off first: it is the baseline the ratios divide by.
-  std::vector<bool> settings;
-  if (all_gather_fp8 != "on") settings.push_back(false);
-  if (all_gather_fp8 != "off") settings.push_back(true);
   const int64_t profiled_steps = breakdown > 0 ? breakdown + 2 : 0;
   const int64_t total_steps = static_cast<int64_t>(c.rounds + 1) * c.steps_per_round + profiled_steps;
   // Loaded (and validated) here, before the forks: a bad job fails once, not once per rank.
-  for (bool on : settings) {
-    FsdpContender& k = setup.contenders.emplace_back();
-    k.all_gather_fp8 = on;
-    k.spec = load_job(c,
-                      {absl::StrCat("resources.world_size=", nproc),
-                       absl::StrCat("fp8.all_gather_fp8=", on ? "true" : "false"),
-                       absl::StrCat("train.log_every=", c.steps_per_round)},
-                      total_steps);
+  auto add = [&](const std::string& key, std::vector<std::string> overrides) -> FsdpSetting& {
+    FsdpSetting& k = setup.settings.emplace_back();
+    k.key = key;
+    overrides.push_back(absl::StrCat("resources.world_size=", nproc));
+    overrides.push_back(absl::StrCat("train.log_every=", c.steps_per_round));
+    k.spec = load_job(c, overrides, total_steps);
+    k.all_gather_fp8 = k.spec.fp8().all_gather_fp8();
+    k.tensor = std::max(1, k.spec.parallel().tensor());
+    k.recipe = absl::AsciiStrToLower(fp8::v1::Fp8Spec::Recipe_Name(k.spec.fp8().recipe()));
+    return k;
+  };
+  if (tensors.empty()) {
+    for (bool on : {false, true}) {  // off first: the baseline the ratios divide by
+      if (all_gather_fp8 == (on ? "off" : "on")) continue;
+      add(on ? "ag-fp8-on/" : "ag-fp8-off/", {absl::StrCat("fp8.all_gather_fp8=", on ? "true" : "false")}).name =
+          on ? "fp8 all-gather on" : "fp8 all-gather off";
+    }
+  } else {
+    // The same global batch in every setting: the job's train.batch_size is a rank's at
+    // T = 1, and a group of T ranks (one data-parallel rank) trains T times as many.
+    setup.by_tensor = true;
+    const int batch = load_job(c, {absl::StrCat("resources.world_size=", nproc), "parallel.tensor=1"}, total_steps)
+                          .train()
+                          .batch_size();
+    if (recipes.empty()) recipes.push_back("");  // the job's
+    for (const std::string& recipe : recipes) {
+      for (int t : tensors) {
+        std::vector<std::string> o = {absl::StrCat("parallel.tensor=", t), absl::StrCat("train.batch_size=", batch * t)};
+        if (!recipe.empty()) o.push_back("fp8.recipe=" + recipe);
+        if (t > 1) o.push_back("fp8.all_gather_fp8=false");  // refused beside tensor parallelism so far
+        if (t == 1 && all_gather_fp8 != "both") {
+          o.push_back(absl::StrCat("fp8.all_gather_fp8=", all_gather_fp8 == "on" ? "true" : "false"));
+        }
+        FsdpSetting& k = add(absl::StrCat("tp-", recipe, "-", t, "/"), o);
+        k.name = absl::StrCat(k.recipe, ", T=", t);
+      }
+    }
   }
   const bool ok = fp8::bench::run_local_ranks(nproc, [&](int rank, const std::filesystem::path& dir) {
     const absl::Status s = fsdp_rank(setup, rank, dir);
@@ -1147,6 +1281,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"both", "on", "off"}))
       ->needs(nproc_opt)
       ->capture_default_str();
+  std::string tensor_arg;
+  auto* tensor_opt =
+      app.add_option("--tensor", tensor_arg,
+                     "with --nproc: comma-separated parallel.tensor values, one setting each at the same ranks and "
+                     "global batch (each must divide N; fp8 all-gather off where T > 1); --recipes runs each recipe "
+                     "at each")
+          ->needs(nproc_opt);
   app.add_option("--timeout", timeout_s, "with --nproc: seconds the rendezvous and each collective wait for a peer")
       ->check(CLI::PositiveNumber)
       ->needs(nproc_opt)
@@ -1157,9 +1298,19 @@ int main(int argc, char** argv) {
   if (gpu && nproc_opt->count() == 0 && rounds_opt->count() > 0) {
     fp8::bench::die("--device cuda without --nproc takes no --rounds (one recipe at a time: --warmup, --steps)");
   }
-  if (gpu && nproc_opt->count() > 0 && all_gather_fp8 == "both") {
+  std::vector<int> tensors;
+  for (const std::string& t : split_list(tensor_arg)) {
+    const int v = std::atoi(t.c_str());
+    if (v < 1 || std::to_string(v) != t || nproc % v != 0) {
+      fp8::bench::die("--tensor: '" + t + "' is not a positive divisor of --nproc " + std::to_string(nproc));
+    }
+    tensors.push_back(v);
+  }
+  if (tensor_opt->count() > 0 && tensors.empty()) fp8::bench::die("--tensor: none given");
+  if (gpu && nproc_opt->count() > 0 && tensors.empty() && all_gather_fp8 == "both") {
     fp8::bench::die("--device cuda --nproc: pick --all-gather-fp8 on or off (one trainer per GPU at a time)");
   }
+  if (gpu && tensors.size() > 1) fp8::bench::die("--device cuda --tensor: one value (one trainer per GPU at a time)");
   if (!gpu && !sequential && (warmup_opt->count() > 0 || budget_opt->count() > 0)) {
     fp8::bench::die("--warmup and --budget are for --device cuda (or --sequential)");
   }
@@ -1172,8 +1323,11 @@ int main(int argc, char** argv) {
   if (sequential && (gpu || nproc_opt->count() > 0 || rounds_opt->count() > 0)) {
     fp8::bench::die("--sequential is the CPU's version of --device cuda's one recipe at a time: no --nproc, --rounds");
   }
-  if (nproc_opt->count() > 0 && recipes_opt->count() > 0) {
-    fp8::bench::die("--nproc runs the job's recipe (set it with --set fp8.recipe=...), not --recipes");
+  if (nproc_opt->count() > 0 && tensors.empty() && recipes_opt->count() > 0) {
+    fp8::bench::die("--nproc runs the job's recipe (set it with --set fp8.recipe=...), not --recipes (but --tensor does)");
+  }
+  if (gpu && !tensors.empty() && split_list(recipes_arg).size() > 1) {
+    fp8::bench::die("--device cuda --tensor: one recipe (one trainer per GPU at a time)");
   }
   const bool recipe_by_recipe = (gpu || sequential) && nproc_opt->count() == 0;
   if (recipe_by_recipe && steps_opt->count() > 0) g.steps = c.steps_per_round;
@@ -1201,7 +1355,10 @@ int main(int argc, char** argv) {
 
   std::optional<TempDir> tmp;  // the synthetic corpus, removed on return
   const std::string data_line = prepare_data(c, tmp);
-  if (nproc_opt->count() > 0) return fsdp_ranks(c, gpu, nproc, all_gather_fp8, timeout_s, g.breakdown, g.by_shape);
+  if (nproc_opt->count() > 0) {
+    return fsdp_ranks(c, gpu, nproc, all_gather_fp8, timeout_s, g.breakdown, g.by_shape, tensors,
+                      recipes_opt->count() > 0 ? recipes : std::vector<std::string>{});
+  }
   if (gpu || sequential) return one_at_a_time(c, g, recipes, checkpointing, data_line, gpu);
   return single_process_cpu(c, recipes, data_line);
 }
