@@ -79,6 +79,11 @@ resources: {world_size: )", tensor * data, R"(}
     EXPECT_TRUE(spec.ok()) << spec.status();
     if (!spec.ok()) return v1::JobSpec();
     if (init_from) spec->mutable_model()->set_init_from(hf_dir().string());
+    // No checkpoints unless asked for in a folder of its own: the derived default is
+    // relative to the working directory, which parallel test processes share.
+    const bool checkpoints = std::any_of(extra.begin(), extra.end(),
+                                         [](const std::string& e) { return e.rfind("checkpoint.dir=", 0) == 0; });
+    if (!checkpoints) spec->mutable_checkpoint()->clear_dir();
     return *spec;
   }
   // The same ranks' share of each batch without tensor parallelism: one process, or FSDP
