@@ -55,12 +55,12 @@ absl::Status TransformerBlock::gather_normed(Activations& a, const LinearUnit& r
   c.format = cast.format();
   c.granularity = Granularity::kTensorwise;
   c.scale = scale;
-  c.out = a.gather_codes_shard.data<uint8_t>();
+  c.out = static_cast<uint8_t*>(a.gather_codes_shard.raw());
   FP8_RETURN_IF_ERROR(backend->cast(c));
   FP8_RETURN_IF_ERROR(tp->all_gather(a.gather_codes_shard.raw(), a.gather_codes.raw(),
                                      static_cast<size_t>(local * dim), true));
   DequantizeArgs d;
-  d.input = a.gather_codes.data<uint8_t>();
+  d.input = static_cast<const uint8_t*>(a.gather_codes.raw());
   d.format = cast.format();
   d.rows = m;
   d.cols = dim;
