@@ -240,20 +240,11 @@ void check_parallel(const v1::JobSpec& s, Checks& c) {
   }
   const std::vector<std::string> at_tensor = {"parallel.tensor"};
   if (s.parallel().sequence()) {
-    // Each rank holds an equal share of every micro-batch's tokens; what the sequence-parallel
-    // block does not do yet.
+    // Each rank holds an equal share of every micro-batch's tokens.
     if (s.data().seq_len() > 0 && s.data().seq_len() % tensor != 0) {
       c.add("data.seq_len",
             absl::StrCat(s.data().seq_len(), " is not a multiple of parallel.tensor (", tensor,
                          "): with parallel.sequence each tensor-parallel rank holds an equal share of the tokens"),
-            {"parallel.sequence"});
-    }
-    if (s.train().activation_checkpointing() == v1::TrainSpec::SELECTIVE) {
-      c.add("train.activation_checkpointing", "selective is not supported with parallel.sequence yet; use none or full",
-            {"parallel.sequence"});
-    }
-    if (s.model().tie_embeddings()) {
-      c.add("model.tie_embeddings", "is not supported with parallel.sequence yet; leave it out",
             {"parallel.sequence"});
     }
   }

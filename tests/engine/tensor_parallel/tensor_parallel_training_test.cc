@@ -171,6 +171,18 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{"tensorwise", 2, {"parallel.sequence=true"}, 2},
                       // Full checkpointing runs each block's forward, gathers included, again.
                       MeshCase{"tensorwise", 2, {"parallel.sequence=true", "train.activation_checkpointing=full"}},
+                      // Selective checkpointing gathers the normed tokens again; none and
+                      // rowwise_with_gw_hp read them in high precision in the backward.
+                      MeshCase{"none", 2, {"parallel.sequence=true", "train.activation_checkpointing=selective"}},
+                      MeshCase{"tensorwise", 2, {"parallel.sequence=true", "train.activation_checkpointing=selective"}},
+                      MeshCase{"rowwise_with_gw_hp", 2,
+                               {"parallel.sequence=true", "train.activation_checkpointing=selective"}},
+                      // Tied embeddings: the embedding's backward reads every token's gradient,
+                      // so the shared weight's gradient is whole on each rank, like the output
+                      // projection's.
+                      MeshCase{"tensorwise", 2, {"model.tie_embeddings=true"}},
+                      MeshCase{"none", 2, {"parallel.sequence=true", "model.tie_embeddings=true"}},
+                      MeshCase{"tensorwise", 2, {"parallel.sequence=true", "model.tie_embeddings=true"}, 2},
                       // FSDP's fp8 all-gather beside tensor parallelism: per-tensor scales
                       // reduced across both axes; 128x128 blocks whole on one rank.
                       MeshCase{"tensorwise", 2, {"fp8.all_gather_fp8=true"}, 2},
@@ -186,7 +198,9 @@ INSTANTIATE_TEST_SUITE_P(
       for (const std::string& e : c.extra) {
         if (e.rfind("train.grad_accum", 0) == 0) name += "_grad_accum";
         if (e.rfind("model.n_kv_heads", 0) == 0) name += "_gqa";
-        if (e.rfind("train.activation_checkpointing", 0) == 0) name += "_full_checkpointing";
+        if (e == "train.activation_checkpointing=full") name += "_full_checkpointing";
+        if (e == "train.activation_checkpointing=selective") name += "_selective_checkpointing";
+        if (e == "model.tie_embeddings=true") name += "_tied";
         if (e == "model.dim=256") name += "_dim_256";
         if (e == "train.compute_dtype=bf16") name += "_bf16";
         if (e == "fp8.all_gather_fp8=true") name += "_fp8_gather";

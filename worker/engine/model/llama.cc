@@ -59,11 +59,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::create(const Device& dev
                                                      c.tensor_parallel, " tensor-parallel ranks"));
     }
   }
-  if (c.sequence_parallel &&
-      (c.tensor_parallel < 2 || c.tie_embeddings || c.checkpointing == ActivationCheckpointing::kSelective)) {
-    return absl::InvalidArgumentError(
-        "model: sequence parallelism needs tensor parallelism, untied embeddings and no selective activation "
-        "checkpointing");
+  if (c.sequence_parallel && c.tensor_parallel < 2) {
+    return absl::InvalidArgumentError("model: sequence parallelism needs tensor parallelism");
   }
   std::unique_ptr<LlamaModel> model(new LlamaModel(device, *ops, c, seed));
   model->tp_ = c.tensor_parallel > 1 ? tensor_parallel : nullptr;
@@ -149,9 +146,9 @@ absl::Status LlamaModel::build(const v1::Fp8Spec& fp8, ParameterStorage storage)
   linears_.assign(mutable_linears_.begin(), mutable_linears_.end());
   if (tp_ != nullptr) FP8_RETURN_IF_ERROR(prepare_split_weight_amaxes());
   if (c.sequence_parallel) {
-    // Applied to this rank's tokens only; the output projection reads every token
-    // (final_in is gathered), so its gradient is whole on each rank.
-    embeddings_->grad_summed_across_tensor_parallel = true;
+    // Applied to this rank's tokens only. The embedding's gradient is whole on each rank
+    // instead: its backward reads every token (as the output projection does, which may
+    // share its weight).
     final_norm_->grad_summed_across_tensor_parallel = true;
     for (TransformerBlock& b : blocks_) {
       b.attention_norm->grad_summed_across_tensor_parallel = true;
@@ -341,9 +338,17 @@ absl::Status LlamaModel::queue_training_pass(const data::TokenBatch& batch, floa
     FP8_RETURN_IF_ERROR(hook_after_backward(unit));
   }
   FP8_RETURN_IF_ERROR(embeddings_->claim_grad_for_adding());
-  FP8_RETURN_IF_ERROR(ops_.embedding_backward(a.tokens.data<int32_t>() + local_token_offset(a), local,
-                                              act(a.grad_hidden), c.vocab_size, c.dim, f(embeddings_->grad),
-                                              c.activations));
+  const void* grad_embedded = act(a.grad_hidden);
+  if (c.sequence_parallel) {
+    // Every token's gradient, so that each rank's embedding gradient is whole, like the
+    // output projection's, which may be the same tensor (tied embeddings): an all-gather of
+    // the tokens' gradients rather than an all-reduce of the vocabulary's.
+    const size_t shard_bytes = static_cast<size_t>(local * c.dim) * act_size;
+    FP8_RETURN_IF_ERROR(tp_->all_gather(act(a.grad_hidden), act(a.grad_gathered), shard_bytes, false));
+    grad_embedded = act(a.grad_gathered);
+  }
+  FP8_RETURN_IF_ERROR(ops_.embedding_backward(a.tokens.data<int32_t>(), m, grad_embedded, c.vocab_size, c.dim,
+                                              f(embeddings_->grad), c.activations));
   return hook_after_backward(kRoot);
 }
 

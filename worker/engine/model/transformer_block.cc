@@ -103,6 +103,7 @@ absl::Status TransformerBlock::recompute(ModelOps& ops, const LlamaConfig& c, Ac
     case ActivationCheckpointing::kSelective:
       break;
   }
+  if (c.sequence_parallel) return recompute_selective_sequence_parallel(ops, c, a, s, in);
   // The fp8 layers cast in the forward and kept their copies; they read these tensors
   // only in high precision (and the norms' backward reads the statistics). No row amaxes:
   // nothing is cast from them now.

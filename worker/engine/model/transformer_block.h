@@ -49,6 +49,10 @@ struct TransformerBlock {
                                          const Tensor& in, Tensor& out, bool training) const;
   absl::Status backward_sequence_parallel(ModelOps& ops, const LlamaConfig& c, Activations& a,
                                           const BlockActivations& s, const Tensor& in) const;
+  // Selective checkpointing's recompute: the norms on this rank's tokens, gathered again
+  // the way the forward gathered them (the same values), and SwiGLU's product.
+  absl::Status recompute_selective_sequence_parallel(ModelOps& ops, const LlamaConfig& c, Activations& a,
+                                                     BlockActivations& s, const Tensor& in) const;
   // The normed tokens of this rank all-gathered for `reader` and its siblings.
   absl::Status gather_normed(Activations& a, const LinearUnit& reader, const Tensor& shard,
                              const float* shard_row_amax, const Tensor& full, DType t) const;

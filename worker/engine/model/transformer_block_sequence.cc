@@ -110,6 +110,23 @@ absl::Status TransformerBlock::forward_sequence_parallel(ModelOps& ops, const Ll
   return ops.add(act_of(out), act_of(s.mid), local * c.dim, act_of(out), t);
 }
 
+absl::Status TransformerBlock::recompute_selective_sequence_parallel(ModelOps& ops, const LlamaConfig& c,
+                                                                     Activations& a, BlockActivations& s,
+                                                                     const Tensor& in) const {
+  const int64_t local = a.local_tokens;
+  const DType t = c.activations;
+  // The row amaxes give an fp8 gather its scale, as in the forward: the same codes again.
+  float* row_amax = fp32_of(a.cast_row_amax);
+  FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(in), fp32_of(attention_norm->value), local, c.dim, c.norm_eps,
+                                          act_of(s.attn_in_shard), fp32_of(s.attn_inv_rms), t, row_amax));
+  FP8_RETURN_IF_ERROR(gather_normed(a, wq, s.attn_in_shard, row_amax, s.attn_in, t));
+  FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(s.mid), fp32_of(ffn_norm->value), local, c.dim, c.norm_eps,
+                                          act_of(s.ffn_in_shard), fp32_of(s.ffn_inv_rms), t, row_amax));
+  FP8_RETURN_IF_ERROR(gather_normed(a, w1, s.ffn_in_shard, row_amax, s.ffn_in, t));
+  return ops.swiglu_forward(act_of(s.gate), act_of(s.up), a.tokens_count() * c.local_ffn_dim(),
+                            act_of(s.swiglu_out), t);
+}
+
 absl::Status TransformerBlock::backward_sequence_parallel(ModelOps& ops, const LlamaConfig& c, Activations& a,
                                                           const BlockActivations& s, const Tensor& in) const {
   const int64_t m = a.tokens_count(), local = a.local_tokens, hd = c.head_dim();
