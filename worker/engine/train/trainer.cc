@@ -576,8 +576,8 @@ absl::StatusOr<std::filesystem::path> Trainer::save_sharded_checkpoint() {
 
 // Every rank puts the split parameters and moments together (an all-gather each); rank 0
 // writes them whole, as one process's checkpoint, which a job of any world size or mesh
-// resumes from (each rank cutting its part again). The ranks hold the whole model on the
-// host while it is written.
+// resumes from (each rank cutting its part again). Rank 0 holds the whole model on the host
+// while it is written; the others one tensor at a time.
 absl::StatusOr<std::filesystem::path> Trainer::save_tensor_parallel_checkpoint() {
   const std::string& dir = spec_.checkpoint().dir();
   const int64_t step = optimizer_->steps_taken();
@@ -591,17 +591,24 @@ absl::StatusOr<std::filesystem::path> Trainer::save_tensor_parallel_checkpoint()
     FP8_ASSIGN_OR_RETURN(std::vector<float> part, fsdp_->gather_whole(t, i));
     return tensor_parallel_->whole(std::move(part), parts.at(i), p.split, model_->device());
   };
+  const bool writes = tensor_parallel_->rank() == 0 && rank() == 0;
+  // Every rank takes part in each gather; only the writer keeps what it gathered.
+  auto gather_into = [&](std::vector<std::vector<float>>& kept, const Tensor& t, size_t i) -> absl::Status {
+    FP8_ASSIGN_OR_RETURN(std::vector<float> values, whole_of(t, i));
+    if (writes) kept.push_back(std::move(values));
+    return absl::OkStatus();
+  };
   for (size_t i = 0; i < params.size(); ++i) {
     // The whole model's shape: this rank's part times the ranks along the split axis.
     TensorShape shape = fsdp_ ? parts.at(i) : params[i].shape;
     if (params[i].split.split()) shape.at(static_cast<size_t>(params[i].split.axis)) *= params[i].split.parts;
     whole.shapes.push_back(shape);
-    FP8_ASSIGN_OR_RETURN(whole.values.emplace_back(), whole_of(params[i].value, i));
-    FP8_ASSIGN_OR_RETURN(whole.exp_avg.emplace_back(), whole_of(optimizer_->first_moment(i), i));
-    FP8_ASSIGN_OR_RETURN(whole.exp_avg_sq.emplace_back(), whole_of(optimizer_->second_moment(i), i));
+    FP8_RETURN_IF_ERROR(gather_into(whole.values, params[i].value, i));
+    FP8_RETURN_IF_ERROR(gather_into(whole.exp_avg, optimizer_->first_moment(i), i));
+    FP8_RETURN_IF_ERROR(gather_into(whole.exp_avg_sq, optimizer_->second_moment(i), i));
   }
   absl::Status written;
-  if (tensor_parallel_->rank() == 0 && rank() == 0) {
+  if (writes) {
     TrainStateRefs refs = state_refs();
     refs.whole = &whole;
     written = checkpoint::save_single_process_checkpoint(dir, step, [&](checkpoint::ShardWriter& w) {
