@@ -56,42 +56,65 @@ std::vector<Shape> root_parameters(const Sizes& s) {
 int64_t shard_elements(const Shape& p, int world) { return (p.rows + world - 1) / world * p.cols; }
 int64_t padded_elements(const Shape& p, int world) { return shard_elements(p, world) * world; }
 
+// A pass's tokens: every token of the micro-batch (the attention, the split linears and the
+// logits see them all), and those this rank holds between blocks (the residual stream and
+// the norms): all of them, or 1/T under sequence parallelism.
+struct Tokens {
+  int64_t rows, seq, local;
+  bool sequence_parallel() const { return local != rows * seq; }
+};
+
+Tokens tokens_of(int64_t rows, int64_t seq, int64_t sequence_ranks) {
+  return {rows, seq, rows * seq / sequence_ranks};
+}
+
 // Bytes one decoder block's activations take, by what they are.
 struct BlockBytes {
-  int64_t norms;   // both norms' outputs and statistics
+  int64_t norms;   // both norms' outputs and statistics (and, sequence-parallel, their shards)
   int64_t kept;    // what the GEMMs and the attention wrote: q, k, v, attention out and lse, mid, gate, up
   int64_t swiglu;  // SwiGLU's product
   int64_t all() const { return norms + kept + swiglu; }
 };
 
-BlockBytes block_activation_bytes(const Sizes& s, int64_t rows, int64_t seq, int64_t act) {
-  const int64_t m = rows * seq;
+BlockBytes block_activation_bytes(const Sizes& s, const Tokens& t, int64_t act) {
+  const int64_t m = t.rows * t.seq, local = t.local;
   BlockBytes b;
-  b.norms = 2 * (m * kF32 + m * s.dim * act);
-  b.kept = (2 * m * s.q_dim() + 2 * m * s.kv_dim() + m * s.dim + 2 * m * s.ffn) * act + rows * s.heads * seq * kF32;
+  // The norms run on this rank's tokens; the column-parallel layers read every token's
+  // normed values (gathered from the shards under sequence parallelism).
+  b.norms = 2 * (local * kF32 + m * s.dim * act);
+  if (t.sequence_parallel()) b.norms += 2 * local * s.dim * act;
+  b.kept = (2 * m * s.q_dim() + 2 * m * s.kv_dim() + local * s.dim + 2 * m * s.ffn) * act +
+           t.rows * s.heads * t.seq * kF32;
   b.swiglu = m * s.ffn * act;
   return b;
 }
 
 // Activations::create (worker/engine/model/activations.cc) for one pass.
-int64_t activation_bytes(const Sizes& s, int64_t rows, int64_t seq, int64_t act, bool for_backward,
+int64_t activation_bytes(const Sizes& s, const Tokens& t, int64_t act, bool for_backward,
                         v1::TrainSpec::ActivationCheckpointing mode) {
-  const int64_t m = rows * seq;
-  const BlockBytes block = block_activation_bytes(s, rows, seq, act);
+  const int64_t m = t.rows * t.seq, local = t.local;
+  const BlockBytes block = block_activation_bytes(s, t, act);
   int64_t blocks = block.all();  // one set, shared by every block
   if (for_backward && mode == v1::TrainSpec::SELECTIVE) blocks = block.norms + block.swiglu + s.layers * block.kept;
   if (for_backward && mode != v1::TrainSpec::FULL && mode != v1::TrainSpec::SELECTIVE) blocks = s.layers * block.all();
-  int64_t bytes = blocks + (s.layers + 1) * m * s.dim * act  // the residual stream
-                  + 2 * m * kF32                              // tokens, targets
-                  + m * kF32 + m * s.dim * act                // final norm
-                  + m * s.vocab * kF32 + 2 * m * kF32 + kF32  // logits, their lse, the cast row amaxes, loss
+  int64_t bytes = blocks + (s.layers + 1) * local * s.dim * act  // the residual stream
+                  + 2 * m * kF32                                  // tokens, targets
+                  + local * kF32 + m * s.dim * act                // final norm
+                  + m * s.vocab * kF32 + 2 * m * kF32 + kF32      // logits, their lse, the cast row amaxes, loss
                   ;
+  if (t.sequence_parallel()) {
+    bytes += m * s.dim * act                // the row-parallel layers' partial outputs
+             + (local + m) * s.dim + 3 * kF32  // the fp8 gather's codes (one byte each), its scales
+             + local * s.dim * act;            // the final norm's shard
+  }
   if (!for_backward) return bytes;
-  bytes += 2 * m * s.dim * act                                       // grad_hidden, grad_norm_in
+  bytes += (local + m) * s.dim * act                                 // grad_hidden, grad_norm_in
            + 4 * m * kF32                                            // gradient row amaxes
            + 2 * m * s.q_dim() * act + 2 * m * s.kv_dim() * act      // grad_attn, grad_q; grad_k, grad_v
            + 3 * m * s.ffn * act                                     // grad_ffn, grad_gate, grad_up
            + m * s.vocab * kF32;                                     // grad_logits
+  // grad_hidden gathered for the row-parallel layers; the norms' input gradients scattered.
+  if (t.sequence_parallel()) bytes += (m + local) * s.dim * act;
   return bytes;
 }
 
@@ -214,8 +237,11 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
   }
   // A tensor-parallel rank holds its share of wq, wk, wv, wo, w1, w2 and w3 (and of the
   // heads' and feed-forward activations), the rest whole; FSDP shards over the ranks of
-  // the data-parallel dimension (world_size / parallel.tensor).
+  // the data-parallel dimension (world_size / parallel.tensor). Sequence parallelism (as
+  // the trainer reads it: only with T > 1) splits the residual stream's tokens too.
   const int64_t tensor = tensor_parallel_ranks(spec);
+  const bool sequence_parallel = tensor > 1 && spec.parallel().sequence();
+  const int64_t sequence_ranks = sequence_parallel ? tensor : 1;
   const v1::ModelSpec& model = spec.model();
   if (model.n_heads() % tensor != 0 || model.n_kv_heads() % tensor != 0 || model.ffn_dim() % tensor != 0) {
     return absl::InvalidArgumentError(
@@ -241,6 +267,7 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
   MemoryEstimate e;
   e.world_size = world;
   e.tensor_parallel = static_cast<int>(tensor);
+  e.sequence_parallel = sequence_parallel;
   const std::string of_what = fsdp         ? absl::StrCat("this rank's shards, 1/", shards, " of the model")
                              : tensor > 1 ? absl::StrCat("the model with 1/", tensor, " of each block's linears")
                                           : "the model";
@@ -253,15 +280,19 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
                                                                                     : "none";
   e.parts.push_back({"activations",
                      absl::StrCat("a micro-batch of ", micro_rows, " x ", seq, " tokens, ",
-                                  act == kF32 ? "fp32" : "bf16", ", activation checkpointing ", mode),
-                     activation_bytes(s, micro_rows, seq, act, /*for_backward=*/true, train.activation_checkpointing())});
+                                  act == kF32 ? "fp32" : "bf16", ", activation checkpointing ", mode,
+                                  sequence_parallel ? absl::StrCat(", sequence-parallel (1/", tensor,
+                                                                   " of the tokens between blocks)")
+                                                    : ""),
+                     activation_bytes(s, tokens_of(micro_rows, seq, sequence_ranks), act, /*for_backward=*/true,
+                                      train.activation_checkpointing())});
   // The trainer evaluates at least once, after the last step, when it has validation data.
   const bool evaluates = spec.data().val_fraction() > 0 || spec.data().has_val_path();
   const int64_t eval_tokens = std::max<int64_t>(tokens, int64_t{train.batch_size()} * seq);
   if (evaluates) {
     e.parts.push_back({"evaluation", absl::StrCat("a forward of ", train.batch_size(), " x ", seq, " tokens"),
-                       activation_bytes(s, train.batch_size(), seq, act, /*for_backward=*/false,
-                                       v1::TrainSpec::FULL)});
+                       activation_bytes(s, tokens_of(train.batch_size(), seq, sequence_ranks), act,
+                                        /*for_backward=*/false, v1::TrainSpec::FULL)});
   }
 
   // fp8 layers' casts.
@@ -311,6 +342,13 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
   if (converted_bytes > 0) {
     e.parts.push_back({"bf16 copies", "weights and fp32 gradients converted for high-precision GEMMs",
                        converted_bytes});
+  }
+  if (tensor > 1 && !sequence_parallel && act != kF32) {
+    // The ranks sum bf16 partial outputs [tokens, dim] in fp32, through a scratch of the
+    // largest (engine/train/tensor_parallel_group.h); sequence parallelism reduce-scatters
+    // them in bf16 instead.
+    e.parts.push_back({"TP bf16 sums", "partial outputs widened to fp32 for the tensor-parallel all-reduce",
+                       (evaluates ? eval_tokens : tokens) * s.dim * kF32});
   }
 
   if (fsdp) {
@@ -391,8 +429,10 @@ std::string format_bytes(int64_t bytes) {
 
 std::string format_memory_estimate(const MemoryEstimate& e) {
   std::string out = absl::StrCat("memory per rank (estimate, ", e.world_size, e.world_size == 1 ? " rank" : " ranks",
-                                 e.tensor_parallel > 1 ? absl::StrCat(", ", e.tensor_parallel, "-way tensor-parallel")
-                                                       : std::string(),
+                                 e.tensor_parallel > 1
+                                     ? absl::StrCat(", ", e.tensor_parallel, "-way tensor-parallel",
+                                                    e.sequence_parallel ? " and sequence-parallel" : "")
+                                     : std::string(),
                                  "): ", format_bytes(e.total_bytes()), "\n");
   for (const MemoryPart& p : e.parts) {
     absl::StrAppend(&out, absl::StrFormat("  %-12s %10s  %s\n", p.name, format_bytes(p.bytes), p.detail));

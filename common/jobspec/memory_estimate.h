@@ -3,8 +3,8 @@
 // --dry-run` print. It follows the training engine's allocations (worker/engine: the
 // parameters and their shards, AdamW's moments, the activations each
 // train.activation_checkpointing mode keeps, each fp8 layer's cast buffers, FSDP's
-// gathered units, a tensor-parallel rank's shares); tests hold it against the measured
-// peak of the CPU backend.
+// gathered units, a tensor-parallel rank's shares, sequence parallelism's split residual
+// stream and gather buffers); tests hold it against the measured peak of the CPU backend.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,7 @@ struct MemoryPart {
 struct MemoryEstimate {
   int world_size = 1;
   int tensor_parallel = 1;  // parallel.tensor
+  bool sequence_parallel = false;  // parallel.sequence, with tensor_parallel > 1
   std::vector<MemoryPart> parts;
   int64_t total_bytes() const;
 };

@@ -1,7 +1,9 @@
 // The memory estimate's tensor-parallel arithmetic (common/jobspec/memory_estimate.h),
 // from the spec alone: a rank holds 1/parallel.tensor of each block's linears and of the
-// heads' and feed-forward activations, the rest whole, and no FSDP buffers. (How close
-// the estimate comes to what training holds is tests/engine/train/memory_estimate_test.cc's.)
+// heads' and feed-forward activations, the rest whole, and no FSDP buffers; with
+// parallel.sequence also 1/parallel.tensor of the residual stream's tokens, and the
+// gathers' buffers. (How close the estimate comes to what training holds is
+// tests/engine/train/memory_estimate_test.cc's.)
 #include <map>
 #include <string>
 #include <vector>
@@ -21,19 +23,27 @@ using testing::kMinimalJob;
 // ffn_dim 192 so that halves of it suit fp8 GEMMs; no evaluation.
 constexpr int64_t kDim = 64, kLayers = 2, kHeads = 4, kFfn = 192, kVocab = 256, kRows = 4, kSeq = 64;
 
-std::map<std::string, int64_t> parts_of(int world, int tensor, const std::string& recipe) {
-  absl::StatusOr<v1::JobSpec> spec = load_job_spec_string(
-      kMinimalJob, "job.yaml",
-      {"model.ffn_dim=192", "data.val_fraction=0", absl::StrCat("fp8.recipe=", recipe),
-       absl::StrCat("resources.world_size=", world), absl::StrCat("parallel.tensor=", tensor)});
+v1::JobSpec spec_of(int world, int tensor, const std::string& recipe, std::vector<std::string> more = {}) {
+  std::vector<std::string> overrides = {"model.ffn_dim=192", "data.val_fraction=0", absl::StrCat("fp8.recipe=", recipe),
+                                        absl::StrCat("resources.world_size=", world),
+                                        absl::StrCat("parallel.tensor=", tensor)};
+  overrides.insert(overrides.end(), more.begin(), more.end());
+  absl::StatusOr<v1::JobSpec> spec = load_job_spec_string(kMinimalJob, "job.yaml", overrides);
   EXPECT_TRUE(spec.ok()) << spec.status();
-  if (!spec.ok()) return {};
-  absl::StatusOr<MemoryEstimate> e = estimate_rank_memory(*spec);
+  return spec.ok() ? *spec : v1::JobSpec();
+}
+
+std::map<std::string, int64_t> parts_of(const v1::JobSpec& spec) {
+  absl::StatusOr<MemoryEstimate> e = estimate_rank_memory(spec);
   EXPECT_TRUE(e.ok()) << e.status();
   if (!e.ok()) return {};
   std::map<std::string, int64_t> parts;
   for (const MemoryPart& p : e->parts) parts[p.name] = p.bytes;
   return parts;
+}
+
+std::map<std::string, int64_t> parts_of(int world, int tensor, const std::string& recipe) {
+  return parts_of(spec_of(world, tensor, recipe));
 }
 
 // fp32 elements of the parameters a rank holds without FSDP.
@@ -99,6 +109,97 @@ TEST(MemoryEstimateTensorParallel, TheHeaderNamesTheSplitAndAnUnevenSplitHasNoEs
   uneven.mutable_parallel()->set_tensor(3);
   uneven.mutable_resources()->set_world_size(3);
   EXPECT_EQ(estimate_rank_memory(uneven).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Sequence parallelism at T = 2 (activations.h): M tokens a micro-batch, local = M / 2 of
+// them on a rank between blocks. What changes against T = 2 alone, in fp32 bytes, given how
+// many blocks hold norms of their own (outputs, statistics and, sequence-parallel, the
+// normed shards) and residuals (mid) of their own.
+int64_t sequence_parallel_change(int64_t norm_sets, int64_t mid_sets, bool for_backward) {
+  const int64_t m = kRows * kSeq, local = m / 2, shrink = local - m;
+  int64_t change = (kLayers + 1) * shrink * kDim * 4       // the residual stream on local tokens
+                   + mid_sets * shrink * kDim * 4          // each block's mid too
+                   + norm_sets * 2 * shrink * 4            // the norms' inv_rms
+                   + norm_sets * 2 * local * kDim * 4      // the normed shards, before the gather
+                   + shrink * 4 + local * kDim * 4         // the final norm's inv_rms and shard
+                   + m * kDim * 4                          // the row-parallel layers' partial outputs
+                   + (local + m) * kDim + 3 * 4;           // the fp8 gather's codes, one byte each; its scales
+  if (for_backward) {
+    change += shrink * kDim * 4                            // grad_hidden on local tokens
+              + m * kDim * 4 + local * kDim * 4;           // grad_gathered, grad_norm_shard
+  }
+  return change;
+}
+
+TEST(MemoryEstimateSequenceParallel, TheResidualStreamShrinksAndTheGatherBuffersAreCounted) {
+  using v1::TrainSpec;
+  // Blocks holding norms and mid of their own: every block without checkpointing; under
+  // selective the norms are shared and each block keeps its mid; under full one set.
+  const struct {
+    TrainSpec::ActivationCheckpointing mode;
+    int64_t norm_sets, mid_sets;
+  } modes[] = {{TrainSpec::NONE, kLayers, kLayers}, {TrainSpec::SELECTIVE, 1, kLayers}, {TrainSpec::FULL, 1, 1}};
+  for (const auto& [mode, norm_sets, mid_sets] : modes) {
+    SCOPED_TRACE(TrainSpec::ActivationCheckpointing_Name(mode));
+    v1::JobSpec alone = spec_of(2, 2, "tensorwise"), sequence = spec_of(2, 2, "tensorwise", {"parallel.sequence=true"});
+    // Set here rather than loaded: the estimate must not lean on what validation allows.
+    alone.mutable_train()->set_activation_checkpointing(mode);
+    sequence.mutable_train()->set_activation_checkpointing(mode);
+    const std::map<std::string, int64_t> a = parts_of(alone), b = parts_of(sequence);
+    ASSERT_TRUE(a.contains("activations"));
+    ASSERT_TRUE(b.contains("activations"));
+    EXPECT_EQ(b.at("activations") - a.at("activations"), sequence_parallel_change(norm_sets, mid_sets, true));
+    // The weights and their casts do not move: the column-parallel layers still read
+    // every token.
+    for (const char* part : {"parameters", "gradients", "optimizer", "fp8 casts"}) {
+      EXPECT_EQ(b.at(part), a.at(part)) << part;
+    }
+  }
+  // An evaluation's forward: one set of block tensors, no backward scratch.
+  const std::map<std::string, int64_t> a = parts_of(spec_of(2, 2, "none", {"data.val_fraction=0.1"})),
+                                       b = parts_of(spec_of(2, 2, "none", {"data.val_fraction=0.1",
+                                                                           "parallel.sequence=true"}));
+  ASSERT_TRUE(a.contains("evaluation"));
+  ASSERT_TRUE(b.contains("evaluation"));
+  EXPECT_EQ(b.at("evaluation") - a.at("evaluation"), sequence_parallel_change(1, 1, false));
+}
+
+TEST(MemoryEstimateSequenceParallel, TiedEmbeddingsDropTheOutputWeightAsWithoutIt) {
+  v1::JobSpec untied = spec_of(2, 2, "tensorwise", {"parallel.sequence=true"});
+  v1::JobSpec tied = untied;
+  tied.mutable_model()->set_tie_embeddings(true);
+  const std::map<std::string, int64_t> a = parts_of(untied), b = parts_of(tied);
+  ASSERT_TRUE(b.contains("parameters"));
+  EXPECT_EQ(a.at("parameters") - b.at("parameters"), kVocab * kDim * 4);
+  EXPECT_EQ(b.at("activations"), a.at("activations"));
+}
+
+TEST(MemoryEstimateSequenceParallel, TheHeaderAndTheActivationsNameIt) {
+  absl::StatusOr<MemoryEstimate> e = estimate_rank_memory(spec_of(2, 2, "tensorwise", {"parallel.sequence=true"}));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const std::string text = format_memory_estimate(*e);
+  EXPECT_EQ(text.rfind("memory per rank (estimate, 2 ranks, 2-way tensor-parallel and sequence-parallel): ", 0), 0u)
+      << text;
+  EXPECT_NE(text.find("sequence-parallel (1/2 of the tokens between blocks)"), std::string::npos) << text;
+  // Without tensor parallelism there is nothing to split: the trainer ignores the flag
+  // (validation refuses it), and so does the estimate.
+  v1::JobSpec alone = spec_of(1, 1, "tensorwise");
+  v1::JobSpec flagged = alone;
+  flagged.mutable_parallel()->set_sequence(true);
+  absl::StatusOr<MemoryEstimate> a = estimate_rank_memory(alone), b = estimate_rank_memory(flagged);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(b->total_bytes(), a->total_bytes());
+  EXPECT_EQ(format_memory_estimate(*b), format_memory_estimate(*a));
+}
+
+TEST(MemoryEstimateTensorParallel, Bf16PartialOutputsAreSummedThroughAnFp32Scratch) {
+  const std::map<std::string, int64_t> alone = parts_of(spec_of(2, 2, "none", {"train.compute_dtype=bf16"})),
+                                       sequence = parts_of(spec_of(2, 2, "none", {"train.compute_dtype=bf16",
+                                                                                  "parallel.sequence=true"}));
+  ASSERT_TRUE(alone.contains("TP bf16 sums"));
+  EXPECT_EQ(alone.at("TP bf16 sums"), kRows * kSeq * kDim * 4);
+  EXPECT_FALSE(sequence.contains("TP bf16 sums"));  // reduce-scattered in bf16 instead
+  EXPECT_FALSE(parts_of(spec_of(2, 2, "none")).contains("TP bf16 sums"));
 }
 
 }  // namespace
