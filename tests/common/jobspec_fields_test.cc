@@ -94,7 +94,7 @@ const std::vector<std::pair<std::string, Where>>& field_table() {
       {"train.compute_dtype", tests({kTraining, "MixedPrecisionTest.HoldsLessMemoryThanFp32Activations"})},
       // Trains bit for bit alike in every mode (by design): it acts on memory.
       {"train.activation_checkpointing",
-       tests({"ActivationCheckpointingTest.PeakMemoryFallsByWhatTheBlocksNoLongerKeep"})},
+       tests({"PeakMemory.FallsByWhatTheBlocksNoLongerKeep"})},
       {"train.lr", tests({kTraining, kCli})},
       {"train.min_lr", tests({kTraining, kCli})},
       {"train.warmup_steps", tests({kTraining, kCli})},

@@ -171,6 +171,11 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{"tensorwise", 2, {"parallel.sequence=true"}, 2},
                       // Full checkpointing runs each block's forward, gathers included, again.
                       MeshCase{"tensorwise", 2, {"parallel.sequence=true", "train.activation_checkpointing=full"}},
+                      // Without checkpointing a block keeps its normed tokens where a backward
+                      // reads them (rowwise_with_gw_hp's grad_weight GEMMs), gathered again then;
+                      // w3 in high precision beside w1's fp8 gather reads them too.
+                      MeshCase{"rowwise_with_gw_hp", 2, {"parallel.sequence=true"}},
+                      MeshCase{"tensorwise", 2, {"parallel.sequence=true", "fp8.exclude=[output, '*.w3']"}},
                       // Selective checkpointing gathers the normed tokens again; none and
                       // rowwise_with_gw_hp read them in high precision in the backward.
                       MeshCase{"none", 2, {"parallel.sequence=true", "train.activation_checkpointing=selective"}},
@@ -201,6 +206,7 @@ INSTANTIATE_TEST_SUITE_P(
         if (e == "train.activation_checkpointing=full") name += "_full_checkpointing";
         if (e == "train.activation_checkpointing=selective") name += "_selective_checkpointing";
         if (e == "model.tie_embeddings=true") name += "_tied";
+        if (e.rfind("fp8.exclude", 0) == 0) name += "_w3_high_precision";
         if (e == "model.dim=256") name += "_dim_256";
         if (e == "train.compute_dtype=bf16") name += "_bf16";
         if (e == "fp8.all_gather_fp8=true") name += "_fp8_gather";

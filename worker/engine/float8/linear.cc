@@ -88,6 +88,7 @@ absl::StatusOr<std::unique_ptr<Float8Linear>> Float8Linear::create(Backend& back
       if (g == Granularity::kRowwise || g == Granularity::kColumnwise) state->info.needs.axiswise = true;
     }
   }
+  state->info.needs.input_in_backward = state->reads_raw(TensorKind::kInput, kTransposed);
   state->info.needs.fp8_weight = state->takes_fp8_weight();
   if (state->info.needs.fp8_weight) {
     Float8LinearNeeds& needs = state->info.needs;

@@ -185,6 +185,10 @@ struct Float8LinearNeeds {
   // grad_input GEMM's codes are the output GEMM's transposed, its block scales the grid
   // transposed. Otherwise each GEMM's codes are a cast of their own.
   bool weight_codes_shared = false;
+  // backward() reads the input as the caller stored it (its grad_weight GEMM runs in high
+  // precision on no cast copy of it), so the caller must keep it until then; otherwise the
+  // layer's own fp8 copies serve the backward and the input is dead after forward().
+  bool input_in_backward = false;
 
   bool row_amax_of(TensorKind t) const { return row_amax[static_cast<int>(t)]; }
   bool scaled_over_rows_of(TensorKind t) const { return scaled_over_rows[static_cast<int>(t)]; }

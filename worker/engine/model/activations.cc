@@ -7,7 +7,8 @@
 namespace fp8::engine {
 
 absl::StatusOr<Activations> Activations::create(const Device& device, const LlamaConfig& c, int64_t rows,
-                                                int64_t seq, bool for_backward) {
+                                                int64_t seq, bool for_backward,
+                                                const std::vector<BlockInputsRead>& inputs_read) {
   const int64_t m = rows * seq, hd = c.head_dim();
   const int64_t q_dim = c.local_heads() * hd, kv_dim = c.local_kv_heads() * hd;
   auto f32 = [&](TensorShape shape) { return Tensor::empty(device, ElementType::kFloat32, std::move(shape)); };
@@ -50,28 +51,58 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
     }
     return b;
   };
+  // What the GEMMs and the attention wrote, which the backward reads.
+  auto keep_gemm_outputs = [&](BlockActivations& b) -> absl::Status {
+    FP8_ASSIGN_OR_RETURN(b.q, act({m, q_dim}));
+    FP8_ASSIGN_OR_RETURN(b.k, act({m, kv_dim}));
+    FP8_ASSIGN_OR_RETURN(b.v, act({m, kv_dim}));
+    FP8_ASSIGN_OR_RETURN(b.attn_out, act({m, q_dim}));
+    FP8_ASSIGN_OR_RETURN(b.attn_lse, f32({rows, c.local_heads(), seq}));
+    FP8_ASSIGN_OR_RETURN(b.mid, act({local, c.dim}));
+    FP8_ASSIGN_OR_RETURN(b.gate, act({m, c.local_ffn_dim()}));
+    FP8_ASSIGN_OR_RETURN(b.up, act({m, c.local_ffn_dim()}));
+    return absl::OkStatus();
+  };
   const ActivationCheckpointing keep = for_backward ? c.checkpointing : ActivationCheckpointing::kFull;
   a.blocks.resize(static_cast<size_t>(c.n_layers));
   if (keep == ActivationCheckpointing::kNone) {
-    for (BlockActivations& b : a.blocks) {
-      FP8_ASSIGN_OR_RETURN(b, make_block());
+    // Each block's own tensors, but for the linears' inputs that no backward reads: one
+    // buffer of each such input for all blocks.
+    BlockActivations dead;
+    auto own_or_shared = [&](Tensor& own, Tensor& shared, bool kept, const TensorShape& shape) -> absl::Status {
+      if (!kept && shared.defined()) {
+        own = shared;
+        return absl::OkStatus();
+      }
+      FP8_ASSIGN_OR_RETURN(own, act(shape));
+      if (!kept) shared = own;
+      return absl::OkStatus();
+    };
+    for (size_t i = 0; i < a.blocks.size(); ++i) {
+      BlockActivations& b = a.blocks[i];
+      FP8_RETURN_IF_ERROR(keep_gemm_outputs(b));
+      FP8_ASSIGN_OR_RETURN(b.attn_inv_rms, f32({local}));
+      FP8_ASSIGN_OR_RETURN(b.ffn_inv_rms, f32({local}));
+      const BlockInputsRead read = i < inputs_read.size() ? inputs_read[i] : BlockInputsRead{};
+      FP8_RETURN_IF_ERROR(own_or_shared(b.swiglu_out, dead.swiglu_out, read.swiglu_out, {m, c.local_ffn_dim()}));
+      if (!c.sequence_parallel) {
+        FP8_RETURN_IF_ERROR(own_or_shared(b.attn_in, dead.attn_in, read.attn_in, {m, c.dim}));
+        FP8_RETURN_IF_ERROR(own_or_shared(b.ffn_in, dead.ffn_in, read.ffn_in, {m, c.dim}));
+        continue;
+      }
+      // Under sequence parallelism a block keeps this rank's tokens of an input its
+      // backward reads, gathered again then (TransformerBlock::recompute).
+      FP8_RETURN_IF_ERROR(own_or_shared(b.attn_in, dead.attn_in, false, {m, c.dim}));
+      FP8_RETURN_IF_ERROR(own_or_shared(b.ffn_in, dead.ffn_in, false, {m, c.dim}));
+      FP8_RETURN_IF_ERROR(own_or_shared(b.attn_in_shard, dead.attn_in_shard, read.attn_in, {local, c.dim}));
+      FP8_RETURN_IF_ERROR(own_or_shared(b.ffn_in_shard, dead.ffn_in_shard, read.ffn_in, {local, c.dim}));
     }
   } else {
     FP8_ASSIGN_OR_RETURN(const BlockActivations shared, make_block());
     std::fill(a.blocks.begin(), a.blocks.end(), shared);
-  }
-  for (BlockActivations& b : a.blocks) {
     if (keep == ActivationCheckpointing::kSelective) {
-      // Kept: what the GEMMs and the attention wrote. Shared: the norms' outputs and
-      // statistics and SwiGLU's product (TransformerBlock::recompute).
-      FP8_ASSIGN_OR_RETURN(b.q, act({m, q_dim}));
-      FP8_ASSIGN_OR_RETURN(b.k, act({m, kv_dim}));
-      FP8_ASSIGN_OR_RETURN(b.v, act({m, kv_dim}));
-      FP8_ASSIGN_OR_RETURN(b.attn_out, act({m, q_dim}));
-      FP8_ASSIGN_OR_RETURN(b.attn_lse, f32({rows, c.local_heads(), seq}));
-      FP8_ASSIGN_OR_RETURN(b.mid, act({local, c.dim}));
-      FP8_ASSIGN_OR_RETURN(b.gate, act({m, c.local_ffn_dim()}));
-      FP8_ASSIGN_OR_RETURN(b.up, act({m, c.local_ffn_dim()}));
+      // Shared: the norms' outputs and statistics and SwiGLU's product (TransformerBlock::recompute).
+      for (BlockActivations& b : a.blocks) FP8_RETURN_IF_ERROR(keep_gemm_outputs(b));
     }
   }
   FP8_ASSIGN_OR_RETURN(a.final_inv_rms, f32({local}));

@@ -14,9 +14,10 @@
 
 namespace fp8::engine {
 
-// One block's tensors. Those a block does not keep (config.checkpointing, or everything
-// in evaluation) are shared by every block: the same memory, written by whichever block
-// ran last, and written again for a block just before its backward reads them.
+// One block's tensors. Those a block does not keep (config.checkpointing, a linear's input
+// its backward does not read, or everything in evaluation) are shared by every block: the
+// same memory, written by whichever block ran last, and written again for a block just
+// before its backward reads them, if it does.
 struct BlockActivations {
   Tensor attn_inv_rms;          // [M]
   Tensor attn_in;               // act: rmsnorm(hidden) [M, dim]
@@ -29,8 +30,17 @@ struct BlockActivations {
   Tensor gate, up, swiglu_out;  // act [M, ffn_dim]
   // Sequence parallelism: the norms' outputs on this rank's tokens, [local tokens, dim],
   // before the all-gather makes attn_in and ffn_in; mid and the inv_rms hold this rank's
-  // tokens only. Empty otherwise.
+  // tokens only. Empty otherwise. Without checkpointing a block keeps these shards, not
+  // the gathered attn_in and ffn_in, where its backward reads them: they are gathered
+  // again then (TransformerBlock::recompute).
   Tensor attn_in_shard, ffn_in_shard;
+};
+
+// Which of a block's linears read their high-precision input in the backward
+// (Float8LinearNeeds::input_in_backward): wq/wk/wv attn_in, w1/w3 ffn_in, w2 swiglu_out.
+// Without checkpointing a block keeps only those; the blocks share one buffer for the rest.
+struct BlockInputsRead {
+  bool attn_in = true, ffn_in = true, swiglu_out = true;
 };
 
 struct Activations {
@@ -75,8 +85,10 @@ struct Activations {
   Tensor grad_gathered, grad_norm_shard;
 
   int64_t tokens_count() const { return rows * seq; }
+  // `inputs_read`: per block (empty: every input read).
   static absl::StatusOr<Activations> create(const Device& device, const LlamaConfig& config, int64_t rows,
-                                            int64_t seq, bool for_backward);
+                                            int64_t seq, bool for_backward,
+                                            const std::vector<BlockInputsRead>& inputs_read = {});
 };
 
 }  // namespace fp8::engine

@@ -236,7 +236,10 @@ absl::StatusOr<Activations*> LlamaModel::activations_for(const data::TokenBatch&
   std::optional<Activations>& acts = for_backward ? train_acts_ : eval_acts_;
   if (!acts || acts->rows != batch.rows || acts->seq != batch.seq_len) {
     acts.reset();  // free the old buffers before allocating new ones
-    FP8_ASSIGN_OR_RETURN(acts, Activations::create(device_, config_, batch.rows, batch.seq_len, for_backward));
+    std::vector<BlockInputsRead> inputs_read;
+    for (const TransformerBlock& b : blocks_) inputs_read.push_back(b.inputs_read_in_backward());
+    FP8_ASSIGN_OR_RETURN(acts, Activations::create(device_, config_, batch.rows, batch.seq_len, for_backward,
+                                                   inputs_read));
   }
   // Queued: the device may still be running the last micro-batch, which read these
   // buffers; the copies land after it, and the host does not wait.

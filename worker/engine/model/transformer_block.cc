@@ -94,6 +94,9 @@ absl::Status TransformerBlock::forward(ModelOps& ops, const LlamaConfig& c, Acti
 
 absl::Status TransformerBlock::recompute(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& s,
                                          const Tensor& in, Tensor& out) const {
+  if (c.sequence_parallel && c.checkpointing != ActivationCheckpointing::kFull) {
+    return recompute_sequence_parallel(ops, c, a, s, in);
+  }
   switch (c.checkpointing) {
     case ActivationCheckpointing::kNone:
       return absl::OkStatus();
@@ -103,7 +106,6 @@ absl::Status TransformerBlock::recompute(ModelOps& ops, const LlamaConfig& c, Ac
     case ActivationCheckpointing::kSelective:
       break;
   }
-  if (c.sequence_parallel) return recompute_selective_sequence_parallel(ops, c, a, s, in);
   // The fp8 layers cast in the forward and kept their copies; they read these tensors
   // only in high precision (and the norms' backward reads the statistics). No row amaxes:
   // nothing is cast from them now.
@@ -114,6 +116,16 @@ absl::Status TransformerBlock::recompute(ModelOps& ops, const LlamaConfig& c, Ac
   FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act(s.mid), f(ffn_norm->value), m, c.dim, c.norm_eps, act(s.ffn_in),
                                           f(s.ffn_inv_rms), t, nullptr));
   return ops.swiglu_forward(act(s.gate), act(s.up), m * c.local_ffn_dim(), act(s.swiglu_out), t);
+}
+
+BlockInputsRead TransformerBlock::inputs_read_in_backward() const {
+  auto read = [](std::initializer_list<const LinearUnit*> readers) {
+    for (const LinearUnit* u : readers) {
+      if (u->layer->info().needs.input_in_backward) return true;
+    }
+    return false;
+  };
+  return BlockInputsRead{read({&wq, &wk, &wv}), read({&w1, &w3}), read({&w2})};
 }
 
 absl::Status TransformerBlock::backward(ModelOps& ops, const LlamaConfig& c, Activations& a,

@@ -3,6 +3,8 @@
 //   out = mid + w2(silu(w1(n')) * w3(n'))                           n' = rmsnorm(mid)
 #pragma once
 
+#include <initializer_list>
+
 #include "absl/status/status.h"
 #include "fp8/model_ops.h"
 #include "worker/engine/model/activations.h"
@@ -49,13 +51,17 @@ struct TransformerBlock {
                                          const Tensor& in, Tensor& out, bool training) const;
   absl::Status backward_sequence_parallel(ModelOps& ops, const LlamaConfig& c, Activations& a,
                                           const BlockActivations& s, const Tensor& in) const;
-  // Selective checkpointing's recompute: the norms on this rank's tokens, gathered again
-  // the way the forward gathered them (the same values), and SwiGLU's product.
-  absl::Status recompute_selective_sequence_parallel(ModelOps& ops, const LlamaConfig& c, Activations& a,
-                                                     BlockActivations& s, const Tensor& in) const;
-  // The normed tokens of this rank all-gathered for `reader` and its siblings.
-  absl::Status gather_normed(Activations& a, const LinearUnit& reader, const Tensor& shard,
+  // recompute() under sequence parallelism, for kNone and kSelective: the normed tokens
+  // gathered again where a backward reads them, the way the forward gathered them (the same
+  // values); for kSelective the norms on this rank's tokens first, and SwiGLU's product.
+  absl::Status recompute_sequence_parallel(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& s,
+                                           const Tensor& in) const;
+  // The normed tokens of this rank all-gathered for the linears that read them.
+  absl::Status gather_normed(Activations& a, std::initializer_list<const LinearUnit*> readers, const Tensor& shard,
                              const float* shard_row_amax, const Tensor& full, DType t) const;
+
+  // Which of the linears' inputs their backward reads (Float8LinearNeeds::input_in_backward).
+  BlockInputsRead inputs_read_in_backward() const;
 
   // The block's seven linears, in forward order.
   std::array<const LinearUnit*, 7> linears() const { return {&wq, &wk, &wv, &wo, &w1, &w3, &w2}; }

@@ -8,6 +8,8 @@
 // reduce-scattered back to the tokens (the sum and the split in one collective).
 #include "worker/engine/model/transformer_block.h"
 
+#include <algorithm>
+
 #include "worker/engine/status_macros.h"
 
 namespace fp8::engine {
@@ -31,18 +33,27 @@ absl::Status reduce_row_amax(TensorParallelComm& tp, float* row_amax, int64_t ro
 
 }  // namespace
 
-// Where `reader` (and the siblings that share its input casts) casts its input per tensor
-// to fp8, each rank casts its tokens with the whole tensor's scale (from the ranks' largest
-// row amax) and the codes travel, one byte an element; `full` holds their values, decoded,
-// which the layers cast again to the very same codes (each is a code times the inverse
-// scale: rescaled it rounds back to itself). Otherwise the values travel as they are.
-absl::Status TransformerBlock::gather_normed(Activations& a, const LinearUnit& reader, const Tensor& shard,
-                                             const float* shard_row_amax, const Tensor& full, DType t) const {
+// Where every reader casts its input per tensor to fp8, each rank casts its tokens with the
+// whole tensor's scale (from the ranks' largest row amax) and the codes travel, one byte an
+// element; `full` holds their values, decoded, which the readers cast again to the very same
+// codes (each is a code times the inverse scale: rescaled it rounds back to itself).
+// Otherwise the values travel as they are: a reader in high precision, or one whose
+// backward reads its input in high precision, reads them as one process would.
+absl::Status TransformerBlock::gather_normed(Activations& a, std::initializer_list<const LinearUnit*> readers,
+                                             const Tensor& shard, const float* shard_row_amax, const Tensor& full,
+                                             DType t) const {
   const int64_t local = a.local_tokens, dim = shard.shape().at(1), m = a.tokens_count();
-  const CastConfig& cast = reader.layer->info().config.output.input;
-  const bool fp8 = reader.selection.fp8 && cast.is_fp8() && cast.granularity == ScaleGranularity::kTensorwise &&
-                   cast.scaling == ScalingMode::kDynamic;
-  if (!fp8) return tp->all_gather(act_of(shard), act_of(full), static_cast<size_t>(local * dim) * act_bytes(t), false);
+  const CastConfig& cast = (*readers.begin())->layer->info().config.output.input;
+  auto casts_alike = [&](const LinearUnit* u) {
+    const CastConfig& mine = u->layer->info().config.output.input;
+    return u->selection.fp8 && mine.is_fp8() && mine.granularity == ScaleGranularity::kTensorwise &&
+           mine.scaling == ScalingMode::kDynamic && mine.format() == cast.format() &&
+           mine.pow2_scale == cast.pow2_scale && !u->layer->info().needs.input_in_backward;
+  };
+  if (!std::all_of(readers.begin(), readers.end(), casts_alike)) {
+    return tp->all_gather(act_of(shard), act_of(full), static_cast<size_t>(local * dim) * act_bytes(t), false);
+  }
+  if (shard_row_amax == nullptr) return absl::InternalError("gather_normed: an fp8 gather without row amaxes");
   float* amax = fp32_of(a.gather_scale);
   float* scale = amax + 1;
   float* inv_scale = amax + 2;
@@ -81,7 +92,7 @@ absl::Status TransformerBlock::forward_sequence_parallel(ModelOps& ops, const Ll
   // Attention: the norm on this rank's tokens, every token's normed values gathered.
   FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(in), fp32_of(attention_norm->value), local, c.dim, c.norm_eps,
                                           act_of(s.attn_in_shard), fp32_of(s.attn_inv_rms), t, fp32_of(a.cast_row_amax)));
-  FP8_RETURN_IF_ERROR(gather_normed(a, wq, s.attn_in_shard, fp32_of(a.cast_row_amax), s.attn_in, t));
+  FP8_RETURN_IF_ERROR(gather_normed(a, {&wq, &wk, &wv}, s.attn_in_shard, fp32_of(a.cast_row_amax), s.attn_in, t));
   FP8_RETURN_IF_ERROR(wq.forward(s.attn_in, m, s.q, training));
   FP8_RETURN_IF_ERROR(wk.forward(s.attn_in, m, s.k, training));
   FP8_RETURN_IF_ERROR(wv.forward(s.attn_in, m, s.v, training));
@@ -98,7 +109,7 @@ absl::Status TransformerBlock::forward_sequence_parallel(ModelOps& ops, const Ll
   // Feed-forward, the same way.
   FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(s.mid), fp32_of(ffn_norm->value), local, c.dim, c.norm_eps,
                                           act_of(s.ffn_in_shard), fp32_of(s.ffn_inv_rms), t, fp32_of(a.cast_row_amax)));
-  FP8_RETURN_IF_ERROR(gather_normed(a, w1, s.ffn_in_shard, fp32_of(a.cast_row_amax), s.ffn_in, t));
+  FP8_RETURN_IF_ERROR(gather_normed(a, {&w1, &w3}, s.ffn_in_shard, fp32_of(a.cast_row_amax), s.ffn_in, t));
   FP8_RETURN_IF_ERROR(w1.forward(s.ffn_in, m, s.gate, training));
   FP8_RETURN_IF_ERROR(w3.forward(s.ffn_in, m, s.up, training));
   row_amax = split_input_row_amax(w2, a.cast_row_amax);
@@ -110,19 +121,26 @@ absl::Status TransformerBlock::forward_sequence_parallel(ModelOps& ops, const Ll
   return ops.add(act_of(out), act_of(s.mid), local * c.dim, act_of(out), t);
 }
 
-absl::Status TransformerBlock::recompute_selective_sequence_parallel(ModelOps& ops, const LlamaConfig& c,
-                                                                     Activations& a, BlockActivations& s,
-                                                                     const Tensor& in) const {
+absl::Status TransformerBlock::recompute_sequence_parallel(ModelOps& ops, const LlamaConfig& c, Activations& a,
+                                                           BlockActivations& s, const Tensor& in) const {
   const int64_t local = a.local_tokens;
   const DType t = c.activations;
-  // The row amaxes give an fp8 gather its scale, as in the forward: the same codes again.
-  float* row_amax = fp32_of(a.cast_row_amax);
-  FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(in), fp32_of(attention_norm->value), local, c.dim, c.norm_eps,
-                                          act_of(s.attn_in_shard), fp32_of(s.attn_inv_rms), t, row_amax));
-  FP8_RETURN_IF_ERROR(gather_normed(a, wq, s.attn_in_shard, row_amax, s.attn_in, t));
-  FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(s.mid), fp32_of(ffn_norm->value), local, c.dim, c.norm_eps,
-                                          act_of(s.ffn_in_shard), fp32_of(s.ffn_inv_rms), t, row_amax));
-  FP8_RETURN_IF_ERROR(gather_normed(a, w1, s.ffn_in_shard, row_amax, s.ffn_in, t));
+  const bool selective = c.checkpointing == ActivationCheckpointing::kSelective;
+  // Only a reader whose backward reads its input needs the gathered values again, and for
+  // such readers the forward gathered them in high precision (gather_normed): no fp8 cast,
+  // no row amaxes.
+  const BlockInputsRead read = inputs_read_in_backward();
+  if (selective) {
+    FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(in), fp32_of(attention_norm->value), local, c.dim, c.norm_eps,
+                                            act_of(s.attn_in_shard), fp32_of(s.attn_inv_rms), t));
+  }
+  if (read.attn_in) FP8_RETURN_IF_ERROR(gather_normed(a, {&wq, &wk, &wv}, s.attn_in_shard, nullptr, s.attn_in, t));
+  if (selective) {
+    FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(s.mid), fp32_of(ffn_norm->value), local, c.dim, c.norm_eps,
+                                            act_of(s.ffn_in_shard), fp32_of(s.ffn_inv_rms), t));
+  }
+  if (read.ffn_in) FP8_RETURN_IF_ERROR(gather_normed(a, {&w1, &w3}, s.ffn_in_shard, nullptr, s.ffn_in, t));
+  if (!selective || !read.swiglu_out) return absl::OkStatus();
   return ops.swiglu_forward(act_of(s.gate), act_of(s.up), a.tokens_count() * c.local_ffn_dim(),
                             act_of(s.swiglu_out), t);
 }
