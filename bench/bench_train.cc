@@ -11,7 +11,7 @@
 //   ... [--activation-checkpointing none,full,selective]   (cuda, --sequential: each recipe in each mode)
 //   bench_train --nproc N [--all-gather-fp8 both|on|off] [--timeout 300] [...as the first]
 //   bench_train --device cuda --nproc N --all-gather-fp8 on|off [...]   (rank r on GPU r, NCCL)
-//   bench_train --nproc N --tensor 1,2 [--recipes none,tensorwise] [...]   (parallel.tensor side by side)
+//   bench_train --nproc N --tensor 1,2,2sp [--recipes none,tensorwise] [...]   (parallel.tensor side by side)
 //
 // CPU (the default): every recipe gets its own trainer on the same job; the trainers then
 // take turns, a few steps each per round, so that drifts in the machine's speed hit all of
@@ -77,12 +77,15 @@
 // --nproc N --tensor LIST: one setting per parallel.tensor T in LIST (each dividing N; with
 // --recipes, per recipe too) instead of the fp8 all-gather's two, side by side as above: a
 // D x T mesh, D = N / T data-parallel groups (FSDP across them) of T tensor-parallel ranks.
-// Every setting trains the same global batch: the job's train.batch_size is a rank's at
-// T = 1, and each group of T ranks (which train the same sequences) takes T times that.
-// Where T > 1 fp8.all_gather_fp8 is off (refused beside tensor parallelism so far); at T = 1
-// it is --all-gather-fp8's (both: the job's). Printed per setting: tokens/s and the ratio to
-// the first, FSDP's bytes, comm and exposed ms, and the tensor-parallel all-reduces' count,
-// bytes and time per step (on the compute thread: all exposed).
+// An entry "Tsp" (2sp) also turns on sequence parallelism (parallel.sequence). Every setting
+// trains the same global batch: the job's train.batch_size is a rank's at T = 1, and each
+// group of T ranks (which train the same sequences) takes T times that. fp8.all_gather_fp8 is
+// --all-gather-fp8's (both: the job's) at every T, turned off where the job spec
+// refuses it (at D = 1 there is nothing to gather; beside tensor parallelism weights cast
+// per row or column gather in high precision), with the reason printed. Printed per setting:
+// tokens/s and the ratio to the first, FSDP's bytes, comm and exposed ms, and the
+// tensor-parallel collectives' all-reduce count, bytes (sequence parallelism's by kind) and
+// time per step (on the compute thread: all exposed).
 //
 // On a CPU every fp8 recipe costs more than fp32: fp8 is emulated there (casts in
 // software, GEMMs on widened values), so this measures the emulation's overhead; the
@@ -109,7 +112,9 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "bench/bench_cuda.h"
 #include "bench/bench_device.h"
 #include "bench/bench_util.h"
@@ -172,8 +177,10 @@ struct Common {
   std::string data_path;      // set when the run trains on a synthetic corpus
 };
 
-// The job with the benchmark's settings on top of the user's overrides.
-fp8::v1::JobSpec load_job(const Common& c, const std::vector<std::string>& extra, int64_t total_steps) {
+// The job with the benchmark's settings on top of the user's overrides, or why the job
+// spec refuses them.
+absl::StatusOr<fp8::v1::JobSpec> try_load_job(const Common& c, const std::vector<std::string>& extra,
+                                              int64_t total_steps) {
   std::vector<std::string> o = c.overrides;
   if (!c.data_path.empty()) o.push_back("data.path=" + c.data_path);
   o.insert(o.end(), extra.begin(), extra.end());
@@ -181,8 +188,13 @@ fp8::v1::JobSpec load_job(const Common& c, const std::vector<std::string>& extra
   o.push_back("train.eval_every=0");    // no validation set, no evaluation in the timed steps
   o.push_back("train.warmup_steps=0");  // the schedule does not change a step's cost; short runs need this
   absl::StatusOr<fp8::v1::JobSpec> spec = fp8::jobspec::load_job_spec_file(c.config, o);
+  if (spec.ok()) spec->mutable_checkpoint()->clear_dir();  // a benchmark writes no checkpoints
+  return spec;
+}
+
+fp8::v1::JobSpec load_job(const Common& c, const std::vector<std::string>& extra, int64_t total_steps) {
+  absl::StatusOr<fp8::v1::JobSpec> spec = try_load_job(c, extra, total_steps);
   fp8::bench::check(spec.status(), "loading the job");
-  spec->mutable_checkpoint()->clear_dir();  // a benchmark writes no checkpoints
   return *spec;
 }
 
@@ -786,6 +798,9 @@ class RoundTally final : public fp8::engine::TrainObserver {
       sum.tensor_all_reduces += covered * r.comm->tensor_all_reduces;
       sum.tensor_all_reduce_bytes += covered * r.comm->tensor_all_reduce_bytes;
       sum.tensor_ms += covered * r.comm->tensor_ms;
+      sum.sequence_gather_fp8_bytes += covered * r.comm->sequence_gather_fp8_bytes;
+      sum.sequence_gather_bytes += covered * r.comm->sequence_gather_bytes;
+      sum.sequence_reduce_scatter_bytes += covered * r.comm->sequence_reduce_scatter_bytes;
       comm_steps += covered;
     }
     if (!first_reported_) {
@@ -804,13 +819,21 @@ class RoundTally final : public fp8::engine::TrainObserver {
   bool first_reported_ = false;
 };
 
+// One --tensor entry: parallel.tensor, and parallel.sequence ("2sp").
+struct TensorEntry {
+  int tensor = 1;
+  bool sequence = false;
+  std::string label() const { return absl::StrCat(tensor, sequence ? "sp" : ""); }
+};
+
 // One setting: fp8 all-gather on or off (--all-gather-fp8), or a parallel.tensor (--tensor).
 struct FsdpSetting {
-  std::string name;    // "fp8 all-gather on", "tensorwise, T=2": the breakdown's column
+  std::string name;    // "fp8 all-gather on", "tensorwise, T=2sp": the breakdown's column
   std::string key;     // its process groups' prefix in the store
   std::string recipe;  // the spec's fp8.recipe
   bool all_gather_fp8 = false;
-  int tensor = 1;  // parallel.tensor
+  TensorEntry tensor;  // parallel.tensor and parallel.sequence
+  std::string all_gather_refused;  // why the job spec turned the fp8 all-gather asked for off
   fp8::v1::JobSpec spec;
 };
 
@@ -872,7 +895,7 @@ absl::StatusOr<std::unique_ptr<fp8::engine::collectives::ProcessGroup>> join_tra
 // Global tokens a step: train.batch_size sequences per data-parallel rank (a group of
 // parallel.tensor ranks, which train on the same batch).
 int64_t tokens_per_step(const FsdpSetup& setup, const FsdpContender& c) {
-  return c.spec.train().batch_size() * c.spec.data().seq_len() * (setup.nproc / c.tensor);
+  return c.spec.train().batch_size() * c.spec.data().seq_len() * (setup.nproc / c.tensor.tensor);
 }
 
 double per_step(const FsdpContender& c, double v) { return v / static_cast<double>(c.tally.comm_steps); }
@@ -885,38 +908,48 @@ double tokens_per_s(const FsdpSetup& setup, const FsdpContender& c) {
 // tensor-parallel all-reduces' communication apart.
 void print_tensor_table(const FsdpSetup& setup, const std::vector<FsdpContender>& runs) {
   std::printf("# FSDP MB: all-gathered + reduce-scattered bytes per rank and step over the D data-parallel ranks "
-              "(1 MB = 1e6 B); TP: the all-reduces across the T tensor-parallel ranks (partial outputs, input "
-              "gradients, amaxes, the grad norm), all on the compute thread, so all exposed; exposed %% = (FSDP "
-              "exposed + TP ms) / ms per step\n");
-  if (std::any_of(runs.begin(), runs.end(), [](const FsdpContender& c) { return c.tensor > 1; })) {
-    std::printf("# T > 1: fp8.all_gather_fp8 off (refused beside tensor parallelism so far): FSDP gathers fp32 "
-                "there\n");
+              "(1 MB = 1e6 B); TP: the collectives across the T tensor-parallel ranks (all-reduces of partial "
+              "outputs, input gradients, amaxes, the grad norm; with sequence parallelism, T=Nsp, also its "
+              "all-gathers and reduce-scatters), all on the compute thread, so all exposed; SP MB: of TP MB, the "
+              "tokens all-gathered as fp8 codes / in high precision (activations and gradients) / "
+              "reduce-scattered; exposed %% = (FSDP exposed + TP ms) / ms per step\n");
+  for (const FsdpContender& c : runs) {
+    if (c.all_gather_refused.empty()) continue;
+    std::printf("# %s: fp8 all-gather off, as the job spec requires there:\n#   %s\n", c.name.c_str(),
+                absl::StrReplaceAll(c.all_gather_refused, {{"\n", "\n#   "}}).c_str());
   }
   const FsdpContender& base = runs[0];
   fp8::bench::Table table({"recipe", "T", "D x T", "fp8 AG", "ms/step", "tokens/s", "vs first", "FSDP MB",
-                           "FSDP comm ms", "FSDP exposed ms", "TP all-reduces", "TP MB", "TP ms", "exposed %"});
+                           "FSDP comm ms", "FSDP exposed ms", "TP all-reduces", "TP MB", "SP MB fp8/hp/RS", "TP ms",
+                           "exposed %"});
   std::ofstream out;
   if (!setup.common.csv.empty()) {
     out.open(setup.common.csv);
-    out << "recipe,tensor,data_parallel,all_gather_fp8,ms_per_step,tokens_per_s,fsdp_comm_ms,fsdp_exposed_ms,"
-           "fsdp_bytes,tp_all_reduces,tp_bytes,tp_ms\n";
+    out << "recipe,tensor,sequence,data_parallel,all_gather_fp8,ms_per_step,tokens_per_s,fsdp_comm_ms,"
+           "fsdp_exposed_ms,fsdp_bytes,tp_all_reduces,tp_bytes,sp_gather_fp8_bytes,sp_gather_bytes,"
+           "sp_reduce_scatter_bytes,tp_ms\n";
   }
   for (const FsdpContender& c : runs) {
     const fp8::engine::StepComm& m = c.tally.sum;
     const double ms = 1e3 * c.seconds / static_cast<double>(c.steps);
     const double fsdp_bytes = per_step(c, m.all_gather_fp8_bytes + m.all_gather_f32_bytes + m.reduce_scatter_f32_bytes);
     const double exposed = per_step(c, m.exposed_ms), tp_ms = per_step(c, m.tensor_ms);
+    const double sp[] = {per_step(c, m.sequence_gather_fp8_bytes), per_step(c, m.sequence_gather_bytes),
+                         per_step(c, m.sequence_reduce_scatter_bytes)};
     const double tps = tokens_per_s(setup, c);
-    const int data = setup.nproc / c.tensor;
-    table.add({c.recipe, std::to_string(c.tensor), absl::StrCat(data, " x ", c.tensor), c.all_gather_fp8 ? "on" : "off",
+    const int t = c.tensor.tensor, data = setup.nproc / t;
+    table.add({c.recipe, c.tensor.label(), absl::StrCat(data, " x ", t), c.all_gather_fp8 ? "on" : "off",
                fmt(ms, 2), fmt(tps, 0), fmt(tps / tokens_per_s(setup, base), 2) + "x",
                fmt(fsdp_bytes / 1e6, 3), fmt(per_step(c, m.comm_ms), 2), fmt(exposed, 2),
                fmt(per_step(c, m.tensor_all_reduces), 0), fmt(per_step(c, m.tensor_all_reduce_bytes) / 1e6, 3),
+               c.tensor.sequence ? absl::StrCat(fmt(sp[0] / 1e6, 3), "/", fmt(sp[1] / 1e6, 3), "/", fmt(sp[2] / 1e6, 3))
+                                 : "-",
                fmt(tp_ms, 2), fmt(100 * (exposed + tp_ms) / ms, 1)});
     if (out.is_open()) {
-      out << c.recipe << "," << c.tensor << "," << data << "," << (c.all_gather_fp8 ? "on" : "off") << "," << ms
-          << "," << tps << "," << per_step(c, m.comm_ms) << "," << exposed << "," << fsdp_bytes << ","
-          << per_step(c, m.tensor_all_reduces) << "," << per_step(c, m.tensor_all_reduce_bytes) << "," << tp_ms
+      out << c.recipe << "," << t << "," << (c.tensor.sequence ? "on" : "off") << "," << data << ","
+          << (c.all_gather_fp8 ? "on" : "off") << "," << ms << "," << tps << "," << per_step(c, m.comm_ms) << ","
+          << exposed << "," << fsdp_bytes << "," << per_step(c, m.tensor_all_reduces) << ","
+          << per_step(c, m.tensor_all_reduce_bytes) << "," << sp[0] << "," << sp[1] << "," << sp[2] << "," << tp_ms
           << "\n";
     }
   }
@@ -979,7 +1012,7 @@ void print_fsdp_results(const FsdpSetup& setup, const std::vector<FsdpContender>
                 "ranks train the same ones); %d rounds x %d steps per setting, interleaved, each round timed after "
                 "its first step\n",
                 static_cast<long long>(tokens_per_step(setup, runs[0])), setup.nproc,
-                spec.train().batch_size() / runs[0].tensor, static_cast<long long>(spec.data().seq_len()),
+                spec.train().batch_size() / runs[0].tensor.tensor, static_cast<long long>(spec.data().seq_len()),
                 setup.common.rounds, setup.common.steps_per_round);
   } else {
     std::printf("# %lld tokens per step over all ranks (%d per rank x %lld x %d ranks); %d rounds x %d steps per "
@@ -1107,9 +1140,10 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
   // Every rank's communication, averaged (the bytes and steps are the same on every rank).
   for (FsdpContender& c : runs) {
     fp8::engine::StepComm& m = c.tally.sum;
-    double* fields[] = {&m.all_gather_fp8_bytes, &m.all_gather_f32_bytes,    &m.reduce_scatter_f32_bytes,
-                        &m.comm_ms,              &m.exposed_ms,              &m.tensor_all_reduces,
-                        &m.tensor_all_reduce_bytes, &m.tensor_ms};
+    double* fields[] = {&m.all_gather_fp8_bytes,      &m.all_gather_f32_bytes,  &m.reduce_scatter_f32_bytes,
+                        &m.comm_ms,                   &m.exposed_ms,            &m.tensor_all_reduces,
+                        &m.tensor_all_reduce_bytes,   &m.tensor_ms,             &m.sequence_gather_fp8_bytes,
+                        &m.sequence_gather_bytes,     &m.sequence_reduce_scatter_bytes};
     constexpr int kFields = sizeof(fields) / sizeof(fields[0]);
     double v[kFields];
     for (int i = 0; i < kFields; ++i) v[i] = *fields[i];
@@ -1121,10 +1155,11 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
 }
 
 // `tensors` empty: fp8 all-gather off and on (`all_gather_fp8` both, or the one named).
-// Else one setting per recipe (the job's when `recipes` is empty) and parallel.tensor in
-// `tensors`, fp8 all-gather as `all_gather_fp8` says at T = 1 (both: the job's) and off above.
+// Else one setting per recipe (the job's when `recipes` is empty) and entry of `tensors`,
+// fp8 all-gather as `all_gather_fp8` says (both: the job's) wherever the job spec allows it.
 int fsdp_ranks(const Common& c, bool cuda, int nproc, const std::string& all_gather_fp8, double timeout_s,
-               int breakdown, bool by_shape, const std::vector<int>& tensors, std::vector<std::string> recipes) {
+               int breakdown, bool by_shape, const std::vector<TensorEntry>& tensors,
+               std::vector<std::string> recipes) {
   FsdpSetup setup;
   setup.common = c;
   setup.cuda = cuda;
@@ -1146,14 +1181,27 @@ int fsdp_ranks(const Common& c, bool cuda, int nproc, const std::string& all_gat
   const int64_t profiled_steps = breakdown > 0 ? breakdown + 2 : 0;
   const int64_t total_steps = static_cast<int64_t>(c.rounds + 1) * c.steps_per_round + profiled_steps;
   // Loaded (and validated) here, before the forks: a bad job fails once, not once per rank.
-  auto add = [&](const std::string& key, std::vector<std::string> overrides) -> FsdpSetting& {
+  // `all_gather_where_allowed`: where the job spec refuses the settings, try again with the
+  // fp8 all-gather off (beside tensor parallelism it needs FSDP, D > 1, and weights cast per
+  // tensor or block), so that one --tensor list can hold every T; the table says why.
+  auto add = [&](const std::string& key, std::vector<std::string> overrides,
+                 bool all_gather_where_allowed = false) -> FsdpSetting& {
     FsdpSetting& k = setup.settings.emplace_back();
     k.key = key;
     overrides.push_back(absl::StrCat("resources.world_size=", nproc));
     overrides.push_back(absl::StrCat("train.log_every=", c.steps_per_round));
-    k.spec = load_job(c, overrides, total_steps);
+    absl::StatusOr<fp8::v1::JobSpec> spec = try_load_job(c, overrides, total_steps);
+    if (!spec.ok() && all_gather_where_allowed) {
+      overrides.push_back("fp8.all_gather_fp8=false");
+      absl::StatusOr<fp8::v1::JobSpec> off = try_load_job(c, overrides, total_steps);
+      if (off.ok()) k.all_gather_refused = std::string(spec.status().message());
+      if (off.ok()) spec = std::move(off);
+    }
+    fp8::bench::check(spec.status(), "loading the job");
+    k.spec = *std::move(spec);
     k.all_gather_fp8 = k.spec.fp8().all_gather_fp8();
-    k.tensor = std::max(1, k.spec.parallel().tensor());
+    k.tensor.tensor = std::max(1, k.spec.parallel().tensor());
+    k.tensor.sequence = k.spec.parallel().sequence();
     k.recipe = absl::AsciiStrToLower(fp8::v1::Fp8Spec::Recipe_Name(k.spec.fp8().recipe()));
     return k;
   };
@@ -1172,15 +1220,16 @@ int fsdp_ranks(const Common& c, bool cuda, int nproc, const std::string& all_gat
                           .batch_size();
     if (recipes.empty()) recipes.push_back("");  // the job's
     for (const std::string& recipe : recipes) {
-      for (int t : tensors) {
-        std::vector<std::string> o = {absl::StrCat("parallel.tensor=", t), absl::StrCat("train.batch_size=", batch * t)};
+      for (const TensorEntry& t : tensors) {
+        std::vector<std::string> o = {absl::StrCat("parallel.tensor=", t.tensor),
+                                      absl::StrCat("parallel.sequence=", t.sequence ? "true" : "false"),
+                                      absl::StrCat("train.batch_size=", batch * t.tensor)};
         if (!recipe.empty()) o.push_back("fp8.recipe=" + recipe);
-        if (t > 1) o.push_back("fp8.all_gather_fp8=false");  // refused beside tensor parallelism so far
-        if (t == 1 && all_gather_fp8 != "both") {
+        if (all_gather_fp8 != "both") {
           o.push_back(absl::StrCat("fp8.all_gather_fp8=", all_gather_fp8 == "on" ? "true" : "false"));
         }
-        FsdpSetting& k = add(absl::StrCat("tp-", recipe, "-", t, "/"), o);
-        k.name = absl::StrCat(k.recipe, ", T=", t);
+        FsdpSetting& k = add(absl::StrCat("tp-", recipe, "-", t.label(), "/"), o, /*all_gather_where_allowed=*/true);
+        k.name = absl::StrCat(k.recipe, ", T=", t.label());
       }
     }
   }
@@ -1285,8 +1334,8 @@ int main(int argc, char** argv) {
   auto* tensor_opt =
       app.add_option("--tensor", tensor_arg,
                      "with --nproc: comma-separated parallel.tensor values, one setting each at the same ranks and "
-                     "global batch (each must divide N; fp8 all-gather off where T > 1); --recipes runs each recipe "
-                     "at each")
+                     "global batch (each must divide N; 'sp' after one, e.g. 2sp, adds parallel.sequence; fp8 "
+                     "all-gather wherever the job spec allows it); --recipes runs each recipe at each")
           ->needs(nproc_opt);
   app.add_option("--timeout", timeout_s, "with --nproc: seconds the rendezvous and each collective wait for a peer")
       ->check(CLI::PositiveNumber)
@@ -1298,13 +1347,20 @@ int main(int argc, char** argv) {
   if (gpu && nproc_opt->count() == 0 && rounds_opt->count() > 0) {
     fp8::bench::die("--device cuda without --nproc takes no --rounds (one recipe at a time: --warmup, --steps)");
   }
-  std::vector<int> tensors;
+  std::vector<TensorEntry> tensors;
   for (const std::string& t : split_list(tensor_arg)) {
-    const int v = std::atoi(t.c_str());
-    if (v < 1 || std::to_string(v) != t || nproc % v != 0) {
-      fp8::bench::die("--tensor: '" + t + "' is not a positive divisor of --nproc " + std::to_string(nproc));
+    TensorEntry e;
+    e.sequence = absl::EndsWith(t, "sp");
+    const std::string number = e.sequence ? t.substr(0, t.size() - 2) : t;
+    e.tensor = std::atoi(number.c_str());
+    if (e.tensor < 1 || std::to_string(e.tensor) != number || nproc % e.tensor != 0) {
+      fp8::bench::die("--tensor: '" + t + "' is not a positive divisor of --nproc " + std::to_string(nproc) +
+                      " (with 'sp' after it for sequence parallelism)");
     }
-    tensors.push_back(v);
+    if (e.sequence && e.tensor == 1) {
+      fp8::bench::die("--tensor: '" + t + "': sequence parallelism needs T > 1 (the ranks that share the tokens)");
+    }
+    tensors.push_back(e);
   }
   if (tensor_opt->count() > 0 && tensors.empty()) fp8::bench::die("--tensor: none given");
   if (gpu && nproc_opt->count() > 0 && tensors.empty() && all_gather_fp8 == "both") {
