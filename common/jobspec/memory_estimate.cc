@@ -68,12 +68,23 @@ Tokens tokens_of(int64_t rows, int64_t seq, int64_t sequence_ranks) {
   return {rows, seq, rows * seq / sequence_ranks};
 }
 
-// Bytes one decoder block's activations take, by what they are.
+// Which of one block's high-precision linear inputs its backward reads
+// (Float8LinearNeeds::input_in_backward of the linears that take them): the norms' outputs
+// for wq, wk, wv and for w1, w3, SwiGLU's product for w2. Only then does the block keep the
+// tensor without activation checkpointing.
+struct BlockInputs {
+  bool attn_in = true, ffn_in = true, swiglu_out = true;
+};
+
+// A decoder block's activations, in bytes, by what they are.
 struct BlockBytes {
-  int64_t norms;   // both norms' outputs and statistics (and, sequence-parallel, their shards)
+  int64_t stats;   // both norms' inv_rms
+  int64_t normed;  // one norm's output, every token (gathered under sequence parallelism)
+  int64_t shard;   // one norm's output on this rank's tokens (sequence parallelism), or 0
   int64_t kept;    // what the GEMMs and the attention wrote: q, k, v, attention out and lse, mid, gate, up
   int64_t swiglu;  // SwiGLU's product
-  int64_t all() const { return norms + kept + swiglu; }
+  int64_t norms() const { return stats + 2 * (normed + shard); }
+  int64_t all() const { return norms() + kept + swiglu; }
 };
 
 BlockBytes block_activation_bytes(const Sizes& s, const Tokens& t, int64_t act) {
@@ -81,22 +92,48 @@ BlockBytes block_activation_bytes(const Sizes& s, const Tokens& t, int64_t act) 
   BlockBytes b;
   // The norms run on this rank's tokens; the column-parallel layers read every token's
   // normed values (gathered from the shards under sequence parallelism).
-  b.norms = 2 * (local * kF32 + m * s.dim * act);
-  if (t.sequence_parallel()) b.norms += 2 * local * s.dim * act;
+  b.stats = 2 * local * kF32;
+  b.normed = m * s.dim * act;
+  b.shard = t.sequence_parallel() ? local * s.dim * act : 0;
   b.kept = (2 * m * s.q_dim() + 2 * m * s.kv_dim() + local * s.dim + 2 * m * s.ffn) * act +
            t.rows * s.heads * t.seq * kF32;
   b.swiglu = m * s.ffn * act;
   return b;
 }
 
-// Activations::create (worker/engine/model/activations.cc) for one pass.
+// A tensor the blocks that read it in backward keep each their own of, and the others share.
+int64_t own_or_shared(int64_t bytes, const std::vector<BlockInputs>& blocks, bool BlockInputs::*reads) {
+  const int64_t own = std::count_if(blocks.begin(), blocks.end(), [&](const BlockInputs& b) { return b.*reads; });
+  return own * bytes + (own < static_cast<int64_t>(blocks.size()) ? bytes : 0);
+}
+
+// The blocks' tensors in a training pass without activation checkpointing: each block keeps
+// what its backward reads. A linear whose backward reads fp8 copies of its input leaves
+// the high-precision input dead after the forward, so the blocks share it. Under sequence
+// parallelism the gathered norm outputs are always shared: a block gathers its shard
+// again before its backward.
+int64_t unchecked_block_bytes(const BlockBytes& b, const std::vector<BlockInputs>& inputs) {
+  const int64_t layers = static_cast<int64_t>(inputs.size());
+  int64_t bytes = layers * (b.stats + b.kept) + own_or_shared(b.swiglu, inputs, &BlockInputs::swiglu_out);
+  if (b.shard > 0) {
+    return bytes + 2 * b.normed + own_or_shared(b.shard, inputs, &BlockInputs::attn_in) +
+           own_or_shared(b.shard, inputs, &BlockInputs::ffn_in);
+  }
+  return bytes + own_or_shared(b.normed, inputs, &BlockInputs::attn_in) +
+         own_or_shared(b.normed, inputs, &BlockInputs::ffn_in);
+}
+
+// Activations::create (worker/engine/model/activations.cc) for one pass. `inputs`: one
+// per block, for a training pass without activation checkpointing.
 int64_t activation_bytes(const Sizes& s, const Tokens& t, int64_t act, bool for_backward,
-                        v1::TrainSpec::ActivationCheckpointing mode) {
+                        v1::TrainSpec::ActivationCheckpointing mode, const std::vector<BlockInputs>& inputs = {}) {
   const int64_t m = t.rows * t.seq, local = t.local;
   const BlockBytes block = block_activation_bytes(s, t, act);
   int64_t blocks = block.all();  // one set, shared by every block
-  if (for_backward && mode == v1::TrainSpec::SELECTIVE) blocks = block.norms + block.swiglu + s.layers * block.kept;
-  if (for_backward && mode != v1::TrainSpec::FULL && mode != v1::TrainSpec::SELECTIVE) blocks = s.layers * block.all();
+  if (for_backward && mode == v1::TrainSpec::SELECTIVE) blocks = block.norms() + block.swiglu + s.layers * block.kept;
+  if (for_backward && mode != v1::TrainSpec::FULL && mode != v1::TrainSpec::SELECTIVE) {
+    blocks = unchecked_block_bytes(block, inputs);
+  }
   int64_t bytes = blocks + (s.layers + 1) * local * s.dim * act  // the residual stream
                   + 2 * m * kF32                                  // tokens, targets
                   + local * kF32 + m * s.dim * act                // final norm
@@ -223,6 +260,31 @@ int64_t fp8_gather_bookkeeping_bytes(const v1::Float8Gemms& g, int64_t in, int64
   return bytes + 3 * kF32 * scale_floats;
 }
 
+// Whether a linear trains in fp8 (worker/engine/model/linear_selection.cc): the recipe is
+// not none, fp8.include and fp8.exclude select it, and its sizes suit fp8 GEMMs.
+bool trains_in_fp8(const v1::Fp8Spec& fp8, const LinearLayer& l) {
+  return fp8.recipe() != v1::Fp8Spec::NONE && is_float8_linear(fp8, l.name) &&
+         (fp8.pad_inner_dim() ||
+          (l.in_features % kFp8GemmMultiple == 0 && l.out_features % kFp8GemmMultiple == 0));
+}
+
+// Per block, which high-precision inputs its backward reads: those of a linear whose
+// grad_weight GEMM takes its input in high precision (a high-precision layer,
+// rowwise_with_gw_hp, a long form's grad_weight.input), Float8LinearNeeds::input_in_backward.
+std::vector<BlockInputs> block_inputs(const v1::JobSpec& spec, const v1::Float8Gemms& gemms, int64_t tensor) {
+  std::vector<BlockInputs> blocks(static_cast<size_t>(spec.model().n_layers()), BlockInputs{false, false, false});
+  const bool fp8_grad_weight_input = is_fp8(gemms.grad_weight().input());
+  for (const LinearLayer& l : list_linear_layers(spec.model())) {
+    if (l.block < 0) continue;
+    const bool reads = !fp8_grad_weight_input || !trains_in_fp8(spec.fp8(), tensor_parallel_share(l, tensor));
+    BlockInputs& b = blocks[static_cast<size_t>(l.block)];
+    if (l.role == "attention.wq" || l.role == "attention.wk" || l.role == "attention.wv") b.attn_in |= reads;
+    if (l.role == "feed_forward.w1" || l.role == "feed_forward.w3") b.ffn_in |= reads;
+    if (l.role == "feed_forward.w2") b.swiglu_out |= reads;
+  }
+  return blocks;
+}
+
 }  // namespace
 
 int64_t MemoryEstimate::total_bytes() const {
@@ -264,6 +326,9 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
   int64_t held = 0;  // fp32 elements of this rank's parameters
   for (const Shape& p : all) held += fsdp ? shard_elements(p, shards) : p.elements();
 
+  const v1::Fp8Spec& fp8 = spec.fp8();
+  const v1::Float8Gemms gemms = effective_gemms(fp8);
+
   MemoryEstimate e;
   e.world_size = world;
   e.tensor_parallel = static_cast<int>(tensor);
@@ -285,7 +350,7 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
                                                                    " of the tokens between blocks)")
                                                     : ""),
                      activation_bytes(s, tokens_of(micro_rows, seq, sequence_ranks), act, /*for_backward=*/true,
-                                      train.activation_checkpointing())});
+                                      train.activation_checkpointing(), block_inputs(spec, gemms, tensor))});
   // The trainer evaluates at least once, after the last step, when it has validation data.
   const bool evaluates = spec.data().val_fraction() > 0 || spec.data().has_val_path();
   const int64_t eval_tokens = std::max<int64_t>(tokens, int64_t{train.batch_size()} * seq);
@@ -296,8 +361,6 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
   }
 
   // fp8 layers' casts.
-  const v1::Fp8Spec& fp8 = spec.fp8();
-  const v1::Float8Gemms gemms = effective_gemms(fp8);
   const bool fp8_gather = fsdp && fp8.all_gather_fp8() && weight_gathers_in_fp8(gemms);
   const bool dynamic_input = gemms.output().input().scaling() != v1::CastConfig::DELAYED &&
                              gemms.grad_weight().input().scaling() != v1::CastConfig::DELAYED;
@@ -307,9 +370,7 @@ absl::StatusOr<MemoryEstimate> estimate_rank_memory(const v1::JobSpec& spec) {
   const v1::Float8Gemms high_precision = recipe_gemms(v1::Fp8Spec::NONE);
   for (const LinearLayer& whole : list_linear_layers(spec.model())) {
     const LinearLayer l = tensor_parallel_share(whole, tensor);
-    const bool is_fp8 = fp8.recipe() != v1::Fp8Spec::NONE && is_float8_linear(fp8, l.name) &&
-                        (fp8.pad_inner_dim() || (l.in_features % kFp8GemmMultiple == 0 &&
-                                                 l.out_features % kFp8GemmMultiple == 0));
+    const bool is_fp8 = trains_in_fp8(fp8, l);
     const int64_t out_act = l.role == "output" ? kF32 : act;
     const LayerCasts c = linear_cast_bytes(is_fp8 ? gemms : high_precision, tokens, evaluates ? eval_tokens : tokens,
                                          l.in_features, l.out_features, act, out_act, is_fp8 && fp8_gather);

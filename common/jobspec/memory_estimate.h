@@ -2,9 +2,11 @@
 // job spec alone (no model is built): what `fp8-train --estimate` and `fp8ctl submit
 // --dry-run` print. It follows the training engine's allocations (worker/engine: the
 // parameters and their shards, AdamW's moments, the activations each
-// train.activation_checkpointing mode keeps, each fp8 layer's cast buffers, FSDP's
-// gathered units, a tensor-parallel rank's shares, sequence parallelism's split residual
-// stream and gather buffers); tests hold it against the measured peak of the CPU backend.
+// train.activation_checkpointing mode keeps (without checkpointing, a linear's
+// high-precision input only where its backward reads it), each fp8 layer's cast buffers,
+// FSDP's gathered units, a tensor-parallel rank's shares, sequence parallelism's split
+// residual stream and gather buffers); tests hold it against the measured peak of the CPU
+// backend.
 #pragma once
 
 #include <cstdint>

@@ -2,8 +2,9 @@
 // from the spec alone: a rank holds 1/parallel.tensor of each block's linears and of the
 // heads' and feed-forward activations, the rest whole, and no FSDP buffers; with
 // parallel.sequence also 1/parallel.tensor of the residual stream's tokens, and the
-// gathers' buffers. (How close the estimate comes to what training holds is
-// tests/engine/train/memory_estimate_test.cc's.)
+// gathers' buffers; and, without activation checkpointing, which of the linears'
+// high-precision inputs each block keeps (those its backward reads). (How close the
+// estimate comes to what training holds is tests/engine/train/memory_estimate_test.cc's.)
 #include <map>
 #include <string>
 #include <vector>
@@ -113,14 +114,14 @@ TEST(MemoryEstimateTensorParallel, TheHeaderNamesTheSplitAndAnUnevenSplitHasNoEs
 
 // Sequence parallelism at T = 2 (activations.h): M tokens a micro-batch, local = M / 2 of
 // them on a rank between blocks. What changes against T = 2 alone, in fp32 bytes, given how
-// many blocks hold norms of their own (outputs, statistics and, sequence-parallel, the
-// normed shards) and residuals (mid) of their own.
-int64_t sequence_parallel_change(int64_t norm_sets, int64_t mid_sets, bool for_backward) {
+// many blocks hold norm statistics (inv_rms), normed shards (the norms' outputs before the
+// gather) and residuals (mid) of their own.
+int64_t sequence_parallel_change(int64_t stat_sets, int64_t shard_sets, int64_t mid_sets, bool for_backward) {
   const int64_t m = kRows * kSeq, local = m / 2, shrink = local - m;
   int64_t change = (kLayers + 1) * shrink * kDim * 4       // the residual stream on local tokens
                    + mid_sets * shrink * kDim * 4          // each block's mid too
-                   + norm_sets * 2 * shrink * 4            // the norms' inv_rms
-                   + norm_sets * 2 * local * kDim * 4      // the normed shards, before the gather
+                   + stat_sets * 2 * shrink * 4            // the norms' inv_rms
+                   + shard_sets * 2 * local * kDim * 4     // the normed shards, before the gather
                    + shrink * 4 + local * kDim * 4         // the final norm's inv_rms and shard
                    + m * kDim * 4                          // the row-parallel layers' partial outputs
                    + (local + m) * kDim + 3 * 4;           // the fp8 gather's codes, one byte each; its scales
@@ -133,13 +134,17 @@ int64_t sequence_parallel_change(int64_t norm_sets, int64_t mid_sets, bool for_b
 
 TEST(MemoryEstimateSequenceParallel, TheResidualStreamShrinksAndTheGatherBuffersAreCounted) {
   using v1::TrainSpec;
-  // Blocks holding norms and mid of their own: every block without checkpointing; under
-  // selective the norms are shared and each block keeps its mid; under full one set.
+  // Blocks holding norm statistics, normed shards and mid of their own: without
+  // checkpointing every block its statistics and mid, and tensorwise's wq, wk, wv, w1 and w3
+  // read fp8 copies of their inputs in backward, so one set of normed tensors serves all;
+  // under selective the norms are shared and each block keeps its mid; under full one set.
   const struct {
     TrainSpec::ActivationCheckpointing mode;
-    int64_t norm_sets, mid_sets;
-  } modes[] = {{TrainSpec::NONE, kLayers, kLayers}, {TrainSpec::SELECTIVE, 1, kLayers}, {TrainSpec::FULL, 1, 1}};
-  for (const auto& [mode, norm_sets, mid_sets] : modes) {
+    int64_t stat_sets, shard_sets, mid_sets;
+  } modes[] = {{TrainSpec::NONE, kLayers, 1, kLayers},
+               {TrainSpec::SELECTIVE, 1, 1, kLayers},
+               {TrainSpec::FULL, 1, 1, 1}};
+  for (const auto& [mode, stat_sets, shard_sets, mid_sets] : modes) {
     SCOPED_TRACE(TrainSpec::ActivationCheckpointing_Name(mode));
     v1::JobSpec alone = spec_of(2, 2, "tensorwise"), sequence = spec_of(2, 2, "tensorwise", {"parallel.sequence=true"});
     // Set here rather than loaded: the estimate must not lean on what validation allows.
@@ -148,20 +153,122 @@ TEST(MemoryEstimateSequenceParallel, TheResidualStreamShrinksAndTheGatherBuffers
     const std::map<std::string, int64_t> a = parts_of(alone), b = parts_of(sequence);
     ASSERT_TRUE(a.contains("activations"));
     ASSERT_TRUE(b.contains("activations"));
-    EXPECT_EQ(b.at("activations") - a.at("activations"), sequence_parallel_change(norm_sets, mid_sets, true));
+    EXPECT_EQ(b.at("activations") - a.at("activations"),
+              sequence_parallel_change(stat_sets, shard_sets, mid_sets, true));
     // The weights and their casts do not move: the column-parallel layers still read
     // every token.
     for (const char* part : {"parameters", "gradients", "optimizer", "fp8 casts"}) {
       EXPECT_EQ(b.at(part), a.at(part)) << part;
     }
   }
+  // Recipe none: every block reads its inputs in backward and keeps them, without sequence
+  // parallelism gathered, with it as shards, gathered again into one shared buffer.
+  const std::map<std::string, int64_t> none_alone = parts_of(spec_of(2, 2, "none")),
+                                       none_sequence = parts_of(spec_of(2, 2, "none", {"parallel.sequence=true"}));
+  const int64_t m = kRows * kSeq;
+  EXPECT_EQ(none_sequence.at("activations") - none_alone.at("activations"),
+            sequence_parallel_change(kLayers, kLayers, kLayers, true) - (kLayers - 1) * 2 * m * kDim * 4);
   // An evaluation's forward: one set of block tensors, no backward scratch.
   const std::map<std::string, int64_t> a = parts_of(spec_of(2, 2, "none", {"data.val_fraction=0.1"})),
                                        b = parts_of(spec_of(2, 2, "none", {"data.val_fraction=0.1",
                                                                            "parallel.sequence=true"}));
   ASSERT_TRUE(a.contains("evaluation"));
   ASSERT_TRUE(b.contains("evaluation"));
-  EXPECT_EQ(b.at("evaluation") - a.at("evaluation"), sequence_parallel_change(1, 1, false));
+  EXPECT_EQ(b.at("evaluation") - a.at("evaluation"), sequence_parallel_change(1, 1, 1, false));
+}
+
+// Without activation checkpointing a block keeps a linear's high-precision input only where
+// the linear's backward reads it: where its grad_weight GEMM takes the input in high
+// precision (Float8LinearNeeds::input_in_backward). Otherwise the blocks share one buffer
+// of it. kMinimalJob with 3 blocks, so that "each its own" and "one shared" differ from
+// "one block its own, the others one shared".
+constexpr int64_t kBlocks = 3;
+
+int64_t kept_input_activations(int world, int tensor, const std::string& recipe, std::vector<std::string> more = {}) {
+  more.insert(more.end(), {absl::StrCat("model.n_layers=", kBlocks), "train.activation_checkpointing=none"});
+  const std::map<std::string, int64_t> parts = parts_of(spec_of(world, tensor, recipe, more));
+  return parts.contains("activations") ? parts.at("activations") : -1;
+}
+
+TEST(MemoryEstimateKeptInputs, BlocksKeepTheNormsOutputsAndSwiGLUsProductOnlyForHighPrecisionGradWeight) {
+  const int64_t m = kRows * kSeq;
+  // Per block: attn_in and ffn_in [M, dim], swiglu_out [M, ffn], fp32.
+  const int64_t inputs = (2 * m * kDim + m * kFfn) * 4;
+  const int64_t none = kept_input_activations(1, 1, "none");
+  const int64_t tensorwise = kept_input_activations(1, 1, "tensorwise");
+  ASSERT_GT(tensorwise, 0);
+  // Every block its own against one set for all.
+  EXPECT_EQ(none - tensorwise, (kBlocks - 1) * inputs);
+  // rowwise's grad_weight GEMM reads fp8 copies too; rowwise_with_gw_hp's reads the input.
+  EXPECT_EQ(kept_input_activations(1, 1, "rowwise"), tensorwise);
+  EXPECT_EQ(kept_input_activations(1, 1, "rowwise_with_gw_hp"), none);
+  // So does tensorwise with the long form keeping grad_weight's input in high precision.
+  EXPECT_EQ(kept_input_activations(1, 1, "tensorwise", {"fp8.gemms={grad_weight: {input: {dtype: high_precision}}}"}),
+            none);
+  // A grad_weight GEMM that mixes an fp8 input with a high-precision gradient reads the
+  // input's dequantized copy, not the input.
+  EXPECT_EQ(
+      kept_input_activations(1, 1, "tensorwise", {"fp8.gemms={grad_weight: {grad_output: {dtype: high_precision}}}"}),
+      tensorwise);
+}
+
+TEST(MemoryEstimateKeptInputs, EachBlockKeepsWhatItsOwnLinearsRead) {
+  const int64_t m = kRows * kSeq, normed = m * kDim * 4, swiglu = m * kFfn * 4;
+  const int64_t tensorwise = kept_input_activations(1, 1, "tensorwise");
+  ASSERT_GT(tensorwise, 0);
+  // One block in high precision keeps its three; the other two share.
+  EXPECT_EQ(kept_input_activations(1, 1, "tensorwise", {"fp8.exclude=[output, 'layers.1.*']"}) - tensorwise,
+            2 * normed + swiglu);
+  // One of wq, wk, wv suffices for attn_in; w2 in every block keeps every SwiGLU product.
+  EXPECT_EQ(kept_input_activations(1, 1, "tensorwise", {"fp8.exclude=[output, layers.2.attention.wk]"}) - tensorwise,
+            normed);
+  EXPECT_EQ(kept_input_activations(1, 1, "tensorwise", {"fp8.exclude=[output, '*.w2']"}) - tensorwise,
+            kBlocks * swiglu - swiglu);
+  // wo reads attn_out, which every block keeps anyway.
+  EXPECT_EQ(kept_input_activations(1, 1, "tensorwise", {"fp8.exclude=[output, '*.wo']"}), tensorwise);
+  // A feed-forward width no fp8 GEMM takes (not a multiple of 16; set here, as validation
+  // refuses it) keeps w1, w2 and w3 in high precision: every block keeps ffn_in and
+  // swiglu_out, and shares attn_in. fp8.pad_inner_dim makes them fp8 again.
+  const int64_t odd = 184;
+  auto odd_width = [&](const std::string& recipe, bool pad) {
+    v1::JobSpec spec = spec_of(1, 1, recipe, {absl::StrCat("model.n_layers=", kBlocks)});
+    spec.mutable_model()->set_ffn_dim(odd);
+    spec.mutable_fp8()->set_pad_inner_dim(pad);
+    return parts_of(spec).at("activations");
+  };
+  EXPECT_EQ(odd_width("none", false) - odd_width("tensorwise", false), (kBlocks - 1) * normed);
+  EXPECT_EQ(odd_width("tensorwise", false) - odd_width("tensorwise", true), (kBlocks - 1) * (normed + m * odd * 4));
+}
+
+TEST(MemoryEstimateKeptInputs, UnderSequenceParallelismBlocksKeepTheShardsAndShareTheGatheredInputs) {
+  const int64_t m = kRows * kSeq, local = m / 2, ffn = kFfn / 2;
+  const std::vector<std::string> sequence = {"parallel.sequence=true"};
+  const int64_t none = kept_input_activations(2, 2, "none", sequence);
+  const int64_t tensorwise = kept_input_activations(2, 2, "tensorwise", sequence);
+  ASSERT_GT(tensorwise, 0);
+  // Per block: attn_in_shard and ffn_in_shard [local, dim], swiglu_out [M, ffn / 2]. The
+  // gathered attn_in and ffn_in are one buffer each either way: a block gathers its shard
+  // again before its backward.
+  EXPECT_EQ(none - tensorwise, (kBlocks - 1) * (2 * local * kDim + m * ffn) * 4);
+  EXPECT_EQ(kept_input_activations(2, 2, "rowwise_with_gw_hp", sequence), none);
+  EXPECT_EQ(kept_input_activations(2, 2, "rowwise", sequence), tensorwise);
+}
+
+TEST(MemoryEstimateKeptInputs, CheckpointingAndEvaluationDoNotDependOnTheRecipe) {
+  for (const char* mode : {"selective", "full"}) {
+    SCOPED_TRACE(mode);
+    const std::vector<std::string> more = {absl::StrCat("train.activation_checkpointing=", mode),
+                                           "data.val_fraction=0.1"};
+    const std::map<std::string, int64_t> none = parts_of(spec_of(1, 1, "none", more)),
+                                         tensorwise = parts_of(spec_of(1, 1, "tensorwise", more));
+    ASSERT_TRUE(tensorwise.contains("evaluation"));
+    EXPECT_EQ(none.at("activations"), tensorwise.at("activations"));
+    EXPECT_EQ(none.at("evaluation"), tensorwise.at("evaluation"));
+  }
+  const std::map<std::string, int64_t> none = parts_of(spec_of(1, 1, "none", {"data.val_fraction=0.1"})),
+                                       tensorwise = parts_of(spec_of(1, 1, "tensorwise", {"data.val_fraction=0.1"}));
+  ASSERT_TRUE(tensorwise.contains("evaluation"));
+  EXPECT_EQ(none.at("evaluation"), tensorwise.at("evaluation"));
 }
 
 TEST(MemoryEstimateSequenceParallel, TiedEmbeddingsDropTheOutputWeightAsWithoutIt) {
