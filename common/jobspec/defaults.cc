@@ -53,12 +53,8 @@ std::optional<bool> derived_power_of2_scales(const JobSpec& s) {
 
 std::optional<bool> derived_all_gather_fp8(const JobSpec& s) {
   const v1::Float8Gemms gemms = effective_gemms(s.fp8());
-  if (s.parallel().tensor() > 1) {
-    // Tensor-parallel ranks alone hold their shares whole: no FSDP gathers anything. Beside
-    // data parallelism, FSDP gathers in fp8 where each weight cast's scales are the
-    // tensor's or a block's.
-    if (data_parallel_ranks(s) == 1 || !weight_casts_per_tensor_or_block(gemms)) return false;
-  }
+  // Tensor-parallel ranks alone hold their shares whole: no FSDP gathers anything.
+  if (s.parallel().tensor() > 1 && data_parallel_ranks(s) == 1) return false;
   // Only a weight no GEMM reads in high precision can be gathered as codes and used as
   // gathered.
   return s.fp8().recipe() != v1::Fp8Spec::NONE && weight_gathers_in_fp8(gemms);

@@ -117,11 +117,6 @@ bool weight_gathers_in_fp8(const v1::Float8Gemms& gemms) {
   return g[0].runs_in_fp8() && g[1].runs_in_fp8();
 }
 
-bool weight_casts_per_tensor_or_block(const v1::Float8Gemms& gemms) {
-  return gemms.output().weight().granularity() != CastConfig::AXISWISE &&
-         gemms.grad_input().weight().granularity() != CastConfig::AXISWISE;
-}
-
 bool is_fp8(const v1::CastConfig& operand) {
   return operand.dtype() == CastConfig::E4M3 || operand.dtype() == CastConfig::E5M2;
 }

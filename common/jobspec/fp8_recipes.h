@@ -45,11 +45,6 @@ std::array<GemmRef, 3> list_gemms(const v1::Float8Gemms& gemms);
 // precision (Float8LinearNeeds::fp8_weight in the engine).
 bool weight_gathers_in_fp8(const v1::Float8Gemms& gemms);
 
-// Whether the weight's casts scale per tensor or per 128x128 block, none per row or
-// column: beside tensor parallelism, FSDP's fp8 all-gather then needs only the tensor's amax
-// reduced across the tensor-parallel ranks (a block lies whole on one of them).
-bool weight_casts_per_tensor_or_block(const v1::Float8Gemms& gemms);
-
 // torchao turns on power-of-2 scales for its rowwise recipes only; TransformerEngine's
 // block scaling uses them by default too (blockwise).
 bool recipe_uses_power_of2_scales(v1::Fp8Spec::Recipe recipe);

@@ -374,12 +374,6 @@ void check_fp8(const v1::JobSpec& spec, Checks& c) {
                          "): there is no FSDP, each rank holds its share of every weight whole; leave it out or "
                          "set it to false"),
             {"parallel.tensor"});
-    } else if (!weight_casts_per_tensor_or_block(effective_gemms(fp8))) {
-      // A column-parallel weight's column scales would need the tensor-parallel ranks' rows.
-      c.add("fp8.all_gather_fp8",
-            absl::StrCat("is not supported with parallel.tensor > 1 for weights cast per row or column yet "
-                         "(parallel.tensor: ", tensor, "); leave it out or set it to false"),
-            {"parallel.tensor"});
     }
   }
   if (fp8.recipe() == v1::Fp8Spec::NONE) return;  // nothing below applies without fp8

@@ -299,14 +299,12 @@ TEST(LoadErrors, TensorParallelRefusalsNameTheFieldAndParallelTensor) {
   ASSERT_EQ(load_error(job), "(loaded)");
   // Every recipe: the rowwise ones' column-parallel weights are cast with whole-weight scales.
   EXPECT_EQ(load_error(job + "fp8: {recipe: rowwise_with_gw_hp}\n"), "(loaded)");
-  // A 2 x 2 mesh, FSDP gathering in fp8 beside tensor parallelism where weights are cast
-  // per tensor or block, not per row or column yet.
+  // A 2 x 2 mesh, FSDP gathering in fp8 beside tensor parallelism whatever the weights'
+  // scales: per tensor, row, column or block.
   const std::string mesh = minimal_with("  n_heads: 4\n", "  n_heads: 4\n  ffn_dim: 192\n") +
                            "resources: {world_size: 4}\nparallel: {tensor: 2}\n";
   EXPECT_EQ(load_error(mesh + "fp8: {all_gather_fp8: true}\n"), "(loaded)");
-  EXPECT_EQ(load_error(mesh + "fp8: {recipe: rowwise, all_gather_fp8: true}\n"),
-            "job.yaml:16:24: fp8.all_gather_fp8: is not supported with parallel.tensor > 1 for weights cast per row "
-            "or column yet (parallel.tensor: 2); leave it out or set it to false");
+  EXPECT_EQ(load_error(mesh + "fp8: {recipe: rowwise, all_gather_fp8: true}\n"), "(loaded)");
   // n_kv_heads defaults to n_heads (2 here): its problem points at parallel.tensor.
   EXPECT_EQ(load_error(minimal_with("  n_heads: 4\n", "  n_heads: 2\n  ffn_dim: 192\n") +
                        "resources: {world_size: 4}\nparallel: {tensor: 4}\nfp8: {recipe: none}\n"),

@@ -162,14 +162,14 @@ TEST(LoadGood, TensorParallelJobGetsItsOwnDefaults) {
   EXPECT_EQ(loaded->resources().world_size(), 2);
   EXPECT_FALSE(loaded->fp8().all_gather_fp8());
   EXPECT_TRUE(loaded->checkpoint().has_dir());
-  // Beside data parallelism, FSDP gathers in fp8 where weights are cast per tensor or
-  // block, and in high precision where per row or column.
+  // Beside data parallelism, FSDP gathers in fp8 as without tensor parallelism, whatever
+  // the weights' scales.
   loaded = load_job_spec_file(testdata("good/tensor_parallel.yaml"), {"resources.world_size=4"});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_TRUE(loaded->fp8().all_gather_fp8());
   loaded = load_job_spec_file(testdata("good/tensor_parallel.yaml"), {"resources.world_size=4", "fp8.recipe=rowwise"});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_FALSE(loaded->fp8().all_gather_fp8());
+  EXPECT_TRUE(loaded->fp8().all_gather_fp8());
   // The same job without tensor parallelism: FSDP over the two ranks, gathering in fp8.
   loaded = load_job_spec_file(testdata("good/tensor_parallel.yaml"), {"parallel.tensor=1"});
   ASSERT_TRUE(loaded.ok()) << loaded.status();

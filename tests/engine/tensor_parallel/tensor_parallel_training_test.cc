@@ -192,6 +192,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // reduced across both axes; 128x128 blocks whole on one rank.
                       MeshCase{"tensorwise", 2, {"fp8.all_gather_fp8=true"}, 2},
                       MeshCase{"delayed", 2, {"fp8.all_gather_fp8=true"}, 2},
+                      // Per row and per column: the amaxes laid over the whole weights.
+                      MeshCase{"rowwise", 2, {"fp8.all_gather_fp8=true"}, 2},
+                      MeshCase{"rowwise_with_gw_hp", 2, {"fp8.all_gather_fp8=true"}, 2},
                       MeshCase{"blockwise", 2,
                                {"model.dim=256", "model.n_heads=2", "model.ffn_dim=512", "train.steps=5",
                                 "fp8.all_gather_fp8=true"},
@@ -278,7 +281,7 @@ TEST_F(TensorParallelTrainingTest, AMeshMatchesFsdpOverItsDataParallelRanks) {
 // training: each rank casts its shard of its part with the whole weight's scales, the bits
 // its layer would have cast from the gathered fp32 weight.
 TEST_F(TensorParallelTrainingTest, AMeshGathersInFp8BitForBitAsInFp32) {
-  for (const char* recipe : {"tensorwise", "delayed"}) {
+  for (const char* recipe : {"tensorwise", "delayed", "rowwise", "rowwise_with_gw_hp"}) {
     SCOPED_TRACE(recipe);
     const std::string r = absl::StrCat("fp8.recipe=", recipe);
     const auto fp8 = ranks(job({r, "fp8.all_gather_fp8=true"}, 2, 2));

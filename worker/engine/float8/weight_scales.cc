@@ -30,6 +30,7 @@ Fp8WeightScales::Fp8WeightScales(Backend& backend, std::vector<Shard> shards)
       grid_planes_t_(backend) {
   for (Shard& s : shards) {
     if (s.padded_rows == 0) s.padded_rows = s.rows;
+    if (s.padded_cols == 0) s.padded_cols = s.row_elements;
     Weight w;
     w.shard = s;
     weights_.push_back(w);
@@ -41,9 +42,11 @@ absl::StatusOr<std::unique_ptr<Fp8WeightScales>> Fp8WeightScales::create(Backend
   if (shards.empty()) return absl::InvalidArgumentError("Fp8WeightScales: no weights");
   for (const Shard& s : shards) {
     if (s.layer == nullptr || s.rows <= 0 || s.row_elements <= 0 || s.first_row < 0 ||
-        (s.padded_rows != 0 && s.first_row + s.rows > s.padded_rows)) {
+        (s.padded_rows != 0 && s.first_row + s.rows > s.padded_rows) || s.first_col < 0 ||
+        (s.padded_cols != 0 && s.first_col + s.row_elements > s.padded_cols) || s.part_first_row < 0 ||
+        s.part_first_row > s.first_row) {
       return absl::InvalidArgumentError(
-          "Fp8WeightScales: a shard needs a layer, a positive shape and rows inside the padded weight");
+          "Fp8WeightScales: a shard needs a layer, a positive shape and rows and columns inside the padded weight");
     }
     if (!s.layer->info().needs.fp8_weight) {
       return absl::FailedPreconditionError(
@@ -73,6 +76,12 @@ absl::Status Fp8WeightScales::allocate() {
     if (!supported(w.output.granularity) || !supported(w.grad_input.granularity)) {
       return absl::InvalidArgumentError("Fp8WeightScales: a weight is cast at 1x128 tiles");
     }
+    const bool placed = w.shard.padded_cols != w.shard.row_elements || w.shard.part_first_row != 0;
+    if (placed && (w.output.granularity == Granularity::kBlock128x128 ||
+                   w.grad_input.granularity == Granularity::kBlock128x128)) {
+      return absl::InvalidArgumentError("Fp8WeightScales: a block-cast weight placed in a larger one");
+    }
+    if (placed) partial_amaxes_ = true;  // its columns' amaxes too are some of the whole's
     for (const Fp8WeightCast* c : {&w.output, &w.grad_input}) {
       if (c->format != first.format || c->pow2_scale != first.pow2_scale) one_rule_ = false;
     }
@@ -82,12 +91,12 @@ absl::Status Fp8WeightScales::allocate() {
         partial_amaxes_ = true;
       }
     }
-    w.output_scales = take(reduced_floats_, cast_floats(w.output, w.shard.padded_rows, w.shard.row_elements));
+    w.output_scales = take(reduced_floats_, cast_floats(w.output, w.shard.padded_rows, w.shard.padded_cols));
   }
   for (Weight& w : weights_) {
     w.grad_input_cast = w.own_grad_input_codes
                             ? take(reduced_floats_, cast_floats(w.grad_input, w.shard.padded_rows,
-                                                                w.shard.row_elements))
+                                                                w.shard.padded_cols))
                             : w.output_scales;
   }
   total_floats_ = reduced_floats_;
@@ -115,11 +124,15 @@ Fp8Weight Fp8WeightScales::bind(int64_t i) const {
   const Weight& w = weights_[static_cast<size_t>(i)];
   const Float8LinearInfo& info = w.shard.layer->info();
   auto tensor = [&](const Fp8WeightCast& c, Span span, int64_t rows, int64_t cols) {
+    // The layer's part of a placed weight: its rows' scales, or its columns'.
+    const int64_t at = span.offset + (c.granularity == Granularity::kRowwise      ? w.shard.part_first_row
+                                      : c.granularity == Granularity::kColumnwise ? w.shard.first_col
+                                                                                  : 0);
     Fp8Tensor t;
-    t.scale = scales_.as<float>() + span.offset;
-    t.inv_scale = inv_scales_.as<float>() + span.offset;
+    t.scale = scales_.as<float>() + at;
+    t.inv_scale = inv_scales_.as<float>() + at;
     // The whole weight's amaxes are where the all-reduce leaves them, until the next one.
-    t.amax = amaxes_.as<float>() + span.offset;
+    t.amax = amaxes_.as<float>() + at;
     t.format = c.format;
     t.granularity = c.granularity;
     t.rows = rows;
@@ -186,7 +199,7 @@ absl::Status Fp8WeightScales::write_amaxes(const Weight& w, const Fp8WeightCast&
       if (row_amaxes != nullptr) return backend_.copy(out + s.first_row, row_amaxes, float_bytes(s.rows));
       return backend_.amax(shard, Granularity::kRowwise, out + s.first_row);
     case Granularity::kColumnwise:
-      return backend_.amax(shard, Granularity::kColumnwise, out);
+      return backend_.amax(shard, Granularity::kColumnwise, out + s.first_col);
     case Granularity::kBlock128x128: {
       absl::StatusOr<MatrixRef> aligned = block_aligned(s, values);
       if (!aligned.ok()) return aligned.status();
@@ -304,6 +317,7 @@ absl::Status Fp8WeightScales::cast_one(const Weight& w, const Fp8WeightCast& cas
   c.saturate = true;
   c.out = codes;
   if (cast.granularity == Granularity::kRowwise) c.scale += s.first_row;
+  if (cast.granularity == Granularity::kColumnwise) c.scale += s.first_col;
   if (cast.granularity != Granularity::kBlock128x128) return backend_.cast(c);
   // Blocks: the shard within whole blocks of the padded weight, cast with those blocks'
   // scales, its own rows' codes copied out.

@@ -51,12 +51,22 @@ class Fp8WeightScales {
   // shape of this rank's fp32 shard, [rows, row_elements] (padding rows included), and
   // where the shard lies in the weight padded to whole shards: its first row, and the
   // padded weight's rows (0: `rows`, a shard that is the whole weight).
+  //
+  // Under tensor parallelism the layer computes with a part of a weight split across ranks
+  // (ParameterSplit), and the scales are the whole weight's: the shard's rows and columns
+  // are then placed in that whole (rows of a part split by rows, first_col and padded_cols
+  // for one split by columns), and `part_first_row` is where the layer's own part starts,
+  // from which bind() gives it row scales (its column scales from first_col). Block casts
+  // take no such placement.
   struct Shard {
     Float8Linear* layer = nullptr;
     int64_t rows = 0;
     int64_t row_elements = 0;
     int64_t first_row = 0;
     int64_t padded_rows = 0;
+    int64_t first_col = 0;
+    int64_t padded_cols = 0;  // 0: row_elements
+    int64_t part_first_row = 0;
   };
   // Reduces `count` floats of backend memory in place across ranks, MAX (queued or not:
   // the scales are derived after it, on the same backend).
@@ -76,10 +86,10 @@ class Fp8WeightScales {
   // Floats of the one all-reduce refresh() makes: every cast's amaxes, packed.
   int64_t reduced_floats() const { return reduced_floats_; }
 
-  // Weight i, whole, as an Fp8Weight: shapes, formats, granularities, scales, inverse
-  // scales and amaxes; the caller points the output tensor's codes and the grad_input
-  // tensor's codes_t at the gathered codes. The scale buffers do not move for this
-  // object's life, and refresh() rewrites them.
+  // Weight i, whole (under tensor parallelism the layer's part), as an Fp8Weight: shapes,
+  // formats, granularities, scales, inverse scales and amaxes; the caller points the output
+  // tensor's codes and the grad_input tensor's codes_t at the gathered codes. The scale
+  // buffers do not move for this object's life, and refresh() rewrites them.
   Fp8Weight bind(int64_t i) const;
 
   // Where an update writes shard i's row amaxes ([rows] fp32, backend memory; AdamW's

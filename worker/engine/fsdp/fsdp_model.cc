@@ -219,8 +219,22 @@ absl::Status FsdpModel::plan_fp8_gathers() {
   std::vector<Fp8WeightScales::Shard> shards;
   for (const Fp8State& f : fp8_) {
     const Param& p = params_[static_cast<size_t>(f.param)];
-    shards.push_back({f.linear->layer.get(), p.layout.rows_per_rank, p.layout.row_elements,
-                      rank_ * p.layout.rows_per_rank, p.layout.padded_rows()});
+    Fp8WeightScales::Shard shard{f.linear->layer.get(), p.layout.rows_per_rank, p.layout.row_elements,
+                                 rank_ * p.layout.rows_per_rank, p.layout.padded_rows()};
+    // Beside tensor parallelism, where the scales are reduced across its ranks too: the
+    // shard placed in the whole weight, each tensor-parallel part padded to whole shards.
+    const ParameterSplit& split = p.full->split;
+    if (options_.weight_amaxes_across_tensor_parallel && split.split()) {
+      if (split.axis == 0) {
+        shard.part_first_row = split.index * p.layout.padded_rows();
+        shard.first_row += shard.part_first_row;
+        shard.padded_rows *= split.parts;
+      } else {
+        shard.first_col = split.index * p.layout.row_elements;
+        shard.padded_cols = split.parts * p.layout.row_elements;
+      }
+    }
+    shards.push_back(shard);
   }
   FP8_ASSIGN_OR_RETURN(weight_scales_, Fp8WeightScales::create(device_.backend(), std::move(shards)));
   for (size_t i = 0; i < fp8_.size(); ++i) {

@@ -84,10 +84,12 @@ struct FsdpOptions {
   // delayed-scaling amaxes are reduced across the data-parallel ranks, this reduces them
   // (MAX) across the tensor-parallel ones, on the calling thread. Empty: nothing more.
   std::function<absl::Status(float* amaxes, int64_t count)> reduce_amaxes_across_tensor_parallel;
-  // The fp8-gathered weights' amaxes too: set where every one is cast per tensor, whose
-  // amax a tensor-parallel rank's part gives only a share of. (A 128x128 block lies whole
-  // on one rank: block-scaled weights need nothing more, and their grids, which lie over
-  // different parts on different ranks, must not be reduced together.)
+  // The fp8-gathered weights' amaxes too: set where they are cast per tensor, row or
+  // column, whose amaxes a tensor-parallel rank's part gives only a share of. Each shard's
+  // amaxes are then laid over the whole weight (Fp8WeightScales::Shard's placement), so
+  // that one reduction across both axes gives every rank the whole weight's. (A 128x128
+  // block lies whole on one rank: block-scaled weights need nothing more, and their grids,
+  // which lie over different parts on different ranks, must not be reduced together.)
   bool weight_amaxes_across_tensor_parallel = false;
 };
 

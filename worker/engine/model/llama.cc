@@ -179,9 +179,7 @@ absl::Status LlamaModel::prepare_split_weight_amaxes() {
       total += u->weight->shape.at(0);
     }
     block.count = total - block.offset;
-    if (!cast_here.empty()) {
-      FP8_ASSIGN_OR_RETURN(block.casts, SplitWeightCasts::create(device_.backend(), *tp_, std::move(cast_here)));
-    }
+    block.cast_here = std::move(cast_here);
   }
   if (total == 0) return absl::OkStatus();
   FP8_ASSIGN_OR_RETURN(split_weight_amaxes_, Tensor::zeros(device_, ElementType::kFloat32, {total}));
@@ -203,6 +201,16 @@ absl::Status LlamaModel::refresh_split_weight_amaxes(size_t b) {
   if (b >= split_weight_amaxes_by_block_.size()) return absl::OkStatus();
   SplitWeightAmaxes& block = split_weight_amaxes_by_block_[b];
   if (!block.stale) return absl::OkStatus();
+  if (!block.cast_here.empty()) {
+    std::vector<LinearUnit*> units;
+    for (LinearUnit* u : block.cast_here) {
+      if (u->gathered_fp8 == nullptr) units.push_back(u);
+    }
+    block.cast_here.clear();
+    if (!units.empty()) {
+      FP8_ASSIGN_OR_RETURN(block.casts, SplitWeightCasts::create(device_.backend(), *tp_, std::move(units)));
+    }
+  }
   if (block.casts) FP8_RETURN_IF_ERROR(block.casts->refresh());
   block.stale = false;
   if (block.count == 0) return absl::OkStatus();

@@ -135,7 +135,10 @@ class LlamaModel {
   struct SplitWeightAmaxes {
     std::vector<std::pair<LinearUnit*, int64_t>> units;
     int64_t offset = 0, count = 0;
-    // The block's column-parallel weights cast per row or column, cast here (null: none).
+    // The block's column-parallel weights cast per row or column, cast here (null: none),
+    // made at the first refresh from `cast_here`, less those that FSDP's fp8 all-gather
+    // casts with the whole weight's scales already (it sets gathered_fp8 on creation).
+    std::vector<LinearUnit*> cast_here;
     std::unique_ptr<SplitWeightCasts> casts;
     bool stale = true;
   };

@@ -19,20 +19,15 @@ absl::StatusOr<std::unique_ptr<SplitWeightCasts>> SplitWeightCasts::create(Backe
     for (BackendBuffer* b : {&cast->output_codes, &cast->grad_input_codes, &cast->grad_input_codes_t}) {
       FP8_RETURN_IF_ERROR(b->reserve(static_cast<size_t>(rows * cols)));
     }
-    shards.push_back({u->layer.get(), rows, cols, cast->first_row, rows * w.split.parts});
+    shards.push_back({u->layer.get(), rows, cols, cast->first_row, rows * w.split.parts, 0, 0, cast->first_row});
     c->casts_.push_back(std::move(cast));
   }
   FP8_ASSIGN_OR_RETURN(c->scales_, Fp8WeightScales::create(backend, std::move(shards)));
   for (size_t i = 0; i < c->casts_.size(); ++i) {
     Cast& cast = *c->casts_[i];
-    // bind() describes the whole weight's scales; this rank's rows are the rows' from
-    // first_row on (a rowwise cast has one scale a row), the columns' are all of them.
+    // The whole weight's scales for this rank's rows (Shard::part_first_row).
     Fp8Weight bound = c->scales_->bind(static_cast<int64_t>(i));
-    if (bound.output.granularity == Granularity::kRowwise) {
-      bound.output.scale += cast.first_row;
-      bound.output.inv_scale += cast.first_row;
-      bound.output.amax += cast.first_row;
-    } else if (bound.output.granularity != Granularity::kTensorwise) {
+    if (bound.output.granularity == Granularity::kBlock128x128) {
       return absl::InvalidArgumentError("SplitWeightCasts: " + cast.unit->name + " is cast per block");
     }
     bound.output.codes = cast.output_codes.as<uint8_t>();

@@ -69,31 +69,26 @@ absl::StatusOr<std::unique_ptr<data::Tokenizer>> make_tokenizer(const v1::JobSpe
 
 
 namespace {
-// FSDP's fp8 all-gather beside tensor parallelism: a split weight cast per tensor needs its
-// amax reduced across the tensor-parallel ranks too; one cast per 128x128 block needs
-// nothing more (a block lies whole on one rank); one per row or column (a column-parallel
-// weight's column scales span every rank's rows) is not supported yet.
+// FSDP's fp8 all-gather beside tensor parallelism: a split weight cast per tensor, row or
+// column needs its amaxes reduced across the tensor-parallel ranks too; one cast per
+// 128x128 block needs nothing more (a block lies whole on one rank), and its grids must not
+// be reduced together, so the two kinds cannot share the one reduction.
 absl::Status check_fp8_gather_beside_tensor_parallel(const LlamaModel& model, fsdp::FsdpOptions& options) {
   if (!options.all_gather_fp8) return absl::OkStatus();
-  bool per_tensor = false, block = false;
+  bool reduced = false, block = false;
   for (const LinearUnit* u : model.linears()) {
     const Float8LinearNeeds& needs = u->layer->info().needs;
     if (!needs.fp8_weight) continue;
     for (const Fp8WeightCast& cast : {needs.weight_output, needs.weight_grad_input}) {
-      if (cast.granularity == Granularity::kTensorwise) per_tensor = true;
-      if (cast.granularity == Granularity::kBlock128x128) block = true;
-      if (cast.granularity == Granularity::kRowwise || cast.granularity == Granularity::kColumnwise) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "fp8.all_gather_fp8 with parallel.tensor > 1: ", u->name,
-            " is cast per row or column, which FSDP cannot gather in fp8 beside tensor parallelism yet"));
-      }
+      (cast.granularity == Granularity::kBlock128x128 ? block : reduced) = true;
     }
   }
-  if (per_tensor && block) {
+  if (reduced && block) {
     return absl::InvalidArgumentError(
-        "fp8.all_gather_fp8 with parallel.tensor > 1: weights cast per tensor beside weights cast per block");
+        "fp8.all_gather_fp8 with parallel.tensor > 1: weights cast per tensor, row or column beside weights cast "
+        "per block");
   }
-  options.weight_amaxes_across_tensor_parallel = per_tensor;
+  options.weight_amaxes_across_tensor_parallel = reduced;
   return absl::OkStatus();
 }
 }  // namespace
