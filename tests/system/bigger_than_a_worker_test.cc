@@ -18,9 +18,9 @@ namespace {
 using std::chrono::seconds;
 
 constexpr seconds kJobLimit{240};
-// What each worker offers a rank. The job's estimate (fp8ctl submit --dry-run): about
-// 139 MiB on one rank keeping every activation, 108 MiB with full checkpointing, 78 MiB on
-// two ranks, 47 MiB on four and 41 MiB on five.
+// What each worker offers a rank: less than the job's estimate (fp8ctl submit --dry-run)
+// on one rank, with or without checkpointing, and more than its estimate with full
+// checkpointing on enough ranks.
 constexpr double kWorkerGiB = 0.05;
 
 v1::JobSpec big_job(const ControlPlane& cp, int world_size, const std::string& checkpointing) {
