@@ -3,8 +3,6 @@
 //   out = mid + w2(silu(w1(n')) * w3(n'))                           n' = rmsnorm(mid)
 #pragma once
 
-#include <initializer_list>
-
 #include "absl/status/status.h"
 #include "fp8/model_ops.h"
 #include "worker/engine/model/activations.h"
@@ -56,9 +54,10 @@ struct TransformerBlock {
   // values); for kSelective the norms on this rank's tokens first, and SwiGLU's product.
   absl::Status recompute_sequence_parallel(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& s,
                                            const Tensor& in) const;
-  // The normed tokens of this rank all-gathered for the linears that read them.
-  absl::Status gather_normed(Activations& a, std::initializer_list<const LinearUnit*> readers, const Tensor& shard,
-                             const float* shard_row_amax, const Tensor& full, DType t) const;
+  // This rank's tokens of a tensor all-gathered into `full`: as fp8 codes cast per `fp8`
+  // (null: as stored), the amax from shard_row_amax where not null.
+  absl::Status gather_tokens(Activations& a, const CastConfig* fp8, const Tensor& shard, const float* shard_row_amax,
+                             const Tensor& full, DType t) const;
 
   // Which of the linears' inputs their backward reads (Float8LinearNeeds::input_in_backward).
   BlockInputsRead inputs_read_in_backward() const;

@@ -4,11 +4,11 @@
 // adds run on them, and
 //   norm → all-gather → column-parallel layers … row-parallel layer → reduce-scatter → + residual
 // In the backward the gradients mirror it: grad_hidden is all-gathered for the row-parallel
-// layer, and the column-parallel layers' input gradients, each rank's share of the sum, are
+// layer (in fp8 where it casts it per tensor, as the forward's inputs), and the column-parallel layers' input gradients, each rank's share of the sum, are
 // reduce-scattered back to the tokens (the sum and the split in one collective).
 #include "worker/engine/model/transformer_block.h"
 
-#include <algorithm>
+#include <initializer_list>
 
 #include "worker/engine/status_macros.h"
 
@@ -31,34 +31,55 @@ absl::Status reduce_row_amax(TensorParallelComm& tp, float* row_amax, int64_t ro
   return row_amax == nullptr ? absl::OkStatus() : tp.max(row_amax, rows);
 }
 
+// The cast the readers of a gathered tensor share where every one of them casts it to fp8
+// per tensor, dynamically, alike, and reads it only so (no high-precision GEMM reads it
+// as stored): the gather may then move its codes. Null otherwise.
+bool per_tensor_dynamic(const CastConfig& c) {
+  return c.is_fp8() && c.granularity == ScaleGranularity::kTensorwise && c.scaling == ScalingMode::kDynamic;
+}
+
+const CastConfig* input_gather_cast(std::initializer_list<const LinearUnit*> readers) {
+  const CastConfig& first = (*readers.begin())->layer->info().config.output.input;
+  for (const LinearUnit* u : readers) {
+    const Float8LinearInfo& info = u->layer->info();
+    if (!u->selection.fp8 || !per_tensor_dynamic(info.config.output.input) || !(info.config.output.input == first) ||
+        info.needs.input_in_backward) {
+      return nullptr;
+    }
+  }
+  return &first;
+}
+
+// A row-parallel layer's gradient: both GEMMs that read it cast it (so neither reads it
+// as stored), alike.
+const CastConfig* grad_gather_cast(const LinearUnit& reader) {
+  const Float8LinearConfig& c = reader.layer->info().config;
+  const CastConfig &for_input = c.grad_input.grad_output, &for_weight = c.grad_weight.grad_output;
+  if (!reader.selection.fp8 || !per_tensor_dynamic(for_input) || !(for_weight == for_input)) return nullptr;
+  return &for_input;
+}
+
 }  // namespace
 
-// Where every reader casts its input per tensor to fp8, each rank casts its tokens with the
-// whole tensor's scale (from the ranks' largest row amax) and the codes travel, one byte an
+// With a cast (input_gather_cast, grad_gather_cast) each rank casts its tokens with the
+// whole tensor's scale (from the ranks' largest amax) and the codes travel, one byte an
 // element; `full` holds their values, decoded, which the readers cast again to the very same
 // codes (each is a code times the inverse scale: rescaled it rounds back to itself).
-// Otherwise the values travel as they are: a reader in high precision, or one whose
-// backward reads its input in high precision, reads them as one process would.
-absl::Status TransformerBlock::gather_normed(Activations& a, std::initializer_list<const LinearUnit*> readers,
-                                             const Tensor& shard, const float* shard_row_amax, const Tensor& full,
-                                             DType t) const {
+// Otherwise the values travel as they are, as one process's readers read them.
+absl::Status TransformerBlock::gather_tokens(Activations& a, const CastConfig* fp8, const Tensor& shard,
+                                             const float* shard_row_amax, const Tensor& full, DType t) const {
   const int64_t local = a.local_tokens, dim = shard.shape().at(1), m = a.tokens_count();
-  const CastConfig& cast = (*readers.begin())->layer->info().config.output.input;
-  auto casts_alike = [&](const LinearUnit* u) {
-    const CastConfig& mine = u->layer->info().config.output.input;
-    return u->selection.fp8 && mine.is_fp8() && mine.granularity == ScaleGranularity::kTensorwise &&
-           mine.scaling == ScalingMode::kDynamic && mine.format() == cast.format() &&
-           mine.pow2_scale == cast.pow2_scale && !u->layer->info().needs.input_in_backward;
-  };
-  if (!std::all_of(readers.begin(), readers.end(), casts_alike)) {
+  if (fp8 == nullptr) {
     return tp->all_gather(act_of(shard), act_of(full), static_cast<size_t>(local * dim) * act_bytes(t), false);
   }
-  if (shard_row_amax == nullptr) return absl::InternalError("gather_normed: an fp8 gather without row amaxes");
+  const CastConfig& cast = *fp8;
   float* amax = fp32_of(a.gather_scale);
   float* scale = amax + 1;
   float* inv_scale = amax + 2;
-  FP8_RETURN_IF_ERROR(backend->amax(MatrixRef{shard_row_amax, DType::kFloat32, local, 1}, Granularity::kTensorwise,
-                                    amax));
+  // From the row amaxes the op that made the shard wrote, or from the shard itself.
+  const MatrixRef measured = shard_row_amax != nullptr ? MatrixRef{shard_row_amax, DType::kFloat32, local, 1}
+                                                       : MatrixRef{act_of(shard), t, local, dim};
+  FP8_RETURN_IF_ERROR(backend->amax(measured, Granularity::kTensorwise, amax));
   FP8_RETURN_IF_ERROR(tp->max(amax, 1));
   FP8_RETURN_IF_ERROR(backend->compute_scales(amax, 1, cast.format(), cast.pow2_scale, scale, inv_scale));
   CastArgs c;
@@ -92,7 +113,7 @@ absl::Status TransformerBlock::forward_sequence_parallel(ModelOps& ops, const Ll
   // Attention: the norm on this rank's tokens, every token's normed values gathered.
   FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(in), fp32_of(attention_norm->value), local, c.dim, c.norm_eps,
                                           act_of(s.attn_in_shard), fp32_of(s.attn_inv_rms), t, fp32_of(a.cast_row_amax)));
-  FP8_RETURN_IF_ERROR(gather_normed(a, {&wq, &wk, &wv}, s.attn_in_shard, fp32_of(a.cast_row_amax), s.attn_in, t));
+  FP8_RETURN_IF_ERROR(gather_tokens(a, input_gather_cast({&wq, &wk, &wv}), s.attn_in_shard, fp32_of(a.cast_row_amax), s.attn_in, t));
   FP8_RETURN_IF_ERROR(wq.forward(s.attn_in, m, s.q, training));
   FP8_RETURN_IF_ERROR(wk.forward(s.attn_in, m, s.k, training));
   FP8_RETURN_IF_ERROR(wv.forward(s.attn_in, m, s.v, training));
@@ -109,7 +130,7 @@ absl::Status TransformerBlock::forward_sequence_parallel(ModelOps& ops, const Ll
   // Feed-forward, the same way.
   FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(s.mid), fp32_of(ffn_norm->value), local, c.dim, c.norm_eps,
                                           act_of(s.ffn_in_shard), fp32_of(s.ffn_inv_rms), t, fp32_of(a.cast_row_amax)));
-  FP8_RETURN_IF_ERROR(gather_normed(a, {&w1, &w3}, s.ffn_in_shard, fp32_of(a.cast_row_amax), s.ffn_in, t));
+  FP8_RETURN_IF_ERROR(gather_tokens(a, input_gather_cast({&w1, &w3}), s.ffn_in_shard, fp32_of(a.cast_row_amax), s.ffn_in, t));
   FP8_RETURN_IF_ERROR(w1.forward(s.ffn_in, m, s.gate, training));
   FP8_RETURN_IF_ERROR(w3.forward(s.ffn_in, m, s.up, training));
   row_amax = split_input_row_amax(w2, a.cast_row_amax);
@@ -127,19 +148,19 @@ absl::Status TransformerBlock::recompute_sequence_parallel(ModelOps& ops, const 
   const DType t = c.activations;
   const bool selective = c.checkpointing == ActivationCheckpointing::kSelective;
   // Only a reader whose backward reads its input needs the gathered values again, and for
-  // such readers the forward gathered them in high precision (gather_normed): no fp8 cast,
-  // no row amaxes.
+  // such readers the forward gathered them in high precision (input_gather_cast): no fp8
+  // cast, no row amaxes.
   const BlockInputsRead read = inputs_read_in_backward();
   if (selective) {
     FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(in), fp32_of(attention_norm->value), local, c.dim, c.norm_eps,
                                             act_of(s.attn_in_shard), fp32_of(s.attn_inv_rms), t));
   }
-  if (read.attn_in) FP8_RETURN_IF_ERROR(gather_normed(a, {&wq, &wk, &wv}, s.attn_in_shard, nullptr, s.attn_in, t));
+  if (read.attn_in) FP8_RETURN_IF_ERROR(gather_tokens(a, input_gather_cast({&wq, &wk, &wv}), s.attn_in_shard, nullptr, s.attn_in, t));
   if (selective) {
     FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(s.mid), fp32_of(ffn_norm->value), local, c.dim, c.norm_eps,
                                             act_of(s.ffn_in_shard), fp32_of(s.ffn_inv_rms), t));
   }
-  if (read.ffn_in) FP8_RETURN_IF_ERROR(gather_normed(a, {&w1, &w3}, s.ffn_in_shard, nullptr, s.ffn_in, t));
+  if (read.ffn_in) FP8_RETURN_IF_ERROR(gather_tokens(a, input_gather_cast({&w1, &w3}), s.ffn_in_shard, nullptr, s.ffn_in, t));
   if (!selective || !read.swiglu_out) return absl::OkStatus();
   return ops.swiglu_forward(act_of(s.gate), act_of(s.up), a.tokens_count() * c.local_ffn_dim(),
                             act_of(s.swiglu_out), t);
@@ -151,10 +172,10 @@ absl::Status TransformerBlock::backward_sequence_parallel(ModelOps& ops, const L
   const DType t = c.activations;
   const RopeShape q_rope{a.rows, a.seq, c.local_heads(), hd}, k_rope{a.rows, a.seq, c.local_kv_heads(), hd};
   const AttentionShape attention{a.rows, a.seq, c.local_heads(), c.local_kv_heads(), hd};
-  const size_t shard_bytes = static_cast<size_t>(local * c.dim) * act_bytes(t);
   constexpr Store kAdd = Store::kAccumulate, kWrite = Store::kOverwrite;
-  // The row-parallel layers read every token's gradient: gathered, their casts measure it.
-  FP8_RETURN_IF_ERROR(tp->all_gather(act_of(a.grad_hidden), act_of(a.grad_gathered), shard_bytes, false));
+  // The row-parallel layers read every token's gradient, gathered (as fp8 codes where both
+  // their GEMMs cast it per tensor); their casts measure it.
+  FP8_RETURN_IF_ERROR(gather_tokens(a, grad_gather_cast(w2), a.grad_hidden, nullptr, a.grad_gathered, t));
   FP8_RETURN_IF_ERROR(w2.backward(a.grad_gathered, &a.grad_ffn, kWrite));
   // The column-parallel layers' gradients are split along their rows, as without sequence
   // parallelism (transformer_block.cc): their row amaxes reduced across the ranks.
@@ -175,7 +196,7 @@ absl::Status TransformerBlock::backward_sequence_parallel(ModelOps& ops, const L
   FP8_RETURN_IF_ERROR(ops.rmsnorm_backward(act_of(s.mid), fp32_of(ffn_norm->value), fp32_of(s.ffn_inv_rms), act_of(a.grad_norm_shard),
                                            local, c.dim, act_of(a.grad_hidden), fp32_of(ffn_norm->grad), t, kAdd));
 
-  FP8_RETURN_IF_ERROR(tp->all_gather(act_of(a.grad_hidden), act_of(a.grad_gathered), shard_bytes, false));
+  FP8_RETURN_IF_ERROR(gather_tokens(a, grad_gather_cast(wo), a.grad_hidden, nullptr, a.grad_gathered, t));
   FP8_RETURN_IF_ERROR(wo.backward(a.grad_gathered, &a.grad_attn, kWrite));
   FP8_RETURN_IF_ERROR(ops.attention_backward(attention, act_of(s.q), act_of(s.k), act_of(s.v), act_of(s.attn_out),
                                              fp32_of(s.attn_lse), act_of(a.grad_attn), act_of(a.grad_q), act_of(a.grad_k),
