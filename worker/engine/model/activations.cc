@@ -29,28 +29,6 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
   for (Tensor& h : a.hidden) {
     FP8_ASSIGN_OR_RETURN(h, act({local, c.dim}));
   }
-  // Every tensor of a block once, for the blocks to share what they do not keep.
-  auto make_block = [&]() -> absl::StatusOr<BlockActivations> {
-    BlockActivations b;
-    FP8_ASSIGN_OR_RETURN(b.attn_inv_rms, f32({local}));
-    FP8_ASSIGN_OR_RETURN(b.attn_in, act({m, c.dim}));
-    FP8_ASSIGN_OR_RETURN(b.q, act({m, q_dim}));
-    FP8_ASSIGN_OR_RETURN(b.k, act({m, kv_dim}));
-    FP8_ASSIGN_OR_RETURN(b.v, act({m, kv_dim}));
-    FP8_ASSIGN_OR_RETURN(b.attn_out, act({m, q_dim}));
-    FP8_ASSIGN_OR_RETURN(b.attn_lse, f32({rows, c.local_heads(), seq}));
-    FP8_ASSIGN_OR_RETURN(b.mid, act({local, c.dim}));
-    FP8_ASSIGN_OR_RETURN(b.ffn_inv_rms, f32({local}));
-    FP8_ASSIGN_OR_RETURN(b.ffn_in, act({m, c.dim}));
-    FP8_ASSIGN_OR_RETURN(b.gate, act({m, c.local_ffn_dim()}));
-    FP8_ASSIGN_OR_RETURN(b.up, act({m, c.local_ffn_dim()}));
-    FP8_ASSIGN_OR_RETURN(b.swiglu_out, act({m, c.local_ffn_dim()}));
-    if (c.sequence_parallel) {
-      FP8_ASSIGN_OR_RETURN(b.attn_in_shard, act({local, c.dim}));
-      FP8_ASSIGN_OR_RETURN(b.ffn_in_shard, act({local, c.dim}));
-    }
-    return b;
-  };
   // What the GEMMs and the attention wrote, which the backward reads.
   auto keep_gemm_outputs = [&](BlockActivations& b) -> absl::Status {
     FP8_ASSIGN_OR_RETURN(b.q, act({m, q_dim}));
@@ -62,6 +40,21 @@ absl::StatusOr<Activations> Activations::create(const Device& device, const Llam
     FP8_ASSIGN_OR_RETURN(b.gate, act({m, c.local_ffn_dim()}));
     FP8_ASSIGN_OR_RETURN(b.up, act({m, c.local_ffn_dim()}));
     return absl::OkStatus();
+  };
+  // Every tensor of a block once, for the blocks to share what they do not keep.
+  auto make_block = [&]() -> absl::StatusOr<BlockActivations> {
+    BlockActivations b;
+    FP8_RETURN_IF_ERROR(keep_gemm_outputs(b));
+    FP8_ASSIGN_OR_RETURN(b.attn_inv_rms, f32({local}));
+    FP8_ASSIGN_OR_RETURN(b.attn_in, act({m, c.dim}));
+    FP8_ASSIGN_OR_RETURN(b.ffn_inv_rms, f32({local}));
+    FP8_ASSIGN_OR_RETURN(b.ffn_in, act({m, c.dim}));
+    FP8_ASSIGN_OR_RETURN(b.swiglu_out, act({m, c.local_ffn_dim()}));
+    if (c.sequence_parallel) {
+      FP8_ASSIGN_OR_RETURN(b.attn_in_shard, act({local, c.dim}));
+      FP8_ASSIGN_OR_RETURN(b.ffn_in_shard, act({local, c.dim}));
+    }
+    return b;
   };
   const ActivationCheckpointing keep = for_backward ? c.checkpointing : ActivationCheckpointing::kFull;
   a.blocks.resize(static_cast<size_t>(c.n_layers));
