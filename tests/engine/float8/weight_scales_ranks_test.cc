@@ -4,7 +4,9 @@
 // recipe's granularity (tensor, row, column, 128x128 block); the codes all-gathered from the
 // ranks' cast shards are, bit for bit, the whole weight cast by one process with them, for
 // the output GEMM and (transposed) for the grad_input GEMM. The blockwise weights' shards
-// are 128 rows and 192 rows a rank, so one block straddles two ranks.
+// are 128 rows and 192 rows a rank, so one block straddles two ranks. Below: the parts of a
+// weight split by tensor parallelism, placed in the whole.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -215,6 +217,115 @@ TEST_P(WeightScalesRanksTest, EveryRankCastsItsShardWithTheWholeWeightsScale) {
 INSTANTIATE_TEST_SUITE_P(Recipes, WeightScalesRanksTest,
                          ::testing::Values(v1::Fp8Spec::TENSORWISE, v1::Fp8Spec::DELAYED, v1::Fp8Spec::ROWWISE,
                                            v1::Fp8Spec::ROWWISE_WITH_GW_HP, v1::Fp8Spec::BLOCKWISE),
+                         [](const ::testing::TestParamInfo<v1::Fp8Spec::Recipe>& info) {
+                           return v1::Fp8Spec::Recipe_Name(info.param);
+                         });
+
+// Tensor parallelism beside FSDP: a layer computes with a part of a weight split across
+// ranks, by rows (column-parallel) or by columns (row-parallel), and its scales must be the
+// whole weight's. Each part is placed in the whole (Fp8WeightScales::Shard's first_row,
+// part_first_row, first_col), and MAX over the parts' amaxes gives every part the whole
+// weight's: bind() then hands each part its rows' or columns' scales, and cast_shard() the
+// codes one process casts for those rows or columns. The two parts live in one process
+// here; the MAX is taken by hand across their buffers.
+class PlacedPartsTest : public ::testing::TestWithParam<v1::Fp8Spec::Recipe> {};
+
+TEST_P(PlacedPartsTest, EachPartTakesTheWholeWeightsScales) {
+  absl::StatusOr<Float8LinearConfig> config = recipe_config(GetParam(), 4);
+  ASSERT_TRUE(config.ok()) << config.status();
+  constexpr int64_t kRows = 32, kCols = 48;
+  constexpr int kParts = 2;
+  const std::vector<float> whole = whole_weight(1, {kRows, kCols});
+  for (int axis : {0, 1}) {
+    SCOPED_TRACE(axis == 0 ? "split by rows" : "split by columns");
+    const int64_t rows = axis == 0 ? kRows / kParts : kRows, cols = axis == 1 ? kCols / kParts : kCols;
+    std::vector<std::unique_ptr<Float8Linear>> layers;
+    std::vector<std::unique_ptr<Fp8WeightScales>> scales;
+    std::vector<float*> values;
+    for (int t = 0; t < kParts; ++t) {
+      absl::StatusOr<std::unique_ptr<Float8Linear>> layer = Float8Linear::create(backend(), cols, rows, *config);
+      ASSERT_TRUE(layer.ok()) << layer.status();
+      layers.push_back(std::move(*layer));
+      std::vector<float> part(static_cast<size_t>(rows * cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t k = 0; k < cols; ++k) {
+          const int64_t wr = axis == 0 ? t * rows + r : r, wc = axis == 1 ? t * cols + k : k;
+          part[static_cast<size_t>(r * cols + k)] = whole[static_cast<size_t>(wr * kCols + wc)];
+        }
+      }
+      values.push_back(upload(part));
+      Fp8WeightScales::Shard shard{layers.back().get(), rows, cols};
+      if (axis == 0) {
+        shard.first_row = shard.part_first_row = t * rows;
+        shard.padded_rows = kRows;
+      } else {
+        shard.first_col = t * cols;
+        shard.padded_cols = kCols;
+      }
+      absl::StatusOr<std::unique_ptr<Fp8WeightScales>> made = Fp8WeightScales::create(backend(), {shard});
+      ASSERT_TRUE(made.ok()) << made.status();
+      scales.push_back(std::move(*made));
+    }
+    // Part 0's amaxes as measured, then part 1's MAX with them, then part 0's with those.
+    // (The CPU backend's memory is the host's.)
+    std::vector<float> other;
+    auto keep = [&](float* v, int64_t n) {
+      other.assign(v, v + n);
+      return absl::OkStatus();
+    };
+    auto max_with_other = [&](float* v, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) v[i] = std::max(other[static_cast<size_t>(i)], v[i]);
+      return keep(v, n);
+    };
+    ASSERT_TRUE(scales[0]->refresh({values[0]}, false, keep).ok());
+    ASSERT_TRUE(scales[1]->refresh({values[1]}, false, max_with_other).ok());
+    ASSERT_TRUE(scales[0]->refresh({values[0]}, false, max_with_other).ok());
+
+    const Float8LinearNeeds& needs = layers[0]->info().needs;
+    absl::StatusOr<Cast> want = quantize_whole(whole, kRows, kCols, needs.weight_output);
+    absl::StatusOr<Cast> want_gi = quantize_whole(whole, kRows, kCols, needs.weight_grad_input);
+    ASSERT_TRUE(want.ok() && want_gi.ok());
+    // Where a part's scales and codes lie in the whole cast's.
+    auto part_of_scales = [&](const std::vector<float>& all, const Fp8WeightCast& cast, int t) {
+      if (cast.granularity == Granularity::kTensorwise) return all;
+      const bool by_rows = cast.granularity == Granularity::kRowwise;
+      const int64_t n = by_rows ? rows : cols, at = by_rows ? (axis == 0 ? t * rows : 0) : (axis == 1 ? t * cols : 0);
+      return std::vector<float>(all.begin() + at, all.begin() + at + n);
+    };
+    auto part_of_codes = [&](const std::vector<uint8_t>& all, int t) {
+      std::vector<uint8_t> part(static_cast<size_t>(rows * cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t k = 0; k < cols; ++k) {
+          const int64_t wr = axis == 0 ? t * rows + r : r, wc = axis == 1 ? t * cols + k : k;
+          part[static_cast<size_t>(r * cols + k)] = all[static_cast<size_t>(wr * kCols + wc)];
+        }
+      }
+      return part;
+    };
+    for (int t = 0; t < kParts; ++t) {
+      SCOPED_TRACE(absl::StrCat("part ", t));
+      const Fp8Weight bound = scales[t]->bind(0);
+      const std::vector<float> out_want = part_of_scales(want->scales, needs.weight_output, t);
+      EXPECT_EQ(scale_bits(download(bound.output.scale, out_want.size())), scale_bits(out_want));
+      const std::vector<float> gi_want = part_of_scales(want_gi->scales, needs.weight_grad_input, t);
+      EXPECT_EQ(scale_bits(download(bound.grad_input.scale, gi_want.size())), scale_bits(gi_want));
+      uint8_t* codes = upload(std::vector<uint8_t>(static_cast<size_t>(rows * cols)));
+      uint8_t* codes_gi = upload(std::vector<uint8_t>(static_cast<size_t>(rows * cols)));
+      ASSERT_TRUE(scales[t]->cast_shard(0, values[t], codes, codes_gi).ok());
+      EXPECT_EQ(download(codes, static_cast<size_t>(rows * cols)), part_of_codes(want->codes, t));
+      if (scales[t]->has_grad_input_codes(0)) {
+        EXPECT_EQ(download(codes_gi, static_cast<size_t>(rows * cols)), part_of_codes(want_gi->codes, t));
+      }
+      backend().deallocate(codes);
+      backend().deallocate(codes_gi);
+    }
+    for (float* p : values) backend().deallocate(p);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, PlacedPartsTest,
+                         ::testing::Values(v1::Fp8Spec::TENSORWISE, v1::Fp8Spec::ROWWISE,
+                                           v1::Fp8Spec::ROWWISE_WITH_GW_HP),
                          [](const ::testing::TestParamInfo<v1::Fp8Spec::Recipe>& info) {
                            return v1::Fp8Spec::Recipe_Name(info.param);
                          });
