@@ -10,6 +10,8 @@
 // for bit (every collective gives every rank the same bits).
 #include <algorithm>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -447,6 +449,27 @@ TEST_F(TensorParallelTrainingTest, AStopOnOneRankStopsBothAfterTheSameStep) {
     EXPECT_EQ(r.steps.back().step, 4);  // step 3's vote, read in step 4
   }
   expect_bit_equal(outcome[0], outcome[1]);
+}
+
+// Rank 0 writes the checkpoint, gathering each record as it writes it; a write that fails
+// still takes part in the gathers the others make, so every rank of a 2 x 2 mesh fails at
+// once, rank 0 naming what failed, none waiting out the collective timeout.
+TEST_F(TensorParallelTrainingTest, AFailedCheckpointWriteFailsEveryRankAtOnce) {
+  const std::filesystem::path file = dir_.path() / "a-file";
+  std::ofstream(file) << "not a directory\n";
+  const auto outcome = ranks(job({"fp8.recipe=tensorwise", "train.steps=4", "checkpoint.every=2",
+                                  "train.collective_timeout_seconds=60", "checkpoint.dir=" + (file / "ckpt").string()},
+                                 2, 2));
+  ASSERT_EQ(outcome.size(), 4u);
+  EXPECT_FALSE(outcome[0].ok);
+  EXPECT_NE(outcome[0].error.find("Not a directory"), std::string::npos) << outcome[0].error;
+  for (size_t k = 0; k < outcome.size(); ++k) {
+    EXPECT_FALSE(outcome[k].ok);
+    if (k > 0) {
+      EXPECT_NE(outcome[k].error.find("writing checkpoint step 2"), std::string::npos) << outcome[k].error;
+    }
+    EXPECT_LT(outcome[k].seconds, 30);
+  }
 }
 
 // The engine refuses what it cannot split, whatever the job loader let through.

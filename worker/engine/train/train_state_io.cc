@@ -48,6 +48,19 @@ absl::Status check_seed(const checkpoint::ShardReader& r, const char* record, ui
 
 }  // namespace
 
+std::vector<WholeRecord> whole_records(const ParameterSet& params) {
+  // The order the records have always had in a checkpoint: every parameter, then the
+  // moments parameter by parameter.
+  std::vector<WholeRecord> records;
+  const auto& all = params.all();
+  for (size_t i = 0; i < all.size(); ++i) records.push_back({"params/" + all[i].name, i, WholeRecord::kValue});
+  for (size_t i = 0; i < all.size(); ++i) {
+    records.push_back({"optim/exp_avg/" + all[i].name, i, WholeRecord::kExpAvg});
+    records.push_back({"optim/exp_avg_sq/" + all[i].name, i, WholeRecord::kExpAvgSq});
+  }
+  return records;
+}
+
 absl::Status write_train_state(checkpoint::ShardWriter& w, const TrainStateRefs& s) {
   const v1::JobSpec& spec = *s.spec;
   FP8_RETURN_IF_ERROR(w.set_metadata("job", spec.name()));
@@ -68,17 +81,13 @@ absl::Status write_train_state(checkpoint::ShardWriter& w, const TrainStateRefs&
   const auto& params = s.params->all();
   if (s.whole != nullptr) {
     const WholeTensors& whole = *s.whole;
-    if (whole.shapes.size() != params.size() || whole.values.size() != params.size() ||
-        whole.exp_avg.size() != params.size() || whole.exp_avg_sq.size() != params.size()) {
+    if (whole.shapes.size() != params.size() || !whole.source) {
       return absl::InvalidArgumentError("write_train_state: whole tensors do not match the parameters");
     }
-    auto shape = [&](size_t i) { return Shape(whole.shapes[i].begin(), whole.shapes[i].end()); };
-    for (size_t i = 0; i < params.size(); ++i) {
-      FP8_RETURN_IF_ERROR(w.write_tensor<float>("params/" + params[i].name, whole.values[i], shape(i)));
-    }
-    for (size_t i = 0; i < params.size(); ++i) {
-      FP8_RETURN_IF_ERROR(w.write_tensor<float>("optim/exp_avg/" + params[i].name, whole.exp_avg[i], shape(i)));
-      FP8_RETURN_IF_ERROR(w.write_tensor<float>("optim/exp_avg_sq/" + params[i].name, whole.exp_avg_sq[i], shape(i)));
+    for (const WholeRecord& record : whole_records(*s.params)) {
+      FP8_ASSIGN_OR_RETURN(const std::vector<float> values, whole.source(record));
+      const TensorShape& shape = whole.shapes[record.param];
+      FP8_RETURN_IF_ERROR(w.write_tensor<float>(record.name, values, Shape(shape.begin(), shape.end())));
     }
   } else {
     for (const Parameter& p : params) FP8_RETURN_IF_ERROR(write_tensor(w, "params/" + p.name, p.value));

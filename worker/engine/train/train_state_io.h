@@ -18,10 +18,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "fp8/v1/job.pb.h"
 #include "worker/engine/checkpoint/shard_reader.h"
 #include "worker/engine/checkpoint/shard_writer.h"
@@ -39,12 +42,21 @@ inline constexpr std::string_view kModelSpecMetadata = "model.spec";
 // `params` the optimizer trains: 1-D shards named as the parameters), and its own copy of
 // the rest, which is the same on every rank.
 //
-// Under tensor parallelism the parameter-shaped records are written whole (WholeTensors),
-// put together from every rank's part, so that the checkpoint is one process's.
+// Under tensor parallelism the parameter-shaped records are written whole, put together
+// from every rank's parts, so that the checkpoint is one process's. Each comes from a
+// WholeSource when the writer reaches it, in whole_records' order, which every rank follows
+// (each record is a collective), so that the writer holds one at a time.
+struct WholeRecord {
+  enum Kind { kValue, kExpAvg, kExpAvgSq };
+  std::string name;  // "params/…", "optim/exp_avg/…", "optim/exp_avg_sq/…"
+  size_t param = 0;  // its trained parameter
+  Kind kind = kValue;
+};
+std::vector<WholeRecord> whole_records(const ParameterSet& params);
 struct WholeTensors {
-  // Per trained parameter, in order: its whole shape, values and AdamW moments (host).
-  std::vector<TensorShape> shapes;
-  std::vector<std::vector<float>> values, exp_avg, exp_avg_sq;
+  std::vector<TensorShape> shapes;  // per trained parameter, in order: its whole shape
+  // The record's whole values (host).
+  std::function<absl::StatusOr<std::vector<float>>(const WholeRecord&)> source;
 };
 
 struct TrainStateRefs {

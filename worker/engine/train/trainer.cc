@@ -571,39 +571,34 @@ absl::StatusOr<std::filesystem::path> Trainer::save_sharded_checkpoint() {
 
 // Every rank puts the split parameters and moments together (an all-gather each); rank 0
 // writes them whole, as one process's checkpoint, which a job of any world size or mesh
-// resumes from (each rank cutting its part again). Rank 0 holds the whole model on the host
-// while it is written; the others one tensor at a time.
+// resumes from (each rank cutting its part again). The writer gathers each record as it
+// writes it, holding one at a time; the others gather in the same order and drop them.
 absl::StatusOr<std::filesystem::path> Trainer::save_tensor_parallel_checkpoint() {
   const std::string& dir = spec_.checkpoint().dir();
   const int64_t step = optimizer_->steps_taken();
-  WholeTensors whole;
   const auto& params = trained_->all();
   const std::vector<TensorShape> parts = fsdp_ ? fsdp_->full_shapes() : std::vector<TensorShape>{};
-  // Under FSDP the shards of this rank's part come together first, across the data-parallel ranks.
-  auto whole_of = [&](const Tensor& t, size_t i) -> absl::StatusOr<std::vector<float>> {
-    const Parameter& p = params[i];
-    if (!fsdp_) return tensor_parallel_->whole(t, p.split);
-    FP8_ASSIGN_OR_RETURN(std::vector<float> part, fsdp_->gather_whole(t, i));
-    return tensor_parallel_->whole(std::move(part), parts.at(i), p.split, model_->device());
-  };
-  const bool writes = tensor_parallel_->rank() == 0 && rank() == 0;
-  // Every rank takes part in each gather; only the writer keeps what it gathered.
-  auto gather_into = [&](std::vector<std::vector<float>>& kept, const Tensor& t, size_t i) -> absl::Status {
-    FP8_ASSIGN_OR_RETURN(std::vector<float> values, whole_of(t, i));
-    if (writes) kept.push_back(std::move(values));
-    return absl::OkStatus();
-  };
+  WholeTensors whole;
   for (size_t i = 0; i < params.size(); ++i) {
     // The whole model's shape: this rank's part times the ranks along the split axis.
     TensorShape shape = fsdp_ ? parts.at(i) : params[i].shape;
     if (params[i].split.split()) shape.at(static_cast<size_t>(params[i].split.axis)) *= params[i].split.parts;
     whole.shapes.push_back(shape);
-    FP8_RETURN_IF_ERROR(gather_into(whole.values, params[i].value, i));
-    FP8_RETURN_IF_ERROR(gather_into(whole.exp_avg, optimizer_->first_moment(i), i));
-    FP8_RETURN_IF_ERROR(gather_into(whole.exp_avg_sq, optimizer_->second_moment(i), i));
   }
+  const std::vector<WholeRecord> records = whole_records(*trained_);
+  size_t gathered = 0;
+  // Under FSDP the shards of this rank's part come together first, across the data-parallel ranks.
+  whole.source = [&](const WholeRecord& r) -> absl::StatusOr<std::vector<float>> {
+    ++gathered;
+    const Tensor& t = r.kind == WholeRecord::kValue    ? params[r.param].value
+                      : r.kind == WholeRecord::kExpAvg ? optimizer_->first_moment(r.param)
+                                                       : optimizer_->second_moment(r.param);
+    if (!fsdp_) return tensor_parallel_->whole(t, params[r.param].split);
+    FP8_ASSIGN_OR_RETURN(std::vector<float> part, fsdp_->gather_whole(t, r.param));
+    return tensor_parallel_->whole(std::move(part), parts.at(r.param), params[r.param].split, model_->device());
+  };
   absl::Status written;
-  if (writes) {
+  if (tensor_parallel_->rank() == 0 && rank() == 0) {
     TrainStateRefs refs = state_refs();
     refs.whole = &whole;
     written = checkpoint::save_single_process_checkpoint(dir, step, [&](checkpoint::ShardWriter& w) {
@@ -611,6 +606,15 @@ absl::StatusOr<std::filesystem::path> Trainer::save_tensor_parallel_checkpoint()
               }).status();
     const int keep = spec_.checkpoint().keep();
     if (written.ok() && keep > 0) written = checkpoint::prune_checkpoints(dir, keep).status();
+  }
+  // The other ranks' gathers, and the writer's it never reached (a write that failed): no
+  // rank waits on a peer that stopped gathering.
+  for (size_t i = gathered; i < records.size(); ++i) {
+    const absl::Status s = whole.source(records[i]).status();
+    if (!s.ok()) {
+      if (written.ok()) written = s;
+      break;
+    }
   }
   // Nobody goes on (or reports the checkpoint) before rank 0 committed it.
   const absl::Status agreed = agree(written.ok(), step, absl::StrCat("writing checkpoint step ", step).c_str());
