@@ -4,7 +4,8 @@
 // adds run on them, and
 //   norm → all-gather → column-parallel layers … row-parallel layer → reduce-scatter → + residual
 // In the backward the gradients mirror it: grad_hidden is all-gathered for the row-parallel
-// layer (in fp8 where it casts it per tensor, as the forward's inputs), and the column-parallel layers' input gradients, each rank's share of the sum, are
+// layer (as fp8 codes where it casts it per tensor, like the forward's inputs), and the
+// column-parallel layers' input gradients, each rank's share of the sum, are
 // reduce-scattered back to the tokens (the sum and the split in one collective).
 #include "worker/engine/model/transformer_block.h"
 
@@ -31,13 +32,13 @@ absl::Status reduce_row_amax(TensorParallelComm& tp, float* row_amax, int64_t ro
   return row_amax == nullptr ? absl::OkStatus() : tp.max(row_amax, rows);
 }
 
-// The cast the readers of a gathered tensor share where every one of them casts it to fp8
-// per tensor, dynamically, alike, and reads it only so (no high-precision GEMM reads it
-// as stored): the gather may then move its codes. Null otherwise.
 bool per_tensor_dynamic(const CastConfig& c) {
   return c.is_fp8() && c.granularity == ScaleGranularity::kTensorwise && c.scaling == ScalingMode::kDynamic;
 }
 
+// The cast the readers of a gathered tensor share where every one of them casts it to fp8
+// per tensor, dynamically, alike, and reads it only so (no high-precision GEMM reads it
+// as stored): the gather may then move its codes. Null otherwise.
 const CastConfig* input_gather_cast(std::initializer_list<const LinearUnit*> readers) {
   const CastConfig& first = (*readers.begin())->layer->info().config.output.input;
   for (const LinearUnit* u : readers) {
@@ -113,7 +114,8 @@ absl::Status TransformerBlock::forward_sequence_parallel(ModelOps& ops, const Ll
   // Attention: the norm on this rank's tokens, every token's normed values gathered.
   FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(in), fp32_of(attention_norm->value), local, c.dim, c.norm_eps,
                                           act_of(s.attn_in_shard), fp32_of(s.attn_inv_rms), t, fp32_of(a.cast_row_amax)));
-  FP8_RETURN_IF_ERROR(gather_tokens(a, input_gather_cast({&wq, &wk, &wv}), s.attn_in_shard, fp32_of(a.cast_row_amax), s.attn_in, t));
+  FP8_RETURN_IF_ERROR(gather_tokens(a, input_gather_cast({&wq, &wk, &wv}), s.attn_in_shard, fp32_of(a.cast_row_amax),
+                                    s.attn_in, t));
   FP8_RETURN_IF_ERROR(wq.forward(s.attn_in, m, s.q, training));
   FP8_RETURN_IF_ERROR(wk.forward(s.attn_in, m, s.k, training));
   FP8_RETURN_IF_ERROR(wv.forward(s.attn_in, m, s.v, training));
@@ -130,7 +132,8 @@ absl::Status TransformerBlock::forward_sequence_parallel(ModelOps& ops, const Ll
   // Feed-forward, the same way.
   FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(s.mid), fp32_of(ffn_norm->value), local, c.dim, c.norm_eps,
                                           act_of(s.ffn_in_shard), fp32_of(s.ffn_inv_rms), t, fp32_of(a.cast_row_amax)));
-  FP8_RETURN_IF_ERROR(gather_tokens(a, input_gather_cast({&w1, &w3}), s.ffn_in_shard, fp32_of(a.cast_row_amax), s.ffn_in, t));
+  FP8_RETURN_IF_ERROR(
+      gather_tokens(a, input_gather_cast({&w1, &w3}), s.ffn_in_shard, fp32_of(a.cast_row_amax), s.ffn_in, t));
   FP8_RETURN_IF_ERROR(w1.forward(s.ffn_in, m, s.gate, training));
   FP8_RETURN_IF_ERROR(w3.forward(s.ffn_in, m, s.up, training));
   row_amax = split_input_row_amax(w2, a.cast_row_amax);
@@ -155,12 +158,16 @@ absl::Status TransformerBlock::recompute_sequence_parallel(ModelOps& ops, const 
     FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(in), fp32_of(attention_norm->value), local, c.dim, c.norm_eps,
                                             act_of(s.attn_in_shard), fp32_of(s.attn_inv_rms), t));
   }
-  if (read.attn_in) FP8_RETURN_IF_ERROR(gather_tokens(a, input_gather_cast({&wq, &wk, &wv}), s.attn_in_shard, nullptr, s.attn_in, t));
+  if (read.attn_in) {
+    FP8_RETURN_IF_ERROR(gather_tokens(a, input_gather_cast({&wq, &wk, &wv}), s.attn_in_shard, nullptr, s.attn_in, t));
+  }
   if (selective) {
     FP8_RETURN_IF_ERROR(ops.rmsnorm_forward(act_of(s.mid), fp32_of(ffn_norm->value), local, c.dim, c.norm_eps,
                                             act_of(s.ffn_in_shard), fp32_of(s.ffn_inv_rms), t));
   }
-  if (read.ffn_in) FP8_RETURN_IF_ERROR(gather_tokens(a, input_gather_cast({&w1, &w3}), s.ffn_in_shard, nullptr, s.ffn_in, t));
+  if (read.ffn_in) {
+    FP8_RETURN_IF_ERROR(gather_tokens(a, input_gather_cast({&w1, &w3}), s.ffn_in_shard, nullptr, s.ffn_in, t));
+  }
   if (!selective || !read.swiglu_out) return absl::OkStatus();
   return ops.swiglu_forward(act_of(s.gate), act_of(s.up), a.tokens_count() * c.local_ffn_dim(),
                             act_of(s.swiglu_out), t);
