@@ -67,21 +67,27 @@ absl::Status TensorParallelGroup::all_reduce(std::span<double> values, collectiv
 }
 
 absl::StatusOr<std::vector<float>> TensorParallelGroup::whole(const Tensor& part, const ParameterSplit& split) {
-  FP8_ASSIGN_OR_RETURN(std::vector<float> values, part.download<float>());
-  return whole(std::move(values), part.shape(), split, part.device());
+  if (!split.split()) return part.download<float>();
+  return whole_of_device_part(part, part.shape(), split);
 }
 
 absl::StatusOr<std::vector<float>> TensorParallelGroup::whole(std::vector<float> part, const TensorShape& shape,
                                                               const ParameterSplit& split, const Device& device) {
   if (!split.split()) return part;
-  const auto elements = static_cast<int64_t>(part.size());
-  const size_t bytes = part.size() * sizeof(float);
   // Through the device's memory: NCCL gathers device buffers.
-  FP8_ASSIGN_OR_RETURN(Tensor mine, Tensor::empty(device, ElementType::kFloat32, {elements}));
+  FP8_ASSIGN_OR_RETURN(Tensor mine, Tensor::empty(device, ElementType::kFloat32, {static_cast<int64_t>(part.size())}));
   FP8_RETURN_IF_ERROR(mine.upload<float>(part));
-  FP8_ASSIGN_OR_RETURN(Tensor gathered, Tensor::empty(device, ElementType::kFloat32, {size() * elements}));
+  return whole_of_device_part(mine, shape, split);
+}
+
+absl::StatusOr<std::vector<float>> TensorParallelGroup::whole_of_device_part(const Tensor& part,
+                                                                             const TensorShape& shape,
+                                                                             const ParameterSplit& split) {
+  const int64_t elements = part.numel();
+  const size_t bytes = static_cast<size_t>(elements) * sizeof(float);
+  FP8_ASSIGN_OR_RETURN(Tensor gathered, Tensor::empty(part.device(), ElementType::kFloat32, {size() * elements}));
   FP8_RETURN_IF_ERROR(timed(static_cast<int64_t>(bytes) * size(),
-                            [&] { return group_.all_gather(mine.raw(), gathered.raw(), bytes); }, false));
+                            [&] { return group_.all_gather(part.raw(), gathered.raw(), bytes); }, false));
   FP8_ASSIGN_OR_RETURN(std::vector<float> parts, gathered.download<float>());
   if (split.axis == 0) return parts;  // rank r's rows follow rank r - 1's
   // Rank r holds columns [r · cols, (r + 1) · cols) of every row.

@@ -85,6 +85,9 @@ class TensorParallelGroup final : public TensorParallelComm {
     return s.ok() ? s : named(s);
   }
   absl::Status named(const absl::Status& s) const;
+  // whole() of a part in the device's memory, gathered from there (`shape`: the part's).
+  absl::StatusOr<std::vector<float>> whole_of_device_part(const Tensor& part, const TensorShape& shape,
+                                                          const ParameterSplit& split);
 
   collectives::ProcessGroup& group_;
   int first_world_rank_ = 0;
