@@ -55,7 +55,7 @@ struct TransformerBlock {
   absl::Status recompute_sequence_parallel(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& s,
                                            const Tensor& in) const;
   // This rank's tokens of a tensor all-gathered into `full`: as fp8 codes cast per `fp8`
-  // (null: as stored), the amax from shard_row_amax where not null.
+  // (null: as stored), the amax from the shard's row amaxes.
   absl::Status gather_tokens(Activations& a, const CastConfig* fp8, const Tensor& shard, const float* shard_row_amax,
                              const Tensor& full, DType t) const;
 

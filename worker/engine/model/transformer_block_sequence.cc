@@ -4,8 +4,7 @@
 // adds run on them, and
 //   norm → all-gather → column-parallel layers … row-parallel layer → reduce-scatter → + residual
 // In the backward the gradients mirror it: grad_hidden is all-gathered for the row-parallel
-// layer (as fp8 codes where it casts it per tensor, like the forward's inputs), and the
-// column-parallel layers' input gradients, each rank's share of the sum, are
+// layer, and the column-parallel layers' input gradients, each rank's share of the sum, are
 // reduce-scattered back to the tokens (the sum and the split in one collective).
 #include "worker/engine/model/transformer_block.h"
 
@@ -51,20 +50,10 @@ const CastConfig* input_gather_cast(std::initializer_list<const LinearUnit*> rea
   return &first;
 }
 
-// A row-parallel layer's gradient: both GEMMs that read it cast it (so neither reads it
-// as stored), alike.
-const CastConfig* grad_gather_cast(const LinearUnit& reader) {
-  const Float8LinearConfig& c = reader.layer->info().config;
-  const CastConfig &for_input = c.grad_input.grad_output, &for_weight = c.grad_weight.grad_output;
-  if (!reader.selection.fp8 || !per_tensor_dynamic(for_input) || !(for_weight == for_input)) return nullptr;
-  return &for_input;
-}
-
 }  // namespace
 
-// With a cast (input_gather_cast, grad_gather_cast) each rank casts its tokens with the
-// whole tensor's scale (from the ranks' largest amax) and the codes travel, one byte an
-// element; `full` holds their values, decoded, which the readers cast again to the very same
+// With a cast (input_gather_cast) each rank casts its tokens with the whole tensor's scale
+// (from the ranks' largest row amax) and the codes travel, one byte an element; `full` holds their values, decoded, which the readers cast again to the very same
 // codes (each is a code times the inverse scale: rescaled it rounds back to itself).
 // Otherwise the values travel as they are, as one process's readers read them.
 absl::Status TransformerBlock::gather_tokens(Activations& a, const CastConfig* fp8, const Tensor& shard,
@@ -73,14 +62,13 @@ absl::Status TransformerBlock::gather_tokens(Activations& a, const CastConfig* f
   if (fp8 == nullptr) {
     return tp->all_gather(act_of(shard), act_of(full), static_cast<size_t>(local * dim) * act_bytes(t), false);
   }
+  if (shard_row_amax == nullptr) return absl::InternalError("gather_tokens: an fp8 gather without row amaxes");
   const CastConfig& cast = *fp8;
   float* amax = fp32_of(a.gather_scale);
   float* scale = amax + 1;
   float* inv_scale = amax + 2;
-  // From the row amaxes the op that made the shard wrote, or from the shard itself.
-  const MatrixRef measured = shard_row_amax != nullptr ? MatrixRef{shard_row_amax, DType::kFloat32, local, 1}
-                                                       : MatrixRef{act_of(shard), t, local, dim};
-  FP8_RETURN_IF_ERROR(backend->amax(measured, Granularity::kTensorwise, amax));
+  FP8_RETURN_IF_ERROR(backend->amax(MatrixRef{shard_row_amax, DType::kFloat32, local, 1}, Granularity::kTensorwise,
+                                    amax));
   FP8_RETURN_IF_ERROR(tp->max(amax, 1));
   FP8_RETURN_IF_ERROR(backend->compute_scales(amax, 1, cast.format(), cast.pow2_scale, scale, inv_scale));
   CastArgs c;
@@ -179,10 +167,11 @@ absl::Status TransformerBlock::backward_sequence_parallel(ModelOps& ops, const L
   const DType t = c.activations;
   const RopeShape q_rope{a.rows, a.seq, c.local_heads(), hd}, k_rope{a.rows, a.seq, c.local_kv_heads(), hd};
   const AttentionShape attention{a.rows, a.seq, c.local_heads(), c.local_kv_heads(), hd};
+  const size_t shard_bytes = static_cast<size_t>(local * c.dim) * act_bytes(t);
   constexpr Store kAdd = Store::kAccumulate, kWrite = Store::kOverwrite;
-  // The row-parallel layers read every token's gradient, gathered (as fp8 codes where both
-  // their GEMMs cast it per tensor); their casts measure it.
-  FP8_RETURN_IF_ERROR(gather_tokens(a, grad_gather_cast(w2), a.grad_hidden, nullptr, a.grad_gathered, t));
+  // The row-parallel layers read every token's gradient: gathered, their casts measure it.
+  // (In high precision: as fp8 codes it measured no faster end to end; bench/RESULTS.md.)
+  FP8_RETURN_IF_ERROR(tp->all_gather(act_of(a.grad_hidden), act_of(a.grad_gathered), shard_bytes, false));
   FP8_RETURN_IF_ERROR(w2.backward(a.grad_gathered, &a.grad_ffn, kWrite));
   // The column-parallel layers' gradients are split along their rows, as without sequence
   // parallelism (transformer_block.cc): their row amaxes reduced across the ranks.
@@ -203,7 +192,7 @@ absl::Status TransformerBlock::backward_sequence_parallel(ModelOps& ops, const L
   FP8_RETURN_IF_ERROR(ops.rmsnorm_backward(act_of(s.mid), fp32_of(ffn_norm->value), fp32_of(s.ffn_inv_rms), act_of(a.grad_norm_shard),
                                            local, c.dim, act_of(a.grad_hidden), fp32_of(ffn_norm->grad), t, kAdd));
 
-  FP8_RETURN_IF_ERROR(gather_tokens(a, grad_gather_cast(wo), a.grad_hidden, nullptr, a.grad_gathered, t));
+  FP8_RETURN_IF_ERROR(tp->all_gather(act_of(a.grad_hidden), act_of(a.grad_gathered), shard_bytes, false));
   FP8_RETURN_IF_ERROR(wo.backward(a.grad_gathered, &a.grad_attn, kWrite));
   FP8_RETURN_IF_ERROR(ops.attention_backward(attention, act_of(s.q), act_of(s.k), act_of(s.v), act_of(s.attn_out),
                                              fp32_of(s.attn_lse), act_of(a.grad_attn), act_of(a.grad_q), act_of(a.grad_k),
