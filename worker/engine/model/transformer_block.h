@@ -29,7 +29,8 @@ struct TransformerBlock {
   // same bits as the forward made: kFull runs forward() once more (with `training`, so the
   // fp8 layers keep their casts and delayed scaling records this micro-batch's amaxes
   // then, and only then: the first forward ran without); kSelective runs the norms and
-  // SwiGLU's product on the kept GEMM outputs. Nothing for kNone.
+  // SwiGLU's product on the kept GEMM outputs. Nothing for kNone, but under sequence
+  // parallelism the gathers of kept shards a backward reads.
   absl::Status recompute(ModelOps& ops, const LlamaConfig& c, Activations& a, BlockActivations& saved,
                          const Tensor& in, Tensor& out) const;
   // The first forward of a training pass keeps what the block's backward would read, unless
