@@ -81,9 +81,8 @@
 // trains the same global batch: the job's train.batch_size is a rank's at T = 1, and each
 // group of T ranks (which train the same sequences) takes T times that. fp8.all_gather_fp8 is
 // --all-gather-fp8's (both: the job's) at every T, turned off where the job spec
-// refuses it (at D = 1 there is nothing to gather; beside tensor parallelism weights cast
-// per row or column gather in high precision), with the reason printed. Printed per setting:
-// tokens/s and the ratio to the first, FSDP's bytes, comm and exposed ms, and the
+// refuses it (at D = 1 there is nothing to gather), with the reason printed. Printed per
+// setting: tokens/s and the ratio to the first, FSDP's bytes, comm and exposed ms, and the
 // tensor-parallel collectives' all-reduce count, bytes (sequence parallelism's by kind) and
 // time per step (on the compute thread: all exposed).
 //
