@@ -225,6 +225,12 @@ absl::Status ProfilingModelOps::attention_backward(const AttentionShape& shape, 
     return inner_.attention_backward(shape, q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v, act);
   });
 }
+absl::Status ProfilingModelOps::kv_cache_attention_forward(const KvCacheAttentionShape& shape, const void* q,
+                                                           const void* k_cache, const void* v_cache, void* out,
+                                                           DType act) {
+  return p_.run("attention over a KV cache",
+                [&] { return inner_.kv_cache_attention_forward(shape, q, k_cache, v_cache, out, act); });
+}
 absl::Status ProfilingModelOps::swiglu_forward(const void* gate, const void* up, int64_t n, void* out, DType act,
                                                const RowAmaxes& row_amax) {
   return p_.run("SwiGLU forward", [&] { return inner_.swiglu_forward(gate, up, n, out, act, row_amax); });

@@ -150,6 +150,8 @@ class ProfilingModelOps final : public ModelOps {
   absl::Status attention_backward(const AttentionShape& shape, const void* q, const void* k, const void* v,
                                   const void* out, const float* lse, const void* grad_out, void* grad_q, void* grad_k,
                                   void* grad_v, DType act) override;
+  absl::Status kv_cache_attention_forward(const KvCacheAttentionShape& shape, const void* q, const void* k_cache,
+                                          const void* v_cache, void* out, DType act) override;
   absl::Status swiglu_forward(const void* gate, const void* up, int64_t n, void* out, DType act,
                               const RowAmaxes& row_amax) override;
   absl::Status swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n, void* grad_gate,

@@ -12,6 +12,7 @@
 #include "fp8/model_ops.h"
 #include "ops/adamw.h"
 #include "ops/attention.h"
+#include "ops/kv_cache_attention.h"
 #include "ops/bf16_staging.h"
 #include "ops/cross_entropy.h"
 #include "ops/elementwise.h"
@@ -120,6 +121,20 @@ class CpuModelOps final : public ModelOps {
     ops::cpu::attention_forward(shape, q32, k32, v32, st.out(out, qn), lse);
     st.finish();
     write_row_amaxes(out, act, qn, {out_row_amax, shape.n_heads * shape.head_dim});
+    return absl::OkStatus();
+  }
+
+  absl::Status kv_cache_attention_forward(const KvCacheAttentionShape& shape, const void* q, const void* k_cache,
+                                          const void* v_cache, void* out, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_kv_cache_attention_forward(shape, q, k_cache, v_cache, out, act));
+    Staging st(act);
+    const int64_t qn = shape.batch * shape.seq * shape.n_heads * shape.head_dim;
+    const int64_t cache_n = shape.batch * shape.cache_len * shape.n_kv_heads * shape.head_dim;
+    const float* q32 = st.in(q, qn);
+    const float* k32 = st.in(k_cache, cache_n);
+    const float* v32 = st.in(v_cache, cache_n);
+    ops::cpu::kv_cache_attention_forward(shape, q32, k32, v32, st.out(out, qn));
+    st.finish();
     return absl::OkStatus();
   }
 
@@ -262,7 +277,7 @@ class CpuModelOps final : public ModelOps {
  private:
   absl::Status rope(const RopeShape& shape, double theta, ops::cpu::RopeDirection direction, const void* in, void* out,
                     DType act) {
-    const auto table = rope_tables_.get(shape.seq, shape.head_dim, theta);
+    const auto table = rope_tables_.get(ops::rope_table_rows(shape.start, shape.seq), shape.head_dim, theta);
     Staging st(act);
     const int64_t n = shape.batch * shape.seq * shape.heads * shape.head_dim;
     const float* in32 = st.in(in, n);

@@ -13,7 +13,7 @@ void rope(const RopeShape& shape, const RopeTable& table, RopeDirection directio
   const float sin_sign = direction == RopeDirection::kForward ? 1.0f : -1.0f;
   fp8::cpu::parallel_for(shape.batch * shape.seq, row_grain(row), [&](int64_t, int64_t begin, int64_t end) {
     for (int64_t bs = begin; bs < end; ++bs) {
-      const int64_t pos = bs % shape.seq;
+      const int64_t pos = shape.start + bs % shape.seq;
       const float* cos_row = table.cos_row(pos);
       const float* sin_row = table.sin_row(pos);
       for (int64_t h = 0; h < shape.heads; ++h) {

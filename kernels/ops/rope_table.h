@@ -32,6 +32,22 @@ class RopeTable {
   std::vector<float> sin_;
 };
 
+// The most positions a rotation may reach (RopeShape::start + seq): bounds the table a
+// call can make an implementation build.
+inline constexpr int64_t kMaxRopePositions = int64_t{1} << 20;
+
+// The rows of the table that serves positions [start, start + seq): seq when start is 0
+// (training's tables, exactly as long as its sequences), else start + seq rounded up to a
+// power of two, so that a generation step at each next position finds a table already
+// made instead of building one per position. A row's values do not depend on the table's
+// length.
+inline int64_t rope_table_rows(int64_t start, int64_t seq) {
+  if (start == 0) return seq;
+  int64_t rows = 1;
+  while (rows < start + seq) rows *= 2;
+  return rows;
+}
+
 // Tables keyed by (seq, head_dim, theta), built on first use. A model asks for the same
 // one or two keys every step, so recomputing the transcendental functions per call would
 // be waste. Thread-safe; entries are shared_ptr so that clearing a full cache never pulls

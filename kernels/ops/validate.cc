@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "ops/rope_table.h"
 
 namespace fp8::ops {
 namespace {
@@ -91,6 +92,11 @@ absl::Status check_rope_shape(const char* op, const RopeShape& s, double theta) 
   }
   if (s.head_dim % 2 != 0) return invalid(op, "head_dim must be even to rotate pairs, got ", s.head_dim);
   if (!(theta > 0.0) || !std::isfinite(theta)) return invalid(op, "theta must be positive and finite, got ", theta);
+  if (s.start < 0) return invalid(op, "start must be zero or positive, got ", s.start);
+  if (s.start > kMaxRopePositions || s.seq > kMaxRopePositions - s.start) {
+    return invalid(op, "positions up to start + seq = ", s.start, " + ", s.seq, " exceed the limit of ",
+                   kMaxRopePositions);
+  }
   return absl::OkStatus();
 }
 
@@ -183,6 +189,24 @@ absl::Status validate_attention_backward(const AttentionShape& s, const void* q,
                              {"grad_q", grad_q},
                              {"grad_k", grad_k},
                              {"grad_v", grad_v}});
+}
+
+absl::Status validate_kv_cache_attention_forward(const KvCacheAttentionShape& s, const void* q, const void* k_cache,
+                                                 const void* v_cache, const void* out, DType act) {
+  constexpr const char* op = "kv_cache_attention_forward";
+  if (auto st = check_activation_type(op, act); !st.ok()) return st;
+  if (auto st = check_attention_shape(op, {s.batch, s.seq, s.n_heads, s.n_kv_heads, s.head_dim}); !st.ok()) return st;
+  if (s.past < 0) return invalid(op, "past must be zero or positive, got ", s.past);
+  if (s.past > INT_MAX - s.seq || s.cache_len < s.past + s.seq) {
+    return invalid(op, "the cache's ", s.cache_len, " rows do not hold past + seq = ", s.past, " + ", s.seq,
+                   " positions");
+  }
+  if (auto st = check_tensor_dims(
+          op, {{"batch", s.batch}, {"cache_len", s.cache_len}, {"n_kv_heads", s.n_kv_heads}, {"head_dim", s.head_dim}});
+      !st.ok()) {
+    return st;
+  }
+  return check_not_null(op, {{"q", q}, {"k_cache", k_cache}, {"v_cache", v_cache}, {"out", out}});
 }
 
 absl::Status validate_swiglu_forward(const void* gate, const void* up, int64_t n, const void* out, DType act,

@@ -36,6 +36,8 @@ absl::Status validate_attention_forward(const AttentionShape& s, const void* q, 
 absl::Status validate_attention_backward(const AttentionShape& s, const void* q, const void* k, const void* v,
                                          const void* out, const float* lse, const void* grad_out, const void* grad_q,
                                          const void* grad_k, const void* grad_v, DType act);
+absl::Status validate_kv_cache_attention_forward(const KvCacheAttentionShape& s, const void* q, const void* k_cache,
+                                                 const void* v_cache, const void* out, DType act);
 absl::Status validate_swiglu_forward(const void* gate, const void* up, int64_t n, const void* out, DType act,
                                      const RowAmaxes& row_amax);
 absl::Status validate_swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n,

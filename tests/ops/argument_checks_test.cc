@@ -68,6 +68,18 @@ std::vector<BadCall> bad_calls() {
        [](ModelOps& o) {
          return o.attention_backward({1, 4, 4, 0, 8}, buf, buf, buf, buf, buf, buf, out, out, out);
        }},
+      {"rope_forward: start must be zero or positive, got -1",
+       [](ModelOps& o) { return o.rope_forward({1, 4, 2, 8, -1}, 10000.0, buf, out); }},
+      {"rope_forward: positions up to start + seq = 1048574 + 4 exceed the limit of 1048576",
+       [](ModelOps& o) { return o.rope_forward({1, 4, 2, 8, 1048574}, 10000.0, buf, out); }},
+      {"kv_cache_attention_forward: the cache's 6 rows do not hold past + seq = 5 + 2 positions",
+       [](ModelOps& o) { return o.kv_cache_attention_forward({1, 2, 5, 6, 4, 2, 8}, buf, buf, buf, out); }},
+      {"kv_cache_attention_forward: past must be zero or positive, got -1",
+       [](ModelOps& o) { return o.kv_cache_attention_forward({1, 2, -1, 6, 4, 2, 8}, buf, buf, buf, out); }},
+      {"kv_cache_attention_forward: n_heads (4) is not a multiple of n_kv_heads (3)",
+       [](ModelOps& o) { return o.kv_cache_attention_forward({1, 1, 0, 4, 4, 3, 8}, buf, buf, buf, out); }},
+      {"kv_cache_attention_forward: v_cache is null",
+       [](ModelOps& o) { return o.kv_cache_attention_forward({1, 1, 0, 4, 4, 2, 8}, buf, buf, nullptr, out); }},
       {"attention_forward: lse is null",
        [=](ModelOps& o) { return o.attention_forward(attn, buf, buf, buf, out, nullptr); }},
       {"attention_backward: grad_k is null",

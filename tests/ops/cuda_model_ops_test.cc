@@ -469,6 +469,21 @@ TEST_F(CudaModelOpsTest, RopeTablesSurviveCacheTurnover) {
   }
 }
 
+// Generation's RoPE at an offset: the table rows of positions [start, start + seq), bit for
+// bit the CPU's, as the step runs through the positions one by one and in a chunk.
+TEST_F(CudaModelOpsTest, RopeAtAStartPositionIsBitIdentical) {
+  for (const auto& [start, seq] : {std::pair<int64_t, int64_t>{1, 1}, {7, 1}, {63, 1}, {64, 1}, {5, 9}, {1000, 3}}) {
+    const RopeShape s{1, seq, 4, 64, start};
+    SCOPED_TRACE(testing::Message() << "start " << start << " seq " << seq);
+    const auto x = uniform(rope_size(s), 22);
+    std::vector<float> want(x.size());
+    ASSERT_TRUE(cpu().rope_forward(s, 500000.0, x.data(), want.data()).ok());
+    DeviceFloats d_x(x);
+    ASSERT_TRUE(gpu().rope_forward(s, 500000.0, d_x.get(), d_x.get()).ok());
+    expect_bit_identical(d_x.download(), want, "forward in place");
+  }
+}
+
 // ---- attention ---------------------------------------------------------------------------------------
 
 struct AttentionCase {
@@ -548,6 +563,40 @@ TEST_F(CudaModelOpsTest, AttentionMatchesTheCpuAndIsDeterministic) {
       expect_scaled(got[4], gv, 2e-5, "grad_v");
       first = std::move(got);
     }
+  }
+}
+
+// Attention over a KV cache: one query after a context (decode), a chunk after a prefix,
+// and the whole sequence (past 0), against the CPU, at head_dim up to the kernels' limit
+// and past several key tiles; the cache's unused rows are NaN and never read. Run twice:
+// the same bits.
+TEST_F(CudaModelOpsTest, KvCacheAttentionMatchesTheCpuAndIsDeterministic) {
+  const KvCacheAttentionShape cases[] = {
+      {1, 1, 0, 4, 4, 2, 64},     {1, 1, 300, 512, 8, 2, 128}, {2, 1, 129, 140, 4, 4, 16},
+      {1, 5, 37, 50, 4, 1, 256},  {1, 33, 0, 33, 2, 1, 40},    {3, 1, 1000, 1001, 2, 2, 64},
+  };
+  for (const KvCacheAttentionShape& s : cases) {
+    SCOPED_TRACE(testing::Message() << "batch " << s.batch << " seq " << s.seq << " past " << s.past << " cache "
+                                    << s.cache_len << " heads " << s.n_heads << "/" << s.n_kv_heads << " head_dim "
+                                    << s.head_dim);
+    const size_t qn = sz(s.batch * s.seq * s.n_heads * s.head_dim);
+    const int64_t kv_row = s.n_kv_heads * s.head_dim;
+    auto k = nans(sz(s.batch * s.cache_len * kv_row)), v = k;
+    const auto k_used = uniform(k.size(), 47, -2.0f, 2.0f), v_used = uniform(k.size(), 48);
+    for (int64_t b = 0; b < s.batch; ++b) {
+      const int64_t first = b * s.cache_len * kv_row, n = (s.past + s.seq) * kv_row;
+      std::copy_n(k_used.begin() + first, n, k.begin() + first);
+      std::copy_n(v_used.begin() + first, n, v.begin() + first);
+    }
+    const auto q = uniform(qn, 49, -2.0f, 2.0f);
+    std::vector<float> want(qn);
+    ASSERT_TRUE(cpu().kv_cache_attention_forward(s, q.data(), k.data(), v.data(), want.data()).ok());
+    DeviceFloats d_q(q), d_k(k), d_v(v), d_out(nans(qn));
+    ASSERT_TRUE(gpu().kv_cache_attention_forward(s, d_q.get(), d_k.get(), d_v.get(), d_out.get()).ok());
+    const auto got = d_out.download();
+    expect_scaled(got, want, 1e-5, "out");
+    ASSERT_TRUE(gpu().kv_cache_attention_forward(s, d_q.get(), d_k.get(), d_v.get(), d_out.get()).ok());
+    expect_bit_identical(d_out.download(), got, "out twice");
   }
 }
 
@@ -1085,6 +1134,10 @@ std::vector<BadCall> bad_calls() {
        [=](ModelOps& o, float* in, float* out, int32_t*) {
          return o.attention_backward(attn, in, in, in, in, in, in, out, nullptr, out);
        }},
+      {"kv_cache_attention_forward: the cache's 6 rows do not hold past + seq = 5 + 2 positions",
+       [](ModelOps& o, float* in, float* out, int32_t*) {
+         return o.kv_cache_attention_forward({1, 2, 5, 6, 4, 2, 8}, in, in, in, out);
+       }},
       {"swiglu_forward: up is null",
        [](ModelOps& o, float* in, float* out, int32_t*) { return o.swiglu_forward(in, nullptr, 8, out); }},
       {"swiglu_backward: n must be positive, got 0",
@@ -1115,6 +1168,11 @@ std::vector<BadCall> bad_calls() {
       {"attention_backward: head_dim 272 exceeds the CUDA kernels' limit of 256",
        [](ModelOps& o, float* in, float* out, int32_t*) {
          return o.attention_backward({1, 2, 1, 1, 272}, in, in, in, in, in, in, out, out, out);
+       },
+       false},
+      {"kv_cache_attention_forward: head_dim 512 exceeds the CUDA kernels' limit of 256",
+       [](ModelOps& o, float* in, float* out, int32_t*) {
+         return o.kv_cache_attention_forward({1, 1, 0, 2, 1, 1, 512}, in, in, in, out);
        },
        false},
       {"embedding_backward: n 4294967296 exceeds the CUDA kernels' limit of 4294967295 tokens",

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -41,6 +42,31 @@ TEST(Rope, MatchesReferenceForLlamaThetas) {
     std::vector<float> y(x.size());
     ASSERT_TRUE(cpu_model_ops().rope_forward(s, theta, x.data(), y.data()).ok());
     EXPECT_LT(scaled_max_error(y, ref::rope(to_double(x), s, theta)), 1e-6) << theta;
+  }
+}
+
+// A generation step rotates its tokens at their positions: a call starting at `start` is,
+// bit for bit, those rows of one call over the whole sequence, forward and backward, and
+// whatever tables earlier calls left behind.
+TEST(Rope, ARunStartingAtAPositionIsThoseRowsOfTheWholeSequence) {
+  const RopeShape whole{1, 40, 3, 16};
+  const int64_t row = whole.heads * whole.head_dim;
+  const auto x = uniform(elements(whole), 7);
+  for (const bool forward : {true, false}) {
+    std::vector<float> want(x.size());
+    ASSERT_TRUE((forward ? cpu_model_ops().rope_forward(whole, 500000.0, x.data(), want.data())
+                         : cpu_model_ops().rope_backward(whole, 500000.0, x.data(), want.data()))
+                    .ok());
+    for (const auto& [start, seq] : {std::pair<int64_t, int64_t>{1, 1}, {17, 1}, {5, 7}, {33, 7}, {39, 1}}) {
+      SCOPED_TRACE(testing::Message() << (forward ? "forward" : "backward") << " start " << start << " seq " << seq);
+      const RopeShape part{1, seq, whole.heads, whole.head_dim, start};
+      std::vector<float> got(static_cast<size_t>(seq * row));
+      const float* in = x.data() + start * row;
+      ASSERT_TRUE((forward ? cpu_model_ops().rope_forward(part, 500000.0, in, got.data())
+                           : cpu_model_ops().rope_backward(part, 500000.0, in, got.data()))
+                      .ok());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data() + start * row, got.size() * sizeof(float)));
+    }
   }
 }
 

@@ -12,9 +12,8 @@
 //   fp8-model generate (--checkpoint DIR | --hf DIR) (--prompt TEXT | --prompt-tokens 1,2,3)
 //                      [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
 //                      [--device cpu|cuda|cuda:N]
-//       continues the prompt with the model (hf/generate.h): on the CPU in fp32 with a KV
-//       cache (hf/llama_decoder.h); on a GPU with the training engine's forward in fp32,
-//       over the whole context for each new token (hf/device_decoder.h).
+//       continues the prompt with the model (hf/generate.h) in fp32 with a KV cache, on
+//       the CPU or a GPU: the engine's kernels on that device (hf/device_decoder.h).
 //       --prompt is byte-level text (a model trained with data.tokenizer bytes): its
 //       bytes are the token ids, the continuation is printed after it as text, and the
 //       end-of-text byte (0x03, which ends each document of a shard) or a token beyond the
@@ -47,7 +46,6 @@
 #include "worker/engine/hf/device_decoder.h"
 #include "worker/engine/hf/generate.h"
 #include "worker/engine/hf/hf_model_reader.h"
-#include "worker/engine/hf/llama_decoder.h"
 #include "worker/engine/hf/llama_export.h"
 
 namespace {
@@ -155,27 +153,23 @@ int run_generate(const GenerateArgs& a) {
     if (!ids.ok()) return fail(ids.status());
     prompt = *ids;
   }
-  // Kept in this order: the decoder's model lives on the device.
+  // Kept in this order: the decoder's weights and cache live on the device.
   std::unique_ptr<fp8::engine::Device> gpu;
-  std::unique_ptr<fp8::hf::NextTokenModel> decoder;
-  if (*ordinal < 0) {
-    absl::StatusOr<fp8::hf::LlamaDecoder> cached = fp8::hf::LlamaDecoder::create(*loaded);
-    if (!cached.ok()) return fail(cached.status());
-    decoder = std::make_unique<fp8::hf::LlamaDecoder>(std::move(*cached));
-  } else {
+  const fp8::engine::Device* device = &fp8::engine::Device::cpu();
+  if (*ordinal >= 0) {
     absl::StatusOr<std::unique_ptr<fp8::engine::Device>> opened = fp8::engine::Device::cuda(*ordinal);
     if (!opened.ok()) return fail(absl::InvalidArgumentError(absl::StrCat("--device ", a.device, ": ",
                                                                           opened.status().message())));
     gpu = std::move(*opened);
-    absl::StatusOr<std::unique_ptr<fp8::hf::DeviceDecoder>> on_gpu = fp8::hf::DeviceDecoder::create(*loaded, *gpu);
-    if (!on_gpu.ok()) return fail(on_gpu.status());
-    decoder = std::move(*on_gpu);
+    device = gpu.get();
   }
+  absl::StatusOr<std::unique_ptr<fp8::hf::DeviceDecoder>> decoder = fp8::hf::DeviceDecoder::create(*loaded, *device);
+  if (!decoder.ok()) return fail(decoder.status());
   fp8::hf::Sampler sampler(a.sampling);
   const auto end_of_text = [&](int32_t t) {
     return text && (t == static_cast<int32_t>(fp8::engine::data::kBytesEndOfText) || t >= 256);
   };
-  absl::StatusOr<fp8::hf::Generation> g = fp8::hf::generate(*decoder, prompt, a.max_new_tokens, sampler, end_of_text);
+  absl::StatusOr<fp8::hf::Generation> g = fp8::hf::generate(**decoder, prompt, a.max_new_tokens, sampler, end_of_text);
   if (!g.ok()) return fail(g.status());
   if (text) {
     std::string out = a.prompt;
@@ -237,8 +231,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   ge->add_option("--seed", gen.sampling.seed, "the draws' seed")->capture_default_str();
   ge->add_option("--device", gen.device,
-                 "cpu (a KV cache), or cuda / cuda:N (the training engine's forward over the whole context "
-                 "for each token)")
+                 "where the model and its KV cache live: cpu, or a GPU (cuda, cuda:N)")
       ->capture_default_str();
   try {
     app.parse(argc, argv);

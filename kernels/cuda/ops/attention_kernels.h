@@ -70,4 +70,20 @@ LaunchResult launch_attention_backward(const AttentionLaunch& d, const void* q, 
                                        const void* out, const float* lse, const void* grad_out, void* grad_q,
                                        void* grad_k, void* grad_v, void* scratch, HpType act, cudaStream_t stream);
 
+// Attention of new queries against a KV cache (ModelOps::kv_cache_attention_forward and
+// KvCacheAttentionShape: q, out [batch, seq, n_heads, head_dim] at positions
+// [past, past + seq); k_cache, v_cache [batch, cache_len, n_kv_heads, head_dim]). The SIMT
+// kernel of kv_cache_attention_kernels.cu, whatever the activations' type; forward only.
+struct KvCacheAttentionLaunch {
+  int64_t batch = 0;
+  int64_t seq = 0;
+  int64_t past = 0;
+  int64_t cache_len = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+LaunchResult launch_kv_cache_attention_forward(const KvCacheAttentionLaunch& d, const void* q, const void* k_cache,
+                                               const void* v_cache, void* out, HpType act, cudaStream_t stream);
+
 }  // namespace fp8::cuda

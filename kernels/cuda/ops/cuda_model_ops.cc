@@ -31,6 +31,7 @@
 #include "cuda/ops/rope_device_tables.h"
 #include "fp8/model_ops.h"
 #include "ops/adamw.h"
+#include "ops/rope_table.h"
 #include "ops/validate.h"
 
 namespace fp8 {
@@ -154,6 +155,18 @@ class CudaModelOps final : public ModelOps {
     return on_device(
         [&] { return cuda::launch_attention_forward(launch_of(shape, options_), q, k, v, out, lse, out_row_amax, hp_type(act),
                                                     stream_); });
+  }
+
+  absl::Status kv_cache_attention_forward(const KvCacheAttentionShape& shape, const void* q, const void* k_cache,
+                                          const void* v_cache, void* out, DType act) override {
+    FP8_RETURN_IF_ERROR(ops::validate_kv_cache_attention_forward(shape, q, k_cache, v_cache, out, act));
+    FP8_RETURN_IF_ERROR(check_attention_head_dim(
+        "kv_cache_attention_forward", {shape.batch, shape.seq, shape.n_heads, shape.n_kv_heads, shape.head_dim}));
+    const cuda::KvCacheAttentionLaunch d{shape.batch,   shape.seq,        shape.past,    shape.cache_len,
+                                         shape.n_heads, shape.n_kv_heads, shape.head_dim};
+    return on_device([&] {
+      return cuda::launch_kv_cache_attention_forward(d, q, k_cache, v_cache, out, hp_type(act), stream_);
+    });
   }
 
   absl::Status attention_backward(const AttentionShape& shape, const void* q, const void* k, const void* v,
@@ -359,10 +372,12 @@ class CudaModelOps final : public ModelOps {
     std::lock_guard<std::mutex> lock(mu_);
     DeviceGuard guard(device_);
     if (!guard.status().ok()) return guard.status();
-    auto table = rope_tables_.get(shape.seq, shape.head_dim, theta, stream_);
+    auto table = rope_tables_.get(ops::rope_table_rows(shape.start, shape.seq), shape.head_dim, theta, stream_);
     if (!table.ok()) return table.status();
-    return cuda_status(
-        cuda::launch_rope(dims_of(shape), table->cos, table->sin, inverse, in, out, row_amax, hp_type(act), stream_));
+    // The kernels rotate sequence index s by table row s: start the table at row `start`.
+    const int64_t first = shape.start * (shape.head_dim / 2);
+    return cuda_status(cuda::launch_rope(dims_of(shape), table->cos + first, table->sin + first, inverse, in, out,
+                                         row_amax, hp_type(act), stream_));
   }
 
   const int device_;

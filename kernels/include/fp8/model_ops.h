@@ -47,13 +47,16 @@ namespace fp8 {
 inline constexpr int32_t kIgnoreTarget = -1;
 
 // Rotary position embedding over x [batch, seq, heads, head_dim]. Llama convention: the
-// pair (x[2i], x[2i+1]) of the vector at sequence index `pos` is rotated by the angle
-// pos * theta^(-2i / head_dim). head_dim must be even.
+// pair (x[2i], x[2i+1]) of the vector at sequence index s is rotated by the angle
+// pos * theta^(-2i / head_dim), pos = start + s. head_dim must be even; start >= 0 is
+// the position of sequence index 0 (0 in training; a generation step's new tokens come
+// after the cached ones).
 struct RopeShape {
   int64_t batch = 0;
   int64_t seq = 0;
   int64_t heads = 0;
   int64_t head_dim = 0;
+  int64_t start = 0;
 };
 
 // Causal self-attention with grouped-query attention: query head h reads key/value head
@@ -62,6 +65,23 @@ struct RopeShape {
 struct AttentionShape {
   int64_t batch = 0;
   int64_t seq = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// Attention of new queries against a KV cache (generation): q and out
+// [batch, seq, n_heads, head_dim] are the queries of positions [past, past + seq);
+// k_cache and v_cache [batch, cache_len, n_kv_heads, head_dim] hold in their first
+// past + seq rows of each batch the keys and values of positions 0 .. past + seq - 1, the
+// new positions' included; later rows are not read. The query at position p reads keys
+// 0 .. p, so past = 0 and cache_len = seq is attention_forward's causal attention.
+// Heads are grouped as in AttentionShape. cache_len >= past + seq.
+struct KvCacheAttentionShape {
+  int64_t batch = 0;
+  int64_t seq = 0;
+  int64_t past = 0;
+  int64_t cache_len = 0;
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
@@ -177,6 +197,13 @@ class ModelOps {
   virtual absl::Status attention_backward(const AttentionShape& shape, const void* q, const void* k, const void* v,
                                           const void* out, const float* lse, const void* grad_out, void* grad_q,
                                           void* grad_k, void* grad_v, DType act = DType::kFloat32) = 0;
+
+  // Forward only, for generation: softmax(q·kᵀ / sqrt(head_dim) + causal mask)·v over the
+  // cache (KvCacheAttentionShape); nothing is saved for a backward. Scores, softmax and
+  // the weighted sum of values accumulate in fp32 or better.
+  virtual absl::Status kv_cache_attention_forward(const KvCacheAttentionShape& shape, const void* q,
+                                                  const void* k_cache, const void* v_cache, void* out,
+                                                  DType act = DType::kFloat32) = 0;
 
   // ---- SwiGLU -------------------------------------------------------------------------------
   // out = silu(gate) * up elementwise over n values, silu(g) = g * sigmoid(g). row_amax:

@@ -1,6 +1,9 @@
-// fp8-model generate --device cuda: the training engine's forward on a GPU as a decoder,
-// against the CPU's KV-cache decoder on the same model (fp32; the GPU's GEMMs accumulate
-// in another order, so the logits agree within a bound, not bit for bit).
+// fp8-model generate --device cuda: the decoder on the engine's kernels with its KV cache
+// in GPU memory (RoPE at each position, attention over the cache), against the same
+// decoder on the CPU (tested there against the training engine's forward), at every
+// position up to a full context (the cache grows on the way), tied and untied. fp32; the
+// GPU's GEMMs accumulate in another order, so the logits agree within a bound, not bit
+// for bit.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -10,7 +13,6 @@
 #include "tests/engine/hf/random_checkpoint_model.h"
 #include "worker/engine/hf/device_decoder.h"
 #include "worker/engine/hf/generate.h"
-#include "worker/engine/hf/llama_decoder.h"
 #include "worker/engine/hf/sampler.h"
 #include "worker/engine/model/llama.h"
 #include "worker/engine/tensor/device.h"
@@ -18,7 +20,7 @@
 namespace fp8::hf {
 namespace {
 
-CheckpointModel random_model() {
+CheckpointModel random_model(bool tied) {
   engine::LlamaConfig c;
   c.vocab_size = 260;
   c.dim = 64;
@@ -26,30 +28,36 @@ CheckpointModel random_model() {
   c.n_heads = 4;
   c.n_kv_heads = 2;
   c.ffn_dim = 128;
-  c.max_seq_len = 32;
+  c.max_seq_len = 40;
+  c.tie_embeddings = tied;
   return random_checkpoint_model(c, 13);
 }
 
-TEST(DeviceDecoderCudaTest, LogitsOnTheGpuAreTheCachedDecodersOnTheCpu) {
+TEST(DeviceDecoderCudaTest, LogitsOnTheGpuAreTheCpusAtEveryPosition) {
   absl::StatusOr<std::unique_ptr<engine::Device>> gpu = engine::Device::cuda(0);
   if (!gpu.ok()) GTEST_SKIP() << "no CUDA device: " << gpu.status().message();
-  const CheckpointModel m = random_model();
-  absl::StatusOr<std::unique_ptr<DeviceDecoder>> device = DeviceDecoder::create(m, **gpu);
-  ASSERT_TRUE(device.ok()) << device.status();
-  absl::StatusOr<LlamaDecoder> cpu = LlamaDecoder::create(m);
-  ASSERT_TRUE(cpu.ok());
-  for (int32_t t : {72, 101, 108, 108, 111, 3, 200, 259}) {
-    absl::StatusOr<std::span<const float>> got = (*device)->feed(t);
-    ASSERT_TRUE(got.ok()) << got.status();
-    const std::vector<float> on_gpu(got->begin(), got->end());
-    absl::StatusOr<std::span<const float>> want = cpu->feed(t);
-    ASSERT_TRUE(want.ok());
-    double err = 0, norm = 0;
-    for (size_t v = 0; v < on_gpu.size(); ++v) {
-      err = std::max(err, std::abs(static_cast<double>(on_gpu[v]) - (*want)[v]));
-      norm = std::max(norm, std::abs(static_cast<double>((*want)[v])));
+  for (const bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    const CheckpointModel m = random_model(tied);
+    absl::StatusOr<std::unique_ptr<DeviceDecoder>> device = DeviceDecoder::create(m, **gpu);
+    ASSERT_TRUE(device.ok()) << device.status();
+    absl::StatusOr<std::unique_ptr<DeviceDecoder>> cpu = DeviceDecoder::create(m, engine::Device::cpu());
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    for (int64_t pos = 0; pos < m.config.max_seq_len; ++pos) {
+      const auto t = static_cast<int32_t>((pos * 53 + 7) % m.config.vocab_size);
+      absl::StatusOr<std::span<const float>> got = (*device)->feed(t);
+      ASSERT_TRUE(got.ok()) << got.status();
+      const std::vector<float> on_gpu(got->begin(), got->end());
+      absl::StatusOr<std::span<const float>> want = (*cpu)->feed(t);
+      ASSERT_TRUE(want.ok());
+      double err = 0, norm = 0;
+      for (size_t v = 0; v < on_gpu.size(); ++v) {
+        err = std::max(err, std::abs(static_cast<double>(on_gpu[v]) - (*want)[v]));
+        norm = std::max(norm, std::abs(static_cast<double>((*want)[v])));
+      }
+      EXPECT_LT(err, 1e-3 * norm) << "position " << pos;
     }
-    EXPECT_LT(err, 1e-3 * norm) << "after token " << t;
+    EXPECT_EQ((*device)->feed(1).status().code(), absl::StatusCode::kInvalidArgument) << "the context is full";
   }
 }
 

@@ -1,32 +1,144 @@
 #include "worker/engine/hf/device_decoder.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
-#include "worker/engine/hf/checkpoint_logits.h"
+#include "worker/engine/hf/decoder_weights.h"
 #include "worker/engine/status_macros.h"
 
 namespace fp8::hf {
 
+using engine::ElementType;
+using engine::Tensor;
+using engine::TensorShape;
+
+namespace {
+
+absl::StatusOr<Tensor> upload(const engine::Device& device, const float* values, TensorShape shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return Tensor::from_host<float>(device, std::span<const float>(values, static_cast<size_t>(n)), std::move(shape));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::create(const CheckpointModel& model,
                                                                      const engine::Device& device) {
-  FP8_ASSIGN_OR_RETURN(std::unique_ptr<engine::LlamaModel> engine, engine_model(model, device));
-  return std::unique_ptr<DeviceDecoder>(new DeviceDecoder(std::move(engine)));
+  FP8_ASSIGN_OR_RETURN(ModelOps * ops, device.model_ops());
+  FP8_ASSIGN_OR_RETURN(DecoderWeights w, decoder_weights(model));
+  const engine::LlamaConfig& c = model.config;
+  std::unique_ptr<DeviceDecoder> d(new DeviceDecoder(c, device, *ops));
+  const int64_t kv_dim = c.n_kv_heads * c.head_dim();
+  FP8_ASSIGN_OR_RETURN(d->embeddings_, upload(device, w.embeddings, {c.vocab_size, c.dim}));
+  FP8_ASSIGN_OR_RETURN(d->final_norm_, upload(device, w.final_norm, {c.dim}));
+  if (!c.tie_embeddings) {
+    FP8_ASSIGN_OR_RETURN(d->output_, upload(device, w.output, {c.vocab_size, c.dim}));
+  }
+  for (const DecoderWeights::Block& b : w.blocks) {
+    Block block;
+    FP8_ASSIGN_OR_RETURN(block.attention_norm, upload(device, b.attention_norm, {c.dim}));
+    FP8_ASSIGN_OR_RETURN(block.wq, upload(device, b.wq, {c.dim, c.dim}));
+    FP8_ASSIGN_OR_RETURN(block.wk, upload(device, b.wk, {kv_dim, c.dim}));
+    FP8_ASSIGN_OR_RETURN(block.wv, upload(device, b.wv, {kv_dim, c.dim}));
+    FP8_ASSIGN_OR_RETURN(block.wo, upload(device, b.wo, {c.dim, c.dim}));
+    FP8_ASSIGN_OR_RETURN(block.ffn_norm, upload(device, b.ffn_norm, {c.dim}));
+    FP8_ASSIGN_OR_RETURN(block.w1, upload(device, b.w1, {c.ffn_dim, c.dim}));
+    FP8_ASSIGN_OR_RETURN(block.w2, upload(device, b.w2, {c.dim, c.ffn_dim}));
+    FP8_ASSIGN_OR_RETURN(block.w3, upload(device, b.w3, {c.ffn_dim, c.dim}));
+    d->blocks_.push_back(std::move(block));
+  }
+  auto scratch = [&](Tensor& t, ElementType type, int64_t n) -> absl::Status {
+    FP8_ASSIGN_OR_RETURN(t, Tensor::empty(device, type, {n}));
+    return absl::OkStatus();
+  };
+  FP8_RETURN_IF_ERROR(scratch(d->token_, ElementType::kInt32, 1));
+  for (Tensor* t : {&d->x_, &d->mid_, &d->h_, &d->q_, &d->attn_}) {
+    FP8_RETURN_IF_ERROR(scratch(*t, ElementType::kFloat32, c.dim));
+  }
+  for (Tensor* t : {&d->gate_, &d->up_, &d->swiglu_}) FP8_RETURN_IF_ERROR(scratch(*t, ElementType::kFloat32, c.ffn_dim));
+  FP8_RETURN_IF_ERROR(scratch(d->inv_rms_, ElementType::kFloat32, 1));
+  FP8_RETURN_IF_ERROR(scratch(d->logits_device_, ElementType::kFloat32, c.vocab_size));
+  d->logits_.resize(static_cast<size_t>(c.vocab_size));
+  return d;
+}
+
+absl::Status DeviceDecoder::linear(const Tensor& x, const Tensor& w, float* y, const Tensor* residual) {
+  GemmArgs g;
+  g.m = 1;
+  g.n = w.dim(0);
+  g.k = w.dim(1);
+  g.a = x.raw();
+  g.b = w.raw();
+  g.trans_b = true;  // w is stored [rows, cols]
+  g.out = y;
+  if (residual != nullptr) {
+    g.addend = residual->raw();
+    g.beta = 1.0f;
+  }
+  return device_.backend().gemm(g);
+}
+
+absl::Status DeviceDecoder::reserve(int64_t rows) {
+  if (rows <= cache_rows_) return absl::OkStatus();
+  const int64_t grown = std::min(c_.max_seq_len, std::max(rows, 2 * cache_rows_));
+  const int64_t kv_dim = c_.n_kv_heads * c_.head_dim();
+  for (Block& b : blocks_) {
+    for (Tensor* cache : {&b.keys, &b.values}) {
+      FP8_ASSIGN_OR_RETURN(Tensor larger, Tensor::empty(device_, ElementType::kFloat32, {grown, kv_dim}));
+      if (cache_rows_ > 0) FP8_RETURN_IF_ERROR(device_.backend().copy(larger.raw(), cache->raw(), cache->nbytes()));
+      *cache = std::move(larger);
+    }
+  }
+  cache_rows_ = grown;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::span<const float>> DeviceDecoder::feed(int32_t token) {
-  const engine::LlamaConfig& c = model_->config();
-  if (token < 0 || token >= c.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("token ", token, " is outside the vocabulary of ", c.vocab_size));
+  if (token < 0 || token >= c_.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("token ", token, " is outside the vocabulary of ", c_.vocab_size));
   }
-  if (position() >= c.max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat("the context is full: max_seq_len is ", c.max_seq_len));
+  if (position_ >= c_.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat("the context is full: max_seq_len is ", c_.max_seq_len));
   }
-  context_.push_back(token);
-  absl::StatusOr<std::vector<float>> all = engine_logits(*model_, context_);
-  if (!all.ok()) {
-    context_.pop_back();
-    return all.status();
+  // A failure below leaves position_ as it was: the token is not in the context, and its
+  // cache rows are written again by the next token fed.
+  const int64_t pos = position_;
+  const int64_t hd = c_.head_dim();
+  const int64_t kv_dim = c_.n_kv_heads * hd;
+  FP8_RETURN_IF_ERROR(reserve(pos + 1));
+  FP8_RETURN_IF_ERROR(token_.upload<int32_t>(std::span<const int32_t>(&token, 1)));
+  FP8_RETURN_IF_ERROR(ops_.embedding_forward(token_.data<int32_t>(), 1, embeddings_.data<float>(), c_.vocab_size,
+                                             c_.dim, x_.raw()));
+  const RopeShape q_rope{1, 1, c_.n_heads, hd, pos};
+  const RopeShape k_rope{1, 1, c_.n_kv_heads, hd, pos};
+  const KvCacheAttentionShape attention{1, 1, pos, cache_rows_, c_.n_heads, c_.n_kv_heads, hd};
+  float* const inv_rms = inv_rms_.data<float>();
+  for (Block& b : blocks_) {
+    float* k_row = b.keys.data<float>() + pos * kv_dim;
+    float* v_row = b.values.data<float>() + pos * kv_dim;
+    FP8_RETURN_IF_ERROR(
+        ops_.rmsnorm_forward(x_.raw(), b.attention_norm.data<float>(), 1, c_.dim, c_.norm_eps, h_.raw(), inv_rms));
+    FP8_RETURN_IF_ERROR(linear(h_, b.wq, q_.data<float>()));
+    FP8_RETURN_IF_ERROR(linear(h_, b.wk, k_row));
+    FP8_RETURN_IF_ERROR(linear(h_, b.wv, v_row));
+    FP8_RETURN_IF_ERROR(ops_.rope_forward(q_rope, c_.rope_theta, q_.raw(), q_.raw()));
+    FP8_RETURN_IF_ERROR(ops_.rope_forward(k_rope, c_.rope_theta, k_row, k_row));
+    FP8_RETURN_IF_ERROR(
+        ops_.kv_cache_attention_forward(attention, q_.raw(), b.keys.raw(), b.values.raw(), attn_.raw()));
+    FP8_RETURN_IF_ERROR(linear(attn_, b.wo, mid_.data<float>(), &x_));
+    FP8_RETURN_IF_ERROR(
+        ops_.rmsnorm_forward(mid_.raw(), b.ffn_norm.data<float>(), 1, c_.dim, c_.norm_eps, h_.raw(), inv_rms));
+    FP8_RETURN_IF_ERROR(linear(h_, b.w1, gate_.data<float>()));
+    FP8_RETURN_IF_ERROR(linear(h_, b.w3, up_.data<float>()));
+    FP8_RETURN_IF_ERROR(ops_.swiglu_forward(gate_.raw(), up_.raw(), c_.ffn_dim, swiglu_.raw()));
+    FP8_RETURN_IF_ERROR(linear(swiglu_, b.w2, x_.data<float>(), &mid_));
   }
-  logits_.assign(all->end() - c.vocab_size, all->end());
+  FP8_RETURN_IF_ERROR(ops_.rmsnorm_forward(x_.raw(), final_norm_.data<float>(), 1, c_.dim, c_.norm_eps, h_.raw(),
+                                           inv_rms));
+  FP8_RETURN_IF_ERROR(linear(h_, c_.tie_embeddings ? embeddings_ : output_, logits_device_.data<float>()));
+  FP8_RETURN_IF_ERROR(logits_device_.download_bytes(std::as_writable_bytes(std::span<float>(logits_))));
+  ++position_;
   return std::span<const float>(logits_);
 }
 

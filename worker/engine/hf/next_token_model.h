@@ -1,6 +1,5 @@
-// What generation needs of a model: next-token logits, one fed token at a time.
-// LlamaDecoder (the CPU, with a KV cache) and DeviceDecoder (the training engine's forward
-// on any device) are the two.
+// What generation needs of a model: next-token logits, one fed token at a time
+// (DeviceDecoder, with a KV cache on any engine device, is the one).
 #pragma once
 
 #include <cstdint>

@@ -1,27 +1,27 @@
-// Generation: the KV-cache decoder against the training engine's forward (LlamaModel,
-// recipe none, fp32) on a randomly initialised model, greedy decoding with the cache
-// against argmax decoding that recomputes the whole prefix without it, the engine's forward
-// as a decoder (DeviceDecoder) on the CPU, and the sampler.
-#include "worker/engine/hf/llama_decoder.h"
+// Generation: the KV-cache decoder (DeviceDecoder, the engine's kernels, here on the CPU)
+// against the training engine's forward (LlamaModel, recipe none, fp32) on a randomly
+// initialised model, greedy decoding with the cache against argmax decoding that
+// recomputes the whole prefix without it, bad prompts and models, and the sampler.
+#include "worker/engine/hf/device_decoder.h"
 
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/engine/hf/random_checkpoint_model.h"
 #include "worker/engine/hf/checkpoint_logits.h"
-#include "worker/engine/hf/device_decoder.h"
 #include "worker/engine/hf/generate.h"
 #include "worker/engine/hf/sampler.h"
-#include "worker/engine/model/llama.h"
 #include "worker/engine/tensor/device.h"
 
 namespace fp8::hf {
 namespace {
 
-// A small model whose vocabulary (260) pads to 320 rows.
+// A small model whose vocabulary (260) pads to 320 rows in the engine. max_seq_len 24
+// makes the decoder's cache grow five times (1, 2, 4, 8, 16, 24 rows) over a full context.
 CheckpointModel random_model(bool tied, uint64_t seed) {
   engine::LlamaConfig c;
   c.vocab_size = 260;
@@ -41,37 +41,49 @@ std::vector<int32_t> sample_tokens(int n, int32_t vocab) {
   return out;
 }
 
-class LlamaDecoderLogitsTest : public ::testing::TestWithParam<bool> {};
-INSTANTIATE_TEST_SUITE_P(Tied, LlamaDecoderLogitsTest, ::testing::Bool());
+std::unique_ptr<DeviceDecoder> cpu_decoder(const CheckpointModel& m) {
+  absl::StatusOr<std::unique_ptr<DeviceDecoder>> d = DeviceDecoder::create(m, engine::Device::cpu());
+  EXPECT_TRUE(d.ok()) << d.status();
+  return d.ok() ? std::move(*d) : nullptr;
+}
 
-TEST_P(LlamaDecoderLogitsTest, LogitsAtEveryPositionAreTheEnginesForward) {
+class DeviceDecoderTest : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Tied, DeviceDecoderTest, ::testing::Bool());
+
+// At every position the logits are those of the engine's forward over the whole sequence
+// (causal: its row `pos` is this position's), and again after a reset.
+TEST_P(DeviceDecoderTest, LogitsAtEveryPositionAreTheEnginesForward) {
   const CheckpointModel m = random_model(GetParam(), 7);
   const std::vector<int32_t> tokens = sample_tokens(static_cast<int>(m.config.max_seq_len), 260);
   absl::StatusOr<std::vector<float>> engine = checkpoint_logits(m, tokens);
   ASSERT_TRUE(engine.ok()) << engine.status();
-  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::create(m);
-  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  std::unique_ptr<DeviceDecoder> decoder = cpu_decoder(m);
+  ASSERT_NE(decoder, nullptr);
   const int64_t vocab = m.config.vocab_size;
-  for (size_t pos = 0; pos < tokens.size(); ++pos) {
-    absl::StatusOr<std::span<const float>> got = decoder->feed(tokens[pos]);
-    ASSERT_TRUE(got.ok()) << got.status();
-    double err = 0, norm = 0;
-    for (int64_t v = 0; v < vocab; ++v) {
-      const double want = (*engine)[pos * vocab + v];
-      err = std::max(err, std::abs((*got)[v] - want));
-      norm = std::max(norm, std::abs(want));
+  for (int round = 0; round < 2; ++round) {
+    for (size_t pos = 0; pos < tokens.size(); ++pos) {
+      absl::StatusOr<std::span<const float>> got = decoder->feed(tokens[pos]);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ(static_cast<int64_t>(got->size()), vocab);
+      double err = 0, norm = 0;
+      for (int64_t v = 0; v < vocab; ++v) {
+        const double want = (*engine)[pos * vocab + v];
+        err = std::max(err, std::abs((*got)[v] - want));
+        norm = std::max(norm, std::abs(want));
+      }
+      EXPECT_LT(err, 1e-5 * norm) << "round " << round << ", position " << pos;
     }
-    EXPECT_LT(err, 1e-4 * norm) << "position " << pos;
+    // The context is full now; a reset starts it over.
+    EXPECT_EQ(decoder->feed(0).status().message(), "the context is full: max_seq_len is 24");
+    decoder->reset();
   }
-  // The context is full now.
-  EXPECT_EQ(decoder->feed(0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(LlamaDecoderTest, GreedyWithTheCacheIsArgmaxOfTheWholePrefixRecomputed) {
+TEST(DeviceDecoderGreedyTest, GreedyWithTheCacheIsArgmaxOfTheWholePrefixRecomputed) {
   const CheckpointModel m = random_model(false, 11);
   const std::vector<int32_t> prompt = {72, 101, 108, 108, 111};
-  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::create(m);
-  ASSERT_TRUE(decoder.ok());
+  std::unique_ptr<DeviceDecoder> decoder = cpu_decoder(m);
+  ASSERT_NE(decoder, nullptr);
   Sampler greedy(SamplingOptions{.temperature = 0});
   absl::StatusOr<Generation> g = generate(*decoder, prompt, 100, greedy);
   ASSERT_TRUE(g.ok()) << g.status();
@@ -107,49 +119,10 @@ TEST(LlamaDecoderTest, GreedyWithTheCacheIsArgmaxOfTheWholePrefixRecomputed) {
   EXPECT_EQ(two->tokens, std::vector<int32_t>(g->tokens.begin(), g->tokens.begin() + 2));
 }
 
-// The engine's forward as a decoder (what --device cuda runs), here on the CPU: its logits
-// are checkpoint_logits' bit for bit, so its greedy continuation is the cached decoder's.
-TEST(DeviceDecoderTest, OnTheCpuItIsTheEnginesForwardAndGeneratesAsTheCachedDecoder) {
-  const CheckpointModel m = random_model(true, 5);
-  const std::vector<int32_t> tokens = sample_tokens(8, 260);
-  absl::StatusOr<std::vector<float>> engine = checkpoint_logits(m, tokens);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  absl::StatusOr<std::unique_ptr<DeviceDecoder>> device = DeviceDecoder::create(m, engine::Device::cpu());
-  ASSERT_TRUE(device.ok()) << device.status();
-  const int64_t vocab = m.config.vocab_size;
-  for (size_t pos = 0; pos < tokens.size(); ++pos) {
-    absl::StatusOr<std::span<const float>> got = (*device)->feed(tokens[pos]);
-    ASSERT_TRUE(got.ok()) << got.status();
-    ASSERT_EQ(static_cast<int64_t>(got->size()), vocab);
-    // The forward over the whole prefix is causal: its last row is this position's.
-    absl::StatusOr<std::vector<float>> prefix =
-        checkpoint_logits(m, std::span<const int32_t>(tokens).first(pos + 1));
-    ASSERT_TRUE(prefix.ok());
-    EXPECT_TRUE(std::equal(got->begin(), got->end(), prefix->end() - vocab)) << "position " << pos;
-  }
-
-  const std::vector<int32_t> prompt = {72, 101, 108};
-  Sampler greedy(SamplingOptions{.temperature = 0});
-  absl::StatusOr<LlamaDecoder> cached = LlamaDecoder::create(m);
-  ASSERT_TRUE(cached.ok());
-  absl::StatusOr<Generation> want = generate(*cached, prompt, 100, greedy);
-  absl::StatusOr<Generation> got = generate(**device, prompt, 100, greedy);
-  ASSERT_TRUE(want.ok() && got.ok()) << got.status();
-  EXPECT_EQ(got->tokens, want->tokens);
-  EXPECT_TRUE(got->context_full);
-
-  // Refused as the cached decoder refuses, and a refused token is not kept.
-  (*device)->reset();
-  EXPECT_EQ((*device)->feed(260).status().message(), "token 260 is outside the vocabulary of 260");
-  EXPECT_EQ((*device)->position(), 0);
-  for (int64_t i = 0; i < m.config.max_seq_len; ++i) ASSERT_TRUE((*device)->feed(1).ok());
-  EXPECT_EQ((*device)->feed(1).status().message(), "the context is full: max_seq_len is 24");
-}
-
-TEST(LlamaDecoderTest, BadPromptsAreRefused) {
+TEST(DeviceDecoderGreedyTest, BadPromptsAndModelsAreRefused) {
   const CheckpointModel m = random_model(false, 3);
-  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::create(m);
-  ASSERT_TRUE(decoder.ok());
+  std::unique_ptr<DeviceDecoder> decoder = cpu_decoder(m);
+  ASSERT_NE(decoder, nullptr);
   Sampler s(SamplingOptions{});
   EXPECT_EQ(generate(*decoder, {}, 4, s).status().code(), absl::StatusCode::kInvalidArgument);
   const std::vector<int32_t> outside = {1, 260};
@@ -159,9 +132,16 @@ TEST(LlamaDecoderTest, BadPromptsAreRefused) {
   const std::vector<int32_t> too_long(static_cast<size_t>(m.config.max_seq_len + 1), 5);
   EXPECT_EQ(generate(*decoder, too_long, 4, s).status().code(), absl::StatusCode::kInvalidArgument);
 
+  // A refused token is not kept in the context.
+  decoder->reset();
+  ASSERT_TRUE(decoder->feed(1).ok());
+  EXPECT_EQ(decoder->feed(-1).status().message(), "token -1 is outside the vocabulary of 260");
+  EXPECT_EQ(decoder->position(), 1);
+
   CheckpointModel missing = m;
   missing.parameters.pop_back();  // "output"
-  status = LlamaDecoder::create(missing).status();
+  status = DeviceDecoder::create(missing, engine::Device::cpu()).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("no parameter output"), std::string::npos) << status;
 }
 

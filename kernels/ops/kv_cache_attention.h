@@ -1,0 +1,18 @@
+// CPU attention of new queries against a KV cache (ModelOps::kv_cache_attention_forward),
+// for generation. Arguments are validated by the caller.
+//
+// A generation step has few queries and one pass over the cache, so each (batch, query,
+// head) is a plain loop: scores, softmax and the weighted sum of values in double, one
+// rounding to fp32 at the end. No BLAS: a matrix-vector product per head is memory-bound
+// and gains nothing from it.
+#pragma once
+
+#include "fp8/model_ops.h"
+
+namespace fp8::ops::cpu {
+
+// Parallel over (batch, query, head), each unit independent.
+void kv_cache_attention_forward(const KvCacheAttentionShape& s, const float* q, const float* k_cache,
+                                const float* v_cache, float* out);
+
+}  // namespace fp8::ops::cpu
