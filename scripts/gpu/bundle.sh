@@ -29,7 +29,7 @@ wanted=(
   # what fp8_cuda_job_test starts (it finds them through FP8_TEST_BIN_DIR)
   fp8-coordinator fp8-worker fp8-train
   # benchmarks
-  bench_gemm bench_cast bench_linear bench_train bench_attention
+  bench_gemm bench_cast bench_linear bench_train bench_attention bench_generate
 )
 available=$(ninja -C "$build" -t targets all | sed -e 's/: .*//')
 targets=()

@@ -13,6 +13,7 @@
 #                   (the bf16 attention also on the mma.sync and SIMT kernels)
 #   tests-train     CUDA training (head_dim 64 also on the mma.sync attention), FSDP over NCCL, and a job
 #                   through fp8-coordinator / fp8-worker / fp8-train
+#   bench-generate  bench_generate: generation with the KV cache against recomputing the context
 #   bench-cast      bench_cast alone (the casts against a copy; bf16 transposing casts with one
 #                   and two row tiles a block side by side)
 #   bench-gemm      bench_cast, bench_gemm, then torch_gemm.py on the same shapes
@@ -198,6 +199,11 @@ do_part() {
     bench-cast)
       run bench_cast 120 "$bin/bench_cast" --device cuda
       ;;
+    bench-generate)
+      # fp8-model generate's KV-cache decoder against recomputing the context, llama-h100's shape.
+      run bench_generate 120 "$bin/bench_generate" --device cuda --dim 2048 --layers 22 --heads 32 --kv-heads 8 \
+        --ffn 5632 --vocab 256 --prompt 448 --new 64
+      ;;
     bench-gemm)
       run bench_cast 120 "$bin/bench_cast" --device cuda
       run bench_gemm 240 "$bin/bench_gemm" --device cuda --csv "$out/ours_gemm.csv"
@@ -284,7 +290,7 @@ do_part() {
       do_part tests-kernels; do_part tests-train; do_part bench-cast; do_part bench-attention; do_part bench-train
       do_part bench-fsdp
       ;;
-    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-cast, bench-gemm, bench-linear, bench-train, bench-attention, bench-fsdp, breakdown-shapes, profile-train, torch-gemm," \
+    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-cast, bench-generate, bench-gemm, bench-linear, bench-train, bench-attention, bench-fsdp, breakdown-shapes, profile-train, torch-gemm," \
          "torch-linear, torch-train, tests, bench, all, first)"; status=2 ;;
   esac
 }

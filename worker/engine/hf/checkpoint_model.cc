@@ -1,14 +1,17 @@
 #include "worker/engine/hf/checkpoint_model.h"
 
 #include <algorithm>
+#include <memory>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
 #include "worker/engine/checkpoint/checkpoint.h"
 #include "worker/engine/hf/llama_names.h"
+#include "worker/engine/model/llama.h"
 #include "worker/engine/status_macros.h"
 #include "worker/engine/train/checkpoint_rows.h"
+#include "worker/engine/tensor/device.h"
 #include "worker/engine/train/train_state_io.h"
 
 namespace fp8::hf {
@@ -89,6 +92,24 @@ absl::StatusOr<CheckpointModel> read_checkpoint_model(const std::filesystem::pat
     out.parameters.push_back(std::move(t));
   }
   return out;
+}
+
+absl::StatusOr<CheckpointModel> initial_checkpoint_model(const engine::LlamaConfig& config, uint64_t seed) {
+  CheckpointModel m;
+  m.config = config;
+  v1::Fp8Spec fp8;
+  fp8.set_recipe(v1::Fp8Spec::NONE);
+  FP8_ASSIGN_OR_RETURN(std::unique_ptr<engine::LlamaModel> model,
+                       engine::LlamaModel::create(engine::Device::cpu(), m.config, fp8, seed));
+  for (const engine::Parameter& p : model->parameters().all()) {
+    FP8_ASSIGN_OR_RETURN(std::vector<float> values, p.value.download<float>());
+    std::vector<int64_t> shape = p.value.shape();
+    const int64_t row = p.value.numel() / shape[0];
+    shape[0] -= p.padding_rows;
+    values.resize(static_cast<size_t>(shape[0] * row));
+    m.parameters.push_back({p.name, std::move(shape), std::move(values)});
+  }
+  return m;
 }
 
 }  // namespace fp8::hf

@@ -43,4 +43,9 @@ struct CheckpointModel {
 absl::StatusOr<CheckpointModel> read_checkpoint_model(const std::filesystem::path& dir,
                                                       const std::optional<v1::ModelSpec>& model = std::nullopt);
 
+// The model a fresh job would start from (LlamaModel's initial parameters from `seed`,
+// recipe none), in a checkpoint's terms: by name, without the vocabulary's padding rows.
+// For the generation tests and benchmarks, which need a model of a given shape.
+absl::StatusOr<CheckpointModel> initial_checkpoint_model(const engine::LlamaConfig& config, uint64_t seed);
+
 }  // namespace fp8::hf
