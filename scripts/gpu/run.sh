@@ -13,6 +13,8 @@
 #                   (the bf16 attention also on the mma.sync and SIMT kernels)
 #   tests-train     CUDA training (head_dim 64 also on the mma.sync attention), FSDP over NCCL, and a job
 #                   through fp8-coordinator / fp8-worker / fp8-train
+#   loss-parity     bench/loss_parity.sh: llama-h100 trained 1000 steps per recipe (none, tensorwise,
+#                   rowwise, delayed), the loss curves and the last 10%'s mean against none's
 #   bench-generate  bench_generate: generation with the KV cache against recomputing the context
 #   bench-cast      bench_cast alone (the casts against a copy; bf16 transposing casts with one
 #                   and two row tiles a block side by side)
@@ -20,6 +22,8 @@
 #   bench-linear    bench_linear (ln -> linear -> sigmoid, and the linear alone), then torch_linear.py
 #   bench-train     bench_train on llama-h100 per recipe (none first) with a per-op breakdown
 #                   of 2 steps each, then torch_llama.py
+#   bench-8b        bench_train on examples/jobs/llama3-8b-layers-h100.yaml (Llama 3 8B's layer shapes),
+#                   none and tensorwise
 #   bench-attention bench_attention (the wgmma, mma.sync and SIMT attention kernels side by side),
 #                   then torch_attention.py
 #   bench-fsdp      bench_train --device cuda --nproc (every GPU of the machine) on llama-h100,
@@ -199,6 +203,13 @@ do_part() {
     bench-cast)
       run bench_cast 120 "$bin/bench_cast" --device cuda
       ;;
+    loss-parity)
+      # Issue 39: does fp8 track bf16 beyond a few steps? llama-h100 for 1000 steps per recipe,
+      # the same init and data order; sequences of 1024 (not 2048) so that all four fit one call.
+      run loss_parity 540 bench/loss_parity.sh --train "$bin/fp8-train" --config examples/jobs/llama-h100.yaml \
+        --recipes none,tensorwise,rowwise,delayed --steps 1000 --set data.seq_len=1024 --set model.max_seq_len=1024 \
+        --set train.eval_every=0 --out "$out/loss_parity"
+      ;;
     bench-generate)
       # fp8-model generate's KV-cache decoder against recomputing the context, llama-h100's shape.
       run bench_generate 120 "$bin/bench_generate" --device cuda --dim 2048 --layers 22 --heads 32 --kv-heads 8 \
@@ -232,6 +243,13 @@ do_part() {
         --breakdown "${BENCH_TRAIN_BREAKDOWN:-2}"
       keep_csv ours_train.csv
       torch_train
+      ;;
+    bench-8b)
+      # Issue 39's "where fp8 pays most": Llama 3 8B's layer shapes (14 blocks on one GPU),
+      # recipe none beside tensorwise (BENCH_8B_RECIPES for others), timed as bench-train times llama-h100.
+      run bench_train_8b 420 "$bin/bench_train" --device cuda --config examples/jobs/llama3-8b-layers-h100.yaml \
+        --budget 360 --csv "$out/ours_train_8b.csv" --recipes "${BENCH_8B_RECIPES:-none,tensorwise}"
+      keep_csv ours_train_8b.csv
       ;;
     bench-attention)
       local kernels=()
@@ -290,7 +308,7 @@ do_part() {
       do_part tests-kernels; do_part tests-train; do_part bench-cast; do_part bench-attention; do_part bench-train
       do_part bench-fsdp
       ;;
-    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-cast, bench-generate, bench-gemm, bench-linear, bench-train, bench-attention, bench-fsdp, breakdown-shapes, profile-train, torch-gemm," \
+    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-cast, loss-parity, bench-8b, bench-generate, bench-gemm, bench-linear, bench-train, bench-attention, bench-fsdp, breakdown-shapes, profile-train, torch-gemm," \
          "torch-linear, torch-train, tests, bench, all, first)"; status=2 ;;
   esac
 }
