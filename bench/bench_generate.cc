@@ -1,14 +1,17 @@
 // bench_generate: fp8-model generate's decoding speed, side by side in one run: the KV-cache
 // decoder (DeviceDecoder: each new token one pass over the weights and the cached keys and
 // values) against recomputing the engine's forward over the whole context for each new
-// token (what generation on a GPU did before it had a cache). A model of the given shape,
-// initialised as a fresh job would be; greedy decoding, so both runs take the same tokens.
+// token (what generation on a GPU did before it had a cache); and the prompt fed together
+// (DeviceDecoder::kChunk tokens a pass) against a token at a time. A model of the given
+// shape, initialised as a fresh job would be; greedy decoding, so both runs take the same
+// tokens.
 //
 //   bench_generate [--device cpu|cuda] [--dim D] [--layers L] [--heads H] [--kv-heads KV] [--ffn F]
 //                  [--vocab V] [--prompt P] [--new N] [--rounds R]
 //
-// Prints each way's milliseconds per new token (median over the rounds, the rounds taking
-// turns) and tokens per second, the cache's speed-up, and whether both chose the same tokens.
+// Prints each way's milliseconds per token (median over the rounds, the ways taking turns
+// within each) and tokens per second, the speed-ups, and whether both decodings chose the
+// same tokens.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,16 +40,31 @@ int32_t argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-// Feeds the prompt, then `n` greedy tokens; returns the seconds the new tokens took and
-// appends them to `chosen`.
-double run_cached(hf::DeviceDecoder& d, const std::vector<int32_t>& prompt, int n, std::vector<int32_t>& chosen) {
+// The prompt into a fresh context, in one call (together) or a token at a time; returns
+// the seconds it took and the logits after it.
+double run_prompt(hf::DeviceDecoder& d, const std::vector<int32_t>& prompt, bool together,
+                  std::span<const float>& logits) {
   d.reset();
-  std::span<const float> logits;
-  for (int32_t t : prompt) {
-    absl::StatusOr<std::span<const float>> l = d.feed(t);
+  const Clock::time_point start = Clock::now();
+  if (together) {
+    absl::StatusOr<std::span<const float>> l = d.feed(prompt);
     check(l.status(), "feed the prompt");
     logits = *l;
+  } else {
+    for (int32_t t : prompt) {
+      absl::StatusOr<std::span<const float>> l = d.feed(t);
+      check(l.status(), "feed the prompt");
+      logits = *l;
+    }
   }
+  return seconds_since(start);
+}
+
+// After the prompt (fed together), `n` greedy tokens; returns the seconds the new tokens
+// took and appends them to `chosen`.
+double run_cached(hf::DeviceDecoder& d, const std::vector<int32_t>& prompt, int n, std::vector<int32_t>& chosen) {
+  std::span<const float> logits;
+  run_prompt(d, prompt, /*together=*/true, logits);
   const Clock::time_point start = Clock::now();
   for (int i = 0; i < n; ++i) {
     const int32_t next = argmax(logits);
@@ -118,16 +136,21 @@ int main(int argc, char** argv) {
   std::vector<int32_t> prompt;
   for (int i = 0; i < prompt_len; ++i) prompt.push_back((i * 37 + 11) % static_cast<int32_t>(c.vocab_size));
 
-  std::vector<double> cached_s, recomputed_s;
+  std::vector<double> cached_s, recomputed_s, together_s, one_by_one_s;
   bool same_tokens = true;
   for (int r = 0; r <= rounds; ++r) {  // round 0 warms up
     std::vector<int32_t> a, b;
     const double t_cached = bench::run_cached(**cached, prompt, new_tokens, a);
     const double t_recomputed = bench::run_recomputed(**whole, prompt, new_tokens, c.vocab_size, b);
     same_tokens = same_tokens && a == b;
+    std::span<const float> ignored;
+    const double t_together = bench::run_prompt(**cached, prompt, /*together=*/true, ignored);
+    const double t_one_by_one = bench::run_prompt(**cached, prompt, /*together=*/false, ignored);
     if (r == 0) continue;
     cached_s.push_back(t_cached / new_tokens);
     recomputed_s.push_back(t_recomputed / new_tokens);
+    together_s.push_back(t_together / prompt_len);
+    one_by_one_s.push_back(t_one_by_one / prompt_len);
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -146,6 +169,12 @@ int main(int argc, char** argv) {
   t.add({"whole context recomputed", bench::fmt(recomputed_med * 1e3, 2), bench::fmt(1.0 / recomputed_med, 1),
          "1.00x"});
   t.print();
+  const double together_med = median(together_s), one_by_one_med = median(one_by_one_s);
+  bench::Table p({"the prompt", "ms/prompt token", "prompt tokens/s", "vs a token at a time"});
+  p.add({"fed together", bench::fmt(together_med * 1e3, 3), bench::fmt(1.0 / together_med, 1),
+         bench::fmt(one_by_one_med / together_med, 2) + "x"});
+  p.add({"a token at a time", bench::fmt(one_by_one_med * 1e3, 3), bench::fmt(1.0 / one_by_one_med, 1), "1.00x"});
+  p.print();
   std::printf("same greedy tokens both ways: %s\n", same_tokens ? "yes" : "NO");
   return same_tokens ? 0 : 1;
 }

@@ -79,6 +79,54 @@ TEST_P(DeviceDecoderTest, LogitsAtEveryPositionAreTheEnginesForward) {
   }
 }
 
+// Tokens fed together (a prompt: kChunk at a time, GEMMs over their rows) give what the
+// engine's forward gives at the last of them, whatever the split: one call of the whole
+// sequence (three chunks), or calls of 70 (a chunk and a part), 1 and the rest.
+TEST(DeviceDecoderPrefillTest, TokensFedTogetherGiveTheEnginesLogitsAtTheLast) {
+  engine::LlamaConfig c = random_model(false, 0).config;
+  c.max_seq_len = 150;
+  const CheckpointModel m = random_checkpoint_model(c, 17);
+  const std::vector<int32_t> tokens = sample_tokens(150, 260);
+  absl::StatusOr<std::vector<float>> engine = checkpoint_logits(m, tokens);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::unique_ptr<DeviceDecoder> decoder = cpu_decoder(m);
+  ASSERT_NE(decoder, nullptr);
+  const int64_t vocab = c.vocab_size;
+  auto expect_row = [&](std::span<const float> got, int64_t pos) {
+    double err = 0, norm = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      const double want = (*engine)[pos * vocab + v];
+      err = std::max(err, std::abs(got[v] - want));
+      norm = std::max(norm, std::abs(want));
+    }
+    EXPECT_LT(err, 1e-5 * norm) << "position " << pos;
+  };
+  for (const std::vector<size_t>& split : {std::vector<size_t>{150}, {70, 1, 79}}) {
+    decoder->reset();
+    size_t first = 0;
+    for (size_t n : split) {
+      absl::StatusOr<std::span<const float>> got = decoder->feed(std::span<const int32_t>(tokens).subspan(first, n));
+      ASSERT_TRUE(got.ok()) << got.status();
+      first += n;
+      EXPECT_EQ(decoder->position(), static_cast<int64_t>(first));
+      expect_row(*got, static_cast<int64_t>(first) - 1);
+    }
+  }
+
+  // Refused whole: nothing is fed.
+  decoder->reset();
+  ASSERT_TRUE(decoder->feed(std::span<const int32_t>(tokens).first(100)).ok());
+  EXPECT_EQ(decoder->feed(std::span<const int32_t>(tokens).first(51)).status().message(),
+            "the context is full: max_seq_len is 150");
+  const std::vector<int32_t> one_bad = {5, 6, 260, 7};
+  EXPECT_EQ(decoder->feed(one_bad).status().message(), "token 260 is outside the vocabulary of 260");
+  EXPECT_EQ(decoder->feed(std::span<const int32_t>()).status().message(), "no tokens to feed");
+  EXPECT_EQ(decoder->position(), 100);
+  absl::StatusOr<std::span<const float>> rest = decoder->feed(std::span<const int32_t>(tokens).subspan(100));
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  expect_row(*rest, 149);
+}
+
 TEST(DeviceDecoderGreedyTest, GreedyWithTheCacheIsArgmaxOfTheWholePrefixRecomputed) {
   const CheckpointModel m = random_model(false, 11);
   const std::vector<int32_t> prompt = {72, 101, 108, 108, 111};

@@ -1,6 +1,6 @@
 // Logits of a checkpoint's model for one sequence of token ids, computed by this project's
-// own forward in fp32 with no fp8 casts (recipe none): on the CPU, the reference that an
-// exported model is compared with; on a GPU, what DeviceDecoder generates with.
+// own forward in fp32 with no fp8 casts (recipe none): the reference that an exported model,
+// and DeviceDecoder's generation, are compared with.
 #pragma once
 
 #include <cstdint>

@@ -10,12 +10,9 @@ absl::StatusOr<Generation> generate(NextTokenModel& decoder, std::span<const int
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
   if (max_new_tokens < 0) return absl::InvalidArgumentError("max_new_tokens is negative");
   decoder.reset();
-  std::span<const float> logits;
-  for (int32_t t : prompt) {
-    absl::StatusOr<std::span<const float>> next = decoder.feed(t);
-    if (!next.ok()) return absl::InvalidArgumentError(absl::StrCat("prompt: ", next.status().message()));
-    logits = *next;
-  }
+  absl::StatusOr<std::span<const float>> first = decoder.feed(prompt);
+  if (!first.ok()) return absl::InvalidArgumentError(absl::StrCat("prompt: ", first.status().message()));
+  std::span<const float> logits = *first;
   Generation out;
   while (static_cast<int64_t>(out.tokens.size()) < max_new_tokens) {
     const int32_t token = sampler.next(logits);

@@ -1,6 +1,6 @@
-// Text generation: the prompt fed through a model (next_token_model.h: a DeviceDecoder fills
-// its KV cache once), then one sampled token at a time until max_new_tokens, a stop token,
-// or a full context.
+// Text generation: the prompt fed through a model in one call (next_token_model.h: a
+// DeviceDecoder fills its KV cache with it), then one sampled token at a time until
+// max_new_tokens, a stop token, or a full context.
 #pragma once
 
 #include <cstdint>
