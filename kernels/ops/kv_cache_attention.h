@@ -1,10 +1,9 @@
 // CPU attention of new queries against a KV cache (ModelOps::kv_cache_attention_forward),
 // for generation. Arguments are validated by the caller.
 //
-// A generation step has few queries and one pass over the cache, so each (batch, query,
-// head) is a plain loop: scores, softmax and the weighted sum of values in double, one
-// rounding to fp32 at the end. No BLAS: a matrix-vector product per head is memory-bound
-// and gains nothing from it.
+// Each (batch, query, head) is a plain loop over its visible keys: scores, softmax and the
+// weighted sum of values in double, one rounding to fp32 at the end. A decode step has one
+// query a head, so its products are matrix-vector ones, which these loops do in one pass.
 #pragma once
 
 #include "fp8/model_ops.h"

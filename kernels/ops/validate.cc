@@ -197,7 +197,8 @@ absl::Status validate_kv_cache_attention_forward(const KvCacheAttentionShape& s,
   if (auto st = check_activation_type(op, act); !st.ok()) return st;
   if (auto st = check_attention_shape(op, {s.batch, s.seq, s.n_heads, s.n_kv_heads, s.head_dim}); !st.ok()) return st;
   if (s.past < 0) return invalid(op, "past must be zero or positive, got ", s.past);
-  if (s.past > INT_MAX - s.seq || s.cache_len < s.past + s.seq) {
+  if (s.past > INT_MAX - s.seq) return invalid(op, "past + seq = ", s.past, " + ", s.seq, " exceeds ", INT_MAX);
+  if (s.cache_len < s.past + s.seq) {
     return invalid(op, "the cache's ", s.cache_len, " rows do not hold past + seq = ", s.past, " + ", s.seq,
                    " positions");
   }

@@ -4,9 +4,8 @@
 // One block per (batch, query, head): the block streams the visible keys in tiles of
 // kKeyTile with an online softmax (the running max and sum rescale what came before), so
 // any context length fits in a fixed amount of shared memory. A warp computes a key's
-// score with its lanes over head_dim; each thread owns head_dim / kThreads output columns
-// and reads the value rows coalesced. A decode step is memory-bound on the cache: one
-// pass over the visible keys and values is what it costs, and this is one pass.
+// score with its lanes over head_dim; each thread owns head_dim / kCacheThreads output
+// columns and reads the value rows coalesced. The visible keys and values are read once.
 //
 // Deterministic: the score of a key is one fixed shuffle tree, and every thread combines
 // a tile's probabilities in key order, so the same call gives the same bits.
