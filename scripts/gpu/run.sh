@@ -24,6 +24,8 @@
 #                   of 2 steps each, then torch_llama.py
 #   bench-8b        bench_train on examples/jobs/llama3-8b-layers-h100.yaml (Llama 3 8B's layer shapes),
 #                   none and tensorwise
+#   bench-batch     bench_train on llama-h100 at the largest batch full activation checkpointing fits
+#                   (by fp8-train --estimate), none and tensorwise, with MFU
 #   bench-attention bench_attention (the wgmma, mma.sync and SIMT attention kernels side by side),
 #                   then torch_attention.py
 #   bench-fsdp      bench_train --device cuda --nproc (every GPU of the machine) on llama-h100,
@@ -251,6 +253,21 @@ do_part() {
         --budget 360 --csv "$out/ours_train_8b.csv" --recipes "${BENCH_8B_RECIPES:-none,tensorwise}"
       keep_csv ours_train_8b.csv
       ;;
+    bench-batch)
+      # Issue 39: the largest llama-h100 batch that full activation checkpointing fits, by the
+      # memory estimate, in 85% of this GPU's memory; none and tensorwise with their MFU.
+      local gib batch=4 b est
+      gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{print $1 / 1024 * 0.85}')
+      for b in 8 16 32 64 128 256; do
+        # "memory per rank (estimate, 1 rank): 66.86 GiB"
+        est=$("$bin/fp8-train" --config examples/jobs/llama-h100.yaml --set "train.batch_size=$b" \
+          --set train.activation_checkpointing=full --estimate | awk 'NR == 1 { print ($NF == "GiB") ? $(NF - 1) : 0 }')
+        awk -v e="$est" -v g="$gib" 'BEGIN { exit !(e > 0 && e <= g) }' && batch=$b
+      done
+      echo "== bench-batch: batch $batch (full checkpointing) fits the estimate in ${gib} GiB"
+      run bench_train_batch 420 "$bin/bench_train" --device cuda --config examples/jobs/llama-h100.yaml \
+        --set "train.batch_size=$batch" --set train.activation_checkpointing=full --recipes none,tensorwise --budget 360
+      ;;
     bench-attention)
       local kernels=()
       wgmma_untimed && kernels=(--kernels mma,simt)
@@ -308,7 +325,7 @@ do_part() {
       do_part tests-kernels; do_part tests-train; do_part bench-cast; do_part bench-attention; do_part bench-train
       do_part bench-fsdp
       ;;
-    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-cast, loss-parity, bench-8b, bench-generate, bench-gemm, bench-linear, bench-train, bench-attention, bench-fsdp, breakdown-shapes, profile-train, torch-gemm," \
+    *) echo "unknown part '$1' (tests-kernels, tests-train, bench-cast, loss-parity, bench-8b, bench-batch, bench-generate, bench-gemm, bench-linear, bench-train, bench-attention, bench-fsdp, breakdown-shapes, profile-train, torch-gemm," \
          "torch-linear, torch-train, tests, bench, all, first)"; status=2 ;;
   esac
 }
