@@ -208,6 +208,10 @@ do_part() {
     loss-parity)
       # Issue 39: does fp8 track bf16 beyond a few steps? llama-h100 for 1000 steps per recipe,
       # the same init and data order; sequences of 1024 (not 2048) so that all four fit one call.
+      # The corpus is git-ignored: the device call must carry examples/jobs/corpus.
+      [[ -f examples/jobs/corpus/kjv.txt ]] ||
+        { echo "!! loss-parity: no examples/jobs/corpus/kjv.txt (carry examples/jobs/corpus)"; status=1
+          failures+=("loss_parity (no corpus)"); return; }
       run loss_parity 540 bench/loss_parity.sh --train "$bin/fp8-train" --config examples/jobs/llama-h100.yaml \
         --recipes none,tensorwise,rowwise,delayed --steps 1000 --set data.seq_len=1024 --set model.max_seq_len=1024 \
         --set train.eval_every=0 --out "$out/loss_parity"
