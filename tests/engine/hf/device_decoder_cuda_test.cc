@@ -1,9 +1,9 @@
 // fp8-model generate --device cuda: the decoder on the engine's kernels with its KV cache
 // in GPU memory (RoPE at each position, attention over the cache), against the same
 // decoder on the CPU (tested there against the training engine's forward), at every
-// position up to a full context (the cache grows on the way), tied and untied. fp32; the
-// GPU's GEMMs accumulate in another order, so the logits agree within a bound, not bit
-// for bit.
+// position up to a full context (the cache grows on the way) and for the whole sequence
+// fed together, tied and untied. fp32; the GPU's GEMMs accumulate in another order, so
+// the logits agree within a bound, not bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -28,7 +28,7 @@ CheckpointModel random_model(bool tied) {
   c.n_heads = 4;
   c.n_kv_heads = 2;
   c.ffn_dim = 128;
-  c.max_seq_len = 40;
+  c.max_seq_len = 80;  // more than DeviceDecoder::kChunk
   c.tie_embeddings = tied;
   return random_checkpoint_model(c, 13);
 }
@@ -58,6 +58,25 @@ TEST(DeviceDecoderCudaTest, LogitsOnTheGpuAreTheCpusAtEveryPosition) {
       EXPECT_LT(err, 1e-3 * norm) << "position " << pos;
     }
     EXPECT_EQ((*device)->feed(1).status().code(), absl::StatusCode::kInvalidArgument) << "the context is full";
+
+    // The same sequence fed together (a chunk of 64 tokens and its rest on the GPU).
+    std::vector<int32_t> all;
+    for (int64_t pos = 0; pos < m.config.max_seq_len; ++pos) {
+      all.push_back(static_cast<int32_t>((pos * 53 + 7) % m.config.vocab_size));
+    }
+    (*device)->reset();
+    (*cpu)->reset();
+    absl::StatusOr<std::span<const float>> together = (*device)->feed(all);
+    ASSERT_TRUE(together.ok()) << together.status();
+    const std::vector<float> on_gpu(together->begin(), together->end());
+    absl::StatusOr<std::span<const float>> want = (*cpu)->feed(all);
+    ASSERT_TRUE(want.ok());
+    double err = 0, norm = 0;
+    for (size_t v = 0; v < on_gpu.size(); ++v) {
+      err = std::max(err, std::abs(static_cast<double>(on_gpu[v]) - (*want)[v]));
+      norm = std::max(norm, std::abs(static_cast<double>((*want)[v])));
+    }
+    EXPECT_LT(err, 1e-3 * norm) << "the sequence fed together";
   }
 }
 
