@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/engine/hf/logits_error.h"
 #include "tests/engine/hf/random_checkpoint_model.h"
 #include "worker/engine/hf/device_decoder.h"
 #include "worker/engine/hf/generate.h"
@@ -50,12 +51,7 @@ TEST(DeviceDecoderCudaTest, LogitsOnTheGpuAreTheCpusAtEveryPosition) {
       const std::vector<float> on_gpu(got->begin(), got->end());
       absl::StatusOr<std::span<const float>> want = (*cpu)->feed(t);
       ASSERT_TRUE(want.ok());
-      double err = 0, norm = 0;
-      for (size_t v = 0; v < on_gpu.size(); ++v) {
-        err = std::max(err, std::abs(static_cast<double>(on_gpu[v]) - (*want)[v]));
-        norm = std::max(norm, std::abs(static_cast<double>((*want)[v])));
-      }
-      EXPECT_LT(err, 1e-3 * norm) << "position " << pos;
+      EXPECT_LT(relative_max_error(on_gpu, *want), 1e-3) << "position " << pos;
     }
     EXPECT_EQ((*device)->feed(1).status().code(), absl::StatusCode::kInvalidArgument) << "the context is full";
 
@@ -71,12 +67,7 @@ TEST(DeviceDecoderCudaTest, LogitsOnTheGpuAreTheCpusAtEveryPosition) {
     const std::vector<float> on_gpu(together->begin(), together->end());
     absl::StatusOr<std::span<const float>> want = (*cpu)->feed(all);
     ASSERT_TRUE(want.ok());
-    double err = 0, norm = 0;
-    for (size_t v = 0; v < on_gpu.size(); ++v) {
-      err = std::max(err, std::abs(static_cast<double>(on_gpu[v]) - (*want)[v]));
-      norm = std::max(norm, std::abs(static_cast<double>((*want)[v])));
-    }
-    EXPECT_LT(err, 1e-3 * norm) << "the sequence fed together";
+    EXPECT_LT(relative_max_error(on_gpu, *want), 1e-3) << "the sequence fed together";
   }
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/engine/hf/logits_error.h"
 #include "tests/engine/hf/random_checkpoint_model.h"
 #include "worker/engine/hf/checkpoint_logits.h"
 #include "worker/engine/hf/generate.h"
@@ -65,13 +66,8 @@ TEST_P(DeviceDecoderTest, LogitsAtEveryPositionAreTheEnginesForward) {
       absl::StatusOr<std::span<const float>> got = decoder->feed(tokens[pos]);
       ASSERT_TRUE(got.ok()) << got.status();
       ASSERT_EQ(static_cast<int64_t>(got->size()), vocab);
-      double err = 0, norm = 0;
-      for (int64_t v = 0; v < vocab; ++v) {
-        const double want = (*engine)[pos * vocab + v];
-        err = std::max(err, std::abs((*got)[v] - want));
-        norm = std::max(norm, std::abs(want));
-      }
-      EXPECT_LT(err, 1e-5 * norm) << "round " << round << ", position " << pos;
+      const std::span<const float> want = std::span<const float>(*engine).subspan(pos * vocab, vocab);
+      EXPECT_LT(relative_max_error(*got, want), 1e-5) << "round " << round << ", position " << pos;
     }
     // The context is full now; a reset starts it over.
     EXPECT_EQ(decoder->feed(0).status().message(), "the context is full: max_seq_len is 24");
@@ -93,13 +89,8 @@ TEST(DeviceDecoderPrefillTest, TokensFedTogetherGiveTheEnginesLogitsAtTheLast) {
   ASSERT_NE(decoder, nullptr);
   const int64_t vocab = c.vocab_size;
   auto expect_row = [&](std::span<const float> got, int64_t pos) {
-    double err = 0, norm = 0;
-    for (int64_t v = 0; v < vocab; ++v) {
-      const double want = (*engine)[pos * vocab + v];
-      err = std::max(err, std::abs(got[v] - want));
-      norm = std::max(norm, std::abs(want));
-    }
-    EXPECT_LT(err, 1e-5 * norm) << "position " << pos;
+    const std::span<const float> want = std::span<const float>(*engine).subspan(pos * vocab, vocab);
+    EXPECT_LT(relative_max_error(got, want), 1e-5) << "position " << pos;
   };
   for (const std::vector<size_t>& split : {std::vector<size_t>{150}, {70, 1, 79}}) {
     decoder->reset();
