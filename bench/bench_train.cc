@@ -791,7 +791,9 @@ class RoundTally final : public fp8::engine::TrainObserver {
     if (r.comm) {
       sum.all_gather_fp8_bytes += covered * r.comm->all_gather_fp8_bytes;
       sum.all_gather_f32_bytes += covered * r.comm->all_gather_f32_bytes;
+      sum.all_gather_bf16_bytes += covered * r.comm->all_gather_bf16_bytes;
       sum.reduce_scatter_f32_bytes += covered * r.comm->reduce_scatter_f32_bytes;
+      sum.reduce_scatter_bf16_bytes += covered * r.comm->reduce_scatter_bf16_bytes;
       sum.comm_ms += covered * r.comm->comm_ms;
       sum.exposed_ms += covered * r.comm->exposed_ms;
       sum.tensor_all_reduces += covered * r.comm->tensor_all_reduces;
@@ -931,7 +933,8 @@ void print_tensor_table(const FsdpSetup& setup, const std::vector<FsdpContender>
   for (const FsdpContender& c : runs) {
     const fp8::engine::StepComm& m = c.tally.sum;
     const double ms = 1e3 * c.seconds / static_cast<double>(c.steps);
-    const double fsdp_bytes = per_step(c, m.all_gather_fp8_bytes + m.all_gather_f32_bytes + m.reduce_scatter_f32_bytes);
+    const double fsdp_bytes = per_step(c, m.all_gather_fp8_bytes + m.all_gather_f32_bytes + m.all_gather_bf16_bytes +
+                                              m.reduce_scatter_f32_bytes + m.reduce_scatter_bf16_bytes);
     const double exposed = per_step(c, m.exposed_ms), tp_ms = per_step(c, m.tensor_ms);
     const double sp[] = {per_step(c, m.sequence_gather_fp8_bytes), per_step(c, m.sequence_gather_bytes),
                          per_step(c, m.sequence_reduce_scatter_bytes)};
@@ -960,14 +963,19 @@ void print_all_gather_table(const FsdpSetup& setup, const std::vector<FsdpConten
   std::printf("# all-gather MB: gathered bytes per rank and step (1 MB = 1e6 B), by the type that travelled\n");
   const FsdpContender& base = runs[0];
   auto gathered = [&](const FsdpContender& c) {
-    return per_step(c, c.tally.sum.all_gather_fp8_bytes + c.tally.sum.all_gather_f32_bytes);
+    const fp8::engine::StepComm& m = c.tally.sum;
+    return per_step(c, m.all_gather_fp8_bytes + m.all_gather_f32_bytes + m.all_gather_bf16_bytes);
+  };
+  auto reduce_scattered = [&](const FsdpContender& c) {
+    return per_step(c, c.tally.sum.reduce_scatter_f32_bytes + c.tally.sum.reduce_scatter_bf16_bytes);
   };
   fp8::bench::Table table({"fp8 all-gather", "ms/step", "tokens/s", "vs off", "comm ms", "exposed ms", "exposed %",
-                           "AG fp8 MB", "AG fp32 MB", "AG MB vs off", "RS MB"});
+                           "AG fp8 MB", "AG fp32 MB", "AG bf16 MB", "AG MB vs off", "RS MB"});
   std::ofstream out;
   if (!setup.common.csv.empty()) {
     out.open(setup.common.csv);
-    out << "all_gather_fp8,ms_per_step,tokens_per_s,comm_ms,exposed_ms,ag_fp8_bytes,ag_f32_bytes,rs_bytes\n";
+    out << "all_gather_fp8,ms_per_step,tokens_per_s,comm_ms,exposed_ms,ag_fp8_bytes,ag_f32_bytes,rs_bytes,"
+           "ag_bf16_bytes\n";
   }
   const bool has_base = !base.all_gather_fp8;
   for (const FsdpContender& c : runs) {
@@ -978,13 +986,13 @@ void print_all_gather_table(const FsdpSetup& setup, const std::vector<FsdpConten
                fmt(per_step(c, c.tally.sum.comm_ms), 2), fmt(exposed, 2), fmt(100 * exposed / ms, 1),
                fmt(per_step(c, c.tally.sum.all_gather_fp8_bytes) / 1e6, 3),
                fmt(per_step(c, c.tally.sum.all_gather_f32_bytes) / 1e6, 3),
-               has_base ? fmt(gathered(c) / gathered(base), 2) + "x" : "-",
-               fmt(per_step(c, c.tally.sum.reduce_scatter_f32_bytes) / 1e6, 3)});
+               fmt(per_step(c, c.tally.sum.all_gather_bf16_bytes) / 1e6, 3),
+               has_base ? fmt(gathered(c) / gathered(base), 2) + "x" : "-", fmt(reduce_scattered(c) / 1e6, 3)});
     if (out.is_open()) {
       out << (c.all_gather_fp8 ? "on" : "off") << "," << ms << "," << tokens_per_s(setup, c) << ","
           << per_step(c, c.tally.sum.comm_ms) << "," << exposed << ","
           << per_step(c, c.tally.sum.all_gather_fp8_bytes) << "," << per_step(c, c.tally.sum.all_gather_f32_bytes)
-          << "," << per_step(c, c.tally.sum.reduce_scatter_f32_bytes) << "\n";
+          << "," << reduce_scattered(c) << "," << per_step(c, c.tally.sum.all_gather_bf16_bytes) << "\n";
     }
   }
   table.print();
@@ -1139,7 +1147,8 @@ absl::Status fsdp_rank(const FsdpSetup& setup, int rank, const std::filesystem::
   // Every rank's communication, averaged (the bytes and steps are the same on every rank).
   for (FsdpContender& c : runs) {
     fp8::engine::StepComm& m = c.tally.sum;
-    double* fields[] = {&m.all_gather_fp8_bytes,      &m.all_gather_f32_bytes,  &m.reduce_scatter_f32_bytes,
+    double* fields[] = {&m.all_gather_fp8_bytes,      &m.all_gather_f32_bytes,  &m.all_gather_bf16_bytes,
+                        &m.reduce_scatter_f32_bytes,  &m.reduce_scatter_bf16_bytes,
                         &m.comm_ms,                   &m.exposed_ms,            &m.tensor_all_reduces,
                         &m.tensor_all_reduce_bytes,   &m.tensor_ms,             &m.sequence_gather_fp8_bytes,
                         &m.sequence_gather_bytes,     &m.sequence_reduce_scatter_bytes};
