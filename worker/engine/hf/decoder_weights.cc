@@ -9,16 +9,16 @@ namespace fp8::hf {
 
 absl::StatusOr<DecoderWeights> decoder_weights(const CheckpointModel& model) {
   const engine::LlamaConfig& c = model.config;
-  auto tensor = [&](const std::string& name, std::vector<int64_t> shape) -> absl::StatusOr<const float*> {
+  auto tensor = [&](const std::string& name, std::vector<int64_t> shape) -> absl::StatusOr<const NamedTensor*> {
     const NamedTensor* t = model.find(name);
     if (t == nullptr || t->shape != shape) {
       return absl::InvalidArgumentError(
           absl::StrCat("the model has no parameter ", name, " shaped as its config says"));
     }
-    return t->values.data();
+    return t;
   };
   DecoderWeights w;
-  absl::StatusOr<const float*> p = tensor("tok_embeddings", {c.vocab_size, c.dim});
+  absl::StatusOr<const NamedTensor*> p = tensor("tok_embeddings", {c.vocab_size, c.dim});
   if (!p.ok()) return p.status();
   w.embeddings = *p;
   if (!(p = tensor("norm", {c.dim})).ok()) return p.status();
@@ -33,7 +33,7 @@ absl::StatusOr<DecoderWeights> decoder_weights(const CheckpointModel& model) {
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string b = absl::StrCat("layers.", i, ".");
     DecoderWeights::Block block{};
-    const std::pair<const float**, std::pair<std::string, std::vector<int64_t>>> wanted[] = {
+    const std::pair<const NamedTensor**, std::pair<std::string, std::vector<int64_t>>> wanted[] = {
         {&block.attention_norm, {"attention_norm", {c.dim}}},
         {&block.wq, {"attention.wq", {c.dim, c.dim}}},
         {&block.wk, {"attention.wk", {kv_dim, c.dim}}},

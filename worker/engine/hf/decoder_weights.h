@@ -1,5 +1,5 @@
-// A model's weights as a decoder reads them: pointers into a CheckpointModel's tensors,
-// each checked against the shape its config gives it (device_decoder.h uploads them).
+// A model's weights as a decoder reads them: a CheckpointModel's tensors by role, each
+// checked against the shape its config gives it (device_decoder.h uploads them).
 #pragma once
 
 #include <cstdint>
@@ -12,11 +12,11 @@ namespace fp8::hf {
 
 struct DecoderWeights {
   struct Block {
-    const float *attention_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w1, *w2, *w3;
+    const NamedTensor *attention_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w1, *w2, *w3;
   };
-  const float* embeddings = nullptr;  // [vocab_size, dim]
-  const float* final_norm = nullptr;  // [dim]
-  const float* output = nullptr;      // [vocab_size, dim]; the embeddings when tied
+  const NamedTensor* embeddings = nullptr;  // [vocab_size, dim]
+  const NamedTensor* final_norm = nullptr;  // [dim]
+  const NamedTensor* output = nullptr;      // [vocab_size, dim]; the embeddings when tied
   std::vector<Block> blocks;
 };
 

@@ -11,14 +11,11 @@ namespace fp8::hf {
 
 using engine::ElementType;
 using engine::Tensor;
-using engine::TensorShape;
 
 namespace {
 
-absl::StatusOr<Tensor> upload(const engine::Device& device, const float* values, TensorShape shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return Tensor::from_host<float>(device, std::span<const float>(values, static_cast<size_t>(n)), std::move(shape));
+absl::StatusOr<Tensor> upload(const engine::Device& device, const NamedTensor* t) {
+  return Tensor::from_host<float>(device, t->values, t->shape);
 }
 
 }  // namespace
@@ -29,23 +26,22 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::create(const Check
   FP8_ASSIGN_OR_RETURN(DecoderWeights w, decoder_weights(model));
   const engine::LlamaConfig& c = model.config;
   std::unique_ptr<DeviceDecoder> d(new DeviceDecoder(c, device, *ops));
-  const int64_t kv_dim = c.n_kv_heads * c.head_dim();
-  FP8_ASSIGN_OR_RETURN(d->embeddings_, upload(device, w.embeddings, {c.vocab_size, c.dim}));
-  FP8_ASSIGN_OR_RETURN(d->final_norm_, upload(device, w.final_norm, {c.dim}));
+  FP8_ASSIGN_OR_RETURN(d->embeddings_, upload(device, w.embeddings));
+  FP8_ASSIGN_OR_RETURN(d->final_norm_, upload(device, w.final_norm));
   if (!c.tie_embeddings) {
-    FP8_ASSIGN_OR_RETURN(d->output_, upload(device, w.output, {c.vocab_size, c.dim}));
+    FP8_ASSIGN_OR_RETURN(d->output_, upload(device, w.output));
   }
   for (const DecoderWeights::Block& b : w.blocks) {
     Block block;
-    FP8_ASSIGN_OR_RETURN(block.attention_norm, upload(device, b.attention_norm, {c.dim}));
-    FP8_ASSIGN_OR_RETURN(block.wq, upload(device, b.wq, {c.dim, c.dim}));
-    FP8_ASSIGN_OR_RETURN(block.wk, upload(device, b.wk, {kv_dim, c.dim}));
-    FP8_ASSIGN_OR_RETURN(block.wv, upload(device, b.wv, {kv_dim, c.dim}));
-    FP8_ASSIGN_OR_RETURN(block.wo, upload(device, b.wo, {c.dim, c.dim}));
-    FP8_ASSIGN_OR_RETURN(block.ffn_norm, upload(device, b.ffn_norm, {c.dim}));
-    FP8_ASSIGN_OR_RETURN(block.w1, upload(device, b.w1, {c.ffn_dim, c.dim}));
-    FP8_ASSIGN_OR_RETURN(block.w2, upload(device, b.w2, {c.dim, c.ffn_dim}));
-    FP8_ASSIGN_OR_RETURN(block.w3, upload(device, b.w3, {c.ffn_dim, c.dim}));
+    FP8_ASSIGN_OR_RETURN(block.attention_norm, upload(device, b.attention_norm));
+    FP8_ASSIGN_OR_RETURN(block.wq, upload(device, b.wq));
+    FP8_ASSIGN_OR_RETURN(block.wk, upload(device, b.wk));
+    FP8_ASSIGN_OR_RETURN(block.wv, upload(device, b.wv));
+    FP8_ASSIGN_OR_RETURN(block.wo, upload(device, b.wo));
+    FP8_ASSIGN_OR_RETURN(block.ffn_norm, upload(device, b.ffn_norm));
+    FP8_ASSIGN_OR_RETURN(block.w1, upload(device, b.w1));
+    FP8_ASSIGN_OR_RETURN(block.w2, upload(device, b.w2));
+    FP8_ASSIGN_OR_RETURN(block.w3, upload(device, b.w3));
     d->blocks_.push_back(std::move(block));
   }
   auto scratch = [&](Tensor& t, ElementType type, int64_t n) -> absl::Status {
